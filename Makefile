@@ -1,0 +1,28 @@
+# fedcli: `make install` creates or updates .venv with everything; `make test` runs the test suite.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# Ignore machine-local wheel folders and pip config: the supported torch is the PyPI build that
+# torchvision is built against (a CPU-only local torch wheel cannot import torchvision).
+PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
+CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
+PIPFLAGS := $(if $(CERT),--cert $(CERT),)
+
+.PHONY: install test test-slow test-all bench clean
+
+install:
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test]"
+	@$(PY) -c "import torch, torchvision, mpi4py; print('fedcli install ok: torch', torch.__version__, '| torchvision', torchvision.__version__, '| mpi4py', mpi4py.__version__)"
+	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
+
+test:
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow:
+	$(PY) -m pytest -q -m slow
+
+test-all:
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf .pytest_cache build *.egg-info

@@ -1,0 +1,5 @@
+import sys
+
+from fedcli.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,46 @@
+"""``fedcli partition``: split a dataset over clients and write a partition file (or show a summary)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import typer
+
+from fedcli.cli.console import err_console, out_console
+from fedcli.cli.options import config_parameters, given, with_parameters
+from fedcli.config import TrainConfig
+
+GROUPS = ("data", "partition")
+
+
+def partition(**kwargs):
+    """Split a dataset over clients (iid, dirichlet, pathological, natural); write FILE and/or show a summary."""
+    from fedcli.data.partition import save_partition, summary_table
+    from fedcli.data.setup import inline_partition, load_data
+    from fedcli.errors import ConfigError
+
+    out, show = kwargs.pop("out"), kwargs.pop("summary")
+    values = given(kwargs, TrainConfig)
+    values.pop("partition_file", None)
+    cfg = TrainConfig(**values).validate()
+    if not out and not show:
+        raise ConfigError("fedcli partition needs --out FILE, --summary, or both")
+    dataset = load_data(cfg)
+    part = inline_partition(cfg, dataset)
+    if out:
+        save_partition(part, Path(out))
+        err_console.print(f"wrote {out}: {len(part.train)} clients, {int(part.sizes().sum())} samples, hash {part.hash[:12]}")
+    if show:
+        out_console.print(summary_table(part, dataset.train_y.numpy(), dataset.num_classes))
+
+
+_fields = [p for p in config_parameters(TrainConfig)
+           if next(f for f in dataclasses.fields(TrainConfig) if f.name == p.name).metadata["group"] in GROUPS or p.name == "seed"]
+_fields = [p for p in _fields if p.name != "partition_file"]
+_extra = [
+    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--out", "-o", help="Partition file to write (JSON)."), annotation=str | None),
+    inspect.Parameter("summary", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--summary", help="Show clients, sample counts and class histograms."), annotation=bool),
+]
+with_parameters(partition, _fields + _extra)

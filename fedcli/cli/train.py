@@ -1,0 +1,102 @@
+"""``fedcli train``: one experiment, written to a run directory as it goes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
+from fedcli.cli.options import config_parameters, given, with_parameters
+from fedcli.config import TrainConfig
+from fedcli.errors import ConfigError
+
+
+def default_out(cfg: TrainConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{cfg.algo}-{cfg.dataset}-s{cfg.seed}-{stamp}"
+
+
+def describe(cfg: TrainConfig, sim) -> str:
+    part = sim.partition.config
+    extra = {"dirichlet": f" alpha={cfg.alpha}", "pathological": f" k={cfg.classes_per_client}",
+             "natural": f" {cfg.writers_per_client} writers/client"}.get(part.get("scheme"), "")
+    sched = f"tau'={cfg.tau} phi={cfg.phi}" if sim.schedule.needs_discrepancy else f"tau={cfg.tau}"
+    return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(sim.client_indices)} clients "
+            f"({sim.active} active per round), {part.get('scheme')}{extra} partition, {cfg.iterations} local iterations, "
+            f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
+
+
+def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False):
+    """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress."""
+    from fedcli.comm.communicator import Communicator
+    from fedcli.fl.engine import Simulation
+    from fedcli.results.rundir import RunDir
+
+    comm = comm or Communicator()
+    root = comm.is_root
+    out = Path(cfg.out) if cfg.out else default_out(cfg)
+    if root and out.exists() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
+    cfg.out = str(out)
+    sim = Simulation(cfg, comm).setup()
+    run_dir = None
+    if root:
+        if overwrite and out.exists():
+            for name in ("metrics.csv", "layers.csv", "intervals.csv", "manifest.json"):
+                (out / name).unlink(missing_ok=True)
+        run_dir = RunDir(out)
+        run_dir.start(sim.manifest())
+        sim.run_dir = run_dir
+        if not quiet:
+            err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
+    progress = TrainProgress(cfg.iterations, 0, enabled=root and not quiet and not as_json)
+    try:
+        with progress:
+            from fedcli.comm.ledger import fedavg_params
+
+            progress.fedavg_params = fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau)
+            sim.progress = progress
+            summary = sim.run()
+    except BaseException as e:
+        if run_dir is not None:
+            run_dir.finish("failed", error=f"{type(e).__name__}: {e}")
+        raise
+    if run_dir is not None:
+        run_dir.finish("completed", summary=summary.as_dict())
+        if as_json:
+            print(json.dumps({"run_dir": str(out), **summary.as_dict()}))
+        elif not quiet:
+            out_console.print(summary_table(cfg, summary, out))
+    return summary
+
+
+def train(**kwargs):
+    """Run one federated-learning experiment (defaults: a small FedLAMA run on scikit-learn digits, offline)."""
+    from fedcli.recipes import build_config
+
+    if kwargs.pop("list_algos"):
+        from fedcli.fl.methods import METHODS
+
+        for name, m in sorted(METHODS.items()):
+            out_console.print(f"{name:12s} {m.summary}  [dim]{m.parts()}[/]")
+        return
+    recipe, scale = kwargs.pop("recipe"), kwargs.pop("scale")
+    quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
+    cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
+    run_train(cfg, quiet=quiet, as_json=as_json, overwrite=overwrite)
+
+
+import inspect  # noqa: E402
+
+_extra = [
+    inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--recipe", help="TOML recipe with config keys (flags override it)."), annotation=str | None),
+    inspect.Parameter("scale", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--scale", help="Recipe scale to apply (e.g. smoke, paper)."), annotation=str | None),
+    inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."), annotation=bool),
+    inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
+    inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the files of an existing --out folder."), annotation=bool),
+    inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
+]
+with_parameters(train, config_parameters(TrainConfig) + _extra)

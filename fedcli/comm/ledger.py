@@ -1,0 +1,54 @@
+"""Per-layer communication ledger (FedLAMA Eq. 8).
+
+C = sum_l C_l = sum_l dim(u_l) * c_l, where c_l counts the synchronizations of layer l. That is
+``comm_params``: what the paper reports. ``comm_bytes`` counts what really travels: at each
+synchronization of layer l every client of the cohort uploads its (encoded) layer and downloads the
+new one, so ``m * numel * (uplink_bits + downlink_bits) / 8`` bytes, plus whatever a method sends
+on top (control variates, second moments) through :meth:`Ledger.extra`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Ledger:
+    numel: list[int]
+    syncs: list[int] = field(default_factory=list)
+    bytes_: list[float] = field(default_factory=list)
+    extra_bytes: float = 0.0
+
+    def __post_init__(self):
+        self.syncs = self.syncs or [0] * len(self.numel)
+        self.bytes_ = self.bytes_ or [0.0] * len(self.numel)
+
+    def record_sync(self, layer: int, clients: int, up_bits: float, down_bits: float = 32.0) -> None:
+        self.syncs[layer] += 1
+        self.bytes_[layer] += clients * self.numel[layer] * (up_bits + down_bits) / 8.0
+
+    def extra(self, nbytes: float) -> None:
+        self.extra_bytes += nbytes
+
+    def layer_params(self, layer: int) -> int:
+        return self.numel[layer] * self.syncs[layer]
+
+    @property
+    def params(self) -> int:
+        return sum(n * s for n, s in zip(self.numel, self.syncs))
+
+    @property
+    def bytes(self) -> float:
+        return sum(self.bytes_) + self.extra_bytes
+
+    def state_dict(self) -> dict:
+        return {"numel": list(self.numel), "syncs": list(self.syncs), "bytes": list(self.bytes_), "extra_bytes": self.extra_bytes}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Ledger":
+        return cls(list(state["numel"]), list(state["syncs"]), list(state["bytes"]), float(state["extra_bytes"]))
+
+
+def fedavg_params(total_numel: int, iterations: int, tau: int) -> int:
+    """Communication of FedAvg with interval tau over ``iterations`` (the 100% of the paper's C ratio)."""
+    return total_numel * (iterations // tau)

@@ -1,0 +1,193 @@
+"""Typed experiment configuration: one dataclass, shared by CLI flags and TOML recipes.
+
+Every field of :class:`TrainConfig` is a ``fedcli train`` option (``--active-ratio``) and a recipe
+key (``active_ratio``). Each field carries its help text and validation rule in its metadata, so the
+CLI, recipes and validation cannot drift apart. Invalid values raise :class:`~fedcli.errors.ConfigError`
+(exit 2) with one sentence naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedcli.errors import ConfigError
+
+
+def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general"):
+    """A config field with its CLI help and its validation rule (closed or open bounds, or choices)."""
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "choices": choices,
+            "lo": lo,
+            "hi": hi,
+            "lo_open": lo_open,
+            "hi_open": hi_open,
+            "group": group,
+        },
+    )
+
+
+@dataclass
+class TrainConfig:
+    """One experiment. Defaults run a small real FedLAMA experiment offline (scikit-learn digits)."""
+
+    # what to run
+    algo: str = opt("fedlama", "Method preset (see `fedcli train --list-algos`).", group="method")
+    schedule: str = opt("", "Override the method's aggregation schedule: periodic | lama | lama-accelerate.", group="method")
+    # data
+    dataset: str = opt("digits", "Dataset: digits, synthetic, mnist, fmnist, emnist, femnist, cifar10, cifar100.", group="data")
+    data_dir: str = opt("", "Folder with the dataset in its standard on-disk layout (default: ./data/<dataset>).", group="data")
+    download: bool = opt(False, "Download through torchvision if missing (needs internet).", group="data")
+    holdout_fraction: float = opt(0.0, "Hold out this stratified fraction of the train pool as the test set (uses the test split as the pool when only it is on disk).", lo=0.0, hi=1.0, hi_open=True, group="data")
+    data_seed: int = opt(0, "Seed of generated datasets (synthetic).", lo=0, group="data")
+    emnist_split: str = opt("balanced", "EMNIST split.", choices=["balanced", "byclass", "bymerge", "digits", "letters", "mnist"], group="data")
+    synthetic_alpha: float = opt(1.0, "Synthetic(alpha, beta): model heterogeneity alpha.", lo=0.0, group="data")
+    synthetic_beta: float = opt(1.0, "Synthetic(alpha, beta): data heterogeneity beta.", lo=0.0, group="data")
+    synthetic_users: int = opt(30, "Synthetic: number of generated users (writers).", lo=1, group="data")
+    synthetic_dim: int = opt(60, "Synthetic: input dimension.", lo=1, group="data")
+    synthetic_classes: int = opt(10, "Synthetic: number of classes.", lo=2, group="data")
+    synthetic_iid: bool = opt(False, "Synthetic: the IID variant (one shared model for all users).", group="data")
+    # partition
+    clients: int = opt(16, "Number of clients.", lo=1, group="partition")
+    partition: str = opt("dirichlet", "Inline partition scheme.", choices=["iid", "dirichlet", "pathological", "natural"], group="partition")
+    partition_file: str = opt("", "Use a partition written by `fedcli partition` instead of an inline one.", group="partition")
+    alpha: float = opt(0.5, "Dirichlet concentration over labels (smaller is more non-IID).", lo=0.0, lo_open=True, group="partition")
+    classes_per_client: int = opt(2, "Pathological: classes (label-sorted shards) per client.", lo=1, group="partition")
+    writers_per_client: int = opt(2, "Natural: LEAF writers per client.", lo=1, group="partition")
+    client_test_fraction: float = opt(0.0, "Fraction of each client's data held out as its local test split.", lo=0.0, hi=1.0, hi_open=True, group="partition")
+    min_size: int = opt(10, "Dirichlet: minimum samples per client (FedML's retry loop).", lo=1, group="partition")
+    # model
+    model: str = opt("mlp", "Model: mlp, cnn4, femnist_cnn, lamb_cnn, resnet20, wrn, resnet18.", group="model")
+    wrn_depth: int = opt(28, "Wide-ResNet depth (6n+4).", lo=10, group="model")
+    wrn_width: int = opt(10, "Wide-ResNet width factor.", lo=1, group="model")
+    mlp_hidden: str = opt("200,200", "MLP hidden sizes, comma separated.", group="model")
+    # federated schedule
+    iterations: int = opt(600, "Budget in local iterations (each active client runs this many SGD steps in all).", lo=1, group="federated")
+    tau: int = opt(5, "Aggregation interval tau (FedLAMA: the base interval tau').", lo=1, group="federated")
+    phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg).", lo=1, group="federated")
+    active_ratio: float = opt(0.5, "Fraction of clients sampled into each round's cohort.", lo=0.0, hi=1.0, lo_open=True, group="federated")
+    weighting: str = opt("uniform", "Average uniformly over the cohort (FedLAMA Alg. 2, author code) or by sample count p_i = n_i/n (ICLR version).", choices=["uniform", "samples"], group="federated")
+    lama_rule: str = opt("paper", "FedLAMA Alg. 1 rule: 'paper' (delta_l < 1 - lambda_l) or 'reference' (author code: the first layer to break the condition also gets the long interval).", choices=["paper", "reference"], group="federated")
+    lama_eligible: str = opt("all", "Layers that may get the long interval: all (paper) or kernels (author code: conv/dense kernels only).", choices=["all", "kernels"], group="federated")
+    lama_skip_rounds: int = opt(0, "FedLAMA: rounds before the first interval adjustment (author code skips a few).", lo=0, group="federated")
+    bn_buffers: str = opt("with-layer", "BatchNorm running statistics: averaged whenever their module's weight tensor is synchronized (with-layer), or only at round ends when the whole model is (round-end).", choices=["with-layer", "round-end"], group="federated")
+    # local optimizer
+    lr: float = opt(0.1, "Local learning rate.", lo=0.0, lo_open=True, group="optimizer")
+    momentum: float = opt(0.0, "Local SGD momentum (buffers reset at each round).", lo=0.0, hi=1.0, hi_open=True, group="optimizer")
+    weight_decay: float = opt(0.0, "Local L2 weight decay.", lo=0.0, group="optimizer")
+    batch_size: int = opt(32, "Local mini-batch size.", lo=1, group="optimizer")
+    warmup_iterations: int = opt(0, "Linear learning-rate warm-up over this many local iterations.", lo=0, group="optimizer")
+    lr_decay_at: str = opt("", "Multiply the lr by --lr-decay-factor at these points, comma separated (in --lr-decay-unit).", group="optimizer")
+    lr_decay_factor: float = opt(0.1, "Step decay factor.", lo=0.0, lo_open=True, group="optimizer")
+    lr_decay_unit: str = opt("iteration", "Unit of --lr-decay-at.", choices=["iteration", "round"], group="optimizer")
+    # run
+    seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")
+    eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
+    device: str = opt("auto", "Device: cpu, cuda, or auto (cuda when available).", choices=["auto", "cpu", "cuda"], group="run")
+    trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto.", choices=["auto", "vmap", "loop"], group="run")
+    threads: int = opt(0, "Torch CPU threads per process (0: the machine's cores divided by the number of processes).", lo=0, group="run")
+    out: str = opt("", "Run directory (default: results/<algo>-<dataset>-s<seed>-<time>).", group="run")
+
+    # ------------------------------------------------------------------
+    def validate(self) -> "TrainConfig":
+        """Check types and ranges of every field; raise ConfigError naming the first bad key."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            check_value(f, value)
+        from fedcli.fl.methods import METHODS  # late import: the registry imports the parts
+
+        if self.algo not in METHODS:
+            raise ConfigError(f"--algo: unknown method '{self.algo}'; choose one of: {', '.join(sorted(METHODS))}")
+        if self.schedule:
+            from fedcli.fl.schedules import SCHEDULES
+
+            if self.schedule not in SCHEDULES:
+                raise ConfigError(f"--schedule: unknown schedule '{self.schedule}'; choose one of: {', '.join(sorted(SCHEDULES))}")
+        self.hidden_sizes()
+        self.decay_points()
+        return self
+
+    def hidden_sizes(self) -> tuple[int, ...]:
+        try:
+            sizes = tuple(int(s) for s in self.mlp_hidden.split(",") if s.strip())
+        except ValueError:
+            raise ConfigError(f"--mlp-hidden must be comma-separated positive integers, got '{self.mlp_hidden}'") from None
+        if any(s < 1 for s in sizes):
+            raise ConfigError(f"--mlp-hidden must be comma-separated positive integers, got '{self.mlp_hidden}'")
+        return sizes
+
+    def decay_points(self) -> tuple[int, ...]:
+        try:
+            pts = tuple(sorted(int(s) for s in str(self.lr_decay_at).split(",") if s.strip()))
+        except ValueError:
+            raise ConfigError(f"--lr-decay-at must be comma-separated non-negative integers, got '{self.lr_decay_at}'") from None
+        if any(p < 0 for p in pts):
+            raise ConfigError(f"--lr-decay-at must be comma-separated non-negative integers, got '{self.lr_decay_at}'")
+        return pts
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], where: str = "config") -> "TrainConfig":
+        """Build from a mapping (recipe or manifest); unknown keys and wrong types raise ConfigError."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in values.items():
+            k = key.replace("-", "_")
+            if k not in known:
+                raise ConfigError(f"{where}: unknown key '{key}'")
+            kwargs[k] = coerce(known[k], value, where)
+        return cls(**kwargs)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def field_type(f) -> type:
+    return {"str": str, "int": int, "float": float, "bool": bool}[f.type if isinstance(f.type, str) else f.type.__name__]
+
+
+def coerce(f, value, where: str = "config"):
+    """Convert a recipe/manifest value to the field's type, strictly (no bool for int, no lossy float->int)."""
+    t = field_type(f)
+    ok = False
+    if t is bool:
+        ok = isinstance(value, bool)
+    elif t is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif t is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif t is str:
+        if isinstance(value, list) and all(isinstance(v, (int, str)) for v in value):
+            value, ok = ",".join(str(v) for v in value), True
+        else:
+            ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"{where}: key '{f.name}' must be {t.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_value(f, value) -> None:
+    m = f.metadata
+    name = flag(f.name)
+    t = field_type(f)
+    if t is float and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value}")
+    if m.get("choices") and value not in m["choices"]:
+        raise ConfigError(f"{name} must be one of {', '.join(m['choices'])}, got '{value}'")
+    lo, hi = m.get("lo"), m.get("hi")
+    if lo is not None and (value < lo or (m["lo_open"] and value == lo)):
+        raise ConfigError(f"{name} must be {'>' if m['lo_open'] else '>='} {lo}, got {value}")
+    if hi is not None and (value > hi or (m["hi_open"] and value == hi)):
+        raise ConfigError(f"{name} must be {'<' if m['hi_open'] else '<='} {hi}, got {value}")

@@ -1,0 +1,95 @@
+"""The cohort: the clients training together on this process, held as stacked tensors.
+
+Every parameter and buffer is one tensor of shape ``[K, *shape]`` (DESIGN.md section 2.1), so a
+local step for all K clients is one vectorized call and synchronizing layer l is a weighted sum
+over dim 0. Per-round mini-batch plans are drawn from generators keyed by (seed, round, client).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from fedcli.data.augment import draw_cifar_params
+from fedcli.fl.rng import torch_gen
+
+
+@dataclass
+class Cohort:
+    clients: list[int]                 # global client ids held here (increasing)
+    weights: torch.Tensor              # p_i for these clients, normalized over the whole cohort (float64)
+    params: dict[str, torch.Tensor]    # name -> [K, *shape]
+    buffers: dict[str, torch.Tensor]   # name -> [K, *shape]
+    opt_state: dict = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.clients)
+
+    @classmethod
+    def from_global(cls, clients, weights, global_params, global_buffers):
+        k = len(clients)
+        params = {n: p.unsqueeze(0).repeat(k, *([1] * p.dim())).contiguous() for n, p in global_params.items()}
+        buffers = {n: b.unsqueeze(0).repeat(k, *([1] * b.dim())).contiguous() for n, b in global_buffers.items()}
+        return cls(list(clients), weights, params, buffers)
+
+    @torch.no_grad()
+    def load_global(self, global_params, global_buffers) -> None:
+        for n, p in global_params.items():
+            self.params[n].copy_(p.expand_as(self.params[n]))
+        for n, b in global_buffers.items():
+            self.buffers[n].copy_(b.expand_as(self.buffers[n]))
+
+
+@dataclass
+class BatchPlan:
+    """The mini-batches of one round for the K clients here: ``idx[j]`` is ``[K, B]`` dataset indices.
+
+    ``mask[j]`` weighs each sample of the loss (1 real, 0 padding); clients with fewer samples than a
+    batch see all their samples every step, padded by repetition with weight 0 (never dropped).
+    """
+
+    idx: torch.Tensor          # [steps, K, B] int64
+    mask: torch.Tensor         # [steps, K, B] float32
+    shifts: torch.Tensor | None = None  # [steps, K, B, 2] crop offsets (CIFAR augmentation)
+    flips: torch.Tensor | None = None   # [steps, K, B] bool
+
+    def to(self, device) -> "BatchPlan":
+        mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return BatchPlan(mv(self.idx), mv(self.mask), mv(self.shifts), mv(self.flips))
+
+
+def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Generator):
+    """``steps`` mini-batches from one client's sample indices: consecutive slices of reshuffled epochs."""
+    n = indices.numel()
+    if n >= batch:
+        epochs = math.ceil(steps * batch / n)
+        order = torch.cat([torch.randperm(n, generator=gen) for _ in range(epochs)])[: steps * batch]
+        return indices[order].view(steps, batch), torch.ones(steps, batch)
+    rows, masks = [], []
+    reps = math.ceil(batch / n)
+    for _ in range(steps):
+        perm = torch.randperm(n, generator=gen)
+        rows.append(indices[perm.repeat(reps)[:batch]])
+        m = torch.zeros(batch)
+        m[:n] = 1.0
+        masks.append(m)
+    return torch.stack(rows), torch.stack(masks)
+
+
+def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, batch: int, augment: str | None) -> BatchPlan:
+    idx, mask, shifts, flips = [], [], [], []
+    for c in clients:
+        i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, "batches", round_idx, c))
+        idx.append(i)
+        mask.append(m)
+        if augment == "cifar":
+            s, f = draw_cifar_params(steps * batch, torch_gen(seed, "augment", round_idx, c))
+            shifts.append(s.view(steps, batch, 2))
+            flips.append(f.view(steps, batch))
+    plan = BatchPlan(torch.stack(idx, 1), torch.stack(mask, 1))
+    if augment == "cifar":
+        plan.shifts, plan.flips = torch.stack(shifts, 1), torch.stack(flips, 1)
+    return plan

@@ -1,0 +1,309 @@
+"""The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
+
+One round lasts ``schedule.period`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the
+last round cut at the ``--iterations`` budget). At its start the cohort is sampled (keyed by
+(seed, round)), split over the processes by sample count, and initialized by the ``init`` part.
+After every local step the schedule names the layers due; each due layer is encoded by the codec,
+averaged over the cohort (local weighted sum + one all-reduce for all layers due together), turned
+into the new global layer by the server part, copied back into every client, and counted in the
+ledger. Layer-wise schedules also get the cohort discrepancy sum_i p_i ||u_l - x_l^i||^2 (Eq. 2).
+At round ends the schedule may re-adjust its intervals (FedLAMA Alg. 1) and the global model is
+evaluated when an evaluation point has been reached.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.func import functional_call
+
+from fedcli.comm.communicator import Communicator, assign_clients
+from fedcli.comm.ledger import Ledger, fedavg_params
+from fedcli.config import TrainConfig
+from fedcli.data.augment import cifar_augment
+from fedcli.errors import ConfigError, DivergenceError
+from fedcli.fl import parts
+from fedcli.fl.cohort import Cohort, make_plan
+from fedcli.fl.methods import METHODS
+from fedcli.fl.rng import key, np_gen
+from fedcli.fl.schedules import build_schedule
+from fedcli.fl.trainers import choose_trainer
+
+
+@dataclass
+class Summary:
+    rounds: int = 0
+    iteration: int = 0
+    final_acc: float = float("nan")
+    best_acc: float = float("nan")
+    best_iteration: int = 0
+    final_loss: float = float("nan")
+    comm_params: int = 0
+    comm_bytes: float = 0.0
+    fedavg_comm_params: int = 0
+    wall_s: float = 0.0
+    history: list = field(default_factory=list)
+
+    @property
+    def comm_pct(self) -> float:
+        return 100.0 * self.comm_params / self.fedavg_comm_params if self.fedavg_comm_params else float("nan")
+
+    def as_dict(self) -> dict:
+        return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc, "best_acc": self.best_acc,
+                "best_iteration": self.best_iteration, "final_test_loss": self.final_loss, "comm_params": self.comm_params,
+                "comm_bytes": self.comm_bytes, "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
+                "wall_s": self.wall_s}
+
+
+def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
+    """Local learning rate at a global iteration: linear warm-up (Goyal et al. 2017), then step decay."""
+    lr = cfg.lr
+    if cfg.warmup_iterations and iteration < cfg.warmup_iterations:
+        lr = cfg.lr * (iteration + 1) / cfg.warmup_iterations
+    at = iteration if cfg.lr_decay_unit == "iteration" else round_idx
+    decays = sum(1 for p in cfg.decay_points() if at >= p)
+    return lr * cfg.lr_decay_factor ** decays
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but no CUDA device is available")
+    return torch.device(name)
+
+
+def sample_cohort(seed: int, round_idx: int, clients: int, active: int) -> list[int]:
+    """The round's cohort: ``active`` of ``clients`` without replacement, keyed by (seed, round) only,
+    so every method and every process count sees the same clients (one shared sampling stream)."""
+    if active >= clients:
+        return list(range(clients))
+    return sorted(int(c) for c in np_gen(seed, "cohort", round_idx).choice(clients, size=active, replace=False))
+
+
+class Simulation:
+    """One ``fedcli train`` experiment. ``setup`` loads everything; ``run`` trains and logs."""
+
+    def __init__(self, cfg: TrainConfig, comm: Communicator | None = None, run_dir=None, progress=None):
+        self.cfg = cfg
+        self.comm = comm or Communicator()
+        self.run_dir = run_dir
+        self.progress = progress
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, dataset=None, partition=None) -> "Simulation":
+        from fedcli.data.setup import load_data_and_partition
+        from fedcli.models import build_model, layer_info
+
+        cfg = self.cfg
+        self.device = resolve_device(cfg.device)
+        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // self.comm.size))
+        if dataset is None or partition is None:
+            dataset, partition = load_data_and_partition(cfg)
+        self.dataset, self.partition = dataset, partition
+        self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
+        self.sizes = np.array([len(ix) for ix in partition.train])
+        n_clients = len(self.client_indices)
+        self.active = max(1, int(round(cfg.active_ratio * n_clients)))
+
+        torch.manual_seed(key(cfg.seed, "init"))
+        self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
+                                 wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes()).to(self.device)
+        self.layers = layer_info(self.model)
+        self.global_params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.global_buffers = {n: b.detach().clone() for n, b in self.model.named_buffers()}
+        # what travels with each layer: its parameter, and (bn_buffers=with-layer) its float buffers
+        self.sync_buffers = {li.index: [b for b in li.buffers if self.global_buffers[b].is_floating_point()] for li in self.layers}
+
+        self.method = METHODS[cfg.algo]
+        names = self.method.parts()
+        if cfg.schedule:
+            names["schedule"] = cfg.schedule
+        self.part_names = names
+        self.local_step = parts.LOCAL_STEPS[names["local_step"]](cfg)
+        self.codec = parts.CODECS[names["codec"]](cfg)
+        self.init = parts.INITS[names["init"]](cfg)
+        self.server = parts.SERVERS[names["server"]](cfg)
+        self.schedule = build_schedule(names["schedule"], cfg, self.layers)
+        self.ledger = Ledger([li.numel for li in self.layers])
+        self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+
+        self.train_x = dataset.train_x.to(self.device)
+        self.train_y = dataset.train_y.to(self.device)
+        self.test_x = dataset.test_x.to(self.device)
+        self.test_y = dataset.test_y.to(self.device)
+        # pad with black, as torchvision does before normalizing: fill = -mean / std per channel
+        norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
+        self.pad_fill = [-m / s for m, s in zip(norm["mean"], norm["std"])] if norm else 0.0
+        period = self.schedule.period
+        self.eval_every = cfg.eval_every or max(period, math.ceil(cfg.iterations / 20))
+        return self
+
+    def manifest(self) -> dict:
+        return {
+            "config": self.cfg.to_dict(),
+            "method": {"name": self.method.name, **self.part_names},
+            "seed": self.cfg.seed,
+            "world_size": self.comm.size,
+            "device": str(self.device),
+            "trainer": self.trainer.name,
+            "dataset": self.dataset.source,
+            "partition": {"hash": self.partition.hash, **self.partition.config},
+            "clients": len(self.client_indices),
+            "active_clients": self.active,
+            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers)},
+            "eval_every": self.eval_every,
+            "torch_threads": torch.get_num_threads(),
+        }
+
+    # ------------------------------------------------------------------ synchronization
+    @torch.no_grad()
+    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool) -> None:
+        """Average the given layers over the cohort (one flat all-reduce) and push them back."""
+        w = cohort.weights.to(self.device, torch.float32)
+        names = []
+        for l in layers:
+            names.append(("p", self.layers[l].name))
+            if self.cfg.bn_buffers == "with-layer" or round_end:
+                names.extend(("b", b) for b in self.sync_buffers[l])
+        chunks = []
+        for kind, n in names:
+            if kind == "p":
+                x = cohort.params[n]
+                if not self.codec.lossless:
+                    prev = self.global_params[n]
+                    gens = [None] * cohort.size
+                    x = prev + self.codec.encode_decode(x - prev, gens)
+            else:
+                x = cohort.buffers[n]
+            chunks.append(torch.tensordot(w, x, dims=1).reshape(-1))
+        flat = self.comm.allreduce_(torch.cat(chunks))
+        offset = 0
+        for kind, n in names:
+            target = self.global_params[n] if kind == "p" else self.global_buffers[n]
+            avg = flat[offset: offset + target.numel()].view_as(target)
+            offset += target.numel()
+            target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
+        if self.schedule.needs_discrepancy:
+            disc = torch.stack([
+                torch.tensordot(cohort.weights.to(self.device, torch.float64),
+                                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).flatten(1).double().pow(2).sum(1), dims=1)
+                for l in layers])
+            disc = self.comm.allreduce_(disc).cpu().tolist()
+            for l, dv in zip(layers, disc):
+                self.schedule.observe(l, dv, step - last_sync[l])
+        for kind, n in names:
+            src = self.global_params[n] if kind == "p" else self.global_buffers[n]
+            dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
+            dst.copy_(src.expand_as(dst))
+        for l in layers:
+            self.ledger.record_sync(l, self.active, self.codec.bits(self.layers[l].numel))
+            last_sync[l] = step
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Global model on the test set: (mean loss, accuracy). Each rank evaluates a slice."""
+        self.model.eval()
+        n = self.test_y.numel()
+        lo, hi = n * self.comm.rank // self.comm.size, n * (self.comm.rank + 1) // self.comm.size
+        loss_sum, correct = 0.0, 0.0
+        for s in range(lo, hi, 1024):
+            e = min(hi, s + 1024)
+            out = functional_call(self.model, (self.global_params, self.global_buffers), (self.test_x[s:e],))
+            loss_sum += torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
+            correct += (out.argmax(1) == self.test_y[s:e]).sum().item()
+        tot = self.comm.allreduce_(torch.tensor([loss_sum, correct], dtype=torch.float64))
+        return float(tot[0]) / n, float(tot[1]) / n
+
+    # ------------------------------------------------------------------ training
+    def cohort_weights(self, cohort_ids: list[int], mine: list[int]) -> torch.Tensor:
+        if self.cfg.weighting == "samples":
+            total = float(self.sizes[cohort_ids].sum())
+            return torch.tensor([self.sizes[c] / total for c in mine], dtype=torch.float64)
+        return torch.full((len(mine),), 1.0 / len(cohort_ids), dtype=torch.float64)
+
+    def layer_rows(self) -> list[dict]:
+        return [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": self.ledger.syncs[li.index],
+                 "comm_params": self.ledger.layer_params(li.index), "comm_bytes": self.ledger.bytes_[li.index],
+                 "interval": self.schedule.intervals[li.index]} for li in self.layers]
+
+    def run(self) -> Summary:
+        cfg, comm = self.cfg, self.comm
+        summary = Summary(fedavg_comm_params=fedavg_params(sum(li.numel for li in self.layers), cfg.iterations, cfg.tau))
+        t0 = time.perf_counter()
+        iteration, round_idx = 0, 0
+        next_eval = self.eval_every
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        loss_count = 0
+        if self.run_dir is not None and self.schedule.needs_discrepancy:
+            self.run_dir.append_intervals([])
+        while iteration < cfg.iterations:
+            steps = min(self.schedule.period, cfg.iterations - iteration)
+            cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
+            mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
+            cohort = Cohort.from_global(mine, self.cohort_weights(cohort_ids, mine), self.global_params, self.global_buffers)
+            self.init.initialize(cohort, self.global_params, self.global_buffers)
+            self.local_step.begin_round(cohort)
+            plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment).to(self.device)
+            last_sync = [0] * len(self.layers)
+            round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
+            for j in range(1, steps + 1):
+                lr = lr_at(cfg, iteration, round_idx)
+                if mine:
+                    idx = plan.idx[j - 1]
+                    x = self.train_x[idx]
+                    if plan.shifts is not None:
+                        x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
+                    grads, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1])
+                    self.local_step.step(cohort, grads, lr)
+                    round_losses += losses.double()
+                iteration += 1
+                due = self.schedule.due(j, steps)
+                if due:
+                    self.check_finite(round_losses, mine, round_idx)
+                    self.synchronize(cohort, due, j, last_sync, round_end=(j == steps))
+            loss_sum += round_losses.sum() / steps
+            loss_count += len(mine)
+            adj = self.schedule.end_round(round_idx, iteration)
+            if adj is not None and self.run_dir is not None:
+                self.run_dir.append_intervals([
+                    {"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
+                     "eligible": int(getattr(self.schedule, "eligible", [True] * len(self.layers))[li.index]),
+                     "d": adj.d[li.index], "interval": adj.intervals[li.index]} for li in self.layers])
+            round_idx += 1
+            if iteration >= next_eval or iteration >= cfg.iterations:
+                while next_eval <= iteration:
+                    next_eval += self.eval_every
+                tot = comm.allreduce_(torch.stack([loss_sum, torch.tensor(float(loss_count), dtype=torch.float64, device=self.device)]).cpu())
+                train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
+                loss_sum.zero_()
+                loss_count = 0
+                test_loss, acc = self.evaluate()
+                row = {"round": round_idx, "iteration": iteration, "train_loss": train_loss, "test_loss": test_loss,
+                       "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
+                       "wall_s": round(time.perf_counter() - t0, 3), "lr": lr_at(cfg, iteration - 1, round_idx - 1)}
+                summary.history.append(row)
+                if summary.history and (math.isnan(summary.best_acc) or acc > summary.best_acc):
+                    summary.best_acc, summary.best_iteration = acc, iteration
+                summary.final_acc, summary.final_loss = acc, test_loss
+                if self.run_dir is not None:
+                    self.run_dir.append_metrics(row)
+                    self.run_dir.write_layers(self.layer_rows())
+                if self.progress is not None:
+                    self.progress(row)
+        summary.rounds, summary.iteration = round_idx, iteration
+        summary.comm_params, summary.comm_bytes = self.ledger.params, self.ledger.bytes
+        summary.wall_s = time.perf_counter() - t0
+        return summary
+
+    def check_finite(self, round_losses: torch.Tensor, mine: list[int], round_idx: int) -> None:
+        bad = ~torch.isfinite(round_losses)
+        if bool(bad.any()):
+            client = mine[int(bad.nonzero()[0, 0])]
+            raise DivergenceError(f"training diverged in round {round_idx}: client {client} has a non-finite loss")

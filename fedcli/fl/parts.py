@@ -1,0 +1,123 @@
+"""The parts a method is made of (DESIGN.md section 2).
+
+A named method is a preset of five parts:
+
+=================  =====================================================================
+local step         how a client turns a stochastic gradient into a step (SGD, FedProx, ...)
+schedule           when each layer is synchronized (``fedcli.fl.schedules``)
+codec              what a client uploads for a layer (identity, stochastic quantization, ...)
+init               how a client's local model starts a round (overwrite with the global model, ALA, ...)
+server             how the server turns the cohort average into the new global layer
+=================  =====================================================================
+
+Each part family has a registry; a new method overrides one part in one small file.
+All state is held on the cohort as stacked tensors ``[K, *shape]`` (K clients on this process).
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOCAL_STEPS: dict[str, type] = {}
+CODECS: dict[str, type] = {}
+INITS: dict[str, type] = {}
+SERVERS: dict[str, type] = {}
+
+
+def _registrar(table: dict):
+    def register(name: str):
+        def deco(cls):
+            table[name] = cls
+            cls.name = name
+            return cls
+
+        return deco
+
+    return register
+
+
+register_local_step = _registrar(LOCAL_STEPS)
+register_codec = _registrar(CODECS)
+register_init = _registrar(INITS)
+register_server = _registrar(SERVERS)
+
+
+# ---------------------------------------------------------------------------- local steps
+@register_local_step("sgd")
+class SGDStep:
+    """Mini-batch SGD with heavy-ball momentum and L2 weight decay, as ``torch.optim.SGD``.
+
+    g <- grad + wd * x;  b <- g (first step) or mu * b + g;  x <- x - lr * b.
+    Momentum buffers live on the cohort and are reset when a round starts (a fresh local optimizer).
+    """
+
+    def __init__(self, cfg):
+        self.momentum = cfg.momentum
+        self.weight_decay = cfg.weight_decay
+
+    def begin_round(self, cohort) -> None:
+        cohort.opt_state = {}
+
+    def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
+        return grads
+
+    @torch.no_grad()
+    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float) -> None:
+        grads = self.direction(cohort, grads)
+        names = list(cohort.params)
+        params = [cohort.params[n] for n in names]
+        g = [grads[n] for n in names]
+        if self.weight_decay:
+            g = torch._foreach_add(g, params, alpha=self.weight_decay)
+        if self.momentum:
+            bufs = cohort.opt_state.get("momentum")
+            if bufs is None:
+                bufs = [t.clone() for t in g]
+                cohort.opt_state["momentum"] = bufs
+            else:
+                torch._foreach_mul_(bufs, self.momentum)
+                torch._foreach_add_(bufs, g)
+            g = bufs
+        torch._foreach_add_(params, g, alpha=-lr)
+
+
+# ---------------------------------------------------------------------------- codecs
+@register_codec("identity")
+class IdentityCodec:
+    """Full-precision upload: 32 bits per element, the client's layer as it is."""
+
+    lossless = True
+
+    def __init__(self, cfg):
+        pass
+
+    def bits(self, numel: int) -> float:
+        return 32.0
+
+    def encode_decode(self, delta: torch.Tensor, generators) -> torch.Tensor:
+        return delta
+
+
+# ---------------------------------------------------------------------------- local initialization
+@register_init("overwrite")
+class OverwriteInit:
+    """FedAvg: every client of the cohort starts the round from the global model."""
+
+    def __init__(self, cfg):
+        pass
+
+    def initialize(self, cohort, global_params, global_buffers) -> None:
+        cohort.load_global(global_params, global_buffers)
+
+
+# ---------------------------------------------------------------------------- server updates
+@register_server("average")
+class AverageServer:
+    """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
+
+    def __init__(self, cfg):
+        pass
+
+    def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
+        return average

@@ -1,0 +1,186 @@
+"""Aggregation schedules: *when* each layer is synchronized.
+
+A schedule owns the per-layer aggregation intervals (in local iterations) and the length of a
+round (``period``): the number of local iterations after which every layer has been synchronized
+and the cohort is resampled. Within a round, layer ``l`` is synchronized after local step ``j``
+(1-based) when ``j % interval[l] == 0``; every layer is synchronized at the end of the round.
+
+- :class:`Periodic` is FedAvg's periodic full averaging (McMahan et al. 2017): every layer every tau.
+- :class:`Lama` is FedLAMA (Lee et al., AAAI 2023, Algorithms 1 and 2): intervals tau' or phi*tau',
+  re-adjusted every phi*tau' iterations from the unit model discrepancy d_l (Eq. 2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+SCHEDULES: dict[str, type] = {}
+
+
+def register_schedule(name: str):
+    def deco(cls):
+        SCHEDULES[name] = cls
+        cls.name = name
+        return cls
+
+    return deco
+
+
+def build_schedule(name: str, cfg, layers) -> "Schedule":
+    return SCHEDULES[name](cfg, layers)
+
+
+@dataclass
+class Adjustment:
+    """One row group of intervals.csv: the d and numel that Algorithm 1 used, and the result."""
+
+    round: int
+    iteration: int
+    d: list[float]
+    intervals: list[int]
+
+
+class Schedule:
+    """Base: a fixed interval for every layer and no adjustment."""
+
+    name = "base"
+    needs_discrepancy = False
+
+    def __init__(self, cfg, layers):
+        self.layers = layers
+        self.tau = cfg.tau
+        self.intervals = [cfg.tau] * len(layers)
+
+    @property
+    def period(self) -> int:
+        return max(self.intervals)
+
+    def due(self, step: int, last_step: int) -> list[int]:
+        """Layers to synchronize after local step ``step`` (1-based) of a round of ``last_step`` steps."""
+        if step >= last_step:
+            return list(range(len(self.layers)))
+        return [l for l, t in enumerate(self.intervals) if step % t == 0]
+
+    def observe(self, layer: int, discrepancy: float, steps: int) -> None:
+        """Record the (weighted) mean squared distance sum_i p_i ||u_l - x_l^i||^2 at a sync."""
+
+    def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
+        return None
+
+    def state_dict(self) -> dict:
+        return {"intervals": list(self.intervals)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.intervals = list(state["intervals"])
+
+
+@register_schedule("periodic")
+class Periodic(Schedule):
+    """FedAvg: all layers synchronized every tau local iterations; the cohort resampled every tau."""
+
+
+def unit_discrepancy(mean_sq_dist: float, steps: int, numel: int) -> float:
+    """FedLAMA Eq. 2: d_l = (1/m) sum_i ||u_l - x_l^i||^2 / (tau_l * dim(u_l)).
+
+    ``mean_sq_dist`` is the cohort mean (or p_i-weighted mean) of the squared distances and
+    ``steps`` the local iterations since the layer was last synchronized (tau_l in a full round).
+    """
+    return float(mean_sq_dist) / (steps * numel)
+
+
+def delta_lambda(d: Sequence[float], numel: Sequence[int], order: Sequence[int], eligible: Sequence[bool] | None = None):
+    """FedLAMA Eqs. 3 and 4 along ``order`` (layer indices sorted by increasing d).
+
+    delta_l = sum_{k<=l} d_I[k] dim(u_I[k]) / sum_{k<=L} d_I[k] dim(u_I[k])   (Eq. 3)
+    lambda_l = sum_{k<=l} dim(u_I[k]) / sum_{k<=L} dim(u_I[k])                  (Eq. 4)
+
+    With ``eligible`` (author code's kernels-only mode) the lambda denominator sums over the eligible
+    layers only while the delta denominator still sums over all layers. When every d is 0 the
+    discrepancy ratio is taken as 0 (there is nothing to lose).
+    Returns two lists aligned with ``order``.
+    """
+    L = len(d)
+    eligible = [True] * L if eligible is None else list(eligible)
+    total_disc = math.fsum(d[i] * numel[i] for i in range(L))
+    total_size = sum(numel[i] for i in range(L) if eligible[i])
+    deltas, lambdas = [], []
+    acc_d, acc_n = [], 0
+    for i in order:
+        acc_d.append(d[i] * numel[i])
+        acc_n += numel[i]
+        deltas.append(math.fsum(acc_d) / total_disc if total_disc > 0 else 0.0)
+        lambdas.append(acc_n / total_size)
+    return deltas, lambdas
+
+
+def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "paper",
+                   eligible: Sequence[bool] | None = None) -> list[int]:
+    """FedLAMA Algorithm 1 (layer-wise aggregation interval adjustment).
+
+    I = argsort(d) (increasing, stable: ties keep layer order); walking along I, layer I[l] gets
+    phi*tau' if delta_l < 1 - lambda_l, else tau' (``rule="paper"``, the AAAI text; the arXiv/ICLR
+    box's ``delta_l < lambda_l`` is a typo). ``rule="reference"`` follows the author code: each layer
+    is given phi*tau' *before* the check, and the loop stops at the first layer that breaks the
+    condition, so that layer keeps the long interval too. Only ``eligible`` layers are considered;
+    the others keep tau'.
+    """
+    L = len(d)
+    eligible = [True] * L if eligible is None else list(eligible)
+    order = sorted((i for i in range(L) if eligible[i]), key=lambda i: (d[i], i))
+    deltas, lambdas = delta_lambda(d, numel, order, eligible)
+    out = [tau] * L
+    for i, delta, lam in zip(order, deltas, lambdas):
+        if rule == "paper":
+            out[i] = phi * tau if delta < 1.0 - lam else tau
+        elif rule == "reference":
+            out[i] = phi * tau
+            if not delta < 1.0 - lam:
+                break
+        else:
+            raise ValueError(f"unknown FedLAMA rule {rule!r}")
+    return out
+
+
+@register_schedule("lama")
+class Lama(Schedule):
+    """FedLAMA (Algorithm 2): per-layer intervals in {tau', phi*tau'}, re-adjusted every phi*tau'.
+
+    d_l (Eq. 2) is updated only when layer l is synchronized; other layers keep their last value.
+    All layers start at tau'; a round (cohort resampling, adjustment) lasts phi*tau' iterations.
+    """
+
+    needs_discrepancy = True
+
+    def __init__(self, cfg, layers):
+        super().__init__(cfg, layers)
+        self.phi = cfg.phi
+        self.rule = cfg.lama_rule
+        self.skip_rounds = cfg.lama_skip_rounds
+        self.eligible = [True] * len(layers) if cfg.lama_eligible == "all" else [li.kind == "kernel" for li in layers]
+        self.d = [0.0] * len(layers)
+        self.numel = [li.numel for li in layers]
+
+    @property
+    def period(self) -> int:
+        return self.phi * self.tau
+
+    def observe(self, layer: int, discrepancy: float, steps: int) -> None:
+        self.d[layer] = unit_discrepancy(discrepancy, steps, self.numel[layer])
+
+    def compute(self) -> list[int]:
+        return lama_intervals(self.d, self.numel, self.tau, self.phi, rule=self.rule, eligible=self.eligible)
+
+    def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
+        if round_idx < self.skip_rounds:
+            return None
+        self.intervals = self.compute()
+        return Adjustment(round_idx, iteration, list(self.d), list(self.intervals))
+
+    def state_dict(self) -> dict:
+        return {"intervals": list(self.intervals), "d": list(self.d)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.intervals = list(state["intervals"])
+        self.d = list(state["d"])

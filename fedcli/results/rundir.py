@@ -1,0 +1,153 @@
+"""The run directory of DESIGN.md section 3.2, written as training goes.
+
+- ``manifest.json``: resolved config, seeds, world size, versions, git commit, times, ``status``.
+  Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).
+- ``metrics.csv`` / ``intervals.csv``: append-only; each row is flushed and fsynced when written, so a
+  crash loses at most the current round. Never rewritten in place.
+- ``layers.csv``: a per-layer summary, replaced atomically after every evaluation.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s", "lr"]
+LAYERS_COLUMNS = ["layer", "name", "kind", "numel", "syncs", "comm_params", "comm_bytes", "interval"]
+INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible", "d", "interval"]
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(tmp, mode) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def fmt(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def csv_text(columns: list[str], rows: list[dict], header: bool = True) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    if header:
+        w.writerow(columns)
+    for r in rows:
+        w.writerow([fmt(r.get(c, "")) for c in columns])
+    return buf.getvalue()
+
+
+class AppendCSV:
+    """An append-only CSV whose rows reach the disk (fsync) as they are written."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        self.path, self.columns = Path(path), list(columns)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self.f = open(self.path, "a", newline="")
+        if new:
+            self._write(csv_text(self.columns, []))
+
+    def _write(self, text: str) -> None:
+        self.f.write(text)
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+    def append(self, rows: list[dict]) -> None:
+        if rows:
+            self._write(csv_text(self.columns, rows, header=False))
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def versions() -> dict:
+    import numpy
+    import torch
+
+    import fedcli
+
+    out = {"python": platform.python_version(), "fedcli": fedcli.__version__, "torch": torch.__version__, "numpy": numpy.__version__}
+    for mod in ("mpi4py", "torchvision", "pandas"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = getattr(m, "__version__", "?")
+    return out
+
+
+def git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+class RunDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.manifest: dict = {}
+        self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS)
+        self.intervals: AppendCSV | None = None
+
+    def write_manifest(self, **updates) -> None:
+        self.manifest.update(updates)
+        atomic_write(self.path / "manifest.json", json.dumps(self.manifest, indent=2, sort_keys=False, default=str) + "\n")
+
+    def start(self, manifest: dict) -> None:
+        base = {"status": "running", "start_time": now(), "end_time": None, "host": socket.gethostname(),
+                "versions": versions(), "git_commit": git_commit(), "command": sys.argv}
+        base.update(manifest)
+        self.write_manifest(**base)
+
+    def finish(self, status: str, **extra) -> None:
+        self.write_manifest(status=status, end_time=now(), **extra)
+        self.close()
+
+    def append_metrics(self, row: dict) -> None:
+        self.metrics.append([row])
+
+    def append_intervals(self, rows: list[dict]) -> None:
+        if self.intervals is None:
+            self.intervals = AppendCSV(self.path / "intervals.csv", INTERVALS_COLUMNS)
+        self.intervals.append(rows)
+
+    def write_layers(self, rows: list[dict]) -> None:
+        atomic_write(self.path / "layers.csv", csv_text(LAYERS_COLUMNS, rows))
+
+    def close(self) -> None:
+        self.metrics.close()
+        if self.intervals is not None:
+            self.intervals.close()

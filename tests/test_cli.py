@@ -1,0 +1,94 @@
+"""The command line: one-line errors with DESIGN.md exit codes, partition summary, default run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_main(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    cap = capsys.readouterr()
+    return e.value.code, cap.out, cap.err
+
+
+@pytest.mark.parametrize("args, code, needle", [
+    (["train", "--tau", "0"], 2, "--tau"),
+    (["train", "--phi", "0"], 2, "--phi"),
+    (["train", "--alpha", "0"], 2, "--alpha"),
+    (["train", "--lr", "-1"], 2, "--lr"),
+    (["train", "--active-ratio", "1.5"], 2, "--active-ratio"),
+    (["train", "--algo", "nope"], 2, "--algo"),
+    (["train", "--tau", "x"], 2, "tau"),
+    (["train", "--no-such-flag"], 2, "no-such-flag"),
+    (["train", "--dataset", "mnist", "--data-dir", "/nonexistent/dir"], 3, "/nonexistent/dir"),
+    (["train", "--partition", "pathological", "--classes-per-client", "11"], 2, "classes"),
+    (["train", "--clients", "5000"], 2, "clients"),
+    (["train", "--partition-file", "/nonexistent/part.json"], 3, "part.json"),
+    (["partition", "--clients", "4"], 2, "--out"),
+])
+def test_bad_input_one_line_exit_code(args, code, needle, capsys, tmp_path):
+    got, out, err = run_main(args + ["--out", str(tmp_path / "run")] if args[0] == "train" else args, capsys)
+    assert got == code, err
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fedcli: error:") and needle in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+def test_recipe_errors_name_file_and_line(tmp_path, capsys):
+    r = tmp_path / "r.toml"
+    r.write_text('dataset = "digits"\n# comment\ntau = 0\n')
+    code, _, err = run_main(["train", "--recipe", str(r)], capsys)
+    assert code == 2 and f"{r}, line 3" in err and "--tau" in err
+    r.write_text('dataset = "digits"\nbogus_key = 1\n')
+    code, _, err = run_main(["train", "--recipe", str(r)], capsys)
+    assert code == 2 and "line 2" in err and "bogus_key" in err
+    r.write_text('tau = "ten"\n')
+    code, _, err = run_main(["train", "--recipe", str(r)], capsys)
+    assert code == 2 and "line 1" in err and "int" in err
+
+
+def test_partition_file_roundtrip_and_summary(tmp_path, capsys):
+    pf = tmp_path / "p.json"
+    assert main(["partition", "--clients", "6", "--partition", "pathological", "--classes-per-client", "2",
+                 "--out", str(pf), "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "1437 of 1437" in out and "classes" in out.lower() and pf.exists()
+    run = tmp_path / "run"
+    assert main(["train", "--partition-file", str(pf), "--iterations", "10", "--tau", "5", "--quiet", "--out", str(run)]) == 0
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["clients"] == 6 and man["partition"]["scheme"] == "pathological"
+    # a tampered partition file is refused with exit 3
+    pf.write_text(pf.read_text().replace("[0,", "[1,", 1) if "[0," in pf.read_text() else pf.read_text()[:-20])
+    code, _, err = run_main(["train", "--partition-file", str(pf), "--out", str(tmp_path / "r2")], capsys)
+    assert code == 3 and str(pf) in err
+
+
+def test_existing_out_dir_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("x\n")
+    code, _, err = run_main(["train", "--out", str(run)], capsys)
+    assert code == 2 and "--overwrite" in err
+
+
+def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "fedcli", "train"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert "fedlama" in p.stderr and "final accuracy" in p.stdout and "of FedAvg" in p.stdout
+    runs = list((tmp_path / "results").iterdir())
+    assert len(runs) == 1
+    files = {f.name for f in runs[0].iterdir()}
+    assert {"manifest.json", "metrics.csv", "layers.csv", "intervals.csv"} <= files
+    man = json.loads((runs[0] / "manifest.json").read_text())
+    assert man["status"] == "completed" and man["summary"]["final_acc"] > 0.8

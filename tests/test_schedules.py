@@ -1,0 +1,107 @@
+"""FedLAMA Eqs. 2-4 and Algorithm 1, with numbers worked out by hand (see the comments)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from fedcli.comm.ledger import Ledger, fedavg_params
+from fedcli.fl.schedules import Lama, Periodic, delta_lambda, lama_intervals, unit_discrepancy
+
+T, PHI = 10, 4
+LONG = T * PHI
+
+
+def test_eq2_unit_discrepancy():
+    # x1 = [1, 2], x2 = [3, 4], u = [2, 3]: (||(-1,-1)||^2 + ||(1,1)||^2) / 2 = 2; tau_l = 4, dim = 2 -> 2 / 8
+    assert unit_discrepancy(2.0, 4, 2) == 0.25
+
+
+def test_eq3_eq4_along_sorted_order():
+    d, n = [0.04, 0.001, 0.5, 0.002], [100, 1000, 10, 500]
+    # d*n = [4, 1, 5, 1], total 11; sizes total 1610; argsort(d) = [1, 3, 0, 2]
+    deltas, lambdas = delta_lambda(d, n, [1, 3, 0, 2])
+    assert deltas == pytest.approx([1 / 11, 2 / 11, 6 / 11, 1.0])
+    assert lambdas == pytest.approx([1000 / 1610, 1500 / 1610, 1600 / 1610, 1.0])
+
+
+def test_algorithm1_both_rules():
+    d, n = [0.04, 0.001, 0.5, 0.002], [100, 1000, 10, 500]
+    # layer 1: delta 0.0909 < 1 - 0.6211 -> long; layer 3: 0.1818 < 0.0683 fails -> tau' and, in the
+    # author code, the first layer to break the condition still gets the long interval.
+    assert lama_intervals(d, n, T, PHI, rule="paper") == [T, LONG, T, T]
+    assert lama_intervals(d, n, T, PHI, rule="reference") == [T, LONG, T, LONG]
+
+
+def test_algorithm1_ties_keep_layer_order():
+    d, n = [0.1, 0.1, 0.1], [10, 10, 10]
+    # stable order 0, 1, 2: delta 1/3 < 2/3 -> long; delta 2/3 < 1/3 fails
+    assert lama_intervals(d, n, T, PHI, rule="paper") == [LONG, T, T]
+    assert lama_intervals(d, n, T, PHI, rule="reference") == [LONG, LONG, T]
+
+
+def test_algorithm1_zero_discrepancy_layer_and_strict_boundary():
+    d, n = [0.0, 0.3, 0.1], [50, 25, 25]
+    # d*n = [0, 7.5, 2.5]; order 0, 2, 1. Layer 0: delta 0 < 0.5 -> long.
+    # Layer 2: delta 0.25 < 1 - 0.75 = 0.25 is false (strict) -> tau'.
+    assert lama_intervals(d, n, T, PHI, rule="paper") == [LONG, T, T]
+    assert lama_intervals(d, n, T, PHI, rule="reference") == [LONG, T, LONG]
+
+
+def test_algorithm1_all_zero_discrepancy():
+    # delta is taken as 0: every layer but the last one in the order satisfies 0 < 1 - lambda
+    assert lama_intervals([0.0, 0.0], [5, 5], T, PHI) == [LONG, T]
+
+
+def test_algorithm1_kernels_only():
+    # conv.w (kernel 400, d 1e-3), conv.b (bias 10, 1e-3), fc.w (kernel 1000, 1e-4), fc.b (bias 10, 1e-2)
+    d, n = [1e-3, 1e-3, 1e-4, 1e-2], [400, 10, 1000, 10]
+    eligible = [True, False, True, False]
+    # d*n = [0.4, 0.01, 0.1, 0.1] -> total over ALL tensors 0.61; lambda over kernels: 1400.
+    # fc.w: delta 0.1/0.61 = 0.164 < 1 - 1000/1400 = 0.286 -> long; conv.w: 0.5/0.61 < 0 fails.
+    assert lama_intervals(d, n, T, PHI, eligible=eligible) == [T, T, LONG, T]
+    assert lama_intervals(d, n, T, PHI, eligible=eligible, rule="reference") == [LONG, T, LONG, T]
+    # all layers eligible: order 2, 0, 1, 3; fc.w: 0.164 < 1 - 1000/1420 = 0.296 -> long; conv.w: 0.82 < 0.014 fails
+    assert lama_intervals(d, n, T, PHI) == [T, T, LONG, T]
+
+
+def _layers(numels, kinds=None):
+    kinds = kinds or ["kernel"] * len(numels)
+    return [SimpleNamespace(index=i, numel=n, kind=k, name=f"l{i}") for i, (n, k) in enumerate(zip(numels, kinds))]
+
+
+def _cfg(**kw):
+    base = dict(tau=2, phi=3, lama_rule="paper", lama_eligible="all", lama_skip_rounds=0)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_periodic_schedule_due():
+    s = Periodic(_cfg(tau=3), _layers([4, 4]))
+    assert s.period == 3
+    assert [s.due(j, 3) for j in (1, 2, 3)] == [[], [], [0, 1]]
+    assert s.due(2, 2) == [0, 1]  # a round cut by the budget ends with a full synchronization
+
+
+def test_lama_schedule_observes_and_adjusts():
+    s = Lama(_cfg(), _layers([100, 1000]))
+    assert s.period == 6 and s.intervals == [2, 2]
+    s.intervals = [2, 6]
+    assert [s.due(j, 6) for j in range(1, 7)] == [[], [0], [], [0], [], [0, 1]]
+    s.observe(0, 8.0, 2)  # d = 8 / (2 * 100)
+    s.observe(1, 6.0, 6)  # d = 6 / (6 * 1000)
+    assert s.d == [0.04, 0.001]
+    adj = s.end_round(0, 6)
+    # order [1, 0]: delta = 1/5 < 1 - 1000/1100 = 0.0909 fails -> both tau'
+    assert adj.intervals == [2, 2] and adj.d == [0.04, 0.001]
+    skip = Lama(_cfg(lama_skip_rounds=2), _layers([1]))
+    assert skip.end_round(1, 6) is None and skip.end_round(2, 12) is not None
+
+
+def test_ledger_eq8_and_bytes():
+    led = Ledger([10, 100])
+    led.record_sync(0, clients=4, up_bits=32)
+    led.record_sync(0, clients=4, up_bits=32)
+    led.record_sync(1, clients=4, up_bits=8)
+    assert led.params == 2 * 10 + 100  # Eq. 8: sum_l dim(u_l) * c_l
+    assert led.bytes == 2 * 4 * 10 * 64 / 8 + 4 * 100 * 40 / 8
+    assert fedavg_params(110, 100, 8) == 110 * 12
