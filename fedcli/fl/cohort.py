@@ -22,7 +22,10 @@ class Cohort:
     weights: torch.Tensor              # p_i for these clients, normalized over the whole cohort (float64)
     params: dict[str, torch.Tensor]    # name -> [K, *shape]
     buffers: dict[str, torch.Tensor]   # name -> [K, *shape]
-    opt_state: dict = field(default_factory=dict)
+    opt_state: dict = field(default_factory=dict)  # per-round optimizer state (reset by the local step)
+    state: dict = field(default_factory=dict)      # stacked per-client state gathered from the client store
+    round_idx: int = 0
+    cohort_ids: list = field(default_factory=list)  # the whole cohort (all processes)
 
     @property
     def size(self) -> int:

@@ -30,8 +30,9 @@ from fedcli.errors import ConfigError, DivergenceError
 from fedcli.fl import parts
 from fedcli.fl.cohort import Cohort, make_plan
 from fedcli.fl.methods import METHODS
-from fedcli.fl.rng import key, np_gen
+from fedcli.fl.rng import key, np_gen, torch_gen
 from fedcli.fl.schedules import build_schedule
+from fedcli.fl.store import ClientStore
 from fedcli.fl.trainers import choose_trainer
 
 
@@ -58,6 +59,19 @@ class Summary:
                 "best_iteration": self.best_iteration, "final_test_loss": self.final_loss, "comm_params": self.comm_params,
                 "comm_bytes": self.comm_bytes, "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
                 "wall_s": self.wall_s}
+
+
+@dataclass
+class TrainState:
+    """Where a run stands between rounds: everything ``run`` needs to continue (checkpointed)."""
+
+    iteration: int = 0
+    round_idx: int = 0
+    next_eval: int = 0
+    loss_sum: float = 0.0     # sum over (client, round) of the round's mean local loss, since the last evaluation
+    loss_count: int = 0
+    wall_s: float = 0.0
+    summary: Summary = field(default_factory=Summary)
 
 
 def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
@@ -94,6 +108,8 @@ class Simulation:
         self.comm = comm or Communicator()
         self.run_dir = run_dir
         self.progress = progress
+        self.round_hooks: list = []   # called as hook(sim, state) after every round (checkpoints)
+        self.store = ClientStore()     # per-client state across rounds
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
@@ -168,23 +184,23 @@ class Simulation:
         w = cohort.weights.to(self.device, torch.float32)
         names = []
         for l in layers:
-            names.append(("p", self.layers[l].name))
+            names.append(("p", self.layers[l].name, l))
             if self.cfg.bn_buffers == "with-layer" or round_end:
-                names.extend(("b", b) for b in self.sync_buffers[l])
+                names.extend(("b", b, l) for b in self.sync_buffers[l])
         chunks = []
-        for kind, n in names:
+        for kind, n, l in names:
             if kind == "p":
                 x = cohort.params[n]
                 if not self.codec.lossless:
                     prev = self.global_params[n]
-                    gens = [None] * cohort.size
+                    gens = [torch_gen(self.cfg.seed, "codec", cohort.round_idx, c, step, l) for c in cohort.clients]
                     x = prev + self.codec.encode_decode(x - prev, gens)
             else:
                 x = cohort.buffers[n]
             chunks.append(torch.tensordot(w, x, dims=1).reshape(-1))
         flat = self.comm.allreduce_(torch.cat(chunks))
         offset = 0
-        for kind, n in names:
+        for kind, n, _ in names:
             target = self.global_params[n] if kind == "p" else self.global_buffers[n]
             avg = flat[offset: offset + target.numel()].view_as(target)
             offset += target.numel()
@@ -197,7 +213,7 @@ class Simulation:
             disc = self.comm.allreduce_(disc).cpu().tolist()
             for l, dv in zip(layers, disc):
                 self.schedule.observe(l, dv, step - last_sync[l])
-        for kind, n in names:
+        for kind, n, _ in names:
             src = self.global_params[n] if kind == "p" else self.global_buffers[n]
             dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
             dst.copy_(src.expand_as(dst))
@@ -233,74 +249,98 @@ class Simulation:
                  "comm_params": self.ledger.layer_params(li.index), "comm_bytes": self.ledger.bytes_[li.index],
                  "interval": self.schedule.intervals[li.index]} for li in self.layers]
 
-    def run(self) -> Summary:
-        cfg, comm = self.cfg, self.comm
-        summary = Summary(fedavg_comm_params=fedavg_params(sum(li.numel for li in self.layers), cfg.iterations, cfg.tau))
-        t0 = time.perf_counter()
-        iteration, round_idx = 0, 0
-        next_eval = self.eval_every
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        loss_count = 0
+    @property
+    def parts(self) -> dict:
+        return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
+
+    def new_state(self) -> TrainState:
+        return TrainState(next_eval=self.eval_every, summary=Summary(
+            fedavg_comm_params=fedavg_params(sum(li.numel for li in self.layers), self.cfg.iterations, self.cfg.tau)))
+
+    def run(self, state: TrainState | None = None) -> Summary:
+        """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
+        state = state or self.new_state()
+        t0 = time.perf_counter() - state.wall_s
         if self.run_dir is not None and self.schedule.needs_discrepancy:
             self.run_dir.append_intervals([])
-        while iteration < cfg.iterations:
-            steps = min(self.schedule.period, cfg.iterations - iteration)
-            cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
-            mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
-            cohort = Cohort.from_global(mine, self.cohort_weights(cohort_ids, mine), self.global_params, self.global_buffers)
-            self.init.initialize(cohort, self.global_params, self.global_buffers)
-            self.local_step.begin_round(cohort)
-            plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment).to(self.device)
-            last_sync = [0] * len(self.layers)
-            round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
-            for j in range(1, steps + 1):
-                lr = lr_at(cfg, iteration, round_idx)
-                if mine:
-                    idx = plan.idx[j - 1]
-                    x = self.train_x[idx]
-                    if plan.shifts is not None:
-                        x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
-                    grads, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1])
-                    self.local_step.step(cohort, grads, lr)
-                    round_losses += losses.double()
-                iteration += 1
-                due = self.schedule.due(j, steps)
-                if due:
-                    self.check_finite(round_losses, mine, round_idx)
-                    self.synchronize(cohort, due, j, last_sync, round_end=(j == steps))
-            loss_sum += round_losses.sum() / steps
-            loss_count += len(mine)
-            adj = self.schedule.end_round(round_idx, iteration)
-            if adj is not None and self.run_dir is not None:
-                self.run_dir.append_intervals([
-                    {"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
-                     "eligible": int(getattr(self.schedule, "eligible", [True] * len(self.layers))[li.index]),
-                     "d": adj.d[li.index], "interval": adj.intervals[li.index]} for li in self.layers])
-            round_idx += 1
-            if iteration >= next_eval or iteration >= cfg.iterations:
-                while next_eval <= iteration:
-                    next_eval += self.eval_every
-                tot = comm.allreduce_(torch.stack([loss_sum, torch.tensor(float(loss_count), dtype=torch.float64, device=self.device)]).cpu())
-                train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
-                loss_sum.zero_()
-                loss_count = 0
-                test_loss, acc = self.evaluate()
-                row = {"round": round_idx, "iteration": iteration, "train_loss": train_loss, "test_loss": test_loss,
-                       "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
-                       "wall_s": round(time.perf_counter() - t0, 3), "lr": lr_at(cfg, iteration - 1, round_idx - 1)}
-                summary.history.append(row)
-                if summary.history and (math.isnan(summary.best_acc) or acc > summary.best_acc):
-                    summary.best_acc, summary.best_iteration = acc, iteration
-                summary.final_acc, summary.final_loss = acc, test_loss
-                if self.run_dir is not None:
-                    self.run_dir.append_metrics(row)
-                    self.run_dir.write_layers(self.layer_rows())
-                if self.progress is not None:
-                    self.progress(row)
-        summary.rounds, summary.iteration = round_idx, iteration
-        summary.comm_params, summary.comm_bytes = self.ledger.params, self.ledger.bytes
-        summary.wall_s = time.perf_counter() - t0
-        return summary
+        while state.iteration < self.cfg.iterations:
+            self.run_round(state)
+            state.wall_s = time.perf_counter() - t0
+            if state.iteration >= state.next_eval or state.iteration >= self.cfg.iterations:
+                self.evaluate_and_log(state)
+            for hook in self.round_hooks:
+                hook(self, state)
+        s = state.summary
+        s.rounds, s.iteration = state.round_idx, state.iteration
+        s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes
+        s.wall_s = time.perf_counter() - t0
+        return s
+
+    def run_round(self, state: TrainState) -> None:
+        """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
+        cfg, comm = self.cfg, self.comm
+        round_idx = state.round_idx
+        steps = min(self.schedule.period, cfg.iterations - state.iteration)
+        cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
+        mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
+        cohort = Cohort.from_global(mine, self.cohort_weights(cohort_ids, mine), self.global_params, self.global_buffers)
+        cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
+        self.init.initialize(self, cohort)
+        for part in self.parts.values():
+            part.begin_round(self, cohort)
+        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment).to(self.device)
+        last_sync = [0] * len(self.layers)
+        round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
+        for j in range(1, steps + 1):
+            lr = lr_at(cfg, state.iteration, round_idx)
+            if mine:
+                idx = plan.idx[j - 1]
+                x = self.train_x[idx]
+                if plan.shifts is not None:
+                    x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
+                grads, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1])
+                self.local_step.step(cohort, grads, lr)
+                round_losses += losses.double()
+            state.iteration += 1
+            due = self.schedule.due(j, steps)
+            if due:
+                self.check_finite(round_losses, mine, round_idx)
+                self.synchronize(cohort, due, j, last_sync, round_end=(j == steps))
+        for part in self.parts.values():
+            part.end_round(self, cohort)
+        state.loss_sum += float(round_losses.sum()) / steps
+        state.loss_count += len(mine)
+        adj = self.schedule.end_round(round_idx, state.iteration)
+        if adj is not None and self.run_dir is not None:
+            eligible = getattr(self.schedule, "eligible", [True] * len(self.layers))
+            self.run_dir.append_intervals([
+                {"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
+                 "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}
+                for li in self.layers])
+        state.round_idx += 1
+
+    def evaluate_and_log(self, state: TrainState) -> dict:
+        """Evaluate the global model, append a metrics row (rank 0), update the summary and progress."""
+        while state.next_eval <= state.iteration:
+            state.next_eval += self.eval_every
+        tot = self.comm.allreduce_(torch.tensor([state.loss_sum, float(state.loss_count)], dtype=torch.float64))
+        train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
+        state.loss_sum, state.loss_count = 0.0, 0
+        test_loss, acc = self.evaluate()
+        row = {"round": state.round_idx, "iteration": state.iteration, "train_loss": train_loss, "test_loss": test_loss,
+               "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
+               "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1)}
+        s = state.summary
+        s.history.append(row)
+        if math.isnan(s.best_acc) or acc > s.best_acc:
+            s.best_acc, s.best_iteration = acc, state.iteration
+        s.final_acc, s.final_loss = acc, test_loss
+        if self.run_dir is not None:
+            self.run_dir.append_metrics(row)
+            self.run_dir.write_layers(self.layer_rows())
+        if self.progress is not None:
+            self.progress(row)
+        return row
 
     def check_finite(self, round_losses: torch.Tensor, mine: list[int], round_idx: int) -> None:
         bad = ~torch.isfinite(round_losses)

@@ -36,6 +36,29 @@ def _registrar(table: dict):
     return register
 
 
+class Part:
+    """Base of every part: optional hooks around a round and state for checkpoints.
+
+    ``sim`` is the running :class:`fedcli.fl.engine.Simulation` (config, global model, client store,
+    communicator, ledger); ``cohort`` the stacked clients of this process.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def begin_round(self, sim, cohort) -> None:
+        pass
+
+    def end_round(self, sim, cohort) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
 register_local_step = _registrar(LOCAL_STEPS)
 register_codec = _registrar(CODECS)
 register_init = _registrar(INITS)
@@ -44,7 +67,7 @@ register_server = _registrar(SERVERS)
 
 # ---------------------------------------------------------------------------- local steps
 @register_local_step("sgd")
-class SGDStep:
+class SGDStep(Part):
     """Mini-batch SGD with heavy-ball momentum and L2 weight decay, as ``torch.optim.SGD``.
 
     g <- grad + wd * x;  b <- g (first step) or mu * b + g;  x <- x - lr * b.
@@ -52,10 +75,11 @@ class SGDStep:
     """
 
     def __init__(self, cfg):
+        super().__init__(cfg)
         self.momentum = cfg.momentum
         self.weight_decay = cfg.weight_decay
 
-    def begin_round(self, cohort) -> None:
+    def begin_round(self, sim, cohort) -> None:
         cohort.opt_state = {}
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -84,40 +108,33 @@ class SGDStep:
 
 # ---------------------------------------------------------------------------- codecs
 @register_codec("identity")
-class IdentityCodec:
+class IdentityCodec(Part):
     """Full-precision upload: 32 bits per element, the client's layer as it is."""
 
     lossless = True
 
-    def __init__(self, cfg):
-        pass
-
     def bits(self, numel: int) -> float:
         return 32.0
 
-    def encode_decode(self, delta: torch.Tensor, generators) -> torch.Tensor:
+    def encode_decode(self, delta: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+        """Decoded upload of the stacked layer update ``delta`` [K, ...]; ``generators[k]`` is keyed by
+        (seed, round, client, step, layer)."""
         return delta
 
 
 # ---------------------------------------------------------------------------- local initialization
 @register_init("overwrite")
-class OverwriteInit:
+class OverwriteInit(Part):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
-    def __init__(self, cfg):
-        pass
-
-    def initialize(self, cohort, global_params, global_buffers) -> None:
-        cohort.load_global(global_params, global_buffers)
+    def initialize(self, sim, cohort) -> None:
+        cohort.load_global(sim.global_params, sim.global_buffers)
 
 
 # ---------------------------------------------------------------------------- server updates
 @register_server("average")
-class AverageServer:
+class AverageServer(Part):
     """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
-
-    def __init__(self, cfg):
-        pass
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         return average

@@ -16,16 +16,10 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from fedcli.fl.parts import _registrar
+
 SCHEDULES: dict[str, type] = {}
-
-
-def register_schedule(name: str):
-    def deco(cls):
-        SCHEDULES[name] = cls
-        cls.name = name
-        return cls
-
-    return deco
+register_schedule = _registrar(SCHEDULES)
 
 
 def build_schedule(name: str, cfg, layers) -> "Schedule":

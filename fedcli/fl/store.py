@@ -1,0 +1,38 @@
+"""Per-client state that lives across rounds, kept off the device (DESIGN.md section 2.1).
+
+Personalized models, optimizer moments, control variates and ALA weights belong to a client, not
+to a cohort slot. The store keeps one CPU tensor per (name, client), created on first use, and
+gathers/scatters them as stacked ``[K, *shape]`` tensors for the cohort on this process.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+class ClientStore:
+    def __init__(self):
+        self.tables: dict[str, dict[int, torch.Tensor]] = {}
+
+    def gather(self, name: str, clients: list[int], init: Callable[[int], torch.Tensor], device) -> torch.Tensor:
+        """Stacked state of ``clients``; a client without state yet gets ``init(client)``."""
+        table = self.tables.setdefault(name, {})
+        rows = [table[c] if c in table else init(c).detach().cpu() for c in clients]
+        return torch.stack(rows).to(device)
+
+    def scatter(self, name: str, clients: list[int], stacked: torch.Tensor) -> None:
+        table = self.tables.setdefault(name, {})
+        cpu = stacked.detach().cpu()
+        for k, c in enumerate(clients):
+            table[c] = cpu[k].clone()
+
+    def has(self, name: str, client: int) -> bool:
+        return client in self.tables.get(name, {})
+
+    def state_dict(self) -> dict:
+        return {n: dict(t) for n, t in self.tables.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tables = {n: {int(c): v for c, v in t.items()} for n, t in state.items()}
