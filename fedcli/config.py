@@ -68,6 +68,8 @@ class TrainConfig:
     mlp_hidden: str = opt("200,200", "MLP hidden sizes, comma separated.", group="model")
     # federated schedule
     iterations: int = opt(600, "Budget in local iterations (each active client runs this many SGD steps in all).", lo=1, group="federated")
+    rounds: int = opt(0, "Budget in rounds instead of iterations (0: use --iterations); --eval-every then counts rounds.", lo=0, group="federated")
+    local_epochs: float = opt(0.0, "Local epochs per round instead of tau steps: client i runs ceil(E * n_i / batch) steps (0: off; periodic schedule only).", lo=0.0, group="federated")
     tau: int = opt(5, "Aggregation interval tau (FedLAMA: the base interval tau').", lo=1, group="federated")
     phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg).", lo=1, group="federated")
     active_ratio: float = opt(0.5, "Fraction of clients sampled into each round's cohort.", lo=0.0, hi=1.0, lo_open=True, group="federated")
@@ -110,6 +112,8 @@ class TrainConfig:
                 raise ConfigError(f"--schedule: unknown schedule '{self.schedule}'; choose one of: {', '.join(sorted(SCHEDULES))}")
         self.hidden_sizes()
         self.decay_points()
+        if self.local_epochs and (self.schedule or METHODS[self.algo].schedule) != "periodic":
+            raise ConfigError("--local-epochs needs the periodic schedule (layer-wise schedules need equal local steps)")
         return self
 
     def hidden_sizes(self) -> tuple[int, ...]:

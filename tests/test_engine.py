@@ -1,6 +1,7 @@
 """End-to-end properties of the simulator on scikit-learn digits (offline, seconds)."""
 
 import csv
+import math
 import json
 
 import pytest
@@ -132,3 +133,31 @@ def test_cohort_sampling_and_small_clients():
     idx, mask = client_batches(torch.arange(10, 20), steps=3, batch=4, gen=torch_gen(0))
     assert mask.min() == 1 and idx.min() >= 10 and idx.max() < 20
     assert len(set(idx.flatten()[:8].tolist())) == 8  # no repeats within an epoch
+
+
+def test_local_epochs_and_round_budget(tmp_path):
+    c = cfg(tmp_path, "ep", algo="fedavg", rounds=3, local_epochs=1.0, eval_every=1, batch_size=16)
+    sim = Simulation(c).setup()
+    steps = sim.client_steps(list(range(8)), 0)
+    assert steps == [math.ceil(int(n) / 16) for n in sim.sizes]
+    seen = []
+    orig = sim.local_step.step
+
+    def spy(cohort, grads, lr, active=None):
+        seen.append(active.clone())
+        before = {n: p.clone() for n, p in cohort.params.items()}
+        orig(cohort, grads, lr, active)
+        for n, p in cohort.params.items():  # a client whose local epoch is over does not move
+            assert torch.equal(p[~active], before[n][~active])
+
+    sim.local_step.step = spy
+    s = sim.run()
+    assert s.rounds == 3 and len(s.history) == 3
+    assert s.comm_params == 3 * sum(li.numel for li in sim.layers) == s.fedavg_comm_params
+    assert any(not bool(a.all()) for a in seen)  # unequal local work happened
+
+
+def test_local_epochs_refuse_layerwise_schedule(tmp_path):
+    from fedcli.errors import ConfigError
+    with pytest.raises(ConfigError, match="local-epochs"):
+        cfg(tmp_path, "x", algo="fedlama", local_epochs=1.0)

@@ -26,6 +26,7 @@ class Cohort:
     state: dict = field(default_factory=dict)      # stacked per-client state gathered from the client store
     round_idx: int = 0
     cohort_ids: list = field(default_factory=list)  # the whole cohort (all processes)
+    steps: torch.Tensor | None = None               # [K] local steps of each client this round
 
     @property
     def size(self) -> int:

@@ -157,7 +157,10 @@ class Simulation:
         norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
         self.pad_fill = [-m / s for m, s in zip(norm["mean"], norm["std"])] if norm else 0.0
         period = self.schedule.period
-        self.eval_every = cfg.eval_every or max(period, math.ceil(cfg.iterations / 20))
+        if cfg.rounds:
+            self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
+        else:
+            self.eval_every = cfg.eval_every or max(period, math.ceil(cfg.iterations / 20))
         return self
 
     def manifest(self) -> dict:
@@ -254,8 +257,9 @@ class Simulation:
         return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
 
     def new_state(self) -> TrainState:
-        return TrainState(next_eval=self.eval_every, summary=Summary(
-            fedavg_comm_params=fedavg_params(sum(li.numel for li in self.layers), self.cfg.iterations, self.cfg.tau)))
+        total = sum(li.numel for li in self.layers)
+        base = total * self.cfg.rounds if self.cfg.rounds else fedavg_params(total, self.cfg.iterations, self.cfg.tau)
+        return TrainState(next_eval=self.eval_every, summary=Summary(fedavg_comm_params=base))
 
     def run(self, state: TrainState | None = None) -> Summary:
         """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
@@ -263,10 +267,10 @@ class Simulation:
         t0 = time.perf_counter() - state.wall_s
         if self.run_dir is not None and self.schedule.needs_discrepancy:
             self.run_dir.append_intervals([])
-        while state.iteration < self.cfg.iterations:
+        while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0
-            if state.iteration >= state.next_eval or state.iteration >= self.cfg.iterations:
+            if self.eval_due(state):
                 self.evaluate_and_log(state)
             for hook in self.round_hooks:
                 hook(self, state)
@@ -276,15 +280,36 @@ class Simulation:
         s.wall_s = time.perf_counter() - t0
         return s
 
+    def done(self, state: TrainState) -> bool:
+        if self.cfg.rounds:
+            return state.round_idx >= self.cfg.rounds
+        return state.iteration >= self.cfg.iterations
+
+    def progress_point(self, state: TrainState) -> int:
+        """Where evaluation points are counted: rounds under a round budget, else iterations."""
+        return state.round_idx if self.cfg.rounds else state.iteration
+
+    def eval_due(self, state: TrainState) -> bool:
+        return self.progress_point(state) >= state.next_eval or self.done(state)
+
+    def client_steps(self, clients: list[int], default: int) -> list[int]:
+        """Local steps of each client this round: ``default``, or ceil(E * n_i / B) with --local-epochs E."""
+        if not self.cfg.local_epochs:
+            return [default] * len(clients)
+        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.cfg.batch_size)) for c in clients]
+
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
         cfg, comm = self.cfg, self.comm
         round_idx = state.round_idx
-        steps = min(self.schedule.period, cfg.iterations - state.iteration)
+        steps = self.schedule.period if cfg.rounds else min(self.schedule.period, cfg.iterations - state.iteration)
         cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
         cohort = Cohort.from_global(mine, self.cohort_weights(cohort_ids, mine), self.global_params, self.global_buffers)
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
+        if cfg.local_epochs:
+            steps = max(self.client_steps(cohort_ids, steps))
+        cohort.steps = torch.tensor(self.client_steps(mine, steps), device=self.device)
         self.init.initialize(self, cohort)
         for part in self.parts.values():
             part.begin_round(self, cohort)
@@ -299,16 +324,18 @@ class Simulation:
                 if plan.shifts is not None:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
                 grads, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1])
-                self.local_step.step(cohort, grads, lr)
-                round_losses += losses.double()
+                active = None if not cfg.local_epochs else (cohort.steps >= j)
+                self.local_step.step(cohort, grads, lr, active)
+                round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1
-            due = self.schedule.due(j, steps)
+            # with --local-epochs a round is one local phase: the whole model is synchronized at its end
+            due = self.schedule.due(j, steps) if not cfg.local_epochs else self.schedule.due(steps, steps) if j == steps else []
             if due:
                 self.check_finite(round_losses, mine, round_idx)
                 self.synchronize(cohort, due, j, last_sync, round_end=(j == steps))
         for part in self.parts.values():
             part.end_round(self, cohort)
-        state.loss_sum += float(round_losses.sum()) / steps
+        state.loss_sum += float((round_losses / cohort.steps.double()).sum()) if mine else 0.0
         state.loss_count += len(mine)
         adj = self.schedule.end_round(round_idx, state.iteration)
         if adj is not None and self.run_dir is not None:
@@ -321,7 +348,7 @@ class Simulation:
 
     def evaluate_and_log(self, state: TrainState) -> dict:
         """Evaluate the global model, append a metrics row (rank 0), update the summary and progress."""
-        while state.next_eval <= state.iteration:
+        while state.next_eval <= self.progress_point(state):
             state.next_eval += self.eval_every
         tot = self.comm.allreduce_(torch.tensor([state.loss_sum, float(state.loss_count)], dtype=torch.float64))
         train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")

@@ -65,6 +65,11 @@ register_init = _registrar(INITS)
 register_server = _registrar(SERVERS)
 
 
+def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-client vector [K] shaped to broadcast against a stacked tensor [K, ...]."""
+    return v.view(-1, *([1] * (like.dim() - 1))).to(like.dtype) if v.dtype != torch.bool else v.view(-1, *([1] * (like.dim() - 1)))
+
+
 # ---------------------------------------------------------------------------- local steps
 @register_local_step("sgd")
 class SGDStep(Part):
@@ -87,22 +92,29 @@ class SGDStep(Part):
         return grads
 
     @torch.no_grad()
-    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float) -> None:
+    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
+        """One step for every client; ``active`` [K] bool freezes clients whose local work is done."""
         grads = self.direction(cohort, grads)
         names = list(cohort.params)
         params = [cohort.params[n] for n in names]
         g = [grads[n] for n in names]
+        if active is not None:
+            g = [t * expand(active, t) for t in g]
         if self.weight_decay:
-            g = torch._foreach_add(g, params, alpha=self.weight_decay)
+            wd = [p * expand(active, p) for p in params] if active is not None else params
+            g = torch._foreach_add(g, wd, alpha=self.weight_decay)
         if self.momentum:
             bufs = cohort.opt_state.get("momentum")
             if bufs is None:
                 bufs = [t.clone() for t in g]
                 cohort.opt_state["momentum"] = bufs
-            else:
+            elif active is None:
                 torch._foreach_mul_(bufs, self.momentum)
                 torch._foreach_add_(bufs, g)
-            g = bufs
+            else:
+                for b, t in zip(bufs, g):
+                    b.copy_(torch.where(expand(active, b), b * self.momentum + t, b))
+            g = bufs if active is None else [b * expand(active, b) for b in bufs]
         torch._foreach_add_(params, g, alpha=-lr)
 
 
