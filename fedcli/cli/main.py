@@ -22,12 +22,38 @@ app.command("train", help=train.__doc__)(train)
 app.command("partition", help=partition.__doc__)(partition)
 
 
+def _mpi_comm():
+    from fedcli.comm.mpi import CURRENT
+
+    comm = CURRENT.get("comm")
+    return comm if comm is not None and comm.size > 1 else None
+
+
+def _abort_job(e: BaseException, code: int) -> None:
+    """Under MPI, an error on one rank ends the whole job (no hang) and marks the run failed."""
+    from fedcli.cli.console import err_console
+    from fedcli.cli.train import ACTIVE_RUN
+    from fedcli.results.sentinel import mark_failed
+
+    comm = _mpi_comm()
+    msg = str(e) if isinstance(e, FedcliError) else f"{type(e).__name__}: {e}"
+    err_console.print(f"fedcli: error: rank {comm.rank}: {msg}", markup=False, soft_wrap=True)
+    if "dir" in ACTIVE_RUN:
+        mark_failed(ACTIVE_RUN["dir"], f"rank {comm.rank}: {msg}")
+    comm.abort(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     from fedcli.cli.console import error
 
     try:
         app(args=argv, standalone_mode=False)
     except FedcliError as e:
+        comm = _mpi_comm()
+        if comm is not None and not getattr(e, "collective", False):
+            _abort_job(e, e.exit_code)
+        if comm is not None and comm.rank != 0:
+            sys.exit(e.exit_code)  # rank 0 prints the one line for everyone
         error(str(e), e.exit_code)
     except typer.Exit as e:
         return e.exit_code
@@ -38,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         error(msg, e.exit_code)
     except KeyboardInterrupt:
         error("interrupted", 130)
+    except Exception as e:
+        if _mpi_comm() is not None:
+            _abort_job(e, 1)
+        raise
     return 0
 
 

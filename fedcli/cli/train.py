@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import typer
 from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
 from fedcli.config import TrainConfig
-from fedcli.errors import ConfigError
+from fedcli.errors import ConfigError, FedcliError
 
 
 def default_out(cfg: TrainConfig) -> Path:
@@ -29,52 +30,92 @@ def describe(cfg: TrainConfig, sim) -> str:
             f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
+def collective(comm, err: BaseException | None) -> None:
+    """Every rank learns whether any rank failed a setup phase; all then raise the same error.
+
+    So a bad config or a missing data file ends every rank with the same exit code and no hang.
+    Errors raised here are marked ``collective`` (no MPI abort needed; only rank 0 prints).
+    """
+    if comm.size == 1:
+        if err is not None:
+            raise err
+        return
+    report = None if err is None else (getattr(err, "exit_code", 1), f"{err}" if isinstance(err, FedcliError) else f"{type(err).__name__}: {err}")
+    reports = comm.allgather(report)
+    first = next((r for r in reports if r is not None), None)
+    if first is not None:
+        e = FedcliError(first[1])
+        e.exit_code = first[0]
+        e.collective = True
+        raise e
+
+
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress."""
     from fedcli.comm.communicator import Communicator
+    from fedcli.comm.ledger import fedavg_params
     from fedcli.fl.engine import Simulation
+    from fedcli.results import sentinel
     from fedcli.results.rundir import RunDir
 
     comm = comm or Communicator()
     root = comm.is_root
     out = Path(cfg.out) if cfg.out else default_out(cfg)
+    err = None
     if root and out.exists() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
-    cfg.out = str(out)
-    sim = Simulation(cfg, comm).setup()
-    run_dir = None
+        err = ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
+    collective(comm, err)
+    cfg.out = str(comm.bcast(str(out)))
+    out = Path(cfg.out)
+    sim, err = None, None
+    try:
+        sim = Simulation(cfg, comm).setup()
+    except Exception as e:  # noqa: BLE001 - reported collectively below
+        err = e
+    collective(comm, err)
+    pids = comm.allgather(os.getpid())
+    run_dir = watchdog = None
     if root:
         if overwrite and out.exists():
             for name in ("metrics.csv", "layers.csv", "intervals.csv", "manifest.json"):
                 (out / name).unlink(missing_ok=True)
         run_dir = RunDir(out)
-        run_dir.start(sim.manifest())
+        run_dir.start({**sim.manifest(), "pids": pids})
         sim.run_dir = run_dir
+        watchdog = sentinel.start(out, pids)
         if not quiet:
             err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
-    progress = TrainProgress(cfg.iterations, 0, enabled=root and not quiet and not as_json)
+    ACTIVE_RUN["dir"] = out
+    progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
+                             enabled=root and not quiet and not as_json)
     try:
         with progress:
-            from fedcli.comm.ledger import fedavg_params
-
-            progress.fedavg_params = fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau)
             sim.progress = progress
             summary = sim.run()
     except BaseException as e:
         if run_dir is not None:
             run_dir.finish("failed", error=f"{type(e).__name__}: {e}")
+        sentinel.stop(watchdog)
         raise
+    mpi_s = getattr(comm, "reduce_seconds", None)
     if run_dir is not None:
-        run_dir.finish("completed", summary=summary.as_dict())
+        extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
+        run_dir.finish("completed", summary=summary.as_dict(), **extra)
+        sentinel.stop(watchdog)
         if as_json:
-            print(json.dumps({"run_dir": str(out), **summary.as_dict()}))
+            print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
             out_console.print(summary_table(cfg, summary, out))
+    ACTIVE_RUN.pop("dir", None)
     return summary
+
+
+ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
 
 
 def train(**kwargs):
     """Run one federated-learning experiment (defaults: a small FedLAMA run on scikit-learn digits, offline)."""
+    from fedcli.comm.mpi import get_communicator
     from fedcli.recipes import build_config
 
     if kwargs.pop("list_algos"):
@@ -85,8 +126,16 @@ def train(**kwargs):
         return
     recipe, scale = kwargs.pop("recipe"), kwargs.pop("scale")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
-    cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
-    run_train(cfg, quiet=quiet, as_json=as_json, overwrite=overwrite)
+    comm = get_communicator()
+    cfg, err = None, None
+    if comm.is_root:  # rank 0 validates the config and broadcasts it
+        try:
+            cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
+        except FedcliError as e:
+            err = e
+    collective(comm, err)
+    cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
+    run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite)
 
 
 import inspect  # noqa: E402

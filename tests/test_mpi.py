@@ -1,0 +1,123 @@
+"""Under MPI: results independent of the process count, no hangs, failures end the job (each test has a timeout)."""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")]
+
+ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "10", "--active-ratio", "0.6",
+        "--algo", "fedlama", "--tau", "2", "--phi", "3", "--iterations", "36", "--eval-every", "6", "--batch-size", "16", "--lr", "0.1"]
+
+
+def mpirun(n, args, timeout=240, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "fedcli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.timeout(600)
+def test_metrics_identical_for_1_2_4_processes(tmp_path):
+    assert main(["train", *ARGS, "--out", str(tmp_path / "n1"), "--quiet"]) == 0  # one process, in-process
+    base = rows(tmp_path / "n1/metrics.csv")
+    for n in (2, 4):
+        p = mpirun(n, ["train", *ARGS, "--out", str(tmp_path / f"n{n}"), "--quiet"])
+        assert p.returncode == 0, p.stderr
+        got = rows(tmp_path / f"n{n}/metrics.csv")
+        assert len(got) == len(base) == 6
+        for a, b in zip(base, got):
+            assert a["comm_params"] == b["comm_params"] and a["comm_bytes"] == b["comm_bytes"]
+            for col in ("train_loss", "test_loss", "test_acc"):
+                assert abs(float(a[col]) - float(b[col])) <= 1e-5, (n, col, a[col], b[col])
+        man = json.loads((tmp_path / f"n{n}/manifest.json").read_text())
+        assert man["world_size"] == n and man["status"] == "completed" and len(man["pids"]) == n
+        layers_a = (tmp_path / "n1/layers.csv").read_text().splitlines()
+        layers_b = (tmp_path / f"n{n}/layers.csv").read_text().splitlines()
+        strip = lambda lines: [",".join(l.split(",")[:5]) for l in lines]  # noqa: E731 (syncs, comm_params)
+        assert strip(layers_a) == strip(layers_b)
+
+
+@pytest.mark.timeout(120)
+def test_bad_config_exits_2_on_every_rank_with_one_line(tmp_path):
+    p = mpirun(2, ["train", *ARGS, "--tau", "0", "--out", str(tmp_path / "bad")], timeout=90)
+    assert p.returncode == 2
+    lines = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]
+    assert len(lines) == 1 and "--tau" in lines[0] and "Traceback" not in p.stderr
+
+
+@pytest.mark.timeout(120)
+def test_missing_data_exits_3_without_hang(tmp_path):
+    p = mpirun(2, ["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "r")], timeout=90)
+    assert p.returncode == 3 and "Traceback" not in p.stderr
+
+
+@pytest.mark.timeout(180)
+def test_sigkill_of_one_rank_ends_the_job_and_marks_failed(tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    args = [a if a != "36" else "100000" for a in ARGS]
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", "train", *args,
+                             "--out", str(out), "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((out / "metrics.csv").exists() and len(rows(out / "metrics.csv")) >= 1):
+            time.sleep(0.5)
+        assert (out / "metrics.csv").exists(), "the run never started"
+        pids = json.loads((out / "manifest.json").read_text())["pids"]
+        t0 = time.time()
+        os.kill(pids[1], signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert time.time() - t0 < 30 and proc.returncode != 0
+        for _ in range(40):  # the watchdog marks the run within a couple of seconds
+            if json.loads((out / "manifest.json").read_text())["status"] == "failed":
+                break
+            time.sleep(0.25)
+        assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+RAISER = """
+import sys
+from fedcli.fl.engine import Simulation
+orig = Simulation.run_round
+def run_round(self, state):
+    if self.comm.rank == 1 and state.round_idx == 2:
+        raise RuntimeError("injected failure on rank 1")
+    return orig(self, state)
+Simulation.run_round = run_round
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_exception_on_one_rank_aborts_the_job_and_marks_failed(tmp_path):
+    script = tmp_path / "raiser.py"
+    script.write_text(RAISER)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    t0 = time.time()
+    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script), "train", *ARGS, "--out", str(tmp_path / "run"), "--quiet"],
+                       env=env, capture_output=True, text=True, timeout=90)
+    assert p.returncode != 0 and time.time() - t0 < 90
+    assert "injected failure on rank 1" in p.stderr
+    man = json.loads((tmp_path / "run/manifest.json").read_text())
+    assert man["status"] == "failed" and "rank 1" in man["error"]
