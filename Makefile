@@ -24,5 +24,8 @@ test-slow:
 test-all:
 	$(PY) -m pytest -q
 
+bench:
+	$(VENV)/bin/fedcli bench --json results/bench-cpu.json
+
 clean:
 	rm -rf .pytest_cache build *.egg-info

@@ -11,6 +11,7 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import ClickException
 
+from fedcli.cli.bench import bench
 from fedcli.cli.partition import partition
 from fedcli.cli.train import train
 from fedcli.errors import FedcliError
@@ -20,6 +21,7 @@ app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for 
                   context_settings={"help_option_names": ["-h", "--help"]})
 app.command("train", help=train.__doc__)(train)
 app.command("partition", help=partition.__doc__)(partition)
+app.command("bench", help=bench.__doc__)(bench)
 
 
 def _mpi_comm():
