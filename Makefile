@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install test test-slow test-all bench clean
+.PHONY: install test test-slow test-all bench clean smoke-table3
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,12 @@ test-all:
 
 bench:
 	$(VENV)/bin/fedcli bench --json results/bench-cpu.json
+
+# FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
+# then the table and its figures; a second run skips the completed runs
+smoke-table3:
+	$(PY) -m fedcli sweep recipes/fedlama/aaai-table3.toml --scale smoke --seeds 3 --jobs 2
+	$(PY) -m fedcli report results/aaai-table3-smoke --table aaai-table3 --figures results/aaai-table3-smoke/figures
 
 clean:
 	rm -rf .pytest_cache build *.egg-info

@@ -71,22 +71,49 @@ class TrainConfig:
     rounds: int = opt(0, "Budget in rounds instead of iterations (0: use --iterations); --eval-every then counts rounds.", lo=0, group="federated")
     local_epochs: float = opt(0.0, "Local epochs per round instead of tau steps: client i runs ceil(E * n_i / batch) steps (0: off; periodic schedule only).", lo=0.0, group="federated")
     tau: int = opt(5, "Aggregation interval tau (FedLAMA: the base interval tau').", lo=1, group="federated")
-    phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg).", lo=1, group="federated")
+    phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg); lama-accelerate: the critical layers' interval is tau // phi.", lo=1, group="federated")
     active_ratio: float = opt(0.5, "Fraction of clients sampled into each round's cohort.", lo=0.0, hi=1.0, lo_open=True, group="federated")
     weighting: str = opt("uniform", "Average uniformly over the cohort (FedLAMA Alg. 2, author code) or by sample count p_i = n_i/n (ICLR version).", choices=["uniform", "samples"], group="federated")
     lama_rule: str = opt("paper", "FedLAMA Alg. 1 rule: 'paper' (delta_l < 1 - lambda_l) or 'reference' (author code: the first layer to break the condition also gets the long interval).", choices=["paper", "reference"], group="federated")
     lama_eligible: str = opt("all", "Layers that may get the long interval: all (paper) or kernels (author code: conv/dense kernels only).", choices=["all", "kernels"], group="federated")
     lama_skip_rounds: int = opt(0, "FedLAMA: rounds before the first interval adjustment (author code skips a few).", lo=0, group="federated")
     bn_buffers: str = opt("with-layer", "BatchNorm running statistics: averaged whenever their module's weight tensor is synchronized (with-layer), or only at round ends when the whole model is (round-end).", choices=["with-layer", "round-end"], group="federated")
+    # options of the FedLAMA comparison methods (fedprox, fedpaq, fedcom; fedcli/fl/parts_prox.py, fedcli/fl/codecs.py)
+    mu: float = opt(0.01, "FedProx proximal coefficient mu: the local gradient gets mu * (x - u), u the layer's last synchronized global value (AAAI Table 4 uses 0.001; 0 is FedAvg).", lo=0.0, group="method")
+    quant_levels: int = opt(16, "FedPAQ/FedCOM: levels s of the stochastic uniform (QSGD) quantizer of each client's layer update, on |v|/||v|| (the paper's compression level 16); 0: no quantization.", lo=0, group="method")
     # local optimizer
     lr: float = opt(0.1, "Local learning rate.", lo=0.0, lo_open=True, group="optimizer")
     momentum: float = opt(0.0, "Local SGD momentum (buffers reset at each round).", lo=0.0, hi=1.0, hi_open=True, group="optimizer")
-    weight_decay: float = opt(0.0, "Local L2 weight decay.", lo=0.0, group="optimizer")
+    weight_decay: float = opt(0.0, "Local weight decay: L2 for SGD, the decoupled lambda of Fed-LAMB Eq. 3 for the adaptive local steps.", lo=0.0, group="optimizer")
     batch_size: int = opt(32, "Local mini-batch size.", lo=1, group="optimizer")
     warmup_iterations: int = opt(0, "Linear learning-rate warm-up over this many local iterations.", lo=0, group="optimizer")
     lr_decay_at: str = opt("", "Multiply the lr by --lr-decay-factor at these points, comma separated (in --lr-decay-unit).", group="optimizer")
     lr_decay_factor: float = opt(0.1, "Step decay factor.", lo=0.0, lo_open=True, group="optimizer")
     lr_decay_unit: str = opt("iteration", "Unit of --lr-decay-at.", choices=["iteration", "round"], group="optimizer")
+    server_lr: float = opt(1.0, "Server learning rate eta on the averaged update (fedcom, scaffold: u <- u + eta * mean update, 1 is the plain average; fedadam: tune it, e.g. 0.01-0.1).", lo=0.0, lo_open=True, group="optimizer")
+    # adaptive methods (fedlamb, mimelamb, fedams, mime, fedadam; fedcli/fl/adaptive.py)
+    beta1: float = opt(0.9, "First-moment decay: local AMSGrad/LAMB m, Mime's server m, Adp-Fed's server Adam.", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    beta2: float = opt(0.999, "Second-moment decay of the same optimizers.", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    eps: float = opt(1e-8, "Adaptive local steps: r = m / (sqrt(v_hat) + eps).", lo=0.0, group="adaptive")
+    vhat_every: int = opt(1, "Skip synchronization Z: the server updates and sends v_hat (Mime: its optimizer state) every Z rounds only.", lo=1, group="adaptive")
+    vhat_start: str = opt("local", "Until v_hat is first synchronized, clients divide by their own running v (local) or by sqrt(0) + eps (eps: Algorithm 1's v_hat_0; sane only with the trust ratio).", choices=["local", "eps"], group="adaptive")
+    local_v: str = opt("keep", "A client's v at a round's start: its own v from its last round (keep, DESIGN.md 4) or the server's v_hat (server: Algorithm 1, line 6).", choices=["keep", "server"], group="adaptive")
+    trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
+    phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
+    server_eps: float = opt(1e-3, "Adp-Fed server Adam adaptivity tau: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
+    # personalized FL (fedala, fedavg-c, fedprox-c, ditto, fedrep; fedcli/fl/ala.py, fedcli/fl/personal.py)
+    init: str = opt("", "Override the method's local initialization: overwrite | ala (ALA on any method; it is then evaluated on each client's local model, personal_acc).", group="personalized")
+    ala_layers: int = opt(2, "ALA range p: the last p parameter tensors get element-wise weights, lower ones are overwritten with the global model (2: the final Linear weight and bias; 0: no ALA, the plain overwrite).", lo=0, group="personalized")
+    ala_sample_percent: float = opt(80.0, "ALA: percent s of the client's training data the weights are learned on (a contiguous slice at a random offset).", lo=0.0, hi=100.0, lo_open=True, group="personalized")
+    ala_lr: float = opt(1.0, "ALA weight learning rate eta.", lo=0.0, lo_open=True, group="personalized")
+    ala_threshold: float = opt(0.1, "ALA initial stage: passes repeat until the std of the last --ala-num-pre-loss pass losses is below this (reference code 0.1; the paper used 0.01).", lo=0.0, group="personalized")
+    ala_num_pre_loss: int = opt(10, "ALA initial stage: number of recorded pass losses the std is taken over (more than this many are needed).", lo=1, group="personalized")
+    ala_max_passes: int = opt(50, "ALA initial stage: at most this many passes (the reference code has no cap).", lo=1, group="personalized")
+    ditto_lambda: float = opt(0.1, "Ditto: proximal coefficient lambda of the personalized model toward the global model (FedALA appendix: 0.1).", lo=0.0, group="personalized")
+    ditto_epochs: float = opt(2.0, "Ditto: local epochs s of the personalized model per round (FedALA appendix: 2).", lo=0.0, lo_open=True, group="personalized")
+    head_layers: int = opt(2, "FedRep: the last this many parameter tensors are the client's head (kept local, never synchronized; 2: the final Linear; 0: no head, FedAvg-C).", lo=0, group="personalized")
+    perfedavg_beta: float = opt(0.0, "Per-FedAvg: outer (meta) step size beta; the inner step size alpha is --lr (FedALA appendix); 0: beta = --lr (PFLlib's default).", lo=0.0, group="personalized")
+    head_epochs: float = opt(5.0, "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).", lo=0.0, lo_open=True, group="personalized")
     # run
     seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")
     eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
@@ -94,6 +121,10 @@ class TrainConfig:
     trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto.", choices=["auto", "vmap", "loop"], group="run")
     threads: int = opt(0, "Torch CPU threads per process (0: the machine's cores divided by the number of processes).", lo=0, group="run")
     out: str = opt("", "Run directory (default: results/<algo>-<dataset>-s<seed>-<time>).", group="run")
+    # crash safety (fedcli/results/checkpoint.py)
+    checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
+    keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")
+    on_diverge: str = opt("stop", "A client's non-finite loss or update: stop (exit 4, naming round and client) or skip-client (drop its update for the round, renormalize the others, record it in skipped.csv).", choices=["stop", "skip-client"], group="crash safety")
 
     # ------------------------------------------------------------------
     def validate(self) -> "TrainConfig":
@@ -110,11 +141,24 @@ class TrainConfig:
 
             if self.schedule not in SCHEDULES:
                 raise ConfigError(f"--schedule: unknown schedule '{self.schedule}'; choose one of: {', '.join(sorted(SCHEDULES))}")
+        if self.init:
+            from fedcli.fl.parts import INITS
+
+            if self.init not in INITS:
+                raise ConfigError(f"--init: unknown local initialization '{self.init}'; choose one of: {', '.join(sorted(INITS))}")
         self.hidden_sizes()
         self.decay_points()
+        self.phi_values()
         if self.local_epochs and (self.schedule or METHODS[self.algo].schedule) != "periodic":
             raise ConfigError("--local-epochs needs the periodic schedule (layer-wise schedules need equal local steps)")
+        self.check_cross_field()
         return self
+
+    def check_cross_field(self) -> None:
+        """Rules between fields (issue 5); each error names its key (``ConfigError.key``) for recipe lines."""
+        if not self.partition_file and self.active_ratio * self.clients < 0.5:
+            raise keyed("active_ratio", f"--active-ratio {self.active_ratio} of --clients {self.clients} is "
+                                        f"{self.active_ratio * self.clients:.3g} clients per round; use at least {1 / self.clients:.4g} (one client)")
 
     def hidden_sizes(self) -> tuple[int, ...]:
         try:
@@ -133,6 +177,18 @@ class TrainConfig:
         if any(p < 0 for p in pts):
             raise ConfigError(f"--lr-decay-at must be comma-separated non-negative integers, got '{self.lr_decay_at}'")
         return pts
+
+    def phi_values(self) -> tuple[float, float] | None:
+        """(zeta, phi_max) of the bounded scaling function, or None for the identity."""
+        if not str(self.phi_bounds).strip():
+            return None
+        try:
+            zeta, top = (float(s) for s in str(self.phi_bounds).split(","))
+        except ValueError:
+            raise ConfigError(f"--phi-bounds must be 'ZETA,MAX' (two numbers), got '{self.phi_bounds}'") from None
+        if not (0.0 < zeta < top < math.inf):
+            raise ConfigError(f"--phi-bounds needs 0 < ZETA < MAX, got '{self.phi_bounds}'")
+        return zeta, top
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -155,6 +211,26 @@ FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def keyed(key: str, message: str) -> ConfigError:
+    """A ConfigError that remembers the config key it is about (recipes add that key's file and line)."""
+    err = ConfigError(message)
+    err.key = key
+    return err
+
+
+def error_key(err: ConfigError) -> str | None:
+    """The config key a ConfigError is about: its ``key``, else the first ``--flag`` its message names."""
+    import re
+
+    if getattr(err, "key", None):
+        return err.key
+    for m in re.finditer(r"--([a-z0-9][a-z0-9-]*)", str(err)):
+        name = m.group(1).replace("-", "_")
+        if name in FIELDS:
+            return name
+    return None
 
 
 def field_type(f) -> type:

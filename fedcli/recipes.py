@@ -16,7 +16,7 @@ from fedcli.errors import ConfigError
 
 
 def key_line(text: str, key: str) -> int | None:
-    pat = re.compile(rf"^\s*{re.escape(key)}\s*=", re.M)
+    pat = re.compile(rf"^[ \t]*{re.escape(key)}[ \t]*=", re.M)  # not \s: it would match the newlines before the key
     m = pat.search(text)
     return text.count("\n", 0, m.start()) + 1 if m else None
 
@@ -58,19 +58,261 @@ def check_keys(values: dict, path, text: str) -> dict:
 def train_values(path: str | Path, scale: str | None = None) -> dict:
     """Config values of a recipe for ``fedcli train``."""
     data, text = read_recipe(path)
-    if "base" in data or "runs" in data:
-        values = dict(data.get("base", {}))
+
+    def table(obj, name: str) -> dict:
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{where(path, text, name.split('.')[-1])}: [{name}] must be a table of config keys")
+        return dict(obj)
+
+    def scaled(values: dict) -> dict:
         if scale:
-            scales = data.get("scale", {})
+            scales = table(data.get("scale", {}), "scale")
             if scale not in scales:
                 raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
-            values.update(scales[scale])
+            values.update(table(scales[scale], f"scale.{scale}"))
+        return values
+
+    if "base" in data or "runs" in data:
+        values = scaled(table(data.get("base", {}), "base"))
     else:
         values = {k: v for k, v in data.items() if not isinstance(v, dict)}
+        for k, v in data.items():
+            if isinstance(v, dict) and k != "scale":
+                m = re.search(rf"^\s*\[\s*{re.escape(k)}\b", text, re.M)
+                loc = f"{path}, line {text.count(chr(10), 0, m.start()) + 1}" if m else str(path)
+                raise ConfigError(f"{loc}: unknown table [{k}]; a recipe for one run is a flat list of keys")
+        values = scaled(values)
     return check_keys(values, path, text)
 
 
 def build_config(recipe: str | None, overrides: dict, scale: str | None = None) -> TrainConfig:
+    if scale and not recipe:
+        raise ConfigError(f"--scale {scale} needs --recipe (scales are tables of a recipe)")
     values = train_values(recipe, scale) if recipe else {}
+    from_recipe = set(values) - set(overrides)
     values.update(overrides)
-    return TrainConfig(**values).validate()
+    try:
+        return TrainConfig(**values).validate()
+    except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about
+        from fedcli.config import error_key
+
+        k = error_key(e)
+        if k not in from_recipe or str(e).startswith(str(recipe)):
+            raise
+        text = Path(recipe).read_text()
+        raise ConfigError(f"{where(recipe, text, k)}: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweep recipes (``fedcli sweep``): [base] + [scale.<name>] + [[runs]] + report products.
+#
+#   title = "..."; paper = "FedLAMA AAAI 2023, Table 3"; fidelity = "..."; seeds = 3
+#   [base]            train keys shared by every run (the paper's settings)
+#   [scale.smoke]     train keys that override [base] at ``--scale smoke`` (and [scale.paper], ...)
+#   [[runs]]          one grid row: ``name`` + train keys; ``scale.smoke = { tau = 2 }`` overrides
+#                     that row at one scale only
+#   [[tables]]        report tables over the runs (see fedcli/report/spec.py)
+#   [[figures]]       report figures over the runs
+#
+# Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
+
+SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures"}
+SWEEP_FORBIDDEN = {"out": "each run's folder is chosen by fedcli sweep", "seed": "seeds come from `seeds` and --seeds"}
+_HEADER = re.compile(r"^[ \t]*\[", re.M)
+
+
+def _blocks(text: str, header: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of every ``[[header]]`` block (sub-tables ``[header.x]`` included)."""
+    starts = [m.start() for m in re.finditer(rf"^[ \t]*\[\[[ \t]*{re.escape(header)}[ \t]*\]\]", text, re.M)]
+    spans = []
+    for s in starts:
+        end = len(text)
+        for m in _HEADER.finditer(text, s + 1):
+            rest = text[m.end():].lstrip()
+            if rest.startswith("[") or not rest.startswith(f"{header}."):
+                end = m.start()
+                break
+        spans.append((s, end))
+    return spans
+
+
+def _table_span(text: str, header: str) -> tuple[int, int] | None:
+    m = re.search(rf"^[ \t]*\[[ \t]*{re.escape(header)}[ \t]*\]", text, re.M)
+    if not m:
+        return None
+    n = _HEADER.search(text, m.end())
+    return m.start(), (n.start() if n else len(text))
+
+
+def line_in(text: str, key: str, span: tuple[int, int] | None = None) -> int | None:
+    """Line (1-based) of ``key =`` inside ``span`` (also inside inline tables); None if absent."""
+    lo, hi = span or (0, len(text))
+    pat = re.compile(rf"(?:^|[ \t{{,.])(?P<k>{re.escape(key)})\s*=", re.M)
+    for m in pat.finditer(text, lo, hi):
+        pos = m.start("k")
+        line_start = text.rfind("\n", 0, pos) + 1
+        if "#" in text[line_start:pos]:
+            continue
+        return text.count("\n", 0, pos) + 1
+    return None
+
+
+def where_in(path, text: str, key: str, span=None) -> str:
+    line = line_in(text, key, span)
+    if line is None and span is not None:
+        line = text.count("\n", 0, span[0]) + 1
+    return f"{path}, line {line}" if line else str(path)
+
+
+def check_keys_in(values: dict, path, text: str, span, what: str) -> dict:
+    """Like :func:`check_keys`, but line numbers come from ``span`` (one [[runs]] block, one [scale.x])."""
+    out = {}
+    for k, v in values.items():
+        name = k.replace("-", "_")
+        loc = where_in(path, text, k, span)
+        if name in SWEEP_FORBIDDEN:
+            raise ConfigError(f"{loc}: key '{k}' is not allowed in {what} ({SWEEP_FORBIDDEN[name]})")
+        if name not in FIELDS:
+            raise ConfigError(f"{loc}: unknown key '{k}' in {what}")
+        v = coerce(FIELDS[name], v, loc)
+        try:
+            check_value(FIELDS[name], v)
+        except ConfigError as e:
+            raise ConfigError(f"{loc}: {e}") from None
+        out[name] = v
+    return out
+
+
+def is_sweep_recipe(data: dict) -> bool:
+    return "runs" in data
+
+
+class SweepRun:
+    """One grid row of a sweep recipe, resolved at one scale (train values without seed and out).
+
+    ``where`` holds (path, text, spans to search for a key's line: the run's block, [scale.x], [base])."""
+
+    def __init__(self, name: str, values: dict, line: int | None, where: tuple | None = None):
+        self.name, self.values, self.line, self.where = name, values, line, where
+
+    def locate(self, key: str | None) -> str:
+        """``file, line N`` of ``key`` as this run gets it (its block first, then the scale, then [base])."""
+        if not self.where:
+            return ""
+        path, text, spans = self.where
+        for span in spans:
+            line = line_in(text, key, span) if key and span else None
+            if line:
+                return f"{path}, line {line}"
+        return f"{path}, line {self.line}" if self.line else str(path)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"SweepRun({self.name!r}, {self.values!r})"
+
+
+class SweepRecipe:
+    """A parsed, validated sweep recipe at one scale."""
+
+    def __init__(self, path: Path, text: str, data: dict, scale: str | None, runs: list[SweepRun]):
+        self.path, self.text, self.data, self.scale, self.runs = path, text, data, scale, runs
+        self.title = str(data.get("title", path.stem))
+        self.paper = str(data.get("paper", ""))
+        self.fidelity = str(data.get("fidelity", ""))
+        self.seeds = data.get("seeds", 1)
+        self.scales = sorted(data.get("scale", {}))
+        self.tables = list(data.get("tables", []))
+        self.figures = list(data.get("figures", []))
+
+    @property
+    def run_names(self) -> list[str]:
+        return [r.name for r in self.runs]
+
+    def block_span(self, kind: str, index: int):
+        spans = _blocks(self.text, kind)
+        return spans[index] if index < len(spans) else None
+
+    def where(self, key: str, kind: str | None = None, index: int = 0) -> str:
+        """``file, line N`` of ``key`` in the index-th [[kind]] block (or anywhere)."""
+        span = self.block_span(kind, index) if kind else None
+        return where_in(self.path, self.text, key, span)
+
+
+def default_scale(data: dict) -> str | None:
+    return "paper" if "paper" in data.get("scale", {}) else None
+
+
+def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
+    """Parse and validate a sweep recipe at ``scale`` (default: ``paper`` if defined, else [base] only)."""
+    path = Path(path)
+    data, text = read_recipe(path)
+    if not is_sweep_recipe(data):
+        raise ConfigError(f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run")
+    for k, v in data.items():
+        if k not in SWEEP_TOP_KEYS:
+            raise ConfigError(f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: {', '.join(sorted(SWEEP_TOP_KEYS))})")
+    for k in ("title", "paper", "fidelity", "notes"):
+        if k in data and not isinstance(data[k], str):
+            raise ConfigError(f"{where(path, text, k)}: key '{k}' must be a string")
+    seeds = data.get("seeds", 1)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ConfigError(f"{where(path, text, 'seeds')}: key 'seeds' must be an integer >= 1, got {seeds!r}")
+    scales = data.get("scale", {})
+    if not isinstance(scales, dict) or any(not isinstance(v, dict) for v in scales.values()):
+        raise ConfigError(f"{where(path, text, 'scale')}: [scale.<name>] must be tables of train keys")
+    scale = scale if scale is not None else default_scale(data)
+    if scale is not None and scale not in scales:
+        raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
+    base = check_keys_in(dict(data.get("base", {})), path, text, _table_span(text, "base"), "[base]")
+    scaled = {name: check_keys_in(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]")
+              for name, v in scales.items()}
+    runs_data = data.get("runs")
+    if not isinstance(runs_data, list) or not runs_data:
+        raise ConfigError(f"{where(path, text, 'runs')}: [[runs]] must list at least one run")
+    spans = _blocks(text, "runs")
+    runs, seen = [], {}
+    for i, row in enumerate(runs_data):
+        span = spans[i] if i < len(spans) else None
+        line = text.count("\n", 0, span[0]) + 1 if span else None
+        row = dict(row)
+        name = row.pop("name", None)
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{path}, line {line}: every [[runs]] entry needs a `name` (a string label)")
+        name_line = line_in(text, "name", span) or line
+        if name in seen:
+            raise ConfigError(f"{path}, line {name_line}: run name '{name}' is used twice (first at line {seen[name]})")
+        seen[name] = name_line
+        row_scales = row.pop("scale", {})
+        if not isinstance(row_scales, dict):
+            raise ConfigError(f"{where_in(path, text, 'scale', span)}: run '{name}': `scale` must be a table of per-scale overrides")
+        for sname, over in row_scales.items():
+            if sname not in scales:
+                raise ConfigError(f"{where_in(path, text, sname, span)}: run '{name}' overrides scale '{sname}', "
+                                  f"which the recipe does not define (add [scale.{sname}])")
+            if not isinstance(over, dict):
+                raise ConfigError(f"{where_in(path, text, sname, span)}: run '{name}': scale.{sname} must be a table of train keys")
+        own = check_keys_in(row, path, text, span, f"run '{name}'")
+        checked_scales = {s: check_keys_in(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
+        values = dict(base)
+        if scale is not None:
+            values.update(scaled[scale])
+        values.update(own)
+        if scale is not None:
+            values.update(checked_scales.get(scale, {}))
+        lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
+        runs.append(SweepRun(name, values, line, (path, text, lookup)))
+    return SweepRecipe(path, text, data, scale, runs)
+
+
+def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = None) -> TrainConfig:
+    """The validated TrainConfig of one run of a sweep at one seed."""
+    values = dict(run.values)
+    values.update(extra or {})
+    values["seed"] = seed
+    values["out"] = str(out)
+    try:
+        return TrainConfig(**values).validate()
+    except ConfigError as e:  # a rule between keys (or an unknown method): name the line of the key it is about
+        from fedcli.config import error_key
+
+        loc = run.locate(error_key(e))
+        raise ConfigError(f"{loc + ': ' if loc else ''}run '{run.name}': {e}") from None

@@ -13,6 +13,8 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 from fedcli.cli.bench import bench
 from fedcli.cli.partition import partition
+from fedcli.cli.report import report
+from fedcli.cli.sweep import sweep
 from fedcli.cli.train import train
 from fedcli.errors import FedcliError
 
@@ -22,6 +24,8 @@ app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for 
 app.command("train", help=train.__doc__)(train)
 app.command("partition", help=partition.__doc__)(partition)
 app.command("bench", help=bench.__doc__)(bench)
+app.command("sweep", help=sweep.__doc__)(sweep)
+app.command("report", help=report.__doc__)(report)
 
 
 def _mpi_comm():

@@ -50,8 +50,12 @@ def collective(comm, err: BaseException | None) -> None:
         raise e
 
 
-def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False):
-    """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress."""
+def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
+              resume: bool = False):
+    """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
+
+    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py)."""
+    from fedcli.results import checkpoint
     from fedcli.comm.communicator import Communicator
     from fedcli.comm.ledger import fedavg_params
     from fedcli.fl.engine import Simulation
@@ -62,7 +66,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     root = comm.is_root
     out = Path(cfg.out) if cfg.out else default_out(cfg)
     err = None
-    if root and out.exists() and any(out.iterdir()) and not overwrite:
+    if root and not resume and out.exists() and any(out.iterdir()) and not overwrite:
         err = ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
     collective(comm, err)
     cfg.out = str(comm.bcast(str(out)))
@@ -73,14 +77,32 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     except Exception as e:  # noqa: BLE001 - reported collectively below
         err = e
     collective(comm, err)
+    state = ckpt = None
+    if resume:  # the latest checkpoint (CSVs cut back to it), restored on every rank
+        try:
+            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: err_console.print(f"fedcli: warning: {m}", markup=False, soft_wrap=True))
+                                              if root and not quiet else None)
+            state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
+        except Exception as e:  # noqa: BLE001 - reported collectively below
+            err = e
+        collective(comm, err)
     pids = comm.allgather(os.getpid())
     run_dir = watchdog = None
     if root:
         if overwrite and out.exists():
-            for name in ("metrics.csv", "layers.csv", "intervals.csv", "manifest.json"):
+            for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "manifest.json"):
                 (out / name).unlink(missing_ok=True)
-        run_dir = RunDir(out)
-        run_dir.start({**sim.manifest(), "pids": pids})
+            for _, old in checkpoint.list_checkpoints(out):
+                old.unlink()
+        if resume:
+            run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids})
+            drift = checkpoint.version_drift(run_dir.manifest)
+            if drift and not quiet:
+                err_console.print(f"fedcli: warning: resuming with other versions ({'; '.join(drift)}): "
+                                  "the result need not be bitwise identical to an uninterrupted run", markup=False, soft_wrap=True)
+        else:
+            run_dir = RunDir(out)
+            run_dir.start({**sim.manifest(), "pids": pids})
         sim.run_dir = run_dir
         watchdog = sentinel.start(out, pids)
         if not quiet:
@@ -88,18 +110,26 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     ACTIVE_RUN["dir"] = out
     progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
                              enabled=root and not quiet and not as_json)
+    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints)
+    sim.round_hooks.append(saver)
     try:
-        with progress:
+        with progress, saver.signals():
             sim.progress = progress
-            summary = sim.run()
+            if state is not None:
+                progress.advance_to(state.iteration)
+            saver.armed = True
+            summary = sim.run(state)
     except BaseException as e:
         if run_dir is not None:
-            run_dir.finish("failed", error=f"{type(e).__name__}: {e}")
+            stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+            run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
+                           **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
         sentinel.stop(watchdog)
         raise
     mpi_s = getattr(comm, "reduce_seconds", None)
     if run_dir is not None:
         extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
+        checkpoint.save_model(sim, out / "model.pt")
         run_dir.finish("completed", summary=summary.as_dict(), **extra)
         sentinel.stop(watchdog)
         if as_json:
@@ -124,18 +154,23 @@ def train(**kwargs):
         for name, m in sorted(METHODS.items()):
             out_console.print(f"{name:12s} {m.summary}  [dim]{m.parts()}[/]")
         return
-    recipe, scale = kwargs.pop("recipe"), kwargs.pop("scale")
+    recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
     comm = get_communicator()
     cfg, err = None, None
     if comm.is_root:  # rank 0 validates the config and broadcasts it
         try:
-            cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
+            if resume:
+                from fedcli.results.checkpoint import resume_config
+
+                cfg = resume_config(resume, given(kwargs, TrainConfig), recipe=recipe, scale=scale, overwrite=overwrite)
+            else:
+                cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
         except FedcliError as e:
             err = e
     collective(comm, err)
     cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
-    run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite)
+    run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume))
 
 
 import inspect  # noqa: E402
@@ -146,6 +181,7 @@ _extra = [
     inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."), annotation=bool),
     inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
     inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the files of an existing --out folder."), annotation=bool),
+    inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]
 with_parameters(train, config_parameters(TrainConfig) + _extra)

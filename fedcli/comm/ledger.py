@@ -4,7 +4,8 @@ C = sum_l C_l = sum_l dim(u_l) * c_l, where c_l counts the synchronizations of l
 ``comm_params``: what the paper reports. ``comm_bytes`` counts what really travels: at each
 synchronization of layer l every client of the cohort uploads its (encoded) layer and downloads the
 new one, so ``m * numel * (uplink_bits + downlink_bits) / 8`` bytes, plus whatever a method sends
-on top (control variates, second moments) through :meth:`Ledger.extra`.
+on top: per tensor through :meth:`Ledger.record_bytes` (SCAFFOLD's control variates, so that
+``layers.csv`` sums to ``metrics.csv``), or unattributed through :meth:`Ledger.extra`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ class Ledger:
 
     def extra(self, nbytes: float) -> None:
         self.extra_bytes += nbytes
+
+    def record_bytes(self, layer: int, nbytes: float) -> None:
+        """Bytes that travel for layer l outside a synchronization of the layer itself (SCAFFOLD's control
+        variates for that tensor): counted in ``comm_bytes`` (total and per layer), not in Eq. 8's syncs."""
+        self.bytes_[layer] += nbytes
 
     def layer_params(self, layer: int) -> int:
         return self.numel[layer] * self.syncs[layer]

@@ -49,6 +49,9 @@ class Summary:
     fedavg_comm_params: int = 0
     wall_s: float = 0.0
     history: list = field(default_factory=list)
+    best_personal_acc: float = float("nan")   # personalized methods: best personal_acc (pFedMe/FedALA report it) ...
+    best_personal_round: int = 0               # ... and the round of that evaluation
+    final_personal_acc: float = float("nan")
 
     @property
     def comm_pct(self) -> float:
@@ -58,7 +61,10 @@ class Summary:
         return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc, "best_acc": self.best_acc,
                 "best_iteration": self.best_iteration, "final_test_loss": self.final_loss, "comm_params": self.comm_params,
                 "comm_bytes": self.comm_bytes, "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
-                "wall_s": self.wall_s}
+                "wall_s": self.wall_s,
+                **({} if math.isnan(self.best_personal_acc) else {  # personalized methods only
+                    "best_personal_acc": self.best_personal_acc, "best_personal_round": self.best_personal_round,
+                    "final_personal_acc": self.final_personal_acc})}
 
 
 @dataclass
@@ -71,6 +77,7 @@ class TrainState:
     loss_sum: float = 0.0     # sum over (client, round) of the round's mean local loss, since the last evaluation
     loss_count: int = 0
     wall_s: float = 0.0
+    skipped: int = 0          # client updates dropped so far by --on-diverge skip-client (metrics.csv skipped_clients)
     summary: Summary = field(default_factory=Summary)
 
 
@@ -90,6 +97,25 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for but no CUDA device is available")
     return torch.device(name)
+
+
+def _collective(err: Exception) -> Exception:
+    """Mark an error that every process raises at the same point (the MPI entry then needs no abort)."""
+    err.collective = True
+    return err
+
+
+def _scrub_rows(obj, dead: torch.Tensor) -> None:
+    """Replace non-finite values in the ``dead`` rows of every stacked per-client tensor [K, ...] in ``obj``."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.dim() >= 1 and obj.shape[0] == dead.numel():
+            obj[dead] = torch.nan_to_num(obj[dead], nan=0.0, posinf=0.0, neginf=0.0)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _scrub_rows(v, dead)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _scrub_rows(v, dead)
 
 
 def sample_cohort(seed: int, round_idx: int, clients: int, active: int) -> list[int]:
@@ -140,6 +166,8 @@ class Simulation:
         names = self.method.parts()
         if cfg.schedule:
             names["schedule"] = cfg.schedule
+        if cfg.init:
+            names["init"] = cfg.init
         self.part_names = names
         self.local_step = parts.LOCAL_STEPS[names["local_step"]](cfg)
         self.codec = parts.CODECS[names["codec"]](cfg)
@@ -148,6 +176,10 @@ class Simulation:
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+        from fedcli.fl.personal import build_personalization, local_layers
+
+        self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
+        self.personal = build_personalization(self)  # per-client local models + personal_acc (None: not personalized)
 
         self.train_x = dataset.train_x.to(self.device)
         self.train_y = dataset.train_y.to(self.device)
@@ -182,32 +214,41 @@ class Simulation:
 
     # ------------------------------------------------------------------ synchronization
     @torch.no_grad()
-    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool) -> None:
-        """Average the given layers over the cohort (one flat all-reduce) and push them back."""
-        w = cohort.weights.to(self.device, torch.float32)
+    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
+                    losses: torch.Tensor | None = None) -> None:
+        """Average the given layers over the cohort (one flat all-reduce) and push them back.
+
+        ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
         names = []
         for l in layers:
             names.append(("p", self.layers[l].name, l))
             if self.cfg.bn_buffers == "with-layer" or round_end:
                 names.extend(("b", b, l) for b in self.sync_buffers[l])
-        chunks = []
+        uploads = []
+        scale = self.server.upload_scale(cohort)  # FedNova: each client uploads s_i * (x_i - u)
         for kind, n, l in names:
             if kind == "p":
                 x = cohort.params[n]
-                if not self.codec.lossless:
+                if scale is not None or not self.codec.lossless:
                     prev = self.global_params[n]
-                    gens = [torch_gen(self.cfg.seed, "codec", cohort.round_idx, c, step, l) for c in cohort.clients]
-                    x = prev + self.codec.encode_decode(x - prev, gens)
+                    delta = x - prev
+                    if scale is not None:
+                        delta = delta * parts.expand(scale.to(delta.device), delta)
+                    if not self.codec.lossless:
+                        gens = [torch_gen(self.cfg.seed, "codec", cohort.round_idx, c, step, l) for c in cohort.clients]
+                        delta = self.codec.encode_decode(delta, gens)
+                    x = prev + delta
             else:
                 x = cohort.buffers[n]
-            chunks.append(torch.tensordot(w, x, dims=1).reshape(-1))
-        flat = self.comm.allreduce_(torch.cat(chunks))
+            uploads.append(x)
+        flat = self.guarded_average(cohort, names, uploads, step, losses)
         offset = 0
         for kind, n, _ in names:
             target = self.global_params[n] if kind == "p" else self.global_buffers[n]
             avg = flat[offset: offset + target.numel()].view_as(target)
             offset += target.numel()
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
+        self.reset_skipped_rows(cohort)
         if self.schedule.needs_discrepancy:
             disc = torch.stack([
                 torch.tensordot(cohort.weights.to(self.device, torch.float64),
@@ -223,6 +264,129 @@ class Simulation:
         for l in layers:
             self.ledger.record_sync(l, self.active, self.codec.bits(self.layers[l].numel))
             last_sync[l] = step
+
+    # ------------------------------------------------------------------ divergence guard
+    def guarded_average(self, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int,
+                        losses: torch.Tensor | None) -> torch.Tensor:
+        """The cohort's weighted sum of every upload (one flat all-reduce), with the divergence guard.
+
+        A client whose upload or running loss is non-finite is caught here, before anything reaches the
+        global model. The check costs one sum over the local sums (a non-finite row makes them non-finite);
+        only when it is not finite are rows inspected. Flags (one per cohort member: 1 loss, 2+i upload i)
+        travel in the same all-reduce, so every process takes the same decision. ``--on-diverge stop``
+        raises DivergenceError (exit 4); ``skip-client`` drops the client for the rest of the round (weight 0,
+        the others renormalized over the whole cohort), resets it to the global model, and the sync is redone.
+        """
+        ids = list(cohort.cohort_ids) or list(cohort.clients)
+        dead = self.dead_rows(cohort)
+        local = self.local_sums(cohort, uploads, dead)
+        live_losses = None if losses is None else (losses if dead is None else losses[~dead])
+        total = local.sum(dtype=torch.float64) + (0.0 if live_losses is None else live_losses.sum(dtype=torch.float64))
+        ok = bool(torch.isfinite(total))  # one pass, one host sync; a NaN/inf anywhere makes the total non-finite
+        codes = torch.zeros(len(ids), dtype=local.dtype, device=local.device)
+        if not ok:
+            code = self.nonfinite_codes(uploads, losses, dead)
+            pos = {c: i for i, c in enumerate(ids)}
+            for k in code.nonzero().flatten().tolist():
+                codes[pos[cohort.clients[k]]] = float(code[k])
+        out = self.comm.allreduce_(torch.cat([local, codes]))
+        flat, codes = out[: local.numel()], out[local.numel():]
+        if ok and self.comm.size == 1:
+            return flat
+        new = [(ids[i], int(c)) for i, c in enumerate(codes.cpu().tolist()) if c]
+        if not new:
+            return flat
+        what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
+        where = f"training diverged in round {cohort.round_idx}, local step {step}"
+        if self.cfg.on_diverge == "stop":
+            c, code = new[0]
+            raise _collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
+        if getattr(cohort, "skipped", None) is None:
+            cohort.skipped = set()  # global ids of the clients skipped this round
+        if getattr(cohort, "skips", None) is None:
+            cohort.skips = []       # their records (skipped.csv)
+        skipped, skips = cohort.skipped, cohort.skips
+        for c, code in new:
+            skipped.add(c)
+            skips.append({"round": cohort.round_idx, "step": step, "client": c, "reason": what(code)})
+        full = self.cohort_weights(ids, ids)
+        kept = float(sum(float(full[i]) for i, c in enumerate(ids) if c not in skipped))
+        if kept <= 0.0:
+            raise _collective(DivergenceError(f"{where}: every client of the cohort has a non-finite loss or update"))
+        keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
+        cohort.weights = self.cohort_weights(ids, cohort.clients) * keep / kept
+        return self.comm.allreduce_(self.local_sums(cohort, uploads, self.dead_rows(cohort)))
+
+    def local_sums(self, cohort: Cohort, uploads: list[torch.Tensor], dead: torch.Tensor | None) -> torch.Tensor:
+        """sum_i p_i x_i over this process's clients, flat; rows of skipped clients are zeroed (0 * NaN is NaN)."""
+        w = cohort.weights.to(self.device, torch.float32)
+        chunks = []
+        for x in uploads:
+            if dead is not None:
+                x = torch.where(dead.view(-1, *([1] * (x.dim() - 1))), torch.zeros((), dtype=x.dtype, device=x.device), x)
+            chunks.append(torch.tensordot(w.to(x.dtype) if x.dtype != w.dtype else w, x, dims=1).reshape(-1))
+        return torch.cat(chunks) if chunks else torch.zeros(0, device=self.device)
+
+    @staticmethod
+    def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
+        """Per local client: 0 fine, 1 non-finite loss, 2+i non-finite upload i (the first one)."""
+        code = None
+        for i, x in enumerate(uploads):
+            fin = torch.isfinite(x)
+            bad = ~(fin.flatten(1).all(1) if fin.dim() > 1 else fin)
+            code = torch.zeros(bad.shape[0], dtype=torch.long) if code is None else code
+            code = torch.where(bad.cpu() & (code == 0), torch.full_like(code, i + 2), code)
+        if losses is not None:
+            code = torch.zeros(losses.shape[0], dtype=torch.long) if code is None else code
+            code = torch.where((~torch.isfinite(losses)).cpu(), torch.ones_like(code), code)
+        if code is not None and dead is not None:
+            code[dead.cpu()] = 0
+        return code if code is not None else torch.zeros(0, dtype=torch.long)
+
+    def dead_rows(self, cohort: Cohort) -> torch.Tensor | None:
+        """Bool [K]: this process's clients skipped this round (``--on-diverge skip-client``), or None."""
+        skipped = getattr(cohort, "skipped", None)
+        if not skipped or not any(c in skipped for c in cohort.clients):
+            return None
+        return torch.tensor([c in skipped for c in cohort.clients], device=self.device)
+
+    @torch.no_grad()
+    def reset_skipped_rows(self, cohort: Cohort) -> None:
+        """A skipped client goes back to the global model (its own progress this round is dropped)."""
+        dead = self.dead_rows(cohort)
+        if dead is None:
+            return
+        for n, p in cohort.params.items():
+            p[dead] = self.global_params[n].to(p.dtype)
+        for n, b in cohort.buffers.items():
+            b[dead] = self.global_buffers[n].to(b.dtype)
+
+    @torch.no_grad()
+    def settle_skipped(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor, steps: int) -> torch.Tensor:
+        """At a round's end: leave skipped clients out of the train loss, scrub their non-finite per-client
+        state (so no part stores it), and record them (TrainState.skipped, skipped.csv)."""
+        skips = getattr(cohort, "skips", None)
+        if not skips:
+            return round_losses
+        dead = self.dead_rows(cohort)
+        if dead is not None:
+            round_losses = torch.where(dead, torch.zeros_like(round_losses), round_losses)
+            self.reset_skipped_rows(cohort)
+            _scrub_rows([cohort.state, cohort.opt_state], dead)
+        start = state.iteration - steps
+        state.skipped += len(skips)
+        if self.run_dir is not None:
+            self.run_dir.append_skipped([{"round": s["round"], "iteration": start + s["step"], "step": s["step"],
+                                          "client": s["client"], "reason": s["reason"]} for s in skips])
+        return round_losses
+
+    def forget_nonfinite(self, cohort: Cohort) -> None:
+        """Drop a skipped client's non-finite entries from the client store (they start afresh next time)."""
+        for c in getattr(cohort, "skipped", ()):
+            for table in self.store.tables.values():
+                t = table.get(c)
+                if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
+                    del table[c]
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -324,19 +488,25 @@ class Simulation:
                 if plan.shifts is not None:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
                 grads, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1])
+                cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
                 self.local_step.step(cohort, grads, lr, active)
                 round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1
             # with --local-epochs a round is one local phase: the whole model is synchronized at its end
             due = self.schedule.due(j, steps) if not cfg.local_epochs else self.schedule.due(steps, steps) if j == steps else []
+            if due and self.local_layers:
+                due = [l for l in due if l not in self.local_layers]
+            if j == steps and self.personal is not None:
+                self.personal.capture(self, cohort)  # each client's trained model, before the round-end sync replaces it
             if due:
-                self.check_finite(round_losses, mine, round_idx)
-                self.synchronize(cohort, due, j, last_sync, round_end=(j == steps))
+                self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
+        round_losses = self.settle_skipped(state, cohort, round_losses, steps)
         for part in self.parts.values():
             part.end_round(self, cohort)
+        self.forget_nonfinite(cohort)
         state.loss_sum += float((round_losses / cohort.steps.double()).sum()) if mine else 0.0
-        state.loss_count += len(mine)
+        state.loss_count += len(mine) - sum(c in getattr(cohort, "skipped", ()) for c in mine)
         adj = self.schedule.end_round(round_idx, state.iteration)
         if adj is not None and self.run_dir is not None:
             eligible = getattr(self.schedule, "eligible", [True] * len(self.layers))
@@ -356,21 +526,22 @@ class Simulation:
         test_loss, acc = self.evaluate()
         row = {"round": state.round_idx, "iteration": state.iteration, "train_loss": train_loss, "test_loss": test_loss,
                "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
-               "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1)}
+               "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1),
+               "skipped_clients": state.skipped}
         s = state.summary
+        personal = self.personal.evaluate(self) if self.personal is not None else None
+        row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
         s.history.append(row)
         if math.isnan(s.best_acc) or acc > s.best_acc:
             s.best_acc, s.best_iteration = acc, state.iteration
         s.final_acc, s.final_loss = acc, test_loss
+        if personal is not None:
+            if math.isnan(s.best_personal_acc) or personal > s.best_personal_acc:
+                s.best_personal_acc, s.best_personal_round = personal, state.round_idx
+            s.final_personal_acc = personal
         if self.run_dir is not None:
             self.run_dir.append_metrics(row)
             self.run_dir.write_layers(self.layer_rows())
         if self.progress is not None:
             self.progress(row)
         return row
-
-    def check_finite(self, round_losses: torch.Tensor, mine: list[int], round_idx: int) -> None:
-        bad = ~torch.isfinite(round_losses)
-        if bool(bad.any()):
-            client = mine[int(bad.nonzero()[0, 0])]
-            raise DivergenceError(f"training diverged in round {round_idx}: client {client} has a non-finite loss")

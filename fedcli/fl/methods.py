@@ -20,6 +20,7 @@ class Method:
     init: str = "overwrite"
     server: str = "average"
     aliases: tuple[str, ...] = ()
+    personalized: bool = False  # judged by each client's own model on its local test split (personal_acc; fedcli/fl/personal.py)
 
     def parts(self) -> dict[str, str]:
         return {k: getattr(self, k) for k in ("local_step", "schedule", "codec", "init", "server")}

@@ -115,6 +115,11 @@ class SGDStep(Part):
                 for b, t in zip(bufs, g):
                     b.copy_(torch.where(expand(active, b), b * self.momentum + t, b))
             g = bufs if active is None else [b * expand(active, b) for b in bufs]
+        self.apply(cohort, names, params, g, lr, active)
+
+    def apply(self, cohort, names: list[str], params: list[torch.Tensor], g: list[torch.Tensor], lr: float,
+              active: torch.Tensor | None) -> None:
+        """x <- x - lr * g with the final direction g (zero for frozen clients); SCAFFOLD also accumulates it."""
         torch._foreach_add_(params, g, alpha=-lr)
 
 
@@ -150,3 +155,8 @@ class AverageServer(Part):
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         return average
+
+    def upload_scale(self, cohort) -> torch.Tensor | None:
+        """Per-client factor [K] applied to each client's update x_i - u before it is encoded and
+        averaged (FedNova's normalization); ``None`` means 1 for every client (the plain average)."""
+        return None

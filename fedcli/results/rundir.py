@@ -20,9 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s", "lr"]
+METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s", "lr",
+                   "skipped_clients", "personal_acc"]  # personal_acc: personalized methods only (empty otherwise)
 LAYERS_COLUMNS = ["layer", "name", "kind", "numel", "syncs", "comm_params", "comm_bytes", "interval"]
 INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible", "d", "interval"]
+SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
+APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv")  # append-only files a checkpoint records the length of
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
@@ -67,6 +70,7 @@ class AppendCSV:
     def __init__(self, path: Path, columns: list[str]):
         self.path, self.columns = Path(path), list(columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
+        self.rows = 0 if new else max(0, self.path.read_text().count("\n") - 1)  # data rows (for checkpoints)
         self.f = open(self.path, "a", newline="")
         if new:
             self._write(csv_text(self.columns, []))
@@ -79,6 +83,12 @@ class AppendCSV:
     def append(self, rows: list[dict]) -> None:
         if rows:
             self._write(csv_text(self.columns, rows, header=False))
+            self.rows += len(rows)
+
+    def position(self) -> dict:
+        """Where the file ends now (bytes, data rows): what a checkpoint records to rewind it on resume."""
+        self.f.flush()
+        return {"bytes": os.fstat(self.f.fileno()).st_size, "rows": self.rows}
 
     def close(self) -> None:
         self.f.close()
@@ -121,6 +131,7 @@ class RunDir:
         self.manifest: dict = {}
         self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS)
         self.intervals: AppendCSV | None = None
+        self.skipped: AppendCSV | None = None
 
     def write_manifest(self, **updates) -> None:
         self.manifest.update(updates)
@@ -144,10 +155,53 @@ class RunDir:
             self.intervals = AppendCSV(self.path / "intervals.csv", INTERVALS_COLUMNS)
         self.intervals.append(rows)
 
+    def append_skipped(self, rows: list[dict]) -> None:
+        """Client updates dropped by ``--on-diverge skip-client`` (one row per client and round)."""
+        if self.skipped is None:
+            self.skipped = AppendCSV(self.path / "skipped.csv", SKIPPED_COLUMNS)
+        self.skipped.append(rows)
+
     def write_layers(self, rows: list[dict]) -> None:
         atomic_write(self.path / "layers.csv", csv_text(LAYERS_COLUMNS, rows))
 
+    def csv_positions(self) -> dict:
+        """Length (bytes, data rows) of each append-only CSV now; a file not created yet has 0 bytes."""
+        files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped}
+        return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
+
     def close(self) -> None:
         self.metrics.close()
-        if self.intervals is not None:
-            self.intervals.close()
+        for f in (self.intervals, self.skipped):
+            if f is not None:
+                f.close()
+
+
+def rewind_csvs(folder: str | Path, positions: dict) -> None:
+    """Cut the append-only CSVs of a run directory back to a checkpoint's ``positions`` (before resuming),
+    so the rows written after that checkpoint are not duplicated. A file shorter than recorded, or with
+    another number of rows, was not written by this run: DataError (exit 3)."""
+    from fedcli.errors import DataError
+
+    folder = Path(folder)
+    for name, pos in positions.items():  # check every file first, then cut: all or nothing
+        path = folder / name
+        size = path.stat().st_size if path.exists() else 0
+        if size < pos["bytes"]:
+            raise DataError(f"{path}: {size} bytes, shorter than the {pos['bytes']} bytes the checkpoint recorded; expected the "
+                            f"append-only CSV of this run (was it edited or truncated?)")
+        if pos["bytes"]:
+            with open(path, "rb") as f:
+                head = f.read(pos["bytes"])
+            rows = head.count(b"\n") - 1
+            if rows != pos["rows"] or not head.endswith(b"\n"):
+                raise DataError(f"{path}: its first {pos['bytes']} bytes hold {rows} rows where the checkpoint recorded "
+                                f"{pos['rows']}; expected the append-only CSV of this run (was it edited?)")
+    for name, pos in positions.items():
+        path = folder / name
+        if not pos["bytes"]:
+            path.unlink(missing_ok=True)
+            continue
+        with open(path, "r+b") as f:
+            f.truncate(pos["bytes"])
+            f.flush()
+            os.fsync(f.fileno())

@@ -32,8 +32,10 @@ def alive(pid: int) -> bool:
         return True
 
 
-def mark_failed(run_dir: Path, reason: str) -> bool:
-    """Set status failed (only if still running). Returns True if it changed the manifest."""
+def mark_failed(run_dir: Path, reason: str, pids: list[int] | None = None) -> bool:
+    """Set status failed (only if still running, and, with ``pids``, only if the manifest still names
+    those processes: a ``--resume`` that already took over the run is left alone). Returns True if it
+    changed the manifest."""
     from fedcli.results.rundir import atomic_write, now
 
     path = run_dir / "manifest.json"
@@ -42,6 +44,8 @@ def mark_failed(run_dir: Path, reason: str) -> bool:
     except (OSError, ValueError):
         return False
     if manifest.get("status") != "running":
+        return False
+    if pids is not None and manifest.get("pids") not in (None, list(pids)):
         return False
     manifest.update(status="failed", end_time=now(), error=reason)
     atomic_write(path, json.dumps(manifest, indent=2, default=str) + "\n")
@@ -54,7 +58,7 @@ def watch(run_dir: Path, pids: list[int], interval: float = 0.25) -> None:
         if gone:
             # give a process that is exiting normally a moment to write its final manifest
             time.sleep(1.0)
-            mark_failed(run_dir, f"process {gone[0]} ended without closing the run (killed?)")
+            mark_failed(run_dir, f"process {gone[0]} ended without closing the run (killed?)", pids)
             return
         if not (run_dir / "manifest.json").exists():
             return

@@ -1,0 +1,439 @@
+"""Adaptive local steps and server updates: Fed-LAMB and Mime-LAMB (Karimi, Li, Li: "Fed-LAMB: Layer-wise
+and Dimension-wise Locally Adaptive Federated Learning", Algorithm 1) and their baselines Fed-AMS, Mime and
+Adp-Fed.
+
+Local steps (client side, on the stacked cohort, ``[K, *shape]`` per parameter tensor):
+
+``lamb``  Algorithm 1, lines 6-13. Per client i and parameter tensor (layer) l, with the server's v_hat
+          held fixed for the whole round::
+
+              m <- b1 m + (1 - b1) g          v <- b2 v + (1 - b2) g^2        (no bias correction)
+              r  = m / (sqrt(v_hat) + eps)
+              u  = r + lambda p                                              (decoupled weight decay)
+              p <- p - lr * phi(||p||) / ||u|| * u                           (Eq. 3; norms per layer per client)
+
+          phi is the identity, or with ``--phi-bounds ZETA,MAX`` the bounded phi(a) = min(a + ZETA, MAX) of
+          Assumption 4. As in LAMB (You et al. 2020), the ratio is 1 where phi(||p||) or ||u|| is 0 (a
+          zero-initialized tensor still moves). m and v are the client's own and persist across rounds in the
+          client store (``--local-v server`` starts v from v_hat instead, Algorithm 1 line 6).
+``ams``   the same step without the trust ratio, p <- p - lr * u: local AMSGrad with a server-shared v_hat,
+          Fed-AMS (Chen, Li, Li, FODS 2020). ``--algo fedlamb --trust-ratio off`` is exactly ``fedams``.
+``mime``  Mime with AMSGrad (Karimireddy et al. 2020, "Mime: Mimicking centralized stochastic algorithms in
+          FL", the full Mime variant, not MimeLite): the clients apply the server's optimizer state (m_s, v_hat),
+          frozen during the round, to an SVRG-corrected gradient::
+
+              g~ = g_i(y; batch) - g_i(x; same batch) + c      x: the round's global model,
+                                                               c: cohort mean of the full-batch gradients at x
+              y <- y - lr * ((b1 m_s + (1 - b1) g~) / (sqrt(v_hat) + eps) + lambda y)
+
+          The clients keep no state across rounds. g_i(x; batch) is a second gradient evaluation on the
+          same mini-batch (its dropout masks are drawn independently).
+
+Until v_hat has been synchronized once (round 0, or the first Z-1 rounds with ``--vhat-every Z``), the server
+has none to send: with ``--vhat-start local`` (default) a client then divides by its own running v (Mime: the
+running v of g~ within the round); with ``--vhat-start eps`` by sqrt(0) + eps, Algorithm 1's v_hat_0 = eps,
+which only the trust ratio keeps finite.
+
+Server parts (all average the models as FedAvg does, then):
+
+``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v).
+``vhat-fullgrad``  Mime-LAMB (lines 17, 21-23): each cohort client computes its full-batch gradient at the
+                   global model at the round's start; v <- b2 v + (1 - b2) mean^2, v_hat <- max(v_hat, v).
+``mime``           Mime: c (the cohort's mean full-batch gradient at x) every round, for the clients'
+                   correction; the server's AMSGrad state (m_s, v, v_hat) is updated with c at the round's end.
+``adam``           Adp-Fed / FedAdam (Reddi et al., ICLR 2021, Algorithm 2): with Delta = average - x,
+                   m <- b1 m + (1 - b1) Delta, v <- b2 v + (1 - b2) Delta^2, x <- x + eta m / (sqrt(v) + tau)
+                   (``--server-lr`` eta, ``--server-eps`` tau; no bias correction).
+
+Skip synchronization (``--vhat-every Z``): v_hat (Mime: the server state) is updated and sent only at the end
+of rounds r with (r + 1) % Z == 0 (0-based), so Z = 1 is every round. Cohort means are weighted by the
+cohort weights (``--weighting``) and summed across processes with one all-reduce.
+
+Communication (``comm_bytes``, per layer in ``layers.csv``; ``comm_params`` stays FedLAMA's Eq. 8 of the
+model layers): at a v_hat synchronization each of the m cohort clients uploads its v (Fed-LAMB, Fed-AMS) or
+its full-batch gradient (Mime-LAMB) and downloads v_hat, 2 x 32 bits per element. Mime: every round each
+client uploads its full-batch gradient and downloads c, plus m_s and v_hat at a state synchronization. As in
+the paper, v_hat is counted as sent to the synchronizing cohort only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedcli.errors import ConfigError
+from fedcli.fl.cohort import Cohort
+from fedcli.fl.parts import AverageServer, Part, expand, register_local_step, register_server
+
+
+# ---------------------------------------------------------------------------- helpers
+def scaling_function(bounds: tuple[float, float] | None):
+    """phi of Eq. 3: identity, or phi(a) = min(a + zeta, phi_max) (Assumption 4, phi_m = zeta)."""
+    if bounds is None:
+        return lambda a: a
+    zeta, top = bounds
+    return lambda a: torch.clamp(a + zeta, max=top)
+
+
+def trust_ratio(p: torch.Tensor, u: torch.Tensor, phi) -> torch.Tensor:
+    """Per-client layer-wise ratio phi(||p||) / ||u|| [K] of stacked tensors (1 where either is 0)."""
+    pn = phi(p.flatten(1).norm(dim=1))
+    un = u.flatten(1).norm(dim=1)
+    ok = (pn > 0) & (un > 0)
+    return torch.where(ok, pn / torch.where(ok, un, torch.ones_like(un)), torch.ones_like(un))
+
+
+def sync_due(cfg, round_idx: int) -> bool:
+    """Skip synchronization: v_hat (Mime: the server state) is updated at the end of every Z-th round."""
+    return (round_idx + 1) % cfg.vhat_every == 0
+
+
+def gather_state(sim, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
+    """Stacked per-client state ``name`` from the client store (zeros for a client that has none yet)."""
+    if not cohort.clients:
+        return like.new_zeros((0, *like.shape))
+    return sim.store.gather(name, cohort.clients, lambda c: torch.zeros(like.shape, dtype=like.dtype), like.device)
+
+
+@torch.no_grad()
+def cohort_mean(sim, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """sum_i p_i x_i over the whole cohort (local weighted sum + one all-reduce), per tensor."""
+    names = list(stacked)
+    w = cohort.weights.to(sim.device, torch.float32)
+    flat = torch.cat([torch.tensordot(w, stacked[n].float(), dims=1).reshape(-1) for n in names])
+    flat = sim.comm.allreduce_(flat)
+    out, offset = {}, 0
+    for n in names:
+        shape = sim.global_params[n].shape
+        k = sim.global_params[n].numel()
+        out[n] = flat[offset: offset + k].view(shape).clone()
+        offset += k
+    return out
+
+
+def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
+    """Each cohort client's full-batch gradient at the global model, stacked [K, ...].
+
+    The client's whole training split is cut into mini-batches of ``--batch-size`` (the local objective as the
+    local steps see it: train mode, BatchNorm batch statistics on a throwaway copy of the buffers, no
+    augmentation) and the batch gradients are combined weighted by their sample counts, i.e. the gradient of
+    the mean loss over the client's samples.
+    """
+    k = cohort.size
+    anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
+    acc = {n: torch.zeros_like(p) for n, p in anchor.params.items()}
+    if k == 0:
+        return acc
+    b = sim.cfg.batch_size
+    indices = [sim.client_indices[c] for c in cohort.clients]
+    chunks = max((len(ix) + b - 1) // b for ix in indices)
+    for s in range(chunks):
+        idx = torch.zeros(k, b, dtype=torch.long)
+        w = torch.zeros(k, b)
+        frac = torch.zeros(k)
+        for i, ix in enumerate(indices):
+            part = ix[s * b: (s + 1) * b]
+            if len(part):
+                idx[i, : len(part)] = part
+                idx[i, len(part):] = part[0]
+                w[i, : len(part)] = 1.0
+                frac[i] = len(part) / len(ix)
+            else:  # this client's data is used up: a dummy batch with weight 0
+                idx[i] = ix[0] if len(ix) else 0
+                w[i] = 1.0
+        idx, w, frac = idx.to(sim.device), w.to(sim.device), frac.to(sim.device)
+        grads, _ = sim.trainer.grads(anchor, sim.train_x[idx], sim.train_y[idx], w)
+        for n, g in grads.items():
+            acc[n] += g.detach() * expand(frac, g)
+    return acc
+
+
+def store_state(sim, cohort, tables: dict[str, torch.Tensor]) -> None:
+    """Keep stacked per-client tensors (table name -> [K, ...]) in the client store across rounds.
+
+    A client skipped this round (``--on-diverge skip-client``) keeps its previous state. Under MPI with
+    partial participation a client may train on another process next time, so every process gets every
+    update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
+    """
+    skipped = getattr(cohort, "skipped", None) or ()
+    keep = [k for k, c in enumerate(cohort.clients) if c not in skipped]
+    clients = [cohort.clients[k] for k in keep]
+    rows = torch.tensor(keep, dtype=torch.long)
+    cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
+    if sim.comm.size == 1 or sim.active >= len(sim.client_indices):
+        shares = [(clients, cpu)]
+    else:
+        shares = sim.comm.allgather((clients, cpu))
+    for cl, tabs in shares:
+        if cl:
+            for name, t in tabs.items():
+                sim.store.scatter(name, cl, t)
+
+
+def count_transfer(sim, up: int, down: int) -> None:
+    """Every cohort client uploads ``up`` and downloads ``down`` full-precision tensors per layer."""
+    for li in sim.layers:
+        sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0 * (up + down))
+
+
+def _to(state: dict | None, device) -> dict | None:
+    return None if state is None else {n: t.to(device) for n, t in state.items()}
+
+
+def _cpu(state: dict | None) -> dict | None:
+    return None if state is None else {n: t.detach().cpu().clone() for n, t in state.items()}
+
+
+# ---------------------------------------------------------------------------- local steps
+@register_local_step("lamb")
+class LambStep(Part):
+    """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
+
+    trust_default = True
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
+        self.trust = {"auto": self.trust_default, "on": True, "off": False}[cfg.trust_ratio]
+        self.phi = scaling_function(cfg.phi_values())
+        self.denom: dict[str, torch.Tensor] | None = None
+
+    def begin_round(self, sim, cohort) -> None:
+        vhat = shared_vhat(sim)
+        self.denom = None if vhat is None else {n: v.to(sim.device).sqrt() + self.eps for n, v in vhat.items()}
+        m, v = {}, {}
+        for n, p in sim.global_params.items():
+            m[n] = gather_state(sim, f"adaptive.m/{n}", cohort, p)
+            if self.cfg.local_v == "keep":
+                v[n] = gather_state(sim, f"adaptive.v/{n}", cohort, p)
+            else:
+                v[n] = (vhat[n].to(p.device) if vhat is not None else torch.zeros_like(p)).expand_as(m[n]).clone()
+        cohort.state["adaptive.m"], cohort.state["adaptive.v"] = m, v
+
+    def end_round(self, sim, cohort) -> None:
+        tables = {f"adaptive.m/{n}": t for n, t in cohort.state["adaptive.m"].items()}
+        if self.cfg.local_v == "keep":
+            tables.update({f"adaptive.v/{n}": t for n, t in cohort.state["adaptive.v"].items()})
+        store_state(sim, cohort, tables)
+
+    def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
+        return grads
+
+    def denominator(self, name: str, v: torch.Tensor):
+        if self.denom is not None:
+            return self.denom[name]
+        if self.cfg.vhat_start == "local":
+            return v.sqrt() + self.eps
+        return self.eps
+
+    @torch.no_grad()
+    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
+        grads = self.direction(cohort, grads)
+        b1, b2 = self.b1, self.b2
+        ms, vs = cohort.state["adaptive.m"], cohort.state["adaptive.v"]
+        for n, p in cohort.params.items():
+            g, m, v = grads[n], ms[n], vs[n]
+            if active is None:
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            else:
+                a = expand(active, m)
+                m.copy_(torch.where(a, m * b1 + (1 - b1) * g, m))
+                v.copy_(torch.where(a, v * b2 + (1 - b2) * g * g, v))
+            u = m / self.denominator(n, v)
+            if self.wd:
+                u = u + self.wd * p
+            if self.trust:
+                u = u * expand(trust_ratio(p, u, self.phi), u)
+            if active is not None:
+                u = u * expand(active, u)
+            p.sub_(u, alpha=lr)
+
+
+@register_local_step("ams")
+class AMSStep(LambStep):
+    """Fed-AMS local step: local AMSGrad with the server's v_hat, no trust ratio (p <- p - lr (r + lambda p))."""
+
+    trust_default = False
+
+
+@register_local_step("mime")
+class MimeStep(Part):
+    """Mime with AMSGrad: the server's frozen (m_s, v_hat) applied to SVRG-corrected gradients."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
+
+    def begin_round(self, sim, cohort) -> None:
+        if not isinstance(sim.server, MimeServer):
+            raise ConfigError("the 'mime' local step needs the 'mime' server part (use --algo mime)")
+        self.sim, self.server = sim, sim.server
+        self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
+        vhat = self.server.vhat
+        self.denom = None if vhat is None else {n: t.to(sim.device).sqrt() + self.eps for n, t in vhat.items()}
+        self.running_v = None
+        if vhat is None and self.cfg.vhat_start == "local":
+            self.running_v = {n: torch.zeros_like(p) for n, p in cohort.params.items()}
+
+    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
+        x, y, w = cohort.batch
+        at_anchor, _ = self.sim.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
+        with torch.no_grad():
+            c, ms, b1 = self.server.control, self.server.m, self.b1
+            for n, p in cohort.params.items():
+                g = grads[n] - at_anchor[n].detach() + c[n]
+                mom = (1 - b1) * g if ms is None else b1 * ms[n] + (1 - b1) * g
+                if self.denom is not None:
+                    denom = self.denom[n]
+                elif self.running_v is not None:
+                    rv = self.running_v[n]
+                    new = rv * self.b2 + (1 - self.b2) * g * g
+                    rv.copy_(new if active is None else torch.where(expand(active, rv), new, rv))
+                    denom = rv.sqrt() + self.eps
+                else:
+                    denom = self.eps
+                u = mom / denom
+                if self.wd:
+                    u = u + self.wd * p
+                if active is not None:
+                    u = u * expand(active, u)
+                p.sub_(u, alpha=lr)
+
+
+# ---------------------------------------------------------------------------- servers
+def shared_vhat(sim) -> dict[str, torch.Tensor] | None:
+    """The v_hat the server shares with the clients this round (None before the first synchronization)."""
+    if not isinstance(sim.server, _VhatServer):
+        raise ConfigError(f"the '{sim.local_step.name}' local step needs a server part that shares v_hat "
+                          f"(vhat-max, vhat-fullgrad), not '{sim.server.name}'")
+    return sim.server.vhat
+
+
+class _VhatServer(AverageServer):
+    """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.vhat: dict[str, torch.Tensor] | None = None
+
+    def begin_round(self, sim, cohort) -> None:
+        self.vhat = _to(self.vhat, sim.device)
+
+    def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
+        if self.vhat is None:
+            self.vhat = {n: t.clamp(min=0) for n, t in candidate.items()}
+        else:
+            self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
+
+    def state_dict(self) -> dict:
+        return {"vhat": _cpu(self.vhat)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.vhat = state.get("vhat")
+
+
+@register_server("vhat-max")
+class VhatMaxServer(_VhatServer):
+    """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
+
+    def end_round(self, sim, cohort) -> None:
+        if not sync_due(self.cfg, cohort.round_idx):
+            return
+        if "adaptive.v" not in cohort.state:
+            raise ConfigError(f"the vhat-max server needs a local step that keeps v (lamb, ams), not '{sim.local_step.name}'")
+        self.raise_vhat(cohort_mean(sim, cohort, cohort.state["adaptive.v"]))
+        count_transfer(sim, up=1, down=1)  # v up, v_hat down
+
+
+@register_server("vhat-fullgrad")
+class VhatFullGradServer(_VhatServer):
+    """Mime-LAMB: full-batch gradients at the global model, then AMSGrad's v and max (Alg. 1, lines 17, 21-23)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.v: dict[str, torch.Tensor] | None = None
+        self.grad: dict[str, torch.Tensor] | None = None
+
+    def begin_round(self, sim, cohort) -> None:
+        super().begin_round(sim, cohort)
+        self.v = _to(self.v, sim.device)
+        self.grad = cohort_mean(sim, cohort, full_batch_grads(sim, cohort)) if sync_due(self.cfg, cohort.round_idx) else None
+
+    def end_round(self, sim, cohort) -> None:
+        if self.grad is None:
+            return
+        b2 = self.cfg.beta2
+        sq = {n: g * g for n, g in self.grad.items()}
+        self.v = {n: (1 - b2) * s for n, s in sq.items()} if self.v is None else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
+        self.raise_vhat(self.v)
+        self.grad = None
+        count_transfer(sim, up=1, down=1)  # full-batch gradient up, v_hat down
+
+    def state_dict(self) -> dict:
+        return {"vhat": _cpu(self.vhat), "v": _cpu(self.v)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.vhat, self.v = state.get("vhat"), state.get("v")
+
+
+@register_server("mime")
+class MimeServer(AverageServer):
+    """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.m = self.v = self.vhat = None
+        self.control: dict[str, torch.Tensor] | None = None
+
+    def begin_round(self, sim, cohort) -> None:
+        self.m, self.v, self.vhat = _to(self.m, sim.device), _to(self.v, sim.device), _to(self.vhat, sim.device)
+        self.control = cohort_mean(sim, cohort, full_batch_grads(sim, cohort))
+        count_transfer(sim, up=1, down=1)  # full-batch gradient up, c down
+
+    def end_round(self, sim, cohort) -> None:
+        if not sync_due(self.cfg, cohort.round_idx):
+            return
+        b1, b2, c = self.cfg.beta1, self.cfg.beta2, self.control
+        if self.m is None:
+            self.m = {n: (1 - b1) * g for n, g in c.items()}
+            self.v = {n: (1 - b2) * g * g for n, g in c.items()}
+            self.vhat = {n: t.clone() for n, t in self.v.items()}
+        else:
+            self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
+            self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}
+            self.vhat = {n: torch.maximum(self.vhat[n], self.v[n]) for n in c}
+        count_transfer(sim, up=0, down=2)  # m_s and v_hat down
+
+    def state_dict(self) -> dict:
+        return {"m": _cpu(self.m), "v": _cpu(self.v), "vhat": _cpu(self.vhat)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.m, self.v, self.vhat = state.get("m"), state.get("v"), state.get("vhat")
+
+
+@register_server("adam")
+class AdamServer(AverageServer):
+    """Adp-Fed (FedAdam, Reddi et al. 2021): server Adam on the averaged update, per layer."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.m: dict[str, torch.Tensor] = {}
+        self.v: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
+        b1, b2 = self.cfg.beta1, self.cfg.beta2
+        delta = average - previous
+        m = self.m.get(name)
+        v = self.v.get(name)
+        m = (1 - b1) * delta if m is None else b1 * m.to(delta.device) + (1 - b1) * delta
+        v = (1 - b2) * delta * delta if v is None else b2 * v.to(delta.device) + (1 - b2) * delta * delta
+        self.m[name], self.v[name] = m, v
+        return previous + self.cfg.server_lr * m / (v.sqrt() + self.cfg.server_eps)
+
+    def state_dict(self) -> dict:
+        return {"m": _cpu(self.m), "v": _cpu(self.v)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.m, self.v = dict(state.get("m") or {}), dict(state.get("v") or {})

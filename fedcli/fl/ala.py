@@ -1,0 +1,232 @@
+"""Adaptive Local Aggregation (ALA): FedALA's local initialization (Zhang et al., AAAI 2023, Eqs. 3-5, Alg. 1).
+
+``--init ala`` replaces FedAvg's "overwrite the local model with the global one" at the start of a
+client's round. With the client's old local model theta (the model it held after its last local
+training, ``fedcli.fl.personal``) and the received global model theta_g:
+
+- the lower layers (all parameter tensors but the last p = ``--ala-layers``) are overwritten with theta_g;
+- the top p tensors become theta + (theta_g - theta) * W (Eq. 4), with element-wise weights W in [0, 1]
+  (init 1, kept per client in ``sim.store`` across rounds) learned on the local objective (Eq. 5):
+  per mini-batch, with the loss L of the temporary model theta_t = theta + (theta_g - theta) * W,
+
+      W <- clamp(W - eta * dL/dtheta_t * (theta_g - theta), 0, 1),   theta_t <- theta + (theta_g - theta) * W
+
+  (``--ala-lr`` eta, 1.0), on s% (``--ala-sample-percent``, 80) of the client's training split: a
+  contiguous slice of int(s/100 * n) samples at a random offset in [0, n - int(s/100 * n)], drawn from
+  ``torch_gen(seed, "ala", round, client)``, in batches of ``--batch-size`` (an incomplete last batch is
+  dropped, as the reference's ``drop_last=True``; a slice smaller than one batch is used as one batch).
+- Initial stage (the first ALA of a client): passes over the slice repeat until more than
+  ``--ala-num-pre-loss`` (10) pass losses are recorded and the population std of the last 10 is below
+  ``--ala-threshold`` (0.1, the reference code's default; the paper used 0.01, which can loop very long),
+  where a pass's loss is the loss of its last batch. We cap the passes at ``--ala-max-passes`` (50; the
+  reference has no cap). Later rounds: one pass.
+- ALA is skipped while the local model equals the global one (a client's first round: in the reference,
+  ``torch.sum(theta_g[0] - theta[0]) == 0``; we compare every tensor), and the initial stage is then still ahead.
+
+This is the reference code (``ALA.py`` of FedALA / PFLlib) step for step, vectorized over the cohort:
+each client's steps are exactly its own (clients whose slice has fewer batches, or whose initial stage has
+converged, are masked out). Differences, all documented: ``--ala-layers 0`` means *no* ALA layer (the
+method's overwrite; the reference's ``layer_idx=0`` slices to *all* layers: give p >= the number of tensors
+for that); BatchNorm buffers of the initialized model are the global ones (the engine synchronizes them;
+the reference keeps the client's); the forward passes of the weight learning use train mode.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+from torch.func import functional_call, grad, vmap
+
+from fedcli.fl.parts import OverwriteInit, register_init
+from fedcli.fl.personal import load_models, share
+from fedcli.fl.rng import torch_gen
+from fedcli.fl.trainers import masked_loss
+
+
+# ---------------------------------------------------------------------------- the pieces, as functions
+def ala_mix(theta: torch.Tensor, theta_g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Eq. 4 on one tensor: theta + (theta_g - theta) * W."""
+    return theta + (theta_g - theta) * w
+
+
+def ala_weight_step(w: torch.Tensor, grad_t: torch.Tensor, theta: torch.Tensor, theta_g: torch.Tensor, eta: float) -> torch.Tensor:
+    """Eq. 5 with the clip sigma: clamp(W - eta * dL/dtheta_t * (theta_g - theta), 0, 1)."""
+    return torch.clamp(w - eta * grad_t * (theta_g - theta), 0.0, 1.0)
+
+
+def initial_stage_done(losses: list[float], num_pre_loss: int, threshold: float) -> bool:
+    """The reference's convergence test: more than ``num_pre_loss`` pass losses and the population std
+    of the last ``num_pre_loss`` below ``threshold``."""
+    return len(losses) > num_pre_loss and float(np.std(losses[-num_pre_loss:])) < threshold
+
+
+def sample_slice(indices: torch.Tensor, percent: float, gen: torch.Generator) -> torch.Tensor:
+    """s% of a client's training indices: a contiguous slice at a random offset (``random.randint(0, n - m)``
+    in the reference, both ends included)."""
+    n = indices.numel()
+    m = int(percent / 100 * n)
+    if m <= 0:
+        return indices[:0]
+    off = int(torch.randint(0, n - m + 1, (1,), generator=gen))
+    return indices[off: off + m]
+
+
+def _grad_fn(model):
+    def loss_fn(top, lower, buffers, x, y, w):
+        loss = masked_loss(functional_call(model, ({**lower, **top}, buffers), (x,)), y, w)
+        return loss, loss.detach()
+
+    return vmap(grad(loss_fn, has_aux=True), in_dims=(0, None, 0, 0, 0, 0), randomness="different")
+
+
+def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, weights: dict, buffers: dict,
+                  x_all: torch.Tensor, y_all: torch.Tensor, slices: list[torch.Tensor], batch: int,
+                  start_phase: list[bool], eta: float, num_pre_loss: int = 10, threshold: float = 0.1,
+                  max_passes: int = 50, grad_fn=None) -> tuple[dict, list[int], list[list[float]]]:
+    """ALA's weight learning for K clients at once.
+
+    ``local_top`` / ``weights``: name -> ``[K, *shape]`` for the ALA tensors (the last p); ``global_params``
+    the whole global model (its lower tensors are the temporary model's lower layers, shared by all clients);
+    ``buffers`` name -> ``[K, ...]`` (a throwaway copy is used); ``slices[k]`` the indices into
+    ``x_all``/``y_all`` of client k's sampled data; ``start_phase[k]`` whether client k is in its initial
+    stage. Returns (weights, passes per client, pass losses per client); ``weights`` are updated in place.
+    """
+    k_all = len(slices)
+    device = x_all.device
+    names = list(local_top)
+    lower = {n: p for n, p in global_params.items() if n not in local_top}
+    delta = {n: global_params[n].unsqueeze(0) - local_top[n] for n in names}
+    grad_fn = grad_fn or _grad_fn(model)
+    nb = []
+    rows, masks = [], []
+    for sl in slices:
+        m = sl.numel()
+        b = m // batch
+        if b == 0 and m > 0:  # fewer samples than one batch: one padded batch (the reference would have none)
+            idx = sl.repeat(math.ceil(batch / m))[:batch].view(1, batch)
+            mask = torch.zeros(1, batch)
+            mask[0, :m] = 1.0
+            b = 1
+        elif b > 0:
+            idx = sl[: b * batch].view(b, batch)
+            mask = torch.ones(b, batch)
+        else:
+            idx, mask = torch.zeros(0, batch, dtype=torch.long), torch.zeros(0, batch)
+        nb.append(b)
+        rows.append(idx)
+        masks.append(mask)
+    top_nb = max(nb) if nb else 0
+    pad = lambda t, fill: torch.cat([t, fill.expand(top_nb - t.shape[0], batch)]) if t.shape[0] < top_nb else t  # noqa: E731
+    idx_all = torch.stack([pad(r, r[:1] if r.numel() else torch.zeros(1, batch, dtype=torch.long)) for r in rows]).to(device) if k_all else None
+    mask_all = torch.stack([pad(m, torch.ones(1, batch)) for m in masks]).to(device) if k_all else None
+    losses: list[list[float]] = [[] for _ in range(k_all)]
+    passes = [0] * k_all
+    running = [k for k in range(k_all) if nb[k] > 0]
+    model.train()
+    while running:
+        last = {}
+        for j in range(max(nb[k] for k in running)):
+            sel = [k for k in running if j < nb[k]]
+            s = torch.tensor(sel, device=device)
+            top_t = {n: local_top[n][s] + delta[n][s] * weights[n][s] for n in names}
+            bufs = {n: b[s].clone() for n, b in buffers.items()}
+            ix = idx_all[s, j]
+            g, loss = grad_fn(top_t, lower, bufs, x_all[ix], y_all[ix], mask_all[s, j])
+            with torch.no_grad():
+                for n in names:
+                    weights[n][s] = torch.clamp(weights[n][s] - eta * g[n] * delta[n][s], 0.0, 1.0)
+            loss = loss.detach().cpu()
+            for pos, k in enumerate(sel):
+                if j == nb[k] - 1:
+                    last[k] = float(loss[pos])
+        still = []
+        for k in running:
+            losses[k].append(last[k])
+            passes[k] += 1
+            if start_phase[k] and not initial_stage_done(losses[k], num_pre_loss, threshold) and passes[k] < max_passes:
+                still.append(k)
+        running = still
+    return weights, passes, losses
+
+
+# ---------------------------------------------------------------------------- the init part
+@register_init("ala")
+class ALAInit(OverwriteInit):
+    """FedALA's adaptive local aggregation (see the module docstring); ``--ala-layers 0`` is ``overwrite``."""
+
+    keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.p = int(cfg.ala_layers)
+        self.percent = float(cfg.ala_sample_percent)
+        self.eta = float(cfg.ala_lr)
+        self.threshold = float(cfg.ala_threshold)
+        self.num_pre_loss = int(cfg.ala_num_pre_loss)
+        self.max_passes = int(cfg.ala_max_passes)
+        self.initial_passes: dict[int, int] = {}  # client -> passes its initial stage took
+        self.capped: list[int] = []               # clients whose initial stage stopped at --ala-max-passes
+        self._grad = None
+
+    def top_names(self, sim) -> list[str]:
+        p = min(self.p, len(sim.layers))
+        return [li.name for li in sim.layers[len(sim.layers) - p:]] if p > 0 else []
+
+    def initialize(self, sim, cohort) -> None:
+        super().initialize(sim, cohort)  # lower layers (and buffers) = global
+        names = self.top_names(sim)
+        if not names:
+            return
+        clients, weights, flags = [], {}, torch.zeros(0)
+        if cohort.clients:
+            local, _ = load_models(sim, cohort.clients)
+            run = [k for k in range(cohort.size)
+                   if not all(torch.equal(local[n][k], sim.global_params[n]) for n in sim.global_params)]
+            if run:
+                clients = [cohort.clients[k] for k in run]
+                weights, flags = self.learn(sim, cohort, run, clients, {n: local[n] for n in names})
+        # every rank shares (a collective call under MPI with partial participation), also with no client to learn for
+        share(sim, clients, {**{f"ala.w:{n}": weights.get(n, sim.global_params[n].new_zeros((0, *sim.global_params[n].shape)))
+                                for n in names}, "ala.started": flags})
+
+    def learn(self, sim, cohort, run: list[int], clients: list[int], local: dict) -> tuple[dict, torch.Tensor]:
+        """Learn W for the cohort rows ``run`` (global ids ``clients``) and write their initialized top layers
+        into the cohort; returns the new W and the clients' "initial stage done" flags."""
+        dev = sim.device
+        sel = torch.tensor(run, device=dev)
+        top = {n: t[sel] for n, t in local.items()}
+        weights = {n: sim.store.gather(f"ala.w:{n}", clients, lambda _c, g=sim.global_params[n]: torch.ones_like(g), dev)
+                   for n in top}
+        started = sim.store.gather("ala.started", clients, lambda _c: torch.zeros(()), dev)
+        start_phase = [not bool(v) for v in started.tolist()]
+        slices = [sample_slice(sim.client_indices[c], self.percent, torch_gen(sim.cfg.seed, "ala", cohort.round_idx, c)).to(dev)
+                  for c in clients]
+        if self._grad is None:
+            self._grad = _grad_fn(sim.model)
+        buffers = {n: b[sel] for n, b in cohort.buffers.items()}
+        weights, passes, _ = learn_weights(sim.model, sim.global_params, top, weights, buffers, sim.train_x, sim.train_y,
+                                           slices, sim.cfg.batch_size, start_phase, self.eta, self.num_pre_loss,
+                                           self.threshold, self.max_passes, grad_fn=self._grad)
+        with torch.no_grad():
+            for n in top:
+                cohort.params[n][sel] = ala_mix(top[n], sim.global_params[n].unsqueeze(0), weights[n])
+        learned = [sl.numel() > 0 for sl in slices]
+        for i, c in enumerate(clients):
+            if start_phase[i] and learned[i]:
+                self.initial_passes[c] = passes[i]
+                if passes[i] >= self.max_passes and self.max_passes > self.num_pre_loss:
+                    self.capped.append(c)
+                    warnings.warn(f"ALA: client {c}'s initial stage stopped at --ala-max-passes {self.max_passes} "
+                                  f"before the loss std fell below --ala-threshold {self.threshold}", stacklevel=2)
+        flags = torch.tensor([1.0 if (learned[i] or not start_phase[i]) else 0.0 for i in range(len(clients))])
+        return weights, flags
+
+    def state_dict(self) -> dict:
+        return {"initial_passes": dict(self.initial_passes), "capped": list(self.capped)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.initial_passes = {int(k): int(v) for k, v in state.get("initial_passes", {}).items()}
+        self.capped = list(state.get("capped", []))

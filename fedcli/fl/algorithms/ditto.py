@@ -1,0 +1,50 @@
+"""Ditto (Li, Hu, Beirami, Smith, ICML 2021, Algorithm 1): FedAvg plus a personalized model per client.
+
+Each round, every cohort client k first updates its personalized model v_k (kept in ``sim.store`` under
+``ditto``; a client's first v_k is the global model it receives) by ``--ditto-epochs`` s local epochs of
+SGD on
+
+    f_k(v) + (lambda / 2) ||v - w^t||^2,   i.e.   v <- v - lr * (grad f_k(v) + lambda * (v - w^t)),
+
+w^t the global model received at the round's start (``--ditto-lambda``; FedALA's appendix: lambda = 0.1,
+s = 2), and then trains its copy of the global model exactly as FedAvg does; only the latter is uploaded
+and averaged. Clients are judged by v_k on their local test splits (``personal_acc``). The order (v first,
+then w) and the plain SGD of v at ``--lr`` follow the reference implementation in PFLlib
+(``clientditto.py``: ``ptrain`` then ``train``; the personal steps use no momentum, weight decay or lr
+schedule). v's mini-batches come from their own keyed stream ("ditto", round, client), so the global model,
+``test_acc`` and the communication are exactly FedAvg's (tested).
+"""
+
+from __future__ import annotations
+
+from fedcli.fl.methods import Method, register_method
+from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.personal import load_models, local_sgd, save_models
+
+
+@register_local_step("ditto")
+class DittoStep(SGDStep):
+    """FedAvg's SGD for the global model; the personalized models are trained when a round begins."""
+
+    personal_prefix = "ditto"  # the evaluated model of each client (fedcli.fl.personal)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.lam = float(cfg.ditto_lambda)
+        self.epochs = float(cfg.ditto_epochs)
+
+    def begin_round(self, sim, cohort) -> None:
+        super().begin_round(sim, cohort)
+        v, vb = load_models(sim, cohort.clients, self.personal_prefix)
+        anchor = sim.global_params  # w^t: the engine changes it only at synchronizations, after this
+        lam = self.lam
+
+        def prox(grads, params):
+            return {n: g + lam * (params[n] - anchor[n]) for n, g in grads.items()}
+
+        local_sgd(sim, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.cfg.lr, direction=prox)
+        save_models(sim, cohort.clients, v, vb, self.personal_prefix)
+
+
+register_method(Method("ditto", "FedAvg + a personalized model per client with a proximal term (Li et al. 2021); --ditto-lambda, --ditto-epochs",
+                       local_step="ditto", personalized=True))

@@ -1,0 +1,12 @@
+"""FedCOM (Haddadpour et al., AISTATS 2021): quantized uplink with a server learning rate.
+
+Clients upload Q_s(x_i - u) (QSGD, ``--quant-levels``); the server steps u <- u + eta * mean_i Q_s(x_i - u)
+with eta = ``--server-lr`` (1: FedPAQ, bit for bit).
+"""
+
+import fedcli.fl.codecs  # noqa: F401  (registers the "qsgd" codec)
+import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
+from fedcli.fl.methods import Method, register_method
+
+register_method(Method("fedcom", "local SGD + quantized updates + server learning rate (Haddadpour et al. 2021); --quant-levels, --server-lr",
+                       codec="qsgd", server="server-lr"))

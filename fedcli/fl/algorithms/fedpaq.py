@@ -1,0 +1,13 @@
+"""FedPAQ (Reisizadeh et al., AISTATS 2020): periodic averaging of stochastically quantized updates.
+
+Each client uploads Q_s(x_i - u) per layer (QSGD, s = ``--quant-levels``, the AAAI paper's
+"compression level 16"); the server averages u + Q_s(x_i - u). ``--quant-levels 0`` is FedAvg
+(tested). FedPAQ + FedLAMA is ``--algo fedpaq --schedule lama`` (a layer's update is taken from its
+last synchronization). Bits: ``fedcli.fl.codecs``.
+"""
+
+import fedcli.fl.codecs  # noqa: F401  (registers the "qsgd" codec)
+from fedcli.fl.methods import Method, register_method
+
+register_method(Method("fedpaq", "local SGD + periodic averaging of QSGD-quantized updates (Reisizadeh et al. 2020); --quant-levels",
+                       codec="qsgd"))

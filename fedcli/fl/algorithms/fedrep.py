@@ -1,0 +1,63 @@
+"""FedRep (Collins, Hassani, Mokhtari, Shakkottai, ICML 2021, Algorithm 1): a shared body (representation)
+and a local head per client.
+
+The head is the last ``--head-layers`` parameter tensors (2: the final Linear weight and bias). Each round,
+every cohort client k
+
+1. takes its own head (kept in ``sim.store``; a client's first head is the global model's initial head),
+   and trains it for ``--head-epochs`` local epochs with the body frozen (FedALA's appendix: tau = 5 local
+   updates, at the local learning rate), then
+2. trains the body for the round's local steps (``--local-epochs`` / ``--tau``) with the head frozen.
+
+Only the body is uploaded and averaged: the head layers are never synchronized (``layers.csv`` shows 0
+syncs for them, and ``comm_params`` counts only the body: 2 * alpha_f * Sigma per client and round, FedALA
+Table 3). Clients are judged by their body + head after the round's training (``personal_acc``); the global
+model's ``test_acc`` uses the untrained initial head, so it means little for FedRep. The head steps are
+plain SGD at ``--lr`` (PFLlib ``clientrep.py``) with their own keyed mini-batch stream ("fedrep.head",
+round, client). ``--head-layers 0`` is FedAvg-C (tested).
+"""
+
+from __future__ import annotations
+
+from fedcli.fl.methods import Method, register_method
+from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.personal import local_sgd, share
+
+
+@register_local_step("fedrep")
+class FedRepStep(SGDStep):
+    """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.n_head = int(cfg.head_layers)
+        self.epochs = float(cfg.head_epochs)
+        self.head: set[str] = set()
+
+    def local_layers(self, sim) -> list[int]:
+        """The head's layer indices: the engine never synchronizes them."""
+        n = min(self.n_head, len(sim.layers))
+        idx = [li.index for li in sim.layers[len(sim.layers) - n:]] if n > 0 else []
+        self.head = {sim.layers[i].name for i in idx}
+        return idx
+
+    def begin_round(self, sim, cohort) -> None:
+        super().begin_round(sim, cohort)
+        if not self.head:
+            return
+        names = [n for n in cohort.params if n in self.head]
+        if cohort.clients:
+            for n in names:
+                g = sim.global_params[n]
+                cohort.params[n].copy_(sim.store.gather(f"fedrep.head:{n}", cohort.clients, lambda _c, g=g: g, g.device))
+            local_sgd(sim, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
+                      self.cfg.lr, trainable=names)
+        share(sim, cohort.clients, {f"fedrep.head:{n}": cohort.params[n] for n in names})  # every rank (collective)
+
+    def apply(self, cohort, names, params, g, lr, active) -> None:
+        keep = [i for i, n in enumerate(names) if n not in self.head]  # the head is frozen while the body trains
+        super().apply(cohort, [names[i] for i in keep], [params[i] for i in keep], [g[i] for i in keep], lr, active)
+
+
+register_method(Method("fedrep", "shared body, local head trained first each round, never synchronized (Collins et al. 2021); --head-layers, --head-epochs",
+                       local_step="fedrep", personalized=True))

@@ -1,0 +1,81 @@
+"""Per-FedAvg (Fallah, Mokhtari, Ozdaglar, NeurIPS 2020), first-order version (Per-FedAvg (FO), Algorithm 1).
+
+Local work: the round's local steps are taken in pairs of mini-batches (D, D') -- two consecutive local
+steps of the engine, so ``--local-epochs 1`` gives ceil(n_i / B) / 2 meta-steps, each on 2B samples, as
+PFLlib's loader of 2B samples split in halves -- and each pair is one MAML step:
+
+    theta' = theta - alpha * grad f_i(theta; D)              (inner step, alpha = --lr)
+    theta <- theta - beta * grad f_i(theta'; D')             (outer step, the first-order approximation)
+
+(``--perfedavg-beta`` beta; 0 means beta = --lr, PFLlib's default; FedALA's appendix sets alpha to the local
+learning rate). A client's unpaired last step (an odd number of local steps) is dropped. The steps are plain
+SGD (no momentum or weight decay). Models are averaged and counted as in FedAvg.
+
+Evaluation (``personal_acc``): each client adapts the current global model with one step
+theta - alpha * grad f_i(theta; B samples of its training split) -- the personalized model of Per-FedAvg,
+as PFLlib's ``evaluate_one_step`` (which restores the global model afterwards) -- and is evaluated on its
+local test split. The batch is drawn from ``torch_gen(seed, "perfedavg.eval", round, client)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.func import functional_call, grad
+
+from fedcli.fl.methods import Method, register_method
+from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.rng import torch_gen
+from fedcli.fl.trainers import masked_loss
+
+
+@register_local_step("perfedavg")
+class PerFedAvgStep(SGDStep):
+    """First-order MAML steps on pairs of local mini-batches; one-step adaptation for evaluation."""
+
+    personal_prefix = "perfedavg"  # nothing is stored: the evaluated model is computed by personalize()
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.beta = float(cfg.perfedavg_beta)
+        self.saved: dict[str, torch.Tensor] = {}
+        self.j = 0
+        self.round = 0
+
+    def begin_round(self, sim, cohort) -> None:
+        super().begin_round(sim, cohort)
+        self.saved, self.j, self.round = {}, 0, cohort.round_idx
+
+    @torch.no_grad()
+    def step(self, cohort, grads, lr, active=None) -> None:
+        self.j += 1
+        steps = cohort.steps.to(next(iter(cohort.params.values())).device)
+        on = torch.ones_like(steps, dtype=torch.bool) if active is None else active
+        if self.j % 2 == 1:  # inner step, for the clients that have a partner step j + 1
+            inner = on & (steps > self.j)
+            self.saved = {n: p.clone() for n, p in cohort.params.items()}
+            for n, p in cohort.params.items():
+                p.sub_(grads[n] * expand(inner, p), alpha=lr)
+        else:  # outer step from the saved theta with the gradient at theta'
+            beta = self.beta or lr
+            for n, p in cohort.params.items():
+                p.copy_(torch.where(expand(on, p), self.saved[n] - beta * grads[n], p))
+            self.saved = {}
+
+    def personalize(self, sim, client: int) -> tuple[dict, dict]:
+        """The global model after one SGD step (alpha = --lr) on one mini-batch of the client's training split."""
+        ix = sim.client_indices[client]
+        b = min(sim.cfg.batch_size, ix.numel())
+        pick = torch.randperm(ix.numel(), generator=torch_gen(sim.cfg.seed, "perfedavg.eval", self.round, client))[:b]
+        x, y = sim.train_x[ix[pick].to(sim.train_x.device)], sim.train_y[ix[pick].to(sim.train_x.device)]
+        buffers = {n: t.clone() for n, t in sim.global_buffers.items()}
+        sim.model.train()
+
+        def loss_fn(params):
+            return masked_loss(functional_call(sim.model, (params, buffers), (x,)), y, torch.ones_like(y, dtype=torch.float32))
+
+        g = grad(loss_fn)(sim.global_params)
+        return {n: p - sim.cfg.lr * g[n] for n, p in sim.global_params.items()}, dict(sim.global_buffers)
+
+
+register_method(Method("perfedavg", "Per-FedAvg (FO): MAML steps on pairs of local batches, one-step adaptation to evaluate (Fallah et al. 2020); --perfedavg-beta",
+                       local_step="perfedavg", personalized=True))

@@ -1,0 +1,218 @@
+"""Personalized federated learning: per-client local models and client-side evaluation.
+
+A personalized method (``Method(personalized=True)``: fedala, fedavg-c, fedprox-c, ditto, fedrep) is
+judged by the models its clients hold, not by the global model (pFedMe's convention, used by FedALA):
+
+- **Local models.** The model a client holds after its local work of a round is captured just before the
+  round-end synchronization replaces it (``Personalization.capture``) and kept in ``sim.store`` (CPU)
+  under ``local.p:<param>`` / ``local.b:<buffer>`` until the client trains again. ALA (``--init ala``)
+  reads it as the client's old local model; fedavg-c, fedprox-c, fedala and fedrep are evaluated on it.
+  A method whose evaluated model is another one (Ditto's personalized model v_i) names its store prefix
+  in its part's ``personal_prefix``.
+- **Evaluation** (``personal_acc`` in ``metrics.csv``): every client's model on its local test split
+  (``partition.test``, ``--client-test-fraction``; FedALA: 0.25), accuracy over *all* local test samples
+  of all clients (sum of correct predictions / sum of test samples, so larger clients weigh more).
+  The summary reports the best evaluation and its round. All clients are evaluated at every evaluation
+  point, not only the cohort: with ``--active-ratio 1`` (FedALA's default) every client trained in the
+  round; with partial participation a client keeps the model of the last round it trained in, and a
+  client never sampled so far holds the current global model (it has received nothing else).
+- **When.** The evaluated model is the one after the round's local initialization *and* local training
+  (for FedALA: ALA, then training). FedALA's reference code (``serverALA.py``, as PFLlib's servers) calls
+  ``evaluate()`` at the start of round t, after ``send_models()`` ran ALA and before training, i.e. on the
+  ALA-initialized model; that point is not offered here (see README "Personalized FL").
+- **MPI.** Each rank evaluates a share of all clients (``assign_clients`` over every client: with full
+  participation, exactly the clients it trains, so no model moves); correct counts and sample counts are
+  summed with one ``allreduce_``. Per-client state written during a round is shared with every rank
+  (allgather) only when clients can change ranks between rounds (partial participation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import functional_call
+
+from fedcli.comm.communicator import assign_clients
+from fedcli.data.augment import cifar_augment, draw_cifar_params
+from fedcli.errors import ConfigError
+from fedcli.fl.cohort import Cohort, client_batches
+from fedcli.fl.rng import torch_gen
+
+LOCAL = "local"  # store prefix of the captured local models
+
+
+# ---------------------------------------------------------------------------- per-client state
+def share(sim, clients: list[int], tables: dict[str, torch.Tensor]) -> None:
+    """Store stacked per-client tensors ``[K, ...]`` (table name -> tensor) for ``clients`` (this rank's).
+
+    Collective under MPI: every rank calls it at the same point, with or without clients of its own.
+
+    One process, or full participation under MPI (a client always trains and is evaluated on the same
+    rank): the rank's own store. Partial participation under MPI: every rank gets every update (allgather),
+    so the next rank to train or evaluate a client finds its state.
+    """
+    n_clients = len(sim.client_indices)
+    cpu = {name: t.detach().cpu() for name, t in tables.items()}
+    if sim.comm.size == 1 or sim.active >= n_clients:
+        shares = [(list(clients), cpu)] if clients else []
+    else:
+        shares = sim.comm.allgather((list(clients), cpu))
+    for cl, tabs in shares:
+        if cl:
+            for name, t in tabs.items():
+                sim.store.scatter(name, cl, t)
+
+
+def load_models(sim, clients: list[int], prefix: str = LOCAL, device=None) -> tuple[dict, dict]:
+    """Stacked ``(params, buffers)`` of the clients' models stored under ``prefix``; a client without one
+    gets the current global model."""
+    device = device if device is not None else sim.device
+    params, buffers = {}, {}
+    for n, g in sim.global_params.items():
+        params[n] = (sim.store.gather(f"{prefix}.p:{n}", clients, lambda _c, g=g: g, device) if clients
+                     else g.new_zeros((0, *g.shape)))
+    for n, b in sim.global_buffers.items():
+        buffers[n] = (sim.store.gather(f"{prefix}.b:{n}", clients, lambda _c, b=b: b, device) if clients
+                      else b.new_zeros((0, *b.shape)))
+    return params, buffers
+
+
+def save_models(sim, clients: list[int], params: dict, buffers: dict, prefix: str = LOCAL) -> None:
+    tables = {f"{prefix}.p:{n}": t for n, t in params.items()}
+    tables.update({f"{prefix}.b:{n}": t for n, t in buffers.items()})
+    share(sim, clients, tables)
+
+
+def client_model(sim, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
+    """One client's stored model (unstacked, on the device); the global model if it has none."""
+    def get(table: str, default: torch.Tensor) -> torch.Tensor:
+        t = sim.store.tables.get(table, {}).get(client)
+        return default if t is None else t.to(default.device)
+    return ({n: get(f"{prefix}.p:{n}", g) for n, g in sim.global_params.items()},
+            {n: get(f"{prefix}.b:{n}", b) for n, b in sim.global_buffers.items()})
+
+
+# ---------------------------------------------------------------------------- local training helper
+def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: float, purpose: str, round_idx: int,
+              lr: float, trainable: list[str] | None = None, direction=None) -> torch.Tensor:
+    """Plain SGD (no momentum, no weight decay) for ``epochs`` local epochs, vectorized over ``clients``.
+
+    ``params`` ``[K, ...]`` are updated in place (only the names in ``trainable``; all by default);
+    ``buffers`` too (BatchNorm statistics, train mode). Client i runs ceil(epochs * n_i / B) steps of
+    mini-batches from its training split, drawn from generators keyed by (seed, purpose, round, client)
+    (so this extra local work has its own random stream, independent of the main local steps);
+    ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
+    client [K].
+    """
+    cfg = sim.cfg
+    k = len(clients)
+    if k == 0:
+        return torch.zeros(0, dtype=torch.float64)
+    b = cfg.batch_size
+    steps = [max(1, math.ceil(epochs * int(sim.sizes[c]) / b)) for c in clients]
+    total = max(steps)
+    idx, mask, shifts, flips = [], [], [], []
+    for c in clients:
+        i, m = client_batches(sim.client_indices[c], total, b, torch_gen(cfg.seed, purpose, round_idx, c))
+        idx.append(i)
+        mask.append(m)
+        if sim.dataset.augment == "cifar":
+            s, f = draw_cifar_params(total * b, torch_gen(cfg.seed, purpose + ".augment", round_idx, c))
+            shifts.append(s.view(total, b, 2))
+            flips.append(f.view(total, b))
+    idx = torch.stack(idx, 1).to(sim.device)
+    mask = torch.stack(mask, 1).to(sim.device)
+    if shifts:
+        shifts, flips = torch.stack(shifts, 1).to(sim.device), torch.stack(flips, 1).to(sim.device)
+    steps_t = torch.tensor(steps, device=sim.device)
+    names = list(params) if trainable is None else list(trainable)
+    tmp = Cohort(list(clients), torch.full((k,), 1.0 / k, dtype=torch.float64), params, buffers)
+    loss_sum = torch.zeros(k, dtype=torch.float64, device=sim.device)
+    for j in range(total):
+        x = sim.train_x[idx[j]]
+        if len(shifts):
+            x = cifar_augment(x, shifts[j], flips[j], fill=sim.pad_fill)
+        grads, losses = sim.trainer.grads(tmp, x, sim.train_y[idx[j]], mask[j])
+        if direction is not None:
+            grads = direction(grads, params)
+        active = steps_t > j
+        with torch.no_grad():
+            for n in names:
+                g = grads[n] * active.view(-1, *([1] * (grads[n].dim() - 1))).to(grads[n].dtype)
+                params[n].sub_(g, alpha=lr)
+        loss_sum += losses.detach().double() * active
+    return loss_sum / steps_t.double()
+
+
+# ---------------------------------------------------------------------------- evaluation
+class Personalization:
+    """Captures local models and evaluates every client's model on its local test split (``personal_acc``).
+
+    ``evaluate_models`` is False only for ALA on a non-personalized method run without local test splits:
+    the local models are still kept (ALA needs them), ``personal_acc`` stays empty.
+    """
+
+    def __init__(self, sim):
+        parts = list(sim.parts.values())
+        prefixes = [getattr(p, "personal_prefix", None) for p in parts]
+        self.prefix = next((p for p in prefixes if p), LOCAL)
+        # a part that computes a client's evaluated model on demand (Per-FedAvg: one step from the global model)
+        self.adapter = next((p for p in parts if hasattr(p, "personalize")), None)
+        # capture the trained local models when something reads them: the evaluation, or ALA next round
+        self.capture_local = self.prefix == LOCAL or any(getattr(p, "keeps_local_models", False) for p in parts)
+        test = sim.partition.test
+        self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
+        self.total = int(sum(t.numel() for t in self.test))
+        self.evaluate_models = self.total > 0
+        if not self.evaluate_models and (sim.method.personalized or self.prefix != LOCAL):
+            raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
+                              "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
+
+    def capture(self, sim, cohort) -> None:
+        """Keep each cohort client's model as it is now (after local training, before the round-end sync)."""
+        if self.capture_local:  # on every rank, also one without clients (the sharing may be collective)
+            save_models(sim, cohort.clients, cohort.params, cohort.buffers)
+
+    @torch.no_grad()
+    def evaluate(self, sim) -> float | None:
+        """Accuracy over all local test samples of all clients (each client's model on its own split);
+        None without local test splits."""
+        if not self.evaluate_models:
+            return None
+        n = len(sim.client_indices)
+        mine = assign_clients(list(range(n)), sim.sizes, sim.comm.rank, sim.comm.size)
+        correct = 0.0
+        for c in mine:
+            idx = self.test[c]
+            if idx.numel() == 0:
+                continue
+            params, buffers = self.adapter.personalize(sim, c) if self.adapter is not None else client_model(sim, c, self.prefix)
+            sim.model.eval()
+            idx = idx.to(sim.train_x.device)
+            for s in range(0, idx.numel(), 1024):
+                part = idx[s: s + 1024]
+                out = functional_call(sim.model, (params, buffers), (sim.train_x[part],))
+                correct += float((out.argmax(1) == sim.train_y[part]).sum())
+        tot = sim.comm.allreduce_(torch.tensor([correct], dtype=torch.float64))
+        return float(tot[0]) / self.total
+
+
+def build_personalization(sim) -> Personalization | None:
+    """The personalization of a run: personalized methods (``Method.personalized``) and any method whose
+    parts keep per-client models (``--init ala``: ALA on FedAvg is evaluated as FedALA is); None otherwise."""
+    parts = sim.parts.values()
+    if not (bool(getattr(sim.method, "personalized", False))
+            or any(getattr(p, "keeps_local_models", False) or getattr(p, "personal_prefix", None) for p in parts)):
+        return None
+    return Personalization(sim)
+
+
+def local_layers(sim) -> set[int]:
+    """Layers a method keeps on the clients and never synchronizes (FedRep's head), from its parts."""
+    out: set[int] = set()
+    for p in sim.parts.values():
+        fn = getattr(p, "local_layers", None)
+        if fn is not None:
+            out |= set(fn(sim))
+    return out

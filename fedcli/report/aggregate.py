@@ -1,0 +1,93 @@
+"""Pure aggregation helpers of ``fedcli report``: seeds, communication ratios, early stopping.
+
+- Mean and spread over seeds: the arithmetic mean and the *sample* standard deviation
+  (``n - 1`` in the denominator, as in "mean +- std over three runs"); one seed has std 0.
+- Communication is FedLAMA Eq. 8 (``comm_params``, parameters moved), as % of a baseline run's
+  full-training communication (mean over its seeds).
+- Early stopping (FedLAMA AAAI, Tables 1-4: "FedLAMA stops the training once it achieves a higher
+  accuracy than FedAvg"): for each seed, the first evaluation of the layer-wise run whose test
+  accuracy is at least the target: the paired periodic run's accuracy for the same seed
+  (``mode="seed"``, the default: same seed = same initial model and cohort stream), or the mean over
+  the paired run's seeds (``mode="mean"``). Reported: the accuracy there, the iteration, and the
+  cumulative communication there as % of the baseline's full-training communication.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    std: float
+    n: int
+
+    @property
+    def ok(self) -> bool:
+        return self.n > 0 and math.isfinite(self.mean)
+
+
+NAN = Stat(float("nan"), float("nan"), 0)
+
+
+def mean_std(values: Iterable[float]) -> Stat:
+    """Mean and sample standard deviation (ddof=1; 0 for a single value) of the finite values."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(xs)
+    if n == 0:
+        return NAN
+    mean = math.fsum(xs) / n
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0
+    return Stat(mean, std, n)
+
+
+def pct(value: float, base: float) -> float:
+    return 100.0 * value / base if base and math.isfinite(base) and math.isfinite(value) else float("nan")
+
+
+def first_reach(metrics: Sequence[dict], target: float, tol: float = 1e-12) -> dict | None:
+    """The first evaluation row (by iteration) with ``test_acc >= target``; None if never."""
+    for row in sorted(metrics, key=lambda r: r["iteration"]):
+        acc = row.get("test_acc")
+        if isinstance(acc, (int, float)) and math.isfinite(acc) and acc >= target - tol:
+            return row
+    return None
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    acc: Stat        # accuracy at the stopping evaluation (fraction, not %)
+    steps: Stat      # iteration of the stopping evaluation
+    comm_pct: Stat   # cumulative comm_params there, % of the baseline's full-training comm_params
+    reached: int     # seeds that reached the target
+    n: int           # seeds in all
+
+
+def early_stop(right: dict, left: dict, baseline_comm: float, accuracy: str = "best", mode: str = "seed") -> EarlyStop:
+    """Early-stopping columns of one paired row.
+
+    ``right`` and ``left`` map seed -> RunData (the layer-wise run and the periodic run it is compared
+    with); ``baseline_comm`` is the mean full-training ``comm_params`` of the table's baseline.
+    """
+    if mode == "mean":
+        common = mean_std(r.accuracy(accuracy) for r in left.values()).mean
+        targets = {s: common for s in right}
+    elif mode == "seed":
+        missing = sorted(set(right) - set(left))
+        if missing:
+            raise ValueError(f"early stopping pairs seeds; the paired run has no seed {missing[0]}")
+        targets = {s: left[s].accuracy(accuracy) for s in right}
+    else:
+        raise ValueError(f"unknown early-stopping target mode {mode!r}")
+    accs, steps, comms = [], [], []
+    for seed in sorted(right):
+        row = first_reach(right[seed].metrics, targets[seed])
+        if row is None:
+            continue
+        accs.append(row["test_acc"])
+        steps.append(row["iteration"])
+        comms.append(pct(row["comm_params"], baseline_comm))
+    return EarlyStop(mean_std(accs), mean_std(steps), mean_std(comms), len(steps), len(right))

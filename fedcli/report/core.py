@@ -1,0 +1,152 @@
+"""``fedcli report``: find sweeps under a folder, list their products, build tables and figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedcli.errors import ConfigError
+from fedcli.report.rundata import COMPLETED, RunData, read_manifest
+from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
+from fedcli.sweep import MANIFEST, load_manifest
+
+FORMATS = ("md", "latex", "csv")
+
+
+class MissingRuns(ConfigError):
+    """A product's runs are missing or incomplete (exit 2); the message names them."""
+
+
+@dataclass
+class Sweep:
+    root: Path
+    manifest: dict
+
+    @property
+    def seeds(self) -> list[int]:
+        return [int(s) for s in self.manifest.get("seeds", [])]
+
+    @property
+    def scale(self) -> str | None:
+        return self.manifest.get("scale")
+
+    @property
+    def label(self) -> str:
+        return str(self.root)
+
+    def tables(self) -> list[TableSpec]:
+        return [spec_from_dict(d) for d in self.manifest.get("tables", [])]
+
+    def figures(self) -> list[FigureSpec]:
+        return [spec_from_dict(d) for d in self.manifest.get("figures", [])]
+
+    def products(self) -> list:
+        return self.tables() + self.figures()
+
+    def entries(self) -> dict[tuple[str, int], Path]:
+        return {(e["name"], int(e["seed"])): self.root / e["dir"] for e in self.manifest.get("runs", [])}
+
+    def status(self, names: list[str]) -> tuple[dict, list[str]]:
+        """({name: {seed: RunData}} for complete runs, ["name seed k (status)"] for the others)."""
+        entries = self.entries()
+        runs, problems = {}, []
+        for name in names:
+            for seed in self.seeds:
+                path = entries.get((name, seed))
+                if path is None:
+                    problems.append(f"'{name}' seed {seed} (not in the sweep)")
+                    continue
+                status, m = read_manifest(path)
+                if status != COMPLETED:
+                    problems.append(f"'{name}' seed {seed} ({status})")
+                    continue
+                runs.setdefault(name, {})[seed] = RunData(path, m)
+        return runs, problems
+
+    def retry_hint(self) -> str:
+        recipe = self.manifest.get("recipe", "RECIPE")
+        scale = f" --scale {self.scale}" if self.scale else ""
+        seeds = f" --seeds {len(self.seeds)}"
+        return f"fedcli sweep {recipe}{scale}{seeds} --out {self.root}"
+
+    def need(self, spec) -> dict:
+        runs, problems = self.status(spec.run_names())
+        if problems:
+            shown = ", ".join(problems[:6]) + (f" and {len(problems) - 6} more" if len(problems) > 6 else "")
+            what = "table" if isinstance(spec, TableSpec) else "figure"
+            raise MissingRuns(f"{what} '{spec.name}' in {self.root} needs {len(problems)} run(s) that are missing or "
+                              f"incomplete: {shown}; complete them with `{self.retry_hint()}`")
+        return runs
+
+
+def find_sweeps(folder: str | Path) -> list[Sweep]:
+    """The sweep in ``folder``, or the sweeps in its subfolders (two levels down)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError(f"{folder}: no such folder")
+    if (folder / MANIFEST).exists():
+        return [Sweep(folder, load_manifest(folder))]
+    found = sorted({p.parent for pat in (f"*/{MANIFEST}", f"*/*/{MANIFEST}") for p in folder.glob(pat)})
+    if not found:
+        raise ConfigError(f"{folder}: no sweep here ({MANIFEST} not found in it or its subfolders); run `fedcli sweep RECIPE` first")
+    return [Sweep(p, load_manifest(p)) for p in found]
+
+
+def pick(sweeps: list[Sweep], name: str, kind: str):
+    """(sweep, spec) of the product ``name``; ConfigError if unknown or ambiguous."""
+    hits = [(s, p) for s in sweeps for p in s.products() if p.name == name]
+    if not hits:
+        avail = sorted({p.name for s in sweeps for p in s.products()})
+        raise ConfigError(f"no {kind} named '{name}' here; available: {', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
+    if len(hits) > 1:
+        raise ConfigError(f"'{name}' is in {len(hits)} sweeps ({', '.join(str(s.root) for s, _ in hits)}); pass one of those folders")
+    return hits[0]
+
+
+def listing(sweeps: list[Sweep]) -> list[dict]:
+    """What the folder can produce: one dict per product, with its readiness."""
+    rows = []
+    for s in sweeps:
+        for p in s.products():
+            _, problems = s.status(p.run_names())
+            total = len(p.run_names()) * len(s.seeds)
+            rows.append({"sweep": str(s.root), "scale": s.scale, "name": p.name,
+                         "kind": "table" if isinstance(p, TableSpec) else f"figure ({p.kind})",
+                         "paper": p.paper, "title": p.title, "runs": total, "missing": len(problems)})
+    return rows
+
+
+def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
+    from fedcli.report.tables import build_table, render
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    sweep, spec = pick(sweeps, name, "table")
+    if not isinstance(spec, TableSpec):
+        raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
+    runs = sweep.need(spec)
+    table = build_table(spec, runs, sweep.seeds, sweep.scale)
+    return render(table, fmt)
+
+
+def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None) -> list[Path]:
+    from fedcli.report.figures import draw
+
+    if names:
+        chosen = []
+        for n in names:
+            s, spec = pick(sweeps, n, "figure")
+            if not isinstance(spec, FigureSpec):
+                raise ConfigError(f"'{n}' is a table, not a figure; print it with --table {n}")
+            chosen.append((s, spec))
+    else:
+        chosen = [(s, f) for s in sweeps for f in s.figures()]
+    # check everything first, so that a missing run fails before any file is written
+    needed = [(s, spec, s.need(spec)) for s, spec in chosen]
+    files = []
+    for s, spec, runs in needed:
+        try:
+            files.extend(draw(spec, runs, Path(out_dir)))
+        except ValueError as e:
+            raise ConfigError(f"figure '{spec.name}': {e}") from None
+    return files

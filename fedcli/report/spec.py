@@ -1,0 +1,289 @@
+"""What a recipe asks ``fedcli report`` to produce: ``[[tables]]`` and ``[[figures]]`` over its runs.
+
+Tables have one of two layouts:
+
+``layout = "rows"`` (FedLAMA arXiv/ICLR Tables 1-12): one row per run, in ``groups`` (e.g. one per
+active ratio and Dirichlet coefficient), each with its own ``baseline`` run (default: the group's
+first run) for the communication column. ``columns`` come from :data:`COLUMNS` or are any
+``fedcli train`` key (shown as its value)::
+
+    [[tables]]
+    name = "arxiv-table3"
+    layout = "rows"
+    columns = ["lr", "tau", "phi", "active_ratio", "acc", "comm"]
+    groups = [ { label = "25% active", runs = ["FedAvg 10 (25%)", ...] }, ... ]
+
+``layout = "paired"`` (FedLAMA AAAI Tables 1-4): each row pairs a periodic-averaging run (left:
+full training) with a FedLAMA run (right: early stopping and full training). The early-stopping
+columns give the first evaluation at which the right run reaches the left run's accuracy (per seed,
+``early_stop_target = "seed"``, or the left run's mean, ``"mean"``), the accuracy there, and the
+communication so far as % of the group's baseline (its full-training communication)::
+
+    [[tables]]
+    name = "aaai-table3"
+    layout = "paired"
+    baseline = "FedAvg x1"
+    rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x2", "FedLAMA phi=2"], ...]
+
+Both layouts take the shorthand of one group at table level (``runs``/``rows``, ``baseline``,
+``label``). ``accuracy = "best"`` (default: the best evaluation of the run, as the AAAI paper reports
+"full training") or ``"final"`` (the last evaluation).
+
+Figures (``kind``): ``curves`` (test accuracy against iterations, mean and std band over seeds),
+``layer-syncs`` (communications per layer), ``layer-size`` (Eq. 8 data size per layer) and
+``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
+adjustment in ``intervals.csv``). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
+and a ``title``; the shorthand is ``runs``/``run`` at figure level.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from fedcli.config import FIELDS
+from fedcli.errors import ConfigError
+
+LAYOUTS = ("rows", "paired")
+KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda")
+ACCURACY = ("best", "final")
+#: computed columns of the ``rows`` layout (any train key is also a column)
+COLUMNS = ("name", "method", "lr", "tau", "phi", "active_ratio", "alpha", "clients", "batch_size", "iterations",
+           "acc", "final_acc", "best_acc", "comm", "comm_bytes", "seeds")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+TABLE_KEYS = {"name", "title", "paper", "layout", "accuracy", "columns", "groups", "runs", "rows", "baseline", "label",
+              "left_title", "right_title", "early_stop_target", "notes"}
+GROUP_KEYS = {"label", "baseline", "runs", "rows", "left_title", "right_title"}
+FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes"}
+PANEL_KEYS = {"title", "runs", "run", "labels"}
+
+
+@dataclass
+class Group:
+    label: str = ""
+    baseline: str | None = None
+    runs: list[str] = field(default_factory=list)              # rows layout
+    rows: list[tuple[str, str]] = field(default_factory=list)  # paired layout
+    left_title: str = "FedAvg (Periodic Full Avg.)"
+    right_title: str = "FedLAMA"
+
+    def run_names(self) -> list[str]:
+        names = list(self.runs) + [n for pair in self.rows for n in pair]
+        if self.baseline:
+            names.append(self.baseline)
+        return list(dict.fromkeys(names))
+
+
+@dataclass
+class TableSpec:
+    name: str
+    title: str = ""
+    paper: str = ""
+    layout: str = "rows"
+    accuracy: str = "best"
+    columns: list[str] = field(default_factory=lambda: ["lr", "tau", "phi", "acc", "comm"])
+    groups: list[Group] = field(default_factory=list)
+    early_stop_target: str = "seed"
+    notes: str = ""
+
+    kind = "table"
+
+    def run_names(self) -> list[str]:
+        return list(dict.fromkeys(n for g in self.groups for n in g.run_names()))
+
+
+@dataclass
+class Panel:
+    title: str = ""
+    runs: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FigureSpec:
+    name: str
+    kind: str
+    title: str = ""
+    paper: str = ""
+    panels: list[Panel] = field(default_factory=list)
+    x: str = "iteration"
+    y: str = "test_acc"
+    seed: int = 0          # delta-lambda: index into the sweep's seeds
+    round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
+    log: bool = False      # log-scale y axis (layer-size)
+    notes: str = ""
+
+    def run_names(self) -> list[str]:
+        return list(dict.fromkeys(n for p in self.panels for n in p.runs))
+
+
+# ------------------------------------------------------------------------------------------------
+def _names(value, loc: str, what: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{loc}: {what} must be a non-empty list of run names")
+    return list(value)
+
+
+def _str(d: dict, key: str, loc, default: str = "") -> str:
+    v = d.get(key, default)
+    if not isinstance(v, str):
+        raise ConfigError(f"{loc(key)}: key '{key}' must be a string")
+    return v
+
+
+def _choice(d: dict, key: str, choices, default: str, loc) -> str:
+    v = _str(d, key, loc, default)
+    if v not in choices:
+        raise ConfigError(f"{loc(key)}: {key} must be one of {', '.join(choices)}, got '{v}'")
+    return v
+
+
+def _check_known(d: dict, allowed: set, loc, what: str) -> None:
+    for k in d:
+        if k not in allowed:
+            raise ConfigError(f"{loc(k)}: unknown key '{k}' in {what} (allowed: {', '.join(sorted(allowed))})")
+
+
+def parse_table(d: dict, loc) -> TableSpec:
+    _check_known(d, TABLE_KEYS, loc, "[[tables]]")
+    name = _str(d, "name", loc)
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{loc('name')}: every [[tables]] entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
+    t = TableSpec(name=name, title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
+                  layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
+                  early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
+    if "columns" in d:
+        cols = d["columns"]
+        if not isinstance(cols, list) or not cols or not all(isinstance(c, str) for c in cols):
+            raise ConfigError(f"{loc('columns')}: columns must be a non-empty list of column names")
+        for c in cols:
+            if c not in COLUMNS and c not in FIELDS:
+                raise ConfigError(f"{loc('columns')}: unknown column '{c}' (use {', '.join(COLUMNS)} or a train key)")
+        if t.layout == "paired":
+            raise ConfigError(f"{loc('columns')}: the paired layout has fixed columns; `columns` is for layout = \"rows\"")
+        t.columns = list(cols)
+    left, right = _str(d, "left_title", loc, Group.left_title), _str(d, "right_title", loc, Group.right_title)
+    raw_groups = d.get("groups")
+    if raw_groups is None:
+        raw_groups = [{k: d[k] for k in ("label", "baseline", "runs", "rows") if k in d}]
+    elif any(k in d for k in ("runs", "rows")):
+        raise ConfigError(f"{loc('groups')}: give either `groups` or `runs`/`rows` at table level, not both")
+    if not isinstance(raw_groups, list) or not raw_groups or not all(isinstance(g, dict) for g in raw_groups):
+        raise ConfigError(f"{loc('groups')}: groups must be a list of tables ({{ label = ..., runs = [...] }})")
+    for g in raw_groups:
+        _check_known(g, GROUP_KEYS, loc, f"a group of table '{name}'")
+        grp = Group(label=_str(g, "label", loc), left_title=_str(g, "left_title", loc, left),
+                    right_title=_str(g, "right_title", loc, right))
+        if t.layout == "rows":
+            if "rows" in g:
+                raise ConfigError(f"{loc('rows')}: table '{name}' has layout = \"rows\": list its runs in `runs`")
+            grp.runs = _names(g.get("runs"), loc("runs"), f"`runs` of table '{name}'")
+        else:
+            if "runs" in g:
+                raise ConfigError(f"{loc('runs')}: table '{name}' has layout = \"paired\": list [left, right] pairs in `rows`")
+            rows = g.get("rows")
+            if (not isinstance(rows, list) or not rows
+                    or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rows)):
+                raise ConfigError(f"{loc('rows')}: `rows` of table '{name}' must be a list of [left run, right run] pairs")
+            grp.rows = [(a, b) for a, b in rows]
+        base = g.get("baseline", d.get("baseline"))
+        if base is not None and not isinstance(base, str):
+            raise ConfigError(f"{loc('baseline')}: baseline must be a run name")
+        grp.baseline = base or (grp.runs[0] if grp.runs else grp.rows[0][0])
+        t.groups.append(grp)
+    return t
+
+
+def parse_figure(d: dict, loc) -> FigureSpec:
+    _check_known(d, FIGURE_KEYS, loc, "[[figures]]")
+    name = _str(d, "name", loc)
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{loc('name')}: every [[figures]] entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
+    f = FigureSpec(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
+                   title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
+                   x=_choice(d, "x", ("iteration", "comm"), "iteration", loc),
+                   y=_choice(d, "y", ("test_acc", "test_loss", "train_loss"), "test_acc", loc))
+    if not f.kind:
+        raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(KINDS)})")
+    for key in ("seed", "round"):
+        if key in d:
+            v = d[key]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"{loc(key)}: key '{key}' must be an integer")
+            setattr(f, key, v)
+    if "log" in d:
+        if not isinstance(d["log"], bool):
+            raise ConfigError(f"{loc('log')}: key 'log' must be true or false")
+        f.log = d["log"]
+    raw = d.get("panels")
+    if raw is None:
+        raw = [{k: d[k] for k in ("runs", "run", "labels") if k in d}]
+    elif any(k in d for k in ("runs", "run")):
+        raise ConfigError(f"{loc('panels')}: give either `panels` or `runs` at figure level, not both")
+    if not isinstance(raw, list) or not raw or not all(isinstance(p, dict) for p in raw):
+        raise ConfigError(f"{loc('panels')}: panels must be a list of tables ({{ title = ..., runs = [...] }})")
+    for p in raw:
+        _check_known(p, PANEL_KEYS, loc, f"a panel of figure '{name}'")
+        runs = _names(p.get("runs", p.get("run")), loc("runs"), f"`runs` of figure '{name}'")
+        labels = p.get("labels", [])
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels) or (labels and len(labels) != len(runs)):
+            raise ConfigError(f"{loc('labels')}: `labels` of figure '{name}' must be one string per run")
+        if f.kind == "delta-lambda" and len(runs) != 1:
+            raise ConfigError(f"{loc('runs')}: a delta-lambda panel shows one FedLAMA run; figure '{name}' lists {len(runs)}")
+        f.panels.append(Panel(title=_str(p, "title", loc), runs=runs, labels=list(labels)))
+    return f
+
+
+def parse_products(recipe) -> tuple[list[TableSpec], list[FigureSpec]]:
+    """Parse and check a recipe's [[tables]] and [[figures]] against its run names (exit 2 with the line)."""
+    names = set(recipe.run_names)
+    tables, figures, seen = [], [], {}
+    for kind, items, parse in (("tables", recipe.tables, parse_table), ("figures", recipe.figures, parse_figure)):
+        if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+            raise ConfigError(f"{recipe.where(kind)}: [[{kind}]] must be an array of tables")
+        for i, d in enumerate(items):
+            def loc(key, kind=kind, i=i):
+                return recipe.where(key, kind, i)
+            spec = parse(d, loc)
+            if spec.name in seen:
+                raise ConfigError(f"{loc('name')}: product name '{spec.name}' is used twice")
+            seen[spec.name] = True
+            for n in spec.run_names():
+                if n not in names:
+                    raise ConfigError(f"{_value_where(recipe, kind, i, n)}: {kind[:-1]} '{spec.name}' "
+                                      f"names run '{n}', which is not in [[runs]]")
+            (tables if kind == "tables" else figures).append(spec)
+    return tables, figures
+
+
+def _value_where(recipe, kind: str, index: int, value: str) -> str:
+    """``file, line N`` of the first line of the index-th [[kind]] block that quotes ``value``."""
+    span = recipe.block_span(kind, index)
+    lo, hi = span or (0, len(recipe.text))
+    for quoted in (f'"{value}"', f"'{value}'"):
+        pos = recipe.text.find(quoted, lo, hi)
+        if pos >= 0:
+            return f"{recipe.path}, line {recipe.text.count(chr(10), 0, pos) + 1}"
+    return recipe.where("name", kind, index)
+
+
+def spec_to_dict(spec) -> dict:
+    """JSON-able form (stored in the sweep manifest, so reports do not need the recipe file)."""
+    import dataclasses
+
+    d = dataclasses.asdict(spec)
+    d["kind"] = "table" if isinstance(spec, TableSpec) else spec.kind
+    return d
+
+
+def spec_from_dict(d: dict):
+    d = dict(d)
+    kind = d.pop("kind")
+    if kind == "table":
+        groups = [Group(**{**g, "rows": [tuple(r) for r in g.get("rows", [])]}) for g in d.pop("groups")]
+        return TableSpec(groups=groups, **d)
+    panels = [Panel(**p) for p in d.pop("panels")]
+    return FigureSpec(kind=kind, panels=panels, **d)

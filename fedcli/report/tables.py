@@ -1,0 +1,349 @@
+"""Paper tables from run directories: build a :class:`Table`, then render it as md, latex or csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+
+from fedcli.report.aggregate import NAN, Stat, early_stop, mean_std, pct
+from fedcli.report.spec import TableSpec
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+@dataclass
+class Cell:
+    text: str                      # markdown/plain text
+    latex: str | None = None       # LaTeX (default: escaped text)
+    values: dict = field(default_factory=dict)  # csv columns -> numbers
+
+
+@dataclass
+class Column:
+    key: str
+    md: str
+    latex: str
+
+
+@dataclass
+class Section:
+    label: str
+    header: list[list[tuple[str, str, int]]]   # rows of (md, latex, span) above the column names
+    columns: list[Column]
+    rows: list[list[Cell]]
+    meta: list[dict]                           # csv identifiers per row (group, run names)
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    paper: str
+    sections: list[Section]
+    notes: list[str]
+
+
+# ------------------------------------------------------------------------------------------------ cells
+
+
+def fmt_acc(s: Stat) -> Cell:
+    if not s.ok:
+        return Cell("n/a", "n/a", {"mean": float("nan"), "std": float("nan"), "n": s.n})
+    if s.n == 1:  # one value: no spread to show
+        return Cell(f"{100 * s.mean:.2f}%", f"{100 * s.mean:.2f}\\%", {"mean": 100 * s.mean, "std": 0.0, "n": 1})
+    return Cell(f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%", f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%",
+                {"mean": 100 * s.mean, "std": 100 * s.std, "n": s.n})
+
+
+def fmt_pct(s: Stat) -> Cell:
+    if not s.ok:
+        return Cell("n/a", "n/a", {"mean": float("nan"), "std": float("nan")})
+    return Cell(f"{s.mean:.2f}%", f"{s.mean:.2f}\\%", {"mean": s.mean, "std": s.std})
+
+
+def fmt_steps(s: Stat, reached: int, n: int) -> Cell:
+    if reached == 0:
+        return Cell("not reached", "not reached", {"mean": float("nan"), "std": float("nan"), "reached": 0, "n": n})
+    text = f"{s.mean:,.0f}" + (f" ± {s.std:,.0f}" if s.std > 0 else "")
+    latex = f"{s.mean:,.0f}".replace(",", "{,}") + (f" $\\pm$ {s.std:,.0f}".replace(",", "{,}") if s.std > 0 else "")
+    if reached < n:
+        text += f" ({reached}/{n})"
+        latex += f" ({reached}/{n})"
+    return Cell(text, latex, {"mean": s.mean, "std": s.std, "reached": reached, "n": n})
+
+
+def plain(v) -> Cell:
+    if isinstance(v, float):
+        t = f"{v:g}"
+    else:
+        t = str(v)
+    return Cell(t, latex_escape(t), {"value": v})
+
+
+def latex_escape(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in "&%$#_{}":
+            out.append("\\" + ch)
+        elif ch == "~":
+            out.append("\\textasciitilde{}")
+        elif ch == "^":
+            out.append("\\textasciicircum{}")
+        elif ch == "\\":
+            out.append("\\textbackslash{}")
+        elif ch == "±":
+            out.append("$\\pm$")
+        elif ch == "τ":
+            out.append("$\\tau$")
+        elif ch == "φ":
+            out.append("$\\phi$")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def phi_cell(run) -> Cell:
+    phi = run.config.get("phi", 1) if run.layerwise else 1
+    t = f"{phi} ({run.method_label()})"
+    return Cell(t, latex_escape(t), {"value": phi})
+
+
+def partition_value(run):
+    cfg = run.config
+    if cfg.get("partition_file"):
+        return "file"
+    scheme = cfg.get("partition", "")
+    return {"dirichlet": cfg.get("alpha"), "iid": "IID", "pathological": f"{cfg.get('classes_per_client')} classes",
+            "natural": f"{cfg.get('writers_per_client')} writers"}.get(scheme, scheme)
+
+
+HEADERS = {
+    "name": ("Run", "Run"), "method": ("Method", "Method"), "lr": ("LR", "LR"), "tau": ("τ'", "$\\tau'$"),
+    "phi": ("φ", "$\\phi$"), "active_ratio": ("Active ratio", "Active ratio"), "alpha": ("Dirichlet coeff.", "Dirichlet coeff."),
+    "clients": ("# of clients", "\\# of clients"), "batch_size": ("Local batch size", "Local batch size"),
+    "iterations": ("Iterations", "Iterations"), "acc": ("Validation acc.", "Validation acc."),
+    "final_acc": ("Final acc.", "Final acc."), "best_acc": ("Best acc.", "Best acc."), "comm": ("Comm. cost", "Comm. cost"),
+    "comm_bytes": ("Bytes moved", "Bytes moved"), "seeds": ("Seeds", "Seeds"),
+}
+
+
+def column(key: str) -> Column:
+    md, tex = HEADERS.get(key, (key, latex_escape(key)))
+    return Column(key, md, tex)
+
+
+# ------------------------------------------------------------------------------------------------ build
+
+
+class ReportError(Exception):
+    """Runs that a product needs are missing or incomplete (the CLI turns this into exit 2)."""
+
+
+def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
+    """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs)."""
+
+    def per_seed(name):
+        return runs[name]
+
+    def acc_stat(name, which=None):
+        return mean_std(r.accuracy(which or spec.accuracy) for r in per_seed(name).values())
+
+    def comm_stat(name, base_comm, attr="comm_params"):
+        return mean_std(pct(getattr(r, attr), base_comm) for r in per_seed(name).values())
+
+    def first(name):
+        return next(iter(per_seed(name).values()))
+
+    sections = []
+    for g in spec.groups:
+        base_comm = mean_std(r.comm_params for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
+        base_bytes = mean_std(r.comm_bytes for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
+        if spec.layout == "rows":
+            cols = [column(c) for c in spec.columns]
+            rows, meta = [], []
+            for name in g.runs:
+                r0 = first(name)
+                cells = []
+                for c in spec.columns:
+                    if c == "acc":
+                        cells.append(fmt_acc(acc_stat(name)))
+                    elif c in ("final_acc", "best_acc"):
+                        cells.append(fmt_acc(acc_stat(name, c.split("_")[0])))
+                    elif c == "comm":
+                        cells.append(fmt_pct(comm_stat(name, base_comm)))
+                    elif c == "comm_bytes":
+                        cells.append(fmt_pct(comm_stat(name, base_bytes, "comm_bytes")))
+                    elif c == "name":
+                        cells.append(plain(name))
+                    elif c == "method":
+                        cells.append(plain(r0.method_label()))
+                    elif c == "phi":
+                        cells.append(phi_cell(r0))
+                    elif c == "active_ratio":
+                        v = r0.config.get("active_ratio", float("nan"))
+                        cells.append(Cell(f"{100 * v:g}%", f"{100 * v:g}\\%", {"value": v}))
+                    elif c == "alpha":
+                        cells.append(plain(partition_value(r0)))
+                    elif c == "clients":
+                        cells.append(plain(r0.manifest.get("clients", r0.config.get("clients"))))
+                    elif c == "seeds":
+                        cells.append(plain(len(per_seed(name))))
+                    else:
+                        cells.append(plain(r0.config.get(c, "")))
+                rows.append(cells)
+                meta.append({"group": g.label, "run": name})
+            sections.append(Section(g.label, [], cols, rows, meta))
+        else:
+            cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
+                    Column("left_acc", "Validation acc.", "Validation acc."), Column("left_comm", "C ratio", "C ratio"),
+                    Column("right_lr", "LR", "LR"), Column("right_tau", "τ'", "$\\tau'$"), Column("right_phi", "φ", "$\\phi$"),
+                    Column("es_acc", "ES: Validation acc.", "Validation acc."), Column("es_steps", "ES: # of steps", "\\# of steps"),
+                    Column("es_comm", "ES: C ratio", "C ratio"),
+                    Column("full_acc", "Full: Validation acc.", "Validation acc."), Column("full_comm", "Full: C ratio", "C ratio")]
+            header = [[(g.left_title, latex_escape(g.left_title), 5), (g.right_title, latex_escape(g.right_title), 8)],
+                      [("Full training", "Full training", 5), ("Early stopping", "Early stopping", 6), ("Full training", "Full training", 2)]]
+            rows, meta = [], []
+            for left, right in g.rows:
+                lr0, rr0 = first(left), first(right)
+                es = early_stop(per_seed(right), per_seed(left), base_comm, spec.accuracy, spec.early_stop_target)
+                cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
+                         fmt_acc(acc_stat(left)), fmt_pct(comm_stat(left, base_comm)),
+                         plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
+                         fmt_acc(es.acc) if es.reached else Cell("not reached", "not reached", {"mean": float("nan"), "std": float("nan"), "n": 0}),
+                         fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else fmt_pct(NAN),
+                         fmt_acc(acc_stat(right)), fmt_pct(comm_stat(right, base_comm))]
+                rows.append(cells)
+                meta.append({"group": g.label, "left_run": left, "right_run": right})
+            label = g.label or (f"{g.left_title} vs {g.right_title}" if len(spec.groups) > 1 else "")
+            sections.append(Section(label, header, cols, rows, meta))
+
+    n = len(seeds)
+    acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
+    notes = [f"Mean ± sample std over {n} seed{'s' if n != 1 else ''} ({', '.join(map(str, seeds))}); accuracy: {acc_what} "
+             f"(global model, test set)."]
+    bases = list(dict.fromkeys(g.baseline for g in spec.groups if g.baseline))
+    if spec.layout == "paired" or "comm" in spec.columns:
+        notes.append(f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}.")
+    if spec.layout == "paired":
+        tgt = "the same seed's" if spec.early_stop_target == "seed" else "the mean"
+        notes.append(f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of the left-hand run "
+                     "of its row; C ratio there is its communication so far; (k/n): only k of n seeds reached it.")
+    if scale and scale != "paper":
+        notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
+    if spec.notes:
+        notes.append(spec.notes)
+    return Table(spec.name, spec.title, spec.paper, sections, notes)
+
+
+# ------------------------------------------------------------------------------------------------ render
+
+
+def render(table: Table, fmt: str) -> str:
+    return {"md": render_md, "latex": render_latex, "csv": render_csv}[fmt](table)
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def _md_spans(header) -> str:
+    """The spanning header rows as one line: 'FedAvg (...) [1-5]: Full training [1-5] · FedLAMA [6-13]: ...'."""
+    def ranges(row):
+        out, start = [], 1
+        for md, _, span in row:
+            out.append((md, start, start + span - 1))
+            start += span
+        return out
+    top = ranges(header[0])
+    sub = ranges(header[1]) if len(header) > 1 else []
+    parts = []
+    for md, a, b in top:
+        inner = [f"{smd} ({sa}–{sb})" for smd, sa, sb in sub if a <= sa and sb <= b]
+        parts.append(f"**{md}** (columns {a}–{b})" + (": " + ", ".join(inner) if inner else ""))
+    return " · ".join(parts)
+
+
+def render_md(t: Table) -> str:
+    out = []
+    title = " — ".join(x for x in (t.paper, t.title) if x)
+    out.append(f"### {title}" if title else f"### {t.name}")
+    out.append("")
+    for sec in t.sections:
+        if sec.label:
+            out.append(f"**{_md_escape(sec.label)}**")
+            out.append("")
+        if sec.header:
+            out.append(_md_spans(sec.header))
+            out.append("")
+        out.append("| " + " | ".join(_md_escape(c.md) for c in sec.columns) + " |")
+        out.append("|" + "|".join("---" if i == 0 and not sec.header and sec.columns[0].key in ("name", "method") else "---:" for i, _ in enumerate(sec.columns)) + "|")
+        for row in sec.rows:
+            out.append("| " + " | ".join(_md_escape(c.text) for c in row) + " |")
+        out.append("")
+    out.extend(f"{n}" for n in t.notes)
+    return "\n".join(out) + "\n"
+
+
+def render_latex(t: Table) -> str:
+    ncols = max(len(s.columns) for s in t.sections)
+    lines = ["\\begin{table}[t]", "\\centering", "\\small", f"\\begin{{tabular}}{{{'r' * ncols}}}", "\\toprule"]
+    prev_header = None
+    for k, sec in enumerate(t.sections):
+        if k:
+            lines.append("\\midrule")
+        if sec.label:
+            lines.append(f"\\multicolumn{{{ncols}}}{{l}}{{\\textbf{{{latex_escape(sec.label)}}}}} \\\\")
+        hdr = (tuple(tuple(r) for r in sec.header), tuple(c.latex for c in sec.columns))
+        if hdr != prev_header:
+            for r in sec.header:
+                cells, start, rules = [], 1, []
+                for _, tex, span in r:
+                    cells.append(f"\\multicolumn{{{span}}}{{c}}{{{tex}}}")
+                    rules.append(f"\\cmidrule(lr){{{start}-{start + span - 1}}}")
+                    start += span
+                lines.append(" & ".join(cells) + " \\\\ " + " ".join(rules))
+            lines.append(" & ".join(c.latex for c in sec.columns) + " \\\\")
+            lines.append("\\midrule")
+            prev_header = hdr
+        for row in sec.rows:
+            lines.append(" & ".join(c.latex if c.latex is not None else latex_escape(c.text) for c in row) + " \\\\")
+    lines.append("\\bottomrule")
+    lines.append("\\end{tabular}")
+    caption = " ".join(x for x in (t.title,) if x)
+    notes = " ".join(t.notes)
+    lines.append(f"\\caption{{{latex_escape(caption)}{' ' if caption else ''}{latex_escape(notes)}}}")
+    lines.append(f"\\label{{tab:{t.name}}}")
+    lines.append("\\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(t: Table) -> str:
+    """Tidy CSV: one line per table row, numeric columns (``<col>_mean``, ``<col>_std``, ...)."""
+    records, fields = [], []
+
+    def add(key):
+        if key not in fields:
+            fields.append(key)
+
+    for sec in t.sections:
+        for meta, row in zip(sec.meta, sec.rows):
+            rec = {"table": t.name, **meta}
+            for key in rec:
+                add(key)
+            for col, cell in zip(sec.columns, row):
+                if set(cell.values) == {"value"}:
+                    rec[col.key] = cell.values["value"]
+                    add(col.key)
+                else:
+                    for sub, v in cell.values.items():
+                        rec[f"{col.key}_{sub}"] = v
+                        add(f"{col.key}_{sub}")
+            records.append(rec)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for rec in records:
+        w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in rec.items()})
+    return buf.getvalue()

@@ -1,0 +1,640 @@
+"""``fedcli sweep``: a recipe's grid x seeds, run in parallel processes, resumable.
+
+Layout of a sweep folder (default ``results/<recipe stem>-<scale>``)::
+
+    sweep.json                  the sweep manifest: recipe, scale, seeds, report products, every run
+    <run slug>/seed<k>.toml     the exact ``fedcli train --recipe`` file of the run
+    <run slug>/seed<k>.log      its stdout and stderr
+    <run slug>/seed<k>/         its run directory (manifest.json, metrics.csv, layers.csv, intervals.csv)
+
+A run counts as done only when its ``manifest.json`` says ``completed`` and its config is the one the
+recipe asks for now (``out`` and ``threads`` aside), so a second call runs only what is missing,
+failed, interrupted or changed. ``sweep.json`` is replaced atomically after every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedcli.config import TrainConfig
+from fedcli.errors import ConfigError, FedcliError
+from fedcli.recipes import SweepRecipe, read_sweep, run_config
+from fedcli.report.rundata import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest
+from fedcli.results.rundir import atomic_write, now
+
+MANIFEST = "sweep.json"
+FORMAT = 1
+#: config keys that do not change what a run computes (where it writes, how many CPU threads)
+NEUTRAL_KEYS = ("out", "threads")
+DONE, STALE = "done", "stale"
+
+
+class SweepFailed(FedcliError):
+    """Some runs of a sweep failed; exit code of the first failure (3 data, 4 diverged, ...)."""
+
+
+class SweepInterrupted(FedcliError):
+    """Ctrl-C or SIGTERM: the trainings were told to checkpoint and stop (exit 130 or 143)."""
+
+
+def slugify(name: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return s or "run"
+
+
+def config_hash(cfg: dict) -> str:
+    core = {k: v for k, v in sorted(cfg.items()) if k not in NEUTRAL_KEYS}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_matches(expected: dict, recorded: dict) -> bool:
+    """True when a run directory's recorded config is the expected one (neutral keys aside).
+
+    Keys the recorded config lacks (a field added to fedcli after the run) are not held against it;
+    ``clients`` is decided by a partition file when one is given.
+    """
+    for k, v in expected.items():
+        if k in NEUTRAL_KEYS or k not in recorded:
+            continue
+        if k == "clients" and expected.get("partition_file"):
+            continue
+        if recorded[k] != v:
+            return False
+    return True
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if v == v and v not in (float("inf"), float("-inf")) else {"nan": "nan", "inf": "inf", "-inf": "-inf"}[repr(v)]
+    return json.dumps(str(v), ensure_ascii=False)
+
+
+def toml_flat(values: dict, header: str = "") -> str:
+    lines = [f"# {line}" for line in header.splitlines()] if header else []
+    lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class PlannedRun:
+    name: str
+    slug: str
+    seed: int
+    root: Path               # the sweep folder
+    values: dict             # recipe values of this run (+ seed, out, threads)
+    config: dict             # resolved TrainConfig as a dict
+    hash: str
+    status: str = MISSING    # done | stale | failed | running | missing | corrupt (before); completed | failed (after)
+    exit_code: int | None = None
+    wall_s: float | None = None
+    error: str | None = None
+    ran: bool = False
+    resume: bool = False     # continue from the run's latest checkpoint instead of starting again
+
+    @property
+    def rel(self) -> str:
+        return f"{self.slug}/seed{self.seed}"
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.rel
+
+    @property
+    def recipe_file(self) -> Path:
+        return self.root / f"{self.rel}.toml"
+
+    @property
+    def log(self) -> Path:
+        return self.root / f"{self.rel}.log"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} seed {self.seed}"
+
+    def entry(self) -> dict:
+        return {"name": self.name, "seed": self.seed, "dir": self.rel, "recipe": f"{self.rel}.toml", "log": f"{self.rel}.log",
+                "status": self.status, "config_hash": self.hash, "exit_code": self.exit_code, "wall_s": self.wall_s,
+                "error": self.error}
+
+
+def run_state(p: PlannedRun) -> tuple[str, str | None]:
+    """(state, error) of a planned run from its run directory: done, stale, failed, interrupted, running,
+    missing, corrupt. Sets ``p.resume`` when the run stopped early with the same config and left a checkpoint."""
+    status, m = read_manifest(p.dir)
+    same = m is not None and config_matches(p.config, m.get("config", {}))
+    p.resume = False
+    if status == COMPLETED:
+        return (DONE, None) if same else (STALE, "completed with another config (the recipe changed)")
+    if status in (FAILED, INTERRUPTED, RUNNING):
+        p.resume = same and has_checkpoint(p.dir)
+        why = {FAILED: str(m.get("error") or "failed"), INTERRUPTED: str(m.get("error") or "interrupted"),
+               RUNNING: "stopped without closing its manifest"}[status]
+        return status, why
+    return status, None
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether ``fedcli train --resume`` has a checkpoint to continue from (fedcli/results/checkpoint.py)."""
+    try:
+        from fedcli.results import checkpoint
+
+        return bool(checkpoint.list_checkpoints(run_dir))
+    except Exception:  # noqa: BLE001 - no checkpoint support or an unreadable folder: start again
+        return False
+
+
+def default_out(recipe_path: Path, scale: str | None) -> Path:
+    return Path("results") / f"{recipe_path.stem}-{scale or 'base'}"
+
+
+def seed_list(recipe: SweepRecipe, seeds: int | None) -> list[int]:
+    n = seeds if seeds is not None else recipe.seeds
+    if n < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {n}")
+    return list(range(n))
+
+
+def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None) -> list[PlannedRun]:
+    """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk."""
+    slugs: dict[str, str] = {}
+    out = []
+    for run in recipe.runs:
+        slug = slugify(run.name)
+        k = 2
+        while slug in slugs.values():
+            slug = f"{slugify(run.name)}-{k}"
+            k += 1
+        slugs[run.name] = slug
+        for seed in seeds:
+            rel = f"{slug}/seed{seed}"
+            extra = {}
+            if threads and "threads" not in run.values:
+                extra["threads"] = threads
+            cfg = run_config(run, seed, root / rel, extra)
+            values = {**run.values, **extra, "seed": seed, "out": str(root / rel)}
+            d = cfg.to_dict()
+            p = PlannedRun(run.name, slug, seed, root, values, d, config_hash(d))
+            p.status, p.error = run_state(p)
+            out.append(p)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ manifest
+
+
+def products_of(recipe: SweepRecipe) -> dict:
+    from fedcli.report.spec import parse_products, spec_to_dict
+
+    tables, figures = parse_products(recipe)
+    return {"tables": [spec_to_dict(t) for t in tables], "figures": [spec_to_dict(f) for f in figures]}
+
+
+class SweepManifest:
+    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict):
+        self.root, self.recipe, self.seeds, self.runs, self.products = root, recipe, seeds, runs, products
+        old = load_manifest(root, missing_ok=True) or {}
+        self.created = old.get("created") or now()
+        self.lock = threading.Lock()
+
+    def write(self) -> None:
+        r = self.recipe
+        data = {
+            "fedcli_sweep": FORMAT,
+            "recipe": str(r.path),
+            "recipe_sha256": hashlib.sha256(r.text.encode()).hexdigest(),
+            "title": r.title, "paper": r.paper, "fidelity": r.fidelity,
+            "scale": r.scale, "seeds": self.seeds,
+            "created": self.created, "updated": now(),
+            "run_names": r.run_names,
+            **self.products,
+            "runs": [p.entry() for p in self.runs],
+        }
+        with self.lock:
+            atomic_write(self.root / MANIFEST, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def load_manifest(root: Path, missing_ok: bool = False) -> dict | None:
+    f = Path(root) / MANIFEST
+    if not f.exists():
+        if missing_ok:
+            return None
+        raise ConfigError(f"{root}: no {MANIFEST} here; run `fedcli sweep RECIPE` first")
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{f}: not a readable sweep manifest ({e})") from None
+
+
+class SweepLock:
+    """An exclusive lock on the sweep folder, so that two sweeps never run the same runs."""
+
+    def __init__(self, root: Path):
+        self.path = root / ".sweep.lock"
+        self.f = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.f = open(self.path, "a+")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.f.seek(0)
+            holder = self.f.read().strip() or "?"
+            self.f.close()
+            raise ConfigError(f"another fedcli sweep (pid {holder}) is running in {self.path.parent}; wait for it or stop it") from None
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(str(os.getpid()))
+        self.f.flush()
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+# ------------------------------------------------------------------------------------------------ execution
+
+
+def mpiexec_path() -> str:
+    here = Path(sys.executable).parent
+    for cand in (here / "mpiexec", shutil.which("mpiexec")):
+        if cand and Path(cand).exists():
+            return str(cand)
+    raise ConfigError("--mpi needs mpiexec (install the [mpi] extra: `make install`)")
+
+
+def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple[int, str | None, float]:
+    """Train one run in this process (``run_train``); (exit code, error, seconds). Output goes to ``log``.
+
+    ``resume``: continue from the run's latest checkpoint; if ``fedcli train`` refuses (another config,
+    another process count, ...), the run starts again from scratch."""
+    import contextlib
+
+    from fedcli.cli.train import run_train
+
+    t0 = time.perf_counter()
+    log = Path(log)
+    code, error = 0, None
+    with open(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            done = False
+            if resume:
+                try:
+                    run_train(TrainConfig(**config).validate(), quiet=True, resume=True)
+                    done = True
+                except ConfigError as e:
+                    print(f"fedcli sweep: cannot resume ({e}); starting the run again", file=f)
+            if not done:
+                cfg = TrainConfig(**config).validate()
+                run_train(cfg, quiet=True, overwrite=Path(cfg.out).exists())
+        except FedcliError as e:
+            code, error = e.exit_code, str(e)
+        except Exception as e:  # noqa: BLE001 - recorded as the run's failure; the sweep goes on
+            code, error = 1, f"{type(e).__name__}: {e}"
+        if error:
+            print(f"fedcli: error: {error}", file=f)
+    return code, error, time.perf_counter() - t0
+
+
+def _memoize_datasets() -> None:
+    """A pool worker trains run after run on the same data: keep the last loaded dataset for the next run.
+
+    ``fedcli.data.setup.load_data_and_partition`` looks ``load_data`` up in its module, so wrapping it
+    here (in the worker process only) skips re-parsing, e.g., FEMNIST's JSON for every run. The
+    simulator only reads the dataset's tensors. One dataset is kept at a time (bounded memory).
+    """
+    import fedcli.data.setup as setup
+
+    original = setup.load_data
+    if getattr(original, "sweep_memo", False):
+        return
+    cache: dict = {}
+
+    def load_data(cfg):
+        key = (cfg.dataset, str(setup.data_dir(cfg)), cfg.download, cfg.holdout_fraction,
+               tuple(sorted(setup.dataset_options(cfg).items())))
+        if key not in cache:
+            cache.clear()
+            cache[key] = original(cfg)
+        return cache[key]
+
+    load_data.sweep_memo = True
+    setup.load_data = load_data
+
+
+def _pool_init() -> None:
+    # Own process group: a terminal's Ctrl-C reaches only the sweep, which passes exactly one SIGINT on
+    # (fedcli train then finishes the round, writes a checkpoint and stops; a second one stops at once).
+    import importlib
+
+    os.setpgrp()
+
+    importlib.import_module("fedcli.cli.train")  # import torch once per worker, not once per run
+    _memoize_datasets()
+
+
+class Executor:
+    """Runs planned runs.
+
+    - default: ``jobs`` worker processes (spawned once; each imports torch once and trains its runs
+      one after another with ``run_train``), so a crash of a run cannot take the sweep down;
+    - ``mpi=N``: one ``mpiexec -n N python -m fedcli train --recipe RUN.toml`` per run, ``jobs`` at a time;
+    - ``in_process``: one after another in this process (tests, debugging).
+    """
+
+    def __init__(self, jobs: int = 1, mpi: int = 0, in_process: bool = False):
+        self.jobs, self.mpi, self.in_process = max(1, jobs), mpi, in_process
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.signum = signal.SIGINT
+
+    def command(self, p: PlannedRun, resume: bool = False) -> list[str]:
+        py = [sys.executable, "-m", "mpi4py"] if self.mpi else [sys.executable]  # mpi4py: one rank's exception ends the job
+        if resume:
+            cmd = py + ["-m", "fedcli", "train", "--resume", str(p.dir), "--quiet"]
+        else:
+            cmd = py + ["-m", "fedcli", "train", "--recipe", str(p.recipe_file), "--quiet"]
+            if p.dir.exists():
+                cmd.append("--overwrite")
+        if self.mpi:
+            cmd = [mpiexec_path(), "-n", str(self.mpi)] + cmd
+        return cmd
+
+    def prepare(self, p: PlannedRun, recipe: SweepRecipe) -> None:
+        p.recipe_file.parent.mkdir(parents=True, exist_ok=True)
+        header = (f"fedcli sweep: run '{p.name}', seed {p.seed}, of {recipe.path}"
+                  + (f" at scale {recipe.scale}" if recipe.scale else "") + f"\nconfig hash {p.hash}"
+                  + f"\nreplay: fedcli train --recipe {p.recipe_file} --overwrite")
+        atomic_write(p.recipe_file, toml_flat(p.values, header))
+
+    def finish(self, p: PlannedRun, code: int, error: str | None, wall_s: float) -> None:
+        p.wall_s = round(wall_s, 2)
+        p.exit_code, p.ran = code, True
+        state, err = run_state(p)
+        if state == DONE and code == 0:
+            p.status, p.error = COMPLETED, None
+        else:
+            p.status = FAILED
+            p.error = error or (err if state == FAILED else None) or last_line(p.log) or f"exit code {code}"
+            if p.exit_code == 0:
+                p.exit_code = 1
+
+    def _subprocess(self, p: PlannedRun) -> None:
+        t0 = time.perf_counter()
+        if self.stopping:
+            return
+        code = self._spawn(p, self.command(p, resume=p.resume), "a" if p.resume else "w")
+        if p.resume and code == 2 and not self.stopping:  # resume refused: start the run again
+            code = self._spawn(p, self.command(p), "a")
+        self.finish(p, code, None, time.perf_counter() - t0)
+
+    def _spawn(self, p: PlannedRun, cmd: list[str], mode: str) -> int:
+        with open(p.log, mode) as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
+            with self.lock:
+                self.procs[proc.pid] = proc
+            try:
+                return proc.wait()
+            finally:
+                with self.lock:
+                    self.procs.pop(proc.pid, None)
+
+    def signal_all(self, pids) -> None:
+        """Pass the signal the sweep got (SIGINT, or SIGTERM from a scheduler) on to the trainings."""
+        for pid in pids:
+            try:
+                os.kill(pid, self.signum)
+            except OSError:
+                pass
+
+    def interrupt(self) -> None:
+        """Ctrl-C: start nothing more; one SIGINT to each running training (it checkpoints at the end of
+        its round and stops, ``interrupted``); a second Ctrl-C while waiting stops them at once."""
+        self.stopping = True
+        with self.lock:
+            procs = list(self.procs.values())
+        self.signal_all(p.pid for p in procs)
+        try:
+            for proc in procs:
+                proc.wait()
+        except KeyboardInterrupt:
+            self.signal_all(p.pid for p in procs)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    def run_all(self, todo: list[PlannedRun], recipe: SweepRecipe, on_done) -> None:
+        for p in todo:
+            self.prepare(p, recipe)
+        if self.in_process:
+            for p in todo:
+                self.finish(p, *execute_inline(p.config, p.log, p.resume))
+                on_done(p)
+        elif self.mpi:
+            self._run_mpi(todo, on_done)
+        else:
+            self._run_pool(todo, on_done)
+
+    def _run_mpi(self, todo, on_done) -> None:
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            pending = {pool.submit(self._subprocess, p): p for p in todo}
+            try:
+                while pending:
+                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        p = pending.pop(fut)
+                        fut.result()
+                        if p.ran:
+                            on_done(p)
+            except KeyboardInterrupt:
+                for fut in pending:
+                    fut.cancel()
+                self.interrupt()
+                raise
+
+    def _run_pool(self, todo, on_done) -> None:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        queue, retried = list(todo), set()
+        while queue:
+            n = min(self.jobs, len(queue))
+            pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=_pool_init)
+            try:
+                # at most n runs handed to the pool at a time, so that a stop leaves nothing queued in it
+                pending, requeue, broken = {}, [], False
+                while pending or (queue and not broken):
+                    while queue and not broken and len(pending) < n:
+                        p = queue.pop(0)
+                        pending[pool.submit(execute_inline, p.config, str(p.log), p.resume)] = p
+                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        p = pending.pop(fut)
+                        try:
+                            code, err, wall = fut.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            state, _ = run_state(p)
+                            if state in (MISSING, STALE) and p.rel not in retried:
+                                retried.add(p.rel)  # never started: try once more in a fresh pool
+                                requeue.append(p)
+                                continue
+                            code, err, wall = 1, "its worker process died (killed, or out of memory?)", 0.0
+                        self.finish(p, code, err, wall)
+                        on_done(p)
+                queue = requeue + queue
+            except KeyboardInterrupt:
+                # the workers have their own process group: pass one SIGINT on, so that the runs in
+                # progress checkpoint and stop (``interrupted``; the next sweep resumes them)
+                self.stopping = True
+                workers = [w.pid for w in (getattr(pool, "_processes", None) or {}).values()]
+                self.signal_all(workers)
+                try:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                except KeyboardInterrupt:  # a second Ctrl-C: stop at once
+                    self.signal_all(workers)
+                    pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+def last_line(path: Path) -> str | None:
+    try:
+        lines = [l.strip() for l in path.read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+# ------------------------------------------------------------------------------------------------ the command
+
+
+@dataclass
+class SweepResult:
+    root: Path
+    recipe: SweepRecipe
+    runs: list[PlannedRun]
+    ran: list[PlannedRun] = field(default_factory=list)
+    skipped: list[PlannedRun] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[PlannedRun]:
+        return [p for p in self.runs if p.status in (FAILED, INTERRUPTED, RUNNING, MISSING, CORRUPT, STALE)]
+
+
+def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
+                  jobs: int = 1, mpi: int = 0) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+    recipe = read_sweep(recipe_path, scale)
+    products = products_of(recipe)
+    root = Path(out) if out else default_out(recipe.path, recipe.scale)
+    seed_ids = seed_list(recipe, seeds)
+    procs = max(1, jobs) * max(1, mpi)
+    threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
+    runs = plan(recipe, root, seed_ids, threads)
+    return recipe, root, seed_ids, runs, products
+
+
+def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
+              jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None) -> SweepResult:
+    """Expand, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs failed."""
+    if mpi < 0:
+        raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
+    if mpi and in_process:
+        raise ConfigError("--mpi and --in-process cannot be combined")
+    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi)
+    result = SweepResult(root, recipe, runs)
+    todo = [p for p in runs if p.status != DONE]
+    result.skipped = [p for p in runs if p.status == DONE]
+    for p in result.skipped:
+        p.status = COMPLETED
+    if dry_run:
+        return result
+    root.mkdir(parents=True, exist_ok=True)
+    with SweepLock(root):
+        # re-read states under the lock (another sweep may have finished runs meanwhile)
+        for p in todo:
+            p.status, p.error = run_state(p)
+        todo = [p for p in todo if p.status != DONE]
+        manifest = SweepManifest(root, recipe, seed_ids, runs, products)
+        manifest.write()
+        if on_start:
+            on_start(result, todo)
+        ex = Executor(jobs, mpi, in_process)
+
+        def done(p: PlannedRun) -> None:
+            manifest.write()
+            result.ran.append(p)
+            if on_done:
+                on_done(p)
+
+        def on_term(signum, frame):  # a scheduler's pre-emption notice: stop like Ctrl-C
+            ex.signum = signum
+            raise KeyboardInterrupt
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        old_term = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+        try:
+            ex.run_all(todo, recipe, done)
+        except KeyboardInterrupt:
+            left = [p for p in todo if not p.ran]
+            for p in left:
+                p.status, p.error = run_state(p)
+            stopped = [p for p in left if p.status != DONE]
+            resumable = sum(p.resume for p in stopped)
+            err = SweepInterrupted(f"interrupted by {signal.Signals(ex.signum).name}: {len(todo) - len(stopped)} of {len(todo)} runs "
+                                   f"finished, {resumable} stopped with a checkpoint (resumable); run the same command again to continue")
+            err.exit_code = 128 + int(ex.signum)
+            err.result = result
+            raise err from None
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, old_term)
+            for p in todo:
+                if not p.ran:
+                    p.status, p.error = run_state(p)
+                    if p.status == DONE:
+                        p.status = COMPLETED
+            manifest.write()
+    bad = [p for p in runs if p.status != COMPLETED]
+    if bad:
+        first = bad[0]
+        code = first.exit_code if first.exit_code in (2, 3, 4) else 1
+        detail = "; ".join(f"{p.label} ({'exit ' + str(p.exit_code) + ': ' if p.exit_code else ''}{p.error or p.status}; log {p.log})"
+                           for p in bad[:3])
+        more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+        err = SweepFailed(f"{len(bad)} of {len(runs)} runs of {recipe.path} failed: {detail}{more}; "
+                          f"run the same command again to retry them")
+        err.exit_code = code
+        err.result = result
+        raise err
+    return result
+
+
+def entry_dirs(manifest: dict, root: Path) -> dict[tuple[str, int], Path]:
+    return {(e["name"], int(e["seed"])): root / e["dir"] for e in manifest.get("runs", [])}
+

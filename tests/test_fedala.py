@@ -1,0 +1,231 @@
+"""FedALA's adaptive local aggregation: one update worked out by hand, the initial-stage rule, the sampled
+slice, the identities that tie ``--init ala`` to the base methods, and a learning test (digits, seconds)."""
+
+import math
+
+import pytest
+import torch
+
+from fedcli.config import TrainConfig
+from fedcli.data.setup import load_data_and_partition
+from fedcli.errors import ConfigError
+from fedcli.fl.ala import ala_mix, ala_weight_step, initial_stage_done, learn_weights, sample_slice
+from fedcli.fl.engine import Simulation
+from fedcli.fl.rng import torch_gen
+
+BASE = dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="32", clients=4, active_ratio=1.0, partition="pathological",
+            classes_per_client=2, client_test_fraction=0.25, rounds=2, local_epochs=1.0, batch_size=16, lr=0.3,
+            eval_every=1, device="cpu", weighting="samples", threads=1)
+COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
+
+
+def config(**kw) -> TrainConfig:
+    return TrainConfig(**{**BASE, **kw}).validate()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_data_and_partition(config())
+
+
+_RUNS: dict = {}
+
+
+def run(data, **kw):
+    """One run per distinct config in this module (runs are only read afterwards)."""
+    key = tuple(sorted(kw.items()))
+    if key not in _RUNS:
+        sim = Simulation(config(**kw)).setup(*data)
+        _RUNS[key] = (sim, sim.run())
+    return _RUNS[key]
+
+
+def same(a, b, cols=COLS + ("personal_acc",)):
+    (sa, ra), (sb, rb) = a, b
+    assert len(ra.history) == len(rb.history) > 0
+    for x, y in zip(ra.history, rb.history):
+        for c in cols:
+            assert x[c] == y[c], (c, x[c], y[c])
+    for n in sa.global_params:
+        assert torch.equal(sa.global_params[n], sb.global_params[n]), n
+
+
+# ------------------------------------------------------------------ one ALA update, by hand
+def tiny():
+    """A 2-in 2-out linear layer: local model weight 0, bias (0.5, -0.5); global model weight I, bias 0."""
+    model = torch.nn.Linear(2, 2)
+    glob = {"weight": torch.eye(2), "bias": torch.zeros(2)}
+    local = {"weight": torch.zeros(1, 2, 2), "bias": torch.tensor([[0.5, -0.5]])}
+    weights = {"weight": torch.ones(1, 2, 2), "bias": torch.ones(1, 2)}
+    return model, glob, local, weights
+
+
+def test_pieces_by_hand():
+    theta, theta_g = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([3.0, 2.0, -1.0])
+    w = torch.tensor([0.5, 1.0, 0.25])
+    assert torch.equal(ala_mix(theta, theta_g, w), torch.tensor([2.0, 2.0, 2.0]))  # 1 + 2*.5, 2 + 0, 3 - 4*.25
+    g = torch.tensor([0.1, 5.0, 1.0])
+    # W - eta * g * (theta_g - theta) = (.5 - .2, 1 - 0, .25 + 4 * 1.0), clipped to [0, 1]
+    assert torch.allclose(ala_weight_step(w, g, theta, theta_g, eta=1.0), torch.tensor([0.3, 1.0, 1.0]))
+    assert torch.allclose(ala_weight_step(w, g, theta, theta_g, eta=3.0), torch.tensor([0.0, 1.0, 1.0]))
+
+
+def test_one_batch_update_by_hand():
+    """x = (1, 0), y = 1, W = 1: theta_t = global, logits (1, 0), dL/dz = (s, -s) with s = e / (1 + e);
+    dL/dweight = [[s, 0], [-s, 0]]; the update (I) only moves W[0, 0] to 1 - eta * s; the bias update
+    (0.5 * s each) would push W_b above 1: clipped to 1."""
+    model, glob, local, weights = tiny()
+    x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
+    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, [torch.tensor([0])], batch=1,
+                                      start_phase=[False], eta=0.5)
+    s = math.e / (1 + math.e)
+    assert passes == [1]
+    assert torch.allclose(w["weight"][0], torch.tensor([[1 - 0.5 * s, 1.0], [1.0, 1.0]]))
+    assert torch.equal(w["bias"][0], torch.ones(2))
+    assert losses[0][0] == pytest.approx(math.log(1 + math.e), rel=1e-6)  # CE at logits (1, 0), label 1
+
+
+def test_two_batches_update_by_hand():
+    """The second batch sees theta_t rebuilt from the updated W: logits (1 - s, 0), so W[0, 0] gets
+    -sigma(1 - s) more and is clipped at 0; the pass loss is the last batch's, log(1 + e^(1 - s))."""
+    model, glob, local, weights = tiny()
+    x, y = torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([1, 1])
+    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, [torch.tensor([0, 1])], batch=1,
+                                      start_phase=[False], eta=1.0)
+    s = math.e / (1 + math.e)
+    assert 1 - s - 1 / (1 + math.exp(-(1 - s))) < 0  # so the clip acts
+    assert torch.allclose(w["weight"][0], torch.tensor([[0.0, 1.0], [1.0, 1.0]]))
+    assert torch.equal(w["bias"][0], torch.ones(2))
+    assert len(losses[0]) == 1 and losses[0][0] == pytest.approx(math.log(1 + math.exp(1 - s)), rel=1e-6)
+    # the initialized top layers: theta + (theta_g - theta) * W
+    assert torch.allclose(ala_mix(local["weight"], glob["weight"], w["weight"])[0], torch.tensor([[0.0, 0.0], [0.0, 1.0]]))
+    assert torch.allclose(ala_mix(local["bias"], glob["bias"], w["bias"])[0], torch.zeros(2))
+
+
+def test_clients_learn_independently():
+    """Two clients at once: each gets exactly what it gets alone (its own slice, its own number of batches)."""
+    model, glob, local, weights = tiny()
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    y = torch.tensor([1, 0, 1])
+    two_local = {n: torch.cat([t, t * -2.0]) for n, t in local.items()}
+    two_w = {n: torch.ones(2, *t.shape[1:]) for n, t in local.items()}
+    slices = [torch.tensor([0, 1, 2]), torch.tensor([1])]
+    w2, passes, _ = learn_weights(model, glob, two_local, two_w, {}, x, y, slices, batch=1, start_phase=[False, False], eta=1.0)
+    assert passes == [1, 1]
+    for k in range(2):
+        one_w = {n: torch.ones(1, *t.shape[1:]) for n, t in local.items()}
+        w1, _, _ = learn_weights(model, glob, {n: t[k: k + 1] for n, t in two_local.items()}, one_w, {}, x, y, [slices[k]],
+                                 batch=1, start_phase=[False], eta=1.0)
+        for n in w1:
+            torch.testing.assert_close(w1[n][0], w2[n][k])
+
+
+def test_initial_stage_rule():
+    assert not initial_stage_done([1.0] * 10, 10, 0.1)        # needs more than 10 losses
+    assert initial_stage_done([1.0] * 11, 10, 0.1)
+    assert not initial_stage_done([0.0, 1.0] * 6, 10, 0.1)    # std 0.5 of the last 10
+    assert initial_stage_done([9.0] + [1.0, 1.1] * 5, 10, 0.1)  # only the last 10 count (std 0.05)
+    model, glob, local, weights = tiny()
+    x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
+    _, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, [torch.tensor([0])], batch=1,
+                                      start_phase=[True], eta=1.0, num_pre_loss=3, threshold=10.0)
+    assert passes == [4] and len(losses[0]) == 4               # stops as soon as > 3 losses have std < 10
+    _, passes, _ = learn_weights(model, glob, local, {n: torch.ones_like(t) for n, t in weights.items()}, {}, x, y,
+                                 [torch.tensor([0])], batch=1, start_phase=[True], eta=1.0, num_pre_loss=3,
+                                 threshold=0.0, max_passes=7)
+    assert passes == [7]                                         # threshold 0 never converges: the cap
+
+
+def test_sampled_slice():
+    ix = torch.arange(100, 130)  # 30 samples
+    a = sample_slice(ix, 80, torch_gen(0, "ala", 3, 7))
+    assert a.numel() == 24 and torch.equal(a, torch.arange(int(a[0]), int(a[0]) + 24)) and 100 <= int(a[0]) <= 106
+    assert torch.equal(a, sample_slice(ix, 80, torch_gen(0, "ala", 3, 7)))  # keyed: reproducible
+    offsets = {int(sample_slice(ix, 80, torch_gen(0, "ala", r, 7))[0]) for r in range(200)}
+    assert offsets == set(range(100, 107))                       # every offset in [0, n - m], both ends
+    assert sample_slice(ix, 100, torch_gen(1)).numel() == 30
+    assert sample_slice(torch.arange(1), 50, torch_gen(1)).numel() == 0
+
+
+# ------------------------------------------------------------------ identities on the engine
+def test_ala_layers_0_equals_base_method(data):
+    avg_c = run(data, algo="fedavg-c")
+    same(run(data, algo="fedavg", init="ala", ala_layers=0), avg_c)
+    same(run(data, algo="fedala", ala_layers=0), avg_c)
+    same(avg_c, run(data, algo="fedavg"), cols=COLS)  # the global model and the ledger are FedAvg's
+    prox_c = run(data, algo="fedprox-c", mu=0.1)
+    same(run(data, algo="fedprox", mu=0.1, init="ala", ala_layers=0), prox_c)
+    same(prox_c, run(data, algo="fedprox", mu=0.1), cols=COLS)
+
+
+def test_ala_skipped_in_first_round_then_learned(data):
+    # round 0: every local model equals the global one, so ALA is skipped (and the initial stage still ahead)
+    same(run(data, algo="fedala", rounds=1), run(data, algo="fedavg-c", rounds=1))
+    sim, s = run(data, algo="fedala", rounds=3)
+    assert set(sim.init.initial_passes) == set(range(4)) and min(sim.init.initial_passes.values()) >= 11
+    for n in sim.init.top_names(sim):
+        w = sim.store.tables[f"ala.w:{n}"]
+        assert set(w) == set(range(4))
+        assert all(float(t.min()) >= 0.0 and float(t.max()) <= 1.0 for t in w.values())
+        assert any(float(t.min()) < 1.0 for t in w.values())  # the weights moved
+    assert all(float(v) == 1.0 for v in sim.store.tables["ala.started"].values())
+    assert s.history[-1]["comm_params"] == run(data, algo="fedavg", rounds=3)[1].history[-1]["comm_params"]
+
+
+def test_ala_on_fedprox_differs_and_runs(data):
+    a = run(data, algo="fedprox", mu=0.1, init="ala")
+    b = run(data, algo="fedprox-c", mu=0.1)
+    assert a[1].history[-1]["personal_acc"] != "" and a[1].history[-1]["personal_acc"] != b[1].history[-1]["personal_acc"]
+
+
+def test_init_option_is_validated():
+    with pytest.raises(ConfigError, match="--init"):
+        config(init="nope")
+    with pytest.raises(ConfigError, match="ala-sample-percent"):
+        config(algo="fedala", ala_sample_percent=0.0)
+
+
+def test_fedala_learns_personal_models(data):
+    sim, s = run(data, algo="fedala", rounds=3)
+    accs = [r["personal_acc"] for r in s.history]
+    assert accs[-1] > accs[0] + 0.15 and s.best_personal_acc > 0.85, accs
+    assert s.best_personal_acc == max(accs) and s.history[s.best_personal_round - 1]["personal_acc"] == s.best_personal_acc
+    # personalized models beat the global model on non-IID data (2 classes per client)
+    assert s.best_personal_acc > max(r["test_acc"] for r in s.history)
+
+
+def test_fedala_resume_is_identical(tmp_path, monkeypatch, capsys):
+    """A run interrupted by SIGINT (checkpoint at the round's end) and resumed gives the uninterrupted run's
+    rows: the local models, ALA weights and initial-stage flags travel in the checkpointed client store."""
+    import csv
+    import os
+    import signal
+
+    from fedcli.cli.main import main
+    from fedcli.fl import engine
+
+    args = ["train", "--algo", "fedala", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "4",
+            "--active-ratio", "0.5", "--partition", "pathological", "--client-test-fraction", "0.25", "--rounds", "4",
+            "--local-epochs", "1", "--batch-size", "16", "--lr", "0.3", "--eval-every", "1", "--ala-num-pre-loss", "3",
+            "--checkpoint-every", "1", "--device", "cpu", "--threads", "1", "--quiet"]
+    assert main(args + ["--out", str(tmp_path / "ref")]) == 0
+    sync = engine.Simulation.synchronize
+
+    def signal_me(self, cohort, *a, **k):
+        if cohort.round_idx == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return sync(self, cohort, *a, **k)
+
+    monkeypatch.setattr(engine.Simulation, "synchronize", signal_me)
+    with pytest.raises(SystemExit) as e:
+        main(args + ["--out", str(tmp_path / "run")])
+    assert e.value.code == 130
+    monkeypatch.setattr(engine.Simulation, "synchronize", sync)
+    assert main(["train", "--resume", str(tmp_path / "run"), "--quiet"]) == 0
+
+    def rows(d):
+        with open(tmp_path / d / "metrics.csv") as f:
+            return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+    ref, got = rows("ref"), rows("run")
+    assert len(ref) == 4 and ref == got and all(r["personal_acc"] for r in ref)

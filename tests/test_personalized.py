@@ -1,0 +1,267 @@
+"""Personalized evaluation (personal_acc) and FedALA's baselines: fedavg-c, fedprox-c, Ditto, FedRep, Per-FedAvg.
+
+Each baseline: a learning test on digits (2 classes per client, local test splits) and an identity or
+invariant check; the evaluation convention checked by hand (digits + a small MLP, seconds)."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.func import functional_call
+
+from fedcli.cli.train import run_train
+from fedcli.config import TrainConfig
+from fedcli.data.setup import load_data_and_partition
+from fedcli.errors import ConfigError
+from fedcli.fl.cohort import Cohort
+from fedcli.fl.engine import Simulation, sample_cohort
+from fedcli.fl.personal import client_model
+from fedcli.fl.trainers import masked_loss
+
+BASE = dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="32", clients=4, active_ratio=1.0, partition="pathological",
+            classes_per_client=2, client_test_fraction=0.25, rounds=2, local_epochs=1.0, batch_size=16, lr=0.3,
+            eval_every=1, device="cpu", weighting="samples", threads=1)
+COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
+
+
+def config(**kw) -> TrainConfig:
+    return TrainConfig(**{**BASE, **kw}).validate()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_data_and_partition(config())
+
+
+_RUNS: dict = {}
+
+
+def run(data, **kw):
+    key = tuple(sorted(kw.items()))
+    if key not in _RUNS:
+        sim = Simulation(config(**kw)).setup(*data)
+        _RUNS[key] = (sim, sim.run())
+    return _RUNS[key]
+
+
+def same(a, b, cols=COLS + ("personal_acc",)):
+    (sa, ra), (sb, rb) = a, b
+    assert len(ra.history) == len(rb.history) > 0
+    for x, y in zip(ra.history, rb.history):
+        for c in cols:
+            assert x[c] == y[c], (c, x[c], y[c])
+    for n in sa.global_params:
+        assert torch.equal(sa.global_params[n], sb.global_params[n]), n
+
+
+def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
+    """(pooled accuracy over all local test samples, mean of per-client accuracies)."""
+    correct = total = 0
+    per_client = []
+    sim.model.eval()
+    with torch.no_grad():
+        for c, idx in enumerate(sim.partition.test):
+            idx = torch.as_tensor(idx)
+            params, buffers = model_of(c)
+            out = functional_call(sim.model, (params, buffers), (sim.train_x[idx],))
+            k = int((out.argmax(1) == sim.train_y[idx]).sum())
+            correct += k
+            total += idx.numel()
+            per_client.append(k / idx.numel())
+    return correct / total, sum(per_client) / len(per_client)
+
+
+def learned(summary, gain=0.1, floor=0.8):
+    accs = [r["personal_acc"] for r in summary.history]
+    assert accs[-1] > accs[0] + gain and summary.best_personal_acc > floor, accs
+    assert summary.best_personal_acc > max(r["test_acc"] for r in summary.history)  # non-IID: personal models win
+
+
+# ------------------------------------------------------------------ the evaluation and the CSV
+def test_metrics_csv_has_personal_acc(tmp_path):
+    for algo in ("fedavg", "fedavg-c"):
+        run_train(TrainConfig(**{**BASE, "algo": algo, "out": str(tmp_path / algo)}).validate(), quiet=True)
+    with open(tmp_path / "fedavg/metrics.csv") as f:
+        plain = list(csv.DictReader(f))
+    with open(tmp_path / "fedavg-c/metrics.csv") as f:
+        pers = list(csv.DictReader(f))
+    header = (tmp_path / "fedavg-c/metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[-1] == "personal_acc" and header[:5] == ["round", "iteration", "train_loss", "test_loss", "test_acc"]
+    assert len(plain) == len(pers) == 2 and all(r["personal_acc"] == "" for r in plain)
+    assert all(0.0 < float(r["personal_acc"]) <= 1.0 for r in pers)
+    for a, b in zip(plain, pers):  # fedavg-c is fedavg plus the client-side evaluation
+        assert a["test_acc"] == b["test_acc"] and a["comm_params"] == b["comm_params"]
+    summary = json.loads((tmp_path / "fedavg-c/manifest.json").read_text())["summary"]
+    best = max(float(r["personal_acc"]) for r in pers)
+    assert summary["best_personal_acc"] == pytest.approx(best)
+    assert float(pers[summary["best_personal_round"] - 1]["personal_acc"]) == pytest.approx(best)
+
+
+def test_personal_acc_is_pooled_over_all_local_test_samples(data):
+    sim, s = run(data, algo="fedavg-c")
+    pooled, mean = accuracy_by_hand(sim, lambda c: client_model(sim, c))
+    assert s.history[-1]["personal_acc"] == pytest.approx(pooled, abs=1e-12)
+    assert set(sim.store.tables[f"local.p:{sim.layers[0].name}"]) == {0, 1, 2, 3}  # every client holds its model
+    # and the local models are the trained ones, not the global model
+    assert any(not torch.equal(client_model(sim, c)[0][n], sim.global_params[n]) for c in range(4) for n in sim.global_params)
+
+
+def test_partial_participation_clients_never_sampled_hold_the_global_model(data):
+    sim, s = run(data, algo="fedavg-c", active_ratio=0.5, rounds=1)
+    trained = set(sample_cohort(0, 0, 4, 2))
+    stored = set(sim.store.tables[f"local.p:{sim.layers[0].name}"])
+    assert stored == trained and len(trained) == 2
+    glob = (dict(sim.global_params), dict(sim.global_buffers))
+    pooled, _ = accuracy_by_hand(sim, lambda c: client_model(sim, c) if c in trained else glob)
+    assert s.history[-1]["personal_acc"] == pytest.approx(pooled, abs=1e-12)
+
+
+def test_personalized_methods_need_local_test_splits(data, tmp_path):
+    nodata = load_data_and_partition(config(client_test_fraction=0.0))
+    for algo in ("fedavg-c", "fedala", "ditto"):
+        with pytest.raises(ConfigError, match="client-test-fraction"):
+            Simulation(config(algo=algo, client_test_fraction=0.0)).setup(*nodata)
+    # ALA on a traditional method without local test splits still runs (its local models are kept), no personal_acc
+    sim = Simulation(config(algo="fedavg", init="ala", client_test_fraction=0.0, rounds=2)).setup(*nodata)
+    s = sim.run()
+    assert all(r["personal_acc"] == "" for r in s.history) and len(sim.init.initial_passes) == 4
+
+
+def test_fedprox_c_learns_and_is_fedprox(data):
+    sim, s = run(data, algo="fedprox-c", mu=0.001, rounds=3)
+    learned(s)
+    same((sim, s), run(data, algo="fedprox", mu=0.001, rounds=3), cols=COLS)
+
+
+# ------------------------------------------------------------------ Ditto
+def test_ditto_global_model_is_fedavg_and_personal_models_learn(data):
+    sim, s = run(data, algo="ditto", ditto_epochs=1.0, rounds=3)
+    same((sim, s), run(data, algo="fedavg", rounds=3), cols=COLS)  # the global track and the ledger are FedAvg's
+    learned(s)
+    v = sim.store.tables[f"ditto.p:{sim.layers[0].name}"]
+    assert set(v) == {0, 1, 2, 3}
+    pooled, _ = accuracy_by_hand(sim, lambda c: client_model(sim, c, "ditto"))
+    assert s.history[-1]["personal_acc"] == pytest.approx(pooled, abs=1e-12)  # v is what is evaluated
+
+
+def test_ditto_lambda_pulls_toward_the_global_model(data):
+    """A large lambda keeps v near w^t: after one round, v is closer to the round's starting global model."""
+    dist = {}
+    for lam in (0.0, 10.0):
+        sim = Simulation(config(algo="ditto", ditto_lambda=lam, ditto_epochs=1.0, rounds=1, lr=0.05)).setup(*data)
+        w0 = {n: p.clone() for n, p in sim.global_params.items()}
+        sim.run()
+        dist[lam] = sum(float((client_model(sim, 0, "ditto")[0][n] - w0[n]).norm() ** 2) for n in w0)
+    assert dist[10.0] < 0.5 * dist[0.0]
+
+
+# ------------------------------------------------------------------ FedRep
+def test_fedrep_keeps_the_head_local_and_counts_only_the_body(data, tmp_path):
+    cfg = TrainConfig(**{**BASE, "algo": "fedrep", "head_epochs": 1.0, "rounds": 3, "out": str(tmp_path / "rep")}).validate()
+    s = run_train(cfg, quiet=True)
+    with open(tmp_path / "rep/layers.csv") as f:
+        layers = list(csv.DictReader(f))
+    head, body = layers[-2:], layers[:-2]
+    assert all(int(r["syncs"]) == 0 and int(r["comm_params"]) == 0 and float(r["comm_bytes"]) == 0 for r in head)
+    assert all(int(r["syncs"]) == 3 for r in body)
+    body_numel = sum(int(r["numel"]) for r in body)
+    assert s.comm_params == 3 * body_numel < s.fedavg_comm_params
+    assert s.comm_bytes == pytest.approx(3 * 4 * body_numel * 8)  # 4 clients up + down, 32 bits each way
+    learned(s)
+
+
+def test_fedrep_heads_differ_and_global_head_never_moves(data):
+    sim, s = run(data, algo="fedrep", head_epochs=1.0, rounds=2)
+    init = Simulation(config(algo="fedrep")).setup(*data).global_params
+    head = [li.name for li in sim.layers[-2:]]
+    for n in head:
+        assert torch.equal(sim.global_params[n], init[n])
+        heads = sim.store.tables[f"fedrep.head:{n}"]
+        assert set(heads) == {0, 1, 2, 3} and not torch.equal(heads[0], heads[1])
+        # the evaluated model holds the client's own head
+        assert torch.equal(client_model(sim, 2)[0][n], heads[2])
+
+
+def test_fedrep_without_head_is_fedavg_c(data):
+    same(run(data, algo="fedrep", head_layers=0), run(data, algo="fedavg-c"))
+
+
+# ------------------------------------------------------------------ Per-FedAvg
+def test_perfedavg_meta_step_by_hand(data):
+    """Two local steps = one first-order MAML step: theta' = theta - a g1, then theta <- theta - b g2."""
+    sim = Simulation(config(algo="perfedavg", perfedavg_beta=0.25)).setup(*data)
+    cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
+    cohort.steps = torch.tensor([2, 1])  # client 1 has one step only: its unpaired step is dropped
+    step = sim.local_step
+    step.begin_round(sim, cohort)
+    theta = {n: p.clone() for n, p in cohort.params.items()}
+    g1 = {n: torch.ones_like(p) for n, p in cohort.params.items()}
+    step.step(cohort, g1, lr=0.1)
+    for n, p in cohort.params.items():
+        assert torch.allclose(p[0], theta[n][0] - 0.1) and torch.equal(p[1], theta[n][1])
+    g2 = {n: torch.full_like(p, 2.0) for n, p in cohort.params.items()}
+    step.step(cohort, g2, lr=0.1, active=torch.tensor([True, False]))
+    for n, p in cohort.params.items():
+        assert torch.allclose(p[0], theta[n][0] - 0.5) and torch.equal(p[1], theta[n][1])  # theta - 0.25 * 2
+
+
+def test_perfedavg_learns_and_evaluates_one_step_from_the_global_model(data):
+    sim, s = run(data, algo="perfedavg", rounds=3)
+    assert [r["comm_params"] for r in s.history] == [r["comm_params"] for r in run(data, algo="fedavg", rounds=3)[1].history]
+    accs = [r["personal_acc"] for r in s.history]
+    assert accs[-1] > accs[0] + 0.05, accs
+    # the evaluated model of client 1: one SGD step at --lr on a batch of its training split, from the global model
+    params, _ = sim.local_step.personalize(sim, 1)
+    x_ix = sim.client_indices[1]
+    from fedcli.fl.rng import torch_gen
+    pick = torch.randperm(x_ix.numel(), generator=torch_gen(0, "perfedavg.eval", 2, 1))[:16]
+    x, y = sim.train_x[x_ix[pick]], sim.train_y[x_ix[pick]]
+    g = {n: p.detach().clone().requires_grad_(True) for n, p in sim.global_params.items()}
+    loss = masked_loss(functional_call(sim.model, (g, sim.global_buffers), (x,)), y, torch.ones(16))
+    grads = torch.autograd.grad(loss, list(g.values()))
+    for (n, p), gr in zip(sim.global_params.items(), grads):
+        torch.testing.assert_close(params[n], p - 0.3 * gr)
+
+
+# ------------------------------------------------------------------ learning: the rest of the baselines
+def test_fedavg_c_and_fedrep_learn(data):
+    learned(run(data, algo="fedavg-c", rounds=3)[1])
+    learned(run(data, algo="fedrep", head_epochs=1.0, rounds=3)[1])
+
+
+# ------------------------------------------------------------------ MPI: results do not depend on the process count
+ROOT = Path(__file__).resolve().parents[1]
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+MPI_ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "5", "--partition", "pathological",
+            "--client-test-fraction", "0.25", "--rounds", "2", "--local-epochs", "1", "--batch-size", "16", "--lr", "0.3",
+            "--eval-every", "1", "--ala-num-pre-loss", "3", "--quiet"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
+def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
+    from fedcli.cli.main import main
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    for algo, ratio in (("fedala", "0.6"), ("fedrep", "1")):  # partial participation shares client state; full does not
+        args = ["train", *MPI_ARGS, "--algo", algo, "--active-ratio", ratio, "--threads", "1"]
+        assert main([*args, "--out", str(tmp_path / f"{algo}{ratio}-1")]) == 0
+        p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", *args,
+                            "--out", str(tmp_path / f"{algo}{ratio}-2")], env=env, capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr
+        rows = []
+        for n in (1, 2):
+            with open(tmp_path / f"{algo}{ratio}-{n}/metrics.csv") as f:
+                rows.append(list(csv.DictReader(f)))
+        assert len(rows[0]) == len(rows[1]) == 2
+        for a, b in zip(*rows):
+            assert a["comm_params"] == b["comm_params"]
+            for col in ("test_acc", "personal_acc"):
+                assert abs(float(a[col]) - float(b[col])) <= 1e-5, (algo, ratio, col, a[col], b[col])

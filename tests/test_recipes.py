@@ -1,0 +1,100 @@
+"""The FedLAMA recipes: every table and figure of the three paper versions, valid at both scales.
+
+These tests only parse and validate (no training): every run's config at ``smoke`` and ``paper``
+scale, every report product against the run names, and the promises of the smoke scale.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from fedcli.config import TrainConfig
+from fedcli.errors import ConfigError
+from fedcli.fl.methods import METHODS
+from fedcli.recipes import read_sweep, train_values
+from fedcli.report.spec import parse_products
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes" / "fedlama").glob("*.toml"))
+SHARED_FEMNIST = "../shared/datasets/femnist-leaf-sample"
+
+# every table and figure of the papers, and the recipe product that reproduces it
+PRODUCTS = {
+    "aaai-table1": "FedLAMA AAAI 2023, Table 1", "aaai-table2": "FedLAMA AAAI 2023, Table 2",
+    "aaai-table3": "FedLAMA AAAI 2023, Table 3", "aaai-table4": "FedLAMA AAAI 2023, Table 4",
+    "aaai-fig2a": "Figure 2 a)", "aaai-fig2b": "Figure 2 b)", "aaai-fig3-left": "Figure 3 (left)", "aaai-fig3-right": "Figure 3 (right)",
+    "aaai-fig4-cifar10": "Figure 4", "aaai-fig4-cifar100": "Figure 4", "aaai-fig4-femnist": "Figure 4",
+    "aaai-fig5-cifar10": "Figure 5", "aaai-fig5-cifar100": "Figure 5", "aaai-fig5-femnist": "Figure 5",
+    **{f"arxiv-table{i}": f"Table {i}" for i in range(1, 13)},
+    "arxiv-fig1a": "Figure 1 a)", "arxiv-fig1b": "Figure 1 b)", "arxiv-fig2": "Figure 2", "arxiv-fig3": "Figure 3",
+    "arxiv-fig4a": "Figure 4 a)", "arxiv-fig4b": "Figure 4 b)", "arxiv-fig5a": "Figure 5 a)", "arxiv-fig5b": "Figure 5 b)",
+    "arxiv-fig6": "Figure 6",
+}
+
+
+def all_products():
+    out = {}
+    for path in RECIPES:
+        tables, figures = parse_products(read_sweep(path, "smoke"))
+        for p in tables + figures:
+            out[p.name] = (path.name, p)
+    return out
+
+
+def test_every_paper_table_and_figure_has_a_recipe():
+    products = all_products()
+    missing = sorted(set(PRODUCTS) - set(products))
+    assert not missing, f"no recipe produces {missing}"
+    for name, needle in PRODUCTS.items():
+        assert needle in products[name][1].paper, (name, products[name][1].paper)
+    assert len(RECIPES) >= 19
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_recipe_valid_at_both_scales(path):
+    text = path.read_text()
+    assert "Fidelity" in text and "Smoke scale" in text, "say which fidelity setting reproduces the table, and what smoke is"
+    for scale in ("paper", "smoke"):
+        r = read_sweep(path, scale)
+        assert r.paper.startswith("FedLAMA") and r.fidelity and r.seeds == 3
+        tables, figures = parse_products(r)
+        assert tables or figures
+        for run in r.runs:
+            cfg = TrainConfig(**run.values)
+            if cfg.algo in METHODS and (not cfg.schedule or cfg.schedule in ("periodic", "lama", "lama-accelerate")):
+                cfg.validate()
+            assert cfg.batch_size == 32 and cfg.weighting == "uniform" and cfg.lama_rule == "reference"
+            if scale == "paper":
+                assert cfg.dataset in ("cifar10", "cifar100", "femnist") and cfg.clients == 128
+                assert cfg.model in ("resnet20", "wrn", "femnist_cnn")
+            else:
+                # minutes on 2 CPU cores: small models, few steps, offline data
+                assert cfg.iterations <= 200 and cfg.model == "mlp" and cfg.clients <= 32
+                assert cfg.dataset == "digits" or (cfg.dataset == "femnist" and cfg.data_dir == SHARED_FEMNIST)
+    # fedcli train --recipe uses [base] (+ --scale)
+    assert train_values(path, "smoke")["iterations"] <= 200
+
+
+def test_paper_settings_of_aaai_table3():
+    r = read_sweep(ROOT / "recipes/fedlama/aaai-table3.toml", "paper")
+    by = {x.name: x.values for x in r.runs}
+    assert [(by[n]["algo"], by[n]["tau"], by[n]["lr"]) for n in ("FedAvg x1", "FedAvg x2", "FedAvg x4", "FedAvg x8")] == [
+        ("fedavg", 20, 0.02), ("fedavg", 40, 0.02), ("fedavg", 80, 0.02), ("fedavg", 160, 0.02)]
+    assert [(by[n]["tau"], by[n]["phi"], by[n]["lr"]) for n in ("FedLAMA phi=2", "FedLAMA phi=4", "FedLAMA phi=8")] == [
+        (20, 2, 0.06), (20, 4, 0.04), (20, 8, 0.04)]
+    v = by["FedLAMA phi=2"]
+    assert (v["iterations"], v["clients"], v["active_ratio"], v["writers_per_client"], v["momentum"]) == (4000, 128, 0.25, 2, 0.9)
+    s = {x.name: x.values for x in read_sweep(ROOT / "recipes/fedlama/aaai-table3.toml", "smoke").runs}
+    # the smoke grid keeps the ratios: FedAvg tau = tau' x 1, 2, 4, 8
+    assert [s[n]["tau"] for n in ("FedAvg x1", "FedAvg x2", "FedAvg x4", "FedAvg x8")] == [2, 4, 8, 16]
+    assert {s[n]["tau"] for n in ("FedLAMA phi=2", "FedLAMA phi=4", "FedLAMA phi=8")} == {2}
+
+
+def test_recipe_key_error_points_at_the_run(tmp_path):
+    src = (ROOT / "recipes/fedlama/aaai-table3.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(src.replace('phi = 4\nlr = 0.04', 'phi = 4\nlr = "fast"'))
+    with pytest.raises(ConfigError) as e:
+        read_sweep(bad, "smoke")
+    line = src.splitlines().index('name = "FedLAMA phi=4"') + 4  # name, algo, phi, lr
+    assert f"{bad}, line {line}" in str(e.value) and "lr" in str(e.value)

@@ -1,0 +1,265 @@
+"""``fedcli report``: seeds aggregated by hand, early-stopping columns, missing runs, figures.
+
+The run directories here are written by hand (manifest.json, metrics.csv, layers.csv, intervals.csv),
+so every number in the expected tables can be worked out on paper.
+"""
+
+import csv
+import json
+import math
+
+import pytest
+
+from fedcli.cli.main import main
+from fedcli.errors import ConfigError
+from fedcli.report.aggregate import early_stop, first_reach, mean_std
+from fedcli.report.core import MissingRuns, find_sweeps, listing, make_figures, make_table
+from fedcli.report.figures import cross_point, delta_lambda_curves
+from fedcli.report.rundata import RunData
+from fedcli.report.spec import parse_figure, parse_table, spec_to_dict
+from fedcli.results.rundir import INTERVALS_COLUMNS, LAYERS_COLUMNS, METRICS_COLUMNS
+
+
+def loc(key):
+    return f"test, key {key}"
+
+
+def write_csv(path, columns, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, 0) for c in columns})
+
+
+def fake_run(path, *, algo, tau, lr, seed, evals, comm, phi=1, status="completed", layers=None, intervals=None):
+    """A run directory: ``evals`` is [(iteration, test_acc, cumulative comm_params)]."""
+    path.mkdir(parents=True, exist_ok=True)
+    schedule = "lama" if algo == "fedlama" else "periodic"
+    cfg = {"algo": algo, "tau": tau, "phi": phi, "lr": lr, "seed": seed, "dataset": "digits", "active_ratio": 0.25,
+           "partition": "dirichlet", "alpha": 0.1, "clients": 8, "batch_size": 32, "iterations": evals[-1][0], "schedule": ""}
+    manifest = {"status": status, "config": cfg, "method": {"name": algo, "schedule": schedule}, "seed": seed, "clients": 8,
+                "summary": {"comm_params": comm, "comm_bytes": 8.0 * comm}}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_csv(path / "metrics.csv", METRICS_COLUMNS,
+              [{"round": i, "iteration": it, "test_acc": acc, "comm_params": c, "comm_bytes": 8 * c, "train_loss": 1.0, "test_loss": 1.0}
+               for i, (it, acc, c) in enumerate(evals)])
+    write_csv(path / "layers.csv", LAYERS_COLUMNS, layers or [
+        {"layer": 0, "name": "w", "kind": "kernel", "numel": 90, "syncs": comm // 100, "comm_params": 90 * (comm // 100), "interval": tau},
+        {"layer": 1, "name": "b", "kind": "bias", "numel": 10, "syncs": comm // 100, "comm_params": 10 * (comm // 100), "interval": tau}])
+    if intervals:
+        write_csv(path / "intervals.csv", INTERVALS_COLUMNS, intervals)
+
+
+# ------------------------------------------------------------------------------------------------ a fake sweep
+# Baseline "FedAvg x1" (comm 1000 per seed), "FedAvg x2" (comm 500) and "FedLAMA phi=2" (comm 600), 2 seeds.
+#   FedAvg x1 best acc: seed 0: 0.80, seed 1: 0.84          -> 82.00 +- 2.83 %
+#   FedAvg x2 best acc: seed 0: 0.70, seed 1: 0.72          -> 71.00 +- 1.41 %
+#   FedLAMA evals seed 0: (10, .50, 200) (20, .71, 300) (30, .75, 600)
+#                 seed 1: (10, .60, 200) (20, .715, 300) (30, .73, 600)
+#   early stopping, target = the same seed's FedAvg x2 accuracy (0.70, 0.72):
+#     seed 0 reaches 0.70 at iteration 20 (acc .71, comm 300 = 30 %); seed 1 reaches 0.72 at 30 (acc .73, comm 600 = 60 %)
+#     -> acc 72.00 +- 1.41 %, steps 25 +- 7, C ratio 45.00 %
+#   target = the mean of FedAvg x2 (0.71): seed 1 reaches it at 20 (.715, 30 %) -> acc 71.25 +- 0.35 %, steps 20, C ratio 30.00 %
+#   full training FedLAMA: best 0.75, 0.73 -> 74.00 +- 1.41 %, comm 600/1000 = 60.00 %
+
+EVALS = {
+    ("FedAvg x1", 0): (dict(algo="fedavg", tau=2, lr=0.1), [(10, 0.5, 500), (20, 0.80, 1000)], 1000),
+    ("FedAvg x1", 1): (dict(algo="fedavg", tau=2, lr=0.1), [(10, 0.84, 500), (20, 0.83, 1000)], 1000),
+    ("FedAvg x2", 0): (dict(algo="fedavg", tau=4, lr=0.1), [(12, 0.6, 300), (20, 0.70, 500)], 500),
+    ("FedAvg x2", 1): (dict(algo="fedavg", tau=4, lr=0.1), [(12, 0.72, 300), (20, 0.71, 500)], 500),
+    ("FedLAMA phi=2", 0): (dict(algo="fedlama", tau=2, phi=2, lr=0.2), [(10, 0.50, 200), (20, 0.71, 300), (30, 0.75, 600)], 600),
+    ("FedLAMA phi=2", 1): (dict(algo="fedlama", tau=2, phi=2, lr=0.2), [(10, 0.60, 200), (20, 0.715, 300), (30, 0.73, 600)], 600),
+}
+
+
+def make_sweep(root, tables, figures=(), skip=(), status=None, evals=None):
+    entries = []
+    for (name, seed), (kw, evals, comm) in {**EVALS, **(evals or {})}.items():
+        rel = f"{name.lower().replace(' ', '-').replace('=', '-')}/seed{seed}"
+        entries.append({"name": name, "seed": seed, "dir": rel, "status": "completed"})
+        if (name, seed) in skip:
+            continue
+        st = (status or {}).get((name, seed), "completed")
+        intervals = None
+        if kw["algo"] == "fedlama":
+            intervals = [{"round": r, "iteration": 4 * (r + 1), "layer": l, "name": n, "numel": numel, "eligible": 1, "d": d, "interval": 2}
+                         for r in (0, 1) for l, n, numel, d in ((0, "a", 10, 1.0), (1, "b", 80, 0.1), (2, "c", 10, 0.5))]
+        fake_run(root / rel, seed=seed, evals=evals, comm=comm, status=st, intervals=intervals, **kw)
+    manifest = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": "smoke", "seeds": [0, 1], "title": "t", "paper": "Test paper",
+                "tables": [spec_to_dict(parse_table(t, loc)) for t in tables],
+                "figures": [spec_to_dict(parse_figure(f, loc)) for f in figures], "runs": entries}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sweep.json").write_text(json.dumps(manifest))
+    return root
+
+
+PAIRED = {"name": "paired", "layout": "paired", "baseline": "FedAvg x1", "paper": "AAAI-like",
+          "rows": [["FedAvg x1", "FedAvg x1"], ["FedAvg x2", "FedLAMA phi=2"]]}
+ROWS = {"name": "rows", "columns": ["lr", "tau", "phi", "acc", "comm"], "runs": ["FedAvg x1", "FedAvg x2", "FedLAMA phi=2"]}
+FIGURES = [
+    {"name": "curves", "kind": "curves", "runs": ["FedAvg x1", "FedLAMA phi=2"]},
+    {"name": "syncs", "kind": "layer-syncs", "runs": ["FedAvg x1", "FedLAMA phi=2"]},
+    {"name": "size", "kind": "layer-size", "runs": ["FedAvg x1", "FedLAMA phi=2"], "log": True},
+    {"name": "dl", "kind": "delta-lambda", "panels": [{"title": "a)", "run": "FedLAMA phi=2"}]},
+]
+
+
+# ------------------------------------------------------------------------------------------------ pure helpers
+
+
+def test_mean_std_by_hand():
+    s = mean_std([0.80, 0.82, 0.84])
+    assert s.n == 3 and s.mean == pytest.approx(0.82)
+    assert s.std == pytest.approx(0.02)  # sqrt((0.02^2 + 0 + 0.02^2) / (3 - 1))
+    assert mean_std([5.0]).std == 0.0 and mean_std([5.0]).mean == 5.0
+    assert mean_std([1.0, float("nan"), 3.0]).n == 2  # non-finite values are left out
+    assert mean_std([]).n == 0 and not mean_std([]).ok
+
+
+def test_first_reach_and_early_stop_by_hand(tmp_path):
+    root = make_sweep(tmp_path / "s", [PAIRED])
+    runs = {name: {seed: RunData(root / f"{name.lower().replace(' ', '-').replace('=', '-')}/seed{seed}") for seed in (0, 1)}
+            for name in ("FedAvg x1", "FedAvg x2", "FedLAMA phi=2")}
+    assert first_reach(runs["FedLAMA phi=2"][0].metrics, 0.70)["iteration"] == 20
+    assert first_reach(runs["FedLAMA phi=2"][0].metrics, 0.99) is None
+    es = early_stop(runs["FedLAMA phi=2"], runs["FedAvg x2"], 1000.0, "best", "seed")
+    assert (es.reached, es.n) == (2, 2)
+    assert es.steps.mean == pytest.approx(25) and es.steps.std == pytest.approx(math.sqrt(50))
+    assert es.acc.mean == pytest.approx(0.72) and es.acc.std == pytest.approx(math.sqrt(2 * 0.01 ** 2))
+    assert es.comm_pct.mean == pytest.approx(45.0)
+    es = early_stop(runs["FedLAMA phi=2"], runs["FedAvg x2"], 1000.0, "best", "mean")
+    assert es.steps.mean == pytest.approx(20) and es.acc.mean == pytest.approx(0.7125) and es.comm_pct.mean == pytest.approx(30.0)
+    # the baseline against itself stops where each seed first reaches its own best accuracy
+    es = early_stop(runs["FedAvg x1"], runs["FedAvg x1"], 1000.0, "best", "seed")
+    assert es.steps.mean == pytest.approx(15) and es.comm_pct.mean == pytest.approx(75.0)
+    # final accuracy as the target: FedAvg x2's last evaluations are 0.70 and 0.71
+    es = early_stop(runs["FedLAMA phi=2"], runs["FedAvg x2"], 1000.0, "final", "seed")
+    assert es.steps.mean == pytest.approx(20) and es.reached == 2
+
+
+def test_paired_table_md_latex_csv(tmp_path):
+    root = make_sweep(tmp_path / "s", [PAIRED, ROWS])
+    sweeps = find_sweeps(root)
+    md = make_table(sweeps, "paired", "md")
+    lines = [l for l in md.splitlines() if l.startswith("| ")]
+    assert lines[0].startswith("| LR | τ' | φ | Validation acc. | C ratio | LR | τ' | φ | ES: Validation acc. | ES: # of steps")
+    row1 = [c.strip() for c in lines[1].strip("|").split("|")]
+    assert row1 == ["0.1", "2", "1", "82.00 ± 2.83%", "100.00%", "0.1", "2", "1", "82.00 ± 2.83%", "15 ± 7", "75.00%",
+                    "82.00 ± 2.83%", "100.00%"]
+    row2 = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert row2 == ["0.1", "4", "1", "71.00 ± 1.41%", "50.00%", "0.2", "2", "2", "72.00 ± 1.41%", "25 ± 7", "45.00%",
+                    "74.00 ± 1.41%", "60.00%"]
+    assert "Mean ± sample std over 2 seeds" in md and "Scale 'smoke'" in md
+    tex = make_table(sweeps, "paired", "latex")
+    assert "\\multicolumn{5}{c}{FedAvg (Periodic Full Avg.)}" in tex and "\\multicolumn{6}{c}{Early stopping}" in tex
+    assert "$82.00 \\pm 2.83$\\%" in tex and "\\end{tabular}" in tex
+    rows = list(csv.DictReader(md_csv := make_table(sweeps, "paired", "csv").splitlines()))
+    assert len(rows) == 2 and md_csv
+    assert float(rows[1]["es_steps_mean"]) == pytest.approx(25) and float(rows[1]["es_comm_mean"]) == pytest.approx(45)
+    assert float(rows[1]["full_acc_std"]) == pytest.approx(100 * math.sqrt(2e-4))
+    assert rows[1]["right_run"] == "FedLAMA phi=2"
+
+
+def test_rows_table(tmp_path):
+    root = make_sweep(tmp_path / "s", [ROWS])
+    md = make_table(find_sweeps(root), "rows", "md")
+    lines = [l for l in md.splitlines() if l.startswith("| ")]
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["LR", "τ'", "φ", "Validation acc.", "Comm. cost"]
+    assert [c.strip() for c in lines[3].strip("|").split("|")] == ["0.2", "2", "2 (FedLAMA)", "74.00 ± 1.41%", "60.00%"]
+    assert [c.strip() for c in lines[2].strip("|").split("|")][2] == "1 (FedAvg)"
+
+
+def test_early_stop_not_reached_and_partial(tmp_path):
+    # FedLAMA seed 1 never reaches 0.99: only seed 0 counts, marked (1/2); a table with no seed reaching says so
+    table = {"name": "p", "layout": "paired", "rows": [["FedAvg x1", "FedLAMA phi=2"]]}
+    root = make_sweep(tmp_path / "s", [table])
+    md = make_table(find_sweeps(root), "p", "md")
+    row = [c.strip() for c in [l for l in md.splitlines() if l.startswith("| ")][1].strip("|").split("|")]
+    assert row[8] == "not reached" and row[9] == "not reached"  # FedLAMA never reaches FedAvg x1 (0.80 / 0.84)
+    # seed 0 reaches 0.80 at iteration 20 (acc 0.85, comm 300 = 30 %); seed 1 never reaches 0.84
+    lama0 = (dict(algo="fedlama", tau=2, phi=2, lr=0.2), [(10, 0.5, 200), (20, 0.85, 300)], 600)
+    root = make_sweep(tmp_path / "s2", [table], evals={("FedLAMA phi=2", 0): lama0})
+    md = make_table(find_sweeps(root), "p", "md")
+    row = [c.strip() for c in [l for l in md.splitlines() if l.startswith("| ")][1].strip("|").split("|")]
+    assert row[9] == "20 (1/2)" and row[8] == "85.00%" and row[10] == "30.00%"
+
+
+def test_missing_and_incomplete_runs_exit_2(tmp_path, capsys):
+    root = make_sweep(tmp_path / "s", [PAIRED, ROWS], FIGURES, skip={("FedAvg x2", 1)}, status={("FedLAMA phi=2", 0): "failed"})
+    with pytest.raises(MissingRuns) as e:
+        make_table(find_sweeps(root), "paired", "md")
+    msg = str(e.value)
+    assert "'FedAvg x2' seed 1 (missing)" in msg and "'FedLAMA phi=2' seed 0 (failed)" in msg and "fedcli sweep" in msg
+    with pytest.raises(SystemExit) as ex:
+        main(["report", str(root), "--table", "rows"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.count("\n") == 1 and "FedAvg x2' seed 1 (missing)" in err
+    # the listing says which products are ready
+    rows = {r["name"]: r for r in listing(find_sweeps(root))}
+    assert rows["paired"]["missing"] == 2 and rows["curves"]["missing"] == 1 and rows["dl"]["missing"] == 1
+    # figures fail the same way, before writing anything
+    with pytest.raises(MissingRuns):
+        make_figures(find_sweeps(root), tmp_path / "figs")
+    assert not (tmp_path / "figs").exists()
+
+
+def test_report_cli_list_unknown_and_format(tmp_path, capsys):
+    root = make_sweep(tmp_path / "results" / "s", [PAIRED, ROWS], FIGURES)
+    assert main(["report", str(tmp_path / "results")]) == 0  # the parent folder: sweeps are found below it
+    out = capsys.readouterr().out
+    assert "paired" in out and "rows" in out and "delta-lambda" in out
+    for args, needle in ((["--table", "nope"], "no table named 'nope'"), (["--table", "paired", "--format", "docx"], "--format"),
+                         (["--table", "curves"], "is a figure")):
+        with pytest.raises(SystemExit) as ex:
+            main(["report", str(root), *args])
+        assert ex.value.code == 2 and needle in capsys.readouterr().err
+    with pytest.raises(ConfigError):
+        find_sweeps(tmp_path / "nothing-here")
+
+
+def test_figures_png_pdf(tmp_path):
+    root = make_sweep(tmp_path / "s", [PAIRED], FIGURES)
+    files = make_figures(find_sweeps(root), tmp_path / "figs")
+    names = sorted(f.name for f in files)
+    assert names == sorted(f"{n}.{e}" for n in ("curves", "syncs", "size", "dl") for e in ("png", "pdf"))
+    import matplotlib.image
+
+    for f in files:
+        assert f.stat().st_size > 1000
+        if f.suffix == ".png":
+            img = matplotlib.image.imread(f)
+            assert img.shape[0] > 200 and img.shape[1] > 200
+        else:
+            assert f.read_bytes()[:5] == b"%PDF-"
+
+
+def test_delta_lambda_by_hand(tmp_path):
+    # d = [1.0, 0.1, 0.5], numel = [10, 80, 10]: order by d = [1, 2, 0]; d*numel = 8, 5, 10 (sum 23)
+    # delta = 8/23, 13/23, 1; lambda = 0.8, 0.9, 1.0 -> 1 - lambda = 0.2, 0.1, 0; the curves cross at l = 1
+    root = make_sweep(tmp_path / "s", [PAIRED])
+    run = RunData(root / "fedlama-phi-2/seed0")
+    deltas, one_minus, order, rnd, it = delta_lambda_curves(run, -1)
+    assert order == [1, 2, 0] and rnd == 1 and it == 8
+    assert deltas == pytest.approx([8 / 23, 13 / 23, 1.0]) and one_minus == pytest.approx([0.2, 0.1, 0.0])
+    assert cross_point(deltas, one_minus) == 1
+    assert cross_point([0.1, 0.2], [0.9, 0.1]) == 2 and cross_point([0.0], [1.0]) is None
+    with pytest.raises(ValueError):
+        delta_lambda_curves(run, 7)
+
+
+def test_spec_errors():
+    with pytest.raises(ConfigError, match="layout"):
+        parse_table({"name": "x", "layout": "wide", "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="pairs"):
+        parse_table({"name": "x", "layout": "paired", "rows": [["a"]]}, loc)
+    with pytest.raises(ConfigError, match="unknown column"):
+        parse_table({"name": "x", "columns": ["acc", "bogus"], "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="unknown key 'colums'"):
+        parse_table({"name": "x", "colums": ["acc"], "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="kind"):
+        parse_figure({"name": "f", "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="one FedLAMA run"):
+        parse_figure({"name": "f", "kind": "delta-lambda", "runs": ["a", "b"]}, loc)
+    t = parse_table({"name": "x", "layout": "paired", "rows": [["a", "b"], ["c", "d"]]}, loc)
+    assert t.groups[0].baseline == "a" and t.run_names() == ["a", "b", "c", "d"]

@@ -1,0 +1,244 @@
+"""Strict input: malformed flags, recipes and data files exit 2 (config) or 3 (data) with one line, no traceback."""
+
+import gzip
+import json
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+from fedcli.cli.main import main
+from fedcli.data.partition import FORMAT_NAME, FORMAT_VERSION, partition_hash
+
+# ------------------------------------------------------------------------------------------ flags (exit 2)
+FLAGS = [
+    (["--tau", "0"], "--tau"), (["--phi", "0"], "--phi"), (["--alpha", "0"], "--alpha"), (["--alpha", "-1"], "--alpha"),
+    (["--lr", "0"], "--lr"), (["--lr", "-0.1"], "--lr"), (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"),
+    (["--active-ratio", "0"], "--active-ratio"), (["--active-ratio", "1.01"], "--active-ratio"),
+    (["--active-ratio", "0.01", "--clients", "10"], "--active-ratio"), (["--clients", "0"], "--clients"),
+    (["--iterations", "0"], "--iterations"), (["--batch-size", "0"], "--batch-size"), (["--momentum", "1"], "--momentum"),
+    (["--tau", "x"], "tau"), (["--tau", "2.5"], "tau"), (["--algo", "nope"], "--algo"), (["--schedule", "nope"], "--schedule"),
+    (["--device", "tpu"], "--device"), (["--model", "nope"], "nope"), (["--dataset", "nope"], "nope"),
+    (["--no-such-flag"], "no-such-flag"), (["--mlp-hidden", "a,b"], "--mlp-hidden"), (["--mlp-hidden", "0"], "--mlp-hidden"),
+    (["--lr-decay-at", "x"], "--lr-decay-at"), (["--keep-checkpoints", "0"], "--keep-checkpoints"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"), (["--on-diverge", "maybe"], "--on-diverge"),
+    (["--scale", "smoke"], "--scale"), (["--partition", "natural"], "natural"), (["--holdout-fraction", "1"], "--holdout-fraction"),
+    (["--partition", "pathological", "--classes-per-client", "11"], "classes"), (["--clients", "5000"], "clients"),
+    (["--model", "femnist_cnn"], "femnist_cnn"), (["--model", "wrn", "--wrn-depth", "11"], "wrn_depth"),
+    (["--seed", "-1"], "--seed"), (["--eval-every", "-1"], "--eval-every"), (["--local-epochs", "-1"], "--local-epochs"),
+]
+
+# ------------------------------------------------------------------------------------------ recipes (exit 2, file and line)
+# (TOML text, the key's line, a word the message must hold)
+RECIPES = [
+    ('dataset = "digits"\ntau = [1\n', None, "not valid TOML"),
+    ('dataset = "digits"\nbogus_key = 1\n', 2, "bogus_key"),
+    ('tau = "ten"\n', 1, "int"),
+    ('tau = true\n', 1, "int"),
+    ('# a comment\ntau = 2.5\n', 2, "int"),
+    ('dataset = "digits"\n\ntau = 0\n', 3, "--tau"),
+    ('phi = 0\n', 1, "--phi"),
+    ('alpha = 0.0\n', 1, "--alpha"),
+    ('alpha = -0.5\n', 1, "--alpha"),
+    ('lr = -0.1\n', 1, "--lr"),
+    ('lr = nan\n', 1, "--lr"),
+    ('lr = inf\n', 1, "--lr"),
+    ('active_ratio = 1.5\n', 1, "--active-ratio"),
+    ('active_ratio = 0.0\n', 1, "--active-ratio"),
+    ('clients = 10\nactive_ratio = 0.01\n', 2, "--active-ratio"),
+    ('momentum = 1.0\n', 1, "--momentum"),
+    ('dataset = "digits"\nalgo = "nope"\n', 2, "--algo"),
+    ('schedule = "nope"\n', 1, "--schedule"),
+    ('mlp_hidden = [32, "a"]\n', 1, "--mlp-hidden"),
+    ('lr_decay_at = "x,y"\n', 1, "--lr-decay-at"),
+    ('seed = 1979-05-27\n', 1, "int"),
+    ('on_diverge = "ignore"\n', 1, "--on-diverge"),
+    ('keep_checkpoints = 0\n', 1, "--keep-checkpoints"),
+    ('tau = 2\n[foo]\nx = 1\n', 2, "unknown table [foo]"),
+    ('base = 3\n', 1, "[base] must be a table"),
+]
+
+LEAF_USER = {"x": [[0.5] * 784], "y": [3]}
+
+
+def leaf_doc(**over):
+    doc = {"users": ["w1"], "num_samples": [1], "user_data": {"w1": LEAF_USER}}
+    doc.update(over)
+    return doc
+
+
+def idx(magic: int, shape: tuple, data: bytes | None = None) -> bytes:
+    head = struct.pack(">I", magic) + b"".join(struct.pack(">I", s) for s in shape)
+    return head + (data if data is not None else bytes(int(np.prod(shape))))
+
+
+def good_images(n=20, h=28):
+    return idx(0x803, (n, h, h))
+
+
+def good_labels(n=20, top=9):
+    return idx(0x801, (n,), (np.arange(n) % (top + 1)).astype(np.uint8).tobytes())
+
+
+class Cifar:
+    """Not allowed in a CIFAR pickle (the restricted unpickler refuses any class)."""
+
+
+def cifar_pickle(obj) -> bytes:
+    return pickle.dumps(obj)
+
+
+# ------------------------------------------------------------------------------------------ data files (exit 3)
+# name -> (dataset, files {relative path: bytes}, extra flags, the file the message must name)
+def data_cases():
+    mnist = "--dataset mnist --holdout-fraction 0.2".split()
+    femnist = "--dataset femnist --holdout-fraction 0.2 --model femnist_cnn --partition iid".split()
+    cifar = "--dataset cifar10 --holdout-fraction 0.2 --model cnn4".split()
+    lab, img = "t10k-labels-idx1-ubyte", "t10k-images-idx3-ubyte"
+    gz = gzip.compress(good_images())
+    leaf = "test/all.json"
+    batch = "cifar-10-batches-py/test_batch"
+    good_cifar = {"data": np.zeros((4, 3072), np.uint8), "labels": [0, 1, 2, 3]}
+    return {
+        "idx-bad-gzip": (mnist, {img + ".gz": b"\x1f\x8bnot really gzip", lab: good_labels()}, img + ".gz"),
+        "idx-truncated-gzip": (mnist, {img + ".gz": gz[: len(gz) // 2], lab: good_labels()}, img + ".gz"),
+        "idx-wrong-magic": (mnist, {img: idx(0x801, (20, 28, 28)), lab: good_labels()}, img),
+        "idx-truncated": (mnist, {img: good_images()[:-100], lab: good_labels()}, img),
+        "idx-trailing-bytes": (mnist, {img: good_images() + b"xx", lab: good_labels()}, img),
+        "idx-short-header": (mnist, {img: b"\x00\x00\x08", lab: good_labels()}, img),
+        "idx-empty-file": (mnist, {img: b"", lab: good_labels()}, img),
+        "idx-labels-wrong-magic": (mnist, {img: good_images(), lab: idx(0x803, (20, 1, 1))}, lab),
+        "idx-count-mismatch": (mnist, {img: good_images(), lab: good_labels(19)}, img),
+        "idx-label-out-of-range": (mnist, {img: good_images(), lab: idx(0x801, (20,), bytes([12] * 20))}, lab),
+        "idx-not-28x28": (mnist, {img: good_images(h=27), lab: good_labels()}, img),
+        "idx-missing-partner": (mnist, {img: good_images()}, lab),
+        "idx-missing-everything": (mnist, {"README": b"nothing here"}, "train-images-idx3-ubyte"),
+        "leaf-malformed-json": (femnist, {leaf: b'{"users": ["w1"], "user_data": {'}, leaf),
+        "leaf-top-level-list": (femnist, {leaf: b"[1, 2]"}, leaf),
+        "leaf-missing-users": (femnist, {leaf: json.dumps({"user_data": {}}).encode()}, leaf),
+        "leaf-users-not-strings": (femnist, {leaf: json.dumps(leaf_doc(users=[1])).encode()}, leaf),
+        "leaf-short-row": (femnist, {leaf: json.dumps(leaf_doc(user_data={"w1": {"x": [[0.5] * 783], "y": [3]}})).encode()}, leaf),
+        "leaf-text-in-row": (femnist, {leaf: json.dumps(leaf_doc(user_data={"w1": {"x": [["a"] * 784], "y": [3]}})).encode()}, leaf),
+        "leaf-y-not-ints": (femnist, {leaf: json.dumps(leaf_doc(user_data={"w1": {"x": [[0.5] * 784], "y": ["3"]}})).encode()}, leaf),
+        "leaf-xy-mismatch": (femnist, {leaf: json.dumps(leaf_doc(user_data={"w1": {"x": [[0.5] * 784], "y": [3, 4]}})).encode()}, leaf),
+        "leaf-num-samples": (femnist, {leaf: json.dumps(leaf_doc(num_samples=[5])).encode()}, leaf),
+        "leaf-user-without-data": (femnist, {leaf: json.dumps(leaf_doc(users=["w1", "w2"], num_samples=[1, 1])).encode()}, leaf),
+        "leaf-bad-gzip": (femnist, {leaf + ".gz": b"\x1f\x8b\x08garbage"}, leaf + ".gz"),
+        "leaf-label-out-of-range": (femnist, {leaf: json.dumps(leaf_doc(user_data={"w1": {"x": [[0.5] * 784], "y": [99]}})).encode()}, leaf),
+        "leaf-missing-folder": (femnist, {"elsewhere/readme": b""}, "train"),
+        "cifar-garbage": (cifar, {batch: b"garbage, not a pickle"}, batch),
+        "cifar-truncated": (cifar, {batch: cifar_pickle(good_cifar)[:50]}, batch),
+        "cifar-not-a-dict": (cifar, {batch: cifar_pickle([1, 2, 3])}, batch),
+        "cifar-no-labels": (cifar, {batch: cifar_pickle({"data": np.zeros((4, 3072), np.uint8)})}, batch),
+        "cifar-wrong-shape": (cifar, {batch: cifar_pickle({"data": np.zeros((4, 100), np.uint8), "labels": [0] * 4})}, batch),
+        "cifar-code-in-pickle": (cifar, {batch: cifar_pickle({"data": Cifar(), "labels": [0]})}, batch),
+    }
+
+
+DATA = data_cases()
+
+
+def run_main(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    cap = capsys.readouterr()
+    return e.value.code, cap.err
+
+
+def assert_one_line(err: str, code: int, expected_code: int, *needles: str) -> str:
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert code == expected_code, err
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("fedcli: error: ")
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def test_at_least_fifty_cases():
+    assert len(FLAGS) + len(RECIPES) + len(DATA) + 8 >= 50  # + partition files + resume (below)
+
+
+@pytest.mark.parametrize("flags, needle", FLAGS, ids=[" ".join(f) for f, _ in FLAGS])
+def test_bad_flags_exit_2(flags, needle, tmp_path, capsys):
+    code, err = run_main(["train", *flags, "--out", str(tmp_path / "run")], capsys)
+    assert_one_line(err, code, 2, needle)
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("text, line, needle", RECIPES, ids=[f"recipe{i}" for i in range(len(RECIPES))])
+def test_bad_recipes_exit_2_with_file_and_line(text, line, needle, tmp_path, capsys):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text)
+    code, err = run_main(["train", "--recipe", str(recipe), "--out", str(tmp_path / "run")], capsys)
+    where = f"{recipe}, line {line}" if line else str(recipe)
+    assert_one_line(err, code, 2, where, needle)
+
+
+def test_recipe_scale_errors(tmp_path, capsys):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('tau = 2\n[scale.smoke]\ntau = 0\n')
+    code, err = run_main(["train", "--recipe", str(recipe), "--scale", "paper"], capsys)
+    assert_one_line(err, code, 2, "[scale.paper]")
+    code, err = run_main(["train", "--recipe", str(recipe), "--scale", "smoke"], capsys)
+    assert_one_line(err, code, 2, "--tau")
+    code, err = run_main(["train", "--recipe", str(tmp_path / "missing.toml")], capsys)
+    assert_one_line(err, code, 2, "missing.toml")
+
+
+@pytest.mark.parametrize("name", sorted(DATA))
+def test_bad_data_files_exit_3(name, tmp_path, capsys):
+    flags, files, named = DATA[name]
+    for rel, data in files.items():
+        (tmp_path / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / rel).write_bytes(data)
+    code, err = run_main(["train", *flags, "--data-dir", str(tmp_path / "data"), "--iterations", "4",
+                          "--out", str(tmp_path / "run")], capsys)
+    line = assert_one_line(err, code, 3, named)
+    assert "expected" in line  # the format that was expected
+
+
+def test_data_dir_is_a_file(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, err = run_main(["train", "--dataset", "mnist", "--data-dir", str(f), "--out", str(tmp_path / "run")], capsys)
+    assert_one_line(err, code, 3, str(f))
+
+
+def partition_file(path, *, dataset="digits", n_train=1437, classes=10, train=None, version=FORMAT_VERSION, tamper=False):
+    train = train if train is not None else [[0, 1, 2], [3, 4, 5]]
+    config = {"scheme": "iid", "clients": len(train), "seed": 0, "dataset": dataset, "n_train": n_train, "num_classes": classes}
+    doc = {"format": FORMAT_NAME, "version": version, "hash": partition_hash(config, train, None), "config": config,
+           "train": train, "test": None}
+    if tamper:
+        doc["train"] = [[0, 1, 9], [3, 4, 5]]
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("kind, needle", [
+    ("not-json", "not valid JSON"), ("no-format", "format"), ("version", "version"), ("hash", "hash"),
+    ("dataset", "made for dataset synthetic"), ("range", "index outside"), ("twice", "assigned twice"), ("folder", "cannot read"),
+])
+def test_bad_partition_files_exit_3(kind, needle, tmp_path, capsys):
+    p = tmp_path / "p.json"
+    if kind == "not-json":
+        p.write_text("{not json")
+    elif kind == "no-format":
+        p.write_text(json.dumps({"train": []}))
+    elif kind == "version":
+        partition_file(p, version=99)
+    elif kind == "hash":
+        partition_file(p, tamper=True)
+    elif kind == "dataset":
+        partition_file(p, dataset="synthetic", n_train=100)
+    elif kind == "range":
+        partition_file(p, train=[[0, 1, 5000], [3]])
+    elif kind == "twice":
+        partition_file(p, train=[[0, 1], [1, 2]])
+    elif kind == "folder":
+        p.mkdir()
+    code, err = run_main(["train", "--partition-file", str(p), "--out", str(tmp_path / "run")], capsys)
+    line = assert_one_line(err, code, 3, str(p), needle)
+    assert "expected a fedcli partition file" in line
