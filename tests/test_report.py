@@ -263,3 +263,170 @@ def test_spec_errors():
         parse_figure({"name": "f", "kind": "delta-lambda", "runs": ["a", "b"]}, loc)
     t = parse_table({"name": "x", "layout": "paired", "rows": [["a", "b"], ["c", "d"]]}, loc)
     assert t.groups[0].baseline == "a" and t.run_names() == ["a", "b", "c", "d"]
+
+
+# ------------------------------------------------------------------------------------------------ rounds to a target accuracy
+# Fed-LAMB (Section 5): "Fed-AMS requires 20 rounds to achieve 90% accuracy, while Fed-LAMB only takes 5 rounds".
+# Three seeds, target 0.80; evals are (round, test_acc, cumulative comm_bytes). Iterations differ between seeds
+# (4 + seed local steps per round, as with --local-epochs), so only rounds line the seeds up.
+#   "SGD"  (algo fedsgd): seed 0 first >= .80 at round 2 (2.0 MB), seed 1 at round 3 (exactly .80; 3.0 MB),
+#          seed 2 at round 1 (1.0 MB) -> rounds 2, 3, 1: 2.0 ± 1.0; MB 2, 3, 1: 2.00 ± 1.00
+#   "LAMB" (algo fedlamb): seed 0 at round 1 (1.5 MB), seed 1 at round 3 (4.5 MB), seed 2 never (best .79)
+#          -> rounds 1, 3: 2.0 ± 1.4 (2/3) (std sqrt(2)); MB 1.5, 4.5: 3.00 ± 2.12 (std 3/sqrt(2))
+#   "Mime" (algo mime): never -> — and —
+#   "AMS"  (algo fedams): only seed 1, at round 3 (2.5 MB) -> 3 (1/3) and 2.50
+#   "Adp"  (algo adp-fed, the registry's fedadam): every seed at round 1 (0.5 MB) -> 1.0 ± 0.0 and 0.50 ± 0.00
+REACH_EVALS = {
+    "SGD": ("fedsgd", "fedavg", {0: [(1, .50, 1e6), (2, .82, 2e6), (3, .85, 3e6)],
+                                 1: [(1, .60, 1e6), (2, .79, 2e6), (3, .80, 3e6)],
+                                 2: [(1, .81, 1e6), (2, .70, 2e6), (3, .90, 3e6)]}),
+    "LAMB": ("fedlamb", "fedlamb", {0: [(1, .80, 1.5e6), (2, .85, 3e6), (3, .86, 4.5e6)],
+                                    1: [(1, .40, 1.5e6), (2, .60, 3e6), (3, .95, 4.5e6)],
+                                    2: [(1, .40, 1.5e6), (2, .60, 3e6), (3, .79, 4.5e6)]}),
+    "Mime": ("mime", "mime", {s: [(1, .30, 2e6), (2, .50, 4e6), (3, .70, 6e6)] for s in (0, 1, 2)}),
+    "AMS": ("fedams", "fedams", {0: [(1, .3, 1e6), (2, .5, 2e6), (3, .6, 3e6)],
+                                 1: [(1, .3, 1e6), (2, .5, 2e6), (3, .8, 2.5e6)],
+                                 2: [(1, .3, 1e6), (2, .5, 2e6), (3, .7, 3e6)]}),
+    "Adp": ("adp-fed", "fedadam", {s: [(1, .9, 0.5e6), (2, .91, 1e6)] for s in (0, 1, 2)}),
+}
+
+
+def make_round_sweep(root, tables, figures=(), scale="smoke"):
+    """A sweep of 3 seeds written by hand: manifest.json + metrics.csv per run directory."""
+    entries = []
+    for name, (algo, method, per_seed) in REACH_EVALS.items():
+        for seed, evals in per_seed.items():
+            rel = f"{name.lower()}/seed{seed}"
+            path = root / rel
+            path.mkdir(parents=True)
+            cfg = {"algo": algo, "lr": 0.1, "seed": seed, "tau": 1, "dataset": "mnist", "clients": 20, "local_epochs": 1.0}
+            manifest = {"status": "completed", "config": cfg, "method": {"name": method, "schedule": "periodic"}, "seed": seed,
+                        "summary": {"comm_params": 1000, "comm_bytes": evals[-1][2]}}
+            (path / "manifest.json").write_text(json.dumps(manifest))
+            write_csv(path / "metrics.csv", METRICS_COLUMNS,
+                      [{"round": rnd, "iteration": rnd * (4 + seed), "test_acc": acc, "comm_params": 100 * rnd, "comm_bytes": b,
+                        "train_loss": 1.0, "test_loss": 1.0} for rnd, acc, b in evals])
+            entries.append({"name": name, "seed": seed, "dir": rel, "status": "completed"})
+    manifest = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": scale, "seeds": [0, 1, 2], "title": "t", "paper": "Fed-LAMB-like",
+                "tables": [spec_to_dict(parse_table(t, loc, scale)) for t in tables],
+                "figures": [spec_to_dict(parse_figure(f, loc, scale)) for f in figures], "runs": entries}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sweep.json").write_text(json.dumps(manifest))
+    return root
+
+
+TARGET = {"name": "reach", "layout": "target", "target": 0.9, "scale": {"smoke": {"target": 0.8}},
+          "groups": [{"label": "one", "runs": ["SGD", "LAMB", "Mime"]}, {"label": "two", "runs": ["AMS", "Adp"]}]}
+
+
+def md_rows(md):
+    return [[c.strip() for c in l.strip("|").split("|")] for l in md.splitlines() if l.startswith("| ")]
+
+
+def test_rounds_to_target_by_hand(tmp_path):
+    root = make_round_sweep(tmp_path / "s", [TARGET])
+    sweeps = find_sweeps(root)
+    md = make_table(sweeps, "reach", "md")
+    rows = md_rows(md)
+    assert rows[0] == ["Method", "Rounds to 80%", "Comm. to 80% (MB)"]  # the smoke target (scale.smoke overrides 0.9)
+    assert rows[1] == ["Fed-SGD", "2.0 ± 1.0", "2.00 ± 1.00"]       # fedsgd is the registry's fedavg, labelled as the recipe names it
+    assert rows[2] == ["Fed-LAMB", "2.0 ± 1.4 (2/3)", "3.00 ± 2.12"]
+    assert rows[3] == ["Mime", "—", "—"]
+    assert rows[4] == rows[0]  # second group: its own header
+    assert rows[5] == ["Fed-AMS", "3 (1/3)", "2.50"]
+    assert rows[6] == ["Adp-Fed", "1.0 ± 0.0", "0.50 ± 0.00"]
+    assert "**one**" in md and "**two**" in md and "at least 80%" in md and "(k/n)" in md
+    recs = {r["run"]: r for r in csv.DictReader(make_table(sweeps, "reach", "csv").splitlines())}
+    assert float(recs["LAMB"]["rounds_mean"]) == pytest.approx(2.0) and float(recs["LAMB"]["rounds_std"]) == pytest.approx(math.sqrt(2))
+    assert float(recs["LAMB"]["comm_mb_std"]) == pytest.approx(3 / math.sqrt(2))
+    assert (recs["LAMB"]["rounds_reached"], recs["LAMB"]["rounds_n"]) == ("2", "3")
+    assert recs["Mime"]["rounds_mean"] == "" and recs["Mime"]["rounds_reached"] == "0"
+    tex = make_table(sweeps, "reach", "latex")
+    assert "$2.0 \\pm 1.4$ (2/3)" in tex and "Rounds to 80\\%" in tex
+    # without the scale, the table's own target (0.9): only Adp reaches it (round 1); SGD seed 2 reaches .90 at round 3
+    root = make_round_sweep(tmp_path / "p", [TARGET], scale="paper")
+    rows = md_rows(make_table(find_sweeps(root), "reach", "md"))
+    assert rows[0][1] == "Rounds to 90%" and rows[1][1:] == ["3 (1/3)", "3.00"] and rows[2][1:] == ["3 (1/3)", "4.50"]
+    assert rows[6][1:] == ["1.0 ± 0.0", "0.50 ± 0.00"]
+
+
+def test_target_columns_and_metric(tmp_path):
+    table = {"name": "reach", "layout": "target", "target": 0.8, "columns": ["name", "lr", "acc"], "runs": ["SGD", "Mime"]}
+    root = make_round_sweep(tmp_path / "s", [table])
+    md = make_table(find_sweeps(root), "reach", "md")
+    rows = md_rows(md)
+    assert rows[0] == ["Run", "LR", "Validation acc.", "Rounds to 80%", "Comm. to 80% (MB)"]
+    assert rows[1][:2] == ["SGD", "0.1"] and rows[2][3:] == ["—", "—"]
+    assert "Mean ± sample std over 3 seeds" in md and "at least 80%" in md  # both notes: accuracy and reach
+
+
+def test_target_spec_errors():
+    with pytest.raises(ConfigError, match="needs `target`"):
+        parse_table({"name": "x", "layout": "target", "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="fraction"):
+        parse_table({"name": "x", "layout": "target", "target": 90, "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="is for layout"):
+        parse_table({"name": "x", "target": 0.9, "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="metric"):
+        parse_table({"name": "x", "layout": "target", "target": 0.9, "metric": "train_loss", "runs": ["a"]}, loc)
+    with pytest.raises(ConfigError, match="list its runs"):
+        parse_table({"name": "x", "layout": "target", "target": 0.9, "rows": [["a", "b"]]}, loc)
+    with pytest.raises(ConfigError, match="does not define"):
+        parse_table({"name": "x", "layout": "target", "target": 0.9, "runs": ["a"], "scale": {"tiny": {"target": 0.5}}},
+                    loc, "smoke", ["paper", "smoke"])
+    with pytest.raises(ConfigError, match="unknown key 'tagret'"):
+        parse_table({"name": "x", "layout": "target", "target": 0.9, "runs": ["a"], "scale": {"smoke": {"tagret": 0.5}}}, loc)
+    with pytest.raises(ConfigError, match="fraction"):  # an override is checked like the key itself
+        parse_table({"name": "x", "layout": "target", "target": 0.9, "runs": ["a"], "scale": {"smoke": {"target": 2}}}, loc, "smoke")
+    t = parse_table({"name": "x", "layout": "target", "target": 0.9, "metric": "personal_acc", "runs": ["a"],
+                     "scale": {"smoke": {"target": 0.5}}}, loc, "paper", ["paper", "smoke"])
+    assert (t.target, t.metric, t.columns) == (0.9, "personal_acc", ["method"])
+    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "x": "round"}, loc).x == "round"
+    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "scale": {"smoke": {"x": "round"}}}, loc, "smoke").x == "round"
+    with pytest.raises(ConfigError, match="x must be one of iteration, round, comm"):
+        parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "x": "epoch"}, loc)
+
+
+def test_method_labels_from_the_recipe_algo(tmp_path):
+    for algo, method, label in (("fedsgd", "fedavg", "Fed-SGD"), ("fedavg", "fedavg", "FedAvg"), ("adp-fed", "fedadam", "Adp-Fed"),
+                                ("fedadam", "fedadam", "Adp-Fed"), ("fedams", "fedams", "Fed-AMS"), ("mime", "mime", "Mime"),
+                                ("mimelamb", "mimelamb", "Mime-LAMB"), ("fedlamb", "fedlamb", "Fed-LAMB")):
+        run = RunData(tmp_path, {"config": {"algo": algo}, "method": {"name": method, "schedule": "periodic"}})
+        assert run.method_label() == label, algo
+    run = RunData(tmp_path, {"config": {"algo": "fedprox", "schedule": "lama"}, "method": {"name": "fedprox"}})
+    assert run.method_label() == "FedProx + FedLAMA"
+
+
+def test_round_axis_figure(tmp_path):
+    from fedcli.report.figures import _curve
+
+    fig = {"name": "acc-rounds", "kind": "curves", "x": "round", "runs": ["SGD", "LAMB", "Mime", "AMS"], "title": "accuracy vs rounds"}
+    root = make_round_sweep(tmp_path / "s", [], [fig])
+    runs = find_sweeps(root)[0].need(parse_figure(fig, loc))
+    xs, means, stds = _curve(runs["SGD"], "round", "test_acc", None)
+    assert xs == [1, 2, 3] and means == pytest.approx([100 * 1.91 / 3, 100 * 2.31 / 3, 100 * 2.55 / 3])
+    assert _curve(runs["SGD"], "iteration", "test_acc", None)[0] == []  # seeds share no iteration: only rounds line them up
+    files = make_figures(find_sweeps(root), tmp_path / "figs")
+    assert sorted(f.name for f in files) == ["acc-rounds.pdf", "acc-rounds.png"]
+    import matplotlib.image
+
+    img = matplotlib.image.imread(tmp_path / "figs" / "acc-rounds.png")
+    assert img.shape[0] > 200 and img.shape[1] > 200
+
+
+@pytest.mark.parametrize("stem", ["fig2-iid", "fig3-noniid", "fig4-table1-cifar10", "fig5-skip-sync"])
+def test_fedlamb_recipes_products(stem):
+    from pathlib import Path
+
+    from fedcli.recipes import read_sweep
+    from fedcli.report.spec import parse_products
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / "fedlamb" / f"{stem}.toml"
+    targets = {}
+    for scale in ("paper", "smoke"):
+        tables, figures = parse_products(read_sweep(path, scale))
+        assert figures and all(f.x == "round" for f in figures if f.kind == "curves")
+        assert "switch to x" not in path.read_text()
+        targets[scale] = [t.target for t in tables if t.layout == "target"]
+    if stem in ("fig2-iid", "fig3-noniid"):
+        assert targets["paper"] and all(0 < t <= 1 for t in targets["paper"] + targets["smoke"])

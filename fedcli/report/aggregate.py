@@ -10,6 +10,10 @@
   (``mode="seed"``, the default: same seed = same initial model and cohort stream), or the mean over
   the paired run's seeds (``mode="mean"``). Reported: the accuracy there, the iteration, and the
   cumulative communication there as % of the baseline's full-training communication.
+- Rounds to a target accuracy (Fed-LAMB, Section 5: "Fed-AMS requires 20 rounds to achieve 90% accuracy,
+  while Fed-LAMB only takes 5 rounds"): for each seed, the first evaluation whose accuracy is at least a
+  fixed target; mean and std, over the seeds that reach it, of the rounds completed there (metrics.csv
+  ``round``) and of the bytes moved so far (``comm_bytes``), and how many seeds reached it.
 """
 
 from __future__ import annotations
@@ -48,10 +52,10 @@ def pct(value: float, base: float) -> float:
     return 100.0 * value / base if base and math.isfinite(base) and math.isfinite(value) else float("nan")
 
 
-def first_reach(metrics: Sequence[dict], target: float, tol: float = 1e-12) -> dict | None:
-    """The first evaluation row (by iteration) with ``test_acc >= target``; None if never."""
+def first_reach(metrics: Sequence[dict], target: float, tol: float = 1e-12, metric: str = "test_acc") -> dict | None:
+    """The first evaluation row (by iteration) with ``metric >= target`` (``test_acc``); None if never."""
     for row in sorted(metrics, key=lambda r: r["iteration"]):
-        acc = row.get("test_acc")
+        acc = row.get(metric)
         if isinstance(acc, (int, float)) and math.isfinite(acc) and acc >= target - tol:
             return row
     return None
@@ -91,3 +95,25 @@ def early_stop(right: dict, left: dict, baseline_comm: float, accuracy: str = "b
         steps.append(row["iteration"])
         comms.append(pct(row["comm_params"], baseline_comm))
     return EarlyStop(mean_std(accs), mean_std(steps), mean_std(comms), len(steps), len(right))
+
+
+@dataclass(frozen=True)
+class Reach:
+    rounds: Stat     # rounds completed at the first evaluation with accuracy >= target (seeds that reach it)
+    comm_mb: Stat    # cumulative comm_bytes there, in MB (10^6 bytes)
+    acc: Stat        # the accuracy there (fraction)
+    reached: int     # seeds that reached the target
+    n: int           # seeds in all
+
+
+def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") -> Reach:
+    """``per_seed`` maps seed -> RunData; seeds that never reach ``target`` are counted, not averaged."""
+    rounds, mbs, accs = [], [], []
+    for seed in sorted(per_seed):
+        row = first_reach(per_seed[seed].metrics, target, metric=metric)
+        if row is None:
+            continue
+        rounds.append(row["round"])
+        mbs.append(row["comm_bytes"] / 1e6)
+        accs.append(row[metric])
+    return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed))

@@ -1,7 +1,8 @@
 """Paper figures from run directories, as PNG and PDF (matplotlib, Agg backend).
 
 - ``curves``: learning curves (FedLAMA arXiv Figures 4-6, AAAI Figure 3): test accuracy (or loss)
-  against local iterations (or cumulative communication), mean over seeds with a +- std band.
+  against local iterations (``x = "round"``: communication rounds, as Fed-LAMB Figures 2-5;
+  ``x = "comm"``: cumulative communication), mean over seeds with a +- std band.
 - ``layer-syncs``: communications per layer over the whole training (arXiv Figure 2, AAAI Figure 4).
 - ``layer-size``: data size per layer, dim(u_l) * c_l of Eq. 8 (arXiv Figure 3, AAAI Figure 5).
 - ``delta-lambda``: delta_l (Eq. 3) and 1 - lambda_l (Eq. 4) along the layers sorted by d_l, at one
@@ -32,8 +33,12 @@ def _labels(panel, runs: dict) -> list[str]:
 
 
 def _curve(per_seed: dict, x: str, y: str, base_comm: float):
-    """Mean and std of ``y`` over seeds at the evaluation points all seeds share."""
-    grids = [{r["iteration"]: r for r in run.metrics} for run in per_seed.values()]
+    """Mean and std of ``y`` over seeds at the evaluation points all seeds share.
+
+    Evaluation points are matched by iteration, or by round for ``x = "round"`` (with ``--local-epochs`` a
+    round's local steps depend on its cohort, so seeds evaluate at the same rounds but not the same iterations)."""
+    key = "round" if x == "round" else "iteration"
+    grids = [{r[key]: r for r in run.metrics} for run in per_seed.values()]
     common = sorted(set.intersection(*(set(g) for g in grids))) if grids else []
     xs, means, stds = [], [], []
     for it in common:
@@ -107,7 +112,11 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
                 (line,) = ax.plot(xs, m, label=label, linewidth=1.6)
                 if len(runs[name]) > 1:
                     ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=line.get_color(), alpha=0.18, linewidth=0)
-            ax.set_xlabel("Iterations (local steps)" if spec.x == "iteration" else f"Communication (% of {labels[0]})")
+            ax.set_xlabel({"iteration": "Iterations (local steps)", "round": "Communication rounds"}.get(spec.x, f"Communication (% of {labels[0]})"))
+            if spec.x == "round":
+                from matplotlib.ticker import MaxNLocator
+
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel({"test_acc": "Validation accuracy (%)", "test_loss": "Test loss", "train_loss": "Training loss"}[spec.y])
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)

@@ -12,9 +12,11 @@ from pathlib import Path
 COMPLETED, RUNNING, FAILED, INTERRUPTED = "completed", "running", "failed", "interrupted"
 MISSING, CORRUPT = "missing", "corrupt"
 
-METHOD_LABELS = {"fedavg": "FedAvg", "fedsgd": "FedAvg", "fedlama": "FedLAMA", "fedprox": "FedProx", "fedpaq": "FedPAQ",
+#: the papers' names of the methods, by ``--algo`` (aliases too: a run labelled by the name its recipe used)
+METHOD_LABELS = {"fedavg": "FedAvg", "fedsgd": "Fed-SGD", "fedlama": "FedLAMA", "fedprox": "FedProx", "fedpaq": "FedPAQ",
                  "fedcom": "FedCOM", "fednova": "FedNova", "scaffold": "SCAFFOLD", "fedala": "FedALA",
-                 "fedlamb": "Fed-LAMB", "mimelamb": "Mime-LAMB", "fedadam": "Adp-Fed"}
+                 "fedams": "Fed-AMS", "fedlamb": "Fed-LAMB", "mime": "Mime", "mimelamb": "Mime-LAMB",
+                 "fedadam": "Adp-Fed", "adp-fed": "Adp-Fed"}
 LAYERWISE = ("lama", "lama-accelerate")
 
 
@@ -77,8 +79,13 @@ class RunData:
         return self.schedule in LAYERWISE
 
     def method_label(self) -> str:
-        """FedAvg, FedLAMA, FedProx + FedLAMA, ... (the papers' names)."""
-        base = METHOD_LABELS.get(self.algo, self.algo)
+        """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names).
+
+        The ``--algo`` string of the run's config comes first: ``fedsgd`` is the registry's ``fedavg``, but a
+        recipe that names it ``fedsgd`` (Fed-LAMB's baseline) gets "Fed-SGD"."""
+        given = self.config.get("algo")
+        base = METHOD_LABELS.get(given) if isinstance(given, str) else None
+        base = base or METHOD_LABELS.get(self.algo, self.algo)
         if self.algo == "fedlama" or not self.layerwise:
             return base
         return f"{base} + FedLAMA"

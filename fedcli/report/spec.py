@@ -25,11 +25,29 @@ communication so far as % of the group's baseline (its full-training communicati
     baseline = "FedAvg x1"
     rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x2", "FedLAMA phi=2"], ...]
 
-Both layouts take the shorthand of one group at table level (``runs``/``rows``, ``baseline``,
+``layout = "target"`` (Fed-LAMB: "Fed-AMS requires 20 rounds to achieve 90% accuracy, while Fed-LAMB only
+takes 5"): one row per run, as in ``rows``; for each seed the first evaluation whose ``metric`` (default
+``test_acc``) is at least ``target`` (a fraction: 0.9 is 90%), and mean +- std over the seeds that reach it of
+the round there (``round`` of metrics.csv: rounds completed) and of the bytes moved so far (``comm_bytes``, MB);
+``(k/n)`` when only k of n seeds reach it, ``—`` when none does. ``columns`` are the columns before those two
+(default ``["method"]``)::
+
+    [[tables]]
+    name = "fig2-rounds-to-target"
+    layout = "target"
+    target = 0.9
+    scale.smoke = { target = 0.5 }     # per-scale values of any table or figure key
+    groups = [ { label = "MNIST, CNN, 1 local epoch", runs = ["Fed-SGD", "Fed-LAMB", ...] }, ... ]
+
+All layouts take the shorthand of one group at table level (``runs``/``rows``, ``baseline``,
 ``label``). ``accuracy = "best"`` (default: the best evaluation of the run, as the AAAI paper reports
 "full training") or ``"final"`` (the last evaluation).
 
-Figures (``kind``): ``curves`` (test accuracy against iterations, mean and std band over seeds),
+``scale.<name> = { key = value, ... }`` in a ``[[tables]]`` or ``[[figures]]`` entry overrides its keys at that
+``--scale`` (the sweep stores the resolved product in sweep.json).
+
+Figures (``kind``): ``curves`` (test accuracy against iterations, ``x = "round"`` communication rounds or
+``x = "comm"`` communication as % of the first run's; mean and std band over seeds),
 ``layer-syncs`` (communications per layer), ``layer-size`` (Eq. 8 data size per layer) and
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
 adjustment in ``intervals.csv``). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
@@ -44,18 +62,21 @@ from dataclasses import dataclass, field
 from fedcli.config import FIELDS
 from fedcli.errors import ConfigError
 
-LAYOUTS = ("rows", "paired")
+LAYOUTS = ("rows", "paired", "target")
 KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda")
 ACCURACY = ("best", "final")
+X_AXES = ("iteration", "round", "comm")
+#: metrics.csv accuracy columns a ``target`` table can threshold
+TARGET_METRICS = ("test_acc", "personal_acc")
 #: computed columns of the ``rows`` layout (any train key is also a column)
 COLUMNS = ("name", "method", "lr", "tau", "phi", "active_ratio", "alpha", "clients", "batch_size", "iterations",
            "acc", "final_acc", "best_acc", "comm", "comm_bytes", "seeds")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 TABLE_KEYS = {"name", "title", "paper", "layout", "accuracy", "columns", "groups", "runs", "rows", "baseline", "label",
-              "left_title", "right_title", "early_stop_target", "notes"}
+              "left_title", "right_title", "early_stop_target", "target", "metric", "notes", "scale"}
 GROUP_KEYS = {"label", "baseline", "runs", "rows", "left_title", "right_title"}
-FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes"}
+FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes", "scale"}
 PANEL_KEYS = {"title", "runs", "run", "labels"}
 
 
@@ -85,6 +106,8 @@ class TableSpec:
     columns: list[str] = field(default_factory=lambda: ["lr", "tau", "phi", "acc", "comm"])
     groups: list[Group] = field(default_factory=list)
     early_stop_target: str = "seed"
+    target: float | None = None   # target layout: accuracy threshold (fraction)
+    metric: str = "test_acc"      # target layout: the metrics.csv column compared with it
     notes: str = ""
 
     kind = "table"
@@ -107,7 +130,7 @@ class FigureSpec:
     title: str = ""
     paper: str = ""
     panels: list[Panel] = field(default_factory=list)
-    x: str = "iteration"
+    x: str = "iteration"   # curves: iteration, round or comm
     y: str = "test_acc"
     seed: int = 0          # delta-lambda: index into the sweep's seeds
     round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
@@ -147,8 +170,34 @@ def _check_known(d: dict, allowed: set, loc, what: str) -> None:
             raise ConfigError(f"{loc(k)}: unknown key '{k}' in {what} (allowed: {', '.join(sorted(allowed))})")
 
 
-def parse_table(d: dict, loc) -> TableSpec:
+def _scaled(d: dict, loc, scale: str | None, scales, what: str, allowed: set) -> dict:
+    """``d`` with its ``scale.<scale>`` overrides applied (``scale`` key removed); checks every override table."""
+    over = d.get("scale")
+    if over is None:
+        return d
+    if not isinstance(over, dict) or not all(isinstance(v, dict) for v in over.values()):
+        raise ConfigError(f"{loc('scale')}: `scale` of a {what} entry must be tables of per-scale values "
+                          f"(scale.smoke = {{ target = 0.5 }})")
+    for sname, vals in over.items():
+        if scales is not None and sname not in scales:
+            raise ConfigError(f"{loc('scale')}: {what} entry overrides scale '{sname}', which the recipe does not define "
+                              f"(add [scale.{sname}])")
+        for k in vals:
+            if k in ("name", "scale"):
+                raise ConfigError(f"{loc('scale')}: scale.{sname} cannot override '{k}'")
+            if k not in allowed:
+                raise ConfigError(f"{loc('scale')}: unknown key '{k}' in scale.{sname} of a {what} entry "
+                                  f"(allowed: {', '.join(sorted(allowed - {'name', 'scale'}))})")
+    out = {k: v for k, v in d.items() if k != "scale"}
+    if scale is not None:
+        out.update(over.get(scale, {}))
+    return out
+
+
+def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpec:
+    """One ``[[tables]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     _check_known(d, TABLE_KEYS, loc, "[[tables]]")
+    d = _scaled(d, loc, scale, scales, "[[tables]]", TABLE_KEYS)
     name = _str(d, "name", loc)
     if not NAME_RE.match(name):
         raise ConfigError(f"{loc('name')}: every [[tables]] entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
@@ -163,8 +212,21 @@ def parse_table(d: dict, loc) -> TableSpec:
             if c not in COLUMNS and c not in FIELDS:
                 raise ConfigError(f"{loc('columns')}: unknown column '{c}' (use {', '.join(COLUMNS)} or a train key)")
         if t.layout == "paired":
-            raise ConfigError(f"{loc('columns')}: the paired layout has fixed columns; `columns` is for layout = \"rows\"")
+            raise ConfigError(f"{loc('columns')}: the paired layout has fixed columns; `columns` is for layout = \"rows\" or \"target\"")
         t.columns = list(cols)
+    elif t.layout == "target":
+        t.columns = ["method"]
+    if t.layout == "target":
+        v = d.get("target")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ConfigError(f"{loc('target')}: table '{name}' has layout = \"target\": it needs `target`, an accuracy "
+                              f"as a fraction in (0, 1] (0.9 for 90%), got {v!r}")
+        t.target = float(v)
+        t.metric = _choice(d, "metric", TARGET_METRICS, "test_acc", loc)
+    else:
+        for k in ("target", "metric"):
+            if k in d:
+                raise ConfigError(f"{loc(k)}: key '{k}' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")")
     left, right = _str(d, "left_title", loc, Group.left_title), _str(d, "right_title", loc, Group.right_title)
     raw_groups = d.get("groups")
     if raw_groups is None:
@@ -177,9 +239,9 @@ def parse_table(d: dict, loc) -> TableSpec:
         _check_known(g, GROUP_KEYS, loc, f"a group of table '{name}'")
         grp = Group(label=_str(g, "label", loc), left_title=_str(g, "left_title", loc, left),
                     right_title=_str(g, "right_title", loc, right))
-        if t.layout == "rows":
+        if t.layout in ("rows", "target"):
             if "rows" in g:
-                raise ConfigError(f"{loc('rows')}: table '{name}' has layout = \"rows\": list its runs in `runs`")
+                raise ConfigError(f"{loc('rows')}: table '{name}' has layout = \"{t.layout}\": list its runs in `runs`")
             grp.runs = _names(g.get("runs"), loc("runs"), f"`runs` of table '{name}'")
         else:
             if "runs" in g:
@@ -197,14 +259,16 @@ def parse_table(d: dict, loc) -> TableSpec:
     return t
 
 
-def parse_figure(d: dict, loc) -> FigureSpec:
+def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureSpec:
+    """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     _check_known(d, FIGURE_KEYS, loc, "[[figures]]")
+    d = _scaled(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
     name = _str(d, "name", loc)
     if not NAME_RE.match(name):
         raise ConfigError(f"{loc('name')}: every [[figures]] entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
     f = FigureSpec(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
-                   x=_choice(d, "x", ("iteration", "comm"), "iteration", loc),
+                   x=_choice(d, "x", X_AXES, "iteration", loc),
                    y=_choice(d, "y", ("test_acc", "test_loss", "train_loss"), "test_acc", loc))
     if not f.kind:
         raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(KINDS)})")
@@ -247,7 +311,7 @@ def parse_products(recipe) -> tuple[list[TableSpec], list[FigureSpec]]:
         for i, d in enumerate(items):
             def loc(key, kind=kind, i=i):
                 return recipe.where(key, kind, i)
-            spec = parse(d, loc)
+            spec = parse(d, loc, recipe.scale, recipe.scales)
             if spec.name in seen:
                 raise ConfigError(f"{loc('name')}: product name '{spec.name}' is used twice")
             seen[spec.name] = True

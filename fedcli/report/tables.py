@@ -7,7 +7,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
-from fedcli.report.aggregate import NAN, Stat, early_stop, mean_std, pct
+from fedcli.report.aggregate import NAN, Stat, early_stop, mean_std, pct, rounds_to_target
 from fedcli.report.spec import TableSpec
 
 # ------------------------------------------------------------------------------------------------ model
@@ -74,6 +74,23 @@ def fmt_steps(s: Stat, reached: int, n: int) -> Cell:
     return Cell(text, latex, {"mean": s.mean, "std": s.std, "reached": reached, "n": n})
 
 
+def fmt_reach(s: Stat, reached: int, n: int, digits: int, one: str, counts: bool = True) -> Cell:
+    """Target layout: "mean ± std" over the seeds that reached the target, " (k/n)" when some did not, "—" if none did."""
+    values = {"mean": s.mean if reached else float("nan"), "std": s.std if reached else float("nan"), "reached": reached, "n": n}
+    if reached == 0:
+        return Cell("—", "---", values)
+    if reached == 1:
+        text = one.format(s.mean)
+        latex = text
+    else:
+        text = f"{s.mean:.{digits}f} ± {s.std:.{digits}f}"
+        latex = f"${s.mean:.{digits}f} \\pm {s.std:.{digits}f}$"
+    if counts and reached < n:
+        text += f" ({reached}/{n})"
+        latex += f" ({reached}/{n})"
+    return Cell(text, latex, values)
+
+
 def plain(v) -> Cell:
     if isinstance(v, float):
         t = f"{v:g}"
@@ -95,6 +112,8 @@ def latex_escape(s: str) -> str:
             out.append("\\textbackslash{}")
         elif ch == "±":
             out.append("$\\pm$")
+        elif ch == "—":
+            out.append("---")
         elif ch == "τ":
             out.append("$\\tau$")
         elif ch == "φ":
@@ -160,8 +179,12 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
     for g in spec.groups:
         base_comm = mean_std(r.comm_params for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
         base_bytes = mean_std(r.comm_bytes for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
-        if spec.layout == "rows":
+        if spec.layout in ("rows", "target"):
             cols = [column(c) for c in spec.columns]
+            if spec.layout == "target":
+                tgt = f"{100 * spec.target:g}%"
+                cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
+                         Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
             rows, meta = [], []
             for name in g.runs:
                 r0 = first(name)
@@ -192,6 +215,10 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
                         cells.append(plain(len(per_seed(name))))
                     else:
                         cells.append(plain(r0.config.get(c, "")))
+                if spec.layout == "target":
+                    reach = rounds_to_target(per_seed(name), spec.target, spec.metric)
+                    cells += [fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"),
+                              fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
                 rows.append(cells)
                 meta.append({"group": g.label, "run": name})
             sections.append(Section(g.label, [], cols, rows, meta))
@@ -226,6 +253,15 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
     bases = list(dict.fromkeys(g.baseline for g in spec.groups if g.baseline))
     if spec.layout == "paired" or "comm" in spec.columns:
         notes.append(f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}.")
+    if spec.layout == "target":
+        what = "test accuracy" if spec.metric == "test_acc" else f"`{spec.metric}`"
+        reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
+                      f"whose {what} is at least {100 * spec.target:g}%, the communication rounds completed there and the bytes moved "
+                      f"so far (comm_bytes, 1 MB = 10^6 bytes); (k/n): only k of n seeds reached it; —: none did.")
+        if any(c in ("acc", "final_acc", "best_acc") for c in spec.columns):
+            notes.append(reach_note)
+        else:
+            notes[0] = reach_note
     if spec.layout == "paired":
         tgt = "the same seed's" if spec.early_stop_target == "seed" else "the mean"
         notes.append(f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of the left-hand run "
