@@ -118,7 +118,7 @@ class TrainConfig:
     seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")
     eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
     device: str = opt("auto", "Device: cpu, cuda, or auto (cuda when available).", choices=["auto", "cpu", "cuda"], group="run")
-    trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto.", choices=["auto", "vmap", "loop"], group="run")
+    trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto (CPU: loop for convolutional models, vmap otherwise; CUDA: vmap).", choices=["auto", "vmap", "loop"], group="run")
     threads: int = opt(0, "Torch CPU threads per process (0: the machine's cores divided by the number of processes).", lo=0, group="run")
     out: str = opt("", "Run directory (default: results/<algo>-<dataset>-s<seed>-<time>).", group="run")
     # crash safety (fedcli/results/checkpoint.py)

@@ -62,8 +62,20 @@ class LoopTrainer:
 TRAINERS = {"vmap": VmapTrainer, "loop": LoopTrainer}
 
 
+def auto_trainer(model: torch.nn.Module, device: torch.device) -> str:
+    """The path ``--trainer auto`` takes: a fixed rule (so results never depend on timing), from ``fedcli bench``.
+
+    On CPU (2 cores, batch 32) convolutional models train faster one client at a time: resnet20 240 vs
+    96 client samples/s (loop vs vmap), femnist_cnn 560 vs 398, since vmap turns the K clients'
+    convolutions into grouped convolutions that oneDNN runs slowly; dense models (mlp, 128 clients)
+    are far faster stacked (44,449 vs 16,176 for the sequential loop). On CUDA the stacked path is used.
+    """
+    if device.type == "cpu" and any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules()):
+        return "loop"
+    return "vmap"
+
+
 def choose_trainer(name: str, model: torch.nn.Module, device: torch.device):
-    """``auto``: the stacked vmap path (measured faster on CPU and GPU for the zoo's models; see ``fedcli bench``)."""
     if name == "auto":
-        name = "vmap"
+        name = auto_trainer(model, device)
     return TRAINERS[name](model)
