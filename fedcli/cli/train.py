@@ -25,8 +25,11 @@ def describe(cfg: TrainConfig, sim) -> str:
     extra = {"dirichlet": f" alpha={cfg.alpha}", "pathological": f" k={cfg.classes_per_client}",
              "natural": f" {cfg.writers_per_client} writers/client"}.get(part.get("scheme"), "")
     sched = f"tau'={cfg.tau} phi={cfg.phi}" if sim.schedule.needs_discrepancy else f"tau={cfg.tau}"
+    if cfg.local_epochs:
+        sched = f"{cfg.local_epochs:g} local epoch(s) per round"
+    budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
     return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(sim.client_indices)} clients "
-            f"({sim.active} active per round), {part.get('scheme')}{extra} partition, {cfg.iterations} local iterations, "
+            f"({sim.active} active per round), {part.get('scheme')}{extra} partition, {budget}, "
             f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
