@@ -194,13 +194,19 @@ def _scaled(d: dict, loc, scale: str | None, scales, what: str, allowed: set) ->
     return out
 
 
-def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpec:
-    """One ``[[tables]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
-    _check_known(d, TABLE_KEYS, loc, "[[tables]]")
-    d = _scaled(d, loc, scale, scales, "[[tables]]", TABLE_KEYS)
+def _entry(d: dict, loc, scale, scales, what: str, keys) -> tuple[dict, str]:
+    """Check a ``[[tables]]``/``[[figures]]`` entry's keys, apply its scale overrides, validate its name."""
+    _check_known(d, keys, loc, what)
+    d = _scaled(d, loc, scale, scales, what, keys)
     name = _str(d, "name", loc)
     if not NAME_RE.match(name):
-        raise ConfigError(f"{loc('name')}: every [[tables]] entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
+        raise ConfigError(f"{loc('name')}: every {what} entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
+    return d, name
+
+
+def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpec:
+    """One ``[[tables]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
+    d, name = _entry(d, loc, scale, scales, "[[tables]]", TABLE_KEYS)
     t = TableSpec(name=name, title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                   layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
                   early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
@@ -261,11 +267,7 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
 
 def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureSpec:
     """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
-    _check_known(d, FIGURE_KEYS, loc, "[[figures]]")
-    d = _scaled(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
-    name = _str(d, "name", loc)
-    if not NAME_RE.match(name):
-        raise ConfigError(f"{loc('name')}: every [[figures]] entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
+    d, name = _entry(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
     f = FigureSpec(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                    x=_choice(d, "x", X_AXES, "iteration", loc),

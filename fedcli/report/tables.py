@@ -99,28 +99,12 @@ def plain(v) -> Cell:
     return Cell(t, latex_escape(t), {"value": v})
 
 
+LATEX_ESCAPES = {**{ch: "\\" + ch for ch in "&%$#_{}"}, "~": "\\textasciitilde{}", "^": "\\textasciicircum{}",
+                 "\\": "\\textbackslash{}", "±": "$\\pm$", "—": "---", "τ": "$\\tau$", "φ": "$\\phi$"}
+
+
 def latex_escape(s: str) -> str:
-    out = []
-    for ch in s:
-        if ch in "&%$#_{}":
-            out.append("\\" + ch)
-        elif ch == "~":
-            out.append("\\textasciitilde{}")
-        elif ch == "^":
-            out.append("\\textasciicircum{}")
-        elif ch == "\\":
-            out.append("\\textbackslash{}")
-        elif ch == "±":
-            out.append("$\\pm$")
-        elif ch == "—":
-            out.append("---")
-        elif ch == "τ":
-            out.append("$\\tau$")
-        elif ch == "φ":
-            out.append("$\\phi$")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join(LATEX_ESCAPES.get(ch, ch) for ch in s)
 
 
 def phi_cell(run) -> Cell:

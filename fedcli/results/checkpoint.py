@@ -38,6 +38,7 @@ import torch
 
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
+from fedcli.results import sentinel
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -355,15 +356,9 @@ def _alive(pid) -> bool:
         pid = int(pid)
     except (TypeError, ValueError):
         return False
-    if pid == os.getpid() or pid <= 0:
+    if pid == os.getpid() or pid <= 0 or not sentinel.alive(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
+    try:  # a live pid counts only if it is still a fedcli process (pids are reused)
         return b"fedcli" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
