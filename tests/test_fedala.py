@@ -6,48 +6,18 @@ import math
 import pytest
 import torch
 
-from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.ala import ala_mix, ala_weight_step, initial_stage_done, learn_weights, sample_slice
-from fedcli.fl.engine import Simulation
 from fedcli.fl.rng import torch_gen
+from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal
 
-BASE = dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="32", clients=4, active_ratio=1.0, partition="pathological",
-            classes_per_client=2, client_test_fraction=0.25, rounds=2, local_epochs=1.0, batch_size=16, lr=0.3,
-            eval_every=1, device="cpu", weighting="samples", threads=1)
-COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
-
-
-def config(**kw) -> TrainConfig:
-    return TrainConfig(**{**BASE, **kw}).validate()
+BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
 
 @pytest.fixture(scope="module")
 def data():
     return load_data_and_partition(config())
-
-
-_RUNS: dict = {}
-
-
-def run(data, **kw):
-    """One run per distinct config in this module (runs are only read afterwards)."""
-    key = tuple(sorted(kw.items()))
-    if key not in _RUNS:
-        sim = Simulation(config(**kw)).setup(*data)
-        _RUNS[key] = (sim, sim.run())
-    return _RUNS[key]
-
-
-def same(a, b, cols=COLS + ("personal_acc",)):
-    (sa, ra), (sb, rb) = a, b
-    assert len(ra.history) == len(rb.history) > 0
-    for x, y in zip(ra.history, rb.history):
-        for c in cols:
-            assert x[c] == y[c], (c, x[c], y[c])
-    for n in sa.global_params:
-        assert torch.equal(sa.global_params[n], sb.global_params[n]), n
 
 
 # ------------------------------------------------------------------ one ALA update, by hand

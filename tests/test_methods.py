@@ -7,21 +7,19 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts_servers import ServerLR, momentum_a_norm
 from fedcli.fl.schedules import LamaAccelerate, lama_accelerate_intervals
+from simkit import assert_same_run, configurer
 
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, partition="dirichlet",
             alpha=0.5, iterations=16, batch_size=16, lr=0.05, eval_every=8, device="cpu", tau=4, threads=1)
-COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
 
 
-def config(**kw) -> TrainConfig:
-    return TrainConfig(**{**BASE, **kw}).validate()
+config = configurer(BASE)
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +44,6 @@ def sim_of(data, **kw) -> Simulation:
 def run(data, **kw):
     sim = sim_of(data, **kw)
     return sim, sim.run()
-
-
-def assert_same_run(a, b):
-    (sa, ra), (sb, rb) = a, b
-    assert len(ra.history) == len(rb.history) > 0
-    for x, y in zip(ra.history, rb.history):
-        for col in COLS:
-            assert x[col] == y[col], col
-    for n in sa.global_params:
-        assert torch.equal(sa.global_params[n], sb.global_params[n]), n
 
 
 def assert_differs(a, b):

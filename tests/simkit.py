@@ -1,0 +1,52 @@
+"""Shared scaffolding for tests that compare whole simulator runs (digits + a small MLP, seconds)."""
+
+import torch
+
+from fedcli.config import TrainConfig
+from fedcli.fl.engine import Simulation
+
+COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
+
+# personalized runs: 2 classes per client with local test splits, every client every round
+PERSONAL_BASE = dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="32", clients=4, active_ratio=1.0,
+                     partition="pathological", classes_per_client=2, client_test_fraction=0.25, rounds=2,
+                     local_epochs=1.0, batch_size=16, lr=0.3, eval_every=1, device="cpu", weighting="samples", threads=1)
+
+
+def configurer(base: dict):
+    """``config(**overrides)``: a validated TrainConfig on top of ``base``."""
+    def config(**kw) -> TrainConfig:
+        return TrainConfig(**{**base, **kw}).validate()
+    return config
+
+
+def cached_runner(config):
+    """``run(data, **kw)``: one (Simulation, Summary) per distinct config (runs are only read afterwards)."""
+    runs: dict = {}
+
+    def run(data, **kw):
+        key = tuple(sorted(kw.items()))
+        if key not in runs:
+            sim = Simulation(config(**kw)).setup(*data)
+            runs[key] = (sim, sim.run())
+        return runs[key]
+    return run
+
+
+def assert_same_run(a, b, cols=COLS):
+    """Two runs with identical metrics rows (``cols``) and bitwise-identical global models."""
+    (sa, ra), (sb, rb) = a, b
+    assert len(ra.history) == len(rb.history) > 0
+    for x, y in zip(ra.history, rb.history):
+        for c in cols:
+            assert x[c] == y[c], (c, x[c], y[c])
+    for n in sa.global_params:
+        assert torch.equal(sa.global_params[n], sb.global_params[n]), n
+
+
+personal_config = configurer(PERSONAL_BASE)
+personal_run = cached_runner(personal_config)
+
+
+def same_personal(a, b, cols=COLS + ("personal_acc",)):
+    assert_same_run(a, b, cols)
