@@ -100,7 +100,7 @@ class TrainConfig:
     eps: float = opt(1e-8, "Adaptive local steps: r = m / (sqrt(v_hat) + eps).", lo=0.0, group="adaptive")
     vhat_every: int = opt(1, "Skip synchronization Z: the server updates and sends v_hat (Mime: its optimizer state) every Z rounds only.", lo=1, group="adaptive")
     vhat_start: str = opt("local", "Until v_hat is first synchronized, clients divide by their own running v (local) or by sqrt(0) + eps (eps: Algorithm 1's v_hat_0; sane only with the trust ratio).", choices=["local", "eps"], group="adaptive")
-    local_v: str = opt("keep", "A client's v at a round's start: its own v from its last round (keep, DESIGN.md 4) or the server's v_hat (server: Algorithm 1, line 6).", choices=["keep", "server"], group="adaptive")
+    local_v: str = opt("keep", "A client's v at a round's start: its own v from its last round (keep, as the authors' prototype code) or the server's v_hat (server: Algorithm 1, line 6).", choices=["keep", "server"], group="adaptive")
     trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
     phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
     server_eps: float = opt(1e-3, "Adp-Fed server Adam adaptivity tau: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")

@@ -93,9 +93,12 @@ def train_values(path: str | Path, scale: str | None = None) -> dict:
 def build_config(recipe: str | None, overrides: dict, scale: str | None = None) -> TrainConfig:
     if scale and not recipe:
         raise ConfigError(f"--scale {scale} needs --recipe (scales are tables of a recipe)")
+    from fedcli.fl.methods import with_method_defaults
+
     values = train_values(recipe, scale) if recipe else {}
     from_recipe = set(values) - set(overrides)
     values.update(overrides)
+    values = with_method_defaults(values)
     try:
         return TrainConfig(**values).validate()
     except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about
@@ -311,10 +314,13 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
 
 def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = None) -> TrainConfig:
     """The validated TrainConfig of one run of a sweep at one seed."""
+    from fedcli.fl.methods import with_method_defaults
+
     values = dict(run.values)
     values.update(extra or {})
     values["seed"] = seed
     values["out"] = str(out)
+    values = with_method_defaults(values)
     try:
         return TrainConfig(**values).validate()
     except ConfigError as e:  # a rule between keys (or an unknown method): name the line of the key it is about

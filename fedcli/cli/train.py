@@ -33,6 +33,30 @@ def describe(cfg: TrainConfig, sim) -> str:
             f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
+def methods_table():
+    """``--list-algos``: one row per method (aliases folded), the parts where it differs from FedAvg, whether it
+    is personalized, and the defaults it runs with unless a flag or recipe key says otherwise."""
+    from rich.table import Table
+
+    from fedcli.fl.methods import METHODS, Method
+
+    plain = Method("", "").parts()
+    t = Table(title="fedcli methods (--algo NAME)", title_justify="left", show_lines=True, expand=False)
+    t.add_column("method", no_wrap=True, style="bold")
+    t.add_column("parts (where not FedAvg's)", ratio=2, overflow="fold")
+    t.add_column("defaults", ratio=2, overflow="fold")
+    t.add_column("what it is", ratio=4, overflow="fold")
+    for m in sorted({id(m): m for m in METHODS.values()}.values(), key=lambda m: m.name):
+        name = m.name + "".join(f"\n= {a}" for a in m.aliases) + ("\n[cyan]personalized[/]" if m.personalized else "")
+        parts = "\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in m.parts().items() if v != plain[k]) or "-"
+        defaults = "\n".join(f"--{k.replace('_', '-')} {v}" for k, v in m.effective_defaults().items()) or "-"
+        t.add_row(name, parts, defaults, m.summary)
+    t.caption = ("parts: local step / schedule / codec / init / server (FedAvg: sgd / periodic / identity / overwrite / "
+                 "average). A flag or recipe key overrides a method's defaults; `fedcli train --help` shows the general "
+                 "ones. Personalized methods are judged by personal_acc: each client's model on its local test split.")
+    return t
+
+
 def collective(comm, err: BaseException | None) -> None:
     """Every rank learns whether any rank failed a setup phase; all then raise the same error.
 
@@ -152,10 +176,7 @@ def train(**kwargs):
     from fedcli.recipes import build_config
 
     if kwargs.pop("list_algos"):
-        from fedcli.fl.methods import METHODS
-
-        for name, m in sorted(METHODS.items()):
-            out_console.print(f"{name:12s} {m.summary}  [dim]{m.parts()}[/]")
+        out_console.print(methods_table())
         return
     recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")

@@ -1,6 +1,6 @@
 """The cohort: the clients training together on this process, held as stacked tensors.
 
-Every parameter and buffer is one tensor of shape ``[K, *shape]`` (DESIGN.md section 2.1), so a
+Every parameter and buffer is one tensor of shape ``[K, *shape]``, so a
 local step for all K clients is one vectorized call and synchronizing layer l is a weighted sum
 over dim 0. Per-round mini-batch plans are drawn from generators keyed by (seed, round, client).
 """

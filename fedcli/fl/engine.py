@@ -198,7 +198,8 @@ class Simulation:
     def manifest(self) -> dict:
         return {
             "config": self.cfg.to_dict(),
-            "method": {"name": self.method.name, **self.part_names},
+            "method": {"name": self.method.name, **self.part_names, "personalized": self.method.personalized,
+                       "defaults": self.method.effective_defaults()},
             "seed": self.cfg.seed,
             "world_size": self.comm.size,
             "device": str(self.device),

@@ -1,4 +1,4 @@
-"""The parts a method is made of (DESIGN.md section 2).
+"""The parts a method is made of.
 
 A named method is a preset of five parts:
 

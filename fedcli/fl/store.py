@@ -1,4 +1,4 @@
-"""Per-client state that lives across rounds, kept off the device (DESIGN.md section 2.1).
+"""Per-client state that lives across rounds, kept off the device.
 
 Personalized models, optimizer moments, control variates and ALA weights belong to a client, not
 to a cohort slot. The store keeps one CPU tensor per (name, client), created on first use, and

@@ -1,4 +1,4 @@
-"""Model zoo and the "layers" contract (DESIGN.md section 3.1).
+"""Model zoo and the "layers" contract.
 
 Public API::
 

@@ -1,4 +1,4 @@
-"""The "layers" of a model (DESIGN.md section 3.1).
+"""The "layers" of a model.
 
 A layer is one trainable parameter tensor, in ``model.named_parameters()`` order, as in the
 reference code of FedLAMA and FedALA. Layer-wise methods schedule, compress and count

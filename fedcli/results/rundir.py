@@ -1,4 +1,4 @@
-"""The run directory of DESIGN.md section 3.2, written as training goes.
+"""The run directory (README, Run directory), written as training goes.
 
 - ``manifest.json``: resolved config, seeds, world size, versions, git commit, times, ``status``.
   Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).

@@ -193,4 +193,5 @@ class AppleStep(SGDStep):
 
 register_method(Method("apple", "each client mixes all clients' core models with a learned DR vector per batch (Luo & Wu 2022); "
                                 "--apple-dr-lr, --apple-mu, --apple-l, --apple-m, --apple-upload",
-                       local_step="apple", personalized=True))
+                       local_step="apple", personalized=True,
+                       defaults={"active_ratio": 1.0}))  # cross-silo: "FedAMP and APPLE ... require all clients to join each iteration" (FedALA, Related Work)

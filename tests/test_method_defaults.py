@@ -1,0 +1,70 @@
+"""Per-method defaults: a method's paper settings fill what neither a flag nor a recipe key gives."""
+
+import json
+
+import pytest
+
+from fedcli.cli.main import app
+from fedcli.config import TrainConfig
+from fedcli.fl.methods import METHODS, with_method_defaults
+from fedcli.recipes import build_config
+
+
+def test_personalized_method_holds_out_local_test_splits_by_default():
+    cfg = build_config(None, {"algo": "fedala"})
+    assert cfg.client_test_fraction == 0.25
+    assert build_config(None, {"algo": "fedavg"}).client_test_fraction == TrainConfig().client_test_fraction == 0.0
+
+
+def test_cross_silo_methods_default_to_full_participation():
+    for algo in ("apple", "fedamp"):
+        assert build_config(None, {"algo": algo}).active_ratio == 1.0
+    assert build_config(None, {"algo": "fedala"}).active_ratio == TrainConfig().active_ratio
+
+
+def test_explicit_flag_and_recipe_key_win(tmp_path):
+    assert build_config(None, {"algo": "fedala", "client_test_fraction": 0.1}).client_test_fraction == 0.1
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('algo = "fedala"\nclient_test_fraction = 0.4\n')
+    assert build_config(str(recipe), {}).client_test_fraction == 0.4
+    assert build_config(str(recipe), {"client_test_fraction": 0.2}).client_test_fraction == 0.2
+
+
+def test_unknown_method_left_for_validation():
+    assert with_method_defaults({"algo": "nope", "lr": 0.3}) == {"algo": "nope", "lr": 0.3}
+
+
+def test_every_default_is_a_valid_config_value():
+    for name, m in METHODS.items():
+        for key in m.effective_defaults():
+            assert key in TrainConfig.__dataclass_fields__, (name, key)
+        cfg = build_config(None, {"algo": name})
+        for key, value in m.effective_defaults().items():
+            assert getattr(cfg, key) == value, (name, key)
+
+
+def test_manifest_records_method_defaults(tmp_path):
+    from typer.testing import CliRunner
+
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["train", "--algo", "fedavg-c", "--iterations", "10", "--clients", "4", "--out", str(out), "--quiet",
+                                 "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["method"]["defaults"] == {"client_test_fraction": 0.25}
+    assert man["method"]["personalized"] is True
+    assert man["config"]["client_test_fraction"] == 0.25
+
+
+def test_list_algos_is_one_row_per_method_with_aliases_folded(capsys):
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["train", "--list-algos"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    for name, m in METHODS.items():
+        if name == m.name:
+            assert sum(1 for ln in lines if ln.startswith(f"│ {name} ")) == 1, name
+    assert any("= fedsgd" in ln for ln in lines) and not any(ln.startswith("│ fedsgd ") for ln in lines)
+    assert sum("personalized" in ln.split("│")[1] for ln in lines if ln.startswith("│") and len(ln.split("│")) > 2) == \
+        sum(1 for n, m in METHODS.items() if n == m.name and m.personalized)
