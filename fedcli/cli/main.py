@@ -70,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         error(msg, e.exit_code)
     except KeyboardInterrupt:
         error("interrupted", 130)
+    except OSError as e:  # a file fedcli reads or writes, where no closer code named the problem: still one line
+        from fedcli.errors import os_error
+
+        err = os_error(e, doing="read or write")
+        comm = _mpi_comm()
+        if comm is not None:
+            _abort_job(err, err.exit_code)
+        error(str(err), err.exit_code)
     except Exception as e:
         if _mpi_comm() is not None:
             _abort_job(e, 1)

@@ -91,6 +91,36 @@ def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
     return lr * cfg.lr_decay_factor ** decays
 
 
+def evaluation_points(points: list[int], eval_every: int) -> list[int]:
+    """The round ends (progress ``points``: iterations, or rounds under a round budget, increasing, the last one
+    the end of the budget) at which ``Simulation.run`` evaluates: the first at or after each multiple of
+    ``eval_every``, and the last."""
+    out, next_eval = [], eval_every
+    for i, p in enumerate(points):
+        if p >= next_eval or i == len(points) - 1:
+            out.append(p)
+            while next_eval <= p:
+                next_eval += eval_every
+    return out
+
+
+def check_client_data(cfg: TrainConfig, sizes) -> None:
+    """Limits checked before anything is allocated: every client holds training data (a partition file can name
+    an empty client), and a mini-batch is not larger than every client's data (the batch plans are padded to
+    ``--batch-size``: 10^8 would allocate gigabytes before the first step)."""
+    from fedcli.errors import DataError
+
+    empty = [i for i, n in enumerate(sizes) if n == 0]
+    if empty:
+        where = cfg.partition_file or f"the {cfg.partition} partition"
+        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected every "
+                        f"client to hold at least one (re-create the partition with fedcli partition)")
+    largest = int(max(sizes)) if len(sizes) else 0
+    if cfg.batch_size > largest:
+        raise ConfigError(f"--batch-size {cfg.batch_size} is larger than every client's training data (the largest client "
+                          f"holds {largest} samples); use at most {largest}")
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -127,6 +157,7 @@ class Simulation:
         self.run_dir = run_dir
         self.progress = progress
         self.round_hooks: list = []   # called as hook(sim, state) after every round (checkpoints)
+        self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
         self.store = ClientStore()     # per-client state across rounds
 
     # ------------------------------------------------------------------ setup
@@ -142,6 +173,7 @@ class Simulation:
         self.dataset, self.partition = dataset, partition
         self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
         self.sizes = np.array([len(ix) for ix in partition.train])
+        check_client_data(cfg, self.sizes)
         n_clients = len(self.client_indices)
         self.active = max(1, int(round(cfg.active_ratio * n_clients)))
 
@@ -209,6 +241,7 @@ class Simulation:
             "active_clients": self.active,
             "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers)},
             "eval_every": self.eval_every,
+            "evaluations": self.planned_evaluations(),
             "torch_threads": torch.get_num_threads(),
         }
 
@@ -445,6 +478,19 @@ class Simulation:
         s.wall_s = time.perf_counter() - t0
         return s
 
+    def planned_evaluations(self) -> int | None:
+        """How many metrics.csv rows a complete run writes (``run``'s evaluation rule over the budget's round ends);
+        None when round lengths depend on the data (``--local-epochs`` under an iteration budget)."""
+        cfg = self.cfg
+        if cfg.rounds:
+            points = list(range(1, cfg.rounds + 1))
+        elif cfg.local_epochs:
+            return None
+        else:
+            period = self.schedule.period
+            points = [min(r * period, cfg.iterations) for r in range(1, math.ceil(cfg.iterations / period) + 1)]
+        return len(evaluation_points(points, self.eval_every))
+
     def done(self, state: TrainState) -> bool:
         if self.cfg.rounds:
             return state.round_idx >= self.cfg.rounds
@@ -503,6 +549,8 @@ class Simulation:
                 self.personal.capture(self, cohort)  # each client's trained model, before the round-end sync replaces it
             if due:
                 self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
+            for hook in self.step_hooks:
+                hook(self, state)
         round_losses = self.settle_skipped(state, cohort, round_losses, steps)
         for part in self.parts.values():
             part.end_round(self, cohort)
