@@ -475,26 +475,42 @@ class Executor:
             except OSError:
                 pass
 
-    def interrupt(self) -> None:
-        """Ctrl-C: start nothing more; one signal to each running training (it checkpoints at the end of
-        its round and stops, ``interrupted``); a second Ctrl-C while waiting stops them now (each writes its
-        last round boundary); a third stops waiting for them."""
+    def stop_trainings(self, pids: list[int], wait_all) -> None:
+        """After the first Ctrl-C (or SIGTERM): start nothing more, pass one signal to each running training (it
+        checkpoints at the end of its round and stops, ``interrupted``) and ``wait_all()`` for them. Meanwhile a
+        second signal is passed on too (the trainings stop now, each writing its last round boundary) and a
+        third stops waiting (the trainings still stop by themselves: they watch the sweep process)."""
         self.stopping = True
+        seen = {"n": 1}
+
+        def again(signum, frame):
+            seen["n"] += 1
+            if seen["n"] > 2:
+                raise KeyboardInterrupt
+            self.notify(f"{signal.Signals(signum).name} again: stopping the trainings now")
+            self.signal_all(pids)
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        old = {s: signal.signal(s, again) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+        try:
+            self.announce(len(pids))
+            self.signal_all(pids)
+            wait_all()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def interrupt(self) -> None:
         with self.lock:
             procs = list(self.procs.values())
-        self.announce(len(procs))
-        self.signal_all(p.pid for p in procs)
-        try:
+
+        def wait_all():
             for proc in procs:
                 proc.wait()
-        except KeyboardInterrupt:
-            self.notify(f"{signal.Signals(self.signum).name} again: stopping the trainings now")
-            self.signal_all(p.pid for p in procs)
-            for proc in procs:
-                try:
-                    proc.wait(timeout=60)
-                except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                    proc.kill()
+
+        self.stop_trainings([p.pid for p in procs], wait_all)
 
     def run_all(self, todo: list[PlannedRun], recipe: SweepRecipe, on_done) -> None:
         for p in todo:
@@ -564,22 +580,13 @@ class Executor:
             except KeyboardInterrupt:
                 # the workers have their own process group: pass one SIGINT on, so that the runs in
                 # progress checkpoint and stop (``interrupted``; the next sweep resumes them)
-                self.stopping = True
                 workers = [w.pid for w in (getattr(pool, "_processes", None) or {}).values()]
-                self.announce(len(pending))
-                self.signal_all(workers)
-                try:
-                    pool.shutdown(wait=True, cancel_futures=True)
-                except KeyboardInterrupt:  # a second Ctrl-C: the trainings stop now, writing their last round boundary
-                    self.notify(f"{signal.Signals(self.signum).name} again: stopping the trainings now")
-                    self.signal_all(workers)
-                    try:
-                        pool.shutdown(wait=True, cancel_futures=True)
-                    except KeyboardInterrupt:  # a third: leave them (they stop by themselves when the sweep is gone)
-                        pool.shutdown(wait=False, cancel_futures=True)
+                self.stop_trainings(workers, lambda: pool.shutdown(wait=True, cancel_futures=True))
+                pool.shutdown(wait=False, cancel_futures=True)
                 raise
             finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+                if not self.stopping:
+                    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def last_line(path: Path) -> str | None:

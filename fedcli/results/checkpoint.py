@@ -437,8 +437,10 @@ class Checkpointer:
             if self.stopping:
                 return  # already stopping: let the last checkpoint be written
             if not self.armed:
-                raise Interrupted(signum, f"interrupted by {name} before training started"
+                err = Interrupted(signum, f"interrupted by {name} before training started"
                                           + (f"; the last checkpoint is {self.last}" if self.last else ""), now=True)
+                err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
+                raise err
             if self.pending is None:
                 self.pending = signum
                 if self.notify:
