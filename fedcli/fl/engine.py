@@ -112,9 +112,9 @@ def check_client_data(cfg: TrainConfig, sizes) -> None:
 
     empty = [i for i, n in enumerate(sizes) if n == 0]
     if empty:
-        where = cfg.partition_file or f"the {cfg.partition} partition"
-        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected every "
-                        f"client to hold at least one (re-create the partition with fedcli partition)")
+        where, what = (cfg.partition_file, "a fedcli partition file") if cfg.partition_file else (f"the {cfg.partition} partition", "a partition")
+        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected {what} "
+                        f"in which every client holds at least one (re-create it with fedcli partition)")
     largest = int(max(sizes)) if len(sizes) else 0
     if cfg.batch_size > largest:
         raise ConfigError(f"--batch-size {cfg.batch_size} is larger than every client's training data (the largest client "
