@@ -307,7 +307,8 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     t0 = time.perf_counter()
     log = Path(log)
     code, error = 0, None
-    with open(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    _IDLE.clear()
+    with _idle_after(), open(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
             done = False
             if resume:
@@ -356,15 +357,26 @@ def _memoize_datasets() -> None:
     setup.load_data = load_data
 
 
+_IDLE = threading.Event()  # set while this (worker) process runs no training
+_IDLE.set()
+
+
+class _idle_after:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _IDLE.set()
+
+
 def _orphaned() -> None:
     """A worker whose sweep is gone (killed with SIGKILL, say): stop the training under way as on a second signal
     (the last round boundary is written, at most the round in progress is lost), then leave: nobody is left to
     hand it more work, and its shared lock keeps the sweep folder taken until it has ended."""
     from fedcli.results import checkpoint
 
-    checkpoint.request_stop(now=True)
-    while checkpoint.Checkpointer.active is not None:
-        time.sleep(0.1)
+    checkpoint.request_stop(now=True)  # idle: SIGTERM's default action ends the process here
+    _IDLE.wait()
     os._exit(143)
 
 

@@ -595,3 +595,30 @@ def test_sigterm_under_mpiexec_prints_the_mpiexec_resume_command(when, stopped, 
     q = subprocess.run(args + ["--quiet"], env=ENV, capture_output=True, text=True, timeout=300)
     assert q.returncode == 0, q.stderr
     assert manifest(out)["status"] == "completed" and len(rows(out / "metrics.csv")) == 10 and validate_run(out) == []
+
+
+# ------------------------------------------------------------------------------------------ the planned row count
+def test_evaluation_points_by_hand():
+    from fedcli.fl.engine import evaluation_points
+
+    # round ends at 3, 6, 9 and the cut last round at 10, every 4 iterations: first end at or after 4, 8, then the end
+    assert evaluation_points([3, 6, 9, 10], 4) == [6, 9, 10]
+    assert evaluation_points([1, 2, 3, 4, 5], 2) == [2, 4, 5]
+    assert evaluation_points([5, 10], 1) == [5, 10]   # several multiples inside one round: one evaluation
+
+
+@pytest.mark.parametrize("kw", [
+    dict(algo="fedavg", tau=3, iterations=10, eval_every=4),
+    dict(algo="fedlama", tau=2, phi=2, iterations=40, eval_every=0),
+    dict(algo="fedlama", tau=2, phi=3, iterations=25, eval_every=7, schedule="lama-accelerate"),
+    dict(algo="fedavg", rounds=5, local_epochs=1.0, eval_every=2),
+])
+def test_the_manifest_plans_the_rows_the_run_writes(kw, tmp_path):
+    from fedcli.config import TrainConfig
+    from fedcli.fl.engine import Simulation
+
+    cfg = TrainConfig(dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=0.5, batch_size=16,
+                      device="cpu", threads=1, **kw).validate()
+    sim = Simulation(cfg).setup()
+    planned = sim.manifest()["evaluations"]
+    assert planned == len(sim.run().history) > 1
