@@ -26,6 +26,7 @@ from fedcli.report.validate import validate_run
 from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.sweep import SweepLock, run_sweep
+from test_sweep import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -187,39 +188,8 @@ def test_run_lock_message_and_release(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ 4: reports refuse damaged runs
-RECIPE = """\
-title = "tiny"
-paper = "a test"
-seeds = 2
-
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "32"
-clients = 4
-active_ratio = 0.5
-iterations = 8
-eval_every = 2
-lr = 0.1
-threads = 1
-trainer = "loop"
-
-[[runs]]
-name = "FedAvg x1"
-algo = "fedavg"
-tau = 2
-
-[[runs]]
-name = "FedLAMA phi=2"
-algo = "fedlama"
-tau = 1
-phi = 2
-
-[[tables]]
-name = "t"
-layout = "paired"
-rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x1", "FedLAMA phi=2"]]
-
+# the sweep tests' two-run recipe (smoke scale: 8 iterations, an evaluation every 2) and a figure of both runs
+RECIPE = SWEEP_RECIPE + """
 [[figures]]
 name = "curves"
 kind = "curves"
@@ -232,7 +202,7 @@ def sweep_dir(tmp_path_factory):
     base = tmp_path_factory.mktemp("sweep")
     recipe = base / "tiny.toml"
     recipe.write_text(RECIPE)
-    run_sweep(recipe, None, out=base / "s", in_process=True)
+    run_sweep(recipe, "smoke", out=base / "s", in_process=True)
     return recipe, base / "s"
 
 
@@ -275,14 +245,14 @@ def test_report_refuses_a_damaged_run_and_sweep_runs_it_again(damage, sweep_dir,
     do(run / "metrics.csv")
     problems = validate_run(run)
     assert problems and needle in problems[0], problems
-    fix = f"`fedcli sweep {sj['recipe']} --seeds 2 --out {root}`"
+    fix = f"`fedcli sweep {sj['recipe']} --scale smoke --seeds 2 --out {root}`"
     code, err = run_main(["report", str(root), "--table", "t"], capsys)
     one_line(err, code, 2, "'FedAvg x1' seed 0 (damaged: ", needle, fix)
     code, err = run_main(["report", str(root), "--figures", str(tmp_path / "fig")], capsys)
     one_line(err, code, 2, "figure 'curves'", "'FedAvg x1' seed 0 (damaged: ", fix)
     assert not (tmp_path / "fig").exists()  # nothing drawn from damaged data
     # the fix the message names: the sweep runs that run again (and only it), then the report works
-    res = run_sweep(recipe, None, out=root, in_process=True)
+    res = run_sweep(recipe, "smoke", out=root, in_process=True)
     assert [p.label for p in res.ran] == ["FedAvg x1 seed 0"]
     code, err = run_main(["report", str(root), "--table", "t"], capsys)
     assert code == 0, err
