@@ -34,6 +34,7 @@ class StorageError(FedcliError):
     was written before stays intact (appends are cut back to their last whole row, replacements are atomic)."""
 
     exit_code = 3
+    remedy = ""  # what to do first, before the command that continues ("free some space and ")
 
 
 #: errno values that mean "this place cannot take the file" (a usage problem: choose another place, exit 2)
@@ -52,4 +53,6 @@ def os_error(e: OSError, path=None, doing: str = "write") -> FedcliError:
     name = _errno.errorcode.get(e.errno or 0, "")
     if name in _PLACE_ERRNOS:
         return ConfigError(f"cannot {doing} {path} ({why}); choose a place you can write to")
-    return StorageError(f"cannot {doing} {path} ({why}); the files written before are intact")
+    err = StorageError(f"cannot {doing} {path} ({why}); the files written before are intact")
+    err.remedy = "free some space and " if name in ("ENOSPC", "EDQUOT") else "when the disk works again, "
+    return err

@@ -296,7 +296,6 @@ def test_bad_output_places_exit_2(kind, tmp_path, capsys):
 
 
 LIMITS = {  # config that passes the key checks but cannot run: refused before anything is allocated or trained
-    "batch-larger-than-every-client": (["--batch-size", "100000000"], 2, "--batch-size 100000000 is larger than every client's"),
     "non-utf8-recipe": (None, 2, "line 2: not UTF-8 text (byte 0xff)"),
     "clients-vs-partition-file": (["--clients", "16"], 2, "--clients 16 differs from the 2 clients of --partition-file"),
 }
@@ -304,8 +303,6 @@ LIMITS = {  # config that passes the key checks but cannot run: refused before a
 
 @pytest.mark.parametrize("kind", sorted(LIMITS))
 def test_limits_and_encodings_are_checked_up_front(kind, tmp_path, capsys):
-    import resource
-
     flags, expected, needle = LIMITS[kind]
     args = TRAIN + ["--out", str(tmp_path / "run")]
     if kind == "non-utf8-recipe":
@@ -313,11 +310,31 @@ def test_limits_and_encodings_are_checked_up_front(kind, tmp_path, capsys):
         flags = ["--recipe", str(tmp_path / "r.toml")]
     if kind == "clients-vs-partition-file":
         flags = flags + ["--partition-file", str(partition_file(tmp_path / "p.json"))]
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     code, err = run_main(args + flags, capsys)
     assert_one_line(err, code, expected, needle)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500_000  # KiB: no 10 GB plan was built
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_a_batch_larger_than_every_client_is_clamped_and_said_once(tmp_path, capsys):
+    """--batch-size 10^8 would pad every batch plan to 10^8 samples (gigabytes): it is clamped to the largest
+    client's sample count, which is exactly what a batch of that size computes."""
+    import resource
+
+    from fedcli.cli.main import main as fedcli
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert fedcli(TRAIN + ["--batch-size", "100000000", "--out", str(tmp_path / "big")]) == 0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500_000  # KiB: no 10 GB plan was built
+    man = json.loads((tmp_path / "big" / "manifest.json").read_text())
+    largest = man["batch_size_used"]
+    assert man["config"]["batch_size"] == 100000000 and 0 < largest < 1437
+    notes = [l for l in capsys.readouterr().err.splitlines() if "note:" in l]
+    assert notes == [f"fedcli: note: --batch-size 100000000 is larger than every client's training data: using {largest}, "
+                     f"the largest client's sample count (each local step still sees all of a client's samples)"]
+    assert fedcli(TRAIN + ["--batch-size", str(largest), "--out", str(tmp_path / "same")]) == 0
+    strip = lambda t: [",".join(l.split(",")[:7]) for l in t.splitlines()]  # noqa: E731 (all but wall_s, lr, ...)
+    assert strip((tmp_path / "big" / "metrics.csv").read_text()) == strip((tmp_path / "same" / "metrics.csv").read_text())
+    assert (tmp_path / "big" / "model.pt").read_bytes() == (tmp_path / "same" / "model.pt").read_bytes()
 
 
 def test_non_utf8_sweep_recipe_exits_2_with_file_and_line(tmp_path, capsys):

@@ -31,7 +31,7 @@ def describe(cfg: TrainConfig, sim) -> str:
     budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
     return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(sim.client_indices)} clients "
             f"({sim.active} active per round), {part.get('scheme')}{extra} partition, {budget}, "
-            f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
+            f"batch {sim.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
 def collective(comm, err: BaseException | None) -> None:
@@ -148,6 +148,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         watchdog = sentinel.start(out, pids)
         if not quiet:
             err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
+        for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
+            _notice(f"note: {note}")
     ACTIVE_RUN["dir"] = out
     progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
                              enabled=root and not quiet and not as_json)
@@ -175,7 +177,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 raise saver.stopped_now(e.signum) from None
     except BaseException as e:
         if isinstance(e, StorageError) and run_dir is not None:
-            e = StorageError(f"{e}; free some space and continue with: {checkpoint.resume_command(out, comm.size)}")
+            e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size)}")
         if run_dir is not None:
             stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
             try:
@@ -199,8 +201,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 run_dir.finish("failed", error=f"StorageError: {e}")
             except (FedcliError, OSError):
                 pass
-            raise StorageError(f"{e}; the training finished but its results could not be saved; free some space and run it "
-                               f"again ({checkpoint.resume_command(out, comm.size)} continues from the last checkpoint)") from None
+            raise StorageError(f"{e}; the training finished but its results could not be saved; {e.remedy}continue with: "
+                               f"{checkpoint.resume_command(out, comm.size)} (from the last checkpoint)") from None
         sentinel.stop(watchdog)
         if saver.late:
             _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "

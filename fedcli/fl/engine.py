@@ -104,10 +104,13 @@ def evaluation_points(points: list[int], eval_every: int) -> list[int]:
     return out
 
 
-def check_client_data(cfg: TrainConfig, sizes) -> None:
-    """Limits checked before anything is allocated: every client holds training data (a partition file can name
-    an empty client), and a mini-batch is not larger than every client's data (the batch plans are padded to
-    ``--batch-size``: 10^8 would allocate gigabytes before the first step)."""
+def check_client_data(cfg: TrainConfig, sizes) -> int:
+    """Limits checked before anything is allocated; returns the mini-batch size to use.
+
+    Every client must hold training data (a partition file can name an empty client). A ``--batch-size`` larger
+    than every client's training data is clamped to the largest client's sample count: a client smaller than a
+    batch sees all its samples at every step either way (``fl.cohort.client_batches``), but the batch plans and
+    the per-batch buffers are allocated at the batch size (10^8 would take gigabytes before the first step)."""
     from fedcli.errors import DataError
 
     empty = [i for i, n in enumerate(sizes) if n == 0]
@@ -116,9 +119,7 @@ def check_client_data(cfg: TrainConfig, sizes) -> None:
         raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected {what} "
                         f"in which every client holds at least one (re-create it with fedcli partition)")
     largest = int(max(sizes)) if len(sizes) else 0
-    if cfg.batch_size > largest:
-        raise ConfigError(f"--batch-size {cfg.batch_size} is larger than every client's training data (the largest client "
-                          f"holds {largest} samples); use at most {largest}")
+    return min(cfg.batch_size, largest)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -173,7 +174,11 @@ class Simulation:
         self.dataset, self.partition = dataset, partition
         self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
         self.sizes = np.array([len(ix) for ix in partition.train])
-        check_client_data(cfg, self.sizes)
+        # the mini-batch size every part uses (``--batch-size``, clamped to the largest client's training data)
+        self.batch_size = check_client_data(cfg, self.sizes)
+        self.notes = [] if self.batch_size == cfg.batch_size else [
+            f"--batch-size {cfg.batch_size} is larger than every client's training data: using {self.batch_size}, the "
+            f"largest client's sample count (each local step still sees all of a client's samples)"]
         n_clients = len(self.client_indices)
         self.active = max(1, int(round(cfg.active_ratio * n_clients)))
 
@@ -242,6 +247,7 @@ class Simulation:
             "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers)},
             "eval_every": self.eval_every,
             "evaluations": self.planned_evaluations(),
+            **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
             "torch_threads": torch.get_num_threads(),
         }
 
@@ -507,7 +513,7 @@ class Simulation:
         """Local steps of each client this round: ``default``, or ceil(E * n_i / B) with --local-epochs E."""
         if not self.cfg.local_epochs:
             return [default] * len(clients)
-        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.cfg.batch_size)) for c in clients]
+        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.batch_size)) for c in clients]
 
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
@@ -524,7 +530,7 @@ class Simulation:
         self.init.initialize(self, cohort)
         for part in self.parts.values():
             part.begin_round(self, cohort)
-        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment).to(self.device)
+        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, self.batch_size, self.dataset.augment).to(self.device)
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
         for j in range(1, steps + 1):
