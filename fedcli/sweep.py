@@ -7,9 +7,11 @@ Layout of a sweep folder (default ``results/<recipe stem>-<scale>``)::
     <run slug>/seed<k>.log      its stdout and stderr
     <run slug>/seed<k>/         its run directory (manifest.json, metrics.csv, layers.csv, intervals.csv)
 
-A run counts as done only when its ``manifest.json`` says ``completed`` and its config is the one the
-recipe asks for now (``out`` and ``threads`` aside), so a second call runs only what is missing,
-failed, interrupted or changed. ``sweep.json`` is replaced atomically after every run.
+A run counts as done only when its ``manifest.json`` says ``completed``, its config is the one the
+recipe asks for now (``out`` and ``threads`` aside) and its data passes the report's checks
+(``fedcli.report.validate``), so a second call runs only what is missing, failed, interrupted, changed or
+damaged. ``sweep.json`` is replaced atomically after every run. One sweep at a time per folder
+(:class:`SweepLock`), and no worker outlives its sweep (``fedcli.results.lock``).
 """
 
 from __future__ import annotations

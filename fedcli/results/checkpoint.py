@@ -1,7 +1,8 @@
 """Checkpoints and ``fedcli train --resume RUN_DIR`` (crash safety).
 
 A checkpoint is taken at a round boundary, after the round's evaluation and CSV rows, every
-``--checkpoint-every`` rounds and when SIGINT/SIGTERM arrives. It holds everything
+``--checkpoint-every`` rounds and when SIGINT/SIGTERM arrives; a second signal stops the round in progress
+and writes the last round boundary, kept in memory for that (:class:`Checkpointer`). It holds everything
 :meth:`fedcli.fl.engine.Simulation.run` needs to continue as if it had never stopped:
 
 - the global model (parameters and buffers), the schedule state (FedLAMA intervals and d values),
@@ -241,17 +242,11 @@ def local_state(sim, state, copy: bool = False) -> dict:
 
 
 def global_state(sim, state) -> dict:
-    """The part of a checkpoint every process shares (the root writes it): model, schedule, ledger, CSV lengths."""
-    from fedcli.results.rundir import versions
-
+    """The part of a checkpoint every process shares that changes from round to round (the root writes it):
+    model, schedule, ledger, CSV lengths."""
     return {
-        "format": FORMAT,
-        "version": VERSION,
         "round": state.round_idx,
         "iteration": state.iteration,
-        "config": sim.cfg.to_dict(),
-        "world_size": sim.comm.size,
-        "versions": versions(),
         "global": {"params": {n: _cpu(t) for n, t in sim.global_params.items()},
                    "buffers": {n: _cpu(t) for n, t in sim.global_buffers.items()}},
         "schedule": _copy(sim.schedule.state_dict()),
@@ -260,13 +255,21 @@ def global_state(sim, state) -> dict:
     }
 
 
+def run_facts(sim) -> dict:
+    """The part of a checkpoint that is the same all run long: format, config, process count, versions."""
+    from fedcli.results.rundir import versions
+
+    return {"format": FORMAT, "version": VERSION, "config": sim.cfg.to_dict(), "world_size": sim.comm.size,
+            "versions": versions()}
+
+
 def capture(sim, state) -> dict | None:
     """The checkpoint of ``sim`` at a round boundary. Collective: every process calls it; the root gets
     the dict (with every process's own state), the others None."""
     ranks = sim.comm.allgather(local_state(sim, state))
     if not sim.comm.is_root:
         return None
-    return {**global_state(sim, state), "ranks": ranks}
+    return {**run_facts(sim), **global_state(sim, state), "ranks": ranks}
 
 
 def restore(sim, ckpt: dict):
@@ -407,7 +410,7 @@ class Checkpointer:
             return
         ranks = sim.comm.allgather(snap[2])
         if snap[1] is not None:
-            self.last = save(self.run_dir, {**snap[1], "ranks": ranks}, self.keep)
+            self.last = save(self.run_dir, {**run_facts(sim), **snap[1], "ranks": ranks}, self.keep)
         self.last_round, self.snapshot = snap[0], None
 
     def holds(self) -> str:
