@@ -556,6 +556,7 @@ def test_sigterm_under_mpiexec_prints_the_mpiexec_resume_command(when, stopped, 
     assert p.returncode == 143, p.stderr
     errors = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]
     assert len(errors) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "fedcli: SIGTERM: stopping after round 4 (the one in progress), with a checkpoint; SIGTERM to mpiexec" in p.stderr
     last = errors[0]
     command = f"mpiexec -n 2 {sys.executable} -m mpi4py -m fedcli train --resume {out}"
     assert last.startswith(f"fedcli: error: interrupted by SIGTERM {stopped}") and last.endswith(f"continue with: {command}"), p.stderr

@@ -437,6 +437,8 @@ class Checkpointer:
         def handler(signum, frame):
             name = signal.Signals(signum).name
             again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
+            if self.world_size > 1:  # mpiexec forwards every SIGTERM, but aborts the job on a second Ctrl-C
+                again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
             if self.stopping:
                 return  # already stopping: let the last checkpoint be written
             if not self.armed:
