@@ -182,6 +182,17 @@ class TrainConfig:
         if not self.partition_file and self.active_ratio * self.clients < 0.5:
             raise keyed("active_ratio", f"--active-ratio {self.active_ratio} of --clients {self.clients} is "
                                         f"{self.active_ratio * self.clients:.3g} clients per round; use at least {1 / self.clients:.4g} (one client)")
+        if self.active_ratio < 1.0:
+            from fedcli.fl import parts
+            from fedcli.fl.methods import METHODS
+
+            names = {**METHODS[self.algo].parts(), **({"init": self.init} if self.init else {})}
+            tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS}
+            needs = [f"{kind.replace('_', ' ')} '{name}'" for kind, name in names.items()
+                     if getattr(tables.get(kind, {}).get(name), "full_participation", False)]
+            if needs:
+                raise keyed("active_ratio", f"--algo {self.algo} needs every client in every round (a cross-silo method: its "
+                                            f"{' and '.join(needs)}): use --active-ratio 1, not {self.active_ratio}")
 
     def hidden_sizes(self) -> tuple[int, ...]:
         try:

@@ -27,3 +27,32 @@ class DivergenceError(FedcliError):
     """Training diverged: a non-finite loss or update (exit 4). Names the round and client."""
 
     exit_code = 4
+
+
+class StorageError(FedcliError):
+    """A file fedcli writes could not be written: disk full, quota, I/O error (exit 3). Names the file; what
+    was written before stays intact (appends are cut back to their last whole row, replacements are atomic)."""
+
+    exit_code = 3
+    remedy = ""  # what to do first, before the command that continues ("free some space and ")
+
+
+#: errno values that mean "this place cannot take the file" (a usage problem: choose another place, exit 2)
+_PLACE_ERRNOS = {"EACCES", "EPERM", "EROFS", "ENOTDIR", "EISDIR", "ENAMETOOLONG", "EEXIST", "ENOENT", "ELOOP"}
+
+
+def os_error(e: OSError, path=None, doing: str = "write") -> FedcliError:
+    """One-sentence FedcliError for an OSError met while reading or writing ``path``.
+
+    Permission, read-only and path-kind problems (``--out`` naming a file, a folder where a file is wanted) are
+    usage errors (exit 2: choose another place); disk full, quota and I/O errors are StorageError (exit 3)."""
+    import errno as _errno
+
+    path = path if path is not None else (e.filename or "?")
+    why = e.strerror or type(e).__name__
+    name = _errno.errorcode.get(e.errno or 0, "")
+    if name in _PLACE_ERRNOS:
+        return ConfigError(f"cannot {doing} {path} ({why}); choose a place you can write to")
+    err = StorageError(f"cannot {doing} {path} ({why}); the files written before are intact")
+    err.remedy = "free some space and " if name in ("ENOSPC", "EDQUOT") else "when the disk works again, "
+    return err

@@ -24,9 +24,13 @@ def key_line(text: str, key: str) -> int | None:
 def read_recipe(path: str | Path) -> tuple[dict, str]:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"recipe {path}: cannot be read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise ConfigError(f"recipe {path}, line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
+                          f"expected a TOML file, which is UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -100,15 +104,38 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
     values.update(overrides)
     values = with_method_defaults(values)
     try:
-        return TrainConfig(**values).validate()
+        cfg = TrainConfig(**values).validate()
+        check_partition_clients(values)
+        return cfg
     except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about
         from fedcli.config import error_key
 
         k = error_key(e)
         if k not in from_recipe or str(e).startswith(str(recipe)):
             raise
-        text = Path(recipe).read_text()
+        text = Path(recipe).read_text(encoding="utf-8")
         raise ConfigError(f"{where(recipe, text, k)}: {e}") from None
+
+
+def check_partition_clients(values: dict) -> None:
+    """``clients`` given together with a ``partition_file`` (the file decides the clients) must agree with it.
+
+    ``values`` are the keys the user gave (flags and recipe keys, not defaults). An unreadable partition file is
+    left to the data loader, which names what is wrong with it (exit 3)."""
+    path, clients = values.get("partition_file"), values.get("clients")
+    if not path or clients is None:
+        return
+    import json
+
+    try:
+        n = len(json.loads(Path(path).read_text(encoding="utf-8")).get("train"))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return
+    if n != clients:
+        from fedcli.config import keyed
+
+        raise keyed("clients", f"--clients {clients} differs from the {n} clients of --partition-file {path} (the file "
+                               f"decides them); drop --clients or give --clients {n}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,7 +349,9 @@ def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = N
     values["out"] = str(out)
     values = with_method_defaults(values)
     try:
-        return TrainConfig(**values).validate()
+        cfg = TrainConfig(**values).validate()
+        check_partition_clients(run.values)
+        return cfg
     except ConfigError as e:  # a rule between keys (or an unknown method): name the line of the key it is about
         from fedcli.config import error_key
 

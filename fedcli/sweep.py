@@ -7,9 +7,11 @@ Layout of a sweep folder (default ``results/<recipe stem>-<scale>``)::
     <run slug>/seed<k>.log      its stdout and stderr
     <run slug>/seed<k>/         its run directory (manifest.json, metrics.csv, layers.csv, intervals.csv)
 
-A run counts as done only when its ``manifest.json`` says ``completed`` and its config is the one the
-recipe asks for now (``out`` and ``threads`` aside), so a second call runs only what is missing,
-failed, interrupted or changed. ``sweep.json`` is replaced atomically after every run.
+A run counts as done only when its ``manifest.json`` says ``completed``, its config is the one the
+recipe asks for now (``out`` and ``threads`` aside) and its data passes the report's checks
+(``fedcli.report.validate``), so a second call runs only what is missing, failed, interrupted, changed or
+damaged. ``sweep.json`` is replaced atomically after every run. One sweep at a time per folder
+(:class:`SweepLock`), and no worker outlives its sweep (``fedcli.results.lock``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.recipes import SweepRecipe, read_sweep, run_config
 from fedcli.report.rundata import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest
+from fedcli.report.validate import validate_run
+from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write, now
 
 MANIFEST = "sweep.json"
@@ -140,7 +144,10 @@ def run_state(p: PlannedRun) -> tuple[str, str | None]:
     same = m is not None and config_matches(p.config, m.get("config", {}))
     p.resume = False
     if status == COMPLETED:
-        return (DONE, None) if same else (STALE, "completed with another config (the recipe changed)")
+        if not same:
+            return STALE, "completed with another config (the recipe changed)"
+        damage = validate_run(p.dir, m)
+        return (DONE, None) if not damage else (CORRUPT, f"completed, but its data is damaged ({damage[0]}); it runs again")
     if status in (FAILED, INTERRUPTED, RUNNING):
         p.resume = same and has_checkpoint(p.dir)
         why = {FAILED: str(m.get("error") or "failed"), INTERRUPTED: str(m.get("error") or "interrupted"),
@@ -242,34 +249,41 @@ def load_manifest(root: Path, missing_ok: bool = False) -> dict | None:
 
 
 class SweepLock:
-    """An exclusive lock on the sweep folder, so that two sweeps never run the same runs."""
+    """An exclusive lock on the sweep folder, so that two sweeps never run the same runs.
+
+    Two ``flock`` files (fedcli/results/lock.py): ``.sweep.lock``, held by the sweep process, and
+    ``.sweep.workers.lock``, held *shared* by every worker process of the sweep for its whole life. A sweep
+    starts only when it gets both exclusively, so the folder stays taken while a worker of an earlier sweep
+    lives (a sweep killed with SIGKILL: its workers notice, stop within a local step and write the last
+    round boundary, then exit). Locks held by dead processes are dropped by the kernel."""
+
+    WAIT_S = 15.0  # how long a new sweep waits for the workers of a killed one to finish stopping
 
     def __init__(self, root: Path):
+        from fedcli.results.lock import FileLock
+
         self.path = root / ".sweep.lock"
-        self.f = None
+        self.workers_path = root / ".sweep.workers.lock"
+        self.lock, self.workers = FileLock(self.path), FileLock(self.workers_path)
 
     def __enter__(self):
-        import fcntl
+        from fedcli.results.lock import describe
 
-        self.f = open(self.path, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.f.seek(0)
-            holder = self.f.read().strip() or "?"
-            self.f.close()
-            raise ConfigError(f"another fedcli sweep (pid {holder}) is running in {self.path.parent}; wait for it or stop it") from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
+        if not self.lock.acquire():
+            raise ConfigError(f"another fedcli sweep ({describe(self.lock.holder())}) is running in {self.path.parent}; "
+                              f"wait for it or stop it") from None
+        deadline = time.monotonic() + self.WAIT_S
+        while not self.workers.acquire():
+            if time.monotonic() > deadline:
+                self.lock.release()
+                raise ConfigError(f"worker processes of an earlier fedcli sweep in {self.path.parent} are still running "
+                                  f"(they stop after their current local step or round); wait for them to end") from None
+            time.sleep(0.25)
+        self.workers.release()  # this sweep's workers take it shared; the sweep lock keeps other sweeps out meanwhile
         return self
 
     def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
+        self.lock.release()
 
 
 # ------------------------------------------------------------------------------------------------ execution
@@ -295,13 +309,16 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     t0 = time.perf_counter()
     log = Path(log)
     code, error = 0, None
-    with open(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    _IDLE.clear()
+    with _idle_after(), open(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
             done = False
             if resume:
                 try:
                     run_train(TrainConfig(**config).validate(), quiet=True, resume=True)
                     done = True
+                except RunLocked:
+                    raise  # another process writes this run: neither resume nor start it again
                 except ConfigError as e:
                     print(f"fedcli sweep: cannot resume ({e}); starting the run again", file=f)
             if not done:
@@ -342,12 +359,39 @@ def _memoize_datasets() -> None:
     setup.load_data = load_data
 
 
-def _pool_init() -> None:
+_IDLE = threading.Event()  # set while this (worker) process runs no training
+_IDLE.set()
+
+
+class _idle_after:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _IDLE.set()
+
+
+def _orphaned() -> None:
+    """A worker whose sweep is gone (killed with SIGKILL, say): stop the training under way as on a second signal
+    (the last round boundary is written, at most the round in progress is lost), then leave: nobody is left to
+    hand it more work, and its shared lock keeps the sweep folder taken until it has ended."""
+    from fedcli.results import checkpoint
+
+    checkpoint.request_stop(now=True)  # idle: SIGTERM's default action ends the process here
+    _IDLE.wait()
+    os._exit(143)
+
+
+def _pool_init(workers_lock: str | None = None, parent: str | None = None) -> None:
     # Own process group: a terminal's Ctrl-C reaches only the sweep, which passes exactly one SIGINT on
-    # (fedcli train then finishes the round, writes a checkpoint and stops; a second one stops at once).
+    # (fedcli train then finishes the round, writes a checkpoint and stops; a second one stops now).
     import importlib
 
     os.setpgrp()
+    if workers_lock and parent:
+        from fedcli.results.lock import join_sweep
+
+        join_sweep(workers_lock, parent, _orphaned)  # hold the sweep folder while alive; die with the sweep
 
     importlib.import_module("fedcli.cli.train")  # import torch once per worker, not once per run
     _memoize_datasets()
@@ -362,12 +406,26 @@ class Executor:
     - ``in_process``: one after another in this process (tests, debugging).
     """
 
-    def __init__(self, jobs: int = 1, mpi: int = 0, in_process: bool = False):
+    def __init__(self, jobs: int = 1, mpi: int = 0, in_process: bool = False, workers_lock: Path | None = None, notify=None):
         self.jobs, self.mpi, self.in_process = max(1, jobs), mpi, in_process
         self.procs: dict[int, subprocess.Popen] = {}
         self.lock = threading.Lock()
         self.stopping = False
         self.signum = signal.SIGINT
+        self.workers_lock = workers_lock  # SweepLock.workers_path: every worker holds it shared
+        self.notify = notify or (lambda msg: None)
+
+    def announce(self, running: int) -> None:
+        """The first signal: say at once what happens now."""
+        name = signal.Signals(self.signum).name
+        again = "Ctrl-C again" if self.signum == signal.SIGINT else f"{name} again"
+        self.notify(f"{name}: nothing new starts; the {running} running training(s) stop after their current round, with a "
+                    f"checkpoint; {again} to stop them now (each loses at most the round in progress)")
+
+    def forward(self) -> int:
+        """The signal passed on to the trainings. ``mpiexec`` forwards SIGTERM to every rank each time, but takes a
+        second SIGINT as "abort now" (nothing written): under ``--mpi`` the trainings get SIGTERM."""
+        return signal.SIGTERM if self.mpi else self.signum
 
     def command(self, p: PlannedRun, resume: bool = False) -> list[str]:
         py = [sys.executable, "-m", "mpi4py"] if self.mpi else [sys.executable]  # mpi4py: one rank's exception ends the job
@@ -410,8 +468,11 @@ class Executor:
         self.finish(p, code, None, time.perf_counter() - t0)
 
     def _spawn(self, p: PlannedRun, cmd: list[str], mode: str) -> int:
+        from fedcli.results.lock import sweep_env
+
+        env = {**os.environ, **sweep_env(self.workers_lock)} if self.workers_lock else None
         with open(p.log, mode) as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env)
             with self.lock:
                 self.procs[proc.pid] = proc
             try:
@@ -424,27 +485,46 @@ class Executor:
         """Pass the signal the sweep got (SIGINT, or SIGTERM from a scheduler) on to the trainings."""
         for pid in pids:
             try:
-                os.kill(pid, self.signum)
+                os.kill(pid, self.forward())
             except OSError:
                 pass
 
-    def interrupt(self) -> None:
-        """Ctrl-C: start nothing more; one SIGINT to each running training (it checkpoints at the end of
-        its round and stops, ``interrupted``); a second Ctrl-C while waiting stops them at once."""
+    def stop_trainings(self, pids: list[int], wait_all) -> None:
+        """After the first Ctrl-C (or SIGTERM): start nothing more, pass one signal to each running training (it
+        checkpoints at the end of its round and stops, ``interrupted``) and ``wait_all()`` for them. Meanwhile a
+        second signal is passed on too (the trainings stop now, each writing its last round boundary) and a
+        third stops waiting (the trainings still stop by themselves: they watch the sweep process)."""
         self.stopping = True
+        seen = {"n": 1}
+
+        def again(signum, frame):
+            seen["n"] += 1
+            if seen["n"] > 2:
+                raise KeyboardInterrupt
+            self.notify(f"{signal.Signals(signum).name} again: stopping the trainings now")
+            self.signal_all(pids)
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        old = {s: signal.signal(s, again) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+        try:
+            self.announce(len(pids))
+            self.signal_all(pids)
+            wait_all()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def interrupt(self) -> None:
         with self.lock:
             procs = list(self.procs.values())
-        self.signal_all(p.pid for p in procs)
-        try:
+
+        def wait_all():
             for proc in procs:
                 proc.wait()
-        except KeyboardInterrupt:
-            self.signal_all(p.pid for p in procs)
-            for proc in procs:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+
+        self.stop_trainings([p.pid for p in procs], wait_all)
 
     def run_all(self, todo: list[PlannedRun], recipe: SweepRecipe, on_done) -> None:
         for p in todo:
@@ -483,7 +563,11 @@ class Executor:
         queue, retried = list(todo), set()
         while queue:
             n = min(self.jobs, len(queue))
-            pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=_pool_init)
+            from fedcli.results.lock import start_time
+
+            me = f"{os.getpid()}:{start_time(os.getpid()) or ''}"
+            pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=_pool_init,
+                                       initargs=(str(self.workers_lock) if self.workers_lock else None, me))
             try:
                 # at most n runs handed to the pool at a time, so that a stop leaves nothing queued in it
                 pending, requeue, broken = {}, [], False
@@ -510,17 +594,13 @@ class Executor:
             except KeyboardInterrupt:
                 # the workers have their own process group: pass one SIGINT on, so that the runs in
                 # progress checkpoint and stop (``interrupted``; the next sweep resumes them)
-                self.stopping = True
                 workers = [w.pid for w in (getattr(pool, "_processes", None) or {}).values()]
-                self.signal_all(workers)
-                try:
-                    pool.shutdown(wait=True, cancel_futures=True)
-                except KeyboardInterrupt:  # a second Ctrl-C: stop at once
-                    self.signal_all(workers)
-                    pool.shutdown(wait=False, cancel_futures=True)
+                self.stop_trainings(workers, lambda: pool.shutdown(wait=True, cancel_futures=True))
+                pool.shutdown(wait=False, cancel_futures=True)
                 raise
             finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+                if not self.stopping:
+                    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def last_line(path: Path) -> str | None:
@@ -552,6 +632,8 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
     recipe = read_sweep(recipe_path, scale)
     products = products_of(recipe)
     root = Path(out) if out else default_out(recipe.path, recipe.scale)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--out {root} is a file; expected a folder for the sweep")
     seed_ids = seed_list(recipe, seeds)
     procs = max(1, jobs) * max(1, mpi)
     threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
@@ -560,8 +642,11 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
 
 
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
-              jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None) -> SweepResult:
-    """Expand, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs failed."""
+              jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
+              notify=None) -> SweepResult:
+    """Expand, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs failed.
+
+    ``notify(msg)`` prints a one-line notice (what a signal does, said at once)."""
     if mpi < 0:
         raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
     if mpi and in_process:
@@ -574,8 +659,13 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
         p.status = COMPLETED
     if dry_run:
         return result
-    root.mkdir(parents=True, exist_ok=True)
-    with SweepLock(root):
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from fedcli.errors import os_error
+
+        raise os_error(e, root, "create the sweep folder") from None
+    with SweepLock(root) as lock:
         # re-read states under the lock (another sweep may have finished runs meanwhile)
         for p in todo:
             p.status, p.error = run_state(p)
@@ -584,7 +674,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
         manifest.write()
         if on_start:
             on_start(result, todo)
-        ex = Executor(jobs, mpi, in_process)
+        ex = Executor(jobs, mpi, in_process, workers_lock=lock.workers_path, notify=notify)
 
         def done(p: PlannedRun) -> None:
             manifest.write()

@@ -129,7 +129,10 @@ def test_sigterm_writes_checkpoint_and_exits_143(reference, tmp_path, monkeypatc
     code, err = interrupted(monkeypatch, capsys, out, 4, signal.SIGTERM)
     assert code == 143, err
     lines = [l for l in err.strip().splitlines() if l.strip()]
-    assert len(lines) == 1 and "interrupted by SIGTERM after round 4" in lines[0] and "--resume" in lines[0]
+    # said at once when the signal arrives (inside round 5), then the closing line: the round and the checkpoint agree
+    assert len(lines) == 2 and lines[0].startswith("fedcli: SIGTERM: stopping after round 5") and "again to stop now" in lines[0]
+    assert "interrupted by SIGTERM after round 5 " in lines[1] and "round-000005.pt holds rounds 1-5" in lines[1]
+    assert lines[1].endswith(f"continue with: fedcli train --resume {out}")
     assert "Traceback" not in err
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "interrupted" and man["checkpoint"].endswith("round-000005.pt")

@@ -1,7 +1,9 @@
 """Strict input: malformed flags, recipes and data files exit 2 (config) or 3 (data) with one line, no traceback."""
 
+import errno
 import gzip
 import json
+import os
 import pickle
 import struct
 
@@ -57,6 +59,8 @@ RECIPES = [
     ('keep_checkpoints = 0\n', 1, "--keep-checkpoints"),
     ('tau = 2\n[foo]\nx = 1\n', 2, "unknown table [foo]"),
     ('base = 3\n', 1, "[base] must be a table"),
+    ('dataset = "digits"\nalgo = "fedamp"\nactive_ratio = 0.5\n', 3, "--active-ratio 1"),  # a cross-silo method
+    ('algo = "apple"\nactive_ratio = 0.75\n', 2, "every client in every round"),
 ]
 
 LEAF_USER = {"x": [[0.5] * 784], "y": [3]}
@@ -127,6 +131,7 @@ def data_cases():
         "leaf-bad-gzip": (femnist, {leaf + ".gz": b"\x1f\x8b\x08garbage"}, leaf + ".gz"),
         "leaf-label-out-of-range": (femnist, {leaf: json.dumps(leaf_doc(user_data={"w1": {"x": [[0.5] * 784], "y": [99]}})).encode()}, leaf),
         "leaf-missing-folder": (femnist, {"elsewhere/readme": b""}, "train"),
+        "leaf-no-users": (femnist, {leaf: json.dumps({"users": [], "num_samples": [], "user_data": {}}).encode()}, "data/test"),
         "cifar-garbage": (cifar, {batch: b"garbage, not a pickle"}, batch),
         "cifar-truncated": (cifar, {batch: cifar_pickle(good_cifar)[:50]}, batch),
         "cifar-not-a-dict": (cifar, {batch: cifar_pickle([1, 2, 3])}, batch),
@@ -158,6 +163,7 @@ def assert_one_line(err: str, code: int, expected_code: int, *needles: str) -> s
 
 def test_at_least_fifty_cases():
     assert len(FLAGS) + len(RECIPES) + len(DATA) + 8 >= 50  # + partition files + resume (below)
+    assert len(PLACES) + len(LIMITS) + len(STORAGE) >= 15      # + places, limits and a full disk (issue 14)
 
 
 @pytest.mark.parametrize("flags, needle", FLAGS, ids=[" ".join(f) for f, _ in FLAGS])
@@ -220,6 +226,7 @@ def partition_file(path, *, dataset="digits", n_train=1437, classes=10, train=No
 @pytest.mark.parametrize("kind, needle", [
     ("not-json", "not valid JSON"), ("no-format", "format"), ("version", "version"), ("hash", "hash"),
     ("dataset", "made for dataset synthetic"), ("range", "index outside"), ("twice", "assigned twice"), ("folder", "cannot read"),
+    ("empty-client", "client 1 has no training samples"),
 ])
 def test_bad_partition_files_exit_3(kind, needle, tmp_path, capsys):
     p = tmp_path / "p.json"
@@ -239,6 +246,140 @@ def test_bad_partition_files_exit_3(kind, needle, tmp_path, capsys):
         partition_file(p, train=[[0, 1], [1, 2]])
     elif kind == "folder":
         p.mkdir()
+    elif kind == "empty-client":  # a valid hash, but one client holds nothing (cohort sizes would divide by 0)
+        partition_file(p, train=[[0, 1, 2], []])
     code, err = run_main(["train", "--partition-file", str(p), "--out", str(tmp_path / "run")], capsys)
     line = assert_one_line(err, code, 3, str(p), needle)
     assert "expected a fedcli partition file" in line
+
+
+# ------------------------------------------------------------------------------------------ places, limits, a full disk
+# (issue 14) outputs that cannot be written where asked, limits checked before anything is allocated, and a disk that
+# fills up: one line, the right code, and what was written before stays intact.
+TRAIN = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations", "8",
+         "--tau", "2", "--device", "cpu", "--threads", "1", "--quiet"]
+SWEEP = '[base]\ndataset = "digits"\nmodel = "mlp"\nmlp_hidden = "16"\nclients = 4\niterations = 4\n\n[[runs]]\nname = "a"\n'
+
+
+def _place(tmp_path, kind: str) -> tuple[list[str], str]:
+    """(arguments, a phrase of the message) of one bad place; the folders and files they need are made here."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    recipe = tmp_path / "sweep.toml"
+    recipe.write_text(SWEEP)
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "sweep.json").write_text(json.dumps({"fedcli_sweep": 1, "recipe": str(recipe), "seeds": [0], "runs": [],
+                                                          "tables": [], "figures": []}))
+    return {
+        "train-out-is-a-file": (TRAIN + ["--out", str(a_file)], f"--out {a_file} is a file; expected a folder"),
+        "train-out-not-writable": (TRAIN + ["--out", "/sys/fedcli-test/run"], "cannot create the run directory /sys/fedcli-test/run"),
+        "train-out-under-a-file": (TRAIN + ["--out", str(a_file / "run")], f"cannot create the run directory {a_file / 'run'}"),
+        "sweep-out-is-a-file": (["sweep", str(recipe), "--out", str(a_file)], f"--out {a_file} is a file; expected a folder"),
+        "sweep-out-not-writable": (["sweep", str(recipe), "--out", "/sys/fedcli-test"], "cannot create the sweep folder /sys/fedcli-test"),
+        "report-output-is-a-folder": (["report", str(tmp_path / "sw"), "--table", "t", "-o", str(tmp_path)],
+                                      f"--output {tmp_path} is a folder; expected a file"),
+        "report-figures-is-a-file": (["report", str(tmp_path / "sw"), "--figures", str(a_file)], f"--figures {a_file} is a file"),
+        "report-output-without-table": (["report", str(tmp_path / "sw"), "-o", str(tmp_path / "t.md")], "give --table NAME"),
+    }[kind]
+
+
+PLACES = ["train-out-is-a-file", "train-out-not-writable", "train-out-under-a-file", "sweep-out-is-a-file",
+          "sweep-out-not-writable", "report-output-is-a-folder", "report-figures-is-a-file", "report-output-without-table"]
+
+
+@pytest.mark.parametrize("kind", PLACES)
+def test_bad_output_places_exit_2(kind, tmp_path, capsys):
+    args, needle = _place(tmp_path, kind)
+    code, err = run_main(args, capsys)
+    assert_one_line(err, code, 2, needle)
+    assert (tmp_path / "a-file").read_text() == "x"  # nothing written over
+
+
+LIMITS = {  # config that passes the key checks but cannot run: refused before anything is allocated or trained
+    "non-utf8-recipe": (None, 2, "line 2: not UTF-8 text (byte 0xff)"),
+    "clients-vs-partition-file": (["--clients", "16"], 2, "--clients 16 differs from the 2 clients of --partition-file"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LIMITS))
+def test_limits_and_encodings_are_checked_up_front(kind, tmp_path, capsys):
+    flags, expected, needle = LIMITS[kind]
+    args = TRAIN + ["--out", str(tmp_path / "run")]
+    if kind == "non-utf8-recipe":
+        (tmp_path / "r.toml").write_bytes(b'tau = 2\nlr = 0.1 # \xff\xfe caf\xe9\n')
+        flags = ["--recipe", str(tmp_path / "r.toml")]
+    if kind == "clients-vs-partition-file":
+        flags = flags + ["--partition-file", str(partition_file(tmp_path / "p.json"))]
+    code, err = run_main(args + flags, capsys)
+    assert_one_line(err, code, expected, needle)
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_a_batch_larger_than_every_client_is_clamped_and_said_once(tmp_path, capsys):
+    """--batch-size 10^8 would pad every batch plan to 10^8 samples (gigabytes): it is clamped to the largest
+    client's sample count, which is exactly what a batch of that size computes."""
+    import resource
+
+    from fedcli.cli.main import main as fedcli
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert fedcli(TRAIN + ["--batch-size", "100000000", "--out", str(tmp_path / "big")]) == 0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500_000  # KiB: no 10 GB plan was built
+    man = json.loads((tmp_path / "big" / "manifest.json").read_text())
+    largest = man["batch_size_used"]
+    assert man["config"]["batch_size"] == 100000000 and 0 < largest < 1437
+    notes = [l for l in capsys.readouterr().err.splitlines() if "note:" in l]
+    assert notes == [f"fedcli: note: --batch-size 100000000 is larger than every client's training data: using {largest}, "
+                     f"the largest client's sample count (each local step still sees all of a client's samples)"]
+    assert fedcli(TRAIN + ["--batch-size", str(largest), "--out", str(tmp_path / "same")]) == 0
+    strip = lambda t: [",".join(l.split(",")[:7]) for l in t.splitlines()]  # noqa: E731 (all but wall_s, lr, ...)
+    assert strip((tmp_path / "big" / "metrics.csv").read_text()) == strip((tmp_path / "same" / "metrics.csv").read_text())
+    assert (tmp_path / "big" / "model.pt").read_bytes() == (tmp_path / "same" / "model.pt").read_bytes()
+
+
+def test_non_utf8_sweep_recipe_exits_2_with_file_and_line(tmp_path, capsys):
+    recipe = tmp_path / "s.toml"
+    recipe.write_bytes(SWEEP.replace('name = "a"', 'name = "caf\xe9"').encode("latin-1"))
+    code, err = run_main(["sweep", str(recipe), "--dry-run"], capsys)
+    assert_one_line(err, code, 2, f"recipe {recipe}, line 9: not UTF-8 text (byte 0xe9)")
+
+
+def test_offline_download_error_is_one_line(tmp_path, capsys, monkeypatch):
+    import torchvision.datasets as tvd
+
+    class Offline:
+        def __init__(self, *a, **k):
+            raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n<urlopen error>\n"
+                               "Tried https://b/, got:\n<urlopen error>\n")
+
+    monkeypatch.setattr(tvd, "MNIST", Offline)
+    code, err = run_main(["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "mnist"), "--download",
+                          "--out", str(tmp_path / "run")], capsys)
+    assert_one_line(err, code, 3, "downloading mnist", "Tried https://a/, got: <urlopen error> Tried https://b/")
+
+
+STORAGE = {  # the file whose write fails (its fsync), the error -> code and phrase
+    "metrics-disk-full": ("metrics.csv", errno.ENOSPC, 3, "No space left on device"),
+    "manifest-disk-full": ("manifest.json", errno.ENOSPC, 3, "No space left on device"),
+    "layers-io-error": ("layers.csv", errno.EIO, 3, "Input/output error"),
+    "model-quota": ("model.pt", errno.EDQUOT, 3, "Disk quota exceeded"),
+    "checkpoint-disk-full": ("round-000001", errno.ENOSPC, 3, "No space left on device"),
+    "checkpoint-read-only": ("round-000001", errno.EROFS, 2, "Read-only file system"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGE))
+def test_storage_errors_end_with_one_line(kind, tmp_path, capsys, monkeypatch):
+    name, err_no, expected, needle = STORAGE[kind]
+    real = os.fsync
+
+    def fsync(fd):
+        if name in os.path.basename(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(err_no, os.strerror(err_no))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    code, err = run_main(TRAIN + ["--checkpoint-every", "1", "--out", str(tmp_path / "run")], capsys)
+    assert_one_line(err, code, expected, name, needle)
+    metrics = tmp_path / "run" / "metrics.csv"
+    assert not metrics.exists() or metrics.read_text()[-1:] in ("", "\n")  # whole rows only (or nothing)

@@ -12,8 +12,12 @@ err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
 
-def error(msg: str, code: int) -> None:
+def err_line(msg: str) -> None:
     err_console.print(f"fedcli: error: {msg}", markup=False, soft_wrap=True)
+
+
+def error(msg: str, code: int) -> None:
+    err_line(msg)
     sys.exit(code)
 
 

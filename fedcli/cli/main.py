@@ -50,7 +50,7 @@ def _abort_job(e: BaseException, code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedcli.cli.console import error
+    from fedcli.cli.console import err_line, error
 
     try:
         app(args=argv, standalone_mode=False)
@@ -58,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         comm = _mpi_comm()
         if comm is not None and not getattr(e, "collective", False):
             _abort_job(e, e.exit_code)
-        if comm is not None and comm.rank != 0:
-            sys.exit(e.exit_code)  # rank 0 prints the one line for everyone
+        if comm is not None:  # an error every rank raised together: rank 0 prints the one line for everyone, and
+            if comm.rank == 0:  # no rank leaves before that (a rank's non-zero exit makes mpi4py abort the job)
+                err_line(str(e))
+            comm.barrier()
+            sys.exit(e.exit_code)
         error(str(e), e.exit_code)
     except typer.Exit as e:
         return e.exit_code
@@ -70,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         error(msg, e.exit_code)
     except KeyboardInterrupt:
         error("interrupted", 130)
+    except OSError as e:  # a file fedcli reads or writes, where no closer code named the problem: still one line
+        from fedcli.errors import os_error
+
+        err = os_error(e, doing="read or write")
+        comm = _mpi_comm()
+        if comm is not None:
+            _abort_job(err, err.exit_code)
+        error(str(err), err.exit_code)
     except Exception as e:
         if _mpi_comm() is not None:
             _abort_job(e, 1)

@@ -23,6 +23,12 @@ def report(
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    if output and Path(output).is_dir():
+        raise ConfigError(f"--output {output} is a folder; expected a file to write the table to")
+    if figures is not None and Path(figures).exists() and not Path(figures).is_dir():
+        raise ConfigError(f"--figures {figures} is a file; expected a folder to write the figures into")
+    if output and table is None:
+        raise ConfigError("--output writes a table: give --table NAME")
     sweeps = find_sweeps(folder)
     if table is None and figures is None:
         if figure:
@@ -32,8 +38,14 @@ def report(
     if table is not None:
         text = make_table(sweeps, table, fmt)
         if output:
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
-            Path(output).write_text(text)
+            from fedcli.errors import os_error
+            from fedcli.results.rundir import atomic_write
+
+            try:
+                Path(output).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise os_error(e, Path(output).parent, "create") from None
+            atomic_write(Path(output), text)
             err_console.print(f"fedcli report: table {table} -> {output}", markup=False, highlight=False, soft_wrap=True)
         else:
             print(text, end="")

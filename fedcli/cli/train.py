@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def describe(cfg: TrainConfig, sim) -> str:
     budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
     return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(sim.client_indices)} clients "
             f"({sim.active} active per round), {part.get('scheme')}{extra} partition, {budget}, "
-            f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
+            f"batch {sim.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
 def methods_table():
@@ -77,27 +78,64 @@ def collective(comm, err: BaseException | None) -> None:
         raise e
 
 
+def prepare_out(out: Path, *, overwrite: bool, resume: bool):
+    """Rank 0, before anything is written: ``out`` must be a folder this process can write, nobody else may be
+    writing it (its lock is taken here and held to the end of the run), and without ``--overwrite`` or
+    ``--resume`` it must not hold another run. Returns the held :class:`~fedcli.results.lock.RunLock`."""
+    from fedcli.errors import os_error
+    from fedcli.results.lock import RUN_LOCK, RunLock
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; expected a folder for the run directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, out, "create the run directory") from None
+    why = " (--overwrite would delete its results)" if overwrite else " (--resume would write beside it)" if resume else ""
+    lock = RunLock(out).take(why)
+    if not resume and not overwrite and any(p.name != RUN_LOCK for p in out.iterdir()):
+        lock.release()
+        raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
+    return lock
+
+
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
               resume: bool = False):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
-    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py)."""
-    from fedcli.results import checkpoint
+    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
+    Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end."""
     from fedcli.comm.communicator import Communicator
-    from fedcli.comm.ledger import fedavg_params
-    from fedcli.fl.engine import Simulation
-    from fedcli.results import sentinel
-    from fedcli.results.rundir import RunDir
 
     comm = comm or Communicator()
-    root = comm.is_root
     out = Path(cfg.out) if cfg.out else default_out(cfg)
-    err = None
-    if root and not resume and out.exists() and any(out.iterdir()) and not overwrite:
-        err = ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
-    collective(comm, err)
-    cfg.out = str(comm.bcast(str(out)))
-    out = Path(cfg.out)
+    lock, err = None, None
+    if comm.is_root:
+        try:
+            lock = prepare_out(out, overwrite=overwrite, resume=resume)
+        except FedcliError as e:
+            err = e
+    try:
+        collective(comm, err)
+        cfg.out = str(comm.bcast(str(out)))
+        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _notice(msg: str) -> None:
+    err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool):
+    from fedcli.comm.ledger import fedavg_params
+    from fedcli.errors import StorageError
+    from fedcli.fl.engine import Simulation
+    from fedcli.results import checkpoint, sentinel
+    from fedcli.results.rundir import RunDir
+
+    root = comm.is_root
     sim, err = None, None
     try:
         sim = Simulation(cfg, comm).setup()
@@ -108,7 +146,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     if resume:  # the latest checkpoint (CSVs cut back to it), restored on every rank
         try:
             ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: err_console.print(f"fedcli: warning: {m}", markup=False, soft_wrap=True))
-                                              if root and not quiet else None)
+                                              if root and not quiet else None, config=cfg.to_dict())
             state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
             err = e
@@ -134,31 +172,65 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
         watchdog = sentinel.start(out, pids)
         if not quiet:
             err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
+        for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
+            _notice(f"note: {note}")
     ACTIVE_RUN["dir"] = out
     progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
                              enabled=root and not quiet and not as_json)
-    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints)
+    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
+                                    notify=_notice if root else None)
+    if state is not None:
+        saver.rounds_done = saver.last_round = state.round_idx
+        saver.last = Path(ckpt["path"])
     sim.round_hooks.append(saver)
+    if comm.size > 1:
+        sim.step_hooks.append(saver.step)
     try:
         with progress, saver.signals():
             sim.progress = progress
             if state is not None:
                 progress.advance_to(state.iteration)
             saver.armed = True
-            summary = sim.run(state)
+            try:
+                summary = sim.run(state)
+            except checkpoint.Interrupted as e:
+                if not (e.now and saver.armed):
+                    raise
+                saver.stopping = True
+                saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
+                raise saver.stopped_now(e.signum) from None
     except BaseException as e:
+        if isinstance(e, StorageError) and run_dir is not None:
+            e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size)}")
         if run_dir is not None:
             stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
-            run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
-                           **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
+            try:
+                run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
+                               **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
+            except (FedcliError, OSError):
+                pass  # e.g. the disk is still full: the manifest keeps its last state, the original error is reported
         sentinel.stop(watchdog)
+        if isinstance(e, StorageError):
+            raise e from None
         raise
     mpi_s = getattr(comm, "reduce_seconds", None)
     if run_dir is not None:
         extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
-        checkpoint.save_model(sim, out / "model.pt")
-        run_dir.finish("completed", summary=summary.as_dict(), **extra)
+        try:
+            checkpoint.save_model(sim, out / "model.pt")
+            run_dir.finish("completed", summary=summary.as_dict(), **extra)
+        except StorageError as e:
+            sentinel.stop(watchdog)
+            try:
+                run_dir.finish("failed", error=f"StorageError: {e}")
+            except (FedcliError, OSError):
+                pass
+            raise StorageError(f"{e}; the training finished but its results could not be saved; {e.remedy}continue with: "
+                               f"{checkpoint.resume_command(out, comm.size)} (from the last checkpoint)") from None
         sentinel.stop(watchdog)
+        if saver.late:
+            _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
+                    f"(nothing to resume)")
         if as_json:
             print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
@@ -181,6 +253,11 @@ def train(**kwargs):
     recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
     comm = get_communicator()
+    from fedcli.results import checkpoint, lock
+
+    # started by `fedcli sweep --mpi`: hold the sweep folder while alive, stop when the sweep is gone (one process:
+    # at once, writing the last round boundary; under MPI: at the end of the round, agreed by all processes)
+    lock.join_sweep_from_env(lambda: checkpoint.request_stop(now=comm.size == 1))
     cfg, err = None, None
     if comm.is_root:  # rank 0 validates the config and broadcasts it
         try:

@@ -232,8 +232,9 @@ def _torchvision_download(name: str, data_dir: Path, cls_name: str, **kwargs: An
         for train in (True, False):
             getattr(tvd, cls_name)(root=str(data_dir), train=train, download=True, **kwargs)
     except Exception as e:  # network, disk, checksum: all are data problems for the user
+        why = " ".join(str(e).split())  # torchvision lists every mirror it tried on lines of their own: one line here
         raise DataError(
-            f"{data_dir}: downloading {name} with torchvision.datasets.{cls_name} failed ({type(e).__name__}: {e}); "
+            f"{data_dir}: downloading {name} with torchvision.datasets.{cls_name} failed ({type(e).__name__}: {why}); "
             f"expected a reachable download mirror or the files already in place"
         ) from None
 
@@ -506,6 +507,9 @@ def load_femnist(data_dir: Path | None, *, download: bool = False, holdout_fract
         return x, y, users, np.asarray(counts, dtype=np.int64)
 
     parts = {s: read(s) for s in ("train", "test") if pool in ("both", s)}
+    for s, (_, y, _, _) in parts.items():
+        if not len(y):
+            raise DataError(f"{base / s}: its LEAF files hold no users with samples; expected {hint}")
     names = sorted({u for _, _, users, _ in parts.values() for u in users})
     index = {u: i for i, u in enumerate(names)}
     splits: dict[str, _Split] = {}

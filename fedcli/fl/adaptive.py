@@ -123,7 +123,7 @@ def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
     acc = {n: torch.zeros_like(p) for n, p in anchor.params.items()}
     if k == 0:
         return acc
-    b = sim.cfg.batch_size
+    b = sim.batch_size
     indices = [sim.client_indices[c] for c in cohort.clients]
     chunks = max((len(ix) + b - 1) // b for ix in indices)
     for s in range(chunks):

@@ -243,7 +243,7 @@ class ALAInit(OverwriteInit):
             self._grad[per_client] = _grad_fn(sim.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}
         weights, passes, _ = learn_weights(sim.model, theta_g, top, weights, buffers, sim.train_x, sim.train_y,
-                                           slices, sim.cfg.batch_size, start_phase, self.eta, self.num_pre_loss,
+                                           slices, sim.batch_size, start_phase, self.eta, self.num_pre_loss,
                                            self.threshold, self.max_passes, grad_fn=self._grad[per_client],
                                            per_client=per_client)
         with torch.no_grad():

@@ -91,6 +91,37 @@ def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
     return lr * cfg.lr_decay_factor ** decays
 
 
+def evaluation_points(points: list[int], eval_every: int) -> list[int]:
+    """The round ends (progress ``points``: iterations, or rounds under a round budget, increasing, the last one
+    the end of the budget) at which ``Simulation.run`` evaluates: the first at or after each multiple of
+    ``eval_every``, and the last."""
+    out, next_eval = [], eval_every
+    for i, p in enumerate(points):
+        if p >= next_eval or i == len(points) - 1:
+            out.append(p)
+            while next_eval <= p:
+                next_eval += eval_every
+    return out
+
+
+def check_client_data(cfg: TrainConfig, sizes) -> int:
+    """Limits checked before anything is allocated; returns the mini-batch size to use.
+
+    Every client must hold training data (a partition file can name an empty client). A ``--batch-size`` larger
+    than every client's training data is clamped to the largest client's sample count: a client smaller than a
+    batch sees all its samples at every step either way (``fl.cohort.client_batches``), but the batch plans and
+    the per-batch buffers are allocated at the batch size (10^8 would take gigabytes before the first step)."""
+    from fedcli.errors import DataError
+
+    empty = [i for i, n in enumerate(sizes) if n == 0]
+    if empty:
+        where, what = (cfg.partition_file, "a fedcli partition file") if cfg.partition_file else (f"the {cfg.partition} partition", "a partition")
+        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected {what} "
+                        f"in which every client holds at least one (re-create it with fedcli partition)")
+    largest = int(max(sizes)) if len(sizes) else 0
+    return min(cfg.batch_size, largest)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -127,6 +158,7 @@ class Simulation:
         self.run_dir = run_dir
         self.progress = progress
         self.round_hooks: list = []   # called as hook(sim, state) after every round (checkpoints)
+        self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
         self.store = ClientStore()     # per-client state across rounds
 
     # ------------------------------------------------------------------ setup
@@ -142,6 +174,11 @@ class Simulation:
         self.dataset, self.partition = dataset, partition
         self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
         self.sizes = np.array([len(ix) for ix in partition.train])
+        # the mini-batch size every part uses (``--batch-size``, clamped to the largest client's training data)
+        self.batch_size = check_client_data(cfg, self.sizes)
+        self.notes = [] if self.batch_size == cfg.batch_size else [
+            f"--batch-size {cfg.batch_size} is larger than every client's training data: using {self.batch_size}, the "
+            f"largest client's sample count (each local step still sees all of a client's samples)"]
         n_clients = len(self.client_indices)
         self.active = max(1, int(round(cfg.active_ratio * n_clients)))
 
@@ -210,6 +247,8 @@ class Simulation:
             "active_clients": self.active,
             "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers)},
             "eval_every": self.eval_every,
+            "evaluations": self.planned_evaluations(),
+            **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
             "torch_threads": torch.get_num_threads(),
         }
 
@@ -446,6 +485,19 @@ class Simulation:
         s.wall_s = time.perf_counter() - t0
         return s
 
+    def planned_evaluations(self) -> int | None:
+        """How many metrics.csv rows a complete run writes (``run``'s evaluation rule over the budget's round ends);
+        None when round lengths depend on the data (``--local-epochs`` under an iteration budget)."""
+        cfg = self.cfg
+        if cfg.rounds:
+            points = list(range(1, cfg.rounds + 1))
+        elif cfg.local_epochs:
+            return None
+        else:
+            period = self.schedule.period
+            points = [min(r * period, cfg.iterations) for r in range(1, math.ceil(cfg.iterations / period) + 1)]
+        return len(evaluation_points(points, self.eval_every))
+
     def done(self, state: TrainState) -> bool:
         if self.cfg.rounds:
             return state.round_idx >= self.cfg.rounds
@@ -462,7 +514,7 @@ class Simulation:
         """Local steps of each client this round: ``default``, or ceil(E * n_i / B) with --local-epochs E."""
         if not self.cfg.local_epochs:
             return [default] * len(clients)
-        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.cfg.batch_size)) for c in clients]
+        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.batch_size)) for c in clients]
 
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
@@ -479,7 +531,7 @@ class Simulation:
         self.init.initialize(self, cohort)
         for part in self.parts.values():
             part.begin_round(self, cohort)
-        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment).to(self.device)
+        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, self.batch_size, self.dataset.augment).to(self.device)
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
         for j in range(1, steps + 1):
@@ -504,6 +556,8 @@ class Simulation:
                 self.personal.capture(self, cohort)  # each client's trained model, before the round-end sync replaces it
             if due:
                 self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
+            for hook in self.step_hooks:
+                hook(self, state)
         round_losses = self.settle_skipped(state, cohort, round_losses, steps)
         for part in self.parts.values():
             part.end_round(self, cohort)

@@ -139,7 +139,7 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
     k = len(clients)
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)
-    b = cfg.batch_size
+    b = sim.batch_size
     steps = [max(1, math.ceil(epochs * int(sim.sizes[c]) / b)) for c in clients]
     total = max(steps)
     idx, mask, shifts, flips = [], [], [], []

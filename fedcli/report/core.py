@@ -8,6 +8,7 @@ from pathlib import Path
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import COMPLETED, RunData, read_manifest
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
+from fedcli.report.validate import validate_run
 from fedcli.sweep import MANIFEST, load_manifest
 
 FORMATS = ("md", "latex", "csv")
@@ -60,6 +61,10 @@ class Sweep:
                 if status != COMPLETED:
                     problems.append(f"'{name}' seed {seed} ({status})")
                     continue
+                damage = validate_run(path, m)
+                if damage:
+                    problems.append(f"'{name}' seed {seed} (damaged: {damage[0]})")
+                    continue
                 runs.setdefault(name, {})[seed] = RunData(path, m)
         return runs, problems
 
@@ -74,8 +79,8 @@ class Sweep:
         if problems:
             shown = ", ".join(problems[:6]) + (f" and {len(problems) - 6} more" if len(problems) > 6 else "")
             what = "table" if isinstance(spec, TableSpec) else "figure"
-            raise MissingRuns(f"{what} '{spec.name}' in {self.root} needs {len(problems)} run(s) that are missing or "
-                              f"incomplete: {shown}; complete them with `{self.retry_hint()}`")
+            raise MissingRuns(f"{what} '{spec.name}' in {self.root} needs {len(problems)} run(s) that are missing, "
+                              f"incomplete or damaged: {shown}; (re-)run them with `{self.retry_hint()}`")
         return runs
 
 
@@ -149,4 +154,8 @@ def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | No
             files.extend(draw(spec, runs, Path(out_dir)))
         except ValueError as e:
             raise ConfigError(f"figure '{spec.name}': {e}") from None
+        except OSError as e:  # a read-only place, a full disk, a file where a folder is wanted
+            from fedcli.errors import os_error
+
+            raise os_error(e, e.filename or out_dir) from None
     return files

@@ -1,7 +1,8 @@
 """Checkpoints and ``fedcli train --resume RUN_DIR`` (crash safety).
 
 A checkpoint is taken at a round boundary, after the round's evaluation and CSV rows, every
-``--checkpoint-every`` rounds and when SIGINT/SIGTERM arrives. It holds everything
+``--checkpoint-every`` rounds and when SIGINT/SIGTERM arrives; a second signal stops the round in progress
+and writes the last round boundary, kept in memory for that (:class:`Checkpointer`). It holds everything
 :meth:`fedcli.fl.engine.Simulation.run` needs to continue as if it had never stopped:
 
 - the global model (parameters and buffers), the schedule state (FedLAMA intervals and d values),
@@ -38,7 +39,6 @@ import torch
 
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
-from fedcli.results import sentinel
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -56,10 +56,11 @@ class Interrupted(FedcliError):
 
     collective = True  # decided together by every process (see Checkpointer)
 
-    def __init__(self, signum: int, message: str):
+    def __init__(self, signum: int, message: str, now: bool = False):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + int(signum)
+        self.now = now  # stopped mid-round (a second signal): the last round boundary is still to be written
 
 
 # ---------------------------------------------------------------------------------------- files
@@ -88,15 +89,27 @@ def _fsync_dir(path: Path) -> None:
 
 
 def atomic_save(obj, path: str | Path) -> Path:
-    """``torch.save`` to a temporary file in the same folder, flush, fsync, ``os.replace``, fsync the folder."""
+    """``torch.save`` to a temporary file in the same folder, flush, fsync, ``os.replace``, fsync the folder.
+
+    The object is serialized in memory first, so a full disk surfaces as one clean ``OSError`` of the write
+    (torch's zip writer would turn it into a RuntimeError); it becomes a one-line error naming the file, and
+    the previous file (and every older checkpoint) stays as it was."""
+    import io
+
+    from fedcli.errors import os_error
+
     path = Path(path)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            f.write(buf.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        raise os_error(e, path) from None
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
@@ -106,7 +119,12 @@ def atomic_save(obj, path: str | Path) -> Path:
 def save(run_dir: str | Path, ckpt: dict, keep: int) -> Path:
     """Write ``ckpt`` atomically as ``checkpoints/round-NNNNNN.pt`` and keep the last ``keep``."""
     d = folder(run_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from fedcli.errors import os_error
+
+        raise os_error(e, d, "create") from None
     path = atomic_save(plain(ckpt), d / f"round-{ckpt['round']:06d}.pt")
     for _, old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
@@ -202,35 +220,56 @@ def plain(obj):
     return obj
 
 
+def _copy(obj):
+    """``obj`` with its tensors cloned and its containers rebuilt, so later in-place updates do not reach it."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copy(v) for v in obj) if type(obj) in (list, tuple) else [_copy(v) for v in obj]
+    return obj
+
+
+def local_state(sim, state, copy: bool = False) -> dict:
+    """This process's part of a checkpoint: TrainState, client store, parts, random-generator states.
+
+    ``copy``: a snapshot to be written later (parts' tensors cloned; the client store is copied table by table,
+    which suffices because :class:`~fedcli.fl.store.ClientStore` replaces a client's tensors, never edits them)."""
+    parts = {name: part.state_dict() for name, part in sim.parts.items()}
+    return {"state": dataclasses.asdict(state), "store": sim.store.state_dict(), "parts": _copy(parts) if copy else parts,
+            "rng": rng_state()}
+
+
+def global_state(sim, state) -> dict:
+    """The part of a checkpoint every process shares that changes from round to round (the root writes it):
+    model, schedule, ledger, CSV lengths."""
+    return {
+        "round": state.round_idx,
+        "iteration": state.iteration,
+        "global": {"params": {n: _cpu(t) for n, t in sim.global_params.items()},
+                   "buffers": {n: _cpu(t) for n, t in sim.global_buffers.items()}},
+        "schedule": _copy(sim.schedule.state_dict()),
+        "ledger": _copy(sim.ledger.state_dict()),
+        "csv": sim.run_dir.csv_positions() if sim.run_dir is not None else {},
+    }
+
+
+def run_facts(sim) -> dict:
+    """The part of a checkpoint that is the same all run long: format, config, process count, versions."""
+    from fedcli.results.rundir import versions
+
+    return {"format": FORMAT, "version": VERSION, "config": sim.cfg.to_dict(), "world_size": sim.comm.size,
+            "versions": versions()}
+
+
 def capture(sim, state) -> dict | None:
     """The checkpoint of ``sim`` at a round boundary. Collective: every process calls it; the root gets
     the dict (with every process's own state), the others None."""
-    from fedcli.results.rundir import versions
-
-    local = {
-        "state": dataclasses.asdict(state),
-        "store": sim.store.state_dict(),
-        "parts": {name: part.state_dict() for name, part in sim.parts.items()},
-        "rng": rng_state(),
-    }
-    ranks = sim.comm.allgather(local)
+    ranks = sim.comm.allgather(local_state(sim, state))
     if not sim.comm.is_root:
         return None
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "round": state.round_idx,
-        "iteration": state.iteration,
-        "config": sim.cfg.to_dict(),
-        "world_size": sim.comm.size,
-        "versions": versions(),
-        "global": {"params": {n: _cpu(t) for n, t in sim.global_params.items()},
-                   "buffers": {n: _cpu(t) for n, t in sim.global_buffers.items()}},
-        "schedule": sim.schedule.state_dict(),
-        "ledger": sim.ledger.state_dict(),
-        "csv": sim.run_dir.csv_positions() if sim.run_dir is not None else {},
-        "ranks": ranks,
-    }
+    return {**run_facts(sim), **global_state(sim, state), "ranks": ranks}
 
 
 def restore(sim, ckpt: dict):
@@ -238,13 +277,8 @@ def restore(sim, ckpt: dict):
     from fedcli.fl.engine import Summary, TrainState
 
     where = ckpt.get("path", "checkpoint")
-    changed = [k for k, v in ckpt["config"].items() if k not in RESUME_MAY_CHANGE and getattr(sim.cfg, k, v) != v]
-    if changed:
-        raise DataError(f"{where}: written under another config ({', '.join(flag(k) for k in changed)} differ from "
-                        f"the run's manifest.json); {EXPECTED}")
-    if ckpt["world_size"] != sim.comm.size:
-        raise ConfigError(f"--resume: {where} was written by {ckpt['world_size']} process(es); resume it with the same number "
-                          f"(mpirun -n {ckpt['world_size']}), this run has {sim.comm.size}")
+    check_config(ckpt, sim.cfg.to_dict())
+    check_world_size(ckpt, sim.comm.size, sim.cfg.out)
     for kind, ours in (("params", sim.global_params), ("buffers", sim.global_buffers)):
         theirs = ckpt["global"][kind]
         if set(theirs) != set(ours) or any(tuple(theirs[n].shape) != tuple(ours[n].shape) for n in ours):
@@ -269,6 +303,28 @@ def restore(sim, ckpt: dict):
                       summary=Summary(**{k: v for k, v in summary.items() if k in known_s}))
 
 
+def check_config(ckpt: dict, config: dict) -> None:
+    """A checkpoint taken under another experiment than ``config`` (the run's manifest) is refused (exit 3)."""
+    changed = [k for k, v in ckpt["config"].items() if k not in RESUME_MAY_CHANGE and k in config and config[k] != v]
+    if changed:
+        raise DataError(f"{ckpt.get('path', 'checkpoint')}: written under another config ({', '.join(flag(k) for k in changed)} "
+                        f"differ from the run's manifest.json), so it belongs to another run; {EXPECTED}")
+
+
+def check_world_size(ckpt: dict, size: int, run_dir) -> None:
+    if ckpt["world_size"] != size:
+        raise ConfigError(f"--resume: {ckpt.get('path', 'the checkpoint')} was written by {ckpt['world_size']} process(es), this "
+                          f"run has {size}; resume it with: {resume_command(run_dir, ckpt['world_size'])}")
+
+
+def resume_command(run_dir, world_size: int = 1) -> str:
+    """The command that continues ``run_dir``: under MPI with the same number of processes (a checkpoint only
+    resumes with the process count that wrote it)."""
+    if world_size > 1:
+        return f"mpiexec -n {world_size} {sys.executable} -m mpi4py -m fedcli train --resume {run_dir}"
+    return f"fedcli train --resume {run_dir}"
+
+
 def save_model(sim, path: str | Path) -> Path:
     """The final global model as a ``state_dict`` (keys in ``model.state_dict()`` order), atomically."""
     state = {}
@@ -282,15 +338,34 @@ def save_model(sim, path: str | Path) -> Path:
 
 # ---------------------------------------------------------------------------------------- the round hook
 class Checkpointer:
-    """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and at the first round
-    boundary after SIGINT/SIGTERM, after which it raises :class:`Interrupted`. Under MPI the processes
-    agree on "a signal arrived" with one small all-reduce per round, so all stop at the same boundary."""
+    """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and stopping on signals.
 
-    def __init__(self, run_dir: str | Path, every: int, keep: int):
+    - The first SIGINT/SIGTERM is announced at once (``notify``) and acted upon at the next round boundary: a
+      checkpoint, then :class:`Interrupted`. Under MPI the processes agree on "a signal arrived" with one small
+      all-reduce per round, so all stop at the same boundary.
+    - A second signal stops the round in progress (one process: at once; under MPI: after the current local
+      step, agreed by a one-number all-reduce per step, :meth:`step`). At every round boundary that is not
+      written to disk the hook keeps a snapshot of that boundary in memory (model, parts, client-store tables,
+      loop state: one model copy), and a stop mid-round writes it: at most the round in progress is lost, also
+      when no periodic checkpoint exists yet.
+    - A signal during the last round lets the run complete; :attr:`late` records it for the closing message.
+    """
+
+    active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
+
+    def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None):
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
-        self.pending: int | None = None   # signal number received, not acted upon yet
-        self.armed = False                # True while rounds run (a signal before that stops at once)
+        self.world_size = int(world_size)
+        self.notify = notify                # prints a one-line notice (root only), or None
+        self.pending: int | None = None     # signal number received, not acted upon yet
+        self.now = False                    # a second signal: stop the round in progress
+        self.stopping = False               # writing the last checkpoint on the way out: further signals wait
+        self.armed = False                  # True while rounds run (a signal before that stops at once)
         self.last: Path | None = None
+        self.last_round = 0                 # rounds done in the checkpoint ``last``
+        self.rounds_done = 0                # rounds done at the last boundary
+        self.snapshot: tuple | None = None  # (rounds done, global part or None, local part) of the last boundary
+        self.late: int | None = None        # a signal that arrived during the last round
 
     def __call__(self, sim, state) -> None:
         stop = self.pending is not None
@@ -298,40 +373,118 @@ class Checkpointer:
             stop = float(sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0], dtype=torch.float64))[0]) > 0
         done = sim.done(state) if hasattr(sim, "done") else state.iteration >= sim.cfg.iterations
         if done:
+            if stop:
+                self.late = self.pending or signal.SIGTERM
+            self.rounds_done = state.round_idx
             return  # the run ends now anyway; the final model is written instead
+        snapshot = None
         if stop or (self.every and state.round_idx % self.every == 0):
             self.write(sim, state)
+        else:
+            snapshot = (state.round_idx, global_state(sim, state) if sim.comm.is_root else None, local_state(sim, state, copy=True))
+        # only now (a signal may interrupt the lines above): this boundary is the one a stop mid-round falls back to
+        self.snapshot, self.rounds_done = snapshot, state.round_idx
         if stop:
             signum = self.pending or signal.SIGTERM
-            where = f"; checkpoint {self.last}" if self.last else ""
-            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx - 1} "
-                                      f"(iteration {state.iteration}){where}; continue with: fedcli train --resume {self.run_dir}")
+            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
+                                      f"(iteration {state.iteration}); {self.holds()}; continue with: "
+                                      f"{resume_command(self.run_dir, self.world_size)}")
+
+    def step(self, sim, state) -> None:
+        """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
+        now = float(sim.comm.allreduce_(torch.tensor([1.0 if self.now else 0.0], dtype=torch.float64))[0]) > 0
+        if now:
+            self.stopping = True
+            raise Interrupted(self.pending or signal.SIGTERM, "stopped mid-round", now=True)
 
     def write(self, sim, state) -> None:
         ckpt = capture(sim, state)
         if ckpt is not None:
             self.last = save(self.run_dir, ckpt, self.keep)
+        self.last_round = state.round_idx
+
+    def write_snapshot(self, sim) -> None:
+        """After a stop mid-round (collective): write the last round boundary if no checkpoint holds it yet."""
+        snap = self.snapshot
+        if snap is None or snap[0] <= self.last_round:
+            return
+        ranks = sim.comm.allgather(snap[2])
+        if snap[1] is not None:
+            self.last = save(self.run_dir, {**run_facts(sim), **snap[1], "ranks": ranks}, self.keep)
+        self.last_round, self.snapshot = snap[0], None
+
+    def holds(self) -> str:
+        if self.last is None:
+            return "no checkpoint yet (a resume starts over)"
+        return f"checkpoint {self.last} holds rounds 1-{self.last_round}" if self.last_round > 1 else f"checkpoint {self.last} holds round 1"
+
+    def stopped_now(self, signum: int) -> "Interrupted":
+        """The error of a stop mid-round, once :meth:`write_snapshot` ran."""
+        name = signal.Signals(signum).name
+        lost = f"round {self.rounds_done + 1} is lost"
+        return Interrupted(signum, f"interrupted by {name} during round {self.rounds_done + 1} (stopped at once, {lost}); "
+                                   f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size)}")
 
     @contextlib.contextmanager
     def signals(self):
-        """SIGINT/SIGTERM ask for a checkpoint at the next round boundary; a second one (or one before
-        training started) stops at once. Only in the main thread (signal handlers live there)."""
+        """SIGINT/SIGTERM: the first is announced and acted upon at the next round boundary, a second one stops
+        the round in progress (see the class); one before training started stops at once. Only in the main
+        thread (signal handlers live there)."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
 
         def handler(signum, frame):
-            if self.pending is not None or not self.armed:
-                raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} before a checkpoint could be written"
-                                          + (f"; the last one is {self.last}" if self.last else ""))
-            self.pending = signum
+            name = signal.Signals(signum).name
+            again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
+            if self.world_size > 1:  # mpiexec forwards every SIGTERM, but aborts the job on a second Ctrl-C
+                again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
+            if self.stopping:
+                return  # already stopping: let the last checkpoint be written
+            if not self.armed:
+                err = Interrupted(signum, f"interrupted by {name} before training started"
+                                          + (f"; the last checkpoint is {self.last}" if self.last else ""), now=True)
+                err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
+                raise err
+            if self.pending is None:
+                self.pending = signum
+                if self.notify:
+                    self.notify(f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with a checkpoint; "
+                                f"{again} to stop now (losing at most that round)")
+                return
+            self.now = True
+            if self.notify:
+                self.notify(f"{name} again: stopping now; round {self.rounds_done + 1} is lost")
+            if self.world_size == 1:
+                self.stopping = True
+                raise Interrupted(signum, "stopped mid-round", now=True)
+            # under MPI the processes stop together after the current local step (Checkpointer.step)
 
         old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        Checkpointer.active = self
         try:
             yield self
         finally:
+            Checkpointer.active = None
             for s, h in old.items():
                 signal.signal(s, h)
+
+
+def request_stop(now: bool) -> None:
+    """From any thread: ask this process's training to stop as on SIGTERM (``now``: as on a second one, waiting
+    for the first to be seen). With no training under way, SIGTERM's default action ends the process."""
+    import time
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    cp = Checkpointer.active
+    if not now or cp is None:
+        return
+    for _ in range(100):  # two signals sent at once would be seen as one
+        if cp.pending is not None or Checkpointer.active is not cp:
+            break
+        time.sleep(0.05)
+    if Checkpointer.active is cp and not cp.now:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 # ---------------------------------------------------------------------------------------- --resume
@@ -351,19 +504,6 @@ def read_manifest(run_dir: str | Path) -> dict:
     return man
 
 
-def _alive(pid) -> bool:
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
-        return False
-    if pid == os.getpid() or pid <= 0 or not sentinel.alive(pid):
-        return False
-    try:  # a live pid counts only if it is still a fedcli process (pids are reused)
-        return b"fedcli" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-
-
 def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, overwrite: bool = False) -> TrainConfig:
     """The config to continue ``run_dir`` with: its manifest's, plus the ``flags`` that may change
     (:data:`RESUME_MAY_CHANGE`); any other flag that differs is refused (exit 2)."""
@@ -376,10 +516,7 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
     status = man.get("status")
     if status == "completed":
         raise ConfigError(f"--resume {run_dir}: the run already completed; nothing to resume")
-    pids = [man.get("pid"), *(man.get("pids") or [])]
-    live = [p for p in pids if p is not None and _alive(p)] if status == "running" and man.get("host") == socket.gethostname() else []
-    if live:
-        raise ConfigError(f"--resume {run_dir}: the run is still running (pid {live[0]}); stop it first")
+    # a run still in progress is refused by its lock (fedcli/results/lock.py), taken before anything is touched
     values = dict(man["config"])
     try:
         cfg = TrainConfig.from_dict(values, where=str(run_dir / "manifest.json"))
@@ -397,12 +534,19 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
     return cfg.validate()
 
 
-def load_for_resume(run_dir: str | Path, comm, warn=None) -> dict | None:
-    """The latest checkpoint, read by the root and sent to every process (errors raised on all of them)."""
+def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = None) -> dict | None:
+    """The latest checkpoint, read by the root and sent to every process (errors raised on all of them).
+
+    A checkpoint of another experiment (``config``: the run's) or of another number of processes is refused
+    before the CSVs are looked at, so the message says what is wrong with it."""
     payload = None
     if comm.is_root:
         try:
             ckpt = load_latest(run_dir, warn)
+            if ckpt is not None:
+                if config is not None:
+                    check_config(ckpt, config)
+                check_world_size(ckpt, comm.size, run_dir)
             from fedcli.results.rundir import APPEND_CSVS, rewind_csvs
 
             positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}

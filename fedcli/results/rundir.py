@@ -30,14 +30,19 @@ APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv")  # append-only fil
 
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace."""
+    from fedcli.errors import os_error
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:  # disk full, read-only, ...: the old file is untouched
+        tmp.unlink(missing_ok=True)
+        raise os_error(e, path) from None
     try:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -64,21 +69,53 @@ def csv_text(columns: list[str], rows: list[dict], header: bool = True) -> str:
     return buf.getvalue()
 
 
+def _reopen_at(f, path: Path, size: int):
+    """``f`` (opened for appending) cut back to ``size`` bytes and reopened: the buffered part of a failed write
+    is dropped, so no partial row stays in the file."""
+    try:
+        os.ftruncate(f.fileno(), size)
+    except OSError:
+        pass
+    try:
+        f.close()
+    except OSError:
+        pass  # the close flushes the failed buffer again; the truncate below removes what got through
+    try:
+        os.truncate(path, size)
+    except OSError:
+        pass
+    return open(path, "a", newline="")
+
+
 class AppendCSV:
     """An append-only CSV whose rows reach the disk (fsync) as they are written."""
 
     def __init__(self, path: Path, columns: list[str]):
         self.path, self.columns = Path(path), list(columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
-        self.rows = 0 if new else max(0, self.path.read_text().count("\n") - 1)  # data rows (for checkpoints)
-        self.f = open(self.path, "a", newline="")
+        self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
+        try:
+            self.f = open(self.path, "a", newline="")
+        except OSError as e:
+            from fedcli.errors import os_error
+
+            raise os_error(e, self.path) from None
         if new:
             self._write(csv_text(self.columns, []))
 
     def _write(self, text: str) -> None:
-        self.f.write(text)
+        """Append ``text`` and fsync; on a failed write (disk full, ...) the file is cut back to its last whole row."""
+        from fedcli.errors import os_error
+
         self.f.flush()
-        os.fsync(self.f.fileno())
+        size = os.fstat(self.f.fileno()).st_size
+        try:
+            self.f.write(text)
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        except OSError as e:
+            self.f = _reopen_at(self.f, self.path, size)
+            raise os_error(e, self.path) from None
 
     def append(self, rows: list[dict]) -> None:
         if rows:
@@ -127,7 +164,12 @@ def now() -> str:
 class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            from fedcli.errors import os_error
+
+            raise os_error(e, self.path, "create") from None
         self.manifest: dict = {}
         self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS)
         self.intervals: AppendCSV | None = None

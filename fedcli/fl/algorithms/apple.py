@@ -108,6 +108,8 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor) -> torch
 class AppleStep(SGDStep):
     """Per batch: rebuild the personalized model from the N cores and p_i, step the own core and p_i."""
 
+    full_participation = True  # every client every round (cross-silo); checked with the config
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.dr_lr = float(cfg.apple_dr_lr)
@@ -124,8 +126,6 @@ class AppleStep(SGDStep):
         from fedcli.fl.ala import ALAInit
 
         n = len(sim.client_indices)
-        if sim.active < n:
-            raise ConfigError(f"--algo apple trains every client every round (cross-silo): use --active-ratio 1, not {sim.cfg.active_ratio}")
         self.n = n
         self.m = n if self.m_opt == 0 else self.m_opt
         if self.m > n or self.m < n - 1:

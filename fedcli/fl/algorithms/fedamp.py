@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.errors import ConfigError
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
 from fedcli.fl.personal import all_client_models, load_models
@@ -100,19 +99,12 @@ def cohort_cloud(sim, cohort) -> dict:
     return cohort.state[CLOUD]
 
 
-def require_full_participation(sim, algo: str) -> None:
-    if sim.cfg.active_ratio < 1.0:
-        raise ConfigError(f"--algo {algo} needs every client in every round (a cross-silo method): use --active-ratio 1, "
-                          f"not {sim.cfg.active_ratio}")
-
-
 # ---------------------------------------------------------------------------- the parts
 @register_init("fedamp")
 class AMPInit(OverwriteInit):
     """Each client starts the round from its own last model; the server sends it u_i."""
 
-    def setup(self, sim) -> None:
-        require_full_participation(sim, sim.cfg.algo)
+    full_participation = True  # checked with the config (TrainConfig.check_cross_field), so recipes name the line
 
     @torch.no_grad()
     def initialize(self, sim, cohort) -> None:
@@ -135,8 +127,7 @@ class AMPStep(SGDStep):
         super().__init__(cfg)
         self.coef = float(cfg.amp_lambda) / float(cfg.amp_alpha)
 
-    def setup(self, sim) -> None:
-        require_full_participation(sim, sim.cfg.algo)
+    full_participation = True
 
     def begin_round(self, sim, cohort) -> None:
         super().begin_round(sim, cohort)

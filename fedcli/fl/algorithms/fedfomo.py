@@ -97,7 +97,7 @@ def validation_losses(sim, params: dict, buffers: dict, val: list[torch.Tensor])
     k_all = len(val)
     if k_all == 0:
         return torch.zeros(0, dtype=torch.float64)
-    b = sim.cfg.batch_size
+    b = sim.batch_size
     nb = [math.ceil(v.numel() / b) for v in val]
     top = max(nb)
     idx = torch.zeros(k_all, max(top, 1), b, dtype=torch.long)

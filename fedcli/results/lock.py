@@ -1,0 +1,235 @@
+"""One writer per run directory, and sweep workers that live no longer than their sweep.
+
+- :class:`FileLock`: an ``flock`` on a small file, held through an open descriptor for as long as the holder
+  runs. The kernel drops it when the process ends in any way (SIGKILL and the OOM killer included), so a stale
+  lock of a dead process is simply taken over, and a reused process id can never keep a lock alive. The file
+  holds the holder's pid, host, start time and command, for the message that names it. Where ``flock`` is not
+  supported (some network file systems), the content decides: the lock is held while its recorded process is
+  alive on this host with the same start time (``/proc/PID/stat``: a reused pid has another start time).
+- :class:`RunLock`: ``RUN_DIR/.fedcli.lock``, taken by ``fedcli train`` (rank 0 under MPI) before it writes
+  anything, kept to the end of the run; ``--overwrite`` and ``--resume`` need it too.
+- Sweeps (``fedcli/sweep.py``): every worker process holds a *shared* lock on ``SWEEP/.sweep.workers.lock``
+  for its whole life, and a sweep takes that lock exclusively before it starts: so the sweep folder is not
+  free while any worker of an earlier sweep lives. Each worker also watches its sweep process
+  (:func:`watch_process`) and stops when it is gone (SIGKILL of the sweep leaves no worker training).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from fedcli.errors import ConfigError, os_error
+
+RUN_LOCK = ".fedcli.lock"
+_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+class RunLocked(ConfigError):
+    """The run directory is in use by another live fedcli process (exit 2)."""
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot, ``/proc/PID/stat`` field 22); None if unknown."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid, start: int | None = None) -> bool:
+    """Whether ``pid`` runs (not a zombie) and, given ``start``, is the same process (not a reused pid)."""
+    try:
+        pid = int(pid)
+        if pid <= 0:
+            return False
+        os.kill(pid, 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        if fields[0] in ("Z", "X"):
+            return False
+        return start is None or int(fields[19]) == int(start)
+    except (OSError, ValueError, IndexError):
+        return True  # no /proc: trust kill(0)
+
+
+def me() -> dict:
+    """What a lock file records about its holder."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": start_time(os.getpid()),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}
+
+
+class FileLock:
+    """An exclusive (or ``shared``) ``flock`` on ``path``, held until :meth:`release` or the process ends."""
+
+    def __init__(self, path: str | Path, shared: bool = False):
+        self.path, self.shared = Path(path), shared
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock without waiting; False when another live process holds it."""
+        import fcntl
+
+        if self.fd is not None:
+            return True
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise os_error(e, self.path, "create the lock file") from None
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in _UNSUPPORTED:  # EWOULDBLOCK: held by a live process
+                os.close(fd)
+                return False
+            holder = self._read(fd)  # no flock here: the recorded holder decides
+            if not self.shared and holder and holder.get("host") == socket.gethostname() and holder.get("pid") != os.getpid() \
+                    and process_alive(holder.get("pid"), holder.get("start")):
+                os.close(fd)
+                return False
+        self.fd = fd
+        if not self.shared:
+            self._write(me())
+        return True
+
+    def _read(self, fd: int | None = None) -> dict | None:
+        try:
+            if fd is None:
+                data = self.path.read_bytes()
+            else:
+                data = os.pread(fd, 4096, 0)
+            out = json.loads(data.decode() or "null")
+            return out if isinstance(out, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def _write(self, info: dict) -> None:
+        try:  # informative only: a full disk must not stop the run here
+            data = (json.dumps(info) + "\n").encode()
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, data, 0)
+        except OSError:
+            pass
+
+    def holder(self) -> dict | None:
+        return self._read()
+
+    def release(self) -> None:
+        import fcntl
+
+        if self.fd is None:
+            return
+        try:
+            if not self.shared:
+                os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def describe(holder: dict | None) -> str:
+    """'pid 123 on host, since T (fedcli train ...)' of a lock holder."""
+    if not holder:
+        return "another process"
+    cmd = str(holder.get("command") or "")
+    cmd = f", {cmd[:120]}" if cmd else ""
+    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, since {holder.get('since', '?')}{cmd}"
+
+
+class RunLock(FileLock):
+    """``RUN_DIR/.fedcli.lock``: one writer per run directory, for the life of the run."""
+
+    def __init__(self, run_dir: str | Path):
+        super().__init__(Path(run_dir) / RUN_LOCK)
+        self.run_dir = Path(run_dir)
+
+    def take(self, why: str = "") -> "RunLock":
+        """Acquire or raise :class:`RunLocked` naming the holder (``why``: what the caller wanted to do)."""
+        if not self.acquire():
+            raise RunLocked(f"{self.run_dir} is in use by a running fedcli ({describe(self.holder())}){why}; "
+                            f"wait for it to end or stop it (kill -INT {(self.holder() or {}).get('pid', 'PID')})")
+        return self
+
+
+def held_by_other(run_dir: str | Path) -> dict | None:
+    """The holder of a run directory's lock when a live process holds it now (else None); takes nothing."""
+    path = Path(run_dir) / RUN_LOCK
+    if not path.exists():
+        return None
+    probe = FileLock(path)
+    try:
+        got = probe.acquire()
+    except ConfigError:
+        return None
+    if got:
+        probe.release()
+        return None
+    return probe.holder() or {}
+
+
+def watch_process(pid: int, start: int | None, on_gone, interval: float = 0.5) -> threading.Thread:
+    """A daemon thread that calls ``on_gone()`` once process ``pid`` (with that start time) has ended."""
+
+    def loop():
+        while process_alive(pid, start):
+            time.sleep(interval)
+        on_gone()
+
+    t = threading.Thread(target=loop, name="fedcli-lifeline", daemon=True)
+    t.start()
+    return t
+
+
+# ------------------------------------------------------------------------------------------------ sweep workers
+#: a ``fedcli train`` started by ``fedcli sweep --mpi`` finds its sweep here (pid:start) and the workers lock
+ENV_PARENT, ENV_WORKERS_LOCK = "FEDCLI_SWEEP_PARENT", "FEDCLI_SWEEP_WORKERS_LOCK"
+_JOINED: dict = {}
+
+
+def sweep_env(workers_lock: Path) -> dict:
+    """Environment for a training process of this sweep (``--mpi`` mode): whom to watch, what lock to hold."""
+    return {ENV_PARENT: f"{os.getpid()}:{start_time(os.getpid()) or ''}", ENV_WORKERS_LOCK: str(workers_lock)}
+
+
+def join_sweep(workers_lock: str | Path, parent: str, on_gone) -> None:
+    """In a worker of a sweep: hold the sweep's workers lock (shared) for the rest of this process's life and
+    call ``on_gone()`` when the sweep process ``parent`` ("pid:start") has ended."""
+    if _JOINED:
+        return
+    lock = FileLock(workers_lock, shared=True)
+    try:
+        lock.acquire()
+    except ConfigError:
+        pass
+    _JOINED["lock"] = lock
+    pid, _, start = parent.partition(":")
+    _JOINED["watch"] = watch_process(int(pid), int(start) if start else None, on_gone)
+
+
+def join_sweep_from_env(on_gone) -> bool:
+    """``join_sweep`` when this process was started by ``fedcli sweep --mpi`` (see :func:`sweep_env`)."""
+    parent, path = os.environ.get(ENV_PARENT), os.environ.get(ENV_WORKERS_LOCK)
+    if not parent or not path:
+        return False
+    join_sweep(path, parent, on_gone)
+    return True
