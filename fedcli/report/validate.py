@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-#: metrics.csv columns every run has (DESIGN.md 3.2)
+#: metrics.csv columns every run has (README, Run directory)
 REQUIRED_METRICS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s")
 REQUIRED_LAYERS = ("layer", "numel")
 TEXT_COLUMNS = {"name", "kind"}  # layers.csv / intervals.csv columns that hold names, not numbers
