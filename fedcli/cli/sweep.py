@@ -15,7 +15,7 @@ def _fmt_s(s: float) -> str:
 
 
 def sweep(
-    recipe: str = typer.Argument(..., help="Sweep recipe (TOML with [base], [scale.*], [[runs]], [[tables]], [[figures]])."),
+    recipe: str = typer.Argument(..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."),
     scale: str = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a laptop) or paper (the paper's settings). Default: paper if the recipe has it."),
     seeds: int = typer.Option(None, "--seeds", min=1, help="Seeds per run (0..N-1); default: the recipe's `seeds`."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs)."),
