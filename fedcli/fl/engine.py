@@ -34,6 +34,7 @@ from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
 from fedcli.fl.store import ClientStore
 from fedcli.fl.trainers import choose_trainer
+from fedcli.models.custom import model_source
 
 
 @dataclass
@@ -133,6 +134,7 @@ class Simulation:
     def setup(self, dataset=None, partition=None) -> "Simulation":
         from fedcli.data.setup import load_data_and_partition
         from fedcli.models import build_model, layer_info
+        from fedcli.models.custom import check_model, is_factory_spec
 
         cfg = self.cfg
         self.device = resolve_device(cfg.device)
@@ -174,6 +176,9 @@ class Simulation:
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+        if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
+            check_model(cfg.model, self.model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
+                        vmap=self.trainer.name == "vmap")
         from fedcli.fl.personal import build_personalization, local_layers
 
         self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
@@ -207,7 +212,8 @@ class Simulation:
             "partition": {"hash": self.partition.hash, **self.partition.config},
             "clients": len(self.client_indices),
             "active_clients": self.active,
-            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers)},
+            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers),
+                      **model_source(self.cfg.model)},
             "eval_every": self.eval_every,
             "torch_threads": torch.get_num_threads(),
         }
