@@ -258,7 +258,7 @@ class Simulation:
         if self.schedule.needs_discrepancy:
             disc = torch.stack([
                 torch.tensordot(cohort.weights.to(self.device, torch.float64),
-                                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).flatten(1).double().pow(2).sum(1), dims=1)
+                                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1), dims=1)
                 for l in layers])
             disc = self.comm.allreduce_(disc).cpu().tolist()
             for l, dv in zip(layers, disc):
