@@ -129,7 +129,7 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
                 idx, names, vals = _layer_values(runs[name], key)
                 ax.bar([i + (j - (k - 1) / 2) * width for i in idx], vals, width=width, label=label)
             ax.set_xlabel("Layer (parameter tensor, forward order)")
-            ax.set_ylabel("Number of communications" if key == "syncs" else "Data size: dim(u_l) × communications")
+            ax.set_ylabel("Number of communications" if key == "syncs" else "Data size (parameters)")
             if names is not None and len(names) <= 16:
                 ax.set_xticks(range(len(names)))
                 ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
