@@ -5,8 +5,8 @@ How the time is estimated (and what it leaves out):
 - **Local training**: the number of client steps of each run (``iterations`` x clients per round; with a round budget,
   rounds x steps per round, ceil(E * n_i / B) per client for ``--local-epochs E``) times the *measured* seconds of one
   client step of the run's model: forward, cross-entropy, backward and an SGD update on random inputs of the dataset's
-  shape at the run's batch size, on this machine with the torch threads each run gets (cores / jobs). Large models
-  are timed at a small batch and scaled linearly to the run's batch.
+  shape at the run's batch size (the best of a few steps), on this machine with the torch threads each run gets
+  (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
 - Not in it: process start-up, data loading, the engine's per-step bookkeeping, methods' extra local work (Ditto's
   second model, ALA's weight learning, ...) and the stacked trainer's speed-up on dense models. So on a fresh sweep
@@ -59,6 +59,7 @@ class Estimate:
     factor: float = 1.0
     unknown: list[str] = field(default_factory=list)  # runs that could not be estimated (and why)
     step_s: dict = field(default_factory=dict)    # model label -> seconds per client step
+    threads: set = field(default_factory=set)     # torch threads per run the steps were timed with
 
     def text(self) -> str:
         if self.client_steps == 0 and not self.unknown:
@@ -73,10 +74,23 @@ class Estimate:
             how = (f"measured model step ({per}) x steps + evaluation; start-up, data loading and per-step bookkeeping "
                    f"come on top (a lower bound)")
             head = f"estimated >= {fmt_duration(self.seconds)} of model compute"
-        out = f"{parts[0]}; {head} on this machine ({how})"
+        threads = "/".join(str(t) for t in sorted(self.threads)) or "?"
+        out = f"{parts[0]}; {head} on this machine at {threads} torch thread(s) per run ({how})"
+        busy = busy_note()
+        if busy:
+            out += f"; {busy}"
         if self.unknown:
             out += f"; not estimated: {'; '.join(self.unknown[:3])}" + (f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else "")
         return out
+
+
+def busy_note() -> str:
+    """A word when other processes keep the CPU busy: timings (and runs) are then slower than on an idle machine."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except (OSError, AttributeError):
+        return ""
+    return f"the machine is busy (load {load:.1f} on {cores} cores): timed under that load" if load > cores else ""
 
 
 def fmt_duration(s: float) -> str:
@@ -194,18 +208,23 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
             small = min(full, 4)
             model.train()
             step(small)  # warm-up: first calls set up kernels
-            t_small = step(small)
-            if t_small * full / small < 1.0:
-                step(full)
-                t = min(step(full) for _ in range(3))
-            else:  # a large model: time the small batch once more and scale to the run's batch
-                t = min(t_small, step(small)) * full / small
+            gauge = min(step(small) for _ in range(2))
+            if gauge * full / small > 5.0:  # a large model: compute dominates, scale the small batch to the run's
+                t = gauge * full / small
+            else:  # the best of a few full-batch steps (the minimum is robust to a busy machine's hiccups)
+                times = [step(full)]
+                while len(times) < 5 and sum(times) < 1.0:
+                    times.append(step(full))
+                t = min(times)
             model.eval()
             with torch.no_grad():
-                x, _ = batch(small)
-                t0 = time.perf_counter()
-                model(x)
-                per_sample = (time.perf_counter() - t0) / small
+                b = min(max(full, 32), 256)
+                x, _ = batch(b)
+                per_sample = float("inf")
+                for _ in range(2):
+                    t0 = time.perf_counter()
+                    model(x)
+                    per_sample = min(per_sample, (time.perf_counter() - t0) / b)
             return t, per_sample
     finally:
         torch.set_num_threads(old)
@@ -239,6 +258,7 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         if isinstance(got, Exception):
             return None
         t_step, t_sample = got
+        est.threads.add(threads)
         est.step_s.setdefault(f"{cfg['model']}/b{cfg['batch_size']}", t_step)
         evals = EVALS_PER_RUN * (facts.n_test or 0) * t_sample
         return n * t_step / max(1, mpi) + evals / max(1, mpi), n

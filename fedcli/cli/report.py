@@ -8,7 +8,7 @@ from fedcli.cli.console import err_console, out_console
 
 
 def report(
-    folders: list[str] = typer.Argument(None, metavar="[DIR...]", help="Run directories of `fedcli train`, sweep folders (with sweep.json), or folders holding them. \\[default: results]"),
+    folders: list[str] = typer.Argument(None, metavar="DIR", help="Run directories of `fedcli train`, sweep folders (with sweep.json), or folders holding them. \\[default: results]"),
     table: str = typer.Option(None, "--table", "-t", help="Table of a sweep to print (without it: list what the sweeps can produce, and compare the runs)."),
     fmt: str = typer.Option("md", "--format", "-f", help="Table format: md, latex or csv."),
     figures: str = typer.Option(None, "--figures", help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all; for run directories their curves and per-layer figures. \\[default: RUN_DIR/figures for one run directory]"),
