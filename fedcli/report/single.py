@@ -20,6 +20,11 @@ from fedcli.errors import ConfigError, DataError
 from fedcli.report.rundata import COMPLETED, CORRUPT, LAYERWISE, MISSING, RunData, read_manifest
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
+try:  # the check of a run's files against its manifest (fedcli/report/validate.py), where it exists
+    from fedcli.report.validate import validate_run
+except ImportError:  # until it is merged here: the CSVs are read as they are
+    validate_run = None
+
 RUN_MANIFEST = "manifest.json"
 
 
@@ -31,8 +36,9 @@ def is_run_dir(path: Path) -> bool:
 def load_run(path: str | Path) -> RunData:
     """Read one run directory for the report: its manifest and its CSVs (through :class:`RunData`).
 
-    A folder without a manifest is a usage error (exit 2); a manifest that cannot be read is a data error (exit 3).
-    Runs that are still going, failed or were interrupted are reported as far as they got (their status is shown)."""
+    A folder without a manifest is a usage error (exit 2); a manifest that cannot be read, or a completed run whose
+    files do not match its manifest (``validate_run``), is a data error (exit 3). Runs that are still going, failed
+    or were interrupted are reported as far as they got (their status is shown)."""
     path = Path(path)
     status, manifest = read_manifest(path)
     if status == MISSING:
@@ -41,6 +47,11 @@ def load_run(path: str | Path) -> RunData:
     if status == CORRUPT or not isinstance(manifest, dict):
         raise DataError(f"{path / RUN_MANIFEST}: not a readable run manifest; expected the JSON that `fedcli train` writes "
                         f"(with config, method and status)")
+    if status == COMPLETED and validate_run is not None:  # a completed run's files must match its manifest
+        problems = validate_run(path, manifest)
+        if problems:
+            raise DataError(f"{path}: its files do not match its manifest ({'; '.join(problems[:3])}); expected the files "
+                            f"`fedcli train` wrote for it")
     run = RunData(path, manifest)
     try:
         run.metrics, run.layers, run.intervals  # noqa: B018 - read the CSVs now, so a bad file fails here
