@@ -14,20 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
-from fedcli.cli.main import main
 from fedcli.data.datasets import load_dataset
 from fedcli.data.partition import make_partition
-from fedcli.errors import ConfigError, DataError
-
-
-def run_main(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+from fedcli.errors import DataError
+from simkit import cli
 
 
 def png(path, pixels, mode="L"):
@@ -117,7 +107,7 @@ def test_bad_tensor_files_exit_3_naming_the_file(tmp_path, capsys, make, needle)
     with pytest.raises(DataError) as e:
         load_dataset("tensors", f)
     assert str(f) in str(e.value) and needle in str(e.value), str(e.value)
-    code, _, err = run_main(["train", "--dataset", "tensors", "--data-dir", str(f), "--out", str(tmp_path / "run")], capsys)
+    code, _, err = cli(["train", "--dataset", "tensors", "--data-dir", str(f), "--out", str(tmp_path / "run")], capsys)
     assert code == 3 and err.startswith(f"fedcli: error: {f}") and len(err.strip().splitlines()) == 1, err
 
 
@@ -186,7 +176,7 @@ def test_bad_imagefolders_exit_3(tmp_path, capsys, build, needle):
     with pytest.raises(DataError) as e:
         load_dataset("imagefolder", root)
     assert needle in str(e.value) and str(root) in str(e.value), str(e.value)
-    code, _, err = run_main(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--out", str(tmp_path / "run")], capsys)
+    code, _, err = cli(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--out", str(tmp_path / "run")], capsys)
     assert code == 3 and needle in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -195,10 +185,10 @@ def test_train_and_partition_on_own_data_cli(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for i in range(48):
         png(root / "train" / f"c{i % 3}" / f"w{i % 8}" / f"{i}.png", rng.integers(0, 256, (6, 6)))
-    code, _, err = run_main(["partition", "--dataset", "imagefolder", "--data-dir", str(root), "--partition", "natural",
+    code, _, err = cli(["partition", "--dataset", "imagefolder", "--data-dir", str(root), "--partition", "natural",
                              "--writers-per-client", "2", "--clients", "4", "--out", str(tmp_path / "p.json")], capsys)
     assert code == 0, err
-    code, out, err = run_main(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--partition-file",
+    code, out, err = cli(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--partition-file",
                                str(tmp_path / "p.json"), "--iterations", "10", "--tau", "5", "--threads", "1", "--json",
                                "--out", str(tmp_path / "run")], capsys)
     assert code == 0, err
@@ -297,7 +287,7 @@ def read_csv(path):
 
 def test_own_model_from_a_file_and_a_module_with_fedlama_layer_accounting(factories, capsys):
     for spec, out in (("mymodels.py:Net", "r1"), ("mymodels:Net", "r2")):
-        code, _, err = run_main(["train", "--model", spec, "--algo", "fedavg", "--out", out] + BASE, capsys)
+        code, _, err = cli(["train", "--model", spec, "--algo", "fedavg", "--out", out] + BASE, capsys)
         assert code == 0, err
     layers = read_csv(factories / "r1" / "layers.csv")
     # digits: 8x8 = 64 inputs; the module's own scalar first (named_parameters order), Linear(64, 16), Linear(16, 10)
@@ -317,8 +307,8 @@ def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories
     """FedLAMA's per-layer schedule and accounting see only named_parameters(): a factory building the zoo's MLP
     gives the same intervals, layer counts and metrics as --model mlp."""
     args = ["--algo", "fedlama", "--phi", "2", "--mlp-hidden", "32"] + BASE
-    assert run_main(["train", "--model", "mlp", "--out", "zoo"] + args, capsys)[0] == 0
-    assert run_main(["train", "--model", "mymodels.py:Zoo", "--out", "own"] + args, capsys)[0] == 0
+    assert cli(["train", "--model", "mlp", "--out", "zoo"] + args, capsys)[0] == 0
+    assert cli(["train", "--model", "mymodels.py:Zoo", "--out", "own"] + args, capsys)[0] == 0
     for f in ("layers.csv", "intervals.csv"):
         assert read_csv(factories / "zoo" / f) == read_csv(factories / "own" / f), f
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
@@ -341,21 +331,21 @@ def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories
     ("resnet99", "unknown model 'resnet99'"),
 ])
 def test_bad_own_models_exit_2(factories, capsys, spec, needle):
-    code, _, err = run_main(["train", "--model", spec, "--out", "bad"] + BASE, capsys)
+    code, _, err = cli(["train", "--model", spec, "--out", "bad"] + BASE, capsys)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
 def test_factory_options_and_the_loop_trainer(factories, capsys):
     # a factory with **options gets --mlp-hidden; a non-vmap-able forward trains on the loop path
-    assert run_main(["train", "--model", "mymodels.py:takes_all", "--mlp-hidden", "7", "--out", "a"] + BASE, capsys)[0] == 0
-    assert run_main(["train", "--model", "mymodels.py:Itemy", "--trainer", "loop", "--out", "b"] + BASE, capsys)[0] == 0
+    assert cli(["train", "--model", "mymodels.py:takes_all", "--mlp-hidden", "7", "--out", "a"] + BASE, capsys)[0] == 0
+    assert cli(["train", "--model", "mymodels.py:Itemy", "--trainer", "loop", "--out", "b"] + BASE, capsys)[0] == 0
 
 
 def test_recipes_take_own_data_and_model(factories, capsys):
     small_npz(factories / "d.npz", n=80, classes=4)
     (factories / "r.toml").write_text('dataset = "tensors"\ndata_dir = "d.npz"\nmodel = "mymodels.py:Net"\npartition = "natural"\n'
                                       'writers_per_client = 3\nclients = 4\niterations = 10\ntau = 5\nthreads = 1\n')
-    code, _, err = run_main(["train", "--recipe", "r.toml", "--out", "rr", "--quiet"], capsys)
+    code, _, err = cli(["train", "--recipe", "r.toml", "--out", "rr", "--quiet"], capsys)
     assert code == 0, err
     m = json.loads((factories / "rr" / "manifest.json").read_text())
     assert m["dataset"]["dataset"] == "tensors" and m["dataset"]["writers"] == 12 and m["model"]["layers"] == 5

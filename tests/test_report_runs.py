@@ -12,19 +12,10 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.report.single import load_run, method_label
+from simkit import cli
 
 ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20",
         "--tau", "2", "--threads", "1", "--quiet"]
-
-
-def run_main(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +36,7 @@ def md_rows(text):
 def test_one_run_table_and_figures(runs, capsys, tmp_path):
     run = tmp_path / "lama"
     shutil.copytree(runs / "lama", run)
-    code, out, err = run_main(["report", str(run)], capsys)
+    code, out, err = cli(["report", str(run)], capsys)
     assert code == 0, err
     (row,) = md_rows(out)
     m = json.loads((run / "manifest.json").read_text())
@@ -70,12 +61,12 @@ def test_one_run_table_and_figures(runs, capsys, tmp_path):
 
 def test_periodic_run_has_no_delta_lambda_figure(runs, tmp_path, capsys):
     out = tmp_path / "figs"
-    assert run_main(["report", str(runs / "avg"), "--figures", str(out)], capsys)[0] == 0
+    assert cli(["report", str(runs / "avg"), "--figures", str(out)], capsys)[0] == 0
     assert sorted(p.stem for p in out.glob("*.png")) == ["curves", "layer-size", "layer-syncs"]
 
 
 def test_several_runs_compare_with_personal_accuracy(runs, capsys, tmp_path):
-    code, out, err = run_main(["report", str(runs / "lama"), str(runs / "avg"), str(runs / "pers"), "-f", "csv"], capsys)
+    code, out, err = cli(["report", str(runs / "lama"), str(runs / "avg"), str(runs / "pers"), "-f", "csv"], capsys)
     assert code == 0, err
     rows = {r["name"].rsplit("/", 1)[-1]: r for r in csv.DictReader(io.StringIO(out))}
     assert set(rows) == {"lama", "avg", "pers"}
@@ -86,7 +77,7 @@ def test_several_runs_compare_with_personal_accuracy(runs, capsys, tmp_path):
     assert rows["avg"]["best_personal_acc"] == ""  # not personalized
     assert "add --figures OUTDIR" in err  # several runs: figures only on request
     figs = tmp_path / "cmp"
-    assert run_main(["report", str(runs / "lama"), str(runs / "avg"), "--figures", str(figs)], capsys)[0] == 0
+    assert cli(["report", str(runs / "lama"), str(runs / "avg"), "--figures", str(figs)], capsys)[0] == 0
     assert (figs / "curves.png").exists() and (figs / "delta-lambda.png").exists()
 
 
@@ -103,12 +94,12 @@ def test_labels_come_from_the_manifest(runs, tmp_path):
 
 def test_bare_report_reads_results(runs, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(runs.parent)
-    code, out, err = run_main(["report"], capsys)
+    code, out, err = cli(["report"], capsys)
     assert code == 0, err
     assert sorted(r["Run"] for r in md_rows(out)) == ["avg", "lama", "pers"]
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()
-    code, _, err = run_main(["report"], capsys)
+    code, _, err = cli(["report"], capsys)
     assert code == 2 and "no sweep (sweep.json) and no run directory (manifest.json)" in err
 
 
@@ -116,9 +107,9 @@ def test_report_errors(runs, capsys, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "manifest.json").write_text("{not json")
-    code, _, err = run_main(["report", str(bad)], capsys)
+    code, _, err = cli(["report", str(bad)], capsys)
     assert code == 3 and f"{bad / 'manifest.json'}: not a readable run manifest" in err
-    code, _, err = run_main(["report", str(runs / "avg"), "--table", "x"], capsys)
+    code, _, err = cli(["report", str(runs / "avg"), "--table", "x"], capsys)
     assert code == 2 and "is a run directory" in err
-    code, _, err = run_main(["report", str(tmp_path / "nope")], capsys)
+    code, _, err = cli(["report", str(tmp_path / "nope")], capsys)
     assert code == 2 and "no such folder" in err

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from fedcli import estimate as est
-from fedcli.cli.main import main
 from fedcli.config import TrainConfig
+from simkit import cli
 
 RECIPE = """\
 title = "tiny"
@@ -41,29 +41,20 @@ phi = 2
 """
 
 
-def run_main(args, capsys):
-    try:
-        code = main(args) or 0
-    except SystemExit as e:
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
 def test_scale_is_required_when_a_recipe_has_several(tmp_path, capsys):
     r = tmp_path / "r.toml"
     r.write_text(RECIPE)
-    code, _, err = run_main(["sweep", str(r), "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    code, _, err = cli(["sweep", str(r), "--dry-run", "--out", str(tmp_path / "s")], capsys)
     assert code == 2 and "has scales paper, smoke: choose one with --scale paper" in err and "--scale smoke" in err
     r.write_text(RECIPE.replace("[scale.paper]\n", ""))  # one scale: it is the default
-    code, _, err = run_main(["sweep", str(r), "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    code, _, err = cli(["sweep", str(r), "--dry-run", "--out", str(tmp_path / "s")], capsys)
     assert code == 0 and "scale smoke" in err, err
 
 
 def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     r = tmp_path / "r.toml"
     r.write_text(RECIPE)
-    code, out, err = run_main(["sweep", str(r), "--scale", "smoke", "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    code, out, err = cli(["sweep", str(r), "--scale", "smoke", "--dry-run", "--out", str(tmp_path / "s")], capsys)
     assert code == 0, err
     text = " ".join(err.split())
     assert "2 runs x 2 seeds = 4 trainings; 0 already completed, 4 to run, 1 at a time" in text
@@ -71,7 +62,7 @@ def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     # 4 trainings x 10 iterations x 2 clients per round (0.5 of 4)
     assert "budget: 10 local iterations per run; 80 client steps; estimated >= " in text
     assert "measured model step (mlp/b32" in text and "a lower bound" in text
-    code, _, err = run_main(["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys)
+    code, _, err = cli(["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys)
     assert code == 0 and "client steps" not in err  # --quiet: no plan
 
 

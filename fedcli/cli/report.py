@@ -49,18 +49,24 @@ def report(
             _write_figures(sweeps, figures, None, holders[0])
         return
     if table is not None:
-        text = make_table(sweeps, table, fmt)
-        if output:
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
-            Path(output).write_text(text)
-            err_console.print(f"fedcli report: table {table} -> {output}", markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(text, end="")
+        _emit(make_table(sweeps, table, fmt), output, f"table {table}")
     if figures is not None:
         scope = sweeps
         if table is not None and not figure:
             scope = [pick(sweeps, table, "table")[0]]
         _write_figures(scope, figures, list(figure) if figure else None, holders[0])
+
+
+def _emit(text: str, output: str | None, what: str) -> None:
+    """A table to stdout, or to ``--output FILE``."""
+    from pathlib import Path
+
+    if not output:
+        print(text, end="")
+        return
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(text)
+    err_console.print(f"fedcli report: {what} -> {output}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _sweeps_in(folder: str, find_sweeps) -> list:
@@ -94,13 +100,7 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     from fedcli.report.single import comparison_table, write_figures
     from fedcli.report.tables import render
 
-    text = render(comparison_table(runs), fmt)
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(text)
-        err_console.print(f"fedcli report: table of {len(runs)} run(s) -> {output}", markup=False, highlight=False, soft_wrap=True)
-    else:
-        print(text, end="")
+    _emit(render(comparison_table(runs), fmt), output, f"table of {len(runs)} run(s)")
     if figures is None and len(explicit) == 1 and len(runs) == 1:
         figures = str(Path(explicit[0]) / "figures")
     if figures is None:

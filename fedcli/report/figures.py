@@ -167,13 +167,18 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
         import textwrap
 
         fig.suptitle(textwrap.fill(title, width=int(12 * 5.2 * n)), fontsize=9)
+    return save(fig, out_dir, spec.name)
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    """Write ``name``.png and ``name``.pdf into ``out_dir`` and close the figure; the files written."""
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for ext in ("png", "pdf"):
-        f = out_dir / f"{spec.name}.{ext}"
+        f = out_dir / f"{name}.{ext}"
         fig.savefig(f, dpi=150)
         files.append(f)
-    plt.close(fig)
+    _plt().close(fig)
     return files
 

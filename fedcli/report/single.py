@@ -186,7 +186,7 @@ def _x_axis(runs: list[RunData]) -> str:
 
 def draw_curves(runs: list[RunData], labels: list[str], out_dir: Path, name: str = "curves") -> list[Path]:
     """Accuracy (test_acc; personal_acc dashed) and loss (test solid, train dotted) against iterations or rounds."""
-    from fedcli.report.figures import _plt
+    from fedcli.report.figures import _plt, save
 
     plt = _plt()
     x = _x_axis(runs)
@@ -210,25 +210,13 @@ def draw_curves(runs: list[RunData], labels: list[str], out_dir: Path, name: str
     acc_ax.set_title("Accuracy", fontsize=10)
     loss_ax.set_title("Loss", fontsize=10)
     fig.suptitle(_suptitle(runs, labels), fontsize=9)
-    return _save(fig, plt, out_dir, name)
+    return save(fig, out_dir, name)
 
 
 def _suptitle(runs: list[RunData], labels: list[str]) -> str:
     if len(runs) == 1:
         return f"{labels[0]} on {data_label(runs[0])} ({runs[0].path.name})"
     return f"{len(runs)} runs on {', '.join(dict.fromkeys(data_label(r) for r in runs))}"
-
-
-def _save(fig, plt, out_dir: Path, name: str) -> list[Path]:
-    fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = []
-    for ext in ("png", "pdf"):
-        f = out_dir / f"{name}.{ext}"
-        fig.savefig(f, dpi=150)
-        files.append(f)
-    plt.close(fig)
-    return files
 
 
 def write_figures(runs: list[RunData], out_dir: str | Path) -> list[Path]:
