@@ -113,3 +113,10 @@ def test_report_errors(runs, capsys, tmp_path):
     assert code == 2 and "is a run directory" in err
     code, _, err = cli(["report", str(tmp_path / "nope")], capsys)
     assert code == 2 and "no such folder" in err
+    code, _, err = cli(["report", str(runs), "--figure", "x"], capsys)
+    assert code == 2 and "--figure needs --figures OUTDIR" in err
+    holder = tmp_path / "holder"
+    (holder / "sweep-a").mkdir(parents=True)
+    (holder / "sweep-a" / "sweep.json").write_text("{broken")
+    code, _, err = cli(["report", str(holder)], capsys)  # a broken sweep manifest is said, not skipped
+    assert code == 2 and "not a readable sweep manifest" in err

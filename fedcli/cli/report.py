@@ -29,6 +29,8 @@ def report(
     explicit = [f for f in folders if is_run_dir(Path(f))]
     holders = [f for f in folders if f not in explicit]
     sweeps = [s for f in holders for s in _sweeps_in(f, find_sweeps)]
+    if figure and figures is None:
+        raise ConfigError("--figure needs --figures OUTDIR (the folder to write it to)")
     if table is not None or figure:
         if explicit:
             raise ConfigError(f"--table and --figure name products of a sweep; {explicit[0]} is a run directory "
@@ -74,13 +76,14 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
     from pathlib import Path
 
     from fedcli.errors import ConfigError
+    from fedcli.sweep import MANIFEST
 
-    if not Path(folder).is_dir():
+    root = Path(folder)
+    if not root.is_dir():
         raise ConfigError(f"{folder}: no such folder")
-    try:
+    if any(next(root.glob(pat), None) for pat in (MANIFEST, f"*/{MANIFEST}", f"*/*/{MANIFEST}")):
         return find_sweeps(folder)
-    except ConfigError:
-        return []
+    return []
 
 
 def _write_figures(sweeps, out_dir: str, names, folder) -> None:
