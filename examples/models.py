@@ -1,8 +1,8 @@
 """Your own model for ``fedcli train --model examples/models.py:TinyCNN`` (or ``--model examples.models:TinyCNN``).
 
 fedcli calls ``TinyCNN(input_shape, num_classes)``: ``input_shape`` is one sample's shape, e.g. (1, 28, 28), and the
-model maps a batch [B, *input_shape] to logits [B, num_classes]. Its three layers of parameters (conv weight and bias,
-linear weight and bias: four tensors) are what FedLAMA schedules and counts per layer.
+model maps a batch [B, *input_shape] to logits [B, num_classes]. Its four parameter tensors (conv weight and bias,
+linear weight and bias) are the layers FedLAMA schedules and counts.
 """
 
 import math
