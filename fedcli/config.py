@@ -40,8 +40,8 @@ class TrainConfig:
     algo: str = opt("fedlama", "Method preset (see `fedcli train --list-algos`).", group="method")
     schedule: str = opt("", "Override the method's aggregation schedule: periodic | lama | lama-accelerate.", group="method")
     # data
-    dataset: str = opt("digits", "Dataset: digits, synthetic, mnist, fmnist, emnist, femnist, cifar10, cifar100, tinyimagenet, agnews.", group="data")
-    data_dir: str = opt("", "Folder with the dataset in its standard on-disk layout (default: ./data/<dataset>).", group="data")
+    dataset: str = opt("digits", "Dataset: digits, synthetic, mnist, fmnist, emnist, femnist, cifar10, cifar100, tinyimagenet, agnews; your own: imagefolder (--data-dir DIR of class folders) or tensors (--data-dir FILE.npz or FILE.pt).", group="data")
+    data_dir: str = opt("", "Folder with the dataset in its standard on-disk layout (--dataset tensors: the .npz or .pt file).", group="data")
     download: bool = opt(False, "Download through torchvision if missing (needs internet).", group="data")
     holdout_fraction: float = opt(0.0, "Hold out this stratified fraction of the train pool as the test set (uses the test split as the pool when only it is on disk).", lo=0.0, hi=1.0, hi_open=True, group="data")
     data_seed: int = opt(0, "Seed of generated datasets (synthetic).", lo=0, group="data")
@@ -65,7 +65,7 @@ class TrainConfig:
     personal_clients: str = opt("all", "Personalized evaluation (personal_acc) over every client's model, or only the clients that trained in the evaluated round (cohort: FedALA Table 7's rho = 0.5*).", choices=["all", "cohort"], group="personalized")
     min_size: int = opt(10, "Dirichlet: minimum samples per client (FedML's retry loop).", lo=1, group="partition")
     # model
-    model: str = opt("mlp", "Model: mlp, cnn4, femnist_cnn, lamb_cnn, resnet20, wrn, resnet18.", group="model")
+    model: str = opt("mlp", "Model: mlp, cnn4, femnist_cnn, lamb_cnn, resnet20, wrn, resnet18, fasttext; your own: package.module:Factory or path/to/file.py:Factory, called as Factory(input_shape, num_classes).", group="model")
     wrn_depth: int = opt(28, "Wide-ResNet depth (6n+4).", lo=10, group="model")
     wrn_width: int = opt(10, "Wide-ResNet width factor.", lo=1, group="model")
     mlp_hidden: str = opt("200,200", "MLP hidden sizes, comma separated.", group="model")
@@ -143,7 +143,7 @@ class TrainConfig:
     device: str = opt("auto", "Device: cpu, cuda, or auto (cuda when available).", choices=["auto", "cpu", "cuda"], group="run")
     trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto (CPU: loop for convolutional models, vmap otherwise; CUDA: vmap).", choices=["auto", "vmap", "loop"], group="run")
     threads: int = opt(0, "Torch CPU threads per process (0: the machine's cores divided by the number of processes).", lo=0, group="run")
-    out: str = opt("", "Run directory (default: results/<algo>-<dataset>-s<seed>-<time>).", group="run")
+    out: str = opt("", "Run directory.", group="run")
     # crash safety (fedcli/results/checkpoint.py)
     checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
     keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")

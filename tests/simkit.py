@@ -69,3 +69,15 @@ def write_csv(path, columns, rows, fill=""):
         w.writeheader()
         for r in rows:
             w.writerow({c: r.get(c, fill) for c in columns})
+
+
+def cli(args, capsys):
+    """(exit code, stdout, stderr) of ``fedcli ARGS`` run in this process (0 when it returns normally)."""
+    from fedcli.cli.main import main
+
+    try:
+        code = main(args) or 0
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err

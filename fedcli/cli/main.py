@@ -21,6 +21,23 @@ from fedcli.errors import FedcliError
 app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _version(value: bool) -> None:
+    if value:
+        import platform
+
+        from fedcli import __version__
+
+        print(f"fedcli {__version__} (python {platform.python_version()})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the fedcli version and exit.")):
+    """Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB)."""
+
+
 app.command("train", help=train.__doc__)(train)
 app.command("partition", help=partition.__doc__)(partition)
 app.command("bench", help=bench.__doc__)(bench)
@@ -69,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         error("aborted", 130)
     except ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `fedcli`: the help was shown, nothing failed
+            return 0
         msg = e.format_message().replace("\n", " ")
         error(msg, e.exit_code)
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""``fedcli report``: the papers' tables and figures from a sweep's run directories."""
+"""``fedcli report``: the papers' tables and figures from a sweep's run directories; reports of single runs."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ from fedcli.cli.console import err_console, out_console
 
 
 def report(
-    folder: str = typer.Argument(..., metavar="DIR", help="A sweep folder (with sweep.json), or a folder holding sweep folders (e.g. results)."),
-    table: str = typer.Option(None, "--table", "-t", help="Table to print (without it: list what DIR can produce)."),
+    folders: list[str] = typer.Argument(None, metavar="DIR", help="Run directories of `fedcli train`, sweep folders (with sweep.json), or folders holding them. \\[default: results]"),
+    table: str = typer.Option(None, "--table", "-t", help="Table of a sweep to print (without it: list what the sweeps can produce, and compare the runs)."),
     fmt: str = typer.Option("md", "--format", "-f", help="Table format: md, latex or csv."),
-    figures: str = typer.Option(None, "--figures", help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all."),
-    figure: list[str] = typer.Option(None, "--figure", help="Only this figure (repeatable)."),
+    figures: str = typer.Option(None, "--figures", help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all; for run directories their curves and per-layer figures. \\[default: RUN_DIR/figures for one run directory]"),
+    figure: list[str] = typer.Option(None, "--figure", help="Only this figure of a sweep (repeatable)."),
     output: str = typer.Option(None, "--output", "-o", help="Write the table to this file instead of stdout."),
 ):
-    """Print a paper table (mean +- std over seeds, communication %, early stopping) and write figures from a sweep."""
+    """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
+    sweep; curves, per-layer communication and Algorithm 1 figures of `fedcli train` runs, and a table comparing them."""
     from pathlib import Path
 
     from fedcli.errors import ConfigError
     from fedcli.report.core import FORMATS, find_sweeps, listing, make_figures, make_table, pick
+    from fedcli.report.single import find_runs, is_run_dir, load_run
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
@@ -27,37 +29,99 @@ def report(
         raise ConfigError(f"--output {output} is a folder; expected a file to write the table to")
     if figures is not None and Path(figures).exists() and not Path(figures).is_dir():
         raise ConfigError(f"--figures {figures} is a file; expected a folder to write the figures into")
-    if output and table is None:
-        raise ConfigError("--output writes a table: give --table NAME")
-    sweeps = find_sweeps(folder)
-    if table is None and figures is None:
-        if figure:
-            raise ConfigError("--figure needs --figures OUTDIR (the folder to write it to)")
-        _print_listing(folder, sweeps, listing(sweeps))
+    folders = list(folders or ["results"])
+    explicit = [f for f in folders if is_run_dir(Path(f))]
+    holders = [f for f in folders if f not in explicit]
+    sweeps = [s for f in holders for s in _sweeps_in(f, find_sweeps)]
+    if figure and figures is None:
+        raise ConfigError("--figure needs --figures OUTDIR (the folder to write it to)")
+    if table is not None or figure:
+        if explicit:
+            raise ConfigError(f"--table and --figure name products of a sweep; {explicit[0]} is a run directory "
+                              f"(`fedcli report {explicit[0]}` reports it)")
+        if not sweeps:
+            find_sweeps(holders[0])  # raises: no sweep here
+    if table is None and not figure:
+        loose = [p for f in holders for p in find_runs(Path(f), [s.root for s in sweeps])]
+        if not sweeps and not explicit and not loose:
+            raise ConfigError(f"{', '.join(holders)}: no sweep (sweep.json) and no run directory (manifest.json) here; "
+                              f"run `fedcli train` or `fedcli sweep RECIPE` first")
+        if sweeps and figures is None:
+            _print_listing(" ".join(holders), sweeps, listing(sweeps))
+        if explicit or loose:
+            _report_runs([load_run(p) for p in explicit + [str(p) for p in loose]], explicit, fmt, output,
+                         figures if explicit or not sweeps else None)
+        if sweeps and figures is not None:
+            _write_figures(sweeps, figures, None, holders[0])
         return
     if table is not None:
-        text = make_table(sweeps, table, fmt)
-        if output:
-            from fedcli.errors import os_error
-            from fedcli.results.rundir import atomic_write
-
-            try:
-                Path(output).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise os_error(e, Path(output).parent, "create") from None
-            atomic_write(Path(output), text)
-            err_console.print(f"fedcli report: table {table} -> {output}", markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(text, end="")
+        _emit(make_table(sweeps, table, fmt), output, f"table {table}")
     if figures is not None:
         scope = sweeps
         if table is not None and not figure:
             scope = [pick(sweeps, table, "table")[0]]
-        files = make_figures(scope, figures, list(figure) if figure else None)
-        if not files:
-            err_console.print(f"fedcli report: no figures defined in {folder}", markup=False, highlight=False)
-        for f in files:
-            err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
+        _write_figures(scope, figures, list(figure) if figure else None, holders[0])
+
+
+def _emit(text: str, output: str | None, what: str) -> None:
+    """A table to stdout, or to ``--output FILE``."""
+    from pathlib import Path
+
+    from fedcli.errors import os_error
+    from fedcli.results.rundir import atomic_write
+
+    if not output:
+        print(text, end="")
+        return
+    try:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, Path(output).parent, "create") from None
+    atomic_write(Path(output), text)
+    err_console.print(f"fedcli report: {what} -> {output}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _sweeps_in(folder: str, find_sweeps) -> list:
+    """The sweeps in ``folder`` (none is fine here: it may hold run directories only)."""
+    from pathlib import Path
+
+    from fedcli.errors import ConfigError
+    from fedcli.sweep import MANIFEST
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise ConfigError(f"{folder}: no such folder")
+    if any(next(root.glob(pat), None) for pat in (MANIFEST, f"*/{MANIFEST}", f"*/*/{MANIFEST}")):
+        return find_sweeps(folder)
+    return []
+
+
+def _write_figures(sweeps, out_dir: str, names, folder) -> None:
+    from fedcli.report.core import make_figures
+
+    files = make_figures(sweeps, out_dir, names)
+    if not files:
+        err_console.print(f"fedcli report: no figures defined in {folder}", markup=False, highlight=False)
+    for f in files:
+        err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figures: str | None) -> None:
+    """The comparison table of ``fedcli train`` runs, and their figures (one run given: in RUN_DIR/figures by default)."""
+    from pathlib import Path
+
+    from fedcli.report.single import comparison_table, write_figures
+    from fedcli.report.tables import render
+
+    _emit(render(comparison_table(runs), fmt), output, f"table of {len(runs)} run(s)")
+    if figures is None and len(explicit) == 1 and len(runs) == 1:
+        figures = str(Path(explicit[0]) / "figures")
+    if figures is None:
+        err_console.print(f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "
+                          f"to draw these {len(runs)} runs together", markup=False, highlight=False, soft_wrap=True)
+        return
+    for f in write_figures(runs, figures):
+        err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_listing(folder, sweeps, rows) -> None:

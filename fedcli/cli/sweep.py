@@ -16,10 +16,10 @@ def _fmt_s(s: float) -> str:
 
 def sweep(
     recipe: str = typer.Argument(..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."),
-    scale: str = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a laptop) or paper (the paper's settings). Default: paper if the recipe has it."),
-    seeds: int = typer.Option(None, "--seeds", min=1, help="Seeds per run (0..N-1); default: the recipe's `seeds`."),
+    scale: str = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). Required when the recipe has several scales. \\[default: the recipe's only scale]"),
+    seeds: int = typer.Option(None, "--seeds", min=1, help="Seeds per run (0..N-1). \\[default: the recipe's `seeds`]"),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs)."),
-    out: str = typer.Option(None, "--out", help="Sweep folder (default: results/<recipe name>-<scale>)."),
+    out: str = typer.Option(None, "--out", help="Sweep folder. \\[default: results/<recipe name>-<scale>]"),
     mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs and what would run; run nothing."),
@@ -30,16 +30,13 @@ def sweep(
 
     t0 = time.perf_counter()
     state = {"progress": None, "task": None, "total": 0}
+    scale = scale if scale is not None else _only_scale(recipe)
 
     def on_start(result, todo):
         state["total"] = len(todo)
         if quiet:
             return
-        r = result.recipe
-        head = f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: " \
-               f"{len(r.runs)} runs x {len(result.runs) // max(1, len(r.runs))} seeds = {len(result.runs)}; " \
-               f"{len(result.runs) - len(todo)} already completed, {len(todo)} to run, {jobs} at a time -> {result.root}"
-        err_console.print(head, soft_wrap=True)
+        _print_plan(result, todo, jobs, mpi)
         if todo:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -73,6 +70,9 @@ def sweep(
     if dry_run:
         from rich.table import Table
 
+        if not quiet:
+            _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi)
+
         t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
                   title_justify="left")
         for c in ("run", "seed", "state", "folder", "config hash"):
@@ -90,3 +90,44 @@ def sweep(
     if ran == 0:
         msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
+
+
+def _only_scale(recipe: str) -> str | None:
+    """The scale of a recipe that has one; a recipe with several needs --scale (no paper-scale run by surprise)."""
+    from fedcli.errors import ConfigError
+    from fedcli.recipes import read_recipe
+
+    data, _ = read_recipe(recipe)
+    scales = data.get("scale") if isinstance(data.get("scale"), dict) else {}
+    if len(scales) <= 1:
+        return next(iter(scales), None)
+    names = sorted(scales)
+    hint = "; ".join(f"--scale {n}" + {"smoke": " (the same grid reduced to run in minutes on a CPU, on the data beside the repo)",
+                                       "paper": " (the paper's setting: its datasets, models and budgets; hours to days, GPU)"}.get(n, "")
+                     for n in names)
+    raise ConfigError(f"recipe {recipe} has scales {', '.join(names)}: choose one with {hint}; add --dry-run to see what "
+                      f"it would run and an estimate of its time")
+
+
+def _print_plan(result, todo, jobs: int, mpi: int) -> None:
+    """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/estimate.py)."""
+    from fedcli.estimate import budget_text, estimate
+    from fedcli.sweep import load_manifest
+
+    r = result.recipe
+    seeds = len(result.runs) // max(1, len(r.runs))
+    head = (f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: {len(r.runs)} runs x "
+            f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
+            f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
+    err_console.print(head, soft_wrap=True)
+    if r.scale and r.scale != "paper":
+        err_console.print(f"  scale {r.scale}: a reduced version of {r.paper or 'the paper'}'s setting; it checks the pipeline, "
+                          f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
+    if not todo:
+        return
+    old = {(e.get("name"), e.get("seed")): e.get("wall_s") for e in (load_manifest(result.root, missing_ok=True) or {}).get("runs", [])}
+    done = [p for p in result.runs if p.status == "completed"]
+    for p in done:
+        p.wall_s = p.wall_s or old.get((p.name, p.seed))
+    est = estimate(todo, done, jobs, mpi)
+    err_console.print(f"  budget: {budget_text(todo)}; {est.text()}", soft_wrap=True, highlight=False, markup=False)

@@ -330,3 +330,46 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
             )
         out.append((user, x, np.asarray(y, dtype=np.int64).reshape(-1)))
     return out
+
+
+# ---------------------------------------------------------------------------------- tensor files
+
+TENSOR_FILE_FORMAT = ("a .npz (numpy.savez) or .pt (torch.save of a dict) file with arrays x [N, ...] and y [N] "
+                      "(integer labels 0..C-1), optionally writers [N], x_test, y_test, writers_test")
+
+
+def read_tensor_file(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npz`` (``numpy.load``, no pickles) or ``.pt`` file (``torch.load(weights_only=True)`` of a
+    dict of tensors, arrays, lists or numbers) as numpy arrays, by key."""
+    if not path.is_file():
+        why = "is a folder" if path.is_dir() else "not found"
+        raise DataError(f"{path}: {why}; expected {TENSOR_FILE_FORMAT}")
+    if path.suffix == ".npz":
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"PK\x03\x04":
+                raise DataError(f"{path}: not a zip archive, so not a .npz; expected {TENSOR_FILE_FORMAT}")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: np.asarray(z[k]) for k in z.files}
+        except (OSError, ValueError, EOFError) as e:
+            raise DataError(f"{path}: not a readable .npz ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}") from None
+        except Exception as e:  # zipfile.BadZipFile and friends
+            raise DataError(f"{path}: not a readable .npz ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}") from None
+    if path.suffix == ".pt":
+        import torch
+
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # a foreign or truncated file, or objects weights_only refuses
+            raise DataError(f"{path}: not a readable .pt file ({type(e).__name__}: {str(e).split('. ')[0].splitlines()[0] if str(e) else ''}); "
+                            f"expected {TENSOR_FILE_FORMAT}") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}: holds a {type(obj).__name__}, not a dict; expected {TENSOR_FILE_FORMAT}")
+        out = {}
+        for k, v in obj.items():
+            try:
+                out[str(k)] = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            except Exception as e:  # ragged lists, odd objects
+                raise DataError(f"{path}: key '{k}' is not an array ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}") from None
+        return out
+    raise DataError(f"{path}: unknown file type '{path.suffix}'; expected {TENSOR_FILE_FORMAT}")

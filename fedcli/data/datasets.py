@@ -13,6 +13,7 @@ On-disk layouts (read with the numpy readers of ``fedcli.data._formats``, never 
 - ``digits``: scikit-learn's bundled 8x8 digits; ``synthetic``: Synthetic(alpha, beta) of Li et al. (FedProx, MLSys 2020).
 - ``tinyimagenet``: the extracted ``tiny-imagenet-200.zip`` (JPEGs, decoded with PIL; val split = test split).
 - ``agnews``: the AG News CSV files ``train.csv`` / ``test.csv`` (int64 token ids, vocabulary from train).
+- ``imagefolder``, ``tensors``: your own data (fedcli/data/custom.py).
 
 Only ``download=True`` touches the network, through torchvision's own downloaders.
 """
@@ -871,3 +872,6 @@ def load_agnews(data_dir: Path | None, *, download: bool = False, holdout_fracti
     }
     return _assemble("agnews", pool, holdout_fraction, splits.get("train"), splits.get("test"), AGNEWS_CLASSES,
                      source, x_dtype=np.int64)
+
+
+from fedcli.data import custom as _custom  # noqa: E402,F401  (registers imagefolder and tensors: your own data)

@@ -228,7 +228,8 @@ def make_partition(
         if groups is None:
             raise ConfigError(
                 f"--partition natural needs writer groups, and dataset {name} has none; "
-                "use a LEAF dataset (femnist) or another --partition"
+                "use a dataset with writer ids (femnist, synthetic, imagefolder with writer subfolders, tensors with a "
+                "writers array) or another --partition"
             )
         groups = _as_numpy(groups).astype(np.int64, copy=False).reshape(-1)
         if groups.shape[0] != n:
@@ -403,6 +404,7 @@ def save_partition(p: Partition, path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a partition file is shared like any output
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.flush()
@@ -590,6 +592,12 @@ def _is_list_of_int_lists(x) -> bool:
 
 def _lists_text(lists: list[np.ndarray]) -> str:
     return ",\n".join(json.dumps(_int_list(t), separators=(",", ":")) for t in lists)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(folder: Path) -> None:

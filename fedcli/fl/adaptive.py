@@ -76,8 +76,8 @@ def scaling_function(bounds: tuple[float, float] | None):
 
 def trust_ratio(p: torch.Tensor, u: torch.Tensor, phi) -> torch.Tensor:
     """Per-client layer-wise ratio phi(||p||) / ||u|| [K] of stacked tensors (1 where either is 0)."""
-    pn = phi(p.flatten(1).norm(dim=1))
-    un = u.flatten(1).norm(dim=1)
+    pn = phi(p.reshape(p.shape[0], -1).norm(dim=1))  # reshape, not flatten(1): a 0-dim parameter stacks to [K]
+    un = u.reshape(u.shape[0], -1).norm(dim=1)
     ok = (pn > 0) & (un > 0)
     return torch.where(ok, pn / torch.where(ok, un, torch.ones_like(un)), torch.ones_like(un))
 

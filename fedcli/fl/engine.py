@@ -34,6 +34,7 @@ from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
 from fedcli.fl.store import ClientStore
 from fedcli.fl.trainers import choose_trainer
+from fedcli.models.custom import model_source
 
 
 @dataclass
@@ -165,6 +166,7 @@ class Simulation:
     def setup(self, dataset=None, partition=None) -> "Simulation":
         from fedcli.data.setup import load_data_and_partition
         from fedcli.models import build_model, layer_info
+        from fedcli.models.custom import check_model, is_factory_spec
 
         cfg = self.cfg
         self.device = resolve_device(cfg.device)
@@ -211,6 +213,9 @@ class Simulation:
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+        if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
+            check_model(cfg.model, self.model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
+                        vmap=self.trainer.name == "vmap")
         from fedcli.fl.personal import build_personalization, local_layers
 
         self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
@@ -245,7 +250,8 @@ class Simulation:
             "partition": {"hash": self.partition.hash, **self.partition.config},
             "clients": len(self.client_indices),
             "active_clients": self.active,
-            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers)},
+            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers),
+                      **model_source(self.cfg.model)},
             "eval_every": self.eval_every,
             "evaluations": self.planned_evaluations(),
             **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
@@ -292,7 +298,7 @@ class Simulation:
         if self.schedule.needs_discrepancy:
             disc = torch.stack([
                 torch.tensordot(cohort.weights.to(self.device, torch.float64),
-                                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).flatten(1).double().pow(2).sum(1), dims=1)
+                                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1), dims=1)
                 for l in layers])
             disc = self.comm.allreduce_(disc).cpu().tolist()
             for l, dv in zip(layers, disc):

@@ -93,7 +93,7 @@ class ScaffoldStep(SGDStep):
         skipped = set(getattr(cohort, "skipped", None) or ())
         alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
         for n in names:
-            alive &= torch.isfinite(new_ci[n].flatten(1)).all(1)
+            alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
         for n in names:
             new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
             chunks.append((new_ci[n] - self.c_i[n]).sum(0).reshape(-1))

@@ -38,11 +38,16 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
     ``mlp_hidden`` (tuple of ints, default ``(200, 200)``), ``dropout`` (model default).
     Options that do not apply to the chosen model are ignored.
 
+    ``name`` may also be your own factory, ``package.module:Factory`` or ``path/to/file.py:Factory``
+    (fedcli/models/custom.py).
+
     Raises ConfigError for an unknown name, a bad option value, a bad ``num_classes``, or an
     input shape the model cannot take.
     """
-    if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}")
+    from fedcli.models.custom import FORMS, build_factory, is_factory_spec
+
+    if name not in MODELS and not is_factory_spec(name):
+        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}, or your own as {FORMS}")
     try:
         shape = tuple(int(s) for s in input_shape)
     except (TypeError, ValueError):
@@ -51,4 +56,6 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
         raise ConfigError(f"model {name!r}: input shape must be non-empty with positive sizes, got {shape}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"model {name!r}: num_classes must be a positive integer, got {num_classes!r}")
+    if is_factory_spec(name):
+        return build_factory(name, shape, num_classes, **options)
     return MODELS[name](shape, num_classes, **options)

@@ -121,6 +121,19 @@ def listing(sweeps: list[Sweep]) -> list[dict]:
     return rows
 
 
+def scaled_title(spec, sweep: Sweep, runs: dict):
+    """At a scale other than the paper's (smoke), a product is titled as that scale of the paper's setting, with the
+    data and models the runs actually used: "smoke scale of: FedLAMA AAAI 2023, Table 3 — ...; ran femnist/mlp"."""
+    import dataclasses
+
+    if not sweep.scale or sweep.scale == "paper":
+        return spec
+    ran = ", ".join(dict.fromkeys(f"{r.config.get('dataset', '?')}/{r.config.get('model', '?')}"
+                                  for per_seed in runs.values() for r in per_seed.values()))
+    paper = " — ".join(x for x in (spec.paper, spec.title) if x) or spec.name
+    return dataclasses.replace(spec, paper="", title=f"{sweep.scale} scale of: {paper}; ran {ran}")
+
+
 def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
     from fedcli.report.tables import build_table, render
 
@@ -130,7 +143,7 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
     if not isinstance(spec, TableSpec):
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
     runs = sweep.need(spec)
-    table = build_table(spec, runs, sweep.seeds, sweep.scale)
+    table = build_table(scaled_title(spec, sweep, runs), runs, sweep.seeds, sweep.scale)
     return render(table, fmt)
 
 
@@ -151,7 +164,7 @@ def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | No
     files = []
     for s, spec, runs in needed:
         try:
-            files.extend(draw(spec, runs, Path(out_dir)))
+            files.extend(draw(scaled_title(spec, s, runs), runs, Path(out_dir)))
         except ValueError as e:
             raise ConfigError(f"figure '{spec.name}': {e}") from None
         except OSError as e:  # a read-only place, a full disk, a file where a folder is wanted

@@ -129,7 +129,7 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
                 idx, names, vals = _layer_values(runs[name], key)
                 ax.bar([i + (j - (k - 1) / 2) * width for i in idx], vals, width=width, label=label)
             ax.set_xlabel("Layer (parameter tensor, forward order)")
-            ax.set_ylabel("Number of communications" if key == "syncs" else "Data size: dim(u_l) × communications")
+            ax.set_ylabel("Number of communications" if key == "syncs" else "Data size (parameters)")
             if names is not None and len(names) <= 16:
                 ax.set_xticks(range(len(names)))
                 ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
@@ -167,13 +167,18 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
         import textwrap
 
         fig.suptitle(textwrap.fill(title, width=int(12 * 5.2 * n)), fontsize=9)
+    return save(fig, out_dir, spec.name)
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    """Write ``name``.png and ``name``.pdf into ``out_dir`` and close the figure; the files written."""
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for ext in ("png", "pdf"):
-        f = out_dir / f"{spec.name}.{ext}"
+        f = out_dir / f"{name}.{ext}"
         fig.savefig(f, dpi=150)
         files.append(f)
-    plt.close(fig)
+    _plt().close(fig)
     return files
 

@@ -36,7 +36,7 @@ import statistics
 from fedcli.errors import ConfigError
 from fedcli.report.aggregate import NAN, Stat, mean_std
 from fedcli.report.spec import Group, TableSpec
-from fedcli.report.tables import Cell, Column, Section, Table, accuracy_source, fmt_acc, latex_escape
+from fedcli.report.tables import Cell, Column, Section, Table, accuracy_source, fmt_acc, latex_escape, over_seeds
 
 #: per-cell quantities of a matrix table: (markdown heading, LaTeX heading)
 VALUES = {
@@ -146,7 +146,7 @@ def fmt_time(s: Stat, unit: str) -> Cell:
     m, sd = s.mean / div, s.std / div
     text = f"{m:.2f}" if s.n == 1 else f"{m:.2f} ± {sd:.2f}"
     latex = text if s.n == 1 else f"${m:.2f} \\pm {sd:.2f}$"
-    return Cell(text, latex, {"mean": m, "std": sd, "n": s.n})
+    return Cell(text, latex, {"mean": m, "std": sd if s.n > 1 else float("nan"), "n": s.n})
 
 
 def fmt_sigma(s: Stat) -> Cell:
@@ -230,10 +230,9 @@ def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | Non
             meta.append({"group": g.label, "method": m})
         sections.append(Section(g.label, header, cols, rows, meta))
 
-    n = len(seeds)
     acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
     values = {v for g in spec.groups for v in g.values}
-    notes = [f"Mean ± sample std over {n} seed{'s' if n != 1 else ''} ({', '.join(map(str, seeds))}); accuracy (%): {acc_what} "
+    notes = [f"{over_seeds(seeds)}; accuracy (%): {acc_what} "
              f"({accuracy_source(spec.metric)})."]
     if "imp" in values:
         notes.append("Imps.: the accuracy minus that of the same method without ALA (mean over the seeds, percentage points).")

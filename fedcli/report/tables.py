@@ -51,8 +51,8 @@ class Table:
 def fmt_acc(s: Stat) -> Cell:
     if not s.ok:
         return Cell("n/a", "n/a", {"mean": float("nan"), "std": float("nan"), "n": s.n})
-    if s.n == 1:  # one value: no spread to show
-        return Cell(f"{100 * s.mean:.2f}%", f"{100 * s.mean:.2f}\\%", {"mean": 100 * s.mean, "std": 0.0, "n": 1})
+    if s.n == 1:  # one value: no spread to show (and none in the csv: a sample std needs two)
+        return Cell(f"{100 * s.mean:.2f}%", f"{100 * s.mean:.2f}\\%", {"mean": 100 * s.mean, "std": float("nan"), "n": 1})
     return Cell(f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%", f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%",
                 {"mean": 100 * s.mean, "std": 100 * s.std, "n": s.n})
 
@@ -130,6 +130,13 @@ HEADERS = {
     "final_acc": ("Final acc.", "Final acc."), "best_acc": ("Best acc.", "Best acc."), "comm": ("Comm. cost", "Comm. cost"),
     "comm_bytes": ("Bytes moved", "Bytes moved"), "seeds": ("Seeds", "Seeds"),
 }
+
+
+def over_seeds(seeds: list[int]) -> str:
+    """The first words of a table's notes: what its cells are over the seeds."""
+    if len(seeds) == 1:
+        return f"One seed ({seeds[0]}): single values, no standard deviation"
+    return f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
 
 
 def accuracy_source(metric: str) -> str:
@@ -242,9 +249,8 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
             label = g.label or (f"{g.left_title} vs {g.right_title}" if len(spec.groups) > 1 else "")
             sections.append(Section(label, header, cols, rows, meta))
 
-    n = len(seeds)
     acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
-    notes = [f"Mean ± sample std over {n} seed{'s' if n != 1 else ''} ({', '.join(map(str, seeds))}); accuracy: {acc_what} "
+    notes = [f"{over_seeds(seeds)}; accuracy: {acc_what} "
              f"({accuracy_source(spec.metric)})."]
     bases = list(dict.fromkeys(g.baseline for g in spec.groups if g.baseline))
     if spec.layout == "paired" or "comm" in spec.columns:

@@ -195,7 +195,7 @@ class FomoInit(OverwriteInit):
             pick = {n: w[dev_ids[:, s]] for n, w in models.items()}
             pick_b = {n: b[dev_ids[:, s]] for n, b in model_b.items()}
             loss_recv[:, s] = validation_losses(sim, pick, pick_b, val)
-            dist[:, s] = sum((pick[n] - old[n]).flatten(1).pow(2).sum(1, dtype=torch.float64) for n in pick).sqrt().cpu()
+            dist[:, s] = sum((pick[n] - old[n]).reshape(k_all, -1).pow(2).sum(1, dtype=torch.float64) for n in pick).sqrt().cpu()
         w = fomo_weights(loss_old, loss_recv, dist)
         rows.scatter_add_(1, ids, w)
         share(sim, clients, {"fomo.P": rows})

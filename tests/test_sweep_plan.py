@@ -1,0 +1,111 @@
+"""``fedcli sweep`` says what it will run before it starts: --scale, the budget, client steps and a time estimate."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from fedcli import estimate as est
+from fedcli.config import TrainConfig
+from simkit import cli
+
+RECIPE = """\
+title = "tiny"
+paper = "A paper, Table 9"
+seeds = 2
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "16"
+clients = 4
+active_ratio = 0.5
+iterations = 400
+threads = 1
+
+[scale.paper]
+
+[scale.smoke]
+iterations = 10
+
+[[runs]]
+name = "FedAvg"
+algo = "fedavg"
+tau = 2
+
+[[runs]]
+name = "FedLAMA"
+algo = "fedlama"
+tau = 2
+phi = 2
+"""
+
+
+def test_scale_is_required_when_a_recipe_has_several(tmp_path, capsys):
+    r = tmp_path / "r.toml"
+    r.write_text(RECIPE)
+    code, _, err = cli(["sweep", str(r), "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    assert code == 2 and "has scales paper, smoke: choose one with --scale paper" in err and "--scale smoke" in err
+    r.write_text(RECIPE.replace("[scale.paper]\n", ""))  # one scale: it is the default
+    code, _, err = cli(["sweep", str(r), "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0 and "scale smoke" in err, err
+
+
+def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
+    r = tmp_path / "r.toml"
+    r.write_text(RECIPE)
+    code, out, err = cli(["sweep", str(r), "--scale", "smoke", "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+    text = " ".join(err.split())
+    assert "2 runs x 2 seeds = 4 trainings; 0 already completed, 4 to run, 1 at a time" in text
+    assert "scale smoke: a reduced version of A paper, Table 9's setting" in text
+    # 4 trainings x 10 iterations x 2 clients per round (0.5 of 4)
+    assert "budget: 10 local iterations per run; 80 client steps; estimated >= " in text
+    assert "measured model step (mlp/b32" in text and "a lower bound" in text
+    code, _, err = cli(["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys)
+    assert code == 0 and "client steps" not in err  # --quiet: no plan
+
+
+def planned(name="r", wall_s=None, **kw):
+    base = dict(dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=0.5, threads=1)
+    return SimpleNamespace(name=name, config=TrainConfig(**{**base, **kw}).validate().to_dict(), wall_s=wall_s)
+
+
+def test_client_steps_by_hand():
+    facts = est.DataFacts((1, 8, 8), 10, 1437, 360)
+    cfg = planned(iterations=30).config
+    assert est.client_steps(cfg, facts) == 30 * 2
+    cfg = planned(algo="fedavg", rounds=3, tau=4).config
+    assert est.client_steps(cfg, facts) == 3 * 2 * 4  # periodic: tau steps a round
+    cfg = planned(algo="fedlama", rounds=3, tau=4, phi=2).config
+    assert est.client_steps(cfg, facts) == 3 * 2 * 8  # FedLAMA: a round is phi * tau'
+    cfg = planned(algo="fedavg", rounds=3, local_epochs=1.0, batch_size=32).config
+    # n_i = 1437 / 4 = 359.25 samples per client: ceil(359.25 / 32) = 12 steps a round
+    assert est.client_steps(cfg, facts) == 3 * 2 * 12
+    assert est.client_steps(cfg, est.DataFacts((1, 8, 8), 10, None, None)) is None
+
+
+def test_estimate_sums_calibrates_and_divides_over_jobs(monkeypatch):
+    monkeypatch.setattr(est, "measure_step", lambda cfg, facts, threads: (0.01, 0.0))
+    todo = [planned("a", iterations=100), planned("b", iterations=50)]
+    e = est.estimate(todo, [], jobs=1)
+    assert e.client_steps == 300 and e.compute_s == pytest.approx(3.0) and e.seconds == pytest.approx(3.0)
+    assert not e.calibrated and "a lower bound" in e.text()
+    # two completed runs of 100 iterations (2.0 s of compute each) took 10 s and 14 s: factor 24 / 4 = 6
+    done = [planned("c", iterations=100, wall_s=10.0), planned("d", iterations=100, wall_s=14.0)]
+    e = est.estimate(todo, done, jobs=2)
+    assert e.calibrated == 2 and e.factor == pytest.approx(6.0)
+    assert e.seconds == pytest.approx(max(3.0 * 6 / 2, 2.0 * 6))  # two jobs, but never below the longest run
+    assert "calibrated on the 2 completed run(s)" in e.text()
+
+
+def test_local_epoch_runs_read_the_data_size():
+    cache = {}
+    facts = est.data_facts(planned(algo="fedavg", rounds=2, local_epochs=1.0).config, need_size=True, cache=cache)
+    assert facts.how == "loaded" and (facts.n_train, facts.n_test) == (1437, 360)
+    facts = est.data_facts(planned(dataset="cifar10", model="mlp").config, need_size=False, cache=cache)
+    assert facts.shape == (3, 32, 32) and facts.classes == 10 and facts.how == "nominal"
+
+
+def test_durations():
+    assert [est.fmt_duration(s) for s in (5, 90, 7200, 86400 * 3, math.inf)] == ["5 s", "1.5 min", "2.0 h", "3.0 days", "?"]
