@@ -54,10 +54,11 @@ def collective(comm, err: BaseException | None) -> None:
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False):
+              resume: bool = False, data=None):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
-    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py)."""
+    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
+    ``data``: (dataset, partition) already loaded for this config (the worker pool shares them)."""
     from fedcli.results import checkpoint
     from fedcli.comm.communicator import Communicator
     from fedcli.comm.ledger import fedavg_params
@@ -76,7 +77,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     out = Path(cfg.out)
     sim, err = None, None
     try:
-        sim = Simulation(cfg, comm).setup()
+        sim = Simulation(cfg, comm).setup(*(data or ()))
     except Exception as e:  # noqa: BLE001 - reported collectively below
         err = e
     collective(comm, err)
@@ -173,7 +174,10 @@ def train(**kwargs):
             err = e
     collective(comm, err)
     cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
-    run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume))
+    from fedcli.comm.workers import launch
+
+    with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
+        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data)
 
 
 import inspect  # noqa: E402
