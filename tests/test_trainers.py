@@ -72,3 +72,56 @@ def test_loop_trainer_reuses_gradient_buffers_only_when_released():
     del g3
     g4, _ = tr.grads(cohort, x, y, w)
     assert torch.equal(g4["weight"], first["weight"]) and torch.equal(g4["bias"], first["bias"])
+
+
+@pytest.mark.parametrize("name, shape, classes", [("cnn4", (1, 28, 28), 10), ("resnet20", (3, 32, 32), 10)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_loop_path_in_float32_equals_a_plain_module_per_client(name, shape, classes, threads):
+    """The loop path (channels-last convolutions on the CPU) against each client's own nn.Module in NCHW,
+    its gradients from .backward(): the same numbers up to float32 rounding, BatchNorm statistics included."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _compare_loop_with_modules(name, shape, classes)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _compare_loop_with_modules(name, shape, classes):
+    import copy
+
+    from fedcli.fl.trainers import masked_loss
+
+    torch.manual_seed(0)
+    model = build_model(name, shape, classes)
+    k, b = 3, 5
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(k, b, *shape, generator=g), torch.randint(0, classes, (k, b), generator=g)
+    mask = torch.ones(k, b)
+    mask[1, 4] = 0.0
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = {n: t.detach() for n, t in model.named_buffers()}
+    cohort = Cohort.from_global([0, 1, 2], torch.full((k,), 1 / k), params, buffers)
+    trainer = LoopTrainer(model)
+    assert trainer.nhwc == (name == "cnn4")  # channels-last only without BatchNorm (less accurate there at 1 thread)
+    grads, losses = trainer.grads(cohort, x, y, mask)
+    for i in range(k):
+        m = copy.deepcopy(model).train()
+        loss = masked_loss(m(x[i]), y[i], mask[i])
+        loss.backward()
+        assert abs(loss.item() - float(losses[i])) < 1e-5
+        for n, p in m.named_parameters():
+            torch.testing.assert_close(grads[n][i], p.grad, rtol=1e-4, atol=1e-5)
+        for n, t in m.named_buffers():
+            torch.testing.assert_close(cohort.buffers[n][i], t, rtol=1e-5, atol=1e-6)
+
+
+def test_channels_last_copy_changes_strides_even_for_one_channel():
+    from fedcli.fl.trainers import channels_last
+
+    x = torch.randn(2, 1, 4, 4)
+    assert x.is_contiguous(memory_format=torch.channels_last)  # ambiguous: contiguous() would keep NCHW strides
+    y = channels_last(x)
+    assert y.stride() == (16, 1, 4, 1) and torch.equal(x, y)
+    z = channels_last(torch.randn(2, 3, 4, 4))
+    assert z.stride() == (48, 1, 12, 3)
