@@ -399,26 +399,27 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int
 
 
 @contextlib.contextmanager
-def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: bool = False):
+def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: bool = False, data=None):
     """Yield (communicator, data) for ``run_train``: rank 0 of a new worker pool, or ``comm`` itself.
 
     ``data`` is (dataset, partition) when they were loaded here (to choose the number of workers, and to hand
-    them to the workers in shared memory), else None (``run_train`` loads them)."""
+    them to the workers in shared memory) or given, else None (``run_train`` loads them)."""
     if comm.size > 1:  # under mpiexec every rank is one worker
         if cfg.workers > 1:
             raise ConfigError(f"--workers {cfg.workers} cannot be combined with mpiexec (each MPI rank is one worker); drop one of them")
-        yield comm, None
+        yield comm, data
         return
-    n, note, data = cfg.workers, f"--workers {cfg.workers}", None
+    n, note = cfg.workers, f"--workers {cfg.workers}"
     if resume and not n:
         from fedcli.results.checkpoint import read_manifest
 
         n = int(read_manifest(resume).get("world_size", 1))  # a checkpoint is resumed by as many processes
         note = f"auto: {n} (as the run being resumed)"
     if not n:
-        from fedcli.data.setup import load_data_and_partition
+        if data is None:
+            from fedcli.data.setup import load_data_and_partition
 
-        data = load_data_and_partition(cfg)
+            data = load_data_and_partition(cfg)
         n, note = auto_workers(cfg, *data)
     if n <= 1:
         single = Communicator()

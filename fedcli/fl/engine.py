@@ -505,6 +505,8 @@ class Simulation:
                 grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
                 cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
+                if active is not None and bool(active.all()):
+                    active = None  # every client still training: no [K, ...] masks to build (2 s of a 17 s round, cProfile)
                 self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
                 round_losses += losses.double() if active is None else losses.double() * active
