@@ -1,5 +1,8 @@
 """The fast (stacked, vmap) local-training path equals the simple per-client path."""
 
+import json
+import sys
+
 import pytest
 import torch
 
@@ -125,3 +128,56 @@ def test_channels_last_copy_changes_strides_even_for_one_channel():
     assert y.stride() == (16, 1, 4, 1) and torch.equal(x, y)
     z = channels_last(torch.randn(2, 3, 4, 4))
     assert z.stride() == (48, 1, 12, 3)
+
+
+def test_bench_loop_computes_what_fedcli_computes():
+    """The bench's per-client loop (PFLlib-style nn.Modules) and fedcli's engine on the same plan: the same
+    accuracy round after round (digits, mlp: no channels-last, so the numbers agree to float rounding)."""
+    from dataclasses import asdict
+
+    from fedcli.bench import RoundSetting, run_fedcli_rounds, run_loop_rounds
+
+    setting = asdict(RoundSetting(rounds=2, clients=6, data_dir=""))
+    before = torch.get_num_threads()
+    try:
+        fed, loop = run_fedcli_rounds(setting), run_loop_rounds(setting)
+    finally:
+        torch.set_num_threads(before)
+    assert len(fed["acc"]) == len(loop["acc"]) == 2 and fed["workers"] == 1
+    assert fed["acc"] == pytest.approx(loop["acc"], abs=1e-9)
+    assert fed["acc"][-1] > 0.3  # it learned something (10 classes)
+
+
+def test_bench_tables_are_wide_and_report_the_targets(tmp_path):
+    from rich.console import Console
+
+    from fedcli.bench import run_flower_rounds, tables, targets, to_json
+
+    skipped = run_flower_rounds({"rounds": 2}, python=sys.executable if _no_flower() else "/nonexistent/python")
+    assert "skipped" in skipped and "install-bench" in skipped["skipped"]
+    sys_ = {"fedcli": {"impl": "fedcli train, 2 worker(s) x 1 thread", "round_s": 2.0, "acc": [0.5, 0.8], "total_s": 9.0},
+            "loop": {"impl": "per-client loop", "round_s": 5.0, "acc": [0.5, 0.8], "total_s": 11.0, "fedcli_speedup": 2.5},
+            "flower": skipped, "bound": {"impl": "2 cores x one model", "train_s": 1.5}}
+    res = {"machine": {}, "workloads": [
+        {"workload": "fedala", "label": "FedALA's MNIST setting", "systems": sys_, "load_before": "0.1", "load_after": "0.2"},
+        {"workload": "a", "label": "a: femnist_cnn", "batch": 32, "fedcli": {"impl": "engine", "samples_per_s": 900.0},
+         "sequential_1": {"impl": "seq 1", "samples_per_s": 500.0}, "sequential_n": {"impl": "seq 2", "samples_per_s": 550.0},
+         "bound_sps": 1000.0, "bound_impl": "2 x one", "speedup_vs_sequential": 900 / 550, "time_vs_bound": 1000 / 900,
+         "load_before": "0", "load_after": "0"}]}
+    console = Console(width=160, record=True)
+    for t in tables(res):
+        console.print(t)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) > 80 and "2.50x" in text and "install-bench" in text
+    lines = targets(res)
+    assert "2.50x faster than the per-client loop (target >= 2x): met" in " ".join(lines)
+    assert any("not measured" in l for l in lines)
+    assert any("1.64x the sequential loop (target >= 1.5x): met" in l for l in lines)
+    assert any("1.11x the bound's time (target <= 1.25x): met" in l for l in lines)
+    assert json.loads(to_json(res))["workloads"][1]["bound_sps"] == 1000.0
+
+
+def _no_flower() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flwr") is None
