@@ -14,8 +14,10 @@ the only one that writes the run directory. They talk through :class:`PoolCommun
   number of workers.
 
 A worker dies with its parent: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux, and the pipe's EOF
-anywhere. Workers ignore SIGINT and sit in their own process group; Ctrl-C is rank 0's to handle
-(the checkpointer's round-end all-reduce tells the workers to stop at the same round).
+anywhere. Workers ignore SIGINT and run in a session of their own (so the terminal's Ctrl-C reaches rank 0
+only, and Linux's autogroup scheduler gives each worker the CPU share of a separate program rather than
+splitting one share among all of them); Ctrl-C is rank 0's to handle (the checkpointer's round-end
+all-reduce tells the workers to stop at the same round).
 """
 
 from __future__ import annotations
@@ -244,8 +246,11 @@ def _where(e: BaseException) -> str:
 
 def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, data, parent_pid: int, run_kwargs: dict) -> None:
     _die_with_parent(parent_pid)
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)  # out of the terminal's process group: Ctrl-C goes to rank 0 only
+    try:  # a session of its own: out of the terminal's process group (Ctrl-C goes to rank 0 only), and with
+        os.setsid()  # autogroup scheduling its own CPU share, as any separately started program (Ray's workers too)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from fedcli.cli.train import run_train
     from fedcli.config import TrainConfig
