@@ -181,3 +181,27 @@ def _no_flower() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("flwr") is None
+
+
+def test_fused_sgd_in_the_loop_trainer_equals_gradients_then_step():
+    """LoopTrainer.grads(lr=...) applies x_k <- x_k - lr g_k client by client: the same bits as the stacked
+    gradients followed by SGDStep.step; the plain SGD step offers it only when it is plain SGD."""
+    torch.manual_seed(0)
+    model = build_model("cnn4", (1, 28, 28), 10)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    k, b = 3, 4
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(k, b, 1, 28, 28, generator=g), torch.randint(0, 10, (k, b), generator=g)
+    mask = torch.ones(k, b)
+    a, c = (Cohort.from_global([0, 1, 2], torch.full((k,), 1 / k), params, {}) for _ in range(2))
+    tr, opt = LoopTrainer(model), SGDStep(TrainConfig(lr=0.1))
+    opt.begin_round(None, a)
+    for _ in range(3):
+        grads, la = tr.grads(a, x, y, mask)
+        opt.step(a, grads, 0.1)
+        none, lc = tr.grads(c, x, y, mask, lr=opt.fused_lr(0.1, None))
+        assert none is None and torch.equal(la, lc)
+    assert all(torch.equal(a.params[n], c.params[n]) for n in params)
+    assert opt.fused_lr(0.1, None) == 0.1 and opt.fused_lr(0.1, torch.tensor([True, False, True])) is None
+    assert SGDStep(TrainConfig(momentum=0.9)).fused_lr(0.1, None) is None
+    assert SGDStep(TrainConfig(weight_decay=1e-4)).fused_lr(0.1, None) is None

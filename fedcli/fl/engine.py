@@ -502,12 +502,19 @@ class Simulation:
                 x = self.train_x[idx]
                 if plan.shifts is not None:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
-                grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
-                cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
                 if active is not None and bool(active.all()):
                     active = None  # every client still training: no [K, ...] masks to build (2 s of a 17 s round, cProfile)
-                self.local_step.step(cohort, grads, lr, active)
+                fusable = getattr(self.trainer, "fuses_sgd", False) and hasattr(self.local_step, "fused_lr") \
+                    and type(self.local_step).gradients is parts.Part.gradients
+                fused = self.local_step.fused_lr(lr, active) if fusable else None
+                if fused is not None:  # plain SGD applied client by client inside the loop trainer
+                    _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
+                else:
+                    grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
+                cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
+                if fused is None:
+                    self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
                 round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1

@@ -96,11 +96,18 @@ class LoopTrainer:
             self._pool.pop(0)
         return dict(bufs)
 
-    def grads(self, cohort, x, y, w, loss=None, extra=(), extra_dims=()):
-        """As :meth:`VmapTrainer.grads`, one client at a time."""
+    fuses_sgd = True
+
+    def grads(self, cohort, x, y, w, loss=None, extra=(), extra_dims=(), lr: float | None = None):
+        """As :meth:`VmapTrainer.grads`, one client at a time.
+
+        ``lr``: plain SGD fused in (``SGDStep.fused_lr``): client k's parameters take x_k <- x_k - lr * g_k
+        right after its backward, while they are in cache, and no stacked gradient is written (the copy into
+        the [K, ...] buffers and the separate optimizer pass were 13% of a cnn4 round at batch 10, thread CPU
+        time 3.9 vs 3.4 s); returns (None, losses). Each element gets the same x + (-lr) * g as the stacked step."""
         self.model.train()
         names = list(cohort.params)
-        out = self.buffers_for(cohort)
+        out = self.buffers_for(cohort) if lr is None else None
         losses = torch.empty(cohort.size, device=x.device)
         nhwc = self.nhwc and x.dim() == 5 and x.device.type == "cpu"
         for k in range(cohort.size):
@@ -112,8 +119,12 @@ class LoopTrainer:
             else:
                 value = loss(params, buffers, xk, y[k], w[k], *(e if d is None else _row(e, k) for e, d in zip(extra, extra_dims)))
             gs = torch.autograd.grad(value, [params[n] for n in names])
-            for n, g in zip(names, gs):
-                out[n][k] = g
+            if out is None:
+                with torch.no_grad():
+                    torch._foreach_add_([cohort.params[n][k] for n in names], list(gs), alpha=-lr)
+            else:
+                for n, g in zip(names, gs):
+                    out[n][k] = g
             losses[k] = value.detach()
         return out, losses
 
