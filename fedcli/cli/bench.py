@@ -17,12 +17,12 @@ KNOWN = ("fedala", "a", "b", "c")
 def bench(
     workloads: str = typer.Option("fedala,a", "--workloads", help="Comma-separated: fedala (FedALA's MNIST setting, seconds per round against "
                                   "the per-client loop and Flower), a (femnist_cnn), b (resnet20), c (mlp): local-training throughput."),
-    rounds: int = typer.Option(5, "--rounds", min=2, help="Rounds of the fedala workload (the first is warm-up); throughput workloads run one fewer."),
+    rounds: int = typer.Option(4, "--rounds", min=2, help="Rounds of the fedala workload (the first is warm-up); throughput workloads run one fewer."),
     steps: int = typer.Option(3, "--steps", min=1, help="Timed local steps of the sequential-loop and single-model paths."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Untimed warm-up steps of those paths."),
     data_dir: str = typer.Option(None, "--data-dir", help="MNIST folder for the fedala workload (default: ../shared/datasets/mnist-t10k or "
                                  "data/mnist; none found: scikit-learn digits with the mlp)."),
-    flower_python: str = typer.Option(None, "--flower-python", help="Python interpreter with flwr[simulation] for the Flower path "
+    flower_python: str = typer.Option(None, "--flower-python", help="Python interpreter with Flower and Ray installed, for the Flower path "
                                       "(default: this one; `make install-bench` installs it)."),
     json_out: str = typer.Option("", "--json", help="Also write the results as JSON to this file."),
 ):

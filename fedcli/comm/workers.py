@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedcli.comm.communicator import Communicator, flat_rows
@@ -130,33 +131,43 @@ class PoolCommunicator(Communicator):
             self.conns[0].send(("fail", code, message))
 
     # ---- numbers
+    # The arena has an input region (each rank's rows) and an output region (the sums), at fixed places: a
+    # rank still copying one collective's result out cannot have it overwritten by a faster rank's inputs to
+    # the next one (the next results are written only after the next barrier, which waits for it).
     def _view(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
         size = torch.empty((), dtype=dtype).element_size()
         return self.arena[offset: offset + count * size].view(dtype)
 
+    @property
+    def _out_offset(self) -> int:
+        return self.arena.numel() // 8 * 7 // 64 * 64
+
+    def _out(self, count: int, dtype: torch.dtype) -> torch.Tensor:
+        return self._view(self._out_offset, count, dtype)
+
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         """Sum over ranks in rank order (every rank gets the same bits)."""
         t0 = time.perf_counter()
-        if buf.numel() <= SMALL:
-            parts = self._collect(buf.detach().cpu(), lambda ts: _sum_in_order(ts))
-            buf.copy_(parts.view_as(buf))
+        if buf.numel() <= SMALL:  # through the pipes, as numpy arrays (pickled by value)
+            total = self._collect(buf.detach().cpu().numpy(), lambda arrays: _sum_in_order(arrays))
+            buf.copy_(torch.from_numpy(total).view_as(buf))
             self.reduce_seconds += time.perf_counter() - t0
             return buf
         host = buf.detach().reshape(-1).cpu() if buf.device.type != "cpu" or not buf.is_contiguous() else buf.view(-1)
         item = buf.element_size()
-        per = (self.arena.numel() // (self.size + 1)) // 64 * 64 // item  # elements per slot, 64-byte aligned slots
-        stride = per * item
+        stride = self._out_offset // self.size // 64 * 64  # bytes per rank's slot in the input region
+        per = min(stride, self.arena.numel() - self._out_offset) // item
         for lo in range(0, host.numel(), per):
             n = min(per, host.numel() - lo)
             self._view(self.rank * stride, n, buf.dtype).copy_(host[lo: lo + n])
             self.barrier()
             a, b = n * self.rank // self.size, n * (self.rank + 1) // self.size
-            out = self._view(self.size * stride, n, buf.dtype)[a:b]
+            out = self._out(n, buf.dtype)[a:b]
             out.zero_()
             for r in range(self.size):
                 out.add_(self._view(r * stride, n, buf.dtype)[a:b])
             self.barrier()
-            host[lo: lo + n].copy_(self._view(self.size * stride, n, buf.dtype))
+            host[lo: lo + n].copy_(self._out(n, buf.dtype))
         if host.data_ptr() != buf.data_ptr():
             buf.copy_(host.view_as(buf))
         self.reduce_seconds += time.perf_counter() - t0
@@ -170,7 +181,8 @@ class PoolCommunicator(Communicator):
         device = rows[0].device if rows else torch.device("cpu")
         item = torch.empty((), dtype=dtype).element_size()
         flags_bytes = (total + 63) // 64 * 64
-        block = max(1, (self.arena.numel() - flags_bytes) // ((total + 1) * item) // 16 * 16)
+        block = min((self._out_offset - flags_bytes) // (total * item), (self.arena.numel() - self._out_offset) // item)
+        block = max(1, block // 16 * 16)
         flags = self.arena[:total]
         live = [True] * len(positions) if skip is None else [not d for d in skip.tolist()]
         ws = None if weights is None else [torch.tensor(float(w), dtype=dtype) for w in weights.tolist()]
@@ -182,7 +194,7 @@ class PoolCommunicator(Communicator):
         order = None
         for lo in range(0, width, block):
             n = min(block, width - lo)
-            table = self._view(base, (total + 1) * n, dtype).view(total + 1, n)
+            table = self._view(base, total * n, dtype).view(total, n)
             for i, p in enumerate(positions):
                 if not live[i]:
                     continue
@@ -196,22 +208,23 @@ class PoolCommunicator(Communicator):
                         torch.mul(x, ws[i], out=table[p, dst: dst + b - a])
             self.barrier()
             a, b = n * self.rank // self.size, n * (self.rank + 1) // self.size
-            acc = table[total, a:b]
+            acc = self._out(n, dtype)[a:b]
             acc.zero_()
             if order is None:  # every position was flagged by its owner before the first barrier
                 order = [p for p, f in enumerate(flags.tolist()) if f]
             for p in order:
                 acc.add_(table[p, a:b])
             self.barrier()
-            result[lo: lo + n].copy_(table[total, :n])
+            result[lo: lo + n].copy_(self._out(n, dtype))
         self.reduce_seconds += time.perf_counter() - t0
         return result.to(device)
 
 
-def _sum_in_order(ts: list[torch.Tensor]) -> torch.Tensor:
-    out = torch.zeros_like(ts[0])
-    for t in ts:
-        out.add_(t)
+def _sum_in_order(arrays: list) -> Any:
+    """The ranks' arrays added in rank order, from zero, in their dtype (numpy: one rounding per addition)."""
+    out = np.zeros_like(arrays[0])
+    for a in arrays:
+        out = np.asarray(out + a)
     return out
 
 
@@ -285,7 +298,7 @@ class WorkerPool:
 
         ctx = mp.get_context("spawn")
         total = max(1, int(getattr(cfg, "clients", 1)))
-        arena_bytes = max(ARENA_BYTES, (total + 2) * 4096 * 8)
+        arena_bytes = max(ARENA_BYTES, (total + 2) * 4096 * 8 * 8 // 7)
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8).share_memory_()
         self.procs, conns = [], []
         for rank in range(1, size):
