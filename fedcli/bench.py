@@ -414,8 +414,8 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
     systems["flower"] = run_flower_rounds(s, flower_python, cores)
     progress(f"{label}: bound (one model at batch {setting.clients * setting.batch}, 1 thread)")
     cfg = setting.config()
-    w = Workload("bound", cfg.model, (1, 28, 28) if setting.data_dir else (64,), 10, setting.clients, setting.batch)
-    singles = [measure(p, w, 10, 3, "cpu", "auto", 1) for p in (("single", "single-nhwc") if setting.data_dir else ("single",))]
+    w = Workload("bound", cfg.model, (1, 28, 28) if setting.data_dir else (1, 8, 8), 10, setting.clients, setting.batch)
+    singles = [measure(p, w, 10, 3, "cpu", "auto", 1) for p in (("single", "single-nhwc") if cfg.model != "mlp" else ("single",))]
     best = max(singles, key=lambda r: r["samples_per_s"])
     samples = _round_samples(cfg)
     systems["bound"] = {"system": "bound", "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
