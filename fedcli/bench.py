@@ -65,7 +65,7 @@ LOCAL_STEPS = 5  # local steps per round of the throughput workloads
 
 def mnist_dir() -> Path | None:
     """The MNIST test split beside the repository (as the FedALA smoke recipes use it), or data/mnist."""
-    for d in (Path("../shared/datasets/mnist-t10k"), Path("/work/shared/datasets/mnist-t10k"), Path("data/mnist")):
+    for d in (Path("../shared/datasets/mnist-t10k"), Path("data/mnist")):
         if any(d.glob("t10k-images*")) or any(d.glob("train-images*")):
             return d
     return None
@@ -228,7 +228,7 @@ def run_flower_rounds(setting: dict, python: str | None = None, cores: int = 0) 
     probe = subprocess.run([python, "-c", "import flwr, ray; print(flwr.__version__, ray.__version__)"], env=env,
                            capture_output=True, text=True)
     if probe.returncode != 0:
-        return {"system": "flower", "skipped": "flwr[simulation] is not installed for " + python +
+        return {"system": "flower", "skipped": "Flower's simulation (flwr with ray) is not installed for " + python +
                 " (make install-bench, or --flower-python PATH)"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "flower.json"
