@@ -220,3 +220,31 @@ def test_ctrl_c_is_handled_by_the_parent_which_checkpoints_and_ends_its_workers(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.timeout(200)
+def test_a_killed_pool_run_resumes_with_its_workers_bitwise(tmp_path):
+    """--workers 2, SIGKILL of the parent after a checkpoint, --resume (the workers come back as the checkpoint
+    needs): the same metrics and model, bit for bit, as an uninterrupted one-process run."""
+    args = ["train", *SMALL, "--iterations", "400", "--tau", "2", "--eval-every", "20", "--checkpoint-every", "2"]
+    assert main([*args, "--workers", "1", "--out", str(tmp_path / "one")]) == 0
+    out = tmp_path / "pool"
+    proc = subprocess.Popen([sys.executable, "-m", "fedcli", *args, "--workers", "2", "--out", str(out)], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (list((out / "checkpoints").glob("*.pt")) if (out / "checkpoints").exists() else []):
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(json.loads((out / "manifest.json").read_text())["pids"][0], signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(1.5)  # the watchdog marks the run failed
+    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--resume", str(out), "--quiet"], env=_env(),
+                       capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stderr
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "completed" and man["workers"] == 2 and len(man["resumes"]) == 1
+    same_run(tmp_path / "one", out)
