@@ -106,8 +106,9 @@ def default_threads(cfg: TrainConfig) -> int:
 
     Parallelism comes from the worker processes (``--workers``), one client shard each. Two torch
     threads in one process collapse when another process holds a core: every parallel region waits
-    for the descheduled thread (the default digits run: 30 s of training with 2 threads against 4 s
-    with 1, load average 2.3 on 2 cores; 3.6 s against about 4 s on an idle machine).
+    for the descheduled thread (the default digits run, 2 cores: 30 s of training with 2 threads against
+    4 s with 1 at load average 2.3; 15.5 s against 7.1 s beside one busy process; 3.6 s with 2 threads
+    at load 0.4).
     """
     return cfg.threads or 1
 
