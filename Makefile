@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install test test-slow test-all bench clean smoke-table3
+.PHONY: install install-bench test test-slow test-all bench clean smoke-table3
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -24,8 +24,16 @@ test-slow:
 test-all:
 	$(PY) -m pytest -q
 
+# Flower's simulation (flwr[simulation], with Ray) for `make bench`; without it the bench skips Flower with a note.
+# flwr pins older rich/typer releases (fedcli works with them).
+install-bench: install
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,bench]"
+	@$(PY) -c "import flwr, ray; print('bench extra ok: flwr', flwr.__version__, '| ray', ray.__version__)"
+
+# fedcli vs the per-client loop, Flower's simulation and the bound (a few minutes on 2 cores); table on stdout,
+# progress on stderr, JSON in results/bench-cpu.json. FLOWER_PYTHON=path: an interpreter with flwr[simulation].
 bench:
-	$(VENV)/bin/fedcli bench --json results/bench-cpu.json
+	$(PY) -m fedcli bench --json results/bench-cpu.json $(if $(FLOWER_PYTHON),--flower-python $(FLOWER_PYTHON),)
 
 # FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
 # then the table and its figures; a second run skips the completed runs

@@ -1,27 +1,44 @@
-"""``fedcli bench``: local-training throughput of the stacked cohort against the usual ways.
+"""``fedcli bench``: fedcli against what a researcher would use instead, on the same data and the same cores.
 
-For each workload, measured in the same run, each path in its own fresh process (so peak memory is
-per path):
+Two kinds of workload, each system measured in its own fresh process, one after another in one run:
 
-- ``fedcli``: the engine's local-training path (``--trainer``, default the one ``auto`` picks):
-  stacked parameters [K, ...], one gradient call and one optimizer call for all K clients.
-- ``sequential``: what most frameworks do: K ``nn.Module`` copies, each with its own
-  ``torch.optim.SGD``, trained one after another (forward, backward, step per client).
-- ``single``: one model trained with batch K x B on the same samples: a lower bound on the time.
+``fedala`` (FedALA's MNIST setting, FedAvg rounds: 20 clients all active, 2 classes each, cnn4, batch 10,
+1 local epoch, lr 0.1, 1 torch thread per process). Seconds per round (local training of the whole cohort,
+aggregation, evaluation of the global model on the test set), median over the rounds after the first:
 
-Throughput is client samples per second (K x B x steps / seconds). Ratios are printed as
-fedcli / sequential (higher is better) and fedcli time / single-model time (lower is better).
+- ``fedcli``: ``fedcli train`` as a user runs it (``--workers`` auto: one process per physical core);
+- ``loop``: what PFLlib does: one ``nn.Module`` and ``torch.optim.SGD`` per client, the clients one after
+  another, FedAvg by a weighted sum of the clients' parameters;
+- ``flower``: Flower's simulation engine (Ray, one CPU per client, as many clients at a time as cores), the
+  same client training inside a ``ClientApp``, FedAvg and a centralized evaluation in the ``ServerApp``
+  (needs the optional ``bench`` extra: ``make install-bench``; skipped with a note without it);
+- ``bound``: cores x the one-thread training throughput of one cnn4 at batch K x B (200).
+
+All three draw each client's mini-batches from the same plan (keyed by seed, round, client) and start from the
+same model, so their accuracy after the same rounds must agree up to float rounding: the table shows it.
+
+Throughput workloads ``a`` (femnist_cnn, 32 clients, batch 32), ``b`` (resnet20, 32 clients) and ``c``
+(mlp, 128 clients) on random data of the dataset's shape: client samples per second of local training for
+fedcli (the engine with its worker pool, 5 local steps per round), the sequential per-client loop at 1 thread
+and at one thread per core (the faster counts), and the bound above.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import multiprocessing as mp
+import os
 import platform
 import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +59,199 @@ WORKLOADS = {
     "b": Workload("b: resnet20, CIFAR-shaped, 32 clients", "resnet20", (3, 32, 32), 10, 32),
     "c": Workload("c: mlp, MNIST-shaped, 128 clients", "mlp", (1, 28, 28), 10, 128),
 }
+ROUND_WORKLOADS = ("fedala",)
+LOCAL_STEPS = 5  # local steps per round of the throughput workloads
 
 
+def mnist_dir() -> Path | None:
+    """The MNIST test split beside the repository (as the FedALA smoke recipes use it), or data/mnist."""
+    for d in (Path("../shared/datasets/mnist-t10k"), Path("data/mnist")):
+        if any(d.glob("t10k-images*")) or any(d.glob("train-images*")):
+            return d
+    return None
+
+
+# --------------------------------------------------------------------------------------------- FedALA setting
+@dataclass
+class RoundSetting:
+    rounds: int = 5
+    clients: int = 20
+    batch: int = 10
+    lr: float = 0.1
+    seed: int = 0
+    data_dir: str = ""   # MNIST; empty: digits (8x8, so the mlp instead of cnn4)
+
+    def config(self, workers: int = 0):
+        from fedcli.config import TrainConfig
+
+        mnist = bool(self.data_dir)
+        return TrainConfig(algo="fedavg", dataset="mnist" if mnist else "digits", data_dir=self.data_dir,
+                           holdout_fraction=0.2 if mnist else 0.0, partition="pathological", classes_per_client=2,
+                           clients=self.clients, active_ratio=1.0, client_test_fraction=0.25, model="cnn4" if mnist else "mlp",
+                           batch_size=self.batch, local_epochs=1.0, rounds=self.rounds, lr=self.lr, weighting="samples",
+                           eval_every=1, seed=self.seed, device="cpu", threads=1, workers=workers, checkpoint_every=0).validate()
+
+
+def setting_data(cfg):
+    """Dataset, partition, per-client training indices and sizes, as ``fedcli train`` has them."""
+    from fedcli.data.setup import load_data_and_partition
+
+    dataset, partition = load_data_and_partition(cfg)
+    indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
+    return dataset, partition, indices
+
+
+_CACHE: dict = {}
+
+
+def cached_setting(setting: dict):
+    """(config, dataset, client indices, a model to train in) of a round setting, made once per process
+    (Flower's Ray workers run many clients one after another)."""
+    key = json.dumps(setting, sort_keys=True)
+    if key not in _CACHE:
+        torch.set_num_threads(1)
+        cfg = RoundSetting(**setting).config()
+        dataset, _, indices = setting_data(cfg)
+        _CACHE[key] = (cfg, dataset, indices, initial_model(cfg, dataset))
+    return _CACHE[key]
+
+
+def initial_model(cfg, dataset) -> torch.nn.Module:
+    """The model every system starts from: fedcli's initialization for this seed."""
+    from fedcli.fl.engine import build_run_model
+    from fedcli.fl.rng import key
+
+    torch.manual_seed(key(cfg.seed, "init"))
+    return build_run_model(cfg, dataset)
+
+
+def client_plan(cfg, round_idx: int, client: int, indices):
+    """Client ``client``'s mini-batches of round ``round_idx`` (fedcli's plan, keyed by seed, round, client):
+    index rows [steps, B] and sample weights (0 for padding), ceil(E * n_i / B) steps."""
+    from fedcli.fl.cohort import make_plan
+
+    steps = max(1, math.ceil(cfg.local_epochs * int(indices[client].numel()) / cfg.batch_size))
+    plan = make_plan(cfg.seed, round_idx, [client], indices, steps, cfg.batch_size, None)
+    return plan.idx[:, 0], plan.mask[:, 0]
+
+
+def plain_client_update(model: torch.nn.Module, x_all, y_all, idx, mask, lr: float) -> None:
+    """The per-client training loop of PFLlib-style code: forward, backward, ``torch.optim.SGD`` step per batch."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()
+    for j in range(idx.shape[0]):
+        rows, w = idx[j], mask[j]
+        opt.zero_grad(set_to_none=True)
+        out = model(x_all[rows])
+        if bool((w == 1).all()):
+            loss = F.cross_entropy(out, y_all[rows])
+        else:  # a client with fewer samples than a batch: its padding weighs 0, as in fedcli
+            loss = (F.cross_entropy(out, y_all[rows], reduction="none") * w).sum() / w.sum()
+        loss.backward()
+        opt.step()
+
+
+@torch.no_grad()
+def plain_evaluate(model: torch.nn.Module, x, y, batch: int = 1024) -> tuple[float, float]:
+    """(mean loss, accuracy) of ``model`` on (x, y)."""
+    model.eval()
+    loss, correct = 0.0, 0
+    for s in range(0, len(y), batch):
+        out = model(x[s: s + batch])
+        loss += F.cross_entropy(out, y[s: s + batch], reduction="sum").item()
+        correct += int((out.argmax(1) == y[s: s + batch]).sum())
+    return loss / len(y), correct / len(y)
+
+
+def _steady(times: list[float]) -> float:
+    """Median round time after the first round (which pays the warm-up)."""
+    return statistics.median(times[1:] if len(times) > 1 else times)
+
+
+def run_fedcli_rounds(setting: dict) -> dict:
+    """``fedcli train`` in this process with the worker pool it would choose; round times from metrics.csv."""
+    import csv
+
+    from fedcli.cli.train import run_train
+    from fedcli.comm.communicator import Communicator
+    from fedcli.comm.workers import launch
+
+    t0 = time.perf_counter()
+    cfg = RoundSetting(**setting).config()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.out = str(Path(tmp) / "run")
+        with launch(cfg, Communicator()) as (comm, data):
+            workers, note = comm.size, getattr(comm, "workers_note", "")
+            run_train(cfg, comm=comm, quiet=True, data=data)
+        with open(Path(cfg.out) / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+    walls = [float(r["wall_s"]) for r in rows]
+    times = [walls[0]] + [b - a for a, b in zip(walls, walls[1:])]
+    return {"system": "fedcli", "impl": f"fedcli train, {workers} worker(s) x 1 thread ({note})", "workers": workers,
+            "round_s": _steady(times), "round_times": times, "acc": [float(r["test_acc"]) for r in rows],
+            "total_s": time.perf_counter() - t0}
+
+
+def run_loop_rounds(setting: dict) -> dict:
+    """The PFLlib-style loop: every client trains its own copy one after another, then a weighted average."""
+    t0 = time.perf_counter()
+    torch.set_num_threads(1)
+    cfg = RoundSetting(**setting).config()
+    dataset, partition, indices = setting_data(cfg)
+    model = initial_model(cfg, dataset)
+    sizes = [int(ix.numel()) for ix in indices]
+    weights = [n / sum(sizes) for n in sizes]
+    clients = [copy.deepcopy(model) for _ in indices]
+    times, accs = [], []
+    for r in range(cfg.rounds):
+        start = time.perf_counter()
+        for c, local in enumerate(clients):
+            local.load_state_dict(model.state_dict())
+            idx, mask = client_plan(cfg, r, c, indices)
+            plain_client_update(local, dataset.train_x, dataset.train_y, idx, mask, cfg.lr)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.zero_()
+                for w, local in zip(weights, clients):
+                    p.add_(local.get_parameter(name), alpha=w)
+        accs.append(plain_evaluate(model, dataset.test_x, dataset.test_y)[1])
+        times.append(time.perf_counter() - start)
+    return {"system": "loop", "impl": "per-client nn.Module + torch.optim.SGD, one client after another, 1 thread",
+            "workers": 1, "round_s": _steady(times), "round_times": times, "acc": accs, "total_s": time.perf_counter() - t0}
+
+
+def run_flower_rounds(setting: dict, python: str | None = None, cores: int = 0) -> dict:
+    """Flower's simulation in a child process (``python``: an interpreter with flwr[simulation]; default this one)."""
+    python = python or sys.executable
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("RAY_DEDUP_LOGS", "0")
+    probe = subprocess.run([python, "-c", "import flwr, ray; print(flwr.__version__, ray.__version__)"], env=env,
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return {"system": "flower", "skipped": "Flower's simulation (flwr with ray) is not installed for " + python +
+                " (make install-bench, or --flower-python PATH)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "flower.json"
+        t0 = time.perf_counter()
+        p = subprocess.run([python, "-m", "fedcli.bench_flower", json.dumps(setting), str(out), str(cores or physical_cores())],
+                           env=env, capture_output=True, text=True)
+        if p.returncode != 0 or not out.exists():
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            return {"system": "flower", "skipped": "Flower's simulation failed: " + " | ".join(tail)}
+        res = json.loads(out.read_text())
+    res["total_s"] = time.perf_counter() - t0
+    res["round_s"] = _steady(res["round_times"])
+    res["impl"] = f"Flower {probe.stdout.split()[0]} simulation (Ray {probe.stdout.split()[1]}), " + res["impl"]
+    return res
+
+
+def physical_cores() -> int:
+    from fedcli.comm.workers import physical_cores as cores
+
+    return cores()
+
+
+# --------------------------------------------------------------------------------------------- per-step paths
 def _data(w: Workload, steps: int, device):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(steps, w.clients, w.batch, *w.input_shape, generator=g).to(device)
@@ -51,16 +259,13 @@ def _data(w: Workload, steps: int, device):
     return x, y
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:
+    """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
+    ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
     from fedcli.config import TrainConfig
     from fedcli.fl.cohort import Cohort
     from fedcli.fl.parts import SGDStep
-    from fedcli.fl.trainers import choose_trainer
+    from fedcli.fl.trainers import channels_last, choose_trainer
     from fedcli.models import build_model
 
     if threads:
@@ -94,91 +299,236 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
                 o.zero_grad(set_to_none=True)
                 F.cross_entropy(m(x[i, k]), y[i, k]).backward()
                 o.step()
-        used = "per-client nn.Module + torch.optim.SGD"
-    elif path == "single":
+        used = f"per-client nn.Module + torch.optim.SGD, {torch.get_num_threads()} thread(s)"
+    elif path in ("single", "single-nhwc"):
         opt = torch.optim.SGD(model.parameters(), lr=lr)
         xs, ys = x.flatten(1, 2), y.flatten(1, 2)
+        nhwc = path == "single-nhwc" and xs.dim() == 5
 
         def step(i):
             model.train()
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(xs[i]), ys[i]).backward()
+            F.cross_entropy(model(channels_last(xs[i]) if nhwc else xs[i]), ys[i]).backward()
             opt.step()
-        used = f"one model, batch {w.clients * w.batch}"
+        used = f"one model, batch {w.clients * w.batch}{', channels-last' if nhwc else ''}, {torch.get_num_threads()} thread(s)"
     else:
         raise ValueError(path)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     for i in range(warmup):
         step(i)
-    _sync(device)
     t0 = time.perf_counter()
     for i in range(warmup, warmup + steps):
         step(i)
-    _sync(device)
     secs = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"path": path, "impl": used, "seconds": secs, "samples_per_s": w.clients * w.batch * steps / secs, "peak_bytes": peak}
 
 
-def _worker(q, *args):
+def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
+    """fedcli's engine with its worker pool on random data of the workload's shape: client samples / s of
+    local training (FedAvg, LOCAL_STEPS steps per round, all clients active), median round after the first."""
+    import csv
+
+    from fedcli.cli.train import run_train
+    from fedcli.comm.communicator import Communicator
+    from fedcli.comm.workers import launch
+    from fedcli.config import TrainConfig
+    from fedcli.data.datasets import FedDataset
+    from fedcli.data.partition import make_partition
+
+    g = torch.Generator().manual_seed(0)
+    n = w.clients * w.batch * LOCAL_STEPS
+    ds = FedDataset("random", torch.randn(n, *w.input_shape, generator=g), torch.randint(0, w.num_classes, (n,), generator=g),
+                    torch.randn(w.num_classes, *w.input_shape, generator=g), torch.arange(w.num_classes), w.num_classes,
+                    source={"name": "random", "shape": list(w.input_shape)})
+    part = make_partition(ds, "iid", w.clients, 0)
+    cfg = TrainConfig(algo="fedavg", model=w.model, clients=w.clients, active_ratio=1.0, batch_size=w.batch, tau=LOCAL_STEPS,
+                      rounds=rounds, eval_every=1, lr=0.01, device="cpu", threads=1, checkpoint_every=0).validate()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.out = str(Path(tmp) / "run")
+        with launch(cfg, Communicator(), data=(ds, part)) as (comm, data):
+            workers, note = comm.size, getattr(comm, "workers_note", "")
+            run_train(cfg, comm=comm, quiet=True, data=data)
+        with open(Path(cfg.out) / "metrics.csv") as f:
+            walls = [float(r["wall_s"]) for r in csv.DictReader(f)]
+    times = [walls[0]] + [b - a for a, b in zip(walls, walls[1:])]
+    secs = _steady(times)
+    return {"path": "fedcli", "impl": f"fedcli engine, {workers} worker(s) x 1 thread ({note})", "workers": workers,
+            "seconds": secs, "samples_per_s": w.clients * w.batch * LOCAL_STEPS / secs,
+            "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+# --------------------------------------------------------------------------------------------- processes
+def _worker(q, fn, *args):
     try:
-        q.put(_run_path(*args))
+        q.put(fn(*args))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
-        q.put({"error": f"{type(e).__name__}: {e}"})
+        import traceback
+
+        q.put({"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(limit=4)})
 
 
-def measure(path: str, w: Workload, steps: int, warmup: int, device: str, trainer: str, threads: int) -> dict:
+def isolated(fn, *args) -> dict:
+    """``fn(*args)`` in a fresh spawned process (its own memory peak, no torch state shared with other paths)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_worker, args=(q, path, w, steps, warmup, device, trainer, threads))
+    p = ctx.Process(target=_worker, args=(q, fn, *args))
     p.start()
     res = q.get()
     p.join()
     if "error" in res:
-        raise RuntimeError(f"{path} on {w.name}: {res['error']}")
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)}: {res['error']}\n{res.get('trace', '')}")
     return res
 
 
-def device_description(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    import os
-
-    return f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
+def measure(path: str, w: Workload, steps: int, warmup: int, device: str, trainer: str, threads: int) -> dict:
+    return isolated(_run_path, path, w, steps, warmup, device, trainer, threads)
 
 
-def run(workloads: list[str], steps: int, warmup: int, device: str, trainer: str, threads: int) -> list[dict]:
-    results = []
+def load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:  # pragma: no cover
+        return "n/a"
+
+
+def machine() -> dict:
+    return {"cpu": platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(), "physical_cores": physical_cores(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+# --------------------------------------------------------------------------------------------- the bench
+def run_round_workload(setting: RoundSetting, flower_python: str | None, progress) -> dict:
+    s = asdict(setting)
+    cores = physical_cores()
+    res = {"workload": "fedala", "setting": s, "load_before": load_average()}
+    label = (f"FedALA's MNIST setting: FedAvg, {setting.clients} clients all active, 2 classes each, "
+             f"{'cnn4' if setting.data_dir else 'mlp (digits: MNIST not found)'}, batch {setting.batch}, 1 local epoch, "
+             f"{setting.rounds} rounds")
+    res["label"] = label
+    systems = {}
+    progress(f"{label}: fedcli")
+    systems["fedcli"] = isolated(run_fedcli_rounds, s)
+    progress(f"{label}: per-client loop")
+    systems["loop"] = isolated(run_loop_rounds, s)
+    progress(f"{label}: Flower simulation")
+    systems["flower"] = run_flower_rounds(s, flower_python, cores)
+    progress(f"{label}: bound (one model at batch {setting.clients * setting.batch}, 1 thread)")
+    cfg = setting.config()
+    w = Workload("bound", cfg.model, (1, 28, 28) if setting.data_dir else (1, 8, 8), 10, setting.clients, setting.batch)
+    singles = [measure(p, w, 10, 3, "cpu", "auto", 1) for p in (("single", "single-nhwc") if cfg.model != "mlp" else ("single",))]
+    best = max(singles, key=lambda r: r["samples_per_s"])
+    samples = _round_samples(cfg)
+    systems["bound"] = {"system": "bound", "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
+                        "samples_per_round": samples}
+    res["systems"] = systems
+    res["load_after"] = load_average()
+    f = systems["fedcli"]["round_s"]
+    for name in ("loop", "flower"):
+        if "round_s" in systems[name]:
+            systems[name]["fedcli_speedup"] = systems[name]["round_s"] / f
+    return res
+
+
+def _round_samples(cfg) -> int:
+    """Training samples of one round (every client's ceil(E n_i / B) batches of B)."""
+    _, partition = __import__("fedcli.data.setup", fromlist=["x"]).load_data_and_partition(cfg)
+    return sum(max(1, math.ceil(cfg.local_epochs * len(ix) / cfg.batch_size)) * cfg.batch_size for ix in partition.train)
+
+
+def run_throughput_workload(key: str, rounds: int, steps: int, warmup: int, progress) -> dict:
+    w = WORKLOADS[key]
+    cores = physical_cores()
+    res = {"workload": key, "label": w.name, "clients": w.clients, "batch": w.batch, "load_before": load_average()}
+    progress(f"{w.name}: fedcli")
+    fed = isolated(run_fedcli_throughput, w, rounds)
+    progress(f"{w.name}: sequential loop, 1 thread")
+    seq1 = measure("sequential", w, steps, warmup, "cpu", "auto", 1)
+    progress(f"{w.name}: sequential loop, {cores} threads")
+    seqn = measure("sequential", w, steps, warmup, "cpu", "auto", cores) if cores > 1 else seq1
+    progress(f"{w.name}: bound (one model at batch {w.clients * w.batch}, 1 thread)")
+    singles = [measure(p, w, max(2, steps // 2), 1, "cpu", "auto", 1) for p in ("single", "single-nhwc")] \
+        if len(w.input_shape) == 3 else [measure("single", w, steps, warmup, "cpu", "auto", 1)]
+    best = max(singles, key=lambda r: r["samples_per_s"])
+    seq = max((seq1, seqn), key=lambda r: r["samples_per_s"])
+    res.update({
+        "fedcli": fed, "sequential_1": seq1, "sequential_n": seqn, "single": singles,
+        "bound_sps": cores * best["samples_per_s"], "bound_impl": f"{cores} cores x ({best['impl']})",
+        "speedup_vs_sequential": fed["samples_per_s"] / seq["samples_per_s"],
+        "time_vs_bound": cores * best["samples_per_s"] / fed["samples_per_s"],
+        "load_after": load_average(),
+    })
+    return res
+
+
+def run(workloads: list[str], *, rounds: int = 5, steps: int = 3, warmup: int = 1, data_dir: str | None = None,
+        flower_python: str | None = None, progress=print) -> dict:
+    out = {"machine": machine(), "workloads": []}
     for key in workloads:
-        w = WORKLOADS[key]
-        r = {p: measure(p, w, steps, warmup, device, trainer, threads) for p in ("fedcli", "sequential", "single")}
-        results.append({
-            "workload": w.name, "device": device_description(device), "clients": w.clients, "batch": w.batch, "steps": steps,
-            "fedcli_impl": r["fedcli"]["impl"],
-            "fedcli_sps": r["fedcli"]["samples_per_s"], "sequential_sps": r["sequential"]["samples_per_s"], "single_sps": r["single"]["samples_per_s"],
-            "speedup_vs_sequential": r["fedcli"]["samples_per_s"] / r["sequential"]["samples_per_s"],
-            "time_vs_single": r["single"]["samples_per_s"] / r["fedcli"]["samples_per_s"],
-            "peak_mb": {p: r[p]["peak_bytes"] / 2**20 for p in r},
-        })
-    return results
+        if key == "fedala":
+            d = data_dir if data_dir is not None else str(mnist_dir() or "")
+            out["workloads"].append(run_round_workload(RoundSetting(rounds=rounds, data_dir=d), flower_python, progress))
+        else:
+            out["workloads"].append(run_throughput_workload(key, max(3, rounds - 1), steps, warmup, progress))
+    return out
 
 
-def table(results: list[dict]):
+# --------------------------------------------------------------------------------------------- output
+def tables(results: dict) -> list:
     from rich.table import Table
 
-    t = Table(title="fedcli bench: local-training throughput (client samples / s)")
-    for col in ("workload", "fedcli path", "fedcli", "sequential", "single model", "fedcli / sequential", "fedcli time / single", "peak MB (fedcli/seq/single)"):
-        t.add_column(col, justify="right" if col not in ("workload", "fedcli path") else "left")
-    for r in results:
-        pk = r["peak_mb"]
-        t.add_row(r["workload"], r["fedcli_impl"], f"{r['fedcli_sps']:,.0f}", f"{r['sequential_sps']:,.0f}", f"{r['single_sps']:,.0f}",
-                  f"{r['speedup_vs_sequential']:.2f}x", f"{r['time_vs_single']:.2f}x",
-                  f"{pk['fedcli']:,.0f} / {pk['sequential']:,.0f} / {pk['single']:,.0f}")
-    if results:
-        t.caption = f"device: {results[0]['device']}; {results[0]['steps']} timed steps after warm-up"
-    return t
+    out = []
+    for r in results["workloads"]:
+        if r["workload"] == "fedala":
+            sy = r["systems"]
+            t = Table(title=f"fedcli bench, {r['label']}", title_justify="left")
+            for col, just in (("system", "left"), ("how", "left"), ("round (s)", "right"), ("accuracy per round", "left"),
+                              ("fedcli faster by", "right"), ("whole run (s)", "right")):
+                t.add_column(col, justify=just, overflow="fold")
+            for name in ("fedcli", "loop", "flower"):
+                s = sy[name]
+                if "skipped" in s:
+                    t.add_row(name, s["skipped"], "-", "-", "-", "-")
+                    continue
+                t.add_row(name, s["impl"], f"{s['round_s']:.2f}", " ".join(f"{a:.3f}" for a in s["acc"]),
+                          "-" if name == "fedcli" else f"{s['fedcli_speedup']:.2f}x", f"{s['total_s']:.1f}")
+            b = sy["bound"]
+            t.add_row("bound", b["impl"], f"{b['train_s']:.2f} (training only)", "-",
+                      f"fedcli round / bound: {sy['fedcli']['round_s'] / b['train_s']:.2f}x", "-")
+            t.caption = f"median round after the first; load average before {r['load_before']}, after {r['load_after']}"
+        else:
+            t = Table(title=f"fedcli bench, {r['label']}, batch {r['batch']}: local-training throughput (client samples / s)",
+                      title_justify="left")
+            for col, just in (("path", "left"), ("how", "left"), ("samples / s", "right"), ("fedcli / this", "right")):
+                t.add_column(col, justify=just, overflow="fold")
+            f = r["fedcli"]["samples_per_s"]
+            t.add_row("fedcli", r["fedcli"]["impl"], f"{f:,.0f}", "-")
+            for name, s in (("sequential", r["sequential_1"]), ("sequential", r["sequential_n"])):
+                t.add_row(name, s["impl"], f"{s['samples_per_s']:,.0f}", f"{f / s['samples_per_s']:.2f}x")
+            t.add_row("bound", r["bound_impl"], f"{r['bound_sps']:,.0f}", f"{f / r['bound_sps']:.2f}x")
+            t.caption = (f"fedcli / best sequential {r['speedup_vs_sequential']:.2f}x; bound / fedcli {r['time_vs_bound']:.2f}x; "
+                         f"load average before {r['load_before']}, after {r['load_after']}")
+        out.append(t)
+    return out
 
 
-def to_json(results: list[dict]) -> str:
-    return json.dumps(results, indent=2)
+def targets(results: dict) -> list[str]:
+    """The issue's targets, met or not, from this run's ratios."""
+    lines = []
+    for r in results["workloads"]:
+        if r["workload"] == "fedala":
+            for name, label in (("flower", "Flower's simulation"), ("loop", "the per-client loop")):
+                s = r["systems"][name]
+                if "fedcli_speedup" in s:
+                    ok = s["fedcli_speedup"] >= 2.0
+                    lines.append(f"FedALA setting: fedcli's round {s['fedcli_speedup']:.2f}x faster than {label} (target >= 2x): {'met' if ok else 'MISSED'}")
+                else:
+                    lines.append(f"FedALA setting vs {label}: not measured ({s.get('skipped', '')})")
+        elif r["workload"] == "a":
+            ok1, ok2 = r["speedup_vs_sequential"] >= 1.5, r["time_vs_bound"] <= 1.25
+            lines.append(f"workload a: {r['speedup_vs_sequential']:.2f}x the sequential loop (target >= 1.5x): {'met' if ok1 else 'MISSED'}")
+            lines.append(f"workload a: {r['time_vs_bound']:.2f}x the bound's time (target <= 1.25x): {'met' if ok2 else 'MISSED'}")
+    return lines
+
+
+def to_json(results: dict) -> str:
+    return json.dumps(results, indent=2, default=str)

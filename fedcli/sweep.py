@@ -40,8 +40,8 @@ from fedcli.results.rundir import atomic_write, now
 
 MANIFEST = "sweep.json"
 FORMAT = 1
-#: config keys that do not change what a run computes (where it writes, how many CPU threads)
-NEUTRAL_KEYS = ("out", "threads")
+#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes)
+NEUTRAL_KEYS = ("out", "threads", "workers")
 DONE, STALE = "done", "stale"
 
 

@@ -1,5 +1,8 @@
 """The fast (stacked, vmap) local-training path equals the simple per-client path."""
 
+import json
+import sys
+
 import pytest
 import torch
 
@@ -72,3 +75,133 @@ def test_loop_trainer_reuses_gradient_buffers_only_when_released():
     del g3
     g4, _ = tr.grads(cohort, x, y, w)
     assert torch.equal(g4["weight"], first["weight"]) and torch.equal(g4["bias"], first["bias"])
+
+
+@pytest.mark.parametrize("name, shape, classes", [("cnn4", (1, 28, 28), 10), ("resnet20", (3, 32, 32), 10)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_loop_path_in_float32_equals_a_plain_module_per_client(name, shape, classes, threads):
+    """The loop path (channels-last convolutions on the CPU) against each client's own nn.Module in NCHW,
+    its gradients from .backward(): the same numbers up to float32 rounding, BatchNorm statistics included."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _compare_loop_with_modules(name, shape, classes)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _compare_loop_with_modules(name, shape, classes):
+    import copy
+
+    from fedcli.fl.trainers import masked_loss
+
+    torch.manual_seed(0)
+    model = build_model(name, shape, classes)
+    k, b = 3, 5
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(k, b, *shape, generator=g), torch.randint(0, classes, (k, b), generator=g)
+    mask = torch.ones(k, b)
+    mask[1, 4] = 0.0
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = {n: t.detach() for n, t in model.named_buffers()}
+    cohort = Cohort.from_global([0, 1, 2], torch.full((k,), 1 / k), params, buffers)
+    trainer = LoopTrainer(model)
+    assert trainer.nhwc == (name == "cnn4")  # channels-last only without BatchNorm (less accurate there at 1 thread)
+    grads, losses = trainer.grads(cohort, x, y, mask)
+    for i in range(k):
+        m = copy.deepcopy(model).train()
+        loss = masked_loss(m(x[i]), y[i], mask[i])
+        loss.backward()
+        assert abs(loss.item() - float(losses[i])) < 1e-5
+        for n, p in m.named_parameters():
+            torch.testing.assert_close(grads[n][i], p.grad, rtol=1e-4, atol=1e-5)
+        for n, t in m.named_buffers():
+            torch.testing.assert_close(cohort.buffers[n][i], t, rtol=1e-5, atol=1e-6)
+
+
+def test_channels_last_copy_changes_strides_even_for_one_channel():
+    from fedcli.fl.trainers import channels_last
+
+    x = torch.randn(2, 1, 4, 4)
+    assert x.is_contiguous(memory_format=torch.channels_last)  # ambiguous: contiguous() would keep NCHW strides
+    y = channels_last(x)
+    assert y.stride() == (16, 1, 4, 1) and torch.equal(x, y)
+    z = channels_last(torch.randn(2, 3, 4, 4))
+    assert z.stride() == (48, 1, 12, 3)
+
+
+def test_bench_loop_computes_what_fedcli_computes():
+    """The bench's per-client loop (PFLlib-style nn.Modules) and fedcli's engine on the same plan: the same
+    accuracy round after round (digits, mlp: no channels-last, so the numbers agree to float rounding)."""
+    from dataclasses import asdict
+
+    from fedcli.bench import RoundSetting, run_fedcli_rounds, run_loop_rounds
+
+    setting = asdict(RoundSetting(rounds=2, clients=6, data_dir=""))
+    before = torch.get_num_threads()
+    try:
+        fed, loop = run_fedcli_rounds(setting), run_loop_rounds(setting)
+    finally:
+        torch.set_num_threads(before)
+    assert len(fed["acc"]) == len(loop["acc"]) == 2 and fed["workers"] == 1
+    assert fed["acc"] == pytest.approx(loop["acc"], abs=1e-9)
+    assert fed["acc"][-1] > 0.3  # it learned something (10 classes)
+
+
+def test_bench_tables_are_wide_and_report_the_targets(tmp_path):
+    from rich.console import Console
+
+    from fedcli.bench import run_flower_rounds, tables, targets, to_json
+
+    skipped = run_flower_rounds({"rounds": 2}, python=sys.executable if _no_flower() else "/nonexistent/python")
+    assert "skipped" in skipped and "install-bench" in skipped["skipped"]
+    sys_ = {"fedcli": {"impl": "fedcli train, 2 worker(s) x 1 thread", "round_s": 2.0, "acc": [0.5, 0.8], "total_s": 9.0},
+            "loop": {"impl": "per-client loop", "round_s": 5.0, "acc": [0.5, 0.8], "total_s": 11.0, "fedcli_speedup": 2.5},
+            "flower": skipped, "bound": {"impl": "2 cores x one model", "train_s": 1.5}}
+    res = {"machine": {}, "workloads": [
+        {"workload": "fedala", "label": "FedALA's MNIST setting", "systems": sys_, "load_before": "0.1", "load_after": "0.2"},
+        {"workload": "a", "label": "a: femnist_cnn", "batch": 32, "fedcli": {"impl": "engine", "samples_per_s": 900.0},
+         "sequential_1": {"impl": "seq 1", "samples_per_s": 500.0}, "sequential_n": {"impl": "seq 2", "samples_per_s": 550.0},
+         "bound_sps": 1000.0, "bound_impl": "2 x one", "speedup_vs_sequential": 900 / 550, "time_vs_bound": 1000 / 900,
+         "load_before": "0", "load_after": "0"}]}
+    console = Console(width=160, record=True)
+    for t in tables(res):
+        console.print(t)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) > 80 and "2.50x" in text and "install-bench" in text
+    lines = targets(res)
+    assert "2.50x faster than the per-client loop (target >= 2x): met" in " ".join(lines)
+    assert any("not measured" in l for l in lines)
+    assert any("1.64x the sequential loop (target >= 1.5x): met" in l for l in lines)
+    assert any("1.11x the bound's time (target <= 1.25x): met" in l for l in lines)
+    assert json.loads(to_json(res))["workloads"][1]["bound_sps"] == 1000.0
+
+
+def _no_flower() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flwr") is None
+
+
+def test_fused_sgd_in_the_loop_trainer_equals_gradients_then_step():
+    """LoopTrainer.grads(lr=...) applies x_k <- x_k - lr g_k client by client: the same bits as the stacked
+    gradients followed by SGDStep.step; the plain SGD step offers it only when it is plain SGD."""
+    torch.manual_seed(0)
+    model = build_model("cnn4", (1, 28, 28), 10)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    k, b = 3, 4
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(k, b, 1, 28, 28, generator=g), torch.randint(0, 10, (k, b), generator=g)
+    mask = torch.ones(k, b)
+    a, c = (Cohort.from_global([0, 1, 2], torch.full((k,), 1 / k), params, {}) for _ in range(2))
+    tr, opt = LoopTrainer(model), SGDStep(TrainConfig(lr=0.1))
+    opt.begin_round(None, a)
+    for _ in range(3):
+        grads, la = tr.grads(a, x, y, mask)
+        opt.step(a, grads, 0.1)
+        none, lc = tr.grads(c, x, y, mask, lr=opt.fused_lr(0.1, None))
+        assert none is None and torch.equal(la, lc)
+    assert all(torch.equal(a.params[n], c.params[n]) for n in params)
+    assert opt.fused_lr(0.1, None) == 0.1 and opt.fused_lr(0.1, torch.tensor([True, False, True])) is None
+    assert SGDStep(TrainConfig(momentum=0.9)).fused_lr(0.1, None) is None
+    assert SGDStep(TrainConfig(weight_decay=1e-4)).fused_lr(0.1, None) is None

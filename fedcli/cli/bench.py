@@ -1,36 +1,60 @@
-"""``fedcli bench``: throughput of fedcli's local training vs a sequential loop and a single-model bound."""
+"""``fedcli bench``: fedcli against the per-client loop, Flower's simulation and the machine's bound."""
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 
 import typer
 
-from fedcli.cli.console import out_console
+from fedcli.cli.console import err_console
 from fedcli.errors import ConfigError
+
+KNOWN = ("fedala", "a", "b", "c")
 
 
 def bench(
-    workloads: str = typer.Option("a,b,c", "--workloads", help="Comma-separated workloads: a (femnist_cnn), b (resnet20), c (mlp)."),
-    steps: int = typer.Option(5, "--steps", min=1, help="Timed local steps per path."),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed warm-up steps."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    trainer: str = typer.Option("auto", "--trainer", help="fedcli path: auto, vmap or loop."),
-    threads: int = typer.Option(0, "--threads", min=0, help="Torch threads per path (0: torch default)."),
+    workloads: str = typer.Option("fedala,a", "--workloads", help="Comma-separated: fedala (FedALA's MNIST setting, seconds per round against "
+                                  "the per-client loop and Flower), a (femnist_cnn), b (resnet20), c (mlp): local-training throughput."),
+    rounds: int = typer.Option(4, "--rounds", min=2, help="Rounds of the fedala workload (the first is warm-up); throughput workloads run one fewer."),
+    steps: int = typer.Option(3, "--steps", min=1, help="Timed local steps of the sequential-loop and single-model paths."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Untimed warm-up steps of those paths."),
+    data_dir: str = typer.Option(None, "--data-dir", help="MNIST folder for the fedala workload (default: ../shared/datasets/mnist-t10k or "
+                                 "data/mnist; none found: scikit-learn digits with the mlp)."),
+    flower_python: str = typer.Option(None, "--flower-python", help="Python interpreter with Flower and Ray installed, for the Flower path "
+                                      "(default: this one; `make install-bench` installs it)."),
     json_out: str = typer.Option("", "--json", help="Also write the results as JSON to this file."),
 ):
-    """Measure local-training throughput: fedcli vs a sequential per-client loop vs one model with batch K x B."""
+    """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
+    (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""
     from fedcli import bench as b
 
     keys = [k.strip() for k in workloads.split(",") if k.strip()]
-    bad = [k for k in keys if k not in b.WORKLOADS]
+    bad = [k for k in keys if k not in KNOWN]
     if bad or not keys:
-        raise ConfigError(f"--workloads: unknown workload(s) {', '.join(bad) or '(none)'}; choose from a, b, c")
-    if trainer not in ("auto", "vmap", "loop"):
-        raise ConfigError(f"--trainer must be one of auto, vmap, loop, got '{trainer}'")
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"--device must be cpu or cuda, got '{device}'")
-    results = b.run(keys, steps, warmup, device, trainer, threads)
-    out_console.print(b.table(results))
+        raise ConfigError(f"--workloads: unknown workload(s) {', '.join(bad) or '(none)'}; choose from {', '.join(KNOWN)}")
+    if data_dir is not None and data_dir and not Path(data_dir).is_dir():
+        raise ConfigError(f"--data-dir {data_dir} is not a folder")
+    t0 = time.perf_counter()
+    step = [0]
+
+    def progress(what: str) -> None:
+        step[0] += 1
+        err_console.print(f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False)
+
+    err_console.print(f"fedcli bench: {', '.join(keys)} on {b.physical_cores()} physical core(s), load average {b.load_average()}",
+                      soft_wrap=True, highlight=False)
+    results = b.run(keys, rounds=rounds, steps=steps, warmup=warmup, data_dir=data_dir, flower_python=flower_python, progress=progress)
+    results["seconds"] = time.perf_counter() - t0
+    from rich.console import Console
+
+    wide = Console(width=max(160, shutil.get_terminal_size((160, 24)).columns), soft_wrap=False)
+    for t in b.tables(results):
+        wide.print(t)
+    for line in b.targets(results):
+        wide.print(line, highlight=False)
+    wide.print(f"bench took {results['seconds']:.0f} s", highlight=False)
     if json_out:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(b.to_json(results) + "\n")

@@ -46,6 +46,8 @@ def report(
         if not sweeps and not explicit and not loose:
             raise ConfigError(f"{', '.join(holders)}: no sweep (sweep.json) and no run directory (manifest.json) here; "
                               f"run `fedcli train` or `fedcli sweep RECIPE` first")
+        if output and not (explicit or loose):
+            raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
         if sweeps and figures is None:
             _print_listing(" ".join(holders), sweeps, listing(sweeps))
         if explicit or loose:

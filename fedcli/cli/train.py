@@ -100,11 +100,12 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False):
+              resume: bool = False, data=None):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
-    Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end."""
+    Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
+    ``data``: (dataset, partition) already loaded for this config (the worker pool shares them)."""
     from fedcli.comm.communicator import Communicator
 
     comm = comm or Communicator()
@@ -118,7 +119,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume)
+        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data)
     finally:
         if lock is not None:
             lock.release()
@@ -128,7 +129,7 @@ def _notice(msg: str) -> None:
     err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool):
+def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None):
     from fedcli.comm.ledger import fedavg_params
     from fedcli.errors import StorageError
     from fedcli.fl.engine import Simulation
@@ -138,7 +139,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     root = comm.is_root
     sim, err = None, None
     try:
-        sim = Simulation(cfg, comm).setup()
+        sim = Simulation(cfg, comm).setup(*(data or ()))
     except Exception as e:  # noqa: BLE001 - reported collectively below
         err = e
     collective(comm, err)
@@ -271,7 +272,10 @@ def train(**kwargs):
             err = e
     collective(comm, err)
     cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
-    run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume))
+    from fedcli.comm.workers import launch
+
+    with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
+        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data)
 
 
 import inspect  # noqa: E402

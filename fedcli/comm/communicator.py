@@ -1,15 +1,70 @@
 """Communicators: how the processes simulating a cohort combine their partial sums.
 
-A layer synchronization is a local weighted sum over this process's clients followed by one
-all-reduce; the layers synchronized at the same step travel in one flat buffer. In one process the
-all-reduce is the identity. Under MPI (``fedcli.comm.mpi``) it is one ``Allreduce`` on the buffer.
+A layer synchronization is a weighted sum over the cohort's clients; the layers synchronized at the
+same step travel in one flat buffer. :meth:`Communicator.client_sum` adds the clients' contributions
+p_i x_i one after another in cohort order, so in one process the result does not depend on how the
+cohort is held. The worker pool (``fedcli.comm.workers``) keeps that order across its processes, so
+``--workers N`` gives the same bits for every N. Under MPI (``fedcli.comm.mpi``) each rank adds its own
+clients in that order and one ``Allreduce`` adds the ranks' partial sums (equal to float rounding).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
+
+#: elements per column block of an ordered sum: the block of every row is added while it is in cache
+BLOCK = 1 << 15
+
+
+def _scalar(w, dtype) -> torch.Tensor:
+    """A per-client weight as a 0-dim tensor of the sum's dtype (so w * x is one rounding in that dtype)."""
+    return torch.tensor(float(w), dtype=dtype)
+
+
+def flat_rows(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int, torch.dtype]:
+    """Per-client rows [k, numel] of stacked tensors [k, ...], their total width and common dtype."""
+    rows = [t.reshape(t.shape[0], math.prod(t.shape[1:])) for t in tensors]
+    dtype = rows[0].dtype if rows else torch.float32
+    for r in rows[1:]:
+        dtype = torch.promote_types(dtype, r.dtype)
+    return rows, sum(r.shape[1] for r in rows), dtype
+
+
+def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int],
+                skip: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_i w_i x_i over the k local rows in increasing ``positions``, flat (tensors concatenated).
+
+    Each element is computed as ``acc = 0; acc = acc + fl(w_i * x_i)`` for i in order: one rounded
+    product and one rounded addition per client, so any split of the work by columns gives the same
+    bits. Rows with ``skip`` set add nothing (a client dropped by --on-diverge skip-client: 0 * NaN is NaN).
+    """
+    rows, width, dtype = flat_rows(tensors)
+    out = torch.zeros(width, dtype=dtype, device=rows[0].device if rows else "cpu")
+    if not rows:
+        return out
+    order = sorted(range(rows[0].shape[0]), key=lambda i: positions[i])
+    if skip is not None:
+        dead = skip.tolist()
+        order = [i for i in order if not dead[i]]
+    ws = None if weights is None else [_scalar(w, dtype) for w in weights.tolist()]
+    tmp = torch.empty(min(BLOCK, max(1, width)), dtype=dtype, device=out.device)
+    offset = 0
+    for r in rows:
+        n = r.shape[1]
+        for lo in range(0, n, BLOCK):
+            hi = min(n, lo + BLOCK)
+            acc = out[offset + lo: offset + hi]
+            for i in order:
+                x = r[i, lo:hi]
+                if ws is None:
+                    acc.add_(x.to(dtype))
+                else:
+                    acc.add_(torch.mul(x.to(dtype), ws[i], out=tmp[: hi - lo]))
+        offset += n
+    return out
 
 
 class Communicator:
@@ -37,6 +92,24 @@ class Communicator:
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    def client_sum(self, tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int], total: int,
+                   skip: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i w_i x_i over every client of the cohort, flat, the clients added in cohort order.
+
+        ``tensors``: this rank's stacked rows [k, ...]; ``weights`` [k] (None: 1); ``positions``: each local
+        client's index in the cohort (0 .. total - 1). Every rank gets the whole sum. Here: the local
+        :func:`ordered_sum` plus one all-reduce of the ranks' partial sums.
+        """
+        return self.allreduce_(ordered_sum(tensors, weights, positions, skip))
+
+    def client_gather(self, values: torch.Tensor, positions: list[int], total: int) -> torch.Tensor:
+        """[total, ...] with this rank's rows ``values`` [k, ...] at their cohort ``positions`` and every
+        other rank's at theirs. Exact: each entry has one contributor, the others add zeros."""
+        out = torch.zeros((total, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        if len(positions):
+            out[torch.as_tensor(positions, dtype=torch.long, device=values.device)] = values
+        return self.allreduce_(out)
 
 
 def assign_clients(cohort: list[int], sizes, rank: int, world: int) -> list[int]:

@@ -96,11 +96,9 @@ def gather_state(sim, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def cohort_mean(sim, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """sum_i p_i x_i over the whole cohort (local weighted sum + one all-reduce), per tensor."""
+    """sum_i p_i x_i over the whole cohort (added in cohort order across processes), per tensor."""
     names = list(stacked)
-    w = cohort.weights.to(sim.device, torch.float32)
-    flat = torch.cat([torch.tensordot(w, stacked[n].float(), dims=1).reshape(-1) for n in names])
-    flat = sim.comm.allreduce_(flat)
+    flat = sim.cohort_sum(cohort, [stacked[n].float() for n in names], cohort.weights)
     out, offset = {}, 0
     for n in names:
         shape = sim.global_params[n].shape

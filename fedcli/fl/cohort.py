@@ -40,6 +40,17 @@ class Cohort:
     def size(self) -> int:
         return len(self.clients)
 
+    @property
+    def total(self) -> int:
+        """Clients in the whole cohort (all processes)."""
+        return len(self.cohort_ids or self.clients)
+
+    @property
+    def positions(self) -> list[int]:
+        """Each local client's index in the whole cohort (the order cohort sums add the clients in)."""
+        where = {c: i for i, c in enumerate(self.cohort_ids or self.clients)}
+        return [where[c] for c in self.clients]
+
     @classmethod
     def from_global(cls, clients, weights, global_params, global_buffers):
         k = len(clients)

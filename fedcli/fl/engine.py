@@ -14,7 +14,6 @@ evaluated when an evaluation point has been reached.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -35,6 +34,9 @@ from fedcli.fl.schedules import build_schedule
 from fedcli.fl.store import ClientStore
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
+
+
+EVAL_BATCH = 1024  # test samples per forward pass of the global model
 
 
 @dataclass
@@ -131,6 +133,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def default_threads(cfg: TrainConfig) -> int:
+    """Torch threads of each process: ``--threads``, or 1 (0, the default).
+
+    Parallelism comes from the worker processes (``--workers``), one client shard each. Two torch
+    threads in one process collapse when another process holds a core: every parallel region waits
+    for the descheduled thread (the default digits run, 2 cores: 30 s of training with 2 threads against
+    4 s with 1 at load average 2.3; 15.5 s against 7.1 s beside one busy process; 3.6 s with 2 threads
+    at load 0.4).
+    """
+    return cfg.threads or 1
+
+
+def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
+    """The run's model for ``dataset`` (on the CPU; the caller moves it)."""
+    from fedcli.models import build_model
+
+    vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None  # token-id datasets (agnews)
+    return build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
+                       wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes(),
+                       **({"vocab_size": int(vocab)} if vocab else {}))
+
+
 def _collective(err: Exception) -> Exception:
     """Mark an error that every process raises at the same point (the MPI entry then needs no abort)."""
     err.collective = True
@@ -165,12 +189,12 @@ class Simulation:
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
         from fedcli.data.setup import load_data_and_partition
-        from fedcli.models import build_model, layer_info
+        from fedcli.models import layer_info
         from fedcli.models.custom import check_model, is_factory_spec
 
         cfg = self.cfg
         self.device = resolve_device(cfg.device)
-        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // self.comm.size))
+        torch.set_num_threads(default_threads(cfg))
         if dataset is None or partition is None:
             dataset, partition = load_data_and_partition(cfg)
         self.dataset, self.partition = dataset, partition
@@ -185,10 +209,7 @@ class Simulation:
         self.active = max(1, int(round(cfg.active_ratio * n_clients)))
 
         torch.manual_seed(key(cfg.seed, "init"))
-        vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None  # token-id datasets (agnews)
-        self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
-                                 wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes(),
-                                 **({"vocab_size": int(vocab)} if vocab else {})).to(self.device)
+        self.model = build_run_model(cfg, dataset).to(self.device)
         self.layers = layer_info(self.model)
         self.global_params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.global_buffers = {n: b.detach().clone() for n, b in self.model.named_buffers()}
@@ -214,6 +235,7 @@ class Simulation:
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
+            vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
             check_model(cfg.model, self.model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
                         vmap=self.trainer.name == "vmap")
         from fedcli.fl.personal import build_personalization, local_layers
@@ -244,6 +266,8 @@ class Simulation:
                        "defaults": self.method.effective_defaults()},
             "seed": self.cfg.seed,
             "world_size": self.comm.size,
+            "workers": getattr(self.comm, "workers", 1),
+            **({"workers_choice": self.comm.workers_note} if getattr(self.comm, "workers_note", None) else {}),
             "device": str(self.device),
             "trainer": self.trainer.name,
             "dataset": self.dataset.source,
@@ -296,11 +320,10 @@ class Simulation:
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
         self.reset_skipped_rows(cohort)
         if self.schedule.needs_discrepancy:
-            disc = torch.stack([
-                torch.tensordot(cohort.weights.to(self.device, torch.float64),
-                                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1), dims=1)
-                for l in layers])
-            disc = self.comm.allreduce_(disc).cpu().tolist()
+            per_client = torch.stack([
+                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
+                for l in layers], 1)  # [K, layers]
+            disc = self.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
             for l, dv in zip(layers, disc):
                 self.schedule.observe(l, dv, step - last_sync[l])
         for kind, n, _ in names:
@@ -325,20 +348,15 @@ class Simulation:
         """
         ids = list(cohort.cohort_ids) or list(cohort.clients)
         dead = self.dead_rows(cohort)
-        local = self.local_sums(cohort, uploads, dead)
-        live_losses = None if losses is None else (losses if dead is None else losses[~dead])
-        total = local.sum(dtype=torch.float64) + (0.0 if live_losses is None else live_losses.sum(dtype=torch.float64))
-        ok = bool(torch.isfinite(total))  # one pass, one host sync; a NaN/inf anywhere makes the total non-finite
-        codes = torch.zeros(len(ids), dtype=local.dtype, device=local.device)
-        if not ok:
-            code = self.nonfinite_codes(uploads, losses, dead)
-            pos = {c: i for i, c in enumerate(ids)}
-            for k in code.nonzero().flatten().tolist():
-                codes[pos[cohort.clients[k]]] = float(code[k])
-        out = self.comm.allreduce_(torch.cat([local, codes]))
-        flat, codes = out[: local.numel()], out[local.numel():]
-        if ok and self.comm.size == 1:
+        dtype = uploads[0].dtype if uploads else torch.float32
+        extra = [] if losses is None else [losses.reshape(-1, 1).to(dtype)]  # the losses ride along: p_i * loss_i
+        flat = self.cohort_sum(cohort, uploads + extra, cohort.weights, dead)
+        flat, loss_total = (flat[:-1], flat[-1]) if extra else (flat, 0.0)
+        # one pass, one host sync; a NaN/inf in any client's upload or loss makes the cohort's sum non-finite
+        if bool(torch.isfinite(flat.sum(dtype=torch.float64) + loss_total)):
             return flat
+        code = self.nonfinite_codes(uploads, losses, dead).to(torch.float64).view(-1, 1)
+        codes = self.comm.client_gather(code, cohort.positions, cohort.total).view(-1)
         new = [(ids[i], int(c)) for i, c in enumerate(codes.cpu().tolist()) if c]
         if not new:
             return flat
@@ -361,17 +379,14 @@ class Simulation:
             raise _collective(DivergenceError(f"{where}: every client of the cohort has a non-finite loss or update"))
         keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
         cohort.weights = self.cohort_weights(ids, cohort.clients) * keep / kept
-        return self.comm.allreduce_(self.local_sums(cohort, uploads, self.dead_rows(cohort)))
+        return self.cohort_sum(cohort, uploads, cohort.weights, self.dead_rows(cohort))
 
-    def local_sums(self, cohort: Cohort, uploads: list[torch.Tensor], dead: torch.Tensor | None) -> torch.Tensor:
-        """sum_i p_i x_i over this process's clients, flat; rows of skipped clients are zeroed (0 * NaN is NaN)."""
-        w = cohort.weights.to(self.device, torch.float32)
-        chunks = []
-        for x in uploads:
-            if dead is not None:
-                x = torch.where(dead.view(-1, *([1] * (x.dim() - 1))), torch.zeros((), dtype=x.dtype, device=x.device), x)
-            chunks.append(torch.tensordot(w.to(x.dtype) if x.dtype != w.dtype else w, x, dims=1).reshape(-1))
-        return torch.cat(chunks) if chunks else torch.zeros(0, device=self.device)
+    def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
+                   skip: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
+        (``Communicator.client_sum``: the same bits for any number of worker processes); rows of
+        ``skip`` (clients dropped by --on-diverge skip-client) add nothing."""
+        return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
 
     @staticmethod
     def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
@@ -440,14 +455,15 @@ class Simulation:
         """Global model on the test set: (mean loss, accuracy). Each rank evaluates a slice."""
         self.model.eval()
         n = self.test_y.numel()
-        lo, hi = n * self.comm.rank // self.comm.size, n * (self.comm.rank + 1) // self.comm.size
-        loss_sum, correct = 0.0, 0.0
-        for s in range(lo, hi, 1024):
-            e = min(hi, s + 1024)
+        chunks = math.ceil(n / EVAL_BATCH)  # fixed chunks, whole ones per process, summed in order: exact for any split
+        mine = list(range(chunks * self.comm.rank // self.comm.size, chunks * (self.comm.rank + 1) // self.comm.size))
+        sums = torch.zeros(len(mine), 2, dtype=torch.float64)
+        for row, c in enumerate(mine):
+            s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
             out = functional_call(self.model, (self.global_params, self.global_buffers), (self.test_x[s:e],))
-            loss_sum += torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
-            correct += (out.argmax(1) == self.test_y[s:e]).sum().item()
-        tot = self.comm.allreduce_(torch.tensor([loss_sum, correct], dtype=torch.float64))
+            sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
+            sums[row, 1] = (out.argmax(1) == self.test_y[s:e]).sum().item()
+        tot = self.comm.client_sum([sums], None, mine, chunks)
         return float(tot[0]) / n, float(tot[1]) / n
 
     # ------------------------------------------------------------------ training
@@ -547,10 +563,19 @@ class Simulation:
                 x = self.train_x[idx]
                 if plan.shifts is not None:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
-                grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
-                cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
-                self.local_step.step(cohort, grads, lr, active)
+                if active is not None and bool(active.all()):
+                    active = None  # every client still training: no [K, ...] masks to build (2 s of a 17 s round, cProfile)
+                fusable = getattr(self.trainer, "fuses_sgd", False) and hasattr(self.local_step, "fused_lr") \
+                    and type(self.local_step).gradients is parts.Part.gradients
+                fused = self.local_step.fused_lr(lr, active) if fusable else None
+                if fused is not None:  # plain SGD applied client by client inside the loop trainer
+                    _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
+                else:
+                    grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
+                cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
+                if fused is None:
+                    self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
                 round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1
@@ -568,8 +593,14 @@ class Simulation:
         for part in self.parts.values():
             part.end_round(self, cohort)
         self.forget_nonfinite(cohort)
-        state.loss_sum += float((round_losses / cohort.steps.double()).sum()) if mine else 0.0
-        state.loss_count += len(mine) - sum(c in getattr(cohort, "skipped", ()) for c in mine)
+        # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
+        # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
+        mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)
+        skipped = getattr(cohort, "skipped", None) or set()
+        total = self.cohort_sum(cohort, [mean_losses], None, self.dead_rows(cohort) if skipped else None)
+        if comm.is_root:
+            state.loss_sum += float(total[0])
+            state.loss_count += len(cohort_ids) - len(skipped)
         adj = self.schedule.end_round(round_idx, state.iteration)
         if adj is not None and self.run_dir is not None:
             eligible = getattr(self.schedule, "eligible", [True] * len(self.layers))

@@ -95,6 +95,13 @@ class SGDStep(Part):
     def begin_round(self, sim, cohort) -> None:
         cohort.opt_state = {}
 
+    def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
+        """``lr`` when this step is x <- x - lr * grad itself (plain SGD: no momentum, no weight decay, every
+        client active, no subclass changing anything), so a trainer may apply it right after each client's
+        backward instead of returning the gradients (``LoopTrainer.grads(lr=...)``); else None."""
+        plain = type(self) is SGDStep and not self.momentum and not self.weight_decay and active is None
+        return lr if plain else None
+
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
         return grads

@@ -96,8 +96,8 @@ class ScaffoldStep(SGDStep):
             alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
         for n in names:
             new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
-            chunks.append((new_ci[n] - self.c_i[n]).sum(0).reshape(-1))
-        flat = sim.comm.allreduce_(torch.cat(chunks))  # sum over the whole cohort of c_i+ - c_i
+            chunks.append(new_ci[n] - self.c_i[n])
+        flat = sim.cohort_sum(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
         offset = 0
         for n in names:
             c = self.c[n]
