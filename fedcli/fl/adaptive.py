@@ -82,6 +82,30 @@ def trust_ratio(p: torch.Tensor, u: torch.Tensor, phi) -> torch.Tensor:
     return torch.where(ok, pn / torch.where(ok, un, torch.ones_like(un)), torch.ones_like(un))
 
 
+def vhat_zero(cfg) -> float:
+    """v_hat_0, the server's second moment before any synchronization: eps (Algorithm 1, line 2, with
+    ``--vhat-eps floor``) or 0 (``outside``: eps is added to sqrt(v_hat) instead)."""
+    return cfg.eps if cfg.vhat_eps == "floor" else 0.0
+
+
+def denominator(cfg, vhat: torch.Tensor) -> torch.Tensor:
+    """The adaptive step's divisor for a second moment ``vhat``.
+
+    ``floor`` (Algorithm 1, line 12: psi = m / sqrt(v_hat)): v_hat never drops below v_hat_0 = eps, so this
+    is sqrt(v_hat); the clamp only matters for a client's own running v (``--vhat-start local``).
+    ``outside`` (the authors' prototype code): sqrt(v_hat) + eps.
+    """
+    if cfg.vhat_eps == "floor":
+        return vhat.clamp(min=cfg.eps).sqrt()
+    return vhat.sqrt() + cfg.eps
+
+
+def check_eps(cfg) -> None:
+    if cfg.vhat_eps == "floor" and cfg.eps <= 0:
+        raise ConfigError("--eps must be > 0 with --vhat-eps floor: Algorithm 1's v_hat_0 = eps is what the first "
+                          "round divides by")
+
+
 def sync_due(cfg, round_idx: int) -> bool:
     """Skip synchronization: v_hat (Mime: the server state) is updated at the end of every Z-th round."""
     return (round_idx + 1) % cfg.vhat_every == 0
@@ -192,21 +216,25 @@ class LambStep(Part):
 
     def __init__(self, cfg):
         super().__init__(cfg)
+        check_eps(cfg)
         self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
         self.trust = {"auto": self.trust_default, "on": True, "off": False}[cfg.trust_ratio]
         self.phi = scaling_function(cfg.phi_values())
         self.denom: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, sim, cohort) -> None:
-        vhat = shared_vhat(sim)
-        self.denom = None if vhat is None else {n: v.to(sim.device).sqrt() + self.eps for n, v in vhat.items()}
+        synced = shared_vhat(sim)  # v_hat_{r-1}; None before the first synchronization: v_hat_0
+        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.cfg)))
+                for n, p in sim.global_params.items()}
+        local = synced is None and self.cfg.vhat_start == "local"
+        self.denom = None if local else {n: denominator(self.cfg, v) for n, v in vhat.items()}  # fixed for the round
         m, v = {}, {}
         for n, p in sim.global_params.items():
-            m[n] = gather_state(sim, f"adaptive.m/{n}", cohort, p)
+            m[n] = gather_state(sim, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
             if self.cfg.local_v == "keep":
                 v[n] = gather_state(sim, f"adaptive.v/{n}", cohort, p)
             else:
-                v[n] = (vhat[n].to(p.device) if vhat is not None else torch.zeros_like(p)).expand_as(m[n]).clone()
+                v[n] = vhat[n].expand_as(m[n]).clone()  # v_{r,i}^0 = v_hat_{r-1} (line 6)
         cohort.state["adaptive.m"], cohort.state["adaptive.v"] = m, v
 
     def end_round(self, sim, cohort) -> None:
@@ -218,13 +246,6 @@ class LambStep(Part):
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
         return grads
-
-    def denominator(self, name: str, v: torch.Tensor):
-        if self.denom is not None:
-            return self.denom[name]
-        if self.cfg.vhat_start == "local":
-            return v.sqrt() + self.eps
-        return self.eps
 
     @torch.no_grad()
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
@@ -240,7 +261,7 @@ class LambStep(Part):
                 a = expand(active, m)
                 m.copy_(torch.where(a, m * b1 + (1 - b1) * g, m))
                 v.copy_(torch.where(a, v * b2 + (1 - b2) * g * g, v))
-            u = m / self.denominator(n, v)
+            u = m / (self.denom[n] if self.denom is not None else denominator(self.cfg, v))  # psi (line 12)
             if self.wd:
                 u = u + self.wd * p
             if self.trust:
@@ -259,41 +280,36 @@ class AMSStep(LambStep):
 
 @register_local_step("mime")
 class MimeStep(Part):
-    """Mime with AMSGrad: the server's frozen (m_s, v_hat) applied to SVRG-corrected gradients."""
+    """Mime with AMSGrad: the base optimizer's update U(g~; s) with the server's state s = (m, v, v_hat) frozen.
+
+    U is the step a centralized AMSGrad would take with g~ as its next gradient, without writing the state
+    back: m' = b1 m + (1 - b1) g~, v' = b2 v + (1 - b2) g~^2, v_hat' = max(v_hat, v'),
+    y <- y - lr (m' / sqrt(v_hat') + lambda y) (``--vhat-eps outside``: sqrt(v_hat') + eps).
+    Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
+    """
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
+        check_eps(cfg)
+        self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
 
     def begin_round(self, sim, cohort) -> None:
         if not isinstance(sim.server, MimeServer):
             raise ConfigError("the 'mime' local step needs the 'mime' server part (use --algo mime)")
         self.sim, self.server = sim, sim.server
         self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
-        vhat = self.server.vhat
-        self.denom = None if vhat is None else {n: t.to(sim.device).sqrt() + self.eps for n, t in vhat.items()}
-        self.running_v = None
-        if vhat is None and self.cfg.vhat_start == "local":
-            self.running_v = {n: torch.zeros_like(p) for n, p in cohort.params.items()}
 
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
         x, y, w = cohort.batch
         at_anchor, _ = self.sim.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
-            c, ms, b1 = self.server.control, self.server.m, self.b1
+            srv, b1, b2, v0 = self.server, self.b1, self.b2, vhat_zero(self.cfg)
             for n, p in cohort.params.items():
-                g = grads[n] - at_anchor[n].detach() + c[n]
-                mom = (1 - b1) * g if ms is None else b1 * ms[n] + (1 - b1) * g
-                if self.denom is not None:
-                    denom = self.denom[n]
-                elif self.running_v is not None:
-                    rv = self.running_v[n]
-                    new = rv * self.b2 + (1 - self.b2) * g * g
-                    rv.copy_(new if active is None else torch.where(expand(active, rv), new, rv))
-                    denom = rv.sqrt() + self.eps
-                else:
-                    denom = self.eps
-                u = mom / denom
+                g = grads[n] - at_anchor[n].detach() + srv.control[n]  # g~ = g_i(y) - g_i(x) + c
+                m = (1 - b1) * g if srv.m is None else b1 * srv.m[n] + (1 - b1) * g
+                v = (1 - b2) * g * g if srv.v is None else b2 * srv.v[n] + (1 - b2) * g * g
+                vhat = v.clamp(min=v0) if srv.vhat is None else torch.maximum(srv.vhat[n], v)
+                u = m / denominator(self.cfg, vhat)
                 if self.wd:
                     u = u + self.wd * p
                 if active is not None:
@@ -321,8 +337,9 @@ class _VhatServer(AverageServer):
         self.vhat = _to(self.vhat, sim.device)
 
     def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
+        """v_hat <- max(v_hat, candidate), v_hat = v_hat_0 (eps, or 0 with --vhat-eps outside) before the first time."""
         if self.vhat is None:
-            self.vhat = {n: t.clamp(min=0) for n, t in candidate.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.cfg)) for n, t in candidate.items()}
         else:
             self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
 
@@ -395,10 +412,10 @@ class MimeServer(AverageServer):
         if not sync_due(self.cfg, cohort.round_idx):
             return
         b1, b2, c = self.cfg.beta1, self.cfg.beta2, self.control
-        if self.m is None:
+        if self.m is None:  # from AMSGrad's initial state m = v = 0, v_hat = v_hat_0
             self.m = {n: (1 - b1) * g for n, g in c.items()}
             self.v = {n: (1 - b2) * g * g for n, g in c.items()}
-            self.vhat = {n: t.clone() for n, t in self.v.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.cfg)) for n, t in self.v.items()}
         else:
             self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
             self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}
