@@ -329,3 +329,30 @@ def test_fedlamb_and_mime_identical_under_2_processes(tmp_path):
             assert ra["comm_bytes"] == rb["comm_bytes"]
             for col in ("train_loss", "test_loss", "test_acc"):
                 assert abs(float(ra[col]) - float(rb[col])) <= 1e-5, (algo, col, ra[col], rb[col])
+
+
+def test_claim_recipe_at_both_scales():
+    """recipes/fedlamb/claim-rounds-to-target.toml (make reproduce-fedlamb): valid at paper and cpu scale, the
+    target is the paper's 90% at both, and each of Fed-LAMB and Fed-AMS runs a 3-value lr grid per model in
+    Section 5's setting; the cpu scale reads the MNIST test split beside the repo."""
+    from pathlib import Path
+
+    from fedcli.recipes import read_sweep
+    from fedcli.report.spec import parse_products
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / "fedlamb" / "claim-rounds-to-target.toml"
+    for scale in ("paper", "cpu"):
+        r = read_sweep(path, scale)
+        tables, figures = parse_products(r)
+        assert [t.target for t in tables if t.layout == "target"] == [0.9] and figures
+        grid = {}
+        for run in r.runs:
+            c = TrainConfig(**run.values).validate()
+            assert (c.partition, c.batch_size, c.active_ratio, c.local_epochs, c.beta1, c.beta2, c.weight_decay) == \
+                ("iid", 128, 0.5, 1.0, 0.9, 0.999, 0.0)
+            assert c.vhat_eps == "floor" and c.local_v == "server" and c.vhat_start == "eps"  # Algorithm 1
+            grid.setdefault((c.model, c.algo), set()).add(c.lr)
+        assert sorted(grid) == [(m, a) for m in ("lamb_cnn", "mlp") for a in ("fedams", "fedlamb")]
+        assert all(len(lrs) == 3 for lrs in grid.values())
+        if scale == "cpu":
+            assert c.data_dir == "../shared/datasets/mnist-t10k" and c.holdout_fraction == 0.2 and c.clients == 10

@@ -4,43 +4,57 @@ Adp-Fed.
 
 Local steps (client side, on the stacked cohort, ``[K, *shape]`` per parameter tensor):
 
-``lamb``  Algorithm 1, lines 6-13. Per client i and parameter tensor (layer) l, with the server's v_hat
-          held fixed for the whole round::
+``lamb``  Algorithm 1, lines 6-13. Per client i in round r and parameter tensor (layer) l, with the server's
+          v_hat_{r-1} held fixed for the whole round::
 
+              start:  p = global model, m = the client's m from its last round (0 at first), v = v_hat_{r-1}
               m <- b1 m + (1 - b1) g          v <- b2 v + (1 - b2) g^2        (no bias correction)
-              r  = m / (sqrt(v_hat) + eps)
-              u  = r + lambda p                                              (decoupled weight decay)
-              p <- p - lr * phi(||p||) / ||u|| * u                           (Eq. 3; norms per layer per client)
+              psi = m / sqrt(v_hat_{r-1})                                    (line 12)
+              u   = psi + lambda p                                           (decoupled weight decay)
+              p  <- p - lr * phi(||p||) / ||u|| * u                          (Eq. 3; norms per layer per client)
 
+          v_hat_0 = eps (line 2) and v_hat only grows (max), so the step divides by at least sqrt(eps); in
+          round 0 it divides by sqrt(eps) everywhere. The client's v only feeds the server (line 20).
           phi is the identity, or with ``--phi-bounds ZETA,MAX`` the bounded phi(a) = min(a + ZETA, MAX) of
           Assumption 4. As in LAMB (You et al. 2020), the ratio is 1 where phi(||p||) or ||u|| is 0 (a
-          zero-initialized tensor still moves). m and v are the client's own and persist across rounds in the
-          client store (``--local-v server`` starts v from v_hat instead, Algorithm 1 line 6).
+          zero-initialized tensor still moves). m persists per client across rounds in the client store.
+          Departures kept as options (docs/fidelity-fedlamb.md): ``--vhat-eps outside`` (v_hat_0 = 0 and
+          psi = m / (sqrt(v_hat) + eps), the authors' prototype code), ``--local-v keep`` (v is the client's
+          own, carried across rounds, as the prototype code), ``--vhat-start local`` (before the first
+          synchronization a client divides by its own running v).
 ``ams``   the same step without the trust ratio, p <- p - lr * u: local AMSGrad with a server-shared v_hat,
-          Fed-AMS (Chen, Li, Li, FODS 2020). ``--algo fedlamb --trust-ratio off`` is exactly ``fedams``.
+          Fed-AMS (Chen, Li, Li, FODS 2020). ``--algo fedlamb --trust-ratio off`` is exactly ``fedams`` (same lr).
 ``mime``  Mime with AMSGrad (Karimireddy et al. 2020, "Mime: Mimicking centralized stochastic algorithms in
-          FL", the full Mime variant, not MimeLite): the clients apply the server's optimizer state (m_s, v_hat),
-          frozen during the round, to an SVRG-corrected gradient::
+          FL", Algorithm 1, the full Mime variant, not MimeLite): each local step applies the base optimizer's
+          update U(g~; s) with the server's state s = (m_s, v_s, v_hat_s) frozen for the round (U computes
+          the step a centralized AMSGrad would take with g~ as its next gradient and does not write s back)::
 
               g~ = g_i(y; batch) - g_i(x; same batch) + c      x: the round's global model,
                                                                c: cohort mean of the full-batch gradients at x
-              y <- y - lr * ((b1 m_s + (1 - b1) g~) / (sqrt(v_hat) + eps) + lambda y)
+              m' = b1 m_s + (1 - b1) g~,  v' = b2 v_s + (1 - b2) g~^2,  v_hat' = max(v_hat_s, v')
+              y <- y - lr * (m' / sqrt(v_hat') + lambda y)      (--vhat-eps outside: sqrt(v_hat') + eps)
 
+          Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
+          Because v' includes g~^2, |m' / sqrt(v_hat')| stays bounded as in centralized AMSGrad (the g~ part
+          by (1 - b1) / sqrt(1 - b2)) even where c, and so v_hat_s, is 0: inputs that are 0 in all of the
+          cohort's data, ReLUs dead on it at x (15% of the first layer of the default MLP on digits).
           The clients keep no state across rounds. g_i(x; batch) is a second gradient evaluation on the
           same mini-batch (its dropout masks are drawn independently).
 
-Until v_hat has been synchronized once (round 0, or the first Z-1 rounds with ``--vhat-every Z``), the server
-has none to send: with ``--vhat-start local`` (default) a client then divides by its own running v (Mime: the
-running v of g~ within the round); with ``--vhat-start eps`` by sqrt(0) + eps, Algorithm 1's v_hat_0 = eps,
-which only the trust ratio keeps finite.
+Until v_hat has been synchronized once (round 0, or the first Z-1 rounds with ``--vhat-every Z``), lamb and ams
+divide by the server's v_hat_0 (``--vhat-start eps``, default: sqrt(eps), or eps with ``--vhat-eps outside``);
+``--vhat-start local`` lets a client divide by its own running v instead.
 
 Server parts (all average the models as FedAvg does, then):
 
-``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v).
+``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v),
+                   v_hat = v_hat_0 (eps; 0 with ``--vhat-eps outside``) before the first time.
 ``vhat-fullgrad``  Mime-LAMB (lines 17, 21-23): each cohort client computes its full-batch gradient at the
-                   global model at the round's start; v <- b2 v + (1 - b2) mean^2, v_hat <- max(v_hat, v).
+                   global model at the round's start; v <- b2 v + (1 - b2) mean^2 (v = 0 at first),
+                   v_hat <- max(v_hat, v) (v_hat = v_hat_0 before the first time).
 ``mime``           Mime: c (the cohort's mean full-batch gradient at x) every round, for the clients'
-                   correction; the server's AMSGrad state (m_s, v, v_hat) is updated with c at the round's end.
+                   correction; at the round's end the server's AMSGrad state is updated with c, V(c, s):
+                   m_s <- b1 m_s + (1 - b1) c, v_s <- b2 v_s + (1 - b2) c^2, v_hat_s <- max(v_hat_s, v_s).
 ``adam``           Adp-Fed / FedAdam (Reddi et al., ICLR 2021, Algorithm 2): with Delta = average - x,
                    m <- b1 m + (1 - b1) Delta, v <- b2 v + (1 - b2) Delta^2, x <- x + eta m / (sqrt(v) + tau)
                    (``--server-lr`` eta, ``--server-eps`` tau; no bias correction).
@@ -217,7 +231,7 @@ class LambStep(Part):
     def __init__(self, cfg):
         super().__init__(cfg)
         check_eps(cfg)
-        self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
+        self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
         self.trust = {"auto": self.trust_default, "on": True, "off": False}[cfg.trust_ratio]
         self.phi = scaling_function(cfg.phi_values())
         self.denom: dict[str, torch.Tensor] | None = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.report.rundata import COMPLETED, RunData, read_manifest
+from fedcli.report.rundata import COMPLETED, FAILED, RunData, read_manifest
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
 from fedcli.sweep import MANIFEST, load_manifest
 
@@ -15,6 +15,12 @@ FORMATS = ("md", "latex", "csv")
 
 class MissingRuns(ConfigError):
     """A product's runs are missing or incomplete (exit 2); the message names them."""
+
+
+def diverged(manifest: dict | None) -> bool:
+    """A run that stopped because training diverged (exit 4, ``--on-diverge stop``): a result, not a missing run.
+    Reports use the evaluations it made before diverging (it reaches a target only if it did so before)."""
+    return bool(manifest) and manifest.get("status") == FAILED and str(manifest.get("error", "")).startswith("DivergenceError")
 
 
 @dataclass
@@ -47,7 +53,7 @@ class Sweep:
         return {(e["name"], int(e["seed"])): self.root / e["dir"] for e in self.manifest.get("runs", [])}
 
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
-        """({name: {seed: RunData}} for complete runs, ["name seed k (status)"] for the others)."""
+        """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (status)"] for the others)."""
         entries = self.entries()
         runs, problems = {}, []
         for name in names:
@@ -57,7 +63,7 @@ class Sweep:
                     problems.append(f"'{name}' seed {seed} (not in the sweep)")
                     continue
                 status, m = read_manifest(path)
-                if status != COMPLETED:
+                if status != COMPLETED and not diverged(m):
                     problems.append(f"'{name}' seed {seed} ({status})")
                     continue
                 runs.setdefault(name, {})[seed] = RunData(path, m)
@@ -126,6 +132,10 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
     runs = sweep.need(spec)
     table = build_table(spec, runs, sweep.seeds, sweep.scale)
+    stopped = [f"'{name}' seed {seed} ({r.manifest['error'].split(': ', 1)[-1]})"
+               for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
+    if stopped:
+        table.notes.append("Diverged (exit 4), counted with the evaluations made before: " + "; ".join(stopped) + ".")
     return render(table, fmt)
 
 
