@@ -21,10 +21,11 @@ from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.methods import METHODS
 from fedcli.fl.store import ClientStore
+from fedcli.recipes import build_config
 
+SHORT_LR = {"fedsgd": 0.3, "fedadam": 0.1, "fedams": 0.001, "fedlamb": 0.05, "mime": 0.003, "mimelamb": 0.05}
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, partition="iid",
             rounds=4, local_epochs=1.0, batch_size=32, eval_every=1, device="cpu", threads=1)
-LR = {"fedsgd": 0.3, "fedadam": 0.1, "fedams": 0.003, "fedlamb": 0.05, "mime": 0.003, "mimelamb": 0.05}
 
 
 def cfg(tmp_path=None, name="run", **kw):
@@ -47,8 +48,9 @@ def same_metrics(a, b, cols=("round", "iteration", "train_loss", "test_loss", "t
 
 # ---------------------------------------------------------------------------- one local step by hand
 def lamb_setup(**kw):
-    """A LambStep on a hand-made cohort: 2 clients, tensors a (2 elements) and b (1 element)."""
-    c = TrainConfig(**dict(dict(beta1=0.9, beta2=0.999, eps=0.0, weight_decay=0.1, algo="fedlamb"), **kw)).validate()
+    """A LambStep on a hand-made cohort: 2 clients, tensors a (2 elements) and b (1 element). The server's v_hat
+    is above eps everywhere, so under Algorithm 1 (``--vhat-eps floor``) psi = m / sqrt(v_hat) exactly."""
+    c = TrainConfig(**dict(dict(beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.1, algo="fedlamb"), **kw)).validate()
     server = adaptive.VhatMaxServer(c)
     server.vhat = {"a": torch.tensor([0.01, 0.04]), "b": torch.tensor([1e-4])}
     step = adaptive.LambStep(c) if c.trust_ratio != "off" else adaptive.AMSStep(c)
@@ -66,13 +68,14 @@ def lamb_setup(**kw):
 def test_lamb_step_by_hand():
     sim, step, cohort, grads = lamb_setup()
     step.step(cohort, grads, lr=0.1)
-    # client 0, tensor a: m = 0.1 g = [0.1, 0.2], v = 0.001 g^2 = [0.001, 0.004]
+    # client 0, tensor a: m = 0.1 g = [0.1, 0.2]; v starts from v_hat (Algorithm 1, line 6):
+    # v = 0.999 [0.01, 0.04] + 0.001 g^2 = [0.01099, 0.04396]
     # r = m / sqrt(v_hat) = [0.1 / 0.1, 0.2 / 0.2] = [1, 1]; u = r + 0.1 p = [1.3, 1.4], ||u|| = sqrt(3.65) = 1.910497
     # ratio = ||p|| / ||u|| = 5 / 1.910497 = 2.617120; p = [3, 4] - 0.1 * 2.617120 * [1.3, 1.4]
     a = cohort.params["a"]
     torch.testing.assert_close(a[0], torch.tensor([2.659774450, 3.633603254]))
     torch.testing.assert_close(cohort.state["adaptive.m"]["a"][0], torch.tensor([0.1, 0.2]))
-    torch.testing.assert_close(cohort.state["adaptive.v"]["a"][0], torch.tensor([0.001, 0.004]))
+    torch.testing.assert_close(cohort.state["adaptive.v"]["a"][0], torch.tensor([0.01099, 0.04396]))
     # client 1, tensor a is zero: phi(||p||) = 0, so LAMB's ratio is 1: u = m / sqrt(v_hat) = [0.2 / 0.1, 0] = [2, 0]
     torch.testing.assert_close(a[1], torch.tensor([-0.2, 0.0]))
     # tensor b (its own layer norm): r = +-0.1 / 0.01 = +-10, u = r + 0.1 * 1 = 10.1 / -9.9;
@@ -88,7 +91,7 @@ def test_lamb_step_bounded_phi_and_frozen_client():
     # client 1 is frozen: parameters and moments do not move
     assert cohort.params["a"][1].tolist() == [0.0, 0.0] and cohort.params["b"][1].tolist() == [1.0]
     assert cohort.state["adaptive.m"]["a"][1].tolist() == [0.0, 0.0]
-    assert cohort.state["adaptive.v"]["b"][1].tolist() == [0.0]
+    torch.testing.assert_close(cohort.state["adaptive.v"]["b"][1], torch.tensor([1e-4]), rtol=0, atol=0)  # still v_hat
 
 
 def test_ams_step_by_hand():
@@ -98,6 +101,21 @@ def test_ams_step_by_hand():
     torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.87, 3.86]))
     torch.testing.assert_close(cohort.params["a"][1], torch.tensor([-0.2, 0.0]))
     torch.testing.assert_close(cohort.params["b"][:, 0], torch.tensor([1.0 - 0.1 * 10.1, 1.0 + 0.1 * 9.9]))
+
+
+def test_ams_step_eps_outside_by_hand():
+    sim, step, cohort, grads = lamb_setup(trust_ratio="off", vhat_eps="outside", eps=0.1)
+    step.step(cohort, grads, lr=0.1)
+    # the prototype code's form: r = m / (sqrt(v_hat) + eps) = [0.1 / (0.1 + 0.1), 0.2 / (0.2 + 0.1)] = [0.5, 2/3]
+    # p = [3, 4] - 0.1 * ([0.5, 2/3] + 0.1 * [3, 4]) = [2.92, 3.893333]
+    torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.92, 3.8933333]))
+    # tensor b: r = +-0.1 / (0.01 + 0.1) = +-0.909091; p = 1 - 0.1 * (+-0.909091 + 0.1)
+    torch.testing.assert_close(cohort.params["b"][:, 0], torch.tensor([1 - 0.1 * (0.1 / 0.11 + 0.1), 1 - 0.1 * (-0.1 / 0.11 + 0.1)]))
+
+
+def test_floor_needs_positive_eps():
+    with pytest.raises(ConfigError, match="--eps must be > 0"):
+        lamb_setup(eps=0.0)
 
 
 def test_adam_server_by_hand():
@@ -147,7 +165,8 @@ def test_skip_synchronization_rounds_and_bytes():
 
 
 def test_fedlamb_server_raises_vhat_to_cohort_mean():
-    sim = Simulation(cfg(algo="fedlamb", lr=0.02, rounds=1)).setup()
+    """With the clients' own v kept in the store (--local-v keep), v_hat after round 0 is max(v_hat_0 = eps, mean v)."""
+    sim = Simulation(cfg(algo="fedlamb", lr=0.02, rounds=1, local_v="keep", eps=1e-6)).setup()
     sim.run()
     from fedcli.fl.engine import sample_cohort
     cohort = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.active)
@@ -155,7 +174,8 @@ def test_fedlamb_server_raises_vhat_to_cohort_mean():
         table = sim.store.tables[f"adaptive.v/{n}"]
         assert sorted(table) == cohort
         mean = torch.stack([table[c] for c in cohort]).mean(0)
-        torch.testing.assert_close(vhat, mean)  # max(0, mean) after the first round
+        torch.testing.assert_close(vhat, mean.clamp(min=1e-6))  # max(v_hat_0, mean) after the first round
+    assert any(bool((t == 1e-6).any()) for t in sim.server.vhat.values())  # the floor is reached (digits' blank pixels)
 
 
 # ---------------------------------------------------------------------------- Mime-LAMB and Mime
@@ -182,14 +202,15 @@ def test_mimelamb_vhat_from_full_batch_gradients():
     cohort = Cohort.from_global(ids, w, sim.global_params, sim.global_buffers)
     mean = adaptive.cohort_mean(sim, cohort, adaptive.full_batch_grads(sim, cohort))  # at the initial global model
     sim.run()
-    for n, g in mean.items():  # v = (1 - b2) g^2 after one round, v_hat = max(0, v)
-        torch.testing.assert_close(sim.server.vhat[n], 0.001 * g * g, rtol=1e-4, atol=1e-12)
+    for n, g in mean.items():  # v = (1 - b2) g^2 after one round, v_hat = max(v_hat_0 = eps, v)
+        torch.testing.assert_close(sim.server.vhat[n], (0.001 * g * g).clamp(min=1e-8), rtol=1e-4, atol=1e-12)
     assert "adaptive.m/" + sim.layers[0].name in sim.store.tables  # the clients keep their local m
 
 
 def test_mime_first_step_uses_frozen_server_state():
-    """In round 1 the first local step starts at y = x, so the correction leaves exactly c:
-    y1 = x - lr * ((b1 m_s + (1 - b1) c) / (sqrt(v_hat) + eps) + lambda x)."""
+    """In round 1 the first local step starts at y = x, so the correction leaves exactly c, and AMSGrad's update
+    with the server's state frozen is y1 = x - lr * ((b1 m_s + (1 - b1) c) / sqrt(max(v_hat, b2 v + (1 - b2) c^2))
+    + lambda x)."""
     sim = Simulation(cfg(algo="mime", lr=0.003, rounds=2, weight_decay=0.01)).setup()
     orig, record = sim.local_step.step, {}
 
@@ -197,7 +218,7 @@ def test_mime_first_step_uses_frozen_server_state():
         if cohort.round_idx == 1 and not record:
             record["x"] = {n: p.clone() for n, p in cohort.params.items()}
             record["state"] = ({n: t.clone() for n, t in sim.server.m.items()}, {n: t.clone() for n, t in sim.server.vhat.items()},
-                               {n: t.clone() for n, t in sim.server.control.items()})
+                               {n: t.clone() for n, t in sim.server.control.items()}, {n: t.clone() for n, t in sim.server.v.items()})
             orig(cohort, grads, lr, active)
             record["y"] = {n: p.clone() for n, p in cohort.params.items()}
             record["active"], record["lr"] = active, lr
@@ -206,9 +227,10 @@ def test_mime_first_step_uses_frozen_server_state():
 
     sim.local_step.step = spy
     sim.run()
-    m, vhat, c = record["state"]
+    m, vhat, c, v = record["state"]
     for n, x in record["x"].items():
-        want = x - record["lr"] * ((0.9 * m[n] + 0.1 * c[n]) / (vhat[n].sqrt() + 1e-8) + 0.01 * x)
+        denom = torch.maximum(vhat[n], 0.999 * v[n] + 0.001 * c[n] ** 2).sqrt()
+        want = x - record["lr"] * ((0.9 * m[n] + 0.1 * c[n]) / denom + 0.01 * x)
         if record["active"] is not None:  # None: every client still trains at this step
             want = torch.where(record["active"].view(-1, *[1] * (x.dim() - 1)), want, x)
         torch.testing.assert_close(record["y"][n], want, rtol=1e-4, atol=1e-6)
@@ -216,10 +238,12 @@ def test_mime_first_step_uses_frozen_server_state():
 
 # ---------------------------------------------------------------------------- all methods, ledger
 def test_methods_learn_and_count_their_extra_transfers(tmp_path):
+    """Five rounds of each method with a learning rate for a five-round run (the defaults are meant for fedcli's
+    600 iterations and are checked at that length in test_defaults_learn)."""
     out = {}
     for algo in ("fedsgd", "fedadam", "fedams", "fedlamb", "mime", "mimelamb"):
         extra = {"server_lr": 0.03} if algo == "fedadam" else {}
-        out[algo] = run_train(cfg(tmp_path, algo, algo=algo, lr=LR[algo], rounds=5, eps=1e-4, **extra), quiet=True)
+        out[algo] = run_train(cfg(tmp_path, algo, algo=algo, lr=SHORT_LR[algo], rounds=5, **extra), quiet=True)
         assert out[algo].final_acc > 0.5, (algo, out[algo].final_acc)
     base = out["fedsgd"].comm_bytes
     assert all(s.comm_params == out["fedsgd"].comm_params for s in out.values())  # Eq. 8: the model layers only
@@ -231,9 +255,25 @@ def test_methods_learn_and_count_their_extra_transfers(tmp_path):
 
 
 def test_variants_run(tmp_path):
-    for kw in (dict(local_v="server"), dict(vhat_start="eps"), dict(phi_bounds="0.01,10"), dict(algo="mimelamb", vhat_every=2)):
+    """The departures from Algorithm 1 that stay available (the prototype code's eps and v, a client's own v before
+    the first synchronization), the bounded phi and skip synchronization run to a finite loss."""
+    for kw in (dict(vhat_eps="outside"), dict(local_v="keep"), dict(vhat_start="local"), dict(phi_bounds="0.01,10"),
+               dict(algo="mimelamb", vhat_every=2), dict(algo="mime", vhat_eps="outside")):
         s = Simulation(cfg(**dict(dict(algo="fedlamb", lr=0.02, rounds=3), **kw))).setup().run()
         assert math.isfinite(s.final_loss), kw
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["fedlamb", "mimelamb", "fedams", "mime", "fedadam", "adp-fed"])
+def test_defaults_learn(tmp_path, algo):
+    """`fedcli train --algo X` with no other flag (digits, MLP 200-200, 600 local iterations) learns: before the
+    per-method defaults and the Mime fix, mime exited 4 and fedadam, adp-fed, fedams ended at chance (10%)."""
+    from fedcli.cli.main import main
+
+    out = tmp_path / algo
+    assert main(["train", "--algo", algo, "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    rows = read(out / "metrics.csv")
+    assert float(rows[-1]["test_acc"]) > 0.85, (algo, rows[-1]["test_acc"])
 
 
 def test_config_and_method_names():
@@ -290,3 +330,30 @@ def test_fedlamb_and_mime_identical_under_2_processes(tmp_path):
             assert ra["comm_bytes"] == rb["comm_bytes"]
             for col in ("train_loss", "test_loss", "test_acc"):
                 assert abs(float(ra[col]) - float(rb[col])) <= 1e-5, (algo, col, ra[col], rb[col])
+
+
+def test_claim_recipe_at_both_scales():
+    """recipes/fedlamb/claim-rounds-to-target.toml (make reproduce-fedlamb): valid at paper and cpu scale, the
+    target is the paper's 90% at both, and each of Fed-LAMB and Fed-AMS runs a 3-value lr grid per model in
+    Section 5's setting; the cpu scale reads the MNIST test split beside the repo."""
+    from pathlib import Path
+
+    from fedcli.recipes import read_sweep
+    from fedcli.report.spec import parse_products
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / "fedlamb" / "claim-rounds-to-target.toml"
+    for scale in ("paper", "cpu"):
+        r = read_sweep(path, scale)
+        tables, figures = parse_products(r)
+        assert [t.target for t in tables if t.layout == "target"] == [0.9] and figures
+        grid = {}
+        for run in r.runs:
+            c = TrainConfig(**run.values).validate()
+            assert (c.partition, c.batch_size, c.active_ratio, c.local_epochs, c.beta1, c.beta2, c.weight_decay) == \
+                ("iid", 128, 0.5, 1.0, 0.9, 0.999, 0.0)
+            assert c.vhat_eps == "floor" and c.local_v == "server" and c.vhat_start == "eps"  # Algorithm 1
+            grid.setdefault((c.model, c.algo), set()).add(c.lr)
+        assert sorted(grid) == [(m, a) for m in ("lamb_cnn", "mlp") for a in ("fedams", "fedlamb")]
+        assert all(len(lrs) == 3 for lrs in grid.values())
+        if scale == "cpu":
+            assert c.data_dir == "../shared/datasets/mnist-t10k" and c.holdout_fraction == 0.2 and c.clients == 10

@@ -4,43 +4,57 @@ Adp-Fed.
 
 Local steps (client side, on the stacked cohort, ``[K, *shape]`` per parameter tensor):
 
-``lamb``  Algorithm 1, lines 6-13. Per client i and parameter tensor (layer) l, with the server's v_hat
-          held fixed for the whole round::
+``lamb``  Algorithm 1, lines 6-13. Per client i in round r and parameter tensor (layer) l, with the server's
+          v_hat_{r-1} held fixed for the whole round::
 
+              start:  p = global model, m = the client's m from its last round (0 at first), v = v_hat_{r-1}
               m <- b1 m + (1 - b1) g          v <- b2 v + (1 - b2) g^2        (no bias correction)
-              r  = m / (sqrt(v_hat) + eps)
-              u  = r + lambda p                                              (decoupled weight decay)
-              p <- p - lr * phi(||p||) / ||u|| * u                           (Eq. 3; norms per layer per client)
+              psi = m / sqrt(v_hat_{r-1})                                    (line 12)
+              u   = psi + lambda p                                           (decoupled weight decay)
+              p  <- p - lr * phi(||p||) / ||u|| * u                          (Eq. 3; norms per layer per client)
 
+          v_hat_0 = eps (line 2) and v_hat only grows (max), so the step divides by at least sqrt(eps); in
+          round 0 it divides by sqrt(eps) everywhere. The client's v only feeds the server (line 20).
           phi is the identity, or with ``--phi-bounds ZETA,MAX`` the bounded phi(a) = min(a + ZETA, MAX) of
           Assumption 4. As in LAMB (You et al. 2020), the ratio is 1 where phi(||p||) or ||u|| is 0 (a
-          zero-initialized tensor still moves). m and v are the client's own and persist across rounds in the
-          client store (``--local-v server`` starts v from v_hat instead, Algorithm 1 line 6).
+          zero-initialized tensor still moves). m persists per client across rounds in the client store.
+          Departures kept as options (docs/fidelity-fedlamb.md): ``--vhat-eps outside`` (v_hat_0 = 0 and
+          psi = m / (sqrt(v_hat) + eps), the authors' prototype code), ``--local-v keep`` (v is the client's
+          own, carried across rounds, as the prototype code), ``--vhat-start local`` (before the first
+          synchronization a client divides by its own running v).
 ``ams``   the same step without the trust ratio, p <- p - lr * u: local AMSGrad with a server-shared v_hat,
-          Fed-AMS (Chen, Li, Li, FODS 2020). ``--algo fedlamb --trust-ratio off`` is exactly ``fedams``.
+          Fed-AMS (Chen, Li, Li, FODS 2020). ``--algo fedlamb --trust-ratio off`` is exactly ``fedams`` (same lr).
 ``mime``  Mime with AMSGrad (Karimireddy et al. 2020, "Mime: Mimicking centralized stochastic algorithms in
-          FL", the full Mime variant, not MimeLite): the clients apply the server's optimizer state (m_s, v_hat),
-          frozen during the round, to an SVRG-corrected gradient::
+          FL", Algorithm 1, the full Mime variant, not MimeLite): each local step applies the base optimizer's
+          update U(g~; s) with the server's state s = (m_s, v_s, v_hat_s) frozen for the round (U computes
+          the step a centralized AMSGrad would take with g~ as its next gradient and does not write s back)::
 
               g~ = g_i(y; batch) - g_i(x; same batch) + c      x: the round's global model,
                                                                c: cohort mean of the full-batch gradients at x
-              y <- y - lr * ((b1 m_s + (1 - b1) g~) / (sqrt(v_hat) + eps) + lambda y)
+              m' = b1 m_s + (1 - b1) g~,  v' = b2 v_s + (1 - b2) g~^2,  v_hat' = max(v_hat_s, v')
+              y <- y - lr * (m' / sqrt(v_hat') + lambda y)      (--vhat-eps outside: sqrt(v_hat') + eps)
 
+          Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
+          Because v' includes g~^2, |m' / sqrt(v_hat')| stays bounded as in centralized AMSGrad (the g~ part
+          by (1 - b1) / sqrt(1 - b2)) even where c, and so v_hat_s, is 0: inputs that are 0 in all of the
+          cohort's data, ReLUs dead on it at x (15% of the first layer of the default MLP on digits).
           The clients keep no state across rounds. g_i(x; batch) is a second gradient evaluation on the
           same mini-batch (its dropout masks are drawn independently).
 
-Until v_hat has been synchronized once (round 0, or the first Z-1 rounds with ``--vhat-every Z``), the server
-has none to send: with ``--vhat-start local`` (default) a client then divides by its own running v (Mime: the
-running v of g~ within the round); with ``--vhat-start eps`` by sqrt(0) + eps, Algorithm 1's v_hat_0 = eps,
-which only the trust ratio keeps finite.
+Until v_hat has been synchronized once (round 0, or the first Z-1 rounds with ``--vhat-every Z``), lamb and ams
+divide by the server's v_hat_0 (``--vhat-start eps``, default: sqrt(eps), or eps with ``--vhat-eps outside``);
+``--vhat-start local`` lets a client divide by its own running v instead.
 
 Server parts (all average the models as FedAvg does, then):
 
-``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v).
+``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v),
+                   v_hat = v_hat_0 (eps; 0 with ``--vhat-eps outside``) before the first time.
 ``vhat-fullgrad``  Mime-LAMB (lines 17, 21-23): each cohort client computes its full-batch gradient at the
-                   global model at the round's start; v <- b2 v + (1 - b2) mean^2, v_hat <- max(v_hat, v).
+                   global model at the round's start; v <- b2 v + (1 - b2) mean^2 (v = 0 at first),
+                   v_hat <- max(v_hat, v) (v_hat = v_hat_0 before the first time).
 ``mime``           Mime: c (the cohort's mean full-batch gradient at x) every round, for the clients'
-                   correction; the server's AMSGrad state (m_s, v, v_hat) is updated with c at the round's end.
+                   correction; at the round's end the server's AMSGrad state is updated with c, V(c, s):
+                   m_s <- b1 m_s + (1 - b1) c, v_s <- b2 v_s + (1 - b2) c^2, v_hat_s <- max(v_hat_s, v_s).
 ``adam``           Adp-Fed / FedAdam (Reddi et al., ICLR 2021, Algorithm 2): with Delta = average - x,
                    m <- b1 m + (1 - b1) Delta, v <- b2 v + (1 - b2) Delta^2, x <- x + eta m / (sqrt(v) + tau)
                    (``--server-lr`` eta, ``--server-eps`` tau; no bias correction).
@@ -80,6 +94,30 @@ def trust_ratio(p: torch.Tensor, u: torch.Tensor, phi) -> torch.Tensor:
     un = u.reshape(u.shape[0], -1).norm(dim=1)
     ok = (pn > 0) & (un > 0)
     return torch.where(ok, pn / torch.where(ok, un, torch.ones_like(un)), torch.ones_like(un))
+
+
+def vhat_zero(cfg) -> float:
+    """v_hat_0, the server's second moment before any synchronization: eps (Algorithm 1, line 2, with
+    ``--vhat-eps floor``) or 0 (``outside``: eps is added to sqrt(v_hat) instead)."""
+    return cfg.eps if cfg.vhat_eps == "floor" else 0.0
+
+
+def denominator(cfg, vhat: torch.Tensor) -> torch.Tensor:
+    """The adaptive step's divisor for a second moment ``vhat``.
+
+    ``floor`` (Algorithm 1, line 12: psi = m / sqrt(v_hat)): v_hat never drops below v_hat_0 = eps, so this
+    is sqrt(v_hat); the clamp only matters for a client's own running v (``--vhat-start local``).
+    ``outside`` (the authors' prototype code): sqrt(v_hat) + eps.
+    """
+    if cfg.vhat_eps == "floor":
+        return vhat.clamp(min=cfg.eps).sqrt()
+    return vhat.sqrt() + cfg.eps
+
+
+def check_eps(cfg) -> None:
+    if cfg.vhat_eps == "floor" and cfg.eps <= 0:
+        raise ConfigError("--eps must be > 0 with --vhat-eps floor: Algorithm 1's v_hat_0 = eps is what the first "
+                          "round divides by")
 
 
 def sync_due(cfg, round_idx: int) -> bool:
@@ -190,21 +228,25 @@ class LambStep(Part):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
+        check_eps(cfg)
+        self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
         self.trust = {"auto": self.trust_default, "on": True, "off": False}[cfg.trust_ratio]
         self.phi = scaling_function(cfg.phi_values())
         self.denom: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, sim, cohort) -> None:
-        vhat = shared_vhat(sim)
-        self.denom = None if vhat is None else {n: v.to(sim.device).sqrt() + self.eps for n, v in vhat.items()}
+        synced = shared_vhat(sim)  # v_hat_{r-1}; None before the first synchronization: v_hat_0
+        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.cfg)))
+                for n, p in sim.global_params.items()}
+        local = synced is None and self.cfg.vhat_start == "local"
+        self.denom = None if local else {n: denominator(self.cfg, v) for n, v in vhat.items()}  # fixed for the round
         m, v = {}, {}
         for n, p in sim.global_params.items():
-            m[n] = gather_state(sim, f"adaptive.m/{n}", cohort, p)
+            m[n] = gather_state(sim, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
             if self.cfg.local_v == "keep":
                 v[n] = gather_state(sim, f"adaptive.v/{n}", cohort, p)
             else:
-                v[n] = (vhat[n].to(p.device) if vhat is not None else torch.zeros_like(p)).expand_as(m[n]).clone()
+                v[n] = vhat[n].expand_as(m[n]).clone()  # v_{r,i}^0 = v_hat_{r-1} (line 6)
         cohort.state["adaptive.m"], cohort.state["adaptive.v"] = m, v
 
     def end_round(self, sim, cohort) -> None:
@@ -216,13 +258,6 @@ class LambStep(Part):
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
         return grads
-
-    def denominator(self, name: str, v: torch.Tensor):
-        if self.denom is not None:
-            return self.denom[name]
-        if self.cfg.vhat_start == "local":
-            return v.sqrt() + self.eps
-        return self.eps
 
     @torch.no_grad()
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
@@ -238,7 +273,7 @@ class LambStep(Part):
                 a = expand(active, m)
                 m.copy_(torch.where(a, m * b1 + (1 - b1) * g, m))
                 v.copy_(torch.where(a, v * b2 + (1 - b2) * g * g, v))
-            u = m / self.denominator(n, v)
+            u = m / (self.denom[n] if self.denom is not None else denominator(self.cfg, v))  # psi (line 12)
             if self.wd:
                 u = u + self.wd * p
             if self.trust:
@@ -257,41 +292,36 @@ class AMSStep(LambStep):
 
 @register_local_step("mime")
 class MimeStep(Part):
-    """Mime with AMSGrad: the server's frozen (m_s, v_hat) applied to SVRG-corrected gradients."""
+    """Mime with AMSGrad: the base optimizer's update U(g~; s) with the server's state s = (m, v, v_hat) frozen.
+
+    U is the step a centralized AMSGrad would take with g~ as its next gradient, without writing the state
+    back: m' = b1 m + (1 - b1) g~, v' = b2 v + (1 - b2) g~^2, v_hat' = max(v_hat, v'),
+    y <- y - lr (m' / sqrt(v_hat') + lambda y) (``--vhat-eps outside``: sqrt(v_hat') + eps).
+    Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
+    """
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.b1, self.b2, self.eps, self.wd = cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay
+        check_eps(cfg)
+        self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
 
     def begin_round(self, sim, cohort) -> None:
         if not isinstance(sim.server, MimeServer):
             raise ConfigError("the 'mime' local step needs the 'mime' server part (use --algo mime)")
         self.sim, self.server = sim, sim.server
         self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
-        vhat = self.server.vhat
-        self.denom = None if vhat is None else {n: t.to(sim.device).sqrt() + self.eps for n, t in vhat.items()}
-        self.running_v = None
-        if vhat is None and self.cfg.vhat_start == "local":
-            self.running_v = {n: torch.zeros_like(p) for n, p in cohort.params.items()}
 
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
         x, y, w = cohort.batch
         at_anchor, _ = self.sim.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
-            c, ms, b1 = self.server.control, self.server.m, self.b1
+            srv, b1, b2, v0 = self.server, self.b1, self.b2, vhat_zero(self.cfg)
             for n, p in cohort.params.items():
-                g = grads[n] - at_anchor[n].detach() + c[n]
-                mom = (1 - b1) * g if ms is None else b1 * ms[n] + (1 - b1) * g
-                if self.denom is not None:
-                    denom = self.denom[n]
-                elif self.running_v is not None:
-                    rv = self.running_v[n]
-                    new = rv * self.b2 + (1 - self.b2) * g * g
-                    rv.copy_(new if active is None else torch.where(expand(active, rv), new, rv))
-                    denom = rv.sqrt() + self.eps
-                else:
-                    denom = self.eps
-                u = mom / denom
+                g = grads[n] - at_anchor[n].detach() + srv.control[n]  # g~ = g_i(y) - g_i(x) + c
+                m = (1 - b1) * g if srv.m is None else b1 * srv.m[n] + (1 - b1) * g
+                v = (1 - b2) * g * g if srv.v is None else b2 * srv.v[n] + (1 - b2) * g * g
+                vhat = v.clamp(min=v0) if srv.vhat is None else torch.maximum(srv.vhat[n], v)
+                u = m / denominator(self.cfg, vhat)
                 if self.wd:
                     u = u + self.wd * p
                 if active is not None:
@@ -319,8 +349,9 @@ class _VhatServer(AverageServer):
         self.vhat = _to(self.vhat, sim.device)
 
     def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
+        """v_hat <- max(v_hat, candidate), v_hat = v_hat_0 (eps, or 0 with --vhat-eps outside) before the first time."""
         if self.vhat is None:
-            self.vhat = {n: t.clamp(min=0) for n, t in candidate.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.cfg)) for n, t in candidate.items()}
         else:
             self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
 
@@ -393,10 +424,10 @@ class MimeServer(AverageServer):
         if not sync_due(self.cfg, cohort.round_idx):
             return
         b1, b2, c = self.cfg.beta1, self.cfg.beta2, self.control
-        if self.m is None:
+        if self.m is None:  # from AMSGrad's initial state m = v = 0, v_hat = v_hat_0
             self.m = {n: (1 - b1) * g for n, g in c.items()}
             self.v = {n: (1 - b2) * g * g for n, g in c.items()}
-            self.vhat = {n: t.clone() for n, t in self.v.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.cfg)) for n, t in self.v.items()}
         else:
             self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
             self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}

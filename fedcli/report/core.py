@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.report.rundata import COMPLETED, RunData, read_manifest
+from fedcli.report.rundata import COMPLETED, FAILED, RunData, read_manifest
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
-from fedcli.report.validate import validate_run
+from fedcli.report.validate import diverged, validate_run
 from fedcli.sweep import MANIFEST, load_manifest
 
 FORMATS = ("md", "latex", "csv")
@@ -48,7 +48,7 @@ class Sweep:
         return {(e["name"], int(e["seed"])): self.root / e["dir"] for e in self.manifest.get("runs", [])}
 
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
-        """({name: {seed: RunData}} for complete runs, ["name seed k (status)"] for the others)."""
+        """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (status)"] for the others)."""
         entries = self.entries()
         runs, problems = {}, []
         for name in names:
@@ -58,7 +58,7 @@ class Sweep:
                     problems.append(f"'{name}' seed {seed} (not in the sweep)")
                     continue
                 status, m = read_manifest(path)
-                if status != COMPLETED:
+                if status != COMPLETED and not diverged(m):
                     problems.append(f"'{name}' seed {seed} ({status})")
                     continue
                 damage = validate_run(path, m)
@@ -144,6 +144,10 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
     runs = sweep.need(spec)
     table = build_table(scaled_title(spec, sweep, runs), runs, sweep.seeds, sweep.scale)
+    stopped = [f"'{name}' seed {seed} ({r.manifest['error'].split(': ', 1)[-1]})"
+               for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
+    if stopped:
+        table.notes.append("Diverged (exit 4), counted with the evaluations made before: " + "; ".join(stopped) + ".")
     return render(table, fmt)
 
 

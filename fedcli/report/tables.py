@@ -268,8 +268,10 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
         tgt = "the same seed's" if spec.early_stop_target == "seed" else "the mean"
         notes.append(f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of the left-hand run "
                      "of its row; C ratio there is its communication so far; (k/n): only k of n seeds reached it.")
-    if scale and scale != "paper":
+    if scale == "smoke":
         notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
+    elif scale and scale != "paper":  # e.g. cpu: a setting reduced to run offline on a CPU, chosen as evidence
+        notes.append(f"Scale '{scale}': a reduced version of the paper's setting; the recipe's header says how.")
     if spec.notes:
         notes.append(spec.notes)
     return Table(spec.name, spec.title, spec.paper, sections, notes)

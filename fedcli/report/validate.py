@@ -74,8 +74,18 @@ def _read_table(path: Path, what: str, required: tuple, problems: list) -> tuple
     return header, rows
 
 
+def diverged(manifest: dict | None) -> bool:
+    """A run that stopped because training diverged (exit 4, ``--on-diverge stop``): a result, not a missing run.
+    Reports use the evaluations it made before diverging (it reaches a target only if it did so before)."""
+    return (isinstance(manifest, dict) and manifest.get("status") == "failed"
+            and str(manifest.get("error", "")).startswith("DivergenceError"))
+
+
 def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]:
     """What is wrong with a completed run directory's data, as short phrases (empty: the run can be reported).
+
+    A run that diverged (:func:`diverged`) is checked the same way, except that it holds the evaluations made
+    before it stopped: fewer rows than planned, and no summary to end at.
 
     ``manifest``: the parsed ``manifest.json`` when the caller already read it. Used by every report path
     (sweep tables and figures, single-run reports) and by ``fedcli sweep`` (a damaged run is run again)."""
@@ -91,7 +101,8 @@ def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]
     if not isinstance(manifest, dict):
         return ["manifest.json is not a JSON object"]
     status = manifest.get("status")
-    if status != "completed":
+    stopped = diverged(manifest)
+    if status != "completed" and not stopped:
         return [f"status is {status!r}, not 'completed'"]
     problems: list[str] = []
     metrics = _read_table(run_dir / "metrics.csv", "metrics.csv", REQUIRED_METRICS, problems)
@@ -101,7 +112,7 @@ def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]
         summary = manifest.get("summary") if isinstance(manifest.get("summary"), dict) else {}
         if not rows:
             problems.append("metrics.csv holds no rows (only its header)")
-        elif isinstance(planned, int) and len(rows) != planned:
+        elif isinstance(planned, int) and (len(rows) > planned if stopped else len(rows) != planned):
             problems.append(f"metrics.csv holds {len(rows)} rows where the run's evaluation schedule gives {planned}")
         if rows:
             it = header.index("iteration")

@@ -1,11 +1,17 @@
 """Mime with AMSGrad (Karimireddy et al. 2020, "Mime: Mimicking centralized stochastic algorithms in FL"):
-clients apply the server's AMSGrad state (m, v_hat), frozen during the round, to SVRG-corrected gradients
-g_i(y) - g_i(x) + c; the server updates its state with c, the cohort's mean full-batch gradient at x.
-The full Mime variant (not MimeLite); see ``fedcli.fl.adaptive``.
+clients apply the base optimizer's update U(g~; s) with the server's AMSGrad state s = (m, v, v_hat) frozen
+during the round to SVRG-corrected gradients g~ = g_i(y) - g_i(x) + c; the server updates s with c, the
+cohort's mean full-batch gradient at x. The full Mime variant (not MimeLite); see ``fedcli.fl.adaptive``.
+
+Defaults. beta1 = 0.9, beta2 = 0.999 (Fed-LAMB, Section 5, for all adaptive methods, Mime included).
+lr = 0.001, the customary Adam/AMSGrad step size (Kingma and Ba 2015): U moves every coordinate by about lr
+per step, so the SGD default 0.1 ends at 10%; the paper's tuned values are in an appendix our copy lacks.
+On digits at fedcli's defaults the grid {0.1, 0.01, 0.003, 0.001, 0.0003} gave final accuracies 10%, 97.8%,
+97.8%, 97.5%, 98.3%.
 """
 
 import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("mime", "frozen server AMSGrad state + SVRG-corrected local steps (Karimireddy et al. 2020)",
-                       local_step="mime", server="mime"))
+                       local_step="mime", server="mime", defaults={"lr": 0.001}))
