@@ -179,7 +179,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
                              enabled=root and not quiet and not as_json)
     saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
-                                    notify=_notice if root else None)
+                                    notify=_notice if root else None, launcher=comm.launcher)
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
         saver.last = Path(ckpt["path"])
@@ -202,7 +202,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 raise saver.stopped_now(e.signum) from None
     except BaseException as e:
         if isinstance(e, StorageError) and run_dir is not None:
-            e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size)}")
+            e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
         if run_dir is not None:
             stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
             try:
@@ -227,7 +227,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             except (FedcliError, OSError):
                 pass
             raise StorageError(f"{e}; the training finished but its results could not be saved; {e.remedy}continue with: "
-                               f"{checkpoint.resume_command(out, comm.size)} (from the last checkpoint)") from None
+                               f"{checkpoint.resume_command(out, comm.size, comm.launcher)} (from the last checkpoint)") from None
         sentinel.stop(watchdog)
         if saver.late:
             _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "

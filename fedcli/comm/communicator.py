@@ -72,6 +72,7 @@ class Communicator:
 
     rank = 0
     size = 1
+    launcher = "fedcli"  # what started the processes: "fedcli" (one process, or --workers) or "mpi" (mpiexec)
 
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         """Sum ``buf`` over all ranks, in place; returns it."""

@@ -29,6 +29,8 @@ def launched_under_mpi() -> bool:
 
 
 class MPICommunicator(Communicator):
+    launcher = "mpi"
+
     def __init__(self):
         from mpi4py import MPI
 

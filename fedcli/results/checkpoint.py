@@ -260,7 +260,7 @@ def run_facts(sim) -> dict:
     from fedcli.results.rundir import versions
 
     return {"format": FORMAT, "version": VERSION, "config": sim.cfg.to_dict(), "world_size": sim.comm.size,
-            "versions": versions()}
+            "launcher": sim.comm.launcher, "versions": versions()}
 
 
 def capture(sim, state) -> dict | None:
@@ -314,13 +314,13 @@ def check_config(ckpt: dict, config: dict) -> None:
 def check_world_size(ckpt: dict, size: int, run_dir) -> None:
     if ckpt["world_size"] != size:
         raise ConfigError(f"--resume: {ckpt.get('path', 'the checkpoint')} was written by {ckpt['world_size']} process(es), this "
-                          f"run has {size}; resume it with: {resume_command(run_dir, ckpt['world_size'])}")
+                          f"run has {size}; resume it with: {resume_command(run_dir, ckpt['world_size'], ckpt.get('launcher', 'mpi'))}")
 
 
-def resume_command(run_dir, world_size: int = 1) -> str:
-    """The command that continues ``run_dir``: under MPI with the same number of processes (a checkpoint only
-    resumes with the process count that wrote it)."""
-    if world_size > 1:
+def resume_command(run_dir, world_size: int = 1, launcher: str = "mpi") -> str:
+    """The command that continues ``run_dir`` (a checkpoint only resumes with the process count that wrote it):
+    under MPI with as many processes; a ``--workers`` run starts as many workers itself (``--workers 0``)."""
+    if world_size > 1 and launcher == "mpi":
         return f"mpiexec -n {world_size} {sys.executable} -m mpi4py -m fedcli train --resume {run_dir}"
     return f"fedcli train --resume {run_dir}"
 
@@ -353,9 +353,9 @@ class Checkpointer:
 
     active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
 
-    def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None):
+    def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"):
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
-        self.world_size = int(world_size)
+        self.world_size, self.launcher = int(world_size), launcher
         self.notify = notify                # prints a one-line notice (root only), or None
         self.pending: int | None = None     # signal number received, not acted upon yet
         self.now = False                    # a second signal: stop the round in progress
@@ -388,7 +388,7 @@ class Checkpointer:
             signum = self.pending or signal.SIGTERM
             raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
                                       f"(iteration {state.iteration}); {self.holds()}; continue with: "
-                                      f"{resume_command(self.run_dir, self.world_size)}")
+                                      f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
 
     def step(self, sim, state) -> None:
         """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
@@ -423,7 +423,7 @@ class Checkpointer:
         name = signal.Signals(signum).name
         lost = f"round {self.rounds_done + 1} is lost"
         return Interrupted(signum, f"interrupted by {name} during round {self.rounds_done + 1} (stopped at once, {lost}); "
-                                   f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size)}")
+                                   f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size, self.launcher)}")
 
     @contextlib.contextmanager
     def signals(self):
@@ -437,7 +437,7 @@ class Checkpointer:
         def handler(signum, frame):
             name = signal.Signals(signum).name
             again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
-            if self.world_size > 1:  # mpiexec forwards every SIGTERM, but aborts the job on a second Ctrl-C
+            if self.world_size > 1 and self.launcher == "mpi":  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
                 again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
             if self.stopping:
                 return  # already stopping: let the last checkpoint be written
