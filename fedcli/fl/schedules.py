@@ -7,7 +7,9 @@ and the cohort is resampled. Within a round, layer ``l`` is synchronized after l
 
 - :class:`Periodic` is FedAvg's periodic full averaging (McMahan et al. 2017): every layer every tau.
 - :class:`Lama` is FedLAMA (Lee et al., AAAI 2023, Algorithms 1 and 2): intervals tau' or phi*tau',
-  re-adjusted every phi*tau' iterations from the unit model discrepancy d_l (Eq. 2).
+  re-adjusted every phi*tau' iterations from the unit model discrepancy d_l (Eq. 2). Its defaults follow the
+  authors' code where it differs from the text (the interval rule, kernels only, the delayed first
+  adjustment); docs/fidelity-fedlama.md lists each difference and the option that gives the text's version.
 - :class:`LamaAccelerate` is its "accelerate" variant (arXiv version's remark): intervals tau'//phi for
   the critical layers and tau' for the others, re-adjusted every tau'.
 """
