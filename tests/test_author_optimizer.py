@@ -261,3 +261,28 @@ def test_author_options_identical_under_mpi(tmp_path):
         assert x["comm_params"] == y["comm_params"]
         for col in ("train_loss", "test_loss", "test_acc"):
             assert abs(float(x[col]) - float(y[col])) <= 1e-5, (col, x[col], y[col])
+
+
+def test_resume_carries_slot_momentum_and_statistics(tmp_path, monkeypatch, capsys):
+    """Interrupted and resumed, a run with the author options equals the uninterrupted one (the slots' momentum
+    and BatchNorm statistics are in the checkpoint)."""
+    import signal
+
+    from fedcli.cli.main import main
+    from fedcli.results import checkpoint
+    from test_resume import interrupted, rows
+
+    args = ["train", "--dataset", "digits", "--model", "resnet20", "--clients", "6", "--active-ratio", "0.5", "--algo",
+            "fedlama", "--iterations", "24", "--tau", "2", "--phi", "2", "--batch-size", "8", "--lr", "0.05", "--momentum",
+            "0.9", "--momentum-persist", "slot", "--weight-decay", "2e-4", "--weight-decay-on", "kernels+final-bias",
+            "--bn-buffers", "never", "--lama-first-adjust", "0", "--eval-every", "4", "--checkpoint-every", "2",
+            "--device", "cpu", "--threads", "1", "--quiet"]
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert main(args + ["--out", str(ref)]) == 0
+    assert interrupted(monkeypatch, capsys, run, 3, signal.SIGINT, args)[0] == 130
+    ck = checkpoint.load(checkpoint.list_checkpoints(run)[-1][1])
+    store = ck["ranks"][0]["store"]
+    assert any(k.startswith("sgd.momentum.slot:") for k in store) and any(k.startswith("bn.slot:") for k in store)
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
+    assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
