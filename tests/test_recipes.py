@@ -112,3 +112,19 @@ def test_recipe_key_error_points_at_the_run(tmp_path):
         read_sweep(bad, "smoke")
     line = src.splitlines().index('name = "FedLAMA phi=4"') + 5  # name, algo, bn_buffers, phi, lr
     assert f"{bad}, line {line}" in str(e.value) and "lr" in str(e.value)
+
+
+def test_reproduce_femnist_cpu_scale():
+    """`make reproduce-fedlama`: the real CNN on the LEAF sample, natural split, three runs at one lr, paired cohorts."""
+    r = read_sweep(ROOT / "recipes/fedlama/reproduce-femnist.toml", "cpu")
+    by = {x.name: TrainConfig(**x.values) for x in r.runs}
+    assert [(c.algo, c.tau, c.phi if c.algo == "fedlama" else 1) for c in by.values()] == [
+        ("fedavg", 5, 1), ("fedavg", 10, 1), ("fedlama", 5, 2)]
+    for c in by.values():
+        c.validate()
+        assert (c.dataset, c.data_dir, c.model, c.partition, c.writers_per_client) == (
+            "femnist", SHARED_FEMNIST, "femnist_cnn", "natural", 2)
+        assert (c.clients, c.active_ratio, c.iterations, c.lr, c.checkpoint_every) == (50, 0.25, 400, 0.02, 0)
+        assert_author_code(c, r.fidelity)
+    assert "make reproduce-fedlama" in (ROOT / "recipes/fedlama/reproduce-femnist.toml").read_text()
+    assert "reproduce-fedlama:" in (ROOT / "Makefile").read_text()
