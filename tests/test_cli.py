@@ -92,3 +92,13 @@ def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
     assert {"manifest.json", "metrics.csv", "layers.csv", "intervals.csv"} <= files
     man = json.loads((runs[0] / "manifest.json").read_text())
     assert man["status"] == "completed" and man["summary"]["final_acc"] > 0.8
+    # the README's headline: FedLAMA's defaults save communication (about 63% of FedAvg(tau')) and learn as well
+    # as FedAvg with the same budget and interval (the same cohorts and initial model: the seed keys them)
+    assert man["summary"]["comm_pct_of_fedavg"] < 70
+    fedavg = tmp_path / "fedavg"
+    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--algo", "fedavg", "--json", "--out", str(fedavg)], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    avg = json.loads((fedavg / "manifest.json").read_text())["summary"]
+    assert avg["comm_pct_of_fedavg"] == 100.0
+    assert man["summary"]["final_acc"] >= avg["final_acc"] - 0.01, (man["summary"]["final_acc"], avg["final_acc"])

@@ -11,7 +11,7 @@ from fedcli.cli.train import run_train
 from fedcli.config import TrainConfig
 from fedcli.fl.cohort import Cohort, client_batches
 from fedcli.fl.engine import Simulation, sample_cohort
-from fedcli.fl.schedules import lama_intervals
+from lama_ref import author_rule
 from fedcli.fl.rng import torch_gen
 
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="64,64", clients=8, active_ratio=0.5, partition="dirichlet",
@@ -59,20 +59,25 @@ def test_communication_ratios_and_layers_csv(tmp_path):
 
 
 def test_intervals_csv_replays_algorithm1(tmp_path):
-    c = cfg(tmp_path, "lama", algo="fedlama", tau=2, phi=3, iterations=60, lama_eligible="kernels", lama_rule="reference")
+    # defaults: the author code's rule over kernels, first adjustment after more than 6 tau' = 12 iterations
+    c = cfg(tmp_path, "lama", algo="fedlama", tau=2, phi=3, iterations=60)
     run_train(c, quiet=True)
     rows = read(tmp_path / "lama/intervals.csv")
     assert rows, "intervals.csv has no adjustments"
     by_round = {}
     for r in rows:
         by_round.setdefault(int(r["round"]), []).append(r)
-    assert len(by_round) == 10
+    assert sorted(by_round) == list(range(2, 10))  # round ends at 6, 12 (not > 12), then 18 ... 60
+    relaxed = 0
     for rs in by_round.values():
         rs.sort(key=lambda r: int(r["layer"]))
         d = [float(r["d"]) for r in rs]
         n = [int(r["numel"]) for r in rs]
-        el = [r["eligible"] == "1" for r in rs]
-        assert lama_intervals(d, n, 2, 3, rule="reference", eligible=el) == [int(r["interval"]) for r in rs]
+        kinds = ["kernel" if r["eligible"] == "1" else "bias" for r in rs]
+        assert [r["eligible"] == "1" for r in rs] == [r["name"].endswith("weight") for r in rs]  # MLP: kernels are weights
+        assert [int(r["interval"]) for r in rs] == [2 * k for k in author_rule(d, n, kinds, 3)]
+        relaxed += sum(int(r["interval"]) == 6 for r in rs)
+    assert relaxed > 0
 
 
 def test_outputs_have_contract_columns(tmp_path):

@@ -63,7 +63,9 @@ def test_recipe_valid_at_both_scales(path):
             cfg = TrainConfig(**run.values)
             if cfg.algo in METHODS and (not cfg.schedule or cfg.schedule in ("periodic", "lama", "lama-accelerate")):
                 cfg.validate()
-            assert cfg.batch_size == 32 and cfg.weighting == "uniform" and cfg.lama_rule == "reference"
+            assert cfg.batch_size == 32
+            if r.fidelity.startswith("author code"):
+                assert_author_code(cfg, r.fidelity)
             if scale == "paper":
                 assert cfg.dataset in ("cifar10", "cifar100", "femnist") and cfg.clients == 128
                 assert cfg.model in ("resnet20", "wrn", "femnist_cnn")
@@ -73,6 +75,18 @@ def test_recipe_valid_at_both_scales(path):
                 assert cfg.dataset == "digits" or (cfg.dataset == "femnist" and cfg.data_dir == SHARED_FEMNIST)
     # fedcli train --recipe uses [base] (+ --scale)
     assert train_values(path, "smoke")["iterations"] <= 200
+
+
+def assert_author_code(cfg, fidelity):
+    """A run of a recipe that says it follows the FedLAMA author code uses exactly the code's optimizer and schedule."""
+    from fedcli.fl.methods import METHODS
+
+    assert (cfg.weighting, cfg.momentum, cfg.momentum_persist) == ("uniform", 0.9, "slot")
+    assert (cfg.weight_decay, cfg.weight_decay_on) == (2e-4, "kernels+final-bias")  # Keras l2(1e-4)
+    assert (cfg.lama_rule, cfg.lama_eligible, cfg.lama_first_adjust) == ("reference", "kernels", 6)
+    lama = (cfg.schedule or METHODS[cfg.algo].schedule) == "lama"
+    assert cfg.bn_buffers == ("never" if lama else "with-layer"), (cfg.algo, cfg.schedule, cfg.bn_buffers)
+    assert (cfg.warmup_iterations > 0) == ("warm-up" in fidelity and "no warm-up" not in fidelity)
 
 
 def test_paper_settings_of_aaai_table3():
@@ -96,5 +110,21 @@ def test_recipe_key_error_points_at_the_run(tmp_path):
     bad.write_text(src.replace('phi = 4\nlr = 0.04', 'phi = 4\nlr = "fast"'))
     with pytest.raises(ConfigError) as e:
         read_sweep(bad, "smoke")
-    line = src.splitlines().index('name = "FedLAMA phi=4"') + 4  # name, algo, phi, lr
+    line = src.splitlines().index('name = "FedLAMA phi=4"') + 5  # name, algo, bn_buffers, phi, lr
     assert f"{bad}, line {line}" in str(e.value) and "lr" in str(e.value)
+
+
+def test_reproduce_femnist_cpu_scale():
+    """`make reproduce-fedlama`: the real CNN on the LEAF sample, natural split, three runs at one lr, paired cohorts."""
+    r = read_sweep(ROOT / "recipes/fedlama/reproduce-femnist.toml", "cpu")
+    by = {x.name: TrainConfig(**x.values) for x in r.runs}
+    assert [(c.algo, c.tau, c.phi if c.algo == "fedlama" else 1) for c in by.values()] == [
+        ("fedavg", 5, 1), ("fedavg", 10, 1), ("fedlama", 5, 2)]
+    for c in by.values():
+        c.validate()
+        assert (c.dataset, c.data_dir, c.model, c.partition, c.writers_per_client) == (
+            "femnist", SHARED_FEMNIST, "femnist_cnn", "natural", 2)
+        assert (c.clients, c.active_ratio, c.iterations, c.lr, c.checkpoint_every) == (50, 0.25, 400, 0.02, 0)
+        assert_author_code(c, r.fidelity)
+    assert "make reproduce-fedlama" in (ROOT / "recipes/fedlama/reproduce-femnist.toml").read_text()
+    assert "reproduce-fedlama:" in (ROOT / "Makefile").read_text()

@@ -6,6 +6,7 @@ import pytest
 
 from fedcli.comm.ledger import Ledger, fedavg_params
 from fedcli.fl.schedules import Lama, Periodic, delta_lambda, lama_intervals, unit_discrepancy
+from lama_ref import author_adjusts_after, author_rule, paper_algorithm1
 
 T, PHI = 10, 4
 LONG = T * PHI
@@ -30,6 +31,7 @@ def test_algorithm1_both_rules():
     # author code, the first layer to break the condition still gets the long interval.
     assert lama_intervals(d, n, T, PHI, rule="paper") == [T, LONG, T, T]
     assert lama_intervals(d, n, T, PHI, rule="reference") == [T, LONG, T, LONG]
+    assert lama_intervals(d, n, T, PHI) == [T, LONG, T, LONG]  # the author code's rule is the default
 
 
 def test_algorithm1_ties_keep_layer_order():
@@ -39,17 +41,28 @@ def test_algorithm1_ties_keep_layer_order():
     assert lama_intervals(d, n, T, PHI, rule="reference") == [LONG, LONG, T]
 
 
+def test_algorithm1_exact_tie_follows_the_author_code():
+    # the issue's example: d = [1, 1], dim = [1, 1], tau' = 5, phi = 2. Layer 0: delta 1/2, lambda 1/2,
+    # 1 - lambda = 1/2: not 1 - lambda < delta, so the author code goes on; layer 1: delta 1, 1 - lambda 0 -> stop.
+    assert lama_intervals([1.0, 1.0], [1, 1], 5, 2, rule="reference") == [10, 10]
+    # the text's strict delta_l < 1 - lambda_l gives layer 0 tau' at the tie
+    assert lama_intervals([1.0, 1.0], [1, 1], 5, 2, rule="paper") == [5, 5]
+
+
 def test_algorithm1_zero_discrepancy_layer_and_strict_boundary():
     d, n = [0.0, 0.3, 0.1], [50, 25, 25]
     # d*n = [0, 7.5, 2.5]; order 0, 2, 1. Layer 0: delta 0 < 0.5 -> long.
-    # Layer 2: delta 0.25 < 1 - 0.75 = 0.25 is false (strict) -> tau'.
+    # Layer 2: delta 0.25 < 1 - 0.75 = 0.25 is false (strict) -> tau' in the text's rule; in the author
+    # code's, 1 - lambda < delta is false too, so it goes on to layer 1 (1 - 1 = 0 < 1: stop, long).
     assert lama_intervals(d, n, T, PHI, rule="paper") == [LONG, T, T]
-    assert lama_intervals(d, n, T, PHI, rule="reference") == [LONG, T, LONG]
+    assert lama_intervals(d, n, T, PHI, rule="reference") == [LONG, LONG, LONG]
 
 
 def test_algorithm1_all_zero_discrepancy():
-    # delta is taken as 0: every layer but the last one in the order satisfies 0 < 1 - lambda
-    assert lama_intervals([0.0, 0.0], [5, 5], T, PHI) == [LONG, T]
+    # delta is taken as 0: every layer but the last one in the order satisfies 0 < 1 - lambda; the author
+    # code divides 0 by 0 (nan), which never breaks its loop: every kernel gets the long interval
+    assert lama_intervals([0.0, 0.0], [5, 5], T, PHI, rule="paper") == [LONG, T]
+    assert lama_intervals([0.0, 0.0], [5, 5], T, PHI, rule="reference") == [LONG, LONG]
 
 
 def test_algorithm1_kernels_only():
@@ -58,10 +71,42 @@ def test_algorithm1_kernels_only():
     eligible = [True, False, True, False]
     # d*n = [0.4, 0.01, 0.1, 0.1] -> total over ALL tensors 0.61; lambda over kernels: 1400.
     # fc.w: delta 0.1/0.61 = 0.164 < 1 - 1000/1400 = 0.286 -> long; conv.w: 0.5/0.61 < 0 fails.
-    assert lama_intervals(d, n, T, PHI, eligible=eligible) == [T, T, LONG, T]
+    assert lama_intervals(d, n, T, PHI, eligible=eligible, rule="paper") == [T, T, LONG, T]
     assert lama_intervals(d, n, T, PHI, eligible=eligible, rule="reference") == [LONG, T, LONG, T]
     # all layers eligible: order 2, 0, 1, 3; fc.w: 0.164 < 1 - 1000/1420 = 0.296 -> long; conv.w: 0.82 < 0.014 fails
-    assert lama_intervals(d, n, T, PHI) == [T, T, LONG, T]
+    assert lama_intervals(d, n, T, PHI, rule="paper") == [T, T, LONG, T]
+
+
+def test_femnist_cnn_shape_only_the_author_rule_relaxes_fc1():
+    # The LEAF CNN's tensors (conv1 w/b, conv2 w/b, fc1 w/b, fc2 w/b) with fc1.weight (97% of the parameters)
+    # the least discrepant. Kernels: 800 + 51200 + 6422528 + 126976 = 6601504.
+    n = [800, 32, 51200, 64, 6422528, 2048, 126976, 62]
+    d = [1e-6, 1e-6, 1e-7, 1e-6, 1e-9, 1e-6, 1e-8, 1e-6]
+    kernels = [True, False, True, False, True, False, True, False]
+    # d*n: 8e-4, 3.2e-5, 5.12e-3, 6.4e-5, 6.422528e-3, 2.048e-3, 1.26976e-3, 6.2e-5; total 0.015818288.
+    # Walk (kernels by d): fc1.w: delta = 6.422528e-3 / 0.015818288 = 0.406, lambda = 6422528/6601504 = 0.973,
+    # 1 - lambda = 0.027 -> the text's rule gives it tau'; fc2.w: delta 0.486, 1 - lambda = 52000/6601504
+    # = 0.0079 -> tau'; conv2.w, conv1.w fail likewise. So "paper" is FedAvg(tau') exactly, while the author
+    # code's rule gives fc1.w the long interval and stops.
+    assert lama_intervals(d, n, 20, 2, rule="paper", eligible=kernels) == [20] * 8
+    assert lama_intervals(d, n, 20, 2, rule="reference", eligible=kernels) == [20, 20, 20, 20, 40, 20, 20, 20]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_algorithm1_matches_independent_reimplementations(seed):
+    # random layers with values exact in binary (d in quarters, sizes small integers), so exact ties occur
+    # and both sides compute every ratio the same way
+    import random
+
+    rng = random.Random(seed)
+    L = rng.randint(1, 9)
+    d = [rng.randint(0, 4) / 4 for _ in range(L)]
+    n = [rng.choice([1, 2, 3, 4, 8]) for _ in range(L)]
+    kinds = [rng.choice(["kernel", "kernel", "bias", "norm"]) for _ in range(L)]
+    phi = rng.choice([2, 3, 4])
+    got = lama_intervals(d, n, 1, phi, rule="reference", eligible=[k == "kernel" for k in kinds])
+    assert got == author_rule(d, n, kinds, phi)
+    assert lama_intervals(d, n, 1, phi, rule="paper") == paper_algorithm1(d, n, phi)
 
 
 def _layers(numels, kinds=None):
@@ -70,7 +115,7 @@ def _layers(numels, kinds=None):
 
 
 def _cfg(**kw):
-    base = dict(tau=2, phi=3, lama_rule="paper", lama_eligible="all", lama_skip_rounds=0)
+    base = dict(tau=2, phi=3, lama_rule="paper", lama_eligible="all", lama_first_adjust=0)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -93,8 +138,22 @@ def test_lama_schedule_observes_and_adjusts():
     adj = s.end_round(0, 6)
     # order [1, 0]: delta = 1/5 < 1 - 1000/1100 = 0.0909 fails -> both tau'
     assert adj.intervals == [2, 2] and adj.d == [0.04, 0.001]
-    skip = Lama(_cfg(lama_skip_rounds=2), _layers([1]))
-    assert skip.end_round(1, 6) is None and skip.end_round(2, 12) is not None
+    assert adj.intervals == lama_intervals(adj.d, [100, 1000], 2, 3, rule="paper")
+
+
+@pytest.mark.parametrize("phi", [1, 2, 3, 4, 7, 8])
+def test_first_adjustment_waits_as_the_author_code(phi):
+    # with --lama-first-adjust 6 (the default) a round end adjusts iff more than 6 tau' iterations have run;
+    # the author code's epochs of tau' iterations adjust after epoch e with (e + 1) % phi == 0 and e > 5
+    tau, rounds = 5, 12
+    s = Lama(_cfg(tau=tau, phi=phi, lama_rule="reference", lama_first_adjust=6), _layers([3, 4]))
+    ends = [(r + 1) * phi * tau for r in range(rounds)]
+    ours = [it for r, it in enumerate(ends) if s.end_round(r, it) is not None]
+    assert ours == author_adjusts_after(tau, phi, rounds * phi)
+    assert ours[0] == tau * {1: 7, 2: 8, 3: 9, 4: 8, 7: 7, 8: 8}[phi]  # by hand: the first multiple of phi above 6
+    # K = 0: every round end (the algorithm box)
+    s0 = Lama(_cfg(tau=tau, phi=phi, lama_first_adjust=0), _layers([3, 4]))
+    assert all(s0.end_round(r, it) is not None for r, it in enumerate(ends))
 
 
 def test_ledger_eq8_and_bytes():

@@ -26,7 +26,7 @@ from fedcli.comm.ledger import Ledger, fedavg_params
 from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError, DivergenceError
-from fedcli.fl import parts
+from fedcli.fl import parts, slots
 from fedcli.fl.cohort import Cohort, make_plan, sample_cohort
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
@@ -292,7 +292,7 @@ class Simulation:
         names = []
         for l in layers:
             names.append(("p", self.layers[l].name, l))
-            if self.cfg.bn_buffers == "with-layer" or round_end:
+            if self.cfg.bn_buffers == "with-layer" or (round_end and self.cfg.bn_buffers == "round-end"):
                 names.extend(("b", b, l) for b in self.sync_buffers[l])
         uploads = []
         scale = self.server.upload_scale(cohort)  # FedNova: each client uploads s_i * (x_i - u)
@@ -551,6 +551,8 @@ class Simulation:
             steps = max(self.client_steps(cohort_ids, steps))
         cohort.steps = torch.tensor(self.client_steps(mine, steps), device=self.device)
         self.init.initialize(self, cohort)
+        if cfg.bn_buffers == "never":
+            slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
         for part in self.parts.values():
             part.begin_round(self, cohort)
         plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, self.batch_size, self.dataset.augment).to(self.device)
@@ -590,6 +592,8 @@ class Simulation:
             for hook in self.step_hooks:
                 hook(self, state)
         round_losses = self.settle_skipped(state, cohort, round_losses, steps)
+        if cfg.bn_buffers == "never":
+            slots.keep_buffers(self, cohort)
         for part in self.parts.values():
             part.end_round(self, cohort)
         self.forget_nonfinite(cohort)

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from fedcli.errors import ConfigError
+from fedcli.fl import slots
+
 LOCAL_STEPS: dict[str, type] = {}
 CODECS: dict[str, type] = {}
 INITS: dict[str, type] = {}
@@ -79,21 +82,79 @@ def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------- local steps
+def decayed_tensors(layers, on: str) -> set[str] | None:
+    """Names of the parameter tensors SGD's weight decay acts on; None for all of them.
+
+    ``"kernels+final-bias"`` is the FedLAMA author code's Keras model: ``kernel_regularizer=l2(c)`` on every
+    Conv2D/Dense and ``bias_regularizer=l2(c)`` on the final Dense only, so BatchNorm gamma/beta and every
+    other bias are not decayed. Here: every ``kernel`` tensor (``fedcli.models.layers``) and the bias of the
+    module that owns the last kernel in parameter order (the output layer).
+    """
+    if on == "all":
+        return None
+    if on != "kernels+final-bias":
+        raise ValueError(f"unknown weight-decay target {on!r}")
+    kernels = [li.name for li in layers if li.kind == "kernel"]
+    names = set(kernels)
+    if kernels:
+        owner = kernels[-1].rpartition(".")[0]
+        bias = f"{owner}.bias" if owner else "bias"
+        names.update(li.name for li in layers if li.name == bias)
+    return names
+
+
+MOMENTUM = "sgd.momentum"  # store prefix of persisted momentum buffers (fedcli.fl.slots)
+
+
 @register_local_step("sgd")
 class SGDStep(Part):
     """Mini-batch SGD with heavy-ball momentum and L2 weight decay, as ``torch.optim.SGD``.
 
     g <- grad + wd * x;  b <- g (first step) or mu * b + g;  x <- x - lr * b.
-    Momentum buffers live on the cohort and are reset when a round starts (a fresh local optimizer).
+
+    Options that reproduce the FedLAMA author code's Keras ``SGD(momentum=0.9)`` with ``l2(1e-4)`` regularizers:
+
+    - ``--weight-decay-on kernels+final-bias`` (:func:`decayed_tensors`) with ``--weight-decay 2e-4``: Keras
+      adds l2(c) = c * sum(w^2) to the loss, a gradient 2c * w, on conv/dense kernels and the final dense bias.
+    - ``--momentum-persist slot`` (``fedcli.fl.slots``): the buffers outlive the round, by cohort slot as the
+      author's per-worker optimizers (``client``: by client). Without it (``none``) they are reset when a
+      round starts (a fresh local optimizer). A stored buffer b continues as mu * b + g; a slot or client
+      without one starts from b = 0, i.e. b = g, as torch and Keras do on their first step. Keras keeps
+      v = mu v - lr g: the same steps while lr is constant; right after an lr decay Keras's v still carries
+      the old lr (a documented difference, docs/fidelity-fedlama.md).
     """
+
+    # why momentum cannot outlive a round with this part (a part whose round-end logic assumes a fresh buffer
+    # says so: SCAFFOLD's control variates, FedNova's normalization); None: it can
+    fresh_momentum_needed: str | None = None
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.momentum = cfg.momentum
         self.weight_decay = cfg.weight_decay
+        self.decay_on = cfg.weight_decay_on
+        self.persist = cfg.momentum_persist if cfg.momentum else "none"
+        self.decayed: set[str] | None = None
+
+    def setup(self, sim) -> None:
+        self.decayed = decayed_tensors(sim.layers, self.decay_on)
+        if self.persist != "none":
+            reasons = [r for r in (getattr(p, "fresh_momentum_needed", None) for p in (self, sim.server)) if r]
+            if not _chains_end_round(type(self)):
+                reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
+            if reasons:
+                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {sim.cfg.algo}: {reasons[0]}")
 
     def begin_round(self, sim, cohort) -> None:
         cohort.opt_state = {}
+        if self.persist != "none":
+            bufs = slots.restore(sim, cohort, MOMENTUM, sim.global_params, self.persist,
+                                 lambda n: torch.zeros_like(sim.global_params[n]))
+            cohort.opt_state["momentum"] = [bufs[n] for n in cohort.params]
+
+    def end_round(self, sim, cohort) -> None:
+        if self.persist != "none" and "momentum" in cohort.opt_state:
+            slots.keep(sim, cohort, MOMENTUM, dict(zip(cohort.params, cohort.opt_state["momentum"])), self.persist)
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
         """``lr`` when this step is x <- x - lr * grad itself (plain SGD: no momentum, no weight decay, every
@@ -116,8 +177,12 @@ class SGDStep(Part):
         if active is not None:
             g = [t * expand(active, t) for t in g]
         if self.weight_decay:
-            wd = [p * expand(active, p) for p in params] if active is not None else params
-            g = torch._foreach_add(g, wd, alpha=self.weight_decay)
+            sel = [k for k, n in enumerate(names) if self.decayed is None or n in self.decayed]
+            wd = [params[k] * expand(active, params[k]) if active is not None else params[k] for k in sel]
+            decayed = torch._foreach_add([g[k] for k in sel], wd, alpha=self.weight_decay)
+            g = list(g)
+            for k, t in zip(sel, decayed):
+                g[k] = t
         if self.momentum:
             bufs = cohort.opt_state.get("momentum")
             if bufs is None:
@@ -136,6 +201,16 @@ class SGDStep(Part):
               active: torch.Tensor | None) -> None:
         """x <- x - lr * g with the final direction g (zero for frozen clients); SCAFFOLD also accumulates it."""
         torch._foreach_add_(params, g, alpha=-lr)
+
+
+def _chains_end_round(cls) -> bool:
+    """Whether ``cls.end_round`` is SGDStep's (no subclass in between replaces it), so persisted momentum is saved."""
+    for k in cls.__mro__:
+        if k is SGDStep:
+            return True
+        if "end_round" in k.__dict__:
+            return False
+    return False
 
 
 # ---------------------------------------------------------------------------- codecs

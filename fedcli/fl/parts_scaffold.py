@@ -42,6 +42,8 @@ def _key(name: str) -> str:
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
 
+    fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.c: dict[str, torch.Tensor] | None = None   # the server control variate

@@ -56,6 +56,8 @@ class NovaServer(AverageServer):
     p_i follows ``--weighting`` (the paper's p_i = n_i / n is ``--weighting samples``).
     """
 
+    fresh_momentum_needed = "FedNova's ||a_i||_1 assumes each client's momentum buffer starts at zero every round"
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.scale: torch.Tensor | None = None

@@ -7,7 +7,9 @@ and the cohort is resampled. Within a round, layer ``l`` is synchronized after l
 
 - :class:`Periodic` is FedAvg's periodic full averaging (McMahan et al. 2017): every layer every tau.
 - :class:`Lama` is FedLAMA (Lee et al., AAAI 2023, Algorithms 1 and 2): intervals tau' or phi*tau',
-  re-adjusted every phi*tau' iterations from the unit model discrepancy d_l (Eq. 2).
+  re-adjusted every phi*tau' iterations from the unit model discrepancy d_l (Eq. 2). Its defaults follow the
+  authors' code where it differs from the text (the interval rule, kernels only, the delayed first
+  adjustment); docs/fidelity-fedlama.md lists each difference and the option that gives the text's version.
 - :class:`LamaAccelerate` is its "accelerate" variant (arXiv version's remark): intervals tau'//phi for
   the critical layers and tau' for the others, re-adjusted every tau'.
 """
@@ -111,16 +113,24 @@ def delta_lambda(d: Sequence[float], numel: Sequence[int], order: Sequence[int],
     return deltas, lambdas
 
 
-def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "paper",
+def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "reference",
                    eligible: Sequence[bool] | None = None) -> list[int]:
     """FedLAMA Algorithm 1 (layer-wise aggregation interval adjustment).
 
-    I = argsort(d) (increasing, stable: ties keep layer order); walking along I, layer I[l] gets
-    phi*tau' if delta_l < 1 - lambda_l, else tau' (``rule="paper"``, the AAAI text; the arXiv/ICLR
-    box's ``delta_l < lambda_l`` is a typo). ``rule="reference"`` follows the author code: each layer
-    is given phi*tau' *before* the check, and the loop stops at the first layer that breaks the
-    condition, so that layer keeps the long interval too. Only ``eligible`` layers are considered;
-    the others keep tau'.
+    I = argsort(d) (increasing, stable: ties keep layer order); delta_l, lambda_l are Eqs. 3, 4 along I.
+
+    - ``rule="reference"`` (default): the author code's loop (``update_intervals`` of its FedLAMA solver).
+      Layer I[l] is given phi*tau' *before* the test, and the loop stops after the first layer with
+      1 - lambda_l < delta_l (strict: at an exact tie delta_l = 1 - lambda_l it goes on). So the layer that
+      crosses the condition keeps the long interval too. On the FEMNIST CNN this is what lets fc1.weight
+      (97% of the parameters) get phi*tau' at all: as the first layer of the walk its discrepancy share
+      delta_1 exceeds 1 - lambda_1 = 0.03, so the text's rule gives it tau' every time.
+    - ``rule="paper"``: the AAAI text and box: layer I[l] gets phi*tau' iff delta_l < 1 - lambda_l (strict),
+      else tau'. The arXiv/ICLR box's ``delta_l < lambda_l`` is a typo (their text compares delta_l with
+      1 - lambda_l). Since delta_l grows and 1 - lambda_l shrinks along I, the long layers are a prefix of I
+      either way; ``reference`` adds the first layer past the cross point (and ties).
+
+    Only ``eligible`` layers are walked (the author code: conv/dense kernels); the others keep tau'.
     """
     L = len(d)
     eligible = [True] * L if eligible is None else list(eligible)
@@ -132,7 +142,7 @@ def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int,
             out[i] = phi * tau if delta < 1.0 - lam else tau
         elif rule == "reference":
             out[i] = phi * tau
-            if not delta < 1.0 - lam:
+            if 1.0 - lam < delta:
                 break
         else:
             raise ValueError(f"unknown FedLAMA rule {rule!r}")
@@ -141,10 +151,14 @@ def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int,
 
 @register_schedule("lama")
 class Lama(Schedule):
-    """FedLAMA (Algorithm 2): per-layer intervals in {tau', phi*tau'}, re-adjusted every phi*tau'.
+    """FedLAMA (Algorithm 2 of the AAAI version, Algorithm 1 of the arXiv/ICLR ones): per-layer intervals in
+    {tau', phi*tau'}, re-adjusted by Algorithm 1 at the end of a round of phi*tau' iterations.
 
-    d_l (Eq. 2) is updated only when layer l is synchronized; other layers keep their last value.
-    All layers start at tau'; a round (cohort resampling, adjustment) lasts phi*tau' iterations.
+    d_l (Eq. 2) is updated only when layer l is synchronized; other layers keep their last value (the paper
+    and the author code alike). All layers start at tau'; a round (cohort resampling, adjustment) lasts
+    phi*tau' iterations. ``--lama-first-adjust K``: a round end adjusts only once more than K*tau' local
+    iterations have run. The author code's ``epoch_id > 5`` (an "epoch" there is tau' iterations, adjustments
+    at (epoch_id + 1) % phi == 0) is K = 6; K = 0 adjusts at every round end, as the algorithm box.
     """
 
     needs_discrepancy = True
@@ -153,7 +167,7 @@ class Lama(Schedule):
         super().__init__(cfg, layers)
         self.phi = cfg.phi
         self.rule = cfg.lama_rule
-        self.skip_rounds = cfg.lama_skip_rounds
+        self.first_adjust = cfg.lama_first_adjust
         self.eligible = [True] * len(layers) if cfg.lama_eligible == "all" else [li.kind == "kernel" for li in layers]
         self.d = [0.0] * len(layers)
         self.numel = [li.numel for li in layers]
@@ -169,7 +183,7 @@ class Lama(Schedule):
         return lama_intervals(self.d, self.numel, self.tau, self.phi, rule=self.rule, eligible=self.eligible)
 
     def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
-        if round_idx < self.skip_rounds:
+        if iteration <= self.first_adjust * self.tau:
             return None
         self.intervals = self.compute()
         return Adjustment(round_idx, iteration, list(self.d), list(self.intervals))
@@ -182,7 +196,7 @@ class Lama(Schedule):
         self.d = list(state["d"])
 
 
-def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "paper",
+def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "reference",
                               eligible: Sequence[bool] | None = None) -> list[int]:
     """FedLAMA's "accelerate" variant (arXiv version, remark after Algorithm 2): intervals in {tau'//phi, tau'}.
 
@@ -195,9 +209,9 @@ def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int
     - Before the cross point (lambda_l < 1 - delta_l) these layers carry a larger share of the discrepancy
       than of the parameters: they are the critical layers. Layer I[l] gets the *shorter* interval
       max(1, tau' // phi) iff lambda_l < 1 - delta_l (``rule="paper"``; ``"reference"`` mirrors the author
-      code's Algorithm 1 loop: the first layer to break the condition gets it too, then stop). Every
-      other layer keeps the base interval tau', and a round (full synchronization, cohort resampling,
-      re-adjustment) lasts tau'.
+      code's Algorithm 1 loop: the first layer to break the condition gets it too, then stop; a tie goes
+      on). Every other layer keeps the base interval tau', and a round (full synchronization, cohort
+      resampling, re-adjustment) lasts tau'.
     - Why {tau'//phi, tau'} and not {tau', phi*tau'}: the condition lambda_l < 1 - delta_l is
       delta_l + lambda_l < 1, Algorithm 1's own condition walked from the other end, so in the
       continuous picture it splits the layers at the same place as FedLAMA. Giving the critical side tau'
@@ -221,7 +235,7 @@ def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int
             out[i] = short if lam < 1.0 - delta else tau
         elif rule == "reference":
             out[i] = short
-            if not lam < 1.0 - delta:
+            if 1.0 - delta < lam:
                 break
         else:
             raise ValueError(f"unknown FedLAMA rule {rule!r}")
