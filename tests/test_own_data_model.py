@@ -306,7 +306,7 @@ def test_own_model_from_a_file_and_a_module_with_fedlama_layer_accounting(factor
 def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories, capsys):
     """FedLAMA's per-layer schedule and accounting see only named_parameters(): a factory building the zoo's MLP
     gives the same intervals, layer counts and metrics as --model mlp."""
-    args = ["--algo", "fedlama", "--phi", "2", "--mlp-hidden", "32"] + BASE
+    args = ["--algo", "fedlama", "--phi", "2", "--mlp-hidden", "32", "--lama-first-adjust", "0"] + BASE
     assert cli(["train", "--model", "mlp", "--out", "zoo"] + args, capsys)[0] == 0
     assert cli(["train", "--model", "mymodels.py:Zoo", "--out", "own"] + args, capsys)[0] == 0
     for f in ("layers.csv", "intervals.csv"):
