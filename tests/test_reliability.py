@@ -280,7 +280,8 @@ def test_validate_run_checks_the_manifest_and_the_other_files(sweep_dir, tmp_pat
 
 
 # ------------------------------------------------------------------------------------------ 3, 8: sweeps and signals
-# Rounds of about half a second (1024-wide MLP, 4 clients x batch 64), 20 of them: time to act mid-run.
+# Rounds of a few seconds (1024-wide MLP, 4 clients x 200 steps of batch 64), 4 of them: a second signal always lands
+# mid-round, even on a fast idle machine (rounds of 4 steps once finished before it arrived).
 SLOW_RECIPE = """\
 title = "slow"
 seeds = 1
@@ -292,9 +293,9 @@ mlp_hidden = "1024,1024"
 clients = 4
 active_ratio = 1.0
 batch_size = 64
-tau = 4
-iterations = 80
-eval_every = 4
+tau = 200
+iterations = 800
+eval_every = 200
 checkpoint_every = 0
 threads = 1
 trainer = "loop"
@@ -322,7 +323,7 @@ def finished_cleanly(recipe, root, run) -> None:
     """The next sweep resumes the stopped run from its checkpoint; metrics.csv ends up whole, each round once."""
     res = run_sweep(recipe, None, out=root, in_process=True)
     assert [p.label for p in res.ran] == ["slow seed 0"] and not res.failed
-    assert [int(r["round"]) for r in rows(run / "metrics.csv")] == list(range(1, 21))
+    assert [int(r["round"]) for r in rows(run / "metrics.csv")] == list(range(1, 5))
     assert validate_run(run) == [] and manifest(run)["resumes"][-1]["round"] >= 2
 
 
