@@ -233,7 +233,7 @@ def test_fedala_recipe_valid_at_both_scales(path):
             if cfg.algo not in METHODS:
                 pytest.skip(f"method {cfg.algo} is not registered yet")
             cfg.validate()
-            assert (cfg.batch_size, cfg.local_epochs, cfg.client_test_fraction, cfg.weighting) == (10, 1.0, 0.25, "samples")
+            assert (cfg.batch_size, cfg.local_epochs, cfg.drop_last, cfg.client_test_fraction, cfg.weighting) == (10, 1.0, True, 0.25, "samples")
             if cfg.algo == "fedala" or cfg.init == "ala":
                 assert cfg.ala_sample_percent in (5, 10, 20, 40, 60, 80, 100) and cfg.ala_lr == 1.0
             if scale == "paper":

@@ -28,7 +28,7 @@ from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError, DivergenceError
 from fedcli.fl import parts
-from fedcli.fl.cohort import Cohort, make_plan, sample_cohort
+from fedcli.fl.cohort import Cohort, epoch_steps, make_plan, sample_cohort
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
@@ -459,10 +459,10 @@ class Simulation:
         return self.progress_point(state) >= state.next_eval or self.done(state)
 
     def client_steps(self, clients: list[int], default: int) -> list[int]:
-        """Local steps of each client this round: ``default``, or ceil(E * n_i / B) with --local-epochs E."""
+        """Local steps of each client this round: ``default``, or E epochs with --local-epochs E (``epoch_steps``)."""
         if not self.cfg.local_epochs:
             return [default] * len(clients)
-        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.cfg.batch_size)) for c in clients]
+        return [epoch_steps(int(self.sizes[c]), self.cfg.local_epochs, self.cfg.batch_size, self.cfg.drop_last) for c in clients]
 
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
@@ -479,7 +479,8 @@ class Simulation:
         self.init.initialize(self, cohort)
         for part in self.parts.values():
             part.begin_round(self, cohort)
-        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment).to(self.device)
+        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, cfg.batch_size, self.dataset.augment,
+                         cfg.drop_last).to(self.device)
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
         for j in range(1, steps + 1):
