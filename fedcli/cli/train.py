@@ -84,7 +84,6 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py)."""
     from fedcli.results import checkpoint
     from fedcli.comm.communicator import Communicator
-    from fedcli.comm.ledger import fedavg_params
     from fedcli.fl.engine import Simulation
     from fedcli.results import sentinel
     from fedcli.results.rundir import RunDir
@@ -135,15 +134,15 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
         if not quiet:
             err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
     ACTIVE_RUN["dir"] = out
-    progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
-                             enabled=root and not quiet and not as_json)
+    progress = TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
+                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json)
     saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints)
     sim.round_hooks.append(saver)
     try:
         with progress, saver.signals():
             sim.progress = progress
             if state is not None:
-                progress.advance_to(state.iteration)
+                progress.advance_to(state.iteration, state.round_idx)
             saver.armed = True
             summary = sim.run(state)
     except BaseException as e:

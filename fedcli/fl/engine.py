@@ -23,7 +23,7 @@ import torch
 from torch.func import functional_call
 
 from fedcli.comm.communicator import Communicator, assign_clients
-from fedcli.comm.ledger import Ledger, fedavg_params
+from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError, DivergenceError
@@ -423,9 +423,7 @@ class Simulation:
         return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
 
     def new_state(self) -> TrainState:
-        total = sum(li.numel for li in self.layers)
-        base = total * self.cfg.rounds if self.cfg.rounds else fedavg_params(total, self.cfg.iterations, self.cfg.tau)
-        return TrainState(next_eval=self.eval_every, summary=Summary(fedavg_comm_params=base))
+        return TrainState(next_eval=self.eval_every)
 
     def run(self, state: TrainState | None = None) -> Summary:
         """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
@@ -443,6 +441,8 @@ class Simulation:
         s = state.summary
         s.rounds, s.iteration = state.round_idx, state.iteration
         s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes
+        s.fedavg_comm_params = fedavg_params_so_far(sum(li.numel for li in self.layers), state.iteration, state.round_idx,
+                                                    self.cfg.tau, bool(self.cfg.local_epochs))  # the 100% of comm_pct
         s.wall_s = time.perf_counter() - t0
         return s
 
