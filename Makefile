@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install test test-slow test-all bench clean smoke-table3
+.PHONY: install test test-slow test-all bench clean smoke-table3 reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,16 @@ bench:
 smoke-table3:
 	$(PY) -m fedcli sweep recipes/fedlama/aaai-table3.toml --scale smoke --seeds 3 --jobs 2
 	$(PY) -m fedcli report results/aaai-table3-smoke --table aaai-table3 --figures results/aaai-table3-smoke/figures
+
+# FedALA's claim (b) on real data: MNIST (the test split beside the repo), pathological, FedALA vs FedAvg-C vs FedAvg
+# (cpu scale, 2 seeds, about 15 minutes on 2 idle cores): runs, tables, claim check and figures in results/reproduce/fedala/
+REPRO_FEDALA := results/reproduce/fedala
+reproduce-fedala:
+	$(PY) -m fedcli sweep recipes/fedala/reproduce-mnist-path.toml --scale cpu --seeds 2 --jobs 2 --out $(REPRO_FEDALA)/runs
+	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --table reproduce-mnist-path --output $(REPRO_FEDALA)/table-best.md
+	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --table reproduce-mnist-path-final --output $(REPRO_FEDALA)/table-final.md
+	$(PY) scripts/fedala_claim.py $(REPRO_FEDALA)/runs $(REPRO_FEDALA)/claim.md
+	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --figures $(REPRO_FEDALA)/figures
 
 clean:
 	rm -rf .pytest_cache build *.egg-info
