@@ -88,3 +88,6 @@ def test_list_algos_is_one_row_per_method_with_aliases_folded(capsys):
     assert any("= fedsgd" in ln for ln in lines) and not any(ln.startswith("│ fedsgd ") for ln in lines)
     assert sum("personalized" in ln.split("│")[1] for ln in lines if ln.startswith("│") and len(ln.split("│")) > 2) == \
         sum(1 for n, m in METHODS.items() if n == m.name and m.personalized)
+    # each default is shown as the flag that sets it (a boolean as --name / --no-name)
+    assert any("--drop-last " in ln and "--drop-last True" not in ln for ln in lines)
+    assert any("--client-test-fraction 0.25" in ln for ln in lines)

@@ -33,6 +33,14 @@ def describe(cfg: TrainConfig, sim) -> str:
             f"batch {cfg.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
+def default_flag(key: str, value) -> str:
+    """A method default as the flag that sets it: ``--lr 0.1``, ``--drop-last`` / ``--no-drop-last``."""
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"
+
+
 def methods_table():
     """``--list-algos``: one row per method (aliases folded), the parts where it differs from FedAvg, whether it
     is personalized, and the defaults it runs with unless a flag or recipe key says otherwise."""
@@ -49,7 +57,7 @@ def methods_table():
     for m in sorted({id(m): m for m in METHODS.values()}.values(), key=lambda m: m.name):
         name = m.name + "".join(f"\n= {a}" for a in m.aliases) + ("\n[cyan]personalized[/]" if m.personalized else "")
         parts = "\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in m.parts().items() if v != plain[k]) or "-"
-        defaults = "\n".join(f"--{k.replace('_', '-')} {v}" for k, v in m.effective_defaults().items()) or "-"
+        defaults = "\n".join(default_flag(k, v) for k, v in m.effective_defaults().items()) or "-"
         t.add_row(name, parts, defaults, m.summary)
     t.caption = ("parts: local step / schedule / codec / init / server (FedAvg: sgd / periodic / identity / overwrite / "
                  "average). A flag or recipe key overrides a method's defaults; `fedcli train --help` shows the general "
