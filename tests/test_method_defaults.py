@@ -36,7 +36,7 @@ def test_personalized_presets_run_in_fedalas_setup():
         assert {k: getattr(cfg, k) for k in FEDALA_SETUP} == FEDALA_SETUP, algo
     for algo in ("fedprox", "fedprox-c"):  # FedALA's appendix (and FedLAMA AAAI Table 4 for FedProx)
         assert build_config(None, {"algo": algo}).mu == 0.001
-    assert build_config(None, {"algo": "apple"}).iterations == 1200 == 2 * TrainConfig().iterations  # slow take-off
+    assert build_config(None, {"algo": "apple"}).iterations == 1200  # its slow take-off (fedcli/fl/algorithms/apple.py)
     plain = build_config(None, {"algo": "fedavg"})
     assert (plain.batch_size, plain.local_epochs, plain.drop_last, plain.lr) == (32, 0.0, False, 0.1)
     # an explicit flag still wins, also one that switches a default off
