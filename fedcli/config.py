@@ -174,7 +174,8 @@ class TrainConfig:
         self.decay_points()
         self.phi_values()
         if self.local_epochs and (self.schedule or METHODS[self.algo].schedule) != "periodic":
-            raise ConfigError("--local-epochs needs the periodic schedule (layer-wise schedules need equal local steps)")
+            raise ConfigError(f"--local-epochs {self.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
+                              "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)")
         self.check_cross_field()
         return self
 

@@ -92,3 +92,12 @@ def test_list_algos_is_one_row_per_method_with_aliases_folded(capsys):
     # each default is shown as the flag that sets it (a boolean as --name / --no-name)
     assert any("--drop-last " in ln and "--drop-last True" not in ln for ln in lines)
     assert any("--client-test-fraction 0.25" in ln for ln in lines)
+
+
+def test_a_default_that_cannot_combine_exits_2_naming_the_way_out(capsys):
+    from fedcli.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--algo", "fedala", "--schedule", "lama", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--local-epochs 0" in err
