@@ -34,7 +34,8 @@ smoke-table3:
 	$(PY) -m fedcli report results/aaai-table3-smoke --table aaai-table3 --figures results/aaai-table3-smoke/figures
 
 # FedALA's claim (b) on real data: MNIST (the test split beside the repo), pathological, FedALA vs FedAvg-C vs FedAvg
-# (cpu scale, 2 seeds, about 15 minutes on 2 idle cores): runs, tables, claim check and figures in results/reproduce/fedala/
+# (cpu scale, 2 seeds; 1,707 CPU-seconds, so about 15 minutes on 2 idle cores): runs, tables, claim check and figures in
+# results/reproduce/fedala/
 REPRO_FEDALA := results/reproduce/fedala
 reproduce-fedala:
 	$(PY) -m fedcli sweep recipes/fedala/reproduce-mnist-path.toml --scale cpu --seeds 2 --jobs 2 --out $(REPRO_FEDALA)/runs

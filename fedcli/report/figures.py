@@ -63,7 +63,7 @@ def y_label(y: str, per_run: list[dict]) -> str:
         cols = {next(iter(r.values())).acc_metric("auto") for r in per_run if r}
         y = cols.pop() if len(cols) == 1 else y
     return {"test_acc": "Validation accuracy (%)", "personal_acc": "Personal accuracy (%): local test splits",
-            "auto": "Accuracy (%): personal_acc (personalized), test_acc (others)",
+            "auto": "Accuracy (%)\npersonal_acc (pFL), test_acc (others)",
             "test_loss": "Test loss", "train_loss": "Training loss"}[y]
 
 
