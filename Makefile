@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench test test-slow test-all bench clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb
+.PHONY: install install-bench test test-slow test-all bench clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -60,6 +60,17 @@ reproduce-fedlamb:
 	$(PY) -m fedcli report $(FEDLAMB_SWEEP) --table claim-c-rounds-to-90 > $(FEDLAMB_OUT)/rounds-to-90.md
 	$(PY) -m fedcli report $(FEDLAMB_SWEEP) --table claim-c-accuracy > $(FEDLAMB_OUT)/accuracy.md
 	$(PY) -m fedcli report $(FEDLAMB_SWEEP) --figures $(FEDLAMB_OUT)/figures
+
+# FedALA's claim (b) on real data: MNIST (the test split beside the repo), pathological, FedALA vs FedAvg-C vs FedAvg
+# (cpu scale, 2 seeds; 1,707 CPU-seconds, so about 15 minutes on 2 idle cores): runs, tables, claim check and figures in
+# results/reproduce/fedala/
+REPRO_FEDALA := results/reproduce/fedala
+reproduce-fedala:
+	$(PY) -m fedcli sweep recipes/fedala/reproduce-mnist-path.toml --scale cpu --seeds 2 --jobs 2 --out $(REPRO_FEDALA)/runs
+	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --table reproduce-mnist-path --output $(REPRO_FEDALA)/table-best.md
+	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --table reproduce-mnist-path-final --output $(REPRO_FEDALA)/table-final.md
+	$(PY) scripts/fedala_claim.py $(REPRO_FEDALA)/runs $(REPRO_FEDALA)/claim.md
+	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --figures $(REPRO_FEDALA)/figures
 
 clean:
 	rm -rf .pytest_cache build *.egg-info

@@ -73,6 +73,7 @@ class TrainConfig:
     iterations: int = opt(600, "Budget in local iterations (each active client runs this many SGD steps in all).", lo=1, group="federated")
     rounds: int = opt(0, "Budget in rounds instead of iterations (0: use --iterations); --eval-every then counts rounds.", lo=0, group="federated")
     local_epochs: float = opt(0.0, "Local epochs per round instead of tau steps: client i runs ceil(E * n_i / batch) steps (0: off; periodic schedule only).", lo=0.0, group="federated")
+    drop_last: bool = opt(False, "Mini-batches as PyTorch's DataLoader(shuffle=True, drop_last=True), FedALA's training loader: every epoch is a fresh permutation cut into floor(n/B) full batches and its last n mod B samples go unused, so --local-epochs E runs E * floor(n/B) steps (default: ceil(E n / B) steps, batches running on across epochs).", group="federated")
     tau: int = opt(5, "Aggregation interval tau (FedLAMA: the base interval tau').", lo=1, group="federated")
     phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg); lama-accelerate: the critical layers' interval is tau // phi.", lo=1, group="federated")
     active_ratio: float = opt(0.5, "Fraction of clients sampled into each round's cohort.", lo=0.0, hi=1.0, lo_open=True, group="federated")
@@ -177,7 +178,8 @@ class TrainConfig:
         self.decay_points()
         self.phi_values()
         if self.local_epochs and (self.schedule or METHODS[self.algo].schedule) != "periodic":
-            raise ConfigError("--local-epochs needs the periodic schedule (layer-wise schedules need equal local steps)")
+            raise ConfigError(f"--local-epochs {self.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
+                              "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)")
         self.check_cross_field()
         return self
 

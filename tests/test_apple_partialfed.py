@@ -113,7 +113,7 @@ def test_apple_resume_carries_cores_and_dr_vectors(tmp_path, monkeypatch, capsys
     args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "1",
             "--algo", "apple", "--iterations", "12", "--tau", "2", "--batch-size", "16", "--lr", "0.1",
             "--client-test-fraction", "0.25", "--eval-every", "2", "--checkpoint-every", "2", "--device", "cpu",
-            "--threads", "1", "--quiet"]
+            "--local-epochs", "0", "--threads", "1", "--quiet"]  # rounds of tau steps (the preset defaults to epochs)
     for mode in ("personal", "core"):
         a = args + ["--apple-upload", mode]
         ref, out = tmp_path / f"ref-{mode}", tmp_path / f"run-{mode}"

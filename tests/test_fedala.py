@@ -90,6 +90,49 @@ def test_clients_learn_independently():
             torch.testing.assert_close(w1[n][0], w2[n][k])
 
 
+def reference_pass(model, glob, local, w, x, y, batch, eta, drop_last=False):
+    """One ALA pass as the reference loop does it, written out in plain autograd (the test's own re-implementation):
+    DataLoader(slice, batch, drop_last) batches in order; per batch, the temporary model's top layers are
+    local + (global - local) * W, W <- clamp(W - eta * dL/dtheta_t * (global - local), 0, 1). Returns W and the
+    last batch's loss."""
+    w = {n: t.clone() for n, t in w.items()}
+    n = x.shape[0]
+    stop = n - n % batch if drop_last else n
+    loss = None
+    for s in range(0, stop, batch):
+        theta_t = {k: (local[k] + (glob[k] - local[k]) * w[k]).requires_grad_(True) for k in w}
+        out = torch.nn.functional.linear(x[s: s + batch], theta_t["weight"], theta_t["bias"])
+        loss = torch.nn.functional.cross_entropy(out, y[s: s + batch])
+        grads = torch.autograd.grad(loss, [theta_t["weight"], theta_t["bias"]])
+        for k, g in zip(("weight", "bias"), grads):
+            w[k] = torch.clamp(w[k] - eta * g * (glob[k] - local[k]), 0.0, 1.0)
+    return w, float(loss.detach())
+
+
+def test_partial_last_batch_is_used():
+    """The reference's ALA loader keeps the partial last batch (drop_last=False): a slice of 5 with batch 2 is
+    batches of 2, 2 and 1. Two clients at once (slices of 5 and 3: last batches of 1 sample each, at different
+    steps) each get what the plain reference loop gives, and that differs from dropping the partial batch."""
+    gen = torch.Generator().manual_seed(0)
+    model = torch.nn.Linear(3, 3)
+    x, y = torch.randn(8, 3, generator=gen), torch.tensor([0, 1, 2, 1, 0, 2, 2, 1])
+    glob = {"weight": torch.randn(3, 3, generator=gen), "bias": torch.randn(3, generator=gen)}
+    locals_ = [{"weight": torch.randn(3, 3, generator=gen), "bias": torch.randn(3, generator=gen)} for _ in range(2)]
+    w0 = [{"weight": torch.rand(3, 3, generator=gen), "bias": torch.rand(3, generator=gen)} for _ in range(2)]
+    slices = [torch.arange(0, 5), torch.arange(5, 8)]
+    stacked = {n: torch.stack([loc[n] for loc in locals_]) for n in ("weight", "bias")}
+    weights = {n: torch.stack([w[n] for w in w0]) for n in ("weight", "bias")}
+    w, passes, losses = learn_weights(model, glob, stacked, weights, {}, x, y, slices, batch=2, start_phase=[False, False], eta=0.7)
+    assert passes == [1, 1]
+    for k, sl in enumerate(slices):
+        expect, last_loss = reference_pass(model, glob, locals_[k], w0[k], x[sl], y[sl], batch=2, eta=0.7)
+        dropped, _ = reference_pass(model, glob, locals_[k], w0[k], x[sl], y[sl], batch=2, eta=0.7, drop_last=True)
+        for n in expect:
+            torch.testing.assert_close(w[n][k], expect[n])
+        assert any(not torch.allclose(expect[n], dropped[n]) for n in expect)  # the partial batch moved W
+        assert losses[k] == [pytest.approx(last_loss, rel=1e-5)]  # the pass loss is the partial batch's
+
+
 def test_initial_stage_rule():
     assert not initial_stage_done([1.0] * 10, 10, 0.1)        # needs more than 10 losses
     assert initial_stage_done([1.0] * 11, 10, 0.1)

@@ -185,7 +185,7 @@ def test_fedamp_resume_is_bitwise(tmp_path, monkeypatch, capsys):
     args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "1",
             "--algo", "fedamp", "--amp-alpha", "1", "--amp-sigma", "10", "--iterations", "12", "--tau", "2", "--batch-size", "8",
             "--lr", "0.05", "--momentum", "0.5", "--client-test-fraction", "0.25", "--eval-every", "2", "--checkpoint-every", "2",
-            "--device", "cpu", "--threads", "1", "--quiet"]
+            "--device", "cpu", "--local-epochs", "0", "--threads", "1", "--quiet"]  # rounds of tau steps (the preset defaults to epochs)
     ref, out = tmp_path / "ref", tmp_path / "run"
     assert main(args + ["--out", str(ref)]) == 0
     assert interrupted(monkeypatch, capsys, out, 3, signal.SIGINT, args)[0] == 130

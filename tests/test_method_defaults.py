@@ -19,7 +19,28 @@ def test_personalized_method_holds_out_local_test_splits_by_default():
 def test_cross_silo_methods_default_to_full_participation():
     for algo in ("apple", "fedamp"):
         assert build_config(None, {"algo": algo}).active_ratio == 1.0
-    assert build_config(None, {"algo": "fedala"}).active_ratio == TrainConfig().active_ratio
+    assert build_config(None, {"algo": "fedavg"}).active_ratio == TrainConfig().active_ratio == 0.5
+
+
+# FedALA's setup (Experimental Setup; Algorithm 1 line 19; the reference loader), written out here by hand
+FEDALA_SETUP = {"client_test_fraction": 0.25, "active_ratio": 1.0, "batch_size": 10, "local_epochs": 1.0, "drop_last": True,
+                "weighting": "samples", "lr": 0.1}
+PERSONALIZED = ("fedala", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo",
+                "apple", "partialfed")
+
+
+def test_personalized_presets_run_in_fedalas_setup():
+    assert sorted(n for n, m in METHODS.items() if m.personalized) == sorted(PERSONALIZED)
+    for algo in PERSONALIZED:
+        cfg = build_config(None, {"algo": algo})
+        assert {k: getattr(cfg, k) for k in FEDALA_SETUP} == FEDALA_SETUP, algo
+    for algo in ("fedprox", "fedprox-c"):  # FedALA's appendix (and FedLAMA AAAI Table 4 for FedProx)
+        assert build_config(None, {"algo": algo}).mu == 0.001
+    assert build_config(None, {"algo": "apple"}).iterations == 1200  # its slow take-off (fedcli/fl/algorithms/apple.py)
+    plain = build_config(None, {"algo": "fedavg"})
+    assert (plain.batch_size, plain.local_epochs, plain.drop_last, plain.lr) == (32, 0.0, False, 0.1)
+    # an explicit flag still wins, also one that switches a default off
+    assert build_config(None, {"algo": "fedala", "drop_last": False, "local_epochs": 0.0}).drop_last is False
 
 
 def test_explicit_flag_and_recipe_key_win(tmp_path):
@@ -51,7 +72,7 @@ def test_manifest_records_method_defaults(tmp_path):
                                  "--threads", "1"])
     assert r.exit_code == 0, r.output
     man = json.loads((out / "manifest.json").read_text())
-    assert man["method"]["defaults"] == {"client_test_fraction": 0.25}
+    assert man["method"]["defaults"] == FEDALA_SETUP
     assert man["method"]["personalized"] is True
     assert man["config"]["client_test_fraction"] == 0.25
 
@@ -68,3 +89,15 @@ def test_list_algos_is_one_row_per_method_with_aliases_folded(capsys):
     assert any("= fedsgd" in ln for ln in lines) and not any(ln.startswith("│ fedsgd ") for ln in lines)
     assert sum("personalized" in ln.split("│")[1] for ln in lines if ln.startswith("│") and len(ln.split("│")) > 2) == \
         sum(1 for n, m in METHODS.items() if n == m.name and m.personalized)
+    # each default is shown as the flag that sets it (a boolean as --name / --no-name)
+    assert any("--drop-last " in ln and "--drop-last True" not in ln for ln in lines)
+    assert any("--client-test-fraction 0.25" in ln for ln in lines)
+
+
+def test_a_default_that_cannot_combine_exits_2_naming_the_way_out(capsys):
+    from fedcli.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--algo", "fedala", "--schedule", "lama", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--local-epochs 0" in err

@@ -39,8 +39,8 @@ def fake_run(path, *, algo, tau, lr, seed, evals, comm, phi=1, status="completed
                 "summary": {"comm_params": comm, "comm_bytes": 8.0 * comm}}
     (path / "manifest.json").write_text(json.dumps(manifest))
     write_csv(path / "metrics.csv", METRICS_COLUMNS,
-              [{"round": i, "iteration": it, "test_acc": acc, "comm_params": c, "comm_bytes": 8 * c, "train_loss": 1.0, "test_loss": 1.0}
-               for i, (it, acc, c) in enumerate(evals)])
+              [{"round": i, "iteration": it, "test_acc": acc, "comm_params": c, "comm_bytes": 8 * c, "train_loss": 1.0, "test_loss": 1.0,
+                "personal_acc": ""} for i, (it, acc, c) in enumerate(evals)])  # "": not personalized, as fedcli writes it
     write_csv(path / "layers.csv", LAYERS_COLUMNS, layers or [
         {"layer": 0, "name": "w", "kind": "kernel", "numel": 90, "syncs": comm // 100, "comm_params": 90 * (comm // 100), "interval": tau},
         {"layer": 1, "name": "b", "kind": "bias", "numel": 10, "syncs": comm // 100, "comm_params": 10 * (comm // 100), "interval": tau}])
@@ -302,7 +302,7 @@ def make_round_sweep(root, tables, figures=(), scale="smoke"):
             (path / "manifest.json").write_text(json.dumps(manifest))
             write_csv(path / "metrics.csv", METRICS_COLUMNS,
                       [{"round": rnd, "iteration": rnd * (4 + seed), "test_acc": acc, "comm_params": 100 * rnd, "comm_bytes": b,
-                        "train_loss": 1.0, "test_loss": 1.0} for rnd, acc, b in evals])
+                        "train_loss": 1.0, "test_loss": 1.0, "personal_acc": ""} for rnd, acc, b in evals])
             entries.append({"name": name, "seed": seed, "dir": rel, "status": "completed"})
     manifest = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": scale, "seeds": [0, 1, 2], "title": "t", "paper": "Fed-LAMB-like",
                 "tables": [spec_to_dict(parse_table(t, loc, scale)) for t in tables],

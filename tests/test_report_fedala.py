@@ -23,7 +23,7 @@ from fedcli.results.rundir import LAYERS_COLUMNS, METRICS_COLUMNS
 from simkit import write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted((ROOT / "recipes" / "fedala").glob("*.toml"))
+RECIPES = sorted((ROOT / "recipes" / "fedala").glob("aaai-*.toml"))  # the paper's tables (reproduce-*: test_reproduce_recipe)
 SIGMA = 100          # the fake model's parameters: layers of 60, 30, 9, 1
 LAYERS = [60, 30, 9, 1]
 ACTIVE, ROUNDS = 4, 3
@@ -233,7 +233,7 @@ def test_fedala_recipe_valid_at_both_scales(path):
             if cfg.algo not in METHODS:
                 pytest.skip(f"method {cfg.algo} is not registered yet")
             cfg.validate()
-            assert (cfg.batch_size, cfg.local_epochs, cfg.client_test_fraction, cfg.weighting) == (10, 1.0, 0.25, "samples")
+            assert (cfg.batch_size, cfg.local_epochs, cfg.drop_last, cfg.client_test_fraction, cfg.weighting) == (10, 1.0, True, 0.25, "samples")
             if cfg.algo == "fedala" or cfg.init == "ala":
                 assert cfg.ala_sample_percent in (5, 10, 20, 40, 60, 80, 100) and cfg.ala_lr == 1.0
             if scale == "paper":
@@ -299,3 +299,24 @@ def test_paper_datasets_of_the_other_tables():
     assert [g.settings for g in t4s.groups] == [["Tiny-dir0.01", "Tiny-dir0.5"], ["Cifar100-50c", "Cifar100-100c"], ["Cifar100"]]
     t6s = parse_products(read_sweep(ROOT / "recipes/fedala/aaai-table6.toml", "smoke"))[0][0]
     assert [g.methods for g in t6s.groups] == [[f"FedALA p={p}" for p in (4, 3, 2, 1)]]
+
+
+def test_reproduce_recipe():
+    """recipes/fedala/reproduce-mnist-path.toml (make reproduce-fedala): FedAvg, FedAvg-C and FedALA in FedALA's MNIST
+    pathological setting, the CPU scale on the MNIST test split beside the repo."""
+    path = ROOT / "recipes/fedala/reproduce-mnist-path.toml"
+    for scale, rounds, data_dir in (("cpu", 40, "../shared/datasets/mnist-t10k"), ("paper", 2000, "")):
+        r = read_sweep(path, scale)
+        assert r.run_names == ["FedAvg", "FedAvg-C", "FedALA"] and r.paper.startswith("FedALA AAAI 2023, Table 2")
+        tables, figures = parse_products(r)
+        assert [t.name for t in tables] == ["reproduce-mnist-path", "reproduce-mnist-path-final"]
+        assert all(t.metric == "auto" for t in tables) and [f.y for f in figures] == ["auto", "test_acc"]
+        for run in r.runs:
+            cfg = TrainConfig(**run.values).validate()
+            assert (cfg.dataset, cfg.partition, cfg.classes_per_client, cfg.clients, cfg.active_ratio, cfg.model) == (
+                "mnist", "pathological", 2, 20, 1.0, "cnn4")
+            assert (cfg.batch_size, cfg.local_epochs, cfg.drop_last, cfg.lr, cfg.weighting, cfg.client_test_fraction) == (
+                10, 1.0, True, 0.1, "samples", 0.25)
+            assert (cfg.rounds, cfg.eval_every, cfg.data_dir) == (rounds, 1, data_dir)
+        ala = TrainConfig(**r.runs[2].values)
+        assert (ala.algo, ala.ala_layers, ala.ala_sample_percent, ala.ala_lr, ala.ala_threshold) == ("fedala", 2, 80.0, 1.0, 0.1)

@@ -213,7 +213,7 @@ def test_resume_carries_method_state(algo, tmp_path, monkeypatch, capsys):
     args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6", "--active-ratio", "0.5",
             "--algo", algo, "--iterations", "16", "--tau", "2", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.5",
             "--client-test-fraction", "0.25", "--eval-every", "2", "--checkpoint-every", "2", "--device", "cpu",
-            "--threads", "1", "--quiet"]
+            "--local-epochs", "0", "--threads", "1", "--quiet"]  # rounds of tau steps (personalized presets default to epochs)
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(args + ["--out", str(ref)]) == 0
     assert interrupted(monkeypatch, capsys, run, 4, signal.SIGINT, args)[0] == 130

@@ -54,9 +54,10 @@ def sweep(
             from fedcli.report.rundata import RunData
 
             run = RunData(p.dir)
-            acc = run.accuracy("best")
-            err_console.print(f"  [green]done[/]  {p.label:32s} best acc {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  {p.wall_s:.1f}s",
-                              soft_wrap=True, highlight=False)
+            acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
+            what = "personal acc" if run.personalized else "acc"
+            err_console.print(f"  [green]done[/]  {p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
+                              f"{p.wall_s:.1f}s", soft_wrap=True, highlight=False)
         else:
             err_console.print(f"  [red]failed[/] {p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log})", soft_wrap=True, highlight=False)
 

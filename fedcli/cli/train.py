@@ -34,6 +34,14 @@ def describe(cfg: TrainConfig, sim) -> str:
             f"batch {sim.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
 
 
+def default_flag(key: str, value) -> str:
+    """A method default as the flag that sets it: ``--lr 0.1``, ``--drop-last`` / ``--no-drop-last``."""
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"
+
+
 def methods_table():
     """``--list-algos``: one row per method (aliases folded), the parts where it differs from FedAvg, whether it
     is personalized, and the defaults it runs with unless a flag or recipe key says otherwise."""
@@ -50,7 +58,7 @@ def methods_table():
     for m in sorted({id(m): m for m in METHODS.values()}.values(), key=lambda m: m.name):
         name = m.name + "".join(f"\n= {a}" for a in m.aliases) + ("\n[cyan]personalized[/]" if m.personalized else "")
         parts = "\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in m.parts().items() if v != plain[k]) or "-"
-        defaults = "\n".join(f"--{k.replace('_', '-')} {v}" for k, v in m.effective_defaults().items()) or "-"
+        defaults = "\n".join(default_flag(k, v) for k, v in m.effective_defaults().items()) or "-"
         t.add_row(name, parts, defaults, m.summary)
     t.caption = ("parts: local step / schedule / codec / init / server (FedAvg: sgd / periodic / identity / overwrite / "
                  "average). A flag or recipe key overrides a method's defaults; `fedcli train --help` shows the general "
@@ -130,7 +138,6 @@ def _notice(msg: str) -> None:
 
 
 def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None):
-    from fedcli.comm.ledger import fedavg_params
     from fedcli.errors import StorageError
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint, sentinel
@@ -176,8 +183,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
             _notice(f"note: {note}")
     ACTIVE_RUN["dir"] = out
-    progress = TrainProgress(cfg.iterations, fedavg_params(sum(li.numel for li in sim.layers), cfg.iterations, cfg.tau),
-                             enabled=root and not quiet and not as_json)
+    progress = TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
+                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json)
     saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
                                     notify=_notice if root else None, launcher=comm.launcher)
     if state is not None:
@@ -190,7 +197,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         with progress, saver.signals():
             sim.progress = progress
             if state is not None:
-                progress.advance_to(state.iteration)
+                progress.advance_to(state.iteration, state.round_idx)
             saver.armed = True
             try:
                 summary = sim.run(state)

@@ -58,3 +58,10 @@ class Ledger:
 def fedavg_params(total_numel: int, iterations: int, tau: int) -> int:
     """Communication of FedAvg with interval tau over ``iterations`` (the 100% of the paper's C ratio)."""
     return total_numel * (iterations // tau)
+
+
+def fedavg_params_so_far(total_numel: int, iteration: int, rounds_done: int, tau: int, per_round: bool = False) -> int:
+    """FedAvg's communication at the same point of training: every tensor once per tau local iterations done, or
+    once per round done when a round is one local phase (``--local-epochs``: FedAvg synchronizes at its end). The
+    "so far" of ``comm X% of FedAvg``: a run with FedAvg's schedule stays at 100% all along."""
+    return total_numel * rounds_done if per_round else fedavg_params(total_numel, iteration, tau)

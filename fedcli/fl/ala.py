@@ -13,19 +13,22 @@ training, ``fedcli.fl.personal``) and the received global model theta_g:
 
   (``--ala-lr`` eta, 1.0), on s% (``--ala-sample-percent``, 80) of the client's training split: a
   contiguous slice of int(s/100 * n) samples at a random offset in [0, n - int(s/100 * n)], drawn from
-  ``torch_gen(seed, "ala", round, client)``, in batches of ``--batch-size`` (an incomplete last batch is
-  dropped, as the reference's ``drop_last=True``; a slice smaller than one batch is used as one batch).
+  ``torch_gen(seed, "ala", round, client)``, in consecutive batches of ``--batch-size`` in the slice's order
+  (not shuffled), the last one partial when the slice is not a multiple of the batch size: the reference's
+  loader, ``DataLoader(slice, batch_size, drop_last=False)`` (PFLlib's ``ALA.py`` since February 2024;
+  earlier versions dropped the partial batch). A slice smaller than one batch is one partial batch.
 - Initial stage (the first ALA of a client): passes over the slice repeat until more than
   ``--ala-num-pre-loss`` (10) pass losses are recorded and the population std of the last 10 is below
   ``--ala-threshold`` (0.1, the reference code's default; the paper used 0.01, which can loop very long),
-  where a pass's loss is the loss of its last batch. We cap the passes at ``--ala-max-passes`` (50; the
+  where a pass's loss is the loss of its last batch (the partial one, when there is one). We cap the passes at ``--ala-max-passes`` (50; the
   reference has no cap). Later rounds: one pass.
 - ALA is skipped while the local model equals the global one (a client's first round: in the reference,
   ``torch.sum(theta_g[0] - theta[0]) == 0``; we compare every tensor), and the initial stage is then still ahead.
 
 This is the reference code (``ALA.py`` of FedALA / PFLlib) step for step, vectorized over the cohort:
 each client's steps are exactly its own (clients whose slice has fewer batches, or whose initial stage has
-converged, are masked out). Differences, all documented: ``--ala-layers 0`` means *no* ALA layer (the
+converged, are left out of the later calls; a partial last batch runs in a call of its own size, so no padding
+enters the loss or BatchNorm's batch statistics). Differences, all documented: ``--ala-layers 0`` means *no* ALA layer (the
 method's overwrite; the reference's ``layer_idx=0`` slices to *all* layers: give p >= the number of tensors
 for that); BatchNorm buffers of the initialized model are the global ones (the engine synchronizes them;
 the reference keeps the client's); the forward passes of the weight learning use train mode.
@@ -33,7 +36,6 @@ the reference keeps the client's); the forward passes of the weight learning use
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -101,28 +103,9 @@ def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, 
     lower = {n: p for n, p in global_params.items() if n not in local_top}
     delta = {n: (global_params[n] if per_client else global_params[n].unsqueeze(0)) - local_top[n] for n in names}
     grad_fn = grad_fn or _grad_fn(model, per_client)
-    nb = []
-    rows, masks = [], []
-    for sl in slices:
-        m = sl.numel()
-        b = m // batch
-        if b == 0 and m > 0:  # fewer samples than one batch: one padded batch (the reference would have none)
-            idx = sl.repeat(math.ceil(batch / m))[:batch].view(1, batch)
-            mask = torch.zeros(1, batch)
-            mask[0, :m] = 1.0
-            b = 1
-        elif b > 0:
-            idx = sl[: b * batch].view(b, batch)
-            mask = torch.ones(b, batch)
-        else:
-            idx, mask = torch.zeros(0, batch, dtype=torch.long), torch.zeros(0, batch)
-        nb.append(b)
-        rows.append(idx)
-        masks.append(mask)
-    top_nb = max(nb) if nb else 0
-    pad = lambda t, fill: torch.cat([t, fill.expand(top_nb - t.shape[0], batch)]) if t.shape[0] < top_nb else t  # noqa: E731
-    idx_all = torch.stack([pad(r, r[:1] if r.numel() else torch.zeros(1, batch, dtype=torch.long)) for r in rows]).to(device) if k_all else None
-    mask_all = torch.stack([pad(m, torch.ones(1, batch)) for m in masks]).to(device) if k_all else None
+    # the reference's loader (drop_last=False): consecutive batches of ``batch`` samples, the last one partial
+    batches = [[sl[s: s + batch].to(device) for s in range(0, sl.numel(), batch)] for sl in slices]
+    nb = [len(b) for b in batches]
     losses: list[list[float]] = [[] for _ in range(k_all)]
     passes = [0] * k_all
     running = [k for k in range(k_all) if nb[k] > 0]
@@ -130,20 +113,25 @@ def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, 
     while running:
         last = {}
         for j in range(max(nb[k] for k in running)):
-            sel = [k for k in running if j < nb[k]]
-            s = torch.tensor(sel, device=device)
-            top_t = {n: local_top[n][s] + delta[n][s] * weights[n][s] for n in names}
-            bufs = {n: b[s].clone() for n, b in buffers.items()}
-            ix = idx_all[s, j]
-            low = {n: t[s] for n, t in lower.items()} if per_client else lower
-            g, loss = grad_fn(top_t, low, bufs, x_all[ix], y_all[ix], mask_all[s, j])
-            with torch.no_grad():
-                for n in names:
-                    weights[n][s] = torch.clamp(weights[n][s] - eta * g[n] * delta[n][s], 0.0, 1.0)
-            loss = loss.detach().cpu()
-            for pos, k in enumerate(sel):
-                if j == nb[k] - 1:
-                    last[k] = float(loss[pos])
+            # one call per batch size: the full batches of every client, then each size of partial last batch
+            by_size: dict[int, list[int]] = {}
+            for k in running:
+                if j < nb[k]:
+                    by_size.setdefault(batches[k][j].numel(), []).append(k)
+            for size, sel in by_size.items():
+                s = torch.tensor(sel, device=device)
+                top_t = {n: local_top[n][s] + delta[n][s] * weights[n][s] for n in names}
+                bufs = {n: b[s].clone() for n, b in buffers.items()}
+                ix = torch.stack([batches[k][j] for k in sel])
+                low = {n: t[s] for n, t in lower.items()} if per_client else lower
+                g, loss = grad_fn(top_t, low, bufs, x_all[ix], y_all[ix], torch.ones(len(sel), size, device=device))
+                with torch.no_grad():
+                    for n in names:
+                        weights[n][s] = torch.clamp(weights[n][s] - eta * g[n] * delta[n][s], 0.0, 1.0)
+                loss = loss.detach().cpu()
+                for pos, k in enumerate(sel):
+                    if j == nb[k] - 1:
+                        last[k] = float(loss[pos])
         still = []
         for k in running:
             losses[k].append(last[k])

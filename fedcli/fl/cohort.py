@@ -84,12 +84,24 @@ class BatchPlan:
         return BatchPlan(mv(self.idx), mv(self.mask), mv(self.shifts), mv(self.flips))
 
 
-def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Generator):
-    """``steps`` mini-batches from one client's sample indices: consecutive slices of reshuffled epochs."""
+def epoch_steps(n: int, epochs: float, batch: int, drop_last: bool = False) -> int:
+    """Local steps of ``epochs`` epochs over a client's ``n`` samples in batches of ``batch``: ceil(E * n / B), or with
+    ``drop_last`` (each epoch floor(n / B) full batches, as PyTorch's ``DataLoader(drop_last=True)``)
+    ceil(E * floor(n / B)). At least 1: a client with fewer samples than a batch runs one padded batch."""
+    return max(1, math.ceil(epochs * (n // batch) if drop_last else epochs * n / batch))
+
+
+def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Generator, drop_last: bool = False):
+    """``steps`` mini-batches from one client's sample indices: consecutive slices of reshuffled epochs.
+
+    By default the batches run on across epochs (an epoch's last samples share a batch with the next epoch's
+    first). With ``drop_last`` every epoch (a fresh permutation) gives floor(n / B) batches and its last n mod B
+    samples are not used: PyTorch's ``DataLoader(shuffle=True, drop_last=True)``, FedALA's training loader."""
     n = indices.numel()
     if n >= batch:
-        epochs = math.ceil(steps * batch / n)
-        order = torch.cat([torch.randperm(n, generator=gen) for _ in range(epochs)])[: steps * batch]
+        per = n // batch * batch if drop_last else n
+        epochs = math.ceil(steps * batch / per)
+        order = torch.cat([torch.randperm(n, generator=gen)[:per] for _ in range(epochs)])[: steps * batch]
         return indices[order].view(steps, batch), torch.ones(steps, batch)
     rows, masks = [], []
     reps = math.ceil(batch / n)
@@ -102,10 +114,11 @@ def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Gen
     return torch.stack(rows), torch.stack(masks)
 
 
-def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, batch: int, augment: str | None) -> BatchPlan:
+def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, batch: int, augment: str | None,
+              drop_last: bool = False) -> BatchPlan:
     idx, mask, shifts, flips = [], [], [], []
     for c in clients:
-        i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, "batches", round_idx, c))
+        i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, "batches", round_idx, c), drop_last)
         idx.append(i)
         mask.append(m)
         if augment == "cifar":

@@ -22,12 +22,12 @@ import torch
 from torch.func import functional_call
 
 from fedcli.comm.communicator import Communicator, assign_clients
-from fedcli.comm.ledger import Ledger, fedavg_params
+from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError, DivergenceError
 from fedcli.fl import parts, slots
-from fedcli.fl.cohort import Cohort, make_plan, sample_cohort
+from fedcli.fl.cohort import Cohort, epoch_steps, make_plan, sample_cohort
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
@@ -484,9 +484,7 @@ class Simulation:
         return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
 
     def new_state(self) -> TrainState:
-        total = sum(li.numel for li in self.layers)
-        base = total * self.cfg.rounds if self.cfg.rounds else fedavg_params(total, self.cfg.iterations, self.cfg.tau)
-        return TrainState(next_eval=self.eval_every, summary=Summary(fedavg_comm_params=base))
+        return TrainState(next_eval=self.eval_every)
 
     def run(self, state: TrainState | None = None) -> Summary:
         """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
@@ -504,6 +502,8 @@ class Simulation:
         s = state.summary
         s.rounds, s.iteration = state.round_idx, state.iteration
         s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes
+        s.fedavg_comm_params = fedavg_params_so_far(sum(li.numel for li in self.layers), state.iteration, state.round_idx,
+                                                    self.cfg.tau, bool(self.cfg.local_epochs))  # the 100% of comm_pct
         s.wall_s = time.perf_counter() - t0
         return s
 
@@ -533,10 +533,10 @@ class Simulation:
         return self.progress_point(state) >= state.next_eval or self.done(state)
 
     def client_steps(self, clients: list[int], default: int) -> list[int]:
-        """Local steps of each client this round: ``default``, or ceil(E * n_i / B) with --local-epochs E."""
+        """Local steps of each client this round: ``default``, or E epochs with --local-epochs E (``epoch_steps``)."""
         if not self.cfg.local_epochs:
             return [default] * len(clients)
-        return [max(1, math.ceil(self.cfg.local_epochs * int(self.sizes[c]) / self.batch_size)) for c in clients]
+        return [epoch_steps(int(self.sizes[c]), self.cfg.local_epochs, self.batch_size, self.cfg.drop_last) for c in clients]
 
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
@@ -555,7 +555,8 @@ class Simulation:
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
         for part in self.parts.values():
             part.begin_round(self, cohort)
-        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, self.batch_size, self.dataset.augment).to(self.device)
+        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, self.batch_size, self.dataset.augment,
+                         cfg.drop_last).to(self.device)
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
         for j in range(1, steps + 1):

@@ -28,7 +28,6 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch.func import functional_call
@@ -36,7 +35,7 @@ from torch.func import functional_call
 from fedcli.comm.communicator import assign_clients
 from fedcli.data.augment import cifar_augment, draw_cifar_params
 from fedcli.errors import ConfigError
-from fedcli.fl.cohort import Cohort, client_batches, sample_cohort
+from fedcli.fl.cohort import Cohort, client_batches, epoch_steps, sample_cohort
 from fedcli.fl.parts import expand
 from fedcli.fl.rng import torch_gen
 
@@ -129,8 +128,8 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
     """Plain SGD (no momentum, no weight decay) for ``epochs`` local epochs, vectorized over ``clients``.
 
     ``params`` ``[K, ...]`` are updated in place (only the names in ``trainable``; all by default);
-    ``buffers`` too (BatchNorm statistics, train mode). Client i runs ceil(epochs * n_i / B) steps of
-    mini-batches from its training split, drawn from generators keyed by (seed, purpose, round, client)
+    ``buffers`` too (BatchNorm statistics, train mode). Client i runs ceil(epochs * n_i / B) steps (with
+    ``--drop-last`` ceil(epochs * floor(n_i / B)): ``epoch_steps``) of mini-batches from its training split, drawn from generators keyed by (seed, purpose, round, client)
     (so this extra local work has its own random stream, independent of the main local steps);
     ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
     client [K].
@@ -140,11 +139,11 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)
     b = sim.batch_size
-    steps = [max(1, math.ceil(epochs * int(sim.sizes[c]) / b)) for c in clients]
+    steps = [epoch_steps(int(sim.sizes[c]), epochs, b, cfg.drop_last) for c in clients]
     total = max(steps)
     idx, mask, shifts, flips = [], [], [], []
     for c in clients:
-        i, m = client_batches(sim.client_indices[c], total, b, torch_gen(cfg.seed, purpose, round_idx, c))
+        i, m = client_batches(sim.client_indices[c], total, b, torch_gen(cfg.seed, purpose, round_idx, c), cfg.drop_last)
         idx.append(i)
         mask.append(m)
         if sim.dataset.augment == "cifar":

@@ -70,28 +70,31 @@ class EarlyStop:
     n: int           # seeds in all
 
 
-def early_stop(right: dict, left: dict, baseline_comm: float, accuracy: str = "best", mode: str = "seed") -> EarlyStop:
+def early_stop(right: dict, left: dict, baseline_comm: float, accuracy: str = "best", mode: str = "seed",
+               metric: str = "test_acc") -> EarlyStop:
     """Early-stopping columns of one paired row.
 
     ``right`` and ``left`` map seed -> RunData (the layer-wise run and the periodic run it is compared
-    with); ``baseline_comm`` is the mean full-training ``comm_params`` of the table's baseline.
+    with); ``baseline_comm`` is the mean full-training ``comm_params`` of the table's baseline; ``metric`` the
+    accuracy compared (``auto``: each run's own, ``RunData.acc_metric``).
     """
     if mode == "mean":
-        common = mean_std(r.accuracy(accuracy) for r in left.values()).mean
+        common = mean_std(r.accuracy(accuracy, metric) for r in left.values()).mean
         targets = {s: common for s in right}
     elif mode == "seed":
         missing = sorted(set(right) - set(left))
         if missing:
             raise ValueError(f"early stopping pairs seeds; the paired run has no seed {missing[0]}")
-        targets = {s: left[s].accuracy(accuracy) for s in right}
+        targets = {s: left[s].accuracy(accuracy, metric) for s in right}
     else:
         raise ValueError(f"unknown early-stopping target mode {mode!r}")
     accs, steps, comms = [], [], []
     for seed in sorted(right):
-        row = first_reach(right[seed].metrics, targets[seed])
+        col = right[seed].acc_metric(metric)
+        row = first_reach(right[seed].metrics, targets[seed], metric=col)
         if row is None:
             continue
-        accs.append(row["test_acc"])
+        accs.append(row[col])
         steps.append(row["iteration"])
         comms.append(pct(row["comm_params"], baseline_comm))
     return EarlyStop(mean_std(accs), mean_std(steps), mean_std(comms), len(steps), len(right))
@@ -107,13 +110,15 @@ class Reach:
 
 
 def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") -> Reach:
-    """``per_seed`` maps seed -> RunData; seeds that never reach ``target`` are counted, not averaged."""
+    """``per_seed`` maps seed -> RunData; seeds that never reach ``target`` are counted, not averaged. ``metric``:
+    a metrics.csv accuracy column, or ``auto`` (each run's own, ``RunData.acc_metric``)."""
     rounds, mbs, accs = [], [], []
     for seed in sorted(per_seed):
-        row = first_reach(per_seed[seed].metrics, target, metric=metric)
+        col = per_seed[seed].acc_metric(metric)
+        row = first_reach(per_seed[seed].metrics, target, metric=col)
         if row is None:
             continue
         rounds.append(row["round"])
         mbs.append(row["comm_bytes"] / 1e6)
-        accs.append(row[metric])
+        accs.append(row[col])
     return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed))

@@ -1,7 +1,7 @@
 """Paper figures from run directories, as PNG and PDF (matplotlib, Agg backend).
 
-- ``curves``: learning curves (FedLAMA arXiv Figures 4-6, AAAI Figure 3): test accuracy (or loss)
-  against local iterations (``x = "round"``: communication rounds, as Fed-LAMB Figures 2-5;
+- ``curves``: learning curves (FedLAMA arXiv Figures 4-6, AAAI Figure 3): accuracy (``y``: default ``auto``,
+  personal_acc for personalized runs, test_acc otherwise), or a loss, against local iterations (``x = "round"``: communication rounds, as Fed-LAMB Figures 2-5;
   ``x = "comm"``: cumulative communication), mean over seeds with a +- std band.
 - ``layer-syncs``: communications per layer over the whole training (arXiv Figure 2, AAAI Figure 4).
 - ``layer-size``: data size per layer, dim(u_l) * c_l of Eq. 8 (arXiv Figure 3, AAAI Figure 5).
@@ -38,22 +38,33 @@ def _curve(per_seed: dict, x: str, y: str, base_comm: float):
     Evaluation points are matched by iteration, or by round for ``x = "round"`` (with ``--local-epochs`` a
     round's local steps depend on its cohort, so seeds evaluate at the same rounds but not the same iterations)."""
     key = "round" if x == "round" else "iteration"
+    col = next(iter(per_seed.values())).acc_metric(y) if per_seed else y  # auto: the run's own accuracy
     grids = [{r[key]: r for r in run.metrics} for run in per_seed.values()]
     common = sorted(set.intersection(*(set(g) for g in grids))) if grids else []
     xs, means, stds = [], [], []
     for it in common:
         rows = [g[it] for g in grids]
-        s = mean_std(r[y] for r in rows)
+        s = mean_std(r[col] for r in rows)
         if not s.ok:
             continue
         if x == "comm":
             xs.append(100.0 * mean_std(r["comm_params"] for r in rows).mean / base_comm if base_comm else float("nan"))
         else:
             xs.append(it)
-        scale = 100.0 if y == "test_acc" else 1.0
+        scale = 100.0 if col.endswith("_acc") else 1.0
         means.append(scale * s.mean)
         stds.append(scale * s.std)
     return xs, means, stds
+
+
+def y_label(y: str, per_run: list[dict]) -> str:
+    """The y axis of a curves panel; ``auto`` says which accuracy its runs show."""
+    if y == "auto":
+        cols = {next(iter(r.values())).acc_metric("auto") for r in per_run if r}
+        y = cols.pop() if len(cols) == 1 else y
+    return {"test_acc": "Validation accuracy (%)", "personal_acc": "Personal accuracy (%): local test splits",
+            "auto": "Accuracy (%)\npersonal_acc (pFL), test_acc (others)",
+            "test_loss": "Test loss", "train_loss": "Training loss"}[y]
 
 
 def _layer_values(per_seed: dict, key: str) -> tuple[list[int], list[str], list[float]]:
@@ -117,7 +128,7 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
                 from matplotlib.ticker import MaxNLocator
 
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel({"test_acc": "Validation accuracy (%)", "test_loss": "Test loss", "train_loss": "Training loss"}[spec.y])
+            ax.set_ylabel(y_label(spec.y, [runs[n] for n in panel.runs]))
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         elif spec.kind in ("layer-syncs", "layer-size"):

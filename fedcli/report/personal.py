@@ -233,7 +233,7 @@ def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | Non
     acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
     values = {v for g in spec.groups for v in g.values}
     notes = [f"{over_seeds(seeds)}; accuracy (%): {acc_what} "
-             f"({accuracy_source(spec.metric)})."]
+             f"({accuracy_source(spec.metric, {n: runs[n] for n in spec.run_names() if n in runs})})."]
     if "imp" in values:
         notes.append("Imps.: the accuracy minus that of the same method without ALA (mean over the seeds, percentage points).")
     if "ala_params" in values:

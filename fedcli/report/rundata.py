@@ -97,8 +97,11 @@ class RunData:
         return f"{base} + FedLAMA"
 
     def legend(self) -> str:
-        """The papers' legend style: FedAvg (20), FedLAMA (20, 2)."""
+        """The papers' legend style: FedAvg (20), FedLAMA (20, 2); a run of local epochs (where tau plays no part):
+        FedALA (E = 1)."""
         tau, phi = self.config.get("tau"), self.config.get("phi")
+        if self.config.get("local_epochs"):
+            return f"{self.method_label()} (E = {self.config['local_epochs']:g})"
         if self.layerwise:
             return f"{self.method_label()} ({tau}, {phi})"
         return f"{self.method_label()} ({tau})"

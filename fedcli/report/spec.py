@@ -27,7 +27,7 @@ communication so far as % of the group's baseline (its full-training communicati
 
 ``layout = "target"`` (Fed-LAMB: "Fed-AMS requires 20 rounds to achieve 90% accuracy, while Fed-LAMB only
 takes 5"): one row per run, as in ``rows``; for each seed the first evaluation whose ``metric`` (default
-``test_acc``) is at least ``target`` (a fraction: 0.9 is 90%), and mean +- std over the seeds that reach it of
+``auto``, see below) is at least ``target`` (a fraction: 0.9 is 90%), and mean +- std over the seeds that reach it of
 the round there (``round`` of metrics.csv: rounds completed) and of the bytes moved so far (``comm_bytes``, MB);
 ``(k/n)`` when only k of n seeds reach it, ``—`` when none does. ``columns`` are the columns before those two
 (default ``["method"]``)::
@@ -54,6 +54,11 @@ Table-level matrix keys are the defaults of every group::
     methods = ["FedAvg", "FedProx", "FedALA"]
     settings = ["MNIST-path", "Cifar10-path"]
     setting_labels = ["MNIST", "Cifar10"]
+
+Every layout shows the accuracy named by ``metric``: ``auto`` (the default) is ``personal_acc`` for a personalized
+run (each client's model on its local test split, the metric of pFedMe and FedALA) and ``test_acc`` (the global
+model on the test set) for the others; ``test_acc`` or ``personal_acc`` force one column for every run. The
+``curves`` figures take the same choice in ``y`` (default ``auto``).
 
 All layouts take the shorthand of one group at table level (``runs``/``rows``, ``baseline``,
 ``label``). ``accuracy = "best"`` (default: the best evaluation of the run, as the AAAI paper reports
@@ -82,10 +87,9 @@ LAYOUTS = ("rows", "paired", "target", "matrix")
 KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda")
 ACCURACY = ("best", "final")
 X_AXES = ("iteration", "round", "comm")
-#: metrics.csv accuracy columns a ``target`` table can threshold
-TARGET_METRICS = ("test_acc", "personal_acc")
-#: accuracy of the rows and matrix layouts: auto = personal_acc for personalized runs, test_acc otherwise
-ACC_METRICS = TARGET_METRICS + ("auto",)
+#: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
+#: personalized runs (each client's model on its local test split, the papers' metric), test_acc otherwise
+ACC_METRICS = ("test_acc", "personal_acc", "auto")
 #: keys of a matrix group (table level: the defaults of every group)
 MATRIX_KEYS = ("methods", "method_labels", "settings", "setting_labels", "values", "cell", "compare", "header", "skip")
 #: computed columns of the ``rows`` layout (any train key is also a column)
@@ -145,7 +149,7 @@ class TableSpec:
     groups: list[Group] = field(default_factory=list)
     early_stop_target: str = "seed"
     target: float | None = None   # target layout: accuracy threshold (fraction)
-    metric: str = "test_acc"      # target layout: the metrics.csv column compared with it; rows/matrix: the accuracy
+    metric: str = "auto"          # the accuracy shown (target layout: compared with ``target``); auto: see ACC_METRICS
     row_title: str = "Method"     # matrix layout: heading of the first column
     notes: str = ""
 
@@ -170,7 +174,7 @@ class FigureSpec:
     paper: str = ""
     panels: list[Panel] = field(default_factory=list)
     x: str = "iteration"   # curves: iteration, round or comm
-    y: str = "test_acc"
+    y: str = "auto"        # curves: an accuracy of ACC_METRICS (auto: personal_acc for personalized runs) or a loss
     seed: int = 0          # delta-lambda: index into the sweep's seeds
     round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
     log: bool = False      # log-scale y axis (layer-size)
@@ -268,12 +272,9 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
             raise ConfigError(f"{loc('target')}: table '{name}' has layout = \"target\": it needs `target`, an accuracy "
                               f"as a fraction in (0, 1] (0.9 for 90%), got {v!r}")
         t.target = float(v)
-        t.metric = _choice(d, "metric", TARGET_METRICS, "test_acc", loc)
-    else:
-        for k in ("target",) + (("metric",) if t.layout == "paired" else ()):
-            if k in d:
-                raise ConfigError(f"{loc(k)}: key '{k}' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")")
-        t.metric = _choice(d, "metric", ACC_METRICS, "auto" if t.layout == "matrix" else "test_acc", loc)
+    elif "target" in d:
+        raise ConfigError(f"{loc('target')}: key 'target' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")")
+    t.metric = _choice(d, "metric", ACC_METRICS, "auto", loc)
     t.row_title = _str(d, "row_title", loc, "Method")
     if t.layout != "matrix":
         for k in MATRIX_KEYS + ("row_title",):
@@ -325,7 +326,7 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureS
     f = FigureSpec(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                    x=_choice(d, "x", X_AXES, "iteration", loc),
-                   y=_choice(d, "y", ("test_acc", "test_loss", "train_loss"), "test_acc", loc))
+                   y=_choice(d, "y", ACC_METRICS + ("test_loss", "train_loss"), "auto", loc))
     if not f.kind:
         raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(KINDS)})")
     for key in ("seed", "round"):

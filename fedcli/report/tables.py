@@ -139,12 +139,18 @@ def over_seeds(seeds: list[int]) -> str:
     return f"Mean ± sample std over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
 
 
-def accuracy_source(metric: str) -> str:
-    """What the accuracy of a table is measured on (its notes)."""
-    return {"test_acc": "global model, test set",
-            "personal_acc": "each client's model on its local test split, pooled over the clients (personal_acc)",
-            "auto": "personalized methods: each client's model on its local test split, pooled over the clients (personal_acc); "
-                    "traditional FL: the global model on the test set (test_acc)"}.get(metric, metric)
+def accuracy_source(metric: str, runs: dict | None = None) -> str:
+    """What the accuracy of a table is measured on (its notes). ``auto`` is told by what the table's ``runs``
+    ({name: {seed: RunData}}) are: all personalized, none, or both."""
+    texts = {"test_acc": "global model, test set",
+             "personal_acc": "each client's model on its local test split, pooled over the clients (personal_acc)",
+             "auto": "personalized methods: each client's model on its local test split, pooled over the clients (personal_acc); "
+                     "traditional FL: the global model on the test set (test_acc)"}
+    if metric == "auto" and runs:
+        kinds = {r.acc_metric("auto") for per_seed in runs.values() for r in per_seed.values()}
+        if len(kinds) == 1:
+            metric = kinds.pop()
+    return texts.get(metric, metric)
 
 
 def column(key: str) -> Column:
@@ -237,7 +243,7 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
             rows, meta = [], []
             for left, right in g.rows:
                 lr0, rr0 = first(left), first(right)
-                es = early_stop(per_seed(right), per_seed(left), base_comm, spec.accuracy, spec.early_stop_target)
+                es = early_stop(per_seed(right), per_seed(left), base_comm, spec.accuracy, spec.early_stop_target, spec.metric)
                 cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
                          fmt_acc(acc_stat(left)), fmt_pct(comm_stat(left, base_comm)),
                          plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
@@ -251,12 +257,13 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
 
     acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
     notes = [f"{over_seeds(seeds)}; accuracy: {acc_what} "
-             f"({accuracy_source(spec.metric)})."]
+             f"({accuracy_source(spec.metric, {n: runs[n] for n in spec.run_names()})})."]
     bases = list(dict.fromkeys(g.baseline for g in spec.groups if g.baseline))
     if spec.layout == "paired" or "comm" in spec.columns:
         notes.append(f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}.")
     if spec.layout == "target":
-        what = "test accuracy" if spec.metric == "test_acc" else f"`{spec.metric}`"
+        what = {"test_acc": "test accuracy", "auto": "accuracy (personal_acc for personalized runs, else test_acc)"}.get(
+            spec.metric, f"`{spec.metric}`")
         reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
                       f"whose {what} is at least {100 * spec.target:g}%, the communication rounds completed there and the bytes moved "
                       f"so far (comm_bytes, 1 MB = 10^6 bytes); (k/n): only k of n seeds reached it; —: none did.")

@@ -1,6 +1,9 @@
 """FedAvg (McMahan et al., AISTATS 2017): local SGD, periodic full averaging every tau iterations.
 
 Alias ``fedsgd``: FedAvg with local SGD, the Fed-SGD baseline of Fed-LAMB (Karimi et al.).
+
+No per-method defaults: FedAvg's paper tunes its learning rate, batch size and local epochs per task, and fedcli's
+general defaults are the setting of FedLAMA, whose baseline this is (it learns on them: tests/test_presets_learn.py).
 """
 
 from fedcli.fl.methods import Method, register_method

@@ -4,6 +4,9 @@ Each client uploads Q_s(x_i - u) per layer (QSGD, s = ``--quant-levels``, the AA
 "compression level 16"); the server averages u + Q_s(x_i - u). ``--quant-levels 0`` is FedAvg
 (tested). FedPAQ + FedLAMA is ``--algo fedpaq --schedule lama`` (a layer's update is taken from its
 last synchronization). Bits: ``fedcli.fl.codecs``.
+
+No per-method defaults: ``--quant-levels`` 16 (the general default) is the compression level of FedLAMA AAAI
+Table 4, where FedPAQ is compared; the rest is fedcli's general (FedLAMA) setting, on which it learns.
 """
 
 import fedcli.fl.codecs  # noqa: F401  (registers the "qsgd" codec)

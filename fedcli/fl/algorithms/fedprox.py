@@ -1,6 +1,8 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose local step adds the proximal term mu * (x - u).
 
-``--mu`` is mu (AAAI FedLAMA Table 4: 0.001); ``--mu 0`` is FedAvg (tested). FedProx + FedLAMA is
+``--mu`` is mu, default 0.001 for this preset: FedALA's appendix (chosen from 0.1, 0.01, 0.001, 0.0001) and
+FedLAMA AAAI Table 4 both use it (FedProx's own paper tunes mu per dataset among 0.001, 0.01, 0.1, 1); ``--mu 0`` is
+FedAvg (tested). Other settings are fedcli's general defaults (FedLAMA's setting, as FedAvg). FedProx + FedLAMA is
 ``--algo fedprox --schedule lama`` (each layer anchored at its last synchronized value:
 ``fedcli.fl.parts_prox``).
 """
@@ -8,4 +10,5 @@
 import fedcli.fl.parts_prox  # noqa: F401  (registers the "prox" local step)
 from fedcli.fl.methods import Method, register_method
 
-register_method(Method("fedprox", "local SGD + proximal term mu (Li et al. 2020); --mu", local_step="prox"))
+register_method(Method("fedprox", "local SGD + proximal term mu (Li et al. 2020); --mu", local_step="prox",
+                       defaults={"mu": 0.001}))  # FedALA appendix; FedLAMA AAAI Table 4

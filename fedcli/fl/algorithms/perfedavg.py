@@ -2,7 +2,8 @@
 
 Local work: the round's local steps are taken in pairs of mini-batches (D, D') -- two consecutive local
 steps of the engine, so ``--local-epochs 1`` gives ceil(n_i / B) / 2 meta-steps, each on 2B samples, as
-PFLlib's loader of 2B samples split in halves -- and each pair is one MAML step:
+PFLlib's loader of 2B samples split in halves (with ``--drop-last`` floor(floor(n_i / B) / 2) = floor(n_i / 2B),
+the reference loader's count) -- and each pair is one MAML step:
 
     theta' = theta - alpha * grad f_i(theta; D)              (inner step, alpha = --lr)
     theta <- theta - beta * grad f_i(theta'; D')             (outer step, the first-order approximation)

@@ -1,0 +1,63 @@
+"""Every preset of ``fedcli train --list-algos`` runs as ``fedcli train --algo X`` with no other flag (only ``--out``
+and ``--quiet``) on the default experiment (scikit-learn digits) and learns: its last evaluation is well above chance,
+i.e. it closes at least half of the gap between chance and 100%.
+
+- Traditional methods: ``test_acc``, the global model on the global test set; chance is the share of its most
+  frequent class (about 10%: digits has 10 balanced classes).
+- Personalized methods: ``personal_acc``, each client's model on its own local test split, pooled over all local test
+  samples; chance is what always answering each client's most frequent local test class scores, pooled the same way
+  (with non-IID clients far above 10%).
+
+Aliases (``fedsgd``, ``adp-fed``) name the same preset object, so they are folded into their preset (tested) instead
+of training the same run twice. These are the presets' full default budgets, a few minutes in all: most take seconds;
+the slowest are APPLE (1200 iterations by default, every client downloading every core model) and pFedMe (K + 1 = 6
+gradient evaluations per local step).
+"""
+
+import json
+from collections import Counter
+
+import pytest
+
+from fedcli.cli.main import main
+from fedcli.config import TrainConfig
+from fedcli.data.setup import load_data_and_partition
+from fedcli.fl.methods import METHODS
+from fedcli.recipes import build_config
+
+PRESETS = sorted({m.name for m in METHODS.values()})
+
+
+def majority_rate(label_groups) -> float:
+    """Pooled accuracy of answering each group's most frequent label: sum of the majority counts / all labels."""
+    hits = sum(max(Counter(g).values()) for g in label_groups if len(g))
+    return hits / sum(len(g) for g in label_groups)
+
+
+def test_aliases_are_the_same_preset_with_the_same_defaults():
+    aliases = {n: m.name for n, m in METHODS.items() if n != m.name}
+    assert aliases == {"fedsgd": "fedavg", "adp-fed": "fedadam"}
+    for alias, name in aliases.items():
+        a, b = build_config(None, {"algo": alias}).to_dict(), build_config(None, {"algo": name}).to_dict()
+        assert METHODS[alias] is METHODS[name] and {**a, "algo": name} == b
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("algo", PRESETS)
+def test_preset_learns_on_its_defaults(algo, tmp_path, capsys):
+    out = tmp_path / "run"
+    try:
+        code = main(["train", "--algo", algo, "--out", str(out), "--quiet"])
+    except SystemExit as e:  # fedcli's one-line error and exit code
+        code = e.code
+    assert code == 0, f"--algo {algo} exited {code}: {capsys.readouterr().err.strip()}"
+    man = json.loads((out / "manifest.json").read_text())
+    cfg = TrainConfig(**man["config"])
+    dataset, partition = load_data_and_partition(cfg)
+    if METHODS[algo].personalized:
+        acc = man["summary"]["final_personal_acc"]
+        chance = majority_rate([dataset.train_y[list(ix)].tolist() for ix in partition.test])
+    else:
+        acc = man["summary"]["final_acc"]
+        chance = majority_rate([dataset.test_y.tolist()])
+    assert acc >= chance + (1.0 - chance) / 2, f"--algo {algo}: final accuracy {acc:.4f}, chance {chance:.4f}"
