@@ -51,6 +51,16 @@ def test_explicit_flag_and_recipe_key_win(tmp_path):
     assert build_config(str(recipe), {"client_test_fraction": 0.2}).client_test_fraction == 0.2
 
 
+def test_explicit_tau_wins_over_a_default_of_local_epochs(tmp_path):
+    """--tau says how long a round is; a preset's default of one local epoch per round would silently replace it."""
+    cfg = build_config(None, {"algo": "fedavg-c", "tau": 2})
+    assert (cfg.tau, cfg.local_epochs, cfg.batch_size) == (2, 0.0, 10)  # the rest of the preset's setup stays
+    assert build_config(None, {"algo": "fedavg-c", "tau": 2, "local_epochs": 2.0}).local_epochs == 2.0
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('algo = "fedala"\ntau = 3\n')
+    assert build_config(str(recipe), {}).local_epochs == 0.0
+
+
 def test_unknown_method_left_for_validation():
     assert with_method_defaults({"algo": "nope", "lr": 0.3}) == {"algo": "nope", "lr": 0.3}
 

@@ -55,14 +55,18 @@ def register_method(method: Method) -> Method:
 
 def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (recipe keys and flags) completed with the chosen method's defaults for the keys they do
-    not set: an explicit value always wins. An unknown method is left for validation to report."""
+    not set: an explicit value always wins. An explicit ``tau`` (local steps per round) also wins over a default
+    number of local epochs, which would otherwise replace it. An unknown method is left for validation to report."""
     from fedcli.config import FIELDS
 
     algo = values.get("algo", FIELDS["algo"].default)
     method = METHODS.get(algo)
     if method is None:
         return dict(values)
-    return {**method.effective_defaults(), **values}
+    defaults = method.effective_defaults()
+    if "tau" in values and "local_epochs" not in values:
+        defaults.pop("local_epochs", None)
+    return {**defaults, **values}
 
 
 def _load_all() -> None:
