@@ -72,5 +72,8 @@ reproduce-fedala:
 	$(PY) scripts/fedala_claim.py $(REPRO_FEDALA)/runs $(REPRO_FEDALA)/claim.md
 	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --figures $(REPRO_FEDALA)/figures
 
+# All three claims on the real data beside the repo, one after another (about 45 minutes on 2 idle cores)
+reproduce: reproduce-fedlama reproduce-fedala reproduce-fedlamb
+
 clean:
 	rm -rf .pytest_cache build *.egg-info
