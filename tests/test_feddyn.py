@@ -30,7 +30,7 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     store.scatter("feddyn.grad_i:w", [7], torch.tensor([[0.5]], dtype=torch.float64))
     glob = {"w": torch.tensor([1.0], dtype=torch.float64)}
     sim = SimpleNamespace(global_params=glob, store=store, comm=SimpleNamespace(size=1))
-    cohort = SimpleNamespace(clients=[7], params={"w": glob["w"].clone().unsqueeze(0)}, opt_state={})
+    cohort = SimpleNamespace(clients=[7], params={"w": glob["w"].clone().unsqueeze(0)}, opt_state={}, skipped=set())
     step.begin_round(sim, cohort)
     seen = []
     for _ in range(2):
@@ -43,7 +43,7 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     step.end_round(sim, cohort)
     assert float(store.tables["feddyn.grad_i:w"][7]) == 0.0703125
     # a client that has not trained yet starts from grad_i = 0 (plain SGD plus the proximal term)
-    cohort2 = SimpleNamespace(clients=[8], params={"w": glob["w"].clone().unsqueeze(0)}, opt_state={})
+    cohort2 = SimpleNamespace(clients=[8], params={"w": glob["w"].clone().unsqueeze(0)}, opt_state={}, skipped=set())
     step.begin_round(sim, cohort2)
     assert float(step.direction(cohort2, {"w": torch.tensor([[-2.0]], dtype=torch.float64)})["w"]) == -2.0
 

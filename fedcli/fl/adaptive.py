@@ -76,7 +76,7 @@ import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
-from fedcli.fl.parts import AverageServer, Part, expand, register_local_step, register_server
+from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -190,7 +190,7 @@ def store_state(sim, cohort, tables: dict[str, torch.Tensor]) -> None:
     partial participation a client may train on another process next time, so every process gets every
     update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
     """
-    skipped = getattr(cohort, "skipped", None) or ()
+    skipped = cohort.skipped
     keep = [k for k, c in enumerate(cohort.clients) if c not in skipped]
     clients = [cohort.clients[k] for k in keep]
     rows = torch.tensor(keep, dtype=torch.long)
@@ -221,7 +221,7 @@ def _cpu(state: dict | None) -> dict | None:
 
 # ---------------------------------------------------------------------------- local steps
 @register_local_step("lamb")
-class LambStep(Part):
+class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
 
     trust_default = True
@@ -291,7 +291,7 @@ class AMSStep(LambStep):
 
 
 @register_local_step("mime")
-class MimeStep(Part):
+class MimeStep(LocalStep):
     """Mime with AMSGrad: the base optimizer's update U(g~; s) with the server's state s = (m, v, v_hat) frozen.
 
     U is the step a centralized AMSGrad would take with g~ as its next gradient, without writing the state

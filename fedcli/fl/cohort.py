@@ -35,6 +35,9 @@ class Cohort:
     round_idx: int = 0
     cohort_ids: list = field(default_factory=list)  # the whole cohort (all processes)
     steps: torch.Tensor | None = None               # [K] local steps of each client this round
+    skipped: set = field(default_factory=set)       # global ids of the clients skipped this round (--on-diverge skip-client)
+    skips: list = field(default_factory=list)       # their records (skipped.csv)
+    batch: tuple | None = None                      # this step's mini-batches (x, y, mask); Mime's correction re-uses them
 
     @property
     def size(self) -> int:

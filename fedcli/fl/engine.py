@@ -228,7 +228,7 @@ class Simulation:
         self.codec = parts.CODECS[names["codec"]](cfg)
         init_cls = parts.INITS[names["init"]]
         # an init that wraps the method's own (ALA: it mixes what the method's init receives) gets it as ``base``
-        self.init = (init_cls(cfg, base=parts.INITS[own_init](cfg)) if getattr(init_cls, "wraps_base", False)
+        self.init = (init_cls(cfg, base=parts.INITS[own_init](cfg)) if init_cls.wraps_base
                      and names["init"] != own_init else init_cls(cfg))
         self.server = parts.SERVERS[names["server"]](cfg)
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
@@ -365,10 +365,6 @@ class Simulation:
         if self.cfg.on_diverge == "stop":
             c, code = new[0]
             raise _collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
-        if getattr(cohort, "skipped", None) is None:
-            cohort.skipped = set()  # global ids of the clients skipped this round
-        if getattr(cohort, "skips", None) is None:
-            cohort.skips = []       # their records (skipped.csv)
         skipped, skips = cohort.skipped, cohort.skips
         for c, code in new:
             skipped.add(c)
@@ -406,7 +402,7 @@ class Simulation:
 
     def dead_rows(self, cohort: Cohort) -> torch.Tensor | None:
         """Bool [K]: this process's clients skipped this round (``--on-diverge skip-client``), or None."""
-        skipped = getattr(cohort, "skipped", None)
+        skipped = cohort.skipped
         if not skipped or not any(c in skipped for c in cohort.clients):
             return None
         return torch.tensor([c in skipped for c in cohort.clients], device=self.device)
@@ -426,7 +422,7 @@ class Simulation:
     def settle_skipped(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor, steps: int) -> torch.Tensor:
         """At a round's end: leave skipped clients out of the train loss, scrub their non-finite per-client
         state (so no part stores it), and record them (TrainState.skipped, skipped.csv)."""
-        skips = getattr(cohort, "skips", None)
+        skips = cohort.skips
         if not skips:
             return round_losses
         dead = self.dead_rows(cohort)
@@ -443,7 +439,7 @@ class Simulation:
 
     def forget_nonfinite(self, cohort: Cohort) -> None:
         """Drop a skipped client's non-finite entries from the client store (they start afresh next time)."""
-        for c in getattr(cohort, "skipped", ()):
+        for c in cohort.skipped:
             for table in self.store.tables.values():
                 t = table.get(c)
                 if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
@@ -569,9 +565,7 @@ class Simulation:
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
                 if active is not None and bool(active.all()):
                     active = None  # every client still training: no [K, ...] masks to build (2 s of a 17 s round, cProfile)
-                fusable = getattr(self.trainer, "fuses_sgd", False) and hasattr(self.local_step, "fused_lr") \
-                    and type(self.local_step).gradients is parts.Part.gradients
-                fused = self.local_step.fused_lr(lr, active) if fusable else None
+                fused = self.local_step.fused_lr(lr, active) if self.trainer.fuses_sgd else None
                 if fused is not None:  # plain SGD applied client by client inside the loop trainer
                     _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
                 else:
@@ -601,14 +595,14 @@ class Simulation:
         # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
         mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)
-        skipped = getattr(cohort, "skipped", None) or set()
+        skipped = cohort.skipped
         total = self.cohort_sum(cohort, [mean_losses], None, self.dead_rows(cohort) if skipped else None)
         if comm.is_root:
             state.loss_sum += float(total[0])
             state.loss_count += len(cohort_ids) - len(skipped)
         adj = self.schedule.end_round(round_idx, state.iteration)
         if adj is not None and self.run_dir is not None:
-            eligible = getattr(self.schedule, "eligible", [True] * len(self.layers))
+            eligible = self.schedule.eligible
             self.run_dir.append_intervals([
                 {"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
                  "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}

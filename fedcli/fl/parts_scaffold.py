@@ -92,7 +92,7 @@ class ScaffoldStep(SGDStep):
             step_mean = d / expand(self.lr_sum.clamp(min=1e-300), d) if d.shape[0] else d
             new_ci[n] = self.c_i[n] - self.c[n] + step_mean
         # a client skipped by --on-diverge skip-client (or with a non-finite c_i+) keeps its c_i and adds nothing to c
-        skipped = set(getattr(cohort, "skipped", None) or ())
+        skipped = cohort.skipped
         alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
         for n in names:
             alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)

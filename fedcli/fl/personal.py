@@ -184,12 +184,10 @@ class Personalization:
 
     def __init__(self, sim):
         parts = list(sim.parts.values())
-        prefixes = [getattr(p, "personal_prefix", None) for p in parts]
-        self.prefix = next((p for p in prefixes if p), LOCAL)
-        # a part that computes a client's evaluated model on demand (Per-FedAvg: one step from the global model)
-        self.adapter = next((p for p in parts if hasattr(p, "personalize")), None)
+        self.parts = parts
+        self.prefix = next((p.personal_prefix for p in parts if p.personal_prefix), LOCAL)
         # capture the trained local models when something reads them: the evaluation, or ALA next round
-        self.capture_local = self.prefix == LOCAL or any(getattr(p, "keeps_local_models", False) for p in parts)
+        self.capture_local = self.prefix == LOCAL or any(p.keeps_local_models for p in parts)
         test = sim.partition.test
         self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
         self.total = int(sum(t.numel() for t in self.test))
@@ -222,7 +220,9 @@ class Personalization:
             idx = self.test[c]
             if idx.numel() == 0:
                 continue
-            params, buffers = self.adapter.personalize(sim, c) if self.adapter is not None else client_model(sim, c, self.prefix)
+            # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
+            own = next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
+            params, buffers = own if own is not None else client_model(sim, c, self.prefix)
             sim.model.eval()
             idx = idx.to(sim.train_x.device)
             for s in range(0, idx.numel(), 1024):
@@ -237,8 +237,7 @@ def build_personalization(sim) -> Personalization | None:
     """The personalization of a run: personalized methods (``Method.personalized``) and any method whose
     parts keep per-client models (``--init ala``: ALA on FedAvg is evaluated as FedALA is); None otherwise."""
     parts = sim.parts.values()
-    if not (bool(getattr(sim.method, "personalized", False))
-            or any(getattr(p, "keeps_local_models", False) or getattr(p, "personal_prefix", None) for p in parts)):
+    if not (sim.method.personalized or any(p.keeps_local_models or p.personal_prefix for p in parts)):
         return None
     return Personalization(sim)
 
@@ -247,7 +246,5 @@ def local_layers(sim) -> set[int]:
     """Layers a method keeps on the clients and never synchronizes (FedRep's head), from its parts."""
     out: set[int] = set()
     for p in sim.parts.values():
-        fn = getattr(p, "local_layers", None)
-        if fn is not None:
-            out |= set(fn(sim))
+        out |= set(p.local_layers(sim))
     return out

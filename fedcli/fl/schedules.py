@@ -50,6 +50,7 @@ class Schedule:
         self.layers = layers
         self.tau = cfg.tau
         self.intervals = [cfg.tau] * len(layers)
+        self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
 
     @property
     def period(self) -> int:

@@ -21,7 +21,15 @@ def masked_loss(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch
     return (losses * w).sum() / w.sum()
 
 
-class VmapTrainer:
+class Trainer:
+    """A local-training path: ``grads(cohort, x, y, mask)`` -> (grads name -> [K, ...], losses [K])."""
+
+    name = "base"
+    # whether ``grads(..., lr=lr)`` applies plain SGD itself right after each client's backward (``LocalStep.fused_lr``)
+    fuses_sgd = False
+
+
+class VmapTrainer(Trainer):
     name = "vmap"
 
     def __init__(self, model: torch.nn.Module):
@@ -60,7 +68,7 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.channels_last).copy_(x)
 
 
-class LoopTrainer:
+class LoopTrainer(Trainer):
     name = "loop"
 
     def __init__(self, model: torch.nn.Module):

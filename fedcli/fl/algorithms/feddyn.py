@@ -75,7 +75,7 @@ class FedDynStep(SGDStep):
     def end_round(self, sim, cohort) -> None:
         super().end_round(sim, cohort)
         names = list(sim.global_params)
-        skipped = set(getattr(cohort, "skipped", None) or ())
+        skipped = cohort.skipped
         keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool)
         updates = {}
         for n in names:
