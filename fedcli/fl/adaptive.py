@@ -312,7 +312,7 @@ class MimeStep(LocalStep):
         self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
 
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
-        x, y, w = cohort.batch
+        x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask  # this step's mini-batches
         at_anchor, _ = self.sim.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
             srv, b1, b2, v0 = self.server, self.b1, self.b2, vhat_zero(self.cfg)

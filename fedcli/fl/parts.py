@@ -85,7 +85,11 @@ class Part:
 
 
 class LocalStep(Part):
-    """Local steps: how a client turns its mini-batch gradient into a step."""
+    """Local steps: how a client turns its mini-batch gradient into a step.
+
+    The step hooks (``gradients``, ``step``) read the current local step from ``cohort.ctx``
+    (:class:`fedcli.fl.cohort.StepContext`: round, step j, iteration, lr, active mask, mini-batches), which the engine
+    sets before each step; no part keeps its own step counter."""
 
     def gradients(self, sim, cohort, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor):
         """(grads name -> [K, ...], losses [K]) of this step's mini-batches ``x`` [K, B, ...] at the

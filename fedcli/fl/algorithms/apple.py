@@ -127,7 +127,6 @@ class AppleStep(SGDStep):
         self.cores: dict[str, torch.Tensor] = {}
         self.own: dict[str, torch.Tensor] = {}
         self.p = torch.zeros(0)
-        self.j = 0
 
     def setup(self, sim) -> None:
         from fedcli.fl.ala import ALAInit
@@ -157,7 +156,6 @@ class AppleStep(SGDStep):
         self.own = {n: c[self.idx].clone() for n, c in self.cores.items()}
         self.p = sim.store.gather("apple.p", cohort.clients, lambda _c: torch.full((self.n,), 1.0 / self.n), dev)
         self.lam = cos_lambda(cohort.round_idx, self.rounds, self.l_frac)
-        self.j = 0
 
     def refresh(self, cohort, active: torch.Tensor) -> None:
         """cohort.params <- the personalized models (only for the clients still training)."""
@@ -167,9 +165,9 @@ class AppleStep(SGDStep):
                 w.copy_(torch.where(expand(active, w), new, w))
 
     def gradients(self, sim, cohort, x, y, mask):
-        self.j += 1
-        if self.j == 1 or self.upload == "personal":
-            self.refresh(cohort, cohort.steps >= self.j)  # aggregate_parameters() before each batch
+        j = cohort.ctx.step
+        if j == 1 or self.upload == "personal":
+            self.refresh(cohort, cohort.steps >= j)  # aggregate_parameters() before each batch
         return sim.trainer.grads(cohort, x, y, mask)
 
     @torch.no_grad()
