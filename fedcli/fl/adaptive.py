@@ -207,8 +207,7 @@ def store_state(sim, cohort, tables: dict[str, torch.Tensor]) -> None:
 
 def count_transfer(sim, up: int, down: int) -> None:
     """Every cohort client uploads ``up`` and downloads ``down`` full-precision tensors per layer."""
-    for li in sim.layers:
-        sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0 * (up + down))
+    sim.ledger.record_copies(sim.active * (up + down))
 
 
 def _to(state: dict | None, device) -> dict | None:

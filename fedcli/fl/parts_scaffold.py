@@ -69,8 +69,7 @@ class ScaffoldStep(SGDStep):
             self.disp[n] = torch.zeros_like(cohort.params[n])
         self.lr_sum = torch.zeros(k, dtype=torch.float64, device=next(iter(sim.global_params.values())).device)
         self.w = torch.zeros_like(self.lr_sum)
-        for li in sim.layers:  # every cohort client downloads c
-            sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0)
+        sim.ledger.record_copies(sim.active)  # every cohort client downloads c
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: g + self.correction[n] for n, g in grads.items()}
@@ -111,8 +110,7 @@ class ScaffoldStep(SGDStep):
             if clients:
                 for n in names:
                     sim.store.scatter(_key(n), clients, ups[n])
-        for li in sim.layers:  # every cohort client uploads c_i+ - c_i
-            sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0)
+        sim.ledger.record_copies(sim.active)  # every cohort client uploads c_i+ - c_i
         self.c_i, self.correction, self.disp = {}, {}, {}
 
     def state_dict(self) -> dict:

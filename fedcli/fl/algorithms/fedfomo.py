@@ -22,7 +22,7 @@ client's last uploaded model theta_j. At the start of round t > 0 client i
 
 Clients are judged by their trained models (``personal_acc``). Communication (FedALA Table 3): a client uploads
 one model and downloads M, (1 + M) * Sigma parameters per round: the engine counts the upload and one
-download, the other M - 1 downloads are recorded per layer with ``sim.ledger.record_bytes`` (32 bits per
+download, the other M - 1 downloads are recorded per layer with ``sim.ledger.record_copies`` (32 bits per
 element), from round 1 on (round 0 downloads only the initial model). The engine still averages the uploads
 into a global model (the reference keeps none); ``test_acc`` evaluates that average.
 
@@ -174,8 +174,7 @@ class FomoInit(OverwriteInit):
             return own
         models, model_b = all_client_models(sim, cohort, buffers=True)
         m = self.m(sim)
-        for li in sim.layers:  # M downloads per client: the engine counts one
-            sim.ledger.record_bytes(li.index, (m - 1) * sim.active * li.numel * 4.0)
+        sim.ledger.record_copies((m - 1) * sim.active)  # M downloads per client: the engine counts one
         clients = cohort.clients
         k_all = len(clients)
         if k_all == 0:
