@@ -77,6 +77,7 @@ import torch
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
+from fedcli.fl.store import share
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -190,19 +191,7 @@ def store_state(sim, cohort, tables: dict[str, torch.Tensor]) -> None:
     partial participation a client may train on another process next time, so every process gets every
     update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
     """
-    skipped = cohort.skipped
-    keep = [k for k, c in enumerate(cohort.clients) if c not in skipped]
-    clients = [cohort.clients[k] for k in keep]
-    rows = torch.tensor(keep, dtype=torch.long)
-    cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
-    if sim.comm.size == 1 or sim.active >= len(sim.client_indices):
-        shares = [(clients, cpu)]
-    else:
-        shares = sim.comm.allgather((clients, cpu))
-    for cl, tabs in shares:
-        if cl:
-            for name, t in tabs.items():
-                sim.store.scatter(name, cl, t)
+    share(sim, cohort.clients, tables, cohort.skipped)
 
 
 def count_transfer(sim, up: int, down: int) -> None:

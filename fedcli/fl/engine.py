@@ -479,6 +479,11 @@ class Simulation:
     def parts(self) -> dict:
         return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
 
+    @property
+    def full_participation(self) -> bool:
+        """Every client is in every round's cohort."""
+        return self.active >= len(self.client_indices)
+
     def new_state(self) -> TrainState:
         return TrainState(next_eval=self.eval_every)
 

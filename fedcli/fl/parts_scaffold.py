@@ -20,7 +20,7 @@ server part). Two generalizations, both exact where the paper's formula applies:
   K_i lr would inflate c_i by up to 1 / (1 - rho) every round (it diverges); A_i is then lr times
   FedNova's ||a_i||_1, and D_i / A_i stays a weighted mean of the corrected gradients.
 - the c update is a sum over the cohort, so under MPI it is one all-reduce; each process then shares
-  the new c_i of its clients (allgather) so that a client's c_i does not depend on where it trained.
+  the new c_i of its clients (``fedcli.fl.store.share``) so that a client's c_i does not depend on where it trained.
 
 Communication (``comm_bytes``, per layer in ``layers.csv``): every cohort client downloads c at the
 round's start and uploads c_i+ - c_i at its end, 32 bits per element each: 2 * m * numel * 4 bytes per
@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.store import share
 
 
 def _key(name: str) -> str:
@@ -104,12 +105,7 @@ class ScaffoldStep(SGDStep):
             c = self.c[n]
             c.add_(flat[offset: offset + c.numel()].view_as(c), alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
             offset += c.numel()
-        updates = {n: new_ci[n].cpu() for n in names}
-        shares = sim.comm.allgather((list(cohort.clients), updates)) if sim.comm.size > 1 else [(list(cohort.clients), updates)]
-        for clients, ups in shares:
-            if clients:
-                for n in names:
-                    sim.store.scatter(_key(n), clients, ups[n])
+        share(sim, cohort.clients, {_key(n): new_ci[n] for n in names})
         sim.ledger.record_copies(sim.active)  # every cohort client uploads c_i+ - c_i
         self.c_i, self.correction, self.disp = {}, {}, {}
 

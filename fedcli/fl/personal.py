@@ -38,32 +38,12 @@ from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, client_batches, epoch_steps, sample_cohort
 from fedcli.fl.parts import expand
 from fedcli.fl.rng import torch_gen
+from fedcli.fl.store import share
 
 LOCAL = "local"  # store prefix of the captured local models
 
 
 # ---------------------------------------------------------------------------- per-client state
-def share(sim, clients: list[int], tables: dict[str, torch.Tensor]) -> None:
-    """Store stacked per-client tensors ``[K, ...]`` (table name -> tensor) for ``clients`` (this rank's).
-
-    Collective under MPI: every rank calls it at the same point, with or without clients of its own.
-
-    One process, or full participation under MPI (a client always trains and is evaluated on the same
-    rank): the rank's own store. Partial participation under MPI: every rank gets every update (allgather),
-    so the next rank to train or evaluate a client finds its state.
-    """
-    n_clients = len(sim.client_indices)
-    cpu = {name: t.detach().cpu() for name, t in tables.items()}
-    if sim.comm.size == 1 or sim.active >= n_clients:
-        shares = [(list(clients), cpu)] if clients else []
-    else:
-        shares = sim.comm.allgather((list(clients), cpu))
-    for cl, tabs in shares:
-        if cl:
-            for name, t in tabs.items():
-                sim.store.scatter(name, cl, t)
-
-
 def load_models(sim, clients: list[int], prefix: str = LOCAL, device=None) -> tuple[dict, dict]:
     """Stacked ``(params, buffers)`` of the clients' models stored under ``prefix``; a client without one
     gets the current global model."""
@@ -93,7 +73,7 @@ def all_client_models(sim, cohort, buffers: bool = False, prefix: str = LOCAL) -
     model): the store. Full participation under MPI: each rank stores the models of its own clients (the
     same every round), so the ranks allgather them."""
     n = len(sim.client_indices)
-    if sim.comm.size == 1 or sim.active < n:
+    if sim.comm.size == 1 or not sim.full_participation:
         p, b = load_models(sim, list(range(n)), prefix)
         return p, (b if buffers else {})
     p, b = load_models(sim, cohort.clients, prefix, device="cpu")

@@ -36,7 +36,8 @@ from __future__ import annotations
 import torch
 
 from fedcli.fl.methods import Method, register_method
-from fedcli.fl.parts import AverageServer, SGDStep, expand, register_local_step, register_server
+from fedcli.fl.parts import AverageServer, SGDStep, register_local_step, register_server
+from fedcli.fl.store import share
 
 
 def _key(name: str) -> str:
@@ -75,17 +76,8 @@ class FedDynStep(SGDStep):
     def end_round(self, sim, cohort) -> None:
         super().end_round(sim, cohort)
         names = list(sim.global_params)
-        skipped = cohort.skipped
-        keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool)
-        updates = {}
-        for n in names:
-            new = self.grad_i[n] + self.alpha * self.disp[n]  # grad_i - alpha * (theta_i^t - theta^{t-1})
-            updates[n] = torch.where(expand(keep.to(new.device), new), new, self.grad_i[n]).cpu()
-        shares = sim.comm.allgather((list(cohort.clients), updates)) if sim.comm.size > 1 else [(list(cohort.clients), updates)]
-        for clients, ups in shares:
-            if clients:
-                for n in names:
-                    sim.store.scatter(_key(n), clients, ups[n])
+        # grad_i - alpha * (theta_i^t - theta^{t-1}); a skipped client keeps its state
+        share(sim, cohort.clients, {_key(n): self.grad_i[n] + self.alpha * self.disp[n] for n in names}, cohort.skipped)
         self.grad_i, self.disp = {}, {}
 
 
