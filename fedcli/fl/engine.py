@@ -252,6 +252,10 @@ class Simulation:
         self.pad_fill = [-m / s for m, s in zip(norm["mean"], norm["std"])] if norm else 0.0
         for part in self.parts.values():
             part.setup(self)
+            own = part.training_indices(self)
+            if own is not None:  # the part holds back some of each client's training data
+                self.client_indices = own
+                self.sizes = np.array([t.numel() for t in own])
         period = self.schedule.period
         if cfg.rounds:
             self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))

@@ -72,6 +72,11 @@ class Part:
         """Layers this part keeps on the clients and never synchronizes (FedRep's head)."""
         return []
 
+    def training_indices(self, sim) -> list[torch.Tensor] | None:
+        """Each client's training sample indices when this part holds some back (FedFomo's validation split), read
+        by the engine right after this part's ``setup``; None: every training sample trains."""
+        return None
+
     def personalize(self, sim, client: int) -> tuple[dict, dict] | None:
         """(params, buffers) of ``client``'s evaluated model when this part computes it on demand (Per-FedAvg:
         one step from the global model); None: the model the store keeps under ``personal_prefix``."""

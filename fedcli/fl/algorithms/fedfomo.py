@@ -3,7 +3,7 @@ Model Optimization", Eqs. 5-7, Algorithm 1): each client aggregates other client
 a first-order approximation of how much each one lowers its validation loss.
 
 Each client holds out ``--fomo-val-ratio`` (0.2) of its training split as a validation part and trains on the
-rest (``sim.client_indices`` / ``sim.sizes`` are the training part). The server keeps an affinity matrix P
+rest (``training_indices``: the engine sets ``sim.client_indices`` / ``sim.sizes`` to the training part). The server keeps an affinity matrix P
 (N x N, initially the identity; row i lives in ``sim.store`` under ``fomo.P`` as client i's state) and every
 client's last uploaded model theta_j. At the start of round t > 0 client i
 
@@ -133,16 +133,18 @@ class FomoInit(OverwriteInit):
         super().__init__(cfg)
         self.ratio = float(cfg.fomo_val_ratio)
         self.val: list[torch.Tensor] = []
+        self.train: list[torch.Tensor] = []
 
     def setup(self, sim) -> None:
-        train, self.val = [], []
+        self.train, self.val = [], []
         for c, ix in enumerate(sim.partition.train):
             t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(sim.cfg.seed, "fomo.val", 0, c))
-            train.append(t)
+            self.train.append(t)
             self.val.append(v)
-        sim.client_indices = train
-        sim.sizes = sim.sizes.copy()
-        sim.sizes[:] = [t.numel() for t in train]
+
+    def training_indices(self, sim) -> list[torch.Tensor]:
+        """The training part of each client's split; the engine trains on it (``sim.client_indices``)."""
+        return self.train
 
     def m(self, sim) -> int:
         """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
