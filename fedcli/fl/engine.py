@@ -25,8 +25,8 @@ from fedcli.comm.communicator import Communicator, assign_clients
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
-from fedcli.errors import ConfigError, DivergenceError
-from fedcli.fl import parts, slots
+from fedcli.errors import ConfigError
+from fedcli.fl import guard, parts, slots
 from fedcli.fl.cohort import Cohort, StepContext, epoch_steps, make_plan, sample_cohort
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
@@ -153,25 +153,6 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
     return build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
                        wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes(),
                        **({"vocab_size": int(vocab)} if vocab else {}))
-
-
-def _collective(err: Exception) -> Exception:
-    """Mark an error that every process raises at the same point (the MPI entry then needs no abort)."""
-    err.collective = True
-    return err
-
-
-def _scrub_rows(obj, dead: torch.Tensor) -> None:
-    """Replace non-finite values in the ``dead`` rows of every stacked per-client tensor [K, ...] in ``obj``."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() and obj.dim() >= 1 and obj.shape[0] == dead.numel():
-            obj[dead] = torch.nan_to_num(obj[dead], nan=0.0, posinf=0.0, neginf=0.0)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _scrub_rows(v, dead)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _scrub_rows(v, dead)
 
 
 class Simulation:
@@ -315,14 +296,14 @@ class Simulation:
             else:
                 x = cohort.buffers[n]
             uploads.append(x)
-        flat = self.guarded_average(cohort, names, uploads, step, losses)
+        flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
         offset = 0
         for kind, n, _ in names:
             target = self.global_params[n] if kind == "p" else self.global_buffers[n]
             avg = flat[offset: offset + target.numel()].view_as(target)
             offset += target.numel()
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
-        self.reset_skipped_rows(cohort)
+        guard.reset_skipped_rows(self, cohort)
         if self.schedule.needs_discrepancy:
             per_client = torch.stack([
                 (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
@@ -338,116 +319,13 @@ class Simulation:
             self.ledger.record_sync(l, self.active, self.codec.bits(self.layers[l].numel))
             last_sync[l] = step
 
-    # ------------------------------------------------------------------ divergence guard
-    def guarded_average(self, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int,
-                        losses: torch.Tensor | None) -> torch.Tensor:
-        """The cohort's weighted sum of every upload (one flat all-reduce), with the divergence guard.
-
-        A client whose upload or running loss is non-finite is caught here, before anything reaches the
-        global model. The check costs one sum over the local sums (a non-finite row makes them non-finite);
-        only when it is not finite are rows inspected. Flags (one per cohort member: 1 loss, 2+i upload i)
-        travel in the same all-reduce, so every process takes the same decision. ``--on-diverge stop``
-        raises DivergenceError (exit 4); ``skip-client`` drops the client for the rest of the round (weight 0,
-        the others renormalized over the whole cohort), resets it to the global model, and the sync is redone.
-        """
-        ids = list(cohort.cohort_ids) or list(cohort.clients)
-        dead = self.dead_rows(cohort)
-        dtype = uploads[0].dtype if uploads else torch.float32
-        extra = [] if losses is None else [losses.reshape(-1, 1).to(dtype)]  # the losses ride along: p_i * loss_i
-        flat = self.cohort_sum(cohort, uploads + extra, cohort.weights, dead)
-        flat, loss_total = (flat[:-1], flat[-1]) if extra else (flat, 0.0)
-        # one pass, one host sync; a NaN/inf in any client's upload or loss makes the cohort's sum non-finite
-        if bool(torch.isfinite(flat.sum(dtype=torch.float64) + loss_total)):
-            return flat
-        code = self.nonfinite_codes(uploads, losses, dead).to(torch.float64).view(-1, 1)
-        codes = self.comm.client_gather(code, cohort.positions, cohort.total).view(-1)
-        new = [(ids[i], int(c)) for i, c in enumerate(codes.cpu().tolist()) if c]
-        if not new:
-            return flat
-        what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
-        where = f"training diverged in round {cohort.round_idx}, local step {step}"
-        if self.cfg.on_diverge == "stop":
-            c, code = new[0]
-            raise _collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
-        skipped, skips = cohort.skipped, cohort.skips
-        for c, code in new:
-            skipped.add(c)
-            skips.append({"round": cohort.round_idx, "step": step, "client": c, "reason": what(code)})
-        full = self.cohort_weights(ids, ids)
-        kept = float(sum(float(full[i]) for i, c in enumerate(ids) if c not in skipped))
-        if kept <= 0.0:
-            raise _collective(DivergenceError(f"{where}: every client of the cohort has a non-finite loss or update"))
-        keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
-        cohort.weights = self.cohort_weights(ids, cohort.clients) * keep / kept
-        return self.cohort_sum(cohort, uploads, cohort.weights, self.dead_rows(cohort))
-
+    # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
         (``Communicator.client_sum``: the same bits for any number of worker processes); rows of
         ``skip`` (clients dropped by --on-diverge skip-client) add nothing."""
         return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
-
-    @staticmethod
-    def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
-        """Per local client: 0 fine, 1 non-finite loss, 2+i non-finite upload i (the first one)."""
-        code = None
-        for i, x in enumerate(uploads):
-            fin = torch.isfinite(x)
-            bad = ~(fin.flatten(1).all(1) if fin.dim() > 1 else fin)
-            code = torch.zeros(bad.shape[0], dtype=torch.long) if code is None else code
-            code = torch.where(bad.cpu() & (code == 0), torch.full_like(code, i + 2), code)
-        if losses is not None:
-            code = torch.zeros(losses.shape[0], dtype=torch.long) if code is None else code
-            code = torch.where((~torch.isfinite(losses)).cpu(), torch.ones_like(code), code)
-        if code is not None and dead is not None:
-            code[dead.cpu()] = 0
-        return code if code is not None else torch.zeros(0, dtype=torch.long)
-
-    def dead_rows(self, cohort: Cohort) -> torch.Tensor | None:
-        """Bool [K]: this process's clients skipped this round (``--on-diverge skip-client``), or None."""
-        skipped = cohort.skipped
-        if not skipped or not any(c in skipped for c in cohort.clients):
-            return None
-        return torch.tensor([c in skipped for c in cohort.clients], device=self.device)
-
-    @torch.no_grad()
-    def reset_skipped_rows(self, cohort: Cohort) -> None:
-        """A skipped client goes back to the global model (its own progress this round is dropped)."""
-        dead = self.dead_rows(cohort)
-        if dead is None:
-            return
-        for n, p in cohort.params.items():
-            p[dead] = self.global_params[n].to(p.dtype)
-        for n, b in cohort.buffers.items():
-            b[dead] = self.global_buffers[n].to(b.dtype)
-
-    @torch.no_grad()
-    def settle_skipped(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor, steps: int) -> torch.Tensor:
-        """At a round's end: leave skipped clients out of the train loss, scrub their non-finite per-client
-        state (so no part stores it), and record them (TrainState.skipped, skipped.csv)."""
-        skips = cohort.skips
-        if not skips:
-            return round_losses
-        dead = self.dead_rows(cohort)
-        if dead is not None:
-            round_losses = torch.where(dead, torch.zeros_like(round_losses), round_losses)
-            self.reset_skipped_rows(cohort)
-            _scrub_rows([cohort.state, cohort.opt_state], dead)
-        start = state.iteration - steps
-        state.skipped += len(skips)
-        if self.run_dir is not None:
-            self.run_dir.append_skipped([{"round": s["round"], "iteration": start + s["step"], "step": s["step"],
-                                          "client": s["client"], "reason": s["reason"]} for s in skips])
-        return round_losses
-
-    def forget_nonfinite(self, cohort: Cohort) -> None:
-        """Drop a skipped client's non-finite entries from the client store (they start afresh next time)."""
-        for c in cohort.skipped:
-            for table in self.store.tables.values():
-                t = table.get(c)
-                if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
-                    del table[c]
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -595,17 +473,17 @@ class Simulation:
                 self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
                 hook(self, state)
-        round_losses = self.settle_skipped(state, cohort, round_losses, steps)
+        round_losses = guard.settle_skipped(self, state, cohort, round_losses, steps)
         if cfg.bn_buffers == "never":
             slots.keep_buffers(self, cohort)
         for part in self.parts.values():
             part.end_round(self, cohort)
-        self.forget_nonfinite(cohort)
+        guard.forget_nonfinite(self, cohort)
         # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
         mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)
         skipped = cohort.skipped
-        total = self.cohort_sum(cohort, [mean_losses], None, self.dead_rows(cohort) if skipped else None)
+        total = self.cohort_sum(cohort, [mean_losses], None, guard.dead_rows(self, cohort) if skipped else None)
         if comm.is_root:
             state.loss_sum += float(total[0])
             state.loss_count += len(cohort_ids) - len(skipped)
