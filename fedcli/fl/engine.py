@@ -304,13 +304,7 @@ class Simulation:
             offset += target.numel()
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
         guard.reset_skipped_rows(self, cohort)
-        if self.schedule.needs_discrepancy:
-            per_client = torch.stack([
-                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
-                for l in layers], 1)  # [K, layers]
-            disc = self.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
-            for l, dv in zip(layers, disc):
-                self.schedule.observe(l, dv, step - last_sync[l])
+        self.schedule.synchronized(self, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
         for kind, n, _ in names:
             src = self.global_params[n] if kind == "p" else self.global_buffers[n]
             dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
