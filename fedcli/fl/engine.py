@@ -445,7 +445,7 @@ class Simulation:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
                 if active is not None and bool(active.all()):
-                    active = None  # every client still training: no [K, ...] masks to build (2 s of a 17 s round, cProfile)
+                    active = None  # every client still training: no [K, ...] masks to build
                 cohort.ctx = StepContext(round_idx, j, state.iteration, lr, active, x, self.train_y[idx], plan.mask[j - 1])
                 fused = self.local_step.fused_lr(lr, active) if self.trainer.fuses_sgd else None
                 if fused is not None:  # plain SGD applied client by client inside the loop trainer

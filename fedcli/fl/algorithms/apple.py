@@ -42,11 +42,8 @@ models and rebuilds its model from them at every batch, so there is no single re
 with (FedALA leaves APPLE out of its ALA table for the same reason); ``--ala-layers 0`` is APPLE itself (tested).
 
 Default budget. The preset runs FedALA's setup (``fedcli.fl.methods.PERSONALIZED_SETUP``) with every client every
-round and 1200 local iterations instead of the general 600. FedALA ran every method for 2000 rounds; in the default
-experiment (digits, 16 clients, 1 local epoch of 8 batches: 75 rounds in 600 iterations) APPLE's personalized
-models only take off after about 75 rounds, while the other methods have converged: measured, personal_acc 0.73 at
-round 75 (chance, each client's majority class: 0.47), 0.83 at 90, 0.91 at 113 and 0.94 at 150 (1200 iterations).
-Stopped at 600 iterations the default run would show APPLE mid-rise.
+round and 1200 local iterations instead of the general 600 (FedALA ran every method for 2000 rounds): APPLE's
+personalized models rise later than the other methods' (docs/method-notes.md).
 
 Deviations from the reference, all deliberate:
 

@@ -27,8 +27,9 @@ Generalizations, exact where the paper's setting applies (a whole-model synchron
 - ``--init ala`` starts the client elsewhere; the regularizer still anchors at the server's model.
 - A client dropped by ``--on-diverge skip-client`` keeps its state.
 
-``--feddyn-alpha`` is alpha; its default 0.1 is one of the values the paper reports (alpha in {0.1, 0.01, 0.001},
-Section 5). FedDyn's uplink and downlink are the model itself, as FedAvg's: no extra bytes.
+``--feddyn-alpha`` is alpha; its default 0.1 is one of the values the paper's experiments use (alpha in
+{0.1, 0.01, 0.001}), the one of them that keeps the global model's test loss bounded on digits (docs/method-notes.md).
+FedDyn's uplink and downlink are the model itself, as FedAvg's: no extra bytes.
 """
 
 from __future__ import annotations
