@@ -84,6 +84,7 @@ class TrainConfig:
     bn_buffers: str = opt("with-layer", "BatchNorm running statistics: averaged whenever their module's weight tensor is synchronized (with-layer), only at round ends when the whole model is (round-end), or never (the author code's FedLAMA: each cohort slot keeps its own, the global model is evaluated with slot 0's).", choices=["with-layer", "round-end", "never"], group="federated")
     # options of the FedLAMA comparison methods (fedprox, fedpaq, fedcom; fedcli/fl/parts_prox.py, fedcli/fl/codecs.py)
     mu: float = opt(0.01, "FedProx proximal coefficient mu: the local gradient gets mu * (x - u), u the layer's last synchronized global value (AAAI Table 4 uses 0.001; 0 is FedAvg).", lo=0.0, group="method")
+    feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha of the dynamic regularizer (alpha/2)||theta - theta^{t-1}||^2 and of the server state h (Acar et al. 2021 report 0.1, 0.01, 0.001).", lo=0.0, lo_open=True, group="method")
     quant_levels: int = opt(16, "FedPAQ/FedCOM: levels s of the stochastic uniform (QSGD) quantizer of each client's layer update, on |v|/||v|| (the paper's compression level 16); 0: no quantization.", lo=0, group="method")
     # local optimizer
     lr: float = opt(0.1, "Local learning rate.", lo=0.0, lo_open=True, group="optimizer")

@@ -141,7 +141,7 @@ def run_fedcli(**kw):
     def spy(cohort, grads, lr, active=None):
         if len(rounds) == cohort.round_idx:
             rounds.append((list(cohort.clients), {c: [] for c in cohort.clients}))
-        x, y, w = cohort.batch
+        x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask
         orig(cohort, grads, lr, active)
         clients, batches = rounds[cohort.round_idx]
         for k, c in enumerate(clients):

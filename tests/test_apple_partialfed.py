@@ -13,7 +13,7 @@ from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.apple import AppleStep, cos_lambda, dr_gradient, personalized
 from fedcli.fl.algorithms.partialfed import strategy_grad
-from fedcli.fl.cohort import Cohort
+from fedcli.fl.cohort import Cohort, StepContext
 from fedcli.fl.engine import Simulation
 from fedcli.results import checkpoint
 from simkit import personal_config as config, personal_run as run, same_personal as same, assert_learned
@@ -192,6 +192,7 @@ def test_partialfed_reaggregation_keeps_the_training(data):
     step.gradients(sim, cohort, *batch)
     step.step(cohort, {n: torch.ones_like(p) for n, p in cohort.params.items()}, lr=0.1)  # a model batch
     step.alpha[..., 0] = math.log(3.0)  # y0 = 0.75
+    cohort.ctx = StepContext(step=2)  # the round's second local step
     step.gradients(sim, cohort, *batch)
     for n in names:
         torch.testing.assert_close(cohort.params[n], local[n] + 0.75 * (g[n] - local[n]) - 0.1)

@@ -17,7 +17,7 @@ from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
-from fedcli.fl.parts import SGDStep, decayed_tensors
+from fedcli.fl.parts import AverageServer, SGDStep, decayed_tensors
 from fedcli.fl.slots import slot_of
 from fedcli.fl.store import ClientStore
 from fedcli.models import build_model, layer_info
@@ -67,7 +67,7 @@ def test_weight_decay_on_kernels_and_final_bias_hand_worked():
     for on, expect in (("kernels+final-bias", {"h.weight": [0.95, 1.9], "h.bias": [3.0], "o.weight": [3.8], "o.bias": [4.75]}),
                        ("all", {"h.weight": [0.95, 1.9], "h.bias": [2.85], "o.weight": [3.8], "o.bias": [4.75]})):
         step = SGDStep(_cfg(weight_decay=0.5, weight_decay_on=on))
-        step.setup(SimpleNamespace(layers=_layers(kinds), server=None, cfg=_cfg()))
+        step.setup(SimpleNamespace(layers=_layers(kinds), server=AverageServer(None), cfg=_cfg()))
         cohort = _cohort(values)
         step.begin_round(None, cohort)
         step.step(cohort, {n: torch.zeros_like(p) for n, p in cohort.params.items()}, lr=0.1)
@@ -86,7 +86,7 @@ def test_keras_l2_is_twice_the_coefficient():
 def _sim(**kw):
     cfg = _cfg(**kw)
     layers = _layers({"w": "kernel"})
-    sim = SimpleNamespace(cfg=cfg, store=ClientStore(), comm=Communicator(), layers=layers, server=None,
+    sim = SimpleNamespace(cfg=cfg, store=ClientStore(), comm=Communicator(), layers=layers, server=AverageServer(None),
                           global_params={"w": torch.zeros(1)})
     return sim
 

@@ -19,7 +19,7 @@ from fedcli.cli.train import run_train
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
-from fedcli.fl.cohort import Cohort
+from fedcli.fl.cohort import Cohort, StepContext
 from fedcli.fl.engine import Simulation, sample_cohort
 from fedcli.fl.personal import client_model
 from fedcli.fl.trainers import masked_loss
@@ -198,6 +198,7 @@ def test_perfedavg_meta_step_by_hand(data):
     for n, p in cohort.params.items():
         assert torch.allclose(p[0], theta[n][0] - 0.1) and torch.equal(p[1], theta[n][1])
     g2 = {n: torch.full_like(p, 2.0) for n, p in cohort.params.items()}
+    cohort.ctx = StepContext(step=2)  # the round's second local step
     step.step(cohort, g2, lr=0.1, active=torch.tensor([True, False]))
     for n, p in cohort.params.items():
         assert torch.allclose(p[0], theta[n][0] - 0.5) and torch.equal(p[1], theta[n][1])  # theta - 0.25 * 2

@@ -36,6 +36,13 @@ class Ledger:
         variates for that tensor): counted in ``comm_bytes`` (total and per layer), not in Eq. 8's syncs."""
         self.bytes_[layer] += nbytes
 
+    def record_copies(self, copies: float, bytes_per_element: float = 4.0) -> None:
+        """``copies`` whole-model copies that travel outside the synchronizations (SCAFFOLD's c and c_i, the extra
+        models APPLE and FedFomo download, Mime's and Fed-LAMB's state): ``copies * numel * bytes_per_element``
+        bytes recorded on every layer (:meth:`record_bytes`)."""
+        for layer, n in enumerate(self.numel):
+            self.bytes_[layer] += copies * n * bytes_per_element
+
     def layer_params(self, layer: int) -> int:
         return self.numel[layer] * self.syncs[layer]
 

@@ -76,7 +76,8 @@ import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
-from fedcli.fl.parts import AverageServer, Part, expand, register_local_step, register_server
+from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
+from fedcli.fl.store import share
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -190,25 +191,12 @@ def store_state(sim, cohort, tables: dict[str, torch.Tensor]) -> None:
     partial participation a client may train on another process next time, so every process gets every
     update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
     """
-    skipped = getattr(cohort, "skipped", None) or ()
-    keep = [k for k, c in enumerate(cohort.clients) if c not in skipped]
-    clients = [cohort.clients[k] for k in keep]
-    rows = torch.tensor(keep, dtype=torch.long)
-    cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
-    if sim.comm.size == 1 or sim.active >= len(sim.client_indices):
-        shares = [(clients, cpu)]
-    else:
-        shares = sim.comm.allgather((clients, cpu))
-    for cl, tabs in shares:
-        if cl:
-            for name, t in tabs.items():
-                sim.store.scatter(name, cl, t)
+    share(sim, cohort.clients, tables, cohort.skipped)
 
 
 def count_transfer(sim, up: int, down: int) -> None:
     """Every cohort client uploads ``up`` and downloads ``down`` full-precision tensors per layer."""
-    for li in sim.layers:
-        sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0 * (up + down))
+    sim.ledger.record_copies(sim.active * (up + down))
 
 
 def _to(state: dict | None, device) -> dict | None:
@@ -221,7 +209,7 @@ def _cpu(state: dict | None) -> dict | None:
 
 # ---------------------------------------------------------------------------- local steps
 @register_local_step("lamb")
-class LambStep(Part):
+class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
 
     trust_default = True
@@ -291,7 +279,7 @@ class AMSStep(LambStep):
 
 
 @register_local_step("mime")
-class MimeStep(Part):
+class MimeStep(LocalStep):
     """Mime with AMSGrad: the base optimizer's update U(g~; s) with the server's state s = (m, v, v_hat) frozen.
 
     U is the step a centralized AMSGrad would take with g~ as its next gradient, without writing the state
@@ -312,7 +300,7 @@ class MimeStep(Part):
         self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
 
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
-        x, y, w = cohort.batch
+        x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask  # this step's mini-batches
         at_anchor, _ = self.sim.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
             srv, b1, b2, v0 = self.server, self.b1, self.b2, vhat_zero(self.cfg)

@@ -173,6 +173,9 @@ class ALAInit(OverwriteInit):
     def setup(self, sim) -> None:
         self.base.setup(sim)
 
+    def training_indices(self, sim) -> list | None:
+        return self.base.training_indices(sim)
+
     def begin_round(self, sim, cohort) -> None:
         self.base.begin_round(sim, cohort)
 

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from fedcli.fl.parts import Part, register_codec
+from fedcli.fl.parts import Codec, register_codec
 
 
 def quant_bits(levels: int, numel: int) -> float:
@@ -59,7 +59,7 @@ def uniform_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 @register_codec("qsgd")
-class QSGDCodec(Part):
+class QSGDCodec(Codec):
     """Stochastic uniform quantization of each client's layer update with s = ``--quant-levels``."""
 
     def __init__(self, cfg):

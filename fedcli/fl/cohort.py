@@ -25,6 +25,23 @@ def sample_cohort(seed: int, round_idx: int, clients: int, active: int) -> list[
 
 
 @dataclass
+class StepContext:
+    """What the step hooks (``LocalStep.gradients`` and ``LocalStep.step``) of one local step see, as ``cohort.ctx``:
+    the round, the local step j (1-based, within the round), the local iteration before this step, the learning
+    rate, the active mask (``None``: every client still trains; with ``--local-epochs`` a client whose steps are
+    done is frozen) and this step's mini-batches x [K, B, ...], y [K, B], mask [K, B] (padding)."""
+
+    round: int = 0
+    step: int = 1
+    iteration: int = 0
+    lr: float = 0.0
+    active: torch.Tensor | None = None
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+
+@dataclass
 class Cohort:
     clients: list[int]                 # global client ids held here (increasing)
     weights: torch.Tensor              # p_i for these clients, normalized over the whole cohort (float64)
@@ -35,6 +52,9 @@ class Cohort:
     round_idx: int = 0
     cohort_ids: list = field(default_factory=list)  # the whole cohort (all processes)
     steps: torch.Tensor | None = None               # [K] local steps of each client this round
+    skipped: set = field(default_factory=set)       # global ids of the clients skipped this round (--on-diverge skip-client)
+    skips: list = field(default_factory=list)       # their records (skipped.csv)
+    ctx: StepContext = field(default_factory=StepContext)  # the current local step (set by the engine before each)
 
     @property
     def size(self) -> int:

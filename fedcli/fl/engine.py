@@ -25,9 +25,9 @@ from fedcli.comm.communicator import Communicator, assign_clients
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
-from fedcli.errors import ConfigError, DivergenceError
-from fedcli.fl import parts, slots
-from fedcli.fl.cohort import Cohort, epoch_steps, make_plan, sample_cohort
+from fedcli.errors import ConfigError
+from fedcli.fl import guard, parts, slots
+from fedcli.fl.cohort import Cohort, StepContext, epoch_steps, make_plan, sample_cohort
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
@@ -155,25 +155,6 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
                        **({"vocab_size": int(vocab)} if vocab else {}))
 
 
-def _collective(err: Exception) -> Exception:
-    """Mark an error that every process raises at the same point (the MPI entry then needs no abort)."""
-    err.collective = True
-    return err
-
-
-def _scrub_rows(obj, dead: torch.Tensor) -> None:
-    """Replace non-finite values in the ``dead`` rows of every stacked per-client tensor [K, ...] in ``obj``."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() and obj.dim() >= 1 and obj.shape[0] == dead.numel():
-            obj[dead] = torch.nan_to_num(obj[dead], nan=0.0, posinf=0.0, neginf=0.0)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _scrub_rows(v, dead)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _scrub_rows(v, dead)
-
-
 class Simulation:
     """One ``fedcli train`` experiment. ``setup`` loads everything; ``run`` trains and logs."""
 
@@ -228,7 +209,7 @@ class Simulation:
         self.codec = parts.CODECS[names["codec"]](cfg)
         init_cls = parts.INITS[names["init"]]
         # an init that wraps the method's own (ALA: it mixes what the method's init receives) gets it as ``base``
-        self.init = (init_cls(cfg, base=parts.INITS[own_init](cfg)) if getattr(init_cls, "wraps_base", False)
+        self.init = (init_cls(cfg, base=parts.INITS[own_init](cfg)) if init_cls.wraps_base
                      and names["init"] != own_init else init_cls(cfg))
         self.server = parts.SERVERS[names["server"]](cfg)
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
@@ -252,6 +233,10 @@ class Simulation:
         self.pad_fill = [-m / s for m, s in zip(norm["mean"], norm["std"])] if norm else 0.0
         for part in self.parts.values():
             part.setup(self)
+            own = part.training_indices(self)
+            if own is not None:  # the part holds back some of each client's training data
+                self.client_indices = own
+                self.sizes = np.array([t.numel() for t in own])
         period = self.schedule.period
         if cfg.rounds:
             self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
@@ -311,21 +296,15 @@ class Simulation:
             else:
                 x = cohort.buffers[n]
             uploads.append(x)
-        flat = self.guarded_average(cohort, names, uploads, step, losses)
+        flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
         offset = 0
         for kind, n, _ in names:
             target = self.global_params[n] if kind == "p" else self.global_buffers[n]
             avg = flat[offset: offset + target.numel()].view_as(target)
             offset += target.numel()
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
-        self.reset_skipped_rows(cohort)
-        if self.schedule.needs_discrepancy:
-            per_client = torch.stack([
-                (cohort.params[self.layers[l].name] - self.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
-                for l in layers], 1)  # [K, layers]
-            disc = self.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
-            for l, dv in zip(layers, disc):
-                self.schedule.observe(l, dv, step - last_sync[l])
+        guard.reset_skipped_rows(self, cohort)
+        self.schedule.synchronized(self, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
         for kind, n, _ in names:
             src = self.global_params[n] if kind == "p" else self.global_buffers[n]
             dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
@@ -334,120 +313,13 @@ class Simulation:
             self.ledger.record_sync(l, self.active, self.codec.bits(self.layers[l].numel))
             last_sync[l] = step
 
-    # ------------------------------------------------------------------ divergence guard
-    def guarded_average(self, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int,
-                        losses: torch.Tensor | None) -> torch.Tensor:
-        """The cohort's weighted sum of every upload (one flat all-reduce), with the divergence guard.
-
-        A client whose upload or running loss is non-finite is caught here, before anything reaches the
-        global model. The check costs one sum over the local sums (a non-finite row makes them non-finite);
-        only when it is not finite are rows inspected. Flags (one per cohort member: 1 loss, 2+i upload i)
-        travel in the same all-reduce, so every process takes the same decision. ``--on-diverge stop``
-        raises DivergenceError (exit 4); ``skip-client`` drops the client for the rest of the round (weight 0,
-        the others renormalized over the whole cohort), resets it to the global model, and the sync is redone.
-        """
-        ids = list(cohort.cohort_ids) or list(cohort.clients)
-        dead = self.dead_rows(cohort)
-        dtype = uploads[0].dtype if uploads else torch.float32
-        extra = [] if losses is None else [losses.reshape(-1, 1).to(dtype)]  # the losses ride along: p_i * loss_i
-        flat = self.cohort_sum(cohort, uploads + extra, cohort.weights, dead)
-        flat, loss_total = (flat[:-1], flat[-1]) if extra else (flat, 0.0)
-        # one pass, one host sync; a NaN/inf in any client's upload or loss makes the cohort's sum non-finite
-        if bool(torch.isfinite(flat.sum(dtype=torch.float64) + loss_total)):
-            return flat
-        code = self.nonfinite_codes(uploads, losses, dead).to(torch.float64).view(-1, 1)
-        codes = self.comm.client_gather(code, cohort.positions, cohort.total).view(-1)
-        new = [(ids[i], int(c)) for i, c in enumerate(codes.cpu().tolist()) if c]
-        if not new:
-            return flat
-        what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
-        where = f"training diverged in round {cohort.round_idx}, local step {step}"
-        if self.cfg.on_diverge == "stop":
-            c, code = new[0]
-            raise _collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
-        if getattr(cohort, "skipped", None) is None:
-            cohort.skipped = set()  # global ids of the clients skipped this round
-        if getattr(cohort, "skips", None) is None:
-            cohort.skips = []       # their records (skipped.csv)
-        skipped, skips = cohort.skipped, cohort.skips
-        for c, code in new:
-            skipped.add(c)
-            skips.append({"round": cohort.round_idx, "step": step, "client": c, "reason": what(code)})
-        full = self.cohort_weights(ids, ids)
-        kept = float(sum(float(full[i]) for i, c in enumerate(ids) if c not in skipped))
-        if kept <= 0.0:
-            raise _collective(DivergenceError(f"{where}: every client of the cohort has a non-finite loss or update"))
-        keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
-        cohort.weights = self.cohort_weights(ids, cohort.clients) * keep / kept
-        return self.cohort_sum(cohort, uploads, cohort.weights, self.dead_rows(cohort))
-
+    # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
         (``Communicator.client_sum``: the same bits for any number of worker processes); rows of
         ``skip`` (clients dropped by --on-diverge skip-client) add nothing."""
         return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
-
-    @staticmethod
-    def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
-        """Per local client: 0 fine, 1 non-finite loss, 2+i non-finite upload i (the first one)."""
-        code = None
-        for i, x in enumerate(uploads):
-            fin = torch.isfinite(x)
-            bad = ~(fin.flatten(1).all(1) if fin.dim() > 1 else fin)
-            code = torch.zeros(bad.shape[0], dtype=torch.long) if code is None else code
-            code = torch.where(bad.cpu() & (code == 0), torch.full_like(code, i + 2), code)
-        if losses is not None:
-            code = torch.zeros(losses.shape[0], dtype=torch.long) if code is None else code
-            code = torch.where((~torch.isfinite(losses)).cpu(), torch.ones_like(code), code)
-        if code is not None and dead is not None:
-            code[dead.cpu()] = 0
-        return code if code is not None else torch.zeros(0, dtype=torch.long)
-
-    def dead_rows(self, cohort: Cohort) -> torch.Tensor | None:
-        """Bool [K]: this process's clients skipped this round (``--on-diverge skip-client``), or None."""
-        skipped = getattr(cohort, "skipped", None)
-        if not skipped or not any(c in skipped for c in cohort.clients):
-            return None
-        return torch.tensor([c in skipped for c in cohort.clients], device=self.device)
-
-    @torch.no_grad()
-    def reset_skipped_rows(self, cohort: Cohort) -> None:
-        """A skipped client goes back to the global model (its own progress this round is dropped)."""
-        dead = self.dead_rows(cohort)
-        if dead is None:
-            return
-        for n, p in cohort.params.items():
-            p[dead] = self.global_params[n].to(p.dtype)
-        for n, b in cohort.buffers.items():
-            b[dead] = self.global_buffers[n].to(b.dtype)
-
-    @torch.no_grad()
-    def settle_skipped(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor, steps: int) -> torch.Tensor:
-        """At a round's end: leave skipped clients out of the train loss, scrub their non-finite per-client
-        state (so no part stores it), and record them (TrainState.skipped, skipped.csv)."""
-        skips = getattr(cohort, "skips", None)
-        if not skips:
-            return round_losses
-        dead = self.dead_rows(cohort)
-        if dead is not None:
-            round_losses = torch.where(dead, torch.zeros_like(round_losses), round_losses)
-            self.reset_skipped_rows(cohort)
-            _scrub_rows([cohort.state, cohort.opt_state], dead)
-        start = state.iteration - steps
-        state.skipped += len(skips)
-        if self.run_dir is not None:
-            self.run_dir.append_skipped([{"round": s["round"], "iteration": start + s["step"], "step": s["step"],
-                                          "client": s["client"], "reason": s["reason"]} for s in skips])
-        return round_losses
-
-    def forget_nonfinite(self, cohort: Cohort) -> None:
-        """Drop a skipped client's non-finite entries from the client store (they start afresh next time)."""
-        for c in getattr(cohort, "skipped", ()):
-            for table in self.store.tables.values():
-                t = table.get(c)
-                if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
-                    del table[c]
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -482,6 +354,11 @@ class Simulation:
     @property
     def parts(self) -> dict:
         return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
+
+    @property
+    def full_participation(self) -> bool:
+        """Every client is in every round's cohort."""
+        return self.active >= len(self.client_indices)
 
     def new_state(self) -> TrainState:
         return TrainState(next_eval=self.eval_every)
@@ -568,15 +445,13 @@ class Simulation:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
                 active = None if not cfg.local_epochs else (cohort.steps >= j)
                 if active is not None and bool(active.all()):
-                    active = None  # every client still training: no [K, ...] masks to build (2 s of a 17 s round, cProfile)
-                fusable = getattr(self.trainer, "fuses_sgd", False) and hasattr(self.local_step, "fused_lr") \
-                    and type(self.local_step).gradients is parts.Part.gradients
-                fused = self.local_step.fused_lr(lr, active) if fusable else None
+                    active = None  # every client still training: no [K, ...] masks to build
+                cohort.ctx = StepContext(round_idx, j, state.iteration, lr, active, x, self.train_y[idx], plan.mask[j - 1])
+                fused = self.local_step.fused_lr(lr, active) if self.trainer.fuses_sgd else None
                 if fused is not None:  # plain SGD applied client by client inside the loop trainer
                     _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
                 else:
                     grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
-                cohort.batch = (x, self.train_y[idx], plan.mask[j - 1])  # this step's mini-batches (Mime's correction re-uses them)
                 if fused is None:
                     self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
@@ -592,23 +467,23 @@ class Simulation:
                 self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
                 hook(self, state)
-        round_losses = self.settle_skipped(state, cohort, round_losses, steps)
+        round_losses = guard.settle_skipped(self, state, cohort, round_losses, steps)
         if cfg.bn_buffers == "never":
             slots.keep_buffers(self, cohort)
         for part in self.parts.values():
             part.end_round(self, cohort)
-        self.forget_nonfinite(cohort)
+        guard.forget_nonfinite(self, cohort)
         # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
         mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)
-        skipped = getattr(cohort, "skipped", None) or set()
-        total = self.cohort_sum(cohort, [mean_losses], None, self.dead_rows(cohort) if skipped else None)
+        skipped = cohort.skipped
+        total = self.cohort_sum(cohort, [mean_losses], None, guard.dead_rows(self, cohort) if skipped else None)
         if comm.is_root:
             state.loss_sum += float(total[0])
             state.loss_count += len(cohort_ids) - len(skipped)
         adj = self.schedule.end_round(round_idx, state.iteration)
         if adj is not None and self.run_dir is not None:
-            eligible = getattr(self.schedule, "eligible", [True] * len(self.layers))
+            eligible = self.schedule.eligible
             self.run_dir.append_intervals([
                 {"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
                  "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}

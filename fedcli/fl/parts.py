@@ -40,11 +40,21 @@ def _registrar(table: dict):
 
 
 class Part:
-    """Base of every part: optional hooks around a round and state for checkpoints.
+    """Base of every part: optional hooks around a round, declarations the engine reads, state for checkpoints.
 
     ``sim`` is the running :class:`fedcli.fl.engine.Simulation` (config, global model, client store,
-    communicator, ledger); ``cohort`` the stacked clients of this process.
+    communicator, ledger); ``cohort`` the stacked clients of this process. Every hook and declaration a part of
+    any family may have is declared here or on its family's base (:class:`LocalStep`, :class:`Codec`,
+    :class:`Init`, :class:`Server`) with its default, so the engine never probes for one.
     """
+
+    # the store prefix of each client's evaluated model (``fedcli.fl.personal``); None: the trained local model
+    personal_prefix: str | None = None
+    # the engine keeps each client's trained model after local training (ALA and FedPHP mix it next round)
+    keeps_local_models: bool = False
+    # why SGD momentum cannot outlive a round with this part (its round-end logic assumes a fresh buffer:
+    # SCAFFOLD's control variates, FedNova's normalization); None: it can
+    fresh_momentum_needed: str | None = None
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -58,16 +68,84 @@ class Part:
     def end_round(self, sim, cohort) -> None:
         pass
 
-    def gradients(self, sim, cohort, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor):
-        """Local steps: (grads name -> [K, ...], losses [K]) of this step's mini-batches ``x`` [K, B, ...] at the
-        cohort's parameters; a method that differentiates another model (pFedMe's personalized model) overrides it."""
-        return sim.trainer.grads(cohort, x, y, mask)
+    def local_layers(self, sim) -> list[int]:
+        """Layers this part keeps on the clients and never synchronizes (FedRep's head)."""
+        return []
+
+    def training_indices(self, sim) -> list[torch.Tensor] | None:
+        """Each client's training sample indices when this part holds some back (FedFomo's validation split), read
+        by the engine right after this part's ``setup``; None: every training sample trains."""
+        return None
+
+    def personalize(self, sim, client: int) -> tuple[dict, dict] | None:
+        """(params, buffers) of ``client``'s evaluated model when this part computes it on demand (Per-FedAvg:
+        one step from the global model); None: the model the store keeps under ``personal_prefix``."""
+        return None
 
     def state_dict(self) -> dict:
         return {}
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+class LocalStep(Part):
+    """Local steps: how a client turns its mini-batch gradient into a step.
+
+    The step hooks (``gradients``, ``step``) read the current local step from ``cohort.ctx``
+    (:class:`fedcli.fl.cohort.StepContext`: round, step j, iteration, lr, active mask, mini-batches), which the engine
+    sets before each step; no part keeps its own step counter."""
+
+    def gradients(self, sim, cohort, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor):
+        """(grads name -> [K, ...], losses [K]) of this step's mini-batches ``x`` [K, B, ...] at the
+        cohort's parameters; a method that differentiates another model (pFedMe's personalized model) overrides it."""
+        return sim.trainer.grads(cohort, x, y, mask)
+
+    def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
+        """``lr`` when this step is x <- x - lr * grad itself, so a trainer that fuses SGD (``Trainer.fuses_sgd``)
+        may apply it right after each client's backward instead of returning the gradients; else None."""
+        return None
+
+    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
+        """One step for every client; ``active`` [K] bool freezes clients whose local work is done."""
+        raise NotImplementedError
+
+
+class Codec(Part):
+    """Codecs: what a client uploads for a layer."""
+
+    lossless: bool = False  # the decoded upload is the client's layer itself (the engine skips encoding)
+
+    def bits(self, numel: int) -> float:
+        """Bits per element of one upload of a layer of ``numel`` elements."""
+        raise NotImplementedError
+
+    def encode_decode(self, delta: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+        """Decoded upload of the stacked layer update ``delta`` [K, ...]; ``generators[k]`` is keyed by
+        (seed, round, client, step, layer)."""
+        raise NotImplementedError
+
+
+class Init(Part):
+    """Local initializations: how a client's local model starts a round."""
+
+    # an init that wraps the method's own (ALA mixes what the method's init receives): built with ``base=``
+    wraps_base: bool = False
+
+    def initialize(self, sim, cohort) -> None:
+        raise NotImplementedError
+
+
+class Server(Part):
+    """Server updates: how the server turns the cohort average into the new global layer."""
+
+    def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def upload_scale(self, cohort) -> torch.Tensor | None:
+        """Per-client factor [K] applied to each client's update x_i - u before it is encoded and
+        averaged (FedNova's normalization); ``None`` means 1 for every client (the plain average)."""
+        return None
 
 
 register_local_step = _registrar(LOCAL_STEPS)
@@ -107,7 +185,7 @@ MOMENTUM = "sgd.momentum"  # store prefix of persisted momentum buffers (fedcli.
 
 
 @register_local_step("sgd")
-class SGDStep(Part):
+class SGDStep(LocalStep):
     """Mini-batch SGD with heavy-ball momentum and L2 weight decay, as ``torch.optim.SGD``.
 
     g <- grad + wd * x;  b <- g (first step) or mu * b + g;  x <- x - lr * b.
@@ -124,10 +202,6 @@ class SGDStep(Part):
       the old lr (a documented difference, docs/fidelity-fedlama.md).
     """
 
-    # why momentum cannot outlive a round with this part (a part whose round-end logic assumes a fresh buffer
-    # says so: SCAFFOLD's control variates, FedNova's normalization); None: it can
-    fresh_momentum_needed: str | None = None
-
     def __init__(self, cfg):
         super().__init__(cfg)
         self.momentum = cfg.momentum
@@ -139,7 +213,7 @@ class SGDStep(Part):
     def setup(self, sim) -> None:
         self.decayed = decayed_tensors(sim.layers, self.decay_on)
         if self.persist != "none":
-            reasons = [r for r in (getattr(p, "fresh_momentum_needed", None) for p in (self, sim.server)) if r]
+            reasons = [r for r in (self.fresh_momentum_needed, sim.server.fresh_momentum_needed) if r]
             if not _chains_end_round(type(self)):
                 reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
             if reasons:
@@ -157,9 +231,8 @@ class SGDStep(Part):
             slots.keep(sim, cohort, MOMENTUM, dict(zip(cohort.params, cohort.opt_state["momentum"])), self.persist)
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
-        """``lr`` when this step is x <- x - lr * grad itself (plain SGD: no momentum, no weight decay, every
-        client active, no subclass changing anything), so a trainer may apply it right after each client's
-        backward instead of returning the gradients (``LoopTrainer.grads(lr=...)``); else None."""
+        """``lr`` for plain SGD (no momentum, no weight decay, every client active, no subclass changing anything,
+        so also not its gradients): ``LoopTrainer.grads(lr=...)`` then applies it; else None."""
         plain = type(self) is SGDStep and not self.momentum and not self.weight_decay and active is None
         return lr if plain else None
 
@@ -169,7 +242,6 @@ class SGDStep(Part):
 
     @torch.no_grad()
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
-        """One step for every client; ``active`` [K] bool freezes clients whose local work is done."""
         grads = self.direction(cohort, grads)
         names = list(cohort.params)
         params = [cohort.params[n] for n in names]
@@ -215,7 +287,7 @@ def _chains_end_round(cls) -> bool:
 
 # ---------------------------------------------------------------------------- codecs
 @register_codec("identity")
-class IdentityCodec(Part):
+class IdentityCodec(Codec):
     """Full-precision upload: 32 bits per element, the client's layer as it is."""
 
     lossless = True
@@ -224,14 +296,12 @@ class IdentityCodec(Part):
         return 32.0
 
     def encode_decode(self, delta: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-        """Decoded upload of the stacked layer update ``delta`` [K, ...]; ``generators[k]`` is keyed by
-        (seed, round, client, step, layer)."""
         return delta
 
 
 # ---------------------------------------------------------------------------- local initialization
 @register_init("overwrite")
-class OverwriteInit(Part):
+class OverwriteInit(Init):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
     def initialize(self, sim, cohort) -> None:
@@ -251,13 +321,8 @@ class OverwriteInit(Part):
 
 # ---------------------------------------------------------------------------- server updates
 @register_server("average")
-class AverageServer(Part):
+class AverageServer(Server):
     """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         return average
-
-    def upload_scale(self, cohort) -> torch.Tensor | None:
-        """Per-client factor [K] applied to each client's update x_i - u before it is encoded and
-        averaged (FedNova's normalization); ``None`` means 1 for every client (the plain average)."""
-        return None

@@ -20,7 +20,7 @@ server part). Two generalizations, both exact where the paper's formula applies:
   K_i lr would inflate c_i by up to 1 / (1 - rho) every round (it diverges); A_i is then lr times
   FedNova's ||a_i||_1, and D_i / A_i stays a weighted mean of the corrected gradients.
 - the c update is a sum over the cohort, so under MPI it is one all-reduce; each process then shares
-  the new c_i of its clients (allgather) so that a client's c_i does not depend on where it trained.
+  the new c_i of its clients (``fedcli.fl.store.share``) so that a client's c_i does not depend on where it trained.
 
 Communication (``comm_bytes``, per layer in ``layers.csv``): every cohort client downloads c at the
 round's start and uploads c_i+ - c_i at its end, 32 bits per element each: 2 * m * numel * 4 bytes per
@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.store import share
 
 
 def _key(name: str) -> str:
@@ -69,8 +70,7 @@ class ScaffoldStep(SGDStep):
             self.disp[n] = torch.zeros_like(cohort.params[n])
         self.lr_sum = torch.zeros(k, dtype=torch.float64, device=next(iter(sim.global_params.values())).device)
         self.w = torch.zeros_like(self.lr_sum)
-        for li in sim.layers:  # every cohort client downloads c
-            sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0)
+        sim.ledger.record_copies(sim.active)  # every cohort client downloads c
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: g + self.correction[n] for n, g in grads.items()}
@@ -92,7 +92,7 @@ class ScaffoldStep(SGDStep):
             step_mean = d / expand(self.lr_sum.clamp(min=1e-300), d) if d.shape[0] else d
             new_ci[n] = self.c_i[n] - self.c[n] + step_mean
         # a client skipped by --on-diverge skip-client (or with a non-finite c_i+) keeps its c_i and adds nothing to c
-        skipped = set(getattr(cohort, "skipped", None) or ())
+        skipped = cohort.skipped
         alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
         for n in names:
             alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
@@ -105,14 +105,8 @@ class ScaffoldStep(SGDStep):
             c = self.c[n]
             c.add_(flat[offset: offset + c.numel()].view_as(c), alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
             offset += c.numel()
-        updates = {n: new_ci[n].cpu() for n in names}
-        shares = sim.comm.allgather((list(cohort.clients), updates)) if sim.comm.size > 1 else [(list(cohort.clients), updates)]
-        for clients, ups in shares:
-            if clients:
-                for n in names:
-                    sim.store.scatter(_key(n), clients, ups[n])
-        for li in sim.layers:  # every cohort client uploads c_i+ - c_i
-            sim.ledger.record_bytes(li.index, sim.active * li.numel * 4.0)
+        share(sim, cohort.clients, {_key(n): new_ci[n] for n in names})
+        sim.ledger.record_copies(sim.active)  # every cohort client uploads c_i+ - c_i
         self.c_i, self.correction, self.disp = {}, {}, {}
 
     def state_dict(self) -> dict:

@@ -38,32 +38,12 @@ from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, client_batches, epoch_steps, sample_cohort
 from fedcli.fl.parts import expand
 from fedcli.fl.rng import torch_gen
+from fedcli.fl.store import share
 
 LOCAL = "local"  # store prefix of the captured local models
 
 
 # ---------------------------------------------------------------------------- per-client state
-def share(sim, clients: list[int], tables: dict[str, torch.Tensor]) -> None:
-    """Store stacked per-client tensors ``[K, ...]`` (table name -> tensor) for ``clients`` (this rank's).
-
-    Collective under MPI: every rank calls it at the same point, with or without clients of its own.
-
-    One process, or full participation under MPI (a client always trains and is evaluated on the same
-    rank): the rank's own store. Partial participation under MPI: every rank gets every update (allgather),
-    so the next rank to train or evaluate a client finds its state.
-    """
-    n_clients = len(sim.client_indices)
-    cpu = {name: t.detach().cpu() for name, t in tables.items()}
-    if sim.comm.size == 1 or sim.active >= n_clients:
-        shares = [(list(clients), cpu)] if clients else []
-    else:
-        shares = sim.comm.allgather((list(clients), cpu))
-    for cl, tabs in shares:
-        if cl:
-            for name, t in tabs.items():
-                sim.store.scatter(name, cl, t)
-
-
 def load_models(sim, clients: list[int], prefix: str = LOCAL, device=None) -> tuple[dict, dict]:
     """Stacked ``(params, buffers)`` of the clients' models stored under ``prefix``; a client without one
     gets the current global model."""
@@ -93,7 +73,7 @@ def all_client_models(sim, cohort, buffers: bool = False, prefix: str = LOCAL) -
     model): the store. Full participation under MPI: each rank stores the models of its own clients (the
     same every round), so the ranks allgather them."""
     n = len(sim.client_indices)
-    if sim.comm.size == 1 or sim.active < n:
+    if sim.comm.size == 1 or not sim.full_participation:
         p, b = load_models(sim, list(range(n)), prefix)
         return p, (b if buffers else {})
     p, b = load_models(sim, cohort.clients, prefix, device="cpu")
@@ -184,12 +164,10 @@ class Personalization:
 
     def __init__(self, sim):
         parts = list(sim.parts.values())
-        prefixes = [getattr(p, "personal_prefix", None) for p in parts]
-        self.prefix = next((p for p in prefixes if p), LOCAL)
-        # a part that computes a client's evaluated model on demand (Per-FedAvg: one step from the global model)
-        self.adapter = next((p for p in parts if hasattr(p, "personalize")), None)
+        self.parts = parts
+        self.prefix = next((p.personal_prefix for p in parts if p.personal_prefix), LOCAL)
         # capture the trained local models when something reads them: the evaluation, or ALA next round
-        self.capture_local = self.prefix == LOCAL or any(getattr(p, "keeps_local_models", False) for p in parts)
+        self.capture_local = self.prefix == LOCAL or any(p.keeps_local_models for p in parts)
         test = sim.partition.test
         self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
         self.total = int(sum(t.numel() for t in self.test))
@@ -222,7 +200,9 @@ class Personalization:
             idx = self.test[c]
             if idx.numel() == 0:
                 continue
-            params, buffers = self.adapter.personalize(sim, c) if self.adapter is not None else client_model(sim, c, self.prefix)
+            # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
+            own = next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
+            params, buffers = own if own is not None else client_model(sim, c, self.prefix)
             sim.model.eval()
             idx = idx.to(sim.train_x.device)
             for s in range(0, idx.numel(), 1024):
@@ -237,8 +217,7 @@ def build_personalization(sim) -> Personalization | None:
     """The personalization of a run: personalized methods (``Method.personalized``) and any method whose
     parts keep per-client models (``--init ala``: ALA on FedAvg is evaluated as FedALA is); None otherwise."""
     parts = sim.parts.values()
-    if not (bool(getattr(sim.method, "personalized", False))
-            or any(getattr(p, "keeps_local_models", False) or getattr(p, "personal_prefix", None) for p in parts)):
+    if not (sim.method.personalized or any(p.keeps_local_models or p.personal_prefix for p in parts)):
         return None
     return Personalization(sim)
 
@@ -247,7 +226,5 @@ def local_layers(sim) -> set[int]:
     """Layers a method keeps on the clients and never synchronizes (FedRep's head), from its parts."""
     out: set[int] = set()
     for p in sim.parts.values():
-        fn = getattr(p, "local_layers", None)
-        if fn is not None:
-            out |= set(fn(sim))
+        out |= set(p.local_layers(sim))
     return out

@@ -36,3 +36,27 @@ class ClientStore:
 
     def load_state_dict(self, state: dict) -> None:
         self.tables = {n: {int(c): v for c, v in t.items()} for n, t in state.items()}
+
+
+def share(sim, clients: list[int], tables: dict[str, torch.Tensor], skipped=()) -> None:
+    """Keep stacked per-client tensors (table name -> ``[K, ...]``, rows in the order of ``clients``, this process's
+    cohort clients) in the client store across rounds: the one way parts store per-client state.
+
+    Skip-aware: a client in ``skipped`` (``--on-diverge skip-client``) keeps its previous state. Collective under
+    MPI: every process calls it at the same point, with or without clients of its own. One process, or full
+    participation (a client always trains and is evaluated on the same process): the process's own store. Partial
+    participation under MPI: every process gets every update (one allgather), so the next process to train or
+    evaluate a client finds its state.
+    """
+    keep = [k for k, c in enumerate(clients) if c not in skipped]
+    kept = [clients[k] for k in keep]
+    rows = torch.tensor(keep, dtype=torch.long)
+    cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
+    if sim.comm.size == 1 or sim.full_participation:
+        shares = [(kept, cpu)]
+    else:
+        shares = sim.comm.allgather((kept, cpu))
+    for cl, tabs in shares:
+        if cl:
+            for name, t in tabs.items():
+                sim.store.scatter(name, cl, t)

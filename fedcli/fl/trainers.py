@@ -21,7 +21,15 @@ def masked_loss(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch
     return (losses * w).sum() / w.sum()
 
 
-class VmapTrainer:
+class Trainer:
+    """A local-training path: ``grads(cohort, x, y, mask)`` -> (grads name -> [K, ...], losses [K])."""
+
+    name = "base"
+    # whether ``grads(..., lr=lr)`` applies plain SGD itself right after each client's backward (``LocalStep.fused_lr``)
+    fuses_sgd = False
+
+
+class VmapTrainer(Trainer):
     name = "vmap"
 
     def __init__(self, model: torch.nn.Module):
@@ -60,17 +68,15 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.channels_last).copy_(x)
 
 
-class LoopTrainer:
+class LoopTrainer(Trainer):
     name = "loop"
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self._pool: list[dict[str, torch.Tensor]] = []
-        # on the CPU, 2-d convolutions and max-pooling run channels-last: oneDNN's NHWC kernels and the NHWC
-        # max-pool are much faster than NCHW at small batches (torch 2.15, 1 thread: max_pool2d on [10, 32, 24, 24]
-        # 164 us vs 2,292 us; cnn4 at batch 10: 6.5 vs 8.2 ms per client step, femnist_cnn at 32: 54.6 vs 61.4),
-        # with the same accuracy (gradients within 3e-6 of float64 either way). Not with BatchNorm: resnet20's
-        # NHWC gradients at 1 thread were 4e-3 off float64 (NCHW: 8e-7), so BN models keep NCHW.
+        # on the CPU, 2-d convolutions and max-pooling run channels-last (oneDNN's NHWC kernels are faster at small
+        # batches, gradients as accurate); models with BatchNorm keep NCHW, whose gradients are the accurate ones
+        # there (measurements: docs/method-notes.md)
         mods = list(model.modules())
         self.nhwc = (any(isinstance(m, torch.nn.Conv2d) for m in mods)
                      and not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in mods))

@@ -31,7 +31,7 @@ still averages the clients' models into a "global model" (``test_acc``); APPLE h
 
 Communication (FedALA Table 3: (1 + M) * Sigma parameters per client per round): each client uploads its model
 and downloads M core models, M = ``--apple-m`` (0: M = N, FedALA's setting). The engine counts the usual upload
-+ download (2 Sigma); the other (M - 1) Sigma are recorded per tensor with ``ledger.record_bytes``, so
++ download (2 Sigma); the other (M - 1) Sigma are recorded per tensor with ``ledger.record_copies``, so
 ``comm_bytes`` grows by N (1 + M) Sigma * 4 bytes per round (tested). ``comm_params`` (Eq. 8) stays FedAvg's.
 
 Restrictions (``ConfigError``): APPLE is cross-silo, every client trains every round (``--active-ratio 1``);
@@ -42,11 +42,8 @@ models and rebuilds its model from them at every batch, so there is no single re
 with (FedALA leaves APPLE out of its ALA table for the same reason); ``--ala-layers 0`` is APPLE itself (tested).
 
 Default budget. The preset runs FedALA's setup (``fedcli.fl.methods.PERSONALIZED_SETUP``) with every client every
-round and 1200 local iterations instead of the general 600. FedALA ran every method for 2000 rounds; in the default
-experiment (digits, 16 clients, 1 local epoch of 8 batches: 75 rounds in 600 iterations) APPLE's personalized
-models only take off after about 75 rounds, while the other methods have converged: measured, personal_acc 0.73 at
-round 75 (chance, each client's majority class: 0.47), 0.83 at 90, 0.91 at 113 and 0.94 at 150 (1200 iterations).
-Stopped at 600 iterations the default run would show APPLE mid-rise.
+round and 1200 local iterations instead of the general 600 (FedALA ran every method for 2000 rounds): APPLE's
+personalized models rise later than the other methods' (docs/method-notes.md).
 
 Deviations from the reference, all deliberate:
 
@@ -127,7 +124,6 @@ class AppleStep(SGDStep):
         self.cores: dict[str, torch.Tensor] = {}
         self.own: dict[str, torch.Tensor] = {}
         self.p = torch.zeros(0)
-        self.j = 0
 
     def setup(self, sim) -> None:
         from fedcli.fl.ala import ALAInit
@@ -157,7 +153,6 @@ class AppleStep(SGDStep):
         self.own = {n: c[self.idx].clone() for n, c in self.cores.items()}
         self.p = sim.store.gather("apple.p", cohort.clients, lambda _c: torch.full((self.n,), 1.0 / self.n), dev)
         self.lam = cos_lambda(cohort.round_idx, self.rounds, self.l_frac)
-        self.j = 0
 
     def refresh(self, cohort, active: torch.Tensor) -> None:
         """cohort.params <- the personalized models (only for the clients still training)."""
@@ -167,9 +162,9 @@ class AppleStep(SGDStep):
                 w.copy_(torch.where(expand(active, w), new, w))
 
     def gradients(self, sim, cohort, x, y, mask):
-        self.j += 1
-        if self.j == 1 or self.upload == "personal":
-            self.refresh(cohort, cohort.steps >= self.j)  # aggregate_parameters() before each batch
+        j = cohort.ctx.step
+        if j == 1 or self.upload == "personal":
+            self.refresh(cohort, cohort.steps >= j)  # aggregate_parameters() before each batch
         return sim.trainer.grads(cohort, x, y, mask)
 
     @torch.no_grad()
@@ -193,8 +188,7 @@ class AppleStep(SGDStep):
             tables.update({f"{CORE}.p:{n}": t for n, t in self.own.items()})
         share(sim, cohort.clients, tables)
         # each client downloaded M core models: the engine counted one download; record the other M - 1
-        for li in sim.layers:
-            sim.ledger.record_bytes(li.index, float(self.n * (self.m - 1) * li.numel * 4))
+        sim.ledger.record_copies(self.n * (self.m - 1))
         self.cores, self.own = {}, {}
 
 

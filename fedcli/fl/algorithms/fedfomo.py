@@ -3,7 +3,7 @@ Model Optimization", Eqs. 5-7, Algorithm 1): each client aggregates other client
 a first-order approximation of how much each one lowers its validation loss.
 
 Each client holds out ``--fomo-val-ratio`` (0.2) of its training split as a validation part and trains on the
-rest (``sim.client_indices`` / ``sim.sizes`` are the training part). The server keeps an affinity matrix P
+rest (``training_indices``: the engine sets ``sim.client_indices`` / ``sim.sizes`` to the training part). The server keeps an affinity matrix P
 (N x N, initially the identity; row i lives in ``sim.store`` under ``fomo.P`` as client i's state) and every
 client's last uploaded model theta_j. At the start of round t > 0 client i
 
@@ -22,7 +22,7 @@ client's last uploaded model theta_j. At the start of round t > 0 client i
 
 Clients are judged by their trained models (``personal_acc``). Communication (FedALA Table 3): a client uploads
 one model and downloads M, (1 + M) * Sigma parameters per round: the engine counts the upload and one
-download, the other M - 1 downloads are recorded per layer with ``sim.ledger.record_bytes`` (32 bits per
+download, the other M - 1 downloads are recorded per layer with ``sim.ledger.record_copies`` (32 bits per
 element), from round 1 on (round 0 downloads only the initial model). The engine still averages the uploads
 into a global model (the reference keeps none); ``test_acc`` evaluates that average.
 
@@ -133,16 +133,18 @@ class FomoInit(OverwriteInit):
         super().__init__(cfg)
         self.ratio = float(cfg.fomo_val_ratio)
         self.val: list[torch.Tensor] = []
+        self.train: list[torch.Tensor] = []
 
     def setup(self, sim) -> None:
-        train, self.val = [], []
+        self.train, self.val = [], []
         for c, ix in enumerate(sim.partition.train):
             t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(sim.cfg.seed, "fomo.val", 0, c))
-            train.append(t)
+            self.train.append(t)
             self.val.append(v)
-        sim.client_indices = train
-        sim.sizes = sim.sizes.copy()
-        sim.sizes[:] = [t.numel() for t in train]
+
+    def training_indices(self, sim) -> list[torch.Tensor]:
+        """The training part of each client's split; the engine trains on it (``sim.client_indices``)."""
+        return self.train
 
     def m(self, sim) -> int:
         """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
@@ -174,8 +176,7 @@ class FomoInit(OverwriteInit):
             return own
         models, model_b = all_client_models(sim, cohort, buffers=True)
         m = self.m(sim)
-        for li in sim.layers:  # M downloads per client: the engine counts one
-            sim.ledger.record_bytes(li.index, (m - 1) * sim.active * li.numel * 4.0)
+        sim.ledger.record_copies((m - 1) * sim.active)  # M downloads per client: the engine counts one
         clients = cohort.clients
         k_all = len(clients)
         if k_all == 0:

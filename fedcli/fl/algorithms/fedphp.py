@@ -80,7 +80,7 @@ def total_rounds(sim) -> int:
         return int(cfg.rounds)
     if not cfg.local_epochs:
         length = sim.schedule.period
-    elif sim.active >= len(sim.client_indices):
+    elif sim.full_participation:
         length = max(sim.client_steps(list(range(len(sim.client_indices))), 0))
     else:
         raise ConfigError("--algo fedphp scales mu by round / rounds: give --rounds (with --local-epochs and partial "

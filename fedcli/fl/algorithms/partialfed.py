@@ -106,7 +106,6 @@ class PartialFedStep(SGDStep):
         self.fs = int(cfg.partialfed_fs)
         if self.fm + self.fs < 1:
             raise ConfigError("--partialfed-fm + --partialfed-fs must be at least 1 (batches per model/strategy cycle)")
-        self.j = 0
 
     def setup(self, sim) -> None:
         self.names = list(sim.global_params)
@@ -129,7 +128,6 @@ class PartialFedStep(SGDStep):
             g = gumbel((s, t, 2), torch_gen(sim.cfg.seed, "partialfed", cohort.round_idx, c))
             noise.append(torch.cat([g, g.new_zeros(top - s, t, 2)]))
         self.noise = torch.stack(noise, 1).to(dev) if noise else torch.zeros(0, 0, t, 2, device=dev)  # [steps, K, T, 2]
-        self.j = 0
         self.start: dict[str, torch.Tensor] = {}   # theta_0: the model local training started from
         self.y_prev = None                         # y_0 of the previous batch [K, T] (0: all local)
 
@@ -141,11 +139,11 @@ class PartialFedStep(SGDStep):
         return (j - 1) % (self.fm + self.fs) < self.fm
 
     def gradients(self, sim, cohort, x, y, mask):
-        self.j += 1
-        active = (cohort.steps >= self.j).to(self.alpha.device)
-        self.y = self.selection(self.j)
+        j = cohort.ctx.step
+        active = (cohort.steps >= j).to(self.alpha.device)
+        self.y = self.selection(j)
         with torch.no_grad():
-            if self.j == 1:  # theta_0 and theta_g - theta_0, fixed for the round
+            if j == 1:  # theta_0 and theta_g - theta_0, fixed for the round
                 self.start = {n: p.clone() for n, p in cohort.params.items()}
                 self.delta = {n: self.anchor[n].unsqueeze(0) - p for n, p in self.start.items()}
                 self.y_prev = torch.zeros_like(self.y[..., 0])
@@ -158,7 +156,7 @@ class PartialFedStep(SGDStep):
 
     @torch.no_grad()
     def step(self, cohort, grads, lr, active=None) -> None:
-        if self.is_model_step(self.j):
+        if self.is_model_step(cohort.ctx.step):
             super().step(cohort, grads, lr, active)
             return
         on = torch.ones(cohort.size, dtype=torch.bool, device=self.alpha.device) if active is None else active.to(self.alpha.device)

@@ -48,22 +48,21 @@ class PerFedAvgStep(SGDStep):
         super().__init__(cfg)
         self.beta = float(cfg.perfedavg_beta)
         self.saved: dict[str, torch.Tensor] = {}
-        self.j = 0
         self.round = 0
 
     def begin_round(self, sim, cohort) -> None:
         super().begin_round(sim, cohort)
-        self.saved, self.j, self.round = {}, 0, cohort.round_idx
+        self.saved, self.round = {}, cohort.round_idx
         if not sim.init.starts_from_global(sim):  # the round's start model is not the global one (ALA): keep it
             save_models(sim, cohort.clients, cohort.params, cohort.buffers, START)
 
     @torch.no_grad()
     def step(self, cohort, grads, lr, active=None) -> None:
-        self.j += 1
+        j = cohort.ctx.step
         steps = cohort.steps.to(next(iter(cohort.params.values())).device)
         on = torch.ones_like(steps, dtype=torch.bool) if active is None else active
-        if self.j % 2 == 1:  # inner step, for the clients that have a partner step j + 1
-            inner = on & (steps > self.j)
+        if j % 2 == 1:  # inner step, for the clients that have a partner step j + 1
+            inner = on & (steps > j)
             self.saved = {n: p.clone() for n, p in cohort.params.items()}
             for n, p in cohort.params.items():
                 p.sub_(grads[n] * expand(inner, p), alpha=lr)

@@ -78,7 +78,6 @@ class PFedMeStep(SGDStep):
         self.k = int(cfg.pfedme_k)
         self.theta: dict[str, torch.Tensor] = {}
         self.theta_buffers: dict[str, torch.Tensor] = {}
-        self.j = 0
 
     def setup(self, sim) -> None:
         if self.lam * self.cfg.lr > 2.0:
@@ -89,12 +88,10 @@ class PFedMeStep(SGDStep):
         super().begin_round(sim, cohort)
         self.theta = {n: p.clone() for n, p in cohort.params.items()}  # theta starts where w does
         self.theta_buffers = {n: b.clone() for n, b in cohort.buffers.items()}
-        self.j = 0
 
     def gradients(self, sim, cohort, x, y, mask):
         """The K inner steps of this local step's mini-batches; returns ({}, theta's loss before them)."""
-        self.j += 1
-        active = cohort.steps.to(y.device) >= self.j
+        active = cohort.steps.to(y.device) >= cohort.ctx.step
         tmp = Cohort(cohort.clients, cohort.weights, self.theta, cohort.buffers)
         first = None
         for _ in range(self.k):
