@@ -127,11 +127,11 @@ def initial_model(cfg, dataset) -> torch.nn.Module:
 
 def client_plan(cfg, round_idx: int, client: int, indices):
     """Client ``client``'s mini-batches of round ``round_idx`` (fedcli's plan, keyed by seed, round, client):
-    index rows [steps, B] and sample weights (0 for padding), ceil(E * n_i / B) steps."""
-    from fedcli.fl.cohort import make_plan
+    index rows [steps, B] and sample weights (0 for padding), the steps of ``epoch_steps``."""
+    from fedcli.fl.cohort import epoch_steps, make_plan
 
-    steps = max(1, math.ceil(cfg.local_epochs * int(indices[client].numel()) / cfg.batch_size))
-    plan = make_plan(cfg.seed, round_idx, [client], indices, steps, cfg.batch_size, None)
+    steps = epoch_steps(int(indices[client].numel()), cfg.local_epochs, cfg.batch_size, cfg.drop_last)
+    plan = make_plan(cfg.seed, round_idx, [client], indices, steps, cfg.batch_size, None, cfg.drop_last)
     return plan.idx[:, 0], plan.mask[:, 0]
 
 
@@ -430,9 +430,11 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
 
 
 def _round_samples(cfg) -> int:
-    """Training samples of one round (every client's ceil(E n_i / B) batches of B)."""
+    """Training samples of one round (every client's ``epoch_steps`` batches of B)."""
     _, partition = __import__("fedcli.data.setup", fromlist=["x"]).load_data_and_partition(cfg)
-    return sum(max(1, math.ceil(cfg.local_epochs * len(ix) / cfg.batch_size)) * cfg.batch_size for ix in partition.train)
+    from fedcli.fl.cohort import epoch_steps
+
+    return sum(epoch_steps(len(ix), cfg.local_epochs, cfg.batch_size, cfg.drop_last) * cfg.batch_size for ix in partition.train)
 
 
 def run_throughput_workload(key: str, rounds: int, steps: int, warmup: int, progress) -> dict:

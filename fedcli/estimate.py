@@ -157,6 +157,7 @@ def _load_facts(cfg: dict) -> DataFacts | None:
 
 def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
     """Client steps of local training over the whole run (None when the data size it needs is unknown)."""
+    from fedcli.fl.cohort import epoch_steps
     from fedcli.fl.methods import METHODS
 
     cohort = max(1, int(round(cfg["active_ratio"] * cfg["clients"])))
@@ -166,7 +167,7 @@ def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
         if facts is None or facts.n_train is None:
             return None
         n_i = facts.n_train * (1 - cfg.get("client_test_fraction", 0.0)) / cfg["clients"]
-        return cfg["rounds"] * cohort * max(1, math.ceil(cfg["local_epochs"] * n_i / cfg["batch_size"]))
+        return cfg["rounds"] * cohort * epoch_steps(n_i, cfg["local_epochs"], cfg["batch_size"], cfg.get("drop_last", False))
     schedule = cfg.get("schedule") or METHODS[cfg["algo"]].schedule
     period = cfg["tau"] * cfg["phi"] if schedule == "lama" else cfg["tau"]
     return cfg["rounds"] * cohort * period

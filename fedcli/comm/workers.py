@@ -374,13 +374,14 @@ def estimate_work(cfg, dataset, partition) -> WorkEstimate:
     """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from fedcli.fl.cohort import epoch_steps
     from fedcli.fl.engine import build_run_model
 
     n = len(partition.train)
     active = max(1, int(round(cfg.active_ratio * n)))
     sizes = [len(ix) for ix in partition.train]
     if cfg.local_epochs:
-        per_client = sum(max(1, math.ceil(cfg.local_epochs * s / cfg.batch_size)) for s in sizes) / max(1, n)
+        per_client = sum(epoch_steps(s, cfg.local_epochs, cfg.batch_size, cfg.drop_last) for s in sizes) / max(1, n)
         steps = (cfg.rounds or math.ceil(cfg.iterations / max(1.0, per_client))) * active * per_client
     elif cfg.rounds:
         steps = cfg.rounds * active * cfg.tau
