@@ -5,6 +5,12 @@ to the ones stored under ``tests/golden/`` (timing columns, ``wall_s``, left out
 The stored files were recorded before the part contract / engine refactor, so a structural change that alters any
 number (a loss, an accuracy, a byte count, a synchronization interval) fails here. To re-record after a change
 that is *meant* to change numbers: ``FEDCLI_GOLDEN_RECORD=1 pytest tests/test_golden.py`` and say why in the commit.
+
+Bitwise equality holds only under the torch release that recorded the files (``golden/TORCH``): another release
+rounds some float32 reductions differently (torch 2.15 against the first record: at most 4.3e-7 relative, in the
+discrepancy d). Under another release every cell that is not a float (counts, intervals, layer names) must still
+match exactly and every float within ``REL`` relative: that still catches a changed rule or a changed order of the
+computation's steps, which move these short runs' numbers by far more, though not a reordered float sum.
 """
 
 import csv
@@ -19,6 +25,8 @@ from fedcli.fl.methods import METHODS
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 TIMING = {"wall_s"}  # columns that measure time, not the computation
+RELEASE = GOLDEN / "TORCH"  # the torch release the files were recorded under
+REL = 1e-5
 CSVS = ("metrics.csv", "layers.csv", "intervals.csv")
 
 # every preset on a small MLP (the vmap trainer); 4 clients, 2 rounds of 3 local steps, batch 8
@@ -87,13 +95,49 @@ def run(name: str, tmp: Path) -> dict[str, str]:
     return {f: strip((out / f).read_text()) if (out / f).exists() else "" for f in CSVS}
 
 
+def same(stored: str, got: str, bitwise: bool) -> bool:
+    """Bitwise, or (another torch release) the same cells with floats within ``REL`` relative."""
+    if bitwise or stored == got:
+        return stored == got
+    a, b = list(csv.reader(io.StringIO(stored))), list(csv.reader(io.StringIO(got)))
+    if len(a) != len(b) or any(len(r) != len(q) for r, q in zip(a, b)):
+        return False
+    for ra, rb in zip(a, b):
+        for x, y in zip(ra, rb):
+            if x == y:
+                continue
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                return False
+            if "." not in x + y and "e" not in (x + y).lower():  # integers (counts, intervals) match exactly
+                return False
+            if abs(fx - fy) > REL * max(abs(fx), abs(fy)):
+                return False
+    return True
+
+
+def test_same_is_exact_on_integers_and_tolerant_only_on_floats():
+    head = "round,syncs,loss\n"
+    assert same(head + "1,4,2.3061000903447466\n", head + "1,4,2.306100149949392\n", bitwise=False)
+    assert not same(head + "1,4,2.3061000903447466\n", head + "1,4,2.306100149949392\n", bitwise=True)
+    assert not same(head + "1,4,2.30610\n", head + "1,5,2.30610\n", bitwise=False)
+    assert not same(head + "1,4,2.30610\n", head + "1,4,2.30710\n", bitwise=False)
+    assert not same(head + "1,4,2.3\n", head + "1,4,2.3\n2,4,2.3\n", bitwise=False)
+
+
 def test_every_preset_has_a_golden_run():
     assert {m.name for m in METHODS.values()} <= {a[a.index("--algo") + 1] for a in RUNS.values()}
 
 
 @pytest.mark.timeout(600)
 def test_golden_records(tmp_path):
+    import torch
+
     record = os.environ.get("FEDCLI_GOLDEN_RECORD") == "1"
+    bitwise = RELEASE.exists() and RELEASE.read_text().strip() == torch.__version__
+    if record:
+        RELEASE.write_text(torch.__version__ + "\n")
     diffs = []
     for name in RUNS:
         got = run(name, tmp_path)
@@ -104,6 +148,7 @@ def test_golden_records(tmp_path):
                 path.write_text(text)
             elif not path.exists():
                 diffs.append(f"{name}/{f}: no golden record")
-            elif path.read_text() != text:
+            elif not same(path.read_text(), text, bitwise):
                 diffs.append(f"{name}/{f}")
-    assert not diffs, f"runs differ from their golden records: {diffs}"
+    how = "bitwise" if bitwise else f"within {REL:g} relative (recorded under torch {RELEASE.read_text().strip() if RELEASE.exists() else '?'})"
+    assert not diffs, f"runs differ from their golden records ({how}): {diffs}"
