@@ -33,6 +33,17 @@ def flat_rows(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int, tor
     return rows, sum(r.shape[1] for r in rows), dtype
 
 
+def unflatten(flat: torch.Tensor, shapes) -> list[torch.Tensor]:
+    """Consecutive views of a flat sum shaped as ``shapes``, the inverse of concatenating flattened tensors
+    (what :func:`ordered_sum` does with the rows of each client)."""
+    out, offset = [], 0
+    for shape in shapes:
+        k = math.prod(shape)
+        out.append(flat[offset: offset + k].view(shape))
+        offset += k
+    return out
+
+
 def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int],
                 skip: torch.Tensor | None = None) -> torch.Tensor:
     """sum_i w_i x_i over the k local rows in increasing ``positions``, flat (tensors concatenated).

@@ -136,15 +136,7 @@ def gather_state(sim, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def cohort_mean(sim, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """sum_i p_i x_i over the whole cohort (added in cohort order across processes), per tensor."""
-    names = list(stacked)
-    flat = sim.cohort_sum(cohort, [stacked[n].float() for n in names], cohort.weights)
-    out, offset = {}, 0
-    for n in names:
-        shape = sim.global_params[n].shape
-        k = sim.global_params[n].numel()
-        out[n] = flat[offset: offset + k].view(shape).clone()
-        offset += k
-    return out
+    return sim.cohort_sums(cohort, {n: t.float() for n, t in stacked.items()}, cohort.weights)
 
 
 def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from fedcli.comm.communicator import Communicator, assign_clients
+from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
@@ -296,12 +296,9 @@ class Simulation:
             else:
                 x = cohort.buffers[n]
             uploads.append(x)
+        targets = [self.global_params[n] if kind == "p" else self.global_buffers[n] for kind, n, _ in names]
         flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
-        offset = 0
-        for kind, n, _ in names:
-            target = self.global_params[n] if kind == "p" else self.global_buffers[n]
-            avg = flat[offset: offset + target.numel()].view_as(target)
-            offset += target.numel()
+        for (kind, n, _), target, avg in zip(names, targets, unflatten(flat, [t.shape for t in targets])):
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
         guard.reset_skipped_rows(self, cohort)
         self.schedule.synchronized(self, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
@@ -320,6 +317,13 @@ class Simulation:
         (``Communicator.client_sum``: the same bits for any number of worker processes); rows of
         ``skip`` (clients dropped by --on-diverge skip-client) add nothing."""
         return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
+
+    def cohort_sums(self, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,
+                    skip: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """``cohort_sum`` of named per-client tensors [K, *shape]: name -> sum_i w_i x_i [*shape] (views of one flat
+        sum: all the tensors travel in one all-reduce)."""
+        flat = self.cohort_sum(cohort, list(stacked.values()), weights, skip)
+        return dict(zip(stacked, unflatten(flat, [t.shape[1:] for t in stacked.values()])))
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()

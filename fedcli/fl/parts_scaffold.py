@@ -86,7 +86,7 @@ class ScaffoldStep(SGDStep):
     def end_round(self, sim, cohort) -> None:
         n_clients = len(sim.client_indices)
         names = list(sim.global_params)
-        new_ci, chunks = {}, []
+        new_ci, chunks = {}, {}
         for n in names:
             d = self.disp[n]
             step_mean = d / expand(self.lr_sum.clamp(min=1e-300), d) if d.shape[0] else d
@@ -98,13 +98,10 @@ class ScaffoldStep(SGDStep):
             alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
         for n in names:
             new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
-            chunks.append(new_ci[n] - self.c_i[n])
-        flat = sim.cohort_sum(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
-        offset = 0
+            chunks[n] = new_ci[n] - self.c_i[n]
+        total = sim.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
         for n in names:
-            c = self.c[n]
-            c.add_(flat[offset: offset + c.numel()].view_as(c), alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
-            offset += c.numel()
+            self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
         share(sim, cohort.clients, {_key(n): new_ci[n] for n in names})
         sim.ledger.record_copies(sim.active)  # every cohort client uploads c_i+ - c_i
         self.c_i, self.correction, self.disp = {}, {}, {}
