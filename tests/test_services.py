@@ -1,10 +1,12 @@
-"""The narrow services parts use instead of the simulation: the cohort's weighted sum of named tensors."""
+"""The narrow services parts use instead of the simulation: the cohort's weighted sum of named tensors, the batch
+source."""
 
 import torch
 
 from fedcli.config import TrainConfig
-from fedcli.fl.cohort import Cohort
+from fedcli.fl.cohort import BatchSource, Cohort, client_batches
 from fedcli.fl.engine import Simulation
+from fedcli.fl.rng import torch_gen
 
 
 def _cohort(weights) -> Cohort:
@@ -35,3 +37,47 @@ def test_cohort_sums_of_a_process_without_clients_is_zero():
     cohort.cohort_ids = [2, 5]
     out = sim.cohort_sums(cohort, {"w": torch.zeros(0, 2, 3)}, cohort.weights)
     assert out["w"].shape == (2, 3) and not out["w"].any()
+
+
+# ---------------------------------------------------------------------------- the batch source
+def _source(**kw) -> BatchSource:
+    indices = [torch.arange(0, 10), torch.arange(100, 103), torch.arange(200, 208)]  # 10, 3 and 8 samples
+    return BatchSource(seed=7, indices=indices, batch=4, **kw)
+
+
+def test_batch_source_same_keys_same_batches_and_purposes_are_independent():
+    src = _source()
+    a = src.plan("train", [0, 2], round_idx=3, steps=5)
+    b = src.plan("train", [0, 2], round_idx=3, steps=5)
+    assert a.idx.shape == (5, 2, 4) and torch.equal(a.idx, b.idx) and torch.equal(a.mask, b.mask)
+    # a client's batches depend on (seed, round, client, purpose) only, not on who else is in the plan
+    assert torch.equal(src.plan("train", [2], round_idx=3, steps=5).idx[:, 0], a.idx[:, 1])
+    assert not torch.equal(src.plan("train", [0, 2], round_idx=4, steps=5).idx, a.idx)     # another round
+    ditto = src.plan("ditto", [0, 2], round_idx=3, steps=5)                                    # another purpose
+    assert not torch.equal(ditto.idx, a.idx)
+    # the keys: train = (seed, "batches", round, client), any other purpose its own name
+    assert torch.equal(a.idx[:, 0], client_batches(src.indices[0], 5, 4, torch_gen(7, "batches", 3, 0))[0])
+    assert torch.equal(ditto.idx[:, 1], client_batches(src.indices[2], 5, 4, torch_gen(7, "ditto", 3, 2))[0])
+    # every shuffled batch holds the client's own samples; 5 batches of 4 from 10 samples: two whole epochs
+    assert a.mask.eq(1).all() and sorted(a.idx[:, 0].flatten().tolist()) == sorted(list(range(10)) * 2)
+
+
+def test_batch_source_pads_a_client_smaller_than_a_batch():
+    plan = _source().plan("train", [1], round_idx=0, steps=2)   # 3 samples, batches of 4
+    assert plan.mask[:, 0].tolist() == [[1.0, 1.0, 1.0, 0.0]] * 2
+    for j in range(2):  # all 3 samples once, then one of them again as weight-0 padding
+        assert sorted(plan.idx[j, 0, :3].tolist()) == [100, 101, 102] and plan.idx[j, 0, 3].item() in (100, 101, 102)
+
+
+def test_batch_source_in_order_plans():
+    src = _source()
+    plan = src.plan("fomo-val", [0, 1])           # 10 samples: 4 + 4 + 2; 3 samples: 3, then used up
+    assert plan.idx[:, 0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 8, 8]]
+    assert plan.mask[:, 0].tolist() == [[1.0] * 4, [1.0] * 4, [1.0, 1.0, 0.0, 0.0]]
+    assert plan.idx[:, 1].tolist() == [[100, 101, 102, 100], [100] * 4, [100] * 4]
+    assert plan.mask[:, 1].tolist() == [[1.0, 1.0, 1.0, 0.0], [0.0] * 4, [0.0] * 4]
+    assert plan.real.tolist() == [[4, 3], [4, 0], [2, 0]]
+    full = src.plan("mime-full", [0, 1])           # the same batches; a used-up client's dummy batch weighs 1
+    assert torch.equal(full.idx, plan.idx) and full.mask[1:, 1].eq(1).all() and torch.equal(full.mask[:, 0], plan.mask[:, 0])
+    given = src.plan("fomo-val", indices=[torch.tensor([5, 6])])  # indices other than the training split
+    assert given.idx.tolist() == [[[5, 6, 5, 5]]] and given.real.tolist() == [[2]]

@@ -152,27 +152,13 @@ def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
     acc = {n: torch.zeros_like(p) for n, p in anchor.params.items()}
     if k == 0:
         return acc
-    b = sim.batch_size
-    indices = [sim.client_indices[c] for c in cohort.clients]
-    chunks = max((len(ix) + b - 1) // b for ix in indices)
-    for s in range(chunks):
-        idx = torch.zeros(k, b, dtype=torch.long)
-        w = torch.zeros(k, b)
-        frac = torch.zeros(k)
-        for i, ix in enumerate(indices):
-            part = ix[s * b: (s + 1) * b]
-            if len(part):
-                idx[i, : len(part)] = part
-                idx[i, len(part):] = part[0]
-                w[i, : len(part)] = 1.0
-                frac[i] = len(part) / len(ix)
-            else:  # this client's data is used up: a dummy batch with weight 0
-                idx[i] = ix[0] if len(ix) else 0
-                w[i] = 1.0
-        idx, w, frac = idx.to(sim.device), w.to(sim.device), frac.to(sim.device)
-        grads, _ = sim.trainer.grads(anchor, sim.train_x[idx], sim.train_y[idx], w)
+    plan = sim.batches.plan("mime-full", cohort.clients)  # the whole split in order, padded; no augmentation
+    sizes = torch.tensor([sim.client_indices[c].numel() for c in cohort.clients], device=plan.real.device)
+    fracs = (plan.real.double() / sizes.clamp(min=1).double()).float()  # each batch's share of the client's samples
+    for s in range(plan.idx.shape[0]):
+        grads, _ = sim.trainer.grads(anchor, sim.train_x[plan.idx[s]], sim.train_y[plan.idx[s]], plan.mask[s])
         for n, g in grads.items():
-            acc[n] += g.detach() * expand(frac, g)
+            acc[n] += g.detach() * expand(fracs[s], g)
     return acc
 
 

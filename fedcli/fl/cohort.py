@@ -88,20 +88,54 @@ class Cohort:
 
 @dataclass
 class BatchPlan:
-    """The mini-batches of one round for the K clients here: ``idx[j]`` is ``[K, B]`` dataset indices.
+    """The mini-batches of the K clients here: ``idx[j]`` is ``[K, B]`` dataset indices.
 
     ``mask[j]`` weighs each sample of the loss (1 real, 0 padding); clients with fewer samples than a
     batch see all their samples every step, padded by repetition with weight 0 (never dropped).
+    ``real[j]`` (in-order plans) counts each client's real samples in batch j.
     """
 
     idx: torch.Tensor          # [steps, K, B] int64
     mask: torch.Tensor         # [steps, K, B] float32
     shifts: torch.Tensor | None = None  # [steps, K, B, 2] crop offsets (CIFAR augmentation)
     flips: torch.Tensor | None = None   # [steps, K, B] bool
+    real: torch.Tensor | None = None    # [steps, K] int64
 
     def to(self, device) -> "BatchPlan":
         mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return BatchPlan(mv(self.idx), mv(self.mask), mv(self.shifts), mv(self.flips))
+        return BatchPlan(mv(self.idx), mv(self.mask), mv(self.shifts), mv(self.flips), mv(self.real))
+
+
+@dataclass(frozen=True)
+class Stream:
+    """How the batches of one purpose are made.
+
+    ``shuffled``: ``client_batches`` (reshuffled epochs of the client's training split) drawn from
+    ``torch_gen(seed, draws, round, client)``, and on augmented data crops and flips from
+    ``torch_gen(seed, augment, round, client)``: every purpose has random streams of its own. Otherwise the
+    given indices in order, ``in_order_plan`` (no randomness, no augmentation); a client whose samples are used
+    up gets a dummy batch of mask ``spent``."""
+
+    draws: str = ""
+    augment: str = ""
+    shuffled: bool = True
+    spent: float = 0.0
+
+
+#: the purposes batches are asked for (any other name: a part's extra local training, ``stream``)
+PURPOSES: dict[str, Stream] = {
+    "train": Stream("batches", "augment"),            # the engine's local steps
+    # full-batch gradients (Mime, Mime-LAMB): a used-up client's dummy batch weighs 1 (its gradient is then
+    # scaled by 0; an all-zero mask would make the masked mean 0 / 0)
+    "mime-full": Stream(shuffled=False, spent=1.0),
+    "fomo-val": Stream(shuffled=False),               # FedFomo's validation losses (Eq. 6)
+}
+
+
+def stream(purpose: str) -> Stream:
+    """The stream of ``purpose``: a registered one, or shuffled batches keyed by the purpose's own name (Ditto's
+    personal model "ditto", FedRep's head "fedrep.head": ``personal.local_sgd``)."""
+    return PURPOSES.get(purpose) or Stream(purpose, purpose + ".augment")
 
 
 def epoch_steps(n: int, epochs: float, batch: int, drop_last: bool = False) -> int:
@@ -135,17 +169,66 @@ def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Gen
 
 
 def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, batch: int, augment: str | None,
-              drop_last: bool = False) -> BatchPlan:
+              drop_last: bool = False, purpose: str = "train") -> BatchPlan:
+    """``steps`` shuffled batches of each client's ``client_indices[c]`` (``client_batches``), keyed by
+    (seed, the purpose's streams, round, client)."""
+    keys = stream(purpose)
     idx, mask, shifts, flips = [], [], [], []
     for c in clients:
-        i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, "batches", round_idx, c), drop_last)
+        i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, keys.draws, round_idx, c), drop_last)
         idx.append(i)
         mask.append(m)
         if augment == "cifar":
-            s, f = draw_cifar_params(steps * batch, torch_gen(seed, "augment", round_idx, c))
+            s, f = draw_cifar_params(steps * batch, torch_gen(seed, keys.augment, round_idx, c))
             shifts.append(s.view(steps, batch, 2))
             flips.append(f.view(steps, batch))
     plan = BatchPlan(torch.stack(idx, 1), torch.stack(mask, 1))
     if augment == "cifar":
         plan.shifts, plan.flips = torch.stack(shifts, 1), torch.stack(flips, 1)
     return plan
+
+
+def in_order_plan(indices: list[torch.Tensor], batch: int, spent: float = 0.0) -> BatchPlan:
+    """Consecutive batches of each client's ``indices`` in their order, the last one partial: as many steps as
+    the largest client needs. A partial batch is padded with its first sample (mask 0); a client whose samples
+    are used up gets its first sample throughout, with mask ``spent``."""
+    k = len(indices)
+    steps = max((math.ceil(ix.numel() / batch) for ix in indices), default=0)
+    idx = torch.zeros(steps, k, batch, dtype=torch.long)
+    mask = torch.zeros(steps, k, batch)
+    real = torch.zeros(steps, k, dtype=torch.long)
+    for i, ix in enumerate(indices):
+        for s in range(steps):
+            part = ix[s * batch: (s + 1) * batch]
+            if len(part):
+                idx[s, i, : len(part)] = part
+                idx[s, i, len(part):] = part[0]
+                mask[s, i, : len(part)] = 1.0
+                real[s, i] = len(part)
+            else:
+                idx[s, i] = ix[0] if len(ix) else 0
+                mask[s, i] = spent
+    return BatchPlan(idx, mask, real=real)
+
+
+class BatchSource:
+    """The clients' mini-batches, asked for by purpose (``PURPOSES``, ``stream``): the one place padded batch plans
+    are made. ``indices`` are the clients' training splits; the plans are put on ``device``."""
+
+    def __init__(self, seed: int, indices: list[torch.Tensor], batch: int, drop_last: bool = False,
+                 augment: str | None = None, device="cpu"):
+        self.seed, self.indices, self.batch = seed, indices, batch
+        self.drop_last, self.augment, self.device = drop_last, augment, device
+
+    def plan(self, purpose: str, clients: list[int] = (), round_idx: int = 0, steps: int = 0,
+             indices: list[torch.Tensor] | None = None) -> BatchPlan:
+        """Batches for ``clients``: ``steps`` shuffled ones of round ``round_idx`` (a shuffled purpose), or in order
+        (an in-order purpose) the clients' training splits, or the per-client ``indices`` given instead."""
+        keys = stream(purpose)
+        if keys.shuffled:
+            plan = make_plan(self.seed, round_idx, clients, self.indices, steps, self.batch, self.augment,
+                             self.drop_last, purpose)
+        else:
+            plan = in_order_plan(indices if indices is not None else [self.indices[c] for c in clients], self.batch,
+                                 keys.spent)
+        return plan.to(self.device)

@@ -27,7 +27,7 @@ from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import guard, parts, slots
-from fedcli.fl.cohort import Cohort, StepContext, epoch_steps, make_plan, sample_cohort
+from fedcli.fl.cohort import BatchSource, Cohort, StepContext, epoch_steps, sample_cohort
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
@@ -237,6 +237,8 @@ class Simulation:
             if own is not None:  # the part holds back some of each client's training data
                 self.client_indices = own
                 self.sizes = np.array([t.numel() for t in own])
+        # every part's mini-batches, by purpose, over the training splits the parts left
+        self.batches = BatchSource(cfg.seed, self.client_indices, self.batch_size, cfg.drop_last, dataset.augment, self.device)
         period = self.schedule.period
         if cfg.rounds:
             self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
@@ -436,8 +438,7 @@ class Simulation:
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
         for part in self.parts.values():
             part.begin_round(self, cohort)
-        plan = make_plan(cfg.seed, round_idx, mine, self.client_indices, steps, self.batch_size, self.dataset.augment,
-                         cfg.drop_last).to(self.device)
+        plan = self.batches.plan("train", mine, round_idx, steps)
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
         for j in range(1, steps + 1):

@@ -33,11 +33,10 @@ import torch
 from torch.func import functional_call
 
 from fedcli.comm.communicator import assign_clients
-from fedcli.data.augment import cifar_augment, draw_cifar_params
+from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl.cohort import Cohort, client_batches, epoch_steps, sample_cohort
+from fedcli.fl.cohort import Cohort, epoch_steps, sample_cohort
 from fedcli.fl.parts import expand
-from fedcli.fl.rng import torch_gen
 from fedcli.fl.store import share
 
 LOCAL = "local"  # store prefix of the captured local models
@@ -109,8 +108,9 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
 
     ``params`` ``[K, ...]`` are updated in place (only the names in ``trainable``; all by default);
     ``buffers`` too (BatchNorm statistics, train mode). Client i runs ceil(epochs * n_i / B) steps (with
-    ``--drop-last`` ceil(epochs * floor(n_i / B)): ``epoch_steps``) of mini-batches from its training split, drawn from generators keyed by (seed, purpose, round, client)
-    (so this extra local work has its own random stream, independent of the main local steps);
+    ``--drop-last`` ceil(epochs * floor(n_i / B)): ``epoch_steps``) of mini-batches from its training split, asked of
+    ``sim.batches`` by ``purpose``: drawn from generators keyed by (seed, purpose, round, client) (so this extra
+    local work has its own random stream, independent of the main local steps);
     ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
     client [K].
     """
@@ -118,31 +118,18 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
     k = len(clients)
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)
-    b = sim.batch_size
-    steps = [epoch_steps(int(sim.sizes[c]), epochs, b, cfg.drop_last) for c in clients]
+    steps = [epoch_steps(int(sim.sizes[c]), epochs, sim.batch_size, cfg.drop_last) for c in clients]
     total = max(steps)
-    idx, mask, shifts, flips = [], [], [], []
-    for c in clients:
-        i, m = client_batches(sim.client_indices[c], total, b, torch_gen(cfg.seed, purpose, round_idx, c), cfg.drop_last)
-        idx.append(i)
-        mask.append(m)
-        if sim.dataset.augment == "cifar":
-            s, f = draw_cifar_params(total * b, torch_gen(cfg.seed, purpose + ".augment", round_idx, c))
-            shifts.append(s.view(total, b, 2))
-            flips.append(f.view(total, b))
-    idx = torch.stack(idx, 1).to(sim.device)
-    mask = torch.stack(mask, 1).to(sim.device)
-    if shifts:
-        shifts, flips = torch.stack(shifts, 1).to(sim.device), torch.stack(flips, 1).to(sim.device)
+    plan = sim.batches.plan(purpose, clients, round_idx, total)
     steps_t = torch.tensor(steps, device=sim.device)
     names = list(params) if trainable is None else list(trainable)
     tmp = Cohort(list(clients), torch.full((k,), 1.0 / k, dtype=torch.float64), params, buffers)
     loss_sum = torch.zeros(k, dtype=torch.float64, device=sim.device)
     for j in range(total):
-        x = sim.train_x[idx[j]]
-        if len(shifts):
-            x = cifar_augment(x, shifts[j], flips[j], fill=sim.pad_fill)
-        grads, losses = sim.trainer.grads(tmp, x, sim.train_y[idx[j]], mask[j])
+        x = sim.train_x[plan.idx[j]]
+        if plan.shifts is not None:
+            x = cifar_augment(x, plan.shifts[j], plan.flips[j], fill=sim.pad_fill)
+        grads, losses = sim.trainer.grads(tmp, x, sim.train_y[plan.idx[j]], plan.mask[j])
         if direction is not None:
             grads = direction(grads, params)
         active = steps_t > j

@@ -51,8 +51,6 @@ client); ``--ala-layers 0`` is FedFomo (tested).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
@@ -97,30 +95,20 @@ def validation_losses(sim, params: dict, buffers: dict, val: list[torch.Tensor])
     k_all = len(val)
     if k_all == 0:
         return torch.zeros(0, dtype=torch.float64)
-    b = sim.batch_size
-    nb = [math.ceil(v.numel() / b) for v in val]
-    top = max(nb)
-    idx = torch.zeros(k_all, max(top, 1), b, dtype=torch.long)
-    mask = torch.zeros(k_all, max(top, 1), b)
-    for k, v in enumerate(val):
-        n = v.numel()
-        if n:
-            pad = torch.cat([v, v[:1].expand(nb[k] * b - n)])
-            idx[k, : nb[k]] = pad.view(nb[k], b)
-            mask[k, : nb[k]].view(-1)[:n] = 1.0
-    dev = sim.train_x.device
-    idx, mask = idx.to(dev), mask.to(dev)
+    plan = sim.batches.plan("fomo-val", indices=val)  # consecutive batches, padded with mask 0
+    dev = plan.idx.device
+    nb = (plan.real > 0).sum(0)  # each client's batch count
     model = sim.model
     model.eval()
     fwd = vmap(lambda p, bu, x: functional_call(model, (p, bu), (x,)))
     total = torch.zeros(k_all, dtype=torch.float64, device=dev)
-    for j in range(top):
-        x, y, m = sim.train_x[idx[:, j]], sim.train_y[idx[:, j]], mask[:, j]
+    for j in range(plan.idx.shape[0]):
+        x, y, m = sim.train_x[plan.idx[j]], sim.train_y[plan.idx[j]], plan.mask[j]
         logits = fwd(params, buffers, x)
         ce = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view_as(m)
         cnt = m.sum(1)
         total += torch.where(cnt > 0, (ce * m).sum(1) / cnt.clamp(min=1.0), torch.zeros_like(cnt)).double()
-    counts = torch.tensor(nb, dtype=torch.float64, device=dev).clamp(min=1.0)
+    counts = nb.to(torch.float64).clamp(min=1.0)
     return (total / counts).cpu()
 
 
