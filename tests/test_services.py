@@ -1,12 +1,16 @@
 """The narrow services parts use instead of the simulation: the cohort's weighted sum of named tensors, the batch
-source."""
+source, the run directory's CSV writers."""
+
+from types import SimpleNamespace
 
 import torch
 
 from fedcli.config import TrainConfig
 from fedcli.fl.cohort import BatchSource, Cohort, client_batches
-from fedcli.fl.engine import Simulation
+from fedcli.fl.engine import RoundRecord, Simulation
 from fedcli.fl.rng import torch_gen
+from fedcli.results.rundir import RunDir
+from fedcli.results.runlog import RunLog
 
 
 def _cohort(weights) -> Cohort:
@@ -81,3 +85,28 @@ def test_batch_source_in_order_plans():
     assert torch.equal(full.idx, plan.idx) and full.mask[1:, 1].eq(1).all() and torch.equal(full.mask[:, 0], plan.mask[:, 0])
     given = src.plan("fomo-val", indices=[torch.tensor([5, 6])])  # indices other than the training split
     assert given.idx.tolist() == [[[5, 6, 5, 5]]] and given.real.tolist() == [[2]]
+
+
+# ---------------------------------------------------------------------------- the CSV writers (a round hook)
+def test_run_dir_registers_its_csv_writers_first(tmp_path):
+    sim = Simulation(TrainConfig())
+    other = lambda s, state: None  # noqa: E731
+    sim.round_hooks.append(other)
+    first, second = RunDir(tmp_path), RunDir(tmp_path)
+    sim.run_dir = first
+    assert isinstance(sim.round_hooks[0], RunLog) and sim.round_hooks[1:] == [other]
+    sim.run_dir = second  # replaced, not doubled
+    assert [h.run_dir for h in sim.round_hooks if isinstance(h, RunLog)] == [second]
+    sim.run_dir = None
+    assert sim.round_hooks == [other]
+    first.close(), second.close()
+
+
+def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
+    rd = RunDir(tmp_path)
+    sim = SimpleNamespace(record=RoundRecord(round=3, start_iteration=30, metrics=None,
+                                             skips=[{"round": 3, "step": 2, "client": 5, "reason": "loss"}]))
+    RunLog(rd)(sim, None)  # no evaluation this round: metrics.csv keeps its header only
+    assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "3,32,2,5,loss"]
+    assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 and not (tmp_path / "layers.csv").exists()
+    rd.close()

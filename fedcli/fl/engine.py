@@ -84,6 +84,17 @@ class TrainState:
     summary: Summary = field(default_factory=Summary)
 
 
+@dataclass
+class RoundRecord:
+    """What the round just done produced, for the round hooks (``fedcli.results.runlog`` writes it to the CSVs)."""
+
+    round: int = 0
+    start_iteration: int = 0                    # the iteration the round started at
+    skips: list = field(default_factory=list)   # client updates dropped by --on-diverge skip-client (Cohort.skips)
+    adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
+    metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation point
+
+
 def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
     """Local learning rate at a global iteration: linear warm-up (Goyal et al. 2017), then step decay."""
     lr = cfg.lr
@@ -161,11 +172,29 @@ class Simulation:
     def __init__(self, cfg: TrainConfig, comm: Communicator | None = None, run_dir=None, progress=None):
         self.cfg = cfg
         self.comm = comm or Communicator()
-        self.run_dir = run_dir
         self.progress = progress
-        self.round_hooks: list = []   # called as hook(sim, state) after every round (checkpoints)
+        # called as hook(sim, state) after every round (the CSV writers, checkpoints), and hook.begin(sim, state), if
+        # the hook has it, before the first round of ``run``
+        self.round_hooks: list = []
         self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
         self.store = ClientStore()     # per-client state across rounds
+        self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
+        self.run_dir = run_dir
+
+    @property
+    def run_dir(self):
+        """The run directory (the root process's; None elsewhere). Setting it registers its CSV writers
+        (``fedcli.results.runlog.RunLog``) as the first round hook, so a checkpoint records that round's rows."""
+        return self._run_dir
+
+    @run_dir.setter
+    def run_dir(self, run_dir) -> None:
+        from fedcli.results.runlog import RunLog
+
+        self._run_dir = run_dir
+        self.round_hooks = [h for h in self.round_hooks if not isinstance(h, RunLog)]
+        if run_dir is not None:
+            self.round_hooks.insert(0, RunLog(run_dir))
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
@@ -352,10 +381,10 @@ class Simulation:
         return torch.full((len(mine),), 1.0 / len(cohort_ids), dtype=torch.float64)
 
     def layer_rows(self) -> list[dict]:
-        """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head)."""
-        return [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": self.ledger.syncs[li.index],
-                 "comm_params": self.ledger.layer_params(li.index), "comm_bytes": self.ledger.bytes_[li.index],
-                 "interval": 0 if li.index in self.local_layers else self.schedule.intervals[li.index]} for li in self.layers]
+        """layers.csv rows (``fedcli.results.runlog.layer_rows``)."""
+        from fedcli.results.runlog import layer_rows
+
+        return layer_rows(self)
 
     @property
     def parts(self) -> dict:
@@ -373,8 +402,9 @@ class Simulation:
         """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
         state = state or self.new_state()
         t0 = time.perf_counter() - state.wall_s
-        if self.run_dir is not None and self.schedule.needs_discrepancy:
-            self.run_dir.append_intervals([])
+        for hook in self.round_hooks:
+            if hasattr(hook, "begin"):
+                hook.begin(self, state)
         while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0
@@ -425,6 +455,7 @@ class Simulation:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
         cfg, comm = self.cfg, self.comm
         round_idx = state.round_idx
+        self.record = RoundRecord(round_idx, state.iteration)
         steps = self.schedule.period if cfg.rounds else min(self.schedule.period, cfg.iterations - state.iteration)
         cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
@@ -472,7 +503,7 @@ class Simulation:
                 self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
                 hook(self, state)
-        round_losses = guard.settle_skipped(self, state, cohort, round_losses, steps)
+        round_losses = guard.settle_skipped(self, state, cohort, round_losses)
         if cfg.bn_buffers == "never":
             slots.keep_buffers(self, cohort)
         for part in self.parts.values():
@@ -486,17 +517,13 @@ class Simulation:
         if comm.is_root:
             state.loss_sum += float(total[0])
             state.loss_count += len(cohort_ids) - len(skipped)
-        adj = self.schedule.end_round(round_idx, state.iteration)
-        if adj is not None and self.run_dir is not None:
-            eligible = self.schedule.eligible
-            self.run_dir.append_intervals([
-                {"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
-                 "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}
-                for li in self.layers])
+        self.record.skips = list(cohort.skips)
+        self.record.adjustment = self.schedule.end_round(round_idx, state.iteration)
         state.round_idx += 1
 
     def evaluate_and_log(self, state: TrainState) -> dict:
-        """Evaluate the global model, append a metrics row (rank 0), update the summary and progress."""
+        """Evaluate the global model: the metrics row (``record.metrics``, written by the round hooks), the summary and
+        the progress."""
         while state.next_eval <= self.progress_point(state):
             state.next_eval += self.eval_every
         tot = self.comm.allreduce_(torch.tensor([state.loss_sum, float(state.loss_count)], dtype=torch.float64))
@@ -518,9 +545,7 @@ class Simulation:
             if math.isnan(s.best_personal_acc) or personal > s.best_personal_acc:
                 s.best_personal_acc, s.best_personal_round = personal, state.round_idx
             s.final_personal_acc = personal
-        if self.run_dir is not None:
-            self.run_dir.append_metrics(row)
-            self.run_dir.write_layers(self.layer_rows())
+        self.record.metrics = row
         if self.progress is not None:
             self.progress(row)
         return row

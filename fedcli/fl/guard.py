@@ -110,9 +110,9 @@ def reset_skipped_rows(sim, cohort: Cohort) -> None:
 
 
 @torch.no_grad()
-def settle_skipped(sim, state, cohort: Cohort, round_losses: torch.Tensor, steps: int) -> torch.Tensor:
+def settle_skipped(sim, state, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
     """At a round's end: leave skipped clients out of the train loss, scrub their non-finite per-client
-    state (so no part stores it), and record them (TrainState.skipped, skipped.csv)."""
+    state (so no part stores it), and count them (TrainState.skipped; the round hooks write skipped.csv)."""
     skips = cohort.skips
     if not skips:
         return round_losses
@@ -121,11 +121,7 @@ def settle_skipped(sim, state, cohort: Cohort, round_losses: torch.Tensor, steps
         round_losses = torch.where(dead, torch.zeros_like(round_losses), round_losses)
         reset_skipped_rows(sim, cohort)
         scrub_rows([cohort.state, cohort.opt_state], dead)
-    start = state.iteration - steps
     state.skipped += len(skips)
-    if sim.run_dir is not None:
-        sim.run_dir.append_skipped([{"round": s["round"], "iteration": start + s["step"], "step": s["step"],
-                                      "client": s["client"], "reason": s["reason"]} for s in skips])
     return round_losses
 
 

@@ -569,6 +569,7 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint."""
     from fedcli.results.rundir import (APPEND_CSVS, INTERVALS_COLUMNS, SKIPPED_COLUMNS, AppendCSV, RunDir, git_commit,
                                        now, rewind_csvs, versions)
+    from fedcli.results.runlog import layer_rows
 
     run_dir = Path(run_dir)
     positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}
@@ -588,7 +589,7 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
     rd.manifest.pop("summary", None)
     rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=sim.cfg.to_dict(),
                       resumes=list(rd.manifest.get("resumes", [])) + [entry], **(manifest_updates or {}))
-    rd.write_layers(sim.layer_rows())
+    rd.write_layers(layer_rows(sim))
     return rd
 
 

@@ -1,0 +1,54 @@
+"""The run directory's CSV rows, written by a round hook as training goes (``Simulation.round_hooks``, like the
+checkpointer of ``fedcli.results.checkpoint``; ``Simulation.run_dir`` registers it ahead of every other hook,
+so a checkpoint taken after a round records the CSVs with that round's rows).
+
+After every round :class:`RunLog` appends what the round produced (``Simulation.record``): the clients dropped by
+``--on-diverge skip-client`` (``skipped.csv``), the schedule's interval adjustment (FedLAMA Alg. 1,
+``intervals.csv``) and, at an evaluation point, the ``metrics.csv`` row, and then replaces ``layers.csv``.
+Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a crash loses at most one round.
+"""
+
+from __future__ import annotations
+
+
+def layer_rows(sim) -> list[dict]:
+    """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head)."""
+    return [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": sim.ledger.syncs[li.index],
+             "comm_params": sim.ledger.layer_params(li.index), "comm_bytes": sim.ledger.bytes_[li.index],
+             "interval": 0 if li.index in sim.local_layers else sim.schedule.intervals[li.index]} for li in sim.layers]
+
+
+def interval_rows(sim, adj) -> list[dict]:
+    """intervals.csv: one row per layer of a schedule adjustment ``adj`` (round, iteration, d, intervals)."""
+    eligible = sim.schedule.eligible
+    return [{"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
+             "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}
+            for li in sim.layers]
+
+
+def skipped_rows(skips: list[dict], start: int) -> list[dict]:
+    """skipped.csv: the round's dropped client updates; ``start`` is the iteration the round started at."""
+    return [{"round": s["round"], "iteration": start + s["step"], "step": s["step"], "client": s["client"],
+             "reason": s["reason"]} for s in skips]
+
+
+class RunLog:
+    """Round hook: the CSV rows of the round just done into the run directory ``run_dir`` (a ``rundir.RunDir``)."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+
+    def begin(self, sim, state) -> None:
+        """Before the first round: a layer-wise schedule's intervals.csv exists from the start (header only)."""
+        if sim.schedule.needs_discrepancy:
+            self.run_dir.append_intervals([])
+
+    def __call__(self, sim, state) -> None:
+        rec = sim.record
+        if rec.skips:
+            self.run_dir.append_skipped(skipped_rows(rec.skips, rec.start_iteration))
+        if rec.adjustment is not None:
+            self.run_dir.append_intervals(interval_rows(sim, rec.adjustment))
+        if rec.metrics is not None:
+            self.run_dir.append_metrics(rec.metrics)
+            self.run_dir.write_layers(layer_rows(sim))
