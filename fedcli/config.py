@@ -19,7 +19,7 @@ from typing import Any
 from fedcli.errors import ConfigError
 from fedcli.params import PARAMS, group_rank, opt
 
-__all__ = ["GeneralConfig", "TrainConfig", "FIELDS", "opt", "flag", "error_key", "field_type", "coerce", "check_value"]
+__all__ = ["GeneralConfig", "TrainConfig", "FIELDS", "opt", "flag", "keyed", "error_key", "field_type", "coerce", "check_value"]
 
 
 @dataclass
@@ -208,6 +208,11 @@ FIELDS = {f.name: f for f in sorted(dataclasses.fields(TrainConfig), key=group_r
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def keyed(key: str, message: str) -> ConfigError:
+    """Shorthand for ``ConfigError(message, key=key)``."""
+    return ConfigError(message, key=key)
 
 
 def error_key(err: ConfigError) -> str | None:
