@@ -4,6 +4,8 @@ Every error the user can cause is raised as one of these; the CLI entry point pr
 ``fedcli: error: <one sentence>`` on stderr and exits with ``exit_code``, never a traceback.
 """
 
+from __future__ import annotations
+
 
 class FedcliError(Exception):
     """Base class: a user-facing error with a one-sentence message."""
@@ -12,9 +14,14 @@ class FedcliError(Exception):
 
 
 class ConfigError(FedcliError):
-    """Bad usage or invalid configuration (exit 2). The message names the key."""
+    """Bad usage or invalid configuration (exit 2). The message names the key; ``key`` is the config key it is
+    about when there is one (a recipe error then names that key's file and line)."""
 
     exit_code = 2
+
+    def __init__(self, message: str = "", key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 class DataError(FedcliError):

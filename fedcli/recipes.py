@@ -49,7 +49,7 @@ def checked(name: str, value, loc: str):
     try:
         check_value(FIELDS[name], value)
     except ConfigError as e:
-        raise ConfigError(f"{loc}: {e}") from None
+        raise ConfigError(f"{loc}: {e}", key=name) from None
     return value
 
 
@@ -59,7 +59,7 @@ def check_keys(values: dict, path, text: str) -> dict:
     for k, v in values.items():
         name = k.replace("-", "_")
         if name not in FIELDS:
-            raise ConfigError(f"{where(path, text, k)}: unknown key '{k}'")
+            raise ConfigError(f"{where(path, text, k)}: unknown key '{k}'", key=name)
         out[name] = checked(name, v, where(path, text, k))
     return out
 
@@ -104,9 +104,7 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
     values.update(overrides)
     values = with_method_defaults(values)
     try:
-        cfg = TrainConfig(**values).validate()
-        check_partition_clients(values)
-        return cfg
+        return with_partition_clients(TrainConfig(**values).validate(), values)
     except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about
         from fedcli.config import error_key
 
@@ -114,28 +112,28 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
         if k not in from_recipe or str(e).startswith(str(recipe)):
             raise
         text = Path(recipe).read_text(encoding="utf-8")
-        raise ConfigError(f"{where(recipe, text, k)}: {e}") from None
+        raise ConfigError(f"{where(recipe, text, k)}: {e}", key=k) from None
 
 
-def check_partition_clients(values: dict) -> None:
-    """``clients`` given together with a ``partition_file`` (the file decides the clients) must agree with it.
+def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
+    """``cfg`` with the ``clients`` of its ``partition_file`` (the file decides them; the run's config records them).
 
-    ``values`` are the keys the user gave (flags and recipe keys, not defaults). An unreadable partition file is
-    left to the data loader, which names what is wrong with it (exit 3)."""
-    path, clients = values.get("partition_file"), values.get("clients")
-    if not path or clients is None:
-        return
+    ``values`` are the keys the user gave (flags and recipe keys, not defaults): a ``clients`` among them must agree
+    with the file. An unreadable partition file is left to the data loader, which names what is wrong with it (exit 3)."""
+    import dataclasses
     import json
 
+    path, clients = values.get("partition_file"), values.get("clients")
+    if not path:
+        return cfg
     try:
         n = len(json.loads(Path(path).read_text(encoding="utf-8")).get("train"))
     except (OSError, ValueError, AttributeError, TypeError):
-        return
-    if n != clients:
-        from fedcli.config import keyed
-
-        raise keyed("clients", f"--clients {clients} differs from the {n} clients of --partition-file {path} (the file "
-                               f"decides them); drop --clients or give --clients {n}")
+        return cfg
+    if clients is not None and n != clients:
+        raise ConfigError(f"--clients {clients} differs from the {n} clients of --partition-file {path} (the file "
+                          f"decides them); drop --clients or give --clients {n}", key="clients")
+    return dataclasses.replace(cfg, clients=n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,11 +347,9 @@ def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = N
     values["out"] = str(out)
     values = with_method_defaults(values)
     try:
-        cfg = TrainConfig(**values).validate()
-        check_partition_clients(run.values)
-        return cfg
+        return with_partition_clients(TrainConfig(**values).validate(), run.values)
     except ConfigError as e:  # a rule between keys (or an unknown method): name the line of the key it is about
         from fedcli.config import error_key
 
         loc = run.locate(error_key(e))
-        raise ConfigError(f"{loc + ': ' if loc else ''}run '{run.name}': {e}") from None
+        raise ConfigError(f"{loc + ': ' if loc else ''}run '{run.name}': {e}", key=e.key) from None

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from fedcli.config import field_type, flag
+from fedcli.params import group_rank
 
 
 #: what an empty-string default means, per field (shown as the option's default)
@@ -44,9 +45,9 @@ def help_text(f) -> str:
 def config_parameters(cls, panel_prefix: str = "") -> list[inspect.Parameter]:
     """One keyword parameter per field, default None (so explicit flags can be told from defaults).
 
-    The help shows the config default, and the choices of a choice field."""
+    The help shows the config default, and the choices of a choice field; help panels in ``GROUPS`` order."""
     params = []
-    for f in dataclasses.fields(cls):
+    for f in sorted(dataclasses.fields(cls), key=group_rank):
         t = field_type(f)
         m = f.metadata
         kw = {"help": help_text(f), "rich_help_panel": panel_prefix + m["group"], "show_default": False}

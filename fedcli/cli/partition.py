@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import typer
 
 from fedcli.cli.console import err_console, out_console
 from fedcli.cli.options import config_parameters, given, with_parameters
-from fedcli.config import TrainConfig
+from fedcli.config import FIELDS, TrainConfig
 
 GROUPS = ("data", "partition")
 
@@ -36,8 +35,7 @@ def partition(**kwargs):
         out_console.print(summary_table(part, dataset.train_y.numpy(), dataset.num_classes))
 
 
-_fields = [p for p in config_parameters(TrainConfig)
-           if next(f for f in dataclasses.fields(TrainConfig) if f.name == p.name).metadata["group"] in GROUPS or p.name == "seed"]
+_fields = [p for p in config_parameters(TrainConfig) if FIELDS[p.name].metadata["group"] in GROUPS or p.name == "seed"]
 _fields = [p for p in _fields if p.name != "partition_file"]
 _extra = [
     inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--out", "-o", help="Partition file to write (JSON)."), annotation=str | None),

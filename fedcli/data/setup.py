@@ -35,10 +35,8 @@ def inline_partition(cfg, dataset):
 
 
 def load_data_and_partition(cfg):
+    """The dataset and its partition: the ``partition_file``'s (it decides the clients, ``len(part.train)``; the
+    config is not changed) or an inline one. The caller reads the client count off the partition."""
     dataset = load_data(cfg)
-    if cfg.partition_file:
-        part = load_partition(cfg.partition_file, dataset)
-        cfg.clients = len(part.train)  # the partition file decides; the manifest records it
-    else:
-        part = inline_partition(cfg, dataset)
+    part = load_partition(cfg.partition_file, dataset) if cfg.partition_file else inline_partition(cfg, dataset)
     return dataset, part

@@ -72,12 +72,46 @@ the paper, v_hat is counted as sent to the synchronizing cohort only.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
 from fedcli.fl.store import share
+from fedcli.params import opt, register_params
+
+
+@register_params
+class AdaptiveParams:
+    """The adaptive optimizers' settings (Fed-LAMB Algorithm 1; Mime; Reddi et al. 2021's server Adam)."""
+
+    beta1: float = opt(0.9, "First-moment decay: local AMSGrad/LAMB m, Mime's server m, Adp-Fed's server Adam.", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    beta2: float = opt(0.999, "Second-moment decay of the same optimizers.", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    eps: float = opt(1e-8, "Adaptive methods' epsilon: with --vhat-eps floor, Algorithm 1's v_hat_0 = eps (the step divides by sqrt(v_hat) >= sqrt(eps)); with outside, m / (sqrt(v_hat) + eps).", lo=0.0, group="adaptive")
+    vhat_eps: str = opt("floor", "Where eps enters the adaptive step: floor (Fed-LAMB Algorithm 1: v_hat starts at eps and only grows, psi = m / sqrt(v_hat)) or outside (the authors' prototype code and fedcli before: v_hat starts at 0, m / (sqrt(v_hat) + eps)).", choices=["floor", "outside"], group="adaptive")
+    vhat_every: int = opt(1, "Skip synchronization Z: the server updates and sends v_hat (Mime: its optimizer state) every Z rounds only.", lo=1, group="adaptive")
+    vhat_start: str = opt("eps", "fedlamb, mimelamb, fedams: until v_hat is first synchronized, clients divide by the server's v_hat_0 (eps: Algorithm 1's v_hat_0 = eps) or by their own running v (local: a departure).", choices=["eps", "local"], group="adaptive")
+    local_v: str = opt("server", "fedlamb, mimelamb, fedams: a client's v at a round's start: the server's v_hat (server: Algorithm 1, line 6) or its own v from its last round (keep: the authors' prototype code).", choices=["server", "keep"], group="adaptive")
+    trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
+    phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
+    server_eps: float = opt(1e-3, "Adp-Fed server Adam adaptivity tau: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
+
+    def phi_values(self) -> tuple[float, float] | None:
+        """(zeta, phi_max) of the bounded scaling function (Assumption 4), or None for the identity."""
+        if not str(self.phi_bounds).strip():
+            return None
+        try:
+            zeta, top = (float(s) for s in str(self.phi_bounds).split(","))
+        except ValueError:
+            raise ConfigError(f"--phi-bounds must be 'ZETA,MAX' (two numbers), got '{self.phi_bounds}'", key="phi_bounds") from None
+        if not (0.0 < zeta < top < math.inf):
+            raise ConfigError(f"--phi-bounds needs 0 < ZETA < MAX, got '{self.phi_bounds}'", key="phi_bounds")
+        return zeta, top
+
+    def check(self) -> None:
+        self.phi_values()
 
 
 # ---------------------------------------------------------------------------- helpers

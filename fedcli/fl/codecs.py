@@ -23,6 +23,14 @@ import math
 import torch
 
 from fedcli.fl.parts import Codec, register_codec
+from fedcli.params import opt, register_params
+
+
+@register_params
+class QSGDParams:
+    """Levels s of the QSGD quantizer (Alistarh et al., NeurIPS 2017) of FedPAQ and FedCOM."""
+
+    quant_levels: int = opt(16, "FedPAQ/FedCOM: levels s of the stochastic uniform (QSGD) quantizer of each client's layer update, on |v|/||v|| (the paper's compression level 16); 0: no quantization.", lo=0, group="method")
 
 
 def quant_bits(levels: int, numel: int) -> float:

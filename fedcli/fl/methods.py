@@ -80,3 +80,4 @@ def _load_all() -> None:
 
 
 _load_all()
+LOADED = True  # every method file is imported (fedcli.config assembles TrainConfig from their params)

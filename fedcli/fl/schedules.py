@@ -23,6 +23,17 @@ from typing import Sequence
 import torch
 
 from fedcli.fl.parts import _registrar
+from fedcli.params import opt, register_params
+
+
+@register_params
+class LamaParams:
+    """FedLAMA's interval adjustment (Lee et al., AAAI 2023, Algorithm 1)."""
+
+    lama_rule: str = opt("reference", "FedLAMA Algorithm 1: 'reference' (the author code, default: walking the layers by increasing d, each gets phi*tau' until the first one with 1 - lambda_l < delta_l, which gets it too) or 'paper' (the text: phi*tau' iff delta_l < 1 - lambda_l). See docs/fidelity-fedlama.md.", choices=["reference", "paper"], group="federated")
+    lama_eligible: str = opt("kernels", "FedLAMA: layers that may get the long interval: kernels (the author code, default: conv/dense weights; lambda over their elements, the delta denominator over all tensors) or all (the paper text).", choices=["kernels", "all"], group="federated")
+    lama_first_adjust: int = opt(6, "FedLAMA: adjust the intervals only at round ends after more than this many times tau' local iterations (the author code's 'epoch > 5': 6, default; 0: at every round end).", lo=0, group="federated")
+
 
 SCHEDULES: dict[str, type] = {}
 register_schedule = _registrar(SCHEDULES)

@@ -67,6 +67,19 @@ from fedcli.errors import ConfigError
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.personal import LOCAL, all_client_models, share
+from fedcli.params import opt, register_params
+
+
+@register_params
+class AppleParams:
+    """APPLE's directed-relationship vector and core models (Luo and Wu, IJCAI 2022, Algorithm 1)."""
+
+    apple_dr_lr: float = opt(0.01, "APPLE: learning rate eta_2 of the directed-relationship (DR) vector p_i (FedALA appendix: 0.01).", lo=0.0, group="personalized")
+    apple_mu: float = opt(0.1, "APPLE: coefficient mu of the proximal term lambda(t) * mu * (p_i - p0) on the DR vector (FedALA appendix: 0.1).", lo=0.0, group="personalized")
+    apple_l: float = opt(0.2, "APPLE: the 'cos' loss scheduler lambda(t) decays to 0 over the first L * rounds rounds (FedALA appendix: 0.2).", lo=0.0, hi=1.0, group="personalized")
+    apple_m: int = opt(0, "APPLE: number M of core models each client downloads per round; 0: all clients, M = N (FedALA appendix); N - 1: all but its own.", lo=0, group="personalized")
+    apple_upload: str = opt("personal", "APPLE: what a client uploads as its core model: personal (its personalized model of the last batch, PFLlib's code) or core (its trained core model, the paper).", choices=["personal", "core"], group="personalized")
+
 
 CORE = "apple.core"  # store prefix of the uploaded core models with --apple-upload core
 

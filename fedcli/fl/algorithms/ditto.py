@@ -21,6 +21,15 @@ from __future__ import annotations
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.fl.personal import load_models, local_sgd, save_models
+from fedcli.params import opt, register_params
+
+
+@register_params
+class DittoParams:
+    """Ditto's personalized model (Li et al., ICML 2021, Algorithm 1: lambda and its local epochs)."""
+
+    ditto_lambda: float = opt(0.1, "Ditto: proximal coefficient lambda of the personalized model toward the global model (FedALA appendix: 0.1).", lo=0.0, group="personalized")
+    ditto_epochs: float = opt(2.0, "Ditto: local epochs s of the personalized model per round (FedALA appendix: 2).", lo=0.0, lo_open=True, group="personalized")
 
 
 @register_local_step("ditto")

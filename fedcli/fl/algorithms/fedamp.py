@@ -45,6 +45,17 @@ import torch
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
 from fedcli.fl.personal import all_client_models, load_models
+from fedcli.params import opt, register_params
+
+
+@register_params
+class FedAMPParams:
+    """FedAMP's attentive message passing and proximal term (Huang et al., AAAI 2021, Algorithm 1)."""
+
+    amp_alpha: float = opt(1000.0, "FedAMP: server step size alpha_k of the attention-inducing update and of the proximal coefficient lambda / alpha_k (FedALA appendix: 1000).", lo=0.0, lo_open=True, group="personalized")
+    amp_lambda: float = opt(1.0, "FedAMP: regularization lambda of the local proximal term lambda / (2 alpha_k) ||w - u_i||^2 (FedALA appendix: 1; 0: no proximal gradient, as in PFLlib's clientamp.py).", lo=0.0, group="personalized")
+    amp_sigma: float = opt(0.1, "FedAMP: sigma of the attention-inducing function A(x) = 1 - exp(-x / sigma) (FedALA appendix: 0.1).", lo=0.0, lo_open=True, group="personalized")
+
 
 CLOUD = "amp.u"  # cohort.state key of the round's u_i (name -> [K, *shape])
 

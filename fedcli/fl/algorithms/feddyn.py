@@ -39,6 +39,14 @@ import torch
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import AverageServer, SGDStep, register_local_step, register_server
 from fedcli.fl.store import share
+from fedcli.params import opt, register_params
+
+
+@register_params
+class FedDynParams:
+    """FedDyn's coefficient alpha (Acar et al., ICLR 2021, Algorithm 1)."""
+
+    feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha of the dynamic regularizer (alpha/2)||theta - theta^{t-1}||^2 and of the server state h (Acar et al. 2021 report 0.1, 0.01, 0.001).", lo=0.0, lo_open=True, group="method")
 
 
 def _key(name: str) -> str:

@@ -59,6 +59,16 @@ from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, expand, register_init
 from fedcli.fl.personal import all_client_models, load_models, share
 from fedcli.fl.rng import torch_gen
+from fedcli.params import opt, register_params
+
+
+@register_params
+class FedFomoParams:
+    """FedFomo's downloaded models and validation split (Zhang et al., ICLR 2021, Algorithm 1)."""
+
+    fomo_m: int = opt(0, "FedFomo: number M of client models each client downloads (top-M of the server's affinity row); 0: all clients (FedALA appendix: M = number of clients).", lo=0, group="personalized")
+    fomo_val_ratio: float = opt(0.2, "FedFomo: fraction of each client's training split held out to weigh the received models (PFLlib: 0.2); it trains on the rest.", lo=0.0, hi=1.0, hi_open=True, group="personalized")
+
 
 EPS = 1e-5            # in the norm's denominator (reference)
 RECEIVED = "fomo.recv"  # cohort.state key of the round's aggregated models (name -> [K, *shape])

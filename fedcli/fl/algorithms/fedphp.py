@@ -51,6 +51,16 @@ from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
+from fedcli.params import opt, register_params
+
+
+@register_params
+class FedPHPParams:
+    """FedPHP's moving-average inheritance and MMD weight (Li et al., ECML PKDD 2021)."""
+
+    php_mu: float = opt(0.9, "FedPHP: moving-average coefficient mu; round t starts from (1 - mu_t) * global + mu_t * local with mu_t = mu * t / rounds (FedALA appendix: 0.9).", lo=0.0, hi=1.0, group="personalized")
+    php_lambda: float = opt(0.01, "FedPHP: weight lambda of the MMD between local and global representations: (1 - lambda) * CE + lambda * MMD (FedALA appendix: 0.01).", lo=0.0, hi=1.0, group="personalized")
+
 
 BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # the reference's "rbf" bandwidth range
 

@@ -22,6 +22,15 @@ from __future__ import annotations
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.fl.personal import local_sgd, share
+from fedcli.params import opt, register_params
+
+
+@register_params
+class FedRepParams:
+    """FedRep's local head (Collins et al., ICML 2021, Algorithm 1)."""
+
+    head_layers: int = opt(2, "FedRep: the last this many parameter tensors are the client's head (kept local, never synchronized; 2: the final Linear; 0: no head, FedAvg-C).", lo=0, group="personalized")
+    head_epochs: float = opt(5.0, "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).", lo=0.0, lo_open=True, group="personalized")
 
 
 @register_local_step("fedrep")

@@ -61,6 +61,18 @@ from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, expand, register_init, register_local_step
 from fedcli.fl.personal import LOCAL, load_models, share
 from fedcli.fl.rng import torch_gen
+from fedcli.params import opt, register_params
+
+
+@register_params
+class PartialFedParams:
+    """PartialFed-Adaptive's Gumbel-softmax layer choice (Sun et al., NeurIPS 2021)."""
+
+    partialfed_tau: float = opt(5.0, "PartialFed: initial Gumbel-softmax temperature tau of the per-layer global/local choice (FedALA appendix: 5.0).", lo=0.0, lo_open=True, group="personalized")
+    partialfed_decay: float = opt(0.965, "PartialFed: the temperature is multiplied by this each round (FedALA appendix: 0.965).", lo=0.0, hi=1.0, lo_open=True, group="personalized")
+    partialfed_fm: int = opt(8, "PartialFed: of every f_m + f_s local batches, the first f_m update the model weights (FedALA appendix: 8).", lo=0, group="personalized")
+    partialfed_fs: int = opt(2, "PartialFed: ... and the next f_s update the selection strategy (FedALA appendix: 2).", lo=0, group="personalized")
+
 
 ALPHA = "partialfed.alpha"  # store table of the strategy logits [T, 2] per client
 

@@ -33,6 +33,14 @@ from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.personal import client_model, save_models
 from fedcli.fl.rng import torch_gen
 from fedcli.fl.trainers import masked_loss
+from fedcli.params import opt, register_params
+
+
+@register_params
+class PerFedAvgParams:
+    """Per-FedAvg (FO)'s outer step size beta (Fallah et al., NeurIPS 2020, Algorithm 1)."""
+
+    perfedavg_beta: float = opt(0.0, "Per-FedAvg: outer (meta) step size beta; the inner step size alpha is --lr (FedALA appendix); 0: beta = --lr (PFLlib's default).", lo=0.0, group="personalized")
 
 
 START = "perfedavg.start"  # store prefix of each client's round-start model (only when it is not the global one)

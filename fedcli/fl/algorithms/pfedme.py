@@ -49,6 +49,18 @@ from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step, register_server
 from fedcli.fl.parts_servers import ServerLR
 from fedcli.fl.personal import save_models
+from fedcli.params import opt, register_params
+
+
+@register_params
+class PFedMeParams:
+    """pFedMe's inner steps and server mix (T Dinh et al., NeurIPS 2020, Algorithm 1)."""
+
+    pfedme_lambda: float = opt(15.0, "pFedMe: regularization lambda tying the personalized model theta to the local model w (FedALA appendix: 15).", lo=0.0, group="personalized")
+    pfedme_lr: float = opt(0.01, "pFedMe: personalized learning rate of the K inner steps on theta (FedALA appendix: 0.01).", lo=0.0, lo_open=True, group="personalized")
+    pfedme_k: int = opt(5, "pFedMe: inner steps K on theta per local mini-batch (FedALA appendix: 5).", lo=1, group="personalized")
+    pfedme_beta: float = opt(1.0, "pFedMe: server mix beta: global <- (1 - beta) * previous + beta * average (FedALA appendix: 1.0).", lo=0.0, lo_open=True, group="personalized")
+
 
 PREFIX = "pfedme"
 THETA_L2 = 0.001  # pFedMeOptimizer's ``mu`` (PFLlib and the pFedMe authors' code), never set by their clients
