@@ -102,3 +102,17 @@ def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
     avg = json.loads((fedavg / "manifest.json").read_text())["summary"]
     assert avg["comm_pct_of_fedavg"] == 100.0
     assert man["summary"]["final_acc"] >= avg["final_acc"] - 0.01, (man["summary"]["final_acc"], avg["final_acc"])
+
+
+def test_commands_that_need_no_model_do_not_import_torch():
+    """Only the invoked command's module is loaded: ``--version`` and ``report --help`` do not pay for the assembled
+    config (every method file, so torch); ``train --help`` does, since its options are the config's fields."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from fedcli.cli.main import main; main({args!r}); "
+             "print('TORCH', 'torch' in sys.modules)")
+    for args, torch_loaded in ((["--version"], False), (["report", "--help"], False), (["train", "--help"], True)):
+        out = subprocess.run([sys.executable, "-c", probe.format(args=args)], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert f"TORCH {torch_loaded}" in out.stdout, (args, out.stdout[-200:])

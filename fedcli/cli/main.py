@@ -11,16 +11,13 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import ClickException
 
-from fedcli.cli.bench import bench
-from fedcli.cli.partition import partition
-from fedcli.cli.report import report
-from fedcli.cli.sweep import sweep
-from fedcli.cli.train import train
 from fedcli.errors import FedcliError
 
-app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})
+#: the commands, in the order ``fedcli --help`` lists them, and the module that defines each. A command's module is
+#: imported only when that command runs (or the list is shown): ``train`` and ``partition`` build their options from
+#: the assembled config, which loads every method file and so torch, a cost ``report`` or ``--version`` need not pay.
+COMMANDS = {"train": "fedcli.cli.train", "partition": "fedcli.cli.partition", "bench": "fedcli.cli.bench",
+            "sweep": "fedcli.cli.sweep", "report": "fedcli.cli.report"}
 
 
 def _version(value: bool) -> None:
@@ -33,16 +30,38 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the fedcli version and exit.")):
     """Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB)."""
 
 
-app.command("train", help=train.__doc__)(train)
-app.command("partition", help=partition.__doc__)(partition)
-app.command("bench", help=bench.__doc__)(bench)
-app.command("sweep", help=sweep.__doc__)(sweep)
-app.command("report", help=report.__doc__)(report)
+def build_app(names=None) -> typer.Typer:
+    """The ``fedcli`` Typer app with the commands ``names`` (default: all of them)."""
+    import importlib
+
+    app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
+                      no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                      context_settings={"help_option_names": ["-h", "--help"]})
+    app.callback()(_root)
+    for name in COMMANDS if names is None else names:
+        fn = getattr(importlib.import_module(COMMANDS[name]), name)
+        app.command(name, help=fn.__doc__)(fn)
+    return app
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The app ``argv`` needs: only the command it names, none for a bare ``--version``, else all (the listing)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in COMMANDS:
+        return build_app([command])
+    if command is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        return build_app([])
+    return build_app()
+
+
+def __getattr__(name: str):
+    if name == "app":  # the whole app, for callers that drive it directly (tests with typer's CliRunner)
+        return build_app()
+    raise AttributeError(name)
 
 
 def _mpi_comm():
@@ -69,8 +88,9 @@ def _abort_job(e: BaseException, code: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     from fedcli.cli.console import err_line, error
 
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=argv, standalone_mode=False)
+        app_for(args)(args=args, standalone_mode=False)
     except FedcliError as e:
         comm = _mpi_comm()
         if comm is not None and not getattr(e, "collective", False):
