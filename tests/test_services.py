@@ -88,16 +88,16 @@ def test_batch_source_in_order_plans():
 
 
 # ---------------------------------------------------------------------------- the CSV writers (a round hook)
-def test_run_dir_registers_its_csv_writers_first(tmp_path):
+def test_attached_run_dir_registers_its_csv_writers_first(tmp_path):
     sim = Simulation(TrainConfig())
     other = lambda s, state: None  # noqa: E731
     sim.round_hooks.append(other)
     first, second = RunDir(tmp_path), RunDir(tmp_path)
-    sim.run_dir = first
+    sim.attach(first)
     assert isinstance(sim.round_hooks[0], RunLog) and sim.round_hooks[1:] == [other]
-    sim.run_dir = second  # replaced, not doubled
+    sim.attach(second)  # replaced, not doubled
     assert [h.run_dir for h in sim.round_hooks if isinstance(h, RunLog)] == [second]
-    sim.run_dir = None
+    sim.attach(None)
     assert sim.round_hooks == [other]
     first.close(), second.close()
 

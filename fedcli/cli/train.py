@@ -176,7 +176,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         else:
             run_dir = RunDir(out)
             run_dir.start({**sim.manifest(), "pids": pids})
-        sim.run_dir = run_dir
+        sim.attach(run_dir)
         watchdog = sentinel.start(out, pids)
         if not quiet:
             err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)

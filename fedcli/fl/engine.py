@@ -179,19 +179,16 @@ class Simulation:
         self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
         self.store = ClientStore()     # per-client state across rounds
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
-        self.run_dir = run_dir
+        self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
+        self.attach(run_dir)
 
-    @property
-    def run_dir(self):
-        """The run directory (the root process's; None elsewhere). Setting it registers its CSV writers
-        (``fedcli.results.runlog.RunLog``) as the first round hook, so a checkpoint records that round's rows."""
-        return self._run_dir
-
-    @run_dir.setter
-    def run_dir(self, run_dir) -> None:
+    def attach(self, run_dir) -> None:
+        """Write this run's CSVs into ``run_dir`` (None: none): its writers (``fedcli.results.runlog.RunLog``) become
+        the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it closes.
+        Attaching another run directory replaces the writers of the last one."""
         from fedcli.results.runlog import RunLog
 
-        self._run_dir = run_dir
+        self.run_dir = run_dir
         self.round_hooks = [h for h in self.round_hooks if not isinstance(h, RunLog)]
         if run_dir is not None:
             self.round_hooks.insert(0, RunLog(run_dir))
