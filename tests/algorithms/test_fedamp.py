@@ -195,7 +195,7 @@ def test_fedamp_resume_is_bitwise(tmp_path, monkeypatch, capsys):
 
 
 # ------------------------------------------------------------------ MPI: every client's model is gathered across ranks
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 
 

@@ -229,7 +229,7 @@ def test_fedavg_c_and_fedrep_learn(data):
 
 
 # ------------------------------------------------------------------ MPI: results do not depend on the process count
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 MPI_ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "5", "--partition", "pathological",
             "--client-test-fraction", "0.25", "--rounds", "2", "--local-epochs", "1", "--batch-size", "16", "--lr", "0.3",
