@@ -33,6 +33,8 @@ class Method:
     init: str = "overwrite"
     server: str = "average"
     aliases: tuple[str, ...] = ()
+    label: str = ""  # the name papers and reports give the method ("FedAvg", "Fed-LAMB"); empty: ``name``
+    alias_labels: dict[str, str] = field(default_factory=dict, compare=False)  # an alias's own label ("fedsgd": "Fed-SGD")
     personalized: bool = False  # judged by each client's own model on its local test split (personal_acc; fedcli/fl/personal.py)
     # config values this method runs with unless the user (flag or recipe key) gives another: the settings of
     # the method's paper (lr, server lr, participation, ...) that differ from fedcli's general defaults
@@ -40,6 +42,10 @@ class Method:
 
     def parts(self) -> dict[str, str]:
         return {k: getattr(self, k) for k in ("local_step", "schedule", "codec", "init", "server")}
+
+    def label_for(self, name: str | None = None) -> str:
+        """The label of the method as ``name`` (the method's name or one of its aliases) calls it."""
+        return self.alias_labels.get(name or "", self.label or self.name)
 
     def effective_defaults(self) -> dict[str, Any]:
         """The method's defaults: a personalized method's start from FedALA's setup (``PERSONALIZED_SETUP``)."""

@@ -12,16 +12,11 @@ from pathlib import Path
 COMPLETED, RUNNING, FAILED, INTERRUPTED = "completed", "running", "failed", "interrupted"
 MISSING, CORRUPT = "missing", "corrupt"
 
-#: the papers' names of the methods, by ``--algo`` (aliases too: a run labelled by the name its recipe used)
-METHOD_LABELS = {"fedavg": "FedAvg", "fedsgd": "Fed-SGD", "fedlama": "FedLAMA", "fedprox": "FedProx", "fedpaq": "FedPAQ",
-                 "fedcom": "FedCOM", "fednova": "FedNova", "scaffold": "SCAFFOLD", "fedala": "FedALA",
-                 "fedams": "Fed-AMS", "fedlamb": "Fed-LAMB", "mime": "Mime", "mimelamb": "Mime-LAMB",
-                 "fedadam": "Adp-Fed", "adp-fed": "Adp-Fed",
-                 # personalized FL (FedALA AAAI 2023, Table 2)
-                 "fedavg-c": "FedAvg-C", "fedprox-c": "FedProx-C", "perfedavg": "Per-FedAvg", "fedrep": "FedRep",
-                 "pfedme": "pFedMe", "ditto": "Ditto", "fedamp": "FedAMP", "fedphp": "FedPHP", "fedfomo": "FedFomo",
-                 "apple": "APPLE", "partialfed": "PartialFed"}
+#: the schedules whose intervals differ by layer (FedLAMA's): a legend gives their tau' and phi
 LAYERWISE = ("lama", "lama-accelerate")
+#: how a label names a part a run adds to its preset ("FedProx + FedLAMA", "FedAvg + ALA"), in the order they are added;
+#: a part name not listed adds nothing to the label
+ADDED_PARTS = {"init": {"ala": "ALA"}, "schedule": {"lama": "FedLAMA", "lama-accelerate": "FedLAMA"}, "codec": {}}
 
 
 def read_manifest(path: Path) -> tuple[str, dict | None]:
@@ -70,31 +65,50 @@ class RunData:
         return int(self.manifest.get("seed", self.config.get("seed", 0)))
 
     @property
-    def schedule(self) -> str:
-        method = self.manifest.get("method", {})
-        return self.config.get("schedule") or method.get("schedule") or ("lama" if self.config.get("algo") == "fedlama" else "periodic")
+    def method(self) -> dict:
+        """The manifest's ``method`` entry: name, label, the five parts the run used, personalized, defaults."""
+        return self.manifest.get("method") or {}
 
     @property
     def algo(self) -> str:
-        return self.manifest.get("method", {}).get("name") or self.config.get("algo", "?")
+        return self.method.get("name") or self.config.get("algo", "?")
+
+    def preset(self):
+        """The registry's ``Method`` the run named (``--algo``, else the manifest's name); None for one it lacks."""
+        from fedcli.fl.methods import METHODS
+
+        given = self.config.get("algo")
+        return METHODS.get(given) if isinstance(given, str) and given in METHODS else METHODS.get(self.algo)
+
+    def part(self, kind: str) -> str:
+        """The run's ``kind`` part (schedule, init, ...): the config's override, else the part the manifest records,
+        else (a manifest that records none) the preset's own."""
+        from fedcli.fl.methods import Method
+
+        preset = self.preset() or Method(self.algo, "")
+        return self.config.get(kind) or self.method.get(kind) or preset.parts()[kind]
+
+    @property
+    def schedule(self) -> str:
+        return self.part("schedule")
 
     @property
     def layerwise(self) -> bool:
         return self.schedule in LAYERWISE
 
     def method_label(self) -> str:
-        """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names).
-
-        The ``--algo`` string of the run's config comes first: ``fedsgd`` is the registry's ``fedavg``, but a
-        recipe that names it ``fedsgd`` (Fed-LAMB's baseline) gets "Fed-SGD"."""
-        given = self.config.get("algo")
-        base = METHOD_LABELS.get(given) if isinstance(given, str) else None
-        base = base or METHOD_LABELS.get(self.algo, self.algo)
-        if self.config.get("init") == "ala" and self.algo != "fedala":
-            base = f"{base} + ALA"
-        if self.algo == "fedlama" or not self.layerwise:
-            return base
-        return f"{base} + FedLAMA"
+        """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names): the label the manifest records, else
+        (a run recorded before labels were) the registry's label of the method as the run's ``--algo`` named it
+        ("fedsgd" is the registry's fedavg, labelled "Fed-SGD"); then a " + " suffix for each part the run's config
+        put in place of its preset's own (``ADDED_PARTS``: "+ FedLAMA" for a layer-wise schedule, "+ ALA")."""
+        preset = self.preset()
+        base = self.method.get("label") or (preset.label_for(self.config.get("algo")) if preset else self.algo)
+        own = preset.parts() if preset else {}
+        for kind, names in ADDED_PARTS.items():
+            added = names.get(self.part(kind)) if self.config.get(kind) else None
+            if added and added != names.get(own.get(kind)):
+                base = f"{base} + {added}"
+        return base
 
     def legend(self) -> str:
         """The papers' legend style: FedAvg (20), FedLAMA (20, 2); a run of local epochs (where tau plays no part):
@@ -197,7 +211,7 @@ class RunData:
 
     @property
     def ala(self) -> bool:
-        return self.algo == "fedala" or self.config.get("init") == "ala" or (self.manifest.get("method") or {}).get("init") == "ala"
+        return self.part("init") == "ala"
 
     @property
     def ala_params(self) -> float:

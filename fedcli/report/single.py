@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from fedcli.errors import ConfigError, DataError
-from fedcli.report.rundata import COMPLETED, CORRUPT, LAYERWISE, MISSING, RunData, read_manifest
+from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
 from fedcli.report.validate import validate_run
@@ -71,15 +71,14 @@ def find_runs(folder: Path, skip: list[Path] = ()) -> list[Path]:
 
 def method_label(run: RunData) -> str:
     """``fedlama (tau'=5, phi=2)``, ``fedavg + init ala (tau=5)``: the preset and overridden parts from the manifest."""
-    m = run.manifest.get("method") or {}
     cfg = run.config
-    label = str(m.get("name") or cfg.get("algo") or "?")
+    label = str(run.method.get("name") or cfg.get("algo") or "?")
     for part in ("schedule", "init"):  # parts given on the command line over the preset's own
         if cfg.get(part):
-            label += f" + {part} {m.get(part, cfg[part])}"
+            label += f" + {part} {run.method.get(part, cfg[part])}"
     if cfg.get("local_epochs"):
         inner = f"E={cfg['local_epochs']:g}"
-    elif (m.get("schedule") or run.schedule) in LAYERWISE:
+    elif run.layerwise:
         inner = f"tau'={cfg.get('tau')}, phi={cfg.get('phi')}"
     else:
         inner = f"tau={cfg.get('tau')}"

@@ -1,6 +1,6 @@
 """Personalized runs are shown by ``personal_acc`` (each client's model on its local test split, the papers' metric)
 wherever fedcli shows an accuracy: the sweep's "done" lines and every report layout (rows, paired, target, matrix)
-and curve figure; traditional runs keep the global model's ``test_acc``. Matrix tables: tests/test_report_fedala.py."""
+and curve figure; traditional runs keep the global model's ``test_acc``. Matrix tables: tests/report/test_report_fedala.py."""
 
 import re
 

@@ -314,7 +314,7 @@ def test_fedlamb_and_mime_identical_under_2_processes(tmp_path):
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("mpiexec not installed (make install brings mpich)")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     for algo, lr in (("fedlamb", "0.05"), ("mime", "0.003")):
         args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "10", "--active-ratio", "0.6",
@@ -341,7 +341,7 @@ def test_claim_recipe_at_both_scales():
     from fedcli.recipes import read_sweep
     from fedcli.report.spec import parse_products
 
-    path = Path(__file__).resolve().parents[1] / "recipes" / "fedlamb" / "claim-rounds-to-target.toml"
+    path = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb" / "claim-rounds-to-target.toml"
     for scale in ("paper", "cpu"):
         r = read_sweep(path, scale)
         tables, figures = parse_products(r)

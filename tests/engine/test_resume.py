@@ -16,7 +16,7 @@ import fedcli.models
 from fedcli.cli.main import main
 from fedcli.results import checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # 16 rounds of phi*tau = 4 iterations, a metrics row every round, a checkpoint every 3 rounds.
 ARGS = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",

@@ -418,7 +418,7 @@ def test_fedlamb_recipes_products(stem):
     from fedcli.recipes import read_sweep
     from fedcli.report.spec import parse_products
 
-    path = Path(__file__).resolve().parents[1] / "recipes" / "fedlamb" / f"{stem}.toml"
+    path = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb" / f"{stem}.toml"
     targets = {}
     for scale in ("paper", "smoke"):
         tables, figures = parse_products(read_sweep(path, scale))

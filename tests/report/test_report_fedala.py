@@ -22,7 +22,7 @@ from fedcli.report.spec import parse_products, parse_table, spec_to_dict
 from fedcli.results.rundir import LAYERS_COLUMNS, METRICS_COLUMNS
 from simkit import write_csv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes" / "fedala").glob("aaai-*.toml"))  # the paper's tables (reproduce-*: test_reproduce_recipe)
 SIGMA = 100          # the fake model's parameters: layers of 60, 30, 9, 1
 LAYERS = [60, 30, 9, 1]

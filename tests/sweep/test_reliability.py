@@ -28,7 +28,7 @@ from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.sweep import SweepLock, run_sweep
 from test_sweep import RECIPE as SWEEP_RECIPE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 # 10 rounds of phi * tau = 4 iterations, a metrics row every round, no periodic checkpoint (--checkpoint-every 0)
