@@ -29,14 +29,16 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError, FedcliError
-from fedcli.recipes import SweepRecipe, read_sweep, run_config
 from fedcli.report.rundata import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest
 from fedcli.report.validate import validate_run
 from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write, now
+
+if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
+    from fedcli.recipes import SweepRecipe
 
 MANIFEST = "sweep.json"
 FORMAT = 1
@@ -179,6 +181,8 @@ def seed_list(recipe: SweepRecipe, seeds: int | None) -> list[int]:
 
 def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None) -> list[PlannedRun]:
     """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk."""
+    from fedcli.recipes import run_config
+
     slugs: dict[str, str] = {}
     out = []
     for run in recipe.runs:
@@ -305,6 +309,7 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     import contextlib
 
     from fedcli.cli.train import run_train
+    from fedcli.config import TrainConfig
 
     t0 = time.perf_counter()
     log = Path(log)
@@ -629,6 +634,8 @@ class SweepResult:
 
 def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
                   jobs: int = 1, mpi: int = 0) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+    from fedcli.recipes import read_sweep
+
     recipe = read_sweep(recipe_path, scale)
     products = products_of(recipe)
     root = Path(out) if out else default_out(recipe.path, recipe.scale)

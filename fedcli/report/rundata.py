@@ -83,10 +83,12 @@ class RunData:
     def part(self, kind: str) -> str:
         """The run's ``kind`` part (schedule, init, ...): the config's override, else the part the manifest records,
         else (a manifest that records none) the preset's own."""
+        given = self.config.get(kind) or self.method.get(kind)
+        if given:
+            return given
         from fedcli.fl.methods import Method
 
-        preset = self.preset() or Method(self.algo, "")
-        return self.config.get(kind) or self.method.get(kind) or preset.parts()[kind]
+        return (self.preset() or Method(self.algo, "")).parts()[kind]
 
     @property
     def schedule(self) -> str:
@@ -101,14 +103,20 @@ class RunData:
         (a run recorded before labels were) the registry's label of the method as the run's ``--algo`` named it
         ("fedsgd" is the registry's fedavg, labelled "Fed-SGD"); then a " + " suffix for each part the run's config
         put in place of its preset's own (``ADDED_PARTS``: "+ FedLAMA" for a layer-wise schedule, "+ ALA")."""
-        preset = self.preset()
-        base = self.method.get("label") or (preset.label_for(self.config.get("algo")) if preset else self.algo)
-        own = preset.parts() if preset else {}
+        base = self.method.get("label")
+        if not base:  # the registry (every method file, so torch) only for what the manifest does not say
+            preset = self.preset()
+            base = preset.label_for(self.config.get("algo")) if preset else self.algo
         for kind, names in ADDED_PARTS.items():
             added = names.get(self.part(kind)) if self.config.get(kind) else None
-            if added and added != names.get(own.get(kind)):
+            if added and added != names.get(self.own_part(kind)):
                 base = f"{base} + {added}"
         return base
+
+    def own_part(self, kind: str) -> str | None:
+        """The ``kind`` part of the run's preset as registered (None for a method the registry lacks)."""
+        preset = self.preset()
+        return preset.parts()[kind] if preset else None
 
     def legend(self) -> str:
         """The papers' legend style: FedAvg (20), FedLAMA (20, 2); a run of local epochs (where tau plays no part):

@@ -80,7 +80,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fedcli.config import FIELDS
 from fedcli.errors import ConfigError
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
@@ -254,6 +253,8 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
                   layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
                   early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
     if "columns" in d:
+        from fedcli.config import FIELDS  # the config's fields (every method file's): only for a table naming columns
+
         cols = d["columns"]
         if not isinstance(cols, list) or not cols or not all(isinstance(c, str) for c in cols):
             raise ConfigError(f"{loc('columns')}: columns must be a non-empty list of column names")
