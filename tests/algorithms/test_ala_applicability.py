@@ -6,7 +6,6 @@ initialization and the method's own machinery uses the ALA-initialized model. Fo
 import pytest
 import torch
 
-from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.methods import METHODS
 from fedcli.fl.personal import client_model
 from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal
@@ -17,11 +16,6 @@ config, run, same = personal_config, personal_run, same_personal
 APPLICABLE = ["fedavg", "fedprox", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "partialfed"]
 OWN = {"ditto": dict(ditto_epochs=1.0), "pfedme": dict(lr=0.05, pfedme_lr=0.1)}  # lambda * lr < 2 (pFedMe)
 ROUNDS = 3
-
-
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
 
 
 def registered(algo):

@@ -17,11 +17,6 @@ from simkit import personal_config as config, personal_run as run, same_personal
 from test_resume import interrupted, rows
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
 def learned(summary, gain):
     accs = [r["personal_acc"] for r in summary.history]
     assert max(accs) > accs[0] + gain, accs

@@ -3,7 +3,6 @@ global model by lambda (digits, 2 classes per client, local test splits)."""
 
 import pytest
 
-from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
 from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal, assert_learned
@@ -12,13 +11,7 @@ from test_personalized import accuracy_by_hand
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
-def learned(summary, gain=0.1, floor=0.8):
-    assert_learned(summary, gain, floor)
+learned = assert_learned
 
 
 # ------------------------------------------------------------------ Ditto

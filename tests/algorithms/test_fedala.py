@@ -6,18 +6,12 @@ import math
 import pytest
 import torch
 
-from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.ala import ala_mix, ala_weight_step, initial_stage_done, learn_weights, sample_slice
 from fedcli.fl.rng import torch_gen
 from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
-
-
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
 
 
 # ------------------------------------------------------------------ one ALA update, by hand

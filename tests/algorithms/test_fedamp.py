@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from fedcli.cli.main import main
-from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.fedamp import AMPStep, cloud_models
 from fedcli.fl.cohort import Cohort
@@ -19,13 +18,7 @@ from test_resume import interrupted, rows, run_main
 config, run, same = personal_config, personal_run, same_personal
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
-def learned(summary, gain=0.1, floor=0.8):
-    assert_learned(summary, gain, floor)
+learned = assert_learned
 
 
 # ------------------------------------------------------------------ FedAMP

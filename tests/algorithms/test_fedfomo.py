@@ -13,7 +13,6 @@ import torch
 from torch.func import functional_call
 
 from fedcli.cli.main import main
-from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.algorithms.fedfomo import fomo_scale, fomo_weights
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
@@ -23,13 +22,7 @@ from test_resume import rows
 config, run, same = personal_config, personal_run, same_personal
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
-def learned(summary, gain=0.1, floor=0.8):
-    assert_learned(summary, gain, floor)
+learned = assert_learned
 
 
 # ------------------------------------------------------------------ FedFomo

@@ -1,12 +1,12 @@
 """FedPHP (FedALA's baseline): its update formulas worked out by hand on tiny tensors, the identities that tie it
 to simpler methods, ``--init ala --ala-layers 0``, and learning on digits (2 classes per client)."""
 
+import functools
 import math
 
 import pytest
 import torch
 
-from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.fedphp import mmd, total_rounds
 from fedcli.fl.cohort import Cohort
@@ -17,13 +17,7 @@ from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal, 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
-def learned(summary, gain=0.05, floor=0.75):
-    assert_learned(summary, gain, floor)
+learned = functools.partial(assert_learned, gain=0.05, floor=0.75)
 
 
 # ------------------------------------------------------------------ FedPHP

@@ -8,7 +8,6 @@ import torch
 
 from fedcli.cli.train import run_train
 from fedcli.config import TrainConfig
-from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
 from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal, assert_learned
@@ -16,13 +15,7 @@ from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal, 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
-def learned(summary, gain=0.1, floor=0.8):
-    assert_learned(summary, gain, floor)
+learned = assert_learned
 
 
 # ------------------------------------------------------------------ FedRep

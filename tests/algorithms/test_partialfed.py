@@ -6,17 +6,11 @@ import math
 import pytest
 import torch
 
-from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.partialfed import strategy_grad
 from fedcli.fl.cohort import Cohort, StepContext
 from fedcli.fl.engine import Simulation
 from simkit import personal_config as config, personal_run as run, same_personal as same, assert_learned
-
-
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
 
 
 # ------------------------------------------------------------------ PartialFed

@@ -5,18 +5,12 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.cohort import Cohort, StepContext
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
 from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
-
-
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
 
 
 # ------------------------------------------------------------------ Per-FedAvg

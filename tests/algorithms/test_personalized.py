@@ -25,11 +25,6 @@ from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_pers
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
 def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
     """(pooled accuracy over all local test samples, mean of per-client accuracies)."""
     correct = total = 0
@@ -47,8 +42,7 @@ def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
     return correct / total, sum(per_client) / len(per_client)
 
 
-def learned(summary, gain=0.1, floor=0.8):
-    assert_learned(summary, gain, floor)
+learned = assert_learned
 
 
 # ------------------------------------------------------------------ the evaluation and the CSV

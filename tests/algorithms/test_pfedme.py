@@ -1,6 +1,7 @@
 """pFedMe (FedALA's baseline): its update formulas worked out by hand on tiny tensors, the identities that tie it
 to simpler methods, ``--init ala --ala-layers 0``, and learning on digits (2 classes per client)."""
 
+import functools
 import math
 from types import SimpleNamespace
 
@@ -9,7 +10,6 @@ import torch
 from torch.func import functional_call
 
 from fedcli.config import TrainConfig
-from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.algorithms.pfedme import THETA_L2, theta_step, w_step
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
@@ -21,13 +21,7 @@ BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_per
 PFEDME = dict(algo="pfedme", lr=0.1, pfedme_lr=0.1, pfedme_lambda=5.0, rounds=3)  # lambda * lr < 1 on this tiny task
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_data_and_partition(config())
-
-
-def learned(summary, gain=0.05, floor=0.75):
-    assert_learned(summary, gain, floor)
+learned = functools.partial(assert_learned, gain=0.05, floor=0.75)
 
 
 def pooled_accuracy(sim, prefix):
