@@ -203,6 +203,9 @@ class ALAInit(OverwriteInit):
     def starts_from_global(self, sim) -> bool:
         return not self.top_names(sim) and self.base.starts_from_global(sim)
 
+    def download(self, sim, cohort) -> None:
+        self.base.download(sim, cohort)
+
     def received(self, sim, cohort) -> dict:
         return self.base.received(sim, cohort)
 
