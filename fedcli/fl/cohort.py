@@ -197,7 +197,7 @@ def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, ba
 
 def sample_slice(indices: torch.Tensor, percent: float, gen: torch.Generator) -> torch.Tensor:
     """``percent``% of a client's indices, int(percent / 100 * n) of them (none when that is 0, and then nothing is
-    drawn): a contiguous slice at an offset drawn uniformly from [0, n - m], both ends included (FedALA's ``ALA.py``:
+    drawn): a contiguous slice at an offset drawn uniformly from [0, n - m], both ends included (FedALA's reference:
     ``random.randint(0, n - m)``)."""
     n = indices.numel()
     m = int(percent / 100 * n)
