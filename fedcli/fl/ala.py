@@ -13,7 +13,8 @@ training, ``fedcli.fl.personal``) and the received global model theta_g:
 
   (``--ala-lr`` eta, 1.0), on s% (``--ala-sample-percent``, 80) of the client's training split: a
   contiguous slice of int(s/100 * n) samples at a random offset in [0, n - int(s/100 * n)], drawn from
-  ``torch_gen(seed, "ala", round, client)``, in consecutive batches of ``--batch-size`` in the slice's order
+  ``torch_gen(seed, "ala", round, client)`` (the batch source's purpose "ala", ``fedcli.fl.cohort``), in
+  consecutive batches of ``--batch-size`` in the slice's order
   (not shuffled), the last one partial when the slice is not a multiple of the batch size: the reference's
   loader, ``DataLoader(slice, batch_size, drop_last=False)`` (PFLlib's ``ALA.py`` since February 2024;
   earlier versions dropped the partial batch). A slice smaller than one batch is one partial batch.
@@ -42,9 +43,9 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
+from fedcli.fl.cohort import BatchPlan
 from fedcli.fl.parts import OverwriteInit, register_init
 from fedcli.fl.personal import load_models, share
-from fedcli.fl.rng import torch_gen
 from fedcli.fl.trainers import masked_loss
 from fedcli.params import opt, register_params
 
@@ -78,17 +79,6 @@ def initial_stage_done(losses: list[float], num_pre_loss: int, threshold: float)
     return len(losses) > num_pre_loss and float(np.std(losses[-num_pre_loss:])) < threshold
 
 
-def sample_slice(indices: torch.Tensor, percent: float, gen: torch.Generator) -> torch.Tensor:
-    """s% of a client's training indices: a contiguous slice at a random offset (``random.randint(0, n - m)``
-    in the reference, both ends included)."""
-    n = indices.numel()
-    m = int(percent / 100 * n)
-    if m <= 0:
-        return indices[:0]
-    off = int(torch.randint(0, n - m + 1, (1,), generator=gen))
-    return indices[off: off + m]
-
-
 def _grad_fn(model, per_client: bool = False):
     def loss_fn(top, lower, buffers, x, y, w):
         loss = masked_loss(functional_call(model, ({**lower, **top}, buffers), (x,)), y, w)
@@ -98,27 +88,29 @@ def _grad_fn(model, per_client: bool = False):
 
 
 def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, weights: dict, buffers: dict,
-                  x_all: torch.Tensor, y_all: torch.Tensor, slices: list[torch.Tensor], batch: int,
-                  start_phase: list[bool], eta: float, num_pre_loss: int = 10, threshold: float = 0.1,
-                  max_passes: int = 50, grad_fn=None, per_client: bool = False) -> tuple[dict, list[int], list[list[float]]]:
+                  x_all: torch.Tensor, y_all: torch.Tensor, plan: BatchPlan, start_phase: list[bool], eta: float,
+                  num_pre_loss: int = 10, threshold: float = 0.1, max_passes: int = 50, grad_fn=None,
+                  per_client: bool = False) -> tuple[dict, list[int], list[list[float]]]:
     """ALA's weight learning for K clients at once.
 
     ``local_top`` / ``weights``: name -> ``[K, *shape]`` for the ALA tensors (the last p); ``global_params``
     the whole received model (its lower tensors are the temporary model's lower layers), shared by all clients
     (``[*shape]``) or, with ``per_client``, one per client (``[K, *shape]``: FedAMP sends each client its own);
-    ``buffers`` name -> ``[K, ...]`` (a throwaway copy is used); ``slices[k]`` the indices into
-    ``x_all``/``y_all`` of client k's sampled data; ``start_phase[k]`` whether client k is in its initial
-    stage. Returns (weights, passes per client, pass losses per client); ``weights`` are updated in place.
+    ``buffers`` name -> ``[K, ...]`` (a throwaway copy is used); ``plan`` the clients' batches in order, indices
+    into ``x_all``/``y_all`` (``fedcli.fl.cohort.in_order_plan``: batch j of client k is its first ``real[j, k]``
+    entries, none once its data is used up); ``start_phase[k]`` whether client k is in its initial stage. Returns
+    (weights, passes per client, pass losses per client); ``weights`` are updated in place.
     """
-    k_all = len(slices)
+    k_all = plan.idx.shape[1]
     device = x_all.device
     names = list(local_top)
     lower = {n: p for n, p in global_params.items() if n not in local_top}
     delta = {n: (global_params[n] if per_client else global_params[n].unsqueeze(0)) - local_top[n] for n in names}
     grad_fn = grad_fn or _grad_fn(model, per_client)
-    # the reference's loader (drop_last=False): consecutive batches of ``batch`` samples, the last one partial
-    batches = [[sl[s: s + batch].to(device) for s in range(0, sl.numel(), batch)] for sl in slices]
-    nb = [len(b) for b in batches]
+    # the reference's loader (drop_last=False): consecutive batches, the last one partial (no padding enters)
+    real = plan.real.tolist()
+    idx = plan.idx.to(device)
+    nb = [sum(1 for row in real if row[k] > 0) for k in range(k_all)]
     losses: list[list[float]] = [[] for _ in range(k_all)]
     passes = [0] * k_all
     running = [k for k in range(k_all) if nb[k] > 0]
@@ -130,12 +122,12 @@ def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, 
             by_size: dict[int, list[int]] = {}
             for k in running:
                 if j < nb[k]:
-                    by_size.setdefault(batches[k][j].numel(), []).append(k)
+                    by_size.setdefault(real[j][k], []).append(k)
             for size, sel in by_size.items():
                 s = torch.tensor(sel, device=device)
                 top_t = {n: local_top[n][s] + delta[n][s] * weights[n][s] for n in names}
                 bufs = {n: b[s].clone() for n, b in buffers.items()}
-                ix = torch.stack([batches[k][j] for k in sel])
+                ix = idx[j, s, :size]
                 low = {n: t[s] for n, t in lower.items()} if per_client else lower
                 g, loss = grad_fn(top_t, low, bufs, x_all[ix], y_all[ix], torch.ones(len(sel), size, device=device))
                 with torch.no_grad():
@@ -203,6 +195,9 @@ class ALAInit(OverwriteInit):
     def starts_from_global(self, sim) -> bool:
         return not self.top_names(sim) and self.base.starts_from_global(sim)
 
+    def download(self, sim, cohort) -> None:
+        self.base.download(sim, cohort)
+
     def received(self, sim, cohort) -> dict:
         return self.base.received(sim, cohort)
 
@@ -241,20 +236,18 @@ class ALAInit(OverwriteInit):
                    for n in top}
         started = sim.store.gather("ala.started", clients, lambda _c: torch.zeros(()), dev)
         start_phase = [not bool(v) for v in started.tolist()]
-        slices = [sample_slice(sim.client_indices[c], self.percent, torch_gen(sim.cfg.seed, "ala", cohort.round_idx, c)).to(dev)
-                  for c in clients]
+        plan = sim.batches.plan("ala", clients, cohort.round_idx, percent=self.percent)
         if per_client not in self._grad:
             self._grad[per_client] = _grad_fn(sim.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}
         weights, passes, _ = learn_weights(sim.model, theta_g, top, weights, buffers, sim.train_x, sim.train_y,
-                                           slices, sim.batch_size, start_phase, self.eta, self.num_pre_loss,
-                                           self.threshold, self.max_passes, grad_fn=self._grad[per_client],
-                                           per_client=per_client)
+                                           plan, start_phase, self.eta, self.num_pre_loss, self.threshold,
+                                           self.max_passes, grad_fn=self._grad[per_client], per_client=per_client)
         with torch.no_grad():
             for n in top:
                 g = theta_g[n] if per_client else theta_g[n].unsqueeze(0)
                 cohort.params[n][sel] = ala_mix(top[n], g, weights[n])
-        learned = [sl.numel() > 0 for sl in slices]
+        learned = (plan.real > 0).any(0).tolist()  # clients with data to learn on
         for i, c in enumerate(clients):
             if start_phase[i] and learned[i]:
                 self.initial_passes[c] = passes[i]

@@ -112,14 +112,16 @@ class Stream:
 
     ``shuffled``: ``client_batches`` (reshuffled epochs of the client's training split) drawn from
     ``torch_gen(seed, draws, round, client)``, and on augmented data crops and flips from
-    ``torch_gen(seed, augment, round, client)``: every purpose has random streams of its own. Otherwise the
-    given indices in order, ``in_order_plan`` (no randomness, no augmentation); a client whose samples are used
-    up gets a dummy batch of mask ``spent``."""
+    ``torch_gen(seed, augment, round, client)`` (``augment`` empty: never augmented): every purpose has random streams
+    of its own. Otherwise the given indices in order, ``in_order_plan`` (no augmentation); a client whose samples
+    are used up gets a dummy batch of mask ``spent``. ``window``: in order over a contiguous part of the training
+    split at an offset drawn from ``torch_gen(seed, draws, round, client)`` (``sample_slice``)."""
 
     draws: str = ""
     augment: str = ""
     shuffled: bool = True
     spent: float = 0.0
+    window: bool = False
 
 
 #: the purposes batches are asked for (any other name: a part's extra local training, ``stream``)
@@ -129,6 +131,10 @@ PURPOSES: dict[str, Stream] = {
     # scaled by 0; an all-zero mask would make the masked mean 0 / 0)
     "mime-full": Stream(shuffled=False, spent=1.0),
     "fomo-val": Stream(shuffled=False),               # FedFomo's validation losses (Eq. 6)
+    # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
+    "ala": Stream("ala", shuffled=False, window=True),
+    # Per-FedAvg's one-step adaptation before evaluation: one shuffled batch, not augmented
+    "perfedavg.eval": Stream("perfedavg.eval"),
 }
 
 
@@ -173,19 +179,32 @@ def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, ba
     """``steps`` shuffled batches of each client's ``client_indices[c]`` (``client_batches``), keyed by
     (seed, the purpose's streams, round, client)."""
     keys = stream(purpose)
+    augmented = augment == "cifar" and bool(keys.augment)
     idx, mask, shifts, flips = [], [], [], []
     for c in clients:
         i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, keys.draws, round_idx, c), drop_last)
         idx.append(i)
         mask.append(m)
-        if augment == "cifar":
+        if augmented:
             s, f = draw_cifar_params(steps * batch, torch_gen(seed, keys.augment, round_idx, c))
             shifts.append(s.view(steps, batch, 2))
             flips.append(f.view(steps, batch))
     plan = BatchPlan(torch.stack(idx, 1), torch.stack(mask, 1))
-    if augment == "cifar":
+    if augmented:
         plan.shifts, plan.flips = torch.stack(shifts, 1), torch.stack(flips, 1)
     return plan
+
+
+def sample_slice(indices: torch.Tensor, percent: float, gen: torch.Generator) -> torch.Tensor:
+    """``percent``% of a client's indices, int(percent / 100 * n) of them (none when that is 0, and then nothing is
+    drawn): a contiguous slice at an offset drawn uniformly from [0, n - m], both ends included (FedALA's reference:
+    ``random.randint(0, n - m)``)."""
+    n = indices.numel()
+    m = int(percent / 100 * n)
+    if m <= 0:
+        return indices[:0]
+    off = int(torch.randint(0, n - m + 1, (1,), generator=gen))
+    return indices[off: off + m]
 
 
 def in_order_plan(indices: list[torch.Tensor], batch: int, spent: float = 0.0) -> BatchPlan:
@@ -221,14 +240,17 @@ class BatchSource:
         self.drop_last, self.augment, self.device = drop_last, augment, device
 
     def plan(self, purpose: str, clients: list[int] = (), round_idx: int = 0, steps: int = 0,
-             indices: list[torch.Tensor] | None = None) -> BatchPlan:
+             indices: list[torch.Tensor] | None = None, percent: float = 100.0) -> BatchPlan:
         """Batches for ``clients``: ``steps`` shuffled ones of round ``round_idx`` (a shuffled purpose), or in order
-        (an in-order purpose) the clients' training splits, or the per-client ``indices`` given instead."""
+        (an in-order purpose) the clients' training splits (a window purpose: ``percent``% of each at the round's
+        offset), or the per-client ``indices`` given instead."""
         keys = stream(purpose)
         if keys.shuffled:
             plan = make_plan(self.seed, round_idx, clients, self.indices, steps, self.batch, self.augment,
                              self.drop_last, purpose)
         else:
-            plan = in_order_plan(indices if indices is not None else [self.indices[c] for c in clients], self.batch,
-                                 keys.spent)
+            if indices is None:
+                indices = [sample_slice(self.indices[c], percent, torch_gen(self.seed, keys.draws, round_idx, c))
+                           if keys.window else self.indices[c] for c in clients]
+            plan = in_order_plan(indices, self.batch, keys.spent)
         return plan.to(self.device)

@@ -461,6 +461,7 @@ class Simulation:
         if cfg.local_epochs:
             steps = max(self.client_steps(cohort_ids, steps))
         cohort.steps = torch.tensor(self.client_steps(mine, steps), device=self.device)
+        self.init.download(self, cohort)  # the server's side of sending the models (collective under MPI)
         self.init.initialize(self, cohort)
         if cfg.bn_buffers == "never":
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics

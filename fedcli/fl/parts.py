@@ -127,10 +127,26 @@ class Codec(Part):
 
 
 class Init(Part):
-    """Local initializations: how a client's local model starts a round."""
+    """Local initializations: how a client's local model starts a round.
+
+    Every round the engine calls, on every process, ``download`` (the server's side of sending the models) and right
+    after it ``initialize``; ``received`` is a query any part may make after ``download``, as often as it likes."""
 
     # an init that wraps the method's own (ALA mixes what the method's init receives): built with ``base=``
     wraps_base: bool = False
+
+    def download(self, sim, cohort) -> None:
+        """Prepare what the server sends each cohort client this round, kept in ``cohort.state`` for ``received``: the
+        exchanges between processes (collective under MPI: every process calls it, with or without clients), the
+        communication beyond the engine's one model download per client (``sim.ledger``) and the server's per-client
+        state. Once per round, before ``initialize``. Default: nothing (the server sends the global model)."""
+
+    def received(self, sim, cohort) -> dict[str, torch.Tensor]:
+        """What the server sends each cohort client, as ``download`` prepared it: name -> ``[1, *shape]`` (the same for
+        all: the global model, the default) or ``[K, *shape]`` (one per client: FedAMP's u_i, FedFomo's aggregates).
+        A query: it communicates nothing and changes no state. ALA (``--init ala``) mixes it with the client's old
+        local model in place of this part's own initialization."""
+        return {n: g.unsqueeze(0) for n, g in sim.global_params.items()}
 
     def initialize(self, sim, cohort) -> None:
         raise NotImplementedError
@@ -311,12 +327,6 @@ class OverwriteInit(Init):
         """Whether every cohort client starts its round from the global model itself (Ditto's anchor and
         Per-FedAvg's adaptation then use the global model; with ALA they use the client's start model)."""
         return type(self).initialize is OverwriteInit.initialize
-
-    def received(self, sim, cohort) -> dict[str, torch.Tensor]:
-        """What the server sends each cohort client, name -> ``[1, *shape]`` (the same for all: the global
-        model) or ``[K, *shape]`` (one per client: FedAMP's u_i). ALA (``--init ala``) mixes it with the
-        client's old local model in place of this part's own initialization."""
-        return {n: g.unsqueeze(0) for n, g in sim.global_params.items()}
 
 
 # ---------------------------------------------------------------------------- server updates

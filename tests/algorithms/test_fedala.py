@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.ala import ala_mix, ala_weight_step, initial_stage_done, learn_weights, sample_slice
+from fedcli.fl.ala import ala_mix, ala_weight_step, initial_stage_done, learn_weights
+from fedcli.fl.cohort import in_order_plan, sample_slice
 from fedcli.fl.rng import torch_gen
 from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal
 
@@ -40,7 +41,7 @@ def test_one_batch_update_by_hand():
     (0.5 * s each) would push W_b above 1: clipped to 1."""
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
-    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, [torch.tensor([0])], batch=1,
+    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0])], 1),
                                       start_phase=[False], eta=0.5)
     s = math.e / (1 + math.e)
     assert passes == [1]
@@ -54,7 +55,7 @@ def test_two_batches_update_by_hand():
     -sigma(1 - s) more and is clipped at 0; the pass loss is the last batch's, log(1 + e^(1 - s))."""
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([1, 1])
-    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, [torch.tensor([0, 1])], batch=1,
+    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0, 1])], 1),
                                       start_phase=[False], eta=1.0)
     s = math.e / (1 + math.e)
     assert 1 - s - 1 / (1 + math.exp(-(1 - s))) < 0  # so the clip acts
@@ -74,12 +75,12 @@ def test_clients_learn_independently():
     two_local = {n: torch.cat([t, t * -2.0]) for n, t in local.items()}
     two_w = {n: torch.ones(2, *t.shape[1:]) for n, t in local.items()}
     slices = [torch.tensor([0, 1, 2]), torch.tensor([1])]
-    w2, passes, _ = learn_weights(model, glob, two_local, two_w, {}, x, y, slices, batch=1, start_phase=[False, False], eta=1.0)
+    w2, passes, _ = learn_weights(model, glob, two_local, two_w, {}, x, y, in_order_plan(slices, 1), start_phase=[False, False], eta=1.0)
     assert passes == [1, 1]
     for k in range(2):
         one_w = {n: torch.ones(1, *t.shape[1:]) for n, t in local.items()}
-        w1, _, _ = learn_weights(model, glob, {n: t[k: k + 1] for n, t in two_local.items()}, one_w, {}, x, y, [slices[k]],
-                                 batch=1, start_phase=[False], eta=1.0)
+        w1, _, _ = learn_weights(model, glob, {n: t[k: k + 1] for n, t in two_local.items()}, one_w, {}, x, y,
+                                 in_order_plan([slices[k]], 1), start_phase=[False], eta=1.0)
         for n in w1:
             torch.testing.assert_close(w1[n][0], w2[n][k])
 
@@ -116,7 +117,7 @@ def test_partial_last_batch_is_used():
     slices = [torch.arange(0, 5), torch.arange(5, 8)]
     stacked = {n: torch.stack([loc[n] for loc in locals_]) for n in ("weight", "bias")}
     weights = {n: torch.stack([w[n] for w in w0]) for n in ("weight", "bias")}
-    w, passes, losses = learn_weights(model, glob, stacked, weights, {}, x, y, slices, batch=2, start_phase=[False, False], eta=0.7)
+    w, passes, losses = learn_weights(model, glob, stacked, weights, {}, x, y, in_order_plan(slices, 2), start_phase=[False, False], eta=0.7)
     assert passes == [1, 1]
     for k, sl in enumerate(slices):
         expect, last_loss = reference_pass(model, glob, locals_[k], w0[k], x[sl], y[sl], batch=2, eta=0.7)
@@ -134,11 +135,11 @@ def test_initial_stage_rule():
     assert initial_stage_done([9.0] + [1.0, 1.1] * 5, 10, 0.1)  # only the last 10 count (std 0.05)
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
-    _, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, [torch.tensor([0])], batch=1,
+    _, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0])], 1),
                                       start_phase=[True], eta=1.0, num_pre_loss=3, threshold=10.0)
     assert passes == [4] and len(losses[0]) == 4               # stops as soon as > 3 losses have std < 10
     _, passes, _ = learn_weights(model, glob, local, {n: torch.ones_like(t) for n, t in weights.items()}, {}, x, y,
-                                 [torch.tensor([0])], batch=1, start_phase=[True], eta=1.0, num_pre_loss=3,
+                                 in_order_plan([torch.tensor([0])], 1), start_phase=[True], eta=1.0, num_pre_loss=3,
                                  threshold=0.0, max_passes=7)
     assert passes == [7]                                         # threshold 0 never converges: the cap
 

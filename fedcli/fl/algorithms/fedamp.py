@@ -18,7 +18,8 @@ and uploads it. Clients are judged by their own models (``personal_acc``). Optio
 cross-silo method: every client every round (``--active-ratio`` < 1 is a ConfigError). Under MPI every rank
 gathers every client's uploaded model (``sim.comm.allgather``), so results do not depend on the process count.
 
-``--init ala``: ALA mixes the client's old model with what FedAMP sends it, u_i (``received``, one per client);
+``--init ala``: ALA mixes the client's old model with what FedAMP sends it, u_i (``received``, one per client,
+made by the init's ``download`` hook);
 ``--init ala --ala-layers 0`` is FedAMP (tested).
 
 Reference: PFLlib ``serveramp.py`` (``send_models``: the coefficients, ``coef_self`` = 1 - sum multiplying the
@@ -100,14 +101,16 @@ def cloud_models(models: dict, rows: list[int], alpha: float, sigma: float) -> t
     return u, xi
 
 
-def cohort_cloud(sim, cohort) -> dict:
-    """The round's u_i for the cohort clients (computed once per round; collective under MPI)."""
-    if CLOUD not in cohort.state:
-        models, _ = all_client_models(sim, cohort)
-        u, xi = cloud_models(models, cohort.clients, float(sim.cfg.amp_alpha), float(sim.cfg.amp_sigma))
-        cohort.state[CLOUD] = u
-        cohort.state["amp.xi"] = xi
-    return cohort.state[CLOUD]
+def send_clouds(sim, cohort) -> None:
+    """The round's u_i for the cohort clients, kept in ``cohort.state`` (collective under MPI: every process calls
+    it); once per round, by the first of the init's ``download`` and the local step's ``begin_round`` (``--init``
+    other than FedAMP's)."""
+    if CLOUD in cohort.state:
+        return
+    models, _ = all_client_models(sim, cohort)
+    u, xi = cloud_models(models, cohort.clients, float(sim.cfg.amp_alpha), float(sim.cfg.amp_sigma))
+    cohort.state[CLOUD] = u
+    cohort.state["amp.xi"] = xi
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -117,6 +120,13 @@ class AMPInit(OverwriteInit):
 
     full_participation = True  # checked with the config (TrainConfig.check_cross_field), so recipes name the line
 
+    def download(self, sim, cohort) -> None:
+        send_clouds(sim, cohort)
+
+    def received(self, sim, cohort) -> dict:
+        """u_i (``download``), name -> ``[K, *shape]``."""
+        return cohort.state[CLOUD]
+
     @torch.no_grad()
     def initialize(self, sim, cohort) -> None:
         params, buffers = load_models(sim, cohort.clients)
@@ -124,10 +134,6 @@ class AMPInit(OverwriteInit):
             cohort.params[n].copy_(t)
         for n, t in buffers.items():
             cohort.buffers[n].copy_(t)
-        cohort_cloud(sim, cohort)
-
-    def received(self, sim, cohort) -> dict:
-        return cohort_cloud(sim, cohort)
 
 
 @register_local_step("fedamp")
@@ -142,7 +148,7 @@ class AMPStep(SGDStep):
 
     def begin_round(self, sim, cohort) -> None:
         super().begin_round(sim, cohort)
-        cohort_cloud(sim, cohort)  # already there unless another init part (--init overwrite) replaced FedAMP's
+        send_clouds(sim, cohort)  # already there unless another init part (--init overwrite) replaced FedAMP's
 
     def direction(self, cohort, grads: dict) -> dict:
         if not self.coef:

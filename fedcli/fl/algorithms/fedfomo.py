@@ -46,7 +46,7 @@ overwritten by the server). Deviations:
 
 ``--init ala`` runs (FedALA excludes FedFomo from its applicability study, since it downloads several models):
 ALA mixes the client's old model with the FedFomo aggregate it would start from (``received``, one per
-client); ``--ala-layers 0`` is FedFomo (tested).
+client, made by the init's ``download`` hook); ``--ala-layers 0`` is FedFomo (tested).
 """
 
 from __future__ import annotations
@@ -162,16 +162,18 @@ class FomoInit(OverwriteInit):
         """theta_old: the model each client starts training from (after the aggregation, or ALA)."""
         share(sim, cohort.clients, {f"fomo.old:{n}": p for n, p in cohort.params.items()})
 
-    @torch.no_grad()
     def received(self, sim, cohort) -> dict:
-        """Each cohort client's aggregate of the M models it downloads (its own model if no weight is positive);
-        updates the P rows and counts the extra downloads. Once per round; collective under MPI."""
-        if RECEIVED in cohort.state:
-            return cohort.state[RECEIVED]
+        """Each cohort client's aggregate (``download``), name -> ``[K, *shape]``."""
+        return cohort.state[RECEIVED]
+
+    @torch.no_grad()
+    def download(self, sim, cohort) -> None:
+        """Each cohort client's aggregate of the M models it downloads (its own model if no weight is positive), kept
+        for ``received``; updates the P rows and counts the extra downloads. Collective under MPI."""
         own, own_b = load_models(sim, cohort.clients)
+        cohort.state[RECEIVED] = own
         if cohort.round_idx == 0:  # nothing uploaded yet (the reference sends min(M, 0) models)
-            cohort.state[RECEIVED] = own
-            return own
+            return
         models, model_b = all_client_models(sim, cohort, buffers=True)
         m = self.m(sim)
         sim.ledger.record_copies((m - 1) * sim.active)  # M downloads per client: the engine counts one
@@ -179,8 +181,7 @@ class FomoInit(OverwriteInit):
         k_all = len(clients)
         if k_all == 0:
             share(sim, [], {"fomo.P": torch.zeros(0, len(sim.client_indices), dtype=torch.float64)})
-            cohort.state[RECEIVED] = own
-            return own
+            return
         n_all = len(sim.client_indices)
         rows = sim.store.gather("fomo.P", clients, lambda c: F.one_hot(torch.tensor(c), n_all).double(), "cpu")
         ids = torch.argsort(-rows, dim=1, stable=True)[:, :m]  # [K, M]: top-M affinities, ties to the lower id
@@ -206,7 +207,6 @@ class FomoInit(OverwriteInit):
             out[n] = torch.where(expand(keep, t), own[n], agg)
         cohort.state[RECEIVED] = out
         cohort.state["fomo.weights"] = (ids, w)
-        return out
 
 
 register_method(Method("fedfomo", "each client aggregates M downloaded client models with first-order validation weights (Zhang et al. 2021); "

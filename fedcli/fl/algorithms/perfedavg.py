@@ -15,7 +15,9 @@ SGD (no momentum or weight decay). Models are averaged and counted as in FedAvg.
 Evaluation (``personal_acc``): each client adapts the current global model with one step
 theta - alpha * grad f_i(theta; B samples of its training split) -- the personalized model of Per-FedAvg,
 as PFLlib's ``evaluate_one_step`` (which restores the global model afterwards) -- and is evaluated on its
-local test split. The batch is drawn from ``torch_gen(seed, "perfedavg.eval", round, client)``.
+local test split. The batch is the batch source's purpose "perfedavg.eval" (``fedcli.fl.cohort``: the first batch of
+a reshuffled epoch, from ``torch_gen(seed, "perfedavg.eval", round, client)``, not augmented; a client with fewer
+than B samples uses all of them).
 
 With ``--init ala`` (FedALA Table 4, applicability) the one step starts from the model the client started its
 latest round from, the ALA-initialized one (kept in ``sim.store`` under ``perfedavg.start``): in the reference,
@@ -31,7 +33,6 @@ from torch.func import functional_call, grad
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.personal import client_model, save_models
-from fedcli.fl.rng import torch_gen
 from fedcli.fl.trainers import masked_loss
 from fedcli.params import opt, register_params
 
@@ -86,10 +87,9 @@ class PerFedAvgStep(SGDStep):
             params0, buffers0 = client_model(sim, client, START)
         else:
             params0, buffers0 = sim.global_params, sim.global_buffers
-        ix = sim.client_indices[client]
-        b = min(sim.cfg.batch_size, ix.numel())
-        pick = torch.randperm(ix.numel(), generator=torch_gen(sim.cfg.seed, "perfedavg.eval", self.round, client))[:b]
-        x, y = sim.train_x[ix[pick].to(sim.train_x.device)], sim.train_y[ix[pick].to(sim.train_x.device)]
+        plan = sim.batches.plan("perfedavg.eval", [client], self.round, steps=1)
+        ix = plan.idx[0, 0][plan.mask[0, 0] > 0]  # min(B, n) samples: a smaller client's padding left out
+        x, y = sim.train_x[ix], sim.train_y[ix]
         buffers = {n: t.clone() for n, t in buffers0.items()}
         sim.model.train()
 
