@@ -1,12 +1,6 @@
-import os
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("FEDCLI_SHARED", ROOT.parent / "shared"))
-MNIST_T10K = SHARED / "datasets" / "mnist-t10k"
-FEMNIST_SAMPLE = SHARED / "datasets" / "femnist-leaf-sample"
+from simkit import FEMNIST_SAMPLE, MNIST_T10K
 
 
 @pytest.fixture

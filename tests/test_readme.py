@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED
+from simkit import SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

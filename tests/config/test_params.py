@@ -17,7 +17,7 @@ from fedcli.config import FIELDS, TrainConfig, coerce, error_key
 from fedcli.errors import ConfigError
 from fedcli.params import opt, register_params
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A new method in one file: its options, its local step and its preset; nothing else is edited.
 FAKE_METHOD = '''

@@ -17,7 +17,7 @@ import torch
 from fedcli.cli.main import main
 from fedcli.comm.communicator import Communicator, ordered_sum
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "7", "--active-ratio", "0.9",
          "--batch-size", "16", "--lr", "0.1", "--quiet"]
 

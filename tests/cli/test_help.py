@@ -9,7 +9,7 @@ from pathlib import Path
 from fedcli import __version__
 from fedcli.config import TrainConfig, flag
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args):

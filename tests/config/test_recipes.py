@@ -14,7 +14,7 @@ from fedcli.fl.methods import METHODS
 from fedcli.recipes import read_sweep, train_values
 from fedcli.report.spec import parse_products
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes" / "fedlama").glob("*.toml"))
 SHARED_FEMNIST = "../shared/datasets/femnist-leaf-sample"
 

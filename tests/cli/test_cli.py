@@ -10,7 +10,7 @@ import pytest
 
 from fedcli.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_main(args, capsys):
