@@ -159,6 +159,8 @@ class ALAInit(OverwriteInit):
     runs the base init unchanged, so ``--init ala --ala-layers 0`` is the base method (tested).
     """
 
+    label = "ALA"
+
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
     wraps_base = True          # the engine passes the method's own init as ``base``
 

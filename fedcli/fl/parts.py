@@ -48,6 +48,8 @@ class Part:
     :class:`Init`, :class:`Server`) with its default, so the engine never probes for one.
     """
 
+    # the name a run's label adds when this part replaces its preset's own ("FedProx + ALA"); None: nothing
+    label: str | None = None
     # the store prefix of each client's evaluated model (``fedcli.fl.personal``); None: the trained local model
     personal_prefix: str | None = None
     # the engine keeps each client's trained model after local training (ALA and FedPHP mix it next round)

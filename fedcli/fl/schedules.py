@@ -58,6 +58,7 @@ class Schedule:
 
     name = "base"
     needs_discrepancy = False
+    label: str | None = None  # the name a run's label adds when this schedule replaces its preset's ("FedProx + FedLAMA")
 
     def __init__(self, cfg, layers):
         self.layers = layers
@@ -187,6 +188,8 @@ class Lama(Schedule):
     iterations have run. The author code's ``epoch_id > 5`` (an "epoch" there is tau' iterations, adjustments
     at (epoch_id + 1) % phi == 0) is K = 6; K = 0 adjusts at every round end, as the algorithm box.
     """
+
+    label = "FedLAMA"
 
     needs_discrepancy = True
 

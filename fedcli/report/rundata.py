@@ -14,9 +14,18 @@ MISSING, CORRUPT = "missing", "corrupt"
 
 #: the schedules whose intervals differ by layer (FedLAMA's): a legend gives their tau' and phi
 LAYERWISE = ("lama", "lama-accelerate")
-#: how a label names a part a run adds to its preset ("FedProx + FedLAMA", "FedAvg + ALA"), in the order they are added;
-#: a part name not listed adds nothing to the label
-ADDED_PARTS = {"init": {"ala": "ALA"}, "schedule": {"lama": "FedLAMA", "lama-accelerate": "FedLAMA"}, "codec": {}}
+#: the kinds of part a run may put in place of its preset's own, in the order a label names them ("FedAvg + ALA +
+#: FedLAMA"); each part class says what it adds (its ``label``)
+ADDED_KINDS = ("init", "schedule", "codec")
+
+
+def part_label(kind: str, name: str | None) -> str | None:
+    """What the registered ``kind`` part ``name`` adds to a run's label (None: nothing, or a part the registry lacks)."""
+    from fedcli.fl.parts import CODECS, INITS
+    from fedcli.fl.schedules import SCHEDULES
+
+    cls = {"init": INITS, "schedule": SCHEDULES, "codec": CODECS}[kind].get(name)
+    return cls.label if cls is not None else None
 
 
 def read_manifest(path: Path) -> tuple[str, dict | None]:
@@ -102,14 +111,14 @@ class RunData:
         """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names): the label the manifest records, else
         (a run recorded before labels were) the registry's label of the method as the run's ``--algo`` named it
         ("fedsgd" is the registry's fedavg, labelled "Fed-SGD"); then a " + " suffix for each part the run's config
-        put in place of its preset's own (``ADDED_PARTS``: "+ FedLAMA" for a layer-wise schedule, "+ ALA")."""
+        put in place of its preset's own, named by the part's ``label`` ("+ FedLAMA" for a layer-wise schedule, "+ ALA")."""
         base = self.method.get("label")
         if not base:  # the registry (every method file, so torch) only for what the manifest does not say
             preset = self.preset()
             base = preset.label_for(self.config.get("algo")) if preset else self.algo
-        for kind, names in ADDED_PARTS.items():
-            added = names.get(self.part(kind)) if self.config.get(kind) else None
-            if added and added != names.get(self.own_part(kind)):
+        for kind in ADDED_KINDS:
+            added = part_label(kind, self.part(kind)) if self.config.get(kind) else None
+            if added and added != part_label(kind, self.own_part(kind)):
                 base = f"{base} + {added}"
         return base
 

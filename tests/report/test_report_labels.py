@@ -9,7 +9,9 @@ import pytest
 import fedcli
 from fedcli.cli.main import main
 from fedcli.fl.methods import METHODS
-from fedcli.report.rundata import ADDED_PARTS, RunData
+from fedcli.fl.parts import CODECS, INITS
+from fedcli.fl.schedules import SCHEDULES
+from fedcli.report.rundata import RunData
 
 PLAIN = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
 TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--iterations", "4",
@@ -74,8 +76,10 @@ def test_every_method_has_a_label_and_the_report_names_none():
     assert all(m.label for m in METHODS.values())
     assert {"lama", "ala"} <= strings('x = {"lama": 1}\ndef f():\n    """FedAvg"""\n    return "ala"') and "FedAvg" not in strings('"""FedAvg"""')
     root = Path(fedcli.__file__).parent
-    # a part's name in a combination ("+ FedLAMA": the layer-wise schedule) is the one label the report keeps
-    names = set(METHODS) | {m.label for m in METHODS.values()} - {a for names in ADDED_PARTS.values() for a in names.values()}
+    # a part's label ("+ FedLAMA": the layer-wise schedule; also the paired layout's default column title) may appear
+    parts = {c.label for table in (INITS, SCHEDULES, CODECS) for c in table.values() if c.label}
+    assert parts == {"FedLAMA", "ALA"}
+    names = set(METHODS) | {m.label for m in METHODS.values()} - parts
     for f in [*sorted((root / "report").glob("*.py")), root / "cli" / "report.py"]:
         assert not strings(f.read_text()) & names, f"{f.name} names methods: {sorted(strings(f.read_text()) & names)}"
 
