@@ -190,7 +190,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
         saver.last = Path(ckpt["path"])
-    sim.round_hooks.append(saver)
+    sim.add_round_hook(saver)
     if comm.size > 1:
         sim.step_hooks.append(saver.step)
     try:

@@ -190,7 +190,7 @@ class ALAInit(OverwriteInit):
         self.base.end_round(sim, cohort)
 
     def top_names(self, sim) -> list[str]:
-        shared = [li for li in sim.layers if li.index not in getattr(sim, "local_layers", set())]
+        shared = [li for li in sim.layers if li.index not in sim.local_layers]
         p = min(self.p, len(shared))
         return [li.name for li in shared[len(shared) - p:]] if p > 0 else []
 

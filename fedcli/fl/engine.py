@@ -28,6 +28,7 @@ from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import guard, parts, slots
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, epoch_steps, sample_cohort
+from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
@@ -166,6 +167,7 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
                        **({"vocab_size": int(vocab)} if vocab else {}))
 
 
+
 class Simulation:
     """One ``fedcli train`` experiment. ``setup`` loads everything; ``run`` trains and logs."""
 
@@ -173,9 +175,10 @@ class Simulation:
         self.cfg = cfg
         self.comm = comm or Communicator()
         self.progress = progress
-        # called as hook(sim, state) after every round (the CSV writers, checkpoints), and hook.begin(sim, state), if
-        # the hook has it, before the first round of ``run``
-        self.round_hooks: list = []
+        # called as hook(sim, state) after every round (the CSV writers, checkpoints), and hook.begin(sim, state) before
+        # the first round of ``run``: ``RoundHook``s (``add_round_hook`` makes one of a plain function)
+        self.round_hooks: list[RoundHook] = []
+        self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
         self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
         self.store = ClientStore()     # per-client state across rounds
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
@@ -192,6 +195,10 @@ class Simulation:
         self.round_hooks = [h for h in self.round_hooks if not isinstance(h, RunLog)]
         if run_dir is not None:
             self.round_hooks.insert(0, RunLog(run_dir))
+
+    def add_round_hook(self, hook) -> None:
+        """Call ``hook`` after every round: a :class:`RoundHook`, or a function ``hook(sim, state)``."""
+        self.round_hooks.append(hook if isinstance(hook, RoundHook) else CallRoundHook(hook))
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
@@ -400,8 +407,7 @@ class Simulation:
         state = state or self.new_state()
         t0 = time.perf_counter() - state.wall_s
         for hook in self.round_hooks:
-            if hasattr(hook, "begin"):
-                hook.begin(self, state)
+            hook.begin(self, state)
         while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0

@@ -39,6 +39,7 @@ import torch
 
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
+from fedcli.fl.hooks import RoundHook
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -337,7 +338,7 @@ def save_model(sim, path: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------- the round hook
-class Checkpointer:
+class Checkpointer(RoundHook):
     """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and stopping on signals.
 
     - The first SIGINT/SIGTERM is announced at once (``notify``) and acted upon at the next round boundary: a
@@ -371,8 +372,7 @@ class Checkpointer:
         stop = self.pending is not None
         if sim.comm.size > 1:
             stop = float(sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0], dtype=torch.float64))[0]) > 0
-        done = sim.done(state) if hasattr(sim, "done") else state.iteration >= sim.cfg.iterations
-        if done:
+        if sim.done(state):
             if stop:
                 self.late = self.pending or signal.SIGTERM
             self.rounds_done = state.round_idx

@@ -10,6 +10,8 @@ Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a cr
 
 from __future__ import annotations
 
+from fedcli.fl.hooks import RoundHook
+
 
 def layer_rows(sim) -> list[dict]:
     """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head)."""
@@ -32,7 +34,7 @@ def skipped_rows(skips: list[dict], start: int) -> list[dict]:
              "reason": s["reason"]} for s in skips]
 
 
-class RunLog:
+class RunLog(RoundHook):
     """Round hook: the CSV rows of the round just done into the run directory ``run_dir`` (a ``rundir.RunDir``)."""
 
     def __init__(self, run_dir):

@@ -149,7 +149,7 @@ def test_vhat_every_1_equals_default(tmp_path):
 def test_skip_synchronization_rounds_and_bytes():
     seen = []
     sim = Simulation(cfg(algo="fedlamb", lr=0.02, rounds=6, vhat_every=3)).setup()
-    sim.round_hooks.append(lambda s, state: seen.append(None if s.server.vhat is None else {n: t.clone() for n, t in s.server.vhat.items()}))
+    sim.add_round_hook(lambda s, state: seen.append(None if s.server.vhat is None else {n: t.clone() for n, t in s.server.vhat.items()}))
     summary = sim.run()
     assert seen[0] is None and seen[1] is None and seen[2] is not None  # first sync at the end of round 2
     for r in (3, 4):

@@ -66,7 +66,7 @@ def test_scaffold_run_matches_option2_and_ledger(data):
         checked.append(state.round_idx)
 
     sim.synchronize = spy
-    sim.round_hooks.append(hook)
+    sim.add_round_hook(hook)
     s = sim.run()
     assert checked == [1, 2] and len(seen) == 2
     assert any(float(t.abs().max()) > 0 for t in seen[1]["c"].values())  # round 2 used a nonzero c

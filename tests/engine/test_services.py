@@ -125,14 +125,14 @@ def test_batch_source_perfedavg_eval_batch():
 def test_attached_run_dir_registers_its_csv_writers_first(tmp_path):
     sim = Simulation(TrainConfig())
     other = lambda s, state: None  # noqa: E731
-    sim.round_hooks.append(other)
+    sim.add_round_hook(other)
     first, second = RunDir(tmp_path), RunDir(tmp_path)
     sim.attach(first)
-    assert isinstance(sim.round_hooks[0], RunLog) and sim.round_hooks[1:] == [other]
+    assert isinstance(sim.round_hooks[0], RunLog) and [h.fn for h in sim.round_hooks[1:]] == [other]
     sim.attach(second)  # replaced, not doubled
     assert [h.run_dir for h in sim.round_hooks if isinstance(h, RunLog)] == [second]
     sim.attach(None)
-    assert sim.round_hooks == [other]
+    assert [h.fn for h in sim.round_hooks] == [other]
     first.close(), second.close()
 
 
