@@ -84,6 +84,8 @@ class Communicator:
     rank = 0
     size = 1
     launcher = "fedcli"  # what started the processes: "fedcli" (one process, or --workers) or "mpi" (mpiexec)
+    workers = 1          # worker processes training shards of the cohort (a --workers pool); 1 otherwise
+    workers_note: str | None = None  # why --workers auto chose the number it did (the manifest's workers_choice)
 
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         """Sum ``buf`` over all ranks, in place; returns it."""
