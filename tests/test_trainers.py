@@ -205,3 +205,25 @@ def test_fused_sgd_in_the_loop_trainer_equals_gradients_then_step():
     assert opt.fused_lr(0.1, None) == 0.1 and opt.fused_lr(0.1, torch.tensor([True, False, True])) is None
     assert SGDStep(TrainConfig(momentum=0.9)).fused_lr(0.1, None) is None
     assert SGDStep(TrainConfig(weight_decay=1e-4)).fused_lr(0.1, None) is None
+
+
+@pytest.mark.parametrize("name, shape, classes", [("mlp", (1, 8, 8), 10), ("cnn4", (1, 28, 28), 10), ("femnist_cnn", (1, 28, 28), 62),
+                                                  ("resnet20", (3, 32, 32), 10), ("lamb_cnn", (3, 32, 32), 10)])
+def test_evaluation_in_pieces_gives_the_logits_of_one_pass(name, shape, classes):
+    """``Simulation.evaluate`` runs each chunk of test samples in pieces of 128: the logits (so the loss and
+    accuracy sums) must have the bits of one forward pass over the chunk, in eval mode at one thread."""
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    model = build_model(name, shape, classes).eval()
+    state = ({n: p.detach() for n, p in model.named_parameters()}, {n: b for n, b in model.named_buffers()})
+    x = torch.randn(300, *shape, generator=torch.Generator().manual_seed(2))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            whole = functional_call(model, state, (x,))
+            pieces = torch.cat([functional_call(model, state, (x[a: a + 128],)) for a in range(0, 300, 128)])
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(whole, pieces)
