@@ -424,7 +424,7 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
                         "samples_per_round": samples}
     progress(f"{label}: floor (one client's model at batch {setting.batch}, 1 thread)")
     one = Workload("floor", cfg.model, w.input_shape, 10, 1, setting.batch)
-    ones = [measure(p, one, 60, 10, "cpu", "auto", 1) for p in (("single", "single-nhwc") if cfg.model != "mlp" else ("single",))]
+    ones = [measure(p, one, 200, 20, "cpu", "auto", 1) for p in (("single", "single-nhwc") if cfg.model != "mlp" else ("single",))]
     best = max(ones, key=lambda r: r["samples_per_s"])
     systems["floor"] = {"system": "floor", "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
                         "samples_per_round": samples}
