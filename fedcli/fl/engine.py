@@ -369,11 +369,16 @@ class Simulation:
         chunks = math.ceil(n / EVAL_BATCH)  # fixed chunks, whole ones per process, summed in order: exact for any split
         mine = list(range(chunks * self.comm.rank // self.comm.size, chunks * (self.comm.rank + 1) // self.comm.size))
         sums = torch.zeros(len(mine), 2, dtype=torch.float64)
-        for row, c in enumerate(mine):
-            s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
-            out = functional_call(self.model, (self.global_params, self.global_buffers), (self.test_x[s:e],))
-            sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
-            sums[row, 1] = (out.argmax(1) == self.test_y[s:e]).sum().item()
+        piece = 128  # samples per forward pass within a chunk (activations that stay in cache; docs/method-notes.md)
+        with torch.inference_mode():
+            for row, c in enumerate(mine):
+                s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
+                # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk
+                # (tests/test_trainers.py), so the sums are those of one forward pass per chunk
+                out = torch.cat([functional_call(self.model, (self.global_params, self.global_buffers), (self.test_x[a: min(e, a + piece)],))
+                                 for a in range(s, e, piece)])
+                sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
+                sums[row, 1] = (out.argmax(1) == self.test_y[s:e]).sum().item()
         tot = self.comm.client_sum([sums], None, mine, chunks)
         return float(tot[0]) / n, float(tot[1]) / n
 
