@@ -373,9 +373,10 @@ class Simulation:
         with torch.inference_mode():
             for row, c in enumerate(mine):
                 s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
-                # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk
-                # (tests/test_trainers.py), so the sums are those of one forward pass per chunk
-                out = torch.cat([functional_call(self.model, (self.global_params, self.global_buffers), (self.test_x[a: min(e, a + piece)],))
+                # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk, in
+                # either layout (tests/engine/test_trainers.py), so the sums are those of one forward pass per chunk
+                out = torch.cat([functional_call(self.model, (self.global_params, self.global_buffers),
+                                                 (self.trainer.eval_input(self.test_x[a: min(e, a + piece)]),))
                                  for a in range(s, e, piece)])
                 sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
                 sums[row, 1] = (out.argmax(1) == self.test_y[s:e]).sum().item()

@@ -194,7 +194,7 @@ class Personalization:
             idx = idx.to(sim.train_x.device)
             for s in range(0, idx.numel(), 1024):
                 part = idx[s: s + 1024]
-                out = functional_call(sim.model, (params, buffers), (sim.train_x[part],))
+                out = functional_call(sim.model, (params, buffers), (sim.trainer.eval_input(sim.train_x[part]),))
                 correct += float((out.argmax(1) == sim.train_y[part]).sum())
         tot = sim.comm.allreduce_(torch.tensor([correct], dtype=torch.float64))
         return float(tot[0]) / total if total else float("nan")

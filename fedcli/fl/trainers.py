@@ -28,6 +28,10 @@ class Trainer:
     # whether ``grads(..., lr=lr)`` applies plain SGD itself right after each client's backward (``LocalStep.fused_lr``)
     fuses_sgd = False
 
+    def eval_input(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch [B, ...] as evaluations feed it to the model: in the layout this path trains in."""
+        return x
+
 
 class VmapTrainer(Trainer):
     name = "vmap"
@@ -103,6 +107,11 @@ class LoopTrainer(Trainer):
         return dict(bufs)
 
     fuses_sgd = True
+
+    def eval_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Image batches channels-last on the CPU when training runs so (the evaluations' convolutions then take the
+        same NHWC kernels, about 1.7x faster than NCHW for cnn4 at one thread)."""
+        return channels_last(x) if self.nhwc and x.dim() == 4 and x.device.type == "cpu" else x
 
     def grads(self, cohort, x, y, w, loss=None, extra=(), extra_dims=(), lr: float | None = None):
         """As :meth:`VmapTrainer.grads`, one client at a time.

@@ -226,12 +226,31 @@ def test_evaluation_in_pieces_gives_the_logits_of_one_pass(name, shape, classes)
     model = build_model(name, shape, classes).eval()
     state = ({n: p.detach() for n, p in model.named_parameters()}, {n: b for n, b in model.named_buffers()})
     x = torch.randn(300, *shape, generator=torch.Generator().manual_seed(2))
+    layout = LoopTrainer(model).eval_input  # channels-last for the convolutional models without BatchNorm
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with torch.inference_mode():
-            whole = functional_call(model, state, (x,))
-            pieces = torch.cat([functional_call(model, state, (x[a: a + 128],)) for a in range(0, 300, 128)])
+            for feed in (lambda t: t, layout):
+                whole = functional_call(model, state, (feed(x),))
+                pieces = torch.cat([functional_call(model, state, (feed(x[a: a + 128]),)) for a in range(0, 300, 128)])
+                assert torch.equal(whole, pieces)
     finally:
         torch.set_num_threads(threads)
-    assert torch.equal(whole, pieces)
+
+
+def test_evaluations_feed_images_in_the_layout_the_loop_trains_in():
+    """The loop path evaluates convolutional models without BatchNorm channels-last, as it trains them; the logits
+    agree with NCHW's to float rounding. Other models, and the stacked path, keep the batch as it is."""
+    from torch.func import functional_call
+
+    x = torch.randn(64, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    cnn = build_model("cnn4", (1, 28, 28), 10).eval()
+    fed = LoopTrainer(cnn).eval_input(x)
+    assert fed.stride(1) == 1 and x.stride(1) == 28 * 28  # NHWC strides (with C = 1 both layouts count as contiguous)
+    assert torch.equal(fed, x)
+    state = ({n: p.detach() for n, p in cnn.named_parameters()}, {})
+    with torch.inference_mode():
+        torch.testing.assert_close(functional_call(cnn, state, (fed,)), functional_call(cnn, state, (x,)), rtol=1e-5, atol=1e-5)
+    assert LoopTrainer(build_model("resnet20", (3, 32, 32), 10)).eval_input(torch.randn(2, 3, 32, 32)).stride(1) == 32 * 32
+    assert VmapTrainer(cnn).eval_input(x) is x and LoopTrainer(build_model("mlp", (1, 28, 28), 10)).eval_input(x) is x
