@@ -1,6 +1,7 @@
 """The narrow services parts use instead of the simulation: the cohort's weighted sum of named tensors, the batch
 source, the run directory's CSV writers."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -144,3 +145,28 @@ def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
     assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "3,32,2,5,loss"]
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 and not (tmp_path / "layers.csv").exists()
     rd.close()
+
+
+# ---------------------------------------------------------------------------- nothing but the engine writes it
+def test_nothing_but_the_engine_writes_the_simulation(monkeypatch, tmp_path):
+    """Every attribute write to a Simulation during the golden runs (every preset, both trainers, lama and ala on
+    other methods, unequal local steps) comes from the engine, or from ``fedcli train`` attaching its progress bar:
+    parts act on shared state only through the services (store, batches, cohort sums, ledger)."""
+    import sys
+
+    from test_golden import RUNS, run
+
+    writers = {}
+    setattr_ = Simulation.__setattr__
+
+    def spy(self, name, value):
+        where = Path(sys._getframe(1).f_code.co_filename).as_posix().split("/fedcli/")[-1]
+        writers.setdefault(where, set()).add(name)
+        setattr_(self, name, value)
+
+    monkeypatch.setattr(Simulation, "__setattr__", spy)
+    for name in RUNS:
+        if not name.startswith("workers"):  # worker processes write their own copies, outside this process
+            run(name, tmp_path)
+    assert "fl/engine.py" in writers and len(writers["fl/engine.py"]) > 20
+    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"cli/train.py": {"progress"}}
