@@ -19,7 +19,7 @@ from typing import Any
 from fedcli.errors import ConfigError
 from fedcli.params import PARAMS, group_rank, opt
 
-__all__ = ["GeneralConfig", "TrainConfig", "FIELDS", "opt", "flag", "keyed", "error_key", "field_type", "coerce", "check_value"]
+__all__ = ["GeneralConfig", "TrainConfig", "FIELDS", "opt", "flag", "field_type", "coerce", "check_value"]
 
 
 @dataclass
@@ -208,16 +208,6 @@ FIELDS = {f.name: f for f in sorted(dataclasses.fields(TrainConfig), key=group_r
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def keyed(key: str, message: str) -> ConfigError:
-    """Shorthand for ``ConfigError(message, key=key)``."""
-    return ConfigError(message, key=key)
-
-
-def error_key(err: ConfigError) -> str | None:
-    """The config key a ConfigError is about (``ConfigError.key``: recipes add that key's file and line)."""
-    return getattr(err, "key", None)
 
 
 def field_type(f) -> type:

@@ -105,10 +105,8 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
     values = with_method_defaults(values)
     try:
         return with_partition_clients(TrainConfig(**values).validate(), values)
-    except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about
-        from fedcli.config import error_key
-
-        k = error_key(e)
+    except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about (ConfigError.key)
+        k = e.key
         if k not in from_recipe or str(e).startswith(str(recipe)):
             raise
         text = Path(recipe).read_text(encoding="utf-8")
@@ -349,7 +347,5 @@ def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = N
     try:
         return with_partition_clients(TrainConfig(**values).validate(), run.values)
     except ConfigError as e:  # a rule between keys (or an unknown method): name the line of the key it is about
-        from fedcli.config import error_key
-
-        loc = run.locate(error_key(e))
+        loc = run.locate(e.key)
         raise ConfigError(f"{loc + ': ' if loc else ''}run '{run.name}': {e}", key=e.key) from None

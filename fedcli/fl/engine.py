@@ -390,12 +390,6 @@ class Simulation:
             return torch.tensor([self.sizes[c] / total for c in mine], dtype=torch.float64)
         return torch.full((len(mine),), 1.0 / len(cohort_ids), dtype=torch.float64)
 
-    def layer_rows(self) -> list[dict]:
-        """layers.csv rows (``fedcli.results.runlog.layer_rows``)."""
-        from fedcli.results.runlog import layer_rows
-
-        return layer_rows(self)
-
     @property
     def parts(self) -> dict:
         return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}

@@ -3,6 +3,8 @@
 
 import pytest
 
+from fedcli.results.runlog import layer_rows
+
 from baselines_kit import data, fedavg, run, assert_differs
 from simkit import assert_same_run
 
@@ -18,4 +20,4 @@ def test_fedpaq_lama_ledger_counts_quantized_bits(data):
     want = sum(sim.ledger.syncs[li.index] * m * li.numel * ((5 + 1 + 32 / li.numel) + 32) / 8 for li in sim.layers)
     assert s.comm_bytes == pytest.approx(want, rel=1e-12)
     assert s.comm_params == sum(sim.ledger.syncs[li.index] * li.numel for li in sim.layers)
-    assert sum(r["comm_bytes"] for r in sim.layer_rows()) == pytest.approx(s.comm_bytes, rel=1e-12)
+    assert sum(r["comm_bytes"] for r in layer_rows(sim)) == pytest.approx(s.comm_bytes, rel=1e-12)

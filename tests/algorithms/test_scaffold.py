@@ -4,6 +4,8 @@ counts (digits + a small MLP, seconds)."""
 import torch
 
 from fedcli.fl.cohort import Cohort
+from fedcli.results.runlog import layer_rows
+
 from baselines_kit import data, sim_of
 
 
@@ -74,4 +76,4 @@ def test_scaffold_run_matches_option2_and_ledger(data):
     assert s.comm_params == 2 * total  # Eq. 8 over the model layers only
     model_bytes = 2 * 4 * total * (32 + 32) / 8
     assert s.comm_bytes == model_bytes + 2 * (2 * 4 * total * 4)  # 2 rounds x (c down + c_i up) x 4 clients
-    assert sum(r["comm_bytes"] for r in sim.layer_rows()) == s.comm_bytes
+    assert sum(r["comm_bytes"] for r in layer_rows(sim)) == s.comm_bytes
