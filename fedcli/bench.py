@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import multiprocessing as mp
 import os
 import platform
@@ -414,20 +413,22 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
     systems["loop"] = isolated(run_loop_rounds, s)
     progress(f"{label}: Flower simulation")
     systems["flower"] = run_flower_rounds(s, flower_python, cores)
-    progress(f"{label}: bound (one model at batch {setting.clients * setting.batch}, 1 thread)")
     cfg = setting.config()
-    w = Workload("bound", cfg.model, (1, 28, 28) if setting.data_dir else (1, 8, 8), 10, setting.clients, setting.batch)
-    singles = [measure(p, w, 10, 3, "cpu", "auto", 1) for p in (("single", "single-nhwc") if cfg.model != "mlp" else ("single",))]
-    best = max(singles, key=lambda r: r["samples_per_s"])
     samples = _round_samples(cfg)
-    systems["bound"] = {"system": "bound", "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
-                        "samples_per_round": samples}
+    shape = (1, 28, 28) if setting.data_dir else (1, 8, 8)
+    layouts = ("single", "single-nhwc") if cfg.model != "mlp" else ("single",)
+
+    def training_only(name: str, clients: int, steps: int, warmup: int) -> dict:
+        """A round's training samples at cores x the best one-thread throughput of one model at batch clients x B."""
+        w = Workload(name, cfg.model, shape, 10, clients, setting.batch)
+        best = max((measure(p, w, steps, warmup, "cpu", "auto", 1) for p in layouts), key=lambda r: r["samples_per_s"])
+        return {"system": name, "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
+                "samples_per_round": samples}
+
+    progress(f"{label}: bound (one model at batch {setting.clients * setting.batch}, 1 thread)")
+    systems["bound"] = training_only("bound", setting.clients, 10, 3)
     progress(f"{label}: floor (one client's model at batch {setting.batch}, 1 thread)")
-    one = Workload("floor", cfg.model, w.input_shape, 10, 1, setting.batch)
-    ones = [measure(p, one, 200, 20, "cpu", "auto", 1) for p in (("single", "single-nhwc") if cfg.model != "mlp" else ("single",))]
-    best = max(ones, key=lambda r: r["samples_per_s"])
-    systems["floor"] = {"system": "floor", "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
-                        "samples_per_round": samples}
+    systems["floor"] = training_only("floor", 1, 200, 20)
     res["systems"] = systems
     res["load_after"] = load_average()
     f = systems["fedcli"]["round_s"]
