@@ -167,7 +167,6 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
                        **({"vocab_size": int(vocab)} if vocab else {}))
 
 
-
 class Simulation:
     """One ``fedcli train`` experiment. ``setup`` loads everything; ``run`` trains and logs."""
 
@@ -282,8 +281,8 @@ class Simulation:
     def manifest(self) -> dict:
         return {
             "config": self.cfg.to_dict(),
-            "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), **self.part_names, "personalized": self.method.personalized,
-                       "defaults": self.method.effective_defaults()},
+            "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), **self.part_names,
+                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults()},
             "seed": self.cfg.seed,
             "world_size": self.comm.size,
             "workers": self.comm.workers,

@@ -1,5 +1,5 @@
 """The run directory's CSV rows, written by a round hook as training goes (``Simulation.round_hooks``, like the
-checkpointer of ``fedcli.results.checkpoint``; ``Simulation.run_dir`` registers it ahead of every other hook,
+checkpointer of ``fedcli.results.checkpoint``; ``Simulation.attach`` registers it ahead of every other hook,
 so a checkpoint taken after a round records the CSVs with that round's rows).
 
 After every round :class:`RunLog` appends what the round produced (``Simulation.record``): the clients dropped by
