@@ -36,6 +36,7 @@ from fedcli.report.rundata import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSI
 from fedcli.report.validate import validate_run
 from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write, now
+from fedcli.results.safefs import make_dir, open_file, refuse_link
 
 if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
     from fedcli.recipes import SweepRecipe
@@ -315,7 +316,7 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     log = Path(log)
     code, error = 0, None
     _IDLE.clear()
-    with _idle_after(), open(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    with _idle_after(), open_file(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
             done = False
             if resume:
@@ -445,7 +446,9 @@ class Executor:
         return cmd
 
     def prepare(self, p: PlannedRun, recipe: SweepRecipe) -> None:
-        p.recipe_file.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(p.recipe_file.parent)  # the run's folders, logs and recipe files are never links (fedcli/results/safefs.py)
+        for path in (p.dir, p.log):
+            refuse_link(path)
         header = (f"fedcli sweep: run '{p.name}', seed {p.seed}, of {recipe.path}"
                   + (f" at scale {recipe.scale}" if recipe.scale else "") + f"\nconfig hash {p.hash}"
                   + f"\nreplay: fedcli train --recipe {p.recipe_file} --overwrite")
@@ -476,7 +479,7 @@ class Executor:
         from fedcli.results.lock import sweep_env
 
         env = {**os.environ, **sweep_env(self.workers_lock)} if self.workers_lock else None
-        with open(p.log, mode) as log:
+        with open_file(p.log, mode) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env)
             with self.lock:
                 self.procs[proc.pid] = proc
@@ -672,6 +675,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
         from fedcli.errors import os_error
 
         raise os_error(e, root, "create the sweep folder") from None
+    refuse_link(root / MANIFEST)
     with SweepLock(root) as lock:
         # re-read states under the lock (another sweep may have finished runs meanwhile)
         for p in todo:

@@ -92,6 +92,7 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     ``--resume`` it must not hold another run. Returns the held :class:`~fedcli.results.lock.RunLock`."""
     from fedcli.errors import os_error
     from fedcli.results.lock import RUN_LOCK, RunLock
+    from fedcli.results.rundir import refuse_links
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; expected a folder for the run directory")
@@ -100,7 +101,12 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     except OSError as e:
         raise os_error(e, out, "create the run directory") from None
     why = " (--overwrite would delete its results)" if overwrite else " (--resume would write beside it)" if resume else ""
-    lock = RunLock(out).take(why)
+    lock = RunLock(out).take(why)  # the lock file is opened with O_NOFOLLOW (a planted link is refused)
+    try:
+        refuse_links(out)  # no contract path is a symbolic link: refused before anything is written or deleted
+    except FedcliError:
+        lock.release()
+        raise
     if not resume and not overwrite and any(p.name != RUN_LOCK for p in out.iterdir()):
         lock.release()
         raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
@@ -164,7 +170,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if root:
         if overwrite and out.exists():
             for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "manifest.json"):
-                (out / name).unlink(missing_ok=True)
+                (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
             for _, old in checkpoint.list_checkpoints(out):
                 old.unlink()
         if resume:

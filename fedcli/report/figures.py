@@ -183,12 +183,15 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
     """Write ``name``.png and ``name``.pdf into ``out_dir`` and close the figure; the files written."""
+    from fedcli.results.safefs import make_dir, open_file
+
     fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     files = []
     for ext in ("png", "pdf"):
         f = out_dir / f"{name}.{ext}"
-        fig.savefig(f, dpi=150)
+        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/results/safefs.py)
+            fig.savefig(fh, format=ext, dpi=150)
         files.append(f)
     _plt().close(fig)
     return files

@@ -40,6 +40,7 @@ import torch
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
 from fedcli.fl.hooks import RoundHook
+from fedcli.results.safefs import make_dir, open_file, refuse_link, replace
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -99,16 +100,16 @@ def atomic_save(obj, path: str | Path) -> Path:
 
     from fedcli.errors import os_error
 
-    path = Path(path)
+    path = refuse_link(path)
     buf = io.BytesIO()
     torch.save(obj, buf)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with open_file(tmp, "wb") as f:
             f.write(buf.getbuffer())
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace(tmp, path)
     except OSError as e:
         raise os_error(e, path) from None
     finally:
@@ -119,13 +120,7 @@ def atomic_save(obj, path: str | Path) -> Path:
 
 def save(run_dir: str | Path, ckpt: dict, keep: int) -> Path:
     """Write ``ckpt`` atomically as ``checkpoints/round-NNNNNN.pt`` and keep the last ``keep``."""
-    d = folder(run_dir)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        from fedcli.errors import os_error
-
-        raise os_error(e, d, "create") from None
+    d = make_dir(folder(run_dir))
     path = atomic_save(plain(ckpt), d / f"round-{ckpt['round']:06d}.pt")
     for _, old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
@@ -512,6 +507,10 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
         raise ConfigError("--resume takes the run's config from RUN_DIR/manifest.json; --recipe/--scale cannot be combined with it")
     if overwrite:
         raise ConfigError("--resume continues a run; --overwrite cannot be combined with it")
+    if run_dir.is_dir():
+        from fedcli.results.rundir import refuse_links
+
+        refuse_links(run_dir)  # a planted link is named before anything is read through it
     man = read_manifest(run_dir)
     status = man.get("status")
     if status == "completed":

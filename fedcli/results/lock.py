@@ -25,7 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-from fedcli.errors import ConfigError, os_error
+from fedcli.errors import ConfigError
+from fedcli.results.safefs import open_fd
 
 RUN_LOCK = ".fedcli.lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
@@ -84,10 +85,7 @@ class FileLock:
 
         if self.fd is not None:
             return True
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise os_error(e, self.path, "create the lock file") from None
+        fd = open_fd(self.path, os.O_RDWR | os.O_CREAT, doing="create the lock file")  # never through a link
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as e:

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from fedcli.results.safefs import open_file, refuse_link, replace
+
 METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s", "lr",
                    "skipped_clients", "personal_acc"]  # personal_acc: personalized methods only (empty otherwise)
 LAYERS_COLUMNS = ["layer", "name", "kind", "numel", "syncs", "comm_params", "comm_bytes", "interval"]
@@ -28,21 +30,41 @@ SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
 APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv")  # append-only files a checkpoint records the length of
 
 
+#: what ``fedcli train`` writes in a run directory besides ``.fedcli.lock`` (README, Run directory)
+RUN_FILES = ("manifest.json", "layers.csv", *APPEND_CSVS, "model.pt", "checkpoints")
+
+
+def refuse_links(run_dir: str | Path) -> None:
+    """Before ``fedcli train`` writes a run directory: none of its contract paths (and no checkpoint file) is a
+    symbolic link (:class:`~fedcli.results.safefs.LinkRefused`, exit 2, naming it)."""
+    run_dir = Path(run_dir)
+    for name in RUN_FILES:
+        refuse_link(run_dir / name)
+    ckpts = run_dir / "checkpoints"
+    if ckpts.is_dir():
+        for p in ckpts.iterdir():
+            refuse_link(p)
+
+
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace."""
     from fedcli.errors import os_error
 
-    path = Path(path)
+    path = refuse_link(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    done = False
     try:
-        with open(tmp, "wb") as f:
+        with open_file(tmp, "wb") as f:
             f.write(data if isinstance(data, bytes) else data.encode())
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace(tmp, path)
+        done = True
     except OSError as e:  # disk full, read-only, ...: the old file is untouched
-        tmp.unlink(missing_ok=True)
         raise os_error(e, path) from None
+    finally:
+        if not done:
+            tmp.unlink(missing_ok=True)
     try:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -80,11 +102,12 @@ def _reopen_at(f, path: Path, size: int):
         f.close()
     except OSError:
         pass  # the close flushes the failed buffer again; the truncate below removes what got through
+    f = open_file(path, "a", newline="")
     try:
-        os.truncate(path, size)
+        os.ftruncate(f.fileno(), size)
     except OSError:
         pass
-    return open(path, "a", newline="")
+    return f
 
 
 class AppendCSV:
@@ -94,12 +117,7 @@ class AppendCSV:
         self.path, self.columns = Path(path), list(columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
         self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
-        try:
-            self.f = open(self.path, "a", newline="")
-        except OSError as e:
-            from fedcli.errors import os_error
-
-            raise os_error(e, self.path) from None
+        self.f = open_file(self.path, "a", newline="")  # never through a link; errors are one line
         if new:
             self._write(csv_text(self.columns, []))
 
@@ -170,6 +188,8 @@ class RunDir:
             from fedcli.errors import os_error
 
             raise os_error(e, self.path, "create") from None
+        for name in ("manifest.json", "layers.csv", *APPEND_CSVS):  # refused before anything is written
+            refuse_link(self.path / name)
         self.manifest: dict = {}
         self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS)
         self.intervals: AppendCSV | None = None
@@ -226,7 +246,7 @@ def rewind_csvs(folder: str | Path, positions: dict) -> None:
 
     folder = Path(folder)
     for name, pos in positions.items():  # check every file first, then cut: all or nothing
-        path = folder / name
+        path = refuse_link(folder / name)
         size = path.stat().st_size if path.exists() else 0
         if size < pos["bytes"]:
             raise DataError(f"{path}: {size} bytes, shorter than the {pos['bytes']} bytes the checkpoint recorded; expected the "
@@ -243,7 +263,7 @@ def rewind_csvs(folder: str | Path, positions: dict) -> None:
         if not pos["bytes"]:
             path.unlink(missing_ok=True)
             continue
-        with open(path, "r+b") as f:
+        with open_file(path, "r+b") as f:
             f.truncate(pos["bytes"])
             f.flush()
             os.fsync(f.fileno())

@@ -1,0 +1,183 @@
+"""Never write through a symbolic link (issue 29, family 1): a link planted at any path of the run-directory and
+sweep-folder contract is refused with one sentence naming it, and the file or folder it points to stays as it was,
+for ``fedcli train`` (fresh and ``--overwrite``), ``--resume``, ``fedcli sweep`` and ``fedcli report``."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+
+TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
+        "--algo", "fedlama", "--tau", "1", "--phi", "2", "--iterations", "8", "--batch-size", "16", "--lr", "0.05",
+        "--eval-every", "2", "--checkpoint-every", "1", "--keep-checkpoints", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+
+RUN_PATHS = ["manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "checkpoints",
+             "checkpoints/round-000002.pt", ".fedcli.lock"]
+
+
+def run_main(args, capsys):
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def snapshot(path: Path) -> dict:
+    """Every file under ``path`` (or the file itself) with the sha256 of its bytes."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def victim(tmp: Path, kind: str) -> Path:
+    """What a planted link points to: a file or a folder outside every run folder, with content."""
+    v = tmp / f"victim-{kind}"
+    if kind == "dir":
+        v.mkdir()
+        (v / "precious.txt").write_text("do not touch\n")
+        (v / "round-000002.pt").write_bytes(b"not yours")
+    else:
+        v.write_text("precious bytes that must survive\n")
+    return v
+
+
+def plant(run: Path, rel: str, target: Path) -> Path:
+    p = run / rel
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    elif p.exists() or p.is_symlink():
+        p.unlink()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.symlink_to(target, target_is_directory=target.is_dir())
+    return p
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A completed run and one interrupted by SIGTERM in round 3 (checkpoints after rounds 1 and 2)."""
+    base = tmp_path_factory.mktemp("runs")
+    done = base / "done"
+    assert main(TINY + ["--on-diverge", "skip-client", "--out", str(done)]) == 0
+    (done / "skipped.csv").write_text("round,iteration,step,client,reason\n")
+    stopped = base / "stopped"
+    from fedcli.fl import engine
+
+    sync = engine.Simulation.synchronize
+
+    def signal_me(self, cohort, layers, step, *a, **k):
+        if cohort.round_idx == 2 and step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return sync(self, cohort, layers, step, *a, **k)
+
+    engine.Simulation.synchronize = signal_me
+    try:
+        with pytest.raises(SystemExit) as e:
+            main(TINY + ["--out", str(stopped)])
+    finally:
+        engine.Simulation.synchronize = sync
+    assert e.value.code == 143
+    assert json.loads((stopped / "manifest.json").read_text())["status"] == "interrupted"
+    (stopped / "intervals.csv").touch()
+    (stopped / "skipped.csv").touch()
+    return done, stopped
+
+
+def _refused(code, err, link: Path):
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err and "symbolic link" in lines[0], err
+    assert str(link) in lines[0] or link.name in lines[0], (link, lines[0])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("rel", RUN_PATHS)
+@pytest.mark.parametrize("command", ["overwrite", "resume"])
+def test_train_and_resume_never_write_through_a_link(runs, tmp_path, capsys, rel, command):
+    done, stopped = runs
+    run = tmp_path / "run"
+    shutil.copytree(done if command == "overwrite" else stopped, run)
+    target = victim(tmp_path, "dir" if rel == "checkpoints" else "file")
+    before = snapshot(target)
+    link = plant(run, rel, target)
+    args = TINY + ["--out", str(run), "--overwrite"] if command == "overwrite" else ["train", "--resume", str(run), "--quiet"]
+    code, err = run_main(args, capsys)
+    assert snapshot(target) == before  # the target is unchanged, whatever happened
+    _refused(code, err, link)
+    assert link.is_symlink()
+
+
+@pytest.mark.timeout(300)
+def test_a_fresh_out_with_a_planted_lock_link_is_refused(tmp_path, capsys):
+    target = victim(tmp_path, "file")
+    before = snapshot(target)
+    run = tmp_path / "fresh"
+    run.mkdir()
+    link = plant(run, ".fedcli.lock", target)
+    code, err = run_main(TINY + ["--out", str(run)], capsys)
+    assert snapshot(target) == before
+    _refused(code, err, link)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("rel", ["figures", "figures/curves.png", "figures/curves.pdf"])
+def test_report_never_writes_through_a_link(runs, tmp_path, capsys, rel):
+    done, _ = runs
+    run = tmp_path / "run"
+    shutil.copytree(done, run)
+    target = victim(tmp_path, "dir" if rel == "figures" else "file")
+    before = snapshot(target)
+    link = plant(run, rel, target)
+    code, err = run_main(["report", str(run)], capsys)
+    assert snapshot(target) == before
+    _refused(code, err, link)
+
+
+SWEEP = """\
+title = "links"
+seeds = 1
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "16"
+clients = 4
+active_ratio = 0.5
+iterations = 4
+eval_every = 2
+lr = 0.1
+threads = 1
+trainer = "loop"
+
+[[runs]]
+name = "FedAvg"
+algo = "fedavg"
+tau = 2
+"""
+
+SWEEP_PATHS = ["sweep.json", ".sweep.lock", ".sweep.workers.lock", "fedavg/seed0.toml", "fedavg/seed0.log", "fedavg/seed0",
+               "fedavg", "fedavg/seed0/manifest.json", "fedavg/seed0/metrics.csv", "fedavg/seed0/.fedcli.lock"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("rel", SWEEP_PATHS)
+def test_sweep_never_writes_through_a_link(tmp_path, capsys, rel):
+    recipe = tmp_path / "links.toml"
+    recipe.write_text(SWEEP)
+    root = tmp_path / "sweep"
+    root.mkdir()
+    target = victim(tmp_path, "dir" if rel in ("fedavg/seed0", "fedavg") else "file")
+    before = snapshot(target)
+    link = plant(root, rel, target)
+    code, err = run_main(["sweep", str(recipe), "--out", str(root), "--in-process", "--quiet"], capsys)
+    assert snapshot(target) == before
+    assert code != 0, err
+    assert "Traceback" not in err
+    log = root / "fedavg" / "seed0.log"
+    said = err + (log.read_text() if log.is_file() and not log.is_symlink() else "")
+    assert "symbolic link" in said and link.name in said, said
