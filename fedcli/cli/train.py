@@ -160,7 +160,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if resume:  # the latest checkpoint (CSVs cut back to it), restored on every rank
         try:
             ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: err_console.print(f"fedcli: warning: {m}", markup=False, soft_wrap=True))
-                                              if root and not quiet else None, config=cfg.to_dict())
+                                              if root else None, config=cfg.to_dict())  # said with --quiet too
             state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
             err = e

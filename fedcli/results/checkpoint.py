@@ -121,13 +121,65 @@ def atomic_save(obj, path: str | Path) -> Path:
 def save(run_dir: str | Path, ckpt: dict, keep: int) -> Path:
     """Write ``ckpt`` atomically as ``checkpoints/round-NNNNNN.pt`` and keep the last ``keep``."""
     d = make_dir(folder(run_dir))
-    path = atomic_save(plain(ckpt), d / f"round-{ckpt['round']:06d}.pt")
+    obj = plain(ckpt)
+    obj["digests"] = digests(obj)
+    path = atomic_save(obj, d / f"round-{ckpt['round']:06d}.pt")
     for _, old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
     for stale in d.glob(".round-*.pt.tmp*"):  # left by a crash in the middle of a save
         stale.unlink(missing_ok=True)
     _fsync_dir(d)
     return path
+
+
+def _tensor_digest(t: torch.Tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes."""
+    import hashlib
+
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def digests(ckpt: dict) -> dict:
+    """What :func:`verify` checks a checkpoint against: the sha256 of every tensor (by its place in the checkpoint,
+    ``ranks/0/store/...``) and of everything else (the run state: round, loop state, config, CSV lengths, ...),
+    taken from the object written, so a bit changed on disk afterwards is found on resume."""
+    import hashlib
+
+    tensors: dict[str, str] = {}
+
+    def skeleton(obj, where: str):
+        if isinstance(obj, torch.Tensor):
+            tensors[where] = _tensor_digest(obj)
+            return ("tensor", where)
+        if isinstance(obj, dict):
+            return {k: skeleton(v, f"{where}/{k}") for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(skeleton(v, f"{where}/{i}") for i, v in enumerate(obj))
+        return obj
+
+    rest = skeleton({k: v for k, v in ckpt.items() if k not in ("digests", "path")}, "")
+    return {"algorithm": "sha256", "tensors": tensors, "state": hashlib.sha256(repr(rest).encode()).hexdigest()}
+
+
+def verify(ckpt: dict, path: Path) -> None:
+    """A checkpoint whose tensors or run state do not match the digests written with it is a DataError naming the
+    file and the first tensor that differs (a storage fault, never taken for a property of the method)."""
+    want = ckpt.get("digests")
+    if not isinstance(want, dict) or "tensors" not in want or "state" not in want:
+        raise DataError(f"{path}: holds no digests, so it cannot be verified (written by an older fedcli, or damaged); "
+                        f"{EXPECTED}")
+    got = digests(ckpt)
+    bad = [k for k in sorted(set(want["tensors"]) | set(got["tensors"])) if want["tensors"].get(k) != got["tensors"].get(k)]
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise DataError(f"{path}: tensor {bad[0].lstrip('/')}{more} does not match the digest written with the checkpoint "
+                        f"(the file changed after it was written: a storage fault or an edit); {EXPECTED}")
+    if want["state"] != got["state"]:
+        raise DataError(f"{path}: its run state (round, loop state, config, CSV lengths) does not match the digest written "
+                        f"with the checkpoint (the file changed after it was written); {EXPECTED}")
 
 
 def load(path: str | Path) -> dict:
@@ -147,6 +199,7 @@ def load(path: str | Path) -> dict:
     missing = [k for k in ("round", "iteration", "config", "world_size", "global", "schedule", "ledger", "csv", "ranks") if k not in ckpt]
     if missing:
         raise DataError(f"{path}: checkpoint lacks {', '.join(missing)}; {EXPECTED}")
+    verify(ckpt, path)
     return ckpt
 
 
@@ -161,12 +214,13 @@ def load_latest(run_dir: str | Path, warn=None) -> dict | None:
         except DataError as e:
             errors.append(str(e))
             if warn is not None:
-                warn(f"skipping unreadable checkpoint: {e}")
+                warn(f"skipping a damaged checkpoint, trying the one before it: {e}")
             continue
         ckpt["path"] = str(path)
         return ckpt
     if errors:
-        raise DataError(errors[0])
+        more = f" (and {len(errors) - 1} older checkpoint(s) damaged too)" if len(errors) > 1 else ""
+        raise DataError(f"no intact checkpoint to resume from: {errors[0]}{more}")
     return None
 
 

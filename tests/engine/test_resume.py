@@ -179,7 +179,7 @@ def test_resume_refusals_and_corrupt_checkpoints(tmp_path, monkeypatch, capsys):
     ckpts[-1][1].write_bytes(ckpts[-1][1].read_bytes()[:100])
     assert main(["train", "--resume", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "skipping unreadable checkpoint" in err and "round-000008.pt" in err
+    assert "skipping a damaged checkpoint" in err and "round-000008.pt" in err
     assert json.loads((out / "manifest.json").read_text())["resumes"][-1]["round"] == 6
 
 
