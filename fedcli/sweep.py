@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcli.errors import ConfigError, FedcliError
-from fedcli.report.rundata import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest
-from fedcli.report.validate import validate_run
 from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write, now
+from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPTED, MISSING, NEUTRAL_KEYS, RUNNING,  # noqa: F401
+                                     STALE, config_hash, config_matches)
 from fedcli.results.safefs import make_dir, open_file, refuse_link
 
 if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
@@ -43,9 +43,6 @@ if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a 
 
 MANIFEST = "sweep.json"
 FORMAT = 1
-#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes)
-NEUTRAL_KEYS = ("out", "threads", "workers")
-DONE, STALE = "done", "stale"
 
 
 class SweepFailed(FedcliError):
@@ -59,27 +56,6 @@ class SweepInterrupted(FedcliError):
 def slugify(name: str) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     return s or "run"
-
-
-def config_hash(cfg: dict) -> str:
-    core = {k: v for k, v in sorted(cfg.items()) if k not in NEUTRAL_KEYS}
-    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def config_matches(expected: dict, recorded: dict) -> bool:
-    """True when a run directory's recorded config is the expected one (neutral keys aside).
-
-    Keys the recorded config lacks (a field added to fedcli after the run) are not held against it;
-    ``clients`` is decided by a partition file when one is given.
-    """
-    for k, v in expected.items():
-        if k in NEUTRAL_KEYS or k not in recorded:
-            continue
-        if k == "clients" and expected.get("partition_file"):
-            continue
-        if recorded[k] != v:
-            return False
-    return True
 
 
 def toml_value(v) -> str:
@@ -137,36 +113,18 @@ class PlannedRun:
     def entry(self) -> dict:
         return {"name": self.name, "seed": self.seed, "dir": self.rel, "recipe": f"{self.rel}.toml", "log": f"{self.rel}.log",
                 "status": self.status, "config_hash": self.hash, "exit_code": self.exit_code, "wall_s": self.wall_s,
-                "error": self.error}
+                "error": self.error, "config": self.config}  # config: what `fedcli report` checks the run against
 
 
 def run_state(p: PlannedRun) -> tuple[str, str | None]:
-    """(state, error) of a planned run from its run directory: done, stale, failed, interrupted, running,
-    missing, corrupt. Sets ``p.resume`` when the run stopped early with the same config and left a checkpoint."""
-    status, m = read_manifest(p.dir)
-    same = m is not None and config_matches(p.config, m.get("config", {}))
-    p.resume = False
-    if status == COMPLETED:
-        if not same:
-            return STALE, "completed with another config (the recipe changed)"
-        damage = validate_run(p.dir, m)
-        return (DONE, None) if not damage else (CORRUPT, f"completed, but its data is damaged ({damage[0]}); it runs again")
-    if status in (FAILED, INTERRUPTED, RUNNING):
-        p.resume = same and has_checkpoint(p.dir)
-        why = {FAILED: str(m.get("error") or "failed"), INTERRUPTED: str(m.get("error") or "interrupted"),
-               RUNNING: "stopped without closing its manifest"}[status]
-        return status, why
-    return status, None
+    """(state, reason) of a planned run (:func:`fedcli.results.runstate.run_state`, the one every command uses):
+    done, stale, corrupt, failed, interrupted, running, missing. Sets ``p.resume`` when the run stopped early with
+    the same config and left a checkpoint."""
+    from fedcli.results.runstate import run_state as decide
 
-
-def has_checkpoint(run_dir: Path) -> bool:
-    """Whether ``fedcli train --resume`` has a checkpoint to continue from (fedcli/results/checkpoint.py)."""
-    try:
-        from fedcli.results import checkpoint
-
-        return bool(checkpoint.list_checkpoints(run_dir))
-    except Exception:  # noqa: BLE001 - no checkpoint support or an unreadable folder: start again
-        return False
+    st = decide(p.dir, p.config)
+    p.resume = st.resumable
+    return st.state, (None if st.state == DONE else st.reason)
 
 
 def default_out(recipe_path: Path, scale: str | None) -> Path:

@@ -76,11 +76,11 @@ def sweep(
 
         t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
                   title_justify="left")
-        for c in ("run", "seed", "state", "folder", "config hash"):
-            t.add_column(c)
-        for p in result.runs:
+        for c in ("run", "seed", "state", "folder", "config hash", "why"):
+            t.add_column(c, overflow="fold")
+        for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
             st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
-            t.add_row(p.name, str(p.seed), st, p.rel, p.hash)
+            t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
         out_console.print(t)
         return
     names = [p["name"] for p in result.recipe.tables]

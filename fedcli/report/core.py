@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.report.rundata import COMPLETED, FAILED, RunData, read_manifest
+from fedcli.report.rundata import RunData
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
-from fedcli.report.validate import diverged, validate_run
+from fedcli.report.validate import diverged
+from fedcli.results.runstate import DONE, RunState, run_state
 from fedcli.sweep import MANIFEST, load_manifest
 
 FORMATS = ("md", "latex", "csv")
@@ -47,25 +48,27 @@ class Sweep:
     def entries(self) -> dict[tuple[str, int], Path]:
         return {(e["name"], int(e["seed"])): self.root / e["dir"] for e in self.manifest.get("runs", [])}
 
+    def states(self) -> dict[tuple[str, int], RunState]:
+        """Every run's state as ``fedcli sweep`` (and ``--dry-run``) decides it: :func:`fedcli.results.runstate.run_state`
+        against the config the sweep recorded for it (its ``config_hash`` in older sweep manifests)."""
+        return {(e["name"], int(e["seed"])): run_state(self.root / e["dir"], e.get("config"), e.get("config_hash"))
+                for e in self.manifest.get("runs", [])}
+
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
-        """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (status)"] for the others)."""
-        entries = self.entries()
+        """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (state)"] for the others, in the
+        words ``fedcli sweep --dry-run`` uses)."""
+        entries, states = self.entries(), self.states()
         runs, problems = {}, []
         for name in names:
             for seed in self.seeds:
-                path = entries.get((name, seed))
-                if path is None:
+                st = states.get((name, seed))
+                if st is None:
                     problems.append(f"'{name}' seed {seed} (not in the sweep)")
                     continue
-                status, m = read_manifest(path)
-                if status != COMPLETED and not diverged(m):
-                    problems.append(f"'{name}' seed {seed} ({status})")
+                if st.state != DONE and not st.diverged:
+                    problems.append(f"'{name}' seed {seed}: {st.words()}")
                     continue
-                damage = validate_run(path, m)
-                if damage:
-                    problems.append(f"'{name}' seed {seed} (damaged: {damage[0]})")
-                    continue
-                runs.setdefault(name, {})[seed] = RunData(path, m)
+                runs.setdefault(name, {})[seed] = RunData(entries[(name, seed)], st.manifest)
         return runs, problems
 
     def retry_hint(self) -> str:

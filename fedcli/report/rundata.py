@@ -8,9 +8,8 @@ import math
 from functools import cached_property
 from pathlib import Path
 
-#: statuses of a run directory as the sweep and the report see them
-COMPLETED, RUNNING, FAILED, INTERRUPTED = "completed", "running", "failed", "interrupted"
-MISSING, CORRUPT = "missing", "corrupt"
+#: statuses of a run directory as the sweep and the report see them (one definition: fedcli/results/runstate.py)
+from fedcli.results.runstate import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest  # noqa: E402,F401
 
 #: the schedules whose intervals differ by layer (FedLAMA's): a legend gives their tau' and phi
 LAYERWISE = ("lama", "lama-accelerate")
@@ -26,19 +25,6 @@ def part_label(kind: str, name: str | None) -> str | None:
 
     cls = {"init": INITS, "schedule": SCHEDULES, "codec": CODECS}[kind].get(name)
     return cls.label if cls is not None else None
-
-
-def read_manifest(path: Path) -> tuple[str, dict | None]:
-    """(status, manifest) of a run directory; status is ``missing`` or ``corrupt`` when unreadable."""
-    f = Path(path) / "manifest.json"
-    if not f.exists():
-        return MISSING, None
-    try:
-        m = json.loads(f.read_text())
-    except (OSError, ValueError):
-        return CORRUPT, None
-    status = m.get("status")
-    return (status if status in (COMPLETED, RUNNING, FAILED, INTERRUPTED) else CORRUPT), m
 
 
 def _num(v: str):

@@ -1,0 +1,152 @@
+"""One truth about a run's state: :func:`run_state` decides it for ``fedcli sweep`` (what to run, skip or resume),
+``fedcli sweep --dry-run``, ``fedcli report`` (what a table may be built from) and anything else that asks.
+
+The states (the words every command prints):
+
+- ``done``: ``manifest.json`` says ``completed``, its config is the expected one (``out``, ``threads`` and ``workers``
+  aside) and its files pass the report's checks (:func:`fedcli.report.validate.validate_run`);
+- ``stale``: the run was written with another config than the one expected (the recipe changed, or the folder was
+  replaced by a ``fedcli train --overwrite`` with other flags), whatever its status; the flags that differ are named;
+- ``corrupt``: completed, but its files do not match its manifest (cut, edited, deleted), or the manifest cannot
+  be read;
+- ``failed``, ``interrupted``: as the manifest says (``failed`` includes a run that diverged, :attr:`RunState.diverged`,
+  which reports show as far as it got); :attr:`RunState.resumable` when it left a checkpoint;
+- ``running``: the manifest says ``running``; the reason says whether a live process holds the run's lock or the
+  process ended without closing the manifest (killed);
+- ``missing``: no manifest.
+
+Expected config: a dict (``fedcli sweep`` plans it from the recipe; ``sweep.json`` records it per run), else the
+recorded ``config_hash`` of ``sweep.json`` (older sweep manifests), else nothing (no staleness check).
+No torch import: reports use this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DONE, STALE, CORRUPT = "done", "stale", "corrupt"
+COMPLETED, RUNNING, FAILED, INTERRUPTED, MISSING = "completed", "running", "failed", "interrupted", "missing"
+
+#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes)
+NEUTRAL_KEYS = ("out", "threads", "workers")
+
+
+def config_hash(cfg: dict) -> str:
+    core = {k: v for k, v in sorted(cfg.items()) if k not in NEUTRAL_KEYS}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_diff(expected: dict, recorded: dict) -> list[str]:
+    """The keys whose recorded value is not the expected one (neutral keys aside).
+
+    Keys the recorded config lacks (a field added to fedcli after the run) are not held against it;
+    ``clients`` is decided by a partition file when one is given."""
+    out = []
+    for k, v in expected.items():
+        if k in NEUTRAL_KEYS or k not in recorded:
+            continue
+        if k == "clients" and expected.get("partition_file"):
+            continue
+        if recorded[k] != v:
+            out.append(k)
+    return out
+
+
+def config_matches(expected: dict, recorded: dict) -> bool:
+    """True when a run directory's recorded config is the expected one (see :func:`config_diff`)."""
+    return not config_diff(expected, recorded)
+
+
+def read_manifest(run_dir: str | Path) -> tuple[str, dict | None]:
+    """(status, manifest) of a run directory; status is ``missing`` or ``corrupt`` when unreadable."""
+    f = Path(run_dir) / "manifest.json"
+    if not f.exists():
+        return MISSING, None
+    try:
+        m = json.loads(f.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return CORRUPT, None
+    if not isinstance(m, dict):
+        return CORRUPT, None
+    status = m.get("status")
+    return (status if status in (COMPLETED, RUNNING, FAILED, INTERRUPTED) else CORRUPT), m
+
+
+@dataclass
+class RunState:
+    state: str                        # done | stale | corrupt | failed | interrupted | running | missing
+    reason: str | None = None         # why, in a few words (None for done and missing)
+    manifest: dict | None = field(default=None, repr=False)
+    resumable: bool = False           # stopped early with the expected config and left a checkpoint
+    diverged: bool = False            # failed because training diverged (exit 4): a result, reported as far as it got
+
+    def words(self) -> str:
+        """The verdict as every command prints it: ``stale (completed with another config: --lr differs)``."""
+        return f"{self.state} ({self.reason})" if self.reason else self.state
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    ckpts = run_dir / "checkpoints"
+    try:
+        return ckpts.is_dir() and any(p.name.startswith("round-") and p.name.endswith(".pt") for p in ckpts.iterdir())
+    except OSError:
+        return False
+
+
+def _lock_holder(run_dir: Path) -> dict | None:
+    try:
+        from fedcli.results.lock import held_by_other
+
+        return held_by_other(run_dir)
+    except Exception:  # noqa: BLE001 - a lock that cannot be probed: nobody is known to hold it
+        return None
+
+
+def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
+    """The state of the run in ``run_dir`` against the ``expected`` config (or its ``expected_hash``)."""
+    from fedcli.report.validate import diverged, validate_run
+
+    run_dir = Path(run_dir)
+    status, m = read_manifest(run_dir)
+    if status == MISSING:
+        return RunState(MISSING)
+    if status == CORRUPT:
+        why = "manifest.json cannot be read" if m is None else f"manifest.json has status {m.get('status')!r}"
+        return RunState(CORRUPT, why, m)
+    recorded = m.get("config") if isinstance(m.get("config"), dict) else {}
+    if expected is not None:
+        diff = config_diff(expected, recorded)
+    elif expected_hash is not None:
+        diff = [] if config_hash(recorded) == expected_hash else ["config"]
+    else:
+        diff = []
+    if diff:
+        what = "another config" if diff == ["config"] else \
+            f"another config: {', '.join(f'{_flag(k)} {recorded[k]} where {expected[k]} is expected' for k in diff[:3])}" \
+            + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
+        return RunState(STALE, f"{status} with {what}; the recipe changed or the folder was overwritten", m)
+    if status == COMPLETED:
+        damage = validate_run(run_dir, m)
+        if damage:
+            return RunState(CORRUPT, f"completed, but its files are damaged: {damage[0]}", m)
+        return RunState(DONE, None, m)
+    if status == RUNNING:
+        holder = _lock_holder(run_dir)
+        if holder is not None:
+            from fedcli.results.lock import describe
+
+            return RunState(RUNNING, f"in progress ({describe(holder)})", m)
+        return RunState(RUNNING, "stopped without closing its manifest (killed?)", m, resumable=_has_checkpoint(run_dir))
+    if status == FAILED and diverged(m):
+        damage = validate_run(run_dir, m)
+        if damage:
+            return RunState(CORRUPT, f"diverged, and its files are damaged: {damage[0]}", m)
+        return RunState(FAILED, str(m.get("error") or "diverged"), m, resumable=_has_checkpoint(run_dir), diverged=True)
+    return RunState(status, str(m.get("error") or status), m, resumable=_has_checkpoint(run_dir))
