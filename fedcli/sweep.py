@@ -359,6 +359,8 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None) -> No
 
     importlib.import_module("fedcli.cli.train")  # import torch once per worker, not once per run
     _memoize_datasets()
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # between runs a time-limit warning has nothing to stop; a training
+    # in progress handles it (checkpoint at its round boundary, fedcli/results/checkpoint.py)
 
 
 class Executor:
@@ -382,14 +384,17 @@ class Executor:
     def announce(self, running: int) -> None:
         """The first signal: say at once what happens now."""
         name = signal.Signals(self.signum).name
-        again = "Ctrl-C again" if self.signum == signal.SIGINT else f"{name} again"
+        again = {signal.SIGINT: "Ctrl-C again", signal.SIGUSR1: "SIGTERM"}.get(self.signum, f"{name} again")
         self.notify(f"{name}: nothing new starts; the {running} running training(s) stop after their current round, with a "
                     f"checkpoint; {again} to stop them now (each loses at most the round in progress)")
 
     def forward(self) -> int:
         """The signal passed on to the trainings. ``mpiexec`` forwards SIGTERM to every rank each time, but takes a
-        second SIGINT as "abort now" (nothing written): under ``--mpi`` the trainings get SIGTERM."""
-        return signal.SIGTERM if self.mpi else self.signum
+        second SIGINT as "abort now" (nothing written): under ``--mpi`` the trainings get SIGTERM. SIGHUP is passed on
+        as SIGTERM (the same stop); SIGUSR1 as itself (each training checkpoints at its next round boundary)."""
+        if self.mpi or self.signum == signal.SIGHUP:
+            return signal.SIGTERM
+        return self.signum
 
     def command(self, p: PlannedRun, resume: bool = False) -> list[str]:
         py = [sys.executable, "-m", "mpi4py"] if self.mpi else [sys.executable]  # mpi4py: one rank's exception ends the job
@@ -471,7 +476,9 @@ class Executor:
             self.signal_all(pids)
 
         main_thread = threading.current_thread() is threading.main_thread()
-        old = {s: signal.signal(s, again) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+        old = {s: signal.signal(s, again) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+        if main_thread:  # a further time-limit warning changes nothing: the trainings already stop at their boundary
+            old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         try:
             self.announce(len(pids))
             self.signal_all(pids)
@@ -651,12 +658,15 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
             if on_done:
                 on_done(p)
 
-        def on_term(signum, frame):  # a scheduler's pre-emption notice: stop like Ctrl-C
-            ex.signum = signum
+        def on_term(signum, frame):  # a scheduler's pre-emption notice, the terminal closing (SIGHUP) or a
+            ex.signum = signum     # time-limit warning (SIGUSR1): stop like Ctrl-C
             raise KeyboardInterrupt
 
         main_thread = threading.current_thread() is threading.main_thread()
-        old_term = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+        handlers = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: on_term, signal.SIGHUP: on_term,
+                    signal.SIGUSR1: on_term}
+        old_handlers = {s: signal.signal(s, h) for s, h in handlers.items()
+                        if s in (signal.SIGTERM, signal.SIGUSR1) or signal.getsignal(s) is not signal.SIG_IGN} if main_thread else {}
         try:
             ex.run_all(todo, recipe, done)
         except KeyboardInterrupt:
@@ -671,8 +681,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
             err.result = result
             raise err from None
         finally:
-            if main_thread:
-                signal.signal(signal.SIGTERM, old_term)
+            for sig, h in old_handlers.items():
+                signal.signal(sig, h)
             for p in todo:
                 if not p.ran:
                     p.status, p.error = run_state(p)

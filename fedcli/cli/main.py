@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import sys
 
-import typer
+from fedcli.cli import early
+
+early.install()  # before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/cli/early.py)
+
+import typer  # noqa: E402
 
 try:  # typer >= 0.20 vendors click
     from typer._click.exceptions import ClickException

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from fedcli.cli import early
 from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
 from fedcli.config import TrainConfig
@@ -96,10 +97,12 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; expected a folder for the run directory")
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise os_error(e, out, "create the run directory") from None
+    early.on_interrupt(_discarder(out, created))  # a signal before the manifest exists leaves no folder behind
     why = " (--overwrite would delete its results)" if overwrite else " (--resume would write beside it)" if resume else ""
     lock = RunLock(out).take(why)  # the lock file is opened with O_NOFOLLOW (a planted link is refused)
     try:
@@ -111,6 +114,35 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
         lock.release()
         raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
     return lock
+
+
+def discard_unstarted(out: Path, created: bool) -> bool:
+    """A run folder that never got its manifest (a signal or an error during the setup) keeps nothing of it: its lock
+    file goes, and the folder too when this run created it and it is empty then. True if the folder is gone."""
+    if (out / "manifest.json").exists() or (out / "manifest.json").is_symlink():
+        return False
+    from fedcli.results.lock import RUN_LOCK
+    from fedcli.results.safefs import is_link
+
+    lock = out / RUN_LOCK
+    if lock.exists() and not is_link(lock):
+        lock.unlink(missing_ok=True)
+    if created:
+        try:
+            out.rmdir()
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def _discarder(out: Path, created: bool):
+    def discard(signum):
+        if discard_unstarted(out, created):
+            return f"; nothing was written ({out} removed)"
+        return None
+    discard.out, discard.created = out, created
+    return discard
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
@@ -137,6 +169,9 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     finally:
         if lock is not None:
             lock.release()
+        for fn in [f for f in early._CALLBACKS if getattr(f, "out", None) == out]:
+            early.forget(fn)
+            discard_unstarted(out, fn.created)  # an error in the setup: no folder holding only a lock
 
 
 def _notice(msg: str) -> None:
@@ -182,6 +217,13 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         else:
             run_dir = RunDir(out)
             run_dir.start({**sim.manifest(), "pids": pids})
+        resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
+
+        def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/cli/early.py)
+            run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
+            sentinel.stop(watchdog)
+            return f"; the run is marked interrupted; continue with: {resume_cmd}"
+        early.on_interrupt(mark_interrupted)
         sim.attach(run_dir)
         watchdog = sentinel.start(out, pids)
         if not quiet:
@@ -205,6 +247,10 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             if state is not None:
                 progress.advance_to(state.iteration, state.round_idx)
             saver.armed = True
+            if early.usr1_pending():  # SIGUSR1 during the setup: a checkpoint at the first round boundary
+                saver.pending = signal.SIGUSR1
+            if run_dir is not None:
+                early.forget(mark_interrupted)  # from here the Checkpointer handles signals
             try:
                 summary = sim.run(state)
             except checkpoint.Interrupted as e:
@@ -214,6 +260,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
                 raise saver.stopped_now(e.signum) from None
     except BaseException as e:
+        if run_dir is not None:
+            early.forget(mark_interrupted)
         if isinstance(e, StorageError) and run_dir is not None:
             e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
         if run_dir is not None:

@@ -66,7 +66,7 @@ class Sweep:
                     problems.append(f"'{name}' seed {seed} (not in the sweep)")
                     continue
                 if st.state != DONE and not st.diverged:
-                    problems.append(f"'{name}' seed {seed}: {st.words()}")
+                    problems.append(f"'{name}' seed {seed} ({st.words()})")
                     continue
                 runs.setdefault(name, {})[seed] = RunData(entries[(name, seed)], st.manifest)
         return runs, problems

@@ -1,7 +1,7 @@
 """Checkpoints and ``fedcli train --resume RUN_DIR`` (crash safety).
 
 A checkpoint is taken at a round boundary, after the round's evaluation and CSV rows, every
-``--checkpoint-every`` rounds and when SIGINT/SIGTERM arrives; a second signal stops the round in progress
+``--checkpoint-every`` rounds and when SIGINT/SIGTERM/SIGHUP (or SIGUSR1) arrives; a second signal stops the round in progress
 and writes the last round boundary, kept in memory for that (:class:`Checkpointer`). It holds everything
 :meth:`fedcli.fl.engine.Simulation.run` needs to continue as if it had never stopped:
 
@@ -53,8 +53,14 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "checkpoint_every", "keep_checkpoints", "on_diverge", "out"}
 
 
+#: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like
+#: SIGTERM; SIGUSR1 (a scheduler's time-limit warning) a checkpoint at the next round boundary, then the same stop
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+
+
 class Interrupted(FedcliError):
-    """SIGINT/SIGTERM: a checkpoint was written at a round boundary; exit 128 + signal (130, 143)."""
+    """SIGINT/SIGTERM/SIGHUP/SIGUSR1: a checkpoint was written at a round boundary; exit 128 + signal (130, 143, 129,
+    138)."""
 
     collective = True  # decided together by every process (see Checkpointer)
 
@@ -390,7 +396,7 @@ def save_model(sim, path: str | Path) -> Path:
 class Checkpointer(RoundHook):
     """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and stopping on signals.
 
-    - The first SIGINT/SIGTERM is announced at once (``notify``) and acted upon at the next round boundary: a
+    - The first SIGINT/SIGTERM/SIGHUP (or SIGUSR1, which never escalates) is announced at once (``notify``) and acted upon at the next round boundary: a
       checkpoint, then :class:`Interrupted`. Under MPI the processes agree on "a signal arrived" with one small
       all-reduce per round, so all stop at the same boundary.
     - A second signal stops the round in progress (one process: at once; under MPI: after the current local
@@ -476,7 +482,7 @@ class Checkpointer(RoundHook):
 
     @contextlib.contextmanager
     def signals(self):
-        """SIGINT/SIGTERM: the first is announced and acted upon at the next round boundary, a second one stops
+        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second one stops
         the round in progress (see the class); one before training started stops at once. Only in the main
         thread (signal handlers live there)."""
         if threading.current_thread() is not threading.main_thread():
@@ -490,6 +496,13 @@ class Checkpointer(RoundHook):
                 again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
             if self.stopping:
                 return  # already stopping: let the last checkpoint be written
+            if signum == signal.SIGUSR1:  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
+                if self.pending is None:
+                    self.pending = signum
+                    if self.notify and self.armed:
+                        self.notify(f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
+                                    f"progress), with a checkpoint; SIGTERM to stop now")
+                return  # never escalates: a later SIGTERM (the time limit itself) stops the round in progress
             if not self.armed:
                 err = Interrupted(signum, f"interrupted by {name} before training started"
                                           + (f"; the last checkpoint is {self.last}" if self.last else ""), now=True)
@@ -509,7 +522,7 @@ class Checkpointer(RoundHook):
                 raise Interrupted(signum, "stopped mid-round", now=True)
             # under MPI the processes stop together after the current local step (Checkpointer.step)
 
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, handler) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN or s == signal.SIGUSR1}
         Checkpointer.active = self
         try:
             yield self

@@ -84,8 +84,10 @@ class RunState:
     diverged: bool = False            # failed because training diverged (exit 4): a result, reported as far as it got
 
     def words(self) -> str:
-        """The verdict as every command prints it: ``stale (completed with another config: --lr differs)``."""
-        return f"{self.state} ({self.reason})" if self.reason else self.state
+        """The verdict as every command prints it: ``stale: completed with another config: --lr 0.5 where 0.2 is
+        expected; ...``, ``damaged: metrics.csv ends in the middle of a row ...``, ``missing``."""
+        label = "damaged" if self.state == CORRUPT else self.state
+        return f"{label}: {self.reason}" if self.reason else label
 
 
 def _flag(key: str) -> str:
@@ -135,7 +137,7 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
     if status == COMPLETED:
         damage = validate_run(run_dir, m)
         if damage:
-            return RunState(CORRUPT, f"completed, but its files are damaged: {damage[0]}", m)
+            return RunState(CORRUPT, damage[0], m)
         return RunState(DONE, None, m)
     if status == RUNNING:
         holder = _lock_holder(run_dir)
@@ -147,6 +149,6 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
     if status == FAILED and diverged(m):
         damage = validate_run(run_dir, m)
         if damage:
-            return RunState(CORRUPT, f"diverged, and its files are damaged: {damage[0]}", m)
-        return RunState(FAILED, str(m.get("error") or "diverged"), m, resumable=_has_checkpoint(run_dir), diverged=True)
-    return RunState(status, str(m.get("error") or status), m, resumable=_has_checkpoint(run_dir))
+            return RunState(CORRUPT, damage[0], m)
+        return RunState(FAILED, str(m.get("error") or "training diverged"), m, resumable=_has_checkpoint(run_dir), diverged=True)
+    return RunState(status, str(m["error"]) if m.get("error") else None, m, resumable=_has_checkpoint(run_dir))

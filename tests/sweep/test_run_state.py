@@ -62,5 +62,5 @@ def test_report_refuses_a_stale_run_with_the_sweeps_verdict(tmp_path, capsys):
     # ... and the report refuses it with the same verdict, in the same words, and builds nothing
     code, table, err = run_main(["report", str(root), "--table", "t"], capsys)
     assert code == 2 and table == "" and "Traceback" not in err, err
-    assert "FedLAMA phi=2' seed 0: " + st.words()[:60] in " ".join(err.split()), err
+    assert "FedLAMA phi=2' seed 0 (" + st.words()[:60] in " ".join(err.split()), err
     assert "%" not in table

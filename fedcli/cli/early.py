@@ -1,0 +1,92 @@
+"""Signals from the first instant: what SIGINT, SIGTERM, SIGHUP and SIGUSR1 do before training runs.
+
+``fedcli`` installs these handlers first thing (``fedcli/cli/main.py`` imports this module before typer, rich or
+torch), so a signal during the imports, the data loading or the setup never shows a traceback:
+
+- SIGINT, SIGTERM, SIGHUP: one line (``fedcli: interrupted by SIGINT before training started``) and exit
+  128 + the signal (130, 143, 129). Before that, the callbacks registered with :func:`on_interrupt` run, newest
+  first: a run folder that holds nothing but its lock is removed (so no folder is left holding only a lock), and a
+  run whose manifest exists is marked ``interrupted`` with the command that continues it.
+- SIGUSR1 (Slurm's time-limit warning, ``sbatch --signal=USR1@N``): remembered (:func:`usr1_pending`); once rounds
+  run, the training checkpoints at its first round boundary and exits as interrupted (see
+  ``fedcli.results.checkpoint.Checkpointer``).
+
+While training runs, ``Checkpointer.signals`` takes these signals over (round boundaries, checkpoints) and gives them
+back afterwards. The process exits with ``os._exit`` from the handler: nothing half-imported runs again.
+This module imports nothing heavy (os, signal, sys).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_CALLBACKS: list = []
+_STATE = {"usr1": False, "installed": False}
+
+
+def _handler(signum, frame):
+    if signum == signal.SIGUSR1:
+        _STATE["usr1"] = True
+        return
+    for s in STOP_SIGNALS:  # a second signal while cleaning up must not interrupt the cleanup
+        signal.signal(s, signal.SIG_IGN)
+    extra = ""
+    for fn in reversed(list(_CALLBACKS)):
+        try:
+            extra = fn(signum) or extra
+        except BaseException:  # noqa: BLE001 - exiting anyway; the line below still says what happened
+            pass
+    name = signal.Signals(signum).name
+    try:
+        os.write(2, f"fedcli: interrupted by {name} before training started{extra}\n".encode(errors="replace"))
+    except OSError:
+        pass
+    os._exit(128 + int(signum))
+
+
+def is_entry() -> bool:
+    """Whether this process runs the ``fedcli`` command (its console script, ``python -m fedcli``, ``python -m
+    mpi4py -m fedcli``), not a program or test that imports fedcli."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name in ("fedcli", "fedcli.__main__"):
+        return True
+    return os.path.basename(getattr(main, "__file__", "") or "") == "fedcli"
+
+
+def install(force: bool = False) -> None:
+    """Install the handlers (in the main thread, once) when this process is the ``fedcli`` command, or ``force``."""
+    import threading
+
+    if _STATE["installed"] or threading.current_thread() is not threading.main_thread() or not (force or is_entry()):
+        return
+    for s in (*STOP_SIGNALS, signal.SIGUSR1):
+        if signal.getsignal(s) is signal.SIG_IGN and s != signal.SIGUSR1:
+            continue  # ignored by whoever started us (nohup: SIGHUP): stays ignored
+        signal.signal(s, _handler)
+    _STATE["installed"] = True
+
+
+def installed() -> bool:
+    return _STATE["installed"]
+
+
+def on_interrupt(fn):
+    """Register ``fn(signum) -> str | None`` to run when a stop signal arrives before training (newest first); it may
+    return text to append to the line printed. Returns ``fn`` (pass it to :func:`forget`)."""
+    _CALLBACKS.append(fn)
+    return fn
+
+
+def forget(fn) -> None:
+    if fn in _CALLBACKS:
+        _CALLBACKS.remove(fn)
+
+
+def usr1_pending() -> bool:
+    """Whether SIGUSR1 arrived before training started (consumed: the next call says False)."""
+    got, _STATE["usr1"] = _STATE["usr1"], False
+    return got

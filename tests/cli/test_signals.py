@@ -1,0 +1,190 @@
+"""Signals from the first instant (issue 29, family 5, and issue 23's SIGHUP/SIGUSR1), with real signals sent to real
+``fedcli`` processes:
+
+- SIGINT 0.1, 0.5, 1 and 2 s after launch (imports, data loading, setup): no traceback, exit 130 with one line, and
+  never a run folder holding only its lock;
+- a signal while the run folder exists but before its manifest does (the setup): the folder is removed;
+- a signal after the manifest is written but before the rounds run: the run is ``interrupted`` and resumes;
+- SIGHUP in the middle of training is SIGTERM's stop (checkpoint, ``interrupted``, exit 129, the resume command) and
+  SIGUSR1 (Slurm's ``--signal=USR1@N``) checkpoints at the round boundary and exits 138; both resume bitwise.
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+# 10 rounds of 4 iterations, a metrics row every round, a checkpoint every 3 rounds
+TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
+        "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "40", "--batch-size", "16", "--lr", "0.05",
+        "--eval-every", "4", "--checkpoint-every", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+
+# fedcli as its own command (signal handlers from the first instant), pausing at a chosen point until GO exists:
+# WHERE = setup (the run folder and its lock exist, no manifest), armed (manifest written, rounds not started),
+# round (at the start of round 3)
+CHILD = """
+import sys, time
+from pathlib import Path
+from fedcli.cli import early
+early.install(force=True)
+WHERE, GO = sys.argv[1], Path(sys.argv[2])
+READY = GO.with_name(GO.name + ".ready")
+
+def pause():
+    READY.touch()
+    while not GO.exists():
+        time.sleep(0.05)
+
+from fedcli.fl import engine
+from fedcli.results import sentinel
+if WHERE == "setup":
+    orig_setup = engine.Simulation.setup
+    def setup(self, *a, **k):
+        pause()
+        return orig_setup(self, *a, **k)
+    engine.Simulation.setup = setup
+elif WHERE == "armed":
+    orig_start = sentinel.start
+    def start(*a, **k):
+        out = orig_start(*a, **k)
+        pause()
+        return out
+    sentinel.start = start
+else:
+    orig_round = engine.Simulation.run_round
+    def run_round(self, state):
+        if state.round_idx == 2 and not GO.exists():
+            pause()
+        return orig_round(self, state)
+    engine.Simulation.run_round = run_round
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def manifest(run: Path) -> dict:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def paused_child(tmp_path: Path, where: str, out: Path, args=TINY):
+    go = tmp_path / f"go-{where}"
+    p = subprocess.Popen([sys.executable, "-c", CHILD, where, str(go), *args, "--out", str(out)], env=ENV, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = go.with_name(go.name + ".ready")
+    end = time.monotonic() + 240
+    while not ready.exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < end, "the child never reached its pause"
+        time.sleep(0.05)
+    return p, go
+
+
+def finish(p, go: Path, sig) -> tuple[int, str]:
+    p.send_signal(sig)
+    time.sleep(0.3)
+    go.touch()
+    _, err = p.communicate(timeout=240)
+    return p.returncode, err
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    assert main(TINY + ["--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_sigint_at_any_moment_after_launch_leaves_no_traceback_and_no_bare_lock(tmp_path):
+    for delay in (0.1, 0.5, 1.0, 2.0):
+        out = tmp_path / f"run-{delay}"
+        p = subprocess.Popen([sys.executable, "-m", "fedcli", *TINY, "--out", str(out)], env=ENV, cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=240)
+        assert "Traceback" not in err and "Error" not in err.replace("fedcli: error:", ""), (delay, err)
+        assert p.returncode in (130, 0), (delay, p.returncode, err)
+        lines = [l for l in err.splitlines() if l.strip()]
+        assert 1 <= len(lines) <= 2 or p.returncode == 0, (delay, err)
+        if out.exists():  # never a folder holding only a lock: a manifest that says what happened
+            assert (out / "manifest.json").exists(), (delay, sorted(os.listdir(out)))
+            assert manifest(out)["status"] in ("interrupted", "completed"), delay
+        else:
+            assert "before training started" in err, (delay, err)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_setup_leaves_no_folder(tmp_path, sig):
+    out = tmp_path / "run"
+    p, go = paused_child(tmp_path, "setup", out)
+    assert sorted(os.listdir(out)) == [".fedcli.lock"]  # the state a signal used to leave behind
+    code, err = finish(p, go, sig)
+    assert code == 128 + sig, err
+    assert err.strip() == f"fedcli: interrupted by {signal.Signals(sig).name} before training started; nothing was written " \
+                          f"({out} removed)", err
+    assert not out.exists()
+
+
+@pytest.mark.timeout(300)
+def test_an_error_during_the_setup_leaves_no_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    try:
+        code = main(["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "nothing-here"), "--out", str(out), "--quiet"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 3, capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_signal_before_the_first_round_marks_the_run_interrupted_and_it_resumes(reference, tmp_path):
+    out = tmp_path / "run"
+    p, go = paused_child(tmp_path, "armed", out)
+    assert manifest(out)["status"] == "running"
+    code, err = finish(p, go, signal.SIGHUP)
+    assert code == 129, err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and "interrupted by SIGHUP before training started" in lines[0], err
+    assert f"continue with: fedcli train --resume {out}" in lines[0]
+    assert manifest(out)["status"] == "interrupted"
+    assert main(["train", "--resume", str(out), "--quiet"]) == 0
+    assert rows(out / "metrics.csv") == rows(reference / "metrics.csv")
+    assert (out / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
+def test_sighup_and_sigusr1_in_training_checkpoint_and_resume_bitwise(reference, tmp_path, sig):
+    out = tmp_path / "run"
+    p, go = paused_child(tmp_path, "round", out)
+    code, err = finish(p, go, sig)
+    name = signal.Signals(sig).name
+    assert code == 128 + sig, err  # 129, 138
+    assert "Traceback" not in err
+    assert f"interrupted by {name} after round 3 " in err and "round-000003.pt holds rounds 1-3" in err, err
+    assert f"continue with: fedcli train --resume {out}" in err
+    man = manifest(out)
+    assert man["status"] == "interrupted" and man["checkpoint"].endswith("round-000003.pt")
+    assert len(rows(out / "metrics.csv")) == 3
+    assert main(["train", "--resume", str(out), "--quiet"]) == 0
+    assert rows(out / "metrics.csv") == rows(reference / "metrics.csv") and len(rows(out / "metrics.csv")) == 10
+    assert (out / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
+    assert manifest(out)["status"] == "completed"
