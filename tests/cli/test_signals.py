@@ -188,3 +188,59 @@ def test_sighup_and_sigusr1_in_training_checkpoint_and_resume_bitwise(reference,
     assert rows(out / "metrics.csv") == rows(reference / "metrics.csv") and len(rows(out / "metrics.csv")) == 10
     assert (out / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
     assert manifest(out)["status"] == "completed"
+
+
+SWEEP = """\
+title = "signals"
+seeds = 1
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "32"
+clients = 8
+active_ratio = 0.5
+iterations = 600
+eval_every = 4
+checkpoint_every = 0
+lr = 0.05
+threads = 1
+trainer = "loop"
+
+[[runs]]
+name = "FedAvg"
+algo = "fedavg"
+tau = 2
+"""
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
+def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(tmp_path, sig):
+    recipe = tmp_path / "signals.toml"
+    recipe.write_text(SWEEP)
+    root = tmp_path / "sweep"
+    p = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--quiet"], env=ENV,
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = root / "fedavg" / "seed0" / "metrics.csv"
+    end = time.monotonic() + 300
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) > 3):
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=300)
+    name = signal.Signals(sig).name
+    assert p.returncode == 128 + sig, err
+    assert "Traceback" not in err and f"interrupted by {name}" in err and "1 stopped with a checkpoint" in err, err
+    run = root / "fedavg" / "seed0"
+    assert manifest(run)["status"] == "interrupted" and (run / "checkpoints").is_dir()
+    done_rows = len(rows(metrics))
+    assert 0 < done_rows < 150
+    # the same command again resumes it; the result is the uninterrupted run's
+    assert main(["sweep", str(recipe), "--out", str(root), "--quiet", "--in-process"]) == 0
+    assert manifest(run)["resumes"][-1]["round"] >= done_rows
+    ref = tmp_path / "ref"
+    assert main(["sweep", str(recipe), "--out", str(ref), "--quiet", "--in-process"]) == 0
+    assert rows(metrics) == rows(ref / "fedavg" / "seed0" / "metrics.csv") and len(rows(metrics)) == 150
+    assert (run / "model.pt").read_bytes() == (ref / "fedavg" / "seed0" / "model.pt").read_bytes()
