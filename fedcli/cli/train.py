@@ -230,6 +230,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
         for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
             _notice(f"note: {note}")
+    if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
+        comm.barrier()
     ACTIVE_RUN["dir"] = out
     progress = TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
                              per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json)

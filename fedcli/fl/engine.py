@@ -220,6 +220,13 @@ class Simulation:
             f"largest client's sample count (each local step still sees all of a client's samples)"]
         n_clients = len(self.client_indices)
         self.active = max(1, int(round(cfg.active_ratio * n_clients)))
+        if self.comm.size > self.active:  # every process trains at least one client of every round (the cohort sums,
+            from fedcli.errors import ConfigError  # the batch plans and the parts' hooks assume so): refused up-front
+
+            how = "MPI processes" if self.comm.launcher == "mpi" else "worker processes (--workers)"
+            raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {self.active} client(s) per "
+                              f"round, fewer than the {self.comm.size} {how}: each process trains at least one client of "
+                              f"every round; use at most {self.active} processes, or more clients per round", key="active_ratio")
 
         torch.manual_seed(key(cfg.seed, "init"))
         self.model = build_run_model(cfg, dataset).to(self.device)

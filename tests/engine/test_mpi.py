@@ -121,3 +121,26 @@ def test_exception_on_one_rank_aborts_the_job_and_marks_failed(tmp_path):
     assert "injected failure on rank 1" in p.stderr
     man = json.loads((tmp_path / "run/manifest.json").read_text())
     assert man["status"] == "failed" and "rank 1" in man["error"]
+
+
+@pytest.mark.timeout(180)
+def test_more_ranks_than_clients_per_round_is_refused_up_front(tmp_path):
+    """Issue 29, family 4: 3 ranks for 2 clients per round would leave a rank without clients; refused before anything
+    is written (exit 2, one line, no run folder), where it used to end with a RuntimeError and a manifest left running."""
+    out = tmp_path / "run"
+    args = ["train", "--clients", "4", "--active-ratio", "0.5", "--iterations", "8", "--quiet", "--out", str(out)]
+    p = mpirun(3, args, timeout=150)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "--active-ratio" in lines[0] and "2 client(s) per round" in lines[0] and "3 MPI processes" in lines[0]
+    assert not out.exists()
+    # as many ranks as clients per round: the same metrics as one process
+    assert main([*args[:-1], str(tmp_path / "n1")]) == 0
+    p = mpirun(2, [*args[:-1], str(tmp_path / "n2")], timeout=150)
+    assert p.returncode == 0, p.stderr
+    a, b = rows(tmp_path / "n1/metrics.csv"), rows(tmp_path / "n2/metrics.csv")
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x["comm_params"] == y["comm_params"] and x["comm_bytes"] == y["comm_bytes"]
+        for col in ("train_loss", "test_loss", "test_acc"):
+            assert abs(float(x[col]) - float(y[col])) <= 1e-5, (col, x[col], y[col])
