@@ -44,6 +44,39 @@ class StorageError(FedcliError):
     remedy = ""  # what to do first, before the command that continues ("free some space and ")
 
 
+class PlaceError(ConfigError):
+    """An output place that cannot be written: permissions, read-only, a file where a folder is wanted (exit 2 before
+    a run writes anything; once a run has started, ``fedcli train`` reports it as a StorageError, exit 3)."""
+
+    path = why = doing = None
+
+
+class ResourceError(FedcliError):
+    """Out of memory (CPU or CUDA): exit 3, like a full disk (the machine ran out of something; the files written
+    before are intact and the run resumes from its last checkpoint). The message gives a hint."""
+
+    exit_code = 3
+    remedy = ""
+
+
+def memory_error(e: BaseException) -> ResourceError | None:
+    """A one-sentence ResourceError for an out-of-memory exception (``MemoryError``, ``torch.OutOfMemoryError``, the
+    CPU allocator's "can't allocate memory"), else None."""
+    text = str(e).strip()
+    first = text.splitlines()[0][:200] if text else type(e).__name__
+    cuda = type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text
+    cpu = isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and ("can't allocate memory" in text
+                                                                          or "DefaultCPUAllocator" in text)) \
+        or (isinstance(e, (ImportError, OSError)) and ("failed to map segment" in text or "Cannot allocate memory" in text))
+    if not (cuda or cpu):
+        return None
+    where = "GPU" if cuda else "CPU"
+    err = ResourceError(f"out of {where} memory ({first}); try --trainer loop (one client at a time), fewer --workers, a "
+                        f"smaller --batch-size or a smaller model")
+    err.remedy = "with more memory free (or --trainer loop / fewer --workers, which a resume may change), "
+    return err
+
+
 #: errno values that mean "this place cannot take the file" (a usage problem: choose another place, exit 2)
 _PLACE_ERRNOS = {"EACCES", "EPERM", "EROFS", "ENOTDIR", "EISDIR", "ENAMETOOLONG", "EEXIST", "ENOENT", "ELOOP"}
 
@@ -59,7 +92,9 @@ def os_error(e: OSError, path=None, doing: str = "write") -> FedcliError:
     why = e.strerror or type(e).__name__
     name = _errno.errorcode.get(e.errno or 0, "")
     if name in _PLACE_ERRNOS:
-        return ConfigError(f"cannot {doing} {path} ({why}); choose a place you can write to")
+        err = PlaceError(f"cannot {doing} {path} ({why}); choose a place you can write to")
+        err.path, err.why, err.doing = path, why, doing
+        return err
     err = StorageError(f"cannot {doing} {path} ({why}); the files written before are intact")
     err.remedy = "free some space and " if name in ("ENOSPC", "EDQUOT") else "when the disk works again, "
     return err

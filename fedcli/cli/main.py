@@ -69,9 +69,10 @@ def __getattr__(name: str):
 
 
 def _mpi_comm():
-    from fedcli.comm.mpi import CURRENT
-
-    comm = CURRENT.get("comm")
+    mpi = sys.modules.get("fedcli.comm.mpi")  # not imported: no MPI communicator (and no torch import on an error path)
+    if mpi is None:
+        return None
+    comm = mpi.CURRENT.get("comm")
     return comm if comm is not None and comm.size > 1 else None
 
 
@@ -125,8 +126,13 @@ def main(argv: list[str] | None = None) -> int:
             _abort_job(err, err.exit_code)
         error(str(err), err.exit_code)
     except Exception as e:
+        from fedcli.errors import memory_error
+
+        oom = memory_error(e)  # out of memory outside a run (loading data, building the model): still one line
         if _mpi_comm() is not None:
-            _abort_job(e, 1)
+            _abort_job(oom or e, oom.exit_code if oom else 1)
+        if oom is not None:
+            error(str(oom), oom.exit_code)
         raise
     return 0
 

@@ -14,7 +14,7 @@ from fedcli.cli import early
 from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
 from fedcli.config import TrainConfig
-from fedcli.errors import ConfigError, FedcliError
+from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
 
 
 def default_out(cfg: TrainConfig) -> Path:
@@ -174,12 +174,34 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
             discard_unstarted(out, fn.created)  # an error in the setup: no folder holding only a lock
 
 
+def _short(e: BaseException) -> str:
+    return getattr(e, "why", None) or getattr(e, "strerror", None) or str(e).split(";")[0]
+
+
+def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
+    """What an error during a run that has its manifest is reported as: a place that stopped being writable is an I/O
+    failure (StorageError, exit 3), out of memory a ResourceError (exit 3); both with the command that continues."""
+    from fedcli.errors import PlaceError, StorageError
+    from fedcli.results import checkpoint
+
+    if isinstance(e, PlaceError):
+        err = StorageError(f"cannot {e.doing} {e.path} ({e.why}): the run folder stopped being writable during the run; "
+                           f"the files written before are intact")
+        err.remedy = "once it is writable again, "
+        e = err
+    elif (oom := memory_error(e)) is not None:
+        e = oom
+    if isinstance(e, (StorageError, ResourceError)):
+        e = type(e)(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
+    return e
+
+
 def _notice(msg: str) -> None:
     err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None):
-    from fedcli.errors import StorageError
+    from fedcli.errors import PlaceError, StorageError
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint, sentinel
     from fedcli.results.rundir import RunDir
@@ -264,17 +286,19 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     except BaseException as e:
         if run_dir is not None:
             early.forget(mark_interrupted)
-        if isinstance(e, StorageError) and run_dir is not None:
-            e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
+        e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
         if run_dir is not None:
             stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+            on_disk = run_dir.manifest.get("status")
             try:
                 run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
                                **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
-            except (FedcliError, OSError):
-                pass  # e.g. the disk is still full: the manifest keeps its last state, the original error is reported
+            except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
+                if isinstance(e, FedcliError):
+                    e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
+                              f"'{on_disk}'",)
         sentinel.stop(watchdog)
-        if isinstance(e, StorageError):
+        if isinstance(e, (StorageError, ResourceError)):
             raise e from None
         raise
     mpi_s = getattr(comm, "reduce_seconds", None)
@@ -283,14 +307,17 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         try:
             checkpoint.save_model(sim, out / "model.pt")
             run_dir.finish("completed", summary=summary.as_dict(), **extra)
-        except StorageError as e:
+        except (StorageError, PlaceError) as e:
             sentinel.stop(watchdog)
+            remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
+            msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
+            said = ""
             try:
-                run_dir.finish("failed", error=f"StorageError: {e}")
-            except (FedcliError, OSError):
-                pass
-            raise StorageError(f"{e}; the training finished but its results could not be saved; {e.remedy}continue with: "
-                               f"{checkpoint.resume_command(out, comm.size, comm.launcher)} (from the last checkpoint)") from None
+                run_dir.finish("failed", error=f"StorageError: {msg}")
+            except (FedcliError, OSError) as why:
+                said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
+            raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}continue "
+                               f"with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the last checkpoint)") from None
         sentinel.stop(watchdog)
         if saver.late:
             _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "

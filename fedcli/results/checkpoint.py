@@ -111,7 +111,7 @@ def atomic_save(obj, path: str | Path) -> Path:
     torch.save(obj, buf)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open_file(tmp, "wb") as f:
+        with open_file(tmp, "wb", name=path) as f:
             f.write(buf.getbuffer())
             f.flush()
             os.fsync(f.fileno())

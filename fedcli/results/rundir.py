@@ -54,7 +54,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     done = False
     try:
-        with open_file(tmp, "wb") as f:
+        with open_file(tmp, "wb", name=path) as f:
             f.write(data if isinstance(data, bytes) else data.encode())
             f.flush()
             os.fsync(f.fileno())

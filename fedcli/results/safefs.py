@@ -53,25 +53,27 @@ def refuse_link(path: str | Path) -> Path:
     return path
 
 
-def open_fd(path: str | Path, flags: int, mode: int = 0o644, doing: str = "write") -> int:
-    """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC)``; a link is :class:`LinkRefused`, other errors one line."""
+def open_fd(path: str | Path, flags: int, mode: int = 0o644, doing: str = "write", name: str | Path | None = None) -> int:
+    """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC)``; a link is :class:`LinkRefused`, other errors one line naming
+    ``name`` (the file a temporary ``path`` stands for) or ``path``."""
     path = Path(path)
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as e:
         if e.errno == errno.ELOOP or (e.errno in (errno.EEXIST, errno.ENOENT) and is_link(path)):
             raise _refused(path) from None
-        raise os_error(e, path, doing) from None
+        raise os_error(e, name or path, doing) from None
 
 
 _MODES = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
           "r+": os.O_RDWR, "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL}
 
 
-def open_file(path: str | Path, mode: str = "w", **kwargs):
+def open_file(path: str | Path, mode: str = "w", name: str | Path | None = None, **kwargs):
     """``open(path, mode)`` for writing that never follows a link: ``mode`` is one of w, a, r+, x (each with an
-    optional ``b``); ``kwargs`` go to ``os.fdopen`` (``newline``, ``encoding``)."""
-    fd = open_fd(path, _MODES[mode.replace("b", "")])
+    optional ``b``); ``name``: the file to name in an error (a temporary file's target); ``kwargs`` go to
+    ``os.fdopen`` (``newline``, ``encoding``)."""
+    fd = open_fd(path, _MODES[mode.replace("b", "")], name=name)
     try:
         return os.fdopen(fd, mode.replace("x", "w"), **kwargs)
     except BaseException:
