@@ -421,6 +421,7 @@ class Simulation:
                 self.evaluate_and_log(state)
             for hook in self.round_hooks:
                 hook(self, state)
+            guard.check_blowup(self, state)  # --diverge-factor: a finite blow-up stops the run (exit 4)
         s = state.summary
         s.rounds, s.iteration = state.round_idx, state.iteration
         s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes

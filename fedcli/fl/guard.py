@@ -17,6 +17,28 @@ def collective(err: Exception) -> Exception:
     return err
 
 
+def check_blowup(sim, state) -> None:
+    """``--diverge-factor F``: an evaluation whose train or test loss is finite but above F x ln(C) -- F times the
+    cross-entropy of a uniform guess over the C classes, where every run starts -- is divergence too (exit 4),
+    checked after the round's rows are written (so the report shows the blow-up). Not from a paper: fedcli's rule
+    for a run that ended "completed" at a loss of 70,000 and chance accuracy (issue 29); a scale-free reference, so a
+    blow-up before the first evaluation is caught as well. Every process computes the same all-reduced losses, so
+    every process decides the same."""
+    import math
+
+    row, factor = sim.record.metrics, sim.cfg.diverge_factor
+    if not factor or row is None:
+        return
+    chance = math.log(max(2, int(sim.dataset.num_classes)))
+    for what in ("train_loss", "test_loss"):
+        loss = float(row[what])
+        if math.isfinite(loss) and loss > factor * chance:
+            raise collective(DivergenceError(
+                f"training diverged in round {state.round_idx} (iteration {state.iteration}): the {what.replace('_', ' ')} "
+                f"{loss:.6g} is more than --diverge-factor {factor:g} times ln({sim.dataset.num_classes}) = {chance:.4g}, the "
+                f"loss of a uniform guess (finite, but blown up; try a smaller --lr, or --diverge-factor 0 to let it go on)"))
+
+
 def scrub_rows(obj, dead: torch.Tensor) -> None:
     """Replace non-finite values in the ``dead`` rows of every stacked per-client tensor [K, ...] in ``obj``."""
     if isinstance(obj, torch.Tensor):

@@ -57,5 +57,5 @@ def test_diverged_seed_counts_as_not_reaching_the_target(tmp_path):
 
 def test_other_failures_still_block(tmp_path):
     runs = {**RUNS, "AMS": {**RUNS["AMS"], 0: ("failed", "RuntimeError: out of memory", [(1, 0.5)])}}
-    with pytest.raises(MissingRuns, match=r"'AMS' seed 0 \(failed\)"):
+    with pytest.raises(MissingRuns, match=r"'AMS' seed 0 \(failed: RuntimeError: out of memory\)"):
         make_table(find_sweeps(make(tmp_path / "s", runs)), "reach", "md")
