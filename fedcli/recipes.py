@@ -304,6 +304,11 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{path}, line {line}: every [[runs]] entry needs a `name` (a string label)")
         name_line = line_in(text, "name", span) or line
+        bad = sorted({repr(c)[1:-1] for c in name if c == "/" or c == "\\" or ord(c) < 32 or ord(c) == 127})
+        if bad:  # a name is a table label and (slugified) a folder: never rewritten silently into another name
+            raise ConfigError(f"{path}, line {name_line}: run name {name!r} holds {', '.join(bad)}; a run name is a label on "
+                              f"one line and names the run's folder: use letters, digits, spaces and punctuation other "
+                              f"than / and \\")
         if name in seen:
             raise ConfigError(f"{path}, line {name_line}: run name '{name}' is used twice (first at line {seen[name]})")
         seen[name] = name_line

@@ -51,8 +51,10 @@ def report(
         if sweeps and figures is None:
             _print_listing(" ".join(holders), sweeps, listing(sweeps))
         if explicit or loose:
-            _report_runs([load_run(p) for p in explicit + [str(p) for p in loose]], explicit, fmt, output,
-                         figures if explicit or not sweeps else None)
+            runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
+            runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
+            if runs:
+                _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None)
         if sweeps and figures is not None:
             _write_figures(sweeps, figures, None, holders[0])
         return
@@ -63,6 +65,26 @@ def report(
         if table is not None and not figure:
             scope = [pick(sweeps, table, "table")[0]]
         _write_figures(scope, figures, list(figure) if figure else None, holders[0])
+
+
+def _readable(paths, load_run) -> list:
+    """The run directories found in a folder that can be read; each one that cannot is named on stderr with the reason
+    (one damaged manifest does not hide the others). None readable: the first error (exit 2 or 3)."""
+    from fedcli.errors import FedcliError
+
+    runs, errors = [], []
+    for p in paths:
+        try:
+            runs.append(load_run(p))
+        except FedcliError as e:
+            errors.append(e)
+            err_console.print(f"fedcli report: left out {p}: {e}", markup=False, highlight=False, soft_wrap=True)
+    if errors and not runs:
+        raise errors[0]
+    if errors:
+        err_console.print(f"fedcli report: {len(runs)} run(s) reported, {len(errors)} left out (named above)", markup=False,
+                          highlight=False, soft_wrap=True)
+    return runs
 
 
 def _emit(text: str, output: str | None, what: str) -> None:

@@ -34,6 +34,7 @@ def sweep(
 
     def on_start(result, todo):
         state["total"] = len(todo)
+        _warn_if_large(result, todo)
         if quiet:
             return
         _print_plan(result, todo, jobs, mpi)
@@ -71,6 +72,8 @@ def sweep(
     if dry_run:
         from rich.table import Table
 
+        _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
+
         if not quiet:
             _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi)
 
@@ -91,6 +94,19 @@ def sweep(
     if ran == 0:
         msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
+
+
+#: a sweep with more trainings to run than this is said before it starts (also with --quiet), never planned silently
+LARGE_SWEEP = 500
+
+
+def _warn_if_large(result, todo) -> None:
+    if len(todo) <= LARGE_SWEEP:
+        return
+    err_console.print(f"fedcli sweep: warning: {len(todo):,} trainings to run ({len(result.runs):,} in the grid x seeds, more "
+                      f"than {LARGE_SWEEP}); check the grid and its estimate (--dry-run lists both) and stop with Ctrl-C if "
+                      f"this is not what you meant",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _only_scale(recipe: str) -> str | None:

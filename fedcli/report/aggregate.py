@@ -28,6 +28,7 @@ class Stat:
     mean: float
     std: float
     n: int
+    dropped: int = 0  # values left out because they were not finite (nan, inf): the table flags them
 
     @property
     def ok(self) -> bool:
@@ -39,13 +40,14 @@ NAN = Stat(float("nan"), float("nan"), 0)
 
 def mean_std(values: Iterable[float]) -> Stat:
     """Mean and sample standard deviation (ddof=1; 0 for a single value) of the finite values."""
-    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    n = len(xs)
+    given = [float(v) for v in values if v is not None]
+    xs = [x for x in given if math.isfinite(x)]
+    n, dropped = len(xs), len(given) - len(xs)
     if n == 0:
-        return NAN
+        return Stat(float("nan"), float("nan"), 0, dropped)
     mean = math.fsum(xs) / n
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0
-    return Stat(mean, std, n)
+    return Stat(mean, std, n, dropped)
 
 
 def pct(value: float, base: float) -> float:

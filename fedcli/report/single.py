@@ -113,6 +113,15 @@ def _pct_cell(x: float) -> Cell:
     return Cell(f"{100 * x:.2f}%", f"{100 * x:.2f}\\%", {"value": 100 * x})
 
 
+def _flag_nan(cell: Cell, run: RunData, metric: str = "test_acc") -> Cell:
+    """A run whose metrics.csv holds non-finite accuracy cells (nan) says so in its final-accuracy cell ("(k nan)"):
+    the final and best accuracy are taken over the finite evaluations, never silently."""
+    nan = sum(1 for r in run.metrics if not (isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])))
+    if not nan:
+        return cell
+    return Cell(f"{cell.text} ({nan} nan)", f"{cell.latex or latex_escape(cell.text)} ({nan} nan)", cell.values)
+
+
 def fedavg_comm(run: RunData) -> float:
     """Eq. 8 parameters of FedAvg with the run's tau over the iterations the run did (its summary, else computed)."""
     s = run.manifest.get("summary") or {}
@@ -151,7 +160,7 @@ def comparison_table(runs: list[RunData], title: str = "") -> Table:
             "status": Cell(str(run.manifest.get("status", "?")), None, {"value": run.manifest.get("status", "?")}),
             "iterations": Cell(budget, latex_escape(budget), {"iteration": it if it is not None else float("nan"),
                                                              "round": rnd if rnd is not None else float("nan")}),
-            "final_acc": _pct_cell(run.accuracy("final")),
+            "final_acc": _flag_nan(_pct_cell(run.accuracy("final")), run),
             "best_acc": Cell("—", "---", {"value": float("nan")}) if best is None else
             Cell(f"{100 * best['test_acc']:.2f}% ({best['iteration']:,})", f"{100 * best['test_acc']:.2f}\\% ({best['iteration']:,})",
                  {"value": 100 * best["test_acc"], "iteration": best["iteration"]}),
@@ -169,6 +178,9 @@ def comparison_table(runs: list[RunData], title: str = "") -> Table:
         meta.append({"run_dir": str(run.path)})
     notes = ["Final / best: test accuracy of the global model at the last / best evaluation"
              + ("; personal acc.: each client's model on its local test split, pooled (personalized methods)." if personal else ".")]
+    if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
+        notes.append("(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
+                     "over the others.")
     notes.append("Comm. vs FedAvg: Eq. 8 parameters as % of FedAvg with the run's own tau over the same iterations; "
                  "MB moved: comm_bytes (10^6 bytes).")
     return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"), "", [Section("", [], columns, rows, meta)], notes)

@@ -49,11 +49,15 @@ class Table:
 
 
 def fmt_acc(s: Stat) -> Cell:
+    """Mean +- std over the seeds; seeds whose value is not finite (nan) are left out and flagged "(k nan)", never
+    silently (a cell of nan seeds only reads "n/a (k nan)")."""
+    flag = f" ({s.dropped} nan)" if s.dropped else ""
     if not s.ok:
-        return Cell("n/a", "n/a", {"mean": float("nan"), "std": float("nan"), "n": s.n})
+        return Cell(f"n/a{flag}", f"n/a{flag}", {"mean": float("nan"), "std": float("nan"), "n": s.n})
     if s.n == 1:  # one value: no spread to show (and none in the csv: a sample std needs two)
-        return Cell(f"{100 * s.mean:.2f}%", f"{100 * s.mean:.2f}\\%", {"mean": 100 * s.mean, "std": float("nan"), "n": 1})
-    return Cell(f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%", f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%",
+        return Cell(f"{100 * s.mean:.2f}%{flag}", f"{100 * s.mean:.2f}\\%{flag}",
+                    {"mean": 100 * s.mean, "std": float("nan"), "n": 1})
+    return Cell(f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%{flag}", f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%{flag}",
                 {"mean": 100 * s.mean, "std": 100 * s.std, "n": s.n})
 
 
