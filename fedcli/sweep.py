@@ -504,8 +504,12 @@ class Executor:
             self.prepare(p, recipe)
         if self.in_process:
             for p in todo:
-                self.finish(p, *execute_inline(p.config, p.log, p.resume))
+                code, error, wall = execute_inline(p.config, p.log, p.resume)
+                self.finish(p, code, error, wall)
                 on_done(p)
+                if code - 128 in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+                    self.signum, self.stopping = code - 128, True  # the training took the signal: the sweep stops too
+                    raise KeyboardInterrupt
         elif self.mpi:
             self._run_mpi(todo, on_done)
         else:
@@ -670,7 +674,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
         try:
             ex.run_all(todo, recipe, done)
         except KeyboardInterrupt:
-            left = [p for p in todo if not p.ran]
+            left = [p for p in todo if not p.ran or (p.exit_code or 0) > 128]  # not run, or stopped by the signal
             for p in left:
                 p.status, p.error = run_state(p)
             stopped = [p for p in left if p.status != DONE]
