@@ -48,20 +48,21 @@ class Sweep:
     def entries(self) -> dict[tuple[str, int], Path]:
         return {(e["name"], int(e["seed"])): self.root / e["dir"] for e in self.manifest.get("runs", [])}
 
-    def states(self) -> dict[tuple[str, int], RunState]:
-        """Every run's state as ``fedcli sweep`` (and ``--dry-run``) decides it: :func:`fedcli.results.runstate.run_state`
-        against the config the sweep recorded for it (its ``config_hash`` in older sweep manifests)."""
-        return {(e["name"], int(e["seed"])): run_state(self.root / e["dir"], e.get("config"), e.get("config_hash"))
-                for e in self.manifest.get("runs", [])}
+    def state(self, name: str, seed: int) -> RunState | None:
+        """A run's state as ``fedcli sweep`` (and ``--dry-run``) decides it: :func:`fedcli.results.runstate.run_state`
+        against the config the sweep recorded for it (its ``config_hash`` in older sweep manifests); None if the
+        sweep has no such run."""
+        e = next((e for e in self.manifest.get("runs", []) if e["name"] == name and int(e["seed"]) == seed), None)
+        return None if e is None else run_state(self.root / e["dir"], e.get("config"), e.get("config_hash"))
 
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
         """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (state)"] for the others, in the
         words ``fedcli sweep --dry-run`` uses)."""
-        entries, states = self.entries(), self.states()
+        entries = self.entries()
         runs, problems = {}, []
         for name in names:
             for seed in self.seeds:
-                st = states.get((name, seed))
+                st = self.state(name, seed)
                 if st is None:
                     problems.append(f"'{name}' seed {seed} (not in the sweep)")
                     continue
