@@ -51,6 +51,8 @@ def is_entry() -> bool:
     """Whether this process runs the ``fedcli`` command (its console script, ``python -m fedcli``, ``python -m
     mpi4py -m fedcli``), not a program or test that imports fedcli."""
     main = sys.modules.get("__main__")
+    if getattr(main, "__name__", None) != "__main__":  # a multiprocessing child re-importing the script (__mp_main__)
+        return False
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name in ("fedcli", "fedcli.__main__"):
         return True
