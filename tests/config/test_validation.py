@@ -364,7 +364,8 @@ STORAGE = {  # the file whose write fails (its fsync), the error -> code and phr
     "layers-io-error": ("layers.csv", errno.EIO, 3, "Input/output error"),
     "model-quota": ("model.pt", errno.EDQUOT, 3, "Disk quota exceeded"),
     "checkpoint-disk-full": ("round-000001", errno.ENOSPC, 3, "No space left on device"),
-    "checkpoint-read-only": ("round-000001", errno.EROFS, 2, "Read-only file system"),
+    # a place that stops being writable once the run has started is an I/O failure (exit 3), not a usage error (issue 29)
+    "checkpoint-read-only": ("round-000001", errno.EROFS, 3, "Read-only file system"),
 }
 
 
