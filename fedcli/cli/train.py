@@ -102,9 +102,14 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise os_error(e, out, "create the run directory") from None
-    early.on_interrupt(_discarder(out, created))  # a signal before the manifest exists leaves no folder behind
+    discard = early.on_interrupt(_discarder(out, created))  # a signal before the manifest exists leaves no folder behind
     why = " (--overwrite would delete its results)" if overwrite else " (--resume would write beside it)" if resume else ""
-    lock = RunLock(out).take(why)  # the lock file is opened with O_NOFOLLOW (a planted link is refused)
+    try:
+        lock = RunLock(out).take(why)  # the lock file is opened with O_NOFOLLOW (a planted link is refused)
+    except FedcliError:
+        early.forget(discard)  # another process's lock (or a link) is never removed
+        raise
+    discard.locked = True  # from now on the lock file is ours to remove
     try:
         refuse_links(out)  # no contract path is a symbolic link: refused before anything is written or deleted
     except FedcliError:
@@ -116,16 +121,17 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     return lock
 
 
-def discard_unstarted(out: Path, created: bool) -> bool:
+def discard_unstarted(out: Path, created: bool, locked: bool = True) -> bool:
     """A run folder that never got its manifest (a signal or an error during the setup) keeps nothing of it: its lock
-    file goes, and the folder too when this run created it and it is empty then. True if the folder is gone."""
+    file goes (``locked``: only while this process holds it), and the folder too when this run created it and it is
+    empty then. True if the folder is gone."""
     if (out / "manifest.json").exists() or (out / "manifest.json").is_symlink():
         return False
     from fedcli.results.lock import RUN_LOCK
     from fedcli.results.safefs import is_link
 
     lock = out / RUN_LOCK
-    if lock.exists() and not is_link(lock):
+    if locked and lock.exists() and not is_link(lock):
         lock.unlink(missing_ok=True)
     if created:
         try:
@@ -138,10 +144,10 @@ def discard_unstarted(out: Path, created: bool) -> bool:
 
 def _discarder(out: Path, created: bool):
     def discard(signum):
-        if discard_unstarted(out, created):
+        if discard_unstarted(out, created, discard.locked):
             return f"; nothing was written ({out} removed)"
         return None
-    discard.out, discard.created = out, created
+    discard.out, discard.created, discard.locked = out, created, False
     return discard
 
 
@@ -167,11 +173,11 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
         cfg.out = str(comm.bcast(str(out)))
         return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data)
     finally:
-        if lock is not None:
-            lock.release()
         for fn in [f for f in early._CALLBACKS if getattr(f, "out", None) == out]:
             early.forget(fn)
-            discard_unstarted(out, fn.created)  # an error in the setup: no folder holding only a lock
+            discard_unstarted(out, fn.created, fn.locked and lock is not None)  # an error in the setup: no bare lock
+        if lock is not None:
+            lock.release()
 
 
 def _short(e: BaseException) -> str:
