@@ -244,3 +244,22 @@ def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(t
     assert main(["sweep", str(recipe), "--out", str(ref), "--quiet", "--in-process"]) == 0
     assert rows(metrics) == rows(ref / "fedavg" / "seed0" / "metrics.csv") and len(rows(metrics)) == 150
     assert (run / "model.pt").read_bytes() == (ref / "fedavg" / "seed0" / "model.pt").read_bytes()
+
+
+@pytest.mark.timeout(300)
+def test_a_refused_second_writer_leaves_the_holders_lock_alone(tmp_path, capsys):
+    """The cleanup of an unstarted run never removes a lock another process holds (its run has no manifest yet)."""
+    out = tmp_path / "run"
+    p, go = paused_child(tmp_path, "setup", out)
+    holder = json.loads((out / ".fedcli.lock").read_text())
+    assert holder["pid"] == p.pid
+    try:
+        code = main(TINY + ["--out", str(out), "--overwrite"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and "in use by a running fedcli" in capsys.readouterr().err
+    assert json.loads((out / ".fedcli.lock").read_text()) == holder  # still there, still naming the holder
+    go.touch()
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    assert manifest(out)["status"] == "completed"
