@@ -97,15 +97,19 @@ def _refused(code, err, link: Path):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("rel", RUN_PATHS)
-@pytest.mark.parametrize("command", ["overwrite", "resume"])
+@pytest.mark.parametrize("command", ["fresh", "overwrite", "resume"])
 def test_train_and_resume_never_write_through_a_link(runs, tmp_path, capsys, rel, command):
     done, stopped = runs
     run = tmp_path / "run"
-    shutil.copytree(done if command == "overwrite" else stopped, run)
+    if command == "fresh":  # a new --out folder that holds nothing but the planted link
+        run.mkdir()
+    else:
+        shutil.copytree(done if command == "overwrite" else stopped, run)
     target = victim(tmp_path, "dir" if rel == "checkpoints" else "file")
     before = snapshot(target)
     link = plant(run, rel, target)
-    args = TINY + ["--out", str(run), "--overwrite"] if command == "overwrite" else ["train", "--resume", str(run), "--quiet"]
+    args = {"fresh": TINY + ["--out", str(run)], "overwrite": TINY + ["--out", str(run), "--overwrite"],
+            "resume": ["train", "--resume", str(run), "--quiet"]}[command]
     code, err = run_main(args, capsys)
     assert snapshot(target) == before  # the target is unchanged, whatever happened
     _refused(code, err, link)
