@@ -116,7 +116,8 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
     if not root.is_dir():
         raise ConfigError(f"{folder}: no such folder")
     if any(next(root.glob(pat), None) for pat in (MANIFEST, f"*/{MANIFEST}", f"*/*/{MANIFEST}")):
-        return find_sweeps(folder)
+        return find_sweeps(folder, warn=lambda msg: err_console.print(f"fedcli report: {msg}", markup=False, highlight=False,
+                                                                      soft_wrap=True))
     return []
 
 

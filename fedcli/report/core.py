@@ -88,8 +88,9 @@ class Sweep:
         return runs
 
 
-def find_sweeps(folder: str | Path) -> list[Sweep]:
-    """The sweep in ``folder``, or the sweeps in its subfolders (two levels down)."""
+def find_sweeps(folder: str | Path, warn=None) -> list[Sweep]:
+    """The sweep in ``folder``, or the sweeps in its subfolders (two levels down). Of several sweeps found, one whose
+    ``sweep.json`` cannot be read is named through ``warn(msg)`` and left out (none readable: its error)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such folder")
@@ -98,7 +99,19 @@ def find_sweeps(folder: str | Path) -> list[Sweep]:
     found = sorted({p.parent for pat in (f"*/{MANIFEST}", f"*/*/{MANIFEST}") for p in folder.glob(pat)})
     if not found:
         raise ConfigError(f"{folder}: no sweep here ({MANIFEST} not found in it or its subfolders); run `fedcli sweep RECIPE` first")
-    return [Sweep(p, load_manifest(p)) for p in found]
+    sweeps, errors = [], []
+    for p in found:
+        try:
+            sweeps.append(Sweep(p, load_manifest(p)))
+        except ConfigError as e:
+            errors.append(e)
+            if warn is not None:
+                warn(f"left out {p}: {e}")
+    if not sweeps:
+        raise errors[0]
+    if errors and warn is None:
+        raise errors[0]
+    return sweeps
 
 
 def pick(sweeps: list[Sweep], name: str, kind: str):

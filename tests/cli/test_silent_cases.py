@@ -131,3 +131,16 @@ def test_a_large_grid_is_said_before_it_runs(tmp_path, capsys):
     assert "warning: 502 trainings to run" in err and "more than 500" in err
     code, _, err = run_main(["sweep", str(recipe), "--dry-run", "--seeds", "250", "--out", str(tmp_path / "s"), "--quiet"], capsys)
     assert code == 0 and "warning" not in err  # control: 500 is not "more than 500"
+
+
+def test_report_leaves_out_an_unreadable_sweep_among_readable_ones(tmp_path, capsys):
+    good, bad = tmp_path / "all" / "good", tmp_path / "all" / "bad"
+    for s in (good, bad):
+        s.mkdir(parents=True)
+    (good / "sweep.json").write_text(json.dumps({"fedcli_sweep": 1, "recipe": "r.toml", "title": "good one", "seeds": [0],
+                                                 "runs": [], "tables": [], "figures": []}))
+    (bad / "sweep.json").write_text("{ cut")
+    code, out, err = run_main(["report", str(tmp_path / "all")], capsys)
+    assert code == 0, err
+    assert f"left out {bad}" in err and "not a readable sweep manifest" in err
+    assert "good one" in out
