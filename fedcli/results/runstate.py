@@ -103,12 +103,21 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 
 def _lock_holder(run_dir: Path) -> dict | None:
-    try:
-        from fedcli.results.lock import held_by_other
+    """Who holds the run's lock now (None: nobody). Probed with a *shared* lock, which writes nothing into the file
+    and fails only while a writer holds it, so asking about a run's state never changes the run folder."""
+    from fedcli.results.lock import RUN_LOCK, FileLock
 
-        return held_by_other(run_dir)
-    except Exception:  # noqa: BLE001 - a lock that cannot be probed: nobody is known to hold it
+    path = run_dir / RUN_LOCK
+    if not path.is_file():
         return None
+    probe = FileLock(path, shared=True)
+    try:
+        if probe.acquire():
+            probe.release()
+            return None
+    except Exception:  # noqa: BLE001 - a lock that cannot be probed (read-only folder, ...): nobody is known to hold it
+        return None
+    return probe.holder() or {}
 
 
 def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:

@@ -263,3 +263,19 @@ def test_a_refused_second_writer_leaves_the_holders_lock_alone(tmp_path, capsys)
     _, err = p.communicate(timeout=240)
     assert p.returncode == 0, err
     assert manifest(out)["status"] == "completed"
+
+
+@pytest.mark.timeout(300)
+def test_the_state_of_a_run_in_progress_is_running_and_asking_changes_nothing(tmp_path):
+    from fedcli.results.runstate import run_state
+
+    out = tmp_path / "run"
+    p, go = paused_child(tmp_path, "armed", out)  # manifest 'running', lock held by the child
+    lock = (out / ".fedcli.lock").read_bytes()
+    st = run_state(out)
+    assert st.state == "running" and f"in progress (pid {p.pid} " in st.reason and not st.resumable, st
+    assert (out / ".fedcli.lock").read_bytes() == lock  # the probe wrote nothing
+    go.touch()
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    assert run_state(out).state == "done"
