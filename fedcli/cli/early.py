@@ -83,6 +83,11 @@ def on_interrupt(fn):
     return fn
 
 
+def registered() -> list:
+    """The callbacks registered now, oldest first (a copy)."""
+    return list(_CALLBACKS)
+
+
 def forget(fn) -> None:
     if fn in _CALLBACKS:
         _CALLBACKS.remove(fn)

@@ -173,7 +173,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
         cfg.out = str(comm.bcast(str(out)))
         return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data)
     finally:
-        for fn in [f for f in early._CALLBACKS if getattr(f, "out", None) == out]:
+        for fn in [f for f in early.registered() if getattr(f, "out", None) == out]:
             early.forget(fn)
             discard_unstarted(out, fn.created, fn.locked and lock is not None)  # an error in the setup: no bare lock
         if lock is not None:
