@@ -48,7 +48,8 @@ class Resources:
 
     ``time`` is minutes or a Slurm time (``D-HH:MM:SS``, ``HH:MM:SS``, ``MM``); ``mem`` a Slurm size (``16G``);
     ``gpus`` GPUs per run (``--gpus-per-node``); ``cpus`` CPUs per run (torch threads = cpus / MPI ranks);
-    ``signal`` seconds before the time limit that SIGTERM comes (the run checkpoints and stops as interrupted);
+    ``signal`` seconds before the time limit that SIGTERM comes (the run checkpoints and stops as interrupted; 0: no
+    warning, the SIGTERM of the limit itself);
     ``options`` extra sbatch options (``--account=A``, ``--qos=Q``, ``--constraint=C``, ...).
     """
 
@@ -73,7 +74,7 @@ class Resources:
             parts.append(f"{self.gpus} GPU(s)")
         if mpi:
             parts.append(f"mpiexec -n {mpi}")
-        parts.append(f"SIGTERM {self.signal} s before the limit")
+        parts.append(f"SIGTERM {self.signal} s before the limit" if self.signal else "SIGTERM at the limit")
         return ", ".join(parts + list(self.options))
 
 
@@ -291,7 +292,14 @@ def submit(todo: list, recipe, res: Resources, mpi: int, notify=None) -> list[st
     import submitit
 
     root = todo[0].root
-    ex = submitit.SlurmExecutor(folder=str(root / ".slurm" / "%j"), python=sys.executable)
+    class Executor(submitit.SlurmExecutor):
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            text = super()._make_submission_file_text(command, uid)
+            if not res.signal:  # no warning: SIGTERM comes at the limit itself (then SIGKILL after KillWait)
+                text = "\n".join(l for l in text.splitlines() if not l.startswith("#SBATCH --signal=")) + "\n"
+            return text
+
+    ex = Executor(folder=str(root / ".slurm" / "%j"), python=sys.executable)
     extra = {"signal": f"TERM@{res.signal}", **sbatch_options(res.options)}
     params = dict(time=res.minutes, cpus_per_task=max(res.cpus, mpi or 1), ntasks_per_node=1, nodes=1,
                   job_name=f"fedcli-{root.name}"[:64], array_parallelism=res.array_parallelism,
@@ -346,7 +354,15 @@ def statuses(runs: list) -> list[RunStatus]:
         jid = j.get("job_id")
         st = states.get(str(jid), {}).get("state") if jid else None
         locked = p.status != "done" and run_locked(p)
-        out.append(RunStatus(p, p.status, jid, st, j.get("exit_code"), locked))
+        code = j.get("exit_code")
+        state = p.status
+        if code not in (None, 0) and state in ("missing", "running") and st not in ACTIVE:
+            state = "failed"  # it ended before its run directory (or its manifest) said so: the job's exit code tells
+        if state == "failed" and not p.error:
+            from fedcli.sweep import last_line
+
+            p.error = last_line(p.log)
+        out.append(RunStatus(p, state, jid, st, code, locked))
     return out
 
 
@@ -367,7 +383,9 @@ def wait(runs: list, poll_s: float = 5.0, on_poll=None) -> list[RunStatus]:
 
 def sbatch_preview(res: Resources, mpi: int) -> str:
     """The sbatch options a job gets (for --dry-run)."""
-    opts = [f"--time={fmt_minutes(res.minutes)}", f"--cpus-per-task={max(res.cpus, mpi or 1)}", f"--signal=TERM@{res.signal}"]
+    opts = [f"--time={fmt_minutes(res.minutes)}", f"--cpus-per-task={max(res.cpus, mpi or 1)}"]
+    if res.signal:
+        opts.append(f"--signal=TERM@{res.signal}")
     if res.partition:
         opts.insert(0, f"--partition={res.partition}")
     if res.mem:

@@ -51,16 +51,24 @@ def _fmt_status(statuses) -> "Table":  # noqa: F821
     from fedcli.slurm import progress
 
     t = Table(title_justify="left")
-    for c in ("run", "seed", "state", "job", "slurm", "progress", "exit", "log / error"):
-        t.add_column(c, overflow="fold")
+    for c in ("run", "seed", "state", "job", "slurm", "progress", "exit"):
+        t.add_column(c)
     for s in statuses:
         p = s.run
         state = "completed" if s.state in ("done", "completed") else s.state
-        bad = state not in ("completed", "missing", "running") or (s.exit_code not in (None, 0))
-        detail = f"{p.log}" + (f": {p.error}" if p.error else "") if bad and state != "completed" else ""
         t.add_row(p.name, str(p.seed), state + (" (locked)" if s.locked else ""), s.job_id or "-", s.slurm or "-",
-                  progress(p), "-" if s.exit_code is None else str(s.exit_code), detail)
+                  progress(p), "-" if s.exit_code is None else str(s.exit_code))
     return t
+
+
+def _failures(statuses) -> None:
+    """One line per run that failed or stopped: exit code, log and the error it ended with."""
+    for s in statuses:
+        if s.state in ("failed", "interrupted", "corrupt", "stale") and not s.active:
+            p = s.run
+            code = f"exit {s.exit_code}, " if s.exit_code not in (None, 0) else ""
+            out_console.print(f"{p.label}: {s.state} ({code}job {s.job_id or '-'} {s.slurm or ''}); log {p.log}"
+                              + (f": {p.error}" if p.error else ""), soft_wrap=True, highlight=False, markup=False)
 
 
 def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> None:
@@ -77,6 +85,7 @@ def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> 
              + "; running ones checkpoint at their round boundary; the same `fedcli sweep ... --executor slurm` resumes them")
         return
     out_console.print(_fmt_status(st))
+    _failures(st)
     done = sum(1 for s in st if s.state == "done")
     active = sum(1 for s in st if s.active)
     _say(f"{root}: {done} of {len(st)} runs completed, {active} job(s) pending or running, "

@@ -143,8 +143,8 @@ def _need(name: str, either: bool, train: Path | None, test: Path | None) -> str
     """The problem with splits found (``train``/``test``: a file of each, or None), as the loaders decide."""
     if train and test or either and (train or test):
         return None
-    if either:
-        return f"neither the {name} training nor its test split is there"
+    if not train and not test:
+        return f"no {name} files there (neither the training nor the test split)"
     if test and not train:
         return f"only the {name} test split is there (set holdout_fraction above 0 to split it)"
     return f"the {name} {'test' if train else 'training'} split is not there"
