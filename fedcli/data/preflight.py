@@ -185,10 +185,10 @@ def _idx(raw_folder: str, prefix=lambda cfg: ""):
     return check
 
 
-def _cifar(folder: str, train: str, test: str):
+def _cifar(name: str, folder: str, train: str, test: str):
     def check(root: Path, either: bool, cfg) -> str | None:
         dirs = [root / folder, root]
-        return _need(folder, either, _first(dirs, [train]), _first(dirs, [test]))
+        return _need(name, either, _first(dirs, [train]), _first(dirs, [test]))
 
     return check
 
@@ -200,9 +200,9 @@ register_check("fmnist", "pass --download (torchvision fetches it once, before t
 register_check("emnist", "pass --download (torchvision fetches it once, before the runs) or put the IDX files there",
                downloadable=True)(_idx("EMNIST", lambda cfg: f"emnist-{cfg.emnist_split}-"))
 register_check("cifar10", "pass --download (torchvision fetches it once, before the runs) or put cifar-10-batches-py/ there",
-               downloadable=True)(_cifar("cifar-10-batches-py", "data_batch_1", "test_batch"))
+               downloadable=True)(_cifar("CIFAR-10", "cifar-10-batches-py", "data_batch_1", "test_batch"))
 register_check("cifar100", "pass --download (torchvision fetches it once, before the runs) or put cifar-100-python/ there",
-               downloadable=True)(_cifar("cifar-100-python", "train", "test"))
+               downloadable=True)(_cifar("CIFAR-100", "cifar-100-python", "train", "test"))
 
 
 @register_check("femnist", LEAF_HOW)
