@@ -52,9 +52,9 @@ layout = "paired"
 rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x1", "FedLAMA phi=2"]]
 """
 
-# two runs long enough to be stopped: "cancelled" (scancel after a few rounds) and "timed" (16,000 local steps, about
-# 75 s of one idle core, and more than twice that while the reference sweep shares the 2 cores: Slurm kills it at its
-# 1-minute limit, between 60 and 90 s after it started)
+# two runs long enough to be stopped: "cancelled" (scancel after a few rounds) and "timed" (24,000 local steps, about
+# 110 s of one idle core, more while the reference sweep shares the cores: Slurm kills it at its 1-minute limit,
+# between 60 and 90 s after it started)
 LONG = """\
 title = "long"
 seeds = 1
@@ -83,7 +83,7 @@ iterations = 3000
 
 [[runs]]
 name = "timed"
-iterations = 16000
+iterations = 24000
 """
 
 
