@@ -276,6 +276,8 @@ def run_job(p, mpi: int, cwd: str) -> None:
     from fedcli.sweep import Executor, run_state
 
     os.chdir(cwd)
+    if mpi:  # one node: MPICH's mpiexec starts the ranks itself (inside a job it would otherwise launch them with srun)
+        os.environ.setdefault("HYDRA_LAUNCHER", "fork")
     run_state(p)  # sets p.resume from what is on disk now
     ex = Executor(mpi=mpi)
     write_job(p, started=now(), host=os.uname().nodename, exit_code=None)
