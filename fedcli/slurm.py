@@ -67,7 +67,8 @@ class Resources:
         return time_minutes(self.time)
 
     def describe(self, mpi: int = 0) -> str:
-        parts = [f"partition {self.partition or '(default)'}", f"time {fmt_minutes(self.minutes)}", f"{self.cpus} CPU(s)"]
+        parts = [f"partition {self.partition or '(default)'}", f"time {fmt_minutes(self.minutes)}",
+                 f"{max(self.cpus, mpi or 1)} CPU(s)"]
         if self.mem:
             parts.append(f"mem {self.mem}")
         if self.gpus:
