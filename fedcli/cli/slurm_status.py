@@ -28,7 +28,7 @@ def print_jobs_plan(result, mpi: int) -> None:
         t.add_column(c)
     over = 0
     for p in todo:
-        s = est.per_run.get((p.name, p.seed))
+        s = est.per_run.get(id(p))
         warn = ""
         if s is None:
             shown = "?"
