@@ -30,7 +30,7 @@ install_packages() {
   echo "slurm-local: installing slurm-wlm and munge (apt)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
-  apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null
+  apt-get install -y -q slurm-wlm munge >/dev/null
 }
 
 write_config() {
