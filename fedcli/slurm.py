@@ -125,14 +125,12 @@ def resources(recipe, overrides: dict) -> Resources:
     for k in values:
         if k not in names:
             raise ConfigError(f"{recipe.where(k)}: unknown [slurm] key '{k}' (allowed: {', '.join(sorted(names))})", key=k)
-    extra = list(overrides.get("options") or [])
-    values.update({k: v for k, v in overrides.items() if v is not None and k != "options"})
-    if extra:
-        values["options"] = list(values.get("options", [])) + extra
-    res = Resources(**{k: v for k, v in values.items() if k != "options"},
-                    options=[str(o) for o in values.get("options", [])] if isinstance(values.get("options", []), list) else None)
-    if res.options is None:
+    options = values.pop("options", [])
+    if not isinstance(options, list):
         raise ConfigError(f"{recipe.where('options')}: [slurm] options must be a list of sbatch options, e.g. [\"--qos=high\"]")
+    options = [str(o) for o in options] + list(overrides.get("options") or [])  # --sbatch adds to the recipe's
+    values.update({k: v for k, v in overrides.items() if v is not None and k != "options"})
+    res = Resources(**values, options=options)
     for k, lo in (("cpus", 1), ("gpus", 0), ("signal", 0), ("array_parallelism", 1)):
         v = getattr(res, k)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
