@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import signal
+import shlex
 import sys
 
 from fedcli.cli.console import err_console, out_console
@@ -119,7 +119,10 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
                  f"(or --wait); stop with --cancel")
         return
     if follow:
-        _follow(follow, recipe, scale, quiet)
+        again = shlex.join(["fedcli", "sweep", str(recipe), *(["--scale", scale] if scale else []),
+                            *(["--seeds", str(seeds)] if seeds else []), *(["--out", str(out)] if out else []),
+                            "--executor", "slurm"])
+        _follow(follow, again, quiet)
     for p in result.runs:
         if p.status != "completed":
             p.status, p.error = run_state(p)
@@ -133,8 +136,11 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
     _say(f"{len(result.runs)} runs complete in {result.root}; next: fedcli report {result.root}")
 
 
-def _follow(runs, recipe, scale, quiet) -> None:
-    """``--wait``: a progress bar until every job has ended; Ctrl-C stops following, the jobs keep running."""
+def _follow(runs, again: str, quiet) -> None:
+    """``--wait``: a progress bar until every job has ended. Ctrl-C says at once that the jobs keep running and how to
+    see, follow or cancel them (``again``: the sweep's command line), then stops following (exit 130)."""
+    import signal
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fedcli import slurm
@@ -149,14 +155,17 @@ def _follow(runs, recipe, scale, quiet) -> None:
         running = sum(1 for s in st if s.active) - pending
         prog.update(task, completed=ended, description=f"{running} running, {pending} pending")
 
-    old = signal.getsignal(signal.SIGINT)
+    def on_int(signum, frame):
+        prog.stop()
+        _say(f"Ctrl-C: stopped following; the jobs keep running on the cluster. See them with `{again} --status`, "
+             f"follow again with `{again} --wait`, cancel them with `{again} --cancel`")
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, on_int)
     try:
         with prog:
             slurm.wait(runs, poll_s=3.0, on_poll=on_poll)
     except KeyboardInterrupt:
-        again = f"fedcli sweep {recipe} {'--scale ' + scale + ' ' if scale else ''}--executor slurm"
-        _say(f"stopped following; the jobs keep running on the cluster. See them with `{again} --status`, "
-             f"follow again with `{again} --wait`, cancel them with `{again} --cancel`")
         sys.exit(130)
     finally:
         signal.signal(signal.SIGINT, old)
