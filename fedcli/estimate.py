@@ -60,6 +60,7 @@ class Estimate:
     unknown: list[str] = field(default_factory=list)  # runs that could not be estimated (and why)
     step_s: dict = field(default_factory=dict)    # model label -> seconds per client step
     threads: set = field(default_factory=set)     # torch threads per run the steps were timed with
+    per_run: dict = field(default_factory=dict)   # id() of a planned run of todo -> its estimated seconds (calibrated)
 
     def text(self) -> str:
         if self.client_steps == 0 and not self.unknown:
@@ -273,11 +274,13 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         est.compute_s += r[0]
         est.client_steps += r[1]
         per_run.append(r[0])
+        est.per_run[id(p)] = r[0]
     measured = [(p.wall_s, run_estimate(p.config)) for p in done if p.wall_s]
     measured = [(w, r[0]) for w, r in measured if r is not None and r[0] > 0]
     if measured:
         est.calibrated = len(measured)
         est.factor = sum(w for w, _ in measured) / sum(e for _, e in measured)
+    est.per_run = {k: v * est.factor for k, v in est.per_run.items()}
     total = est.compute_s * est.factor
     longest = max(per_run, default=0.0) * est.factor
     est.seconds = max(total / max(1, jobs), longest)

@@ -144,10 +144,11 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #                     that row at one scale only; ``scales = ["paper"]``: the row exists at those scales only
 #   [[tables]]        report tables over the runs (see fedcli/report/spec.py)
 #   [[figures]]       report figures over the runs
+#   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/slurm.py; [slurm.scale.<name>] overrides)
 #
 # Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
 
-SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures"}
+SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures", "slurm"}
 SWEEP_FORBIDDEN = {"out": "each run's folder is chosen by fedcli sweep", "seed": "seeds come from `seeds` and --seeds"}
 _HEADER = re.compile(r"^[ \t]*\[", re.M)
 

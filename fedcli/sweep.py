@@ -89,6 +89,7 @@ class PlannedRun:
     error: str | None = None
     ran: bool = False
     resume: bool = False     # continue from the run's latest checkpoint instead of starting again
+    job_id: str | None = None  # its Slurm job (--executor slurm)
 
     @property
     def rel(self) -> str:
@@ -113,7 +114,8 @@ class PlannedRun:
     def entry(self) -> dict:
         return {"name": self.name, "seed": self.seed, "dir": self.rel, "recipe": f"{self.rel}.toml", "log": f"{self.rel}.log",
                 "status": self.status, "config_hash": self.hash, "exit_code": self.exit_code, "wall_s": self.wall_s,
-                "error": self.error, "config": self.config}  # config: what `fedcli report` checks the run against
+                "error": self.error, "config": self.config,  # config: what `fedcli report` checks the run against
+                **({"job_id": self.job_id} if self.job_id else {})}
 
 
 def run_state(p: PlannedRun) -> tuple[str, str | None]:
@@ -598,6 +600,10 @@ class SweepResult:
     runs: list[PlannedRun]
     ran: list[PlannedRun] = field(default_factory=list)
     skipped: list[PlannedRun] = field(default_factory=list)
+    data: list = field(default_factory=list)        # fedcli.data.preflight.DataCheck of the runs to go
+    submitted: list[PlannedRun] = field(default_factory=list)  # --executor slurm: submitted now
+    queued: list[PlannedRun] = field(default_factory=list)     # --executor slurm: their job is pending or running
+    resources: object = None                                   # --executor slurm: fedcli.slurm.Resources
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -605,7 +611,8 @@ class SweepResult:
 
 
 def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
-                  jobs: int = 1, mpi: int = 0) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+                  jobs: int = 1, mpi: int = 0, cpus: int | None = None) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+    """``cpus``: CPUs each run gets (a Slurm job's); default this machine's cores / (jobs x MPI ranks)."""
     from fedcli.recipes import read_sweep
 
     recipe = read_sweep(recipe_path, scale)
@@ -616,28 +623,77 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
     seed_ids = seed_list(recipe, seeds)
     procs = max(1, jobs) * max(1, mpi)
     threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
+    if cpus:
+        threads = max(1, cpus // max(1, mpi))
     runs = plan(recipe, root, seed_ids, threads)
     return recipe, root, seed_ids, runs, products
 
 
+def check_data(todo: list[PlannedRun], download: bool = False, dry_run: bool = False, notify=None) -> list:
+    """Every dataset the runs to go need, looked at before anything starts (fedcli/data/preflight.py): downloaded once
+    here when asked (``--download`` or a run's ``download = true``), else a missing one ends the sweep with exit 3."""
+    from fedcli.data import preflight
+
+    checks = preflight.check_datasets([(p.label, p.config) for p in todo])
+    if dry_run:
+        return checks
+    wanted = [c for c in checks if not c.ok and (download or c.config.get("download"))]
+    preflight.fetch_missing(wanted, notify)
+    preflight.refuse(checks)
+    return checks
+
+
+def failed_error(result: SweepResult) -> SweepFailed | None:
+    """The error for the runs of a sweep that did not complete (exit code of the first failure), or None."""
+    runs, recipe = result.runs, result.recipe
+    bad = [p for p in runs if p.status != COMPLETED]
+    if not bad:
+        return None
+    first = bad[0]
+    code = first.exit_code if first.exit_code in (2, 3, 4) else 1
+    detail = "; ".join(f"{p.label} ({'exit ' + str(p.exit_code) + ': ' if p.exit_code else ''}{p.error or p.status}; log {p.log})"
+                       for p in bad[:3])
+    more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+    err = SweepFailed(f"{len(bad)} of {len(runs)} runs of {recipe.path} failed: {detail}{more}; "
+                      f"run the same command again to retry them")
+    err.exit_code = code
+    err.result = result
+    return err
+
+
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
-              notify=None) -> SweepResult:
-    """Expand, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs failed.
+              notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None) -> SweepResult:
+    """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
+    failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/slurm.py; ``slurm``: the
+    resource flags) and return without waiting.
 
     ``notify(msg)`` prints a one-line notice (what a signal does, said at once)."""
     if mpi < 0:
         raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
     if mpi and in_process:
         raise ConfigError("--mpi and --in-process cannot be combined")
-    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi)
-    result = SweepResult(root, recipe, runs)
+    if executor not in ("local", "slurm"):
+        raise ConfigError(f"--executor must be local or slurm, got {executor!r}")
+    if executor == "slurm" and in_process:
+        raise ConfigError("--executor slurm and --in-process cannot be combined")
+    res = None
+    if executor == "slurm":
+        from fedcli.recipes import read_sweep
+        from fedcli.slurm import resources
+
+        res = resources(read_sweep(recipe_path, scale), slurm or {})
+    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None)
+    result = SweepResult(root, recipe, runs, resources=res)
     todo = [p for p in runs if p.status != DONE]
     result.skipped = [p for p in runs if p.status == DONE]
     for p in result.skipped:
         p.status = COMPLETED
+    result.data = check_data(todo, download, dry_run, notify)
     if dry_run:
         return result
+    if executor == "slurm":
+        return submit_sweep(result, todo, seed_ids, products, mpi, on_start)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -693,18 +749,50 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | No
                     if p.status == DONE:
                         p.status = COMPLETED
             manifest.write()
-    bad = [p for p in runs if p.status != COMPLETED]
-    if bad:
-        first = bad[0]
-        code = first.exit_code if first.exit_code in (2, 3, 4) else 1
-        detail = "; ".join(f"{p.label} ({'exit ' + str(p.exit_code) + ': ' if p.exit_code else ''}{p.error or p.status}; log {p.log})"
-                           for p in bad[:3])
-        more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
-        err = SweepFailed(f"{len(bad)} of {len(runs)} runs of {recipe.path} failed: {detail}{more}; "
-                          f"run the same command again to retry them")
-        err.exit_code = code
-        err.result = result
+    err = failed_error(result)
+    if err:
         raise err
+    return result
+
+
+def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int], products: dict, mpi: int,
+                 on_start=None) -> SweepResult:
+    """``--executor slurm``: submit every run to go whose job is not pending or running (asked of Slurm) and whose
+    run lock is free; ``sweep.json`` records the job ids. Returns at once (``fedcli sweep --wait`` follows them)."""
+    from fedcli import slurm
+
+    why = slurm.have_slurm()
+    if why:
+        raise ConfigError(f"--executor slurm: {why}; run it where sbatch works (a cluster's login node)")
+    root = result.root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from fedcli.errors import os_error
+
+        raise os_error(e, root, "create the sweep folder") from None
+    with SweepLock(root):
+        for p in todo:
+            p.status, p.error = run_state(p)
+        todo = [p for p in todo if p.status != DONE]
+        busy = {id(s.run): s for s in slurm.statuses(todo) if s.active}
+        result.queued = [p for p in todo if id(p) in busy]
+        for p in result.queued:
+            p.job_id = busy[id(p)].job_id
+        go = [p for p in todo if id(p) not in busy]
+        manifest = SweepManifest(root, result.recipe, seed_ids, result.runs, products)
+        if on_start:
+            on_start(result, go)
+        if go:
+            ex = Executor(mpi=mpi)
+            for p in go:
+                ex.prepare(p, result.recipe)
+            for p, jid in zip(go, slurm.submit(go, result.recipe, result.resources, mpi)):
+                p.job_id, p.status, p.error = jid, "submitted", None
+        result.submitted = go
+        for p in result.skipped:
+            p.job_id = slurm.read_job(p).get("job_id")
+        manifest.write()
     return result
 
 

@@ -22,8 +22,20 @@ def sweep(
     out: str = typer.Option(None, "--out", help="Sweep folder. \\[default: results/<recipe name>-<scale>]"),
     mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs and what would run; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
+    download: bool = typer.Option(False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."),
+    executor: str = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel)."),
+    partition: str = typer.Option(None, "--partition", help="Slurm: partition of the jobs. \\[default: the recipe's \\[slurm] partition, else the cluster's default]", rich_help_panel="Slurm (--executor slurm)"),
+    time_limit: str = typer.Option(None, "--time", help="Slurm: time limit per job, minutes or D-HH:MM:SS. \\[default: the recipe's \\[slurm] time, else 60]", rich_help_panel="Slurm (--executor slurm)"),
+    cpus: int = typer.Option(None, "--cpus", min=1, help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]", rich_help_panel="Slurm (--executor slurm)"),
+    mem: str = typer.Option(None, "--mem", help="Slurm: memory per job (e.g. 16G). \\[default: \\[slurm] mem, else the partition's default]", rich_help_panel="Slurm (--executor slurm)"),
+    gpus: int = typer.Option(None, "--gpus", min=0, help="Slurm: GPUs per job (--gpus-per-node; the runs use --device auto/cuda from the recipe). \\[default: \\[slurm] gpus, else 0]", rich_help_panel="Slurm (--executor slurm)"),
+    sbatch: list[str] = typer.Option(None, "--sbatch", help="Slurm: an extra sbatch option for every job, e.g. --sbatch=--qos=high (repeatable; added to \\[slurm] options).", rich_help_panel="Slurm (--executor slurm)"),
+    signal_s: int = typer.Option(None, "--signal", min=0, help="Slurm: SIGTERM this many seconds before the time limit, so the run checkpoints at its next round boundary and stops as interrupted. \\[default: \\[slurm] signal, else 120]", rich_help_panel="Slurm (--executor slurm)"),
+    status: bool = typer.Option(False, "--status", help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed runs the exit code and log; submits nothing.", rich_help_panel="Slurm (--executor slurm)"),
+    wait: bool = typer.Option(False, "--wait", help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops following; the jobs keep running).", rich_help_panel="Slurm (--executor slurm)"),
+    cancel: bool = typer.Option(False, "--cancel", help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round boundary; the next call resumes it).", rich_help_panel="Slurm (--executor slurm)"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
     from fedcli.sweep import run_sweep
@@ -31,6 +43,19 @@ def sweep(
     t0 = time.perf_counter()
     state = {"progress": None, "task": None, "total": 0}
     scale = scale if scale is not None else _only_scale(recipe)
+    flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s}
+    if sbatch:
+        flags["options"] = list(sbatch)
+    if status or cancel:
+        from fedcli.cli.slurm_status import show_status
+
+        show_status(recipe, scale, seeds, out, mpi, flags, cancel=cancel)
+        return
+    if executor == "slurm" and not dry_run:
+        from fedcli.cli.slurm_status import submit_and_follow
+
+        submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan)
+        return
 
     def on_start(result, todo):
         state["total"] = len(todo)
@@ -64,7 +89,7 @@ def sweep(
 
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
-                           on_start=on_start, on_done=on_done,
+                           on_start=on_start, on_done=on_done, download=download, executor=executor, slurm=flags,
                            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
     finally:
         if state["progress"] is not None:
@@ -85,6 +110,11 @@ def sweep(
             st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
             t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
         out_console.print(t)
+        _print_data(result.data)
+        if result.resources is not None:
+            from fedcli.cli.slurm_status import print_jobs_plan
+
+            print_jobs_plan(result, mpi)
         return
     names = [p["name"] for p in result.recipe.tables]
     hint = f"fedcli report {result.root}" + (f" --table {names[0]}" if names else "")
@@ -107,6 +137,24 @@ def _warn_if_large(result, todo) -> None:
                       f"than {LARGE_SWEEP}); check the grid and its estimate (--dry-run lists both) and stop with Ctrl-C if "
                       f"this is not what you meant",
                       markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_data(checks) -> None:
+    """The data check of ``--dry-run`` (fedcli/data/preflight.py): one row per dataset the runs to go read."""
+    if not checks:
+        return
+    from rich.table import Table
+
+    t = Table(title="data: every dataset the runs to go need, looked at before anything starts", title_justify="left")
+    for c in ("dataset", "path", "runs", "state", "how to get it"):
+        t.add_column(c, overflow="fold")
+    for c in checks:
+        t.add_row(c.dataset, str(c.path or "-"), str(len(c.runs)), c.state(), "" if c.ok else c.how)
+    out_console.print(t)
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        err_console.print(f"fedcli sweep: {len(bad)} dataset(s) missing: the sweep would stop with exit 3 before starting any run",
+                          soft_wrap=True, highlight=False, markup=False)
 
 
 def _only_scale(recipe: str) -> str | None:

@@ -111,16 +111,37 @@ def test_sweep_runs_then_skips_then_retries(recipe, tmp_path):
 
 
 def test_failed_run_is_recorded_and_exit_code_passed_on(recipe, tmp_path, capsys):
-    bad = tmp_path / "bad.toml"
-    bad.write_text(RECIPE.replace('dataset = "digits"', 'dataset = "mnist"\ndata_dir = "/nonexistent/mnist"'))
+    bad = tmp_path / "bad.toml"  # a partition file that is not there: the data check passes (digits), each run exits 3
+    bad.write_text(RECIPE.replace('dataset = "digits"', f'dataset = "digits"\npartition_file = "{tmp_path}/none.json"'))
     with pytest.raises(SweepFailed) as e:
         run_sweep(bad, "smoke", out=tmp_path / "bad", in_process=True)
-    assert e.value.exit_code == 3 and "4 of 4 runs" in str(e.value) and "/nonexistent/mnist" in str(e.value)
+    assert e.value.exit_code == 3 and "4 of 4 runs" in str(e.value) and "none.json" in str(e.value)
     assert set(statuses(tmp_path / "bad").values()) == {"failed"}
     with pytest.raises(SystemExit) as ex:
         main(["sweep", str(bad), "--scale", "smoke", "--out", str(tmp_path / "bad"), "--in-process", "--quiet"])
     err = capsys.readouterr().err
     assert ex.value.code == 3 and "fedcli: error: 4 of 4 runs" in err and "retry" in err
+
+
+def test_missing_dataset_refused_before_any_run(recipe, tmp_path, capsys):
+    """The data check (fedcli/data/preflight.py) ends the sweep with exit 3 before any run starts, one sentence per
+    dataset naming its path and how to get it; --dry-run shows it as a table."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(RECIPE.replace('dataset = "digits"', f'dataset = "mnist"\ndata_dir = "{tmp_path}/nomnist"')
+                   .replace('name = "FedLAMA phi=2"', f'name = "FedLAMA phi=2"\ndataset = "femnist"\ndata_dir = "{tmp_path}/nofemnist"'))
+    root = tmp_path / "bad-sweep"
+    for extra in ([], ["--jobs", "2"], ["--in-process"]):
+        with pytest.raises(SystemExit) as ex:
+            main(["sweep", str(bad), "--scale", "smoke", "--out", str(root), "--quiet", *extra])
+        assert ex.value.code == 3
+        err = capsys.readouterr().err
+        assert "2 dataset(s) this sweep needs are missing (no run was started)" in err
+        assert f"mnist for 2 run(s) at {tmp_path}/nomnist: no MNIST files there" in err and "pass --download" in err
+        assert f"femnist for 2 run(s) at {tmp_path}/nofemnist" in err and "LEAF" in err
+        assert not root.exists()  # nothing written, nothing started
+    assert main(["sweep", str(bad), "--scale", "smoke", "--out", str(root), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "MISSING" in out and "nomnist" in out and "nofemnist" in out and not root.exists()
 
 
 def test_worker_pool_matches_in_process(recipe, tmp_path):

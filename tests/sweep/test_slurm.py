@@ -1,0 +1,238 @@
+"""``fedcli sweep --executor slurm`` against a real Slurm (``scripts/slurm-local.sh up``: slurmctld + slurmd + munged).
+
+No mock: jobs are submitted with sbatch (through submitit), run by slurmd, cancelled with scancel and killed at
+their time limit by slurmctld. Without a reachable Slurm these tests skip, unless FEDCLI_REQUIRE_SLURM is set (CI,
+``.ci/run``), where that is a failure. Trainings are tiny (digits, small MLPs, one thread).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+from fedcli.slurm import ACTIVE, have_slurm, job_states
+
+pytestmark = pytest.mark.timeout(900)
+
+TINY = """\
+title = "tiny"
+seeds = 2
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "32"
+clients = 4
+active_ratio = 0.5
+iterations = 8
+eval_every = 2
+lr = 0.1
+threads = 1
+trainer = "loop"
+
+[[runs]]
+name = "FedAvg x1"
+algo = "fedavg"
+tau = 2
+
+[[runs]]
+name = "FedLAMA phi=2"
+algo = "fedlama"
+tau = 1
+phi = 2
+
+[[tables]]
+name = "t"
+layout = "paired"
+rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x1", "FedLAMA phi=2"]]
+"""
+
+# two runs long enough to be stopped: "cancelled" (scancel after a few rounds) and "timed" (24,000 local steps, about
+# 110 s of one idle core, more while the reference sweep shares the cores: Slurm kills it at its 1-minute limit,
+# between 60 and 90 s after it started)
+LONG = """\
+title = "long"
+seeds = 1
+
+[slurm]
+time = 1
+signal = 0
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "256,256"
+clients = 4
+active_ratio = 1.0
+tau = 5
+lr = 0.05
+eval_every = 50
+checkpoint_every = 10
+threads = 1
+trainer = "loop"
+algo = "fedavg"
+
+[[runs]]
+name = "cancelled"
+iterations = 3000
+
+[[runs]]
+name = "timed"
+iterations = 24000
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    why = have_slurm()
+    if why:
+        if os.environ.get("FEDCLI_REQUIRE_SLURM"):
+            pytest.fail(f"FEDCLI_REQUIRE_SLURM is set but no Slurm is reachable: {why}")
+        pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")
+
+
+def cli(*args) -> int:
+    try:
+        return main([str(a) for a in args])
+    except SystemExit as e:
+        return e.code
+
+
+def job(root: Path, rel: str) -> dict:
+    return json.loads((root / f"{rel}.job.json").read_text())
+
+
+def wait_for(cond, timeout: float, what: str, every: float = 1.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def ended(job_id: str) -> dict | None:
+    st = job_states([job_id]).get(job_id)
+    return st if st and st["state"] not in ACTIVE else None
+
+
+def rows(path: Path) -> list[list[str]]:
+    """metrics.csv without its wall_s column (the only one that may differ)."""
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    keep = [i for i, c in enumerate(head) if c != "wall_s"]
+    return [[line.split(",")[i] for i in keep] for line in lines]
+
+
+def same_run(a: Path, b: Path) -> None:
+    assert rows(a / "metrics.csv") == rows(b / "metrics.csv")
+    assert (a / "layers.csv").read_text() == (b / "layers.csv").read_text()
+    assert json.loads((a / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_submit_wait_report_equals_local_then_only_missing_and_failed_status(slurm, tmp_path, capsys):
+    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "bad.toml").write_text(TINY.replace("seeds = 2", "seeds = 1").replace(
+        'trainer = "loop"', f'trainer = "loop"\npartition_file = "{tmp_path}/none.json"'))  # the run exits 3 in its job
+    sl, bad, local = tmp_path / "slurm", tmp_path / "bad", tmp_path / "local"
+    assert cli("sweep", tmp_path / "bad.toml", "--out", bad, "--executor", "slurm", "--quiet") == 0
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--wait") == 0
+    err = capsys.readouterr().err
+    assert "submitted 4 job(s) to Slurm" in err and "4 runs complete" in err
+    ids = {rel: job(sl, rel)["job_id"] for rel in ("fedavg-x1/seed0", "fedavg-x1/seed1", "fedlama-phi-2/seed0", "fedlama-phi-2/seed1")}
+    assert all(ended(j)["state"] == "COMPLETED" for j in ids.values())
+    assert all(job(sl, rel)["exit_code"] == 0 for rel in ids)
+    # the same sweep run locally with --jobs 2: the same metrics, bit for bit, and the same report table
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", local, "--jobs", "2", "--quiet") == 0
+    for rel in ids:
+        same_run(sl / rel, local / rel)
+    capsys.readouterr()
+    assert cli("report", sl, "--table", "t") == 0
+    table_slurm = capsys.readouterr().out
+    assert cli("report", local, "--table", "t") == 0
+    assert table_slurm.replace(str(sl), "DIR") == capsys.readouterr().out.replace(str(local), "DIR") and "FedLAMA" in table_slurm
+
+    # a second call submits nothing; after deleting one run's folder, exactly that one
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm") == 0
+    assert "nothing to submit" in capsys.readouterr().err
+    assert {rel: job(sl, rel)["job_id"] for rel in ids} == ids
+    import shutil
+
+    shutil.rmtree(sl / "fedlama-phi-2/seed1")
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--wait") == 0
+    assert "submitted 1 job(s)" in capsys.readouterr().err
+    now = {rel: job(sl, rel)["job_id"] for rel in ids}
+    assert [rel for rel in ids if now[rel] != ids[rel]] == ["fedlama-phi-2/seed1"]
+    same_run(sl / "fedlama-phi-2/seed1", local / "fedlama-phi-2/seed1")
+    assert json.loads((sl / "sweep.json").read_text())["runs"][3]["job_id"] == now["fedlama-phi-2/seed1"]
+
+    # the failing run: --status shows its Slurm state, exit code and log
+    bad_id = job(bad, "fedavg-x1/seed0")["job_id"]
+    st = wait_for(lambda: ended(bad_id), 120, "the failing job to end")
+    assert st["state"] == "FAILED" and st["exit"].startswith("3:")
+    capsys.readouterr()
+    assert cli("sweep", tmp_path / "bad.toml", "--out", bad, "--status") == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if "FedAvg x1" in l)
+    assert "failed" in line and bad_id in line and "FAILED" in line and " 3 " in line
+    assert "seed0.log" in out and "none.json" in out
+
+
+def test_scancel_and_time_limit_then_next_call_resumes_bitwise(slurm, tmp_path, capsys):
+    recipe = tmp_path / "long.toml"
+    recipe.write_text(LONG)
+    sl, ref = tmp_path / "slurm", tmp_path / "ref"
+    assert cli("sweep", recipe, "--out", sl, "--executor", "slurm") == 0
+    assert "submitted 2 job(s)" in capsys.readouterr().err
+    # meanwhile, the uninterrupted reference: the same sweep, locally
+    local = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(ref), "--jobs", "2", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        c_id, t_id = job(sl, "cancelled/seed0")["job_id"], job(sl, "timed/seed0")["job_id"]
+        metrics = sl / "cancelled/seed0/metrics.csv"
+        wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) > 3, 300, "a few rounds of 'cancelled'")
+        subprocess.run(["scancel", c_id], check=True)
+        st = wait_for(lambda: ended(c_id), 60, "the cancelled job to end")
+        assert st["state"] == "CANCELLED"
+        m = json.loads((sl / "cancelled/seed0/manifest.json").read_text())
+        assert m["status"] == "interrupted" and "SIGTERM" in m.get("error", "") + (sl / "cancelled/seed0.log").read_text()
+        st = wait_for(lambda: ended(t_id), 400, "the time limit of 'timed'", every=3)
+        assert st["state"] == "TIMEOUT"
+        assert json.loads((sl / "timed/seed0/manifest.json").read_text())["status"] == "interrupted"
+        capsys.readouterr()
+        assert cli("sweep", recipe, "--out", sl, "--status") == 0
+        out = capsys.readouterr().out
+        assert "interrupted" in out and "CANCELLED" in out and "TIMEOUT" in out
+        # the next call resumes both from their last round boundary (with a longer limit)
+        assert cli("sweep", recipe, "--out", sl, "--executor", "slurm", "--time", "20", "--wait") == 0
+        assert "submitted 2 job(s)" in capsys.readouterr().err
+        assert job(sl, "timed/seed0")["resume"] and job(sl, "cancelled/seed0")["resume"]
+        assert local.wait(timeout=600) == 0, local.stderr.read()
+    finally:
+        if local.poll() is None:
+            local.terminate()
+            local.wait(timeout=60)
+    for rel in ("cancelled/seed0", "timed/seed0"):
+        same_run(sl / rel, ref / rel)
+        assert "resum" in (sl / f"{rel}.log").read_text().lower()
+
+
+def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
+    recipe = tmp_path / "paper.toml"
+    recipe.write_text(TINY.replace('dataset = "digits"', f'dataset = "femnist"\ndata_dir = "{tmp_path}/femnist"'))
+    root = tmp_path / "sweep"
+    before = subprocess.run(["squeue", "-h", "--me", "-o", "%i"], capture_output=True, text=True).stdout
+    assert cli("sweep", recipe, "--out", root, "--executor", "slurm") == 3
+    err = capsys.readouterr().err
+    assert f"femnist for 4 run(s) at {tmp_path}/femnist: no FEMNIST (LEAF JSON) files there" in err and "LEAF" in err
+    assert not root.exists()
+    assert cli("sweep", recipe, "--out", root, "--executor", "slurm", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "MISSING" in out and "--time=01:00:00" in out and not root.exists()
+    assert subprocess.run(["squeue", "-h", "--me", "-o", "%i"], capture_output=True, text=True).stdout == before
