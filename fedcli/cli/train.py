@@ -7,13 +7,19 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+from fedcli.cli import spec as cli_spec
 from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
-from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError, FedcliError
+
+if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
+    from fedcli.config import TrainConfig
+
+SPEC = cli_spec.load()
 
 
 def default_out(cfg: TrainConfig) -> Path:
@@ -252,14 +258,20 @@ ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking i
 
 def train(**kwargs):
     """Run one federated-learning experiment (defaults: a small FedLAMA run on scikit-learn digits, offline)."""
-    from fedcli.comm.mpi import get_communicator
-    from fedcli.recipes import build_config
-
     if kwargs.pop("list_algos"):
         out_console.print(methods_table())
         return
     recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
+    flags = given(kwargs, SPEC)
+    if "algo" in flags:  # a typo is answered before torch loads: did-you-mean, FedLAMA -> fedlama
+        from fedcli.names import resolve_method
+
+        flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in SPEC["methods"].items()})
+    from fedcli.comm.mpi import get_communicator
+    from fedcli.config import TrainConfig
+    from fedcli.recipes import build_config
+
     comm = get_communicator()
     from fedcli.results import checkpoint, lock
 
@@ -272,9 +284,9 @@ def train(**kwargs):
             if resume:
                 from fedcli.results.checkpoint import resume_config
 
-                cfg = resume_config(resume, given(kwargs, TrainConfig), recipe=recipe, scale=scale, overwrite=overwrite)
+                cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
             else:
-                cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
+                cfg = build_config(recipe, flags, scale)
         except FedcliError as e:
             err = e
     collective(comm, err)
@@ -296,4 +308,4 @@ _extra = [
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]
-with_parameters(train, config_parameters(TrainConfig) + _extra)
+with_parameters(train, config_parameters(SPEC) + _extra)

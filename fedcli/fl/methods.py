@@ -59,16 +59,28 @@ def register_method(method: Method) -> Method:
     return method
 
 
+def method_labels() -> dict[str, str]:
+    """Every registered name (and alias) with the label papers give it (``fedlamb``: ``Fed-LAMB``)."""
+    return {name: m.label_for(name) for name, m in METHODS.items()}
+
+
 def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (recipe keys and flags) completed with the chosen method's defaults for the keys they do
     not set: an explicit value always wins. An explicit ``tau`` (local steps per round) also wins over a default
     number of local epochs, which would otherwise replace it. An unknown method is left for validation to report."""
     from fedcli.config import FIELDS
 
-    algo = values.get("algo", FIELDS["algo"].default)
-    method = METHODS.get(algo)
-    if method is None:
-        return dict(values)
+    from fedcli.errors import ConfigError
+    from fedcli.names import resolve_method
+
+    values = dict(values)
+    try:
+        algo = resolve_method(values.get("algo", FIELDS["algo"].default), method_labels())
+    except ConfigError:
+        return values
+    if "algo" in values:
+        values["algo"] = algo  # the registered name: FedLAMA -> fedlama
+    method = METHODS[algo]
     defaults = method.effective_defaults()
     if "tau" in values and "local_epochs" not in values:
         defaults.pop("local_epochs", None)

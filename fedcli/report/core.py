@@ -71,7 +71,8 @@ class Sweep:
     def retry_hint(self) -> str:
         recipe = self.manifest.get("recipe", "RECIPE")
         scale = f" --scale {self.scale}" if self.scale else ""
-        seeds = f" --seeds {len(self.seeds)}"
+        listed = list(self.seeds) == list(range(len(self.seeds)))
+        seeds = f" --seeds {len(self.seeds) if listed else ','.join(map(str, self.seeds))}"
         return f"fedcli sweep {recipe}{scale}{seeds} --out {self.root}"
 
     def need(self, spec) -> dict:
