@@ -38,7 +38,7 @@ def show(value) -> str:
 
 def preset_defaults(f: dict, methods: dict) -> str:
     """The presets that run with another value of field ``f`` than its default: ``fedprox 0.001, fedlamb 0.01``;
-    personalized presets sharing one value are folded into one entry."""
+    a value every personalized preset shares is one entry."""
     own, personal = {}, {}
     name = f["name"]
     for alias, m in methods.items():
@@ -47,7 +47,8 @@ def preset_defaults(f: dict, methods: dict) -> str:
         (personal if m["personalized"] else own)[alias] = m["defaults"][name]
     parts = [f"{k} {show(v)}" for k, v in sorted(own.items())]
     values = set(map(show, personal.values()))
-    if len(values) == 1:
+    everyone = sum(m["personalized"] and alias == m["name"] for alias, m in methods.items())
+    if len(values) == 1 and len(personal) == everyone > 1:
         parts.append(f"personalized presets {values.pop()}")
     else:
         parts += [f"{k} {show(v)}" for k, v in sorted(personal.items())]
