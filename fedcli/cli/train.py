@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from fedcli.cli import spec as cli_spec
-from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
+from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
 
@@ -114,12 +115,13 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False, data=None):
+              resume: bool = False, data=None, progress: str = "auto"):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
-    ``data``: (dataset, partition) already loaded for this config (the worker pool shares them)."""
+    ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
+    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode)."""
     from fedcli.comm.communicator import Communicator
 
     comm = comm or Communicator()
@@ -133,7 +135,8 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data)
+        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
+                      progress=progress)
     finally:
         if lock is not None:
             lock.release()
@@ -143,7 +146,8 @@ def _notice(msg: str) -> None:
     err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None):
+def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
+           progress: str = "auto"):
     from fedcli.errors import StorageError
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint, sentinel
@@ -184,13 +188,15 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             run_dir.start({**sim.manifest(), "pids": pids})
         sim.attach(run_dir)
         watchdog = sentinel.start(out, pids)
-        if not quiet:
-            err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
+        loaded()
+        if not quiet:  # a terminal wraps it between words; a log keeps it on one line
+            err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=progress_mode(progress) != "bar")
         for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
             _notice(f"note: {note}")
     ACTIVE_RUN["dir"] = out
     progress = TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
-                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json)
+                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json,
+                             mode=progress_mode(progress))
     saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
                                     notify=_notice if root else None, launcher=comm.launcher)
     if state is not None:
@@ -254,6 +260,31 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
 
 
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
+_LOADING: dict = {}  # the "loading ..." status shown from the first second until the run's header
+
+
+def _rank0() -> bool:
+    """Whether this process is rank 0 of an MPI launch (or not under MPI), from the launcher's environment."""
+    return all(os.environ.get(v, "0") == "0" for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+
+
+def loading(mode: str) -> None:
+    """Say at once that the run is loading (torch, the data, the model: seconds before the header): a transient
+    status line on a terminal, one plain line in a log."""
+    if not _rank0() or mode == "none":
+        return
+    what = "loading torch, the data and the model ..."
+    if mode == "bar":
+        _LOADING["status"] = err_console.status(f"fedcli train: {what}")
+        _LOADING["status"].start()
+    else:
+        print(f"fedcli train: {what}", file=sys.stderr, flush=True)
+
+
+def loaded() -> None:
+    status = _LOADING.pop("status", None)
+    if status is not None:
+        status.stop()
 
 
 def train(**kwargs):
@@ -263,11 +294,25 @@ def train(**kwargs):
         return
     recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
+    progress = kwargs.pop("progress")
+    if progress not in PROGRESS_MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
     flags = given(kwargs, SPEC)
     if "algo" in flags:  # a typo is answered before torch loads: did-you-mean, FedLAMA -> fedlama
         from fedcli.names import resolve_method
 
         flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in SPEC["methods"].items()})
+    if not quiet and not as_json:
+        loading(progress_mode(progress))
+    try:
+        _start(flags, recipe=recipe, scale=scale, resume=resume, quiet=quiet, as_json=as_json, overwrite=overwrite,
+               progress=progress)
+    finally:
+        loaded()
+
+
+def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str) -> None:
+    """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
     from fedcli.comm.mpi import get_communicator
     from fedcli.config import TrainConfig
     from fedcli.recipes import build_config
@@ -294,7 +339,8 @@ def train(**kwargs):
     from fedcli.comm.workers import launch
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
-        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data)
+        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
+                  progress=progress)
 
 
 import inspect  # noqa: E402
@@ -303,6 +349,7 @@ _extra = [
     inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--recipe", help="TOML recipe with config keys (flags override it). \\[default: none]"), annotation=str | None),
     inspect.Parameter("scale", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--scale", help="Recipe scale to apply (e.g. smoke, paper). \\[default: none: the recipe's \\[base] alone]"), annotation=str | None),
     inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."), annotation=bool),
+    inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=typer.Option("auto", "--progress", metavar="<choice>", help="Progress on stderr: a live bar (bar), one plain line per evaluation for job logs (lines), none, or auto (bar on a terminal, else lines). \\[choices: auto, bar, lines, none] \\[default: auto]"), annotation=str),
     inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
     inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the files of an existing --out folder."), annotation=bool),
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
