@@ -152,7 +152,9 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
     return render(table, fmt)
 
 
-def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None) -> list[Path]:
+def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None,
+                 warn=None) -> list[Path]:
+    """The figures of ``sweeps`` (``names``: only these) into ``out_dir``; ``x`` overrides the curves' x axis."""
     from fedcli.report.figures import draw
 
     if names:
@@ -169,7 +171,7 @@ def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | No
     files = []
     for s, spec, runs in needed:
         try:
-            files.extend(draw(scaled_title(spec, s, runs), runs, Path(out_dir)))
+            files.extend(draw(scaled_title(spec, s, runs), runs, Path(out_dir), x=x, warn=warn))
         except ValueError as e:
             raise ConfigError(f"figure '{spec.name}': {e}") from None
         except OSError as e:  # a read-only place, a full disk, a file where a folder is wanted
