@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -269,16 +268,12 @@ def _rank0() -> bool:
 
 
 def loading(mode: str) -> None:
-    """Say at once that the run is loading (torch, the data, the model: seconds before the header): a transient
-    status line on a terminal, one plain line in a log."""
-    if not _rank0() or mode == "none":
-        return
-    what = "loading torch, the data and the model ..."
-    if mode == "bar":
-        _LOADING["status"] = err_console.status(f"fedcli train: {what}")
+    """Say at once on a terminal that the run is loading (torch, the data, the model: seconds before the header): a
+    transient status line, gone when the header (or a one-line error) comes. A log gets nothing: its first line is
+    the header, or the error alone."""
+    if _rank0() and mode == "bar":
+        _LOADING["status"] = err_console.status("fedcli train: loading torch, the data and the model ...")
         _LOADING["status"].start()
-    else:
-        print(f"fedcli train: {what}", file=sys.stderr, flush=True)
 
 
 def loaded() -> None:
