@@ -121,6 +121,8 @@ def _print_plan(result, todo, jobs: int, mpi: int) -> None:
             f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
             f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
+    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
+                      soft_wrap=True, highlight=False, markup=False)
     if r.scale and r.scale != "paper":
         err_console.print(f"  scale {r.scale}: a reduced version of {r.paper or 'the paper'}'s setting; it checks the pipeline, "
                           f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)

@@ -35,6 +35,9 @@ class Method:
     aliases: tuple[str, ...] = ()
     label: str = ""  # the name papers and reports give the method ("FedAvg", "Fed-LAMB"); empty: ``name``
     alias_labels: dict[str, str] = field(default_factory=dict, compare=False)  # an alias's own label ("fedsgd": "Fed-SGD")
+    #: (colour, marker) of the method in every figure (fedcli/report/style.py), fixed so that the same method looks
+    #: the same in every figure and panel; recorded in the manifest. Empty: one chosen from the label.
+    style: tuple[str, str] = ()
     personalized: bool = False  # judged by each client's own model on its local test split (personal_acc; fedcli/fl/personal.py)
     # config values this method runs with unless the user (flag or recipe key) gives another: the settings of
     # the method's paper (lr, server lr, participation, ...) that differ from fedcli's general defaults

@@ -164,7 +164,7 @@ def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
     run = per_seed[seed]
     deltas, one_minus, order, rnd, it = delta_lambda_curves(run, spec.round)
     ls = list(range(1, len(deltas) + 1))
-    color = style.method_style(run.method_label())[0]
+    color = style.method_style(run)[0]
     ax.plot(ls, deltas, marker="o", markersize=4, color=color, label="δ_l: discrepancy ratio (Eq. 3)")
     ax.plot(ls, one_minus, marker="s", markersize=4, color="#999999", linestyle="--", label="1 − λ_l: size ratio (Eq. 4)")
     cp = cross_point(deltas, one_minus)

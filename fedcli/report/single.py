@@ -137,7 +137,7 @@ class Baseline:
 
     @property
     def title(self) -> str:
-        return self.name if self.run is not None else "FedAvg"
+        return self.name if self.run is not None else "FedAvg (computed)"
 
     def note(self) -> str:
         if self.run is not None:
@@ -151,6 +151,15 @@ class Baseline:
                 "8 bytes, 32 bits up and 32 down); give a FedAvg run and --baseline to compare all runs against one.")
 
 
+#: FedAvg's parts (fedcli/fl/methods.py, ``Method``'s defaults): local SGD, periodic full averaging, nothing else
+PLAIN_PARTS = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
+
+
+def plain(run: RunData) -> bool:
+    """Whether the run is FedAvg: its manifest records FedAvg's parts, unweighted by anything a method adds."""
+    return all(run.method.get(k) == v for k, v in PLAIN_PARTS.items()) and not run.personalized
+
+
 def pick_baseline(runs: list[RunData], names: list[str], choice: str | None = None) -> Baseline:
     """``choice``: a run's name (as the table shows it), folder or path; none: the first FedAvg run on the dataset and
     model most runs share; no FedAvg run: a computed FedAvg per run."""
@@ -160,7 +169,7 @@ def pick_baseline(runs: list[RunData], names: list[str], choice: str | None = No
                 return Baseline(run, name)
         raise ConfigError(f"--baseline {choice}: not one of the runs reported ({', '.join(names)})")
     common = max(dict.fromkeys(map(data_label, runs)), key=[data_label(r) for r in runs].count) if runs else ""
-    avg = [(r, n) for r, n in zip(runs, names) if r.algo == "fedavg" and not r.config.get("schedule") and not r.config.get("init")]
+    avg = [(r, n) for r, n in zip(runs, names) if plain(r)]
     avg.sort(key=lambda rn: data_label(rn[0]) != common)
     return Baseline(*avg[0]) if avg else Baseline()
 

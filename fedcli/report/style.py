@@ -1,8 +1,9 @@
 """One style for every figure fedcli draws: a fixed colour and marker per method, the papers' labels, axes that say
 what was measured, units without offsets, legends off the data, no suptitles (a caption file instead).
 
-A method's colour and marker depend on its label alone (``FedLAMA``, ``Fed-LAMB``, ``FedProx + FedLAMA``), never on
-the order of the runs or the panel, so FedLAMA is the same blue in every figure of a report. Several runs of one
+A method's colour and marker are its own (``Method.style``, registered with the method and recorded in each run's
+manifest; a combination such as FedProx + FedLAMA gets one from its label), never from the order of the runs or the
+panel, so FedLAMA is the same blue in every figure of a report. Several runs of one
 method in one panel (FedLAMA with phi = 2, 4, 8) share its colour and differ in line style, in the order of their
 labels (natural order: phi=2 before phi=10), again whatever the order of the arguments.
 """
@@ -12,18 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-#: the papers' methods, each with its own colour (Okabe-Ito first, then tab10's darker tones) and marker
-METHOD_STYLE = {
-    "FedAvg": ("#4D4D4D", "o"), "Fed-SGD": ("#4D4D4D", "o"),
-    "FedLAMA": ("#0072B2", "s"), "FedALA": ("#009E73", "^"), "Fed-LAMB": ("#D55E00", "D"),
-    "Mime-LAMB": ("#CC79A7", "v"), "Fed-AMS": ("#E69F00", "P"), "Mime": ("#56B4E9", "X"), "Adp-Fed": ("#8C564B", "*"),
-    "FedProx": ("#9467BD", "<"), "SCAFFOLD": ("#17BECF", ">"), "FedNova": ("#BCBD22", "h"), "FedPAQ": ("#7F7F7F", "p"),
-    "FedCOM": ("#E377C2", "d"), "FedDyn": ("#1F77B4", "H"), "FedAvg-C": ("#A6A6A6", "o"), "FedProx-C": ("#C5B0D5", "<"),
-    "Per-FedAvg": ("#FF7F0E", "v"), "FedRep": ("#2CA02C", "P"), "pFedMe": ("#D62728", "X"), "Ditto": ("#98DF8A", "d"),
-    "FedAMP": ("#FF9896", "h"), "FedPHP": ("#AEC7E8", "p"), "FedFomo": ("#C49C94", "*"), "APPLE": ("#F7B6D2", "D"),
-    "PartialFed": ("#DBDB8D", "s"),
-}
-#: methods the table lacks (your own, combinations such as FedProx + FedLAMA): a colour and marker from their label
+#: methods that record no style (your own, runs older than styles): a colour and marker from their label
 FALLBACK_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
 FALLBACK_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
@@ -47,11 +37,15 @@ def _hashed(label: str, choices):
     return choices[int(hashlib.sha1(label.encode()).hexdigest(), 16) % len(choices)]
 
 
-def method_style(method: str) -> tuple[str, str]:
-    """(colour, marker) of a method label: the table's, else one chosen by the label's digest (stable)."""
-    if method in METHOD_STYLE:
-        return METHOD_STYLE[method]
-    return _hashed(method, FALLBACK_COLORS), _hashed(method, FALLBACK_MARKERS)
+def method_style(run) -> tuple[str, str]:
+    """(colour, marker) of a run's method: the style its method registers (``Method.style``, in the manifest), kept
+    for a run whose parts are its preset's own; else (a part put in place of the preset's, a method without a style)
+    one chosen by the digest of its label, stable across figures."""
+    label = run.method_label()
+    recorded = run.method.get("style") or ()
+    if len(recorded) == 2 and label == run.method.get("label"):
+        return recorded[0], recorded[1]
+    return _hashed(label, FALLBACK_COLORS), _hashed(label, FALLBACK_MARKERS)
 
 
 def natural_key(text: str):
@@ -68,6 +62,7 @@ def styles(runs: list, labels: list[str] | None = None) -> list[dict]:
     ``labels`` replaces the legend text only (a recipe's own labels); colour and marker follow the method."""
     labels = labels or [legend(r) for r in runs]
     methods = [r.method_label() for r in runs]
+    looks = {m: method_style(r) for m, r in zip(methods, runs)}
     variants: dict[str, list[str]] = {}
     for m, lab in zip(methods, labels):
         variants.setdefault(m, [])
@@ -75,7 +70,7 @@ def styles(runs: list, labels: list[str] | None = None) -> list[dict]:
             variants[m].append(lab)
     out = []
     for m, lab in zip(methods, labels):
-        color, marker = method_style(m)
+        color, marker = looks[m]
         rank = sorted(variants[m], key=natural_key).index(lab)
         out.append({"color": color, "marker": marker, "linestyle": LINESTYLES[rank % len(LINESTYLES)], "label": lab})
     return out
