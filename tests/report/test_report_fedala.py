@@ -305,7 +305,7 @@ def test_reproduce_recipe():
     """recipes/fedala/reproduce-mnist-path.toml (make reproduce-fedala): FedAvg, FedAvg-C and FedALA in FedALA's MNIST
     pathological setting, the CPU scale on the MNIST test split beside the repo."""
     path = ROOT / "recipes/fedala/reproduce-mnist-path.toml"
-    for scale, rounds, data_dir in (("cpu", 40, str(ROOT.parent / "shared/datasets/mnist-t10k")), ("paper", 2000, ""))  # resolved against the checkout:
+    for scale, rounds, data_dir in (("cpu", 40, str(ROOT.parent / "shared/datasets/mnist-t10k")), ("paper", 2000, "")):  # resolved against the checkout
         r = read_sweep(path, scale)
         assert r.run_names == ["FedAvg", "FedAvg-C", "FedALA"] and r.paper.startswith("FedALA AAAI 2023, Table 2")
         tables, figures = parse_products(r)
