@@ -45,6 +45,10 @@ def method_style(run) -> tuple[str, str]:
     recorded = run.method.get("style") or ()
     if len(recorded) == 2 and label == run.method.get("label"):
         return recorded[0], recorded[1]
+    if "style" not in run.method:  # a run recorded before styles were: its method's registered style (loads torch)
+        preset = run.preset()
+        if preset is not None and preset.style and label == preset.label_for(run.config.get("algo")):
+            return preset.style
     return _hashed(label, FALLBACK_COLORS), _hashed(label, FALLBACK_MARKERS)
 
 
