@@ -89,11 +89,11 @@ def test_labels_come_from_the_manifest(runs, tmp_path):
     run = tmp_path / "renamed"
     shutil.copytree(runs / "avg", run)
     m = json.loads((run / "manifest.json").read_text())
-    m["method"]["name"] = "my-method"
+    m["method"]["name"], m["method"]["label"] = "my-method", "My-Method"
     m["config"]["init"] = "ala"
     m["method"]["init"] = "ala"
     (run / "manifest.json").write_text(json.dumps(m))
-    assert method_label(load_run(run)) == "my-method + ALA (τ=2)"
+    assert method_label(load_run(run)) == "My-Method + ALA (τ=2)"
 
 
 def test_bare_report_reads_results(runs, capsys, monkeypatch, tmp_path):
