@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from fedcli.cli.console import err_console, out_console
 from fedcli.cli import spec as cli_spec
+from fedcli.cli.console import err_console, out_console
 from fedcli.cli.options import config_parameters, given, with_parameters
 
 SPEC = cli_spec.load()
@@ -18,9 +18,9 @@ GROUPS = ("data", "partition")
 
 def partition(**kwargs):
     """Split a dataset over clients (iid, dirichlet, pathological, natural); write FILE and/or show a summary."""
+    from fedcli.config import TrainConfig
     from fedcli.data.partition import save_partition, summary_table
     from fedcli.data.setup import inline_partition, load_data
-    from fedcli.config import TrainConfig
     from fedcli.errors import ConfigError
 
     out, show = kwargs.pop("out"), kwargs.pop("summary")
