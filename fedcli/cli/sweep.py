@@ -55,9 +55,10 @@ def sweep(
             acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
             what = "personal acc" if run.personalized else "acc"
             err_console.print(f"  [green]done[/]  {p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
-                              f"{p.wall_s:.1f}s", soft_wrap=True, highlight=False)
+                              f"{p.wall_s:.1f}s{sofar(prog)}", soft_wrap=True, highlight=False)
         else:
-            err_console.print(f"  [red]failed[/] {p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log})", soft_wrap=True, highlight=False)
+            err_console.print(f"  [red]failed[/] {p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}",
+                              soft_wrap=True, highlight=False)
 
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
@@ -89,6 +90,12 @@ def sweep(
     if ran == 0:
         msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
+
+
+def sofar(prog) -> str:
+    """``  [3/7, elapsed 0:00:12  remaining 0:00:16]``: where the sweep stands, on each run's line (a job log has
+    no live bar)."""
+    return f"  [{len(prog.done)}/{len(prog.todo)}, {prog.times()}]" if prog is not None else ""
 
 
 def _only_scale(recipe: str) -> str | None:
@@ -145,6 +152,7 @@ class SweepProgress:
 
     def finished(self, p) -> None:
         self.done.add(p.rel)
+        self._read_at = -1.0  # the runs in flight changed: read them again
         self.progress.advance(self.task)
 
     def remaining(self) -> float | None:
