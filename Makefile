@@ -14,6 +14,7 @@ install:
 	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test]"
 	@$(PY) -c "import torch, torchvision, mpi4py; print('fedcli install ok: torch', torch.__version__, '| torchvision', torchvision.__version__, '| mpi4py', mpi4py.__version__)"
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
+	@$(PY) -m fedcli.cli.spec  # `--help` and argument errors then answer without importing torch
 
 test:
 	$(PY) -m pytest -q -m "not slow"

@@ -475,7 +475,11 @@ def run(workloads: list[str], *, rounds: int = 5, steps: int = 3, warmup: int = 
         flower_python: str | None = None, progress=print) -> dict:
     out = {"machine": machine(), "workloads": []}
     for key in workloads:
-        if key == "fedala":
+        if key == "startup":
+            from fedcli import bench_startup
+
+            out["workloads"].append(bench_startup.run(progress=progress))
+        elif key == "fedala":
             d = data_dir if data_dir is not None else str(mnist_dir() or "")
             out["workloads"].append(run_round_workload(RoundSetting(rounds=rounds, data_dir=d), flower_python, progress))
         else:
@@ -489,6 +493,11 @@ def tables(results: dict) -> list:
 
     out = []
     for r in results["workloads"]:
+        if r["workload"] == "startup":
+            from fedcli import bench_startup
+
+            out.append(bench_startup.table(r))
+            continue
         if r["workload"] == "fedala":
             sy = r["systems"]
             t = Table(title=f"fedcli bench, {r['label']}", title_justify="left")
@@ -528,7 +537,11 @@ def targets(results: dict) -> list[str]:
     """The issue's targets, met or not, from this run's ratios."""
     lines = []
     for r in results["workloads"]:
-        if r["workload"] == "fedala":
+        if r["workload"] == "startup":
+            from fedcli import bench_startup
+
+            lines += bench_startup.targets(r)
+        elif r["workload"] == "fedala":
             for name, label in (("flower", "Flower's simulation"), ("loop", "the per-client loop")):
                 s = r["systems"][name]
                 if "fedcli_speedup" in s:

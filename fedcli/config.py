@@ -105,8 +105,10 @@ class GeneralConfig:
             check_value(f, value)
         from fedcli.fl.methods import METHODS  # late import: the registry imports the parts
 
-        if self.algo not in METHODS:
-            raise ConfigError(f"--algo: unknown method '{self.algo}'; choose one of: {', '.join(sorted(METHODS))}", key="algo")
+        from fedcli.fl.methods import method_labels
+        from fedcli.names import resolve_method
+
+        self.algo = resolve_method(self.algo, method_labels())  # FedLAMA, Fed-LAMB: the registered name
         if self.schedule:
             from fedcli.fl.schedules import SCHEDULES
 

@@ -7,6 +7,7 @@ A recipe for a single run is a flat table of keys. A recipe for a sweep (``fedcl
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -64,9 +65,40 @@ def check_keys(values: dict, path, text: str) -> dict:
     return out
 
 
+#: config keys whose relative values are paths, resolved against the recipe's root (see :func:`recipe_root`)
+PATH_KEYS = ("data_dir", "partition_file")
+
+
+def recipe_root(path: str | Path, data: dict, text: str) -> Path:
+    """The folder a recipe's relative paths (``data_dir``, ``partition_file``, ``model = "file.py:Factory"``) are
+    resolved against, whatever the current folder: the recipe's own folder, or its top-level ``root`` key, a folder
+    relative to the recipe's folder (the recipes of this repository say ``root = "../.."``, the checkout, so that
+    ``../shared/datasets/...`` is the folder beside it)."""
+    root = data.get("root", ".")
+    if not isinstance(root, str) or not root:
+        raise ConfigError(f"{where(path, text, 'root')}: key 'root' must be a folder (a string, relative to the recipe's folder)")
+    return Path(os.path.normpath(Path(path).absolute().parent / root))
+
+
+def resolve_paths(values: dict, root: Path) -> dict:
+    """``values`` with its relative paths made absolute against ``root`` (:func:`recipe_root`)."""
+    out = dict(values)
+    for key in PATH_KEYS:
+        v = out.get(key)
+        if isinstance(v, str) and v and not os.path.isabs(v):
+            out[key] = os.path.normpath(root / v)
+    model = out.get("model")
+    if isinstance(model, str) and ":" in model:
+        target, factory = model.rsplit(":", 1)
+        if target.endswith(".py") and not os.path.isabs(target):
+            out["model"] = f"{os.path.normpath(root / target)}:{factory}"
+    return out
+
+
 def train_values(path: str | Path, scale: str | None = None) -> dict:
-    """Config values of a recipe for ``fedcli train``."""
+    """Config values of a recipe for ``fedcli train``, relative paths resolved against the recipe's root."""
     data, text = read_recipe(path)
+    root = recipe_root(path, data, text)
 
     def table(obj, name: str) -> dict:
         if not isinstance(obj, dict):
@@ -84,14 +116,14 @@ def train_values(path: str | Path, scale: str | None = None) -> dict:
     if "base" in data or "runs" in data:
         values = scaled(table(data.get("base", {}), "base"))
     else:
-        values = {k: v for k, v in data.items() if not isinstance(v, dict)}
+        values = {k: v for k, v in data.items() if not isinstance(v, dict) and k != "root"}
         for k, v in data.items():
             if isinstance(v, dict) and k != "scale":
                 m = re.search(rf"^\s*\[\s*{re.escape(k)}\b", text, re.M)
                 loc = f"{path}, line {text.count(chr(10), 0, m.start()) + 1}" if m else str(path)
                 raise ConfigError(f"{loc}: unknown table [{k}]; a recipe for one run is a flat list of keys")
         values = scaled(values)
-    return check_keys(values, path, text)
+    return resolve_paths(check_keys(values, path, text), root)
 
 
 def build_config(recipe: str | None, overrides: dict, scale: str | None = None) -> TrainConfig:
@@ -148,7 +180,7 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #
 # Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
 
-SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures", "slurm"}
+SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures", "slurm", "root"}
 SWEEP_FORBIDDEN = {"out": "each run's folder is chosen by fedcli sweep", "seed": "seeds come from `seeds` and --seeds"}
 _HEADER = re.compile(r"^[ \t]*\[", re.M)
 
@@ -240,8 +272,9 @@ class SweepRun:
 class SweepRecipe:
     """A parsed, validated sweep recipe at one scale."""
 
-    def __init__(self, path: Path, text: str, data: dict, scale: str | None, runs: list[SweepRun]):
+    def __init__(self, path: Path, text: str, data: dict, scale: str | None, runs: list[SweepRun], root: Path | None = None):
         self.path, self.text, self.data, self.scale, self.runs = path, text, data, scale, runs
+        self.root = root if root is not None else path.absolute().parent  # relative paths resolve here (recipe_root)
         self.title = str(data.get("title", path.stem))
         self.paper = str(data.get("paper", ""))
         self.fidelity = str(data.get("fidelity", ""))
@@ -286,6 +319,7 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
     scales = data.get("scale", {})
     if not isinstance(scales, dict) or any(not isinstance(v, dict) for v in scales.values()):
         raise ConfigError(f"{where(path, text, 'scale')}: [scale.<name>] must be tables of train keys")
+    root = recipe_root(path, data, text)
     scale = scale if scale is not None else default_scale(data)
     if scale is not None and scale not in scales:
         raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
@@ -337,8 +371,8 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
         if scale is not None:
             values.update(checked_scales.get(scale, {}))
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
-        runs.append(SweepRun(name, values, line, (path, text, lookup)))
-    return SweepRecipe(path, text, data, scale, runs)
+        runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup)))
+    return SweepRecipe(path, text, data, scale, runs, root)
 
 
 def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = None) -> TrainConfig:

@@ -133,11 +133,33 @@ def default_out(recipe_path: Path, scale: str | None) -> Path:
     return Path("results") / f"{recipe_path.stem}-{scale or 'base'}"
 
 
-def seed_list(recipe: SweepRecipe, seeds: int | None) -> list[int]:
-    n = seeds if seeds is not None else recipe.seeds
-    if n < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {n}")
-    return list(range(n))
+def parse_seeds(text: str | int) -> list[int]:
+    """``--seeds``: a count ``3`` (seeds 0, 1, 2), a list ``3,4`` or an inclusive range ``2-5`` / ``2..5``
+    (lists may mix: ``0,3-4``). Seeds are distinct non-negative integers, kept in the order given."""
+    if isinstance(text, int):
+        text = str(text)
+    bad = ConfigError(f"--seeds takes a count (3: seeds 0,1,2), a list (3,4) or a range (2-5), got '{text}'", key="seeds")
+    items = [t.strip() for t in str(text).split(",")]
+    if len(items) == 1 and items[0].isdigit():
+        n = int(items[0])
+        if n < 1:
+            raise ConfigError(f"--seeds must be >= 1 (a count), got {n}", key="seeds")
+        return list(range(n))
+    out: list[int] = []
+    for item in items:
+        lo, sep, hi = item.replace("..", "-").partition("-")
+        if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
+            raise bad
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ConfigError(f"--seeds: the range {item} runs backwards", key="seeds")
+        out += [s for s in range(a, b + 1) if s not in out]
+    return out
+
+
+def seed_list(recipe: SweepRecipe, seeds: int | str | None) -> list[int]:
+    """The seeds of a sweep: ``--seeds`` (see :func:`parse_seeds`), else the recipe's count."""
+    return parse_seeds(seeds if seeds is not None else recipe.seeds)
 
 
 def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None) -> list[PlannedRun]:
@@ -610,7 +632,7 @@ class SweepResult:
         return [p for p in self.runs if p.status in (FAILED, INTERRUPTED, RUNNING, MISSING, CORRUPT, STALE)]
 
 
-def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
+def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
                   jobs: int = 1, mpi: int = 0, cpus: int | None = None) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
     """``cpus``: CPUs each run gets (a Slurm job's); default this machine's cores / (jobs x MPI ranks)."""
     from fedcli.recipes import read_sweep
@@ -661,7 +683,7 @@ def failed_error(result: SweepResult) -> SweepFailed | None:
     return err
 
 
-def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
+def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
               notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs

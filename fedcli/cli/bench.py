@@ -11,11 +11,11 @@ import typer
 from fedcli.cli.console import err_console
 from fedcli.errors import ConfigError
 
-KNOWN = ("fedala", "a", "b", "c")
+KNOWN = ("startup", "fedala", "a", "b", "c")
 
 
 def bench(
-    workloads: str = typer.Option("fedala,a", "--workloads", help="Comma-separated: fedala (FedALA's MNIST setting, seconds per round against "
+    workloads: str = typer.Option("fedala,a", "--workloads", help="Comma-separated: startup (wall time of --help and an argument error, no torch), fedala (FedALA's MNIST setting, seconds per round against "
                                   "the per-client loop and Flower), a (femnist_cnn), b (resnet20), c (mlp): local-training throughput."),
     rounds: int = typer.Option(4, "--rounds", min=2, help="Rounds of the fedala workload (the first is warm-up); throughput workloads run one fewer."),
     steps: int = typer.Option(3, "--steps", min=1, help="Timed local steps of the sequential-loop and single-model paths."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from fedcli.cli import early
 
@@ -38,8 +39,25 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB)."""
 
 
-def build_app(names=None) -> typer.Typer:
-    """The ``fedcli`` Typer app with the commands ``names`` (default: all of them)."""
+def _listed(name: str):
+    """A stand-in for command ``name`` in the bare listing: its one-line help, read from the first line of the
+    command's docstring in its module's source (no import: ``train`` and ``partition`` would load torch)."""
+    import ast
+    import importlib.util
+
+    source = Path(importlib.util.find_spec(COMMANDS[name]).origin).read_text()
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+    def command():
+        pass
+
+    command.__doc__ = ast.get_docstring(fn)
+    return command
+
+
+def build_app(names=None, listing: bool = False) -> typer.Typer:
+    """The ``fedcli`` Typer app with the commands ``names`` (default: all of them); ``listing``: stand-ins that
+    only show each command's help line (``fedcli --help``)."""
     import importlib
 
     app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
@@ -47,7 +65,7 @@ def build_app(names=None) -> typer.Typer:
                       context_settings={"help_option_names": ["-h", "--help"]})
     app.callback()(_root)
     for name in COMMANDS if names is None else names:
-        fn = getattr(importlib.import_module(COMMANDS[name]), name)
+        fn = _listed(name) if listing else getattr(importlib.import_module(COMMANDS[name]), name)
         app.command(name, help=fn.__doc__)(fn)
     return app
 
@@ -59,7 +77,7 @@ def app_for(argv: list[str]) -> typer.Typer:
         return build_app([command])
     if command is None and "--version" in argv and not {"-h", "--help"} & set(argv):
         return build_app([])
-    return build_app()
+    return build_app(listing=True)
 
 
 def __getattr__(name: str):

@@ -1,61 +1,99 @@
-"""Build Typer options from the fields of a config dataclass (one source of truth for names and help)."""
+"""Build Typer options from the config's fields (one source of truth for names and help).
+
+The fields come from :mod:`fedcli.cli.spec` (plain data, cached), so building the options, showing ``--help`` and
+reporting a bad argument never import torch. ``--help`` lists the core options first (what a first run sets),
+then the general panels, then each method's own options.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from typing import Optional
 
 import typer
 
-from fedcli.config import field_type, flag
-from fedcli.params import group_rank
-
+from fedcli.params import GROUPS
 
 #: what an empty-string default means, per field (shown as the option's default)
 EMPTY_DEFAULTS = {"schedule": "the method's", "init": "the method's", "data_dir": "data/<dataset>",
                   "partition_file": "none: an inline --partition", "lr_decay_at": "none", "phi_bounds": "none: phi(a) = a",
                   "out": "results/<algo>-<dataset>-s<seed>-<time>"}
-#: fields whose default a method preset may replace (the help says so)
-PRESET_FIELDS = ("lr", "client_test_fraction", "active_ratio", "server_lr")
+#: the options a first run sets, shown first in ``fedcli train --help`` (panel "core")
+CORE = ("algo", "dataset", "data_dir", "model", "clients", "active_ratio", "partition", "iterations", "rounds", "tau",
+        "phi", "lr", "batch_size", "seed", "eval_every", "out", "device")
+#: the panels after "core", in order: the general ones, then the methods' own options
+PANELS = tuple(g for g in GROUPS if g not in ("method", "personalized")) + ("method", "personalized")
+TYPES = {"str": str, "int": int, "float": float, "bool": bool}
 
 
-def default_text(f) -> str:
-    """The config default of a field as the help shows it."""
-    if f.default == "" or f.default is None:
-        value = EMPTY_DEFAULTS.get(f.name, "none")
-    elif isinstance(f.default, bool):
-        value = "on" if f.default else "off"
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def show(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def preset_defaults(f: dict, methods: dict) -> str:
+    """The presets that run with another value of field ``f`` than its default: ``fedprox 0.001, fedlamb 0.01``;
+    a value every personalized preset shares is one entry."""
+    own, personal = {}, {}
+    name = f["name"]
+    for alias, m in methods.items():
+        if alias != m["name"] or name not in m["defaults"] or m["defaults"][name] == f["default"]:
+            continue
+        (personal if m["personalized"] else own)[alias] = m["defaults"][name]
+    parts = [f"{k} {show(v)}" for k, v in sorted(own.items())]
+    values = set(map(show, personal.values()))
+    everyone = sum(m["personalized"] and alias == m["name"] for alias, m in methods.items())
+    if len(values) == 1 and len(personal) == everyone > 1:
+        parts.append(f"personalized presets {values.pop()}")
     else:
-        value = f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
-    if f.name in PRESET_FIELDS:
-        value += "; method presets may set their own, see --list-algos"
+        parts += [f"{k} {show(v)}" for k, v in sorted(personal.items())]
+    return ", ".join(parts)
+
+
+def default_text(f: dict, methods: dict | None = None) -> str:
+    """The config default of a field as the help shows it, with the presets that set their own."""
+    value = EMPTY_DEFAULTS.get(f["name"], "none") if f["default"] in ("", None) else show(f["default"])
+    others = preset_defaults(f, methods or {})
+    if others:
+        value += f"; presets: {others}"
     return f"[default: {value}]"
 
 
-def help_text(f) -> str:
+def help_text(f: dict, methods: dict | None = None) -> str:
     """The field's help with its choices and default; escaped so that rich does not read [brackets] as markup."""
     from rich.markup import escape
 
-    choices = f.metadata.get("choices")
+    choices = f.get("choices")
     listed = f" [choices: {', '.join(map(str, choices))}]" if choices else ""
-    return escape(f"{f.metadata['help']}{listed} {default_text(f)}")
+    return escape(f"{f['help']}{listed} {default_text(f, methods)}")
 
 
-def config_parameters(cls, panel_prefix: str = "") -> list[inspect.Parameter]:
-    """One keyword parameter per field, default None (so explicit flags can be told from defaults).
+def panel_rank(f: dict) -> int:
+    if f["name"] in CORE:
+        return -1
+    return PANELS.index(f["group"]) if f["group"] in PANELS else len(PANELS)
 
-    The help shows the config default, and the choices of a choice field; help panels in ``GROUPS`` order."""
+
+def config_parameters(spec: dict, names=None) -> list[inspect.Parameter]:
+    """One keyword parameter per field of ``spec`` (fedcli.cli.spec) or of ``names`` only, default None (so
+    explicit flags can be told from defaults). Core options first, in ``CORE`` order, then the panels."""
+    fields = [f for f in spec["fields"] if names is None or f["name"] in names]
+    fields.sort(key=lambda f: (panel_rank(f), CORE.index(f["name"]) if f["name"] in CORE else 0))
     params = []
-    for f in sorted(dataclasses.fields(cls), key=group_rank):
-        t = field_type(f)
-        m = f.metadata
-        kw = {"help": help_text(f), "rich_help_panel": panel_prefix + m["group"], "show_default": False}
-        if m.get("choices"):
+    for f in fields:
+        t = TYPES[f["type"]]
+        panel = "core" if f["name"] in CORE else f["group"]
+        kw = {"help": help_text(f, spec["methods"]), "rich_help_panel": panel, "show_default": False}
+        if f.get("choices"):
             kw["metavar"] = "<choice>"
-        names = flag(f.name) + "/" + flag("no_" + f.name) if t is bool else flag(f.name)
-        info = typer.Option(None, names, **kw)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=Optional[t]))
+        names_ = flag(f["name"]) + "/" + flag("no_" + f["name"]) if t is bool else flag(f["name"])
+        info = typer.Option(None, names_, **kw)
+        params.append(inspect.Parameter(f["name"], inspect.Parameter.KEYWORD_ONLY, default=info, annotation=Optional[t]))
     return params
 
 
@@ -67,7 +105,7 @@ def with_parameters(func, extra: list[inspect.Parameter]):
     return func
 
 
-def given(kwargs: dict, cls) -> dict:
+def given(kwargs: dict, spec: dict) -> dict:
     """The config values the user set on the command line."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f["name"] for f in spec["fields"]}
     return {k: v for k, v in kwargs.items() if k in names and v is not None}

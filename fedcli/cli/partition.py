@@ -7,21 +7,24 @@ from pathlib import Path
 
 import typer
 
+from fedcli.cli import spec as cli_spec
 from fedcli.cli.console import err_console, out_console
 from fedcli.cli.options import config_parameters, given, with_parameters
-from fedcli.config import FIELDS, TrainConfig
+
+SPEC = cli_spec.load()
 
 GROUPS = ("data", "partition")
 
 
 def partition(**kwargs):
     """Split a dataset over clients (iid, dirichlet, pathological, natural); write FILE and/or show a summary."""
+    from fedcli.config import TrainConfig
     from fedcli.data.partition import save_partition, summary_table
     from fedcli.data.setup import inline_partition, load_data
     from fedcli.errors import ConfigError
 
     out, show = kwargs.pop("out"), kwargs.pop("summary")
-    values = given(kwargs, TrainConfig)
+    values = given(kwargs, SPEC)
     values.pop("partition_file", None)
     cfg = TrainConfig(**values).validate()
     if not out and not show:
@@ -35,8 +38,8 @@ def partition(**kwargs):
         out_console.print(summary_table(part, dataset.train_y.numpy(), dataset.num_classes))
 
 
-_fields = [p for p in config_parameters(TrainConfig) if FIELDS[p.name].metadata["group"] in GROUPS or p.name == "seed"]
-_fields = [p for p in _fields if p.name != "partition_file"]
+_fields = config_parameters(SPEC, [f["name"] for f in SPEC["fields"]
+                                   if (f["group"] in GROUPS or f["name"] == "seed") and f["name"] != "partition_file"])
 _extra = [
     inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--out", "-o", help="Partition file to write (JSON)."), annotation=str | None),
     inspect.Parameter("summary", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--summary", help="Show clients, sample counts and class histograms."), annotation=bool),

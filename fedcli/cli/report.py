@@ -14,6 +14,8 @@ def report(
     figures: str = typer.Option(None, "--figures", help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all; for run directories their curves and per-layer figures. \\[default: RUN_DIR/figures for one run directory]"),
     figure: list[str] = typer.Option(None, "--figure", help="Only this figure of a sweep (repeatable)."),
     output: str = typer.Option(None, "--output", "-o", help="Write the table to this file instead of stdout."),
+    x: str = typer.Option(None, "--x", metavar="<choice>", help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8) or bytes moved both ways. \\[choices: iterations, rounds, params, bytes] \\[default: a sweep figure's own `x`; run directories: iterations, or rounds when every run has a round budget]"),
+    baseline: str = typer.Option(None, "--baseline", metavar="RUN", help="The run that the comparison table of run directories measures communication against, in parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg with each run's cohort, tau and budget, computed]"),
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
     sweep; curves, per-layer communication and Algorithm 1 figures of `fedcli train` runs, and a table comparing them."""
@@ -25,6 +27,13 @@ def report(
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    from fedcli.report.style import X_AXES
+
+    if x is not None and x not in X_AXES:
+        raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
+    if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
+        raise ConfigError(f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
+                          f"file name {figures}")
     if output and Path(output).is_dir():
         raise ConfigError(f"--output {output} is a folder; expected a file to write the table to")
     if figures is not None and Path(figures).exists() and not Path(figures).is_dir():
@@ -54,9 +63,9 @@ def report(
             runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
             runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
             if runs:
-                _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None)
+                _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
         if sweeps and figures is not None:
-            _write_figures(sweeps, figures, None, holders[0])
+            _write_figures(sweeps, figures, None, holders[0], x)
         return
     if table is not None:
         _emit(make_table(sweeps, table, fmt), output, f"table {table}")
@@ -64,7 +73,7 @@ def report(
         scope = sweeps
         if table is not None and not figure:
             scope = [pick(sweeps, table, "table")[0]]
-        _write_figures(scope, figures, list(figure) if figure else None, holders[0])
+        _write_figures(scope, figures, list(figure) if figure else None, holders[0], x)
 
 
 def _readable(paths, load_run) -> list:
@@ -121,31 +130,37 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
     return []
 
 
-def _write_figures(sweeps, out_dir: str, names, folder) -> None:
+def _warn(msg: str) -> None:
+    err_console.print(f"fedcli report: warning: {msg}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) -> None:
     from fedcli.report.core import make_figures
 
-    files = make_figures(sweeps, out_dir, names)
+    files = make_figures(sweeps, out_dir, names, x=x, warn=_warn)
     if not files:
         err_console.print(f"fedcli report: no figures defined in {folder}", markup=False, highlight=False)
     for f in files:
         err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figures: str | None) -> None:
+def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figures: str | None, x: str | None = None,
+                 baseline: str | None = None) -> None:
     """The comparison table of ``fedcli train`` runs, and their figures (one run given: in RUN_DIR/figures by default)."""
     from pathlib import Path
 
     from fedcli.report.single import comparison_table, write_figures
     from fedcli.report.tables import render
 
-    _emit(render(comparison_table(runs), fmt), output, f"table of {len(runs)} run(s)")
+    _emit(render(comparison_table(runs, baseline=baseline), fmt), output, f"table of {len(runs)} run(s)")
     if figures is None and len(explicit) == 1 and len(runs) == 1:
         figures = str(Path(explicit[0]) / "figures")
     if figures is None:
         err_console.print(f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "
-                          f"to draw these {len(runs)} runs together", markup=False, highlight=False, soft_wrap=True)
+                          f"to draw {'it' if len(runs) == 1 else f'these {len(runs)} runs together'}", markup=False,
+                          highlight=False, soft_wrap=True)
         return
-    for f in write_figures(runs, figures):
+    for f in write_figures(runs, figures, x=x, warn=_warn):
         err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
 
 

@@ -17,7 +17,7 @@ def _fmt_s(s: float) -> str:
 def sweep(
     recipe: str = typer.Argument(..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."),
     scale: str = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). Required when the recipe has several scales. \\[default: the recipe's only scale]"),
-    seeds: int = typer.Option(None, "--seeds", min=1, help="Seeds per run (0..N-1). \\[default: the recipe's `seeds`]"),
+    seeds: str = typer.Option(None, "--seeds", help="Seeds per run: a count N (seeds 0..N-1), a list (3,4) or a range (2-5). \\[default: the recipe's `seeds`]"),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs)."),
     out: str = typer.Option(None, "--out", help="Sweep folder. \\[default: results/<recipe name>-<scale>]"),
     mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
@@ -41,7 +41,7 @@ def sweep(
     from fedcli.sweep import run_sweep
 
     t0 = time.perf_counter()
-    state = {"progress": None, "task": None, "total": 0}
+    state = {"progress": None, "task": None, "total": 0, "estimate": None}
     scale = scale if scale is not None else _only_scale(recipe)
     flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s}
     if sbatch:
@@ -62,18 +62,16 @@ def sweep(
         _warn_if_large(result, todo)
         if quiet:
             return
-        _print_plan(result, todo, jobs, mpi)
+        state["estimate"] = _print_plan(result, todo, jobs, mpi)
         if todo:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            prog = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console)
+            prog = SweepProgress(todo, jobs, state["estimate"])
             prog.start()
-            state["progress"], state["task"] = prog, prog.add_task("sweep", total=len(todo))
+            state["progress"], state["task"] = prog, prog.task
 
     def on_done(p):
         prog = state["progress"]
         if prog is not None:
-            prog.advance(state["task"])
+            prog.finished(p)
         if quiet:
             return
         if p.status == "completed":
@@ -83,9 +81,10 @@ def sweep(
             acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
             what = "personal acc" if run.personalized else "acc"
             err_console.print(f"  [green]done[/]  {p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
-                              f"{p.wall_s:.1f}s", soft_wrap=True, highlight=False)
+                              f"{p.wall_s:.1f}s{sofar(prog)}", soft_wrap=True, highlight=False)
         else:
-            err_console.print(f"  [red]failed[/] {p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log})", soft_wrap=True, highlight=False)
+            err_console.print(f"  [red]failed[/] {p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}",
+                              soft_wrap=True, highlight=False)
 
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
@@ -157,6 +156,12 @@ def _print_data(checks) -> None:
                           soft_wrap=True, highlight=False, markup=False)
 
 
+def sofar(prog) -> str:
+    """``  [3/7, elapsed 0:00:12  remaining 0:00:16]``: where the sweep stands, on each run's line (a job log has
+    no live bar)."""
+    return f"  [{len(prog.done)}/{len(prog.todo)}, {prog.times()}]" if prog is not None else ""
+
+
 def _only_scale(recipe: str) -> str | None:
     """The scale of a recipe that has one; a recipe with several needs --scale (no paper-scale run by surprise)."""
     from fedcli.errors import ConfigError
@@ -174,8 +179,87 @@ def _only_scale(recipe: str) -> str | None:
                       f"it would run and an estimate of its time")
 
 
-def _print_plan(result, todo, jobs: int, mpi: int) -> None:
-    """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/estimate.py)."""
+class SweepProgress:
+    """The sweep's live bar: runs done of the runs to go, labelled elapsed and remaining times (remaining: from the
+    runs done so far, before the first one from the plan's estimate), and the runs in flight with their local
+    iterations done (read from their metrics.csv, at most once a second)."""
+
+    def __init__(self, todo: list, jobs: int, estimate_s: float | None):
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+        from rich.text import Text
+
+        self.todo, self.jobs, self.estimate_s = list(todo), max(1, jobs), estimate_s
+        self.done: set = set()
+        self.t0, self.now = time.monotonic(), time.monotonic
+        self._flight, self._read_at, self._fractions = "", -1.0, []
+        me = self
+
+        class Times(ProgressColumn):
+            def render(self, task):
+                return Text(me.times(), style="progress.remaining")
+
+        class Flight(ProgressColumn):
+            def render(self, task):
+                return Text(me.in_flight(), style="dim")
+
+        self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(bar_width=20), MofNCompleteColumn(), Times(), Flight(),
+                                 console=err_console)
+        self.task = self.progress.add_task("sweep", total=len(self.todo))
+
+    def start(self) -> None:
+        self.progress.start()
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def finished(self, p) -> None:
+        self.done.add(p.rel)
+        self._read_at = -1.0  # the runs in flight changed: read them again
+        self.progress.advance(self.task)
+
+    def remaining(self) -> float | None:
+        """From the work done: the runs done plus the fraction of the runs in flight; before any progress, the
+        plan's estimate."""
+        elapsed = self.now() - self.t0
+        self.in_flight()
+        work = len(self.done) + sum(self._fractions)
+        if work > 0:
+            return elapsed / work * (len(self.todo) - work)
+        return max(0.0, self.estimate_s - elapsed) if self.estimate_s and elapsed < self.estimate_s else None
+
+    def times(self) -> str:
+        from fedcli.cli.console import clock
+
+        left = self.remaining()
+        return f"elapsed {clock(self.now() - self.t0)}  remaining {clock(left) if left is not None else 'estimating'}"
+
+    def in_flight(self) -> str:
+        """The runs started and not done (runs start in plan order, ``jobs`` at a time), with their progress."""
+        if self.now() - self._read_at < 1.0:
+            return self._flight
+        from fedcli.report.rundata import read_csv
+
+        going = [p for p in self.todo if p.rel not in self.done][: self.jobs]
+        parts, fractions = [], []
+        for p in going:
+            try:
+                rows = read_csv(p.dir / "metrics.csv")
+            except (OSError, ValueError):
+                rows = []
+            cfg = p.config
+            total = cfg.get("rounds") or cfg.get("iterations")
+            done = (rows[-1].get("round") if cfg.get("rounds") else rows[-1].get("iteration")) if rows else 0
+            parts.append(f"{p.name} s{p.seed} {done}/{total}")
+            fractions.append(min(1.0, done / total) if isinstance(done, (int, float)) and total else 0.0)
+        self._flight, self._read_at, self._fractions = ("in flight: " + ", ".join(parts)) if parts else "", self.now(), fractions
+        return self._flight
+
+
+def _print_plan(result, todo, jobs: int, mpi: int) -> float | None:
+    """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/estimate.py); returns
+    the estimate in seconds (None when some run could not be estimated)."""
     from fedcli.estimate import budget_text, estimate
     from fedcli.sweep import load_manifest
 
@@ -185,14 +269,17 @@ def _print_plan(result, todo, jobs: int, mpi: int) -> None:
             f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
             f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
+    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
+                      soft_wrap=True, highlight=False, markup=False)
     if r.scale and r.scale != "paper":
         err_console.print(f"  scale {r.scale}: a reduced version of {r.paper or 'the paper'}'s setting; it checks the pipeline, "
                           f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
     if not todo:
-        return
+        return None
     old = {(e.get("name"), e.get("seed")): e.get("wall_s") for e in (load_manifest(result.root, missing_ok=True) or {}).get("runs", [])}
     done = [p for p in result.runs if p.status == "completed"]
     for p in done:
         p.wall_s = p.wall_s or old.get((p.name, p.seed))
     est = estimate(todo, done, jobs, mpi)
     err_console.print(f"  budget: {budget_text(todo)}; {est.text()}", soft_wrap=True, highlight=False, markup=False)
+    return est.seconds if est.seconds and not est.unknown else None

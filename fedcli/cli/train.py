@@ -7,14 +7,20 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from fedcli.cli import early
-from fedcli.cli.console import TrainProgress, err_console, out_console, summary_table
+from fedcli.cli import spec as cli_spec
+from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
-from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
+
+if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
+    from fedcli.config import TrainConfig
+
+SPEC = cli_spec.load()
 
 
 def default_out(cfg: TrainConfig) -> Path:
@@ -152,12 +158,13 @@ def _discarder(out: Path, created: bool):
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False, data=None):
+              resume: bool = False, data=None, progress: str = "auto"):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
-    ``data``: (dataset, partition) already loaded for this config (the worker pool shares them)."""
+    ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
+    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode)."""
     from fedcli.comm.communicator import Communicator
 
     comm = comm or Communicator()
@@ -171,7 +178,8 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data)
+        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
+                      progress=progress)
     finally:
         for fn in [f for f in early.registered() if getattr(f, "out", None) == out]:
             early.forget(fn)
@@ -206,7 +214,8 @@ def _notice(msg: str) -> None:
     err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None):
+def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
+           progress: str = "auto"):
     from fedcli.errors import PlaceError, StorageError
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint, sentinel
@@ -254,15 +263,17 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         early.on_interrupt(mark_interrupted)
         sim.attach(run_dir)
         watchdog = sentinel.start(out, pids)
-        if not quiet:
-            err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=True)
+        loaded()
+        if not quiet:  # a terminal wraps it between words; a log keeps it on one line
+            err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=progress_mode(progress) != "bar")
         for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
             _notice(f"note: {note}")
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
         comm.barrier()
     ACTIVE_RUN["dir"] = out
     progress = TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
-                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json)
+                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json,
+                             mode=progress_mode(progress))
     saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
                                     notify=_notice if root else None, launcher=comm.launcher)
     if state is not None:
@@ -337,18 +348,59 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
 
 
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
+_LOADING: dict = {}  # the "loading ..." status shown from the first second until the run's header
+
+
+def _rank0() -> bool:
+    """Whether this process is rank 0 of an MPI launch (or not under MPI), from the launcher's environment."""
+    return all(os.environ.get(v, "0") == "0" for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+
+
+def loading(mode: str) -> None:
+    """Say at once on a terminal that the run is loading (torch, the data, the model: seconds before the header): a
+    transient status line, gone when the header (or a one-line error) comes. A log gets nothing: its first line is
+    the header, or the error alone."""
+    if _rank0() and mode == "bar":
+        _LOADING["status"] = err_console.status("fedcli train: loading torch, the data and the model ...")
+        _LOADING["status"].start()
+
+
+def loaded() -> None:
+    status = _LOADING.pop("status", None)
+    if status is not None:
+        status.stop()
 
 
 def train(**kwargs):
     """Run one federated-learning experiment (defaults: a small FedLAMA run on scikit-learn digits, offline)."""
-    from fedcli.comm.mpi import get_communicator
-    from fedcli.recipes import build_config
-
     if kwargs.pop("list_algos"):
         out_console.print(methods_table())
         return
     recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
+    progress = kwargs.pop("progress")
+    if progress not in PROGRESS_MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
+    flags = given(kwargs, SPEC)
+    if "algo" in flags:  # a typo is answered before torch loads: did-you-mean, FedLAMA -> fedlama
+        from fedcli.names import resolve_method
+
+        flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in SPEC["methods"].items()})
+    if not quiet and not as_json:
+        loading(progress_mode(progress))
+    try:
+        _start(flags, recipe=recipe, scale=scale, resume=resume, quiet=quiet, as_json=as_json, overwrite=overwrite,
+               progress=progress)
+    finally:
+        loaded()
+
+
+def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str) -> None:
+    """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
+    from fedcli.comm.mpi import get_communicator
+    from fedcli.config import TrainConfig
+    from fedcli.recipes import build_config
+
     comm = get_communicator()
     from fedcli.results import checkpoint, lock
 
@@ -361,9 +413,9 @@ def train(**kwargs):
             if resume:
                 from fedcli.results.checkpoint import resume_config
 
-                cfg = resume_config(resume, given(kwargs, TrainConfig), recipe=recipe, scale=scale, overwrite=overwrite)
+                cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
             else:
-                cfg = build_config(recipe, given(kwargs, TrainConfig), scale)
+                cfg = build_config(recipe, flags, scale)
         except FedcliError as e:
             err = e
     collective(comm, err)
@@ -371,7 +423,8 @@ def train(**kwargs):
     from fedcli.comm.workers import launch
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
-        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data)
+        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
+                  progress=progress)
 
 
 import inspect  # noqa: E402
@@ -380,9 +433,10 @@ _extra = [
     inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--recipe", help="TOML recipe with config keys (flags override it). \\[default: none]"), annotation=str | None),
     inspect.Parameter("scale", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--scale", help="Recipe scale to apply (e.g. smoke, paper). \\[default: none: the recipe's \\[base] alone]"), annotation=str | None),
     inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."), annotation=bool),
+    inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=typer.Option("auto", "--progress", metavar="<choice>", help="Progress on stderr: a live bar (bar), one plain line per evaluation for job logs (lines), none, or auto (bar on a terminal, else lines). \\[choices: auto, bar, lines, none] \\[default: auto]"), annotation=str),
     inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
     inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the files of an existing --out folder."), annotation=bool),
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]
-with_parameters(train, config_parameters(TrainConfig) + _extra)
+with_parameters(train, config_parameters(SPEC) + _extra)

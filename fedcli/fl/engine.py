@@ -288,7 +288,8 @@ class Simulation:
     def manifest(self) -> dict:
         return {
             "config": self.cfg.to_dict(),
-            "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), **self.part_names,
+            "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), "style": list(self.method.style),
+                       **self.part_names,
                        "personalized": self.method.personalized, "defaults": self.method.effective_defaults()},
             "seed": self.cfg.seed,
             "world_size": self.comm.size,

@@ -78,7 +78,7 @@ def guarded_average(sim, cohort: Cohort, names: list, uploads: list[torch.Tensor
     if not new:
         return flat
     what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
-    where = f"training diverged in round {cohort.round_idx}, local step {step}"
+    where = f"training diverged in round {cohort.round_idx + 1}, local step {step}"  # rounds counted from 1
     if sim.cfg.on_diverge == "stop":
         c, code = new[0]
         raise collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))

@@ -35,6 +35,9 @@ class Method:
     aliases: tuple[str, ...] = ()
     label: str = ""  # the name papers and reports give the method ("FedAvg", "Fed-LAMB"); empty: ``name``
     alias_labels: dict[str, str] = field(default_factory=dict, compare=False)  # an alias's own label ("fedsgd": "Fed-SGD")
+    #: (colour, marker) of the method in every figure (fedcli/report/style.py), fixed so that the same method looks
+    #: the same in every figure and panel; recorded in the manifest. Empty: one chosen from the label.
+    style: tuple[str, str] = ()
     personalized: bool = False  # judged by each client's own model on its local test split (personal_acc; fedcli/fl/personal.py)
     # config values this method runs with unless the user (flag or recipe key) gives another: the settings of
     # the method's paper (lr, server lr, participation, ...) that differ from fedcli's general defaults
@@ -59,16 +62,28 @@ def register_method(method: Method) -> Method:
     return method
 
 
+def method_labels() -> dict[str, str]:
+    """Every registered name (and alias) with the label papers give it (``fedlamb``: ``Fed-LAMB``)."""
+    return {name: m.label_for(name) for name, m in METHODS.items()}
+
+
 def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (recipe keys and flags) completed with the chosen method's defaults for the keys they do
     not set: an explicit value always wins. An explicit ``tau`` (local steps per round) also wins over a default
     number of local epochs, which would otherwise replace it. An unknown method is left for validation to report."""
     from fedcli.config import FIELDS
 
-    algo = values.get("algo", FIELDS["algo"].default)
-    method = METHODS.get(algo)
-    if method is None:
-        return dict(values)
+    from fedcli.errors import ConfigError
+    from fedcli.names import resolve_method
+
+    values = dict(values)
+    try:
+        algo = resolve_method(values.get("algo", FIELDS["algo"].default), method_labels())
+    except ConfigError:
+        return values
+    if "algo" in values:
+        values["algo"] = algo  # the registered name: FedLAMA -> fedlama
+    method = METHODS[algo]
     defaults = method.effective_defaults()
     if "tau" in values and "local_epochs" not in values:
         defaults.pop("local_epochs", None)

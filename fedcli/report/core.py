@@ -75,7 +75,8 @@ class Sweep:
     def retry_hint(self) -> str:
         recipe = self.manifest.get("recipe", "RECIPE")
         scale = f" --scale {self.scale}" if self.scale else ""
-        seeds = f" --seeds {len(self.seeds)}"
+        listed = list(self.seeds) == list(range(len(self.seeds)))
+        seeds = f" --seeds {len(self.seeds) if listed else ','.join(map(str, self.seeds))}"
         return f"fedcli sweep {recipe}{scale}{seeds} --out {self.root}"
 
     def need(self, spec) -> dict:
@@ -168,7 +169,9 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
     return render(table, fmt)
 
 
-def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None) -> list[Path]:
+def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None,
+                 warn=None) -> list[Path]:
+    """The figures of ``sweeps`` (``names``: only these) into ``out_dir``; ``x`` overrides the curves' x axis."""
     from fedcli.report.figures import draw
 
     if names:
@@ -185,7 +188,7 @@ def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | No
     files = []
     for s, spec, runs in needed:
         try:
-            files.extend(draw(scaled_title(spec, s, runs), runs, Path(out_dir)))
+            files.extend(draw(scaled_title(spec, s, runs), runs, Path(out_dir), x=x, warn=warn))
         except ValueError as e:
             raise ConfigError(f"figure '{spec.name}': {e}") from None
         except OSError as e:  # a read-only place, a full disk, a file where a folder is wanted

@@ -1,18 +1,25 @@
-"""Paper figures from run directories, as PNG and PDF (matplotlib, Agg backend).
+"""Paper figures from run directories, as PNG and PDF (matplotlib, Agg backend), in one style (fedcli/report/style.py).
 
 - ``curves``: learning curves (FedLAMA arXiv Figures 4-6, AAAI Figure 3): accuracy (``y``: default ``auto``,
-  personal_acc for personalized runs, test_acc otherwise), or a loss, against local iterations (``x = "round"``: communication rounds, as Fed-LAMB Figures 2-5;
-  ``x = "comm"``: cumulative communication), mean over seeds with a +- std band.
+  personal_acc for personalized runs, test_acc otherwise), or a loss, against ``x``: local iterations, communication
+  rounds (Fed-LAMB Figures 2-5), communicated parameters (Eq. 8, M params) or the bytes moved both ways (MB); mean
+  over seeds with a +- std band.
 - ``layer-syncs``: communications per layer over the whole training (arXiv Figure 2, AAAI Figure 4).
-- ``layer-size``: data size per layer, dim(u_l) * c_l of Eq. 8 (arXiv Figure 3, AAAI Figure 5).
+- ``layer-size``: data moved per layer over the whole training, in MB (everything that travels for the layer, both
+  ways, every cohort client: ``layers.csv``'s ``comm_bytes``); ``y = "params"``: Eq. 8's dim(u_l) * c_l (arXiv
+  Figure 3, AAAI Figure 5), in M params.
 - ``delta-lambda``: delta_l (Eq. 3) and 1 - lambda_l (Eq. 4) along the layers sorted by d_l, at one
   interval adjustment of a FedLAMA run (arXiv Figure 1, AAAI Figure 2), with the cross point marked.
+
+No figure has a suptitle: its description (paper, title, notes, what was drawn) goes into ``NAME.txt`` beside
+``NAME.png`` and ``NAME.pdf``, for a caption.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from fedcli.report import style
 from fedcli.report.aggregate import mean_std
 from fedcli.report.spec import FigureSpec
 
@@ -26,19 +33,17 @@ def _plt():
     return plt
 
 
-def _labels(panel, runs: dict) -> list[str]:
-    if panel.labels:
-        return list(panel.labels)
-    return [next(iter(runs[name].values())).legend() for name in panel.runs]
+def _first(per_seed: dict):
+    return next(iter(per_seed.values()))
 
 
-def _curve(per_seed: dict, x: str, y: str, base_comm: float):
-    """Mean and std of ``y`` over seeds at the evaluation points all seeds share.
+def _curve(per_seed: dict, x: str, y: str):
+    """Mean and std of ``y`` over seeds at the evaluation points all seeds share, against ``x`` (style.X_AXES).
 
-    Evaluation points are matched by iteration, or by round for ``x = "round"`` (with ``--local-epochs`` a
+    Evaluation points are matched by iteration, or by round for ``x = "rounds"`` (with ``--local-epochs`` a
     round's local steps depend on its cohort, so seeds evaluate at the same rounds but not the same iterations)."""
-    key = "round" if x == "round" else "iteration"
-    col = next(iter(per_seed.values())).acc_metric(y) if per_seed else y  # auto: the run's own accuracy
+    key = "round" if x == "rounds" else "iteration"
+    col = _first(per_seed).acc_metric(y) if per_seed else y  # auto: the run's own accuracy
     grids = [{r[key]: r for r in run.metrics} for run in per_seed.values()]
     common = sorted(set.intersection(*(set(g) for g in grids))) if grids else []
     xs, means, stds = [], [], []
@@ -47,8 +52,8 @@ def _curve(per_seed: dict, x: str, y: str, base_comm: float):
         s = mean_std(r[col] for r in rows)
         if not s.ok:
             continue
-        if x == "comm":
-            xs.append(100.0 * mean_std(r["comm_params"] for r in rows).mean / base_comm if base_comm else float("nan"))
+        if x in ("params", "bytes"):
+            xs.append(mean_std(r["comm_params" if x == "params" else "comm_bytes"] for r in rows).mean / 1e6)
         else:
             xs.append(it)
         scale = 100.0 if col.endswith("_acc") else 1.0
@@ -58,13 +63,11 @@ def _curve(per_seed: dict, x: str, y: str, base_comm: float):
 
 
 def y_label(y: str, per_run: list[dict]) -> str:
-    """The y axis of a curves panel; ``auto`` says which accuracy its runs show."""
+    """The y axis of a curves panel: what was measured, on which model; ``auto`` names the accuracy its runs show."""
     if y == "auto":
-        cols = {next(iter(r.values())).acc_metric("auto") for r in per_run if r}
+        cols = {_first(r).acc_metric("auto") for r in per_run if r}
         y = cols.pop() if len(cols) == 1 else y
-    return {"test_acc": "Validation accuracy (%)", "personal_acc": "Personal accuracy (%): local test splits",
-            "auto": "Accuracy (%)\npersonal_acc (pFL), test_acc (others)",
-            "test_loss": "Test loss", "train_loss": "Training loss"}[y]
+    return style.Y_LABELS[y]
 
 
 def _layer_values(per_seed: dict, key: str) -> tuple[list[int], list[str], list[float]]:
@@ -106,83 +109,120 @@ def cross_point(deltas: list[float], one_minus: list[float]) -> int | None:
     return None
 
 
-def draw(spec: FigureSpec, runs: dict, out_dir: Path) -> list[Path]:
-    """Draw one figure; ``runs`` maps run name -> {seed: RunData}. Returns the files written."""
+def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
+    reps = [_first(runs[name]) for name in panel.runs]
+    for name, kw in zip(panel.runs, style.styles(reps, list(panel.labels) or None)):
+        xs, m, s = _curve(runs[name], x, y)
+        ax.plot(xs, m, linewidth=1.6, markersize=4, markevery=max(1, len(xs) // 8), **kw)
+        if len(runs[name]) > 1:
+            ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=kw["color"], alpha=0.15,
+                            linewidth=0)
+    ax.set_xlabel(style.X_LABELS[x])
+    if x in ("iterations", "rounds"):
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
+    style.plain_axis(ax.xaxis)
+    ax.set_ylabel(y_label(y, [runs[n] for n in panel.runs]))
+    ax.grid(alpha=0.3)
+    style.legend_below(ax, len(panel.runs))
+
+
+def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool) -> None:
+    key = "syncs" if kind == "layer-syncs" else ("comm_params" if unit == "params" else "comm_bytes")
+    reps = [_first(runs[name]) for name in panel.runs]
+    k = len(panel.runs)
+    width = 0.8 / k
+    names = None
+    hatches = {"-": "", "--": "//", "-.": "..", ":": "xx"}
+    for j, (name, kw) in enumerate(zip(panel.runs, style.styles(reps, list(panel.labels) or None))):
+        idx, names, vals = _layer_values(runs[name], key)
+        if key != "syncs":
+            vals = [v / 1e6 for v in vals]
+        ax.bar([i + (j - (k - 1) / 2) * width for i in idx], vals, width=width, color=kw["color"], label=kw["label"],
+               hatch=hatches.get(kw["linestyle"], "++"), edgecolor="white", linewidth=0.3)
+    ax.set_xlabel("Layer (parameter tensor, forward order)")
+    ax.set_ylabel({"syncs": "Synchronizations over the run", "comm_params": "Data size per layer, Eq. 8 (M params)",
+                   "comm_bytes": "Data moved per layer over the run (MB)"}[key])
+    if names is not None and len(names) <= 24:
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
+    if log:
+        ax.set_yscale("log")
+    else:
+        style.plain_axis(ax.yaxis)
+    ax.grid(axis="y", alpha=0.3)
+    style.legend_right(ax)
+
+
+def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
+    """delta_l and 1 - lambda_l of one FedLAMA run; returns the caption's description of what is drawn."""
+    name = panel.runs[0]
+    per_seed = runs[name]
+    seeds = sorted(per_seed)
+    seed = seeds[spec.seed] if -len(seeds) <= spec.seed < len(seeds) else seeds[0]
+    run = per_seed[seed]
+    deltas, one_minus, order, rnd, it = delta_lambda_curves(run, spec.round)
+    ls = list(range(1, len(deltas) + 1))
+    color = style.method_style(run)[0]
+    ax.plot(ls, deltas, marker="o", markersize=4, color=color, label="δ_l: discrepancy ratio (Eq. 3)")
+    ax.plot(ls, one_minus, marker="s", markersize=4, color="#999999", linestyle="--", label="1 − λ_l: size ratio (Eq. 4)")
+    cp = cross_point(deltas, one_minus)
+    if cp is None:
+        short, where = "no crossing: δ_l < 1 − λ_l for every l", "every layer may get the long interval"
+    elif cp == 1:
+        short, where = "no crossing: δ_l ≥ 1 − λ_l from l = 1", "no layer gets the long interval"
+    else:
+        short, where = f"the curves cross at l = {cp}", f"the {cp - 1} layer(s) left of it get the long interval φτ′"
+        ax.axvline(cp, color="grey", linestyle=":", linewidth=1)
+    layer_names = {int(r["layer"]): str(r["name"]) for r in run.layers} if run.layers else {}
+    ax.set_xticks(ls)
+    if layer_names and len(ls) <= 24:
+        ax.set_xticklabels([f"{l}: {layer_names.get(order[l - 1], order[l - 1])}" for l in ls], rotation=60, ha="right", fontsize=7)
+    ax.set_xlabel("l: layers in ascending order of d_l")
+    ax.set_ylabel("Ratio")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    style.legend_right(ax, f"after round {rnd} (iteration {it}):\n{short}")
+    return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: the adjustment after round {rnd} "
+            f"(iteration {it}); {short}: {where}.")
+
+
+def build(spec: FigureSpec, runs: dict, x: str | None = None):
+    """The matplotlib figure of ``spec`` (``runs``: run name -> {seed: RunData}) and its caption text. ``x``: the x
+    axis of curves, over the spec's own (``fedcli report --x``)."""
     plt = _plt()
+    x = style.x_axis(x or spec.x)
     n = len(spec.panels)
-    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.9), squeeze=False)
+    width = 5.2 if spec.kind == "curves" else 6.4  # room for the legend right of bars and delta-lambda
+    fig, axes = plt.subplots(1, n, figsize=(width * n, 3.9), squeeze=False)
+    described = []
     for ax, panel in zip(axes[0], spec.panels):
-        labels = _labels(panel, runs)
         if spec.kind == "curves":
-            base_comm = None
-            if spec.x == "comm":
-                first = runs[panel.runs[0]]
-                base_comm = mean_std(r.comm_params for r in first.values()).mean
-            for name, label in zip(panel.runs, labels):
-                xs, m, s = _curve(runs[name], spec.x, spec.y, base_comm)
-                (line,) = ax.plot(xs, m, label=label, linewidth=1.6)
-                if len(runs[name]) > 1:
-                    ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=line.get_color(), alpha=0.18, linewidth=0)
-            ax.set_xlabel({"iteration": "Iterations (local steps)", "round": "Communication rounds"}.get(spec.x, f"Communication (% of {labels[0]})"))
-            if spec.x == "round":
-                from matplotlib.ticker import MaxNLocator
-
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(y_label(spec.y, [runs[n] for n in panel.runs]))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            _panel_curves(ax, panel, runs, x, spec.y)
         elif spec.kind in ("layer-syncs", "layer-size"):
-            key = "syncs" if spec.kind == "layer-syncs" else "comm_params"
-            k = len(panel.runs)
-            width = 0.8 / k
-            names = None
-            for j, (name, label) in enumerate(zip(panel.runs, labels)):
-                idx, names, vals = _layer_values(runs[name], key)
-                ax.bar([i + (j - (k - 1) / 2) * width for i in idx], vals, width=width, label=label)
-            ax.set_xlabel("Layer (parameter tensor, forward order)")
-            ax.set_ylabel("Number of communications" if key == "syncs" else "Data size (parameters)")
-            if names is not None and len(names) <= 16:
-                ax.set_xticks(range(len(names)))
-                ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
-            if spec.log:
-                ax.set_yscale("log")
-            else:
-                lo, hi = ax.get_ylim()
-                ax.set_ylim(lo, hi * 1.22)  # room for the legend above the bars
-            ax.grid(axis="y", alpha=0.3)
-            ax.legend(fontsize=8, loc="upper right", ncol=min(k, 3))
+            _panel_layers(ax, panel, runs, spec.kind, "params" if spec.y == "params" else "bytes", spec.log)
         elif spec.kind == "delta-lambda":
-            name = panel.runs[0]
-            per_seed = runs[name]
-            seeds = sorted(per_seed)
-            seed = seeds[spec.seed] if -len(seeds) <= spec.seed < len(seeds) else seeds[0]
-            deltas, one_minus, order, rnd, it = delta_lambda_curves(per_seed[seed], spec.round)
-            ls = list(range(1, len(deltas) + 1))
-            ax.plot(ls, deltas, marker="o", markersize=3, label="δ_l (discrepancy ratio, Eq. 3)")
-            ax.plot(ls, one_minus, marker="s", markersize=3, label="1 − λ_l (size ratio, Eq. 4)")
-            cp = cross_point(deltas, one_minus)
-            if cp is not None:
-                ax.axvline(cp, color="grey", linestyle=":", linewidth=1)
-                ax.annotate(f"cross at l={cp}", (cp, one_minus[cp - 1]), textcoords="offset points", xytext=(6, 8), fontsize=8)
-            from matplotlib.ticker import MaxNLocator
-
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("l (number of layers with the smallest d_l)")
-            ax.set_ylabel("Ratio")
-            ax.set_ylim(-0.02, 1.02)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, title=f"{labels[0]}, seed {seed}, round {rnd} (iteration {it})", title_fontsize=7)
+            described.append(_panel_delta_lambda(ax, panel, runs, spec))
         ax.set_title(panel.title or "", fontsize=10)
-    title = " — ".join(x for x in (spec.paper, spec.title) if x)
-    if title:
-        import textwrap
-
-        fig.suptitle(textwrap.fill(title, width=int(12 * 5.2 * n)), fontsize=9)
-    return save(fig, out_dir, spec.name)
+    caption = " — ".join(t for t in (spec.paper, spec.title) if t)
+    caption = ". ".join(t for t in (caption, *described, spec.notes) if t)
+    return fig, caption
 
 
-def save(fig, out_dir: Path, name: str) -> list[Path]:
-    """Write ``name``.png and ``name``.pdf into ``out_dir`` and close the figure; the files written."""
+def draw(spec: FigureSpec, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:
+    """Draw one figure; ``runs`` maps run name -> {seed: RunData}. Returns the files written (PNG, PDF, caption).
+    ``warn``: called with one line when the figure's runs are not on one dataset and model."""
+    msg = style.data_warning([_first(r) for r in runs.values() if r])
+    if msg and warn is not None:
+        warn(f"{spec.name}: {msg}")
+    fig, caption = build(spec, runs, x)
+    return save(fig, out_dir, spec.name, caption)
+
+
+def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
+    """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure."""
+    from fedcli.results.rundir import atomic_write
     from fedcli.results.safefs import make_dir, open_file
 
     fig.tight_layout()
@@ -191,8 +231,10 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     for ext in ("png", "pdf"):
         f = out_dir / f"{name}.{ext}"
         with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/results/safefs.py)
-            fig.savefig(fh, format=ext, dpi=150)
+            fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
         files.append(f)
+    if caption:
+        atomic_write(out_dir / f"{name}.txt", caption.rstrip() + "\n")
+        files.append(out_dir / f"{name}.txt")
     _plt().close(fig)
     return files
-

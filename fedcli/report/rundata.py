@@ -114,14 +114,14 @@ class RunData:
         return preset.parts()[kind] if preset else None
 
     def legend(self) -> str:
-        """The papers' legend style: FedAvg (20), FedLAMA (20, 2); a run of local epochs (where tau plays no part):
-        FedALA (E = 1)."""
+        """The label of the run in every figure and table (fedcli/report/style.py), with the papers' names and
+        symbols: FedAvg (τ=20), FedLAMA (τ′=20, φ=2); a run of local epochs (where tau plays no part): FedALA (E=1)."""
         tau, phi = self.config.get("tau"), self.config.get("phi")
         if self.config.get("local_epochs"):
-            return f"{self.method_label()} (E = {self.config['local_epochs']:g})"
+            return f"{self.method_label()} (E={self.config['local_epochs']:g})"
         if self.layerwise:
-            return f"{self.method_label()} ({tau}, {phi})"
-        return f"{self.method_label()} ({tau})"
+            return f"{self.method_label()} (τ′={tau}, φ={phi})"
+        return f"{self.method_label()} (τ={tau})"
 
     @cached_property
     def metrics(self) -> list[dict]:

@@ -20,6 +20,7 @@ from fedcli.errors import ConfigError, DataError
 from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
+from fedcli.report import style
 from fedcli.report.validate import validate_run
 
 RUN_MANIFEST = "manifest.json"
@@ -70,19 +71,8 @@ def find_runs(folder: Path, skip: list[Path] = ()) -> list[Path]:
 
 
 def method_label(run: RunData) -> str:
-    """``fedlama (tau'=5, phi=2)``, ``fedavg + init ala (tau=5)``: the preset and overridden parts from the manifest."""
-    cfg = run.config
-    label = str(run.method.get("name") or cfg.get("algo") or "?")
-    for part in ("schedule", "init"):  # parts given on the command line over the preset's own
-        if cfg.get(part):
-            label += f" + {part} {run.method.get(part, cfg[part])}"
-    if cfg.get("local_epochs"):
-        inner = f"E={cfg['local_epochs']:g}"
-    elif run.layerwise:
-        inner = f"tau'={cfg.get('tau')}, phi={cfg.get('phi')}"
-    else:
-        inner = f"tau={cfg.get('tau')}"
-    return f"{label} ({inner})"
+    """The run's label in tables and figures, the papers' names and symbols: ``FedLAMA (τ′=5, φ=2)`` (RunData.legend)."""
+    return run.legend()
 
 
 def run_names(runs: list[RunData]) -> list[str]:
@@ -105,6 +95,10 @@ def _num(v) -> float:
     except (TypeError, ValueError):
         return float("nan")
     return x
+
+
+def _ratio_cell(value: float, base: float) -> Cell:
+    return _pct_cell(value / base) if base and math.isfinite(base) and math.isfinite(value) else _pct_cell(float("nan"))
 
 
 def _pct_cell(x: float) -> Cell:
@@ -134,14 +128,72 @@ def fedavg_comm(run: RunData) -> float:
     return float(fedavg_params(int(sum(r["numel"] for r in run.layers)), int(run.metrics[-1]["iteration"]), int(run.config.get("tau", 1))))
 
 
-def comparison_table(runs: list[RunData], title: str = "") -> Table:
-    """One row per run: method, data, status, budget done, final and best accuracy, communication, time."""
+class Baseline:
+    """The one reference a comparison table measures communication against, in parameters (Eq. 8) and in bytes
+    (everything that travels, both ways): a FedAvg run among those reported (``--baseline RUN``, else the first
+    FedAvg run on the dataset and model most of the runs share), else, for each run, FedAvg with the run's cohort,
+    tau, budget and model computed from the ledger's rule (every tensor every tau iterations, up and down at 32 bits
+    for each cohort client: ``fedavg_params * active * 8`` bytes)."""
+
+    def __init__(self, run: RunData | None = None, name: str = ""):
+        self.run, self.name = run, name
+
+    def params(self, run: RunData) -> float:
+        return self.run.comm_params if self.run is not None else fedavg_comm(run)
+
+    def bytes(self, run: RunData) -> float:
+        return self.run.comm_bytes if self.run is not None else fedavg_comm(run) * run.active_clients * 8.0
+
+    @property
+    def title(self) -> str:
+        return self.name if self.run is not None else "FedAvg (computed)"
+
+    def note(self) -> str:
+        if self.run is not None:
+            return (f"Comm. vs {self.name}: communication as % of the baseline run {self.name} ({self.run.legend()}, "
+                    f"{data_label(self.run)}, {self.run.comm_params / 1e6:,.2f} M params, {self.run.comm_bytes / 1e6:,.2f} MB): "
+                    f"in parameters (Eq. 8, sum over layers of numel x synchronizations) and in bytes (comm_bytes: every "
+                    f"cohort client's upload and download, plus what else travels: second moments, control variates, extra "
+                    f"models; 1 MB = 10^6 bytes).")
+        return ("Comm. vs FedAvg: no FedAvg run among these, so each run against FedAvg with its own cohort, tau, budget and "
+                "model, from the ledger's rule (params: numel x iterations // tau; bytes: those params x cohort clients x "
+                "8 bytes, 32 bits up and 32 down); give a FedAvg run and --baseline to compare all runs against one.")
+
+
+#: FedAvg's parts (fedcli/fl/methods.py, ``Method``'s defaults): local SGD, periodic full averaging, nothing else
+PLAIN_PARTS = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
+
+
+def plain(run: RunData) -> bool:
+    """Whether the run is FedAvg: its manifest records FedAvg's parts, unweighted by anything a method adds."""
+    return all(run.method.get(k) == v for k, v in PLAIN_PARTS.items()) and not run.personalized
+
+
+def pick_baseline(runs: list[RunData], names: list[str], choice: str | None = None) -> Baseline:
+    """``choice``: a run's name (as the table shows it), folder or path; none: the first FedAvg run on the dataset and
+    model most runs share; no FedAvg run: a computed FedAvg per run."""
+    if choice:
+        for run, name in zip(runs, names):
+            if choice in (name, run.path.name, str(run.path)) or Path(choice).resolve() == run.path.resolve():
+                return Baseline(run, name)
+        raise ConfigError(f"--baseline {choice}: not one of the runs reported ({', '.join(names)})")
+    common = max(dict.fromkeys(map(data_label, runs)), key=[data_label(r) for r in runs].count) if runs else ""
+    avg = [(r, n) for r, n in zip(runs, names) if plain(r)]
+    avg.sort(key=lambda rn: data_label(rn[0]) != common)
+    return Baseline(*avg[0]) if avg else Baseline()
+
+
+def comparison_table(runs: list[RunData], title: str = "", baseline: str | None = None) -> Table:
+    """One row per run: method, data, status, budget done, final and best accuracy, communication against one
+    baseline in parameters and bytes (:func:`pick_baseline`; ``baseline``: ``--baseline``), time."""
+    base = pick_baseline(runs, run_names(runs), baseline)
     personal = any(r.personalized for r in runs)
     keys = [("name", "Run"), ("method", "Method"), ("data", "Data / model"), ("status", "Status"),
             ("iterations", "Iterations (rounds)"), ("final_acc", "Final acc."), ("best_acc", "Best acc. (iteration)")]
     if personal:
         keys += [("final_personal_acc", "Final personal acc."), ("best_personal_acc", "Best personal acc.")]
-    keys += [("comm", "Comm. vs FedAvg"), ("comm_mb", "MB moved"), ("wall_s", "Wall time")]
+    keys += [("comm_m", "Comm. (M params)"), ("comm", f"Comm. vs {base.title} (params)"), ("comm_mb", "Data moved (MB)"),
+             ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"), ("wall_s", "Wall time")]
     columns = [Column(k, md, latex_escape(md)) for k, md in keys]
     rows, meta = [], []
     for name, run in zip(run_names(runs), runs):
@@ -167,9 +219,10 @@ def comparison_table(runs: list[RunData], title: str = "") -> Table:
             "final_personal_acc": _pct_cell(run.accuracy("final", "personal_acc") if run.personalized else float("nan")),
             "best_personal_acc": _pct_cell(run.accuracy("best", "personal_acc") if run.personalized else float("nan")),
         }
-        base = fedavg_comm(run)
-        comm = run.comm_params
-        cells["comm"] = (_pct_cell(comm / base) if base and math.isfinite(base) else _pct_cell(float("nan")))
+        cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
+        cells["comm_pct_bytes"] = _ratio_cell(run.comm_bytes, base.bytes(run))
+        mp = run.comm_params / 1e6
+        cells["comm_m"] = Cell(f"{mp:,.2f}", None, {"value": mp}) if math.isfinite(mp) else Cell("—", "---", {"value": float("nan")})
         mb = run.comm_bytes / 1e6
         cells["comm_mb"] = Cell(f"{mb:,.2f}", None, {"value": mb}) if math.isfinite(mb) else Cell("—", "---", {"value": float("nan")})
         wall = run.wall_s
@@ -181,8 +234,7 @@ def comparison_table(runs: list[RunData], title: str = "") -> Table:
     if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
         notes.append("(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
                      "over the others.")
-    notes.append("Comm. vs FedAvg: Eq. 8 parameters as % of FedAvg with the run's own tau over the same iterations; "
-                 "MB moved: comm_bytes (10^6 bytes).")
+    notes.append(base.note())
     return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"), "", [Section("", [], columns, rows, meta)], notes)
 
 
@@ -190,66 +242,62 @@ def comparison_table(runs: list[RunData], title: str = "") -> Table:
 
 
 def _x_axis(runs: list[RunData]) -> str:
-    return "round" if all(r.config.get("rounds") for r in runs) else "iteration"
+    return "rounds" if all(r.config.get("rounds") for r in runs) else "iterations"
 
 
-def draw_curves(runs: list[RunData], labels: list[str], out_dir: Path, name: str = "curves") -> list[Path]:
-    """Accuracy (test_acc; personal_acc dashed) and loss (test solid, train dotted) against iterations or rounds."""
-    from fedcli.report.figures import _plt, save
+def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None):
+    """The curves of ``fedcli train`` runs: the accuracy each is judged by (personal_acc for personalized methods,
+    the global model's test_acc otherwise) and the training loss, against ``x`` (style.X_AXES). (figure, caption)"""
+    from fedcli.report.figures import _panel_curves, _plt, y_label
+    from fedcli.report.spec import Panel
 
     plt = _plt()
-    x = _x_axis(runs)
+    x = style.x_axis(x or _x_axis(runs))
+    keyed = {str(r.path): {0: r} for r in runs}
+    panel = Panel(runs=list(keyed), labels=labels)
     fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9))
-    for run, label in zip(runs, labels):
-        rows = run.metrics
-        xs = [r[x] for r in rows]
-        (line,) = acc_ax.plot(xs, [100 * _num(r.get("test_acc")) for r in rows], label=f"{label}: global model", linewidth=1.6)
-        if run.personalized:
-            acc_ax.plot(xs, [100 * _num(r.get("personal_acc")) for r in rows], linestyle="--", color=line.get_color(),
-                        label=f"{label}: personal (clients' models)", linewidth=1.4)
-        loss_ax.plot(xs, [_num(r.get("test_loss")) for r in rows], color=line.get_color(), label=f"{label}: test", linewidth=1.6)
-        loss_ax.plot(xs, [_num(r.get("train_loss")) for r in rows], color=line.get_color(), linestyle=":", label=f"{label}: train",
-                     linewidth=1.4)
-    xlabel = "Communication rounds" if x == "round" else "Iterations (local steps)"
-    for ax, ylabel in ((acc_ax, "Test accuracy (%)"), (loss_ax, "Cross-entropy loss")):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    acc_ax.set_title("Accuracy", fontsize=10)
-    loss_ax.set_title("Loss", fontsize=10)
-    fig.suptitle(_suptitle(runs, labels), fontsize=9)
-    return save(fig, out_dir, name)
+    _panel_curves(acc_ax, panel, keyed, x, "auto")
+    _panel_curves(loss_ax, panel, keyed, x, "train_loss")
+    caption = (f"{_what(runs)}. Left: {y_label('auto', list(keyed.values()))}; right: the training loss; against "
+               f"{style.X_LABELS[x][0].lower()}{style.X_LABELS[x][1:]}.")
+    return fig, caption
 
 
-def _suptitle(runs: list[RunData], labels: list[str]) -> str:
+def _what(runs: list[RunData]) -> str:
     if len(runs) == 1:
-        return f"{labels[0]} on {data_label(runs[0])} ({runs[0].path.name})"
+        return f"{runs[0].legend()} on {data_label(runs[0])} ({runs[0].path.name})"
     return f"{len(runs)} runs on {', '.join(dict.fromkeys(data_label(r) for r in runs))}"
 
 
-def write_figures(runs: list[RunData], out_dir: str | Path) -> list[Path]:
-    """The curves, the per-layer communication figures and (layer-wise runs) delta_l vs 1 - lambda_l."""
-    from fedcli.report.figures import draw
+def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None, warn=None) -> list[Path]:
+    """The curves, the per-layer communication figures and (layer-wise runs) delta_l vs 1 - lambda_l. ``x``: the
+    curves' x axis (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets or models differ."""
+    from fedcli.report.figures import draw, save
     from fedcli.report.spec import FigureSpec, Panel
 
     out_dir = Path(out_dir)
-    labels = [method_label(r) for r in runs]
+    msg = style.data_warning(runs)
+    if msg and warn is not None:
+        warn(msg)
+    labels = [r.legend() for r in runs]
     if len(set(labels)) < len(labels):  # the same method twice: tell the runs apart by their folders
         labels = [f"{lab} [{n}]" for lab, n in zip(labels, run_names(runs))]
-    files = draw_curves(runs, labels, out_dir)
+    fig, caption = curves_figure(runs, labels, x)
+    files = save(fig, out_dir, "curves", caption)
     keyed = {str(r.path): {0: r} for r in runs}
     with_layers = [(str(r.path), lab) for r, lab in zip(runs, labels) if r.layers]
-    what = _suptitle(runs, labels)
+    what = _what(runs)
     if with_layers:
         panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
-        files += draw(FigureSpec("layer-syncs", "layer-syncs", title=f"Communications per layer over the whole training: {what}",
+        files += draw(FigureSpec("layer-syncs", "layer-syncs", title=f"Synchronizations per layer over the whole run: {what}",
                                  panels=[panel]), keyed, out_dir)
-        files += draw(FigureSpec("layer-size", "layer-size", title=f"Data size per layer (Eq. 8): {what}", panels=[panel]),
-                      keyed, out_dir)
+        files += draw(FigureSpec("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
+                                 f"cohort client, both directions, everything that travels for the layer): {what}",
+                                 panels=[panel]), keyed, out_dir)
     lama = [(str(r.path), lab, r) for r, lab in zip(runs, labels) if r.intervals]
     if lama:
         panels = [Panel(title=f"{lab} ({r.path.name})" if len(lama) > 1 else "", runs=[k], labels=[lab]) for k, lab, r in lama]
         files += draw(FigureSpec("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
                                  "(discrepancy ratio) vs 1 - lambda_l (size ratio)", panels=panels), keyed, out_dir)
     return files
+

@@ -67,9 +67,10 @@ All layouts take the shorthand of one group at table level (``runs``/``rows``, `
 ``scale.<name> = { key = value, ... }`` in a ``[[tables]]`` or ``[[figures]]`` entry overrides its keys at that
 ``--scale`` (the sweep stores the resolved product in sweep.json).
 
-Figures (``kind``): ``curves`` (test accuracy against iterations, ``x = "round"`` communication rounds or
-``x = "comm"`` communication as % of the first run's; mean and std band over seeds),
-``layer-syncs`` (communications per layer), ``layer-size`` (Eq. 8 data size per layer) and
+Figures (``kind``): ``curves`` (accuracy against ``x``: ``"iterations"`` (default), ``"rounds"``, ``"params"``
+(communicated parameters, Eq. 8) or ``"bytes"`` (data moved both ways); ``iteration``, ``round`` and ``comm`` are
+older spellings of the first three; mean and std band over seeds), ``layer-syncs`` (communications per layer),
+``layer-size`` (data moved per layer in MB; ``y = "params"``: Eq. 8's data size) and
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
 adjustment in ``intervals.csv``). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
 and a ``title``; the shorthand is ``runs``/``run`` at figure level.
@@ -85,7 +86,7 @@ from fedcli.errors import ConfigError
 LAYOUTS = ("rows", "paired", "target", "matrix")
 KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda")
 ACCURACY = ("best", "final")
-X_AXES = ("iteration", "round", "comm")
+X_AXES = ("iterations", "rounds", "params", "bytes", "iteration", "round", "comm")  # the last three: older spellings
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
 #: personalized runs (each client's model on its local test split, the papers' metric), test_acc otherwise
 ACC_METRICS = ("test_acc", "personal_acc", "auto")
@@ -172,7 +173,7 @@ class FigureSpec:
     title: str = ""
     paper: str = ""
     panels: list[Panel] = field(default_factory=list)
-    x: str = "iteration"   # curves: iteration, round or comm
+    x: str = "iterations"  # curves: iterations, rounds, params or bytes (fedcli/report/style.py)
     y: str = "auto"        # curves: an accuracy of ACC_METRICS (auto: personal_acc for personalized runs) or a loss
     seed: int = 0          # delta-lambda: index into the sweep's seeds
     round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
@@ -326,8 +327,11 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureS
     d, name = _entry(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
     f = FigureSpec(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
-                   x=_choice(d, "x", X_AXES, "iteration", loc),
-                   y=_choice(d, "y", ACC_METRICS + ("test_loss", "train_loss"), "auto", loc))
+                   x=_choice(d, "x", X_AXES, "iterations", loc),
+                   y=_choice(d, "y", ACC_METRICS + ("test_loss", "train_loss", "params", "bytes"), "auto", loc))
+    from fedcli.report.style import x_axis
+
+    f.x = x_axis(f.x)
     if not f.kind:
         raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(KINDS)})")
     for key in ("seed", "round"):

@@ -97,10 +97,22 @@ class FileLock:
                     and process_alive(holder.get("pid"), holder.get("start")):
                 os.close(fd)
                 return False
+        if not self.shared and not self._same_file(fd):  # its holder removed it as we opened it: take the new file
+            os.close(fd)
+            return self.acquire()
         self.fd = fd
         if not self.shared:
             self._write(me())
         return True
+
+    def _same_file(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at ``self.path`` (a holder that ends removes the file while it holds it,
+        so a process that opened the old file before that takes the lock on a file nobody else will see)."""
+        try:
+            st, now = os.fstat(fd), os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
     def _read(self, fd: int | None = None) -> dict | None:
         try:
@@ -155,7 +167,16 @@ def describe(holder: dict | None) -> str:
 
 
 class RunLock(FileLock):
-    """``RUN_DIR/.fedcli.lock``: one writer per run directory, for the life of the run."""
+    """``RUN_DIR/.fedcli.lock``: one writer per run directory, for the life of the run; the file is removed when the
+    run ends (while still held: :meth:`FileLock.acquire` checks it took the file that is there)."""
+
+    def release(self) -> None:
+        if self.fd is not None and self._same_file(self.fd):
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+        super().release()
 
     def __init__(self, run_dir: str | Path):
         super().__init__(Path(run_dir) / RUN_LOCK)

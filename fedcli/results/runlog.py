@@ -21,16 +21,19 @@ def layer_rows(sim) -> list[dict]:
 
 
 def interval_rows(sim, adj) -> list[dict]:
-    """intervals.csv: one row per layer of a schedule adjustment ``adj`` (round, iteration, d, intervals)."""
+    """intervals.csv: one row per layer of a schedule adjustment ``adj`` (round, iteration, d, intervals). ``round``
+    follows the run directory's one rule: the rounds done when the row is written (the adjustment at the end of
+    the first round is round 1), as in metrics.csv."""
     eligible = sim.schedule.eligible
-    return [{"round": adj.round, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
+    return [{"round": adj.round + 1, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
              "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}
             for li in sim.layers]
 
 
 def skipped_rows(skips: list[dict], start: int) -> list[dict]:
-    """skipped.csv: the round's dropped client updates; ``start`` is the iteration the round started at."""
-    return [{"round": s["round"], "iteration": start + s["step"], "step": s["step"], "client": s["client"],
+    """skipped.csv: the round's dropped client updates; ``start`` is the iteration the round started at; ``round``
+    is the round they were dropped in, counted from 1 (the rounds done at its end, as in metrics.csv)."""
+    return [{"round": s["round"] + 1, "iteration": start + s["step"], "step": s["step"], "client": s["client"],
              "reason": s["reason"]} for s in skips]
 
 

@@ -356,4 +356,4 @@ def test_claim_recipe_at_both_scales():
         assert sorted(grid) == [(m, a) for m in ("lamb_cnn", "mlp") for a in ("fedams", "fedlamb")]
         assert all(len(lrs) == 3 for lrs in grid.values())
         if scale == "cpu":
-            assert c.data_dir == "../shared/datasets/mnist-t10k" and c.holdout_fraction == 0.2 and c.clients == 10
+            assert c.data_dir == str(path.parents[2].parent / "shared/datasets/mnist-t10k") and c.holdout_fraction == 0.2 and c.clients == 10

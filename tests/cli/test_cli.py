@@ -105,8 +105,9 @@ def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
 
 
 def test_commands_that_need_no_model_do_not_import_torch(tmp_path):
-    """Only the invoked command's module is loaded: ``--version`` and ``report --help`` do not pay for the assembled
-    config (every method file, so torch); ``train --help`` does, since its options are the config's fields."""
+    """Only the invoked command's module is loaded: ``--version``, ``report --help`` and ``train --help`` do not pay for
+    the assembled config (every method file, so torch); ``train --help`` reads the config's fields from the cached spec
+    (fedcli/cli/spec.py), filled here by the run before."""
     import subprocess
     import sys
 
@@ -114,7 +115,7 @@ def test_commands_that_need_no_model_do_not_import_torch(tmp_path):
              "print('TORCH', 'torch' in sys.modules)")
     run = tmp_path / "run"  # a FedAvg run (no FedLAMA figure, the one report part that computes with torch)
     assert main(["train", "--algo", "fedavg", "--iterations", "20", "--out", str(run), "--quiet"]) == 0
-    cases = ((["--version"], False), (["report", "--help"], False), (["report", str(run)], False), (["train", "--help"], True))
+    cases = ((["--version"], False), (["report", "--help"], False), (["report", str(run)], False), (["train", "--help"], False))
     for args, torch_loaded in cases:
         out = subprocess.run([sys.executable, "-c", probe.format(args=args)], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr

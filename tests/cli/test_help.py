@@ -32,10 +32,10 @@ def test_train_help_shows_every_default_and_choice():
         if isinstance(f.default, (int, float)) and not isinstance(f.default, bool):
             assert f"[default: {f.default:g}" in line, line
         elif isinstance(f.default, str) and f.default:
-            assert f"[default: {f.default}]" in line, line
+            assert f"[default: {f.default}]" in line or f"[default: {f.default}; presets: " in line, line
         if f.metadata.get("choices"):
             assert f"[choices: {', '.join(f.metadata['choices'])}]" in line and "<choice>" in line, line
-    assert "method presets may set their own, see --list-algos" in lines["--lr"]
+    assert "presets: fedadam 0.0316, fedams 0.001, fedlamb 0.01" in lines["--lr"]
     assert "fasttext" in lines["--model"] and "path/to/file.py:Factory" in lines["--model"]
     assert "imagefolder" in lines["--dataset"] and "tensors" in lines["--dataset"]
 

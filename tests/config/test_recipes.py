@@ -16,7 +16,7 @@ from fedcli.report.spec import parse_products
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes" / "fedlama").glob("*.toml"))
-SHARED_FEMNIST = "../shared/datasets/femnist-leaf-sample"
+SHARED_FEMNIST = str(ROOT.parent / "shared/datasets/femnist-leaf-sample")  # the recipes' root is the checkout
 
 # every table and figure of the papers, and the recipe product that reproduces it
 PRODUCTS = {
@@ -128,3 +128,28 @@ def test_reproduce_femnist_cpu_scale():
         assert_author_code(c, r.fidelity)
     assert "make reproduce-fedlama" in (ROOT / "recipes/fedlama/reproduce-femnist.toml").read_text()
     assert "reproduce-fedlama:" in (ROOT / "Makefile").read_text()
+
+
+def test_relative_paths_resolve_against_the_recipe_not_the_current_folder(tmp_path, monkeypatch):
+    """A recipe's data_dir, partition_file and model file are found from any folder (issue 30): relative to the
+    recipe's folder, or to its `root` key (this repository's recipes: the checkout)."""
+    proj = tmp_path / "proj"
+    (proj / "recipes").mkdir(parents=True)
+    (proj / "recipes" / "one.toml").write_text('dataset = "tensors"\ndata_dir = "d.npz"\nmodel = "nets/m.py:Net"\n'
+                                               'partition_file = "/abs/part.json"\n')
+    (proj / "recipes" / "grid.toml").write_text('root = ".."\n[base]\ndata_dir = "data/x"\n[[runs]]\nname = "a"\n'
+                                                '[[runs]]\nname = "b"\ndata_dir = "other"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    v = train_values("../proj/recipes/one.toml")
+    assert v["data_dir"] == str(proj / "recipes" / "d.npz")
+    assert v["model"] == f"{proj / 'recipes' / 'nets' / 'm.py'}:Net" and v["partition_file"] == "/abs/part.json"
+    r = read_sweep(proj / "recipes" / "grid.toml")
+    assert r.root == proj and [run.values["data_dir"] for run in r.runs] == [str(proj / "data/x"), str(proj / "other")]
+    # this repository's recipes: ../shared/datasets beside the checkout, whatever the current folder
+    r = read_sweep(ROOT / "recipes" / "fedlama" / "aaai-table3.toml", "smoke")
+    assert r.root == ROOT and {run.values["data_dir"] for run in r.runs} == {SHARED_FEMNIST}
+    (proj / "recipes" / "bad.toml").write_text('root = 3\n[base]\n[[runs]]\nname = "a"\n')
+    with pytest.raises(ConfigError, match="bad.toml, line 1: key 'root' must be a folder"):
+        read_sweep(proj / "recipes" / "bad.toml")

@@ -61,7 +61,7 @@ def test_stop_exits_4_naming_round_and_client(tmp_path, monkeypatch, capsys):
     code, err = run_main(ARGS + ["--out", str(out)], capsys)
     lines = [l for l in err.strip().splitlines() if l.strip()]
     assert code == 4 and len(lines) == 1 and "Traceback" not in err
-    assert f"round {ROUND}" in lines[0] and f"client {VICTIM}" in lines[0] and "non-finite update" in lines[0]
+    assert f"round {ROUND + 1}" in lines[0] and f"client {VICTIM}" in lines[0]  # round index 3 is the 4th round and "non-finite update" in lines[0]
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "failed" and "DivergenceError" in man["error"]
     assert not (out / "model.pt").exists()
@@ -70,7 +70,7 @@ def test_stop_exits_4_naming_round_and_client(tmp_path, monkeypatch, capsys):
 def test_stop_keeps_the_global_model_finite(tmp_path, monkeypatch):
     poison(monkeypatch, what="loss")
     sim = Simulation(TrainConfig(**BASE, out=str(tmp_path / "r")).validate()).setup()
-    with pytest.raises(DivergenceError, match=f"round {ROUND}.*client {VICTIM} has a non-finite loss"):
+    with pytest.raises(DivergenceError, match=f"round {ROUND + 1}.*client {VICTIM} has a non-finite loss"):
         sim.run()
     assert all(bool(torch.isfinite(t).all()) for t in sim.global_params.values())
 
@@ -81,7 +81,7 @@ def test_skip_client_drops_the_update_and_records_it(tmp_path, monkeypatch, caps
     out = tmp_path / "run"
     assert main(ARGS + ["--out", str(out), "--algo", algo, "--on-diverge", "skip-client"]) == 0
     skipped = read(out / "skipped.csv")
-    assert [(int(r["round"]), int(r["client"]), int(r["step"])) for r in skipped] == [(ROUND, VICTIM, 2)]
+    assert [(int(r["round"]), int(r["client"]), int(r["step"])) for r in skipped] == [(ROUND + 1, VICTIM, 2)]  # from 1
     period = 4 if algo == "fedlama" else 2  # phi * tau' or tau local iterations per round
     at = ROUND * period + 2
     assert skipped[0]["reason"].startswith("update of ") and int(skipped[0]["iteration"]) == at
@@ -131,6 +131,6 @@ def test_stop_policy_leaves_global_untouched_in_synchronize(tmp_path):
     before = {n: t.clone() for n, t in sim.global_params.items()}
     last = sim.layers[-1].name
     cohort.params[last][1].fill_(float("-inf"))
-    with pytest.raises(DivergenceError, match=f"round 5, local step 2: client 1 has a non-finite update of {last}"):
+    with pytest.raises(DivergenceError, match=f"round 6, local step 2: client 1 has a non-finite update of {last}"):  # index 5: the 6th
         sim.synchronize(cohort, list(range(len(sim.layers))), 2, [0] * len(sim.layers), round_end=True)
     assert all(torch.equal(before[n], sim.global_params[n]) for n in before)

@@ -67,7 +67,9 @@ def test_intervals_csv_replays_algorithm1(tmp_path):
     by_round = {}
     for r in rows:
         by_round.setdefault(int(r["round"]), []).append(r)
-    assert sorted(by_round) == list(range(2, 10))  # round ends at 6, 12 (not > 12), then 18 ... 60
+    # round r ends at iteration 6r; no adjustment at 6, 12 (not > 12), then at 18 ... 60: rounds 3 ... 10 (rounds done)
+    assert sorted(by_round) == list(range(3, 11))
+    assert all(int(r["iteration"]) == 6 * int(r["round"]) for r in rows)  # the same round numbers as metrics.csv
     relaxed = 0
     for rs in by_round.values():
         rs.sort(key=lambda r: int(r["layer"]))

@@ -65,3 +65,83 @@ def test_summary_leads_with_personal_acc():
     plain = SimpleNamespace(algo="fedavg", dataset="digits", model="mlp", tau=5, local_epochs=0.0)
     text = render(summary_table(plain, Summary(final_acc=0.9, best_acc=0.91, comm_params=10, fedavg_comm_params=20), "r"))
     assert "final accuracy" in text and "90.00%" in text and "personal" not in text and "50.00% of FedAvg with tau=5" in text
+
+
+def test_progress_lines_in_a_log_while_the_run_goes(tmp_path):
+    """``fedcli train 2>log`` (stderr not a terminal): one plain line per evaluation, written as the run goes and never
+    cut at 80 columns; the log is read while the process still runs."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    log = tmp_path / "log"
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "80"}
+    with open(log, "w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "fedcli", "train", "--algo", "fedavg", "--iterations", "1000",
+                              "--eval-every", "50", "--out", str(tmp_path / "run")], stderr=err, stdout=subprocess.DEVNULL, env=env)
+        try:
+            seen, deadline = [], time.time() + 300
+            while time.time() < deadline and p.poll() is None:
+                seen = [ln for ln in log.read_text().splitlines() if ln.startswith("fedcli train: iteration ")]
+                if len(seen) >= 2:
+                    break
+                time.sleep(0.05)
+            assert len(seen) >= 2 and p.poll() is None, "no progress lines while the run was going"
+            assert p.wait(timeout=300) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+    text = log.read_text()
+    assert text.startswith("fedcli train: fedavg ")  # the header first (a "loading" status is for terminals only)
+    lines = [ln for ln in text.splitlines() if ln.startswith("fedcli train: iteration ")]
+    assert [ln.split()[3] for ln in lines] == [f"{i}/1000" for i in range(50, 1001, 50)]  # one line per evaluation
+    for ln in lines:
+        assert len(ln) > 80 and "acc " in ln and "loss " in ln and " params, " in ln and " MB)" in ln
+        assert ln.rsplit("remaining ", 1)[-1].count(":") == 2  # the whole line, up to the last field
+    header = [ln for ln in text.splitlines() if ln.startswith("fedcli train: fedavg ")]
+    assert len(header) == 1 and header[0].endswith("1 process(es)")
+
+
+def test_progress_mode_and_remaining_time():
+    import io
+
+    from fedcli.cli.console import _Clock, progress_mode
+
+    assert progress_mode("auto", io.StringIO()) == "lines"
+    assert progress_mode("none", io.StringIO()) == "none"
+    now = [100.0]
+    c = _Clock()
+    c.now = lambda: now[0]
+    c.start = c.at = 100.0
+    assert c.remaining(1000) is None and "remaining estimating" in c.text(1000)
+    now[0] = 110.0
+    c.update(250)  # 10 s for 250 iterations: 750 left take 30 s
+    assert c.remaining(1000) == 30.0
+    now[0] = 115.0  # counts down between evaluations
+    assert c.remaining(1000) == 25.0 and c.text(1000) == "elapsed 0:00:15  remaining 0:00:25"
+    c2 = _Clock()  # a resumed run: the rate counts only what this process ran
+    c2.now = lambda: now[0]
+    c2.start = c2.at = 115.0
+    c2.base = 500
+    c2.update(500)
+    now[0] = 125.0
+    c2.update(600)  # 100 iterations in 10 s; 400 left
+    assert c2.remaining(1000) == 40.0
+
+
+def test_lines_mode_writes_one_flushed_line_per_row():
+    import io
+
+    buf = io.StringIO()
+    p = TrainProgress(400, 1_000, 5, mode="lines", stream=buf)
+    with p:
+        p(row(train_loss=0.5, comm_bytes=8_000_000))
+        p(row(iteration=400, round=80, test_acc=0.40, train_loss=0.25, comm_params=80_000, comm_bytes=16_000_000))
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("fedcli train: iteration 200/400 (50.0%)  round 40  acc 50.83%  best 50.83%  loss 0.5000  "
+                               "comm 100.0% of FedAvg (40,000 params, 8.00 MB)  elapsed ")
+    assert "acc 40.00%  best 50.83%  loss 0.2500" in lines[1]  # the best so far stays

@@ -142,7 +142,8 @@ def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
     sim = SimpleNamespace(record=RoundRecord(round=3, start_iteration=30, metrics=None,
                                              skips=[{"round": 3, "step": 2, "client": 5, "reason": "loss"}]))
     RunLog(rd)(sim, None)  # no evaluation this round: metrics.csv keeps its header only
-    assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "3,32,2,5,loss"]
+    # the skip of round index 3 is written as round 4 (rounds counted from 1, as in metrics.csv)
+    assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "4,32,2,5,loss"]
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 and not (tmp_path / "layers.csv").exists()
     rd.close()
 

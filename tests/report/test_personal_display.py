@@ -50,18 +50,18 @@ def test_curves_plot_personal_acc(tmp_path):
     root = make_sweep(tmp_path / "s", [])
     ala = {s: RunData(root / f"fedala-a/seed{s}") for s in (0, 1)}
     avg = {s: RunData(root / f"fedavg-a/seed{s}") for s in (0, 1)}
-    assert _curve(ala, "round", "auto", None)[:2] == ([1, 2, 3], pytest.approx([71.0, 88.0, 84.0]))
-    assert _curve(avg, "round", "auto", None)[:2] == ([1, 2, 3], pytest.approx([51.0, 59.0, 56.0]))
-    assert _curve(ala, "round", "test_acc", None)[1] == pytest.approx([30.0, 30.0, 30.0])
-    assert y_label("auto", [ala]).startswith("Personal accuracy") and y_label("auto", [avg]).startswith("Validation")
-    assert "personal_acc (pFL)" in y_label("auto", [ala, avg])
+    assert _curve(ala, "rounds", "auto")[:2] == ([1, 2, 3], pytest.approx([71.0, 88.0, 84.0]))
+    assert _curve(avg, "rounds", "auto")[:2] == ([1, 2, 3], pytest.approx([51.0, 59.0, 56.0]))
+    assert _curve(ala, "rounds", "test_acc")[1] == pytest.approx([30.0, 30.0, 30.0])
+    assert y_label("auto", [ala]).startswith("Personal accuracy") and y_label("auto", [avg]) == "Test accuracy (%), global model"
+    assert "personal (pFL), else global" in y_label("auto", [ala, avg])
 
 
 def test_legend_of_a_local_epochs_run_names_its_epochs(tmp_path):
     def legend(cfg):
         return RunData(tmp_path, {"config": cfg, "method": {"name": cfg["algo"]}}).legend()
-    assert legend({"algo": "fedala", "tau": 5, "local_epochs": 1.0}) == "FedALA (E = 1)"  # tau plays no part there
-    assert legend({"algo": "fedavg", "tau": 20, "local_epochs": 0.0}) == "FedAvg (20)"
+    assert legend({"algo": "fedala", "tau": 5, "local_epochs": 1.0}) == "FedALA (E=1)"  # tau plays no part there
+    assert legend({"algo": "fedavg", "tau": 20, "local_epochs": 0.0}) == "FedAvg (τ=20)"
 
 
 RECIPE = """\

@@ -219,10 +219,10 @@ def test_figures_png_pdf(tmp_path):
     root = make_sweep(tmp_path / "s", [PAIRED], FIGURES)
     files = make_figures(find_sweeps(root), tmp_path / "figs")
     names = sorted(f.name for f in files)
-    assert names == sorted(f"{n}.{e}" for n in ("curves", "syncs", "size", "dl") for e in ("png", "pdf"))
+    assert names == sorted(f"{n}.{e}" for n in ("curves", "syncs", "size", "dl") for e in ("png", "pdf", "txt"))  # txt: caption
     import matplotlib.image
 
-    for f in files:
+    for f in (f for f in files if f.suffix != ".txt"):
         assert f.stat().st_size > 1000
         if f.suffix == ".png":
             img = matplotlib.image.imread(f)
@@ -378,9 +378,10 @@ def test_target_spec_errors():
     t = parse_table({"name": "x", "layout": "target", "target": 0.9, "metric": "personal_acc", "runs": ["a"],
                      "scale": {"smoke": {"target": 0.5}}}, loc, "paper", ["paper", "smoke"])
     assert (t.target, t.metric, t.columns) == (0.9, "personal_acc", ["method"])
-    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "x": "round"}, loc).x == "round"
-    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "scale": {"smoke": {"x": "round"}}}, loc, "smoke").x == "round"
-    with pytest.raises(ConfigError, match="x must be one of iteration, round, comm"):
+    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "x": "round"}, loc).x == "rounds"  # the older spelling
+    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "x": "bytes"}, loc).x == "bytes"
+    assert parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "scale": {"smoke": {"x": "round"}}}, loc, "smoke").x == "rounds"
+    with pytest.raises(ConfigError, match="x must be one of iterations, rounds, params, bytes"):
         parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "x": "epoch"}, loc)
 
 
@@ -400,11 +401,11 @@ def test_round_axis_figure(tmp_path):
     fig = {"name": "acc-rounds", "kind": "curves", "x": "round", "runs": ["SGD", "LAMB", "Mime", "AMS"], "title": "accuracy vs rounds"}
     root = make_round_sweep(tmp_path / "s", [], [fig])
     runs = find_sweeps(root)[0].need(parse_figure(fig, loc))
-    xs, means, stds = _curve(runs["SGD"], "round", "test_acc", None)
+    xs, means, stds = _curve(runs["SGD"], "rounds", "test_acc")
     assert xs == [1, 2, 3] and means == pytest.approx([100 * 1.91 / 3, 100 * 2.31 / 3, 100 * 2.55 / 3])
-    assert _curve(runs["SGD"], "iteration", "test_acc", None)[0] == []  # seeds share no iteration: only rounds line them up
+    assert _curve(runs["SGD"], "iterations", "test_acc")[0] == []  # seeds share no iteration: only rounds line them up
     files = make_figures(find_sweeps(root), tmp_path / "figs")
-    assert sorted(f.name for f in files) == ["acc-rounds.pdf", "acc-rounds.png"]
+    assert sorted(f.name for f in files) == ["acc-rounds.pdf", "acc-rounds.png", "acc-rounds.txt"]
     import matplotlib.image
 
     img = matplotlib.image.imread(tmp_path / "figs" / "acc-rounds.png")
@@ -422,7 +423,7 @@ def test_fedlamb_recipes_products(stem):
     targets = {}
     for scale in ("paper", "smoke"):
         tables, figures = parse_products(read_sweep(path, scale))
-        assert figures and all(f.x == "round" for f in figures if f.kind == "curves")
+        assert figures and all(f.x == "rounds" for f in figures if f.kind == "curves")
         assert "switch to x" not in path.read_text()
         targets[scale] = [t.target for t in tables if t.layout == "target"]
     if stem in ("fig2-iid", "fig3-noniid"):

@@ -31,23 +31,23 @@ def test_a_method_the_report_never_heard_of_is_labelled_from_its_parts(tmp_path)
     new = {"name": "newmethod", "label": "NewMethod", "personalized": False}
     # `--algo newmethod --schedule lama`: the layer-wise schedule put in place of the preset's own
     run = run_dir(tmp_path / "lama", {"algo": "newmethod", "schedule": "lama"}, {**new, **PLAIN, "schedule": "lama"})
-    assert (run.method_label(), run.legend(), run.layerwise, run.ala) == ("NewMethod + FedLAMA", "NewMethod + FedLAMA (5, 2)", True, False)
+    assert (run.method_label(), run.legend(), run.layerwise, run.ala) == ("NewMethod + FedLAMA", "NewMethod + FedLAMA (τ′=5, φ=2)", True, False)
     # ... and ALA's init as well: the suffixes in the order of the parts
     run = run_dir(tmp_path / "both", {"algo": "newmethod", "schedule": "lama", "init": "ala"},
                   {**new, **PLAIN, "schedule": "lama", "init": "ala"})
-    assert (run.method_label(), run.legend(), run.ala) == ("NewMethod + ALA + FedLAMA", "NewMethod + ALA + FedLAMA (5, 2)", True)
+    assert (run.method_label(), run.legend(), run.ala) == ("NewMethod + ALA + FedLAMA", "NewMethod + ALA + FedLAMA (τ′=5, φ=2)", True)
     # a preset whose own schedule is layer-wise (no override in the config): its label alone, a layer-wise legend
     run = run_dir(tmp_path / "own", {"algo": "newmethod"}, {**new, **PLAIN, "schedule": "lama-accelerate"})
-    assert (run.method_label(), run.legend(), run.schedule) == ("NewMethod", "NewMethod (5, 2)", "lama-accelerate")
+    assert (run.method_label(), run.legend(), run.schedule) == ("NewMethod", "NewMethod (τ′=5, φ=2)", "lama-accelerate")
     # no label recorded and none in the registry: the recorded name
     run = run_dir(tmp_path / "bare", {"algo": "newmethod", "init": "ala"}, {"name": "newmethod", **PLAIN, "init": "ala"})
-    assert (run.method_label(), run.legend()) == ("newmethod + ALA", "newmethod + ALA (5)")
+    assert (run.method_label(), run.legend()) == ("newmethod + ALA", "newmethod + ALA (τ=5)")
 
 
 def test_feddyn_shows_its_label(tmp_path):
     # a manifest written before labels were recorded: the registry's label of the recorded name
     run = run_dir(tmp_path / "old", {"algo": "feddyn"}, {"name": "feddyn", **PLAIN, "local_step": "feddyn", "server": "feddyn"})
-    assert (run.method_label(), run.legend()) == ("FedDyn", "FedDyn (5)")
+    assert (run.method_label(), run.legend()) == ("FedDyn", "FedDyn (τ=5)")
     # a run of today: the engine records the label, the report shows it
     out = tmp_path / "run"
     assert main([*TINY, "--algo", "feddyn", "--schedule", "lama", "--phi", "2", "--out", str(out)]) == 0

@@ -40,7 +40,7 @@ def test_one_run_table_and_figures(runs, capsys, tmp_path):
     assert code == 0, err
     (row,) = md_rows(out)
     m = json.loads((run / "manifest.json").read_text())
-    assert row["Run"] == "lama" and row["Method"] == "fedlama (tau'=2, phi=2)" and row["Status"] == "completed"
+    assert row["Run"] == "lama" and row["Method"] == "FedLAMA (τ′=2, φ=2)" and row["Status"] == "completed"
     assert row["Data / model"] == "digits/mlp" and row["Iterations (rounds)"].startswith("20 (")
     with open(run / "metrics.csv", newline="") as f:
         metrics = list(csv.DictReader(f))
@@ -48,15 +48,18 @@ def test_one_run_table_and_figures(runs, capsys, tmp_path):
     assert row["Final acc."] == f"{100 * accs[-1]:.2f}%"
     best = max(range(len(accs)), key=lambda i: accs[i])
     assert row["Best acc. (iteration)"] == f"{100 * accs[best]:.2f}% ({metrics[best]['iteration']})"
-    # communication vs FedAvg, by hand: sum of the per-layer counts over every layer synchronized 20 / 2 times
+    # no FedAvg run given: against FedAvg with the run's cohort, tau and budget, by hand: every layer synchronized
+    # 20 / 2 times; in bytes those parameters x the cohort's clients x 8 (32 bits up, 32 down)
     with open(run / "layers.csv", newline="") as f:
         layers = list(csv.DictReader(f))
     fedavg = sum(int(r["numel"]) for r in layers) * 20 // 2
-    assert row["Comm. vs FedAvg"] == f"{100 * sum(int(r['comm_params']) for r in layers) / fedavg:.2f}%"
-    assert row["MB moved"] == f"{m['summary']['comm_bytes'] / 1e6:,.2f}"
+    assert row["Comm. vs FedAvg (computed) (params)"] == f"{100 * sum(int(r['comm_params']) for r in layers) / fedavg:.2f}%"
+    cohort = m["active_clients"]
+    assert row["Comm. vs FedAvg (computed) (bytes)"] == f"{100 * m['summary']['comm_bytes'] / (fedavg * cohort * 8):.2f}%"
+    assert row["Data moved (MB)"] == f"{m['summary']['comm_bytes'] / 1e6:,.2f}"
     names = sorted(p.name for p in (run / "figures").iterdir())
-    assert names == sorted(f"{n}.{e}" for n in ("curves", "layer-syncs", "layer-size", "delta-lambda") for e in ("png", "pdf"))
-    assert all((run / "figures" / n).stat().st_size > 1000 for n in names)
+    assert names == sorted(f"{n}.{e}" for n in ("curves", "layer-syncs", "layer-size", "delta-lambda") for e in ("png", "pdf", "txt"))
+    assert all((run / "figures" / n).stat().st_size > 1000 for n in names if not n.endswith(".txt"))
 
 
 def test_periodic_run_has_no_delta_lambda_figure(runs, tmp_path, capsys):
@@ -70,8 +73,9 @@ def test_several_runs_compare_with_personal_accuracy(runs, capsys, tmp_path):
     assert code == 0, err
     rows = {r["name"].rsplit("/", 1)[-1]: r for r in csv.DictReader(io.StringIO(out))}
     assert set(rows) == {"lama", "avg", "pers"}
-    assert float(rows["avg"]["comm"]) == pytest.approx(100.0)  # FedAvg with its own tau is its own baseline
-    assert rows["avg"]["method"] == "fedavg (tau=2)" and rows["pers"]["method"] == "fedavg-c (tau=2)"
+    assert float(rows["avg"]["comm"]) == pytest.approx(100.0)  # the FedAvg run is the baseline of every row
+    assert float(rows["avg"]["comm_pct_bytes"]) == pytest.approx(100.0)
+    assert rows["avg"]["method"] == "FedAvg (τ=2)" and rows["pers"]["method"] == "FedAvg-C (τ=2)"
     m = json.loads((runs / "pers" / "manifest.json").read_text())
     assert float(rows["pers"]["best_personal_acc"]) == pytest.approx(100 * m["summary"]["best_personal_acc"])
     assert rows["avg"]["best_personal_acc"] == ""  # not personalized
@@ -85,11 +89,11 @@ def test_labels_come_from_the_manifest(runs, tmp_path):
     run = tmp_path / "renamed"
     shutil.copytree(runs / "avg", run)
     m = json.loads((run / "manifest.json").read_text())
-    m["method"]["name"] = "my-method"
+    m["method"]["name"], m["method"]["label"] = "my-method", "My-Method"
     m["config"]["init"] = "ala"
     m["method"]["init"] = "ala"
     (run / "manifest.json").write_text(json.dumps(m))
-    assert method_label(load_run(run)) == "my-method + init ala (tau=2)"
+    assert method_label(load_run(run)) == "My-Method + ALA (τ=2)"
 
 
 def test_bare_report_reads_results(runs, capsys, monkeypatch, tmp_path):

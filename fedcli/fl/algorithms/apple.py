@@ -210,4 +210,4 @@ register_method(Method("apple", "each client mixes all clients' core models with
                        local_step="apple", personalized=True,
                        # cross-silo: "FedAMP and APPLE ... require all clients to join each iteration" (FedALA, Related Work);
                        # a longer budget than the general 600 iterations: see "Default budget" in the docstring
-                       defaults={"active_ratio": 1.0, "iterations": 1200}, label="APPLE"))
+                       defaults={"active_ratio": 1.0, "iterations": 1200}, label="APPLE", style=("#F7B6D2", "D")))

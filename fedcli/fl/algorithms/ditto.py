@@ -60,4 +60,4 @@ class DittoStep(SGDStep):
 
 
 register_method(Method("ditto", "FedAvg + a personalized model per client with a proximal term (Li et al. 2021); --ditto-lambda, --ditto-epochs",
-                       local_step="ditto", personalized=True, label="Ditto"))
+                       local_step="ditto", personalized=True, label="Ditto", style=("#98DF8A", "d")))

@@ -15,4 +15,4 @@ import fedcli.fl.ala  # noqa: F401  (registers the "ala" init part)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fedala", "FedAvg + adaptive local aggregation (ALA) init, personalized (Zhang et al. 2023); --ala-*",
-                       init="ala", personalized=True, label="FedALA"))
+                       init="ala", personalized=True, label="FedALA", style=("#009E73", "^")))

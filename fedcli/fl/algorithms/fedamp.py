@@ -160,4 +160,4 @@ class AMPStep(SGDStep):
 register_method(Method("fedamp", "personalized cloud models by attentive message passing, local proximal term (Huang et al. 2021); "
                                  "--amp-alpha, --amp-lambda, --amp-sigma; every client every round",
                        local_step="fedamp", init="fedamp", personalized=True,
-                       defaults={"active_ratio": 1.0}, label="FedAMP"))  # cross-silo: "FedAMP and APPLE ... require all clients to join each iteration" (FedALA, Related Work)
+                       defaults={"active_ratio": 1.0}, label="FedAMP", style=("#FF9896", "h")))  # cross-silo: "FedAMP and APPLE ... require all clients to join each iteration" (FedALA, Related Work)

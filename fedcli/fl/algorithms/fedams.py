@@ -13,4 +13,4 @@ import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fedams", "local AMSGrad with server-shared v-hat (Chen et al. 2020)", local_step="ams", server="vhat-max",
-                       defaults={"lr": 0.001}, label="Fed-AMS"))
+                       defaults={"lr": 0.001}, label="Fed-AMS", style=("#E69F00", "P")))

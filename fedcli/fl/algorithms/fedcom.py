@@ -14,4 +14,4 @@ import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fedcom", "local SGD + quantized updates + server learning rate (Haddadpour et al. 2021); --quant-levels, --server-lr",
-                       codec="qsgd", server="server-lr", label="FedCOM"))
+                       codec="qsgd", server="server-lr", label="FedCOM", style=("#E377C2", "d")))

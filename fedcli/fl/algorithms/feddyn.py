@@ -118,4 +118,4 @@ class FedDynServer(AverageServer):
 
 
 register_method(Method("feddyn", "local SGD with dynamic regularization, server state h (Acar et al. 2021); --feddyn-alpha",
-                       local_step="feddyn", server="feddyn", label="FedDyn"))
+                       local_step="feddyn", server="feddyn", label="FedDyn", style=("#1F77B4", "H")))

@@ -211,4 +211,4 @@ class FomoInit(OverwriteInit):
 
 register_method(Method("fedfomo", "each client aggregates M downloaded client models with first-order validation weights (Zhang et al. 2021); "
                                   "--fomo-m, --fomo-val-ratio",
-                       init="fedfomo", personalized=True, label="FedFomo"))
+                       init="fedfomo", personalized=True, label="FedFomo", style=("#C49C94", "*")))

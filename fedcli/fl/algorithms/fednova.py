@@ -13,4 +13,4 @@ import fedcli.fl.parts_servers  # noqa: F401  (registers the "nova" server)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fednova", "local SGD + normalized averaging over unequal local steps (Wang et al. 2020); --local-epochs",
-                       server="nova", label="FedNova"))
+                       server="nova", label="FedNova", style=("#BCBD22", "h")))

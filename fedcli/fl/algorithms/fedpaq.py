@@ -13,4 +13,4 @@ import fedcli.fl.codecs  # noqa: F401  (registers the "qsgd" codec)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fedpaq", "local SGD + periodic averaging of QSGD-quantized updates (Reisizadeh et al. 2020); --quant-levels",
-                       codec="qsgd", label="FedPAQ"))
+                       codec="qsgd", label="FedPAQ", style=("#7F7F7F", "p")))

@@ -193,4 +193,4 @@ class PHPStep(SGDStep):
 
 
 register_method(Method("fedphp", "inherited private models: moving-average init mu*t/T of own and global model, CE + MMD to the global representation (Li et al. 2021); --php-mu, --php-lambda",
-                       local_step="fedphp", init="fedphp", personalized=True, label="FedPHP"))
+                       local_step="fedphp", init="fedphp", personalized=True, label="FedPHP", style=("#AEC7E8", "p")))

@@ -11,4 +11,4 @@ import fedcli.fl.parts_prox  # noqa: F401  (registers the "prox" local step)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fedprox", "local SGD + proximal term mu (Li et al. 2020); --mu", local_step="prox",
-                       defaults={"mu": 0.001}, label="FedProx"))  # FedALA appendix; FedLAMA AAAI Table 4
+                       defaults={"mu": 0.001}, label="FedProx", style=("#9467BD", "<")))  # FedALA appendix; FedLAMA AAAI Table 4

@@ -7,4 +7,4 @@ import fedcli.fl.parts_prox  # noqa: F401  (registers the "prox" local step)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("fedprox-c", "FedProx, each client's locally trained model evaluated on its local test split (FedALA's baseline); --mu",
-                       local_step="prox", personalized=True, defaults={"mu": 0.001}, label="FedProx-C"))  # FedALA appendix
+                       local_step="prox", personalized=True, defaults={"mu": 0.001}, label="FedProx-C", style=("#C5B0D5", "<")))  # FedALA appendix

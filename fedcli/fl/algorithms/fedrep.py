@@ -69,4 +69,4 @@ class FedRepStep(SGDStep):
 
 
 register_method(Method("fedrep", "shared body, local head trained first each round, never synchronized (Collins et al. 2021); --head-layers, --head-epochs",
-                       local_step="fedrep", personalized=True, label="FedRep"))
+                       local_step="fedrep", personalized=True, label="FedRep", style=("#2CA02C", "P")))

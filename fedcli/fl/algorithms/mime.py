@@ -14,4 +14,4 @@ import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("mime", "frozen server AMSGrad state + SVRG-corrected local steps (Karimireddy et al. 2020)",
-                       local_step="mime", server="mime", defaults={"lr": 0.001}, label="Mime"))
+                       local_step="mime", server="mime", defaults={"lr": 0.001}, label="Mime", style=("#56B4E9", "X")))

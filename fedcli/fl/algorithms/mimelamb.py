@@ -11,4 +11,4 @@ import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("mimelamb", "local AMSGrad + LAMB trust ratio, server v-hat from full-batch gradients (Karimi et al.)",
-                       local_step="lamb", server="vhat-fullgrad", defaults={"lr": 0.01}, label="Mime-LAMB"))
+                       local_step="lamb", server="vhat-fullgrad", defaults={"lr": 0.01}, label="Mime-LAMB", style=("#CC79A7", "v")))

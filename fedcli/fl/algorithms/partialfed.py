@@ -184,4 +184,4 @@ class PartialFedStep(SGDStep):
 
 register_method(Method("partialfed", "per-layer learned Gumbel-softmax choice of global or local parameters at every batch (Sun et al. 2021); "
                                      "--partialfed-tau, --partialfed-decay, --partialfed-fm, --partialfed-fs",
-                       local_step="partialfed", init="partialfed", personalized=True, label="PartialFed"))
+                       local_step="partialfed", init="partialfed", personalized=True, label="PartialFed", style=("#DBDB8D", "s")))

@@ -101,4 +101,4 @@ class PerFedAvgStep(SGDStep):
 
 
 register_method(Method("perfedavg", "Per-FedAvg (FO): MAML steps on pairs of local batches, one-step adaptation to evaluate (Fallah et al. 2020); --perfedavg-beta",
-                       local_step="perfedavg", personalized=True, label="Per-FedAvg"))
+                       local_step="perfedavg", personalized=True, label="Per-FedAvg", style=("#FF7F0E", "v")))

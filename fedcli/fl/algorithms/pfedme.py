@@ -138,4 +138,4 @@ class PFedMeServer(ServerLR):
 
 
 register_method(Method("pfedme", "personalized models via Moreau envelopes: K inner steps on theta per batch, w pulled toward theta (T Dinh et al. 2020); --pfedme-lambda, --pfedme-lr, --pfedme-k, --pfedme-beta",
-                       local_step="pfedme", server="pfedme", personalized=True, label="pFedMe"))
+                       local_step="pfedme", server="pfedme", personalized=True, label="pFedMe", style=("#D62728", "X")))

@@ -13,4 +13,4 @@ import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.methods import Method, register_method
 
 register_method(Method("scaffold", "local SGD corrected by control variates, option II (Karimireddy et al. 2020); --server-lr",
-                       local_step="scaffold", server="server-lr", label="SCAFFOLD"))
+                       local_step="scaffold", server="server-lr", label="SCAFFOLD", style=("#17BECF", ">")))
