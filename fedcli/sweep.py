@@ -42,8 +42,9 @@ if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a 
 
 MANIFEST = "sweep.json"
 FORMAT = 1
-#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes)
-NEUTRAL_KEYS = ("out", "threads", "workers")
+#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes, which
+#: experiment trackers it also reports to)
+NEUTRAL_KEYS = ("out", "threads", "workers", "tracker")
 DONE, STALE = "done", "stale"
 
 
@@ -179,8 +180,9 @@ def seed_list(recipe: SweepRecipe, seeds: int | None) -> list[int]:
     return list(range(n))
 
 
-def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None) -> list[PlannedRun]:
-    """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk."""
+def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None, tracker: str = "") -> list[PlannedRun]:
+    """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk. ``tracker``
+    (``fedcli sweep --tracker``) replaces the recipe's ``tracker`` key in every run."""
     from fedcli.recipes import run_config
 
     slugs: dict[str, str] = {}
@@ -197,6 +199,8 @@ def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None 
             extra = {}
             if threads and "threads" not in run.values:
                 extra["threads"] = threads
+            if tracker:
+                extra["tracker"] = tracker
             cfg = run_config(run, seed, root / rel, extra)
             values = {**run.values, **extra, "seed": seed, "out": str(root / rel)}
             d = cfg.to_dict()
@@ -633,7 +637,7 @@ class SweepResult:
 
 
 def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
-                  jobs: int = 1, mpi: int = 0) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+                  jobs: int = 1, mpi: int = 0, tracker: str = "") -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
     from fedcli.recipes import read_sweep
 
     recipe = read_sweep(recipe_path, scale)
@@ -644,21 +648,22 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
     seed_ids = seed_list(recipe, seeds)
     procs = max(1, jobs) * max(1, mpi)
     threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
-    runs = plan(recipe, root, seed_ids, threads)
+    runs = plan(recipe, root, seed_ids, threads, tracker)
     return recipe, root, seed_ids, runs, products
 
 
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | None = None, out: str | Path | None = None,
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
-              notify=None) -> SweepResult:
+              notify=None, tracker: str = "") -> SweepResult:
     """Expand, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs failed.
 
-    ``notify(msg)`` prints a one-line notice (what a signal does, said at once)."""
+    ``notify(msg)`` prints a one-line notice (what a signal does, said at once); ``tracker``: the experiment trackers of
+    every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``)."""
     if mpi < 0:
         raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
     if mpi and in_process:
         raise ConfigError("--mpi and --in-process cannot be combined")
-    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi)
+    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, tracker)
     result = SweepResult(root, recipe, runs)
     todo = [p for p in runs if p.status != DONE]
     result.skipped = [p for p in runs if p.status == DONE]

@@ -55,7 +55,8 @@ def config_parameters(cls, panel_prefix: str = "") -> list[inspect.Parameter]:
             kw["metavar"] = "<choice>"
         names = flag(f.name) + "/" + flag("no_" + f.name) if t is bool else flag(f.name)
         info = typer.Option(None, names, **kw)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=Optional[t]))
+        ann = Optional[list[t]] if m.get("multiple") else Optional[t]  # a repeatable flag, joined by ``given``
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=ann))
     return params
 
 
@@ -70,4 +71,5 @@ def with_parameters(func, extra: list[inspect.Parameter]):
 def given(kwargs: dict, cls) -> dict:
     """The config values the user set on the command line."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in kwargs.items() if k in names and v is not None}
+    return {k: ",".join(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()
+            if k in names and v is not None and v != [] and v != ()}

@@ -24,6 +24,7 @@ def sweep(
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs and what would run; run nothing."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
+    tracker: list[str] = typer.Option(None, "--tracker", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
     from fedcli.sweep import run_sweep
@@ -63,7 +64,7 @@ def sweep(
 
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
-                           on_start=on_start, on_done=on_done,
+                           on_start=on_start, on_done=on_done, tracker=",".join(tracker or []),
                            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
     finally:
         if state["progress"] is not None:
