@@ -11,8 +11,9 @@ PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test]"
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,trackers]"
 	@$(PY) -c "import torch, torchvision, mpi4py; print('fedcli install ok: torch', torch.__version__, '| torchvision', torchvision.__version__, '| mpi4py', mpi4py.__version__)"
+	@$(PY) -c "import importlib.metadata as m; print('trackers:', ', '.join(p + ' ' + m.version(p) for p in ('tensorboard', 'mlflow-skinny', 'wandb')))"
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
 
 test:
@@ -27,7 +28,7 @@ test-all:
 # Flower's simulation (flwr[simulation], with Ray) for `make bench`; without it the bench skips Flower with a note.
 # flwr pins older rich/typer releases (fedcli works with them).
 install-bench: install
-	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,bench]"
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,trackers,bench]"
 	@$(PY) -c "import flwr, ray; print('bench extra ok: flwr', flwr.__version__, '| ray', ray.__version__)"
 
 # fedcli vs the per-client loop, Flower's simulation and the bound (a few minutes on 2 cores); table on stdout,

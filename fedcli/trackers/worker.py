@@ -72,6 +72,10 @@ class Worker:
                 ch.saved = ch.tracker.start(RunInfo(**info, saved=dict(ch.saved))) or {}
             ch.started = ch.call("start", start)
         self.save_state()
+        try:  # the figures' imports (matplotlib) while the training runs, not at its end
+            import fedcli.report.single  # noqa: F401
+        except Exception:  # noqa: BLE001 - op_finish says it if the figures cannot be drawn
+            pass
 
     def op_log(self, msg: dict) -> None:
         step, values, logged = int(msg["step"]), msg["values"], False
