@@ -28,7 +28,7 @@ test-all:
 # Flower's simulation (flwr[simulation], with Ray) for `make bench`; without it the bench skips Flower with a note.
 # flwr pins older rich/typer releases (fedcli works with them).
 install-bench: install
-	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,trackers,bench]"
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,bench]"
 	@$(PY) -c "import flwr, ray; print('bench extra ok: flwr', flwr.__version__, '| ray', ray.__version__)"
 
 # fedcli vs the per-client loop, Flower's simulation and the bound (a few minutes on 2 cores); table on stdout,
