@@ -327,14 +327,17 @@ def test_a_read_only_tracker_folder_warns_once(clean_env):
 
 
 def test_unknown_or_uninstalled_tracker_is_a_usage_error(clean_env, capsys):
-    assert main([*TRAIN, "--tracker", "neptune", "--out", "X"]) == 2
+    with pytest.raises(SystemExit) as e:
+        main([*TRAIN, "--tracker", "neptune", "--out", "X"])
+    assert e.value.code == 2
     assert "--tracker: unknown tracker 'neptune'; choose one of: mlflow, tensorboard, wandb" in capsys.readouterr().err
 
 
-def test_recipe_key_and_repeated_flag():
+def test_recipe_key_and_repeated_flag(tmp_path):
     from fedcli.recipes import build_config
 
-    assert build_config(None, {"tracker": ["TensorBoard", "mlflow", "mlflow"]}).tracker == "tensorboard,mlflow"
+    (tmp_path / "r.toml").write_text('[base]\ntracker = ["TensorBoard", "mlflow", "mlflow"]\n')
+    assert build_config(str(tmp_path / "r.toml"), {}).tracker == "tensorboard,mlflow"
     from fedcli.cli.options import given
     from fedcli.config import TrainConfig
 
