@@ -23,6 +23,7 @@ from fedcli.trackers.base import TRACKERS, RunInfo, Tracker, tracker_names
 
 STATE_FILE = "trackers.json"
 LOG_FILE = "trackers.log"
+NICE = 10  # the trackers' process runs at a lower CPU priority than the training
 ARTIFACTS = ("manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv")
 
 
@@ -133,6 +134,10 @@ def main(argv: list[str]) -> int:
     run_dir, names, mode = Path(argv[0]), argv[1], argv[2]
     # a terminal's Ctrl-C reaches the whole process group: the training decides when to stop, and then says finish
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # where cores are short, the training's process goes first; the trackers catch up (at the latest at the end)
+        os.nice(NICE)
+    except OSError:
+        pass
     out = os.fdopen(os.dup(1), "w")  # warnings; the libraries' own output goes to the log (or nowhere)
     try:
         log_fd = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
