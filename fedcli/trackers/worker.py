@@ -74,7 +74,9 @@ class Worker:
             ch.started = ch.call("start", start)
         self.save_state()
         try:  # the figures' imports (matplotlib) while the training runs, not at its end
-            import fedcli.report.single  # noqa: F401
+            from fedcli.report.figures import _plt
+
+            _plt()
         except Exception:  # noqa: BLE001 - op_finish says it if the figures cannot be drawn
             pass
 
@@ -133,7 +135,9 @@ class Worker:
 def main(argv: list[str]) -> int:
     run_dir, names, mode = Path(argv[0]), argv[1], argv[2]
     # a terminal's Ctrl-C reaches the whole process group: the training decides when to stop, and then says finish
+    # (and a scheduler's SIGTERM to the group: the training checkpoints, then closes stdin; that ends this process)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:  # where cores are short, the training's process goes first; the trackers catch up (at the latest at the end)
         os.nice(NICE)
     except OSError:
