@@ -164,3 +164,7 @@ class TrackerHook(RoundHook):
         for line in self.proc.stdout:
             if line.strip():
                 self.warn(line.rstrip("\n"))
+        code = self.proc.wait()
+        if code != 0:
+            self.warn(f"the trackers' process ended with exit code {code} (see {self.run_dir / 'trackers.log'}); the run "
+                      f"goes on without them")
