@@ -80,6 +80,7 @@ class TrackerHook(RoundHook):
         self.proc: subprocess.Popen | None = None
         self.threads: list[threading.Thread] = []
         self.names: list[str] = []
+        self.killed = False  # ``close`` stopped the trackers' process after its timeout
 
     # ---------------------------------------------------------------- the training's side (cheap)
     def begin(self, sim, state) -> None:
@@ -141,6 +142,7 @@ class TrackerHook(RoundHook):
         except subprocess.TimeoutExpired:
             self.warn(f"the trackers were still sending after {self.close_timeout:g} s; stopped them (the run directory "
                       f"holds everything)")
+            self.killed = True
             self.proc.kill()
             self.proc.wait()
         for t in self.threads:
@@ -165,6 +167,6 @@ class TrackerHook(RoundHook):
             if line.strip():
                 self.warn(line.rstrip("\n"))
         code = self.proc.wait()
-        if code != 0:
+        if code != 0 and not self.killed:
             self.warn(f"the trackers' process ended with exit code {code} (see {self.run_dir / 'trackers.log'}); the run "
                       f"goes on without them")
