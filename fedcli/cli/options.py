@@ -53,6 +53,8 @@ def config_parameters(cls, panel_prefix: str = "") -> list[inspect.Parameter]:
         kw = {"help": help_text(f), "rich_help_panel": panel_prefix + m["group"], "show_default": False}
         if m.get("choices"):
             kw["metavar"] = "<choice>"
+        elif m.get("multiple"):
+            kw["metavar"] = "NAME"
         names = flag(f.name) + "/" + flag("no_" + f.name) if t is bool else flag(f.name)
         info = typer.Option(None, names, **kw)
         ann = Optional[list[t]] if m.get("multiple") else Optional[t]  # a repeatable flag, joined by ``given``

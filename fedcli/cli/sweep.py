@@ -24,7 +24,7 @@ def sweep(
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs and what would run; run nothing."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
-    tracker: list[str] = typer.Option(None, "--tracker", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
+    tracker: list[str] = typer.Option(None, "--tracker", metavar="NAME", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
     from fedcli.sweep import run_sweep
