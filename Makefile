@@ -11,8 +11,9 @@ PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test]"
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,trackers]"
 	@$(PY) -c "import torch, torchvision, mpi4py; print('fedcli install ok: torch', torch.__version__, '| torchvision', torchvision.__version__, '| mpi4py', mpi4py.__version__)"
+	@$(PY) -c "import importlib.metadata as m; print('trackers:', ', '.join(p + ' ' + m.version(p) for p in ('tensorboard', 'mlflow-skinny', 'wandb')))"
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
 	@$(PY) -m fedcli.cli.spec  # `--help` and argument errors then answer without importing torch
 

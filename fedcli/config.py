@@ -91,6 +91,7 @@ class GeneralConfig:
     threads: int = opt(0, "Torch CPU threads per process (0: 1; parallelism comes from --workers, and two threads in one process collapse when another program holds a core).", lo=0, group="run")
     workers: int = opt(0, "Worker processes that train shards of each round's cohort at the same time; results are the same for any number (0: auto, the physical cores when the run is long enough to pay for starting them, else 1).", lo=0, group="run")
     out: str = opt("", "Run directory.", group="run")
+    tracker: str = opt("", "Also send the run to an experiment tracker: tensorboard, wandb or mlflow (repeat the flag, or a list in a recipe, for several); the CSVs stay the source of truth (README: Tracking runs).", multiple=True, group="run")
     # crash safety (fedcli/results/checkpoint.py)
     checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
     keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")
@@ -123,6 +124,10 @@ class GeneralConfig:
                                   key="init")
         self.hidden_sizes()
         self.decay_points()
+        if self.tracker:
+            from fedcli.trackers import check_trackers  # the tracker libraries themselves are imported only by a run
+
+            self.tracker = ",".join(check_trackers(self.tracker))
         for params in PARAMS:  # rules a method's params class keeps for its own fields
             if "check" in vars(params):
                 params.check(self)

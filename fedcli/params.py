@@ -24,8 +24,9 @@ GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "
 PARAMS: list[type] = []
 
 
-def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general"):
-    """A config field with its CLI help and its validation rule (closed or open bounds, or choices)."""
+def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general", multiple=False):
+    """A config field with its CLI help and its validation rule (closed or open bounds, or choices); ``multiple``: a
+    comma-separated string field whose flag may be repeated (``--tracker a --tracker b`` is ``"a,b"``)."""
     return dataclasses.field(
         default=default,
         metadata={
@@ -36,6 +37,7 @@ def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi
             "lo_open": lo_open,
             "hi_open": hi_open,
             "group": group,
+            "multiple": multiple,
         },
     )
 

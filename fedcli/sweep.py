@@ -162,8 +162,9 @@ def seed_list(recipe: SweepRecipe, seeds: int | str | None) -> list[int]:
     return parse_seeds(seeds if seeds is not None else recipe.seeds)
 
 
-def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None) -> list[PlannedRun]:
-    """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk."""
+def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None, tracker: str = "") -> list[PlannedRun]:
+    """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk. ``tracker``
+    (``fedcli sweep --tracker``) replaces the recipe's ``tracker`` key in every run."""
     from fedcli.recipes import run_config
 
     slugs: dict[str, str] = {}
@@ -180,6 +181,8 @@ def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None 
             extra = {}
             if threads and "threads" not in run.values:
                 extra["threads"] = threads
+            if tracker:
+                extra["tracker"] = tracker
             cfg = run_config(run, seed, root / rel, extra)
             values = {**run.values, **extra, "seed": seed, "out": str(root / rel)}
             d = cfg.to_dict()
@@ -633,8 +636,10 @@ class SweepResult:
 
 
 def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
-                  jobs: int = 1, mpi: int = 0, cpus: int | None = None) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
-    """``cpus``: CPUs each run gets (a Slurm job's); default this machine's cores / (jobs x MPI ranks)."""
+                  jobs: int = 1, mpi: int = 0, cpus: int | None = None,
+                  tracker: str = "") -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+    """``cpus``: CPUs each run gets (a Slurm job's); default this machine's cores / (jobs x MPI ranks);
+    ``tracker``: replaces every run's ``tracker`` key (``fedcli sweep --tracker``)."""
     from fedcli.recipes import read_sweep
 
     recipe = read_sweep(recipe_path, scale)
@@ -647,7 +652,7 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
     threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
     if cpus:
         threads = max(1, cpus // max(1, mpi))
-    runs = plan(recipe, root, seed_ids, threads)
+    runs = plan(recipe, root, seed_ids, threads, tracker)
     return recipe, root, seed_ids, runs, products
 
 
@@ -685,12 +690,14 @@ def failed_error(result: SweepResult) -> SweepFailed | None:
 
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
-              notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None) -> SweepResult:
+              notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None,
+              tracker: str = "") -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
     failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/slurm.py; ``slurm``: the
     resource flags) and return without waiting.
 
-    ``notify(msg)`` prints a one-line notice (what a signal does, said at once)."""
+    ``notify(msg)`` prints a one-line notice (what a signal does, said at once); ``tracker``: the experiment trackers of
+    every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``)."""
     if mpi < 0:
         raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
     if mpi and in_process:
@@ -705,7 +712,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         from fedcli.slurm import resources
 
         res = resources(read_sweep(recipe_path, scale), slurm or {})
-    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None)
+    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None,
+                                                           tracker)
     result = SweepResult(root, recipe, runs, resources=res)
     todo = [p for p in runs if p.status != DONE]
     result.skipped = [p for p in runs if p.status == DONE]

@@ -91,9 +91,12 @@ def config_parameters(spec: dict, names=None) -> list[inspect.Parameter]:
         kw = {"help": help_text(f, spec["methods"]), "rich_help_panel": panel, "show_default": False}
         if f.get("choices"):
             kw["metavar"] = "<choice>"
+        elif f.get("multiple"):
+            kw["metavar"] = "NAME"
         names_ = flag(f["name"]) + "/" + flag("no_" + f["name"]) if t is bool else flag(f["name"])
         info = typer.Option(None, names_, **kw)
-        params.append(inspect.Parameter(f["name"], inspect.Parameter.KEYWORD_ONLY, default=info, annotation=Optional[t]))
+        ann = Optional[list[t]] if f.get("multiple") else Optional[t]  # a repeatable flag, joined by ``given``
+        params.append(inspect.Parameter(f["name"], inspect.Parameter.KEYWORD_ONLY, default=info, annotation=ann))
     return params
 
 
@@ -108,4 +111,5 @@ def with_parameters(func, extra: list[inspect.Parameter]):
 def given(kwargs: dict, spec: dict) -> dict:
     """The config values the user set on the command line."""
     names = {f["name"] for f in spec["fields"]}
-    return {k: v for k, v in kwargs.items() if k in names and v is not None}
+    return {k: ",".join(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()
+            if k in names and v is not None and v != [] and v != ()}

@@ -44,7 +44,8 @@ def build() -> dict:
     from fedcli.fl.methods import METHODS
 
     fields = [{"name": f.name, "type": field_type(f).__name__, "default": f.default, "help": f.metadata["help"],
-               "group": f.metadata["group"], "choices": f.metadata.get("choices")} for f in FIELDS.values()]
+               "group": f.metadata["group"], "choices": f.metadata.get("choices"),
+               "multiple": f.metadata.get("multiple", False)} for f in FIELDS.values()]
     methods = {name: {"name": m.name, "label": m.label_for(name), "personalized": m.personalized,
                       "defaults": m.effective_defaults()} for name, m in METHODS.items()}
     return {"fields": fields, "methods": methods}

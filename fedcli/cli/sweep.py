@@ -36,6 +36,7 @@ def sweep(
     status: bool = typer.Option(False, "--status", help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed runs the exit code and log; submits nothing.", rich_help_panel="Slurm (--executor slurm)"),
     wait: bool = typer.Option(False, "--wait", help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops following; the jobs keep running).", rich_help_panel="Slurm (--executor slurm)"),
     cancel: bool = typer.Option(False, "--cancel", help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round boundary; the next call resumes it).", rich_help_panel="Slurm (--executor slurm)"),
+    tracker: list[str] = typer.Option(None, "--tracker", metavar="NAME", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
     from fedcli.sweep import run_sweep
@@ -89,6 +90,7 @@ def sweep(
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
                            on_start=on_start, on_done=on_done, download=download, executor=executor, slurm=flags,
+                           tracker=",".join(tracker or []),
                            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
     finally:
         if state["progress"] is not None:

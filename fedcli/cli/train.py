@@ -279,6 +279,12 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
         saver.last = Path(ckpt["path"])
+    tracking = None
+    if root and cfg.tracker:  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
+        from fedcli.trackers.hook import TrackerHook
+
+        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: _notice(f"warning: {m}"))
+        sim.add_round_hook(tracking)
     sim.add_round_hook(saver)
     if comm.size > 1:
         sim.step_hooks.append(saver.step)
@@ -314,6 +320,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 if isinstance(e, FedcliError):
                     e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
                               f"'{on_disk}'",)
+            if tracking is not None:
+                tracking.close("interrupted" if stopped else "failed")
         sentinel.stop(watchdog)
         if isinstance(e, (StorageError, ResourceError)):
             raise e from None
@@ -335,6 +343,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
             raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}continue "
                                f"with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the last checkpoint)") from None
+        if tracking is not None:
+            tracking.close("completed")
         sentinel.stop(watchdog)
         if saver.late:
             _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "

@@ -51,7 +51,7 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 # Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
 RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "checkpoint_every", "keep_checkpoints", "on_diverge",
-                     "diverge_factor", "out"}
+                     "diverge_factor", "out", "tracker"}
 
 
 #: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like

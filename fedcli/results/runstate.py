@@ -30,8 +30,9 @@ from pathlib import Path
 DONE, STALE, CORRUPT = "done", "stale", "corrupt"
 COMPLETED, RUNNING, FAILED, INTERRUPTED, MISSING = "completed", "running", "failed", "interrupted", "missing"
 
-#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes)
-NEUTRAL_KEYS = ("out", "threads", "workers")
+#: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes, which
+#: experiment trackers it also reports to)
+NEUTRAL_KEYS = ("out", "threads", "workers", "tracker")
 
 
 def config_hash(cfg: dict) -> str:

@@ -1,0 +1,14 @@
+"""Experiment trackers (``--tracker tensorboard|wandb|mlflow``): the run's evaluations, per-layer synchronization
+counts and intervals, config, manifest and figures, sent to the tools researchers watch runs in.
+
+The CSVs of the run directory stay the source of truth; a tracker is a round hook beside their writer
+(``fedcli.trackers.hook.TrackerHook``) that hands what each round produced to a background thread, so a slow or
+failing tracker never stops or slows the training (it warns once and is off for the rest of the run).
+One small module per tracker, each a :class:`~fedcli.trackers.base.Tracker` registered by name; the tracking
+libraries are imported only when a run asks for one (``fedcli --version`` and ``fedcli report`` never load them).
+"""
+
+from fedcli.trackers.base import TRACKERS, Tracker, check_trackers, register_tracker, tracker_names
+from fedcli.trackers import mlflow_run, tensorboard_run, wandb_run  # noqa: F401  (register; no library imported)
+
+__all__ = ["TRACKERS", "Tracker", "check_trackers", "register_tracker", "tracker_names"]

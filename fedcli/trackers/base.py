@@ -1,0 +1,79 @@
+"""The contract of one experiment tracker, and the registry of trackers by ``--tracker`` name.
+
+A tracker sees a run as: :meth:`Tracker.start` (once per process that trains it; on a resume with what it saved the
+first time, so it continues the same tracker run), :meth:`Tracker.log` (one call per round that evaluated or adjusted
+intervals, ``step`` = the local iteration the round ended at, increasing), :meth:`Tracker.finish` (the run's status and
+the files to keep as artifacts: manifest, CSVs, figures). Its calls come from one background thread
+(``fedcli.trackers.hook``), which catches whatever they raise: a tracker never needs to guard itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedcli.errors import ConfigError
+
+#: --tracker name -> Tracker subclass (filled by ``register_tracker`` in each tracker's module)
+TRACKERS: dict[str, type["Tracker"]] = {}
+
+
+@dataclass
+class RunInfo:
+    """What a tracker is told about the run when it starts."""
+
+    run_dir: Path
+    name: str                 # the run's name in the tracker (a sweep's "run-slug/seedK", else the run folder's name)
+    experiment: str           # what groups runs: a sweep's folder name (one experiment / project per sweep), else "fedcli"
+    tags: dict = field(default_factory=dict)     # method, dataset, model, seed, and a sweep's scale and run name
+    params: dict = field(default_factory=dict)   # the resolved config and the method's parts, flat
+    saved: dict = field(default_factory=dict)    # what this tracker's ``start`` returned on an earlier attempt (resume)
+
+
+class Tracker:
+    """One experiment tracker. Subclasses set ``name`` (the ``--tracker`` value) and ``package`` (the import name the
+    extra ``.[trackers]`` installs), import their library inside ``start`` and register with :func:`register_tracker`."""
+
+    name = ""
+    package = ""
+
+    def start(self, run: RunInfo) -> dict:
+        """Open (or, with ``run.saved``, reopen) the tracker run and record ``run.params``; returns what a resume needs
+        to continue the same tracker run (ids, store), saved in the run directory's ``trackers.json``."""
+        raise NotImplementedError
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        """Scalars at ``step`` (the local iteration)."""
+        raise NotImplementedError
+
+    def finish(self, status: str, files: list[Path]) -> None:
+        """Close the run with ``status`` (completed, failed, interrupted), keeping ``files`` as artifacts."""
+        raise NotImplementedError
+
+
+def register_tracker(cls: type[Tracker]) -> type[Tracker]:
+    """Class decorator: make ``cls`` available as ``--tracker cls.name``."""
+    if not cls.name or cls.name in TRACKERS:
+        raise TypeError(f"{cls.__qualname__}: a tracker needs a name of its own, got {cls.name!r}")
+    TRACKERS[cls.name] = cls
+    return cls
+
+
+def tracker_names(value: str) -> list[str]:
+    """The trackers of a ``tracker`` config value ("tensorboard,mlflow"), in order, each once."""
+    return list(dict.fromkeys(n.strip().lower() for n in str(value).split(",") if n.strip()))
+
+
+def check_trackers(value: str) -> list[str]:
+    """The tracker names of ``value``; an unknown one, or one whose library is not installed, is a ConfigError (exit 2).
+    Looks the library up without importing it."""
+    names = tracker_names(value)
+    for n in names:
+        cls = TRACKERS.get(n)
+        if cls is None:
+            raise ConfigError(f"--tracker: unknown tracker '{n}'; choose one of: {', '.join(sorted(TRACKERS))}", key="tracker")
+        if importlib.util.find_spec(cls.package) is None:
+            raise ConfigError(f"--tracker {n} needs the {cls.package} package, which is not installed: "
+                              f"pip install -e \".[trackers]\" (or make install)", key="tracker")
+    return names

@@ -1,0 +1,172 @@
+"""The round hook that feeds the trackers of ``--tracker``: beside the CSV writers (``fedcli.results.runlog``),
+never instead of them.
+
+After every round the hook takes what the round produced (``Simulation.record``) and, when the round evaluated or
+adjusted intervals, sends one ``log`` at step = the local iteration the round ended at:
+
+- an evaluation: the ``metrics.csv`` row's numbers (``test_acc``, ``test_loss``, ``train_loss``, ``personal_acc``,
+  ``comm_params``, ``comm_bytes``, ``lr``, ``round``, ...), ``comm_pct_of_fedavg`` (communication so far as % of
+  FedAvg's at the same point, FedLAMA Eq. 8), and per layer ``syncs/<layer>`` and ``interval/<layer>`` (``layers.csv``);
+- an interval adjustment of a layer-wise schedule (FedLAMA Algorithm 1): ``adjust/d/<layer>`` (the unit discrepancy,
+  Eq. 2) and ``adjust/interval/<layer>`` (``intervals.csv``).
+
+The trackers themselves run in a child process (``fedcli.trackers.worker``): their imports, connections and file
+writes never hold the training's interpreter (a thread would: the GIL), and a library that hangs or crashes takes
+nothing with it. The round hook only copies a few numbers into a queue; a thread of this process writes them to the
+child's stdin (a full pipe waits there, not in the training) and passes the child's warnings on to ``warn``. At the end
+``close(status)`` waits at most ``close_timeout`` seconds for the child to send what is queued and the artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from fedcli.fl.hooks import RoundHook
+
+#: the longest the end of a run waits for the trackers to send what is queued (artifacts included)
+CLOSE_TIMEOUT_S = 120.0
+#: metrics.csv columns that are not numbers a tracker plots (the step is the iteration)
+NOT_SCALARS = ("iteration",)
+
+
+def _stderr(msg: str) -> None:
+    print(f"fedcli: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def sweep_of(run_dir: Path) -> tuple[Path, dict, dict] | None:
+    """(sweep folder, its sweep.json, this run's entry) when ``run_dir`` is a run of a ``fedcli sweep``
+    (``SWEEP/<run slug>/seed<k>``), else None."""
+    root = run_dir.parent.parent
+    try:
+        manifest = json.loads((root / "sweep.json").read_text())
+    except (OSError, ValueError):
+        return None
+    rel = f"{run_dir.parent.name}/{run_dir.name}"
+    entry = next((e for e in manifest.get("runs", []) if e.get("dir") == rel), None)
+    return (root, manifest, entry) if entry is not None else None
+
+
+def run_info(sim, run_dir: Path) -> dict:
+    """Name, grouping, tags and hyper-parameters of the run (``fedcli.trackers.base.RunInfo``'s fields)."""
+    from fedcli import __version__
+
+    cfg = sim.cfg
+    params = {**cfg.to_dict(), **{f"part_{k}": v for k, v in sim.part_names.items()}, "world_size": sim.comm.size,
+              "fedcli_version": __version__}
+    tags = {"method": cfg.algo, "dataset": cfg.dataset, "model": cfg.model, "seed": str(cfg.seed)}
+    info = {"run_dir": str(run_dir), "name": run_dir.name, "experiment": "", "tags": tags, "params": params}
+    sweep = sweep_of(run_dir)
+    if sweep is not None:
+        root, manifest, entry = sweep
+        tags.update(sweep=root.name, run=str(entry.get("name", "")), scale=str(manifest.get("scale") or "base"))
+        info.update(name=str(entry["dir"]), experiment=root.name)
+    return info
+
+
+class TrackerHook(RoundHook):
+    """Round hook of the root process: the run's numbers to the trackers of ``cfg.tracker`` (see the module docstring)."""
+
+    def __init__(self, cfg, run_dir, *, resume: bool = False, warn=_stderr, close_timeout: float = CLOSE_TIMEOUT_S):
+        self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
+        self.warn, self.close_timeout = warn, close_timeout
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.proc: subprocess.Popen | None = None
+        self.threads: list[threading.Thread] = []
+        self.names: list[str] = []
+        self.killed = False  # ``close`` stopped the trackers' process after its timeout
+
+    # ---------------------------------------------------------------- the training's side (cheap)
+    def begin(self, sim, state) -> None:
+        if self.proc is not None:
+            return
+        self.names = [li.name for li in sim.layers]
+        self.total_numel = sum(li.numel for li in sim.layers)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
+                                                                          os.environ.get("PYTHONPATH")) if p)}
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "fedcli.trackers.worker", str(self.run_dir), self.cfg.tracker,
+                                          "resume" if self.resume else "new"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        except OSError as e:
+            self.warn(f"the trackers could not start ({e}); the run goes on without them")
+            return
+        self.threads = [threading.Thread(target=self._write, name="fedcli-trackers-out", daemon=True),
+                        threading.Thread(target=self._read, name="fedcli-trackers-in", daemon=True)]
+        for t in self.threads:
+            t.start()
+        self.queue.put({"op": "start", "info": run_info(sim, self.run_dir)})
+
+    def __call__(self, sim, state) -> None:
+        if self.proc is None:
+            return
+        rec = sim.record
+        values: dict[str, float] = {}
+        if rec.adjustment is not None:
+            adj = rec.adjustment
+            for name, d, interval in zip(self.names, adj.d, adj.intervals):
+                values[f"adjust/d/{name}"] = float(d)
+                values[f"adjust/interval/{name}"] = float(interval)
+        if rec.metrics is not None:
+            values.update(self.evaluation(sim, rec.metrics))
+        if values:
+            self.queue.put({"op": "log", "step": int(state.iteration), "values": values})
+
+    def evaluation(self, sim, row: dict) -> dict[str, float]:
+        """The scalars of one evaluation: the metrics row, % of FedAvg, and per-layer syncs and intervals."""
+        from fedcli.comm.ledger import fedavg_params_so_far
+
+        out = {k: float(v) for k, v in row.items() if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        fedavg = fedavg_params_so_far(self.total_numel, row["iteration"], row["round"], sim.cfg.tau, bool(sim.cfg.local_epochs))
+        out["comm_pct_of_fedavg"] = 100.0 * row["comm_params"] / fedavg if fedavg else math.nan
+        local = set(sim.local_layers)
+        for i, name in enumerate(self.names):
+            out[f"syncs/{name}"] = float(sim.ledger.syncs[i])
+            out[f"interval/{name}"] = 0.0 if i in local else float(sim.schedule.intervals[i])
+        return out
+
+    def close(self, status: str) -> None:
+        """End of the run (any status): the artifacts, then at most ``close_timeout`` seconds for the trackers."""
+        if self.proc is None:
+            return
+        self.queue.put({"op": "finish", "status": status})
+        self.queue.put(None)
+        try:
+            self.proc.wait(self.close_timeout)
+        except subprocess.TimeoutExpired:
+            self.warn(f"the trackers were still sending after {self.close_timeout:g} s; stopped them (the run directory "
+                      f"holds everything)")
+            self.killed = True
+            self.proc.kill()
+            self.proc.wait()
+        for t in self.threads:
+            t.join(5)
+
+    # ---------------------------------------------------------------- this process's threads
+    def _write(self) -> None:
+        """Queue -> the child's stdin, one JSON line per message (blocks here when the child is behind)."""
+        while True:
+            msg = self.queue.get()
+            try:
+                if msg is None:
+                    self.proc.stdin.close()
+                    return
+                self.proc.stdin.write(json.dumps(msg) + "\n")
+            except (OSError, ValueError):  # the child is gone: it said why on its way out (``_read``)
+                return
+
+    def _read(self) -> None:
+        """The child's warnings (one line each) -> ``warn``."""
+        for line in self.proc.stdout:
+            if line.strip():
+                self.warn(line.rstrip("\n"))
+        code = self.proc.wait()
+        if code != 0 and not self.killed:
+            self.warn(f"the trackers' process ended with exit code {code} (see {self.run_dir / 'trackers.log'}); the run "
+                      f"goes on without them")

@@ -1,0 +1,73 @@
+"""``--tracker mlflow``: one MLflow run in the store of ``MLFLOW_TRACKING_URI`` (MLflow's default when unset),
+through ``MlflowClient`` (no global active run, so runs of one process never mix).
+
+Experiment: a sweep's folder name (one experiment per sweep), else ``MLFLOW_EXPERIMENT_NAME`` or ``fedcli``; run name:
+the sweep's ``<run slug>/seed<k>`` or the run folder's name; tags: method, dataset, model, seed (sweeps: sweep, run,
+scale). Parameters: the resolved config and the method's parts. Metrics: one batch per round that evaluated or
+adjusted intervals. At the end: manifest and CSVs as artifacts, the report's figures under ``figures/``, and the run's
+status (FINISHED, FAILED, KILLED for an interrupted run). A resume reopens the same run (its id is in
+``trackers.json``). Server requests give up after 2 retries and 10 s unless ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` /
+``MLFLOW_HTTP_REQUEST_TIMEOUT`` say otherwise, so a server that is down is found out in seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from fedcli.trackers.base import RunInfo, Tracker, register_tracker
+
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits
+
+
+@register_tracker
+class MLflowRun(Tracker):
+    name = "mlflow"
+    package = "mlflow"
+
+    def start(self, run: RunInfo) -> dict:
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        import mlflow
+
+        for name in ("mlflow", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        from mlflow.entities import Param, RunTag
+        from mlflow.tracking import MlflowClient
+
+        uri = run.saved.get("tracking_uri") or mlflow.get_tracking_uri()
+        self.client = client = MlflowClient(tracking_uri=uri)
+        if run.saved.get("run_id"):
+            self.run_id = run.saved["run_id"]
+            client.update_run(self.run_id, status="RUNNING")
+            return dict(run.saved)
+        experiment = run.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "fedcli"
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            try:
+                exp_id = client.create_experiment(experiment)
+            except mlflow.exceptions.MlflowException:  # another run of the sweep created it meanwhile
+                exp_id = client.get_experiment_by_name(experiment).experiment_id
+        else:
+            exp_id = exp.experiment_id
+        self.run_id = client.create_run(exp_id, run_name=run.name, tags=dict(run.tags)).info.run_id
+        params = [Param(k, str(v)) for k, v in run.params.items()]
+        for i in range(0, len(params), BATCH_PARAMS):
+            client.log_batch(self.run_id, params=params[i: i + BATCH_PARAMS])
+        client.log_batch(self.run_id, tags=[RunTag("mlflow.note.content", f"fedcli run {run.run_dir}")])
+        return {"run_id": self.run_id, "tracking_uri": uri, "experiment_id": exp_id}
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        metrics = [Metric(k, v, ts, step) for k, v in values.items()]
+        for i in range(0, len(metrics), BATCH_METRICS):
+            self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS])
+
+    def finish(self, status: str, files) -> None:
+        for f in files:
+            self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in (".png", ".pdf") else None)
+        self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))

@@ -1,0 +1,363 @@
+"""--tracker tensorboard|mlflow|wandb against the real libraries and their real local stores, read back with their own
+readers: TensorBoard's EventAccumulator, MlflowClient on a SQLite store (MLFLOW_TRACKING_URI), W&B's offline run file
+parsed into wandb's own protocol buffers. Every evaluation of metrics.csv must be there, the config as parameters and
+the manifest and figures as artifacts; a sweep is one experiment; a resume continues the same tracker run; a tracker
+that cannot write warns once and the run completes; --version and report --help load no tracker library."""
+
+import csv
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ["train", "--iterations", "100", "--eval-every", "20", "--clients", "8", "--mlp-hidden", "32", "--threads", "1",
+         "--workers", "1", "--quiet"]
+LIBS = ("tensorboard", "mlflow", "wandb")
+
+
+@pytest.fixture
+def clean_env(tmp_path, monkeypatch):
+    """No tracker settings from the machine: no W&B key or netrc, MLflow on a SQLite file in tmp_path."""
+    for k in [k for k in os.environ if k.startswith(("WANDB_", "MLFLOW_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def metrics_rows(run: Path) -> list[dict]:
+    with open(run / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def layer_names(run: Path) -> list[str]:
+    with open(run / "layers.csv") as f:
+        return [r["name"] for r in csv.DictReader(f)]
+
+
+def mlflow_client(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def tensorboard_events(logdir: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "images": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def wandb_records(run_file: Path) -> list:
+    """Every record of a W&B run file: a 7-byte header (":W&B", magic, version), then LevelDB-log blocks of 32 KiB
+    whose chunks (crc32c 4 bytes, length 2, type 1: full, first, middle, last) carry wandb_internal_pb2.Record bytes."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, records, parts = 7, 32768, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a chunk header is padding
+            pos += left
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4: pos + 7])
+        chunk = data[pos + 7: pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        parts = chunk if kind in (1, 2) else parts + chunk
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(parts)
+            records.append(rec)
+    return records
+
+
+def wandb_run(run: Path) -> dict:
+    """The offline runs of RUN_DIR/wandb: their history (step -> {key: value}), config, run record, files folder."""
+    out = {"history": {}, "config": {}, "runs": [], "files": []}
+    for f in sorted((run / "wandb").glob("offline-run-*/run-*.wandb")):
+        out["files"].append(f.parent / "files")
+        for rec in wandb_records(f):
+            kind = rec.WhichOneof("record_type")
+            if kind == "history":
+                step = rec.history.step.num
+                assert step not in out["history"], f"step {step} twice"
+                out["history"][step] = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+            elif kind == "run":
+                out["runs"].append(rec.run)
+                out["config"].update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
+            elif kind == "config":
+                out["config"].update({i.key: json.loads(i.value_json) for i in rec.config.update})
+    return out
+
+
+def test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures(clean_env):
+    tmp = clean_env
+    assert main([*TRAIN, "--algo", "fedlama", "--tracker", "tensorboard", "--tracker", "mlflow", "--out", "D"]) == 0
+    run = tmp / "D"
+    rows = metrics_rows(run)
+    assert [int(r["iteration"]) for r in rows] == [20, 40, 60, 80, 100]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["config"]["tracker"] == "tensorboard,mlflow" and manifest["status"] == "completed"
+    names = layer_names(run)
+    with open(run / "layers.csv") as f:
+        final_syncs = {r["name"]: float(r["syncs"]) for r in csv.DictReader(f)}
+
+    acc = tensorboard_events(run / "tensorboard")
+    for key in ("test_acc", "test_loss", "train_loss", "comm_params", "comm_bytes"):
+        events = acc.Scalars(key)
+        assert [e.step for e in events] == [int(r["iteration"]) for r in rows], key
+        assert [e.value for e in events] == pytest.approx([float(r[key]) for r in rows], rel=1e-6), key  # float32 in events
+    # FedLAMA: comm so far as % of FedAvg's (fedavg: every layer every tau = 5 iterations), per-layer syncs and intervals
+    numel = sum(int(r["numel"]) for r in csv.DictReader(open(run / "layers.csv")))
+    assert acc.Scalars("comm_pct_of_fedavg")[-1].value == pytest.approx(100 * float(rows[-1]["comm_params"]) / (numel * 100 / 5), rel=1e-6)
+    assert {n: acc.Scalars(f"syncs/{n}")[-1].value for n in names} == final_syncs
+    assert {e.value for n in names for e in acc.Scalars(f"interval/{n}")} <= {5.0, 10.0}
+    with open(run / "intervals.csv") as f:  # FedLAMA's interval adjustments (Alg. 1), d and the interval per layer
+        adjust = [r for r in csv.DictReader(f) if r["name"] == names[0]]
+    assert len(adjust) >= 5
+    assert [(e.step, e.value) for e in acc.Scalars(f"adjust/d/{names[0]}")] == [
+        (int(r["iteration"]), pytest.approx(float(r["d"]), rel=1e-6)) for r in adjust]
+    assert [e.value for e in acc.Scalars(f"adjust/interval/{names[0]}")] == [float(r["interval"]) for r in adjust]
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    start = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+    hp = start.session_start_info.hparams
+    assert hp["algo"].string_value == "fedlama" and hp["iterations"].number_value == 100 and hp["part_schedule"].string_value == "lama"
+    assert set(manifest["config"]) <= set(hp)
+    assert {"figures/curves", "figures/layer-syncs"} <= set(acc.Tags()["images"])
+    assert acc.Tensors("status")[0].tensor_proto.string_val == [b"completed"]
+
+    client = mlflow_client(tmp)
+    exp = client.get_experiment_by_name("fedcli")
+    (r,) = client.search_runs([exp.experiment_id])
+    assert r.info.status == "FINISHED" and r.info.run_name == "D"
+    assert r.data.tags["method"] == "fedlama" and r.data.tags["seed"] == "0"
+    for key in ("test_acc", "test_loss", "comm_params"):
+        hist = client.get_metric_history(r.info.run_id, key)
+        assert [(m.step, m.value) for m in hist] == [(int(x["iteration"]), float(x[key])) for x in rows], key
+    assert {k: str(v) for k, v in manifest["config"].items()}.items() <= r.data.params.items()
+    arts = {a.path for a in client.list_artifacts(r.info.run_id)}
+    assert {"manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "figures"} <= arts
+    figs = {a.path for a in client.list_artifacts(r.info.run_id, "figures")}
+    assert {"figures/curves.png", "figures/curves.pdf"} <= figs
+    local = Path(client.download_artifacts(r.info.run_id, "metrics.csv", str(tmp / "dl")))
+    assert local.read_bytes() == (run / "metrics.csv").read_bytes()
+
+
+def test_wandb_without_api_key_runs_offline_with_every_evaluation(clean_env):
+    tmp = clean_env
+    assert main([*TRAIN, "--algo", "fedavg", "--tracker", "wandb", "--out", "W"]) == 0
+    run = tmp / "W"
+    rows = metrics_rows(run)
+    assert json.loads((run / "trackers.json").read_text())["wandb"]["mode"] == "offline"
+    wb = wandb_run(run)
+    assert len(wb["runs"]) == 1 and wb["runs"][0].project == "fedcli" and wb["runs"][0].display_name == "W"
+    assert "method:fedavg" in wb["runs"][0].tags
+    steps = sorted(wb["history"])
+    assert steps == [int(r["iteration"]) for r in rows]
+    for r in rows:
+        h = wb["history"][int(r["iteration"])]
+        assert h["test_acc"] == float(r["test_acc"]) and h["comm_params"] == float(r["comm_params"])
+        assert h["round"] == float(r["round"])
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert {k: v for k, v in wb["config"].items() if k in manifest["config"]} == manifest["config"]
+    assert wb["config"]["part_server"] == "average"
+    files = wb["files"][0]
+    assert json.loads((files / "manifest.json").read_text())["status"] == "completed"
+    assert (files / "metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
+    assert (files / "figures" / "curves.png").stat().st_size > 0
+
+
+SWEEP = """\
+title = "tiny tracked"
+seeds = 2
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "16"
+clients = 4
+active_ratio = 0.5
+iterations = 8
+eval_every = 4
+threads = 1
+workers = 1
+
+[scale.smoke]
+lr = 0.1
+
+[[runs]]
+name = "FedAvg"
+algo = "fedavg"
+tau = 2
+
+[[runs]]
+name = "FedLAMA"
+algo = "fedlama"
+tau = 1
+"""
+
+
+def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(clean_env):
+    from fedcli.sweep import run_sweep
+
+    tmp = clean_env
+    (tmp / "tiny.toml").write_text(SWEEP)
+    res = run_sweep(tmp / "tiny.toml", "smoke", out=tmp / "swp", in_process=True, tracker="mlflow")
+    assert len(res.ran) == 4
+    client = mlflow_client(tmp)
+    exps = [e for e in client.search_experiments() if e.name != "Default"]
+    assert [e.name for e in exps] == ["swp"]
+    runs = client.search_runs([exps[0].experiment_id])
+    got = {(r.data.tags["run"], r.data.tags["seed"]): r for r in runs}
+    assert sorted(got) == [("FedAvg", "0"), ("FedAvg", "1"), ("FedLAMA", "0"), ("FedLAMA", "1")]
+    for (name, seed), r in got.items():
+        slug = {"FedAvg": "fedavg", "FedLAMA": "fedlama"}[name]
+        assert r.info.run_name == f"{slug}/seed{seed}" and r.info.status == "FINISHED"
+        assert r.data.tags["method"] == slug and r.data.tags["scale"] == "smoke" and r.data.tags["sweep"] == "swp"
+        rows = metrics_rows(tmp / "swp" / slug / f"seed{seed}")
+        hist = client.get_metric_history(r.info.run_id, "test_acc")
+        assert [(m.step, m.value) for m in hist] == [(int(x["iteration"]), float(x["test_acc"])) for x in rows]
+    # adding a tracker changes nothing a run computes: a second call runs nothing
+    assert run_sweep(tmp / "tiny.toml", "smoke", out=tmp / "swp", in_process=True).ran == []
+
+
+# SIGKILL inside round 10 of 16 (a metrics row every round, a checkpoint every 3 rounds), then --resume
+KILLED = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "8", "--algo", "fedlama",
+          "--tau", "2", "--phi", "2", "--iterations", "64", "--batch-size", "16", "--eval-every", "4", "--checkpoint-every", "3",
+          "--threads", "1", "--workers", "1", "--quiet", "--tracker", "mlflow", "--tracker", "tensorboard"]
+KILLER = """
+import os, signal, sys
+from fedcli.fl import engine
+orig = engine.Simulation.synchronize
+def synchronize(self, cohort, layers, step, *a, **k):
+    if cohort.round_idx == 10 and step == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return orig(self, cohort, layers, step, *a, **k)
+engine.Simulation.synchronize = synchronize
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env):
+    import time
+
+    tmp = clean_env
+    p = subprocess.run([sys.executable, "-c", KILLER, *KILLED, "--out", "K"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == -9, p.stderr
+    run = tmp / "K"
+    assert len(metrics_rows(run)) == 10
+    # the trackers' process outlives the killed training: it sends what it was given and closes the run as KILLED
+    deadline = time.time() + 120
+    client = mlflow_client(tmp)
+
+    def status():
+        try:
+            state = json.loads((run / "trackers.json").read_text())
+            return client.get_run(state["mlflow"]["run_id"]).info.status, state["mlflow"]["run_id"]
+        except (OSError, ValueError, KeyError):
+            return None, None
+    while status()[0] != "KILLED" and time.time() < deadline:
+        time.sleep(0.5)
+    run_id = status()[1]
+    assert [m.step for m in client.get_metric_history(run_id, "test_acc")] == list(range(4, 44, 4))
+    assert main(["train", "--resume", "K", "--quiet"]) == 0
+    rows = metrics_rows(run)
+    assert len(rows) == 16  # the checkpoint was at round 9: round 9's row was written again by the resume
+    exp = client.get_experiment_by_name("fedcli")
+    (r,) = client.search_runs([exp.experiment_id])
+    assert r.info.run_id == run_id and r.info.status == "FINISHED"
+    hist = client.get_metric_history(run_id, "test_acc")
+    assert [(m.step, m.value) for m in hist] == [(int(x["iteration"]), float(x["test_acc"])) for x in rows]
+    events = tensorboard_events(run / "tensorboard").Scalars("test_acc")
+    assert [e.step for e in events] == [int(x["iteration"]) for x in rows]
+    assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 2
+
+
+def run_cli(args, env, cwd, timeout=240):
+    return subprocess.run([sys.executable, "-m", "fedcli", *args], env={**env, "PYTHONPATH": str(ROOT)}, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_tracker_that_cannot_write_warns_once_and_the_run_completes(clean_env):
+    tmp = clean_env
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    run = tmp / "F"
+    run.mkdir()
+    (run / "tensorboard").write_text("a file where the event folder would go\n")  # cannot be written (even by root)
+    p = run_cli([*TRAIN, "--tracker", "mlflow", "--tracker", "tensorboard", "--tracker", "wandb", "--out", str(run),
+                 "--overwrite"], env, tmp)
+    assert p.returncode == 0, p.stderr
+    warnings = [line for line in p.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 2, p.stderr
+    assert any("tracker mlflow failed to start" in w for w in warnings)
+    assert any("tracker tensorboard failed to start" in w for w in warnings)
+    assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
+    history = wandb_run(run)["history"]  # the tracker that works is unaffected
+    assert sorted(s for s, h in history.items() if "test_acc" in h) == [20, 40, 60, 80, 100]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_tracker_folder_warns_once(clean_env):
+    tmp = clean_env
+    run = tmp / "R"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "tensorboard").chmod(0o555)
+    try:
+        p = run_cli([*TRAIN, "--tracker", "tensorboard", "--out", str(run), "--overwrite"], dict(os.environ), tmp)
+    finally:
+        (run / "tensorboard").chmod(0o755)
+    assert p.returncode == 0, p.stderr
+    assert len([line for line in p.stderr.splitlines() if "warning" in line]) == 1, p.stderr
+    assert len(metrics_rows(run)) == 5
+
+
+def test_unknown_or_uninstalled_tracker_is_a_usage_error(clean_env, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*TRAIN, "--tracker", "neptune", "--out", "X"])
+    assert e.value.code == 2
+    assert "--tracker: unknown tracker 'neptune'; choose one of: mlflow, tensorboard, wandb" in capsys.readouterr().err
+
+
+def test_recipe_key_and_repeated_flag(tmp_path):
+    from fedcli.recipes import build_config
+
+    (tmp_path / "r.toml").write_text('[base]\ntracker = ["TensorBoard", "mlflow", "mlflow"]\n')
+    assert build_config(str(tmp_path / "r.toml"), {}).tracker == "tensorboard,mlflow"
+    from fedcli.cli.options import given
+    from fedcli.config import TrainConfig
+
+    assert given({"tracker": ["wandb", "mlflow"], "lr": None}, TrainConfig) == {"tracker": "wandb,mlflow"}
+
+
+PROBE = """
+import sys
+from fedcli.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("LOADED", sorted({m.split('.')[0] for m in sys.modules} & {"tensorboard", "mlflow", "wandb", "tbparse"}))
+"""
+
+
+@pytest.mark.parametrize("args", [["--version"], ["report", "--help"], ["train", "--help"]])
+def test_version_and_help_import_no_tracker_library(args):
+    p = subprocess.run([sys.executable, "-c", PROBE, *args], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "LOADED []"
