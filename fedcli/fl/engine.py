@@ -32,7 +32,7 @@ from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
-from fedcli.fl.store import ClientStore
+from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
 
@@ -179,7 +179,7 @@ class Simulation:
         self.round_hooks: list[RoundHook] = []
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
         self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
-        self.store = ClientStore()     # per-client state across rounds
+        self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
         self.attach(run_dir)
@@ -247,6 +247,7 @@ class Simulation:
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+        self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
             vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
             check_model(cfg.model, self.model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
@@ -299,6 +300,7 @@ class Simulation:
             "evaluations": self.planned_evaluations(),
             **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
             "torch_threads": torch.get_num_threads(),
+            "client_state": self.store.info,
         }
 
     # ------------------------------------------------------------------ synchronization
@@ -512,6 +514,7 @@ class Simulation:
         for part in self.parts.values():
             part.end_round(self, cohort)
         guard.forget_nonfinite(self, cohort)
+        self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
         mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)
