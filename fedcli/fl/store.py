@@ -179,14 +179,14 @@ class DiskStore:
     kind = "disk"
     KEY = "disk-store"
 
-    def __init__(self, root: Path, rank: int = 0, world: int = 1, cache_bytes: int = 64 * MiB, slack: int = COMPACT_SLACK):
+    def __init__(self, root: Path, rank: int = 0, world: int = 1, cache_bytes: int = 64 * MiB, slack: int | None = None):
         self.root, self.rank, self.world = Path(root), int(rank), int(world)
-        self.cache_bytes, self.slack = int(cache_bytes), int(slack)
+        self.cache_bytes, self.slack = int(cache_bytes), int(COMPACT_SLACK if slack is None else slack)
         self.tables: dict[str, _Table] = {}
         self.gen = 0
         self.cache: OrderedDict = OrderedDict()
         self.cache_used = 0
-        self.fds: dict[tuple, int] = {}     # (gen, rank, file) -> open descriptor
+        self.fds: dict[tuple, int] = {}     # (gen, rank, file, for writing) -> open descriptor
         self.pins: dict[int, int] = {}      # checkpointed round -> the generation it refers to
         self.resumed = False                # older checkpoints of unknown generations may be on disk
         self.fresh = True                   # nothing written yet: this process's old files are wiped first
@@ -198,7 +198,7 @@ class DiskStore:
         return p / file if file else p
 
     def _fd(self, rank: int, file: str, write: bool = False) -> int:
-        k = (self.gen, rank, file)
+        k = (self.gen, rank, file, write)
         fd = self.fds.get(k)
         if fd is None:
             p = self.path(self.gen, rank, file)
