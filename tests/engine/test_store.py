@@ -183,3 +183,42 @@ def test_sigkill_then_resume_with_state_on_disk_is_bitwise(tmp_path):
     assert p.returncode == 0, p.stderr
     assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
     assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
+
+
+# golden runs of the presets that keep per-client state, with that state on disk: the stored records, bitwise
+DISK_GOLDEN = ["preset-ditto", "preset-scaffold", "preset-fedala", "preset-fedamp", "preset-apple", "preset-fedrep",
+               "preset-feddyn", "preset-fedphp", "preset-mimelamb", "ala-ditto", "epochs-partialfed", "loop-scaffold"]
+
+
+@pytest.mark.timeout(600)
+def test_golden_records_hold_with_client_state_on_disk(tmp_path, monkeypatch):
+    import test_golden as g
+
+    runs = {name: [*g.RUNS[name], "--client-state", "disk"] for name in DISK_GOLDEN}
+    monkeypatch.setattr(g, "RUNS", runs)
+    bitwise = g.RELEASE.exists() and g.RELEASE.read_text().strip() == torch.__version__
+    diffs = [f"{name}/{f}" for name in runs for f, text in g.run(name, tmp_path).items()
+             if not g.same((g.GOLDEN / name / f).read_text(), text, bitwise)]
+    assert not diffs
+    assert all(any((tmp_path / name / "client-state").rglob("*.bin")) for name in runs)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):
+    """Partial participation under ``mpiexec -n 2``: clients move between ranks, each rank writes its own files and
+    reads the others' rows; the run equals the in-memory one (which copies every row to every rank)."""
+    import shutil
+
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not installed (make install brings mpich)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    for mode in ("memory", "disk"):
+        p = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", "train", "--algo", "ditto",
+                            *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)],
+                           env=env, capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr
+    assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
+    state = tmp_path / "disk" / "client-state" / "g0"
+    assert any((state / "r0").glob("*.bin")) and any((state / "r1").glob("*.bin"))
