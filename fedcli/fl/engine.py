@@ -246,7 +246,7 @@ class Simulation:
         self.server = parts.SERVERS[names["server"]](cfg)
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
-        self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+        self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk)
         self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
             vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
@@ -290,6 +290,7 @@ class Simulation:
             **({"workers_choice": self.comm.workers_note} if self.comm.workers_note else {}),
             "device": str(self.device),
             "trainer": self.trainer.name,
+            **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
             "dataset": self.dataset.source,
             "partition": {"hash": self.partition.hash, **self.partition.config},
             "clients": len(self.client_indices),

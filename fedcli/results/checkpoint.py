@@ -49,7 +49,7 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 
 # Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
-RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "checkpoint_every", "keep_checkpoints", "on_diverge", "out"}
+RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "cohort_chunk", "checkpoint_every", "keep_checkpoints", "on_diverge", "out"}
 
 
 class Interrupted(FedcliError):
