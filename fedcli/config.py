@@ -86,7 +86,7 @@ class GeneralConfig:
     # run
     seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")
     eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
-    device: str = opt("auto", "Device: cpu, cuda, or auto (cuda when available).", choices=["auto", "cpu", "cuda"], group="run")
+    device: str = opt("auto", "Device: cpu, cuda (each process takes GPU local-rank mod visible GPUs: MPI ranks by their node-local rank, --workers one each), cuda:K (GPU K on every process), or auto (cuda when available).", group="run")
     trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto (CPU: loop for convolutional models, vmap otherwise; CUDA: vmap).", choices=["auto", "vmap", "loop"], group="run")
     threads: int = opt(0, "Torch CPU threads per process (0: 1; parallelism comes from --workers, and two threads in one process collapse when another program holds a core).", lo=0, group="run")
     workers: int = opt(0, "Worker processes that train shards of each round's cohort at the same time; results are the same for any number (0: auto, the physical cores when the run is long enough to pay for starting them, else 1).", lo=0, group="run")
@@ -137,6 +137,10 @@ class GeneralConfig:
 
     def check_cross_field(self) -> None:
         """Rules between fields (issue 5); each error names its key (``ConfigError.key``) for recipe lines."""
+        import re
+
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"--device {self.device!r}: expected cpu, cuda, cuda:K (a GPU index) or auto", key="device")
         if not self.partition_file and self.active_ratio * self.clients < 0.5:
             raise ConfigError(f"--active-ratio {self.active_ratio} of --clients {self.clients} is {self.active_ratio * self.clients:.3g} "
                               f"clients per round; use at least {1 / self.clients:.4g} (one client)", key="active_ratio")

@@ -160,6 +160,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             err = e
         collective(comm, err)
     pids = comm.allgather(os.getpid())
+    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank})  # every process's device
     run_dir = watchdog = None
     if root:
         if overwrite and out.exists():
@@ -168,14 +169,14 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             for _, old in checkpoint.list_checkpoints(out):
                 old.unlink()
         if resume:
-            run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids})
+            run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
             drift = checkpoint.version_drift(run_dir.manifest)
             if drift and not quiet:
                 err_console.print(f"fedcli: warning: resuming with other versions ({'; '.join(drift)}): "
                                   "the result need not be bitwise identical to an uninterrupted run", markup=False, soft_wrap=True)
         else:
             run_dir = RunDir(out)
-            run_dir.start({**sim.manifest(), "pids": pids})
+            run_dir.start({**sim.manifest(), "pids": pids, "devices": devices})
         sim.attach(run_dir)
         watchdog = sentinel.start(out, pids)
         if not quiet:

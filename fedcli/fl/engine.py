@@ -137,12 +137,25 @@ def check_client_data(cfg: TrainConfig, sizes) -> int:
     return min(cfg.batch_size, largest)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, local_rank: int = 0, count: int | None = None) -> torch.device:
+    """This process's device for ``--device``: cpu; cuda:K as given; cuda (and auto with a GPU): GPU ``local_rank mod
+    count``, so the ranks of a node (MPI's node-local rank, ``Communicator.local_rank``) or a worker pool spread over
+    its visible GPUs, one each while there are enough. ``count``: the visible CUDA devices (tests fake it)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if count is None else int(count)
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but no CUDA device is available")
-    return torch.device(name)
+        if count == 0:
+            return torch.device("cpu")
+        name = "cuda"
+    if count == 0:
+        raise ConfigError(f"--device {name} was asked for but no CUDA device is available", key="device")
+    if name == "cuda":
+        return torch.device("cuda", int(local_rank) % count)
+    index = int(name.split(":", 1)[1])
+    if index >= count:
+        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})", key="device")
+    return torch.device("cuda", index)
 
 
 def default_threads(cfg: TrainConfig) -> int:
@@ -206,7 +219,9 @@ class Simulation:
         from fedcli.models.custom import check_model, is_factory_spec
 
         cfg = self.cfg
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, self.comm.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         torch.set_num_threads(default_threads(cfg))
         if dataset is None or partition is None:
             dataset, partition = load_data_and_partition(cfg)
@@ -288,7 +303,7 @@ class Simulation:
             "world_size": self.comm.size,
             "workers": self.comm.workers,
             **({"workers_choice": self.comm.workers_note} if self.comm.workers_note else {}),
-            "device": str(self.device),
+            "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
             "trainer": self.trainer.name,
             **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
             "dataset": self.dataset.source,
