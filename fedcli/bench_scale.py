@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 SETTING = ["--algo", "ditto", "--model", "mlp", "--mlp-hidden", "512,512", "--dataset", "synthetic", "--synthetic-users", "200",
-           "--partition", "iid", "--active-ratio", "0.01", "--rounds", "4", "--eval-every", "1", "--device", "cpu",
+           "--partition", "iid", "--active-ratio", "0.01", "--rounds", "4", "--eval-every", "1", "--personal-clients", "cohort", "--device", "cpu",
            "--workers", "1", "--checkpoint-every", "0", "--quiet"]
 # (clients, processes, client state): the 1,000-client rows in memory and on disk give the disk's cost in time
 CASES = [(1000, 1, "memory"), (1000, 1, "disk"), (10000, 1, "disk"), (10000, 2, "disk"), (10000, 1, "memory"),
