@@ -222,3 +222,16 @@ def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):
     assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
     state = tmp_path / "disk" / "client-state" / "g0"
     assert any((state / "r0").glob("*.bin")) and any((state / "r1").glob("*.bin"))
+
+
+def test_bench_scale_measures(tmp_path):
+    """The --scale section's measures on cases worked out by hand: seconds per round, disk blocks, a child's peak."""
+    from fedcli import bench_scale as b
+
+    (tmp_path / "metrics.csv").write_text("round,wall_s\n1,1.0\n2,3.0\n3,4.0\n4,6.0\n")
+    assert b.seconds_per_round(tmp_path / "metrics.csv") == 2.0  # steps 2, 1, 2
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a.bin").write_bytes(b"x" * 10000)
+    assert b.disk_used(tmp_path / "s") >= 10000 and b.disk_used(tmp_path / "none") == 0
+    r = b.run_measured([sys.executable, "-c", "import time; a = bytearray(300 * 2**20); time.sleep(1.0)"])
+    assert r["rc"] == 0 and r["peak_rss"] >= 300 * 2**20 and r["peak_pss"] >= 250 * 2**20
