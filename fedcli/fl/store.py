@@ -281,10 +281,16 @@ class DiskStore:
         return list(self.tables)
 
     def gather(self, name: str, clients: list[int], init: Callable[[int], torch.Tensor], device) -> torch.Tensor:
-        """Stacked state of ``clients`` (read from disk or the cache); a client without state yet gets ``init(client)``."""
-        rows = [self.get(name, c) for c in clients]
-        rows = [r if r is not None else init(c).detach().cpu() for r, c in zip(rows, clients)]
-        return torch.stack(rows).to(device)
+        """Stacked state of ``clients`` (read from disk or the cache, row by row into the stacked tensor); a client
+        without state yet gets ``init(client)``."""
+        out = None
+        for i, c in enumerate(clients):
+            row = self.get(name, c)
+            row = row if row is not None else init(c).detach().cpu()
+            if out is None:
+                out = torch.empty((len(clients), *row.shape), dtype=row.dtype)
+            out[i] = row
+        return (out if out is not None else torch.stack([])).to(device)
 
     def write(self, keys: list[int], tables: dict[str, torch.Tensor]) -> dict:
         """Append this process's rows (``tables``: name -> ``[K, ...]`` CPU, rows in the order of ``keys``) to its
@@ -471,8 +477,11 @@ def share(sim, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), 
     """
     keep = [k for k, c in enumerate(clients) if c not in skipped]
     kept = [clients[k] for k in keep]
-    rows = torch.tensor(keep, dtype=torch.long)
-    cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
+    if len(keep) == len(clients):  # nobody skipped: no row-selecting copy of the cohort's tensors
+        cpu = {name: t.detach().cpu() for name, t in tables.items()}
+    else:
+        rows = torch.tensor(keep, dtype=torch.long)
+        cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
     comm, store = sim.comm, sim.store
     if store.kind == "disk":
         record = store.write(kept, cpu)
