@@ -168,6 +168,11 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 (out / name).unlink(missing_ok=True)
             for _, old in checkpoint.list_checkpoints(out):
                 old.unlink()
+            import shutil
+
+            from fedcli.fl.store import FOLDER
+
+            shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
         if resume:
             run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
             drift = checkpoint.version_drift(run_dir.manifest)

@@ -145,6 +145,15 @@ def test_disk_store_gives_the_memory_store_run(algo, tmp_path):
     assert any((tmp_path / "disk" / "client-state").rglob("*.bin"))
 
 
+def test_workers_read_each_others_rows(tmp_path):
+    """``--workers 2``: each worker appends to its own files and reads the other's; the run equals one process's."""
+    for w in ("1", "2"):
+        assert main(["train", "--algo", "ditto", *STATEFUL[:-3], "--workers", w, "--quiet", "--client-state", "disk",
+                     "--out", str(tmp_path / w)]) == 0
+    assert rows(tmp_path / "1" / "metrics.csv") == rows(tmp_path / "2" / "metrics.csv")
+    assert any((tmp_path / "2" / "client-state" / "g0" / "r1").glob("*.bin"))
+
+
 # a child run that compacts at every chance (COMPACT_SLACK 0) and SIGKILLs itself inside round KILL_ROUND
 KILLER = """
 import os, signal, sys
