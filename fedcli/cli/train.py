@@ -214,6 +214,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
                 raise saver.stopped_now(e.signum) from None
     except BaseException as e:
+        sim.store.close()  # the client-state files a disk store holds open
         if isinstance(e, StorageError) and run_dir is not None:
             e = StorageError(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
         if run_dir is not None:
@@ -249,6 +250,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
             out_console.print(summary_table(cfg, summary, out))
+    sim.store.close()
     ACTIVE_RUN.pop("dir", None)
     return summary
 

@@ -123,6 +123,9 @@ class MemoryStore:
     def pin(self, round_idx: int, keep: int) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def state_dict(self) -> dict:
         return {n: dict(t) for n, t in self.tables.items()}
 
