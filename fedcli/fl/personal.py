@@ -134,9 +134,8 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
             grads = direction(grads, params)
         active = steps_t > j
         with torch.no_grad():
-            for n in names:
-                g = grads[n] * expand(active, grads[n])
-                params[n].sub_(g, alpha=lr)
+            for n in names:  # the gradients are this step's own: masked in place (no [K, ...] copy)
+                params[n].sub_(grads[n].mul_(expand(active, grads[n])), alpha=lr)
         loss_sum += losses.detach().double() * active
     return loss_sum / steps_t.double()
 
