@@ -208,7 +208,7 @@ class DiskStore:
             try:
                 if write:
                     p.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+                    fd = os.open(p, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)  # never through a link
                 else:
                     fd = os.open(p, os.O_RDONLY)
             except FileNotFoundError:

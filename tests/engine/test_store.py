@@ -13,7 +13,7 @@ import torch
 
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
-from fedcli.errors import DataError
+from fedcli.errors import ConfigError, DataError
 from fedcli.fl.store import MiB, DiskStore, MemoryStore, choose_mode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +49,20 @@ def test_a_damaged_row_is_an_error_naming_the_client(tmp_path):
     path.write_bytes(bytes(data[:12]))
     with pytest.raises(DataError, match=r"client 7.s state .* \(cut short\)"):
         s.get("ditto.p:w", 7)
+
+
+def test_a_state_file_that_is_a_symbolic_link_is_not_written_through(tmp_path):
+    s = DiskStore(tmp_path / "state")
+    s.scatter("m", [0], torch.tensor([[1.0]]))
+    path = tmp_path / "state" / "g0" / "r0" / s.tables["m"].file
+    target = tmp_path / "elsewhere.bin"
+    target.write_bytes(b"")
+    path.unlink()
+    path.symlink_to(target)
+    s._close()
+    with pytest.raises(ConfigError, match="choose a place you can write to"):
+        s.scatter("m", [1], torch.tensor([[2.0]]))
+    assert target.read_bytes() == b""
 
 
 def test_load_state_dict_drops_rows_written_after_the_checkpoint(tmp_path):
