@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench test test-slow test-all bench clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench test test-slow test-all bench bench-scale clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -36,6 +36,11 @@ install-bench: install
 # progress on stderr, JSON in results/bench-cpu.json. FLOWER_PYTHON=path: an interpreter with flwr[simulation].
 bench:
 	$(PY) -m fedcli bench --json results/bench-cpu.json $(if $(FLOWER_PYTHON),--flower-python $(FLOWER_PYTHON),)
+
+# client count and process count: peak memory of the process tree, client-state disk, s/round (Ditto, 1,000 and
+# 10,000 synthetic clients, 1 process and mpiexec -n 2) and the start-up of `fedcli train`; JSON in results/
+bench-scale:
+	$(PY) -m fedcli bench --scale --json results/bench-scale.json
 
 # FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
 # then the table and its figures; a second run skips the completed runs

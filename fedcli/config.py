@@ -86,12 +86,17 @@ class GeneralConfig:
     # run
     seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")
     eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
-    device: str = opt("auto", "Device: cpu, cuda, or auto (cuda when available).", choices=["auto", "cpu", "cuda"], group="run")
+    device: str = opt("auto", "Device: cpu, cuda (each process takes GPU local-rank mod visible GPUs: MPI ranks by their node-local rank, --workers one each), cuda:K (GPU K on every process), or auto (cuda when available).", group="run")
     trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto (CPU: loop for convolutional models, vmap otherwise; CUDA: vmap).", choices=["auto", "vmap", "loop"], group="run")
     threads: int = opt(0, "Torch CPU threads per process (0: 1; parallelism comes from --workers, and two threads in one process collapse when another program holds a core).", lo=0, group="run")
     workers: int = opt(0, "Worker processes that train shards of each round's cohort at the same time; results are the same for any number (0: auto, the physical cores when the run is long enough to pay for starting them, else 1).", lo=0, group="run")
     out: str = opt("", "Run directory.", group="run")
     tracker: str = opt("", "Also send the run to an experiment tracker: tensorboard, wandb or mlflow (repeat the flag, or a list in a recipe, for several); the CSVs stay the source of truth (README: Tracking runs).", multiple=True, group="run")
+    # scale (fedcli/fl/store.py, fedcli/fl/trainers.py)
+    client_state: str = opt("auto", "Where per-client state across rounds lives (personal models, optimizer moments, control variates): memory, disk (RUN_DIR/client-state: raw rows + CRC-32 index, only the clients of the round in memory), or auto (disk when clients x model size exceeds --client-state-limit-mb).", choices=["auto", "memory", "disk"], group="scale")
+    client_state_limit_mb: int = opt(512, "--client-state auto: keep client state in memory while clients x model size is at most this many MiB, on disk beyond.", lo=0, group="scale")
+    cohort_chunk: int = opt(0, "Stacked (vmap) trainer: train the cohort in chunks of at most this many clients per vectorized call, with the same results (0: the whole cohort on the CPU; on CUDA as many as fit in 80% of the free memory).", lo=0, group="scale")
+    client_cache_mb: int = opt(64, "--client-state disk: MiB of recently used client rows each process keeps in memory.", lo=0, group="scale")
     # crash safety (fedcli/results/checkpoint.py)
     checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
     keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")
@@ -140,6 +145,10 @@ class GeneralConfig:
 
     def check_cross_field(self) -> None:
         """Rules between fields (issue 5); each error names its key (``ConfigError.key``) for recipe lines."""
+        import re
+
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ConfigError(f"--device {self.device!r}: expected cpu, cuda, cuda:K (a GPU index) or auto", key="device")
         if not self.partition_file and self.active_ratio * self.clients < 0.5:
             raise ConfigError(f"--active-ratio {self.active_ratio} of --clients {self.clients} is {self.active_ratio * self.clients:.3g} "
                               f"clients per round; use at least {1 / self.clients:.4g} (one client)", key="active_ratio")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 #: the ``--help`` panels in the order they are shown; a group not listed here comes after them
-GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "optimizer", "adaptive", "run",
+GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "optimizer", "adaptive", "run", "scale",
           "crash safety")
 
 #: registered params classes, in registration order (method files load in name order)

@@ -25,6 +25,9 @@ def bench(
     flower_python: str = typer.Option(None, "--flower-python", help="Python interpreter with Flower and Ray installed, for the Flower path "
                                       "(default: this one; `make install-bench` installs it)."),
     json_out: str = typer.Option("", "--json", help="Also write the results as JSON to this file."),
+    scale: bool = typer.Option(False, "--scale", help="Instead: the scale section: Ditto with 1,000 and 10,000 synthetic clients, 1% active, "
+                               "client state in memory and on disk, 1 process and mpiexec -n 2: peak memory of the process tree, disk "
+                               "used by client state, s/round; and the start-up of `fedcli train` with no flags."),
 ):
     """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
     (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""
@@ -43,6 +46,9 @@ def bench(
         step[0] += 1
         err_console.print(f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False)
 
+    if scale:
+        return scale_section(progress, json_out)
+
     err_console.print(f"fedcli bench: {', '.join(keys)} on {b.physical_cores()} physical core(s), load average {b.load_average()}",
                       soft_wrap=True, highlight=False)
     results = b.run(keys, rounds=rounds, steps=steps, warmup=warmup, data_dir=data_dir, flower_python=flower_python, progress=progress)
@@ -58,3 +64,28 @@ def bench(
     if json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(b.to_json(results) + "\n")
+
+
+def scale_section(progress, json_out: str) -> None:
+    """``fedcli bench --scale`` (fedcli/bench_scale.py)."""
+    import json
+
+    from rich.console import Console
+
+    from fedcli import bench_scale
+
+    err_console.print(f"fedcli bench --scale: load average {_load()}", soft_wrap=True, highlight=False)
+    results = bench_scale.run(progress)
+    wide = Console(width=max(160, shutil.get_terminal_size((160, 24)).columns), soft_wrap=False)
+    wide.print(bench_scale.table(results))
+    for line in bench_scale.targets(results):
+        wide.print(line, highlight=False)
+    if json_out:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(json.dumps(results, indent=1) + "\n")
+
+
+def _load() -> str:
+    from fedcli.bench import load_average
+
+    return load_average()

@@ -238,6 +238,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             err = e
         collective(comm, err)
     pids = comm.allgather(os.getpid())
+    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank})  # every process's device
     run_dir = watchdog = None
     if root:
         if overwrite and out.exists():
@@ -245,15 +246,20 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
             for _, old in checkpoint.list_checkpoints(out):
                 old.unlink()
+            import shutil
+
+            from fedcli.fl.store import FOLDER
+
+            shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
         if resume:
-            run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids})
+            run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
             drift = checkpoint.version_drift(run_dir.manifest)
             if drift and not quiet:
                 err_console.print(f"fedcli: warning: resuming with other versions ({'; '.join(drift)}): "
                                   "the result need not be bitwise identical to an uninterrupted run", markup=False, soft_wrap=True)
         else:
             run_dir = RunDir(out)
-            run_dir.start({**sim.manifest(), "pids": pids})
+            run_dir.start({**sim.manifest(), "pids": pids, "devices": devices})
         resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
 
         def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/cli/early.py)
@@ -307,6 +313,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
                 saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
                 raise saver.stopped_now(e.signum) from None
     except BaseException as e:
+        sim.store.close()  # the client-state files a disk store holds open
         if run_dir is not None:
             early.forget(mark_interrupted)
         e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
@@ -353,6 +360,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
             out_console.print(summary_table(cfg, summary, out))
+    sim.store.close()
     ACTIVE_RUN.pop("dir", None)
     return summary
 

@@ -107,6 +107,12 @@ class Communicator:
     def is_root(self) -> bool:
         return self.rank == 0
 
+    @property
+    def local_rank(self) -> int:
+        """This process's rank among the processes on its node (which GPU ``--device cuda`` takes): here and in a
+        worker pool, all on one node, the rank itself."""
+        return self.rank
+
     def client_sum(self, tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int], total: int,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i w_i x_i over every client of the cohort, flat, the clients added in cohort order.

@@ -39,6 +39,11 @@ class MPICommunicator(Communicator):
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.reduce_seconds = 0.0
+        self._local_rank = node_local_rank(self.world, MPI)
+
+    @property
+    def local_rank(self) -> int:
+        return self._local_rank
 
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         import time
@@ -64,6 +69,34 @@ class MPICommunicator(Communicator):
 
     def abort(self, code: int = 1) -> None:
         self.world.Abort(code)
+
+
+# the node-local rank as launchers give it: Open MPI, MPICH/Hydra, Intel MPI/PMI, Slurm's srun, torchrun
+LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK")
+
+
+def launcher_local_rank(env=None) -> int | None:
+    """The node-local rank from the launcher's environment variables (the first of ``LOCAL_RANK_VARS`` set), or None."""
+    env = os.environ if env is None else env
+    for var in LOCAL_RANK_VARS:
+        value = env.get(var, "")
+        if value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def node_local_rank(world, MPI) -> int:
+    """This rank's position among the ranks that share its node: MPI's shared-memory split of the world (collective:
+    every rank calls it at start), else the launcher's variables, else 0."""
+    try:
+        node = world.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            return int(node.Get_rank())
+        finally:
+            node.Free()
+    except Exception:  # noqa: BLE001 - an MPI without MPI-3 shared-memory splits
+        found = launcher_local_rank()
+        return 0 if found is None else found
 
 
 CURRENT: dict = {}

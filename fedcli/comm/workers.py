@@ -405,9 +405,13 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int
     """``--workers 0``: the physical cores (at most the clients per round) when the run is big enough to pay
     for starting the workers (about 1-2 s each), else 1. Results do not depend on the choice."""
     cores = cores or physical_cores()
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        return 1, "auto: 1 (CUDA device)"
     active = max(1, int(round(cfg.active_ratio * len(partition.train))))
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        gpus = torch.cuda.device_count()  # --device cuda: worker k takes GPU k mod gpus (engine.resolve_device)
+        n = max(1, min(gpus, active))
+        return n, f"auto: {n} (one per CUDA device: {gpus} visible, {active} client(s) per round)"
+    if cfg.device.startswith("cuda:"):
+        return 1, f"auto: 1 (--device {cfg.device}: one GPU)"
     if cores < 2 or active < 2:
         return 1, f"auto: 1 ({cores} physical core(s), {active} client(s) per round)"
     est = estimate_work(cfg, dataset, partition)

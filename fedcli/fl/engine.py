@@ -32,7 +32,7 @@ from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.schedules import build_schedule
-from fedcli.fl.store import ClientStore
+from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
 
@@ -137,12 +137,25 @@ def check_client_data(cfg: TrainConfig, sizes) -> int:
     return min(cfg.batch_size, largest)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, local_rank: int = 0, count: int | None = None) -> torch.device:
+    """This process's device for ``--device``: cpu; cuda:K as given; cuda (and auto with a GPU): GPU ``local_rank mod
+    count``, so the ranks of a node (MPI's node-local rank, ``Communicator.local_rank``) or a worker pool spread over
+    its visible GPUs, one each while there are enough. ``count``: the visible CUDA devices (tests fake it)."""
+    if name == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if count is None else int(count)
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but no CUDA device is available")
-    return torch.device(name)
+        if count == 0:
+            return torch.device("cpu")
+        name = "cuda"
+    if count == 0:
+        raise ConfigError(f"--device {name} was asked for but no CUDA device is available", key="device")
+    if name == "cuda":
+        return torch.device("cuda", int(local_rank) % count)
+    index = int(name.split(":", 1)[1])
+    if index >= count:
+        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})", key="device")
+    return torch.device("cuda", index)
 
 
 def default_threads(cfg: TrainConfig) -> int:
@@ -179,7 +192,7 @@ class Simulation:
         self.round_hooks: list[RoundHook] = []
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
         self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
-        self.store = ClientStore()     # per-client state across rounds
+        self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
         self.attach(run_dir)
@@ -206,7 +219,9 @@ class Simulation:
         from fedcli.models.custom import check_model, is_factory_spec
 
         cfg = self.cfg
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, self.comm.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         torch.set_num_threads(default_threads(cfg))
         if dataset is None or partition is None:
             dataset, partition = load_data_and_partition(cfg)
@@ -253,7 +268,8 @@ class Simulation:
         self.server = parts.SERVERS[names["server"]](cfg)
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
-        self.trainer = choose_trainer(cfg.trainer, self.model, self.device)
+        self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk)
+        self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
             vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
             check_model(cfg.model, self.model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
@@ -295,8 +311,9 @@ class Simulation:
             "world_size": self.comm.size,
             "workers": self.comm.workers,
             **({"workers_choice": self.comm.workers_note} if self.comm.workers_note else {}),
-            "device": str(self.device),
+            "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
             "trainer": self.trainer.name,
+            **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
             "dataset": self.dataset.source,
             "partition": {"hash": self.partition.hash, **self.partition.config},
             "clients": len(self.client_indices),
@@ -307,6 +324,7 @@ class Simulation:
             "evaluations": self.planned_evaluations(),
             **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
             "torch_threads": torch.get_num_threads(),
+            "client_state": self.store.info,
         }
 
     # ------------------------------------------------------------------ synchronization
@@ -521,6 +539,7 @@ class Simulation:
         for part in self.parts.values():
             part.end_round(self, cohort)
         guard.forget_nonfinite(self, cohort)
+        self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
         mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)

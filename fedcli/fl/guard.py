@@ -150,7 +150,7 @@ def settle_skipped(sim, state, cohort: Cohort, round_losses: torch.Tensor) -> to
 def forget_nonfinite(sim, cohort: Cohort) -> None:
     """Drop a skipped client's non-finite entries from the client store (they start afresh next time)."""
     for c in cohort.skipped:
-        for table in sim.store.tables.values():
-            t = table.get(c)
+        for name in sim.store.names():
+            t = sim.store.get(name, c)
             if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
-                del table[c]
+                sim.store.forget(name, c)

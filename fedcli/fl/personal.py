@@ -95,7 +95,7 @@ def all_client_models(sim, cohort, buffers: bool = False, prefix: str = LOCAL) -
 def client_model(sim, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
     """One client's stored model (unstacked, on the device); the global model if it has none."""
     def get(table: str, default: torch.Tensor) -> torch.Tensor:
-        t = sim.store.tables.get(table, {}).get(client)
+        t = sim.store.get(table, client)
         return default if t is None else t.to(default.device)
     return ({n: get(f"{prefix}.p:{n}", g) for n, g in sim.global_params.items()},
             {n: get(f"{prefix}.b:{n}", b) for n, b in sim.global_buffers.items()})
@@ -134,9 +134,8 @@ def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: floa
             grads = direction(grads, params)
         active = steps_t > j
         with torch.no_grad():
-            for n in names:
-                g = grads[n] * expand(active, grads[n])
-                params[n].sub_(g, alpha=lr)
+            for n in names:  # the gradients are this step's own: masked in place (no [K, ...] copy)
+                params[n].sub_(grads[n].mul_(expand(active, grads[n])), alpha=lr)
         loss_sum += losses.detach().double() * active
     return loss_sum / steps_t.double()
 

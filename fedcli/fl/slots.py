@@ -12,8 +12,8 @@ fedcli's faithful equivalent: a slot is a position in a random permutation of th
 (seed, round), so the client-to-slot map is uniformly random each round as in the author's ordered draw (the
 cohort list itself is sorted by client id). Slot state is stored under the slot index, and with ``client``
 under the client id instead (each client keeps its own buffers: what a deployment with stateful clients
-would do; not the author code). The state is kept on the CPU in ``sim.store``; under MPI every process gets
-every update (one allgather per round), so results do not depend on the number of processes.
+would do; not the author code). The state is kept in ``sim.store`` (``fedcli.fl.store``); under MPI every process can read every key
+(``share``), so results do not depend on the number of processes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from fedcli.fl.rng import np_gen
+from fedcli.fl.store import share
 
 
 def slot_of(seed: int, round_idx: int, cohort_ids: list[int]) -> dict[int, int]:
@@ -55,19 +56,13 @@ def restore(sim, cohort, prefix: str, like: dict[str, torch.Tensor], by: str, fr
 
 def keep(sim, cohort, prefix: str, stacked: dict[str, torch.Tensor], by: str) -> None:
     """Store stacked state ``[K, *shape]`` per name for this process's cohort. Collective under MPI: every
-    process calls it at the same point and gets every process's rows."""
-    ks = keys(sim, cohort, by)
-    cpu = {n: t.detach().cpu() for n, t in stacked.items()}
-    shares = sim.comm.allgather((ks, cpu)) if sim.comm.size > 1 else [(ks, cpu)]
-    for ids, tables in shares:
-        if ids:
-            for n, t in tables.items():
-                sim.store.scatter(f"{prefix}.{by}:{n}", ids, t)
+    process calls it at the same point, and every process can then read every key (``fedcli.fl.store.share``)."""
+    share(sim, keys(sim, cohort, by), {f"{prefix}.{by}:{n}": t for n, t in stacked.items()}, everywhere=True)
 
 
 def stored(sim, prefix: str, by: str, key: int, name: str) -> torch.Tensor | None:
     """One key's stored tensor (or None)."""
-    return sim.store.tables.get(f"{prefix}.{by}:{name}", {}).get(key)
+    return sim.store.get(f"{prefix}.{by}:{name}", key)
 
 
 # ---------------------------------------------------------------------------- BatchNorm statistics per slot

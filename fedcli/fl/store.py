@@ -1,25 +1,104 @@
-"""Per-client state that lives across rounds, kept off the device.
+"""Per-client state that lives across rounds, kept off the device: in memory while small, on disk beyond that.
 
-Personalized models, optimizer moments, control variates and ALA weights belong to a client, not
-to a cohort slot. The store keeps one CPU tensor per (name, client), created on first use, and
-gathers/scatters them as stacked ``[K, *shape]`` tensors for the cohort on this process.
+Personalized models, optimizer moments, control variates and ALA weights belong to a client, not to a cohort slot.
+The store keeps one row per (table name, client) and gathers/scatters them as stacked ``[K, *shape]`` tensors for the
+cohort on this process. Two kinds, chosen once per run by ``--client-state`` (``choose_mode``):
+
+- :class:`MemoryStore`: one CPU tensor per (table, client). Fast, and memory grows with every client that has state.
+- :class:`DiskStore`: the rows on disk in ``RUN_DIR/client-state/``, in memory only the rows of the clients being
+  trained or evaluated now plus an LRU cache of ``--client-cache-mb``. Memory does not grow with the client count.
+
+The disk format is raw fixed-size rows, one append-only file per (table, process): ``g<gen>/r<rank>/<table>.bin``,
+row ``i`` at byte ``i * row_bytes`` (readable with ``numpy.memmap(path, dtype, shape=(rows, *shape))``), and an index
+(client -> process, row, CRC-32) that every process holds and every checkpoint records. Why not safetensors or one
+file per client: a safetensors file is written whole with its header, so updating a few of 10,000 clients would
+rewrite the file (or keep 10^4-10^5 small files, one header parse per read); fixed rows appended to one file per
+process let every process write without locks, let any process read exactly the rows it needs (``os.pread``; the
+pages stay in the OS page cache, not in the process), and make a checkpoint cheap: the index and the file lengths
+(a few bytes per client), not a copy of the state. A resume cuts each file back to the length its checkpoint
+recorded, so rows written after the checkpoint (a SIGKILL mid-round) are dropped and the resumed run is bitwise the
+uninterrupted one. Files grow by the cohort's rows each round; when dead rows outweigh live ones (and pass
+``COMPACT_SLACK`` bytes) every process rewrites its live rows into a new generation ``g<gen+1>`` at a round
+boundary; a generation is deleted once no kept checkpoint refers to it. A row whose bytes do not match its CRC-32,
+or that lies beyond its file's end, is a :class:`~fedcli.errors.DataError` (exit 3) naming the client and the file.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import zlib
+from collections import OrderedDict
+from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
+from fedcli.errors import DataError, os_error
 
-class ClientStore:
+FOLDER = "client-state"
+MiB = 1 << 20
+COMPACT_SLACK = 64 * MiB  # dead bytes tolerated before a compaction, whatever the live size
+
+
+def choose_mode(cfg, clients: int, model_bytes: int) -> tuple[str, int]:
+    """``(mode, projected bytes)``: ``--client-state`` memory or disk as asked; auto: disk when one model's worth of
+    state for every client (``clients * model_bytes``, the least a personalized method keeps) exceeds
+    ``--client-state-limit-mb``. The same on every process (it depends on the config and the model only)."""
+    projected = int(clients) * int(model_bytes)
+    if cfg.client_state != "auto":
+        return cfg.client_state, projected
+    return ("disk" if projected > cfg.client_state_limit_mb * MiB else "memory"), projected
+
+
+def build_store(sim) -> "MemoryStore | DiskStore":
+    """The run's client store (``sim.store``), by :func:`choose_mode`; a disk store lives in ``RUN_DIR/client-state``
+    (a temporary folder, removed at exit, when the run has no directory)."""
+    cfg, comm = sim.cfg, sim.comm
+    model_bytes = sum(t.numel() * t.element_size() for t in (*sim.global_params.values(), *sim.global_buffers.values()))
+    mode, projected = choose_mode(cfg, len(sim.client_indices), model_bytes)
+    info = {"mode": mode, "projected_mb": round(projected / MiB, 1), "limit_mb": cfg.client_state_limit_mb}
+    if mode == "memory":
+        store = MemoryStore()
+    else:
+        if cfg.out:
+            root = Path(cfg.out) / FOLDER
+        else:
+            import atexit
+            import tempfile
+
+            made = tempfile.mkdtemp(prefix="fedcli-client-state-") if comm.is_root else None
+            root = Path(comm.bcast(made))
+            if comm.is_root:
+                atexit.register(shutil.rmtree, root, True)
+        store = DiskStore(root, comm.rank, comm.size, cache_bytes=cfg.client_cache_mb * MiB)
+        info.update(folder=str(root) if not cfg.out else FOLDER, cache_mb=cfg.client_cache_mb, format="raw rows + CRC-32 index")
+    store.info = info
+    return store
+
+
+def _who(name: str, key: int) -> str:
+    return f"slot {key}" if ".slot:" in name else f"client {key}"
+
+
+class MemoryStore:
+    """Every row a CPU tensor in ``tables[name][client]``."""
+
+    kind = "memory"
+
     def __init__(self):
         self.tables: dict[str, dict[int, torch.Tensor]] = {}
+        self.info: dict = {"mode": "memory"}
+
+    def get(self, name: str, key: int) -> torch.Tensor | None:
+        return self.tables.get(name, {}).get(key)
 
     def gather(self, name: str, clients: list[int], init: Callable[[int], torch.Tensor], device) -> torch.Tensor:
         """Stacked state of ``clients``; a client without state yet gets ``init(client)``."""
-        table = self.tables.setdefault(name, {})
-        rows = [table[c] if c in table else init(c).detach().cpu() for c in clients]
+        rows = [self.get(name, c) for c in clients]
+        rows = [r if r is not None else init(c).detach().cpu() for r, c in zip(rows, clients)]
         return torch.stack(rows).to(device)
 
     def scatter(self, name: str, clients: list[int], stacked: torch.Tensor) -> None:
@@ -29,34 +108,395 @@ class ClientStore:
             table[c] = cpu[k].clone()
 
     def has(self, name: str, client: int) -> bool:
-        return client in self.tables.get(name, {})
+        return self.get(name, client) is not None
+
+    def names(self) -> list[str]:
+        return list(self.tables)
+
+    def forget(self, name: str, key: int) -> None:
+        self.tables.get(name, {}).pop(key, None)
+
+    # round boundaries and checkpoints: nothing to do in memory
+    def end_round(self, comm) -> None:
+        pass
+
+    def pin(self, round_idx: int, keep: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     def state_dict(self) -> dict:
         return {n: dict(t) for n, t in self.tables.items()}
 
     def load_state_dict(self, state: dict) -> None:
+        if DiskStore.KEY in state:
+            raise DataError("the checkpoint keeps its client state on disk (RUN_DIR/client-state) but this run keeps it in "
+                            "memory; resume with the --client-state it was written with")
         self.tables = {n: {int(c): v for c, v in t.items()} for n, t in state.items()}
 
 
-def share(sim, clients: list[int], tables: dict[str, torch.Tensor], skipped=()) -> None:
+class _Table:
+    """One table's layout and index: for each key the process whose file holds its row, the row, its CRC-32."""
+
+    def __init__(self, name: str, dtype: torch.dtype, shape: tuple, world: int):
+        self.name, self.dtype, self.shape = name, dtype, tuple(int(s) for s in shape)
+        self.row_bytes = int(np.prod(self.shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
+        self.file = f"{safe}-{zlib.crc32(name.encode()):08x}.bin"
+        self.where = np.full(0, -1, dtype=np.int32)
+        self.row = np.zeros(0, dtype=np.int64)
+        self.crc = np.zeros(0, dtype=np.int64)
+        self.rows = [0] * world  # rows in each process's file (live or dead)
+
+    def grow(self, n: int) -> None:
+        if n > self.where.size:
+            size = max(n, 2 * self.where.size)
+            self.where = np.concatenate([self.where, np.full(size - self.where.size, -1, dtype=np.int32)])
+            self.row = np.concatenate([self.row, np.zeros(size - self.row.size, dtype=np.int64)])
+            self.crc = np.concatenate([self.crc, np.zeros(size - self.crc.size, dtype=np.int64)])
+
+    def live(self) -> int:
+        return int((self.where >= 0).sum())
+
+    def state(self) -> dict:
+        return {"dtype": str(self.dtype).removeprefix("torch."), "shape": list(self.shape), "rows": list(self.rows),
+                "where": torch.from_numpy(self.where.copy()), "row": torch.from_numpy(self.row.copy()),
+                "crc": torch.from_numpy(self.crc.copy())}
+
+    @classmethod
+    def from_state(cls, name: str, s: dict, world: int) -> "_Table":
+        t = cls(name, getattr(torch, s["dtype"]), tuple(s["shape"]), world)
+        t.where, t.row, t.crc = (np.asarray(s[k].numpy(), dtype=d).copy() for k, d in
+                                 (("where", np.int32), ("row", np.int64), ("crc", np.int64)))
+        t.rows = [int(r) for r in s["rows"]]
+        return t
+
+
+class DiskStore:
+    """Rows on disk (see the module docstring), an LRU cache of recently read or written rows in memory.
+
+    Every process holds the same index: ``share`` appends this process's rows to its own files and then applies
+    every process's index entries (an allgather of a few integers per client, not of the tensors)."""
+
+    kind = "disk"
+    KEY = "disk-store"
+
+    def __init__(self, root: Path, rank: int = 0, world: int = 1, cache_bytes: int = 64 * MiB, slack: int | None = None):
+        self.root, self.rank, self.world = Path(root), int(rank), int(world)
+        self.cache_bytes, self.slack = int(cache_bytes), int(COMPACT_SLACK if slack is None else slack)
+        self.tables: dict[str, _Table] = {}
+        self.gen = 0
+        self.cache: OrderedDict = OrderedDict()
+        self.cache_used = 0
+        self.fds: dict[tuple, int] = {}     # (gen, rank, file, for writing) -> open descriptor
+        self.pins: dict[int, int] = {}      # checkpointed round -> the generation it refers to
+        self.resumed = False                # older checkpoints of unknown generations may be on disk
+        self.fresh = True                   # nothing written yet: this process's old files are wiped first
+        self.info: dict = {"mode": "disk"}
+
+    # ------------------------------------------------------------------ files
+    def path(self, gen: int, rank: int, file: str = "") -> Path:
+        p = self.root / f"g{gen}" / f"r{rank}"
+        return p / file if file else p
+
+    def _fd(self, rank: int, file: str, write: bool = False) -> int:
+        k = (self.gen, rank, file, write)
+        fd = self.fds.get(k)
+        if fd is None:
+            p = self.path(self.gen, rank, file)
+            try:
+                if write:
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(p, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)  # never through a link
+                else:
+                    fd = os.open(p, os.O_RDONLY)
+            except FileNotFoundError:
+                raise DataError(f"{p}: missing; expected the client-state file of process {rank} (raw rows of the "
+                                f"client store)") from None
+            except OSError as e:
+                raise os_error(e, p, "open") from None
+            self.fds[k] = fd
+        return fd
+
+    def _close(self, gen: int | None = None) -> None:
+        for k in [k for k in self.fds if gen is None or k[0] == gen]:
+            os.close(self.fds.pop(k))
+
+    def _wipe_own(self) -> None:
+        """A fresh run in a folder that held another: drop this process's files of every generation."""
+        self.fresh = False
+        if self.root.is_dir():
+            for g in self.root.glob("g*"):
+                shutil.rmtree(g / f"r{self.rank}", ignore_errors=True)
+
+    # ------------------------------------------------------------------ cache
+    def _cache_put(self, k, t: torch.Tensor) -> None:
+        if k in self.cache:
+            self.cache_used -= self.cache.pop(k).nbytes
+        n = t.numel() * t.element_size()
+        if n > self.cache_bytes:
+            return
+        self.cache[k] = t
+        self.cache_used += n
+        while self.cache_used > self.cache_bytes:
+            _, old = self.cache.popitem(last=False)
+            self.cache_used -= old.numel() * old.element_size()
+
+    def _cache_drop(self, k) -> None:
+        t = self.cache.pop(k, None)
+        if t is not None:
+            self.cache_used -= t.numel() * t.element_size()
+
+    # ------------------------------------------------------------------ rows
+    def table(self, name: str, dtype: torch.dtype, shape) -> _Table:
+        t = self.tables.get(name)
+        if t is None:
+            t = self.tables[name] = _Table(name, dtype, shape, self.world)
+        return t
+
+    def get(self, name: str, key: int) -> torch.Tensor | None:
+        k = (name, int(key))
+        t = self.cache.get(k)
+        if t is not None:
+            self.cache.move_to_end(k)
+            return t
+        tab = self.tables.get(name)
+        if tab is None or key >= tab.where.size or tab.where[key] < 0:
+            return None
+        rank, row = int(tab.where[key]), int(tab.row[key])
+        buf = os.pread(self._fd(rank, tab.file), tab.row_bytes, row * tab.row_bytes) if tab.row_bytes else b""
+        if len(buf) != tab.row_bytes or (zlib.crc32(buf) & 0xFFFFFFFF) != int(tab.crc[key]):
+            why = "cut short" if len(buf) != tab.row_bytes else "checksum mismatch"
+            raise DataError(f"{self.path(self.gen, rank, tab.file)}: {_who(name, key)}'s state '{name}' is damaged ({why}); "
+                            f"expected raw {str(tab.dtype).removeprefix('torch.')} rows of shape {list(tab.shape)} matching "
+                            f"the checkpoint's CRC-32 index (resume from another checkpoint, or start the run again)")
+        t = torch.frombuffer(bytearray(buf), dtype=tab.dtype).reshape(tab.shape) if tab.row_bytes \
+            else torch.empty(tab.shape, dtype=tab.dtype)
+        self._cache_put(k, t)
+        return t
+
+    def has(self, name: str, key: int) -> bool:
+        tab = self.tables.get(name)
+        return tab is not None and key < tab.where.size and tab.where[key] >= 0
+
+    def names(self) -> list[str]:
+        return list(self.tables)
+
+    def gather(self, name: str, clients: list[int], init: Callable[[int], torch.Tensor], device) -> torch.Tensor:
+        """Stacked state of ``clients`` (read from disk or the cache, row by row into the stacked tensor); a client
+        without state yet gets ``init(client)``."""
+        out = None
+        for i, c in enumerate(clients):
+            row = self.get(name, c)
+            row = row if row is not None else init(c).detach().cpu()
+            if out is None:
+                out = torch.empty((len(clients), *row.shape), dtype=row.dtype)
+            out[i] = row
+        return (out if out is not None else torch.stack([])).to(device)
+
+    def write(self, keys: list[int], tables: dict[str, torch.Tensor]) -> dict:
+        """Append this process's rows (``tables``: name -> ``[K, ...]`` CPU, rows in the order of ``keys``) to its
+        files; returns the index entries every process applies with :meth:`apply`."""
+        if self.fresh:
+            self._wipe_own()
+        record = {}
+        for name, t in tables.items():
+            tab = self.table(name, t.dtype, t.shape[1:])
+            start = tab.rows[self.rank]
+            crcs = []
+            if keys and tab.row_bytes:
+                raw = t.detach().contiguous().reshape(len(keys), -1).view(torch.uint8).numpy()
+                crcs = [zlib.crc32(raw[k]) & 0xFFFFFFFF for k in range(len(keys))]
+                fd, p = self._fd(self.rank, tab.file, write=True), self.path(self.gen, self.rank, tab.file)
+                data = memoryview(raw).cast("B")
+                try:
+                    done = 0
+                    while done < len(data):
+                        done += os.pwrite(fd, data[done:], start * tab.row_bytes + done)
+                except OSError as e:
+                    raise os_error(e, p) from None
+            elif keys:
+                crcs = [0] * len(keys)
+            for k, key in enumerate(keys):
+                self._cache_put((name, int(key)), t[k].clone())
+            record[name] = (str(t.dtype).removeprefix("torch."), list(t.shape[1:]), start, crcs)
+        return record
+
+    def apply(self, rank: int, keys: list[int], record: dict) -> None:
+        """Point ``keys`` at the rows process ``rank`` wrote (:meth:`write`); on every process, in rank order."""
+        for name, (dtype, shape, start, crcs) in record.items():
+            tab = self.table(name, getattr(torch, dtype), shape)
+            if keys:
+                ks = np.asarray(keys, dtype=np.int64)
+                tab.grow(int(ks.max()) + 1)
+                tab.where[ks] = rank
+                tab.row[ks] = start + np.arange(len(ks))
+                tab.crc[ks] = np.asarray(crcs, dtype=np.int64)
+                tab.rows[rank] = start + len(ks)
+                if rank != self.rank:
+                    for key in keys:
+                        self._cache_drop((name, int(key)))
+
+    def scatter(self, name: str, clients: list[int], stacked: torch.Tensor) -> None:
+        """One process's store only (``share`` is the collective way)."""
+        self.apply(self.rank, clients, self.write(clients, {name: stacked.detach().cpu()}))
+
+    def forget(self, name: str, key: int) -> None:
+        tab = self.tables.get(name)
+        if tab is not None and key < tab.where.size:
+            tab.where[key] = -1
+        self._cache_drop((name, int(key)))
+
+    # ------------------------------------------------------------------ round boundaries, checkpoints
+    def end_round(self, comm) -> None:
+        """At a round boundary (every process, same decision): compact when dead rows outweigh live ones."""
+        live = sum(t.live() * t.row_bytes for t in self.tables.values())
+        total = sum(sum(t.rows) * t.row_bytes for t in self.tables.values())
+        if total - live > max(live, self.slack):
+            self.compact(comm)
+
+    def compact(self, comm) -> None:
+        """Rewrite every process's live rows into generation ``gen + 1``, in key order (each process its own files;
+        every process computes the new rows of all of them, so no index travels). Collective."""
+        old, new = self.gen, self.gen + 1
+        moves = []
+        for tab in self.tables.values():
+            keys = np.nonzero(tab.where >= 0)[0]
+            row = np.zeros_like(tab.row)
+            rows = [0] * self.world
+            for q in range(self.world):
+                mine = keys[tab.where[keys] == q]
+                row[mine] = np.arange(len(mine))
+                rows[q] = len(mine)
+                if q == self.rank and len(mine):
+                    moves.append((tab, [int(tab.row[k]) for k in mine]))
+            tab.row, tab.rows = row, rows
+        self.gen = new
+        target = self.path(new, self.rank)
+        shutil.rmtree(target, ignore_errors=True)  # left by a run resumed from before it
+        for tab, rows in moves:
+            self.gen = old
+            src = self._fd(self.rank, tab.file)
+            self.gen = new
+            dst = self._fd(self.rank, tab.file, write=True)
+            for i, r in enumerate(rows):
+                buf = os.pread(src, tab.row_bytes, r * tab.row_bytes)
+                os.pwrite(dst, buf, i * tab.row_bytes)
+        self._close(old)
+        comm.barrier()  # every process's new files are complete before anyone reads them
+        self._release()
+
+    def pin(self, round_idx: int, keep: int) -> None:
+        """A checkpoint of ``round_idx`` was written (every process): it refers to the current generation. Older
+        generations that no kept checkpoint refers to are deleted; the files are flushed to the disk."""
+        for fd in self.fds.values():
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+        self.pins[int(round_idx)] = self.gen
+        self.pins = dict(sorted(self.pins.items())[-int(keep):])
+        self.keep = int(keep)
+        self._release()
+
+    def _release(self) -> None:
+        if self.resumed and len(self.pins) < getattr(self, "keep", 1 << 30):
+            return  # a checkpoint older than the resumed one may still refer to an older generation
+        floor = min([*self.pins.values(), self.gen])
+        for g in self.root.glob("g*"):
+            if g.name[1:].isdigit() and int(g.name[1:]) < floor:
+                shutil.rmtree(g / f"r{self.rank}", ignore_errors=True)
+                try:
+                    g.rmdir()
+                except OSError:
+                    pass  # another process's files are still there
+
+    def state_dict(self) -> dict:
+        return {self.KEY: {"gen": self.gen, "tables": {n: t.state() for n, t in self.tables.items()}}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Back to a checkpoint: its index, and this process's files cut back to the lengths it recorded (rows
+        written after it are dropped; files of later generations deleted)."""
+        self._close()
+        self.cache.clear()
+        self.cache_used = 0
+        self.fresh, self.resumed = False, True
+        if self.KEY not in state:  # a checkpoint of a run that kept its state in memory: write it here
+            self.tables, self.gen = {}, 0
+            self._wipe_own()
+            for name, rows in state.items():
+                keys = sorted(int(c) for c in rows)
+                if keys:
+                    self.scatter(name, keys, torch.stack([rows[c] for c in keys]))
+            return
+        s = state[self.KEY]
+        self.gen = int(s["gen"])
+        self.tables = {n: _Table.from_state(n, t, self.world) for n, t in s["tables"].items()}
+        if self.root.is_dir():
+            for g in self.root.glob("g*"):
+                if g.name[1:].isdigit() and int(g.name[1:]) > self.gen:
+                    shutil.rmtree(g / f"r{self.rank}", ignore_errors=True)
+        for tab in self.tables.values():
+            want = tab.rows[self.rank] * tab.row_bytes
+            if not want:
+                continue
+            p = self.path(self.gen, self.rank, tab.file)
+            size = p.stat().st_size if p.exists() else -1
+            if size < want:
+                first = next((int(k) for k in np.nonzero((tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0)))[0]), None)
+                whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
+                raise DataError(f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so {whose}lost; expected "
+                                f"the client-state file the checkpoint refers to (resume from another checkpoint, or start again)")
+            if size > want:
+                try:
+                    os.truncate(p, want)
+                except OSError as e:
+                    raise os_error(e, p, "truncate") from None
+        self.pins = {}
+
+    def close(self) -> None:
+        self._close()
+
+
+ClientStore = MemoryStore  # the name other code used for the in-memory store
+
+
+def share(sim, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), everywhere: bool = False) -> None:
     """Keep stacked per-client tensors (table name -> ``[K, ...]``, rows in the order of ``clients``, this process's
-    cohort clients) in the client store across rounds: the one way parts store per-client state.
+    cohort clients, or other keys such as cohort slots) in the client store across rounds: the one way parts store
+    per-client state.
 
     Skip-aware: a client in ``skipped`` (``--on-diverge skip-client``) keeps its previous state. Collective under
-    MPI: every process calls it at the same point, with or without clients of its own. One process, or full
-    participation (a client always trains and is evaluated on the same process): the process's own store. Partial
-    participation under MPI: every process gets every update (one allgather), so the next process to train or
-    evaluate a client finds its state.
+    MPI: every process calls it at the same point, with or without clients of its own.
+
+    On disk (:class:`DiskStore`): each process appends its own rows to its own files and every process learns where
+    they are (an allgather of the index entries, a few integers per client); the process that trains or evaluates a
+    client later reads its rows from the file, so no tensor is copied to every process. In memory: one process, or
+    full participation (a client always trains and is evaluated on the same process, ``everywhere`` False), keeps its
+    own rows; otherwise every process gets every update (one allgather of the tensors), so the next process to train
+    or evaluate a client finds its state. ``everywhere``: keys that move between processes even with full
+    participation (cohort slots).
     """
     keep = [k for k, c in enumerate(clients) if c not in skipped]
     kept = [clients[k] for k in keep]
-    rows = torch.tensor(keep, dtype=torch.long)
-    cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
-    if sim.comm.size == 1 or sim.full_participation:
+    if len(keep) == len(clients):  # nobody skipped: no row-selecting copy of the cohort's tensors
+        cpu = {name: t.detach().cpu() for name, t in tables.items()}
+    else:
+        rows = torch.tensor(keep, dtype=torch.long)
+        cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
+    comm, store = sim.comm, sim.store
+    if store.kind == "disk":
+        record = store.write(kept, cpu)
+        shares = [(kept, record)] if comm.size == 1 else comm.allgather((kept, record))
+        for rank, (cl, rec) in enumerate(shares):
+            store.apply(rank, cl, rec)
+        return
+    if comm.size == 1 or (sim.full_participation and not everywhere):
         shares = [(kept, cpu)]
     else:
-        shares = sim.comm.allgather((kept, cpu))
+        shares = comm.allgather((kept, cpu))
     for cl, tabs in shares:
         if cl:
             for name, t in tabs.items():
-                sim.store.scatter(name, cl, t)
+                store.scatter(name, cl, t)

@@ -50,7 +50,7 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 
 # Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
-RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "checkpoint_every", "keep_checkpoints", "on_diverge",
+RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "cohort_chunk", "checkpoint_every", "keep_checkpoints", "on_diverge",
                      "diverge_factor", "out", "tracker"}
 
 
@@ -292,7 +292,8 @@ def local_state(sim, state, copy: bool = False) -> dict:
     """This process's part of a checkpoint: TrainState, client store, parts, random-generator states.
 
     ``copy``: a snapshot to be written later (parts' tensors cloned; the client store is copied table by table,
-    which suffices because :class:`~fedcli.fl.store.ClientStore` replaces a client's tensors, never edits them)."""
+    which suffices because :class:`~fedcli.fl.store.MemoryStore` replaces a client's tensors, never edits them; a
+    :class:`~fedcli.fl.store.DiskStore` gives its index, a copy, and never rewrites a row a checkpoint refers to)."""
     parts = {name: part.state_dict() for name, part in sim.parts.items()}
     return {"state": dataclasses.asdict(state), "store": sim.store.state_dict(), "parts": _copy(parts) if copy else parts,
             "rng": rng_state()}
@@ -457,6 +458,7 @@ class Checkpointer(RoundHook):
         ckpt = capture(sim, state)
         if ckpt is not None:
             self.last = save(self.run_dir, ckpt, self.keep)
+        sim.store.pin(state.round_idx, self.keep)  # a disk store keeps the files this checkpoint refers to
         self.last_round = state.round_idx
 
     def write_snapshot(self, sim) -> None:
@@ -467,6 +469,7 @@ class Checkpointer(RoundHook):
         ranks = sim.comm.allgather(snap[2])
         if snap[1] is not None:
             self.last = save(self.run_dir, {**run_facts(sim), **snap[1], "ranks": ranks}, self.keep)
+        sim.store.pin(snap[0], self.keep)
         self.last_round, self.snapshot = snap[0], None
 
     def holds(self) -> str:

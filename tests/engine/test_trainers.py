@@ -254,3 +254,53 @@ def test_evaluations_feed_images_in_the_layout_the_loop_trains_in():
         torch.testing.assert_close(functional_call(cnn, state, (fed,)), functional_call(cnn, state, (x,)), rtol=1e-5, atol=1e-5)
     assert LoopTrainer(build_model("resnet20", (3, 32, 32), 10)).eval_input(torch.randn(2, 3, 32, 32)).stride(1) == 32 * 32
     assert VmapTrainer(cnn).eval_input(x) is x and LoopTrainer(build_model("mlp", (1, 28, 28), 10)).eval_input(x) is x
+
+
+# every stacked-path golden run that differs in its loss or step, trained in chunks of one client: the records, bitwise
+CHUNKED = ["preset-fedavg", "preset-fedprox", "preset-fedphp", "preset-ditto", "preset-scaffold", "preset-fedlamb",
+           "preset-pfedme", "lama-fedlama", "epochs-apple", "ala-fedavg-c"]
+
+
+@pytest.mark.timeout(600)
+def test_cohort_chunks_give_the_unchunked_records_bitwise(tmp_path, monkeypatch):
+    import test_golden as g
+
+    runs = {name: [*g.RUNS[name], "--cohort-chunk", "1"] for name in CHUNKED}
+    monkeypatch.setattr(g, "RUNS", runs)
+    bitwise = g.RELEASE.exists() and g.RELEASE.read_text().strip() == torch.__version__
+    diffs = [f"{name}/{f}" for name in runs for f, text in g.run(name, tmp_path).items()
+             if not g.same((g.GOLDEN / name / f).read_text(), text, bitwise)]
+    assert not diffs
+    import json
+
+    assert json.loads((tmp_path / "preset-fedavg" / "manifest.json").read_text())["cohort_chunk"] == 1
+
+
+@pytest.mark.parametrize("bn", [False, True])
+def test_chunks_split_the_cohort_and_keep_batchnorm_statistics_per_client(bn):
+    """5 clients in chunks of 2 (2 + 2 + 1): gradients, losses and the running statistics updated in place equal the
+    whole cohort's: bitwise without BatchNorm; with it, the batched normalization reduces over another shape
+    (float reassociation): within 1e-6."""
+    from fedcli.fl.trainers import VmapTrainer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), *([torch.nn.BatchNorm1d(6)] if bn else []), torch.nn.ReLU(),
+                                torch.nn.Linear(6, 3))
+    k = 5
+    params = {n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) + 0.01 * torch.randn(k, *p.shape) for n, p in model.named_parameters()}
+    buffers = {n: b.detach().unsqueeze(0).repeat(k, *[1] * b.dim()) for n, b in model.named_buffers()}
+    x, y, w = torch.randn(k, 8, 4), torch.randint(0, 3, (k, 8)), torch.ones(k, 8)
+
+    class C:
+        def __init__(self):
+            self.params = {n: t.clone() for n, t in params.items()}
+            self.buffers = {n: t.clone() for n, t in buffers.items()}
+
+    whole, chunked = C(), C()
+    g1, l1 = VmapTrainer(model).grads(whole, x, y, w)
+    g2, l2 = VmapTrainer(model, chunk=2).grads(chunked, x, y, w)
+    close = (lambda a, b: torch.allclose(a, b, rtol=0, atol=1e-6)) if bn else torch.equal
+    assert close(l1, l2) and all(close(g1[n], g2[n]) for n in g1)
+    assert all(close(whole.buffers[n].float(), chunked.buffers[n].float()) for n in buffers)
+    if bn:
+        assert not torch.equal(whole.buffers["1.running_mean"], buffers["1.running_mean"])  # they did move

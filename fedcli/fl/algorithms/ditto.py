@@ -52,8 +52,10 @@ class DittoStep(SGDStep):
         anchor = sim.global_params if sim.init.starts_from_global(sim) else {n: p.clone() for n, p in cohort.params.items()}
         lam = self.lam
 
-        def prox(grads, params):
-            return {n: g + lam * (params[n] - anchor[n]) for n, g in grads.items()}
+        def prox(grads, params):  # g + lam * (v - w^t), in place: one [K, ...] temporary, not three (same bits)
+            for n, g in grads.items():
+                g.add_((params[n] - anchor[n]).mul_(lam))
+            return grads
 
         local_sgd(sim, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.cfg.lr, direction=prox)
         save_models(sim, cohort.clients, v, vb, self.personal_prefix)

@@ -1,0 +1,205 @@
+"""``fedcli bench --scale``: what the client count and the process count cost in memory, disk and time.
+
+Ditto (personalized: every client that trained keeps its model across rounds) with an MLP (512, 512) on the built-in
+synthetic data (Li et al. 2020; ``--synthetic-users`` writers, the same data for every client count, split iid over
+the clients so that only the client state grows), 1% of the clients active, a few rounds, every run as ``fedcli
+train`` in a child process (``mpiexec -n 2`` for two processes) with its state in memory or on disk. Measured:
+
+- peak memory of the whole process tree, sampled every 0.1 s from ``/proc``: the sum of resident sets (RSS, what
+  ``top`` shows; shared library pages count once per process) and of proportional sets (PSS: shared pages split
+  between the processes that map them, so the sum is the memory the tree really holds);
+- disk used by the client state (``RUN_DIR/client-state``, allocated blocks);
+- seconds per round: the median of the ``wall_s`` steps of ``metrics.csv`` after the first round;
+
+plus the start-up of ``fedcli train`` with no flags: process wall time minus its training time (the summary's
+``wall_s``), i.e. launch to the first local step and from the last round to the exit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SETTING = ["--algo", "ditto", "--model", "mlp", "--mlp-hidden", "512,512", "--dataset", "synthetic", "--synthetic-users", "200",
+           "--partition", "iid", "--active-ratio", "0.01", "--rounds", "4", "--eval-every", "1", "--personal-clients", "cohort", "--device", "cpu",
+           "--workers", "1", "--checkpoint-every", "0", "--quiet"]
+# (clients, processes, client state, active ratio): the 1,000-client rows in memory and on disk give the disk's cost
+# in time; 1,000 clients at 10% trains the same 100 clients a round as 10,000 at 1%, so that pair isolates what the
+# client count itself costs (at 1% the cohort, stacked [K, ...] in every process, also grows 10x)
+CASES = [(1000, 1, "memory", 0.01), (1000, 1, "disk", 0.01), (10000, 1, "disk", 0.01), (10000, 2, "disk", 0.01),
+         (1000, 1, "disk", 0.1), (10000, 1, "memory", 0.01), (10000, 2, "memory", 0.01)]
+
+
+def _children(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes summed over ``pid`` and its descendants."""
+    rss = pss = 0
+    for p in _children(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return rss, pss
+
+
+def run_measured(cmd: list[str], env: dict | None = None, timeout: float = 1200) -> dict:
+    """Run ``cmd``; its exit code, wall time, peak tree RSS and PSS, stdout."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peak_rss = peak_pss = 0
+    while p.poll() is None:
+        rss, pss = _tree_memory(p.pid)
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        time.sleep(0.1)
+        if time.perf_counter() - t0 > timeout:
+            p.kill()
+    out, err = p.communicate()
+    return {"rc": p.returncode, "wall_s": time.perf_counter() - t0, "peak_rss": peak_rss, "peak_pss": peak_pss,
+            "stdout": out, "stderr": err[-2000:]}
+
+
+def disk_used(folder: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def seconds_per_round(metrics: Path) -> float:
+    with open(metrics) as f:
+        walls = [float(r["wall_s"]) for r in csv.DictReader(f)]
+    steps = [b - a for a, b in zip(walls, walls[1:])]
+    return statistics.median(steps) if steps else float("nan")
+
+
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                                             os.environ.get("PYTHONPATH", "")]))
+
+
+def scale_case(clients: int, procs: int, state: str, active: float, tmp: Path) -> dict:
+    out = tmp / f"c{clients}-n{procs}-{state}-a{active}"
+    cmd = [sys.executable, "-m", "fedcli", "train", *SETTING, "--clients", str(clients), "--client-state", state,
+           "--active-ratio", str(active), "--out", str(out)]
+    if procs > 1:
+        mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+        if mpiexec is None:
+            return {"clients": clients, "processes": procs, "state": state, "active": active, "error": "mpiexec not found"}
+        cmd = [mpiexec, "-n", str(procs), sys.executable, "-m", "mpi4py", *cmd[1:]]
+    r = run_measured(cmd, _env())
+    row = {"clients": clients, "processes": procs, "state": state, "active": active, "peak_rss": r["peak_rss"], "peak_pss": r["peak_pss"],
+           "wall_s": r["wall_s"]}
+    if r["rc"] != 0:
+        return {**row, "error": r["stderr"].strip().splitlines()[-1] if r["stderr"].strip() else f"exit {r['rc']}"}
+    row["disk"] = disk_used(out / "client-state")
+    row["s_per_round"] = seconds_per_round(out / "metrics.csv")
+    shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
+def startup(tmp: Path, repeats: int = 2) -> dict:
+    """``fedcli train`` with no flags (the default run): process wall time, training time, the rest (best of
+    ``repeats``)."""
+    best = None
+    for i in range(repeats):
+        out = tmp / f"default{i}"
+        r = run_measured([sys.executable, "-m", "fedcli", "train", "--json", "--out", str(out)], _env())
+        if r["rc"] != 0:
+            return {"error": r["stderr"].strip()[-300:]}
+        train_s = float(json.loads(r["stdout"].strip().splitlines()[-1])["wall_s"])
+        row = {"wall_s": r["wall_s"], "train_s": train_s, "outside_s": r["wall_s"] - train_s, "peak_rss": r["peak_rss"]}
+        if best is None or row["wall_s"] < best["wall_s"]:
+            best = row
+        shutil.rmtree(out, ignore_errors=True)
+    return best
+
+
+def run(progress=None, cases=CASES) -> dict:
+    results = {"setting": " ".join(SETTING), "cases": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for clients, procs, state, active in cases:
+            if progress:
+                progress(f"scale: {clients} clients ({active:.0%} active), {procs} process(es), client state in {state}")
+            results["cases"].append(scale_case(clients, procs, state, active, Path(tmp)))
+        if progress:
+            progress("start-up: fedcli train with no flags")
+        results["startup"] = startup(Path(tmp))
+    return results
+
+
+def _find(results: dict, clients: int, procs: int, state: str, active: float = 0.01) -> dict | None:
+    return next((c for c in results["cases"] if (c["clients"], c["processes"], c["state"], c["active"]) ==
+                 (clients, procs, state, active) and "error" not in c), None)
+
+
+def table(results: dict):
+    from rich.table import Table
+
+    t = Table(title=f"scale: fedcli train {results['setting']}", title_justify="left")
+    for col in ("clients", "active", "processes", "client state", "peak RSS (tree)", "peak PSS (tree)", "client-state disk",
+                "s/round"):
+        t.add_column(col, justify="right")
+    for c in results["cases"]:
+        if "error" in c:
+            t.add_row(f"{c['clients']:,}", f"{c['active']:.0%}", str(c["processes"]), c["state"], "-", "-", "-", c["error"][:60])
+            continue
+        t.add_row(f"{c['clients']:,}", f"{c['active']:.0%}", str(c["processes"]), c["state"], f"{c['peak_rss'] / 1e9:.2f} GB",
+                  f"{c['peak_pss'] / 1e9:.2f} GB", f"{c['disk'] / 1e6:.1f} MB", f"{c['s_per_round']:.2f}")
+    s = results.get("startup") or {}
+    if "error" in s:
+        t.caption = f"start-up: {s['error']}"
+    elif s:
+        t.caption = (f"fedcli train (no flags): {s['wall_s']:.2f} s wall, {s['train_s']:.2f} s training, "
+                     f"{s['outside_s']:.2f} s outside the training loop ({s['wall_s'] / s['train_s']:.2f}x the training time)")
+    return t
+
+
+def targets(results: dict) -> list[str]:
+    """The issue's bounds, as ratios measured in this one run (the machine's load moves absolute numbers)."""
+    lines = []
+    a, b = _find(results, 1000, 1, "disk"), _find(results, 10000, 1, "disk")
+    m2 = _find(results, 10000, 2, "disk")
+    mem = _find(results, 1000, 1, "memory")
+    same = _find(results, 1000, 1, "disk", 0.1)
+    for kind in ("rss", "pss"):
+        if same and b:
+            r = b[f"peak_{kind}"] / same[f"peak_{kind}"]
+            lines.append(f"peak {kind.upper()} 10,000 / 1,000 clients at the same 100 clients a round (disk): {r:.2f}x "
+                         f"(the client count alone; target <= 1.25x) {'ok' if r <= 1.25 else 'MISSED'}")
+        if a and b:
+            r = b[f"peak_{kind}"] / a[f"peak_{kind}"]
+            lines.append(f"peak {kind.upper()} 10,000 / 1,000 clients (disk): {r:.2f}x (target <= 1.25x) {'ok' if r <= 1.25 else 'MISSED'}")
+        if b and m2:
+            r = m2[f"peak_{kind}"] / b[f"peak_{kind}"]
+            lines.append(f"peak {kind.upper()} mpiexec -n 2 / 1 process at 10,000 clients: {r:.2f}x (target <= 1.5x) {'ok' if r <= 1.5 else 'MISSED'}")
+    if a and mem:
+        r = a["s_per_round"] / mem["s_per_round"]
+        lines.append(f"s/round on disk / in memory at 1,000 clients: {r:.2f}x (target <= 1.2x) {'ok' if r <= 1.2 else 'MISSED'}")
+    s = results.get("startup") or {}
+    if "outside_s" in s:
+        lines.append(f"fedcli train start-up outside training: {s['outside_s']:.2f} s (target <= 2.5 s) {'ok' if s['outside_s'] <= 2.5 else 'MISSED'}; "
+                     f"wall / training {s['wall_s'] / s['train_s']:.2f}x (target <= 2x) {'ok' if s['wall_s'] <= 2 * s['train_s'] else 'MISSED'}")
+    return lines

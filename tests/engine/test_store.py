@@ -1,0 +1,260 @@
+"""The client store on disk (fedcli/fl/store.py): rows back bitwise, damage named, resume cuts back, compaction,
+memory bounded by the cache, and whole runs equal to the in-memory store (also after SIGKILL + --resume)."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedcli.cli.main import main
+from fedcli.config import TrainConfig
+from fedcli.errors import ConfigError, DataError
+from fedcli.fl.store import MiB, DiskStore, MemoryStore, choose_mode
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rows_come_back_bitwise_in_every_dtype(tmp_path):
+    s = DiskStore(tmp_path, cache_bytes=0)  # no cache: every read goes to the file
+    rows = {"f32": torch.tensor([[1.5, -2.0], [3.25, 1e-30]]), "f64": torch.tensor([0.1, -0.2], dtype=torch.float64),
+            "bf16": torch.tensor([[1.0, 2.5]], dtype=torch.bfloat16).expand(2, 2), "i64": torch.tensor([[7], [-9]])}
+    for name, t in rows.items():
+        s.scatter(name, [3, 0], t)
+    for name, t in rows.items():
+        assert torch.equal(s.get(name, 3), t[0]) and torch.equal(s.get(name, 0), t[1]) and s.get(name, 3).dtype == t.dtype
+    assert s.get("f32", 1) is None and not s.has("f32", 1) and s.has("f32", 0)
+    got = s.gather("f32", [1, 3], lambda c: torch.full((2,), float(c)), "cpu")
+    assert got.tolist() == [[1.0, 1.0], [1.5, -2.0]]
+    # the file is the rows, in order of writing: row 0 is client 3's
+    raw = (tmp_path / "g0" / "r0" / s.tables["f32"].file).read_bytes()
+    assert torch.frombuffer(bytearray(raw), dtype=torch.float32).tolist()[:2] == [1.5, -2.0]
+
+
+def test_a_damaged_row_is_an_error_naming_the_client(tmp_path):
+    s = DiskStore(tmp_path, cache_bytes=0)
+    s.scatter("ditto.p:w", [4, 7], torch.arange(6.0).view(2, 3))
+    path = tmp_path / "g0" / "r0" / s.tables["ditto.p:w"].file
+    data = bytearray(path.read_bytes())
+    data[12] ^= 0x01  # a bit of client 7's row (row 1 starts at byte 12)
+    path.write_bytes(bytes(data))
+    assert s.get("ditto.p:w", 4).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(DataError, match=r"client 7's state 'ditto.p:w' is damaged \(checksum mismatch\)") as e:
+        s.get("ditto.p:w", 7)
+    assert e.value.exit_code == 3 and str(path) in str(e.value)
+    path.write_bytes(bytes(data[:12]))
+    with pytest.raises(DataError, match=r"client 7.s state .* \(cut short\)"):
+        s.get("ditto.p:w", 7)
+
+
+def test_a_state_file_that_is_a_symbolic_link_is_not_written_through(tmp_path):
+    s = DiskStore(tmp_path / "state")
+    s.scatter("m", [0], torch.tensor([[1.0]]))
+    path = tmp_path / "state" / "g0" / "r0" / s.tables["m"].file
+    target = tmp_path / "elsewhere.bin"
+    target.write_bytes(b"")
+    path.unlink()
+    path.symlink_to(target)
+    s._close()
+    with pytest.raises(ConfigError, match="choose a place you can write to"):
+        s.scatter("m", [1], torch.tensor([[2.0]]))
+    assert target.read_bytes() == b""
+
+
+def test_load_state_dict_drops_rows_written_after_the_checkpoint(tmp_path):
+    s = DiskStore(tmp_path)
+    s.scatter("m", [0, 1], torch.tensor([[1.0], [2.0]]))
+    ckpt = s.state_dict()
+    s.scatter("m", [1], torch.tensor([[5.0]]))  # the next round, then a SIGKILL
+    s.scatter("m", [2], torch.tensor([[6.0]]))
+    path = tmp_path / "g0" / "r0" / s.tables["m"].file
+    assert path.stat().st_size == 4 * 4
+    r = DiskStore(tmp_path, cache_bytes=0)
+    r.load_state_dict(ckpt)
+    assert path.stat().st_size == 2 * 4  # cut back to the checkpoint's two rows
+    assert r.get("m", 1).tolist() == [2.0] and r.get("m", 2) is None
+    path.write_bytes(b"\0" * 4)  # shorter than the checkpoint says
+    with pytest.raises(DataError, match=r"cut short \(4 of 8 bytes\), so client 1's state 'm' is lost"):
+        DiskStore(tmp_path).load_state_dict(ckpt)
+
+
+def test_compaction_keeps_live_rows_and_frees_the_old_generation(tmp_path):
+    s = DiskStore(tmp_path, slack=0, cache_bytes=0)
+    for v in range(4):  # client 0 rewritten four times: three dead rows
+        s.scatter("m", [0, 1] if v == 0 else [0], torch.tensor([[float(v)], [9.0]])[: 2 if v == 0 else 1])
+    assert s.tables["m"].rows == [5]
+    from fedcli.comm.communicator import Communicator
+
+    s.end_round(Communicator())
+    assert s.gen == 1 and s.tables["m"].rows == [2]
+    assert (tmp_path / "g1" / "r0" / s.tables["m"].file).stat().st_size == 8 and not (tmp_path / "g0").exists()
+    assert s.get("m", 0).tolist() == [3.0] and s.get("m", 1).tolist() == [9.0]
+    s.end_round(Communicator())
+    assert s.gen == 1  # nothing dead: no compaction
+
+
+def test_a_pinned_generation_stays_until_no_kept_checkpoint_needs_it(tmp_path):
+    from fedcli.comm.communicator import Communicator
+
+    s = DiskStore(tmp_path, slack=0)
+    s.scatter("m", [0], torch.tensor([[1.0]]))
+    s.pin(1, keep=1)  # a checkpoint after round 1 refers to g0
+    s.scatter("m", [0], torch.tensor([[2.0]]))
+    s.scatter("m", [0], torch.tensor([[3.0]]))
+    s.end_round(Communicator())
+    assert s.gen == 1 and (tmp_path / "g0" / "r0").exists()  # the round-1 checkpoint still needs it
+    s.pin(2, keep=1)
+    assert not (tmp_path / "g0").exists()
+
+
+def test_the_cache_is_bounded(tmp_path):
+    s = DiskStore(tmp_path, cache_bytes=3 * 400)
+    for c in range(20):
+        s.scatter("w", [c], torch.full((1, 100), float(c)))
+        s.get("w", c)
+    assert s.cache_used <= 3 * 400 and len(s.cache) == 3
+    assert [s.get("w", c)[0].item() for c in range(20)] == [float(c) for c in range(20)]
+
+
+def test_auto_mode_by_clients_times_model_size():
+    cfg = TrainConfig(client_state_limit_mb=1)
+    assert choose_mode(cfg, 1000, 1000) == ("memory", 10**6)
+    assert choose_mode(cfg, 1100, 1000)[0] == "disk"  # 1.1e6 > 1 MiB = 1048576
+    cfg.client_state = "memory"
+    assert choose_mode(cfg, 10**6, 10**6)[0] == "memory"
+
+
+def test_a_memory_checkpoint_loads_into_a_disk_store_and_not_back(tmp_path):
+    m = MemoryStore()
+    m.scatter("m", [2, 5], torch.tensor([[1.0], [2.0]]))
+    d = DiskStore(tmp_path)
+    d.load_state_dict(m.state_dict())
+    assert d.get("m", 5).tolist() == [2.0]
+    with pytest.raises(DataError, match="--client-state"):
+        MemoryStore().load_state_dict(d.state_dict())
+
+
+# --------------------------------------------------------------------------------- whole runs
+STATEFUL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "10", "--active-ratio", "0.3",
+            "--rounds", "8", "--tau", "2", "--local-epochs", "0", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.5",
+            "--client-test-fraction", "0.25", "--eval-every", "1", "--device", "cpu", "--threads", "1", "--workers", "1",
+            "--quiet"]
+
+
+def rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("algo", ["ditto", "scaffold", "fedlamb", "fedala", "fedfomo", "partialfed"])
+def test_disk_store_gives_the_memory_store_run(algo, tmp_path):
+    for mode in ("memory", "disk"):
+        assert main(["train", "--algo", algo, *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)]) == 0
+    assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
+    assert (tmp_path / "memory" / "model.pt").read_bytes() == (tmp_path / "disk" / "model.pt").read_bytes()
+    assert any((tmp_path / "disk" / "client-state").rglob("*.bin"))
+
+
+def test_workers_read_each_others_rows(tmp_path):
+    """``--workers 2``: each worker appends to its own files and reads the other's; the run equals one process's."""
+    for w in ("1", "2"):
+        assert main(["train", "--algo", "ditto", *STATEFUL[:-3], "--workers", w, "--quiet", "--client-state", "disk",
+                     "--out", str(tmp_path / w)]) == 0
+    assert rows(tmp_path / "1" / "metrics.csv") == rows(tmp_path / "2" / "metrics.csv")
+    assert any((tmp_path / "2" / "client-state" / "g0" / "r1").glob("*.bin"))
+
+
+# a child run that compacts at every chance (COMPACT_SLACK 0) and SIGKILLs itself inside round KILL_ROUND
+KILLER = """
+import os, signal, sys
+from fedcli.fl import engine, store
+store.COMPACT_SLACK = 0
+KILL_ROUND = int(sys.argv[1])
+orig = engine.Simulation.synchronize
+def synchronize(self, cohort, layers, step, *a, **k):
+    if KILL_ROUND >= 0 and cohort.round_idx == KILL_ROUND and step == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return orig(self, cohort, layers, step, *a, **k)
+engine.Simulation.synchronize = synchronize
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_then_resume_with_state_on_disk_is_bitwise(tmp_path):
+    few = [a if a not in ("10", "0.3") else {"10": "4", "0.3": "0.5"}[a] for a in STATEFUL]  # 4 clients, 2 a round
+    args = ["train", "--algo", "ditto", *few, "--client-state", "disk", "--checkpoint-every", "2"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def child(kill_round: int, out: Path, *extra):
+        return subprocess.run([sys.executable, "-c", KILLER, str(kill_round), *args, "--out", str(out), *extra],
+                              env=env, capture_output=True, text=True, timeout=240)
+
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert child(-1, ref).returncode == 0
+    p = child(5, run)  # killed in round 6: the checkpoint after round 4 holds, rows of round 5 are on disk
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    gens = sorted(int(g.name[1:]) for g in (run / "client-state").glob("g*"))
+    assert gens[-1] >= 1  # compacted at least once (rows of every round rewrite clients' state)
+    p = subprocess.run([sys.executable, "-c", KILLER, "-1", "train", "--resume", str(run), "--quiet"], env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
+    assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
+
+
+# golden runs of the presets that keep per-client state, with that state on disk: the stored records, bitwise
+DISK_GOLDEN = ["preset-ditto", "preset-scaffold", "preset-fedala", "preset-fedamp", "preset-apple", "preset-fedrep",
+               "preset-feddyn", "preset-fedphp", "preset-mimelamb", "ala-ditto", "epochs-partialfed", "loop-scaffold"]
+
+
+@pytest.mark.timeout(600)
+def test_golden_records_hold_with_client_state_on_disk(tmp_path, monkeypatch):
+    import test_golden as g
+
+    runs = {name: [*g.RUNS[name], "--client-state", "disk"] for name in DISK_GOLDEN}
+    monkeypatch.setattr(g, "RUNS", runs)
+    bitwise = g.RELEASE.exists() and g.RELEASE.read_text().strip() == torch.__version__
+    diffs = [f"{name}/{f}" for name in runs for f, text in g.run(name, tmp_path).items()
+             if not g.same((g.GOLDEN / name / f).read_text(), text, bitwise)]
+    assert not diffs
+    assert all(any((tmp_path / name / "client-state").rglob("*.bin")) for name in runs)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):
+    """Partial participation under ``mpiexec -n 2``: clients move between ranks, each rank writes its own files and
+    reads the others' rows; the run equals the in-memory one (which copies every row to every rank)."""
+    import shutil
+
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not installed (make install brings mpich)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    for mode in ("memory", "disk"):
+        p = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", "train", "--algo", "ditto",
+                            *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)],
+                           env=env, capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr
+    assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
+    state = tmp_path / "disk" / "client-state" / "g0"
+    assert any((state / "r0").glob("*.bin")) and any((state / "r1").glob("*.bin"))
+
+
+def test_bench_scale_measures(tmp_path):
+    """The --scale section's measures on cases worked out by hand: seconds per round, disk blocks, a child's peak."""
+    from fedcli import bench_scale as b
+
+    (tmp_path / "metrics.csv").write_text("round,wall_s\n1,1.0\n2,3.0\n3,4.0\n4,6.0\n")
+    assert b.seconds_per_round(tmp_path / "metrics.csv") == 2.0  # steps 2, 1, 2
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a.bin").write_bytes(b"x" * 10000)
+    assert b.disk_used(tmp_path / "s") >= 10000 and b.disk_used(tmp_path / "none") == 0
+    r = b.run_measured([sys.executable, "-c", "import time; a = bytearray(300 * 2**20); time.sleep(1.0)"])
+    assert r["rc"] == 0 and r["peak_rss"] >= 300 * 2**20 and r["peak_pss"] >= 250 * 2**20
