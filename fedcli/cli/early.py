@@ -72,6 +72,16 @@ def install(force: bool = False) -> None:
     _STATE["installed"] = True
 
 
+def done() -> None:
+    """The command has done its work (completed, failed or stopped): a stop signal from here to the end of the
+    process is ignored. Python's teardown gives the handlers back to the default action, so a Ctrl-C in its last
+    fraction of a second would otherwise kill a process whose run is already complete, with no word said
+    (exit -2). Only where :func:`install` ran (the ``fedcli`` command, never a program that imports fedcli)."""
+    if _STATE["installed"]:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
 def installed() -> bool:
     return _STATE["installed"]
 

@@ -109,9 +109,16 @@ def _abort_job(e: BaseException, code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args)
+    finally:
+        early.done()  # a signal during the interpreter's teardown: ignored, the command's work is done
+
+
+def _run(args: list[str]) -> int:
     from fedcli.cli.console import err_line, error
 
-    args = list(sys.argv[1:] if argv is None else argv)
     try:
         app_for(args)(args=args, standalone_mode=False)
     except FedcliError as e:
