@@ -89,3 +89,26 @@ def cli(args, capsys):
         code = e.code
     cap = capsys.readouterr()
     return code, cap.out, cap.err
+
+
+def assert_rows_close(a: list[dict], b: list[dict], rel: float, where: str = "") -> None:
+    """Two CSVs read as text rows: the same columns and rows; every cell written as an integer or text (counts,
+    intervals, names, empty cells) identical; every float within ``rel`` relative (NaN and inf never pass)."""
+    import math
+    import re
+
+    assert len(a) == len(b), (where, len(a), len(b))
+    for n, (ra, rb) in enumerate(zip(a, b)):
+        assert list(ra) == list(rb), (where, n)
+        for col, x in ra.items():
+            y = rb[col]
+            if re.fullmatch(r"[+-]?\d+", x or "") or re.fullmatch(r"[+-]?\d+", y or ""):
+                assert x == y, (where, n, col, x, y)
+                continue
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                assert x == y, (where, n, col, x, y)
+                continue
+            assert math.isfinite(fx) and math.isfinite(fy) and abs(fx - fy) <= rel * max(abs(fx), abs(fy), 1e-300), \
+                (where, n, col, x, y)

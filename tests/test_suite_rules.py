@@ -1,0 +1,48 @@
+"""Rules of the test suite itself: MPI tests fail instead of skipping under CI; test modules stand alone."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+SKIPPING = """
+import pytest
+
+@pytest.mark.mpi
+@pytest.mark.skipif(True, reason="mpiexec not installed")
+def test_needs_mpi():
+    pass
+
+@pytest.mark.mpi
+def test_skips_inside():
+    pytest.skip("mpiexec not installed")
+
+@pytest.mark.skipif(True, reason="no data")
+def test_not_mpi():
+    pass
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env,code,outcome", [({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
+                                              ({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error"),
+                                              ({"CI": ""}, 0, "3 skipped"),
+                                              ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped")])
+def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcome):
+    (tmp_path / "test_x.py").write_text(SKIPPING)
+    # the suite's conftest, as a plugin, on a throwaway test file
+    full = {k: v for k, v in os.environ.items() if k not in ("CI", "FEDCLI_REQUIRE_MPI", "PYTEST_ADDOPTS")}
+    full.update(env, PYTHONPATH=os.pathsep.join([str(TESTS), full.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "-o", "markers=mpi", str(tmp_path / "test_x.py")],
+                       cwd=tmp_path, env=full, capture_output=True, text=True, timeout=100)
+    assert p.returncode == code, p.stdout + p.stderr
+    assert outcome in p.stdout, p.stdout
+    if code:
+        summary = p.stdout.split("short test summary")[-1]
+        assert summary.count("MPI test skipped where MPI is required") == 2 and "test_not_mpi" not in summary
