@@ -112,3 +112,22 @@ def assert_rows_close(a: list[dict], b: list[dict], rel: float, where: str = "")
                 continue
             assert math.isfinite(fx) and math.isfinite(fy) and abs(fx - fy) <= rel * max(abs(fx), abs(fy), 1e-300), \
                 (where, n, col, x, y)
+
+
+def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
+    """(pooled accuracy over all local test samples, mean of per-client accuracies)."""
+    correct = total = 0
+    per_client = []
+    from torch.func import functional_call
+
+    sim.model.eval()
+    with torch.no_grad():
+        for c, idx in enumerate(sim.partition.test):
+            idx = torch.as_tensor(idx)
+            params, buffers = model_of(c)
+            out = functional_call(sim.model, (params, buffers), (sim.train_x[idx],))
+            k = int((out.argmax(1) == sim.train_y[idx]).sum())
+            correct += k
+            total += idx.numel()
+            per_client.append(k / idx.numel())
+    return correct / total, sum(per_client) / len(per_client)
