@@ -32,15 +32,18 @@ def configurer(base: dict):
 
 
 def cached_runner(config):
-    """``run(data, **kw)``: one (Simulation, Summary) per distinct config (runs are only read afterwards)."""
+    """``run(data, **kw)``: one (Simulation, Summary) per distinct config *and data* (runs are only read afterwards).
+
+    The key holds the data objects' identities, and the cache keeps the data alive, so another dataset or partition
+    with the same arguments is another run, never a cached one."""
     runs: dict = {}
 
     def run(data, **kw):
-        key = tuple(sorted(kw.items()))
+        key = (tuple(id(d) for d in data), tuple(sorted(kw.items())))
         if key not in runs:
             sim = Simulation(config(**kw)).setup(*data)
-            runs[key] = (sim, sim.run())
-        return runs[key]
+            runs[key] = (sim, sim.run(), data)
+        return runs[key][:2]
     return run
 
 

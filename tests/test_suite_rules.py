@@ -63,3 +63,19 @@ def test_test_modules_do_not_import_each_other():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
             found |= {(path.relative_to(TESTS).as_posix(), n) for n in names if n.split(".")[0].startswith("test_")}
     assert found <= STILL_IMPORTING, sorted(found - STILL_IMPORTING)
+
+
+def test_the_run_cache_keys_on_the_data():
+    """simkit's cached runs: the same arguments on other data are another run."""
+    from fedcli.config import TrainConfig
+    from fedcli.data.setup import load_data_and_partition
+    from simkit import cached_runner, configurer
+
+    config = configurer(dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="4", clients=2, rounds=1, tau=1,
+                             batch_size=8, device="cpu", threads=1))
+    run = cached_runner(config)
+    a = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=0).validate())
+    b = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=0, partition="dirichlet").validate())
+    ra, ra2, rb = run(a), run(a), run(b)
+    assert ra2 is not None and ra[0] is ra2[0] and rb[0] is not ra[0]
+    assert rb[0].partition is b[1] and ra[0].partition is a[1]
