@@ -34,12 +34,16 @@ def configurer(base: dict):
 def cached_runner(config):
     """``run(data, **kw)``: one (Simulation, Summary) per distinct config *and data* (runs are only read afterwards).
 
-    The key holds the data objects' identities, and the cache keeps the data alive, so another dataset or partition
-    with the same arguments is another run, never a cached one."""
+    The key holds what identifies the data (the dataset's source record and the partition's hash, as the manifest
+    records them; the objects' identities where those are missing), so another dataset or partition with the same
+    arguments is another run, never a cached one."""
     runs: dict = {}
 
+    def fingerprint(d):
+        return repr(getattr(d, "source", None) or getattr(d, "hash", None) or id(d))
+
     def run(data, **kw):
-        key = (tuple(id(d) for d in data), tuple(sorted(kw.items())))
+        key = (tuple(fingerprint(d) for d in data), tuple(sorted(kw.items())))
         if key not in runs:
             sim = Simulation(config(**kw)).setup(*data)
             runs[key] = (sim, sim.run(), data)

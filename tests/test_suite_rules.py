@@ -75,7 +75,7 @@ def test_the_run_cache_keys_on_the_data():
                              batch_size=8, device="cpu", threads=1))
     run = cached_runner(config)
     a = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=0).validate())
-    b = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=0, partition="dirichlet").validate())
+    b = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=1).validate())  # another split
     ra, ra2, rb = run(a), run(a), run(b)
     assert ra2 is not None and ra[0] is ra2[0] and rb[0] is not ra[0]
     assert rb[0].partition is b[1] and ra[0].partition is a[1]
