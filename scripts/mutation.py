@@ -1,7 +1,7 @@
 """Mutation testing of the modules that carry the papers' arithmetic (``make mutation``; not run by CI).
 
 For each target below: copy the repository to a temporary folder (the worktree is never mutated), let cosmic-ray
-(``pip install -e .[mutation]``) enumerate the mutants of the module, keep those inside the named functions and of
+(``make install-mutation``: the ``mutation`` extra) enumerate the mutants of the module, keep those inside the named functions and of
 the operators that change arithmetic or logic (operand and comparison swaps, constants, boolean operators,
 ``break``/``continue``, loops run zero times), take at most ``--max`` of them spread evenly over the file, run the
 target's tests against each (``pytest -x``, a timeout each) and print the kill rate per module, and each survivor's
@@ -105,11 +105,12 @@ name = "local"
 """)
     db = work / "session.sqlite"
     env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
-    subprocess.run(["cosmic-ray", "init", str(cfg), str(db)], cwd=repo, env=env, check=True)
+    cr = str(Path(sys.executable).parent / "cosmic-ray") if (Path(sys.executable).parent / "cosmic-ray").exists() else "cosmic-ray"
+    subprocess.run([cr, "init", str(cfg), str(db)], cwd=repo, env=env, check=True)
     n = select(db, repo / module, functions, limit)
     t0 = time.time()
-    subprocess.run(["cosmic-ray", "exec", str(cfg), str(db)], cwd=repo, env=env, check=True)
-    dump = subprocess.run(["cosmic-ray", "dump", str(db)], cwd=repo, env=env, capture_output=True, text=True, check=True)
+    subprocess.run([cr, "exec", str(cfg), str(db)], cwd=repo, env=env, check=True)
+    dump = subprocess.run([cr, "dump", str(db)], cwd=repo, env=env, capture_output=True, text=True, check=True)
     killed, survivors = 0, []
     for line in dump.stdout.splitlines():
         item, result = json.loads(line)
