@@ -34,12 +34,14 @@ TARGETS = {
                   ["tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
                    "tests/algorithms/test_lama_accelerate.py"]),
     "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py"]),
-    "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm", "tests/algorithms/test_schedules.py",
-                                            "tests/algorithms/test_fedlama_handworked.py"]),
+    "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/algorithms/test_schedules.py",
+                                            "tests/algorithms/test_fedlama_handworked.py", "tests/algorithms/test_scaffold.py",
+                                            "tests/algorithms/test_fedpaq.py"]),
     "ala": ("fedcli/fl/ala.py", [], ["tests/algorithms/test_fedala.py"]),
     "adaptive": ("fedcli/fl/adaptive.py", [], ["tests/algorithms/test_adaptive.py",
                                                "tests/algorithms/test_adaptive_reference.py"]),
-    "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms"]),
+    "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms/test_adaptive.py", "tests/algorithms/test_feddyn.py",
+                                                   "tests/algorithms/test_adaptive_reference.py"]),
 }
 # operators that change arithmetic or logic; the others (bit operators, ** and <<, ...) mostly make programs that crash
 KEEP = re.compile(r"core/(ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|Add_Mul|Mul_Add|Sub_Div|Div_Sub|FloorDiv_Div)"
