@@ -62,6 +62,26 @@ def test_eq2_weighted_by_p_i_and_divided_by_steps_since_last_sync():
     assert sched.d == pytest.approx([1.75, 2.2 / 6, 0.3 * 4 / 3, 3.2], rel=1e-6)  # float32 layers: x_i = u + c rounds
 
 
+def test_defaults_kernels_only_and_first_adjustment_after_six_tau():
+    """The defaults follow the authors' code: only conv/dense kernels may get phi*tau' (biases keep tau'), no measured
+    discrepancy before a layer's first synchronization (d = 0), and no adjustment until more than 6 tau' local
+    iterations have run (its ``epoch > 5`` with epochs of tau' iterations: the first at 7 tau' = 14 here)."""
+    from fedcli.fl.schedules import Lama
+
+    sim = tiny_sim()
+    cfg = TrainConfig(algo="fedlama", dataset="digits", model="mlp", mlp_hidden="4", tau=2, phi=2).validate()
+    sched = Lama(cfg, sim.layers)
+    assert sched.eligible == [True, False, True, False] and sched.d == [0.0] * 4
+    assert Lama(TrainConfig(**{**cfg.to_dict(), "lama_eligible": "all"}).validate(), sim.layers).eligible == [True] * 4
+    sched.d = [1e-3, 1e-3, 1e-3, 1e-3]
+    assert sched.end_round(5, 12) is None and sched.intervals == [2] * 4  # 12 = 6 tau': not yet
+    adj = sched.end_round(6, 14)
+    assert adj is not None and adj.iteration == 14 and adj.d == [1e-3] * 4
+    # equal d: kernels walked in layer order (dims 256, 40 of 296 kernel elements; d*dim shares over all 4 tensors
+    # 256/310, ...): hidden.0.weight crosses the condition at once (1 - 256/296 < 256/310) and keeps phi*tau' alone
+    assert adj.intervals == [4, 2, 2, 2]
+
+
 def test_samples_weighting_gives_p_i_proportional_to_client_size():
     sim = tiny_sim(partition="dirichlet", alpha=0.5, clients=4, active_ratio=0.5)
     sizes = [int(s) for s in sim.sizes]
