@@ -35,9 +35,9 @@ TARGETS = {
                    "tests/algorithms/test_lama_accelerate.py", "tests/test_golden.py"]),
     # the golden runs record the lr of every evaluation (constant in the older records)
     "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),
-    "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/comm/test_ledger_handworked.py", "tests/algorithms/test_schedules.py",
-                                            "tests/algorithms/test_fedlama_handworked.py", "tests/algorithms/test_scaffold.py",
-                                            "tests/algorithms/test_fedpaq.py"]),
+    "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/comm/test_ledger_handworked.py",
+                                            "tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
+                                            "tests/algorithms/test_scaffold.py", "tests/algorithms/test_fedpaq.py"]),
     "ala": ("fedcli/fl/ala.py", [], ["tests/algorithms/test_fedala.py"]),
     "adaptive": ("fedcli/fl/adaptive.py", [], ["tests/algorithms/test_adaptive.py",
                                                "tests/algorithms/test_adaptive_reference.py"]),
