@@ -8,8 +8,8 @@ each tensor's name, dtype, shape and bytes).
 The stored files were recorded before the part contract / engine refactor, so a structural change that alters any
 number (a loss, an accuracy, a byte count, a synchronization interval) fails here.
 
-Re-recording after a change that is *meant* to change numbers: ``FEDCLI_GOLDEN_RECORD=1 pytest tests/test_golden.py``
-runs everything into a temporary folder, prints every changed file, row and cell (``file row N col: old -> new``),
+Re-recording after a change that is *meant* to change numbers: ``FEDCLI_GOLDEN_RECORD=1 pytest -s tests/test_golden.py
+-k golden_records`` runs everything into a temporary folder, prints every changed file, row and cell (``file row N col: old -> new``),
 and copies the new records over ``tests/golden/`` only when no integer or text cell changed (counts, intervals,
 layer names, row counts); such a change also needs ``FEDCLI_GOLDEN_RECORD_INTEGERS=1``. Say why in the commit.
 
