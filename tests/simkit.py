@@ -32,15 +32,22 @@ def configurer(base: dict):
 
 
 def cached_runner(config):
-    """``run(data, **kw)``: one (Simulation, Summary) per distinct config (runs are only read afterwards)."""
+    """``run(data, **kw)``: one (Simulation, Summary) per distinct config *and data* (runs are only read afterwards).
+
+    The key holds what identifies the data (the dataset's source record and the partition's hash, as the manifest
+    records them; the objects' identities where those are missing), so another dataset or partition with the same
+    arguments is another run, never a cached one."""
     runs: dict = {}
 
+    def fingerprint(d):
+        return repr(getattr(d, "source", None) or getattr(d, "hash", None) or id(d))
+
     def run(data, **kw):
-        key = tuple(sorted(kw.items()))
+        key = (tuple(fingerprint(d) for d in data), tuple(sorted(kw.items())))
         if key not in runs:
             sim = Simulation(config(**kw)).setup(*data)
-            runs[key] = (sim, sim.run())
-        return runs[key]
+            runs[key] = (sim, sim.run(), data)
+        return runs[key][:2]
     return run
 
 
@@ -89,3 +96,45 @@ def cli(args, capsys):
         code = e.code
     cap = capsys.readouterr()
     return code, cap.out, cap.err
+
+
+def assert_rows_close(a: list[dict], b: list[dict], rel: float, where: str = "") -> None:
+    """Two CSVs read as text rows: the same columns and rows; every cell written as an integer or text (counts,
+    intervals, names, empty cells) identical; every float within ``rel`` relative (NaN and inf never pass)."""
+    import math
+    import re
+
+    assert len(a) == len(b), (where, len(a), len(b))
+    for n, (ra, rb) in enumerate(zip(a, b)):
+        assert list(ra) == list(rb), (where, n)
+        for col, x in ra.items():
+            y = rb[col]
+            if re.fullmatch(r"[+-]?\d+", x or "") or re.fullmatch(r"[+-]?\d+", y or ""):
+                assert x == y, (where, n, col, x, y)
+                continue
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                assert x == y, (where, n, col, x, y)
+                continue
+            assert math.isfinite(fx) and math.isfinite(fy) and abs(fx - fy) <= rel * max(abs(fx), abs(fy), 1e-300), \
+                (where, n, col, x, y)
+
+
+def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
+    """(pooled accuracy over all local test samples, mean of per-client accuracies)."""
+    correct = total = 0
+    per_client = []
+    from torch.func import functional_call
+
+    sim.model.eval()
+    with torch.no_grad():
+        for c, idx in enumerate(sim.partition.test):
+            idx = torch.as_tensor(idx)
+            params, buffers = model_of(c)
+            out = functional_call(sim.model, (params, buffers), (sim.train_x[idx],))
+            k = int((out.argmax(1) == sim.train_y[idx]).sum())
+            correct += k
+            total += idx.numel()
+            per_client.append(k / idx.numel())
+    return correct / total, sum(per_client) / len(per_client)

@@ -1,4 +1,9 @@
-"""Every command of README.md's ```bash blocks runs, as written, in a fresh sandbox (so the README cannot drift).
+"""Every command of README.md's ```bash blocks runs, as written, in a fresh sandbox of its own (so the README cannot
+drift), and what it produced is checked: a train's run directory completed with metrics rows and a model, a partition
+file of the named clients, a report's output and figure files, a sweep's plan, the example's data files. A command that
+reads what earlier README commands wrote (``fedcli report results/lama`` after ``fedcli train ... --out results/lama``)
+runs those first, in its sandbox; the bare ``fedcli report`` (everything under results/) runs the README's first
+command that writes there. No test depends on another's files.
 
 The sandbox is a folder holding the repository's recipes/ and examples/ (symlinks) with the shared data beside it
 (``../shared``), like a fresh clone. Budgets are made small, nothing else is changed:
@@ -14,6 +19,8 @@ Skipped, each with its reason: commands that download (``--download``, ``make in
 (run by the slow test), and commands needing the shared data when it is not beside the repository.
 """
 
+import csv
+import json
 import os
 import re
 import shlex
@@ -131,9 +138,79 @@ class Sandbox:
         return code, ""
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    return Sandbox(tmp_path_factory.mktemp("readme"))
+def outputs(argv: list[str]) -> list[str]:
+    """The paths a README command writes (relative to the repository folder)."""
+    if argv[:2] == ["fedcli", "train"] or (argv[0].endswith("mpiexec") and "train" in argv):
+        return [argv[argv.index("--out") + 1]] if "--out" in argv else ["results"]
+    if argv[:2] == ["fedcli", "partition"] and "--out" in argv:
+        return [argv[argv.index("--out") + 1]]
+    if argv[:2] == ["fedcli", "sweep"]:
+        return [] if "--dry-run" in argv else [sweep_out(argv)]
+    if argv[0] in ("python", "python3") and argv[1].startswith("examples/"):
+        return [argv[-1]]
+    return []
+
+
+def inputs(argv: list[str]) -> list[str]:
+    """The paths a README command reads that other README commands write."""
+    if argv[:2] == ["fedcli", "report"]:
+        paths = [a for a in argv[2:] if not a.startswith("-")]
+        if "--figures" in argv:
+            paths.remove(argv[argv.index("--figures") + 1])
+        return paths or ["results"]
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--data-dir", "--partition-file", "--resume")]
+
+
+def producers(index: int) -> list[str]:
+    """The earlier README commands whose outputs command ``index`` reads (for the bare report, the first that writes
+    under results/), in README order."""
+    argv = shlex.split(COMMANDS[index][1])
+    need, out = inputs(argv), []
+    for k in range(index):
+        made = outputs(shlex.split(COMMANDS[k][1]))
+        # "results" (a train without --out: results/<algo>-<dataset>-s<seed>-<time>) feeds only the bare report
+        if any(p == m or (m != "results" and p.startswith(m + "/")) or (p == "results" and m.startswith("results"))
+               for p in need for m in made):
+            out.append(k)
+            if need == ["results"]:
+                break
+    chain = [i for k in out for i in producers(k)] + [COMMANDS[k][1] for k in out]
+    return list(dict.fromkeys(chain))  # each once, in order
+
+
+def run_dirs(repo: Path) -> set[Path]:
+    return {p.parent for p in (repo / "results").rglob("manifest.json")} if (repo / "results").is_dir() else set()
+
+
+def check_products(box: Sandbox, argv: list[str], planned: list[str], before: set[Path], out: str) -> None:
+    """What the command produced (``argv`` as README writes it; ``planned``: as run)."""
+    repo = box.repo
+    if "train" in argv and "--resume" not in argv:
+        made = [repo / argv[argv.index("--out") + 1]] if "--out" in argv else sorted(run_dirs(repo) - before)
+        assert len(made) == 1, made
+        run = made[0]
+        man = json.loads((run / "manifest.json").read_text())
+        assert man["status"] == "completed" and (run / "model.pt").stat().st_size > 0, man.get("status")
+        with open(run / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and 0.0 <= float(rows[-1]["test_acc"]) <= 1.0 and int(rows[-1]["comm_params"]) > 0
+        if argv[0].endswith("mpiexec"):
+            assert man["world_size"] == int(argv[argv.index("-n") + 1])
+    elif argv[:2] == ["fedcli", "partition"]:
+        part = json.loads((repo / argv[argv.index("--out") + 1]).read_text())
+        assert str(int(argv[argv.index("--clients") + 1])) in json.dumps(part)[:100000] and out.strip()
+    elif argv[:2] == ["fedcli", "report"]:
+        assert out.strip(), "the report printed nothing"
+        if "--figures" in argv:
+            figs = list((repo / argv[argv.index("--figures") + 1]).glob("*"))
+            assert any(f.suffix in (".png", ".pdf", ".svg") and f.stat().st_size > 1000 for f in figs), figs
+    elif argv[:2] == ["fedcli", "sweep"]:
+        assert "--dry-run" in planned and out.strip(), "the sweep's plan is empty"
+    elif argv[0] in ("python", "python3") and argv[1] == "examples/own_data.py":
+        assert (repo / argv[-1] / "femnist-digits.npz").stat().st_size > 0
+        assert any((repo / argv[-1] / "femnist-digits-images" / "train").rglob("*.png"))
+    elif argv[:2] == ["fedcli", "bench"]:
+        assert out.strip()
 
 
 def test_readme_has_commands():
@@ -141,18 +218,33 @@ def test_readme_has_commands():
     assert all(cmd.split()[0].rsplit("/", 1)[-1] in ("fedcli", "make", "python", "mpiexec") for _, cmd in COMMANDS), COMMANDS
 
 
-def _param(i: str, cmd: str):
+def _param(i: str, cmd: str, k: int):
     slow = cmd.startswith("fedcli bench")  # three processes per workload: about a minute even at one step
-    return pytest.param(cmd, id=i, marks=[pytest.mark.slow] if slow else [])
+    return pytest.param(k, id=i, marks=[pytest.mark.slow] if slow else [])
 
 
-@pytest.mark.parametrize("cmd", [_param(i, c) for i, c in COMMANDS])
-def test_readme_command(sandbox, cmd):
-    argv, why = sandbox.plan(shlex.split(cmd))
-    if argv is None:
+@pytest.mark.parametrize("index", [_param(i, c, k) for k, (i, c) in enumerate(COMMANDS)])
+def test_readme_command(index, tmp_path, capsys):
+    box = Sandbox(tmp_path)
+    argv = shlex.split(COMMANDS[index][1])
+    first = []
+    for cmd in producers(index):
+        plan, why = box.plan(shlex.split(cmd))
+        if plan is None:
+            pytest.skip(f"needs `{cmd}` first, which is skipped: {why}")
+        first.append(plan)
+    planned, why = box.plan(argv)
+    if planned is None:
         pytest.skip(why)
-    code, out = sandbox.run(argv, timeout=300 if "mpiexec" in argv[0] else 600)
-    assert code == 0, f"{' '.join(argv)}\nexit {code}\n{out}"
+    for plan in first:
+        code, out = box.run(plan)
+        assert code == 0, f"{' '.join(plan)} (run first)\nexit {code}\n{out}"
+    capsys.readouterr()
+    before = run_dirs(box.repo)
+    code, out = box.run(planned, timeout=300 if "mpiexec" in planned[0] else 600)
+    out += capsys.readouterr().out
+    assert code == 0, f"{' '.join(planned)}\nexit {code}\n{out}"
+    check_products(box, argv, planned, before, out)
 
 
 @pytest.mark.slow

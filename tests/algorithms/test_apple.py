@@ -14,7 +14,7 @@ from fedcli.fl.algorithms.apple import AppleStep, cos_lambda, dr_gradient, perso
 from fedcli.fl.engine import Simulation
 from fedcli.results import checkpoint
 from simkit import personal_config as config, personal_run as run, same_personal as same
-from test_resume import interrupted, rows
+from runkit import interrupted, rows
 
 
 def learned(summary, gain):

@@ -13,7 +13,7 @@ from fedcli.fl.algorithms.fedamp import AMPStep, cloud_models
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from simkit import personal_config, personal_run, same_personal, assert_learned
-from test_resume import interrupted, rows, run_main
+from runkit import interrupted, rows, run_main
 
 config, run, same = personal_config, personal_run, same_personal
 

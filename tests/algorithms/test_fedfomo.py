@@ -17,7 +17,7 @@ from fedcli.fl.algorithms.fedfomo import fomo_scale, fomo_weights
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
 from simkit import personal_config, personal_run, same_personal, assert_learned
-from test_resume import rows
+from runkit import rows
 
 config, run, same = personal_config, personal_run, same_personal
 

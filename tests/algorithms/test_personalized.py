@@ -20,26 +20,9 @@ from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.engine import Simulation, sample_cohort
 from fedcli.fl.personal import client_model
-from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal, assert_learned
+from simkit import COLS, PERSONAL_BASE, accuracy_by_hand, personal_config, personal_run, same_personal, assert_learned
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
-
-
-def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
-    """(pooled accuracy over all local test samples, mean of per-client accuracies)."""
-    correct = total = 0
-    per_client = []
-    sim.model.eval()
-    with torch.no_grad():
-        for c, idx in enumerate(sim.partition.test):
-            idx = torch.as_tensor(idx)
-            params, buffers = model_of(c)
-            out = functional_call(sim.model, (params, buffers), (sim.train_x[idx],))
-            k = int((out.argmax(1) == sim.train_y[idx]).sum())
-            correct += k
-            total += idx.numel()
-            per_client.append(k / idx.numel())
-    return correct / total, sum(per_client) / len(per_client)
 
 
 learned = assert_learned

@@ -11,6 +11,7 @@ import pytest
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl.methods import METHODS
+from fedcli.fl.schedules import SCHEDULES
 from fedcli.recipes import read_sweep, train_values
 from fedcli.report.spec import parse_products
 
@@ -61,8 +62,9 @@ def test_recipe_valid_at_both_scales(path):
         assert tables or figures
         for run in r.runs:
             cfg = TrainConfig(**run.values)
-            if cfg.algo in METHODS and (not cfg.schedule or cfg.schedule in ("periodic", "lama", "lama-accelerate")):
-                cfg.validate()
+            assert cfg.algo in METHODS, f"{path.name} {run.name}: unknown method {cfg.algo!r}"
+            assert not cfg.schedule or cfg.schedule in SCHEDULES, f"{path.name} {run.name}: unknown schedule {cfg.schedule!r}"
+            cfg.validate()
             assert cfg.batch_size == 32
             if r.fidelity.startswith("author code"):
                 assert_author_code(cfg, r.fidelity)

@@ -232,7 +232,7 @@ def test_new_options_validate_and_reach_help():
 @pytest.mark.timeout(300)
 def test_author_options_identical_under_mpi(tmp_path):
     from fedcli.cli.main import main
-    from test_mpi import MPIEXEC, mpirun, rows
+    from runkit import MPIEXEC, mpirun, rows
 
     if MPIEXEC is None:
         pytest.skip("mpiexec not installed")
@@ -260,7 +260,7 @@ def test_resume_carries_slot_momentum_and_statistics(tmp_path, monkeypatch, caps
 
     from fedcli.cli.main import main
     from fedcli.results import checkpoint
-    from test_resume import interrupted, rows
+    from runkit import interrupted, rows
 
     args = ["train", "--dataset", "digits", "--model", "resnet20", "--clients", "6", "--active-ratio", "0.5", "--algo",
             "fedlama", "--iterations", "24", "--tau", "2", "--phi", "2", "--batch-size", "8", "--lr", "0.05", "--momentum",

@@ -15,17 +15,11 @@ import pytest
 from fedcli.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+from runkit import MPIEXEC, mpirun
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")]
 
 ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "10", "--active-ratio", "0.6",
         "--algo", "fedlama", "--tau", "2", "--phi", "3", "--iterations", "36", "--eval-every", "6", "--batch-size", "16", "--lr", "0.1"]
-
-
-def mpirun(n, args, timeout=240, **kw):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "fedcli", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def rows(path):

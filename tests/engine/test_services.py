@@ -155,7 +155,7 @@ def test_nothing_but_the_engine_writes_the_simulation(monkeypatch, tmp_path):
     parts act on shared state only through the services (store, batches, cohort sums, ledger)."""
     import sys
 
-    from test_golden import RUNS, run
+    from goldenkit import RUNS, run
 
     writers = {}
     setattr_ = Simulation.__setattr__

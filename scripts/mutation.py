@@ -1,0 +1,152 @@
+"""Mutation testing of the modules that carry the papers' arithmetic (``make mutation``; not run by CI).
+
+For each target below: copy the repository to a temporary folder (the worktree is never mutated), let cosmic-ray
+(``make install-mutation``: the ``mutation`` extra) enumerate the mutants of the module, keep those inside the named functions and of
+the operators that change arithmetic or logic (operand and comparison swaps, constants, boolean operators,
+``break``/``continue``, loops run zero times), take at most ``--max`` of them spread evenly over the file, run the
+target's tests against each (``pytest -x``, a timeout each) and print the kill rate per module, and each survivor's
+diff. ``--before REV``: the same mutants against the tests of another revision (the suite before a change), to report
+kill rates before and after.
+
+Usage: python scripts/mutation.py [--only NAME ...] [--max N] [--before REV] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name: (module, functions to mutate (empty: all), tests that check them)
+TARGETS = {
+    "schedules": ("fedcli/fl/schedules.py", [],
+                  ["tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
+                   "tests/algorithms/test_lama_accelerate.py", "tests/test_golden.py"]),
+    # the golden runs record the lr of every evaluation (constant in the older records)
+    "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),
+    "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/comm/test_ledger_handworked.py",
+                                            "tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
+                                            "tests/algorithms/test_scaffold.py", "tests/algorithms/test_fedpaq.py"]),
+    "ala": ("fedcli/fl/ala.py", [], ["tests/algorithms/test_fedala.py"]),
+    "adaptive": ("fedcli/fl/adaptive.py", [], ["tests/algorithms/test_adaptive.py",
+                                               "tests/algorithms/test_adaptive_reference.py"]),
+    "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms/test_fednova.py", "tests/algorithms/test_fedcom.py",
+                                                   "tests/algorithms/test_fedprox.py"]),
+}
+# operators that change arithmetic or logic; the others (bit operators, ** and <<, ...) mostly make programs that crash
+KEEP = re.compile(r"core/(ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|Add_Mul|Mul_Add|Sub_Div|Div_Sub|FloorDiv_Div)"
+                  r"|ReplaceComparisonOperator_(Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Lt_Gt|Gt_Lt|Eq_NotEq|NotEq_Eq|LtE_GtE|GtE_LtE)"
+                  r"|NumberReplacer|ReplaceTrueWithFalse|ReplaceFalseWithTrue|ReplaceAndWithOr|ReplaceOrWithAnd"
+                  r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|ZeroIterationForLoop|AddNot|ReplaceUnaryOperator_.*)$")
+
+
+def function_lines(path: Path, names: list[str]) -> list[tuple[int, int]]:
+    tree = ast.parse(path.read_text())
+    spans = [(n.lineno, n.end_lineno) for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names]
+    assert len(spans) >= len(names), (path, names, spans)
+    return spans
+
+
+def select(db: Path, module: Path, functions: list[str], limit: int) -> int:
+    """Keep the mutants of the KEEP operators (and inside ``functions``), at most ``limit`` spread evenly; returns
+    how many."""
+    spans = function_lines(module, functions) if functions else None
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT job_id, operator_name, start_pos_row FROM mutation_specs ORDER BY start_pos_row, "
+                       "start_pos_col, operator_name, occurrence").fetchall()
+    keep = [j for j, op, row in rows if KEEP.match(op) and (spans is None or any(a <= row <= b for a, b in spans))]
+    if len(keep) > limit:
+        keep = [keep[round(i * len(keep) / limit)] for i in range(limit)]
+    drop = [(j,) for j, _, _ in rows if j not in set(keep)]
+    con.executemany("DELETE FROM mutation_specs WHERE job_id = ?", drop)
+    con.executemany("DELETE FROM work_items WHERE job_id = ?", drop)
+    con.commit()
+    con.close()
+    return len(keep)
+
+
+def copy_repo(dest: Path, tests_rev: str | None) -> None:
+    ignore = shutil.ignore_patterns(".git", ".venv", "results", "mutation-*", "__pycache__", ".pytest_cache")
+    shutil.copytree(ROOT, dest, ignore=ignore, symlinks=True)
+    if tests_rev:  # the tests as they were at tests_rev (the code stays this revision's)
+        shutil.rmtree(dest / "tests")
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", tests_rev, "tests"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+
+
+def run_target(name: str, limit: int, tests_rev: str | None, out: Path, timeout: float) -> dict:
+    module, functions, tests = TARGETS[name]
+    work = Path(tempfile.mkdtemp(prefix=f"fedcli-mutation-{name}-"))
+    repo = work / "repo"
+    copy_repo(repo, tests_rev)
+    tests = [t for t in tests if (repo / t).exists()]
+    if not tests:
+        return {"module": module, "mutants": 0, "killed": 0, "note": "no tests"}
+    py = sys.executable
+    cmd = f"{py} -m pytest -x -q -p no:cacheprovider -m 'not slow and not mpi' -o addopts='' {' '.join(tests)}"
+    cfg = work / "cr.toml"
+    cfg.write_text(f"""[cosmic-ray]
+module-path = "{module}"
+timeout = {timeout}
+excluded-modules = []
+test-command = "{cmd}"
+
+[cosmic-ray.distributor]
+name = "local"
+""")
+    db = work / "session.sqlite"
+    env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
+    cr = str(Path(sys.executable).parent / "cosmic-ray") if (Path(sys.executable).parent / "cosmic-ray").exists() else "cosmic-ray"
+    subprocess.run([cr, "init", str(cfg), str(db)], cwd=repo, env=env, check=True)
+    n = select(db, repo / module, functions, limit)
+    t0 = time.time()
+    subprocess.run([cr, "exec", str(cfg), str(db)], cwd=repo, env=env, check=True)
+    dump = subprocess.run([cr, "dump", str(db)], cwd=repo, env=env, capture_output=True, text=True, check=True)
+    killed, survivors = 0, []
+    for line in dump.stdout.splitlines():
+        item, result = json.loads(line)
+        if result is None:
+            continue
+        if result.get("test_outcome") == "killed" or result.get("worker_outcome") in ("timeout", "abnormal"):
+            killed += 1
+        else:
+            spec = item["mutations"][0]
+            survivors.append({"operator": spec["operator_name"], "line": spec["start_pos"][0], "diff": result.get("diff")})
+    res = {"module": module, "functions": functions, "tests": tests, "tests_rev": tests_rev or "HEAD", "mutants": n,
+           "killed": killed, "kill_rate": round(killed / n, 3) if n else None, "seconds": round(time.time() - t0),
+           "survivors": survivors}
+    (out / f"{name}{'-before' if tests_rev else ''}.json").write_text(json.dumps(res, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=list(TARGETS), choices=list(TARGETS))
+    ap.add_argument("--max", type=int, default=60, help="at most this many mutants per module (default 60)")
+    ap.add_argument("--before", metavar="REV", help="also run the same mutants against the tests of REV")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "mutation")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name in a.only:
+        for rev in ([a.before] if a.before else []) + [None]:
+            r = run_target(name, a.max, rev, a.out, a.timeout)
+            print(f"{name:12s} {r['module']:28s} tests@{r.get('tests_rev', '-'):10s} {r['killed']}/{r['mutants']} killed"
+                  f" ({r.get('kill_rate')}) in {r.get('seconds')} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Every MPI-capable family gives the same results on 1 and 2 processes, in every column but ``wall_s`` of every CSV:
+counts, intervals, names and every integer cell identical, floats equal to rounding (README: under MPI each rank
+adds its clients and one ``Allreduce`` adds the ranks, so losses and weights move in the last bits: 2e-8 relative in
+train_loss here; ``--workers`` sums in cohort order and gives the same bits); and an MPI run interrupted and resumed
+under MPI equals the uninterrupted MPI run of the same size bitwise. Small runs (an 8-unit MLP, 3 rounds) with partial
+participation, so per-client state moves between processes. Each test has a timeout; under CI a missing ``mpiexec``
+fails these tests instead of skipping them (tests/conftest.py)."""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+from simkit import assert_rows_close
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")]
+
+BASE = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
+        "--rounds", "3", "--tau", "2", "--local-epochs", "0", "--batch-size", "8", "--eval-every", "1", "--device", "cpu",
+        "--threads", "1", "--workers", "1", "--seed", "6", "--quiet"]
+FAMILIES = {
+    "fedlama": ["--algo", "fedlama", "--phi", "2", "--lama-first-adjust", "0", "--lr", "0.1", "--weighting", "samples",
+                "--partition", "dirichlet", "--alpha", "0.5"],
+    "fedlamb": ["--algo", "fedlamb", "--lr", "0.05", "--eps", "1e-4"],
+    "mime": ["--algo", "mime", "--lr", "0.01"],
+    "scaffold": ["--algo", "scaffold", "--lr", "0.1"],
+    "feddyn": ["--algo", "feddyn", "--lr", "0.1"],
+    "ditto": ["--algo", "ditto", "--lr", "0.1", "--client-test-fraction", "0.25"],
+    "fedala": ["--algo", "fedala", "--lr", "0.1", "--client-test-fraction", "0.25", "--ala-num-pre-loss", "3"],
+}
+CSVS = ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv")
+
+
+def mpirun(n: int, args: list[str], script: str | None = None, timeout: int = 150) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    prog = ["-c", script] if script else ["-m", "mpi4py", "-m", "fedcli"]
+    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *prog, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def cells(path: Path) -> list[dict]:
+    """A CSV's rows as text, without wall_s (missing file: no rows)."""
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def assert_same_files(a: Path, b: Path, rel: float = 0.0) -> None:
+    """Every CSV cell but wall_s: as text (``rel`` 0, bitwise floats), or integer/text cells as text and floats within
+    ``rel`` relative; the final models' tensors bit for bit, or within ``rel`` (and 1e-7 absolute)."""
+    import torch
+
+    for f in CSVS:
+        if rel:
+            assert_rows_close(cells(a / f), cells(b / f), rel, f)
+        else:
+            assert cells(a / f) == cells(b / f), f
+    assert len(cells(a / "metrics.csv")) == 3
+    ma, mb = (torch.load(x / "model.pt", weights_only=True) for x in (a, b))
+    assert list(ma) == list(mb)
+    for k in ma:
+        assert torch.equal(ma[k], mb[k]) if not rel else torch.allclose(ma[k], mb[k], rtol=rel, atol=1e-7), k
+
+
+# one mpiexec runs every family in turn (each rank imports torch once): ``fedcli train`` per JSON argument list
+SEQUENCE = """
+import json, sys
+from fedcli.cli.main import main
+for args in json.loads(sys.argv[1]):
+    code = main(args)
+    if code not in (0, None):
+        sys.exit(code)
+"""
+
+
+def test_every_mpi_family_is_here():
+    assert {"fedlama", "fedlamb", "mime", "scaffold", "feddyn", "ditto", "fedala"} <= set(FAMILIES)
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    """Every family on 2 processes, one mpiexec for all of them."""
+    base = tmp_path_factory.mktemp("mpi2")
+    runs = [["train", *BASE, *FAMILIES[f], "--out", str(base / f)] for f in sorted(FAMILIES)]
+    p = mpirun(2, [json.dumps(runs)], script=SEQUENCE, timeout=400)
+    assert p.returncode == 0, p.stderr
+    return base
+
+
+@pytest.mark.timeout(450)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_one_and_two_processes_give_the_same_results(family, two_process_runs, tmp_path):
+    assert main(["train", *BASE, *FAMILIES[family], "--out", str(tmp_path / "n1")]) == 0
+    n2 = two_process_runs / family
+    assert json.loads((n2 / "manifest.json").read_text())["world_size"] == 2
+    if family == "fedlama":
+        assert len(cells(tmp_path / "n1/intervals.csv")) == 3 * 4  # an adjustment at every round end, 4 tensors
+    assert_same_files(tmp_path / "n1", n2, rel=1e-6)
+
+
+# rank 0 sends itself SIGTERM in round 1 (0-based); the processes agree on it at the round's end and checkpoint
+TERM_ON_RANK0 = """
+import os, signal, sys
+from fedcli.fl import engine
+orig = engine.Simulation.run_round
+def run_round(self, state):
+    if self.comm.rank == 0 and state.round_idx == 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return orig(self, state)
+engine.Simulation.run_round = run_round
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_mpi_resume_equals_the_uninterrupted_mpi_run(tmp_path):
+    args = ["train", *BASE, *FAMILIES["scaffold"], "--checkpoint-every", "1"]
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    p = mpirun(2, [*args, "--out", str(ref)])
+    assert p.returncode == 0, p.stderr
+    p = mpirun(2, [*args, "--out", str(out)], script=TERM_ON_RANK0)
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "interrupted" and man["checkpoint"].endswith("round-000002.pt")
+    assert len(cells(out / "metrics.csv")) == 2
+    p = mpirun(2, ["train", "--resume", str(out), "--quiet"])
+    assert p.returncode == 0, p.stderr
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "completed" and man["resumes"][-1]["round"] == 2 and man["world_size"] == 2
+    assert_same_files(ref, out)

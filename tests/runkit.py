@@ -1,0 +1,57 @@
+"""Helpers for tests that run fedcli whole: in this process (exit code and output, a run interrupted by a signal), or
+under ``mpiexec``. Test modules import these from here, never from each other."""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
+def rows(path: Path, drop=("wall_s",)) -> list[dict]:
+    """A CSV's rows as text, without the timing columns ``drop``."""
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
+
+
+def run_main(args, capsys):
+    """(exit code, stdout, stderr) of ``fedcli ARGS`` in this process, which must end by SystemExit."""
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    cap = capsys.readouterr()
+    return e.value.code, cap.out, cap.err
+
+
+def interrupted(monkeypatch, capsys, out: Path, round_idx: int, sig, args: list[str]):
+    """Run ``args`` in this process and send it ``sig`` inside round ``round_idx`` (at its 2nd local step); returns
+    (exit code, stderr)."""
+    from fedcli.fl import engine
+
+    sync = engine.Simulation.synchronize
+
+    def signal_me(self, cohort, layers, step, *a, **k):
+        if cohort.round_idx == round_idx and step == 2:
+            os.kill(os.getpid(), sig)
+        return sync(self, cohort, layers, step, *a, **k)
+
+    monkeypatch.setattr(engine.Simulation, "synchronize", signal_me)
+    try:
+        code, _, err = run_main(args + ["--out", str(out)], capsys)
+    finally:
+        monkeypatch.setattr(engine.Simulation, "synchronize", sync)
+    return code, err
+
+
+def mpirun(n, args, timeout=240, **kw):
+    """``mpiexec -n N python -m mpi4py -m fedcli ARGS`` (1 OpenMP thread per rank)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "fedcli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)

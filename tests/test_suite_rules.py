@@ -1,0 +1,81 @@
+"""Rules of the test suite itself: MPI tests fail instead of skipping under CI; test modules stand alone."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+SKIPPING = """
+import pytest
+
+@pytest.mark.mpi
+@pytest.mark.skipif(True, reason="mpiexec not installed")
+def test_needs_mpi():
+    pass
+
+@pytest.mark.mpi
+def test_skips_inside():
+    pytest.skip("mpiexec not installed")
+
+@pytest.mark.skipif(True, reason="no data")
+def test_not_mpi():
+    pass
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env,code,outcome", [({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
+                                              ({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error"),
+                                              ({"CI": ""}, 0, "3 skipped"),
+                                              ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped")])
+def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcome):
+    (tmp_path / "test_x.py").write_text(SKIPPING)
+    # the suite's conftest, as a plugin, on a throwaway test file
+    full = {k: v for k, v in os.environ.items() if k not in ("CI", "FEDCLI_REQUIRE_MPI", "PYTEST_ADDOPTS")}
+    full.update(env, PYTHONPATH=os.pathsep.join([str(TESTS), full.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "-o", "markers=mpi", str(tmp_path / "test_x.py")],
+                       cwd=tmp_path, env=full, capture_output=True, text=True, timeout=100)
+    assert p.returncode == code, p.stdout + p.stderr
+    assert outcome in p.stdout, p.stdout
+    if code:
+        summary = p.stdout.split("short test summary")[-1]
+        assert summary.count("MPI test skipped where MPI is required") == 2 and "test_not_mpi" not in summary
+
+
+# test modules that still import another test module (their helpers belong in a *kit module); owned by other work
+# in progress, to move: none may be added
+STILL_IMPORTING = {("report/test_personal_display.py", "test_report_fedala"), ("sweep/test_reliability.py", "test_sweep")}
+
+
+def test_test_modules_do_not_import_each_other():
+    """Helpers shared between test modules live in tests/*kit.py (simkit, runkit, goldenkit, lama_ref): a test module
+    that imports another runs (and collects) it twice and ties the two together."""
+    found = set()
+    for path in TESTS.rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found |= {(path.relative_to(TESTS).as_posix(), n) for n in names if n.split(".")[0].startswith("test_")}
+    assert found <= STILL_IMPORTING, sorted(found - STILL_IMPORTING)
+
+
+def test_the_run_cache_keys_on_the_data():
+    """simkit's cached runs: the same arguments on other data are another run."""
+    from fedcli.config import TrainConfig
+    from fedcli.data.setup import load_data_and_partition
+    from simkit import cached_runner, configurer
+
+    config = configurer(dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="4", clients=2, rounds=1, tau=1,
+                             batch_size=8, device="cpu", threads=1))
+    run = cached_runner(config)
+    a = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=0).validate())
+    b = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=1).validate())  # another split
+    ra, ra2, rb = run(a), run(a), run(b)
+    assert ra2 is not None and ra[0] is ra2[0] and rb[0] is not ra[0]
+    assert rb[0].partition is b[1] and ra[0].partition is a[1]
