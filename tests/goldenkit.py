@@ -1,9 +1,12 @@
 """The golden runs (tests/test_golden.py): every preset and the other recorded runs, how each is run, and the
-digest of a final model. Other tests (tests/engine/test_services.py) run the same runs from here."""
+digest of a final model, and the comparison of a record with a new run. Other tests (tests/engine/test_services.py,
+test_trainers.py, test_store.py) run the same runs and compare from here."""
 
 import csv
 import hashlib
 import io
+import math
+import re
 from pathlib import Path
 
 from fedcli.cli.main import main
@@ -110,3 +113,43 @@ def model_digest(path: Path) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+INT = re.compile(r"[+-]?\d+")
+
+
+def kind(cell: str) -> str:
+    """'int', 'float' (a finite number written with a point or an exponent), 'nonfinite' (nan, inf) or 'text'."""
+    if INT.fullmatch(cell):
+        return "int"
+    try:
+        v = float(cell)
+    except ValueError:
+        return "text"
+    return "float" if math.isfinite(v) else "nonfinite"
+
+
+def table(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text)))
+
+
+def cell_equal(x: str, y: str, bitwise: bool) -> bool:
+    """One cell: never equal when either is NaN or infinite; else the same text, or (another torch release) two
+    finite floats within ``REL`` relative. An integer never equals a float."""
+    kx, ky = kind(x), kind(y)
+    if "nonfinite" in (kx, ky):
+        return False
+    if x == y:
+        return True
+    if bitwise or kx != "float" or ky != "float":
+        return False
+    fx, fy = float(x), float(y)
+    return abs(fx - fy) <= REL * max(abs(fx), abs(fy))
+
+
+def same(stored: str, got: str, bitwise: bool) -> bool:
+    """Bitwise, or (another torch release) the same cells with floats within ``REL`` relative."""
+    a, b = table(stored), table(got)
+    if len(a) != len(b) or any(len(r) != len(q) for r, q in zip(a, b)):
+        return False
+    return all(cell_equal(x, y, bitwise) for ra, rb in zip(a, b) for x, y in zip(ra, rb))

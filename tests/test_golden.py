@@ -24,7 +24,6 @@ never equals anything (not even itself), and an integer never equals a float ("1
 
 import csv
 import io
-import math
 import os
 import re
 import shutil
@@ -34,47 +33,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.fl.methods import METHODS
-from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, model_digest, run
-
-INT = re.compile(r"[+-]?\d+")
-
-
-def kind(cell: str) -> str:
-    """'int', 'float' (a finite number written with a point or an exponent), 'nonfinite' (nan, inf) or 'text'."""
-    if INT.fullmatch(cell):
-        return "int"
-    try:
-        v = float(cell)
-    except ValueError:
-        return "text"
-    return "float" if math.isfinite(v) else "nonfinite"
-
-
-def table(text: str) -> list[list[str]]:
-    return list(csv.reader(io.StringIO(text)))
-
-
-def cell_equal(x: str, y: str, bitwise: bool) -> bool:
-    """One cell: never equal when either is NaN or infinite; else the same text, or (another torch release) two
-    finite floats within ``REL`` relative. An integer never equals a float."""
-    kx, ky = kind(x), kind(y)
-    if "nonfinite" in (kx, ky):
-        return False
-    if x == y:
-        return True
-    if bitwise or kx != "float" or ky != "float":
-        return False
-    fx, fy = float(x), float(y)
-    return abs(fx - fy) <= REL * max(abs(fx), abs(fy))
-
-
-def same(stored: str, got: str, bitwise: bool) -> bool:
-    """Bitwise, or (another torch release) the same cells with floats within ``REL`` relative."""
-    a, b = table(stored), table(got)
-    if len(a) != len(b) or any(len(r) != len(q) for r, q in zip(a, b)):
-        return False
-    return all(cell_equal(x, y, bitwise) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
-
+from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, run, same, table
 
 def changes(where: str, stored: str | None, got: str) -> tuple[list[str], bool]:
     """Every changed row and cell of one file (``where row N col: old -> new``, rows counted from the header as 0),
