@@ -207,11 +207,12 @@ def test_mimelamb_vhat_from_full_batch_gradients():
     assert "adaptive.m/" + sim.layers[0].name in sim.store.tables  # the clients keep their local m
 
 
-def test_mime_first_step_uses_frozen_server_state():
+@pytest.mark.parametrize("wd", [0.01, 0.5])  # 0.5: the decay term is well above the tolerance
+def test_mime_first_step_uses_frozen_server_state(wd):
     """In round 1 the first local step starts at y = x, so the correction leaves exactly c, and AMSGrad's update
     with the server's state frozen is y1 = x - lr * ((b1 m_s + (1 - b1) c) / sqrt(max(v_hat, b2 v + (1 - b2) c^2))
     + lambda x)."""
-    sim = Simulation(cfg(algo="mime", lr=0.003, rounds=2, weight_decay=0.01)).setup()
+    sim = Simulation(cfg(algo="mime", lr=0.003, rounds=2, weight_decay=wd)).setup()
     orig, record = sim.local_step.step, {}
 
     def spy(cohort, grads, lr, active=None):
@@ -230,7 +231,7 @@ def test_mime_first_step_uses_frozen_server_state():
     m, vhat, c, v = record["state"]
     for n, x in record["x"].items():
         denom = torch.maximum(vhat[n], 0.999 * v[n] + 0.001 * c[n] ** 2).sqrt()
-        want = x - record["lr"] * ((0.9 * m[n] + 0.1 * c[n]) / denom + 0.01 * x)
+        want = x - record["lr"] * ((0.9 * m[n] + 0.1 * c[n]) / denom + wd * x)
         if record["active"] is not None:  # None: every client still trains at this step
             want = torch.where(record["active"].view(-1, *[1] * (x.dim() - 1)), want, x)
         torch.testing.assert_close(record["y"][n], want, rtol=1e-4, atol=1e-6)
@@ -419,3 +420,27 @@ def test_mime_clients_past_their_last_step_do_not_move():
     sim.local_step.step = spy
     sim.run()
     assert frozen_steps  # the partition is unequal: some steps had frozen clients
+
+
+def test_bounded_scaling_function_by_hand():
+    """Assumption 4: phi(a) = min(a + zeta, phi_max); zeta = 0.5, phi_max = 2: phi(0) = 0.5, phi(1) = 1.5, phi(5) = 2."""
+    phi = adaptive.scaling_function((0.5, 2.0))
+    assert phi(torch.tensor([0.0, 1.0, 5.0])).tolist() == [0.5, 1.5, 2.0]
+
+
+def test_adam_server_second_update_by_hand():
+    """Adp-Fed (Reddi et al. 2021): m = b1 m + (1 - b1) Delta, v = b2 v + (1 - b2) Delta^2, x += lr m / (sqrt(v) + tau)."""
+    server = adaptive.AdamServer(TrainConfig(beta1=0.9, beta2=0.999, server_lr=0.1, server_eps=1e-3))
+    x1 = server.update("w", torch.tensor([1.0]), torch.tensor([1.5]))  # Delta 0.5: m 0.05, v 2.5e-4
+    x2 = server.update("w", x1, x1 + 1.0)  # Delta 1
+    m2 = 0.9 * 0.05 + 0.1 * 1.0            # 0.145
+    v2 = 0.999 * 2.5e-4 + 0.001 * 1.0      # 1.24975e-3
+    want = 1 + 0.1 * 0.05 / (math.sqrt(2.5e-4) + 1e-3) + 0.1 * m2 / (math.sqrt(v2) + 1e-3)
+    torch.testing.assert_close(x2, torch.tensor([want]))
+
+
+def test_beta1_below_one():
+    """b1 in [0, 1): b1 = 1 would freeze m at its initial value."""
+    with pytest.raises(ConfigError, match="beta1"):
+        cfg(algo="fedlamb", beta1=1.0)
+    assert cfg(algo="fedlamb", beta1=0.0).beta1 == 0.0
