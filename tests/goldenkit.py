@@ -1,6 +1,6 @@
-"""The golden runs (tests/test_golden.py): every preset and the other recorded runs, how each is run, the cell
-comparator (NaN and infinity never equal, an integer never a float) and the
-digest of a final model. Other tests (tests/engine/test_services.py) run the same runs from here."""
+"""The golden runs (tests/test_golden.py): every preset and the other recorded runs, how each is run, and the
+digest of a final model, and the comparison of a record with a new run. Other tests (tests/engine/test_services.py,
+test_trainers.py, test_store.py) run the same runs and compare from here."""
 
 import csv
 import hashlib

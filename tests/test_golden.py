@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.fl.methods import METHODS
-from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, cell_equal, kind, model_digest, run, same, table
+from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, run, same, table
 
 def changes(where: str, stored: str | None, got: str) -> tuple[list[str], bool]:
     """Every changed row and cell of one file (``where row N col: old -> new``, rows counted from the header as 0),

@@ -48,13 +48,9 @@ def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcom
         assert summary.count("MPI test skipped where MPI is required") == 2 and "test_not_mpi" not in summary
 
 
-# test modules that still import another test module (their helpers belong in a *kit module); owned by other work
-# in progress, to move: none may be added
-STILL_IMPORTING = {("report/test_personal_display.py", "test_report_fedala"), ("sweep/test_reliability.py", "test_sweep")}
-
-
 def test_test_modules_do_not_import_each_other():
-    """Helpers shared between test modules live in tests/*kit.py (simkit, runkit, goldenkit, lama_ref): a test module
+    """Helpers shared between test modules live in kit modules (simkit, runkit, goldenkit, lama_ref, baselines_kit,
+    fedala_kit, sweepkit, signalkit): a test module
     that imports another runs (and collects) it twice and ties the two together."""
     found = set()
     for path in TESTS.rglob("test_*.py"):
@@ -62,7 +58,7 @@ def test_test_modules_do_not_import_each_other():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
             found |= {(path.relative_to(TESTS).as_posix(), n) for n in names if n.split(".")[0].startswith("test_")}
-    assert found <= STILL_IMPORTING, sorted(found - STILL_IMPORTING)
+    assert not found, sorted(found)
 
 
 def test_the_run_cache_keys_on_the_data():

@@ -207,11 +207,12 @@ def test_mimelamb_vhat_from_full_batch_gradients():
     assert "adaptive.m/" + sim.layers[0].name in sim.store.tables  # the clients keep their local m
 
 
-def test_mime_first_step_uses_frozen_server_state():
+@pytest.mark.parametrize("wd", [0.01, 0.5])  # 0.5: the decay term is well above the tolerance
+def test_mime_first_step_uses_frozen_server_state(wd):
     """In round 1 the first local step starts at y = x, so the correction leaves exactly c, and AMSGrad's update
     with the server's state frozen is y1 = x - lr * ((b1 m_s + (1 - b1) c) / sqrt(max(v_hat, b2 v + (1 - b2) c^2))
     + lambda x)."""
-    sim = Simulation(cfg(algo="mime", lr=0.003, rounds=2, weight_decay=0.01)).setup()
+    sim = Simulation(cfg(algo="mime", lr=0.003, rounds=2, weight_decay=wd)).setup()
     orig, record = sim.local_step.step, {}
 
     def spy(cohort, grads, lr, active=None):
@@ -230,7 +231,7 @@ def test_mime_first_step_uses_frozen_server_state():
     m, vhat, c, v = record["state"]
     for n, x in record["x"].items():
         denom = torch.maximum(vhat[n], 0.999 * v[n] + 0.001 * c[n] ** 2).sqrt()
-        want = x - record["lr"] * ((0.9 * m[n] + 0.1 * c[n]) / denom + 0.01 * x)
+        want = x - record["lr"] * ((0.9 * m[n] + 0.1 * c[n]) / denom + wd * x)
         if record["active"] is not None:  # None: every client still trains at this step
             want = torch.where(record["active"].view(-1, *[1] * (x.dim() - 1)), want, x)
         torch.testing.assert_close(record["y"][n], want, rtol=1e-4, atol=1e-6)
@@ -357,3 +358,89 @@ def test_claim_recipe_at_both_scales():
         assert all(len(lrs) == 3 for lrs in grid.values())
         if scale == "cpu":
             assert c.data_dir == str(path.parents[2].parent / "shared/datasets/mnist-t10k") and c.holdout_fraction == 0.2 and c.clients == 10
+
+
+# ---------------------------------------------------------------------------- mutation-testing gaps (issue 31)
+def test_lamb_step_v_of_an_active_client_under_the_mask_by_hand():
+    """With a mask (--local-epochs) an active client's v still follows v = b2 v + (1 - b2) g^2 (Algorithm 1, line 10)."""
+    sim, step, cohort, grads = lamb_setup()  # v starts from the server's v_hat (Algorithm 1, line 6)
+    step.step(cohort, grads, lr=0.1, active=torch.tensor([True, False]))
+    # client 0 (active), tensor a: v = 0.999 * [0.01, 0.04] + 0.001 * [1, 4] = [0.01099, 0.04396];
+    # tensor b: v = 0.999 * 1e-4 + 0.001 * 1 = 0.0010999; client 1 (frozen) keeps v_hat
+    v = cohort.state["adaptive.v"]
+    torch.testing.assert_close(v["a"][0], torch.tensor([0.01099, 0.04396]))
+    torch.testing.assert_close(v["b"][0], torch.tensor([0.0010999]))
+    torch.testing.assert_close(v["a"][1], torch.tensor([0.01, 0.04]), rtol=0, atol=0)
+
+
+def test_phi_bounds_need_zeta_strictly_below_max():
+    """Assumption 4: phi(a) = min(a + zeta, phi_max) with 0 < zeta < phi_max; equal bounds are refused."""
+    with pytest.raises(ConfigError, match="phi-bounds needs 0 < ZETA < MAX"):
+        cfg(algo="fedlamb", phi_bounds="2,2")
+    assert cfg(algo="fedlamb", phi_bounds="2,2.5").phi_values() == (2.0, 2.5)
+
+
+def test_mimelamb_server_v_is_an_ema_of_the_squared_full_batch_gradients():
+    """Mime-LAMB's server (Alg. 1, lines 17, 21-23): round 1 v_1 = (1 - b2) g_1^2, round 2
+    v_2 = b2 v_1 + (1 - b2) g_2^2, v_hat = max(v_hat_0 = eps, v_1, v_2); g_r: the cohort's mean full-batch gradient."""
+    sim = Simulation(cfg(algo="mimelamb", lr=0.02, rounds=2, eps=1e-8)).setup()
+    orig, grads = sim.server.end_round, []
+
+    def spy(s, cohort):
+        grads.append({n: g.clone() for n, g in sim.server.grad.items()})
+        orig(s, cohort)
+
+    sim.server.end_round = spy
+    sim.run()
+    assert len(grads) == 2
+    for n, g2 in grads[1].items():
+        g1 = grads[0][n]
+        v1 = 0.001 * g1 * g1
+        v2 = 0.999 * v1 + 0.001 * g2 * g2
+        torch.testing.assert_close(sim.server.v[n], v2, rtol=1e-5, atol=1e-14)
+        torch.testing.assert_close(sim.server.vhat[n], torch.maximum(v1.clamp(min=1e-8), v2), rtol=1e-5, atol=1e-14)
+
+
+def test_mime_clients_past_their_last_step_do_not_move():
+    """Mime under --local-epochs with unequal clients: a client whose epoch is over (active False) keeps its
+    parameters bitwise at every later step, while the others keep training."""
+    sim = Simulation(cfg(algo="mime", lr=0.003, rounds=2, partition="dirichlet", alpha=0.5)).setup()
+    orig, frozen_steps = sim.local_step.step, []
+
+    def spy(cohort, grads, lr, active=None):
+        before = {n: p.clone() for n, p in cohort.params.items()}
+        orig(cohort, grads, lr, active)
+        if active is not None and not bool(active.all()):
+            idle = ~active
+            for n, p in cohort.params.items():
+                assert torch.equal(p[idle], before[n][idle]), n
+            assert any(not torch.equal(p[active], before[n][active]) for n, p in cohort.params.items())
+            frozen_steps.append(int(idle.sum()))
+
+    sim.local_step.step = spy
+    sim.run()
+    assert frozen_steps  # the partition is unequal: some steps had frozen clients
+
+
+def test_bounded_scaling_function_by_hand():
+    """Assumption 4: phi(a) = min(a + zeta, phi_max); zeta = 0.5, phi_max = 2: phi(0) = 0.5, phi(1) = 1.5, phi(5) = 2."""
+    phi = adaptive.scaling_function((0.5, 2.0))
+    assert phi(torch.tensor([0.0, 1.0, 5.0])).tolist() == [0.5, 1.5, 2.0]
+
+
+def test_adam_server_second_update_by_hand():
+    """Adp-Fed (Reddi et al. 2021): m = b1 m + (1 - b1) Delta, v = b2 v + (1 - b2) Delta^2, x += lr m / (sqrt(v) + tau)."""
+    server = adaptive.AdamServer(TrainConfig(beta1=0.9, beta2=0.999, server_lr=0.1, server_eps=1e-3))
+    x1 = server.update("w", torch.tensor([1.0]), torch.tensor([1.5]))  # Delta 0.5: m 0.05, v 2.5e-4
+    x2 = server.update("w", x1, x1 + 1.0)  # Delta 1
+    m2 = 0.9 * 0.05 + 0.1 * 1.0            # 0.145
+    v2 = 0.999 * 2.5e-4 + 0.001 * 1.0      # 1.24975e-3
+    want = 1 + 0.1 * 0.05 / (math.sqrt(2.5e-4) + 1e-3) + 0.1 * m2 / (math.sqrt(v2) + 1e-3)
+    torch.testing.assert_close(x2, torch.tensor([want]))
+
+
+def test_beta1_below_one():
+    """b1 in [0, 1): b1 = 1 would freeze m at its initial value."""
+    with pytest.raises(ConfigError, match="beta1"):
+        cfg(algo="fedlamb", beta1=1.0)
+    assert cfg(algo="fedlamb", beta1=0.0).beta1 == 0.0

@@ -179,7 +179,7 @@ def test_relaxed_run_matches_an_independent_replay(recorded_run):
     assert len(rows) == len(adjustments) * len(layers)
     for k, (r, it, d, iv) in enumerate(adjustments):
         group = rows[k * len(layers):(k + 1) * len(layers)]
-        assert [int(x["round"]) for x in group] == [r + 1] * len(layers)  # rounds done (the 0-based round that ended + 1)
+        assert [int(x["round"]) for x in group] == [r + 1] * len(layers)  # rounds done (0-based round r ended), as metrics.csv
         assert [int(x["iteration"]) for x in group] == [it] * len(layers)
         assert [int(x["interval"]) for x in group] == iv
         for x, dl in zip(group, d):

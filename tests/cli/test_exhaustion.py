@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from test_signals import ENV, TINY, paused_child
+from signalkit import ENV, TINY, paused_child
 
 
 def rows(path: Path) -> list[dict]:

@@ -215,7 +215,7 @@ DISK_GOLDEN = ["preset-ditto", "preset-scaffold", "preset-fedala", "preset-fedam
 
 @pytest.mark.timeout(600)
 def test_golden_records_hold_with_client_state_on_disk(tmp_path, monkeypatch):
-    import goldenkit as g
+    import goldenkit as g  # g.run reads goldenkit.RUNS: the patched runs are the ones run
 
     runs = {name: [*g.RUNS[name], "--client-state", "disk"] for name in DISK_GOLDEN}
     monkeypatch.setattr(g, "RUNS", runs)

@@ -263,7 +263,7 @@ CHUNKED = ["preset-fedavg", "preset-fedprox", "preset-fedphp", "preset-ditto", "
 
 @pytest.mark.timeout(600)
 def test_cohort_chunks_give_the_unchunked_records_bitwise(tmp_path, monkeypatch):
-    import goldenkit as g
+    import goldenkit as g  # g.run reads goldenkit.RUNS: the patched runs are the ones run
 
     runs = {name: [*g.RUNS[name], "--cohort-chunk", "1"] for name in CHUNKED}
     monkeypatch.setattr(g, "RUNS", runs)

@@ -10,9 +10,9 @@ from fedcli.cli.main import main
 from fedcli.report.core import find_sweeps, make_table
 from fedcli.report.figures import _curve, y_label
 from fedcli.report.rundata import RunData
-from test_report_fedala import make_sweep, md_rows
+from fedala_kit import make_sweep, md_rows
 
-# the hand-made sweep of test_report_fedala (2 seeds, evaluations at rounds 1-3, iterations 5, 10, 15):
+# the hand-made sweep of fedala_kit (2 seeds, evaluations at rounds 1-3, iterations 5, 10, 15):
 #   "FedAvg | A": test_acc .50 .60 .55 / .52 .58 .57, no personal_acc -> best 59.00 ± 1.41
 #   "FedALA | A": test_acc .3 everywhere; personal_acc .70 .90 .80 / .72 .86 .88 -> best 89.00 ± 1.41
 #   "FedALA | B": personal_acc .80 .70 .70 / .70 .84 .70 -> best .80 / .84

@@ -26,7 +26,7 @@ from fedcli.report.validate import validate_run
 from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.sweep import SweepLock, run_sweep
-from test_sweep import RECIPE as SWEEP_RECIPE
+from sweepkit import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")

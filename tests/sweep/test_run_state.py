@@ -9,7 +9,7 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.results.runstate import config_diff, run_state
 from fedcli.sweep import run_sweep
-from test_sweep import RECIPE
+from sweepkit import RECIPE
 
 
 def run_main(args, capsys):

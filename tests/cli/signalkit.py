@@ -1,0 +1,71 @@
+"""A ``fedcli train`` child paused at a chosen point (setup, armed, round) until the test lets it go, for the tests that
+send it real signals or take its disk away. Test modules import these from here."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+# 10 rounds of 4 iterations, a metrics row every round, a checkpoint every 3 rounds
+TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
+        "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "40", "--batch-size", "16", "--lr", "0.05",
+        "--eval-every", "4", "--checkpoint-every", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+
+# fedcli as its own command (signal handlers from the first instant), pausing at a chosen point until GO exists:
+# WHERE = setup (the run folder and its lock exist, no manifest), armed (manifest written, rounds not started),
+# round (at the start of round 3)
+CHILD = """
+import sys, time
+from pathlib import Path
+from fedcli.cli import early
+early.install(force=True)
+WHERE, GO = sys.argv[1], Path(sys.argv[2])
+READY = GO.with_name(GO.name + ".ready")
+
+def pause():
+    READY.touch()
+    while not GO.exists():
+        time.sleep(0.05)
+
+from fedcli.fl import engine
+from fedcli.results import sentinel
+if WHERE == "setup":
+    orig_setup = engine.Simulation.setup
+    def setup(self, *a, **k):
+        pause()
+        return orig_setup(self, *a, **k)
+    engine.Simulation.setup = setup
+elif WHERE == "armed":
+    orig_start = sentinel.start
+    def start(*a, **k):
+        out = orig_start(*a, **k)
+        pause()
+        return out
+    sentinel.start = start
+else:
+    orig_round = engine.Simulation.run_round
+    def run_round(self, state):
+        if state.round_idx == 2 and not GO.exists():
+            pause()
+        return orig_round(self, state)
+    engine.Simulation.run_round = run_round
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def paused_child(tmp_path: Path, where: str, out: Path, args=TINY):
+    go = tmp_path / f"go-{where}"
+    p = subprocess.Popen([sys.executable, "-c", CHILD, where, str(go), *args, "--out", str(out)], env=ENV, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = go.with_name(go.name + ".ready")
+    end = time.monotonic() + 240
+    while not ready.exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < end, "the child never reached its pause"
+        time.sleep(0.05)
+    return p, go

@@ -1,0 +1,40 @@
+"""The tiny two-run sweep recipe the sweep tests share (digits, MLP 32, 8 iterations at the smoke scale). Test modules
+import it from here."""
+
+RECIPE = """\
+title = "tiny"
+paper = "a test"
+seeds = 2
+
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "32"
+clients = 4
+active_ratio = 0.5
+iterations = 40
+lr = 0.1
+threads = 1
+trainer = "loop"
+
+[scale.smoke]
+iterations = 8
+eval_every = 2
+
+[[runs]]
+name = "FedAvg x1"
+algo = "fedavg"
+tau = 2
+
+[[runs]]
+name = "FedLAMA phi=2"
+algo = "fedlama"
+tau = 1
+phi = 2
+scale.smoke = { lr = 0.2 }
+
+[[tables]]
+name = "t"
+layout = "paired"
+rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x1", "FedLAMA phi=2"]]
+"""
