@@ -252,6 +252,10 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+# slow (not in `make test`): passes alone and with its own file, but in the whole suite the trackers' process never
+# started its MLflow run (trackers.json: mlflow last_step -1, no run id; TensorBoard logged all 40 steps) before the
+# training was killed; the cause is open (issue 27), so it runs with `make test-slow` until it is found
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env):
     import time
