@@ -38,7 +38,7 @@ class MLflowRun(Tracker):
         from mlflow.tracking import MlflowClient
 
         uri = run.saved.get("tracking_uri") or mlflow.get_tracking_uri()
-        self.client = client = MlflowClient(tracking_uri=uri)
+        self.client = client = connect(MlflowClient, uri)
         if run.saved.get("run_id"):
             self.run_id = run.saved["run_id"]
             client.update_run(self.run_id, status="RUNNING")
@@ -71,3 +71,23 @@ class MLflowRun(Tracker):
         for f in files:
             self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in (".png", ".pdf") else None)
         self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
+
+
+#: what MLflow says when two processes create the tables of one new SQL store at once (its schema migrations race)
+RACING = ("migration", "alembic", "database is locked", "already exists")
+
+
+def connect(client_class, uri: str, tries: int = 5, wait_s: float = 1.0):
+    """An MLflow client whose store is ready. The first process to open a new SQLite store migrates its schema; a
+    second one opening it meanwhile (the runs of a sweep, or a reader) fails its own migration ("Online migration
+    expected to match one row ..."): it waits and opens it again, by then migrated."""
+    for attempt in range(tries):
+        try:
+            client = client_class(tracking_uri=uri)
+            client.search_experiments(max_results=1)
+            return client
+        except Exception as e:  # noqa: BLE001 - retried only for the race above, else raised as is
+            if attempt == tries - 1 or not any(w in str(e).lower() for w in RACING):
+                raise
+            time.sleep(wait_s * (attempt + 1))
+    raise AssertionError("unreachable")

@@ -57,11 +57,13 @@ class Worker:
         self.state_warned = False
 
     def warn(self, msg: str) -> None:
-        try:
-            self.out.write(msg + "\n")
-            self.out.flush()
-        except (OSError, ValueError):
-            pass
+        """To the training (which says it once on its stderr) and into ``trackers.log``: the training may be gone."""
+        for f in (self.out, sys.stderr):
+            try:
+                f.write(msg + "\n")
+                f.flush()
+            except (OSError, ValueError):
+                pass
 
     def handle(self, msg: dict) -> None:
         getattr(self, "op_" + msg["op"])(msg)
@@ -162,7 +164,10 @@ def main(argv: list[str]) -> int:
             worker.warn(f"trackers: {type(e).__name__}: {e}")
     if not finished:  # the training process ended without saying how: keep what was sent
         worker.handle({"op": "finish", "status": "interrupted"})
-    out.flush()
+    try:
+        out.flush()
+    except (OSError, ValueError):  # the training is gone (killed): what it was sent has been handled
+        pass
     return 0
 
 
