@@ -87,12 +87,13 @@ def digits16(path: Path) -> Path:
     return path
 
 
-def run(name: str, tmp: Path) -> dict[str, str]:
+def run(name: str, tmp: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Run golden run ``name`` into ``tmp/name`` (``extra``: flags added to its own); its files as the records hold them."""
     out = tmp / name
     d16 = tmp / "digits16.npz"
     if not d16.exists():
         digits16(d16)
-    args = [a.replace("{d16}", str(d16)) for a in RUNS[name]]
+    args = [a.replace("{d16}", str(d16)) for a in RUNS[name]] + list(extra)
     try:
         code = main(["train", *args, "--out", str(out), "--quiet"])
     except SystemExit as e:
@@ -153,3 +154,18 @@ def same(stored: str, got: str, bitwise: bool) -> bool:
     if len(a) != len(b) or any(len(r) != len(q) for r, q in zip(a, b)):
         return False
     return all(cell_equal(x, y, bitwise) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
+
+
+def bitwise() -> bool:
+    """Whether the installed torch is the release the records were written under (then they must match bitwise)."""
+    import torch
+
+    return RELEASE.exists() and RELEASE.read_text().strip() == torch.__version__
+
+
+def differing(names: list[str], extra: tuple[str, ...], tmp: Path) -> list[str]:
+    """The golden runs ``names`` again with ``extra`` flags (flags that must not change a number): ``run/file`` of
+    every file that differs from its record."""
+    exact = bitwise()
+    return [f"{name}/{f}" for name in names for f, text in run(name, tmp, extra).items()
+            if not same((GOLDEN / name / f).read_text(), text, exact)]

@@ -34,6 +34,7 @@ import pytest
 
 from fedcli.fl.methods import METHODS
 from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, run, same, table
+from goldenkit import bitwise as exact_release
 
 def changes(where: str, stored: str | None, got: str) -> tuple[list[str], bool]:
     """Every changed row and cell of one file (``where row N col: old -> new``, rows counted from the header as 0),
@@ -192,7 +193,7 @@ def test_golden_records(tmp_path):
     import torch
 
     recording = os.environ.get("FEDCLI_GOLDEN_RECORD") == "1"
-    bitwise = RELEASE.exists() and RELEASE.read_text().strip() == torch.__version__
+    bitwise = exact_release()
     new = tmp_path / "golden-new"
     diffs = []
     for name in RUNS:

@@ -214,16 +214,11 @@ DISK_GOLDEN = ["preset-ditto", "preset-scaffold", "preset-fedala", "preset-fedam
 
 
 @pytest.mark.timeout(600)
-def test_golden_records_hold_with_client_state_on_disk(tmp_path, monkeypatch):
-    import goldenkit as g  # g.run reads goldenkit.RUNS: the patched runs are the ones run
+def test_golden_records_hold_with_client_state_on_disk(tmp_path):
+    from goldenkit import differing
 
-    runs = {name: [*g.RUNS[name], "--client-state", "disk"] for name in DISK_GOLDEN}
-    monkeypatch.setattr(g, "RUNS", runs)
-    bitwise = g.RELEASE.exists() and g.RELEASE.read_text().strip() == torch.__version__
-    diffs = [f"{name}/{f}" for name in runs for f, text in g.run(name, tmp_path).items()
-             if not g.same((g.GOLDEN / name / f).read_text(), text, bitwise)]
-    assert not diffs
-    assert all(any((tmp_path / name / "client-state").rglob("*.bin")) for name in runs)
+    assert not differing(DISK_GOLDEN, ("--client-state", "disk"), tmp_path)
+    assert all(any((tmp_path / name / "client-state").rglob("*.bin")) for name in DISK_GOLDEN)
 
 
 @pytest.mark.mpi
