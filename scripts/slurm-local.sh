@@ -8,9 +8,10 @@
 #
 # Idempotent: `up` on a running cluster with the same config only checks it. Needs root (the daemons run as root,
 # SlurmUser=root). The node has this machine's CPUs and memory, one partition `local` (the default); processes
-# are tracked by parent pid (proctrack/linuxproc, no cgroups needed in a container); KillWait is 5 s so that a
-# cancelled or timed-out job gets SIGTERM and, 5 s later, SIGKILL; finished jobs stay visible to `scontrol show job`
-# for an hour (MinJobAge), since a cluster without slurmdbd has no `sacct`.
+# are tracked by parent pid (proctrack/linuxproc, no cgroups needed in a container); KillWait is Slurm's default,
+# 30 s: a cancelled or timed-out job gets SIGTERM and, 30 s later, SIGKILL (a run that stops promptly ends the job at
+# once; 5 s was too short for a loaded 2-core machine); finished jobs stay visible to `scontrol show job` for an hour
+# (MinJobAge), since a cluster without slurmdbd has no `sacct`.
 set -euo pipefail
 
 CONF_DIR=/etc/slurm
@@ -64,7 +65,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
-KillWait=5
+KillWait=30
 OverTimeLimit=0
 MinJobAge=3600
 InactiveLimit=0

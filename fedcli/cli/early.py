@@ -24,7 +24,7 @@ import sys
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _CALLBACKS: list = []
-_STATE = {"usr1": False, "installed": False}
+_STATE = {"usr1": False, "installed": False, "when": "before training started"}
 
 
 def _handler(signum, frame):
@@ -41,7 +41,7 @@ def _handler(signum, frame):
             pass
     name = signal.Signals(signum).name
     try:
-        os.write(2, f"fedcli: interrupted by {name} before training started{extra}\n".encode(errors="replace"))
+        os.write(2, f"fedcli: interrupted by {name} {_STATE['when']}{extra}\n".encode(errors="replace"))
     except OSError:
         pass
     os._exit(128 + int(signum))
@@ -80,6 +80,13 @@ def done() -> None:
     if _STATE["installed"]:
         for s in STOP_SIGNALS:
             signal.signal(s, signal.SIG_IGN)
+
+
+def run_closed(closed: bool = True) -> None:
+    """The run's manifest says how it ended (``closed``; False when the next run of this process starts): a stop
+    signal from here (e.g. while the trackers upload) still ends the process at once, and its line says the results
+    are saved rather than that training had not started."""
+    _STATE["when"] = "after the run ended (its results are saved)" if closed else "before training started"
 
 
 def installed() -> bool:

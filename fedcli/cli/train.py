@@ -222,6 +222,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     from fedcli.results.rundir import RunDir
 
     root = comm.is_root
+    early.run_closed(False)
     sim, err = None, None
     try:
         sim = Simulation(cfg, comm).setup(*(data or ()))
@@ -294,65 +295,75 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     sim.add_round_hook(saver)
     if comm.size > 1:
         sim.step_hooks.append(saver.step)
-    try:
-        with progress, saver.signals():
-            sim.progress = progress
-            if state is not None:
-                progress.advance_to(state.iteration, state.round_idx)
-            saver.armed = True
-            if early.usr1_pending():  # SIGUSR1 during the setup: a checkpoint at the first round boundary
-                saver.pending = signal.SIGUSR1
-            if run_dir is not None:
-                early.forget(mark_interrupted)  # from here the Checkpointer handles signals
-            try:
-                summary = sim.run(state)
-            except checkpoint.Interrupted as e:
-                if not (e.now and saver.armed):
-                    raise
-                saver.stopping = True
-                saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
-                raise saver.stopped_now(e.signum) from None
-    except BaseException as e:
-        sim.store.close()  # the client-state files a disk store holds open
-        if run_dir is not None:
-            early.forget(mark_interrupted)
-        e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
-        if run_dir is not None:
-            stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
-            on_disk = run_dir.manifest.get("status")
-            try:
-                run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
-                               **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
-            except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
-                if isinstance(e, FedcliError):
-                    e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
-                              f"'{on_disk}'",)
-            if tracking is not None:
-                tracking.close("interrupted" if stopped else "failed")
-        sentinel.stop(watchdog)
-        if isinstance(e, (StorageError, ResourceError)):
-            raise e from None
-        raise
-    mpi_s = getattr(comm, "reduce_seconds", None)
-    if run_dir is not None:
-        extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
+    # The Checkpointer holds the stop signals until the manifest says how the run ended: a second SIGTERM (Slurm sends
+    # one to every process of the job, so a time limit can deliver two) arriving after the rounds stopped waits
+    # instead of ending the process with the manifest still 'running' (which the watchdog would then call failed).
+    with saver.signals():
         try:
-            checkpoint.save_model(sim, out / "model.pt")
-            run_dir.finish("completed", summary=summary.as_dict(), **extra)
-        except (StorageError, PlaceError) as e:
-            sentinel.stop(watchdog)
-            remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
-            msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
-            said = ""
-            try:
-                run_dir.finish("failed", error=f"StorageError: {msg}")
-            except (FedcliError, OSError) as why:
-                said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
-            raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}continue "
-                               f"with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the last checkpoint)") from None
-        if tracking is not None:
-            tracking.close("completed")
-        sentinel.stop(watchdog)
+            with progress:
+                sim.progress = progress
+                if state is not None:
+                    progress.advance_to(state.iteration, state.round_idx)
+                saver.armed = True
+                if early.usr1_pending():  # SIGUSR1 during the setup: a checkpoint at the first round boundary
+                    saver.pending = signal.SIGUSR1
+                if run_dir is not None:
+                    early.forget(mark_interrupted)  # from here the Checkpointer handles signals
+                try:
+                    summary = sim.run(state)
+                except checkpoint.Interrupted as e:
+                    if not (e.now and saver.armed):
+                        raise
+                    saver.stopping = True
+                    saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
+                    raise saver.stopped_now(e.signum) from None
+        except BaseException as e:
+            saver.stopping = True
+            sim.store.close()  # the client-state files a disk store holds open
+            if run_dir is not None:
+                early.forget(mark_interrupted)
+            e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
+            if run_dir is not None:
+                stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+                on_disk = run_dir.manifest.get("status")
+                try:
+                    run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
+                                   **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
+                except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
+                    if isinstance(e, FedcliError):
+                        e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
+                                  f"'{on_disk}'",)
+            ended, closing = e, ("interrupted" if isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt)) else "failed")
+        else:
+            ended, closing = None, "completed"
+            saver.stopping = True
+            mpi_s = getattr(comm, "reduce_seconds", None)
+            extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
+            if run_dir is not None:
+                try:
+                    checkpoint.save_model(sim, out / "model.pt")
+                    run_dir.finish("completed", summary=summary.as_dict(), **extra)
+                except (StorageError, PlaceError) as e:
+                    sentinel.stop(watchdog)
+                    remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
+                    msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
+                    said = ""
+                    try:
+                        run_dir.finish("failed", error=f"StorageError: {msg}")
+                    except (FedcliError, OSError) as why:
+                        said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
+                    raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
+                                       f"continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the "
+                                       f"last checkpoint)") from None
+    early.run_closed()  # the manifest says how the run ended: signals act at once again (the trackers may take a while)
+    if tracking is not None:
+        tracking.close(closing)
+    sentinel.stop(watchdog)
+    if ended is not None:
+        if isinstance(ended, (StorageError, ResourceError)):
+            raise ended from None
+        raise ended
+    if run_dir is not None:
         if saver.late:
             _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
                     f"(nothing to resume)")

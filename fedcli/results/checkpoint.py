@@ -443,6 +443,7 @@ class Checkpointer(RoundHook):
         self.snapshot, self.rounds_done = snapshot, state.round_idx
         if stop:
             signum = self.pending or signal.SIGTERM
+            self.stopping = True  # the checkpoint holds this boundary: a further signal has nothing left to stop
             raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
                                       f"(iteration {state.iteration}); {self.holds()}; continue with: "
                                       f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
@@ -498,8 +499,9 @@ class Checkpointer(RoundHook):
             again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
             if self.world_size > 1 and self.launcher == "mpi":  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
                 again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
-            if self.stopping:
-                return  # already stopping: let the last checkpoint be written
+            if self.stopping:  # already stopping, or closing the run: the manifest is written first
+                self.late = self.late or signum
+                return
             if signum == signal.SIGUSR1:  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
                 if self.pending is None:
                     self.pending = signum

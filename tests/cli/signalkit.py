@@ -17,7 +17,8 @@ TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", 
 
 # fedcli as its own command (signal handlers from the first instant), pausing at a chosen point until GO exists:
 # WHERE = setup (the run folder and its lock exist, no manifest), armed (manifest written, rounds not started),
-# round (at the start of round 3)
+# round (at the start of round 3), closing (in the manifest's last write), closing-stop (the same after SIGTERM in
+# round 3)
 CHILD = """
 import sys, time
 from pathlib import Path
@@ -46,6 +47,21 @@ elif WHERE == "armed":
         pause()
         return out
     sentinel.start = start
+elif WHERE.startswith("closing"):  # inside the manifest's last write (closing-stop: after a SIGTERM at round 3)
+    import os, signal
+    from fedcli.results import rundir
+    orig_finish = rundir.RunDir.finish
+    def finish(self, status, **k):
+        pause()
+        return orig_finish(self, status, **k)
+    rundir.RunDir.finish = finish
+    if WHERE == "closing-stop":
+        orig_round = engine.Simulation.run_round
+        def run_round(self, state):
+            if state.round_idx == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return orig_round(self, state)
+        engine.Simulation.run_round = run_round
 else:
     orig_round = engine.Simulation.run_round
     def run_round(self, state):

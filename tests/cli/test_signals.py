@@ -216,3 +216,28 @@ def test_the_state_of_a_run_in_progress_is_running_and_asking_changes_nothing(tm
     _, err = p.communicate(timeout=240)
     assert p.returncode == 0, err
     assert run_state(out).state == "done"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where", ["closing-stop", "closing"])
+def test_a_signal_while_the_manifest_is_written_waits_for_it(reference, tmp_path, where):
+    """Slurm signals every process of a job, so a time limit can deliver SIGTERM twice: the second one landing after
+    the rounds stopped (or ended) but before the manifest said so used to end the process with the manifest still
+    'running', which the watchdog then marked failed. Here it arrives inside that last write."""
+    out = tmp_path / "run"
+    p, go = paused_child(tmp_path, where, out)
+    code, err = finish(p, go, signal.SIGTERM)
+    assert "before training started" not in err and "Traceback" not in err, err
+    time.sleep(1.5)  # what the watchdog would have done by now
+    man = manifest(out)
+    if where == "closing-stop":
+        assert code == 143, err
+        assert man["status"] == "interrupted" and man["checkpoint"].endswith("round-000003.pt"), man
+        assert "interrupted by SIGTERM after round 3 " in err, err
+        assert main(["train", "--resume", str(out), "--quiet"]) == 0
+        assert rows(out / "metrics.csv") == rows(reference / "metrics.csv")
+    else:
+        assert code == 0, err
+        assert man["status"] == "completed", man
+        assert "SIGTERM arrived during the last round: the run finished it and completed" in err, err
+    assert (out / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()

@@ -204,7 +204,8 @@ def test_scancel_and_time_limit_then_next_call_resumes_bitwise(slurm, tmp_path, 
         assert m["status"] == "interrupted" and "SIGTERM" in m.get("error", "") + (sl / "cancelled/seed0.log").read_text()
         st = wait_for(lambda: ended(t_id), 400, "the time limit of 'timed'", every=3)
         assert st["state"] == "TIMEOUT"
-        assert json.loads((sl / "timed/seed0/manifest.json").read_text())["status"] == "interrupted"
+        m = json.loads((sl / "timed/seed0/manifest.json").read_text())
+        assert m["status"] == "interrupted", (m.get("error"), (sl / "timed/seed0.log").read_text())
         capsys.readouterr()
         assert cli("sweep", recipe, "--out", sl, "--status") == 0
         out = capsys.readouterr().out
