@@ -435,6 +435,8 @@ class Checkpointer(RoundHook):
             self.rounds_done = state.round_idx
             return  # the run ends now anyway; the final model is written instead
         snapshot = None
+        if stop:  # the boundary a stop waited for: a further signal (Slurm's srun passes the time limit's SIGTERM on
+            self.stopping = True  # as well) waits for this checkpoint instead of cutting it short
         if stop or (self.every and state.round_idx % self.every == 0):
             self.write(sim, state)
         else:
@@ -443,7 +445,6 @@ class Checkpointer(RoundHook):
         self.snapshot, self.rounds_done = snapshot, state.round_idx
         if stop:
             signum = self.pending or signal.SIGTERM
-            self.stopping = True  # the checkpoint holds this boundary: a further signal has nothing left to stop
             raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
                                       f"(iteration {state.iteration}); {self.holds()}; continue with: "
                                       f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
