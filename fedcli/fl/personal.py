@@ -28,6 +28,7 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
 
 from __future__ import annotations
 
+import math
 
 import torch
 from torch.func import functional_call
@@ -158,6 +159,7 @@ class Personalization:
         self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
         self.total = int(sum(t.numel() for t in self.test))
         self.evaluate_models = self.total > 0
+        self.client_rows: list[dict] = []  # the last evaluation's per-client numbers (clients.csv)
         if not self.evaluate_models and (sim.method.personalized or self.prefix != LOCAL):
             raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
                               "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
@@ -172,7 +174,11 @@ class Personalization:
         """Accuracy over all local test samples of all clients (each client's model on its own split);
         None without local test splits. ``--personal-clients cohort``: only the clients that trained in the last
         round (FedALA Table 7, rho = 0.5*: "the averaged results collected from the joining clients"), pooled the
-        same way; the cohort is recomputed from (seed, round), so it needs no state."""
+        same way; the cohort is recomputed from (seed, round), so it needs no state.
+
+        Each evaluated client's own numbers are kept in ``client_rows`` (``clients.csv``, :meth:`client_table`): its
+        personal model's and the global model's loss and accuracy on its local test split. ``personal_acc`` is their
+        test-sample-weighted mean: sum_i n_i acc_i / sum_i n_i."""
         if not self.evaluate_models:
             return None
         n = len(sim.client_indices)
@@ -181,22 +187,67 @@ class Personalization:
             clients = sorted(sample_cohort(sim.cfg.seed, round_idx - 1, n, sim.active))
         total = sum(int(self.test[c].numel()) for c in clients)
         mine = assign_clients(clients, sim.sizes, sim.comm.rank, sim.comm.size)
+        # the global model is a whole model only when the method synchronizes every layer (FedRep's head is local)
+        has_global = not sim.local_layers
+        stats = torch.full((len(mine), len(STAT_COLUMNS)), float("nan"), dtype=torch.float64)
         correct = 0.0
-        for c in mine:
+        for row, c in enumerate(mine):
             idx = self.test[c]
+            stats[row, 0] = float(idx.numel())
             if idx.numel() == 0:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
             own = next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
             params, buffers = own if own is not None else client_model(sim, c, self.prefix)
-            sim.model.eval()
             idx = idx.to(sim.train_x.device)
-            for s in range(0, idx.numel(), 1024):
-                part = idx[s: s + 1024]
-                out = functional_call(sim.model, (params, buffers), (sim.trainer.eval_input(sim.train_x[part]),))
-                correct += float((out.argmax(1) == sim.train_y[part]).sum())
+            stats[row, 1], stats[row, 2] = score(sim, params, buffers, idx)
+            correct += float(stats[row, 2])
+            if has_global:
+                stats[row, 3], stats[row, 4] = score(sim, sim.global_params, sim.global_buffers, idx)
+        # every client's numbers to every rank, each row from the one rank that evaluated it (exact)
+        pos = {c: i for i, c in enumerate(clients)}
+        gathered = sim.comm.client_gather(torch.nan_to_num(stats, nan=0.0), [pos[c] for c in mine], len(clients))
+        missing = sim.comm.client_gather(torch.isnan(stats).double(), [pos[c] for c in mine], len(clients))
+        gathered[missing > 0] = float("nan")
+        self.client_rows = client_table(clients, sim.sizes, gathered)
         tot = sim.comm.allreduce_(torch.tensor([correct], dtype=torch.float64))
         return float(tot[0]) / total if total else float("nan")
+
+
+#: per-client numbers of one evaluation, in the order ``Personalization.evaluate`` gathers them
+STAT_COLUMNS = ("test_samples", "personal_loss", "personal_correct", "global_loss", "global_correct")
+
+
+@torch.no_grad()
+def score(sim, params: dict, buffers: dict, idx: torch.Tensor) -> tuple[float, float]:
+    """A model (``params``, ``buffers``, unstacked) on the training-set samples ``idx`` (a client's local test split):
+    (mean cross-entropy, correct predictions), in chunks of 1024 samples."""
+    sim.model.eval()
+    loss, correct = 0.0, 0.0
+    for s in range(0, idx.numel(), 1024):
+        part = idx[s: s + 1024]
+        out = functional_call(sim.model, (params, buffers), (sim.trainer.eval_input(sim.train_x[part]),))
+        y = sim.train_y[part]
+        # per-sample losses summed in float64: a float32 sum's bits depend on the memory layout (the process count)
+        loss += float(torch.nn.functional.cross_entropy(out.float(), y, reduction="none").double().sum())
+        correct += float((out.argmax(1) == y).sum())
+    return loss / idx.numel(), correct
+
+
+def client_table(clients: list[int], train_sizes, stats: torch.Tensor) -> list[dict]:
+    """``clients.csv`` rows (README, Run directory) from the gathered ``stats`` [len(clients), STAT_COLUMNS]: per client
+    its training and test sample counts, and the personal and global model's loss and accuracy on its local test
+    split (empty where a model is not evaluated: the global one of a method that keeps layers local, a client without
+    test samples)."""
+    def cell(v: float):
+        return "" if math.isnan(v) else v
+
+    rows = []
+    for c, (n, pl, pc, gl, gc) in zip(clients, stats.tolist()):
+        rows.append({"client": c, "train_samples": int(train_sizes[c]), "test_samples": int(n),
+                     "personal_loss": cell(pl), "personal_acc": cell(pc / n) if n else "",
+                     "global_loss": cell(gl), "global_acc": cell(gc / n) if n else ""})
+    return rows
 
 
 def build_personalization(sim) -> Personalization | None:

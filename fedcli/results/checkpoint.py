@@ -12,7 +12,7 @@ and writes the last round boundary, kept in memory for that (:class:`Checkpointe
   (personal models, optimizer moments, control variates, ...), every part's ``state_dict()`` and the
   torch CPU (and CUDA) random-number generator states (dropout under ``vmap`` draws from them);
 - the length in bytes and rows of the append-only CSVs (``metrics.csv``, ``intervals.csv``,
-  ``skipped.csv``): on resume they are cut back to it, so rows written after the checkpoint are not
+  ``skipped.csv``, ``clients.csv``): on resume they are cut back to it, so rows written after the checkpoint are not
   duplicated.
 
 Cohort sampling, mini-batches and augmentation are keyed by (seed, round, client) (``fedcli.fl.rng``)
@@ -640,8 +640,8 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
 def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint."""
-    from fedcli.results.rundir import (APPEND_CSVS, INTERVALS_COLUMNS, SKIPPED_COLUMNS, AppendCSV, RunDir, git_commit,
-                                       now, rewind_csvs, versions)
+    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, SKIPPED_COLUMNS, AppendCSV, RunDir,
+                                       git_commit, now, rewind_csvs, versions)
     from fedcli.results.runlog import layer_rows
 
     run_dir = Path(run_dir)
@@ -650,7 +650,8 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
         positions.update(ckpt["csv"])
     rewind_csvs(run_dir, positions)
     rd = RunDir(run_dir)
-    for name, attr, cols in (("intervals.csv", "intervals", INTERVALS_COLUMNS), ("skipped.csv", "skipped", SKIPPED_COLUMNS)):
+    for name, attr, cols in (("intervals.csv", "intervals", INTERVALS_COLUMNS), ("skipped.csv", "skipped", SKIPPED_COLUMNS),
+                             ("clients.csv", "clients", CLIENTS_COLUMNS)):
         if (run_dir / name).exists():
             setattr(rd, attr, AppendCSV(run_dir / name, cols))
     rd.manifest = read_manifest(run_dir)

@@ -2,7 +2,7 @@
 
 - ``manifest.json``: resolved config, seeds, world size, versions, git commit, times, ``status``.
   Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).
-- ``metrics.csv`` / ``intervals.csv``: append-only; each row is flushed and fsynced when written, so a
+- ``metrics.csv`` / ``intervals.csv`` / ``skipped.csv`` / ``clients.csv``: append-only; each row is flushed and fsynced when written, so a
   crash loses at most the current round. Never rewritten in place.
 - ``layers.csv``: a per-layer summary, replaced atomically after every evaluation.
 """
@@ -27,7 +27,10 @@ METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", 
 LAYERS_COLUMNS = ["layer", "name", "kind", "numel", "syncs", "comm_params", "comm_bytes", "interval"]
 INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible", "d", "interval"]
 SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
-APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv")  # append-only files a checkpoint records the length of
+#: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
+CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
+                   "global_loss", "global_acc"]
+APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv")  # append-only files a checkpoint records the length of
 
 
 #: what ``fedcli train`` writes in a run directory besides ``.fedcli.lock`` (README, Run directory)
@@ -194,6 +197,7 @@ class RunDir:
         self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS)
         self.intervals: AppendCSV | None = None
         self.skipped: AppendCSV | None = None
+        self.clients: AppendCSV | None = None
 
     def write_manifest(self, **updates) -> None:
         self.manifest.update(updates)
@@ -223,17 +227,24 @@ class RunDir:
             self.skipped = AppendCSV(self.path / "skipped.csv", SKIPPED_COLUMNS)
         self.skipped.append(rows)
 
+    def append_clients(self, rows: list[dict]) -> None:
+        """Personalized methods: each evaluated client's numbers of one evaluation (``clients.csv``)."""
+        if self.clients is None:
+            self.clients = AppendCSV(self.path / "clients.csv", CLIENTS_COLUMNS)
+        self.clients.append(rows)
+
     def write_layers(self, rows: list[dict]) -> None:
         atomic_write(self.path / "layers.csv", csv_text(LAYERS_COLUMNS, rows))
 
     def csv_positions(self) -> dict:
         """Length (bytes, data rows) of each append-only CSV now; a file not created yet has 0 bytes."""
-        files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped}
+        files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped,
+                 "clients.csv": self.clients}
         return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
 
     def close(self) -> None:
         self.metrics.close()
-        for f in (self.intervals, self.skipped):
+        for f in (self.intervals, self.skipped, self.clients):
             if f is not None:
                 f.close()
 

@@ -4,7 +4,8 @@ so a checkpoint taken after a round records the CSVs with that round's rows).
 
 After every round :class:`RunLog` appends what the round produced (``Simulation.record``): the clients dropped by
 ``--on-diverge skip-client`` (``skipped.csv``), the schedule's interval adjustment (FedLAMA Alg. 1,
-``intervals.csv``) and, at an evaluation point, the ``metrics.csv`` row, and then replaces ``layers.csv``.
+``intervals.csv``) and, at an evaluation point, the ``metrics.csv`` row and (personalized methods) the clients' rows
+(``clients.csv``), and then replaces ``layers.csv``.
 Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a crash loses at most one round.
 """
 
@@ -56,4 +57,7 @@ class RunLog(RoundHook):
             self.run_dir.append_intervals(interval_rows(sim, rec.adjustment))
         if rec.metrics is not None:
             self.run_dir.append_metrics(rec.metrics)
+            if sim.personal is not None and sim.personal.client_rows:  # the evaluation's per-client numbers
+                at = {"round": rec.metrics["round"], "iteration": rec.metrics["iteration"]}
+                self.run_dir.append_clients([{**at, **r} for r in sim.personal.client_rows])
             self.run_dir.write_layers(layer_rows(sim))
