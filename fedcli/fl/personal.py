@@ -12,7 +12,8 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
 - **Evaluation** (``personal_acc`` in ``metrics.csv``): every client's model on its local test split
   (``partition.test``, ``--client-test-fraction``; FedALA: 0.25), accuracy over *all* local test samples
   of all clients (sum of correct predictions / sum of test samples, so larger clients weigh more).
-  The summary reports the best evaluation and its round. All clients are evaluated at every evaluation
+  The summary reports the best evaluation and its round. Each client's own numbers (sample counts, loss and
+  accuracy of its model and of the global model on its split) go to ``clients.csv`` (``client_table``). All clients are evaluated at every evaluation
   point, not only the cohort: with ``--active-ratio 1`` (FedALA's default) every client trained in the
   round; with partial participation a client keeps the model of the last round it trained in, and a
   client never sampled so far holds the current global model (it has received nothing else).

@@ -136,6 +136,11 @@ class RunData:
     def intervals(self) -> list[dict]:
         return read_csv(self.path / "intervals.csv")
 
+    @cached_property
+    def clients(self) -> list[dict]:
+        """clients.csv (personalized methods): one row per client per evaluation; [] without it."""
+        return read_csv(self.path / "clients.csv")
+
     @property
     def personalized(self) -> bool:
         """True when the run evaluated per-client models (``personal_acc`` has values)."""

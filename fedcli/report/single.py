@@ -3,7 +3,8 @@
 For each run: its learning curves (test accuracy, and ``personal_acc`` for personalized methods; train and test
 loss), its communications and data size per layer (from ``layers.csv``, FedLAMA AAAI Figures 4 and 5) and, for a
 layer-wise schedule, delta_l against 1 - lambda_l at its last interval adjustment (from ``intervals.csv``, Algorithm 1,
-FedLAMA AAAI Figure 2). Several runs give one comparison table (method, final and best accuracy, communication as %
+FedLAMA AAAI Figure 2); for a personalized run, its clients' personal accuracy across clients with the worst-10% mean
+(from ``clients.csv``, :mod:`fedcli.report.clients`). Several runs give one comparison table (method, final and best accuracy, communication as %
 of FedAvg with the run's own tau over the same iterations, bytes moved, wall time) and the same figures with one
 curve or bar per run. Labels come from each run's manifest (the method preset and parts it recorded, and its
 interval settings), never from a list of algorithm names.
@@ -17,6 +18,7 @@ import math
 from pathlib import Path
 
 from fedcli.errors import ConfigError, DataError
+from fedcli.report.clients import accuracies, worst_mean, write_clients_figure
 from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
@@ -192,6 +194,8 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
             ("iterations", "Iterations (rounds)"), ("final_acc", "Final acc."), ("best_acc", "Best acc. (iteration)")]
     if personal:
         keys += [("final_personal_acc", "Final personal acc."), ("best_personal_acc", "Best personal acc.")]
+    if any(r.clients for r in runs):
+        keys += [("worst_personal_acc", "Worst 10% clients, final")]
     keys += [("comm_m", "Comm. (M params)"), ("comm", f"Comm. vs {base.title} (params)"), ("comm_mb", "Data moved (MB)"),
              ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"), ("wall_s", "Wall time")]
     columns = [Column(k, md, latex_escape(md)) for k, md in keys]
@@ -219,6 +223,7 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
             "final_personal_acc": _pct_cell(run.accuracy("final", "personal_acc") if run.personalized else float("nan")),
             "best_personal_acc": _pct_cell(run.accuracy("best", "personal_acc") if run.personalized else float("nan")),
         }
+        cells["worst_personal_acc"] = _pct_cell(worst_mean(accuracies(run)))
         cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
         cells["comm_pct_bytes"] = _ratio_cell(run.comm_bytes, base.bytes(run))
         mp = run.comm_params / 1e6
@@ -234,6 +239,9 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
         notes.append("(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
                      "over the others.")
+    if any(r.clients for r in runs):
+        notes.append("Worst 10% clients: the mean personal accuracy of the ceil(0.1 N) clients with the lowest accuracy "
+                     "at the last evaluation (clients.csv; each client once, whatever its sample count).")
     notes.append(base.note())
     return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"), "", [Section("", [], columns, rows, meta)], notes)
 
@@ -294,6 +302,7 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
         files += draw(FigureSpec("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
                                  f"cohort client, both directions, everything that travels for the layer): {what}",
                                  panels=[panel]), keyed, out_dir)
+    files += write_clients_figure(runs, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
     lama = [(str(r.path), lab, r) for r, lab in zip(runs, labels) if r.intervals]
     if lama:
         panels = [Panel(title=f"{lab} ({r.path.name})" if len(lama) > 1 else "", runs=[k], labels=[lab]) for k, lab, r in lama]
