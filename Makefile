@@ -69,11 +69,11 @@ reproduce-fedlama:
 
 # Fed-LAMB claim (c), "Fed-LAMB reaches a target accuracy in fewer rounds than Fed-AMS", on the MNIST test split
 # beside the repo (cpu scale, about 10 min on 2 cores): tables, figure and the command in results/reproduce/fedlamb/
-FEDLAMB_SWEEP := results/claim-rounds-to-target-cpu
 FEDLAMB_OUT   := results/reproduce/fedlamb
+FEDLAMB_SWEEP := $(FEDLAMB_OUT)/runs
 reproduce-fedlamb:
-	$(PY) -m fedcli sweep recipes/fedlamb/claim-rounds-to-target.toml --scale cpu --jobs 2 || test $$? -eq 4  # 4: diverged runs, a result the report counts
 	@mkdir -p $(FEDLAMB_OUT)
+	$(PY) -m fedcli sweep recipes/fedlamb/claim-rounds-to-target.toml --scale cpu --jobs 2 --out $(FEDLAMB_SWEEP) || test $$? -eq 4  # 4: diverged runs, a result the report counts
 	$(PY) -m fedcli report $(FEDLAMB_SWEEP) --table claim-c-rounds-to-90 > $(FEDLAMB_OUT)/rounds-to-90.md
 	$(PY) -m fedcli report $(FEDLAMB_SWEEP) --table claim-c-accuracy > $(FEDLAMB_OUT)/accuracy.md
 	$(PY) -m fedcli report $(FEDLAMB_SWEEP) --figures $(FEDLAMB_OUT)/figures

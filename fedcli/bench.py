@@ -122,7 +122,7 @@ def initial_model(cfg, dataset) -> torch.nn.Module:
     from fedcli.fl.engine import build_run_model
     from fedcli.fl.rng import key
 
-    torch.manual_seed(key(cfg.seed, "init"))
+    torch.manual_seed(key(cfg.model_seed(), "init"))  # --init-seed (default: --seed)
     return build_run_model(cfg, dataset)
 
 

@@ -55,7 +55,7 @@ class GeneralConfig:
     personal_clients: str = opt("all", "Personalized evaluation (personal_acc) over every client's model, or only the clients that trained in the evaluated round (cohort: FedALA Table 7's rho = 0.5*).", choices=["all", "cohort"], group="personalized")
     min_size: int = opt(10, "Dirichlet: minimum samples per client (FedML's retry loop).", lo=1, group="partition")
     # model
-    model: str = opt("mlp", "Model: mlp, cnn4, femnist_cnn, lamb_cnn, resnet20, wrn, resnet18, fasttext; your own: package.module:Factory or path/to/file.py:Factory, called as Factory(input_shape, num_classes).", group="model")
+    model: str = opt("mlp", "Model: mlp, cnn4, femnist_cnn, lamb_cnn, resnet20, wrn, resnet18, resnet18-cifar (3x3 stem, no max-pool), fasttext; your own: package.module:Factory or path/to/file.py:Factory, called as Factory(input_shape, num_classes).", group="model")
     wrn_depth: int = opt(28, "Wide-ResNet depth (6n+4).", lo=10, group="model")
     wrn_width: int = opt(10, "Wide-ResNet width factor.", lo=1, group="model")
     mlp_hidden: str = opt("200,200", "MLP hidden sizes, comma separated.", group="model")
@@ -85,6 +85,7 @@ class GeneralConfig:
     init: str = opt("", "Override the method's local initialization: overwrite | ala (ALA on any method; it is then evaluated on each client's local model, personal_acc).", group="personalized")
     # run
     seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")
+    init_seed: int = opt(-1, "Seed of the initial model only (-1: --seed): runs of several --seed values with one --init-seed start from the same model and differ in everything else (Fed-LAMB: three runs from the same initialization).", lo=-1, group="run")
     eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
     device: str = opt("auto", "Device: cpu, cuda (each process takes GPU local-rank mod visible GPUs: MPI ranks by their node-local rank, --workers one each), cuda:K (GPU K on every process), or auto (cuda when available).", group="run")
     trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto (CPU: loop for convolutional models, vmap otherwise; CUDA: vmap).", choices=["auto", "vmap", "loop"], group="run")
@@ -163,6 +164,10 @@ class GeneralConfig:
             if needs:
                 raise ConfigError(f"--algo {self.algo} needs every client in every round (a cross-silo method: its "
                                   f"{' and '.join(needs)}): use --active-ratio 1, not {self.active_ratio}", key="active_ratio")
+
+    def model_seed(self) -> int:
+        """The seed of the initial model: ``--init-seed``, or ``--seed`` when it is -1 (the default)."""
+        return self.seed if self.init_seed < 0 else self.init_seed
 
     def hidden_sizes(self) -> tuple[int, ...]:
         try:

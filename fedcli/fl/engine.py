@@ -243,7 +243,7 @@ class Simulation:
                               f"round, fewer than the {self.comm.size} {how}: each process trains at least one client of "
                               f"every round; use at most {self.active} processes, or more clients per round", key="active_ratio")
 
-        torch.manual_seed(key(cfg.seed, "init"))
+        torch.manual_seed(key(cfg.model_seed(), "init"))  # --init-seed (default: --seed)
         self.model = build_run_model(cfg, dataset).to(self.device)
         self.layers = layer_info(self.model)
         self.global_params = {n: p.detach().clone() for n, p in self.model.named_parameters()}

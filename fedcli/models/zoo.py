@@ -341,6 +341,21 @@ def resnet18(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> 
     return model
 
 
+@register_model("resnet18-cifar")
+def resnet18_cifar(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
+    """ResNet-18 with the CIFAR stem that 32x32 work uses (He et al. 2016 Sec. 4.2 applied to ResNet-18, as in the
+    common CIFAR ResNet-18 code): the torchvision ResNet-18 with its first convolution a 3x3 stride-1 padding-1
+    convolution (64 channels, no bias) and no max-pool, so the 4 stages see 32, 16, 8 and 4 pixels instead of
+    8, 4, 2 and 1. 11,173,962 parameters for 10 classes (the ImageNet stem's 7x7 convolution has 9,408, this one
+    1,728). Random init; ReLUs out-of-place (``torch.func``)."""
+    c, _, _ = _image_shape("resnet18-cifar", input_shape)
+    model = resnet18(input_shape, num_classes, **options)
+    model.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # torchvision's init of conv1
+    model.maxpool = nn.Identity()
+    return model
+
+
 # ----------------------------------------------------------------------------- Fed-LAMB MNIST CNN
 
 
