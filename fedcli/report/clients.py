@@ -9,6 +9,9 @@ personalized FL ask how the worst clients fare. For each run, the clients' perso
 - a **figure** (``clients.png``): left, the empirical CDF of the clients' accuracies (the fraction of clients at or
   below an accuracy), one step curve per run with its worst-10% mean as a dashed vertical line; right, one box per
   run (median, quartiles, whiskers to 1.5 IQR) with every client as a dot and the worst-10% mean as a diamond.
+
+In a sweep the figure is a recipe's ``[[figures]]`` entry of ``kind = "clients"`` (:func:`panel_clients`): one box per
+run over the clients of all its seeds, and the worst-10% mean per seed, mean +- std over the seeds.
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ def accuracies(run, which: str = "final", column: str = "personal_acc") -> list[
     return [float(r[column]) for r in evaluation_rows(run, which) if isinstance(r.get(column), (int, float))]
 
 
+def _box(ax, pos: float, values: list[float], look: dict) -> None:
+    """One box (median, quartiles, whiskers to 1.5 IQR) at ``pos`` in the run's colour, with every value as a dot."""
+    parts = ax.boxplot([values], positions=[pos], widths=0.5, showfliers=False, patch_artist=True)
+    parts["boxes"][0].set_facecolor(look["color"])
+    parts["boxes"][0].set_alpha(0.3)
+    ax.scatter([pos + 0.18 * ((k % 7) / 6.0 - 0.5) for k in range(len(values))], values, s=9, color=look["color"],
+               alpha=0.7, zorder=3)
+
+
 def clients_figure(runs: list, labels: list[str], which: str = "final"):
     """(figure, caption) of the clients' personal accuracy across clients for the ``runs`` (RunData) that have
     clients.csv; None when none has."""
@@ -76,13 +88,8 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
     cdf.set_ylim(0.0, 1.02)
     style.legend_below(cdf, len(have))
     pos = list(range(1, len(have) + 1))
-    parts = box.boxplot(data, positions=pos, widths=0.5, showfliers=False, patch_artist=True)
-    for patch, look in zip(parts["boxes"], looks):
-        patch.set_facecolor(look["color"])
-        patch.set_alpha(0.3)
     for p, acc, w, look in zip(pos, data, worst, looks):
-        jitter = [p + 0.18 * ((i % 7) / 6.0 - 0.5) for i in range(len(acc))]
-        box.scatter(jitter, acc, s=9, color=look["color"], alpha=0.7, zorder=3)
+        _box(box, p, acc, look)
         box.scatter([p], [w], marker="D", s=40, color="black", zorder=4, label="worst-10% mean" if p == 1 else None)
     box.set_xticks(pos)
     box.set_xticklabels([lab for _, lab in have], rotation=20, ha="right", fontsize=8)
@@ -107,3 +114,38 @@ def write_clients_figure(runs: list, labels: list[str], out_dir: str | Path) -> 
         return []
     fig, caption = made
     return save(fig, Path(out_dir), "clients", caption)
+
+
+def panel_clients(ax, panel, runs: dict) -> str:
+    """A sweep figure's ``clients`` panel (``runs``: run name -> {seed: RunData}): per run, one box over the clients
+    of every seed at each seed's last evaluation (dots: the clients), and the worst-10% mean of each seed, mean +- std
+    over the seeds (black diamond, error bar). Returns the panel's description for the caption."""
+    from fedcli.report import style
+    from fedcli.report.aggregate import mean_std
+
+    reps = [next(iter(runs[name].values())) for name in panel.runs]
+    looks = style.styles(reps, list(panel.labels) or None)
+    pos, said = [], []
+    for i, (name, look) in enumerate(zip(panel.runs, looks), start=1):
+        per_seed = [accuracies(run) for _, run in sorted(runs[name].items())]
+        pooled = [100.0 * a for accs in per_seed for a in accs]
+        if not pooled:
+            continue
+        worst = mean_std(100.0 * worst_mean(accs) for accs in per_seed if accs)
+        _box(ax, i, pooled, look)
+        ax.errorbar([i], [worst.mean], yerr=[worst.std if worst.n > 1 else 0.0], fmt="D", color="black", markersize=6,
+                    capsize=3, zorder=4, label="worst-10% mean" if not pos else None)
+        pos.append((i, look["label"]))
+        spread = f" ± {worst.std:.2f}" if worst.n > 1 else ""
+        said.append(f"{look['label']}: worst 10% {worst.mean:.2f}%{spread} over {worst.n} seed(s), "
+                    f"{len(pooled)} client results")
+    ax.set_xticks([p for p, _ in pos])
+    ax.set_xticklabels([lab for _, lab in pos], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("Personal accuracy of a client (%),\nits model on its local test split")
+    ax.grid(alpha=0.3, axis="y")
+    if pos:
+        ax.legend(loc="lower right", fontsize=8, frameon=False)
+    return ("Personal accuracy across clients at each seed's last evaluation (clients.csv): a box per run over the "
+            "clients of all its seeds (median, quartiles, whiskers to 1.5 IQR; dots: the clients), the black diamond the "
+            "mean over the seeds of each seed's worst-10% mean (ceil(0.1 N) clients), with its std; "
+            + "; ".join(said or ["no run of this panel has clients.csv"]))

@@ -10,6 +10,8 @@
   Figure 3, AAAI Figure 5), in M params.
 - ``delta-lambda``: delta_l (Eq. 3) and 1 - lambda_l (Eq. 4) along the layers sorted by d_l, at one
   interval adjustment of a FedLAMA run (arXiv Figure 1, AAAI Figure 2), with the cross point marked.
+- ``clients``: personalized runs' personal accuracy across clients (clients.csv), the worst-10% mean marked
+  (:mod:`fedcli.report.clients`).
 
 No figure has a suptitle: its description (paper, title, notes, what was drawn) goes into ``NAME.txt`` beside
 ``NAME.png`` and ``NAME.pdf``, for a caption.
@@ -204,6 +206,10 @@ def build(spec: FigureSpec, runs: dict, x: str | None = None):
             _panel_layers(ax, panel, runs, spec.kind, "params" if spec.y == "params" else "bytes", spec.log)
         elif spec.kind == "delta-lambda":
             described.append(_panel_delta_lambda(ax, panel, runs, spec))
+        elif spec.kind == "clients":
+            from fedcli.report.clients import panel_clients
+
+            described.append(panel_clients(ax, panel, runs))
         ax.set_title(panel.title or "", fontsize=10)
     caption = " — ".join(t for t in (spec.paper, spec.title) if t)
     caption = ". ".join(t for t in (caption, *described, spec.notes) if t)

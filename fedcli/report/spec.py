@@ -72,7 +72,8 @@ Figures (``kind``): ``curves`` (accuracy against ``x``: ``"iterations"`` (defaul
 older spellings of the first three; mean and std band over seeds), ``layer-syncs`` (communications per layer),
 ``layer-size`` (data moved per layer in MB; ``y = "params"``: Eq. 8's data size) and
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
-adjustment in ``intervals.csv``). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
+adjustment in ``intervals.csv``) and ``clients`` (personalized runs: personal accuracy across clients at the last
+evaluation, from ``clients.csv``, the worst-10% mean marked). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
 and a ``title``; the shorthand is ``runs``/``run`` at figure level.
 """
 
@@ -84,7 +85,7 @@ from dataclasses import dataclass, field
 from fedcli.errors import ConfigError
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
-KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda")
+KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "clients")
 ACCURACY = ("best", "final")
 X_AXES = ("iterations", "rounds", "params", "bytes", "iteration", "round", "comm")  # the last three: older spellings
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for

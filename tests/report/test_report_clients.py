@@ -52,3 +52,28 @@ def test_no_clients_figure_without_personalized_runs(runs, tmp_path):
     files = {p.name for p in write_figures([runs["fedavg"]], tmp_path)}
     assert "clients.png" not in files
     assert "worst_personal_acc" not in [c.key for c in comparison_table([runs["fedavg"]]).sections[0].columns]
+
+
+def test_sweep_figure_kind_clients(tmp_path):
+    """A recipe's ``kind = "clients"`` figure: a box per run over its seeds' clients, the worst-10% mean per seed
+    averaged over the seeds (worked out here from each seed's clients.csv)."""
+    from fedcli.report.figures import draw
+    from fedcli.report.spec import FigureSpec, Panel
+
+    seeds = {}
+    for seed in (0, 1):
+        cfg = TrainConfig(**{**PERSONAL_BASE, "algo": "fedavg-c", "clients": 10, "seed": seed,
+                             "out": str(tmp_path / f"s{seed}")}).validate()
+        run_train(cfg, quiet=True)
+        seeds[seed] = load_run(tmp_path / f"s{seed}")
+    worst = []
+    for seed in (0, 1):
+        with open(tmp_path / f"s{seed}" / "clients.csv") as f:
+            last = sorted(float(r["personal_acc"]) for r in csv.DictReader(f) if r["round"] == "2")
+        worst.append(100 * last[0])  # 10 clients: the worst one
+    spec = FigureSpec("clients-fig", "clients", title="across clients", panels=[Panel(runs=["FedAvg-C"])])
+    files = draw(spec, {"FedAvg-C": seeds}, tmp_path / "figs")
+    assert sorted(p.name for p in files) == ["clients-fig.pdf", "clients-fig.png", "clients-fig.txt"]
+    caption = (tmp_path / "figs" / "clients-fig.txt").read_text()
+    mean = sum(worst) / 2
+    assert f"worst 10% {mean:.2f}%" in caption and "over 2 seed(s), 20 client results" in caption
