@@ -84,6 +84,23 @@ def test_clients_csv_by_hand(tmp_path):
     assert pooled == pytest.approx(float(read(tmp_path / "run" / "metrics.csv")[-1]["personal_acc"]), abs=1e-12)
 
 
+def test_ala_on_any_method_writes_clients_csv(tmp_path):
+    """--init ala makes FedAvg personalized (evaluated on the clients' models): it gets clients.csv too, also when only
+    the round's cohort is pooled (--personal-clients cohort: the rows are that cohort's clients)."""
+    cfg = TrainConfig(**{**PERSONAL_BASE, "algo": "fedavg", "init": "ala", "ala_num_pre_loss": 3, "active_ratio": 0.5,
+                         "personal_clients": "cohort", "out": str(tmp_path / "a")}).validate()
+    run_train(cfg, quiet=True)
+    rows, metrics = read(tmp_path / "a" / "clients.csv"), read(tmp_path / "a" / "metrics.csv")
+    from fedcli.fl.cohort import sample_cohort
+
+    for m in metrics:
+        mine = [r for r in rows if r["round"] == m["round"]]
+        assert [int(r["client"]) for r in mine] == sorted(sample_cohort(0, int(m["round"]) - 1, 4, 2))
+        n = [int(r["test_samples"]) for r in mine]
+        correct = [round(float(r["personal_acc"]) * k) for r, k in zip(mine, n)]
+        assert sum(correct) / sum(n) == pytest.approx(float(m["personal_acc"]), abs=1e-12)
+
+
 def test_not_personalized_writes_no_clients_csv(tmp_path):
     run_train(TrainConfig(**{**PERSONAL_BASE, "algo": "fedavg", "out": str(tmp_path / "a")}).validate(), quiet=True)
     assert not (tmp_path / "a" / "clients.csv").exists()
