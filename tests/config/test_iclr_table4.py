@@ -19,7 +19,7 @@ def test_the_iclr_groups_and_learning_rates():
     for r in recipe.runs:
         v = r.values
         assert (v["dataset"], v["model"], v["clients"], v["batch_size"], v["iterations"]) == ("cifar10", "resnet20", 128, 32, 6000)
-        assert v["partition"] == "dirichlet" and v["weighting"] == "samples"  # ICLR Algorithm 2: p_i = n_i / n
+        assert v["partition"] == "dirichlet" and v["weighting"] == "uniform"  # the authors' code, as the arXiv recipe
         assert v["lr"] == GROUPS[(v["active_ratio"], v["alpha"])]
         seen.setdefault((v["active_ratio"], v["alpha"]), set()).add((v["algo"], v["tau"], v.get("phi")))
     assert set(seen) == set(GROUPS)
