@@ -129,7 +129,8 @@ def initial_model(cfg, dataset) -> torch.nn.Module:
 def client_plan(cfg, round_idx: int, client: int, indices):
     """Client ``client``'s mini-batches of round ``round_idx`` (fedcli's plan, keyed by seed, round, client):
     index rows [steps, B] and sample weights (0 for padding), the steps of ``epoch_steps``."""
-    from fedcli.fl.cohort import epoch_steps, make_plan
+    from fedcli.fl.budget import epoch_steps
+    from fedcli.fl.cohort import make_plan
 
     steps = epoch_steps(int(indices[client].numel()), cfg.local_epochs, cfg.batch_size, cfg.drop_last)
     plan = make_plan(cfg.seed, round_idx, [client], indices, steps, cfg.batch_size, None, cfg.drop_last)
@@ -441,7 +442,7 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
 def _round_samples(cfg) -> int:
     """Training samples of one round (every client's ``epoch_steps`` batches of B)."""
     _, partition = __import__("fedcli.data.setup", fromlist=["x"]).load_data_and_partition(cfg)
-    from fedcli.fl.cohort import epoch_steps
+    from fedcli.fl.budget import epoch_steps
 
     return sum(epoch_steps(len(ix), cfg.local_epochs, cfg.batch_size, cfg.drop_last) * cfg.batch_size for ix in partition.train)
 

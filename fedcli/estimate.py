@@ -157,21 +157,17 @@ def _load_facts(cfg: dict) -> DataFacts | None:
 
 
 def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
-    """Client steps of local training over the whole run (None when the data size it needs is unknown)."""
-    from fedcli.fl.cohort import epoch_steps
-    from fedcli.fl.methods import METHODS
+    """Client steps of local training over the whole run (``fedcli.fl.budget.plan_run`` over clients of the nominal
+    mean size; None when the data size it needs is unknown)."""
+    from fedcli.config import TrainConfig
+    from fedcli.fl.budget import plan_run, schedule_round_length
 
-    cohort = max(1, int(round(cfg["active_ratio"] * cfg["clients"])))
-    if not cfg.get("rounds"):
-        return cfg["iterations"] * cohort
-    if cfg.get("local_epochs"):
-        if facts is None or facts.n_train is None:
-            return None
-        n_i = facts.n_train * (1 - cfg.get("client_test_fraction", 0.0)) / cfg["clients"]
-        return cfg["rounds"] * cohort * epoch_steps(n_i, cfg["local_epochs"], cfg["batch_size"], cfg.get("drop_last", False))
-    schedule = cfg.get("schedule") or METHODS[cfg["algo"]].schedule
-    period = cfg["tau"] * cfg["phi"] if schedule == "lama" else cfg["tau"]
-    return cfg["rounds"] * cohort * period
+    c = TrainConfig(**cfg)
+    sizes = None
+    if facts is not None and facts.n_train is not None:
+        sizes = [facts.n_train * (1 - c.client_test_fraction) / c.clients] * c.clients
+    plan = plan_run(c, schedule_round_length(c), sizes, active=max(1, int(round(c.active_ratio * c.clients))))
+    return None if plan.expected_client_steps is None else int(round(plan.expected_client_steps))
 
 
 def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, float]:
@@ -242,7 +238,7 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
     steps_cache: dict = {}
 
     def run_estimate(cfg: dict) -> tuple[float, int] | None:
-        facts = data_facts(cfg, need_size=bool(cfg.get("rounds") and cfg.get("local_epochs")), cache=cache)
+        facts = data_facts(cfg, need_size=bool(cfg.get("local_epochs")), cache=cache)
         if facts is None:
             return None
         n = client_steps(cfg, facts)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import sys
@@ -374,19 +373,10 @@ def estimate_work(cfg, dataset, partition) -> WorkEstimate:
     """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedcli.fl.cohort import epoch_steps
+    from fedcli.fl.budget import plan_run, schedule_round_length
     from fedcli.fl.engine import build_run_model
 
-    n = len(partition.train)
-    active = max(1, int(round(cfg.active_ratio * n)))
-    sizes = [len(ix) for ix in partition.train]
-    if cfg.local_epochs:
-        per_client = sum(epoch_steps(s, cfg.local_epochs, cfg.batch_size, cfg.drop_last) for s in sizes) / max(1, n)
-        steps = (cfg.rounds or math.ceil(cfg.iterations / max(1.0, per_client))) * active * per_client
-    elif cfg.rounds:
-        steps = cfg.rounds * active * cfg.tau
-    else:
-        steps = cfg.iterations * active
+    steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
     try:
         with torch.random.fork_rng(devices=[]):
             model = build_run_model(cfg, dataset)

@@ -144,13 +144,6 @@ def stream(purpose: str) -> Stream:
     return PURPOSES.get(purpose) or Stream(purpose, purpose + ".augment")
 
 
-def epoch_steps(n: int, epochs: float, batch: int, drop_last: bool = False) -> int:
-    """Local steps of ``epochs`` epochs over a client's ``n`` samples in batches of ``batch``: ceil(E * n / B), or with
-    ``drop_last`` (each epoch floor(n / B) full batches, as PyTorch's ``DataLoader(drop_last=True)``)
-    ceil(E * floor(n / B)). At least 1: a client with fewer samples than a batch runs one padded batch."""
-    return max(1, math.ceil(epochs * (n // batch) if drop_last else epochs * n / batch))
-
-
 def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Generator, drop_last: bool = False):
     """``steps`` mini-batches from one client's sample indices: consecutive slices of reshuffled epochs.
 
