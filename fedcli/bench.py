@@ -174,7 +174,7 @@ def run_fedcli_rounds(setting: dict) -> dict:
     """``fedcli train`` in this process with the worker pool it would choose; round times from metrics.csv."""
     import csv
 
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
     from fedcli.comm.workers import launch
 
@@ -330,7 +330,7 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
     local training (FedAvg, LOCAL_STEPS steps per round, all clients active), median round after the first."""
     import csv
 
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
     from fedcli.comm.workers import launch
     from fedcli.config import TrainConfig

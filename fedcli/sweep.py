@@ -294,7 +294,7 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     another process count, ...), the run starts again from scratch."""
     import contextlib
 
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
     from fedcli.config import TrainConfig
 
     t0 = time.perf_counter()
@@ -384,7 +384,7 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None) -> No
 
         join_sweep(workers_lock, parent, _orphaned)  # hold the sweep folder while alive; die with the sweep
 
-    importlib.import_module("fedcli.cli.train")  # import torch once per worker, not once per run
+    importlib.import_module("fedcli.runner")  # import torch once per worker, not once per run
     _memoize_datasets()
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # between runs a time-limit warning has nothing to stop; a training
     # in progress handles it (checkpoint at its round boundary, fedcli/results/checkpoint.py)

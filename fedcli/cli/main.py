@@ -97,7 +97,7 @@ def _mpi_comm():
 def _abort_job(e: BaseException, code: int) -> None:
     """Under MPI, an error on one rank ends the whole job (no hang) and marks the run failed."""
     from fedcli.cli.console import err_console
-    from fedcli.cli.train import ACTIVE_RUN
+    from fedcli.runner import ACTIVE_RUN
     from fedcli.results.sentinel import mark_failed
 
     comm = _mpi_comm()

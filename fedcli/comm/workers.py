@@ -264,7 +264,7 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, dat
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
     from fedcli.config import TrainConfig
 
     comm = PoolCommunicator(rank, size, [conn], arena)

@@ -170,4 +170,4 @@ def test_nothing_but_the_engine_writes_the_simulation(monkeypatch, tmp_path):
         if not name.startswith("workers"):  # worker processes write their own copies, outside this process
             run(name, tmp_path)
     assert "fl/engine.py" in writers and len(writers["fl/engine.py"]) > 20
-    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"cli/train.py": {"progress"}}
+    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"runner.py": {"progress"}}
