@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcli.cli import early
+from fedcli import early
 from fedcli.cli.console import TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
 
@@ -227,7 +227,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             run_dir.start({**sim.manifest(), "pids": pids, "devices": devices})
         resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
 
-        def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/cli/early.py)
+        def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/early.py)
             run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
             sentinel.stop(watchdog)
             return f"; the run is marked interrupted; continue with: {resume_cmd}"
