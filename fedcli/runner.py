@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcli import early
-from fedcli.cli.console import TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
 
 if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
@@ -121,14 +121,52 @@ def _discarder(out: Path, created: bool):
     return discard
 
 
+class NoProgress:
+    """A run's progress that shows nothing (:meth:`RunView.progress`)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, row: dict) -> None:
+        pass
+
+    def advance_to(self, iteration: int, round_idx: int) -> None:
+        pass
+
+
+class RunView:
+    """What a run says while it runs. This one (``fedcli sweep``, ``fedcli bench``, the worker processes, programs that
+    import fedcli) says notes and warnings as plain ``fedcli: ...`` lines on stderr and shows no header, progress or
+    summary table; ``fedcli train`` passes its terminal view (``fedcli/cli/train.py``)."""
+
+    def notice(self, msg: str) -> None:
+        print(f"fedcli: {msg}", file=sys.stderr, flush=True)
+
+    def header(self, text: str, progress: str) -> None:
+        """The run's one-line description (``describe``), before the rounds; ``progress``: the ``--progress`` mode."""
+
+    def progress(self, cfg, sim, *, enabled: bool, mode: str):
+        """A context manager called with each metrics row (``sim.progress``), ``advance_to`` on a resume."""
+        return NoProgress()
+
+    def loaded(self) -> None:
+        """The run is set up (the data and the model are loaded)."""
+
+    def summary(self, cfg, summary, out: Path) -> None:
+        """The closing summary of a completed run (not with ``as_json``: a JSON line instead)."""
+
+
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False, data=None, progress: str = "auto"):
+              resume: bool = False, data=None, progress: str = "auto", view: RunView | None = None):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
     ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
-    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode)."""
+    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``view``: what the run says (:class:`RunView`)."""
     from fedcli.comm.communicator import Communicator
 
     comm = comm or Communicator()
@@ -143,7 +181,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
         return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
-                      progress=progress)
+                      progress=progress, view=view or RunView())
     finally:
         for fn in [f for f in early.registered() if getattr(f, "out", None) == out]:
             early.forget(fn)
@@ -174,12 +212,8 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     return e
 
 
-def _notice(msg: str) -> None:
-    err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
-
-
 def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
-           progress: str = "auto"):
+           progress: str = "auto", view: RunView):
     from fedcli.errors import PlaceError, StorageError
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint, sentinel
@@ -196,7 +230,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     state = ckpt = None
     if resume:  # the latest checkpoint (CSVs cut back to it), restored on every rank
         try:
-            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: err_console.print(f"fedcli: warning: {m}", markup=False, soft_wrap=True))
+            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
                                               if root else None, config=cfg.to_dict())  # said with --quiet too
             state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
@@ -220,8 +254,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
             drift = checkpoint.version_drift(run_dir.manifest)
             if drift and not quiet:
-                err_console.print(f"fedcli: warning: resuming with other versions ({'; '.join(drift)}): "
-                                  "the result need not be bitwise identical to an uninterrupted run", markup=False, soft_wrap=True)
+                view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
+                            "the result need not be bitwise identical to an uninterrupted run")
         else:
             run_dir = RunDir(out)
             run_dir.start({**sim.manifest(), "pids": pids, "devices": devices})
@@ -234,19 +268,17 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         early.on_interrupt(mark_interrupted)
         sim.attach(run_dir)
         watchdog = sentinel.start(out, pids)
-        loaded()
+        view.loaded()
         if not quiet:  # a terminal wraps it between words; a log keeps it on one line
-            err_console.print(f"[bold]fedcli train[/]: {describe(cfg, sim)}", soft_wrap=progress_mode(progress) != "bar")
+            view.header(describe(cfg, sim), progress)
         for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
-            _notice(f"note: {note}")
+            view.notice(f"note: {note}")
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
         comm.barrier()
     ACTIVE_RUN["dir"] = out
-    progress = TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
-                             per_round=bool(cfg.local_epochs), enabled=root and not quiet and not as_json,
-                             mode=progress_mode(progress))
+    progress = view.progress(cfg, sim, enabled=root and not quiet and not as_json, mode=progress)
     saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
-                                    notify=_notice if root else None, launcher=comm.launcher)
+                                    notify=view.notice if root else None, launcher=comm.launcher)
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
         saver.last = Path(ckpt["path"])
@@ -254,7 +286,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if root and cfg.tracker:  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
         from fedcli.trackers.hook import TrackerHook
 
-        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: _notice(f"warning: {m}"))
+        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: view.notice(f"warning: {m}"))
         sim.add_round_hook(tracking)
     sim.add_round_hook(saver)
     if comm.size > 1:
@@ -329,36 +361,15 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         raise ended
     if run_dir is not None:
         if saver.late:
-            _notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
+            view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
                     f"(nothing to resume)")
         if as_json:
             print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
-            out_console.print(summary_table(cfg, summary, out))
+            view.summary(cfg, summary, out)
     sim.store.close()
     ACTIVE_RUN.pop("dir", None)
     return summary
 
 
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
-_LOADING: dict = {}  # the "loading ..." status shown from the first second until the run's header
-
-
-def _rank0() -> bool:
-    """Whether this process is rank 0 of an MPI launch (or not under MPI), from the launcher's environment."""
-    return all(os.environ.get(v, "0") == "0" for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
-
-
-def loading(mode: str) -> None:
-    """Say at once on a terminal that the run is loading (torch, the data, the model: seconds before the header): a
-    transient status line, gone when the header (or a one-line error) comes. A log gets nothing: its first line is
-    the header, or the error alone."""
-    if _rank0() and mode == "bar":
-        _LOADING["status"] = err_console.status("fedcli train: loading torch, the data and the model ...")
-        _LOADING["status"].start()
-
-
-def loaded() -> None:
-    status = _LOADING.pop("status", None)
-    if status is not None:
-        status.stop()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from fedcli.cli import spec as cli_spec
-from fedcli.cli.console import PROGRESS_MODES, out_console, progress_mode
+from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.cli.options import config_parameters, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
-from fedcli.runner import collective, loaded, loading, run_train
+from fedcli.runner import RunView, collective, run_train
 
 SPEC = cli_spec.load()
 
@@ -43,6 +45,50 @@ def methods_table():
                  "average). A flag or recipe key overrides a method's defaults; `fedcli train --help` shows the general "
                  "ones. Personalized methods are judged by personal_acc: each client's model on its local test split.")
     return t
+
+
+_LOADING: dict = {}  # the "loading ..." status shown from the first second until the run's header
+
+
+def _rank0() -> bool:
+    """Whether this process is rank 0 of an MPI launch (or not under MPI), from the launcher's environment."""
+    return all(os.environ.get(v, "0") == "0" for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+
+
+def loading(mode: str) -> None:
+    """Say at once on a terminal that the run is loading (torch, the data, the model: seconds before the header): a
+    transient status line, gone when the header (or a one-line error) comes. A log gets nothing: its first line is
+    the header, or the error alone."""
+    if _rank0() and mode == "bar":
+        _LOADING["status"] = err_console.status("fedcli train: loading torch, the data and the model ...")
+        _LOADING["status"].start()
+
+
+def loaded() -> None:
+    status = _LOADING.pop("status", None)
+    if status is not None:
+        status.stop()
+
+
+class TerminalView(RunView):
+    """``fedcli train`` on a terminal or into a log: the header, the progress (``--progress``), the summary table and the
+    notes through rich (fedcli/cli/console.py)."""
+
+    def notice(self, msg: str) -> None:
+        err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
+
+    def header(self, text: str, progress: str) -> None:  # a terminal wraps it between words; a log keeps it on one line
+        err_console.print(f"[bold]fedcli train[/]: {text}", soft_wrap=progress_mode(progress) != "bar")
+
+    def progress(self, cfg, sim, *, enabled: bool, mode: str):
+        return TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
+                             per_round=bool(cfg.local_epochs), enabled=enabled, mode=progress_mode(mode))
+
+    def loaded(self) -> None:
+        loaded()
+
+    def summary(self, cfg, summary, out) -> None:
+        out_console.print(summary_table(cfg, summary, out))
 
 
 def train(**kwargs):
@@ -98,7 +144,7 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
         run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
-                  progress=progress)
+                  progress=progress, view=TerminalView())
 
 
 import inspect  # noqa: E402
