@@ -176,7 +176,7 @@ def run_fedcli_rounds(setting: dict) -> dict:
 
     from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
-    from fedcli.comm.workers import launch
+    from fedcli.runner import launch
 
     t0 = time.perf_counter()
     cfg = RoundSetting(**setting).config()
@@ -332,7 +332,7 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
 
     from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
-    from fedcli.comm.workers import launch
+    from fedcli.runner import launch
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import FedDataset
     from fedcli.data.partition import make_partition

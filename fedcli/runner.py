@@ -4,6 +4,7 @@ run experiments through :func:`run_train`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -362,7 +363,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if run_dir is not None:
         if saver.late:
             view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
-                    f"(nothing to resume)")
+                        f"(nothing to resume)")
         if as_json:
             print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
@@ -373,3 +374,78 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
 
 
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
+
+
+# --------------------------------------------------------------------------------------------- how many processes
+#: --workers auto: estimated single-core seconds of training above which the pool is worth starting
+AUTO_MIN_SECONDS = 10.0
+
+
+def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int, str]:
+    """``--workers 0``: the physical cores (at most the clients per round) when the run is big enough to pay
+    for starting the workers (about 1-2 s each), else 1. Results do not depend on the choice."""
+    import torch
+
+    from fedcli.comm.workers import physical_cores
+    from fedcli.estimate import estimate_work
+
+    cores = cores or physical_cores()
+    active = max(1, int(round(cfg.active_ratio * len(partition.train))))
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        gpus = torch.cuda.device_count()  # --device cuda: worker k takes GPU k mod gpus (engine.resolve_device)
+        n = max(1, min(gpus, active))
+        return n, f"auto: {n} (one per CUDA device: {gpus} visible, {active} client(s) per round)"
+    if cfg.device.startswith("cuda:"):
+        return 1, f"auto: 1 (--device {cfg.device}: one GPU)"
+    if cores < 2 or active < 2:
+        return 1, f"auto: 1 ({cores} physical core(s), {active} client(s) per round)"
+    est = estimate_work(cfg, dataset, partition)
+    if est.seconds < AUTO_MIN_SECONDS:
+        return 1, f"auto: 1 ({est.describe()}, below {AUTO_MIN_SECONDS:.0f} s)"
+    n = min(cores, active)
+    return n, f"auto: {n} ({cores} physical cores, {est.describe()})"
+
+
+@contextlib.contextmanager
+def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: bool = False, data=None):
+    """Yield (communicator, data) for ``run_train``: rank 0 of a new worker pool, or ``comm`` itself.
+
+    ``data`` is (dataset, partition) when they were loaded here (to choose the number of workers, and to hand
+    them to the workers in shared memory) or given, else None (``run_train`` loads them)."""
+    from fedcli.comm.communicator import Communicator
+    from fedcli.comm.workers import WorkerPool
+
+    if comm.size > 1:  # under mpiexec every rank is one worker
+        if cfg.workers > 1:
+            raise ConfigError(f"--workers {cfg.workers} cannot be combined with mpiexec (each MPI rank is one worker); drop one of them")
+        yield comm, data
+        return
+    n, note = cfg.workers, f"--workers {cfg.workers}"
+    if resume and not n:
+        from fedcli.results.checkpoint import read_manifest
+
+        n = int(read_manifest(resume).get("world_size", 1))  # a checkpoint is resumed by as many processes
+        note = f"auto: {n} (as the run being resumed)"
+    if not n:
+        if data is None:
+            from fedcli.data.setup import load_data_and_partition
+
+            data = load_data_and_partition(cfg)
+        n, note = auto_workers(cfg, *data)
+    if n <= 1:
+        single = Communicator()
+        single.workers_note = note
+        yield single, data
+        return
+    if data is None:
+        from fedcli.data.setup import load_data_and_partition
+
+        data = load_data_and_partition(cfg)
+    pool = WorkerPool(n, cfg, data, {"resume": bool(resume), "overwrite": overwrite})
+    pool.comm.workers_note = note
+    ok = False
+    try:
+        yield pool.comm, data
+        ok = True
+    finally:
+        pool.close(ok)

@@ -140,7 +140,7 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
             err = e
     collective(comm, err)
     cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
-    from fedcli.comm.workers import launch
+    from fedcli.runner import launch
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
         run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,

@@ -29,7 +29,6 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +36,12 @@ import numpy as np
 import torch
 
 from fedcli.comm.communicator import Communicator, flat_rows
-from fedcli.errors import ConfigError, FedcliError
+from fedcli.errors import FedcliError
 
 #: bytes of the shared arena (grown for a cohort whose one column block would not fit)
 ARENA_BYTES = 64 << 20
 #: below this many elements an all-reduce travels through the pipes (rank 0 adds, in rank order)
 SMALL = 1 << 12
-#: --workers auto: estimated single-core seconds of training above which the pool is worth starting
-AUTO_MIN_SECONDS = 10.0
-#: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
-FLOPS_PER_S = 2e10
-STEP_OVERHEAD_S = 2e-4
 
 
 class WorkerError(FedcliError):
@@ -357,97 +351,3 @@ def physical_cores() -> int:
         except OSError:
             cores.add(("cpu", str(c)))
     return max(1, len(cores))
-
-
-@dataclass
-class WorkEstimate:
-    client_steps: int        # local steps summed over clients and rounds
-    flops_per_step: float    # forward + backward of one client's mini-batch
-    seconds: float           # single-core estimate
-
-    def describe(self) -> str:
-        return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
-
-
-def estimate_work(cfg, dataset, partition) -> WorkEstimate:
-    """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from fedcli.fl.budget import plan_run, schedule_round_length
-    from fedcli.fl.engine import build_run_model
-
-    steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
-    try:
-        with torch.random.fork_rng(devices=[]):
-            model = build_run_model(cfg, dataset)
-        model.eval()
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            model(dataset.train_x[:1])
-        fwd = float(fc.get_total_flops())
-    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
-        fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
-    per_step = 3.0 * fwd * cfg.batch_size
-    secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
-    return WorkEstimate(int(steps), per_step, secs)
-
-
-def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int, str]:
-    """``--workers 0``: the physical cores (at most the clients per round) when the run is big enough to pay
-    for starting the workers (about 1-2 s each), else 1. Results do not depend on the choice."""
-    cores = cores or physical_cores()
-    active = max(1, int(round(cfg.active_ratio * len(partition.train))))
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        gpus = torch.cuda.device_count()  # --device cuda: worker k takes GPU k mod gpus (engine.resolve_device)
-        n = max(1, min(gpus, active))
-        return n, f"auto: {n} (one per CUDA device: {gpus} visible, {active} client(s) per round)"
-    if cfg.device.startswith("cuda:"):
-        return 1, f"auto: 1 (--device {cfg.device}: one GPU)"
-    if cores < 2 or active < 2:
-        return 1, f"auto: 1 ({cores} physical core(s), {active} client(s) per round)"
-    est = estimate_work(cfg, dataset, partition)
-    if est.seconds < AUTO_MIN_SECONDS:
-        return 1, f"auto: 1 ({est.describe()}, below {AUTO_MIN_SECONDS:.0f} s)"
-    n = min(cores, active)
-    return n, f"auto: {n} ({cores} physical cores, {est.describe()})"
-
-
-@contextlib.contextmanager
-def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: bool = False, data=None):
-    """Yield (communicator, data) for ``run_train``: rank 0 of a new worker pool, or ``comm`` itself.
-
-    ``data`` is (dataset, partition) when they were loaded here (to choose the number of workers, and to hand
-    them to the workers in shared memory) or given, else None (``run_train`` loads them)."""
-    if comm.size > 1:  # under mpiexec every rank is one worker
-        if cfg.workers > 1:
-            raise ConfigError(f"--workers {cfg.workers} cannot be combined with mpiexec (each MPI rank is one worker); drop one of them")
-        yield comm, data
-        return
-    n, note = cfg.workers, f"--workers {cfg.workers}"
-    if resume and not n:
-        from fedcli.results.checkpoint import read_manifest
-
-        n = int(read_manifest(resume).get("world_size", 1))  # a checkpoint is resumed by as many processes
-        note = f"auto: {n} (as the run being resumed)"
-    if not n:
-        if data is None:
-            from fedcli.data.setup import load_data_and_partition
-
-            data = load_data_and_partition(cfg)
-        n, note = auto_workers(cfg, *data)
-    if n <= 1:
-        single = Communicator()
-        single.workers_note = note
-        yield single, data
-        return
-    if data is None:
-        from fedcli.data.setup import load_data_and_partition
-
-        data = load_data_and_partition(cfg)
-    pool = WorkerPool(n, cfg, data, {"resume": bool(resume), "overwrite": overwrite})
-    pool.comm.workers_note = note
-    ok = False
-    try:
-        yield pool.comm, data
-        ok = True
-    finally:
-        pool.close(ok)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fedcli import estimate as est
-from fedcli.comm.workers import estimate_work
+from fedcli.estimate import estimate_work
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.budget import plan_run, schedule_round_length
