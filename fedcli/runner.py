@@ -441,7 +441,7 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
         from fedcli.data.setup import load_data_and_partition
 
         data = load_data_and_partition(cfg)
-    pool = WorkerPool(n, cfg, data, {"resume": bool(resume), "overwrite": overwrite})
+    pool = WorkerPool(n, run_in_worker, (cfg.to_dict(), data, {"resume": bool(resume), "overwrite": overwrite}), clients=cfg.clients)
     pool.comm.workers_note = note
     ok = False
     try:
@@ -449,3 +449,10 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
         ok = True
     finally:
         pool.close(ok)
+
+
+def run_in_worker(comm, cfg: dict, data, run_kwargs: dict) -> None:
+    """A worker process's share of the run rank 0 started (``launch``'s target for ``comm.workers.WorkerPool``)."""
+    from fedcli.config import TrainConfig
+
+    run_train(TrainConfig(**cfg), comm=comm, quiet=True, data=data, **run_kwargs)

@@ -3,7 +3,9 @@
 ``--workers N`` starts N - 1 worker processes beside this one (spawned, so none inherits an
 initialized torch or OpenMP). Every process runs the same :class:`fedcli.fl.engine.Simulation` on
 its share of each round's cohort (``assign_clients``, as MPI ranks do); this process is rank 0 and
-the only one that writes the run directory. They talk through :class:`PoolCommunicator`:
+the only one that writes the run directory. The pool is told what each worker runs (``fedcli.runner.launch``
+passes ``run_in_worker``): this module knows nothing of runs, configs or the CLI. They talk through
+:class:`PoolCommunicator`:
 
 - control (barrier, bcast, allgather) over one pipe per worker, rank 0 in the middle. A pipe also
   tells of a death: a dead worker's end reads EOF, so rank 0 stops at the next collective with one
@@ -250,7 +252,7 @@ def _where(e: BaseException) -> str:
     return f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
 
 
-def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, data, parent_pid: int, run_kwargs: dict) -> None:
+def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, target, args: tuple, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     try:  # a session of its own: out of the terminal's process group (Ctrl-C goes to rank 0 only), and with
         os.setsid()  # autogroup scheduling its own CPU share, as any separately started program (Ray's workers too)
@@ -258,13 +260,10 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, dat
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from fedcli.runner import run_train
-    from fedcli.config import TrainConfig
-
     comm = PoolCommunicator(rank, size, [conn], arena)
     code = 0
     try:
-        run_train(TrainConfig(**cfg), comm=comm, quiet=True, data=data, **run_kwargs)
+        target(comm, *args)
         comm.barrier()  # rank 0 closes the run directory while this process is still alive
     except RootGone:
         code = 1
@@ -282,22 +281,24 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, dat
 
 # --------------------------------------------------------------------------------------------- the pool
 class WorkerPool:
-    """Rank 0's side: starts ranks 1..size-1 and ends them."""
+    """Rank 0's side: starts ranks 1..size-1 and ends them. Each worker runs ``target(comm, *args)`` with its
+    :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the pool is spawned; tensors
+    travel in shared memory); ``clients``: the run's client count (sizes the arena)."""
 
-    def __init__(self, size: int, cfg, data, run_kwargs: dict):
+    def __init__(self, size: int, target, args: tuple, clients: int = 1):
         import multiprocessing as mp
 
         import torch.multiprocessing  # noqa: F401 - registers the shared-memory pickling of tensors
 
         ctx = mp.get_context("spawn")
-        total = max(1, int(getattr(cfg, "clients", 1)))
+        total = max(1, int(clients))
         arena_bytes = max(ARENA_BYTES, (total + 2) * 4096 * 8 * 8 // 7)
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8).share_memory_()
         self.procs, conns = [], []
         for rank in range(1, size):
             mine, theirs = ctx.Pipe(duplex=True)
             p = ctx.Process(target=_worker_main, name=f"fedcli-worker-{rank}", daemon=True,
-                            args=(rank, size, theirs, self.arena, cfg.to_dict(), data, os.getpid(), run_kwargs))
+                            args=(rank, size, theirs, self.arena, target, args, os.getpid()))
             p.start()
             theirs.close()
             self.procs.append(p)
