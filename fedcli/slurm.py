@@ -272,7 +272,8 @@ def run_job(p, mpi: int, cwd: str) -> None:
     """The job (runs on the node): train run ``p`` as a local ``--mpi`` sweep would, then record the exit code.
 
     Resume or start again is decided here, when the job starts (the run may have moved on since submission)."""
-    from fedcli.sweep import Executor, run_state
+    from fedcli.results.sweepdir import run_state
+    from fedcli.sweep import Executor
 
     os.chdir(cwd)
     if mpi:  # one node: MPICH's mpiexec starts the ranks itself (inside a job it would otherwise launch them with srun)
@@ -334,7 +335,7 @@ def submit(todo: list, recipe, res: Resources, mpi: int, notify=None) -> list[st
 @dataclass
 class RunStatus:
     run: object                   # PlannedRun
-    state: str                    # the run's state on disk (fedcli.sweep.run_state)
+    state: str                    # the run's state on disk (fedcli.results.sweepdir.run_state)
     job_id: str | None = None
     slurm: str | None = None      # Slurm's state of the job, None if unknown
     exit_code: int | None = None  # the training's exit code, from the job file
@@ -360,7 +361,7 @@ def statuses(runs: list) -> list[RunStatus]:
         if code not in (None, 0) and state in ("missing", "running") and st not in ACTIVE:
             state = "failed"  # it ended before its run directory (or its manifest) said so: the job's exit code tells
         if state == "failed" and not p.error:
-            from fedcli.sweep import last_line
+            from fedcli.results.sweepdir import last_line
 
             p.error = last_line(p.log)
         out.append(RunStatus(p, state, jid, st, code, locked))
@@ -369,7 +370,7 @@ def statuses(runs: list) -> list[RunStatus]:
 
 def wait(runs: list, poll_s: float = 5.0, on_poll=None) -> list[RunStatus]:
     """Until no job of ``runs`` is pending or running; ``on_poll(statuses)`` after each look."""
-    from fedcli.sweep import run_state
+    from fedcli.results.sweepdir import run_state
 
     while True:
         for p in runs:

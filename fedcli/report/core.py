@@ -10,7 +10,7 @@ from fedcli.report.rundata import RunData
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
 from fedcli.report.validate import diverged
 from fedcli.results.runstate import DONE, RunState, run_state
-from fedcli.sweep import MANIFEST, load_manifest
+from fedcli.results.sweepdir import MANIFEST, load_manifest
 
 FORMATS = ("md", "latex", "csv")
 
