@@ -718,7 +718,7 @@ def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int
             ex = Executor(mpi=mpi)
             for p in go:
                 ex.prepare(p, result.recipe)
-            for p, jid in zip(go, slurm.submit(go, result.recipe, result.resources, mpi)):
+            for p, jid in zip(go, slurm.submit(go, result.recipe, result.resources, mpi, Executor)):
                 p.job_id, p.status, p.error = jid, "submitted", None
         result.submitted = go
         for p in result.skipped:
