@@ -219,6 +219,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint, sentinel
     from fedcli.results.rundir import RunDir
+    from fedcli.results.runlog import RunLog
 
     root = comm.is_root
     early.run_closed(False)
@@ -267,7 +268,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             sentinel.stop(watchdog)
             return f"; the run is marked interrupted; continue with: {resume_cmd}"
         early.on_interrupt(mark_interrupted)
-        sim.attach(run_dir)
+        sim.attach(run_dir, RunLog(run_dir))
         watchdog = sentinel.start(out, pids)
         view.loaded()
         if not quiet:  # a terminal wraps it between words; a log keeps it on one line

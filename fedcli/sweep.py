@@ -9,7 +9,7 @@ Layout of a sweep folder (default ``results/<recipe stem>-<scale>``)::
 
 A run counts as done only when its ``manifest.json`` says ``completed``, its config is the one the
 recipe asks for now (``out`` and ``threads`` aside) and its data passes the report's checks
-(``fedcli.report.validate``), so a second call runs only what is missing, failed, interrupted, changed or
+(``fedcli.results.validate``), so a second call runs only what is missing, failed, interrupted, changed or
 damaged. ``sweep.json`` is replaced atomically after every run. One sweep at a time per folder
 (:class:`SweepLock`), and no worker outlives its sweep (``fedcli.results.lock``).
 """

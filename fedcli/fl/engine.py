@@ -184,7 +184,7 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
 class Simulation:
     """One ``fedcli train`` experiment. ``setup`` loads everything; ``run`` trains and logs."""
 
-    def __init__(self, cfg: TrainConfig, comm: Communicator | None = None, run_dir=None, progress=None):
+    def __init__(self, cfg: TrainConfig, comm: Communicator | None = None, progress=None):
         self.cfg = cfg
         self.comm = comm or Communicator()
         self.progress = progress
@@ -196,18 +196,17 @@ class Simulation:
         self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
-        self.attach(run_dir)
+        self.writers = None            # the round hook writing its CSVs (``attach``)
 
-    def attach(self, run_dir) -> None:
-        """Write this run's CSVs into ``run_dir`` (None: none): its writers (``fedcli.results.runlog.RunLog``) become
-        the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it closes.
-        Attaching another run directory replaces the writers of the last one."""
-        from fedcli.results.runlog import RunLog
-
-        self.run_dir = run_dir
-        self.round_hooks = [h for h in self.round_hooks if not isinstance(h, RunLog)]
-        if run_dir is not None:
-            self.round_hooks.insert(0, RunLog(run_dir))
+    def attach(self, run_dir, writers: RoundHook | None = None) -> None:
+        """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the round hook that writes them (the
+        caller's: ``fedcli.results.runlog.RunLog(run_dir)``, so the engine imports nothing of the results layer). They
+        become the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it
+        closes. Attaching another run directory replaces the writers of the last one."""
+        self.round_hooks = [h for h in self.round_hooks if h is not self.writers]
+        self.run_dir, self.writers = run_dir, (writers if run_dir is not None else None)
+        if self.writers is not None:
+            self.round_hooks.insert(0, self.writers)
 
     def add_round_hook(self, hook) -> None:
         """Call ``hook`` after every round: a :class:`RoundHook`, or a function ``hook(sim, state)``."""

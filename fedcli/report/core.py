@@ -8,7 +8,7 @@ from pathlib import Path
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import RunData
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
-from fedcli.report.validate import diverged
+from fedcli.results.validate import diverged
 from fedcli.results.runstate import DONE, RunState, run_state
 from fedcli.results.sweepdir import MANIFEST, load_manifest
 
