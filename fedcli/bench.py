@@ -83,6 +83,7 @@ class RoundSetting:
     data_dir: str = ""   # MNIST; empty: digits (8x8, so the mlp instead of cnn4)
 
     def config(self, workers: int = 0):
+        import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
         from fedcli.config import TrainConfig
 
         mnist = bool(self.data_dir)
@@ -264,6 +265,7 @@ def _data(w: Workload, steps: int, device):
 def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:
     """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
     ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.fl.cohort import Cohort
     from fedcli.fl.parts import SGDStep
@@ -333,6 +335,7 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
     from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
     from fedcli.runner import launch
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import FedDataset
     from fedcli.data.partition import make_partition

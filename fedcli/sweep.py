@@ -204,6 +204,7 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     import contextlib
 
     from fedcli.runner import run_train
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
 
     t0 = time.perf_counter()

@@ -118,6 +118,7 @@ def train(**kwargs):
 def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str) -> None:
     """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
     from fedcli.comm.mpi import get_communicator
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.recipes import build_config
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,7 +24,6 @@ from torch.func import functional_call
 
 from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
-from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import guard, parts, slots
@@ -36,6 +36,9 @@ from fedcli.fl.schedules import build_schedule
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
+
+if TYPE_CHECKING:
+    from fedcli.config import TrainConfig
 
 
 EVAL_BATCH = 1024  # test samples per forward pass of the global model

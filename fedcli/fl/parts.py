@@ -57,6 +57,9 @@ class Part:
     # why SGD momentum cannot outlive a round with this part (its round-end logic assumes a fresh buffer:
     # SCAFFOLD's control variates, FedNova's normalization); None: it can
     fresh_momentum_needed: str | None = None
+    # the part needs every client in every round (cross-silo: APPLE's and FedAMP's per-client downloads); the config
+    # refuses --active-ratio below 1 for it (fedcli.fl.methods.check_method_config)
+    full_participation: bool = False
 
     def __init__(self, cfg):
         self.cfg = cfg
