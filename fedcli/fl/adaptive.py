@@ -224,6 +224,9 @@ def _cpu(state: dict | None) -> dict | None:
 class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
 
+    requires = {"server": "vhat"}  # the server's v_hat (vhat-max, vhat-fullgrad)
+    provides = frozenset({"v"})     # each client's second moment v, which the vhat-max server averages
+
     trust_default = True
 
     def __init__(self, cfg):
@@ -300,14 +303,14 @@ class MimeStep(LocalStep):
     Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
     """
 
+    requires = {"server": "mime"}  # the server's control variate and AMSGrad state
+
     def __init__(self, cfg):
         super().__init__(cfg)
         check_eps(cfg)
         self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
 
     def begin_round(self, sim, cohort) -> None:
-        if not isinstance(sim.server, MimeServer):
-            raise ConfigError("the 'mime' local step needs the 'mime' server part (use --algo mime)")
         self.sim, self.server = sim, sim.server
         self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
 
@@ -331,15 +334,15 @@ class MimeStep(LocalStep):
 
 # ---------------------------------------------------------------------------- servers
 def shared_vhat(sim) -> dict[str, torch.Tensor] | None:
-    """The v_hat the server shares with the clients this round (None before the first synchronization)."""
-    if not isinstance(sim.server, _VhatServer):
-        raise ConfigError(f"the '{sim.local_step.name}' local step needs a server part that shares v_hat "
-                          f"(vhat-max, vhat-fullgrad), not '{sim.server.name}'")
+    """The v_hat the server shares with the clients this round (None before the first synchronization); the local
+    steps that read it require a server that provides "vhat" (checked with the config)."""
     return sim.server.vhat
 
 
 class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
+
+    provides = frozenset({"vhat"})
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -366,11 +369,11 @@ class _VhatServer(AverageServer):
 class VhatMaxServer(_VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
 
+    requires = {"local_step": "v"}  # the clients' v (lamb, ams)
+
     def end_round(self, sim, cohort) -> None:
         if not sync_due(self.cfg, cohort.round_idx):
             return
-        if "adaptive.v" not in cohort.state:
-            raise ConfigError(f"the vhat-max server needs a local step that keeps v (lamb, ams), not '{sim.local_step.name}'")
         self.raise_vhat(cohort_mean(sim, cohort, cohort.state["adaptive.v"]))
         count_transfer(sim, up=1, down=1)  # v up, v_hat down
 
@@ -409,6 +412,8 @@ class VhatFullGradServer(_VhatServer):
 @register_server("mime")
 class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
+
+    provides = frozenset({"mime"})  # the control variate c and the AMSGrad state the 'mime' local step follows
 
     def __init__(self, cfg):
         super().__init__(cfg)

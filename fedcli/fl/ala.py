@@ -197,6 +197,9 @@ class ALAInit(OverwriteInit):
     def starts_from_global(self, sim) -> bool:
         return not self.top_names(sim) and self.base.starts_from_global(sim)
 
+    def mixes_received(self, sim) -> bool:
+        return bool(self.top_names(sim))
+
     def download(self, sim, cohort) -> None:
         self.base.download(sim, cohort)
 

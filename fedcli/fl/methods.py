@@ -98,8 +98,9 @@ def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
 def check_method_config(cfg) -> None:
     """The config's rules that need the registries (run by ``TrainConfig.validate``, ``fedcli.config.register_check``):
     the method's registered name (FedLAMA -> fedlama, did-you-mean on a typo), a known ``--schedule`` and ``--init``,
-    ``--local-epochs`` only on the periodic schedule, and every client every round for a part that declares
-    ``full_participation`` (cross-silo methods: APPLE, FedAMP)."""
+    ``--local-epochs`` only on the periodic schedule, what each part requires of the others (``Part.requires``, met
+    by another part's ``Part.provides``: the adaptive steps and the v_hat servers), and every client every round for a
+    part that declares ``full_participation`` (cross-silo methods: APPLE, FedAMP)."""
     from fedcli.errors import ConfigError
     from fedcli.fl import parts
     from fedcli.fl.schedules import SCHEDULES
@@ -116,9 +117,16 @@ def check_method_config(cfg) -> None:
         raise ConfigError(f"--local-epochs {cfg.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
                           "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)",
                           key="local_epochs")
+    names = {**METHODS[cfg.algo].parts(), **({"init": cfg.init} if cfg.init else {})}
+    tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS}
+    for kind, table in tables.items():  # what each part requires of the others (Part.requires / Part.provides)
+        for family, capability in table[names[kind]].requires.items():
+            if capability not in tables[family][names[family]].provides:
+                offer = sorted(n for n, c in tables[family].items() if capability in c.provides)
+                raise ConfigError(f"--algo {cfg.algo}: its {kind.replace('_', ' ')} '{names[kind]}' needs a "
+                                  f"{family.replace('_', ' ')} part that provides {capability} ({', '.join(offer)}), "
+                                  f"not '{names[family]}'", key="algo")
     if cfg.active_ratio < 1.0:
-        names = {**METHODS[cfg.algo].parts(), **({"init": cfg.init} if cfg.init else {})}
-        tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS}
         needs = [f"{kind.replace('_', ' ')} '{name}'" for kind, name in names.items()
                  if kind in tables and tables[kind][name].full_participation]
         if needs:

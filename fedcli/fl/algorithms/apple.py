@@ -140,15 +140,13 @@ class AppleStep(SGDStep):
         self.p = torch.zeros(0)
 
     def setup(self, sim) -> None:
-        from fedcli.fl.ala import ALAInit
-
         n = len(sim.client_indices)
         self.n = n
         self.m = n if self.m_opt == 0 else self.m_opt
         if self.m > n or self.m < n - 1:
             raise ConfigError(f"--apple-m {self.m_opt}: APPLE here downloads every client's core model; use 0 (M = N = {n}) "
                               f"or {n - 1} (all but the own one); fewer downloads with stale copies are not implemented")
-        if isinstance(sim.init, ALAInit) and sim.init.top_names(sim):
+        if sim.init.mixes_received(sim):
             raise ConfigError("--init ala on --algo apple: APPLE receives N core models and rebuilds its model from them at every "
                               "batch, so there is no received model for ALA to mix in (FedALA leaves APPLE out of ALA); "
                               "--ala-layers 0 runs APPLE itself")
