@@ -77,10 +77,14 @@ import math
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.cohort import Cohort
+from fedcli.fl.cohort import Cohort, Stream, register_purpose
 from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
 from fedcli.fl.store import share
 from fedcli.params import opt, register_params
+
+# full-batch gradients (Mime, Mime-LAMB): the whole split in order; a used-up client's dummy batch weighs 1 (its
+# gradient is then scaled by 0; an all-zero mask would make the masked mean 0 / 0)
+FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
 
 
 @register_params
@@ -186,7 +190,7 @@ def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
     acc = {n: torch.zeros_like(p) for n, p in anchor.params.items()}
     if k == 0:
         return acc
-    plan = sim.batches.plan("mime-full", cohort.clients)  # the whole split in order, padded; no augmentation
+    plan = sim.batches.plan(FULL_BATCH, cohort.clients)  # the whole split in order, padded; no augmentation
     sizes = torch.tensor([sim.client_indices[c].numel() for c in cohort.clients], device=plan.real.device)
     fracs = (plan.real.double() / sizes.clamp(min=1).double()).float()  # each batch's share of the client's samples
     for s in range(plan.idx.shape[0]):

@@ -124,18 +124,20 @@ class Stream:
     window: bool = False
 
 
-#: the purposes batches are asked for (any other name: a part's extra local training, ``stream``)
+#: the purposes batches are asked for: the engine's local steps here, the parts' own registered by their files
+#: (``register_purpose``); any other name: a part's extra local training (``stream``)
 PURPOSES: dict[str, Stream] = {
     "train": Stream("batches", "augment"),            # the engine's local steps
-    # full-batch gradients (Mime, Mime-LAMB): a used-up client's dummy batch weighs 1 (its gradient is then
-    # scaled by 0; an all-zero mask would make the masked mean 0 / 0)
-    "mime-full": Stream(shuffled=False, spent=1.0),
-    "fomo-val": Stream(shuffled=False),               # FedFomo's validation losses (Eq. 6)
-    # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
-    "ala": Stream("ala", shuffled=False, window=True),
-    # Per-FedAvg's one-step adaptation before evaluation: one shuffled batch, not augmented
-    "perfedavg.eval": Stream("perfedavg.eval"),
 }
+
+
+def register_purpose(name: str, how: Stream) -> str:
+    """Declare how the batches of purpose ``name`` are made (a part's own use: ALA's window, FedFomo's validation
+    batches, ...); returns ``name``. A purpose has one meaning: registering another Stream under it is an error."""
+    if PURPOSES.get(name, how) != how:
+        raise ValueError(f"batch purpose {name!r} is already registered as {PURPOSES[name]}")
+    PURPOSES[name] = how
+    return name
 
 
 def stream(purpose: str) -> Stream:
