@@ -1,8 +1,8 @@
 import sys
 
-from fedcli.cli import early
+from fedcli import early
 
-early.install()  # signals from the first instant (fedcli/cli/early.py)
+early.install()  # signals from the first instant (fedcli/early.py)
 
 from fedcli.cli.main import main  # noqa: E402
 

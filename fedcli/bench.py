@@ -83,6 +83,7 @@ class RoundSetting:
     data_dir: str = ""   # MNIST; empty: digits (8x8, so the mlp instead of cnn4)
 
     def config(self, workers: int = 0):
+        import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
         from fedcli.config import TrainConfig
 
         mnist = bool(self.data_dir)
@@ -129,7 +130,8 @@ def initial_model(cfg, dataset) -> torch.nn.Module:
 def client_plan(cfg, round_idx: int, client: int, indices):
     """Client ``client``'s mini-batches of round ``round_idx`` (fedcli's plan, keyed by seed, round, client):
     index rows [steps, B] and sample weights (0 for padding), the steps of ``epoch_steps``."""
-    from fedcli.fl.cohort import epoch_steps, make_plan
+    from fedcli.fl.budget import epoch_steps
+    from fedcli.fl.cohort import make_plan
 
     steps = epoch_steps(int(indices[client].numel()), cfg.local_epochs, cfg.batch_size, cfg.drop_last)
     plan = make_plan(cfg.seed, round_idx, [client], indices, steps, cfg.batch_size, None, cfg.drop_last)
@@ -173,9 +175,9 @@ def run_fedcli_rounds(setting: dict) -> dict:
     """``fedcli train`` in this process with the worker pool it would choose; round times from metrics.csv."""
     import csv
 
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
-    from fedcli.comm.workers import launch
+    from fedcli.runner import launch
 
     t0 = time.perf_counter()
     cfg = RoundSetting(**setting).config()
@@ -263,6 +265,7 @@ def _data(w: Workload, steps: int, device):
 def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:
     """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
     ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.fl.cohort import Cohort
     from fedcli.fl.parts import SGDStep
@@ -329,9 +332,10 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
     local training (FedAvg, LOCAL_STEPS steps per round, all clients active), median round after the first."""
     import csv
 
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
-    from fedcli.comm.workers import launch
+    from fedcli.runner import launch
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import FedDataset
     from fedcli.data.partition import make_partition
@@ -441,7 +445,7 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
 def _round_samples(cfg) -> int:
     """Training samples of one round (every client's ``epoch_steps`` batches of B)."""
     _, partition = __import__("fedcli.data.setup", fromlist=["x"]).load_data_and_partition(cfg)
-    from fedcli.fl.cohort import epoch_steps
+    from fedcli.fl.budget import epoch_steps
 
     return sum(epoch_steps(len(ix), cfg.local_epochs, cfg.batch_size, cfg.drop_last) * cfg.batch_size for ix in partition.train)
 

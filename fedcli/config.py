@@ -4,9 +4,13 @@ Every config field is a ``fedcli train`` option (``--active-ratio``) and a recip
 field carries its help text and validation rule in its metadata (``fedcli.params.opt``), so the CLI, recipes and
 validation cannot drift apart. The general fields (data, partition, model, schedule, optimizer, run) are
 :class:`GeneralConfig`'s; a method's own hyperparameters are a params dataclass in the method's file, registered
-with ``fedcli.params.register_params``. :class:`TrainConfig` is assembled from both, once, when this module is
-imported (which loads the method files). Invalid values raise :class:`~fedcli.errors.ConfigError` (exit 2) with
-one sentence and the key it is about (``ConfigError.key``).
+with ``fedcli.params.register_params``. This module is a leaf (it imports no part of fedcli but the errors, the
+option declarations and the name matching): the method registry extends it at start-up. Once every method file is
+loaded, ``fedcli.fl.methods`` adds the registry's validation rules (:func:`register_check`: the method, schedule
+and initialization names, the parts' participation needs) and calls :func:`extend`; from then on ``TrainConfig``
+(assembled from both at its first use) and ``FIELDS`` exist (importing ``fedcli.fl.methods`` is the
+start-up: the commands, the runner and the tests' conftest do it). Invalid values raise
+:class:`~fedcli.errors.ConfigError` (exit 2) with one sentence and the key it is about (``ConfigError.key``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,17 @@ from typing import Any
 from fedcli.errors import ConfigError
 from fedcli.params import PARAMS, group_rank, opt
 
-__all__ = ["GeneralConfig", "TrainConfig", "FIELDS", "opt", "flag", "field_type", "coerce", "check_value"]
+__all__ = ["GeneralConfig", "opt", "flag", "field_type", "coerce", "check_value", "register_check", "extend"]
+
+#: validation rules the registries add at start-up (``register_check``), run in order by ``validate`` after the
+#: fields' own checks: each takes the config, may normalize it (the method's registered name) and raises ConfigError
+CHECKS: list = []
+
+
+def register_check(fn):
+    """Add ``fn(cfg)`` to every config's validation (the method registry's rules: fedcli/fl/methods.py)."""
+    CHECKS.append(fn)
+    return fn
 
 
 @dataclass
@@ -110,24 +124,8 @@ class GeneralConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             check_value(f, value)
-        from fedcli.fl.methods import METHODS  # late import: the registry imports the parts
-
-        from fedcli.fl.methods import method_labels
-        from fedcli.names import resolve_method
-
-        self.algo = resolve_method(self.algo, method_labels())  # FedLAMA, Fed-LAMB: the registered name
-        if self.schedule:
-            from fedcli.fl.schedules import SCHEDULES
-
-            if self.schedule not in SCHEDULES:
-                raise ConfigError(f"--schedule: unknown schedule '{self.schedule}'; choose one of: {', '.join(sorted(SCHEDULES))}",
-                                  key="schedule")
-        if self.init:
-            from fedcli.fl.parts import INITS
-
-            if self.init not in INITS:
-                raise ConfigError(f"--init: unknown local initialization '{self.init}'; choose one of: {', '.join(sorted(INITS))}",
-                                  key="init")
+        for check in CHECKS:  # the registries' rules (the method's name first: FedLAMA -> fedlama)
+            check(self)
         self.hidden_sizes()
         self.decay_points()
         if self.tracker:
@@ -137,10 +135,6 @@ class GeneralConfig:
         for params in PARAMS:  # rules a method's params class keeps for its own fields
             if "check" in vars(params):
                 params.check(self)
-        if self.local_epochs and (self.schedule or METHODS[self.algo].schedule) != "periodic":
-            raise ConfigError(f"--local-epochs {self.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
-                              "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)",
-                              key="local_epochs")
         self.check_cross_field()
         return self
 
@@ -153,17 +147,6 @@ class GeneralConfig:
         if not self.partition_file and self.active_ratio * self.clients < 0.5:
             raise ConfigError(f"--active-ratio {self.active_ratio} of --clients {self.clients} is {self.active_ratio * self.clients:.3g} "
                               f"clients per round; use at least {1 / self.clients:.4g} (one client)", key="active_ratio")
-        if self.active_ratio < 1.0:
-            from fedcli.fl import parts
-            from fedcli.fl.methods import METHODS
-
-            names = {**METHODS[self.algo].parts(), **({"init": self.init} if self.init else {})}
-            tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS}
-            needs = [f"{kind.replace('_', ' ')} '{name}'" for kind, name in names.items()
-                     if getattr(tables.get(kind, {}).get(name), "full_participation", False)]
-            if needs:
-                raise ConfigError(f"--algo {self.algo} needs every client in every round (a cross-silo method: its "
-                                  f"{' and '.join(needs)}): use --active-ratio 1, not {self.active_ratio}", key="active_ratio")
 
     def model_seed(self) -> int:
         """The seed of the initial model: ``--init-seed``, or ``--seed`` when it is -1 (the default)."""
@@ -207,10 +190,6 @@ class GeneralConfig:
 def _assemble() -> type:
     """TrainConfig: GeneralConfig's fields, then each registered params class's (a subclass of all of them, so a
     part can also take ``cfg`` as its own params class)."""
-    import fedcli.fl.methods as methods  # loads every method file, and the part files they import: their params register
-
-    if not getattr(methods, "LOADED", False):
-        raise ImportError("fedcli.config was imported while the method files were loading; import it lazily there")
     general = {f.name for f in dataclasses.fields(GeneralConfig)}
     for params in PARAMS:
         for f in dataclasses.fields(params):
@@ -223,9 +202,29 @@ def _assemble() -> type:
     return dataclass(cls)
 
 
-TrainConfig = _assemble()
-#: every config field by name, in ``--help`` order (help panels as ``fedcli.params.GROUPS``)
-FIELDS = {f.name: f for f in sorted(dataclasses.fields(TrainConfig), key=group_rank)}
+_EXTENDED: dict = {}
+
+
+def extend() -> None:
+    """The method registry has loaded every method file (fedcli/fl/methods.py calls this at its end): from now on
+    ``TrainConfig`` is assembled, at its first use, from the params classes registered by then (a method file imported
+    afterwards but before that first use, as a test's own method, is in it too), and ``FIELDS`` holds every config
+    field by name, in ``--help`` order (help panels as ``fedcli.params.GROUPS``)."""
+    _EXTENDED["ready"] = True
+
+
+def __getattr__(name: str):
+    """``TrainConfig`` and ``FIELDS`` once the method registry has extended the config (:func:`extend`)."""
+    if name not in ("TrainConfig", "FIELDS"):
+        raise AttributeError(f"module 'fedcli.config' has no attribute {name!r}")
+    if not _EXTENDED.get("ready"):
+        raise ImportError(f"fedcli.config.{name} exists once the method registry has extended the config: import "
+                          "fedcli.fl.methods first (fedcli's commands and runner do at start-up)")
+    if "TrainConfig" not in _EXTENDED:
+        cls = _assemble()
+        _EXTENDED["TrainConfig"] = cls
+        _EXTENDED["FIELDS"] = {f.name: f for f in sorted(dataclasses.fields(cls), key=group_rank)}
+    return _EXTENDED[name]
 
 
 def flag(name: str) -> str:

@@ -107,6 +107,7 @@ def fmt_duration(s: float) -> str:
 
 
 def _data_key(cfg: dict) -> tuple:
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.setup import data_dir, dataset_options
 
@@ -144,6 +145,7 @@ def data_facts(cfg: dict, need_size: bool, cache: dict) -> DataFacts | None:
 
 
 def _load_facts(cfg: dict) -> DataFacts | None:
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.setup import load_data
     from fedcli.errors import FedcliError
@@ -157,27 +159,25 @@ def _load_facts(cfg: dict) -> DataFacts | None:
 
 
 def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
-    """Client steps of local training over the whole run (None when the data size it needs is unknown)."""
-    from fedcli.fl.cohort import epoch_steps
-    from fedcli.fl.methods import METHODS
+    """Client steps of local training over the whole run (``fedcli.fl.budget.plan_run`` over clients of the nominal
+    mean size; None when the data size it needs is unknown)."""
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
+    from fedcli.config import TrainConfig
+    from fedcli.fl.budget import plan_run, schedule_round_length
 
-    cohort = max(1, int(round(cfg["active_ratio"] * cfg["clients"])))
-    if not cfg.get("rounds"):
-        return cfg["iterations"] * cohort
-    if cfg.get("local_epochs"):
-        if facts is None or facts.n_train is None:
-            return None
-        n_i = facts.n_train * (1 - cfg.get("client_test_fraction", 0.0)) / cfg["clients"]
-        return cfg["rounds"] * cohort * epoch_steps(n_i, cfg["local_epochs"], cfg["batch_size"], cfg.get("drop_last", False))
-    schedule = cfg.get("schedule") or METHODS[cfg["algo"]].schedule
-    period = cfg["tau"] * cfg["phi"] if schedule == "lama" else cfg["tau"]
-    return cfg["rounds"] * cohort * period
+    c = TrainConfig(**cfg)
+    sizes = None
+    if facts is not None and facts.n_train is not None:
+        sizes = [facts.n_train * (1 - c.client_test_fraction) / c.clients] * c.clients
+    plan = plan_run(c, schedule_round_length(c), sizes, active=max(1, int(round(c.active_ratio * c.clients))))
+    return None if plan.expected_client_steps is None else int(round(plan.expected_client_steps))
 
 
 def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, float]:
     """(seconds per client step at the run's batch size, seconds per evaluated test sample) of the run's model."""
     import torch
 
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.models import build_model
 
@@ -242,7 +242,7 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
     steps_cache: dict = {}
 
     def run_estimate(cfg: dict) -> tuple[float, int] | None:
-        facts = data_facts(cfg, need_size=bool(cfg.get("rounds") and cfg.get("local_epochs")), cache=cache)
+        facts = data_facts(cfg, need_size=bool(cfg.get("local_epochs")), cache=cache)
         if facts is None:
             return None
         n = client_steps(cfg, facts)
@@ -302,3 +302,42 @@ def budget_text(runs: list) -> str:
             rounds += f" of {'/'.join(f'{x:g}' for x in e)} local epoch(s)"
         out.append(rounds)
     return " and ".join(out) + " per run" if out else "no runs"
+
+
+# --------------------------------------------------------------------------------------------- one run, --workers auto
+#: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
+FLOPS_PER_S = 2e10
+STEP_OVERHEAD_S = 2e-4
+
+
+@dataclass
+class WorkEstimate:
+    client_steps: int        # local steps summed over clients and rounds
+    flops_per_step: float    # forward + backward of one client's mini-batch
+    seconds: float           # single-core estimate
+
+    def describe(self) -> str:
+        return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
+
+
+def estimate_work(cfg, dataset, partition) -> WorkEstimate:
+    """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedcli.fl.budget import plan_run, schedule_round_length
+    from fedcli.fl.engine import build_run_model
+
+    steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
+    try:
+        with torch.random.fork_rng(devices=[]):
+            model = build_run_model(cfg, dataset)
+        model.eval()
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            model(dataset.train_x[:1])
+        fwd = float(fc.get_total_flops())
+    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
+        fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
+    per_step = 3.0 * fwd * cfg.batch_size
+    secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
+    return WorkEstimate(int(steps), per_step, secs)

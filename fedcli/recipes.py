@@ -12,6 +12,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config (TrainConfig, FIELDS)
 from fedcli.config import FIELDS, TrainConfig, check_value, coerce
 from fedcli.errors import ConfigError
 

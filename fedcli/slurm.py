@@ -268,17 +268,18 @@ def progress(p) -> str:
     return f"round {last.get('round')}, iteration {last.get('iteration')} / {p.config.get('iterations')}"
 
 
-def run_job(p, mpi: int, cwd: str) -> None:
-    """The job (runs on the node): train run ``p`` as a local ``--mpi`` sweep would, then record the exit code.
+def run_job(p, mpi: int, cwd: str, executor) -> None:
+    """The job (runs on the node): train run ``p`` as a local ``--mpi`` sweep would (``executor``: the sweep's executor
+    class, ``fedcli.sweep.Executor``, handed down by the sweep), then record the exit code.
 
     Resume or start again is decided here, when the job starts (the run may have moved on since submission)."""
-    from fedcli.sweep import Executor, run_state
+    from fedcli.results.sweepdir import run_state
 
     os.chdir(cwd)
     if mpi:  # one node: MPICH's mpiexec starts the ranks itself (inside a job it would otherwise launch them with srun)
         os.environ.setdefault("HYDRA_LAUNCHER", "fork")
     run_state(p)  # sets p.resume from what is on disk now
-    ex = Executor(mpi=mpi)
+    ex = executor(mpi=mpi)
     write_job(p, started=now(), host=os.uname().nodename, exit_code=None)
     code = ex._spawn(p, ex.command(p, resume=p.resume), "a" if p.resume else "w")
     if p.resume and code == 2:  # resume refused (another config, ...): start again, as a local sweep does
@@ -288,8 +289,9 @@ def run_job(p, mpi: int, cwd: str) -> None:
         sys.exit(code)  # the job ends with the training's exit code (Slurm: FAILED, ExitCode=code:0)
 
 
-def submit(todo: list, recipe, res: Resources, mpi: int, notify=None) -> list[str]:
-    """Submit ``todo`` (planned runs, recipe files already written) as one job array; their job ids, in order."""
+def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) -> list[str]:
+    """Submit ``todo`` (planned runs, recipe files already written) as one job array; their job ids, in order.
+    ``executor``: what runs a run in the job (the sweep's executor class, see :func:`run_job`)."""
     import submitit
 
     root = todo[0].root
@@ -317,7 +319,7 @@ def submit(todo: list, recipe, res: Resources, mpi: int, notify=None) -> list[st
     try:
         with ex.batch():
             for p in todo:
-                jobs.append(ex.submit(run_job, replace(p), mpi, cwd))
+                jobs.append(ex.submit(run_job, replace(p), mpi, cwd, executor))
     except Exception as e:  # noqa: BLE001 - sbatch refused (bad partition, limits, ...): one sentence, exit 2
         msg = " ".join(str(e).split())
         raise ConfigError(f"Slurm refused the jobs ({msg[:400]}); check the [slurm] table or the --partition/--time/"
@@ -334,7 +336,7 @@ def submit(todo: list, recipe, res: Resources, mpi: int, notify=None) -> list[st
 @dataclass
 class RunStatus:
     run: object                   # PlannedRun
-    state: str                    # the run's state on disk (fedcli.sweep.run_state)
+    state: str                    # the run's state on disk (fedcli.results.sweepdir.run_state)
     job_id: str | None = None
     slurm: str | None = None      # Slurm's state of the job, None if unknown
     exit_code: int | None = None  # the training's exit code, from the job file
@@ -360,7 +362,7 @@ def statuses(runs: list) -> list[RunStatus]:
         if code not in (None, 0) and state in ("missing", "running") and st not in ACTIVE:
             state = "failed"  # it ended before its run directory (or its manifest) said so: the job's exit code tells
         if state == "failed" and not p.error:
-            from fedcli.sweep import last_line
+            from fedcli.results.sweepdir import last_line
 
             p.error = last_line(p.log)
         out.append(RunStatus(p, state, jid, st, code, locked))
@@ -369,7 +371,7 @@ def statuses(runs: list) -> list[RunStatus]:
 
 def wait(runs: list, poll_s: float = 5.0, on_poll=None) -> list[RunStatus]:
     """Until no job of ``runs`` is pending or running; ``on_poll(statuses)`` after each look."""
-    from fedcli.sweep import run_state
+    from fedcli.results.sweepdir import run_state
 
     while True:
         for p in runs:

@@ -9,14 +9,13 @@ Layout of a sweep folder (default ``results/<recipe stem>-<scale>``)::
 
 A run counts as done only when its ``manifest.json`` says ``completed``, its config is the one the
 recipe asks for now (``out`` and ``threads`` aside) and its data passes the report's checks
-(``fedcli.report.validate``), so a second call runs only what is missing, failed, interrupted, changed or
+(``fedcli.results.validate``), so a second call runs only what is missing, failed, interrupted, changed or
 damaged. ``sweep.json`` is replaced atomically after every run. One sweep at a time per folder
 (:class:`SweepLock`), and no worker outlives its sweep (``fedcli.results.lock``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -38,11 +37,12 @@ from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPT
                                      STALE, config_hash, config_matches)
 from fedcli.results.safefs import make_dir, open_file, refuse_link
 
+from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, entry_dirs, last_line,  # noqa: F401
+                                     load_manifest, run_state)
+
 if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
     from fedcli.recipes import SweepRecipe
 
-MANIFEST = "sweep.json"
-FORMAT = 1
 
 
 class SweepFailed(FedcliError):
@@ -72,61 +72,6 @@ def toml_flat(values: dict, header: str = "") -> str:
     lines = [f"# {line}" for line in header.splitlines()] if header else []
     lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
-
-
-@dataclass
-class PlannedRun:
-    name: str
-    slug: str
-    seed: int
-    root: Path               # the sweep folder
-    values: dict             # recipe values of this run (+ seed, out, threads)
-    config: dict             # resolved TrainConfig as a dict
-    hash: str
-    status: str = MISSING    # done | stale | failed | running | missing | corrupt (before); completed | failed (after)
-    exit_code: int | None = None
-    wall_s: float | None = None
-    error: str | None = None
-    ran: bool = False
-    resume: bool = False     # continue from the run's latest checkpoint instead of starting again
-    job_id: str | None = None  # its Slurm job (--executor slurm)
-
-    @property
-    def rel(self) -> str:
-        return f"{self.slug}/seed{self.seed}"
-
-    @property
-    def dir(self) -> Path:
-        return self.root / self.rel
-
-    @property
-    def recipe_file(self) -> Path:
-        return self.root / f"{self.rel}.toml"
-
-    @property
-    def log(self) -> Path:
-        return self.root / f"{self.rel}.log"
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} seed {self.seed}"
-
-    def entry(self) -> dict:
-        return {"name": self.name, "seed": self.seed, "dir": self.rel, "recipe": f"{self.rel}.toml", "log": f"{self.rel}.log",
-                "status": self.status, "config_hash": self.hash, "exit_code": self.exit_code, "wall_s": self.wall_s,
-                "error": self.error, "config": self.config,  # config: what `fedcli report` checks the run against
-                **({"job_id": self.job_id} if self.job_id else {})}
-
-
-def run_state(p: PlannedRun) -> tuple[str, str | None]:
-    """(state, reason) of a planned run (:func:`fedcli.results.runstate.run_state`, the one every command uses):
-    done, stale, corrupt, failed, interrupted, running, missing. Sets ``p.resume`` when the run stopped early with
-    the same config and left a checkpoint."""
-    from fedcli.results.runstate import run_state as decide
-
-    st = decide(p.dir, p.config)
-    p.resume = st.resumable
-    return st.state, (None if st.state == DONE else st.reason)
 
 
 def default_out(recipe_path: Path, scale: str | None) -> Path:
@@ -202,42 +147,6 @@ def products_of(recipe: SweepRecipe) -> dict:
     return {"tables": [spec_to_dict(t) for t in tables], "figures": [spec_to_dict(f) for f in figures]}
 
 
-class SweepManifest:
-    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict):
-        self.root, self.recipe, self.seeds, self.runs, self.products = root, recipe, seeds, runs, products
-        old = load_manifest(root, missing_ok=True) or {}
-        self.created = old.get("created") or now()
-        self.lock = threading.Lock()
-
-    def write(self) -> None:
-        r = self.recipe
-        data = {
-            "fedcli_sweep": FORMAT,
-            "recipe": str(r.path),
-            "recipe_sha256": hashlib.sha256(r.text.encode()).hexdigest(),
-            "title": r.title, "paper": r.paper, "fidelity": r.fidelity,
-            "scale": r.scale, "seeds": self.seeds,
-            "created": self.created, "updated": now(),
-            "run_names": r.run_names,
-            **self.products,
-            "runs": [p.entry() for p in self.runs],
-        }
-        with self.lock:
-            atomic_write(self.root / MANIFEST, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def load_manifest(root: Path, missing_ok: bool = False) -> dict | None:
-    f = Path(root) / MANIFEST
-    if not f.exists():
-        if missing_ok:
-            return None
-        raise ConfigError(f"{root}: no {MANIFEST} here; run `fedcli sweep RECIPE` first")
-    try:
-        return json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{f}: not a readable sweep manifest ({e})") from None
-
-
 class SweepLock:
     """An exclusive lock on the sweep folder, so that two sweeps never run the same runs.
 
@@ -294,7 +203,8 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     another process count, ...), the run starts again from scratch."""
     import contextlib
 
-    from fedcli.cli.train import run_train
+    from fedcli.runner import run_train
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
 
     t0 = time.perf_counter()
@@ -384,7 +294,7 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None) -> No
 
         join_sweep(workers_lock, parent, _orphaned)  # hold the sweep folder while alive; die with the sweep
 
-    importlib.import_module("fedcli.cli.train")  # import torch once per worker, not once per run
+    importlib.import_module("fedcli.runner")  # import torch once per worker, not once per run
     _memoize_datasets()
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # between runs a time-limit warning has nothing to stop; a training
     # in progress handles it (checkpoint at its round boundary, fedcli/results/checkpoint.py)
@@ -607,14 +517,6 @@ class Executor:
                     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def last_line(path: Path) -> str | None:
-    try:
-        lines = [l.strip() for l in path.read_text(errors="replace").splitlines() if l.strip()]
-    except OSError:
-        return None
-    return lines[-1][:300] if lines else None
-
-
 # ------------------------------------------------------------------------------------------------ the command
 
 
@@ -817,15 +719,10 @@ def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int
             ex = Executor(mpi=mpi)
             for p in go:
                 ex.prepare(p, result.recipe)
-            for p, jid in zip(go, slurm.submit(go, result.recipe, result.resources, mpi)):
+            for p, jid in zip(go, slurm.submit(go, result.recipe, result.resources, mpi, Executor)):
                 p.job_id, p.status, p.error = jid, "submitted", None
         result.submitted = go
         for p in result.skipped:
             p.job_id = slurm.read_job(p).get("job_id")
         manifest.write()
     return result
-
-
-def entry_dirs(manifest: dict, root: Path) -> dict[tuple[str, int], Path]:
-    return {(e["name"], int(e["seed"])): root / e["dir"] for e in manifest.get("runs", [])}
-

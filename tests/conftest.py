@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config (fedcli/config.py)
 from simkit import FEMNIST_SAMPLE, MNIST_T10K
 
 

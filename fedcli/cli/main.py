@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedcli.cli import early
+from fedcli import early
 
-early.install()  # before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/cli/early.py)
+early.install()  # before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/early.py)
 
 import typer  # noqa: E402
 
@@ -97,7 +97,7 @@ def _mpi_comm():
 def _abort_job(e: BaseException, code: int) -> None:
     """Under MPI, an error on one rank ends the whole job (no hang) and marks the run failed."""
     from fedcli.cli.console import err_console
-    from fedcli.cli.train import ACTIVE_RUN
+    from fedcli.runner import ACTIVE_RUN
     from fedcli.results.sentinel import mark_failed
 
     comm = _mpi_comm()

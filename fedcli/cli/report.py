@@ -119,7 +119,7 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.sweep import MANIFEST
+    from fedcli.results.sweepdir import MANIFEST
 
     root = Path(folder)
     if not root.is_dir():

@@ -40,6 +40,7 @@ def cache_dir() -> Path:
 
 def build() -> dict:
     """The spec, from the assembled config and the method registry (imports torch)."""
+    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import FIELDS, field_type
     from fedcli.fl.methods import METHODS
 

@@ -3,7 +3,9 @@
 ``--workers N`` starts N - 1 worker processes beside this one (spawned, so none inherits an
 initialized torch or OpenMP). Every process runs the same :class:`fedcli.fl.engine.Simulation` on
 its share of each round's cohort (``assign_clients``, as MPI ranks do); this process is rank 0 and
-the only one that writes the run directory. They talk through :class:`PoolCommunicator`:
+the only one that writes the run directory. The pool is told what each worker runs (``fedcli.runner.launch``
+passes ``run_in_worker``): this module knows nothing of runs, configs or the CLI. They talk through
+:class:`PoolCommunicator`:
 
 - control (barrier, bcast, allgather) over one pipe per worker, rank 0 in the middle. A pipe also
   tells of a death: a dead worker's end reads EOF, so rank 0 stops at the next collective with one
@@ -24,13 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +38,12 @@ import numpy as np
 import torch
 
 from fedcli.comm.communicator import Communicator, flat_rows
-from fedcli.errors import ConfigError, FedcliError
+from fedcli.errors import FedcliError
 
 #: bytes of the shared arena (grown for a cohort whose one column block would not fit)
 ARENA_BYTES = 64 << 20
 #: below this many elements an all-reduce travels through the pipes (rank 0 adds, in rank order)
 SMALL = 1 << 12
-#: --workers auto: estimated single-core seconds of training above which the pool is worth starting
-AUTO_MIN_SECONDS = 10.0
-#: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
-FLOPS_PER_S = 2e10
-STEP_OVERHEAD_S = 2e-4
 
 
 class WorkerError(FedcliError):
@@ -257,7 +252,7 @@ def _where(e: BaseException) -> str:
     return f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
 
 
-def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, data, parent_pid: int, run_kwargs: dict) -> None:
+def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, target, args: tuple, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     try:  # a session of its own: out of the terminal's process group (Ctrl-C goes to rank 0 only), and with
         os.setsid()  # autogroup scheduling its own CPU share, as any separately started program (Ray's workers too)
@@ -265,13 +260,10 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, dat
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from fedcli.cli.train import run_train
-    from fedcli.config import TrainConfig
-
     comm = PoolCommunicator(rank, size, [conn], arena)
     code = 0
     try:
-        run_train(TrainConfig(**cfg), comm=comm, quiet=True, data=data, **run_kwargs)
+        target(comm, *args)
         comm.barrier()  # rank 0 closes the run directory while this process is still alive
     except RootGone:
         code = 1
@@ -289,22 +281,24 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, cfg: dict, dat
 
 # --------------------------------------------------------------------------------------------- the pool
 class WorkerPool:
-    """Rank 0's side: starts ranks 1..size-1 and ends them."""
+    """Rank 0's side: starts ranks 1..size-1 and ends them. Each worker runs ``target(comm, *args)`` with its
+    :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the pool is spawned; tensors
+    travel in shared memory); ``clients``: the run's client count (sizes the arena)."""
 
-    def __init__(self, size: int, cfg, data, run_kwargs: dict):
+    def __init__(self, size: int, target, args: tuple, clients: int = 1):
         import multiprocessing as mp
 
         import torch.multiprocessing  # noqa: F401 - registers the shared-memory pickling of tensors
 
         ctx = mp.get_context("spawn")
-        total = max(1, int(getattr(cfg, "clients", 1)))
+        total = max(1, int(clients))
         arena_bytes = max(ARENA_BYTES, (total + 2) * 4096 * 8 * 8 // 7)
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8).share_memory_()
         self.procs, conns = [], []
         for rank in range(1, size):
             mine, theirs = ctx.Pipe(duplex=True)
             p = ctx.Process(target=_worker_main, name=f"fedcli-worker-{rank}", daemon=True,
-                            args=(rank, size, theirs, self.arena, cfg.to_dict(), data, os.getpid(), run_kwargs))
+                            args=(rank, size, theirs, self.arena, target, args, os.getpid()))
             p.start()
             theirs.close()
             self.procs.append(p)
@@ -358,106 +352,3 @@ def physical_cores() -> int:
         except OSError:
             cores.add(("cpu", str(c)))
     return max(1, len(cores))
-
-
-@dataclass
-class WorkEstimate:
-    client_steps: int        # local steps summed over clients and rounds
-    flops_per_step: float    # forward + backward of one client's mini-batch
-    seconds: float           # single-core estimate
-
-    def describe(self) -> str:
-        return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
-
-
-def estimate_work(cfg, dataset, partition) -> WorkEstimate:
-    """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from fedcli.fl.cohort import epoch_steps
-    from fedcli.fl.engine import build_run_model
-
-    n = len(partition.train)
-    active = max(1, int(round(cfg.active_ratio * n)))
-    sizes = [len(ix) for ix in partition.train]
-    if cfg.local_epochs:
-        per_client = sum(epoch_steps(s, cfg.local_epochs, cfg.batch_size, cfg.drop_last) for s in sizes) / max(1, n)
-        steps = (cfg.rounds or math.ceil(cfg.iterations / max(1.0, per_client))) * active * per_client
-    elif cfg.rounds:
-        steps = cfg.rounds * active * cfg.tau
-    else:
-        steps = cfg.iterations * active
-    try:
-        with torch.random.fork_rng(devices=[]):
-            model = build_run_model(cfg, dataset)
-        model.eval()
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            model(dataset.train_x[:1])
-        fwd = float(fc.get_total_flops())
-    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
-        fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
-    per_step = 3.0 * fwd * cfg.batch_size
-    secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
-    return WorkEstimate(int(steps), per_step, secs)
-
-
-def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int, str]:
-    """``--workers 0``: the physical cores (at most the clients per round) when the run is big enough to pay
-    for starting the workers (about 1-2 s each), else 1. Results do not depend on the choice."""
-    cores = cores or physical_cores()
-    active = max(1, int(round(cfg.active_ratio * len(partition.train))))
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        gpus = torch.cuda.device_count()  # --device cuda: worker k takes GPU k mod gpus (engine.resolve_device)
-        n = max(1, min(gpus, active))
-        return n, f"auto: {n} (one per CUDA device: {gpus} visible, {active} client(s) per round)"
-    if cfg.device.startswith("cuda:"):
-        return 1, f"auto: 1 (--device {cfg.device}: one GPU)"
-    if cores < 2 or active < 2:
-        return 1, f"auto: 1 ({cores} physical core(s), {active} client(s) per round)"
-    est = estimate_work(cfg, dataset, partition)
-    if est.seconds < AUTO_MIN_SECONDS:
-        return 1, f"auto: 1 ({est.describe()}, below {AUTO_MIN_SECONDS:.0f} s)"
-    n = min(cores, active)
-    return n, f"auto: {n} ({cores} physical cores, {est.describe()})"
-
-
-@contextlib.contextmanager
-def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: bool = False, data=None):
-    """Yield (communicator, data) for ``run_train``: rank 0 of a new worker pool, or ``comm`` itself.
-
-    ``data`` is (dataset, partition) when they were loaded here (to choose the number of workers, and to hand
-    them to the workers in shared memory) or given, else None (``run_train`` loads them)."""
-    if comm.size > 1:  # under mpiexec every rank is one worker
-        if cfg.workers > 1:
-            raise ConfigError(f"--workers {cfg.workers} cannot be combined with mpiexec (each MPI rank is one worker); drop one of them")
-        yield comm, data
-        return
-    n, note = cfg.workers, f"--workers {cfg.workers}"
-    if resume and not n:
-        from fedcli.results.checkpoint import read_manifest
-
-        n = int(read_manifest(resume).get("world_size", 1))  # a checkpoint is resumed by as many processes
-        note = f"auto: {n} (as the run being resumed)"
-    if not n:
-        if data is None:
-            from fedcli.data.setup import load_data_and_partition
-
-            data = load_data_and_partition(cfg)
-        n, note = auto_workers(cfg, *data)
-    if n <= 1:
-        single = Communicator()
-        single.workers_note = note
-        yield single, data
-        return
-    if data is None:
-        from fedcli.data.setup import load_data_and_partition
-
-        data = load_data_and_partition(cfg)
-    pool = WorkerPool(n, cfg, data, {"resume": bool(resume), "overwrite": overwrite})
-    pool.comm.workers_note = note
-    ok = False
-    try:
-        yield pool.comm, data
-        ok = True
-    finally:
-        pool.close(ok)

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcli.data._formats import TENSOR_FILE_FORMAT, read_tensor_file
-from fedcli.data.datasets import FedDataset, _assemble, _default_dir, _holdout_indices, _Split, register_dataset
+from fedcli.data.sources import FedDataset, _assemble, _default_dir, _holdout_indices, _Split, register_dataset
 from fedcli.errors import DataError
 
 DEFAULT_HOLDOUT = 0.2  # without a test split (as digits)

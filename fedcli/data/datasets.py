@@ -21,17 +21,15 @@ Only ``download=True`` touches the network, through torchvision's own downloader
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import torch
 
 from fedcli.data._formats import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, read_cifar_batch, read_idx, read_leaf_json
+from fedcli.data.sources import (DATASETS, HOLDOUT_SEED, FedDataset, Loader, _assemble, _default_dir,  # noqa: F401
+                                 _holdout_indices, _Split, register_dataset)
 from fedcli.errors import ConfigError, DataError
-
-HOLDOUT_SEED = 0  # the held-out test set is a function of the data only, never of a run seed
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
@@ -40,48 +38,6 @@ CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 EMNIST_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}
 FEMNIST_CLASSES = 62
-
-
-@dataclass
-class FedDataset:
-    """A dataset held in memory: images ``[N, C, H, W]`` (normalized) or vectors ``[N, D]``, float32."""
-
-    name: str
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    num_classes: int
-    train_groups: torch.Tensor | None = None  # int64 [N]: writer/user index of each training sample
-    test_groups: torch.Tensor | None = None  # int64 [M]: same indexing for the test samples
-    group_names: list[str] | None = None  # group index -> writer id (LEAF ids kept)
-    augment: str | None = None  # "cifar": the engine applies fedcli.data.augment at train time
-    source: dict = field(default_factory=dict)  # what was read (goes into the run manifest)
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.train_x.shape[1:])
-
-    def __repr__(self) -> str:
-        groups = f", groups={len(self.group_names)}" if self.group_names is not None else ""
-        return (
-            f"FedDataset({self.name!r}, train={len(self.train_y)}, test={len(self.test_y)}, "
-            f"input_shape={list(self.input_shape)}, num_classes={self.num_classes}{groups})"
-        )
-
-
-Loader = Callable[..., FedDataset]
-DATASETS: dict[str, Loader] = {}
-
-
-def register_dataset(name: str) -> Callable[[Loader], Loader]:
-    """Register ``loader(data_dir: Path | None, *, download, holdout_fraction, options) -> FedDataset``."""
-
-    def deco(fn: Loader) -> Loader:
-        DATASETS[name] = fn
-        return fn
-
-    return deco
 
 
 def load_dataset(
@@ -113,40 +69,6 @@ def load_dataset(
 # ---------------------------------------------------------------------------------------- helpers
 
 
-@dataclass
-class _Split:
-    x: np.ndarray
-    y: np.ndarray
-    groups: np.ndarray | None = None
-
-    def take(self, idx: np.ndarray) -> _Split:
-        return _Split(self.x[idx], self.y[idx], None if self.groups is None else self.groups[idx])
-
-
-def _holdout_indices(y: np.ndarray, fraction: float, seed: int = HOLDOUT_SEED) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified split of ``range(len(y))`` into (train, test) index arrays, both sorted.
-
-    The test set has ``ceil(fraction * N)`` samples (scikit-learn's convention), allocated to the classes
-    in proportion to their sizes by largest remainders; which samples of a class are held out is drawn
-    with ``numpy.random.default_rng(seed)``.
-    """
-    n = len(y)
-    n_test = math.ceil(fraction * n - 1e-9)
-    classes, y_idx, counts = np.unique(y, return_inverse=True, return_counts=True)
-    exact = n_test * counts / n
-    quota = np.floor(exact).astype(np.int64)
-    extra = n_test - int(quota.sum())
-    if extra > 0:
-        quota[np.argsort(-(exact - quota), kind="stable")[:extra]] += 1
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(n)
-    order = perm[np.argsort(y_idx[perm], kind="stable")]  # grouped by class, random within a class
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    cls_of = y_idx[order]
-    is_test = (np.arange(n) - starts[cls_of]) < quota[cls_of]
-    return np.sort(order[~is_test]), np.sort(order[is_test])
-
-
 def _choose_pool(name: str, frac: float, train_missing: Path | None, test_missing: Path | None, hint: str) -> str:
     """Which splits to read: ``"both"`` (F == 0), ``"train"`` or ``"test"`` (the holdout pool)."""
     if train_missing is None:
@@ -159,65 +81,6 @@ def _choose_pool(name: str, frac: float, train_missing: Path | None, test_missin
         return "test"
     only_test = " (only the test split is there: set --holdout-fraction above 0 to split it)" if test_missing is None else ""
     raise DataError(f"{train_missing}: not found{only_test}; expected the {name} training split ({hint})")
-
-
-def _assemble(
-    name: str,
-    pool: str,
-    frac: float,
-    train: _Split | None,
-    test: _Split | None,
-    num_classes: int,
-    source: dict,
-    *,
-    image_shape: tuple[int, ...] | None = None,
-    group_names: list[str] | None = None,
-    augment: str | None = None,
-    x_dtype: type = np.float32,
-) -> FedDataset:
-    """Apply the holdout policy and turn numpy splits into a FedDataset (inputs as ``x_dtype``: float32,
-    or int64 token ids for text)."""
-    if pool != "both":
-        base = train if pool == "train" else test
-        assert base is not None
-        tr_idx, te_idx = _holdout_indices(base.y, frac)
-        if len(tr_idx) == 0 or len(te_idx) == 0:
-            raise DataError(
-                f"{source.get('folder', name)}: holding out {frac} of {len(base.y)} samples leaves an empty split; "
-                f"expected a larger {name} {pool} split"
-            )
-        train, test = base.take(tr_idx), base.take(te_idx)
-        source["holdout"] = {"fraction": frac, "pool": pool, "seed": HOLDOUT_SEED, "stratified": True}
-    assert train is not None and test is not None
-
-    def x_tensor(x: np.ndarray) -> torch.Tensor:
-        x = np.ascontiguousarray(x, dtype=x_dtype)
-        if image_shape is not None:
-            x = x.reshape((-1, *image_shape))
-        return torch.from_numpy(x)
-
-    def g_tensor(g: np.ndarray | None) -> torch.Tensor | None:
-        return None if g is None else torch.from_numpy(np.ascontiguousarray(g, dtype=np.int64))
-
-    source["counts"] = {"train": int(len(train.y)), "test": int(len(test.y))}
-    source["num_classes"] = num_classes
-    return FedDataset(
-        name=name,
-        train_x=x_tensor(train.x),
-        train_y=torch.from_numpy(np.ascontiguousarray(train.y, dtype=np.int64)),
-        test_x=x_tensor(test.x),
-        test_y=torch.from_numpy(np.ascontiguousarray(test.y, dtype=np.int64)),
-        num_classes=num_classes,
-        train_groups=g_tensor(train.groups),
-        test_groups=g_tensor(test.groups),
-        group_names=group_names,
-        augment=augment,
-        source=source,
-    )
-
-
-def _default_dir(name: str, data_dir: Path | None) -> Path:
-    return data_dir if data_dir is not None else Path("data") / name
 
 
 def _download_hint() -> str:

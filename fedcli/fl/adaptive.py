@@ -77,10 +77,14 @@ import math
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.cohort import Cohort
+from fedcli.fl.cohort import Cohort, Stream, register_purpose
 from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
 from fedcli.fl.store import share
 from fedcli.params import opt, register_params
+
+# full-batch gradients (Mime, Mime-LAMB): the whole split in order; a used-up client's dummy batch weighs 1 (its
+# gradient is then scaled by 0; an all-zero mask would make the masked mean 0 / 0)
+FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
 
 
 @register_params
@@ -186,7 +190,7 @@ def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
     acc = {n: torch.zeros_like(p) for n, p in anchor.params.items()}
     if k == 0:
         return acc
-    plan = sim.batches.plan("mime-full", cohort.clients)  # the whole split in order, padded; no augmentation
+    plan = sim.batches.plan(FULL_BATCH, cohort.clients)  # the whole split in order, padded; no augmentation
     sizes = torch.tensor([sim.client_indices[c].numel() for c in cohort.clients], device=plan.real.device)
     fracs = (plan.real.double() / sizes.clamp(min=1).double()).float()  # each batch's share of the client's samples
     for s in range(plan.idx.shape[0]):
@@ -223,6 +227,9 @@ def _cpu(state: dict | None) -> dict | None:
 @register_local_step("lamb")
 class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
+
+    requires = {"server": "vhat"}  # the server's v_hat (vhat-max, vhat-fullgrad)
+    provides = frozenset({"v"})     # each client's second moment v, which the vhat-max server averages
 
     trust_default = True
 
@@ -300,14 +307,14 @@ class MimeStep(LocalStep):
     Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
     """
 
+    requires = {"server": "mime"}  # the server's control variate and AMSGrad state
+
     def __init__(self, cfg):
         super().__init__(cfg)
         check_eps(cfg)
         self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
 
     def begin_round(self, sim, cohort) -> None:
-        if not isinstance(sim.server, MimeServer):
-            raise ConfigError("the 'mime' local step needs the 'mime' server part (use --algo mime)")
         self.sim, self.server = sim, sim.server
         self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
 
@@ -331,15 +338,15 @@ class MimeStep(LocalStep):
 
 # ---------------------------------------------------------------------------- servers
 def shared_vhat(sim) -> dict[str, torch.Tensor] | None:
-    """The v_hat the server shares with the clients this round (None before the first synchronization)."""
-    if not isinstance(sim.server, _VhatServer):
-        raise ConfigError(f"the '{sim.local_step.name}' local step needs a server part that shares v_hat "
-                          f"(vhat-max, vhat-fullgrad), not '{sim.server.name}'")
+    """The v_hat the server shares with the clients this round (None before the first synchronization); the local
+    steps that read it require a server that provides "vhat" (checked with the config)."""
     return sim.server.vhat
 
 
 class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
+
+    provides = frozenset({"vhat"})
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -366,11 +373,11 @@ class _VhatServer(AverageServer):
 class VhatMaxServer(_VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
 
+    requires = {"local_step": "v"}  # the clients' v (lamb, ams)
+
     def end_round(self, sim, cohort) -> None:
         if not sync_due(self.cfg, cohort.round_idx):
             return
-        if "adaptive.v" not in cohort.state:
-            raise ConfigError(f"the vhat-max server needs a local step that keeps v (lamb, ams), not '{sim.local_step.name}'")
         self.raise_vhat(cohort_mean(sim, cohort, cohort.state["adaptive.v"]))
         count_transfer(sim, up=1, down=1)  # v up, v_hat down
 
@@ -409,6 +416,8 @@ class VhatFullGradServer(_VhatServer):
 @register_server("mime")
 class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
+
+    provides = frozenset({"mime"})  # the control variate c and the AMSGrad state the 'mime' local step follows
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -43,11 +43,14 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
-from fedcli.fl.cohort import BatchPlan
+from fedcli.fl.cohort import BatchPlan, Stream, register_purpose
 from fedcli.fl.parts import OverwriteInit, register_init
 from fedcli.fl.personal import load_models, share
 from fedcli.fl.trainers import masked_loss
 from fedcli.params import opt, register_params
+
+# ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
+ALA_BATCHES = register_purpose("ala", Stream("ala", shuffled=False, window=True))
 
 
 @register_params
@@ -197,6 +200,9 @@ class ALAInit(OverwriteInit):
     def starts_from_global(self, sim) -> bool:
         return not self.top_names(sim) and self.base.starts_from_global(sim)
 
+    def mixes_received(self, sim) -> bool:
+        return bool(self.top_names(sim))
+
     def download(self, sim, cohort) -> None:
         self.base.download(sim, cohort)
 
@@ -238,7 +244,7 @@ class ALAInit(OverwriteInit):
                    for n in top}
         started = sim.store.gather("ala.started", clients, lambda _c: torch.zeros(()), dev)
         start_phase = [not bool(v) for v in started.tolist()]
-        plan = sim.batches.plan("ala", clients, cohort.round_idx, percent=self.percent)
+        plan = sim.batches.plan(ALA_BATCHES, clients, cohort.round_idx, percent=self.percent)
         if per_client not in self._grad:
             self._grad[per_client] = _grad_fn(sim.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}

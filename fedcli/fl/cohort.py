@@ -124,31 +124,26 @@ class Stream:
     window: bool = False
 
 
-#: the purposes batches are asked for (any other name: a part's extra local training, ``stream``)
+#: the purposes batches are asked for: the engine's local steps here, the parts' own registered by their files
+#: (``register_purpose``); any other name: a part's extra local training (``stream``)
 PURPOSES: dict[str, Stream] = {
     "train": Stream("batches", "augment"),            # the engine's local steps
-    # full-batch gradients (Mime, Mime-LAMB): a used-up client's dummy batch weighs 1 (its gradient is then
-    # scaled by 0; an all-zero mask would make the masked mean 0 / 0)
-    "mime-full": Stream(shuffled=False, spent=1.0),
-    "fomo-val": Stream(shuffled=False),               # FedFomo's validation losses (Eq. 6)
-    # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
-    "ala": Stream("ala", shuffled=False, window=True),
-    # Per-FedAvg's one-step adaptation before evaluation: one shuffled batch, not augmented
-    "perfedavg.eval": Stream("perfedavg.eval"),
 }
+
+
+def register_purpose(name: str, how: Stream) -> str:
+    """Declare how the batches of purpose ``name`` are made (a part's own use: ALA's window, FedFomo's validation
+    batches, ...); returns ``name``. A purpose has one meaning: registering another Stream under it is an error."""
+    if PURPOSES.get(name, how) != how:
+        raise ValueError(f"batch purpose {name!r} is already registered as {PURPOSES[name]}")
+    PURPOSES[name] = how
+    return name
 
 
 def stream(purpose: str) -> Stream:
     """The stream of ``purpose``: a registered one, or shuffled batches keyed by the purpose's own name (Ditto's
     personal model "ditto", FedRep's head "fedrep.head": ``personal.local_sgd``)."""
     return PURPOSES.get(purpose) or Stream(purpose, purpose + ".augment")
-
-
-def epoch_steps(n: int, epochs: float, batch: int, drop_last: bool = False) -> int:
-    """Local steps of ``epochs`` epochs over a client's ``n`` samples in batches of ``batch``: ceil(E * n / B), or with
-    ``drop_last`` (each epoch floor(n / B) full batches, as PyTorch's ``DataLoader(drop_last=True)``)
-    ceil(E * floor(n / B)). At least 1: a client with fewer samples than a batch runs one padded batch."""
-    return max(1, math.ceil(epochs * (n // batch) if drop_last else epochs * n / batch))
 
 
 def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Generator, drop_last: bool = False):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,11 +24,11 @@ from torch.func import functional_call
 
 from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
-from fedcli.config import TrainConfig
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import guard, parts, slots
-from fedcli.fl.cohort import BatchSource, Cohort, StepContext, epoch_steps, sample_cohort
+from fedcli.fl.budget import RunPlan, plan_run
+from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
 from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.methods import METHODS
 from fedcli.fl.rng import key, torch_gen
@@ -35,6 +36,9 @@ from fedcli.fl.schedules import build_schedule
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
+
+if TYPE_CHECKING:
+    from fedcli.config import TrainConfig
 
 
 EVAL_BATCH = 1024  # test samples per forward pass of the global model
@@ -183,7 +187,7 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
 class Simulation:
     """One ``fedcli train`` experiment. ``setup`` loads everything; ``run`` trains and logs."""
 
-    def __init__(self, cfg: TrainConfig, comm: Communicator | None = None, run_dir=None, progress=None):
+    def __init__(self, cfg: TrainConfig, comm: Communicator | None = None, progress=None):
         self.cfg = cfg
         self.comm = comm or Communicator()
         self.progress = progress
@@ -195,18 +199,17 @@ class Simulation:
         self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
-        self.attach(run_dir)
+        self.writers = None            # the round hook writing its CSVs (``attach``)
 
-    def attach(self, run_dir) -> None:
-        """Write this run's CSVs into ``run_dir`` (None: none): its writers (``fedcli.results.runlog.RunLog``) become
-        the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it closes.
-        Attaching another run directory replaces the writers of the last one."""
-        from fedcli.results.runlog import RunLog
-
-        self.run_dir = run_dir
-        self.round_hooks = [h for h in self.round_hooks if not isinstance(h, RunLog)]
-        if run_dir is not None:
-            self.round_hooks.insert(0, RunLog(run_dir))
+    def attach(self, run_dir, writers: RoundHook | None = None) -> None:
+        """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the round hook that writes them (the
+        caller's: ``fedcli.results.runlog.RunLog(run_dir)``, so the engine imports nothing of the results layer). They
+        become the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it
+        closes. Attaching another run directory replaces the writers of the last one."""
+        self.round_hooks = [h for h in self.round_hooks if h is not self.writers]
+        self.run_dir, self.writers = run_dir, (writers if run_dir is not None else None)
+        if self.writers is not None:
+            self.round_hooks.insert(0, self.writers)
 
     def add_round_hook(self, hook) -> None:
         """Call ``hook`` after every round: a :class:`RoundHook`, or a function ``hook(sim, state)``."""
@@ -294,12 +297,17 @@ class Simulation:
                 self.sizes = np.array([t.numel() for t in own])
         # every part's mini-batches, by purpose, over the training splits the parts left
         self.batches = BatchSource(cfg.seed, self.client_indices, self.batch_size, cfg.drop_last, dataset.augment, self.device)
-        period = self.schedule.period
+        self.plan = self.run_plan()
         if cfg.rounds:
             self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
         else:
-            self.eval_every = cfg.eval_every or max(period, math.ceil(cfg.iterations / 20))
+            self.eval_every = cfg.eval_every or max(self.plan.period, math.ceil(cfg.iterations / 20))
         return self
+
+    def run_plan(self) -> RunPlan:
+        """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
+        the clients' training data as the parts left it)."""
+        return plan_run(self.cfg, self.schedule.period, [int(n) for n in self.sizes], self.active, self.batch_size)
 
     def manifest(self) -> dict:
         return {
@@ -458,41 +466,35 @@ class Simulation:
         elif cfg.local_epochs:
             return None
         else:
-            period = self.schedule.period
-            points = [min(r * period, cfg.iterations) for r in range(1, math.ceil(cfg.iterations / period) + 1)]
+            period = self.plan.period
+            points = [min(r * period, cfg.iterations) for r in range(1, self.plan.rounds + 1)]
         return len(evaluation_points(points, self.eval_every))
 
     def done(self, state: TrainState) -> bool:
-        if self.cfg.rounds:
-            return state.round_idx >= self.cfg.rounds
-        return state.iteration >= self.cfg.iterations
+        return self.plan.done(state.round_idx, state.iteration)
 
     def progress_point(self, state: TrainState) -> int:
         """Where evaluation points are counted: rounds under a round budget, else iterations."""
-        return state.round_idx if self.cfg.rounds else state.iteration
+        return self.plan.progress(state.round_idx, state.iteration)
 
     def eval_due(self, state: TrainState) -> bool:
         return self.progress_point(state) >= state.next_eval or self.done(state)
 
     def client_steps(self, clients: list[int], default: int) -> list[int]:
-        """Local steps of each client this round: ``default``, or E epochs with --local-epochs E (``epoch_steps``)."""
-        if not self.cfg.local_epochs:
-            return [default] * len(clients)
-        return [epoch_steps(int(self.sizes[c]), self.cfg.local_epochs, self.batch_size, self.cfg.drop_last) for c in clients]
+        """Local steps of each client in a round: ``default``, or E epochs with --local-epochs E (``RunPlan``)."""
+        return self.run_plan().client_round_steps(clients, default)
 
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
         cfg, comm = self.cfg, self.comm
         round_idx = state.round_idx
         self.record = RoundRecord(round_idx, state.iteration)
-        steps = self.schedule.period if cfg.rounds else min(self.schedule.period, cfg.iterations - state.iteration)
         cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
         cohort = Cohort.from_global(mine, self.cohort_weights(cohort_ids, mine), self.global_params, self.global_buffers)
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
-        if cfg.local_epochs:
-            steps = max(self.client_steps(cohort_ids, steps))
-        cohort.steps = torch.tensor(self.client_steps(mine, steps), device=self.device)
+        steps = self.plan.round_steps(state.iteration, cohort_ids)
+        cohort.steps = torch.tensor(self.plan.client_round_steps(mine, steps), device=self.device)
         self.init.download(self, cohort)  # the server's side of sending the models (collective under MPI)
         self.init.initialize(self, cohort)
         if cfg.bn_buffers == "never":

@@ -1,12 +1,17 @@
 """Method presets: a named method is a choice of the five parts of ``fedcli.fl.parts``.
 
-Presets are registered by the small modules in ``fedcli.fl.algorithms`` (one per method).
+Presets are registered by the small modules in ``fedcli.fl.algorithms`` (one per method). Importing this module is
+the start-up of the configuration: it loads every method file (their options register with ``fedcli.params``),
+then extends the leaf ``fedcli.config`` with them (``config.extend``: ``TrainConfig``) and with the rules that need
+the registries (:func:`check_method_config`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from fedcli import config as _config
 
 METHODS: dict[str, "Method"] = {}
 
@@ -90,6 +95,45 @@ def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **values}
 
 
+def check_method_config(cfg) -> None:
+    """The config's rules that need the registries (run by ``TrainConfig.validate``, ``fedcli.config.register_check``):
+    the method's registered name (FedLAMA -> fedlama, did-you-mean on a typo), a known ``--schedule`` and ``--init``,
+    ``--local-epochs`` only on the periodic schedule, what each part requires of the others (``Part.requires``, met
+    by another part's ``Part.provides``: the adaptive steps and the v_hat servers), and every client every round for a
+    part that declares ``full_participation`` (cross-silo methods: APPLE, FedAMP)."""
+    from fedcli.errors import ConfigError
+    from fedcli.fl import parts
+    from fedcli.fl.schedules import SCHEDULES
+    from fedcli.names import resolve_method
+
+    cfg.algo = resolve_method(cfg.algo, method_labels())
+    if cfg.schedule and cfg.schedule not in SCHEDULES:
+        raise ConfigError(f"--schedule: unknown schedule '{cfg.schedule}'; choose one of: {', '.join(sorted(SCHEDULES))}",
+                          key="schedule")
+    if cfg.init and cfg.init not in parts.INITS:
+        raise ConfigError(f"--init: unknown local initialization '{cfg.init}'; choose one of: {', '.join(sorted(parts.INITS))}",
+                          key="init")
+    if cfg.local_epochs and (cfg.schedule or METHODS[cfg.algo].schedule) != "periodic":
+        raise ConfigError(f"--local-epochs {cfg.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
+                          "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)",
+                          key="local_epochs")
+    names = {**METHODS[cfg.algo].parts(), **({"init": cfg.init} if cfg.init else {})}
+    tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS}
+    for kind, table in tables.items():  # what each part requires of the others (Part.requires / Part.provides)
+        for family, capability in table[names[kind]].requires.items():
+            if capability not in tables[family][names[family]].provides:
+                offer = sorted(n for n, c in tables[family].items() if capability in c.provides)
+                raise ConfigError(f"--algo {cfg.algo}: its {kind.replace('_', ' ')} '{names[kind]}' needs a "
+                                  f"{family.replace('_', ' ')} part that provides {capability} ({', '.join(offer)}), "
+                                  f"not '{names[family]}'", key="algo")
+    if cfg.active_ratio < 1.0:
+        needs = [f"{kind.replace('_', ' ')} '{name}'" for kind, name in names.items()
+                 if kind in tables and tables[kind][name].full_participation]
+        if needs:
+            raise ConfigError(f"--algo {cfg.algo} needs every client in every round (a cross-silo method: its "
+                              f"{' and '.join(needs)}): use --active-ratio 1, not {cfg.active_ratio}", key="active_ratio")
+
+
 def _load_all() -> None:
     import importlib
     import pkgutil
@@ -101,4 +145,6 @@ def _load_all() -> None:
 
 
 _load_all()
-LOADED = True  # every method file is imported (fedcli.config assembles TrainConfig from their params)
+# every method file is imported: the config is extended with their params and the rules above
+_config.register_check(check_method_config)
+_config.extend()

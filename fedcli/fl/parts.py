@@ -57,6 +57,14 @@ class Part:
     # why SGD momentum cannot outlive a round with this part (its round-end logic assumes a fresh buffer:
     # SCAFFOLD's control variates, FedNova's normalization); None: it can
     fresh_momentum_needed: str | None = None
+    # the part needs every client in every round (cross-silo: APPLE's and FedAMP's per-client downloads); the config
+    # refuses --active-ratio below 1 for it (fedcli.fl.methods.check_method_config)
+    full_participation: bool = False
+    # what this part offers the run's other parts ("vhat": the server shares a second moment v_hat), and what it
+    # needs of them: family -> capability ({"server": "vhat"}). Checked once, with the config
+    # (fedcli.fl.methods.check_method_config), so no part tests another part's type.
+    provides: frozenset = frozenset()
+    requires: dict = {}
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -152,6 +160,16 @@ class Init(Part):
 
     def initialize(self, sim, cohort) -> None:
         raise NotImplementedError
+
+    def starts_from_global(self, sim) -> bool:
+        """Whether every cohort client starts its round from the global model itself (Ditto's anchor and
+        Per-FedAvg's adaptation then use the global model; otherwise the client's start model). Default: not known to."""
+        return False
+
+    def mixes_received(self, sim) -> bool:
+        """Whether this init replaces what the server sends with a learned mix of it and the client's old model (ALA
+        with layers to mix), so a method that rebuilds its model from the downloads (APPLE) has nothing for it."""
+        return False
 
 
 class Server(Part):
@@ -326,9 +344,7 @@ class OverwriteInit(Init):
         cohort.load_global(sim.global_params, sim.global_buffers)
 
     def starts_from_global(self, sim) -> bool:
-        """Whether every cohort client starts its round from the global model itself (Ditto's anchor and
-        Per-FedAvg's adaptation then use the global model; with ALA they use the client's start model)."""
-        return type(self).initialize is OverwriteInit.initialize
+        return type(self).initialize is OverwriteInit.initialize  # a subclass with its own start: not the global one
 
 
 # ---------------------------------------------------------------------------- server updates

@@ -37,7 +37,8 @@ from torch.func import functional_call
 from fedcli.comm.communicator import assign_clients
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl.cohort import Cohort, epoch_steps, sample_cohort
+from fedcli.fl.budget import epoch_steps
+from fedcli.fl.cohort import Cohort, sample_cohort
 from fedcli.fl.parts import expand
 from fedcli.fl.store import share
 

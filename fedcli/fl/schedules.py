@@ -61,14 +61,22 @@ class Schedule:
     label: str | None = None  # the name a run's label adds when this schedule replaces its preset's ("FedProx + FedLAMA")
 
     def __init__(self, cfg, layers):
+        self.cfg = cfg
         self.layers = layers
         self.tau = cfg.tau
         self.intervals = [cfg.tau] * len(layers)
         self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
 
+    @classmethod
+    def round_length(cls, cfg) -> int:
+        """Local iterations of a round of this schedule under ``cfg`` (known before the schedule is built, so the
+        budget's rounds and steps can be planned from a config alone: ``fedcli.fl.budget.plan_run``)."""
+        return cfg.tau
+
     @property
     def period(self) -> int:
-        return max(self.intervals)
+        """Local iterations of a round: every layer is synchronized at its end, and the cohort resampled."""
+        return self.round_length(self.cfg)
 
     def due(self, step: int, last_step: int) -> list[int]:
         """Layers to synchronize after local step ``step`` (1-based) of a round of ``last_step`` steps."""
@@ -202,9 +210,9 @@ class Lama(Schedule):
         self.d = [0.0] * len(layers)
         self.numel = [li.numel for li in layers]
 
-    @property
-    def period(self) -> int:
-        return self.phi * self.tau
+    @classmethod
+    def round_length(cls, cfg) -> int:
+        return cfg.phi * cfg.tau  # a round of phi * tau' iterations (Algorithm 1)
 
     def observe(self, layer: int, discrepancy: float, steps: int) -> None:
         self.d[layer] = unit_discrepancy(discrepancy, steps, self.numel[layer])
@@ -280,9 +288,9 @@ class LamaAccelerate(Lama):
     at its end by :func:`lama_accelerate_intervals`. Communicates *more* than FedAvg(tau').
     """
 
-    @property
-    def period(self) -> int:
-        return self.tau
+    @classmethod
+    def round_length(cls, cfg) -> int:
+        return cfg.tau
 
     def compute(self) -> list[int]:
         return lama_accelerate_intervals(self.d, self.numel, self.tau, self.phi, rule=self.rule, eligible=self.eligible)

@@ -8,9 +8,9 @@ from pathlib import Path
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import RunData
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
-from fedcli.report.validate import diverged
+from fedcli.results.validate import diverged
 from fedcli.results.runstate import DONE, RunState, run_state
-from fedcli.sweep import MANIFEST, load_manifest
+from fedcli.results.sweepdir import MANIFEST, load_manifest
 
 FORMATS = ("md", "latex", "csv")
 
@@ -153,6 +153,7 @@ def scaled_title(spec, sweep: Sweep, runs: dict):
 
 
 def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
+    from fedcli.report.personal import build_matrix
     from fedcli.report.tables import build_table, render
 
     if fmt not in FORMATS:
@@ -161,7 +162,8 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
     if not isinstance(spec, TableSpec):
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
     runs = sweep.need(spec)
-    table = build_table(scaled_title(spec, sweep, runs), runs, sweep.seeds, sweep.scale)
+    build = build_matrix if spec.layout == "matrix" else build_table  # FedALA's methods x settings tables
+    table = build(scaled_title(spec, sweep, runs), runs, sweep.seeds, sweep.scale)
     stopped = [f"'{name}' seed {seed} ({r.manifest['error'].split(': ', 1)[-1]})"
                for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
     if stopped:

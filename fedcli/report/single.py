@@ -23,7 +23,7 @@ from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_man
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
 from fedcli.report import style
-from fedcli.report.validate import validate_run
+from fedcli.results.validate import validate_run
 
 RUN_MANIFEST = "manifest.json"
 

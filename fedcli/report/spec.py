@@ -255,6 +255,7 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
                   layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
                   early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
     if "columns" in d:
+        import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
         from fedcli.config import FIELDS  # the config's fields (every method file's): only for a table naming columns
 
         cols = d["columns"]
@@ -298,8 +299,6 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
         grp = Group(label=_str(g, "label", loc), left_title=_str(g, "left_title", loc, left),
                     right_title=_str(g, "right_title", loc, right))
         if t.layout == "matrix":
-            from fedcli.report.personal import parse_matrix_group
-
             parse_matrix_group(grp, g, loc, name)
             t.groups.append(grp)
             continue
@@ -414,3 +413,73 @@ def spec_from_dict(d: dict):
         return TableSpec(groups=groups, **d)
     panels = [Panel(**p) for p in d.pop("panels")]
     return FigureSpec(kind=kind, panels=panels, **d)
+
+
+#: per-cell quantities of a matrix table: (markdown heading, LaTeX heading)
+VALUES = {
+    "acc": ("Acc.", "Acc."),
+    "imp": ("Imps.", "Imps."),
+    "ala_params": ("ALA weights", "ALA weights"),
+    "time_total": ("Total time", "Total time"),
+    "time_round": ("Time/iter.", "Time/iter."),
+    "time_init": ("ALA initial stage", "ALA initial stage"),
+    "params_round": ("Param./iter.", "Param./iter."),
+}
+
+
+# ------------------------------------------------------------------------------------------------ matrix groups (fedcli/report/personal.py builds them)
+
+
+def _strings(v, key: str, loc, name: str, allow_empty: bool = False) -> list[str]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or (not v and not allow_empty) or not all(isinstance(x, str) and x for x in v):
+        raise ConfigError(f"{loc(key)}: `{key}` of table '{name}' must be a {'' if allow_empty else 'non-empty '}list of strings")
+    return list(v)
+
+
+def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
+    """Fill ``grp`` from one matrix group (table-level matrix keys already merged in); ConfigError names the key."""
+    for k in ("runs", "rows", "baseline"):
+        if k in g:
+            raise ConfigError(f"{loc(k)}: table '{name}' has layout = \"matrix\": its cells are runs named by `cell` "
+                              f"from `methods` and `settings` (no `{k}`)")
+    grp.methods = _strings(g.get("methods"), "methods", loc, name)
+    grp.settings = _strings(g.get("settings"), "settings", loc, name)
+    for what in ("method", "setting"):
+        keys = getattr(grp, f"{what}s")
+        labels = _strings(g.get(f"{what}_labels", []), f"{what}_labels", loc, name, allow_empty=True)
+        if labels and len(labels) != len(keys):
+            raise ConfigError(f"{loc(f'{what}_labels')}: table '{name}': `{what}_labels` must give one label per {what} "
+                              f"({len(keys)}), got {len(labels)}")
+        setattr(grp, f"{what}_labels", labels)
+    grp.values = _strings(g.get("values", ["acc"]), "values", loc, name)
+    for v in grp.values:
+        if v not in VALUES:
+            raise ConfigError(f"{loc('values')}: unknown value '{v}' in table '{name}' (use {', '.join(VALUES)})")
+    for k in ("cell", "compare"):
+        v = g.get(k, getattr(Group, k))
+        if not isinstance(v, str):
+            raise ConfigError(f"{loc(k)}: `{k}` of table '{name}' must be a run-name template (\"{{method}} | {{setting}}\")")
+        setattr(grp, k, v)
+    if "{method}" not in grp.cell and len(grp.methods) > 1 or "{setting}" not in grp.cell and len(grp.settings) > 1:
+        raise ConfigError(f"{loc('cell')}: `cell` of table '{name}' must contain {{method}} and {{setting}} "
+                          f"(got '{grp.cell}'), so that every cell names its own run")
+    if ("imp" in grp.values) != bool(grp.compare):
+        raise ConfigError(f"{loc('compare' if grp.compare else 'values')}: table '{name}': the value 'imp' and the template "
+                          "`compare` (the run without ALA each cell is compared with) go together")
+    header = g.get("header", [])
+    if (not isinstance(header, list)
+            or not all(isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) and isinstance(h[1], int)
+                       and not isinstance(h[1], bool) and h[1] > 0 for h in header)
+            or (header and sum(h[1] for h in header) != len(grp.settings))):
+        raise ConfigError(f"{loc('header')}: `header` of table '{name}' must be [label, number of settings] pairs "
+                          f"covering its {len(grp.settings)} settings")
+    grp.header = [list(h) for h in header]
+    grp.skip = _strings(g.get("skip", []), "skip", loc, name, allow_empty=True)
+    cells = {t.replace("{method}", m).replace("{setting}", s)
+             for m in grp.methods for s in grp.settings for t in (grp.cell, grp.compare) if t}
+    for n in grp.skip:
+        if n not in cells:
+            raise ConfigError(f"{loc('skip')}: table '{name}' skips '{n}', which is not one of its cells")
+    grp.baseline = None

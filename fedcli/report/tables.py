@@ -170,12 +170,8 @@ class ReportError(Exception):
 
 
 def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
-    """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs)."""
-    if spec.layout == "matrix":
-        from fedcli.report.personal import build_matrix
-
-        return build_matrix(spec, runs, seeds, scale)
-
+    """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs); the ``matrix`` layout is
+    ``fedcli.report.personal.build_matrix``'s."""
     def per_seed(name):
         return runs[name]
 

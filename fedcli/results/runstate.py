@@ -4,7 +4,7 @@
 The states (the words every command prints):
 
 - ``done``: ``manifest.json`` says ``completed``, its config is the expected one (``out``, ``threads`` and ``workers``
-  aside) and its files pass the report's checks (:func:`fedcli.report.validate.validate_run`);
+  aside) and its files pass the report's checks (:func:`fedcli.results.validate.validate_run`);
 - ``stale``: the run was written with another config than the one expected (the recipe changed, or the folder was
   replaced by a ``fedcli train --overwrite`` with other flags), whatever its status; the flags that differ are named;
 - ``corrupt``: completed, but its files do not match its manifest (cut, edited, deleted), or the manifest cannot
@@ -123,7 +123,7 @@ def _lock_holder(run_dir: Path) -> dict | None:
 
 def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
     """The state of the run in ``run_dir`` against the ``expected`` config (or its ``expected_hash``)."""
-    from fedcli.report.validate import diverged, validate_run
+    from fedcli.results.validate import diverged, validate_run
 
     run_dir = Path(run_dir)
     status, m = read_manifest(run_dir)

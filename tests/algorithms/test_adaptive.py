@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedcli.cli.train import run_train
+from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import adaptive

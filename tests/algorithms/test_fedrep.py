@@ -6,7 +6,7 @@ import csv
 import pytest
 import torch
 
-from fedcli.cli.train import run_train
+from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model

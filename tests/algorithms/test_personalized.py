@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from fedcli.cli.train import run_train
+from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError

@@ -79,7 +79,7 @@ def test_results_are_bitwise_identical_for_any_number_of_workers(tmp_path, algo,
 
 
 def test_auto_chooses_one_worker_for_small_runs_and_the_cores_for_long_ones():
-    from fedcli.comm.workers import auto_workers
+    from fedcli.runner import auto_workers
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import load_dataset
 
@@ -112,7 +112,7 @@ def test_workers_and_mpi_do_not_mix(monkeypatch, capsys):
     fake.size = 2
     monkeypatch.setitem(mpi.CURRENT, "comm", fake)
     with pytest.raises(Exception) as e:
-        from fedcli.comm.workers import launch
+        from fedcli.runner import launch
         from fedcli.config import TrainConfig
 
         with launch(TrainConfig(workers=2), fake):

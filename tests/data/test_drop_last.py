@@ -7,7 +7,8 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler
 
 from fedcli.data.setup import load_data_and_partition
-from fedcli.fl.cohort import client_batches, epoch_steps
+from fedcli.fl.budget import epoch_steps
+from fedcli.fl.cohort import client_batches
 from simkit import personal_config, personal_run
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from fedcli.cli.train import run_train
+from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.fl.cohort import Cohort, client_batches
 from fedcli.fl.engine import Simulation, sample_cohort

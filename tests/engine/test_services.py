@@ -128,9 +128,9 @@ def test_attached_run_dir_registers_its_csv_writers_first(tmp_path):
     other = lambda s, state: None  # noqa: E731
     sim.add_round_hook(other)
     first, second = RunDir(tmp_path), RunDir(tmp_path)
-    sim.attach(first)
+    sim.attach(first, RunLog(first))
     assert isinstance(sim.round_hooks[0], RunLog) and [h.fn for h in sim.round_hooks[1:]] == [other]
-    sim.attach(second)  # replaced, not doubled
+    sim.attach(second, RunLog(second))  # replaced, not doubled
     assert [h.run_dir for h in sim.round_hooks if isinstance(h, RunLog)] == [second]
     sim.attach(None)
     assert [h.fn for h in sim.round_hooks] == [other]
@@ -170,4 +170,4 @@ def test_nothing_but_the_engine_writes_the_simulation(monkeypatch, tmp_path):
         if not name.startswith("workers"):  # worker processes write their own copies, outside this process
             run(name, tmp_path)
     assert "fl/engine.py" in writers and len(writers["fl/engine.py"]) > 20
-    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"cli/train.py": {"progress"}}
+    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"runner.py": {"progress"}}

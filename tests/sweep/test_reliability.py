@@ -22,7 +22,7 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.errors import ConfigError
-from fedcli.report.validate import validate_run
+from fedcli.results.validate import validate_run
 from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.sweep import SweepLock, run_sweep

@@ -51,7 +51,8 @@ Deviations from the reference, all deliberate:
   sees the cores that clients 0..i-1 already trained this round (its attempt to restore them is a no-op).
   Here every client sees the cores as they were at the round's start (simultaneous clients, as the paper).
 - The reference's p-gradient is accumulated in Python floats (float64); here in float32 matmuls.
-- The reference runs R + 1 rounds with L = int(L * R); here R = ``--rounds`` (or ceil(iterations / tau)).
+- The reference runs R + 1 rounds with L = int(L * R); here R = the rounds of the budget (``--rounds``, or
+  ceil(iterations / round length), the round length tau or, with ``--local-epochs``, the longest client's steps).
 - The core step is plain SGD as the reference's manual update (no ``--momentum``, no ``--weight-decay``); it
   uses the engine's learning rate at that step (``--lr`` with warm-up/decay; the reference ignores its decay).
 - BatchNorm statistics are not mixed: the cohort's buffers (the global ones at the round's start) are used.
@@ -139,21 +140,19 @@ class AppleStep(SGDStep):
         self.p = torch.zeros(0)
 
     def setup(self, sim) -> None:
-        from fedcli.fl.ala import ALAInit
-
         n = len(sim.client_indices)
         self.n = n
         self.m = n if self.m_opt == 0 else self.m_opt
         if self.m > n or self.m < n - 1:
             raise ConfigError(f"--apple-m {self.m_opt}: APPLE here downloads every client's core model; use 0 (M = N = {n}) "
                               f"or {n - 1} (all but the own one); fewer downloads with stale copies are not implemented")
-        if isinstance(sim.init, ALAInit) and sim.init.top_names(sim):
+        if sim.init.mixes_received(sim):
             raise ConfigError("--init ala on --algo apple: APPLE receives N core models and rebuilds its model from them at every "
                               "batch, so there is no received model for ALA to mix in (FedALA leaves APPLE out of ALA); "
                               "--ala-layers 0 runs APPLE itself")
         sizes = torch.as_tensor(sim.sizes, dtype=torch.float64)
         self.p0 = (sizes / sizes.sum()).to(torch.float32).to(sim.device)
-        self.rounds = sim.cfg.rounds or math.ceil(sim.cfg.iterations / sim.schedule.period)
+        self.rounds = sim.run_plan().rounds  # every client every round: the rounds are known (fedcli.fl.budget)
 
     # ------------------------------------------------------------------ round
     def begin_round(self, sim, cohort) -> None:

@@ -55,11 +55,14 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
+from fedcli.fl.cohort import Stream, register_purpose
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, expand, register_init
 from fedcli.fl.personal import all_client_models, load_models, share
 from fedcli.fl.rng import torch_gen
 from fedcli.params import opt, register_params
+
+VAL_BATCHES = register_purpose("fomo-val", Stream(shuffled=False))  # the validation losses (Eq. 6), in order
 
 
 @register_params
@@ -105,7 +108,7 @@ def validation_losses(sim, params: dict, buffers: dict, val: list[torch.Tensor])
     k_all = len(val)
     if k_all == 0:
         return torch.zeros(0, dtype=torch.float64)
-    plan = sim.batches.plan("fomo-val", indices=val)  # consecutive batches, padded with mask 0
+    plan = sim.batches.plan(VAL_BATCHES, indices=val)  # consecutive batches, padded with mask 0
     dev = plan.idx.device
     nb = (plan.real > 0).sum(0)  # each client's batch count
     model = sim.model

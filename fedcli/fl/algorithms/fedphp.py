@@ -41,7 +41,6 @@ Deviations from the reference (PFLlib ``clientphp.py`` / ``serverphp.py``):
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch.func import functional_call
@@ -84,18 +83,12 @@ def mmd(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> torc
 
 
 def total_rounds(sim) -> int:
-    """T for mu_t = mu * t / T: ``--rounds``, or the rounds an ``--iterations`` budget makes."""
-    cfg = sim.cfg
-    if cfg.rounds:
-        return int(cfg.rounds)
-    if not cfg.local_epochs:
-        length = sim.schedule.period
-    elif sim.full_participation:
-        length = max(sim.client_steps(list(range(len(sim.client_indices))), 0))
-    else:
+    """T for mu_t = mu * t / T: the rounds of the run's budget (``fedcli.fl.budget.plan_run``)."""
+    rounds = sim.run_plan().rounds
+    if rounds is None:
         raise ConfigError("--algo fedphp scales mu by round / rounds: give --rounds (with --local-epochs and partial "
                           "participation an --iterations budget has no fixed number of rounds)")
-    return max(1, math.ceil(cfg.iterations / length))
+    return rounds
 
 
 @register_init("fedphp")

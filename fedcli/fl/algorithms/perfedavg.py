@@ -30,11 +30,15 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call, grad
 
+from fedcli.fl.cohort import Stream, register_purpose
 from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.personal import client_model, save_models
 from fedcli.fl.trainers import masked_loss
 from fedcli.params import opt, register_params
+
+# the one-step adaptation before evaluation: one shuffled batch, not augmented
+EVAL_BATCH = register_purpose("perfedavg.eval", Stream("perfedavg.eval"))
 
 
 @register_params
@@ -87,7 +91,7 @@ class PerFedAvgStep(SGDStep):
             params0, buffers0 = client_model(sim, client, START)
         else:
             params0, buffers0 = sim.global_params, sim.global_buffers
-        plan = sim.batches.plan("perfedavg.eval", [client], self.round, steps=1)
+        plan = sim.batches.plan(EVAL_BATCH, [client], self.round, steps=1)
         ix = plan.idx[0, 0][plan.mask[0, 0] > 0]  # min(B, n) samples: a smaller client's padding left out
         x, y = sim.train_x[ix], sim.train_y[ix]
         buffers = {n: t.clone() for n, t in buffers0.items()}

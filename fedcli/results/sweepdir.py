@@ -1,0 +1,128 @@
+"""A sweep folder's manifest (``sweep.json``) and its planned runs' states: written by ``fedcli sweep``
+(fedcli/sweep.py), read by ``fedcli report`` (fedcli/report/core.py) and the Slurm status (fedcli/slurm.py).
+
+Layout of a sweep folder: see fedcli/sweep.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fedcli.errors import ConfigError
+from fedcli.results.rundir import atomic_write, now
+from fedcli.results.runstate import DONE, MISSING
+
+if TYPE_CHECKING:
+    from fedcli.recipes import SweepRecipe
+
+MANIFEST = "sweep.json"
+FORMAT = 1
+
+
+@dataclass
+class PlannedRun:
+    name: str
+    slug: str
+    seed: int
+    root: Path               # the sweep folder
+    values: dict             # recipe values of this run (+ seed, out, threads)
+    config: dict             # resolved TrainConfig as a dict
+    hash: str
+    status: str = MISSING    # done | stale | failed | running | missing | corrupt (before); completed | failed (after)
+    exit_code: int | None = None
+    wall_s: float | None = None
+    error: str | None = None
+    ran: bool = False
+    resume: bool = False     # continue from the run's latest checkpoint instead of starting again
+    job_id: str | None = None  # its Slurm job (--executor slurm)
+
+    @property
+    def rel(self) -> str:
+        return f"{self.slug}/seed{self.seed}"
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.rel
+
+    @property
+    def recipe_file(self) -> Path:
+        return self.root / f"{self.rel}.toml"
+
+    @property
+    def log(self) -> Path:
+        return self.root / f"{self.rel}.log"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} seed {self.seed}"
+
+    def entry(self) -> dict:
+        return {"name": self.name, "seed": self.seed, "dir": self.rel, "recipe": f"{self.rel}.toml", "log": f"{self.rel}.log",
+                "status": self.status, "config_hash": self.hash, "exit_code": self.exit_code, "wall_s": self.wall_s,
+                "error": self.error, "config": self.config,  # config: what `fedcli report` checks the run against
+                **({"job_id": self.job_id} if self.job_id else {})}
+
+
+def run_state(p: PlannedRun) -> tuple[str, str | None]:
+    """(state, reason) of a planned run (:func:`fedcli.results.runstate.run_state`, the one every command uses):
+    done, stale, corrupt, failed, interrupted, running, missing. Sets ``p.resume`` when the run stopped early with
+    the same config and left a checkpoint."""
+    from fedcli.results.runstate import run_state as decide
+
+    st = decide(p.dir, p.config)
+    p.resume = st.resumable
+    return st.state, (None if st.state == DONE else st.reason)
+
+
+class SweepManifest:
+    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict):
+        self.root, self.recipe, self.seeds, self.runs, self.products = root, recipe, seeds, runs, products
+        old = load_manifest(root, missing_ok=True) or {}
+        self.created = old.get("created") or now()
+        self.lock = threading.Lock()
+
+    def write(self) -> None:
+        r = self.recipe
+        data = {
+            "fedcli_sweep": FORMAT,
+            "recipe": str(r.path),
+            "recipe_sha256": hashlib.sha256(r.text.encode()).hexdigest(),
+            "title": r.title, "paper": r.paper, "fidelity": r.fidelity,
+            "scale": r.scale, "seeds": self.seeds,
+            "created": self.created, "updated": now(),
+            "run_names": r.run_names,
+            **self.products,
+            "runs": [p.entry() for p in self.runs],
+        }
+        with self.lock:
+            atomic_write(self.root / MANIFEST, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def load_manifest(root: Path, missing_ok: bool = False) -> dict | None:
+    f = Path(root) / MANIFEST
+    if not f.exists():
+        if missing_ok:
+            return None
+        raise ConfigError(f"{root}: no {MANIFEST} here; run `fedcli sweep RECIPE` first")
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{f}: not a readable sweep manifest ({e})") from None
+
+
+def last_line(path: Path) -> str | None:
+    try:
+        lines = [l.strip() for l in path.read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+def entry_dirs(manifest: dict, root: Path) -> dict[tuple[str, int], Path]:
+    return {(e["name"], int(e["seed"])): root / e["dir"] for e in manifest.get("runs", [])}
+
