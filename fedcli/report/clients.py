@@ -65,7 +65,7 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
     """(figure, caption) of the clients' personal accuracy across clients for the ``runs`` (RunData) that have
     clients.csv; None when none has."""
     from fedcli.report import style
-    from fedcli.report.figures import _plt
+    from fedcli.report.style import plt as _plt
 
     have = [(r, lab) for r, lab in zip(runs, labels) if accuracies(r, which)]
     if not have:
@@ -107,7 +107,7 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
 
 def write_clients_figure(runs: list, labels: list[str], out_dir: str | Path) -> list[Path]:
     """``clients.png``/``.pdf``/``.txt`` in ``out_dir`` when some run has clients.csv; [] otherwise."""
-    from fedcli.report.figures import save
+    from fedcli.report.style import save
 
     made = clients_figure(runs, labels)
     if made is None:

@@ -24,15 +24,7 @@ from pathlib import Path
 from fedcli.report import style
 from fedcli.report.aggregate import mean_std
 from fedcli.report.spec import FigureSpec
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+from fedcli.report.style import plt as _plt, save  # noqa: F401 - the figure helpers every drawing module shares
 
 
 def _first(per_seed: dict):
@@ -226,21 +218,3 @@ def draw(spec: FigureSpec, runs: dict, out_dir: Path, x: str | None = None, warn
     return save(fig, out_dir, spec.name, caption)
 
 
-def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
-    """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure."""
-    from fedcli.results.rundir import atomic_write
-    from fedcli.results.safefs import make_dir, open_file
-
-    fig.tight_layout()
-    make_dir(out_dir)
-    files = []
-    for ext in ("png", "pdf"):
-        f = out_dir / f"{name}.{ext}"
-        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/results/safefs.py)
-            fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
-        files.append(f)
-    if caption:
-        atomic_write(out_dir / f"{name}.txt", caption.rstrip() + "\n")
-        files.append(out_dir / f"{name}.txt")
-    _plt().close(fig)
-    return files

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 #: methods that record no style (your own, runs older than styles): a colour and marker from their label
 FALLBACK_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
@@ -106,3 +107,33 @@ def data_warning(runs: list) -> str | None:
     if len(seen) > 1:
         return f"runs of different datasets or models are drawn together ({', '.join(seen)}): their curves are not comparable"
     return None
+
+
+def plt():
+    """matplotlib's pyplot on the file-only Agg backend (imported when a figure is drawn, never at start-up)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
+
+
+def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
+    """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure."""
+    from fedcli.results.rundir import atomic_write
+    from fedcli.results.safefs import make_dir, open_file
+
+    fig.tight_layout()
+    make_dir(out_dir)
+    files = []
+    for ext in ("png", "pdf"):
+        f = out_dir / f"{name}.{ext}"
+        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/results/safefs.py)
+            fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
+        files.append(f)
+    if caption:
+        atomic_write(out_dir / f"{name}.txt", caption.rstrip() + "\n")
+        files.append(out_dir / f"{name}.txt")
+    plt().close(fig)
+    return files

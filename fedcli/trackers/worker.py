@@ -76,7 +76,7 @@ class Worker:
             ch.started = ch.call("start", start)
         self.save_state()
         try:  # the figures' imports (matplotlib) while the training runs, not at its end
-            from fedcli.report.figures import _plt
+            from fedcli.report.style import plt as _plt
 
             _plt()
         except Exception:  # noqa: BLE001 - op_finish says it if the figures cannot be drawn
