@@ -74,20 +74,47 @@ class MLflowRun(Tracker):
 
 
 #: what MLflow says when two processes create the tables of one new SQL store at once (its schema migrations race)
-RACING = ("migration", "alembic", "database is locked", "already exists")
+RACING = ("migration", "alembic", "database is locked", "already exists", "circular dependency")
 
 
 def connect(client_class, uri: str, tries: int = 5, wait_s: float = 1.0):
-    """An MLflow client whose store is ready. The first process to open a new SQLite store migrates its schema; a
-    second one opening it meanwhile (the runs of a sweep, or a reader) fails its own migration ("Online migration
-    expected to match one row ..."): it waits and opens it again, by then migrated."""
+    """An MLflow client whose store is ready. The first process to open a new SQLite store migrates its schema; others
+    opening it meanwhile (the runs of a sweep, whose trackers finish in the background while the next run starts, or
+    a reader) would fail their own migration ("Online migration expected to match one row ...", SQLAlchemy's
+    "Circular dependency detected"): on this machine they take turns (an ``flock`` on the database file itself, which
+    SQLite's own locks do not use), and elsewhere one that fails so waits and opens it again, by then migrated."""
     for attempt in range(tries):
         try:
-            client = client_class(tracking_uri=uri)
-            client.search_experiments(max_results=1)
+            with store_turn(uri):
+                client = client_class(tracking_uri=uri)
+                client.search_experiments(max_results=1)
             return client
         except Exception as e:  # noqa: BLE001 - retried only for the race above, else raised as is
             if attempt == tries - 1 or not any(w in str(e).lower() for w in RACING):
                 raise
             time.sleep(wait_s * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+class store_turn:
+    """While held, no other fedcli process opens the same SQLite store (``sqlite:///PATH``); anything else: nothing."""
+
+    def __init__(self, uri: str):
+        self.path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+        self.fd = None
+
+    def __enter__(self):
+        if self.path and self.path != ":memory:":
+            try:
+                import fcntl
+
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an empty file is a new store
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+            except (OSError, ImportError):  # a folder that does not exist yet, no flock here: MLflow says what is wrong
+                self.__exit__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
