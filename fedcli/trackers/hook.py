@@ -114,15 +114,25 @@ class TrackerHook(RoundHook):
         self.total_numel = sum(li.numel for li in sim.layers)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
                                                                           os.environ.get("PYTHONPATH")) if p)}
+        from fedcli.trackers.state import pending
+
+        try:  # from now until the child holds the run's trackers lock, .trackers.pending says a trackers' process comes
+            fd = pending(self.run_dir)
+        except Exception:  # noqa: BLE001 - only what ``fedcli report`` says in between is less exact
+            fd = None
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "fedcli.trackers.worker", str(self.run_dir), self.cfg.tracker,
-                                          "resume" if self.resume else "new"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1,
+                                          "resume" if self.resume else "new", str(fd) if fd is not None else "-"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                         text=True, bufsize=1, pass_fds=(fd,) if fd is not None else (),
                                          start_new_session=True)  # outlives the command; a terminal's Ctrl-C skips it
             widen_pipe(self.proc.stdin)
         except OSError as e:
             self.warn(f"the trackers could not start ({e}); the run goes on without them")
             return
+        finally:
+            if fd is not None:
+                os.close(fd)  # the child holds it now
         self.threads = [threading.Thread(target=self._write, name="fedcli-trackers-out", daemon=True),
                         threading.Thread(target=self._read, name="fedcli-trackers-in", daemon=True)]
         for t in self.threads:

@@ -10,6 +10,9 @@
   tells the next comer whether it still runs. A resume's trackers' process takes the lock before it reads
   ``trackers.json``, so two processes never drive one tracker run; ``--overwrite`` takes it before removing the
   previous run's tracker files. The kernel drops the lock when the process ends in any way.
+- ``RUN_DIR/.trackers.pending``: a shared ``flock`` from the moment the training starts a trackers' process until
+  that process holds ``.trackers.lock`` (the descriptor is handed to it), so the time a resume's trackers wait for
+  an earlier attempt's is never mistaken for "done".
 - ``RUN_DIR/trackers.log``: the tracker libraries' own output and every warning.
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 STATE_FILE = "trackers.json"
 LOG_FILE = "trackers.log"
 LOCK_FILE = ".trackers.lock"
+PENDING_FILE = ".trackers.pending"
 #: what the trackers write inside a run directory (``--overwrite`` removes the previous run's; MLflow's store is
 #: wherever ``MLFLOW_TRACKING_URI`` says and is never touched)
 FILES = ("tensorboard", "wandb", STATE_FILE, LOG_FILE)
@@ -68,19 +72,54 @@ def write(run_dir: Path, data: dict) -> None:
     atomic_write(Path(run_dir) / STATE_FILE, json.dumps(data, indent=1) + "\n")
 
 
-def finishing(run_dir: Path) -> dict | None:
-    """The trackers' process that still works on this run directory (its lock file's record), else None."""
-    path = Path(run_dir) / LOCK_FILE
-    if not path.is_file() or path.is_symlink():
-        return None
-    probe = lock(run_dir)
+def pending(run_dir: Path) -> int:
+    """A descriptor holding a shared lock on ``RUN_DIR/.trackers.pending`` (for a trackers' process about to start:
+    handed to it, closed by it once it holds the trackers lock); raises OSError / LinkRefused when it cannot."""
+    import fcntl
+
+    from fedcli.results.safefs import open_fd
+
+    fd = open_fd(Path(run_dir) / PENDING_FILE, os.O_RDWR | os.O_CREAT, doing="create the lock file")
     try:
-        if probe.acquire():
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _pending_held(run_dir: Path) -> bool:
+    import fcntl
+
+    path = Path(run_dir) / PENDING_FILE
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def finishing(run_dir: Path) -> dict | None:
+    """The trackers' process that still works on this run directory (its lock file's record; ``{"pending": True}`` for
+    one that waits to take over), else None."""
+    path = Path(run_dir) / LOCK_FILE
+    if path.is_file() and not path.is_symlink():
+        probe = lock(run_dir)
+        try:
+            if not probe.acquire():
+                return probe.holder() or {}
             probe.release()
+        except Exception:  # noqa: BLE001 - cannot tell (unreadable folder): nothing to say
             return None
-    except Exception:  # noqa: BLE001 - cannot tell (unreadable folder): nothing to say
-        return None
-    return probe.holder() or {}
+    return {"pending": True} if _pending_held(run_dir) else None
 
 
 def wait(run_dir: Path, timeout: float, poll: float = 0.1) -> bool:
@@ -104,6 +143,8 @@ def describe(run_dir: Path) -> tuple[str, str] | None:
     phase, status = data.get("phase"), data.get("status")
     holder = finishing(run_dir)
     if holder is not None:
+        if holder.get("pending"):
+            return "working", f"trackers ({names}): a new attempt's trackers wait for the previous one's to finish"
         what = "still finishing in the background" if phase == "finishing" else "still receiving the run"
         return "working", (f"trackers ({names}): {what} (pid {holder.get('pid', data.get('pid', '?'))}, since "
                            f"{holder.get('since', '?')})")
@@ -130,14 +171,14 @@ def remove_files(run_dir: Path, wait_s: float | None = None) -> None:
         (run_dir / LOCK_FILE).unlink()
     held = lock(run_dir)
     deadline = time.monotonic() + wait_s
-    while not held.acquire():
+    while _pending_held(run_dir) or not held.acquire():
         if time.monotonic() >= deadline:
             raise ConfigError(f"--overwrite: the trackers of the previous run in {run_dir} are still finishing "
                               f"({holder_text(held.holder())}) after {wait_s:g} s; wait for them, then run again",
                               key="overwrite")
         time.sleep(0.2)
     try:
-        for name in FILES:
+        for name in (*FILES, PENDING_FILE):
             path = run_dir / name
             if path.is_symlink() or path.is_file():
                 path.unlink()

@@ -191,6 +191,7 @@ def take_lock(run_dir: Path, inbox: queue.SimpleQueue, warn, wait_s: float = LOC
 
 def main(argv: list[str]) -> int:
     run_dir, names, mode = Path(argv[0]), argv[1], argv[2]
+    pending_fd = int(argv[3]) if len(argv) > 3 and argv[3].isdigit() else None  # .trackers.pending, until the lock
     # a terminal's Ctrl-C reaches the whole process group: the training decides when to stop, and then says finish
     # (and a scheduler's SIGTERM to the job: the training checkpoints, then closes stdin; that ends this process)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -212,6 +213,8 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=read_lines, args=(sys.stdin, inbox), name="fedcli-trackers-stdin", daemon=True).start()
     warn = Warnings(out)
     held = take_lock(run_dir, inbox, warn)
+    if pending_fd is not None:
+        os.close(pending_fd)
     if held is None:
         while inbox.get() is not None:  # the training's messages, dropped: it must never block on this process
             pass
