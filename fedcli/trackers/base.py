@@ -15,6 +15,9 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 
+#: the files of the report's figures among a run's artifacts (the image, its PDF, its caption); the rest is the
+#: manifest and the CSVs
+FIGURE_SUFFIXES = (".png", ".pdf", ".txt")
 #: --tracker name -> Tracker subclass (filled by ``register_tracker`` in each tracker's module)
 TRACKERS: dict[str, type["Tracker"]] = {}
 

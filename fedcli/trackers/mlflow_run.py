@@ -16,7 +16,7 @@ import logging
 import os
 import time
 
-from fedcli.trackers.base import RunInfo, Tracker, register_tracker
+from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker, register_tracker
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits
@@ -65,12 +65,12 @@ class MLflowRun(Tracker):
         ts = int(time.time() * 1000)
         metrics = [Metric(k, v, ts, step) for k, v in values.items()]
         for i in range(0, len(metrics), BATCH_METRICS):
-            self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS])
+            busy_retry(lambda: self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS]))
 
     def finish(self, status: str, files) -> None:
         for f in files:
-            self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in (".png", ".pdf") else None)
-        self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
+            self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in FIGURE_SUFFIXES else None)
+        busy_retry(lambda: self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED")))
 
 
 #: what MLflow says when two processes create the tables of one new SQL store at once (its schema migrations race)
@@ -94,6 +94,18 @@ def connect(client_class, uri: str, tries: int = 5, wait_s: float = 1.0):
                 raise
             time.sleep(wait_s * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def busy_retry(call, tries: int = 6, wait_s: float = 0.5):
+    """``call()``, again after a pause while a SQLite store is busy with another process's write ("database is
+    locked": the runs of a sweep whose trackers finish in the background write to one store at once)."""
+    for attempt in range(tries):
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - anything else is raised as is
+            if attempt == tries - 1 or "database is locked" not in str(e).lower():
+                raise
+            time.sleep(wait_s * (attempt + 1))
 
 
 class store_turn:
