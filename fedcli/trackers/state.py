@@ -61,8 +61,8 @@ def read(run_dir: Path) -> dict:
         return {}
     if not isinstance(data, dict):
         return {}
-    if "trackers" not in data:  # written before the phases existed: {name: saved}
-        data = {"trackers": {k: v for k, v in data.items() if isinstance(v, dict)}}
+    if "trackers" not in data:  # written before the phases existed ({name: saved}), by a command that waited for them
+        data = {"phase": "done", "status": None, "trackers": {k: v for k, v in data.items() if isinstance(v, dict)}}
     return data
 
 
@@ -151,7 +151,7 @@ def describe(run_dir: Path) -> tuple[str, str] | None:
     failed = [n for n, s in data["trackers"].items() if isinstance(s, dict) and s.get("failed")]
     off = f"; {', '.join(failed)} failed (see {Path(run_dir) / LOG_FILE})" if failed else ""
     if phase == "done":
-        return ("done-with-failures" if failed else "done"), f"trackers ({names}): done, run {status}{off}"
+        return ("done-with-failures" if failed else "done"), f"trackers ({names}): done{f', run {status}' if status else ''}{off}"
     return "ended-early", (f"trackers ({names}): their process ended before it was done (phase {phase or 'unknown'}); "
                            f"the CSVs hold everything, `fedcli train --resume {run_dir}` sends the rest{off}")
 

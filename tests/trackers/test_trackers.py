@@ -501,3 +501,31 @@ def test_version_and_help_import_no_tracker_library(args):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_how_long_the_command_waits_for_its_trackers(monkeypatch):
+    from fedcli.trackers.hook import finish_wait_s
+
+    for k in ("FEDCLI_TRACKER_WAIT", "SLURM_JOB_ID"):
+        monkeypatch.delenv(k, raising=False)
+    assert finish_wait_s() == 0.0  # detached: the command's wall time is the training's
+    monkeypatch.setenv("SLURM_JOB_ID", "17")  # a job step's processes end with it: wait (bounded)
+    assert finish_wait_s() == 120.0
+    monkeypatch.setenv("FEDCLI_TRACKER_WAIT", "2.5")
+    assert finish_wait_s() == 2.5
+    monkeypatch.setenv("FEDCLI_TRACKER_WAIT", "0")
+    assert finish_wait_s() == 0.0
+
+
+def test_a_state_file_written_before_the_phases_still_resumes_its_tracker_runs(tmp_path):
+    from fedcli.trackers import state
+
+    (tmp_path / "trackers.json").write_text(json.dumps({"mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {
+        "logdir": "tensorboard", "last_step": 40}}))
+    assert state.read(tmp_path) == {"phase": "done", "status": None, "trackers": {
+        "mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {"logdir": "tensorboard", "last_step": 40}}}
+    assert state.describe(tmp_path) == ("done", "trackers (mlflow, tensorboard): done")  # the command waited for them then
+    (tmp_path / "trackers.json").write_text(json.dumps({"phase": "finishing", "status": "completed", "trackers": {"wandb": {}}}))
+    kind, line = state.describe(tmp_path)  # finishing, but no process holds the lock: it ended before it was done
+    assert kind == "ended-early" and line.startswith("trackers (wandb): their process ended before it was done (phase finishing)")
+    assert state.describe(tmp_path / "nothing") is None
