@@ -34,7 +34,7 @@ from fedcli.trackers.base import TRACKERS, RunInfo, Tracker, tracker_names
 STATE_FILE, LOG_FILE = state.STATE_FILE, state.LOG_FILE
 #: the longest a trackers' process waits for the one of an earlier attempt of the run to finish (the training goes on)
 LOCK_WAIT_S = 600.0
-NICE = 10
+NICE = 19
 STARTED = state.STARTED  # the trackers' process runs at a lower CPU priority than the training
 ARTIFACTS = ("manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv")
 
@@ -160,6 +160,20 @@ class Worker:
                 self.warn(f"trackers: {STATE_FILE} could not be written ({e}); a resume would start new tracker runs")
 
 
+def lower_priority() -> None:
+    """This process (and what it starts: wandb's service) runs only on CPU time the training leaves: Linux's
+    ``SCHED_IDLE`` policy where it exists, and the lowest nice level. During the training the trackers may lag behind (their messages
+    wait in memory); they catch up once it ends, and ``fedcli train`` does not wait for that."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+
+
 def read_lines(stream, inbox: queue.SimpleQueue) -> None:
     """Every line of ``stream`` into ``inbox`` as it comes, then None (end of input)."""
     try:
@@ -196,10 +210,7 @@ def main(argv: list[str]) -> int:
     # (and a scheduler's SIGTERM to the job: the training checkpoints, then closes stdin; that ends this process)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:  # where cores are short, the training's process goes first; the trackers catch up (at the latest at the end)
-        os.nice(NICE)
-    except OSError:
-        pass
+    lower_priority()
     out = os.fdopen(os.dup(1), "w")  # warnings; the libraries' own output goes to the log (or nowhere)
     try:
         log_fd = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)

@@ -289,17 +289,32 @@ def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env
     assert p.returncode == -9, p.stderr
     run = tmp / "K"
     assert len(metrics_rows(run)) == 10
-    # at once: the killed training's trackers' process (it outlives the training) may still be sending the 10 rows or
-    # closing its runs as interrupted; the resume's trackers' process waits for it (their lock), then continues the runs
-    assert main(["train", "--resume", "K", "--quiet"]) == 0
+    # the killed training's trackers' process outlives it: it sends the 10 rows and closes its runs as interrupted
+    killed = finished(run)
+    assert killed["status"] == "interrupted" and killed["trackers"]["mlflow"]["last_step"] == 40
+    client = mlflow_client(tmp)
+    run_id = killed["trackers"]["mlflow"]["run_id"]
+    assert client.get_run(run_id).info.status == "KILLED"
+    assert [m.step for m in client.get_metric_history(run_id, "test_acc")] == list(range(4, 44, 4))
+    # the resume starts while that process would still be at work (the test holds its lock in its stead): the resume's
+    # trackers' process waits for it (the training does not), then continues the same runs
+    from fedcli.results.lock import FileLock
+
+    held = FileLock(run / state.LOCK_FILE)
+    assert held.acquire()
+    try:
+        assert main(["train", "--resume", "K", "--quiet"]) == 0
+        assert client.get_run(run_id).info.status == "KILLED" and state.read(run)["status"] == "interrupted"  # untouched
+        assert state.describe(run)[0] == "working"
+    finally:
+        held.release()
     data = finished(run)
     assert data["status"] == "completed" and data["trackers"]["mlflow"]["last_step"] == 64
     rows = metrics_rows(run)
     assert len(rows) == 16  # the checkpoint was at round 9: round 9's row was written again by the resume
-    client = mlflow_client(tmp)
     exp = client.get_experiment_by_name("fedcli")
     (r,) = client.search_runs([exp.experiment_id])
-    assert r.info.run_id == data["trackers"]["mlflow"]["run_id"] and r.info.status == "FINISHED"
+    assert r.info.run_id == run_id == data["trackers"]["mlflow"]["run_id"] and r.info.status == "FINISHED"
     hist = client.get_metric_history(r.info.run_id, "test_acc")
     assert [(m.step, m.value) for m in hist] == [(int(x["iteration"]), float(x["test_acc"])) for x in rows]
     events = tensorboard_events(run / "tensorboard").Scalars("test_acc")
