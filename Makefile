@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-slow test-all bench bench-scale clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-slow test-all bench bench-scale bench-trackers clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -51,6 +51,11 @@ bench:
 # 10,000 synthetic clients, 1 process and mpiexec -n 2) and the start-up of `fedcli train`; JSON in results/
 bench-scale:
 	$(PY) -m fedcli bench --scale --json results/bench-scale.json
+
+# the whole `fedcli train` command with and without --tracker tensorboard --tracker mlflow, alternately, 5 times each
+# (about 2 minutes on 2 cores): one line per run, the medians and their ratio; JSON in results/bench-trackers.json
+bench-trackers:
+	$(PY) scripts/bench_trackers.py --json results/bench-trackers.json $(BENCH_TRACKERS_ARGS)
 
 # FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
 # then the table and its figures; a second run skips the completed runs

@@ -252,6 +252,9 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             from fedcli.fl.store import FOLDER
 
             shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
+            from fedcli.trackers.state import remove_files
+
+            remove_files(out)  # the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json)
         if resume:
             run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
             drift = checkpoint.version_drift(run_dir.manifest)

@@ -153,6 +153,7 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     from fedcli.report.tables import render
 
     _emit(render(comparison_table(runs, baseline=baseline), fmt), output, f"table of {len(runs)} run(s)")
+    _tracker_notes(runs)
     if figures is None and len(explicit) == 1 and len(runs) == 1:
         figures = str(Path(explicit[0]) / "figures")
     if figures is None:
@@ -162,6 +163,21 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
         return
     for f in write_figures(runs, figures, x=x, warn=_warn):
         err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _tracker_notes(runs) -> None:
+    """Where the runs had ``--tracker``: whether their trackers' end work (figures, artifacts) is still under way in
+    the background, done, or ended early (``fedcli.trackers.state``; no tracker library is imported)."""
+    from fedcli.trackers.state import describe
+
+    said = [(run.path, got) for run in runs if (got := describe(run.path)) is not None]
+    for path, (kind, line) in said:
+        if kind != "done" or len(said) == 1:
+            err_console.print(f"fedcli report: {path}: {line}", markup=False, highlight=False, soft_wrap=True)
+    done = sum(kind == "done" for _, (kind, _) in said)
+    if done and len(said) > 1:
+        err_console.print(f"fedcli report: trackers done for {done} of {len(said)} run(s) with trackers", markup=False,
+                          highlight=False, soft_wrap=True)
 
 
 def _print_listing(folder, sweeps, rows) -> None:

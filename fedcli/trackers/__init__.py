@@ -2,8 +2,9 @@
 counts and intervals, config, manifest and figures, sent to the tools researchers watch runs in.
 
 The CSVs of the run directory stay the source of truth; a tracker is a round hook beside their writer
-(``fedcli.trackers.hook.TrackerHook``) that hands what each round produced to a background thread, so a slow or
-failing tracker never stops or slows the training (it warns once and is off for the rest of the run).
+(``fedcli.trackers.hook.TrackerHook``) that hands what each round produced to a process of their own
+(``fedcli.trackers.worker``), so a slow or failing tracker never stops or slows the training (it warns once and is off
+for the rest of the run), and ``fedcli train`` does not wait for their end work (``fedcli.trackers.state``).
 One small module per tracker, each a :class:`~fedcli.trackers.base.Tracker` registered by name; the tracking
 libraries are imported only when a run asks for one (``fedcli --version`` and ``fedcli report`` never load them).
 """

@@ -3,8 +3,9 @@
 A tracker sees a run as: :meth:`Tracker.start` (once per process that trains it; on a resume with what it saved the
 first time, so it continues the same tracker run), :meth:`Tracker.log` (one call per round that evaluated or adjusted
 intervals, ``step`` = the local iteration the round ended at, increasing), :meth:`Tracker.finish` (the run's status and
-the files to keep as artifacts: manifest, CSVs, figures). Its calls come from one background thread
-(``fedcli.trackers.hook``), which catches whatever they raise: a tracker never needs to guard itself.
+the files to keep as artifacts: manifest, CSVs, figures). Its calls come from the trackers' process
+(``fedcli.trackers.worker``, fed by the round hook ``fedcli.trackers.hook``), which catches whatever they raise: a
+tracker never needs to guard itself. ``finish`` may run after ``fedcli train`` has returned.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 
+#: the files of the report's figures among a run's artifacts (the image, its PDF, its caption); the rest is the
+#: manifest and the CSVs
+FIGURE_SUFFIXES = (".png", ".pdf", ".txt")
 #: --tracker name -> Tracker subclass (filled by ``register_tracker`` in each tracker's module)
 TRACKERS: dict[str, type["Tracker"]] = {}
 

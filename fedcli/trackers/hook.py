@@ -13,8 +13,15 @@ adjusted intervals, sends one ``log`` at step = the local iteration the round en
 The trackers themselves run in a child process (``fedcli.trackers.worker``): their imports, connections and file
 writes never hold the training's interpreter (a thread would: the GIL), and a library that hangs or crashes takes
 nothing with it. The round hook only copies a few numbers into a queue; a thread of this process writes them to the
-child's stdin (a full pipe waits there, not in the training) and passes the child's warnings on to ``warn``. At the end
-``close(status)`` waits at most ``close_timeout`` seconds for the child to send what is queued and the artifacts.
+child's stdin (a full pipe waits there, not in the training) and passes the child's warnings on to ``warn``.
+
+At the end ``close(status)`` hands the last messages over (at most ``HANDOVER_S``: the child reads its stdin as it
+comes, so this is the time to write a few lines into a pipe) and then waits for the child's end work (figures,
+artifacts, the trackers' finish) only ``finish_wait_s()`` seconds: none by default, so the command's wall time is the
+training's. The child finishes on its own in its own session and says so in ``RUN_DIR/trackers.json``
+(``fedcli.trackers.state``; ``fedcli report RUN_DIR`` tells whether it is still at work). Under Slurm (``SLURM_JOB_ID``
+set) a process left behind is killed with the job step, so there the command waits for it (at most
+``CLOSE_TIMEOUT_S``); ``FEDCLI_TRACKER_WAIT=SECONDS`` sets the wait anywhere.
 """
 
 from __future__ import annotations
@@ -30,14 +37,29 @@ from pathlib import Path
 
 from fedcli.fl.hooks import RoundHook
 
-#: the longest the end of a run waits for the trackers to send what is queued (artifacts included)
+#: the longest the end of a run waits for the trackers' end work where it waits at all (Slurm)
 CLOSE_TIMEOUT_S = 120.0
+#: the longest the end of a run waits to hand the last messages to the trackers' process (a pipe write)
+HANDOVER_S = 10.0
+WAIT_ENV = "FEDCLI_TRACKER_WAIT"
 #: metrics.csv columns that are not numbers a tracker plots (the step is the iteration)
 NOT_SCALARS = ("iteration",)
 
 
 def _stderr(msg: str) -> None:
     print(f"fedcli: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def finish_wait_s() -> float:
+    """How long ``fedcli train`` waits at its end for the trackers' end work: ``FEDCLI_TRACKER_WAIT`` seconds when set;
+    else under Slurm ``CLOSE_TIMEOUT_S`` (a job step's processes end with it); else 0 (the work goes on detached)."""
+    value = os.environ.get(WAIT_ENV, "").strip()
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+    return CLOSE_TIMEOUT_S if os.environ.get("SLURM_JOB_ID") else 0.0
 
 
 def sweep_of(run_dir: Path) -> tuple[Path, dict, dict] | None:
@@ -73,7 +95,7 @@ def run_info(sim, run_dir: Path) -> dict:
 class TrackerHook(RoundHook):
     """Round hook of the root process: the run's numbers to the trackers of ``cfg.tracker`` (see the module docstring)."""
 
-    def __init__(self, cfg, run_dir, *, resume: bool = False, warn=_stderr, close_timeout: float = CLOSE_TIMEOUT_S):
+    def __init__(self, cfg, run_dir, *, resume: bool = False, warn=_stderr, close_timeout: float | None = None):
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
         self.warn, self.close_timeout = warn, close_timeout
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -81,6 +103,8 @@ class TrackerHook(RoundHook):
         self.threads: list[threading.Thread] = []
         self.names: list[str] = []
         self.killed = False  # ``close`` stopped the trackers' process after its timeout
+        self.detached = False  # ``close`` returned while the trackers' process still works (it goes on alone)
+        self.started = threading.Event()  # the trackers' process has started every tracker (and said any failure)
 
     # ---------------------------------------------------------------- the training's side (cheap)
     def begin(self, sim, state) -> None:
@@ -90,13 +114,25 @@ class TrackerHook(RoundHook):
         self.total_numel = sum(li.numel for li in sim.layers)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
                                                                           os.environ.get("PYTHONPATH")) if p)}
+        from fedcli.trackers.state import pending
+
+        try:  # from now until the child holds the run's trackers lock, .trackers.pending says a trackers' process comes
+            fd = pending(self.run_dir)
+        except Exception:  # noqa: BLE001 - only what ``fedcli report`` says in between is less exact
+            fd = None
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "fedcli.trackers.worker", str(self.run_dir), self.cfg.tracker,
-                                          "resume" if self.resume else "new"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+                                          "resume" if self.resume else "new", str(fd) if fd is not None else "-"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                         text=True, bufsize=1, pass_fds=(fd,) if fd is not None else (),
+                                         start_new_session=True)  # outlives the command; a terminal's Ctrl-C skips it
+            widen_pipe(self.proc.stdin)
         except OSError as e:
             self.warn(f"the trackers could not start ({e}); the run goes on without them")
             return
+        finally:
+            if fd is not None:
+                os.close(fd)  # the child holds it now
         self.threads = [threading.Thread(target=self._write, name="fedcli-trackers-out", daemon=True),
                         threading.Thread(target=self._read, name="fedcli-trackers-in", daemon=True)]
         for t in self.threads:
@@ -132,16 +168,29 @@ class TrackerHook(RoundHook):
         return out
 
     def close(self, status: str) -> None:
-        """End of the run (any status): the artifacts, then at most ``close_timeout`` seconds for the trackers."""
+        """End of the run (any status): hand the last messages over, then wait ``finish_wait_s()`` at most for the end
+        work (the artifacts); past that the trackers' process finishes it alone (see the module docstring)."""
         if self.proc is None:
             return
         self.queue.put({"op": "finish", "status": status})
         self.queue.put(None)
+        self.threads[0].join(HANDOVER_S)
+        if self.threads[0].is_alive():
+            self.warn(f"the trackers did not take the run's last messages within {HANDOVER_S:g} s; they may miss its last "
+                      f"evaluations (the run directory holds everything)")
+        wait_s = finish_wait_s() if self.close_timeout is None else self.close_timeout
         try:
-            self.proc.wait(self.close_timeout)
+            self.proc.wait(wait_s)
         except subprocess.TimeoutExpired:
-            self.warn(f"the trackers were still sending after {self.close_timeout:g} s; stopped them (the run directory "
-                      f"holds everything)")
+            if wait_s == 0:
+                self.detached = True  # said by ``fedcli report RUN_DIR`` while it works (trackers.json, its lock)
+                if not self.started.is_set():  # a failure to start would be said after the command: point to where
+                    self.warn(f"the trackers ({self.cfg.tracker}) were still starting when the run ended; they finish in "
+                              f"the background: `fedcli report {self.run_dir}` says when they are done and whether one "
+                              f"failed ({self.run_dir / 'trackers.log'} says why)")
+                return
+            self.warn(f"the trackers were still sending after {wait_s:g} s; stopped them (the run directory holds "
+                      f"everything)")
             self.killed = True
             self.proc.kill()
             self.proc.wait()
@@ -162,11 +211,26 @@ class TrackerHook(RoundHook):
                 return
 
     def _read(self) -> None:
-        """The child's warnings (one line each) -> ``warn``."""
+        """The child's warnings (one line each) -> ``warn`` (until ``close`` has returned: then trackers.log alone)."""
+        from fedcli.trackers.state import STARTED
+
         for line in self.proc.stdout:
-            if line.strip():
+            if line.rstrip("\n") == STARTED:
+                self.started.set()
+            elif line.strip() and not self.detached:
                 self.warn(line.rstrip("\n"))
         code = self.proc.wait()
-        if code != 0 and not self.killed:
+        if code != 0 and not self.killed and not self.detached:
             self.warn(f"the trackers' process ended with exit code {code} (see {self.run_dir / 'trackers.log'}); the run "
                       f"goes on without them")
+
+
+def widen_pipe(stream, size: int = 1 << 20) -> None:
+    """Let the pipe to the trackers' process hold ``size`` bytes (Linux; elsewhere its default), so the last messages
+    of a run fit into it even when that process is behind."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (OSError, ValueError, ImportError):
+        pass

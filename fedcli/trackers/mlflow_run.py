@@ -16,7 +16,7 @@ import logging
 import os
 import time
 
-from fedcli.trackers.base import RunInfo, Tracker, register_tracker
+from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker, register_tracker
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits
@@ -65,29 +65,68 @@ class MLflowRun(Tracker):
         ts = int(time.time() * 1000)
         metrics = [Metric(k, v, ts, step) for k, v in values.items()]
         for i in range(0, len(metrics), BATCH_METRICS):
-            self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS])
+            busy_retry(lambda: self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS]))
 
     def finish(self, status: str, files) -> None:
         for f in files:
-            self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in (".png", ".pdf") else None)
-        self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
+            self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in FIGURE_SUFFIXES else None)
+        busy_retry(lambda: self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED")))
 
 
 #: what MLflow says when two processes create the tables of one new SQL store at once (its schema migrations race)
-RACING = ("migration", "alembic", "database is locked", "already exists")
+RACING = ("migration", "alembic", "database is locked", "already exists", "circular dependency")
 
 
 def connect(client_class, uri: str, tries: int = 5, wait_s: float = 1.0):
-    """An MLflow client whose store is ready. The first process to open a new SQLite store migrates its schema; a
-    second one opening it meanwhile (the runs of a sweep, or a reader) fails its own migration ("Online migration
-    expected to match one row ..."): it waits and opens it again, by then migrated."""
+    """An MLflow client whose store is ready. The first process to open a new SQLite store migrates its schema; others
+    opening it meanwhile (the runs of a sweep, whose trackers finish in the background while the next run starts, or
+    a reader) would fail their own migration ("Online migration expected to match one row ...", SQLAlchemy's
+    "Circular dependency detected"): on this machine they take turns (an ``flock`` on the database file itself, which
+    SQLite's own locks do not use), and elsewhere one that fails so waits and opens it again, by then migrated."""
     for attempt in range(tries):
         try:
-            client = client_class(tracking_uri=uri)
-            client.search_experiments(max_results=1)
+            with store_turn(uri):
+                client = client_class(tracking_uri=uri)
+                client.search_experiments(max_results=1)
             return client
         except Exception as e:  # noqa: BLE001 - retried only for the race above, else raised as is
             if attempt == tries - 1 or not any(w in str(e).lower() for w in RACING):
                 raise
             time.sleep(wait_s * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def busy_retry(call, tries: int = 6, wait_s: float = 0.5):
+    """``call()``, again after a pause while a SQLite store is busy with another process's write ("database is
+    locked": the runs of a sweep whose trackers finish in the background write to one store at once)."""
+    for attempt in range(tries):
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - anything else is raised as is
+            if attempt == tries - 1 or "database is locked" not in str(e).lower():
+                raise
+            time.sleep(wait_s * (attempt + 1))
+
+
+class store_turn:
+    """While held, no other fedcli process opens the same SQLite store (``sqlite:///PATH``); anything else: nothing."""
+
+    def __init__(self, uri: str):
+        self.path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+        self.fd = None
+
+    def __enter__(self):
+        if self.path and self.path != ":memory:":
+            try:
+                import fcntl
+
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an empty file is a new store
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+            except (OSError, ImportError):  # a folder that does not exist yet, no flock here: MLflow says what is wrong
+                self.__exit__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

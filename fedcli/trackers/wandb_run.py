@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
-from fedcli.trackers.base import RunInfo, Tracker, register_tracker
+from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker, register_tracker
 
 
 def has_api_key() -> bool:
@@ -55,7 +55,7 @@ class WandbRun(Tracker):
     def finish(self, status: str, files) -> None:
         files_dir = Path(self.run.dir)
         for f in files:
-            dest = files_dir / ("figures" if f.suffix in (".png", ".pdf") else "") / f.name
+            dest = files_dir / ("figures" if f.suffix in FIGURE_SUFFIXES else "") / f.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f, dest)
         self.run.summary["status"] = status

@@ -25,12 +25,31 @@ LIBS = ("tensorboard", "mlflow", "wandb")
 @pytest.fixture
 def clean_env(tmp_path, monkeypatch):
     """No tracker settings from the machine: no W&B key or netrc, MLflow on a SQLite file in tmp_path."""
-    for k in [k for k in os.environ if k.startswith(("WANDB_", "MLFLOW_"))]:
+    for k in [k for k in os.environ if k.startswith(("WANDB_", "MLFLOW_", "SLURM_")) or k == "FEDCLI_TRACKER_WAIT"]:
         monkeypatch.delenv(k)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def finished(run: Path, timeout: float = 240) -> dict:
+    """Wait for the trackers' process of ``run`` (it finishes its end work after ``fedcli train`` returned); its state."""
+    import time
+
+    from fedcli.trackers import state
+
+    deadline = time.monotonic() + timeout
+    while not (state.read(run).get("phase") == "done" and state.finishing(run) is None):
+        assert time.monotonic() < deadline, f"the trackers of {run} were still at work after {timeout} s: {state.read(run)}"
+        time.sleep(0.2)
+    return state.read(run)
+
+
+def state_of(run: Path) -> dict:
+    from fedcli.trackers import state
+
+    return state.read(run)
 
 
 def metrics_rows(run: Path) -> list[dict]:
@@ -110,6 +129,7 @@ def test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures(clean_e
     tmp = clean_env
     assert main([*TRAIN, "--algo", "fedlama", "--tracker", "tensorboard", "--tracker", "mlflow", "--out", "D"]) == 0
     run = tmp / "D"
+    assert finished(run)["status"] == "completed"
     rows = metrics_rows(run)
     assert [int(r["iteration"]) for r in rows] == [20, 40, 60, 80, 100]
     manifest = json.loads((run / "manifest.json").read_text())
@@ -165,7 +185,7 @@ def test_wandb_without_api_key_runs_offline_with_every_evaluation(clean_env):
     assert main([*TRAIN, "--algo", "fedavg", "--tracker", "wandb", "--out", "W"]) == 0
     run = tmp / "W"
     rows = metrics_rows(run)
-    assert json.loads((run / "trackers.json").read_text())["wandb"]["mode"] == "offline"
+    assert finished(run)["trackers"]["wandb"]["mode"] == "offline"
     wb = wandb_run(run)
     assert len(wb["runs"]) == 1 and wb["runs"][0].project == "fedcli" and wb["runs"][0].display_name == "W"
     assert "method:fedavg" in wb["runs"][0].tags
@@ -221,6 +241,9 @@ def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(cle
     (tmp / "tiny.toml").write_text(SWEEP)
     res = run_sweep(tmp / "tiny.toml", "smoke", out=tmp / "swp", in_process=True, tracker="mlflow")
     assert len(res.ran) == 4
+    for slug in ("fedavg", "fedlama"):
+        for seed in (0, 1):
+            finished(tmp / "swp" / slug / f"seed{seed}")
     client = mlflow_client(tmp)
     exps = [e for e in client.search_experiments() if e.name != "Default"]
     assert [e.name for e in exps] == ["swp"]
@@ -258,7 +281,7 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.timeout(600)
 def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env):
-    import time
+    from fedcli.trackers import state
 
     tmp = clean_env
     p = subprocess.run([sys.executable, "-c", KILLER, *KILLED, "--out", "K"], env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -266,32 +289,114 @@ def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env
     assert p.returncode == -9, p.stderr
     run = tmp / "K"
     assert len(metrics_rows(run)) == 10
-    # the trackers' process outlives the killed training: it sends what it was given and closes the run as KILLED
-    deadline = time.time() + 240  # the trackers' process runs at nice 10: on a busy machine it may take minutes
+    # the killed training's trackers' process outlives it: it sends the 10 rows and closes its runs as interrupted
+    killed = finished(run)
+    assert killed["status"] == "interrupted" and killed["trackers"]["mlflow"]["last_step"] == 40
     client = mlflow_client(tmp)
-
-    def status():
-        try:
-            state = json.loads((run / "trackers.json").read_text())
-            return client.get_run(state["mlflow"]["run_id"]).info.status, state["mlflow"]["run_id"]
-        except (OSError, ValueError, KeyError):
-            return None, None
-    while status()[0] != "KILLED" and time.time() < deadline:
-        time.sleep(0.5)
-    state, run_id = status()
-    assert state == "KILLED", f"the trackers' process did not close the MLflow run within 240 s (state {state})"
+    run_id = killed["trackers"]["mlflow"]["run_id"]
+    assert client.get_run(run_id).info.status == "KILLED"
     assert [m.step for m in client.get_metric_history(run_id, "test_acc")] == list(range(4, 44, 4))
-    assert main(["train", "--resume", "K", "--quiet"]) == 0
+    # the resume starts while that process would still be at work (the test holds its lock in its stead): the resume's
+    # trackers' process waits for it (the training does not), then continues the same runs
+    from fedcli.results.lock import FileLock
+
+    held = FileLock(run / state.LOCK_FILE)
+    assert held.acquire()
+    try:
+        assert main(["train", "--resume", "K", "--quiet"]) == 0
+        assert client.get_run(run_id).info.status == "KILLED" and state.read(run)["status"] == "interrupted"  # untouched
+        assert state.describe(run)[0] == "working"
+    finally:
+        held.release()
+    data = finished(run)
+    assert data["status"] == "completed" and data["trackers"]["mlflow"]["last_step"] == 64
     rows = metrics_rows(run)
     assert len(rows) == 16  # the checkpoint was at round 9: round 9's row was written again by the resume
     exp = client.get_experiment_by_name("fedcli")
     (r,) = client.search_runs([exp.experiment_id])
-    assert r.info.run_id == run_id and r.info.status == "FINISHED"
-    hist = client.get_metric_history(run_id, "test_acc")
+    assert r.info.run_id == run_id == data["trackers"]["mlflow"]["run_id"] and r.info.status == "FINISHED"
+    hist = client.get_metric_history(r.info.run_id, "test_acc")
     assert [(m.step, m.value) for m in hist] == [(int(x["iteration"]), float(x["test_acc"])) for x in rows]
     events = tensorboard_events(run / "tensorboard").Scalars("test_acc")
     assert [e.step for e in events] == [int(x["iteration"]) for x in rows]
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 2
+    assert state.finishing(run) is None and not (run / state.LOCK_FILE).exists()
+
+
+@pytest.mark.timeout(600)
+def test_the_command_returns_before_the_trackers_end_and_a_later_process_waits_for_them(clean_env):
+    """The end work is not waited for: with the run's trackers lock held (here by the test, standing for the trackers'
+    process of an earlier attempt still at work), `fedcli train` completes; its trackers' process, left behind,
+    waits for the lock with every message, then logs them all; `fedcli report` says which of the two it is."""
+    from fedcli.results.lock import FileLock
+    from fedcli.trackers import state
+
+    tmp = clean_env
+    run = tmp / "B"
+    run.mkdir()
+    held = FileLock(run / state.LOCK_FILE)
+    assert held.acquire()
+    try:
+        p = run_cli([*TRAIN, "--tracker", "tensorboard", "--out", str(run), "--overwrite"], dict(os.environ), tmp)
+        assert p.returncode == 0, p.stderr
+        assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
+        assert not (run / "tensorboard").exists() and not (run / state.STATE_FILE).exists()  # nothing sent yet
+        waiting = run_cli(["report", str(run)], dict(os.environ), tmp)
+        assert waiting.returncode == 0
+        assert state.finishing(run) is not None  # the test's own lock: the left-behind process has not taken it
+    finally:
+        held.release()
+    data = finished(run)
+    assert data["status"] == "completed" and data["trackers"]["tensorboard"]["last_step"] == 100
+    assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [20, 40, 60, 80, 100]
+    done = run_cli(["report", str(run)], dict(os.environ), tmp)
+    assert f"{run}: trackers (tensorboard): done, run completed" in done.stderr, done.stderr
+
+
+def test_overwrite_removes_the_previous_runs_tracker_files_never_through_a_link(clean_env):
+    tmp = clean_env
+    run = tmp / "O"
+    assert main([*TRAIN, "--tracker", "wandb", "--tracker", "tensorboard", "--out", str(run)]) == 0
+    first = finished(run)["trackers"]["wandb"]["id"]
+    assert main([*TRAIN, "--tracker", "wandb", "--out", str(run), "--overwrite"]) == 0
+    data = finished(run)
+    assert list(data["trackers"]) == ["wandb"] and data["trackers"]["wandb"]["id"] != first
+    offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and offline[0].endswith(data["trackers"]["wandb"]["id"])  # the first run's folder is gone
+    assert not (run / "tensorboard").exists()
+    assert sorted(s for s, h in wandb_run(run)["history"].items() if "test_acc" in h) == [20, 40, 60, 80, 100]
+    # the tracker folder is a link to a folder outside the run: --overwrite removes the link, nothing it points to
+    outside = tmp / "elsewhere"
+    (run / "wandb").rename(outside)
+    (run / "wandb").symlink_to(outside, target_is_directory=True)
+    (run / "tensorboard").symlink_to(outside, target_is_directory=True)
+    assert main([*TRAIN, "--out", str(run), "--overwrite"]) == 0
+    assert not any(os.path.lexists(run / n) for n in ("wandb", "tensorboard", "trackers.json", "trackers.log"))
+    assert [p.name for p in outside.glob("offline-run-*")] == offline and (outside / offline[0] / "files").is_dir()
+
+
+def test_overwrite_waits_for_the_previous_runs_trackers_then_refuses_clearly(clean_env, monkeypatch, capsys):
+    from fedcli.results.lock import FileLock
+    from fedcli.trackers import state
+
+    tmp = clean_env
+    run = tmp / "L"
+    assert main([*TRAIN, "--tracker", "tensorboard", "--out", str(run)]) == 0
+    finished(run)
+    monkeypatch.setattr(state, "OVERWRITE_WAIT_S", 0.5)
+    held = FileLock(run / state.LOCK_FILE)  # stands for the previous run's trackers' process, still at work
+    assert held.acquire()
+    try:
+        with pytest.raises(SystemExit) as e:
+            main([*TRAIN, "--out", str(run), "--overwrite"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "--overwrite: the trackers of the previous run in" in err and "are still finishing" in err, err
+        assert (run / "tensorboard").is_dir() and (run / "trackers.json").is_file()  # nothing removed
+    finally:
+        held.release()
+    assert main([*TRAIN, "--out", str(run), "--overwrite"]) == 0
+    assert not (run / "tensorboard").exists() and not (run / "trackers.json").exists()
 
 
 def run_cli(args, env, cwd, timeout=240):
@@ -300,35 +405,79 @@ def run_cli(args, env, cwd, timeout=240):
 
 
 def test_a_tracker_that_cannot_write_warns_once_and_the_run_completes(clean_env):
+    """The command waiting for its trackers (FEDCLI_TRACKER_WAIT, as under Slurm): the failure is said once."""
+    tmp = clean_env
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+           "FEDCLI_TRACKER_WAIT": "240"}
+    run = tmp / "F"
+    p = run_cli([*TRAIN, "--tracker", "mlflow", "--tracker", "wandb", "--out", str(run)], env, tmp)
+    assert p.returncode == 0, p.stderr
+    warnings = [line for line in p.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "tracker mlflow failed to start" in warnings[0], p.stderr
+    assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
+    assert state_of(run)["phase"] == "done"  # the command waited
+    history = wandb_run(run)["history"]  # the tracker that works is unaffected
+    assert sorted(s for s, h in history.items() if "test_acc" in h) == [20, 40, 60, 80, 100]
+
+
+def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean_env):
+    """The default: the command does not wait. Its trackers' process is held back (the test holds their lock, as an
+    earlier attempt's process would) until the command has returned; then the TensorBoard folder is a file and the
+    MLflow server is unreachable: each failure lands once in trackers.log and trackers.json, `fedcli report` says
+    it, the command's stderr pointed there, and the CSVs are whole."""
+    from fedcli.results.lock import FileLock
+    from fedcli.trackers import state
+
     tmp = clean_env
     env = {**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
     run = tmp / "F"
     run.mkdir()
-    (run / "tensorboard").write_text("a file where the event folder would go\n")  # cannot be written (even by root)
-    p = run_cli([*TRAIN, "--tracker", "mlflow", "--tracker", "tensorboard", "--tracker", "wandb", "--out", str(run),
-                 "--overwrite"], env, tmp)
-    assert p.returncode == 0, p.stderr
-    warnings = [line for line in p.stderr.splitlines() if "warning" in line]
-    assert len(warnings) == 2, p.stderr
-    assert any("tracker mlflow failed to start" in w for w in warnings)
-    assert any("tracker tensorboard failed to start" in w for w in warnings)
+    held = FileLock(run / state.LOCK_FILE)
+    assert held.acquire()
+    try:
+        p = run_cli([*TRAIN, "--tracker", "mlflow", "--tracker", "tensorboard", "--tracker", "wandb", "--out", str(run),
+                     "--overwrite"], env, tmp)
+        assert p.returncode == 0, p.stderr
+        warnings = [line for line in p.stderr.splitlines() if "warning" in line]
+        assert len(warnings) == 1 and "were still starting when the run ended" in warnings[0], p.stderr
+        assert f"fedcli report {run}" in warnings[0]
+        (run / "tensorboard").write_text("a file where the event folder would go\n")  # cannot be written (even by root)
+    finally:
+        held.release()
+    data = finished(run)
+    assert {n: bool(s.get("failed")) for n, s in data["trackers"].items()} == {"mlflow": True, "tensorboard": True, "wandb": False}
+    log = (run / "trackers.log").read_text()
+    assert log.count("tracker mlflow failed to start") == 1 and log.count("tracker tensorboard failed to start") == 1, log
     assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
-    history = wandb_run(run)["history"]  # the tracker that works is unaffected
+    report = run_cli(["report", str(run)], env, tmp)
+    assert "trackers (mlflow, tensorboard, wandb): done, run completed; mlflow, tensorboard failed" in report.stderr, report.stderr
+    history = wandb_run(run)["history"]
     assert sorted(s for s, h in history.items() if "test_acc" in h) == [20, 40, 60, 80, 100]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
 def test_a_read_only_tracker_folder_warns_once(clean_env):
+    """A read-only TensorBoard folder (made after --overwrite's clean-up, while the test holds the trackers back)."""
+    from fedcli.results.lock import FileLock
+    from fedcli.trackers import state
+
     tmp = clean_env
     run = tmp / "R"
-    (run / "tensorboard").mkdir(parents=True)
-    (run / "tensorboard").chmod(0o555)
+    run.mkdir()
+    held = FileLock(run / state.LOCK_FILE)
+    assert held.acquire()
     try:
         p = run_cli([*TRAIN, "--tracker", "tensorboard", "--out", str(run), "--overwrite"], dict(os.environ), tmp)
+        (run / "tensorboard").mkdir()
+        (run / "tensorboard").chmod(0o555)
+        held.release()
+        data = finished(run)
     finally:
+        held.release()
         (run / "tensorboard").chmod(0o755)
     assert p.returncode == 0, p.stderr
-    assert len([line for line in p.stderr.splitlines() if "warning" in line]) == 1, p.stderr
+    assert data["trackers"]["tensorboard"]["failed"] is True
+    assert (run / "trackers.log").read_text().count("tracker tensorboard failed") == 1
     assert len(metrics_rows(run)) == 5
 
 
@@ -367,3 +516,31 @@ def test_version_and_help_import_no_tracker_library(args):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_how_long_the_command_waits_for_its_trackers(monkeypatch):
+    from fedcli.trackers.hook import finish_wait_s
+
+    for k in ("FEDCLI_TRACKER_WAIT", "SLURM_JOB_ID"):
+        monkeypatch.delenv(k, raising=False)
+    assert finish_wait_s() == 0.0  # detached: the command's wall time is the training's
+    monkeypatch.setenv("SLURM_JOB_ID", "17")  # a job step's processes end with it: wait (bounded)
+    assert finish_wait_s() == 120.0
+    monkeypatch.setenv("FEDCLI_TRACKER_WAIT", "2.5")
+    assert finish_wait_s() == 2.5
+    monkeypatch.setenv("FEDCLI_TRACKER_WAIT", "0")
+    assert finish_wait_s() == 0.0
+
+
+def test_a_state_file_written_before_the_phases_still_resumes_its_tracker_runs(tmp_path):
+    from fedcli.trackers import state
+
+    (tmp_path / "trackers.json").write_text(json.dumps({"mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {
+        "logdir": "tensorboard", "last_step": 40}}))
+    assert state.read(tmp_path) == {"phase": "done", "status": None, "trackers": {
+        "mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {"logdir": "tensorboard", "last_step": 40}}}
+    assert state.describe(tmp_path) == ("done", "trackers (mlflow, tensorboard): done")  # the command waited for them then
+    (tmp_path / "trackers.json").write_text(json.dumps({"phase": "finishing", "status": "completed", "trackers": {"wandb": {}}}))
+    kind, line = state.describe(tmp_path)  # finishing, but no process holds the lock: it ended before it was done
+    assert kind == "ended-early" and line.startswith("trackers (wandb): their process ended before it was done (phase finishing)")
+    assert state.describe(tmp_path / "nothing") is None
