@@ -57,9 +57,17 @@ class Part:
     # why SGD momentum cannot outlive a round with this part (its round-end logic assumes a fresh buffer:
     # SCAFFOLD's control variates, FedNova's normalization); None: it can
     fresh_momentum_needed: str | None = None
+    # each client's round reads and writes only its own state and the global model, nothing of the cohort as a whole,
+    # so the engine may take a round's cohort in chunks of clients end to end (``fedcli.fl.chunked``, --cohort-chunk).
+    # Read from the class itself, not inherited: a subclass that adds round logic says so again
+    separable: bool = False
 
     def __init__(self, cfg):
         self.cfg = cfg
+
+    def separable_now(self) -> bool:
+        """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
+        return True
 
     def setup(self, sim) -> None:
         """Once, when the simulation is set up (data, partition, model and all parts exist); also on resume."""
@@ -220,6 +228,8 @@ class SGDStep(LocalStep):
       the old lr (a documented difference, docs/fidelity-fedlama.md).
     """
 
+    separable = True
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.momentum = cfg.momentum
@@ -227,6 +237,9 @@ class SGDStep(LocalStep):
         self.decay_on = cfg.weight_decay_on
         self.persist = cfg.momentum_persist if cfg.momentum else "none"
         self.decayed: set[str] | None = None
+
+    def separable_now(self) -> bool:
+        return self.persist == "none"
 
     def setup(self, sim) -> None:
         self.decayed = decayed_tensors(sim.layers, self.decay_on)
@@ -308,6 +321,7 @@ def _chains_end_round(cls) -> bool:
 class IdentityCodec(Codec):
     """Full-precision upload: 32 bits per element, the client's layer as it is."""
 
+    separable = True
     lossless = True
 
     def bits(self, numel: int) -> float:
@@ -322,6 +336,7 @@ class IdentityCodec(Codec):
 class OverwriteInit(Init):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
+    separable = True
     def initialize(self, sim, cohort) -> None:
         cohort.load_global(sim.global_params, sim.global_buffers)
 
@@ -336,5 +351,6 @@ class OverwriteInit(Init):
 class AverageServer(Server):
     """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
 
+    separable = True
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         return average
