@@ -372,10 +372,9 @@ class WorkEstimate:
 
 def estimate_work(cfg, dataset, partition) -> WorkEstimate:
     """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     from fedcli.fl.cohort import epoch_steps
     from fedcli.fl.engine import build_run_model
+    from fedcli.models.flops import forward_flops
 
     n = len(partition.train)
     active = max(1, int(round(cfg.active_ratio * n)))
@@ -391,9 +390,7 @@ def estimate_work(cfg, dataset, partition) -> WorkEstimate:
         with torch.random.fork_rng(devices=[]):
             model = build_run_model(cfg, dataset)
         model.eval()
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            model(dataset.train_x[:1])
-        fwd = float(fc.get_total_flops())
+        fwd = forward_flops(model, dataset.train_x[:1])
     except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
         fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
     per_step = 3.0 * fwd * cfg.batch_size
