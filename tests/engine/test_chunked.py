@@ -108,3 +108,37 @@ def test_under_mpi_every_process_takes_as_many_chunks(tmp_path):
             assert p.returncode == 0, p.stderr
         assert rows(tmp_path / f"{state}0" / "metrics.csv") == rows(tmp_path / f"{state}3" / "metrics.csv")
         assert (tmp_path / f"{state}0" / "model.pt").read_bytes() == (tmp_path / f"{state}3" / "model.pt").read_bytes()
+
+
+# a child run that SIGKILLs itself in round KILL_ROUND once the first chunk of clients is trained and stored
+KILLER = """
+import os, signal, sys
+from fedcli.fl import chunked
+KILL_ROUND = int(sys.argv[1])
+orig = chunked.RoundSum.add
+def add(self, cohort, *a, **k):
+    if cohort.round_idx == KILL_ROUND and self.acc is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return orig(self, cohort, *a, **k)
+chunked.RoundSum.add = add
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_in_a_chunked_round_then_resume_is_the_whole_round_run(tmp_path):
+    """Ditto, state on disk, chunks of 2 (7 clients a round): killed in round 3 after its first chunk stored its
+    personalized models; --resume from the checkpoint after round 2 ends with the uninterrupted whole-cohort run's
+    metrics and model bytes."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    args = ["train", "--algo", "ditto", *RUN, "--rounds", "5", "--client-state", "disk", "--checkpoint-every", "2"]
+    assert main([*args, "--out", str(tmp_path / "ref")]) == 0
+    p = subprocess.run([sys.executable, "-c", KILLER, "2", *args, "--cohort-chunk", "2", "--out", str(tmp_path / "run")],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == -9, p.stderr
+    p = subprocess.run([sys.executable, "-c", KILLER, "-1", "train", "--resume", str(tmp_path / "run"), "--quiet"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert rows(tmp_path / "ref" / "metrics.csv") == rows(tmp_path / "run" / "metrics.csv")
+    assert (tmp_path / "ref" / "model.pt").read_bytes() == (tmp_path / "run" / "model.pt").read_bytes()
