@@ -534,6 +534,7 @@ class Simulation:
                 cohort = self.open_cohort(clients, cohort_ids, round_idx, steps)
                 round_losses = self.local_phase(state, cohort, start, steps, total.add)
                 means.append(self.close_cohort(state, cohort, round_losses))
+                cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
             total.finish(round_idx)
             cohort = Cohort(mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids)
             mean_losses, dead = torch.cat(means), None
@@ -613,7 +614,7 @@ class Simulation:
             part.end_round(self, cohort)
         guard.forget_nonfinite(self, cohort)
         if not cohort.clients:
-            return torch.zeros(0, 1, dtype=torch.float64)
+            return torch.zeros(0, 1, dtype=torch.float64, device=self.device)
         return (round_losses / cohort.steps.double()).view(-1, 1)
 
     def evaluate_and_log(self, state: TrainState) -> dict:
