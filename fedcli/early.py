@@ -82,6 +82,30 @@ def done() -> None:
             signal.signal(s, signal.SIG_IGN)
 
 
+def finish(code: int) -> None:
+    """End the ``fedcli`` command's process with ``code`` once its work is done, without the interpreter's teardown:
+    the exit handlers run (``atexit``: temporary folders, logging, multiprocessing's children), the standard streams
+    are flushed, then ``os._exit``. Freeing torch's and its compiler's ~2,000 modules one by one took 0.6-0.7 s of CPU
+    after every run (2-core machine; ``python -c "import torch, torch._dynamo"`` exits in 2.5 s of CPU, 1.9 s with
+    ``os._exit``). Only where :func:`install` ran, with no other non-daemon thread alive (Python would wait for
+    it) and not under MPI (mpi4py finalizes MPI in the teardown); otherwise it returns and Python exits as usual."""
+    import threading
+
+    if not _STATE["installed"] or "mpi4py" in sys.modules:
+        return
+    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def run_closed(closed: bool = True) -> None:
     """The run's manifest says how it ended (``closed``; False when the next run of this process starts): a stop
     signal from here (e.g. while the trackers upload) still ends the process at once, and its line says the results

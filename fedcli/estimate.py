@@ -323,19 +323,17 @@ class WorkEstimate:
 def estimate_work(cfg, dataset, partition) -> WorkEstimate:
     """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     from fedcli.fl.budget import plan_run, schedule_round_length
     from fedcli.fl.engine import build_run_model
+    from fedcli.models.flops import forward_flops
 
     steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
     try:
         with torch.random.fork_rng(devices=[]):
             model = build_run_model(cfg, dataset)
         model.eval()
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            model(dataset.train_x[:1])
-        fwd = float(fc.get_total_flops())
+        fwd = forward_flops(model, dataset.train_x[:1])
     except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
         fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
     per_step = 3.0 * fwd * cfg.batch_size

@@ -111,9 +111,11 @@ def _abort_job(e: BaseException, code: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _run(args)
+        code = _run(args)
     finally:
         early.done()  # a signal during the interpreter's teardown: ignored, the command's work is done
+    early.finish(code)  # the fedcli command itself: exits here, without the interpreter's teardown
+    return code
 
 
 def _run(args: list[str]) -> int:

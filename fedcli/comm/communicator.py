@@ -45,15 +45,18 @@ def unflatten(flat: torch.Tensor, shapes) -> list[torch.Tensor]:
 
 
 def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int],
-                skip: torch.Tensor | None = None) -> torch.Tensor:
+                skip: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """sum_i w_i x_i over the k local rows in increasing ``positions``, flat (tensors concatenated).
 
     Each element is computed as ``acc = 0; acc = acc + fl(w_i * x_i)`` for i in order: one rounded
     product and one rounded addition per client, so any split of the work by columns gives the same
     bits. Rows with ``skip`` set add nothing (a client dropped by --on-diverge skip-client: 0 * NaN is NaN).
+    ``out``: a running sum to continue (the clients of a round taken chunk by chunk, in cohort order, give the
+    same bits as all of them at once); a new one starting at 0 when None.
     """
     rows, width, dtype = flat_rows(tensors)
-    out = torch.zeros(width, dtype=dtype, device=rows[0].device if rows else "cpu")
+    if out is None:
+        out = torch.zeros(width, dtype=dtype, device=rows[0].device if rows else "cpu")
     if not rows:
         return out
     order = sorted(range(rows[0].shape[0]), key=lambda i: positions[i])

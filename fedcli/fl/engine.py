@@ -26,7 +26,7 @@ from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl import guard, parts, slots
+from fedcli.fl import chunked, guard, parts, slots
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
 from fedcli.fl.hooks import CallRoundHook, RoundHook
@@ -197,6 +197,7 @@ class Simulation:
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
         self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
         self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
+        self.chunk_blocker: str | None = "not set up"  # why rounds are not taken chunk by chunk (``setup``)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
         self.writers = None            # the round hook writing its CSVs (``attach``)
@@ -297,6 +298,8 @@ class Simulation:
                 self.sizes = np.array([t.numel() for t in own])
         # every part's mini-batches, by purpose, over the training splits the parts left
         self.batches = BatchSource(cfg.seed, self.client_indices, self.batch_size, cfg.drop_last, dataset.augment, self.device)
+        # why --cohort-chunk cannot take whole rounds chunk by chunk (None: it can; fedcli.fl.chunked)
+        self.chunk_blocker = chunked.blocker(self)
         self.plan = self.run_plan()
         if cfg.rounds:
             self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
@@ -322,6 +325,8 @@ class Simulation:
             "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
             "trainer": self.trainer.name,
             **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
+            **({"cohort_chunk_rounds": "whole rounds chunk by chunk" if self.chunk_blocker is None else
+                f"the trainer's call only: {self.chunk_blocker}"} if self.cfg.cohort_chunk else {}),
             "dataset": self.dataset.source,
             "partition": {"hash": self.partition.hash, **self.partition.config},
             "clients": len(self.client_indices),
@@ -342,11 +347,32 @@ class Simulation:
         """Average the given layers over the cohort (one flat all-reduce) and push them back.
 
         ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
+        names = self.sync_names(layers, round_end)
+        uploads = self.uploads(cohort, names, step)
+        flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
+        self.apply_average(names, flat)
+        guard.reset_skipped_rows(self, cohort)
+        self.schedule.synchronized(self, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
+        for kind, n, _ in names:
+            src = self.global_params[n] if kind == "p" else self.global_buffers[n]
+            dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
+            dst.copy_(src.expand_as(dst))
+        self.count_sync(layers)
+        for l in layers:
+            last_sync[l] = step
+
+    def sync_names(self, layers: list[int], round_end: bool) -> list[tuple[str, str, int]]:
+        """What a synchronization of ``layers`` averages: ("p", parameter, layer), and ("b", buffer, layer) for the
+        float buffers that travel with the layer (``--bn-buffers``)."""
         names = []
         for l in layers:
             names.append(("p", self.layers[l].name, l))
             if self.cfg.bn_buffers == "with-layer" or (round_end and self.cfg.bn_buffers == "round-end"):
                 names.extend(("b", b, l) for b in self.sync_buffers[l])
+        return names
+
+    def uploads(self, cohort: Cohort, names: list, step: int) -> list[torch.Tensor]:
+        """Each cohort client's decoded upload [K, ...] of every tensor in ``names``."""
         uploads = []
         scale = self.server.upload_scale(cohort)  # FedNova: each client uploads s_i * (x_i - u)
         for kind, n, l in names:
@@ -364,19 +390,19 @@ class Simulation:
             else:
                 x = cohort.buffers[n]
             uploads.append(x)
+        return uploads
+
+    @torch.no_grad()
+    def apply_average(self, names: list, flat: torch.Tensor) -> None:
+        """The new global tensors from the cohort's flat weighted sum of the uploads (the server part's update)."""
         targets = [self.global_params[n] if kind == "p" else self.global_buffers[n] for kind, n, _ in names]
-        flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
         for (kind, n, _), target, avg in zip(names, targets, unflatten(flat, [t.shape for t in targets])):
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
-        guard.reset_skipped_rows(self, cohort)
-        self.schedule.synchronized(self, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
-        for kind, n, _ in names:
-            src = self.global_params[n] if kind == "p" else self.global_buffers[n]
-            dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
-            dst.copy_(src.expand_as(dst))
+
+    def count_sync(self, layers: list[int]) -> None:
+        """The ledger counts one synchronization of ``layers`` by every cohort client."""
         for l in layers:
             self.ledger.record_sync(l, self.active, self.codec.bits(self.layers[l].numel))
-            last_sync[l] = step
 
     # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
@@ -485,23 +511,67 @@ class Simulation:
         return self.run_plan().client_round_steps(clients, default)
 
     def run_round(self, state: TrainState) -> None:
-        """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment."""
+        """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment.
+
+        With ``--cohort-chunk K`` and a round whose parts treat every client on its own (``fedcli.fl.chunked``), the
+        cohort of this process is taken K clients at a time end to end (initialized, trained, its state stored, its
+        uploads added to the round's sum), so the memory a round holds is bounded by K, not by the cohort."""
         cfg, comm = self.cfg, self.comm
         round_idx = state.round_idx
         self.record = RoundRecord(round_idx, state.iteration)
         cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
-        cohort = Cohort.from_global(mine, self.cohort_weights(cohort_ids, mine), self.global_params, self.global_buffers)
-        cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
         steps = self.plan.round_steps(state.iteration, cohort_ids)
-        cohort.steps = torch.tensor(self.plan.client_round_steps(mine, steps), device=self.device)
+        start = state.iteration
+        pieces = chunked.round_chunks(self, cohort_ids, mine)
+        if pieces is None:
+            cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
+            round_losses = self.local_phase(state, cohort, start, steps, self.synchronize)
+            mean_losses = self.close_cohort(state, cohort, round_losses)
+            dead = guard.dead_rows(self, cohort) if cohort.skipped else None
+        else:
+            total = chunked.RoundSum(self, cohort_ids)
+            means = []
+            for clients in pieces:
+                cohort = self.open_cohort(clients, cohort_ids, round_idx, steps)
+                round_losses = self.local_phase(state, cohort, start, steps, total.add)
+                means.append(self.close_cohort(state, cohort, round_losses))
+                cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
+            total.finish(round_idx)
+            cohort = Cohort(mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids)
+            mean_losses, dead = torch.cat(means), None
+        self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
+        # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
+        # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
+        skipped = cohort.skipped
+        total = self.cohort_sum(cohort, [mean_losses], None, dead)
+        if comm.is_root:
+            state.loss_sum += float(total[0])
+            state.loss_count += len(cohort_ids) - len(skipped)
+        self.record.skips = list(cohort.skips)
+        self.record.adjustment = self.schedule.end_round(round_idx, state.iteration)
+        state.round_idx += 1
+
+    def open_cohort(self, clients: list[int], cohort_ids: list[int], round_idx: int, steps: int) -> Cohort:
+        """``clients`` of the round's cohort stacked from the global model, initialized, the parts' round begun."""
+        cohort = Cohort.from_global(clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers)
+        cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
+        cohort.steps = torch.tensor(self.plan.client_round_steps(clients, steps), device=self.device)
         self.init.download(self, cohort)  # the server's side of sending the models (collective under MPI)
         self.init.initialize(self, cohort)
-        if cfg.bn_buffers == "never":
+        if self.cfg.bn_buffers == "never":
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
         for part in self.parts.values():
             part.begin_round(self, cohort)
-        plan = self.batches.plan("train", mine, round_idx, steps)
+        return cohort
+
+    def local_phase(self, state: TrainState, cohort: Cohort, start: int, steps: int, sync) -> torch.Tensor:
+        """The cohort's ``steps`` local steps from iteration ``start``, ``sync(cohort, layers, step, last_sync,
+        round_end, losses)`` wherever the schedule says (``synchronize``, or a chunked round's sum); returns each
+        client's summed local loss [K] (float64)."""
+        cfg, round_idx, mine = self.cfg, cohort.round_idx, cohort.clients
+        state.iteration = start
+        plan = self.batches.plan("train", mine, round_idx, steps) if mine else None
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
         for j in range(1, steps + 1):
@@ -532,27 +602,22 @@ class Simulation:
             if j == steps and self.personal is not None:
                 self.personal.capture(self, cohort)  # each client's trained model, before the round-end sync replaces it
             if due:
-                self.synchronize(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
+                sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
                 hook(self, state)
+        return round_losses
+
+    def close_cohort(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
+        """The parts' round ends for ``cohort``; each client's mean local loss [K, 1] (float64)."""
         round_losses = guard.settle_skipped(self, state, cohort, round_losses)
-        if cfg.bn_buffers == "never":
+        if self.cfg.bn_buffers == "never":
             slots.keep_buffers(self, cohort)
         for part in self.parts.values():
             part.end_round(self, cohort)
         guard.forget_nonfinite(self, cohort)
-        self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
-        # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
-        # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
-        mean_losses = (round_losses / cohort.steps.double()).view(-1, 1) if mine else torch.zeros(0, 1, dtype=torch.float64)
-        skipped = cohort.skipped
-        total = self.cohort_sum(cohort, [mean_losses], None, guard.dead_rows(self, cohort) if skipped else None)
-        if comm.is_root:
-            state.loss_sum += float(total[0])
-            state.loss_count += len(cohort_ids) - len(skipped)
-        self.record.skips = list(cohort.skips)
-        self.record.adjustment = self.schedule.end_round(round_idx, state.iteration)
-        state.round_idx += 1
+        if not cohort.clients:
+            return torch.zeros(0, 1, dtype=torch.float64, device=self.device)
+        return (round_losses / cohort.steps.double()).view(-1, 1)
 
     def evaluate_and_log(self, state: TrainState) -> dict:
         """Evaluate the global model: the metrics row (``record.metrics``, written by the round hooks), the summary and

@@ -77,11 +77,7 @@ def guarded_average(sim, cohort: Cohort, names: list, uploads: list[torch.Tensor
     new = [(ids[i], int(c)) for i, c in enumerate(codes.cpu().tolist()) if c]
     if not new:
         return flat
-    what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
-    where = f"training diverged in round {cohort.round_idx + 1}, local step {step}"  # rounds counted from 1
-    if sim.cfg.on_diverge == "stop":
-        c, code = new[0]
-        raise collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
+    what, where = stop_if_asked(sim, new, names, cohort.round_idx, step)
     skipped, skips = cohort.skipped, cohort.skips
     for c, code in new:
         skipped.add(c)
@@ -93,6 +89,17 @@ def guarded_average(sim, cohort: Cohort, names: list, uploads: list[torch.Tensor
     keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
     cohort.weights = sim.cohort_weights(ids, cohort.clients) * keep / kept
     return sim.cohort_sum(cohort, uploads, cohort.weights, dead_rows(sim, cohort))
+
+
+def stop_if_asked(sim, new: list[tuple[int, int]], names: list, round_idx: int, step: int):
+    """``--on-diverge stop``: DivergenceError (exit 4) naming the first client of ``new`` ((client, code) with the codes
+    of :func:`nonfinite_codes`) and what of it is non-finite. Otherwise (what, where): the words for the records."""
+    what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
+    where = f"training diverged in round {round_idx + 1}, local step {step}"  # rounds counted from 1
+    if sim.cfg.on_diverge == "stop":
+        c, code = new[0]
+        raise collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
+    return what, where
 
 
 def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:

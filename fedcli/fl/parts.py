@@ -2,14 +2,12 @@
 
 A named method is a preset of five parts:
 
-=================  =====================================================================
-local step         how a client turns a stochastic gradient into a step (SGD, FedProx, ...)
+=================  ==============================================================local step         how a client turns a stochastic gradient into a step (SGD, FedProx, ...)
 schedule           when each layer is synchronized (``fedcli.fl.schedules``)
 codec              what a client uploads for a layer (identity, stochastic quantization, ...)
 init               how a client's local model starts a round (overwrite with the global model, ALA, ...)
 server             how the server turns the cohort average into the new global layer
-=================  =====================================================================
-
+=================  ==============================================================
 Each part family has a registry; a new method overrides one part in one small file.
 All state is held on the cohort as stacked tensors ``[K, *shape]`` (K clients on this process).
 """
@@ -65,9 +63,17 @@ class Part:
     # (fedcli.fl.methods.check_method_config), so no part tests another part's type.
     provides: frozenset = frozenset()
     requires: dict = {}
+    # each client's round reads and writes only its own state and the global model, nothing of the cohort as a whole,
+    # so the engine may take a round's cohort in chunks of clients end to end (``fedcli.fl.chunked``, --cohort-chunk).
+    # Read from the class itself, not inherited: a subclass that adds round logic says so again
+    separable: bool = False
 
     def __init__(self, cfg):
         self.cfg = cfg
+
+    def separable_now(self) -> bool:
+        """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
+        return True
 
     def setup(self, sim) -> None:
         """Once, when the simulation is set up (data, partition, model and all parts exist); also on resume."""
@@ -238,6 +244,8 @@ class SGDStep(LocalStep):
       the old lr (a documented difference, docs/fidelity-fedlama.md).
     """
 
+    separable = True
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.momentum = cfg.momentum
@@ -245,6 +253,9 @@ class SGDStep(LocalStep):
         self.decay_on = cfg.weight_decay_on
         self.persist = cfg.momentum_persist if cfg.momentum else "none"
         self.decayed: set[str] | None = None
+
+    def separable_now(self) -> bool:
+        return self.persist == "none"
 
     def setup(self, sim) -> None:
         self.decayed = decayed_tensors(sim.layers, self.decay_on)
@@ -326,6 +337,7 @@ def _chains_end_round(cls) -> bool:
 class IdentityCodec(Codec):
     """Full-precision upload: 32 bits per element, the client's layer as it is."""
 
+    separable = True
     lossless = True
 
     def bits(self, numel: int) -> float:
@@ -340,6 +352,7 @@ class IdentityCodec(Codec):
 class OverwriteInit(Init):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
+    separable = True
     def initialize(self, sim, cohort) -> None:
         cohort.load_global(sim.global_params, sim.global_buffers)
 
@@ -352,5 +365,6 @@ class OverwriteInit(Init):
 class AverageServer(Server):
     """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
 
+    separable = True
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         return average

@@ -253,3 +253,24 @@ def test_bench_scale_measures(tmp_path):
     assert b.disk_used(tmp_path / "s") >= 10000 and b.disk_used(tmp_path / "none") == 0
     r = b.run_measured([sys.executable, "-c", "import time; a = bytearray(300 * 2**20); time.sleep(1.0)"])
     assert r["rc"] == 0 and r["peak_rss"] >= 300 * 2**20 and r["peak_pss"] >= 250 * 2**20
+
+
+def test_bench_scale_targets_by_hand():
+    """The --scale section's ratios from hand-made measures: 10,000 / 1,000 clients, the whole cohort, mpiexec -n 2
+    over one process, and the same above a floor of 0.5 GB a process ((2.2 - 2 x 0.5) / (1.0 - 0.5) = 2.4x)."""
+    from fedcli import bench_scale as b
+
+    GB = 1e9
+
+    def case(clients, procs, chunk, gb):
+        return {"clients": clients, "processes": procs, "state": "disk", "active": 0.01, "chunk": chunk,
+                "peak_rss": gb * GB, "peak_pss": gb * GB, "disk": 0, "s_per_round": 1.0}
+
+    results = {"floor": {"peak_rss": 0.5 * GB, "peak_pss": 0.5 * GB},
+               "cases": [case(1000, 1, b.CHUNK, 0.9), case(10000, 1, b.CHUNK, 1.0), case(10000, 2, b.CHUNK, 2.2),
+                         case(10000, 1, 0, 1.8)]}
+    lines = b.targets(results)
+    assert "peak RSS 10,000 / 1,000 clients (disk, chunks of 10): 1.11x (target <= 1.25x) ok" in lines
+    assert "  the same with the 10,000-client cohort (100 clients) held whole: 2.00x" in lines
+    assert "peak PSS mpiexec -n 2 / 1 process at 10,000 clients: 2.20x (target <= 1.5x) MISSED" in lines
+    assert "  the same above each process's floor (0.50 GB a process): 2.40x" in lines

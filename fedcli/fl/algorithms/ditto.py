@@ -37,6 +37,7 @@ class DittoStep(SGDStep):
     """FedAvg's SGD for the global model; the personalized models are trained when a round begins."""
 
     personal_prefix = "ditto"  # the evaluated model of each client (fedcli.fl.personal)
+    separable = True  # v_k is the client's own, anchored at the global model (or its own ALA start)
 
     def __init__(self, cfg):
         super().__init__(cfg)
