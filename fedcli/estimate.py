@@ -265,11 +265,6 @@ from fedcli.estimate import REFERENCE, data_facts, measure_step
 from fedcli.sweep import _memoize_datasets, execute_inline
 import fedcli.data.setup as setup
 _memoize_datasets()
-with tempfile.TemporaryDirectory() as tmp:  # the reference training, short (twice: the first loads) and long
-    walls = [execute_inline({**REFERENCE, "iterations": n, "out": f"{tmp}/{i}"}, f"{tmp}/{i}.log")[2]
-             for i, n in enumerate((REFERENCE["iterations"], REFERENCE["iterations"], 5 * REFERENCE["iterations"]))]
-step = measure_step(TrainConfig(**REFERENCE).to_dict(), data_facts(REFERENCE, False, {}), 1)[0]
-print(json.dumps({"reference": walls[1:], "step": step}), flush=True)
 for job in json.loads(sys.stdin.read()):
     try:
         t = time.perf_counter()
@@ -281,6 +276,12 @@ for job in json.loads(sys.stdin.read()):
             print(json.dumps({"part": key, "s": time.perf_counter() - t}), flush=True)
     except Exception as e:
         print(json.dumps({"failed": job["key"], "why": str(e).splitlines()[0][:160] if str(e) else type(e).__name__}), flush=True)
+if sys.argv[2] == "reference":
+    with tempfile.TemporaryDirectory() as tmp:  # the reference training, short (twice: the first loads) and long
+        walls = [execute_inline({**REFERENCE, "iterations": n, "out": f"{tmp}/{i}"}, f"{tmp}/{i}.log")[2]
+                 for i, n in enumerate((REFERENCE["iterations"], REFERENCE["iterations"], 5 * REFERENCE["iterations"]))]
+    step = measure_step(TrainConfig(**REFERENCE).to_dict(), data_facts(REFERENCE, False, {}), 1)[0]
+    print(json.dumps({"reference": walls[1:], "step": step}), flush=True)
 """
 
 
@@ -327,13 +328,20 @@ class Overheads:
             load = self.load_s.get(key)
             if load is None:
                 continue
-            data.append(f"{name} {'> ' if key in self.lower else ''}{load:.2g} s")
+            data.append(f"{name} {'> ' if key in self.lower else ''}{short_s(load)}")
         when = time.strftime("%Y-%m-%d", time.localtime(self.at)) if self.at else "now"
         parts = max(self.part_s.values(), default=0.0)
-        return (f"start-up {self.startup_s:.2g} s {per}; data loading {', '.join(data) or 'none'} (a worker keeps its "
-                f"last dataset) and partitioning up to {parts:.2g} s a run; setup {self.setup_s:.2g} s a run and the "
+        return (f"start-up {short_s(self.startup_s)} {per}; data loading {', '.join(data) or 'none'} (a worker keeps its "
+                f"last dataset) and partitioning up to {short_s(parts)} a run; setup {short_s(self.setup_s)} a run and the "
                 f"engine's bookkeeping {self.book_s * 1e3:.2g} ms a client step (a reference FedAvg training on digits); "
                 f"these {'measured now on this machine (cached)' if self.measured == 'measured now' else f'measured on this machine {when} (cached)'}")
+
+
+def short_s(s: float) -> str:
+    """``0.31 s``, ``3.1 s``, ``< 0.01 s``; a minute and more as :func:`fmt_duration`."""
+    if s < 0.01:
+        return "< 0.01 s"
+    return f"{s:.2g} s" if s < 10 else fmt_duration(s)
 
 
 def _timings_path():
@@ -396,14 +404,15 @@ def _keys(cfg: dict) -> tuple[str, str]:
     return data, part
 
 
-def _probe(jobs: list[dict]) -> tuple[dict, bool]:
-    """Run the measuring child; its JSON lines (what it finished within :data:`PROBE_LIMIT_S`) and whether it was
-    stopped."""
+def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
+    """Run the measuring child (the datasets of ``jobs``, then the reference training when asked); its JSON lines
+    (what it finished within :data:`PROBE_LIMIT_S`) and whether it was stopped."""
     import json
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", _PROBE, repr(time.time())], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _PROBE, repr(time.time()), "reference" if reference else "-"],
+                            stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     stopped = False
     try:
@@ -454,7 +463,7 @@ def overheads(configs: list[dict]) -> Overheads:
     if wanted or not fresh_start:
         jobs = [{"key": j["key"], "config": j["config"], "parts": list(j["parts"].items())} for j in wanted.values()]
         t0 = time.time()
-        got, stopped = _probe(jobs)
+        got, stopped = _probe(jobs, reference=not fresh_start)
         ov.measured = "measured now"
         if "startup" in got and (fresh_start or "reference" in got):
             ov.startup_s = got["startup"]
