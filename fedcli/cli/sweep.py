@@ -236,13 +236,13 @@ class SweepProgress:
 
         class Times(ProgressColumn):
             def render(self, task):
-                return Text(me.times(), style="progress.remaining")
+                return Text(me.times(), style="progress.remaining", no_wrap=True)
 
         class Flight(ProgressColumn):
-            def render(self, task):
-                return Text(me.in_flight(), style="dim")
+            def render(self, task):  # one line: cut with an ellipsis at the terminal's edge, never wrapped mid-name
+                return Text(me.in_flight(), style="dim", no_wrap=True, overflow="ellipsis")
 
-        self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(bar_width=20), MofNCompleteColumn(), Times(), Flight(),
+        self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(bar_width=12), MofNCompleteColumn(), Times(), Flight(),
                                  console=err_console, disable=mode != "bar")
         self.task = self.progress.add_task("sweep", total=len(self.todo))
 
@@ -277,6 +277,8 @@ class SweepProgress:
             self.done[p.rel] = p.wall_s or 0.0
             self._read_at = -1.0  # the runs in flight changed: read them again
             self.progress.advance(self.task)
+            if len(self.done) == len(self.todo):
+                self.progress.stop()  # the last frame stays; no clock ticking while the workers close
         if self.mode == "lines":
             self.tick()
 
@@ -295,7 +297,9 @@ class SweepProgress:
             if self._left is None or self._left[2] != state:
                 self._left = (self._estimate_left(now - self.t0), now, state)
             left, at, _ = self._left
-            return None if left is None else max(0.0, left - (now - at))
+            if left is None or (left - (now - at) <= 0 and len(self.done) < len(self.todo)):
+                return None  # nothing known, or runs go on past the estimate: "estimating" until the next reading
+            return max(0.0, left - (now - at))
 
     def _estimate_left(self, elapsed: float) -> float | None:
         if self.cost is None:  # no estimate: from the rate of the work done so far
@@ -328,7 +332,7 @@ class SweepProgress:
                 return self._flight
             from fedcli.report.rundata import read_csv
 
-            parts, fractions = [], {}
+            parts, fractions, going_names = [], {}, []
             for p in self.going():
                 try:
                     rows = read_csv(p.dir / "metrics.csv")
@@ -337,7 +341,9 @@ class SweepProgress:
                 done, total = self._count(p, rows[-1] if rows else None)
                 if rows:
                     self._rows[p.rel] = rows[-1]
-                parts.append(f"{p.name} s{p.seed} {done}/{total}")
+                same = bool(parts) and going_names[-1] == p.name  # seeds of one run share its name
+                going_names.append(p.name)
+                parts.append(f"{'' if same else p.name + ' '}s{p.seed} {done}/{total}")
                 fractions[p.rel] = min(1.0, done / total) if isinstance(done, (int, float)) and total else 0.0
             self._flight, self._read_at, self._fractions = ("in flight: " + ", ".join(parts)) if parts else "", self.now(), fractions
             return self._flight

@@ -31,10 +31,10 @@ def test_remaining_from_the_estimate_recalibrated_on_runs_done(tmp_path):
     assert prog.remaining() == 23.0
     now[0] = 3.0
     assert prog.remaining() == 21.0  # counts down between readings
-    assert prog.in_flight() == "in flight: a s0 0/100, a s1 0/100"
+    assert prog.in_flight() == "in flight: a s0 0/100, s1 0/100"  # the seeds of one run under its name
     (runs[0].dir / "metrics.csv").write_text(HEAD + "1,25,0.5,1.0\n2,50,0.6,0.9\n")
     now[0] = 10.0  # a s0 half done: 5 + 10 + 10 + 10 over 2 jobs
-    assert prog.remaining() == 17.5 and prog.in_flight() == "in flight: a s0 50/100, a s1 0/100"
+    assert prog.remaining() == 17.5 and prog.in_flight() == "in flight: a s0 50/100, s1 0/100"
     now[0] = 12.0
     assert prog.remaining() == 15.5
     (runs[1].dir / "metrics.csv").write_text(HEAD + "1,25,0.5,1.0\n")
@@ -44,6 +44,8 @@ def test_remaining_from_the_estimate_recalibrated_on_runs_done(tmp_path):
     assert prog.factor() == 1.6 and prog.remaining() == 22.0
     assert prog.in_flight() == "in flight: a s1 25/100, b s0 0/100"
     assert sofar(prog) == "  [1/4, elapsed 0:00:20  remaining 0:00:22]"
+    now[0] = 42.5  # nothing read changed for longer than that: past the estimate, no "0:00:00" while runs go on
+    assert prog.remaining() is None and "remaining estimating" in prog.times()
 
 
 def test_remaining_from_the_work_rate_without_an_estimate(tmp_path):
