@@ -9,7 +9,7 @@ How the time is estimated (an estimate: the plan line says its basis):
   (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
 - **Start-up, data loading, setup and bookkeeping** (:func:`overheads`), measured once on this machine in a child
-  process and cached (``estimate-timings-v1.json`` in fedcli's cache folder, see fedcli/cli/spec.py; the machine's part
+  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/spec.py; the machine's part
   is measured again after a week): the seconds a fresh process takes to import what a training needs (python,
   torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
   the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the
@@ -252,13 +252,15 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
 PROBE_LIMIT_S = 60.0
 #: a cached start-up time older than this is measured again (a new torch, another load on the machine)
 STARTUP_MAX_AGE_S = 7 * 86400
-TIMINGS_FILE = "estimate-timings-v1.json"  # the number changes with the file's layout
+TIMINGS_FILE = "estimate-timings-v2.json"  # the number changes with the file's layout
 
-# The child: imports what a sweep's worker process imports (fedcli/sweep.py, _pool_init), says how long that took
-# from its spawn, then loads each dataset once and partitions it as each run would, one JSON line per measurement.
+# The child: imports what a sweep's worker process imports before its first local step (fedcli/sweep.py, _pool_init,
+# then the config with every method, the engine and torch), says how long that took from its spawn, then loads each
+# dataset once and partitions it as each run would, one JSON line per measurement.
 _PROBE = """\
 import importlib, json, sys, tempfile, time
-importlib.import_module("fedcli.cli.train")
+for name in ("fedcli.cli.train", "fedcli.config", "fedcli.fl.engine"):
+    importlib.import_module(name)
 print(json.dumps({"startup": time.time() - float(sys.argv[1])}), flush=True)
 from fedcli.config import TrainConfig
 from fedcli.estimate import REFERENCE, data_facts, measure_step
