@@ -80,7 +80,7 @@ class Estimate:
         if self.client_steps == 0 and not self.unknown:
             return "nothing to run"
         per = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in list(self.step_s.items())[:4])
-        basis = [f"model compute {fmt_duration(self.compute_s)} in all: measured model step ({per}) x client steps + "
+        basis = [f"model compute {short_s(self.compute_s)} in all: measured model step ({per}) x client steps + "
                  f"evaluation"]
         if self.overhead is not None:
             basis.append(self.overhead.text(self.executor))
@@ -89,7 +89,7 @@ class Estimate:
         else:
             basis.append("not yet calibrated on runs of this sweep")
         threads = "/".join(str(t) for t in sorted(self.threads)) or "?"
-        out = (f"{self.client_steps:,} client steps; estimated ~{fmt_duration(self.seconds)} on this machine at {threads} "
+        out = (f"{self.client_steps:,} client steps; estimated ~{short_s(self.seconds)} on this machine at {threads} "
                f"torch thread(s) per run (an estimate; basis: {'; '.join(basis)})")
         busy = busy_note()
         if busy:

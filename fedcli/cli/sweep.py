@@ -93,6 +93,7 @@ def sweep(
             word, body = "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
         if prog is not None and prog.mode == "lines":
             prog.say(f"fedcli sweep: {word} {body}")
+            prog.tick()  # the run that takes its place: "started" after this "done"
         else:
             from rich.text import Text
 
@@ -205,7 +206,7 @@ class SweepProgress:
 
     ``mode`` (``--progress``): ``bar``, a live rich bar; ``lines``, one plain flushed line on stderr per event (a run
     started, an evaluation at each tenth of a run's budget or a minute after that run's last line; the CLI writes the
-    run-finished line through :meth:`say`), never cut (a job log); ``none``."""
+    run-finished line through :meth:`say`, then :meth:`tick`), never cut (a job log); ``none``."""
 
     #: an in-flight run gets an evaluation line at each tenth of its budget, or this many seconds after its last one
     LINE_EVERY_S = 60.0
@@ -279,8 +280,6 @@ class SweepProgress:
             self.progress.advance(self.task)
             if len(self.done) == len(self.todo):
                 self.progress.stop()  # the last frame stays; no clock ticking while the workers close
-        if self.mode == "lines":
-            self.tick()
 
     # -------------------------------------------------------------------------------------------- remaining time
 
@@ -297,7 +296,7 @@ class SweepProgress:
             if self._left is None or self._left[2] != state:
                 self._left = (self._estimate_left(now - self.t0), now, state)
             left, at, _ = self._left
-            if left is None or (left - (now - at) <= 0 and len(self.done) < len(self.todo)):
+            if left is None or (left - (now - at) < 0 and len(self.done) < len(self.todo)):
                 return None  # nothing known, or runs go on past the estimate: "estimating" until the next reading
             return max(0.0, left - (now - at))
 

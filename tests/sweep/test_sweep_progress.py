@@ -92,7 +92,8 @@ def test_lines_mode_says_each_event_once(tmp_path):
     assert log.getvalue().startswith("fedcli sweep: a seed 0: iteration 14/100 (14.0%)")
     log.seek(0), log.truncate()
     runs[0].wall_s = 8.0
-    prog.finished(runs[0])  # c starts in a's place
+    prog.finished(runs[0])
+    prog.tick()  # c starts in a's place (the CLI ticks after its "done" line)
     assert log.getvalue().startswith("fedcli sweep: started c seed 0  [1/3, elapsed 0:01:04")
     prog.say("x" * 300)  # never cut
     assert log.getvalue().splitlines()[-1] == "x" * 300
