@@ -114,7 +114,7 @@ def sweep(
         _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
 
         if not quiet:
-            _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi)
+            _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi, "inline" if in_process else None)
 
         t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
                   title_justify="left")
