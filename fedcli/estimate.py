@@ -320,8 +320,10 @@ class Overheads:
     book_s: float = 0.0                             # the engine's bookkeeping per client step (reference training)
 
     def text(self, executor: str) -> str:
-        per = {"pool": "per worker process, once", "process": "per run (a fresh process each)",
-               "inline": "none (runs in this process)"}[executor]
+        start = {"pool": f"start-up {short_s(self.startup_s)} per worker process, once",
+                 "process": f"start-up {short_s(self.startup_s)} per run (a fresh process each)",
+                 "inline": "no process start-up (the runs go in this process)"}[executor]
+        keeps = " (a worker keeps its last dataset)" if executor == "pool" else " a run"
         data = []
         for key, name in self.names.items():
             if key in self.failed:
@@ -333,8 +335,8 @@ class Overheads:
             data.append(f"{name} {'> ' if key in self.lower else ''}{short_s(load)}")
         when = time.strftime("%Y-%m-%d", time.localtime(self.at)) if self.at else "now"
         parts = max(self.part_s.values(), default=0.0)
-        return (f"start-up {short_s(self.startup_s)} {per}; data loading {', '.join(data) or 'none'} (a worker keeps its "
-                f"last dataset) and partitioning up to {short_s(parts)} a run; setup {short_s(self.setup_s)} a run and the "
+        return (f"{start}; data loading {', '.join(data) or 'none'}{keeps} and partitioning up to {short_s(parts)} a run; "
+                f"setup {short_s(self.setup_s)} a run and the "
                 f"engine's bookkeeping {self.book_s * 1e3:.2g} ms a client step (a reference FedAvg training on digits); "
                 f"these {'measured now on this machine (cached)' if self.measured == 'measured now' else f'measured on this machine {when} (cached)'}")
 
