@@ -1,6 +1,6 @@
 """What a sweep will run and roughly how long it takes, said before it starts (``fedcli sweep``).
 
-How the time is estimated (and what it leaves out):
+How the time is estimated (an estimate: the plan line says its basis):
 
 - **Local training**: the number of client steps of each run (``iterations`` x clients per round; with a round budget,
   rounds x steps per round, ceil(E * n_i / B) per client for ``--local-epochs E``) times the *measured* seconds of one
@@ -8,10 +8,21 @@ How the time is estimated (and what it leaves out):
   shape at the run's batch size (the best of a few steps), on this machine with the torch threads each run gets
   (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
-- Not in it: process start-up, data loading, the engine's per-step bookkeeping, methods' extra local work (Ditto's
-  second model, ALA's weight learning, ...) and the stacked trainer's speed-up on dense models. So on a fresh sweep
-  the figure is the model compute, a lower bound; once runs of the sweep folder are complete, their measured wall
-  times calibrate it (ratio of measured to estimated, applied to the runs still to go).
+- **Start-up, data loading, setup and bookkeeping** (:func:`overheads`), measured once on this machine in a child
+  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/spec.py; the machine's part
+  is measured again after a week): the seconds a fresh process takes to import what a training needs (python,
+  torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
+  the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the
+  built-in digits, N and 5N iterations) a run's fixed setup and the engine's bookkeeping per client step beyond the
+  model's own step. How they add up follows the executor: the default worker processes start once each (``jobs``
+  of them, in parallel) and keep the last dataset loaded, so a run pays its partition and, when its worker held
+  other data, the load; ``--mpi`` (and a Slurm job) starts a process and loads the data for every run;
+  ``--in-process`` loads the data for every run in the sweep's own process.
+- Not in it: methods' extra local work (Ditto's second model, ALA's weight learning, ...), bookkeeping that grows
+  with the model (the reference's MLP is small), the stacked trainer's speed-up on dense models, and a machine
+  busier than when it was measured. Once runs of the sweep folder are complete, their measured wall times calibrate
+  the per-run part (ratio of measured to estimated, applied to the runs still to go); while the sweep runs, its
+  progress recalibrates on the runs it has finished (fedcli/cli/sweep.py).
 
 Dataset shapes and sizes come from a table of the built-in datasets' standard splits (no file is read), except
 your own data (``imagefolder``, ``tensors``) and runs with ``--local-epochs`` whose data is on disk: those are
@@ -61,22 +72,25 @@ class Estimate:
     step_s: dict = field(default_factory=dict)    # model label -> seconds per client step
     threads: set = field(default_factory=set)     # torch threads per run the steps were timed with
     per_run: dict = field(default_factory=dict)   # id() of a planned run of todo -> its estimated seconds (calibrated)
+    startup_s: float = 0.0                        # start-up time in the wall estimate, before any run (worker processes)
+    overhead: "Overheads | None" = None           # the measured start-up and data-loading times it used
+    executor: str = "pool"
 
     def text(self) -> str:
         if self.client_steps == 0 and not self.unknown:
             return "nothing to run"
-        parts = [f"{self.client_steps:,} client steps"]
         per = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in list(self.step_s.items())[:4])
+        basis = [f"model compute {short_s(self.compute_s)} in all: measured model step ({per}) x client steps + "
+                 f"evaluation"]
+        if self.overhead is not None:
+            basis.append(self.overhead.text(self.executor))
         if self.calibrated:
-            how = (f"measured model step ({per}) x steps, calibrated on the {self.calibrated} completed run(s) here "
-                   f"(x{self.factor:.3g}: start-up, data loading and bookkeeping included)")
-            head = f"estimated ~{fmt_duration(self.seconds)}"
+            basis.append(f"calibrated on the {self.calibrated} completed run(s) here (x{self.factor:.3g})")
         else:
-            how = (f"measured model step ({per}) x steps + evaluation; start-up, data loading and per-step bookkeeping "
-                   f"come on top (a lower bound)")
-            head = f"estimated >= {fmt_duration(self.seconds)} of model compute"
+            basis.append("not yet calibrated on runs of this sweep")
         threads = "/".join(str(t) for t in sorted(self.threads)) or "?"
-        out = f"{parts[0]}; {head} on this machine at {threads} torch thread(s) per run ({how})"
+        out = (f"{self.client_steps:,} client steps; estimated ~{short_s(self.seconds)} on this machine at {threads} "
+               f"torch thread(s) per run (an estimate; basis: {'; '.join(basis)})")
         busy = busy_note()
         if busy:
             out += f"; {busy}"
@@ -232,13 +246,296 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
         torch.set_num_threads(old)
 
 
-def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | None = None) -> Estimate:
-    """``todo`` and ``done``: planned runs (``.config``, ``.wall_s``) still to run and completed in the sweep folder."""
+# ------------------------------------------------------------------ start-up and data loading (measured once, cached)
+
+#: the measuring child process stops after this many seconds (a dataset still loading then counts with the time so far)
+PROBE_LIMIT_S = 60.0
+#: a cached start-up time older than this is measured again (a new torch, another load on the machine)
+STARTUP_MAX_AGE_S = 7 * 86400
+TIMINGS_FILE = "estimate-timings-v2.json"  # the number changes with the file's layout
+
+# The child: imports what a sweep's worker process imports before its first local step (fedcli/sweep.py, _pool_init,
+# then the config with every method, the engine and torch), says how long that took from its spawn, then loads each
+# dataset once and partitions it as each run would, one JSON line per measurement.
+_PROBE = """\
+import importlib, json, sys, tempfile, time
+for name in ("fedcli.cli.train", "fedcli.config", "fedcli.fl.engine"):
+    importlib.import_module(name)
+print(json.dumps({"startup": time.time() - float(sys.argv[1])}), flush=True)
+from fedcli.config import TrainConfig
+from fedcli.estimate import REFERENCE, data_facts, measure_step
+from fedcli.sweep import _memoize_datasets, execute_inline
+import fedcli.data.setup as setup
+_memoize_datasets()
+for job in json.loads(sys.stdin.read()):
+    try:
+        t = time.perf_counter()
+        setup.load_data(TrainConfig(**job["config"]))
+        print(json.dumps({"data": job["key"], "s": time.perf_counter() - t}), flush=True)
+        for key, cfg in job["parts"]:
+            t = time.perf_counter()
+            setup.load_data_and_partition(TrainConfig(**cfg))
+            print(json.dumps({"part": key, "s": time.perf_counter() - t}), flush=True)
+    except Exception as e:
+        print(json.dumps({"failed": job["key"], "why": str(e).splitlines()[0][:160] if str(e) else type(e).__name__}), flush=True)
+if sys.argv[2] == "reference":
+    with tempfile.TemporaryDirectory() as tmp:  # the reference training, short (twice: the first loads) and long
+        walls = [execute_inline({**REFERENCE, "iterations": n, "out": f"{tmp}/{i}"}, f"{tmp}/{i}.log")[2]
+                 for i, n in enumerate((REFERENCE["iterations"], REFERENCE["iterations"], 5 * REFERENCE["iterations"]))]
+    step = measure_step(TrainConfig(**REFERENCE).to_dict(), data_facts(REFERENCE, False, {}), 1)[0]
+    print(json.dumps({"reference": walls[1:], "step": step}), flush=True)
+"""
+
+
+#: the reference training that measures a run's fixed setup and the engine's bookkeeping per client step: FedAvg on
+#: the built-in digits (no file read), an MLP, 4 clients a round, one torch thread, the default trainer; run for N and
+#: 5N iterations
+REFERENCE = {"dataset": "digits", "model": "mlp", "mlp_hidden": "64", "clients": 8, "active_ratio": 0.5,
+             "algo": "fedavg", "tau": 5, "iterations": 40, "threads": 1}
+
+
+def reference_costs(walls: list[float], model_step: float) -> tuple[float, float]:
+    """(seconds of a run's fixed setup, seconds of bookkeeping per client step) from the reference training's wall
+    times at N and 5N iterations: the slope per client step, less the model step it timed, is the engine's
+    bookkeeping; the wall time at N less N's client steps at that slope is the setup (model, evaluations, files)."""
+    per_run_steps = REFERENCE["iterations"] * round(REFERENCE["clients"] * REFERENCE["active_ratio"])
+    short, long = walls
+    slope = max(0.0, (long - short) / (4 * per_run_steps))
+    return max(0.0, short - per_run_steps * slope), max(0.0, slope - model_step)
+
+
+@dataclass
+class Overheads:
+    """Seconds a fresh process takes to start (imports), and per dataset to load it and per partition to make it."""
+
+    startup_s: float
+    load_s: dict                                    # data key -> seconds to load the dataset once
+    part_s: dict                                    # partition key -> seconds to partition it (the dataset loaded)
+    names: dict = field(default_factory=dict)       # data key -> dataset name
+    measured: str = "cached"                        # "measured now" / "cached"
+    at: float = 0.0                                 # when the oldest value used was measured (epoch seconds)
+    lower: set = field(default_factory=set)         # data keys whose load outlasted the probe: a lower bound
+    failed: dict = field(default_factory=dict)      # data key -> why it could not be loaded
+    setup_s: float = 0.0                            # a run's fixed setup (reference training)
+    book_s: float = 0.0                             # the engine's bookkeeping per client step (reference training)
+
+    def text(self, executor: str) -> str:
+        start = {"pool": f"start-up {short_s(self.startup_s)} per worker process, once",
+                 "process": f"start-up {short_s(self.startup_s)} per run (a fresh process each)",
+                 "inline": "no process start-up (the runs go in this process)"}[executor]
+        keeps = " (a worker keeps its last dataset)" if executor == "pool" else " a run"
+        data = []
+        for key, name in self.names.items():
+            if key in self.failed:
+                data.append(f"{name} not measured ({self.failed[key]})")
+                continue
+            load = self.load_s.get(key)
+            if load is None:
+                continue
+            data.append(f"{name} {'> ' if key in self.lower else ''}{short_s(load)}")
+        when = time.strftime("%Y-%m-%d", time.localtime(self.at)) if self.at else "now"
+        parts = max(self.part_s.values(), default=0.0)
+        return (f"{start}; data loading {', '.join(data) or 'none'}{keeps} and partitioning up to {short_s(parts)} a run; "
+                f"setup {short_s(self.setup_s)} a run and the "
+                f"engine's bookkeeping {self.book_s * 1e3:.2g} ms a client step (a reference FedAvg training on digits); "
+                f"these {'measured now on this machine (cached)' if self.measured == 'measured now' else f'measured on this machine {when} (cached)'}")
+
+
+def short_s(s: float) -> str:
+    """``0.31 s``, ``3.1 s``, ``< 0.01 s``; a minute and more as :func:`fmt_duration`."""
+    if s < 0.01:
+        return "< 0.01 s"
+    return f"{s:.2g} s" if s < 10 else fmt_duration(s)
+
+
+def _timings_path():
+    from fedcli.cli.spec import cache_dir
+
+    return cache_dir() / TIMINGS_FILE
+
+
+def _read_timings() -> dict:
+    import json
+
+    try:
+        got = json.loads(_timings_path().read_text())
+        return got if isinstance(got, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_timings(data: dict) -> None:
+    import json
+
+    path = _timings_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a folder that cannot be written only costs a measurement next time
+
+
+def _startup_key() -> str:
+    import sys
+    from importlib import metadata
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "?"
+    return f"{sys.executable}|torch {torch}|{os.cpu_count()} cores"
+
+
+def _dir_stamp(path) -> str:
+    try:
+        st = os.stat(path)
+        return f"{st.st_size}:{st.st_mtime_ns}"
+    except (OSError, TypeError):
+        return "-"
+
+
+def _keys(cfg: dict) -> tuple[str, str]:
+    """(data key, partition key) of a run's config: what its loading and its partitioning depend on."""
+    from fedcli.config import TrainConfig
+    from fedcli.data.setup import data_dir
+
+    c = TrainConfig(**cfg)
+    data = repr((_data_key(cfg), _dir_stamp(data_dir(c))))
+    part = repr((data, c.partition, c.clients, c.alpha, c.classes_per_client, c.writers_per_client,
+                 c.client_test_fraction, c.min_size, c.partition_file, _dir_stamp(c.partition_file)))
+    return data, part
+
+
+def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
+    """Run the measuring child (the datasets of ``jobs``, then the reference training when asked); its JSON lines
+    (what it finished within :data:`PROBE_LIMIT_S`) and whether it was stopped."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _PROBE, repr(time.time()), "reference" if reference else "-"],
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    stopped = False
+    try:
+        out, _ = proc.communicate(json.dumps(jobs), timeout=PROBE_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        stopped = True
+    got: dict = {"data": {}, "part": {}, "failed": {}}
+    for line in out.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if "startup" in rec:
+            got["startup"] = rec["startup"]
+        elif "reference" in rec:
+            got["reference"] = reference_costs(rec["reference"], rec["step"])
+        elif "data" in rec:
+            got["data"][rec["data"]] = rec["s"]
+        elif "part" in rec:
+            got["part"][rec["part"]] = rec["s"]
+        elif "failed" in rec:
+            got["failed"][rec["failed"]] = rec["why"]
+    return got, stopped
+
+
+def overheads(configs: list[dict]) -> Overheads:
+    """Start-up and data-loading times for these runs' configs: from the cache, else measured now in a child process
+    (at most :data:`PROBE_LIMIT_S` seconds) and cached for the next sweep."""
+    cache = _read_timings()
+    now = time.time()
+    skey = _startup_key()
+    start = cache.get("startup", {}).get(skey)
+    fresh_start = isinstance(start, dict) and now - start.get("at", 0) < STARTUP_MAX_AGE_S
+    data_c, part_c = cache.setdefault("data", {}), cache.setdefault("part", {})
+    names, wanted = {}, {}
+    for cfg in configs:
+        dk, pk = _keys(cfg)
+        names.setdefault(dk, cfg["dataset"])
+        if dk not in data_c or pk not in part_c:
+            job = wanted.setdefault(dk, {"key": dk, "config": cfg, "parts": {}})
+            job["parts"].setdefault(pk, cfg)
+    ov = Overheads(start["s"] if fresh_start else 0.0, {}, {}, names)
+    if fresh_start:
+        ov.setup_s, ov.book_s = start.get("setup", 0.0), start.get("book", 0.0)
+    ats = [start["at"]] if fresh_start else []
+    if wanted or not fresh_start:
+        jobs = [{"key": j["key"], "config": j["config"], "parts": list(j["parts"].items())} for j in wanted.values()]
+        t0 = time.time()
+        got, stopped = _probe(jobs, reference=not fresh_start)
+        ov.measured = "measured now"
+        if "startup" in got and (fresh_start or "reference" in got):
+            ov.startup_s = got["startup"]
+            if "reference" in got:
+                ov.setup_s, ov.book_s = got["reference"]
+            cache.setdefault("startup", {})[skey] = {"s": ov.startup_s, "setup": ov.setup_s, "book": ov.book_s, "at": now}
+            ats.append(now)
+        elif "startup" in got:  # the reference training did not finish: start-up measured, the rest not
+            ov.startup_s = got["startup"]
+        elif not fresh_start:  # it never finished its imports: the start-up took at least that long
+            ov.startup_s = time.time() - t0
+        for dk, s in got["data"].items():
+            data_c[dk] = {"s": s, "at": now}
+        for pk, s in got["part"].items():
+            part_c[pk] = {"s": s, "at": now}
+        ov.failed = dict(got["failed"])
+        if stopped:  # the dataset it was loading when stopped: at least the time it had spent on it
+            spent = time.time() - t0 - ov.startup_s - sum(got["data"].values()) - sum(got["part"].values())
+            for dk in wanted:
+                if dk not in got["data"] and dk not in ov.failed:
+                    ov.load_s[dk], spent = max(0.0, spent), 0.0
+                    ov.lower.add(dk)
+        _write_timings(cache)
+    for cfg in configs:
+        dk, pk = _keys(cfg)
+        if dk in data_c and dk not in ov.lower:
+            ov.load_s[dk] = data_c[dk]["s"]
+            ats.append(data_c[dk].get("at", now))
+        if pk in part_c:
+            ov.part_s[pk] = part_c[pk]["s"]
+    ov.at = min(ats, default=now)
+    return ov
+
+
+def run_overhead(cfg: dict, steps: int, ov: Overheads, executor: str, loads: bool = True) -> float:
+    """Seconds of one run of ``steps`` client steps beside its model compute: its fixed setup, the engine's
+    bookkeeping per client step, its partitioning, its data loading (``loads``: the default workers keep the last
+    dataset loaded, so only a worker's first run of a dataset loads it) and its process start-up when each run is a
+    fresh process."""
+    dk, pk = _keys(cfg)
+    fixed = ov.setup_s + steps * ov.book_s + ov.part_s.get(pk, 0.0)
+    if executor == "pool":
+        return fixed + (ov.load_s.get(dk, 0.0) if loads else 0.0)
+    return fixed + ov.load_s.get(dk, 0.0) + (ov.startup_s if executor == "process" else 0.0)
+
+
+def first_loads(configs: list[dict], jobs: int) -> list[bool]:
+    """Which runs, in plan order, load their dataset in the default worker processes: the first ``jobs`` runs of each
+    dataset (one per worker; a worker keeps its last dataset)."""
+    seen: dict = {}
+    out = []
+    for cfg in configs:
+        dk = _keys(cfg)[0]
+        seen[dk] = seen.get(dk, 0) + 1
+        out.append(seen[dk] <= jobs)
+    return out
+
+
+def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | None = None,
+             executor: str | None = None) -> Estimate:
+    """``todo`` and ``done``: planned runs (``.config``, ``.wall_s``) still to run and completed in the sweep folder.
+    ``executor``: ``pool`` (the default worker processes), ``process`` (a fresh process per run: ``--mpi``, a Slurm
+    job) or ``inline`` (``--in-process``); default ``process`` under ``--mpi``, else ``pool``."""
     from fedcli.errors import FedcliError
 
     cache = {} if cache is None else cache
-    est = Estimate()
-    procs = max(1, jobs) * max(1, mpi)
+    executor = executor or ("process" if mpi else "pool")
+    est = Estimate(executor=executor)
     steps_cache: dict = {}
 
     def run_estimate(cfg: dict) -> tuple[float, int] | None:
@@ -248,7 +545,7 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         n = client_steps(cfg, facts)
         if n is None:
             return None
-        threads = cfg.get("threads") or max(1, (os.cpu_count() or 1) // procs)
+        threads = cfg.get("threads") or 1  # as the run: fedcli/fl/engine.py, default_threads
         key = (cfg["model"], facts.shape, facts.classes, facts.tokens, cfg["batch_size"], cfg.get("mlp_hidden"),
                cfg.get("wrn_depth"), cfg.get("wrn_width"), threads)
         if key not in steps_cache:
@@ -265,25 +562,34 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         evals = EVALS_PER_RUN * (facts.n_test or 0) * t_sample
         return n * t_step / max(1, mpi) + evals / max(1, mpi), n
 
-    per_run = []
-    for p in todo:
-        r = run_estimate(p.config)
+    computed = [(p, run_estimate(p.config)) for p in todo]  # the model steps are timed first: a child process
+    # that has just used the cores leaves torch here slow for a second or two (seen on a busy 2-core machine)
+    measured = [(p.wall_s, run_estimate(p.config), p) for p in done if p.wall_s]
+    # start-up and data loading beside the compute (measured once on this machine, cached: overheads())
+    ran = [p for p in done if p.wall_s]
+    ov = est.overhead = overheads([p.config for p in todo + ran]) if todo or ran else None
+    loads = {id(p): first for runs in (todo, ran)  # each sweep call starts its own workers
+             for p, first in zip(runs, first_loads([p.config for p in runs], max(1, jobs)) if ov else [])}
+
+    def extra(p, steps: int) -> float:
+        return run_overhead(p.config, steps, ov, executor, loads[id(p)]) if ov else 0.0
+
+    for p, r in computed:
         if r is None:
             est.unknown.append(f"{p.name} ({p.config['dataset']}: data size or shape unknown)")
             continue
         est.compute_s += r[0]
         est.client_steps += r[1]
-        per_run.append(r[0])
-        est.per_run[id(p)] = r[0]
-    measured = [(p.wall_s, run_estimate(p.config)) for p in done if p.wall_s]
-    measured = [(w, r[0]) for w, r in measured if r is not None and r[0] > 0]
+        est.per_run[id(p)] = r[0] + extra(p, r[1])
+    measured = [(w, r[0] + extra(p, r[1])) for w, r, p in measured if r is not None and r[0] > 0]
     if measured:
         est.calibrated = len(measured)
         est.factor = sum(w for w, _ in measured) / sum(e for _, e in measured)
     est.per_run = {k: v * est.factor for k, v in est.per_run.items()}
-    total = est.compute_s * est.factor
-    longest = max(per_run, default=0.0) * est.factor
-    est.seconds = max(total / max(1, jobs), longest)
+    est.startup_s = ov.startup_s if ov and executor == "pool" and est.per_run else 0.0
+    total = sum(est.per_run.values())
+    longest = max(est.per_run.values(), default=0.0)
+    est.seconds = est.startup_s + max(total / max(1, jobs), longest)
     return est
 
 

@@ -21,7 +21,7 @@ def print_jobs_plan(result, mpi: int) -> None:
 
     res = result.resources
     todo = [p for p in result.runs if p.status != "completed"]
-    est = estimate(todo, [], 1, mpi)
+    est = estimate(todo, [], 1, mpi, executor="process")  # one Slurm job, one fresh process, per run
     limit = res.minutes * 60
     t = Table(title=f"Slurm: one job per run; each asks for: {sbatch_preview(res, mpi)}", title_justify="left")
     for c in ("run", "seed", "estimate (this machine)", "time limit", ""):
@@ -98,7 +98,7 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
 
     def on_start(result, go):
         if not quiet:
-            print_plan(result, go, len(go) or 1, mpi)
+            print_plan(result, go, len(go) or 1, mpi, "process")
             _say(f"each job asks for {result.resources.describe(mpi)}")
 
     result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, mpi=mpi, download=download, executor="slurm", slurm=flags,

@@ -36,13 +36,19 @@ def sweep(
     status: bool = typer.Option(False, "--status", help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed runs the exit code and log; submits nothing.", rich_help_panel="Slurm (--executor slurm)"),
     wait: bool = typer.Option(False, "--wait", help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops following; the jobs keep running).", rich_help_panel="Slurm (--executor slurm)"),
     cancel: bool = typer.Option(False, "--cancel", help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round boundary; the next call resumes it).", rich_help_panel="Slurm (--executor slurm)"),
+    progress: str = typer.Option("auto", "--progress", metavar="<choice>", help="Progress on stderr: a live bar with the remaining time and the runs in flight (bar); one plain flushed line per event for job logs (lines): a run started, its evaluations at each tenth of its budget (or a minute after its last line), a run finished, each with the sweep's elapsed and remaining time; none; or auto (bar on a terminal, else lines). Local runs only (--executor slurm: see --wait). \\[choices: auto, bar, lines, none] \\[default: auto]"),
     tracker: list[str] = typer.Option(None, "--tracker", metavar="NAME", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
     from fedcli.sweep import run_sweep
 
+    from fedcli.cli.console import PROGRESS_MODES, progress_mode
+    from fedcli.errors import ConfigError
+
+    if progress not in PROGRESS_MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
     t0 = time.perf_counter()
-    state = {"progress": None, "task": None, "total": 0, "estimate": None}
+    state = {"progress": None, "total": 0, "estimate": None}
     scale = scale if scale is not None else _only_scale(recipe)
     flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s}
     if sbatch:
@@ -63,11 +69,11 @@ def sweep(
         _warn_if_large(result, todo)
         if quiet:
             return
-        state["estimate"] = _print_plan(result, todo, jobs, mpi)
+        state["estimate"] = _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
         if todo:
-            prog = SweepProgress(todo, jobs, state["estimate"])
+            prog = SweepProgress(todo, 1 if in_process else jobs, state["estimate"], mode=progress_mode(progress))
             prog.start()
-            state["progress"], state["task"] = prog, prog.task
+            state["progress"] = prog
 
     def on_done(p):
         prog = state["progress"]
@@ -81,11 +87,18 @@ def sweep(
             run = RunData(p.dir)
             acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
             what = "personal acc" if run.personalized else "acc"
-            err_console.print(f"  [green]done[/]  {p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
-                              f"{p.wall_s:.1f}s{sofar(prog)}", soft_wrap=True, highlight=False)
+            word, body = "done", (f"{p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
+                                  f"{p.wall_s:.1f}s{sofar(prog)}")
         else:
-            err_console.print(f"  [red]failed[/] {p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}",
-                              soft_wrap=True, highlight=False)
+            word, body = "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
+        if prog is not None and prog.mode == "lines":
+            prog.say(f"fedcli sweep: {word} {body}")
+            prog.tick()  # the run that takes its place: "started" after this "done"
+        else:
+            from rich.text import Text
+
+            line = Text(f"  {word}{'  ' if word == 'done' else ' '}", style="green" if word == "done" else "red")
+            err_console.print(line + Text(body), soft_wrap=True, highlight=False)
 
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
@@ -101,7 +114,7 @@ def sweep(
         _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
 
         if not quiet:
-            _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi)
+            _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi, "inline" if in_process else None)
 
         t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
                   title_justify="left")
@@ -182,54 +195,122 @@ def _only_scale(recipe: str) -> str | None:
 
 
 class SweepProgress:
-    """The sweep's live bar: runs done of the runs to go, labelled elapsed and remaining times (remaining: from the
-    runs done so far, before the first one from the plan's estimate), and the runs in flight with their local
-    iterations done (read from their metrics.csv, at most once a second)."""
+    """The sweep's progress: runs done of the runs to go, labelled elapsed and remaining times, and the runs in flight
+    with their iterations (or rounds) done, read from their metrics.csv at most once a second.
 
-    def __init__(self, todo: list, jobs: int, estimate_s: float | None):
+    Remaining time: each run to go costs its estimated seconds (fedcli/estimate.py: start-up, data loading, compute)
+    times a factor calibrated on the runs this sweep has finished (their measured wall time over their estimate), less
+    the part of the in-flight runs already done; the jobs share it (never less than the longest run left). It counts
+    down between readings. Without an estimate (a run that could not be estimated): the time per unit of work done so
+    far (runs done plus the in-flight runs' fractions).
+
+    ``mode`` (``--progress``): ``bar``, a live rich bar; ``lines``, one plain flushed line on stderr per event (a run
+    started, an evaluation at each tenth of a run's budget or a minute after that run's last line; the CLI writes the
+    run-finished line through :meth:`say`, then :meth:`tick`), never cut (a job log); ``none``."""
+
+    #: an in-flight run gets an evaluation line at each tenth of its budget, or this many seconds after its last one
+    LINE_EVERY_S = 60.0
+
+    def __init__(self, todo: list, jobs: int, est=None, mode: str = "bar", stream=None):
+        import sys
+        import threading
         import time
+
+        self.todo, self.jobs, self.mode = list(todo), max(1, jobs), mode
+        self.stream = stream if stream is not None else sys.stderr  # the terminal's, before an in-process run redirects it
+        known = est is not None and not est.unknown and all(id(p) in est.per_run for p in self.todo)
+        self.cost = {p.rel: est.per_run[id(p)] for p in self.todo} if known else None  # run -> estimated seconds
+        self.startup_s = est.startup_s if known else 0.0
+        self.done: dict = {}                                  # rel -> wall seconds of the runs finished here
+        self.t0, self.now = time.monotonic(), time.monotonic
+        self._flight, self._read_at, self._fractions = "", -1.0, {}
+        self._rows: dict = {}                                 # rel -> last metrics row read
+        self._said: dict = {}                                 # rel -> (tenth, time, row) of its last line
+        self._left = None                                     # (remaining seconds, when computed, state it came from)
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = None
+        me = self
 
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
         from rich.text import Text
 
-        self.todo, self.jobs, self.estimate_s = list(todo), max(1, jobs), estimate_s
-        self.done: set = set()
-        self.t0, self.now = time.monotonic(), time.monotonic
-        self._flight, self._read_at, self._fractions = "", -1.0, []
-        me = self
-
         class Times(ProgressColumn):
             def render(self, task):
-                return Text(me.times(), style="progress.remaining")
+                return Text(me.times(), style="progress.remaining", no_wrap=True)
 
         class Flight(ProgressColumn):
-            def render(self, task):
-                return Text(me.in_flight(), style="dim")
+            def render(self, task):  # one line: cut with an ellipsis at the terminal's edge, never wrapped mid-name
+                return Text(me.in_flight(), style="dim", no_wrap=True, overflow="ellipsis")
 
-        self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(bar_width=20), MofNCompleteColumn(), Times(), Flight(),
-                                 console=err_console)
+        self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(bar_width=12), MofNCompleteColumn(), Times(), Flight(),
+                                 console=err_console, disable=mode != "bar")
         self.task = self.progress.add_task("sweep", total=len(self.todo))
 
     def start(self) -> None:
+        import threading
+
+        self.t0 = self.now()
         self.progress.start()
+        if self.mode == "lines":
+            self.tick()
+            self._thread = threading.Thread(target=self._follow, name="sweep-progress", daemon=True)
+            self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
 
     def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         self.progress.stop()
 
+    def say(self, line: str) -> None:
+        """One plain line on stderr, flushed (``--progress lines``)."""
+        with self._lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
     def finished(self, p) -> None:
-        self.done.add(p.rel)
-        self._read_at = -1.0  # the runs in flight changed: read them again
-        self.progress.advance(self.task)
+        with self._lock:
+            self.done[p.rel] = p.wall_s or 0.0
+            self._read_at = -1.0  # the runs in flight changed: read them again
+            self.progress.advance(self.task)
+            if len(self.done) == len(self.todo):
+                self.progress.stop()  # the last frame stays; no clock ticking while the workers close
+
+    # -------------------------------------------------------------------------------------------- remaining time
+
+    def factor(self) -> float:
+        """Measured over estimated wall time of the runs finished here (1 before any)."""
+        ran = [(w, self.cost[r]) for r, w in self.done.items() if w and self.cost.get(r)]
+        return sum(w for w, _ in ran) / sum(e for _, e in ran) if ran else 1.0
 
     def remaining(self) -> float | None:
-        """From the work done: the runs done plus the fraction of the runs in flight; before any progress, the
-        plan's estimate."""
-        elapsed = self.now() - self.t0
-        self.in_flight()
-        work = len(self.done) + sum(self._fractions)
-        if work > 0:
-            return elapsed / work * (len(self.todo) - work)
-        return max(0.0, self.estimate_s - elapsed) if self.estimate_s and elapsed < self.estimate_s else None
+        with self._lock:
+            self.in_flight()
+            now = self.now()
+            state = (len(self.done), tuple(sorted(self._fractions.items())))
+            if self._left is None or self._left[2] != state:
+                self._left = (self._estimate_left(now - self.t0), now, state)
+            left, at, _ = self._left
+            if left is None or (left - (now - at) < 0 and len(self.done) < len(self.todo)):
+                return None  # nothing known, or runs go on past the estimate: "estimating" until the next reading
+            return max(0.0, left - (now - at))
+
+    def _estimate_left(self, elapsed: float) -> float | None:
+        if self.cost is None:  # no estimate: from the rate of the work done so far
+            work = len(self.done) + sum(self._fractions.values())
+            return elapsed / work * (len(self.todo) - work) if work > 0 else None
+        f = self.factor()
+        left = [self.cost[p.rel] * f * (1 - self._fractions.get(p.rel, 0.0)) for p in self.todo if p.rel not in self.done]
+        if not left:
+            return 0.0
+        moved = bool(self.done) or any(self._fractions.values())
+        startup = 0.0 if moved else max(0.0, self.startup_s - elapsed)  # the workers are still starting
+        return startup + max(sum(left) / self.jobs, max(left))
 
     def times(self) -> str:
         from fedcli.cli.console import clock
@@ -237,31 +318,85 @@ class SweepProgress:
         left = self.remaining()
         return f"elapsed {clock(self.now() - self.t0)}  remaining {clock(left) if left is not None else 'estimating'}"
 
+    # ------------------------------------------------------------------------------------------ the runs in flight
+
+    def going(self) -> list:
+        """The runs started and not done (runs start in plan order, ``jobs`` at a time)."""
+        return [p for p in self.todo if p.rel not in self.done][: self.jobs]
+
     def in_flight(self) -> str:
-        """The runs started and not done (runs start in plan order, ``jobs`` at a time), with their progress."""
-        if self.now() - self._read_at < 1.0:
+        """``in flight: NAME sSEED done/total, ...``, read from their metrics.csv at most once a second."""
+        with self._lock:
+            if self.now() - self._read_at < 1.0:
+                return self._flight
+            from fedcli.report.rundata import read_csv
+
+            parts, fractions, going_names = [], {}, []
+            for p in self.going():
+                try:
+                    rows = read_csv(p.dir / "metrics.csv")
+                except (OSError, ValueError):
+                    rows = []
+                done, total = self._count(p, rows[-1] if rows else None)
+                if rows:
+                    self._rows[p.rel] = rows[-1]
+                same = bool(parts) and going_names[-1] == p.name  # seeds of one run share its name
+                going_names.append(p.name)
+                parts.append(f"{'' if same else p.name + ' '}s{p.seed} {done}/{total}")
+                fractions[p.rel] = min(1.0, done / total) if isinstance(done, (int, float)) and total else 0.0
+            self._flight, self._read_at, self._fractions = ("in flight: " + ", ".join(parts)) if parts else "", self.now(), fractions
             return self._flight
-        from fedcli.report.rundata import read_csv
 
-        going = [p for p in self.todo if p.rel not in self.done][: self.jobs]
-        parts, fractions = [], []
-        for p in going:
-            try:
-                rows = read_csv(p.dir / "metrics.csv")
-            except (OSError, ValueError):
-                rows = []
-            cfg = p.config
-            total = cfg.get("rounds") or cfg.get("iterations")
-            done = (rows[-1].get("round") if cfg.get("rounds") else rows[-1].get("iteration")) if rows else 0
-            parts.append(f"{p.name} s{p.seed} {done}/{total}")
-            fractions.append(min(1.0, done / total) if isinstance(done, (int, float)) and total else 0.0)
-        self._flight, self._read_at, self._fractions = ("in flight: " + ", ".join(parts)) if parts else "", self.now(), fractions
-        return self._flight
+    @staticmethod
+    def _count(p, row: dict | None) -> tuple:
+        cfg = p.config
+        total = cfg.get("rounds") or cfg.get("iterations")
+        if row is None:
+            return 0, total
+        return (row.get("round") if cfg.get("rounds") else row.get("iteration")), total
+
+    # ------------------------------------------------------------------------------------ --progress lines: events
+
+    def tick(self) -> None:
+        """Read the runs in flight and say what happened since the last reading: runs started, evaluations."""
+        with self._lock:
+            self._read_at = -1.0
+            self.in_flight()
+            now = self.now()
+            for p in self.going():
+                if p.rel not in self._said:
+                    self._said[p.rel] = (-1, now, None)
+                    self.say(f"fedcli sweep: started {p.label}{sofar(self)}")
+                row = self._rows.get(p.rel)
+                tenth, last, said_row = self._said[p.rel]
+                if row is None or row == said_row:
+                    continue
+                now_tenth = int(10 * self._fractions.get(p.rel, 0.0))
+                if now_tenth > tenth or now - last >= self.LINE_EVERY_S:
+                    self._said[p.rel] = (now_tenth, now, row)
+                    self.say(self.line(p, row))
+
+    def line(self, p, row: dict) -> str:
+        """``fedcli sweep: NAME seed S: iteration 80/160 (50.0%)  round 40  acc 61.20%  loss 0.4312  [1/4, ...]``."""
+        from fedcli.cli.console import accuracy_text
+
+        done, total = self._count(p, row)
+        unit = "round" if p.config.get("rounds") else "iteration"
+        pct = f" ({100 * done / total:.1f}%)" if isinstance(done, (int, float)) and total else ""
+        other = f"  iteration {row.get('iteration')}" if unit == "round" else f"  round {row.get('round')}"
+        try:
+            acc = f"  {accuracy_text(row)}"
+        except (KeyError, TypeError, ValueError):
+            acc = ""
+        loss = row.get("train_loss")
+        loss = f"  loss {loss:.4f}" if isinstance(loss, (int, float)) else ""
+        return f"fedcli sweep: {p.label}: {unit} {done}/{total}{pct}{other}{acc}{loss}{sofar(self)}"
 
 
-def _print_plan(result, todo, jobs: int, mpi: int) -> float | None:
+def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/estimate.py); returns
-    the estimate in seconds (None when some run could not be estimated)."""
+    the :class:`fedcli.estimate.Estimate` (None when there is nothing to run). ``executor``: see
+    :func:`fedcli.estimate.estimate`."""
     from fedcli.estimate import budget_text, estimate
     from fedcli.sweep import load_manifest
 
@@ -282,6 +417,6 @@ def _print_plan(result, todo, jobs: int, mpi: int) -> float | None:
     done = [p for p in result.runs if p.status == "completed"]
     for p in done:
         p.wall_s = p.wall_s or old.get((p.name, p.seed))
-    est = estimate(todo, done, jobs, mpi)
+    est = estimate(todo, done, jobs, mpi, executor=executor)
     err_console.print(f"  budget: {budget_text(todo)}; {est.text()}", soft_wrap=True, highlight=False, markup=False)
-    return est.seconds if est.seconds and not est.unknown else None
+    return est

@@ -60,8 +60,10 @@ def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     assert "2 runs x 2 seeds = 4 trainings; 0 already completed, 4 to run, 1 at a time" in text
     assert "scale smoke: a reduced version of A paper, Table 9's setting" in text
     # 4 trainings x 10 iterations x 2 clients per round (0.5 of 4)
-    assert "budget: 10 local iterations per run; 80 client steps; estimated >= " in text
-    assert "measured model step (mlp/b32" in text and "a lower bound" in text
+    assert "budget: 10 local iterations per run; 80 client steps; estimated ~" in text
+    assert "an estimate; basis: model compute" in text and "measured model step (mlp/b32" in text
+    assert "start-up" in text and "per worker process, once" in text and "data loading digits" in text
+    assert "measured on this machine" in text or "measured now on this machine" in text
     code, _, err = cli(["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys)
     assert code == 0 and "client steps" not in err  # --quiet: no plan
 
@@ -88,15 +90,40 @@ def test_client_steps_by_hand():
 def test_estimate_sums_calibrates_and_divides_over_jobs(monkeypatch):
     monkeypatch.setattr(est, "measure_step", lambda cfg, facts, threads: (0.01, 0.0))
     todo = [planned("a", iterations=100), planned("b", iterations=50)]
+    data, part = est._keys(todo[0].config)
+    # start-up 2 s per worker, digits loads in 1 s, partitions in 0.1 s, 0.5 s setup a run, 1 ms bookkeeping a step
+    ov = est.Overheads(2.0, {data: 1.0}, {part: 0.1}, {data: "digits"}, setup_s=0.5, book_s=0.001)
+    monkeypatch.setattr(est, "overheads", lambda configs: ov)
     e = est.estimate(todo, [], jobs=1)
-    assert e.client_steps == 300 and e.compute_s == pytest.approx(3.0) and e.seconds == pytest.approx(3.0)
-    assert not e.calibrated and "a lower bound" in e.text()
-    # two completed runs of 100 iterations (2.0 s of compute each) took 10 s and 14 s: factor 24 / 4 = 6
+    # a: 200 client steps x 10 ms = 2.0 s, + 0.5 + 200 x 1 ms + 0.1 + 1.0 (the worker's first digits run loads) = 3.8
+    # b: 100 x 10 ms = 1.0 s, + 0.5 + 0.1 + 0.1 (its worker has digits already) = 1.7; one worker starts first: 2.0
+    assert e.client_steps == 300 and e.compute_s == pytest.approx(3.0)
+    assert sorted(e.per_run.values()) == pytest.approx([1.7, 3.8]) and e.seconds == pytest.approx(2.0 + 5.5)
+    assert not e.calibrated and "start-up 2 s per worker process" in e.text() and "data loading digits 1 s" in e.text()
+    e = est.estimate(todo, [], jobs=2)  # two workers: each loads digits (b 2.7), the longest run bounds it
+    assert e.seconds == pytest.approx(2.0 + max((3.8 + 2.7) / 2, 3.8))
+    e = est.estimate(todo, [], jobs=1, mpi=2)  # a fresh process per run: start-up and load every run, no shared start
+    assert e.executor == "process" and e.startup_s == 0.0
+    assert e.seconds == pytest.approx((2.0 / 2 + 0.8 + 1.0 + 2.0) + (1.0 / 2 + 0.7 + 1.0 + 2.0))  # compute over 2 ranks
+    # two completed runs of 100 iterations took 10 s and 14 s, estimated 3.8 (loads) and 2.8: factor 24 / 6.6
     done = [planned("c", iterations=100, wall_s=10.0), planned("d", iterations=100, wall_s=14.0)]
-    e = est.estimate(todo, done, jobs=2)
-    assert e.calibrated == 2 and e.factor == pytest.approx(6.0)
-    assert e.seconds == pytest.approx(max(3.0 * 6 / 2, 2.0 * 6))  # two jobs, but never below the longest run
+    e = est.estimate(todo, done, jobs=1)
+    assert e.calibrated == 2 and e.factor == pytest.approx(24 / 6.6)
+    assert e.seconds == pytest.approx(2.0 + (3.8 + 1.7) * 24 / 6.6)
     assert "calibrated on the 2 completed run(s)" in e.text()
+
+
+def test_reference_training_by_hand():
+    # the reference runs 40 iterations x 4 clients = 160 client steps, then 200 iterations = 800: 1.0 s and 2.6 s;
+    # 1.6 s / 640 steps = 2.5 ms a step, of which the model's step is 0.5 ms: 2 ms bookkeeping; setup 1.0 - 0.4 = 0.6
+    assert est.reference_costs([1.0, 2.6], 0.0005) == pytest.approx((0.6, 0.002))
+    assert est.reference_costs([1.0, 0.9], 0.0005) == (1.0, 0.0)  # noise: never negative
+
+
+def test_first_loads_one_per_worker_and_dataset():
+    d, f = planned().config, planned(dataset="synthetic").config
+    assert est.first_loads([d, d, d, f, d, f], jobs=2) == [True, True, False, True, False, True]
+    assert est.first_loads([d, d, f], jobs=1) == [True, False, True]
 
 
 def test_local_epoch_runs_read_the_data_size():
