@@ -497,6 +497,8 @@ class Simulation:
         self.init.initialize(self, cohort)
         if cfg.bn_buffers == "never":
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
+        if self.personal is not None:
+            self.personal.initialized(self, cohort)  # --personal-eval after-init: the models as initialized
         for part in self.parts.values():
             part.begin_round(self, cohort)
         plan = self.batches.plan("train", mine, round_idx, steps)

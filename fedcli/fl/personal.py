@@ -16,10 +16,17 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
   point, not only the cohort: with ``--active-ratio 1`` (FedALA's default) every client trained in the
   round; with partial participation a client keeps the model of the last round it trained in, and a
   client never sampled so far holds the current global model (it has received nothing else).
-- **When.** The evaluated model is the one after the round's local initialization *and* local training
-  (for FedALA: ALA, then training). FedALA's reference code (``serverALA.py``, as PFLlib's servers) calls
-  ``evaluate()`` at the start of round t, after ``send_models()`` ran ALA and before training, i.e. on the
-  ALA-initialized model; that point is not offered here (see README "Personalized FL").
+- **When** (``--personal-eval``). ``after-training`` (the default): the model after the round's local
+  initialization *and* local training (for FedALA: ALA, then training), the model the client holds when the
+  round ends. ``after-init``: the model right after the round's local initialization, before local training,
+  where FedALA's reference code evaluates (``serverALA.py``, as PFLlib's servers, calls ``evaluate()`` at the
+  start of round t, after ``send_models()`` ran ALA, before ``train()``): the row of round r (1-based) then
+  holds the models initialized at the start of round r, i.e. the reference's evaluation of its round r - 1
+  (its round 0 evaluates the initial global model: ALA is skipped while the local model equals the global
+  one). Only for methods evaluated on the client's local model (fedala, fedavg-c, fedprox-c, fedrep,
+  ``--init ala``); for FedAvg-C this is the received global model on each local test split, the reference's
+  FedAvg evaluation. The default stays ``after-training``: it is fedcli's number since the start (every
+  recorded result and the golden records use it) and it judges the model the round produced.
 - **MPI.** Each rank evaluates a share of all clients (``assign_clients`` over every client: with full
   participation, exactly the clients it trains, so no model moves); correct counts and sample counts are
   summed with one ``allreduce_``. Per-client state written during a round is shared with every rank
@@ -36,10 +43,19 @@ from fedcli.comm.communicator import assign_clients
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, epoch_steps, sample_cohort
-from fedcli.fl.parts import expand
+from fedcli.fl.parts import Part, expand
 from fedcli.fl.store import share
+from fedcli.params import opt, register_params
 
 LOCAL = "local"  # store prefix of the captured local models
+INITIALIZED = "init"  # store prefix of the models as initialized (--personal-eval after-init)
+
+
+@register_params
+class PersonalEvalParams:
+    """Where personal_acc is measured in a round (FedALA's reference code: ``evaluate()`` after ALA, before training)."""
+
+    personal_eval: str = opt("after-training", "Personalized evaluation (personal_acc) of each client's model after the round's local training (default: fedcli's number since the start, the model the round produced) or after its local initialization and before training (after-init: where FedALA's/PFLlib's reference code evaluates, e.g. right after ALA; the row of round r holds the models initialized at the start of round r).", choices=["after-training", "after-init"], group="personalized")
 
 
 # ---------------------------------------------------------------------------- per-client state
@@ -158,6 +174,14 @@ class Personalization:
         self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
         self.total = int(sum(t.numel() for t in self.test))
         self.evaluate_models = self.total > 0
+        # --personal-eval after-init: the models as the round's initialization left them (kept under INITIALIZED)
+        self.at_init = getattr(sim.cfg, "personal_eval", "after-training") == "after-init"
+        if self.at_init:
+            own = [type(p).__name__ for p in parts if type(p).personalize is not Part.personalize]
+            if self.prefix != LOCAL or own:
+                raise ConfigError(f"--personal-eval after-init: --algo {sim.cfg.algo} is evaluated on a model its local "
+                                  "initialization does not set (its personalized model); use --personal-eval after-training",
+                                  key="personal_eval")
         if not self.evaluate_models and (sim.method.personalized or self.prefix != LOCAL):
             raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
                               "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
@@ -166,6 +190,11 @@ class Personalization:
         """Keep each cohort client's model as it is now (after local training, before the round-end sync)."""
         if self.capture_local:  # on every rank, also one without clients (the sharing may be collective)
             save_models(sim, cohort.clients, cohort.params, cohort.buffers)
+
+    def initialized(self, sim, cohort) -> None:
+        """``--personal-eval after-init``: keep each cohort client's model as its local initialization left it."""
+        if self.at_init and self.evaluate_models:
+            save_models(sim, cohort.clients, cohort.params, cohort.buffers, prefix=INITIALIZED)
 
     @torch.no_grad()
     def evaluate(self, sim, round_idx: int | None = None) -> float | None:
@@ -188,7 +217,7 @@ class Personalization:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
             own = next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
-            params, buffers = own if own is not None else client_model(sim, c, self.prefix)
+            params, buffers = own if own is not None else client_model(sim, c, INITIALIZED if self.at_init else self.prefix)
             sim.model.eval()
             idx = idx.to(sim.train_x.device)
             for s in range(0, idx.numel(), 1024):
