@@ -497,10 +497,12 @@ class Simulation:
         self.init.initialize(self, cohort)
         if cfg.bn_buffers == "never":
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
-        if self.personal is not None:
-            self.personal.initialized(self, cohort)  # --personal-eval after-init: the models as initialized
+        if self.personal is not None:  # --personal-eval after-init: the models before local training
+            self.personal.initialized(self, cohort, "init")
         for part in self.parts.values():
             part.begin_round(self, cohort)
+        if self.personal is not None:
+            self.personal.initialized(self, cohort, "begin")
         plan = self.batches.plan("train", mine, round_idx, steps)
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)

@@ -23,9 +23,12 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
   start of round t, after ``send_models()`` ran ALA, before ``train()``): the row of round r (1-based) then
   holds the models initialized at the start of round r, i.e. the reference's evaluation of its round r - 1
   (its round 0 evaluates the initial global model: ALA is skipped while the local model equals the global
-  one). Only for methods evaluated on the client's local model (fedala, fedavg-c, fedprox-c, fedrep,
-  ``--init ala``); for FedAvg-C this is the received global model on each local test split, the reference's
-  FedAvg evaluation. The default stays ``after-training``: it is fedcli's number since the start (every
+  one). The snapshot is taken after ``init.initialize``, before the parts' ``begin_round`` (Ditto trains v and
+  FedRep its head there): for FedAvg-C the received global model (the reference's FedAvg evaluation); layers a
+  method never synchronizes (FedRep's head) are the client's own from its last round; a method whose evaluated
+  model the initialization does not set (Ditto's v, pFedMe's theta): the stored one as it stands before the
+  round's training (the reference's too); Per-FedAvg: its one-step model from the model received this round,
+  computed after its ``begin_round`` (which only notes the round). The default stays ``after-training``: it is fedcli's number since the start (every
   recorded result and the golden records use it) and it judges the model the round produced.
 - **MPI.** Each rank evaluates a share of all clients (``assign_clients`` over every client: with full
   participation, exactly the clients it trains, so no model moves); correct counts and sample counts are
@@ -176,12 +179,8 @@ class Personalization:
         self.evaluate_models = self.total > 0
         # --personal-eval after-init: the models as the round's initialization left them (kept under INITIALIZED)
         self.at_init = getattr(sim.cfg, "personal_eval", "after-training") == "after-init"
-        if self.at_init:
-            own = [type(p).__name__ for p in parts if type(p).personalize is not Part.personalize]
-            if self.prefix != LOCAL or own:
-                raise ConfigError(f"--personal-eval after-init: --algo {sim.cfg.algo} is evaluated on a model its local "
-                                  "initialization does not set (its personalized model); use --personal-eval after-training",
-                                  key="personal_eval")
+        # parts that compute a client's evaluated model on demand (Per-FedAvg)
+        self.on_demand = [p for p in parts if type(p).personalize is not Part.personalize]
         if not self.evaluate_models and (sim.method.personalized or self.prefix != LOCAL):
             raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
                               "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
@@ -191,10 +190,25 @@ class Personalization:
         if self.capture_local:  # on every rank, also one without clients (the sharing may be collective)
             save_models(sim, cohort.clients, cohort.params, cohort.buffers)
 
-    def initialized(self, sim, cohort) -> None:
-        """``--personal-eval after-init``: keep each cohort client's model as its local initialization left it."""
-        if self.at_init and self.evaluate_models:
-            save_models(sim, cohort.clients, cohort.params, cohort.buffers, prefix=INITIALIZED)
+    def initialized(self, sim, cohort, stage: str) -> None:
+        """``--personal-eval after-init``: keep each cohort client's evaluated model as it stands after the round's
+        initialization, before local training. The engine calls it at ``stage`` "init" (after ``init.initialize``,
+        before the parts' ``begin_round``) and "begin" (after it: Per-FedAvg's on-demand model needs the round its
+        ``begin_round`` notes); collective: every rank calls it."""
+        if not (self.at_init and self.evaluate_models) or bool(self.on_demand) != (stage == "begin"):
+            return
+        if self.on_demand and cohort.clients:
+            models = [next(m for m in (p.personalize(sim, c) for p in self.on_demand) if m is not None) for c in cohort.clients]
+            params = {n: torch.stack([m[0][n] for m in models]) for n in sim.global_params}
+            buffers = {n: torch.stack([m[1][n] for m in models]) for n in sim.global_buffers}
+        elif self.on_demand or self.prefix != LOCAL:
+            params, buffers = load_models(sim, cohort.clients, self.prefix)  # as stored (empty: no clients here)
+        else:
+            params, buffers = dict(cohort.params), cohort.buffers
+            if sim.local_layers:  # never synchronized (FedRep's head): the client's own, as its last round left it
+                own, _ = load_models(sim, cohort.clients, LOCAL)
+                params.update({sim.layers[i].name: own[sim.layers[i].name] for i in sim.local_layers})
+        save_models(sim, cohort.clients, params, buffers, prefix=INITIALIZED)
 
     @torch.no_grad()
     def evaluate(self, sim, round_idx: int | None = None) -> float | None:
@@ -216,7 +230,7 @@ class Personalization:
             if idx.numel() == 0:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
-            own = next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
+            own = None if self.at_init else next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
             params, buffers = own if own is not None else client_model(sim, c, INITIALIZED if self.at_init else self.prefix)
             sim.model.eval()
             idx = idx.to(sim.train_x.device)

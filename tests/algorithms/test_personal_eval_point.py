@@ -17,7 +17,6 @@ import torch
 from torch.func import functional_call
 
 from fedcli.config import TrainConfig
-from fedcli.errors import ConfigError
 from fedcli.fl.engine import Simulation
 
 BASE = dict(algo="fedala", dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=1.0,
@@ -110,6 +109,24 @@ def test_after_init_is_the_reference_evaluation_order():
     assert TrainConfig().personal_eval == "after-training"
 
 
-def test_after_init_refused_where_the_init_does_not_set_the_evaluated_model():
-    with pytest.raises(ConfigError, match="personal-eval"):
-        Simulation(TrainConfig(**{**BASE, "algo": "ditto", "personal_eval": "after-init"}).validate()).setup()
+@pytest.mark.parametrize("algo", ["ditto", "pfedme"])
+def test_after_init_of_a_stored_personal_model_is_the_last_rounds(algo):
+    """Ditto's v and pFedMe's theta are not set by the initialization: before round r's training they are what
+    round r - 1's training left (every client trains every round), so the after-init row r is the after-training
+    row r - 1, and row 1 is the initial global model (no client has a personalized model yet)."""
+    kw = {**BASE, "algo": algo, "batch_size": 16, "rounds": 3, "lr": 0.05}
+    runs = {p: Simulation(TrainConfig(**{**kw, "personal_eval": p}).validate()).setup() for p in ("after-init", "after-training")}
+    init_acc = runs["after-init"].personal.evaluate(runs["after-init"])  # nothing trained yet: the global model everywhere
+    acc = {p: [r["personal_acc"] for r in sim.run().history] for p, sim in runs.items()}
+    assert acc["after-init"][0] == init_acc
+    assert acc["after-init"][1:] == acc["after-training"][:-1]
+    assert acc["after-init"] != acc["after-training"]
+
+
+def test_every_personalized_preset_runs_after_init():
+    from fedcli.fl.methods import METHODS
+
+    for algo in sorted(n for n, m in METHODS.items() if m.personalized):
+        kw = {**BASE, "algo": algo, "batch_size": 16, "rounds": 2, "lr": 0.05, "personal_eval": "after-init"}
+        summary = Simulation(TrainConfig(**kw).validate()).setup().run()
+        assert all(0.0 <= r["personal_acc"] <= 1.0 for r in summary.history), algo
