@@ -57,3 +57,7 @@ class RunLog(RoundHook):
         if rec.metrics is not None:
             self.run_dir.append_metrics(rec.metrics)
             self.run_dir.write_layers(layer_rows(sim))
+        for part in sim.parts.values():  # rows a part recorded this round (ala.csv, local_loss.csv: --ala-trace)
+            for name, rows in part.round_tables(sim).items():
+                if rows:
+                    self.run_dir.append_part_rows(name, rows)
