@@ -103,3 +103,22 @@ def test_off_by_default(tmp_path):
     sim = Simulation(TrainConfig(**{**BASE, "ala_trace": False, "rounds": 2}).validate(), run_dir=RunDir(tmp_path)).setup()
     sim.run()
     assert not (tmp_path / "ala.csv").exists() and not (tmp_path / "local_loss.csv").exists()
+
+
+def test_a_resumed_traced_run_has_the_same_rows(tmp_path, monkeypatch, capsys):
+    """A run stopped by SIGTERM inside round 3 and resumed writes the rows of the run that was never stopped: the
+    checkpoint records the CSVs' lengths and the resume cuts them back (no round twice, none missing)."""
+    import signal
+
+    import runkit
+
+    args = ["train", "--algo", "fedala", "--mlp-hidden", "16", "--clients", "4", "--partition", "pathological",
+            "--rounds", "5", "--local-epochs", "0", "--tau", "2", "--batch-size", "16", "--ala-trace",
+            "--checkpoint-every", "2", "--device", "cpu", "--quiet"]
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert runkit.main(args + ["--out", str(ref)]) == 0
+    code, err = runkit.interrupted(monkeypatch, capsys, run, 2, signal.SIGTERM, args)
+    assert code == 143, err
+    assert runkit.main(["train", "--resume", str(run), "--quiet"]) == 0
+    for name in ("ala.csv", "local_loss.csv"):
+        assert rows(ref / name) == rows(run / name) and rows(ref / name), name
