@@ -28,8 +28,9 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
   method never synchronizes (FedRep's head) are the client's own from its last round; a method whose evaluated
   model the initialization does not set (Ditto's v, pFedMe's theta): the stored one as it stands before the
   round's training (the reference's too); Per-FedAvg: its one-step model from the model received this round,
-  computed after its ``begin_round`` (which only notes the round). The default stays ``after-training``: it is fedcli's number since the start (every
-  recorded result and the golden records use it) and it judges the model the round produced.
+  computed after its ``begin_round`` (which only notes the round). The default stays ``after-training``: it is
+  fedcli's number since the start (every recorded result and the golden records use it) and it judges the model
+  the round produced.
 - **MPI.** Each rank evaluates a share of all clients (``assign_clients`` over every client: with full
   participation, exactly the clients it trains, so no model moves); correct counts and sample counts are
   summed with one ``allreduce_``. Per-client state written during a round is shared with every rank
