@@ -66,6 +66,9 @@ class GeneralConfig:
     classes_per_client: int = opt(2, "Pathological: classes (label-sorted shards) per client.", lo=1, group="partition")
     writers_per_client: int = opt(2, "Natural: LEAF writers per client.", lo=1, group="partition")
     client_test_fraction: float = opt(0.0, "Fraction of each client's data held out as its local test split.", lo=0.0, hi=1.0, hi_open=True, group="partition")
+    client_test_split: str = opt("fedcli", "How a client's local test split is drawn: fedcli (floor(F n) samples, at least 1, from a stream of the seed) or pfllib (PFLlib's train_test_split(train_size=1-F): n - floor((1-F) n) samples, drawn from numpy's legacy RandomState(seed), continuing the stream of --pathological-rule classes).", choices=["fedcli", "pfllib"], group="partition")
+    data_pool: str = opt("train", "What the partition splits over the clients: the training split (its test split, or the --holdout-fraction part, is the global test set) or train+test (PFLlib's pipeline, FedALA's numbers: both splits merged into one pool; needs --client-test-fraction, and the global test set is then the union of the clients' local test splits).", choices=["train", "train+test"], group="partition")
+    pathological_rule: str = opt("shards", "Pathological: shards (McMahan et al.: equal label-sorted shards, a client can hold 1 to 2K classes) or PFLlib's rule (classes: the classes dealt in order to the first clients with slots left, every client exactly --classes-per-client classes, random unbalanced amounts as FedALA's generation; classes-balanced: equal amounts).", choices=["shards", "classes", "classes-balanced"], group="partition")
     personal_clients: str = opt("all", "Personalized evaluation (personal_acc) over every client's model, or only the clients that trained in the evaluated round (cohort: FedALA Table 7's rho = 0.5*).", choices=["all", "cohort"], group="personalized")
     min_size: int = opt(10, "Dirichlet: minimum samples per client (FedML's retry loop).", lo=1, group="partition")
     # model
@@ -144,6 +147,10 @@ class GeneralConfig:
 
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise ConfigError(f"--device {self.device!r}: expected cpu, cuda, cuda:K (a GPU index) or auto", key="device")
+        if self.data_pool == "train+test" and not self.client_test_fraction and not self.partition_file:
+            raise ConfigError("--data-pool train+test leaves no global test set of its own: give --client-test-fraction "
+                              "(FedALA/PFLlib: 0.25), whose local test splits together are then the global test set",
+                              key="data_pool")
         if not self.partition_file and self.active_ratio * self.clients < 0.5:
             raise ConfigError(f"--active-ratio {self.active_ratio} of --clients {self.clients} is {self.active_ratio * self.clients:.3g} "
                               f"clients per round; use at least {1 / self.clients:.4g} (one client)", key="active_ratio")

@@ -259,7 +259,7 @@ TIMINGS_FILE = "estimate-timings-v2.json"  # the number changes with the file's 
 # dataset once and partitions it as each run would, one JSON line per measurement.
 _PROBE = """\
 import importlib, json, sys, tempfile, time
-for name in ("fedcli.cli.train", "fedcli.config", "fedcli.fl.engine"):
+for name in ("fedcli.runner", "fedcli.config", "fedcli.fl.engine"):
     importlib.import_module(name)
 print(json.dumps({"startup": time.time() - float(sys.argv[1])}), flush=True)
 from fedcli.config import TrainConfig
@@ -349,7 +349,7 @@ def short_s(s: float) -> str:
 
 
 def _timings_path():
-    from fedcli.cli.spec import cache_dir
+    from fedcli.paths import cache_dir
 
     return cache_dir() / TIMINGS_FILE
 

@@ -140,10 +140,15 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
         return with_partition_clients(TrainConfig(**values).validate(), values)
     except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about (ConfigError.key)
         k = e.key
+        # a sweep recipe whose [base] names no method runs the default one: say so, that may be the whole problem
+        hint = ("; the recipe's [base] sets no algo, so [base] alone is a run of the default method (its [[runs]] set "
+                "their own: run them with fedcli sweep, or give --algo)") if recipe and "algo" not in values and "runs" in read_recipe(recipe)[0] else ""
         if k not in from_recipe or str(e).startswith(str(recipe)):
+            if hint:
+                raise ConfigError(f"{e}{hint}", key=k) from None
             raise
         text = Path(recipe).read_text(encoding="utf-8")
-        raise ConfigError(f"{where(recipe, text, k)}: {e}", key=k) from None
+        raise ConfigError(f"{where(recipe, text, k)}: {e}{hint}", key=k) from None
 
 
 def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:

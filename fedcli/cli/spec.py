@@ -17,6 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from fedcli.paths import cache_dir
+
 #: bumped when the layout of the cached JSON changes
 LAYOUT = 1
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -29,13 +31,6 @@ def fingerprint() -> str:
         st = p.stat()
         h.update(f"{p.relative_to(PACKAGE)}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    if os.environ.get("FEDCLI_CACHE_DIR"):
-        return Path(os.environ["FEDCLI_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fedcli"
 
 
 def build() -> dict:

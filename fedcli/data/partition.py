@@ -7,11 +7,13 @@ Four schemes (``SCHEMES``), each following the setting of a paper or its referen
   FedML's ``partition_data(..., "hetero", ...)`` (Yurochkin et al. 2019; Wang et al. 2020);
   this is the non-IID CIFAR setting of the FedLAMA paper.
 * ``pathological``: disjoint label-sorted shards, ``classes_per_client`` of them per client
-  (McMahan et al. 2017; the pathological setting of FedALA).
+  (McMahan et al. 2017; the pathological setting of FedALA), or (``pathological_rule="classes"``) PFLlib's
+  rule, which FedALA's numbers come from: every client exactly ``classes_per_client`` classes.
 * ``natural``: whole LEAF writers per client (FedLAMA's FEMNIST setting: 2 writers per client).
 
 Optionally every client's samples are then split into a local train and a local test part
-(``client_test_fraction``; FedALA evaluates on 25% of each client's data).
+(``client_test_fraction``; FedALA evaluates on 25% of each client's data), by fedcli's rule or by PFLlib's
+(``client_test_split="pfllib"``: scikit-learn's ``train_test_split`` as PFLlib's ``split_data`` calls it).
 
 A :class:`Partition` holds sorted int64 index arrays into ``dataset.train_x`` and a sha256
 hash of its canonical content; :func:`save_partition` / :func:`load_partition` store it as
@@ -20,7 +22,12 @@ JSON and verify the hash on load, so a partition file can be cited and reused ac
 All randomness comes from ``np.random.default_rng(seed)`` (the split) and from
 ``np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,)))`` (the local test
 split), so the same call gives the same partition on every machine and process count, and a
-client's pool of samples does not depend on ``client_test_fraction``.
+client's pool of samples does not depend on ``client_test_fraction``. PFLlib's rules (``pathological_rule``
+``classes``/``classes-balanced``, ``client_test_split="pfllib"``) draw from one legacy
+``np.random.RandomState(seed)`` in the reference's order (class amounts, then each client's shuffle), as its
+dataset scripts draw from ``np.random.seed(1)``'s global stream: on the same pool and seed they give PFLlib's split.
+Options left at their defaults are not written into ``config``, so the partitions (and hashes) made before these
+options existed are unchanged.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ import numpy as np
 from fedcli.errors import ConfigError, DataError
 
 SCHEMES = ("iid", "dirichlet", "pathological", "natural")
+PATHOLOGICAL_RULES = ("shards", "classes", "classes-balanced")
+TEST_SPLITS = ("fedcli", "pfllib")
 
 FORMAT_NAME = "fedcli-partition"
 FORMAT_VERSION = 1
@@ -137,6 +146,9 @@ def make_partition(
     client_test_fraction: float = 0.0,
     min_size: int = 10,
     max_tries: int = 1000,
+    pathological_rule: str = "shards",
+    client_test_split: str = "fedcli",
+    data_pool: str = "train",
 ) -> Partition:
     """Split ``dataset``'s training samples over ``clients`` clients with ``scheme``.
 
@@ -144,7 +156,8 @@ def make_partition(
     ``natural``, ``train_groups`` (writer index per training sample), as in
     :class:`fedcli.data.datasets.FedDataset`. Options that do not apply to ``scheme`` are
     ignored and recorded as ``None``. Impossible requests raise :class:`ConfigError` (exit 2)
-    with one sentence naming the option.
+    with one sentence naming the option. ``data_pool`` is only recorded (``"train+test"``: ``dataset`` is
+    already the merged pool, ``fedcli.data.setup.merge_pool``).
     """
     if scheme not in SCHEMES:
         raise ConfigError(f"--partition must be one of {', '.join(SCHEMES)}, not {scheme!r}")
@@ -184,6 +197,15 @@ def make_partition(
         "num_classes": num_classes,
     }
     rng = np.random.default_rng(seed)
+    legacy = None  # PFLlib's rules: numpy's legacy global-style stream, shared in the reference's order
+    if pathological_rule not in PATHOLOGICAL_RULES:
+        raise ConfigError(f"--pathological-rule must be one of {', '.join(PATHOLOGICAL_RULES)}, not {pathological_rule!r}")
+    if client_test_split not in TEST_SPLITS:
+        raise ConfigError(f"--client-test-split must be one of {', '.join(TEST_SPLITS)}, not {client_test_split!r}")
+    for k, v, default in (("pathological_rule", pathological_rule, "shards"), ("client_test_split", client_test_split, "fedcli"),
+                          ("data_pool", data_pool, "train")):
+        if v != default and (k != "pathological_rule" or scheme == "pathological"):
+            config[k] = v
 
     if scheme == "iid":
         parts = _split_iid(n, clients, rng)
@@ -217,7 +239,11 @@ def make_partition(
                 f"the {n} training samples of dataset {name}"
             )
         config["classes_per_client"] = k
-        parts = _split_pathological(labels, clients, k, rng)
+        if pathological_rule == "shards":
+            parts = _split_pathological(labels, clients, k, rng)
+        else:
+            legacy = np.random.RandomState(seed)
+            parts = _split_classes(labels, num_classes, clients, k, pathological_rule == "classes-balanced", legacy, name)
     else:  # natural
         if writers_per_client is None:
             raise ConfigError("--writers-per-client is required for --partition natural")
@@ -248,10 +274,13 @@ def make_partition(
         config["writers_used"] = w * clients
         config["writers_total"] = int(len(writers))
 
-    train = [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
     test = None
-    if f > 0:
-        train, test = _split_local_test(train, f, seed)
+    if f > 0 and client_test_split == "pfllib":
+        train, test = _split_local_test_pfllib(parts, f, legacy if legacy is not None else np.random.RandomState(seed))
+    else:
+        train = [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+        if f > 0:
+            train, test = _split_local_test(train, f, seed)
     return Partition(config=config, train=train, test=test, hash=partition_hash(config, train, test))
 
 
@@ -334,6 +363,64 @@ def _split_pathological(labels: np.ndarray, clients: int, k: int, rng: np.random
     shards = np.array_split(order, clients * k)
     perm = rng.permutation(clients * k)
     return [np.concatenate([shards[s] for s in perm[i * k : (i + 1) * k]]) for i in range(clients)]
+
+
+def _split_classes(labels: np.ndarray, num_classes: int, clients: int, k: int, balanced: bool,
+                   rs: np.random.RandomState, name: str) -> list[np.ndarray]:
+    """PFLlib's pathological split (``dataset/utils/dataset_utils.py::separate_data``, ``partition='pat'``): every
+    client gets exactly ``k`` classes (when ``clients * k`` is a multiple of the classes).
+
+    Classes are dealt in order: class c goes to the first ceil(clients / num_classes * k) clients (in client order)
+    that still have a class slot left; its samples, in pool order, are cut among them: ``balanced``: int(n_c / s)
+    each and the rest to the last one; otherwise (FedALA's generation, ``noniid - pat``) s - 1 amounts drawn
+    uniformly from [max(n_c / s / 10, 1 / num_classes), n_c / s) (integer parts, numpy's legacy ``randint``) and
+    the rest to the last one. A client's samples are in class-assignment order (its local test split is drawn
+    from that order). A class that finds no client with a slot left is refused (PFLlib divides by zero).
+    """
+    slots = [k] * clients
+    per_class = math.ceil(clients / num_classes * k - 1e-9)
+    owned: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for c in range(num_classes):
+        idx = np.flatnonzero(labels == c)
+        chosen = [i for i in range(clients) if slots[i] > 0][:per_class]
+        if not chosen:
+            raise ConfigError(f"--pathological-rule classes: class {c} of dataset {name} finds no client with a class slot "
+                              f"left ({clients} clients x {k} classes for {num_classes} classes); raise --clients or "
+                              "--classes-per-client")
+        s = len(chosen)
+        per = len(idx) / s
+        if balanced or s == 1:
+            amounts = [int(per)] * (s - 1)
+        else:
+            lo, hi = int(max(per / 10, 1 / num_classes)), int(per)
+            if lo >= hi:
+                raise ConfigError(f"--pathological-rule classes: class {c} of dataset {name} has {len(idx)} samples for "
+                                  f"{s} clients, too few to draw unbalanced amounts; use classes-balanced or fewer clients")
+            amounts = rs.randint(lo, hi, s - 1).tolist()
+        amounts.append(len(idx) - sum(amounts))
+        start = 0
+        for i, a in zip(chosen, amounts):
+            owned[i].append(idx[start: start + a])
+            start += a
+            slots[i] -= 1
+    return [np.concatenate(o) if o else np.empty(0, np.int64) for o in owned]
+
+
+def _split_local_test_pfllib(parts: list[np.ndarray], f: float, rs: np.random.RandomState
+                             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """PFLlib's local test split (``split_data``: scikit-learn's ``train_test_split(train_size=1 - f,
+    shuffle=True)`` per client, in client order, on the global numpy stream): n_train = floor((1 - f) n_i), the
+    other n_i - n_train samples are the test split; with p a permutation of the client's positions (in the order
+    the split rule gave them), the test split is p[:n_test], the training split p[n_test:]. Both sorted."""
+    train, test = [], []
+    for idx in parts:
+        idx = np.asarray(idx, dtype=np.int64)
+        n_i = len(idx)
+        n_train = math.floor((1.0 - f) * n_i)
+        perm = rs.permutation(n_i)
+        test.append(np.sort(idx[perm[: n_i - n_train]]))
+        train.append(np.sort(idx[perm[n_i - n_train:]]))
+    return train, test
 
 
 def _split_natural(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from fedcli.data.datasets import load_dataset
 from fedcli.data.partition import load_partition, make_partition
+from fedcli.errors import ConfigError
 
 
 def dataset_options(cfg) -> dict:
@@ -24,19 +26,64 @@ def data_dir(cfg) -> Path | None:
 
 
 def load_data(cfg):
-    return load_dataset(cfg.dataset, data_dir(cfg), download=cfg.download, holdout_fraction=cfg.holdout_fraction,
-                        options=dataset_options(cfg))
+    """The dataset; with ``--data-pool train+test`` its two splits merged into one pool (``merge_pool``)."""
+    dataset = load_dataset(cfg.dataset, data_dir(cfg), download=cfg.download, holdout_fraction=cfg.holdout_fraction,
+                           options=dataset_options(cfg))
+    return merge_pool(dataset) if cfg.data_pool == "train+test" else dataset
+
+
+def merge_pool(dataset):
+    """PFLlib's pool (its dataset scripts, as FedALA's numbers): the training split followed by the test split (or
+    the two parts of a ``--holdout-fraction`` split), as one training set that the partition splits over the
+    clients. The test set is empty until ``pooled_test_set`` sets it to the clients' local test splits."""
+    import torch
+
+    def cat(a, b):
+        return None if a is None or b is None else torch.cat([a, b])
+
+    source = {**dataset.source, "pool": "train+test",
+              "pool_counts": {"train": int(len(dataset.train_y)), "test": int(len(dataset.test_y))}}
+    return replace(dataset, train_x=torch.cat([dataset.train_x, dataset.test_x]),
+                   train_y=torch.cat([dataset.train_y, dataset.test_y]), test_x=dataset.test_x[:0],
+                   test_y=dataset.test_y[:0], train_groups=cat(dataset.train_groups, dataset.test_groups),
+                   test_groups=None if dataset.test_groups is None else dataset.test_groups[:0], source=source)
+
+
+def pooled_test_set(dataset, part):
+    """``--data-pool train+test``: the global test set is the union of the clients' local test splits (PFLlib
+    evaluates a global model on them)."""
+    import numpy as np
+    import torch
+
+    if part.test is None:
+        raise ConfigError("--data-pool train+test: the partition has no local test splits, so there is no test set; give "
+                          "--client-test-fraction (FedALA/PFLlib: 0.25)", key="data_pool")
+    idx = torch.as_tensor(np.sort(np.concatenate([np.asarray(t, dtype=np.int64) for t in part.test])))
+    return replace(dataset, test_x=dataset.train_x[idx], test_y=dataset.train_y[idx],
+                   test_groups=None if dataset.train_groups is None else dataset.train_groups[idx])
 
 
 def inline_partition(cfg, dataset):
     return make_partition(dataset, cfg.partition, cfg.clients, cfg.seed, alpha=cfg.alpha,
                           classes_per_client=cfg.classes_per_client, writers_per_client=cfg.writers_per_client,
-                          client_test_fraction=cfg.client_test_fraction, min_size=cfg.min_size)
+                          client_test_fraction=cfg.client_test_fraction, min_size=cfg.min_size,
+                          pathological_rule=cfg.pathological_rule, client_test_split=cfg.client_test_split,
+                          data_pool=cfg.data_pool)
 
 
 def load_data_and_partition(cfg):
     """The dataset and its partition: the ``partition_file``'s (it decides the clients, ``len(part.train)``; the
-    config is not changed) or an inline one. The caller reads the client count off the partition."""
+    config is not changed) or an inline one. The caller reads the client count off the partition. With
+    ``--data-pool train+test`` the partition splits the merged pool and the test set is the local test splits."""
     dataset = load_data(cfg)
-    part = load_partition(cfg.partition_file, dataset) if cfg.partition_file else inline_partition(cfg, dataset)
+    if cfg.partition_file:
+        made_on = load_partition(cfg.partition_file).config.get("data_pool", "train")
+        if made_on != cfg.data_pool:
+            raise ConfigError(f"{cfg.partition_file} was made with --data-pool {made_on}: give --data-pool {made_on}",
+                              key="data_pool")
+        part = load_partition(cfg.partition_file, dataset)
+    else:
+        part = inline_partition(cfg, dataset)
+    if cfg.data_pool == "train+test":
+        dataset = pooled_test_set(dataset, part)
     return dataset, part

@@ -33,6 +33,12 @@ enters the loss or BatchNorm's batch statistics). Differences, all documented: `
 method's overwrite; the reference's ``layer_idx=0`` slices to *all* layers: give p >= the number of tensors
 for that); BatchNorm buffers of the initialized model are the global ones (the engine synchronizes them;
 the reference keeps the client's); the forward passes of the weight learning use train mode.
+
+``--ala-trace`` records the data of FedALA's Figures 3 and 5 in the run directory: ``ala.csv``, every weight-learning
+pass of every client (its loss: the pass's last batch, the reference's recorded value; ``stage`` initial or later),
+and ``local_loss.csv``, per round and client the mean loss over the client's training split of its initialized
+model (after ALA, before local training) and of its trained model (Figure 5 plots the sample-weighted mean over
+the clients, Eq. 8's objective G = sum_i k_i L_i with k_i = |D_i| / sum_j |D_j|).
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ class ALAParams:
     ala_threshold: float = opt(0.1, "ALA initial stage: passes repeat until the std of the last --ala-num-pre-loss pass losses is below this (reference code 0.1; the paper used 0.01).", lo=0.0, group="personalized")
     ala_num_pre_loss: int = opt(10, "ALA initial stage: number of recorded pass losses the std is taken over (more than this many are needed).", lo=1, group="personalized")
     ala_max_passes: int = opt(50, "ALA initial stage: at most this many passes (the reference code has no cap).", lo=1, group="personalized")
+    ala_trace: bool = opt(False, "Record FedALA's Figures 3 and 5 data: ala.csv (the loss of every weight-learning pass of every client) and local_loss.csv (per round and client, the training-split loss of the initialized and of the trained model); fedcli report draws them.", group="personalized")
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -80,6 +87,25 @@ def initial_stage_done(losses: list[float], num_pre_loss: int, threshold: float)
     """The reference's convergence test: more than ``num_pre_loss`` pass losses and the population std
     of the last ``num_pre_loss`` below ``threshold``."""
     return len(losses) > num_pre_loss and float(np.std(losses[-num_pre_loss:])) < threshold
+
+
+@torch.no_grad()
+def training_losses(sim, clients: list[int], params: dict, buffers: dict) -> list[float]:
+    """Mean cross-entropy of each client's model (``params``/``buffers`` name -> ``[K, ...]``) over its whole training
+    split, in eval mode: L_i of FedALA's Eq. 8."""
+    out = []
+    sim.model.eval()
+    for k, c in enumerate(clients):
+        idx = sim.client_indices[c].to(sim.train_x.device)
+        p = {n: t[k] for n, t in params.items()}
+        b = {n: t[k] for n, t in buffers.items()}
+        total = 0.0
+        for s in range(0, idx.numel(), 1024):
+            part = idx[s: s + 1024]
+            logits = functional_call(sim.model, (p, b), (sim.trainer.eval_input(sim.train_x[part]),))
+            total += float(torch.nn.functional.cross_entropy(logits.float(), sim.train_y[part], reduction="sum"))
+        out.append(total / max(1, idx.numel()))
+    return out
 
 
 def _grad_fn(model, per_client: bool = False):
@@ -179,6 +205,9 @@ class ALAInit(OverwriteInit):
         self.initial_passes: dict[int, int] = {}  # client -> passes its initial stage took
         self.capped: list[int] = []               # clients whose initial stage stopped at --ala-max-passes
         self._grad = {}
+        self.trace = bool(getattr(cfg, "ala_trace", False))
+        self.rows: dict[str, list[dict]] = {"ala.csv": [], "local_loss.csv": []}  # this process's, this round's
+        self.init_loss: dict[int, float] = {}  # --ala-trace: client -> loss of its initialized model this round
 
     def setup(self, sim) -> None:
         self.base.setup(sim)
@@ -191,6 +220,20 @@ class ALAInit(OverwriteInit):
 
     def end_round(self, sim, cohort) -> None:
         self.base.end_round(sim, cohort)
+        if not self.trace:
+            return
+        if cohort.clients:  # the trained models, captured before the round-end synchronization (fedcli.fl.personal)
+            params, buffers = load_models(sim, cohort.clients)
+            for c, loss in zip(cohort.clients, training_losses(sim, cohort.clients, params, buffers)):
+                self.rows["local_loss.csv"].append({"round": cohort.round_idx + 1, "client": c, "samples": int(sim.sizes[c]),
+                                                    "initialized": self.init_loss.pop(c), "trained": loss})
+        shares = sim.comm.allgather(self.rows) if sim.comm.size > 1 else [self.rows]  # every process (collective)
+        self.rows = {name: sorted((r for s in shares for r in s[name]), key=lambda r: (r["client"], r.get("pass", 0)))
+                     for name in self.rows} if sim.comm.is_root else {name: [] for name in self.rows}
+
+    def round_tables(self, sim) -> dict[str, list[dict]]:
+        rows, self.rows = self.rows, {name: [] for name in self.rows}
+        return rows
 
     def top_names(self, sim) -> list[str]:
         shared = [li for li in sim.layers if li.index not in sim.local_layers]
@@ -210,6 +253,12 @@ class ALAInit(OverwriteInit):
         return self.base.received(sim, cohort)
 
     def initialize(self, sim, cohort) -> None:
+        self._initialize(sim, cohort)
+        if self.trace and cohort.clients:  # Figure 5: the initialized models' loss, before local training
+            losses = training_losses(sim, cohort.clients, cohort.params, cohort.buffers)
+            self.init_loss.update(zip(cohort.clients, losses))
+
+    def _initialize(self, sim, cohort) -> None:
         names = self.top_names(sim)
         if not names:
             self.base.initialize(sim, cohort)
@@ -248,9 +297,13 @@ class ALAInit(OverwriteInit):
         if per_client not in self._grad:
             self._grad[per_client] = _grad_fn(sim.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}
-        weights, passes, _ = learn_weights(sim.model, theta_g, top, weights, buffers, sim.train_x, sim.train_y,
-                                           plan, start_phase, self.eta, self.num_pre_loss, self.threshold,
-                                           self.max_passes, grad_fn=self._grad[per_client], per_client=per_client)
+        weights, passes, losses = learn_weights(sim.model, theta_g, top, weights, buffers, sim.train_x, sim.train_y,
+                                                plan, start_phase, self.eta, self.num_pre_loss, self.threshold,
+                                                self.max_passes, grad_fn=self._grad[per_client], per_client=per_client)
+        if self.trace:  # Figure 3: the loss of every weight-learning pass
+            self.rows["ala.csv"] += [{"round": cohort.round_idx + 1, "client": c, "pass": j + 1,
+                                      "stage": "initial" if start_phase[i] else "later", "loss": loss}
+                                     for i, c in enumerate(clients) for j, loss in enumerate(losses[i])]
         with torch.no_grad():
             for n in top:
                 g = theta_g[n] if per_client else theta_g[n].unsqueeze(0)

@@ -561,8 +561,12 @@ class Simulation:
         self.init.initialize(self, cohort)
         if self.cfg.bn_buffers == "never":
             slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
+        if self.personal is not None:  # --personal-eval after-init: the models before local training
+            self.personal.initialized(self, cohort, "init")
         for part in self.parts.values():
             part.begin_round(self, cohort)
+        if self.personal is not None:
+            self.personal.initialized(self, cohort, "begin")
         return cohort
 
     def local_phase(self, state: TrainState, cohort: Cohort, start: int, steps: int, sync) -> torch.Tensor:

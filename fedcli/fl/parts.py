@@ -98,6 +98,12 @@ class Part:
         one step from the global model); None: the model the store keeps under ``personal_prefix``."""
         return None
 
+    def round_tables(self, sim) -> dict[str, list[dict]]:
+        """Rows this part recorded in the round just done, by run-directory CSV (``fedcli.results.rundir.PART_CSVS``):
+        the root process's run log appends them after the round and the part forgets them (ALA's ``--ala-trace``).
+        Called on the root only: gather the rows from every process in ``end_round``."""
+        return {}
+
     def state_dict(self) -> dict:
         return {}
 

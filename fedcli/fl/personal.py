@@ -17,10 +17,21 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
   point, not only the cohort: with ``--active-ratio 1`` (FedALA's default) every client trained in the
   round; with partial participation a client keeps the model of the last round it trained in, and a
   client never sampled so far holds the current global model (it has received nothing else).
-- **When.** The evaluated model is the one after the round's local initialization *and* local training
-  (for FedALA: ALA, then training). FedALA's reference code (``serverALA.py``, as PFLlib's servers) calls
-  ``evaluate()`` at the start of round t, after ``send_models()`` ran ALA and before training, i.e. on the
-  ALA-initialized model; that point is not offered here (see README "Personalized FL").
+- **When** (``--personal-eval``). ``after-training`` (the default): the model after the round's local
+  initialization *and* local training (for FedALA: ALA, then training), the model the client holds when the
+  round ends. ``after-init``: the model right after the round's local initialization, before local training,
+  where FedALA's reference code evaluates (``serverALA.py``, as PFLlib's servers, calls ``evaluate()`` at the
+  start of round t, after ``send_models()`` ran ALA, before ``train()``): the row of round r (1-based) then
+  holds the models initialized at the start of round r, i.e. the reference's evaluation of its round r - 1
+  (its round 0 evaluates the initial global model: ALA is skipped while the local model equals the global
+  one). The snapshot is taken after ``init.initialize``, before the parts' ``begin_round`` (Ditto trains v and
+  FedRep its head there): for FedAvg-C the received global model (the reference's FedAvg evaluation); layers a
+  method never synchronizes (FedRep's head) are the client's own from its last round; a method whose evaluated
+  model the initialization does not set (Ditto's v, pFedMe's theta): the stored one as it stands before the
+  round's training (the reference's too); Per-FedAvg: its one-step model from the model received this round,
+  computed after its ``begin_round`` (which only notes the round). The default stays ``after-training``: it is
+  fedcli's number since the start (every recorded result and the golden records use it) and it judges the model
+  the round produced.
 - **MPI.** Each rank evaluates a share of all clients (``assign_clients`` over every client: with full
   participation, exactly the clients it trains, so no model moves); correct counts and sample counts are
   summed with one ``allreduce_``. Per-client state written during a round is shared with every rank
@@ -39,10 +50,19 @@ from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl.budget import epoch_steps
 from fedcli.fl.cohort import Cohort, sample_cohort
-from fedcli.fl.parts import expand
+from fedcli.fl.parts import Part, expand
 from fedcli.fl.store import share
+from fedcli.params import opt, register_params
 
 LOCAL = "local"  # store prefix of the captured local models
+INITIALIZED = "init"  # store prefix of the models as initialized (--personal-eval after-init)
+
+
+@register_params
+class PersonalEvalParams:
+    """Where personal_acc is measured in a round (FedALA's reference code: ``evaluate()`` after ALA, before training)."""
+
+    personal_eval: str = opt("after-training", "Personalized evaluation (personal_acc) of each client's model after the round's local training (default: fedcli's number since the start, the model the round produced) or after its local initialization and before training (after-init: where FedALA's/PFLlib's reference code evaluates, e.g. right after ALA; the row of round r holds the models initialized at the start of round r).", choices=["after-training", "after-init"], group="personalized")
 
 
 # ---------------------------------------------------------------------------- per-client state
@@ -162,6 +182,10 @@ class Personalization:
         self.total = int(sum(t.numel() for t in self.test))
         self.evaluate_models = self.total > 0
         self.client_rows: list[dict] = []  # the last evaluation's per-client numbers (clients.csv)
+        # --personal-eval after-init: the models as the round's initialization left them (kept under INITIALIZED)
+        self.at_init = getattr(sim.cfg, "personal_eval", "after-training") == "after-init"
+        # parts that compute a client's evaluated model on demand (Per-FedAvg)
+        self.on_demand = [p for p in parts if type(p).personalize is not Part.personalize]
         if not self.evaluate_models and (sim.method.personalized or self.prefix != LOCAL):
             raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
                               "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
@@ -170,6 +194,26 @@ class Personalization:
         """Keep each cohort client's model as it is now (after local training, before the round-end sync)."""
         if self.capture_local:  # on every rank, also one without clients (the sharing may be collective)
             save_models(sim, cohort.clients, cohort.params, cohort.buffers)
+
+    def initialized(self, sim, cohort, stage: str) -> None:
+        """``--personal-eval after-init``: keep each cohort client's evaluated model as it stands after the round's
+        initialization, before local training. The engine calls it at ``stage`` "init" (after ``init.initialize``,
+        before the parts' ``begin_round``) and "begin" (after it: Per-FedAvg's on-demand model needs the round its
+        ``begin_round`` notes); collective: every rank calls it."""
+        if not (self.at_init and self.evaluate_models) or bool(self.on_demand) != (stage == "begin"):
+            return
+        if self.on_demand and cohort.clients:
+            models = [next(m for m in (p.personalize(sim, c) for p in self.on_demand) if m is not None) for c in cohort.clients]
+            params = {n: torch.stack([m[0][n] for m in models]) for n in sim.global_params}
+            buffers = {n: torch.stack([m[1][n] for m in models]) for n in sim.global_buffers}
+        elif self.on_demand or self.prefix != LOCAL:
+            params, buffers = load_models(sim, cohort.clients, self.prefix)  # as stored (empty: no clients here)
+        else:
+            params, buffers = dict(cohort.params), cohort.buffers
+            if sim.local_layers:  # never synchronized (FedRep's head): the client's own, as its last round left it
+                own, _ = load_models(sim, cohort.clients, LOCAL)
+                params.update({sim.layers[i].name: own[sim.layers[i].name] for i in sim.local_layers})
+        save_models(sim, cohort.clients, params, buffers, prefix=INITIALIZED)
 
     @torch.no_grad()
     def evaluate(self, sim, round_idx: int | None = None) -> float | None:
@@ -199,8 +243,8 @@ class Personalization:
             if idx.numel() == 0:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
-            own = next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
-            params, buffers = own if own is not None else client_model(sim, c, self.prefix)
+            own = None if self.at_init else next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
+            params, buffers = own if own is not None else client_model(sim, c, INITIALIZED if self.at_init else self.prefix)
             idx = idx.to(sim.train_x.device)
             stats[row, 1], stats[row, 2] = score(sim, params, buffers, idx)
             correct += float(stats[row, 2])

@@ -308,5 +308,9 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
         panels = [Panel(title=f"{lab} ({r.path.name})" if len(lama) > 1 else "", runs=[k], labels=[lab]) for k, lab, r in lama]
         files += draw(FigureSpec("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
                                  "(discrepancy ratio) vs 1 - lambda_l (size ratio)", panels=panels), keyed, out_dir)
+    from fedcli.report.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5
+
+    for r, name in zip(runs, run_names(runs)):
+        files += write_ala_figures(r, out_dir, f"{r.legend()} on {data_label(r)}", "" if len(runs) == 1 else f"-{name}")
     return files
 

@@ -641,8 +641,8 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
 def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint."""
-    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, SKIPPED_COLUMNS, AppendCSV, RunDir,
-                                       git_commit, now, rewind_csvs, versions)
+    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS, AppendCSV,
+                                       RunDir, git_commit, now, rewind_csvs, versions)
     from fedcli.results.runlog import layer_rows
 
     run_dir = Path(run_dir)
@@ -655,6 +655,7 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
                              ("clients.csv", "clients", CLIENTS_COLUMNS)):
         if (run_dir / name).exists():
             setattr(rd, attr, AppendCSV(run_dir / name, cols))
+    rd.part_csvs = {name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()}
     rd.manifest = read_manifest(run_dir)
     entry = {"time": now(), "checkpoint": Path(ckpt["path"]).name if ckpt else None,
              "round": ckpt["round"] if ckpt else 0, "iteration": ckpt["iteration"] if ckpt else 0,

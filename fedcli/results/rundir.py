@@ -30,7 +30,10 @@ SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
 #: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
 CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
                    "global_loss", "global_acc"]
-APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv")  # append-only files a checkpoint records the length of
+# rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``, fedcli/fl/ala.py)
+PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
+             "local_loss.csv": ["round", "client", "samples", "initialized", "trained"]}
+APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", *PART_CSVS)  # append-only files a checkpoint records the length of
 
 
 #: what ``fedcli train`` writes in a run directory besides ``.fedcli.lock`` (README, Run directory)
@@ -198,6 +201,7 @@ class RunDir:
         self.intervals: AppendCSV | None = None
         self.skipped: AppendCSV | None = None
         self.clients: AppendCSV | None = None
+        self.part_csvs: dict[str, AppendCSV] = {}  # PART_CSVS, opened when a part first records rows
 
     def write_manifest(self, **updates) -> None:
         self.manifest.update(updates)
@@ -233,18 +237,24 @@ class RunDir:
             self.clients = AppendCSV(self.path / "clients.csv", CLIENTS_COLUMNS)
         self.clients.append(rows)
 
+    def append_part_rows(self, name: str, rows: list[dict]) -> None:
+        """Rows a part recorded (``PART_CSVS[name]`` columns)."""
+        if name not in self.part_csvs:
+            self.part_csvs[name] = AppendCSV(self.path / name, PART_CSVS[name])
+        self.part_csvs[name].append(rows)
+
     def write_layers(self, rows: list[dict]) -> None:
         atomic_write(self.path / "layers.csv", csv_text(LAYERS_COLUMNS, rows))
 
     def csv_positions(self) -> dict:
         """Length (bytes, data rows) of each append-only CSV now; a file not created yet has 0 bytes."""
         files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped,
-                 "clients.csv": self.clients}
+                 "clients.csv": self.clients, **{name: self.part_csvs.get(name) for name in PART_CSVS}}
         return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
 
     def close(self) -> None:
         self.metrics.close()
-        for f in (self.intervals, self.skipped, self.clients):
+        for f in (self.intervals, self.skipped, self.clients, *self.part_csvs.values()):
             if f is not None:
                 f.close()
 

@@ -61,3 +61,7 @@ class RunLog(RoundHook):
                 at = {"round": rec.metrics["round"], "iteration": rec.metrics["iteration"]}
                 self.run_dir.append_clients([{**at, **r} for r in sim.personal.client_rows])
             self.run_dir.write_layers(layer_rows(sim))
+        for part in sim.parts.values():  # rows a part recorded this round (ala.csv, local_loss.csv: --ala-trace)
+            for name, rows in part.round_tables(sim).items():
+                if rows:
+                    self.run_dir.append_part_rows(name, rows)
