@@ -13,6 +13,7 @@ from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
 from fedcli.report.ala_figures import objective
 from fedcli.results.rundir import RunDir
+from fedcli.results.runlog import RunLog
 
 BASE = dict(algo="fedala", dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=1.0,
             partition="pathological", classes_per_client=2, client_test_fraction=0.25, rounds=4, local_epochs=1.0,
@@ -33,7 +34,9 @@ def loss_on_training_split(sim, params, buffers, client):
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     out = tmp_path_factory.mktemp("trace")
-    sim = Simulation(TrainConfig(**BASE).validate(), run_dir=RunDir(out)).setup()
+    sim = Simulation(TrainConfig(**BASE).validate()).setup()
+    rd = RunDir(out)
+    sim.attach(rd, RunLog(rd))
     init = ({n: p.clone() for n, p in sim.global_params.items()}, {n: b.clone() for n, b in sim.global_buffers.items()})
     sim.run()
     sim.run_dir.close()
@@ -100,7 +103,9 @@ def test_report_draws_them(traced):
 
 
 def test_off_by_default(tmp_path):
-    sim = Simulation(TrainConfig(**{**BASE, "ala_trace": False, "rounds": 2}).validate(), run_dir=RunDir(tmp_path)).setup()
+    sim = Simulation(TrainConfig(**{**BASE, "ala_trace": False, "rounds": 2}).validate()).setup()
+    rd = RunDir(tmp_path)
+    sim.attach(rd, RunLog(rd))
     sim.run()
     assert not (tmp_path / "ala.csv").exists() and not (tmp_path / "local_loss.csv").exists()
 
