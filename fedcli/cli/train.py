@@ -75,7 +75,7 @@ class TerminalView(RunView):
     notes through rich (fedcli/cli/console.py)."""
 
     def notice(self, msg: str) -> None:
-        err_console.print(f"fedcli: {msg}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"fedcli: {msg}", markup=False, highlight=False, emoji=False, soft_wrap=True)
 
     def header(self, text: str, progress: str) -> None:  # a terminal wraps it between words; a log keeps it on one line
         err_console.print(f"[bold]fedcli train[/]: {text}", soft_wrap=progress_mode(progress) != "bar")

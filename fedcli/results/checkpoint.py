@@ -496,7 +496,24 @@ class Checkpointer(RoundHook):
             yield self
             return
 
+        queued: list[int] = []  # signals that arrived while the handler was still at work
+
         def handler(signum, frame):
+            # Python runs a handler between any two bytecodes, also inside this handler while it prints its notice
+            # (which may import a module lazily: a signal landing mid-import left that module half-initialized and
+            # the run failed on an ImportError). A signal arriving meanwhile (Slurm's time limit sends SIGTERM twice:
+            # slurmd and srun) is queued and acted upon, in order, once the one before it is done.
+            queued.append(signum)
+            if len(queued) > 1:
+                return
+            try:
+                while queued:
+                    act(queued[0])
+                    queued.pop(0)
+            finally:
+                queued.clear()
+
+        def act(signum):
             name = signal.Signals(signum).name
             again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
             if self.world_size > 1 and self.launcher == "mpi":  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C

@@ -241,3 +241,32 @@ def test_a_signal_while_the_manifest_is_written_waits_for_it(reference, tmp_path
         assert man["status"] == "completed", man
         assert "SIGTERM arrived during the last round: the run finished it and completed" in err, err
     assert (out / "model.pt").read_bytes() == (reference / "model.pt").read_bytes()
+
+
+def test_a_signal_during_the_notice_of_the_last_waits_for_it(tmp_path):
+    """A signal handler runs between any two bytecodes, also inside the handler itself while it prints its notice
+    (which may import a module lazily: rich's emoji table, cut mid-import, failed the run with an ImportError under
+    Slurm's double SIGTERM). The second signal waits until the first's notice is whole, then stops the round now."""
+    from fedcli.results.checkpoint import Checkpointer, Interrupted
+
+    said, sent = [], []
+
+    def notify(msg):
+        if not sent:
+            sent.append(signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while this notice is being printed
+            for _ in range(1000):  # bytecodes for the handler to run in
+                pass
+        said.append(msg)
+
+    cp = Checkpointer(tmp_path, every=0, keep=1, notify=notify)
+    with pytest.raises(Interrupted) as stopped, cp.signals():
+        cp.armed = True
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**6):  # the handler runs before this loop ends
+            pass
+    assert stopped.value.now and stopped.value.signum == signal.SIGTERM
+    assert len(said) == 2, said
+    assert said[0].startswith("SIGTERM: stopping after round 1 (the one in progress), with a checkpoint"), said
+    assert said[1] == "SIGTERM again: stopping now; round 1 is lost", said
+    assert signal.getsignal(signal.SIGTERM) is not None  # the handlers are given back
