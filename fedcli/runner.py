@@ -324,17 +324,17 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             if run_dir is not None:
                 early.forget(mark_interrupted)
             e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
+            stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+            ended, closing = e, ("interrupted" if stopped else "failed")
             if run_dir is not None:
-                stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
                 on_disk = run_dir.manifest.get("status")
                 try:
-                    run_dir.finish("interrupted" if stopped else "failed", error=f"{type(e).__name__}: {e}",
+                    run_dir.finish(closing, error=f"{type(e).__name__}: {e}",
                                    **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
                 except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
                     if isinstance(e, FedcliError):
                         e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
                                   f"'{on_disk}'",)
-            ended, closing = e, ("interrupted" if isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt)) else "failed")
         else:
             ended, closing = None, "completed"
             saver.stopping = True
@@ -361,9 +361,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         tracking.close(closing)
     sentinel.stop(watchdog)
     if ended is not None:
-        if isinstance(ended, (StorageError, ResourceError)):
-            raise ended from None
-        raise ended
+        raise ended  # raised outside the handler above: no other exception is chained to it
     if run_dir is not None:
         if saver.late:
             view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "

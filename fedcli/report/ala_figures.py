@@ -39,7 +39,7 @@ def objective(rows: list[dict]) -> list[tuple[int, float, float]]:
 
 
 def ala_loss_figure(rows: list[dict], what: str):
-    from fedcli.report.figures import _plt
+    from fedcli.report.style import plt as _plt
 
     plt = _plt()
     by_client = ala_passes(rows)
@@ -68,7 +68,7 @@ def ala_loss_figure(rows: list[dict], what: str):
 
 
 def local_loss_figure(rows: list[dict], what: str):
-    from fedcli.report.figures import _plt
+    from fedcli.report.style import plt as _plt
 
     plt = _plt()
     pts = objective(rows)
@@ -88,7 +88,7 @@ def local_loss_figure(rows: list[dict], what: str):
 
 def write_ala_figures(run, out_dir: Path, what: str, suffix: str = "") -> list[Path]:
     """The two figures of a run recorded with ``--ala-trace`` (none without its CSVs)."""
-    from fedcli.report.figures import save
+    from fedcli.report.style import save
 
     files = []
     rows = read_csv(Path(run.path) / "ala.csv")

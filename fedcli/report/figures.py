@@ -24,7 +24,7 @@ from pathlib import Path
 from fedcli.report import style
 from fedcli.report.aggregate import mean_std
 from fedcli.report.spec import FigureSpec
-from fedcli.report.style import plt as _plt, save  # noqa: F401 - the figure helpers every drawing module shares
+from fedcli.report.style import plt as _plt, save
 
 
 def _first(per_seed: dict):

@@ -280,7 +280,8 @@ def _what(runs: list[RunData]) -> str:
 def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None, warn=None) -> list[Path]:
     """The curves, the per-layer communication figures and (layer-wise runs) delta_l vs 1 - lambda_l. ``x``: the
     curves' x axis (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets or models differ."""
-    from fedcli.report.figures import draw, save
+    from fedcli.report.figures import draw
+    from fedcli.report.style import save
     from fedcli.report.spec import FigureSpec, Panel
 
     out_dir = Path(out_dir)
