@@ -94,7 +94,7 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
     box.set_xticks(pos)
     box.set_xticklabels([lab for _, lab in have], rotation=20, ha="right", fontsize=8)
     box.set_ylabel("Personal accuracy of a client (%)")
-    box.legend(loc="lower right", fontsize=8, frameon=False)
+    style.legend_right(box)  # off the data: the lowest clients sit where a corner legend would
     when = "last evaluation" if which == "final" else "evaluation with the best personal_acc"
     caption = (f"Personal accuracy across clients at each run's {when} (clients.csv): left, the empirical CDF of the "
                f"clients' accuracies (each client's model on its own local test split), the dotted line at the mean of "
@@ -144,7 +144,7 @@ def panel_clients(ax, panel, runs: dict) -> str:
     ax.set_ylabel("Personal accuracy of a client (%),\nits model on its local test split")
     ax.grid(alpha=0.3, axis="y")
     if pos:
-        ax.legend(loc="lower right", fontsize=8, frameon=False)
+        style.legend_right(ax)
     return ("Personal accuracy across clients at each seed's last evaluation (clients.csv): a box per run over the "
             "clients of all its seeds (median, quartiles, whiskers to 1.5 IQR; dots: the clients), the black diamond the "
             "mean over the seeds of each seed's worst-10% mean (ceil(0.1 N) clients), with its std; "
