@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-slow test-all bench bench-scale bench-trackers clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-slow test-all bench bench-scale bench-trackers gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -56,6 +56,11 @@ bench-scale:
 # (about 2 minutes on 2 cores): one line per run, the medians and their ratio; JSON in results/bench-trackers.json
 bench-trackers:
 	$(PY) scripts/bench_trackers.py --json results/bench-trackers.json $(BENCH_TRACKERS_ARGS)
+
+# the checks that need a CUDA device (CI has none): GPU tests, every preset on cuda, cpu vs cuda, MPI ranks on the GPUs,
+# the automatic cohort chunk; a few minutes; logs in gpu-check-logs/ (scripts/gpu-check.sh)
+gpu-check:
+	PY=$(PY) scripts/gpu-check.sh
 
 # FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
 # then the table and its figures; a second run skips the completed runs

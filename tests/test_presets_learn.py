@@ -12,9 +12,12 @@ Aliases (``fedsgd``, ``adp-fed``) name the same preset object, so they are folde
 of training the same run twice. These are the presets' full default budgets, a few minutes in all: most take seconds;
 the slowest are APPLE (1200 iterations by default, every client downloading every core model) and pFedMe (K + 1 = 6
 gradient evaluations per local step).
+
+``FEDCLI_TEST_DEVICE=cuda`` runs the same presets with ``--device cuda`` (``make gpu-check`` on a machine with a GPU).
 """
 
 import json
+import os
 from collections import Counter
 
 import pytest
@@ -26,6 +29,7 @@ from fedcli.fl.methods import METHODS
 from fedcli.recipes import build_config
 
 PRESETS = sorted({m.name for m in METHODS.values()})
+DEVICE = ["--device", os.environ["FEDCLI_TEST_DEVICE"]] if os.environ.get("FEDCLI_TEST_DEVICE") else []
 
 
 def majority_rate(label_groups) -> float:
@@ -47,7 +51,7 @@ def test_aliases_are_the_same_preset_with_the_same_defaults():
 def test_preset_learns_on_its_defaults(algo, tmp_path, capsys):
     out = tmp_path / "run"
     try:
-        code = main(["train", "--algo", algo, "--out", str(out), "--quiet"])
+        code = main(["train", "--algo", algo, *DEVICE, "--out", str(out), "--quiet"])
     except SystemExit as e:  # fedcli's one-line error and exit code
         code = e.code
     assert code == 0, f"--algo {algo} exited {code}: {capsys.readouterr().err.strip()}"

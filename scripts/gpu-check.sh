@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The checks that need a CUDA device (`make gpu-check`, or `PY=python3 scripts/gpu-check.sh` on a GPU machine whose
+# python has torch, typer, rich, pandas and pytest): CI has no GPU, so these run by hand where one is lent.
+#   1. the GPU tests that skip on a CPU-only machine (device placement, cohort chunks on CUDA, augmentation and the
+#      quantizer on the device);
+#   2. every preset learns with `fedcli train --algo X --device cuda` and no other flag (tests/test_presets_learn.py
+#      with FEDCLI_TEST_DEVICE=cuda);
+#   3. the default run on cuda against the same run on cpu: the accuracy per evaluation side by side (not bitwise:
+#      other kernels, other rounding);
+#   4. two MPI ranks on the visible GPUs (`mpiexec -n 2 ... --device cuda`): each rank's device in the manifest;
+#   5. the automatic cohort chunk from the device's free memory (`--trainer vmap --cohort-chunk 0` on CUDA).
+# Writes a log per step to ${LOGS:-gpu-check-logs}/ and one line per step to stdout; exit 1 if any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+LOGS=${LOGS:-gpu-check-logs}
+mkdir -p "$LOGS"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" FEDCLI_CACHE_DIR="${FEDCLI_CACHE_DIR:-$PWD/$LOGS/cache}"
+TMP=$(mktemp -d)
+failed=0
+step() {  # step NAME COMMAND...: run, log, one line
+    local name=$1; shift
+    local t0=$SECONDS
+    if "$@" >"$LOGS/$name.log" 2>&1; then echo "ok    $name ($((SECONDS - t0)) s)"; else
+        echo "FAIL  $name ($((SECONDS - t0)) s): $(tail -n 3 "$LOGS/$name.log" | tr '\n' ' ')"; failed=1; fi
+}
+
+$PY -c "import torch, sys; assert torch.cuda.is_available(), 'no CUDA device'; print('torch', torch.__version__, '|',
+torch.cuda.device_count(), 'x', torch.cuda.get_device_name(0), '| python', sys.version.split()[0])" || exit 1
+XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 4" || echo "")
+
+step gpu-tests $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/engine/test_devices.py tests/data/test_augment.py \
+    tests/comm/test_quantizer.py
+step presets-learn-cuda env FEDCLI_TEST_DEVICE=cuda $PY -m pytest -q -p no:cacheprovider -o addopts="" $XDIST \
+    tests/test_presets_learn.py -k preset_learns
+
+cpu_vs_cuda() {
+    for d in cpu cuda; do $PY -m fedcli train --device "$d" --quiet --out "$TMP/default-$d" || return 1; done
+    $PY - "$TMP" <<'EOF'
+import csv, sys
+rows = {d: list(csv.DictReader(open(f"{sys.argv[1]}/default-{d}/metrics.csv"))) for d in ("cpu", "cuda")}
+worst = 0.0
+for a, b in zip(rows["cpu"], rows["cuda"]):
+    print(f"round {a['round']:>4}  test_acc cpu {float(a['test_acc']):.4f}  cuda {float(b['test_acc']):.4f}")
+    worst = max(worst, abs(float(a["test_acc"]) - float(b["test_acc"])))
+print(f"largest |cpu - cuda| test_acc: {worst:.4f}")
+assert len(rows["cpu"]) == len(rows["cuda"]) and worst < 0.05, "cpu and cuda runs part ways"
+EOF
+}
+step default-cpu-vs-cuda cpu_vs_cuda
+
+mpi_cuda() {
+    local mpiexec
+    mpiexec=$(command -v "$(dirname "$PY")/mpiexec" || command -v mpiexec || true)
+    [ -n "$mpiexec" ] || { echo "SKIP: no mpiexec on this machine"; return 0; }
+    timeout 300 "$mpiexec" -n 2 $PY -m mpi4py -m fedcli train --device cuda --dataset digits --model mlp --clients 4 \
+        --rounds 2 --quiet --out "$TMP/mpi" || return 1
+    $PY -c "import json, sys; m = json.load(open(sys.argv[1])); print(m['devices']); n = $($PY -c 'import torch; print(torch.cuda.device_count())');
+assert [d['device'] for d in m['devices']] == ['cuda:%d' % (r % n) for r in range(2)], m['devices']" "$TMP/mpi/manifest.json"
+}
+step mpi-two-ranks-cuda mpi_cuda
+
+auto_chunk() {
+    $PY -m fedcli train --device cuda --trainer vmap --cohort-chunk 0 --algo fedavg --dataset digits --model mlp \
+        --clients 20 --rounds 2 --quiet --out "$TMP/chunk" || return 1
+    $PY -c "import json, sys; m = json.load(open(sys.argv[1])); print({k: m[k] for k in ('device', 'trainer', 'cohort_chunk')})
+assert m['device'].startswith('cuda') and m['trainer'] == 'vmap'" "$TMP/chunk/manifest.json"
+}
+step auto-cohort-chunk-cuda auto_chunk
+
+rm -rf "$TMP"
+exit $failed
