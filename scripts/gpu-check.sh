@@ -16,6 +16,8 @@ PY=${PY:-.venv/bin/python}
 LOGS=${LOGS:-gpu-check-logs}
 mkdir -p "$LOGS"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" FEDCLI_CACHE_DIR="${FEDCLI_CACHE_DIR:-$PWD/$LOGS/cache}"
+# Open MPI (what a GPU machine's image often brings) refuses to start as root unless told twice; MPICH ignores these
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMP=$(mktemp -d)
 failed=0
 step() {  # step NAME COMMAND...: run, log, one line
