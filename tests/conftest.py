@@ -1,9 +1,19 @@
 import os
 
-import pytest
+# One arithmetic on every x86 machine, set before torch and MKL load: the golden records (tests/test_golden.py) are
+# bitwise, and torch picks its CPU kernels by the processor (ATen's vectorized kernels by AVX2/AVX-512, MKL by vendor
+# and instruction set, oneDNN's convolutions by instruction set). Recorded on an AMD EPYC with AVX2 only, the records
+# of an AVX-512 machine differed in the last digits of every loss (and a BatchNorm ResNet's by more). Pinned here to
+# the AVX2 paths: ATen's AVX2 kernels, MKL's conditional numerical reproducibility (MKL_CBWR, the same bits on any
+# processor with AVX2) and oneDNN capped at AVX2. Every test process and its children (workers, mpiexec ranks)
+# inherit them; a variable already set is left as it is.
+for _name, _value in (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_CBWR", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "AVX2")):
+    os.environ.setdefault(_name, _value)
 
-import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config (fedcli/config.py)
-from simkit import FEMNIST_SAMPLE, MNIST_T10K
+import pytest  # noqa: E402
+
+import fedcli.fl.methods  # noqa: F401,E402 - start-up: the method registry extends the config (fedcli/config.py)
+from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
 
 
 @pytest.fixture
