@@ -3,7 +3,7 @@ import os
 # One arithmetic on every x86 machine, set before torch and MKL load: the golden records (tests/test_golden.py) are
 # bitwise, and torch picks its CPU kernels by the processor (ATen's vectorized kernels by AVX2/AVX-512, MKL by vendor
 # and instruction set, oneDNN's convolutions by instruction set). Recorded on an AMD EPYC with AVX2 only, the records
-# of an AVX-512 machine differed in the last digits of every loss (and a BatchNorm ResNet's by more). Pinned here to
+# taken on an earlier machine differed in the last digits of every loss (and a BatchNorm ResNet's by more). Pinned here to
 # the AVX2 paths: ATen's AVX2 kernels, MKL's conditional numerical reproducibility (MKL_CBWR, the same bits on any
 # processor with AVX2) and oneDNN capped at AVX2. Every test process and its children (workers, mpiexec ranks)
 # inherit them; a variable already set is left as it is.
