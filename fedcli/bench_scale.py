@@ -1,19 +1,22 @@
 """``fedcli bench --scale``: what the client count and the process count cost in memory, disk and time.
 
 Ditto (personalized: every client that trained keeps its model across rounds) with an MLP (512, 512) on the built-in
-synthetic data (Li et al. 2020; ``--synthetic-users`` writers, the same data for every client count, split iid over
-the clients so that only the client state grows), 1% of the clients active, a few rounds, every run as ``fedcli
-train`` in a child process (``mpiexec -n 2`` for two processes) with its state in memory or on disk, and rounds taken
-``--cohort-chunk 10`` clients at a time end to end (``fedcli.fl.chunked``; one row without, to show what the whole
-cohort at once costs). Measured:
+synthetic data (Li et al. 2020), 1% of the clients active, a few rounds, every run as ``fedcli train`` in a child
+process (``mpiexec -n 2`` for two processes) with its state in memory or on disk, and rounds taken ``--cohort-chunk
+10`` clients at a time end to end (``fedcli.fl.chunked``; one row without, to show what the whole cohort at once
+costs), in two settings (``SETTINGS``): ``writers``, 200 writers split iid over the clients (the same data for every
+client count, so that only the client state grows), and ``natural``, the issue's own, one synthetic user a client
+(``--synthetic-users N --clients N --partition natural --writers-per-client 1``, 3 rounds, the other options at their
+defaults), where the data grows with the client count too (generated on demand: ``fedcli.data.synthetic``). Measured:
 
 - peak memory of the whole process tree, sampled every 0.1 s from ``/proc``: the sum of resident sets (RSS, what
   ``top`` shows; shared library pages count once per process) and of proportional sets (PSS: shared pages split
   between the processes that map them, so the sum is the memory the tree really holds). Under ``mpiexec -n 2`` RSS
   counts torch's libraries (about 0.3 GB of file-backed pages) twice though the machine holds them once: PSS is the
   tree's real footprint;
-- the floor: the same measures of one process that has only imported torch (with its compiler stack, which
-  ``torch.func.grad`` loads) and fedcli's engine, i.e. what every process costs before it holds any data or client;
+- the floor: the same measures of one process that has only imported torch and fedcli's engine (``torch.func.grad``
+  no longer imports torch's compiler stack: ``fedcli.fl.gradshim``), i.e. what every process costs before it holds
+  any data or client; ``mpiexec -n 2`` against one process is also taken apart over it (``decomposition``);
 - disk used by the client state (``RUN_DIR/client-state``, allocated blocks);
 - seconds per round: the median of the ``wall_s`` steps of ``metrics.csv`` after the first round;
 
@@ -35,17 +38,37 @@ import tempfile
 import time
 from pathlib import Path
 
-SETTING = ["--algo", "ditto", "--model", "mlp", "--mlp-hidden", "512,512", "--dataset", "synthetic", "--synthetic-users", "200",
-           "--partition", "iid", "--active-ratio", "0.01", "--rounds", "4", "--eval-every", "1", "--personal-clients", "cohort", "--device", "cpu",
-           "--workers", "1", "--checkpoint-every", "0", "--quiet"]
+COMMON = ["--algo", "ditto", "--model", "mlp", "--mlp-hidden", "512,512", "--dataset", "synthetic", "--device", "cpu",
+          "--workers", "1", "--checkpoint-every", "0", "--quiet"]
+# two settings: "writers" splits 200 synthetic writers iid over the clients (the same data for every client count, so
+# only the client state grows); "natural" is the issue's own: one synthetic user a client (--synthetic-users N
+# --clients N --partition natural --writers-per-client 1), 3 rounds, every other option at its default (Ditto's
+# local epoch, its personalized evaluation of every client), so the data grows with the client count too
+SETTINGS = {
+    "writers": [*COMMON, "--synthetic-users", "200", "--partition", "iid", "--rounds", "4", "--eval-every", "1",
+                "--personal-clients", "cohort"],
+    "natural": [*COMMON, "--partition", "natural", "--writers-per-client", "1", "--rounds", "3"],
+}
+SETTING = SETTINGS["writers"]
 CHUNK = 10  # --cohort-chunk: the 1,000-client cohort (10 clients a round) in one chunk, the 10,000-client one in 10
-# (clients, processes, client state, active ratio, cohort chunk): the 1,000-client rows in memory and on disk give the
-# disk's cost in time; 1,000 clients at 10% trains the same 100 clients a round as 10,000 at 1%, so that pair
-# isolates what the client count itself costs; chunk 0 holds the whole cohort (100 clients at 10,000) stacked at once
-CASES = [(1000, 1, "memory", 0.01, CHUNK), (1000, 1, "disk", 0.01, CHUNK), (10000, 1, "disk", 0.01, CHUNK),
-         (10000, 2, "disk", 0.01, CHUNK), (1000, 1, "disk", 0.1, CHUNK), (10000, 1, "disk", 0.01, 0),
-         (10000, 2, "disk", 0.01, 0)]
-FLOOR = "import time, torch, torch._dynamo, fedcli.fl.engine; print('ready', flush=True); time.sleep(1.0)"
+# (setting, clients, processes, client state, active ratio, cohort chunk): the 1,000-client rows in memory and on
+# disk give the disk's cost in time; 1,000 clients at 10% trains the same 100 clients a round as 10,000 at 1%, so
+# that pair isolates what the client count itself costs; chunk 0 holds the whole cohort (100 clients at 10,000)
+# stacked at once
+CASES = [("writers", 1000, 1, "memory", 0.01, CHUNK), ("writers", 1000, 1, "disk", 0.01, CHUNK),
+         ("writers", 10000, 1, "disk", 0.01, CHUNK), ("writers", 10000, 2, "disk", 0.01, CHUNK),
+         ("writers", 1000, 1, "disk", 0.1, CHUNK), ("writers", 10000, 1, "disk", 0.01, 0),
+         ("writers", 10000, 2, "disk", 0.01, 0),
+         ("natural", 1000, 1, "disk", 0.01, CHUNK), ("natural", 1000, 2, "disk", 0.01, CHUNK),
+         ("natural", 10000, 1, "disk", 0.01, CHUNK), ("natural", 10000, 2, "disk", 0.01, CHUNK)]
+# one process that has imported what every process of a run imports (torch, fedcli's engine; torch.func.grad no
+# longer imports torch's compiler stack: fedcli.fl.gradshim) and holds nothing else
+# (it reports its own peak: sampling the tree from outside also catches the short-lived children torch's import forks,
+# whose resident sets count the parent's pages once more)
+FLOOR = ("import torch, fedcli.fl.engine\n"
+         "m = {l.split(':')[0]: int(l.split()[1]) * 1024 for l in open('/proc/self/smaps_rollup') if l[:4] in ('Rss:', 'Pss:')}\n"
+         "hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+         "print(max(hwm, m['Rss']), m['Pss'])")
 
 
 def _children(pid: int) -> list[int]:
@@ -116,19 +139,19 @@ def _env() -> dict:
                                                                              os.environ.get("PYTHONPATH", "")]))
 
 
-def scale_case(clients: int, procs: int, state: str, active: float, chunk: int, tmp: Path) -> dict:
-    out = tmp / f"c{clients}-n{procs}-{state}-a{active}-k{chunk}"
-    cmd = [sys.executable, "-m", "fedcli", "train", *SETTING, "--clients", str(clients), "--client-state", state,
-           "--active-ratio", str(active), "--cohort-chunk", str(chunk), "--out", str(out)]
+def scale_case(setting: str, clients: int, procs: int, state: str, active: float, chunk: int, tmp: Path) -> dict:
+    out = tmp / f"{setting}-c{clients}-n{procs}-{state}-a{active}-k{chunk}"
+    users = ["--synthetic-users", str(clients)] if setting == "natural" else []
+    cmd = [sys.executable, "-m", "fedcli", "train", *SETTINGS[setting], *users, "--clients", str(clients),
+           "--client-state", state, "--active-ratio", str(active), "--cohort-chunk", str(chunk), "--out", str(out)]
+    row = {"setting": setting, "clients": clients, "processes": procs, "state": state, "active": active, "chunk": chunk}
     if procs > 1:
         mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
         if mpiexec is None:
-            return {"clients": clients, "processes": procs, "state": state, "active": active, "chunk": chunk,
-                    "error": "mpiexec not found"}
+            return {**row, "error": "mpiexec not found"}
         cmd = [mpiexec, "-n", str(procs), sys.executable, "-m", "mpi4py", *cmd[1:]]
     r = run_measured(cmd, _env())
-    row = {"clients": clients, "processes": procs, "state": state, "active": active, "chunk": chunk, "peak_rss": r["peak_rss"],
-           "peak_pss": r["peak_pss"], "wall_s": r["wall_s"]}
+    row.update(peak_rss=r["peak_rss"], peak_pss=r["peak_pss"], wall_s=r["wall_s"])
     if r["rc"] != 0:
         return {**row, "error": r["stderr"].strip().splitlines()[-1] if r["stderr"].strip() else f"exit {r['rc']}"}
     row["disk"] = disk_used(out / "client-state")
@@ -156,40 +179,48 @@ def startup(tmp: Path, repeats: int = 2) -> dict:
 
 
 def floor() -> dict:
-    """Peak RSS and PSS of one process that has imported torch, its compiler stack and fedcli's engine."""
+    """Peak RSS and PSS of one process that has imported torch and fedcli's engine, as the process reports them."""
     r = run_measured([sys.executable, "-c", FLOOR], _env())
-    return {"peak_rss": r["peak_rss"], "peak_pss": r["peak_pss"]} if r["rc"] == 0 else {"error": r["stderr"].strip()[-300:]}
+    if r["rc"] != 0:
+        return {"error": r["stderr"].strip()[-300:]}
+    rss, pss = (int(v) for v in r["stdout"].split()[-2:])
+    return {"peak_rss": rss, "peak_pss": pss}
 
 
 def run(progress=None, cases=CASES) -> dict:
-    results = {"setting": " ".join(SETTING), "cases": []}
+    results = {"settings": {k: " ".join(v) for k, v in SETTINGS.items()}, "cases": []}
     with tempfile.TemporaryDirectory() as tmp:
         results["floor"] = floor()
-        for clients, procs, state, active, chunk in cases:
+        for setting, clients, procs, state, active, chunk in cases:
             if progress:
-                progress(f"scale: {clients} clients ({active:.0%} active), {procs} process(es), client state in {state}, "
-                         f"cohort chunk {chunk or 'none'}")
-            results["cases"].append(scale_case(clients, procs, state, active, chunk, Path(tmp)))
+                progress(f"scale ({setting}): {clients} clients ({active:.0%} active), {procs} process(es), client state "
+                         f"in {state}, cohort chunk {chunk or 'none'}")
+            results["cases"].append(scale_case(setting, clients, procs, state, active, chunk, Path(tmp)))
         if progress:
             progress("start-up: fedcli train with no flags")
         results["startup"] = startup(Path(tmp))
     return results
 
 
-def _find(results: dict, clients: int, procs: int, state: str, active: float = 0.01, chunk: int = CHUNK) -> dict | None:
-    return next((c for c in results["cases"] if (c["clients"], c["processes"], c["state"], c["active"], c.get("chunk", 0)) ==
-                 (clients, procs, state, active, chunk) and "error" not in c), None)
+def _find(results: dict, clients: int, procs: int, state: str, active: float = 0.01, chunk: int = CHUNK,
+          setting: str = "writers") -> dict | None:
+    return next((c for c in results["cases"] if (c.get("setting", "writers"), c["clients"], c["processes"], c["state"],
+                                                  c["active"], c.get("chunk", 0)) ==
+                 (setting, clients, procs, state, active, chunk) and "error" not in c), None)
 
 
 def table(results: dict):
     from rich.table import Table
 
-    t = Table(title=f"scale: fedcli train {results['setting']}", title_justify="left")
-    for col in ("clients", "active", "processes", "client state", "cohort chunk", "peak RSS (tree)", "peak PSS (tree)",
-                "client-state disk", "s/round"):
+    settings = results.get("settings") or {"writers": results.get("setting", "")}
+    title = "scale: fedcli train " + "; ".join(f"[{k}] {v}" for k, v in settings.items())
+    t = Table(title=title, title_justify="left")
+    for col in ("setting", "clients", "active", "processes", "client state", "cohort chunk", "peak RSS (tree)",
+                "peak PSS (tree)", "client-state disk", "s/round"):
         t.add_column(col, justify="right")
     for c in results["cases"]:
-        head = [f"{c['clients']:,}", f"{c['active']:.0%}", str(c["processes"]), c["state"], str(c.get("chunk") or "whole cohort")]
+        head = [c.get("setting", "writers"), f"{c['clients']:,}", f"{c['active']:.0%}", str(c["processes"]), c["state"],
+                str(c.get("chunk") or "whole cohort")]
         if "error" in c:
             t.add_row(*head, "-", "-", "-", c["error"][:60])
             continue
@@ -198,7 +229,7 @@ def table(results: dict):
     lines = []
     f = results.get("floor") or {}
     if "peak_rss" in f:
-        lines.append(f"floor (one process: torch, its compiler stack, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
+        lines.append(f"floor (one process: Python, torch, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
                      f"PSS {f['peak_pss'] / 1e9:.2f} GB")
     s = results.get("startup") or {}
     if "error" in s:
@@ -211,39 +242,57 @@ def table(results: dict):
     return t
 
 
+def _ok(r: float, bound: float) -> str:
+    return "ok" if r <= bound else "MISSED"
+
+
+def decomposition(one: dict, two: dict, fl: dict, kind: str) -> str:
+    """mpiexec -n 2 over one process, taken apart: the floor F of a process, T1 = F + W1, T2 = 2F + W2."""
+    k = f"peak_{kind}"
+    f, t1, t2 = fl[k], one[k], two[k]
+    w1, w2 = t1 - f, t2 - 2 * f
+    line = (f"  {kind.upper()} taken apart: floor F {f / 1e9:.2f} GB a process; 1 process T1 = {t1 / 1e9:.2f} GB = F + "
+            f"{w1 / 1e9:.2f}; 2 processes T2 = {t2 / 1e9:.2f} GB = 2F + {w2 / 1e9:.2f}; above the floor {w2 / max(1.0, w1):.2f}x; "
+            f"the two floors alone are {2 * f / t1:.2f}x T1")
+    if 2 * f > 1.5 * t1:
+        line += " (so T2 <= 1.5 T1 cannot hold while a process's floor is above 3/4 of T1)"
+    elif f > t1 / 2:
+        line += f" (T2 <= 1.5 T1 needs the two processes together to hold at most {(1.5 * t1 - 2 * f) / 1e9:.2f} GB above their floors)"
+    return line
+
+
 def targets(results: dict) -> list[str]:
     """The issue's bounds, as ratios measured in this one run (the machine's load moves absolute numbers)."""
     lines = []
-    a, b = _find(results, 1000, 1, "disk"), _find(results, 10000, 1, "disk")
-    m2 = _find(results, 10000, 2, "disk")
-    mem = _find(results, 1000, 1, "memory")
-    same = _find(results, 1000, 1, "disk", 0.1)
     f = results.get("floor") or {}
-    for kind in ("rss", "pss"):
-        if same and b:
-            r = b[f"peak_{kind}"] / same[f"peak_{kind}"]
-            lines.append(f"peak {kind.upper()} 10,000 / 1,000 clients at the same 100 clients a round (disk): {r:.2f}x "
-                         f"(the client count alone; target <= 1.25x) {'ok' if r <= 1.25 else 'MISSED'}")
-        if a and b:
-            r = b[f"peak_{kind}"] / a[f"peak_{kind}"]
-            lines.append(f"peak {kind.upper()} 10,000 / 1,000 clients (disk, chunks of {CHUNK}): {r:.2f}x (target <= 1.25x) "
-                         f"{'ok' if r <= 1.25 else 'MISSED'}")
-        whole = _find(results, 10000, 1, "disk", chunk=0)
-        if a and whole:
-            r = whole[f"peak_{kind}"] / a[f"peak_{kind}"]
-            lines.append(f"  the same with the 10,000-client cohort (100 clients) held whole: {r:.2f}x")
-        if b and m2:
-            r = m2[f"peak_{kind}"] / b[f"peak_{kind}"]
-            lines.append(f"peak {kind.upper()} mpiexec -n 2 / 1 process at 10,000 clients: {r:.2f}x (target <= 1.5x) {'ok' if r <= 1.5 else 'MISSED'}")
-            if f.get(f"peak_{kind}"):  # what the run adds to each process's floor (torch, the engine): the part that scales
-                fl = f[f"peak_{kind}"]
-                r = (m2[f"peak_{kind}"] - 2 * fl) / max(1.0, b[f"peak_{kind}"] - fl)
-                lines.append(f"  the same above each process's floor ({fl / 1e9:.2f} GB a process): {r:.2f}x")
+    for setting in ("writers", "natural"):
+        a, b = _find(results, 1000, 1, "disk", setting=setting), _find(results, 10000, 1, "disk", setting=setting)
+        m2 = _find(results, 10000, 2, "disk", setting=setting)
+        same = _find(results, 1000, 1, "disk", 0.1, setting=setting)
+        whole = _find(results, 10000, 1, "disk", chunk=0, setting=setting)
+        for kind in ("rss", "pss"):
+            k, K = f"peak_{kind}", kind.upper()
+            if same and b:
+                r = b[k] / same[k]
+                lines.append(f"[{setting}] peak {K} 10,000 / 1,000 clients at the same 100 clients a round (disk): {r:.2f}x "
+                             f"(the client count alone; target <= 1.25x) {_ok(r, 1.25)}")
+            if a and b:
+                r = b[k] / a[k]
+                lines.append(f"[{setting}] peak {K} 10,000 / 1,000 clients (disk, chunks of {CHUNK}): {r:.2f}x (target <= 1.25x) "
+                             f"{_ok(r, 1.25)}")
+            if a and whole:
+                lines.append(f"  the same with the 10,000-client cohort (100 clients) held whole: {whole[k] / a[k]:.2f}x")
+            if b and m2:
+                r = m2[k] / b[k]
+                lines.append(f"[{setting}] peak {K} mpiexec -n 2 / 1 process at 10,000 clients: {r:.2f}x (target <= 1.5x) {_ok(r, 1.5)}")
+                if f.get(k):
+                    lines.append(decomposition(b, m2, f, kind))
+    a, mem = _find(results, 1000, 1, "disk"), _find(results, 1000, 1, "memory")
     if a and mem:
         r = a["s_per_round"] / mem["s_per_round"]
-        lines.append(f"s/round on disk / in memory at 1,000 clients: {r:.2f}x (target <= 1.2x) {'ok' if r <= 1.2 else 'MISSED'}")
+        lines.append(f"s/round on disk / in memory at 1,000 clients: {r:.2f}x (target <= 1.2x) {_ok(r, 1.2)}")
     s = results.get("startup") or {}
     if "outside_s" in s:
-        lines.append(f"fedcli train start-up outside training: {s['outside_s']:.2f} s (target <= 2.5 s) {'ok' if s['outside_s'] <= 2.5 else 'MISSED'}; "
-                     f"wall / training {s['wall_s'] / s['train_s']:.2f}x (target <= 2x) {'ok' if s['wall_s'] <= 2 * s['train_s'] else 'MISSED'}")
+        lines.append(f"fedcli train start-up outside training: {s['outside_s']:.2f} s (target <= 2.5 s) {_ok(s['outside_s'], 2.5)}; "
+                     f"wall / training {s['wall_s'] / s['train_s']:.2f}x (target <= 2x) {_ok(s['wall_s'], 2 * s['train_s'])}")
     return lines

@@ -52,7 +52,7 @@ class GeneralConfig:
     emnist_split: str = opt("balanced", "EMNIST split.", choices=["balanced", "byclass", "bymerge", "digits", "letters", "mnist"], group="data")
     synthetic_alpha: float = opt(1.0, "Synthetic(alpha, beta): model heterogeneity alpha.", lo=0.0, group="data")
     synthetic_beta: float = opt(1.0, "Synthetic(alpha, beta): data heterogeneity beta.", lo=0.0, group="data")
-    synthetic_users: int = opt(30, "Synthetic: number of generated users (writers).", lo=1, group="data")
+    synthetic_users: int = opt(30, "Synthetic: number of generated users (writers); each user's samples are generated on demand from a stream keyed by (--data-seed, user), so memory does not grow with it.", lo=1, group="data")
     synthetic_dim: int = opt(60, "Synthetic: input dimension.", lo=1, group="data")
     synthetic_classes: int = opt(10, "Synthetic: number of classes.", lo=2, group="data")
     synthetic_iid: bool = opt(False, "Synthetic: the IID variant (one shared model for all users).", group="data")

@@ -26,9 +26,10 @@ def bench(
                                       "(default: this one; `make install-bench` installs it)."),
     json_out: str = typer.Option("", "--json", help="Also write the results as JSON to this file."),
     scale: bool = typer.Option(False, "--scale", help="Instead: the scale section: Ditto with 1,000 and 10,000 synthetic clients, 1% active, "
-                               "client state in memory and on disk, rounds in chunks of 10 clients (and once whole), 1 process and mpiexec -n 2: "
-                               "peak memory of the process tree (RSS and PSS) and of one bare process, disk used by client state, "
-                               "s/round; and the start-up of `fedcli train` with no flags."),
+                               "200 writers split iid (client state in memory and on disk, rounds in chunks of 10 clients and once whole) and "
+                               "one generated user a client (--partition natural, 3 rounds), 1 process and mpiexec -n 2: "
+                               "peak memory of the process tree (RSS and PSS) and of one bare process (the floor, and mpiexec -n 2 taken apart "
+                               "over it), disk used by client state, s/round; and the start-up of `fedcli train` with no flags."),
 ):
     """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
     (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""

@@ -446,61 +446,45 @@ def _option(options: dict, key: str, default: Any, kind: type, lo: float | None 
 @register_dataset("synthetic")
 def load_synthetic(data_dir: Path | None = None, *, download: bool = False, holdout_fraction: float = 0.0,
                    options: dict | None = None) -> FedDataset:
-    """Synthetic(alpha, beta) of Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020).
+    """Synthetic(alpha, beta) of Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020),
+    generated user by user from a stream keyed by (data_seed, user): the model and its equations are in
+    ``fedcli.data.synthetic``.
 
     Per user k: u_k ~ N(0, alpha), B_k ~ N(0, beta), W_k ~ N(u_k, 1) [classes, dim], b_k ~ N(u_k, 1),
-    v_k ~ N(B_k, 1) [dim], x ~ N(v_k, diag(j^-1.2)), y = argmax(softmax(W_k x + b_k)); the number of
-    samples is int(lognormal(4, 2)) + 50 (capped at 5000). IID variant: one W, b ~ N(0, 1) and one
-    v ~ N(0, 1) shared by all users. The last 20% of each user's samples are its test samples.
+    v_k ~ N(B_k, 1) [dim], x ~ N(v_k, diag(j^-1.2)), y = argmax(softmax(W_k x + b_k)); n_k =
+    min(int(lognormal(4, 2)) + 50, 5000) samples, n_k - int(0.8 n_k) of them its test samples.
     Options: synthetic_alpha, synthetic_beta, synthetic_users, synthetic_dim, synthetic_classes,
-    synthetic_iid, data_seed (numpy Generator seed: the data is a function of these options only).
-    As in the authors' generator, the second argument of N(., .) is a standard deviation.
+    synthetic_iid, data_seed (the data is a function of these options only).
+
+    The inputs (``train_x``, ``test_x``) are ``GeneratedRows``: generated when indexed, so memory does not grow
+    with the number of users; the labels and the user of every sample are computed here. With a holdout fraction
+    the inputs are materialized (the stratified split takes rows out of the whole pool).
     """
+    from fedcli.data.synthetic import SyntheticSpec, SyntheticUsers
+
     opts = options or {}
-    alpha = _option(opts, "synthetic_alpha", 1.0, float, lo=0.0)
-    beta = _option(opts, "synthetic_beta", 1.0, float, lo=0.0)
-    users = _option(opts, "synthetic_users", 30, int, lo=1)
-    dim = _option(opts, "synthetic_dim", 60, int, lo=1)
-    classes = _option(opts, "synthetic_classes", 10, int, lo=2)
-    iid = _option(opts, "synthetic_iid", False, bool)
-    seed = _option(opts, "data_seed", 0, int, lo=0)
-
-    rng = np.random.default_rng(seed)
-    sizes = np.minimum(rng.lognormal(4, 2, users).astype(np.int64) + 50, 5000)
-    u = rng.normal(0.0, alpha, users)  # model heterogeneity: mean of W_k and b_k
-    big_b = rng.normal(0.0, beta, users)  # data heterogeneity: mean of v_k
-    sigma = np.arange(1, dim + 1, dtype=np.float64) ** -1.2  # diagonal covariance of x
-    if iid:
-        w_shared = rng.normal(0.0, 1.0, (classes, dim))
-        b_shared = rng.normal(0.0, 1.0, classes)
-        v_shared = rng.normal(0.0, 1.0, dim)
-    parts = {"train": ([], [], []), "test": ([], [], [])}
-    for k in range(users):
-        if iid:
-            w, b, v = w_shared, b_shared, v_shared
-        else:
-            w = rng.normal(u[k], 1.0, (classes, dim))
-            b = rng.normal(u[k], 1.0, classes)
-            v = rng.normal(big_b[k], 1.0, dim)
-        n = int(sizes[k])
-        x = v + rng.standard_normal((n, dim)) * np.sqrt(sigma)
-        y = np.argmax(x @ w.T + b, axis=1)  # softmax is monotone: argmax of the logits
-        n_train = int(0.8 * n)
-        for split, sl in (("train", slice(0, n_train)), ("test", slice(n_train, n))):
-            xs, ys, gs = parts[split]
-            xs.append(x[sl])
-            ys.append(y[sl])
-            gs.append(np.full(len(y[sl]), k, dtype=np.int64))
-    train, test = (_Split(np.concatenate(p[0]).astype(np.float32), np.concatenate(p[1]).astype(np.int64),
-                          np.concatenate(p[2])) for p in (parts["train"], parts["test"]))
-    used = {"synthetic_alpha": alpha, "synthetic_beta": beta, "synthetic_users": users, "synthetic_dim": dim,
-            "synthetic_classes": classes, "synthetic_iid": iid, "data_seed": seed}
-    source = {"dataset": "synthetic", "folder": None, "format": "generated (Li et al. 2020, Synthetic(alpha, beta))",
-              "files": [], "options": used, "samples_per_user": sizes.tolist()}
-    pool = "train" if holdout_fraction > 0 else "both"
-    return _assemble("synthetic", pool, holdout_fraction, train, test, classes, source,
-                     group_names=[f"user_{k}" for k in range(users)])
-
+    spec = SyntheticSpec(alpha=_option(opts, "synthetic_alpha", 1.0, float, lo=0.0),
+                         beta=_option(opts, "synthetic_beta", 1.0, float, lo=0.0),
+                         users=_option(opts, "synthetic_users", 30, int, lo=1),
+                         dim=_option(opts, "synthetic_dim", 60, int, lo=1),
+                         classes=_option(opts, "synthetic_classes", 10, int, lo=2),
+                         iid=_option(opts, "synthetic_iid", False, bool),
+                         seed=_option(opts, "data_seed", 0, int, lo=0))
+    users = SyntheticUsers(spec)
+    ids = np.arange(spec.users, dtype=np.int64)
+    train = _Split(users.rows("train"), users.train_y, np.repeat(ids, users.n_train))
+    test = _Split(users.rows("test"), users.test_y, np.repeat(ids, users.sizes - users.n_train))
+    used = {"synthetic_alpha": spec.alpha, "synthetic_beta": spec.beta, "synthetic_users": spec.users,
+            "synthetic_dim": spec.dim, "synthetic_classes": spec.classes, "synthetic_iid": spec.iid, "data_seed": spec.seed}
+    source = {"dataset": "synthetic", "folder": None,
+              "format": "generated (Li et al. 2020, Synthetic(alpha, beta)), keyed by (data_seed, user), on demand",
+              "files": [], "options": used, "samples_per_user": users.sizes.tolist()}
+    if holdout_fraction > 0:  # one pool, split by labels: the rows are taken out of the whole table
+        train = _Split(train.x[:].numpy(), train.y, train.groups)
+        return _assemble("synthetic", "train", holdout_fraction, train, None, spec.classes, source,
+                         group_names=[f"user_{k}" for k in range(spec.users)])
+    return _assemble("synthetic", "both", 0.0, train, test, spec.classes, source,
+                     group_names=[f"user_{k}" for k in range(spec.users)])
 
 
 # ------------------------------------------------------------------------------ Tiny-ImageNet

@@ -38,13 +38,15 @@ def merge_pool(dataset):
     clients. The test set is empty until ``pooled_test_set`` sets it to the clients' local test splits."""
     import torch
 
+    from fedcli.data.synthetic import materialize
+
     def cat(a, b):
         return None if a is None or b is None else torch.cat([a, b])
 
     source = {**dataset.source, "pool": "train+test",
               "pool_counts": {"train": int(len(dataset.train_y)), "test": int(len(dataset.test_y))}}
-    return replace(dataset, train_x=torch.cat([dataset.train_x, dataset.test_x]),
-                   train_y=torch.cat([dataset.train_y, dataset.test_y]), test_x=dataset.test_x[:0],
+    return replace(dataset, train_x=torch.cat([materialize(dataset.train_x), materialize(dataset.test_x)]),
+                   train_y=torch.cat([dataset.train_y, dataset.test_y]), test_x=materialize(dataset.test_x)[:0],
                    test_y=dataset.test_y[:0], train_groups=cat(dataset.train_groups, dataset.test_groups),
                    test_groups=None if dataset.test_groups is None else dataset.test_groups[:0], source=source)
 

@@ -19,7 +19,8 @@ HOLDOUT_SEED = 0  # the held-out test set is a function of the data only, never 
 
 @dataclass
 class FedDataset:
-    """A dataset held in memory: images ``[N, C, H, W]`` (normalized) or vectors ``[N, D]``, float32."""
+    """A dataset: images ``[N, C, H, W]`` (normalized) or vectors ``[N, D]``, float32, held in memory, or (the
+    synthetic data) a table indexed like a tensor whose rows are generated on demand (``GeneratedRows``)."""
 
     name: str
     train_x: torch.Tensor
@@ -123,6 +124,8 @@ def _assemble(
     assert train is not None and test is not None
 
     def x_tensor(x: np.ndarray) -> torch.Tensor:
+        if not isinstance(x, np.ndarray):  # a table indexed like a tensor (fedcli.data.synthetic.GeneratedRows)
+            return x
         x = np.ascontiguousarray(x, dtype=x_dtype)
         if image_shape is not None:
             x = x.reshape((-1, *image_shape))

@@ -14,6 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
+from fedcli.fl import gradshim
+
+gradshim.install()  # torch.func.grad without the compiler stack: 150 MB and 0.9 s of CPU less in every process
+
 
 def masked_loss(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the real samples of a (possibly padded) batch."""

@@ -435,10 +435,10 @@ def test_digits_default_holdout():
 def test_synthetic_deterministic_and_valid():
     opts = {"synthetic_users": 12, "synthetic_dim": 20, "synthetic_classes": 5, "data_seed": 3, "emnist_split": "x"}
     a, b = load_dataset("synthetic", options=opts), load_dataset("synthetic", options=opts)
-    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
+    assert torch.equal(a.train_x[:], b.train_x[:]) and torch.equal(a.test_y, b.test_y)
     c = load_dataset("synthetic", options={**opts, "data_seed": 4})
     assert not torch.equal(a.train_x[:10], c.train_x[:10])
-    assert a.train_x.shape[1:] == (20,) and a.train_x.dtype == torch.float32 and a.input_shape == (20,)
+    assert a.train_x.shape[1:] == (20,) and a.train_x[:].dtype == torch.float32 and a.input_shape == (20,)
     assert a.num_classes == 5 and a.group_names == [f"user_{k}" for k in range(12)]
     for y in (a.train_y, a.test_y):
         assert y.dtype == torch.int64 and int(y.min()) >= 0 and int(y.max()) < 5

@@ -257,20 +257,32 @@ def test_bench_scale_measures(tmp_path):
 
 def test_bench_scale_targets_by_hand():
     """The --scale section's ratios from hand-made measures: 10,000 / 1,000 clients, the whole cohort, mpiexec -n 2
-    over one process, and the same above a floor of 0.5 GB a process ((2.2 - 2 x 0.5) / (1.0 - 0.5) = 2.4x)."""
+    over one process, and the same taken apart over a floor of 0.5 GB a process ((2.2 - 2 x 0.5) / (1.0 - 0.5) =
+    2.4x above the floor; the two floors alone 1.0 / 1.0 = 1.00x of one process); in the issue's natural setting a
+    floor of 0.7 GB against 0.9 GB for one process: 2 x 0.7 = 1.4 > 1.5 x 0.9 = 1.35, out of reach."""
     from fedcli import bench_scale as b
 
     GB = 1e9
 
-    def case(clients, procs, chunk, gb):
-        return {"clients": clients, "processes": procs, "state": "disk", "active": 0.01, "chunk": chunk,
+    def case(clients, procs, chunk, gb, setting="writers"):
+        return {"setting": setting, "clients": clients, "processes": procs, "state": "disk", "active": 0.01, "chunk": chunk,
                 "peak_rss": gb * GB, "peak_pss": gb * GB, "disk": 0, "s_per_round": 1.0}
 
     results = {"floor": {"peak_rss": 0.5 * GB, "peak_pss": 0.5 * GB},
                "cases": [case(1000, 1, b.CHUNK, 0.9), case(10000, 1, b.CHUNK, 1.0), case(10000, 2, b.CHUNK, 2.2),
                          case(10000, 1, 0, 1.8)]}
     lines = b.targets(results)
-    assert "peak RSS 10,000 / 1,000 clients (disk, chunks of 10): 1.11x (target <= 1.25x) ok" in lines
+    assert "[writers] peak RSS 10,000 / 1,000 clients (disk, chunks of 10): 1.11x (target <= 1.25x) ok" in lines
     assert "  the same with the 10,000-client cohort (100 clients) held whole: 2.00x" in lines
-    assert "peak PSS mpiexec -n 2 / 1 process at 10,000 clients: 2.20x (target <= 1.5x) MISSED" in lines
-    assert "  the same above each process's floor (0.50 GB a process): 2.40x" in lines
+    assert "[writers] peak PSS mpiexec -n 2 / 1 process at 10,000 clients: 2.20x (target <= 1.5x) MISSED" in lines
+    assert ("  PSS taken apart: floor F 0.50 GB a process; 1 process T1 = 1.00 GB = F + 0.50; 2 processes T2 = 2.20 GB = "
+            "2F + 1.20; above the floor 2.40x; the two floors alone are 1.00x T1") in lines
+    results = {"floor": {"peak_rss": 0.7 * GB, "peak_pss": 0.7 * GB},
+               "cases": [case(1000, 1, b.CHUNK, 0.8, "natural"), case(10000, 1, b.CHUNK, 0.9, "natural"),
+                         case(10000, 2, b.CHUNK, 1.6, "natural")]}
+    lines = b.targets(results)
+    assert "[natural] peak RSS 10,000 / 1,000 clients (disk, chunks of 10): 1.12x (target <= 1.25x) ok" in lines
+    assert "[natural] peak RSS mpiexec -n 2 / 1 process at 10,000 clients: 1.78x (target <= 1.5x) MISSED" in lines
+    assert ("  RSS taken apart: floor F 0.70 GB a process; 1 process T1 = 0.90 GB = F + 0.20; 2 processes T2 = 1.60 GB = "
+            "2F + 0.20; above the floor 1.00x; the two floors alone are 1.56x T1 (so T2 <= 1.5 T1 cannot hold while a "
+            "process's floor is above 3/4 of T1)") in lines
