@@ -1,6 +1,6 @@
 """SCAFFOLD's local step and control variates (Karimireddy et al., ICML 2020, Algorithm 1, option II).
 
-Each client i keeps a control variate c_i (in ``sim.store``, zeros at first) and the server keeps c
+Each client i keeps a control variate c_i (in ``view.store``, zeros at first) and the server keeps c
 (zeros at first). In a round, client i steps along g - c_i + c (the configured momentum and weight
 decay act on that direction, as on SGD's gradient). At the round's end
 
@@ -54,23 +54,23 @@ class ScaffoldStep(SGDStep):
         self.lr_sum: torch.Tensor | None = None         # A_i = sum_k lr_k w_k over each client's own steps, [K]
         self.w: torch.Tensor | None = None              # w_k = rho w_(k-1) + 1 (1 without momentum), [K]
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
         if self.c is None:
-            self.c = {n: torch.zeros_like(p) for n, p in sim.global_params.items()}
-        self.c = {n: self.c[n].to(p.device) for n, p in sim.global_params.items()}  # after a checkpoint load
+            self.c = {n: torch.zeros_like(p) for n, p in view.global_params.items()}
+        self.c = {n: self.c[n].to(p.device) for n, p in view.global_params.items()}  # after a checkpoint load
         k = len(cohort.clients)
-        for n, p in sim.global_params.items():
+        for n, p in view.global_params.items():
             if k:
-                ci = sim.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
+                ci = view.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
             else:
                 ci = p.new_zeros((0, *p.shape))
             self.c_i[n] = ci
             self.correction[n] = self.c[n] - ci
             self.disp[n] = torch.zeros_like(cohort.params[n])
-        self.lr_sum = torch.zeros(k, dtype=torch.float64, device=next(iter(sim.global_params.values())).device)
+        self.lr_sum = torch.zeros(k, dtype=torch.float64, device=next(iter(view.global_params.values())).device)
         self.w = torch.zeros_like(self.lr_sum)
-        sim.ledger.record_copies(sim.active)  # every cohort client downloads c
+        view.ledger.record_copies(view.active)  # every cohort client downloads c
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: g + self.correction[n] for n, g in grads.items()}
@@ -83,9 +83,9 @@ class ScaffoldStep(SGDStep):
         super().apply(cohort, names, params, g, lr, active)
 
     @torch.no_grad()
-    def end_round(self, sim, cohort) -> None:
-        n_clients = len(sim.client_indices)
-        names = list(sim.global_params)
+    def end_round(self, view, cohort) -> None:
+        n_clients = len(view.client_indices)
+        names = list(view.global_params)
         new_ci, chunks = {}, {}
         for n in names:
             d = self.disp[n]
@@ -99,11 +99,11 @@ class ScaffoldStep(SGDStep):
         for n in names:
             new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
             chunks[n] = new_ci[n] - self.c_i[n]
-        total = sim.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
+        total = view.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
         for n in names:
             self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
-        share(sim, cohort.clients, {_key(n): new_ci[n] for n in names})
-        sim.ledger.record_copies(sim.active)  # every cohort client uploads c_i+ - c_i
+        share(view, cohort.clients, {_key(n): new_ci[n] for n in names})
+        view.ledger.record_copies(view.active)  # every cohort client uploads c_i+ - c_i
         self.c_i, self.correction, self.disp = {}, {}, {}
 
     def state_dict(self) -> dict:

@@ -50,7 +50,7 @@ class NovaServer(AverageServer):
 
     So each client uploads its update scaled by s_i = tau_eff / a_i (``upload_scale``) and the engine's
     weighted sum (one all-reduce) does the rest. Every process computes tau_eff itself from the cohort's
-    local steps (``sim.client_steps`` of the whole cohort, deterministic). Local steps differ only with
+    local steps (``view.client_steps`` of the whole cohort, deterministic). Local steps differ only with
     ``--local-epochs`` (then the whole model is synchronized once, at the round's end); with equal
     steps every s_i is 1 and FedNova *is* FedAvg (no scaling at all: bit-for-bit, tested).
     p_i follows ``--weighting`` (the paper's p_i = n_i / n is ``--weighting samples``).
@@ -62,13 +62,13 @@ class NovaServer(AverageServer):
         super().__init__(cfg)
         self.scale: torch.Tensor | None = None
 
-    def begin_round(self, sim, cohort) -> None:
+    def begin_round(self, view, cohort) -> None:
         self.scale = None
         if not self.cfg.local_epochs:
             return
         ids = list(cohort.cohort_ids)
-        a = [momentum_a_norm(t, float(self.cfg.momentum)) for t in sim.client_steps(ids, 0)]
-        p = sim.cohort_weights(ids, ids).tolist()
+        a = [momentum_a_norm(t, float(self.cfg.momentum)) for t in view.client_steps(ids, 0)]
+        p = view.cohort_weights(ids, ids).tolist()
         tau_eff = sum(pi * ai for pi, ai in zip(p, a))
         pos = {c: k for k, c in enumerate(ids)}
         if any(tau_eff / ai != 1.0 for ai in a):  # decided over the whole cohort: the same on every process

@@ -84,16 +84,16 @@ class Schedule:
             return list(range(len(self.layers)))
         return [l for l, t in enumerate(self.intervals) if step % t == 0]
 
-    def synchronized(self, sim, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
+    def synchronized(self, view, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
         """After the new global ``layers`` are computed at local step ``step``, before the clients receive them
         (``last_sync[l]``: the step of layer l's previous synchronization this round)."""
         if not self.needs_discrepancy:
             return
         # FedLAMA Eq. 2: the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 of every synchronized layer (one cohort sum)
         per_client = torch.stack([
-            (cohort.params[self.layers[l].name] - sim.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
+            (cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
             for l in layers], 1)  # [K, layers]
-        disc = sim.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
+        disc = view.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
         for l, dv in zip(layers, disc):
             self.observe(l, dv, step - last_sync[l])
 
