@@ -454,7 +454,9 @@ class Simulation:
 
     @property
     def parts(self) -> dict:
-        return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
+        """The run's parts by family, in the order the engine calls their hooks (the schedule last)."""
+        return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server,
+                "schedule": self.schedule}
 
     @property
     def full_participation(self) -> bool:
@@ -552,7 +554,7 @@ class Simulation:
             state.loss_sum += float(total[0])
             state.loss_count += len(cohort_ids) - len(skipped)
         self.record.skips = list(cohort.skips)
-        self.record.adjustment = self.schedule.end_round(round_idx, state.iteration)
+        self.record.adjustment = self.schedule.adjustment  # made by its end_round (close_cohort)
         state.round_idx += 1
 
     def open_cohort(self, clients: list[int], cohort_ids: list[int], round_idx: int, steps: int) -> Cohort:
@@ -612,6 +614,7 @@ class Simulation:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
                 hook(self, state)
+        cohort.end_iteration = state.iteration
         return round_losses
 
     def close_cohort(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:

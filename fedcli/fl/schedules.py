@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from fedcli.fl.parts import _registrar
+from fedcli.fl.parts import Part, _registrar
 from fedcli.params import opt, register_params
 
 
@@ -53,19 +53,26 @@ class Adjustment:
     intervals: list[int]
 
 
-class Schedule:
-    """Base: a fixed interval for every layer and no adjustment."""
+class Schedule(Part):
+    """Base: a fixed interval for every layer and no adjustment.
+
+    The schedule is the fifth part of a method, with the hooks of every part (``setup``, ``begin_round``,
+    ``end_round``: ``fedcli.fl.parts.Part``), called by the engine after the other four, and two of its own: ``due``
+    (which layers to synchronize after a local step) and ``synchronized`` (after a synchronization, before the
+    clients receive the new layers). It is built with the model's layers (its intervals are per layer) and knows
+    its round length before it is built (``round_length``). ``end_round`` may re-adjust the intervals; the
+    adjustment it made (or None) is ``adjustment`` until the next round begins (intervals.csv)."""
 
     name = "base"
-    needs_discrepancy = False
-    label: str | None = None  # the name a run's label adds when this schedule replaces its preset's ("FedProx + FedLAMA")
+    needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
 
     def __init__(self, cfg, layers):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.layers = layers
         self.tau = cfg.tau
         self.intervals = [cfg.tau] * len(layers)
         self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
+        self.adjustment: Adjustment | None = None  # what the last round end adjusted (None: nothing)
 
     @classmethod
     def round_length(cls, cfg) -> int:
@@ -77,6 +84,23 @@ class Schedule:
     def period(self) -> int:
         """Local iterations of a round: every layer is synchronized at its end, and the cohort resampled."""
         return self.round_length(self.cfg)
+
+    def separable_now(self) -> bool:
+        """A round may be taken chunk by chunk (``fedcli.fl.chunked``) only when every layer is synchronized at the
+        round's end alone and nothing is measured across the cohort at a synchronization."""
+        return not self.needs_discrepancy and min(self.intervals, default=0) >= self.period
+
+    def begin_round(self, view, cohort) -> None:
+        self.adjustment = None
+
+    def end_round(self, view, cohort) -> None:
+        """At the round's end (``cohort.round_idx``; the run has reached global iteration ``cohort.end_iteration``):
+        re-adjust the intervals and keep what changed in ``adjustment`` (intervals.csv)."""
+        self.adjustment = self.adjust(cohort.round_idx, cohort.end_iteration)
+
+    def adjust(self, round_idx: int, iteration: int) -> Adjustment | None:
+        """The interval adjustment at the end of round ``round_idx`` (the run at ``iteration``); None: none."""
+        return None
 
     def due(self, step: int, last_step: int) -> list[int]:
         """Layers to synchronize after local step ``step`` (1-based) of a round of ``last_step`` steps."""
@@ -100,19 +124,19 @@ class Schedule:
     def observe(self, layer: int, discrepancy: float, steps: int) -> None:
         """Record the (weighted) mean squared distance sum_i p_i ||u_l - x_l^i||^2 at a sync."""
 
-    def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
-        return None
-
     def state_dict(self) -> dict:
         return {"intervals": list(self.intervals)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.intervals = list(state["intervals"])
+        if state:  # a checkpoint's per-process parts hold no schedule when written before it was a part
+            self.intervals = list(state["intervals"])
 
 
 @register_schedule("periodic")
 class Periodic(Schedule):
     """FedAvg: all layers synchronized every tau local iterations; the cohort resampled every tau."""
+
+    separable = True
 
 
 def unit_discrepancy(mean_sq_dist: float, steps: int, numel: int) -> float:
@@ -220,7 +244,7 @@ class Lama(Schedule):
     def compute(self) -> list[int]:
         return lama_intervals(self.d, self.numel, self.tau, self.phi, rule=self.rule, eligible=self.eligible)
 
-    def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
+    def adjust(self, round_idx: int, iteration: int) -> Adjustment | None:
         if iteration <= self.first_adjust * self.tau:
             return None
         self.intervals = self.compute()
@@ -230,8 +254,9 @@ class Lama(Schedule):
         return {"intervals": list(self.intervals), "d": list(self.d)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.intervals = list(state["intervals"])
-        self.d = list(state["d"])
+        if state:
+            self.intervals = list(state["intervals"])
+            self.d = list(state["d"])
 
 
 def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "reference",

@@ -74,8 +74,8 @@ def test_defaults_kernels_only_and_first_adjustment_after_six_tau():
     assert sched.eligible == [True, False, True, False] and sched.d == [0.0] * 4
     assert Lama(TrainConfig(**{**cfg.to_dict(), "lama_eligible": "all"}).validate(), sim.layers).eligible == [True] * 4
     sched.d = [1e-3, 1e-3, 1e-3, 1e-3]
-    assert sched.end_round(5, 12) is None and sched.intervals == [2] * 4  # 12 = 6 tau': not yet
-    adj = sched.end_round(6, 14)
+    assert sched.adjust(5, 12) is None and sched.intervals == [2] * 4  # 12 = 6 tau': not yet
+    adj = sched.adjust(6, 14)
     assert adj is not None and adj.iteration == 14 and adj.d == [1e-3] * 4
     # equal d: kernels walked in layer order (dims 256, 40 of 296 kernel elements; d*dim shares over all 4 tensors
     # 256/310, ...): hidden.0.weight crosses the condition at once (1 - 256/296 < 256/310) and keeps phi*tau' alone
