@@ -244,6 +244,12 @@ class ALAInit(OverwriteInit):
     def starts_from_global(self, view) -> bool:
         return not self.top_names(view) and self.base.starts_from_global(view)
 
+    @classmethod
+    def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
+        """W of the last ``--ala-layers`` parameter tensors: their numel (FedALA Tables 1 and 6)."""
+        p = int(config.get("ala_layers", 2))
+        return sum(numels[-p:]) if p > 0 else 0
+
     def mixes_received(self, view) -> bool:
         return bool(self.top_names(view))
 

@@ -186,6 +186,12 @@ class Init(Part):
         Per-FedAvg's adaptation then use the global model; otherwise the client's start model). Default: not known to."""
         return False
 
+    @classmethod
+    def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
+        """How many weights this init learns for each client, from a run's recorded config and its layers' sizes in
+        parameter order (FedALA Tables 1 and 6 count ALA's); None: it learns none. Read by the report."""
+        return None
+
     def mixes_received(self, view) -> bool:
         """Whether this init replaces what the server sends with a learned mix of it and the client's old model (ALA
         with layers to mix), so a method that rebuilds its model from the downloads (APPLE) has nothing for it."""

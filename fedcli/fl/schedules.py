@@ -65,6 +65,7 @@ class Schedule(Part):
 
     name = "base"
     needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
+    layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 
     def __init__(self, cfg, layers):
         super().__init__(cfg)
@@ -224,6 +225,7 @@ class Lama(Schedule):
     label = "FedLAMA"
 
     needs_discrepancy = True
+    layerwise = True
 
     def __init__(self, cfg, layers):
         super().__init__(cfg, layers)
