@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedcli.fl.cohort import Cohort
-from fedcli.fl.parts_servers import momentum_a_norm
+from fedcli.fl.algorithms.fednova import momentum_a_norm
 from baselines_kit import data, fedavg, iid_data, sim_of, run, assert_differs
 from simkit import assert_same_run
 

@@ -27,7 +27,7 @@ from fedcli.models.layers import LayerInfo
 FL = Path(__file__).resolve().parents[2] / "fedcli" / "fl"
 # every file that defines parts: the method files and the shared part modules (the rule of docs/architecture.md)
 PART_FILES = sorted(FL.glob("algorithms/*.py")) + [FL / f for f in (
-    "parts.py", "parts_prox.py", "parts_scaffold.py", "parts_servers.py", "codecs.py", "adaptive.py", "ala.py",
+    "parts.py", "parts_prox.py", "parts_servers.py", "codecs.py", "adaptive.py", "ala.py",
     "schedules.py", "slots.py")]
 HOOKS = ("setup", "begin_round", "end_round", "local_layers", "training_indices", "personalize", "round_tables",
          "gradients", "download", "received", "initialize", "starts_from_global", "mixes_received", "synchronized")
@@ -194,3 +194,36 @@ def test_the_schedule_adjusts_at_its_end_round_hook():
 def test_every_registered_part_is_a_part():
     for table in (LOCAL_STEPS, CODECS, INITS, SERVERS, SCHEDULES):
         assert all(issubclass(cls, Part) for cls in table.values())
+
+
+# ---------------------------------------------------------------------------- where parts live (docs/architecture.md)
+#: the family modules of fedcli/fl/ and why a part lives there rather than in its method's file
+FAMILIES = {"parts": "the defaults", "schedules": "--schedule", "ala": "--init ala", "codecs": "several presets",
+            "parts_prox": "several presets", "parts_servers": "several presets",
+            "adaptive": "the adaptive optimizers, on shared options and helpers"}
+
+
+def test_each_part_lives_where_the_rule_says():
+    """A part only one preset uses lives in that method's file; every other part in a family module of fedcli/fl/
+    (several presets use it, or any method takes it by an option, or it is one of the adaptive optimizers)."""
+    from fedcli.fl.methods import METHODS
+
+    users: dict[tuple, set] = {}
+    for m in {m.name: m for m in METHODS.values()}.values():
+        for family, name in m.parts().items():
+            users.setdefault((family, name), set()).add(m.name)
+    wrong = []
+    for family, table in {"local_step": LOCAL_STEPS, "codec": CODECS, "init": INITS, "server": SERVERS,
+                          "schedule": SCHEDULES}.items():
+        for name, cls in table.items():
+            used = users.get((family, name), set())
+            where = cls.__module__.removeprefix("fedcli.fl.")
+            if where.startswith("algorithms."):
+                method = where.removeprefix("algorithms.").replace("_", "-")
+                if used != {method}:
+                    wrong.append(f"{family} {name} lives in {where} but is used by {sorted(used)}")
+            elif where not in FAMILIES:
+                wrong.append(f"{family} {name} lives in {where}, not a family module")
+            elif where in ("parts_prox", "parts_servers", "codecs") and len(used) < 2:
+                wrong.append(f"{family} {name} is used by {sorted(used)} only: it belongs in that method's file")
+    assert wrong == []
