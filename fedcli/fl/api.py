@@ -68,6 +68,16 @@ CAPABILITIES = (
 MEMBERS = DATA + SERVICES + CALLS + CAPABILITIES
 
 
+class _Read:
+    """A member of the view that is the engine's attribute of the same name, as it is now (``PartView`` below)."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, view, owner=None):
+        return self if view is None else getattr(view._src, self.name)
+
+
 class PartView:
     """The part interface of one run (:data:`MEMBERS`); the engine builds it once, over itself."""
 
@@ -91,9 +101,17 @@ class PartView:
         return cls(SimpleNamespace(**members))
 
     # ------------------------------------------------------------------ data
-    @property
-    def cfg(self):
-        return self._src.cfg
+    cfg = _Read()
+    global_params = _Read()
+    global_buffers = _Read()
+    model = _Read()
+    device = _Read()
+    train_x = _Read()
+    train_y = _Read()
+    pad_fill = _Read()
+    batch_size = _Read()
+    active = _Read()
+    full_participation = _Read()
 
     @property
     def layers(self) -> tuple:
@@ -102,38 +120,6 @@ class PartView:
     @property
     def local_layers(self) -> frozenset:
         return frozenset(self._src.local_layers)
-
-    @property
-    def global_params(self) -> dict:
-        return self._src.global_params
-
-    @property
-    def global_buffers(self) -> dict:
-        return self._src.global_buffers
-
-    @property
-    def model(self):
-        return self._src.model
-
-    @property
-    def device(self):
-        return self._src.device
-
-    @property
-    def train_x(self):
-        return self._src.train_x
-
-    @property
-    def train_y(self):
-        return self._src.train_y
-
-    @property
-    def pad_fill(self):
-        return self._src.pad_fill
-
-    @property
-    def batch_size(self) -> int:
-        return self._src.batch_size
 
     @property
     def client_indices(self) -> tuple:
@@ -150,30 +136,11 @@ class PartView:
             sizes.flags.writeable = False
         return sizes
 
-    @property
-    def active(self) -> int:
-        return self._src.active
-
-    @property
-    def full_participation(self) -> bool:
-        return self._src.full_participation
-
     # ------------------------------------------------------------------ services
-    @property
-    def store(self):
-        return self._src.store
-
-    @property
-    def comm(self):
-        return self._src.comm
-
-    @property
-    def ledger(self):
-        return self._src.ledger
-
-    @property
-    def trainer(self):
-        return self._src.trainer
+    store = _Read()
+    comm = _Read()
+    ledger = _Read()
+    trainer = _Read()
 
     @property
     def batches(self):

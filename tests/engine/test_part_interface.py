@@ -42,9 +42,12 @@ def all_part_classes() -> list[type]:
     return out
 
 
-def trees():
+def nodes():
+    """(file, node) for every syntax-tree node of every part file."""
     for path in PART_FILES:
-        yield path.relative_to(FL.parent.parent).as_posix(), ast.parse(path.read_text())
+        where = path.relative_to(FL.parent.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            yield where, node
 
 
 def test_the_part_files_are_the_ones_on_disk():
@@ -53,25 +56,23 @@ def test_the_part_files_are_the_ones_on_disk():
 
 def test_no_part_file_reads_the_simulation():
     found = []
-    for where, tree in trees():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id in ("sim", "Simulation"):
-                found.append(f"{where}:{node.lineno} {node.id}")
-            elif isinstance(node, ast.Attribute) and node.attr in ("sim", "_src", "__self__", "Simulation"):
-                found.append(f"{where}:{node.lineno} .{node.attr}")
-            elif isinstance(node, ast.ImportFrom) and node.module == "fedcli.fl.engine":
-                found.append(f"{where}:{node.lineno} imports the engine")
+    for where, node in nodes():
+        if isinstance(node, ast.Name) and node.id in ("sim", "Simulation"):
+            found.append(f"{where}:{node.lineno} {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in ("sim", "_src", "__self__", "Simulation"):
+            found.append(f"{where}:{node.lineno} .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "fedcli.fl.engine":
+            found.append(f"{where}:{node.lineno} imports the engine")
     assert found == []
 
 
 def test_every_hook_takes_the_view():
     """In the source (every hook defined in a part file) and on every registered part class (wherever it lives)."""
     wrong = []
-    for where, tree in trees():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.name in HOOKS and len(node.args.args) > 1 \
-                    and node.args.args[0].arg == "self" and node.args.args[1].arg != "view":
-                wrong.append(f"{where}:{node.lineno} {node.name}({node.args.args[1].arg}, ...)")
+    for where, node in nodes():
+        if isinstance(node, ast.FunctionDef) and node.name in HOOKS and len(node.args.args) > 1 \
+                and node.args.args[0].arg == "self" and node.args.args[1].arg != "view":
+            wrong.append(f"{where}:{node.lineno} {node.name}({node.args.args[1].arg}, ...)")
     for cls in all_part_classes():
         for hook in HOOKS:
             fn = getattr(cls, hook, None)
@@ -85,28 +86,26 @@ def test_every_hook_takes_the_view():
 def test_no_part_type_checks_another_part():
     names = {cls.__name__ for cls in all_part_classes()}
     found = []
-    for where, tree in trees():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass"):
-                against = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} | \
-                          {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
-                if against & names:
-                    found.append(f"{where}:{node.lineno} {node.func.id}(..., {', '.join(sorted(against & names))})")
+    for where, node in nodes():
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass"):
+            against = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} | \
+                      {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+            if against & names:
+                found.append(f"{where}:{node.lineno} {node.func.id}(..., {', '.join(sorted(against & names))})")
     assert found == []
 
 
 def test_no_part_shares_state_through_cohort_state_or_writes_the_global_tables():
     found = []
-    for where, tree in trees():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr == "state" and isinstance(node.value, ast.Name) \
-                    and node.value.id == "cohort":
-                found.append(f"{where}:{node.lineno} cohort.state")
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
-            for t in targets:
-                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) \
-                        and t.value.attr in ("global_params", "global_buffers"):
-                    found.append(f"{where}:{node.lineno} writes {t.value.attr}[...]")
+    for where, node in nodes():
+        if isinstance(node, ast.Attribute) and node.attr == "state" and isinstance(node.value, ast.Name) \
+                and node.value.id == "cohort":
+            found.append(f"{where}:{node.lineno} cohort.state")
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) \
+                    and t.value.attr in ("global_params", "global_buffers"):
+                found.append(f"{where}:{node.lineno} writes {t.value.attr}[...]")
     assert found == []
 
 
