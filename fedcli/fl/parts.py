@@ -280,7 +280,8 @@ class SGDStep(LocalStep):
     def setup(self, view) -> None:
         self.decayed = decayed_tensors(view.layers, self.decay_on)
         if self.persist != "none":
-            reasons = [r for r in (self.fresh_momentum_needed, view.declared("fresh_momentum_needed")["server"]) if r]
+            others = view.declared("fresh_momentum_needed")  # the other parts' reasons (the server's: FedNova's)
+            reasons = [r for r in (self.fresh_momentum_needed, *(r for f, r in others.items() if f != "local_step")) if r]
             if not _chains_end_round(type(self)):
                 reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
             if reasons:
