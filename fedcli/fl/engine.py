@@ -320,7 +320,10 @@ class Simulation:
             "config": self.cfg.to_dict(),
             "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), "style": list(self.method.style),
                        **self.part_names,
-                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults()},
+                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults(),
+                       # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
+                       "layerwise": self.schedule.layerwise,
+                       "learned_weights": self.init.learned_weights(self.cfg.to_dict(), [li.numel for li in self.layers])},
             "seed": self.cfg.seed,
             "world_size": self.comm.size,
             "workers": self.comm.workers,

@@ -97,6 +97,8 @@ class RunData:
     def layerwise(self) -> bool:
         """The run's schedule gives each layer its own interval (``Schedule.layerwise``: FedLAMA's), so a legend
         gives its tau' and phi."""
+        if "layerwise" in self.method:  # recorded by the run (a run recorded before it was: the registry)
+            return bool(self.method["layerwise"])
         cls = part_class("schedule", self.schedule)
         return bool(cls is not None and cls.layerwise)
 
@@ -228,6 +230,8 @@ class RunData:
     def learned_init(self) -> bool:
         """The run's init part learns weights of its own for each client (``Init.learned_weights``: ALA's), so its
         first rounds take longer (the report's ``time_init``)."""
+        if "learned_weights" in self.method:  # recorded by the run (a run recorded before it was: the registry)
+            return self.method["learned_weights"] is not None
         cls = part_class("init", self.part("init"))
         return cls is not None and cls.learned_weights(self.config, []) is not None
 
@@ -235,6 +239,9 @@ class RunData:
     def ala_params(self) -> float:
         """The weights the run's init learns for each client (``Init.learned_weights``; FedALA Tables 1 and 6: ALA's,
         the numel of the last ``ala_layers`` parameter tensors, from layers.csv); nan for an init that learns none."""
-        cls = part_class("init", self.part("init"))
-        n = cls.learned_weights(self.config, [r["numel"] for r in self.layers]) if cls is not None and self.layers else None
+        if "learned_weights" in self.method:
+            n = self.method["learned_weights"]
+        else:
+            cls = part_class("init", self.part("init"))
+            n = cls.learned_weights(self.config, [r["numel"] for r in self.layers]) if cls is not None and self.layers else None
         return float("nan") if n is None else float(n)
