@@ -73,6 +73,7 @@ the paper, v_hat is counted as sent to the synchronizing cohort only.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -164,20 +165,20 @@ def sync_due(cfg, round_idx: int) -> bool:
     return (round_idx + 1) % cfg.vhat_every == 0
 
 
-def gather_state(sim, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
+def gather_state(view, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
     """Stacked per-client state ``name`` from the client store (zeros for a client that has none yet)."""
     if not cohort.clients:
         return like.new_zeros((0, *like.shape))
-    return sim.store.gather(name, cohort.clients, lambda c: torch.zeros(like.shape, dtype=like.dtype), like.device)
+    return view.store.gather(name, cohort.clients, lambda c: torch.zeros(like.shape, dtype=like.dtype), like.device)
 
 
 @torch.no_grad()
-def cohort_mean(sim, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def cohort_mean(view, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """sum_i p_i x_i over the whole cohort (added in cohort order across processes), per tensor."""
-    return sim.cohort_sums(cohort, {n: t.float() for n, t in stacked.items()}, cohort.weights)
+    return view.cohort_sums(cohort, {n: t.float() for n, t in stacked.items()}, cohort.weights)
 
 
-def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
+def full_batch_grads(view, cohort) -> dict[str, torch.Tensor]:
     """Each cohort client's full-batch gradient at the global model, stacked [K, ...].
 
     The client's whole training split is cut into mini-batches of ``--batch-size`` (the local objective as the
@@ -186,33 +187,33 @@ def full_batch_grads(sim, cohort) -> dict[str, torch.Tensor]:
     the mean loss over the client's samples.
     """
     k = cohort.size
-    anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
+    anchor = Cohort.from_global(cohort.clients, cohort.weights, view.global_params, view.global_buffers)
     acc = {n: torch.zeros_like(p) for n, p in anchor.params.items()}
     if k == 0:
         return acc
-    plan = sim.batches.plan(FULL_BATCH, cohort.clients)  # the whole split in order, padded; no augmentation
-    sizes = torch.tensor([sim.client_indices[c].numel() for c in cohort.clients], device=plan.real.device)
+    plan = view.batches.plan(FULL_BATCH, cohort.clients)  # the whole split in order, padded; no augmentation
+    sizes = torch.tensor([view.client_indices[c].numel() for c in cohort.clients], device=plan.real.device)
     fracs = (plan.real.double() / sizes.clamp(min=1).double()).float()  # each batch's share of the client's samples
     for s in range(plan.idx.shape[0]):
-        grads, _ = sim.trainer.grads(anchor, sim.train_x[plan.idx[s]], sim.train_y[plan.idx[s]], plan.mask[s])
+        grads, _ = view.trainer.grads(anchor, view.train_x[plan.idx[s]], view.train_y[plan.idx[s]], plan.mask[s])
         for n, g in grads.items():
             acc[n] += g.detach() * expand(fracs[s], g)
     return acc
 
 
-def store_state(sim, cohort, tables: dict[str, torch.Tensor]) -> None:
+def store_state(view, cohort, tables: dict[str, torch.Tensor]) -> None:
     """Keep stacked per-client tensors (table name -> [K, ...]) in the client store across rounds.
 
     A client skipped this round (``--on-diverge skip-client``) keeps its previous state. Under MPI with
     partial participation a client may train on another process next time, so every process gets every
     update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
     """
-    share(sim, cohort.clients, tables, cohort.skipped)
+    share(view, cohort.clients, tables, cohort.skipped)
 
 
-def count_transfer(sim, up: int, down: int) -> None:
+def count_transfer(view, up: int, down: int) -> None:
     """Every cohort client uploads ``up`` and downloads ``down`` full-precision tensors per layer."""
-    sim.ledger.record_copies(sim.active * (up + down))
+    view.ledger.record_copies(view.active * (up + down))
 
 
 def _to(state: dict | None, device) -> dict | None:
@@ -241,26 +242,32 @@ class LambStep(LocalStep):
         self.phi = scaling_function(cfg.phi_values())
         self.denom: dict[str, torch.Tensor] | None = None
 
-    def begin_round(self, sim, cohort) -> None:
-        synced = shared_vhat(sim)  # v_hat_{r-1}; None before the first synchronization: v_hat_0
+    def begin_round(self, view, cohort) -> None:
+        synced = view.offered("vhat", cohort)  # the server's v_hat_{r-1}; None before the first synchronization: v_hat_0
         vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.cfg)))
-                for n, p in sim.global_params.items()}
+                for n, p in view.global_params.items()}
         local = synced is None and self.cfg.vhat_start == "local"
         self.denom = None if local else {n: denominator(self.cfg, v) for n, v in vhat.items()}  # fixed for the round
         m, v = {}, {}
-        for n, p in sim.global_params.items():
-            m[n] = gather_state(sim, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
+        for n, p in view.global_params.items():
+            m[n] = gather_state(view, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
             if self.cfg.local_v == "keep":
-                v[n] = gather_state(sim, f"adaptive.v/{n}", cohort, p)
+                v[n] = gather_state(view, f"adaptive.v/{n}", cohort, p)
             else:
                 v[n] = vhat[n].expand_as(m[n]).clone()  # v_{r,i}^0 = v_hat_{r-1} (line 6)
-        cohort.state["adaptive.m"], cohort.state["adaptive.v"] = m, v
+        cohort.opt_state = {"m": m, "v": v}  # this round's optimizer state (the divergence guard scrubs it too)
 
-    def end_round(self, sim, cohort) -> None:
-        tables = {f"adaptive.m/{n}": t for n, t in cohort.state["adaptive.m"].items()}
+    def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor]:
+        """"v": each cohort client's second moment v this round, name -> [K, *shape] (the vhat-max server averages it)."""
+        if capability != "v":
+            return super().offer(capability, view, cohort)
+        return cohort.opt_state["v"]
+
+    def end_round(self, view, cohort) -> None:
+        tables = {f"adaptive.m/{n}": t for n, t in cohort.opt_state["m"].items()}
         if self.cfg.local_v == "keep":
-            tables.update({f"adaptive.v/{n}": t for n, t in cohort.state["adaptive.v"].items()})
-        store_state(sim, cohort, tables)
+            tables.update({f"adaptive.v/{n}": t for n, t in cohort.opt_state["v"].items()})
+        store_state(view, cohort, tables)
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
@@ -270,7 +277,7 @@ class LambStep(LocalStep):
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
         grads = self.direction(cohort, grads)
         b1, b2 = self.b1, self.b2
-        ms, vs = cohort.state["adaptive.m"], cohort.state["adaptive.v"]
+        ms, vs = cohort.opt_state["m"], cohort.opt_state["v"]
         for n, p in cohort.params.items():
             g, m, v = grads[n], ms[n], vs[n]
             if active is None:
@@ -314,15 +321,15 @@ class MimeStep(LocalStep):
         check_eps(cfg)
         self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
 
-    def begin_round(self, sim, cohort) -> None:
-        self.sim, self.server = sim, sim.server
-        self.anchor = Cohort.from_global(cohort.clients, cohort.weights, sim.global_params, sim.global_buffers)
+    def begin_round(self, view, cohort) -> None:
+        self.view = view  # the server's state is read at each step (its begin_round, after this one, computes c)
+        self.anchor = Cohort.from_global(cohort.clients, cohort.weights, view.global_params, view.global_buffers)
 
     def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
         x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask  # this step's mini-batches
-        at_anchor, _ = self.sim.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
+        at_anchor, _ = self.view.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
-            srv, b1, b2, v0 = self.server, self.b1, self.b2, vhat_zero(self.cfg)
+            srv, b1, b2, v0 = self.view.offered("mime", cohort), self.b1, self.b2, vhat_zero(self.cfg)
             for n, p in cohort.params.items():
                 g = grads[n] - at_anchor[n].detach() + srv.control[n]  # g~ = g_i(y) - g_i(x) + c
                 m = (1 - b1) * g if srv.m is None else b1 * srv.m[n] + (1 - b1) * g
@@ -337,12 +344,6 @@ class MimeStep(LocalStep):
 
 
 # ---------------------------------------------------------------------------- servers
-def shared_vhat(sim) -> dict[str, torch.Tensor] | None:
-    """The v_hat the server shares with the clients this round (None before the first synchronization); the local
-    steps that read it require a server that provides "vhat" (checked with the config)."""
-    return sim.server.vhat
-
-
 class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
@@ -352,8 +353,15 @@ class _VhatServer(AverageServer):
         super().__init__(cfg)
         self.vhat: dict[str, torch.Tensor] | None = None
 
-    def begin_round(self, sim, cohort) -> None:
-        self.vhat = _to(self.vhat, sim.device)
+    def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor] | None:
+        """"vhat": the v_hat the server shares with the clients this round (None before the first synchronization);
+        the local steps that read it require a server that provides it (checked with the config)."""
+        if capability != "vhat":
+            return super().offer(capability, view, cohort)
+        return self.vhat
+
+    def begin_round(self, view, cohort) -> None:
+        self.vhat = _to(self.vhat, view.device)
 
     def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
         """v_hat <- max(v_hat, candidate), v_hat = v_hat_0 (eps, or 0 with --vhat-eps outside) before the first time."""
@@ -375,11 +383,11 @@ class VhatMaxServer(_VhatServer):
 
     requires = {"local_step": "v"}  # the clients' v (lamb, ams)
 
-    def end_round(self, sim, cohort) -> None:
+    def end_round(self, view, cohort) -> None:
         if not sync_due(self.cfg, cohort.round_idx):
             return
-        self.raise_vhat(cohort_mean(sim, cohort, cohort.state["adaptive.v"]))
-        count_transfer(sim, up=1, down=1)  # v up, v_hat down
+        self.raise_vhat(cohort_mean(view, cohort, view.offered("v", cohort)))
+        count_transfer(view, up=1, down=1)  # v up, v_hat down
 
 
 @register_server("vhat-fullgrad")
@@ -391,12 +399,12 @@ class VhatFullGradServer(_VhatServer):
         self.v: dict[str, torch.Tensor] | None = None
         self.grad: dict[str, torch.Tensor] | None = None
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
-        self.v = _to(self.v, sim.device)
-        self.grad = cohort_mean(sim, cohort, full_batch_grads(sim, cohort)) if sync_due(self.cfg, cohort.round_idx) else None
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        self.v = _to(self.v, view.device)
+        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.cfg, cohort.round_idx) else None
 
-    def end_round(self, sim, cohort) -> None:
+    def end_round(self, view, cohort) -> None:
         if self.grad is None:
             return
         b2 = self.cfg.beta2
@@ -404,13 +412,22 @@ class VhatFullGradServer(_VhatServer):
         self.v = {n: (1 - b2) * s for n, s in sq.items()} if self.v is None else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
         self.raise_vhat(self.v)
         self.grad = None
-        count_transfer(sim, up=1, down=1)  # full-batch gradient up, v_hat down
+        count_transfer(view, up=1, down=1)  # full-batch gradient up, v_hat down
 
     def state_dict(self) -> dict:
         return {"vhat": _cpu(self.vhat), "v": _cpu(self.v)}
 
     def load_state_dict(self, state: dict) -> None:
         self.vhat, self.v = state.get("vhat"), state.get("v")
+
+
+class MimeState(NamedTuple):
+    """What the Mime server offers its clients ("mime"): c, and the AMSGrad state s = (m, v, v_hat) (None at first)."""
+
+    control: dict
+    m: dict | None
+    v: dict | None
+    vhat: dict | None
 
 
 @register_server("mime")
@@ -424,12 +441,18 @@ class MimeServer(AverageServer):
         self.m = self.v = self.vhat = None
         self.control: dict[str, torch.Tensor] | None = None
 
-    def begin_round(self, sim, cohort) -> None:
-        self.m, self.v, self.vhat = _to(self.m, sim.device), _to(self.v, sim.device), _to(self.vhat, sim.device)
-        self.control = cohort_mean(sim, cohort, full_batch_grads(sim, cohort))
-        count_transfer(sim, up=1, down=1)  # full-batch gradient up, c down
+    def offer(self, capability: str, view, cohort) -> "MimeState":
+        """"mime": the control variate c of this round and the AMSGrad state (m, v, v_hat) the clients follow."""
+        if capability != "mime":
+            return super().offer(capability, view, cohort)
+        return MimeState(self.control, self.m, self.v, self.vhat)
 
-    def end_round(self, sim, cohort) -> None:
+    def begin_round(self, view, cohort) -> None:
+        self.m, self.v, self.vhat = _to(self.m, view.device), _to(self.v, view.device), _to(self.vhat, view.device)
+        self.control = cohort_mean(view, cohort, full_batch_grads(view, cohort))
+        count_transfer(view, up=1, down=1)  # full-batch gradient up, c down
+
+    def end_round(self, view, cohort) -> None:
         if not sync_due(self.cfg, cohort.round_idx):
             return
         b1, b2, c = self.cfg.beta1, self.cfg.beta2, self.control
@@ -441,7 +464,7 @@ class MimeServer(AverageServer):
             self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
             self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}
             self.vhat = {n: torch.maximum(self.vhat[n], self.v[n]) for n in c}
-        count_transfer(sim, up=0, down=2)  # m_s and v_hat down
+        count_transfer(view, up=0, down=2)  # m_s and v_hat down
 
     def state_dict(self) -> dict:
         return {"m": _cpu(self.m), "v": _cpu(self.v), "vhat": _cpu(self.vhat)}

@@ -6,7 +6,7 @@ training, ``fedcli.fl.personal``) and the received global model theta_g:
 
 - the lower layers (all parameter tensors but the last p = ``--ala-layers``) are overwritten with theta_g;
 - the top p tensors become theta + (theta_g - theta) * W (Eq. 4), with element-wise weights W in [0, 1]
-  (init 1, kept per client in ``sim.store`` across rounds) learned on the local objective (Eq. 5):
+  (init 1, kept per client in ``view.store`` across rounds) learned on the local objective (Eq. 5):
   per mini-batch, with the loss L of the temporary model theta_t = theta + (theta_g - theta) * W,
 
       W <- clamp(W - eta * dL/dtheta_t * (theta_g - theta), 0, 1),   theta_t <- theta + (theta_g - theta) * W
@@ -90,20 +90,20 @@ def initial_stage_done(losses: list[float], num_pre_loss: int, threshold: float)
 
 
 @torch.no_grad()
-def training_losses(sim, clients: list[int], params: dict, buffers: dict) -> list[float]:
+def training_losses(view, clients: list[int], params: dict, buffers: dict) -> list[float]:
     """Mean cross-entropy of each client's model (``params``/``buffers`` name -> ``[K, ...]``) over its whole training
     split, in eval mode: L_i of FedALA's Eq. 8."""
     out = []
-    sim.model.eval()
+    view.model.eval()
     for k, c in enumerate(clients):
-        idx = sim.client_indices[c].to(sim.train_x.device)
+        idx = view.client_indices[c].to(view.train_x.device)
         p = {n: t[k] for n, t in params.items()}
         b = {n: t[k] for n, t in buffers.items()}
         total = 0.0
         for s in range(0, idx.numel(), 1024):
             part = idx[s: s + 1024]
-            logits = functional_call(sim.model, (p, b), (sim.trainer.eval_input(sim.train_x[part]),))
-            total += float(torch.nn.functional.cross_entropy(logits.float(), sim.train_y[part], reduction="sum"))
+            logits = functional_call(view.model, (p, b), (view.trainer.eval_input(view.train_x[part]),))
+            total += float(torch.nn.functional.cross_entropy(logits.float(), view.train_y[part], reduction="sum"))
         out.append(total / max(1, idx.numel()))
     return out
 
@@ -196,6 +196,7 @@ class ALAInit(OverwriteInit):
     def __init__(self, cfg, base=None):
         super().__init__(cfg)
         self.base = base if base is not None else OverwriteInit(cfg)
+        self.provides = self.base.provides  # what the method's own init offers the other parts (FedAMP's u_i)
         self.p = int(cfg.ala_layers)
         self.percent = float(cfg.ala_sample_percent)
         self.eta = float(cfg.ala_lr)
@@ -209,95 +210,104 @@ class ALAInit(OverwriteInit):
         self.rows: dict[str, list[dict]] = {"ala.csv": [], "local_loss.csv": []}  # this process's, this round's
         self.init_loss: dict[int, float] = {}  # --ala-trace: client -> loss of its initialized model this round
 
-    def setup(self, sim) -> None:
-        self.base.setup(sim)
+    def setup(self, view) -> None:
+        self.base.setup(view)
 
-    def training_indices(self, sim) -> list | None:
-        return self.base.training_indices(sim)
+    def training_indices(self, view) -> list | None:
+        return self.base.training_indices(view)
 
-    def begin_round(self, sim, cohort) -> None:
-        self.base.begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        self.base.begin_round(view, cohort)
 
-    def end_round(self, sim, cohort) -> None:
-        self.base.end_round(sim, cohort)
+    def end_round(self, view, cohort) -> None:
+        self.base.end_round(view, cohort)
         if not self.trace:
             return
         if cohort.clients:  # the trained models, captured before the round-end synchronization (fedcli.fl.personal)
-            params, buffers = load_models(sim, cohort.clients)
-            for c, loss in zip(cohort.clients, training_losses(sim, cohort.clients, params, buffers)):
-                self.rows["local_loss.csv"].append({"round": cohort.round_idx + 1, "client": c, "samples": int(sim.sizes[c]),
+            params, buffers = load_models(view, cohort.clients)
+            for c, loss in zip(cohort.clients, training_losses(view, cohort.clients, params, buffers)):
+                self.rows["local_loss.csv"].append({"round": cohort.round_idx + 1, "client": c, "samples": int(view.sizes[c]),
                                                     "initialized": self.init_loss.pop(c), "trained": loss})
-        shares = sim.comm.allgather(self.rows) if sim.comm.size > 1 else [self.rows]  # every process (collective)
+        shares = view.comm.allgather(self.rows) if view.comm.size > 1 else [self.rows]  # every process (collective)
         self.rows = {name: sorted((r for s in shares for r in s[name]), key=lambda r: (r["client"], r.get("pass", 0)))
-                     for name in self.rows} if sim.comm.is_root else {name: [] for name in self.rows}
+                     for name in self.rows} if view.comm.is_root else {name: [] for name in self.rows}
 
-    def round_tables(self, sim) -> dict[str, list[dict]]:
+    def round_tables(self, view) -> dict[str, list[dict]]:
         rows, self.rows = self.rows, {name: [] for name in self.rows}
         return rows
 
-    def top_names(self, sim) -> list[str]:
-        shared = [li for li in sim.layers if li.index not in sim.local_layers]
+    def top_names(self, view) -> list[str]:
+        shared = [li for li in view.layers if li.index not in view.local_layers]
         p = min(self.p, len(shared))
         return [li.name for li in shared[len(shared) - p:]] if p > 0 else []
 
-    def starts_from_global(self, sim) -> bool:
-        return not self.top_names(sim) and self.base.starts_from_global(sim)
+    def starts_from_global(self, view) -> bool:
+        return not self.top_names(view) and self.base.starts_from_global(view)
 
-    def mixes_received(self, sim) -> bool:
-        return bool(self.top_names(sim))
+    @classmethod
+    def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
+        """W of the last ``--ala-layers`` parameter tensors: their numel (FedALA Tables 1 and 6)."""
+        p = int(config.get("ala_layers", 2))
+        return sum(numels[-p:]) if p > 0 else 0
 
-    def download(self, sim, cohort) -> None:
-        self.base.download(sim, cohort)
+    def mixes_received(self, view) -> bool:
+        return bool(self.top_names(view))
 
-    def received(self, sim, cohort) -> dict:
-        return self.base.received(sim, cohort)
+    def download(self, view, cohort) -> None:
+        self.base.download(view, cohort)
 
-    def initialize(self, sim, cohort) -> None:
-        self._initialize(sim, cohort)
+    def received(self, view, cohort) -> dict:
+        return self.base.received(view, cohort)
+
+    def offer(self, capability: str, view, cohort):
+        return self.base.offer(capability, view, cohort)
+
+    def initialize(self, view, cohort) -> None:
+        self._initialize(view, cohort)
         if self.trace and cohort.clients:  # Figure 5: the initialized models' loss, before local training
-            losses = training_losses(sim, cohort.clients, cohort.params, cohort.buffers)
+            losses = training_losses(view, cohort.clients, cohort.params, cohort.buffers)
             self.init_loss.update(zip(cohort.clients, losses))
 
-    def _initialize(self, sim, cohort) -> None:
-        names = self.top_names(sim)
+    def _initialize(self, view, cohort) -> None:
+        names = self.top_names(view)
         if not names:
-            self.base.initialize(sim, cohort)
+            self.base.initialize(view, cohort)
             return
-        rec = self.base.received(sim, cohort)  # name -> [K or 1, *shape]
-        cohort.load_global(rec, sim.global_buffers)  # lower layers (and buffers) = received
+        rec = self.base.received(view, cohort)  # name -> [K or 1, *shape]
+        cohort.load_global(rec, view.global_buffers)  # lower layers (and buffers) = received
         per_client = any(t.shape[0] != 1 for t in rec.values())
         clients, weights, flags = [], {}, torch.zeros(0)
         if cohort.clients:
-            local, _ = load_models(sim, cohort.clients)
+            local, _ = load_models(view, cohort.clients)
             run = [k for k in range(cohort.size)
                    if not all(torch.equal(local[n][k], rec[n][k if rec[n].shape[0] > 1 else 0]) for n in rec)]
             if run:
                 clients = [cohort.clients[k] for k in run]
-                weights, flags = self.learn(sim, cohort, run, clients, {n: local[n] for n in names}, rec, per_client)
+                weights, flags = self.learn(view, cohort, run, clients, {n: local[n] for n in names}, rec, per_client)
         # every rank shares (a collective call under MPI with partial participation), also with no client to learn for
-        share(sim, clients, {**{f"ala.w:{n}": weights.get(n, sim.global_params[n].new_zeros((0, *sim.global_params[n].shape)))
+        share(view, clients, {**{f"ala.w:{n}": weights.get(n, view.global_params[n].new_zeros((0, *view.global_params[n].shape)))
                                 for n in names}, "ala.started": flags})
 
-    def learn(self, sim, cohort, run: list[int], clients: list[int], local: dict, rec: dict,
+    def learn(self, view, cohort, run: list[int], clients: list[int], local: dict, rec: dict,
               per_client: bool) -> tuple[dict, torch.Tensor]:
         """Learn W for the cohort rows ``run`` (global ids ``clients``) and write their initialized top layers
         into the cohort; returns the new W and the clients' "initial stage done" flags."""
-        dev = sim.device
+        dev = view.device
         sel = torch.tensor(run, device=dev)
         top = {n: t[sel] for n, t in local.items()}
         if per_client:
             theta_g = {n: t.expand(cohort.size, *t.shape[1:])[sel] for n, t in rec.items()}
         else:
             theta_g = {n: t[0] for n, t in rec.items()}
-        weights = {n: sim.store.gather(f"ala.w:{n}", clients, lambda _c, g=sim.global_params[n]: torch.ones_like(g), dev)
+        weights = {n: view.store.gather(f"ala.w:{n}", clients, lambda _c, g=view.global_params[n]: torch.ones_like(g), dev)
                    for n in top}
-        started = sim.store.gather("ala.started", clients, lambda _c: torch.zeros(()), dev)
+        started = view.store.gather("ala.started", clients, lambda _c: torch.zeros(()), dev)
         start_phase = [not bool(v) for v in started.tolist()]
-        plan = sim.batches.plan(ALA_BATCHES, clients, cohort.round_idx, percent=self.percent)
+        plan = view.batches.plan(ALA_BATCHES, clients, cohort.round_idx, percent=self.percent)
         if per_client not in self._grad:
-            self._grad[per_client] = _grad_fn(sim.model, per_client)
+            self._grad[per_client] = _grad_fn(view.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}
-        weights, passes, losses = learn_weights(sim.model, theta_g, top, weights, buffers, sim.train_x, sim.train_y,
+        weights, passes, losses = learn_weights(view.model, theta_g, top, weights, buffers, view.train_x, view.train_y,
                                                 plan, start_phase, self.eta, self.num_pre_loss, self.threshold,
                                                 self.max_passes, grad_fn=self._grad[per_client], per_client=per_client)
         if self.trace:  # Figure 3: the loss of every weight-learning pass

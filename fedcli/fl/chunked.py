@@ -34,8 +34,6 @@ def blocker(sim) -> str | None:
     for family, part in sim.parts.items():
         if not vars(type(part)).get("separable", False) or not part.separable_now():
             return f"its {family.replace('_', ' ')} ({type(part).__name__}) needs the whole cohort"
-    if sim.schedule.needs_discrepancy or min(sim.schedule.intervals, default=0) < sim.schedule.period:
-        return "layers are synchronized within the round"
     if cfg.on_diverge != "stop":
         return f"--on-diverge {cfg.on_diverge} redoes a synchronization over the whole cohort"
     if cfg.bn_buffers == "never":

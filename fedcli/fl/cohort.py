@@ -55,6 +55,7 @@ class Cohort:
     skipped: set = field(default_factory=set)       # global ids of the clients skipped this round (--on-diverge skip-client)
     skips: list = field(default_factory=list)       # their records (skipped.csv)
     ctx: StepContext = field(default_factory=StepContext)  # the current local step (set by the engine before each)
+    end_iteration: int = 0                          # the global iteration the round ended at (set after its last step)
 
     @property
     def size(self) -> int:

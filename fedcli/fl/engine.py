@@ -27,6 +27,7 @@ from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import chunked, guard, parts, slots
+from fedcli.fl.api import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
 from fedcli.fl.hooks import CallRoundHook, RoundHook
@@ -201,6 +202,8 @@ class Simulation:
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
         self.writers = None            # the round hook writing its CSVs (``attach``)
+        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.api)
+        self.view = PartView(self)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:
         """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the round hook that writes them (the
@@ -291,8 +294,8 @@ class Simulation:
         norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
         self.pad_fill = [-m / s for m, s in zip(norm["mean"], norm["std"])] if norm else 0.0
         for part in self.parts.values():
-            part.setup(self)
-            own = part.training_indices(self)
+            part.setup(self.view)
+            own = part.training_indices(self.view)
             if own is not None:  # the part holds back some of each client's training data
                 self.client_indices = own
                 self.sizes = np.array([t.numel() for t in own])
@@ -317,7 +320,10 @@ class Simulation:
             "config": self.cfg.to_dict(),
             "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), "style": list(self.method.style),
                        **self.part_names,
-                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults()},
+                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults(),
+                       # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
+                       "layerwise": self.schedule.layerwise,
+                       "learned_weights": self.init.learned_weights(self.cfg.to_dict(), [li.numel for li in self.layers])},
             "seed": self.cfg.seed,
             "world_size": self.comm.size,
             "workers": self.comm.workers,
@@ -352,7 +358,7 @@ class Simulation:
         flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
         self.apply_average(names, flat)
         guard.reset_skipped_rows(self, cohort)
-        self.schedule.synchronized(self, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
+        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
         for kind, n, _ in names:
             src = self.global_params[n] if kind == "p" else self.global_buffers[n]
             dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
@@ -451,7 +457,9 @@ class Simulation:
 
     @property
     def parts(self) -> dict:
-        return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server}
+        """The run's parts by family, in the order the engine calls their hooks (the schedule last)."""
+        return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server,
+                "schedule": self.schedule}
 
     @property
     def full_participation(self) -> bool:
@@ -549,7 +557,7 @@ class Simulation:
             state.loss_sum += float(total[0])
             state.loss_count += len(cohort_ids) - len(skipped)
         self.record.skips = list(cohort.skips)
-        self.record.adjustment = self.schedule.end_round(round_idx, state.iteration)
+        self.record.adjustment = self.schedule.adjustment  # made by its end_round (close_cohort)
         state.round_idx += 1
 
     def open_cohort(self, clients: list[int], cohort_ids: list[int], round_idx: int, steps: int) -> Cohort:
@@ -557,16 +565,16 @@ class Simulation:
         cohort = Cohort.from_global(clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers)
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
         cohort.steps = torch.tensor(self.plan.client_round_steps(clients, steps), device=self.device)
-        self.init.download(self, cohort)  # the server's side of sending the models (collective under MPI)
-        self.init.initialize(self, cohort)
+        self.init.download(self.view, cohort)  # the server's side of sending the models (collective under MPI)
+        self.init.initialize(self.view, cohort)
         if self.cfg.bn_buffers == "never":
-            slots.restore_buffers(self, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
+            slots.restore_buffers(self.view, cohort)  # the author code's FedLAMA: each slot keeps its own statistics
         if self.personal is not None:  # --personal-eval after-init: the models before local training
-            self.personal.initialized(self, cohort, "init")
+            self.personal.initialized(self.view, cohort, "init")
         for part in self.parts.values():
-            part.begin_round(self, cohort)
+            part.begin_round(self.view, cohort)
         if self.personal is not None:
-            self.personal.initialized(self, cohort, "begin")
+            self.personal.initialized(self.view, cohort, "begin")
         return cohort
 
     def local_phase(self, state: TrainState, cohort: Cohort, start: int, steps: int, sync) -> torch.Tensor:
@@ -593,7 +601,7 @@ class Simulation:
                 if fused is not None:  # plain SGD applied client by client inside the loop trainer
                     _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
                 else:
-                    grads, losses = self.local_step.gradients(self, cohort, x, self.train_y[idx], plan.mask[j - 1])
+                    grads, losses = self.local_step.gradients(self.view, cohort, x, self.train_y[idx], plan.mask[j - 1])
                 if fused is None:
                     self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
@@ -604,20 +612,21 @@ class Simulation:
             if due and self.local_layers:
                 due = [l for l in due if l not in self.local_layers]
             if j == steps and self.personal is not None:
-                self.personal.capture(self, cohort)  # each client's trained model, before the round-end sync replaces it
+                self.personal.capture(self.view, cohort)  # each client's trained model, before the round-end sync replaces it
             if due:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
                 hook(self, state)
+        cohort.end_iteration = state.iteration
         return round_losses
 
     def close_cohort(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
         """The parts' round ends for ``cohort``; each client's mean local loss [K, 1] (float64)."""
         round_losses = guard.settle_skipped(self, state, cohort, round_losses)
         if self.cfg.bn_buffers == "never":
-            slots.keep_buffers(self, cohort)
+            slots.keep_buffers(self.view, cohort)
         for part in self.parts.values():
-            part.end_round(self, cohort)
+            part.end_round(self.view, cohort)
         guard.forget_nonfinite(self, cohort)
         if not cohort.clients:
             return torch.zeros(0, 1, dtype=torch.float64, device=self.device)
@@ -637,7 +646,7 @@ class Simulation:
                "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1),
                "skipped_clients": state.skipped}
         s = state.summary
-        personal = self.personal.evaluate(self, state.round_idx) if self.personal is not None else None
+        personal = self.personal.evaluate(self.view, state.round_idx) if self.personal is not None else None
         row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
         s.history.append(row)
         if math.isnan(s.best_acc) or acc > s.best_acc:

@@ -40,10 +40,13 @@ def _registrar(table: dict):
 class Part:
     """Base of every part: optional hooks around a round, declarations the engine reads, state for checkpoints.
 
-    ``sim`` is the running :class:`fedcli.fl.engine.Simulation` (config, global model, client store,
-    communicator, ledger); ``cohort`` the stacked clients of this process. Every hook and declaration a part of
-    any family may have is declared here or on its family's base (:class:`LocalStep`, :class:`Codec`,
-    :class:`Init`, :class:`Server`) with its default, so the engine never probes for one.
+    ``view`` is the part interface of the run (:class:`fedcli.fl.api.PartView`: the config, the layers, the global
+    model, the client store, the batch plans, the cohort sums, the ledger, the trainer, ...), never the engine itself;
+    ``cohort`` the stacked clients of this process. Every hook and declaration a part of any family may have is
+    declared here or on its family's base (:class:`LocalStep`, :class:`Codec`, :class:`Init`, :class:`Server`,
+    ``fedcli.fl.schedules.Schedule``) with its default, so the engine never probes for one. A part keeps what it
+    computes for a round on itself (or, for a local step's optimizer state, in ``cohort.opt_state``); another part
+    reads it only through a declared capability (``provides`` / ``offer``, :meth:`fedcli.fl.api.PartView.offered`).
     """
 
     # the name a run's label adds when this part replaces its preset's own ("FedProx + ALA"); None: nothing
@@ -75,34 +78,39 @@ class Part:
         """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
         return True
 
-    def setup(self, sim) -> None:
+    def setup(self, view) -> None:
         """Once, when the simulation is set up (data, partition, model and all parts exist); also on resume."""
 
-    def begin_round(self, sim, cohort) -> None:
+    def begin_round(self, view, cohort) -> None:
         pass
 
-    def end_round(self, sim, cohort) -> None:
+    def end_round(self, view, cohort) -> None:
         pass
 
-    def local_layers(self, sim) -> list[int]:
+    def local_layers(self, view) -> list[int]:
         """Layers this part keeps on the clients and never synchronizes (FedRep's head)."""
         return []
 
-    def training_indices(self, sim) -> list[torch.Tensor] | None:
+    def training_indices(self, view) -> list[torch.Tensor] | None:
         """Each client's training sample indices when this part holds some back (FedFomo's validation split), read
         by the engine right after this part's ``setup``; None: every training sample trains."""
         return None
 
-    def personalize(self, sim, client: int) -> tuple[dict, dict] | None:
+    def personalize(self, view, client: int) -> tuple[dict, dict] | None:
         """(params, buffers) of ``client``'s evaluated model when this part computes it on demand (Per-FedAvg:
         one step from the global model); None: the model the store keeps under ``personal_prefix``."""
         return None
 
-    def round_tables(self, sim) -> dict[str, list[dict]]:
+    def round_tables(self, view) -> dict[str, list[dict]]:
         """Rows this part recorded in the round just done, by run-directory CSV (``fedcli.results.rundir.PART_CSVS``):
         the root process's run log appends them after the round and the part forgets them (ALA's ``--ala-trace``).
         Called on the root only: gather the rows from every process in ``end_round``."""
         return {}
+
+    def offer(self, capability: str, view, cohort):
+        """What this part offers the run's other parts for ``capability`` (one of its ``provides``) this round, for
+        ``cohort``: read by a part that requires it through ``view.offered(capability, cohort)``."""
+        raise LookupError(f"{type(self).__name__} offers no {capability!r}")
 
     def state_dict(self) -> dict:
         return {}
@@ -118,10 +126,10 @@ class LocalStep(Part):
     (:class:`fedcli.fl.cohort.StepContext`: round, step j, iteration, lr, active mask, mini-batches), which the engine
     sets before each step; no part keeps its own step counter."""
 
-    def gradients(self, sim, cohort, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor):
+    def gradients(self, view, cohort, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor):
         """(grads name -> [K, ...], losses [K]) of this step's mini-batches ``x`` [K, B, ...] at the
         cohort's parameters; a method that differentiates another model (pFedMe's personalized model) overrides it."""
-        return sim.trainer.grads(cohort, x, y, mask)
+        return view.trainer.grads(cohort, x, y, mask)
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
         """``lr`` when this step is x <- x - lr * grad itself, so a trainer that fuses SGD (``Trainer.fuses_sgd``)
@@ -157,28 +165,34 @@ class Init(Part):
     # an init that wraps the method's own (ALA mixes what the method's init receives): built with ``base=``
     wraps_base: bool = False
 
-    def download(self, sim, cohort) -> None:
-        """Prepare what the server sends each cohort client this round, kept in ``cohort.state`` for ``received``: the
+    def download(self, view, cohort) -> None:
+        """Prepare what the server sends each cohort client this round, kept on the part for ``received``: the
         exchanges between processes (collective under MPI: every process calls it, with or without clients), the
-        communication beyond the engine's one model download per client (``sim.ledger``) and the server's per-client
+        communication beyond the engine's one model download per client (``view.ledger``) and the server's per-client
         state. Once per round, before ``initialize``. Default: nothing (the server sends the global model)."""
 
-    def received(self, sim, cohort) -> dict[str, torch.Tensor]:
+    def received(self, view, cohort) -> dict[str, torch.Tensor]:
         """What the server sends each cohort client, as ``download`` prepared it: name -> ``[1, *shape]`` (the same for
         all: the global model, the default) or ``[K, *shape]`` (one per client: FedAMP's u_i, FedFomo's aggregates).
         A query: it communicates nothing and changes no state. ALA (``--init ala``) mixes it with the client's old
         local model in place of this part's own initialization."""
-        return {n: g.unsqueeze(0) for n, g in sim.global_params.items()}
+        return {n: g.unsqueeze(0) for n, g in view.global_params.items()}
 
-    def initialize(self, sim, cohort) -> None:
+    def initialize(self, view, cohort) -> None:
         raise NotImplementedError
 
-    def starts_from_global(self, sim) -> bool:
+    def starts_from_global(self, view) -> bool:
         """Whether every cohort client starts its round from the global model itself (Ditto's anchor and
         Per-FedAvg's adaptation then use the global model; otherwise the client's start model). Default: not known to."""
         return False
 
-    def mixes_received(self, sim) -> bool:
+    @classmethod
+    def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
+        """How many weights this init learns for each client, from a run's recorded config and its layers' sizes in
+        parameter order (FedALA Tables 1 and 6 count ALA's); None: it learns none. Read by the report."""
+        return None
+
+    def mixes_received(self, view) -> bool:
         """Whether this init replaces what the server sends with a learned mix of it and the client's old model (ALA
         with layers to mix), so a method that rebuilds its model from the downloads (APPLE) has nothing for it."""
         return False
@@ -263,25 +277,26 @@ class SGDStep(LocalStep):
     def separable_now(self) -> bool:
         return self.persist == "none"
 
-    def setup(self, sim) -> None:
-        self.decayed = decayed_tensors(sim.layers, self.decay_on)
+    def setup(self, view) -> None:
+        self.decayed = decayed_tensors(view.layers, self.decay_on)
         if self.persist != "none":
-            reasons = [r for r in (self.fresh_momentum_needed, sim.server.fresh_momentum_needed) if r]
+            others = view.declared("fresh_momentum_needed")  # the other parts' reasons (the server's: FedNova's)
+            reasons = [r for r in (self.fresh_momentum_needed, *(r for f, r in others.items() if f != "local_step")) if r]
             if not _chains_end_round(type(self)):
                 reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
             if reasons:
-                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {sim.cfg.algo}: {reasons[0]}")
+                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {view.cfg.algo}: {reasons[0]}")
 
-    def begin_round(self, sim, cohort) -> None:
+    def begin_round(self, view, cohort) -> None:
         cohort.opt_state = {}
         if self.persist != "none":
-            bufs = slots.restore(sim, cohort, MOMENTUM, sim.global_params, self.persist,
-                                 lambda n: torch.zeros_like(sim.global_params[n]))
+            bufs = slots.restore(view, cohort, MOMENTUM, view.global_params, self.persist,
+                                 lambda n: torch.zeros_like(view.global_params[n]))
             cohort.opt_state["momentum"] = [bufs[n] for n in cohort.params]
 
-    def end_round(self, sim, cohort) -> None:
+    def end_round(self, view, cohort) -> None:
         if self.persist != "none" and "momentum" in cohort.opt_state:
-            slots.keep(sim, cohort, MOMENTUM, dict(zip(cohort.params, cohort.opt_state["momentum"])), self.persist)
+            slots.keep(view, cohort, MOMENTUM, dict(zip(cohort.params, cohort.opt_state["momentum"])), self.persist)
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
         """``lr`` for plain SGD (no momentum, no weight decay, every client active, no subclass changing anything,
@@ -359,10 +374,10 @@ class OverwriteInit(Init):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
     separable = True
-    def initialize(self, sim, cohort) -> None:
-        cohort.load_global(sim.global_params, sim.global_buffers)
+    def initialize(self, view, cohort) -> None:
+        cohort.load_global(view.global_params, view.global_buffers)
 
-    def starts_from_global(self, sim) -> bool:
+    def starts_from_global(self, view) -> bool:
         return type(self).initialize is OverwriteInit.initialize  # a subclass with its own start: not the global one
 
 

@@ -7,7 +7,7 @@ then on the client holds the new global value of that layer, so we anchor each l
 value it had at its *last synchronization* (the model the client last received for that layer).
 Under the periodic schedule no layer is synchronized before the round ends, so this is exactly
 FedProx's round-start anchor, and FedProx + FedLAMA with phi = 1 is FedProx (tested).
-The engine updates ``sim.global_params`` in place at each synchronization, so the anchor is simply
+The engine updates ``view.global_params`` in place at each synchronization, so the anchor is simply
 a reference to it (no copy).
 """
 
@@ -35,9 +35,9 @@ class ProxStep(SGDStep):
         self.mu = float(cfg.mu)
         self.anchor: dict[str, torch.Tensor] = {}
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
-        self.anchor = sim.global_params
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        self.anchor = view.global_params
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: torch.add(g, cohort.params[n] - self.anchor[n], alpha=self.mu) for n, g in grads.items()}

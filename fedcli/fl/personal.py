@@ -4,7 +4,7 @@ A personalized method (``Method(personalized=True)``: fedala, fedavg-c, fedprox-
 judged by the models its clients hold, not by the global model (pFedMe's convention, used by FedALA):
 
 - **Local models.** The model a client holds after its local work of a round is captured just before the
-  round-end synchronization replaces it (``Personalization.capture``) and kept in ``sim.store`` (CPU)
+  round-end synchronization replaces it (``Personalization.capture``) and kept in the client store (CPU)
   under ``local.p:<param>`` / ``local.b:<buffer>`` until the client trains again. ALA (``--init ala``)
   reads it as the client's old local model; fedavg-c, fedprox-c, fedala and fedrep are evaluated on it.
   A method whose evaluated model is another one (Ditto's personalized model v_i) names its store prefix
@@ -66,27 +66,27 @@ class PersonalEvalParams:
 
 
 # ---------------------------------------------------------------------------- per-client state
-def load_models(sim, clients: list[int], prefix: str = LOCAL, device=None) -> tuple[dict, dict]:
+def load_models(view, clients: list[int], prefix: str = LOCAL, device=None) -> tuple[dict, dict]:
     """Stacked ``(params, buffers)`` of the clients' models stored under ``prefix``; a client without one
     gets the current global model."""
-    device = device if device is not None else sim.device
+    device = device if device is not None else view.device
     params, buffers = {}, {}
-    for n, g in sim.global_params.items():
-        params[n] = (sim.store.gather(f"{prefix}.p:{n}", clients, lambda _c, g=g: g, device) if clients
+    for n, g in view.global_params.items():
+        params[n] = (view.store.gather(f"{prefix}.p:{n}", clients, lambda _c, g=g: g, device) if clients
                      else g.new_zeros((0, *g.shape)))
-    for n, b in sim.global_buffers.items():
-        buffers[n] = (sim.store.gather(f"{prefix}.b:{n}", clients, lambda _c, b=b: b, device) if clients
+    for n, b in view.global_buffers.items():
+        buffers[n] = (view.store.gather(f"{prefix}.b:{n}", clients, lambda _c, b=b: b, device) if clients
                       else b.new_zeros((0, *b.shape)))
     return params, buffers
 
 
-def save_models(sim, clients: list[int], params: dict, buffers: dict, prefix: str = LOCAL) -> None:
+def save_models(view, clients: list[int], params: dict, buffers: dict, prefix: str = LOCAL) -> None:
     tables = {f"{prefix}.p:{n}": t for n, t in params.items()}
     tables.update({f"{prefix}.b:{n}": t for n, t in buffers.items()})
-    share(sim, clients, tables)
+    share(view, clients, tables)
 
 
-def all_client_models(sim, cohort, buffers: bool = False, prefix: str = LOCAL) -> tuple[dict, dict]:
+def all_client_models(view, cohort, buffers: bool = False, prefix: str = LOCAL) -> tuple[dict, dict]:
     """Every client's model stored under ``prefix`` (default: its last uploaded one), stacked ``[N, *shape]`` in
     client order (a client without one holds the current global model): what FedAMP, FedFomo and APPLE download.
     Collective under MPI.
@@ -94,14 +94,14 @@ def all_client_models(sim, cohort, buffers: bool = False, prefix: str = LOCAL) -
     One process, or partial participation under MPI (``personal.share`` gave every rank every client's
     model): the store. Full participation under MPI: each rank stores the models of its own clients (the
     same every round), so the ranks allgather them."""
-    n = len(sim.client_indices)
-    if sim.comm.size == 1 or not sim.full_participation:
-        p, b = load_models(sim, list(range(n)), prefix)
+    n = len(view.client_indices)
+    if view.comm.size == 1 or not view.full_participation:
+        p, b = load_models(view, list(range(n)), prefix)
         return p, (b if buffers else {})
-    p, b = load_models(sim, cohort.clients, prefix, device="cpu")
-    shares = sim.comm.allgather((list(cohort.clients), p, b if buffers else {}))
-    out_p = {k: v.new_zeros((n, *v.shape)) for k, v in sim.global_params.items()}
-    out_b = {k: v.new_zeros((n, *v.shape)) for k, v in sim.global_buffers.items()} if buffers else {}
+    p, b = load_models(view, cohort.clients, prefix, device="cpu")
+    shares = view.comm.allgather((list(cohort.clients), p, b if buffers else {}))
+    out_p = {k: v.new_zeros((n, *v.shape)) for k, v in view.global_params.items()}
+    out_b = {k: v.new_zeros((n, *v.shape)) for k, v in view.global_buffers.items()} if buffers else {}
     seen = set()
     for clients, ps, bs in shares:
         if clients:
@@ -115,44 +115,44 @@ def all_client_models(sim, cohort, buffers: bool = False, prefix: str = LOCAL) -
     return out_p, out_b
 
 
-def client_model(sim, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
+def client_model(view, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
     """One client's stored model (unstacked, on the device); the global model if it has none."""
     def get(table: str, default: torch.Tensor) -> torch.Tensor:
-        t = sim.store.get(table, client)
+        t = view.store.get(table, client)
         return default if t is None else t.to(default.device)
-    return ({n: get(f"{prefix}.p:{n}", g) for n, g in sim.global_params.items()},
-            {n: get(f"{prefix}.b:{n}", b) for n, b in sim.global_buffers.items()})
+    return ({n: get(f"{prefix}.p:{n}", g) for n, g in view.global_params.items()},
+            {n: get(f"{prefix}.b:{n}", b) for n, b in view.global_buffers.items()})
 
 
 # ---------------------------------------------------------------------------- local training helper
-def local_sgd(sim, clients: list[int], params: dict, buffers: dict, epochs: float, purpose: str, round_idx: int,
+def local_sgd(view, clients: list[int], params: dict, buffers: dict, epochs: float, purpose: str, round_idx: int,
               lr: float, trainable: list[str] | None = None, direction=None) -> torch.Tensor:
     """Plain SGD (no momentum, no weight decay) for ``epochs`` local epochs, vectorized over ``clients``.
 
     ``params`` ``[K, ...]`` are updated in place (only the names in ``trainable``; all by default);
     ``buffers`` too (BatchNorm statistics, train mode). Client i runs ceil(epochs * n_i / B) steps (with
     ``--drop-last`` ceil(epochs * floor(n_i / B)): ``epoch_steps``) of mini-batches from its training split, asked of
-    ``sim.batches`` by ``purpose``: drawn from generators keyed by (seed, purpose, round, client) (so this extra
+    ``view.batches`` by ``purpose``: drawn from generators keyed by (seed, purpose, round, client) (so this extra
     local work has its own random stream, independent of the main local steps);
     ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
     client [K].
     """
-    cfg = sim.cfg
+    cfg = view.cfg
     k = len(clients)
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)
-    steps = [epoch_steps(int(sim.sizes[c]), epochs, sim.batch_size, cfg.drop_last) for c in clients]
+    steps = [epoch_steps(int(view.sizes[c]), epochs, view.batch_size, cfg.drop_last) for c in clients]
     total = max(steps)
-    plan = sim.batches.plan(purpose, clients, round_idx, total)
-    steps_t = torch.tensor(steps, device=sim.device)
+    plan = view.batches.plan(purpose, clients, round_idx, total)
+    steps_t = torch.tensor(steps, device=view.device)
     names = list(params) if trainable is None else list(trainable)
     tmp = Cohort(list(clients), torch.full((k,), 1.0 / k, dtype=torch.float64), params, buffers)
-    loss_sum = torch.zeros(k, dtype=torch.float64, device=sim.device)
+    loss_sum = torch.zeros(k, dtype=torch.float64, device=view.device)
     for j in range(total):
-        x = sim.train_x[plan.idx[j]]
+        x = view.train_x[plan.idx[j]]
         if plan.shifts is not None:
-            x = cifar_augment(x, plan.shifts[j], plan.flips[j], fill=sim.pad_fill)
-        grads, losses = sim.trainer.grads(tmp, x, sim.train_y[plan.idx[j]], plan.mask[j])
+            x = cifar_augment(x, plan.shifts[j], plan.flips[j], fill=view.pad_fill)
+        grads, losses = view.trainer.grads(tmp, x, view.train_y[plan.idx[j]], plan.mask[j])
         if direction is not None:
             grads = direction(grads, params)
         active = steps_t > j
@@ -190,12 +190,12 @@ class Personalization:
             raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
                               "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
 
-    def capture(self, sim, cohort) -> None:
+    def capture(self, view, cohort) -> None:
         """Keep each cohort client's model as it is now (after local training, before the round-end sync)."""
         if self.capture_local:  # on every rank, also one without clients (the sharing may be collective)
-            save_models(sim, cohort.clients, cohort.params, cohort.buffers)
+            save_models(view, cohort.clients, cohort.params, cohort.buffers)
 
-    def initialized(self, sim, cohort, stage: str) -> None:
+    def initialized(self, view, cohort, stage: str) -> None:
         """``--personal-eval after-init``: keep each cohort client's evaluated model as it stands after the round's
         initialization, before local training. The engine calls it at ``stage`` "init" (after ``init.initialize``,
         before the parts' ``begin_round``) and "begin" (after it: Per-FedAvg's on-demand model needs the round its
@@ -203,20 +203,20 @@ class Personalization:
         if not (self.at_init and self.evaluate_models) or bool(self.on_demand) != (stage == "begin"):
             return
         if self.on_demand and cohort.clients:
-            models = [next(m for m in (p.personalize(sim, c) for p in self.on_demand) if m is not None) for c in cohort.clients]
-            params = {n: torch.stack([m[0][n] for m in models]) for n in sim.global_params}
-            buffers = {n: torch.stack([m[1][n] for m in models]) for n in sim.global_buffers}
+            models = [next(m for m in (p.personalize(view, c) for p in self.on_demand) if m is not None) for c in cohort.clients]
+            params = {n: torch.stack([m[0][n] for m in models]) for n in view.global_params}
+            buffers = {n: torch.stack([m[1][n] for m in models]) for n in view.global_buffers}
         elif self.on_demand or self.prefix != LOCAL:
-            params, buffers = load_models(sim, cohort.clients, self.prefix)  # as stored (empty: no clients here)
+            params, buffers = load_models(view, cohort.clients, self.prefix)  # as stored (empty: no clients here)
         else:
             params, buffers = dict(cohort.params), cohort.buffers
-            if sim.local_layers:  # never synchronized (FedRep's head): the client's own, as its last round left it
-                own, _ = load_models(sim, cohort.clients, LOCAL)
-                params.update({sim.layers[i].name: own[sim.layers[i].name] for i in sim.local_layers})
-        save_models(sim, cohort.clients, params, buffers, prefix=INITIALIZED)
+            if view.local_layers:  # never synchronized (FedRep's head): the client's own, as its last round left it
+                own, _ = load_models(view, cohort.clients, LOCAL)
+                params.update({view.layers[i].name: own[view.layers[i].name] for i in view.local_layers})
+        save_models(view, cohort.clients, params, buffers, prefix=INITIALIZED)
 
     @torch.no_grad()
-    def evaluate(self, sim, round_idx: int | None = None) -> float | None:
+    def evaluate(self, view, round_idx: int | None = None) -> float | None:
         """Accuracy over all local test samples of all clients (each client's model on its own split);
         None without local test splits. ``--personal-clients cohort``: only the clients that trained in the last
         round (FedALA Table 7, rho = 0.5*: "the averaged results collected from the joining clients"), pooled the
@@ -227,14 +227,14 @@ class Personalization:
         test-sample-weighted mean: sum_i n_i acc_i / sum_i n_i."""
         if not self.evaluate_models:
             return None
-        n = len(sim.client_indices)
+        n = len(view.client_indices)
         clients = list(range(n))
-        if sim.cfg.personal_clients == "cohort" and round_idx is not None and round_idx > 0:
-            clients = sorted(sample_cohort(sim.cfg.seed, round_idx - 1, n, sim.active))
+        if view.cfg.personal_clients == "cohort" and round_idx is not None and round_idx > 0:
+            clients = sorted(sample_cohort(view.cfg.seed, round_idx - 1, n, view.active))
         total = sum(int(self.test[c].numel()) for c in clients)
-        mine = assign_clients(clients, sim.sizes, sim.comm.rank, sim.comm.size)
+        mine = assign_clients(clients, view.sizes, view.comm.rank, view.comm.size)
         # the global model is a whole model only when the method synchronizes every layer (FedRep's head is local)
-        has_global = not sim.local_layers
+        has_global = not view.local_layers
         stats = torch.full((len(mine), len(STAT_COLUMNS)), float("nan"), dtype=torch.float64)
         correct = 0.0
         for row, c in enumerate(mine):
@@ -243,20 +243,20 @@ class Personalization:
             if idx.numel() == 0:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
-            own = None if self.at_init else next((m for m in (p.personalize(sim, c) for p in self.parts) if m is not None), None)
-            params, buffers = own if own is not None else client_model(sim, c, INITIALIZED if self.at_init else self.prefix)
-            idx = idx.to(sim.train_x.device)
-            stats[row, 1], stats[row, 2] = score(sim, params, buffers, idx)
+            own = None if self.at_init else next((m for m in (p.personalize(view, c) for p in self.parts) if m is not None), None)
+            params, buffers = own if own is not None else client_model(view, c, INITIALIZED if self.at_init else self.prefix)
+            idx = idx.to(view.train_x.device)
+            stats[row, 1], stats[row, 2] = score(view, params, buffers, idx)
             correct += float(stats[row, 2])
             if has_global:
-                stats[row, 3], stats[row, 4] = score(sim, sim.global_params, sim.global_buffers, idx)
+                stats[row, 3], stats[row, 4] = score(view, view.global_params, view.global_buffers, idx)
         # every client's numbers to every rank, each row from the one rank that evaluated it (exact)
         pos = {c: i for i, c in enumerate(clients)}
-        gathered = sim.comm.client_gather(torch.nan_to_num(stats, nan=0.0), [pos[c] for c in mine], len(clients))
-        missing = sim.comm.client_gather(torch.isnan(stats).double(), [pos[c] for c in mine], len(clients))
+        gathered = view.comm.client_gather(torch.nan_to_num(stats, nan=0.0), [pos[c] for c in mine], len(clients))
+        missing = view.comm.client_gather(torch.isnan(stats).double(), [pos[c] for c in mine], len(clients))
         gathered[missing > 0] = float("nan")
-        self.client_rows = client_table(clients, sim.sizes, gathered)
-        tot = sim.comm.allreduce_(torch.tensor([correct], dtype=torch.float64))
+        self.client_rows = client_table(clients, view.sizes, gathered)
+        tot = view.comm.allreduce_(torch.tensor([correct], dtype=torch.float64))
         return float(tot[0]) / total if total else float("nan")
 
 
@@ -265,15 +265,15 @@ STAT_COLUMNS = ("test_samples", "personal_loss", "personal_correct", "global_los
 
 
 @torch.no_grad()
-def score(sim, params: dict, buffers: dict, idx: torch.Tensor) -> tuple[float, float]:
+def score(view, params: dict, buffers: dict, idx: torch.Tensor) -> tuple[float, float]:
     """A model (``params``, ``buffers``, unstacked) on the training-set samples ``idx`` (a client's local test split):
     (mean cross-entropy, correct predictions), in chunks of 1024 samples."""
-    sim.model.eval()
+    view.model.eval()
     loss, correct = 0.0, 0.0
     for s in range(0, idx.numel(), 1024):
         part = idx[s: s + 1024]
-        out = functional_call(sim.model, (params, buffers), (sim.trainer.eval_input(sim.train_x[part]),))
-        y = sim.train_y[part]
+        out = functional_call(view.model, (params, buffers), (view.trainer.eval_input(view.train_x[part]),))
+        y = view.train_y[part]
         # per-sample losses summed in float64: a float32 sum's bits depend on the memory layout (the process count)
         loss += float(torch.nn.functional.cross_entropy(out.float(), y, reduction="none").double().sum())
         correct += float((out.argmax(1) == y).sum())
@@ -309,5 +309,5 @@ def local_layers(sim) -> set[int]:
     """Layers a method keeps on the clients and never synchronizes (FedRep's head), from its parts."""
     out: set[int] = set()
     for p in sim.parts.values():
-        out |= set(p.local_layers(sim))
+        out |= set(p.local_layers(sim.view))
     return out

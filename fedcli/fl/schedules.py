@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from fedcli.fl.parts import _registrar
+from fedcli.fl.parts import Part, _registrar
 from fedcli.params import opt, register_params
 
 
@@ -53,19 +53,27 @@ class Adjustment:
     intervals: list[int]
 
 
-class Schedule:
-    """Base: a fixed interval for every layer and no adjustment."""
+class Schedule(Part):
+    """Base: a fixed interval for every layer and no adjustment.
+
+    The schedule is the fifth part of a method, with the hooks of every part (``setup``, ``begin_round``,
+    ``end_round``: ``fedcli.fl.parts.Part``), called by the engine after the other four, and two of its own: ``due``
+    (which layers to synchronize after a local step) and ``synchronized`` (after a synchronization, before the
+    clients receive the new layers). It is built with the model's layers (its intervals are per layer) and knows
+    its round length before it is built (``round_length``). ``end_round`` may re-adjust the intervals; the
+    adjustment it made (or None) is ``adjustment`` until the next round begins (intervals.csv)."""
 
     name = "base"
-    needs_discrepancy = False
-    label: str | None = None  # the name a run's label adds when this schedule replaces its preset's ("FedProx + FedLAMA")
+    needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
+    layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 
     def __init__(self, cfg, layers):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.layers = layers
         self.tau = cfg.tau
         self.intervals = [cfg.tau] * len(layers)
         self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
+        self.adjustment: Adjustment | None = None  # what the last round end adjusted (None: nothing)
 
     @classmethod
     def round_length(cls, cfg) -> int:
@@ -78,41 +86,58 @@ class Schedule:
         """Local iterations of a round: every layer is synchronized at its end, and the cohort resampled."""
         return self.round_length(self.cfg)
 
+    def separable_now(self) -> bool:
+        """A round may be taken chunk by chunk (``fedcli.fl.chunked``) only when every layer is synchronized at the
+        round's end alone and nothing is measured across the cohort at a synchronization."""
+        return not self.needs_discrepancy and min(self.intervals, default=0) >= self.period
+
+    def begin_round(self, view, cohort) -> None:
+        self.adjustment = None
+
+    def end_round(self, view, cohort) -> None:
+        """At the round's end (``cohort.round_idx``; the run has reached global iteration ``cohort.end_iteration``):
+        re-adjust the intervals and keep what changed in ``adjustment`` (intervals.csv)."""
+        self.adjustment = self.adjust(cohort.round_idx, cohort.end_iteration)
+
+    def adjust(self, round_idx: int, iteration: int) -> Adjustment | None:
+        """The interval adjustment at the end of round ``round_idx`` (the run at ``iteration``); None: none."""
+        return None
+
     def due(self, step: int, last_step: int) -> list[int]:
         """Layers to synchronize after local step ``step`` (1-based) of a round of ``last_step`` steps."""
         if step >= last_step:
             return list(range(len(self.layers)))
         return [l for l, t in enumerate(self.intervals) if step % t == 0]
 
-    def synchronized(self, sim, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
+    def synchronized(self, view, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
         """After the new global ``layers`` are computed at local step ``step``, before the clients receive them
         (``last_sync[l]``: the step of layer l's previous synchronization this round)."""
         if not self.needs_discrepancy:
             return
         # FedLAMA Eq. 2: the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 of every synchronized layer (one cohort sum)
         per_client = torch.stack([
-            (cohort.params[self.layers[l].name] - sim.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
+            (cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
             for l in layers], 1)  # [K, layers]
-        disc = sim.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
+        disc = view.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
         for l, dv in zip(layers, disc):
             self.observe(l, dv, step - last_sync[l])
 
     def observe(self, layer: int, discrepancy: float, steps: int) -> None:
         """Record the (weighted) mean squared distance sum_i p_i ||u_l - x_l^i||^2 at a sync."""
 
-    def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
-        return None
-
     def state_dict(self) -> dict:
         return {"intervals": list(self.intervals)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.intervals = list(state["intervals"])
+        if state:  # a checkpoint's per-process parts hold no schedule when written before it was a part
+            self.intervals = list(state["intervals"])
 
 
 @register_schedule("periodic")
 class Periodic(Schedule):
     """FedAvg: all layers synchronized every tau local iterations; the cohort resampled every tau."""
+
+    separable = True
 
 
 def unit_discrepancy(mean_sq_dist: float, steps: int, numel: int) -> float:
@@ -200,6 +225,7 @@ class Lama(Schedule):
     label = "FedLAMA"
 
     needs_discrepancy = True
+    layerwise = True
 
     def __init__(self, cfg, layers):
         super().__init__(cfg, layers)
@@ -220,7 +246,7 @@ class Lama(Schedule):
     def compute(self) -> list[int]:
         return lama_intervals(self.d, self.numel, self.tau, self.phi, rule=self.rule, eligible=self.eligible)
 
-    def end_round(self, round_idx: int, iteration: int) -> Adjustment | None:
+    def adjust(self, round_idx: int, iteration: int) -> Adjustment | None:
         if iteration <= self.first_adjust * self.tau:
             return None
         self.intervals = self.compute()
@@ -230,8 +256,9 @@ class Lama(Schedule):
         return {"intervals": list(self.intervals), "d": list(self.d)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.intervals = list(state["intervals"])
-        self.d = list(state["d"])
+        if state:
+            self.intervals = list(state["intervals"])
+            self.d = list(state["d"])
 
 
 def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "reference",

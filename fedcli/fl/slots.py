@@ -12,7 +12,7 @@ fedcli's faithful equivalent: a slot is a position in a random permutation of th
 (seed, round), so the client-to-slot map is uniformly random each round as in the author's ordered draw (the
 cohort list itself is sorted by client id). Slot state is stored under the slot index, and with ``client``
 under the client id instead (each client keeps its own buffers: what a deployment with stateful clients
-would do; not the author code). The state is kept in ``sim.store`` (``fedcli.fl.store``); under MPI every process can read every key
+would do; not the author code). The state is kept in ``view.store`` (``fedcli.fl.store``); under MPI every process can read every key
 (``share``), so results do not depend on the number of processes.
 """
 
@@ -31,57 +31,57 @@ def slot_of(seed: int, round_idx: int, cohort_ids: list[int]) -> dict[int, int]:
     return {int(c): int(s) for c, s in zip(cohort_ids, perm)}
 
 
-def keys(sim, cohort, by: str) -> list[int]:
+def keys(view, cohort, by: str) -> list[int]:
     """The store keys of this process's cohort clients: their slots (``by="slot"``) or their ids (``"client"``)."""
     if by == "client":
         return list(cohort.clients)
     if by != "slot":
         raise ValueError(f"unknown state key {by!r}")
-    where = slot_of(sim.cfg.seed, cohort.round_idx, list(cohort.cohort_ids) or list(cohort.clients))
+    where = slot_of(view.cfg.seed, cohort.round_idx, list(cohort.cohort_ids) or list(cohort.clients))
     return [where[c] for c in cohort.clients]
 
 
-def restore(sim, cohort, prefix: str, like: dict[str, torch.Tensor], by: str, fresh) -> dict[str, torch.Tensor]:
+def restore(view, cohort, prefix: str, like: dict[str, torch.Tensor], by: str, fresh) -> dict[str, torch.Tensor]:
     """Stacked state ``[K, *shape]`` per name of ``like`` for this process's cohort; a key without stored state
     gets ``fresh(name)`` (an unstacked tensor of that name's shape)."""
-    ks = keys(sim, cohort, by)
+    ks = keys(view, cohort, by)
     out = {}
     for n, t in like.items():
         if ks:
-            out[n] = sim.store.gather(f"{prefix}.{by}:{n}", ks, lambda _k, n=n: fresh(n), t.device)
+            out[n] = view.store.gather(f"{prefix}.{by}:{n}", ks, lambda _k, n=n: fresh(n), t.device)
         else:
             out[n] = t.new_zeros((0, *t.shape))
     return out
 
 
-def keep(sim, cohort, prefix: str, stacked: dict[str, torch.Tensor], by: str) -> None:
+def keep(view, cohort, prefix: str, stacked: dict[str, torch.Tensor], by: str) -> None:
     """Store stacked state ``[K, *shape]`` per name for this process's cohort. Collective under MPI: every
     process calls it at the same point, and every process can then read every key (``fedcli.fl.store.share``)."""
-    share(sim, keys(sim, cohort, by), {f"{prefix}.{by}:{n}": t for n, t in stacked.items()}, everywhere=True)
+    share(view, keys(view, cohort, by), {f"{prefix}.{by}:{n}": t for n, t in stacked.items()}, everywhere=True)
 
 
-def stored(sim, prefix: str, by: str, key: int, name: str) -> torch.Tensor | None:
+def stored(view, prefix: str, by: str, key: int, name: str) -> torch.Tensor | None:
     """One key's stored tensor (or None)."""
-    return sim.store.get(f"{prefix}.{by}:{name}", key)
+    return view.store.get(f"{prefix}.{by}:{name}", key)
 
 
 # ---------------------------------------------------------------------------- BatchNorm statistics per slot
 BUFFERS = "bn"
 
 
-def restore_buffers(sim, cohort) -> None:
+def restore_buffers(view, cohort) -> None:
     """``--bn-buffers never``: each cohort client starts the round with its slot's running statistics (the
     initial ones for a slot that has none yet), as the author code's worker s keeps its model object's."""
-    bufs = restore(sim, cohort, BUFFERS, sim.global_buffers, "slot", lambda n: sim.global_buffers[n])
+    bufs = restore(view, cohort, BUFFERS, view.global_buffers, "slot", lambda n: view.global_buffers[n])
     for n, b in bufs.items():
         cohort.buffers[n].copy_(b)
 
 
-def keep_buffers(sim, cohort) -> None:
+def keep_buffers(view, cohort) -> None:
     """``--bn-buffers never``: store each slot's statistics after the round; the global model (evaluated and
     checkpointed) takes slot 0's, as the author code evaluates worker 0's model object."""
-    keep(sim, cohort, BUFFERS, cohort.buffers, "slot")
-    for n, b in sim.global_buffers.items():
-        t = stored(sim, BUFFERS, "slot", 0, n)
+    keep(view, cohort, BUFFERS, cohort.buffers, "slot")
+    for n, b in view.global_buffers.items():
+        t = stored(view, BUFFERS, "slot", 0, n)
         if t is not None:
             b.copy_(t.to(b.device))

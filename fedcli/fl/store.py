@@ -462,7 +462,7 @@ class DiskStore:
 ClientStore = MemoryStore  # the name other code used for the in-memory store
 
 
-def share(sim, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), everywhere: bool = False) -> None:
+def share(view, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), everywhere: bool = False) -> None:
     """Keep stacked per-client tensors (table name -> ``[K, ...]``, rows in the order of ``clients``, this process's
     cohort clients, or other keys such as cohort slots) in the client store across rounds: the one way parts store
     per-client state.
@@ -485,14 +485,14 @@ def share(sim, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), 
     else:
         rows = torch.tensor(keep, dtype=torch.long)
         cpu = {name: t.detach().cpu()[rows] for name, t in tables.items()}
-    comm, store = sim.comm, sim.store
+    comm, store = view.comm, view.store
     if store.kind == "disk":
         record = store.write(kept, cpu)
         shares = [(kept, record)] if comm.size == 1 else comm.allgather((kept, record))
         for rank, (cl, rec) in enumerate(shares):
             store.apply(rank, cl, rec)
         return
-    if comm.size == 1 or (sim.full_participation and not everywhere):
+    if comm.size == 1 or (view.full_participation and not everywhere):
         shares = [(kept, cpu)]
     else:
         shares = comm.allgather((kept, cpu))

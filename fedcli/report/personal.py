@@ -60,7 +60,7 @@ def seconds(per_seed: dict, value: str, spec: TableSpec) -> Stat:
             if times:
                 xs.append(statistics.median(times))
         elif value == "time_init":
-            if r.ala and len(times) >= 3:
+            if r.learned_init and len(times) >= 3:
                 xs.append(max(0.0, max(times[1:]) - statistics.median(times)))
     return mean_std(xs)
 

@@ -11,19 +11,23 @@ from pathlib import Path
 #: statuses of a run directory as the sweep and the report see them (one definition: fedcli/results/runstate.py)
 from fedcli.results.runstate import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest  # noqa: E402,F401
 
-#: the schedules whose intervals differ by layer (FedLAMA's): a legend gives their tau' and phi
-LAYERWISE = ("lama", "lama-accelerate")
 #: the kinds of part a run may put in place of its preset's own, in the order a label names them ("FedAvg + ALA +
 #: FedLAMA"); each part class says what it adds (its ``label``)
 ADDED_KINDS = ("init", "schedule", "codec")
 
 
-def part_label(kind: str, name: str | None) -> str | None:
-    """What the registered ``kind`` part ``name`` adds to a run's label (None: nothing, or a part the registry lacks)."""
-    from fedcli.fl.parts import CODECS, INITS
+def part_class(kind: str, name: str | None):
+    """The registered ``kind`` part class ``name`` (None: a part the registry lacks); the report asks it what the part
+    does (its label, whether its intervals differ by layer, what it learns) instead of knowing parts by name."""
+    from fedcli.fl.parts import CODECS, INITS, LOCAL_STEPS, SERVERS
     from fedcli.fl.schedules import SCHEDULES
 
-    cls = {"init": INITS, "schedule": SCHEDULES, "codec": CODECS}[kind].get(name)
+    return {"init": INITS, "schedule": SCHEDULES, "codec": CODECS, "local_step": LOCAL_STEPS, "server": SERVERS}[kind].get(name)
+
+
+def part_label(kind: str, name: str | None) -> str | None:
+    """What the registered ``kind`` part ``name`` adds to a run's label (None: nothing, or a part the registry lacks)."""
+    cls = part_class(kind, name)
     return cls.label if cls is not None else None
 
 
@@ -91,7 +95,12 @@ class RunData:
 
     @property
     def layerwise(self) -> bool:
-        return self.schedule in LAYERWISE
+        """The run's schedule gives each layer its own interval (``Schedule.layerwise``: FedLAMA's), so a legend
+        gives its tau' and phi."""
+        if "layerwise" in self.method:  # recorded by the run (a run recorded before it was: the registry)
+            return bool(self.method["layerwise"])
+        cls = part_class("schedule", self.schedule)
+        return bool(cls is not None and cls.layerwise)
 
     def method_label(self) -> str:
         """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names): the label the manifest records, else
@@ -218,13 +227,21 @@ class RunData:
         return out
 
     @property
-    def ala(self) -> bool:
-        return self.part("init") == "ala"
+    def learned_init(self) -> bool:
+        """The run's init part learns weights of its own for each client (``Init.learned_weights``: ALA's), so its
+        first rounds take longer (the report's ``time_init``)."""
+        if "learned_weights" in self.method:  # recorded by the run (a run recorded before it was: the registry)
+            return self.method["learned_weights"] is not None
+        cls = part_class("init", self.part("init"))
+        return cls is not None and cls.learned_weights(self.config, []) is not None
 
     @property
     def ala_params(self) -> float:
-        """Trainable weights of ALA: the numel of the last ``ala_layers`` parameter tensors (layers.csv); nan without ALA."""
-        p = self.config.get("ala_layers", 2)
-        if not self.ala or not self.layers:
-            return float("nan")
-        return float(sum(r["numel"] for r in self.layers[-p:])) if p > 0 else 0.0
+        """The weights the run's init learns for each client (``Init.learned_weights``; FedALA Tables 1 and 6: ALA's,
+        the numel of the last ``ala_layers`` parameter tensors, from layers.csv); nan for an init that learns none."""
+        if "learned_weights" in self.method:
+            n = self.method["learned_weights"]
+        else:
+            cls = part_class("init", self.part("init"))
+            n = cls.learned_weights(self.config, [r["numel"] for r in self.layers]) if cls is not None and self.layers else None
+        return float("nan") if n is None else float(n)

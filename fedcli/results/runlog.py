@@ -62,6 +62,6 @@ class RunLog(RoundHook):
                 self.run_dir.append_clients([{**at, **r} for r in sim.personal.client_rows])
             self.run_dir.write_layers(layer_rows(sim))
         for part in sim.parts.values():  # rows a part recorded this round (ala.csv, local_loss.csv: --ala-trace)
-            for name, rows in part.round_tables(sim).items():
+            for name, rows in part.round_tables(sim.view).items():
                 if rows:
                     self.run_dir.append_part_rows(name, rows)

@@ -7,7 +7,6 @@ All on scikit-learn digits with a small MLP: seconds.
 
 import csv
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import adaptive
+from fedcli.fl.api import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.methods import METHODS
@@ -56,17 +56,18 @@ def lamb_setup(**kw):
     step = adaptive.LambStep(c) if c.trust_ratio != "off" else adaptive.AMSStep(c)
     step.name = "lamb"
     glob = {"a": torch.zeros(2), "b": torch.zeros(1)}
-    sim = SimpleNamespace(server=server, global_params=glob, store=ClientStore(), device=torch.device("cpu"), local_step=step, cfg=c)
+    view = PartView.fake(parts={"local_step": step, "server": server}, global_params=glob, store=ClientStore(),
+                         device=torch.device("cpu"), cfg=c)
     cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), glob, {})
     cohort.params["a"].copy_(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))
     cohort.params["b"].copy_(torch.tensor([[1.0], [1.0]]))
-    step.begin_round(sim, cohort)
+    step.begin_round(view, cohort)
     grads = {"a": torch.tensor([[1.0, 2.0], [2.0, 0.0]]), "b": torch.tensor([[1.0], [-1.0]])}
-    return sim, step, cohort, grads
+    return view, step, cohort, grads
 
 
 def test_lamb_step_by_hand():
-    sim, step, cohort, grads = lamb_setup()
+    view, step, cohort, grads = lamb_setup()
     step.step(cohort, grads, lr=0.1)
     # client 0, tensor a: m = 0.1 g = [0.1, 0.2]; v starts from v_hat (Algorithm 1, line 6):
     # v = 0.999 [0.01, 0.04] + 0.001 g^2 = [0.01099, 0.04396]
@@ -74,8 +75,8 @@ def test_lamb_step_by_hand():
     # ratio = ||p|| / ||u|| = 5 / 1.910497 = 2.617120; p = [3, 4] - 0.1 * 2.617120 * [1.3, 1.4]
     a = cohort.params["a"]
     torch.testing.assert_close(a[0], torch.tensor([2.659774450, 3.633603254]))
-    torch.testing.assert_close(cohort.state["adaptive.m"]["a"][0], torch.tensor([0.1, 0.2]))
-    torch.testing.assert_close(cohort.state["adaptive.v"]["a"][0], torch.tensor([0.01099, 0.04396]))
+    torch.testing.assert_close(cohort.opt_state["m"]["a"][0], torch.tensor([0.1, 0.2]))
+    torch.testing.assert_close(cohort.opt_state["v"]["a"][0], torch.tensor([0.01099, 0.04396]))
     # client 1, tensor a is zero: phi(||p||) = 0, so LAMB's ratio is 1: u = m / sqrt(v_hat) = [0.2 / 0.1, 0] = [2, 0]
     torch.testing.assert_close(a[1], torch.tensor([-0.2, 0.0]))
     # tensor b (its own layer norm): r = +-0.1 / 0.01 = +-10, u = r + 0.1 * 1 = 10.1 / -9.9;
@@ -84,18 +85,18 @@ def test_lamb_step_by_hand():
 
 
 def test_lamb_step_bounded_phi_and_frozen_client():
-    sim, step, cohort, grads = lamb_setup(phi_bounds="0.5,2")
+    view, step, cohort, grads = lamb_setup(phi_bounds="0.5,2")
     step.step(cohort, grads, lr=0.1, active=torch.tensor([True, False]))
     # phi(5) = min(5 + 0.5, 2) = 2; ratio = 2 / 1.910497 = 1.046848; p = [3, 4] - 0.1 * 1.046848 * [1.3, 1.4]
     torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.863909780, 3.853441302]))
     # client 1 is frozen: parameters and moments do not move
     assert cohort.params["a"][1].tolist() == [0.0, 0.0] and cohort.params["b"][1].tolist() == [1.0]
-    assert cohort.state["adaptive.m"]["a"][1].tolist() == [0.0, 0.0]
-    torch.testing.assert_close(cohort.state["adaptive.v"]["b"][1], torch.tensor([1e-4]), rtol=0, atol=0)  # still v_hat
+    assert cohort.opt_state["m"]["a"][1].tolist() == [0.0, 0.0]
+    torch.testing.assert_close(cohort.opt_state["v"]["b"][1], torch.tensor([1e-4]), rtol=0, atol=0)  # still v_hat
 
 
 def test_ams_step_by_hand():
-    sim, step, cohort, grads = lamb_setup(trust_ratio="off")
+    view, step, cohort, grads = lamb_setup(trust_ratio="off")
     step.step(cohort, grads, lr=0.1)
     # no trust ratio: p <- p - lr * (r + lambda p) = [3, 4] - 0.1 * [1.3, 1.4]
     torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.87, 3.86]))
@@ -104,7 +105,7 @@ def test_ams_step_by_hand():
 
 
 def test_ams_step_eps_outside_by_hand():
-    sim, step, cohort, grads = lamb_setup(trust_ratio="off", vhat_eps="outside", eps=0.1)
+    view, step, cohort, grads = lamb_setup(trust_ratio="off", vhat_eps="outside", eps=0.1)
     step.step(cohort, grads, lr=0.1)
     # the prototype code's form: r = m / (sqrt(v_hat) + eps) = [0.1 / (0.1 + 0.1), 0.2 / (0.2 + 0.1)] = [0.5, 2/3]
     # p = [3, 4] - 0.1 * ([0.5, 2/3] + 0.1 * [3, 4]) = [2.92, 3.893333]
@@ -363,11 +364,11 @@ def test_claim_recipe_at_both_scales():
 # ---------------------------------------------------------------------------- mutation-testing gaps (issue 31)
 def test_lamb_step_v_of_an_active_client_under_the_mask_by_hand():
     """With a mask (--local-epochs) an active client's v still follows v = b2 v + (1 - b2) g^2 (Algorithm 1, line 10)."""
-    sim, step, cohort, grads = lamb_setup()  # v starts from the server's v_hat (Algorithm 1, line 6)
+    view, step, cohort, grads = lamb_setup()  # v starts from the server's v_hat (Algorithm 1, line 6)
     step.step(cohort, grads, lr=0.1, active=torch.tensor([True, False]))
     # client 0 (active), tensor a: v = 0.999 * [0.01, 0.04] + 0.001 * [1, 4] = [0.01099, 0.04396];
     # tensor b: v = 0.999 * 1e-4 + 0.001 * 1 = 0.0010999; client 1 (frozen) keeps v_hat
-    v = cohort.state["adaptive.v"]
+    v = cohort.opt_state["v"]
     torch.testing.assert_close(v["a"][0], torch.tensor([0.01099, 0.04396]))
     torch.testing.assert_close(v["b"][0], torch.tensor([0.0010999]))
     torch.testing.assert_close(v["a"][1], torch.tensor([0.01, 0.04]), rtol=0, atol=0)

@@ -2,7 +2,6 @@
 formulas on tiny tensors worked out by hand, invariants, ``--init ala --ala-layers 0``, resume."""
 
 import signal
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from fedcli.cli.main import main
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.apple import AppleStep, cos_lambda, dr_gradient, personalized
+from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.results import checkpoint
 from simkit import personal_config as config, personal_run as run, same_personal as same
@@ -56,7 +56,7 @@ def test_apple_update_by_hand():
     step.n, step.cores, step.own, step.idx, step.p, step.lam = 3, cores, own, idx, p.clone(), 1.0
     step.p0 = torch.tensor([0.5, 0.3, 0.2])
     grads = {"w": torch.tensor([[1.0, -1.0], [2.0, 0.0]]), "b": torch.tensor([[4.0], [1.0]])}
-    step.step(SimpleNamespace(size=2), grads, lr=0.1)
+    step.step(Cohort([0, 2], torch.tensor([0.5, 0.5], dtype=torch.float64), {}, {}), grads, lr=0.1)
     # own cores: c_i - 0.3 * p_ii * g  (p_00 = 0.5, p_22 = 0.5)
     torch.testing.assert_close(step.own["w"], torch.tensor([[0.85, 2.15], [4.7, 6.0]]))
     torch.testing.assert_close(step.own["b"], torch.tensor([[0.4], [1.85]]))

@@ -9,7 +9,8 @@ import torch
 
 from fedcli.cli.main import main
 from fedcli.errors import ConfigError
-from fedcli.fl.algorithms.fedamp import AMPStep, cloud_models
+from fedcli.fl.algorithms.fedamp import AMPInit, AMPStep, cloud_models
+from fedcli.fl.api import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from simkit import personal_config, personal_run, same_personal, assert_learned
@@ -45,8 +46,10 @@ def test_fedamp_proximal_step_by_hand(data):
     step = AMPStep(cfg)
     cohort = Cohort([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64),
                     {"w": torch.tensor([[1.0, 2.0], [0.0, -1.0]])}, {})
-    cohort.state["amp.u"] = {"w": torch.tensor([[0.5, 2.0], [1.0, -1.0]])}
-    cohort.opt_state = {}
+    init = AMPInit(cfg)  # what FedAMP's init sent this round (download), offered to the step through the view
+    init.clouds = {"w": torch.tensor([[0.5, 2.0], [1.0, -1.0]])}
+    step.begin_round(PartView.fake(cfg=cfg, parts={"init": init}), cohort)
+    assert step.clouds is init.clouds
     step.step(cohort, {"w": torch.full((2, 2), 0.5)}, lr=0.1)
     # client 0: 1 - 0.1 (0.5 + 2 * 0.5) = 0.85,  2 - 0.1 * 0.5 = 1.95
     # client 1: 0 - 0.1 (0.5 + 2 * -1) = 0.15,  -1 - 0.05 = -1.05

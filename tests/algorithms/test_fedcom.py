@@ -1,10 +1,10 @@
 """FedCOM: with server learning rate 1 it is FedPAQ; the server learning rate worked out by hand (digits + a small
 MLP, seconds)."""
 
-from types import SimpleNamespace
 
 import torch
 
+from fedcli.config import TrainConfig
 from fedcli.fl.parts_servers import ServerLR
 from baselines_kit import data, run, assert_differs
 from simkit import assert_same_run
@@ -18,6 +18,6 @@ def test_fedcom_server_lr1_equals_fedpaq(data):
 
 def test_server_learning_rate():
     prev, avg = torch.tensor([1.0, -2.0]), torch.tensor([3.0, 0.0])
-    assert torch.equal(ServerLR(SimpleNamespace(server_lr=0.5)).update("w", prev, avg), torch.tensor([2.0, -1.0]))
-    assert torch.equal(ServerLR(SimpleNamespace(server_lr=2.0)).update("w", prev, avg), torch.tensor([5.0, 2.0]))
-    assert ServerLR(SimpleNamespace(server_lr=1.0)).update("w", prev, avg) is avg
+    assert torch.equal(ServerLR(TrainConfig(server_lr=0.5)).update("w", prev, avg), torch.tensor([2.0, -1.0]))
+    assert torch.equal(ServerLR(TrainConfig(server_lr=2.0)).update("w", prev, avg), torch.tensor([5.0, 2.0]))
+    assert ServerLR(TrainConfig(server_lr=1.0)).update("w", prev, avg) is avg

@@ -5,13 +5,15 @@ import csv
 import json
 import os
 import signal
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from fedcli.cli.main import main
+from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
+from fedcli.fl.api import PartView
+from fedcli.fl.cohort import Cohort
 from fedcli.fl.algorithms.feddyn import FedDynServer, FedDynStep
 from fedcli.fl.store import ClientStore
 
@@ -25,13 +27,14 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     """
     cfg = TrainConfig(feddyn_alpha=0.25)
     step = FedDynStep(cfg)
-    step.setup(SimpleNamespace(layers=[], server=None, cfg=cfg))
+    step.setup(PartView.fake(layers=(), cfg=cfg))
     store = ClientStore()
     store.scatter("feddyn.grad_i:w", [7], torch.tensor([[0.5]], dtype=torch.float64))
     glob = {"w": torch.tensor([1.0], dtype=torch.float64)}
-    sim = SimpleNamespace(global_params=glob, store=store, comm=SimpleNamespace(size=1))
-    cohort = SimpleNamespace(clients=[7], params={"w": glob["w"].clone().unsqueeze(0)}, opt_state={}, skipped=set())
-    step.begin_round(sim, cohort)
+    view = PartView.fake(global_params=glob, store=store, comm=Communicator(), full_participation=False)
+    one = torch.ones(1, dtype=torch.float64)
+    cohort = Cohort([7], one, {"w": glob["w"].clone().unsqueeze(0)}, {})
+    step.begin_round(view, cohort)
     seen = []
     for _ in range(2):
         g = {"w": cohort.params["w"] - 3.0}
@@ -40,11 +43,11 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     assert seen == [-2.5, -0.9375]
     assert float(cohort.params["w"]) == 2.71875
     cohort.params["w"].copy_(glob["w"])  # the round-end synchronization replaces the client's model first
-    step.end_round(sim, cohort)
+    step.end_round(view, cohort)
     assert float(store.tables["feddyn.grad_i:w"][7]) == 0.0703125
     # a client that has not trained yet starts from grad_i = 0 (plain SGD plus the proximal term)
-    cohort2 = SimpleNamespace(clients=[8], params={"w": glob["w"].clone().unsqueeze(0)}, opt_state={}, skipped=set())
-    step.begin_round(sim, cohort2)
+    cohort2 = Cohort([8], one, {"w": glob["w"].clone().unsqueeze(0)}, {})
+    step.begin_round(view, cohort2)
     assert float(step.direction(cohort2, {"w": torch.tensor([[-2.0]], dtype=torch.float64)})["w"]) == -2.0
 
 
@@ -55,7 +58,7 @@ def test_server_h_update_by_hand():
     The first round (h = 0): h^1 = -0.09375, theta^1 = 1.75 + 0.375 = 2.125.
     """
     server = FedDynServer(TrainConfig(feddyn_alpha=0.25))
-    server.setup(SimpleNamespace(active=2, client_indices=[0, 1, 2, 3]))
+    server.setup(PartView.fake(active=2, client_indices=[torch.arange(1)] * 4))
     prev, avg = torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.75], dtype=torch.float64)
     assert float(server.update("w", prev, avg)) == 2.125
     assert float(server.h["w"]) == -0.09375

@@ -44,7 +44,7 @@ def test_eq2_weighted_by_p_i_and_divided_by_steps_since_last_sync():
         for i in range(3):
             cohort.params[n][i] += c[i][l]
     last_sync = [4, 0, 2, 5]  # step 6: the layers were last synchronized 2, 6, 4 and 1 steps ago
-    sched.synchronized(sim, cohort, [0, 1, 2, 3], 6, last_sync)
+    sched.synchronized(sim.view, cohort, [0, 1, 2, 3], 6, last_sync)
     # ||u - x_i||^2 = c_i^2 dim(u): d_l = sum_i p_i c_il^2 / steps_l (dim cancels)
     #   layer 0: (0.5*1 + 0.3*4 + 0.2*9) / 2 = 3.5 / 2   = 1.75
     #   layer 1: (0.5*4 + 0.3*0 + 0.2*1) / 6 = 2.2 / 6   = 0.3666..
@@ -58,7 +58,7 @@ def test_eq2_weighted_by_p_i_and_divided_by_steps_since_last_sync():
     # only the synchronized layers are updated; the others keep their last value
     cohort2 = Cohort.from_global([0, 1, 2], p, sim.global_params, sim.global_buffers)
     cohort2.params[names[2]][1] += 2.0  # client 1 only: p_1 * 4 / 3 steps
-    sched.synchronized(sim, cohort2, [2], 5, [0, 0, 2, 0])
+    sched.synchronized(sim.view, cohort2, [2], 5, [0, 0, 2, 0])
     assert sched.d == pytest.approx([1.75, 2.2 / 6, 0.3 * 4 / 3, 3.2], rel=1e-6)  # float32 layers: x_i = u + c rounds
 
 
@@ -74,8 +74,8 @@ def test_defaults_kernels_only_and_first_adjustment_after_six_tau():
     assert sched.eligible == [True, False, True, False] and sched.d == [0.0] * 4
     assert Lama(TrainConfig(**{**cfg.to_dict(), "lama_eligible": "all"}).validate(), sim.layers).eligible == [True] * 4
     sched.d = [1e-3, 1e-3, 1e-3, 1e-3]
-    assert sched.end_round(5, 12) is None and sched.intervals == [2] * 4  # 12 = 6 tau': not yet
-    adj = sched.end_round(6, 14)
+    assert sched.adjust(5, 12) is None and sched.intervals == [2] * 4  # 12 = 6 tau': not yet
+    adj = sched.adjust(6, 14)
     assert adj is not None and adj.iteration == 14 and adj.d == [1e-3] * 4
     # equal d: kernels walked in layer order (dims 256, 40 of 296 kernel elements; d*dim shares over all 4 tensors
     # 256/310, ...): hidden.0.weight crosses the condition at once (1 - 256/296 < 256/310) and keeps phi*tau' alone

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedcli.fl.cohort import Cohort
-from fedcli.fl.parts_servers import momentum_a_norm
+from fedcli.fl.algorithms.fednova import momentum_a_norm
 from baselines_kit import data, fedavg, iid_data, sim_of, run, assert_differs
 from simkit import assert_same_run
 
@@ -39,7 +39,7 @@ def test_fednova_normalized_average_hand_computed(data):
         p.zero_()
     cohort = Cohort.from_global([1, 3], sim.cohort_weights([1, 3], [1, 3]), sim.global_params, sim.global_buffers)
     cohort.cohort_ids = [1, 3]
-    sim.server.begin_round(sim, cohort)
+    sim.server.begin_round(sim.view, cohort)
     # p = 1/2 each, tau_eff = 2: client 1 uploads 2 * (x - u), client 3 uploads (2/3) * (x - u)
     assert sim.server.upload_scale(cohort).tolist() == [2.0, 2.0 / 3.0]
     cohort.params[name][0].fill_(4.0)

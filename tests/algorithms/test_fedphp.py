@@ -44,7 +44,7 @@ def test_fedphp_init_mix_by_hand(data):
         cohort.round_idx = t
         for n in cohort.params:
             cohort.params[n].zero_()
-        sim.init.initialize(sim, cohort)
+        sim.init.initialize(sim.view, cohort)
         for n, p in cohort.params.items():
             torch.testing.assert_close(p[0], g[n])
             torch.testing.assert_close(p[1], g[n] + shift)
@@ -71,10 +71,10 @@ def test_fedphp_loss_gradient_by_hand(data, trainer):
     with torch.no_grad():
         for p in cohort.params.values():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
-    sim.local_step.begin_round(sim, cohort)
+    sim.local_step.begin_round(sim.view, cohort)
     x, y = sim.train_x[:10].view(2, 5, -1), sim.train_y[:10].view(2, 5)
     mask = torch.tensor([[1.0] * 5, [1.0, 1.0, 1.0, 0.0, 0.0]])
-    grads, losses = sim.local_step.gradients(sim, cohort, x, y, mask)
+    grads, losses = sim.local_step.gradients(sim.view, cohort, x, y, mask)
 
     def h(params, xs):
         return torch.relu(xs @ params["hidden.0.weight"].t() + params["hidden.0.bias"])

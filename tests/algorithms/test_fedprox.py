@@ -28,7 +28,7 @@ def test_fedprox_direction(data):
     name = sim.layers[1].name  # the first bias, 32 elements
     g = {n: torch.zeros_like(p).unsqueeze(0).repeat(2, *[1] * p.dim()) for n, p in sim.global_params.items()}
     cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
-    sim.local_step.begin_round(sim, cohort)
+    sim.local_step.begin_round(sim.view, cohort)
     cohort.params[name][0] += 2.0
     g[name][1] += 1.0
     d = sim.local_step.direction(cohort, g)

@@ -1,8 +1,9 @@
 """FedLAMA's accelerate variant: with phi = 1 it is FedAvg; its intervals worked out by hand, edge cases, the
 schedule and a run (digits + a small MLP, seconds)."""
 
-from types import SimpleNamespace
 
+from fedcli.config import TrainConfig
+from fedcli.models.layers import LayerInfo
 from fedcli.fl.schedules import LamaAccelerate, lama_accelerate_intervals
 from baselines_kit import data, fedavg, run
 from simkit import assert_same_run
@@ -45,13 +46,13 @@ def test_accelerate_intervals_edge_cases():
 
 
 def test_accelerate_schedule_and_run(data):
-    layers = [SimpleNamespace(index=i, numel=k, kind="kernel", name=f"l{i}") for i, k in enumerate([100, 1000, 10, 500])]
-    cfg = SimpleNamespace(tau=T, phi=PHI, lama_rule="paper", lama_eligible="all", lama_first_adjust=0)
+    layers = [LayerInfo(i, f"l{i}", (k,), k, "kernel") for i, k in enumerate([100, 1000, 10, 500])]
+    cfg = TrainConfig(tau=T, phi=PHI, lama_rule="paper", lama_eligible="all", lama_first_adjust=0)
     s = LamaAccelerate(cfg, layers)
     assert s.period == T and s.intervals == [T] * 4 and s.needs_discrepancy
     for layer, dv in enumerate([0.04, 0.001, 0.5, 0.002]):
         s.observe(layer, dv * T * layers[layer].numel, T)
-    adj = s.end_round(0, T)
+    adj = s.adjust(0, T)
     assert adj.intervals == s.intervals == [2, T, 2, T]
     assert [s.due(j, T) for j in (1, 2, 3, 10)] == [[], [0, 2], [], [0, 1, 2, 3]]
     # a run: intervals in {tau' // phi, tau'}, more communication than FedAvg(tau') for faster sync

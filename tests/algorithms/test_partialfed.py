@@ -30,7 +30,7 @@ def _planted(data, **kw):
     cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
     cohort.round_idx, cohort.steps = 0, torch.tensor([4, 4])
     step = sim.local_step
-    step.begin_round(sim, cohort)
+    step.begin_round(sim.view, cohort)
     with torch.no_grad():
         for n, p in cohort.params.items():
             p += torch.tensor([1.0, 3.0]).view(-1, *([1] * (p.dim() - 1)))
@@ -51,7 +51,7 @@ def test_partialfed_layer_selection_by_hand(data):
     pick[0, :, 1], pick[0, 0] = 50.0, torch.tensor([50.0, -50.0])
     pick[1, :, 0], pick[1, 0] = 50.0, torch.tensor([-50.0, 50.0])
     step.alpha = pick
-    step.gradients(sim, cohort, *batch)
+    step.gradients(sim.view, cohort, *batch)
     g = sim.global_params
     for i, n in enumerate(names):
         from_global = (i == 0, i != 0)  # per client
@@ -62,7 +62,7 @@ def test_partialfed_layer_selection_by_hand(data):
     sim, cohort, step, local, batch = _planted(data)
     step.alpha = torch.zeros(2, len(names), 2)
     step.alpha[..., 0] = math.log(3.0)
-    step.gradients(sim, cohort, *batch)
+    step.gradients(sim.view, cohort, *batch)
     for n in names:
         torch.testing.assert_close(cohort.params[n], 0.75 * g[n].unsqueeze(0) + 0.25 * local[n])
 
@@ -75,11 +75,11 @@ def test_partialfed_reaggregation_keeps_the_training(data):
     names = list(sim.global_params)
     g = {n: t.unsqueeze(0) for n, t in sim.global_params.items()}
     step.alpha = torch.zeros(2, len(names), 2)  # y0 = 0.5
-    step.gradients(sim, cohort, *batch)
+    step.gradients(sim.view, cohort, *batch)
     step.step(cohort, {n: torch.ones_like(p) for n, p in cohort.params.items()}, lr=0.1)  # a model batch
     step.alpha[..., 0] = math.log(3.0)  # y0 = 0.75
     cohort.ctx = StepContext(step=2)  # the round's second local step
-    step.gradients(sim, cohort, *batch)
+    step.gradients(sim.view, cohort, *batch)
     for n in names:
         torch.testing.assert_close(cohort.params[n], local[n] + 0.75 * (g[n] - local[n]) - 0.1)
 
@@ -104,7 +104,7 @@ def test_partialfed_strategy_step_by_hand(data):
     sim, cohort, step, local, batch = _planted(data, partialfed_fm=0, partialfed_fs=1)
     names = list(sim.global_params)
     step.alpha = torch.zeros(2, len(names), 2)  # y0 = 0.5
-    step.gradients(sim, cohort, *batch)
+    step.gradients(sim.view, cohort, *batch)
     mixed = {n: p.clone() for n, p in cohort.params.items()}
     grads = {n: torch.ones_like(p) for n, p in cohort.params.items()}
     step.step(cohort, grads, lr=0.1)

@@ -20,7 +20,7 @@ def test_perfedavg_meta_step_by_hand(data):
     cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
     cohort.steps = torch.tensor([2, 1])  # client 1 has one step only: its unpaired step is dropped
     step = sim.local_step
-    step.begin_round(sim, cohort)
+    step.begin_round(sim.view, cohort)
     theta = {n: p.clone() for n, p in cohort.params.items()}
     g1 = {n: torch.ones_like(p) for n, p in cohort.params.items()}
     step.step(cohort, g1, lr=0.1)
@@ -39,7 +39,7 @@ def test_perfedavg_learns_and_evaluates_one_step_from_the_global_model(data):
     accs = [r["personal_acc"] for r in s.history]
     assert accs[-1] > accs[0] + 0.05, accs
     # the evaluated model of client 1: one SGD step at --lr on a batch of its training split, from the global model
-    params, _ = sim.local_step.personalize(sim, 1)
+    params, _ = sim.local_step.personalize(sim.view, 1)
     x_ix = sim.client_indices[1]
     from fedcli.fl.rng import torch_gen
     pick = torch.randperm(x_ix.numel(), generator=torch_gen(0, "perfedavg.eval", 2, 1))[:16]

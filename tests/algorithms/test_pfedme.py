@@ -3,7 +3,6 @@ to simpler methods, ``--init ala --ala-layers 0``, and learning on digits (2 cla
 
 import functools
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from torch.func import functional_call
 
 from fedcli.config import TrainConfig
 from fedcli.fl.algorithms.pfedme import THETA_L2, theta_step, w_step
+from fedcli.fl.api import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
@@ -55,14 +55,14 @@ def test_pfedme_local_step_by_hand():
     from fedcli.fl.algorithms.pfedme import PFedMeStep
 
     cfg = TrainConfig(pfedme_k=2, pfedme_lr=0.1, pfedme_lambda=15.0)
-    sim = SimpleNamespace(cfg=cfg, trainer=VmapTrainer(torch.nn.Linear(2, 2)))
+    view = PartView.fake(cfg=cfg, trainer=VmapTrainer(torch.nn.Linear(2, 2)))
     params = {"weight": torch.zeros(2, 2, 2), "bias": torch.zeros(2, 2)}
     cohort = Cohort([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), params, {})
     cohort.steps = torch.tensor([1, 0])
     step = PFedMeStep(cfg)
-    step.begin_round(sim, cohort)
+    step.begin_round(view, cohort)
     x, y, mask = torch.tensor([[[1.0, 2.0]]]).repeat(2, 1, 1), torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1)
-    grads, losses = step.gradients(sim, cohort, x, y, mask)
+    grads, losses = step.gradients(view, cohort, x, y, mask)
     assert torch.allclose(losses, torch.full((2,), math.log(2.0)))  # theta's loss before the inner steps
     step.step(cohort, grads, lr=0.01, active=torch.tensor([True, False]))
     A, a = torch.tensor([[0.5, 1.0], [-0.5, -1.0]]), torch.tensor([0.5, -0.5])

@@ -1,9 +1,10 @@
 """FedLAMA Eqs. 2-4 and Algorithm 1, with numbers worked out by hand (see the comments)."""
 
-from types import SimpleNamespace
 
 import pytest
 
+from fedcli.config import TrainConfig
+from fedcli.models.layers import LayerInfo
 from fedcli.comm.ledger import Ledger, fedavg_params
 from fedcli.fl.schedules import Lama, Periodic, delta_lambda, lama_intervals, unit_discrepancy
 from lama_ref import author_adjusts_after, author_rule, paper_algorithm1
@@ -111,13 +112,13 @@ def test_algorithm1_matches_independent_reimplementations(seed):
 
 def _layers(numels, kinds=None):
     kinds = kinds or ["kernel"] * len(numels)
-    return [SimpleNamespace(index=i, numel=n, kind=k, name=f"l{i}") for i, (n, k) in enumerate(zip(numels, kinds))]
+    return [LayerInfo(i, f"l{i}", (n,), n, k) for i, (n, k) in enumerate(zip(numels, kinds))]
 
 
 def _cfg(**kw):
     base = dict(tau=2, phi=3, lama_rule="paper", lama_eligible="all", lama_first_adjust=0)
     base.update(kw)
-    return SimpleNamespace(**base)
+    return TrainConfig(**base)
 
 
 def test_periodic_schedule_due():
@@ -135,7 +136,7 @@ def test_lama_schedule_observes_and_adjusts():
     s.observe(0, 8.0, 2)  # d = 8 / (2 * 100)
     s.observe(1, 6.0, 6)  # d = 6 / (6 * 1000)
     assert s.d == [0.04, 0.001]
-    adj = s.end_round(0, 6)
+    adj = s.adjust(0, 6)
     # order [1, 0]: delta = 1/5 < 1 - 1000/1100 = 0.0909 fails -> both tau'
     assert adj.intervals == [2, 2] and adj.d == [0.04, 0.001]
     assert adj.intervals == lama_intervals(adj.d, [100, 1000], 2, 3, rule="paper")
@@ -148,12 +149,12 @@ def test_first_adjustment_waits_as_the_author_code(phi):
     tau, rounds = 5, 12
     s = Lama(_cfg(tau=tau, phi=phi, lama_rule="reference", lama_first_adjust=6), _layers([3, 4]))
     ends = [(r + 1) * phi * tau for r in range(rounds)]
-    ours = [it for r, it in enumerate(ends) if s.end_round(r, it) is not None]
+    ours = [it for r, it in enumerate(ends) if s.adjust(r, it) is not None]
     assert ours == author_adjusts_after(tau, phi, rounds * phi)
     assert ours[0] == tau * {1: 7, 2: 8, 3: 9, 4: 8, 7: 7, 8: 8}[phi]  # by hand: the first multiple of phi above 6
     # K = 0: every round end (the algorithm box)
     s0 = Lama(_cfg(tau=tau, phi=phi, lama_first_adjust=0), _layers([3, 4]))
-    assert all(s0.end_round(r, it) is not None for r, it in enumerate(ends))
+    assert all(s0.adjust(r, it) is not None for r, it in enumerate(ends))
 
 
 def test_ledger_eq8_and_bytes():

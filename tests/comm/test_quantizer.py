@@ -1,18 +1,18 @@
 """The QSGD quantizer of FedPAQ / FedCOM: unbiased, on its grid, keyed, and billed at the bits it sends."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from fedcli.comm.ledger import Ledger
+from fedcli.config import TrainConfig
 from fedcli.fl.codecs import QSGDCodec, quant_bits, stochastic_quantize
 from fedcli.fl.rng import torch_gen
 
 
 def codec(levels):
-    return QSGDCodec(SimpleNamespace(quant_levels=levels))
+    return QSGDCodec(TrainConfig(quant_levels=levels))
 
 
 def test_unbiased_over_many_draws():

@@ -7,7 +7,6 @@
 - ``--lama-first-adjust`` is in test_schedules.py.
 """
 
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,12 +14,14 @@ import torch
 from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
+from fedcli.fl.api import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import AverageServer, SGDStep, decayed_tensors
 from fedcli.fl.slots import slot_of
 from fedcli.fl.store import ClientStore
 from fedcli.models import build_model, layer_info
+from fedcli.models.layers import LayerInfo
 from simkit import configurer
 
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="16", clients=6, active_ratio=0.5, partition="dirichlet",
@@ -50,13 +51,13 @@ def _cohort(values: dict[str, list], clients=(0,)):
 
 
 def _layers(kinds: dict[str, str]):
-    return [SimpleNamespace(index=i, name=n, kind=k, numel=1) for i, (n, k) in enumerate(kinds.items())]
+    return tuple(LayerInfo(i, n, (1,), 1, k) for i, (n, k) in enumerate(kinds.items()))
 
 
 def _cfg(**kw):
     base = dict(momentum=0.0, weight_decay=0.0, weight_decay_on="all", momentum_persist="none", seed=0, algo="fedavg")
     base.update(kw)
-    return SimpleNamespace(**base)
+    return TrainConfig(**base)
 
 
 def test_weight_decay_on_kernels_and_final_bias_hand_worked():
@@ -67,7 +68,7 @@ def test_weight_decay_on_kernels_and_final_bias_hand_worked():
     for on, expect in (("kernels+final-bias", {"h.weight": [0.95, 1.9], "h.bias": [3.0], "o.weight": [3.8], "o.bias": [4.75]}),
                        ("all", {"h.weight": [0.95, 1.9], "h.bias": [2.85], "o.weight": [3.8], "o.bias": [4.75]})):
         step = SGDStep(_cfg(weight_decay=0.5, weight_decay_on=on))
-        step.setup(SimpleNamespace(layers=_layers(kinds), server=AverageServer(None), cfg=_cfg()))
+        step.setup(_view(layers=_layers(kinds)))
         cohort = _cohort(values)
         step.begin_round(None, cohort)
         step.step(cohort, {n: torch.zeros_like(p) for n, p in cohort.params.items()}, lr=0.1)
@@ -83,22 +84,22 @@ def test_keras_l2_is_twice_the_coefficient():
 
 
 # ------------------------------------------------------------------ persistent momentum
-def _sim(**kw):
+def _view(layers=None, global_params=None, **kw):
+    """The part interface of a run of one client store, on one process, with FedAvg's server."""
     cfg = _cfg(**kw)
-    layers = _layers({"w": "kernel"})
-    sim = SimpleNamespace(cfg=cfg, store=ClientStore(), comm=Communicator(), layers=layers, server=AverageServer(None),
-                          global_params={"w": torch.zeros(1)})
-    return sim
+    return PartView.fake(cfg=cfg, store=ClientStore(), comm=Communicator(), layers=layers or _layers({"w": "kernel"}),
+                         global_params=global_params or {"w": torch.zeros(1)}, full_participation=False,
+                         parts={"server": AverageServer(cfg)})
 
 
-def _round(sim, step, round_idx, cohort_ids, grads_of, steps=1, lr=1.0):
+def _round(view, step, round_idx, cohort_ids, grads_of, steps=1, lr=1.0):
     """One round of ``steps`` SGD steps; client c's gradient is grads_of[c] (constant); returns its momentum."""
     cohort = _cohort({"w": [0.0]}, clients=cohort_ids)
     cohort.round_idx, cohort.cohort_ids = round_idx, list(cohort_ids)
-    step.begin_round(sim, cohort)
+    step.begin_round(view, cohort)
     for _ in range(steps):
         step.step(cohort, {"w": torch.tensor([[grads_of[c]] for c in cohort_ids])}, lr)
-    step.end_round(sim, cohort)
+    step.end_round(view, cohort)
     return {c: float(cohort.opt_state["momentum"][0][k]) for k, c in enumerate(cohort_ids)}
 
 
@@ -106,30 +107,30 @@ G = {0: 1.0, 1: 11.0, 2: 21.0, 3: 31.0}  # each client's constant gradient
 
 
 def test_momentum_reset_each_round_by_default():
-    sim = _sim(momentum=0.5)
-    step = SGDStep(sim.cfg)
+    view = _view(momentum=0.5)
+    step = SGDStep(view.cfg)
     # round 0, two steps: b = g, then 0.5 g + g = 1.5 g
-    assert _round(sim, step, 0, [0, 1], G, steps=2) == {0: 1.5, 1: 16.5}
+    assert _round(view, step, 0, [0, 1], G, steps=2) == {0: 1.5, 1: 16.5}
     # round 1: a fresh buffer again: b = g
-    assert _round(sim, step, 1, [1, 2], G) == {1: 11.0, 2: 21.0}
+    assert _round(view, step, 1, [1, 2], G) == {1: 11.0, 2: 21.0}
 
 
 def test_momentum_persists_by_client():
-    sim = _sim(momentum=0.5, momentum_persist="client")
-    step = SGDStep(sim.cfg)
-    assert _round(sim, step, 0, [0, 1], G, steps=2) == {0: 1.5, 1: 16.5}
+    view = _view(momentum=0.5, momentum_persist="client")
+    step = SGDStep(view.cfg)
+    assert _round(view, step, 0, [0, 1], G, steps=2) == {0: 1.5, 1: 16.5}
     # client 1 continues from its 16.5: 0.5 * 16.5 + 11 = 19.25; client 2 has none: 0.5 * 0 + 21
-    assert _round(sim, step, 1, [1, 2], G) == {1: 19.25, 2: 21.0}
+    assert _round(view, step, 1, [1, 2], G) == {1: 19.25, 2: 21.0}
     # client 0 comes back after a round away: 0.5 * 1.5 + 1 = 1.75
-    assert _round(sim, step, 2, [0, 3], G) == {0: 1.75, 3: 31.0}
+    assert _round(view, step, 2, [0, 3], G) == {0: 1.75, 3: 31.0}
 
 
 def test_momentum_persists_by_slot():
-    sim = _sim(momentum=0.5, momentum_persist="slot", seed=3)
-    step = SGDStep(sim.cfg)
-    first = _round(sim, step, 0, [0, 1], G, steps=2)  # {0: 1.5, 1: 16.5}, held by slots s0 = slot_of(...)
+    view = _view(momentum=0.5, momentum_persist="slot", seed=3)
+    step = SGDStep(view.cfg)
+    first = _round(view, step, 0, [0, 1], G, steps=2)  # {0: 1.5, 1: 16.5}, held by slots s0 = slot_of(...)
     by_slot = {slot_of(3, 0, [0, 1])[c]: b for c, b in first.items()}
-    second = _round(sim, step, 1, [2, 3], G)  # new clients inherit the slots' buffers: 0.5 * b_slot + g
+    second = _round(view, step, 1, [2, 3], G)  # new clients inherit the slots' buffers: 0.5 * b_slot + g
     where = slot_of(3, 1, [2, 3])
     assert second == {c: 0.5 * by_slot[where[c]] + G[c] for c in (2, 3)}
     assert sorted(second.values()) in ([21.75, 39.25], [29.25, 31.75])  # by hand: {0.75, 8.25} + {21, 31}
@@ -162,19 +163,18 @@ def test_author_step_equals_a_keras_sgd_reimplementation():
                 v[n] = mu * v[n] - lr * g
                 w[n] = w[n] + v[n]
 
-    sim = _sim(momentum=mu, weight_decay=2 * c, weight_decay_on="kernels+final-bias", momentum_persist="slot")
-    sim.layers = _layers(kinds)
-    sim.global_params = {n: torch.zeros(len(x)) for n, x in start.items()}
-    step = SGDStep(sim.cfg)
-    step.setup(sim)
+    view = _view(momentum=mu, weight_decay=2 * c, weight_decay_on="kernels+final-bias", momentum_persist="slot",
+                 layers=_layers(kinds), global_params={n: torch.zeros(len(x)) for n, x in start.items()})
+    step = SGDStep(view.cfg)
+    step.setup(view)
     x = {n: torch.tensor(vv) for n, vv in start.items()}
     for r in range(2):
         cohort = _cohort({n: t.tolist() for n, t in x.items()})
         cohort.round_idx, cohort.cohort_ids = r, [0]
-        step.begin_round(sim, cohort)
+        step.begin_round(view, cohort)
         for _ in range(3):
             step.step(cohort, {n: grad(n, p) for n, p in cohort.params.items()}, lr)
-        step.end_round(sim, cohort)
+        step.end_round(view, cohort)
         x = {n: p[0].clone() for n, p in cohort.params.items()}
     for n in w:
         assert torch.allclose(x[n], w[n], atol=1e-6), n

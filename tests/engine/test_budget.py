@@ -2,7 +2,6 @@
 worked out by hand, and the places that use it (engine, sweep estimate, worker planner, FedPHP, APPLE) agreeing."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +17,7 @@ from simkit import PERSONAL_BASE
 def cfg(**kw):
     """The budget fields plan_run reads (a TrainConfig has them too)."""
     base = dict(iterations=600, rounds=0, local_epochs=0.0, batch_size=10, drop_last=False, active_ratio=1.0)
-    return SimpleNamespace(**{**base, **kw})
+    return TrainConfig(**{**base, **kw})
 
 
 def train_config(**kw):

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from fedcli.data.setup import load_data_and_partition
-from fedcli.fl.algorithms.fedamp import CLOUD
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import Init, OverwriteInit
@@ -43,8 +42,8 @@ def test_the_default_sends_the_global_model_and_downloads_nothing(data):
     sim, cohort = after_round_0(data)
     assert type(sim.init) is OverwriteInit and OverwriteInit.download is Init.download
     before = snapshot(sim)
-    sim.init.download(sim, cohort)
-    rec = sim.init.received(sim, cohort)
+    sim.init.download(sim.view, cohort)
+    rec = sim.init.received(sim.view, cohort)
     assert same_snapshot(before, snapshot(sim)) and cohort.state == {}
     assert all(rec[n].shape == (1, *g.shape) and torch.equal(rec[n][0], g) for n, g in sim.global_params.items())
 
@@ -56,17 +55,16 @@ def test_fedfomo_download_records_the_extra_copies_once_and_received_is_a_query(
     assert [li.numel for li in sim.layers] == [2048, 32, 320, 10]
     bytes0 = list(sim.ledger.bytes_)
     rows0 = {c: t.clone() for c, t in sim.store.tables.get("fomo.P", {}).items()}
-    sim.init.download(sim, cohort)
+    sim.init.download(sim.view, cohort)
     extra = [b - a for a, b in zip(bytes0, sim.ledger.bytes_)]
     assert extra == [65536.0, 1024.0, 10240.0, 320.0] and sum(extra) == 8 * 2410 * 4
     rows = sim.store.tables["fomo.P"]  # the affinity rows moved from e_i (round 0 kept none)
     assert rows0 == {} and sorted(rows) == [0, 1, 2, 3] and not torch.equal(rows[0], torch.eye(4, dtype=torch.float64)[0])
     # received: the prepared aggregates, the same object every time, and nothing recorded, stored or exchanged
-    state = dict(cohort.state)
     before = snapshot(sim)
-    first, second = sim.init.received(sim, cohort), sim.init.received(sim, cohort)
+    first, second = sim.init.received(sim.view, cohort), sim.init.received(sim.view, cohort)
     assert first is second and all(t.shape == (4, *sim.global_params[n].shape) for n, t in first.items())
-    assert same_snapshot(before, snapshot(sim)) and cohort.state.keys() == state.keys()
+    assert same_snapshot(before, snapshot(sim)) and cohort.state == {}
 
 
 def test_fedfomo_round_0_downloads_only_the_initial_model(data):
@@ -74,29 +72,30 @@ def test_fedfomo_round_0_downloads_only_the_initial_model(data):
     ids = list(range(4))
     cohort = Cohort.from_global(ids, sim.cohort_weights(ids, ids), sim.global_params, sim.global_buffers)
     before = snapshot(sim)
-    sim.init.download(sim, cohort)
-    rec = sim.init.received(sim, cohort)
+    sim.init.download(sim.view, cohort)
+    rec = sim.init.received(sim.view, cohort)
     assert list(sim.ledger.bytes_) == before[0] and "fomo.P" not in sim.store.tables
     assert all(torch.equal(rec[n], g.expand(4, *g.shape)) for n, g in sim.global_params.items())  # nobody trained yet
 
 
 def test_fedamp_download_makes_the_clouds_once(data):
     sim, cohort = after_round_0(data, algo="fedamp", amp_alpha=1.0, amp_sigma=10.0)
-    sim.init.download(sim, cohort)
-    u = cohort.state[CLOUD]
-    sim.local_step.begin_round(sim, cohort)  # the local step reads the same u_i, it does not compute them again
-    assert cohort.state[CLOUD] is u and sim.init.received(sim, cohort) is u and sim.init.received(sim, cohort) is u
+    sim.init.download(sim.view, cohort)
+    u = sim.init.clouds
+    sim.local_step.begin_round(sim.view, cohort)  # the local step reads the same u_i, it does not compute them again
+    assert sim.local_step.clouds is u and sim.init.received(sim.view, cohort) is u and sim.init.received(sim.view, cohort) is u
+    assert sim.view.offered("amp.clouds", cohort) is u and cohort.state == {}  # offered through the declared capability
 
 
 @pytest.mark.parametrize("algo", ["fedfomo", "fedamp"])
 def test_ala_downloads_through_the_method_and_receives_what_it_prepared(data, algo):
     sim, cohort = after_round_0(data, algo=algo, init="ala")
     bytes0 = list(sim.ledger.bytes_)
-    sim.init.download(sim, cohort)
+    sim.init.download(sim.view, cohort)
     per_copy = [4.0 * li.numel for li in sim.layers]
     copies = (4 - 1) * 4 if algo == "fedfomo" else 0  # FedFomo's M = 0: all 4 clients
     assert [b - a for a, b in zip(bytes0, sim.ledger.bytes_)] == [copies * p for p in per_copy]
-    assert sim.init.received(sim, cohort) is sim.init.base.received(sim, cohort)
+    assert sim.init.received(sim.view, cohort) is sim.init.base.received(sim.view, cohort)
 
 
 @pytest.mark.parametrize("algo", ["fedfomo", "fedamp", "fedavg-c"])

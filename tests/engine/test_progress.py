@@ -1,11 +1,11 @@
 """The progress bar and the closing summary: communication so far against FedAvg's so far, and the accuracy a run is
 judged by (personal_acc for personalized methods). Numbers worked out by hand."""
 
-from types import SimpleNamespace
 
 from rich.console import Console
 
 from fedcli.cli.console import TrainProgress, summary_table
+from fedcli.config import TrainConfig
 from fedcli.fl.engine import Summary
 
 
@@ -53,7 +53,7 @@ def render(table) -> str:
 
 
 def test_summary_leads_with_personal_acc():
-    cfg = SimpleNamespace(algo="fedala", dataset="digits", model="mlp", tau=5, local_epochs=1.0)
+    cfg = TrainConfig(algo="fedala", dataset="digits", model="mlp", tau=5, local_epochs=1.0)
     s = Summary(rounds=86, iteration=600, final_acc=0.5083, best_acc=0.52, best_iteration=570, comm_params=3_000,
                 fedavg_comm_params=3_000, best_personal_acc=0.4905, best_personal_round=80, final_personal_acc=0.4812)
     text = render(summary_table(cfg, s, "results/x"))
@@ -62,7 +62,7 @@ def test_summary_leads_with_personal_acc():
     assert "best personal accuracy" in lines[1] and "49.05% (round 80)" in lines[1]
     assert "global model accuracy" in lines[2] and "50.83% final" in lines[2]
     assert "100.00% of FedAvg with one synchronization per round" in text
-    plain = SimpleNamespace(algo="fedavg", dataset="digits", model="mlp", tau=5, local_epochs=0.0)
+    plain = TrainConfig(algo="fedavg", dataset="digits", model="mlp", tau=5, local_epochs=0.0)
     text = render(summary_table(plain, Summary(final_acc=0.9, best_acc=0.91, comm_params=10, fedavg_comm_params=20), "r"))
     assert "final accuracy" in text and "90.00%" in text and "personal" not in text and "50.00% of FedAvg with tau=5" in text
 

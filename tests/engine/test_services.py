@@ -2,7 +2,6 @@
 source, the run directory's CSV writers."""
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -139,9 +138,9 @@ def test_attached_run_dir_registers_its_csv_writers_first(tmp_path):
 
 def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
     rd = RunDir(tmp_path)
-    sim = SimpleNamespace(record=RoundRecord(round=3, start_iteration=30, metrics=None,
-                                             skips=[{"round": 3, "step": 2, "client": 5, "reason": "loss"}]),
-                          parts={})  # no part records rows of its own (ala.csv, local_loss.csv)
+    sim = Simulation(TrainConfig(dataset="digits", model="mlp", clients=6, rounds=1, threads=1).validate()).setup()
+    sim.record = RoundRecord(round=3, start_iteration=30, metrics=None,  # FedAvg's parts record no rows of their own
+                             skips=[{"round": 3, "step": 2, "client": 5, "reason": "loss"}])
     RunLog(rd)(sim, None)  # no evaluation this round: metrics.csv keeps its header only
     # the skip of round index 3 is written as round 4 (rounds counted from 1, as in metrics.csv)
     assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "4,32,2,5,loss"]

@@ -31,11 +31,11 @@ def test_a_method_the_report_never_heard_of_is_labelled_from_its_parts(tmp_path)
     new = {"name": "newmethod", "label": "NewMethod", "personalized": False}
     # `--algo newmethod --schedule lama`: the layer-wise schedule put in place of the preset's own
     run = run_dir(tmp_path / "lama", {"algo": "newmethod", "schedule": "lama"}, {**new, **PLAIN, "schedule": "lama"})
-    assert (run.method_label(), run.legend(), run.layerwise, run.ala) == ("NewMethod + FedLAMA", "NewMethod + FedLAMA (τ′=5, φ=2)", True, False)
+    assert (run.method_label(), run.legend(), run.layerwise, run.learned_init) == ("NewMethod + FedLAMA", "NewMethod + FedLAMA (τ′=5, φ=2)", True, False)
     # ... and ALA's init as well: the suffixes in the order of the parts
     run = run_dir(tmp_path / "both", {"algo": "newmethod", "schedule": "lama", "init": "ala"},
                   {**new, **PLAIN, "schedule": "lama", "init": "ala"})
-    assert (run.method_label(), run.legend(), run.ala) == ("NewMethod + ALA + FedLAMA", "NewMethod + ALA + FedLAMA (τ′=5, φ=2)", True)
+    assert (run.method_label(), run.legend(), run.learned_init) == ("NewMethod + ALA + FedLAMA", "NewMethod + ALA + FedLAMA (τ′=5, φ=2)", True)
     # a preset whose own schedule is layer-wise (no override in the config): its label alone, a layer-wise legend
     run = run_dir(tmp_path / "own", {"algo": "newmethod"}, {**new, **PLAIN, "schedule": "lama-accelerate"})
     assert (run.method_label(), run.legend(), run.schedule) == ("NewMethod", "NewMethod (τ′=5, φ=2)", "lama-accelerate")

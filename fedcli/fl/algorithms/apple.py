@@ -139,31 +139,31 @@ class AppleStep(SGDStep):
         self.own: dict[str, torch.Tensor] = {}
         self.p = torch.zeros(0)
 
-    def setup(self, sim) -> None:
-        n = len(sim.client_indices)
+    def setup(self, view) -> None:
+        n = len(view.client_indices)
         self.n = n
         self.m = n if self.m_opt == 0 else self.m_opt
         if self.m > n or self.m < n - 1:
             raise ConfigError(f"--apple-m {self.m_opt}: APPLE here downloads every client's core model; use 0 (M = N = {n}) "
                               f"or {n - 1} (all but the own one); fewer downloads with stale copies are not implemented")
-        if sim.init.mixes_received(sim):
+        if view.mixes_received():
             raise ConfigError("--init ala on --algo apple: APPLE receives N core models and rebuilds its model from them at every "
                               "batch, so there is no received model for ALA to mix in (FedALA leaves APPLE out of ALA); "
                               "--ala-layers 0 runs APPLE itself")
-        sizes = torch.as_tensor(sim.sizes, dtype=torch.float64)
-        self.p0 = (sizes / sizes.sum()).to(torch.float32).to(sim.device)
-        self.rounds = sim.run_plan().rounds  # every client every round: the rounds are known (fedcli.fl.budget)
+        sizes = torch.tensor(view.sizes, dtype=torch.float64)
+        self.p0 = (sizes / sizes.sum()).to(torch.float32).to(view.device)
+        self.rounds = view.run_plan().rounds  # every client every round: the rounds are known (fedcli.fl.budget)
 
     # ------------------------------------------------------------------ round
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
         prefix = CORE if self.upload == "core" else LOCAL
         # every client needs all N cores (round 0: the initial model); collective under MPI
-        self.cores, _ = all_client_models(sim, cohort, prefix=prefix)
-        dev = sim.device
+        self.cores, _ = all_client_models(view, cohort, prefix=prefix)
+        dev = view.device
         self.idx = torch.tensor(cohort.clients, dtype=torch.long, device=dev)
         self.own = {n: c[self.idx].clone() for n, c in self.cores.items()}
-        self.p = sim.store.gather("apple.p", cohort.clients, lambda _c: torch.full((self.n,), 1.0 / self.n), dev)
+        self.p = view.store.gather("apple.p", cohort.clients, lambda _c: torch.full((self.n,), 1.0 / self.n), dev)
         self.lam = cos_lambda(cohort.round_idx, self.rounds, self.l_frac)
 
     def refresh(self, cohort, active: torch.Tensor) -> None:
@@ -173,11 +173,11 @@ class AppleStep(SGDStep):
                 new = personalized(self.p, self.cores[n], self.own[n], self.idx)
                 w.copy_(torch.where(expand(active, w), new, w))
 
-    def gradients(self, sim, cohort, x, y, mask):
+    def gradients(self, view, cohort, x, y, mask):
         j = cohort.ctx.step
         if j == 1 or self.upload == "personal":
             self.refresh(cohort, cohort.steps >= j)  # aggregate_parameters() before each batch
-        return sim.trainer.grads(cohort, x, y, mask)
+        return view.trainer.grads(cohort, x, y, mask)
 
     @torch.no_grad()
     def step(self, cohort, grads, lr, active=None) -> None:
@@ -194,13 +194,13 @@ class AppleStep(SGDStep):
         if self.upload == "core":  # the evaluated model: the personalized model of the updated core and p
             self.refresh(cohort, active)
 
-    def end_round(self, sim, cohort) -> None:
+    def end_round(self, view, cohort) -> None:
         tables = {"apple.p": self.p}
         if self.upload == "core":
             tables.update({f"{CORE}.p:{n}": t for n, t in self.own.items()})
-        share(sim, cohort.clients, tables)
+        share(view, cohort.clients, tables)
         # each client downloaded M core models: the engine counted one download; record the other M - 1
-        sim.ledger.record_copies(self.n * (self.m - 1))
+        view.ledger.record_copies(self.n * (self.m - 1))
         self.cores, self.own = {}, {}
 
 

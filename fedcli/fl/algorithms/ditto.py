@@ -1,6 +1,6 @@
 """Ditto (Li, Hu, Beirami, Smith, ICML 2021, Algorithm 1): FedAvg plus a personalized model per client.
 
-Each round, every cohort client k first updates its personalized model v_k (kept in ``sim.store`` under
+Each round, every cohort client k first updates its personalized model v_k (kept in ``view.store`` under
 ``ditto``; a client's first v_k is the global model it receives) by ``--ditto-epochs`` s local epochs of
 SGD on
 
@@ -44,13 +44,13 @@ class DittoStep(SGDStep):
         self.lam = float(cfg.ditto_lambda)
         self.epochs = float(cfg.ditto_epochs)
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
-        v, vb = load_models(sim, cohort.clients, self.personal_prefix)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        v, vb = load_models(view, cohort.clients, self.personal_prefix)
         # w^t: the model the client starts its round from -- the global model (an alias: the engine changes it
         # only at synchronizations, after this), or with --init ala the ALA-initialized one (PFLlib's ptrain
         # anchors at self.model after set_parameters, which ALA replaces)
-        anchor = sim.global_params if sim.init.starts_from_global(sim) else {n: p.clone() for n, p in cohort.params.items()}
+        anchor = view.global_params if view.starts_from_global() else {n: p.clone() for n, p in cohort.params.items()}
         lam = self.lam
 
         def prox(grads, params):  # g + lam * (v - w^t), in place: one [K, ...] temporary, not three (same bits)
@@ -58,8 +58,8 @@ class DittoStep(SGDStep):
                 g.add_((params[n] - anchor[n]).mul_(lam))
             return grads
 
-        local_sgd(sim, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.cfg.lr, direction=prox)
-        save_models(sim, cohort.clients, v, vb, self.personal_prefix)
+        local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.cfg.lr, direction=prox)
+        save_models(view, cohort.clients, v, vb, self.personal_prefix)
 
 
 register_method(Method("ditto", "FedAvg + a personalized model per client with a proximal term (Li et al. 2021); --ditto-lambda, --ditto-epochs",

@@ -16,7 +16,7 @@ local steps on (Eq. 6)
 and uploads it. Clients are judged by their own models (``personal_acc``). Options (FedALA appendix defaults):
 ``--amp-alpha`` alpha_k = 1000, ``--amp-lambda`` lambda = 1, ``--amp-sigma`` sigma = 0.1. FedAMP is a
 cross-silo method: every client every round (``--active-ratio`` < 1 is a ConfigError). Under MPI every rank
-gathers every client's uploaded model (``sim.comm.allgather``), so results do not depend on the process count.
+gathers every client's uploaded model (``view.comm.allgather``), so results do not depend on the process count.
 
 ``--init ala``: ALA mixes the client's old model with what FedAMP sends it, u_i (``received``, one per client,
 made by the init's ``download`` hook);
@@ -58,7 +58,7 @@ class FedAMPParams:
     amp_sigma: float = opt(0.1, "FedAMP: sigma of the attention-inducing function A(x) = 1 - exp(-x / sigma) (FedALA appendix: 0.1).", lo=0.0, lo_open=True, group="personalized")
 
 
-CLOUD = "amp.u"  # cohort.state key of the round's u_i (name -> [K, *shape])
+CLOUDS = "amp.clouds"  # the capability of FedAMP's init: the round's u_i (name -> [K, *shape]), for its local step
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -101,16 +101,12 @@ def cloud_models(models: dict, rows: list[int], alpha: float, sigma: float) -> t
     return u, xi
 
 
-def send_clouds(sim, cohort) -> None:
-    """The round's u_i for the cohort clients, kept in ``cohort.state`` (collective under MPI: every process calls
-    it); once per round, by the first of the init's ``download`` and the local step's ``begin_round`` (``--init``
-    other than FedAMP's)."""
-    if CLOUD in cohort.state:
-        return
-    models, _ = all_client_models(sim, cohort)
-    u, xi = cloud_models(models, cohort.clients, float(sim.cfg.amp_alpha), float(sim.cfg.amp_sigma))
-    cohort.state[CLOUD] = u
-    cohort.state["amp.xi"] = xi
+def send_clouds(view, cohort) -> tuple[dict, torch.Tensor]:
+    """The round's (u_i, xi) for the cohort clients (collective under MPI: every process calls it); once per round,
+    by the init's ``download``, or by the local step's ``begin_round`` when another init part (``--init overwrite``)
+    replaced FedAMP's."""
+    models, _ = all_client_models(view, cohort)
+    return cloud_models(models, cohort.clients, float(view.cfg.amp_alpha), float(view.cfg.amp_sigma))
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -119,17 +115,27 @@ class AMPInit(OverwriteInit):
     """Each client starts the round from its own last model; the server sends it u_i."""
 
     full_participation = True  # checked with the config (TrainConfig.check_cross_field), so recipes name the line
+    provides = frozenset({CLOUDS})  # the local step's u_i
 
-    def download(self, sim, cohort) -> None:
-        send_clouds(sim, cohort)
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.clouds: dict[str, torch.Tensor] = {}  # this round's u_i (``download``)
+        self.xi: torch.Tensor | None = None       # this round's attention weights
 
-    def received(self, sim, cohort) -> dict:
+    def download(self, view, cohort) -> None:
+        self.clouds, self.xi = send_clouds(view, cohort)
+
+    def received(self, view, cohort) -> dict:
         """u_i (``download``), name -> ``[K, *shape]``."""
-        return cohort.state[CLOUD]
+        return self.clouds
+
+    def offer(self, capability: str, view, cohort) -> dict:
+        """CLOUDS: u_i, the model each cohort client's proximal term pulls towards (the same as ``received``)."""
+        return self.clouds if capability == CLOUDS else super().offer(capability, view, cohort)
 
     @torch.no_grad()
-    def initialize(self, sim, cohort) -> None:
-        params, buffers = load_models(sim, cohort.clients)
+    def initialize(self, view, cohort) -> None:
+        params, buffers = load_models(view, cohort.clients)
         for n, t in params.items():
             cohort.params[n].copy_(t)
         for n, t in buffers.items():
@@ -146,14 +152,15 @@ class AMPStep(SGDStep):
 
     full_participation = True
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
-        send_clouds(sim, cohort)  # already there unless another init part (--init overwrite) replaced FedAMP's
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        # FedAMP's init sent them; another init part (--init overwrite) did not: they are computed here
+        self.clouds = view.offered(CLOUDS, cohort) if view.provided(CLOUDS) else send_clouds(view, cohort)[0]
 
     def direction(self, cohort, grads: dict) -> dict:
         if not self.coef:
             return grads
-        u = cohort.state[CLOUD]
+        u = self.clouds
         return {n: g + self.coef * (cohort.params[n] - u[n]) for n, g in grads.items()}
 
 

@@ -64,12 +64,12 @@ class FedDynStep(SGDStep):
         self.grad_i: dict[str, torch.Tensor] = {}   # [K, ...] the cohort's gradient states
         self.disp: dict[str, torch.Tensor] = {}     # sum_k lr_k v_k: theta^{t-1} - theta_i^t over the round, [K, ...]
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
-        self.anchor = sim.global_params
-        for n, p in sim.global_params.items():
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        self.anchor = view.global_params
+        for n, p in view.global_params.items():
             if cohort.clients:
-                self.grad_i[n] = sim.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
+                self.grad_i[n] = view.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
             else:
                 self.grad_i[n] = p.new_zeros((0, *p.shape))
             self.disp[n] = torch.zeros_like(cohort.params[n])
@@ -82,11 +82,11 @@ class FedDynStep(SGDStep):
         super().apply(cohort, names, params, g, lr, active)
 
     @torch.no_grad()
-    def end_round(self, sim, cohort) -> None:
-        super().end_round(sim, cohort)
-        names = list(sim.global_params)
+    def end_round(self, view, cohort) -> None:
+        super().end_round(view, cohort)
+        names = list(view.global_params)
         # grad_i - alpha * (theta_i^t - theta^{t-1}); a skipped client keeps its state
-        share(sim, cohort.clients, {_key(n): self.grad_i[n] + self.alpha * self.disp[n] for n in names}, cohort.skipped)
+        share(view, cohort.clients, {_key(n): self.grad_i[n] + self.alpha * self.disp[n] for n in names}, cohort.skipped)
         self.grad_i, self.disp = {}, {}
 
 
@@ -100,8 +100,8 @@ class FedDynServer(AverageServer):
         self.share = 1.0   # |P_t| / m
         self.h: dict[str, torch.Tensor] = {}
 
-    def setup(self, sim) -> None:
-        self.share = sim.active / len(sim.client_indices)
+    def setup(self, view) -> None:
+        self.share = view.active / len(view.client_indices)
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         h = self.h.get(name)

@@ -3,8 +3,8 @@ Model Optimization", Eqs. 5-7, Algorithm 1): each client aggregates other client
 a first-order approximation of how much each one lowers its validation loss.
 
 Each client holds out ``--fomo-val-ratio`` (0.2) of its training split as a validation part and trains on the
-rest (``training_indices``: the engine sets ``sim.client_indices`` / ``sim.sizes`` to the training part). The server keeps an affinity matrix P
-(N x N, initially the identity; row i lives in ``sim.store`` under ``fomo.P`` as client i's state) and every
+rest (``training_indices``: the engine sets ``view.client_indices`` / ``view.sizes`` to the training part). The server keeps an affinity matrix P
+(N x N, initially the identity; row i lives in ``view.store`` under ``fomo.P`` as client i's state) and every
 client's last uploaded model theta_j. At the start of round t > 0 client i
 
 1. downloads the M models theta_j with the largest P[i, j] (``--fomo-m``, 0: all clients, FedALA appendix;
@@ -22,7 +22,7 @@ client's last uploaded model theta_j. At the start of round t > 0 client i
 
 Clients are judged by their trained models (``personal_acc``). Communication (FedALA Table 3): a client uploads
 one model and downloads M, (1 + M) * Sigma parameters per round: the engine counts the upload and one
-download, the other M - 1 downloads are recorded per layer with ``sim.ledger.record_copies`` (32 bits per
+download, the other M - 1 downloads are recorded per layer with ``view.ledger.record_copies`` (32 bits per
 element), from round 1 on (round 0 downloads only the initial model). The engine still averages the uploads
 into a global model (the reference keeps none); ``test_acc`` evaluates that average.
 
@@ -74,7 +74,6 @@ class FedFomoParams:
 
 
 EPS = 1e-5            # in the norm's denominator (reference)
-RECEIVED = "fomo.recv"  # cohort.state key of the round's aggregated models (name -> [K, *shape])
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -102,21 +101,21 @@ def split_validation(indices: torch.Tensor, ratio: float, gen: torch.Generator) 
 
 
 @torch.no_grad()
-def validation_losses(sim, params: dict, buffers: dict, val: list[torch.Tensor]) -> torch.Tensor:
+def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]) -> torch.Tensor:
     """[K] float64: client k's model (params/buffers [K, ...]) on its validation indices ``val[k]``: the mean over
     batches of ``--batch-size`` consecutive samples (the last one partial) of the batch mean cross-entropy."""
     k_all = len(val)
     if k_all == 0:
         return torch.zeros(0, dtype=torch.float64)
-    plan = sim.batches.plan(VAL_BATCHES, indices=val)  # consecutive batches, padded with mask 0
+    plan = view.batches.plan(VAL_BATCHES, indices=val)  # consecutive batches, padded with mask 0
     dev = plan.idx.device
     nb = (plan.real > 0).sum(0)  # each client's batch count
-    model = sim.model
+    model = view.model
     model.eval()
     fwd = vmap(lambda p, bu, x: functional_call(model, (p, bu), (x,)))
     total = torch.zeros(k_all, dtype=torch.float64, device=dev)
     for j in range(plan.idx.shape[0]):
-        x, y, m = sim.train_x[plan.idx[j]], sim.train_y[plan.idx[j]], plan.mask[j]
+        x, y, m = view.train_x[plan.idx[j]], view.train_y[plan.idx[j]], plan.mask[j]
         logits = fwd(params, buffers, x)
         ce = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view_as(m)
         cnt = m.sum(1)
@@ -135,81 +134,82 @@ class FomoInit(OverwriteInit):
         self.ratio = float(cfg.fomo_val_ratio)
         self.val: list[torch.Tensor] = []
         self.train: list[torch.Tensor] = []
+        self.aggregates: dict[str, torch.Tensor] = {}  # this round's aggregated models (``download``)
+        self.weights: tuple | None = None              # this round's (model ids [K, M], weights [K, M])
 
-    def setup(self, sim) -> None:
+    def setup(self, view) -> None:
         self.train, self.val = [], []
-        for c, ix in enumerate(sim.partition.train):
-            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(sim.cfg.seed, "fomo.val", 0, c))
+        for c, ix in enumerate(view.client_indices):  # the partition's training indices (no part split them before)
+            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(view.cfg.seed, "fomo.val", 0, c))
             self.train.append(t)
             self.val.append(v)
 
-    def training_indices(self, sim) -> list[torch.Tensor]:
-        """The training part of each client's split; the engine trains on it (``sim.client_indices``)."""
+    def training_indices(self, view) -> list[torch.Tensor]:
+        """The training part of each client's split; the engine trains on it (``view.client_indices``)."""
         return self.train
 
-    def m(self, sim) -> int:
+    def m(self, view) -> int:
         """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
-        n = len(sim.client_indices)
-        return min(int(self.cfg.fomo_m) or n, sim.active)
+        n = len(view.client_indices)
+        return min(int(self.cfg.fomo_m) or n, view.active)
 
     @torch.no_grad()
-    def initialize(self, sim, cohort) -> None:
-        rec = self.received(sim, cohort)
-        _, buffers = load_models(sim, cohort.clients)
+    def initialize(self, view, cohort) -> None:
+        rec = self.received(view, cohort)
+        _, buffers = load_models(view, cohort.clients)
         for n, t in rec.items():
             cohort.params[n].copy_(t)
         for n, t in buffers.items():
             cohort.buffers[n].copy_(t)
 
-    def begin_round(self, sim, cohort) -> None:
+    def begin_round(self, view, cohort) -> None:
         """theta_old: the model each client starts training from (after the aggregation, or ALA)."""
-        share(sim, cohort.clients, {f"fomo.old:{n}": p for n, p in cohort.params.items()})
+        share(view, cohort.clients, {f"fomo.old:{n}": p for n, p in cohort.params.items()})
 
-    def received(self, sim, cohort) -> dict:
+    def received(self, view, cohort) -> dict:
         """Each cohort client's aggregate (``download``), name -> ``[K, *shape]``."""
-        return cohort.state[RECEIVED]
+        return self.aggregates
 
     @torch.no_grad()
-    def download(self, sim, cohort) -> None:
+    def download(self, view, cohort) -> None:
         """Each cohort client's aggregate of the M models it downloads (its own model if no weight is positive), kept
         for ``received``; updates the P rows and counts the extra downloads. Collective under MPI."""
-        own, own_b = load_models(sim, cohort.clients)
-        cohort.state[RECEIVED] = own
+        own, own_b = load_models(view, cohort.clients)
+        self.aggregates, self.weights = own, None
         if cohort.round_idx == 0:  # nothing uploaded yet (the reference sends min(M, 0) models)
             return
-        models, model_b = all_client_models(sim, cohort, buffers=True)
-        m = self.m(sim)
-        sim.ledger.record_copies((m - 1) * sim.active)  # M downloads per client: the engine counts one
+        models, model_b = all_client_models(view, cohort, buffers=True)
+        m = self.m(view)
+        view.ledger.record_copies((m - 1) * view.active)  # M downloads per client: the engine counts one
         clients = cohort.clients
         k_all = len(clients)
         if k_all == 0:
-            share(sim, [], {"fomo.P": torch.zeros(0, len(sim.client_indices), dtype=torch.float64)})
+            share(view, [], {"fomo.P": torch.zeros(0, len(view.client_indices), dtype=torch.float64)})
             return
-        n_all = len(sim.client_indices)
-        rows = sim.store.gather("fomo.P", clients, lambda c: F.one_hot(torch.tensor(c), n_all).double(), "cpu")
+        n_all = len(view.client_indices)
+        rows = view.store.gather("fomo.P", clients, lambda c: F.one_hot(torch.tensor(c), n_all).double(), "cpu")
         ids = torch.argsort(-rows, dim=1, stable=True)[:, :m]  # [K, M]: top-M affinities, ties to the lower id
-        old = {n: sim.store.gather(f"fomo.old:{n}", clients, lambda _c, g=g: g, sim.device) for n, g in sim.global_params.items()}
+        old = {n: view.store.gather(f"fomo.old:{n}", clients, lambda _c, g=g: g, view.device) for n, g in view.global_params.items()}
         val = [self.val[c] for c in clients]
-        loss_old = validation_losses(sim, old, own_b, val)
+        loss_old = validation_losses(view, old, own_b, val)
         loss_recv = torch.zeros(k_all, m, dtype=torch.float64)
         dist = torch.zeros(k_all, m, dtype=torch.float64)
-        dev_ids = ids.to(sim.device)
+        dev_ids = ids.to(view.device)
         for s in range(m):
             pick = {n: w[dev_ids[:, s]] for n, w in models.items()}
             pick_b = {n: b[dev_ids[:, s]] for n, b in model_b.items()}
-            loss_recv[:, s] = validation_losses(sim, pick, pick_b, val)
+            loss_recv[:, s] = validation_losses(view, pick, pick_b, val)
             dist[:, s] = sum((pick[n] - old[n]).reshape(k_all, -1).pow(2).sum(1, dtype=torch.float64) for n in pick).sqrt().cpu()
         w = fomo_weights(loss_old, loss_recv, dist)
         rows.scatter_add_(1, ids, w)
-        share(sim, clients, {"fomo.P": rows})
+        share(view, clients, {"fomo.P": rows})
         scale = fomo_scale(w)
-        keep = (scale.sum(1) == 0).to(sim.device)
+        keep = (scale.sum(1) == 0).to(view.device)
         out = {}
         for n, t in models.items():
-            agg = sum(expand(scale[:, s].to(sim.device), t) * t[dev_ids[:, s]] for s in range(m))
+            agg = sum(expand(scale[:, s].to(view.device), t) * t[dev_ids[:, s]] for s in range(m))
             out[n] = torch.where(expand(keep, t), own[n], agg)
-        cohort.state[RECEIVED] = out
-        cohort.state["fomo.weights"] = (ids, w)
+        self.aggregates, self.weights = out, (ids, w)
 
 
 register_method(Method("fedfomo", "each client aggregates M downloaded client models with first-order validation weights (Zhang et al. 2021); "

@@ -82,9 +82,9 @@ def mmd(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> torc
     return (m * ww).sum() / ww.sum()
 
 
-def total_rounds(sim) -> int:
+def total_rounds(view) -> int:
     """T for mu_t = mu * t / T: the rounds of the run's budget (``fedcli.fl.budget.plan_run``)."""
-    rounds = sim.run_plan().rounds
+    rounds = view.run_plan().rounds
     if rounds is None:
         raise ConfigError("--algo fedphp scales mu by round / rounds: give --rounds (with --local-epochs and partial "
                           "participation an --iterations budget has no fixed number of rounds)")
@@ -102,21 +102,21 @@ class PHPInit(OverwriteInit):
         self.mu = float(cfg.php_mu)
         self.rounds = 0
 
-    def setup(self, sim) -> None:
-        self.rounds = total_rounds(sim)
+    def setup(self, view) -> None:
+        self.rounds = total_rounds(view)
 
     def mu_at(self, round_idx: int) -> float:
         return self.mu * round_idx / self.rounds
 
     @torch.no_grad()
-    def initialize(self, sim, cohort) -> None:
+    def initialize(self, view, cohort) -> None:
         mu = self.mu_at(cohort.round_idx)
-        cohort.load_global(sim.global_params, sim.global_buffers)
+        cohort.load_global(view.global_params, view.global_buffers)
         if mu == 0.0 or not cohort.clients:
             return
-        local, _ = load_models(sim, cohort.clients)
+        local, _ = load_models(view, cohort.clients)
         for n, p in cohort.params.items():
-            p.copy_(sim.global_params[n] * (1.0 - mu) + local[n] * mu)
+            p.copy_(view.global_params[n] * (1.0 - mu) + local[n] * mu)
 
 
 def head_module(model: torch.nn.Module) -> torch.nn.Module:
@@ -141,14 +141,14 @@ class PHPStep(SGDStep):
         self._hooked = False
         self._loss = None
 
-    def setup(self, sim) -> None:
+    def setup(self, view) -> None:
         if self.lam == 0.0:
             return
-        head = head_module(sim.model)
+        head = head_module(view.model)
         if not self._hooked:
             head.register_forward_pre_hook(self._hook)
             self._hooked = True
-        model, lam = sim.model, self.lam
+        model, lam = view.model, self.lam
 
         def features(params, buffers, x):
             self._grab = []
@@ -170,19 +170,19 @@ class PHPStep(SGDStep):
         if self._grab is not None:
             self._grab.append(args[0])
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
         # theta_g: the global model received at the round's start (frozen while the clients train)
-        self.anchor = ({n: p.clone() for n, p in sim.global_params.items()}, {n: b.clone() for n, b in sim.global_buffers.items()})
+        self.anchor = ({n: p.clone() for n, p in view.global_params.items()}, {n: b.clone() for n, b in view.global_buffers.items()})
 
-    def gradients(self, sim, cohort, x, y, mask):
+    def gradients(self, view, cohort, x, y, mask):
         if self.lam == 0.0:
-            return sim.trainer.grads(cohort, x, y, mask)
+            return view.trainer.grads(cohort, x, y, mask)
         g_params, g_buffers = self.anchor
         k = cohort.size
         # the global model's forward pass in train mode updates a throwaway copy of its BatchNorm statistics
         g_bufs = {n: b.unsqueeze(0).repeat(k, *([1] * b.dim())) for n, b in g_buffers.items()}
-        return sim.trainer.grads(cohort, x, y, mask, loss=self._loss, extra=(g_params, g_bufs), extra_dims=(None, 0))
+        return view.trainer.grads(cohort, x, y, mask, loss=self._loss, extra=(g_params, g_bufs), extra_dims=(None, 0))
 
 
 register_method(Method("fedphp", "inherited private models: moving-average init mu*t/T of own and global model, CE + MMD to the global representation (Li et al. 2021); --php-mu, --php-lambda",

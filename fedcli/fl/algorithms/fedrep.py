@@ -4,7 +4,7 @@ and a local head per client.
 The head is the last ``--head-layers`` parameter tensors (2: the final Linear weight and bias). Each round,
 every cohort client k
 
-1. takes its own head (kept in ``sim.store``; a client's first head is the global model's initial head),
+1. takes its own head (kept in ``view.store``; a client's first head is the global model's initial head),
    and trains it for ``--head-epochs`` local epochs with the body frozen (FedALA's appendix: tau = 5 local
    updates, at the local learning rate), then
 2. trains the body for the round's local steps (``--local-epochs`` / ``--tau``) with the head frozen.
@@ -43,25 +43,25 @@ class FedRepStep(SGDStep):
         self.epochs = float(cfg.head_epochs)
         self.head: set[str] = set()
 
-    def local_layers(self, sim) -> list[int]:
+    def local_layers(self, view) -> list[int]:
         """The head's layer indices: the engine never synchronizes them."""
-        n = min(self.n_head, len(sim.layers))
-        idx = [li.index for li in sim.layers[len(sim.layers) - n:]] if n > 0 else []
-        self.head = {sim.layers[i].name for i in idx}
+        n = min(self.n_head, len(view.layers))
+        idx = [li.index for li in view.layers[len(view.layers) - n:]] if n > 0 else []
+        self.head = {view.layers[i].name for i in idx}
         return idx
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
         if not self.head:
             return
         names = [n for n in cohort.params if n in self.head]
         if cohort.clients:
             for n in names:
-                g = sim.global_params[n]
-                cohort.params[n].copy_(sim.store.gather(f"fedrep.head:{n}", cohort.clients, lambda _c, g=g: g, g.device))
-            local_sgd(sim, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
+                g = view.global_params[n]
+                cohort.params[n].copy_(view.store.gather(f"fedrep.head:{n}", cohort.clients, lambda _c, g=g: g, g.device))
+            local_sgd(view, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
                       self.cfg.lr, trainable=names)
-        share(sim, cohort.clients, {f"fedrep.head:{n}": cohort.params[n] for n in names})  # every rank (collective)
+        share(view, cohort.clients, {f"fedrep.head:{n}": cohort.params[n] for n in names})  # every rank (collective)
 
     def apply(self, cohort, names, params, g, lr, active) -> None:
         keep = [i for i, n in enumerate(names) if n not in self.head]  # the head is frozen while the body trains

@@ -94,10 +94,10 @@ class PartialFedInit(OverwriteInit):
     """A client starts the round from its old local model (the global model if it has none); the global
     parameters enter through the per-batch selection of the local step."""
 
-    def initialize(self, sim, cohort) -> None:
+    def initialize(self, view, cohort) -> None:
         if not cohort.clients:
             return
-        params, buffers = load_models(sim, cohort.clients, LOCAL)
+        params, buffers = load_models(view, cohort.clients, LOCAL)
         with torch.no_grad():
             for n, p in cohort.params.items():
                 p.copy_(params[n])
@@ -119,25 +119,25 @@ class PartialFedStep(SGDStep):
         if self.fm + self.fs < 1:
             raise ConfigError("--partialfed-fm + --partialfed-fs must be at least 1 (batches per model/strategy cycle)")
 
-    def setup(self, sim) -> None:
-        self.names = list(sim.global_params)
+    def setup(self, view) -> None:
+        self.names = list(view.global_params)
 
     def temperature(self, round_idx: int) -> float:
         return self.tau0 * self.decay ** round_idx
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
-        dev = sim.device
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        dev = view.device
         t = len(self.names)
-        self.anchor = {n: g.detach().clone() for n, g in sim.global_params.items()}
-        self.alpha = sim.store.gather(ALPHA, cohort.clients, lambda _c: torch.zeros(t, 2), dev) if cohort.clients \
+        self.anchor = {n: g.detach().clone() for n, g in view.global_params.items()}
+        self.alpha = view.store.gather(ALPHA, cohort.clients, lambda _c: torch.zeros(t, 2), dev) if cohort.clients \
             else torch.zeros(0, t, 2, device=dev)
         self.tau = self.temperature(cohort.round_idx)
         steps = [int(s) for s in cohort.steps.tolist()] if cohort.clients else []
         top = max(steps, default=0)
         noise = []
         for c, s in zip(cohort.clients, steps):  # each client's own draws (independent of the process count)
-            g = gumbel((s, t, 2), torch_gen(sim.cfg.seed, "partialfed", cohort.round_idx, c))
+            g = gumbel((s, t, 2), torch_gen(view.cfg.seed, "partialfed", cohort.round_idx, c))
             noise.append(torch.cat([g, g.new_zeros(top - s, t, 2)]))
         self.noise = torch.stack(noise, 1).to(dev) if noise else torch.zeros(0, 0, t, 2, device=dev)  # [steps, K, T, 2]
         self.start: dict[str, torch.Tensor] = {}   # theta_0: the model local training started from
@@ -150,7 +150,7 @@ class PartialFedStep(SGDStep):
     def is_model_step(self, j: int) -> bool:
         return (j - 1) % (self.fm + self.fs) < self.fm
 
-    def gradients(self, sim, cohort, x, y, mask):
+    def gradients(self, view, cohort, x, y, mask):
         j = cohort.ctx.step
         active = (cohort.steps >= j).to(self.alpha.device)
         self.y = self.selection(j)
@@ -164,7 +164,7 @@ class PartialFedStep(SGDStep):
                 p = cohort.params[n]
                 p.add_(expand(y0[:, i] - self.y_prev[:, i], p) * self.delta[n])
             self.y_prev = y0
-        return sim.trainer.grads(cohort, x, y, mask)
+        return view.trainer.grads(cohort, x, y, mask)
 
     @torch.no_grad()
     def step(self, cohort, grads, lr, active=None) -> None:
@@ -177,8 +177,8 @@ class PartialFedStep(SGDStep):
             self.alpha[:, i, 0] -= lr * ga
             self.alpha[:, i, 1] += lr * ga
 
-    def end_round(self, sim, cohort) -> None:
-        share(sim, cohort.clients, {ALPHA: self.alpha})
+    def end_round(self, view, cohort) -> None:
+        share(view, cohort.clients, {ALPHA: self.alpha})
         self.delta, self.noise, self.start, self.y_prev = {}, None, {}, None
 
 

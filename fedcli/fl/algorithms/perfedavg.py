@@ -20,7 +20,7 @@ a reshuffled epoch, from ``torch_gen(seed, "perfedavg.eval", round, client)``, n
 than B samples uses all of them).
 
 With ``--init ala`` (FedALA Table 4, applicability) the one step starts from the model the client started its
-latest round from, the ALA-initialized one (kept in ``sim.store`` under ``perfedavg.start``): in the reference,
+latest round from, the ALA-initialized one (kept in ``view.store`` under ``perfedavg.start``): in the reference,
 ``evaluate_one_step`` adapts ``self.model`` right after ``set_parameters``, which ALA replaces. A client that has
 not trained yet adapts the global model.
 """
@@ -63,11 +63,11 @@ class PerFedAvgStep(SGDStep):
         self.saved: dict[str, torch.Tensor] = {}
         self.round = 0
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
         self.saved, self.round = {}, cohort.round_idx
-        if not sim.init.starts_from_global(sim):  # the round's start model is not the global one (ALA): keep it
-            save_models(sim, cohort.clients, cohort.params, cohort.buffers, START)
+        if not view.starts_from_global():  # the round's start model is not the global one (ALA): keep it
+            save_models(view, cohort.clients, cohort.params, cohort.buffers, START)
 
     @torch.no_grad()
     def step(self, cohort, grads, lr, active=None) -> None:
@@ -85,23 +85,23 @@ class PerFedAvgStep(SGDStep):
                 p.copy_(torch.where(expand(on, p), self.saved[n] - beta * grads[n], p))
             self.saved = {}
 
-    def personalize(self, sim, client: int) -> tuple[dict, dict]:
+    def personalize(self, view, client: int) -> tuple[dict, dict]:
         """The global model after one SGD step (alpha = --lr) on one mini-batch of the client's training split."""
-        if not sim.init.starts_from_global(sim):
-            params0, buffers0 = client_model(sim, client, START)
+        if not view.starts_from_global():
+            params0, buffers0 = client_model(view, client, START)
         else:
-            params0, buffers0 = sim.global_params, sim.global_buffers
-        plan = sim.batches.plan(EVAL_BATCH, [client], self.round, steps=1)
+            params0, buffers0 = view.global_params, view.global_buffers
+        plan = view.batches.plan(EVAL_BATCH, [client], self.round, steps=1)
         ix = plan.idx[0, 0][plan.mask[0, 0] > 0]  # min(B, n) samples: a smaller client's padding left out
-        x, y = sim.train_x[ix], sim.train_y[ix]
+        x, y = view.train_x[ix], view.train_y[ix]
         buffers = {n: t.clone() for n, t in buffers0.items()}
-        sim.model.train()
+        view.model.train()
 
         def loss_fn(params):
-            return masked_loss(functional_call(sim.model, (params, buffers), (x,)), y, torch.ones_like(y, dtype=torch.float32))
+            return masked_loss(functional_call(view.model, (params, buffers), (x,)), y, torch.ones_like(y, dtype=torch.float32))
 
         g = grad(loss_fn)(params0)
-        return {n: p - sim.cfg.lr * g[n] for n, p in params0.items()}, dict(buffers0)
+        return {n: p - view.cfg.lr * g[n] for n, p in params0.items()}, dict(buffers0)
 
 
 register_method(Method("perfedavg", "Per-FedAvg (FO): MAML steps on pairs of local batches, one-step adaptation to evaluate (Fallah et al. 2020); --perfedavg-beta",

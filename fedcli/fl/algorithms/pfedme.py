@@ -21,7 +21,7 @@ the model (theta) and ``local_params`` (w) to the global model. w is uploaded an
 
     global <- (1 - beta) * previous + beta * sum_i p_i w_i        (--pfedme-beta; FedALA: 1.0, the plain average)
 
-Clients are evaluated on theta (``personal_acc``), kept in ``sim.store`` under ``pfedme`` after the round's
+Clients are evaluated on theta (``personal_acc``), kept in ``view.store`` under ``pfedme`` after the round's
 local work (with its BatchNorm statistics, which theta's forward passes update as the reference's model does).
 
 Implementation: ``gradients`` runs the K inner steps on theta (so no gradient is taken at w) and returns the
@@ -91,23 +91,23 @@ class PFedMeStep(SGDStep):
         self.theta: dict[str, torch.Tensor] = {}
         self.theta_buffers: dict[str, torch.Tensor] = {}
 
-    def setup(self, sim) -> None:
+    def setup(self, view) -> None:
         if self.lam * self.cfg.lr > 2.0:
             warnings.warn(f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.cfg.lr:g} > 2: the local-model update "
                           "w <- w - lambda * lr * (w - theta) overshoots theta and diverges (FedALA: 15 x 0.005)", stacklevel=2)
 
-    def begin_round(self, sim, cohort) -> None:
-        super().begin_round(sim, cohort)
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
         self.theta = {n: p.clone() for n, p in cohort.params.items()}  # theta starts where w does
         self.theta_buffers = {n: b.clone() for n, b in cohort.buffers.items()}
 
-    def gradients(self, sim, cohort, x, y, mask):
+    def gradients(self, view, cohort, x, y, mask):
         """The K inner steps of this local step's mini-batches; returns ({}, theta's loss before them)."""
         active = cohort.steps.to(y.device) >= cohort.ctx.step
         tmp = Cohort(cohort.clients, cohort.weights, self.theta, cohort.buffers)
         first = None
         for _ in range(self.k):
-            grads, losses = sim.trainer.grads(tmp, x, y, mask)
+            grads, losses = view.trainer.grads(tmp, x, y, mask)
             first = losses.detach() if first is None else first
             with torch.no_grad():
                 for n, t in self.theta.items():
@@ -123,8 +123,8 @@ class PFedMeStep(SGDStep):
             new = w_step(w, self.theta[n], lr, self.lam)
             w.copy_(new if active is None else torch.where(expand(active, w), new, w))
 
-    def end_round(self, sim, cohort) -> None:
-        save_models(sim, cohort.clients, self.theta, self.theta_buffers, PREFIX)  # every rank (collective)
+    def end_round(self, view, cohort) -> None:
+        save_models(view, cohort.clients, self.theta, self.theta_buffers, PREFIX)  # every rank (collective)
         self.theta, self.theta_buffers = {}, {}
 
 

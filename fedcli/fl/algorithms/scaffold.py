@@ -2,15 +2,125 @@
 
 Local direction g - c_i + c; c_i and c updated at the round's end; global step size eta_g =
 ``--server-lr`` (1: the plain average). The ledger counts c's download and c_i's upload per layer.
-Details: ``fedcli.fl.parts_scaffold``.
 
 No per-method defaults: the paper's experiments use the global step size eta_g = 1 (``--server-lr`` 1, the general
 default) and tune the local learning rate per task; it learns on fedcli's general defaults (tests/test_presets_learn.py).
+
+The local step and its control variates (below). Each client i keeps a control variate c_i (in ``view.store``, zeros at first) and the server keeps c
+(zeros at first). In a round, client i steps along g - c_i + c (the configured momentum and weight
+decay act on that direction, as on SGD's gradient). At the round's end
+
+    c_i+ = c_i - c + (x - y_i) / (K_i * lr)                       (option II)
+    c    <- c + (|S| / N) * mean_{i in S} (c_i+ - c_i)              (N clients in all, S the cohort)
+
+and the model is averaged as usual (global step size eta_g: ``--server-lr`` with the ``server-lr``
+server part). Two generalizations, both exact where the paper's formula applies:
+
+- (x - y_i) / (K_i lr) is the mean of the directions the client stepped along: we accumulate the
+  displacement D_i = sum_k lr_k v_k (v_k the step's direction after momentum) and divide it by
+  A_i = sum_k lr_k w_k, w_k = rho w_(k-1) + 1, the displacement that directions all equal to 1 would
+  give. With plain SGD, A_i = sum_k lr_k, so for a constant lr and no synchronization inside the
+  round D_i / A_i *is* (x - y_i) / (K_i lr). It also handles warm-up and decay (the lr actually
+  used), unequal local steps (``--local-epochs``), layer-wise schedules (a mid-round synchronization
+  replaces a layer, so x - y_i would mix the average into it), and momentum rho, where dividing by
+  K_i lr would inflate c_i by up to 1 / (1 - rho) every round (it diverges); A_i is then lr times
+  FedNova's ||a_i||_1, and D_i / A_i stays a weighted mean of the corrected gradients.
+- the c update is a sum over the cohort, so under MPI it is one all-reduce; each process then shares
+  the new c_i of its clients (``fedcli.fl.store.share``) so that a client's c_i does not depend on where it trained.
+
+Communication (``comm_bytes``, per layer in ``layers.csv``): every cohort client downloads c at the
+round's start and uploads c_i+ - c_i at its end, 32 bits per element each: 2 * m * numel * 4 bytes per
+tensor per round on top of the model traffic. ``comm_params`` stays Eq. 8 over the model layers.
 """
 
-import fedcli.fl.parts_scaffold  # noqa: F401  (registers the "scaffold" local step)
+from __future__ import annotations
+
+import torch
+
 import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.methods import Method, register_method
+from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.store import share
+
+
+def _key(name: str) -> str:
+    return f"scaffold.c_i:{name}"
+
+
+@register_local_step("scaffold")
+class ScaffoldStep(SGDStep):
+    """SGD along g - c_i + c; control variates updated by option II at the round's end."""
+
+    fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.c: dict[str, torch.Tensor] | None = None   # the server control variate
+        self.c_i: dict[str, torch.Tensor] = {}          # [K, ...] control variates of the cohort here
+        self.correction: dict[str, torch.Tensor] = {}   # c - c_i, [K, ...]
+        self.disp: dict[str, torch.Tensor] = {}         # D_i = sum_k lr_k v_k (the applied directions), [K, ...]
+        self.lr_sum: torch.Tensor | None = None         # A_i = sum_k lr_k w_k over each client's own steps, [K]
+        self.w: torch.Tensor | None = None              # w_k = rho w_(k-1) + 1 (1 without momentum), [K]
+
+    def begin_round(self, view, cohort) -> None:
+        super().begin_round(view, cohort)
+        if self.c is None:
+            self.c = {n: torch.zeros_like(p) for n, p in view.global_params.items()}
+        self.c = {n: self.c[n].to(p.device) for n, p in view.global_params.items()}  # after a checkpoint load
+        k = len(cohort.clients)
+        for n, p in view.global_params.items():
+            if k:
+                ci = view.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
+            else:
+                ci = p.new_zeros((0, *p.shape))
+            self.c_i[n] = ci
+            self.correction[n] = self.c[n] - ci
+            self.disp[n] = torch.zeros_like(cohort.params[n])
+        self.lr_sum = torch.zeros(k, dtype=torch.float64, device=next(iter(view.global_params.values())).device)
+        self.w = torch.zeros_like(self.lr_sum)
+        view.ledger.record_copies(view.active)  # every cohort client downloads c
+
+    def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {n: g + self.correction[n] for n, g in grads.items()}
+
+    def apply(self, cohort, names, params, g, lr, active) -> None:
+        torch._foreach_add_([self.disp[n] for n in names], g, alpha=lr)
+        on = torch.ones_like(self.w) if active is None else active.to(self.w.dtype)
+        self.w = torch.where(on > 0, self.w * self.momentum + 1.0, self.w)
+        self.lr_sum += lr * self.w * on
+        super().apply(cohort, names, params, g, lr, active)
+
+    @torch.no_grad()
+    def end_round(self, view, cohort) -> None:
+        n_clients = len(view.client_indices)
+        names = list(view.global_params)
+        new_ci, chunks = {}, {}
+        for n in names:
+            d = self.disp[n]
+            step_mean = d / expand(self.lr_sum.clamp(min=1e-300), d) if d.shape[0] else d
+            new_ci[n] = self.c_i[n] - self.c[n] + step_mean
+        # a client skipped by --on-diverge skip-client (or with a non-finite c_i+) keeps its c_i and adds nothing to c
+        skipped = cohort.skipped
+        alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
+        for n in names:
+            alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
+        for n in names:
+            new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
+            chunks[n] = new_ci[n] - self.c_i[n]
+        total = view.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
+        for n in names:
+            self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
+        share(view, cohort.clients, {_key(n): new_ci[n] for n in names})
+        view.ledger.record_copies(view.active)  # every cohort client uploads c_i+ - c_i
+        self.c_i, self.correction, self.disp = {}, {}, {}
+
+    def state_dict(self) -> dict:
+        return {"c": None if self.c is None else {n: t.detach().cpu() for n, t in self.c.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        c = state.get("c")
+        self.c = None if c is None else {n: t.clone() for n, t in c.items()}
+
 
 register_method(Method("scaffold", "local SGD corrected by control variates, option II (Karimireddy et al. 2020); --server-lr",
                        local_step="scaffold", server="server-lr", label="SCAFFOLD", style=("#17BECF", ">")))
