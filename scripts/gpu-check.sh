@@ -13,6 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+PY=$(command -v "$PY")  # an absolute path: mpiexec's ranks may not see this shell's PATH (Open MPI ran /usr/bin/python3)
 LOGS=${LOGS:-gpu-check-logs}
 mkdir -p "$LOGS"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" FEDCLI_CACHE_DIR="${FEDCLI_CACHE_DIR:-$PWD/$LOGS/cache}"
