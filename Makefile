@@ -88,11 +88,11 @@ reproduce-fedlamb:
 # results/reproduce/fedala/
 REPRO_FEDALA := results/reproduce/fedala
 reproduce-fedala:
-	$(PY) -m fedcli sweep recipes/fedala/reproduce-mnist-path.toml --scale cpu --seeds 2 --jobs 2 --out $(REPRO_FEDALA)/runs
-	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --table reproduce-mnist-path --output $(REPRO_FEDALA)/table-best.md
-	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --table reproduce-mnist-path-final --output $(REPRO_FEDALA)/table-final.md
-	$(PY) scripts/fedala_claim.py $(REPRO_FEDALA)/runs $(REPRO_FEDALA)/claim.md
-	$(PY) -m fedcli report $(REPRO_FEDALA)/runs --figures $(REPRO_FEDALA)/figures
+	$(PY) -m fedcli sweep recipes/fedala/reproduce-mnist-pfllib.toml --scale cpu --jobs 2 --out $(REPRO_FEDALA)/pfllib/runs
+	$(PY) -m fedcli report $(REPRO_FEDALA)/pfllib/runs --table reproduce-mnist-pfllib --output $(REPRO_FEDALA)/pfllib/table-best.md
+	$(PY) -m fedcli report $(REPRO_FEDALA)/pfllib/runs --table reproduce-mnist-pfllib-final --output $(REPRO_FEDALA)/pfllib/table-final.md
+	$(PY) scripts/fedala_claim.py $(REPRO_FEDALA)/pfllib/runs $(REPRO_FEDALA)/pfllib/claim.md
+	$(PY) -m fedcli report $(REPRO_FEDALA)/pfllib/runs --figures $(REPRO_FEDALA)/pfllib/figures
 
 # All three claims on the real data beside the repo, one after another (about 45 minutes on 2 idle cores)
 reproduce: reproduce-fedlama reproduce-fedala reproduce-fedlamb
