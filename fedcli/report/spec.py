@@ -60,6 +60,22 @@ run (each client's model on its local test split, the metric of pFedMe and FedAL
 model on the test set) for the others; ``test_acc`` or ``personal_acc`` force one column for every run. The
 ``curves`` figures take the same choice in ``y`` (default ``auto``).
 
+``select = "best"`` (layouts ``rows`` and ``target``; Fed-LAMB, Section 5: lambda "tuned" over {0, 0.01, 0.1} and the
+best one reported) shows, of the runs of a group that differ only in the grid key(s) ``select_by`` (e.g.
+``"weight_decay"``; their configs equal but for it and the seed), the one row that is best by ``select_on``:
+``acc`` (the default of ``rows``: the highest mean over the seeds of the table's ``accuracy``), ``best_acc`` or
+``final_acc`` (the highest mean best or last accuracy), ``rounds`` (the default of ``target``: the most seeds
+reaching the target, then the fewest mean rounds). Ties go to the run listed first. ``select_by`` must be among
+the table's ``columns``, so each row shows the value picked; the notes name the runs each row was picked from.
+``select = "all"`` (the default) shows every run::
+
+    [[tables]]
+    name = "fig2-mnist-mlp-e1-best"
+    columns = ["method", "lr", "weight_decay", "acc", "final_acc"]
+    select = "best"
+    select_by = "weight_decay"
+    runs = ["Fed-LAMB", "Fed-LAMB lambda 0.01", "Fed-LAMB lambda 0.1", ...]
+
 All layouts take the shorthand of one group at table level (``runs``/``rows``, ``baseline``,
 ``label``). ``accuracy = "best"`` (default: the best evaluation of the run, as the AAAI paper reports
 "full training") or ``"final"`` (the last evaluation).
@@ -91,6 +107,9 @@ X_AXES = ("iterations", "rounds", "params", "bytes", "iteration", "round", "comm
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
 #: personalized runs (each client's model on its local test split, the papers' metric), test_acc otherwise
 ACC_METRICS = ("test_acc", "personal_acc", "auto")
+SELECT = ("all", "best")
+#: what ``select = "best"`` picks by: a mean accuracy over the seeds (higher is better) or rounds to the target
+SELECT_ON = ("acc", "best_acc", "final_acc", "rounds")
 #: keys of a matrix group (table level: the defaults of every group)
 MATRIX_KEYS = ("methods", "method_labels", "settings", "setting_labels", "values", "cell", "compare", "header", "skip")
 #: computed columns of the ``rows`` layout (any train key is also a column)
@@ -99,7 +118,8 @@ COLUMNS = ("name", "method", "lr", "tau", "phi", "active_ratio", "alpha", "clien
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 TABLE_KEYS = {"name", "title", "paper", "layout", "accuracy", "columns", "groups", "runs", "rows", "baseline", "label",
-              "left_title", "right_title", "early_stop_target", "target", "metric", "notes", "scale", "row_title", *MATRIX_KEYS}
+              "left_title", "right_title", "early_stop_target", "target", "metric", "notes", "scale", "row_title",
+              "select", "select_by", "select_on", *MATRIX_KEYS}
 GROUP_KEYS = {"label", "baseline", "runs", "rows", "left_title", "right_title", *MATRIX_KEYS}
 FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes", "scale"}
 PANEL_KEYS = {"title", "runs", "run", "labels"}
@@ -153,6 +173,9 @@ class TableSpec:
     metric: str = "auto"          # the accuracy shown (target layout: compared with ``target``); auto: see ACC_METRICS
     row_title: str = "Method"     # matrix layout: heading of the first column
     notes: str = ""
+    select: str = "all"           # rows/target: "best" shows one row per set of runs differing only in select_by
+    select_by: list[str] = field(default_factory=list)  # the grid key(s) select = "best" picks over
+    select_on: str = ""           # acc, best_acc, final_acc (highest mean) or rounds (target: fewest); "" = layout's default
 
     kind = "table"
 
@@ -279,6 +302,7 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
     elif "target" in d:
         raise ConfigError(f"{loc('target')}: key 'target' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")")
     t.metric = _choice(d, "metric", ACC_METRICS, "auto", loc)
+    parse_select(t, d, loc)
     t.row_title = _str(d, "row_title", loc, "Method")
     if t.layout != "matrix":
         for k in MATRIX_KEYS + ("row_title",):
@@ -320,6 +344,34 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
         grp.baseline = base or (grp.runs[0] if grp.runs else grp.rows[0][0])
         t.groups.append(grp)
     return t
+
+
+def parse_select(t: TableSpec, d: dict, loc) -> None:
+    """The ``select``/``select_by``/``select_on`` keys of a ``rows`` or ``target`` table (see the module docstring)."""
+    t.select = _choice(d, "select", SELECT, "all", loc)
+    if t.select == "all":
+        for k in ("select_by", "select_on"):
+            if k in d:
+                raise ConfigError(f"{loc(k)}: key '{k}' is for select = \"best\" (table '{t.name}' shows every run)")
+        return
+    if t.layout not in ("rows", "target"):
+        raise ConfigError(f"{loc('select')}: select = \"best\" is for layout = \"rows\" or \"target\" (table '{t.name}' "
+                          f"has layout = \"{t.layout}\")")
+    by = d.get("select_by")
+    by = [by] if isinstance(by, str) else by
+    if not isinstance(by, list) or not by or not all(isinstance(k, str) and k for k in by):
+        raise ConfigError(f"{loc('select_by')}: table '{t.name}' has select = \"best\": it needs `select_by`, the grid "
+                          "key (or list of keys) to pick over, e.g. \"weight_decay\"")
+    missing = [k for k in by if k not in t.columns]
+    if missing:
+        raise ConfigError(f"{loc('select_by')}: add {', '.join(repr(k) for k in missing)} to the `columns` of table "
+                          f"'{t.name}', so each row shows the value select = \"best\" picked")
+    t.select_by = list(by)
+    default = "rounds" if t.layout == "target" else "acc"
+    t.select_on = _choice(d, "select_on", SELECT_ON, default, loc)
+    if t.select_on == "rounds" and t.layout != "target":
+        raise ConfigError(f"{loc('select_on')}: select_on = \"rounds\" is for layout = \"target\" (table '{t.name}' has "
+                          f"layout = \"{t.layout}\")")
 
 
 def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureSpec:

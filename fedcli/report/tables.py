@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -162,6 +163,63 @@ def column(key: str) -> Column:
     return Column(key, md, tex)
 
 
+# ------------------------------------------------------------------------------------------------ select = "best"
+
+#: config keys that differ between the runs of one grid cell without making them different settings
+RUN_KEYS = ("seed", "out")
+
+
+def grid_sets(names: list[str], runs: dict, keys: list[str]) -> list[list[str]]:
+    """``names`` in sets of runs whose configs are equal but for the grid ``keys`` (and the seed and folder), in the
+    order of each set's first run. ``runs``: name -> {seed: RunData}."""
+    sets: dict[str, list[str]] = {}
+    for name in names:
+        cfg = next(iter(runs[name].values())).config
+        sig = json.dumps({k: v for k, v in cfg.items() if k not in keys and k not in RUN_KEYS}, sort_keys=True, default=str)
+        sets.setdefault(sig, []).append(name)
+    return list(sets.values())
+
+
+def select_score(spec: TableSpec, per_seed: dict) -> tuple:
+    """How good a run is for ``select = "best"`` (larger is better): the mean over the seeds of an accuracy
+    (``acc``: the table's ``accuracy``; ``best_acc``, ``final_acc``), a run whose mean is not finite last; ``rounds``:
+    the seeds that reach the target, then the fewest mean rounds to it."""
+    if spec.select_on == "rounds":
+        reach = rounds_to_target(per_seed, spec.target, spec.metric)
+        return (reach.reached, -reach.rounds.mean if reach.reached else -math.inf)
+    which = spec.accuracy if spec.select_on == "acc" else spec.select_on.split("_")[0]
+    s = mean_std(r.accuracy(which, spec.metric) for r in per_seed.values())
+    return (1, s.mean) if s.ok else (0, -math.inf)
+
+
+def select_best(spec: TableSpec, names: list[str], runs: dict) -> list[tuple[str, list[str]]]:
+    """The rows a ``rows``/``target`` table shows: every run (``select = "all"``), or of each set of runs differing
+    only in ``select_by`` the best by :func:`select_score` (the first listed on a tie), with the set it was picked from."""
+    if spec.select != "best":
+        return [(n, [n]) for n in names]
+    out = []
+    for cands in grid_sets(names, runs, spec.select_by):
+        scores = [select_score(spec, runs[n]) for n in cands]
+        out.append((cands[max(range(len(cands)), key=lambda i: (scores[i], -i))], cands))
+    return out
+
+
+def select_note(spec: TableSpec, picked: list[tuple[str, list[str]]], runs: dict) -> str:
+    """The note that says what ``select = "best"`` picked, from which runs and by what."""
+    by = ", ".join(spec.select_by)
+    how = {"acc": f"the highest mean {spec.accuracy} accuracy over the seeds", "best_acc": "the highest mean best accuracy over the seeds",
+           "final_acc": "the highest mean last accuracy over the seeds",
+           "rounds": "the most seeds reaching the target, then the fewest mean rounds"}[spec.select_on]
+    parts = []
+    for name, cands in picked:
+        if len(cands) > 1:
+            cfg = next(iter(runs[name].values())).config
+            vals = ", ".join(f"{k} {cfg.get(k)}" for k in spec.select_by)
+            parts.append(f"'{name}' ({vals}) of {', '.join(repr(c) for c in cands)}")
+    return (f"Best over {by}: of the runs that differ only in {by}, the row shown is the one with {how}"
+            + (f"; picked {'; '.join(parts)}." if parts else "; no row had more than one run to pick from."))
+
+
 # ------------------------------------------------------------------------------------------------ build
 
 
@@ -184,7 +242,7 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
     def first(name):
         return next(iter(per_seed(name).values()))
 
-    sections = []
+    sections, picks = [], []
     for g in spec.groups:
         base_comm = mean_std(r.comm_params for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
         base_bytes = mean_std(r.comm_bytes for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
@@ -195,7 +253,9 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
                 cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
                          Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
             rows, meta = [], []
-            for name in g.runs:
+            picked = select_best(spec, g.runs, runs)
+            picks += picked
+            for name, cands in picked:
                 r0 = first(name)
                 cells = []
                 for c in spec.columns:
@@ -229,7 +289,7 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
                     cells += [fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"),
                               fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
                 rows.append(cells)
-                meta.append({"group": g.label, "run": name})
+                meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
             sections.append(Section(g.label, [], cols, rows, meta))
         else:
             cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
@@ -271,6 +331,8 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
             notes.append(reach_note)
         else:
             notes[0] = reach_note
+    if spec.select == "best":
+        notes.append(select_note(spec, picks, runs))
     if spec.layout == "paired":
         tgt = "the same seed's" if spec.early_stop_target == "seed" else "the mean"
         notes.append(f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of the left-hand run "

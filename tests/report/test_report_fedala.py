@@ -248,3 +248,27 @@ def test_reproduce_recipe():
             assert (cfg.rounds, cfg.eval_every, cfg.data_dir) == (rounds, 1, data_dir)
         ala = TrainConfig(**r.runs[2].values)
         assert (ala.algo, ala.ala_layers, ala.ala_sample_percent, ala.ala_lr, ala.ala_threshold) == ("fedala", 2, 80.0, 1.0, 0.1)
+
+
+def test_reproduce_recipe_pfllib_pipeline():
+    """recipes/fedala/reproduce-mnist-pfllib.toml (make reproduce-fedala since issue 26): FedAvg-C and FedALA, 5 seeds,
+    PFLlib's data pipeline, FedALA evaluated after ALA and FedAvg-C after its fine-tuning, evaluation every 2 rounds
+    at cpu scale (the best and last read at the same points for both)."""
+    path = ROOT / "recipes/fedala/reproduce-mnist-pfllib.toml"
+    for scale, rounds, every, data_dir in (("cpu", 10, 2, str(ROOT.parent / "shared/datasets/mnist-t10k")), ("paper", 2000, 1, "")):
+        r = read_sweep(path, scale)
+        assert r.run_names == ["FedAvg-C", "FedALA"] and r.seeds == 5 and r.paper.startswith("FedALA AAAI 2023, Table 2")
+        tables, figures = parse_products(r)
+        assert [t.name for t in tables] == ["reproduce-mnist-pfllib", "reproduce-mnist-pfllib-final"]
+        assert [f.y for f in figures] == ["auto", "test_acc"]
+        cfgs = [TrainConfig(**run.values).validate() for run in r.runs]
+        for cfg in cfgs:
+            assert (cfg.dataset, cfg.partition, cfg.classes_per_client, cfg.clients, cfg.active_ratio, cfg.model) == (
+                "mnist", "pathological", 2, 20, 1.0, "cnn4")
+            assert (cfg.data_pool, cfg.pathological_rule, cfg.client_test_split, cfg.client_test_fraction) == (
+                "train+test", "classes", "pfllib", 0.25)
+            assert (cfg.batch_size, cfg.local_epochs, cfg.drop_last, cfg.lr, cfg.weighting) == (10, 1.0, True, 0.1, "samples")
+            assert (cfg.rounds, cfg.eval_every, cfg.data_dir) == (rounds, every, data_dir)
+        assert [(c.algo, c.personal_eval) for c in cfgs] == [("fedavg-c", "after-training"), ("fedala", "after-init")]
+        ala = cfgs[1]
+        assert (ala.ala_layers, ala.ala_sample_percent, ala.ala_lr, ala.ala_threshold) == (2, 80.0, 1.0, 0.1)
