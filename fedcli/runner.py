@@ -329,7 +329,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             if run_dir is not None:
                 on_disk = run_dir.manifest.get("status")
                 try:
-                    run_dir.finish(closing, error=f"{type(e).__name__}: {e}",
+                    run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **sim.choices(),
                                    **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
                 except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
                     if isinstance(e, FedcliError):
@@ -343,7 +343,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             if run_dir is not None:
                 try:
                     checkpoint.save_model(sim, out / "model.pt")
-                    run_dir.finish("completed", summary=summary.as_dict(), **extra)
+                    run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices())
                 except (StorageError, PlaceError) as e:
                     sentinel.stop(watchdog)
                     remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy

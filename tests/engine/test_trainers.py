@@ -299,3 +299,22 @@ def test_chunks_split_the_cohort_and_keep_batchnorm_statistics_per_client(bn):
     assert all(close(whole.buffers[n].float(), chunked.buffers[n].float()) for n in buffers)
     if bn:
         assert not torch.equal(whole.buffers["1.running_mean"], buffers["1.running_mean"])  # they did move
+
+
+@pytest.mark.parametrize("chosen", [3, 0])
+def test_the_manifest_records_the_chunk_the_automatic_choice_made(tmp_path, monkeypatch, chosen):
+    """``--cohort-chunk 0`` where the chunk is chosen at the first local step (CUDA): the manifest says ``auto`` at the
+    start and, once the run ends, ``cohort_chunk_chosen`` (0: the whole cohort fit). The device's free memory is
+    faked here (no GPU): ``auto_chunk`` answers ``chosen`` and the trainer is built as on CUDA."""
+    import json
+
+    from fedcli.cli.main import main
+    from fedcli.fl import engine, trainers
+
+    asked = []
+    monkeypatch.setattr(trainers, "auto_chunk", lambda run, k, device, share=0.8: asked.append(k) or chosen)
+    monkeypatch.setattr(engine, "choose_trainer", lambda name, model, device, chunk=0: trainers.VmapTrainer(model, None))
+    out = tmp_path / "run"
+    assert main(["train", "--rounds", "2", "--trainer", "vmap", "--quiet", "--out", str(out)]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert asked and m["cohort_chunk"] == "auto" and m["cohort_chunk_chosen"] == chosen
