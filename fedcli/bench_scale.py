@@ -71,6 +71,12 @@ FLOOR = ("import torch, fedcli.fl.engine\n"
          "print(max(hwm, m['Rss']), m['Pss'])")
 
 
+# the same two processes under ``mpiexec -n 2`` (mpi4py imported, both ranks alive at once), measured as a run is: the
+# tree's peak, after a barrier, while both ranks sleep
+FLOOR_MPI = ("import time, torch, fedcli.fl.engine\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(3)\n"
+             "MPI.COMM_WORLD.Barrier()")
+
+
 def _children(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -101,23 +107,35 @@ def _tree_memory(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def run_measured(cmd: list[str], env: dict | None = None, timeout: float = 1200) -> dict:
-    """Run ``cmd``; its exit code, wall time, CPU time (user + system of the tree), peak tree RSS and PSS, stdout."""
+def run_measured(cmd: list[str], env: dict | None = None, timeout: float = 1200, sample: bool = True) -> dict:
+    """Run ``cmd``; its exit code, wall time, CPU time (user + system of the tree), peak tree RSS and PSS, stdout.
+    ``sample=False``: no memory sampling (reading a process's ``smaps_rollup`` walks its mappings under its memory
+    lock, which slows a process that is loading torch's libraries: start-up is timed without it); the peaks are then
+    None."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak_rss = peak_pss = 0
-    while p.poll() is None:
-        rss, pss = _tree_memory(p.pid)
-        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-        time.sleep(0.1)
-        if time.perf_counter() - t0 > timeout:
+    if sample:
+        while p.poll() is None:
+            rss, pss = _tree_memory(p.pid)
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            time.sleep(0.1)
+            if time.perf_counter() - t0 > timeout:
+                p.kill()
+        out, err = p.communicate()
+    else:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
             p.kill()
-    out, err = p.communicate()
+            out, err = p.communicate()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if not sample:
+        peak_rss = peak_pss = None
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"rc": p.returncode, "wall_s": wall, "cpu_s": cpu, "peak_rss": peak_rss, "peak_pss": peak_pss,
             "stdout": out, "stderr": err[-2000:]}
@@ -160,22 +178,23 @@ def scale_case(setting: str, clients: int, procs: int, state: str, active: float
     return row
 
 
-def startup(tmp: Path, repeats: int = 2) -> dict:
-    """``fedcli train`` with no flags (the default run): process wall time, training time, the rest (best of
-    ``repeats``)."""
-    best = None
+def startup(tmp: Path, repeats: int = 3) -> dict:
+    """``fedcli train`` with no flags (the default run): process wall time, training time, the rest (the run with the
+    least wall time of ``repeats``: the one least disturbed by the machine's other work; every run's numbers are kept
+    under ``runs``)."""
+    best, runs = None, []
     for i in range(repeats):
         out = tmp / f"default{i}"
-        r = run_measured([sys.executable, "-m", "fedcli", "train", "--json", "--out", str(out)], _env())
+        r = run_measured([sys.executable, "-m", "fedcli", "train", "--json", "--out", str(out)], _env(), sample=False)
         if r["rc"] != 0:
             return {"error": r["stderr"].strip()[-300:]}
         train_s = float(json.loads(r["stdout"].strip().splitlines()[-1])["wall_s"])
-        row = {"wall_s": r["wall_s"], "train_s": train_s, "outside_s": r["wall_s"] - train_s, "cpu_s": r["cpu_s"],
-               "peak_rss": r["peak_rss"]}
+        row = {"wall_s": r["wall_s"], "train_s": train_s, "outside_s": r["wall_s"] - train_s, "cpu_s": r["cpu_s"]}
+        runs.append({k: round(v, 3) for k, v in row.items()})
         if best is None or row["wall_s"] < best["wall_s"]:
             best = row
         shutil.rmtree(out, ignore_errors=True)
-    return best
+    return {**best, "runs": runs}
 
 
 def floor() -> dict:
@@ -187,10 +206,24 @@ def floor() -> dict:
     return {"peak_rss": rss, "peak_pss": pss}
 
 
+def floor_mpi(procs: int = 2) -> dict:
+    """Peak tree RSS and PSS of ``mpiexec -n procs`` processes that have imported torch, fedcli's engine and mpi4py and
+    hold nothing else: the floor of a run with that many processes (the launcher's own processes included)."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        return {"error": "mpiexec not found"}
+    r = run_measured([mpiexec, "-n", str(procs), sys.executable, "-c", FLOOR_MPI], _env())
+    if r["rc"] != 0:
+        return {"error": r["stderr"].strip()[-300:]}
+    return {"peak_rss": r["peak_rss"], "peak_pss": r["peak_pss"], "processes": procs}
+
+
 def run(progress=None, cases=CASES) -> dict:
     results = {"settings": {k: " ".join(v) for k, v in SETTINGS.items()}, "cases": []}
     with tempfile.TemporaryDirectory() as tmp:
         results["floor"] = floor()
+        if any(c[2] > 1 for c in cases):
+            results["floor_mpi"] = floor_mpi()
         for setting, clients, procs, state, active, chunk in cases:
             if progress:
                 progress(f"scale ({setting}): {clients} clients ({active:.0%} active), {procs} process(es), client state "
@@ -231,6 +264,10 @@ def table(results: dict):
     if "peak_rss" in f:
         lines.append(f"floor (one process: Python, torch, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
                      f"PSS {f['peak_pss'] / 1e9:.2f} GB")
+    f2 = results.get("floor_mpi") or {}
+    if "peak_rss" in f2:
+        lines.append(f"floor of mpiexec -n {f2['processes']} (the same processes, mpi4py too, and the launcher's): "
+                     f"RSS {f2['peak_rss'] / 1e9:.2f} GB, PSS {f2['peak_pss'] / 1e9:.2f} GB")
     s = results.get("startup") or {}
     if "error" in s:
         lines.append(f"start-up: {s['error']}")
@@ -246,18 +283,21 @@ def _ok(r: float, bound: float) -> str:
     return "ok" if r <= bound else "MISSED"
 
 
-def decomposition(one: dict, two: dict, fl: dict, kind: str) -> str:
-    """mpiexec -n 2 over one process, taken apart: the floor F of a process, T1 = F + W1, T2 = 2F + W2."""
+def decomposition(one: dict, two: dict, fl: dict, kind: str, fl2: dict | None = None) -> str:
+    """mpiexec -n 2 over one process, taken apart: the floor F of a process, T1 = F + W1, T2 = F2 + W2, where F2 is
+    the floor of two processes under mpiexec as measured (``floor_mpi``; 2F where it was not)."""
     k = f"peak_{kind}"
     f, t1, t2 = fl[k], one[k], two[k]
-    w1, w2 = t1 - f, t2 - 2 * f
-    line = (f"  {kind.upper()} taken apart: floor F {f / 1e9:.2f} GB a process; 1 process T1 = {t1 / 1e9:.2f} GB = F + "
-            f"{w1 / 1e9:.2f}; 2 processes T2 = {t2 / 1e9:.2f} GB = 2F + {w2 / 1e9:.2f}; above the floor {w2 / max(1.0, w1):.2f}x; "
-            f"the two floors alone are {2 * f / t1:.2f}x T1")
-    if 2 * f > 1.5 * t1:
-        line += " (so T2 <= 1.5 T1 cannot hold while a process's floor is above 3/4 of T1)"
-    elif f > t1 / 2:
-        line += f" (T2 <= 1.5 T1 needs the two processes together to hold at most {(1.5 * t1 - 2 * f) / 1e9:.2f} GB above their floors)"
+    f2, said = ((fl2[k], "measured under mpiexec") if fl2 and k in fl2 else (2 * f, "2F"))
+    w1, w2 = t1 - f, t2 - f2
+    line = (f"  {kind.upper()} taken apart: floor F {f / 1e9:.2f} GB one process, F2 {f2 / 1e9:.2f} GB two ({said}); "
+            f"1 process T1 = {t1 / 1e9:.2f} GB = F + {w1 / 1e9:.2f}; 2 processes T2 = {t2 / 1e9:.2f} GB = F2 + "
+            f"{w2 / 1e9:.2f}; above the floors {w2 / max(1.0, w1):.2f}x; the two floors alone are {f2 / t1:.2f}x T1")
+    if f2 > 1.5 * t1:
+        line += " (so T2 <= 1.5 T1 cannot hold: the floors alone exceed it)"
+    else:
+        line += (f" (T2 <= 1.5 T1 needs the two processes together to hold at most {(1.5 * t1 - f2) / 1e9:.2f} GB above "
+                 f"their floors, against the one process's {w1 / 1e9:.2f})")
     return line
 
 
@@ -286,7 +326,7 @@ def targets(results: dict) -> list[str]:
                 r = m2[k] / b[k]
                 lines.append(f"[{setting}] peak {K} mpiexec -n 2 / 1 process at 10,000 clients: {r:.2f}x (target <= 1.5x) {_ok(r, 1.5)}")
                 if f.get(k):
-                    lines.append(decomposition(b, m2, f, kind))
+                    lines.append(decomposition(b, m2, f, kind, results.get("floor_mpi")))
     a, mem = _find(results, 1000, 1, "disk"), _find(results, 1000, 1, "memory")
     if a and mem:
         r = a["s_per_round"] / mem["s_per_round"]
