@@ -557,8 +557,8 @@ class Simulation:
             cohort = Cohort(mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids)
             mean_losses, dead = torch.cat(means), None
         self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
-        # each client's mean local loss, summed over the cohort in cohort order; kept by the root only, so the
-        # all-reduce at the next evaluation adds zeros to it (the same bits for any number of processes)
+        # each client's mean local loss, summed over the cohort (``cohort_sum``); kept by the root only, so the
+        # all-reduce at the next evaluation adds zeros to it (nothing but the cohort sum's own rounding)
         skipped = cohort.skipped
         total = self.cohort_sum(cohort, [mean_losses], None, dead)
         if comm.is_root:
