@@ -44,6 +44,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from fedcli.bench_startup import load_average  # noqa: F401 - also read as fedcli.bench.load_average
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -387,13 +389,6 @@ def isolated(fn, *args) -> dict:
 
 def measure(path: str, w: Workload, steps: int, warmup: int, device: str, trainer: str, threads: int) -> dict:
     return isolated(_run_path, path, w, steps, warmup, device, trainer, threads)
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:  # pragma: no cover
-        return "n/a"
 
 
 def machine() -> dict:

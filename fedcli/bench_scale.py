@@ -77,6 +77,11 @@ FLOOR_MPI = ("import time, torch, fedcli.fl.engine\nfrom mpi4py import MPI\nMPI.
              "MPI.COMM_WORLD.Barrier()")
 
 
+def _mpiexec() -> str | None:
+    """The virtual environment's ``mpiexec`` (mpich from PyPI), else the one on the PATH."""
+    return shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
 def _children(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -117,7 +122,7 @@ def run_measured(cmd: list[str], env: dict | None = None, timeout: float = 1200,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak_rss = peak_pss = 0
+    peak_rss = peak_pss = 0 if sample else None
     if sample:
         while p.poll() is None:
             rss, pss = _tree_memory(p.pid)
@@ -134,8 +139,6 @@ def run_measured(cmd: list[str], env: dict | None = None, timeout: float = 1200,
             out, err = p.communicate()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if not sample:
-        peak_rss = peak_pss = None
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"rc": p.returncode, "wall_s": wall, "cpu_s": cpu, "peak_rss": peak_rss, "peak_pss": peak_pss,
             "stdout": out, "stderr": err[-2000:]}
@@ -164,7 +167,7 @@ def scale_case(setting: str, clients: int, procs: int, state: str, active: float
            "--client-state", state, "--active-ratio", str(active), "--cohort-chunk", str(chunk), "--out", str(out)]
     row = {"setting": setting, "clients": clients, "processes": procs, "state": state, "active": active, "chunk": chunk}
     if procs > 1:
-        mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+        mpiexec = _mpiexec()
         if mpiexec is None:
             return {**row, "error": "mpiexec not found"}
         cmd = [mpiexec, "-n", str(procs), sys.executable, "-m", "mpi4py", *cmd[1:]]
@@ -209,7 +212,7 @@ def floor() -> dict:
 def floor_mpi(procs: int = 2) -> dict:
     """Peak tree RSS and PSS of ``mpiexec -n procs`` processes that have imported torch, fedcli's engine and mpi4py and
     hold nothing else: the floor of a run with that many processes (the launcher's own processes included)."""
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    mpiexec = _mpiexec()
     if mpiexec is None:
         return {"error": "mpiexec not found"}
     r = run_measured([mpiexec, "-n", str(procs), sys.executable, "-c", FLOOR_MPI], _env())

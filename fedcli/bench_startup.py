@@ -8,6 +8,7 @@ reported, with whether torch was imported.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -17,6 +18,14 @@ COMMANDS = (["--help"], ["train", "--help"], ["train", "--algo", "fedlamma"])
 TARGET_S = 1.0
 _PROBE = ("import sys\nfrom fedcli.cli.main import main\ntry:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
           "sys.__stderr__.write('@@TORCH %s' % ('torch' in sys.modules))")
+
+
+def load_average() -> str:
+    """The machine's 1, 5 and 15-minute load averages, as printed beside every measurement (read without torch)."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:  # pragma: no cover
+        return "n/a"
 
 
 def _once(args: list[str]) -> tuple[float, bool]:

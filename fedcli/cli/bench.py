@@ -87,10 +87,6 @@ def scale_section(progress, json_out: str) -> None:
 
 
 def _load() -> str:
-    """The load average, read here: ``fedcli.bench`` imports torch."""
-    import os
+    from fedcli.bench_startup import load_average  # not fedcli.bench's: that module imports torch
 
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:  # pragma: no cover
-        return "n/a"
+    return load_average()

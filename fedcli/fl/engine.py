@@ -276,7 +276,6 @@ class Simulation:
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk)
-        self.auto_chunk = self.trainer.name == "vmap" and self.trainer.chunk is None  # chosen at the first local step
         self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
             vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
@@ -352,7 +351,7 @@ class Simulation:
         (``--cohort-chunk 0`` on CUDA: the manifest says ``cohort_chunk: auto`` at the start, and here
         ``cohort_chunk_chosen``, the clients per vectorized call the root process chose from its free memory at the
         first local step; 0: the whole cohort fit; None: no local step ran)."""
-        return {"cohort_chunk_chosen": self.trainer.chunk} if self.auto_chunk else {}
+        return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
     # ------------------------------------------------------------------ synchronization
     @torch.no_grad()

@@ -38,6 +38,8 @@ class Trainer:
     name = "base"
     # whether ``grads(..., lr=lr)`` applies plain SGD itself right after each client's backward (``LocalStep.fused_lr``)
     fuses_sgd = False
+    # whether the chunk of clients per vectorized call is chosen at the first call (``--cohort-chunk 0`` on CUDA)
+    chooses_chunk = False
 
     def eval_input(self, x: torch.Tensor) -> torch.Tensor:
         """A batch [B, ...] as evaluations feed it to the model: in the layout this path trains in."""
@@ -58,6 +60,7 @@ class VmapTrainer(Trainer):
     def __init__(self, model: torch.nn.Module, chunk: int | None = 0):
         self.model = model
         self.chunk = chunk
+        self.chooses_chunk = chunk is None
 
         def loss_fn(params, buffers, x, y, w):
             loss = masked_loss(functional_call(model, (params, buffers), (x,)), y, w)
