@@ -114,7 +114,7 @@ class GeneralConfig:
     client_state: str = opt("auto", "Where per-client state across rounds lives (personal models, optimizer moments, control variates): memory, disk (RUN_DIR/client-state: raw rows + CRC-32 index, only the clients of the round in memory), or auto (disk when clients x model size exceeds --client-state-limit-mb).", choices=["auto", "memory", "disk"], group="scale")
     client_state_limit_mb: int = opt(512, "--client-state auto: keep client state in memory while clients x model size is at most this many MiB, on disk beyond.", lo=0, group="scale")
     cohort_chunk: int = opt(0, "At most this many clients at a time, with the same results: a round whose method treats each client on its own (FedAvg, Ditto) is taken end to end in chunks (memory bounded by the chunk, not the cohort); otherwise the stacked (vmap) trainer's vectorized call is chunked (0: the whole cohort on the CPU; on CUDA as many as fit in 80% of the free memory).", lo=0, group="scale")
-    client_cache_mb: int = opt(64, "--client-state disk: MiB of recently used client rows each process keeps in memory.", lo=0, group="scale")
+    client_cache_mb: int = opt(64, "--client-state disk: MiB of recently used client rows kept in memory on each node, shared evenly by the node's processes (MPI ranks, --workers).", lo=0, group="scale")
     # crash safety (fedcli/results/checkpoint.py)
     checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
     keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")

@@ -89,6 +89,7 @@ class Communicator:
     launcher = "fedcli"  # what started the processes: "fedcli" (one process, or --workers) or "mpi" (mpiexec)
     workers = 1          # worker processes training shards of the cohort (a --workers pool); 1 otherwise
     workers_note: str | None = None  # why --workers auto chose the number it did (the manifest's workers_choice)
+    data_sharing: dict | None = None  # under MPI: how the node's ranks shared the loaded data (the manifest's data_sharing)
 
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         """Sum ``buf`` over all ranks, in place; returns it."""
@@ -103,12 +104,22 @@ class Communicator:
     def barrier(self) -> None:
         pass
 
+    def load_shared(self, load):
+        """The data ``load()`` gives, for this process (under MPI: loaded once per node and shared by its ranks)."""
+        return load()
+
     def abort(self, code: int = 1) -> None:
         raise SystemExit(code)
 
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    @property
+    def node_size(self) -> int:
+        """The processes of this run on this process's node (they share the node's memory budgets: the client-row
+        cache, generated-data caches): here and in a worker pool, all of them."""
+        return self.size
 
     @property
     def local_rank(self) -> int:

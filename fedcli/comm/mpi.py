@@ -39,11 +39,17 @@ class MPICommunicator(Communicator):
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.reduce_seconds = 0.0
-        self._local_rank = node_local_rank(self.world, MPI)
+        self.node = node_communicator(self.world, MPI)
+        found = launcher_local_rank()
+        self._local_rank = int(self.node.Get_rank()) if self.node is not None else 0 if found is None else found
 
     @property
     def local_rank(self) -> int:
         return self._local_rank
+
+    @property
+    def node_size(self) -> int:
+        return int(self.node.Get_size()) if self.node is not None else 1
 
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         import time
@@ -60,6 +66,17 @@ class MPICommunicator(Communicator):
 
     def bcast(self, obj: Any) -> Any:
         return self.world.bcast(obj, root=0)
+
+    def load_shared(self, load):
+        """``load()`` on the first rank of each node, its arrays in one shared window that every rank of the node
+        reads (``fedcli.comm.node_share``); without a node communicator, every rank loads."""
+        if self.node is None:
+            self.data_sharing = {"ranks": 1, "bytes": 0, "not_shared": "no MPI-3 shared-memory split of the ranks"}
+            return load()
+        from fedcli.comm.node_share import share_on_node
+
+        data, self.data_sharing = share_on_node(self.node, self.MPI, load)
+        return data
 
     def allgather(self, obj: Any) -> list:
         return self.world.allgather(obj)
@@ -85,18 +102,14 @@ def launcher_local_rank(env=None) -> int | None:
     return None
 
 
-def node_local_rank(world, MPI) -> int:
-    """This rank's position among the ranks that share its node: MPI's shared-memory split of the world (collective:
-    every rank calls it at start), else the launcher's variables, else 0."""
+def node_communicator(world, MPI):
+    """The ranks that share this rank's node (MPI's shared-memory split of the world; collective: every rank calls it
+    at start), or None for an MPI without MPI-3 shared-memory splits. Its rank is the node-local rank; the ranks
+    share the loaded data through it (``load_shared``)."""
     try:
-        node = world.Split_type(MPI.COMM_TYPE_SHARED)
-        try:
-            return int(node.Get_rank())
-        finally:
-            node.Free()
+        return world.Split_type(MPI.COMM_TYPE_SHARED)
     except Exception:  # noqa: BLE001 - an MPI without MPI-3 shared-memory splits
-        found = launcher_local_rank()
-        return 0 if found is None else found
+        return None
 
 
 CURRENT: dict = {}

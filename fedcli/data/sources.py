@@ -38,6 +38,13 @@ class FedDataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train_x.shape[1:])
 
+    def share_caches(self, processes: int) -> None:
+        """Tables that keep a cache of generated rows (``GeneratedRows``) keep ``1 / processes`` of it in this process:
+        the processes of a node (MPI ranks, ``--workers``) share one budget, as each trains its share of the clients."""
+        for x in (self.train_x, self.test_x):
+            if hasattr(x, "share_cache"):
+                x.share_cache(processes)
+
     def __repr__(self) -> str:
         groups = f", groups={len(self.group_names)}" if self.group_names is not None else ""
         return (

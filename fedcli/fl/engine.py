@@ -221,7 +221,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
-        from fedcli.data.setup import load_data_and_partition
+        from fedcli.data.setup import load_data_and_partition, release_free_heap
         from fedcli.models import layer_info
         from fedcli.models.custom import check_model, is_factory_spec
 
@@ -231,8 +231,10 @@ class Simulation:
             torch.cuda.set_device(self.device)
         torch.set_num_threads(default_threads(cfg))
         if dataset is None or partition is None:
-            dataset, partition = load_data_and_partition(cfg)
+            dataset, partition = self.comm.load_shared(lambda: load_data_and_partition(cfg))
+            release_free_heap()  # what loading freed (generated users, lists of labels) back to the OS
         self.dataset, self.partition = dataset, partition
+        dataset.share_caches(self.comm.node_size)
         self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
         self.sizes = np.array([len(ix) for ix in partition.train])
         # the mini-batch size every part uses (``--batch-size``, clamped to the largest client's training data)
@@ -328,6 +330,8 @@ class Simulation:
             "world_size": self.comm.size,
             "workers": self.comm.workers,
             **({"workers_choice": self.comm.workers_note} if self.comm.workers_note else {}),
+            # under MPI: the root's node loaded the data once and its ranks read it in shared memory (fedcli.comm.node_share)
+            **({"data_sharing": self.comm.data_sharing} if self.comm.data_sharing else {}),
             "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
             "trainer": self.trainer.name,
             **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),

@@ -73,8 +73,10 @@ def build_store(sim) -> "MemoryStore | DiskStore":
             root = Path(comm.bcast(made))
             if comm.is_root:
                 atexit.register(shutil.rmtree, root, True)
-        store = DiskStore(root, comm.rank, comm.size, cache_bytes=cfg.client_cache_mb * MiB)
-        info.update(folder=str(root) if not cfg.out else FOLDER, cache_mb=cfg.client_cache_mb, format="raw rows + CRC-32 index")
+        # --client-cache-mb is the node's: its processes (MPI ranks, --workers) keep an even share each
+        store = DiskStore(root, comm.rank, comm.size, cache_bytes=cfg.client_cache_mb * MiB // comm.node_size)
+        info.update(folder=str(root) if not cfg.out else FOLDER, cache_mb=cfg.client_cache_mb,
+                    cache_mb_per_process=round(cfg.client_cache_mb / comm.node_size, 1), format="raw rows + CRC-32 index")
     store.info = info
     return store
 

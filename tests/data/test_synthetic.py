@@ -177,3 +177,16 @@ def test_generated_on_demand_under_mpiexec_equals_the_materialized_data(tmp_path
     for name in ("metrics.csv", "clients.csv"):
         whole, lazy = strip(tmp_path / "whole" / name), strip(tmp_path / "on-demand" / name)
         assert whole and whole == lazy, name
+
+
+def test_the_nodes_processes_share_the_generated_rows_cache():
+    """``FedDataset.share_caches(n)``: each of a node's n processes keeps 1/n of the 32 MB cache of generated rows."""
+    from fedcli.data.datasets import load_dataset
+
+    ds = load_dataset("synthetic", None, options={"synthetic_users": 3})
+    users = ds.train_x.users
+    assert users.cache_bytes == 32 * 2**20
+    ds.share_caches(4)
+    assert users.cache_bytes == 8 * 2**20 and ds.test_x.users is users
+    ds.share_caches(1)  # from the whole budget again, not from the last share
+    assert users.cache_bytes == 32 * 2**20

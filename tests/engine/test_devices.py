@@ -69,6 +69,8 @@ def test_mpi_ranks_get_their_node_local_rank(tmp_path):
     assert p.returncode == 0, p.stderr
     man = json.loads((tmp_path / "m" / "manifest.json").read_text())
     assert [d["local_rank"] for d in man["devices"]] == [0, 1]  # one node: MPI's shared-memory split
+    # the node loaded the data once: digits' 1,797 float32 images of 64 pixels at least, in one shared window
+    assert man["data_sharing"]["ranks"] == 2 and man["data_sharing"]["bytes"] >= 1797 * 64 * 4, man["data_sharing"]
 
 
 SMALL = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6", "--rounds", "2",

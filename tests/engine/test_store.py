@@ -168,6 +168,8 @@ def test_workers_read_each_others_rows(tmp_path):
                      "--out", str(tmp_path / w)]) == 0
     assert rows(tmp_path / "1" / "metrics.csv") == rows(tmp_path / "2" / "metrics.csv")
     assert any((tmp_path / "2" / "client-state" / "g0" / "r1").glob("*.bin"))
+    info = json.loads((tmp_path / "2" / "manifest.json").read_text())["client_state"]
+    assert info["cache_mb_per_process"] == 32.0  # two workers share the node's 64 MiB
 
 
 # a child run that compacts at every chance (COMPACT_SLACK 0) and SIGKILLs itself inside round KILL_ROUND
@@ -242,6 +244,9 @@ def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):
     assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
     state = tmp_path / "disk" / "client-state" / "g0"
     assert any((state / "r0").glob("*.bin")) and any((state / "r1").glob("*.bin"))
+    # --client-cache-mb is the node's budget: the node's two ranks keep half each
+    info = json.loads((tmp_path / "disk" / "manifest.json").read_text())["client_state"]
+    assert info["cache_mb"] == 64 and info["cache_mb_per_process"] == 32.0
 
 
 def test_bench_scale_measures(tmp_path):
