@@ -471,7 +471,7 @@ def load_synthetic(data_dir: Path | None = None, *, download: bool = False, hold
                          iid=_option(opts, "synthetic_iid", False, bool),
                          seed=_option(opts, "data_seed", 0, int, lo=0))
     users = SyntheticUsers(spec)
-    ids = np.arange(spec.users, dtype=np.int64)
+    ids = np.arange(spec.users, dtype=np.int32)
     train = _Split(users.rows("train"), users.train_y, np.repeat(ids, users.n_train))
     test = _Split(users.rows("test"), users.test_y, np.repeat(ids, users.sizes - users.n_train))
     used = {"synthetic_alpha": spec.alpha, "synthetic_beta": spec.beta, "synthetic_users": spec.users,

@@ -28,7 +28,7 @@ class FedDataset:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
-    train_groups: torch.Tensor | None = None  # int64 [N]: writer/user index of each training sample
+    train_groups: torch.Tensor | None = None  # int32 [N]: writer/user index of each training sample
     test_groups: torch.Tensor | None = None  # int64 [M]: same indexing for the test samples
     group_names: list[str] | None = None  # group index -> writer id (LEAF ids kept)
     augment: str | None = None  # "cifar": the engine applies fedcli.data.augment at train time
@@ -138,8 +138,8 @@ def _assemble(
             x = x.reshape((-1, *image_shape))
         return torch.from_numpy(x)
 
-    def g_tensor(g: np.ndarray | None) -> torch.Tensor | None:
-        return None if g is None else torch.from_numpy(np.ascontiguousarray(g, dtype=np.int64))
+    def g_tensor(g: np.ndarray | None) -> torch.Tensor | None:  # int32: 4 bytes a sample (2^31 writers is plenty)
+        return None if g is None else torch.from_numpy(np.ascontiguousarray(g, dtype=np.int32))
 
     source["counts"] = {"train": int(len(train.y)), "test": int(len(test.y))}
     source["num_classes"] = num_classes
