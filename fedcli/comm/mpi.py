@@ -40,8 +40,8 @@ class MPICommunicator(Communicator):
         self.size = self.world.Get_size()
         self.reduce_seconds = 0.0
         self.node = node_communicator(self.world, MPI)
-        found = launcher_local_rank()
-        self._local_rank = int(self.node.Get_rank()) if self.node is not None else 0 if found is None else found
+        # the node-local rank: the shared-memory split's, else the launcher's variables, else 0
+        self._local_rank = int(self.node.Get_rank()) if self.node is not None else launcher_local_rank() or 0
 
     @property
     def local_rank(self) -> int:

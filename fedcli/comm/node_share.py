@@ -13,13 +13,14 @@ holds eight copies of the same arrays (FEMNIST's 800,000 images: 2.5 GB a copy).
 
 A loading error on the leader (a missing file, a bad option) is broadcast and raised on every rank of the node, so no
 rank waits for data that will not come. Arrays that would not fit in the node's ``/dev/shm`` are not shared: every
-rank then loads its own copy, as without this module, and the manifest says why. Ranks on different nodes load independently (the same data: it is a function
-of the config). The window lives until the process ends (MPI frees it at finalization).
+rank then loads its own copy, as without this module, and the manifest says why. Ranks on different nodes load
+independently (the same data: it is a function of the config). The window lives until the process ends (MPI frees it at finalization).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import warnings
 from typing import Any, Callable
@@ -71,8 +72,6 @@ def layout(sizes: list[int]) -> tuple[list[int], int]:
 def shm_free(path: str = "/dev/shm") -> int | None:
     """Free bytes of the file system where MPI places shared windows (MPICH and Open MPI: ``/dev/shm``), or None
     when there is none to check."""
-    import os
-
     try:
         st = os.statvfs(path)
     except OSError:

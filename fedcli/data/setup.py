@@ -78,13 +78,10 @@ def release_free_heap() -> None:
     allocates and frees many mid-sized arrays (a synthetic user's inputs, each file's samples), which glibc keeps
     in the heap for reuse; without this a process holds tens of MB it will not use again for the whole run."""
     import ctypes
-    import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own C library; None where it is not glibc
+    if trim is not None:
+        trim(0)
 
 
 def load_data_and_partition(cfg):

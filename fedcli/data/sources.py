@@ -29,7 +29,7 @@ class FedDataset:
     test_y: torch.Tensor
     num_classes: int
     train_groups: torch.Tensor | None = None  # int32 [N]: writer/user index of each training sample
-    test_groups: torch.Tensor | None = None  # int64 [M]: same indexing for the test samples
+    test_groups: torch.Tensor | None = None  # int32 [M]: same indexing for the test samples
     group_names: list[str] | None = None  # group index -> writer id (LEAF ids kept)
     augment: str | None = None  # "cifar": the engine applies fedcli.data.augment at train time
     source: dict = field(default_factory=dict)  # what was read (goes into the run manifest)
