@@ -138,3 +138,10 @@ def accuracy_by_hand(sim, model_of) -> tuple[float, float]:
             total += idx.numel()
             per_client.append(k / idx.numel())
     return correct / total, sum(per_client) / len(per_client)
+
+
+def md_table(text: str) -> list[dict]:
+    """The rows of the first Markdown table in ``text`` as dicts keyed by its header (``fedcli report``'s tables)."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in line.strip("|").split("|")))) for line in lines[1:]]

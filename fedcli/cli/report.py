@@ -14,7 +14,7 @@ def report(
     figures: str = typer.Option(None, "--figures", help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all; for run directories their curves and per-layer figures. \\[default: RUN_DIR/figures for one run directory]"),
     figure: list[str] = typer.Option(None, "--figure", help="Only this figure of a sweep (repeatable)."),
     output: str = typer.Option(None, "--output", "-o", help="Write the table to this file instead of stdout."),
-    x: str = typer.Option(None, "--x", metavar="<choice>", help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8) or bytes moved both ways. \\[choices: iterations, rounds, params, bytes] \\[default: a sweep figure's own `x`; run directories: iterations, or rounds when every run has a round budget]"),
+    x: str = typer.Option(None, "--x", metavar="<choice>", help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8) or bytes moved both ways. \\[choices: iterations, rounds, params, bytes] \\[default: a sweep figure's own `x`; run directories: both `curves` against iterations (rounds when every run has a round budget) and `curves-params` against parameters; --x picks the axis of one of the two]"),
     baseline: str = typer.Option(None, "--baseline", metavar="RUN", help="The run that the comparison table of run directories measures communication against, in parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg with each run's cohort, tau and budget, computed]"),
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
@@ -149,6 +149,7 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     """The comparison table of ``fedcli train`` runs, and their figures (one run given: in RUN_DIR/figures by default)."""
     from pathlib import Path
 
+    from fedcli.report import style
     from fedcli.report.single import comparison_table, write_figures
     from fedcli.report.tables import render
 
@@ -156,6 +157,8 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     _tracker_notes(runs)
     if figures is None and len(explicit) == 1 and len(runs) == 1:
         figures = str(Path(explicit[0]) / "figures")
+    if figures is None and (msg := style.data_warning(runs)):  # with figures: their warning says it
+        _warn(msg)
     if figures is None:
         err_console.print(f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "
                           f"to draw {'it' if len(runs) == 1 else f'these {len(runs)} runs together'}", markup=False,

@@ -10,6 +10,8 @@
   Figure 3, AAAI Figure 5), in M params.
 - ``delta-lambda``: delta_l (Eq. 3) and 1 - lambda_l (Eq. 4) along the layers sorted by d_l, at one
   interval adjustment of a FedLAMA run (arXiv Figure 1, AAAI Figure 2), with the cross point marked.
+- ``intervals``: each layer's synchronization interval at every adjustment of a layer-wise run (``intervals.csv``):
+  layers down, iterations across, the interval as the cell's shade (FedLAMA Algorithm 1 over time).
 - ``clients``: personalized runs' personal accuracy across clients (clients.csv), the worst-10% mean marked
   (:mod:`fedcli.report.clients`).
 
@@ -145,6 +147,10 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool) -> Non
         ax.set_yscale("log")
     else:
         style.plain_axis(ax.yaxis)
+    if key == "syncs":  # a count: whole synchronizations, never 0.25 of one on a short run
+        from matplotlib.ticker import MaxNLocator
+
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(axis="y", alpha=0.3)
     style.legend_right(ax)
 
@@ -163,12 +169,13 @@ def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
     ax.plot(ls, one_minus, marker="s", markersize=4, color="#999999", linestyle="--", label="1 − λ_l: size ratio (Eq. 4)")
     cp = cross_point(deltas, one_minus)
     if cp is None:
-        short, where = "no crossing: δ_l < 1 − λ_l for every l", "every layer may get the long interval"
+        short = "no crossing: δ_l < 1 − λ_l for every l"
     elif cp == 1:
-        short, where = "no crossing: δ_l ≥ 1 − λ_l from l = 1", "no layer gets the long interval"
+        short = "no crossing: δ_l ≥ 1 − λ_l from l = 1"
     else:
-        short, where = f"the curves cross at l = {cp}", f"the {cp - 1} layer(s) left of it get the long interval φτ′"
+        short = f"the curves cross at l = {cp}"
         ax.axvline(cp, color="grey", linestyle=":", linewidth=1)
+    where = _given_long(run, rnd)
     layer_names = {int(r["layer"]): str(r["name"]) for r in run.layers} if run.layers else {}
     ax.set_xticks(ls)
     if layer_names and len(ls) <= 24:
@@ -180,6 +187,71 @@ def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
     style.legend_right(ax, f"after round {rnd} (iteration {it}):\n{short}")
     return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: the adjustment after round {rnd} "
             f"(iteration {it}); {short}: {where}.")
+
+
+def _panel_intervals(ax, panel, runs: dict, spec: FigureSpec) -> str:
+    """Each layer's interval at each adjustment of one layer-wise run (intervals.csv), as a grid of layers (rows, in
+    forward order) by adjustments (columns, at their iterations), shaded by the interval, with the interval written in
+    the cells when they are few enough to read; returns the caption's description."""
+    import numpy as np
+    from matplotlib.colors import BoundaryNorm, ListedColormap, to_rgb
+
+    name = panel.runs[0]
+    per_seed = runs[name]
+    seeds = sorted(per_seed)
+    seed = seeds[spec.seed] if -len(seeds) <= spec.seed < len(seeds) else seeds[0]
+    run = per_seed[seed]
+    rows = run.intervals
+    if not rows:
+        raise ValueError(f"{run.path} has no intervals.csv rows (not a layer-wise run, or no adjustment yet)")
+    its = sorted({int(r["iteration"]) for r in rows})
+    layers = sorted({int(r["layer"]) for r in rows})
+    names = {int(r["layer"]): str(r["name"]) for r in rows}
+    grid = np.full((len(layers), len(its)), np.nan)
+    for r in rows:
+        grid[layers.index(int(r["layer"])), its.index(int(r["iteration"]))] = float(r["interval"])
+    values = sorted({int(v) for v in grid[np.isfinite(grid)]})
+    base = style.method_style(run)[0]
+    colours = [style.shade(base, len(values) - 1 - k, len(values)) for k in range(len(values))]  # longest: the method's own
+    bounds = [values[0] - 0.5] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 0.5]
+    edges = [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2] + [(a + b) / 2 for a, b in zip(its, its[1:])] + \
+        [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
+    mesh = ax.pcolormesh(edges, np.arange(len(layers) + 1) - 0.5, grid, cmap=ListedColormap(colours),
+                         norm=BoundaryNorm(bounds, len(values)), edgecolors="white", linewidth=0.5)
+    if len(its) * len(layers) <= 400:
+        for i in range(len(layers)):
+            for j in range(len(its)):
+                if np.isfinite(grid[i, j]):
+                    ax.text(its[j], i, f"{int(grid[i, j])}", ha="center", va="center", fontsize=6,
+                            color="white" if sum(to_rgb(colours[values.index(int(grid[i, j]))])) < 1.6 else "black")
+    ax.set_yticks(range(len(layers)))
+    ax.set_yticklabels([names[l] for l in layers], fontsize=7 if len(layers) <= 24 else 5)
+    ax.invert_yaxis()  # forward order from the top
+    ax.set_xlabel("Local iterations (at each interval adjustment)")
+    ax.set_ylabel("Layer (parameter tensor)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bar = ax.figure.colorbar(mesh, ax=ax, ticks=values, fraction=0.05, pad=0.02)
+    bar.set_label("Interval (local iterations)")
+    long = sum(1 for l in layers if grid[layers.index(l)][np.isfinite(grid[layers.index(l)])].max(initial=0) == values[-1])
+    return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: {len(its)} adjustment(s) from iteration "
+            f"{its[0]} to {its[-1]}; intervals {', '.join(map(str, values))}; {long} of {len(layers)} layer(s) had the "
+            f"longest ({values[-1]}) at some adjustment")
+
+
+def _given_long(run, rnd: int) -> str:
+    """What the adjustment after round ``rnd`` gave, read from intervals.csv (the run's own rule: ``--lama-rule``
+    ``reference`` also gives the first layer past the cross point the long interval, ``paper`` does not): "at this
+    adjustment 1 of 6 layer(s) got the long interval φτ′ = 8 (hidden.1.weight)"; other adjustments may differ (the
+    intervals figure shows them all, layer-syncs counts the whole run)."""
+    group = [r for r in run.intervals if int(r["round"]) == rnd]
+    longest = int(run.config.get("tau") or 0) * int(run.config.get("phi") or 0) or max(int(r["interval"]) for r in group)
+    got = [str(r["name"]) for r in group if int(r["interval"]) >= longest]
+    rule = run.config.get("lama_rule", "reference")
+    return (f"at this adjustment {len(got)} of {len(group)} layer(s) got the long interval φτ′ = {longest}"
+            + (f" ({', '.join(got)})" if got else "") + f" under --lama-rule {rule}; other adjustments may differ (the "
+            f"intervals figure shows each one, layer-syncs counts the whole run)")
 
 
 def build(spec: FigureSpec, runs: dict, x: str | None = None):
@@ -198,6 +270,8 @@ def build(spec: FigureSpec, runs: dict, x: str | None = None):
             _panel_layers(ax, panel, runs, spec.kind, "params" if spec.y == "params" else "bytes", spec.log)
         elif spec.kind == "delta-lambda":
             described.append(_panel_delta_lambda(ax, panel, runs, spec))
+        elif spec.kind == "intervals":
+            described.append(_panel_intervals(ax, panel, runs, spec))
         elif spec.kind == "clients":
             from fedcli.report.clients import panel_clients
 

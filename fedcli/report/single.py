@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError, DataError
 from fedcli.report.clients import accuracies, worst_mean, write_clients_figure
+from fedcli.report.groups import differences, differs_from, seed_groups
 from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
@@ -139,6 +140,7 @@ class Baseline:
 
     def __init__(self, run: RunData | None = None, name: str = ""):
         self.run, self.name = run, name
+        self.left_out: list[str] = []  # runs not measured against it: another dataset, model or budget
 
     def params(self, run: RunData) -> float:
         return self.run.comm_params if self.run is not None else fedavg_comm(run)
@@ -185,6 +187,76 @@ def pick_baseline(runs: list[RunData], names: list[str], choice: str | None = No
     return Baseline(*avg[0]) if avg else Baseline()
 
 
+def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
+    """The cells of one run's row of the comparison table."""
+    last = run.metrics[-1] if run.metrics else {}
+    best = max(run.evaluations("test_acc"), key=lambda r: r["test_acc"], default=None)
+    it, rnd = last.get("iteration"), last.get("round")
+    total = run.config.get("rounds") or run.config.get("iterations")
+    unit = "rounds" if run.config.get("rounds") else "iterations"
+    budget = f"{it:,} ({rnd})" if it is not None else "—"
+    if run.manifest.get("status") != COMPLETED and total:
+        budget += f" of {total:,} {unit}"
+    cells = {
+        "name": Cell(name, latex_escape(name), {"value": str(run.path)}),
+        "method": Cell(method_label(run), latex_escape(method_label(run)), {"value": method_label(run)}),
+        "data": Cell(data_label(run), latex_escape(data_label(run)), {"value": data_label(run)}),
+        "status": Cell(str(run.manifest.get("status", "?")), None, {"value": run.manifest.get("status", "?")}),
+        "iterations": Cell(budget, latex_escape(budget), {"iteration": it if it is not None else float("nan"),
+                                                         "round": rnd if rnd is not None else float("nan")}),
+        "final_acc": _flag_nan(_pct_cell(run.accuracy("final")), run),
+        "best_acc": Cell("—", "---", {"value": float("nan")}) if best is None else
+        Cell(f"{100 * best['test_acc']:.2f}% ({best['iteration']:,})", f"{100 * best['test_acc']:.2f}\\% ({best['iteration']:,})",
+             {"value": 100 * best["test_acc"], "iteration": best["iteration"]}),
+        "final_personal_acc": _pct_cell(run.accuracy("final", "personal_acc") if run.personalized else float("nan")),
+        "best_personal_acc": _pct_cell(run.accuracy("best", "personal_acc") if run.personalized else float("nan")),
+    }
+    cells["worst_personal_acc"] = _pct_cell(worst_mean(accuracies(run)))
+    cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
+    cells["comm_pct_bytes"] = _ratio_cell(run.comm_bytes, base.bytes(run))
+    mp = run.comm_params / 1e6
+    cells["comm_m"] = Cell(f"{mp:,.2f}", None, {"value": mp}) if math.isfinite(mp) else Cell("—", "---", {"value": float("nan")})
+    mb = run.comm_bytes / 1e6
+    cells["comm_mb"] = Cell(f"{mb:,.2f}", None, {"value": mb}) if math.isfinite(mb) else Cell("—", "---", {"value": float("nan")})
+    wall = run.wall_s
+    cells["wall_s"] = Cell(f"{wall:,.1f} s", None, {"value": wall}) if math.isfinite(wall) else Cell("—", "---", {"value": float("nan")})
+    return cells
+
+
+#: how a comparison-table column's mean ± std over seeds is written: (format of a number, unit after it)
+SEED_FORMATS = {"final_acc": (".2f", "%"), "best_acc": (".2f", "%"), "final_personal_acc": (".2f", "%"),
+                "best_personal_acc": (".2f", "%"), "worst_personal_acc": (".2f", "%"), "comm": (".2f", "%"),
+                "comm_pct_bytes": (".2f", "%"), "comm_m": (",.2f", ""), "comm_mb": (",.2f", ""), "wall_s": (",.1f", " s")}
+
+
+def _over_seeds(group, each: list[dict]) -> dict:
+    """One row for the seeds of one experiment: every number as mean ± std over the seeds with a finite value (the
+    sample std, n - 1), "(k nan)" where some had none; the status as k/n completed; the run names with their seeds."""
+    from fedcli.report.aggregate import mean_std
+
+    cells = dict(each[0])
+    n = len(each)
+    seeds = ", ".join(map(str, group.seeds))
+    cells["name"] = Cell(f"{group.name} (seeds {seeds})", latex_escape(f"{group.name} (seeds {seeds})"), {"value": group.name})
+    done = sum(r.manifest.get("status") == COMPLETED for r in group.runs)
+    cells["status"] = Cell(f"{done}/{n} completed", None, {"value": f"{done}/{n} completed", "completed": done, "n": n})
+    its = {c["iterations"].text for c in each}
+    if len(its) > 1:
+        cells["iterations"] = Cell(" / ".join(sorted(its)), latex_escape(" / ".join(sorted(its))), cells["iterations"].values)
+    for key, (f, unit) in SEED_FORMATS.items():
+        s = mean_std(c[key].values.get("value", float("nan")) for c in each)
+        if not s.ok:  # no seed has the value (personal accuracy of a global-model method): not applicable
+            cells[key] = Cell("—", "---", {"mean": float("nan"), "std": float("nan"), "n": 0})
+            continue
+        flag = f" ({s.dropped} nan)" if s.dropped else ""
+        spread = f" ± {s.std:{f}}" if s.std else ""  # the same for every seed (a schedule's communication): no ± 0
+        tex_unit = unit.replace("%", "\\%")
+        text = f"{s.mean:{f}}{spread}{unit}{flag}"
+        latex = (f"${s.mean:{f}} \\pm {s.std:{f}}${tex_unit}" if s.std else f"{s.mean:{f}}{tex_unit}").replace(",", "{,}") + flag
+        cells[key] = Cell(text, latex, {"mean": s.mean, "std": s.std, "n": s.n})
+    return cells
+
+
 def comparison_table(runs: list[RunData], title: str = "", baseline: str | None = None) -> Table:
     """One row per run: method, data, status, budget done, final and best accuracy, communication against one
     baseline in parameters and bytes (:func:`pick_baseline`; ``baseline``: ``--baseline``), time."""
@@ -199,41 +271,17 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     keys += [("comm_m", "Comm. (M params)"), ("comm", f"Comm. vs {base.title} (params)"), ("comm_mb", "Data moved (MB)"),
              ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"), ("wall_s", "Wall time")]
     columns = [Column(k, md, latex_escape(md)) for k, md in keys]
+    names = run_names(runs)
     rows, meta = [], []
-    for name, run in zip(run_names(runs), runs):
-        last = run.metrics[-1] if run.metrics else {}
-        best = max(run.evaluations("test_acc"), key=lambda r: r["test_acc"], default=None)
-        it, rnd = last.get("iteration"), last.get("round")
-        total = run.config.get("rounds") or run.config.get("iterations")
-        unit = "rounds" if run.config.get("rounds") else "iterations"
-        budget = f"{it:,} ({rnd})" if it is not None else "—"
-        if run.manifest.get("status") != COMPLETED and total:
-            budget += f" of {total:,} {unit}"
-        cells = {
-            "name": Cell(name, latex_escape(name), {"value": str(run.path)}),
-            "method": Cell(method_label(run), latex_escape(method_label(run)), {"value": method_label(run)}),
-            "data": Cell(data_label(run), latex_escape(data_label(run)), {"value": data_label(run)}),
-            "status": Cell(str(run.manifest.get("status", "?")), None, {"value": run.manifest.get("status", "?")}),
-            "iterations": Cell(budget, latex_escape(budget), {"iteration": it if it is not None else float("nan"),
-                                                             "round": rnd if rnd is not None else float("nan")}),
-            "final_acc": _flag_nan(_pct_cell(run.accuracy("final")), run),
-            "best_acc": Cell("—", "---", {"value": float("nan")}) if best is None else
-            Cell(f"{100 * best['test_acc']:.2f}% ({best['iteration']:,})", f"{100 * best['test_acc']:.2f}\\% ({best['iteration']:,})",
-                 {"value": 100 * best["test_acc"], "iteration": best["iteration"]}),
-            "final_personal_acc": _pct_cell(run.accuracy("final", "personal_acc") if run.personalized else float("nan")),
-            "best_personal_acc": _pct_cell(run.accuracy("best", "personal_acc") if run.personalized else float("nan")),
-        }
-        cells["worst_personal_acc"] = _pct_cell(worst_mean(accuracies(run)))
-        cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
-        cells["comm_pct_bytes"] = _ratio_cell(run.comm_bytes, base.bytes(run))
-        mp = run.comm_params / 1e6
-        cells["comm_m"] = Cell(f"{mp:,.2f}", None, {"value": mp}) if math.isfinite(mp) else Cell("—", "---", {"value": float("nan")})
-        mb = run.comm_bytes / 1e6
-        cells["comm_mb"] = Cell(f"{mb:,.2f}", None, {"value": mb}) if math.isfinite(mb) else Cell("—", "---", {"value": float("nan")})
-        wall = run.wall_s
-        cells["wall_s"] = Cell(f"{wall:,.1f} s", None, {"value": wall}) if math.isfinite(wall) else Cell("—", "---", {"value": float("nan")})
+    for group in seed_groups(runs, names):
+        each = [_run_cells(run, name, base) for run, name in zip(group.runs, group.names)]
+        cells = each[0] if len(each) == 1 else _over_seeds(group, each)
+        if base.run is not None and (why := differs_from(group.first, base.run)):
+            for k in ("comm", "comm_pct_bytes"):
+                cells[k] = Cell("— (not comparable)", "--- (not comparable)", {"value": float("nan")})
+            base.left_out.append(f"{group.name} ({'; '.join(why)})")
         rows.append([cells[k] for k, _ in keys])
-        meta.append({"run_dir": str(run.path)})
+        meta.append({"run_dir": ";".join(str(r.path) for r in group.runs)})
     notes = ["Final / best: test accuracy of the global model at the last / best evaluation"
              + ("; personal acc.: each client's model on its local test split, pooled (personalized methods)." if personal else ".")]
     if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
@@ -242,7 +290,14 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     if any(r.clients for r in runs):
         notes.append("Worst 10% clients: the mean personal accuracy of the ceil(0.1 N) clients with the lowest accuracy "
                      "at the last evaluation (clients.csv; each client once, whatever its sample count).")
+    if any(len(c.values) > 1 and "n" in c.values and "completed" in c.values for c in (r[keys.index(("status", "Status"))] for r in rows)):
+        notes.append("Runs that differ only in --seed are one row: mean ± std over their seeds (sample std, n - 1), k/n "
+                     "completed; a seed without a finite value is left out and counted as (k nan).")
+    if differ := differences(runs, names):
+        notes.append("Not one comparison: the runs differ in " + "; ".join(differ) + ".")
     notes.append(base.note())
+    if base.left_out:
+        notes.append(f"Not measured against {base.name}: " + "; ".join(base.left_out) + ".")
     return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"), "", [Section("", [], columns, rows, meta)], notes)
 
 
@@ -253,34 +308,75 @@ def _x_axis(runs: list[RunData]) -> str:
     return "rounds" if all(r.config.get("rounds") for r in runs) else "iterations"
 
 
-def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None):
-    """The curves of ``fedcli train`` runs: the accuracy each is judged by (personal_acc for personalized methods,
-    the global model's test_acc otherwise) and the training loss, against ``x`` (style.X_AXES). (figure, caption)"""
-    from fedcli.report.figures import _panel_curves, _plt, y_label
+def _rounds_note(runs: list[RunData], x: str) -> str:
+    """Against communication rounds, runs whose rounds are of different lengths (local iterations per round) are
+    named: a round of FedAvg with tau 10 is not a round with tau 5."""
+    from fedcli.report.groups import iterations_per_round
+
+    if x != "rounds":
+        return ""
+    per = {}
+    for r in runs:
+        per.setdefault(f"{iterations_per_round(r):g}", []).append(r.legend())
+    if len(per) < 2:
+        return ""
+    return ("rounds are not of one length here: " + "; ".join(f"{k} local iterations a round for {', '.join(dict.fromkeys(v))}"
+                                                          for k, v in per.items()))
+
+
+def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, keyed: dict | None = None):
+    """The curves of ``fedcli train`` runs against ``x`` (style.X_AXES): the global model's test accuracy; for
+    personalized runs, their clients' personal accuracy on its own axes (never one axis with the global model's); the
+    training loss. ``keyed``: {name: {seed: RunData}} to draw a mean over seeds with a ± std band (``runs``: one run
+    of each, to label them). (figure, caption)"""
+    from fedcli.report.figures import _panel_curves, _plt
     from fedcli.report.spec import Panel
 
     plt = _plt()
     x = style.x_axis(x or _x_axis(runs))
-    keyed = {str(r.path): {0: r} for r in runs}
-    panel = Panel(runs=list(keyed), labels=labels)
-    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9))
-    _panel_curves(acc_ax, panel, keyed, x, "auto")
-    _panel_curves(loss_ax, panel, keyed, x, "train_loss")
-    caption = (f"{_what(runs)}. Left: {y_label('auto', list(keyed.values()))}; right: the training loss; against "
-               f"{style.X_LABELS[x][0].lower()}{style.X_LABELS[x][1:]}.")
+    keyed = keyed or {str(r.path): {0: r} for r in runs}
+    personal = [(k, lab) for (k, per_seed), lab in zip(keyed.items(), labels) if next(iter(per_seed.values())).personalized]
+    globals_ = [(k, lab) for (k, per_seed), lab in zip(keyed.items(), labels)
+                if any(isinstance(r.get("test_acc"), (int, float)) for run in per_seed.values() for r in run.metrics)]
+    panels = [("test_acc", globals_)] + ([("personal_acc", personal)] if personal else []) + [("train_loss", list(zip(keyed, labels)))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.9), squeeze=False)
+    for ax, (y, chosen) in zip(axes[0], panels):
+        _panel_curves(ax, Panel(runs=[k for k, _ in chosen], labels=[lab for _, lab in chosen]), keyed, x, y)
+    seeds = max(len(v) for v in keyed.values())
+    said = ["the global model's test accuracy"] + (["personal accuracy (personalized runs only)"] if personal else [])
+    caption = (f"{_what(runs, keyed)}. From left: {', '.join(said)} and the training loss, against "
+               f"{style.X_LABELS[x][0].lower()}{style.X_LABELS[x][1:]}"
+               + (f"; mean over seeds with a ± std band" if seeds > 1 else "") + ".")
+    if note := _rounds_note(runs, x):
+        caption += f" Note: {note}."
     return fig, caption
 
 
-def _what(runs: list[RunData]) -> str:
-    if len(runs) == 1:
+def _what(runs: list[RunData], keyed: dict | None = None) -> str:
+    """What a figure shows: one run by name; several, with their datasets (``keyed``: their seeds, when runs that
+    differ only in seed are one line: "3 experiments (6 runs: seeds 0, 1)")."""
+    total = sum(len(v) for v in keyed.values()) if keyed else len(runs)
+    seeds = sorted({s for v in keyed.values() for s in v}) if keyed else []
+    if len(runs) == 1 and total == 1:
         return f"{runs[0].legend()} on {data_label(runs[0])} ({runs[0].path.name})"
-    return f"{len(runs)} runs on {', '.join(dict.fromkeys(data_label(r) for r in runs))}"
+    data = ", ".join(dict.fromkeys(data_label(r) for r in runs))
+    if total > len(runs):
+        return f"{len(runs)} experiment(s) ({total} runs, seeds {', '.join(map(str, seeds))}) on {data}"
+    return f"{len(runs)} runs on {data}"
+
+
+#: the communication axis drawn beside the time axis by default (``--x bytes``: bytes instead)
+COMM_AXES = ("params", "bytes")
 
 
 def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None, warn=None) -> list[Path]:
-    """The curves, the per-layer communication figures and (layer-wise runs) delta_l vs 1 - lambda_l. ``x``: the
-    curves' x axis (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets or models differ."""
+    """The curves against iterations (or rounds) in ``curves`` and against communication in ``curves-params`` (or
+    ``curves-bytes``), the per-layer communication figures, and for layer-wise runs each layer's interval over the
+    run and delta_l vs 1 - lambda_l. Runs that differ only in their seed are drawn as one line (mean ± std band).
+    ``x``: one of the curves' x axes (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets,
+    models or budgets differ, or rounds of different lengths are compared."""
     from fedcli.report.figures import draw
+    from fedcli.report.groups import seed_groups
     from fedcli.report.style import save
     from fedcli.report.spec import FigureSpec, Panel
 
@@ -288,25 +384,39 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     msg = style.data_warning(runs)
     if msg and warn is not None:
         warn(msg)
-    labels = [r.legend() for r in runs]
-    if len(set(labels)) < len(labels):  # the same method twice: tell the runs apart by their folders
-        labels = [f"{lab} [{n}]" for lab, n in zip(labels, run_names(runs))]
-    fig, caption = curves_figure(runs, labels, x)
-    files = save(fig, out_dir, "curves", caption)
-    keyed = {str(r.path): {0: r} for r in runs}
-    with_layers = [(str(r.path), lab) for r, lab in zip(runs, labels) if r.layers]
-    what = _what(runs)
+    groups = seed_groups(runs, run_names(runs))
+    reps = [g.first for g in groups]
+    labels = [g.first.legend() for g in groups]
+    if len(set(labels)) < len(labels):  # the same method twice: tell the experiments apart by their folders
+        labels = [f"{lab} [{g.name}]" for lab, g in zip(labels, groups)]
+    keyed = {g.name: g.per_seed for g in groups}
+    x = style.x_axis(x) if x else None
+    time_x = x if x in ("iterations", "rounds") else _x_axis(reps)
+    comm_x = x if x in COMM_AXES else "params"
+    files = []
+    for name, axis in (("curves", time_x), (f"curves-{comm_x}", comm_x)):
+        if warn is not None and (note := _rounds_note(reps, axis)):
+            warn(note)
+        fig, caption = curves_figure(reps, labels, axis, keyed)
+        files += save(fig, out_dir, name, caption)
+    with_layers = [(g.name, lab) for g, lab in zip(groups, labels) if g.first.layers]
+    what = _what(reps, keyed)
     if with_layers:
         panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
         files += draw(FigureSpec("layer-syncs", "layer-syncs", title=f"Synchronizations per layer over the whole run: {what}",
                                  panels=[panel]), keyed, out_dir)
+        sizes = [v for g in groups for r in g.first.layers if (v := float(r.get("comm_bytes") or 0)) > 0]
+        decades = bool(sizes) and max(sizes) / min(sizes) >= 100  # a linear axis would hide every layer but the largest
         files += draw(FigureSpec("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
-                                 f"cohort client, both directions, everything that travels for the layer): {what}",
-                                 panels=[panel]), keyed, out_dir)
-    files += write_clients_figure(runs, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
-    lama = [(str(r.path), lab, r) for r, lab in zip(runs, labels) if r.intervals]
+                                 f"cohort client, both directions, everything that travels for the layer{'; log scale' if decades else ''}): {what}",
+                                 panels=[panel], log=decades), keyed, out_dir)
+    files += write_clients_figure(reps, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
+    lama = [(g.name, lab, g.first) for g, lab in zip(groups, labels) if g.first.intervals]
     if lama:
-        panels = [Panel(title=f"{lab} ({r.path.name})" if len(lama) > 1 else "", runs=[k], labels=[lab]) for k, lab, r in lama]
+        panels = [Panel(title=f"{lab} ({k})" if len(lama) > 1 else "", runs=[k], labels=[lab]) for k, lab, r in lama]
+        files += draw(FigureSpec("intervals", "intervals", title="Each layer's synchronization interval over the run "
+                                 "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)", panels=panels),
+                      keyed, out_dir)
         files += draw(FigureSpec("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
                                  "(discrepancy ratio) vs 1 - lambda_l (size ratio)", panels=panels), keyed, out_dir)
     from fedcli.report.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5

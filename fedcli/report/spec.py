@@ -88,7 +88,8 @@ Figures (``kind``): ``curves`` (accuracy against ``x``: ``"iterations"`` (defaul
 older spellings of the first three; mean and std band over seeds), ``layer-syncs`` (communications per layer),
 ``layer-size`` (data moved per layer in MB; ``y = "params"``: Eq. 8's data size) and
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
-adjustment in ``intervals.csv``) and ``clients`` (personalized runs: personal accuracy across clients at the last
+adjustment in ``intervals.csv``), ``intervals`` (each layer's synchronization interval at every adjustment of one
+layer-wise run, from ``intervals.csv``) and ``clients`` (personalized runs: personal accuracy across clients at the last
 evaluation, from ``clients.csv``, the worst-10% mean marked). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
 and a ``title``; the shorthand is ``runs``/``run`` at figure level.
 """
@@ -101,7 +102,7 @@ from dataclasses import dataclass, field
 from fedcli.errors import ConfigError
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
-KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "clients")
+KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients")
 ACCURACY = ("best", "final")
 X_AXES = ("iterations", "rounds", "params", "bytes", "iteration", "round", "comm")  # the last three: older spellings
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
@@ -409,8 +410,8 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureS
         labels = p.get("labels", [])
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels) or (labels and len(labels) != len(runs)):
             raise ConfigError(f"{loc('labels')}: `labels` of figure '{name}' must be one string per run")
-        if f.kind == "delta-lambda" and len(runs) != 1:
-            raise ConfigError(f"{loc('runs')}: a delta-lambda panel shows one FedLAMA run; figure '{name}' lists {len(runs)}")
+        if f.kind in ("delta-lambda", "intervals") and len(runs) != 1:
+            raise ConfigError(f"{loc('runs')}: a {f.kind} panel shows one FedLAMA run; figure '{name}' lists {len(runs)}")
         f.panels.append(Panel(title=_str(p, "title", loc), runs=runs, labels=list(labels)))
     return f
 

@@ -76,9 +76,32 @@ def styles(runs: list, labels: list[str] | None = None) -> list[dict]:
     out = []
     for m, lab in zip(methods, labels):
         color, marker = looks[m]
-        rank = sorted(variants[m], key=natural_key).index(lab)
-        out.append({"color": color, "marker": marker, "linestyle": LINESTYLES[rank % len(LINESTYLES)], "label": lab})
+        ranked = sorted(variants[m], key=natural_key)
+        rank = ranked.index(lab)
+        out.append({"color": shade(color, rank, len(ranked)), "marker": marker, "linestyle": LINESTYLES[rank % len(LINESTYLES)],
+                    "fillstyle": FILLSTYLES[rank % len(FILLSTYLES)], "label": lab})
     return out
+
+
+#: a method's variants (rank 0, 1, ...) differ in marker fill too (the marker's shape stays the method's own)
+FILLSTYLES = ("full", "none", "left", "top", "right", "bottom")
+
+
+def shade(color: str, rank: int, n: int) -> str:
+    """The ``rank``-th of ``n`` variants of one method in a shade of the method's colour: rank 0 is the colour itself,
+    the others step in HLS lightness away from it (darker first where the colour is light, lighter where it is dark),
+    spread over at most 0.5 of lightness so that each pair of variants stays apart by about 0.5 / n."""
+    import colorsys
+
+    from matplotlib.colors import to_hex, to_rgb
+
+    if n <= 1 or rank == 0:
+        return color
+    h, l, s = colorsys.rgb_to_hls(*to_rgb(color))
+    step = min(0.5 / (n - 1), 0.18)
+    direction = 1.0 if l < 0.5 else -1.0  # towards the roomier side of the lightness range
+    target = l + direction * step * rank
+    return to_hex(colorsys.hls_to_rgb(h, min(0.88, max(0.08, target)), s))
 
 
 def plain_axis(axis) -> None:
@@ -102,10 +125,15 @@ def legend_right(ax, title: str | None = None) -> None:
 
 
 def data_warning(runs: list) -> str | None:
-    """One line when ``runs`` (RunData) are not on one dataset and model: they are drawn on one axis all the same."""
+    """One line when ``runs`` (RunData) are not on one dataset, model and budget: they are drawn on one axis all the
+    same, and the line (also put in the figure's caption) names what differs and for which runs."""
+    from fedcli.report.groups import differences
+
     seen = list(dict.fromkeys(f"{r.config.get('dataset', '?')}/{r.config.get('model', '?')}" for r in runs))
-    if len(seen) > 1:
-        return f"runs of different datasets or models are drawn together ({', '.join(seen)}): their curves are not comparable"
+    differ = differences(runs, [r.path.name for r in runs])
+    if differ:
+        return (f"runs of different datasets, models or budgets are drawn together ({', '.join(seen)}; {'; '.join(differ)}): "
+                f"their curves are not one comparison")
     return None
 
 
@@ -114,6 +142,10 @@ def plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    # TrueType (Type 42) fonts in PDF and PostScript, never Type 3 (matplotlib's default), which publishers' checkers
+    # (IEEE PDF eXpress, ACM) reject
+    matplotlib.rcParams["pdf.fonttype"] = 42
+    matplotlib.rcParams["ps.fonttype"] = 42
     import matplotlib.pyplot as pyplot
 
     return pyplot

@@ -397,9 +397,25 @@ def render_md(t: Table) -> str:
     return "\n".join(out) + "\n"
 
 
+#: a table with more columns than this spans both columns of a two-column paper (``table*``)
+WIDE_COLUMNS = 7
+
+
+def caption_text(title: str, notes: list[str]) -> str:
+    """The caption: the title as a sentence, then the notes (never "ran femnist/mlp Mean" run together)."""
+    title = title.strip()
+    if title and title[-1] not in ".!?:":
+        title += "."
+    return " ".join(x for x in (title, *notes) if x)
+
+
 def render_latex(t: Table) -> str:
+    """A booktabs table (``\\usepackage{booktabs}`` in the preamble: ``\\toprule``, ``\\midrule``, ``\\cmidrule``,
+    ``\\bottomrule``), in ``table*`` when wider than :data:`WIDE_COLUMNS` columns."""
     ncols = max(len(s.columns) for s in t.sections)
-    lines = ["\\begin{table}[t]", "\\centering", "\\small", f"\\begin{{tabular}}{{{'r' * ncols}}}", "\\toprule"]
+    env = "table*" if ncols > WIDE_COLUMNS else "table"
+    lines = ["% needs \\usepackage{booktabs} in the preamble", f"\\begin{{{env}}}[t]", "\\centering", "\\small",
+             f"\\begin{{tabular}}{{{'r' * ncols}}}", "\\toprule"]
     prev_header = None
     for k, sec in enumerate(t.sections):
         if k:
@@ -423,11 +439,9 @@ def render_latex(t: Table) -> str:
             lines.append(" & ".join(c.latex if c.latex is not None else latex_escape(c.text) for c in row) + " \\\\")
     lines.append("\\bottomrule")
     lines.append("\\end{tabular}")
-    caption = " ".join(x for x in (t.title,) if x)
-    notes = " ".join(t.notes)
-    lines.append(f"\\caption{{{latex_escape(caption)}{' ' if caption else ''}{latex_escape(notes)}}}")
+    lines.append(f"\\caption{{{latex_escape(caption_text(t.title, t.notes))}}}")
     lines.append(f"\\label{{tab:{t.name}}}")
-    lines.append("\\end{table}")
+    lines.append(f"\\end{{{env}}}")
     return "\n".join(lines) + "\n"
 
 

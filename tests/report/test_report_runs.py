@@ -12,7 +12,7 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.report.single import load_run, method_label
-from simkit import cli
+from simkit import cli, md_table as md_rows
 
 ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20",
         "--tau", "2", "--threads", "1", "--quiet"]
@@ -25,12 +25,6 @@ def runs(tmp_path_factory):
                         ("pers", ["--algo", "fedavg-c", "--client-test-fraction", "0.25", "--active-ratio", "1"])):
         assert main(["train", *ARGS, *extra, "--out", str(root / name)]) in (0, None)
     return root
-
-
-def md_rows(text):
-    lines = [l for l in text.splitlines() if l.startswith("| ")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    return [dict(zip(head, (c.strip() for c in l.strip("|").split("|")))) for l in lines[1:]]
 
 
 def test_one_run_table_and_figures(runs, capsys, tmp_path):
@@ -58,14 +52,15 @@ def test_one_run_table_and_figures(runs, capsys, tmp_path):
     assert row["Comm. vs FedAvg (computed) (bytes)"] == f"{100 * m['summary']['comm_bytes'] / (fedavg * cohort * 8):.2f}%"
     assert row["Data moved (MB)"] == f"{m['summary']['comm_bytes'] / 1e6:,.2f}"
     names = sorted(p.name for p in (run / "figures").iterdir())
-    assert names == sorted(f"{n}.{e}" for n in ("curves", "layer-syncs", "layer-size", "delta-lambda") for e in ("png", "pdf", "txt"))
+    assert names == sorted(f"{n}.{e}" for n in ("curves", "curves-params", "layer-syncs", "layer-size", "intervals", "delta-lambda")
+                           for e in ("png", "pdf", "txt"))
     assert all((run / "figures" / n).stat().st_size > 1000 for n in names if not n.endswith(".txt"))
 
 
-def test_periodic_run_has_no_delta_lambda_figure(runs, tmp_path, capsys):
+def test_periodic_run_has_no_delta_lambda_or_intervals_figure(runs, tmp_path, capsys):
     out = tmp_path / "figs"
     assert cli(["report", str(runs / "avg"), "--figures", str(out)], capsys)[0] == 0
-    assert sorted(p.stem for p in out.glob("*.png")) == ["curves", "layer-size", "layer-syncs"]
+    assert sorted(p.stem for p in out.glob("*.png")) == ["curves", "curves-params", "layer-size", "layer-syncs"]
 
 
 def test_several_runs_compare_with_personal_accuracy(runs, capsys, tmp_path):
