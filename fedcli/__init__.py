@@ -1,3 +1,18 @@
 """fedcli: a command-line experiment runner for layer-wise federated learning research."""
 
 __version__ = "0.1.0"
+
+
+#: the Python API for notebooks (fedcli/api.py), imported on first use so that ``import fedcli`` (and the ``fedcli``
+#: command) loads neither pandas nor torch: ``fedcli.load(path)`` -> runs, metrics, layers, intervals, clients as
+#: pandas DataFrames; ``fedcli.train(out, **flags)``; ``fedcli.write_report(*paths, **flags)`` (``fedcli.report`` is the
+#: report package)
+API = ("load", "train", "write_report", "Results")
+
+
+def __getattr__(name: str):
+    if name in API:  # by name, not an import statement: the modules that read __version__ import this package, and
+        import importlib  # the API (above the commands layer) must not count as their import (pyproject.toml layers)
+
+        return getattr(importlib.import_module("fedcli.api"), name)
+    raise AttributeError(f"module 'fedcli' has no attribute '{name}'")
