@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from fedcli.cli.console import err_console, out_console
+from fedcli.papers import PAPERS
 
 
 def report(
@@ -15,6 +16,8 @@ def report(
     figure: list[str] = typer.Option(None, "--figure", help="Only this figure of a sweep (repeatable)."),
     output: str = typer.Option(None, "--output", "-o", help="Write the table to this file instead of stdout."),
     x: str = typer.Option(None, "--x", metavar="<choice>", help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8) or bytes moved both ways. \\[choices: iterations, rounds, params, bytes] \\[default: a sweep figure's own `x`; run directories: both `curves` against iterations (rounds when every run has a round budget) and `curves-params` against parameters; --x picks the axis of one of the two]"),
+    paper: str = typer.Option(None, "--paper", metavar="NAME", help="Assemble one paper's experiment section from the sweeps of its recipes under DIR: every table and figure they can produce, in LaTeX (section.tex, booktabs) and Markdown (section.md), with the figures, into --output DIR. "
+                               f"\\[choices: {', '.join(PAPERS)}] \\[default --output: DIR/paper-NAME]"),
     baseline: str = typer.Option(None, "--baseline", metavar="RUN", help="The run that the comparison table of run directories measures communication against, in parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg with each run's cohort, tau and budget, computed]"),
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
@@ -31,6 +34,9 @@ def report(
 
     if x is not None and x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
+    if paper is not None:
+        _paper(paper, list(folders or ["results"]), output, x, table, figure, figures)
+        return
     if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
         raise ConfigError(f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
                           f"file name {figures}")
@@ -74,6 +80,37 @@ def report(
         if table is not None and not figure:
             scope = [pick(sweeps, table, "table")[0]]
         _write_figures(scope, figures, list(figure) if figure else None, holders[0], x)
+
+
+def _paper(name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures) -> None:
+    """``--paper NAME``: the paper's section from the sweeps under ``folders`` (fedcli/report/paper.py)."""
+    from pathlib import Path
+
+    from fedcli.errors import ConfigError
+    from fedcli.report.core import find_sweeps
+    from fedcli.report.paper import paper_of, write_section
+
+    paper_of(name)  # an unknown paper: exit 2 naming the known ones, before anything is read
+    if table is not None or figure or figures is not None:
+        raise ConfigError("--paper assembles every table and figure of the paper's sweeps; leave out --table, --figure "
+                          "and --figures (--output DIR says where the section goes)")
+    if output and Path(output).exists() and not Path(output).is_dir():
+        raise ConfigError(f"--output {output} is a file; with --paper it names the folder for section.tex, section.md "
+                          f"and the figures")
+    sweeps = [s for f in folders for s in _sweeps_in(f, find_sweeps)]
+    if not sweeps:
+        raise ConfigError(f"{', '.join(folders)}: no sweep (sweep.json) here; run the paper's recipes with `fedcli sweep "
+                          f"RECIPE --scale smoke` first")
+    out = Path(output) if output else Path(folders[0]) / f"paper-{name}"
+    try:
+        files = write_section(sweeps, name, out, x)
+    except OSError as e:
+        from fedcli.errors import os_error
+
+        raise os_error(e, e.filename or out) from None
+    for f in files:
+        err_console.print(f"fedcli report: paper section -> {f}", markup=False, highlight=False, soft_wrap=True)
+    err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _readable(paths, load_run) -> list:

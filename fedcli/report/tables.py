@@ -411,10 +411,12 @@ def caption_text(title: str, notes: list[str]) -> str:
 
 def render_latex(t: Table) -> str:
     """A booktabs table (``\\usepackage{booktabs}`` in the preamble: ``\\toprule``, ``\\midrule``, ``\\cmidrule``,
-    ``\\bottomrule``), in ``table*`` when wider than :data:`WIDE_COLUMNS` columns."""
+    ``\\bottomrule``); wider than :data:`WIDE_COLUMNS` columns, a ``table*`` scaled to the text width (graphicx)."""
     ncols = max(len(s.columns) for s in t.sections)
     env = "table*" if ncols > WIDE_COLUMNS else "table"
-    lines = ["% needs \\usepackage{booktabs} in the preamble", f"\\begin{{{env}}}[t]", "\\centering", "\\small",
+    wide = env == "table*"  # scaled to the text width (graphicx's \\resizebox): 13 columns overflow a page otherwise
+    lines = ["% needs \\usepackage{booktabs}" + (" and \\usepackage{graphicx}" if wide else "") + " in the preamble",
+             f"\\begin{{{env}}}[t]", "\\centering", "\\small", *(["\\resizebox{\\textwidth}{!}{%"] if wide else []),
              f"\\begin{{tabular}}{{{'r' * ncols}}}", "\\toprule"]
     prev_header = None
     for k, sec in enumerate(t.sections):
@@ -438,7 +440,7 @@ def render_latex(t: Table) -> str:
         for row in sec.rows:
             lines.append(" & ".join(c.latex if c.latex is not None else latex_escape(c.text) for c in row) + " \\\\")
     lines.append("\\bottomrule")
-    lines.append("\\end{tabular}")
+    lines.append("\\end{tabular}" + ("}" if wide else ""))
     lines.append(f"\\caption{{{latex_escape(caption_text(t.title, t.notes))}}}")
     lines.append(f"\\label{{tab:{t.name}}}")
     lines.append(f"\\end{{{env}}}")
