@@ -24,7 +24,14 @@ def resolve_method(name: str, labels: dict[str, str]) -> str:
     folded.update({_fold(label): n for n, label in labels.items() if _fold(label) not in folded})
     if _fold(name) in folded:
         return folded[_fold(name)]
-    close = difflib.get_close_matches(_fold(name), list(folded), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(dict.fromkeys(folded[c] for c in close))}? " if close else ""
+    hint = suggest(_fold(name), folded)
     raise ConfigError(f"--algo: unknown method '{name}'; {hint}choose one of: {', '.join(sorted(labels))} "
                       f"(`fedcli train --list-algos` describes them)", key="algo")
+
+
+def suggest(name: str, choices) -> str:
+    """"did you mean X or Y? " for the choices closest to ``name`` (difflib, ratio >= 0.6), else "". ``choices``: the
+    names, or a dict from the names compared to the names said."""
+    said = choices if isinstance(choices, dict) else {c: c for c in choices}
+    close = difflib.get_close_matches(name, list(said), n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(dict.fromkeys(said[c] for c in close))}? " if close else ""

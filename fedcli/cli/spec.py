@@ -19,8 +19,8 @@ from pathlib import Path
 
 from fedcli.paths import cache_dir
 
-#: bumped when the layout of the cached JSON changes
-LAYOUT = 1
+#: bumped when the layout of the cached JSON changes (2: the dataset names)
+LAYOUT = 2
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -37,6 +37,7 @@ def build() -> dict:
     """The spec, from the assembled config and the method registry (imports torch)."""
     import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import FIELDS, field_type
+    from fedcli.data.datasets import DATASETS
     from fedcli.fl.methods import METHODS
 
     fields = [{"name": f.name, "type": field_type(f).__name__, "default": f.default, "help": f.metadata["help"],
@@ -44,7 +45,7 @@ def build() -> dict:
                "multiple": f.metadata.get("multiple", False)} for f in FIELDS.values()]
     methods = {name: {"name": m.name, "label": m.label_for(name), "personalized": m.personalized,
                       "defaults": m.effective_defaults()} for name, m in METHODS.items()}
-    return {"fields": fields, "methods": methods}
+    return {"fields": fields, "methods": methods, "datasets": sorted(DATASETS)}
 
 
 def load() -> dict:

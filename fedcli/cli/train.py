@@ -31,11 +31,15 @@ def methods_table():
     from fedcli.fl.methods import METHODS, Method
 
     plain = Method("", "").parts()
-    t = Table(title="fedcli methods (--algo NAME)", title_justify="left", show_lines=True, expand=False)
+    # the table fills the terminal, the defaults column wide enough for its longest flag: at 80 columns no flag is cut
+    # mid-word ("--client-test-frac" / "tion 0.25" before)
+    t = Table(title="fedcli methods (--algo NAME)", title_justify="left", show_lines=True, expand=True)
     t.add_column("method", no_wrap=True, style="bold")
     t.add_column("parts (where not FedAvg's)", ratio=2, overflow="fold")
-    t.add_column("defaults", ratio=2, overflow="fold")
-    t.add_column("what it is", ratio=4, overflow="fold")
+    widest = max((len(w) for m in METHODS.values() for k, v in m.effective_defaults().items() for w in default_flag(k, v).split()),
+                 default=10)
+    t.add_column("defaults", ratio=4, overflow="fold", min_width=widest)
+    t.add_column("what it is", ratio=3, overflow="fold")
     for m in sorted({id(m): m for m in METHODS.values()}.values(), key=lambda m: m.name):
         name = m.name + "".join(f"\n= {a}" for a in m.aliases) + ("\n[cyan]personalized[/]" if m.personalized else "")
         parts = "\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in m.parts().items() if v != plain[k]) or "-"
@@ -106,6 +110,11 @@ def train(**kwargs):
         from fedcli.names import resolve_method
 
         flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in SPEC["methods"].items()})
+    if "dataset" in flags and SPEC.get("datasets") and flags["dataset"] not in SPEC["datasets"]:  # the same, for --dataset
+        from fedcli.names import suggest
+
+        raise ConfigError(f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), SPEC['datasets'])}"
+                          f"choose one of: {', '.join(SPEC['datasets'])}", key="dataset")
     if not quiet and not as_json:
         loading(progress_mode(progress))
     try:

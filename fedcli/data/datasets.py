@@ -55,7 +55,10 @@ def load_dataset(
     ``options`` may hold keys for other datasets too; a loader reads only its own.
     """
     if name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; choose one of: {', '.join(sorted(DATASETS))}")
+        from fedcli.names import suggest
+
+        raise ConfigError(f"unknown dataset {name!r}; {suggest(str(name), sorted(DATASETS))}choose one of: "
+                          f"{', '.join(sorted(DATASETS))}", key="dataset")
     try:
         frac = float(holdout_fraction)
     except (TypeError, ValueError):

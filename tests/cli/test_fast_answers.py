@@ -30,7 +30,8 @@ def env(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["partition", "--help"], ["train", "--algo", "fedlamma"],
-                                  ["train", "--tau", "x"], ["sweep", "--help"], ["report", "--help"]])
+                                  ["train", "--tau", "x"], ["sweep", "--help"], ["report", "--help"],
+                                  ["train", "--dataset", "femnst"]])
 def test_help_and_argument_errors_do_not_import_torch(env, args):
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], env=env, capture_output=True, text=True, timeout=60)
@@ -45,6 +46,28 @@ def test_typo_in_algo_gets_did_you_mean(env):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "did you mean fedlama or fedlamb?" in lines[0], p.stderr
+
+
+def test_typo_in_dataset_gets_did_you_mean(env):
+    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--dataset", "femnst"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown dataset 'femnst'; did you mean femnist or fmnist or emnist?" in lines[0], p.stderr
+
+
+def test_list_algos_never_cuts_a_flag_at_80_columns(env):
+    import re
+
+    from fedcli.cli.spec import load
+
+    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--list-algos"], env={**env, "COLUMNS": "80"},
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert max(len(line) for line in p.stdout.splitlines()) <= 80
+    known = {f"--{f['name'].replace('_', '-')}" for f in load()["fields"]} | {"--no-" + f["name"].replace("_", "-") for f in load()["fields"]}
+    flags = {m.rstrip(",;).") for m in re.findall(r"--[a-z0-9-]+[,;).]?", p.stdout)} - {"--ala-", "--help"}  # "--ala-*"
+    assert flags <= known, sorted(flags - known)  # before: "--client-test-frac" / "tion 0.25" at 80 columns
 
 
 def test_help_lists_core_options_first_and_preset_defaults(env):
