@@ -105,7 +105,11 @@ def plain(v) -> Cell:
 
 
 LATEX_ESCAPES = {**{ch: "\\" + ch for ch in "&%$#_{}"}, "~": "\\textasciitilde{}", "^": "\\textasciicircum{}",
-                 "\\": "\\textbackslash{}", "±": "$\\pm$", "—": "---", "τ": "$\\tau$", "φ": "$\\phi$"}
+                 "\\": "\\textbackslash{}", "±": "$\\pm$", "—": "---", "–": "--", "τ": "$\\tau$", "φ": "$\\phi$",
+                 # the symbols recipes and reports write (a standard LaTeX has no Unicode Greek in text)
+                 "Σ": "$\\Sigma$", "δ": "$\\delta$", "λ": "$\\lambda$", "μ": "$\\mu$", "α": "$\\alpha$", "β": "$\\beta$",
+                 "η": "$\\eta$", "ε": "$\\epsilon$", "σ": "$\\sigma$", "θ": "$\\theta$", "Δ": "$\\Delta$", "′": "$'$",
+                 "−": "$-$", "·": "$\\cdot$", "≥": "$\\geq$", "≤": "$\\leq$", "×": "$\\times$", "→": "$\\to$", "≈": "$\\approx$"}
 
 
 def latex_escape(s: str) -> str:

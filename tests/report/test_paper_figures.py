@@ -184,3 +184,10 @@ def test_latex_caption_is_sentences_and_wide_tables_span_both_columns(root):
     assert "\\usepackage{booktabs}" in tex
     cap = re.search(r"\\caption\{(.*)\}", tex).group(1)
     assert cap.startswith("smoke scale of: X; ran digits/mlp. Final / best")
+
+
+def test_latex_escapes_the_symbols_recipes_write():
+    from fedcli.report.tables import latex_escape
+
+    # a standard pdflatex stops at "Unicode character Σ (U+03A3)" (FedALA's table titles: Σ, its parameter count)
+    assert latex_escape("Σ_l ≥ 5 · τ′ − δ") == "$\\Sigma$\\_l $\\geq$ 5 $\\cdot$ $\\tau$$'$ $-$ $\\delta$"
