@@ -298,7 +298,8 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     notes.append(base.note())
     if base.left_out:
         notes.append(f"Not measured against {base.name}: " + "; ".join(base.left_out) + ".")
-    return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"), "", [Section("", [], columns, rows, meta)], notes)
+    return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"
+                                  + (f" ({len(rows)} experiments, seeds aggregated)" if len(rows) < len(runs) else "")), "", [Section("", [], columns, rows, meta)], notes)
 
 
 # ------------------------------------------------------------------------------------------------ figures

@@ -100,7 +100,7 @@ def test_seeds_of_ad_hoc_runs_are_one_row_with_mean_and_std(root, capsys):
         assert row["Final acc."] == f"{statistics.mean(finals):.2f} ± {statistics.stdev(finals):.2f}%"
         assert row["Best acc. (iteration)"] == f"{statistics.mean(bests):.2f} ± {statistics.stdev(bests):.2f}%"
         assert row["Status"] == "2/2 completed"
-    assert "one row: mean ± std over their seeds" in out
+    assert "one row: mean ± std over their seeds" in out and "### 4 runs (2 experiments, seeds aggregated)" in out
     # in the figures, one line per experiment, its mean over the seeds
     fig, _ = curves_figure([load_run(root / "avg/s0")], ["FedAvg"], "iterations",
                            {"avg": {0: load_run(root / "avg/s0"), 1: load_run(root / "avg/s1")}})
