@@ -50,3 +50,20 @@ def test_version_and_bare_fedcli():
 def test_brackets_in_help_are_not_eaten():
     p = cli("sweep", "--help")
     assert "[base], [scale.*], [[runs]]" in p.stdout
+
+
+def test_every_option_states_its_default_once():
+    """An option whose help writes its own "[default: ...]" does not get typer's too (`sweep --progress` showed
+    "[default: auto] [default: auto]")."""
+    for command in ("train", "sweep", "report", "partition", "bench"):
+        p = cli(command, "--help")
+        assert p.returncode == 0, p.stderr
+        options, current = {}, None
+        for line in p.stdout.splitlines():
+            words = line.strip("│ ").split()
+            if words and words[0].startswith("-"):
+                current = words[0]
+            if current:
+                options[current] = options.get(current, "") + line
+        for name, text in options.items():
+            assert text.count("[default:") <= 1, (command, name, text)
