@@ -217,8 +217,9 @@ def _panel_intervals(ax, panel, runs: dict, spec: FigureSpec) -> str:
     edges = [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2] + [(a + b) / 2 for a, b in zip(its, its[1:])] + \
         [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
     mesh = ax.pcolormesh(edges, np.arange(len(layers) + 1) - 0.5, grid, cmap=ListedColormap(colours),
-                         norm=BoundaryNorm(bounds, len(values)), edgecolors="white", linewidth=0.5)
-    if len(its) * len(layers) <= 400:
+                         norm=BoundaryNorm(bounds, len(values)),
+                         edgecolors="white" if len(its) <= 40 else "face", linewidth=0.5 if len(its) <= 40 else 0)
+    if len(its) <= 24 and len(layers) <= 40:  # a number fits a cell only when the columns are wide enough to read it
         for i in range(len(layers)):
             for j in range(len(its)):
                 if np.isfinite(grid[i, j]):
