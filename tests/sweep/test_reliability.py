@@ -323,7 +323,7 @@ def finished_cleanly(recipe, root, run) -> None:
     """The next sweep resumes the stopped run from its checkpoint; metrics.csv ends up whole, each round once."""
     res = run_sweep(recipe, None, out=root, in_process=True)
     assert [p.label for p in res.ran] == ["slow seed 0"] and not res.failed
-    assert [int(r["round"]) for r in rows(run / "metrics.csv")] == list(range(50, 301, 50))
+    assert [int(r["round"]) for r in rows(run / "metrics.csv")] == list(range(1, 5))
     assert validate_run(run) == [] and manifest(run)["resumes"][-1]["round"] >= 2
 
 
