@@ -256,6 +256,12 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
 
             remove_files(out)  # the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json)
         if resume:
+            from fedcli.results.runstate import killed_note
+
+            said = killed_note(out, checkpoint.read_manifest(out), probe=False, how=(
+                f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
+            if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
+                view.notice(f"note: the previous attempt was {said}")
             run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
             drift = checkpoint.version_drift(run_dir.manifest)
             if drift and not quiet:

@@ -192,6 +192,7 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
 
     _emit(render(comparison_table(runs, baseline=baseline), fmt), output, f"table of {len(runs)} run(s)")
     _tracker_notes(runs)
+    _killed_notes(runs)
     if figures is None and len(explicit) == 1 and len(runs) == 1:
         figures = str(Path(explicit[0]) / "figures")
     if figures is None and (msg := style.data_warning(runs)):  # with figures: their warning says it
@@ -218,6 +219,17 @@ def _tracker_notes(runs) -> None:
     if done and len(said) > 1:
         err_console.print(f"fedcli report: trackers done for {done} of {len(said)} run(s) with trackers", markup=False,
                           highlight=False, soft_wrap=True)
+
+
+def _killed_notes(runs) -> None:
+    """A run whose manifest still says running though its process is gone (killed with its watchdog): what happened
+    and how to go on (``fedcli.results.runstate.killed_note``), instead of a bare "running" in the table."""
+    from fedcli.results.runstate import killed_note
+
+    for run in runs:
+        said = killed_note(run.path, run.manifest)
+        if said:
+            err_console.print(f"fedcli report: {run.path}: {said}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_listing(folder, sweeps, rows) -> None:

@@ -419,4 +419,9 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
         p.wall_s = p.wall_s or old.get((p.name, p.seed))
     est = estimate(todo, done, jobs, mpi, executor=executor)
     err_console.print(f"  budget: {budget_text(todo)}; {est.text()}", soft_wrap=True, highlight=False, markup=False)
+    for p in todo:  # killed with their watchdog (manifest still running): said here, not only in the run's log
+        if p.status == "running" and str(p.error or "").startswith("killed:"):
+            what = str(p.error).split("; ")[0]
+            err_console.print(f"  {p.label}: {what}; {'resumed from its last checkpoint' if p.resume else 'run again'}",
+                              soft_wrap=True, highlight=False, markup=False)
     return est

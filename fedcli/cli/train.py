@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 import typer
 
 from fedcli.cli import spec as cli_spec
 from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
-from fedcli.cli.options import config_parameters, given, with_parameters
+from fedcli.cli.options import config_parameters, flag, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.runner import RunView, collective, run_train
 
@@ -137,24 +139,55 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
     # started by `fedcli sweep --mpi`: hold the sweep folder while alive, stop when the sweep is gone (one process:
     # at once, writing the last round boundary; under MPI: at the end of the round, agreed by all processes)
     lock.join_sweep_from_env(lambda: checkpoint.request_stop(now=comm.size == 1))
-    cfg, err = None, None
+    cfg, err, caught_up = None, None, None
     if comm.is_root:  # rank 0 validates the config and broadcasts it
         try:
             if resume:
                 from fedcli.results.checkpoint import resume_config
 
-                cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
+                caught_up = _trackers_only(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
+                if caught_up is None:
+                    cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
             else:
                 cfg = build_config(recipe, flags, scale)
         except FedcliError as e:
             err = e
     collective(comm, err)
+    if comm.bcast(caught_up is not None):  # a completed run's trackers were sent the rest: nothing to train
+        if comm.is_root and not quiet:
+            print(json.dumps({"run_dir": str(resume), "trackers": caught_up}) if as_json else caught_up)
+        return
     cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
     from fedcli.runner import launch
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
         run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
                   progress=progress, view=TerminalView())
+
+
+def _trackers_only(resume: str, flags: dict, **given) -> str | None:
+    """``--resume`` of a completed run whose trackers' process was cut off (``fedcli report`` says so): send the
+    trackers the rest and nothing else (``fedcli.trackers.catchup``); what was done, or None for any other run."""
+    from pathlib import Path
+
+    from fedcli.results.checkpoint import read_manifest
+    from fedcli.results.lock import RunLock
+    from fedcli.results.rundir import refuse_links
+    from fedcli.trackers import catchup
+
+    run_dir = Path(resume)
+    if not run_dir.is_dir():
+        return None
+    refuse_links(run_dir)
+    man = read_manifest(run_dir)
+    if not catchup.cut_off(run_dir, man):
+        return None
+    extra = sorted(k for k in flags if k != "out") + sorted(k for k, v in given.items() if v)
+    if extra:
+        raise ConfigError(f"--resume {run_dir}: the run completed; only its trackers get the rest, so "
+                          f"{', '.join(flag(k) for k in extra)} cannot be given")
+    with RunLock(run_dir).take(" (sending its trackers the rest)"):
+        return catchup.send_rest(run_dir, man, warn=lambda m: print(f"fedcli: warning: {m}", file=sys.stderr, flush=True))
 
 
 import inspect  # noqa: E402

@@ -283,10 +283,11 @@ class LambStep(LocalStep):
             if active is None:
                 m.mul_(b1).add_(g, alpha=1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            else:
+            else:  # the same operations as above (add with alpha and addcmul may fuse their multiply-add), so a
+                # client's bits do not depend on whether another client of its process has finished (--workers)
                 a = expand(active, m)
-                m.copy_(torch.where(a, m * b1 + (1 - b1) * g, m))
-                v.copy_(torch.where(a, v * b2 + (1 - b2) * g * g, v))
+                m.copy_(torch.where(a, m.mul(b1).add_(g, alpha=1 - b1), m))
+                v.copy_(torch.where(a, v.mul(b2).addcmul_(g, g, value=1 - b2), v))
             u = m / (self.denom[n] if self.denom is not None else denominator(self.cfg, v))  # psi (line 12)
             if self.wd:
                 u = u + self.wd * p

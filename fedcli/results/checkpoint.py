@@ -41,6 +41,7 @@ import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends t
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
 from fedcli.fl.hooks import RoundHook
+from fedcli.results.runstate import resume_command  # noqa: F401 - where the commands that print it look it up
 from fedcli.results.safefs import make_dir, open_file, refuse_link, replace
 
 FORMAT = "fedcli-checkpoint"
@@ -374,14 +375,6 @@ def check_world_size(ckpt: dict, size: int, run_dir) -> None:
     if ckpt["world_size"] != size:
         raise ConfigError(f"--resume: {ckpt.get('path', 'the checkpoint')} was written by {ckpt['world_size']} process(es), this "
                           f"run has {size}; resume it with: {resume_command(run_dir, ckpt['world_size'], ckpt.get('launcher', 'mpi'))}")
-
-
-def resume_command(run_dir, world_size: int = 1, launcher: str = "mpi") -> str:
-    """The command that continues ``run_dir`` (a checkpoint only resumes with the process count that wrote it):
-    under MPI with as many processes; a ``--workers`` run starts as many workers itself (``--workers 0``)."""
-    if world_size > 1 and launcher == "mpi":
-        return f"mpiexec -n {world_size} {sys.executable} -m mpi4py -m fedcli train --resume {run_dir}"
-    return f"fedcli train --resume {run_dir}"
 
 
 def save_model(sim, path: str | Path) -> Path:

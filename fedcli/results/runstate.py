@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,38 @@ def _lock_holder(run_dir: Path) -> dict | None:
     return probe.holder() or {}
 
 
+def resume_command(run_dir, world_size: int = 1, launcher: str = "mpi") -> str:
+    """The command that continues ``run_dir`` (a checkpoint only resumes with the process count that wrote it):
+    under MPI with as many processes; a ``--workers`` run starts as many workers itself (``--workers 0``)."""
+    if world_size > 1 and launcher == "mpi":
+        return f"mpiexec -n {world_size} {sys.executable} -m mpi4py -m fedcli train --resume {run_dir}"
+    return f"fedcli train --resume {run_dir}"
+
+
+def killed_note(run_dir: str | Path, manifest: dict | None, how: str | None = None, probe: bool = True) -> str | None:
+    """What happened to a run whose manifest still says ``running`` while no process holds its lock (None for any
+    other run): it was killed together with its watchdog (``fedcli.results.sentinel``, which otherwise marks such a
+    run failed), e.g. SIGKILL to the job's whole process group or cgroup, so nothing closed the manifest. One sentence
+    for ``fedcli report``, ``fedcli sweep`` and ``fedcli train --resume``: who held the run, and how to go on. Reads
+    only (the lock is probed shared: nothing in the run folder changes). ``how``: what comes next, in place of the
+    advice; ``probe`` False: the caller holds the lock itself (a resume that took the run over)."""
+    from fedcli.results.lock import RUN_LOCK, FileLock
+
+    run_dir = Path(run_dir)
+    if not isinstance(manifest, dict) or manifest.get("status") != RUNNING or (probe and _lock_holder(run_dir) is not None):
+        return None
+    last = FileLock(run_dir / RUN_LOCK).holder() if probe and (run_dir / RUN_LOCK).is_file() else None
+    pids = manifest.get("pids") or ([last["pid"]] if last and last.get("pid") else [])
+    who = f"process{'es' if len(pids) > 1 else ''} {', '.join(map(str, pids))}" if pids else "its process"
+    since = f" (started {manifest.get('start_time')})" if manifest.get("start_time") else ""
+    world = int(manifest.get("world_size") or 1)
+    launcher = "mpi" if world > 1 and int(manifest.get("workers") or 1) <= 1 else "workers"
+    how = how or (f"continue from its last checkpoint with: {resume_command(run_dir, world, launcher)}" if _has_checkpoint(run_dir)
+           else "it left no checkpoint: run it again (fedcli train --overwrite, or the sweep)")
+    return (f"killed: manifest.json still says running, but {who}{since} ended and no process holds its lock "
+            f"(the run and its watchdog were killed together, e.g. SIGKILL to the job's process group); {how}")
+
+
 def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
     """The state of the run in ``run_dir`` against the ``expected`` config (or its ``expected_hash``)."""
     from fedcli.results.validate import diverged, validate_run
@@ -155,7 +188,8 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
             from fedcli.results.lock import describe
 
             return RunState(RUNNING, f"in progress ({describe(holder)})", m)
-        return RunState(RUNNING, "stopped without closing its manifest (killed?)", m, resumable=_has_checkpoint(run_dir))
+        return RunState(RUNNING, killed_note(run_dir, m) or "stopped without closing its manifest (killed?)", m,
+                        resumable=_has_checkpoint(run_dir))
     if status == FAILED and diverged(m):
         damage = validate_run(run_dir, m)
         if damage:

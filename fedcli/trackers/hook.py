@@ -77,12 +77,16 @@ def sweep_of(run_dir: Path) -> tuple[Path, dict, dict] | None:
 
 def run_info(sim, run_dir: Path) -> dict:
     """Name, grouping, tags and hyper-parameters of the run (``fedcli.trackers.base.RunInfo``'s fields)."""
+    return info_of(sim.cfg.to_dict(), sim.part_names, sim.comm.size, run_dir)
+
+
+def info_of(config: dict, part_names: dict, world_size: int, run_dir: Path) -> dict:
+    """``run_info`` from the resolved config (``TrainConfig.to_dict``), the method's parts and the process count."""
     from fedcli import __version__
 
-    cfg = sim.cfg
-    params = {**cfg.to_dict(), **{f"part_{k}": v for k, v in sim.part_names.items()}, "world_size": sim.comm.size,
+    params = {**config, **{f"part_{k}": v for k, v in part_names.items()}, "world_size": world_size,
               "fedcli_version": __version__}
-    tags = {"method": cfg.algo, "dataset": cfg.dataset, "model": cfg.model, "seed": str(cfg.seed)}
+    tags = {"method": config["algo"], "dataset": config["dataset"], "model": config["model"], "seed": str(config["seed"])}
     info = {"run_dir": str(run_dir), "name": run_dir.name, "experiment": "", "tags": tags, "params": params}
     sweep = sweep_of(run_dir)
     if sweep is not None:
@@ -112,6 +116,10 @@ class TrackerHook(RoundHook):
             return
         self.names = [li.name for li in sim.layers]
         self.total_numel = sum(li.numel for li in sim.layers)
+        self.launch(run_info(sim, self.run_dir))
+
+    def launch(self, info: dict) -> None:
+        """Start the trackers' process and tell it to start every tracker with ``info`` (``run_info``'s fields)."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
                                                                           os.environ.get("PYTHONPATH")) if p)}
         from fedcli.trackers.state import pending
@@ -137,7 +145,7 @@ class TrackerHook(RoundHook):
                         threading.Thread(target=self._read, name="fedcli-trackers-in", daemon=True)]
         for t in self.threads:
             t.start()
-        self.queue.put({"op": "start", "info": run_info(sim, self.run_dir)})
+        self.queue.put({"op": "start", "info": info})
 
     def __call__(self, sim, state) -> None:
         if self.proc is None:

@@ -78,6 +78,46 @@ def test_results_are_bitwise_identical_for_any_number_of_workers(tmp_path, algo,
         assert man["config"]["workers"] == n and man["status"] == "completed"
 
 
+# clients of unequal sizes with --local-epochs: unequal step counts, so at a step some clients of a process have
+# finished while others still train, and a process may finish its clients before the cohort's last step (issue 37)
+UNEQUAL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "7", "--partition", "dirichlet",
+           "--alpha", "0.3", "--rounds", "2", "--local-epochs", "1", "--batch-size", "16", "--eval-every", "1",
+           "--client-test-fraction", "0.25", "--weighting", "samples", "--lr", "0.05", "--seed", "4", "--quiet"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("algo, extra", [
+    ("fedlamb", ["--active-ratio", "0.6"]),   # before: the AMSGrad moments of a client moved in their last bits when
+    ("mimelamb", ["--active-ratio", "0.6"]),  # another client of its process finished (fused vs unfused update)
+    ("apple", ["--active-ratio", "1"]),       # before: its [K, N] matrix products changed bits with K
+    ("partialfed", ["--active-ratio", "0.6"]),
+])
+def test_unequal_local_steps_give_the_same_bits_for_any_number_of_workers(tmp_path, algo, extra):
+    args = ["train", *UNEQUAL, "--algo", algo, *extra]
+    assert main([*args, "--workers", "1", "--out", str(tmp_path / "w1")]) == 0
+    assert main([*args, "--workers", "2", "--out", str(tmp_path / "w2")]) == 0
+    same_run(tmp_path / "w1", tmp_path / "w2")
+    if algo != "fedlamb" and algo != "mimelamb":
+        assert rows(tmp_path / "w1/clients.csv") == rows(tmp_path / "w2/clients.csv")
+
+
+@pytest.mark.timeout(300)
+def test_partialfed_on_fedala_table2_mnist_entry_gives_the_same_results_for_any_number_of_workers(tmp_path, mnist_t10k):
+    """FedALA Table 2's "PartialFed | MNIST-path" (recipes/fedala/aaai-table2.toml, PFLlib's pipeline: unequal client
+    sizes) on the MNIST t10k slice, the budget cut to 1 round and the model to a small MLP. Before: worker 1 failed with
+    "IndexError: index 98 is out of bounds for dimension 0 with size 98 (at partialfed.py)": the Gumbel noise was as
+    long as the longest client of its own process, while every process runs the whole cohort's steps."""
+    args = ["train", "--recipe", str(ROOT / "recipes/fedala/aaai-table2.toml"), "--scale", "smoke", "--algo", "partialfed",
+            "--lr", "0.1", "--data-dir", str(mnist_t10k), "--rounds", "1", "--model", "mlp", "--mlp-hidden", "16",
+            "--threads", "1", "--quiet"]
+    assert main([*args, "--workers", "1", "--out", str(tmp_path / "w1")]) == 0
+    assert main([*args, "--workers", "2", "--out", str(tmp_path / "w2")]) == 0
+    same_run(tmp_path / "w1", tmp_path / "w2")
+    assert rows(tmp_path / "w1/clients.csv") == rows(tmp_path / "w2/clients.csv")
+    man = json.loads((tmp_path / "w2/manifest.json").read_text())
+    assert man["clients"] == 20 and man["config"]["data_pool"] == "train+test" and man["config"]["partialfed_fs"] == 2
+
+
 def test_auto_chooses_one_worker_for_small_runs_and_the_cores_for_long_ones():
     from fedcli.runner import auto_workers
     from fedcli.config import TrainConfig

@@ -594,3 +594,65 @@ def test_the_manifest_plans_the_rows_the_run_writes(kw, tmp_path):
     sim = Simulation(cfg).setup()
     planned = sim.manifest()["evaluations"]
     assert planned == len(sim.run().history) > 1
+
+
+def watchdogs_of(run: Path) -> list[int]:
+    """The pids of the watchdogs (``python -m fedcli.results.sentinel RUN ...``) that watch ``run``."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            args = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"fedcli.results.sentinel" in args and str(run).encode() in args:
+            out.append(int(d))
+    return out
+
+
+@pytest.mark.timeout(500)
+def test_a_job_killed_whole_with_its_watchdog_is_named_killed_by_report_resume_and_sweep(tmp_path, capsys):
+    """issue 41: a job's end kills everything at once (SIGKILL to the sweep's process group, to the training's, and to the
+    watchdog, which sits in a session of its own to outlive the others): nothing closes the manifest, which stays
+    ``running``. The next `fedcli report`, `fedcli train --resume` and `fedcli sweep` say the run was killed and how it
+    goes on (before: the report showed it as running, the resume and the sweep said nothing)."""
+    recipe = tmp_path / "job.toml"  # 300 short rounds, a checkpoint every 10: killed early, the rest short too
+    recipe.write_text(SLOW_RECIPE.replace('"1024,1024"', '"16"').replace("tau = 200", "tau = 2").replace(
+        "iterations = 800", "iterations = 600").replace("eval_every = 200", "eval_every = 100").replace(
+        "checkpoint_every = 0", "checkpoint_every = 10"))
+    root = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run = root / "slow" / "seed0"
+    holder = wait_for(lambda: checkpoint.list_checkpoints(run) and json.loads((run / lock.RUN_LOCK).read_text() or "null"),
+                      240, "the sweep's training to checkpoint")
+    dogs = wait_for(lambda: watchdogs_of(run), 30, "the run's watchdog")
+    training = holder["pid"]
+    for group in (os.getpgid(proc.pid), os.getpgid(training)):
+        os.killpg(group, signal.SIGKILL)
+    for pid in dogs:
+        os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    wait_for(lambda: not lock.process_alive(training, holder["start"]) and not any(lock.process_alive(d) for d in dogs), 30,
+             "every process of the job to be gone")
+    time.sleep(1.5)  # past the watchdog's grace period: nobody closes the manifest
+    assert manifest(run)["status"] == "running"
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)  # the same killed run, for `fedcli train --resume` (the sweep takes the original)
+
+    assert main(["report", str(run)]) == 0
+    err = capsys.readouterr().err
+    said = f"fedcli report: {run}: killed: manifest.json still says running, but process {training}"
+    assert said in " ".join(err.split()), err
+    assert f"continue from its last checkpoint with: fedcli train --resume {run}" in " ".join(err.split())
+
+    assert main(["train", "--resume", str(copy), "--quiet"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"fedcli: note: the previous attempt was killed: manifest.json still says running, but process {training}" in err
+    assert "resuming from round-0000" in err and manifest(copy)["status"] == "completed"
+
+    assert main(["sweep", str(recipe), "--out", str(root), "--jobs", "1", "--in-process"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"slow seed 0: killed: manifest.json still says running, but process {training}" in err, err
+    assert "resumed from its last checkpoint" in err
+    assert manifest(run)["status"] == "completed" and manifest(run)["resumes"][-1]["round"] >= 1
+    assert [int(r["round"]) for r in rows(run / "metrics.csv")] == list(range(50, 301, 50))

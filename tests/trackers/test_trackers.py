@@ -323,6 +323,86 @@ def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env
     assert state.finishing(run) is None and not (run / state.LOCK_FILE).exists()
 
 
+# in round 8 (after the trackers hold iteration 16), the trackers' process is killed (SIGKILL); the training completes
+TRACKERS_KILLER = """
+import os, signal, sys, time
+from pathlib import Path
+from fedcli.fl import engine
+from fedcli.trackers import state
+orig = engine.Simulation.run_round
+def run_round(self, st):
+    if st.round_idx == 8:
+        run, deadline = Path(self.cfg.out), time.monotonic() + 200
+        while min((t.get("last_step", -1) for t in state.read(run).get("trackers", {}).values()), default=-1) < 16:
+            assert time.monotonic() < deadline, state.read(run)
+            time.sleep(0.05)
+        os.kill(state.read(run)["pid"], signal.SIGKILL)
+    return orig(self, st)
+engine.Simulation.run_round = run_round
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_trains_nothing(clean_env):
+    """issue 41: `fedcli report` of a completed run whose trackers' process was killed says `fedcli train --resume RUN`
+    sends the rest; it does (the same tracker runs, every evaluation once, closed as completed), exit 0, and no file of
+    the run but the trackers' changes (before: exit 2, "the run already completed; nothing to resume")."""
+    from fedcli.trackers import state
+
+    tmp = clean_env
+    args = [a for a in KILLED if a not in ("--checkpoint-every", "3")]
+    p = subprocess.run([sys.executable, "-c", TRACKERS_KILLER, *args, "--out", "C"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "the trackers' process ended with exit code -9" in p.stderr
+    run = tmp / "C"
+    rows = metrics_rows(run)
+    assert len(rows) == 16 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
+    cut = state.read(run)
+    assert cut["phase"] == "logging" and 16 <= cut["trackers"]["mlflow"]["last_step"] < 64
+    report = run_cli(["report", "C"], dict(os.environ), tmp)
+    assert "their process ended before it was done (phase logging)" in report.stderr + report.stdout
+    assert "`fedcli train --resume C` sends the rest" in report.stderr + report.stdout
+    def files():  # every file of the run but the trackers' own, with its bytes
+        own = (*state.FILES, state.LOCK_FILE, state.PENDING_FILE, ".fedcli.lock")
+        return {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*"))
+                if f.is_file() and f.relative_to(run).parts[0] not in own}
+
+    kept = files()
+    assert {"manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "model.pt"} <= set(kept)
+
+    done = run_cli(["train", "--resume", "C"], dict(os.environ), tmp)
+    assert done.returncode == 0, done.stderr
+    assert "its trackers' process had been cut off" in done.stdout and "nothing was trained" in done.stdout
+    assert "trackers (mlflow, tensorboard): done, run completed" in done.stdout
+    assert files() == kept
+    data = state.read(run)
+    assert data["phase"] == "done" and data["status"] == "completed" and state.finishing(run) is None
+    assert data["trackers"]["mlflow"]["run_id"] == cut["trackers"]["mlflow"]["run_id"]
+    client = mlflow_client(tmp)
+    (r,) = client.search_runs([client.get_experiment_by_name("fedcli").experiment_id])
+    assert r.info.run_id == cut["trackers"]["mlflow"]["run_id"] and r.info.status == "FINISHED"
+    for key in ("test_acc", "train_loss", "comm_params"):
+        hist = client.get_metric_history(r.info.run_id, key)
+        assert [(m.step, m.value) for m in hist] == [(int(x["iteration"]), float(x[key])) for x in rows], key
+    names = layer_names(run)
+    with open(run / "layers.csv") as f:
+        final_syncs = {r["name"]: float(r["syncs"]) for r in csv.DictReader(f)}
+    assert {n: client.get_metric_history(r.info.run_id, f"syncs/{n}")[-1].value for n in names} == final_syncs
+    with open(run / "intervals.csv") as f:
+        adjust = [x for x in csv.DictReader(f) if x["name"] == names[0]]
+    assert [m.step for m in client.get_metric_history(r.info.run_id, f"adjust/d/{names[0]}")] == [int(x["iteration"]) for x in adjust]
+    assert {"manifest.json", "metrics.csv", "figures"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
+    acc = tensorboard_events(run / "tensorboard")
+    assert [e.step for e in acc.Scalars("test_acc")] == [int(x["iteration"]) for x in rows]
+    assert acc.Tensors("status")[-1].tensor_proto.string_val == [b"completed"]
+    # once done, a resume of the completed run is refused as before: nothing is left to send
+    again = run_cli(["train", "--resume", "C"], dict(os.environ), tmp)
+    assert again.returncode == 2 and "the run already completed; nothing to resume" in again.stderr
+
+
 @pytest.mark.timeout(600)
 def test_the_command_returns_before_the_trackers_end_and_a_later_process_waits_for_them(clean_env):
     """The end work is not waited for: with the run's trackers lock held (here by the test, standing for the trackers'

@@ -94,20 +94,38 @@ def cos_lambda(round_idx: int, rounds: int, l_frac: float) -> float:
     return (math.cos(r * math.pi / L) + 1.0) / 2.0 if r < L else 0.0
 
 
-def personalized(p: torch.Tensor, cores: torch.Tensor, own: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def cohort_matmul(a: torch.Tensor, b: torch.Tensor, at: tuple[list[int], int] | None = None) -> torch.Tensor:
+    """``a @ b`` for this process's cohort rows ``a`` [K, D], computed at the whole cohort's shape: with ``at`` =
+    (each row's position in the cohort, the cohort's size) and K below it, ``a``'s rows go to their positions of a
+    zero [total, D] matrix and the product's rows at those positions are returned. A matrix product's row may
+    change in its last bits with the number of rows (BLAS picks its kernels by shape), so a client's result would
+    depend on how many clients share its process (``--workers``, MPI); at the cohort's shape it does not, and on
+    one process (K = total) this is ``a @ b`` itself."""
+    if at is None or a.shape[0] == at[1]:
+        return a @ b
+    positions, total = at
+    full = a.new_zeros(total, *a.shape[1:])
+    full[positions] = a
+    return (full @ b)[positions]
+
+
+def personalized(p: torch.Tensor, cores: torch.Tensor, own: torch.Tensor, idx: torch.Tensor,
+                 at: tuple[list[int], int] | None = None) -> torch.Tensor:
     """sum_j p_kj c_j for every cohort row k, with row k's own core (column ``idx[k]``) replaced by ``own[k]``.
 
-    ``p`` [K, N], ``cores`` [N, *shape] (as downloaded), ``own`` [K, *shape], ``idx`` [K] client ids."""
+    ``p`` [K, N], ``cores`` [N, *shape] (as downloaded), ``own`` [K, *shape], ``idx`` [K] client ids; ``at``: see
+    :func:`cohort_matmul`."""
     k = p.shape[0]
     rows = torch.arange(k, device=p.device)
     others = p.to(cores.dtype).index_put((rows, idx), torch.zeros(k, dtype=cores.dtype, device=p.device))
-    w = (others @ cores.reshape(cores.shape[0], -1)).view(k, *cores.shape[1:])
+    w = cohort_matmul(others, cores.reshape(cores.shape[0], -1), at).view(k, *cores.shape[1:])
     return w + expand(p[rows, idx].to(own.dtype), own) * own
 
 
-def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor) -> torch.Tensor:
+def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
+                at: tuple[list[int], int] | None = None) -> torch.Tensor:
     """The reference's p-gradient of the loss: (1/T) sum_l mean(g_l * c_j,l) for every j, [K, N] (the own
-    column uses ``own``, the updated core)."""
+    column uses ``own``, the updated core); ``at``: see :func:`cohort_matmul`."""
     out = None
     k = idx.numel()
     rows = torch.arange(k, device=idx.device)
@@ -115,7 +133,7 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor) -> torch
         gf = g.reshape(k, -1)
         cf = cores[n].reshape(cores[n].shape[0], -1)
         d = gf.shape[1]
-        term = gf @ cf.T / d
+        term = cohort_matmul(gf, cf.T, at) / d
         own_fix = ((gf * own[n].reshape(k, -1)).sum(1) - (gf * cf[idx]).sum(1)) / d
         term = term.index_put((rows, idx), term[rows, idx] + own_fix)
         out = term if out is None else out + term
@@ -138,6 +156,7 @@ class AppleStep(SGDStep):
         self.cores: dict[str, torch.Tensor] = {}
         self.own: dict[str, torch.Tensor] = {}
         self.p = torch.zeros(0)
+        self.at: tuple[list[int], int] | None = None  # (positions, cohort size): see cohort_matmul
 
     def setup(self, view) -> None:
         n = len(view.client_indices)
@@ -162,6 +181,7 @@ class AppleStep(SGDStep):
         self.cores, _ = all_client_models(view, cohort, prefix=prefix)
         dev = view.device
         self.idx = torch.tensor(cohort.clients, dtype=torch.long, device=dev)
+        self.at = (cohort.positions, cohort.total)  # the products at the whole cohort's shape (``cohort_matmul``)
         self.own = {n: c[self.idx].clone() for n, c in self.cores.items()}
         self.p = view.store.gather("apple.p", cohort.clients, lambda _c: torch.full((self.n,), 1.0 / self.n), dev)
         self.lam = cos_lambda(cohort.round_idx, self.rounds, self.l_frac)
@@ -170,7 +190,7 @@ class AppleStep(SGDStep):
         """cohort.params <- the personalized models (only for the clients still training)."""
         with torch.no_grad():
             for n, w in cohort.params.items():
-                new = personalized(self.p, self.cores[n], self.own[n], self.idx)
+                new = personalized(self.p, self.cores[n], self.own[n], self.idx, self.at)
                 w.copy_(torch.where(expand(active, w), new, w))
 
     def gradients(self, view, cohort, x, y, mask):
@@ -189,7 +209,7 @@ class AppleStep(SGDStep):
         core_lr = lr * self.n
         for n, g in grads.items():
             self.own[n] = torch.where(expand(active, g), self.own[n] - core_lr * expand(p_own, g) * g, self.own[n])
-        pg = dr_gradient(grads, self.cores, self.own, self.idx) + self.lam * self.mu * (self.p - self.p0)
+        pg = dr_gradient(grads, self.cores, self.own, self.idx, self.at) + self.lam * self.mu * (self.p - self.p0)
         self.p = torch.where(active.view(-1, 1), self.p - self.dr_lr * pg, self.p)
         if self.upload == "core":  # the evaluated model: the personalized model of the updated core and p
             self.refresh(cohort, active)

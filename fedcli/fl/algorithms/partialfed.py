@@ -144,8 +144,13 @@ class PartialFedStep(SGDStep):
         self.y_prev = None                         # y_0 of the previous batch [K, T] (0: all local)
 
     def selection(self, j: int) -> torch.Tensor:
-        """y [K, T, 2]: the relaxed global/local choice of every layer at local step ``j`` (1-based)."""
-        return torch.softmax((self.alpha + self.noise[j - 1]) / self.tau, dim=-1)
+        """y [K, T, 2]: the relaxed global/local choice of every layer at local step ``j`` (1-based).
+
+        The engine runs the whole cohort's steps on every process, so ``j`` may pass the longest client of this
+        process (unequal client sizes with --local-epochs); every client here has then finished and keeps its model
+        (``gradients``), and its draws past its own steps are zeros, as in the padding of ``begin_round``."""
+        noise = self.noise[j - 1] if j <= self.noise.shape[0] else self.noise.new_zeros(self.alpha.shape)
+        return torch.softmax((self.alpha + noise) / self.tau, dim=-1)
 
     def is_model_step(self, j: int) -> bool:
         return (j - 1) % (self.fm + self.fs) < self.fm
