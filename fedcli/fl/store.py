@@ -44,9 +44,9 @@ import numpy as np
 import torch
 
 from fedcli.errors import DataError, os_error
-from fedcli.results.rundir import CLIENT_STATE as FOLDER
-from fedcli.results.safefs import open_fd, refuse_link
+from fedcli.safefs import atomic_write, open_fd, refuse_link
 
+FOLDER = "client-state"  # RUN_DIR/client-state (fedcli.results.rundir.CLIENT_STATE, the run directory's contract)
 MiB = 1 << 20
 COMPACT_SLACK = 64 * MiB  # dead bytes tolerated before a compaction, whatever the live size
 INDEX = "index.pt"  # a completed run's index of the rows it kept (client -> process, row, CRC-32), in client-state/
@@ -609,8 +609,6 @@ class DiskStore:
                         self._checked(f).unlink()
         if keep and self.rank == 0:
             import io
-
-            from fedcli.results.rundir import atomic_write
 
             buf = io.BytesIO()
             torch.save({self.KEY: {"gen": self.gen, "tables": {n: self.tables[n].state() for n in keep}}}, buf)

@@ -182,6 +182,13 @@ def test_the_cache_is_bounded(tmp_path):
     assert [s.get("w", c)[0].item() for c in range(20)] == [float(c) for c in range(20)]
 
 
+def test_the_store_folder_is_the_run_directorys_client_state():
+    from fedcli.fl.store import FOLDER
+    from fedcli.results.rundir import CLIENT_STATE, RUN_FILES
+
+    assert FOLDER == CLIENT_STATE and CLIENT_STATE in RUN_FILES  # refuse_links walks the folder the store writes
+
+
 def test_auto_mode_by_the_projected_state():
     cfg = TrainConfig(client_state_limit_mb=1)
     assert choose_mode(cfg, 10**6) == ("memory", 10**6)
