@@ -217,6 +217,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
            progress: str = "auto", view: RunView):
     from fedcli.errors import PlaceError, StorageError
     from fedcli.fl.engine import Simulation
+    from fedcli.fl.store import describe as store_line
     from fedcli.results import checkpoint, sentinel
     from fedcli.results.rundir import RunDir
     from fedcli.results.runlog import RunLog
@@ -282,6 +283,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         view.loaded()
         if not quiet:  # a terminal wraps it between words; a log keeps it on one line
             view.header(describe(cfg, sim), progress)
+            if (state_line := store_line(sim.store.info)) is not None:
+                view.notice(state_line)  # where the client state goes and how big it may grow
         for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
             view.notice(f"note: {note}")
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
@@ -344,12 +347,14 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         else:
             ended, closing = None, "completed"
             saver.stopping = True
+            at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
             mpi_s = getattr(comm, "reduce_seconds", None)
             extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
             if run_dir is not None:
                 try:
                     checkpoint.save_model(sim, out / "model.pt")
-                    run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices())
+                    run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices(),
+                                   **({"client_state_at_end": at_end} if at_end else {}))
                 except (StorageError, PlaceError) as e:
                     sentinel.stop(watchdog)
                     remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
@@ -376,7 +381,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
         elif not quiet:
             view.summary(cfg, summary, out)
-    sim.store.close()
+    sim.store.finish_run()  # what the completed run no longer needs goes (fedcli/fl/store.py)
     ACTIVE_RUN.pop("dir", None)
     return summary
 

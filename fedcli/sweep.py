@@ -346,7 +346,7 @@ class Executor:
         return cmd
 
     def prepare(self, p: PlannedRun, recipe: SweepRecipe) -> None:
-        make_dir(p.recipe_file.parent)  # the run's folders, logs and recipe files are never links (fedcli/results/safefs.py)
+        make_dir(p.recipe_file.parent)  # the run's folders, logs and recipe files are never links (fedcli/safefs.py)
         for path in (p.dir, p.log):
             refuse_link(path)
         header = (f"fedcli sweep: run '{p.name}', seed {p.seed}, of {recipe.path}"

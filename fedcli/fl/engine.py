@@ -350,6 +350,13 @@ class Simulation:
             "client_state": self.store.info,
         }
 
+    def personal_tables(self) -> tuple[str, ...]:
+        """The store prefixes of each client's personal model (the model a personalized method evaluates,
+        ``fedcli.fl.personal``): what a completed run keeps of its client state (``--client-state-keep personal``)."""
+        if self.personal is None:
+            return ()
+        return f"{self.personal.prefix}.p:", f"{self.personal.prefix}.b:"
+
     def choices(self) -> dict:
         """What the run chose once it ran, for the manifest's closing update: the stacked trainer's automatic chunk
         (``--cohort-chunk 0`` on CUDA: the manifest says ``cohort_chunk: auto`` at the start, and here

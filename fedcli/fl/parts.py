@@ -78,6 +78,14 @@ class Part:
         """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
         return True
 
+    def kept_state(self, view) -> int:
+        """Bytes of state this part keeps in the client store (``fedcli.fl.store``) across rounds, at most, for the
+        whole run (SGD's momentum by cohort slot: the cohort size x the parameters' bytes); 0: none. The store's
+        memory-or-disk choice is made by it (``fedcli.fl.store.projection``). A declaration holds for the class that
+        makes it: a subclass with round hooks of its own (``fedcli.fl.store.STATE_HOOKS``) that does not declare
+        again counts as unknown (one model per client, the least a method with per-client state keeps)."""
+        return 0
+
     def setup(self, view) -> None:
         """Once, when the simulation is set up (data, partition, model and all parts exist); also on resume."""
 
@@ -287,6 +295,12 @@ class SGDStep(LocalStep):
             if reasons:
                 raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {view.cfg.algo}: {reasons[0]}")
 
+    def kept_state(self, view) -> int:
+        """The persisted momentum buffers (``--momentum-persist``): one per cohort slot (``slot``: the cohort size)
+        or per client (``client``), each the size of the parameters; none otherwise."""
+        keys = {"slot": view.active, "client": len(view.client_indices)}.get(self.persist, 0)
+        return keys * sum(p.numel() * p.element_size() for p in view.global_params.values())
+
     def begin_round(self, view, cohort) -> None:
         cohort.opt_state = {}
         if self.persist != "none":
@@ -374,6 +388,8 @@ class OverwriteInit(Init):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
     separable = True
+    kept_state = Part.kept_state  # nothing kept across rounds
+
     def initialize(self, view, cohort) -> None:
         cohort.load_global(view.global_params, view.global_buffers)
 
@@ -387,5 +403,7 @@ class AverageServer(Server):
     """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
 
     separable = True
+    kept_state = Part.kept_state  # nothing kept across rounds
+
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         return average

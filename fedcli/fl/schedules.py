@@ -64,6 +64,7 @@ class Schedule(Part):
     adjustment it made (or None) is ``adjustment`` until the next round begins (intervals.csv)."""
 
     name = "base"
+    kept_state = Part.kept_state  # a schedule's state is its own (``state_dict``), never per client
     needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 

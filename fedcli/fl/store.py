@@ -19,8 +19,15 @@ pages stay in the OS page cache, not in the process), and make a checkpoint chea
 recorded, so rows written after the checkpoint (a SIGKILL mid-round) are dropped and the resumed run is bitwise the
 uninterrupted one. Files grow by the cohort's rows each round; when dead rows outweigh live ones (and pass
 ``COMPACT_SLACK`` bytes) every process rewrites its live rows into a new generation ``g<gen+1>`` at a round
-boundary; a generation is deleted once no kept checkpoint refers to it. A row whose bytes do not match its CRC-32,
-or that lies beyond its file's end, is a :class:`~fedcli.errors.DataError` (exit 3) naming the client and the file.
+boundary; a generation is deleted once neither the current state nor a kept checkpoint refers to it (so at most
+``--keep-checkpoints`` + 1 generations are on disk). A row whose bytes do not match its CRC-32, or that lies beyond
+its file's end, is a :class:`~fedcli.errors.DataError` (exit 3) naming the client and the file. When the run
+completes, what it no longer needs goes (:meth:`DiskStore.finish_run`): every table but the clients' personal models
+(``--client-state-keep``), which stay with ``client-state/index.pt``.
+
+Never through a link: every path of ``client-state/`` the store opens, truncates or deletes is checked component by
+component (the folder, the generation, the rank folder, the file) with ``lstat`` and opened with ``O_NOFOLLOW``
+(``fedcli.results.safefs``), so a link there is refused (exit 2, naming it) before anything outside changes.
 """
 
 from __future__ import annotations
@@ -37,29 +44,78 @@ import numpy as np
 import torch
 
 from fedcli.errors import DataError, os_error
+from fedcli.safefs import atomic_write, open_fd, refuse_link
 
-FOLDER = "client-state"
+FOLDER = "client-state"  # RUN_DIR/client-state (fedcli.results.rundir.CLIENT_STATE, the run directory's contract)
 MiB = 1 << 20
 COMPACT_SLACK = 64 * MiB  # dead bytes tolerated before a compaction, whatever the live size
+INDEX = "index.pt"  # a completed run's index of the rows it kept (client -> process, row, CRC-32), in client-state/
+# the hooks in which a part may keep state in the store: a class that defines one declares ``kept_state`` again
+STATE_HOOKS = ("setup", "begin_round", "end_round", "initialize", "download", "received", "update", "synchronized", "offer")
 
 
-def choose_mode(cfg, clients: int, model_bytes: int) -> tuple[str, int]:
-    """``(mode, projected bytes)``: ``--client-state`` memory or disk as asked; auto: disk when one model's worth of
-    state for every client (``clients * model_bytes``, the least a personalized method keeps) exceeds
-    ``--client-state-limit-mb``. The same on every process (it depends on the config and the model only)."""
-    projected = int(clients) * int(model_bytes)
+def choose_mode(cfg, projected: int) -> tuple[str, int]:
+    """``(mode, projected bytes)``: ``--client-state`` memory or disk as asked; auto: disk when the state the run
+    projects to keep (:func:`projection`) exceeds ``--client-state-limit-mb``. The same on every process (it
+    depends on the config and the model only)."""
+    projected = int(projected)
     if cfg.client_state != "auto":
         return cfg.client_state, projected
     return ("disk" if projected > cfg.client_state_limit_mb * MiB else "memory"), projected
+
+
+def size(n: float) -> str:
+    """``n`` bytes for a person: KiB below one MiB, MiB below one GiB, else GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MiB)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 1024:,.1f} KiB"
+
+
+def declared_state(part, view) -> int | None:
+    """The bytes ``part`` declares it keeps across rounds (``Part.kept_state``), or None when a class below the one
+    that declared it adds round hooks (``STATE_HOOKS``) without declaring again: unknown."""
+    mro = type(part).__mro__
+    at = next(i for i, c in enumerate(mro) if "kept_state" in vars(c))
+    if any(h in vars(c) for c in mro[:at] for h in STATE_HOOKS):
+        return None
+    return int(part.kept_state(view))
+
+
+def projection(sim) -> tuple[int, list[str]]:
+    """``(bytes, what)``: the client state the run will keep at most, by what is really kept: each part's declaration
+    (SGD momentum by cohort slot: the cohort size x the parameters, not every client's), the BatchNorm statistics
+    per slot (``--bn-buffers never``), and one model per client for a personalized method (its local models) or a
+    part that does not say what it keeps."""
+    params = sum(t.numel() * t.element_size() for t in sim.global_params.values())
+    buffers = sum(t.numel() * t.element_size() for t in sim.global_buffers.values())
+    clients, total, what, unknown = len(sim.client_indices), 0, [], []
+    for family, part in sim.parts.items():
+        n = declared_state(part, sim.view)
+        if n is None:
+            unknown.append(f"{family} {getattr(part, 'name', type(part).__name__)}")
+        elif n:
+            total += n
+            what.append(f"{family} {getattr(part, 'name', type(part).__name__)}: {size(n)}")
+    if sim.cfg.bn_buffers == "never" and buffers:
+        total += sim.active * buffers
+        what.append(f"BatchNorm statistics by slot: {sim.active} x {size(buffers)}")
+    parts = sim.parts.values()
+    if sim.method.personalized or unknown or any(p.keeps_local_models or p.personal_prefix for p in parts):
+        total += clients * (params + buffers)
+        why = f"per-client state of {', '.join(unknown)}" if unknown else "personal models"
+        what.append(f"{why}: {clients} clients x {size(params + buffers)}")
+    return total, what
 
 
 def build_store(sim) -> "MemoryStore | DiskStore":
     """The run's client store (``sim.store``), by :func:`choose_mode`; a disk store lives in ``RUN_DIR/client-state``
     (a temporary folder, removed at exit, when the run has no directory)."""
     cfg, comm = sim.cfg, sim.comm
-    model_bytes = sum(t.numel() * t.element_size() for t in (*sim.global_params.values(), *sim.global_buffers.values()))
-    mode, projected = choose_mode(cfg, len(sim.client_indices), model_bytes)
-    info = {"mode": mode, "projected_mb": round(projected / MiB, 1), "limit_mb": cfg.client_state_limit_mb}
+    projected, what = projection(sim)
+    mode, projected = choose_mode(cfg, projected)
+    info = {"mode": mode, "projected_mb": round(projected / MiB, 1), "projected_bytes": projected, "limit_mb": cfg.client_state_limit_mb,
+            "projected_from": what, "keep_at_end": cfg.client_state_keep}
     if mode == "memory":
         store = MemoryStore()
     else:
@@ -81,17 +137,43 @@ def build_store(sim) -> "MemoryStore | DiskStore":
     return store
 
 
+def describe(info: dict) -> str | None:
+    """The line a run says about its client state (where it goes, how big it may grow); None when it keeps none."""
+    if not info.get("projected_bytes"):
+        return None
+    where = f"on disk in {info['folder']}" if info["mode"] == "disk" else "in memory (checkpoints hold a copy)"
+    return (f"client state: up to {size(info['projected_bytes'])} ({'; '.join(info.get('projected_from', []))}), "
+            f"{where}; --client-state-limit-mb {info['limit_mb']}")
+
+
 def _who(name: str, key: int) -> str:
     return f"slot {key}" if ".slot:" in name else f"client {key}"
 
 
+def _merged(state: dict, root_state: dict | None) -> dict:
+    """A memory store's checkpoint tables, those every process holds (``MemoryStore.REPLICATED``) taken from the root
+    process's part of the checkpoint, where they are written once."""
+    names = state.get(MemoryStore.REPLICATED, [])
+    tables = {n: t for n, t in state.items() if n != MemoryStore.REPLICATED}
+    for n in names:
+        if n not in tables:
+            tables[n] = root_state[n]
+    return tables
+
+
 class MemoryStore:
-    """Every row a CPU tensor in ``tables[name][client]``."""
+    """Every row a CPU tensor in ``tables[name][client]``.
+
+    A table that every process holds whole (``share`` gave every process every row: cohort slots, or partial
+    participation under several processes) is ``replicated``: a checkpoint holds it once, in the root's part, not
+    once per process (two workers would double the checkpoint of the README's FEMNIST example's slot momentum)."""
 
     kind = "memory"
+    REPLICATED = "memory-store-replicated"
 
     def __init__(self):
         self.tables: dict[str, dict[int, torch.Tensor]] = {}
+        self.replicated: set[str] = set()
         self.info: dict = {"mode": "memory"}
 
     def get(self, name: str, key: int) -> torch.Tensor | None:
@@ -118,8 +200,14 @@ class MemoryStore:
     def forget(self, name: str, key: int) -> None:
         self.tables.get(name, {}).pop(key, None)
 
-    # round boundaries and checkpoints: nothing to do in memory
+    # round boundaries, checkpoints and the end: nothing to do in memory
     def end_round(self, comm) -> None:
+        pass
+
+    def end_plan(self, keep_prefixes: tuple[str, ...]) -> dict:
+        return {}
+
+    def finish_run(self) -> None:
         pass
 
     def pin(self, round_idx: int, keep: int) -> None:
@@ -128,14 +216,18 @@ class MemoryStore:
     def close(self) -> None:
         pass
 
-    def state_dict(self) -> dict:
-        return {n: dict(t) for n, t in self.tables.items()}
+    def state_dict(self, root: bool = True) -> dict:
+        """The tables (``root`` False: a process other than the root leaves out the replicated ones)."""
+        out = {n: dict(t) for n, t in self.tables.items() if root or n not in self.replicated}
+        return {**out, self.REPLICATED: sorted(self.replicated)} if self.replicated else out
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, root_state: dict | None = None) -> None:
+        """Back to a checkpoint: this process's part ``state``, the replicated tables from the root's ``root_state``."""
         if DiskStore.KEY in state:
             raise DataError("the checkpoint keeps its client state on disk (RUN_DIR/client-state) but this run keeps it in "
                             "memory; resume with the --client-state it was written with")
-        self.tables = {n: {int(c): v for c, v in t.items()} for n, t in state.items()}
+        self.replicated = set(state.get(self.REPLICATED, []))
+        self.tables = {n: {int(c): v for c, v in t.items()} for n, t in _merged(state, root_state).items()}
 
 
 class _Table:
@@ -202,23 +294,48 @@ class DiskStore:
         p = self.root / f"g{gen}" / f"r{rank}"
         return p / file if file else p
 
+    def _checked(self, p: Path) -> Path:
+        """``p`` (under the store's folder), after checking that neither the folder nor any component below it is a
+        symbolic link (``LinkRefused``, exit 2, naming it): nothing is opened, created or deleted through one."""
+        refuse_link(self.root)
+        q = self.root
+        for part in p.relative_to(self.root).parts:
+            q = refuse_link(q / part)
+        return p
+
+    def _mkdirs(self, p: Path) -> None:
+        """``mkdir -p`` of a folder under the store's, one checked component at a time."""
+        q = self.root
+        for part in (None, *p.relative_to(self.root).parts):
+            q = q if part is None else q / part
+            try:
+                refuse_link(q).mkdir(exist_ok=True)
+            except OSError as e:
+                raise os_error(e, q, "create") from None
+            refuse_link(q)
+
+    def _remove(self, p: Path) -> None:
+        """Delete the folder ``p`` under the store's folder (checked first: a link on the way is refused, not followed)."""
+        if self._checked(p).is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+
+    def _generations(self) -> list[tuple[int, Path]]:
+        """``(gen, folder)`` of every generation folder on disk (the store's folder checked first)."""
+        if not self._checked(self.root).is_dir():
+            return []
+        return sorted((int(g.name[1:]), g) for g in self.root.iterdir() if g.name[:1] == "g" and g.name[1:].isdigit())
+
     def _fd(self, rank: int, file: str, write: bool = False) -> int:
         k = (self.gen, rank, file, write)
         fd = self.fds.get(k)
         if fd is None:
             p = self.path(self.gen, rank, file)
-            try:
-                if write:
-                    p.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(p, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)  # never through a link
-                else:
-                    fd = os.open(p, os.O_RDONLY)
-            except FileNotFoundError:
+            if write:
+                self._mkdirs(p.parent)
+            elif not os.path.lexists(self._checked(p)):
                 raise DataError(f"{p}: missing; expected the client-state file of process {rank} (raw rows of the "
-                                f"client store)") from None
-            except OSError as e:
-                raise os_error(e, p, "open") from None
-            self.fds[k] = fd
+                                f"client store)")
+            fd = self.fds[k] = open_fd(self._checked(p), os.O_RDWR | os.O_CREAT if write else os.O_RDONLY, doing="open")
         return fd
 
     def _close(self, gen: int | None = None) -> None:
@@ -228,9 +345,8 @@ class DiskStore:
     def _wipe_own(self) -> None:
         """A fresh run in a folder that held another: drop this process's files of every generation."""
         self.fresh = False
-        if self.root.is_dir():
-            for g in self.root.glob("g*"):
-                shutil.rmtree(g / f"r{self.rank}", ignore_errors=True)
+        for _, g in self._generations():
+            self._remove(g / f"r{self.rank}")
 
     # ------------------------------------------------------------------ cache
     def _cache_put(self, k, t: torch.Tensor) -> None:
@@ -375,8 +491,7 @@ class DiskStore:
                     moves.append((tab, [int(tab.row[k]) for k in mine]))
             tab.row, tab.rows = row, rows
         self.gen = new
-        target = self.path(new, self.rank)
-        shutil.rmtree(target, ignore_errors=True)  # left by a run resumed from before it
+        self._remove(self.path(new, self.rank))  # left by a run resumed from before it
         for tab, rows in moves:
             self.gen = old
             src = self._fd(self.rank, tab.file)
@@ -390,7 +505,7 @@ class DiskStore:
         self._release()
 
     def pin(self, round_idx: int, keep: int) -> None:
-        """A checkpoint of ``round_idx`` was written (every process): it refers to the current generation. Older
+        """A checkpoint of ``round_idx`` was written (every process): it refers to the current generation. Other
         generations that no kept checkpoint refers to are deleted; the files are flushed to the disk."""
         for fd in self.fds.values():
             try:
@@ -403,21 +518,26 @@ class DiskStore:
         self._release()
 
     def _release(self) -> None:
+        """Delete this process's files of every generation older than the current one that no kept checkpoint
+        refers to (a generation between two pinned ones goes too): at most ``keep`` + 1 generations stay."""
         if self.resumed and len(self.pins) < getattr(self, "keep", 1 << 30):
             return  # a checkpoint older than the resumed one may still refer to an older generation
-        floor = min([*self.pins.values(), self.gen])
-        for g in self.root.glob("g*"):
-            if g.name[1:].isdigit() and int(g.name[1:]) < floor:
-                shutil.rmtree(g / f"r{self.rank}", ignore_errors=True)
-                try:
-                    g.rmdir()
-                except OSError:
-                    pass  # another process's files are still there
+        needed = {*self.pins.values(), self.gen}
+        for gen, g in self._generations():
+            if gen < self.gen and gen not in needed:
+                self._drop_generation(g)
 
-    def state_dict(self) -> dict:
+    def _drop_generation(self, g: Path) -> None:
+        self._remove(g / f"r{self.rank}")
+        try:
+            g.rmdir()
+        except OSError:
+            pass  # another process's files are still there
+
+    def state_dict(self, root: bool = True) -> dict:
         return {self.KEY: {"gen": self.gen, "tables": {n: t.state() for n, t in self.tables.items()}}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, root_state: dict | None = None) -> None:
         """Back to a checkpoint: its index, and this process's files cut back to the lengths it recorded (rows
         written after it are dropped; files of later generations deleted)."""
         self._close()
@@ -427,7 +547,7 @@ class DiskStore:
         if self.KEY not in state:  # a checkpoint of a run that kept its state in memory: write it here
             self.tables, self.gen = {}, 0
             self._wipe_own()
-            for name, rows in state.items():
+            for name, rows in _merged(state, root_state).items():
                 keys = sorted(int(c) for c in rows)
                 if keys:
                     self.scatter(name, keys, torch.stack([rows[c] for c in keys]))
@@ -435,30 +555,69 @@ class DiskStore:
         s = state[self.KEY]
         self.gen = int(s["gen"])
         self.tables = {n: _Table.from_state(n, t, self.world) for n, t in s["tables"].items()}
-        if self.root.is_dir():
-            for g in self.root.glob("g*"):
-                if g.name[1:].isdigit() and int(g.name[1:]) > self.gen:
-                    shutil.rmtree(g / f"r{self.rank}", ignore_errors=True)
+        for gen, g in self._generations():
+            if gen > self.gen:
+                self._remove(g / f"r{self.rank}")
         for tab in self.tables.values():
             want = tab.rows[self.rank] * tab.row_bytes
             if not want:
                 continue
-            p = self.path(self.gen, self.rank, tab.file)
+            p = self._checked(self.path(self.gen, self.rank, tab.file))
             size = p.stat().st_size if p.exists() else -1
             if size < want:
                 first = next((int(k) for k in np.nonzero((tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0)))[0]), None)
                 whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
                 raise DataError(f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so {whose}lost; expected "
                                 f"the client-state file the checkpoint refers to (resume from another checkpoint, or start again)")
-            if size > want:
+            if size > want:  # through a descriptor opened with O_NOFOLLOW: never the file a link points to
+                fd = open_fd(p, os.O_WRONLY, doing="truncate")
                 try:
-                    os.truncate(p, want)
+                    os.ftruncate(fd, want)
                 except OSError as e:
                     raise os_error(e, p, "truncate") from None
+                finally:
+                    os.close(fd)
         self.pins = {}
 
     def close(self) -> None:
         self._close()
+
+    # ------------------------------------------------------------------ the end of a completed run
+    def end_plan(self, keep_prefixes: tuple[str, ...]) -> dict:
+        """What :meth:`finish_run` will leave: the tables whose names start with one of ``keep_prefixes`` (the
+        personal models, ``--client-state-keep personal``), their live rows' size; the manifest records it."""
+        self.keep_tables = sorted(n for n in self.tables if keep_prefixes and n.startswith(keep_prefixes))
+        kept = sum(self.tables[n].live() * self.tables[n].row_bytes for n in self.keep_tables)
+        return {"kept_tables": len(self.keep_tables), "kept_mb": round(kept / MiB, 1),
+                "kept": f"{FOLDER}/g{self.gen} with {FOLDER}/{INDEX}" if self.keep_tables else "nothing"}
+
+    def finish_run(self) -> None:
+        """The run completed (every process, after the manifest says so; no collective): this process's files of
+        every other generation go, and of the current one every table but those :meth:`end_plan` keeps; the root
+        writes the kept tables' index (``client-state/index.pt``, the checkpoint's format) and an empty folder goes."""
+        self._close()
+        keep = getattr(self, "keep_tables", [])
+        for gen, g in self._generations():
+            if gen != self.gen or not keep:
+                self._drop_generation(g)
+                continue
+            mine = self._checked(g / f"r{self.rank}")
+            files = {self.tables[n].file for n in keep}
+            if mine.is_dir():
+                for f in mine.iterdir():
+                    if f.name not in files:
+                        self._checked(f).unlink()
+        if keep and self.rank == 0:
+            import io
+
+            buf = io.BytesIO()
+            torch.save({self.KEY: {"gen": self.gen, "tables": {n: self.tables[n].state() for n in keep}}}, buf)
+            atomic_write(self._checked(self.root / INDEX), buf.getvalue())
+        if not keep and self._checked(self.root).is_dir():
+            try:
+                self.root.rmdir()
+            except OSError:
+                pass  # another process's files are still there
 
 
 ClientStore = MemoryStore  # the name other code used for the in-memory store
@@ -498,6 +657,7 @@ def share(view, clients: list[int], tables: dict[str, torch.Tensor], skipped=(),
         shares = [(kept, cpu)]
     else:
         shares = comm.allgather((kept, cpu))
+        store.replicated.update(tables)  # every process holds every row: a checkpoint needs it once
     for cl, tabs in shares:
         if cl:
             for name, t in tabs.items():

@@ -161,7 +161,7 @@ def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
     files = []
     for ext in ("png", "pdf"):
         f = out_dir / f"{name}.{ext}"
-        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/results/safefs.py)
+        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/safefs.py)
             fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
         files.append(f)
     if caption:

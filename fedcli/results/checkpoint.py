@@ -52,7 +52,7 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 
 # Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
-RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "cohort_chunk", "checkpoint_every", "keep_checkpoints", "on_diverge",
+RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "client_state_keep", "cohort_chunk", "checkpoint_every", "keep_checkpoints", "on_diverge",
                      "diverge_factor", "out", "tracker"}
 
 
@@ -297,7 +297,8 @@ def local_state(sim, state, copy: bool = False) -> dict:
     which suffices because :class:`~fedcli.fl.store.MemoryStore` replaces a client's tensors, never edits them; a
     :class:`~fedcli.fl.store.DiskStore` gives its index, a copy, and never rewrites a row a checkpoint refers to)."""
     parts = {name: part.state_dict() for name, part in sim.parts.items()}
-    return {"state": dataclasses.asdict(state), "store": sim.store.state_dict(), "parts": _copy(parts) if copy else parts,
+    return {"state": dataclasses.asdict(state), "store": sim.store.state_dict(root=sim.comm.is_root),
+            "parts": _copy(parts) if copy else parts,
             "rng": rng_state()}
 
 
@@ -351,7 +352,7 @@ def restore(sim, ckpt: dict):
         raise DataError(f"{where}: its communication ledger does not match the model; {EXPECTED}")
     sim.ledger.syncs, sim.ledger.bytes_, sim.ledger.extra_bytes = list(led["syncs"]), list(led["bytes"]), float(led["extra_bytes"])
     mine = ckpt["ranks"][sim.comm.rank]
-    sim.store.load_state_dict(mine["store"])
+    sim.store.load_state_dict(mine["store"], ckpt["ranks"][0]["store"])  # tables every process holds: in the root's
     for name, part in sim.parts.items():
         part.load_state_dict(mine["parts"].get(name, {}))
     set_rng_state(mine["rng"])

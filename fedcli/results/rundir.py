@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedcli.results.safefs import open_file, refuse_link, replace
+from fedcli.safefs import atomic_write, open_file, refuse_link, replace  # noqa: F401 - atomic_write: its importers read it here
 
 METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s", "lr",
                    "skipped_clients", "personal_acc"]  # personal_acc: personalized methods only (empty otherwise)
@@ -36,13 +36,15 @@ PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
 APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", *PART_CSVS)  # append-only files a checkpoint records the length of
 
 
+CLIENT_STATE = "client-state"  # per-client state on disk (fedcli/fl/store.py): g<gen>/r<rank>/<table>.bin
 #: what ``fedcli train`` writes in a run directory besides ``.fedcli.lock`` (README, Run directory)
-RUN_FILES = ("manifest.json", "layers.csv", *APPEND_CSVS, "model.pt", "checkpoints")
+RUN_FILES = ("manifest.json", "layers.csv", *APPEND_CSVS, "model.pt", "checkpoints", CLIENT_STATE)
 
 
 def refuse_links(run_dir: str | Path) -> None:
-    """Before ``fedcli train`` writes a run directory: none of its contract paths (and no checkpoint file) is a
-    symbolic link (:class:`~fedcli.results.safefs.LinkRefused`, exit 2, naming it)."""
+    """Before ``fedcli train`` writes a run directory: none of its contract paths (no checkpoint file, nothing in
+    ``client-state/`` down to its row files) is a symbolic link (:class:`~fedcli.safefs.LinkRefused`, exit 2,
+    naming it)."""
     run_dir = Path(run_dir)
     for name in RUN_FILES:
         refuse_link(run_dir / name)
@@ -50,35 +52,13 @@ def refuse_links(run_dir: str | Path) -> None:
     if ckpts.is_dir():
         for p in ckpts.iterdir():
             refuse_link(p)
+    _refuse_links_below(run_dir / CLIENT_STATE, depth=3)  # its generations, their rank folders, their files
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace."""
-    from fedcli.errors import os_error
-
-    path = refuse_link(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    done = False
-    try:
-        with open_file(tmp, "wb", name=path) as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
-            f.flush()
-            os.fsync(f.fileno())
-        replace(tmp, path)
-        done = True
-    except OSError as e:  # disk full, read-only, ...: the old file is untouched
-        raise os_error(e, path) from None
-    finally:
-        if not done:
-            tmp.unlink(missing_ok=True)
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+def _refuse_links_below(folder: Path, depth: int) -> None:
+    if depth and folder.is_dir() and not folder.is_symlink():
+        for p in folder.iterdir():
+            _refuse_links_below(refuse_link(p), depth - 1)
 
 
 def fmt(v) -> str:

@@ -58,14 +58,8 @@ def plant(run: Path, rel: str, target: Path) -> Path:
     return p
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """A completed run and one interrupted by SIGTERM in round 3 (checkpoints after rounds 1 and 2)."""
-    base = tmp_path_factory.mktemp("runs")
-    done = base / "done"
-    assert main(TINY + ["--on-diverge", "skip-client", "--out", str(done)]) == 0
-    (done / "skipped.csv").write_text("round,iteration,step,client,reason\n")
-    stopped = base / "stopped"
+def interrupted(args: list[str], out: Path) -> Path:
+    """``out``: a run of ``args`` stopped by SIGTERM in round 3 (status ``interrupted``, checkpoints of rounds 1 and 2)."""
     from fedcli.fl import engine
 
     sync = engine.Simulation.synchronize
@@ -78,11 +72,22 @@ def runs(tmp_path_factory):
     engine.Simulation.synchronize = signal_me
     try:
         with pytest.raises(SystemExit) as e:
-            main(TINY + ["--out", str(stopped)])
+            main(args + ["--out", str(out)])
     finally:
         engine.Simulation.synchronize = sync
     assert e.value.code == 143
-    assert json.loads((stopped / "manifest.json").read_text())["status"] == "interrupted"
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A completed run and one interrupted by SIGTERM in round 3 (checkpoints after rounds 1 and 2)."""
+    base = tmp_path_factory.mktemp("runs")
+    done = base / "done"
+    assert main(TINY + ["--on-diverge", "skip-client", "--out", str(done)]) == 0
+    (done / "skipped.csv").write_text("round,iteration,step,client,reason\n")
+    stopped = interrupted(TINY, base / "stopped")
     (stopped / "intervals.csv").touch()
     (stopped / "skipped.csv").touch()
     return done, stopped
@@ -185,3 +190,104 @@ def test_sweep_never_writes_through_a_link(tmp_path, capsys, rel):
     log = root / "fedavg" / "seed0.log"
     said = err + (log.read_text() if log.is_file() and not log.is_symlink() else "")
     assert "symbolic link" in said and link.name in said, said
+
+
+# ------------------------------------------------------------------ client state on disk (issue 41)
+DITTO = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
+         "--algo", "ditto", "--tau", "1", "--iterations", "8", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.5",
+         "--momentum-persist", "client", "--client-test-fraction", "0.25", "--client-state", "disk", "--eval-every", "2",
+         "--checkpoint-every", "1", "--keep-checkpoints", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+# a row file (the momentum rows, which a completed run removes, and Ditto's personal models, which it keeps)
+ROW = "client-state/g0/r0/*.bin"
+STATE_PATHS = ["client-state", "client-state/g0", "client-state/g0/r0", ROW, "client-state/g7", "client-state/index.pt"]
+
+
+@pytest.fixture(scope="module")
+def state_runs(tmp_path_factory):
+    """Ditto with its state on disk: a completed run and one interrupted by SIGTERM in round 3."""
+    base = tmp_path_factory.mktemp("state-runs")
+    done = base / "done"
+    assert main(DITTO + ["--out", str(done)]) == 0
+    stopped = interrupted(DITTO, base / "stopped")
+    assert any((stopped / "client-state" / "g0" / "r0").glob("*momentum*.bin"))
+    assert any((done / "client-state" / "g0" / "r0").glob("*.bin")) and (done / "client-state" / "index.pt").is_file()
+    return done, stopped
+
+
+def plant_state(run: Path, rel: str, tmp: Path) -> tuple[Path, Path]:
+    """A link at ``rel`` in ``run`` to a real outside file or folder holding what was there (a folder: a copy of
+    it; a row file: a longer file), so that following the link would find what it expects."""
+    if rel == ROW:
+        rows = sorted((run / "client-state" / "g0" / "r0").glob("*.bin"), key=lambda p: "momentum" not in p.name)
+        rel = str(rows[0].relative_to(run))  # a momentum file where there is one (a resume cuts it back)
+    here = run / rel
+    target = tmp / "outside" / here.name
+    target.parent.mkdir()
+    if here.is_dir():
+        shutil.copytree(here, target)
+        for f in [f for f in target.rglob("*") if f.is_file()]:  # not the bytes a rerun would write again
+            f.write_bytes(f.read_bytes() + os.urandom(64))
+        (target / "precious.txt").write_text("do not touch\n")
+    elif rel.endswith("g7"):  # a stale generation (a later one than the checkpoint's): a folder outside
+        (target / "r0").mkdir(parents=True)
+        (target / "r0" / "precious.bin").write_bytes(os.urandom(4096))
+    else:
+        target.write_bytes((here.read_bytes() if here.is_file() else b"") + os.urandom(1 << 16))  # longer
+    return plant(run, rel, target), target
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("rel", STATE_PATHS)
+@pytest.mark.parametrize("command", ["resume", "overwrite", "fresh"])
+def test_client_state_is_never_written_or_deleted_through_a_link(state_runs, tmp_path, capsys, rel, command):
+    """Every path of client-state/ (the folder, a generation, a rank folder, a row file, a stale generation, the
+    index): refused with exit 2 naming the link before anything changes; what it points to stays byte for byte."""
+    done, stopped = state_runs
+    run = tmp_path / "run"
+    if command == "fresh":
+        run.mkdir()
+        shutil.copytree(done / "client-state", run / "client-state")
+    else:
+        shutil.copytree(stopped if command == "resume" else done, run)
+    if rel == "client-state/index.pt" and command == "resume":
+        shutil.copy(done / "client-state" / "index.pt", run / "client-state" / "index.pt")
+    link, target = plant_state(run, rel, tmp_path)
+    before = snapshot(target)
+    args = {"fresh": DITTO + ["--out", str(run)], "overwrite": DITTO + ["--out", str(run), "--overwrite"],
+            "resume": ["train", "--resume", str(run), "--quiet"]}[command]
+    code, err = run_main(args, capsys)
+    assert snapshot(target) == before  # not truncated, not deleted, nothing written into it
+    _refused(code, err, link)
+    assert "stopped being writable" not in err
+    assert link.is_symlink()
+
+
+@pytest.mark.timeout(300)
+def test_a_completed_runs_report_reads_nothing_through_a_client_state_link(state_runs, tmp_path, capsys):
+    done, _ = state_runs
+    run = tmp_path / "run"
+    shutil.copytree(done, run)
+    link, target = plant_state(run, "client-state", tmp_path)
+    before = snapshot(target)
+    code, err = run_main(["report", str(run)], capsys)
+    assert code == 0, err
+    assert snapshot(target) == before and link.is_symlink()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("rel", ["ditto/seed0/client-state", "ditto/seed0/client-state/g0"])
+def test_sweep_never_writes_client_state_through_a_link(tmp_path, capsys, rel):
+    recipe = tmp_path / "links.toml"
+    recipe.write_text(SWEEP.replace('name = "FedAvg"\nalgo = "fedavg"', 'name = "Ditto"\nalgo = "ditto"\nclient_state = "disk"\n'
+                                    'client_test_fraction = 0.25'))
+    root = tmp_path / "sweep"
+    root.mkdir()
+    target = victim(tmp_path, "dir")
+    before = snapshot(target)
+    link = plant(root, rel, target)
+    code, err = run_main(["sweep", str(recipe), "--out", str(root), "--in-process", "--quiet"], capsys)
+    assert snapshot(target) == before
+    assert code != 0 and "Traceback" not in err, err
+    log = root / "ditto" / "seed0.log"
+    said = err + (log.read_text() if log.is_file() else "")
+    assert "symbolic link" in said and str(link) in said, said

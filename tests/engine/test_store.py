@@ -15,7 +15,7 @@ import torch
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError, DataError
-from fedcli.fl.store import MiB, DiskStore, MemoryStore, choose_mode
+from fedcli.fl.store import DiskStore, MemoryStore, choose_mode
 from runkit import MPIEXEC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,9 +62,69 @@ def test_a_state_file_that_is_a_symbolic_link_is_not_written_through(tmp_path):
     path.unlink()
     path.symlink_to(target)
     s._close()
-    with pytest.raises(ConfigError, match="choose a place you can write to"):
+    with pytest.raises(ConfigError, match=f"{path} is a symbolic link"):
         s.scatter("m", [1], torch.tensor([[2.0]]))
     assert target.read_bytes() == b""
+
+
+def outside(tmp_path, kind: str) -> tuple[Path, bytes]:
+    """A real file or folder outside the store, and its bytes (a folder: its one file's)."""
+    t = tmp_path / f"outside-{kind}"
+    data = os.urandom(256)
+    if kind == "dir":
+        (t / "r0").mkdir(parents=True)
+        (t / "r0" / "precious.bin").write_bytes(data)
+    else:
+        t.write_bytes(data)
+    return t, data
+
+
+def unchanged(t: Path, data: bytes) -> bool:
+    return (t / "r0" / "precious.bin" if t.is_dir() else t).read_bytes() == data
+
+
+def test_the_store_never_truncates_or_deletes_through_a_link_planted_while_it_runs(tmp_path):
+    """The store's own checks (a link planted after the run folder was checked): a row file that is a link to a
+    longer file is not cut back on a resume, a generation folder that is a link is not emptied, a store folder that
+    is a link is not written into; each a LinkRefused (exit 2) naming the link."""
+    from fedcli.results.safefs import LinkRefused
+
+    root = tmp_path / "state"
+    s = DiskStore(root, slack=0)
+    s.scatter("m", [0, 1], torch.tensor([[1.0], [2.0]]))
+    ckpt = s.state_dict()
+    s.scatter("m", [1], torch.tensor([[5.0]]))
+    row = root / "g0" / "r0" / s.tables["m"].file
+    target, data = outside(tmp_path, "file")  # longer than the checkpoint's 8 bytes: a resume would cut it
+    row.unlink()
+    row.symlink_to(target)
+    with pytest.raises(LinkRefused, match=f"{row} is a symbolic link") as e:
+        DiskStore(root).load_state_dict(ckpt)
+    assert e.value.exit_code == 2 and unchanged(target, data)
+
+    stale = root / "g5"  # a later generation than the checkpoint's: a resume deletes this process's files there
+    gdir, gdata = outside(tmp_path, "dir")
+    stale.symlink_to(gdir, target_is_directory=True)
+    row.unlink()
+    with pytest.raises(LinkRefused, match=f"{stale} is a symbolic link"):
+        DiskStore(root).load_state_dict(ckpt)
+    assert unchanged(gdir, gdata) and stale.is_symlink()
+
+    stale.unlink()  # an older generation that is a link: the compaction's release would delete it
+    (root / "g0").rename(tmp_path / "g0-real")
+    (root / "g0").symlink_to(gdir, target_is_directory=True)
+    t = DiskStore(root, slack=0)
+    t.gen = 1
+    with pytest.raises(LinkRefused, match="g0 is a symbolic link"):
+        t._release()
+    assert unchanged(gdir, gdata)
+
+    moved = root.rename(tmp_path / "moved")  # the store's folder itself a link
+    root.symlink_to(moved, target_is_directory=True)
+    before = sorted(p.name for p in moved.rglob("*"))
+    with pytest.raises(LinkRefused, match=f"{root} is a symbolic link"):
+        DiskStore(root).scatter("m", [0], torch.tensor([[3.0]]))
+    assert sorted(p.name for p in moved.rglob("*")) == before
 
 
 def test_load_state_dict_drops_rows_written_after_the_checkpoint(tmp_path):
@@ -122,12 +182,19 @@ def test_the_cache_is_bounded(tmp_path):
     assert [s.get("w", c)[0].item() for c in range(20)] == [float(c) for c in range(20)]
 
 
-def test_auto_mode_by_clients_times_model_size():
+def test_the_store_folder_is_the_run_directorys_client_state():
+    from fedcli.fl.store import FOLDER
+    from fedcli.results.rundir import CLIENT_STATE, RUN_FILES
+
+    assert FOLDER == CLIENT_STATE and CLIENT_STATE in RUN_FILES  # refuse_links walks the folder the store writes
+
+
+def test_auto_mode_by_the_projected_state():
     cfg = TrainConfig(client_state_limit_mb=1)
-    assert choose_mode(cfg, 1000, 1000) == ("memory", 10**6)
-    assert choose_mode(cfg, 1100, 1000)[0] == "disk"  # 1.1e6 > 1 MiB = 1048576
+    assert choose_mode(cfg, 10**6) == ("memory", 10**6)
+    assert choose_mode(cfg, 1_100_000)[0] == "disk"  # 1.1e6 > 1 MiB = 1048576
     cfg.client_state = "memory"
-    assert choose_mode(cfg, 10**6, 10**6)[0] == "memory"
+    assert choose_mode(cfg, 10**12)[0] == "memory"
 
 
 def test_a_memory_checkpoint_loads_into_a_disk_store_and_not_back(tmp_path):
@@ -158,7 +225,14 @@ def test_disk_store_gives_the_memory_store_run(algo, tmp_path):
         assert main(["train", "--algo", algo, *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)]) == 0
     assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
     assert (tmp_path / "memory" / "model.pt").read_bytes() == (tmp_path / "disk" / "model.pt").read_bytes()
-    assert any((tmp_path / "disk" / "client-state").rglob("*.bin"))
+    manifest = json.loads((tmp_path / "disk" / "manifest.json").read_text())
+    assert manifest["client_state"]["mode"] == "disk"
+    # once completed, only the personal models (Ditto's, FedALA's local ones) stay, with their index
+    personal = manifest["client_state_at_end"]["kept_tables"] > 0
+    assert personal == manifest["method"]["personalized"] or algo == "fedfomo"  # FedFomo keeps local models too
+    assert personal != (algo in ("scaffold", "fedlamb"))  # control variates, moments: nothing a user wants afterwards
+    assert any((tmp_path / "disk" / "client-state").rglob("*.bin")) == personal
+    assert (tmp_path / "disk" / "client-state" / "index.pt").exists() == personal
 
 
 def test_workers_read_each_others_rows(tmp_path):
@@ -205,6 +279,7 @@ def test_sigkill_then_resume_with_state_on_disk_is_bitwise(tmp_path):
     assert p.returncode == -signal.SIGKILL, p.stderr
     gens = sorted(int(g.name[1:]) for g in (run / "client-state").glob("g*"))
     assert gens[-1] >= 1  # compacted at least once (rows of every round rewrite clients' state)
+    assert len(gens) <= 2 + 1  # the two kept checkpoints' generations and the current one, no more
     p = subprocess.run([sys.executable, "-c", KILLER, "-1", "train", "--resume", str(run), "--quiet"], env=env,
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr
@@ -222,7 +297,10 @@ def test_golden_records_hold_with_client_state_on_disk(tmp_path):
     from goldenkit import differing
 
     assert not differing(DISK_GOLDEN, ("--client-state", "disk"), tmp_path)
-    assert all(any((tmp_path / name / "client-state").rglob("*.bin")) for name in DISK_GOLDEN)
+    for name in DISK_GOLDEN:  # on disk while they ran; once completed, the personal models' rows only, or nothing
+        m = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert m["client_state"]["mode"] == "disk" and "client_state_at_end" in m
+        assert any((tmp_path / name / "client-state").rglob("*.bin")) == (m["client_state_at_end"]["kept_tables"] > 0)
 
 
 @pytest.mark.mpi
@@ -325,3 +403,106 @@ def test_bench_scale_parent_does_not_hold_torch(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["torch"] is False
+
+
+# --------------------------------------------------------------------------------- disk as a run promises (issue 37)
+SLOTS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "10", "--active-ratio", "0.3",
+         "--rounds", "8", "--tau", "2", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--eval-every", "4",
+         "--device", "cpu", "--threads", "1", "--workers", "1", "--quiet"]
+MLP_BYTES = 4 * (64 * 16 + 16 + 16 * 10 + 10)  # digits' 64 inputs, 16 hidden, 10 classes: 1,210 float32 parameters
+
+
+@pytest.mark.parametrize("algo, persist, limit, expect", [
+    ("fedavg", "slot", 0, ("disk", 3 * MLP_BYTES)),        # momentum per cohort slot: 3 active clients, not 10
+    ("fedavg", "client", 1, ("memory", 10 * MLP_BYTES)),   # per client: every client's
+    ("fedavg", "none", 0, ("memory", 0)),                  # nothing outlives a round: nothing to put anywhere
+    ("fedlama", "slot", 0, ("disk", 3 * MLP_BYTES)),
+    ("ditto", "none", 0, ("disk", 10 * MLP_BYTES)),        # one personal model per client
+])
+def test_the_state_is_projected_by_what_is_really_kept(tmp_path, algo, persist, limit, expect):
+    out = tmp_path / "run"
+    args = ["train", "--algo", algo, *SLOTS, "--momentum-persist", persist, "--client-state-limit-mb", str(limit),
+            "--client-test-fraction", "0.25", "--rounds", "1", "--out", str(out)]
+    assert main(args) == 0
+    info = json.loads((out / "manifest.json").read_text())["client_state"]
+    assert (info["mode"], info["projected_bytes"]) == expect
+
+
+def test_generations_on_disk_stay_within_the_kept_checkpoints_plus_one(tmp_path):
+    """Compaction at every round boundary, a checkpoint every third: only the generations the two kept checkpoints
+    and the current state refer to stay (before: every generation from the oldest pinned one on)."""
+    from fedcli.comm.communicator import Communicator
+
+    s = DiskStore(tmp_path, slack=0, cache_bytes=0)
+    most = 0
+    for r in range(1, 25):
+        s.scatter("m", [0, 1], torch.full((2, 4), float(r)))  # every client rewritten: half the rows dead
+        s.end_round(Communicator())
+        if r % 3 == 0:
+            s.pin(r, keep=2)
+        gens = [g for g in tmp_path.iterdir() if g.name.startswith("g")]
+        most = max(most, len(gens))
+        assert len(gens) <= 2 + 1, sorted(g.name for g in gens)
+    assert s.gen > 10 and most == 3
+    assert s.get("m", 1).tolist() == [24.0] * 4
+
+
+def test_a_completed_run_keeps_the_personal_models_only_or_nothing(tmp_path, monkeypatch, capsys):
+    """With compaction at every round (a small budget still makes generations): FedAvg's slot momentum is gone once
+    the run completes; Ditto keeps its personal models in one generation with an index that reads them back, or
+    nothing with --client-state-keep none. The run says where the state goes and how big it may grow."""
+    from fedcli.fl import store
+
+    monkeypatch.setattr(store, "COMPACT_SLACK", 0)
+    base = ["train", *SLOTS, "--client-state", "disk", "--checkpoint-every", "2", "--client-test-fraction", "0.25"]
+    avg = tmp_path / "avg"
+    assert main([*base, "--algo", "fedavg", "--momentum-persist", "slot", "--out", str(avg)]) == 0
+    assert not (avg / "client-state").exists()
+    assert json.loads((avg / "manifest.json").read_text())["client_state_at_end"]["kept"] == "nothing"
+
+    ditto = tmp_path / "ditto"
+    assert main([*[a for a in base if a != "--quiet"], "--algo", "ditto", "--out", str(ditto)]) == 0
+    err = capsys.readouterr().err
+    assert f"client state: up to {10 * MLP_BYTES / 1024:.1f} KiB (per-client state of local_step ditto: 10 clients x 4.7 KiB)" in err
+    assert "on disk in client-state" in err
+    gens = sorted(g.name for g in (ditto / "client-state").iterdir() if g.is_dir())
+    assert len(gens) == 1 and gens[0] != "g0"  # compacted along the way; one generation left
+    files = sorted(f.name for f in (ditto / "client-state" / gens[0] / "r0").iterdir())
+    assert files and all(f.startswith("ditto.") for f in files)
+    index = torch.load(ditto / "client-state" / store.INDEX)
+    kept = DiskStore(ditto / "client-state")
+    kept.load_state_dict(index)
+    assert sorted(kept.names()) == sorted(n for n in kept.names() if n.startswith("ditto."))
+    assert all(kept.get(n, c) is not None for n in kept.names() for c in range(10) if kept.has(n, c))
+    assert sum(kept.has(kept.names()[0], c) for c in range(10)) >= 3  # the clients that trained
+
+    none = tmp_path / "none"
+    assert main([*base, "--algo", "ditto", "--client-state-keep", "none", "--out", str(none)]) == 0
+    assert not (none / "client-state").exists()
+    assert (none / "model.pt").read_bytes() == (ditto / "model.pt").read_bytes()
+
+
+@pytest.mark.timeout(300)
+def test_slot_state_every_worker_holds_is_checkpointed_once_and_resumes_bitwise(tmp_path):
+    """--workers 2, momentum by cohort slot in memory: every worker holds every slot's buffer, so a checkpoint holds
+    them once (in the root's part), not once per worker; a SIGKILL then --resume is still the uninterrupted run."""
+    args = ["train", "--algo", "fedavg", *SLOTS[:-3], "--workers", "2", "--quiet", "--active-ratio", "0.4",
+            "--momentum-persist", "slot", "--client-state", "memory", "--checkpoint-every", "2"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def child(kill_round: int, *extra):
+        return subprocess.run([sys.executable, "-c", KILLER, str(kill_round), *extra], env=env, capture_output=True,
+                              text=True, timeout=240)
+
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert child(-1, *args, "--out", str(ref)).returncode == 0
+    p = child(5, *args, "--out", str(run))
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    ck = torch.load(sorted((run / "checkpoints").glob("round-*.pt"))[-1], weights_only=False)
+    slot = [n for n in ck["ranks"][0]["store"] if n.startswith("sgd.momentum.slot:")]
+    assert slot and len(ck["ranks"][0]["store"][slot[0]]) == 4  # 4 slots (0.4 x 10 clients), once
+    assert not any(n.startswith("sgd.momentum.slot:") for n in ck["ranks"][1]["store"])
+    p = child(-1, "train", "--resume", str(run), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
+    assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
