@@ -22,6 +22,14 @@ def rows(path: Path, drop=("wall_s",)) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
 
 
+def error_lines(err: str) -> list[str]:
+    """The non-empty lines of a command's stderr, less the loading line a log gets first (fedcli/cli/train.py): an
+    error must be the one line left."""
+    from fedcli.cli.train import LOADING_LINE
+
+    return [l for l in err.strip().splitlines() if l.strip() and l.strip() != LOADING_LINE]
+
+
 def run_main(args, capsys):
     """(exit code, stdout, stderr) of ``fedcli ARGS`` in this process, which must end by SystemExit."""
     with pytest.raises(SystemExit) as e:

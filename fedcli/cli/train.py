@@ -61,13 +61,22 @@ def _rank0() -> bool:
     return all(os.environ.get(v, "0") == "0" for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
 
 
+#: the first line of a job log (and the terminal's transient status) while torch, the data and the model load
+LOADING_LINE = "fedcli train: loading torch, the data and the model ..."
+
+
 def loading(mode: str) -> None:
-    """Say at once on a terminal that the run is loading (torch, the data, the model: seconds before the header): a
-    transient status line, gone when the header (or a one-line error) comes. A log gets nothing: its first line is
-    the header, or the error alone."""
-    if _rank0() and mode == "bar":
-        _LOADING["status"] = err_console.status("fedcli train: loading torch, the data and the model ...")
+    """Say at once that the run is loading (torch, the data, the model: seconds before the header). On a terminal a
+    transient status line, gone when the header (or a one-line error) comes; in a job log (``--progress lines``: nohup,
+    Slurm, ``2>log``) this one plain line, so the log shows the job alive from its first second; an error then follows
+    it as its one line. Typos in ``--algo`` and ``--dataset`` are answered before it."""
+    if not _rank0():
+        return
+    if mode == "bar":
+        _LOADING["status"] = err_console.status(LOADING_LINE)
         _LOADING["status"].start()
+    elif mode == "lines":
+        err_console.print(LOADING_LINE, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def loaded() -> None:

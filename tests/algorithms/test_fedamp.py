@@ -14,7 +14,7 @@ from fedcli.fl.api import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from simkit import personal_config, personal_run, same_personal, assert_learned
-from runkit import interrupted, rows, run_main
+from runkit import interrupted, rows, run_main, error_lines
 
 config, run, same = personal_config, personal_run, same_personal
 
@@ -65,7 +65,7 @@ def test_fedamp_learns_and_needs_every_client(data, capsys, tmp_path):
     code, _, err = run_main(["train", "--algo", "fedamp", "--dataset", "digits", "--model", "mlp", "--clients", "4",
                              "--active-ratio", "0.5", "--client-test-fraction", "0.25", "--rounds", "1", "--device", "cpu",
                              "--quiet", "--out", str(tmp_path / "amp")], capsys)
-    assert code == 2 and "--active-ratio 1" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--active-ratio 1" in err and "Traceback" not in err and len(error_lines(err)) == 1
 
 
 @pytest.mark.parametrize("algo", ["fedamp"])

@@ -8,6 +8,7 @@ from fedcli.cli.main import app
 from fedcli.config import TrainConfig
 from fedcli.fl.methods import METHODS, with_method_defaults
 from fedcli.recipes import build_config
+from runkit import error_lines
 
 
 def test_personalized_method_holds_out_local_test_splits_by_default():
@@ -110,4 +111,4 @@ def test_a_default_that_cannot_combine_exits_2_naming_the_way_out(capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", "--algo", "fedala", "--schedule", "lama", "--quiet"])
     err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--local-epochs 0" in err
+    assert e.value.code == 2 and len(error_lines(err)) == 1 and "--local-epochs 0" in err

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
+from runkit import error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def run_main(args, capsys):
 def test_bad_input_one_line_exit_code(args, code, needle, capsys, tmp_path):
     got, out, err = run_main(args + ["--out", str(tmp_path / "run")] if args[0] == "train" else args, capsys)
     assert got == code, err
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = error_lines(err)
     assert len(lines) == 1, err
     assert lines[0].startswith("fedcli: error:") and needle in lines[0], lines[0]
     assert "Traceback" not in err

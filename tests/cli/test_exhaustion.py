@@ -14,6 +14,7 @@ import pytest
 
 from fedcli.cli.main import main
 from signalkit import ENV, TINY, paused_child
+from runkit import error_lines
 
 
 def rows(path: Path) -> list[dict]:
@@ -31,7 +32,7 @@ def test_out_of_memory_is_one_sentence_with_a_hint_and_exit_3(tmp_path, gib):
                         "--mlp-hidden", "20000,20000", "--clients", "4", "--active-ratio", "0.5", "--iterations", "4",
                         "--trainer", "loop"], env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=240,
                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = error_lines(p.stderr)
     assert p.returncode == 3 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert lines[0].startswith("fedcli: error: out of CPU memory") and "--trainer loop" in lines[0] and "--workers" in lines[0]
     assert not out.exists()  # nothing but a lock would have been left: the folder is removed
@@ -67,7 +68,7 @@ def test_a_folder_that_stops_being_writable_mid_run_is_exit_3_and_resumes(tmp_pa
         _, err = p.communicate(timeout=240)
     finally:
         _writable(out)
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = error_lines(err)
     assert p.returncode == 3 and len(lines) == 1 and "Traceback" not in err, err
     assert str(out) in lines[0] and "stopped being writable during the run" in lines[0], lines[0]
     assert "manifest.json could not be updated either" in lines[0] and "still says 'running'" in lines[0], lines[0]

@@ -22,6 +22,7 @@ import pytest
 
 from fedcli.cli.main import main
 from signalkit import ENV, TINY, paused_child
+from runkit import error_lines
 
 def rows(path: Path) -> list[dict]:
     with open(path) as f:
@@ -58,7 +59,7 @@ def test_sigint_at_any_moment_after_launch_leaves_no_traceback_and_no_bare_lock(
         _, err = p.communicate(timeout=240)
         assert "Traceback" not in err and "Error" not in err.replace("fedcli: error:", ""), (delay, err)
         assert p.returncode in (130, 0), (delay, p.returncode, err)
-        lines = [l for l in err.splitlines() if l.strip()]
+        lines = error_lines(err)
         assert 1 <= len(lines) <= 2 or p.returncode == 0, (delay, err)
         if out.exists():  # never a folder holding only a lock: a manifest that says what happened
             assert (out / "manifest.json").exists(), (delay, sorted(os.listdir(out)))
@@ -98,7 +99,7 @@ def test_a_signal_before_the_first_round_marks_the_run_interrupted_and_it_resume
     assert manifest(out)["status"] == "running"
     code, err = finish(p, go, signal.SIGHUP)
     assert code == 129, err
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = error_lines(err)
     assert len(lines) == 1 and "interrupted by SIGHUP before training started" in lines[0], err
     assert f"continue with: fedcli train --resume {out}" in lines[0]
     assert manifest(out)["status"] == "interrupted"

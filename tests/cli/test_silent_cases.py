@@ -19,6 +19,7 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.report.aggregate import mean_std
 from fedcli.report.tables import fmt_acc
+from runkit import error_lines
 
 TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
         "--iterations", "8", "--tau", "2", "--eval-every", "2", "--device", "cpu", "--threads", "1", "--quiet"]
@@ -37,7 +38,7 @@ def run_main(args, capsys):
 def test_a_finite_blow_up_is_divergence(tmp_path, capsys):
     out = tmp_path / "blown"
     code, _, err = run_main(["train", "--lr", "5", "--iterations", "30", "--out", str(out), "--quiet"], capsys)
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = error_lines(err)
     assert code == 4 and len(lines) == 1 and "Traceback" not in err, err
     # 100 x ln(10) = 230.26: the threshold, worked out by hand
     assert "more than --diverge-factor 100 times ln(10) = 2.303" in lines[0] and "training diverged in round 1 " in lines[0], lines[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
+from runkit import error_lines
 
 TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
         "--algo", "fedlama", "--tau", "1", "--phi", "2", "--iterations", "8", "--batch-size", "16", "--lr", "0.05",
@@ -94,7 +95,7 @@ def runs(tmp_path_factory):
 
 
 def _refused(code, err, link: Path):
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = error_lines(err)
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err and "symbolic link" in lines[0], err
     assert str(link) in lines[0] or link.name in lines[0], (link, lines[0])

@@ -16,6 +16,7 @@ import torch
 
 from fedcli.cli.main import main
 from fedcli.comm.communicator import Communicator, ordered_sum
+from runkit import error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "7", "--active-ratio", "0.9",
@@ -186,7 +187,7 @@ def test_a_failing_worker_ends_the_run_with_one_line(tmp_path):
     p = subprocess.run([sys.executable, str(script), "train", *SMALL, "--iterations", "40", "--tau", "2", "--workers", "2",
                         "--out", str(tmp_path / "run")], env=_env(), capture_output=True, text=True, timeout=100)
     assert p.returncode == 1, p.stderr
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = error_lines(p.stderr)
     assert lines == ["fedcli: error: worker 1: RuntimeError: injected failure in worker 1 (at raiser.py:7)"]
     man = json.loads((tmp_path / "run/manifest.json").read_text())
     assert man["status"] == "failed" and "worker 1" in man["error"]

@@ -12,6 +12,7 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.data.partition import FORMAT_NAME, FORMAT_VERSION, partition_hash
+from runkit import error_lines
 
 # ------------------------------------------------------------------------------------------ flags (exit 2)
 FLAGS = [
@@ -152,7 +153,7 @@ def run_main(args, capsys):
 
 
 def assert_one_line(err: str, code: int, expected_code: int, *needles: str) -> str:
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = error_lines(err)
     assert code == expected_code, err
     assert len(lines) == 1, err
     assert "Traceback" not in err and lines[0].startswith("fedcli: error: ")

@@ -18,6 +18,7 @@ from fedcli.data.datasets import load_dataset
 from fedcli.data.partition import make_partition
 from fedcli.errors import DataError
 from simkit import cli
+from runkit import error_lines
 
 
 def png(path, pixels, mode="L"):
@@ -108,7 +109,7 @@ def test_bad_tensor_files_exit_3_naming_the_file(tmp_path, capsys, make, needle)
         load_dataset("tensors", f)
     assert str(f) in str(e.value) and needle in str(e.value), str(e.value)
     code, _, err = cli(["train", "--dataset", "tensors", "--data-dir", str(f), "--out", str(tmp_path / "run")], capsys)
-    assert code == 3 and err.startswith(f"fedcli: error: {f}") and len(err.strip().splitlines()) == 1, err
+    assert code == 3 and error_lines(err)[0].startswith(f"fedcli: error: {f}") and len(error_lines(err)) == 1, err
 
 
 def test_bad_pt_files(tmp_path):
@@ -177,7 +178,7 @@ def test_bad_imagefolders_exit_3(tmp_path, capsys, build, needle):
         load_dataset("imagefolder", root)
     assert needle in str(e.value) and str(root) in str(e.value), str(e.value)
     code, _, err = cli(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--out", str(tmp_path / "run")], capsys)
-    assert code == 3 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert code == 3 and needle in err and len(error_lines(err)) == 1, err
 
 
 def test_train_and_partition_on_own_data_cli(tmp_path, capsys):
@@ -332,7 +333,7 @@ def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories
 ])
 def test_bad_own_models_exit_2(factories, capsys, spec, needle):
     code, _, err = cli(["train", "--model", spec, "--out", "bad"] + BASE, capsys)
-    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert code == 2 and needle in err and len(error_lines(err)) == 1 and "Traceback" not in err, err
 
 
 def test_factory_options_and_the_loop_trainer(factories, capsys):

@@ -12,6 +12,7 @@ from fedcli.errors import DivergenceError
 from fedcli.fl import trainers
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation, sample_cohort
+from runkit import error_lines
 
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, iterations=32, tau=2, phi=2,
             batch_size=16, lr=0.05, eval_every=4, device="cpu", threads=1, checkpoint_every=0)
@@ -59,7 +60,7 @@ def test_stop_exits_4_naming_round_and_client(tmp_path, monkeypatch, capsys):
     poison(monkeypatch)
     out = tmp_path / "run"
     code, err = run_main(ARGS + ["--out", str(out)], capsys)
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = error_lines(err)
     assert code == 4 and len(lines) == 1 and "Traceback" not in err
     assert f"round {ROUND + 1}" in lines[0] and f"client {VICTIM}" in lines[0]  # round index 3 is the 4th round and "non-finite update" in lines[0]
     man = json.loads((out / "manifest.json").read_text())

@@ -4,6 +4,7 @@ judged by (personal_acc for personalized methods). Numbers worked out by hand.""
 
 from rich.console import Console
 
+from fedcli.cli.train import LOADING_LINE
 from fedcli.cli.console import TrainProgress, summary_table
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Summary
@@ -95,7 +96,8 @@ def test_progress_lines_in_a_log_while_the_run_goes(tmp_path):
             if p.poll() is None:
                 p.kill()
     text = log.read_text()
-    assert text.startswith("fedcli train: fedavg ")  # the header first (a "loading" status is for terminals only)
+    first, second = text.splitlines()[:2]  # the job is seen alive from its first second: the loading line, then the header
+    assert first == LOADING_LINE and second.startswith("fedcli train: fedavg ")
     lines = [ln for ln in text.splitlines() if ln.startswith("fedcli train: iteration ")]
     assert [ln.split()[3] for ln in lines] == [f"{i}/1000" for i in range(50, 1001, 50)]  # one line per evaluation
     for ln in lines:

@@ -16,7 +16,7 @@ import fedcli.models
 from fedcli.cli.main import main
 from fedcli.results import checkpoint
 import runkit
-from runkit import rows, run_main
+from runkit import rows, run_main, error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +105,7 @@ def test_sigterm_writes_checkpoint_and_exits_143(reference, tmp_path, monkeypatc
     out = tmp_path / "run"
     code, err = interrupted(monkeypatch, capsys, out, 4, signal.SIGTERM)
     assert code == 143, err
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = error_lines(err)
     # said at once when the signal arrives (inside round 5), then the closing line: the round and the checkpoint agree
     assert len(lines) == 2 and lines[0].startswith("fedcli: SIGTERM: stopping after round 5") and "again to stop now" in lines[0]
     assert "interrupted by SIGTERM after round 5 " in lines[1] and "round-000005.pt holds rounds 1-5" in lines[1]

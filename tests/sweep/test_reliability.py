@@ -27,6 +27,7 @@ from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.sweep import SweepLock, run_sweep
 from sweepkit import RECIPE as SWEEP_RECIPE
+from runkit import error_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -47,7 +48,7 @@ def run_main(args, capsys=None):
 
 
 def one_line(err: str, code: int, expected: int, *needles: str) -> str:
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = error_lines(err)
     assert code == expected, err
     assert len(lines) == 1 and lines[0].startswith("fedcli: error: ") and "Traceback" not in err, err
     for n in needles:

@@ -14,6 +14,7 @@ from fedcli.recipes import read_sweep
 from fedcli.report.core import find_sweeps, make_table
 from fedcli.sweep import SweepFailed, SweepLock, config_matches, run_sweep, slugify, toml_flat
 from sweepkit import RECIPE
+from runkit import error_lines
 
 
 
@@ -153,7 +154,7 @@ def test_recipe_errors_name_file_and_line(recipe, capsys, edit, needle, line):
     with pytest.raises(SystemExit) as ex:
         main(["sweep", str(recipe), "--scale", "smoke", "--dry-run"])
     err = capsys.readouterr().err.strip()
-    assert ex.value.code == 2 and len(err.splitlines()) == 1, err
+    assert ex.value.code == 2 and len(error_lines(err)) == 1, err
     assert needle in err and f"{recipe}, line {line}" in err, err
 
 
