@@ -1,0 +1,59 @@
+"""Recipe entries at ``--scale paper`` on data in each loader's real on-disk format, budget cut to one round
+(tests/paperkit.py): one entry per dataset and model family here, with the quick cut (two clients, one local step:
+about 3 minutes on 2 cores, half of it the WRN-28-10 entry); all of them with ``make paper-check``."""
+
+import pytest
+
+import paperkit
+from fedcli.recipes import read_sweep
+
+#: (recipe, run name): one per (dataset, model family) of the recipes, a method that is not one of the slow ones
+#: where the pair has one (test_every_dataset_and_model_family_is_covered keeps it complete)
+SAMPLE = [
+    ("recipes/fedala/aaai-table1.toml", "FedALA s=5"),  # tinyimagenet, resnet18
+    ("recipes/fedala/aaai-table2.toml", "FedAvg | MNIST-path"),  # mnist, cnn4
+    ("recipes/fedala/aaai-table2.toml", "FedAvg | Cifar10-path"),  # cifar10, cnn4
+    ("recipes/fedala/aaai-table2.toml", "FedAvg | Cifar100-path"),  # cifar100, cnn4
+    ("recipes/fedala/aaai-table2.toml", "FedAvg | Tiny-dir"),  # tinyimagenet, cnn4
+    ("recipes/fedala/aaai-table2.toml", "FedAvg | AGNews-dir"),  # agnews, fasttext
+    ("recipes/fedlama/aaai-fig3-cifar10.toml", "FedLAMA"),  # cifar10, resnet20
+    ("recipes/fedlama/aaai-fig3-femnist.toml", "FedLAMA"),  # femnist, femnist_cnn
+    ("recipes/fedlama/aaai-table2.toml", "FedAvg x1"),  # cifar100, wrn
+    ("recipes/fedlamb/claim-grid-edges.toml", "MLP Fed-AMS lr 0.0001"),  # mnist, mlp
+    ("recipes/fedlamb/claim-grid-edges.toml", "CNN Fed-AMS lr 0.0001"),  # mnist, lamb_cnn
+    ("recipes/fedlamb/fig2-iid.toml", "FMNIST-CNN E1 Fed-SGD"),  # fmnist, lamb_cnn
+    ("recipes/fedlamb/fig4-table1-cifar10.toml", "Fed-SGD"),  # cifar10, resnet18
+]
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory):
+    return paperkit.write_data(tmp_path_factory.mktemp("paperdata"))
+
+
+def entry(recipe: str, name: str) -> paperkit.Entry:
+    run = next(r for r in read_sweep(paperkit.ROOT / recipe, "paper").runs if r.name == name)
+    return paperkit.Entry(recipe, run)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("recipe,name", SAMPLE, ids=[f"{r.split('/')[-1][:-5]}:{n}" for r, n in SAMPLE])
+def test_paper_scale_entry_trains_on_real_formats(data_dirs, tmp_path, recipe, name):
+    e = paperkit.run_entry(entry(recipe, name), data_dirs, tmp_path, quick=True)
+    assert e.outcome == "ok", (e.outcome, [p.read_text()[-2000:] for p in tmp_path.glob("*.log")])
+    assert e.detail["cohort"] <= 2 or e.detail["algo"] in ("apple", "fedamp")
+
+
+def test_every_dataset_and_model_family_is_covered():
+    pairs = {(e.values.get("dataset"), paperkit.family(str(e.values.get("model")))) for e in paperkit.entries()}
+    sampled = {(e.values.get("dataset"), paperkit.family(str(e.values.get("model")))) for e in (entry(*s) for s in SAMPLE)}
+    assert pairs == sampled, sorted(pairs ^ sampled, key=str)
+    assert len(paperkit.entries()) >= 600  # every recipe read at --scale paper (637 when this test was written)
+
+
+def test_the_cut_keeps_the_recipe_and_cuts_the_budget(data_dirs, tmp_path):
+    e = entry("recipes/fedlama/aaai-fig3-cifar10.toml", "FedLAMA")
+    cfg = paperkit.cut(e, data_dirs, tmp_path / "run")
+    assert (cfg.rounds, cfg.eval_every, cfg.dataset, cfg.model, cfg.clients) == (1, 1, "cifar10", "resnet20", 128)
+    assert round(cfg.active_ratio * cfg.clients) == paperkit.COHORT and cfg.data_dir == str(data_dirs["cifar10"])
+    assert (cfg.tau, cfg.phi, cfg.lr, cfg.momentum_persist) == (e.values["tau"], 2, e.values["lr"], "slot")
