@@ -203,6 +203,7 @@ def run_entry(e: Entry, data_dirs: dict[str, Path], work: Path, quick: bool = Fa
                 "cohort": max(1, int(round(cfg.active_ratio * cfg.clients))), "tau": cfg.tau,
                 "local_epochs": cfg.local_epochs}
     code, error, _ = execute_inline(cfg.to_dict(), work / f"{out.name}.log")
+    e.detail["exit"] = code
     problem = f"exit {code}: {error}" if code else check_run(out)
     e.outcome = f"FAIL {problem}" if problem else "ok"
     e.seconds = time.perf_counter() - t0
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         done = []
         for i, e in enumerate(todo, 1):
             run_entry(e, data_dirs, work / "runs")
+            if e.detail.get("exit", 0) > 128:  # stopped by a signal (fedcli train's handlers caught it): stop here
+                print(f"paper-check: interrupted during {e.id}", flush=True)
+                break
             done.append(e)
             print(f"[{i}/{len(todo)}] {e.outcome[:160]:<6} {e.seconds:7.1f} s  {e.id}", flush=True)
             write_table(Path(args.out), done, len(todo), time.perf_counter() - t0)
