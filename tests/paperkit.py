@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "results" / "paper-check.md"), help="the table (Markdown)")
     p.add_argument("--work", default="", help="folder for the data and the runs (default: a temporary one)")
     p.add_argument("--only", default="", help="entries whose 'recipe | run' contains this text")
+    p.add_argument("--datasets", default="", help="only the entries on these datasets (comma separated)")
     p.add_argument("--limit", type=int, default=0, help="at most this many entries (coverage order)")
     args = p.parse_args(argv)
     import fedcli.fl.methods  # noqa: F401 - the method registry extends the config
@@ -252,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(args.work or tmp)
         t0 = time.perf_counter()
         data_dirs = write_data(work / "data")
-        todo = coverage_order([e for e in entries() if args.only in e.id])
+        names = set(filter(None, args.datasets.split(",")))
+        todo = coverage_order([e for e in entries() if args.only in e.id and (not names or e.values.get("dataset") in names)])
         todo = todo[: args.limit] if args.limit else todo
         print(f"paper-check: {len(todo)} entries; data written in {time.perf_counter() - t0:.1f} s", flush=True)
         done = []
