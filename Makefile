@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-slow test-all bench bench-scale bench-trackers gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-slow test-all paper-check bench bench-scale bench-trackers gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,12 @@ test-slow:
 
 test-all:
 	$(PY) -m pytest -q
+
+# every recipe entry at --scale paper, budget cut to one round, on generated data in each loader's real format
+# (tests/paperkit.py): the table (entry, outcome, seconds) on stdout and in results/paper-check.md; PAPER_CHECK_ARGS=
+# "--only aaai-table2 --limit 20" narrows it. About 2 hours on 2 cores for the 637 entries.
+paper-check:
+	$(PY) tests/paperkit.py $(PAPER_CHECK_ARGS)
 
 # Flower's simulation (flwr[simulation], with Ray) for `make bench`; without it the bench skips Flower with a note.
 # flwr pins older rich/typer releases (fedcli works with them).

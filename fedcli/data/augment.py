@@ -11,6 +11,8 @@ mean colour; pass ``fill=-mean/std`` to pad with black as torchvision does befor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 PAD = 4
@@ -28,12 +30,13 @@ def draw_cifar_params(n: int, generator: torch.Generator) -> tuple[torch.Tensor,
 
 
 def cifar_augment(
-    x: torch.Tensor, shifts: torch.Tensor, flips: torch.Tensor, *, fill: float | torch.Tensor = 0.0
+    x: torch.Tensor, shifts: torch.Tensor, flips: torch.Tensor, *, fill: float | Sequence[float] | torch.Tensor = 0.0
 ) -> torch.Tensor:
     """Crop and flip a batch: ``out[i] = flip_i(pad(x[i], 4)[:, r_i : r_i + H, c_i : c_i + W])``.
 
     ``x`` is ``[..., C, H, W]`` with any leading dims (flattened internally); ``shifts`` ``[..., 2]`` and
-    ``flips`` ``[...]`` match the leading dims. ``fill`` is the padding value: a scalar or one value per channel.
+    ``flips`` ``[...]`` match the leading dims. ``fill`` is the padding value: a scalar, or one value per channel
+    (a sequence or a tensor of C values; the engine passes ``-mean / std`` of the dataset's normalization).
     Returns a new tensor of the shape, dtype and device of ``x``.
     """
     if x.dim() < 3:
@@ -50,11 +53,11 @@ def cifar_augment(
     shifts = shifts.to(device=x.device, dtype=torch.int64)
     flips = flips.to(device=x.device, dtype=torch.bool)
 
+    fill = torch.as_tensor(fill, dtype=x.dtype, device=x.device)
+    if fill.numel() not in (1, c):
+        raise ValueError(f"cifar_augment: fill has {fill.numel()} values for {c} channels; give one or one per channel")
     padded = xb.new_empty((n, c, h + 2 * PAD, w + 2 * PAD))
-    if isinstance(fill, torch.Tensor) and fill.numel() > 1:
-        padded.copy_(fill.to(padded).reshape(1, c, 1, 1).expand_as(padded))
-    else:
-        padded.fill_(float(fill))
+    padded.copy_(fill.reshape(1, -1, 1, 1).expand_as(padded))
     padded[:, :, PAD : PAD + h, PAD : PAD + w] = xb
 
     rows = shifts[:, :1] + torch.arange(h, device=x.device)  # [n, h]

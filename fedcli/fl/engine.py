@@ -292,9 +292,11 @@ class Simulation:
         self.train_y = dataset.train_y.to(self.device)
         self.test_x = dataset.test_x.to(self.device)
         self.test_y = dataset.test_y.to(self.device)
-        # pad with black, as torchvision does before normalizing: fill = -mean / std per channel
+        # pad with black, as torchvision does before normalizing: fill = -mean / std per channel (a [C] tensor on
+        # the device, built once; the CIFAR loaders' normalization has one mean and std per channel)
         norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
-        self.pad_fill = [-m / s for m, s in zip(norm["mean"], norm["std"])] if norm else 0.0
+        self.pad_fill = (torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=self.train_x.dtype,
+                                      device=self.device) if norm else 0.0)
         for part in self.parts.values():
             part.setup(self.view)
             own = part.training_indices(self.view)

@@ -97,10 +97,11 @@ class PerFedAvgStep(SGDStep):
         buffers = {n: t.clone() for n, t in buffers0.items()}
         view.model.train()
 
-        def loss_fn(params):
-            return masked_loss(functional_call(view.model, (params, buffers), (x,)), y, torch.ones_like(y, dtype=torch.float32))
+        def loss_fn(params, buffers):  # buffers an input: BatchNorm's train-mode update mutates them (torch.func
+            return masked_loss(functional_call(view.model, (params, buffers), (x,)), y,  # refuses a captured one)
+                               torch.ones_like(y, dtype=torch.float32))
 
-        g = grad(loss_fn)(params0)
+        g = grad(loss_fn)(params0, buffers)
         return {n: p - view.cfg.lr * g[n] for n, p in params0.items()}, dict(buffers0)
 
 
