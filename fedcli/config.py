@@ -119,7 +119,7 @@ class GeneralConfig:
     # crash safety (fedcli/results/checkpoint.py)
     checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
     keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")
-    diverge_factor: float = opt(100.0, "A finite blow-up is divergence too: stop (exit 4) when an evaluation's train or test loss exceeds this many times ln(classes), the loss of a uniform guess (0: off; a run stopped so is reported as diverged).", lo=0.0, group="crash safety")
+    diverge_factor: float = opt(100.0, "A finite blow-up is divergence too: stop (exit 4) when an evaluation's train loss, or its test loss at two evaluations in a row, exceeds this many times ln(classes), the loss of a uniform guess (0: off; a run stopped so is reported as diverged).", lo=0.0, group="crash safety")
     on_diverge: str = opt("stop", "A client's non-finite loss or update: stop (exit 4, naming round and client) or skip-client (drop its update for the round, renormalize the others, record it in skipped.csv).", choices=["stop", "skip-client"], group="crash safety")
 
     # ------------------------------------------------------------------

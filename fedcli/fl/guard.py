@@ -22,20 +22,26 @@ def check_blowup(sim, state) -> None:
     cross-entropy of a uniform guess over the C classes, where every run starts -- is divergence too (exit 4),
     checked after the round's rows are written (so the report shows the blow-up). Not from a paper: fedcli's rule
     for a run that ended "completed" at a loss of 70,000 and chance accuracy (issue 29); a scale-free reference, so a
-    blow-up before the first evaluation is caught as well. Every process computes the same all-reduced losses, so
-    every process decides the same."""
+    blow-up before the first evaluation is caught as well. A train loss (the clients' own mini-batches) above it stops
+    at once; the global model's test loss only when it was above it at the previous evaluation too: one spike of it
+    is not divergence (a BatchNorm net at a high lr, evaluated with running statistics that a few steps have barely
+    moved, scored a test loss of 9,353 after 2 iterations and then recovers; issue 37), a lasting one is. Every
+    process computes the same all-reduced losses, so every process decides the same."""
     import math
 
     row, factor = sim.record.metrics, sim.cfg.diverge_factor
     if not factor or row is None:
         return
     chance = math.log(max(2, int(sim.dataset.num_classes)))
+    blown = lambda r, what: math.isfinite(float(r[what])) and float(r[what]) > factor * chance  # noqa: E731
+    history = state.summary.history
+    previous = history[-2] if len(history) >= 2 and history[-1] is row else None
     for what in ("train_loss", "test_loss"):
         loss = float(row[what])
-        if math.isfinite(loss) and loss > factor * chance:
+        if blown(row, what) and (what == "train_loss" or (previous is not None and blown(previous, what))):
             raise collective(DivergenceError(
                 f"training diverged in round {state.round_idx} (iteration {state.iteration}): the {what.replace('_', ' ')} "
-                f"{loss:.6g} is more than --diverge-factor {factor:g} times ln({sim.dataset.num_classes}) = {chance:.4g}, the "
+                f"{loss:.6g}{'' if what == 'train_loss' else ', as at the previous evaluation,'} is more than --diverge-factor {factor:g} times ln({sim.dataset.num_classes}) = {chance:.4g}, the "
                 f"loss of a uniform guess (finite, but blown up; try a smaller --lr, or --diverge-factor 0 to let it go on)"))
 
 
