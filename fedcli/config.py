@@ -106,6 +106,7 @@ class GeneralConfig:
     eval_every: int = opt(0, "Evaluate the global model at the first round end at or after every multiple of this many iterations (0: about 20 evaluations).", lo=0, group="run")
     device: str = opt("auto", "Device: cpu, cuda (each process takes GPU local-rank mod visible GPUs: MPI ranks by their node-local rank, --workers one each), cuda:K (GPU K on every process), or auto (cuda when available).", group="run")
     trainer: str = opt("auto", "Local-training path: vmap (stacked cohort under torch.func), loop (per-client), or auto (CPU: loop for convolutional models, vmap otherwise; CUDA: vmap).", choices=["auto", "vmap", "loop"], group="run")
+    precision: str = opt("fp32", "Arithmetic of local training: fp32, or bf16 (the forward and backward passes in bfloat16 with fp32 master weights and optimizer state: the parameters, BatchNorm statistics and inputs are cast to bfloat16 inside the step, the gradients come back fp32; evaluations stay fp32). docs/gpu-speed.md.", choices=["fp32", "bf16"], group="run")
     threads: int = opt(0, "Torch CPU threads per process (0: 1; parallelism comes from --workers, and two threads in one process collapse when another program holds a core).", lo=0, group="run")
     workers: int = opt(0, "Worker processes that train shards of each round's cohort at the same time; results are the same for any number (0: auto, the physical cores when the run is long enough to pay for starting them, else 1).", lo=0, group="run")
     out: str = opt("", "Run directory.", group="run")

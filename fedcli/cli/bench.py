@@ -30,6 +30,9 @@ def bench(
                                "one generated user a client (--partition natural, 3 rounds), 1 process and mpiexec -n 2: "
                                "peak memory of the process tree (RSS and PSS) and of one bare process (the floor, and mpiexec -n 2 taken apart "
                                "over it), disk used by client state, s/round; and the start-up of `fedcli train` with no flags."),
+    ops: bool = typer.Option(False, "--ops", help="Instead: top-level torch ops per local iteration of the cohort step at 8, 16 and 32 clients "
+                             "(FedAvg, vmap, one process, counted with torch.profiler on the CPU): the FEMNIST CNN with --data-dir a LEAF "
+                             "folder, else the digits mlp. A stacked step should not grow with the clients."),
 ):
     """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
     (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""
@@ -46,6 +49,12 @@ def bench(
         step[0] += 1
         err_console.print(f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False)
 
+    if ops:
+        from fedcli import bench_ops
+
+        for line in bench_ops.report(data_dir or None):
+            print(line)
+        return None
     if scale:  # before torch loads here: a parent holding torch's libraries would share their pages with the
         return scale_section(progress, json_out)  # measured runs and lower their PSS
     from fedcli import bench as b

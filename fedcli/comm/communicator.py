@@ -15,13 +15,22 @@ from typing import Any
 
 import torch
 
-#: elements per column block of an ordered sum: the block of every row is added while it is in cache
-BLOCK = 1 << 15
+#: columns per block of an ordered sum: the weighted rows of every client over one block of columns are made by one
+#: multiply and added by one call, so a sum costs a few torch ops per block whatever the number of clients (GitHub
+#: issue 38: ops per local iteration); the block's scratch holds clients x COLUMNS elements at most
+COLUMNS = 1 << 19
+
+_scratch: dict = {}
 
 
-def _scalar(w, dtype) -> torch.Tensor:
-    """A per-client weight as a 0-dim tensor of the sum's dtype (so w * x is one rounding in that dtype)."""
-    return torch.tensor(float(w), dtype=dtype)
+def scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A flat buffer of at least ``numel`` elements, reused from call to call (a fresh one of tens of megabytes per
+    synchronization is page-faulted in again every time on the CPU: 1.5 s against 0.25 s a FEMNIST CNN sum, 32 clients)."""
+    key_ = (dtype, str(device))
+    buf = _scratch.get(key_)
+    if buf is None or buf.numel() < numel:
+        buf = _scratch[key_] = torch.empty(numel, dtype=dtype, device=device)
+    return buf[:numel]
 
 
 def flat_rows(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int, torch.dtype]:
@@ -55,30 +64,50 @@ def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, posit
     same bits as all of them at once); a new one starting at 0 when None.
     """
     rows, width, dtype = flat_rows(tensors)
+    device = rows[0].device if rows else torch.device("cpu")
     if out is None:
-        out = torch.zeros(width, dtype=dtype, device=rows[0].device if rows else "cpu")
+        out = torch.zeros(width, dtype=dtype, device=device)
     if not rows:
         return out
-    order = sorted(range(rows[0].shape[0]), key=lambda i: positions[i])
+    k = rows[0].shape[0]
+    order = sorted(range(k), key=lambda i: positions[i])
     if skip is not None:
         dead = skip.tolist()
         order = [i for i in order if not dead[i]]
-    ws = None if weights is None else [_scalar(w, dtype) for w in weights.tolist()]
-    tmp = torch.empty(min(BLOCK, max(1, width)), dtype=dtype, device=out.device)
+    if not order:
+        return out
+    pick = None if order == list(range(k)) else torch.tensor(order, device=device)
+    w = None if weights is None else weights.to(device=device, dtype=dtype)
+    if w is not None and pick is not None:
+        w = w[pick]
+    live = len(order)
     offset = 0
     for r in rows:
         n = r.shape[1]
-        for lo in range(0, n, BLOCK):
-            hi = min(n, lo + BLOCK)
-            acc = out[offset + lo: offset + hi]
-            for i in order:
-                x = r[i, lo:hi]
-                if ws is None:
-                    acc.add_(x.to(dtype))
-                else:
-                    acc.add_(torch.mul(x.to(dtype), ws[i], out=tmp[: hi - lo]))
+        if pick is not None:
+            r = r.index_select(0, pick)
+        for lo in range(0, n, COLUMNS):
+            hi = min(n, lo + COLUMNS)
+            block = r[:, lo:hi]
+            if w is not None:  # fl(w_i * x_i), every client's row at once
+                block = torch.mul(block, w.view(-1, 1), out=scratch(live * (hi - lo), dtype, device).view(live, hi - lo))
+            elif block.dtype != dtype:
+                block = scratch(live * (hi - lo), dtype, device).view(live, hi - lo).copy_(block)
+            add_rows_in_order(out[offset + lo: offset + hi], block)
         offset += n
     return out
+
+
+def add_rows_in_order(acc: torch.Tensor, rows: torch.Tensor) -> None:
+    """``acc = acc + rows[0]; acc = acc + rows[1]; ...``: one rounded addition per row, the rows in order, in one call.
+
+    On the CPU ``index_add_`` over a one-row view adds its source rows one after another (each an ordinary elementwise
+    add). On CUDA ``index_add_`` adds with atomics in no fixed order, while ``cumsum`` along the leading dimension runs
+    each column's rows one after another in the tensor's dtype; its last row is the sum."""
+    if acc.device.type == "cuda":
+        acc.copy_(torch.cat([acc.unsqueeze(0), rows]).cumsum(0)[-1])
+    else:
+        acc.view(1, -1).index_add_(0, torch.zeros(rows.shape[0], dtype=torch.long, device=acc.device), rows)
 
 
 class Communicator:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from fedcli.data.augment import draw_cifar_params
@@ -147,45 +148,65 @@ def stream(purpose: str) -> Stream:
     return PURPOSES.get(purpose) or Stream(purpose, purpose + ".augment")
 
 
+def client_orders(n: int, steps: int, batch: int, gen: torch.Generator, drop_last: bool = False):
+    """The draws behind ``client_batches`` of a client of ``n`` samples: (the permutations drawn from ``gen``, in
+    order; where each of the ``steps * batch`` batch slots takes its sample in their concatenation, numpy int64;
+    the mask [steps, batch], numpy float32). Only the permutations are torch ops (one a pass over the client's data),
+    so a cohort's plan is gathered for all its clients at once (:func:`make_plan`)."""
+    if n >= batch:
+        per = n // batch * batch if drop_last else n
+        epochs = math.ceil(steps * batch / per)
+        perms = [torch.randperm(n, generator=gen) for _ in range(epochs)]
+        where = (np.arange(epochs)[:, None] * n + np.arange(per)).reshape(-1)[: steps * batch]
+        return perms, where, np.ones((steps, batch), dtype=np.float32)
+    perms = [torch.randperm(n, generator=gen) for _ in range(steps)]  # every step sees all n samples, repeated
+    where = (np.arange(steps)[:, None] * n + np.arange(batch) % n).reshape(-1)
+    mask = np.zeros((steps, batch), dtype=np.float32)
+    mask[:, :n] = 1.0
+    return perms, where, mask
+
+
 def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Generator, drop_last: bool = False):
     """``steps`` mini-batches from one client's sample indices: consecutive slices of reshuffled epochs.
 
     By default the batches run on across epochs (an epoch's last samples share a batch with the next epoch's
     first). With ``drop_last`` every epoch (a fresh permutation) gives floor(n / B) batches and its last n mod B
-    samples are not used: PyTorch's ``DataLoader(shuffle=True, drop_last=True)``, FedALA's training loader."""
-    n = indices.numel()
-    if n >= batch:
-        per = n // batch * batch if drop_last else n
-        epochs = math.ceil(steps * batch / per)
-        order = torch.cat([torch.randperm(n, generator=gen)[:per] for _ in range(epochs)])[: steps * batch]
-        return indices[order].view(steps, batch), torch.ones(steps, batch)
-    rows, masks = [], []
-    reps = math.ceil(batch / n)
-    for _ in range(steps):
-        perm = torch.randperm(n, generator=gen)
-        rows.append(indices[perm.repeat(reps)[:batch]])
-        m = torch.zeros(batch)
-        m[:n] = 1.0
-        masks.append(m)
-    return torch.stack(rows), torch.stack(masks)
+    samples are not used: PyTorch's ``DataLoader(shuffle=True, drop_last=True)``, FedALA's training loader.
+    A client with fewer samples than a batch sees all of them at every step (a fresh permutation, repeated to the
+    batch size, the repeats of mask 0)."""
+    perms, where, mask = client_orders(indices.numel(), steps, batch, gen, drop_last)
+    return indices[torch.cat(perms)[torch.from_numpy(where)]].view(steps, batch), torch.from_numpy(mask)
 
 
 def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, batch: int, augment: str | None,
               drop_last: bool = False, purpose: str = "train") -> BatchPlan:
     """``steps`` shuffled batches of each client's ``client_indices[c]`` (``client_batches``), keyed by
-    (seed, the purpose's streams, round, client)."""
+    (seed, the purpose's streams, round, client). Each client's permutations are drawn from its own generator; the
+    batches of all the clients are then gathered by a few torch ops whatever their number (GitHub issue 38)."""
     keys = stream(purpose)
     augmented = augment == "cifar" and bool(keys.augment)
-    idx, mask, shifts, flips = [], [], [], []
+    perms, where, masks, shifts, flips = [], [], [], [], []
+    drawn = 0
     for c in clients:
-        i, m = client_batches(client_indices[c], steps, batch, torch_gen(seed, keys.draws, round_idx, c), drop_last)
-        idx.append(i)
-        mask.append(m)
+        n = client_indices[c].numel()
+        p, w, m = client_orders(n, steps, batch, torch_gen(seed, keys.draws, round_idx, c), drop_last)
+        perms += p
+        where.append(w + drawn)  # positions in the concatenation of every client's permutations
+        drawn += n * len(p)
+        masks.append(m)
         if augmented:
             s, f = draw_cifar_params(steps * batch, torch_gen(seed, keys.augment, round_idx, c))
             shifts.append(s.view(steps, batch, 2))
             flips.append(f.view(steps, batch))
-    plan = BatchPlan(torch.stack(idx, 1), torch.stack(mask, 1))
+    k = len(clients)
+    if not k:
+        return BatchPlan(torch.zeros(steps, 0, batch, dtype=torch.long), torch.zeros(steps, 0, batch))
+    sizes = np.array([client_indices[c].numel() for c in clients])
+    base = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)[:-1]]).reshape(k, 1))  # each client's first row
+    local = torch.cat(perms)[torch.from_numpy(np.stack(where))]  # [K, steps * batch] positions in each client's split
+    table = torch.cat([client_indices[c] for c in clients])
+    idx = table[local + base].view(k, steps, batch).transpose(0, 1).contiguous()
+    plan = BatchPlan(idx, torch.from_numpy(np.stack(masks, 1)))
     if augmented:
         plan.shifts, plan.flips = torch.stack(shifts, 1), torch.stack(flips, 1)
     return plan

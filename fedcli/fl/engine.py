@@ -277,7 +277,7 @@ class Simulation:
         self.server = parts.SERVERS[names["server"]](cfg)
         self.schedule = build_schedule(names["schedule"], cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
-        self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk)
+        self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk, cfg.precision)
         self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
             vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
@@ -336,6 +336,7 @@ class Simulation:
             **({"data_sharing": self.comm.data_sharing} if self.comm.data_sharing else {}),
             "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
             "trainer": self.trainer.name,
+            "precision": self.cfg.precision,  # the arithmetic of local training (--precision; evaluations are fp32)
             **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
             **({"cohort_chunk_rounds": "whole rounds chunk by chunk" if self.chunk_blocker is None else
                 f"the trainer's call only: {self.chunk_blocker}"} if self.cfg.cohort_chunk else {}),

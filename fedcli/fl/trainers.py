@@ -32,6 +32,31 @@ def masked_loss(logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch
     return (losses * w).sum() / w.sum()
 
 
+#: ``--precision``: the dtype local training computes in (None: the tensors' own, fp32)
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def lowered(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    """Floating tensors cast to ``dtype`` (None: as they are); integer ones (BatchNorm's batch count) as they are.
+    Inside ``grad`` the cast of an fp32 parameter is differentiated too, so its gradient comes back fp32: mixed
+    precision with fp32 master weights (Micikevicius et al. 2018, Sec. 3.1; bfloat16 needs no loss scaling)."""
+    if dtype is None:
+        return tensors
+    return {n: lower(t, dtype) for n, t in tensors.items()}
+
+
+def lower(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """One tensor as :func:`lowered` casts it."""
+    return t if dtype is None or not t.is_floating_point() else t.to(dtype)
+
+
+def write_back(low: dict[str, torch.Tensor], full: dict[str, torch.Tensor]) -> None:
+    """The BatchNorm statistics a lowered step updated (``low``) copied into the fp32 stacked buffers (``full``)."""
+    for n, t in low.items():
+        if t is not full[n]:
+            full[n].copy_(t)
+
+
 class Trainer:
     """A local-training path: ``grads(cohort, x, y, mask)`` -> (grads name -> [K, ...], losses [K])."""
 
@@ -57,13 +82,15 @@ class VmapTrainer(Trainer):
 
     name = "vmap"
 
-    def __init__(self, model: torch.nn.Module, chunk: int | None = 0):
+    def __init__(self, model: torch.nn.Module, chunk: int | None = 0, dtype: torch.dtype | None = None):
         self.model = model
         self.chunk = chunk
         self.chooses_chunk = chunk is None
+        self.dtype = dtype  # --precision: the parameters and inputs are cast to it inside the step
 
         def loss_fn(params, buffers, x, y, w):
-            loss = masked_loss(functional_call(model, (params, buffers), (x,)), y, w)
+            logits = functional_call(model, (lowered(params, dtype), buffers), (lower(x, dtype),))
+            loss = masked_loss(logits.float(), y, w)
             return loss, loss.detach()
 
         self._grad = vmap(grad(loss_fn, has_aux=True), randomness="different")
@@ -81,21 +108,25 @@ class VmapTrainer(Trainer):
             key = (loss, tuple(extra_dims))
             fn = self._custom.get(key)
             if fn is None:
-                def with_aux(*args):
-                    value = loss(*args)
+                def with_aux(params, buffers, x, *rest):
+                    value = loss(lowered(params, self.dtype), buffers, lower(x, self.dtype), *rest).float()
                     return value, value.detach()
 
                 fn = self._custom[key] = vmap(grad(with_aux, has_aux=True), in_dims=(0, 0, 0, 0, 0, *extra_dims),
                                               randomness="different")
         k = x.shape[0]
+        low = lowered(cohort.buffers, self.dtype)  # BatchNorm statistics in the compute dtype, written back below
+        held = Held(cohort.params, low)
         if self.chunk is None:
-            self.chunk = auto_chunk(lambda sl: fn(*self._args(cohort, x, y, w, extra, extra_dims, sl)), k, x.device)
+            self.chunk = auto_chunk(lambda sl: fn(*self._args(held, x, y, w, extra, extra_dims, sl)), k, x.device)
         if not self.chunk or self.chunk >= k:
-            return fn(cohort.params, cohort.buffers, x, y, w, *extra)
-        parts = [fn(*self._args(cohort, x, y, w, extra, extra_dims, slice(a, a + self.chunk)))
-                 for a in range(0, k, self.chunk)]
-        grads = {n: torch.cat([g[n] for g, _ in parts]) for n in parts[0][0]}
-        return grads, torch.cat([loss_ for _, loss_ in parts])
+            out = fn(cohort.params, low, x, y, w, *extra)
+        else:
+            parts = [fn(*self._args(held, x, y, w, extra, extra_dims, slice(a, a + self.chunk)))
+                     for a in range(0, k, self.chunk)]
+            out = {n: torch.cat([g[n] for g, _ in parts]) for n in parts[0][0]}, torch.cat([loss_ for _, loss_ in parts])
+        write_back(low, cohort.buffers)
+        return out
 
     @staticmethod
     def _args(cohort, x, y, w, extra, extra_dims, sl: slice) -> tuple:
@@ -103,6 +134,13 @@ class VmapTrainer(Trainer):
         through them)."""
         return ({n: p[sl] for n, p in cohort.params.items()}, {n: b[sl] for n, b in cohort.buffers.items()}, x[sl], y[sl],
                 w[sl], *(e if d is None else _row(e, sl) for e, d in zip(extra, extra_dims)))
+
+
+class Held:
+    """The stacked tensors one vectorized call reads: the cohort's parameters and its buffers as the step holds them."""
+
+    def __init__(self, params: dict, buffers: dict):
+        self.params, self.buffers = params, buffers
 
 
 def auto_chunk(run, k: int, device: torch.device, share: float = 0.8) -> int:
@@ -130,15 +168,19 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
 class LoopTrainer(Trainer):
     name = "loop"
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None = None):
         self.model = model
+        self.dtype = dtype  # --precision (see VmapTrainer)
         self._pool: list[dict[str, torch.Tensor]] = []
         # on the CPU, 2-d convolutions and max-pooling run channels-last (oneDNN's NHWC kernels are faster at small
         # batches, gradients as accurate); models with BatchNorm keep NCHW, whose gradients are the accurate ones
         # there (measurements: docs/method-notes.md)
         mods = list(model.modules())
-        self.nhwc = (any(isinstance(m, torch.nn.Conv2d) for m in mods)
-                     and not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in mods))
+        conv = any(isinstance(m, torch.nn.Conv2d) for m in mods)
+        self.nhwc = conv and not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in mods)
+        # on CUDA in bf16 convolutional models run channels-last, inputs and 4-d weights (the tensor cores' layout:
+        # one ResNet20 at batch 1024 3.8x faster than fp32 NCHW on an H200, issue 38); fp32 keeps NCHW there
+        self.nhwc_cuda = conv and dtype is not None
 
     def buffers_for(self, cohort) -> dict[str, torch.Tensor]:
         """Stacked gradient tensors [K, ...], reused from step to step.
@@ -179,15 +221,20 @@ class LoopTrainer(Trainer):
         names = list(cohort.params)
         out = self.buffers_for(cohort) if lr is None else None
         losses = torch.empty(cohort.size, device=x.device)
-        nhwc = self.nhwc and x.dim() == 5 and x.device.type == "cpu"
+        nhwc = x.dim() == 5 and (self.nhwc and x.device.type == "cpu" or self.nhwc_cuda and x.device.type == "cuda")
         for k in range(cohort.size):
             params = {n: cohort.params[n][k].detach().requires_grad_(True) for n in names}
-            buffers = {n: b[k] for n, b in cohort.buffers.items()}
-            xk = channels_last(x[k]) if nhwc else x[k]
+            full = {n: b[k] for n, b in cohort.buffers.items()}
+            buffers = lowered(full, self.dtype)
+            xk = lower(channels_last(x[k]) if nhwc else x[k], self.dtype)
+            low = lowered(params, self.dtype)
+            if nhwc and x.device.type == "cuda":
+                low = {n: channels_last(p) if p.dim() == 4 else p for n, p in low.items()}
             if loss is None:
-                value = masked_loss(functional_call(self.model, (params, buffers), (xk,)), y[k], w[k])
+                value = masked_loss(functional_call(self.model, (low, buffers), (xk,)).float(), y[k], w[k])
             else:
-                value = loss(params, buffers, xk, y[k], w[k], *(e if d is None else _row(e, k) for e, d in zip(extra, extra_dims)))
+                value = loss(low, buffers, xk, y[k], w[k], *(e if d is None else _row(e, k) for e, d in zip(extra, extra_dims))).float()
+            write_back(buffers, full)
             gs = torch.autograd.grad(value, [params[n] for n in names])
             if out is None:
                 with torch.no_grad():
@@ -220,11 +267,12 @@ def auto_trainer(model: torch.nn.Module, device: torch.device) -> str:
     return "vmap"
 
 
-def choose_trainer(name: str, model: torch.nn.Module, device: torch.device, chunk: int = 0):
+def choose_trainer(name: str, model: torch.nn.Module, device: torch.device, chunk: int = 0, precision: str = "fp32"):
     """The trainer ``--trainer`` names (auto: :func:`auto_trainer`); ``chunk``: ``--cohort-chunk`` for the stacked path
-    (0: the whole cohort on the CPU, chosen from the free memory on CUDA)."""
+    (0: the whole cohort on the CPU, chosen from the free memory on CUDA); ``precision``: ``--precision``."""
     if name == "auto":
         name = auto_trainer(model, device)
+    dtype = PRECISIONS[precision]
     if name == "vmap":
-        return VmapTrainer(model, chunk or (None if device.type == "cuda" else 0))
-    return TRAINERS[name](model)
+        return VmapTrainer(model, chunk or (None if device.type == "cuda" else 0), dtype)
+    return TRAINERS[name](model, dtype)

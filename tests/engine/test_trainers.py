@@ -313,7 +313,7 @@ def test_the_manifest_records_the_chunk_the_automatic_choice_made(tmp_path, monk
 
     asked = []
     monkeypatch.setattr(trainers, "auto_chunk", lambda run, k, device, share=0.8: asked.append(k) or chosen)
-    monkeypatch.setattr(engine, "choose_trainer", lambda name, model, device, chunk=0: trainers.VmapTrainer(model, None))
+    monkeypatch.setattr(engine, "choose_trainer", lambda name, model, device, chunk=0, precision="fp32": trainers.VmapTrainer(model, None))
     out = tmp_path / "run"
     assert main(["train", "--rounds", "2", "--trainer", "vmap", "--quiet", "--out", str(out)]) == 0
     m = json.loads((out / "manifest.json").read_text())
