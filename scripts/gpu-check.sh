@@ -33,7 +33,7 @@ torch.cuda.device_count(), 'x', torch.cuda.get_device_name(0), '| python', sys.v
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 4" || echo "")
 
 step gpu-tests $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/engine/test_devices.py tests/data/test_augment.py \
-    tests/comm/test_quantizer.py
+    tests/comm/test_quantizer.py tests/comm/test_ordered_sum.py
 step presets-learn-cuda env FEDCLI_TEST_DEVICE=cuda $PY -m pytest -q -p no:cacheprovider -o addopts="" $XDIST \
     tests/test_presets_learn.py -k preset_learns
 
