@@ -33,5 +33,5 @@ print(results.layers.pivot_table(index="name", columns="method", values="syncs",
 print(results.intervals.groupby(["name", "interval"]).size().unstack(fill_value=0))
 
 # %% the report: the table (seeds aggregated) and the figures, as `fedcli report` writes them
-fedcli.write_report(out, figures=out / "figures")
+fedcli.report(out, figures=out / "figures")
 print(sorted(p.name for p in (out / "figures").glob("*.png")))

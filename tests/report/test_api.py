@@ -103,3 +103,13 @@ def test_notebook_example_runs(tmp_path):
     assert "<fedcli results: 4 run(s)" in out.stdout and "FedLAMA (τ′=2, φ=2)" in out.stdout
     assert "fedavg (seeds 0, 1)" in out.stdout  # the report's table: one row per experiment
     assert (tmp_path / "nb" / "figures" / "curves-params.png").is_file()
+
+
+def test_fedcli_report_is_callable_and_still_the_package(results, tmp_path, capsys):
+    """``fedcli.report(...)`` runs the report command (the issue's notebook API); its modules import as before."""
+    import fedcli.report.tables as tables
+
+    assert callable(fedcli.report) and fedcli.report.tables is tables
+    fedcli.report(results / "lama" / "s0", results / "lama" / "s1", figures=tmp_path / "fig")
+    assert "seeds 0, 1" in capsys.readouterr().out
+    assert (tmp_path / "fig" / "curves.pdf").is_file() and (tmp_path / "fig" / "curves-params.pdf").is_file()
