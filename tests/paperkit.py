@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="entries whose 'recipe | run' contains this text")
     p.add_argument("--datasets", default="", help="only the entries on these datasets (comma separated)")
     p.add_argument("--limit", type=int, default=0, help="at most this many entries (coverage order)")
+    p.add_argument("--skip-ok", default="", help="leave out the entries that a previous table (this file) lists as ok")
+    p.add_argument("--shard", default="", help="K/N: every N-th entry from the K-th (0-based), for N processes side by side")
     args = p.parse_args(argv)
     import fedcli.fl.methods  # noqa: F401 - the method registry extends the config
     from fedcli.sweep import _memoize_datasets
@@ -255,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         data_dirs = write_data(work / "data")
         names = set(filter(None, args.datasets.split(",")))
         todo = coverage_order([e for e in entries() if args.only in e.id and (not names or e.values.get("dataset") in names)])
+        if args.skip_ok:
+            passed = ok_entries(Path(args.skip_ok))
+            todo = [e for e in todo if e.id not in passed]
+        if args.shard:
+            k, n = (int(x) for x in args.shard.split("/"))
+            todo = todo[k::n]
         todo = todo[: args.limit] if args.limit else todo
         print(f"paper-check: {len(todo)} entries; data written in {time.perf_counter() - t0:.1f} s", flush=True)
         done = []
@@ -270,6 +278,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"paper-check: {len(done) - len(failed)} of {len(done)} entries ok, {time.perf_counter() - t0:.0f} s in all; "
           f"table in {args.out}")
     return 1 if failed else 0
+
+
+def ok_entries(path: Path) -> set[str]:
+    """The ids that a table written by :func:`write_table` lists with the outcome ok (cells split at unescaped |)."""
+    import re
+
+    ids = set()
+    for line in path.read_text().splitlines():
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)]
+        if len(cells) >= 5 and cells[1].startswith("recipes/") and cells[3] == "ok":
+            ids.add(cells[1])
+    return ids
 
 
 def write_table(path: Path, done: list[Entry], total: int, seconds: float) -> None:
