@@ -143,7 +143,7 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool) -> Non
     if names is not None and len(names) <= 24:
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
-    if log:
+    if log and ax.dataLim.ymax > 0:  # a log axis needs a positive bar (a run that moved nothing stays linear)
         ax.set_yscale("log")
     else:
         style.plain_axis(ax.yaxis)

@@ -340,12 +340,15 @@ def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, 
     globals_ = [(k, lab) for (k, per_seed), lab in zip(keyed.items(), labels)
                 if any(isinstance(r.get("test_acc"), (int, float)) for run in per_seed.values() for r in run.metrics)]
     panels = [("test_acc", globals_)] + ([("personal_acc", personal)] if personal else []) + [("train_loss", list(zip(keyed, labels)))]
+    panels = [(y, chosen) for y, chosen in panels if chosen]  # no empty panel (no run with a global model's accuracy)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.9), squeeze=False)
     for ax, (y, chosen) in zip(axes[0], panels):
         _panel_curves(ax, Panel(runs=[k for k, _ in chosen], labels=[lab for _, lab in chosen]), keyed, x, y)
     seeds = max(len(v) for v in keyed.values())
-    said = ["the global model's test accuracy"] + (["personal accuracy (personalized runs only)"] if personal else [])
-    caption = (f"{_what(runs, keyed)}. From left: {', '.join(said)} and the training loss, against "
+    words = {"test_acc": "the global model's test accuracy", "personal_acc": "personal accuracy (personalized runs only)",
+             "train_loss": "the training loss"}
+    said = [words[y] for y, _ in panels]
+    caption = (f"{_what(runs, keyed)}. From left: {', '.join(said[:-1]) + ' and ' if len(said) > 1 else ''}{said[-1]}, against "
                f"{style.X_LABELS[x][0].lower()}{style.X_LABELS[x][1:]}"
                + (f"; mean over seeds with a ± std band" if seeds > 1 else "") + ".")
     if note := _rounds_note(runs, x):
@@ -396,6 +399,8 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     comm_x = x if x in COMM_AXES else "params"
     files = []
     for name, axis in (("curves", time_x), (f"curves-{comm_x}", comm_x)):
+        if not any(r.metrics for per_seed in keyed.values() for r in per_seed.values()):
+            break  # no evaluation yet (a run killed before its first): no curve to draw
         if warn is not None and (note := _rounds_note(reps, axis)):
             warn(note)
         fig, caption = curves_figure(reps, labels, axis, keyed)

@@ -114,7 +114,9 @@ def plain_axis(axis) -> None:
 
 
 def legend_below(ax, n: int) -> None:
-    """The legend under the axes, off the data (curves: panels stand side by side)."""
+    """The legend under the axes, off the data (curves: panels stand side by side); none when nothing is labelled."""
+    if n < 1 or not ax.get_legend_handles_labels()[0]:
+        return
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(n, 2), fontsize=8, frameon=False)
 
 
