@@ -23,7 +23,9 @@ def print_jobs_plan(result, mpi: int) -> None:
     todo = [p for p in result.runs if p.status != "completed"]
     est = estimate(todo, [], 1, mpi, executor="process")  # one Slurm job, one fresh process, per run
     limit = res.minutes * 60
-    t = Table(title=f"Slurm: one job per run; each asks for: {sbatch_preview(res, mpi)}", title_justify="left")
+    k = res.runs_per_job
+    per = "one job per run" if k == 1 else f"{k} runs per job ({-(-len(todo) // k)} jobs), run together sharing its GPUs"
+    t = Table(title=f"Slurm: {per}; each asks for: {sbatch_preview(res, mpi)}", title_justify="left")
     for c in ("run", "seed", "estimate (this machine)", "time limit", ""):
         t.add_column(c)
     over = 0
