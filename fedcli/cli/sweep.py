@@ -74,7 +74,9 @@ def sweep(
             return
         state["estimate"] = _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
         if todo:
-            prog = SweepProgress(todo, 1 if in_process else jobs, state["estimate"], mode=progress_mode(progress))
+            placed = result.placement if result.placement is not None and result.placement.gpus else None
+            at_once = 1 if in_process else (placed.concurrent if placed else jobs)  # --runs-per-gpu may cap --jobs
+            prog = SweepProgress(todo, at_once, state["estimate"], mode=progress_mode(progress))
             prog.start()
             state["progress"] = prog
 
