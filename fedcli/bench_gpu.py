@@ -145,6 +145,7 @@ def bare_vmap_s(model, x, y, steps: int, precision: str = "fp32", lr: float = 0.
 
     k = x.shape[0]
     params, buffers = stack_module_state([copy.deepcopy(model) for _ in range(k)])
+    params = {n: t.detach() for n, t in params.items()}  # plain tensors: the update below is in place
     base = copy.deepcopy(model).to("meta")
     low = torch.bfloat16 if precision == "bf16" else None
 

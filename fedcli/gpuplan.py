@@ -212,10 +212,14 @@ def run_memory(todo: list, done: list) -> tuple[int | None, str]:
     return (worst or None), " and ".join(sorted(hows))
 
 
-def placement_for(todo: list, done: list, jobs: int, runs_per_gpu: int | None, free: list[int] | None = None) -> Placement:
+def placement_for(todo: list, done: list, jobs: int, runs_per_gpu: int | None, free: list[int] | None = None,
+                  mpi: int = 0) -> Placement:
     """The sweep's :class:`Placement`: the runs to go placed on the visible CUDA devices (``free``: their free bytes,
-    asked of the driver when None) when every one of them asks for ``--device cuda`` or auto; else on no device."""
+    asked of the driver when None) when every one of them asks for ``--device cuda`` or auto; else on no device.
+    Under ``--mpi N`` (N > 1) a run's ranks spread over the visible GPUs themselves: no placement."""
     n = max(1, min(jobs, len(todo)))
+    if mpi > 1:
+        return Placement(0, 0, n, [None] * n, f"devices: each run's {mpi} MPI ranks spread over the visible GPUs")
     odd = sorted({str(p.config.get("device")) for p in todo if not wants_gpu(p.config)})
     if odd:
         return Placement(0, 0, n, [None] * n, f"devices: as the runs ask (--device {', '.join(odd)})")

@@ -324,12 +324,14 @@ def job_devices(n: int, gpus: int) -> list[dict]:
 
 def run_jobs(runs: list, mpi: int, cwd: str, executor, gpus: int = 0) -> None:
     """The job of several runs (``runs_per_job``): all at the same time, one thread each, sharing the job's GPUs
-    round-robin (:func:`job_devices`); the job ends with the first failed training's exit code."""
+    round-robin (:func:`job_devices`; under ``--mpi N`` with N > 1 each run's ranks spread over them instead); the
+    job ends with the first failed training's exit code."""
     from concurrent.futures import ThreadPoolExecutor
 
     _enter_job(cwd, mpi)
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-        codes = list(pool.map(lambda a: train_in_job(a[0], mpi, executor, a[1]), zip(runs, job_devices(len(runs), gpus))))
+        devices = job_devices(len(runs), gpus if mpi <= 1 else 0)
+        codes = list(pool.map(lambda a: train_in_job(a[0], mpi, executor, a[1]), zip(runs, devices)))
     bad = [c for c in codes if c]
     if bad:
         sys.exit(bad[0])

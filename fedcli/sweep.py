@@ -666,7 +666,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     if executor == "local" and not in_process and todo:
         from fedcli.gpuplan import placement_for
 
-        result.placement = placement_for(todo, result.skipped, jobs, per_gpu, gpu_free)
+        result.placement = placement_for(todo, result.skipped, jobs, per_gpu, gpu_free, mpi)
     if dry_run:
         return result
     if executor == "slurm":

@@ -70,6 +70,14 @@ def test_device_env_names_the_visible_device(monkeypatch):
     assert device_env(1) == {"CUDA_VISIBLE_DEVICES": "6"}
 
 
+def test_packed_slurm_job_shares_its_gpus_round_robin(monkeypatch):
+    from fedcli.slurm import job_devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")   # what Slurm gives a job of 2 GPUs
+    assert job_devices(3, 2) == [{"CUDA_VISIBLE_DEVICES": "2"}, {"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "2"}]
+    assert job_devices(2, 0) == [{}, {}]
+
+
 # ------------------------------------------------------------------------------------------------ a run's memory
 
 
@@ -104,6 +112,8 @@ def test_placement_for_leaves_explicit_devices_alone():
     assert p.gpus == 0 and p.concurrent == 2 and "cpu, cuda:1" in p.why
     p = placement_for([_run("a", {**TINY, "device": "auto"})] * 3, [], 8, None, free=[80 * GiB, 80 * GiB])
     assert (p.runs_per_gpu, p.concurrent) == (4, 3)   # 0.9 x 80 GiB / 0.75 GiB: far more than 4 fit; 3 runs to go
+    p = placement_for([_run("a", {**TINY, "device": "cuda"})] * 3, [], 2, None, free=[80 * GiB, 80 * GiB], mpi=2)
+    assert p.gpus == 0 and "2 MPI ranks spread over the visible GPUs" in p.why   # the ranks of a run take the GPUs
 
 
 # ------------------------------------------------------------------------------------- real sweeps, real processes
