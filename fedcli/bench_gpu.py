@@ -11,7 +11,8 @@ For each workload, one local iteration = every one of ``clients`` clients takes 
 - **plain loop**: one model and optimizer a client, forward, backward and ``step`` client after client;
 - **ops / kernels per iteration**: ``torch.profiler`` top-level ``aten::`` ops and (on CUDA) GPU kernels of fedcli's
   vmap step, long minus short run;
-- **runs per device**: 1, 2, 4 ``fedcli train`` processes started together on the device, throughput against one.
+- **runs per device**: 1, 2, 4 ``fedcli train`` processes of ``concurrent_iterations`` iterations started together
+  on the device, throughput against one (n x wall(1) / wall(n); each process's start-up, some seconds, included).
 
 Ratios are taken of numbers measured in the same process, in one call. On a CPU (``--device cpu``, tiny sizes) it
 runs the same code paths (its timings say nothing of a GPU's); CUDA kernels are counted on CUDA only.
@@ -227,11 +228,12 @@ def concurrent_runs_s(settings: dict, clients: int, batch: int, device: str, ite
 
 def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", clients: int = 32, batch: int = 32,
         short: int = 5, long: int = 15, steps: int = 10, concurrent=(1, 2, 4), precisions=("fp32", "bf16"),
-        progress=None) -> dict:
+        progress=None, concurrent_iterations: int = 300) -> dict:
     """Every measurement of every workload whose data was given; a JSON-able dict."""
     say = progress or (lambda what: None)
     dev = torch.device(device)
     info = {"device": device, "torch": torch.__version__, "clients": clients, "batch": batch, "iterations": [short, long],
+            "concurrent_iterations": concurrent_iterations,
             "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None, "workloads": {}}
     for name, settings in workloads(femnist_dir, cifar_dir).items():
         r: dict = {}
@@ -253,7 +255,7 @@ def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", cl
         walls = {}
         for n in concurrent:
             say(f"{name}: {n} run(s) at once on {device}")
-            walls[n] = concurrent_runs_s(settings, clients, batch, device, long, n)
+            walls[n] = concurrent_runs_s(settings, clients, batch, device, concurrent_iterations, n)
         r["concurrent_wall_s"] = {str(n): w for n, w in walls.items()}
         one = walls.get(1)
         r["throughput_vs_one"] = {str(n): n * one / w for n, w in walls.items()} if one else {}

@@ -45,6 +45,9 @@ def bench(
                                    "wall time of LONG iterations minus SHORT, over LONG - SHORT.", rich_help_panel="GPU bench (--device)"),
     concurrent: str = typer.Option("1,2,4", "--concurrent", help="The GPU bench: how many fedcli train processes at once on the device.",
                                    rich_help_panel="GPU bench (--device)"),
+    concurrent_iterations: int = typer.Option(300, "--concurrent-iterations", min=1, help="The GPU bench: iterations of each of those "
+                                              "processes (their start-up is in the wall time: keep training the larger part).",
+                                              rich_help_panel="GPU bench (--device)"),
 ):
     """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
     (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""
@@ -62,7 +65,8 @@ def bench(
         err_console.print(f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False)
 
     if device is not None:
-        return gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress)
+        return gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
+                           concurrent_iterations)
     if ops:
         from fedcli import bench_ops
 
@@ -100,7 +104,8 @@ def _ints(text: str, flag: str, n: int | None = None) -> list[int]:
     return vals
 
 
-def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress) -> None:
+def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
+                concurrent_iterations: int = 300) -> None:
     """``fedcli bench --device D`` (fedcli/bench_gpu.py); JSON to ``--json``, else results/bench-gpu.json."""
     short, long = _ints(iterations, "--iterations", 2)
     if long <= short:
@@ -119,7 +124,8 @@ def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurr
                           f"the ops per step on a CPU, `--device cpu` runs the GPU bench's code paths here")
     from fedcli import bench_gpu
 
-    info = bench_gpu.run(data_dir, cifar_dir, device, clients, batch, short, long, steps, together, progress=progress)
+    info = bench_gpu.run(data_dir, cifar_dir, device, clients, batch, short, long, steps, together, progress=progress,
+                         concurrent_iterations=concurrent_iterations)
     for line in bench_gpu.lines(info):
         print(line)
     bench_gpu.write_json(info, json_out or "results/bench-gpu.json")

@@ -24,7 +24,7 @@ def test_bench_device_cpu_femnist_measures_every_path(tmp_path, capsys):
     femnist = write_femnist(tmp_path / "femnist", writers=8, per_writer=8)
     out = tmp_path / "bench.json"
     assert cli("bench", "--device", "cpu", "--data-dir", femnist, "--clients", 4, "--batch", 4, "--iterations", "1,3",
-               "--concurrent", "1", "--steps", 1, "--json", out) == 0
+               "--concurrent", "1", "--concurrent-iterations", 2, "--steps", 1, "--json", out) == 0
     text = capsys.readouterr().out
     info = json.loads(out.read_text())
     r = info["workloads"]["femnist-cnn"]

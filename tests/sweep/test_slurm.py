@@ -249,7 +249,7 @@ def test_runs_per_job_packs_runs_together_and_equals_local(slurm, tmp_path, caps
     assert "2 runs per job (2 jobs)" in out and "--cpus-per-task=2" in out
     assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--wait") == 0
     err = capsys.readouterr().err
-    assert "submitted 2 job(s) to Slurm" in err and "4 runs complete" in err
+    assert "submitted 2 job(s) holding 4 runs to Slurm" in err and "4 runs complete" in err
     rels = ("fedavg-x1/seed0", "fedavg-x1/seed1", "fedlama-phi-2/seed0", "fedlama-phi-2/seed1")
     jobs = {rel: job(sl, rel) for rel in rels}
     assert jobs[rels[0]]["job_id"] == jobs[rels[1]]["job_id"] != jobs[rels[2]]["job_id"] == jobs[rels[3]]["job_id"]
