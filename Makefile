@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-slow test-all paper-check bench bench-scale bench-trackers gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-slow test-all paper-check bench bench-scale bench-trackers bench-gpu gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -68,6 +68,11 @@ bench-trackers:
 # the automatic cohort chunk; a few minutes; logs in gpu-check-logs/ (scripts/gpu-check.sh)
 gpu-check:
 	PY=$(PY) scripts/gpu-check.sh
+
+# The GPU bench (docs/gpu-speed.md): fedcli's cohort step against the bare torch.func vmap step and a plain loop, fp32
+# and bf16, ops and kernels per iteration, 1/2/4 runs per GPU; a few minutes on one GPU; JSON in results/bench-gpu.json
+bench-gpu:
+	PY=$(PY) scripts/bench-gpu.sh
 
 # FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
 # then the table and its figures; a second run skips the completed runs

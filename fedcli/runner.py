@@ -240,7 +240,9 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             err = e
         collective(comm, err)
     pids = comm.allgather(os.getpid())
-    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank})  # every process's device
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/gpuplan.py)
+    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank,  # every process's device
+                              **({"cuda_visible_devices": visible} if visible is not None else {})})
     run_dir = watchdog = None
     if root:
         if overwrite and out.exists():
@@ -350,6 +352,10 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
             mpi_s = getattr(comm, "reduce_seconds", None)
             extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
+            if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/gpuplan.py, --runs-per-gpu auto)
+                import torch
+
+                extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
             if run_dir is not None:
                 try:
                     checkpoint.save_model(sim, out / "model.pt")

@@ -1,4 +1,5 @@
-"""``fedcli sweep --executor slurm``: a sweep's runs as Slurm jobs (submitted with submitit), one job per run.
+"""``fedcli sweep --executor slurm``: a sweep's runs as Slurm jobs (submitted with submitit), one job per run, or
+``--runs-per-job K`` runs packed in one job (run together, sharing its GPUs: :func:`run_jobs`).
 
 Submission goes through submitit (``submitit.SlurmExecutor``, the library Hydra's Slurm launcher uses): it writes
 the sbatch script, submits several runs as one job array (``executor.batch()``), and runs a pickled call of
@@ -47,9 +48,13 @@ class Resources:
     """What each job asks for. Recipe ``[slurm]`` keys have these names; flags override them.
 
     ``time`` is minutes or a Slurm time (``D-HH:MM:SS``, ``HH:MM:SS``, ``MM``); ``mem`` a Slurm size (``16G``);
-    ``gpus`` GPUs per run (``--gpus-per-node``); ``cpus`` CPUs per run (torch threads = cpus / MPI ranks);
+    ``gpus`` GPUs per job (``--gpus-per-node``; a run's, unless ``runs_per_job`` packs several); ``cpus`` CPUs per
+    run (torch threads = cpus / MPI ranks);
     ``signal`` seconds before the time limit that SIGTERM comes (the run checkpoints and stops as interrupted; 0: no
     warning, the SIGTERM of the limit itself);
+    ``runs_per_job`` runs packed in one job, run at the same time and sharing its GPUs round-robin (run i of the job
+    sees the job's GPU i mod gpus as ``CUDA_VISIBLE_DEVICES``); the job asks for ``cpus`` x ``runs_per_job`` CPUs,
+    ``gpus`` and ``mem`` stay per job (fedcli/gpuplan.py: one run leaves a GPU mostly idle);
     ``options`` extra sbatch options (``--account=A``, ``--qos=Q``, ``--constraint=C``, ...).
     """
 
@@ -60,21 +65,28 @@ class Resources:
     gpus: int = 0
     signal: int = 120
     array_parallelism: int = 256
+    runs_per_job: int = 1
     options: list[str] = field(default_factory=list)
 
     @property
     def minutes(self) -> int:
         return time_minutes(self.time)
 
+    def job_cpus(self, mpi: int = 0) -> int:
+        """CPUs a job asks for: each of its runs' CPUs (at least one per MPI rank), times the runs it packs."""
+        return max(self.cpus, mpi or 1) * self.runs_per_job
+
     def describe(self, mpi: int = 0) -> str:
         parts = [f"partition {self.partition or '(default)'}", f"time {fmt_minutes(self.minutes)}",
-                 f"{max(self.cpus, mpi or 1)} CPU(s)"]
+                 f"{self.job_cpus(mpi)} CPU(s)"]
         if self.mem:
             parts.append(f"mem {self.mem}")
         if self.gpus:
             parts.append(f"{self.gpus} GPU(s)")
         if mpi:
             parts.append(f"mpiexec -n {mpi}")
+        if self.runs_per_job > 1:
+            parts.append(f"{self.runs_per_job} runs per job")
         parts.append(f"SIGTERM {self.signal} s before the limit" if self.signal else "SIGTERM at the limit")
         return ", ".join(parts + list(self.options))
 
@@ -131,7 +143,7 @@ def resources(recipe, overrides: dict) -> Resources:
     options = [str(o) for o in options] + list(overrides.get("options") or [])  # --sbatch adds to the recipe's
     values.update({k: v for k, v in overrides.items() if v is not None and k != "options"})
     res = Resources(**values, options=options)
-    for k, lo in (("cpus", 1), ("gpus", 0), ("signal", 0), ("array_parallelism", 1)):
+    for k, lo in (("cpus", 1), ("gpus", 0), ("signal", 0), ("array_parallelism", 1), ("runs_per_job", 1)):
         v = getattr(res, k)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ConfigError(f"slurm {k} must be an integer >= {lo}, got {v!r}", key=k)
@@ -268,25 +280,61 @@ def progress(p) -> str:
     return f"round {last.get('round')}, iteration {last.get('iteration')} / {p.config.get('iterations')}"
 
 
-def run_job(p, mpi: int, cwd: str, executor) -> None:
-    """The job (runs on the node): train run ``p`` as a local ``--mpi`` sweep would (``executor``: the sweep's executor
-    class, ``fedcli.sweep.Executor``, handed down by the sweep), then record the exit code.
-
-    Resume or start again is decided here, when the job starts (the run may have moved on since submission)."""
+def train_in_job(p, mpi: int, executor, device: dict | None = None) -> int:
+    """Train run ``p`` as a local ``--mpi`` sweep would (``executor``: the sweep's executor class,
+    ``fedcli.sweep.Executor``, handed down by the sweep; ``device``: its ``CUDA_VISIBLE_DEVICES``), record the exit
+    code in its job file and return it. Resume or start again is decided here, when the job starts (the run may have
+    moved on since submission)."""
     from fedcli.results.sweepdir import run_state
 
+    run_state(p)  # sets p.resume from what is on disk now
+    ex = executor(mpi=mpi)
+    write_job(p, started=now(), host=os.uname().nodename, exit_code=None, **({"device": device} if device else {}))
+    code = ex._spawn(p, ex.command(p, resume=p.resume), "a" if p.resume else "w", device)
+    if p.resume and code == 2:  # resume refused (another config, ...): start again, as a local sweep does
+        code = ex._spawn(p, ex.command(p), "a", device)
+    write_job(p, ended=now(), exit_code=code)
+    return code
+
+
+def _enter_job(cwd: str, mpi: int) -> None:
     os.chdir(cwd)
     if mpi:  # one node: MPICH's mpiexec starts the ranks itself (inside a job it would otherwise launch them with srun)
         os.environ.setdefault("HYDRA_LAUNCHER", "fork")
-    run_state(p)  # sets p.resume from what is on disk now
-    ex = executor(mpi=mpi)
-    write_job(p, started=now(), host=os.uname().nodename, exit_code=None)
-    code = ex._spawn(p, ex.command(p, resume=p.resume), "a" if p.resume else "w")
-    if p.resume and code == 2:  # resume refused (another config, ...): start again, as a local sweep does
-        code = ex._spawn(p, ex.command(p), "a")
-    write_job(p, ended=now(), exit_code=code)
+
+
+def run_job(p, mpi: int, cwd: str, executor) -> None:
+    """The job of one run (runs on the node): :func:`train_in_job`; the job ends with the training's exit code."""
+    _enter_job(cwd, mpi)
+    code = train_in_job(p, mpi, executor)
     if code:
         sys.exit(code)  # the job ends with the training's exit code (Slurm: FAILED, ExitCode=code:0)
+
+
+def job_devices(n: int, gpus: int) -> list[dict]:
+    """The ``CUDA_VISIBLE_DEVICES`` of the ``n`` runs of a packed job: run i on the job's GPU i mod ``gpus``, named as
+    Slurm gave them to the job (its own ``CUDA_VISIBLE_DEVICES``); nothing without GPUs."""
+    from fedcli.gpuplan import device_env, place
+
+    if not gpus:
+        return [{} for _ in range(n)]
+    slots = place(n, n, [0] * gpus, None, -(-n // gpus)).slots
+    return [device_env(d) for d in slots]
+
+
+def run_jobs(runs: list, mpi: int, cwd: str, executor, gpus: int = 0) -> None:
+    """The job of several runs (``runs_per_job``): all at the same time, one thread each, sharing the job's GPUs
+    round-robin (:func:`job_devices`; under ``--mpi N`` with N > 1 each run's ranks spread over them instead); the
+    job ends with the first failed training's exit code."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _enter_job(cwd, mpi)
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        devices = job_devices(len(runs), gpus if mpi <= 1 else 0)
+        codes = list(pool.map(lambda a: train_in_job(a[0], mpi, executor, a[1]), zip(runs, devices)))
+    bad = [c for c in codes if c]
+    if bad:
+        sys.exit(bad[0])
 
 
 def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) -> list[str]:
@@ -304,7 +352,7 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
 
     ex = Executor(folder=str(root / ".slurm" / "%j"), python=sys.executable)
     extra = {"signal": f"TERM@{res.signal}", **sbatch_options(res.options)}
-    params = dict(time=res.minutes, cpus_per_task=max(res.cpus, mpi or 1), ntasks_per_node=1, nodes=1,
+    params = dict(time=res.minutes, cpus_per_task=res.job_cpus(mpi), ntasks_per_node=1, nodes=1,
                   job_name=f"fedcli-{root.name}"[:64], array_parallelism=res.array_parallelism,
                   additional_parameters=extra, stderr_to_stdout=True)
     if res.partition:
@@ -315,16 +363,20 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
         params["gpus_per_node"] = res.gpus
     ex.update_parameters(**params)
     cwd = os.getcwd()
-    jobs = []
+    jobs, k = [], res.runs_per_job
+    groups = [todo[i:i + k] for i in range(0, len(todo), k)]
     try:
         with ex.batch():
-            for p in todo:
-                jobs.append(ex.submit(run_job, replace(p), mpi, cwd, executor))
+            for g in groups:
+                if len(g) == 1:
+                    jobs.append(ex.submit(run_job, replace(g[0]), mpi, cwd, executor))
+                else:
+                    jobs.append(ex.submit(run_jobs, [replace(p) for p in g], mpi, cwd, executor, res.gpus))
     except Exception as e:  # noqa: BLE001 - sbatch refused (bad partition, limits, ...): one sentence, exit 2
         msg = " ".join(str(e).split())
         raise ConfigError(f"Slurm refused the jobs ({msg[:400]}); check the [slurm] table or the --partition/--time/"
                           f"--sbatch flags") from None
-    ids = [str(j.job_id) for j in jobs]
+    ids = [str(j.job_id) for g, j in zip(groups, jobs) for _ in g]  # a packed job's id for each of its runs
     for p, jid in zip(todo, ids):
         atomic_write(job_file(p), json.dumps({"job_id": jid, "submitted": now(), "resume": p.resume}, indent=1) + "\n")
     return ids
@@ -386,7 +438,7 @@ def wait(runs: list, poll_s: float = 5.0, on_poll=None) -> list[RunStatus]:
 
 def sbatch_preview(res: Resources, mpi: int) -> str:
     """The sbatch options a job gets (for --dry-run)."""
-    opts = [f"--time={fmt_minutes(res.minutes)}", f"--cpus-per-task={max(res.cpus, mpi or 1)}"]
+    opts = [f"--time={fmt_minutes(res.minutes)}", f"--cpus-per-task={res.job_cpus(mpi)}"]
     if res.signal:
         opts.append(f"--signal=TERM@{res.signal}")
     if res.partition:

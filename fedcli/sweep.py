@@ -283,12 +283,15 @@ def _orphaned() -> None:
     os._exit(143)
 
 
-def _pool_init(workers_lock: str | None = None, parent: str | None = None) -> None:
+def _pool_init(workers_lock: str | None = None, parent: str | None = None, devices=None) -> None:
     # Own process group: a terminal's Ctrl-C reaches only the sweep, which passes exactly one SIGINT on
     # (fedcli train then finishes the round, writes a checkpoint and stops; a second one stops now).
+    # ``devices``: a queue of environments, one per worker (its GPU, fedcli/gpuplan.py), taken before CUDA starts here.
     import importlib
 
     os.setpgrp()
+    if devices is not None:
+        os.environ.update(devices.get())
     if workers_lock and parent:
         from fedcli.results.lock import join_sweep
 
@@ -307,10 +310,17 @@ class Executor:
       one after another with ``run_train``), so a crash of a run cannot take the sweep down;
     - ``mpi=N``: one ``mpiexec -n N python -m fedcli train --recipe RUN.toml`` per run, ``jobs`` at a time;
     - ``in_process``: one after another in this process (tests, debugging).
+
+    ``placement`` (:class:`fedcli.gpuplan.Placement`): the GPU of each of the ``jobs`` slots; a worker process, or an
+    ``mpiexec`` run, gets its slot's device as ``CUDA_VISIBLE_DEVICES``.
     """
 
-    def __init__(self, jobs: int = 1, mpi: int = 0, in_process: bool = False, workers_lock: Path | None = None, notify=None):
+    def __init__(self, jobs: int = 1, mpi: int = 0, in_process: bool = False, workers_lock: Path | None = None, notify=None,
+                 placement=None):
         self.jobs, self.mpi, self.in_process = max(1, jobs), mpi, in_process
+        self.placement = placement if placement is not None and placement.gpus else None
+        if self.placement is not None:
+            self.jobs = placement.concurrent
         self.procs: dict[int, subprocess.Popen] = {}
         self.lock = threading.Lock()
         self.stopping = False
@@ -366,19 +376,32 @@ class Executor:
             if p.exit_code == 0:
                 p.exit_code = 1
 
-    def _subprocess(self, p: PlannedRun) -> None:
+    def device_envs(self, n: int) -> list[dict]:
+        """The environments of ``n`` slots: slot i's GPU (fedcli/gpuplan.py), or nothing without a placement."""
+        from fedcli.gpuplan import device_env
+
+        return [device_env(self.placement.slots[i % len(self.placement.slots)]) if self.placement else {} for i in range(n)]
+
+    def _subprocess(self, p: PlannedRun, slots=None) -> None:
         t0 = time.perf_counter()
         if self.stopping:
             return
-        code = self._spawn(p, self.command(p, resume=p.resume), "a" if p.resume else "w")
-        if p.resume and code == 2 and not self.stopping:  # resume refused: start the run again
-            code = self._spawn(p, self.command(p), "a")
+        dev = slots.get() if slots is not None else {}  # a free slot's device: at most K runs at a time on each GPU
+        try:
+            code = self._spawn(p, self.command(p, resume=p.resume), "a" if p.resume else "w", dev)
+            if p.resume and code == 2 and not self.stopping:  # resume refused: start the run again
+                code = self._spawn(p, self.command(p), "a", dev)
+        finally:
+            if slots is not None:
+                slots.put(dev)
         self.finish(p, code, None, time.perf_counter() - t0)
 
-    def _spawn(self, p: PlannedRun, cmd: list[str], mode: str) -> int:
+    def _spawn(self, p: PlannedRun, cmd: list[str], mode: str, device: dict | None = None) -> int:
         from fedcli.results.lock import sweep_env
 
         env = {**os.environ, **sweep_env(self.workers_lock)} if self.workers_lock else None
+        if device:
+            env = {**(env or os.environ), **device}
         with open_file(p.log, mode) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env)
             with self.lock:
@@ -453,8 +476,15 @@ class Executor:
             self._run_pool(todo, on_done)
 
     def _run_mpi(self, todo, on_done) -> None:
+        import queue as queues
+
+        slots = None
+        if self.placement is not None:
+            slots = queues.Queue()
+            for env in self.device_envs(self.jobs):
+                slots.put(env)
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            pending = {pool.submit(self._subprocess, p): p for p in todo}
+            pending = {pool.submit(self._subprocess, p, slots): p for p in todo}
             try:
                 while pending:
                     done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -480,8 +510,13 @@ class Executor:
             from fedcli.results.lock import start_time
 
             me = f"{os.getpid()}:{start_time(os.getpid()) or ''}"
-            pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=_pool_init,
-                                       initargs=(str(self.workers_lock) if self.workers_lock else None, me))
+            ctx, devices = mp.get_context("spawn"), None
+            if self.placement is not None:  # each worker takes one slot's GPU as it starts
+                devices = ctx.Queue()
+                for env in self.device_envs(n):
+                    devices.put(env)
+            pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_pool_init,
+                                       initargs=(str(self.workers_lock) if self.workers_lock else None, me, devices))
             try:
                 # at most n runs handed to the pool at a time, so that a stop leaves nothing queued in it
                 pending, requeue, broken = {}, [], False
@@ -531,6 +566,7 @@ class SweepResult:
     submitted: list[PlannedRun] = field(default_factory=list)  # --executor slurm: submitted now
     queued: list[PlannedRun] = field(default_factory=list)     # --executor slurm: their job is pending or running
     resources: object = None                                   # --executor slurm: fedcli.slurm.Resources
+    placement: object = None                                   # local runs: their GPUs (fedcli.gpuplan.Placement)
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -593,13 +629,18 @@ def failed_error(result: SweepResult) -> SweepFailed | None:
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
               notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None,
-              tracker: str = "") -> SweepResult:
+              tracker: str = "", runs_per_gpu: int | str | None = "auto", gpu_free: list[int] | None = None) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
     failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/slurm.py; ``slurm``: the
     resource flags) and return without waiting.
 
     ``notify(msg)`` prints a one-line notice (what a signal does, said at once); ``tracker``: the experiment trackers of
-    every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``)."""
+    every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``); ``runs_per_gpu``: at most this
+    many local runs at a time on one GPU, or ``auto`` (fedcli/gpuplan.py; ``gpu_free``: the devices' free bytes, asked
+    of the driver when None)."""
+    from fedcli.gpuplan import parse_runs_per_gpu
+
+    per_gpu = parse_runs_per_gpu(runs_per_gpu if runs_per_gpu is not None else "auto")
     if mpi < 0:
         raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
     if mpi and in_process:
@@ -622,6 +663,10 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     for p in result.skipped:
         p.status = COMPLETED
     result.data = check_data(todo, download, dry_run, notify)
+    if executor == "local" and not in_process and todo:
+        from fedcli.gpuplan import placement_for
+
+        result.placement = placement_for(todo, result.skipped, jobs, per_gpu, gpu_free, mpi)
     if dry_run:
         return result
     if executor == "slurm":
@@ -642,7 +687,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         manifest.write()
         if on_start:
             on_start(result, todo)
-        ex = Executor(jobs, mpi, in_process, workers_lock=lock.workers_path, notify=notify)
+        ex = Executor(jobs, mpi, in_process, workers_lock=lock.workers_path, notify=notify, placement=result.placement)
 
         def done(p: PlannedRun) -> None:
             manifest.write()

@@ -8,7 +8,10 @@
 #   3. the default run on cuda against the same run on cpu: the accuracy per evaluation side by side (not bitwise:
 #      other kernels, other rounding);
 #   4. two MPI ranks on the visible GPUs (`mpiexec -n 2 ... --device cuda`): each rank's device in the manifest;
-#   5. the automatic cohort chunk from the device's free memory (`--trainer vmap --cohort-chunk 0` on CUDA).
+#   5. the automatic cohort chunk from the device's free memory (`--trainer vmap --cohort-chunk 0` on CUDA);
+#   6. several runs on one GPU: a sweep of 4 tiny runs with --jobs 4 --runs-per-gpu 2, each run's GPU and peak memory
+#      from its manifest, then --runs-per-gpu auto from that measured memory (the plan line in the log);
+#   7. the GPU bench (scripts/bench-gpu.sh, `make bench-gpu`): the table in the log, JSON in results/bench-gpu.json.
 # Writes a log per step to ${LOGS:-gpu-check-logs}/ and one line per step to stdout; exit 1 if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +73,38 @@ auto_chunk() {
 assert m['device'].startswith('cuda') and m['trainer'] == 'vmap'" "$TMP/chunk/manifest.json"
 }
 step auto-cohort-chunk-cuda auto_chunk
+
+runs_per_gpu() {
+    cat >"$TMP/tiny.toml" <<'EOF2'
+title = "tiny"
+seeds = 2
+[base]
+dataset = "digits"
+model = "mlp"
+clients = 8
+iterations = 40
+device = "cuda"
+trainer = "vmap"
+[[runs]]
+name = "fedavg"
+algo = "fedavg"
+[[runs]]
+name = "fedlama"
+algo = "fedlama"
+EOF2
+    $PY -m fedcli sweep "$TMP/tiny.toml" --out "$TMP/sweep" --jobs 4 --runs-per-gpu 2 --progress none || return 1
+    $PY - "$TMP/sweep" <<'EOF2' || return 1
+import glob, json, sys
+ms = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/*/seed*/manifest.json"))]
+for m in ms:
+    print(m["devices"], "cuda_peak_bytes", m.get("cuda_peak_bytes"))
+assert len(ms) == 4 and all(m["devices"][0]["device"].startswith("cuda") and m.get("cuda_peak_bytes") for m in ms)
+EOF2
+    $PY -m fedcli sweep "$TMP/tiny.toml" --out "$TMP/sweep" --seeds 4 --jobs 8 --dry-run 2>&1 | grep "devices:"
+}
+step sweep-runs-per-gpu runs_per_gpu
+
+step bench-gpu env PY="$PY" scripts/bench-gpu.sh
 
 rm -rf "$TMP"
 exit $failed

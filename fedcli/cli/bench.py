@@ -33,6 +33,21 @@ def bench(
     ops: bool = typer.Option(False, "--ops", help="Instead: top-level torch ops per local iteration of the cohort step at 8, 16 and 32 clients "
                              "(FedAvg, vmap, one process, counted with torch.profiler on the CPU): the FEMNIST CNN with --data-dir a LEAF "
                              "folder, else the digits mlp. A stacked step should not grow with the clients."),
+    device: str = typer.Option(None, "--device", help="Instead: the GPU bench (docs/gpu-speed.md) on this device (cuda, cuda:K, or cpu to run "
+                               "its code paths with tiny sizes): ms per iteration of fedcli's vmap and loop trainers in fp32 and bf16 beside "
+                               "a bare torch.func vmap step and a plain per-client loop, top-level ops and GPU kernels per iteration, "
+                               "1/2/4 runs at once on the device, the projected FedLAMA Table 1; the FEMNIST CNN with --data-dir a LEAF "
+                               "folder, ResNet20 (FedLAMA Table 1's flags) with --cifar-dir a CIFAR-10 folder.", rich_help_panel="GPU bench (--device)"),
+    cifar_dir: str = typer.Option(None, "--cifar-dir", help="The GPU bench's ResNet20 workload: a folder holding cifar-10-batches-py.", rich_help_panel="GPU bench (--device)"),
+    clients: int = typer.Option(32, "--clients", min=1, help="The GPU bench: clients, all trained every iteration.", rich_help_panel="GPU bench (--device)"),
+    batch: int = typer.Option(32, "--batch", min=1, help="The GPU bench: batch size of every client.", rich_help_panel="GPU bench (--device)"),
+    iterations: str = typer.Option("5,15", "--iterations", metavar="SHORT,LONG", help="The GPU bench: a fedcli run's ms per iteration is the "
+                                   "wall time of LONG iterations minus SHORT, over LONG - SHORT.", rich_help_panel="GPU bench (--device)"),
+    concurrent: str = typer.Option("1,2,4", "--concurrent", help="The GPU bench: how many fedcli train processes at once on the device.",
+                                   rich_help_panel="GPU bench (--device)"),
+    concurrent_iterations: int = typer.Option(300, "--concurrent-iterations", min=1, help="The GPU bench: iterations of each of those "
+                                              "processes (their start-up is in the wall time: keep training the larger part).",
+                                              rich_help_panel="GPU bench (--device)"),
 ):
     """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
     (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""
@@ -49,6 +64,9 @@ def bench(
         step[0] += 1
         err_console.print(f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False)
 
+    if device is not None:
+        return gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
+                           concurrent_iterations)
     if ops:
         from fedcli import bench_ops
 
@@ -74,6 +92,43 @@ def bench(
     if json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(b.to_json(results) + "\n")
+
+
+def _ints(text: str, flag: str, n: int | None = None) -> list[int]:
+    try:
+        vals = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(v < 1 for v in vals) or (n is not None and len(vals) != n):
+        raise ConfigError(f"{flag} takes {'two' if n == 2 else 'a list of'} positive integers separated by commas, got '{text}'")
+    return vals
+
+
+def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
+                concurrent_iterations: int = 300) -> None:
+    """``fedcli bench --device D`` (fedcli/bench_gpu.py); JSON to ``--json``, else results/bench-gpu.json."""
+    short, long = _ints(iterations, "--iterations", 2)
+    if long <= short:
+        raise ConfigError(f"--iterations SHORT,LONG: LONG must be above SHORT, got {iterations}")
+    together = _ints(concurrent, "--concurrent")
+    for flag, d in (("--data-dir", data_dir), ("--cifar-dir", cifar_dir)):
+        if d and not Path(d).is_dir():
+            raise ConfigError(f"{flag} {d} is not a folder")
+    if not (data_dir or cifar_dir):
+        raise ConfigError("fedcli bench --device: give --data-dir (a LEAF FEMNIST folder) and/or --cifar-dir (a folder with "
+                          "cifar-10-batches-py)")
+    import torch
+
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ConfigError(f"fedcli bench --device {device} needs a CUDA device and none is visible; `fedcli bench --ops` counts "
+                          f"the ops per step on a CPU, `--device cpu` runs the GPU bench's code paths here")
+    from fedcli import bench_gpu
+
+    info = bench_gpu.run(data_dir, cifar_dir, device, clients, batch, short, long, steps, together, progress=progress,
+                         concurrent_iterations=concurrent_iterations)
+    for line in bench_gpu.lines(info):
+        print(line)
+    bench_gpu.write_json(info, json_out or "results/bench-gpu.json")
 
 
 def scale_section(progress, json_out: str) -> None:

@@ -23,7 +23,9 @@ def print_jobs_plan(result, mpi: int) -> None:
     todo = [p for p in result.runs if p.status != "completed"]
     est = estimate(todo, [], 1, mpi, executor="process")  # one Slurm job, one fresh process, per run
     limit = res.minutes * 60
-    t = Table(title=f"Slurm: one job per run; each asks for: {sbatch_preview(res, mpi)}", title_justify="left")
+    k = res.runs_per_job
+    per = "one job per run" if k == 1 else f"{k} runs per job ({-(-len(todo) // k)} jobs), run together sharing its GPUs"
+    t = Table(title=f"Slurm: {per}; each asks for: {sbatch_preview(res, mpi)}", title_justify="left")
     for c in ("run", "seed", "estimate (this machine)", "time limit", ""):
         t.add_column(c)
     over = 0
@@ -105,8 +107,9 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
                        on_start=on_start, notify=_say)
     sub, queued = result.submitted, result.queued
     if sub:
-        ids = [p.job_id for p in sub]
-        _say(f"submitted {len(sub)} job(s) to Slurm: {', '.join(ids[:6])}{' ...' if len(ids) > 6 else ''}")
+        ids = list(dict.fromkeys(p.job_id for p in sub))  # a packed job (--runs-per-job) holds several runs
+        packed = f" holding {len(sub)} runs" if len(ids) < len(sub) else ""
+        _say(f"submitted {len(ids)} job(s){packed} to Slurm: {', '.join(ids[:6])}{' ...' if len(ids) > 6 else ''}")
     if queued:
         _say(f"{len(queued)} run(s) already have a pending or running job (not submitted again): "
              + ", ".join(f"{p.label} job {p.job_id}" for p in queued[:6]))

@@ -18,7 +18,8 @@ def sweep(
     recipe: str = typer.Argument(..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."),
     scale: str = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). Required when the recipe has several scales. \\[default: the recipe's only scale]"),
     seeds: str = typer.Option(None, "--seeds", help="Seeds per run: a count N (seeds 0..N-1), a list (3,4) or a range (2-5). \\[default: the recipe's `seeds`]"),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs). With CUDA devices: spread over them round-robin, at most --runs-per-gpu on each."),
+    runs_per_gpu: str = typer.Option("auto", "--runs-per-gpu", metavar="K|auto", help="Local runs with --device cuda or auto on a machine with CUDA devices: at most K runs at a time on one GPU (each process sees its GPU as CUDA_VISIBLE_DEVICES); auto: as many as fit in 90% of the least free GPU's free memory by a run's memory (measured on an earlier seed, else estimated from the model and the cohort), at most 4, 1 if unknown. The plan says how many run on each device."),
     out: str = typer.Option(None, "--out", help="Sweep folder. \\[default: results/<recipe name>-<scale>]"),
     mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
@@ -31,6 +32,7 @@ def sweep(
     cpus: int = typer.Option(None, "--cpus", min=1, help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]", rich_help_panel="Slurm (--executor slurm)"),
     mem: str = typer.Option(None, "--mem", help="Slurm: memory per job (e.g. 16G). \\[default: \\[slurm] mem, else the partition's default]", rich_help_panel="Slurm (--executor slurm)"),
     gpus: int = typer.Option(None, "--gpus", min=0, help="Slurm: GPUs per job (--gpus-per-node; the runs use --device auto/cuda from the recipe). \\[default: \\[slurm] gpus, else 0]", rich_help_panel="Slurm (--executor slurm)"),
+    runs_per_job: int = typer.Option(None, "--runs-per-job", min=1, help="Slurm: runs packed in one job, run at the same time and sharing its GPUs round-robin (each sees one as CUDA_VISIBLE_DEVICES); the job asks for --cpus x K CPUs, --gpus and --mem stay per job. \\[default: \\[slurm] runs_per_job, else 1]", rich_help_panel="Slurm (--executor slurm)"),
     sbatch: list[str] = typer.Option(None, "--sbatch", help="Slurm: an extra sbatch option for every job, e.g. --sbatch=--qos=high (repeatable; added to \\[slurm] options).", rich_help_panel="Slurm (--executor slurm)"),
     signal_s: int = typer.Option(None, "--signal", min=0, help="Slurm: SIGTERM this many seconds before the time limit, so the run checkpoints at its next round boundary and stops as interrupted. \\[default: \\[slurm] signal, else 120]", rich_help_panel="Slurm (--executor slurm)"),
     status: bool = typer.Option(False, "--status", help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed runs the exit code and log; submits nothing.", rich_help_panel="Slurm (--executor slurm)"),
@@ -50,7 +52,8 @@ def sweep(
     t0 = time.perf_counter()
     state = {"progress": None, "total": 0, "estimate": None}
     scale = scale if scale is not None else _only_scale(recipe)
-    flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s}
+    flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s,
+             "runs_per_job": runs_per_job}
     if sbatch:
         flags["options"] = list(sbatch)
     if status or cancel:
@@ -71,7 +74,9 @@ def sweep(
             return
         state["estimate"] = _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
         if todo:
-            prog = SweepProgress(todo, 1 if in_process else jobs, state["estimate"], mode=progress_mode(progress))
+            placed = result.placement if result.placement is not None and result.placement.gpus else None
+            at_once = 1 if in_process else (placed.concurrent if placed else jobs)  # --runs-per-gpu may cap --jobs
+            prog = SweepProgress(todo, at_once, state["estimate"], mode=progress_mode(progress))
             prog.start()
             state["progress"] = prog
 
@@ -103,7 +108,7 @@ def sweep(
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
                            on_start=on_start, on_done=on_done, download=download, executor=executor, slurm=flags,
-                           tracker=",".join(tracker or []),
+                           tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu,
                            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
     finally:
         if state["progress"] is not None:
@@ -402,6 +407,9 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
 
     r = result.recipe
     seeds = len(result.runs) // max(1, len(r.runs))
+    placed = getattr(result, "placement", None)
+    if placed is not None and placed.gpus:
+        jobs = placed.concurrent
     head = (f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: {len(r.runs)} runs x "
             f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
             f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
@@ -413,6 +421,8 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
                           f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
     if not todo:
         return None
+    if placed is not None and placed.gpus:
+        err_console.print(f"  devices: {placed.text()}", soft_wrap=True, highlight=False, markup=False)
     old = {(e.get("name"), e.get("seed")): e.get("wall_s") for e in (load_manifest(result.root, missing_ok=True) or {}).get("runs", [])}
     done = [p for p in result.runs if p.status == "completed"]
     for p in done:

@@ -237,3 +237,26 @@ def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "MISSING" in out and "--time=01:00:00" in out and not root.exists()
     assert subprocess.run(["squeue", "-h", "--me", "-o", "%i"], capture_output=True, text=True).stdout == before
+
+
+def test_runs_per_job_packs_runs_together_and_equals_local(slurm, tmp_path, capsys):
+    """``--runs-per-job 2``: the 4 runs go in 2 jobs (asking for 2 CPUs each), a job's two runs share its id and run at
+    the same time, and the metrics are those of a local sweep, bit for bit."""
+    (tmp_path / "tiny.toml").write_text(TINY)
+    sl, local = tmp_path / "slurm", tmp_path / "local"
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "2 runs per job (2 jobs)" in out and "--cpus-per-task=2" in out
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--wait") == 0
+    err = capsys.readouterr().err
+    assert "submitted 2 job(s) holding 4 runs to Slurm" in err and "4 runs complete" in err
+    rels = ("fedavg-x1/seed0", "fedavg-x1/seed1", "fedlama-phi-2/seed0", "fedlama-phi-2/seed1")
+    jobs = {rel: job(sl, rel) for rel in rels}
+    assert jobs[rels[0]]["job_id"] == jobs[rels[1]]["job_id"] != jobs[rels[2]]["job_id"] == jobs[rels[3]]["job_id"]
+    assert all(j["exit_code"] == 0 for j in jobs.values())
+    for a, b in ((rels[0], rels[1]), (rels[2], rels[3])):  # together: each started before the other ended
+        assert jobs[a]["started"] <= jobs[b]["ended"] and jobs[b]["started"] <= jobs[a]["ended"]
+    assert ended(jobs[rels[0]]["job_id"])["state"] == "COMPLETED"
+    assert cli("sweep", tmp_path / "tiny.toml", "--out", local, "--jobs", "2", "--quiet") == 0
+    for rel in rels:
+        same_run(sl / rel, local / rel)

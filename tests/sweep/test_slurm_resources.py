@@ -57,3 +57,16 @@ def test_recipe_scale_and_flags(tmp_path):
     path.write_text(RECIPE.replace('gpus = 1', 'gpu = 1'))
     with pytest.raises(ConfigError, match=r"r.toml, line 4: unknown \[slurm\] key 'gpu'"):
         resources(read_sweep(path, "paper"), {})
+
+
+def test_runs_per_job_multiplies_the_cpus_not_the_gpus(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text(RECIPE.replace('gpus = 1', 'gpus = 1\nruns_per_job = 2'))
+    res = resources(read_sweep(path, "paper"), {"cpus": 3})
+    assert (res.runs_per_job, res.job_cpus(), res.job_cpus(mpi=4)) == (2, 6, 8)  # 2 runs x max(3 CPUs, 4 ranks)
+    assert sbatch_preview(res, mpi=0) == ("--partition=gpu --time=1-02:04:00 --cpus-per-task=6 --signal=TERM@120 "
+                                          "--gpus-per-node=1 --account=lab")
+    assert "2 runs per job" in res.describe()
+    assert resources(read_sweep(path, "paper"), {"runs_per_job": 4}).runs_per_job == 4   # --runs-per-job overrides
+    with pytest.raises(ConfigError, match="runs_per_job must be an integer >= 1"):
+        resources(read_sweep(path, "paper"), {"runs_per_job": 0})
