@@ -398,9 +398,8 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     time_x = x if x in ("iterations", "rounds") else _x_axis(reps)
     comm_x = x if x in COMM_AXES else "params"
     files = []
-    for name, axis in (("curves", time_x), (f"curves-{comm_x}", comm_x)):
-        if not any(r.metrics for per_seed in keyed.values() for r in per_seed.values()):
-            break  # no evaluation yet (a run killed before its first): no curve to draw
+    evaluated = any(r.metrics for per_seed in keyed.values() for r in per_seed.values())  # none: killed before its first
+    for name, axis in (("curves", time_x), (f"curves-{comm_x}", comm_x)) if evaluated else ():
         if warn is not None and (note := _rounds_note(reps, axis)):
             warn(note)
         fig, caption = curves_figure(reps, labels, axis, keyed)
