@@ -110,12 +110,20 @@ def count_ops(prof) -> tuple[int, int | None]:
     return ops, (kernels if cuda else None)
 
 
-def per_iteration(f, short: int, long: int):
-    """``(f(long) - f(short)) / (long - short)``, elementwise for tuples (None stays None)."""
-    a, b = f(short), f(long)
+def per_iteration(f, short: int, long: int, repeats: int = 1):
+    """``(f(long) - f(short)) / (long - short)``, elementwise for tuples (None stays None).
+
+    With ``repeats`` > 1 each of ``f(short)`` and ``f(long)`` is the least of that many calls (wall times: the least is
+    the one least disturbed). A difference that is not positive is noise larger than the iterations' own cost (runs too
+    short for this machine, or a loaded one): it is reported as None, never as a negative time."""
+    def best(it):
+        vals = [f(it) for _ in range(max(1, repeats))]
+        return vals[0] if isinstance(vals[0], tuple) else min(vals)
+
+    a, b = best(short), best(long)
     if isinstance(a, tuple):
         return tuple(None if x is None else (y - x) / (long - short) for x, y in zip(a, b))
-    return (b - a) / (long - short)
+    return (b - a) / (long - short) if b > a else None
 
 
 # ------------------------------------------------------------------------------------------- the bare references
@@ -228,7 +236,7 @@ def concurrent_runs_s(settings: dict, clients: int, batch: int, device: str, ite
 
 def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", clients: int = 32, batch: int = 32,
         short: int = 5, long: int = 15, steps: int = 10, concurrent=(1, 2, 4), precisions=("fp32", "bf16"),
-        progress=None, concurrent_iterations: int = 300) -> dict:
+        progress=None, concurrent_iterations: int = 300, repeats: int = 2) -> dict:
     """Every measurement of every workload whose data was given; a JSON-able dict."""
     say = progress or (lambda what: None)
     dev = torch.device(device)
@@ -240,8 +248,9 @@ def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", cl
         for prec in precisions:
             for trainer in ("vmap", "loop"):
                 say(f"{name}: fedcli {trainer} {prec}")
-                r[f"fedcli_{trainer}_{prec}_ms"] = 1e3 * per_iteration(
-                    lambda it: fedcli_run_s(settings, clients, batch, device, trainer, prec, it), short, long)
+                s = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, trainer, prec, it), short,
+                                  long, repeats)
+                r[f"fedcli_{trainer}_{prec}_ms"] = None if s is None else 1e3 * s
         say(f"{name}: ops and kernels of fedcli's vmap step")
         ops, kernels = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, "vmap", "fp32", it, True),
                                      short, long)
@@ -266,14 +275,19 @@ def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", cl
     return info
 
 
+def _ratio(a, b):
+    return None if a is None or b is None else a / b
+
+
 def ratios(r: dict, precisions) -> None:
-    """The issue's ratios, added to ``r``: fedcli's steps over the bare ones, bf16's speed-up."""
+    """The issue's ratios, added to ``r``: fedcli's steps over the bare ones, bf16's speed-up (None where a time could
+    not be measured above the noise)."""
     for prec in precisions:
-        r[f"vmap_over_bare_{prec}"] = r[f"fedcli_vmap_{prec}_ms"] / r[f"bare_vmap_{prec}_ms"]
-    r["loop_over_plain_fp32"] = r["fedcli_loop_fp32_ms"] / r["plain_loop_fp32_ms"]
+        r[f"vmap_over_bare_{prec}"] = _ratio(r[f"fedcli_vmap_{prec}_ms"], r[f"bare_vmap_{prec}_ms"])
+    r["loop_over_plain_fp32"] = _ratio(r["fedcli_loop_fp32_ms"], r["plain_loop_fp32_ms"])
     if "bf16" in precisions:
-        r["bf16_speedup_vmap"] = r["fedcli_vmap_fp32_ms"] / r["fedcli_vmap_bf16_ms"]
-        r["bf16_speedup_bare"] = r["bare_vmap_fp32_ms"] / r["bare_vmap_bf16_ms"]
+        r["bf16_speedup_vmap"] = _ratio(r["fedcli_vmap_fp32_ms"], r["fedcli_vmap_bf16_ms"])
+        r["bf16_speedup_bare"] = _ratio(r["bare_vmap_fp32_ms"], r["bare_vmap_bf16_ms"])
 
 
 #: FedLAMA AAAI Table 1 at paper scale: 5 rows x 3 seeds of 10,000 local iterations (recipes/fedlama/aaai-table1.toml)
@@ -284,6 +298,8 @@ def table1_projection(r: dict) -> float:
     """Seconds of training of FedLAMA Table 1 at paper scale on one device: 15 runs of 10,000 iterations at fedcli's
     fp32 vmap step, packed at the best measured runs-per-device throughput (set-up and evaluations not counted)."""
     best = max(r["throughput_vs_one"].values(), default=1.0)
+    if r["fedcli_vmap_fp32_ms"] is None:
+        return None
     return TABLE1["runs"] * TABLE1["iterations"] * r["fedcli_vmap_fp32_ms"] / 1e3 / max(1.0, best)
 
 
@@ -297,15 +313,17 @@ def lines(info: dict) -> list[str]:
         out.append(f"{name}:")
         for key, v in r.items():
             if key.endswith("_ms"):
-                out.append(f"  {key.removesuffix('_ms'):24s} {v:10.2f} ms/iteration")
+                out.append(f"  {key.removesuffix('_ms'):24s} {v:10.2f} ms/iteration" if v is not None else
+                           f"  {key.removesuffix('_ms'):24s} not measured: the long run was no slower than the short "
+                           "one (noise above the iterations' cost; raise --iterations)")
         k = r["kernels_per_iteration"]
         out.append(f"  top-level torch ops {r['ops_per_iteration']:.1f}, GPU kernels "
                    f"{'n/a (no CUDA)' if k is None else f'{k:.1f}'} per iteration (fedcli vmap fp32)")
         for key in [k for k in r if "_over_" in k or "speedup" in k]:
-            out.append(f"  {key:24s} x{r[key]:.2f}")
+            out.append(f"  {key:24s} " + ("n/a" if r[key] is None else f"x{r[key]:.2f}"))
         tp = ", ".join(f"{n} at once x{v:.2f}" for n, v in r["throughput_vs_one"].items())
         out.append(f"  runs per device, throughput against one run: {tp}")
-        if "table1_paper_projection_s" in r:
+        if r.get("table1_paper_projection_s") is not None:
             out.append(f"  FedLAMA AAAI Table 1 at paper scale (15 runs x 10,000 iterations), training only: "
                        f"{r['table1_paper_projection_s'] / 60:.1f} min on this device")
     if not info["workloads"]:
