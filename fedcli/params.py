@@ -1,15 +1,18 @@
 """Declaring options: ``opt`` field metadata and the registry of per-method params dataclasses.
 
-A method (or part) file declares its own hyperparameters as a small dataclass of ``opt`` fields and registers it::
+A method (or part) file declares its own hyperparameters as a small dataclass of ``opt`` fields and registers it
+under its section (the recipe table ``[feddyn]``, the manifest's ``params.feddyn``, its own ``--help`` panel)::
 
-    @register_params
+    @register_params(section="feddyn")
     class FedDynParams:
         feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha ...", lo=0.0, lo_open=True, group="method")
 
 :class:`fedcli.config.TrainConfig` is assembled from the general fields of ``fedcli/config.py`` and every
 registered params class, so each field is a ``fedcli train`` flag (``--feddyn-alpha``), a recipe key
-(``feddyn_alpha``), an entry of the manifest's ``config``, validated by its bounds or choices and read by the
-parts as ``cfg.feddyn_alpha``. This module imports nothing of fedcli, so method files import it freely.
+(``feddyn_alpha``, also in its table: ``[feddyn] feddyn_alpha = 0.1``), an entry of the manifest's ``config``, validated by
+its bounds or choices. A part declares what it reads (``Params = FedDynParams``, ``uses = ("lr",)`` for general
+fields) and is built with exactly those (:func:`bind`): ``self.params.feddyn_alpha``. This module imports nothing of
+fedcli, so method files import it freely.
 """
 
 from __future__ import annotations
@@ -42,24 +45,91 @@ def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi
     )
 
 
-def register_params(cls: type) -> type:
+#: section name -> its params class (``register_params(section=...)``): the recipe table ``[section]`` and the
+#: manifest's ``params.section`` hold its fields
+SECTIONS: dict[str, type] = {}
+
+
+def register_params(cls: type | None = None, *, section: str = ""):
     """Make ``cls`` a dataclass of ``opt`` fields and add its fields to the config (class decorator).
 
-    A params class may define ``check(self)``, called by ``TrainConfig.validate`` after the per-field checks, for
-    rules between its fields; it raises ``ConfigError(message, key=...)``. A field name another params class
-    already declared is a programming error (TypeError at import)."""
+    ``section`` names the params' own namespace (default: the class name without ``Params``, lower case): a recipe may set them in a ``[section]`` table, the manifest records
+    them under ``params.<section>`` and ``--help`` shows them in their own panel; each field is also a flat option
+    (``--phi``, recipe key ``phi``), an alias of ``fedlama.phi``. A params class may define ``check(self)``, called by
+    ``TrainConfig.validate`` after the per-field checks, for rules between its fields; it raises
+    ``ConfigError(message, key=...)``. A field name another params class already declared is a programming error
+    (TypeError at import)."""
+    if cls is None:
+        return lambda c: register_params(c, section=section)
     if not dataclasses.is_dataclass(cls):
         cls = dataclasses.dataclass(cls)
     if cls in PARAMS:
         return cls
+    section = section or cls.__name__.lower().removesuffix("params") or cls.__name__.lower()  # FakeParams: "fake"
+    if SECTIONS.get(section, cls) is not cls:
+        raise TypeError(f"{cls.__qualname__}: section {section!r} is already {SECTIONS[section].__qualname__}'s")
     taken = {f.name: p for p in PARAMS for f in dataclasses.fields(p)}
     for f in dataclasses.fields(cls):
         if "help" not in f.metadata:
             raise TypeError(f"{cls.__qualname__}.{f.name}: declare params fields with fedcli.params.opt(...)")
         if f.name in taken:
             raise TypeError(f"{cls.__qualname__}.{f.name}: the option is already declared by {taken[f.name].__qualname__}")
+    cls.section = section
+    SECTIONS[section] = cls
     PARAMS.append(cls)
     return cls
+
+
+def section_of(name: str) -> str | None:
+    """The section of the params field ``name``; None for a general field (fedcli/config.py)."""
+    for p in PARAMS:
+        if any(f.name == name for f in dataclasses.fields(p)):
+            return p.section
+    return None
+
+
+def section_values(cfg, sections) -> dict[str, dict]:
+    """``{section: {field: value}}`` of ``cfg`` for the named params sections (the manifest's ``params``)."""
+    return {s: {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SECTIONS[s])} for s in sections}
+
+
+# ------------------------------------------------------------------------------------------- what a part receives
+def declared(part: type) -> tuple[str, ...]:
+    """The config fields a part class reads: the fields of the ``Params`` classes and the general names in ``uses``
+    declared along its class hierarchy (a subclass reads what its bases read, and adds its own)."""
+    names: list[str] = []
+    for k in reversed(part.__mro__):
+        own = vars(k)
+        if own.get("Params") is not None:
+            names += [f.name for f in dataclasses.fields(own["Params"])]
+        names += list(own.get("uses", ()))
+    return tuple(dict.fromkeys(names))
+
+
+_BOUND: dict[type, type] = {}
+
+
+def params_class(part: type) -> type:
+    """The dataclass a part of class ``part`` is built with: its ``Params`` classes as bases (their methods, e.g.
+    ``phi_values``, come along) and one field per general name it ``uses``; nothing else of the config."""
+    if part not in _BOUND:
+        bases = tuple(dict.fromkeys(vars(k)["Params"] for k in reversed(part.__mro__) if vars(k).get("Params") is not None))
+        own = {f.name for b in bases for f in dataclasses.fields(b)}
+        extra = [(n, object, dataclasses.field(default=None)) for n in declared(part) if n not in own]
+        _BOUND[part] = dataclasses.make_dataclass(f"{part.__name__}Params", extra, bases=bases[::-1])
+    return _BOUND[part]
+
+
+def bind(part: type, source):
+    """``part``'s params read from ``source`` (a config, or anything with those attributes): exactly the fields it
+    declares (:func:`declared`), so a part cannot depend on an option it does not declare. Already bound: as is."""
+    cls = params_class(part)
+    if type(source) is cls:
+        return source
+    missing = [n for n in declared(part) if not hasattr(source, n)]
+    if missing:
+        raise TypeError(f"{part.__qualname__} reads {', '.join(missing)}, which {type(source).__qualname__} lacks")
+    return cls(**{n: getattr(source, n) for n in declared(part)})
 
 
 def group_rank(f) -> int:

@@ -96,8 +96,10 @@ def resolve_paths(values: dict, root: Path) -> dict:
     return out
 
 
-def train_values(path: str | Path, scale: str | None = None) -> dict:
-    """Config values of a recipe for ``fedcli train``, relative paths resolved against the recipe's root."""
+def train_values(path: str | Path, scale: str | None = None, overrides: dict | None = None) -> dict:
+    """Config values of a recipe for ``fedcli train``, relative paths resolved against the recipe's root; a method
+    table (``[fedlama] phi = 2``) gives its keys when the run's method reads them (``overrides``: the flags, which
+    may choose another method)."""
     data, text = read_recipe(path)
     root = recipe_root(path, data, text)
 
@@ -106,25 +108,114 @@ def train_values(path: str | Path, scale: str | None = None) -> dict:
             raise ConfigError(f"{where(path, text, name.split('.')[-1])}: [{name}] must be a table of config keys")
         return dict(obj)
 
-    def scaled(values: dict) -> dict:
-        if scale:
-            scales = table(data.get("scale", {}), "scale")
-            if scale not in scales:
-                raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
-            values.update(table(scales[scale], f"scale.{scale}"))
-        return values
+    def level(values: dict, header: str | None, what: str) -> Level:
+        span = _table_span(text, header) if header else None
+        return split_level(values, path, text, span, what, lambda t: _table_span(text, f"{header}.{t}" if header else t),
+                           sweep=False)
 
+    levels = []
     if "base" in data or "runs" in data:
-        values = scaled(table(data.get("base", {}), "base"))
+        levels.append(level(table(data.get("base", {}), "base"), "base", "[base]"))
     else:
-        values = {k: v for k, v in data.items() if not isinstance(v, dict) and k != "root"}
-        for k, v in data.items():
-            if isinstance(v, dict) and k != "scale":
-                m = re.search(rf"^\s*\[\s*{re.escape(k)}\b", text, re.M)
-                loc = f"{path}, line {text.count(chr(10), 0, m.start()) + 1}" if m else str(path)
-                raise ConfigError(f"{loc}: unknown table [{k}]; a recipe for one run is a flat list of keys")
-        values = scaled(values)
-    return resolve_paths(check_keys(values, path, text), root)
+        levels.append(level({k: v for k, v in data.items() if k not in ("root", "scale")}, None, "the recipe"))
+    if scale:
+        scales = table(data.get("scale", {}), "scale")
+        if scale not in scales:
+            raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
+        levels.append(level(table(scales[scale], f"scale.{scale}"), f"scale.{scale}", f"[scale.{scale}]"))
+    overrides = overrides or {}
+    values, used = merge_levels(levels, overrides)
+    chosen_here = not any(k in overrides for k in ("algo", "schedule", "init"))  # a flag's other method: tables idle
+    for lv in levels:
+        for name, (_, loc) in lv.tables.items():
+            if name not in used and chosen_here:
+                raise ConfigError(f"{loc}: [{name}] holds options this run does not read (the tables its method reads: "
+                                  f"{', '.join(f'[{t}]' for t in run_tables(values, overrides))})")
+    return resolve_paths(values, root)
+
+
+# -------------------------------------------------------------------------------------- method tables in recipes
+class Level:
+    """One level of a recipe's values (``[base]``, ``[scale.x]``, one run): its keys and its method tables."""
+
+    def __init__(self, keys: dict, tables: dict[str, tuple[dict, str]]):
+        self.keys, self.tables = keys, tables  # tables: name -> (checked keys, "file, line N" of the table)
+
+
+def split_level(values: dict, path, text: str, span, what: str, table_span=lambda name: None, sweep: bool = True) -> Level:
+    """Check one level's keys (:func:`check_keys_in` in a sweep, else :func:`check_keys`) and its sub-tables: each one
+    names a method or a params section (``fedcli.fl.methods.table_keys``: ``[fedlama]``, ``[fedlamb]``, ``[ala]``)
+    and holds keys it reads."""
+    from fedcli.fl.methods import table_keys
+
+    plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
+    tables = {}
+    for name, sub in values.items():
+        if not isinstance(sub, dict):
+            continue
+        inner = table_span(name) or span
+        loc = where_in(path, text, name, span) if inner is span else f"{path}, line {text.count(chr(10), 0, inner[0]) + 1}"
+        allowed = table_keys(name)
+        if allowed is None:
+            raise ConfigError(f"{loc}: unknown table [{name}] in {what}; a table holds one method's options and is named "
+                              f"after the method or its params section ({', '.join(sorted(all_tables()))})")
+        for k in sub:
+            if k.replace("-", "_") not in allowed:
+                raise ConfigError(f"{where_in(path, text, k, inner)}: [{name}] has no key '{k}'; its keys: "
+                                  f"{', '.join(sorted(allowed)) or 'none'}")
+        tables[name] = (check_keys_in(dict(sub), path, text, inner, f"[{name}]"), loc)
+    return Level(check_keys_in(plain, path, text, span, what) if sweep else check_keys(plain, path, text), tables)
+
+
+def all_tables() -> set[str]:
+    from fedcli.fl.methods import METHODS
+    from fedcli.params import SECTIONS
+
+    return set(SECTIONS) | set(METHODS)
+
+
+def _run_parts(values: dict) -> tuple[str, str, str] | None:
+    """(method, schedule, init) of merged values, or None for an unknown method (validation reports it)."""
+    from fedcli.fl.methods import method_labels
+    from fedcli.names import resolve_method
+
+    try:
+        algo = resolve_method(values.get("algo", FIELDS["algo"].default), method_labels())
+    except ConfigError:
+        return None
+    return algo, values.get("schedule", ""), values.get("init", "")
+
+
+def run_tables(values: dict, overrides: dict) -> list[str]:
+    """The tables a run with these values reads: its method and its parts' params sections."""
+    from fedcli.fl.methods import run_sections
+
+    parts = _run_parts({**values, **overrides})
+    return [] if parts is None else list(dict.fromkeys([parts[0], *run_sections(*parts)]))
+
+
+def merge_levels(levels: list[Level], overrides: dict) -> tuple[dict, set[str]]:
+    """The levels' keys merged in order, each level's applicable tables at that level (a key given both plainly and in a
+    table of one level is an error); the names of the tables used. A table applies when the run (``overrides`` last)
+    has its method or reads its params section."""
+    from fedcli.fl.methods import table_applies
+
+    merged: dict = {}
+    for lv in levels:
+        merged.update(lv.keys)
+    parts = _run_parts({**merged, **overrides})
+    out, used = {}, set()
+    for lv in levels:
+        out.update(lv.keys)
+        for name, (keys, loc) in lv.tables.items():
+            if parts is None or not table_applies(name, *parts):
+                continue
+            both = sorted(set(keys) & set(lv.keys))
+            if both:
+                raise ConfigError(f"{loc}: '{both[0]}' is set both as a plain key and in [{name}] at the same level")
+            out.update(keys)
+            used.add(name)
+    return out, used
 
 
 def build_config(recipe: str | None, overrides: dict, scale: str | None = None) -> TrainConfig:
@@ -132,7 +223,7 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
         raise ConfigError(f"--scale {scale} needs --recipe (scales are tables of a recipe)")
     from fedcli.fl.methods import with_method_defaults
 
-    values = train_values(recipe, scale) if recipe else {}
+    values = train_values(recipe, scale, overrides) if recipe else {}
     from_recipe = set(values) - set(overrides)
     values.update(overrides)
     values = with_method_defaults(values)
@@ -313,9 +404,12 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
     data, text = read_recipe(path)
     if not is_sweep_recipe(data):
         raise ConfigError(f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run")
+    from fedcli.fl.methods import table_keys
+
     for k, v in data.items():
-        if k not in SWEEP_TOP_KEYS:
-            raise ConfigError(f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: {', '.join(sorted(SWEEP_TOP_KEYS))})")
+        if k not in SWEEP_TOP_KEYS and not (isinstance(v, dict) and table_keys(k) is not None):
+            raise ConfigError(f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: {', '.join(sorted(SWEEP_TOP_KEYS))}, "
+                              f"and a table of one method's options named after it: [fedlama], [fedlamb], ...)")
     for k in ("title", "paper", "fidelity", "notes"):
         if k in data and not isinstance(data[k], str):
             raise ConfigError(f"{where(path, text, k)}: key '{k}' must be a string")
@@ -329,9 +423,15 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
     scale = scale if scale is not None else default_scale(data)
     if scale is not None and scale not in scales:
         raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
-    base = check_keys_in(dict(data.get("base", {})), path, text, _table_span(text, "base"), "[base]")
-    scaled = {name: check_keys_in(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]")
+    base = split_level(dict(data.get("base", {})), path, text, _table_span(text, "base"), "[base]",
+                       lambda t: _table_span(text, f"base.{t}"))
+    top = split_level({k: v for k, v in data.items() if k not in SWEEP_TOP_KEYS}, path, text, None, "the recipe",
+                      lambda t: _table_span(text, t))  # [fedlama] at the top: as [base.fedlama]
+    scaled = {name: split_level(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]",
+                                lambda t, name=name: _table_span(text, f"scale.{name}.{t}"))
               for name, v in scales.items()}
+    levels_seen: list[Level] = [base, top, *scaled.values()]
+    used: set[str] = set()
     runs_data = data.get("runs")
     if not isinstance(runs_data, list) or not runs_data:
         raise ConfigError(f"{where(path, text, 'runs')}: [[runs]] must list at least one run")
@@ -366,18 +466,21 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
         if only is not None and (not isinstance(only, list) or not only or not all(isinstance(s, str) and s in scales for s in only)):
             raise ConfigError(f"{where_in(path, text, 'scales', span)}: run '{name}': `scales` must be a non-empty list of "
                               f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}")
-        own = check_keys_in(row, path, text, span, f"run '{name}'")
-        checked_scales = {s: check_keys_in(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
+        own = split_level(row, path, text, span, f"run '{name}'")
+        checked_scales = {s: split_level(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
+        levels_seen += [own, *checked_scales.values()]
         if only is not None and scale not in only:
             continue  # checked above, but not part of the grid at this scale
-        values = dict(base)
-        if scale is not None:
-            values.update(scaled[scale])
-        values.update(own)
-        if scale is not None:
-            values.update(checked_scales.get(scale, {}))
+        levels = [base, top, *([scaled[scale], own, checked_scales.get(scale, Level({}, {}))] if scale is not None else [own])]
+        values, run_used = merge_levels(levels, {})
+        used |= run_used
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
         runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup)))
+    for lv in levels_seen:  # a method table no run reads is a mistake (a typo'd method, a method the grid lost)
+        for tname, (_, loc) in lv.tables.items():
+            if tname not in used:
+                raise ConfigError(f"{loc}: [{tname}] sets options that no run of this recipe reads at this scale (a run "
+                                  f"reads the table of its method and of its parts' params sections)")
     return SweepRecipe(path, text, data, scale, runs, root)
 
 

@@ -2,7 +2,7 @@
 
 The fields come from :mod:`fedcli.cli.spec` (plain data, cached), so building the options, showing ``--help`` and
 reporting a bad argument never import torch. ``--help`` lists the core options first (what a first run sets),
-then the general panels, then each method's own options.
+then the general panels, then each method's own options, one panel per params section (its recipe table).
 """
 
 from __future__ import annotations
@@ -73,10 +73,17 @@ def help_text(f: dict, methods: dict | None = None) -> str:
     return escape(f"{f['help']}{listed} {default_text(f, methods)}")
 
 
-def panel_rank(f: dict) -> int:
+def panel_of(f: dict) -> str:
+    """The ``--help`` panel of a field: core, its general group, or its method's params section (``[fedlama] options``)."""
+    return "core" if f["name"] in CORE else f.get("panel") or f["group"]
+
+
+def panel_rank(f: dict) -> tuple:
     if f["name"] in CORE:
-        return -1
-    return PANELS.index(f["group"]) if f["group"] in PANELS else len(PANELS)
+        return (-1, "")
+    if f.get("panel"):  # the methods' own options, after the general panels, one panel per params section
+        return (len(PANELS), f["panel"])
+    return (PANELS.index(f["group"]) if f["group"] in PANELS else len(PANELS) + 1, "")
 
 
 def config_parameters(spec: dict, names=None) -> list[inspect.Parameter]:
@@ -87,7 +94,7 @@ def config_parameters(spec: dict, names=None) -> list[inspect.Parameter]:
     params = []
     for f in fields:
         t = TYPES[f["type"]]
-        panel = "core" if f["name"] in CORE else f["group"]
+        panel = panel_of(f)
         kw = {"help": help_text(f, spec["methods"]), "rich_help_panel": panel, "show_default": False}
         if f.get("choices"):
             kw["metavar"] = "<choice>"

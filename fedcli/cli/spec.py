@@ -19,8 +19,8 @@ from pathlib import Path
 
 from fedcli.paths import cache_dir
 
-#: bumped when the layout of the cached JSON changes (2: the dataset names)
-LAYOUT = 2
+#: bumped when the layout of the cached JSON changes (2: the dataset names; 3: each method option's panel)
+LAYOUT = 3
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -39,13 +39,31 @@ def build() -> dict:
     from fedcli.config import FIELDS, field_type
     from fedcli.data.datasets import DATASETS
     from fedcli.fl.methods import METHODS
+    from fedcli.params import section_of
 
+    panels = method_panels()
     fields = [{"name": f.name, "type": field_type(f).__name__, "default": f.default, "help": f.metadata["help"],
                "group": f.metadata["group"], "choices": f.metadata.get("choices"),
-               "multiple": f.metadata.get("multiple", False)} for f in FIELDS.values()]
+               "multiple": f.metadata.get("multiple", False), "panel": panels.get(section_of(f.name))}
+              for f in FIELDS.values()]
     methods = {name: {"name": m.name, "label": m.label_for(name), "personalized": m.personalized,
                       "defaults": m.effective_defaults()} for name, m in METHODS.items()}
     return {"fields": fields, "methods": methods, "datasets": sorted(DATASETS)}
+
+
+def method_panels() -> dict[str, str]:
+    """Each params section's ``--help`` panel title: the section (its recipe table ``[section]``) and the methods whose
+    parts read it."""
+    from fedcli.fl.methods import METHODS, run_sections
+    from fedcli.params import SECTIONS
+
+    readers: dict[str, list[str]] = {s: [] for s in SECTIONS}
+    for name, m in METHODS.items():
+        if name == m.name:
+            for s in run_sections(name):
+                readers[s].append(name)
+    # a section no method's parts read (the personalized evaluation's, read by the engine) stays in its general panel
+    return {s: f"method options: {s}" + (f" ({', '.join(sorted(r))})" if r != [s] else "") for s, r in readers.items() if r}
 
 
 def load() -> dict:

@@ -88,7 +88,7 @@ from fedcli.params import opt, register_params
 FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
 
 
-@register_params
+@register_params(section="adaptive")
 class AdaptiveParams:
     """The adaptive optimizers' settings (Fed-LAMB Algorithm 1; Mime; Reddi et al. 2021's server Adam)."""
 
@@ -231,27 +231,30 @@ class LambStep(LocalStep):
 
     requires = {"server": "vhat"}  # the server's v_hat (vhat-max, vhat-fullgrad)
     provides = frozenset({"v"})     # each client's second moment v, which the vhat-max server averages
+    Params = AdaptiveParams
+    uses = ("weight_decay",)
 
     trust_default = True
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        check_eps(cfg)
-        self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
-        self.trust = {"auto": self.trust_default, "on": True, "off": False}[cfg.trust_ratio]
-        self.phi = scaling_function(cfg.phi_values())
+    def __init__(self, params):
+        super().__init__(params)
+        p = self.params
+        check_eps(p)
+        self.b1, self.b2, self.wd = p.beta1, p.beta2, p.weight_decay
+        self.trust = {"auto": self.trust_default, "on": True, "off": False}[p.trust_ratio]
+        self.phi = scaling_function(p.phi_values())
         self.denom: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, view, cohort) -> None:
         synced = view.offered("vhat", cohort)  # the server's v_hat_{r-1}; None before the first synchronization: v_hat_0
-        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.cfg)))
+        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.params)))
                 for n, p in view.global_params.items()}
-        local = synced is None and self.cfg.vhat_start == "local"
-        self.denom = None if local else {n: denominator(self.cfg, v) for n, v in vhat.items()}  # fixed for the round
+        local = synced is None and self.params.vhat_start == "local"
+        self.denom = None if local else {n: denominator(self.params, v) for n, v in vhat.items()}  # fixed for the round
         m, v = {}, {}
         for n, p in view.global_params.items():
             m[n] = gather_state(view, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
-            if self.cfg.local_v == "keep":
+            if self.params.local_v == "keep":
                 v[n] = gather_state(view, f"adaptive.v/{n}", cohort, p)
             else:
                 v[n] = vhat[n].expand_as(m[n]).clone()  # v_{r,i}^0 = v_hat_{r-1} (line 6)
@@ -265,7 +268,7 @@ class LambStep(LocalStep):
 
     def end_round(self, view, cohort) -> None:
         tables = {f"adaptive.m/{n}": t for n, t in cohort.opt_state["m"].items()}
-        if self.cfg.local_v == "keep":
+        if self.params.local_v == "keep":
             tables.update({f"adaptive.v/{n}": t for n, t in cohort.opt_state["v"].items()})
         store_state(view, cohort, tables)
 
@@ -288,7 +291,7 @@ class LambStep(LocalStep):
                 a = expand(active, m)
                 m.copy_(torch.where(a, m.mul(b1).add_(g, alpha=1 - b1), m))
                 v.copy_(torch.where(a, v.mul(b2).addcmul_(g, g, value=1 - b2), v))
-            u = m / (self.denom[n] if self.denom is not None else denominator(self.cfg, v))  # psi (line 12)
+            u = m / (self.denom[n] if self.denom is not None else denominator(self.params, v))  # psi (line 12)
             if self.wd:
                 u = u + self.wd * p
             if self.trust:
@@ -316,11 +319,14 @@ class MimeStep(LocalStep):
     """
 
     requires = {"server": "mime"}  # the server's control variate and AMSGrad state
+    Params = AdaptiveParams
+    uses = ("weight_decay",)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        check_eps(cfg)
-        self.b1, self.b2, self.wd = cfg.beta1, cfg.beta2, cfg.weight_decay
+    def __init__(self, params):
+        super().__init__(params)
+        p = self.params
+        check_eps(p)
+        self.b1, self.b2, self.wd = p.beta1, p.beta2, p.weight_decay
 
     def begin_round(self, view, cohort) -> None:
         self.view = view  # the server's state is read at each step (its begin_round, after this one, computes c)
@@ -330,13 +336,13 @@ class MimeStep(LocalStep):
         x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask  # this step's mini-batches
         at_anchor, _ = self.view.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
-            srv, b1, b2, v0 = self.view.offered("mime", cohort), self.b1, self.b2, vhat_zero(self.cfg)
+            srv, b1, b2, v0 = self.view.offered("mime", cohort), self.b1, self.b2, vhat_zero(self.params)
             for n, p in cohort.params.items():
                 g = grads[n] - at_anchor[n].detach() + srv.control[n]  # g~ = g_i(y) - g_i(x) + c
                 m = (1 - b1) * g if srv.m is None else b1 * srv.m[n] + (1 - b1) * g
                 v = (1 - b2) * g * g if srv.v is None else b2 * srv.v[n] + (1 - b2) * g * g
                 vhat = v.clamp(min=v0) if srv.vhat is None else torch.maximum(srv.vhat[n], v)
-                u = m / denominator(self.cfg, vhat)
+                u = m / denominator(self.params, vhat)
                 if self.wd:
                     u = u + self.wd * p
                 if active is not None:
@@ -349,9 +355,10 @@ class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
     provides = frozenset({"vhat"})
+    Params = AdaptiveParams
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, params):
+        super().__init__(params)
         self.vhat: dict[str, torch.Tensor] | None = None
 
     def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor] | None:
@@ -367,7 +374,7 @@ class _VhatServer(AverageServer):
     def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
         """v_hat <- max(v_hat, candidate), v_hat = v_hat_0 (eps, or 0 with --vhat-eps outside) before the first time."""
         if self.vhat is None:
-            self.vhat = {n: t.clamp(min=vhat_zero(self.cfg)) for n, t in candidate.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.params)) for n, t in candidate.items()}
         else:
             self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
 
@@ -385,7 +392,7 @@ class VhatMaxServer(_VhatServer):
     requires = {"local_step": "v"}  # the clients' v (lamb, ams)
 
     def end_round(self, view, cohort) -> None:
-        if not sync_due(self.cfg, cohort.round_idx):
+        if not sync_due(self.params, cohort.round_idx):
             return
         self.raise_vhat(cohort_mean(view, cohort, view.offered("v", cohort)))
         count_transfer(view, up=1, down=1)  # v up, v_hat down
@@ -395,20 +402,20 @@ class VhatMaxServer(_VhatServer):
 class VhatFullGradServer(_VhatServer):
     """Mime-LAMB: full-batch gradients at the global model, then AMSGrad's v and max (Alg. 1, lines 17, 21-23)."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, params):
+        super().__init__(params)
         self.v: dict[str, torch.Tensor] | None = None
         self.grad: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         self.v = _to(self.v, view.device)
-        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.cfg, cohort.round_idx) else None
+        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.params, cohort.round_idx) else None
 
     def end_round(self, view, cohort) -> None:
         if self.grad is None:
             return
-        b2 = self.cfg.beta2
+        b2 = self.params.beta2
         sq = {n: g * g for n, g in self.grad.items()}
         self.v = {n: (1 - b2) * s for n, s in sq.items()} if self.v is None else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
         self.raise_vhat(self.v)
@@ -436,9 +443,10 @@ class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
 
     provides = frozenset({"mime"})  # the control variate c and the AMSGrad state the 'mime' local step follows
+    Params = AdaptiveParams
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, params):
+        super().__init__(params)
         self.m = self.v = self.vhat = None
         self.control: dict[str, torch.Tensor] | None = None
 
@@ -454,13 +462,13 @@ class MimeServer(AverageServer):
         count_transfer(view, up=1, down=1)  # full-batch gradient up, c down
 
     def end_round(self, view, cohort) -> None:
-        if not sync_due(self.cfg, cohort.round_idx):
+        if not sync_due(self.params, cohort.round_idx):
             return
-        b1, b2, c = self.cfg.beta1, self.cfg.beta2, self.control
+        b1, b2, c = self.params.beta1, self.params.beta2, self.control
         if self.m is None:  # from AMSGrad's initial state m = v = 0, v_hat = v_hat_0
             self.m = {n: (1 - b1) * g for n, g in c.items()}
             self.v = {n: (1 - b2) * g * g for n, g in c.items()}
-            self.vhat = {n: t.clamp(min=vhat_zero(self.cfg)) for n, t in self.v.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.params)) for n, t in self.v.items()}
         else:
             self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
             self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}
@@ -478,21 +486,24 @@ class MimeServer(AverageServer):
 class AdamServer(AverageServer):
     """Adp-Fed (FedAdam, Reddi et al. 2021): server Adam on the averaged update, per layer."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    Params = AdaptiveParams
+    uses = ("server_lr",)
+
+    def __init__(self, params):
+        super().__init__(params)
         self.m: dict[str, torch.Tensor] = {}
         self.v: dict[str, torch.Tensor] = {}
 
     @torch.no_grad()
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
-        b1, b2 = self.cfg.beta1, self.cfg.beta2
+        b1, b2 = self.params.beta1, self.params.beta2
         delta = average - previous
         m = self.m.get(name)
         v = self.v.get(name)
         m = (1 - b1) * delta if m is None else b1 * m.to(delta.device) + (1 - b1) * delta
         v = (1 - b2) * delta * delta if v is None else b2 * v.to(delta.device) + (1 - b2) * delta * delta
         self.m[name], self.v[name] = m, v
-        return previous + self.cfg.server_lr * m / (v.sqrt() + self.cfg.server_eps)
+        return previous + self.params.server_lr * m / (v.sqrt() + self.params.server_eps)
 
     def state_dict(self) -> dict:
         return {"m": _cpu(self.m), "v": _cpu(self.v)}

@@ -59,7 +59,7 @@ from fedcli.params import opt, register_params
 ALA_BATCHES = register_purpose("ala", Stream("ala", shuffled=False, window=True))
 
 
-@register_params
+@register_params(section="ala")
 class ALAParams:
     """Adaptive local aggregation (FedALA, Zhang et al., AAAI 2023, Eqs. 3-5, Algorithm 1)."""
 
@@ -193,20 +193,23 @@ class ALAInit(OverwriteInit):
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
     wraps_base = True          # the engine passes the method's own init as ``base``
 
-    def __init__(self, cfg, base=None):
-        super().__init__(cfg)
-        self.base = base if base is not None else OverwriteInit(cfg)
+    Params = ALAParams
+
+    def __init__(self, params, base=None):
+        super().__init__(params)
+        self.base = base if base is not None else OverwriteInit(params)
         self.provides = self.base.provides  # what the method's own init offers the other parts (FedAMP's u_i)
-        self.p = int(cfg.ala_layers)
-        self.percent = float(cfg.ala_sample_percent)
-        self.eta = float(cfg.ala_lr)
-        self.threshold = float(cfg.ala_threshold)
-        self.num_pre_loss = int(cfg.ala_num_pre_loss)
-        self.max_passes = int(cfg.ala_max_passes)
+        p = self.params
+        self.p = int(p.ala_layers)
+        self.percent = float(p.ala_sample_percent)
+        self.eta = float(p.ala_lr)
+        self.threshold = float(p.ala_threshold)
+        self.num_pre_loss = int(p.ala_num_pre_loss)
+        self.max_passes = int(p.ala_max_passes)
         self.initial_passes: dict[int, int] = {}  # client -> passes its initial stage took
         self.capped: list[int] = []               # clients whose initial stage stopped at --ala-max-passes
         self._grad = {}
-        self.trace = bool(getattr(cfg, "ala_trace", False))
+        self.trace = bool(p.ala_trace)
         self.rows: dict[str, list[dict]] = {"ala.csv": [], "local_loss.csv": []}  # this process's, this round's
         self.init_loss: dict[int, float] = {}  # --ala-trace: client -> loss of its initialized model this round
 

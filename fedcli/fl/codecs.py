@@ -26,7 +26,7 @@ from fedcli.fl.parts import Codec, register_codec
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="qsgd")
 class QSGDParams:
     """Levels s of the QSGD quantizer (Alistarh et al., NeurIPS 2017) of FedPAQ and FedCOM."""
 
@@ -70,9 +70,11 @@ def uniform_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class QSGDCodec(Codec):
     """Stochastic uniform quantization of each client's layer update with s = ``--quant-levels``."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.levels = int(cfg.quant_levels)
+    Params = QSGDParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.levels = int(self.params.quant_levels)
         self.lossless = self.levels == 0
 
     def bits(self, numel: int) -> float:

@@ -31,12 +31,12 @@ from fedcli.fl.api import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
 from fedcli.fl.hooks import CallRoundHook, RoundHook
-from fedcli.fl.methods import METHODS
+from fedcli.fl.methods import METHODS, run_parts, run_sections
 from fedcli.fl.rng import key, torch_gen
-from fedcli.fl.schedules import build_schedule
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
+from fedcli.params import section_values
 
 if TYPE_CHECKING:
     from fedcli.config import TrainConfig
@@ -261,21 +261,16 @@ class Simulation:
         self.sync_buffers = {li.index: [b for b in li.buffers if self.global_buffers[b].is_floating_point()] for li in self.layers}
 
         self.method = METHODS[cfg.algo]
-        names = self.method.parts()
-        if cfg.schedule:
-            names["schedule"] = cfg.schedule
-        own_init = names["init"]
-        if cfg.init:
-            names["init"] = cfg.init
-        self.part_names = names
-        self.local_step = parts.LOCAL_STEPS[names["local_step"]](cfg)
-        self.codec = parts.CODECS[names["codec"]](cfg)
-        init_cls = parts.INITS[names["init"]]
+        # each part is built with the options it declares (``Part.Params`` / ``Part.uses``), read from the config
+        classes = run_parts(cfg.algo, cfg.schedule, cfg.init)
+        self.part_names = {kind: classes[kind].name for kind in ("local_step", "schedule", "codec", "init", "server")}
+        self.local_step = classes["local_step"](cfg)
+        self.codec = classes["codec"](cfg)
         # an init that wraps the method's own (ALA: it mixes what the method's init receives) gets it as ``base``
-        self.init = (init_cls(cfg, base=parts.INITS[own_init](cfg)) if init_cls.wraps_base
-                     and names["init"] != own_init else init_cls(cfg))
-        self.server = parts.SERVERS[names["server"]](cfg)
-        self.schedule = build_schedule(names["schedule"], cfg, self.layers)
+        self.init = (classes["init"](cfg, base=classes["method_init"](cfg)) if "method_init" in classes
+                     else classes["init"](cfg))
+        self.server = classes["server"](cfg)
+        self.schedule = classes["schedule"](cfg, self.layers)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk, cfg.precision)
         self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
@@ -322,6 +317,8 @@ class Simulation:
     def manifest(self) -> dict:
         return {
             "config": self.cfg.to_dict(),
+            # the options of the run's parts by params section ([fedlama] phi, ...): the same values as in "config"
+            "params": section_values(self.cfg, run_sections(self.cfg.algo, self.cfg.schedule, self.cfg.init)),
             "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), "style": list(self.method.style),
                        **self.part_names,
                        "personalized": self.method.personalized, "defaults": self.method.effective_defaults(),

@@ -8,10 +8,12 @@ the registries (:func:`check_method_config`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from fedcli import config as _config
+from fedcli.params import declared
 
 METHODS: dict[str, "Method"] = {}
 
@@ -132,6 +134,54 @@ def check_method_config(cfg) -> None:
         if needs:
             raise ConfigError(f"--algo {cfg.algo} needs every client in every round (a cross-silo method: its "
                               f"{' and '.join(needs)}): use --active-ratio 1, not {cfg.active_ratio}", key="active_ratio")
+
+
+# ------------------------------------------------------------------------------------------------- params sections
+def run_parts(algo: str, schedule: str = "", init: str = "") -> dict[str, type]:
+    """The part classes of a run of method ``algo`` (a registered name), ``--schedule`` / ``--init`` overriding its own
+    (an init that wraps the method's own, ALA, brings both); unknown part names are left out (validation names them)."""
+    from fedcli.fl import parts
+    from fedcli.fl.schedules import SCHEDULES
+
+    m = METHODS[algo]
+    tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS,
+              "schedule": SCHEDULES}
+    names = {**m.parts(), **({"schedule": schedule} if schedule else {}), **({"init": init} if init else {})}
+    out = {kind: tables[kind][n] for kind, n in names.items() if n in tables[kind]}
+    if init and init != m.init and getattr(out.get("init"), "wraps_base", False) and m.init in parts.INITS:
+        out["method_init"] = parts.INITS[m.init]
+    return out
+
+
+def _sections_of(classes) -> list[str]:
+    """The params sections the part classes read (their ``Params`` along each class hierarchy), in first-seen order."""
+    found = [vars(k)["Params"].section for c in classes for k in reversed(c.__mro__) if vars(k).get("Params") is not None]
+    return list(dict.fromkeys(found))
+
+
+def run_sections(algo: str, schedule: str = "", init: str = "") -> list[str]:
+    """The params sections a run reads: its parts' (``fedlama`` for ``--algo fedprox --schedule lama``)."""
+    return _sections_of(run_parts(algo, schedule, init).values())
+
+
+def table_keys(name: str) -> set[str] | None:
+    """The keys a recipe table ``[name]`` may hold: a params section's fields, and for a method name the fields its
+    parts read beyond the general ones (``[fedlamb] beta2``); None when ``name`` is neither."""
+    from fedcli.params import SECTIONS
+
+    keys: set[str] | None = None
+    if name in SECTIONS:
+        keys = {f.name for f in dataclasses.fields(SECTIONS[name])}
+    if name in METHODS:
+        general = {f.name for f in dataclasses.fields(_config.GeneralConfig)}
+        own = {n for c in run_parts(name).values() for n in declared(c) if n not in general}
+        keys = (keys or set()) | own
+    return keys
+
+
+def table_applies(name: str, algo: str, schedule: str = "", init: str = "") -> bool:
+    """Whether the recipe table ``[name]`` concerns a run: ``name`` is its method or a params section its parts read."""
+    return METHODS.get(name, name) is METHODS.get(algo) or name in run_sections(algo, schedule, init)
 
 
 def _load_all() -> None:

@@ -18,6 +18,7 @@ import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl import slots
+from fedcli.params import bind
 
 LOCAL_STEPS: dict[str, type] = {}
 CODECS: dict[str, type] = {}
@@ -71,8 +72,14 @@ class Part:
     # Read from the class itself, not inherited: a subclass that adds round logic says so again
     separable: bool = False
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    # the options this part reads: ``Params``, its params class (``fedcli.params.register_params``), and ``uses``, the
+    # general config fields it reads (fedcli/config.py); a subclass reads its bases' and declares only what it adds.
+    # The part is built with exactly those (``self.params``, ``fedcli.params.bind``), from a config or from them.
+    Params: type | None = None
+    uses: tuple[str, ...] = ()
+
+    def __init__(self, params):
+        self.params = bind(type(self), params)
 
     def separable_now(self) -> bool:
         """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
@@ -273,13 +280,15 @@ class SGDStep(LocalStep):
     """
 
     separable = True
+    uses = ("algo", "momentum", "weight_decay", "weight_decay_on", "momentum_persist")
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.momentum = cfg.momentum
-        self.weight_decay = cfg.weight_decay
-        self.decay_on = cfg.weight_decay_on
-        self.persist = cfg.momentum_persist if cfg.momentum else "none"
+    def __init__(self, params):
+        super().__init__(params)
+        p = self.params
+        self.momentum = p.momentum
+        self.weight_decay = p.weight_decay
+        self.decay_on = p.weight_decay_on
+        self.persist = p.momentum_persist if p.momentum else "none"
         self.decayed: set[str] | None = None
 
     def separable_now(self) -> bool:
@@ -293,7 +302,7 @@ class SGDStep(LocalStep):
             if not _chains_end_round(type(self)):
                 reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
             if reasons:
-                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {view.cfg.algo}: {reasons[0]}")
+                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {self.params.algo}: {reasons[0]}")
 
     def kept_state(self, view) -> int:
         """The persisted momentum buffers (``--momentum-persist``): one per cohort slot (``slot``: the cohort size)

@@ -19,7 +19,7 @@ from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="fedprox")
 class ProxParams:
     """FedProx's proximal coefficient mu (Li et al., MLSys 2020)."""
 
@@ -30,9 +30,11 @@ class ProxParams:
 class ProxStep(SGDStep):
     """SGD (with the configured momentum and weight decay) on f_i(x) + (mu / 2) ||x - u||^2."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.mu = float(cfg.mu)
+    Params = ProxParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.mu = float(self.params.mu)
         self.anchor: dict[str, torch.Tensor] = {}
 
     def begin_round(self, view, cohort) -> None:

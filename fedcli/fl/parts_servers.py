@@ -20,9 +20,11 @@ class ServerLR(AverageServer):
     the plain average).
     """
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.lr = float(cfg.server_lr)
+    uses = ("server_lr",)
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.lr = float(self.params.server_lr)
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         if self.lr == 1.0:

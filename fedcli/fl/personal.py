@@ -58,7 +58,7 @@ LOCAL = "local"  # store prefix of the captured local models
 INITIALIZED = "init"  # store prefix of the models as initialized (--personal-eval after-init)
 
 
-@register_params
+@register_params(section="personal")
 class PersonalEvalParams:
     """Where personal_acc is measured in a round (FedALA's reference code: ``evaluate()`` after ALA, before training)."""
 

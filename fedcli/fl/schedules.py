@@ -23,13 +23,14 @@ from typing import Sequence
 import torch
 
 from fedcli.fl.parts import Part, _registrar
-from fedcli.params import opt, register_params
+from fedcli.params import bind, opt, register_params
 
 
-@register_params
+@register_params(section="fedlama")
 class LamaParams:
     """FedLAMA's interval adjustment (Lee et al., AAAI 2023, Algorithm 1)."""
 
+    phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg); lama-accelerate: the critical layers' interval is tau // phi.", lo=1, group="federated")
     lama_rule: str = opt("reference", "FedLAMA Algorithm 1: 'reference' (the author code, default: walking the layers by increasing d, each gets phi*tau' until the first one with 1 - lambda_l < delta_l, which gets it too) or 'paper' (the text: phi*tau' iff delta_l < 1 - lambda_l). See docs/fidelity-fedlama.md.", choices=["reference", "paper"], group="federated")
     lama_eligible: str = opt("kernels", "FedLAMA: layers that may get the long interval: kernels (the author code, default: conv/dense weights; lambda over their elements, the delta denominator over all tensors) or all (the paper text).", choices=["kernels", "all"], group="federated")
     lama_first_adjust: int = opt(6, "FedLAMA: adjust the intervals only at round ends after more than this many times tau' local iterations (the author code's 'epoch > 5': 6, default; 0: at every round end).", lo=0, group="federated")
@@ -37,10 +38,6 @@ class LamaParams:
 
 SCHEDULES: dict[str, type] = {}
 register_schedule = _registrar(SCHEDULES)
-
-
-def build_schedule(name: str, cfg, layers) -> "Schedule":
-    return SCHEDULES[name](cfg, layers)
 
 
 @dataclass
@@ -68,24 +65,27 @@ class Schedule(Part):
     needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 
-    def __init__(self, cfg, layers):
-        super().__init__(cfg)
+    uses = ("tau",)
+
+    def __init__(self, params, layers):
+        super().__init__(params)
         self.layers = layers
-        self.tau = cfg.tau
-        self.intervals = [cfg.tau] * len(layers)
+        self.tau = self.params.tau
+        self.intervals = [self.tau] * len(layers)
         self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
         self.adjustment: Adjustment | None = None  # what the last round end adjusted (None: nothing)
 
     @classmethod
     def round_length(cls, cfg) -> int:
-        """Local iterations of a round of this schedule under ``cfg`` (known before the schedule is built, so the
-        budget's rounds and steps can be planned from a config alone: ``fedcli.fl.budget.plan_run``)."""
-        return cfg.tau
+        """Local iterations of a round of this schedule under ``cfg`` (a config or the schedule's params; known before
+        the schedule is built, so the budget's rounds and steps can be planned from a config alone:
+        ``fedcli.fl.budget.plan_run``)."""
+        return bind(cls, cfg).tau
 
     @property
     def period(self) -> int:
         """Local iterations of a round: every layer is synchronized at its end, and the cohort resampled."""
-        return self.round_length(self.cfg)
+        return self.round_length(self.params)
 
     def separable_now(self) -> bool:
         """A round may be taken chunk by chunk (``fedcli.fl.chunked``) only when every layer is synchronized at the
@@ -228,18 +228,20 @@ class Lama(Schedule):
     needs_discrepancy = True
     layerwise = True
 
-    def __init__(self, cfg, layers):
-        super().__init__(cfg, layers)
-        self.phi = cfg.phi
-        self.rule = cfg.lama_rule
-        self.first_adjust = cfg.lama_first_adjust
-        self.eligible = [True] * len(layers) if cfg.lama_eligible == "all" else [li.kind == "kernel" for li in layers]
+    Params = LamaParams
+
+    def __init__(self, params, layers):
+        super().__init__(params, layers)
+        p = self.params
+        self.phi, self.rule, self.first_adjust = p.phi, p.lama_rule, p.lama_first_adjust
+        self.eligible = [True] * len(layers) if p.lama_eligible == "all" else [li.kind == "kernel" for li in layers]
         self.d = [0.0] * len(layers)
         self.numel = [li.numel for li in layers]
 
     @classmethod
     def round_length(cls, cfg) -> int:
-        return cfg.phi * cfg.tau  # a round of phi * tau' iterations (Algorithm 1)
+        p = bind(cls, cfg)
+        return p.phi * p.tau  # a round of phi * tau' iterations (Algorithm 1)
 
     def observe(self, layer: int, discrepancy: float, steps: int) -> None:
         self.d[layer] = unit_discrepancy(discrepancy, steps, self.numel[layer])
@@ -318,7 +320,7 @@ class LamaAccelerate(Lama):
 
     @classmethod
     def round_length(cls, cfg) -> int:
-        return cfg.tau
+        return bind(cls, cfg).tau
 
     def compute(self) -> list[int]:
         return lama_accelerate_intervals(self.d, self.numel, self.tau, self.phi, rule=self.rule, eligible=self.eligible)

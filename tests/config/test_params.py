@@ -28,7 +28,7 @@ from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="fake")
 class FakeParams:
     """The knob of the test method."""
 
@@ -37,9 +37,11 @@ class FakeParams:
 
 @register_local_step("fake")
 class FakeStep(SGDStep):
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.knob = cfg.fake_knob
+    Params = FakeParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.knob = self.params.fake_knob
 
     def direction(self, cohort, grads):
         return {n: g * self.knob for n, g in grads.items()}
@@ -77,7 +79,7 @@ def test_a_method_in_one_file_gets_flag_recipe_key_validation_help_and_manifest(
     (tmp_path / "fake_method.py").write_text(FAKE_METHOD)
     (tmp_path / "entry.py").write_text(ENTRY)
     good = tmp_path / "good.toml"
-    good.write_text('algo = "fake"\nfake_knob = 0.5\nclients = 4\niterations = 10\ntau = 5\nmlp_hidden = "16"\n')
+    good.write_text('algo = "fake"\nclients = 4\niterations = 10\ntau = 5\nmlp_hidden = "16"\n[fake]\nfake_knob = 0.5\n')
     bad = tmp_path / "bad.toml"
     bad.write_text('algo = "fake"\nfake_knob = 1.5\n')
     same = ["--clients", "4", "--iterations", "10", "--tau", "5", "--mlp-hidden", "16", "--quiet"]
@@ -101,14 +103,16 @@ def test_a_method_in_one_file_gets_flag_recipe_key_validation_help_and_manifest(
     line = next(l for l in helps["out"].splitlines() if "--fake-knob" in l)
     assert "Fake: factor on the local gradient." in line and "[default: 0.5]" in line
     panel = helps["out"].split("--fake-knob")[0].rsplit("╭─", 1)[-1]
-    assert panel.lstrip("─ ").startswith("method"), panel[:40]
+    assert panel.lstrip("─ ").startswith("method options: fake "), panel[:40]  # its own panel, named by its section
     assert algos["code"] == 0 and "fake" in algos["out"] and "--fake-knob" in algos["out"]
     # validation by its bounds: the flag (exit 2, naming it) and the recipe key (file and line)
     assert flag_bad["code"] == 2 and "--fake-knob must be > 0.0, got 0.0" in flag_bad["err"]
     assert recipe_bad["code"] == 2 and f"{bad}, line 2" in recipe_bad["err"] and "--fake-knob must be <= 1.0" in recipe_bad["err"]
-    # the recipe key runs, the manifest's config records it, and the step reads it: SGD along 0.5 g is SGD at lr / 2
+    # the recipe's [fake] table runs, the manifest records it (in config and in its section), and the step reads it:
+    # SGD along 0.5 g is SGD at lr / 2
     assert (fake["code"], avg["code"], fake1["code"]) == (0, 0, 0), (fake["err"], avg["err"], fake1["err"])
-    assert json.loads((tmp_path / "fake" / "manifest.json").read_text())["config"]["fake_knob"] == 0.5
+    manifest = json.loads((tmp_path / "fake" / "manifest.json").read_text())
+    assert manifest["config"]["fake_knob"] == 0.5 and manifest["params"] == {"fake": {"fake_knob": 0.5}}
     assert json.loads((tmp_path / "fake1" / "manifest.json").read_text())["config"]["fake_knob"] == 1.0
     half, plain, whole = metrics(tmp_path / "fake"), metrics(tmp_path / "avg"), metrics(tmp_path / "fake1")
     assert len(half) == len(plain) == len(whole) >= 2

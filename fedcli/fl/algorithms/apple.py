@@ -71,7 +71,7 @@ from fedcli.fl.personal import LOCAL, all_client_models, share
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="apple")
 class AppleParams:
     """APPLE's directed-relationship vector and core models (Luo and Wu, IJCAI 2022, Algorithm 1)."""
 
@@ -146,13 +146,15 @@ class AppleStep(SGDStep):
 
     full_participation = True  # every client every round (cross-silo); checked with the config
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.dr_lr = float(cfg.apple_dr_lr)
-        self.mu = float(cfg.apple_mu)
-        self.l_frac = float(cfg.apple_l)
-        self.m_opt = int(cfg.apple_m)
-        self.upload = cfg.apple_upload
+    Params = AppleParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.dr_lr = float(self.params.apple_dr_lr)
+        self.mu = float(self.params.apple_mu)
+        self.l_frac = float(self.params.apple_l)
+        self.m_opt = int(self.params.apple_m)
+        self.upload = self.params.apple_upload
         self.cores: dict[str, torch.Tensor] = {}
         self.own: dict[str, torch.Tensor] = {}
         self.p = torch.zeros(0)

@@ -24,7 +24,7 @@ from fedcli.fl.personal import load_models, local_sgd, save_models
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="ditto")
 class DittoParams:
     """Ditto's personalized model (Li et al., ICML 2021, Algorithm 1: lambda and its local epochs)."""
 
@@ -39,10 +39,13 @@ class DittoStep(SGDStep):
     personal_prefix = "ditto"  # the evaluated model of each client (fedcli.fl.personal)
     separable = True  # v_k is the client's own, anchored at the global model (or its own ALA start)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.lam = float(cfg.ditto_lambda)
-        self.epochs = float(cfg.ditto_epochs)
+    Params = DittoParams
+    uses = ("lr",)
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.lam = float(self.params.ditto_lambda)
+        self.epochs = float(self.params.ditto_epochs)
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
@@ -58,7 +61,7 @@ class DittoStep(SGDStep):
                 g.add_((params[n] - anchor[n]).mul_(lam))
             return grads
 
-        local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.cfg.lr, direction=prox)
+        local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.params.lr, direction=prox)
         save_models(view, cohort.clients, v, vb, self.personal_prefix)
 
 

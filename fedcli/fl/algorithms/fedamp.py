@@ -49,7 +49,7 @@ from fedcli.fl.personal import all_client_models, load_models
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="fedamp")
 class FedAMPParams:
     """FedAMP's attentive message passing and proximal term (Huang et al., AAAI 2021, Algorithm 1)."""
 
@@ -101,12 +101,12 @@ def cloud_models(models: dict, rows: list[int], alpha: float, sigma: float) -> t
     return u, xi
 
 
-def send_clouds(view, cohort) -> tuple[dict, torch.Tensor]:
+def send_clouds(view, cohort, params) -> tuple[dict, torch.Tensor]:
     """The round's (u_i, xi) for the cohort clients (collective under MPI: every process calls it); once per round,
     by the init's ``download``, or by the local step's ``begin_round`` when another init part (``--init overwrite``)
-    replaced FedAMP's."""
+    replaced FedAMP's. ``params``: the calling part's (``amp_alpha``, ``amp_sigma``)."""
     models, _ = all_client_models(view, cohort)
-    return cloud_models(models, cohort.clients, float(view.cfg.amp_alpha), float(view.cfg.amp_sigma))
+    return cloud_models(models, cohort.clients, float(params.amp_alpha), float(params.amp_sigma))
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -116,14 +116,15 @@ class AMPInit(OverwriteInit):
 
     full_participation = True  # checked with the config (TrainConfig.check_cross_field), so recipes name the line
     provides = frozenset({CLOUDS})  # the local step's u_i
+    Params = FedAMPParams
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, params):
+        super().__init__(params)
         self.clouds: dict[str, torch.Tensor] = {}  # this round's u_i (``download``)
         self.xi: torch.Tensor | None = None       # this round's attention weights
 
     def download(self, view, cohort) -> None:
-        self.clouds, self.xi = send_clouds(view, cohort)
+        self.clouds, self.xi = send_clouds(view, cohort, self.params)
 
     def received(self, view, cohort) -> dict:
         """u_i (``download``), name -> ``[K, *shape]``."""
@@ -146,16 +147,18 @@ class AMPInit(OverwriteInit):
 class AMPStep(SGDStep):
     """SGD on F_i(w) + lambda / (2 alpha_k) ||w - u_i||^2 (Eq. 6)."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.coef = float(cfg.amp_lambda) / float(cfg.amp_alpha)
+    Params = FedAMPParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.coef = float(self.params.amp_lambda) / float(self.params.amp_alpha)
 
     full_participation = True
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         # FedAMP's init sent them; another init part (--init overwrite) did not: they are computed here
-        self.clouds = view.offered(CLOUDS, cohort) if view.provided(CLOUDS) else send_clouds(view, cohort)[0]
+        self.clouds = view.offered(CLOUDS, cohort) if view.provided(CLOUDS) else send_clouds(view, cohort, self.params)[0]
 
     def direction(self, cohort, grads: dict) -> dict:
         if not self.coef:

@@ -42,7 +42,7 @@ from fedcli.fl.store import share
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="feddyn")
 class FedDynParams:
     """FedDyn's coefficient alpha (Acar et al., ICLR 2021, Algorithm 1)."""
 
@@ -57,9 +57,11 @@ def _key(name: str) -> str:
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.alpha = float(cfg.feddyn_alpha)
+    Params = FedDynParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.alpha = float(self.params.feddyn_alpha)
         self.anchor: dict[str, torch.Tensor] = {}   # the server model, updated in place at each synchronization
         self.grad_i: dict[str, torch.Tensor] = {}   # [K, ...] the cohort's gradient states
         self.disp: dict[str, torch.Tensor] = {}     # sum_k lr_k v_k: theta^{t-1} - theta_i^t over the round, [K, ...]
@@ -94,9 +96,11 @@ class FedDynStep(SGDStep):
 class FedDynServer(AverageServer):
     """h <- h - alpha (|P_t| / m) (mean_i theta_i - theta^{t-1});  theta^t = mean_i theta_i - h / alpha."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.alpha = float(cfg.feddyn_alpha)
+    Params = FedDynParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.alpha = float(self.params.feddyn_alpha)
         self.share = 1.0   # |P_t| / m
         self.h: dict[str, torch.Tensor] = {}
 

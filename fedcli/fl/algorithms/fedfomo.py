@@ -65,7 +65,7 @@ from fedcli.params import opt, register_params
 VAL_BATCHES = register_purpose("fomo-val", Stream(shuffled=False))  # the validation losses (Eq. 6), in order
 
 
-@register_params
+@register_params(section="fedfomo")
 class FedFomoParams:
     """FedFomo's downloaded models and validation split (Zhang et al., ICLR 2021, Algorithm 1)."""
 
@@ -129,9 +129,12 @@ def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]
 class FomoInit(OverwriteInit):
     """Splits off the validation parts; each round aggregates the received models with the FedFomo weights."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.ratio = float(cfg.fomo_val_ratio)
+    Params = FedFomoParams
+    uses = ("seed",)
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.ratio = float(self.params.fomo_val_ratio)
         self.val: list[torch.Tensor] = []
         self.train: list[torch.Tensor] = []
         self.aggregates: dict[str, torch.Tensor] = {}  # this round's aggregated models (``download``)
@@ -140,7 +143,7 @@ class FomoInit(OverwriteInit):
     def setup(self, view) -> None:
         self.train, self.val = [], []
         for c, ix in enumerate(view.client_indices):  # the partition's training indices (no part split them before)
-            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(view.cfg.seed, "fomo.val", 0, c))
+            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(self.params.seed, "fomo.val", 0, c))
             self.train.append(t)
             self.val.append(v)
 
@@ -151,7 +154,7 @@ class FomoInit(OverwriteInit):
     def m(self, view) -> int:
         """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
         n = len(view.client_indices)
-        return min(int(self.cfg.fomo_m) or n, view.active)
+        return min(int(self.params.fomo_m) or n, view.active)
 
     @torch.no_grad()
     def initialize(self, view, cohort) -> None:

@@ -45,16 +45,18 @@ class NovaServer(AverageServer):
 
     fresh_momentum_needed = "FedNova's ||a_i||_1 assumes each client's momentum buffer starts at zero every round"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    uses = ("local_epochs", "momentum")
+
+    def __init__(self, params):
+        super().__init__(params)
         self.scale: torch.Tensor | None = None
 
     def begin_round(self, view, cohort) -> None:
         self.scale = None
-        if not self.cfg.local_epochs:
+        if not self.params.local_epochs:
             return
         ids = list(cohort.cohort_ids)
-        a = [momentum_a_norm(t, float(self.cfg.momentum)) for t in view.client_steps(ids, 0)]
+        a = [momentum_a_norm(t, float(self.params.momentum)) for t in view.client_steps(ids, 0)]
         p = view.cohort_weights(ids, ids).tolist()
         tau_eff = sum(pi * ai for pi, ai in zip(p, a))
         pos = {c: k for k, c in enumerate(ids)}

@@ -53,7 +53,7 @@ from fedcli.fl.trainers import masked_loss
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="fedphp")
 class FedPHPParams:
     """FedPHP's moving-average inheritance and MMD weight (Li et al., ECML PKDD 2021)."""
 
@@ -97,9 +97,11 @@ class PHPInit(OverwriteInit):
 
     keeps_local_models = True  # the engine keeps each client's trained model (what the next round mixes)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.mu = float(cfg.php_mu)
+    Params = FedPHPParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.mu = float(self.params.php_mu)
         self.rounds = 0
 
     def setup(self, view) -> None:
@@ -133,9 +135,11 @@ def head_module(model: torch.nn.Module) -> torch.nn.Module:
 class PHPStep(SGDStep):
     """SGD on (1 - lambda) * CE + lambda * MMD(local representation, global representation)."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.lam = float(cfg.php_lambda)
+    Params = FedPHPParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.lam = float(self.params.php_lambda)
         self.anchor: tuple[dict, dict] = ({}, {})
         self._grab: list | None = None  # the forward pre-hook records the head's input here while set
         self._hooked = False

@@ -25,7 +25,7 @@ from fedcli.fl.personal import local_sgd, share
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="fedrep")
 class FedRepParams:
     """FedRep's local head (Collins et al., ICML 2021, Algorithm 1)."""
 
@@ -37,10 +37,13 @@ class FedRepParams:
 class FedRepStep(SGDStep):
     """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.n_head = int(cfg.head_layers)
-        self.epochs = float(cfg.head_epochs)
+    Params = FedRepParams
+    uses = ("lr",)
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.n_head = int(self.params.head_layers)
+        self.epochs = float(self.params.head_epochs)
         self.head: set[str] = set()
 
     def local_layers(self, view) -> list[int]:
@@ -60,7 +63,7 @@ class FedRepStep(SGDStep):
                 g = view.global_params[n]
                 cohort.params[n].copy_(view.store.gather(f"fedrep.head:{n}", cohort.clients, lambda _c, g=g: g, g.device))
             local_sgd(view, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
-                      self.cfg.lr, trainable=names)
+                      self.params.lr, trainable=names)
         share(view, cohort.clients, {f"fedrep.head:{n}": cohort.params[n] for n in names})  # every rank (collective)
 
     def apply(self, cohort, names, params, g, lr, active) -> None:

@@ -41,7 +41,7 @@ from fedcli.params import opt, register_params
 EVAL_BATCH = register_purpose("perfedavg.eval", Stream("perfedavg.eval"))
 
 
-@register_params
+@register_params(section="perfedavg")
 class PerFedAvgParams:
     """Per-FedAvg (FO)'s outer step size beta (Fallah et al., NeurIPS 2020, Algorithm 1)."""
 
@@ -57,9 +57,12 @@ class PerFedAvgStep(SGDStep):
 
     personal_prefix = "perfedavg"  # nothing is stored: the evaluated model is computed by personalize()
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.beta = float(cfg.perfedavg_beta)
+    Params = PerFedAvgParams
+    uses = ("lr",)
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.beta = float(self.params.perfedavg_beta)
         self.saved: dict[str, torch.Tensor] = {}
         self.round = 0
 
@@ -102,7 +105,7 @@ class PerFedAvgStep(SGDStep):
                                torch.ones_like(y, dtype=torch.float32))
 
         g = grad(loss_fn)(params0, buffers)
-        return {n: p - view.cfg.lr * g[n] for n, p in params0.items()}, dict(buffers0)
+        return {n: p - self.params.lr * g[n] for n, p in params0.items()}, dict(buffers0)
 
 
 register_method(Method("perfedavg", "Per-FedAvg (FO): MAML steps on pairs of local batches, one-step adaptation to evaluate (Fallah et al. 2020); --perfedavg-beta",

@@ -52,7 +52,7 @@ from fedcli.fl.personal import save_models
 from fedcli.params import opt, register_params
 
 
-@register_params
+@register_params(section="pfedme")
 class PFedMeParams:
     """pFedMe's inner steps and server mix (T Dinh et al., NeurIPS 2020, Algorithm 1)."""
 
@@ -83,17 +83,20 @@ class PFedMeStep(SGDStep):
 
     personal_prefix = PREFIX  # the evaluated model of each client (fedcli.fl.personal)
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.lam = float(cfg.pfedme_lambda)
-        self.personal_lr = float(cfg.pfedme_lr)
-        self.k = int(cfg.pfedme_k)
+    Params = PFedMeParams
+    uses = ("lr",)
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.lam = float(self.params.pfedme_lambda)
+        self.personal_lr = float(self.params.pfedme_lr)
+        self.k = int(self.params.pfedme_k)
         self.theta: dict[str, torch.Tensor] = {}
         self.theta_buffers: dict[str, torch.Tensor] = {}
 
     def setup(self, view) -> None:
-        if self.lam * self.cfg.lr > 2.0:
-            warnings.warn(f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.cfg.lr:g} > 2: the local-model update "
+        if self.lam * self.params.lr > 2.0:
+            warnings.warn(f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.params.lr:g} > 2: the local-model update "
                           "w <- w - lambda * lr * (w - theta) overshoots theta and diverges (FedALA: 15 x 0.005)", stacklevel=2)
 
     def begin_round(self, view, cohort) -> None:
@@ -132,9 +135,11 @@ class PFedMeStep(SGDStep):
 class PFedMeServer(ServerLR):
     """global <- (1 - beta) * previous + beta * average (pFedMe Alg. 1 line 12; beta = 1: the average itself)."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.lr = float(cfg.pfedme_beta)
+    Params = PFedMeParams
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.lr = float(self.params.pfedme_beta)
 
 
 register_method(Method("pfedme", "personalized models via Moreau envelopes: K inner steps on theta per batch, w pulled toward theta (T Dinh et al. 2020); --pfedme-lambda, --pfedme-lr, --pfedme-k, --pfedme-beta",

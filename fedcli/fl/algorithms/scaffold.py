@@ -53,8 +53,8 @@ class ScaffoldStep(SGDStep):
 
     fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, params):
+        super().__init__(params)
         self.c: dict[str, torch.Tensor] | None = None   # the server control variate
         self.c_i: dict[str, torch.Tensor] = {}          # [K, ...] control variates of the cohort here
         self.correction: dict[str, torch.Tensor] = {}   # c - c_i, [K, ...]

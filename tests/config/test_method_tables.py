@@ -1,0 +1,172 @@
+"""Each method's options in their own namespace: a part is built with exactly the options it declares
+(``Part.Params`` / ``Part.uses``, ``fedcli.params.bind``), a recipe may set them in a table named after the method
+or its params section (``[fedlama] phi = 4``), the flat keys and flags stay as aliases, and the manifest records them
+by section."""
+
+import dataclasses
+import textwrap
+
+import pytest
+
+from fedcli.config import GeneralConfig, TrainConfig
+from fedcli.errors import ConfigError
+from fedcli.fl import parts
+from fedcli.fl.methods import METHODS, run_parts, run_sections, table_keys
+from fedcli.fl.parts_prox import ProxParams, ProxStep
+from fedcli.fl.schedules import SCHEDULES
+from fedcli.params import SECTIONS, bind, declared
+from fedcli.recipes import build_config, read_sweep, run_config, train_values
+
+
+def test_a_part_receives_only_the_options_it_declares():
+    cfg = TrainConfig(algo="fedprox", mu=0.25, lr=0.05, momentum=0.5, tau=7)
+    step = ProxStep(cfg)
+    # SGDStep's general options, then FedProx's own section: nothing else of the 100-odd config fields
+    assert declared(ProxStep) == ("algo", "momentum", "weight_decay", "weight_decay_on", "momentum_persist", "mu")
+    assert {f.name for f in dataclasses.fields(step.params)} == set(declared(ProxStep))
+    assert (step.params.mu, step.params.momentum, step.mu) == (0.25, 0.5, 0.25)
+    with pytest.raises(AttributeError):
+        step.params.tau  # noqa: B018 - a general option the step does not declare
+    with pytest.raises(AttributeError):
+        step.params.lr  # noqa: B018
+    # built from its own params (no config at all), or from anything holding them: the same
+    again = ProxStep(step.params)
+    assert again.params == step.params
+    assert bind(ProxStep, step.params) is step.params
+
+
+def test_a_part_that_reads_an_option_it_does_not_declare_fails_at_once():
+    class Sloppy(parts.SGDStep):  # reads FedProx's mu without declaring it
+        def __init__(self, params):
+            super().__init__(params)
+            self.mu = self.params.mu
+
+    with pytest.raises(AttributeError, match="mu"):
+        Sloppy(TrainConfig(algo="fedprox"))
+
+    class Declared(Sloppy):
+        Params = ProxParams
+
+    assert Declared(TrainConfig(algo="fedprox", mu=0.5)).mu == 0.5
+
+
+def test_every_registered_part_builds_from_the_default_config_with_its_declared_options():
+    cfg = TrainConfig()
+    tables = {"local_step": parts.LOCAL_STEPS, "codec": parts.CODECS, "init": parts.INITS, "server": parts.SERVERS}
+    for family, table in tables.items():
+        for name, cls in table.items():
+            p = bind(cls, cfg)
+            assert {f.name for f in dataclasses.fields(p)} == set(declared(cls)), (family, name)
+    for name, cls in SCHEDULES.items():
+        assert cls.round_length(cfg) >= 1, name
+
+
+def test_sections_of_a_run_follow_its_parts():
+    assert run_sections("fedlama") == ["fedlama"]
+    assert run_sections("fedprox", schedule="lama") == ["fedprox", "fedlama"]  # FedProx + FedLAMA
+    assert run_sections("fedavg") == []
+    assert run_sections("fedavg", init="ala") == ["ala"]
+    assert run_sections("fedlamb") == ["adaptive"] and run_sections("fedpaq") == ["qsgd"]
+    assert set(run_parts("fedala")) == {"local_step", "schedule", "codec", "init", "server"}
+    # a table is a params section or a method; a method's table holds what its parts read beyond the general options
+    assert table_keys("fedlama") == {"phi", "lama_rule", "lama_eligible", "lama_first_adjust"}
+    assert table_keys("fedlamb") == {f.name for f in dataclasses.fields(SECTIONS["adaptive"])}
+    assert table_keys("fedavg") == set() and table_keys("nonsense") is None
+    assert "phi" not in {f.name for f in dataclasses.fields(GeneralConfig)}  # FedLAMA's own, no longer a general option
+    assert all(m.name in METHODS for m in METHODS.values())
+
+
+def write(tmp_path, text: str, name: str = "r.toml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_a_single_run_recipe_sets_a_method_in_its_table(tmp_path):
+    r = write(tmp_path, """
+        algo = "fedlama"
+        iterations = 40
+        [fedlama]
+        phi = 4
+        lama_rule = "paper"
+    """)
+    assert train_values(r) == {"algo": "fedlama", "iterations": 40, "phi": 4, "lama_rule": "paper"}
+    cfg = build_config(str(r), {})
+    assert (cfg.phi, cfg.lama_rule) == (4, "paper")
+    # a flag wins over the table, as over any recipe key; a flag that picks another method leaves the table idle
+    assert build_config(str(r), {"phi": 8}).phi == 8
+    assert build_config(str(r), {"algo": "fedavg"}).phi == 2
+    # FedProx + FedLAMA (a --schedule flag) reads [fedlama]
+    assert build_config(str(r), {"algo": "fedprox", "schedule": "lama"}).phi == 4
+
+
+@pytest.mark.parametrize("text, message", [
+    ('algo = "fedlama"\n[fedlama]\nmu = 0.1\n', "line 3: [fedlama] has no key 'mu'; its keys: lama_eligible, lama_first_adjust, lama_rule, phi"),
+    ('algo = "fedlama"\n[fedlamma]\nphi = 4\n', "line 2: unknown table [fedlamma]"),
+    ('algo = "fedavg"\n[fedprox]\nmu = 0.1\n', "line 2: [fedprox] holds options this run does not read (the tables its method reads: [fedavg])"),
+    ('algo = "fedlama"\nphi = 2\n[fedlama]\nphi = 4\n', "'phi' is set both as a plain key and in [fedlama]"),
+    ('algo = "fedlama"\n[fedlama]\nphi = 0\n', "line 3: --phi must be >= 1, got 0"),
+])
+def test_a_wrong_table_is_refused_with_its_line(tmp_path, text, message):
+    r = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        build_config(str(r), {})
+    assert message in str(e.value)
+
+
+def test_a_method_table_takes_the_options_of_that_method_only(tmp_path):
+    """[fedlamb] beta2 reaches Fed-LAMB's run, not Adp-Fed's, although both read the adaptive section's beta2."""
+    r = write(tmp_path, """
+        [base]
+        dataset = "digits"
+        [fedlamb]
+        beta2 = 0.99
+        [[runs]]
+        name = "Fed-LAMB"
+        algo = "fedlamb"
+        [[runs]]
+        name = "Adp-Fed"
+        algo = "fedadam"
+    """)
+    runs = {run.name: run for run in read_sweep(r).runs}
+    assert runs["Fed-LAMB"].values["beta2"] == 0.99 and "beta2" not in runs["Adp-Fed"].values
+    assert run_config(runs["Adp-Fed"], 0, tmp_path / "o").beta2 == 0.999
+
+
+def test_a_sweep_applies_each_table_to_the_runs_that_read_it(tmp_path):
+    r = write(tmp_path, """
+        [base]
+        dataset = "digits"
+        iterations = 40
+        [base.fedlama]
+        phi = 4
+        [fedprox]
+        mu = 0.001
+        [[runs]]
+        name = "FedAvg"
+        algo = "fedavg"
+        [[runs]]
+        name = "FedLAMA"
+        algo = "fedlama"
+        [[runs]]
+        name = "FedProx+FedLAMA"
+        algo = "fedprox"
+        schedule = "lama"
+        fedlama = { phi = 8 }
+    """)
+    runs = {run.name: run.values for run in read_sweep(r).runs}
+    assert "phi" not in runs["FedAvg"] and "mu" not in runs["FedAvg"]
+    assert runs["FedLAMA"]["phi"] == 4 and "mu" not in runs["FedLAMA"]
+    assert (runs["FedProx+FedLAMA"]["phi"], runs["FedProx+FedLAMA"]["mu"]) == (8, 0.001)  # its own table wins
+    # a table no run reads is a mistake
+    unused = write(tmp_path, """
+        [base]
+        dataset = "digits"
+        [ditto]
+        ditto_lambda = 0.5
+        [[runs]]
+        name = "FedAvg"
+        algo = "fedavg"
+    """, "unused.toml")
+    with pytest.raises(ConfigError, match=r"unused.toml, line 4: \[ditto\] sets options that no run of this recipe reads"):
+        read_sweep(unused)
