@@ -74,8 +74,11 @@ def test_help_lists_core_options_first_and_preset_defaults(env):
     p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--help"], env={**env, "COLUMNS": "2000"}, capture_output=True,
                        text=True, timeout=60)
     out = p.stdout
-    order = [out.index(f"│ {flag} ") for flag in ("--algo", "--iterations", "--seed", "--out", "--mu", "--ditto-lambda")]
-    assert order == sorted(order), order  # core options (algo, iterations, seed, out) before the methods' own
+    order = [out.index(f"│ {flag} ") for flag in ("--algo", "--iterations", "--seed", "--out")]
+    own = [out.index(f"│ {flag} ") for flag in ("--mu", "--ditto-lambda")]
+    assert order == sorted(order) and order[-1] < min(own), (order, own)  # core options before the methods' own
+    for flag, panel in (("--mu", "method options: fedprox (fedprox, fedprox-c)"), ("--ditto-lambda", "method options: ditto")):
+        assert out[: out.index(f"│ {flag} ")].rsplit("╭─", 1)[-1].lstrip("─ ").startswith(panel), flag  # by method
     mu = next(l for l in out.splitlines() if "│ --mu " in l)
     assert "[default: 0.01; presets: fedprox 0.001, fedprox-c 0.001]" in mu, mu
 
