@@ -30,7 +30,8 @@ test-all:
 # every recipe entry at --scale paper, budget cut to one round, on generated data in each loader's real format
 # (tests/paperkit.py): the table (entry, outcome, seconds) on stdout and in results/paper-check.md; PAPER_CHECK_ARGS=
 # "--only aaai-table2 --limit 20" narrows it, "--skip-ok results/paper-check.md" leaves out what passed. All 637
-# entries: an estimated 2-3 hours on 2 cores (not yet measured in one go; docs/paper-check.md).
+# entries: 7,228 s of entry time on the 2-core VM, about 2 hours in one process, 1 hour as --shard 0/2 and 1/2 side by
+# side (docs/paper-check.md).
 paper-check:
 	$(PY) tests/paperkit.py $(PAPER_CHECK_ARGS)
 

@@ -57,7 +57,8 @@ Server parts (all average the models as FedAvg does, then):
                    m_s <- b1 m_s + (1 - b1) c, v_s <- b2 v_s + (1 - b2) c^2, v_hat_s <- max(v_hat_s, v_s).
 ``adam``           Adp-Fed / FedAdam (Reddi et al., ICLR 2021, Algorithm 2): with Delta = average - x,
                    m <- b1 m + (1 - b1) Delta, v <- b2 v + (1 - b2) Delta^2, x <- x + eta m / (sqrt(v) + tau)
-                   (``--server-lr`` eta, ``--server-eps`` tau; no bias correction).
+                   (``--server-lr`` eta, ``--server-eps`` tau; no bias correction). ``yogi`` and ``adagrad``
+                   (FedYogi, FedAdagrad: ``fedcli.fl.algorithms``) change only v's update (``second_moment``).
 
 Skip synchronization (``--vhat-every Z``): v_hat (Mime: the server state) is updated and sent only at the end
 of rounds r with (r + 1) % Z == 0 (0-based), so Z = 1 is every round. Cohort means are weighted by the
@@ -92,8 +93,8 @@ FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
 class AdaptiveParams:
     """The adaptive optimizers' settings (Fed-LAMB Algorithm 1; Mime; Reddi et al. 2021's server Adam)."""
 
-    beta1: float = opt(0.9, "First-moment decay: local AMSGrad/LAMB m, Mime's server m, Adp-Fed's server Adam.", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
-    beta2: float = opt(0.999, "Second-moment decay of the same optimizers.", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    beta1: float = opt(0.9, "First-moment decay: local AMSGrad/LAMB m, Mime's server m, the server m of Adp-Fed, FedYogi, FedAdagrad (its preset: 0).", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    beta2: float = opt(0.999, "Second-moment decay of the same optimizers (FedYogi's preset: 0.99; FedAdagrad has none).", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
     eps: float = opt(1e-8, "Adaptive methods' epsilon: with --vhat-eps floor, Algorithm 1's v_hat_0 = eps (the step divides by sqrt(v_hat) >= sqrt(eps)); with outside, m / (sqrt(v_hat) + eps).", lo=0.0, group="adaptive")
     vhat_eps: str = opt("floor", "Where eps enters the adaptive step: floor (Fed-LAMB Algorithm 1: v_hat starts at eps and only grows, psi = m / sqrt(v_hat)) or outside (the authors' prototype code and fedcli before: v_hat starts at 0, m / (sqrt(v_hat) + eps)).", choices=["floor", "outside"], group="adaptive")
     vhat_every: int = opt(1, "Skip synchronization Z: the server updates and sends v_hat (Mime: its optimizer state) every Z rounds only.", lo=1, group="adaptive")
@@ -101,7 +102,7 @@ class AdaptiveParams:
     local_v: str = opt("server", "fedlamb, mimelamb, fedams: a client's v at a round's start: the server's v_hat (server: Algorithm 1, line 6) or its own v from its last round (keep: the authors' prototype code).", choices=["server", "keep"], group="adaptive")
     trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
     phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
-    server_eps: float = opt(1e-3, "Adp-Fed server Adam adaptivity tau: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
+    server_eps: float = opt(1e-3, "Adaptivity tau of the servers of Adp-Fed, FedYogi, FedAdagrad: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
 
     def phi_values(self) -> tuple[float, float] | None:
         """(zeta, phi_max) of the bounded scaling function (Assumption 4), or None for the identity."""
@@ -484,7 +485,11 @@ class MimeServer(AverageServer):
 
 @register_server("adam")
 class AdamServer(AverageServer):
-    """Adp-Fed (FedAdam, Reddi et al. 2021): server Adam on the averaged update, per layer."""
+    """Adp-Fed (FedAdam, Reddi et al. 2021, Algorithm 2): server Adam on the averaged update, per layer.
+
+    FedAdagrad and FedYogi (``fedcli.fl.algorithms.fedadagrad``, ``fedyogi``) are the same server with another
+    second-moment rule: they override :meth:`second_moment` only.
+    """
 
     Params = AdaptiveParams
     uses = ("server_lr",)
@@ -494,14 +499,24 @@ class AdamServer(AverageServer):
         self.m: dict[str, torch.Tensor] = {}
         self.v: dict[str, torch.Tensor] = {}
 
+    def second_moment(self, v: torch.Tensor | None, delta: torch.Tensor) -> torch.Tensor:
+        """v_t from v_{t-1} (None in the first round) and this round's Delta_t. FedAdam (Algorithm 2):
+        v_t = b2 v_{t-1} + (1 - b2) Delta_t^2, from v_{-1} = 0 (fedcli's FedAdam before this hook; its golden record)."""
+        b2 = self.params.beta2
+        return (1 - b2) * delta * delta if v is None else b2 * v + (1 - b2) * delta * delta
+
+    def v_start(self, delta: torch.Tensor) -> torch.Tensor:
+        """v_{-1} = tau^2, the least Algorithm 2 allows ("v_{-1} >= tau^2"), for the rules that start from it."""
+        return torch.full_like(delta, self.params.server_eps ** 2)
+
     @torch.no_grad()
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
-        b1, b2 = self.params.beta1, self.params.beta2
+        b1 = self.params.beta1
         delta = average - previous
         m = self.m.get(name)
         v = self.v.get(name)
         m = (1 - b1) * delta if m is None else b1 * m.to(delta.device) + (1 - b1) * delta
-        v = (1 - b2) * delta * delta if v is None else b2 * v.to(delta.device) + (1 - b2) * delta * delta
+        v = self.second_moment(None if v is None else v.to(delta.device), delta)
         self.m[name], self.v[name] = m, v
         return previous + self.params.server_lr * m / (v.sqrt() + self.params.server_eps)
 

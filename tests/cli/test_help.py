@@ -35,7 +35,7 @@ def test_train_help_shows_every_default_and_choice():
             assert f"[default: {f.default}]" in line or f"[default: {f.default}; presets: " in line, line
         if f.metadata.get("choices"):
             assert f"[choices: {', '.join(f.metadata['choices'])}]" in line and "<choice>" in line, line
-    assert "presets: fedadam 0.0316, fedams 0.001, fedlamb 0.01" in lines["--lr"]
+    assert "presets: fedadagrad 0.0316, fedadam 0.0316, fedams 0.001, fedlamb 0.01, fedyogi 0.0316" in lines["--lr"]
     assert "fasttext" in lines["--model"] and "path/to/file.py:Factory" in lines["--model"]
     assert "imagefolder" in lines["--dataset"] and "tensors" in lines["--dataset"]
 

@@ -133,3 +133,18 @@ def test_figures_refuses_a_file_name(runs, capsys):
         main(["report", str(runs["fedavg"].path), "--figures", "x.png"])
     assert e.value.code == 2 and "--figures takes a folder" in capsys.readouterr().err
     assert not Path("x.png").exists()
+
+
+def test_every_preset_has_a_look_of_its_own():
+    """Each registered method's (colour, marker) is a valid matplotlib pair and no two methods share one (a new
+    method must pick an unused pair: FedYogi and FedAdagrad did)."""
+    from matplotlib.markers import MarkerStyle
+
+    from fedcli.fl.methods import METHODS
+
+    looks = {m.name: m.style for m in METHODS.values()}
+    assert all(looks.values()), [n for n, s in looks.items() if not s]
+    assert len(set(looks.values())) == len(looks), looks
+    for color, marker in looks.values():
+        to_hex(color)
+        MarkerStyle(marker)

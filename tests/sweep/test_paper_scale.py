@@ -81,3 +81,19 @@ def test_the_dataset_memo_keys_on_the_data_pool(monkeypatch):
     plain = setup.load_data(TrainConfig(dataset="digits").validate())
     assert len(pooled.test_y) == 0 and len(plain.test_y) > 0
     assert len(plain.train_y) + len(plain.test_y) == len(pooled.train_y)
+
+
+@pytest.mark.timeout(300)
+def test_a_divergence_passes_only_when_listed_with_evidence_and_its_run_folder_is_whole(data_dirs, tmp_path, monkeypatch):
+    """Fed-AMS at lr 0.003 on MNIST's MLP stops in round 1 (as on the real MNIST split: paperkit.DIVERGES): listed, it
+    passes as diverged with its run folder checked; unlisted, the same exit 4 fails the check."""
+    recipe, name = "recipes/fedlamb/claim-rounds-to-target.toml", "MLP Fed-AMS lr 0.003"
+    assert f"{recipe} | {name}" in paperkit.DIVERGES
+    e = paperkit.run_entry(entry(recipe, name), data_dirs, tmp_path / "listed")
+    assert e.outcome.startswith("diverged (as on real data") and paperkit.passed(e.outcome), e.outcome
+    assert e.detail["exit"] == 4
+    assert paperkit.check_run(tmp_path / "listed" / next(p.name for p in (tmp_path / "listed").iterdir() if p.is_dir()),
+                              diverged=True) == ""
+    monkeypatch.setattr(paperkit, "DIVERGES", {})
+    e = paperkit.run_entry(entry(recipe, name), data_dirs, tmp_path / "unlisted")
+    assert e.outcome.startswith("FAIL exit 4: training diverged") and not paperkit.passed(e.outcome), e.outcome
