@@ -215,164 +215,38 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
 
 def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
            progress: str = "auto", view: RunView):
-    from fedcli.errors import PlaceError, StorageError
-    from fedcli.fl.engine import Simulation
-    from fedcli.fl.store import describe as store_line
-    from fedcli.results import checkpoint, sentinel
-    from fedcli.results.rundir import RunDir
-    from fedcli.results.runlog import RunLog
+    """One run on every rank, as its jobs in order: set up (and restore), open the run directory (rank 0), hook the
+    trackers and the checkpointer, run the rounds, close the manifest, say the result."""
+    from fedcli.results import sentinel
 
     root = comm.is_root
     early.run_closed(False)
-    sim, err = None, None
-    try:
-        sim = Simulation(cfg, comm).setup(*(data or ()))
-    except Exception as e:  # noqa: BLE001 - reported collectively below
-        err = e
-    collective(comm, err)
-    state = ckpt = None
-    if resume:  # the latest checkpoint (CSVs cut back to it), restored on every rank
-        try:
-            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
-                                              if root else None, config=cfg.to_dict())  # said with --quiet too
-            state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
-        except Exception as e:  # noqa: BLE001 - reported collectively below
-            err = e
-        collective(comm, err)
-    pids = comm.allgather(os.getpid())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/gpuplan.py)
-    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank,  # every process's device
-                              **({"cuda_visible_devices": visible} if visible is not None else {})})
-    run_dir = watchdog = None
+    sim, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, view=view)
+    procs = _processes(comm, sim)
+    run_dir = watchdog = mark_interrupted = None
     if root:
         if overwrite and out.exists():
-            for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "manifest.json"):
-                (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
-            for _, old in checkpoint.list_checkpoints(out):
-                old.unlink()
-            import shutil
-
-            from fedcli.fl.store import FOLDER
-
-            shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
-            from fedcli.trackers.state import remove_files
-
-            remove_files(out)  # the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json)
-        if resume:
-            from fedcli.results.runstate import killed_note
-
-            said = killed_note(out, checkpoint.read_manifest(out), probe=False, how=(
-                f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
-            if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
-                view.notice(f"note: the previous attempt was {said}")
-            run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, {"pids": pids, "devices": devices})
-            drift = checkpoint.version_drift(run_dir.manifest)
-            if drift and not quiet:
-                view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
-                            "the result need not be bitwise identical to an uninterrupted run")
-        else:
-            run_dir = RunDir(out)
-            run_dir.start({**sim.manifest(), "pids": pids, "devices": devices})
-        resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
-
-        def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/early.py)
-            run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
-            sentinel.stop(watchdog)
-            return f"; the run is marked interrupted; continue with: {resume_cmd}"
-        early.on_interrupt(mark_interrupted)
-        sim.attach(run_dir, RunLog(run_dir))
-        watchdog = sentinel.start(out, pids)
-        view.loaded()
-        if not quiet:  # a terminal wraps it between words; a log keeps it on one line
-            view.header(describe(cfg, sim), progress)
-            if (state_line := store_line(sim.store.info)) is not None:
-                view.notice(state_line)  # where the client state goes and how big it may grow
-        for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
-            view.notice(f"note: {note}")
+            _clean_overwritten(out)
+        run_dir = _open_run_dir(sim, out, comm, procs, resume=resume, ckpt=ckpt, quiet=quiet, view=view)
+        mark_interrupted, watchdog = _guard_until_rounds(sim, run_dir, out, comm, procs["pids"])
+        _announce(cfg, sim, view, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
         comm.barrier()
     ACTIVE_RUN["dir"] = out
     progress = view.progress(cfg, sim, enabled=root and not quiet and not as_json, mode=progress)
-    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
-                                    notify=view.notice if root else None, launcher=comm.launcher)
-    if state is not None:
-        saver.rounds_done = saver.last_round = state.round_idx
-        saver.last = Path(ckpt["path"])
-    tracking = None
-    if root and cfg.tracker:  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
-        from fedcli.trackers.hook import TrackerHook
-
-        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: view.notice(f"warning: {m}"))
-        sim.add_round_hook(tracking)
-    sim.add_round_hook(saver)
-    if comm.size > 1:
-        sim.step_hooks.append(saver.step)
+    saver = _checkpointer(cfg, comm, out, view, state, ckpt)
+    tracking = _hook_rounds(cfg, comm, sim, saver, out, resume=resume, view=view)
     # The Checkpointer holds the stop signals until the manifest says how the run ended: a second SIGTERM (Slurm sends
     # one to every process of the job, so a time limit can deliver two) arriving after the rounds stopped waits
     # instead of ending the process with the manifest still 'running' (which the watchdog would then call failed).
     with saver.signals():
         try:
-            with progress:
-                sim.progress = progress
-                if state is not None:
-                    progress.advance_to(state.iteration, state.round_idx)
-                saver.armed = True
-                if early.usr1_pending():  # SIGUSR1 during the setup: a checkpoint at the first round boundary
-                    saver.pending = signal.SIGUSR1
-                if run_dir is not None:
-                    early.forget(mark_interrupted)  # from here the Checkpointer handles signals
-                try:
-                    summary = sim.run(state)
-                except checkpoint.Interrupted as e:
-                    if not (e.now and saver.armed):
-                        raise
-                    saver.stopping = True
-                    saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
-                    raise saver.stopped_now(e.signum) from None
+            summary = _run_rounds(sim, saver, progress, state, mark_interrupted)
         except BaseException as e:
-            saver.stopping = True
-            sim.store.close()  # the client-state files a disk store holds open
-            if run_dir is not None:
-                early.forget(mark_interrupted)
-            e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
-            stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
-            ended, closing = e, ("interrupted" if stopped else "failed")
-            if run_dir is not None:
-                on_disk = run_dir.manifest.get("status")
-                try:
-                    run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **sim.choices(),
-                                   **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
-                except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
-                    if isinstance(e, FedcliError):
-                        e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
-                                  f"'{on_disk}'",)
+            ended, closing = _close_stopped(e, sim, saver, run_dir, mark_interrupted, out, comm)
         else:
             ended, closing = None, "completed"
-            saver.stopping = True
-            at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
-            mpi_s = getattr(comm, "reduce_seconds", None)
-            extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
-            if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/gpuplan.py, --runs-per-gpu auto)
-                import torch
-
-                extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
-            if run_dir is not None:
-                try:
-                    checkpoint.save_model(sim, out / "model.pt")
-                    run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices(),
-                                   **({"client_state_at_end": at_end} if at_end else {}))
-                except (StorageError, PlaceError) as e:
-                    sentinel.stop(watchdog)
-                    remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
-                    msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
-                    said = ""
-                    try:
-                        run_dir.finish("failed", error=f"StorageError: {msg}")
-                    except (FedcliError, OSError) as why:
-                        said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
-                    raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
-                                       f"continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the "
-                                       f"last checkpoint)") from None
+            extra = _close_completed(cfg, comm, sim, saver, run_dir, summary, out, watchdog)
     early.run_closed()  # the manifest says how the run ended: signals act at once again (the trackers may take a while)
     if tracking is not None:
         tracking.close(closing)
@@ -380,16 +254,240 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if ended is not None:
         raise ended  # raised outside the handler above: no other exception is chained to it
     if run_dir is not None:
-        if saver.late:
-            view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
-                        f"(nothing to resume)")
-        if as_json:
-            print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
-        elif not quiet:
-            view.summary(cfg, summary, out)
+        _say_result(cfg, summary, extra, saver, out, quiet=quiet, as_json=as_json, view=view)
     sim.store.finish_run()  # what the completed run no longer needs goes (fedcli/fl/store.py)
     ACTIVE_RUN.pop("dir", None)
     return summary
+
+
+def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunView):
+    """The simulation on every rank and, with ``resume``, the latest checkpoint (CSVs cut back to it) restored on every
+    rank; an error on any rank is raised on all (:func:`collective`). Returns (simulation, restored state, checkpoint)."""
+    from fedcli.fl.engine import Simulation
+    from fedcli.results import checkpoint
+
+    sim, err = None, None
+    try:
+        sim = Simulation(cfg, comm).setup(*(data or ()))
+    except Exception as e:  # noqa: BLE001 - reported collectively below
+        err = e
+    collective(comm, err)
+    state = ckpt = None
+    if resume:
+        try:
+            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
+                                              if comm.is_root else None, config=cfg.to_dict())  # said with --quiet too
+            state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
+        except Exception as e:  # noqa: BLE001 - reported collectively below
+            err = e
+        collective(comm, err)
+    return sim, state, ckpt
+
+
+def _processes(comm, sim) -> dict:
+    """Every process's pid and device, for the manifest (collective: every rank calls it)."""
+    pids = comm.allgather(os.getpid())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/gpuplan.py)
+    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank,  # every process's device
+                              **({"cuda_visible_devices": visible} if visible is not None else {})})
+    return {"pids": pids, "devices": devices}
+
+
+def _clean_overwritten(out: Path) -> None:
+    """``--overwrite``: the previous run's files go (CSVs, model, manifest, checkpoints, client state, tracker files)."""
+    from fedcli.results import checkpoint
+
+    for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "manifest.json"):
+        (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
+    for _, old in checkpoint.list_checkpoints(out):
+        old.unlink()
+    import shutil
+
+    from fedcli.fl.store import FOLDER
+
+    shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
+    from fedcli.trackers.state import remove_files
+
+    remove_files(out)  # the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json)
+
+
+def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quiet: bool, view: RunView):
+    """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
+    checkpoint (saying how the previous attempt ended and which versions changed since)."""
+    from fedcli.results import checkpoint
+    from fedcli.results.rundir import RunDir
+
+    if not resume:
+        run_dir = RunDir(out)
+        run_dir.start({**sim.manifest(), **procs})
+        return run_dir
+    from fedcli.results.runstate import killed_note
+
+    said = killed_note(out, checkpoint.read_manifest(out), probe=False, how=(
+        f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
+    if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
+        view.notice(f"note: the previous attempt was {said}")
+    run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, procs)
+    drift = checkpoint.version_drift(run_dir.manifest)
+    if drift and not quiet:
+        view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
+                    "the result need not be bitwise identical to an uninterrupted run")
+    return run_dir
+
+
+def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
+    """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/early.py), the
+    simulation writes into the run directory, the watchdog (fedcli/results/sentinel.py) watches the processes.
+    Returns (the interrupt handler to forget once the Checkpointer takes the signals, the watchdog)."""
+    from fedcli.results import checkpoint, sentinel
+    from fedcli.results.runlog import RunLog
+
+    resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
+    watch = {"dog": None}
+
+    def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/early.py)
+        run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
+        sentinel.stop(watch["dog"])
+        return f"; the run is marked interrupted; continue with: {resume_cmd}"
+    early.on_interrupt(mark_interrupted)
+    sim.attach(run_dir, RunLog(run_dir))
+    watch["dog"] = sentinel.start(out, pids)
+    return mark_interrupted, watch["dog"]
+
+
+def _announce(cfg: TrainConfig, sim, view: RunView, *, quiet: bool, progress: str) -> None:
+    """Rank 0: the run loaded; its header and where the client state goes (not with ``quiet``), its notes (always)."""
+    from fedcli.fl.store import describe as store_line
+
+    view.loaded()
+    if not quiet:  # a terminal wraps it between words; a log keeps it on one line
+        view.header(describe(cfg, sim), progress)
+        if (state_line := store_line(sim.store.info)) is not None:
+            view.notice(state_line)  # where the client state goes and how big it may grow
+    for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
+        view.notice(f"note: {note}")
+
+
+def _checkpointer(cfg: TrainConfig, comm, out: Path, view: RunView, state, ckpt):
+    """The Checkpointer (fedcli/results/checkpoint.py), continuing from the restored checkpoint on a resume."""
+    from fedcli.results import checkpoint
+
+    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
+                                    notify=view.notice if comm.is_root else None, launcher=comm.launcher)
+    if state is not None:
+        saver.rounds_done = saver.last_round = state.round_idx
+        saver.last = Path(ckpt["path"])
+    return saver
+
+
+def _hook_rounds(cfg: TrainConfig, comm, sim, saver, out: Path, *, resume: bool, view: RunView):
+    """The round hooks: the trackers (rank 0, ``--tracker``) then the checkpointer; with several processes the
+    checkpointer also hears every step. Returns the trackers' hook or None."""
+    tracking = None
+    if comm.is_root and cfg.tracker:  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
+        from fedcli.trackers.hook import TrackerHook
+
+        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: view.notice(f"warning: {m}"))
+        sim.add_round_hook(tracking)
+    sim.add_round_hook(saver)
+    if comm.size > 1:
+        sim.step_hooks.append(saver.step)
+    return tracking
+
+
+def _run_rounds(sim, saver, progress, state, mark_interrupted):
+    """The rounds under the progress display, the Checkpointer taking the signals over from ``mark_interrupted``; a
+    stop signal that must act now writes the last round boundary and raises. Returns the run's summary."""
+    from fedcli.results import checkpoint
+
+    with progress:
+        sim.progress = progress
+        if state is not None:
+            progress.advance_to(state.iteration, state.round_idx)
+        saver.armed = True
+        if early.usr1_pending():  # SIGUSR1 during the setup: a checkpoint at the first round boundary
+            saver.pending = signal.SIGUSR1
+        if mark_interrupted is not None:
+            early.forget(mark_interrupted)  # from here the Checkpointer handles signals
+        try:
+            return sim.run(state)
+        except checkpoint.Interrupted as e:
+            if not (e.now and saver.armed):
+                raise
+            saver.stopping = True
+            saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
+            raise saver.stopped_now(e.signum) from None
+
+
+def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out: Path, comm):
+    """A run that did not complete: the error it is reported as (:func:`_midrun_error`) and the manifest closed
+    'interrupted' (a stop signal) or 'failed', with the last checkpoint. Returns (the error to raise, the status)."""
+    from fedcli.results import checkpoint
+
+    saver.stopping = True
+    sim.store.close()  # the client-state files a disk store holds open
+    if run_dir is not None:
+        early.forget(mark_interrupted)
+    e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
+    stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+    closing = "interrupted" if stopped else "failed"
+    if run_dir is not None:
+        on_disk = run_dir.manifest.get("status")
+        try:
+            run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **sim.choices(),
+                           **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
+        except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
+            if isinstance(e, FedcliError):
+                e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
+                          f"'{on_disk}'",)
+    return e, closing
+
+
+def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: Path, watchdog) -> dict:
+    """A completed run: the client state kept at the end, the final model and the manifest closed 'completed'
+    (rank 0); a failure to save them is a StorageError that says how to continue. Returns the summary's extras."""
+    from fedcli.errors import PlaceError, StorageError
+    from fedcli.results import checkpoint, sentinel
+
+    saver.stopping = True
+    at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
+    mpi_s = getattr(comm, "reduce_seconds", None)
+    extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
+    if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/gpuplan.py, --runs-per-gpu auto)
+        import torch
+
+        extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
+    if run_dir is not None:
+        try:
+            checkpoint.save_model(sim, out / "model.pt")
+            run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices(),
+                           **({"client_state_at_end": at_end} if at_end else {}))
+        except (StorageError, PlaceError) as e:
+            sentinel.stop(watchdog)
+            remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
+            msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
+            said = ""
+            try:
+                run_dir.finish("failed", error=f"StorageError: {msg}")
+            except (FedcliError, OSError) as why:
+                said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
+            raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
+                               f"continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the "
+                               f"last checkpoint)") from None
+    return extra
+
+
+def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, quiet: bool, as_json: bool,
+                view: RunView) -> None:
+    """Rank 0, a completed run: a stop signal that came during the last round, then the JSON line (``as_json``) or
+    the closing summary (not with ``quiet``)."""
+    if saver.late:
+        view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
+                    f"(nothing to resume)")
+    if as_json:
+        print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
+    elif not quiet:
+        view.summary(cfg, summary, out)
 
 
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)

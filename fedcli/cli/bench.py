@@ -68,14 +68,14 @@ def bench(
         return gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
                            concurrent_iterations)
     if ops:
-        from fedcli import bench_ops
+        from fedcli.bench import ops as bench_ops
 
         for line in bench_ops.report(data_dir or None):
             print(line)
         return None
     if scale:  # before torch loads here: a parent holding torch's libraries would share their pages with the
         return scale_section(progress, json_out)  # measured runs and lower their PSS
-    from fedcli import bench as b
+    from fedcli.bench import compare as b
 
     err_console.print(f"fedcli bench: {', '.join(keys)} on {b.physical_cores()} physical core(s), load average {b.load_average()}",
                       soft_wrap=True, highlight=False)
@@ -106,7 +106,7 @@ def _ints(text: str, flag: str, n: int | None = None) -> list[int]:
 
 def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
                 concurrent_iterations: int = 300) -> None:
-    """``fedcli bench --device D`` (fedcli/bench_gpu.py); JSON to ``--json``, else results/bench-gpu.json."""
+    """``fedcli bench --device D`` (fedcli/bench/gpu.py); JSON to ``--json``, else results/bench-gpu.json."""
     short, long = _ints(iterations, "--iterations", 2)
     if long <= short:
         raise ConfigError(f"--iterations SHORT,LONG: LONG must be above SHORT, got {iterations}")
@@ -122,7 +122,7 @@ def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurr
     if device != "cpu" and not torch.cuda.is_available():
         raise ConfigError(f"fedcli bench --device {device} needs a CUDA device and none is visible; `fedcli bench --ops` counts "
                           f"the ops per step on a CPU, `--device cpu` runs the GPU bench's code paths here")
-    from fedcli import bench_gpu
+    from fedcli.bench import gpu as bench_gpu
 
     info = bench_gpu.run(data_dir, cifar_dir, device, clients, batch, short, long, steps, together, progress=progress,
                          concurrent_iterations=concurrent_iterations)
@@ -132,12 +132,12 @@ def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurr
 
 
 def scale_section(progress, json_out: str) -> None:
-    """``fedcli bench --scale`` (fedcli/bench_scale.py)."""
+    """``fedcli bench --scale`` (fedcli/bench/scale.py)."""
     import json
 
     from rich.console import Console
 
-    from fedcli import bench_scale
+    from fedcli.bench import scale as bench_scale
 
     err_console.print(f"fedcli bench --scale: load average {_load()}", soft_wrap=True, highlight=False)
     results = bench_scale.run(progress)
@@ -151,6 +151,6 @@ def scale_section(progress, json_out: str) -> None:
 
 
 def _load() -> str:
-    from fedcli.bench_startup import load_average  # not fedcli.bench's: that module imports torch
+    from fedcli.bench.startup import load_average  # not fedcli.bench.compare's: that module imports torch
 
     return load_average()

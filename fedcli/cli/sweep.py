@@ -44,18 +44,14 @@ def sweep(
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
     from fedcli.sweep import run_sweep
 
-    from fedcli.cli.console import PROGRESS_MODES, progress_mode
+    from fedcli.cli.console import PROGRESS_MODES
     from fedcli.errors import ConfigError
 
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
     t0 = time.perf_counter()
-    state = {"progress": None, "total": 0, "estimate": None}
     scale = scale if scale is not None else _only_scale(recipe)
-    flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s,
-             "runs_per_job": runs_per_job}
-    if sbatch:
-        flags["options"] = list(sbatch)
+    flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
     if status or cancel:
         from fedcli.cli.slurm_status import show_status
 
@@ -66,36 +62,58 @@ def sweep(
 
         submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan)
         return
+    said = _RunLines(quiet=quiet, jobs=jobs, mpi=mpi, in_process=in_process, progress=progress)
+    try:
+        result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
+                           on_start=said.on_start, on_done=said.on_done, download=download, executor=executor, slurm=flags,
+                           tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu,
+                           notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
+    finally:
+        said.stop()
+    if dry_run:
+        _print_dry_run(result, jobs, mpi, quiet=quiet, in_process=in_process)
+    else:
+        _print_closing(result, time.perf_counter() - t0)
 
-    def on_start(result, todo):
-        state["total"] = len(todo)
+
+def _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch) -> dict:
+    """The Slurm flags as the sweep's ``slurm`` settings (None: the recipe's ``[slurm]`` table, else the default)."""
+    flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s,
+             "runs_per_job": runs_per_job}
+    if sbatch:
+        flags["options"] = list(sbatch)
+    return flags
+
+
+class _RunLines:
+    """What a local sweep says while it runs: the plan and the progress display when the runs start
+    (:meth:`on_start`), a line per run finished (:meth:`on_done`); nothing but warnings with ``quiet``."""
+
+    def __init__(self, *, quiet: bool, jobs: int, mpi: int, in_process: bool, progress: str):
+        self.quiet, self.jobs, self.mpi, self.in_process, self.mode = quiet, jobs, mpi, in_process, progress
+        self.progress = self.estimate = None
+
+    def on_start(self, result, todo) -> None:
+        from fedcli.cli.console import progress_mode
+
         _warn_if_large(result, todo)
-        if quiet:
+        if self.quiet:
             return
-        state["estimate"] = _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
+        self.estimate = _print_plan(result, todo, self.jobs, self.mpi, "inline" if self.in_process else None)
         if todo:
             placed = result.placement if result.placement is not None and result.placement.gpus else None
-            at_once = 1 if in_process else (placed.concurrent if placed else jobs)  # --runs-per-gpu may cap --jobs
-            prog = SweepProgress(todo, at_once, state["estimate"], mode=progress_mode(progress))
+            at_once = 1 if self.in_process else (placed.concurrent if placed else self.jobs)  # --runs-per-gpu may cap --jobs
+            prog = SweepProgress(todo, at_once, self.estimate, mode=progress_mode(self.mode))
             prog.start()
-            state["progress"] = prog
+            self.progress = prog
 
-    def on_done(p):
-        prog = state["progress"]
+    def on_done(self, p) -> None:
+        prog = self.progress
         if prog is not None:
             prog.finished(p)
-        if quiet:
+        if self.quiet:
             return
-        if p.status == "completed":
-            from fedcli.report.rundata import RunData
-
-            run = RunData(p.dir)
-            acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
-            what = "personal acc" if run.personalized else "acc"
-            word, body = "done", (f"{p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
-                                  f"{p.wall_s:.1f}s{sofar(prog)}")
-        else:
-            word, body = "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
+        word, body = _done_text(p, prog)
         if prog is not None and prog.mode == "lines":
             prog.say(f"fedcli sweep: {word} {body}")
             prog.tick()  # the run that takes its place: "started" after this "done"
@@ -105,41 +123,57 @@ def sweep(
             line = Text(f"  {word}{'  ' if word == 'done' else ' '}", style="green" if word == "done" else "red")
             err_console.print(line + Text(body), soft_wrap=True, highlight=False)
 
-    try:
-        result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
-                           on_start=on_start, on_done=on_done, download=download, executor=executor, slurm=flags,
-                           tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu,
-                           notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
-    finally:
-        if state["progress"] is not None:
-            state["progress"].stop()
-    if dry_run:
-        from rich.table import Table
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
 
-        _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
 
-        if not quiet:
-            _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi, "inline" if in_process else None)
+def _done_text(p, prog) -> tuple[str, str]:
+    """A finished run's line: ("done", its best accuracy, communication and wall time) or ("failed", its exit code,
+    error and log), with where the sweep stands."""
+    if p.status != "completed":
+        return "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
+    from fedcli.report.rundata import RunData
 
-        t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
-                  title_justify="left")
-        for c in ("run", "seed", "state", "folder", "config hash", "why"):
-            t.add_column(c, overflow="fold")
-        for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
-            st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
-            t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
-        out_console.print(t)
-        _print_data(result.data)
-        if result.resources is not None:
-            from fedcli.cli.slurm_status import print_jobs_plan
+    run = RunData(p.dir)
+    acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
+    what = "personal acc" if run.personalized else "acc"
+    return "done", (f"{p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
+                    f"{p.wall_s:.1f}s{sofar(prog)}")
 
-            print_jobs_plan(result, mpi)
-        return
+
+def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool) -> None:
+    """``--dry-run``: the plan (not with ``quiet``), a table of every run with its state and why, the data check and,
+    with Slurm, the jobs it would submit."""
+    from rich.table import Table
+
+    _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
+
+    if not quiet:
+        _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi, "inline" if in_process else None)
+
+    t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
+              title_justify="left")
+    for c in ("run", "seed", "state", "folder", "config hash", "why"):
+        t.add_column(c, overflow="fold")
+    for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
+        st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
+        t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
+    out_console.print(t)
+    _print_data(result.data)
+    if result.resources is not None:
+        from fedcli.cli.slurm_status import print_jobs_plan
+
+        print_jobs_plan(result, mpi)
+
+
+def _print_closing(result, seconds: float) -> None:
+    """The closing line: how many runs are complete (run now, already done), the time taken, and the report to make."""
     names = [p["name"] for p in result.recipe.tables]
     hint = f"fedcli report {result.root}" + (f" --table {names[0]}" if names else "")
     ran = len(result.ran)
     msg = (f"fedcli sweep: {len(result.runs)} runs complete in {result.root} ({ran} ran now, {len(result.runs) - ran} were already done, "
-           f"{_fmt_s(time.perf_counter() - t0)}); next: {hint}")
+           f"{_fmt_s(seconds)}); next: {hint}")
     if ran == 0:
         msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)

@@ -169,7 +169,43 @@ def make_partition(
     ignored and recorded as ``None``. Impossible requests raise :class:`ConfigError` (exit 2)
     with one sentence naming the option. ``data_pool`` is only recorded (``"train+test"``: ``dataset`` is
     already the merged pool, ``fedcli.data.setup.merge_pool``).
+
+    The jobs in order: check the request, read the training pool, the config, the scheme's split (``_SPLITS``), the
+    local test split.
     """
+    clients, seed, f = _checked_counts(scheme, clients, seed, client_test_fraction)
+    req = _Request(*_training_pool(dataset, clients), dataset=dataset, clients=clients, seed=seed, alpha=alpha,
+                   classes_per_client=classes_per_client, writers_per_client=writers_per_client, min_size=min_size,
+                   max_tries=max_tries, pathological_rule=pathological_rule)
+    config = _base_config(req, scheme, f, client_test_split, data_pool)
+    rng = np.random.default_rng(seed)
+    parts, legacy = _SPLITS[scheme](req, rng, config)
+    train, test = _local_test(parts, f, client_test_split, legacy, seed)
+    return Partition(config=config, train=train, test=test, hash=partition_hash(config, train, test))
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One :func:`make_partition` call: the training pool (dataset name, labels, classes, samples) and the options."""
+
+    name: str
+    labels: np.ndarray
+    num_classes: int
+    n: int
+    dataset: Any
+    clients: int
+    seed: int
+    alpha: float | None
+    classes_per_client: int | None
+    writers_per_client: int | None
+    min_size: int
+    max_tries: int
+    pathological_rule: str
+
+
+def _checked_counts(scheme: str, clients, seed, client_test_fraction) -> tuple[int, int, float]:
+    """The scheme's name, ``clients`` >= 1, ``seed`` >= 0 and the local test fraction in [0, 1) checked (ConfigError
+    naming the option); returns (clients, seed, fraction) as numbers."""
     if scheme not in SCHEMES:
         raise ConfigError(f"--partition must be one of {', '.join(SCHEMES)}, not {scheme!r}")
     clients = _as_int(clients, "--clients")
@@ -181,7 +217,12 @@ def make_partition(
     f = _as_float(client_test_fraction, "--client-test-fraction")
     if not (0.0 <= f < 1.0):
         raise ConfigError(f"--client-test-fraction must be in [0, 1), got {client_test_fraction}")
+    return clients, seed, f
 
+
+def _training_pool(dataset, clients: int) -> tuple[str, np.ndarray, int, int]:
+    """The dataset's name, training labels (int64, checked to lie in [0, classes)), class count and sample count; no
+    more clients than samples."""
     name = str(getattr(dataset, "name", "unknown"))
     labels = _as_numpy(dataset.train_y).astype(np.int64, copy=False).reshape(-1)
     num_classes = int(dataset.num_classes)
@@ -193,98 +234,131 @@ def make_partition(
         )
     if clients > n:
         raise ConfigError(f"--clients {clients} is more than the {n} training samples of dataset {name}")
+    return name, labels, num_classes, n
 
+
+def _base_config(req: _Request, scheme: str, f: float, client_test_split: str, data_pool: str) -> dict[str, Any]:
+    """The partition's config before the scheme's own entries: every option ``None`` until its scheme sets it; the
+    PFLlib rules and the data pool written only when not at their defaults (older hashes stay as they were)."""
     config: dict[str, Any] = {
         "scheme": scheme,
-        "clients": clients,
-        "seed": seed,
+        "clients": req.clients,
+        "seed": req.seed,
         "alpha": None,
         "classes_per_client": None,
         "writers_per_client": None,
         "client_test_fraction": f,
         "min_size": None,
-        "dataset": name,
-        "n_train": n,
-        "num_classes": num_classes,
+        "dataset": req.name,
+        "n_train": req.n,
+        "num_classes": req.num_classes,
     }
-    rng = np.random.default_rng(seed)
-    legacy = None  # PFLlib's rules: numpy's legacy global-style stream, shared in the reference's order
-    if pathological_rule not in PATHOLOGICAL_RULES:
-        raise ConfigError(f"--pathological-rule must be one of {', '.join(PATHOLOGICAL_RULES)}, not {pathological_rule!r}")
+    if req.pathological_rule not in PATHOLOGICAL_RULES:
+        raise ConfigError(f"--pathological-rule must be one of {', '.join(PATHOLOGICAL_RULES)}, "
+                          f"not {req.pathological_rule!r}")
     if client_test_split not in TEST_SPLITS:
         raise ConfigError(f"--client-test-split must be one of {', '.join(TEST_SPLITS)}, not {client_test_split!r}")
-    for k, v, default in (("pathological_rule", pathological_rule, "shards"), ("client_test_split", client_test_split, "fedcli"),
-                          ("data_pool", data_pool, "train")):
+    for k, v, default in (("pathological_rule", req.pathological_rule, "shards"),
+                          ("client_test_split", client_test_split, "fedcli"), ("data_pool", data_pool, "train")):
         if v != default and (k != "pathological_rule" or scheme == "pathological"):
             config[k] = v
+    return config
 
-    if scheme == "iid":
-        parts = _split_iid(n, clients, rng)
-    elif scheme == "dirichlet":
-        if alpha is None:
-            raise ConfigError("--alpha is required for --partition dirichlet")
-        a = _as_float(alpha, "--alpha")
-        if not (a > 0) or not math.isfinite(a):
-            raise ConfigError(f"--alpha must be > 0, got {alpha}")
-        min_size = _as_int(min_size, "min_size")
-        max_tries = _as_int(max_tries, "max_tries")
-        if min_size < 0:
-            raise ConfigError(f"min_size must be >= 0, got {min_size}")
-        if max_tries < 1:
-            raise ConfigError(f"max_tries must be >= 1, got {max_tries}")
-        config["alpha"] = a
-        config["min_size"] = min_size
-        parts, tries = _split_dirichlet(labels, num_classes, clients, a, min_size, max_tries, rng)
-        config["tries"] = tries
-    elif scheme == "pathological":
-        if classes_per_client is None:
-            raise ConfigError("--classes-per-client is required for --partition pathological")
-        k = _as_int(classes_per_client, "--classes-per-client")
-        if k < 1 or k > num_classes:
-            raise ConfigError(
-                f"--classes-per-client must be between 1 and {num_classes} (the classes of dataset {name}), got {k}"
-            )
-        if clients * k > n:
-            raise ConfigError(
-                f"--classes-per-client {k} x --clients {clients} = {clients * k} shards is more than "
-                f"the {n} training samples of dataset {name}"
-            )
-        config["classes_per_client"] = k
-        if pathological_rule == "shards":
-            parts = _split_pathological(labels, clients, k, rng)
-        else:
-            legacy = np.random.RandomState(seed)
-            parts = _split_classes(labels, num_classes, clients, k, pathological_rule == "classes-balanced", legacy, name)
-    else:  # natural
-        if writers_per_client is None:
-            raise ConfigError("--writers-per-client is required for --partition natural")
-        w = _as_int(writers_per_client, "--writers-per-client")
-        if w < 1:
-            raise ConfigError(f"--writers-per-client must be >= 1, got {w}")
-        groups = getattr(dataset, "train_groups", None)
-        if groups is None:
-            raise ConfigError(
-                f"--partition natural needs writer groups, and dataset {name} has none; "
-                "use a dataset with writer ids (femnist, synthetic, imagefolder with writer subfolders, tensors with a "
-                "writers array) or another --partition"
-            )
-        groups = _as_numpy(groups).astype(np.int64, copy=False).reshape(-1)
-        if groups.shape[0] != n:
-            raise DataError(
-                f"dataset {name}: {groups.shape[0]} writer labels for {n} training samples; "
-                "expected one writer index per training sample"
-            )
-        writers = np.unique(groups)
-        if w * clients > len(writers):
-            raise ConfigError(
-                f"--writers-per-client {w} x --clients {clients} = {w * clients} writers is more than "
-                f"the {len(writers)} writers of dataset {name}"
-            )
-        config["writers_per_client"] = w
-        parts = _split_natural(groups, writers, clients, w, rng)
-        config["writers_used"] = w * clients
-        config["writers_total"] = int(len(writers))
 
+def _iid_parts(req: _Request, rng: np.random.Generator, config: dict) -> tuple[list[np.ndarray], None]:
+    """``iid``: :func:`_split_iid`. Returns (parts, no legacy stream)."""
+    return _split_iid(req.n, req.clients, rng), None
+
+
+def _dirichlet_parts(req: _Request, rng: np.random.Generator, config: dict) -> tuple[list[np.ndarray], None]:
+    """``dirichlet``: ``alpha`` > 0, ``min_size`` and ``max_tries`` checked and recorded with the tries it took
+    (:func:`_split_dirichlet`). Returns (parts, no legacy stream)."""
+    if req.alpha is None:
+        raise ConfigError("--alpha is required for --partition dirichlet")
+    a = _as_float(req.alpha, "--alpha")
+    if not (a > 0) or not math.isfinite(a):
+        raise ConfigError(f"--alpha must be > 0, got {req.alpha}")
+    min_size = _as_int(req.min_size, "min_size")
+    max_tries = _as_int(req.max_tries, "max_tries")
+    if min_size < 0:
+        raise ConfigError(f"min_size must be >= 0, got {min_size}")
+    if max_tries < 1:
+        raise ConfigError(f"max_tries must be >= 1, got {max_tries}")
+    config["alpha"] = a
+    config["min_size"] = min_size
+    parts, tries = _split_dirichlet(req.labels, req.num_classes, req.clients, a, min_size, max_tries, rng)
+    config["tries"] = tries
+    return parts, None
+
+
+def _pathological_parts(req: _Request, rng: np.random.Generator, config: dict):
+    """``pathological``: ``classes_per_client`` checked against the classes and samples, then label-sorted shards
+    (:func:`_split_pathological`) or PFLlib's rule on its legacy stream (:func:`_split_classes`). Returns (parts, the
+    legacy ``RandomState`` or None)."""
+    name, num_classes, n, clients = req.name, req.num_classes, req.n, req.clients
+    if req.classes_per_client is None:
+        raise ConfigError("--classes-per-client is required for --partition pathological")
+    k = _as_int(req.classes_per_client, "--classes-per-client")
+    if k < 1 or k > num_classes:
+        raise ConfigError(
+            f"--classes-per-client must be between 1 and {num_classes} (the classes of dataset {name}), got {k}"
+        )
+    if clients * k > n:
+        raise ConfigError(
+            f"--classes-per-client {k} x --clients {clients} = {clients * k} shards is more than "
+            f"the {n} training samples of dataset {name}"
+        )
+    config["classes_per_client"] = k
+    if req.pathological_rule == "shards":
+        return _split_pathological(req.labels, clients, k, rng), None
+    legacy = np.random.RandomState(req.seed)
+    balanced = req.pathological_rule == "classes-balanced"
+    return _split_classes(req.labels, num_classes, clients, k, balanced, legacy, name), legacy
+
+
+def _natural_parts(req: _Request, rng: np.random.Generator, config: dict) -> tuple[list[np.ndarray], None]:
+    """``natural``: the dataset's writer per sample checked, then ``writers_per_client`` whole writers per client
+    (:func:`_split_natural`), recorded with the writers used and available. Returns (parts, no legacy stream)."""
+    name, n, clients = req.name, req.n, req.clients
+    if req.writers_per_client is None:
+        raise ConfigError("--writers-per-client is required for --partition natural")
+    w = _as_int(req.writers_per_client, "--writers-per-client")
+    if w < 1:
+        raise ConfigError(f"--writers-per-client must be >= 1, got {w}")
+    groups = getattr(req.dataset, "train_groups", None)
+    if groups is None:
+        raise ConfigError(
+            f"--partition natural needs writer groups, and dataset {name} has none; "
+            "use a dataset with writer ids (femnist, synthetic, imagefolder with writer subfolders, tensors with a "
+            "writers array) or another --partition"
+        )
+    groups = _as_numpy(groups).astype(np.int64, copy=False).reshape(-1)
+    if groups.shape[0] != n:
+        raise DataError(
+            f"dataset {name}: {groups.shape[0]} writer labels for {n} training samples; "
+            "expected one writer index per training sample"
+        )
+    writers = np.unique(groups)
+    if w * clients > len(writers):
+        raise ConfigError(
+            f"--writers-per-client {w} x --clients {clients} = {w * clients} writers is more than "
+            f"the {len(writers)} writers of dataset {name}"
+        )
+    config["writers_per_client"] = w
+    parts = _split_natural(groups, writers, clients, w, rng)
+    config["writers_used"] = w * clients
+    config["writers_total"] = int(len(writers))
+    return parts, None
+
+
+#: each scheme's split: (request, the seed's generator, the config it adds its entries to) -> (parts, legacy stream)
+_SPLITS = {"iid": _iid_parts, "dirichlet": _dirichlet_parts, "pathological": _pathological_parts,
+           "natural": _natural_parts}
+
+
+def _local_test(parts: list, f: float, client_test_split: str, legacy, seed: int):
+    """Every client's samples sorted, and with ``f`` > 0 split into a local train and test part: PFLlib's rule on the
+    legacy stream (the scheme's, else a new one of ``seed``) or fedcli's. Returns (train, test or None)."""
     test = None
     if f > 0 and client_test_split == "pfllib":
         train, test = _split_local_test_pfllib(parts, f, legacy if legacy is not None else np.random.RandomState(seed))
@@ -292,7 +366,7 @@ def make_partition(
         train = [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
         if f > 0:
             train, test = _split_local_test(train, f, seed)
-    return Partition(config=config, train=train, test=test, hash=partition_hash(config, train, test))
+    return train, test
 
 
 def _split_iid(n: int, clients: int, rng: np.random.Generator) -> list[np.ndarray]:

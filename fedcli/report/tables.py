@@ -233,92 +233,126 @@ class ReportError(Exception):
 
 def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs); the ``matrix`` layout is
-    ``fedcli.report.personal.build_matrix``'s."""
-    def per_seed(name):
-        return runs[name]
-
-    def acc_stat(name, which=None):
-        return mean_std(r.accuracy(which or spec.accuracy, spec.metric) for r in per_seed(name).values())
-
-    def comm_stat(name, base_comm, attr="comm_params"):
-        return mean_std(pct(getattr(r, attr), base_comm) for r in per_seed(name).values())
-
-    def first(name):
-        return next(iter(per_seed(name).values()))
-
+    ``fedcli.report.personal.build_matrix``'s. One section per group (:func:`_rows_section` for the ``rows`` and
+    ``target`` layouts, :func:`_paired_section` for ``paired``), then the notes (:func:`_table_notes`)."""
+    stats = _RunStats(spec, runs)
     sections, picks = [], []
     for g in spec.groups:
-        base_comm = mean_std(r.comm_params for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
-        base_bytes = mean_std(r.comm_bytes for r in per_seed(g.baseline).values()).mean if g.baseline else float("nan")
         if spec.layout in ("rows", "target"):
-            cols = [column(c) for c in spec.columns]
-            if spec.layout == "target":
-                tgt = f"{100 * spec.target:g}%"
-                cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
-                         Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
-            rows, meta = [], []
-            picked = select_best(spec, g.runs, runs)
+            section, picked = _rows_section(spec, g, runs, stats)
+            sections.append(section)
             picks += picked
-            for name, cands in picked:
-                r0 = first(name)
-                cells = []
-                for c in spec.columns:
-                    if c == "acc":
-                        cells.append(fmt_acc(acc_stat(name)))
-                    elif c in ("final_acc", "best_acc"):
-                        cells.append(fmt_acc(acc_stat(name, c.split("_")[0])))
-                    elif c == "comm":
-                        cells.append(fmt_pct(comm_stat(name, base_comm)))
-                    elif c == "comm_bytes":
-                        cells.append(fmt_pct(comm_stat(name, base_bytes, "comm_bytes")))
-                    elif c == "name":
-                        cells.append(plain(name))
-                    elif c == "method":
-                        cells.append(plain(r0.method_label()))
-                    elif c == "phi":
-                        cells.append(phi_cell(r0))
-                    elif c == "active_ratio":
-                        v = r0.config.get("active_ratio", float("nan"))
-                        cells.append(Cell(f"{100 * v:g}%", f"{100 * v:g}\\%", {"value": v}))
-                    elif c == "alpha":
-                        cells.append(plain(partition_value(r0)))
-                    elif c == "clients":
-                        cells.append(plain(r0.manifest.get("clients", r0.config.get("clients"))))
-                    elif c == "seeds":
-                        cells.append(plain(len(per_seed(name))))
-                    else:
-                        cells.append(plain(r0.config.get(c, "")))
-                if spec.layout == "target":
-                    reach = rounds_to_target(per_seed(name), spec.target, spec.metric)
-                    cells += [fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"),
-                              fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
-                rows.append(cells)
-                meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
-            sections.append(Section(g.label, [], cols, rows, meta))
         else:
-            cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
-                    Column("left_acc", "Validation acc.", "Validation acc."), Column("left_comm", "C ratio", "C ratio"),
-                    Column("right_lr", "LR", "LR"), Column("right_tau", "τ'", "$\\tau'$"), Column("right_phi", "φ", "$\\phi$"),
-                    Column("es_acc", "ES: Validation acc.", "Validation acc."), Column("es_steps", "ES: # of steps", "\\# of steps"),
-                    Column("es_comm", "ES: C ratio", "C ratio"),
-                    Column("full_acc", "Full: Validation acc.", "Validation acc."), Column("full_comm", "Full: C ratio", "C ratio")]
-            header = [[(g.left_title, latex_escape(g.left_title), 5), (g.right_title, latex_escape(g.right_title), 8)],
-                      [("Full training", "Full training", 5), ("Early stopping", "Early stopping", 6), ("Full training", "Full training", 2)]]
-            rows, meta = [], []
-            for left, right in g.rows:
-                lr0, rr0 = first(left), first(right)
-                es = early_stop(per_seed(right), per_seed(left), base_comm, spec.accuracy, spec.early_stop_target, spec.metric)
-                cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
-                         fmt_acc(acc_stat(left)), fmt_pct(comm_stat(left, base_comm)),
-                         plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
-                         fmt_acc(es.acc) if es.reached else Cell("not reached", "not reached", {"mean": float("nan"), "std": float("nan"), "n": 0}),
-                         fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else fmt_pct(NAN),
-                         fmt_acc(acc_stat(right)), fmt_pct(comm_stat(right, base_comm))]
-                rows.append(cells)
-                meta.append({"group": g.label, "left_run": left, "right_run": right})
-            label = g.label or (f"{g.left_title} vs {g.right_title}" if len(spec.groups) > 1 else "")
-            sections.append(Section(label, header, cols, rows, meta))
+            sections.append(_paired_section(spec, g, stats))
+    return Table(spec.name, spec.title, spec.paper, sections, _table_notes(spec, runs, seeds, picks, scale))
 
+
+class _RunStats:
+    """A table's numbers over the seeds of one run: accuracy and communication (mean ± std), the first seed's run."""
+
+    def __init__(self, spec: TableSpec, runs: dict):
+        self.spec, self.runs = spec, runs
+
+    def per_seed(self, name: str) -> dict:
+        return self.runs[name]
+
+    def acc(self, name: str, which: str | None = None):
+        return mean_std(r.accuracy(which or self.spec.accuracy, self.spec.metric) for r in self.per_seed(name).values())
+
+    def comm(self, name: str, base_comm: float, attr: str = "comm_params"):
+        return mean_std(pct(getattr(r, attr), base_comm) for r in self.per_seed(name).values())
+
+    def first(self, name: str):
+        return next(iter(self.per_seed(name).values()))
+
+    def baseline(self, g, attr: str) -> float:
+        """The mean ``attr`` (comm_params, comm_bytes) of the group's baseline over its seeds; NaN without one."""
+        return mean_std(getattr(r, attr) for r in self.per_seed(g.baseline).values()).mean if g.baseline else float("nan")
+
+
+def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:
+    """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the spec's columns
+    (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target. Returns (section, the picks)."""
+    base_comm, base_bytes = stats.baseline(g, "comm_params"), stats.baseline(g, "comm_bytes")
+    cols = [column(c) for c in spec.columns]
+    if spec.layout == "target":
+        tgt = f"{100 * spec.target:g}%"
+        cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
+                 Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
+    rows, meta = [], []
+    picked = select_best(spec, g.runs, runs)
+    for name, cands in picked:
+        cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in spec.columns]
+        if spec.layout == "target":
+            reach = rounds_to_target(stats.per_seed(name), spec.target, spec.metric)
+            cells += [fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"),
+                      fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
+        rows.append(cells)
+        meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
+    return Section(g.label, [], cols, rows, meta), picked
+
+
+def _column_cell(c: str, name: str, stats: _RunStats, base_comm: float, base_bytes: float) -> Cell:
+    """Run ``name``'s cell in column ``c`` of a ``rows``/``target`` table (any other column: that config value)."""
+    r0 = stats.first(name)
+    if c == "acc":
+        return fmt_acc(stats.acc(name))
+    if c in ("final_acc", "best_acc"):
+        return fmt_acc(stats.acc(name, c.split("_")[0]))
+    if c == "comm":
+        return fmt_pct(stats.comm(name, base_comm))
+    if c == "comm_bytes":
+        return fmt_pct(stats.comm(name, base_bytes, "comm_bytes"))
+    if c == "name":
+        return plain(name)
+    if c == "method":
+        return plain(r0.method_label())
+    if c == "phi":
+        return phi_cell(r0)
+    if c == "active_ratio":
+        v = r0.config.get("active_ratio", float("nan"))
+        return Cell(f"{100 * v:g}%", f"{100 * v:g}\\%", {"value": v})
+    if c == "alpha":
+        return plain(partition_value(r0))
+    if c == "clients":
+        return plain(r0.manifest.get("clients", r0.config.get("clients")))
+    if c == "seeds":
+        return plain(len(stats.per_seed(name)))
+    return plain(r0.config.get(c, ""))
+
+
+def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
+    """A ``paired`` group (FedLAMA's Table 5 shape): per row the left run's full training, the right run's early stop
+    at the left one's accuracy (:func:`early_stop`) and its full training, under a two-level header."""
+    base_comm = stats.baseline(g, "comm_params")
+    cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
+            Column("left_acc", "Validation acc.", "Validation acc."), Column("left_comm", "C ratio", "C ratio"),
+            Column("right_lr", "LR", "LR"), Column("right_tau", "τ'", "$\\tau'$"), Column("right_phi", "φ", "$\\phi$"),
+            Column("es_acc", "ES: Validation acc.", "Validation acc."), Column("es_steps", "ES: # of steps", "\\# of steps"),
+            Column("es_comm", "ES: C ratio", "C ratio"),
+            Column("full_acc", "Full: Validation acc.", "Validation acc."), Column("full_comm", "Full: C ratio", "C ratio")]
+    header = [[(g.left_title, latex_escape(g.left_title), 5), (g.right_title, latex_escape(g.right_title), 8)],
+              [("Full training", "Full training", 5), ("Early stopping", "Early stopping", 6), ("Full training", "Full training", 2)]]
+    rows, meta = [], []
+    for left, right in g.rows:
+        lr0, rr0 = stats.first(left), stats.first(right)
+        es = early_stop(stats.per_seed(right), stats.per_seed(left), base_comm, spec.accuracy, spec.early_stop_target,
+                        spec.metric)
+        cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
+                 fmt_acc(stats.acc(left)), fmt_pct(stats.comm(left, base_comm)),
+                 plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
+                 fmt_acc(es.acc) if es.reached else Cell("not reached", "not reached", {"mean": float("nan"), "std": float("nan"), "n": 0}),
+                 fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else fmt_pct(NAN),
+                 fmt_acc(stats.acc(right)), fmt_pct(stats.comm(right, base_comm))]
+        rows.append(cells)
+        meta.append({"group": g.label, "left_run": left, "right_run": right})
+    label = g.label or (f"{g.left_title} vs {g.right_title}" if len(spec.groups) > 1 else "")
+    return Section(label, header, cols, rows, meta)
+
+
+def _table_notes(spec: TableSpec, runs: dict, seeds: list[int], picks: list, scale: str | None) -> list[str]:
+    """The notes under a table: seeds and where the accuracy comes from, the communication baseline, the target, what
+    ``select = "best"`` picked, early stopping, the scale, the spec's own notes."""
     acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
     notes = [f"{over_seeds(seeds)}; accuracy: {acc_what} "
              f"({accuracy_source(spec.metric, {n: runs[n] for n in spec.run_names()})})."]
@@ -347,7 +381,7 @@ def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None
         notes.append(f"Scale '{scale}': a reduced version of the paper's setting; the recipe's header says how.")
     if spec.notes:
         notes.append(spec.notes)
-    return Table(spec.name, spec.title, spec.paper, sections, notes)
+    return notes
 
 
 # ------------------------------------------------------------------------------------------------ render

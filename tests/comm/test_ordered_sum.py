@@ -16,7 +16,7 @@ def test_ordered_sum_of_many_clients_is_the_sequential_sum_in_a_few_ops(device):
     from torch.profiler import profile
 
     from fedcli.comm import communicator
-    from fedcli.bench_ops import top_level_ops
+    from fedcli.bench.ops import top_level_ops
 
     g = torch.Generator().manual_seed(1)
     k, width = 40, communicator.COLUMNS + 3

@@ -1,4 +1,4 @@
-"""``fedcli bench --device`` (fedcli/bench_gpu.py) runs its code paths on the CPU with tiny sizes: fedcli's vmap and
+"""``fedcli bench --device`` (fedcli/bench/gpu.py) runs its code paths on the CPU with tiny sizes: fedcli's vmap and
 loop trainers in fp32 and bf16, the bare torch.func vmap step (ResNet20's BatchNorm under vmap included), the plain
 loop, the op count and a run started as its own process; the ratios it prints are the quotients of the numbers it
 measured. No GPU here: the GPU kernels are not counted (None) and the timings say nothing of a GPU."""
@@ -47,7 +47,7 @@ def test_bench_device_cpu_femnist_measures_every_path(tmp_path, capsys):
 def test_per_iteration_takes_the_least_of_repeats_and_never_reports_a_negative_time():
     """Worked by hand: wall times 10, 7 (short) and 12, 9 (long) over 2 iterations give (9 - 7) / 2 = 1; a long run
     measured faster than the short one is noise, reported as None; op counts (tuples) are differenced as they are."""
-    from fedcli import bench_gpu
+    from fedcli.bench import gpu as bench_gpu
 
     walls = {1: iter([10.0, 7.0]), 3: iter([12.0, 9.0])}
     assert bench_gpu.per_iteration(lambda it: next(walls[it]), 1, 3, repeats=2) == 1.0
@@ -65,7 +65,7 @@ def test_per_iteration_takes_the_least_of_repeats_and_never_reports_a_negative_t
 def test_bare_references_run_resnet20_with_batchnorm(tmp_path):
     """The ResNet20 workload's bare steps: vmap over 3 stacked ResNet20s (train-mode BatchNorm, buffers stacked) in
     fp32 and bf16, and the plain loop; the vmapped step moves every client's parameters."""
-    from fedcli import bench_gpu
+    from fedcli.bench import gpu as bench_gpu
 
     settings = bench_gpu.workloads(None, str(write_cifar10(tmp_path, n_train=50, n_test=10)))["resnet20"]
     model, x, y = bench_gpu._model_and_data(settings, 3, 2, torch.device("cpu"))

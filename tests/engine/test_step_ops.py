@@ -3,7 +3,7 @@
 
 import pytest
 
-from fedcli import bench_ops
+from fedcli.bench import ops as bench_ops
 
 
 @pytest.mark.parametrize("algo, extra", [("fedavg", {}), ("fedlama", {"phi": 2, "tau": 1})])

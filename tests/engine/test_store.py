@@ -329,7 +329,7 @@ def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):
 
 def test_bench_scale_measures(tmp_path):
     """The --scale section's measures on cases worked out by hand: seconds per round, disk blocks, a child's peak."""
-    from fedcli import bench_scale as b
+    from fedcli.bench import scale as b
 
     (tmp_path / "metrics.csv").write_text("round,wall_s\n1,1.0\n2,3.0\n3,4.0\n4,6.0\n")
     assert b.seconds_per_round(tmp_path / "metrics.csv") == 2.0  # steps 2, 1, 2
@@ -346,7 +346,7 @@ def test_bench_scale_targets_by_hand():
     (1.0 - 0.5) = 2.4x above the floors; the two floors alone 1.0 / 1.0 = 1.00x of one process; 1.5 x 1.0 - 1.0 =
     0.5 GB left above them); in the issue's natural setting a floor of 0.7 GB, 1.45 GB measured for two under mpiexec,
     against 0.9 GB for one process: 1.45 > 1.5 x 0.9 = 1.35, out of reach ((1.6 - 1.45) / (0.9 - 0.7) = 0.75x)."""
-    from fedcli import bench_scale as b
+    from fedcli.bench import scale as b
 
     GB = 1e9
 
@@ -384,7 +384,7 @@ def test_bench_scale_targets_by_hand():
 def test_bench_scale_floor_of_two_processes_under_mpiexec():
     """The floor of ``mpiexec -n 2`` is measured, not assumed: two real ranks with torch imported hold more than one
     process does, and the launcher's processes are in the tree."""
-    from fedcli import bench_scale as b
+    from fedcli.bench import scale as b
 
     one, two = b.floor(), b.floor_mpi()
     assert "error" not in two, two
@@ -395,7 +395,7 @@ def test_bench_scale_parent_does_not_hold_torch(tmp_path):
     """``fedcli bench --scale`` measures its runs from a process without torch: a parent holding torch's libraries
     would share their pages with every measured process and lower its PSS (the floor's PSS read 0.43 GB against an
     RSS of 0.55 GB when it did)."""
-    script = ("import sys\nfrom fedcli import bench_scale\n"
+    script = ("import sys\nfrom fedcli.bench import scale as bench_scale\n"
               "bench_scale.run = lambda progress=None, cases=None: {'settings': {}, 'cases': [], 'torch': 'torch' in sys.modules}\n"
               "from fedcli.cli.main import main\nmain(['bench', '--scale', '--json', sys.argv[1]])\n")
     out = tmp_path / "scale.json"

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from fedcli.bench import WORKLOADS, Workload, _run_path
+from fedcli.bench.compare import WORKLOADS, Workload, _run_path
 from fedcli.config import TrainConfig
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.parts import SGDStep
@@ -135,7 +135,7 @@ def test_bench_loop_computes_what_fedcli_computes():
     accuracy round after round (digits, mlp: no channels-last, so the numbers agree to float rounding)."""
     from dataclasses import asdict
 
-    from fedcli.bench import RoundSetting, run_fedcli_rounds, run_loop_rounds
+    from fedcli.bench.compare import RoundSetting, run_fedcli_rounds, run_loop_rounds
 
     setting = asdict(RoundSetting(rounds=2, clients=6, data_dir=""))
     before = torch.get_num_threads()
@@ -151,7 +151,7 @@ def test_bench_loop_computes_what_fedcli_computes():
 def test_bench_tables_are_wide_and_report_the_targets(tmp_path):
     from rich.console import Console
 
-    from fedcli.bench import run_flower_rounds, tables, targets, to_json
+    from fedcli.bench.compare import run_flower_rounds, tables, targets, to_json
 
     skipped = run_flower_rounds({"rounds": 2}, python=sys.executable if _no_flower() else "/nonexistent/python")
     assert "skipped" in skipped and "install-bench" in skipped["skipped"]

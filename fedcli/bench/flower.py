@@ -1,9 +1,9 @@
-"""Flower's simulation of the ``fedcli bench`` round workload (run as ``python -m fedcli.bench_flower SETTING OUT CORES``).
+"""Flower's simulation of the ``fedcli bench`` round workload (run as ``python -m fedcli.bench.flower SETTING OUT CORES``).
 
 Needs the optional ``bench`` extra (``flwr[simulation]``, which brings Ray). The ``ClientApp`` trains a client
-with :func:`fedcli.bench.plain_client_update` on the mini-batches fedcli's plan gives that client in that round;
+with :func:`fedcli.bench.compare.plain_client_update` on the mini-batches fedcli's plan gives that client in that round;
 the ``ServerApp`` runs Flower's ``FedAvg`` (weighted by each client's training samples) for the same rounds and
-evaluates the global model centrally after each round (:func:`fedcli.bench.plain_evaluate`). Ray runs one
+evaluates the global model centrally after each round (:func:`fedcli.bench.compare.plain_evaluate`). Ray runs one
 client per CPU, as many at a time as cores, each process with 1 torch thread. Round time: between two
 consecutive central evaluations (local training of the cohort + aggregation + evaluation).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from fedcli import bench
+from fedcli.bench import compare as bench
 
 def main(setting_json: str, out_path: str, cores: int) -> None:
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict

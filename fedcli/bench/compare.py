@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fedcli.bench_startup import load_average  # noqa: F401 - also read as fedcli.bench.load_average
+from fedcli.bench.startup import load_average  # noqa: F401 - also read as fedcli.bench.compare.load_average
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def run_flower_rounds(setting: dict, python: str | None = None, cores: int = 0) 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "flower.json"
         t0 = time.perf_counter()
-        p = subprocess.run([python, "-m", "fedcli.bench_flower", json.dumps(setting), str(out), str(cores or physical_cores())],
+        p = subprocess.run([python, "-m", "fedcli.bench.flower", json.dumps(setting), str(out), str(cores or physical_cores())],
                            env=env, capture_output=True, text=True)
         if p.returncode != 0 or not out.exists():
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
@@ -475,7 +475,7 @@ def run(workloads: list[str], *, rounds: int = 5, steps: int = 3, warmup: int = 
     out = {"machine": machine(), "workloads": []}
     for key in workloads:
         if key == "startup":
-            from fedcli import bench_startup
+            from fedcli.bench import startup as bench_startup
 
             out["workloads"].append(bench_startup.run(progress=progress))
         elif key == "fedala":
@@ -493,7 +493,7 @@ def tables(results: dict) -> list:
     out = []
     for r in results["workloads"]:
         if r["workload"] == "startup":
-            from fedcli import bench_startup
+            from fedcli.bench import startup as bench_startup
 
             out.append(bench_startup.table(r))
             continue
@@ -537,7 +537,7 @@ def targets(results: dict) -> list[str]:
     lines = []
     for r in results["workloads"]:
         if r["workload"] == "startup":
-            from fedcli import bench_startup
+            from fedcli.bench import startup as bench_startup
 
             lines += bench_startup.targets(r)
         elif r["workload"] == "fedala":
