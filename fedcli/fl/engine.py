@@ -221,15 +221,31 @@ class Simulation:
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
-        from fedcli.data.setup import load_data_and_partition, release_free_heap
-        from fedcli.models import layer_info
-        from fedcli.models.custom import check_model, is_factory_spec
+        """Everything a run needs before its first round, in order: the device, the data and its partition, the model,
+        the parts, the data on the device, the parts' own set-up, the budget. ``dataset``/``partition``: already
+        loaded (a sweep worker's memo); else loaded here (once per node under MPI)."""
+        self._place()
+        self._load(dataset, partition)
+        self._build_model()
+        self._build_parts()
+        self._data_to_device()
+        self._set_up_parts()
+        self._plan_budget()
+        return self
 
-        cfg = self.cfg
-        self.device = resolve_device(cfg.device, self.comm.local_rank)
+    def _place(self) -> None:
+        """The device of this process and its torch threads."""
+        self.device = resolve_device(self.cfg.device, self.comm.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        torch.set_num_threads(default_threads(cfg))
+        torch.set_num_threads(default_threads(self.cfg))
+
+    def _load(self, dataset, partition) -> None:
+        """The dataset and partition, each client's training indices, the mini-batch size and the cohort size; refuses
+        more processes than clients per round."""
+        from fedcli.data.setup import load_data_and_partition, release_free_heap
+
+        cfg = self.cfg
         if dataset is None or partition is None:
             dataset, partition = self.comm.load_shared(lambda: load_data_and_partition(cfg))
             release_free_heap()  # what loading freed (generated users, lists of labels) back to the OS
@@ -245,23 +261,32 @@ class Simulation:
         n_clients = len(self.client_indices)
         self.active = max(1, int(round(cfg.active_ratio * n_clients)))
         if self.comm.size > self.active:  # every process trains at least one client of every round (the cohort sums,
-            from fedcli.errors import ConfigError  # the batch plans and the parts' hooks assume so): refused up-front
-
+            # the batch plans and the parts' hooks assume so): refused up-front
             how = "MPI processes" if self.comm.launcher == "mpi" else "worker processes (--workers)"
             raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {self.active} client(s) per "
                               f"round, fewer than the {self.comm.size} {how}: each process trains at least one client of "
                               f"every round; use at most {self.active} processes, or more clients per round", key="active_ratio")
 
-        torch.manual_seed(key(cfg.model_seed(), "init"))  # --init-seed (default: --seed)
-        self.model = build_run_model(cfg, dataset).to(self.device)
+    def _build_model(self) -> None:
+        """The initial model (seeded by ``--init-seed``), its layers and the global model's parameters and buffers."""
+        from fedcli.models import layer_info
+
+        torch.manual_seed(key(self.cfg.model_seed(), "init"))  # --init-seed (default: --seed)
+        self.model = build_run_model(self.cfg, self.dataset).to(self.device)
         self.layers = layer_info(self.model)
         self.global_params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.global_buffers = {n: b.detach().clone() for n, b in self.model.named_buffers()}
         # what travels with each layer: its parameter, and (bn_buffers=with-layer) its float buffers
         self.sync_buffers = {li.index: [b for b in li.buffers if self.global_buffers[b].is_floating_point()] for li in self.layers}
 
+    def _build_parts(self) -> None:
+        """The method's five parts, each built with the options it declares (``Part.Params`` / ``Part.uses``), the
+        ledger, the trainer, the client store and the personalization."""
+        from fedcli.fl.personal import build_personalization, local_layers
+        from fedcli.models.custom import check_model, is_factory_spec
+
+        cfg = self.cfg
         self.method = METHODS[cfg.algo]
-        # each part is built with the options it declares (``Part.Params`` / ``Part.uses``), read from the config
         classes = run_parts(cfg.algo, cfg.schedule, cfg.init)
         self.part_names = {kind: classes[kind].name for kind in ("local_step", "schedule", "codec", "init", "server")}
         self.local_step = classes["local_step"](cfg)
@@ -275,14 +300,16 @@ class Simulation:
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk, cfg.precision)
         self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
-            vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None
-            check_model(cfg.model, self.model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
+            source = self.dataset.source
+            vocab = source.get("vocab_size") if isinstance(source, dict) else None
+            check_model(cfg.model, self.model, self.dataset.input_shape, self.dataset.num_classes, token_ids=bool(vocab),
                         vmap=self.trainer.name == "vmap")
-        from fedcli.fl.personal import build_personalization, local_layers
-
         self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
         self.personal = build_personalization(self)  # per-client local models + personal_acc (None: not personalized)
 
+    def _data_to_device(self) -> None:
+        """The training and test tensors on the device, and the augmentation's padding value."""
+        dataset = self.dataset
         self.train_x = dataset.train_x.to(self.device)
         self.train_y = dataset.train_y.to(self.device)
         self.test_x = dataset.test_x.to(self.device)
@@ -292,6 +319,10 @@ class Simulation:
         norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
         self.pad_fill = (torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=self.train_x.dtype,
                                       device=self.device) if norm else 0.0)
+
+    def _set_up_parts(self) -> None:
+        """Each part's ``setup`` (a part may hold back training data), then the mini-batch source over what is left
+        and whether ``--cohort-chunk`` may take whole rounds."""
         for part in self.parts.values():
             part.setup(self.view)
             own = part.training_indices(self.view)
@@ -299,15 +330,19 @@ class Simulation:
                 self.client_indices = own
                 self.sizes = np.array([t.numel() for t in own])
         # every part's mini-batches, by purpose, over the training splits the parts left
-        self.batches = BatchSource(cfg.seed, self.client_indices, self.batch_size, cfg.drop_last, dataset.augment, self.device)
+        self.batches = BatchSource(self.cfg.seed, self.client_indices, self.batch_size, self.cfg.drop_last,
+                                   self.dataset.augment, self.device)
         # why --cohort-chunk cannot take whole rounds chunk by chunk (None: it can; fedcli.fl.chunked)
         self.chunk_blocker = chunked.blocker(self)
+
+    def _plan_budget(self) -> None:
+        """The rounds and local steps of the run, and the evaluation interval (about 20 evaluations by default)."""
+        cfg = self.cfg
         self.plan = self.run_plan()
         if cfg.rounds:
             self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
         else:
             self.eval_every = cfg.eval_every or max(self.plan.period, math.ceil(cfg.iterations / 20))
-        return self
 
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
