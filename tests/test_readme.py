@@ -31,6 +31,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,7 @@ class Sandbox:
             (self.repo / name).symlink_to(ROOT / name)
         if SHARED.is_dir():
             (root / "shared").symlink_to(SHARED)
-        self.dry_sweeps: set[str] = set()
+        self.dry_sweeps: dict[str, str] = {}  # the folder of a sweep planned with --dry-run -> its recipe
         self.env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
     def plan(self, argv: list[str]) -> tuple[list[str] | None, str | None]:
@@ -134,12 +135,18 @@ class Sandbox:
                 return None, "--resume needs an interrupted run (the run before it completed)"
             return small_train(argv), None
         if cmd == "sweep":
-            self.dry_sweeps.add(sweep_out(argv))
+            self.dry_sweeps[sweep_out(argv)] = argv[2]
             return argv + ([] if "--dry-run" in argv else ["--dry-run"]), None
         if cmd == "report" and "--paper" in argv:
             return None, "a paper's section reads real sweeps (test_readme_smoke_sweep_and_report runs it after the smoke sweep, slow)"
         if cmd == "report" and len(argv) > 2 and argv[2] in self.dry_sweeps:
-            return None, f"{argv[2]} is from a sweep that ran with --dry-run here (test_readme_smoke_sweep_and_report runs it, slow)"
+            recipe = self.dry_sweeps[argv[2]]
+            if "--table" in argv:  # the table it asks for is one its recipe makes (the dry run checked the rest)
+                with open(self.repo / recipe, "rb") as f:
+                    tables = [t["name"] for t in tomllib.load(f).get("tables", [])]
+                assert argv[argv.index("--table") + 1] in tables, f"{' '.join(argv)}: {recipe} has the tables {tables}"
+            return None, (f"{argv[2]} is from a sweep that ran with --dry-run here (test_readme_smoke_sweep_and_report runs "
+                          "the first smoke sweep and its report for real, slow)")
         if cmd == "bench":
             if "cuda" in argv:
                 return None, "needs a CUDA GPU"
