@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-slow test-all paper-check bench bench-scale bench-trackers bench-gpu gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-slow test-all docs paper-check bench bench-scale bench-trackers bench-gpu gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,10 @@ test-slow:
 
 test-all:
 	$(PY) -m pytest -q
+
+# the documentation site (mkdocs.yml: the pages of docs/) into site/; --strict: a broken link or anchor fails
+docs:
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # every recipe entry at --scale paper, budget cut to one round, on generated data in each loader's real format
 # (tests/paperkit.py): the table (entry, outcome, seconds) on stdout and in results/paper-check.md; PAPER_CHECK_ARGS=

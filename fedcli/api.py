@@ -7,7 +7,7 @@ them as pandas DataFrames, one row per record with the run's identity in front (
 ``dataset``, ``model``): ``metrics`` (metrics.csv: one row per evaluation), ``layers`` (layers.csv: one per parameter
 tensor), ``intervals`` (intervals.csv: one per layer per adjustment, layer-wise methods), ``clients`` (clients.csv:
 one per client per evaluation, personalized methods) and ``runs`` (one row per run: its config and summary). The
-columns are those of the CSVs the README's "Run directory" describes. No torch import (pandas only, when called).
+columns are those of the CSVs docs/run-directory.md describes. No torch import (pandas only, when called).
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ class GeneralConfig:
     threads: int = opt(0, "Torch CPU threads per process (0: 1; parallelism comes from --workers, and two threads in one process collapse when another program holds a core).", lo=0, group="run")
     workers: int = opt(0, "Worker processes that train shards of each round's cohort at the same time; results are the same for any number (0: auto, the physical cores when the run is long enough to pay for starting them, else 1).", lo=0, group="run")
     out: str = opt("", "Run directory.", group="run")
-    tracker: str = opt("", "Also send the run to an experiment tracker: tensorboard, wandb or mlflow (repeat the flag, or a list in a recipe, for several); the CSVs stay the source of truth (README: Tracking runs).", multiple=True, group="run")
+    tracker: str = opt("", "Also send the run to an experiment tracker: tensorboard, wandb or mlflow (repeat the flag, or a list in a recipe, for several); the CSVs stay the source of truth (docs/tracking.md).", multiple=True, group="run")
     # scale (fedcli/fl/store.py, fedcli/fl/trainers.py)
     client_state: str = opt("auto", "Where per-client state across rounds lives (personal models, optimizer moments, control variates): memory, disk (RUN_DIR/client-state: raw rows + CRC-32 index, only the clients of the round in memory), or auto (disk when the projected state exceeds --client-state-limit-mb).", choices=["auto", "memory", "disk"], group="scale")
     client_state_limit_mb: int = opt(512, "--client-state auto: keep client state in memory while the state the run's parts keep (e.g. momentum per cohort slot: active clients x model size; personal models: clients x model size) is at most this many MiB, on disk beyond.", lo=0, group="scale")

@@ -1,4 +1,4 @@
-"""Error types with the exit codes listed in the README (Exit codes).
+"""Error types with the exit codes listed in docs/usage.md (Exit codes).
 
 Every error the user can cause is raised as one of these; the CLI entry point prints
 ``fedcli: error: <one sentence>`` on stderr and exits with ``exit_code``, never a traceback.

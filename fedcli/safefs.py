@@ -1,7 +1,7 @@
 """Never write through a symbolic link: the one place fedcli opens, creates, truncates or replaces a file it writes.
 
 Run and sweep folders get shared, copied and downloaded; a link planted at ``manifest.json``, ``.fedcli.lock``,
-``checkpoints/`` or any other path of the run-directory contract (README, Run directory) must never let fedcli
+``checkpoints/`` or any other path of the run-directory contract (docs/run-directory.md) must never let fedcli
 write outside its own folder. Every write therefore goes through these helpers:
 
 - :func:`open_fd` / :func:`open_file`: ``os.open`` with ``O_NOFOLLOW`` (the kernel refuses a link as the last

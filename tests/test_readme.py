@@ -1,9 +1,12 @@
-"""Every command of README.md's ```bash blocks runs, as written, in a fresh sandbox of its own (so the README cannot
-drift), and what it produced is checked: a train's run directory completed with metrics rows and a model, a partition
-file of the named clients, a report's output and figure files, a sweep's plan, the example's data files. A command that
-reads what earlier README commands wrote (``fedcli report results/lama`` after ``fedcli train ... --out results/lama``)
-runs those first, in its sandbox; the bare ``fedcli report`` (everything under results/) runs the README's first
-command that writes there. No test depends on another's files.
+"""Every command of the ```bash blocks of README.md and of the docs pages (docs/*.md, in mkdocs.yml's order) runs, as
+written, in a fresh sandbox of its own (so the documentation cannot drift), and what it produced is checked: a train's
+run directory completed with metrics rows and a model, a partition file of the named clients, a report's output and
+figure files, a sweep's plan, the example's data files. A command that reads what earlier commands wrote
+(``fedcli report results/lama`` after ``fedcli train ... --out results/lama``) runs those first, in its sandbox; the
+bare ``fedcli report`` (everything under results/) runs the first command that writes there. Earlier means: README.md
+first, then the pages in mkdocs.yml's nav order, each top to bottom. No test depends on another's files. Blocks fenced
+```sh hold commands with placeholders, or that need a GPU, a cluster or hours: they are shown, not run. README.md is
+the front page: at most 400 lines.
 
 The sandbox is a folder holding the repository's recipes/ and examples/ (symlinks) with the shared data beside it
 (``../shared``), like a fresh clone. Budgets are made small, nothing else is changed:
@@ -15,17 +18,20 @@ The sandbox is a folder holding the repository's recipes/ and examples/ (symlink
 - ``.venv/bin/...`` is this interpreter's environment; MPI runs under a timeout.
 
 Skipped, each with its reason: commands that download (``--download``, ``make install``), the test suite itself
-(``make test``), a GPU command, ``--resume`` (needs an interrupted run), a report of a sweep that ran as --dry-run
-(run by the slow test), and commands needing the shared data when it is not beside the repository.
+(``make test``), other ``make`` targets, a GPU command, ``--resume`` (needs an interrupted run), a report of a sweep
+that ran as --dry-run (run by the slow test), and commands needing the shared data when it is not beside the
+repository.
 """
 
 import csv
+import itertools
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,11 +41,19 @@ from simkit import SHARED
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SMALL_ITERATIONS = "20"
+FRONT_PAGE_LINES = 400
 
 
-def readme_commands() -> list[tuple[str, str]]:
-    """(id, command) of every command line in README.md's ```bash blocks (continuations joined, comments dropped)."""
-    text = (ROOT / "README.md").read_text()
+def doc_pages() -> list[Path]:
+    """README.md, then the docs pages in mkdocs.yml's nav order, then any page the nav leaves out (sorted)."""
+    nav = re.findall(r"^\s*-\s*(?:[^:\n]*:\s*)?([\w./-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    pages = [ROOT / "docs" / name for name in nav]
+    return [ROOT / "README.md", *pages, *sorted(set((ROOT / "docs").glob("*.md")) - set(pages))]
+
+
+def block_commands(path: Path) -> list[tuple[str, str]]:
+    """(id, command) of every command line in one page's ```bash blocks (continuations joined, comments dropped)."""
+    text = path.read_text()
     out = []
     for b, block in enumerate(re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M), 1):
         joined = re.sub(r"\\\n\s*", " ", block)
@@ -48,7 +62,18 @@ def readme_commands() -> list[tuple[str, str]]:
             words = shlex.split(line, comments=True)
             if words:
                 k += 1
-                out.append((f"block{b}-{k}-{words[0].rsplit('/', 1)[-1]}-{words[1] if len(words) > 1 else ''}", " ".join(shlex.quote(w) for w in words)))
+                out.append((f"{path.stem}-block{b}-{k}-{words[0].rsplit('/', 1)[-1]}-{words[1] if len(words) > 1 else ''}", " ".join(shlex.quote(w) for w in words)))
+    return out
+
+
+def readme_commands() -> list[tuple[str, str]]:
+    """(id, command) of every command of README.md and the docs pages, in reading order; a command shown twice once."""
+    seen, out = set(), []
+    for path in doc_pages():
+        for i, cmd in block_commands(path):
+            if cmd not in seen:
+                seen.add(cmd)
+                out.append((i, cmd))
     return out
 
 
@@ -82,7 +107,7 @@ class Sandbox:
             (self.repo / name).symlink_to(ROOT / name)
         if SHARED.is_dir():
             (root / "shared").symlink_to(SHARED)
-        self.dry_sweeps: set[str] = set()
+        self.dry_sweeps: dict[str, str] = {}  # the folder of a sweep planned with --dry-run -> its recipe
         self.env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
     def plan(self, argv: list[str]) -> tuple[list[str] | None, str | None]:
@@ -110,10 +135,18 @@ class Sandbox:
                 return None, "--resume needs an interrupted run (the run before it completed)"
             return small_train(argv), None
         if cmd == "sweep":
-            self.dry_sweeps.add(sweep_out(argv))
+            self.dry_sweeps[sweep_out(argv)] = argv[2]
             return argv + ([] if "--dry-run" in argv else ["--dry-run"]), None
+        if cmd == "report" and "--paper" in argv:
+            return None, "a paper's section reads real sweeps (test_readme_smoke_sweep_and_report runs it after the smoke sweep, slow)"
         if cmd == "report" and len(argv) > 2 and argv[2] in self.dry_sweeps:
-            return None, f"{argv[2]} is from a sweep that ran with --dry-run here (test_readme_smoke_sweep_and_report runs it, slow)"
+            recipe = self.dry_sweeps[argv[2]]
+            if "--table" in argv:  # the table it asks for is one its recipe makes (the dry run checked the rest)
+                with open(self.repo / recipe, "rb") as f:
+                    tables = [t["name"] for t in tomllib.load(f).get("tables", [])]
+                assert argv[argv.index("--table") + 1] in tables, f"{' '.join(argv)}: {recipe} has the tables {tables}"
+            return None, (f"{argv[2]} is from a sweep that ran with --dry-run here (test_readme_smoke_sweep_and_report runs "
+                          "the first smoke sweep and its report for real, slow)")
         if cmd == "bench":
             if "cuda" in argv:
                 return None, "needs a CUDA GPU"
@@ -154,9 +187,7 @@ def outputs(argv: list[str]) -> list[str]:
 def inputs(argv: list[str]) -> list[str]:
     """The paths a README command reads that other README commands write."""
     if argv[:2] == ["fedcli", "report"]:
-        paths = [a for a in argv[2:] if not a.startswith("-")]
-        if "--figures" in argv:
-            paths.remove(argv[argv.index("--figures") + 1])
+        paths = list(itertools.takewhile(lambda a: not a.startswith("-"), argv[2:]))  # the folders, before any option
         return paths or ["results"]
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--data-dir", "--partition-file", "--resume")]
 
@@ -213,8 +244,15 @@ def check_products(box: Sandbox, argv: list[str], planned: list[str], before: se
         assert out.strip()
 
 
+def test_readme_is_a_front_page():
+    """README.md stays a front page; the rest lives in docs/ (and its commands are still run here)."""
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= FRONT_PAGE_LINES, f"README.md has {lines} lines; at most {FRONT_PAGE_LINES}: move sections to docs/"
+
+
 def test_readme_has_commands():
     assert len(COMMANDS) >= 15
+    assert any(i.startswith("README-") for i, _ in COMMANDS) and any(not i.startswith("README-") for i, _ in COMMANDS)
     assert all(cmd.split()[0].rsplit("/", 1)[-1] in ("fedcli", "make", "python", "mpiexec") for _, cmd in COMMANDS), COMMANDS
 
 
@@ -249,7 +287,8 @@ def test_readme_command(index, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_readme_smoke_sweep_and_report(tmp_path, capsys):
-    """The README's smoke sweep for real (one seed instead of three), then its report command as written."""
+    """The README's smoke sweep for real (one seed instead of three), then its report command as written, then every
+    ``fedcli report DIR --paper NAME`` of the pages that reads that sweep (its section.tex and section.md written)."""
     box = Sandbox(tmp_path)
     lines = [shlex.split(c) for _, c in COMMANDS]
     sweep = next(a for a in lines if a[:2] == ["fedcli", "sweep"] and "smoke" in a)
@@ -259,3 +298,9 @@ def test_readme_smoke_sweep_and_report(tmp_path, capsys):
     assert box.run(set_option(sweep, "--seeds", "1"))[0] == 0
     assert box.run(report)[0] == 0
     assert "smoke scale of:" in capsys.readouterr().out
+    papers = [a for a in lines if a[:2] == ["fedcli", "report"] and "--paper" in a and sweep_out(sweep).startswith(a[2] + "/")]
+    assert papers, "no `fedcli report DIR --paper NAME` of the pages reads the smoke sweep"
+    for argv in papers:
+        assert box.run(argv)[0] == 0, argv
+        out = argv[argv.index("--output") + 1] if "--output" in argv else f"{argv[2]}/paper-{argv[argv.index('--paper') + 1]}"
+        assert all((box.repo / out / f).stat().st_size > 0 for f in ("section.tex", "section.md")), out

@@ -66,7 +66,7 @@ class DataCheck:
 
     @property
     def how(self) -> str:
-        return HOW.get(self.dataset, "see the README's Datasets section")
+        return HOW.get(self.dataset, "see docs/data.md, Datasets")
 
     def state(self) -> str:
         if not self.checked:

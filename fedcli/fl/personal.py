@@ -281,7 +281,7 @@ def score(view, params: dict, buffers: dict, idx: torch.Tensor) -> tuple[float, 
 
 
 def client_table(clients: list[int], train_sizes, stats: torch.Tensor) -> list[dict]:
-    """``clients.csv`` rows (README, Run directory) from the gathered ``stats`` [len(clients), STAT_COLUMNS]: per client
+    """``clients.csv`` rows (docs/run-directory.md) from the gathered ``stats`` [len(clients), STAT_COLUMNS]: per client
     its training and test sample counts, and the personal and global model's loss and accuracy on its local test
     split (empty where a model is not evaluated: the global one of a method that keeps layers local, a client without
     test samples)."""

@@ -166,7 +166,7 @@ class MemoryStore:
 
     A table that every process holds whole (``share`` gave every process every row: cohort slots, or partial
     participation under several processes) is ``replicated``: a checkpoint holds it once, in the root's part, not
-    once per process (two workers would double the checkpoint of the README's FEMNIST example's slot momentum)."""
+    once per process (two workers would double the checkpoint of the FEMNIST example's slot momentum, docs/usage.md)."""
 
     kind = "memory"
     REPLICATED = "memory-store-replicated"

@@ -1,4 +1,4 @@
-"""The distribution of accuracy across clients of personalized runs, from ``clients.csv`` (README, Run directory).
+"""The distribution of accuracy across clients of personalized runs, from ``clients.csv`` (docs/run-directory.md).
 
 A personalized method is judged by the pooled accuracy of its clients' models (``personal_acc``), but reviewers of
 personalized FL ask how the worst clients fare. For each run, the clients' personal accuracies at its last evaluation

@@ -1,4 +1,4 @@
-"""Read one run directory (README, Run directory) for reports: manifest, metrics, layers, intervals."""
+"""Read one run directory (docs/run-directory.md) for reports: manifest, metrics, layers, intervals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The run directory (README, Run directory), written as training goes.
+"""The run directory (docs/run-directory.md), written as training goes.
 
 - ``manifest.json``: resolved config, seeds, world size, versions, git commit, times, ``status``.
   Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).
@@ -37,7 +37,7 @@ APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", *PA
 
 
 CLIENT_STATE = "client-state"  # per-client state on disk (fedcli/fl/store.py): g<gen>/r<rank>/<table>.bin
-#: what ``fedcli train`` writes in a run directory besides ``.fedcli.lock`` (README, Run directory)
+#: what ``fedcli train`` writes in a run directory besides ``.fedcli.lock`` (docs/run-directory.md)
 RUN_FILES = ("manifest.json", "layers.csv", *APPEND_CSVS, "model.pt", "checkpoints", CLIENT_STATE)
 
 

@@ -7,7 +7,7 @@ hold, and the report (tables, figures, single-run reports) refuses such a run, n
 sweep``, which then runs it again.
 
 Checks: ``status`` is ``completed``; ``metrics.csv`` exists, ends with a whole line, has the contract's
-columns (README, Run directory: round, iteration, train_loss, test_loss, test_acc, comm_params, comm_bytes, wall_s),
+columns (docs/run-directory.md: round, iteration, train_loss, test_loss, test_acc, comm_params, comm_bytes, wall_s),
 every row has as many cells as the header, required cells are numbers, other cells are numbers or empty,
 rows come in increasing iteration; the row count is the one the manifest planned (``evaluations``), and the
 last row is at the summary's round and iteration; ``layers.csv`` (when the manifest names the model's layer
@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-#: metrics.csv columns every run has (README, Run directory)
+#: metrics.csv columns every run has (docs/run-directory.md)
 REQUIRED_METRICS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s")
 REQUIRED_LAYERS = ("layer", "numel")
 TEXT_COLUMNS = {"name", "kind"}  # layers.csv / intervals.csv columns that hold names, not numbers

@@ -30,7 +30,7 @@ def read(path: Path) -> list[dict]:
 
 
 def test_every_personalized_preset_is_listed():
-    # the presets of FedALA's comparison (README "Personalized FL"), found by their Method flag, not by a list here
+    # the presets of FedALA's comparison (docs/fidelity-fedala.md, "Evaluation"), found by their Method flag, not by a list here
     assert {"fedala", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo",
             "apple", "partialfed"} <= set(PERSONALIZED)
 

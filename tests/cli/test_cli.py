@@ -1,4 +1,4 @@
-"""The command line: one-line errors with the README's exit codes, partition summary, default run."""
+"""The command line: one-line errors with the exit codes of docs/usage.md, partition summary, default run."""
 
 import json
 import os

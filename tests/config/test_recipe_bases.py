@@ -1,5 +1,5 @@
-"""Every recipe's [base] runs alone: ``fedcli train --recipe R --scale smoke`` (README: "--recipe FILE --scale smoke
-runs [base]").
+"""Every recipe's [base] runs alone: ``fedcli train --recipe R --scale smoke`` (docs/sweeps.md: "--recipe FILE --scale smoke
+runs its [base] alone").
 
 Every recipe in recipes/ (found at test time, so a new one is covered) must have a smoke scale whose [base] builds a
 valid config, loads its data and partition and sets up the simulation (the model takes the data); data this

@@ -95,7 +95,7 @@ def test_shards_straddle_but_classes_do_not(mnist_t10k):
     y = ds.train_y.numpy()
     shards = make_partition(ds, "pathological", 20, 0, classes_per_client=2)
     counts = sorted(len(np.unique(y[t])) for t in shards.train)
-    assert counts[0] == 1 and counts[-1] >= 3  # the default rule: 1 to 4 classes (README)
+    assert counts[0] == 1 and counts[-1] >= 3  # the default rule: 1 to 4 classes (docs/data.md)
     rule = make_partition(ds, "pathological", 20, 0, classes_per_client=2, pathological_rule="classes")
     assert [len(np.unique(y[t])) for t in rule.train] == [2] * 20
 

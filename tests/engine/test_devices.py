@@ -94,7 +94,7 @@ def test_workers_take_one_gpu_each(tmp_path):
 
 @GPU
 def test_gpu_cohort_chunks_match_the_whole_cohort(tmp_path):
-    """On CUDA the batched kernels may round differently per chunk size: equal within 1e-5 (stated in README)."""
+    """On CUDA the batched kernels may round differently per chunk size: equal within 1e-5 (stated in docs/scale.md)."""
     import csv
 
     for chunk in ("0", "1"):

@@ -1,5 +1,5 @@
 """Every MPI-capable family gives the same results on 1 and 2 processes, in every column but ``wall_s`` of every CSV:
-counts, intervals, names and every integer cell identical, floats equal to rounding (README: under MPI each rank
+counts, intervals, names and every integer cell identical, floats equal to rounding (docs/parallel.md: under MPI each rank
 adds its clients and one ``Allreduce`` adds the ranks, so losses and weights move in the last bits: 2e-8 relative in
 train_loss here; ``--workers`` sums in cohort order and gives the same bits); and an MPI run interrupted and resumed
 under MPI equals the uninterrupted MPI run of the same size bitwise. Small runs (an 8-unit MLP, 3 rounds) with partial
