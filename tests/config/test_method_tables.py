@@ -170,3 +170,15 @@ def test_a_sweep_applies_each_table_to_the_runs_that_read_it(tmp_path):
     """, "unused.toml")
     with pytest.raises(ConfigError, match=r"unused.toml, line 4: \[ditto\] sets options that no run of this recipe reads"):
         read_sweep(unused)
+
+
+def test_the_docs_example_of_method_tables_reads_as_it_says(tmp_path):
+    """docs/sweeps.md's recipe with method tables: each run gets the tables that concern it."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sweeps.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if "[fedlama]" in b)
+    runs = {run.name: run.values for run in read_sweep(write(tmp_path, block)).runs}
+    assert (runs["FedProx+FedLAMA"]["phi"], runs["FedProx+FedLAMA"]["mu"]) == (4, 0.001)
+    assert runs["Fed-LAMB"]["beta2"] == 0.99 and "beta2" not in runs["Adp-Fed"] and "phi" not in runs["Fed-LAMB"]
