@@ -4,7 +4,7 @@
 #   1. the GPU tests that skip on a CPU-only machine (device placement, cohort chunks on CUDA, augmentation and the
 #      quantizer on the device);
 #   2. every preset learns with `fedcli train --algo X --device cuda` and no other flag (tests/test_presets_learn.py
-#      with FEDCLI_TEST_DEVICE=cuda);
+#      with FEDCLI_TEST_DEVICE=cuda, its full-budget cases);
 #   3. the default run on cuda against the same run on cpu: the accuracy per evaluation side by side (not bitwise:
 #      other kernels, other rounding);
 #   4. two MPI ranks on the visible GPUs (`mpiexec -n 2 ... --device cuda`): each rank's device in the manifest;
@@ -38,7 +38,7 @@ XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 4" || echo "")
 step gpu-tests $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/engine/test_devices.py tests/data/test_augment.py \
     tests/comm/test_quantizer.py tests/comm/test_ordered_sum.py
 step presets-learn-cuda env FEDCLI_TEST_DEVICE=cuda $PY -m pytest -q -p no:cacheprovider -o addopts="" $XDIST \
-    tests/test_presets_learn.py -k preset_learns
+    tests/test_presets_learn.py -k "preset_learns and not quick"
 
 cpu_vs_cuda() {
     for d in cpu cuda; do $PY -m fedcli train --device "$d" --quiet --out "$TMP/default-$d" || return 1; done

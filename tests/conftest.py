@@ -30,6 +30,14 @@ def femnist_sample():
     return FEMNIST_SAMPLE
 
 
+@pytest.fixture(scope="session")
+def golden_runs(tmp_path_factory):
+    """Every golden run (tests/goldenkit.py) once per session: (files per run, Simulation writers per run)."""
+    from goldenkit import run_all_watching_writes
+
+    return run_all_watching_writes(tmp_path_factory.mktemp("golden-runs"))
+
+
 def mpi_required() -> bool:
     """Under CI (``CI`` set, as every CI service does) or with ``FEDCLI_REQUIRE_MPI=1``, an MPI test may not skip."""
     flag = os.environ.get("FEDCLI_REQUIRE_MPI", "")

@@ -9,6 +9,8 @@ import math
 import re
 from pathlib import Path
 
+import pytest
+
 from fedcli.cli.main import main
 from fedcli.fl.methods import METHODS
 
@@ -102,6 +104,33 @@ def run(name: str, tmp: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
     got = {f: strip((out / f).read_text()) if (out / f).exists() else "" for f in CSVS}
     got[DIGEST] = model_digest(out / "model.pt") + "\n"
     return got
+
+
+def run_all_watching_writes(tmp: Path) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, set[str]]]]:
+    """Every golden run once (the ``golden_runs`` session fixture, tests/conftest.py): each run's files as the
+    records hold them, and per run which source file (the part after ``fedcli/``) set which attributes of its
+    Simulation. The spy only records and passes every write on, so the runs are the plain ones bit for bit; one pass
+    serves both test_golden.py (the records) and test_services.py (only the engine writes the simulation)."""
+    import sys
+
+    from fedcli.fl.engine import Simulation
+
+    writers: dict[str, dict[str, set[str]]] = {}
+    setattr_ = Simulation.__setattr__
+    current: dict[str, set[str]] = {}
+
+    def spy(self, name, value):
+        where = Path(sys._getframe(1).f_code.co_filename).as_posix().split("/fedcli/")[-1]
+        current.setdefault(where, set()).add(name)
+        setattr_(self, name, value)
+
+    got = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Simulation, "__setattr__", spy)
+        for name in RUNS:
+            current = writers[name] = {}
+            got[name] = run(name, tmp)
+    return got, writers
 
 
 def model_digest(path: Path) -> str:

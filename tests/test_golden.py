@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.fl.methods import METHODS
-from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, run, same, table
+from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, same, table
 from goldenkit import bitwise as exact_release
 
 def changes(where: str, stored: str | None, got: str) -> tuple[list[str], bool]:
@@ -189,7 +189,9 @@ def test_the_long_golden_runs_learn():
 
 
 @pytest.mark.timeout(600)
-def test_golden_records(tmp_path):
+def test_golden_records(tmp_path, golden_runs):
+    """The runs come from the session's one pass over them (tests/conftest.py: golden_runs), which
+    tests/engine/test_services.py reads too."""
     import torch
 
     recording = os.environ.get("FEDCLI_GOLDEN_RECORD") == "1"
@@ -197,7 +199,7 @@ def test_golden_records(tmp_path):
     new = tmp_path / "golden-new"
     diffs = []
     for name in RUNS:
-        got = run(name, tmp_path)
+        got = golden_runs[0][name]
         (new / name).mkdir(parents=True)
         for f, text in got.items():
             (new / name / f).write_text(text)

@@ -10,13 +10,12 @@ then really train through the CLI for one round (exit 0); all of them do under t
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from fedcli.cli.main import main
 from fedcli.data.setup import data_dir, inline_partition, load_data, pooled_test_set
 from fedcli.errors import DataError
 from fedcli.fl.engine import Simulation
@@ -59,29 +58,36 @@ def test_base_alone_sets_up_at_smoke_scale(recipe, monkeypatch):
     assert sim.layers and len(sim.client_indices) == len(part.train)
 
 
-def run_cli(recipe: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    out = tmp_path / Path(recipe).stem
-    return subprocess.run([sys.executable, "-m", "fedcli", "train", "--recipe", recipe, "--scale", "smoke", "--rounds", "1",
-                           "--quiet", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=400)
+def run_cli(recipe: str, tmp_path: Path, monkeypatch, capsys) -> tuple[int, str]:
+    """(exit code, stderr) of ``fedcli train --recipe R --scale smoke --rounds 1``, in this process from the checkout
+    (the command's own code path; a process of its own would only add the start-up)."""
+    monkeypatch.chdir(ROOT)
+    try:
+        code = main(["train", "--recipe", recipe, "--scale", "smoke", "--rounds", "1", "--quiet",
+                     "--out", str(tmp_path / Path(recipe).stem)])
+    except SystemExit as e:  # fedcli's one-line error and exit code
+        code = e.code
+    return code or 0, capsys.readouterr().err
 
 
-def check_cli(recipe: str, p: subprocess.CompletedProcess) -> None:
-    if p.returncode == 3:
+def check_cli(recipe: str, result: tuple[int, str]) -> None:
+    code, err = result
+    if code == 3:
         cfg = build_config(str(ROOT / recipe), {}, "smoke")
-        assert lacks(cfg), f"{recipe}: exit 3 although its data is here: {p.stderr[-400:]}"
+        assert lacks(cfg), f"{recipe}: exit 3 although its data is here: {err[-400:]}"
         return
-    assert p.returncode == 0, f"{recipe}: exit {p.returncode}: {p.stderr[-600:]}"
+    assert code == 0, f"{recipe}: exit {code}: {err[-600:]}"
 
 
 @pytest.mark.parametrize("recipe", CLI_RUNS)
-def test_base_trains_through_the_cli(recipe, tmp_path):
-    check_cli(recipe, run_cli(recipe, tmp_path))
+def test_base_trains_through_the_cli(recipe, tmp_path, monkeypatch, capsys):
+    check_cli(recipe, run_cli(recipe, tmp_path, monkeypatch, capsys))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if r not in CLI_RUNS])
-def test_every_base_trains_through_the_cli(recipe, tmp_path):
-    check_cli(recipe, run_cli(recipe, tmp_path))
+def test_every_base_trains_through_the_cli(recipe, tmp_path, monkeypatch, capsys):
+    check_cli(recipe, run_cli(recipe, tmp_path, monkeypatch, capsys))
 
 
 def test_a_base_without_algo_says_so(tmp_path):

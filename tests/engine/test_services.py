@@ -3,6 +3,7 @@ source, the run directory's CSV writers."""
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from fedcli.config import TrainConfig
@@ -149,25 +150,15 @@ def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
 
 
 # ---------------------------------------------------------------------------- nothing but the engine writes it
-def test_nothing_but_the_engine_writes_the_simulation(monkeypatch, tmp_path):
+@pytest.mark.timeout(600)  # the first test to ask for golden_runs runs them all (test_golden.py reads the same)
+def test_nothing_but_the_engine_writes_the_simulation(golden_runs):
     """Every attribute write to a Simulation during the golden runs (every preset, both trainers, lama and ala on
     other methods, unequal local steps) comes from the engine, or from ``fedcli train`` attaching its progress bar:
     parts act on shared state only through the services (store, batches, cohort sums, ledger)."""
-    import sys
-
-    from goldenkit import RUNS, run
-
     writers = {}
-    setattr_ = Simulation.__setattr__
-
-    def spy(self, name, value):
-        where = Path(sys._getframe(1).f_code.co_filename).as_posix().split("/fedcli/")[-1]
-        writers.setdefault(where, set()).add(name)
-        setattr_(self, name, value)
-
-    monkeypatch.setattr(Simulation, "__setattr__", spy)
-    for name in RUNS:
+    for name, by_file in golden_runs[1].items():
         if not name.startswith("workers"):  # worker processes write their own copies, outside this process
-            run(name, tmp_path)
+            for where, names in by_file.items():
+                writers.setdefault(where, set()).update(names)
     assert "fl/engine.py" in writers and len(writers["fl/engine.py"]) > 20
     assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"runner.py": {"progress"}}
