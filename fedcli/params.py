@@ -116,7 +116,10 @@ def params_class(part: type) -> type:
         bases = tuple(dict.fromkeys(vars(k)["Params"] for k in reversed(part.__mro__) if vars(k).get("Params") is not None))
         own = {f.name for b in bases for f in dataclasses.fields(b)}
         extra = [(n, object, dataclasses.field(default=None)) for n in declared(part) if n not in own]
-        _BOUND[part] = dataclasses.make_dataclass(f"{part.__name__}Params", extra, bases=bases[::-1])
+        # named in this module, so that a part's params pickle (a process pool, a deep copy) like any dataclass
+        name = f"{part.__module__}.{part.__qualname__}".replace(".", "_") + "_Params"
+        cls = dataclasses.make_dataclass(name, extra, bases=bases[::-1], namespace={"__module__": __name__})
+        globals()[name] = _BOUND[part] = cls
     return _BOUND[part]
 
 

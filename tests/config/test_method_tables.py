@@ -4,6 +4,7 @@ or its params section (``[fedlama] phi = 4``), the flat keys and flags stay as a
 by section."""
 
 import dataclasses
+import pickle
 import textwrap
 
 import pytest
@@ -33,6 +34,7 @@ def test_a_part_receives_only_the_options_it_declares():
     again = ProxStep(step.params)
     assert again.params == step.params
     assert bind(ProxStep, step.params) is step.params
+    assert pickle.loads(pickle.dumps(step.params)) == step.params  # a process pool or a deep copy takes them whole
 
 
 def test_a_part_that_reads_an_option_it_does_not_declare_fails_at_once():
