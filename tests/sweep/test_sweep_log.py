@@ -24,8 +24,10 @@ def seconds(text: str) -> float:
 
 
 def test_sweep_log_lines_while_it_runs_and_an_honest_first_estimate(tmp_path):
-    recipe = tmp_path / "tiny.toml"  # two runs of 600 iterations (a few seconds each: read at most once a second)
-    recipe.write_text(RECIPE.replace("iterations = 8\neval_every = 2", "iterations = 600\neval_every = 60"))
+    # two runs of 3,000 iterations, about 4 s each on an idle 2-core machine: the sweep reads a run's progress at most
+    # once a second, and runs of 600 iterations (0.7 s each by now) could end before their first read
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(RECIPE.replace("iterations = 8\neval_every = 2", "iterations = 3000\neval_every = 300"))
     log = tmp_path / "log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "FEDCLI_CACHE_DIR": str(tmp_path / "cache")}
     with open(log, "w") as err:
@@ -38,7 +40,7 @@ def test_sweep_log_lines_while_it_runs_and_an_honest_first_estimate(tmp_path):
                 text = log.read_text()
                 if planned is None and "  budget: " in text:
                     planned = time.monotonic()  # the estimate is said: the runs start now
-                if re.search(r"^fedcli sweep: .* seed 0: iteration \d+/600", text, re.M):
+                if re.search(r"^fedcli sweep: .* seed 0: iteration \d+/3000", text, re.M):
                     mid = text
                     break
                 time.sleep(0.05)
@@ -56,7 +58,7 @@ def test_sweep_log_lines_while_it_runs_and_an_honest_first_estimate(tmp_path):
         assert sum(ln.startswith(f"fedcli sweep: started {name}  [") for ln in lines) == 1
         done = [ln for ln in lines if ln.startswith(f"fedcli sweep: done {name}")]
         assert len(done) == 1 and re.search(r"\[\d/2, elapsed \d:\d\d:\d\d  remaining \d:\d\d:\d\d\]$", done[0])
-    evals = [ln for ln in lines if re.match(r"fedcli sweep: \S+ \S+ seed 0: iteration \d+/600 ", ln)]
+    evals = [ln for ln in lines if re.match(r"fedcli sweep: \S+ \S+ seed 0: iteration \d+/3000 ", ln)]
     assert evals, text
     for ln in evals:  # whole lines, longer than a terminal's 80 columns
         assert len(ln) > 80 and " acc " in ln and " loss " in ln and re.search(r"remaining \d:\d\d:\d\d\]$", ln), ln
