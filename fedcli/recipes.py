@@ -125,12 +125,11 @@ def train_values(path: str | Path, scale: str | None = None, overrides: dict | N
         levels.append(level(table(scales[scale], f"scale.{scale}"), f"scale.{scale}", f"[scale.{scale}]"))
     overrides = overrides or {}
     values, used = merge_levels(levels, overrides)
-    chosen_here = not any(k in overrides for k in ("algo", "schedule", "init"))  # a flag's other method: tables idle
-    for lv in levels:
-        for name, (_, loc) in lv.tables.items():
-            if name not in used and chosen_here:
-                raise ConfigError(f"{loc}: [{name}] holds options this run does not read (the tables its method reads: "
-                                  f"{', '.join(f'[{t}]' for t in run_tables(values, overrides))})")
+    unused = unused_table(levels, used)
+    if unused and not any(k in overrides for k in ("algo", "schedule", "init")):  # a flag's other method: tables idle
+        name, loc = unused
+        raise ConfigError(f"{loc}: [{name}] holds options this run does not read (the tables its method reads: "
+                          f"{', '.join(f'[{t}]' for t in run_tables(values, overrides))})")
     return resolve_paths(values, root)
 
 
@@ -167,6 +166,11 @@ def split_level(values: dict, path, text: str, span, what: str, table_span=lambd
     return Level(check_keys_in(plain, path, text, span, what) if sweep else check_keys(plain, path, text), tables)
 
 
+def unused_table(levels: list[Level], used: set[str]) -> tuple[str, str] | None:
+    """(name, "file, line N") of the first table of ``levels`` that no run read (``used``: the names merged), or None."""
+    return next(((name, loc) for lv in levels for name, (_, loc) in lv.tables.items() if name not in used), None)
+
+
 def all_tables() -> set[str]:
     from fedcli.fl.methods import METHODS
     from fedcli.params import SECTIONS
@@ -174,7 +178,7 @@ def all_tables() -> set[str]:
     return set(SECTIONS) | set(METHODS)
 
 
-def _run_parts(values: dict) -> tuple[str, str, str] | None:
+def _run_choice(values: dict) -> tuple[str, str, str] | None:
     """(method, schedule, init) of merged values, or None for an unknown method (validation reports it)."""
     from fedcli.fl.methods import method_labels
     from fedcli.names import resolve_method
@@ -190,7 +194,7 @@ def run_tables(values: dict, overrides: dict) -> list[str]:
     """The tables a run with these values reads: its method and its parts' params sections."""
     from fedcli.fl.methods import run_sections
 
-    parts = _run_parts({**values, **overrides})
+    parts = _run_choice({**values, **overrides})
     return [] if parts is None else list(dict.fromkeys([parts[0], *run_sections(*parts)]))
 
 
@@ -203,7 +207,7 @@ def merge_levels(levels: list[Level], overrides: dict) -> tuple[dict, set[str]]:
     merged: dict = {}
     for lv in levels:
         merged.update(lv.keys)
-    parts = _run_parts({**merged, **overrides})
+    parts = _run_choice({**merged, **overrides})
     out, used = {}, set()
     for lv in levels:
         out.update(lv.keys)
@@ -430,7 +434,7 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
     scaled = {name: split_level(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]",
                                 lambda t, name=name: _table_span(text, f"scale.{name}.{t}"))
               for name, v in scales.items()}
-    levels_seen: list[Level] = [base, top, *scaled.values()]
+    merged: list[Level] = []  # the levels some run of this scale merged: their tables must each reach a run
     used: set[str] = set()
     runs_data = data.get("runs")
     if not isinstance(runs_data, list) or not runs_data:
@@ -468,19 +472,18 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
                               f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}")
         own = split_level(row, path, text, span, f"run '{name}'")
         checked_scales = {s: split_level(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
-        levels_seen += [own, *checked_scales.values()]
         if only is not None and scale not in only:
             continue  # checked above, but not part of the grid at this scale
         levels = [base, top, *([scaled[scale], own, checked_scales.get(scale, Level({}, {}))] if scale is not None else [own])]
         values, run_used = merge_levels(levels, {})
         used |= run_used
+        merged += [lv for lv in levels if all(lv is not m for m in merged)]
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
         runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup)))
-    for lv in levels_seen:  # a method table no run reads is a mistake (a typo'd method, a method the grid lost)
-        for tname, (_, loc) in lv.tables.items():
-            if tname not in used:
-                raise ConfigError(f"{loc}: [{tname}] sets options that no run of this recipe reads at this scale (a run "
-                                  f"reads the table of its method and of its parts' params sections)")
+    unused = unused_table(merged, used)  # a method table no run reads is a mistake (a typo'd method, a lost run)
+    if unused:  # (the tables of other scales, and of runs absent at this one, were checked for their keys only)
+        raise ConfigError(f"{unused[1]}: [{unused[0]}] sets options that no run of this recipe reads at this scale (a "
+                          f"run reads the table of its method and of its parts' params sections)")
     return SweepRecipe(path, text, data, scale, runs, root)
 
 

@@ -184,3 +184,26 @@ def test_the_docs_example_of_method_tables_reads_as_it_says(tmp_path):
     runs = {run.name: run.values for run in read_sweep(write(tmp_path, block)).runs}
     assert (runs["FedProx+FedLAMA"]["phi"], runs["FedProx+FedLAMA"]["mu"]) == (4, 0.001)
     assert runs["Fed-LAMB"]["beta2"] == 0.99 and "beta2" not in runs["Adp-Fed"] and "phi" not in runs["Fed-LAMB"]
+
+
+def test_a_table_of_another_scale_is_checked_for_its_keys_only(tmp_path):
+    """[scale.smoke.fedlama] applies at --scale smoke; read at paper it is not "a table no run reads" (it failed so),
+    yet a key its section lacks is refused at any scale."""
+    text = """
+        [base]
+        dataset = "digits"
+        [scale.paper]
+        [scale.smoke]
+        iterations = 20
+        [scale.smoke.fedlama]
+        phi = 4
+        [[runs]]
+        name = "FedLAMA"
+        algo = "fedlama"
+    """
+    r = write(tmp_path, text)
+    assert read_sweep(r, "smoke").runs[0].values["phi"] == 4
+    assert "phi" not in read_sweep(r, "paper").runs[0].values
+    bad = write(tmp_path, text.replace("phi = 4", "mu = 4"), "bad.toml")
+    with pytest.raises(ConfigError, match=r"\[fedlama\] has no key 'mu'"):
+        read_sweep(bad, "paper")
