@@ -94,15 +94,19 @@ def section_values(cfg, sections) -> dict[str, dict]:
 
 
 # ------------------------------------------------------------------------------------------- what a part receives
+def params_classes(part: type) -> tuple[type, ...]:
+    """The ``Params`` classes declared along a part class's hierarchy, bases first, each once."""
+    return tuple(dict.fromkeys(vars(k)["Params"] for k in reversed(part.__mro__) if vars(k).get("Params") is not None))
+
+
 def declared(part: type) -> tuple[str, ...]:
     """The config fields a part class reads: the fields of the ``Params`` classes and the general names in ``uses``
-    declared along its class hierarchy (a subclass reads what its bases read, and adds its own)."""
+    declared along its class hierarchy, bases first (a subclass reads what its bases read, and adds its own)."""
     names: list[str] = []
     for k in reversed(part.__mro__):
-        own = vars(k)
-        if own.get("Params") is not None:
-            names += [f.name for f in dataclasses.fields(own["Params"])]
-        names += list(own.get("uses", ()))
+        params = vars(k).get("Params")
+        names += [f.name for f in dataclasses.fields(params)] if params is not None else []
+        names += vars(k).get("uses", ())
     return tuple(dict.fromkeys(names))
 
 
@@ -113,7 +117,7 @@ def params_class(part: type) -> type:
     """The dataclass a part of class ``part`` is built with: its ``Params`` classes as bases (their methods, e.g.
     ``phi_values``, come along) and one field per general name it ``uses``; nothing else of the config."""
     if part not in _BOUND:
-        bases = tuple(dict.fromkeys(vars(k)["Params"] for k in reversed(part.__mro__) if vars(k).get("Params") is not None))
+        bases = params_classes(part)
         own = {f.name for b in bases for f in dataclasses.fields(b)}
         extra = [(n, object, dataclasses.field(default=None)) for n in declared(part) if n not in own]
         # named in this module, so that a part's params pickle (a process pool, a deep copy) like any dataclass

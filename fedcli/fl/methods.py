@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedcli import config as _config
-from fedcli.params import declared
+from fedcli.params import declared, params_classes
 
 METHODS: dict[str, "Method"] = {}
 
@@ -155,8 +155,7 @@ def run_parts(algo: str, schedule: str = "", init: str = "") -> dict[str, type]:
 
 def _sections_of(classes) -> list[str]:
     """The params sections the part classes read (their ``Params`` along each class hierarchy), in first-seen order."""
-    found = [vars(k)["Params"].section for c in classes for k in reversed(c.__mro__) if vars(k).get("Params") is not None]
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(p.section for c in classes for p in params_classes(c)))
 
 
 def run_sections(algo: str, schedule: str = "", init: str = "") -> list[str]:
