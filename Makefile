@@ -15,7 +15,6 @@ install:
 	@$(PY) -c "import torch, torchvision, mpi4py; print('fedcli install ok: torch', torch.__version__, '| torchvision', torchvision.__version__, '| mpi4py', mpi4py.__version__)"
 	@$(PY) -c "import importlib.metadata as m; print('trackers:', ', '.join(p + ' ' + m.version(p) for p in ('tensorboard', 'mlflow-skinny', 'wandb')))"
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
-	@$(PY) -m fedcli.cli.spec  # `--help` and argument errors then answer without importing torch
 	@$(PY) -m compileall -q fedcli >/dev/null  # fedcli's bytecode, also where PYTHONDONTWRITEBYTECODE is set (0.2 s a command)
 
 test:

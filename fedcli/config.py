@@ -1,16 +1,13 @@
-"""Typed experiment configuration: the general fields here, each method's own in its file; one TrainConfig.
+"""Typed experiment configuration: the general fields here, each method's own in its spec; one TrainConfig.
 
 Every config field is a ``fedcli train`` option (``--active-ratio``) and a recipe key (``active_ratio``). Each
 field carries its help text and validation rule in its metadata (``fedcli.params.opt``), so the CLI, recipes and
 validation cannot drift apart. The general fields (data, partition, model, schedule, optimizer, run) are
-:class:`GeneralConfig`'s; a method's own hyperparameters are a params dataclass in the method's file, registered
-with ``fedcli.params.register_params``. This module is a leaf (it imports no part of fedcli but the errors, the
-option declarations and the name matching): the method registry extends it at start-up. Once every method file is
-loaded, ``fedcli.fl.methods`` adds the registry's validation rules (:func:`register_check`: the method, schedule
-and initialization names, the parts' participation needs) and calls :func:`extend`; from then on ``TrainConfig``
-(assembled from both at its first use) and ``FIELDS`` exist (importing ``fedcli.fl.methods`` is the
-start-up: the commands, the runner and the tests' conftest do it). Invalid values raise
-:class:`~fedcli.errors.ConfigError` (exit 2) with one sentence and the key it is about (``ConfigError.key``).
+:class:`GeneralConfig`'s; a method's own hyperparameters are a params dataclass in its spec (``fedcli/specs/``),
+registered with ``fedcli.params.register_params``. ``TrainConfig`` (both together) and ``FIELDS`` are assembled at
+their first use, after the spec registries have loaded (``fedcli.specs.load``); nothing of torch is imported, and no
+module needs importing first. Invalid values raise :class:`~fedcli.errors.ConfigError` (exit 2) with one sentence
+and the key it is about (``ConfigError.key``).
 """
 
 from __future__ import annotations
@@ -20,20 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fedcli import specs
 from fedcli.errors import ConfigError
 from fedcli.params import PARAMS, group_rank, opt
 
-__all__ = ["GeneralConfig", "opt", "flag", "field_type", "coerce", "check_value", "register_check", "extend"]
-
-#: validation rules the registries add at start-up (``register_check``), run in order by ``validate`` after the
-#: fields' own checks: each takes the config, may normalize it (the method's registered name) and raises ConfigError
-CHECKS: list = []
-
-
-def register_check(fn):
-    """Add ``fn(cfg)`` to every config's validation (the method registry's rules: fedcli/fl/methods.py)."""
-    CHECKS.append(fn)
-    return fn
+__all__ = ["GeneralConfig", "opt", "flag", "field_type", "coerce", "check_value", "with_method_defaults"]
 
 
 @dataclass
@@ -128,8 +116,7 @@ class GeneralConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             check_value(f, value)
-        for check in CHECKS:  # the registries' rules (the method's name first: FedLAMA -> fedlama)
-            check(self)
+        specs.check_method_config(self)  # the registries' rules (the method's name first: FedLAMA -> fedlama)
         self.hidden_sizes()
         self.decay_points()
         if self.tracker:
@@ -210,29 +197,40 @@ def _assemble() -> type:
     return dataclass(cls)
 
 
-_EXTENDED: dict = {}
-
-
-def extend() -> None:
-    """The method registry has loaded every method file (fedcli/fl/methods.py calls this at its end): from now on
-    ``TrainConfig`` is assembled, at its first use, from the params classes registered by then (a method file imported
-    afterwards but before that first use, as a test's own method, is in it too), and ``FIELDS`` holds every config
-    field by name, in ``--help`` order (help panels as ``fedcli.params.GROUPS``)."""
-    _EXTENDED["ready"] = True
+_ASSEMBLED: dict = {}
 
 
 def __getattr__(name: str):
-    """``TrainConfig`` and ``FIELDS`` once the method registry has extended the config (:func:`extend`)."""
+    """``TrainConfig`` and ``FIELDS`` (every config field by name, in ``--help`` order: panels as
+    ``fedcli.params.GROUPS``), assembled at their first use from the general fields and every params class
+    registered by then: fedcli's specs (loaded here) and a method file of your own imported before."""
     if name not in ("TrainConfig", "FIELDS"):
         raise AttributeError(f"module 'fedcli.config' has no attribute {name!r}")
-    if not _EXTENDED.get("ready"):
-        raise ImportError(f"fedcli.config.{name} exists once the method registry has extended the config: import "
-                          "fedcli.fl.methods first (fedcli's commands and runner do at start-up)")
-    if "TrainConfig" not in _EXTENDED:
+    if "TrainConfig" not in _ASSEMBLED:
+        specs.load()
         cls = _assemble()
-        _EXTENDED["TrainConfig"] = cls
-        _EXTENDED["FIELDS"] = {f.name: f for f in sorted(dataclasses.fields(cls), key=group_rank)}
-    return _EXTENDED[name]
+        _ASSEMBLED["TrainConfig"] = cls
+        _ASSEMBLED["FIELDS"] = {f.name: f for f in sorted(dataclasses.fields(cls), key=group_rank)}
+    return _ASSEMBLED[name]
+
+
+def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (recipe keys and flags) completed with the chosen method's defaults for the keys they do
+    not set: an explicit value always wins. An explicit ``tau`` (local steps per round) also wins over a default
+    number of local epochs, which would otherwise replace it. An unknown method is left for validation to report."""
+    from fedcli.names import resolve_method
+
+    values = dict(values)
+    try:
+        algo = resolve_method(values.get("algo", GeneralConfig.algo), specs.method_labels())
+    except ConfigError:
+        return values
+    if "algo" in values:
+        values["algo"] = algo  # the registered name: FedLAMA -> fedlama
+    defaults = specs.METHODS[algo].effective_defaults()
+    if "tau" in values and "local_epochs" not in values:
+        defaults.pop("local_epochs", None)
+    return {**defaults, **values}
 
 
 def flag(name: str) -> str:

@@ -121,7 +121,6 @@ def fmt_duration(s: float) -> str:
 
 
 def _data_key(cfg: dict) -> tuple:
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.setup import data_dir, dataset_options
 
@@ -159,7 +158,6 @@ def data_facts(cfg: dict, need_size: bool, cache: dict) -> DataFacts | None:
 
 
 def _load_facts(cfg: dict) -> DataFacts | None:
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.setup import load_data
     from fedcli.errors import FedcliError
@@ -175,7 +173,6 @@ def _load_facts(cfg: dict) -> DataFacts | None:
 def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
     """Client steps of local training over the whole run (``fedcli.fl.budget.plan_run`` over clients of the nominal
     mean size; None when the data size it needs is unknown)."""
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.fl.budget import plan_run, schedule_round_length
 
@@ -191,7 +188,6 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
     """(seconds per client step at the run's batch size, seconds per evaluated test sample) of the run's model."""
     import torch
 
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.models import build_model
 

@@ -1,7 +1,7 @@
 """Declaring options: ``opt`` field metadata and the registry of per-method params dataclasses.
 
-A method (or part) file declares its own hyperparameters as a small dataclass of ``opt`` fields and registers it
-under its section (the recipe table ``[feddyn]``, the manifest's ``params.feddyn``, its own ``--help`` panel)::
+A method's spec (``fedcli/specs/``) declares its own hyperparameters as a small dataclass of ``opt`` fields and
+registers it under its section (the recipe table ``[feddyn]``, the manifest's ``params.feddyn``, its own ``--help`` panel)::
 
     @register_params(section="feddyn")
     class FedDynParams:
@@ -10,9 +10,9 @@ under its section (the recipe table ``[feddyn]``, the manifest's ``params.feddyn
 :class:`fedcli.config.TrainConfig` is assembled from the general fields of ``fedcli/config.py`` and every
 registered params class, so each field is a ``fedcli train`` flag (``--feddyn-alpha``), a recipe key
 (``feddyn_alpha``, also in its table: ``[feddyn] feddyn_alpha = 0.1``), an entry of the manifest's ``config``, validated by
-its bounds or choices. A part declares what it reads (``Params = FedDynParams``, ``uses = ("lr",)`` for general
-fields) and is built with exactly those (:func:`bind`): ``self.params.feddyn_alpha``. This module imports nothing of
-fedcli, so method files import it freely.
+its bounds or choices. A part's spec declares what it reads (``Params=FedDynParams``, ``uses=("lr",)`` for general
+fields: ``fedcli.specs.part``) and the part is built with exactly those (:func:`bind`): ``self.params.feddyn_alpha``.
+This module imports nothing of fedcli, so specs import it freely.
 """
 
 from __future__ import annotations
@@ -94,49 +94,56 @@ def section_values(cfg, sections) -> dict[str, dict]:
 
 
 # ------------------------------------------------------------------------------------------- what a part receives
-def params_classes(part: type) -> tuple[type, ...]:
-    """The ``Params`` classes declared along a part class's hierarchy, bases first, each once."""
-    return tuple(dict.fromkeys(vars(k)["Params"] for k in reversed(part.__mro__) if vars(k).get("Params") is not None))
+def _spec(part):
+    """The spec (``fedcli.specs.PartSpec``) of ``part``, a part class or a spec; None for a part without one."""
+    return part if hasattr(part, "chain") else getattr(part, "spec", None)
 
 
-def declared(part: type) -> tuple[str, ...]:
-    """The config fields a part class reads: the fields of the ``Params`` classes and the general names in ``uses``
-    declared along its class hierarchy, bases first (a subclass reads what its bases read, and adds its own)."""
-    names: list[str] = []
-    for k in reversed(part.__mro__):
-        params = vars(k).get("Params")
-        names += [f.name for f in dataclasses.fields(params)] if params is not None else []
-        names += vars(k).get("uses", ())
-    return tuple(dict.fromkeys(names))
+def params_classes(part) -> tuple[type, ...]:
+    """The params classes a part (class or spec) reads, along the specs it extends, bases first, each once."""
+    spec = _spec(part)
+    return spec.params_classes() if spec is not None else ()
 
 
-_BOUND: dict[type, type] = {}
+def declared(part) -> tuple[str, ...]:
+    """The config fields a part (class or spec) reads: its params classes' fields and the general names its spec
+    ``uses``, along the specs it extends, bases first (a part reads what its base reads, and adds its own)."""
+    spec = _spec(part)
+    return spec.declared() if spec is not None else ()
 
 
-def params_class(part: type) -> type:
-    """The dataclass a part of class ``part`` is built with: its ``Params`` classes as bases (their methods, e.g.
+_BOUND: dict[object, type] = {}
+
+
+def params_class(part) -> type:
+    """The dataclass a part (class or spec) is built with: its params classes as bases (their methods, e.g.
     ``phi_values``, come along) and one field per general name it ``uses``; nothing else of the config."""
-    if part not in _BOUND:
-        bases = params_classes(part)
+    spec = _spec(part)
+    if spec not in _BOUND:
+        bases = params_classes(spec)
         own = {f.name for b in bases for f in dataclasses.fields(b)}
-        extra = [(n, object, dataclasses.field(default=None)) for n in declared(part) if n not in own]
+        extra = [(n, object, dataclasses.field(default=None)) for n in declared(spec) if n not in own]
         # named in this module, so that a part's params pickle (a process pool, a deep copy) like any dataclass
-        name = f"{part.__module__}.{part.__qualname__}".replace(".", "_") + "_Params"
+        where = spec.impl if spec is not None else "none"
+        name = where.replace(".", "_").replace(":", "_") + "_Params"
         cls = dataclasses.make_dataclass(name, extra, bases=bases[::-1], namespace={"__module__": __name__})
-        globals()[name] = _BOUND[part] = cls
-    return _BOUND[part]
+        globals()[name] = _BOUND[spec] = cls
+    return _BOUND[spec]
 
 
-def bind(part: type, source):
-    """``part``'s params read from ``source`` (a config, or anything with those attributes): exactly the fields it
-    declares (:func:`declared`), so a part cannot depend on an option it does not declare. Already bound: as is."""
+def bind(part, source):
+    """``part``'s params (a part class or spec) read from ``source`` (a config, or anything with those attributes):
+    exactly the fields it declares (:func:`declared`), so a part cannot depend on an option it does not declare.
+    Already bound: as is."""
     cls = params_class(part)
     if type(source) is cls:
         return source
-    missing = [n for n in declared(part) if not hasattr(source, n)]
+    names = declared(part)
+    missing = [n for n in names if not hasattr(source, n)]
     if missing:
-        raise TypeError(f"{part.__qualname__} reads {', '.join(missing)}, which {type(source).__qualname__} lacks")
-    return cls(**{n: getattr(source, n) for n in declared(part)})
+        raise TypeError(f"{getattr(part, '__qualname__', part)} reads {', '.join(missing)}, which "
+                        f"{type(source).__qualname__} lacks")
+    return cls(**{n: getattr(source, n) for n in names})
 
 
 def group_rank(f) -> int:

@@ -1,4 +1,4 @@
-"""Where fedcli keeps its per-user cache: the CLI's option spec (``fedcli.cli.spec``) and the sweep estimate's
+"""Where fedcli keeps its per-user cache: the sweep estimate's
 measured start-up timings (``fedcli.estimate``). ``$FEDCLI_CACHE_DIR``, else ``$XDG_CACHE_HOME/fedcli``, else
 ``~/.cache/fedcli``. A leaf: imports nothing of fedcli."""
 

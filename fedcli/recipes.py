@@ -7,14 +7,35 @@ A recipe for a single run is a flat table of keys. A recipe for a sweep (``fedcl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
 from pathlib import Path
 
-import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config (TrainConfig, FIELDS)
-from fedcli.config import FIELDS, TrainConfig, check_value, coerce
+from fedcli import specs
+from fedcli.config import FIELDS, GeneralConfig, TrainConfig, check_value, coerce
 from fedcli.errors import ConfigError
+from fedcli.params import SECTIONS
+
+
+def table_keys(name: str) -> set[str] | None:
+    """The keys a recipe table ``[name]`` may hold: a params section's fields, and for a method name the fields its
+    parts read beyond the general ones (``[fedlamb] beta2``); None when ``name`` is neither."""
+    specs.load()
+    keys: set[str] | None = None
+    if name in SECTIONS:
+        keys = {f.name for f in dataclasses.fields(SECTIONS[name])}
+    if name in specs.METHODS:
+        general = {f.name for f in dataclasses.fields(GeneralConfig)}
+        own = {n for s in specs.run_specs(name).values() for n in s.declared() if n not in general}
+        keys = (keys or set()) | own
+    return keys
+
+
+def table_applies(name: str, algo: str, schedule: str = "", init: str = "") -> bool:
+    """Whether the recipe table ``[name]`` concerns a run: ``name`` is its method or a params section its parts read."""
+    return specs.METHODS.get(name, name) is specs.METHODS.get(algo) or name in specs.run_sections(algo, schedule, init)
 
 
 def key_line(text: str, key: str) -> int | None:
@@ -143,9 +164,8 @@ class Level:
 
 def split_level(values: dict, path, text: str, span, what: str, table_span=lambda name: None, sweep: bool = True) -> Level:
     """Check one level's keys (:func:`check_keys_in` in a sweep, else :func:`check_keys`) and its sub-tables: each one
-    names a method or a params section (``fedcli.fl.methods.table_keys``: ``[fedlama]``, ``[fedlamb]``, ``[ala]``)
+    names a method or a params section (``table_keys``: ``[fedlama]``, ``[fedlamb]``, ``[ala]``)
     and holds keys it reads."""
-    from fedcli.fl.methods import table_keys
 
     plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
     tables = {}
@@ -172,16 +192,16 @@ def unused_table(levels: list[Level], used: set[str]) -> tuple[str, str] | None:
 
 
 def all_tables() -> set[str]:
-    from fedcli.fl.methods import METHODS
     from fedcli.params import SECTIONS
+    from fedcli.specs import METHODS
 
     return set(SECTIONS) | set(METHODS)
 
 
 def _run_choice(values: dict) -> tuple[str, str, str] | None:
     """(method, schedule, init) of merged values, or None for an unknown method (validation reports it)."""
-    from fedcli.fl.methods import method_labels
     from fedcli.names import resolve_method
+    from fedcli.specs import method_labels
 
     try:
         algo = resolve_method(values.get("algo", FIELDS["algo"].default), method_labels())
@@ -192,7 +212,7 @@ def _run_choice(values: dict) -> tuple[str, str, str] | None:
 
 def run_tables(values: dict, overrides: dict) -> list[str]:
     """The tables a run with these values reads: its method and its parts' params sections."""
-    from fedcli.fl.methods import run_sections
+    from fedcli.specs import run_sections
 
     parts = _run_choice({**values, **overrides})
     return [] if parts is None else list(dict.fromkeys([parts[0], *run_sections(*parts)]))
@@ -202,7 +222,6 @@ def merge_levels(levels: list[Level], overrides: dict) -> tuple[dict, set[str]]:
     """The levels' keys merged in order, each level's applicable tables at that level (a key given both plainly and in a
     table of one level is an error); the names of the tables used. A table applies when the run (``overrides`` last)
     has its method or reads its params section."""
-    from fedcli.fl.methods import table_applies
 
     merged: dict = {}
     for lv in levels:
@@ -225,7 +244,7 @@ def merge_levels(levels: list[Level], overrides: dict) -> tuple[dict, set[str]]:
 def build_config(recipe: str | None, overrides: dict, scale: str | None = None) -> TrainConfig:
     if scale and not recipe:
         raise ConfigError(f"--scale {scale} needs --recipe (scales are tables of a recipe)")
-    from fedcli.fl.methods import with_method_defaults
+    from fedcli.config import with_method_defaults
 
     values = train_values(recipe, scale, overrides) if recipe else {}
     from_recipe = set(values) - set(overrides)
@@ -408,7 +427,6 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
     data, text = read_recipe(path)
     if not is_sweep_recipe(data):
         raise ConfigError(f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run")
-    from fedcli.fl.methods import table_keys
 
     for k, v in data.items():
         if k not in SWEEP_TOP_KEYS and not (isinstance(v, dict) and table_keys(k) is not None):
@@ -489,7 +507,7 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
 
 def run_config(run: SweepRun, seed: int, out: str | Path, extra: dict | None = None) -> TrainConfig:
     """The validated TrainConfig of one run of a sweep at one seed."""
-    from fedcli.fl.methods import with_method_defaults
+    from fedcli.config import with_method_defaults
 
     values = dict(run.values)
     values.update(extra or {})

@@ -570,7 +570,6 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
 
 def run_in_worker(comm, cfg: dict, data, run_kwargs: dict) -> None:
     """A worker process's share of the run rank 0 started (``launch``'s target for ``comm.workers.WorkerPool``)."""
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
 
     run_train(TrainConfig(**cfg), comm=comm, quiet=True, data=data, **run_kwargs)

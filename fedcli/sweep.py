@@ -203,9 +203,8 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     another process count, ...), the run starts again from scratch."""
     import contextlib
 
-    from fedcli.runner import run_train
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
+    from fedcli.runner import run_train
 
     t0 = time.perf_counter()
     log = Path(log)

@@ -12,7 +12,6 @@ for _name, _value in (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_CBWR", "AVX2"), ("O
 
 import pytest  # noqa: E402
 
-import fedcli.fl.methods  # noqa: F401,E402 - start-up: the method registry extends the config (fedcli/config.py)
 from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
 
 

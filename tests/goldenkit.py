@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.fl.methods import METHODS
+from fedcli.specs import METHODS
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 TIMING = {"wall_s"}  # columns that measure time, not the computation

@@ -268,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-ok", default="", help="leave out the entries that a previous table (this file) lists as ok")
     p.add_argument("--shard", default="", help="K/N: every N-th entry from the K-th (0-based), for N processes side by side")
     args = p.parse_args(argv)
-    import fedcli.fl.methods  # noqa: F401 - the method registry extends the config
     from fedcli.sweep import _memoize_datasets
 
     _memoize_datasets()  # as a sweep's worker: one dataset loaded for the entries after it

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from fedcli.fl.methods import METHODS
+from fedcli.specs import METHODS
 from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, same, table
 from goldenkit import bitwise as exact_release
 

@@ -32,8 +32,8 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
-from fedcli.fl.methods import METHODS
 from fedcli.recipes import build_config
+from fedcli.specs import METHODS
 
 PRESETS = sorted({m.name for m in METHODS.values()})
 DEVICE = ["--device", os.environ["FEDCLI_TEST_DEVICE"]] if os.environ.get("FEDCLI_TEST_DEVICE") else []

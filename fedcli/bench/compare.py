@@ -85,7 +85,6 @@ class RoundSetting:
     data_dir: str = ""   # MNIST; empty: digits (8x8, so the mlp instead of cnn4)
 
     def config(self, workers: int = 0):
-        import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
         from fedcli.config import TrainConfig
 
         mnist = bool(self.data_dir)
@@ -177,8 +176,8 @@ def run_fedcli_rounds(setting: dict) -> dict:
     """``fedcli train`` in this process with the worker pool it would choose; round times from metrics.csv."""
     import csv
 
-    from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
+    from fedcli.runner import run_train
     from fedcli.runner import launch
 
     t0 = time.perf_counter()
@@ -267,7 +266,6 @@ def _data(w: Workload, steps: int, device):
 def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:
     """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
     ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.fl.cohort import Cohort
     from fedcli.fl.parts import SGDStep
@@ -334,13 +332,12 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
     local training (FedAvg, LOCAL_STEPS steps per round, all clients active), median round after the first."""
     import csv
 
-    from fedcli.runner import run_train
     from fedcli.comm.communicator import Communicator
-    from fedcli.runner import launch
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import FedDataset
     from fedcli.data.partition import make_partition
+    from fedcli.runner import run_train
+    from fedcli.runner import launch
 
     g = torch.Generator().manual_seed(0)
     n = w.clients * w.batch * LOCAL_STEPS

@@ -64,8 +64,8 @@ def _values(settings: dict, clients: int, batch: int, device: str, trainer: str,
 
 
 def _config(*args):
-    from fedcli.fl.methods import METHODS  # noqa: F401 - the registry extends TrainConfig
     from fedcli.config import TrainConfig
+    from fedcli.specs import METHODS  # noqa: F401 - the registry extends TrainConfig
 
     return TrainConfig.from_dict(_values(*args))
 
@@ -131,10 +131,10 @@ def per_iteration(f, short: int, long: int, repeats: int = 1):
 
 def _model_and_data(settings: dict, clients: int, batch: int, device: torch.device):
     """The workload's model (on ``device``) and ``clients`` random batches of its input shape."""
-    from fedcli.fl.methods import METHODS  # noqa: F401
     from fedcli.config import TrainConfig
     from fedcli.data.setup import load_data
     from fedcli.fl.engine import build_run_model
+    from fedcli.specs import METHODS  # noqa: F401
 
     cfg = TrainConfig.from_dict({**settings, "clients": clients})
     data = load_data(cfg)

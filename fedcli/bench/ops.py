@@ -29,10 +29,10 @@ def profile_run(settings: dict, iterations: int) -> collections.Counter:
     """Top-level op counts of one ``fedcli train`` run of ``settings`` (recipe keys) for ``iterations`` iterations."""
     from torch.profiler import ProfilerActivity, profile
 
-    from fedcli.fl.methods import METHODS  # noqa: F401 - the registry extends TrainConfig
     from fedcli.comm import communicator
     from fedcli.config import TrainConfig
     from fedcli.fl.engine import Simulation
+    from fedcli.specs import METHODS  # noqa: F401 - the registry extends TrainConfig
 
     communicator._scratch.clear()  # every run allocates its own reused buffers, as a fresh process would
 

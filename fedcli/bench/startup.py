@@ -1,9 +1,9 @@
 """``fedcli bench --workloads startup``: how long the answers that need no model take, each in a fresh process.
 
 ``fedcli --help``, ``fedcli train --help`` and an argument error (``fedcli train --algo fedlamma``) never import
-torch (their options come from the cached spec, fedcli/cli/spec.py); the target is under 1 s of wall time on an idle
-2-core machine. Each command runs ``repeats`` times after one untimed run that fills the spec cache; the median is
-reported, with whether torch was imported.
+torch (their options, presets and dataset names are read from the torch-free specs: fedcli/cli/spec.py); the target
+is under 1 s of wall time on an idle 2-core machine. Each command runs ``repeats`` times after one untimed run (the
+bytecode and the disk cache warm); the median is reported, with whether torch was imported.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _once(args: list[str]) -> tuple[float, bool]:
 
 def run(repeats: int = 3, progress=print) -> dict:
     res = {"workload": "startup", "label": "start-up: answers without a model", "commands": []}
-    _once(["train", "--help"])  # fills the spec cache after a source change
+    _once(["train", "--help"])  # untimed: bytecode and the page cache warm
     for args in COMMANDS:
         progress(f"start-up: fedcli {' '.join(args)}")
         runs = [_once(args) for _ in range(repeats)]

@@ -18,7 +18,6 @@ GROUPS = ("data", "partition")
 
 def partition(**kwargs):
     """Split a dataset over clients (iid, dirichlet, pathological, natural); write FILE and/or show a summary."""
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.data.partition import save_partition, summary_table
     from fedcli.data.setup import inline_partition, load_data

@@ -30,7 +30,7 @@ def methods_table():
     is personalized, and the defaults it runs with unless a flag or recipe key says otherwise."""
     from rich.table import Table
 
-    from fedcli.fl.methods import METHODS, Method
+    from fedcli.specs import METHODS, Method
 
     plain = Method("", "").parts()
     # the table fills the terminal, the defaults column wide enough for its longest flag: at 80 columns no flag is cut
@@ -138,7 +138,6 @@ def train(**kwargs):
 def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str) -> None:
     """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
     from fedcli.comm.mpi import get_communicator
-    import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
     from fedcli.config import TrainConfig
     from fedcli.recipes import build_config
 

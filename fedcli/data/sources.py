@@ -58,7 +58,9 @@ DATASETS: dict[str, Loader] = {}
 
 
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
-    """Register ``loader(data_dir: Path | None, *, download, holdout_fraction, options) -> FedDataset``."""
+    """Register ``loader(data_dir: Path | None, *, download, holdout_fraction, options) -> FedDataset``. fedcli's own
+    loaders are also named in ``fedcli.data.names.DATASET_NAMES`` (the command line's list, read without importing
+    them; tests/cli/test_fast_answers.py checks the two agree)."""
 
     def deco(fn: Loader) -> Loader:
         DATASETS[name] = fn

@@ -73,51 +73,19 @@ the paper, v_hat is counted as sent to the synchronizing cohort only.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, Stream, register_purpose
-from fedcli.fl.parts import AverageServer, LocalStep, expand, register_local_step, register_server
+from fedcli.fl.parts import AverageServer, LocalStep, expand, implements, register_local_step, register_server
 from fedcli.fl.store import share
-from fedcli.params import opt, register_params
+from fedcli.specs.adaptive import VHAT
 
 # full-batch gradients (Mime, Mime-LAMB): the whole split in order; a used-up client's dummy batch weighs 1 (its
 # gradient is then scaled by 0; an all-zero mask would make the masked mean 0 / 0)
 FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
-
-
-@register_params(section="adaptive")
-class AdaptiveParams:
-    """The adaptive optimizers' settings (Fed-LAMB Algorithm 1; Mime; Reddi et al. 2021's server Adam)."""
-
-    beta1: float = opt(0.9, "First-moment decay: local AMSGrad/LAMB m, Mime's server m, the server m of Adp-Fed, FedYogi, FedAdagrad (its preset: 0).", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
-    beta2: float = opt(0.999, "Second-moment decay of the same optimizers (FedYogi's preset: 0.99; FedAdagrad has none).", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
-    eps: float = opt(1e-8, "Adaptive methods' epsilon: with --vhat-eps floor, Algorithm 1's v_hat_0 = eps (the step divides by sqrt(v_hat) >= sqrt(eps)); with outside, m / (sqrt(v_hat) + eps).", lo=0.0, group="adaptive")
-    vhat_eps: str = opt("floor", "Where eps enters the adaptive step: floor (Fed-LAMB Algorithm 1: v_hat starts at eps and only grows, psi = m / sqrt(v_hat)) or outside (the authors' prototype code and fedcli before: v_hat starts at 0, m / (sqrt(v_hat) + eps)).", choices=["floor", "outside"], group="adaptive")
-    vhat_every: int = opt(1, "Skip synchronization Z: the server updates and sends v_hat (Mime: its optimizer state) every Z rounds only.", lo=1, group="adaptive")
-    vhat_start: str = opt("eps", "fedlamb, mimelamb, fedams: until v_hat is first synchronized, clients divide by the server's v_hat_0 (eps: Algorithm 1's v_hat_0 = eps) or by their own running v (local: a departure).", choices=["eps", "local"], group="adaptive")
-    local_v: str = opt("server", "fedlamb, mimelamb, fedams: a client's v at a round's start: the server's v_hat (server: Algorithm 1, line 6) or its own v from its last round (keep: the authors' prototype code).", choices=["server", "keep"], group="adaptive")
-    trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
-    phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
-    server_eps: float = opt(1e-3, "Adaptivity tau of the servers of Adp-Fed, FedYogi, FedAdagrad: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
-
-    def phi_values(self) -> tuple[float, float] | None:
-        """(zeta, phi_max) of the bounded scaling function (Assumption 4), or None for the identity."""
-        if not str(self.phi_bounds).strip():
-            return None
-        try:
-            zeta, top = (float(s) for s in str(self.phi_bounds).split(","))
-        except ValueError:
-            raise ConfigError(f"--phi-bounds must be 'ZETA,MAX' (two numbers), got '{self.phi_bounds}'", key="phi_bounds") from None
-        if not (0.0 < zeta < top < math.inf):
-            raise ConfigError(f"--phi-bounds needs 0 < ZETA < MAX, got '{self.phi_bounds}'", key="phi_bounds")
-        return zeta, top
-
-    def check(self) -> None:
-        self.phi_values()
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -230,10 +198,6 @@ def _cpu(state: dict | None) -> dict | None:
 class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
 
-    requires = {"server": "vhat"}  # the server's v_hat (vhat-max, vhat-fullgrad)
-    provides = frozenset({"v"})     # each client's second moment v, which the vhat-max server averages
-    Params = AdaptiveParams
-    uses = ("weight_decay",)
 
     trust_default = True
 
@@ -319,9 +283,6 @@ class MimeStep(LocalStep):
     Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
     """
 
-    requires = {"server": "mime"}  # the server's control variate and AMSGrad state
-    Params = AdaptiveParams
-    uses = ("weight_decay",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -352,11 +313,10 @@ class MimeStep(LocalStep):
 
 
 # ---------------------------------------------------------------------------- servers
+@implements(VHAT)
 class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
-    provides = frozenset({"vhat"})
-    Params = AdaptiveParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -390,7 +350,6 @@ class _VhatServer(AverageServer):
 class VhatMaxServer(_VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
 
-    requires = {"local_step": "v"}  # the clients' v (lamb, ams)
 
     def end_round(self, view, cohort) -> None:
         if not sync_due(self.params, cohort.round_idx):
@@ -443,8 +402,6 @@ class MimeState(NamedTuple):
 class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
 
-    provides = frozenset({"mime"})  # the control variate c and the AMSGrad state the 'mime' local step follows
-    Params = AdaptiveParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -491,8 +448,6 @@ class AdamServer(AverageServer):
     second-moment rule: they override :meth:`second_moment` only.
     """
 
-    Params = AdaptiveParams
-    uses = ("server_lr",)
 
     def __init__(self, params):
         super().__init__(params)

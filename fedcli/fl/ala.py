@@ -53,23 +53,9 @@ from fedcli.fl.cohort import BatchPlan, Stream, register_purpose
 from fedcli.fl.parts import OverwriteInit, register_init
 from fedcli.fl.personal import load_models, share
 from fedcli.fl.trainers import masked_loss
-from fedcli.params import opt, register_params
 
 # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
 ALA_BATCHES = register_purpose("ala", Stream("ala", shuffled=False, window=True))
-
-
-@register_params(section="ala")
-class ALAParams:
-    """Adaptive local aggregation (FedALA, Zhang et al., AAAI 2023, Eqs. 3-5, Algorithm 1)."""
-
-    ala_layers: int = opt(2, "ALA range p: the last p parameter tensors get element-wise weights, lower ones are overwritten with the global model (2: the final Linear weight and bias; 0: no ALA, the plain overwrite).", lo=0, group="personalized")
-    ala_sample_percent: float = opt(80.0, "ALA: percent s of the client's training data the weights are learned on (a contiguous slice at a random offset).", lo=0.0, hi=100.0, lo_open=True, group="personalized")
-    ala_lr: float = opt(1.0, "ALA weight learning rate eta.", lo=0.0, lo_open=True, group="personalized")
-    ala_threshold: float = opt(0.1, "ALA initial stage: passes repeat until the std of the last --ala-num-pre-loss pass losses is below this (reference code 0.1; the paper used 0.01).", lo=0.0, group="personalized")
-    ala_num_pre_loss: int = opt(10, "ALA initial stage: number of recorded pass losses the std is taken over (more than this many are needed).", lo=1, group="personalized")
-    ala_max_passes: int = opt(50, "ALA initial stage: at most this many passes (the reference code has no cap).", lo=1, group="personalized")
-    ala_trace: bool = opt(False, "Record FedALA's Figures 3 and 5 data: ala.csv (the loss of every weight-learning pass of every client) and local_loss.csv (per round and client, the training-split loss of the initialized and of the trained model); fedcli report draws them.", group="personalized")
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -191,9 +177,7 @@ class ALAInit(OverwriteInit):
     label = "ALA"
 
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
-    wraps_base = True          # the engine passes the method's own init as ``base``
 
-    Params = ALAParams
 
     def __init__(self, params, base=None):
         super().__init__(params)

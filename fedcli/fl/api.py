@@ -12,7 +12,7 @@ functional transforms and ``functional_call`` take plain dicts only, so they are
 write them (``tests/engine/test_part_interface.py`` checks that no part file assigns into them).
 
 Another part is reached only through declared capabilities (``Part.provides`` / ``Part.requires``, checked with the
-config in ``fedcli.fl.methods.check_method_config``): :meth:`PartView.offered` returns what the part providing a
+config in ``fedcli.specs.check_method_config``): :meth:`PartView.offered` returns what the part providing a
 capability offers for a cohort (``Part.offer``: the v_hat a Fed-LAMB server shares with its clients), and
 :meth:`starts_from_global`, :meth:`mixes_received` and :meth:`received` ask the run's init part its declared
 questions (``fedcli.fl.parts.Init``).

@@ -118,7 +118,7 @@ def plan_run(cfg, period: int, sizes: Sequence[float] | None = None, active: int
 
 def schedule_round_length(cfg) -> int:
     """The round length of ``cfg``'s schedule (``--schedule``, or its method's): ``Schedule.round_length``."""
-    from fedcli.fl.methods import METHODS
     from fedcli.fl.schedules import SCHEDULES
+    from fedcli.specs import METHODS
 
     return SCHEDULES[cfg.schedule or METHODS[cfg.algo].schedule].round_length(cfg)

@@ -23,14 +23,6 @@ import math
 import torch
 
 from fedcli.fl.parts import Codec, register_codec
-from fedcli.params import opt, register_params
-
-
-@register_params(section="qsgd")
-class QSGDParams:
-    """Levels s of the QSGD quantizer (Alistarh et al., NeurIPS 2017) of FedPAQ and FedCOM."""
-
-    quant_levels: int = opt(16, "FedPAQ/FedCOM: levels s of the stochastic uniform (QSGD) quantizer of each client's layer update, on |v|/||v|| (the paper's compression level 16); 0: no quantization.", lo=0, group="method")
 
 
 def quant_bits(levels: int, numel: int) -> float:
@@ -70,7 +62,6 @@ def uniform_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class QSGDCodec(Codec):
     """Stochastic uniform quantization of each client's layer update with s = ``--quant-levels``."""
 
-    Params = QSGDParams
 
     def __init__(self, params):
         super().__init__(params)

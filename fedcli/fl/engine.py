@@ -31,12 +31,13 @@ from fedcli.fl.api import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
 from fedcli.fl.hooks import CallRoundHook, RoundHook
-from fedcli.fl.methods import METHODS, run_parts, run_sections
+from fedcli.fl.parts import run_parts
 from fedcli.fl.rng import key, torch_gen
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
 from fedcli.params import section_values
+from fedcli.specs import METHODS, run_sections
 
 if TYPE_CHECKING:
     from fedcli.config import TrainConfig

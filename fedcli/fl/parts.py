@@ -16,26 +16,70 @@ from __future__ import annotations
 
 import torch
 
+import functools
+from collections.abc import Mapping
+
+from fedcli import specs
 from fedcli.errors import ConfigError
 from fedcli.fl import slots
 from fedcli.params import bind
 
-LOCAL_STEPS: dict[str, type] = {}
-CODECS: dict[str, type] = {}
-INITS: dict[str, type] = {}
-SERVERS: dict[str, type] = {}
+class Classes(Mapping):
+    """A family's parts by name -> their torch classes, from the specs (``fedcli.specs.PARTS``): a class's module is
+    imported when the class is first asked for."""
+
+    def __init__(self, family: str):
+        self.family = family
+
+    def __getitem__(self, name: str) -> type:
+        return specs.PARTS[self.family][name].load()
+
+    def __iter__(self):
+        return iter(specs.PARTS[self.family])
+
+    def __len__(self) -> int:
+        return len(specs.PARTS[self.family])
 
 
-def _registrar(table: dict):
-    def register(name: str):
-        def deco(cls):
-            table[name] = cls
-            cls.name = name
-            return cls
+LOCAL_STEPS, CODECS, INITS, SERVERS = (Classes(f) for f in ("local_step", "codec", "init", "server"))
 
-        return deco
 
-    return register
+def implements(family, name: str = "", **declarations):
+    """Class decorator: the class implements the part ``name`` of ``family`` that ``fedcli.specs`` declares (or the
+    anonymous base spec ``family``, when a PartSpec is given) and takes its declarations (``spec``, ``name``,
+    ``requires``, ``provides``, ``full_participation``, ``wraps_base``). With ``declarations`` (``Params=``, ``uses=``,
+    ...) and no spec of that name, it declares the part itself: a method of your own in one file. The spec must name
+    this class as its ``impl`` and extend the spec of the nearest base class that has one."""
+
+    def deco(cls):
+        impl = f"{cls.__module__}:{cls.__qualname__}"
+        base = next((vars(k)["spec"] for k in cls.__mro__[1:] if vars(k).get("spec") is not None), None)
+        if isinstance(family, specs.PartSpec):
+            spec = family
+        elif name in specs.PARTS[family]:
+            spec = specs.PARTS[family][name]
+            if declarations:
+                raise TypeError(f"{impl}: {family} {name!r} is declared in its spec already; declare it once")
+        else:
+            spec = specs.part(family, name, impl, base=base, **declarations)
+        if spec.impl != impl:
+            raise TypeError(f"{impl}: the spec of {spec.family} {spec.name!r} names {spec.impl} as its class")
+        if spec.base is not base:
+            raise TypeError(f"{impl}: its spec extends {spec.base.impl if spec.base else 'nothing'}, the class "
+                            f"{base.impl if base else 'no part with a spec'}")
+        cls.spec = spec
+        if spec.name:
+            cls.name = spec.name
+        for attr in ("requires", "provides", "full_participation", "wraps_base"):
+            setattr(cls, attr, spec.declaration(attr))
+        return cls
+
+    return deco
+
+
+def run_parts(algo: str, schedule: str = "", init: str = "") -> dict[str, type]:
+    """The part classes of a run (``fedcli.specs.run_specs``: ``--schedule`` / ``--init`` overriding the method's own)."""
+    return {kind: spec.load() for kind, spec in specs.run_specs(algo, schedule, init).items()}
 
 
 class Part:
@@ -59,12 +103,12 @@ class Part:
     # why SGD momentum cannot outlive a round with this part (its round-end logic assumes a fresh buffer:
     # SCAFFOLD's control variates, FedNova's normalization); None: it can
     fresh_momentum_needed: str | None = None
-    # the part needs every client in every round (cross-silo: APPLE's and FedAMP's per-client downloads); the config
-    # refuses --active-ratio below 1 for it (fedcli.fl.methods.check_method_config)
+    # declared in the part's spec (``fedcli.specs.PartSpec``) and copied here by ``@implements``: the part needs
+    # every client in every round (cross-silo: APPLE's and FedAMP's per-client downloads; the config refuses
+    # --active-ratio below 1 for it), and what it offers the run's other parts ("vhat": the server shares a second
+    # moment v_hat) and needs of them: family -> capability ({"server": "vhat"}). Checked once, with the config
+    # (``fedcli.specs.check_method_config``), so no part tests another part's type.
     full_participation: bool = False
-    # what this part offers the run's other parts ("vhat": the server shares a second moment v_hat), and what it
-    # needs of them: family -> capability ({"server": "vhat"}). Checked once, with the config
-    # (fedcli.fl.methods.check_method_config), so no part tests another part's type.
     provides: frozenset = frozenset()
     requires: dict = {}
     # each client's round reads and writes only its own state and the global model, nothing of the cohort as a whole,
@@ -72,11 +116,10 @@ class Part:
     # Read from the class itself, not inherited: a subclass that adds round logic says so again
     separable: bool = False
 
-    # the options this part reads: ``Params``, its params class (``fedcli.params.register_params``), and ``uses``, the
-    # general config fields it reads (fedcli/config.py); a subclass reads its bases' and declares only what it adds.
-    # The part is built with exactly those (``self.params``, ``fedcli.params.bind``), from a config or from them.
-    Params: type | None = None
-    uses: tuple[str, ...] = ()
+    # the part's spec (``fedcli.specs.PartSpec``, set by ``@implements``): the options it reads (its ``Params``
+    # and the general fields it ``uses``, with those of the spec it extends) and the declarations above. The part is
+    # built with exactly those options (``self.params``, ``fedcli.params.bind``), from a config or from them.
+    spec: specs.PartSpec | None = None
 
     def __init__(self, params):
         self.params = bind(type(self), params)
@@ -177,7 +220,7 @@ class Init(Part):
     Every round the engine calls, on every process, ``download`` (the server's side of sending the models) and right
     after it ``initialize``; ``received`` is a query any part may make after ``download``, as often as it likes."""
 
-    # an init that wraps the method's own (ALA mixes what the method's init receives): built with ``base=``
+    # an init that wraps the method's own (ALA mixes what the method's init receives): built with ``base=`` (spec)
     wraps_base: bool = False
 
     def download(self, view, cohort) -> None:
@@ -225,10 +268,9 @@ class Server(Part):
         return None
 
 
-register_local_step = _registrar(LOCAL_STEPS)
-register_codec = _registrar(CODECS)
-register_init = _registrar(INITS)
-register_server = _registrar(SERVERS)
+# the decorators of each family's parts: ``@register_server("adam")`` is ``@implements("server", "adam")``
+register_local_step, register_codec, register_init, register_server = (
+    functools.partial(implements, f) for f in ("local_step", "codec", "init", "server"))
 
 
 def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -280,7 +322,6 @@ class SGDStep(LocalStep):
     """
 
     separable = True
-    uses = ("algo", "momentum", "weight_decay", "weight_decay_on", "momentum_persist")
 
     def __init__(self, params):
         super().__init__(params)

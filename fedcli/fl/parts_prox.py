@@ -16,21 +16,12 @@ from __future__ import annotations
 import torch
 
 from fedcli.fl.parts import SGDStep, register_local_step
-from fedcli.params import opt, register_params
-
-
-@register_params(section="fedprox")
-class ProxParams:
-    """FedProx's proximal coefficient mu (Li et al., MLSys 2020)."""
-
-    mu: float = opt(0.01, "FedProx proximal coefficient mu: the local gradient gets mu * (x - u), u the layer's last synchronized global value (AAAI Table 4 uses 0.001; 0 is FedAvg).", lo=0.0, group="method")
 
 
 @register_local_step("prox")
 class ProxStep(SGDStep):
     """SGD (with the configured momentum and weight decay) on f_i(x) + (mu / 2) ||x - u||^2."""
 
-    Params = ProxParams
 
     def __init__(self, params):
         super().__init__(params)

@@ -20,7 +20,6 @@ class ServerLR(AverageServer):
     the plain average).
     """
 
-    uses = ("server_lr",)
 
     def __init__(self, params):
         super().__init__(params)

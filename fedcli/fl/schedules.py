@@ -22,22 +22,15 @@ from typing import Sequence
 
 import torch
 
-from fedcli.fl.parts import Part, _registrar
-from fedcli.params import bind, opt, register_params
+import functools
+
+from fedcli.fl.parts import Classes, Part, implements
+from fedcli.params import bind
+from fedcli.specs.schedules import SCHEDULE
 
 
-@register_params(section="fedlama")
-class LamaParams:
-    """FedLAMA's interval adjustment (Lee et al., AAAI 2023, Algorithm 1)."""
-
-    phi: int = opt(2, "FedLAMA interval increase factor phi (phi=1 is FedAvg); lama-accelerate: the critical layers' interval is tau // phi.", lo=1, group="federated")
-    lama_rule: str = opt("reference", "FedLAMA Algorithm 1: 'reference' (the author code, default: walking the layers by increasing d, each gets phi*tau' until the first one with 1 - lambda_l < delta_l, which gets it too) or 'paper' (the text: phi*tau' iff delta_l < 1 - lambda_l). See docs/fidelity-fedlama.md.", choices=["reference", "paper"], group="federated")
-    lama_eligible: str = opt("kernels", "FedLAMA: layers that may get the long interval: kernels (the author code, default: conv/dense weights; lambda over their elements, the delta denominator over all tensors) or all (the paper text).", choices=["kernels", "all"], group="federated")
-    lama_first_adjust: int = opt(6, "FedLAMA: adjust the intervals only at round ends after more than this many times tau' local iterations (the author code's 'epoch > 5': 6, default; 0: at every round end).", lo=0, group="federated")
-
-
-SCHEDULES: dict[str, type] = {}
-register_schedule = _registrar(SCHEDULES)
+SCHEDULES = Classes("schedule")
+register_schedule = functools.partial(implements, "schedule")
 
 
 @dataclass
@@ -50,6 +43,7 @@ class Adjustment:
     intervals: list[int]
 
 
+@implements(SCHEDULE)
 class Schedule(Part):
     """Base: a fixed interval for every layer and no adjustment.
 
@@ -65,7 +59,6 @@ class Schedule(Part):
     needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 
-    uses = ("tau",)
 
     def __init__(self, params, layers):
         super().__init__(params)
@@ -228,7 +221,6 @@ class Lama(Schedule):
     needs_discrepancy = True
     layerwise = True
 
-    Params = LamaParams
 
     def __init__(self, params, layers):
         super().__init__(params, layers)

@@ -74,7 +74,7 @@ class RunData:
 
     def preset(self):
         """The registry's ``Method`` the run named (``--algo``, else the manifest's name); None for one it lacks."""
-        from fedcli.fl.methods import METHODS
+        from fedcli.specs import METHODS
 
         given = self.config.get("algo")
         return METHODS.get(given) if isinstance(given, str) and given in METHODS else METHODS.get(self.algo)
@@ -85,7 +85,7 @@ class RunData:
         given = self.config.get(kind) or self.method.get(kind)
         if given:
             return given
-        from fedcli.fl.methods import Method
+        from fedcli.specs import Method
 
         return (self.preset() or Method(self.algo, "")).parts()[kind]
 

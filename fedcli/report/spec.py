@@ -279,7 +279,6 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
                   layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
                   early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
     if "columns" in d:
-        import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config
         from fedcli.config import FIELDS  # the config's fields (every method file's): only for a table naming columns
 
         cols = d["columns"]

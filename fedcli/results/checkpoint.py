@@ -37,7 +37,6 @@ from pathlib import Path
 
 import torch
 
-import fedcli.fl.methods  # noqa: F401 - start-up: the method registry extends the config (TrainConfig, FIELDS)
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
 from fedcli.fl.hooks import RoundHook

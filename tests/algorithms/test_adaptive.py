@@ -12,16 +12,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import adaptive
 from fedcli.fl.api import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
-from fedcli.fl.methods import METHODS
 from fedcli.fl.store import ClientStore
 from fedcli.recipes import build_config
+from fedcli.runner import run_train
+from fedcli.specs import METHODS
 
 SHORT_LR = {"fedsgd": 0.3, "fedadam": 0.1, "fedams": 0.001, "fedlamb": 0.05, "mime": 0.003, "mimelamb": 0.05}
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, partition="iid",

@@ -6,8 +6,8 @@ initialization and the method's own machinery uses the ALA-initialized model. Fo
 import pytest
 import torch
 
-from fedcli.fl.methods import METHODS
 from fedcli.fl.personal import client_model
+from fedcli.specs import METHODS
 from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal
 
 config, run, same = personal_config, personal_run, same_personal

@@ -16,8 +16,8 @@ from fedcli.cli.main import main
 from fedcli.cli.train import run_train
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
-from fedcli.fl.methods import METHODS
 from fedcli.results.rundir import CLIENTS_COLUMNS
+from fedcli.specs import METHODS
 from runkit import MPIEXEC, ROOT
 from simkit import PERSONAL_BASE
 

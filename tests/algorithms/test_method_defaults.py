@@ -6,8 +6,9 @@ import pytest
 
 from fedcli.cli.main import app
 from fedcli.config import TrainConfig
-from fedcli.fl.methods import METHODS, with_method_defaults
+from fedcli.config import with_method_defaults
 from fedcli.recipes import build_config
+from fedcli.specs import METHODS
 from runkit import error_lines
 
 

@@ -124,7 +124,7 @@ def test_after_init_of_a_stored_personal_model_is_the_last_rounds(algo):
 
 
 def test_every_personalized_preset_runs_after_init():
-    from fedcli.fl.methods import METHODS
+    from fedcli.specs import METHODS
 
     for algo in sorted(n for n, m in METHODS.items() if m.personalized):
         kw = {**BASE, "algo": algo, "batch_size": 16, "rounds": 2, "lr": 0.05, "personal_eval": "after-init"}

@@ -21,12 +21,10 @@ PROBE = ("import sys, time; t = time.perf_counter(); from fedcli.cli.main import
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
+    """A fresh cache folder: the answers below need nothing cached (the specs are read directly)."""
     cache = tmp_path_factory.mktemp("cache")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCLI_CACHE_DIR": str(cache), "COLUMNS": "100"}
-    warm = subprocess.run([sys.executable, "-m", "fedcli.cli.spec"], env=env, capture_output=True, text=True, timeout=120)
-    assert warm.returncode == 0, warm.stderr
-    assert len(list(cache.glob("cli-spec-*.json"))) == 1
-    return env
+    yield {**os.environ, "PYTHONPATH": str(ROOT), "FEDCLI_CACHE_DIR": str(cache), "COLUMNS": "100"}
+    assert list(cache.iterdir()) == []  # and they wrote nothing there
 
 
 @pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["partition", "--help"], ["train", "--algo", "fedlamma"],
@@ -115,27 +113,28 @@ def test_seeds_count_list_range():
             parse_seeds(bad)
 
 
-def test_spec_cache_follows_the_source(tmp_path, monkeypatch):
-    from fedcli.cli import spec
+def test_the_config_and_the_method_registry_need_no_start_up_import_and_no_torch():
+    """``TrainConfig`` is whole in a fresh process that imports only ``fedcli.config``: every method's params, every
+    preset and every part's declarations are there, read from the specs, and torch is not imported."""
+    probe = ("import sys\nfrom fedcli.config import TrainConfig\ncfg = TrainConfig(algo='FedLAMA', phi=4).validate()\n"
+             "from fedcli import specs\nfrom fedcli.recipes import table_keys\n"
+             "print(cfg.algo, cfg.phi, len(specs.METHODS), sorted(specs.PARTS['schedule']), sorted(table_keys('fedprox')),"
+             " 'torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split(" ", 2)[:2] == ["fedlama", "4"], p.stdout
+    assert "['lama', 'lama-accelerate', 'periodic'] ['mu'] False" in p.stdout, p.stdout
 
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "a.py").write_text("x = 1\n")
-    monkeypatch.setattr(spec, "PACKAGE", pkg)
-    before = spec.fingerprint()
-    os.utime(pkg / "a.py", ns=(1, 1))
-    assert spec.fingerprint() != before
-    after = spec.fingerprint()
-    (pkg / "b.py").write_text("")
-    assert spec.fingerprint() != after
 
-
-def test_cached_spec_is_the_assembled_config(env):
-    import json
-
+def test_the_cli_spec_is_the_assembled_config():
     from fedcli.cli import spec
     from fedcli.config import FIELDS
+    from fedcli.data.datasets import DATASETS
+    from fedcli.specs import METHODS
 
-    cached = json.loads(next(Path(env["FEDCLI_CACHE_DIR"]).glob("cli-spec-*.json")).read_text())
-    assert cached == json.loads(json.dumps(spec.build()))
-    assert [f["name"] for f in cached["fields"]] == list(FIELDS)
+    loaded = spec.load()
+    assert [f["name"] for f in loaded["fields"]] == list(FIELDS)
+    assert all(f["default"] == FIELDS[f["name"]].default for f in loaded["fields"])
+    assert set(loaded["methods"]) == set(METHODS)
+    assert loaded["datasets"] == sorted(DATASETS)  # the names the command line knows are the loaders registered

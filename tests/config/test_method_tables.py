@@ -1,5 +1,5 @@
 """Each method's options in their own namespace: a part is built with exactly the options it declares
-(``Part.Params`` / ``Part.uses``, ``fedcli.params.bind``), a recipe may set them in a table named after the method
+(its spec's ``Params`` / ``uses``: ``fedcli.specs.PartSpec``, ``fedcli.params.bind``), a recipe may set them in a table named after the method
 or its params section (``[fedlama] phi = 4``), the flat keys and flags stay as aliases, and the manifest records them
 by section."""
 
@@ -12,11 +12,13 @@ import pytest
 from fedcli.config import GeneralConfig, TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import parts
-from fedcli.fl.methods import METHODS, run_parts, run_sections, table_keys
-from fedcli.fl.parts_prox import ProxParams, ProxStep
+from fedcli.fl.parts import run_parts
+from fedcli.fl.parts_prox import ProxStep
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.params import SECTIONS, bind, declared
-from fedcli.recipes import build_config, read_sweep, run_config, train_values
+from fedcli.recipes import build_config, read_sweep, run_config, table_keys, train_values
+from fedcli.specs import METHODS, run_sections
+from fedcli.specs.prox import ProxParams
 
 
 def test_a_part_receives_only_the_options_it_declares():
@@ -46,8 +48,9 @@ def test_a_part_that_reads_an_option_it_does_not_declare_fails_at_once():
     with pytest.raises(AttributeError, match="mu"):
         Sloppy(TrainConfig(algo="fedprox"))
 
+    @parts.implements("local_step", Params=ProxParams)  # an anonymous spec extending SGD's
     class Declared(Sloppy):
-        Params = ProxParams
+        pass
 
     assert Declared(TrainConfig(algo="fedprox", mu=0.5)).mu == 0.5
 
@@ -207,3 +210,27 @@ def test_a_table_of_another_scale_is_checked_for_its_keys_only(tmp_path):
     bad = write(tmp_path, text.replace("phi = 4", "mu = 4"), "bad.toml")
     with pytest.raises(ConfigError, match=r"\[fedlama\] has no key 'mu'"):
         read_sweep(bad, "paper")
+
+
+def test_each_part_class_implements_the_spec_that_names_it():
+    """Every spec's ``impl`` is a class that says it implements that spec, and the specs extend each other as the
+    classes subclass each other; a class that claims another's spec, or whose spec's ``base`` is not its base class's
+    spec, is refused when it is defined."""
+    from fedcli.specs import PARTS, part
+
+    for family, table in PARTS.items():
+        for name, spec in table.items():
+            cls = spec.load()
+            assert cls.spec is spec and cls.name == name, (family, name)
+            ancestor = next((k.spec for k in cls.__mro__[1:] if vars(k).get("spec") is not None), None)
+            assert spec.base is ancestor, (family, name)
+    with pytest.raises(TypeError, match="names fedcli.fl.parts_prox:ProxStep"):
+        @parts.register_local_step("prox")
+        class Impostor(parts.SGDStep):
+            pass
+    here = f"{__name__}:test_each_part_class_implements_the_spec_that_names_it.<locals>"
+    orphan = part("local_step", "", f"{here}.Orphan", Params=ProxParams)  # extends nothing
+    with pytest.raises(TypeError, match="its spec extends nothing"):
+        @parts.implements(orphan)
+        class Orphan(parts.SGDStep):  # but the class extends SGD
+            pass

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_METHOD = '''
 """A test method: SGD along knob * gradient."""
 
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.params import opt, register_params
+from fedcli.specs import Method, register_method
 
 
 @register_params(section="fake")
@@ -35,10 +35,8 @@ class FakeParams:
     fake_knob: float = opt(0.5, "Fake: factor on the local gradient.", lo=0.0, hi=1.0, lo_open=True, group="method")
 
 
-@register_local_step("fake")
+@register_local_step("fake", Params=FakeParams)  # declares the part here (fedcli's own: in fedcli/specs)
 class FakeStep(SGDStep):
-    Params = FakeParams
-
     def __init__(self, params):
         super().__init__(params)
         self.knob = self.params.fake_knob
@@ -136,10 +134,10 @@ def test_register_params_refuses_a_taken_name_and_plain_fields():
 
 def test_method_params_are_declared_in_their_files_not_in_config():
     config_py = (ROOT / "fedcli" / "config.py").read_text()
-    owners = {"feddyn_alpha": "fedcli/fl/algorithms/feddyn.py", "ditto_lambda": "fedcli/fl/algorithms/ditto.py",
-              "head_layers": "fedcli/fl/algorithms/fedrep.py", "fomo_val_ratio": "fedcli/fl/algorithms/fedfomo.py",
-              "mu": "fedcli/fl/parts_prox.py", "quant_levels": "fedcli/fl/codecs.py", "ala_lr": "fedcli/fl/ala.py",
-              "lama_rule": "fedcli/fl/schedules.py", "beta1": "fedcli/fl/adaptive.py"}
+    owners = {"feddyn_alpha": "fedcli/specs/feddyn.py", "ditto_lambda": "fedcli/specs/ditto.py",
+              "head_layers": "fedcli/specs/fedrep.py", "fomo_val_ratio": "fedcli/specs/fedfomo.py",
+              "mu": "fedcli/specs/prox.py", "quant_levels": "fedcli/specs/qsgd.py", "ala_lr": "fedcli/specs/ala.py",
+              "lama_rule": "fedcli/specs/schedules.py", "beta1": "fedcli/specs/adaptive.py"}
     for name, path in owners.items():
         assert f"    {name}: " not in config_py, name
         assert f"    {name}: " in (ROOT / path).read_text(), (name, path)

@@ -10,10 +10,10 @@ import pytest
 
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
-from fedcli.fl.methods import METHODS
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.recipes import read_sweep, train_values
 from fedcli.report.spec import parse_products
+from fedcli.specs import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes" / "fedlama").glob("*.toml"))
@@ -81,7 +81,7 @@ def test_recipe_valid_at_both_scales(path):
 
 def assert_author_code(cfg, fidelity):
     """A run of a recipe that says it follows the FedLAMA author code uses exactly the code's optimizer and schedule."""
-    from fedcli.fl.methods import METHODS
+    from fedcli.specs import METHODS
 
     assert (cfg.weighting, cfg.momentum, cfg.momentum_persist) == ("uniform", 0.9, "slot")
     assert (cfg.weight_decay, cfg.weight_decay_on) == (2e-4, "kernels+final-bias")  # Keras l2(1e-4)

@@ -132,7 +132,6 @@ def test_memory_does_not_hold_the_data():
 RUN = """
 import sys
 from dataclasses import replace
-import fedcli.fl.methods
 from fedcli.comm.mpi import get_communicator
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition

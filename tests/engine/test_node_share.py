@@ -53,9 +53,8 @@ def test_data_that_does_not_pickle_is_not_shared():
 SCRIPT = r'''
 import sys
 import numpy as np, torch
-import fedcli.fl.methods
-from fedcli.comm.mpi import MPICommunicator
 from fedcli.comm import node_share
+from fedcli.comm.mpi import MPICommunicator
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError

@@ -13,8 +13,8 @@ from fedcli.cli.main import main
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import engine
-from fedcli.fl.methods import METHODS
 from fedcli.results import checkpoint
+from fedcli.specs import METHODS
 
 PRESETS = sorted({m.name for m in METHODS.values()})
 ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",

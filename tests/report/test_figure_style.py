@@ -140,7 +140,7 @@ def test_every_preset_has_a_look_of_its_own():
     method must pick an unused pair: FedYogi and FedAdagrad did)."""
     from matplotlib.markers import MarkerStyle
 
-    from fedcli.fl.methods import METHODS
+    from fedcli.specs import METHODS
 
     looks = {m.name: m.style for m in METHODS.values()}
     assert all(looks.values()), [n for n, s in looks.items() if not s]

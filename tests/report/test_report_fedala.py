@@ -13,11 +13,11 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
-from fedcli.fl.methods import METHODS
 from fedcli.recipes import read_sweep
 from fedcli.report.core import find_sweeps, make_table
 from fedcli.report.rundata import RunData
 from fedcli.report.spec import parse_products, parse_table
+from fedcli.specs import METHODS
 from fedala_kit import loc, make_sweep, md_rows  # the hand-made sweep, its numbers worked out there
 
 ROOT = Path(__file__).resolve().parents[2]

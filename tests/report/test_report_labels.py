@@ -8,10 +8,10 @@ import pytest
 
 import fedcli
 from fedcli.cli.main import main
-from fedcli.fl.methods import METHODS
 from fedcli.fl.parts import CODECS, INITS
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.report.rundata import RunData
+from fedcli.specs import METHODS
 
 PLAIN = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
 TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--iterations", "4",

@@ -41,7 +41,7 @@ by |p_ij|, is not implemented. ``--init ala`` with ``--ala-layers`` > 0 is refus
 models and rebuilds its model from them at every batch, so there is no single received model for ALA to mix
 with (FedALA leaves APPLE out of its ALA table for the same reason); ``--ala-layers 0`` is APPLE itself (tested).
 
-Default budget. The preset runs FedALA's setup (``fedcli.fl.methods.PERSONALIZED_SETUP``) with every client every
+Default budget. The preset runs FedALA's setup (``fedcli.specs.PERSONALIZED_SETUP``) with every client every
 round and 1200 local iterations instead of the general 600 (FedALA ran every method for 2000 rounds): APPLE's
 personalized models rise later than the other methods' (docs/method-notes.md).
 
@@ -65,21 +65,8 @@ import math
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.personal import LOCAL, all_client_models, share
-from fedcli.params import opt, register_params
-
-
-@register_params(section="apple")
-class AppleParams:
-    """APPLE's directed-relationship vector and core models (Luo and Wu, IJCAI 2022, Algorithm 1)."""
-
-    apple_dr_lr: float = opt(0.01, "APPLE: learning rate eta_2 of the directed-relationship (DR) vector p_i (FedALA appendix: 0.01).", lo=0.0, group="personalized")
-    apple_mu: float = opt(0.1, "APPLE: coefficient mu of the proximal term lambda(t) * mu * (p_i - p0) on the DR vector (FedALA appendix: 0.1).", lo=0.0, group="personalized")
-    apple_l: float = opt(0.2, "APPLE: the 'cos' loss scheduler lambda(t) decays to 0 over the first L * rounds rounds (FedALA appendix: 0.2).", lo=0.0, hi=1.0, group="personalized")
-    apple_m: int = opt(0, "APPLE: number M of core models each client downloads per round; 0: all clients, M = N (FedALA appendix); N - 1: all but its own.", lo=0, group="personalized")
-    apple_upload: str = opt("personal", "APPLE: what a client uploads as its core model: personal (its personalized model of the last batch, PFLlib's code) or core (its trained core model, the paper).", choices=["personal", "core"], group="personalized")
 
 
 CORE = "apple.core"  # store prefix of the uploaded core models with --apple-upload core
@@ -144,9 +131,6 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
 class AppleStep(SGDStep):
     """Per batch: rebuild the personalized model from the N cores and p_i, step the own core and p_i."""
 
-    full_participation = True  # every client every round (cross-silo); checked with the config
-
-    Params = AppleParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -224,11 +208,3 @@ class AppleStep(SGDStep):
         # each client downloaded M core models: the engine counted one download; record the other M - 1
         view.ledger.record_copies(self.n * (self.m - 1))
         self.cores, self.own = {}, {}
-
-
-register_method(Method("apple", "each client mixes all clients' core models with a learned DR vector per batch (Luo & Wu 2022); "
-                                "--apple-dr-lr, --apple-mu, --apple-l, --apple-m, --apple-upload",
-                       local_step="apple", personalized=True,
-                       # cross-silo: "FedAMP and APPLE ... require all clients to join each iteration" (FedALA, Related Work);
-                       # a longer budget than the general 600 iterations: see "Default budget" in the docstring
-                       defaults={"active_ratio": 1.0, "iterations": 1200}, label="APPLE", style=("#F7B6D2", "D")))

@@ -18,18 +18,8 @@ client's ALA-initialized model (what ``set_parameters`` gives in the reference, 
 
 from __future__ import annotations
 
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.fl.personal import load_models, local_sgd, save_models
-from fedcli.params import opt, register_params
-
-
-@register_params(section="ditto")
-class DittoParams:
-    """Ditto's personalized model (Li et al., ICML 2021, Algorithm 1: lambda and its local epochs)."""
-
-    ditto_lambda: float = opt(0.1, "Ditto: proximal coefficient lambda of the personalized model toward the global model (FedALA appendix: 0.1).", lo=0.0, group="personalized")
-    ditto_epochs: float = opt(2.0, "Ditto: local epochs s of the personalized model per round (FedALA appendix: 2).", lo=0.0, lo_open=True, group="personalized")
 
 
 @register_local_step("ditto")
@@ -39,8 +29,6 @@ class DittoStep(SGDStep):
     personal_prefix = "ditto"  # the evaluated model of each client (fedcli.fl.personal)
     separable = True  # v_k is the client's own, anchored at the global model (or its own ALA start)
 
-    Params = DittoParams
-    uses = ("lr",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -63,7 +51,3 @@ class DittoStep(SGDStep):
 
         local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.params.lr, direction=prox)
         save_models(view, cohort.clients, v, vb, self.personal_prefix)
-
-
-register_method(Method("ditto", "FedAvg + a personalized model per client with a proximal term (Li et al. 2021); --ditto-lambda, --ditto-epochs",
-                       local_step="ditto", personalized=True, label="Ditto", style=("#98DF8A", "d")))

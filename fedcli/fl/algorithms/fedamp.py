@@ -43,22 +43,9 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
 from fedcli.fl.personal import all_client_models, load_models
-from fedcli.params import opt, register_params
-
-
-@register_params(section="fedamp")
-class FedAMPParams:
-    """FedAMP's attentive message passing and proximal term (Huang et al., AAAI 2021, Algorithm 1)."""
-
-    amp_alpha: float = opt(1000.0, "FedAMP: server step size alpha_k of the attention-inducing update and of the proximal coefficient lambda / alpha_k (FedALA appendix: 1000).", lo=0.0, lo_open=True, group="personalized")
-    amp_lambda: float = opt(1.0, "FedAMP: regularization lambda of the local proximal term lambda / (2 alpha_k) ||w - u_i||^2 (FedALA appendix: 1; 0: no proximal gradient, as in PFLlib's clientamp.py).", lo=0.0, group="personalized")
-    amp_sigma: float = opt(0.1, "FedAMP: sigma of the attention-inducing function A(x) = 1 - exp(-x / sigma) (FedALA appendix: 0.1).", lo=0.0, lo_open=True, group="personalized")
-
-
-CLOUDS = "amp.clouds"  # the capability of FedAMP's init: the round's u_i (name -> [K, *shape]), for its local step
+from fedcli.specs.fedamp import CLOUDS
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -114,9 +101,6 @@ def send_clouds(view, cohort, params) -> tuple[dict, torch.Tensor]:
 class AMPInit(OverwriteInit):
     """Each client starts the round from its own last model; the server sends it u_i."""
 
-    full_participation = True  # checked with the config (TrainConfig.check_cross_field), so recipes name the line
-    provides = frozenset({CLOUDS})  # the local step's u_i
-    Params = FedAMPParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -147,13 +131,11 @@ class AMPInit(OverwriteInit):
 class AMPStep(SGDStep):
     """SGD on F_i(w) + lambda / (2 alpha_k) ||w - u_i||^2 (Eq. 6)."""
 
-    Params = FedAMPParams
 
     def __init__(self, params):
         super().__init__(params)
         self.coef = float(self.params.amp_lambda) / float(self.params.amp_alpha)
 
-    full_participation = True
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
@@ -165,9 +147,3 @@ class AMPStep(SGDStep):
             return grads
         u = self.clouds
         return {n: g + self.coef * (cohort.params[n] - u[n]) for n, g in grads.items()}
-
-
-register_method(Method("fedamp", "personalized cloud models by attentive message passing, local proximal term (Huang et al. 2021); "
-                                 "--amp-alpha, --amp-lambda, --amp-sigma; every client every round",
-                       local_step="fedamp", init="fedamp", personalized=True,
-                       defaults={"active_ratio": 1.0}, label="FedAMP", style=("#FF9896", "h")))  # cross-silo: "FedAMP and APPLE ... require all clients to join each iteration" (FedALA, Related Work)

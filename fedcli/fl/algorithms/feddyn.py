@@ -36,17 +36,8 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import AverageServer, SGDStep, register_local_step, register_server
 from fedcli.fl.store import share
-from fedcli.params import opt, register_params
-
-
-@register_params(section="feddyn")
-class FedDynParams:
-    """FedDyn's coefficient alpha (Acar et al., ICLR 2021, Algorithm 1)."""
-
-    feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha of the dynamic regularizer (alpha/2)||theta - theta^{t-1}||^2 and of the server state h (Acar et al. 2021 report 0.1, 0.01, 0.001).", lo=0.0, lo_open=True, group="method")
 
 
 def _key(name: str) -> str:
@@ -57,7 +48,6 @@ def _key(name: str) -> str:
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
 
-    Params = FedDynParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -96,7 +86,6 @@ class FedDynStep(SGDStep):
 class FedDynServer(AverageServer):
     """h <- h - alpha (|P_t| / m) (mean_i theta_i - theta^{t-1});  theta^t = mean_i theta_i - h / alpha."""
 
-    Params = FedDynParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -119,7 +108,3 @@ class FedDynServer(AverageServer):
 
     def load_state_dict(self, state: dict) -> None:
         self.h = {n: t.clone() for n, t in state.get("h", {}).items()}
-
-
-register_method(Method("feddyn", "local SGD with dynamic regularization, server state h (Acar et al. 2021); --feddyn-alpha",
-                       local_step="feddyn", server="feddyn", label="FedDyn", style=("#1F77B4", "H")))

@@ -56,21 +56,11 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
 from fedcli.fl.cohort import Stream, register_purpose
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, expand, register_init
 from fedcli.fl.personal import all_client_models, load_models, share
 from fedcli.fl.rng import torch_gen
-from fedcli.params import opt, register_params
 
 VAL_BATCHES = register_purpose("fomo-val", Stream(shuffled=False))  # the validation losses (Eq. 6), in order
-
-
-@register_params(section="fedfomo")
-class FedFomoParams:
-    """FedFomo's downloaded models and validation split (Zhang et al., ICLR 2021, Algorithm 1)."""
-
-    fomo_m: int = opt(0, "FedFomo: number M of client models each client downloads (top-M of the server's affinity row); 0: all clients (FedALA appendix: M = number of clients).", lo=0, group="personalized")
-    fomo_val_ratio: float = opt(0.2, "FedFomo: fraction of each client's training split held out to weigh the received models (PFLlib: 0.2); it trains on the rest.", lo=0.0, hi=1.0, hi_open=True, group="personalized")
 
 
 EPS = 1e-5            # in the norm's denominator (reference)
@@ -129,8 +119,6 @@ def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]
 class FomoInit(OverwriteInit):
     """Splits off the validation parts; each round aggregates the received models with the FedFomo weights."""
 
-    Params = FedFomoParams
-    uses = ("seed",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -213,8 +201,3 @@ class FomoInit(OverwriteInit):
             agg = sum(expand(scale[:, s].to(view.device), t) * t[dev_ids[:, s]] for s in range(m))
             out[n] = torch.where(expand(keep, t), own[n], agg)
         self.aggregates, self.weights = out, (ids, w)
-
-
-register_method(Method("fedfomo", "each client aggregates M downloaded client models with first-order validation weights (Zhang et al. 2021); "
-                                  "--fomo-m, --fomo-val-ratio",
-                       init="fedfomo", personalized=True, label="FedFomo", style=("#C49C94", "*")))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import AverageServer, register_server
 
 
@@ -45,7 +44,6 @@ class NovaServer(AverageServer):
 
     fresh_momentum_needed = "FedNova's ||a_i||_1 assumes each client's momentum buffer starts at zero every round"
 
-    uses = ("local_epochs", "momentum")
 
     def __init__(self, params):
         super().__init__(params)
@@ -65,7 +63,3 @@ class NovaServer(AverageServer):
 
     def upload_scale(self, cohort) -> torch.Tensor | None:
         return self.scale
-
-
-register_method(Method("fednova", "local SGD + normalized averaging over unequal local steps (Wang et al. 2020); --local-epochs",
-                       server="nova", label="FedNova", style=("#BCBD22", "h")))

@@ -46,19 +46,9 @@ import torch
 from torch.func import functional_call
 
 from fedcli.errors import ConfigError
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
-from fedcli.params import opt, register_params
-
-
-@register_params(section="fedphp")
-class FedPHPParams:
-    """FedPHP's moving-average inheritance and MMD weight (Li et al., ECML PKDD 2021)."""
-
-    php_mu: float = opt(0.9, "FedPHP: moving-average coefficient mu; round t starts from (1 - mu_t) * global + mu_t * local with mu_t = mu * t / rounds (FedALA appendix: 0.9).", lo=0.0, hi=1.0, group="personalized")
-    php_lambda: float = opt(0.01, "FedPHP: weight lambda of the MMD between local and global representations: (1 - lambda) * CE + lambda * MMD (FedALA appendix: 0.01).", lo=0.0, hi=1.0, group="personalized")
 
 
 BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # the reference's "rbf" bandwidth range
@@ -97,7 +87,6 @@ class PHPInit(OverwriteInit):
 
     keeps_local_models = True  # the engine keeps each client's trained model (what the next round mixes)
 
-    Params = FedPHPParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -135,7 +124,6 @@ def head_module(model: torch.nn.Module) -> torch.nn.Module:
 class PHPStep(SGDStep):
     """SGD on (1 - lambda) * CE + lambda * MMD(local representation, global representation)."""
 
-    Params = FedPHPParams
 
     def __init__(self, params):
         super().__init__(params)
@@ -187,7 +175,3 @@ class PHPStep(SGDStep):
         # the global model's forward pass in train mode updates a throwaway copy of its BatchNorm statistics
         g_bufs = {n: b.unsqueeze(0).repeat(k, *([1] * b.dim())) for n, b in g_buffers.items()}
         return view.trainer.grads(cohort, x, y, mask, loss=self._loss, extra=(g_params, g_bufs), extra_dims=(None, 0))
-
-
-register_method(Method("fedphp", "inherited private models: moving-average init mu*t/T of own and global model, CE + MMD to the global representation (Li et al. 2021); --php-mu, --php-lambda",
-                       local_step="fedphp", init="fedphp", personalized=True, label="FedPHP", style=("#AEC7E8", "p")))

@@ -19,26 +19,14 @@ round, client). ``--head-layers 0`` is FedAvg-C (tested).
 
 from __future__ import annotations
 
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, register_local_step
 from fedcli.fl.personal import local_sgd, share
-from fedcli.params import opt, register_params
-
-
-@register_params(section="fedrep")
-class FedRepParams:
-    """FedRep's local head (Collins et al., ICML 2021, Algorithm 1)."""
-
-    head_layers: int = opt(2, "FedRep: the last this many parameter tensors are the client's head (kept local, never synchronized; 2: the final Linear; 0: no head, FedAvg-C).", lo=0, group="personalized")
-    head_epochs: float = opt(5.0, "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).", lo=0.0, lo_open=True, group="personalized")
 
 
 @register_local_step("fedrep")
 class FedRepStep(SGDStep):
     """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
 
-    Params = FedRepParams
-    uses = ("lr",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -69,7 +57,3 @@ class FedRepStep(SGDStep):
     def apply(self, cohort, names, params, g, lr, active) -> None:
         keep = [i for i, n in enumerate(names) if n not in self.head]  # the head is frozen while the body trains
         super().apply(cohort, [names[i] for i in keep], [params[i] for i in keep], [g[i] for i in keep], lr, active)
-
-
-register_method(Method("fedrep", "shared body, local head trained first each round, never synchronized (Collins et al. 2021); --head-layers, --head-epochs",
-                       local_step="fedrep", personalized=True, label="FedRep", style=("#2CA02C", "P")))

@@ -8,17 +8,11 @@ with another second moment, which grows or shrinks additively instead of decayin
 
 ``--server-lr`` eta, ``--server-eps`` tau, ``--beta1``/``--beta2``. v_{-1} = tau^2: Algorithm 2 asks for
 v_{-1} >= tau^2 and this is the least it allows (fedadam keeps v_{-1} = 0, its older record).
-
-Defaults: Reddi et al.'s best FedYogi setting for EMNIST CR (handwritten characters with a CNN, the task nearest
-to digits; their table of best hyper-parameters, half-decade grids): client lr 10^-1.5 = 0.0316, server lr
-eta = 10^-2.5 = 0.00316, tau = 10^-4, the same as FedAdam's. b1 = 0.9 and b2 = 0.99 are the values Section 5
-fixes for FedAdam and FedYogi (fedcli's general b2 is Fed-LAMB's 0.999).
 """
 
 import torch
 
 from fedcli.fl.adaptive import AdamServer
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import register_server
 
 
@@ -30,8 +24,3 @@ class YogiServer(AdamServer):
         sq = delta * delta
         v = self.v_start(delta) if v is None else v
         return v - (1 - self.params.beta2) * sq * torch.sign(v - sq)
-
-
-register_method(Method("fedyogi", "local SGD + server Yogi on the averaged update (Reddi et al. 2021)", server="yogi",
-                       defaults={"lr": 0.0316, "server_lr": 0.00316, "server_eps": 1e-4, "beta2": 0.99},
-                       label="FedYogi", style=("#8C6D31", "8")))

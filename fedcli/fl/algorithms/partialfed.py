@@ -57,21 +57,9 @@ from __future__ import annotations
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import OverwriteInit, SGDStep, expand, register_init, register_local_step
 from fedcli.fl.personal import LOCAL, load_models, share
 from fedcli.fl.rng import torch_gen
-from fedcli.params import opt, register_params
-
-
-@register_params(section="partialfed")
-class PartialFedParams:
-    """PartialFed-Adaptive's Gumbel-softmax layer choice (Sun et al., NeurIPS 2021)."""
-
-    partialfed_tau: float = opt(5.0, "PartialFed: initial Gumbel-softmax temperature tau of the per-layer global/local choice (FedALA appendix: 5.0).", lo=0.0, lo_open=True, group="personalized")
-    partialfed_decay: float = opt(0.965, "PartialFed: the temperature is multiplied by this each round (FedALA appendix: 0.965).", lo=0.0, hi=1.0, lo_open=True, group="personalized")
-    partialfed_fm: int = opt(8, "PartialFed: of every f_m + f_s local batches, the first f_m update the model weights (FedALA appendix: 8).", lo=0, group="personalized")
-    partialfed_fs: int = opt(2, "PartialFed: ... and the next f_s update the selection strategy (FedALA appendix: 2).", lo=0, group="personalized")
 
 
 ALPHA = "partialfed.alpha"  # store table of the strategy logits [T, 2] per client
@@ -110,8 +98,6 @@ class PartialFedStep(SGDStep):
     """Per batch: select global or local per layer (Gumbel-softmax over learned logits), then a model step
     (f_m of every f_m + f_s batches) or a strategy step (the other f_s)."""
 
-    Params = PartialFedParams
-    uses = ("seed",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -188,8 +174,3 @@ class PartialFedStep(SGDStep):
     def end_round(self, view, cohort) -> None:
         share(view, cohort.clients, {ALPHA: self.alpha})
         self.delta, self.noise, self.start, self.y_prev = {}, None, {}, None
-
-
-register_method(Method("partialfed", "per-layer learned Gumbel-softmax choice of global or local parameters at every batch (Sun et al. 2021); "
-                                     "--partialfed-tau, --partialfed-decay, --partialfed-fm, --partialfed-fs",
-                       local_step="partialfed", init="partialfed", personalized=True, label="PartialFed", style=("#DBDB8D", "s")))

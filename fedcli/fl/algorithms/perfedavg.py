@@ -31,21 +31,12 @@ import torch
 from torch.func import functional_call, grad
 
 from fedcli.fl.cohort import Stream, register_purpose
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.personal import client_model, save_models
 from fedcli.fl.trainers import masked_loss
-from fedcli.params import opt, register_params
 
 # the one-step adaptation before evaluation: one shuffled batch, not augmented
 EVAL_BATCH = register_purpose("perfedavg.eval", Stream("perfedavg.eval"))
-
-
-@register_params(section="perfedavg")
-class PerFedAvgParams:
-    """Per-FedAvg (FO)'s outer step size beta (Fallah et al., NeurIPS 2020, Algorithm 1)."""
-
-    perfedavg_beta: float = opt(0.0, "Per-FedAvg: outer (meta) step size beta; the inner step size alpha is --lr (FedALA appendix); 0: beta = --lr (PFLlib's default).", lo=0.0, group="personalized")
 
 
 START = "perfedavg.start"  # store prefix of each client's round-start model (only when it is not the global one)
@@ -57,8 +48,6 @@ class PerFedAvgStep(SGDStep):
 
     personal_prefix = "perfedavg"  # nothing is stored: the evaluated model is computed by personalize()
 
-    Params = PerFedAvgParams
-    uses = ("lr",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -106,7 +95,3 @@ class PerFedAvgStep(SGDStep):
 
         g = grad(loss_fn)(params0, buffers)
         return {n: p - self.params.lr * g[n] for n, p in params0.items()}, dict(buffers0)
-
-
-register_method(Method("perfedavg", "Per-FedAvg (FO): MAML steps on pairs of local batches, one-step adaptation to evaluate (Fallah et al. 2020); --perfedavg-beta",
-                       local_step="perfedavg", personalized=True, label="Per-FedAvg", style=("#FF7F0E", "v")))

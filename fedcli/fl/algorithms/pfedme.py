@@ -45,21 +45,9 @@ import warnings
 import torch
 
 from fedcli.fl.cohort import Cohort
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step, register_server
 from fedcli.fl.parts_servers import ServerLR
 from fedcli.fl.personal import save_models
-from fedcli.params import opt, register_params
-
-
-@register_params(section="pfedme")
-class PFedMeParams:
-    """pFedMe's inner steps and server mix (T Dinh et al., NeurIPS 2020, Algorithm 1)."""
-
-    pfedme_lambda: float = opt(15.0, "pFedMe: regularization lambda tying the personalized model theta to the local model w (FedALA appendix: 15).", lo=0.0, group="personalized")
-    pfedme_lr: float = opt(0.01, "pFedMe: personalized learning rate of the K inner steps on theta (FedALA appendix: 0.01).", lo=0.0, lo_open=True, group="personalized")
-    pfedme_k: int = opt(5, "pFedMe: inner steps K on theta per local mini-batch (FedALA appendix: 5).", lo=1, group="personalized")
-    pfedme_beta: float = opt(1.0, "pFedMe: server mix beta: global <- (1 - beta) * previous + beta * average (FedALA appendix: 1.0).", lo=0.0, lo_open=True, group="personalized")
 
 
 PREFIX = "pfedme"
@@ -83,8 +71,6 @@ class PFedMeStep(SGDStep):
 
     personal_prefix = PREFIX  # the evaluated model of each client (fedcli.fl.personal)
 
-    Params = PFedMeParams
-    uses = ("lr",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -135,12 +121,7 @@ class PFedMeStep(SGDStep):
 class PFedMeServer(ServerLR):
     """global <- (1 - beta) * previous + beta * average (pFedMe Alg. 1 line 12; beta = 1: the average itself)."""
 
-    Params = PFedMeParams
 
     def __init__(self, params):
         super().__init__(params)
         self.lr = float(self.params.pfedme_beta)
-
-
-register_method(Method("pfedme", "personalized models via Moreau envelopes: K inner steps on theta per batch, w pulled toward theta (T Dinh et al. 2020); --pfedme-lambda, --pfedme-lr, --pfedme-k, --pfedme-beta",
-                       local_step="pfedme", server="pfedme", personalized=True, label="pFedMe", style=("#D62728", "X")))

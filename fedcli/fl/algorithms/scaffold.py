@@ -38,7 +38,6 @@ from __future__ import annotations
 import torch
 
 import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
-from fedcli.fl.methods import Method, register_method
 from fedcli.fl.parts import SGDStep, expand, register_local_step
 from fedcli.fl.store import share
 
@@ -120,7 +119,3 @@ class ScaffoldStep(SGDStep):
     def load_state_dict(self, state: dict) -> None:
         c = state.get("c")
         self.c = None if c is None else {n: t.clone() for n, t in c.items()}
-
-
-register_method(Method("scaffold", "local SGD corrected by control variates, option II (Karimireddy et al. 2020); --server-lr",
-                       local_step="scaffold", server="server-lr", label="SCAFFOLD", style=("#17BECF", ">")))

@@ -10,8 +10,8 @@ On digits at fedcli's defaults the grid {0.1, 0.01, 0.003, 0.001, 0.0003} gave f
 97.8%, 97.5%, 98.3%.
 """
 
-import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("mime", "frozen server AMSGrad state + SVRG-corrected local steps (Karimireddy et al. 2020)",
                        local_step="mime", server="mime", defaults={"lr": 0.001}, label="Mime", style=("#56B4E9", "X")))

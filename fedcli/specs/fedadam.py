@@ -10,8 +10,8 @@ eta = 1) the server moves every coordinate by about 1 per round and the run ende
 these it reaches 97.2% on digits at fedcli's defaults (600 local iterations).
 """
 
-import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedadam", "local SGD + server Adam on the averaged update (Reddi et al. 2021)", server="adam",
                        aliases=("adp-fed",), defaults={"lr": 0.0316, "server_lr": 0.00316, "server_eps": 1e-4}, label="Adp-Fed", style=("#8C564B", "*")))

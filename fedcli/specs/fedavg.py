@@ -6,6 +6,7 @@ No per-method defaults: FedAvg's paper tunes its learning rate, batch size and l
 general defaults are the setting of FedLAMA, whose baseline this is (it learns on them: tests/test_presets_learn.py).
 """
 
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedavg", "local SGD + periodic full averaging every tau (McMahan et al. 2017)", aliases=("fedsgd",), label="FedAvg", style=("#4D4D4D", "o"), alias_labels={"fedsgd": "Fed-SGD"}))

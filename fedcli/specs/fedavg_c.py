@@ -4,7 +4,8 @@ local training, on its local test split (``personal_acc``; ``fedcli.fl.personal`
 communication are FedAvg's (``--algo fedavg --init ala --ala-layers 0`` is the same run, tested).
 """
 
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedavg-c", "FedAvg, each client's locally fine-tuned model evaluated on its local test split (FedALA's baseline)",
                        personalized=True, label="FedAvg-C", style=("#A6A6A6", "o")))

@@ -7,8 +7,8 @@ FedAvg (tested). Other settings are fedcli's general defaults (FedLAMA's setting
 ``fedcli.fl.parts_prox``).
 """
 
-import fedcli.fl.parts_prox  # noqa: F401  (registers the "prox" local step)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedprox", "local SGD + proximal term mu (Li et al. 2020); --mu", local_step="prox",
                        defaults={"mu": 0.001}, label="FedProx", style=("#9467BD", "<")))  # FedALA appendix; FedLAMA AAAI Table 4

@@ -11,8 +11,8 @@ lr = 0.01 is ours: on digits at fedcli's defaults (600 local iterations, MLP 200
 not give it) is fedcli's general default.
 """
 
-import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedlamb", "local AMSGrad + LAMB trust ratio, server v-hat = max(v-hat, mean v) (Karimi et al.)",
                        local_step="lamb", server="vhat-max", defaults={"lr": 0.01}, label="Fed-LAMB", style=("#D55E00", "D")))

@@ -9,9 +9,8 @@ general default 1, where this preset equals FedPAQ; give ``--server-lr`` (e.g. 2
 recipes) for FedCOM proper.
 """
 
-import fedcli.fl.codecs  # noqa: F401  (registers the "qsgd" codec)
-import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedcom", "local SGD + quantized updates + server learning rate (Haddadpour et al. 2021); --quant-levels, --server-lr",
                        codec="qsgd", server="server-lr", label="FedCOM", style=("#E377C2", "d")))

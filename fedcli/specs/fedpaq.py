@@ -9,8 +9,8 @@ No per-method defaults: ``--quant-levels`` 16 (the general default) is the compr
 Table 4, where FedPAQ is compared; the rest is fedcli's general (FedLAMA) setting, on which it learns.
 """
 
-import fedcli.fl.codecs  # noqa: F401  (registers the "qsgd" codec)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedpaq", "local SGD + periodic averaging of QSGD-quantized updates (Reisizadeh et al. 2020); --quant-levels",
                        codec="qsgd", label="FedPAQ", style=("#7F7F7F", "p")))

@@ -4,7 +4,7 @@ Only the schedule differs from FedAvg: ``--tau`` is the base interval tau', ``--
 increase factor; with ``--phi 1`` it is FedAvg.
 """
 
-import fedcli.fl.schedules  # noqa: F401  (registers the "lama" schedule and its options)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedlama", "local SGD + layer-wise adaptive aggregation intervals (Lee et al. AAAI 2023)", schedule="lama", label="FedLAMA", style=("#0072B2", "s")))

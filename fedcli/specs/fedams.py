@@ -9,8 +9,8 @@ paper's own tuned value is in an appendix our copy lacks; on digits at fedcli's 
 {0.01, 0.001, 0.0001, 0.00001} gave final accuracies 10%, 97.2%, 93.1%, 73.6%.
 """
 
-import fedcli.fl.adaptive  # noqa: F401  (registers the parts)
-from fedcli.fl.methods import Method, register_method
+from fedcli.specs import Method, register_method
+
 
 register_method(Method("fedams", "local AMSGrad with server-shared v-hat (Chen et al. 2020)", local_step="ams", server="vhat-max",
                        defaults={"lr": 0.001}, label="Fed-AMS", style=("#E69F00", "P")))

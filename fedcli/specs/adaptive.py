@@ -1,0 +1,55 @@
+"""The adaptive parts of Fed-LAMB, Mime-LAMB, Adp-Fed, Fed-AMS, Mime and FedAdam (``fedcli/fl/adaptive.py``).
+"""
+
+import math
+from fedcli.errors import ConfigError
+from fedcli.params import opt, register_params
+from fedcli.specs import part
+from fedcli.specs.parts import AVERAGE
+
+
+@register_params(section="adaptive")
+class AdaptiveParams:
+    """The adaptive optimizers' settings (Fed-LAMB Algorithm 1; Mime; Reddi et al. 2021's server Adam)."""
+
+    beta1: float = opt(0.9, "First-moment decay: local AMSGrad/LAMB m, Mime's server m, the server m of Adp-Fed, FedYogi, FedAdagrad (its preset: 0).", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    beta2: float = opt(0.999, "Second-moment decay of the same optimizers (FedYogi's preset: 0.99; FedAdagrad has none).", lo=0.0, hi=1.0, hi_open=True, group="adaptive")
+    eps: float = opt(1e-8, "Adaptive methods' epsilon: with --vhat-eps floor, Algorithm 1's v_hat_0 = eps (the step divides by sqrt(v_hat) >= sqrt(eps)); with outside, m / (sqrt(v_hat) + eps).", lo=0.0, group="adaptive")
+    vhat_eps: str = opt("floor", "Where eps enters the adaptive step: floor (Fed-LAMB Algorithm 1: v_hat starts at eps and only grows, psi = m / sqrt(v_hat)) or outside (the authors' prototype code and fedcli before: v_hat starts at 0, m / (sqrt(v_hat) + eps)).", choices=["floor", "outside"], group="adaptive")
+    vhat_every: int = opt(1, "Skip synchronization Z: the server updates and sends v_hat (Mime: its optimizer state) every Z rounds only.", lo=1, group="adaptive")
+    vhat_start: str = opt("eps", "fedlamb, mimelamb, fedams: until v_hat is first synchronized, clients divide by the server's v_hat_0 (eps: Algorithm 1's v_hat_0 = eps) or by their own running v (local: a departure).", choices=["eps", "local"], group="adaptive")
+    local_v: str = opt("server", "fedlamb, mimelamb, fedams: a client's v at a round's start: the server's v_hat (server: Algorithm 1, line 6) or its own v from its last round (keep: the authors' prototype code).", choices=["server", "keep"], group="adaptive")
+    trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
+    phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
+    server_eps: float = opt(1e-3, "Adaptivity tau of the servers of Adp-Fed, FedYogi, FedAdagrad: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
+
+    def phi_values(self) -> tuple[float, float] | None:
+        """(zeta, phi_max) of the bounded scaling function (Assumption 4), or None for the identity."""
+        if not str(self.phi_bounds).strip():
+            return None
+        try:
+            zeta, top = (float(s) for s in str(self.phi_bounds).split(","))
+        except ValueError:
+            raise ConfigError(f"--phi-bounds must be 'ZETA,MAX' (two numbers), got '{self.phi_bounds}'", key="phi_bounds") from None
+        if not (0.0 < zeta < top < math.inf):
+            raise ConfigError(f"--phi-bounds needs 0 < ZETA < MAX, got '{self.phi_bounds}'", key="phi_bounds")
+        return zeta, top
+
+    def check(self) -> None:
+        self.phi_values()
+
+
+#: Fed-LAMB's local step (Algorithm 2): it needs the server's v_hat and offers each client's v
+LAMB = part("local_step", "lamb", "fedcli.fl.adaptive:LambStep", Params=AdaptiveParams, uses=("weight_decay",),
+            requires={"server": "vhat"}, provides=frozenset({"v"}))
+AMS = part("local_step", "ams", "fedcli.fl.adaptive:AMSStep", base=LAMB)
+#: Mime's local step follows the server's control variate and AMSGrad state
+MIME_STEP = part("local_step", "mime", "fedcli.fl.adaptive:MimeStep", Params=AdaptiveParams, uses=("weight_decay",),
+                 requires={"server": "mime"})
+VHAT = part("server", "", "fedcli.fl.adaptive:_VhatServer", base=AVERAGE, Params=AdaptiveParams,
+             provides=frozenset({"vhat"}))
+VHAT_MAX = part("server", "vhat-max", "fedcli.fl.adaptive:VhatMaxServer", base=VHAT, requires={"local_step": "v"})
+VHAT_FULLGRAD = part("server", "vhat-fullgrad", "fedcli.fl.adaptive:VhatFullGradServer", base=VHAT)
+MIME_SERVER = part("server", "mime", "fedcli.fl.adaptive:MimeServer", base=AVERAGE, Params=AdaptiveParams,
+                   provides=frozenset({"mime"}))
+ADAM = part("server", "adam", "fedcli.fl.adaptive:AdamServer", base=AVERAGE, Params=AdaptiveParams, uses=("server_lr",))

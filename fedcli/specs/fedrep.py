@@ -1,0 +1,25 @@
+"""FedRep (Collins, Hassani, Mokhtari, Shakkottai, ICML 2021, Algorithm 1): a shared body (representation)
+and a local head per client.
+
+The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/fedrep.py``.
+"""
+
+from fedcli.params import opt, register_params
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.parts import SGD
+
+
+@register_params(section="fedrep")
+class FedRepParams:
+    """FedRep's local head (Collins et al., ICML 2021, Algorithm 1)."""
+
+    head_layers: int = opt(2, "FedRep: the last this many parameter tensors are the client's head (kept local, never synchronized; 2: the final Linear; 0: no head, FedAvg-C).", lo=0, group="personalized")
+    head_epochs: float = opt(5.0, "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).", lo=0.0, lo_open=True, group="personalized")
+
+
+STEP = part("local_step", "fedrep", "fedcli.fl.algorithms.fedrep:FedRepStep", base=SGD, Params=FedRepParams,
+            uses=("lr",))
+
+
+register_method(Method("fedrep", "shared body, local head trained first each round, never synchronized (Collins et al. 2021); --head-layers, --head-epochs",
+                       local_step="fedrep", personalized=True, label="FedRep", style=("#2CA02C", "P")))
