@@ -1,5 +1,4 @@
-"""The adaptive parts of Fed-LAMB, Mime-LAMB, Adp-Fed, Fed-AMS, Mime and FedAdam (``fedcli/fl/adaptive.py``).
-"""
+"""The adaptive parts of Fed-LAMB, Mime-LAMB, Adp-Fed, Fed-AMS, Mime and FedAdam (``fedcli/fl/adaptive.py``)."""
 
 import math
 from fedcli.errors import ConfigError

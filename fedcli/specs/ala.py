@@ -1,5 +1,4 @@
-"""FedALA's adaptive local aggregation, the init any method may take (``--init ala``; ``fedcli/fl/ala.py``).
-"""
+"""FedALA's adaptive local aggregation, the init any method may take (``--init ala``; ``fedcli/fl/ala.py``)."""
 
 from fedcli.params import opt, register_params
 from fedcli.specs import part

@@ -1,5 +1,4 @@
-"""The options of the personalized evaluation (``fedcli/fl/personal.py``), read by the engine for every method.
-"""
+"""The options of the personalized evaluation (``fedcli/fl/personal.py``), read by the engine for every method."""
 
 from fedcli.params import opt, register_params
 

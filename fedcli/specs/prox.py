@@ -1,5 +1,4 @@
-"""FedProx's proximal local step (Li et al., MLSys 2020; ``fedcli/fl/parts_prox.py``): its option mu.
-"""
+"""FedProx's proximal local step (Li et al., MLSys 2020; ``fedcli/fl/parts_prox.py``): its option mu."""
 
 from fedcli.params import opt, register_params
 from fedcli.specs import part

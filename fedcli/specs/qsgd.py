@@ -1,5 +1,4 @@
-"""FedPAQ's uplink codec, QSGD's stochastic quantization (``fedcli/fl/codecs.py``): its option.
-"""
+"""FedPAQ's uplink codec, QSGD's stochastic quantization (``fedcli/fl/codecs.py``): its option."""
 
 from fedcli.params import opt, register_params
 from fedcli.specs import part

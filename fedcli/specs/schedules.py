@@ -1,5 +1,4 @@
-"""The aggregation schedules (``fedcli/fl/schedules.py``): periodic, and FedLAMA's layer-wise intervals with its options.
-"""
+"""The aggregation schedules (``fedcli/fl/schedules.py``): periodic, and FedLAMA's layer-wise intervals with its options."""
 
 from fedcli.params import opt, register_params
 from fedcli.specs import part
