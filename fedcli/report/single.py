@@ -164,7 +164,7 @@ class Baseline:
                 "8 bytes, 32 bits up and 32 down); give a FedAvg run and --baseline to compare all runs against one.")
 
 
-#: FedAvg's parts (fedcli/fl/methods.py, ``Method``'s defaults): local SGD, periodic full averaging, nothing else
+#: FedAvg's parts (fedcli/specs/__init__.py, ``Method``'s defaults): local SGD, periodic full averaging, nothing else
 PLAIN_PARTS = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
 
 
