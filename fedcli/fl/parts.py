@@ -24,6 +24,7 @@ from fedcli.errors import ConfigError
 from fedcli.fl import slots
 from fedcli.params import bind
 
+
 class Classes(Mapping):
     """A family's parts by name -> their torch classes, from the specs (``fedcli.specs.PARTS``): a class's module is
     imported when the class is first asked for."""
