@@ -40,6 +40,22 @@ def test_fedamp_cloud_models_by_hand():
     assert torch.equal(u0["a"], same_models["a"]) and float(xi0[0, 0]) == 1 - 2 * 1000 / 0.1
 
 
+def test_fedamp_cloud_is_an_average_only_when_alpha_is_small():
+    """w = 0, 0.1, 0.2 (squared distances d12 = d23 = 0.01, d13 = 0.04), sigma = 0.1 (docs/fidelity-fedala.md, "FedAMP
+    + ALA needs clouds that are averages"). alpha = 1000: xi_12 = 10^4 e^-0.1 = 9048.37, xi_13 = 10^4 e^-0.4 = 6703.20,
+    u_1 = 0.1 xi_12 + 0.2 xi_13 = 2245.48, far outside [0, 0.2] (what ALA writes into the lower layers).
+    alpha = sigma / (N - 1) = 0.05: xi_12 = 0.5 e^-0.1 = 0.452419, xi_13 = 0.5 e^-0.4 = 0.335160, xi_11 = 0.212421 >= 0,
+    u_1 = 0.0452419 + 0.0670320 = 0.112274, an average."""
+    models = {"w": torch.tensor([[0.0], [0.1], [0.2]], dtype=torch.float64)}
+    u, xi = cloud_models(models, [0], alpha=1000.0, sigma=0.1)
+    assert float(xi[0, 0]) == pytest.approx(1 - 9048.374 - 6703.200, abs=1e-2)
+    assert float(u["w"][0, 0]) == pytest.approx(2245.477, abs=1e-3)
+    u, xi = cloud_models(models, [0], alpha=0.1 / 2, sigma=0.1)
+    torch.testing.assert_close(xi, torch.tensor([[0.2124213, 0.4524187, 0.3351600]], dtype=torch.float64),
+                               rtol=0, atol=1e-7)
+    assert float(u["w"][0, 0]) == pytest.approx(0.1122739, abs=1e-7) and bool((xi >= 0).all())
+
+
 def test_fedamp_proximal_step_by_hand(data):
     """w <- w - lr (grad + lambda / alpha (w - u)): lambda = 0.1, alpha = 0.05 (coefficient 2), lr = 0.1."""
     cfg = config(algo="fedamp", amp_lambda=0.1, amp_alpha=0.05)

@@ -20,7 +20,11 @@ gathers every client's uploaded model (``view.comm.allgather``), so results do n
 
 ``--init ala``: ALA mixes the client's old model with what FedAMP sends it, u_i (``received``, one per client,
 made by the init's ``download`` hook);
-``--init ala --ala-layers 0`` is FedAMP (tested).
+``--init ala --ala-layers 0`` is FedAMP (tested). ALA overwrites the lower layers with u_i, which is an average of
+the models only while xi_ii >= 0: with the appendix's alpha 1000 / sigma 0.1 and models closer than a squared
+distance of about sigma ln(alpha (N - 1) / sigma), u_i lies far outside them and FedAMP + ALA diverges (the
+digits defaults in round 2); ``--amp-alpha`` <= sigma / (N - 1) keeps every u_i an average
+(docs/fidelity-fedala.md, "FedAMP + ALA needs clouds that are averages").
 
 Reference: PFLlib ``serveramp.py`` (``send_models``: the coefficients, ``coef_self`` = 1 - sum multiplying the
 client's current model, which is its last upload since all clients train every round; nothing is sent in the
