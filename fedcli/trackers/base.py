@@ -51,6 +51,12 @@ class Tracker:
         """Scalars at ``step`` (the local iteration)."""
         raise NotImplementedError
 
+    def stored_step(self) -> int | None:
+        """After ``start`` reopened a run: the last step its store already holds, or None where the store cannot say.
+        The trackers' process records each logged step in ``trackers.json`` right after logging it, so a process killed
+        in between leaves a step logged but not recorded; a resume goes on after the larger of the two."""
+        return None
+
     def finish(self, status: str, files: list[Path]) -> None:
         """Close the run with ``status`` (completed, failed, interrupted), keeping ``files`` as artifacts."""
         raise NotImplementedError

@@ -67,6 +67,12 @@ class MLflowRun(Tracker):
         for i in range(0, len(metrics), BATCH_METRICS):
             busy_retry(lambda: self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS]))
 
+    def stored_step(self) -> int | None:
+        """The last step of any metric the reopened run holds (-1: none yet)."""
+        keys = busy_retry(lambda: self.client.get_run(self.run_id)).data.metrics
+        return max((m.step for k in keys for m in busy_retry(lambda k=k: self.client.get_metric_history(self.run_id, k))),
+                   default=-1)
+
     def finish(self, status: str, files) -> None:
         for f in files:
             self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in FIGURE_SUFFIXES else None)

@@ -95,7 +95,11 @@ class Worker:
         info = {**msg["info"], "run_dir": Path(msg["info"]["run_dir"])}
         for ch in self.channels:
             def start(ch=ch):
+                reopened = bool(ch.saved)
                 ch.saved = ch.tracker.start(RunInfo(**info, saved=dict(ch.saved))) or {}
+                stored = ch.tracker.stored_step() if reopened else None
+                if stored is not None:  # logged by a process killed before it recorded the step: not sent twice
+                    ch.last_step = max(ch.last_step, stored)
             ch.started = ch.call("start", start)
         self.save_state()
         self.warn(STARTED, log=False)

@@ -624,3 +624,34 @@ def test_a_state_file_written_before_the_phases_still_resumes_its_tracker_runs(t
     kind, line = state.describe(tmp_path)  # finishing, but no process holds the lock: it ended before it was done
     assert kind == "ended-early" and line.startswith("trackers (wandb): their process ended before it was done (phase finishing)")
     assert state.describe(tmp_path / "nothing") is None
+
+
+def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path, monkeypatch):
+    """The trackers' process records a logged step in trackers.json right after MLflow has it; killed in between, the
+    resume's process reads the last step from the MLflow run itself and sends only what comes after (before: step 24
+    twice in the store, seen as a flaky failure of the completed-run resume test above)."""
+    from fedcli.trackers import state
+    from fedcli.trackers.worker import Worker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = tmp_path / "run"
+    run.mkdir()
+    start = {"op": "start", "info": {"run_dir": str(run), "name": "run", "experiment": "fedcli", "tags": {}, "params": {}}}
+    first = Worker(run, "mlflow", resume=False, warn=lambda *a, **k: None)
+    first.handle(start)
+    for step in (8, 16, 24):
+        first.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
+    data = state.read(run)
+    assert data["trackers"]["mlflow"]["last_step"] == 24
+    data["trackers"]["mlflow"]["last_step"] = 16  # killed after MLflow took step 24, before trackers.json said so
+    state.write(run, data)
+
+    again = Worker(run, "mlflow", resume=True, warn=lambda *a, **k: None)
+    again.handle(start)
+    assert again.channels[0].last_step == 24
+    for step in (24, 32):
+        again.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
+    client = mlflow_client(tmp_path)
+    history = client.get_metric_history(data["trackers"]["mlflow"]["run_id"], "test_acc")
+    assert sorted(m.step for m in history) == [8, 16, 24, 32]
+    assert state.read(run)["trackers"]["mlflow"]["last_step"] == 32
