@@ -18,8 +18,14 @@ install:
 	@$(PY) -m fedcli.cli.spec  # `--help` and argument errors then answer without importing torch
 	@$(PY) -m compileall -q fedcli >/dev/null  # fedcli's bytecode, also where PYTHONDONTWRITEBYTECODE is set (0.2 s a command)
 
+# `make test` runs on TEST_WORKERS pytest-xdist workers (the `test` extra; without xdist, in one process): the tests
+# spend much of their time waiting for subprocesses, Slurm and signals, which the other worker fills. --dist loadgroup
+# keeps each xdist_group (the Slurm tests) on one worker.
+TEST_WORKERS ?= 2
+XDIST = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadgroup")
+
 test:
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 test-slow:
 	$(PY) -m pytest -q -m slow
