@@ -10,10 +10,37 @@ import os
 for _name, _value in (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_CBWR", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "AVX2")):
     os.environ.setdefault(_name, _value)
 
+# A pytest-xdist worker (`make test`) starts with COLUMNS=80 and LINES=24 in its environment, which the parent did not
+# have: rich's consoles, made when fedcli is imported, would then keep 80 columns for good, where a test's own COLUMNS
+# (CliRunner's env) is what they read otherwise. Each worker has its parent's environment again.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    try:
+        _parent = dict(v.split("=", 1) for v in open(f"/proc/{os.getppid()}/environ").read().split("\0") if "=" in v)
+    except OSError:
+        _parent = None
+    for _name in ("COLUMNS", "LINES"):
+        if _parent is not None and _name not in _parent:
+            os.environ.pop(_name, None)
+
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
 
 import fedcli.fl.methods  # noqa: F401,E402 - start-up: the method registry extends the config (fedcli/config.py)
 from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_back():
+    """Each test starts with the signal handlers pytest runs under: a test that leaves one changed (a fedcli code path
+    run in this process that ignores SIGINT, as a worker process does) would otherwise change what later tests in the
+    same process see, and which tests those are depends on the order (pytest-xdist's workers share them out)."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+    before = {s: signal.getsignal(s) for s in sigs}
+    yield
+    for s, h in before.items():
+        if signal.getsignal(s) is not h and h is not None:
+            signal.signal(s, h)
 
 
 @pytest.fixture
@@ -36,6 +63,13 @@ def golden_runs(tmp_path_factory):
     from goldenkit import run_all_watching_writes
 
     return run_all_watching_writes(tmp_path_factory.mktemp("golden-runs"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`), the tests of each xdist_group (the README's commands, the Slurm tests: long,
+    one after another on one worker) start first, so that no worker is left with one of them at the end."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
 
 
 def mpi_required() -> bool:
