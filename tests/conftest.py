@@ -24,23 +24,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import signal  # noqa: E402
 
+# A test run started with SIGINT or SIGHUP ignored (`nohup make test`, `make test &` in a script) would pass that on to
+# every fedcli it starts, and fedcli rightly leaves an ignored signal ignored (nohup): the signal tests would then fail.
+# They get their defaults back (so a hang-up ends such a run: start it with setsid instead of nohup).
+for _sig, _default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL),
+                       (signal.SIGTERM, signal.SIG_DFL)):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _default)
+
 import pytest  # noqa: E402
 
 import fedcli.fl.methods  # noqa: F401,E402 - start-up: the method registry extends the config (fedcli/config.py)
 from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _signal_handlers_back():
-    """Each test starts with the signal handlers pytest runs under: a test that leaves one changed (a fedcli code path
-    run in this process that ignores SIGINT, as a worker process does) would otherwise change what later tests in the
-    same process see, and which tests those are depends on the order (pytest-xdist's workers share them out)."""
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
-    before = {s: signal.getsignal(s) for s in sigs}
-    yield
-    for s, h in before.items():
-        if signal.getsignal(s) is not h and h is not None:
-            signal.signal(s, h)
 
 
 @pytest.fixture
@@ -65,11 +60,17 @@ def golden_runs(tmp_path_factory):
     return run_all_watching_writes(tmp_path_factory.mktemp("golden-runs"))
 
 
+# the longest test files (tens of seconds to two minutes each on 2 cores), longest first
+LONG_FILES = ("test_readme.py", "test_trackers.py", "test_reliability.py", "test_slurm.py", "test_workers.py", "test_store.py",
+              "test_signals.py", "test_presets_learn.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test`), the tests of each xdist_group (the README's commands, the Slurm tests: long,
-    one after another on one worker) start first, so that no worker is left with one of them at the end."""
+    """Under pytest-xdist (`make test`: --dist loadfile, a file's tests one after another on one worker), the longest
+    files start first, so that no worker is left alone with one of them at the end."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+        rank = {name: i for i, name in enumerate(LONG_FILES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
 
 
 def mpi_required() -> bool:

@@ -305,8 +305,7 @@ def _param(i: str, cmd: str, k: int):
     # 10,000-client Ditto run: at --rounds 1, the least it can be cut to, a round of 100 clients and the personal
     # evaluation of all 10,000 take 60 to 90 s on 2 cores (about a tenth of what the rest of `make test` costs)
     slow = cmd.startswith("fedcli bench") or "--clients 10000" in cmd
-    # under pytest-xdist the commands run on one worker, one after another: what one wrote, a later one reads (``made``)
-    return pytest.param(k, id=i, marks=[pytest.mark.xdist_group("readme")] + ([pytest.mark.slow] if slow else []))
+    return pytest.param(k, id=i, marks=[pytest.mark.slow] if slow else [])
 
 
 @pytest.mark.parametrize("index", [_param(i, c, k) for k, (i, c) in enumerate(COMMANDS)])

@@ -17,9 +17,9 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.slurm import ACTIVE, have_slurm, job_states
 
-# one Slurm test at a time under pytest-xdist (`make test`): test_missing_dataset_refused_before_any_job checks that
-# the queue gains no job, and the jobs of two tests would share the node's 2 CPUs
-pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("slurm")]
+# one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
+# test_missing_dataset_refused_before_any_job checks that the queue gains no job
+pytestmark = pytest.mark.timeout(900)
 
 TINY = """\
 title = "tiny"
