@@ -17,8 +17,15 @@ install:
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
 	@$(PY) -m compileall -q fedcli >/dev/null  # fedcli's bytecode, also where PYTHONDONTWRITEBYTECODE is set (0.2 s a command)
 
+# `make test` runs on TEST_WORKERS pytest-xdist workers (the `test` extra; without xdist, in one process): the tests
+# spend much of their time waiting for subprocesses, Slurm and signals, which the other worker fills. --dist loadfile:
+# a file's tests run on one worker, one after another (the Slurm tests share one queue; a README command reads what
+# an earlier one wrote). (--dist loadgroup would group finer, but pytest-xdist 3.8 cannot tag pytest 9's test ids.)
+TEST_WORKERS ?= 2
+XDIST = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadfile")
+
 test:
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 test-slow:
 	$(PY) -m pytest -q -m slow

@@ -10,6 +10,28 @@ import os
 for _name, _value in (("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_CBWR", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "AVX2")):
     os.environ.setdefault(_name, _value)
 
+# A pytest-xdist worker (`make test`) starts with COLUMNS=80 and LINES=24 in its environment, which the parent did not
+# have: rich's consoles, made when fedcli is imported, would then keep 80 columns for good, where a test's own COLUMNS
+# (CliRunner's env) is what they read otherwise. Each worker has its parent's environment again.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    try:
+        _parent = dict(v.split("=", 1) for v in open(f"/proc/{os.getppid()}/environ").read().split("\0") if "=" in v)
+    except OSError:
+        _parent = None
+    for _name in ("COLUMNS", "LINES"):
+        if _parent is not None and _name not in _parent:
+            os.environ.pop(_name, None)
+
+import signal  # noqa: E402
+
+# A test run started with SIGINT or SIGHUP ignored (`nohup make test`, `make test &` in a script) would pass that on to
+# every fedcli it starts, and fedcli rightly leaves an ignored signal ignored (nohup): the signal tests would then fail.
+# They get their defaults back (so a hang-up ends such a run: start it with setsid instead of nohup).
+for _sig, _default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL),
+                       (signal.SIGTERM, signal.SIG_DFL)):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _default)
+
 import pytest  # noqa: E402
 
 from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
@@ -35,6 +57,19 @@ def golden_runs(tmp_path_factory):
     from goldenkit import run_all_watching_writes
 
     return run_all_watching_writes(tmp_path_factory.mktemp("golden-runs"))
+
+
+# the longest test files (tens of seconds to two minutes each on 2 cores), longest first
+LONG_FILES = ("test_readme.py", "test_trackers.py", "test_reliability.py", "test_slurm.py", "test_workers.py", "test_store.py",
+              "test_signals.py", "test_presets_learn.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: --dist loadfile, a file's tests one after another on one worker), the longest
+    files start first, so that no worker is left alone with one of them at the end."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {name: i for i, name in enumerate(LONG_FILES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
 
 
 def mpi_required() -> bool:

@@ -21,6 +21,10 @@ Skipped, each with its reason: commands that download (``--download``, ``make in
 (``make test``), other ``make`` targets, a GPU command, ``--resume`` (needs an interrupted run), a report of a sweep
 that ran as --dry-run (run by the slow test), and commands needing the shared data when it is not beside the
 repository.
+
+What a command wrote to the paths it names (a train's --out, a partition file, the example's data) is kept for the
+session (``made``): a later test that needs that command first gets a copy instead of running it again (the FEMNIST
+report of docs/usage.md reads two trainings of about 15 s each). Each command is still run, and checked, by its own test.
 """
 
 import csv
@@ -29,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -209,6 +214,45 @@ def producers(index: int) -> list[str]:
     return list(dict.fromkeys(chain))  # each once, in order
 
 
+class Made:
+    """What README commands wrote, by command (as the README writes it), kept for the session: only commands whose
+    every output is a path they name (not a train's generic results/<run>, which the bare report also reads)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.kept: dict[str, Path] = {}
+
+    @staticmethod
+    def paths(cmd: str) -> list[str]:
+        made = outputs(shlex.split(cmd))
+        return made if made and "results" not in made else []
+
+    def copy(self, cmd: str, src: Path, dst: Path) -> None:
+        for rel in self.paths(cmd):
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            if (src / rel).is_dir():
+                shutil.copytree(src / rel, dst / rel, symlinks=True)
+            else:
+                shutil.copy2(src / rel, dst / rel, follow_symlinks=False)
+
+    def keep(self, cmd: str, box: "Sandbox") -> None:
+        """(a sweep planned with --dry-run wrote nothing: nothing is kept)"""
+        if cmd not in self.kept and self.paths(cmd) and all((box.repo / rel).exists() for rel in self.paths(cmd)):
+            self.copy(cmd, box.repo, self.root / str(len(self.kept)))
+            self.kept[cmd] = self.root / str(len(self.kept))
+
+    def restore(self, cmd: str, box: "Sandbox") -> bool:
+        """Copy what ``cmd`` wrote into ``box``; False when it has not run in this session."""
+        if cmd in self.kept:
+            self.copy(cmd, self.kept[cmd], box.repo)
+        return cmd in self.kept
+
+
+@pytest.fixture(scope="session")
+def made(tmp_path_factory) -> Made:
+    return Made(tmp_path_factory.mktemp("readme-made"))
+
+
 def run_dirs(repo: Path) -> set[Path]:
     return {p.parent for p in (repo / "results").rglob("manifest.json")} if (repo / "results").is_dir() else set()
 
@@ -257,12 +301,15 @@ def test_readme_has_commands():
 
 
 def _param(i: str, cmd: str, k: int):
-    slow = cmd.startswith("fedcli bench")  # three processes per workload: about a minute even at one step
+    # slow: `fedcli bench` (three processes per workload: about a minute even at one step), and docs/scale.md's
+    # 10,000-client Ditto run: at --rounds 1, the least it can be cut to, a round of 100 clients and the personal
+    # evaluation of all 10,000 take 60 to 90 s on 2 cores (about a tenth of what the rest of `make test` costs)
+    slow = cmd.startswith("fedcli bench") or "--clients 10000" in cmd
     return pytest.param(k, id=i, marks=[pytest.mark.slow] if slow else [])
 
 
 @pytest.mark.parametrize("index", [_param(i, c, k) for k, (i, c) in enumerate(COMMANDS)])
-def test_readme_command(index, tmp_path, capsys):
+def test_readme_command(index, tmp_path, capsys, made):
     box = Sandbox(tmp_path)
     argv = shlex.split(COMMANDS[index][1])
     first = []
@@ -270,19 +317,22 @@ def test_readme_command(index, tmp_path, capsys):
         plan, why = box.plan(shlex.split(cmd))
         if plan is None:
             pytest.skip(f"needs `{cmd}` first, which is skipped: {why}")
-        first.append(plan)
+        first.append((cmd, plan))
     planned, why = box.plan(argv)
     if planned is None:
         pytest.skip(why)
-    for plan in first:
-        code, out = box.run(plan)
-        assert code == 0, f"{' '.join(plan)} (run first)\nexit {code}\n{out}"
+    for cmd, plan in first:
+        if not made.restore(cmd, box):
+            code, out = box.run(plan)
+            assert code == 0, f"{' '.join(plan)} (run first)\nexit {code}\n{out}"
+            made.keep(cmd, box)
     capsys.readouterr()
     before = run_dirs(box.repo)
     code, out = box.run(planned, timeout=300 if "mpiexec" in planned[0] else 600)
     out += capsys.readouterr().out
     assert code == 0, f"{' '.join(planned)}\nexit {code}\n{out}"
     check_products(box, argv, planned, before, out)
+    made.keep(COMMANDS[index][1], box)
 
 
 @pytest.mark.slow

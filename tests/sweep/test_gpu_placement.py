@@ -138,9 +138,18 @@ def test_sweep_gives_each_process_its_slot_gpu(tmp_path, mpi):
     res = run_sweep(recipe, "smoke", seeds=1, out=tmp_path / "two", jobs=2, mpi=mpi, runs_per_gpu="1",
                     gpu_free=[8 * GiB, 8 * GiB])
     assert res.placement.per_device == {0: 1, 1: 1}
-    assert sorted(_visible(tmp_path / "two")) == ["0", "1"]
     if mpi:
+        assert sorted(_visible(tmp_path / "two")) == ["0", "1"]
         return
+    # a pool worker takes its slot's GPU as it starts and keeps it: two workers see GPUs 0 and 1; on a loaded machine
+    # one worker may run both tiny runs while the other still starts (it happened): then both see that worker's GPU
+    by_worker: dict[int, set[str]] = {}
+    for m in sorted((tmp_path / "two").glob("*/seed*/manifest.json")):
+        data = json.loads(m.read_text())
+        by_worker.setdefault(data["pids"][-1], set()).add(data["devices"][0].get("cuda_visible_devices"))
+    devices = set().union(*by_worker.values())
+    assert all(len(seen) == 1 for seen in by_worker.values()) and len(devices) == len(by_worker), by_worker
+    assert devices <= {"0", "1"}, by_worker
     # one device, two runs packed on it: both see GPU 0
     res = run_sweep(recipe, "smoke", seeds=1, out=tmp_path / "one", jobs=2, runs_per_gpu="2", gpu_free=[8 * GiB])
     assert res.placement.per_device == {0: 2}

@@ -17,6 +17,8 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.slurm import ACTIVE, have_slurm, job_states
 
+# one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
+# test_missing_dataset_refused_before_any_job checks that the queue gains no job
 pytestmark = pytest.mark.timeout(900)
 
 TINY = """\
@@ -184,6 +186,44 @@ def test_submit_wait_report_equals_local_then_only_missing_and_failed_status(slu
     assert "seed0.log" in out and "none.json" in out
 
 
+def cancel_after_a_few_rounds(sl: Path) -> None:
+    """scancel the run "cancelled" of sweep ``sl`` once it has logged a few rounds; it ends as interrupted (SIGTERM)."""
+    c_id = job(sl, "cancelled/seed0")["job_id"]
+    metrics = sl / "cancelled/seed0/metrics.csv"
+    wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) > 3, 300, "a few rounds of 'cancelled'")
+    subprocess.run(["scancel", c_id], check=True)
+    st = wait_for(lambda: ended(c_id), 60, "the cancelled job to end")
+    assert st["state"] == "CANCELLED"
+    m = json.loads((sl / "cancelled/seed0/manifest.json").read_text())
+    assert m["status"] == "interrupted" and "SIGTERM" in m.get("error", "") + (sl / "cancelled/seed0.log").read_text()
+
+
+def test_scancel_then_next_call_resumes_bitwise(slurm, tmp_path, capsys):
+    """scancel (SIGTERM) stops a run at its round boundary as interrupted, ``--status`` shows CANCELLED, and the next
+    call resumes it to the metrics of an uninterrupted local run, bit for bit (the quick half of the test below)."""
+    recipe = tmp_path / "cancel.toml"
+    recipe.write_text(LONG.split("[[runs]]")[0] + '[[runs]]\nname = "cancelled"\niterations = 1500\n')
+    sl, ref = tmp_path / "slurm", tmp_path / "ref"
+    assert cli("sweep", recipe, "--out", sl, "--executor", "slurm") == 0
+    assert "submitted 1 job(s)" in capsys.readouterr().err
+    cancel_after_a_few_rounds(sl)
+    capsys.readouterr()
+    assert cli("sweep", recipe, "--out", sl, "--status") == 0
+    out = capsys.readouterr().out
+    assert "interrupted" in out and "CANCELLED" in out
+    assert cli("sweep", recipe, "--out", sl, "--executor", "slurm", "--time", "20", "--wait") == 0
+    assert "submitted 1 job(s)" in capsys.readouterr().err and job(sl, "cancelled/seed0")["resume"]
+    assert cli("sweep", recipe, "--out", ref, "--quiet") == 0  # the uninterrupted reference, locally
+    same_run(sl / "cancelled/seed0", ref / "cancelled/seed0")
+    assert "resum" in (sl / "cancelled/seed0.log").read_text().lower()
+
+
+# Slow: Slurm's smallest time limit is 1 minute and slurmctld checks limits about every 30 s, so the timed job alone
+# runs 60 to 90 s, and its uninterrupted reference (24,000 steps, about 110 s of a core) and the resumed rest take as
+# long again: about 130 s of wall time and 250 s of CPU, a third of what the rest of `make test` costs on 2 cores.
+# What only it checks is Slurm's TIMEOUT path (the job killed at its limit, TIMEOUT in --status, resumed with a longer
+# --time); the scancel path it shares with the test above, which `make test` runs.
+@pytest.mark.slow
 def test_scancel_and_time_limit_then_next_call_resumes_bitwise(slurm, tmp_path, capsys):
     recipe = tmp_path / "long.toml"
     recipe.write_text(LONG)
@@ -194,14 +234,8 @@ def test_scancel_and_time_limit_then_next_call_resumes_bitwise(slurm, tmp_path, 
     local = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(ref), "--jobs", "2", "--quiet"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        c_id, t_id = job(sl, "cancelled/seed0")["job_id"], job(sl, "timed/seed0")["job_id"]
-        metrics = sl / "cancelled/seed0/metrics.csv"
-        wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) > 3, 300, "a few rounds of 'cancelled'")
-        subprocess.run(["scancel", c_id], check=True)
-        st = wait_for(lambda: ended(c_id), 60, "the cancelled job to end")
-        assert st["state"] == "CANCELLED"
-        m = json.loads((sl / "cancelled/seed0/manifest.json").read_text())
-        assert m["status"] == "interrupted" and "SIGTERM" in m.get("error", "") + (sl / "cancelled/seed0.log").read_text()
+        t_id = job(sl, "timed/seed0")["job_id"]
+        cancel_after_a_few_rounds(sl)
         st = wait_for(lambda: ended(t_id), 400, "the time limit of 'timed'", every=3)
         assert st["state"] == "TIMEOUT"
         m = json.loads((sl / "timed/seed0/manifest.json").read_text())

@@ -265,12 +265,21 @@ def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(cle
 KILLED = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "8", "--algo", "fedlama",
           "--tau", "2", "--phi", "2", "--iterations", "64", "--batch-size", "16", "--eval-every", "4", "--checkpoint-every", "3",
           "--threads", "1", "--workers", "1", "--quiet", "--tracker", "mlflow", "--tracker", "tensorboard"]
+# SIGKILL in round 10, once the trackers hold the 10th evaluation (iteration 40): the training hands its messages to
+# the trackers' process from a thread, so a kill right after an evaluation may come before that row is handed over
+# (the trackers then miss it; the run directory holds it): a loaded machine did that once (36 == 40)
 KILLER = """
-import os, signal, sys
+import os, signal, sys, time
+from pathlib import Path
 from fedcli.fl import engine
+from fedcli.trackers import state
 orig = engine.Simulation.synchronize
 def synchronize(self, cohort, layers, step, *a, **k):
     if cohort.round_idx == 10 and step == 2:
+        run, deadline = Path(self.cfg.out), time.monotonic() + 200
+        while min((t.get("last_step", -1) for t in state.read(run).get("trackers", {}).values()), default=-1) < 40:
+            assert time.monotonic() < deadline, state.read(run)
+            time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
     return orig(self, cohort, layers, step, *a, **k)
 engine.Simulation.synchronize = synchronize
