@@ -33,6 +33,7 @@ class TensorBoardRun(Tracker):
         if not run.saved and logdir.is_dir():  # a new run in this folder (--overwrite): drop the last run's events
             for old in logdir.glob("events.out.tfevents.*"):
                 old.unlink()
+        self.logdir = logdir
         self.writer = EventFileWriter(str(logdir), flush_secs=30)
         if not run.saved:
             hp = {k: v for k, v in run.params.items() if isinstance(v, (bool, int, float, str))}
@@ -47,6 +48,20 @@ class TensorBoardRun(Tracker):
 
         self.emit(step, summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in values.items()]))
         self.writer.flush()
+
+    def stored_step(self) -> int | None:
+        """The last step of a summary in the folder's event files (-1: none); a record cut off by a kill ends its file."""
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+        last = -1
+        for path in sorted(self.logdir.glob("events.out.tfevents.*")):
+            try:
+                for event in EventFileLoader(str(path)).Load():
+                    if event.summary.value:  # the scalars; the config, text and figures are at step 0
+                        last = max(last, event.step)
+            except Exception:  # noqa: BLE001 - a damaged file: the steps read before it count
+                continue
+        return last
 
     def finish(self, status: str, files) -> None:
         for f in files:

@@ -664,3 +664,27 @@ def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path
     history = client.get_metric_history(data["trackers"]["mlflow"]["run_id"], "test_acc")
     assert sorted(m.step for m in history) == [8, 16, 24, 32]
     assert state.read(run)["trackers"]["mlflow"]["last_step"] == 32
+
+
+def test_a_tensorboard_step_logged_but_not_recorded_before_a_kill_is_not_written_twice(tmp_path):
+    """The same for TensorBoard: the resume reads the last scalar step from the folder's event files."""
+    from fedcli.trackers import state
+    from fedcli.trackers.worker import Worker
+
+    run = tmp_path / "run"
+    run.mkdir()
+    start = {"op": "start", "info": {"run_dir": str(run), "name": "run", "experiment": "fedcli", "tags": {}, "params": {}}}
+    first = Worker(run, "tensorboard", resume=False, warn=lambda *a, **k: None)
+    first.handle(start)
+    for step in (8, 16, 24):
+        first.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
+    data = state.read(run)
+    data["trackers"]["tensorboard"]["last_step"] = 16  # killed after the events file took step 24
+    state.write(run, data)
+    again = Worker(run, "tensorboard", resume=True, warn=lambda *a, **k: None)
+    again.handle(start)
+    assert again.channels[0].last_step == 24
+    for step in (24, 32):
+        again.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
+    again.channels[0].tracker.writer.flush()
+    assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [8, 16, 24, 32]
