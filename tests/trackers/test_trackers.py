@@ -635,10 +635,24 @@ def test_a_state_file_written_before_the_phases_still_resumes_its_tracker_runs(t
     assert state.describe(tmp_path / "nothing") is None
 
 
-def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path, monkeypatch):
-    """The trackers' process records a logged step in trackers.json right after MLflow has it; killed in between, the
-    resume's process reads the last step from the MLflow run itself and sends only what comes after (before: step 24
-    twice in the store, seen as a flaky failure of the completed-run resume test above)."""
+
+def mlflow_steps(tmp_path, run):
+    from fedcli.trackers import state
+
+    client = mlflow_client(tmp_path)
+    return [m.step for m in client.get_metric_history(state.read(run)["trackers"]["mlflow"]["run_id"], "test_acc")]
+
+
+def tensorboard_steps(tmp_path, run):
+    return [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")]
+
+
+@pytest.mark.parametrize("name,steps", [("mlflow", mlflow_steps), ("tensorboard", tensorboard_steps)])
+def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path, monkeypatch, name, steps):
+    """The trackers' process records a logged step in trackers.json right after the tracker has it; killed in between,
+    the resume's process asks the tracker's own store for its last step (MLflow's run, TensorBoard's event files) and
+    sends only what comes after (before: step 24 or 32 twice in the store, seen as a flaky failure of the
+    completed-run resume test above)."""
     from fedcli.trackers import state
     from fedcli.trackers.worker import Worker
 
@@ -646,45 +660,19 @@ def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path
     run = tmp_path / "run"
     run.mkdir()
     start = {"op": "start", "info": {"run_dir": str(run), "name": "run", "experiment": "fedcli", "tags": {}, "params": {}}}
-    first = Worker(run, "mlflow", resume=False, warn=lambda *a, **k: None)
+    first = Worker(run, name, resume=False, warn=lambda *a, **k: None)
     first.handle(start)
     for step in (8, 16, 24):
         first.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
     data = state.read(run)
-    assert data["trackers"]["mlflow"]["last_step"] == 24
-    data["trackers"]["mlflow"]["last_step"] = 16  # killed after MLflow took step 24, before trackers.json said so
+    assert data["trackers"][name]["last_step"] == 24
+    data["trackers"][name]["last_step"] = 16  # killed after the tracker took step 24, before trackers.json said so
     state.write(run, data)
 
-    again = Worker(run, "mlflow", resume=True, warn=lambda *a, **k: None)
+    again = Worker(run, name, resume=True, warn=lambda *a, **k: None)
     again.handle(start)
     assert again.channels[0].last_step == 24
     for step in (24, 32):
         again.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
-    client = mlflow_client(tmp_path)
-    history = client.get_metric_history(data["trackers"]["mlflow"]["run_id"], "test_acc")
-    assert sorted(m.step for m in history) == [8, 16, 24, 32]
-    assert state.read(run)["trackers"]["mlflow"]["last_step"] == 32
-
-
-def test_a_tensorboard_step_logged_but_not_recorded_before_a_kill_is_not_written_twice(tmp_path):
-    """The same for TensorBoard: the resume reads the last scalar step from the folder's event files."""
-    from fedcli.trackers import state
-    from fedcli.trackers.worker import Worker
-
-    run = tmp_path / "run"
-    run.mkdir()
-    start = {"op": "start", "info": {"run_dir": str(run), "name": "run", "experiment": "fedcli", "tags": {}, "params": {}}}
-    first = Worker(run, "tensorboard", resume=False, warn=lambda *a, **k: None)
-    first.handle(start)
-    for step in (8, 16, 24):
-        first.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
-    data = state.read(run)
-    data["trackers"]["tensorboard"]["last_step"] = 16  # killed after the events file took step 24
-    state.write(run, data)
-    again = Worker(run, "tensorboard", resume=True, warn=lambda *a, **k: None)
-    again.handle(start)
-    assert again.channels[0].last_step == 24
-    for step in (24, 32):
-        again.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
-    again.channels[0].tracker.writer.flush()
-    assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [8, 16, 24, 32]
+    assert sorted(steps(tmp_path, run)) == [8, 16, 24, 32]
+    assert state.read(run)["trackers"][name]["last_step"] == 32
