@@ -166,7 +166,6 @@ def split_level(values: dict, path, text: str, span, what: str, table_span=lambd
     """Check one level's keys (:func:`check_keys_in` in a sweep, else :func:`check_keys`) and its sub-tables: each one
     names a method or a params section (``table_keys``: ``[fedlama]``, ``[fedlamb]``, ``[ala]``)
     and holds keys it reads."""
-
     plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
     tables = {}
     for name, sub in values.items():
@@ -222,7 +221,6 @@ def merge_levels(levels: list[Level], overrides: dict) -> tuple[dict, set[str]]:
     """The levels' keys merged in order, each level's applicable tables at that level (a key given both plainly and in a
     table of one level is an error); the names of the tables used. A table applies when the run (``overrides`` last)
     has its method or reads its params section."""
-
     merged: dict = {}
     for lv in levels:
         merged.update(lv.keys)

@@ -198,7 +198,6 @@ def _cpu(state: dict | None) -> dict | None:
 class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
 
-
     trust_default = True
 
     def __init__(self, params):
@@ -283,7 +282,6 @@ class MimeStep(LocalStep):
     Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
     """
 
-
     def __init__(self, params):
         super().__init__(params)
         p = self.params
@@ -317,7 +315,6 @@ class MimeStep(LocalStep):
 class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.vhat: dict[str, torch.Tensor] | None = None
@@ -349,7 +346,6 @@ class _VhatServer(AverageServer):
 @register_server("vhat-max")
 class VhatMaxServer(_VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
-
 
     def end_round(self, view, cohort) -> None:
         if not sync_due(self.params, cohort.round_idx):
@@ -402,7 +398,6 @@ class MimeState(NamedTuple):
 class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.m = self.v = self.vhat = None
@@ -447,7 +442,6 @@ class AdamServer(AverageServer):
     FedAdagrad and FedYogi (``fedcli.fl.algorithms.fedadagrad``, ``fedyogi``) are the same server with another
     second-moment rule: they override :meth:`second_moment` only.
     """
-
 
     def __init__(self, params):
         super().__init__(params)

@@ -178,7 +178,6 @@ class ALAInit(OverwriteInit):
 
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
 
-
     def __init__(self, params, base=None):
         super().__init__(params)
         self.base = base if base is not None else OverwriteInit(params)

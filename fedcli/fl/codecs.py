@@ -62,7 +62,6 @@ def uniform_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class QSGDCodec(Codec):
     """Stochastic uniform quantization of each client's layer update with s = ``--quant-levels``."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.levels = int(self.params.quant_levels)

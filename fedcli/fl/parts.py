@@ -71,7 +71,7 @@ def implements(family, name: str = "", **declarations):
         cls.spec = spec
         if spec.name:
             cls.name = spec.name
-        for attr in ("requires", "provides", "full_participation", "wraps_base"):
+        for attr in specs.DECLARATIONS:
             setattr(cls, attr, spec.declaration(attr))
         return cls
 

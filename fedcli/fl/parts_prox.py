@@ -22,7 +22,6 @@ from fedcli.fl.parts import SGDStep, register_local_step
 class ProxStep(SGDStep):
     """SGD (with the configured momentum and weight decay) on f_i(x) + (mu / 2) ||x - u||^2."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.mu = float(self.params.mu)

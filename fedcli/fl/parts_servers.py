@@ -20,7 +20,6 @@ class ServerLR(AverageServer):
     the plain average).
     """
 
-
     def __init__(self, params):
         super().__init__(params)
         self.lr = float(self.params.server_lr)

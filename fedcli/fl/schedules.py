@@ -16,13 +16,12 @@ and the cohort is resampled. Within a round, layer ``l`` is synchronized after l
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-
-import functools
 
 from fedcli.fl.parts import Classes, Part, implements
 from fedcli.params import bind
@@ -58,7 +57,6 @@ class Schedule(Part):
     kept_state = Part.kept_state  # a schedule's state is its own (``state_dict``), never per client
     needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
-
 
     def __init__(self, params, layers):
         super().__init__(params)
@@ -220,7 +218,6 @@ class Lama(Schedule):
 
     needs_discrepancy = True
     layerwise = True
-
 
     def __init__(self, params, layers):
         super().__init__(params, layers)

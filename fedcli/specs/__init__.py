@@ -82,7 +82,8 @@ class Registry(dict):
 
 
 # ------------------------------------------------------------------------------------------------------- parts
-_INHERITED = ("requires", "provides", "full_participation", "wraps_base")
+#: the declarations a spec inherits from its ``base`` unless it gives its own, copied onto the class (``@implements``)
+DECLARATIONS = ("requires", "provides", "full_participation", "wraps_base")
 
 
 @dataclass(frozen=True, eq=False)

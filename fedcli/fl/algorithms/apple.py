@@ -131,7 +131,6 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
 class AppleStep(SGDStep):
     """Per batch: rebuild the personalized model from the N cores and p_i, step the own core and p_i."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.dr_lr = float(self.params.apple_dr_lr)

@@ -29,7 +29,6 @@ class DittoStep(SGDStep):
     personal_prefix = "ditto"  # the evaluated model of each client (fedcli.fl.personal)
     separable = True  # v_k is the client's own, anchored at the global model (or its own ALA start)
 
-
     def __init__(self, params):
         super().__init__(params)
         self.lam = float(self.params.ditto_lambda)

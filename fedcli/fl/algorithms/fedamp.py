@@ -105,7 +105,6 @@ def send_clouds(view, cohort, params) -> tuple[dict, torch.Tensor]:
 class AMPInit(OverwriteInit):
     """Each client starts the round from its own last model; the server sends it u_i."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.clouds: dict[str, torch.Tensor] = {}  # this round's u_i (``download``)
@@ -135,11 +134,9 @@ class AMPInit(OverwriteInit):
 class AMPStep(SGDStep):
     """SGD on F_i(w) + lambda / (2 alpha_k) ||w - u_i||^2 (Eq. 6)."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.coef = float(self.params.amp_lambda) / float(self.params.amp_alpha)
-
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)

@@ -48,7 +48,6 @@ def _key(name: str) -> str:
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.alpha = float(self.params.feddyn_alpha)
@@ -85,7 +84,6 @@ class FedDynStep(SGDStep):
 @register_server("feddyn")
 class FedDynServer(AverageServer):
     """h <- h - alpha (|P_t| / m) (mean_i theta_i - theta^{t-1});  theta^t = mean_i theta_i - h / alpha."""
-
 
     def __init__(self, params):
         super().__init__(params)

@@ -119,7 +119,6 @@ def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]
 class FomoInit(OverwriteInit):
     """Splits off the validation parts; each round aggregates the received models with the FedFomo weights."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.ratio = float(self.params.fomo_val_ratio)

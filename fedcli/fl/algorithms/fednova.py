@@ -44,7 +44,6 @@ class NovaServer(AverageServer):
 
     fresh_momentum_needed = "FedNova's ||a_i||_1 assumes each client's momentum buffer starts at zero every round"
 
-
     def __init__(self, params):
         super().__init__(params)
         self.scale: torch.Tensor | None = None

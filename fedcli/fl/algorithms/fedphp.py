@@ -87,7 +87,6 @@ class PHPInit(OverwriteInit):
 
     keeps_local_models = True  # the engine keeps each client's trained model (what the next round mixes)
 
-
     def __init__(self, params):
         super().__init__(params)
         self.mu = float(self.params.php_mu)
@@ -123,7 +122,6 @@ def head_module(model: torch.nn.Module) -> torch.nn.Module:
 @register_local_step("fedphp")
 class PHPStep(SGDStep):
     """SGD on (1 - lambda) * CE + lambda * MMD(local representation, global representation)."""
-
 
     def __init__(self, params):
         super().__init__(params)

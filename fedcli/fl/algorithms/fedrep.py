@@ -27,7 +27,6 @@ from fedcli.fl.personal import local_sgd, share
 class FedRepStep(SGDStep):
     """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.n_head = int(self.params.head_layers)

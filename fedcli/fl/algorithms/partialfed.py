@@ -98,7 +98,6 @@ class PartialFedStep(SGDStep):
     """Per batch: select global or local per layer (Gumbel-softmax over learned logits), then a model step
     (f_m of every f_m + f_s batches) or a strategy step (the other f_s)."""
 
-
     def __init__(self, params):
         super().__init__(params)
         self.tau0 = float(self.params.partialfed_tau)

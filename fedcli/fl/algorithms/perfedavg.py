@@ -48,7 +48,6 @@ class PerFedAvgStep(SGDStep):
 
     personal_prefix = "perfedavg"  # nothing is stored: the evaluated model is computed by personalize()
 
-
     def __init__(self, params):
         super().__init__(params)
         self.beta = float(self.params.perfedavg_beta)

@@ -71,7 +71,6 @@ class PFedMeStep(SGDStep):
 
     personal_prefix = PREFIX  # the evaluated model of each client (fedcli.fl.personal)
 
-
     def __init__(self, params):
         super().__init__(params)
         self.lam = float(self.params.pfedme_lambda)
@@ -120,7 +119,6 @@ class PFedMeStep(SGDStep):
 @register_server("pfedme")
 class PFedMeServer(ServerLR):
     """global <- (1 - beta) * previous + beta * average (pFedMe Alg. 1 line 12; beta = 1: the average itself)."""
-
 
     def __init__(self, params):
         super().__init__(params)
