@@ -237,9 +237,11 @@ class Made:
 
     def keep(self, cmd: str, box: "Sandbox") -> None:
         """(a sweep planned with --dry-run wrote nothing: nothing is kept)"""
-        if cmd not in self.kept and self.paths(cmd) and all((box.repo / rel).exists() for rel in self.paths(cmd)):
-            self.copy(cmd, box.repo, self.root / str(len(self.kept)))
-            self.kept[cmd] = self.root / str(len(self.kept))
+        paths = self.paths(cmd)
+        if cmd not in self.kept and paths and all((box.repo / rel).exists() for rel in paths):
+            dst = self.root / str(len(self.kept))
+            self.copy(cmd, box.repo, dst)
+            self.kept[cmd] = dst
 
     def restore(self, cmd: str, box: "Sandbox") -> bool:
         """Copy what ``cmd`` wrote into ``box``; False when it has not run in this session."""
