@@ -7,6 +7,11 @@ import pytest
 import torch
 
 from fedcli.config import TrainConfig
+# the purposes of batches are registered by the modules that use them (imported here, as a run imports its parts')
+from fedcli.fl.adaptive import FULL_BATCH
+from fedcli.fl.ala import ALA_BATCHES
+from fedcli.fl.algorithms.fedfomo import VAL_BATCHES
+from fedcli.fl.algorithms.perfedavg import EVAL_BATCH
 from fedcli.fl.cohort import BatchSource, Cohort, client_batches, sample_slice
 from fedcli.fl.engine import RoundRecord, Simulation
 from fedcli.fl.rng import torch_gen
@@ -76,15 +81,15 @@ def test_batch_source_pads_a_client_smaller_than_a_batch():
 
 def test_batch_source_in_order_plans():
     src = _source()
-    plan = src.plan("fomo-val", [0, 1])           # 10 samples: 4 + 4 + 2; 3 samples: 3, then used up
+    plan = src.plan(VAL_BATCHES, [0, 1])           # 10 samples: 4 + 4 + 2; 3 samples: 3, then used up
     assert plan.idx[:, 0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 8, 8]]
     assert plan.mask[:, 0].tolist() == [[1.0] * 4, [1.0] * 4, [1.0, 1.0, 0.0, 0.0]]
     assert plan.idx[:, 1].tolist() == [[100, 101, 102, 100], [100] * 4, [100] * 4]
     assert plan.mask[:, 1].tolist() == [[1.0, 1.0, 1.0, 0.0], [0.0] * 4, [0.0] * 4]
     assert plan.real.tolist() == [[4, 3], [4, 0], [2, 0]]
-    full = src.plan("mime-full", [0, 1])           # the same batches; a used-up client's dummy batch weighs 1
+    full = src.plan(FULL_BATCH, [0, 1])           # the same batches; a used-up client's dummy batch weighs 1
     assert torch.equal(full.idx, plan.idx) and full.mask[1:, 1].eq(1).all() and torch.equal(full.mask[:, 0], plan.mask[:, 0])
-    given = src.plan("fomo-val", indices=[torch.tensor([5, 6])])  # indices other than the training split
+    given = src.plan(VAL_BATCHES, indices=[torch.tensor([5, 6])])  # indices other than the training split
     assert given.idx.tolist() == [[[5, 6, 5, 5]]] and given.real.tolist() == [[2]]
 
 
@@ -92,8 +97,8 @@ def test_batch_source_ala_windows():
     """ALA's purpose: int(s/100 * n) consecutive samples at an offset drawn from (seed, "ala", round, client), in
     batches of 4, the last one partial. 75% of 10 = 7 samples (4 + 3), of 3 = 2 (one batch of 2), of 8 = 6 (4 + 2)."""
     src = _source()
-    plan = src.plan("ala", [0, 1, 2], round_idx=5, percent=75)
-    assert torch.equal(plan.idx, src.plan("ala", [0, 1, 2], round_idx=5, percent=75).idx)  # same keys, same batches
+    plan = src.plan(ALA_BATCHES, [0, 1, 2], round_idx=5, percent=75)
+    assert torch.equal(plan.idx, src.plan(ALA_BATCHES, [0, 1, 2], round_idx=5, percent=75).idx)  # same keys, same batches
     assert plan.real.tolist() == [[4, 2, 4], [3, 0, 2]]
     for k, (c, m) in enumerate([(0, 7), (1, 2), (2, 6)]):
         n = src.indices[c].numel()
@@ -101,11 +106,11 @@ def test_batch_source_ala_windows():
         got = torch.cat([plan.idx[j, k, : plan.real[j, k]] for j in range(2)])
         assert torch.equal(got, src.indices[c][off: off + m])                              # contiguous, in order
         assert torch.equal(got, sample_slice(src.indices[c], 75, torch_gen(7, "ala", 5, c)))
-        alone = src.plan("ala", [c], round_idx=5, percent=75).idx[:, 0]                    # not who else is asked
+        alone = src.plan(ALA_BATCHES, [c], round_idx=5, percent=75).idx[:, 0]                    # not who else is asked
         assert torch.equal(alone, plan.idx[: len(alone), k])
     # over rounds the offset of client 0 takes every value of [0, 10 - 7], both ends
-    assert {int(src.plan("ala", [0], round_idx=r, percent=75).idx[0, 0, 0]) for r in range(100)} == {0, 1, 2, 3}
-    none = src.plan("ala", [0, 1], round_idx=5, percent=5)  # int(0.05 * 10) = 0: nothing to learn on
+    assert {int(src.plan(ALA_BATCHES, [0], round_idx=r, percent=75).idx[0, 0, 0]) for r in range(100)} == {0, 1, 2, 3}
+    none = src.plan(ALA_BATCHES, [0, 1], round_idx=5, percent=5)  # int(0.05 * 10) = 0: nothing to learn on
     assert none.idx.shape == (0, 2, 4) and none.real.shape == (0, 2)
 
 
@@ -113,13 +118,13 @@ def test_batch_source_perfedavg_eval_batch():
     """Per-FedAvg's evaluation batch: B samples of a shuffled epoch keyed (seed, "perfedavg.eval", round, client); a
     client with fewer than B samples gets all of them (padding weighs 0); never augmented."""
     src = _source(augment="cifar")
-    plan = src.plan("perfedavg.eval", [0, 1], round_idx=2, steps=1)
+    plan = src.plan(EVAL_BATCH, [0, 1], round_idx=2, steps=1)
     assert plan.shifts is None and plan.flips is None and src.plan("train", [0], 2, 1).shifts is not None
     pick = torch.randperm(10, generator=torch_gen(7, "perfedavg.eval", 2, 0))[:4]
     assert torch.equal(plan.idx[0, 0], src.indices[0][pick]) and plan.mask[0, 0].eq(1).all()
     perm = torch.randperm(3, generator=torch_gen(7, "perfedavg.eval", 2, 1))
     assert torch.equal(plan.idx[0, 1][plan.mask[0, 1] > 0], src.indices[1][perm]) and plan.mask[0, 1].tolist() == [1, 1, 1, 0]
-    assert torch.equal(src.plan("perfedavg.eval", [0, 1], round_idx=2, steps=1).idx, plan.idx)
+    assert torch.equal(src.plan(EVAL_BATCH, [0, 1], round_idx=2, steps=1).idx, plan.idx)
 
 
 # ---------------------------------------------------------------------------- the CSV writers (a round hook)

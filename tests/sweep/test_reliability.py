@@ -281,42 +281,35 @@ def test_validate_run_checks_the_manifest_and_the_other_files(sweep_dir, tmp_pat
 
 
 # ------------------------------------------------------------------------------------------ 3, 8: sweeps and signals
-# Rounds of a few seconds (1024-wide MLP, 4 clients x 200 steps of batch 64), 4 of them: a second signal always lands
-# mid-round, even on a fast idle machine (rounds of 4 steps once finished before it arrived).
-SLOW_RECIPE = """\
-title = "slow"
-seeds = 1
+# Rounds of a known length on any machine: 4 clients x 40 local steps, each training forward of the paced model
+# (tests/sweep/pacedmodel.py) sleeping 25 ms in the sweep's training process, so 4 s a round, 4 rounds. A signal sent
+# half a second after the first round's row lands in the middle of round 2 however loaded the machine (rounds of a
+# large MLP made long by compute, a few seconds each, were once cut short by a signal that came between a round's
+# row and its boundary), and the test costs little CPU.
+PACED = {"FEDCLI_TEST_PACE_S": "0.025"}
+SLOW_BASE = {"dataset": "digits", "model": f"{Path(__file__).with_name('pacedmodel.py')}:Paced", "clients": 4,
+             "active_ratio": 1.0, "batch_size": 16, "tau": 40, "iterations": 160, "eval_every": 40, "checkpoint_every": 0,
+             "threads": 1, "trainer": "loop", "device": "cpu"}
 
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "1024,1024"
-clients = 4
-active_ratio = 1.0
-batch_size = 64
-tau = 200
-iterations = 800
-eval_every = 200
-checkpoint_every = 0
-threads = 1
-trainer = "loop"
-device = "cpu"
 
-[[runs]]
-name = "slow"
-algo = "fedavg"
-"""
+def sweep_recipe(**base) -> str:
+    """A one-run (FedAvg, "slow", seed 0) recipe of SLOW_BASE with ``base`` changed."""
+    keys = "\n".join(f"{k} = {json.dumps(v)}" for k, v in {**SLOW_BASE, **base}.items())
+    return f'title = "slow"\nseeds = 1\n\n[base]\n{keys}\n\n[[runs]]\nname = "slow"\nalgo = "fedavg"\n'
 
 
 def slow_sweep(tmp_path):
+    """A paced sweep, under way in a process of its own (its own session), once its training is in round 2."""
     recipe = tmp_path / "slow.toml"
-    recipe.write_text(SLOW_RECIPE)
+    recipe.write_text(sweep_recipe())
     root = tmp_path / "sw"
     proc = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            env={**ENV, **PACED}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     run = root / "slow" / "seed0"
-    holder = wait_for(lambda: (run / "metrics.csv").exists() and len(rows(run / "metrics.csv")) >= 2
+    holder = wait_for(lambda: (run / "metrics.csv").exists() and len(rows(run / "metrics.csv")) >= 1
                       and json.loads((run / lock.RUN_LOCK).read_text() or "null"), 240, "the sweep's training to run")
+    time.sleep(0.5)  # past round 1's boundary (its checkpoint snapshot), which follows its row
     return recipe, root, run, proc, holder
 
 
@@ -325,7 +318,7 @@ def finished_cleanly(recipe, root, run) -> None:
     res = run_sweep(recipe, None, out=root, in_process=True)
     assert [p.label for p in res.ran] == ["slow seed 0"] and not res.failed
     assert [int(r["round"]) for r in rows(run / "metrics.csv")] == list(range(1, 5))
-    assert validate_run(run) == [] and manifest(run)["resumes"][-1]["round"] >= 2
+    assert validate_run(run) == [] and manifest(run)["resumes"][-1]["round"] >= 1
 
 
 @pytest.mark.timeout(400)
@@ -617,9 +610,8 @@ def test_a_job_killed_whole_with_its_watchdog_is_named_killed_by_report_resume_a
     ``running``. The next `fedcli report`, `fedcli train --resume` and `fedcli sweep` say the run was killed and how it
     goes on (before: the report showed it as running, the resume and the sweep said nothing)."""
     recipe = tmp_path / "job.toml"  # 300 short rounds, a checkpoint every 10: killed early, the rest short too
-    recipe.write_text(SLOW_RECIPE.replace('"1024,1024"', '"16"').replace("tau = 200", "tau = 2").replace(
-        "iterations = 800", "iterations = 600").replace("eval_every = 200", "eval_every = 100").replace(
-        "checkpoint_every = 0", "checkpoint_every = 10"))
+    recipe.write_text(sweep_recipe(model="mlp", mlp_hidden="16", batch_size=64, tau=2, iterations=600, eval_every=100,
+                                   checkpoint_every=10))
     root = tmp_path / "sw"
     proc = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
