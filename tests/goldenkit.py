@@ -1,6 +1,6 @@
 """The golden runs (tests/test_golden.py): every preset and the other recorded runs, how each is run, and the
-digest of a final model, and the comparison of a record with a new run. Other tests (tests/engine/test_services.py,
-test_trainers.py, test_store.py) run the same runs and compare from here."""
+digest of a final model, and the comparison of a record with a new run. Other tests (tests/engine/test_trainers.py,
+test_store.py) run the same runs and compare from here."""
 
 import csv
 import hashlib
@@ -110,7 +110,8 @@ def run_all_watching_writes(tmp: Path) -> tuple[dict[str, dict[str, str]], dict[
     """Every golden run once (the ``golden_runs`` session fixture, tests/conftest.py): each run's files as the
     records hold them, and per run which source file (the part after ``fedcli/``) set which attributes of its
     Simulation. The spy only records and passes every write on, so the runs are the plain ones bit for bit; one pass
-    serves both test_golden.py (the records) and test_services.py (only the engine writes the simulation)."""
+    serves both tests of test_golden.py that read it: the records, and only the engine writes the simulation (one file:
+    under `make test`'s --dist loadfile, one worker runs them once)."""
     import sys
 
     from fedcli.fl.engine import Simulation

@@ -191,7 +191,7 @@ def test_the_long_golden_runs_learn():
 @pytest.mark.timeout(600)
 def test_golden_records(tmp_path, golden_runs):
     """The runs come from the session's one pass over them (tests/conftest.py: golden_runs), which
-    tests/engine/test_services.py reads too."""
+    test_nothing_but_the_engine_writes_the_simulation below reads too."""
     import torch
 
     recording = os.environ.get("FEDCLI_GOLDEN_RECORD") == "1"
@@ -217,3 +217,17 @@ def test_golden_records(tmp_path, golden_runs):
         return
     how = "bitwise" if bitwise else f"within {REL:g} relative (recorded under torch {RELEASE.read_text().strip() if RELEASE.exists() else '?'})"
     assert not diffs, f"runs differ from their golden records ({how}):\n" + "\n".join(diffs)
+
+
+@pytest.mark.timeout(600)  # in this file, as test_golden_records: one worker runs the golden runs once
+def test_nothing_but_the_engine_writes_the_simulation(golden_runs):
+    """Every attribute write to a Simulation during the golden runs (every preset, both trainers, lama and ala on
+    other methods, unequal local steps) comes from the engine, or from ``fedcli train`` attaching its progress bar:
+    parts act on shared state only through the services (store, batches, cohort sums, ledger)."""
+    writers = {}
+    for name, by_file in golden_runs[1].items():
+        if not name.startswith("workers"):  # worker processes write their own copies, outside this process
+            for where, names in by_file.items():
+                writers.setdefault(where, set()).update(names)
+    assert "fl/engine.py" in writers and len(writers["fl/engine.py"]) > 20
+    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"runner.py": {"progress"}}

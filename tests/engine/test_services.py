@@ -1,9 +1,6 @@
 """The narrow services parts use instead of the simulation: the cohort's weighted sum of named tensors, the batch
 source, the run directory's CSV writers."""
 
-from pathlib import Path
-
-import pytest
 import torch
 
 from fedcli.config import TrainConfig
@@ -152,18 +149,3 @@ def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
     assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "4,32,2,5,loss"]
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 and not (tmp_path / "layers.csv").exists()
     rd.close()
-
-
-# ---------------------------------------------------------------------------- nothing but the engine writes it
-@pytest.mark.timeout(600)  # the first test to ask for golden_runs runs them all (test_golden.py reads the same)
-def test_nothing_but_the_engine_writes_the_simulation(golden_runs):
-    """Every attribute write to a Simulation during the golden runs (every preset, both trainers, lama and ala on
-    other methods, unequal local steps) comes from the engine, or from ``fedcli train`` attaching its progress bar:
-    parts act on shared state only through the services (store, batches, cohort sums, ledger)."""
-    writers = {}
-    for name, by_file in golden_runs[1].items():
-        if not name.startswith("workers"):  # worker processes write their own copies, outside this process
-            for where, names in by_file.items():
-                writers.setdefault(where, set()).update(names)
-    assert "fl/engine.py" in writers and len(writers["fl/engine.py"]) > 20
-    assert {w: n for w, n in writers.items() if w != "fl/engine.py"} == {"runner.py": {"progress"}}

@@ -98,6 +98,15 @@ def slurm():
         pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")
 
 
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch):
+    """`--wait` looks at the queue every 3 s, a cluster's pace; every 0.5 s here, where a tiny job takes seconds."""
+    from fedcli import slurm
+
+    wait = slurm.wait
+    monkeypatch.setattr(slurm, "wait", lambda runs, poll_s=5.0, on_poll=None: wait(runs, min(poll_s, 0.5), on_poll))
+
+
 def cli(*args) -> int:
     try:
         return main([str(a) for a in args])
@@ -109,7 +118,7 @@ def job(root: Path, rel: str) -> dict:
     return json.loads((root / f"{rel}.job.json").read_text())
 
 
-def wait_for(cond, timeout: float, what: str, every: float = 1.0):
+def wait_for(cond, timeout: float, what: str, every: float = 0.5):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = cond()
