@@ -11,7 +11,7 @@ the front page: at most 400 lines.
 The sandbox is a folder holding the repository's recipes/ and examples/ (symlinks) with the shared data beside it
 (``../shared``), like a fresh clone. Budgets are made small, nothing else is changed:
 
-- ``fedcli train``: ``--iterations 20`` (``--rounds 1`` for a round budget) and ``--threads 1``;
+- ``fedcli train``: ``--iterations 10`` (``--rounds 1`` for a round budget) and ``--threads 1``;
 - ``fedcli sweep``: ``--dry-run`` (validates the recipe and plans every run); the slow test runs the README's smoke
   sweep for real with one seed, then its report;
 - ``fedcli bench``: workload c, one timed step, no warm-up (still about a minute: marked slow);
@@ -24,7 +24,7 @@ repository.
 
 What a command wrote to the paths it names (a train's --out, a partition file, the example's data) is kept for the
 session (``made``): a later test that needs that command first gets a copy instead of running it again (the FEMNIST
-report of docs/usage.md reads two trainings of about 15 s each). Each command is still run, and checked, by its own test.
+report of docs/usage.md reads two trainings of about 10 s each). Each command is still run, and checked, by its own test.
 """
 
 import csv
@@ -45,7 +45,7 @@ from simkit import SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SMALL_ITERATIONS = "20"
+SMALL_ITERATIONS = "10"
 FRONT_PAGE_LINES = 400
 
 
