@@ -22,6 +22,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         if _parent is not None and _name not in _parent:
             os.environ.pop(_name, None)
 
+# Each of `make test`'s pytest-xdist workers gets its share of the cores for torch's own threads (1 with 2 workers on 2
+# cores): two workers of 2 threads each on 2 cores wait on each other's descheduled threads in every parallel region
+# (fedcli's runs use 1 thread anyway, fedcli/fl/engine.py: default_threads). Children inherit it; set before torch loads.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+
 import signal  # noqa: E402
 
 # A test run started with SIGINT or SIGHUP ignored (`nohup make test`, `make test &` in a script) would pass that on to
