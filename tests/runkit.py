@@ -2,6 +2,7 @@
 under ``mpiexec``. Test modules import these from here, never from each other."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -63,3 +64,22 @@ def mpirun(n, args, timeout=240, **kw):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "fedcli", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+# one mpiexec, several ``fedcli`` commands in turn in the same processes: ``main`` per JSON argument list
+SEQUENCE = """
+import json, sys
+from fedcli.cli.main import main
+for args in json.loads(sys.argv[1]):
+    code = main(args)
+    if code not in (0, None):
+        sys.exit(code)
+"""
+
+
+def mpirun_each(n, commands: list[list[str]], timeout=400):
+    """``mpiexec -n N`` running each of ``commands`` (``fedcli`` argument lists) in turn, stopping at the first that
+    fails: each rank imports torch once for all of them (1 OpenMP thread per rank)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-c", SEQUENCE, json.dumps(commands)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

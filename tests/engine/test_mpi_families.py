@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
+from runkit import mpirun_each
 from simkit import assert_rows_close
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,17 +73,6 @@ def assert_same_files(a: Path, b: Path, rel: float = 0.0) -> None:
         assert torch.equal(ma[k], mb[k]) if not rel else torch.allclose(ma[k], mb[k], rtol=rel, atol=1e-7), k
 
 
-# one mpiexec runs every family in turn (each rank imports torch once): ``fedcli train`` per JSON argument list
-SEQUENCE = """
-import json, sys
-from fedcli.cli.main import main
-for args in json.loads(sys.argv[1]):
-    code = main(args)
-    if code not in (0, None):
-        sys.exit(code)
-"""
-
-
 def test_every_mpi_family_is_here():
     assert {"fedlama", "fedlamb", "mime", "scaffold", "feddyn", "ditto", "fedala"} <= set(FAMILIES)
 
@@ -92,7 +82,7 @@ def two_process_runs(tmp_path_factory):
     """Every family on 2 processes, one mpiexec for all of them."""
     base = tmp_path_factory.mktemp("mpi2")
     runs = [["train", *BASE, *FAMILIES[f], "--out", str(base / f)] for f in sorted(FAMILIES)]
-    p = mpirun(2, [json.dumps(runs)], script=SEQUENCE, timeout=400)
+    p = mpirun_each(2, runs)
     assert p.returncode == 0, p.stderr
     return base
 
@@ -124,11 +114,10 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.timeout(300)
-def test_mpi_resume_equals_the_uninterrupted_mpi_run(tmp_path):
+def test_mpi_resume_equals_the_uninterrupted_mpi_run(two_process_runs, tmp_path):
+    """The uninterrupted run is the module's 2-process SCAFFOLD run (without --checkpoint-every, which only writes)."""
     args = ["train", *BASE, *FAMILIES["scaffold"], "--checkpoint-every", "1"]
-    ref, out = tmp_path / "ref", tmp_path / "run"
-    p = mpirun(2, [*args, "--out", str(ref)])
-    assert p.returncode == 0, p.stderr
+    ref, out = two_process_runs / "scaffold", tmp_path / "run"
     p = mpirun(2, [*args, "--out", str(out)], script=TERM_ON_RANK0)
     assert p.returncode == 128 + signal.SIGTERM, p.stderr
     man = json.loads((out / "manifest.json").read_text())

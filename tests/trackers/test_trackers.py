@@ -354,7 +354,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.timeout(600)
-def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_trains_nothing(clean_env):
+def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_trains_nothing(clean_env, capsys):
     """issue 41: `fedcli report` of a completed run whose trackers' process was killed says `fedcli train --resume RUN`
     sends the rest; it does (the same tracker runs, every evaluation once, closed as completed), exit 0, and no file of
     the run but the trackers' changes (before: exit 2, "the run already completed; nothing to resume")."""
@@ -371,9 +371,9 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
     assert len(rows) == 16 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
     cut = state.read(run)
     assert cut["phase"] == "logging" and 16 <= cut["trackers"]["mlflow"]["last_step"] < 64
-    report = run_cli(["report", "C"], dict(os.environ), tmp)
-    assert "their process ended before it was done (phase logging)" in report.stderr + report.stdout
-    assert "`fedcli train --resume C` sends the rest" in report.stderr + report.stdout
+    said = "".join(in_process(["report", "C"], capsys)[1:])
+    assert "their process ended before it was done (phase logging)" in said
+    assert "`fedcli train --resume C` sends the rest" in said
     def files():  # every file of the run but the trackers' own, with its bytes
         own = (*state.FILES, state.LOCK_FILE, state.PENDING_FILE, ".fedcli.lock")
         return {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*"))
@@ -408,12 +408,12 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
     assert [e.step for e in acc.Scalars("test_acc")] == [int(x["iteration"]) for x in rows]
     assert acc.Tensors("status")[-1].tensor_proto.string_val == [b"completed"]
     # once done, a resume of the completed run is refused as before: nothing is left to send
-    again = run_cli(["train", "--resume", "C"], dict(os.environ), tmp)
-    assert again.returncode == 2 and "the run already completed; nothing to resume" in again.stderr
+    code, _, err = in_process(["train", "--resume", "C"], capsys)
+    assert code == 2 and "the run already completed; nothing to resume" in err
 
 
 @pytest.mark.timeout(600)
-def test_the_command_returns_before_the_trackers_end_and_a_later_process_waits_for_them(clean_env):
+def test_the_command_returns_before_the_trackers_end_and_a_later_process_waits_for_them(clean_env, capsys):
     """The end work is not waited for: with the run's trackers lock held (here by the test, standing for the trackers'
     process of an earlier attempt still at work), `fedcli train` completes; its trackers' process, left behind,
     waits for the lock with every message, then logs them all; `fedcli report` says which of the two it is."""
@@ -438,8 +438,8 @@ def test_the_command_returns_before_the_trackers_end_and_a_later_process_waits_f
     data = finished(run)
     assert data["status"] == "completed" and data["trackers"]["tensorboard"]["last_step"] == 100
     assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [20, 40, 60, 80, 100]
-    done = run_cli(["report", str(run)], dict(os.environ), tmp)
-    assert f"{run}: trackers (tensorboard): done, run completed" in done.stderr, done.stderr
+    code, _, err = in_process(["report", str(run)], capsys)
+    assert code == 0 and f"{run}: trackers (tensorboard): done, run completed" in err, err
 
 
 def test_overwrite_removes_the_previous_runs_tracker_files_never_through_a_link(clean_env):
@@ -488,6 +488,18 @@ def test_overwrite_waits_for_the_previous_runs_trackers_then_refuses_clearly(cle
     assert not (run / "tensorboard").exists() and not (run / "trackers.json").exists()
 
 
+def in_process(args, capsys) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``fedcli ARGS`` run in this process: a command whose own process the test does not
+    need (a report, a refused resume); what it prints before is dropped."""
+    capsys.readouterr()
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code or 0, out.out, out.err
+
+
 def run_cli(args, env, cwd, timeout=240):
     return subprocess.run([sys.executable, "-m", "fedcli", *args], env={**env, "PYTHONPATH": str(ROOT)}, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
@@ -509,7 +521,7 @@ def test_a_tracker_that_cannot_write_warns_once_and_the_run_completes(clean_env)
     assert sorted(s for s, h in history.items() if "test_acc" in h) == [20, 40, 60, 80, 100]
 
 
-def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean_env):
+def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean_env, capsys):
     """The default: the command does not wait. Its trackers' process is held back (the test holds their lock, as an
     earlier attempt's process would) until the command has returned; then the TensorBoard folder is a file and the
     MLflow server is unreachable: each failure lands once in trackers.log and trackers.json, `fedcli report` says
@@ -538,8 +550,8 @@ def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean
     log = (run / "trackers.log").read_text()
     assert log.count("tracker mlflow failed to start") == 1 and log.count("tracker tensorboard failed to start") == 1, log
     assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
-    report = run_cli(["report", str(run)], env, tmp)
-    assert "trackers (mlflow, tensorboard, wandb): done, run completed; mlflow, tensorboard failed" in report.stderr, report.stderr
+    _, _, err = in_process(["report", str(run)], capsys)
+    assert "trackers (mlflow, tensorboard, wandb): done, run completed; mlflow, tensorboard failed" in err, err
     history = wandb_run(run)["history"]
     assert sorted(s for s, h in history.items() if "test_acc" in h) == [20, 40, 60, 80, 100]
 
