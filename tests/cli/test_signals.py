@@ -152,9 +152,18 @@ tau = 2
 """
 
 
+@pytest.fixture(scope="module")
+def sweep_reference(tmp_path_factory) -> Path:
+    """SWEEP's run uninterrupted (once for both signals)."""
+    recipe = tmp_path_factory.mktemp("ref") / "signals.toml"
+    recipe.write_text(SWEEP)
+    assert main(["sweep", str(recipe), "--out", str(recipe.parent / "sweep"), "--quiet", "--in-process"]) == 0
+    return recipe.parent / "sweep" / "fedavg" / "seed0"
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
-def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(tmp_path, sig):
+def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(tmp_path, sig, sweep_reference):
     recipe = tmp_path / "signals.toml"
     recipe.write_text(SWEEP)
     root = tmp_path / "sweep"
@@ -178,10 +187,8 @@ def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(t
     # the same command again resumes it; the result is the uninterrupted run's
     assert main(["sweep", str(recipe), "--out", str(root), "--quiet", "--in-process"]) == 0
     assert manifest(run)["resumes"][-1]["round"] >= done_rows
-    ref = tmp_path / "ref"
-    assert main(["sweep", str(recipe), "--out", str(ref), "--quiet", "--in-process"]) == 0
-    assert rows(metrics) == rows(ref / "fedavg" / "seed0" / "metrics.csv") and len(rows(metrics)) == 150
-    assert (run / "model.pt").read_bytes() == (ref / "fedavg" / "seed0" / "model.pt").read_bytes()
+    assert rows(metrics) == rows(sweep_reference / "metrics.csv") and len(rows(metrics)) == 150
+    assert (run / "model.pt").read_bytes() == (sweep_reference / "model.pt").read_bytes()
 
 
 @pytest.mark.timeout(300)

@@ -16,7 +16,7 @@ import torch
 
 from fedcli.cli.main import main
 from fedcli.comm.communicator import Communicator, ordered_sum
-from runkit import error_lines
+from runkit import error_lines, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "7", "--active-ratio", "0.9",
@@ -181,7 +181,7 @@ if __name__ == "__main__":  # the spawned workers import this file too (and get 
 
 
 @pytest.mark.timeout(120)
-def test_a_failing_worker_ends_the_run_with_one_line(tmp_path):
+def test_a_failing_worker_ends_the_run_with_one_line(tmp_path, capsys):
     script = tmp_path / "raiser.py"
     script.write_text(RAISER)
     p = subprocess.run([sys.executable, str(script), "train", *SMALL, "--iterations", "40", "--tau", "2", "--workers", "2",
@@ -192,9 +192,8 @@ def test_a_failing_worker_ends_the_run_with_one_line(tmp_path):
     man = json.loads((tmp_path / "run/manifest.json").read_text())
     assert man["status"] == "failed" and "worker 1" in man["error"]
     # a config error is every process's: one line, exit 2, no worker message
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", *SMALL, "--workers", "2", "--out", str(tmp_path / "run")],
-                       env=_env(), capture_output=True, text=True, timeout=100)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "already holds files" in p.stderr
+    code, _, err = run_main(["train", *SMALL, "--workers", "2", "--out", str(tmp_path / "run")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "already holds files" in err
 
 
 def _start_long_run(tmp_path, name):
@@ -285,9 +284,7 @@ def test_a_killed_pool_run_resumes_with_its_workers_bitwise(tmp_path):
         if proc.poll() is None:
             proc.kill()
     time.sleep(1.5)  # the watchdog marks the run failed
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--resume", str(out), "--quiet"], env=_env(),
-                       capture_output=True, text=True, timeout=150)
-    assert p.returncode == 0, p.stderr
+    assert main(["train", "--resume", str(out), "--quiet"]) == 0  # in this process: its workers come back
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "completed" and man["workers"] == 2 and len(man["resumes"]) == 1
     same_run(tmp_path / "one", out)

@@ -15,6 +15,7 @@ import torch
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError, DataError
+from fedcli.fl import store
 from fedcli.fl.store import DiskStore, MemoryStore, choose_mode
 from runkit import MPIEXEC
 
@@ -264,25 +265,22 @@ sys.exit(main(sys.argv[2:]))
 
 
 @pytest.mark.timeout(300)
-def test_sigkill_then_resume_with_state_on_disk_is_bitwise(tmp_path):
+def test_sigkill_then_resume_with_state_on_disk_is_bitwise(tmp_path, monkeypatch):
+    """The killed run is a process of its own (KILLER); the uninterrupted one and the resume run in this process, with
+    KILLER's store setting."""
     few = [a if a not in ("10", "0.3") else {"10": "4", "0.3": "0.5"}[a] for a in STATEFUL]  # 4 clients, 2 a round
     args = ["train", "--algo", "ditto", *few, "--client-state", "disk", "--checkpoint-every", "2"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-
-    def child(kill_round: int, out: Path, *extra):
-        return subprocess.run([sys.executable, "-c", KILLER, str(kill_round), *args, "--out", str(out), *extra],
-                              env=env, capture_output=True, text=True, timeout=240)
-
+    monkeypatch.setattr(store, "COMPACT_SLACK", 0)
     ref, run = tmp_path / "ref", tmp_path / "run"
-    assert child(-1, ref).returncode == 0
-    p = child(5, run)  # killed in round 6: the checkpoint after round 4 holds, rows of round 5 are on disk
+    assert main([*args, "--out", str(ref)]) == 0
+    p = subprocess.run([sys.executable, "-c", KILLER, "5", *args, "--out", str(run)], env=env, capture_output=True,
+                       text=True, timeout=240)  # killed in round 6: the checkpoint after round 4 holds, rows of round 5 are on disk
     assert p.returncode == -signal.SIGKILL, p.stderr
     gens = sorted(int(g.name[1:]) for g in (run / "client-state").glob("g*"))
     assert gens[-1] >= 1  # compacted at least once (rows of every round rewrite clients' state)
     assert len(gens) <= 2 + 1  # the two kept checkpoints' generations and the current one, no more
-    p = subprocess.run([sys.executable, "-c", KILLER, "-1", "train", "--resume", str(run), "--quiet"], env=env,
-                       capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stderr
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
     assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
     assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
 
@@ -483,26 +481,23 @@ def test_a_completed_run_keeps_the_personal_models_only_or_nothing(tmp_path, mon
 
 
 @pytest.mark.timeout(300)
-def test_slot_state_every_worker_holds_is_checkpointed_once_and_resumes_bitwise(tmp_path):
+def test_slot_state_every_worker_holds_is_checkpointed_once_and_resumes_bitwise(tmp_path, monkeypatch):
     """--workers 2, momentum by cohort slot in memory: every worker holds every slot's buffer, so a checkpoint holds
-    them once (in the root's part), not once per worker; a SIGKILL then --resume is still the uninterrupted run."""
+    them once (in the root's part), not once per worker; a SIGKILL then --resume is still the uninterrupted run (run
+    with the resume in this process, KILLER's store setting)."""
     args = ["train", "--algo", "fedavg", *SLOTS[:-3], "--workers", "2", "--quiet", "--active-ratio", "0.4",
             "--momentum-persist", "slot", "--client-state", "memory", "--checkpoint-every", "2"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-
-    def child(kill_round: int, *extra):
-        return subprocess.run([sys.executable, "-c", KILLER, str(kill_round), *extra], env=env, capture_output=True,
-                              text=True, timeout=240)
-
+    monkeypatch.setattr(store, "COMPACT_SLACK", 0)
     ref, run = tmp_path / "ref", tmp_path / "run"
-    assert child(-1, *args, "--out", str(ref)).returncode == 0
-    p = child(5, *args, "--out", str(run))
+    assert main([*args, "--out", str(ref)]) == 0
+    p = subprocess.run([sys.executable, "-c", KILLER, "5", *args, "--out", str(run)], env=env, capture_output=True,
+                       text=True, timeout=240)
     assert p.returncode == -signal.SIGKILL, p.stderr
     ck = torch.load(sorted((run / "checkpoints").glob("round-*.pt"))[-1], weights_only=False)
     slot = [n for n in ck["ranks"][0]["store"] if n.startswith("sgd.momentum.slot:")]
     assert slot and len(ck["ranks"][0]["store"][slot[0]]) == 4  # 4 slots (0.4 x 10 clients), once
     assert not any(n.startswith("sgd.momentum.slot:") for n in ck["ranks"][1]["store"])
-    p = child(-1, "train", "--resume", str(run), "--quiet")
-    assert p.returncode == 0, p.stderr
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
     assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
     assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
