@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 #: (input shape, classes, training samples, test samples) of the built-in datasets' standard splits
@@ -244,6 +245,33 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
 
 # ------------------------------------------------------------------ start-up and data loading (measured once, cached)
 
+_MEMO: dict | None = None  # inside shared_measurements(): key -> what was measured
+
+
+@contextmanager
+def shared_measurements():
+    """Within: every :func:`estimate` shares what it measured that is not cached on disk, a model step's time and a
+    dataset that failed to load, with the later ones. One command that estimates twice measures once: `fedcli sweep
+    --executor slurm --dry-run` (the plan, then each job's time) took 7 s, 4 of them timing the same model step and
+    probing the same missing dataset a second time."""
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _recalled(key):
+    return None if _MEMO is None else _MEMO.get(key)
+
+
+def _remember(key, value) -> None:
+    if _MEMO is not None:
+        _MEMO[key] = value
+
+
 #: the measuring child process stops after this many seconds (a dataset still loading then counts with the time so far)
 PROBE_LIMIT_S = 60.0
 #: a cached start-up time older than this is measured again (a new torch, another load on the machine)
@@ -453,6 +481,8 @@ def overheads(configs: list[dict]) -> Overheads:
     for cfg in configs:
         dk, pk = _keys(cfg)
         names.setdefault(dk, cfg["dataset"])
+        if _recalled(("failed", dk)) is not None:  # this process's probe could not load it a moment ago
+            continue
         if dk not in data_c or pk not in part_c:
             job = wanted.setdefault(dk, {"key": dk, "config": cfg, "parts": {}})
             job["parts"].setdefault(pk, cfg)
@@ -480,6 +510,8 @@ def overheads(configs: list[dict]) -> Overheads:
         for pk, s in got["part"].items():
             part_c[pk] = {"s": s, "at": now}
         ov.failed = dict(got["failed"])
+        for dk, why in ov.failed.items():
+            _remember(("failed", dk), why)
         if stopped:  # the dataset it was loading when stopped: at least the time it had spent on it
             spent = time.time() - t0 - ov.startup_s - sum(got["data"].values()) - sum(got["part"].values())
             for dk in wanted:
@@ -489,6 +521,8 @@ def overheads(configs: list[dict]) -> Overheads:
         _write_timings(cache)
     for cfg in configs:
         dk, pk = _keys(cfg)
+        if _recalled(("failed", dk)) is not None:
+            ov.failed.setdefault(dk, _recalled(("failed", dk)))
         if dk in data_c and dk not in ov.lower:
             ov.load_s[dk] = data_c[dk]["s"]
             ats.append(data_c[dk].get("at", now))
@@ -545,10 +579,13 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         key = (cfg["model"], facts.shape, facts.classes, facts.tokens, cfg["batch_size"], cfg.get("mlp_hidden"),
                cfg.get("wrn_depth"), cfg.get("wrn_width"), threads)
         if key not in steps_cache:
+            steps_cache[key] = _recalled(("step", key))
+        if steps_cache[key] is None:
             try:
                 steps_cache[key] = measure_step(cfg, facts, threads)
             except (FedcliError, RuntimeError, ValueError) as e:
                 steps_cache[key] = e
+            _remember(("step", key), steps_cache[key])
         got = steps_cache[key]
         if isinstance(got, Exception):
             return None

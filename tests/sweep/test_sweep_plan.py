@@ -113,6 +113,33 @@ def test_estimate_sums_calibrates_and_divides_over_jobs(monkeypatch):
     assert "calibrated on the 2 completed run(s)" in e.text()
 
 
+def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypatch, tmp_path):
+    """Inside shared_measurements() (one `fedcli sweep --dry-run`, which estimates the plan and then each Slurm job)
+    the second estimate reuses the first's step time and its failed probe of a missing dataset; outside, each measures."""
+    monkeypatch.setenv("FEDCLI_CACHE_DIR", str(tmp_path / "cache"))
+    calls = {"step": 0, "probe": 0}
+
+    def step(cfg, facts, threads):
+        calls["step"] += 1
+        return 0.01, 0.0
+
+    def probe(jobs, reference):
+        calls["probe"] += 1
+        return {"data": {}, "part": {}, "failed": {j["key"]: "not found" for j in jobs}, "startup": 1.0,
+                "reference": (0.5, 0.001)}, False
+
+    monkeypatch.setattr(est, "measure_step", step)
+    monkeypatch.setattr(est, "_probe", probe)
+    todo = [planned("a", iterations=100, dataset="mnist", model="mlp", data_dir=str(tmp_path / "no-mnist"))]
+    with est.shared_measurements():
+        first, second = est.estimate(todo, [], jobs=1), est.estimate(todo, [], jobs=1, executor="process")
+    assert calls == {"step": 1, "probe": 1}
+    assert "not measured (not found)" in first.text() and "not measured (not found)" in second.text()
+    assert second.compute_s == first.compute_s
+    est.estimate(todo, [], jobs=1)
+    assert calls == {"step": 2, "probe": 2}  # no command scope: measured again
+
+
 def test_reference_training_by_hand():
     # the reference runs 40 iterations x 4 clients = 160 client steps, then 200 iterations = 800: 1.0 s and 2.6 s;
     # 1.6 s / 640 steps = 2.5 ms a step, of which the model's step is 0.5 ms: 2 ms bookkeeping; setup 1.0 - 0.4 = 0.6
