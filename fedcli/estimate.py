@@ -245,7 +245,7 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
 
 # ------------------------------------------------------------------ start-up and data loading (measured once, cached)
 
-_MEMO: dict | None = None  # inside shared_measurements(): key -> what was measured
+_SHARED: dict | None = None  # inside shared_measurements(): kind -> {key: what was measured}
 
 
 @contextmanager
@@ -254,22 +254,18 @@ def shared_measurements():
     dataset that failed to load, with the later ones. One command that estimates twice measures once: `fedcli sweep
     --executor slurm --dry-run` (the plan, then each job's time) took 7 s, 4 of them timing the same model step and
     probing the same missing dataset a second time."""
-    global _MEMO
-    outer = _MEMO
-    _MEMO = {} if outer is None else outer
+    global _SHARED
+    outer = _SHARED
+    _SHARED = {} if outer is None else outer
     try:
         yield
     finally:
-        _MEMO = outer
+        _SHARED = outer
 
 
-def _recalled(key):
-    return None if _MEMO is None else _MEMO.get(key)
-
-
-def _remember(key, value) -> None:
-    if _MEMO is not None:
-        _MEMO[key] = value
+def _shared(kind: str) -> dict:
+    """This command's measurements of one kind (``step``, ``failed``); outside shared_measurements(), a new dict."""
+    return {} if _SHARED is None else _SHARED.setdefault(kind, {})
 
 
 #: the measuring child process stops after this many seconds (a dataset still loading then counts with the time so far)
@@ -478,12 +474,11 @@ def overheads(configs: list[dict]) -> Overheads:
     fresh_start = isinstance(start, dict) and now - start.get("at", 0) < STARTUP_MAX_AGE_S
     data_c, part_c = cache.setdefault("data", {}), cache.setdefault("part", {})
     names, wanted = {}, {}
+    failed = _shared("failed")  # data key -> why it could not be loaded (not cached on disk)
     for cfg in configs:
         dk, pk = _keys(cfg)
         names.setdefault(dk, cfg["dataset"])
-        if _recalled(("failed", dk)) is not None:  # this process's probe could not load it a moment ago
-            continue
-        if dk not in data_c or pk not in part_c:
+        if dk not in failed and (dk not in data_c or pk not in part_c):
             job = wanted.setdefault(dk, {"key": dk, "config": cfg, "parts": {}})
             job["parts"].setdefault(pk, cfg)
     ov = Overheads(start["s"] if fresh_start else 0.0, {}, {}, names)
@@ -509,20 +504,17 @@ def overheads(configs: list[dict]) -> Overheads:
             data_c[dk] = {"s": s, "at": now}
         for pk, s in got["part"].items():
             part_c[pk] = {"s": s, "at": now}
-        ov.failed = dict(got["failed"])
-        for dk, why in ov.failed.items():
-            _remember(("failed", dk), why)
+        failed.update(got["failed"])
         if stopped:  # the dataset it was loading when stopped: at least the time it had spent on it
             spent = time.time() - t0 - ov.startup_s - sum(got["data"].values()) - sum(got["part"].values())
             for dk in wanted:
-                if dk not in got["data"] and dk not in ov.failed:
+                if dk not in got["data"] and dk not in failed:
                     ov.load_s[dk], spent = max(0.0, spent), 0.0
                     ov.lower.add(dk)
         _write_timings(cache)
+    ov.failed = {dk: failed[dk] for dk in names if dk in failed}
     for cfg in configs:
         dk, pk = _keys(cfg)
-        if _recalled(("failed", dk)) is not None:
-            ov.failed.setdefault(dk, _recalled(("failed", dk)))
         if dk in data_c and dk not in ov.lower:
             ov.load_s[dk] = data_c[dk]["s"]
             ats.append(data_c[dk].get("at", now))
@@ -566,7 +558,7 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
     cache = {} if cache is None else cache
     executor = executor or ("process" if mpi else "pool")
     est = Estimate(executor=executor)
-    steps_cache: dict = {}
+    steps_cache = _shared("step")
 
     def run_estimate(cfg: dict) -> tuple[float, int] | None:
         facts = data_facts(cfg, need_size=bool(cfg.get("local_epochs")), cache=cache)
@@ -579,13 +571,10 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         key = (cfg["model"], facts.shape, facts.classes, facts.tokens, cfg["batch_size"], cfg.get("mlp_hidden"),
                cfg.get("wrn_depth"), cfg.get("wrn_width"), threads)
         if key not in steps_cache:
-            steps_cache[key] = _recalled(("step", key))
-        if steps_cache[key] is None:
             try:
                 steps_cache[key] = measure_step(cfg, facts, threads)
             except (FedcliError, RuntimeError, ValueError) as e:
                 steps_cache[key] = e
-            _remember(("step", key), steps_cache[key])
         got = steps_cache[key]
         if isinstance(got, Exception):
             return None

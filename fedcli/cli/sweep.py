@@ -71,7 +71,10 @@ def sweep(
     finally:
         said.stop()
     if dry_run:
-        _print_dry_run(result, jobs, mpi, quiet=quiet, in_process=in_process)
+        from fedcli.estimate import shared_measurements
+
+        with shared_measurements():  # the plan's estimate and, under Slurm, each job's share what they measure
+            _print_dry_run(result, jobs, mpi, quiet=quiet, in_process=in_process)
     else:
         _print_closing(result, time.perf_counter() - t0)
 
@@ -144,14 +147,7 @@ def _done_text(p, prog) -> tuple[str, str]:
 
 def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool) -> None:
     """``--dry-run``: the plan (not with ``quiet``), a table of every run with its state and why, the data check and,
-    with Slurm, the jobs it would submit (the plan's estimate and the jobs' share what they measure)."""
-    from fedcli.estimate import shared_measurements
-
-    with shared_measurements():
-        _dry_run_tables(result, jobs, mpi, quiet=quiet, in_process=in_process)
-
-
-def _dry_run_tables(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool) -> None:
+    with Slurm, the jobs it would submit."""
     from rich.table import Table
 
     _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
