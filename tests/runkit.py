@@ -59,10 +59,12 @@ def interrupted(monkeypatch, capsys, out: Path, round_idx: int, sig, args: list[
     return code, err
 
 
-def mpirun(n, args, timeout=240, **kw):
-    """``mpiexec -n N python -m mpi4py -m fedcli ARGS`` (1 OpenMP thread per rank)."""
+def mpirun(n, args, timeout=240, script=None, **kw):
+    """``mpiexec -n N python -m mpi4py -m fedcli ARGS``, or ``python -c SCRIPT ARGS`` with ``script`` (1 OpenMP thread
+    per rank)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", "-m", "fedcli", *args]
+    prog = ["-c", script] if script else ["-m", "mpi4py", "-m", "fedcli"]
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, *prog, *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
@@ -79,7 +81,5 @@ for args in json.loads(sys.argv[1]):
 
 def mpirun_each(n, commands: list[list[str]], timeout=400):
     """``mpiexec -n N`` running each of ``commands`` (``fedcli`` argument lists) in turn, stopping at the first that
-    fails: each rank imports torch once for all of them (1 OpenMP thread per rank)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-c", SEQUENCE, json.dumps(commands)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    fails: each rank imports torch once for all of them."""
+    return mpirun(n, [json.dumps(commands)], timeout=timeout, script=SEQUENCE)

@@ -5,7 +5,6 @@ import csv
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from fedcli.cli.main import main
 from fedcli.comm.communicator import assign_clients, ordered_sum
 from fedcli.fl import trainers
 from fedcli.fl.cohort import sample_cohort
-from runkit import mpirun_each
+from runkit import MPIEXEC, mpirun_each
 
 ROOT = Path(__file__).resolve().parents[2]
 # 20 clients, 7 a round: under two processes 4 + 3 (or 3 + 4) clients, so chunks of 3 give one process an empty chunk
@@ -93,8 +92,7 @@ def test_under_mpi_every_process_takes_as_many_chunks(tmp_path):
     from fedcli.config import TrainConfig
     from fedcli.data.setup import load_data_and_partition
 
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    if mpiexec is None:
+    if MPIEXEC is None:
         pytest.skip("mpiexec not installed (make install brings mpich)")
     _, part = load_data_and_partition(TrainConfig(dataset="digits", clients=20, seed=3, client_test_fraction=0.25))
     sizes = [len(t) for t in part.train]

@@ -8,21 +8,15 @@ fails these tests instead of skipping them (tests/conftest.py)."""
 
 import csv
 import json
-import os
-import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fedcli.cli.main import main
-from runkit import mpirun_each
+from runkit import MPIEXEC, mpirun, mpirun_each
 from simkit import assert_rows_close
 
-ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")]
 
 BASE = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
@@ -39,13 +33,6 @@ FAMILIES = {
     "fedala": ["--algo", "fedala", "--lr", "0.1", "--client-test-fraction", "0.25", "--ala-num-pre-loss", "3"],
 }
 CSVS = ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv")
-
-
-def mpirun(n: int, args: list[str], script: str | None = None, timeout: int = 150) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    prog = ["-c", script] if script else ["-m", "mpi4py", "-m", "fedcli"]
-    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *prog, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def cells(path: Path) -> list[dict]:
@@ -118,12 +105,12 @@ def test_mpi_resume_equals_the_uninterrupted_mpi_run(two_process_runs, tmp_path)
     """The uninterrupted run is the module's 2-process SCAFFOLD run (without --checkpoint-every, which only writes)."""
     args = ["train", *BASE, *FAMILIES["scaffold"], "--checkpoint-every", "1"]
     ref, out = two_process_runs / "scaffold", tmp_path / "run"
-    p = mpirun(2, [*args, "--out", str(out)], script=TERM_ON_RANK0)
+    p = mpirun(2, [*args, "--out", str(out)], timeout=150, script=TERM_ON_RANK0)
     assert p.returncode == 128 + signal.SIGTERM, p.stderr
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "interrupted" and man["checkpoint"].endswith("round-000002.pt")
     assert len(cells(out / "metrics.csv")) == 2
-    p = mpirun(2, ["train", "--resume", str(out), "--quiet"])
+    p = mpirun(2, ["train", "--resume", str(out), "--quiet"], timeout=150)
     assert p.returncode == 0, p.stderr
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "completed" and man["resumes"][-1]["round"] == 2 and man["world_size"] == 2
