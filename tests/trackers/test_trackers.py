@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
+from simkit import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["train", "--iterations", "100", "--eval-every", "20", "--clients", "8", "--mlp-hidden", "32", "--threads", "1",
@@ -371,7 +372,7 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
     assert len(rows) == 16 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
     cut = state.read(run)
     assert cut["phase"] == "logging" and 16 <= cut["trackers"]["mlflow"]["last_step"] < 64
-    said = "".join(in_process(["report", "C"], capsys)[1:])
+    said = "".join(cli(["report", "C"], capsys)[1:])
     assert "their process ended before it was done (phase logging)" in said
     assert "`fedcli train --resume C` sends the rest" in said
     def files():  # every file of the run but the trackers' own, with its bytes
@@ -408,7 +409,7 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
     assert [e.step for e in acc.Scalars("test_acc")] == [int(x["iteration"]) for x in rows]
     assert acc.Tensors("status")[-1].tensor_proto.string_val == [b"completed"]
     # once done, a resume of the completed run is refused as before: nothing is left to send
-    code, _, err = in_process(["train", "--resume", "C"], capsys)
+    code, _, err = cli(["train", "--resume", "C"], capsys)
     assert code == 2 and "the run already completed; nothing to resume" in err
 
 
@@ -438,7 +439,7 @@ def test_the_command_returns_before_the_trackers_end_and_a_later_process_waits_f
     data = finished(run)
     assert data["status"] == "completed" and data["trackers"]["tensorboard"]["last_step"] == 100
     assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [20, 40, 60, 80, 100]
-    code, _, err = in_process(["report", str(run)], capsys)
+    code, _, err = cli(["report", str(run)], capsys)
     assert code == 0 and f"{run}: trackers (tensorboard): done, run completed" in err, err
 
 
@@ -486,18 +487,6 @@ def test_overwrite_waits_for_the_previous_runs_trackers_then_refuses_clearly(cle
         held.release()
     assert main([*TRAIN, "--out", str(run), "--overwrite"]) == 0
     assert not (run / "tensorboard").exists() and not (run / "trackers.json").exists()
-
-
-def in_process(args, capsys) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``fedcli ARGS`` run in this process: a command whose own process the test does not
-    need (a report, a refused resume); what it prints before is dropped."""
-    capsys.readouterr()
-    try:
-        code = main(args)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code or 0, out.out, out.err
 
 
 def run_cli(args, env, cwd, timeout=240):
@@ -550,7 +539,7 @@ def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean
     log = (run / "trackers.log").read_text()
     assert log.count("tracker mlflow failed to start") == 1 and log.count("tracker tensorboard failed to start") == 1, log
     assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
-    _, _, err = in_process(["report", str(run)], capsys)
+    _, _, err = cli(["report", str(run)], capsys)
     assert "trackers (mlflow, tensorboard, wandb): done, run completed; mlflow, tensorboard failed" in err, err
     history = wandb_run(run)["history"]
     assert sorted(s for s, h in history.items() if "test_acc" in h) == [20, 40, 60, 80, 100]
