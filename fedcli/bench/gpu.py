@@ -65,7 +65,6 @@ def _values(settings: dict, clients: int, batch: int, device: str, trainer: str,
 
 def _config(*args):
     from fedcli.config import TrainConfig
-    from fedcli.specs import METHODS  # noqa: F401 - the registry extends TrainConfig
 
     return TrainConfig.from_dict(_values(*args))
 
@@ -134,7 +133,6 @@ def _model_and_data(settings: dict, clients: int, batch: int, device: torch.devi
     from fedcli.config import TrainConfig
     from fedcli.data.setup import load_data
     from fedcli.fl.engine import build_run_model
-    from fedcli.specs import METHODS  # noqa: F401
 
     cfg = TrainConfig.from_dict({**settings, "clients": clients})
     data = load_data(cfg)

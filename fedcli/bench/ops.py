@@ -32,7 +32,6 @@ def profile_run(settings: dict, iterations: int) -> collections.Counter:
     from fedcli.comm import communicator
     from fedcli.config import TrainConfig
     from fedcli.fl.engine import Simulation
-    from fedcli.specs import METHODS  # noqa: F401 - the registry extends TrainConfig
 
     communicator._scratch.clear()  # every run allocates its own reused buffers, as a fresh process would
 
