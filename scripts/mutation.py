@@ -28,11 +28,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+LAMA_TESTS = ["tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
+              "tests/algorithms/test_lama_accelerate.py", "tests/test_golden.py"]
 # name: (module, functions to mutate (empty: all), tests that check them)
 TARGETS = {
-    "schedules": ("fedcli/fl/schedules.py", [],
-                  ["tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
-                   "tests/algorithms/test_lama_accelerate.py", "tests/test_golden.py"]),
+    "schedules": ("fedcli/fl/schedules.py", [], LAMA_TESTS),
+    # FedLAMA's Eqs. 2-4 and Algorithm 1 (torch-free, for the report), until 2026-11 part of schedules.py
+    "layerwise": ("fedcli/fl/layerwise.py", [], LAMA_TESTS),
     # the golden runs record the lr of every evaluation (constant in the older records)
     "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),
     "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/comm/test_ledger_handworked.py",

@@ -79,7 +79,7 @@ def _layer_values(per_seed: dict, key: str) -> tuple[list[int], list[str], list[
 
 def delta_lambda_curves(run, round_index: int = -1):
     """(deltas, one_minus_lambdas, order, round, iteration) at one adjustment of a FedLAMA run."""
-    from fedcli.fl.schedules import delta_lambda
+    from fedcli.fl.layerwise import delta_lambda
 
     rows = run.intervals
     if not rows:

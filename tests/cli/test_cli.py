@@ -107,17 +107,18 @@ def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
 
 def test_commands_that_need_no_model_do_not_import_torch(tmp_path):
     """Only the invoked command's module is loaded: ``--version``, ``report --help`` and ``train --help`` do not pay for
-    the assembled config (every method file, so torch); ``train --help`` reads the config's fields from the cached spec
-    (fedcli/cli/spec.py), filled here by the run before."""
+    torch (``train --help`` reads the torch-free specs); nor does the report of a FedLAMA run, whose figures replay
+    Algorithm 1 from intervals.csv (``fedcli.fl.layerwise``)."""
     import subprocess
     import sys
 
     probe = ("import sys; from fedcli.cli.main import main; main({args!r}); "
              "print('TORCH', 'torch' in sys.modules)")
-    run = tmp_path / "run"  # a FedAvg run (no FedLAMA figure, the one report part that computes with torch)
-    assert main(["train", "--algo", "fedavg", "--iterations", "20", "--out", str(run), "--quiet"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "fedlama", "--iterations", "40", "--out", str(run), "--quiet"]) == 0
     cases = ((["--version"], False), (["report", "--help"], False), (["report", str(run)], False), (["train", "--help"], False))
     for args, torch_loaded in cases:
         out = subprocess.run([sys.executable, "-c", probe.format(args=args)], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert f"TORCH {torch_loaded}" in out.stdout, (args, out.stdout[-200:])
+    assert (run / "figures" / "delta-lambda.png").is_file(), sorted(p.name for p in (run / "figures").iterdir())
