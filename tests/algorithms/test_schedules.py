@@ -158,6 +158,44 @@ def test_first_adjustment_waits_as_the_author_code(phi):
     assert all(s0.adjust(r, it) is not None for r, it in enumerate(ends))
 
 
+def test_what_each_schedule_declares():
+    # FedAvg: one interval for all layers, no discrepancy to measure, a round that may be taken chunk by chunk;
+    # FedLAMA: per-layer intervals that it re-adjusts from Eq. 2 (measured at every synchronization)
+    avg, lama = Periodic(_cfg(), _layers([4, 4])), Lama(_cfg(), _layers([4, 4]))
+    assert (Periodic.separable, Periodic.layerwise, Periodic.needs_discrepancy) == (True, False, False)
+    assert (Lama.layerwise, Lama.needs_discrepancy) == (True, True)
+    assert avg.eligible == [True, True] and lama.eligible == [True, True]  # --lama-eligible all
+    assert Lama(_cfg(lama_eligible="kernels"), _layers([4, 2], ["kernel", "bias"])).eligible == [True, False]
+
+
+def test_a_round_is_separable_only_when_every_layer_waits_for_its_end_and_nothing_is_measured():
+    s = Periodic(_cfg(tau=3), _layers([4, 4]))
+    assert s.separable_now()  # intervals [3, 3], a round of 3: only the round's end synchronizes
+    s.intervals = [3, 4]
+    assert s.separable_now()  # an interval past the round's end: still only its end
+    s.intervals = [3, 2]
+    assert not s.separable_now()  # layer 1 is synchronized at step 2, inside the round
+    one = Periodic(_cfg(tau=1), [])
+    assert not one.separable_now()  # no layers: the minimum interval is taken as 0, below any round (here 1)
+    lama = Lama(_cfg(tau=2, phi=3), _layers([4, 4]))
+    lama.intervals = [6, 6]
+    assert not lama.separable_now()  # every layer waits for the round's end, but Eq. 2 is measured across the cohort
+
+
+def test_schedule_state_round_trips_and_an_old_checkpoint_keeps_the_built_intervals():
+    s = Periodic(_cfg(tau=3), _layers([4, 4]))
+    s.load_state_dict({})  # a checkpoint written before the schedule was a part: nothing to load
+    assert s.intervals == [3, 3]
+    s.load_state_dict({"intervals": [3, 6]})
+    assert s.intervals == [3, 6] and s.state_dict() == {"intervals": [3, 6]}
+    lama = Lama(_cfg(), _layers([100, 1000]))
+    lama.load_state_dict({})
+    assert lama.intervals == [2, 2] and lama.d == [0.0, 0.0]
+    lama.load_state_dict({"intervals": [6, 2], "d": [0.5, 0.25]})
+    assert lama.intervals == [6, 2] and lama.d == [0.5, 0.25]
+    assert lama.state_dict() == {"intervals": [6, 2], "d": [0.5, 0.25]}
+
+
 def test_ledger_eq8_and_bytes():
     led = Ledger([10, 100])
     led.record_sync(0, clients=4, up_bits=32)
