@@ -73,17 +73,6 @@ def inline_partition(cfg, dataset):
                           data_pool=cfg.data_pool)
 
 
-def release_free_heap() -> None:
-    """Give the free memory of the C heap back to the OS (glibc's ``malloc_trim(0)``; nothing elsewhere). Loading
-    allocates and frees many mid-sized arrays (a synthetic user's inputs, each file's samples), which glibc keeps
-    in the heap for reuse; without this a process holds tens of MB it will not use again for the whole run."""
-    import ctypes
-
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own C library; None where it is not glibc
-    if trim is not None:
-        trim(0)
-
-
 def load_data_and_partition(cfg):
     """The dataset and its partition: the ``partition_file``'s (it decides the clients, ``len(part.train)``; the
     config is not changed) or an inline one. The caller reads the client count off the partition. With

@@ -30,6 +30,7 @@ from fedcli.fl import chunked, guard, parts, slots
 from fedcli.fl.api import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
+from fedcli.fl.heap import keep_heap_for_reuse, release_free_heap
 from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.parts import run_parts
 from fedcli.fl.rng import key, torch_gen
@@ -240,11 +241,12 @@ class Simulation:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         torch.set_num_threads(default_threads(self.cfg))
+        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.fl.heap)
 
     def _load(self, dataset, partition) -> None:
         """The dataset and partition, each client's training indices, the mini-batch size and the cohort size; refuses
         more processes than clients per round."""
-        from fedcli.data.setup import load_data_and_partition, release_free_heap
+        from fedcli.data.setup import load_data_and_partition
 
         cfg = self.cfg
         if dataset is None or partition is None:
