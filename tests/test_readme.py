@@ -36,6 +36,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -236,9 +237,12 @@ class Made:
                 shutil.copy2(src / rel, dst / rel, follow_symlinks=False)
 
     def keep(self, cmd: str, box: "Sandbox") -> None:
-        """(a sweep planned with --dry-run wrote nothing: nothing is kept)"""
+        """(a sweep planned with --dry-run wrote nothing: nothing is kept; a run's trackers are waited for first: their
+        process writes into the run directory after the command returned)"""
         paths = self.paths(cmd)
         if cmd not in self.kept and paths and all((box.repo / rel).exists() for rel in paths):
+            for rel in paths:
+                trackers_done(box.repo / rel)
             dst = self.root / str(len(self.kept))
             self.copy(cmd, box.repo, dst)
             self.kept[cmd] = dst
@@ -248,6 +252,17 @@ class Made:
         if cmd in self.kept:
             self.copy(cmd, self.kept[cmd], box.repo)
         return cmd in self.kept
+
+
+def trackers_done(path: Path, timeout: float = 240) -> None:
+    """Wait until no trackers' process works on a run directory under ``path`` (``fedcli.trackers.state.finishing``)."""
+    from fedcli.trackers import state
+
+    runs = [m.parent for m in path.rglob(state.STATE_FILE)] if path.is_dir() else []
+    deadline = time.monotonic() + timeout
+    while any(state.finishing(run) is not None for run in runs):
+        assert time.monotonic() < deadline, f"the trackers of {runs} were still at work after {timeout} s"
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
