@@ -37,6 +37,7 @@ def _libc():
 
 
 def user_chose_allocator(env=os.environ) -> bool:
+    """Whether the environment sets the allocator's behaviour (then fedcli leaves it as it is)."""
     return any(env.get(k) for k in USER_SETTINGS) or "glibc.malloc" in env.get("GLIBC_TUNABLES", "")
 
 
