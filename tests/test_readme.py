@@ -36,7 +36,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -255,14 +254,11 @@ class Made:
 
 
 def trackers_done(path: Path, timeout: float = 240) -> None:
-    """Wait until no trackers' process works on a run directory under ``path`` (``fedcli.trackers.state.finishing``)."""
+    """Wait until no trackers' process works on a run directory under ``path`` (``fedcli.trackers.state.wait``)."""
     from fedcli.trackers import state
 
-    runs = [m.parent for m in path.rglob(state.STATE_FILE)] if path.is_dir() else []
-    deadline = time.monotonic() + timeout
-    while any(state.finishing(run) is not None for run in runs):
-        assert time.monotonic() < deadline, f"the trackers of {runs} were still at work after {timeout} s"
-        time.sleep(0.1)
+    for run in [m.parent for m in path.rglob(state.STATE_FILE)] if path.is_dir() else []:
+        assert state.wait(run, timeout), f"the trackers of {run} were still at work after {timeout} s"
 
 
 @pytest.fixture(scope="session")
