@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-slow test-all docs paper-check bench bench-scale bench-trackers bench-gpu gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-gpu gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -25,7 +25,12 @@ TEST_WORKERS ?= 2
 XDIST = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadfile")
 
 test:
-	$(PY) -m pytest -q -m "not slow" $(XDIST)
+	$(PY) -m pytest -q -m "not slow and not long" $(XDIST)
+
+# the tests marked long: each says why beside it (most: a second real Slurm job, tracker or signal path whose point
+# `make test` holds in another test); CI (.ci/run) runs them after `make test`
+test-long:
+	$(PY) -m pytest -q -m "long and not slow" $(XDIST)
 
 test-slow:
 	$(PY) -m pytest -q -m slow

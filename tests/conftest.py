@@ -71,9 +71,19 @@ LONG_FILES = ("test_readme.py", "test_trackers.py", "test_reliability.py", "test
               "test_signals.py", "test_presets_learn.py")
 
 
+def check_long_reasons(items) -> None:
+    """Every ``@pytest.mark.long`` test says why it is out of ``make test`` (``reason=``); else a usage error."""
+    for item in items:
+        mark = item.get_closest_marker("long")
+        if mark is not None and not mark.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason=\"...\" (why it is out of make test)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test`: --dist loadfile, a file's tests one after another on one worker), the longest
-    files start first, so that no worker is left alone with one of them at the end."""
+    """Every long test says why (:func:`check_long_reasons`). Under pytest-xdist (`make test`: --dist loadfile, a
+    file's tests one after another on one worker), the longest files start first, so that no worker is left alone
+    with one of them at the end."""
+    check_long_reasons(items)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         rank = {name: i for i, name in enumerate(LONG_FILES)}
         items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))

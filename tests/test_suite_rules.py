@@ -28,11 +28,16 @@ def test_not_mpi():
 """
 
 
+# a nested pytest each (3 to 7 s): make test runs CI's case and the plain case; the switches of the two marked long
+# are also in test_mpi_required_reads_ci_and_its_override, in this process
+LONG = pytest.mark.long(reason="a nested pytest (3 to 7 s) for another switch of the rule; make test runs CI's case")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("env,code,outcome", [({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
-                                              ({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error"),
+                                              pytest.param({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error", marks=LONG),
                                               ({"CI": ""}, 0, "3 skipped"),
-                                              ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped")])
+                                              pytest.param({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped", marks=LONG)])
 def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcome):
     (tmp_path / "test_x.py").write_text(SKIPPING)
     # the suite's conftest, as a plugin, on a throwaway test file
@@ -47,6 +52,41 @@ def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcom
         summary = p.stdout.split("short test summary")[-1]
         assert summary.count("MPI test skipped where MPI is required") == 2 and "test_not_mpi" not in summary
 
+
+
+@pytest.mark.parametrize("env,required", [({}, False), ({"CI": "true"}, True), ({"CI": "1"}, True), ({"CI": "false"}, False),
+                                          ({"CI": "0"}, False), ({"FEDCLI_REQUIRE_MPI": "1"}, True),
+                                          ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, False),
+                                          ({"CI": "", "FEDCLI_REQUIRE_MPI": "yes"}, True),
+                                          ({"CI": "true", "FEDCLI_REQUIRE_MPI": "no"}, False)])
+def test_mpi_required_reads_ci_and_its_override(monkeypatch, env, required):
+    from conftest import mpi_required
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("FEDCLI_REQUIRE_MPI", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert mpi_required() is required
+
+
+class _Item:
+    def __init__(self, nodeid, marker):
+        self.nodeid, self.marker = nodeid, marker
+
+    def get_closest_marker(self, name):
+        return self.marker if name == "long" else None
+
+
+def test_a_long_test_must_say_why():
+    """``@pytest.mark.long`` (out of ``make test``, in ``make test-long`` and CI) is refused at collection without a
+    reason."""
+    from conftest import check_long_reasons
+
+    check_long_reasons([_Item("a", None), _Item("b", pytest.mark.long(reason="15 s").mark)])
+    with pytest.raises(pytest.UsageError, match="tests/x.py::t: @pytest.mark.long needs reason="):
+        check_long_reasons([_Item("tests/x.py::t", pytest.mark.long.mark)])
+    with pytest.raises(pytest.UsageError):
+        check_long_reasons([_Item("tests/x.py::t", pytest.mark.long(reason="").mark)])
 
 def test_test_modules_do_not_import_each_other():
     """Helpers shared between test modules live in kit modules (simkit, runkit, goldenkit, lama_ref, baselines_kit,

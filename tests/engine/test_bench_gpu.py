@@ -20,6 +20,7 @@ def cli(*args) -> int:
         return e.code
 
 
+@pytest.mark.long(reason="the GPU benchmark's harness on the CPU, every path timed (15 s): a tool beside the product")
 def test_bench_device_cpu_femnist_measures_every_path(tmp_path, capsys):
     femnist = write_femnist(tmp_path / "femnist", writers=8, per_writer=8)
     out = tmp_path / "bench.json"

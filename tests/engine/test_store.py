@@ -377,6 +377,7 @@ def test_bench_scale_targets_by_hand():
     assert "floor of mpiexec -n 2" in str(t.caption) and "RSS 1.45 GB" in str(t.caption)
 
 
+@pytest.mark.long(reason="the scale benchmark's floor under a real mpiexec (8 s): a tool beside the product")
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_bench_scale_floor_of_two_processes_under_mpiexec():

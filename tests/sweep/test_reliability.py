@@ -340,6 +340,8 @@ def test_sweep_killed_with_sigkill_leaves_no_worker(tmp_path):
     finished_cleanly(recipe, root, run)
 
 
+@pytest.mark.long(reason="a sweep signalled twice (11 s); make test keeps a sweep's signal and resume "
+                          "(tests/cli/test_signals.py) and a second signal's stop at once in one process")
 @pytest.mark.timeout(400)
 def test_sweep_says_at_once_what_a_signal_does_and_a_second_stops_now(tmp_path):
     recipe, root, run, proc, holder = slow_sweep(tmp_path)
@@ -543,7 +545,8 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("when, stopped, holds", [("3:2", "after round 4 ", "holds rounds 1-4"),
-                                                  ("3:1,3:2", "during round 4 (stopped at once", "holds rounds 1-3")])
+                                                  pytest.param("3:1,3:2", "during round 4 (stopped at once", "holds rounds 1-3", marks=pytest.mark.long(
+                                                      reason="a second signal under mpiexec (9 s); make test keeps the first (3:2) and a second signal in one process"))])
 def test_sigterm_under_mpiexec_prints_the_mpiexec_resume_command(when, stopped, holds, tmp_path):
     out = tmp_path / "run"
     p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", MPI_SIGNALLED, when, *TINY, "--out", str(out)],

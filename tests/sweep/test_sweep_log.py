@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sweepkit import RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +25,7 @@ def seconds(text: str) -> float:
     return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
 
 
+@pytest.mark.long(reason="the estimate is checked against runs long enough to time (two of 3,000 iterations, 16 s)")
 def test_sweep_log_lines_while_it_runs_and_an_honest_first_estimate(tmp_path):
     # two runs of 3,000 iterations, about 4 s each on an idle 2-core machine: the sweep reads a run's progress at most
     # once a second, and runs of 600 iterations (0.7 s each by now) could end before their first read

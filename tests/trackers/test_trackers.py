@@ -235,6 +235,8 @@ tau = 1
 """
 
 
+@pytest.mark.long(reason="four tracked runs (16 s); make test keeps MLflow's every logged value of one run "
+                          "(test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures)")
 def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(clean_env):
     from fedcli.sweep import run_sweep
 
@@ -354,6 +356,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.long(reason="a run whose trackers' process is killed, its report, then a resume (16 s); make test keeps "
+                          "the tracker resume after a kill (test_resume_continues_the_same_tracker_run_without_duplicate_steps)")
 @pytest.mark.timeout(600)
 def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_trains_nothing(clean_env, capsys):
     """issue 41: `fedcli report` of a completed run whose trackers' process was killed says `fedcli train --resume RUN`
