@@ -54,19 +54,24 @@ def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcom
 
 
 
+@pytest.fixture
+def suite_conftest(request):
+    """tests/conftest.py as pytest loaded it (``import conftest`` may find a folder's own conftest.py instead)."""
+    path = str(TESTS / "conftest.py")
+    return next(m for m in request.config.pluginmanager.get_plugins() if getattr(m, "__file__", None) == path)
+
+
 @pytest.mark.parametrize("env,required", [({}, False), ({"CI": "true"}, True), ({"CI": "1"}, True), ({"CI": "false"}, False),
                                           ({"CI": "0"}, False), ({"FEDCLI_REQUIRE_MPI": "1"}, True),
                                           ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, False),
                                           ({"CI": "", "FEDCLI_REQUIRE_MPI": "yes"}, True),
                                           ({"CI": "true", "FEDCLI_REQUIRE_MPI": "no"}, False)])
-def test_mpi_required_reads_ci_and_its_override(monkeypatch, env, required):
-    from conftest import mpi_required
-
+def test_mpi_required_reads_ci_and_its_override(monkeypatch, suite_conftest, env, required):
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("FEDCLI_REQUIRE_MPI", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert mpi_required() is required
+    assert suite_conftest.mpi_required() is required
 
 
 class _Item:
@@ -77,11 +82,10 @@ class _Item:
         return self.marker if name == "long" else None
 
 
-def test_a_long_test_must_say_why():
+def test_a_long_test_must_say_why(suite_conftest):
     """``@pytest.mark.long`` (out of ``make test``, in ``make test-long`` and CI) is refused at collection without a
     reason."""
-    from conftest import check_long_reasons
-
+    check_long_reasons = suite_conftest.check_long_reasons
     check_long_reasons([_Item("a", None), _Item("b", pytest.mark.long(reason="15 s").mark)])
     with pytest.raises(pytest.UsageError, match="tests/x.py::t: @pytest.mark.long needs reason="):
         check_long_reasons([_Item("tests/x.py::t", pytest.mark.long.mark)])
