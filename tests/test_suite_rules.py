@@ -53,7 +53,6 @@ def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcom
         assert summary.count("MPI test skipped where MPI is required") == 2 and "test_not_mpi" not in summary
 
 
-
 @pytest.fixture
 def suite_conftest(request):
     """tests/conftest.py as pytest loaded it (``import conftest`` may find a folder's own conftest.py instead)."""
@@ -91,6 +90,7 @@ def test_a_long_test_must_say_why(suite_conftest):
         check_long_reasons([_Item("tests/x.py::t", pytest.mark.long.mark)])
     with pytest.raises(pytest.UsageError):
         check_long_reasons([_Item("tests/x.py::t", pytest.mark.long(reason="").mark)])
+
 
 def test_test_modules_do_not_import_each_other():
     """Helpers shared between test modules live in kit modules (simkit, runkit, goldenkit, lama_ref, baselines_kit,
