@@ -92,6 +92,19 @@ def test_a_long_test_must_say_why(suite_conftest):
         check_long_reasons([_Item("tests/x.py::t", pytest.mark.long(reason="").mark)])
 
 
+
+def test_ci_runs_make_test_then_the_long_tests():
+    """The long tier leaves ``make test`` only: CI (.ci/run) runs ``make test`` (the README's test command), then
+    ``make test-long``, so CI runs every test that is not slow."""
+    root = TESTS.parent
+    ci = [ln.strip() for ln in (root / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    runs = [ln.split("make ", 1)[1] for ln in ci if "make test" in ln]
+    assert runs == ["test", "test-long"], ci
+    make = (root / "Makefile").read_text()
+    recipe = lambda target: make.split(f"\n{target}:\n", 1)[1].split("\n", 1)[0]  # noqa: E731
+    assert '-m "not slow and not long"' in recipe("test") and '-m "long and not slow"' in recipe("test-long")
+    assert recipe("test-all").rstrip().endswith("-m pytest -q")  # every marker
+
 def test_test_modules_do_not_import_each_other():
     """Helpers shared between test modules live in kit modules (simkit, runkit, goldenkit, lama_ref, baselines_kit,
     fedala_kit, sweepkit, signalkit): a test module
