@@ -254,10 +254,12 @@ class Made:
 
 
 def trackers_done(path: Path, timeout: float = 240) -> None:
-    """Wait until no trackers' process works on a run directory under ``path`` (``fedcli.trackers.state.wait``)."""
+    """Wait until no trackers' process works on a run directory under ``path`` (``fedcli.trackers.state.wait``). Every
+    run directory (its manifest.json), not only those with a trackers.json: a trackers' process that has just started
+    may still be writing its first one (a full run copied its .trackers.json.tmp while it was renamed)."""
     from fedcli.trackers import state
 
-    for run in [m.parent for m in path.rglob(state.STATE_FILE)] if path.is_dir() else []:
+    for run in [m.parent for m in path.rglob("manifest.json")] if path.is_dir() else []:
         assert state.wait(run, timeout), f"the trackers of {run} were still at work after {timeout} s"
 
 
