@@ -76,7 +76,8 @@ def check_long_reasons(items) -> None:
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is not None and not mark.kwargs.get("reason"):
-            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason=\"...\" (why it is out of make test)")
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason=\"...\" "
+                                    "(why it is out of make test)")
 
 
 def pytest_collection_modifyitems(config, items):

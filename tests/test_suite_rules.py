@@ -34,10 +34,11 @@ LONG = pytest.mark.long(reason="a nested pytest (3 to 7 s) for another switch of
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("env,code,outcome", [({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
-                                              pytest.param({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error", marks=LONG),
-                                              ({"CI": ""}, 0, "3 skipped"),
-                                              pytest.param({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped", marks=LONG)])
+@pytest.mark.parametrize("env,code,outcome", [
+    ({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
+    pytest.param({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error", marks=LONG),
+    ({"CI": ""}, 0, "3 skipped"),
+    pytest.param({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped", marks=LONG)])
 def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcome):
     (tmp_path / "test_x.py").write_text(SKIPPING)
     # the suite's conftest, as a plugin, on a throwaway test file
@@ -60,8 +61,8 @@ def suite_conftest(request):
     return next(m for m in request.config.pluginmanager.get_plugins() if getattr(m, "__file__", None) == path)
 
 
-@pytest.mark.parametrize("env,required", [({}, False), ({"CI": "true"}, True), ({"CI": "1"}, True), ({"CI": "false"}, False),
-                                          ({"CI": "0"}, False), ({"FEDCLI_REQUIRE_MPI": "1"}, True),
+@pytest.mark.parametrize("env,required", [({}, False), ({"CI": "true"}, True), ({"CI": "1"}, True),
+                                          ({"CI": "false"}, False), ({"CI": "0"}, False), ({"FEDCLI_REQUIRE_MPI": "1"}, True),
                                           ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, False),
                                           ({"CI": "", "FEDCLI_REQUIRE_MPI": "yes"}, True),
                                           ({"CI": "true", "FEDCLI_REQUIRE_MPI": "no"}, False)])
@@ -92,7 +93,6 @@ def test_a_long_test_must_say_why(suite_conftest):
         check_long_reasons([_Item("tests/x.py::t", pytest.mark.long(reason="").mark)])
 
 
-
 def test_ci_runs_make_test_then_the_long_tests():
     """The long tier leaves ``make test`` only: CI (.ci/run) runs ``make test`` (the README's test command), then
     ``make test-long``, so CI runs every test that is not slow."""
@@ -104,6 +104,7 @@ def test_ci_runs_make_test_then_the_long_tests():
     recipe = lambda target: make.split(f"\n{target}:\n", 1)[1].split("\n", 1)[0]  # noqa: E731
     assert '-m "not slow and not long"' in recipe("test") and '-m "long and not slow"' in recipe("test-long")
     assert recipe("test-all").rstrip().endswith("-m pytest -q")  # every marker
+
 
 def test_test_modules_do_not_import_each_other():
     """Helpers shared between test modules live in kit modules (simkit, runkit, goldenkit, lama_ref, baselines_kit,

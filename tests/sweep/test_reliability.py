@@ -544,9 +544,10 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("when, stopped, holds", [("3:2", "after round 4 ", "holds rounds 1-4"),
-                                                  pytest.param("3:1,3:2", "during round 4 (stopped at once", "holds rounds 1-3", marks=pytest.mark.long(
-                                                      reason="a second signal under mpiexec (9 s); make test keeps the first (3:2) and a second signal in one process"))])
+@pytest.mark.parametrize("when, stopped, holds", [
+    ("3:2", "after round 4 ", "holds rounds 1-4"),
+    pytest.param("3:1,3:2", "during round 4 (stopped at once", "holds rounds 1-3", marks=pytest.mark.long(
+        reason="a second signal under mpiexec (9 s); make test keeps the first (3:2) and a second signal in one process"))])
 def test_sigterm_under_mpiexec_prints_the_mpiexec_resume_command(when, stopped, holds, tmp_path):
     out = tmp_path / "run"
     p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", MPI_SIGNALLED, when, *TINY, "--out", str(out)],

@@ -207,7 +207,8 @@ def cancel_after_a_few_rounds(sl: Path) -> None:
     assert m["status"] == "interrupted" and "SIGTERM" in m.get("error", "") + (sl / "cancelled/seed0.log").read_text()
 
 
-@pytest.mark.long(reason="two Slurm jobs, one cancelled, then a second call (15 s): make test keeps the submit/wait/status test on the real queue")
+@pytest.mark.long(reason="two Slurm jobs, one cancelled, then a second call (15 s): make test keeps the "
+                          "submit/wait/status test on the real queue")
 def test_scancel_then_next_call_resumes_bitwise(slurm, tmp_path, capsys):
     """scancel (SIGTERM) stops a run at its round boundary as interrupted, ``--status`` shows CANCELLED, and the next
     call resumes it to the metrics of an uninterrupted local run, bit for bit (the quick half of the test below)."""
@@ -288,7 +289,8 @@ def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
     assert queued() <= before
 
 
-@pytest.mark.long(reason="a packed Slurm job and a local sweep to compare (11 s): make test keeps the submit/wait/status test on the real queue")
+@pytest.mark.long(reason="a packed Slurm job and a local sweep to compare (11 s): make test keeps the "
+                          "submit/wait/status test on the real queue")
 def test_runs_per_job_packs_runs_together_and_equals_local(slurm, tmp_path, capsys):
     """``--runs-per-job 2``: the 4 runs go in 2 jobs (asking for 2 CPUs each), a job's two runs share its id and run at
     the same time, and the metrics are those of a local sweep, bit for bit."""

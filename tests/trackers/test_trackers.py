@@ -357,7 +357,8 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.long(reason="a run whose trackers' process is killed, its report, then a resume (16 s); make test keeps "
-                          "the tracker resume after a kill (test_resume_continues_the_same_tracker_run_without_duplicate_steps)")
+                          "the tracker resume after a kill "
+                          "(test_resume_continues_the_same_tracker_run_without_duplicate_steps)")
 @pytest.mark.timeout(600)
 def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_trains_nothing(clean_env, capsys):
     """issue 41: `fedcli report` of a completed run whose trackers' process was killed says `fedcli train --resume RUN`
