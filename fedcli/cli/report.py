@@ -187,7 +187,7 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     from pathlib import Path
 
     from fedcli.report import style
-    from fedcli.report.single import comparison_table, write_figures
+    from fedcli.report.single import comparison_table, run_names, write_figures
     from fedcli.report.tables import render
 
     _emit(render(comparison_table(runs, baseline=baseline), fmt), output, f"table of {len(runs)} run(s)")
@@ -195,7 +195,7 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     _killed_notes(runs)
     if figures is None and len(explicit) == 1 and len(runs) == 1:
         figures = str(Path(explicit[0]) / "figures")
-    if figures is None and (msg := style.data_warning(runs)):  # with figures: their warning says it
+    if figures is None and (msg := style.data_warning(runs, run_names(runs))):  # with figures: their warning says it
         _warn(msg)
     if figures is None:
         err_console.print(f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "

@@ -105,9 +105,20 @@ def cross_point(deltas: list[float], one_minus: list[float]) -> int | None:
     return None
 
 
+def panel_labels(panel, runs: dict) -> list[str]:
+    """The legend texts of a panel's runs (the recipe's labels, else each run's legend), each followed by its data
+    (``FedLAMA (τ′=2, φ=2), femnist/mlp``) when the panel's runs are not all on one dataset and model: two FedLAMA
+    curves that differ in their data are never told apart by τ′ alone."""
+    reps = [_first(runs[name]) for name in panel.runs]
+    labels = list(panel.labels) or [r.legend() for r in reps]
+    if len({style.data_label(r) for r in reps}) > 1:
+        labels = [f"{lab}, {style.data_label(r)}" for lab, r in zip(labels, reps)]
+    return labels
+
+
 def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
     reps = [_first(runs[name]) for name in panel.runs]
-    for name, kw in zip(panel.runs, style.styles(reps, list(panel.labels) or None)):
+    for name, kw in zip(panel.runs, style.styles(reps, panel_labels(panel, runs))):
         xs, m, s = _curve(runs[name], x, y)
         ax.plot(xs, m, linewidth=1.6, markersize=4, markevery=max(1, len(xs) // 8), **kw)
         if len(runs[name]) > 1:
@@ -124,17 +135,54 @@ def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
     style.legend_below(ax, len(panel.runs))
 
 
-def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool) -> None:
+def spans_decades(values) -> bool:
+    """Whether positive ``values`` span two decades or more (largest >= 100 x smallest): on a linear axis every bar
+    but the largest would be hidden (the bias tensors' 0.01 M params against a kernel's 8 M)."""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) >= 100 * min(positive)
+
+
+def layer_signature(run) -> tuple:
+    """A run's model as the per-layer figures see it: its tensors' (name, numel) in forward order (layers.csv)."""
+    return tuple((str(r["name"]), int(r["numel"])) for r in run.layers)
+
+
+def split_by_model(panel, runs: dict) -> list:
+    """``panel`` as one panel per model among its runs (by :func:`layer_signature`): bars are placed by layer index
+    and named by the layer, so runs of two models (digits' MLP and FEMNIST's, both ``hidden.0.weight``...) never
+    share one axis; each panel of a split is titled by its data and size (``femnist/mlp, 109,386 params``)."""
+    from dataclasses import replace
+
+    groups: dict[tuple, list[int]] = {}
+    for i, name in enumerate(panel.runs):
+        groups.setdefault(layer_signature(_first(runs[name])), []).append(i)
+    if len(groups) < 2:
+        return [panel]
+    labels = list(panel.labels) or [_first(runs[name]).legend() for name in panel.runs]  # the title names the data
+    out = []
+    for sig, members in groups.items():
+        rep = _first(runs[panel.runs[members[0]]])
+        data = f"{style.data_label(rep)}, {sum(n for _, n in sig):,} params"
+        out.append(replace(panel, title=f"{panel.title}: {data}" if panel.title else data,
+                           runs=[panel.runs[i] for i in members], labels=[labels[i] for i in members]))
+    return out
+
+
+def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool | None) -> bool:
+    """One bar per run and layer (the mean over the run's seeds); returns whether the y axis is logarithmic (``log``:
+    a recipe's choice; None: for layer-size, when the bars span two decades, :func:`spans_decades`)."""
     key = "syncs" if kind == "layer-syncs" else ("comm_params" if unit == "params" else "comm_bytes")
     reps = [_first(runs[name]) for name in panel.runs]
     k = len(panel.runs)
     width = 0.8 / k
     names = None
-    hatches = {"-": "", "--": "//", "-.": "..", ":": "xx"}
-    for j, (name, kw) in enumerate(zip(panel.runs, style.styles(reps, list(panel.labels) or None))):
+    hatches = {"-": "", "--": "//", "-.": ".."}
+    drawn = []
+    for j, (name, kw) in enumerate(zip(panel.runs, style.styles(reps, panel_labels(panel, runs)))):
         idx, names, vals = _layer_values(runs[name], key)
         if key != "syncs":
             vals = [v / 1e6 for v in vals]
+        drawn += vals
         ax.bar([i + (j - (k - 1) / 2) * width for i in idx], vals, width=width, color=kw["color"], label=kw["label"],
                hatch=hatches.get(kw["linestyle"], "++"), edgecolor="white", linewidth=0.3)
     ax.set_xlabel("Layer (parameter tensor, forward order)")
@@ -143,7 +191,10 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool) -> Non
     if names is not None and len(names) <= 24:
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
-    if log and ax.dataLim.ymax > 0:  # a log axis needs a positive bar (a run that moved nothing stays linear)
+    if log is None:
+        log = kind == "layer-size" and spans_decades(drawn)
+    log = bool(log) and ax.dataLim.ymax > 0  # a log axis needs a positive bar (a run that moved nothing stays linear)
+    if log:
         ax.set_yscale("log")
     else:
         style.plain_axis(ax.yaxis)
@@ -153,6 +204,7 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool) -> Non
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(axis="y", alpha=0.3)
     style.legend_right(ax)
+    return log
 
 
 def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
@@ -165,26 +217,28 @@ def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
     deltas, one_minus, order, rnd, it = delta_lambda_curves(run, spec.round)
     ls = list(range(1, len(deltas) + 1))
     color = style.method_style(run)[0]
-    ax.plot(ls, deltas, marker="o", markersize=4, color=color, label="δ_l: discrepancy ratio (Eq. 3)")
-    ax.plot(ls, one_minus, marker="s", markersize=4, color="#999999", linestyle="--", label="1 − λ_l: size ratio (Eq. 4)")
+    ax.plot(ls, deltas, marker="o", markersize=4, color=color, label=r"$\delta_l$: discrepancy ratio (Eq. 3)")
+    ax.plot(ls, one_minus, marker="s", markersize=4, color="#707070", linestyle="--", label=r"$1 - \lambda_l$: size ratio (Eq. 4)")
     cp = cross_point(deltas, one_minus)
+    # the caption (plain text) and the legend (mathtext: subscripts set as subscripts) say the same
     if cp is None:
-        short = "no crossing: δ_l < 1 − λ_l for every l"
+        short, math = "no crossing: δ_l < 1 − λ_l for every l", r"no crossing: $\delta_l < 1 - \lambda_l$ for every $l$"
     elif cp == 1:
-        short = "no crossing: δ_l ≥ 1 − λ_l from l = 1"
+        short, math = "no crossing: δ_l ≥ 1 − λ_l from l = 1", r"no crossing: $\delta_l \geq 1 - \lambda_l$ from $l = 1$"
     else:
         short = f"the curves cross at l = {cp}"
+        math = rf"the curves cross at $l = {cp}$"
         ax.axvline(cp, color="grey", linestyle=":", linewidth=1)
     where = _given_long(run, rnd)
     layer_names = {int(r["layer"]): str(r["name"]) for r in run.layers} if run.layers else {}
     ax.set_xticks(ls)
     if layer_names and len(ls) <= 24:
         ax.set_xticklabels([f"{l}: {layer_names.get(order[l - 1], order[l - 1])}" for l in ls], rotation=60, ha="right", fontsize=7)
-    ax.set_xlabel("l: layers in ascending order of d_l")
+    ax.set_xlabel(r"$l$: layers in ascending order of $d_l$")
     ax.set_ylabel("Ratio")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    style.legend_right(ax, f"after round {rnd} (iteration {it}):\n{short}")
+    style.legend_right(ax, f"after round {rnd} (iteration {it}):\n{math}")
     return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: the adjustment after round {rnd} "
             f"(iteration {it}); {short}: {where}.")
 
@@ -212,7 +266,7 @@ def _panel_intervals(ax, panel, runs: dict, spec: FigureSpec) -> str:
         grid[layers.index(int(r["layer"])), its.index(int(r["iteration"]))] = float(r["interval"])
     values = sorted({int(v) for v in grid[np.isfinite(grid)]})
     base = style.method_style(run)[0]
-    colours = [style.shade(base, len(values) - 1 - k, len(values)) for k in range(len(values))]  # longest: the method's own
+    colours = [style.ramp(base, len(values) - 1 - k, len(values)) for k in range(len(values))]  # longest: the method's own
     bounds = [values[0] - 0.5] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 0.5]
     edges = [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2] + [(a + b) / 2 for a, b in zip(its, its[1:])] + \
         [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
@@ -230,15 +284,20 @@ def _panel_intervals(ax, panel, runs: dict, spec: FigureSpec) -> str:
     ax.invert_yaxis()  # forward order from the top
     ax.set_xlabel("Local iterations (at each interval adjustment)")
     ax.set_ylabel("Layer (parameter tensor)")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xticks(adjustment_ticks(its))
+    style.plain_axis(ax.xaxis)
     bar = ax.figure.colorbar(mesh, ax=ax, ticks=values, fraction=0.05, pad=0.02)
     bar.set_label("Interval (local iterations)")
     long = sum(1 for l in layers if grid[layers.index(l)][np.isfinite(grid[layers.index(l)])].max(initial=0) == values[-1])
     return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: {len(its)} adjustment(s) from iteration "
             f"{its[0]} to {its[-1]}; intervals {', '.join(map(str, values))}; {long} of {len(layers)} layer(s) had the "
             f"longest ({values[-1]}) at some adjustment")
+
+
+def adjustment_ticks(its: list[int], most: int = 10) -> list[int]:
+    """The intervals figure's x ticks: adjustments themselves (the columns' centres), every k-th from the first so
+    that at most ``most`` are labelled; never a tick between two adjustments or past the last (the run's end)."""
+    return its[:: -(-len(its) // most)] if its else []
 
 
 def _given_long(run, rnd: int) -> str:
@@ -255,20 +314,62 @@ def _given_long(run, rnd: int) -> str:
             f"intervals figure shows each one, layer-syncs counts the whole run)")
 
 
+def seeds_drawn(runs: dict, names: list[str]) -> str:
+    """How the runs ``names`` combine their seeds in a figure: "the mean over 2 seeds (0, 1)", "the mean over each
+    run's seeds (of 0, 1, 2)" when some have fewer, "one seed (0)"."""
+    per = [sorted(runs[n]) for n in names if runs.get(n)]
+    seeds = sorted({s for p in per for s in p})
+    if len(seeds) <= 1:
+        return f"one seed ({seeds[0]})" if seeds else "no seed"
+    listed = ", ".join(map(str, seeds))
+    if all(len(p) == len(seeds) for p in per):
+        return f"the mean over {len(seeds)} seeds ({listed})"
+    return f"the mean over each run's seeds (of {listed})"
+
+
+def _lower(label: str) -> str:
+    label = label.replace("\n", " ")
+    return label[:1].lower() + label[1:]
+
+
+def _drawn(spec: FigureSpec, axes, panels: list, runs: dict, logs: list[bool]) -> str:
+    """What a curves or per-layer figure draws, read from its axes: the quantity against what, the panels from left,
+    how the seeds are combined (mean ± std band, or one seed), a log scale; for its caption."""
+    names = list(dict.fromkeys(n for p in panels for n in p.runs))
+    seeds = seeds_drawn(runs, names)
+    many = not seeds.startswith(("one", "no"))
+    y = f"Y axis: {_lower(axes[0].get_ylabel())}" + (", log scale" if any(logs) else "")
+    if spec.kind == "curves":
+        text = (f"{y}; x axis: {_lower(axes[0].get_xlabel())}; each line is {seeds}"
+                + (", with a band of ± one standard deviation (sample std)" if many else ", no band"))
+    else:
+        text = (f"{y}; x axis: the layers (parameter tensors, in forward order), one bar per run; each bar is {seeds}"
+                + (" (no spread drawn)" if many else ""))
+    if len(panels) > 1 and any(p.title for p in panels):
+        text += "; panels from left: " + "; ".join(p.title or "untitled" for p in panels)
+    if len(panels) > len(spec.panels):
+        text += " (one panel per model: their layers differ, so no two models share a layer axis)"
+    return text
+
+
 def build(spec: FigureSpec, runs: dict, x: str | None = None):
-    """The matplotlib figure of ``spec`` (``runs``: run name -> {seed: RunData}) and its caption text. ``x``: the x
-    axis of curves, over the spec's own (``fedcli report --x``)."""
+    """The matplotlib figure of ``spec`` (``runs``: run name -> {seed: RunData}) and its caption text: the paper and
+    title, then what is drawn (the axes, how seeds are combined; :func:`_drawn`), then each panel's own account
+    (delta-lambda, intervals, clients) and the spec's notes. ``x``: the x axis of curves, over the spec's own
+    (``fedcli report --x``). Per-layer figures get one panel per model among a panel's runs (:func:`split_by_model`)."""
     plt = _plt()
     x = style.x_axis(x or spec.x)
-    n = len(spec.panels)
+    layers = spec.kind in ("layer-syncs", "layer-size")
+    panels = [q for p in spec.panels for q in split_by_model(p, runs)] if layers else list(spec.panels)
+    n = len(panels)
     width = 5.2 if spec.kind == "curves" else 6.4  # room for the legend right of bars and delta-lambda
     fig, axes = plt.subplots(1, n, figsize=(width * n, 3.9), squeeze=False)
-    described = []
-    for ax, panel in zip(axes[0], spec.panels):
+    described, logs = [], []
+    for ax, panel in zip(axes[0], panels):
         if spec.kind == "curves":
             _panel_curves(ax, panel, runs, x, spec.y)
-        elif spec.kind in ("layer-syncs", "layer-size"):
-            _panel_layers(ax, panel, runs, spec.kind, "params" if spec.y == "params" else "bytes", spec.log)
+        elif layers:
+            logs.append(_panel_layers(ax, panel, runs, spec.kind, "params" if spec.y == "params" else "bytes", spec.log))
         elif spec.kind == "delta-lambda":
             described.append(_panel_delta_lambda(ax, panel, runs, spec))
         elif spec.kind == "intervals":
@@ -278,15 +379,19 @@ def build(spec: FigureSpec, runs: dict, x: str | None = None):
 
             described.append(panel_clients(ax, panel, runs))
         ax.set_title(panel.title or "", fontsize=10)
+    if spec.kind == "curves" or layers:
+        described.insert(0, _drawn(spec, axes[0], panels, runs, logs))
     caption = " — ".join(t for t in (spec.paper, spec.title) if t)
-    caption = ". ".join(t for t in (caption, *described, spec.notes) if t)
+    caption = ". ".join(t.rstrip(".") for t in (caption, *described, spec.notes) if t)
     return fig, caption
 
 
 def draw(spec: FigureSpec, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:
     """Draw one figure; ``runs`` maps run name -> {seed: RunData}. Returns the files written (PNG, PDF, caption).
-    ``warn``: called with one line when the figure's runs are not on one dataset and model."""
-    msg = style.data_warning([_first(r) for r in runs.values() if r])
+    ``warn``: called with one line, naming the runs by their names in ``runs``, when the figure's runs are not on one
+    dataset, model and budget."""
+    drawn = [name for name in spec.run_names() if runs.get(name)] or [name for name in runs if runs[name]]
+    msg = style.data_warning([_first(runs[name]) for name in drawn], drawn)
     if msg and warn is not None:
         warn(f"{spec.name}: {msg}")
     fig, caption = build(spec, runs, x)

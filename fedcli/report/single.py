@@ -84,9 +84,7 @@ def run_names(runs: list[RunData]) -> list[str]:
     return [f"{r.path.parent.name}/{r.path.name}" if names.count(r.path.name) > 1 else r.path.name for r in runs]
 
 
-def data_label(run: RunData) -> str:
-    cfg = run.config
-    return f"{cfg.get('dataset', '?')}/{cfg.get('model', '?')}"
+data_label = style.data_label  # ``dataset/model``, as every figure and table names a run's data
 
 
 # ------------------------------------------------------------------------------------------------ table
@@ -385,7 +383,7 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     from fedcli.report.spec import FigureSpec, Panel
 
     out_dir = Path(out_dir)
-    msg = style.data_warning(runs)
+    msg = style.data_warning(runs, run_names(runs))
     if msg and warn is not None:
         warn(msg)
     groups = seed_groups(runs, run_names(runs))
@@ -410,15 +408,15 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
         panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
         files += draw(FigureSpec("layer-syncs", "layer-syncs", title=f"Synchronizations per layer over the whole run: {what}",
                                  panels=[panel]), keyed, out_dir)
-        sizes = [v for g in groups for r in g.first.layers if (v := float(r.get("comm_bytes") or 0)) > 0]
-        decades = bool(sizes) and max(sizes) / min(sizes) >= 100  # a linear axis would hide every layer but the largest
         files += draw(FigureSpec("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
-                                 f"cohort client, both directions, everything that travels for the layer{'; log scale' if decades else ''}): {what}",
-                                 panels=[panel], log=decades), keyed, out_dir)
+                                 f"cohort client, both directions, everything that travels for the layer): {what}",
+                                 panels=[panel]), keyed, out_dir)  # a log axis when the layers span two decades
     files += write_clients_figure(reps, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
     lama = [(g.name, lab, g.first) for g, lab in zip(groups, labels) if g.first.intervals]
     if lama:
-        panels = [Panel(title=f"{lab} ({k})" if len(lama) > 1 else "", runs=[k], labels=[lab]) for k, lab, r in lama]
+        mixed = len({data_label(r) for _, _, r in lama}) > 1  # runs of several datasets: each panel names its own
+        panels = [Panel(title=f"{lab}{f', {data_label(r)}' if mixed else ''} ({k})" if len(lama) > 1 else "", runs=[k],
+                        labels=[lab]) for k, lab, r in lama]
         files += draw(FigureSpec("intervals", "intervals", title="Each layer's synchronization interval over the run "
                                  "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)", panels=panels),
                       keyed, out_dir)

@@ -202,7 +202,7 @@ class FigureSpec:
     y: str = "auto"        # curves: an accuracy of ACC_METRICS (auto: personal_acc for personalized runs) or a loss
     seed: int = 0          # delta-lambda: index into the sweep's seeds
     round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
-    log: bool = False      # log-scale y axis (layer-size)
+    log: bool | None = None  # log-scale y axis; None: layer-size on a log axis when its bars span two decades
     notes: str = ""
 
     def run_names(self) -> list[str]:

@@ -4,8 +4,10 @@ what was measured, units without offsets, legends off the data, no suptitles (a 
 A method's colour and marker are its own (``Method.style``, registered with the method and recorded in each run's
 manifest; a combination such as FedProx + FedLAMA gets one from its label), never from the order of the runs or the
 panel, so FedLAMA is the same blue in every figure of a report. Several runs of one
-method in one panel (FedLAMA with phi = 2, 4, 8) share its colour and differ in line style, in the order of their
-labels (natural order: phi=2 before phi=10), again whatever the order of the arguments.
+method in one panel (FedLAMA with phi = 2, 4, 8) are told apart in the order of their labels (natural order: phi=2
+before phi=10), again whatever the order of the arguments: the first keeps the method's colour, the others turn from it
+in hue and lightness (:func:`shade`: four FedAvg variants are grey, brown, ochre and olive, never four greys), each
+with its own dash (never a thin dotted line) and marker fill.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 #: methods that record no style (your own, runs older than styles): a colour and marker from their label
 FALLBACK_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
 FALLBACK_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
-LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
+#: a method's variants (rank 0, 1, ...) in these dashes: no ``":"`` (a thin dotted line vanishes on its ± std band)
+LINESTYLES = ("-", "--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (8, 3)), (0, (3, 1, 1, 1, 1, 1)))
 
 #: the x axes of curves (``fedcli report --x``, a recipe figure's ``x``); older recipe spellings map onto them
 X_AXES = ("iterations", "rounds", "params", "bytes")
@@ -88,9 +91,34 @@ FILLSTYLES = ("full", "none", "left", "top", "right", "bottom")
 
 
 def shade(color: str, rank: int, n: int) -> str:
-    """The ``rank``-th of ``n`` variants of one method in a shade of the method's colour: rank 0 is the colour itself,
-    the others step in HLS lightness away from it towards the roomier side (lighter from a dark colour, darker from a
-    light one), by at most 0.18 a step and never past 0.78 (lighter is too faint on white) or below 0.12."""
+    """The ``rank``-th of ``n`` variants of one method: rank 0 is the method's colour itself; the others turn from it
+    in CIELAB, up to the last variant: hue by 90 degrees, lightness L* to 60 from a dark colour (30 from a light one,
+    never outside 30..60), chroma at least 40 (so a grey method, FedAvg's, gets browns and olives; its own hue-less
+    grey stays rank 0), the chroma lowered only as far as the sRGB gamut needs. L* 30..60 keeps every variant at a contrast of 3:1 or more
+    against the white page (WCAG's minimum for graphics), and 2 to 4 variants stay 15 or more apart (CIE76 delta E)."""
+    if n <= 1 or rank == 0:
+        return color
+    from matplotlib.colors import to_hex
+
+    lightness, chroma, hue = lch(color)
+    t = rank / (n - 1)
+    if chroma < 10:  # a grey: no hue of its own to turn from
+        hue = 40.0
+    lightness = min(60.0, max(30.0, lightness + ((60.0 if lightness < 45 else 30.0) - lightness) * t))
+    hue = (hue + 90.0 * t) % 360
+    chroma = max(chroma, 40.0)
+    rgb = from_lch(lightness, chroma, hue)
+    while chroma > 0 and not all(-1e-9 <= v <= 1 + 1e-9 for v in rgb):  # out of the sRGB gamut: less saturated
+        chroma = max(0.0, chroma - 1.0)
+        rgb = from_lch(lightness, chroma, hue)
+    return to_hex([min(1.0, max(0.0, v)) for v in rgb])
+
+
+def ramp(color: str, rank: int, n: int) -> str:
+    """The ``rank``-th of ``n`` steps of one ordered quantity in one colour (the intervals figure: the longest interval
+    in the method's colour, shorter ones paler): rank 0 is the colour itself, the others step in HLS lightness away
+    from it towards the roomier side (lighter from a dark colour, darker from a light one), by at most 0.18 a step and
+    never past 0.78 or below 0.12; the hue stays, so the steps read as more and less of one thing."""
     import colorsys
 
     from matplotlib.colors import to_hex, to_rgb
@@ -102,6 +130,37 @@ def shade(color: str, rank: int, n: int) -> str:
     room = 0.78 - l if direction > 0 else l - 0.12
     target = l + direction * min(max(room, 0.0) / (n - 1), 0.18) * rank
     return to_hex(colorsys.hls_to_rgb(h, min(0.78, max(0.12, target)), s))
+
+
+#: sRGB (D65) to CIE XYZ and back (IEC 61966-2-1), the white point for CIELAB
+_XYZ = ((0.4124564, 0.3575761, 0.1804375), (0.2126729, 0.7151522, 0.0721750), (0.0193339, 0.1191920, 0.9503041))
+_RGB = ((3.2404542, -1.5371385, -0.4985314), (-0.9692660, 1.8760108, 0.0415560), (0.0556434, -0.2040259, 1.0572252))
+_WHITE = (0.95047, 1.0, 1.08883)
+_EPS, _KAPPA = 216 / 24389, 24389 / 27  # CIE's constants of the L* curve
+
+
+def lch(color) -> tuple[float, float, float]:
+    """CIELAB lightness L* (0-100), chroma and hue (degrees) of a matplotlib colour (CIE 1976 L*a*b*, D65)."""
+    import math
+
+    from matplotlib.colors import to_rgb
+
+    rgb = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(color)]
+    f = [v ** (1 / 3) if v > _EPS else (_KAPPA * v + 16) / 116
+         for v in (sum(m * c for m, c in zip(row, rgb)) / w for row, w in zip(_XYZ, _WHITE))]
+    a, b = 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+    return 116 * f[1] - 16, math.hypot(a, b), math.degrees(math.atan2(b, a)) % 360
+
+
+def from_lch(lightness: float, chroma: float, hue: float) -> list[float]:
+    """sRGB (0-1, unclipped: outside [0, 1] when out of gamut) of a CIELAB L*, chroma, hue (the inverse of :func:`lch`)."""
+    import math
+
+    fy = (lightness + 16) / 116
+    f = (fy + chroma * math.cos(math.radians(hue)) / 500, fy, fy - chroma * math.sin(math.radians(hue)) / 200)
+    xyz = [w * (v ** 3 if v ** 3 > _EPS else (116 * v - 16) / _KAPPA) for v, w in zip(f, _WHITE)]
+    return [12.92 * c if c <= 0.0031308 else 1.055 * max(c, 0.0) ** (1 / 2.4) - 0.055
+            for c in (sum(m * x for m, x in zip(row, xyz)) for row in _RGB)]
 
 
 def plain_axis(axis) -> None:
@@ -126,13 +185,19 @@ def legend_right(ax, title: str | None = None) -> None:
               alignment="left")
 
 
-def data_warning(runs: list) -> str | None:
+def data_label(run) -> str:
+    """The data a run was trained on, as figures and tables name it: ``dataset/model`` (``femnist/mlp``)."""
+    return f"{run.config.get('dataset', '?')}/{run.config.get('model', '?')}"
+
+
+def data_warning(runs: list, names: list[str] | None = None) -> str | None:
     """One line when ``runs`` (RunData) are not on one dataset, model and budget: they are drawn on one axis all the
-    same, and the line (also put in the figure's caption) names what differs and for which runs."""
+    same, and the line names what differs and for which runs, by ``names`` (a sweep's run names, the report's short
+    run names: ``digits/seed0``; default: each run's folder name)."""
     from fedcli.report.groups import differences
 
-    seen = list(dict.fromkeys(f"{r.config.get('dataset', '?')}/{r.config.get('model', '?')}" for r in runs))
-    differ = differences(runs, [r.path.name for r in runs])
+    seen = list(dict.fromkeys(map(data_label, runs)))
+    differ = differences(runs, names or [r.path.name for r in runs])
     if differ:
         return (f"runs of different datasets, models or budgets are drawn together ({', '.join(seen)}; {'; '.join(differ)}): "
                 f"their curves are not one comparison")

@@ -68,7 +68,7 @@ def test_communication_figure_by_default_and_truetype_fonts(root, capsys, tmp_pa
     assert "curves-params.png" not in {p.name for p in again.iterdir()}
 
 
-def test_variants_of_one_method_in_shades_dashes_and_marker_fills(root):
+def test_variants_of_one_method_in_colours_dashes_and_marker_fills(root):
     a, b = load_run(root / "avg/s0"), load_run(root / "avg4/s0")
     looks = {s["label"]: s for s in style.styles([b, a])}
     one, two = looks["FedAvg (τ=2)"], looks["FedAvg (τ=4)"]
@@ -76,13 +76,11 @@ def test_variants_of_one_method_in_shades_dashes_and_marker_fills(root):
     assert to_hex(two["color"]) != to_hex(one["color"])      # the second: a shade of it
     assert (one["linestyle"], one["fillstyle"], one["marker"]) == ("-", "full", two["marker"])
     assert (two["linestyle"], two["fillstyle"]) == ("--", "none")
-    # a shade keeps the hue and moves the lightness: FedAvg's dark grey gets lighter
-    import colorsys
-    from matplotlib.colors import to_rgb
-
-    h1, l1, _ = colorsys.rgb_to_hls(*to_rgb(one["color"]))
-    h2, l2, _ = colorsys.rgb_to_hls(*to_rgb(two["color"]))
-    assert l2 - l1 == pytest.approx(0.18, abs=0.01)
+    # the last variant turns from the method's colour in CIELAB: FedAvg's hue-less dark grey (L* 33) gets a hue
+    # (chroma 40 or as much as the gamut allows) and the lightness L* 60
+    l1, c1, _ = style.lch(one["color"])
+    l2, c2, _ = style.lch(two["color"])
+    assert c1 < 1 and c2 > 20 and l2 == pytest.approx(60, abs=0.5)
     assert style.shade("#0072B2", 0, 3) == "#0072B2"
     assert len({style.shade("#0072B2", k, 4) for k in range(4)}) == 4
 
