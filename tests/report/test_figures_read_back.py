@@ -20,7 +20,7 @@ from matplotlib.colors import to_hex, to_rgb
 from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.core import find_sweeps
-from fedcli.report.figures import build
+from fedcli.report.figures import build, draw
 from fedcli.report.single import load_run, write_figures
 from fedcli.report.spec import FigureSpec, Panel
 from simkit import FEMNIST_SAMPLE, cli
@@ -301,6 +301,11 @@ def test_mixed_datasets_in_legend_panels_and_warning(mixed, tmp_path, capsys):
             key = "syncs" if kind == "layer-syncs" else "comm_bytes"
             assert bars == pytest.approx([float(r[key]) / (1 if kind == "layer-syncs" else 1e6) for r in run.layers])
         assert "one panel per model" in caption
+    # a sweep's figure names its runs by their recipe names
+    said = []
+    draw(FigureSpec("c", "curves", panels=[Panel(runs=["FedLAMA digits", "FedLAMA femnist"])]),
+         {"FedLAMA digits": {0: runs[0]}, "FedLAMA femnist": {0: runs[1]}}, tmp_path / "h", warn=said.append)
+    assert len(said) == 1 and "dataset: digits (FedLAMA digits), femnist (FedLAMA femnist)" in said[0], said
     # the run-directory report draws the same: its layer-syncs has two panels
     files = write_figures(runs, tmp_path / "g")
     assert (tmp_path / "g" / "layer-syncs.png") in files
