@@ -128,8 +128,12 @@ def legend_right(ax, title: str | None = None) -> None:
     width = _PRINT_WIDTH.get()
     if width is not None and width < WIDE_IN:
         n = len(ax.get_legend_handles_labels()[0])
-        leg = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=min(n, 2), fontsize=8, frameon=False,
-                        title=title, title_fontsize=8)
+        for ncol in (min(n, 2), 1):  # two entries a row where they fit the width, else one
+            leg = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=ncol, fontsize=8, frameon=False,
+                            title=title, title_fontsize=8)
+            ax.figure.canvas.draw()
+            if leg.get_window_extent().width <= 0.95 * width * ax.figure.dpi:
+                break
         leg.fedcli_above = True  # the panel's title goes above it (_fit_width)
         return
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, title=title, title_fontsize=8,
@@ -193,11 +197,7 @@ def _fit_width(fig, width_in: float) -> None:
 
     w, h = fig.get_size_inches()
     fig.set_size_inches(width_in, h * max(0.7, width_in / w))  # ticks, labels and legends keep their size: keep height
-    for ax in fig.axes:  # a legend above the axes (legend_right in a column): the panel's title above the legend
-        leg = ax.get_legend()
-        if leg is not None and getattr(leg, "fedcli_above", False) and ax.get_title():
-            fig.canvas.draw()
-            ax.set_title(ax.get_title(), pad=6 + leg.get_window_extent().height * 72 / fig.dpi)
+    _title_above_legend(fig)
     want = width_in - 2 * float(matplotlib.rcParams["savefig.pad_inches"])  # savefig pads the tight box on each side
     for _ in range(4):  # the legends and labels outside the axes keep their size: shrink the axes by their overhang
         fig.tight_layout()
@@ -206,6 +206,18 @@ def _fit_width(fig, width_in: float) -> None:
             break
         cur = fig.get_size_inches()
         fig.set_size_inches(max(1.0, cur[0] - (got - want)), cur[1])
+    _title_above_legend(fig)
+
+
+def _title_above_legend(fig) -> None:
+    """A legend placed above its axes (:func:`legend_right` in a column): the panel's title above the legend."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None and getattr(leg, "fedcli_above", False) and ax.get_title():
+            gap = leg.get_window_extent(r).y1 - ax.get_window_extent(r).y1
+            ax.set_title(ax.get_title(), pad=4 + gap * 72 / fig.dpi)
 
 
 def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:

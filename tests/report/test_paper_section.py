@@ -211,3 +211,27 @@ def test_unknown_paper_and_no_sweep(results, tmp_path, capsys):
     code, _, err = cli(["report", str(results), "--paper", "fedala-aaai", "--output", str(tmp_path / "ala")], capsys)
     assert code == 0, err
     assert "No sweep of FedALA (AAAI 2023) in this folder." in (tmp_path / "ala" / "section.md").read_text()
+
+
+def test_a_one_column_figure_keeps_its_text_and_data_room(tmp_path):
+    """Issue 48.7: inside ``printed`` a figure is saved at the column's width, legends included, its text at 8 pt; a
+    legend that would sit right of the axes (bars) goes above them, the panel's title above it."""
+    from fedcli.report import style
+
+    with style.printed(COLUMN_IN):
+        fig, ax = style.plt().subplots(figsize=(6.4, 3.9))
+        ax.bar([0, 1, 2], [80, 40, 80], width=0.4, label="FedAvg (τ=2)")
+        ax.bar([0.4, 1.4, 2.4], [80, 80, 80], width=0.4, label="FedLAMA (τ′=2, φ=2)")
+        ax.set_xticks([0, 1, 2], ["hidden.0.weight", "hidden.0.bias", "out.weight"], rotation=60)
+        style.legend_right(ax)
+        ax.set_title("a)")
+        style.save(fig, tmp_path, "bars", "a caption")
+    w, _ = pdf_size(tmp_path / "bars.pdf")
+    assert abs(w - COLUMN_IN) < 0.05, w
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # saved and closed: laid out again as saved, to read where things are
+    r = fig.canvas.get_renderer()
+    axes, legend, title = ax.get_window_extent(r), ax.get_legend().get_window_extent(r), ax.title.get_window_extent(r)
+    assert legend.y0 >= axes.y1 and title.y0 >= legend.y1 - 1 and axes.width > 0.6 * fig.bbox.width
+    assert {t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()} == {8.0}
