@@ -151,7 +151,7 @@ def _product(sweep, spec, out: Path, x) -> Part:
     return _figure(sweep, spec, out / rel, rel, x)
 
 
-def _lacking(sweep, specs: list, parts: list[Part]) -> list[str]:
+def _lacking(specs: list, parts: list[Part]) -> list[str]:
     """"Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
     product named once, the runs once for the products that lack the same ones)."""
     from fedcli.report.spec import TableSpec
@@ -208,7 +208,7 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         md += [f"## {head}", "", f"{text} {said}", ""]
         specs = [*s.tables(), *s.figures()]
         parts = [_product(s, spec, out, x) for spec in specs]
-        lacking = _lacking(s, specs, parts)
+        lacking = _lacking(specs, parts)
         if lacking:
             intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
             t, m = _itemize(lacking)
