@@ -18,6 +18,7 @@ def report(
     x: str = typer.Option(None, "--x", metavar="<choice>", help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8) or bytes moved both ways. \\[choices: iterations, rounds, params, bytes] \\[default: a sweep figure's own `x`; run directories: both `curves` against iterations (rounds when every run has a round budget) and `curves-params` against parameters; --x picks the axis of one of the two]"),
     paper: str = typer.Option(None, "--paper", metavar="NAME", help="Assemble one paper's experiment section from the sweeps of its recipes under DIR: every table and figure they can produce, in LaTeX (section.tex, booktabs) and Markdown (section.md), with the figures, into --output DIR. "
                                f"\\[choices: {', '.join(PAPERS)}] \\[default --output: DIR/paper-NAME]"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="With --paper: replace section.tex and section.md even where they changed since fedcli wrote them (hand edits are lost). Without it an edited section is kept and the command refuses (exit 2)."),
     baseline: str = typer.Option(None, "--baseline", metavar="RUN", help="The run that the comparison table of run directories measures communication against, in parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg with each run's cohort, tau and budget, computed]"),
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
@@ -35,8 +36,10 @@ def report(
     if x is not None and x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
     if paper is not None:
-        _paper(paper, list(folders or ["results"]), output, x, table, figure, figures)
+        _paper(paper, list(folders or ["results"]), output, x, table, figure, figures, overwrite)
         return
+    if overwrite:
+        raise ConfigError("--overwrite applies to --paper only (it replaces a section.tex or section.md edited by hand)")
     if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
         raise ConfigError(f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
                           f"file name {figures}")
@@ -82,7 +85,8 @@ def report(
         _write_figures(scope, figures, list(figure) if figure else None, holders[0], x)
 
 
-def _paper(name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures) -> None:
+def _paper(name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures,
+           overwrite: bool = False) -> None:
     """``--paper NAME``: the paper's section from the sweeps under ``folders`` (fedcli/report/paper.py)."""
     from pathlib import Path
 
@@ -103,7 +107,7 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
                           f"RECIPE --scale smoke` first")
     out = Path(output) if output else Path(folders[0]) / f"paper-{name}"
     try:
-        files = write_section(sweeps, name, out, x)
+        files = write_section(sweeps, name, out, x, overwrite)
     except OSError as e:
         from fedcli.errors import os_error
 

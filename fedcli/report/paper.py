@@ -1,7 +1,12 @@
 """``fedcli report DIR --paper NAME``: every table and figure of one paper's recipes that the sweeps under DIR can
-produce, assembled into one LaTeX section (booktabs tables, ``table*`` where wide, the figures' PDFs included) and the
-same in Markdown, each product introduced by a paragraph naming the setting, the command that ran it, the versions
-and what is missing.
+produce, assembled into one LaTeX section (booktabs tables, ``table*`` where wide, the figures' PDFs included, each
+figure drawn for the width it prints at: one panel a column, several both columns) and the same in Markdown, each
+product introduced by a paragraph naming the setting, the command that ran it, the versions and what is missing.
+
+Nothing is written through a link and no edit is lost: every path the section would write is checked before the
+first is written (:func:`planned`, :func:`check_targets`), and ``section.tex`` / ``section.md`` carry a checksum of
+what fedcli wrote (:func:`stamp`): a file edited since (or not written by fedcli) is kept, and the command refuses
+(exit 2) unless ``--overwrite``.
 
 A sweep belongs to a paper by the ``paper`` its recipe states (recorded in ``sweep.json``): :data:`PAPERS` maps each
 paper's name to the start of that string (:data:`fedcli.papers.PAPERS`). The paper's recipes in this repository's ``recipes/`` that have no sweep
@@ -10,6 +15,8 @@ under DIR are named as missing, with the command that would run them.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +44,11 @@ def recipe_paper(path: Path) -> str:
 
 @dataclass
 class Part:
-    """One product of the section: its LaTeX and Markdown, or why it is missing."""
+    """One product of the section: its LaTeX and Markdown, or the runs it lacks (``"'FedLAMA' seed 1 (missing)"``)."""
 
     latex: str = ""
     md: str = ""
-    missing: list[str] = field(default_factory=list)
+    lacks: list[str] = field(default_factory=list)
 
 
 def _versions(sweep) -> str:
@@ -56,16 +63,27 @@ def _versions(sweep) -> str:
     return "not recorded"
 
 
+def _finished(sweep) -> tuple[int, int]:
+    """(trainings finished, trainings the sweep holds): completed runs, and runs the divergence guard stopped."""
+    from fedcli.results.runstate import DONE
+
+    states = [sweep.state(e["name"], int(e["seed"])) for e in sweep.manifest.get("runs", [])]
+    return sum(1 for st in states if st is not None and (st.state == DONE or st.diverged)), len(states)
+
+
 def _paragraph(sweep) -> tuple[str, str]:
-    """What was run: the recipe, its paper and scale, seeds, fidelity notes, the command, the versions."""
+    """What was run: the recipe, its paper and scale, seeds, how many trainings finished, fidelity notes, the command,
+    the versions (Markdown, code between backticks)."""
     m = sweep.manifest
     scale = sweep.scale or "base"
     recipe = Path(str(m.get("recipe", "RECIPE")))
     mine = RECIPES / recipe.parent.name / recipe.name
     short = f"recipes/{recipe.parent.name}/{recipe.name}" if mine.is_file() else str(recipe)  # this repository's, or as given
-    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe {short} at scale {scale}"
+    done, total = _finished(sweep)
+    count = f"{total} training(s)" if done == total else f"{done} of its {total} training(s) finished"
+    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe `{short}` at scale {scale}"
             + (" (a reduced setting that checks the pipeline, not the paper's numbers)" if sweep.scale not in (None, "paper") else "")
-            + f", seeds {', '.join(map(str, sweep.seeds))}; {len(m.get('runs', []))} training(s) in {sweep.root}. ")
+            + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{sweep.root}`. ")
     if m.get("fidelity"):
         text += f"Fidelity: {m['fidelity']}. "
     command = f"fedcli sweep {short}" + (f" --scale {sweep.scale}" if sweep.scale else "") + \
@@ -74,82 +92,216 @@ def _paragraph(sweep) -> tuple[str, str]:
     return text, command
 
 
-def _figure(sweep, spec, out_dir: Path, rel: str, x) -> Part:
-    from fedcli.report.core import MissingRuns, make_figures
-    from fedcli.report.tables import latex_escape
+#: the width (inches) a figure is drawn for: one panel a paper's column (AAAI's 3.3 in), several both columns (7 in)
+COLUMN_IN, TEXT_IN = 3.3, 7.0
 
-    try:
+
+def pdf_size(pdf: Path) -> tuple[float, float] | None:
+    """(width, height) in inches of a PDF's first page (its ``/MediaBox``, as matplotlib writes it); None if not found."""
+    m = re.search(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]", pdf.read_bytes())
+    if not m:
+        return None
+    x0, y0, x1, y1 = (float(v) for v in m.groups())
+    return (x1 - x0) / 72, (y1 - y0) / 72
+
+
+def _figure(sweep, spec, out_dir: Path, rel: str, x) -> Part:
+    """One figure, drawn for the width it prints at (:func:`fedcli.report.style.printed`): one panel a single-column
+    ``figure``, several panels a ``figure*``; included at most at that size (text near the caption's), smaller only
+    where the line is narrower."""
+    from fedcli.report import style
+    from fedcli.report.core import make_figures
+    from fedcli.report.tables import latex_text
+
+    wide = len(spec.panels) > 1
+    with style.printed(TEXT_IN if wide else COLUMN_IN):
         files = make_figures([sweep], out_dir, [spec.name], x=x)
-    except MissingRuns as e:
-        return Part(missing=[f"figure '{spec.name}': {e}"])
     pdf = next(f for f in files if f.suffix == ".pdf")
     txt = next((f for f in files if f.suffix == ".txt"), None)
     caption = txt.read_text().strip() if txt else spec.name
-    latex = "\n".join(["\\begin{figure*}[t]", "\\centering", f"\\includegraphics[width=\\textwidth]{{{rel}/{pdf.name}}}",
-                       f"\\caption{{{latex_escape(caption)}}}", f"\\label{{fig:{spec.name}}}", "\\end{figure*}", ""])
+    env = "figure*" if wide else "figure"
+    size = pdf_size(pdf)
+    if size:  # keepaspectratio: the largest size within both, so never above the drawn size (its text at 8 pt)
+        include = [f"% drawn {size[0]:.2f} x {size[1]:.2f} in, text at 8 pt: included at that size, or smaller to fit the line",
+                   f"\\includegraphics[width=\\linewidth,height={size[1]:.2f}in,keepaspectratio]{{{rel}/{pdf.name}}}"]
+    else:
+        include = [f"\\includegraphics[width=\\linewidth]{{{rel}/{pdf.name}}}"]
+    latex = "\n".join([f"\\begin{{{env}}}[t]", "\\centering", *include, f"\\caption{{{latex_text(caption)}}}",
+                       f"\\label{{fig:{spec.name}}}", f"\\end{{{env}}}", ""])
     md = f"![{spec.name}]({rel}/{pdf.stem}.png)\n\n*{caption}*\n"
     return Part(latex, md)
 
 
 def _table(sweep, spec) -> Part:
-    from fedcli.report.core import MissingRuns, make_table
+    from fedcli.report.core import make_table
 
-    try:
-        return Part(make_table([sweep], spec.name, "latex"), make_table([sweep], spec.name, "md"))
-    except MissingRuns as e:
-        return Part(missing=[f"table '{spec.name}': {e}"])
+    return Part(make_table([sweep], spec.name, "latex"), make_table([sweep], spec.name, "md"))
+
+
+def _product(sweep, spec, out: Path, x) -> Part:
+    """A table or figure of ``sweep``, or (its runs missing, incomplete or damaged) the runs it lacks."""
+    from fedcli.report.spec import TableSpec
+
+    _, problems = sweep.status(spec.run_names())
+    if problems:
+        return Part(lacks=problems)
+    if isinstance(spec, TableSpec):
+        return _table(sweep, spec)
+    rel = f"figures/{sweep.root.name}"
+    return _figure(sweep, spec, out / rel, rel, x)
+
+
+def _lacking(specs: list, parts: list[Part]) -> list[str]:
+    """"Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
+    product named once, the runs once for the products that lack the same ones)."""
+    from fedcli.report.spec import TableSpec
+
+    groups: dict[tuple, list[str]] = {}
+    for spec, part in zip(specs, parts):
+        if part.lacks:
+            kind = "table" if isinstance(spec, TableSpec) else "figure"
+            groups.setdefault(tuple(part.lacks), []).append(f"{kind} '{spec.name}'")
+    return [f"{', '.join(names)}: {', '.join(lacks)}" for lacks, names in groups.items()]
+
+
+def paper_sweeps(sweeps: list, name: str) -> list:
+    """The sweeps of paper ``name`` (by the ``paper`` their recipe states), in the order the section shows them."""
+    _, prefix = paper_of(name)
+    mine = [s for s in sweeps if str(s.manifest.get("paper", "")).startswith(prefix)]
+    return sorted(mine, key=lambda s: (str(s.manifest.get("recipe", "")), str(s.root)))
+
+
+def _itemize(items: list[str]) -> tuple[list[str], list[str]]:
+    """``items`` (code between backticks) as a LaTeX itemize (set ragged right by the caller: commands in typewriter
+    type are not stretched to the column) and a Markdown list."""
+    from fedcli.report.tables import latex_text
+
+    return (["\\begin{itemize}", *(f"\\item {latex_text(i)}" for i in items), "\\end{itemize}"],
+            [*(f"- {i}" for i in items), ""])
 
 
 def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> tuple[str, str, list[str]]:
-    """(LaTeX, Markdown, missing) of paper ``name`` from ``sweeps``; figures go to ``out``/figures/<sweep folder>/."""
-    from fedcli.report.tables import latex_escape
+    """(LaTeX, Markdown, missing) of paper ``name`` from ``sweeps``; figures go to ``out``/figures/<sweep folder>/.
+    ``missing``: each product not produced ("ROOT: table 'T': runs") and each recipe of the paper no sweep ran."""
+    from fedcli.report.tables import latex_escape, latex_text
 
     title, prefix = paper_of(name)
-    mine = [s for s in sweeps if str(s.manifest.get("paper", "")).startswith(prefix)]
+    mine = paper_sweeps(sweeps, name)
     ran = {Path(str(s.manifest.get("recipe", ""))).name for s in mine}
-    missing = []
+    unrun = []
     if RECIPES.is_dir():
         for r in sorted(RECIPES.glob("*/*.toml")):
             if r.name not in ran and recipe_paper(r).startswith(prefix):
-                missing.append(f"recipe recipes/{r.parent.name}/{r.name} ({recipe_paper(r)}): no sweep here; run "
-                               f"`fedcli sweep recipes/{r.parent.name}/{r.name} --scale smoke` (or the paper's scale)")
+                unrun.append(f"{recipe_paper(r)}: `fedcli sweep recipes/{r.parent.name}/{r.name} --scale smoke`")
     tex = ["% fedcli report --paper " + name + ": needs \\usepackage{booktabs} and \\usepackage{graphicx} in the preamble",
            f"\\section{{Experiments: {latex_escape(title)}}}", ""]
     md = [f"# Experiments: {title}", ""]
     if not mine:
         tex.append(f"No sweep of {latex_escape(title)} in this folder.\n")
         md.append(f"No sweep of {title} in this folder.\n")
-    for s in sorted(mine, key=lambda s: (str(s.manifest.get("recipe", "")), str(s.root))):
+    gaps = []
+    for s in mine:
         text, command = _paragraph(s)
         head = str(s.manifest.get("paper") or s.manifest.get("title") or s.root.name)
-        tex += [f"\\subsection{{{latex_escape(head)}}}", f"{latex_escape(text)} Command: \\texttt{{{latex_escape(command)}}}.", ""]
-        md += [f"## {head}", "", f"{text} Command: `{command}`.", ""]
-        parts = [_table(s, t) for t in s.tables()]
-        rel = f"figures/{s.root.name}"
-        parts += [_figure(s, f, out / rel, rel, x) for f in s.figures()]
-        gaps = [g for p in parts for g in p.missing]
-        if gaps:
-            said = "Missing here (not produced): " + "; ".join(gaps)
-            tex += [latex_escape(said), ""]
-            md += [said, ""]
-            missing += [f"{s.root}: {g}" for g in gaps]
+        said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
+        tex += [f"\\subsection{{{latex_escape(head)}}}", latex_text(text), "", f"{{\\raggedright {latex_text(said)}\\par}}", ""]
+        md += [f"## {head}", "", f"{text} {said}", ""]
+        specs = [*s.tables(), *s.figures()]
+        parts = [_product(s, spec, out, x) for spec in specs]
+        lacking = _lacking(specs, parts)
+        if lacking:
+            intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
+            t, m = _itemize(lacking)
+            rerun = f"(Re-)run them with `{s.retry_hint()}`."
+            tex += ["{\\raggedright", f"\\noindent {latex_escape(intro)}", *t, f"{latex_text(rerun)}\\par}}", ""]
+            md += [intro, "", *m, rerun, ""]
+            gaps += [f"{s.root}: {g}" for g in lacking]
         for p in parts:
             if p.latex:
                 tex.append(p.latex)
                 md.append(p.md)
-    if missing:
-        tex += ["\\paragraph{Not in this section.}", latex_escape("; ".join(missing)) + ".", ""]
-        md += ["## Not in this section", "", *(f"- {m}" for m in missing), ""]
-    return "\n".join(tex) + "\n", "\n".join(md) + "\n", missing
+    if unrun:
+        intro = ("The paper's recipes that no sweep here ran, each with the command that runs it (`--scale paper` for "
+                 "the paper's setting)" + ("; the products of the sweeps above that could not be made are named under "
+                                           "their sweep" if gaps else "") + ":")
+        t, m = _itemize(unrun)
+        tex += ["{\\raggedright", "\\paragraph{Not in this section.}", latex_text(intro), *t, "\\par}", ""]
+        md += ["## Not in this section", "", intro, "", *m]
+    return "\n".join(tex) + "\n", "\n".join(md) + "\n", gaps + unrun
 
 
-def write_section(sweeps: list, name: str, out: Path, x: str | None = None) -> list[Path]:
-    """Write ``out``/section.tex, ``out``/section.md and the figures under ``out``/figures/; returns the two texts' paths."""
+# ------------------------------------------------------------------------------------------------ writing safely
+
+SECTION_FILES = ("section.tex", "section.md")
+#: the line that records the checksum of what fedcli wrote into section.tex / section.md
+STAMP = "fedcli-checksum"
+_STAMP_LINE = re.compile(rf"^(?:% |<!-- ){STAMP} ([0-9a-f]{{16}})\b.*\n?", re.M)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stamp(text: str, latex: bool) -> str:
+    """``text`` with a line recording its checksum (after the LaTeX's first line; first in the Markdown, a comment
+    that does not render), so that a later run can tell an edited file from its own (:func:`unedited`)."""
+    words = f"{STAMP} {_digest(text)}: written by fedcli report --paper, which replaces this file only while it is unedited (else --overwrite)"
+    if latex:
+        first, _, rest = text.partition("\n")
+        return f"{first}\n% {words}\n{rest}"
+    return f"<!-- {words} -->\n{text}"
+
+
+def unedited(path: Path) -> bool:
+    """Whether ``path`` holds exactly what :func:`stamp` wrote (its checksum line, the rest unchanged); a file without
+    that line (written by hand, or by a fedcli before checksums) is not."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    m = _STAMP_LINE.search(text)
+    return bool(m) and _digest(text[:m.start()] + text[m.end():]) == m.group(1)
+
+
+def planned(mine: list, out: Path) -> list[Path]:
+    """Every path the section of sweeps ``mine`` writes under ``out`` (``out`` itself, the user's choice, excepted):
+    section.tex, section.md and, where a sweep has figures, ``figures/``, ``figures/<sweep folder>/`` and each figure's
+    PNG, PDF and caption."""
+    paths = [out / f for f in SECTION_FILES]
+    with_figures = [s for s in mine if s.figures()]
+    if with_figures:
+        paths.append(out / "figures")
+    for s in with_figures:
+        folder = out / "figures" / s.root.name
+        paths += [folder, *(folder / f"{f.name}.{ext}" for f in s.figures() for ext in ("png", "pdf", "txt"))]
+    return paths
+
+
+def check_targets(paths: list[Path], overwrite: bool = False) -> None:
+    """Before anything is written: no path in ``paths`` is a link (:class:`fedcli.safefs.LinkRefused`, exit 2), and
+    section.tex / section.md, where they exist, are as fedcli wrote them (or ``overwrite``), else exit 2 naming them."""
+    from fedcli.safefs import refuse_link
+
+    for p in paths:
+        refuse_link(p)
+    edited = [p for p in paths if p.name in SECTION_FILES and p.exists() and not unedited(p)]
+    if edited and not overwrite:
+        raise ConfigError(f"{' and '.join(map(str, edited))} changed since fedcli report --paper wrote "
+                          f"{'them' if len(edited) > 1 else 'it'} (edited by hand, or not written by it) and "
+                          f"{'are' if len(edited) > 1 else 'is'} kept: pass --overwrite to replace "
+                          f"{'them' if len(edited) > 1 else 'it'} (the edits are lost), or --output another folder")
+
+
+def write_section(sweeps: list, name: str, out: Path, x: str | None = None, overwrite: bool = False) -> list[Path]:
+    """Write ``out``/section.tex, ``out``/section.md and the figures under ``out``/figures/; returns the two texts' paths.
+    Every path is checked first (:func:`check_targets`): a link, or an edited section without ``overwrite``, refuses
+    before anything is written."""
     from fedcli.results.rundir import atomic_write
     from fedcli.results.safefs import make_dir
 
+    check_targets(planned(paper_sweeps(sweeps, name), out), overwrite)
     make_dir(out)
     tex, md, _ = build_section(sweeps, name, out, x)
-    atomic_write(out / "section.tex", tex)
-    atomic_write(out / "section.md", md)
-    return [out / "section.tex", out / "section.md"]
+    atomic_write(out / "section.tex", stamp(tex, latex=True))
+    atomic_write(out / "section.md", stamp(md, latex=False))
+    return [out / f for f in SECTION_FILES]

@@ -12,6 +12,8 @@ with its own dash (never a thin dotted line) and marker fill.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import re
 from pathlib import Path
@@ -180,7 +182,19 @@ def legend_below(ax, n: int) -> None:
 
 
 def legend_right(ax, title: str | None = None) -> None:
-    """The legend right of the axes, off the data (bars, whose rotated layer names take the room below)."""
+    """The legend right of the axes, off the data (bars, whose rotated layer names take the room below); in a figure
+    printed one column wide (:func:`printed`), above the axes, where it does not take the data's width."""
+    width = _PRINT_WIDTH.get()
+    if width is not None and width < WIDE_IN:
+        n = len(ax.get_legend_handles_labels()[0])
+        for ncol in (min(n, 2), 1):  # two entries a row where they fit the width, else one
+            leg = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=ncol, fontsize=8, frameon=False,
+                            title=title, title_fontsize=8)
+            ax.figure.canvas.draw()
+            if leg.get_window_extent().width <= 0.95 * width * ax.figure.dpi:
+                break
+        leg.fedcli_above = True  # the panel's title goes above it (_fit_width)
+        return
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, title=title, title_fontsize=8,
               alignment="left")
 
@@ -218,11 +232,67 @@ def plt():
     return pyplot
 
 
+#: printed at least this wide (inches), a figure spans both columns; narrower, one column
+WIDE_IN = 5.0
+#: the width (inches) figures are saved at inside :func:`printed` (None: as drawn)
+_PRINT_WIDTH: contextvars.ContextVar = contextvars.ContextVar("fedcli_print_width", default=None)
+
+#: text sizes of a figure printed at its width (:func:`printed`): ticks, axis labels and legends near a paper's
+#: caption size (8-10 pt), not shrunk with the figure
+PRINT_RC = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 9, "legend.fontsize": 8}
+
+
+@contextlib.contextmanager
+def printed(width_in: float):
+    """Figures drawn and saved inside are laid out to print ``width_in`` inches wide, legends and labels included
+    (a paper's column: 3.3 in; both columns: 7 in), with text at :data:`PRINT_RC` sizes: included at that width, their
+    ticks and legends are near the caption's size (``fedcli report --paper``)."""
+    token = _PRINT_WIDTH.set(float(width_in))
+    try:
+        with plt().rc_context(PRINT_RC):
+            yield
+    finally:
+        _PRINT_WIDTH.reset(token)
+
+
+def _fit_width(fig, width_in: float) -> None:
+    """Resize ``fig`` so that its tight bounding box (what ``bbox_inches="tight"`` saves, legends outside the axes
+    included) is ``width_in`` wide; the height follows the width, down to 70% of the drawn height."""
+    import matplotlib
+
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(width_in, h * max(0.7, width_in / w))  # ticks, labels and legends keep their size: keep height
+    _title_above_legend(fig)
+    want = width_in - 2 * float(matplotlib.rcParams["savefig.pad_inches"])  # savefig pads the tight box on each side
+    for _ in range(4):  # the legends and labels outside the axes keep their size: shrink the axes by their overhang
+        fig.tight_layout()
+        got = fig.get_tightbbox(fig.canvas.get_renderer()).width
+        if abs(got - want) < 0.02:
+            break
+        cur = fig.get_size_inches()
+        fig.set_size_inches(max(1.0, cur[0] - (got - want)), cur[1])
+    _title_above_legend(fig)
+
+
+def _title_above_legend(fig) -> None:
+    """A legend placed above its axes (:func:`legend_right` in a column): the panel's title above the legend."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None and getattr(leg, "fedcli_above", False) and ax.get_title():
+            gap = leg.get_window_extent(r).y1 - ax.get_window_extent(r).y1
+            ax.set_title(ax.get_title(), pad=4 + gap * 72 / fig.dpi)
+
+
 def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
-    """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure."""
+    """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure (inside
+    :func:`printed`: laid out at its width first)."""
     from fedcli.results.rundir import atomic_write
     from fedcli.results.safefs import make_dir, open_file
 
+    if _PRINT_WIDTH.get() is not None:
+        _fit_width(fig, _PRINT_WIDTH.get())
     fig.tight_layout()
     make_dir(out_dir)
     files = []

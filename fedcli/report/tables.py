@@ -6,9 +6,10 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
-from fedcli.report.aggregate import NAN, Stat, early_stop, mean_std, pct, rounds_to_target
+from fedcli.report.aggregate import Stat, early_stop, mean_std, pct, rounds_to_target
 from fedcli.report.spec import TableSpec
 
 # ------------------------------------------------------------------------------------------------ model
@@ -63,14 +64,27 @@ def fmt_acc(s: Stat) -> Cell:
 
 
 def fmt_pct(s: Stat) -> Cell:
+    """A percentage (communication): mean, and "± std" where the seeds differ (a fixed schedule's cost is the same for
+    every seed: no "± 0.00"; FedLAMA's adaptive one, or an early stop, may differ)."""
     if not s.ok:
         return Cell("n/a", "n/a", {"mean": float("nan"), "std": float("nan")})
+    if s.n > 1 and round(s.std, 2) > 0:
+        return Cell(f"{s.mean:.2f} ± {s.std:.2f}%", f"${s.mean:.2f} \\pm {s.std:.2f}$\\%", {"mean": s.mean, "std": s.std})
     return Cell(f"{s.mean:.2f}%", f"{s.mean:.2f}\\%", {"mean": s.mean, "std": s.std})
+
+
+#: an early-stopping cell of a row none of whose seeds reached the target (accuracy, steps and C ratio alike)
+NOT_REACHED = "not reached"
+
+
+def not_reached(**values) -> Cell:
+    """A "not reached" cell; ``values``: its csv columns beside mean and std (NaN), as the reached cells have them."""
+    return Cell(NOT_REACHED, NOT_REACHED, {"mean": float("nan"), "std": float("nan"), **values})
 
 
 def fmt_steps(s: Stat, reached: int, n: int) -> Cell:
     if reached == 0:
-        return Cell("not reached", "not reached", {"mean": float("nan"), "std": float("nan"), "reached": 0, "n": n})
+        return not_reached(reached=0, n=n)
     text = f"{s.mean:,.0f}" + (f" ± {s.std:,.0f}" if s.std > 0 else "")
     latex = f"{s.mean:,.0f}".replace(",", "{,}") + (f" $\\pm$ {s.std:,.0f}".replace(",", "{,}") if s.std > 0 else "")
     if reached < n:
@@ -109,11 +123,29 @@ LATEX_ESCAPES = {**{ch: "\\" + ch for ch in "&%$#_{}"}, "~": "\\textasciitilde{}
                  # the symbols recipes and reports write (a standard LaTeX has no Unicode Greek in text)
                  "Σ": "$\\Sigma$", "δ": "$\\delta$", "λ": "$\\lambda$", "μ": "$\\mu$", "α": "$\\alpha$", "β": "$\\beta$",
                  "η": "$\\eta$", "ε": "$\\epsilon$", "σ": "$\\sigma$", "θ": "$\\theta$", "Δ": "$\\Delta$", "′": "$'$",
-                 "−": "$-$", "·": "$\\cdot$", "≥": "$\\geq$", "≤": "$\\leq$", "×": "$\\times$", "→": "$\\to$", "≈": "$\\approx$"}
+                 "−": "$-$", "·": "$\\cdot$", "≥": "$\\geq$", "≤": "$\\leq$", "×": "$\\times$", "→": "$\\to$", "≈": "$\\approx$",
+                 "`": "\\textasciigrave{}"}
 
 
 def latex_escape(s: str) -> str:
-    return "".join(LATEX_ESCAPES.get(ch, ch) for ch in s)
+    """``s`` as LaTeX text: the specials escaped, the symbols fedcli writes as math, and two ASCII hyphens written
+    ``-{}-`` (``--`` would print an en dash, and under ``\\usepackage[T1]{fontenc}`` one hyphen in ``\\texttt``:
+    ``--scale`` must print as typed)."""
+    return "".join("-{}" if ch == "-" and s[i + 1:i + 2] == "-" else LATEX_ESCAPES.get(ch, ch) for i, ch in enumerate(s))
+
+
+def latex_text(s: str) -> str:
+    """Text that marks code Markdown's way (between backticks) as LaTeX: the code in ``\\texttt``, the rest
+    escaped (:func:`latex_escape`); an unpaired backtick stays a character."""
+    parts = s.split("`")
+    if len(parts) % 2 == 0:
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    return "".join(f"\\texttt{{{latex_escape(p)}}}" if k % 2 else _open_quotes(latex_escape(p)) for k, p in enumerate(parts))
+
+
+def _open_quotes(tex: str) -> str:
+    """A single quote that opens a quotation ('FedAvg x1') as LaTeX's opening quote (`), outside code."""
+    return re.sub(r"(^|[\s(\[])'(?=\S)", r"\1`", tex)
 
 
 def phi_cell(run) -> Cell:
@@ -135,7 +167,7 @@ HEADERS = {
     "name": ("Run", "Run"), "method": ("Method", "Method"), "lr": ("LR", "LR"), "tau": ("τ'", "$\\tau'$"),
     "phi": ("φ", "$\\phi$"), "active_ratio": ("Active ratio", "Active ratio"), "alpha": ("Dirichlet coeff.", "Dirichlet coeff."),
     "clients": ("# of clients", "\\# of clients"), "batch_size": ("Local batch size", "Local batch size"),
-    "iterations": ("Iterations", "Iterations"), "acc": ("Validation acc.", "Validation acc."),
+    "iterations": ("Iterations", "Iterations"), "acc": ("Accuracy", "Accuracy"),  # a table's: acc_header
     "final_acc": ("Final acc.", "Final acc."), "best_acc": ("Best acc.", "Best acc."), "comm": ("Comm. cost", "Comm. cost"),
     "comm_bytes": ("Bytes moved", "Bytes moved"), "seeds": ("Seeds", "Seeds"),
 }
@@ -155,11 +187,28 @@ def accuracy_source(metric: str, runs: dict | None = None) -> str:
              "personal_acc": "each client's model on its local test split, pooled over the clients (personal_acc)",
              "auto": "personalized methods: each client's model on its local test split, pooled over the clients (personal_acc); "
                      "traditional FL: the global model on the test set (test_acc)"}
+    metric = measured(metric, runs)
+    return texts.get(metric, metric)
+
+
+def measured(metric: str, runs: dict | None = None) -> str:
+    """The accuracy column a table's ``metric`` reads from its ``runs`` ({name: {seed: RunData}}): ``auto`` resolved
+    to ``test_acc`` or ``personal_acc`` when all runs are of one kind (else ``auto``)."""
     if metric == "auto" and runs:
         kinds = {r.acc_metric("auto") for per_seed in runs.values() for r in per_seed.values()}
         if len(kinds) == 1:
-            metric = kinds.pop()
-    return texts.get(metric, metric)
+            return kinds.pop()
+    return metric
+
+
+#: the header of a table's accuracy column, by what it measures (the notes say the same: :func:`accuracy_source`)
+ACC_HEADERS = {"test_acc": "Test acc.", "personal_acc": "Personal acc."}
+
+
+def acc_header(metric: str, runs: dict | None = None) -> str:
+    """"Test acc." for the global model on the test set, "Personal acc." for clients' own models, "Accuracy" for a
+    table of both kinds; never the papers' "Validation acc." for what fedcli measures on the test set."""
+    return ACC_HEADERS.get(measured(metric, runs), "Accuracy")
 
 
 def column(key: str) -> Column:
@@ -274,7 +323,8 @@ def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Sec
     """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the spec's columns
     (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target. Returns (section, the picks)."""
     base_comm, base_bytes = stats.baseline(g, "comm_params"), stats.baseline(g, "comm_bytes")
-    cols = [column(c) for c in spec.columns]
+    acc = acc_header(spec.metric, {n: runs[n] for n in spec.run_names() if n in runs})
+    cols = [Column(c, acc, acc) if c == "acc" else column(c) for c in spec.columns]
     if spec.layout == "target":
         tgt = f"{100 * spec.target:g}%"
         cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
@@ -325,12 +375,13 @@ def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
     """A ``paired`` group (FedLAMA's Table 5 shape): per row the left run's full training, the right run's early stop
     at the left one's accuracy (:func:`early_stop`) and its full training, under a two-level header."""
     base_comm = stats.baseline(g, "comm_params")
+    acc = acc_header(spec.metric, {n: stats.runs[n] for pair in g.rows for n in pair})  # the notes say the same
     cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
-            Column("left_acc", "Validation acc.", "Validation acc."), Column("left_comm", "C ratio", "C ratio"),
+            Column("left_acc", acc, acc), Column("left_comm", "C ratio", "C ratio"),
             Column("right_lr", "LR", "LR"), Column("right_tau", "τ'", "$\\tau'$"), Column("right_phi", "φ", "$\\phi$"),
-            Column("es_acc", "ES: Validation acc.", "Validation acc."), Column("es_steps", "ES: # of steps", "\\# of steps"),
+            Column("es_acc", f"ES: {acc}", acc), Column("es_steps", "ES: # of steps", "\\# of steps"),
             Column("es_comm", "ES: C ratio", "C ratio"),
-            Column("full_acc", "Full: Validation acc.", "Validation acc."), Column("full_comm", "Full: C ratio", "C ratio")]
+            Column("full_acc", f"Full: {acc}", acc), Column("full_comm", "Full: C ratio", "C ratio")]
     header = [[(g.left_title, latex_escape(g.left_title), 5), (g.right_title, latex_escape(g.right_title), 8)],
               [("Full training", "Full training", 5), ("Early stopping", "Early stopping", 6), ("Full training", "Full training", 2)]]
     rows, meta = [], []
@@ -341,8 +392,8 @@ def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
         cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
                  fmt_acc(stats.acc(left)), fmt_pct(stats.comm(left, base_comm)),
                  plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
-                 fmt_acc(es.acc) if es.reached else Cell("not reached", "not reached", {"mean": float("nan"), "std": float("nan"), "n": 0}),
-                 fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else fmt_pct(NAN),
+                 fmt_acc(es.acc) if es.reached else not_reached(n=0),
+                 fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else not_reached(),
                  fmt_acc(stats.acc(right)), fmt_pct(stats.comm(right, base_comm))]
         rows.append(cells)
         meta.append({"group": g.label, "left_run": left, "right_run": right})
@@ -479,7 +530,7 @@ def render_latex(t: Table) -> str:
             lines.append(" & ".join(c.latex if c.latex is not None else latex_escape(c.text) for c in row) + " \\\\")
     lines.append("\\bottomrule")
     lines.append("\\end{tabular}" + ("}" if wide else ""))
-    lines.append(f"\\caption{{{latex_escape(caption_text(t.title, t.notes))}}}")
+    lines.append(f"\\caption{{{latex_text(caption_text(t.title, t.notes))}}}")
     lines.append(f"\\label{{tab:{t.name}}}")
     lines.append(f"\\end{{{env}}}")
     return "\n".join(lines) + "\n"

@@ -140,12 +140,14 @@ def test_paired_table_md_latex_csv(tmp_path):
     sweeps = find_sweeps(root)
     md = make_table(sweeps, "paired", "md")
     lines = [l for l in md.splitlines() if l.startswith("| ")]
-    assert lines[0].startswith("| LR | τ' | φ | Validation acc. | C ratio | LR | τ' | φ | ES: Validation acc. | ES: # of steps")
+    # the header says what the notes say is measured: the global model on the test set (48.17: not "Validation acc.")
+    assert lines[0].startswith("| LR | τ' | φ | Test acc. | C ratio | LR | τ' | φ | ES: Test acc. | ES: # of steps")
+    assert "(global model, test set)" in md
     row1 = [c.strip() for c in lines[1].strip("|").split("|")]
-    assert row1 == ["0.1", "2", "1", "82.00 ± 2.83%", "100.00%", "0.1", "2", "1", "82.00 ± 2.83%", "15 ± 7", "75.00%",
+    assert row1 == ["0.1", "2", "1", "82.00 ± 2.83%", "100.00%", "0.1", "2", "1", "82.00 ± 2.83%", "15 ± 7", "75.00 ± 35.36%",
                     "82.00 ± 2.83%", "100.00%"]
     row2 = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert row2 == ["0.1", "4", "1", "71.00 ± 1.41%", "50.00%", "0.2", "2", "2", "72.00 ± 1.41%", "25 ± 7", "45.00%",
+    assert row2 == ["0.1", "4", "1", "71.00 ± 1.41%", "50.00%", "0.2", "2", "2", "72.00 ± 1.41%", "25 ± 7", "45.00 ± 21.21%",
                     "74.00 ± 1.41%", "60.00%"]
     assert "Mean ± sample std over 2 seeds" in md and "Scale 'smoke'" in md
     tex = make_table(sweeps, "paired", "latex")
@@ -154,6 +156,8 @@ def test_paired_table_md_latex_csv(tmp_path):
     rows = list(csv.DictReader(md_csv := make_table(sweeps, "paired", "csv").splitlines()))
     assert len(rows) == 2 and md_csv
     assert float(rows[1]["es_steps_mean"]) == pytest.approx(25) and float(rows[1]["es_comm_mean"]) == pytest.approx(45)
+    # the ES C ratio shows the spread its csv holds (seeds stop at 30% and 60%), in every format (48.17)
+    assert float(rows[1]["es_comm_std"]) == pytest.approx(math.sqrt(450)) and "$45.00 \\pm 21.21$\\%" in tex
     assert float(rows[1]["full_acc_std"]) == pytest.approx(100 * math.sqrt(2e-4))
     assert rows[1]["right_run"] == "FedLAMA phi=2"
 
@@ -162,7 +166,7 @@ def test_rows_table(tmp_path):
     root = make_sweep(tmp_path / "s", [ROWS])
     md = make_table(find_sweeps(root), "rows", "md")
     lines = [l for l in md.splitlines() if l.startswith("| ")]
-    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["LR", "τ'", "φ", "Validation acc.", "Comm. cost"]
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["LR", "τ'", "φ", "Test acc.", "Comm. cost"]
     assert [c.strip() for c in lines[3].strip("|").split("|")] == ["0.2", "2", "2 (FedLAMA)", "74.00 ± 1.41%", "60.00%"]
     assert [c.strip() for c in lines[2].strip("|").split("|")][2] == "1 (FedAvg)"
 
@@ -173,7 +177,8 @@ def test_early_stop_not_reached_and_partial(tmp_path):
     root = make_sweep(tmp_path / "s", [table])
     md = make_table(find_sweeps(root), "p", "md")
     row = [c.strip() for c in [l for l in md.splitlines() if l.startswith("| ")][1].strip("|").split("|")]
-    assert row[8] == "not reached" and row[9] == "not reached"  # FedLAMA never reaches FedAvg x1 (0.80 / 0.84)
+    # FedLAMA never reaches FedAvg x1 (0.80 / 0.84): its three early-stopping cells say so alike (not "n/a" in one)
+    assert row[8] == row[9] == row[10] == "not reached"
     # seed 0 reaches 0.80 at iteration 20 (acc 0.85, comm 300 = 30 %); seed 1 never reaches 0.84
     lama0 = (dict(algo="fedlama", tau=2, phi=2, lr=0.2), [(10, 0.5, 200), (20, 0.85, 300)], 600)
     root = make_sweep(tmp_path / "s2", [table], evals={("FedLAMA phi=2", 0): lama0})
@@ -352,7 +357,7 @@ def test_target_columns_and_metric(tmp_path):
     root = make_round_sweep(tmp_path / "s", [table])
     md = make_table(find_sweeps(root), "reach", "md")
     rows = md_rows(md)
-    assert rows[0] == ["Run", "LR", "Validation acc.", "Rounds to 80%", "Comm. to 80% (MB)"]
+    assert rows[0] == ["Run", "LR", "Test acc.", "Rounds to 80%", "Comm. to 80% (MB)"]
     assert rows[1][:2] == ["SGD", "0.1"] and rows[2][3:] == ["—", "—"]
     assert "Mean ± sample std over 3 seeds" in md and "at least 80%" in md  # both notes: accuracy and reach
 
