@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-gpu gpu-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-gpu gpu-check gpu-paper precision-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -90,6 +90,20 @@ gpu-check:
 # and bf16, ops and kernels per iteration, 1/2/4 runs per GPU; a few minutes on one GPU; JSON in results/bench-gpu.json
 bench-gpu:
 	PY=$(PY) scripts/bench-gpu.sh
+
+# CUDA at paper scale (docs/gpu-speed.md): one recipe entry per dataset x model family and per method family at
+# --scale paper, fp32 and bf16, 3 rounds each, on data in the real on-disk formats (tests/paperdata.py); a table of
+# s/round, peak GPU memory and the first evaluation in results/gpu-paper.md; at most 8 minutes on one H100.
+# DEVICE=cpu: the quick cut, one round (its harness's test in make test: tests/sweep/test_gpu_paper.py)
+DEVICE ?= cuda
+gpu-paper:
+	$(PY) scripts/gpu_paper.py --device $(DEVICE) $(if $(filter cpu,$(DEVICE)),--quick --rounds 1,) $(GPU_PAPER_ARGS)
+
+# bf16 against fp32 (docs/gpu-speed.md): the FEMNIST CNN on the LEAF sample and ResNet20 on CIFAR-10-format data, a
+# fixed budget each, same seed, curves side by side with the tolerance and a verdict in results/precision-check.md;
+# DEVICE=cpu: the short budget (make test-long runs it: tests/engine/test_precision_check.py)
+precision-check:
+	$(PY) scripts/precision_check.py --device $(DEVICE) $(if $(filter cpu,$(DEVICE)),--short,) $(PRECISION_CHECK_ARGS)
 
 # FedLAMA AAAI Table 3 at smoke scale (LEAF sample beside the repo, 3 seeds, a few minutes on 2 cores),
 # then the table and its figures; a second run skips the completed runs

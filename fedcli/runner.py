@@ -498,9 +498,10 @@ ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking i
 AUTO_MIN_SECONDS = 10.0
 
 
-def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int, str]:
+def auto_workers(cfg, dataset, partition, cores: int | None = None, gpus: int | None = None) -> tuple[int, str]:
     """``--workers 0``: the physical cores (at most the clients per round) when the run is big enough to pay
-    for starting the workers (about 1-2 s each), else 1. Results do not depend on the choice."""
+    for starting the workers (about 1-2 s each), else 1; on CUDA one worker per visible device (``gpus``: their
+    count, asked of torch when None; a CPU test states it). Results do not depend on the choice."""
     import torch
 
     from fedcli.comm.workers import physical_cores
@@ -508,8 +509,9 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None) -> tuple[int
 
     cores = cores or physical_cores()
     active = max(1, int(round(cfg.active_ratio * len(partition.train))))
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        gpus = torch.cuda.device_count()  # --device cuda: worker k takes GPU k mod gpus (engine.resolve_device)
+    if gpus is None:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.device == "cuda" or (cfg.device == "auto" and gpus):  # worker k takes GPU k mod gpus (engine.resolve_device)
         n = max(1, min(gpus, active))
         return n, f"auto: {n} (one per CUDA device: {gpus} visible, {active} client(s) per round)"
     if cfg.device.startswith("cuda:"):

@@ -61,10 +61,12 @@ SIZES = {"cifar10": dict(n_train=30000, n_test=100), "cifar100": dict(n_train=30
          "emnist": dict(n_train=3000, n_test=100), "agnews": dict(n_train=4000, n_test=100)}
 
 
-def write_data(root: Path) -> dict[str, Path]:
-    """Every dataset in its real format under ``root/<name>``; returns the ``--data-dir`` of each."""
+def write_data(root: Path, names=None) -> dict[str, Path]:
+    """Every dataset (``names``: those) in its real format under ``root/<name>``; returns the ``--data-dir`` of each."""
     dirs = {}
     for name, writer in WRITERS.items():
+        if names is not None and name not in names:
+            continue
         d = Path(root) / name
         if not (d / ".complete").is_file():
             writer(d, **SIZES[name])
@@ -122,9 +124,10 @@ def coverage_order(items: list[Entry]) -> list[Entry]:
     return sorted(first, key=by_data) + sorted(rest, key=by_data)
 
 
-def cut(e: Entry, data_dirs: dict[str, Path], out: Path, quick: bool = False):
+def cut(e: Entry, data_dirs: dict[str, Path], out: Path, quick: bool = False, **overrides):
     """The entry's validated TrainConfig with its budget cut (module docstring); ``quick``: the LIGHT cut with one
-    local step, whatever the entry (``make test``'s sample)."""
+    local step, whatever the entry (``make test``'s sample); ``overrides``: keys set after the cut (``make gpu-paper``:
+    the device, the precision, more rounds)."""
     from fedcli.recipes import run_config
 
     full = run_config(e.run, 0, out)  # as the recipe says; its ConfigError is the entry's failure
@@ -146,7 +149,7 @@ def cut(e: Entry, data_dirs: dict[str, Path], out: Path, quick: bool = False):
         extra["local_epochs"] = min(full.local_epochs, (steps if light else EPOCH_STEPS) * full.batch_size * clients / pool)
     elif light:
         extra["tau"] = min(full.tau, steps)
-    return run_config(e.run, 0, out, extra)
+    return run_config(e.run, 0, out, {**extra, **overrides})
 
 
 def full_participation(e: Entry, out: Path, extra: dict, clients: int) -> bool:
@@ -204,8 +207,9 @@ def check_run(out: Path, diverged: bool = False) -> str:
     return ""
 
 
-def run_entry(e: Entry, data_dirs: dict[str, Path], work: Path, quick: bool = False) -> Entry:
-    """Cut, train in this process (the sweep's ``execute_inline``) and check one entry; fills outcome and seconds."""
+def run_entry(e: Entry, data_dirs: dict[str, Path], work: Path, quick: bool = False, **overrides) -> Entry:
+    """Cut (``overrides``: see :func:`cut`), train in this process (the sweep's ``execute_inline``) and check one entry;
+    fills outcome and seconds."""
     from fedcli.errors import FedcliError
     from fedcli.sweep import execute_inline, slugify
 
@@ -213,7 +217,7 @@ def run_entry(e: Entry, data_dirs: dict[str, Path], work: Path, quick: bool = Fa
     out = work / slugify(e.id)
     work.mkdir(parents=True, exist_ok=True)
     try:
-        cfg = cut(e, data_dirs, out, quick)
+        cfg = cut(e, data_dirs, out, quick, **overrides)
     except FedcliError as err:
         e.outcome, e.seconds = f"config: {err}", time.perf_counter() - t0
         return e

@@ -83,3 +83,10 @@ def mpirun_each(n, commands: list[list[str]], timeout=400):
     """``mpiexec -n N`` running each of ``commands`` (``fedcli`` argument lists) in turn, stopping at the first that
     fails: each rank imports torch once for all of them."""
     return mpirun(n, [json.dumps(commands)], timeout=timeout, script=SEQUENCE)
+
+
+def make(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """``make ARGS`` in the repository with this interpreter as ``PY`` (and this checkout first on PYTHONPATH)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), f"PY={sys.executable}", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -54,14 +54,16 @@ def unflatten(flat: torch.Tensor, shapes) -> list[torch.Tensor]:
 
 
 def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int],
-                skip: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                skip: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                scan: bool | None = None) -> torch.Tensor:
     """sum_i w_i x_i over the k local rows in increasing ``positions``, flat (tensors concatenated).
 
     Each element is computed as ``acc = 0; acc = acc + fl(w_i * x_i)`` for i in order: one rounded
     product and one rounded addition per client, so any split of the work by columns gives the same
     bits. Rows with ``skip`` set add nothing (a client dropped by --on-diverge skip-client: 0 * NaN is NaN).
     ``out``: a running sum to continue (the clients of a round taken chunk by chunk, in cohort order, give the
-    same bits as all of them at once); a new one starting at 0 when None.
+    same bits as all of them at once); a new one starting at 0 when None. ``scan``: how the rows are added
+    (:func:`add_rows_in_order`; None: the device's way).
     """
     rows, width, dtype = flat_rows(tensors)
     device = rows[0].device if rows else torch.device("cpu")
@@ -93,18 +95,23 @@ def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, posit
                 block = torch.mul(block, w.view(-1, 1), out=scratch(live * (hi - lo), dtype, device).view(live, hi - lo))
             elif block.dtype != dtype:
                 block = scratch(live * (hi - lo), dtype, device).view(live, hi - lo).copy_(block)
-            add_rows_in_order(out[offset + lo: offset + hi], block)
+            add_rows_in_order(out[offset + lo: offset + hi], block, scan)
         offset += n
     return out
 
 
-def add_rows_in_order(acc: torch.Tensor, rows: torch.Tensor) -> None:
+def add_rows_in_order(acc: torch.Tensor, rows: torch.Tensor, scan: bool | None = None) -> None:
     """``acc = acc + rows[0]; acc = acc + rows[1]; ...``: one rounded addition per row, the rows in order, in one call.
 
     On the CPU ``index_add_`` over a one-row view adds its source rows one after another (each an ordinary elementwise
     add). On CUDA ``index_add_`` adds with atomics in no fixed order, while ``cumsum`` along the leading dimension runs
-    each column's rows one after another in the tensor's dtype; its last row is the sum."""
-    if acc.device.type == "cuda":
+    each column's rows one after another in the tensor's dtype; its last row is the sum.
+
+    ``scan``: the ``cumsum`` way (True) or the ``index_add_`` way (False); None (a run): ``cumsum`` exactly on CUDA.
+    The seam lets a CPU test take the CUDA branch (tests/comm/test_cuda_branches.py): its arithmetic needs no GPU,
+    but the CPU's ``cumsum`` accumulates float32 in float64 (one rounding at the end), so there it is the in-order
+    sum only in float64, where it accumulates in the tensor's dtype as CUDA's does in float32."""
+    if (acc.device.type == "cuda") if scan is None else scan:
         acc.copy_(torch.cat([acc.unsqueeze(0), rows]).cumsum(0)[-1])
     else:
         acc.view(1, -1).index_add_(0, torch.zeros(rows.shape[0], dtype=torch.long, device=acc.device), rows)

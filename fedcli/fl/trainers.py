@@ -155,7 +155,15 @@ def auto_chunk(run, k: int, device: torch.device, share: float = 0.8) -> int:
         run(slice(0, 1))
     per_client = max(1, torch.cuda.max_memory_allocated(device) - base)
     free, _ = torch.cuda.mem_get_info(device)
-    fit = int(share * free // per_client)
+    return chunk_from_memory(free, per_client, k, share)
+
+
+def chunk_from_memory(free: int, per_client: int, k: int, share: float = 0.8) -> int:
+    """The clients per vectorized call for ``free`` bytes free on the device and ``per_client`` bytes a client's call
+    takes at its peak: as many as fit in ``share`` of the free memory, at least one; 0 (the whole cohort at once)
+    when all ``k`` fit. :func:`auto_chunk`'s arithmetic, apart from CUDA's memory counters, so a CPU test states the
+    figures (tests/comm/test_cuda_branches.py)."""
+    fit = int(share * free // max(1, per_client))
     return 0 if fit >= k else max(1, fit)
 
 
@@ -168,7 +176,7 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
 class LoopTrainer(Trainer):
     name = "loop"
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None = None):
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None = None, nhwc_on: str = "cuda"):
         self.model = model
         self.dtype = dtype  # --precision (see VmapTrainer)
         self._pool: list[dict[str, torch.Tensor]] = []
@@ -179,8 +187,17 @@ class LoopTrainer(Trainer):
         conv = any(isinstance(m, torch.nn.Conv2d) for m in mods)
         self.nhwc = conv and not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in mods)
         # on CUDA in bf16 convolutional models run channels-last, inputs and 4-d weights (the tensor cores' layout:
-        # one ResNet20 at batch 1024 3.8x faster than fp32 NCHW on an H200, issue 38); fp32 keeps NCHW there
-        self.nhwc_cuda = conv and dtype is not None
+        # one ResNet20 at batch 1024 3.8x faster than fp32 NCHW on an H200, issue 38); fp32 keeps NCHW there.
+        # nhwc_on: the device type of that path, "cuda"; a CPU test names "cpu" to take it on CPU tensors (its
+        # arithmetic needs no GPU: tests/comm/test_cuda_branches.py)
+        self.nhwc_cuda, self.nhwc_on = conv and dtype is not None, nhwc_on
+
+    def layout(self, device: torch.device) -> tuple[bool, bool]:
+        """(inputs, 4-d weights) channels-last in a local step on ``device``: both on CUDA in bf16 for convolutional
+        models; the inputs alone on the CPU for convolutional models without BatchNorm; else neither."""
+        if self.nhwc_cuda and device.type == self.nhwc_on:
+            return True, True
+        return self.nhwc and device.type == "cpu", False
 
     def buffers_for(self, cohort) -> dict[str, torch.Tensor]:
         """Stacked gradient tensors [K, ...], reused from step to step.
@@ -221,14 +238,14 @@ class LoopTrainer(Trainer):
         names = list(cohort.params)
         out = self.buffers_for(cohort) if lr is None else None
         losses = torch.empty(cohort.size, device=x.device)
-        nhwc = x.dim() == 5 and (self.nhwc and x.device.type == "cpu" or self.nhwc_cuda and x.device.type == "cuda")
+        nhwc, nhwc_weights = self.layout(x.device) if x.dim() == 5 else (False, False)
         for k in range(cohort.size):
             params = {n: cohort.params[n][k].detach().requires_grad_(True) for n in names}
             full = {n: b[k] for n, b in cohort.buffers.items()}
             buffers = lowered(full, self.dtype)
             xk = lower(channels_last(x[k]) if nhwc else x[k], self.dtype)
             low = lowered(params, self.dtype)
-            if nhwc and x.device.type == "cuda":
+            if nhwc_weights:
                 low = {n: channels_last(p) if p.dim() == 4 else p for n, p in low.items()}
             if loss is None:
                 value = masked_loss(functional_call(self.model, (low, buffers), (xk,)).float(), y[k], w[k])

@@ -233,21 +233,59 @@ def load_latest(run_dir: str | Path, warn=None) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------- capture / restore
-def rng_state() -> dict:
+class CudaGenerators:
+    """This process's CUDA random generators (``torch.cuda``'s), the one place a checkpoint touches them. A CPU test
+    hands :func:`rng_state` and :func:`set_rng_state` a stand-in with a stated device count and fake states
+    (tests/comm/test_cuda_branches.py): what is saved, kept in the file and given back is then checked without a GPU."""
+
+    def states(self) -> list[torch.Tensor] | None:
+        """Every device's generator state, or None where CUDA has not started in this process."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return list(torch.cuda.get_rng_state_all())
+        return None
+
+    def count(self) -> int:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+    def current(self) -> int:
+        return torch.cuda.current_device()
+
+    def set(self, index: int, state: torch.Tensor) -> None:
+        torch.cuda.set_rng_state(state, index)
+
+
+#: the generators :func:`rng_state` and :func:`set_rng_state` read and set (a test swaps in a stand-in)
+CUDA = CudaGenerators()
+
+
+def rng_state(cuda: CudaGenerators | None = None) -> dict:
+    """The random generators' states a checkpoint keeps: torch's CPU generator and, once CUDA has started, every CUDA
+    device's (``cuda``: the generators, :data:`CUDA` by default)."""
     out = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda"] = list(torch.cuda.get_rng_state_all())
+    states = (cuda or CUDA).states()
+    if states:
+        out["cuda"] = [s.clone() for s in states]
     return out
 
 
-def set_rng_state(state: dict) -> None:
+def cuda_restore(saved: list, count: int, current: int) -> dict[int, torch.Tensor]:
+    """Which device's generator gets which saved state: device i the state of device i when the process sees as many
+    devices as saved them; another count: the current device the first state (the others start as they do)."""
+    if not saved or count == 0:
+        return {}
+    if len(saved) == count:
+        return dict(enumerate(saved))
+    return {current: saved[0]}
+
+
+def set_rng_state(state: dict, cuda: CudaGenerators | None = None) -> None:
+    """Put back the generators' states of :func:`rng_state` (the CUDA ones as :func:`cuda_restore` deals them)."""
+    cuda = cuda or CUDA
     torch.set_rng_state(state["torch"])
-    if state.get("cuda") and torch.cuda.is_available():
-        cuda = state["cuda"]
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
-        else:  # another GPU count: the current device gets the first generator state
-            torch.cuda.set_rng_state(cuda[0])
+    saved = state.get("cuda")
+    count = cuda.count() if saved else 0
+    for index, s in cuda_restore(saved or [], count, cuda.current() if count else 0).items():
+        cuda.set(index, s)
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
