@@ -153,11 +153,19 @@ def scaled_title(spec, sweep: Sweep, runs: dict):
 
 
 def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
-    from fedcli.report.personal import build_matrix
-    from fedcli.report.tables import build_table, render
+    """The table ``name`` of ``sweeps`` rendered as ``fmt`` (md, latex, csv)."""
+    from fedcli.report.tables import render
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    return render(sweep_table(sweeps, name)[1], fmt)
+
+
+def sweep_table(sweeps: list[Sweep], name: str):
+    """(sweep, :class:`fedcli.report.tables.Table`) of the table ``name``: its runs checked, built, diverged runs noted."""
+    from fedcli.report.personal import build_matrix
+    from fedcli.report.tables import build_table
+
     sweep, spec = pick(sweeps, name, "table")
     if not isinstance(spec, TableSpec):
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
@@ -168,7 +176,7 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
                for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
     if stopped:
         table.notes.append("Diverged (exit 4), counted with the evaluations made before: " + "; ".join(stopped) + ".")
-    return render(table, fmt)
+    return sweep, table
 
 
 def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None,
