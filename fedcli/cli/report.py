@@ -178,6 +178,12 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
     from fedcli.results.sweepdir import MANIFEST
 
     root = Path(folder)
+    if root.suffix == ".toml" and root.is_file():  # a recipe: `fedcli report` reads the folder its sweep writes
+        raise ConfigError(f"{folder} is a recipe, not a folder of results; run it with `fedcli sweep {folder} --scale "
+                          f"smoke --out DIR`, then `fedcli report DIR`")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{folder} is a file; give a run directory of `fedcli train`, a sweep folder or a folder "
+                          f"holding them")
     if not root.is_dir():
         raise ConfigError(f"{folder}: no such folder")
     if any(next(root.glob(pat), None) for pat in (MANIFEST, f"*/{MANIFEST}", f"*/*/{MANIFEST}")):

@@ -117,10 +117,14 @@ def find_sweeps(folder: str | Path, warn=None) -> list[Sweep]:
 
 def pick(sweeps: list[Sweep], name: str, kind: str):
     """(sweep, spec) of the product ``name``; ConfigError if unknown or ambiguous."""
+    from fedcli.names import suggest
+
     hits = [(s, p) for s in sweeps for p in s.products() if p.name == name]
-    if not hits:
-        avail = sorted({p.name for s in sweeps for p in s.products()})
-        raise ConfigError(f"no {kind} named '{name}' here; available: {', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
+    if not hits:  # the names of this kind only (a figure is no answer to --table), the closest first
+        cls = TableSpec if kind == "table" else FigureSpec
+        avail = sorted({p.name for s in sweeps for p in s.products() if isinstance(p, cls)})
+        raise ConfigError(f"no {kind} named '{name}' here; {suggest(name, avail)}the {kind}s here: "
+                          f"{', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
     if len(hits) > 1:
         raise ConfigError(f"'{name}' is in {len(hits)} sweeps ({', '.join(str(s.root) for s, _ in hits)}); pass one of those folders")
     return hits[0]
