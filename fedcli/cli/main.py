@@ -63,10 +63,12 @@ def build_app(names=None, listing: bool = False) -> typer.Typer:
     app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
                       no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
                       context_settings={"help_option_names": ["-h", "--help"]})
+    from fedcli.cli.helpfmt import PanelHelpCommand
+
     app.callback()(_root)
     for name in COMMANDS if names is None else names:
         fn = _listed(name) if listing else getattr(importlib.import_module(COMMANDS[name]), name)
-        app.command(name, help=fn.__doc__)(fn)
+        app.command(name, help=fn.__doc__, cls=PanelHelpCommand)(fn)  # --help without rich's layout (fedcli/cli/helpfmt.py)
     return app
 
 
