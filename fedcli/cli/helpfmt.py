@@ -20,11 +20,6 @@ import textwrap
 
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-try:  # typer >= 0.20 vendors click (as fedcli/cli/main.py)
-    from typer._click.utils import echo
-except ImportError:  # pragma: no cover - older typer on top of click
-    from click import echo
-
 #: the environment variable that selects Typer's own (rich) renderer
 RICH_HELP = "FEDCLI_RICH_HELP"
 #: Typer's styles (typer.rich_utils), as ANSI SGR codes
@@ -34,18 +29,14 @@ STYLES = {"option": "1;36", "negative": "1;35", "type": "1;33", "border": "2", "
 class PanelHelpCommand(TyperCommand):
     """A Typer command whose ``--help`` is :func:`render` (Typer's renderer with ``FEDCLI_RICH_HELP=1``)."""
 
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        """``fedcli COMMAND --help`` alone: the help at once, as click's eager help option shows it, before Typer reads
-        any parameter (its first value read imports pydantic, ~0.1 s of an idle core)."""
-        if len(args) == 1 and args[0] in ctx.help_option_names and not ctx.resilient_parsing:
-            echo(ctx.get_help(), color=ctx.color)
-            ctx.exit()
-        return super().parse_args(ctx, args)
-
     def format_help(self, ctx, formatter) -> None:
         if os.environ.get(RICH_HELP):
             return super().format_help(ctx, formatter)
-        formatter.write(render(self, ctx, width(), colour()))
+        try:
+            text = render(self, ctx, width(), colour())
+        except AttributeError:  # a Typer whose parameters lack the methods its renderer reads here: its renderer
+            return super().format_help(ctx, formatter)
+        formatter.write(text)
 
 
 def width() -> int:
