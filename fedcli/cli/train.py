@@ -115,7 +115,7 @@ class TerminalView(RunView):
 
     def progress(self, cfg, sim, *, enabled: bool, mode: str):
         total, note = progress_total(cfg, sim.plan)
-        if enabled and note and _rank0():
+        if enabled and note:  # enabled: rank 0, not --quiet, not --json
             self.notice(note)
         return TrainProgress(total, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
                              per_round=bool(cfg.local_epochs), enabled=enabled, mode=progress_mode(mode))
