@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-gpu gpu-check gpu-paper precision-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-help bench-gpu gpu-check gpu-paper precision-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -80,6 +80,11 @@ bench-scale:
 # (about 2 minutes on 2 cores): one line per run, the medians and their ratio; JSON in results/bench-trackers.json
 bench-trackers:
 	$(PY) scripts/bench_trackers.py --json results/bench-trackers.json $(BENCH_TRACKERS_ARGS)
+
+# `fedcli train --help` drawn by fedcli's panel renderer against Typer's rich renderer (FEDCLI_RICH_HELP=1), alternately,
+# 7 times each, and the import alone (about half a minute on 2 cores): one line per run, the medians and their ratio
+bench-help:
+	$(PY) scripts/bench_help.py --json results/bench-help.json $(BENCH_HELP_ARGS)
 
 # the checks that need a CUDA device (CI has none): GPU tests, every preset on cuda, cpu vs cuda, MPI ranks on the GPUs,
 # the automatic cohort chunk; a few minutes; logs in gpu-check-logs/ (scripts/gpu-check.sh)

@@ -32,6 +32,8 @@ print(last.groupby("method").test_acc.agg(["mean", "std", "count"]))
 print(results.layers.pivot_table(index="name", columns="method", values="syncs", aggfunc="mean"))
 print(results.intervals.groupby(["name", "interval"]).size().unstack(fill_value=0))
 
-# %% the report: the table (seeds aggregated) and the figures, as `fedcli report` writes them
-fedcli.report(out, figures=out / "figures")
-print(sorted(p.name for p in (out / "figures").glob("*.png")))
+# %% the report: the table (seeds aggregated) and the figures, as `fedcli report` writes them; it returns the table as
+# a DataFrame (the columns of --format csv) and the files it drew
+table, figures = fedcli.report(out, figures=out / "figures")
+print(table[["name", "final_acc_mean", "final_acc_std", "final_acc_n"]])
+print(sorted(p.name for p in figures if p.suffix == ".png"))

@@ -7,19 +7,44 @@ them as pandas DataFrames, one row per record with the run's identity in front (
 ``dataset``, ``model``): ``metrics`` (metrics.csv: one row per evaluation), ``layers`` (layers.csv: one per parameter
 tensor), ``intervals`` (intervals.csv: one per layer per adjustment, layer-wise methods), ``clients`` (clients.csv:
 one per client per evaluation, personalized methods) and ``runs`` (one row per run: its config and summary). The
-columns are those of the CSVs docs/run-directory.md describes. No torch import (pandas only, when called).
+columns are those of the CSVs docs/run-directory.md describes, each with the dtype :data:`SCHEMA` declares, whatever
+was loaded. ``train`` and ``write_report`` run the commands in this process: their errors are raised (the command's
+one-line message, ``exit_code``), and ``write_report`` returns the table it printed and the figures it drew
+(:class:`Report`). No torch import (pandas only, when called).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 #: the identity of a run put in front of each of its rows (``experiment``: the runs that differ only in their seed
-#: share one, named as ``fedcli report`` names them: ``lama`` for ``lama/s0`` and ``lama/s1``)
-ID_COLUMNS = ("run", "experiment", "method", "seed", "dataset", "model")
+#: share one, named as ``fedcli report`` names them: ``lama`` for ``lama/s0`` and ``lama/s1``; for a run of a sweep,
+#: ``sweep``: its sweep folder, ``recipe_run``: its name in the recipe, the name a sweep table's ``run``, ``left_run``
+#: and ``right_run`` give, and ``scale``: the recipe scale it ran at; empty for a run of ``fedcli train``)
+ID_COLUMNS = ("run", "experiment", "method", "seed", "dataset", "model", "sweep", "recipe_run", "scale")
 #: the per-record tables of a run directory: attribute of :class:`RunData` (its CSV)
 TABLES = ("metrics", "layers", "intervals", "clients")
+
+INT, FLOAT, TEXT = "Int64", "float64", "object"  # Int64: pandas' integer column that can hold a missing value
+#: each frame's columns and their dtypes, declared once (the CSVs of docs/run-directory.md): a frame has these
+#: columns with these dtypes whatever was loaded, an empty cell (``personal_acc`` of a global-model run) or a column a
+#: run lacks is missing (NaN / <NA>), and an empty frame is typed too. Columns a run writes beyond these follow.
+SCHEMA = {
+    "identity": {"run": TEXT, "experiment": TEXT, "method": TEXT, "seed": INT, "dataset": TEXT, "model": TEXT,
+                 "sweep": TEXT, "recipe_run": TEXT, "scale": TEXT},
+    "metrics": {"round": INT, "iteration": INT, "train_loss": FLOAT, "test_loss": FLOAT, "test_acc": FLOAT,
+                "comm_params": INT, "comm_bytes": FLOAT, "wall_s": FLOAT, "lr": FLOAT, "skipped_clients": INT,
+                "personal_acc": FLOAT},
+    "layers": {"layer": INT, "name": TEXT, "kind": TEXT, "numel": INT, "syncs": INT, "comm_params": INT,
+               "comm_bytes": FLOAT, "interval": INT},
+    "intervals": {"round": INT, "iteration": INT, "layer": INT, "name": TEXT, "numel": INT, "eligible": INT,
+                  "d": FLOAT, "interval": INT},
+    "clients": {"round": INT, "iteration": INT, "client": INT, "train_samples": INT, "test_samples": INT,
+                "personal_loss": FLOAT, "personal_acc": FLOAT, "global_loss": FLOAT, "global_acc": FLOAT},
+    "runs": {"path": TEXT, "status": TEXT, "schedule": TEXT},  # then the config (typed by its fields) and summary.*
+}
 
 
 def _records_of(attr: str, doc: str) -> property:
@@ -33,6 +58,7 @@ class Results:
 
     runs_by_name: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)  # run directories that could not be read: name -> reason
+    sweeps: dict = field(default_factory=dict)   # run name -> {"sweep", "recipe_run", "scale"} (runs of a sweep)
 
     def __len__(self) -> int:
         return len(self.runs_by_name)
@@ -43,7 +69,7 @@ class Results:
 
     def _identity(self, name: str, run) -> dict:
         return {"run": name, "experiment": self._experiments().get(name, name), "method": run.legend(), "seed": run.seed,
-                "dataset": run.config.get("dataset"), "model": run.config.get("model")}
+                "dataset": run.config.get("dataset"), "model": run.config.get("model"), **self.sweeps.get(name, {})}
 
     def _experiments(self) -> dict:
         """{run name: experiment}: runs that differ only in their seed share one (``fedcli.report.groups``)."""
@@ -55,13 +81,8 @@ class Results:
         return self._experiment_of
 
     def _records(self, attr: str):
-        import pandas as pd
-
-        frames = [pd.DataFrame([{**self._identity(name, run), **row} for row in getattr(run, attr)])
-                  for name, run in self.runs_by_name.items() if getattr(run, attr)]
-        if not frames:
-            return pd.DataFrame(columns=list(ID_COLUMNS))
-        return numeric(pd.concat(frames, ignore_index=True))
+        rows = [{**self._identity(name, run), **row} for name, run in self.runs_by_name.items() for row in getattr(run, attr)]
+        return typed(rows, {**SCHEMA["identity"], **SCHEMA[attr]})
 
     metrics = _records_of("metrics", "metrics.csv of every run: one row per evaluation (iteration, round, test_acc, comm_params, ...).")
     layers = _records_of("layers", "layers.csv of every run: one row per parameter tensor (numel, syncs, comm_params, comm_bytes).")
@@ -70,26 +91,56 @@ class Results:
 
     @property
     def runs(self):
-        """One row per run: its identity, path, status, the method's parts, its whole config and its summary (the
-        summary's keys prefixed ``summary.``, so that no config key is shadowed)."""
-        import pandas as pd
-
+        """One row per run: its identity, path, status, its schedule (the config's, else the method's), its whole
+        config (typed by the config's fields) and its summary (the summary's keys prefixed ``summary.``, so that no
+        config key is shadowed)."""
         rows = []
         for name, run in self.runs_by_name.items():
             m = run.manifest
-            rows.append({**self._identity(name, run), "path": str(run.path), "status": m.get("status"),
-                         "schedule": run.method.get("schedule"), **run.config,
-                         **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()}})
-        return numeric(pd.DataFrame(rows))
+            rows.append({**self._identity(name, run), "path": str(run.path), "status": m.get("status"), **run.config,
+                         "schedule": run.schedule, **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()}})
+        return typed(rows, {**SCHEMA["identity"], **SCHEMA["runs"], **_config_schema()})
 
     def run(self, name: str):
         """One run's :class:`fedcli.report.rundata.RunData` (manifest, config, and its CSVs as lists of dicts)."""
         return self.runs_by_name[name]
 
 
+def _config_schema() -> dict:
+    """The dtype of each config key (``fedcli.config`` fields: int, float, bool, str)."""
+    from fedcli.config import FIELDS, field_type
+
+    kinds = {int: INT, float: FLOAT, bool: "boolean", str: TEXT}
+    return {name: kinds[field_type(f)] for name, f in FIELDS.items() if name != "schedule"}
+
+
+def typed(rows: list[dict], schema: dict):
+    """A DataFrame of ``rows`` with the columns of ``schema`` first, each of its dtype (numbers: an empty cell or a
+    missing column is NaN / <NA>; text: an empty string is NaN), then any other column (its numbers as numbers)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    extra = [c for c in df.columns if c not in schema]
+    out = pd.DataFrame({col: _as(df[col] if col in df.columns else pd.Series([None] * len(df), dtype=object), dtype)
+                        for col, dtype in schema.items()}, index=df.index)
+    return pd.concat([out, numeric(df[extra].copy())], axis=1) if extra else out
+
+
+def _as(col, dtype: str):
+    """One column as ``dtype`` (module SCHEMA's kinds, or pandas' ``boolean``)."""
+    import pandas as pd
+
+    blank = col.isna() | col.map(lambda v: isinstance(v, str) and v == "")
+    if dtype == TEXT:
+        return col.where(~blank, None).astype(object)
+    if dtype == "boolean":
+        return col.where(~blank, None).astype("boolean")
+    number = pd.to_numeric(col.where(~blank, None), errors="coerce")
+    return number.astype(dtype)
+
+
 def numeric(df):
-    """Columns whose every non-empty cell is a number as numbers (an empty CSV cell, such as ``personal_acc`` of a
-    global-model run: NaN), the others as they are."""
+    """Columns whose every non-empty cell is a number as numbers (an empty CSV cell: NaN), the others as they are."""
     import pandas as pd
 
     for col in df.columns:
@@ -99,6 +150,29 @@ def numeric(df):
             if converted.notna().sum() == (~blank).sum():
                 df[col] = converted
     return df
+
+
+def _sweep_of(run_dir: Path, cache: dict) -> dict:
+    """{"sweep", "recipe_run", "scale"} of a run directory that a sweep planned (a ``sweep.json`` one to three folders
+    up lists it: ``SWEEP/<slug>/seed<k>``), else {}."""
+    import json
+
+    from fedcli.results.sweepdir import MANIFEST
+
+    for folder in list(run_dir.parents)[:3]:
+        if not (folder / MANIFEST).is_file():
+            continue
+        if folder not in cache:
+            try:
+                manifest = json.loads((folder / MANIFEST).read_text())
+            except (OSError, ValueError):
+                manifest = {}
+            cache[folder] = {(folder / e["dir"]).resolve(): {"sweep": str(folder), "recipe_run": e.get("name"),
+                                                            "scale": manifest.get("scale")}
+                             for e in manifest.get("runs", []) if isinstance(e, dict) and "dir" in e}
+        if run_dir.resolve() in cache[folder]:
+            return cache[folder][run_dir.resolve()]
+    return {}
 
 
 def _run_dirs(root: Path) -> list[Path]:
@@ -136,22 +210,28 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
             skipped[str(d.relative_to(root)) if d != root else d.name] = str(e)
     # names: the run directory's own name, or its path below the folder given (unique by construction)
     names = [root.name] if dirs == [root] else [str(r.path.relative_to(root)) for r in runs]
-    return Results(dict(zip(names, runs)), skipped)
+    cache: dict = {}
+    sweeps = {name: found for name, r in zip(names, runs) if (found := _sweep_of(Path(r.path), cache))}
+    return Results(dict(zip(names, runs)), skipped, sweeps)
 
 
-def _cli(args: list[str]) -> None:
-    """``fedcli ARGS`` in this process; a non-zero exit raises :class:`fedcli.errors.FedcliError` with the code."""
-    from fedcli.cli.main import main
+def _cli(args: list[str]):
+    """``fedcli ARGS`` in this process (:func:`fedcli.cli.main.invoke`): the command's return value. A failure raises
+    :class:`fedcli.errors.FedcliError` (or its subclass: ConfigError, DataError, ...) with the command's one-line
+    message and its exit code as ``exit_code``, as the command would print and exit with."""
+    import typer
+
+    from fedcli.cli.main import invoke
     from fedcli.errors import FedcliError
 
     try:
-        code = main(args)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    if code not in (0, None):
-        err = FedcliError(f"`fedcli {' '.join(args)}` exited with code {code} (its message is above)")
-        err.exit_code = code
-        raise err
+        return invoke(args)
+    except typer.Exit as e:
+        if e.exit_code in (0, None):
+            return None
+        err = FedcliError(f"`fedcli {' '.join(args)}` exited with code {e.exit_code} (its messages are above)")
+        err.exit_code = e.exit_code
+        raise err from None
 
 
 def flags(**options) -> list[str]:
@@ -174,7 +254,32 @@ def train(out: str | Path, **options) -> Results:
     return load(out, strict=True)
 
 
-def write_report(*paths: str | Path, **options) -> None:
+class Report(NamedTuple):
+    """What :func:`write_report` (``fedcli.report(...)``) gives back: ``table``, the table it printed as a pandas
+    DataFrame (the tidy CSV of ``--format csv``: a sweep table's identifiers ``table``, ``group``, ``run`` or
+    ``left_run`` / ``right_run`` (the recipe's run names, the frames' ``recipe_run``) and ``sweep``, then
+    ``<column>_mean``, ``<column>_std``, ...; the comparison of run directories: one row per experiment), None where
+    none was printed (``--paper``, figures only); ``figures``: the figure files it wrote (PNG and PDF), as Paths."""
+
+    table: object
+    figures: list
+
+
+def write_report(*paths: str | Path, **options) -> Report:
     """``fedcli report PATHS`` with ``options`` as its flags: ``fedcli.write_report("results/lama", "results/avg",
-    figures="results/fig")`` prints the table and writes the figures, as the command does."""
-    _cli(["report", *map(str, paths), *flags(**options)])
+    figures="results/fig")`` prints the table and writes the figures, as the command does, and returns them
+    (:class:`Report`: ``table, figures = fedcli.report(...)``)."""
+    import io
+
+    import pandas as pd
+
+    from fedcli.report.tables import render_csv
+
+    out = _cli(["report", *map(str, paths), *flags(**options)])
+    table = getattr(out, "table", None)
+    frame = None
+    if table is not None:
+        frame = pd.read_csv(io.StringIO(render_csv(table)))
+        if getattr(out, "sweep", None) is not None:
+            frame.insert(1, "sweep", out.sweep)
+    return Report(frame, [Path(f) for f in getattr(out, "figures", [])])

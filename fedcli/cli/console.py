@@ -130,10 +130,13 @@ class TrainProgress:
                 f"comm {self.comm_pct(row):.1f}% of FedAvg")
 
     def line(self, row: dict) -> str:
-        """One evaluation as the plain log line of ``--progress lines``."""
+        """One evaluation as the plain log line of ``--progress lines``: done of the total, never past 100% (a budget of
+        --iterations under --local-epochs, where the rounds' length depends on the cohorts sampled, can end a few
+        iterations past it; the total is then the iterations done)."""
         done = row["round"] if self.rounds else row["iteration"]
         unit = "round" if self.rounds else "iteration"
-        return (f"fedcli train: {unit} {done}/{self.total} ({100 * done / self.total:.1f}%)  {self.info(row)} "
+        total = max(self.total, done)
+        return (f"fedcli train: {unit} {done}/{total} ({100 * done / total:.1f}%)  {self.info(row)} "
                 f"({row['comm_params']:,} params, {row.get('comm_bytes', 0) / 1e6:,.2f} MB)  {self.clock.text(self.total)}")
 
     def __call__(self, row: dict) -> None:
@@ -142,7 +145,7 @@ class TrainProgress:
         self.best = acc if self.best is None or acc > self.best else self.best
         done = row["round"] if self.rounds else row["iteration"]
         self.clock.update(done)
-        self.progress.update(self.task, completed=done, info=self.info(row))
+        self.progress.update(self.task, completed=done, total=max(self.total, done), info=self.info(row))
         if self.mode == "lines":
             stream = self.stream if self.stream is not None else sys.stderr
             stream.write(self.line(row) + "\n")

@@ -63,10 +63,12 @@ def build_app(names=None, listing: bool = False) -> typer.Typer:
     app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
                       no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
                       context_settings={"help_option_names": ["-h", "--help"]})
+    from fedcli.cli.helpfmt import PanelHelpCommand
+
     app.callback()(_root)
     for name in COMMANDS if names is None else names:
         fn = _listed(name) if listing else getattr(importlib.import_module(COMMANDS[name]), name)
-        app.command(name, help=fn.__doc__)(fn)
+        app.command(name, help=fn.__doc__, cls=PanelHelpCommand)(fn)  # --help without rich's layout (fedcli/cli/helpfmt.py)
     return app
 
 
@@ -118,11 +120,43 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def invoke(args: list[str]):
+    """``fedcli ARGS`` in this process: the command's return value (``fedcli report``'s table and figures), with every
+    failure the user can cause raised as a :class:`FedcliError` carrying its one-line message and exit code (a usage
+    error of the parser: exit 2; a file that cannot be read or written; out of memory). ``typer.Exit`` and
+    ``typer.Abort`` pass through. The ``fedcli`` command prints the error (:func:`_run`); ``fedcli.train`` and
+    ``fedcli.report`` in a notebook raise it (fedcli/api.py)."""
+    try:
+        return app_for(args)(args=args, standalone_mode=False)
+    except FedcliError:
+        raise
+    except ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `fedcli`: the help was shown, nothing failed
+            return None
+        from fedcli.errors import ConfigError
+
+        msg = e.format_message().replace("\n", " ")
+        err = ConfigError(msg) if e.exit_code == ConfigError.exit_code else FedcliError(msg)
+        err.exit_code = e.exit_code
+        raise err from None
+    except OSError as e:  # a file fedcli reads or writes, where no closer code named the problem: still one line
+        from fedcli.errors import os_error
+
+        raise os_error(e, doing="read or write") from None
+    except Exception as e:
+        from fedcli.errors import memory_error
+
+        oom = memory_error(e)  # out of memory outside a run (loading data, building the model): still one line
+        if oom is None:
+            raise
+        raise oom from None
+
+
 def _run(args: list[str]) -> int:
     from fedcli.cli.console import err_line, error
 
     try:
-        app_for(args)(args=args, standalone_mode=False)
+        invoke(args)
     except FedcliError as e:
         comm = _mpi_comm()
         if comm is not None and not getattr(e, "collective", False):
@@ -137,29 +171,11 @@ def _run(args: list[str]) -> int:
         return e.exit_code
     except typer.Abort:
         error("aborted", 130)
-    except ClickException as e:
-        if type(e).__name__ == "NoArgsIsHelpError":  # bare `fedcli`: the help was shown, nothing failed
-            return 0
-        msg = e.format_message().replace("\n", " ")
-        error(msg, e.exit_code)
     except KeyboardInterrupt:
         error("interrupted", 130)
-    except OSError as e:  # a file fedcli reads or writes, where no closer code named the problem: still one line
-        from fedcli.errors import os_error
-
-        err = os_error(e, doing="read or write")
-        comm = _mpi_comm()
-        if comm is not None:
-            _abort_job(err, err.exit_code)
-        error(str(err), err.exit_code)
     except Exception as e:
-        from fedcli.errors import memory_error
-
-        oom = memory_error(e)  # out of memory outside a run (loading data, building the model): still one line
         if _mpi_comm() is not None:
-            _abort_job(oom or e, oom.exit_code if oom else 1)
-        if oom is not None:
-            error(str(oom), oom.exit_code)
+            _abort_job(e, 1)
         raise
     return 0
 

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import typer
 
+from dataclasses import dataclass, field
+
 from fedcli.cli.console import err_console, out_console
 from fedcli.papers import PAPERS
+
+
+@dataclass
+class Output:
+    """What ``fedcli report`` made, for ``fedcli.report(...)`` in Python (fedcli/api.py): the table it printed (a
+    :class:`fedcli.report.tables.Table`; ``sweep``: the folder of a sweep's table) and the figure files it wrote."""
+
+    table: object = None
+    sweep: str | None = None
+    figures: list = field(default_factory=list)
 
 
 def report(
@@ -26,7 +38,8 @@ def report(
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import FORMATS, find_sweeps, listing, make_figures, make_table, pick
+    from fedcli.report.core import FORMATS, find_sweeps, listing, pick, sweep_table
+    from fedcli.report.tables import render
     from fedcli.report.single import find_runs, is_run_dir, load_run
 
     if fmt not in FORMATS:
@@ -36,8 +49,7 @@ def report(
     if x is not None and x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
     if paper is not None:
-        _paper(paper, list(folders or ["results"]), output, x, table, figure, figures, overwrite)
-        return
+        return _paper(paper, list(folders or ["results"]), output, x, table, figure, figures, overwrite)
     if overwrite:
         raise ConfigError("--overwrite applies to --paper only (it replaces a section.tex or section.md edited by hand)")
     if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
@@ -59,6 +71,7 @@ def report(
                               f"(`fedcli report {explicit[0]}` reports it)")
         if not sweeps:
             find_sweeps(holders[0])  # raises: no sweep here
+    made = Output()
     if table is None and not figure:
         loose = [p for f in holders for p in find_runs(Path(f), [s.root for s in sweeps])]
         if not sweeps and not explicit and not loose:
@@ -72,21 +85,24 @@ def report(
             runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
             runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
             if runs:
-                _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
+                made = _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
         if sweeps and figures is not None:
-            _write_figures(sweeps, figures, None, holders[0], x)
-        return
+            made.figures += _write_figures(sweeps, figures, None, holders[0], x)
+        return made
     if table is not None:
-        _emit(make_table(sweeps, table, fmt), output, f"table {table}")
+        sweep, made.table = sweep_table(sweeps, table)
+        made.sweep = str(sweep.root)
+        _emit(render(made.table, fmt), output, f"table {table}")
     if figures is not None:
         scope = sweeps
         if table is not None and not figure:
             scope = [pick(sweeps, table, "table")[0]]
-        _write_figures(scope, figures, list(figure) if figure else None, holders[0], x)
+        made.figures += _write_figures(scope, figures, list(figure) if figure else None, holders[0], x)
+    return made
 
 
 def _paper(name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures,
-           overwrite: bool = False) -> None:
+           overwrite: bool = False) -> Output:
     """``--paper NAME``: the paper's section from the sweeps under ``folders`` (fedcli/report/paper.py)."""
     from pathlib import Path
 
@@ -114,7 +130,10 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
         raise os_error(e, e.filename or out) from None
     for f in files:
         err_console.print(f"fedcli report: paper section -> {f}", markup=False, highlight=False, soft_wrap=True)
-    err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
+    drawn = sorted(p for p in (out / "figures").rglob("*") if p.suffix in (".png", ".pdf")) if (out / "figures").is_dir() else []
+    if drawn:  # a folder named only where figures were written into it (a paper whose sweeps draw none: no folder)
+        err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
+    return Output(figures=drawn)
 
 
 def _readable(paths, load_run) -> list:
@@ -163,6 +182,12 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
     from fedcli.results.sweepdir import MANIFEST
 
     root = Path(folder)
+    if root.suffix == ".toml" and root.is_file():  # a recipe: `fedcli report` reads the folder its sweep writes
+        raise ConfigError(f"{folder} is a recipe, not a folder of results; run it with `fedcli sweep {folder} --scale "
+                          f"smoke --out DIR`, then `fedcli report DIR`")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{folder} is a file; give a run directory of `fedcli train`, a sweep folder or a folder "
+                          f"holding them")
     if not root.is_dir():
         raise ConfigError(f"{folder}: no such folder")
     if any(next(root.glob(pat), None) for pat in (MANIFEST, f"*/{MANIFEST}", f"*/*/{MANIFEST}")):
@@ -175,7 +200,7 @@ def _warn(msg: str) -> None:
     err_console.print(f"fedcli report: warning: {msg}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) -> None:
+def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) -> list:
     from fedcli.report.core import make_figures
 
     files = make_figures(sweeps, out_dir, names, x=x, warn=_warn)
@@ -183,10 +208,11 @@ def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) ->
         err_console.print(f"fedcli report: no figures defined in {folder}", markup=False, highlight=False)
     for f in files:
         err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
+    return files
 
 
 def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figures: str | None, x: str | None = None,
-                 baseline: str | None = None) -> None:
+                 baseline: str | None = None) -> Output:
     """The comparison table of ``fedcli train`` runs, and their figures (one run given: in RUN_DIR/figures by default)."""
     from pathlib import Path
 
@@ -194,7 +220,8 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     from fedcli.report.single import comparison_table, run_names, write_figures
     from fedcli.report.tables import render
 
-    _emit(render(comparison_table(runs, baseline=baseline), fmt), output, f"table of {len(runs)} run(s)")
+    made = Output(comparison_table(runs, baseline=baseline))
+    _emit(render(made.table, fmt), output, f"table of {len(runs)} run(s)")
     _tracker_notes(runs)
     _killed_notes(runs)
     if figures is None and len(explicit) == 1 and len(runs) == 1:
@@ -205,9 +232,11 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
         err_console.print(f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "
                           f"to draw {'it' if len(runs) == 1 else f'these {len(runs)} runs together'}", markup=False,
                           highlight=False, soft_wrap=True)
-        return
-    for f in write_figures(runs, figures, x=x, warn=_warn):
+        return made
+    made.figures = write_figures(runs, figures, x=x, warn=_warn)
+    for f in made.figures:
         err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
+    return made
 
 
 def _tracker_notes(runs) -> None:

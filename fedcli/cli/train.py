@@ -85,6 +85,24 @@ def loaded() -> None:
         status.stop()
 
 
+def progress_total(cfg, plan) -> tuple[int, str | None]:
+    """The progress's total (rounds under --rounds, else local iterations) and, where the run's iterations are not the
+    --iterations asked for, the one line that says so: rounds of --local-epochs are never cut (fedcli/fl/budget.py), so
+    the budget is rounded up to whole rounds, to a count known in advance under full participation, else reached at
+    the end of the round that passes it."""
+    if cfg.rounds:
+        return cfg.rounds, None
+    if plan.iterations is not None and plan.iterations > cfg.iterations:
+        return plan.iterations, (f"--iterations {cfg.iterations} rounded up to {plan.iterations}: {plan.rounds} whole "
+                                 f"rounds of --local-epochs {cfg.local_epochs:g} ({plan.iterations // plan.rounds} local "
+                                 f"iterations each; a round is not cut)")
+    if plan.iterations is None:
+        return cfg.iterations, (f"--iterations {cfg.iterations} ends at the end of the round that reaches it: rounds of "
+                                f"--local-epochs {cfg.local_epochs:g} are not cut and last as long as their cohort's "
+                                f"longest client, so the run may end a few iterations past {cfg.iterations}")
+    return cfg.iterations, None
+
+
 class TerminalView(RunView):
     """``fedcli train`` on a terminal or into a log: the header, the progress (``--progress``), the summary table and the
     notes through rich (fedcli/cli/console.py)."""
@@ -96,7 +114,10 @@ class TerminalView(RunView):
         err_console.print(f"[bold]fedcli train[/]: {text}", soft_wrap=progress_mode(progress) != "bar")
 
     def progress(self, cfg, sim, *, enabled: bool, mode: str):
-        return TrainProgress(cfg.rounds or cfg.iterations, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
+        total, note = progress_total(cfg, sim.plan)
+        if enabled and note:  # enabled: rank 0, not --quiet, not --json
+            self.notice(note)
+        return TrainProgress(total, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
                              per_round=bool(cfg.local_epochs), enabled=enabled, mode=progress_mode(mode))
 
     def loaded(self) -> None:

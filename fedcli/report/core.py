@@ -117,10 +117,14 @@ def find_sweeps(folder: str | Path, warn=None) -> list[Sweep]:
 
 def pick(sweeps: list[Sweep], name: str, kind: str):
     """(sweep, spec) of the product ``name``; ConfigError if unknown or ambiguous."""
+    from fedcli.names import suggest
+
     hits = [(s, p) for s in sweeps for p in s.products() if p.name == name]
-    if not hits:
-        avail = sorted({p.name for s in sweeps for p in s.products()})
-        raise ConfigError(f"no {kind} named '{name}' here; available: {', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
+    if not hits:  # the names of this kind only (a figure is no answer to --table), the closest first
+        cls = TableSpec if kind == "table" else FigureSpec
+        avail = sorted({p.name for s in sweeps for p in s.products() if isinstance(p, cls)})
+        raise ConfigError(f"no {kind} named '{name}' here; {suggest(name, avail)}the {kind}s here: "
+                          f"{', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
     if len(hits) > 1:
         raise ConfigError(f"'{name}' is in {len(hits)} sweeps ({', '.join(str(s.root) for s, _ in hits)}); pass one of those folders")
     return hits[0]
@@ -153,11 +157,19 @@ def scaled_title(spec, sweep: Sweep, runs: dict):
 
 
 def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
-    from fedcli.report.personal import build_matrix
-    from fedcli.report.tables import build_table, render
+    """The table ``name`` of ``sweeps`` rendered as ``fmt`` (md, latex, csv)."""
+    from fedcli.report.tables import render
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    return render(sweep_table(sweeps, name)[1], fmt)
+
+
+def sweep_table(sweeps: list[Sweep], name: str):
+    """(sweep, :class:`fedcli.report.tables.Table`) of the table ``name``: its runs checked, built, diverged runs noted."""
+    from fedcli.report.personal import build_matrix
+    from fedcli.report.tables import build_table
+
     sweep, spec = pick(sweeps, name, "table")
     if not isinstance(spec, TableSpec):
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
@@ -168,7 +180,7 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
                for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
     if stopped:
         table.notes.append("Diverged (exit 4), counted with the evaluations made before: " + "; ".join(stopped) + ".")
-    return render(table, fmt)
+    return sweep, table
 
 
 def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None,

@@ -30,7 +30,10 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 def paper_of(name: str) -> tuple[str, str]:
     if name not in PAPERS:
-        raise ConfigError(f"--paper {name}: not a paper fedcli has recipes for; choose one of {', '.join(PAPERS)}")
+        from fedcli.names import suggest
+
+        raise ConfigError(f"--paper {name}: not a paper fedcli has recipes for; {suggest(name, list(PAPERS))}choose one of "
+                          f"{', '.join(PAPERS)}")
     return PAPERS[name]
 
 

@@ -67,3 +67,52 @@ def test_every_option_states_its_default_once():
                 options[current] = options.get(current, "") + line
         for name, text in options.items():
             assert text.count("[default:") <= 1, (command, name, text)
+
+
+def rows(text: str) -> list[str]:
+    """The help as its lines, each with its words joined by one space (box corners and edges dropped): what the two
+    renderers must agree on at a width where no row wraps."""
+    return [" ".join(line.replace("│", " ").split()) for line in text.splitlines() if line.strip()]
+
+
+def test_help_lists_what_typers_renderer_lists(monkeypatch, capsys):
+    """``--help`` is drawn without rich's layout engine (fedcli/cli/helpfmt.py: ``fedcli train --help`` took 1.5-2.3 s on
+    2 cores, ~85% of it in rich drawing 28 panels; issue 48, 19; ``make bench-help`` times the two): the same panels in
+    the same order, each with the same rows, names, types, help and defaults as Typer's renderer
+    (``FEDCLI_RICH_HELP=1``) draws them, line for line at a width where nothing wraps."""
+    from fedcli.cli.helpfmt import RICH_HELP
+    from fedcli.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "2000")
+    for command in ("train", "sweep", "report", "partition", "bench"):
+        shown = {}
+        for rich in (True, False):
+            if rich:
+                monkeypatch.setenv(RICH_HELP, "1")
+            else:
+                monkeypatch.delenv(RICH_HELP, raising=False)
+            assert main([command, "--help"]) == 0
+            shown[rich] = capsys.readouterr().out
+        ours, typers = rows(shown[False]), rows(shown[True])
+        assert ours == typers, (command, [(a, b) for a, b in zip(ours, typers) if a != b][:3])
+    # train's: the general panels, then one per method's options (the grouping is kept)
+    monkeypatch.delenv(RICH_HELP, raising=False)
+    assert main(["train", "--help"]) == 0
+    panels = [r.strip("╭─╮ ") for r in rows(capsys.readouterr().out) if r.startswith("╭")]
+    assert panels[:3] == ["Options", "core", "data"] and panels[-1].startswith("method options: ") and len(panels) >= 20
+
+
+def test_train_help_is_drawn_in_boxes_as_wide_as_the_terminal():
+    """At 80 columns (a pipe, no COLUMNS) every line of every panel is 80 wide, option names in the first column, the
+    help wrapped in its own column; long names and every method's panel kept."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("COLUMNS", None)
+    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--help"], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    boxed = [line for line in p.stdout.splitlines() if line and line[0] in "╭│╰"]
+    assert boxed and all(len(line) == 80 for line in boxed), [line for line in boxed if len(line) != 80][:3]
+    titles = [line.strip("╭─╮ ") for line in boxed if line.startswith("╭")]
+    assert titles[:3] == ["Options", "core", "data"] and "method options: fedlama" in titles and len(titles) >= 20
+    algo = next(i for i, line in enumerate(boxed) if line.startswith("│ --algo "))
+    assert "[default: fedlama]" in boxed[algo] + boxed[algo + 1]

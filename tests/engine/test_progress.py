@@ -147,3 +147,36 @@ def test_lines_mode_writes_one_flushed_line_per_row():
     assert lines[0].startswith("fedcli train: iteration 200/400 (50.0%)  round 40  acc 50.83%  best 50.83%  loss 0.5000  "
                                "comm 100.0% of FedAvg (40,000 params, 8.00 MB)  elapsed ")
     assert "acc 40.00%  best 50.83%  loss 0.2500" in lines[1]  # the best so far stays
+
+
+def test_iterations_rounded_up_to_whole_rounds_said_once_never_past_100(tmp_path, capfd):
+    """``--iterations 60`` with ``--local-epochs`` runs whole rounds (64 iterations for FedALA in issue 48, 18): the run
+    says the rounding once, and the progress counts to the iterations it does, never "64/60 (106.7%)". Under partial
+    participation the rounds' length depends on the cohorts: said too, and the total grows to what was done."""
+    import csv
+
+    from fedcli.cli.main import main
+
+    args = ["train", "--algo", "fedavg-c", "--dataset", "digits", "--mlp-hidden", "16", "--clients", "4",
+            "--iterations", "60", "--eval-every", "20", "--threads", "1", "--progress", "lines"]
+    for name, extra in (("full", []), ("partial", ["--active-ratio", "0.5", "--clients", "6"])):
+        capfd.readouterr()
+        assert main([*args, *extra, "--out", str(tmp_path / name)]) in (0, None)
+        err = capfd.readouterr().err
+        with open(tmp_path / name / "metrics.csv") as f:
+            done = int(list(csv.DictReader(f))[-1]["iteration"])
+        lines = [ln.split()[3:5] for ln in err.splitlines() if ln.startswith("fedcli train: iteration ")]
+        assert done > 60 and lines[-1] == [f"{done}/{done}", "(100.0%)"], (done, lines)
+        assert all(float(pct.strip("(%)")) <= 100 for _, pct in lines)
+        if name == "full":  # every round as long as the longest client's: the count is known before the run
+            said = [ln for ln in err.splitlines() if "rounded up" in ln]
+            assert len(said) == 1 and said[0].startswith(f"fedcli: --iterations 60 rounded up to {done}: "), said
+            assert "a round is not cut" in said[0] and all(n.endswith(f"/{done}") for n, _ in lines)
+        else:
+            assert err.count("may end a few iterations past 60") == 1
+
+
+def test_a_line_past_its_total_counts_to_what_was_done():
+    p = TrainProgress(60, 1_000, 5, enabled=False)
+    assert "iteration 64/64 (100.0%)" in p.line(row(iteration=64, round=8))
+    assert "iteration 32/60 (53.3%)" in p.line(row(iteration=32, round=4))

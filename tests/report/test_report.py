@@ -218,6 +218,40 @@ def test_report_cli_list_unknown_and_format(tmp_path, capsys):
         assert ex.value.code == 2 and needle in capsys.readouterr().err
     with pytest.raises(ConfigError):
         find_sweeps(tmp_path / "nothing-here")
+    # an unknown name: the closest one, and only the products of the kind asked for (issue 48, 18: --table listed the
+    # figures as tables, --figure the tables as figures)
+    for args, said in ((["--table", "pared"], "no table named 'pared' here; did you mean paired? the tables here: paired, rows ("),
+                       (["--figures", str(tmp_path / "f"), "--figure", "curvs"],
+                        "no figure named 'curvs' here; did you mean curves? the figures here: curves, dl, size, syncs (")):
+        with pytest.raises(SystemExit) as ex:
+            main(["report", str(root), *args])
+        assert ex.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_report_cli_points_at_what_to_run(tmp_path, capsys):
+    """Issue 48, 18: a recipe given to `fedcli report` points at `fedcli sweep` (it said "no such folder"), a misspelt
+    --paper gets "did you mean", and --paper names a figures folder only where it wrote one."""
+    recipe = tmp_path / "aaai-table3.toml"
+    recipe.write_text('title = "t"\n')
+    (tmp_path / "notes.txt").write_text("x")
+    for arg, said in ((recipe, f"{recipe} is a recipe, not a folder of results; run it with `fedcli sweep {recipe} "
+                                f"--scale smoke --out DIR`, then `fedcli report DIR`"),
+                      (tmp_path / "notes.txt", "notes.txt is a file; give a run directory"),
+                      (tmp_path / "nowhere", "nowhere: no such folder")):
+        with pytest.raises(SystemExit) as ex:
+            main(["report", str(arg)])
+        assert ex.value.code == 2 and said in capsys.readouterr().err
+    root = make_sweep(tmp_path / "results" / "s", [PAIRED], FIGURES)
+    with pytest.raises(SystemExit) as ex:
+        main(["report", str(root), "--paper", "fedlama-aaa"])
+    assert ex.value.code == 2 and "--paper fedlama-aaa: not a paper fedcli has recipes for; did you mean fedlama-aaai" \
+        in capsys.readouterr().err
+    # no sweep of Fed-LAMB here: the section says so, and no figures folder is named (none is made)
+    out = tmp_path / "paper"
+    assert main(["report", str(tmp_path / "results"), "--paper", "fedlamb", "--output", str(out)]) in (0, None)
+    err = capsys.readouterr().err
+    assert f"paper section -> {out / 'section.tex'}" in err and "figures ->" not in err
+    assert not (out / "figures").exists()
 
 
 def test_figures_png_pdf(tmp_path):
