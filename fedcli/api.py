@@ -70,14 +70,17 @@ class Results:
 
     @property
     def runs(self):
-        """One row per run: its identity, path, status, the method's parts, its whole config and its summary (the
+        """One row per run: its identity, path, status (``diverged`` for a run the divergence guard stopped, whose
+        manifest says ``failed``: :func:`fedcli.results.validate.status_label`), the method's parts, its whole config and its summary (the
         summary's keys prefixed ``summary.``, so that no config key is shadowed)."""
         import pandas as pd
+
+        from fedcli.results.validate import status_label
 
         rows = []
         for name, run in self.runs_by_name.items():
             m = run.manifest
-            rows.append({**self._identity(name, run), "path": str(run.path), "status": m.get("status"),
+            rows.append({**self._identity(name, run), "path": str(run.path), "status": status_label(m),
                          "schedule": run.method.get("schedule"), **run.config,
                          **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()}})
         return numeric(pd.DataFrame(rows))
