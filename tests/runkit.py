@@ -39,17 +39,6 @@ def run_main(args, capsys):
     return e.value.code, cap.out, cap.err
 
 
-def run_cli(args, capsys):
-    """(exit code, stdout, stderr) of ``fedcli ARGS`` in this process, however it ends: by SystemExit (``train``) or by
-    returning its code (``sweep``, ``report``; None counts as 0)."""
-    try:
-        code = main(list(args))
-    except SystemExit as e:
-        code = e.code
-    cap = capsys.readouterr()
-    return code or 0, cap.out, cap.err
-
-
 def interrupted(monkeypatch, capsys, out: Path, round_idx: int, sig, args: list[str]):
     """Run ``args`` in this process and send it ``sig`` inside round ``round_idx`` (at its 2nd local step); returns
     (exit code, stderr)."""

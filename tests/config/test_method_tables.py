@@ -289,12 +289,12 @@ def test_train_recipe_and_sweep_read_every_layout_of_method_tables_alike(tmp_pat
     """Issue 47, point 1: `fedcli train --recipe` ignored a top-level [fedlama] beside [base] (phi stayed 2, and phi = 0
     trained too) while `fedcli sweep` applied it. Both now read a recipe by one path (fedcli.recipes.recipe_levels):
     every layout gives the same manifest params under both commands, and the ones the layout asks for."""
-    from runkit import run_cli
+    from simkit import cli
 
     for i, (layout, (parts, want)) in enumerate(LAYOUTS.items()):
         text = LAYOUT_BASE.format(**{"base": "", "scale": "", "top": "", "run": "", **parts})
         recipe = write(tmp_path, text, f"layout{i}.toml")
-        code, _, err = run_cli(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(tmp_path / f"s{i}"),
+        code, _, err = cli(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(tmp_path / f"s{i}"),
                                 "--in-process", "--quiet"], capsys)
         assert code == 0, (layout, err)
         swept = _params(tmp_path / f"s{i}" / "r" / "seed0")
@@ -302,7 +302,7 @@ def test_train_recipe_and_sweep_read_every_layout_of_method_tables_alike(tmp_pat
         # above the run, the recipe itself; a run's own tables, the run's recipe that the sweep wrote
         one = replay if parts.get("run") else recipe
         scale = ["--scale", "smoke", "--seed", "0"] if one is recipe else []  # seed<k>.toml holds the scale and seed
-        code, _, err = run_cli(["train", "--recipe", str(one), *scale, "--quiet", "--out", str(tmp_path / f"t{i}")], capsys)
+        code, _, err = cli(["train", "--recipe", str(one), *scale, "--quiet", "--out", str(tmp_path / f"t{i}")], capsys)
         assert code == 0, (layout, err)
         trained = _params(tmp_path / f"t{i}")
         assert trained == swept, layout

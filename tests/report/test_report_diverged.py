@@ -69,15 +69,15 @@ def test_a_run_the_guard_stopped_is_recorded_and_reported_as_diverged(tmp_path, 
     in every report, with no word of divergence. The manifest keeps the contract's status (`failed`) and says
     `reason: diverged`; the single-run report, a report of its seeds and `fedcli.load(...).runs` show `diverged`."""
     import fedcli
-    from runkit import run_cli
+    from simkit import cli
 
     run = tmp_path / "run"
-    code, _, err = run_cli(["train", "--lr", "5", "--iterations", "200", "--eval-every", "20", "--quiet",
+    code, _, err = cli(["train", "--lr", "5", "--iterations", "200", "--eval-every", "20", "--quiet",
                              "--out", str(run)], capsys)
     assert code == 4 and "training diverged" in err
     m = json.loads((run / "manifest.json").read_text())
     assert (m["status"], m["reason"]) == ("failed", "diverged")
-    code, out, _ = run_cli(["report", str(run), "--figures", str(tmp_path / "figs")], capsys)
+    code, out, _ = cli(["report", str(run), "--figures", str(tmp_path / "figs")], capsys)
     status = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| run ")]
     assert code == 0 and status and status[0][3] == "diverged", out
     assert list(fedcli.load(run).runs["status"]) == ["diverged"]
