@@ -270,9 +270,11 @@ LAYOUTS = {
                                                       top="[fedlama]\nphi = 4\n[fedprox]\nmu = 0.001"),
                                                  {"fedlama": {"phi": 4}, "fedprox": {"mu": 0.001}}),
     "flat key in [scale.smoke]": (dict(base='algo = "fedlama"', scale="phi = 4"), {"fedlama": {"phi": 4}}),
-    "[scale.smoke.fedlama] over [base.fedlama] and the top": (
-        dict(base='algo = "fedlama"\nphi = 3', scale="[scale.smoke.fedlama]\nphi = 5", top="[fedlama]\nphi = 4"),
-        {"fedlama": {"phi": 5}}),
+    "[scale.smoke.fedlama] over a flat key of [base]": (
+        dict(base='algo = "fedlama"\nphi = 3', scale="[scale.smoke.fedlama]\nphi = 5"), {"fedlama": {"phi": 5}}),
+    "[scale.smoke.fedlama] over the top-level [fedlama]": (
+        dict(base='algo = "fedlama"', scale="[scale.smoke.fedlama]\nphi = 5", top="[fedlama]\nphi = 4\nlama_rule = \"paper\""),
+        {"fedlama": {"phi": 5, "lama_rule": "paper"}}),
     "a run's own table": (dict(run='algo = "fedlama"\nfedlama = { phi = 4 }'), {"fedlama": {"phi": 4}}),
     "a run's table at one scale": (dict(base='algo = "fedlama"', top="[fedlama]\nphi = 3",
                                         run='scale.smoke = { fedlama = { phi = 6 } }'), {"fedlama": {"phi": 6}}),
