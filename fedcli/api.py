@@ -91,13 +91,16 @@ class Results:
 
     @property
     def runs(self):
-        """One row per run: its identity, path, status, its schedule (the config's, else the method's), its whole
-        config (typed by the config's fields) and its summary (the summary's keys prefixed ``summary.``, so that no
-        config key is shadowed)."""
+        """One row per run: its identity, path, status (``diverged`` for a run the divergence guard stopped, whose
+        manifest says ``failed``: :func:`fedcli.results.validate.status_label`), its schedule (the config's, else the
+        method's), its whole config (typed by the config's fields) and its summary (the summary's keys prefixed
+        ``summary.``, so that no config key is shadowed)."""
+        from fedcli.results.validate import status_label
+
         rows = []
         for name, run in self.runs_by_name.items():
             m = run.manifest
-            rows.append({**self._identity(name, run), "path": str(run.path), "status": m.get("status"), **run.config,
+            rows.append({**self._identity(name, run), "path": str(run.path), "status": status_label(m), **run.config,
                          "schedule": run.schedule, **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()}})
         return typed(rows, {**SCHEMA["identity"], **SCHEMA["runs"], **_config_schema()})
 

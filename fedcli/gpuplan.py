@@ -78,7 +78,7 @@ def place(runs: int, jobs: int, free: list[int], need: int | None, runs_per_gpu:
     whether ``need`` was measured or estimated (said in the plan)."""
     gpus = len(free)
     if gpus == 0:
-        return Placement(0, 0, max(1, min(jobs, runs)), [None] * max(1, min(jobs, runs)), "no CUDA device: the runs use the CPU")
+        return Placement(0, 0, max(1, min(jobs, runs)), [None] * max(1, min(jobs, runs)), "no CUDA device: runs on the CPU")
     if runs_per_gpu is not None:
         k, why = runs_per_gpu, f"--runs-per-gpu {runs_per_gpu}"
     elif not need:
@@ -219,10 +219,10 @@ def placement_for(todo: list, done: list, jobs: int, runs_per_gpu: int | None, f
     Under ``--mpi N`` (N > 1) a run's ranks spread over the visible GPUs themselves: no placement."""
     n = max(1, min(jobs, len(todo)))
     if mpi > 1:
-        return Placement(0, 0, n, [None] * n, f"devices: each run's {mpi} MPI ranks spread over the visible GPUs")
+        return Placement(0, 0, n, [None] * n, f"each run's {mpi} MPI ranks spread over the visible GPUs")
     odd = sorted({str(p.config.get("device")) for p in todo if not wants_gpu(p.config)})
     if odd:
-        return Placement(0, 0, n, [None] * n, f"devices: as the runs ask (--device {', '.join(odd)})")
+        return Placement(0, 0, n, [None] * n, f"as the runs ask (--device {', '.join(odd)})")
     free = free_memory() if free is None else free
     need, how = None, ""
     if free and runs_per_gpu is None and jobs > len(free):  # K matters only when some GPU gets more than one run

@@ -76,17 +76,6 @@ def checked(name: str, value, loc: str):
     return value
 
 
-def check_keys(values: dict, path, text: str) -> dict:
-    """Coerce and range-check recipe values; errors name the key, the file and the line."""
-    out = {}
-    for k, v in values.items():
-        name = k.replace("-", "_")
-        if name not in FIELDS:
-            raise ConfigError(f"{where(path, text, k)}: unknown key '{k}'", key=name)
-        out[name] = checked(name, v, where(path, text, k))
-    return out
-
-
 #: config keys whose relative values are paths, resolved against the recipe's root (see :func:`recipe_root`)
 PATH_KEYS = ("data_dir", "partition_file")
 
@@ -120,38 +109,65 @@ def resolve_paths(values: dict, root: Path) -> dict:
 def train_values(path: str | Path, scale: str | None = None, overrides: dict | None = None) -> dict:
     """Config values of a recipe for ``fedcli train``, relative paths resolved against the recipe's root; a method
     table (``[fedlama] phi = 2``) gives its keys when the run's method reads them (``overrides``: the flags, which
-    may choose another method)."""
+    may choose another method). The levels are :func:`recipe_levels`'s, the ones every run of ``fedcli sweep`` starts
+    from, merged by the same :func:`merge_levels`: one reading of a recipe for both commands."""
     data, text = read_recipe(path)
     root = recipe_root(path, data, text)
-
-    def table(obj, name: str) -> dict:
-        if not isinstance(obj, dict):
-            raise ConfigError(f"{where(path, text, name.split('.')[-1])}: [{name}] must be a table of config keys")
-        return dict(obj)
-
-    def level(values: dict, header: str | None, what: str) -> Level:
-        span = _table_span(text, header) if header else None
-        return split_level(values, path, text, span, what, lambda t: _table_span(text, f"{header}.{t}" if header else t),
-                           sweep=False)
-
-    levels = []
-    if "base" in data or "runs" in data:
-        levels.append(level(table(data.get("base", {}), "base"), "base", "[base]"))
-    else:
-        levels.append(level({k: v for k, v in data.items() if k not in ("root", "scale")}, None, "the recipe"))
-    if scale:
-        scales = table(data.get("scale", {}), "scale")
-        if scale not in scales:
-            raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
-        levels.append(level(table(scales[scale], f"scale.{scale}"), f"scale.{scale}", f"[scale.{scale}]"))
+    levels = recipe_levels(path, data, text, scale or None, sweep=False)
     overrides = overrides or {}
-    values, used = merge_levels(levels, overrides)
-    unused = unused_table(levels, used)
+    values, used = merge_levels(levels.chosen, overrides)
+    # the top-level tables of a sweep recipe may be its [[runs]]' (fedcli sweep checks that some run reads each)
+    checked = [lv for lv in levels.chosen if not (is_sweep_recipe(data) and lv is levels.top)]
+    unused = unused_table(checked, used)
     if unused and not any(k in overrides for k in ("algo", "schedule", "init")):  # a flag's other method: tables idle
         name, loc = unused
         raise ConfigError(f"{loc}: [{name}] holds options this run does not read (the tables its method reads: "
                           f"{', '.join(f'[{t}]' for t in run_tables(values, overrides))})")
     return resolve_paths(values, root)
+
+
+class RecipeLevels:
+    """The levels of a recipe that come before a run's own: ``base`` ([base], or the whole file of a one-run recipe),
+    ``top`` (the top-level method tables beside [base]), ``scales`` (each [scale.x], checked) and ``chosen`` (base,
+    top and the chosen scale, in the order they apply)."""
+
+    def __init__(self, base: Level, top: Level, scales: dict[str, Level], scale: str | None):
+        self.base, self.top, self.scales = base, top, scales
+        self.chosen = [base, top, *([scales[scale]] if scale is not None else [])]
+
+
+def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -> RecipeLevels:
+    """The levels of a recipe that every run of it merges first (docs/sweeps.md: "A table applies at its level
+    ([base] and the top-level tables, then [scale.x], then the run)"), for ``fedcli train --recipe`` and ``fedcli
+    sweep`` alike. A recipe with [base] or [[runs]] holds its train keys in [base], method tables beside it and the
+    report's keys at the top (any other top-level key is refused); a one-run recipe is a flat table of train keys and
+    method tables. ``sweep``: ``seed`` and ``out`` are refused (the sweep chooses them)."""
+    layered = "base" in data or is_sweep_recipe(data)
+    for k, v in data.items():
+        if layered and k not in SWEEP_TOP_KEYS and not (isinstance(v, dict) and table_keys(k) is not None):
+            raise ConfigError(f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: "
+                              f"{', '.join(sorted(SWEEP_TOP_KEYS))}, and a table of one method's options named "
+                              f"after it: [fedlama], [fedlamb], ...)")
+    scales = data.get("scale", {})
+    if not isinstance(scales, dict) or any(not isinstance(v, dict) for v in scales.values()):
+        raise ConfigError(f"{where(path, text, 'scale')}: [scale.<name>] must be tables of train keys")
+    if scale is not None and scale not in scales:
+        raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
+    if layered:
+        if not isinstance(data.get("base", {}), dict):
+            raise ConfigError(f"{where(path, text, 'base')}: [base] must be a table of config keys")
+        base = split_level(dict(data.get("base", {})), path, text, _table_span(text, "base"), "[base]",
+                           lambda t: _table_span(text, f"base.{t}"), sweep)
+        top = split_level({k: v for k, v in data.items() if k not in SWEEP_TOP_KEYS}, path, text, None, "the recipe",
+                          lambda t: _table_span(text, t), sweep)  # [fedlama] at the top: as [base.fedlama]
+    else:
+        base = split_level({k: v for k, v in data.items() if k not in ("root", "scale")}, path, text, None,
+                           "the recipe", lambda t: _table_span(text, t), sweep)
+        top = Level({}, {})
+    scaled = {name: split_level(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]",
+                                lambda t, name=name: _table_span(text, f"scale.{name}.{t}"), sweep)
+              for name, v in scales.items()}
+    return RecipeLevels(base, top, scaled, scale)
 
 
 # -------------------------------------------------------------------------------------- method tables in recipes
@@ -163,7 +179,7 @@ class Level:
 
 
 def split_level(values: dict, path, text: str, span, what: str, table_span=lambda name: None, sweep: bool = True) -> Level:
-    """Check one level's keys (:func:`check_keys_in` in a sweep, else :func:`check_keys`) and its sub-tables: each one
+    """Check one level's keys (:func:`check_keys_in`; ``sweep``: seed and out refused) and its sub-tables: each one
     names a method or a params section (``table_keys``: ``[fedlama]``, ``[fedlamb]``, ``[ala]``)
     and holds keys it reads."""
     plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
@@ -182,7 +198,7 @@ def split_level(values: dict, path, text: str, span, what: str, table_span=lambd
                 raise ConfigError(f"{where_in(path, text, k, inner)}: [{name}] has no key '{k}'; its keys: "
                                   f"{', '.join(sorted(allowed)) or 'none'}")
         tables[name] = (check_keys_in(dict(sub), path, text, inner, f"[{name}]"), loc)
-    return Level(check_keys_in(plain, path, text, span, what) if sweep else check_keys(plain, path, text), tables)
+    return Level(check_keys_in(plain, path, text, span, what, forbid=sweep), tables)
 
 
 def unused_table(levels: list[Level], used: set[str]) -> tuple[str, str] | None:
@@ -346,13 +362,15 @@ def where_in(path, text: str, key: str, span=None) -> str:
     return f"{path}, line {line}" if line else str(path)
 
 
-def check_keys_in(values: dict, path, text: str, span, what: str) -> dict:
-    """Like :func:`check_keys`, but line numbers come from ``span`` (one [[runs]] block, one [scale.x])."""
+def check_keys_in(values: dict, path, text: str, span, what: str, forbid: bool = True) -> dict:
+    """Coerce and range-check recipe values; errors name the key, the file and the line, found in ``span`` (one
+    [[runs]] block, one [scale.x]; None: the whole file); ``forbid``: the keys a sweep chooses itself
+    (:data:`SWEEP_FORBIDDEN`) are refused."""
     out = {}
     for k, v in values.items():
         name = k.replace("-", "_")
         loc = where_in(path, text, k, span)
-        if name in SWEEP_FORBIDDEN:
+        if forbid and name in SWEEP_FORBIDDEN:
             raise ConfigError(f"{loc}: key '{k}' is not allowed in {what} ({SWEEP_FORBIDDEN[name]})")
         if name not in FIELDS:
             raise ConfigError(f"{loc}: unknown key '{k}' in {what}")
@@ -426,30 +444,16 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
     if not is_sweep_recipe(data):
         raise ConfigError(f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run")
 
-    for k, v in data.items():
-        if k not in SWEEP_TOP_KEYS and not (isinstance(v, dict) and table_keys(k) is not None):
-            raise ConfigError(f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: {', '.join(sorted(SWEEP_TOP_KEYS))}, "
-                              f"and a table of one method's options named after it: [fedlama], [fedlamb], ...)")
     for k in ("title", "paper", "fidelity", "notes"):
         if k in data and not isinstance(data[k], str):
             raise ConfigError(f"{where(path, text, k)}: key '{k}' must be a string")
     seeds = data.get("seeds", 1)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError(f"{where(path, text, 'seeds')}: key 'seeds' must be an integer >= 1, got {seeds!r}")
-    scales = data.get("scale", {})
-    if not isinstance(scales, dict) or any(not isinstance(v, dict) for v in scales.values()):
-        raise ConfigError(f"{where(path, text, 'scale')}: [scale.<name>] must be tables of train keys")
     root = recipe_root(path, data, text)
     scale = scale if scale is not None else default_scale(data)
-    if scale is not None and scale not in scales:
-        raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
-    base = split_level(dict(data.get("base", {})), path, text, _table_span(text, "base"), "[base]",
-                       lambda t: _table_span(text, f"base.{t}"))
-    top = split_level({k: v for k, v in data.items() if k not in SWEEP_TOP_KEYS}, path, text, None, "the recipe",
-                      lambda t: _table_span(text, t))  # [fedlama] at the top: as [base.fedlama]
-    scaled = {name: split_level(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]",
-                                lambda t, name=name: _table_span(text, f"scale.{name}.{t}"))
-              for name, v in scales.items()}
+    levels = recipe_levels(path, data, text, scale, sweep=True)
+    scales, levels_first = levels.scales, levels.chosen  # [base], the top-level tables, [scale.x]
     merged: list[Level] = []  # the levels some run of this scale merged: their tables must each reach a run
     used: set[str] = set()
     runs_data = data.get("runs")
@@ -490,10 +494,10 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
         checked_scales = {s: split_level(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
         if only is not None and scale not in only:
             continue  # checked above, but not part of the grid at this scale
-        levels = [base, top, *([scaled[scale], own, checked_scales.get(scale, Level({}, {}))] if scale is not None else [own])]
-        values, run_used = merge_levels(levels, {})
+        run_levels = [*levels_first, own, *([checked_scales.get(scale, Level({}, {}))] if scale is not None else [])]
+        values, run_used = merge_levels(run_levels, {})
         used |= run_used
-        merged += [lv for lv in levels if all(lv is not m for m in merged)]
+        merged += [lv for lv in run_levels if all(lv is not m for m in merged)]
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
         runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup)))
     unused = unused_table(merged, used)  # a method table no run reads is a mistake (a typo'd method, a lost run)

@@ -419,6 +419,14 @@ def _run_rounds(sim, saver, progress, state, mark_interrupted):
             raise saver.stopped_now(e.signum) from None
 
 
+def stop_reason(e: BaseException) -> dict:
+    """The manifest's ``reason`` beside a ``failed`` status: ``diverged`` for a run the divergence guard stopped (exit 4;
+    reports show it as diverged, :func:`fedcli.results.validate.status_label`), nothing for another failure."""
+    from fedcli.errors import DivergenceError
+
+    return {"reason": "diverged"} if isinstance(e, DivergenceError) else {}
+
+
 def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out: Path, comm):
     """A run that did not complete: the error it is reported as (:func:`_midrun_error`) and the manifest closed
     'interrupted' (a stop signal) or 'failed', with the last checkpoint. Returns (the error to raise, the status)."""
@@ -434,7 +442,7 @@ def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out:
     if run_dir is not None:
         on_disk = run_dir.manifest.get("status")
         try:
-            run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **sim.choices(),
+            run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **sim.choices(), **stop_reason(e),
                            **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
         except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
             if isinstance(e, FedcliError):

@@ -19,16 +19,17 @@ GROUPS = ("data", "partition")
 def partition(**kwargs):
     """Split a dataset over clients (iid, dirichlet, pathological, natural); write FILE and/or show a summary."""
     from fedcli.config import TrainConfig
-    from fedcli.data.partition import save_partition, summary_table
-    from fedcli.data.setup import inline_partition, load_data
     from fedcli.errors import ConfigError
 
     out, show = kwargs.pop("out"), kwargs.pop("summary")
     values = given(kwargs, SPEC)
     values.pop("partition_file", None)
-    cfg = TrainConfig(**values).validate()
+    cfg = TrainConfig(**values).validate()  # the arguments first, without torch: a bad one is answered at once
     if not out and not show:
         raise ConfigError("fedcli partition needs --out FILE, --summary, or both")
+    from fedcli.data.partition import save_partition, summary_table
+    from fedcli.data.setup import inline_partition, load_data
+
     dataset = load_data(cfg)
     part = inline_partition(cfg, dataset)
     if out:

@@ -244,7 +244,7 @@ def _tracker_notes(runs) -> None:
     the background, done, or ended early (``fedcli.trackers.state``; no tracker library is imported)."""
     from fedcli.trackers.state import describe
 
-    said = [(run.path, got) for run in runs if (got := describe(run.path)) is not None]
+    said = [(run.path, got) for run in runs if (got := describe(run.path, run.manifest)) is not None]
     for path, (kind, line) in said:
         if kind != "done" or len(said) == 1:
             err_console.print(f"fedcli report: {path}: {line}", markup=False, highlight=False, soft_wrap=True)

@@ -57,6 +57,9 @@ def sweep(
 
         show_status(recipe, scale, seeds, out, mpi, flags, cancel=cancel)
         return
+    if runs_per_job is not None and executor != "slurm":
+        raise ConfigError(f"--runs-per-job {runs_per_job} packs runs into one Slurm job: it applies to --executor slurm "
+                          f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)", key="runs_per_job")
     if executor == "slurm" and not dry_run:
         from fedcli.cli.slurm_status import submit_and_follow
 
@@ -458,7 +461,7 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
                           f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
     if not todo:
         return None
-    if placed is not None and placed.gpus:
+    if placed is not None:  # on a machine without CUDA too: "no CUDA device: runs on the CPU"
         err_console.print(f"  devices: {placed.text()}", soft_wrap=True, highlight=False, markup=False)
     old = {(e.get("name"), e.get("seed")): e.get("wall_s") for e in (load_manifest(result.root, missing_ok=True) or {}).get("runs", [])}
     done = [p for p in result.runs if p.status == "completed"]

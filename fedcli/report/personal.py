@@ -35,7 +35,8 @@ import statistics
 
 from fedcli.report.aggregate import NAN, Stat, mean_std
 from fedcli.report.spec import VALUES, TableSpec
-from fedcli.report.tables import Cell, Column, Section, Table, accuracy_source, fmt_acc, latex_escape, over_seeds
+from fedcli.report.tables import (Cell, Column, Section, Table, accuracy_source, diverged_mark, fmt_acc, latex_escape,
+                                  over_seeds)
 
 TIME_VALUES = ("time_total", "time_round", "time_init")
 DASH = Cell("—", "---", {"mean": float("nan"), "std": float("nan"), "n": 0})
@@ -146,7 +147,7 @@ def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | Non
                     if name is None:
                         cells.append(DASH)
                     elif v == "acc":
-                        cells.append(fmt_acc(acc(name)))
+                        cells.append(diverged_mark(fmt_acc(acc(name)), runs[name]))
                     elif v == "imp":
                         base = g.cell_run(m, s, g.compare)
                         a, b = acc(name), acc(base)

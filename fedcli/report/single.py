@@ -24,7 +24,7 @@ from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_man
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
 
 from fedcli.report import style
-from fedcli.results.validate import validate_run
+from fedcli.results.validate import diverged, status_label, validate_run
 
 RUN_MANIFEST = "manifest.json"
 
@@ -199,7 +199,7 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
         "name": Cell(name, latex_escape(name), {"value": str(run.path)}),
         "method": Cell(method_label(run), latex_escape(method_label(run)), {"value": method_label(run)}),
         "data": Cell(data_label(run), latex_escape(data_label(run)), {"value": data_label(run)}),
-        "status": Cell(str(run.manifest.get("status", "?")), None, {"value": run.manifest.get("status", "?")}),
+        "status": Cell(status_label(run.manifest), None, {"value": status_label(run.manifest)}),
         "iterations": Cell(budget, latex_escape(budget), {"iteration": it if it is not None else float("nan"),
                                                          "round": rnd if rnd is not None else float("nan")}),
         "final_acc": _flag_nan(_pct_cell(run.accuracy("final")), run),
@@ -237,7 +237,9 @@ def _over_seeds(group, each: list[dict]) -> dict:
     seeds = ", ".join(map(str, group.seeds))
     cells["name"] = Cell(f"{group.name} (seeds {seeds})", latex_escape(f"{group.name} (seeds {seeds})"), {"value": group.name})
     done = sum(r.manifest.get("status") == COMPLETED for r in group.runs)
-    cells["status"] = Cell(f"{done}/{n} completed", None, {"value": f"{done}/{n} completed", "completed": done, "n": n})
+    stopped = sum(diverged(r.manifest) for r in group.runs)
+    status = f"{done}/{n} completed" + (f", {stopped} diverged" if stopped else "")
+    cells["status"] = Cell(status, None, {"value": status, "completed": done, "n": n})
     its = {c["iterations"].text for c in each}
     if len(its) > 1:
         cells["iterations"] = Cell(" / ".join(sorted(its)), latex_escape(" / ".join(sorted(its))), cells["iterations"].values)

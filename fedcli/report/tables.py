@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from fedcli.report.aggregate import Stat, early_stop, mean_std, pct, rounds_to_target
 from fedcli.report.spec import TableSpec
+from fedcli.results.validate import diverged
 
 # ------------------------------------------------------------------------------------------------ model
 
@@ -61,6 +62,16 @@ def fmt_acc(s: Stat) -> Cell:
                     {"mean": 100 * s.mean, "std": float("nan"), "n": 1})
     return Cell(f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%{flag}", f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%{flag}",
                 {"mean": 100 * s.mean, "std": 100 * s.std, "n": s.n})
+
+
+def diverged_mark(cell: Cell, per_seed: dict) -> Cell:
+    """An accuracy cell of a run some of whose seeds diverged (exit 4; :func:`fedcli.results.validate.diverged`):
+    "(k diverged)" after its number, as "(k nan)" says what was left out; the table's notes name those seeds."""
+    k = sum(diverged(r.manifest) for r in per_seed.values())
+    if not k:
+        return cell
+    flag = f" ({k} diverged)"
+    return Cell(cell.text + flag, (cell.latex if cell.latex is not None else latex_escape(cell.text)) + flag, cell.values)
 
 
 def fmt_pct(s: Stat) -> Cell:
@@ -308,6 +319,10 @@ class _RunStats:
     def acc(self, name: str, which: str | None = None):
         return mean_std(r.accuracy(which or self.spec.accuracy, self.spec.metric) for r in self.per_seed(name).values())
 
+    def acc_cell(self, name: str, which: str | None = None) -> Cell:
+        """Run ``name``'s accuracy cell, marked where seeds of it diverged (:func:`diverged_mark`)."""
+        return diverged_mark(fmt_acc(self.acc(name, which)), self.per_seed(name))
+
     def comm(self, name: str, base_comm: float, attr: str = "comm_params"):
         return mean_std(pct(getattr(r, attr), base_comm) for r in self.per_seed(name).values())
 
@@ -335,7 +350,7 @@ def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Sec
         cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in spec.columns]
         if spec.layout == "target":
             reach = rounds_to_target(stats.per_seed(name), spec.target, spec.metric)
-            cells += [fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"),
+            cells += [diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
                       fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
         rows.append(cells)
         meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
@@ -346,9 +361,9 @@ def _column_cell(c: str, name: str, stats: _RunStats, base_comm: float, base_byt
     """Run ``name``'s cell in column ``c`` of a ``rows``/``target`` table (any other column: that config value)."""
     r0 = stats.first(name)
     if c == "acc":
-        return fmt_acc(stats.acc(name))
+        return stats.acc_cell(name)
     if c in ("final_acc", "best_acc"):
-        return fmt_acc(stats.acc(name, c.split("_")[0]))
+        return stats.acc_cell(name, c.split("_")[0])
     if c == "comm":
         return fmt_pct(stats.comm(name, base_comm))
     if c == "comm_bytes":
@@ -390,11 +405,11 @@ def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
         es = early_stop(stats.per_seed(right), stats.per_seed(left), base_comm, spec.accuracy, spec.early_stop_target,
                         spec.metric)
         cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
-                 fmt_acc(stats.acc(left)), fmt_pct(stats.comm(left, base_comm)),
+                 stats.acc_cell(left), fmt_pct(stats.comm(left, base_comm)),
                  plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
                  fmt_acc(es.acc) if es.reached else not_reached(n=0),
                  fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else not_reached(),
-                 fmt_acc(stats.acc(right)), fmt_pct(stats.comm(right, base_comm))]
+                 stats.acc_cell(right), fmt_pct(stats.comm(right, base_comm))]
         rows.append(cells)
         meta.append({"group": g.label, "left_run": left, "right_run": right})
     label = g.label or (f"{g.left_title} vs {g.right_title}" if len(spec.groups) > 1 else "")

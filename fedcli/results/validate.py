@@ -75,10 +75,19 @@ def _read_table(path: Path, what: str, required: tuple, problems: list) -> tuple
 
 
 def diverged(manifest: dict | None) -> bool:
-    """A run that stopped because training diverged (exit 4, ``--on-diverge stop``): a result, not a missing run.
-    Reports use the evaluations it made before diverging (it reaches a target only if it did so before)."""
+    """A run that stopped because training diverged (exit 4, ``--on-diverge stop`` or ``--diverge-factor``): a result,
+    not a missing run. Its manifest says ``status: failed`` (the contract's values) with ``reason: diverged`` (a
+    manifest of an older fedcli, only its ``error``). Reports use the evaluations it made before diverging (it
+    reaches a target only if it did so before)."""
     return (isinstance(manifest, dict) and manifest.get("status") == "failed"
-            and str(manifest.get("error", "")).startswith("DivergenceError"))
+            and (manifest.get("reason") == "diverged" or str(manifest.get("error", "")).startswith("DivergenceError")))
+
+
+def status_label(manifest: dict | None) -> str:
+    """A run's status as every report shows it: the manifest's ``status``, ``diverged`` for a run that diverged."""
+    if diverged(manifest):
+        return "diverged"
+    return str(manifest.get("status", "?")) if isinstance(manifest, dict) else "?"
 
 
 def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]:

@@ -28,7 +28,7 @@ PARTS = ("local_step", "schedule", "codec", "init", "server")
 
 def cut_off(run_dir: Path, manifest: dict) -> bool:
     """A completed run whose trackers' process ended before it was done (``fedcli report`` says ``ended-early``)."""
-    said = state.describe(run_dir) if manifest.get("status") == "completed" else None
+    said = state.describe(run_dir, manifest) if manifest.get("status") == "completed" else None
     return said is not None and said[0] == "ended-early"
 
 

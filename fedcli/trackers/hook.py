@@ -194,8 +194,8 @@ class TrackerHook(RoundHook):
                 self.detached = True  # said by ``fedcli report RUN_DIR`` while it works (trackers.json, its lock)
                 if not self.started.is_set():  # a failure to start would be said after the command: point to where
                     self.warn(f"the trackers ({self.cfg.tracker}) were still starting when the run ended; they finish in "
-                              f"the background: `fedcli report {self.run_dir}` says when they are done and whether one "
-                              f"failed ({self.run_dir / 'trackers.log'} says why)")
+                              f"the background: `fedcli report {self.run_dir}` says when they are done, whether one "
+                              f"failed and what they lack if their process ends early")
                 return
             self.warn(f"the trackers were still sending after {wait_s:g} s; stopped them (the run directory holds "
                       f"everything)")
@@ -229,8 +229,17 @@ class TrackerHook(RoundHook):
                 self.warn(line.rstrip("\n"))
         code = self.proc.wait()
         if code != 0 and not self.killed and not self.detached:
-            self.warn(f"the trackers' process ended with exit code {code} (see {self.run_dir / 'trackers.log'}); the run "
-                      f"goes on without them")
+            self.warn(f"the trackers' process ended with exit code {code} ({self.log_hint()}); the run goes on without "
+                      f"them: `fedcli report {self.run_dir}` says what they lack, and once the run has completed `fedcli "
+                      f"train --resume {self.run_dir}` sends it to them")
+
+    def log_hint(self) -> str:
+        """Where the trackers' process said why it ended: its log when it has one (killed before its first write, it
+        has none)."""
+        from fedcli.trackers.state import LOG_FILE
+
+        log = self.run_dir / LOG_FILE
+        return f"see {log}" if log.is_file() else f"it ended before writing {LOG_FILE}"
 
 
 def widen_pipe(stream, size: int = 1 << 20) -> None:

@@ -132,13 +132,52 @@ def wait(run_dir: Path, timeout: float, poll: float = 0.1) -> bool:
     return True
 
 
-def describe(run_dir: Path) -> tuple[str, str] | None:
+def asked(run_dir: Path, manifest: dict | None = None) -> list[str]:
+    """The trackers the run's manifest says it was given (``config.tracker``; ``manifest``: already read), [] if none:
+    what a run's trackers should hold, whatever became of their process (it may have died before its first write)."""
+    if manifest is None:
+        try:
+            manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+        except (OSError, ValueError):
+            return []
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    names = config.get("tracker") if isinstance(config, dict) else None
+    return [n for n in names.split(",") if n] if isinstance(names, str) else []
+
+
+def evaluations(run_dir: Path) -> list[int]:
+    """The iterations of the run's evaluations (``metrics.csv``; [] when it cannot be read): the steps the trackers
+    must hold."""
+    import csv
+
+    try:
+        with open(Path(run_dir) / "metrics.csv", newline="") as f:
+            return [int(float(r["iteration"])) for r in csv.DictReader(f)]
+    except (OSError, ValueError, KeyError, TypeError, csv.Error):
+        return []
+
+
+def lacking(run_dir: Path, data: dict) -> str:
+    """``they hold k of the run's n evaluations`` (``data``: trackers.json as :func:`read` gives it; a tracker's
+    ``last_step`` is the last iteration it holds, -1 for none), or "" when they hold every one."""
+    evals = evaluations(run_dir)
+    steps = [int(s.get("last_step", -1)) for s in data.get("trackers", {}).values() if isinstance(s, dict)]
+    held = sum(it <= min(steps, default=-1) for it in evals)
+    return f"they hold {held} of the run's {len(evals)} evaluations" if held < len(evals) else ""
+
+
+def describe(run_dir: Path, manifest: dict | None = None) -> tuple[str, str] | None:
     """(kind, one line) on the trackers of a run, None when it had none. kind: ``working`` (its trackers' process still
     receives the run or finishes it in the background), ``done``, ``done-with-failures`` (a tracker failed: the log
-    says why), ``ended-early`` (the process ended before it was done)."""
+    says why), ``ended-early`` (the process ended before it was done, also before its first write, which left no
+    ``trackers.json``: the manifest says which trackers the run has; the line says how many evaluations they lack).
+    ``manifest``: the run's, when the caller has read it."""
     data = read(run_dir)
     if not data.get("trackers"):
-        return None
+        names = asked(run_dir, manifest)
+        if not names:
+            return None
+        data = {"phase": None, "status": None, "trackers": {n: {"last_step": -1} for n in names}}
     names = ", ".join(data["trackers"])
     phase, status = data.get("phase"), data.get("status")
     holder = finishing(run_dir)
@@ -148,12 +187,23 @@ def describe(run_dir: Path) -> tuple[str, str] | None:
         what = "still finishing in the background" if phase == "finishing" else "still receiving the run"
         return "working", (f"trackers ({names}): {what} (pid {holder.get('pid', data.get('pid', '?'))}, since "
                            f"{holder.get('since', '?')})")
+    if phase is None and _training_alive(run_dir):
+        return "working", f"trackers ({names}): starting with the run"
     failed = [n for n, s in data["trackers"].items() if isinstance(s, dict) and s.get("failed")]
     off = f"; {', '.join(failed)} failed (see {Path(run_dir) / LOG_FILE})" if failed else ""
     if phase == "done":
         return ("done-with-failures" if failed else "done"), f"trackers ({names}): done{f', run {status}' if status else ''}{off}"
-    return "ended-early", (f"trackers ({names}): their process ended before it was done (phase {phase or 'unknown'}); "
-                           f"the CSVs hold everything, `fedcli train --resume {run_dir}` sends the rest{off}")
+    when = f"before it was done (phase {phase})" if phase else "before its first write"
+    lack = lacking(run_dir, data)
+    return "ended-early", (f"trackers ({names}): their process ended {when}{'; ' + lack if lack else ''}; the CSVs "
+                           f"hold everything, `fedcli train --resume {run_dir}` sends the rest{off}")
+
+
+def _training_alive(run_dir: Path) -> bool:
+    """Whether a live process holds the run directory's lock (its training runs: its trackers may not have begun)."""
+    from fedcli.results.lock import held_by_other
+
+    return held_by_other(run_dir) is not None
 
 
 def remove_files(run_dir: Path, wait_s: float | None = None) -> None:

@@ -39,6 +39,16 @@ def test_help_and_argument_errors_do_not_import_torch(env, args):
     assert wall < 5, wall  # under 1 s on an idle 2-core machine (fedcli bench --workloads startup); this bounds a loaded one
 
 
+def test_partition_refuses_a_bad_argument_before_torch_and_the_data(env, tmp_path):
+    """Issue 47: `fedcli partition --clients 0` took about 10 s to be refused (torch and the data loaded first)."""
+    out = tmp_path / "p.json"
+    p = subprocess.run([sys.executable, "-c", PROBE.format(args=["partition", "--clients", "0", "--out", str(out)])], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert "TORCH False" in p.stdout, (p.stdout[-300:], p.stderr[-300:])
+    assert p.stderr.strip().splitlines() == ["fedcli: error: --clients must be >= 1, got 0"]
+    assert not out.exists()
+
+
 def test_typo_in_algo_gets_did_you_mean(env):
     p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--algo", "fedlamma"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2

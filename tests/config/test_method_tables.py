@@ -234,3 +234,90 @@ def test_each_part_class_implements_the_spec_that_names_it():
         @parts.implements(orphan)
         class Orphan(parts.SGDStep):  # but the class extends SGD
             pass
+
+
+# Every layout of method tables docs/sweeps.md describes, each a sweep recipe of one run "r" on digits: the params the
+# run must get. The [[runs]] row is empty where the layout is above the run, so that `fedcli train --recipe` ([base]
+# and what applies before a run) and `fedcli sweep` read the same values; the run-level layouts are replayed by their
+# seed<k>.toml, the recipe the sweep writes for `fedcli train --recipe`.
+LAYOUT_BASE = """
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "16"
+clients = 4
+iterations = 4
+eval_every = 4
+threads = 1
+trainer = "loop"
+{base}
+[scale.smoke]
+iterations = 2
+eval_every = 2
+{scale}
+{top}
+[[runs]]
+name = "r"
+{run}
+"""
+LAYOUTS = {
+    "flat keys in [base]": (dict(base='algo = "fedlama"\nphi = 4'), {"fedlama": {"phi": 4}}),
+    "[base.fedlama]": (dict(base='algo = "fedlama"\n[base.fedlama]\nphi = 4'), {"fedlama": {"phi": 4}}),
+    "top-level [fedlama] beside [base]": (dict(base='algo = "fedlama"', top="[fedlama]\nphi = 4"), {"fedlama": {"phi": 4}}),
+    "top-level table named after a method": (dict(base='algo = "fedlamb"', top="[fedlamb]\nbeta2 = 0.99"),
+                                             {"adaptive": {"beta2": 0.99}}),
+    "top-level tables of both parts' sections": (dict(base='algo = "fedprox"\nschedule = "lama"',
+                                                      top="[fedlama]\nphi = 4\n[fedprox]\nmu = 0.001"),
+                                                 {"fedlama": {"phi": 4}, "fedprox": {"mu": 0.001}}),
+    "flat key in [scale.smoke]": (dict(base='algo = "fedlama"', scale="phi = 4"), {"fedlama": {"phi": 4}}),
+    "[scale.smoke.fedlama] over a flat key of [base]": (
+        dict(base='algo = "fedlama"\nphi = 3', scale="[scale.smoke.fedlama]\nphi = 5"), {"fedlama": {"phi": 5}}),
+    "[scale.smoke.fedlama] over the top-level [fedlama]": (
+        dict(base='algo = "fedlama"', scale="[scale.smoke.fedlama]\nphi = 5", top="[fedlama]\nphi = 4\nlama_rule = \"paper\""),
+        {"fedlama": {"phi": 5, "lama_rule": "paper"}}),
+    "a run's own table": (dict(run='algo = "fedlama"\nfedlama = { phi = 4 }'), {"fedlama": {"phi": 4}}),
+    "a run's table at one scale": (dict(base='algo = "fedlama"', top="[fedlama]\nphi = 3",
+                                        run='scale.smoke = { fedlama = { phi = 6 } }'), {"fedlama": {"phi": 6}}),
+}
+
+
+def _params(run_dir) -> dict:
+    import json
+
+    return json.loads((run_dir / "manifest.json").read_text())["params"]
+
+
+def test_train_recipe_and_sweep_read_every_layout_of_method_tables_alike(tmp_path, capsys):
+    """Issue 47, point 1: `fedcli train --recipe` ignored a top-level [fedlama] beside [base] (phi stayed 2, and phi = 0
+    trained too) while `fedcli sweep` applied it. Both now read a recipe by one path (fedcli.recipes.recipe_levels):
+    every layout gives the same manifest params under both commands, and the ones the layout asks for."""
+    from simkit import cli
+
+    for i, (layout, (parts, want)) in enumerate(LAYOUTS.items()):
+        text = LAYOUT_BASE.format(**{"base": "", "scale": "", "top": "", "run": "", **parts})
+        recipe = write(tmp_path, text, f"layout{i}.toml")
+        code, _, err = cli(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(tmp_path / f"s{i}"),
+                                "--in-process", "--quiet"], capsys)
+        assert code == 0, (layout, err)
+        swept = _params(tmp_path / f"s{i}" / "r" / "seed0")
+        replay = tmp_path / f"s{i}" / "r" / "seed0.toml"
+        # above the run, the recipe itself; a run's own tables, the run's recipe that the sweep wrote
+        one = replay if parts.get("run") else recipe
+        scale = ["--scale", "smoke", "--seed", "0"] if one is recipe else []  # seed<k>.toml holds the scale and seed
+        code, _, err = cli(["train", "--recipe", str(one), *scale, "--quiet", "--out", str(tmp_path / f"t{i}")], capsys)
+        assert code == 0, (layout, err)
+        trained = _params(tmp_path / f"t{i}")
+        assert trained == swept, layout
+        for section, values in want.items():
+            assert {k: trained[section][k] for k in values} == values, layout
+
+
+def test_a_top_level_table_beside_base_is_validated_by_train_recipe(tmp_path, capsys):
+    """The issue's recipe with phi = 0 trained (with phi = 2); it is refused now, with its file and line, as by sweep."""
+    from runkit import error_lines, run_main
+
+    r = write(tmp_path, '[base]\nalgo = "fedlama"\niterations = 40\neval_every = 20\n\n[fedlama]\nphi = 0\n')
+    code, _, err = run_main(["train", "--recipe", str(r), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and error_lines(err) == [f"fedcli: error: {r}, line 7: --phi must be >= 1, got 0"]
+    assert not (tmp_path / "o").exists()
+    assert train_values(write(tmp_path, '[base]\nalgo = "fedlama"\n[fedlama]\nphi = 4\n', "ok.toml"))["phi"] == 4

@@ -49,7 +49,7 @@ def test_diverged_seed_counts_as_not_reaching_the_target(tmp_path):
     sweeps = find_sweeps(make(tmp_path / "s"))
     md = make_table(sweeps, "reach", "md")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
-    assert rows[1] == ["Fed-AMS", "0.01", "2 (1/2)", "2.00"]       # seed 0 diverged at 50% then 10%: never reached
+    assert rows[1] == ["Fed-AMS", "0.01", "2 (1/2) (1 diverged)", "2.00"]  # seed 0 diverged at 50% then 10%: never reached
     assert rows[2] == ["Fed-LAMB", "0.01", "1.5 ± 0.7", "1.50 ± 0.71"]
     assert "Diverged (exit 4)" in md and "'AMS' seed 0 (training diverged in round 2" in md
     assert len(make_figures(sweeps, tmp_path / "figs")) == 3  # PNG, PDF, caption; the curve of the diverged seed ends where it stopped
@@ -59,3 +59,55 @@ def test_other_failures_still_block(tmp_path):
     runs = {**RUNS, "AMS": {**RUNS["AMS"], 0: ("failed", "RuntimeError: out of memory", [(1, 0.5)])}}
     with pytest.raises(MissingRuns, match=r"'AMS' seed 0 \(failed: RuntimeError: out of memory\)"):
         make_table(find_sweeps(make(tmp_path / "s", runs)), "reach", "md")
+
+
+ROWS = {"name": "acc", "layout": "rows", "columns": ["method", "acc"], "runs": ["AMS", "LAMB"]}
+
+
+def test_a_run_the_guard_stopped_is_recorded_and_reported_as_diverged(tmp_path, capsys):
+    """Issue 47, point 4: `fedcli train --lr 5` stopped by --diverge-factor (exit 4) was `failed` in its manifest and
+    in every report, with no word of divergence. The manifest keeps the contract's status (`failed`) and says
+    `reason: diverged`; the single-run report, a report of its seeds and `fedcli.load(...).runs` show `diverged`."""
+    import fedcli
+    from simkit import cli
+
+    run = tmp_path / "run"
+    code, _, err = cli(["train", "--lr", "5", "--iterations", "200", "--eval-every", "20", "--quiet",
+                             "--out", str(run)], capsys)
+    assert code == 4 and "training diverged" in err
+    m = json.loads((run / "manifest.json").read_text())
+    assert (m["status"], m["reason"]) == ("failed", "diverged")
+    code, out, _ = cli(["report", str(run), "--figures", str(tmp_path / "figs")], capsys)
+    status = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| run ")]
+    assert code == 0 and status and status[0][3] == "diverged", out
+    assert list(fedcli.load(run).runs["status"]) == ["diverged"]
+    # two seeds of one experiment: the group's row counts the diverged one
+    import shutil
+
+    from fedcli.report.single import comparison_table, load_run
+    from fedcli.report.tables import render
+
+    shutil.copytree(run, tmp_path / "s1")
+    (tmp_path / "s1" / "manifest.json").write_text(json.dumps(dict(m, seed=1, config=dict(m["config"], seed=1))))
+    md = render(comparison_table([load_run(run), load_run(tmp_path / "s1")]), "md")
+    assert "0/2 completed, 2 diverged" in md, md
+
+
+def test_table_cells_and_the_paper_section_mark_a_diverged_seed(tmp_path):
+    """A table's accuracy cell (and a target table's rounds) says how many of its seeds diverged, in Markdown and in
+    LaTeX, and so does the `--paper` section that holds the table."""
+    from fedcli.report.paper import build_section
+
+    root = make(tmp_path / "s")
+    sweep = json.loads((root / "sweep.json").read_text())
+    sweep["tables"].append(spec_to_dict(parse_table(ROWS, loc, "cpu")))
+    sweep["paper"] = "Fed-LAMB, a test"
+    (root / "sweep.json").write_text(json.dumps(sweep))
+    sweeps = find_sweeps(root)
+    for fmt in ("md", "latex"):
+        text = make_table(sweeps, "acc", fmt)
+        ams = next(line for line in text.splitlines() if "AMS" in line)
+        assert "(1 diverged)" in ams and "LAMB" not in ams, text
+    assert "(1 diverged)" not in next(line for line in make_table(sweeps, "acc", "md").splitlines() if "Fed-LAMB" in line)
+    tex, md, _ = build_section(sweeps, "fedlamb", tmp_path / "paper")
+    assert tex.count("(1 diverged)") == 2 and md.count("(1 diverged)") == 2  # the target table and the rows table

@@ -1,6 +1,7 @@
 """``fedcli sweep`` says what it will run before it starts: --scale, the budget, client steps and a time estimate."""
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -66,6 +67,32 @@ def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     assert "measured on this machine" in text or "measured now on this machine" in text
     code, _, err = cli(["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys)
     assert code == 0 and "client steps" not in err  # --quiet: no plan
+
+
+def test_the_plan_says_where_runs_go_without_a_gpu(tmp_path, capsys, monkeypatch):
+    """Issue 47: `--dry-run --runs-per-gpu auto` on a machine without CUDA said nothing about devices, while --help
+    says "the plan says how many run on each device". No nvidia-smi on the PATH is such a machine to fedcli."""
+    import sys
+
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{Path(sys.executable).parent}")
+    r = tmp_path / "r.toml"
+    r.write_text(RECIPE)
+    code, _, err = cli(["sweep", str(r), "--scale", "smoke", "--dry-run", "--runs-per-gpu", "auto", "--jobs", "2",
+                        "--out", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+    assert "  devices: no CUDA device: runs on the CPU" in err.splitlines(), err
+
+
+def test_runs_per_job_is_refused_with_the_local_executor(tmp_path, capsys):
+    """Issue 47: `--runs-per-job 2` with the local executor was accepted silently; it packs runs into a Slurm job."""
+    r = tmp_path / "r.toml"
+    r.write_text(RECIPE)
+    code, _, err = cli(["sweep", str(r), "--scale", "smoke", "--runs-per-job", "2", "--out", str(tmp_path / "s")], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "fedcli: error: --runs-per-job 2 packs runs into one Slurm job: it applies to --executor slurm only (local "
+        "runs: --jobs runs at a time, --runs-per-gpu on a GPU)"], err
+    assert not (tmp_path / "s").exists()
 
 
 def planned(name="r", wall_s=None, **kw):

@@ -336,16 +336,18 @@ def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env
 
 
 # in round 8 (after the trackers hold iteration 16), the trackers' process is killed (SIGKILL); the training completes
+# (KILL_ROUND, KILL_STEP: another round and step)
 TRACKERS_KILLER = """
 import os, signal, sys, time
 from pathlib import Path
 from fedcli.fl import engine
 from fedcli.trackers import state
 orig = engine.Simulation.run_round
+ROUND, STEP = int(os.environ.get("KILL_ROUND", "8")), int(os.environ.get("KILL_STEP", "16"))
 def run_round(self, st):
-    if st.round_idx == 8:
+    if st.round_idx == ROUND:
         run, deadline = Path(self.cfg.out), time.monotonic() + 200
-        while min((t.get("last_step", -1) for t in state.read(run).get("trackers", {}).values()), default=-1) < 16:
+        while min((t.get("last_step", -1) for t in state.read(run).get("trackers", {}).values()), default=-1) < STEP:
             assert time.monotonic() < deadline, state.read(run)
             time.sleep(0.05)
         os.kill(state.read(run)["pid"], signal.SIGKILL)
@@ -682,3 +684,102 @@ def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path
         again.handle({"op": "log", "step": step, "values": {"test_acc": step / 100}})
     assert sorted(steps(tmp_path, run)) == [8, 16, 24, 32]
     assert state.read(run)["trackers"][name]["last_step"] == 32
+
+
+# Issue 47, point 3: the trackers' process SIGKILLed early. A run of 60 iterations, an evaluation every 20: the three
+# evaluations the trackers must end up holding, whenever their process died.
+EARLY = ["train", "--iterations", "60", "--eval-every", "20", "--clients", "8", "--mlp-hidden", "16", "--threads", "1",
+         "--workers", "1", "--quiet", "--tracker", "tensorboard"]
+
+
+def _kill_at_launch(monkeypatch):
+    """The trackers' process SIGKILLed as soon as it exists (right after its Popen), before it writes anything."""
+    import signal
+
+    from fedcli.trackers.hook import TrackerHook
+
+    launch = TrackerHook.launch
+
+    def killing(self, info):
+        launch(self, info)
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+    monkeypatch.setattr(TrackerHook, "launch", killing)
+
+
+def _worker_pids(run: Path) -> list[int]:
+    """The live trackers' processes of ``run`` (``python -m fedcli.trackers.worker RUN ...``), from /proc."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"fedcli.trackers.worker" in argv and str(run).encode() in argv:
+            pids.append(int(p.name))
+    return pids
+
+
+EARLY_LONG = pytest.mark.long(reason="the trackers' process SIGKILLed at another moment, then the report and the resume (15 "
+                                     "to 20 s on a loaded machine); make test keeps the kill before its first write")
+
+
+@pytest.mark.parametrize("moment", ["before its first write", pytest.param("while it writes", marks=EARLY_LONG),
+                                    pytest.param("after the run ended", marks=EARLY_LONG)])
+@pytest.mark.timeout(600)
+def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_lack(clean_env, monkeypatch, capsys, moment):
+    """Before: killed as soon as it existed, the training said "see RUN/trackers.log" (there was none), `fedcli report`
+    said nothing of the trackers and `fedcli train --resume` answered "already completed" (exit 2): the three
+    evaluations could never reach TensorBoard. Now the report says what they lack, the resume sends it, and what the
+    training says points at something that exists."""
+    import signal
+    import time
+
+    from fedcli.results.lock import FileLock
+    from fedcli.trackers import state
+
+    tmp = clean_env
+    run = tmp / "E"
+    monkeypatch.setenv("FEDCLI_TRACKER_WAIT", "0")
+    held = None
+    if moment == "while it writes":  # SIGKILL once the trackers hold the first evaluation (iteration 20), at the start
+        # of round 4 of FedLAMA's 6 rounds of phi x tau' = 10 iterations, before the second: trackers.json says logging
+        p = subprocess.run([sys.executable, "-c", TRACKERS_KILLER, *EARLY, "--out", str(run)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_ROUND": "3", "KILL_STEP": "20"}, timeout=300)
+        code, err = p.returncode, p.stderr
+    else:
+        with monkeypatch.context() as m:
+            if moment == "before its first write":
+                _kill_at_launch(m)
+            else:  # the trackers' process waits for the trackers lock (as for an earlier attempt's) until the run ended
+                run.mkdir()
+                held = FileLock(run / state.LOCK_FILE)
+                assert held.acquire()
+            code, _, err = cli([*EARLY, "--out", str(run), *(["--overwrite"] if held else [])], capsys)
+    assert code == 0, err
+    if held is not None:
+        (pid,) = _worker_pids(run)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _worker_pids(run):  # the SIGKILL takes effect (a dead process, even unreaped, has no cmdline)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        held.release()
+    assert len(metrics_rows(run)) == 3 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
+    said = " ".join(err.split())
+    if "trackers.log" in said and "ended before writing trackers.log" not in said:
+        assert (run / state.LOG_FILE).is_file(), said  # the training never points at a log that is not there
+    if moment == "before its first write":
+        assert f"`fedcli report {run}` says what they lack" in said and not (run / state.LOG_FILE).exists(), said
+    code, _, report = cli(["report", str(run), "--figures", str(tmp / "figs")], capsys)
+    report = " ".join(report.split())
+    assert code == 0 and "trackers (tensorboard): their process ended before" in report, report
+    lack = {"while it writes": "they hold 1 of the run's 3 evaluations"}.get(moment, "they hold 0 of the run's 3 evaluations")
+    assert lack in report and f"`fedcli train --resume {run}` sends the rest" in report, report
+    code, out, err = cli(["train", "--resume", str(run)], capsys)
+    assert code == 0, err
+    assert "nothing was trained" in out and "trackers (tensorboard): done, run completed" in out, out
+    assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [20, 40, 60]
+    code, _, err = cli(["train", "--resume", str(run)], capsys)  # now nothing is left to send
+    assert code == 2 and "the run already completed; nothing to resume" in err
