@@ -249,3 +249,18 @@ def test_sigkill_then_resume_is_bitwise_with_the_system_model(tmp_path):
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert_same_system_run(ref, out)
     assert (ref / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
+
+
+def test_a_system_table_applies_to_every_run_of_a_recipe(tmp_path):
+    # the engine reads [system] for every method: a sweep's top-level table is not "a table no run reads"
+    from fedcli.recipes import read_sweep, run_config, train_values
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[base]\ndataset = "digits"\niterations = 4\n\n[system]\nsystem = true\nuplink = "constant:1e5"\n\n'
+                      '[[runs]]\nname = "avg"\nalgo = "fedavg"\n\n[[runs]]\nname = "nova"\nalgo = "fednova"\n'
+                      'system = { deadline = 9.0 }\n')
+    cfgs = [run_config(r, 0, tmp_path / r.name) for r in read_sweep(recipe).runs]
+    assert [(c.system, c.uplink, c.deadline) for c in cfgs] == [(True, "constant:1e5", 0.0), (True, "constant:1e5", 9.0)]
+    flat = tmp_path / "flat.toml"
+    flat.write_text('algo = "fedprox"\n\n[system]\nsystem = true\nlatency = "constant:0"\n')
+    assert train_values(flat)["latency"] == "constant:0"
