@@ -272,21 +272,27 @@ class _RunStats:
 
 def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:
     """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the spec's columns
-    (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target. Returns (section, the picks)."""
+    (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target (and the simulated seconds, for
+    runs trained with ``--system``). Returns (section, the picks)."""
     base_comm, base_bytes = stats.baseline(g, "comm_params"), stats.baseline(g, "comm_bytes")
     cols = [column(c) for c in spec.columns]
+    picked = select_best(spec, g.runs, runs)
+    # --system runs: the simulated time to the target too (docs/system-model.md)
+    timed = spec.layout == "target" and any(stats.first(name).metrics and "sim_time_s" in stats.first(name).metrics[0]
+                                            for name, _ in picked)
     if spec.layout == "target":
         tgt = f"{100 * spec.target:g}%"
         cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
                  Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
+        cols += [Column("time_s", f"Time to {tgt} (s)", f"Time to {latex_escape(tgt)} (s)")] if timed else []
     rows, meta = [], []
-    picked = select_best(spec, g.runs, runs)
     for name, cands in picked:
         cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in spec.columns]
         if spec.layout == "target":
             reach = rounds_to_target(stats.per_seed(name), spec.target, spec.metric)
             cells += [fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"),
                       fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
+            cells += [fmt_reach(reach.time_s, reach.reached, reach.n, 1, "{:.1f}", counts=False)] if timed else []
         rows.append(cells)
         meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
     return Section(g.label, [], cols, rows, meta), picked
