@@ -41,6 +41,7 @@ def test_time_to_target_by_hand(tmp_path):
     assert got[0] == ["Method", "Rounds to 90%", "Comm. to 90% (MB)", "Time to 90% (s)"]
     assert got[1] == ["FedAvg", "2.0 ± 0.0", "2.00 ± 0.00", "25.0 ± 7.1"]
     assert got[2] == ["FedLAMA", "3 (1/2)", "3.00", "12.0"]
+    assert "and the simulated seconds so far (sim_time_s" in md
 
 
 def test_x_time_draws_accuracy_against_simulated_time(tmp_path, capsys):
