@@ -660,8 +660,7 @@ class Simulation:
         """The system model's round (``self.system_round``): of the ``sampled`` cohort, the clients that take part
         (available, and meeting the deadline or keeping partial work) and their local steps."""
         steps = self.plan.round_steps(state.iteration, sampled)
-        self.system_round = None  # the full steps of the sampled clients, as without the system model
-        full = dict(zip(sampled, self.plan.client_round_steps(sampled, steps)))
+        full = dict(zip(sampled, self.plan.client_round_steps(sampled, steps)))  # each one's steps without the model
         self.system_round = self.system.plan_round(state.round_idx, sampled, full, self.sync_plan(steps))
         who = self.system_round.participants
         # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals

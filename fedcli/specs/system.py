@@ -9,6 +9,7 @@ probability Pk, the Pk summing to 1). Torch-free: the config checks these before
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from fedcli.errors import ConfigError
@@ -86,6 +87,13 @@ class SystemParams:
     server_time: float = opt(0.0, "System model: the server's time per round in seconds (aggregation, a constant).", lo=0.0, group="system")
 
     def check(self) -> None:
-        """Each distribution parses and gives only valid values (ConfigError naming its option)."""
+        """Each distribution parses and gives only valid values, and no option of the model is set while it is off
+        (it would do nothing); ConfigError naming the option."""
         for name, (_unit, zero_ok) in QUANTITIES.items():
             parse_distribution(getattr(self, name), name, zero_ok)
+        if not self.system:
+            changed = [f.name for f in dataclasses.fields(SystemParams) if f.name != "system" and getattr(self, f.name) != f.default]
+            if changed:
+                flag = changed[0].replace("_", "-")
+                raise ConfigError(f"--{flag} is an option of the system model, which is off: add --system (system = true in "
+                                  f"a recipe), or leave --{flag} out (docs/system-model.md)", key=changed[0])

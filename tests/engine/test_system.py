@@ -192,6 +192,14 @@ def test_bad_input_one_line_exit_2_nothing_written(flags, trace_text, needle, tm
     assert not out.exists()
 
 
+def test_a_system_option_without_system_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = run_main(BASE + ["--algo", "fedavg", "--deadline", "5", "--out", str(out)], capsys)
+    lines = error_lines(err)
+    assert code == 2 and len(lines) == 1 and "--deadline is an option of the system model, which is off: add --system" in lines[0]
+    assert not out.exists()
+
+
 # a run whose rounds have dropped, partial and unavailable clients, on 6 clients of which 3 a round
 PARITY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
           "--algo", "fedprox", "--tau", "2", "--iterations", "16", "--batch-size", "16", "--lr", "0.05", "--eval-every", "2",
