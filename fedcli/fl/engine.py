@@ -661,7 +661,7 @@ class Simulation:
         (available, and meeting the deadline or keeping partial work) and their local steps."""
         steps = self.plan.round_steps(state.iteration, sampled)
         full = dict(zip(sampled, self.plan.client_round_steps(sampled, steps)))  # each one's steps without the model
-        self.system_round = self.system.plan_round(state.round_idx, sampled, full, self.sync_plan(steps))
+        self.system_round = self.system.plan_round(state.round_idx, sampled, full, self.sync_plan(steps), state.sim_time_s)
         who = self.system_round.participants
         # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals
         self.system_round.syncs = self.sync_plan(self.plan.round_steps(state.iteration, who)) if who else []

@@ -15,7 +15,8 @@ mini-batches (min(B, n_i)):
   t_k = max_i (s_ik c_i + x_i(L_k)) after the previous one, s_ik the steps client i runs between them, and the
   round lasts T = sum_k t_k (+ the deadline's wait, + the server's constant time).
 
-A client is available in a round with probability ``--availability`` (keyed by seed, round and client). With a
+A client is available in a round with probability ``--availability`` (keyed by seed, round and client) and, with
+``--availability-trace``, when the round's simulated start lies in one of its on-intervals. With a
 deadline D, client i's own time s c_i + sum_k x_i(L_k) decides: over D, ``drop`` leaves it out of the round (not
 aggregated; the server waits until D), ``keep-partial`` runs the s_i = floor((D - sum_k x_i(L_k)) / c_i) steps
 that fit (dropped when none does) and aggregates them (FedProx's stragglers; FedNova normalizes the unequal steps).
@@ -40,6 +41,7 @@ from fedcli.specs.system import QUANTITIES, parse_distribution
 #: FLOPs of a training step per forward FLOP (forward + backward, Kaplan et al. 2020, Sec. 2.1)
 TRAIN_FLOPS_PER_FORWARD = 3.0
 TRACE_COLUMNS = ("client", *QUANTITIES)
+AVAILABILITY_COLUMNS = ("client", "start", "end")
 
 
 def draw(spec: str, n: int, gen: np.random.Generator, option: str = "speed") -> np.ndarray:
@@ -60,32 +62,40 @@ def draw(spec: str, n: int, gen: np.random.Generator, option: str = "speed") -> 
     return out
 
 
+def read_csv(path: str, key: str, columns: tuple[str, ...]):
+    """The rows of the CSV option ``key`` (``system_trace``, ``availability_trace``) as (line, client, {column:
+    float}), and the file's sha256. ConfigError (exit 2, naming the option and the file) for a missing file, a
+    missing column or a value that is not a number."""
+    option = "--" + key.replace("_", "-")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot read it ({e.strerror or e})", key=key) from None
+    rows = list(csv.DictReader(data.decode("utf-8", errors="replace").splitlines()))
+    missing = [c for c in columns if not rows or c not in rows[0]]
+    if missing:
+        raise ConfigError(f"{option} {path}: no column {', '.join(missing)}; expected a CSV with the columns "
+                          f"{', '.join(columns)} (docs/system-model.md)", key=key)
+    out = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            out.append((line, int(row["client"]), {c: float(row[c]) for c in columns[1:]}))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{option} {path}, line {line}: expected numbers in {', '.join(columns)}", key=key) from None
+    return out, hashlib.sha256(data).hexdigest()
+
+
 def read_trace(path: str, n: int) -> tuple[dict[str, np.ndarray], str]:
     """The columns of a system trace (one row per client, ``TRACE_COLUMNS``) for clients 0..n-1, and the file's
     sha256. ConfigError (exit 2, naming the file) for a missing file, a missing column, fewer rows than clients,
     or a value that is not a finite number in its range."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"--system-trace {path}: cannot read it ({e.strerror or e})", key="system_trace") from None
-    rows = list(csv.DictReader(data.decode("utf-8", errors="replace").splitlines()))
-    missing = [c for c in TRACE_COLUMNS if not rows or c not in rows[0]]
-    if missing:
-        raise ConfigError(f"--system-trace {path}: no column {', '.join(missing)}; expected a CSV with the columns "
-                          f"{', '.join(TRACE_COLUMNS)} (docs/system-model.md)", key="system_trace")
+    rows, digest = read_csv(path, "system_trace", TRACE_COLUMNS)
     out = {q: np.full(n, np.nan) for q in QUANTITIES}
-    for line, row in enumerate(rows, start=2):
-        try:
-            client = int(row["client"])
-            values = {q: float(row[q]) for q in QUANTITIES}
-        except (TypeError, ValueError):
-            raise ConfigError(f"--system-trace {path}, line {line}: expected numbers in {', '.join(TRACE_COLUMNS)}",
-                              key="system_trace") from None
+    for line, client, values in rows:
         for q, v in values.items():
             zero_ok = QUANTITIES[q][1]
             if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
-                raise ConfigError(f"--system-trace {path}, line {line}: {q} {row[q]!r} is not a "
+                raise ConfigError(f"--system-trace {path}, line {line}: {q} {v:g} is not a "
                                   f"{'finite number >= 0' if zero_ok else 'positive finite number'} "
                                   f"({QUANTITIES[q][0]})", key="system_trace")
         if 0 <= client < n:
@@ -95,8 +105,23 @@ def read_trace(path: str, n: int) -> tuple[dict[str, np.ndarray], str]:
     if absent:
         raise ConfigError(f"--system-trace {path}: {len(rows)} row(s) for a run of {n} clients; no row for client "
                           f"{absent[0]} ({len(absent)} client(s) missing): expected one row per client", key="system_trace")
-    return out, hashlib.sha256(data).hexdigest()
+    return out, digest
 
+
+def read_availability(path: str, n: int) -> tuple[list[list[tuple[float, float]]], str]:
+    """Each client's on-intervals [start, end) in simulated seconds (``AVAILABILITY_COLUMNS``; a client without a
+    row is never available), and the file's sha256. ConfigError (exit 2) for an interval that is not
+    0 <= start <= end (end may be inf)."""
+    rows, digest = read_csv(path, "availability_trace", AVAILABILITY_COLUMNS)
+    on: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+    for line, client, v in rows:
+        start, end = v["start"], v["end"]
+        if not (math.isfinite(start) and 0 <= start <= end) or math.isnan(end):
+            raise ConfigError(f"--availability-trace {path}, line {line}: the interval [{start:g}, {end:g}) is not "
+                              f"0 <= start <= end (seconds of simulated time; end may be inf)", key="availability_trace")
+        if 0 <= client < n:
+            on[client].append((start, end))
+    return on, digest
 
 @dataclass
 class RoundPlan:
@@ -128,7 +153,10 @@ class SystemModel:
         self.forward_flops = float(forward_flops)
         self.up_bytes = np.asarray(up_bytes, dtype=np.float64)
         self.down_bytes = np.asarray(down_bytes, dtype=np.float64)
-        self.trace_sha256 = None
+        self.trace_sha256 = self.availability_sha256 = None
+        self.on = None  # each client's on-intervals (--availability-trace), or None
+        if cfg.availability_trace:
+            self.on, self.availability_sha256 = read_availability(cfg.availability_trace, n_clients)
         if cfg.system_trace:
             values, self.trace_sha256 = read_trace(cfg.system_trace, n_clients)
         else:
@@ -154,9 +182,12 @@ class SystemModel:
         return total
 
     # ------------------------------------------------------------------ a round
-    def available(self, round_idx: int, cohort: list[int]) -> list[int]:
-        """The clients of ``cohort`` available in round ``round_idx`` (one uniform draw per client, keyed by
-        (seed, round) and the client's index: the same for any process count)."""
+    def available(self, round_idx: int, cohort: list[int], now: float = 0.0) -> list[int]:
+        """The clients of ``cohort`` available in round ``round_idx``, which starts at simulated time ``now``: inside
+        one of their on-intervals (``--availability-trace``), and with probability ``--availability`` (one uniform
+        draw per client, keyed by (seed, round) and the client's index: the same for any process count)."""
+        if self.on is not None:
+            cohort = [c for c in cohort if any(a <= now < b for a, b in self.on[c])]
         p = float(self.cfg.availability)
         if p >= 1.0:
             return list(cohort)
@@ -164,10 +195,11 @@ class SystemModel:
         return [c for c in cohort if u[c] < p]
 
     def plan_round(self, round_idx: int, cohort: list[int], steps: dict[int, int],
-                   syncs: list[tuple[int, list[int]]]) -> RoundPlan:
-        """Round ``round_idx``'s participants among the sampled ``cohort``: the available ones that meet the deadline
-        (``--on-deadline``), each with its local steps (``steps``: each client's full steps this round)."""
-        ready = self.available(round_idx, cohort)
+                   syncs: list[tuple[int, list[int]]], now: float = 0.0) -> RoundPlan:
+        """Round ``round_idx``'s participants among the sampled ``cohort``: the available ones (at ``now``, the
+        round's simulated start) that meet the deadline (``--on-deadline``), each with its local steps (``steps``:
+        each client's full steps this round)."""
+        ready = self.available(round_idx, cohort, now)
         unavailable = [c for c in cohort if c not in set(ready)]
         plan = RoundPlan(list(cohort), [], {}, unavailable)
         deadline = float(self.cfg.deadline)
@@ -240,6 +272,8 @@ class SystemModel:
                 "deadline": cfg.deadline, "on_deadline": cfg.on_deadline, "server_time": cfg.server_time,
                 "forward_flops_per_sample": self.forward_flops, "train_flops_per_forward": TRAIN_FLOPS_PER_FORWARD,
                 **({"trace": {"path": cfg.system_trace, "sha256": self.trace_sha256}} if cfg.system_trace else {}),
+                **({"availability_trace": {"path": cfg.availability_trace, "sha256": self.availability_sha256}}
+                   if cfg.availability_trace else {}),
                 "clients": spread}
 
     def round_row(self, plan: RoundPlan, round_idx: int, iteration: int, seconds: float, sim_time: float) -> dict:

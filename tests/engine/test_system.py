@@ -157,6 +157,22 @@ def test_availability_keyed_by_seed_round_and_client(trace, tmp_path):
     assert idle == [0.125] * len(idle)  # no deadline to wait for: the server's time only
 
 
+def test_availability_trace_by_hand(trace, tmp_path):
+    # FedAvg rounds of 9.125 s (test_fedavg_rounds_by_hand) while both clients take part. Client 0 is on during
+    # [0, 10) s of simulated time, client 1 always: rounds 1 and 2 start at 0 and 9.125 s (both on); round 3 starts at
+    # 18.25 s, client 0 is off: client 1 alone, 2 c1 + x1 + 0.125 = 7.625 s; round 4 likewise: 33.5 s in all.
+    avail = tmp_path / "on.csv"
+    avail.write_text("client,start,end\n0,0,10\n1,0,inf\n")
+    out = tmp_path / "run"
+    assert main(BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "8", "--out", str(out),
+                        *system(trace, "--availability-trace", str(avail))]) == 0
+    assert column(out / "system.csv", "round_s") == pytest.approx([9.125, 9.125, 7.625, 7.625], abs=US)
+    assert [r["unavailable"] for r in table(out / "system.csv")] == ["0", "0", "1", "1"]
+    man = json.loads((out / "manifest.json").read_text())["system"]["availability_trace"]
+    import hashlib
+    assert man["sha256"] == hashlib.sha256(avail.read_bytes()).hexdigest()
+
+
 def test_distributions():
     g = lambda: np_gen(3, "system", "speed")  # noqa: E731
     tiers = draw("tiers:1e9@0.2,1e7@0.8", 10, g())
@@ -174,15 +190,21 @@ def test_distributions():
     (["--speed", "pareto:1,2"], None, "unknown distribution 'pareto'"),
     (["--latency", "tiers:0.1@0.5,0.2@0.4"], None, "sum to 1"),
     ([], "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n", "1 row(s) for a run of 2 clients"),
-    ([], TRACE.replace("1220,2440", "nan,2440"), "line 3: uplink 'nan' is not a positive finite number"),
-    ([], TRACE.replace("610,1220", "0,1220"), "line 2: uplink '0' is not a positive finite number"),
+    ([], TRACE.replace("1220,2440", "nan,2440"), "line 3: uplink nan is not a positive finite number"),
+    ([], TRACE.replace("610,1220", "0,1220"), "line 2: uplink 0 is not a positive finite number"),
     ([], "client,speed\n0,1\n1,1\n", "no column uplink, downlink, latency"),
+    (["--availability-trace", "AV"], "client,start,end\n0,5,2\n", "line 2: the interval [5, 2) is not 0 <= start <= end"),
+    (["--availability-trace", "AV"], "client,start\n0,5\n", "--availability-trace AV: no column end"),
     (["--deadline", "6.9"], TRACE, "--deadline 6.9: no client can meet it; the fastest, client 1, needs 7.5 s"),
     (["--deadline", "4.4", "--on-deadline", "keep-partial"], TRACE, "the fastest, client 1, needs 5.5 s for one local step"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(flags, trace_text, needle, tmp_path, capsys):
     extra = ["--system", *flags]
-    if trace_text is not None:
+    if "AV" in flags:  # the text is an availability trace
+        (tmp_path / "av.csv").write_text(trace_text)
+        extra = [str(tmp_path / "av.csv") if a == "AV" else a for a in extra]
+        needle = needle.replace("AV", str(tmp_path / "av.csv"))
+    elif trace_text is not None:
         (tmp_path / "t.csv").write_text(trace_text)
         extra += ["--system-trace", str(tmp_path / "t.csv")]
     out = tmp_path / "run"
