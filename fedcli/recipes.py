@@ -90,7 +90,7 @@ def check_keys(values: dict, path, text: str) -> dict:
 
 
 #: config keys whose relative values are paths, resolved against the recipe's root (see :func:`recipe_root`)
-PATH_KEYS = ("data_dir", "partition_file")
+PATH_KEYS = ("data_dir", "partition_file", "system_trace", "availability_trace")
 
 
 def recipe_root(path: str | Path, data: dict, text: str) -> Path:

@@ -294,5 +294,7 @@ def test_a_system_table_applies_to_every_run_of_a_recipe(tmp_path):
     cfgs = [run_config(r, 0, tmp_path / r.name) for r in read_sweep(recipe).runs]
     assert [(c.system, c.uplink, c.deadline) for c in cfgs] == [(True, "constant:1e5", 0.0), (True, "constant:1e5", 9.0)]
     flat = tmp_path / "flat.toml"
-    flat.write_text('algo = "fedprox"\n\n[system]\nsystem = true\nlatency = "constant:0"\n')
-    assert train_values(flat)["latency"] == "constant:0"
+    flat.write_text('algo = "fedprox"\n\n[system]\nsystem = true\nlatency = "constant:0"\nsystem_trace = "traces/t.csv"\n')
+    got = train_values(flat)
+    assert got["latency"] == "constant:0"
+    assert got["system_trace"] == str(tmp_path / "traces" / "t.csv")  # a trace path resolves against the recipe's root
