@@ -49,8 +49,12 @@ def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi
 #: manifest's ``params.section`` hold its fields
 SECTIONS: dict[str, type] = {}
 
+#: sections the engine reads for every run, whatever its parts (``register_params(every_run=True)``): a recipe's table
+#: of one applies to every run (``[system]``, the system model)
+EVERY_RUN: set[str] = set()
 
-def register_params(cls: type | None = None, *, section: str = ""):
+
+def register_params(cls: type | None = None, *, section: str = "", every_run: bool = False):
     """Make ``cls`` a dataclass of ``opt`` fields and add its fields to the config (class decorator).
 
     ``section`` names the params' own namespace (default: the class name without ``Params``, lower case): a recipe may set them in a ``[section]`` table, the manifest records
@@ -60,7 +64,7 @@ def register_params(cls: type | None = None, *, section: str = ""):
     ``ConfigError(message, key=...)``. A field name another params class already declared is a programming error
     (TypeError at import)."""
     if cls is None:
-        return lambda c: register_params(c, section=section)
+        return lambda c: register_params(c, section=section, every_run=every_run)
     if not dataclasses.is_dataclass(cls):
         cls = dataclasses.dataclass(cls)
     if cls in PARAMS:
@@ -76,6 +80,8 @@ def register_params(cls: type | None = None, *, section: str = ""):
             raise TypeError(f"{cls.__qualname__}.{f.name}: the option is already declared by {taken[f.name].__qualname__}")
     cls.section = section
     SECTIONS[section] = cls
+    if every_run:
+        EVERY_RUN.add(section)
     PARAMS.append(cls)
     return cls
 

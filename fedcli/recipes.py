@@ -16,7 +16,7 @@ from pathlib import Path
 from fedcli import specs
 from fedcli.config import FIELDS, GeneralConfig, TrainConfig, check_value, coerce
 from fedcli.errors import ConfigError
-from fedcli.params import SECTIONS
+from fedcli.params import EVERY_RUN, SECTIONS
 
 
 def table_keys(name: str) -> set[str] | None:
@@ -34,8 +34,10 @@ def table_keys(name: str) -> set[str] | None:
 
 
 def table_applies(name: str, algo: str, schedule: str = "", init: str = "") -> bool:
-    """Whether the recipe table ``[name]`` concerns a run: ``name`` is its method or a params section its parts read."""
-    return specs.METHODS.get(name, name) is specs.METHODS.get(algo) or name in specs.run_sections(algo, schedule, init)
+    """Whether the recipe table ``[name]`` concerns a run: ``name`` is its method, a params section its parts read, or
+    one the engine reads for every run (``[system]``)."""
+    return (name in EVERY_RUN or specs.METHODS.get(name, name) is specs.METHODS.get(algo)
+            or name in specs.run_sections(algo, schedule, init))
 
 
 def key_line(text: str, key: str) -> int | None:
@@ -77,7 +79,7 @@ def checked(name: str, value, loc: str):
 
 
 #: config keys whose relative values are paths, resolved against the recipe's root (see :func:`recipe_root`)
-PATH_KEYS = ("data_dir", "partition_file")
+PATH_KEYS = ("data_dir", "partition_file", "system_trace", "availability_trace")
 
 
 def recipe_root(path: str | Path, data: dict, text: str) -> Path:

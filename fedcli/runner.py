@@ -297,7 +297,7 @@ def _clean_overwritten(out: Path) -> None:
     """``--overwrite``: the previous run's files go (CSVs, model, manifest, checkpoints, client state, tracker files)."""
     from fedcli.results import checkpoint
 
-    for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "manifest.json"):
+    for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "system.csv", "model.pt", "manifest.json"):
         (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
     for _, old in checkpoint.list_checkpoints(out):
         old.unlink()
@@ -316,9 +316,10 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quie
     checkpoint (saying how the previous attempt ended and which versions changed since)."""
     from fedcli.results import checkpoint
     from fedcli.results.rundir import RunDir
+    from fedcli.results.runlog import extra_columns
 
     if not resume:
-        run_dir = RunDir(out)
+        run_dir = RunDir(out, extra_columns(sim))
         run_dir.start({**sim.manifest(), **procs})
         return run_dir
     from fedcli.results.runstate import killed_note

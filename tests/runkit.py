@@ -59,6 +59,30 @@ def interrupted(monkeypatch, capsys, out: Path, round_idx: int, sig, args: list[
     return code, err
 
 
+# Runs fedcli in a child process that sends itself ``SIG`` inside round KILL_ROUND (at its 2nd local step).
+KILLER = """
+import os, signal, sys
+from fedcli.fl import engine
+SIG, KILL_ROUND = int(sys.argv[1]), int(sys.argv[2])
+orig = engine.Simulation.synchronize
+def synchronize(self, cohort, layers, step, *a, **k):
+    if cohort.round_idx == KILL_ROUND and step == 2:
+        os.kill(os.getpid(), SIG)
+    return orig(self, cohort, layers, step, *a, **k)
+engine.Simulation.synchronize = synchronize
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def run_killed(sig: int, round_idx: int, args: list[str]) -> subprocess.CompletedProcess:
+    """``fedcli ARGS`` in a child process that sends itself ``sig`` inside round ``round_idx`` (at its 2nd local
+    step)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", KILLER, str(int(sig)), str(round_idx), *args],
+                          env=env, capture_output=True, text=True, timeout=240)
+
+
 def mpirun(n, args, timeout=240, script=None, **kw):
     """``mpiexec -n N python -m mpi4py -m fedcli ARGS``, or ``python -c SCRIPT ARGS`` with ``script`` (1 OpenMP thread
     per rank)."""

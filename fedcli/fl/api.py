@@ -54,7 +54,7 @@ CALLS = (
     "cohort_sum",          # cohort_sum(cohort, tensors, weights, skip=None): sum_i w_i x_i over the whole cohort, flat
     "cohort_sums",         # cohort_sums(cohort, {name: [K, ...]}, weights): the same by name, one all-reduce
     "cohort_weights",      # cohort_weights(cohort_ids, clients): the aggregation weights p_i (--weighting)
-    "client_steps",        # client_steps(clients, default): each client's local steps in a round (--local-epochs)
+    "client_steps",        # client_steps(clients, default): each client's local steps in a round (--local-epochs, --system keep-partial)
     "run_plan",            # run_plan(): the run's rounds and local steps (fedcli.fl.budget.RunPlan)
 )
 CAPABILITIES = (

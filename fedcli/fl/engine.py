@@ -26,7 +26,7 @@ from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl import chunked, guard, parts, slots
+from fedcli.fl import chunked, guard, parts, slots, system
 from fedcli.fl.api import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
@@ -89,6 +89,8 @@ class TrainState:
     loss_count: int = 0
     wall_s: float = 0.0
     skipped: int = 0          # client updates dropped so far by --on-diverge skip-client (metrics.csv skipped_clients)
+    sim_time_s: float = 0.0   # --system: simulated seconds of the rounds done (fedcli.fl.system)
+    layer_time_s: list = field(default_factory=list)  # --system: simulated seconds of each layer's synchronizations
     summary: Summary = field(default_factory=Summary)
 
 
@@ -101,6 +103,7 @@ class RoundRecord:
     skips: list = field(default_factory=list)   # client updates dropped by --on-diverge skip-client (Cohort.skips)
     adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
     metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation point
+    system: dict | None = None                  # --system: the round's system.csv row (SystemModel.round_row)
 
 
 def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
@@ -204,6 +207,8 @@ class Simulation:
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
         self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
         self.writers = None            # the round hook writing its CSVs (``attach``)
+        self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
+        self.system_round = None       # its plan of the round being run (participants, their steps), or None
         # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.api)
         self.view = PartView(self)
 
@@ -233,6 +238,7 @@ class Simulation:
         self._data_to_device()
         self._set_up_parts()
         self._plan_budget()
+        self.system = system.build(self)  # None without --system; checks the deadline before any training
         return self
 
     def _place(self) -> None:
@@ -386,6 +392,7 @@ class Simulation:
             **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
             "torch_threads": torch.get_num_threads(),
             "client_state": self.store.info,
+            **({"system": self.system.describe()} if self.system is not None else {}),
         }
 
     def personal_tables(self) -> tuple[str, ...]:
@@ -462,9 +469,11 @@ class Simulation:
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
 
     def count_sync(self, layers: list[int]) -> None:
-        """The ledger counts one synchronization of ``layers`` by every cohort client."""
+        """The ledger counts one synchronization of ``layers`` by every cohort client (with the system model, every
+        client that took part in the round)."""
+        clients = self.active if self.system_round is None else len(self.system_round.participants)  # --system: who took part
         for l in layers:
-            self.ledger.record_sync(l, self.active, self.codec.bits(self.layers[l].numel))
+            self.ledger.record_sync(l, clients, self.codec.bits(self.layers[l].numel))
 
     # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
@@ -571,8 +580,31 @@ class Simulation:
         return self.progress_point(state) >= state.next_eval or self.done(state)
 
     def client_steps(self, clients: list[int], default: int) -> list[int]:
-        """Local steps of each client in a round: ``default``, or E epochs with --local-epochs E (``RunPlan``)."""
-        return self.run_plan().client_round_steps(clients, default)
+        """Local steps of each client in a round: ``default``, or E epochs with --local-epochs E (``RunPlan``), or
+        the steps the system model's deadline leaves it (``--on-deadline keep-partial``)."""
+        return self._client_steps(self.run_plan(), clients, default)
+
+    def _client_steps(self, plan: RunPlan, clients: list[int], default: int) -> list[int]:
+        if self.uneven_round:
+            return [self.system_round.steps[c] for c in clients]
+        return plan.client_round_steps(clients, default)
+
+    @property
+    def uneven_round(self) -> bool:
+        """The round's clients run unequal local steps because of the system model's deadline (keep-partial)."""
+        return self.system_round is not None and self.system_round.uneven
+
+    def due_layers(self, step: int, steps: int) -> list[int]:
+        """The layers synchronized after local step ``step`` of a round of ``steps``: the schedule's (with
+        --local-epochs the whole model at the round's end only), less the layers the method keeps local."""
+        due = self.schedule.due(step, steps) if not self.cfg.local_epochs else self.schedule.due(steps, steps) if step == steps else []
+        if due and self.local_layers:
+            due = [l for l in due if l not in self.local_layers]
+        return due
+
+    def sync_plan(self, steps: int) -> list[tuple[int, list[int]]]:
+        """The synchronizations of a round of ``steps`` local steps: (step, layers), in order (``due_layers``)."""
+        return [(j, due) for j in range(1, steps + 1) if (due := self.due_layers(j, steps))]
 
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment.
@@ -583,7 +615,12 @@ class Simulation:
         cfg, comm = self.cfg, self.comm
         round_idx = state.round_idx
         self.record = RoundRecord(round_idx, state.iteration)
-        cohort_ids = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
+        cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
+        if self.system is not None:
+            cohort_ids = self.plan_system_round(state, sampled)
+            if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training
+                self.close_system_round(state, self.plan.round_steps(state.iteration, sampled))
+                return
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
         steps = self.plan.round_steps(state.iteration, cohort_ids)
         start = state.iteration
@@ -614,13 +651,40 @@ class Simulation:
             state.loss_count += len(cohort_ids) - len(skipped)
         self.record.skips = list(cohort.skips)
         self.record.adjustment = self.schedule.adjustment  # made by its end_round (close_cohort)
+        if self.system is not None:
+            self.close_system_round(state)
+            return
+        state.round_idx += 1
+
+    def plan_system_round(self, state: TrainState, sampled: list[int]) -> list[int]:
+        """The system model's round (``self.system_round``): of the ``sampled`` cohort, the clients that take part
+        (available, and meeting the deadline or keeping partial work) and their local steps."""
+        steps = self.plan.round_steps(state.iteration, sampled)
+        full = dict(zip(sampled, self.plan.client_round_steps(sampled, steps)))  # each one's steps without the model
+        self.system_round = self.system.plan_round(state.round_idx, sampled, full, self.sync_plan(steps), state.sim_time_s)
+        who = self.system_round.participants
+        # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals
+        self.system_round.syncs = self.sync_plan(self.plan.round_steps(state.iteration, who)) if who else []
+        return who
+
+    def close_system_round(self, state: TrainState, idle_steps: int = 0) -> None:
+        """The round's simulated time (``SystemModel.round_seconds`` over the synchronizations it made), its
+        system.csv row, and the round counted; ``idle_steps``: a round with no participant, whose steps pass with no
+        training."""
+        plan, round_idx = self.system_round, state.round_idx
+        seconds, per_layer = self.system.round_seconds(plan, plan.syncs, len(self.layers))
+        state.sim_time_s += seconds
+        state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]
+        state.iteration += idle_steps
+        self.record.system = self.system.round_row(plan, round_idx, state.iteration, seconds, state.sim_time_s)
+        self.system_round = None
         state.round_idx += 1
 
     def open_cohort(self, clients: list[int], cohort_ids: list[int], round_idx: int, steps: int) -> Cohort:
         """``clients`` of the round's cohort stacked from the global model, initialized, the parts' round begun."""
         cohort = Cohort.from_global(clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers)
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
-        cohort.steps = torch.tensor(self.plan.client_round_steps(clients, steps), device=self.device)
+        cohort.steps = torch.tensor(self._client_steps(self.plan, clients, steps), device=self.device)
         self.init.download(self.view, cohort)  # the server's side of sending the models (collective under MPI)
         self.init.initialize(self.view, cohort)
         if self.cfg.bn_buffers == "never":
@@ -642,6 +706,7 @@ class Simulation:
         plan = self.batches.plan("train", mine, round_idx, steps) if mine else None
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
+        uneven = bool(cfg.local_epochs) or self.uneven_round  # clients whose steps are done are frozen (active mask)
         for j in range(1, steps + 1):
             lr = lr_at(cfg, state.iteration, round_idx)
             if mine:
@@ -649,7 +714,7 @@ class Simulation:
                 x = self.train_x[idx]
                 if plan.shifts is not None:
                     x = cifar_augment(x, plan.shifts[j - 1], plan.flips[j - 1], fill=self.pad_fill)
-                active = None if not cfg.local_epochs else (cohort.steps >= j)
+                active = None if not uneven else (cohort.steps >= j)
                 if active is not None and bool(active.all()):
                     active = None  # every client still training: no [K, ...] masks to build
                 cohort.ctx = StepContext(round_idx, j, state.iteration, lr, active, x, self.train_y[idx], plan.mask[j - 1])
@@ -663,10 +728,7 @@ class Simulation:
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
                 round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1
-            # with --local-epochs a round is one local phase: the whole model is synchronized at its end
-            due = self.schedule.due(j, steps) if not cfg.local_epochs else self.schedule.due(steps, steps) if j == steps else []
-            if due and self.local_layers:
-                due = [l for l in due if l not in self.local_layers]
+            due = self.due_layers(j, steps)  # with --local-epochs, the whole model at the round's end only
             if j == steps and self.personal is not None:
                 self.personal.capture(self.view, cohort)  # each client's trained model, before the round-end sync replaces it
             if due:
@@ -701,6 +763,8 @@ class Simulation:
                "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
                "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1),
                "skipped_clients": state.skipped}
+        if self.system is not None:
+            row["sim_time_s"] = state.sim_time_s
         s = state.summary
         personal = self.personal.evaluate(self.view, state.round_idx) if self.personal is not None else None
         row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split

@@ -109,12 +109,13 @@ class Reach:
     acc: Stat        # the accuracy there (fraction)
     reached: int     # seeds that reached the target
     n: int           # seeds in all
+    time_s: Stat = NAN  # the simulated seconds there (--system runs: sim_time_s; NaN without)
 
 
 def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") -> Reach:
     """``per_seed`` maps seed -> RunData; seeds that never reach ``target`` are counted, not averaged. ``metric``:
     a metrics.csv accuracy column, or ``auto`` (each run's own, ``RunData.acc_metric``)."""
-    rounds, mbs, accs = [], [], []
+    rounds, mbs, accs, secs = [], [], [], []
     for seed in sorted(per_seed):
         col = per_seed[seed].acc_metric(metric)
         row = first_reach(per_seed[seed].metrics, target, metric=col)
@@ -123,4 +124,7 @@ def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") ->
         rounds.append(row["round"])
         mbs.append(row["comm_bytes"] / 1e6)
         accs.append(row[col])
-    return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed))
+        if isinstance(row.get("sim_time_s"), (int, float)):
+            secs.append(row["sim_time_s"])
+    return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed),
+                 mean_std(secs) if secs else NAN)

@@ -50,6 +50,8 @@ def _curve(per_seed: dict, x: str, y: str):
             continue
         if x in ("params", "bytes"):
             xs.append(mean_std(r["comm_params" if x == "params" else "comm_bytes"] for r in rows).mean / 1e6)
+        elif x == "time":  # --system runs: the simulated seconds at the evaluation (docs/system-model.md)
+            xs.append(mean_std(r["sim_time_s"] for r in rows).mean)
         else:
             xs.append(it)
         scale = 100.0 if col.endswith("_acc") else 1.0

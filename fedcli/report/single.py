@@ -369,8 +369,19 @@ def _what(runs: list[RunData], keyed: dict | None = None) -> str:
     return f"{len(runs)} runs on {data}"
 
 
-#: the communication axis drawn beside the time axis by default (``--x bytes``: bytes instead)
-COMM_AXES = ("params", "bytes")
+#: the communication axis drawn beside the time axis by default (``--x bytes``: bytes instead; ``--x time``: the system
+#: model's simulated time, docs/system-model.md)
+COMM_AXES = ("params", "bytes", "time")
+
+
+def check_simulated_time(runs: list[RunData]) -> None:
+    """``--x time`` needs every run's ``sim_time_s`` (trained with ``--system``): ConfigError (exit 2) naming one."""
+    from fedcli.errors import ConfigError
+
+    for r in runs:
+        if r.metrics and "sim_time_s" not in r.metrics[0]:
+            raise ConfigError(f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
+                              f"--system (docs/system-model.md), or pick another --x")
 
 
 def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None, warn=None) -> list[Path]:
@@ -395,6 +406,8 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
         labels = [f"{lab} [{g.name}]" for lab, g in zip(labels, groups)]
     keyed = {g.name: g.per_seed for g in groups}
     x = style.x_axis(x) if x else None
+    if x == "time":
+        check_simulated_time(runs)
     time_x = x if x in ("iterations", "rounds") else _x_axis(reps)
     comm_x = x if x in COMM_AXES else "params"
     files = []

@@ -84,7 +84,8 @@ All layouts take the shorthand of one group at table level (``runs``/``rows``, `
 ``--scale`` (the sweep stores the resolved product in sweep.json).
 
 Figures (``kind``): ``curves`` (accuracy against ``x``: ``"iterations"`` (default), ``"rounds"``, ``"params"``
-(communicated parameters, Eq. 8) or ``"bytes"`` (data moved both ways); ``iteration``, ``round`` and ``comm`` are
+(communicated parameters, Eq. 8), ``"bytes"`` (data moved both ways) or ``"time"`` (simulated seconds, runs trained
+with ``--system``: docs/system-model.md); ``iteration``, ``round`` and ``comm`` are
 older spellings of the first three; mean and std band over seeds), ``layer-syncs`` (communications per layer),
 ``layer-size`` (data moved per layer in MB; ``y = "params"``: Eq. 8's data size) and
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
@@ -104,7 +105,7 @@ from fedcli.errors import ConfigError
 LAYOUTS = ("rows", "paired", "target", "matrix")
 KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients")
 ACCURACY = ("best", "final")
-X_AXES = ("iterations", "rounds", "params", "bytes", "iteration", "round", "comm")  # the last three: older spellings
+X_AXES = ("iterations", "rounds", "params", "bytes", "time", "iteration", "round", "comm")  # the last three: older spellings; time: --system runs
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
 #: personalized runs (each client's model on its local test split, the papers' metric), test_acc otherwise
 ACC_METRICS = ("test_acc", "personal_acc", "auto")

@@ -25,17 +25,19 @@ FALLBACK_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 LINESTYLES = ("-", "--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (8, 3)), (0, (3, 1, 1, 1, 1, 1)))
 
 #: the x axes of curves (``fedcli report --x``, a recipe figure's ``x``); older recipe spellings map onto them
-X_AXES = ("iterations", "rounds", "params", "bytes")
+X_AXES = ("iterations", "rounds", "params", "bytes", "time")
 X_ALIASES = {"iteration": "iterations", "round": "rounds", "comm": "params"}
 X_LABELS = {"iterations": "Local iterations", "rounds": "Communication rounds",
-            "params": "Communicated parameters, Eq. 8 (M params)", "bytes": "Data moved, up and down (MB)"}
+            "params": "Communicated parameters, Eq. 8 (M params)", "bytes": "Data moved, up and down (MB)",
+            "time": "Simulated time (s), system model"}  # time: runs trained with --system (sim_time_s)
 Y_LABELS = {"test_acc": "Test accuracy (%), global model", "personal_acc": "Personal accuracy (%), clients' models\non their local test splits",
             "auto": "Accuracy (%): personal (pFL), else global", "test_loss": "Test loss, global model",
             "train_loss": "Training loss, clients' mini-batches"}
 
 
 def x_axis(name: str) -> str:
-    """The canonical x axis of ``name`` (``iterations``, ``rounds``, ``params``, ``bytes``; older spellings too)."""
+    """The canonical x axis of ``name`` (``iterations``, ``rounds``, ``params``, ``bytes``, ``time``; older spellings
+    too)."""
     return X_ALIASES.get(name, name)
 
 

@@ -334,24 +334,34 @@ class _RunStats:
         return mean_std(getattr(r, attr) for r in self.per_seed(g.baseline).values()).mean if g.baseline else float("nan")
 
 
+def simulated_time(runs) -> bool:
+    """Some of ``runs`` (RunData) were trained with the system model (``--system``: sim_time_s in metrics.csv)."""
+    return any(r.metrics and "sim_time_s" in r.metrics[0] for r in runs)
+
+
 def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:
     """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the spec's columns
-    (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target. Returns (section, the picks)."""
+    (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target (and the simulated seconds, for
+    runs trained with ``--system``). Returns (section, the picks)."""
     base_comm, base_bytes = stats.baseline(g, "comm_params"), stats.baseline(g, "comm_bytes")
     acc = acc_header(spec.metric, {n: runs[n] for n in spec.run_names() if n in runs})
     cols = [Column(c, acc, acc) if c == "acc" else column(c) for c in spec.columns]
+    picked = select_best(spec, g.runs, runs)
+    # --system runs: the simulated time to the target too (docs/system-model.md)
+    timed = spec.layout == "target" and simulated_time([stats.first(name) for name, _ in picked])
     if spec.layout == "target":
         tgt = f"{100 * spec.target:g}%"
         cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
                  Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
+        cols += [Column("time_s", f"Time to {tgt} (s)", f"Time to {latex_escape(tgt)} (s)")] if timed else []
     rows, meta = [], []
-    picked = select_best(spec, g.runs, runs)
     for name, cands in picked:
         cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in spec.columns]
         if spec.layout == "target":
             reach = rounds_to_target(stats.per_seed(name), spec.target, spec.metric)
             cells += [diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
                       fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
+            cells += [fmt_reach(reach.time_s, reach.reached, reach.n, 1, "{:.1f}", counts=False)] if timed else []
         rows.append(cells)
         meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
     return Section(g.label, [], cols, rows, meta), picked
@@ -430,7 +440,10 @@ def _table_notes(spec: TableSpec, runs: dict, seeds: list[int], picks: list, sca
             spec.metric, f"`{spec.metric}`")
         reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
                       f"whose {what} is at least {100 * spec.target:g}%, the communication rounds completed there and the bytes moved "
-                      f"so far (comm_bytes, 1 MB = 10^6 bytes); (k/n): only k of n seeds reached it; —: none did.")
+                      f"so far (comm_bytes, 1 MB = 10^6 bytes)"
+                      + (", and the simulated seconds so far (sim_time_s, the system model)"
+                         if simulated_time(next(iter(runs[n].values())) for n in spec.run_names() if runs.get(n)) else "")
+                      + "; (k/n): only k of n seeds reached it; —: none did.")
         if any(c in ("acc", "final_acc", "best_acc") for c in spec.columns):
             notes.append(reach_note)
         else:

@@ -689,18 +689,18 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
 def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint."""
-    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS, AppendCSV,
-                                       RunDir, git_commit, now, rewind_csvs, versions)
-    from fedcli.results.runlog import layer_rows
+    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS,
+                                       SYSTEM_COLUMNS, AppendCSV, RunDir, git_commit, now, rewind_csvs, versions)
+    from fedcli.results.runlog import extra_columns, layer_rows
 
     run_dir = Path(run_dir)
     positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}
     if ckpt is not None:
         positions.update(ckpt["csv"])
     rewind_csvs(run_dir, positions)
-    rd = RunDir(run_dir)
+    rd = RunDir(run_dir, extra_columns(sim))
     for name, attr, cols in (("intervals.csv", "intervals", INTERVALS_COLUMNS), ("skipped.csv", "skipped", SKIPPED_COLUMNS),
-                             ("clients.csv", "clients", CLIENTS_COLUMNS)):
+                             ("clients.csv", "clients", CLIENTS_COLUMNS), ("system.csv", "system", SYSTEM_COLUMNS)):
         if (run_dir / name).exists():
             setattr(rd, attr, AppendCSV(run_dir / name, cols))
     rd.part_csvs = {name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()}

@@ -27,13 +27,16 @@ METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", 
 LAYERS_COLUMNS = ["layer", "name", "kind", "numel", "syncs", "comm_params", "comm_bytes", "interval"]
 INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible", "d", "interval"]
 SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
+#: --system: one row per round, its simulated time and who took part (``fedcli.fl.system.SystemModel.round_row``)
+SYSTEM_COLUMNS = ["round", "iteration", "round_s", "sim_time_s", "sampled", "participants", "unavailable", "dropped",
+                  "partial", "dropped_clients", "partial_clients"]
 #: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
 CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
                    "global_loss", "global_acc"]
 # rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``, fedcli/fl/ala.py)
 PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
              "local_loss.csv": ["round", "client", "samples", "initialized", "trained"]}
-APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", *PART_CSVS)  # append-only files a checkpoint records the length of
+APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS)  # append-only files a checkpoint records the length of
 
 
 CLIENT_STATE = "client-state"  # per-client state on disk (fedcli/fl/store.py): g<gen>/r<rank>/<table>.bin
@@ -166,8 +169,13 @@ def now() -> str:
 
 
 class RunDir:
-    def __init__(self, path: str | Path):
+    """A run directory being written. ``extra``: columns some runs add after a file's own (``--system``'s
+    ``sim_time_s`` in metrics.csv and layers.csv: ``fedcli.results.runlog.extra_columns``)."""
+
+    def __init__(self, path: str | Path, extra: dict[str, list[str]] | None = None):
         self.path = Path(path)
+        extra = extra or {}
+        self.layers_columns = LAYERS_COLUMNS + list(extra.get("layers.csv", ()))
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -177,9 +185,10 @@ class RunDir:
         for name in ("manifest.json", "layers.csv", *APPEND_CSVS):  # refused before anything is written
             refuse_link(self.path / name)
         self.manifest: dict = {}
-        self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS)
+        self.metrics = AppendCSV(self.path / "metrics.csv", METRICS_COLUMNS + list(extra.get("metrics.csv", ())))
         self.intervals: AppendCSV | None = None
         self.skipped: AppendCSV | None = None
+        self.system: AppendCSV | None = None
         self.clients: AppendCSV | None = None
         self.part_csvs: dict[str, AppendCSV] = {}  # PART_CSVS, opened when a part first records rows
 
@@ -217,6 +226,12 @@ class RunDir:
             self.clients = AppendCSV(self.path / "clients.csv", CLIENTS_COLUMNS)
         self.clients.append(rows)
 
+    def append_system(self, rows: list[dict]) -> None:
+        """``--system``: each round's simulated time and who took part (``system.csv``)."""
+        if self.system is None:
+            self.system = AppendCSV(self.path / "system.csv", SYSTEM_COLUMNS)
+        self.system.append(rows)
+
     def append_part_rows(self, name: str, rows: list[dict]) -> None:
         """Rows a part recorded (``PART_CSVS[name]`` columns)."""
         if name not in self.part_csvs:
@@ -224,17 +239,17 @@ class RunDir:
         self.part_csvs[name].append(rows)
 
     def write_layers(self, rows: list[dict]) -> None:
-        atomic_write(self.path / "layers.csv", csv_text(LAYERS_COLUMNS, rows))
+        atomic_write(self.path / "layers.csv", csv_text(self.layers_columns, rows))
 
     def csv_positions(self) -> dict:
         """Length (bytes, data rows) of each append-only CSV now; a file not created yet has 0 bytes."""
         files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped,
-                 "clients.csv": self.clients, **{name: self.part_csvs.get(name) for name in PART_CSVS}}
+                 "clients.csv": self.clients, "system.csv": self.system, **{name: self.part_csvs.get(name) for name in PART_CSVS}}
         return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
 
     def close(self) -> None:
         self.metrics.close()
-        for f in (self.intervals, self.skipped, self.clients, *self.part_csvs.values()):
+        for f in (self.intervals, self.skipped, self.clients, self.system, *self.part_csvs.values()):
             if f is not None:
                 f.close()
 

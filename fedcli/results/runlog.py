@@ -5,7 +5,7 @@ so a checkpoint taken after a round records the CSVs with that round's rows).
 After every round :class:`RunLog` appends what the round produced (``Simulation.record``): the clients dropped by
 ``--on-diverge skip-client`` (``skipped.csv``), the schedule's interval adjustment (FedLAMA Alg. 1,
 ``intervals.csv``) and, at an evaluation point, the ``metrics.csv`` row and (personalized methods) the clients' rows
-(``clients.csv``), and then replaces ``layers.csv``.
+(``clients.csv``), and then replaces ``layers.csv``; with ``--system``, the round's simulated time (``system.csv``).
 Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a crash loses at most one round.
 """
 
@@ -14,11 +14,23 @@ from __future__ import annotations
 from fedcli.fl.hooks import RoundHook
 
 
-def layer_rows(sim) -> list[dict]:
-    """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head)."""
-    return [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": sim.ledger.syncs[li.index],
+def extra_columns(sim) -> dict[str, list[str]]:
+    """Columns a run adds after a CSV's own (``rundir.RunDir``'s ``extra``): with ``--system``, ``sim_time_s`` in
+    metrics.csv (the simulated time at the evaluation) and in layers.csv (the time the layer's synchronizations
+    cost). None otherwise, so a run without the system model writes the files it always wrote."""
+    return {"metrics.csv": ["sim_time_s"], "layers.csv": ["sim_time_s"]} if sim.system is not None else {}
+
+
+def layer_rows(sim, state=None) -> list[dict]:
+    """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head); with ``--system``
+    (and the run's ``state``), ``sim_time_s``, the simulated seconds of the layer's synchronizations so far."""
+    rows = [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": sim.ledger.syncs[li.index],
              "comm_params": sim.ledger.layer_params(li.index), "comm_bytes": sim.ledger.bytes_[li.index],
              "interval": 0 if li.index in sim.local_layers else sim.schedule.intervals[li.index]} for li in sim.layers]
+    if sim.system is not None and state is not None:
+        for row, seconds in zip(rows, state.layer_time_s or [0.0] * len(rows)):
+            row["sim_time_s"] = seconds
+    return rows
 
 
 def interval_rows(sim, adj) -> list[dict]:
@@ -53,6 +65,8 @@ class RunLog(RoundHook):
         rec = sim.record
         if rec.skips:
             self.run_dir.append_skipped(skipped_rows(rec.skips, rec.start_iteration))
+        if rec.system is not None:
+            self.run_dir.append_system([rec.system])
         if rec.adjustment is not None:
             self.run_dir.append_intervals(interval_rows(sim, rec.adjustment))
         if rec.metrics is not None:
@@ -60,7 +74,7 @@ class RunLog(RoundHook):
             if sim.personal is not None and sim.personal.client_rows:  # the evaluation's per-client numbers
                 at = {"round": rec.metrics["round"], "iteration": rec.metrics["iteration"]}
                 self.run_dir.append_clients([{**at, **r} for r in sim.personal.client_rows])
-            self.run_dir.write_layers(layer_rows(sim))
+            self.run_dir.write_layers(layer_rows(sim, state))
         for part in sim.parts.values():  # rows a part recorded this round (ala.csv, local_loss.csv: --ala-trace)
             for name, rows in part.round_tables(sim.view).items():
                 if rows:

@@ -7,8 +7,7 @@ from fedcli.specs import Method, part, register_method
 from fedcli.specs.parts import AVERAGE
 
 
-SERVER = part("server", "nova", "fedcli.fl.algorithms.fednova:NovaServer", base=AVERAGE, uses=("local_epochs",
-              "momentum"))
+SERVER = part("server", "nova", "fedcli.fl.algorithms.fednova:NovaServer", base=AVERAGE, uses=("momentum",))
 
 
 register_method(Method("fednova", "local SGD + normalized averaging over unequal local steps (Wang et al. 2020); --local-epochs",

@@ -25,26 +25,8 @@ ARGS = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", 
         "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "64", "--batch-size", "16", "--lr", "0.05",
         "--weight-decay", "1e-4", "--eval-every", "4", "--checkpoint-every", "3", "--device", "cpu", "--threads", "1", "--quiet"]
 
-# Runs fedcli in a child process that sends itself ``SIG`` inside round KILL_ROUND (at its 2nd local step).
-KILLER = """
-import os, signal, sys
-from fedcli.fl import engine
-SIG, KILL_ROUND = int(sys.argv[1]), int(sys.argv[2])
-orig = engine.Simulation.synchronize
-def synchronize(self, cohort, layers, step, *a, **k):
-    if cohort.round_idx == KILL_ROUND and step == 2:
-        os.kill(os.getpid(), SIG)
-    return orig(self, cohort, layers, step, *a, **k)
-engine.Simulation.synchronize = synchronize
-from fedcli.cli.main import main
-sys.exit(main(sys.argv[3:]))
-"""
-
-
 def run_killed(sig: int, round_idx: int, out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-c", KILLER, str(int(sig)), str(round_idx), *ARGS, "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=240)
+    return runkit.run_killed(sig, round_idx, ARGS + ["--out", str(out)])
 
 
 def assert_same_run(a: Path, b: Path) -> None:

@@ -36,8 +36,9 @@ class NovaServer(AverageServer):
 
     So each client uploads its update scaled by s_i = tau_eff / a_i (``upload_scale``) and the engine's
     weighted sum (one all-reduce) does the rest. Every process computes tau_eff itself from the cohort's
-    local steps (``view.client_steps`` of the whole cohort, deterministic). Local steps differ only with
-    ``--local-epochs`` (then the whole model is synchronized once, at the round's end); with equal
+    local steps (``view.client_steps`` of the whole cohort, deterministic). Local steps differ with
+    ``--local-epochs`` (then the whole model is synchronized once, at the round's end) and with the system model's
+    partial work (``--system --deadline D --on-deadline keep-partial``: stragglers run the steps that fit); with equal
     steps every s_i is 1 and FedNova *is* FedAvg (no scaling at all: bit-for-bit, tested).
     p_i follows ``--weighting`` (the paper's p_i = n_i / n is ``--weighting samples``).
     """
@@ -50,10 +51,11 @@ class NovaServer(AverageServer):
 
     def begin_round(self, view, cohort) -> None:
         self.scale = None
-        if not self.params.local_epochs:
-            return
         ids = list(cohort.cohort_ids)
-        a = [momentum_a_norm(t, float(self.params.momentum)) for t in view.client_steps(ids, 0)]
+        steps = view.client_steps(ids, 0)  # 0: every client runs the round's steps (no --local-epochs, no partial work)
+        if not all(steps):
+            return
+        a = [momentum_a_norm(t, float(self.params.momentum)) for t in steps]
         p = view.cohort_weights(ids, ids).tolist()
         tau_eff = sum(pi * ai for pi, ai in zip(p, a))
         pos = {c: k for k, c in enumerate(ids)}
