@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 from fedcli.papers import PAPERS
+from fedcli.results.sweepdir import recipe_shown, rerun_command
 
 #: this repository's recipes (the paper's recipes that no sweep under DIR ran are listed from here)
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -60,16 +61,13 @@ def _paragraph(sweep) -> tuple[str, str]:
     """What was run: the recipe, its paper and scale, seeds, fidelity notes, the command, the versions."""
     m = sweep.manifest
     scale = sweep.scale or "base"
-    recipe = Path(str(m.get("recipe", "RECIPE")))
-    mine = RECIPES / recipe.parent.name / recipe.name
-    short = f"recipes/{recipe.parent.name}/{recipe.name}" if mine.is_file() else str(recipe)  # this repository's, or as given
-    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe {short} at scale {scale}"
+    recipe = recipe_shown(m, sweep.root)  # the command's own form of the path (absolute: it works from any folder)
+    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe {recipe} at scale {scale}"
             + (" (a reduced setting that checks the pipeline, not the paper's numbers)" if sweep.scale not in (None, "paper") else "")
             + f", seeds {', '.join(map(str, sweep.seeds))}; {len(m.get('runs', []))} training(s) in {sweep.root}. ")
     if m.get("fidelity"):
         text += f"Fidelity: {m['fidelity']}. "
-    command = f"fedcli sweep {short}" + (f" --scale {sweep.scale}" if sweep.scale else "") + \
-        f" --seeds {len(sweep.seeds)} --out {sweep.root}"
+    command = rerun_command(m, sweep.root)
     text += f"Versions: {_versions(sweep)}."
     return text, command
 
