@@ -84,12 +84,12 @@ def test_an_old_sweep_json_with_a_relative_recipe_path_is_read_from_anywhere(tmp
     (root / "sweep.json").write_text(json.dumps(sj))
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    assert recipe_of(sj, root) == table3.resolve()
     code, _, err = fedcli(sweep_args(fig2, root, "--dry-run"), capsys)
     assert code == 2 and f"holds the sweep of {table3.resolve()}, not of {fig2.resolve()}" in " ".join(err.split()), err
     code, _, err = fedcli(sweep_args(table3, root, "--dry-run", "--quiet"), capsys)
     assert code == 0, err
     assert Sweep(root, sj).retry_hint() == f"fedcli sweep {table3.resolve()} --scale smoke --seeds 1 --out {root.resolve()}"
+    assert recipe_of(sj, root) == table3.resolve()
 
 
 def test_a_sweep_refuses_a_folder_whose_tables_its_recipe_does_not_make(tmp_path, capsys):
@@ -127,18 +127,19 @@ def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     root = start / "results" / "tiny"
     sj = load_manifest(root)
-    assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
     shutil.rmtree(root / "fedavg-x1" / "seed1")  # one run lost
     monkeypatch.chdir(elsewhere)
     rel = Path("../../here/results/tiny")
     code, _, err = fedcli(["report", str(rel), "--table", "t"], capsys)
     assert code == 2, err
     command = re.search(r"\(re-\)run them with `([^`]+)`", " ".join(err.split())).group(1)
-    assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
     text, paragraph_command = _paragraph(Sweep(rel, sj))
-    assert paragraph_command == command and f"Recipe {start / 'recipes' / 'tiny.toml'} at scale smoke" in text
     argv = shlex.split(command)
-    code, _, err = fedcli([*argv[1:], "--in-process", "--quiet"], capsys)
+    code, _, err = fedcli([*argv[1:], "--in-process", "--quiet"], capsys)  # run here, where the report printed it
     assert code == 0, err
     code, out, err = fedcli(["report", str(rel), "--table", "t"], capsys)
     assert code == 0 and "FedAvg x1" in out, err
+    # one form of the path everywhere: sweep.json, the report's command, the paragraph's command and its text
+    assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
+    assert paragraph_command == command and f"Recipe {start / 'recipes' / 'tiny.toml'} at scale smoke" in text
+    assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
