@@ -600,7 +600,10 @@ def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None
     ``sweep.json`` names another recipe (found wherever it is: :func:`fedcli.results.sweepdir.recipe_of`; a copy
     with the same text counts as the same), or a table or figure this recipe does not make. A sweep there would
     replace it: ``sweep.json`` would describe this recipe, and no report could be made of the other's runs."""
-    old = load_manifest(root, missing_ok=True) if root.is_dir() else None
+    if not root.is_dir():
+        return None
+    refuse_link(root / MANIFEST)  # a link there is refused (exit 2) before it is read, as before it is written
+    old = load_manifest(root, missing_ok=True)
     if not old:
         return None
     mine = path_ref(recipe.path)
