@@ -16,6 +16,7 @@ damaged. ``sweep.json`` is replaced atomically after every run. One sweep at a t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPT
 from fedcli.results.safefs import make_dir, open_file, refuse_link
 
 from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, entry_dirs, last_line,  # noqa: F401
-                                     load_manifest, run_state)
+                                     load_manifest, recipe_of, path_ref, recipe_shown, run_state)
 
 if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
     from fedcli.recipes import SweepRecipe
@@ -566,6 +567,7 @@ class SweepResult:
     queued: list[PlannedRun] = field(default_factory=list)     # --executor slurm: their job is pending or running
     resources: object = None                                   # --executor slurm: fedcli.slurm.Resources
     placement: object = None                                   # local runs: their GPUs (fedcli.gpuplan.Placement)
+    replaces: str | None = None                                # --overwrite: the other sweep the folder held (another_sweep)
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -591,6 +593,30 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
         threads = max(1, cpus // max(1, mpi))
     runs = plan(recipe, root, seed_ids, threads, tracker)
     return recipe, root, seed_ids, runs, products
+
+
+def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None:
+    """Why the sweep folder ``root`` holds another sweep than this one (one clause naming both), or None: its
+    ``sweep.json`` names another recipe (found wherever it is: :func:`fedcli.results.sweepdir.recipe_of`; a copy
+    with the same text counts as the same), or a table or figure this recipe does not make. A sweep there would
+    replace it: ``sweep.json`` would describe this recipe, and no report could be made of the other's runs."""
+    if not root.is_dir():
+        return None
+    refuse_link(root / MANIFEST)  # a link there is refused (exit 2) before it is read, as before it is written
+    old = load_manifest(root, missing_ok=True)
+    if not old:
+        return None
+    mine = path_ref(recipe.path)
+    if old.get("recipe_sha256") != hashlib.sha256(recipe.text.encode()).hexdigest():
+        theirs = recipe_of(old, root)  # not found (moved, deleted): the same file name counts as the same recipe
+        if (str(theirs) != mine) if theirs is not None else Path(str(old.get("recipe") or "")).name != recipe.path.name:
+            return f"--out {root} holds the sweep of {recipe_shown(old, root)}, not of {mine}"
+    made = {(kind, d.get("name")) for kind in ("tables", "figures") for d in products.get(kind, [])}
+    lost = [f"{kind[:-1]} '{d.get('name')}'" for kind in ("tables", "figures") for d in old.get(kind, []) or []
+            if (kind, d.get("name")) not in made]
+    if lost:
+        return f"--out {root} holds a sweep of {recipe_shown(old, root)} with {', '.join(lost)}, which {mine} does not make"
+    return None
 
 
 def check_data(todo: list[PlannedRun], download: bool = False, dry_run: bool = False, notify=None) -> list:
@@ -628,7 +654,8 @@ def failed_error(result: SweepResult) -> SweepFailed | None:
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
               notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None,
-              tracker: str = "", runs_per_gpu: int | str | None = "auto", gpu_free: list[int] | None = None) -> SweepResult:
+              tracker: str = "", runs_per_gpu: int | str | None = "auto", gpu_free: list[int] | None = None,
+              overwrite: bool = False) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
     failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/slurm.py; ``slurm``: the
     resource flags) and return without waiting.
@@ -636,7 +663,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     ``notify(msg)`` prints a one-line notice (what a signal does, said at once); ``tracker``: the experiment trackers of
     every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``); ``runs_per_gpu``: at most this
     many local runs at a time on one GPU, or ``auto`` (fedcli/gpuplan.py; ``gpu_free``: the devices' free bytes, asked
-    of the driver when None)."""
+    of the driver when None). A folder that holds another sweep (:func:`another_sweep`) is refused (exit 2, also with
+    ``dry_run``) unless ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was)."""
     from fedcli.gpuplan import parse_runs_per_gpu
 
     per_gpu = parse_runs_per_gpu(runs_per_gpu if runs_per_gpu is not None else "auto")
@@ -656,7 +684,10 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         res = resources(read_sweep(recipe_path, scale), slurm or {})
     recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None,
                                                            tracker)
-    result = SweepResult(root, recipe, runs, resources=res)
+    result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products))
+    if result.replaces and not overwrite:
+        raise ConfigError(f"{result.replaces}: a sweep there would replace it (its runs stay on disk, but no report could be "
+                          f"made of them); choose another --out, or pass --overwrite to replace it")
     todo = [p for p in runs if p.status != DONE]
     result.skipped = [p for p in runs if p.status == DONE]
     for p in result.skipped:

@@ -94,7 +94,7 @@ def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> 
          f"{len(st) - done - active} to (re)submit by the next `fedcli sweep ... --executor slurm`")
 
 
-def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, print_plan) -> None:
+def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, print_plan, overwrite: bool = False) -> None:
     from fedcli import slurm
     from fedcli.sweep import failed_error, run_state, run_sweep
 
@@ -104,7 +104,7 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
             _say(f"each job asks for {result.resources.describe(mpi)}")
 
     result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, mpi=mpi, download=download, executor="slurm", slurm=flags,
-                       on_start=on_start, notify=_say)
+                       on_start=on_start, notify=_say, overwrite=overwrite)
     sub, queued = result.submitted, result.queued
     if sub:
         ids = list(dict.fromkeys(p.job_id for p in sub))  # a packed job (--runs-per-job) holds several runs

@@ -24,6 +24,7 @@ def sweep(
     mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Run into an --out folder that holds the sweep of another recipe (or tables this recipe does not make), replacing it: its sweep.json then describes this recipe (the other's runs stay on disk, but no report is made of them). Without it such a folder is refused (exit 2), --dry-run included."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
     download: bool = typer.Option(False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."),
     executor: str = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel)."),
@@ -63,13 +64,13 @@ def sweep(
     if executor == "slurm" and not dry_run:
         from fedcli.cli.slurm_status import submit_and_follow
 
-        submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan)
+        submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan, overwrite=overwrite)
         return
     said = _RunLines(quiet=quiet, jobs=jobs, mpi=mpi, in_process=in_process, progress=progress)
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
                            on_start=said.on_start, on_done=said.on_done, download=download, executor=executor, slurm=flags,
-                           tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu,
+                           tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu, overwrite=overwrite,
                            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
     finally:
         said.stop()
@@ -102,6 +103,7 @@ class _RunLines:
     def on_start(self, result, todo) -> None:
         from fedcli.cli.console import progress_mode
 
+        _say_replaces(result)
         _warn_if_large(result, todo)
         if self.quiet:
             return
@@ -153,6 +155,7 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     with Slurm, the jobs it would submit."""
     from rich.table import Table
 
+    _say_replaces(result)
     _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
 
     if not quiet:
@@ -183,6 +186,13 @@ def _print_closing(result, seconds: float) -> None:
     if ran == 0:
         msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
+
+
+def _say_replaces(result) -> None:
+    """``--overwrite`` on a folder that held another sweep: said before anything runs (also with --quiet)."""
+    if result.replaces:
+        err_console.print(f"fedcli sweep: --overwrite: {result.replaces}; this sweep replaces it",
+                          soft_wrap=True, highlight=False, markup=False)
 
 
 #: a sweep with more trainings to run than this is said before it starts (also with --quiet), never planned silently

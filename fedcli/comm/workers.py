@@ -7,7 +7,10 @@ the only one that writes the run directory. The pool is told what each worker ru
 passes ``run_in_worker``): this module knows nothing of runs, configs or the CLI. They talk through
 :class:`PoolCommunicator`:
 
-- control (barrier, bcast, allgather) over one pipe per worker, rank 0 in the middle. A pipe also
+- control (barrier, bcast, allgather) over one pipe per worker, rank 0 in the middle. What travels is pickled
+  by value (:func:`_send`): a tensor in an allgather is a copy as it stood at the call, never torch's
+  shared-memory handle to the sender's storage, which the sender goes on changing in place (issue 48: a
+  cohort's after-init models, shared and then trained, reached the evaluating process half trained). A pipe also
   tells of a death: a dead worker's end reads EOF, so rank 0 stops at the next collective with one
   line naming the worker; a worker whose rank 0 is gone reads EOF and leaves;
 - numbers through one shared-memory arena: ``client_sum`` writes each client's p_i x_i in the row
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import pickle
 import signal
 import sys
 import time
@@ -61,6 +65,18 @@ class RootGone(Exception):
 
 
 # --------------------------------------------------------------------------------------------- communicator
+def _send(conn, obj) -> None:
+    """``obj`` through ``conn`` by value: the standard pickle copies a tensor's data into the message. (``conn.send``
+    pickles with multiprocessing's ForkingPickler, for which ``import torch`` registers torch's reduction: a CPU
+    tensor's storage moves to shared memory and the receiver maps that same memory, so it sees every later in-place
+    change the sender makes: what it reads would depend on the timing of the processes.)"""
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn):
+    return pickle.loads(conn.recv_bytes())
+
+
 class PoolCommunicator(Communicator):
     """Rank ``rank`` of a worker pool of ``size`` processes (see the module docstring)."""
 
@@ -77,7 +93,7 @@ class PoolCommunicator(Communicator):
     def _recv_from(self, r: int):
         conn = self.conns[r - 1]
         try:
-            msg = conn.recv()
+            msg = _recv(conn)
         except (EOFError, OSError):
             how = self.describe_death(r) if self.describe_death else "ended"
             raise WorkerError(f"worker {r} {how}") from None
@@ -87,7 +103,7 @@ class PoolCommunicator(Communicator):
 
     def _from_root(self):
         try:
-            return self.conns[0].recv()
+            return _recv(self.conns[0])
         except (EOFError, OSError):
             raise RootGone() from None
 
@@ -97,13 +113,13 @@ class PoolCommunicator(Communicator):
             result = combine([obj, *(self._recv_from(r) for r in range(1, self.size))])
             for r, conn in enumerate(self.conns, 1):
                 try:
-                    conn.send(result)
+                    _send(conn, result)
                 except (BrokenPipeError, OSError):
                     how = self.describe_death(r) if self.describe_death else "ended"
                     raise WorkerError(f"worker {r} {how}") from None
             return result
         try:
-            self.conns[0].send(("ok", obj))
+            _send(self.conns[0], ("ok", obj))
         except (BrokenPipeError, OSError):
             raise RootGone() from None
         return self._from_root()
@@ -123,7 +139,7 @@ class PoolCommunicator(Communicator):
     def fail(self, code: int, message: str) -> None:
         """A worker tells rank 0 it failed (read at rank 0's next collective)."""
         with contextlib.suppress(Exception):
-            self.conns[0].send(("fail", code, message))
+            _send(self.conns[0], ("fail", code, message))
 
     # ---- numbers
     # The arena has an input region (each rank's rows) and an output region (the sums), at fixed places: a
@@ -282,8 +298,8 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, target, args: 
 # --------------------------------------------------------------------------------------------- the pool
 class WorkerPool:
     """Rank 0's side: starts ranks 1..size-1 and ends them. Each worker runs ``target(comm, *args)`` with its
-    :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the pool is spawned; tensors
-    travel in shared memory); ``clients``: the run's client count (sizes the arena)."""
+    :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the pool is spawned; the arena
+    travels in shared memory, the collectives' objects by value); ``clients``: the run's client count (sizes the arena)."""
 
     def __init__(self, size: int, target, args: tuple, clients: int = 1):
         import multiprocessing as mp

@@ -10,7 +10,7 @@ from fedcli.report.rundata import RunData
 from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
 from fedcli.results.validate import diverged
 from fedcli.results.runstate import DONE, RunState, run_state
-from fedcli.results.sweepdir import MANIFEST, load_manifest
+from fedcli.results.sweepdir import MANIFEST, load_manifest, rerun_command
 
 FORMATS = ("md", "latex", "csv")
 
@@ -73,11 +73,7 @@ class Sweep:
         return runs, problems
 
     def retry_hint(self) -> str:
-        recipe = self.manifest.get("recipe", "RECIPE")
-        scale = f" --scale {self.scale}" if self.scale else ""
-        listed = list(self.seeds) == list(range(len(self.seeds)))
-        seeds = f" --seeds {len(self.seeds) if listed else ','.join(map(str, self.seeds))}"
-        return f"fedcli sweep {recipe}{scale}{seeds} --out {self.root}"
+        return rerun_command(self.manifest, self.root)
 
     def need(self, spec) -> dict:
         runs, problems = self.status(spec.run_names())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 from fedcli.papers import PAPERS
+from fedcli.results.sweepdir import rerun_command
 
 #: this repository's recipes (the paper's recipes that no sweep under DIR ran are listed from here)
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -89,8 +90,7 @@ def _paragraph(sweep) -> tuple[str, str]:
             + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{sweep.root}`. ")
     if m.get("fidelity"):
         text += f"Fidelity: {m['fidelity']}. "
-    command = f"fedcli sweep {short}" + (f" --scale {sweep.scale}" if sweep.scale else "") + \
-        f" --seeds {len(sweep.seeds)} --out {sweep.root}"
+    command = rerun_command(m, sweep.root)
     text += f"Versions: {_versions(sweep)}."
     return text, command
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +90,11 @@ class SweepManifest:
 
     def write(self) -> None:
         r = self.recipe
+        where = path_ref(r.path)
         data = {
             "fedcli_sweep": FORMAT,
-            "recipe": str(r.path),
+            "recipe": where,  # absolute: the re-run commands work from any folder (recipe_of reads older files too)
+            "recipe_from_sweep": os.path.relpath(where, Path(self.root).resolve()),  # a checkout moved with its results
             "recipe_sha256": hashlib.sha256(r.text.encode()).hexdigest(),
             "title": r.title, "paper": r.paper, "fidelity": r.fidelity,
             "scale": r.scale, "seeds": self.seeds,
@@ -113,6 +117,55 @@ def load_manifest(root: Path, missing_ok: bool = False) -> dict | None:
         return json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{f}: not a readable sweep manifest ({e})") from None
+
+
+def path_ref(path: str | Path) -> str:
+    """The one form of a path (a sweep's recipe, its folder) that ``sweep.json`` keeps and every command printed from
+    it uses: absolute, so that the command works from any folder."""
+    return str(Path(path).resolve())
+
+
+def recipe_of(manifest: dict, root: str | Path) -> Path | None:
+    """The recipe file of the sweep in ``root`` (its ``sweep.json`` read into ``manifest``), wherever the reader is;
+    None if it cannot be found. Written since issue 48: ``recipe`` is absolute and ``recipe_from_sweep`` relative to
+    the sweep folder (a checkout moved with its results). Older files kept ``recipe`` as typed, relative to the folder
+    the sweep was started in: looked for there (the current folder), in the sweep folder and in each folder above it,
+    the first file whose text has the recorded ``recipe_sha256`` first, else the first that exists."""
+    stored = str(manifest.get("recipe") or "")
+    if not stored:
+        return None
+    root = Path(root).absolute()
+    rel = manifest.get("recipe_from_sweep")
+    candidates = [Path(stored)] if Path(stored).is_absolute() else [Path.cwd() / stored, root / stored,
+                                                                    *(d / stored for d in root.parents)]
+    if isinstance(rel, str) and rel:
+        candidates.insert(1, root / rel)
+    found = [c for c in candidates if c.is_file()]
+    sha = manifest.get("recipe_sha256")
+    for c in found:
+        try:
+            if sha and hashlib.sha256(c.read_text(encoding="utf-8").encode()).hexdigest() == sha:
+                return c.resolve()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return found[0].resolve() if found else None
+
+
+def recipe_shown(manifest: dict, root: str | Path) -> str:
+    """The recipe of a sweep as messages print it: :func:`path_ref` of the file :func:`recipe_of` finds, else the
+    path as ``sweep.json`` holds it."""
+    found = recipe_of(manifest, root)
+    return path_ref(found) if found is not None else str(manifest.get("recipe") or "RECIPE")
+
+
+def rerun_command(manifest: dict, root: str | Path) -> str:
+    """``fedcli sweep RECIPE --scale S --seeds N --out DIR``, the command that (re-)runs the sweep in ``root``: the
+    recipe and the folder absolute, so that it works from any folder."""
+    scale, seeds = manifest.get("scale"), [int(s) for s in manifest.get("seeds") or [0]]
+    listed = seeds == list(range(len(seeds)))
+    return " ".join([
+        "fedcli sweep", shlex.quote(recipe_shown(manifest, root)), *([f"--scale {shlex.quote(str(scale))}"] if scale else []),
+        f"--seeds {len(seeds) if listed else ','.join(map(str, seeds))}", f"--out {shlex.quote(path_ref(root))}"])
 
 
 def last_line(path: Path) -> str | None:

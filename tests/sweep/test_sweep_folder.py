@@ -1,0 +1,145 @@
+"""Issue 48, points 1 and 2: a sweep never replaces another sweep's folder unless told to (``--overwrite``), and the
+command that (re-)runs a sweep, as ``fedcli report`` and the paper section print it, works from any folder."""
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fedcli.cli.main import main
+from fedcli.report.core import Sweep
+from fedcli.report.paper import _paragraph
+from fedcli.results.sweepdir import SweepManifest, load_manifest, recipe_of
+from fedcli.sweep import prepare_sweep, run_sweep
+from runkit import ROOT, error_lines
+from sweepkit import RECIPE as TINY
+
+TABLE3 = ROOT / "recipes/fedlama/aaai-table3.toml"  # the issue's two recipes
+FIG2 = ROOT / "recipes/fedlamb/fig2-iid.toml"
+
+
+def planned_folder(recipe: Path, root: Path) -> None:
+    """The folder of a sweep of ``recipe`` (smoke, 1 seed) as ``fedcli sweep`` leaves it before its first run ends:
+    its sweep.json (written before anything runs), no run finished."""
+    rec, root, seeds, runs, products = prepare_sweep(recipe, "smoke", 1, out=root)
+    root.mkdir(parents=True)
+    SweepManifest(root, rec, seeds, runs, products).write()
+
+
+def sweep_args(recipe: Path, root: Path, *more: str) -> list[str]:
+    return ["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--in-process", *more]
+
+
+def fedcli(args: list[str], capsys) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``fedcli ARGS`` in this process (a command that succeeds returns 0)."""
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code or 0, cap.out, cap.err
+
+
+def test_a_sweep_refuses_a_folder_that_holds_another_recipes_sweep(tmp_path, monkeypatch, capsys):
+    """The issue's case: a sweep of fig2-iid into a folder holding aaai-table3's sweep started at once and rewrote
+    sweep.json; now exit 2 and one line naming both recipes, --dry-run too; --overwrite (with --dry-run here) goes on
+    and says what it replaces."""
+    root = tmp_path / "aaai-table3-smoke"
+    planned_folder(TABLE3, root)
+    before = (root / "sweep.json").read_bytes()
+    want = f"fedcli: error: --out {root} holds the sweep of {TABLE3.resolve()}, not of {FIG2.resolve()}"
+    for extra in ([], ["--dry-run"]):
+        code, out, err = fedcli(sweep_args(FIG2, root, *extra), capsys)
+        lines = error_lines(err)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(want) and "--overwrite" in lines[0], err
+        assert (root / "sweep.json").read_bytes() == before and sorted(p.name for p in root.iterdir()) == ["sweep.json"]
+    code, out, err = fedcli(sweep_args(FIG2, root, "--dry-run", "--overwrite", "--quiet"), capsys)
+    assert code == 0, err
+    assert f"fedcli sweep: --overwrite: --out {root} holds the sweep of {TABLE3.resolve()}, not of {FIG2.resolve()}; this " \
+           f"sweep replaces it" in " ".join(err.split())
+    # the same recipe, however it is named (here relative, from its own folder), is the same sweep
+    monkeypatch.chdir(TABLE3.parent)
+    code, _, err = fedcli(sweep_args(Path(TABLE3.name), root, "--dry-run", "--quiet"), capsys)
+    assert code == 0, err
+
+
+def test_an_old_sweep_json_with_a_relative_recipe_path_is_read_from_anywhere(tmp_path, monkeypatch, capsys):
+    """Before issue 48 sweep.json kept the recipe as typed, relative to the folder the sweep started in (the issue:
+    ``../fedcli/recipes/...``). Such a file still names its recipe (found above the sweep folder), so the folder is
+    refused to another recipe and open to its own, from any current folder. (A checkout with the two recipes, in
+    tmp_path: a sweep's results/ folder lives in its checkout.)"""
+    checkout = tmp_path / "fedcli"
+    for r in (TABLE3, FIG2):
+        (checkout / r.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(r, checkout / r.relative_to(ROOT))
+    table3, fig2 = checkout / TABLE3.relative_to(ROOT), checkout / FIG2.relative_to(ROOT)
+    root = checkout / "results" / "aaai-table3-smoke"
+    planned_folder(table3, root)
+    sj = json.loads((root / "sweep.json").read_text())
+    sj["recipe"] = "../fedcli/recipes/fedlama/aaai-table3.toml"  # typed in a folder beside the checkout
+    sj.pop("recipe_from_sweep")
+    (root / "sweep.json").write_text(json.dumps(sj))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    code, _, err = fedcli(sweep_args(fig2, root, "--dry-run"), capsys)
+    assert code == 2 and f"holds the sweep of {table3.resolve()}, not of {fig2.resolve()}" in " ".join(err.split()), err
+    code, _, err = fedcli(sweep_args(table3, root, "--dry-run", "--quiet"), capsys)
+    assert code == 0, err
+    assert Sweep(root, sj).retry_hint() == f"fedcli sweep {table3.resolve()} --scale smoke --seeds 1 --out {root.resolve()}"
+    assert recipe_of(sj, root) == table3.resolve()
+
+
+def test_a_sweep_refuses_a_folder_whose_tables_its_recipe_does_not_make(tmp_path, capsys):
+    """The same recipe file, its table renamed: a sweep would rewrite sweep.json without table 't' (no report of it
+    could be made): refused; with --overwrite it runs and sweep.json lists the new table only."""
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(TINY)
+    root = tmp_path / "s"
+    run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
+    recipe.write_text(TINY.replace('name = "t"', 'name = "t2"'))
+    code, _, err = fedcli(sweep_args(recipe, root), capsys)
+    lines = error_lines(err)
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"fedcli: error: --out {root} holds a sweep of {recipe.resolve()} with table 't', which "
+                               f"{recipe.resolve()} does not make"), err
+    assert [t["name"] for t in load_manifest(root)["tables"]] == ["t"]
+    code, _, err = fedcli(sweep_args(recipe, root, "--overwrite"), capsys)
+    assert code == 0, err
+    assert [t["name"] for t in load_manifest(root)["tables"]] == ["t2"]
+    assert "nothing to run" in err  # the runs themselves did not change: kept, not run again
+
+
+def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
+    """A sweep started in one folder with a relative recipe path; its report, asked from another folder, names the
+    runs to redo and the command to redo them: that command, run there, works, and the paper section's paragraph
+    prints the same command and the same form of the recipe's path."""
+    start, elsewhere = tmp_path / "here", tmp_path / "elsewhere" / "deeper"
+    start.mkdir()
+    elsewhere.mkdir(parents=True)
+    (start / "recipes").mkdir()
+    (start / "recipes" / "tiny.toml").write_text(TINY)
+    monkeypatch.chdir(start)
+    code, _, err = fedcli(["sweep", "recipes/tiny.toml", "--scale", "smoke", "--seeds", "2", "--out", "results/tiny",
+                             "--in-process", "--quiet"], capsys)
+    assert code == 0, err
+    root = start / "results" / "tiny"
+    sj = load_manifest(root)
+    shutil.rmtree(root / "fedavg-x1" / "seed1")  # one run lost
+    monkeypatch.chdir(elsewhere)
+    rel = Path("../../here/results/tiny")
+    code, _, err = fedcli(["report", str(rel), "--table", "t"], capsys)
+    assert code == 2, err
+    command = re.search(r"\(re-\)run them with `([^`]+)`", " ".join(err.split())).group(1)
+    text, paragraph_command = _paragraph(Sweep(rel, sj))
+    argv = shlex.split(command)
+    code, _, err = fedcli([*argv[1:], "--in-process", "--quiet"], capsys)  # run here, where the report printed it
+    assert code == 0, err
+    code, out, err = fedcli(["report", str(rel), "--table", "t"], capsys)
+    assert code == 0 and "FedAvg x1" in out, err
+    # one form of the path everywhere: sweep.json, the report's command, the paragraph's command and its text
+    assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
+    assert paragraph_command == command and f"Recipe {start / 'recipes' / 'tiny.toml'} at scale smoke" in text
+    assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
