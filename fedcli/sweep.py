@@ -595,10 +595,15 @@ def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int 
     return recipe, root, seed_ids, runs, products
 
 
+def _at_scale(scale: str | None) -> str:
+    return f"--scale {scale}" if scale else "its base scale (no --scale)"
+
+
 def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None:
     """Why the sweep folder ``root`` holds another sweep than this one (one clause naming both), or None: its
     ``sweep.json`` names another recipe (found wherever it is: :func:`fedcli.results.sweepdir.recipe_of`; a copy
-    with the same text counts as the same), or a table or figure this recipe does not make. A sweep there would
+    with the same text counts as the same), the same recipe at another ``--scale`` (its runs, stale at this scale,
+    would be trained again over the others), or a table or figure this recipe does not make. A sweep there would
     replace it: ``sweep.json`` would describe this recipe, and no report could be made of the other's runs."""
     if not root.is_dir():
         return None
@@ -610,12 +615,17 @@ def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None
     if old.get("recipe_sha256") != hashlib.sha256(recipe.text.encode()).hexdigest():
         theirs = recipe_of(old, root)  # not found (moved, deleted): the same file name counts as the same recipe
         if (str(theirs) != mine) if theirs is not None else Path(str(old.get("recipe") or "")).name != recipe.path.name:
-            return f"--out {root} holds the sweep of {recipe_shown(old, root)}, not of {mine}"
+            return (f"--out {root} holds the sweep of {recipe_shown(old, root)}, not of {mine} (its runs would stay on disk, "
+                    f"but no report could be made of them)")
+    if (old.get("scale") or None) != (recipe.scale or None):  # its runs would be stale here and trained again
+        return (f"--out {root} holds the sweep of {recipe_shown(old, root)} at {_at_scale(old.get('scale'))}, not at "
+                f"{_at_scale(recipe.scale)} (its runs would be trained again at this scale)")
     made = {(kind, d.get("name")) for kind in ("tables", "figures") for d in products.get(kind, [])}
     lost = [f"{kind[:-1]} '{d.get('name')}'" for kind in ("tables", "figures") for d in old.get(kind, []) or []
             if (kind, d.get("name")) not in made]
     if lost:
-        return f"--out {root} holds a sweep of {recipe_shown(old, root)} with {', '.join(lost)}, which {mine} does not make"
+        return (f"--out {root} holds a sweep of {recipe_shown(old, root)} with {', '.join(lost)}, which {mine} does not "
+                f"make (no report could be made of them any more)")
     return None
 
 
@@ -686,8 +696,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
                                                            tracker)
     result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products))
     if result.replaces and not overwrite:
-        raise ConfigError(f"{result.replaces}: a sweep there would replace it (its runs stay on disk, but no report could be "
-                          f"made of them); choose another --out, or pass --overwrite to replace it")
+        raise ConfigError(f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
+                          f"to replace it")
     todo = [p for p in runs if p.status != DONE]
     result.skipped = [p for p in runs if p.status == DONE]
     for p in result.skipped:

@@ -58,8 +58,9 @@ def test_a_sweep_refuses_a_folder_that_holds_another_recipes_sweep(tmp_path, mon
         assert (root / "sweep.json").read_bytes() == before and sorted(p.name for p in root.iterdir()) == ["sweep.json"]
     code, out, err = fedcli(sweep_args(FIG2, root, "--dry-run", "--overwrite", "--quiet"), capsys)
     assert code == 0, err
-    assert f"fedcli sweep: --overwrite: --out {root} holds the sweep of {TABLE3.resolve()}, not of {FIG2.resolve()}; this " \
-           f"sweep replaces it" in " ".join(err.split())
+    said = " ".join(err.split())
+    assert f"fedcli sweep: --overwrite: --out {root} holds the sweep of {TABLE3.resolve()}, not of {FIG2.resolve()}" in said
+    assert said.rstrip().endswith("; this sweep replaces it"), err
     # the same recipe, however it is named (here relative, from its own folder), is the same sweep
     monkeypatch.chdir(TABLE3.parent)
     code, _, err = fedcli(sweep_args(Path(TABLE3.name), root, "--dry-run", "--quiet"), capsys)
@@ -90,6 +91,26 @@ def test_an_old_sweep_json_with_a_relative_recipe_path_is_read_from_anywhere(tmp
     assert code == 0, err
     assert Sweep(root, sj).retry_hint() == f"fedcli sweep {table3.resolve()} --scale smoke --seeds 1 --out {root.resolve()}"
     assert recipe_of(sj, root) == table3.resolve()
+
+
+def test_a_sweep_refuses_a_folder_that_holds_the_same_recipe_at_another_scale(tmp_path, capsys):
+    """aaai-table3's paper-scale sweep in a folder (its sweep.json, as written before the first run): the same recipe
+    at --scale smoke into it would find every paper-scale run stale and train it again at the smoke scale, replacing
+    hours of GPU work: refused (exit 2, --dry-run too, naming both scales), nothing written; --overwrite goes on."""
+    root = tmp_path / "aaai-table3-paper"
+    rec, root, seeds, runs, products = prepare_sweep(TABLE3, "paper", 1, out=root)
+    root.mkdir(parents=True)
+    SweepManifest(root, rec, seeds, runs, products).write()
+    before = (root / "sweep.json").read_bytes()
+    for extra in ([], ["--dry-run"]):
+        code, _, err = fedcli(sweep_args(TABLE3, root, *extra), capsys)
+        lines = error_lines(err)
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith(f"fedcli: error: --out {root} holds the sweep of {TABLE3.resolve()} at --scale paper, "
+                                   f"not at --scale smoke"), err
+        assert (root / "sweep.json").read_bytes() == before and sorted(p.name for p in root.iterdir()) == ["sweep.json"]
+    code, _, err = fedcli(sweep_args(TABLE3, root, "--dry-run", "--overwrite", "--quiet"), capsys)
+    assert code == 0 and "at --scale paper, not at --scale smoke" in " ".join(err.split()), err
 
 
 def test_a_sweep_refuses_a_folder_whose_tables_its_recipe_does_not_make(tmp_path, capsys):
@@ -141,5 +162,5 @@ def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
     assert code == 0 and "FedAvg x1" in out, err
     # one form of the path everywhere: sweep.json, the report's command, the paragraph's command and its text
     assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
-    assert paragraph_command == command and f"Recipe {start / 'recipes' / 'tiny.toml'} at scale smoke" in text
+    assert paragraph_command == command and f"Recipe `{start / 'recipes' / 'tiny.toml'}` at scale smoke" in text
     assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
