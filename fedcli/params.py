@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 #: the ``--help`` panels in the order they are shown; a group not listed here comes after them
-GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "optimizer", "adaptive", "run", "scale",
-          "crash safety")
+GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "optimizer", "adaptive", "system", "run",
+          "scale", "crash safety")
 
 #: registered params classes, in registration order (method files load in name order)
 PARAMS: list[type] = []

@@ -15,8 +15,8 @@ import pytest
 from fedcli.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-# fedavg on a 4-unit MLP, a metrics row (~95 bytes) every round: metrics.csv outgrows the manifest (~5 KB) after ~55
-# rounds; a checkpoint (~8 KB here) is the largest file written while training
+# fedavg on a 4-unit MLP, a metrics row (~95 bytes) every round: metrics.csv outgrows the manifest (~6 KB) after ~65
+# rounds; a checkpoint (~15 KB here) is the largest file written while training
 ARGS = ["train", "--algo", "fedavg", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "4", "--clients", "2",
         "--rounds", "90", "--tau", "1", "--batch-size", "8", "--eval-every", "1", "--threads", "1", "--workers", "1",
         "--seed", "1", "--keep-checkpoints", "1", "--quiet"]
@@ -70,7 +70,7 @@ def test_metrics_write_fails_mid_row_then_resume(tmp_path):
 @pytest.mark.timeout(200)
 def test_checkpoint_write_fails_and_leaves_no_temporary_file(tmp_path):
     out = tmp_path / "run"
-    p = limited(6000, [*ARGS, "--rounds", "12", "--checkpoint-every", "5", "--out", str(out)])
+    p = limited(10000, [*ARGS, "--rounds", "12", "--checkpoint-every", "5", "--out", str(out)])  # manifest < limit < checkpoint
     assert p.returncode == 3, p.stderr
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "round-000005" in err[0] and "File too large" in err[0], p.stderr

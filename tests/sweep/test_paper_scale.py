@@ -23,6 +23,7 @@ SAMPLE = [
     ("recipes/fedlamb/claim-grid-edges.toml", "CNN Fed-AMS lr 0.0001"),  # mnist, lamb_cnn
     ("recipes/fedlamb/fig2-iid.toml", "FMNIST-CNN E1 Fed-SGD"),  # fmnist, lamb_cnn
     ("recipes/fedlamb/fig4-table1-cifar10.toml", "Fed-SGD"),  # cifar10, resnet18
+    ("recipes/system/fedprox-stragglers.toml", "FedProx mu1 partial 90%"),  # synthetic, mlp; the system model's deadline
 ]
 #: marked slow (make test-slow; make paper-check runs them too): WRN-28-10, 1.5 to 3 minutes on 2 cores, and ResNet18
 #: at batch 128, 40 s to 2.5 minutes (the ResNet18 family stays in make test with Tiny-ImageNet's FedALA entry)
