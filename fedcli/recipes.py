@@ -312,7 +312,7 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #                     that row at one scale only; ``scales = ["paper"]``: the row exists at those scales only
 #   [[tables]]        report tables over the runs (see fedcli/report/spec.py)
 #   [[figures]]       report figures over the runs
-#   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/slurm.py; [slurm.scale.<name>] overrides)
+#   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/sweep/slurm.py; [slurm.scale.<name>] overrides)
 #
 # Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
 

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -287,7 +288,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
 def _processes(comm, sim) -> dict:
     """Every process's pid and device, for the manifest (collective: every rank calls it)."""
     pids = comm.allgather(os.getpid())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/gpuplan.py)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/sweep/placement.py)
     devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank,  # every process's device
                               **({"cuda_visible_devices": visible} if visible is not None else {})})
     return {"pids": pids, "devices": devices}
@@ -462,7 +463,7 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
     at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
     mpi_s = getattr(comm, "reduce_seconds", None)
     extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
-    if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/gpuplan.py, --runs-per-gpu auto)
+    if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/sweep/placement.py, --runs-per-gpu auto)
         import torch
 
         extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
@@ -502,6 +503,43 @@ def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, qui
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
 
 
+# --------------------------------------------------------------------------------------------- a run's work, --workers auto
+#: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
+FLOPS_PER_S = 2e10
+STEP_OVERHEAD_S = 2e-4
+
+
+@dataclass
+class WorkEstimate:
+    client_steps: int        # local steps summed over clients and rounds
+    flops_per_step: float    # forward + backward of one client's mini-batch
+    seconds: float           # single-core estimate
+
+    def describe(self) -> str:
+        return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
+
+
+def estimate_work(cfg, dataset, partition) -> WorkEstimate:
+    """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
+    import torch
+
+    from fedcli.fl.budget import plan_run, schedule_round_length
+    from fedcli.fl.engine import build_run_model
+    from fedcli.models.flops import forward_flops
+
+    steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
+    try:
+        with torch.random.fork_rng(devices=[]):
+            model = build_run_model(cfg, dataset)
+        model.eval()
+        fwd = forward_flops(model, dataset.train_x[:1])
+    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
+        fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
+    per_step = 3.0 * fwd * cfg.batch_size
+    secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
+    return WorkEstimate(int(steps), per_step, secs)
+
+
 # --------------------------------------------------------------------------------------------- how many processes
 #: --workers auto: estimated single-core seconds of training above which the pool is worth starting
 AUTO_MIN_SECONDS = 10.0
@@ -514,7 +552,6 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None, gpus: int | 
     import torch
 
     from fedcli.comm.workers import physical_cores
-    from fedcli.estimate import estimate_work
 
     cores = cores or physical_cores()
     active = max(1, int(round(cfg.active_ratio * len(partition.train))))

@@ -11,7 +11,7 @@ import pytest
 
 from fedcli.errors import ConfigError
 from fedcli.names import resolve_method
-from fedcli.sweep import parse_seeds
+from fedcli.sweep.run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ("import sys, time; t = time.perf_counter(); from fedcli.cli.main import main\n"

@@ -238,7 +238,7 @@ tau = 1
 @pytest.mark.long(reason="four tracked runs (16 s); make test keeps MLflow's every logged value of one run "
                           "(test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures)")
 def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(clean_env):
-    from fedcli.sweep import run_sweep
+    from fedcli.sweep.run import run_sweep
 
     tmp = clean_env
     (tmp / "tiny.toml").write_text(SWEEP)

@@ -234,7 +234,7 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     return code, error, time.perf_counter() - t0
 
 
-def _memoize_datasets() -> None:
+def memoize_datasets() -> None:
     """A pool worker trains run after run on the same data: keep the last loaded dataset for the next run.
 
     ``fedcli.data.setup.load_data_and_partition`` looks ``load_data`` up in its module, so wrapping it
@@ -286,7 +286,7 @@ def _orphaned() -> None:
 def _pool_init(workers_lock: str | None = None, parent: str | None = None, devices=None) -> None:
     # Own process group: a terminal's Ctrl-C reaches only the sweep, which passes exactly one SIGINT on
     # (fedcli train then finishes the round, writes a checkpoint and stops; a second one stops now).
-    # ``devices``: a queue of environments, one per worker (its GPU, fedcli/gpuplan.py), taken before CUDA starts here.
+    # ``devices``: a queue of environments, one per worker (its GPU, fedcli/sweep/placement.py), taken before CUDA starts here.
     import importlib
 
     os.setpgrp()
@@ -298,7 +298,7 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None, devic
         join_sweep(workers_lock, parent, _orphaned)  # hold the sweep folder while alive; die with the sweep
 
     importlib.import_module("fedcli.runner")  # import torch once per worker, not once per run
-    _memoize_datasets()
+    memoize_datasets()
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # between runs a time-limit warning has nothing to stop; a training
     # in progress handles it (checkpoint at its round boundary, fedcli/results/checkpoint.py)
 
@@ -311,7 +311,7 @@ class Executor:
     - ``mpi=N``: one ``mpiexec -n N python -m fedcli train --recipe RUN.toml`` per run, ``jobs`` at a time;
     - ``in_process``: one after another in this process (tests, debugging).
 
-    ``placement`` (:class:`fedcli.gpuplan.Placement`): the GPU of each of the ``jobs`` slots; a worker process, or an
+    ``placement`` (:class:`fedcli.sweep.placement.Placement`): the GPU of each of the ``jobs`` slots; a worker process, or an
     ``mpiexec`` run, gets its slot's device as ``CUDA_VISIBLE_DEVICES``.
     """
 
@@ -377,8 +377,8 @@ class Executor:
                 p.exit_code = 1
 
     def device_envs(self, n: int) -> list[dict]:
-        """The environments of ``n`` slots: slot i's GPU (fedcli/gpuplan.py), or nothing without a placement."""
-        from fedcli.gpuplan import device_env
+        """The environments of ``n`` slots: slot i's GPU (fedcli/sweep/placement.py), or nothing without a placement."""
+        from fedcli.sweep.placement import device_env
 
         return [device_env(self.placement.slots[i % len(self.placement.slots)]) if self.placement else {} for i in range(n)]
 
@@ -565,8 +565,8 @@ class SweepResult:
     data: list = field(default_factory=list)        # fedcli.data.preflight.DataCheck of the runs to go
     submitted: list[PlannedRun] = field(default_factory=list)  # --executor slurm: submitted now
     queued: list[PlannedRun] = field(default_factory=list)     # --executor slurm: their job is pending or running
-    resources: object = None                                   # --executor slurm: fedcli.slurm.Resources
-    placement: object = None                                   # local runs: their GPUs (fedcli.gpuplan.Placement)
+    resources: object = None                                   # --executor slurm: fedcli.sweep.slurm.Resources
+    placement: object = None                                   # local runs: their GPUs (fedcli.sweep.placement.Placement)
     replaces: str | None = None                                # --overwrite: the other sweep the folder held (another_sweep)
 
     @property
@@ -667,15 +667,15 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
               tracker: str = "", runs_per_gpu: int | str | None = "auto", gpu_free: list[int] | None = None,
               overwrite: bool = False) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
-    failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/slurm.py; ``slurm``: the
+    failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/sweep/slurm.py; ``slurm``: the
     resource flags) and return without waiting.
 
     ``notify(msg)`` prints a one-line notice (what a signal does, said at once); ``tracker``: the experiment trackers of
     every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``); ``runs_per_gpu``: at most this
-    many local runs at a time on one GPU, or ``auto`` (fedcli/gpuplan.py; ``gpu_free``: the devices' free bytes, asked
+    many local runs at a time on one GPU, or ``auto`` (fedcli/sweep/placement.py; ``gpu_free``: the devices' free bytes, asked
     of the driver when None). A folder that holds another sweep (:func:`another_sweep`) is refused (exit 2, also with
     ``dry_run``) unless ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was)."""
-    from fedcli.gpuplan import parse_runs_per_gpu
+    from fedcli.sweep.placement import parse_runs_per_gpu
 
     per_gpu = parse_runs_per_gpu(runs_per_gpu if runs_per_gpu is not None else "auto")
     if mpi < 0:
@@ -689,7 +689,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     res = None
     if executor == "slurm":
         from fedcli.recipes import read_sweep
-        from fedcli.slurm import resources
+        from fedcli.sweep.slurm import resources
 
         res = resources(read_sweep(recipe_path, scale), slurm or {})
     recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None,
@@ -704,7 +704,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         p.status = COMPLETED
     result.data = check_data(todo, download, dry_run, notify)
     if executor == "local" and not in_process and todo:
-        from fedcli.gpuplan import placement_for
+        from fedcli.sweep.placement import placement_for
 
         result.placement = placement_for(todo, result.skipped, jobs, per_gpu, gpu_free, mpi)
     if dry_run:
@@ -776,7 +776,7 @@ def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int
                  on_start=None) -> SweepResult:
     """``--executor slurm``: submit every run to go whose job is not pending or running (asked of Slurm) and whose
     run lock is free; ``sweep.json`` records the job ids. Returns at once (``fedcli sweep --wait`` follows them)."""
-    from fedcli import slurm
+    from fedcli.sweep import slurm
 
     why = slurm.have_slurm()
     if why:
