@@ -100,7 +100,7 @@ def discard_unstarted(out: Path, created: bool, locked: bool = True) -> bool:
     if (out / "manifest.json").exists() or (out / "manifest.json").is_symlink():
         return False
     from fedcli.results.lock import RUN_LOCK
-    from fedcli.results.safefs import is_link
+    from fedcli.safefs import is_link
 
     lock = out / RUN_LOCK
     if locked and lock.exists() and not is_link(lock):

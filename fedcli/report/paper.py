@@ -300,7 +300,7 @@ def write_section(sweeps: list, name: str, out: Path, x: str | None = None, over
     Every path is checked first (:func:`check_targets`): a link, or an edited section without ``overwrite``, refuses
     before anything is written."""
     from fedcli.results.rundir import atomic_write
-    from fedcli.results.safefs import make_dir
+    from fedcli.safefs import make_dir
 
     check_targets(planned(paper_sweeps(sweeps, name), out), overwrite)
     make_dir(out)

@@ -41,7 +41,7 @@ from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
 from fedcli.fl.hooks import RoundHook
 from fedcli.results.runstate import resume_command  # noqa: F401 - where the commands that print it look it up
-from fedcli.results.safefs import make_dir, open_file, refuse_link, replace
+from fedcli.safefs import make_dir, open_file, refuse_link, replace
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1

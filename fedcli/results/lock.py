@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.results.safefs import open_fd
+from fedcli.safefs import open_fd
 
 RUN_LOCK = ".fedcli.lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}

@@ -36,7 +36,7 @@ from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write, now
 from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPTED, MISSING, NEUTRAL_KEYS, RUNNING,  # noqa: F401
                                      STALE, config_hash, config_matches)
-from fedcli.results.safefs import make_dir, open_file, refuse_link
+from fedcli.safefs import make_dir, open_file, refuse_link
 
 from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, entry_dirs, last_line,  # noqa: F401
                                      load_manifest, recipe_of, path_ref, recipe_shown, run_state)
