@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcli import early
+from fedcli.runtime import early
 from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
 
 if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
@@ -338,7 +338,7 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quie
 
 
 def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
-    """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/early.py), the
+    """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/runtime/early.py), the
     simulation writes into the run directory, the watchdog (fedcli/results/sentinel.py) watches the processes.
     Returns (the interrupt handler to forget once the Checkpointer takes the signals, the watchdog)."""
     from fedcli.results import checkpoint, sentinel
@@ -347,7 +347,7 @@ def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
     resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
     watch = {"dog": None}
 
-    def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/early.py)
+    def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/runtime/early.py)
         run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
         sentinel.stop(watch["dog"])
         return f"; the run is marked interrupted; continue with: {resume_cmd}"

@@ -30,7 +30,7 @@ from fedcli.fl import chunked, guard, parts, slots, system
 from fedcli.fl.api import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.fl.heap import keep_heap_for_reuse, release_free_heap
+from fedcli.runtime.heap import keep_heap_for_reuse, release_free_heap
 from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.parts import run_parts
 from fedcli.fl.rng import key, torch_gen
@@ -247,7 +247,7 @@ class Simulation:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         torch.set_num_threads(default_threads(self.cfg))
-        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.fl.heap)
+        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.runtime.heap)
 
     def _load(self, dataset, partition) -> None:
         """The dataset and partition, each client's training indices, the mini-batch size and the cohort size; refuses
