@@ -165,7 +165,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
               resume: bool = False, data=None, progress: str = "auto", view: RunView | None = None):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
-    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
+    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/resume.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
     ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
     ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``view``: what the run says (:class:`RunView`)."""
@@ -200,7 +200,7 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     """What an error during a run that has its manifest is reported as: a place that stopped being writable is an I/O
     failure (StorageError, exit 3), out of memory a ResourceError (exit 3); both with the command that continues."""
     from fedcli.errors import PlaceError, StorageError
-    from fedcli.results import checkpoint
+    from fedcli.results.runstate import resume_command
 
     if isinstance(e, PlaceError):
         err = StorageError(f"cannot {e.doing} {e.path} ({e.why}): the run folder stopped being writable during the run; "
@@ -210,7 +210,7 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     elif (oom := memory_error(e)) is not None:
         e = oom
     if isinstance(e, (StorageError, ResourceError)):
-        e = type(e)(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
+        e = type(e)(f"{e}; {e.remedy}continue with: {resume_command(out, comm.size, comm.launcher)}")
     return e
 
 
@@ -266,6 +266,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
     rank; an error on any rank is raised on all (:func:`collective`). Returns (simulation, restored state, checkpoint)."""
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint
+    from fedcli.results.resume import load_for_resume
 
     sim, err = None, None
     try:
@@ -276,7 +277,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
     state = ckpt = None
     if resume:
         try:
-            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
+            ckpt = load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
                                               if comm.is_root else None, config=cfg.to_dict())  # said with --quiet too
             state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
@@ -315,7 +316,7 @@ def _clean_overwritten(out: Path) -> None:
 def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quiet: bool, view: RunView):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
     checkpoint (saying how the previous attempt ended and which versions changed since)."""
-    from fedcli.results import checkpoint
+    from fedcli.results.resume import read_manifest, reopen_run_dir, version_drift
     from fedcli.results.rundir import RunDir
     from fedcli.results.runlog import extra_columns
 
@@ -325,12 +326,12 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quie
         return run_dir
     from fedcli.results.runstate import killed_note
 
-    said = killed_note(out, checkpoint.read_manifest(out), probe=False, how=(
+    said = killed_note(out, read_manifest(out), probe=False, how=(
         f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
     if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
         view.notice(f"note: the previous attempt was {said}")
-    run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, procs)
-    drift = checkpoint.version_drift(run_dir.manifest)
+    run_dir = reopen_run_dir(out, ckpt, sim, procs)
+    drift = version_drift(run_dir.manifest)
     if drift and not quiet:
         view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
                     "the result need not be bitwise identical to an uninterrupted run")
@@ -341,10 +342,11 @@ def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
     """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/runtime/early.py), the
     simulation writes into the run directory, the watchdog (fedcli/results/sentinel.py) watches the processes.
     Returns (the interrupt handler to forget once the Checkpointer takes the signals, the watchdog)."""
-    from fedcli.results import checkpoint, sentinel
+    from fedcli.results import sentinel
+    from fedcli.results.runstate import resume_command
     from fedcli.results.runlog import RunLog
 
-    resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
+    resume_cmd = resume_command(out, comm.size, comm.launcher)
     watch = {"dog": None}
 
     def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/runtime/early.py)
@@ -371,10 +373,10 @@ def _announce(cfg: TrainConfig, sim, view: RunView, *, quiet: bool, progress: st
 
 
 def _checkpointer(cfg: TrainConfig, comm, out: Path, view: RunView, state, ckpt):
-    """The Checkpointer (fedcli/results/checkpoint.py), continuing from the restored checkpoint on a resume."""
-    from fedcli.results import checkpoint
+    """The Checkpointer (fedcli/results/signals.py), continuing from the restored checkpoint on a resume."""
+    from fedcli.results import signals
 
-    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
+    saver = signals.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
                                     notify=view.notice if comm.is_root else None, launcher=comm.launcher)
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
@@ -400,7 +402,7 @@ def _hook_rounds(cfg: TrainConfig, comm, sim, saver, out: Path, *, resume: bool,
 def _run_rounds(sim, saver, progress, state, mark_interrupted):
     """The rounds under the progress display, the Checkpointer taking the signals over from ``mark_interrupted``; a
     stop signal that must act now writes the last round boundary and raises. Returns the run's summary."""
-    from fedcli.results import checkpoint
+    from fedcli.results import signals
 
     with progress:
         sim.progress = progress
@@ -413,7 +415,7 @@ def _run_rounds(sim, saver, progress, state, mark_interrupted):
             early.forget(mark_interrupted)  # from here the Checkpointer handles signals
         try:
             return sim.run(state)
-        except checkpoint.Interrupted as e:
+        except signals.Interrupted as e:
             if not (e.now and saver.armed):
                 raise
             saver.stopping = True
@@ -432,14 +434,14 @@ def stop_reason(e: BaseException) -> dict:
 def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out: Path, comm):
     """A run that did not complete: the error it is reported as (:func:`_midrun_error`) and the manifest closed
     'interrupted' (a stop signal) or 'failed', with the last checkpoint. Returns (the error to raise, the status)."""
-    from fedcli.results import checkpoint
+    from fedcli.results import signals
 
     saver.stopping = True
     sim.store.close()  # the client-state files a disk store holds open
     if run_dir is not None:
         early.forget(mark_interrupted)
     e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
-    stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+    stopped = isinstance(e, (signals.Interrupted, KeyboardInterrupt))
     closing = "interrupted" if stopped else "failed"
     if run_dir is not None:
         on_disk = run_dir.manifest.get("status")
@@ -458,6 +460,7 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
     (rank 0); a failure to save them is a StorageError that says how to continue. Returns the summary's extras."""
     from fedcli.errors import PlaceError, StorageError
     from fedcli.results import checkpoint, sentinel
+    from fedcli.results.runstate import resume_command
 
     saver.stopping = True
     at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
@@ -482,7 +485,7 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
             except (FedcliError, OSError) as why:
                 said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
             raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
-                               f"continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the "
+                               f"continue with: {resume_command(out, comm.size, comm.launcher)} (from the "
                                f"last checkpoint)") from None
     return extra
 
@@ -587,7 +590,7 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
         return
     n, note = cfg.workers, f"--workers {cfg.workers}"
     if resume and not n:
-        from fedcli.results.checkpoint import read_manifest
+        from fedcli.results.resume import read_manifest
 
         n = int(read_manifest(resume).get("world_size", 1))  # a checkpoint is resumed by as many processes
         note = f"auto: {n} (as the run being resumed)"

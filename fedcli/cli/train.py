@@ -163,16 +163,16 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
     from fedcli.recipes import build_config
 
     comm = get_communicator()
-    from fedcli.results import checkpoint, lock
+    from fedcli.results import lock, signals
 
     # started by `fedcli sweep --mpi`: hold the sweep folder while alive, stop when the sweep is gone (one process:
     # at once, writing the last round boundary; under MPI: at the end of the round, agreed by all processes)
-    lock.join_sweep_from_env(lambda: checkpoint.request_stop(now=comm.size == 1))
+    lock.join_sweep_from_env(lambda: signals.request_stop(now=comm.size == 1))
     cfg, err, caught_up = None, None, None
     if comm.is_root:  # rank 0 validates the config and broadcasts it
         try:
             if resume:
-                from fedcli.results.checkpoint import resume_config
+                from fedcli.results.resume import resume_config
 
                 caught_up = _trackers_only(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
                 if caught_up is None:
@@ -199,7 +199,7 @@ def _trackers_only(resume: str, flags: dict, **given) -> str | None:
     trackers the rest and nothing else (``fedcli.trackers.catchup``); what was done, or None for any other run."""
     from pathlib import Path
 
-    from fedcli.results.checkpoint import read_manifest
+    from fedcli.results.resume import read_manifest
     from fedcli.results.lock import RunLock
     from fedcli.results.rundir import refuse_links
     from fedcli.trackers import catchup

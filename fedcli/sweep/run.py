@@ -276,9 +276,9 @@ def _orphaned() -> None:
     """A worker whose sweep is gone (killed with SIGKILL, say): stop the training under way as on a second signal
     (the last round boundary is written, at most the round in progress is lost), then leave: nobody is left to
     hand it more work, and its shared lock keeps the sweep folder taken until it has ended."""
-    from fedcli.results import checkpoint
+    from fedcli.results import signals
 
-    checkpoint.request_stop(now=True)  # idle: SIGTERM's default action ends the process here
+    signals.request_stop(now=True)  # idle: SIGTERM's default action ends the process here
     _IDLE.wait()
     os._exit(143)
 
@@ -300,7 +300,7 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None, devic
     importlib.import_module("fedcli.runner")  # import torch once per worker, not once per run
     memoize_datasets()
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # between runs a time-limit warning has nothing to stop; a training
-    # in progress handles it (checkpoint at its round boundary, fedcli/results/checkpoint.py)
+    # in progress handles it (checkpoint at its round boundary, fedcli/results/signals.py)
 
 
 class Executor:
