@@ -218,7 +218,7 @@ def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (recipe keys and flags) completed with the chosen method's defaults for the keys they do
     not set: an explicit value always wins. An explicit ``tau`` (local steps per round) also wins over a default
     number of local epochs, which would otherwise replace it. An unknown method is left for validation to report."""
-    from fedcli.names import resolve_method
+    from fedcli.method_names import resolve_method
 
     values = dict(values)
     try:

@@ -8,13 +8,13 @@ import sys
 
 import typer
 
-from fedcli.cli import spec as cli_spec
+from fedcli.cli import catalog
 from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.cli.options import config_parameters, flag, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.runner import RunView, collective, run_train
 
-SPEC = cli_spec.load()
+CATALOG = catalog.load()
 
 
 def default_flag(key: str, value) -> str:
@@ -137,16 +137,16 @@ def train(**kwargs):
     progress = kwargs.pop("progress")
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
-    flags = given(kwargs, SPEC)
+    flags = given(kwargs, CATALOG)
     if "algo" in flags:  # a typo is answered before torch loads: did-you-mean, FedLAMA -> fedlama
-        from fedcli.names import resolve_method
+        from fedcli.method_names import resolve_method
 
-        flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in SPEC["methods"].items()})
-    if "dataset" in flags and SPEC.get("datasets") and flags["dataset"] not in SPEC["datasets"]:  # the same, for --dataset
-        from fedcli.names import suggest
+        flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in CATALOG["methods"].items()})
+    if "dataset" in flags and CATALOG.get("datasets") and flags["dataset"] not in CATALOG["datasets"]:  # the same, for --dataset
+        from fedcli.method_names import suggest
 
-        raise ConfigError(f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), SPEC['datasets'])}"
-                          f"choose one of: {', '.join(SPEC['datasets'])}", key="dataset")
+        raise ConfigError(f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), CATALOG['datasets'])}"
+                          f"choose one of: {', '.join(CATALOG['datasets'])}", key="dataset")
     if not quiet and not as_json:
         loading(progress_mode(progress))
     try:
@@ -231,4 +231,4 @@ _extra = [
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]
-with_parameters(train, config_parameters(SPEC) + _extra)
+with_parameters(train, config_parameters(CATALOG) + _extra)

@@ -27,7 +27,7 @@ from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import chunked, guard, parts, slots, system
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
 from fedcli.runtime.heap import keep_heap_for_reuse, release_free_heap
@@ -209,7 +209,7 @@ class Simulation:
         self.writers = None            # the round hook writing its CSVs (``attach``)
         self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
         self.system_round = None       # its plan of the round being run (participants, their steps), or None
-        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.api)
+        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.view)
         self.view = PartView(self)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:

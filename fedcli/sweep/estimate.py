@@ -9,7 +9,7 @@ How the time is estimated (an estimate: the plan line says its basis):
   (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
 - **Start-up, data loading, setup and bookkeeping** (:func:`overheads`), measured once on this machine in a child
-  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/spec.py; the machine's part
+  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's part
   is measured again after a week): the seconds a fresh process takes to import what a training needs (python,
   torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
   the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the

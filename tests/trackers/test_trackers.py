@@ -590,10 +590,10 @@ def test_recipe_key_and_repeated_flag(tmp_path):
 
     (tmp_path / "r.toml").write_text('[base]\ntracker = ["TensorBoard", "mlflow", "mlflow"]\n')
     assert build_config(str(tmp_path / "r.toml"), {}).tracker == "tensorboard,mlflow"
-    from fedcli.cli import spec
+    from fedcli.cli import catalog
     from fedcli.cli.options import given
 
-    assert given({"tracker": ["wandb", "mlflow"], "lr": None}, spec.load()) == {"tracker": "wandb,mlflow"}
+    assert given({"tracker": ["wandb", "mlflow"], "lr": None}, catalog.load()) == {"tracker": "wandb,mlflow"}
 
 
 PROBE = """
