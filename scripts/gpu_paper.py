@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu-paper: --only {args.only!r} matches none of: {'; '.join(label for label, _, _ in ENTRIES)}",
               file=sys.stderr)
         return 2
-    from fedcli.sweep.run import memoize_datasets
+    from fedcli.sweep.executors import memoize_datasets
 
     memoize_datasets()
     results: list[dict] = []

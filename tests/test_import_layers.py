@@ -127,9 +127,9 @@ def private_imports(program: str) -> list[str]:
 
 
 def test_private_imports_finds_a_planted_one():
-    assert private_imports("from fedcli.sweep.run import _pool_init, execute_inline\nimport os") == [
-        "fedcli.sweep.run:_pool_init"]
-    assert private_imports("from fedcli.sweep.run import execute_inline") == []
+    assert private_imports("from fedcli.sweep.executors import _pool_init, execute_inline\nimport os") == [
+        "fedcli.sweep.executors:_pool_init"]
+    assert private_imports("from fedcli.sweep.executors import execute_inline") == []
 
 
 def test_no_string_program_imports_a_private_name():

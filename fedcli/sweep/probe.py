@@ -1,7 +1,7 @@
 """The sweep estimate's measuring child process: ``python -m fedcli.sweep.probe SPAWN_TIME reference|-``.
 
 Started by :func:`fedcli.sweep.estimate.overheads` (``_probe``), which reads its stdout. It imports what a sweep's
-worker process imports before its first local step (``fedcli/sweep/run.py``, ``_pool_init``, then the config with
+worker process imports before its first local step (``fedcli/sweep/executors.py``, ``_pool_init``, then the config with
 every method, the engine and torch), says how long that took from its spawn (``SPAWN_TIME``, the parent's
 ``time.time()``), then loads each dataset of the jobs read from stdin (JSON) once and partitions it as each run
 would, one JSON line per measurement; with ``reference`` it then trains the reference run
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
     import fedcli.data.setup as setup
     from fedcli.config import TrainConfig
     from fedcli.sweep.estimate import REFERENCE, data_facts, measure_step
-    from fedcli.sweep.run import execute_inline, memoize_datasets
+    from fedcli.sweep.executors import execute_inline, memoize_datasets
 
     memoize_datasets()
     for job in json.loads(sys.stdin.read()):

@@ -282,7 +282,7 @@ def progress(p) -> str:
 
 def train_in_job(p, mpi: int, executor, device: dict | None = None) -> int:
     """Train run ``p`` as a local ``--mpi`` sweep would (``executor``: the sweep's executor class,
-    ``fedcli.sweep.run.Executor``, handed down by the sweep; ``device``: its ``CUDA_VISIBLE_DEVICES``), record the exit
+    ``fedcli.sweep.executors.Executor``, handed down by the sweep; ``device``: its ``CUDA_VISIBLE_DEVICES``), record the exit
     code in its job file and return it. Resume or start again is decided here, when the job starts (the run may have
     moved on since submission)."""
     from fedcli.results.sweepdir import run_state

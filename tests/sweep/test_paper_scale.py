@@ -73,7 +73,7 @@ def test_the_dataset_memo_keys_on_the_data_pool(monkeypatch):
     train+test on the same data must not get the merged pool, whose test set is empty (it divided by zero)."""
     import fedcli.data.setup as setup
     from fedcli.config import TrainConfig
-    from fedcli.sweep.run import memoize_datasets
+    from fedcli.sweep.executors import memoize_datasets
 
     monkeypatch.setattr(setup, "load_data", setup.load_data)  # restored after the test
     memoize_datasets()

@@ -80,7 +80,7 @@ def test_jobs_submitted_before_the_sweep_package_still_unpickle():
     import pickle
 
     from fedcli.sweep import slurm
-    from fedcli.sweep.run import Executor
+    from fedcli.sweep.executors import Executor
 
     assert pickle.loads(b"cfedcli.slurm\nrun_job\n.") is slurm.run_job
     assert pickle.loads(b"cfedcli.slurm\nrun_jobs\n.") is slurm.run_jobs
