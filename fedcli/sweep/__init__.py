@@ -1,6 +1,6 @@
 """Many runs: ``fedcli sweep`` (``run``: a recipe's grid x seeds; ``executors``: how its runs run), its Slurm scheduler
 (``slurm``), GPU placement (``placement``), the time estimate said before a sweep starts (``estimate``) and the
-estimate's measuring child process (``probe``). Nothing is imported here."""
+estimate's measuring child process (``probe``). Importing the package imports none of them."""
 
 
 def __getattr__(name: str):
