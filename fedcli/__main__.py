@@ -1,8 +1,8 @@
 import sys
 
-from fedcli import early
+from fedcli.runtime import early
 
-early.install()  # signals from the first instant (fedcli/early.py)
+early.install()  # signals from the first instant (fedcli/runtime/early.py)
 
 from fedcli.cli.main import main  # noqa: E402
 

@@ -104,7 +104,7 @@ class GeneralConfig:
     client_state_keep: str = opt("personal", "What RUN_DIR/client-state keeps once a run completes: personal (each client's personal model, where the method has one, with client-state/index.pt; everything else is removed) or none (the folder is removed).", choices=["personal", "none"], group="scale")
     cohort_chunk: int = opt(0, "At most this many clients at a time, with the same results: a round whose method treats each client on its own (FedAvg, Ditto) is taken end to end in chunks (memory bounded by the chunk, not the cohort); otherwise the stacked (vmap) trainer's vectorized call is chunked (0: the whole cohort on the CPU; on CUDA as many as fit in 80% of the free memory).", lo=0, group="scale")
     client_cache_mb: int = opt(64, "--client-state disk: MiB of recently used client rows kept in memory on each node, shared evenly by the node's processes (MPI ranks, --workers).", lo=0, group="scale")
-    # crash safety (fedcli/results/checkpoint.py)
+    # crash safety (fedcli/results/checkpoint.py, signals.py, resume.py)
     checkpoint_every: int = opt(10, "Write a checkpoint (RUN_DIR/checkpoints/) every this many rounds, and on SIGINT/SIGTERM (0: only on a signal).", lo=0, group="crash safety")
     keep_checkpoints: int = opt(2, "Keep the last this many checkpoints.", lo=1, group="crash safety")
     diverge_factor: float = opt(100.0, "A finite blow-up is divergence too: stop (exit 4) when an evaluation's train loss, or its test loss at two evaluations in a row, exceeds this many times ln(classes), the loss of a uniform guess (0: off; a run stopped so is reported as diverged).", lo=0.0, group="crash safety")
@@ -218,7 +218,7 @@ def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (recipe keys and flags) completed with the chosen method's defaults for the keys they do
     not set: an explicit value always wins. An explicit ``tau`` (local steps per round) also wins over a default
     number of local epochs, which would otherwise replace it. An unknown method is left for validation to report."""
-    from fedcli.names import resolve_method
+    from fedcli.method_names import resolve_method
 
     values = dict(values)
     try:

@@ -1,5 +1,5 @@
 """Where fedcli keeps its per-user cache: the sweep estimate's
-measured start-up timings (``fedcli.estimate``). ``$FEDCLI_CACHE_DIR``, else ``$XDG_CACHE_HOME/fedcli``, else
+measured start-up timings (``fedcli.sweep.estimate``). ``$FEDCLI_CACHE_DIR``, else ``$XDG_CACHE_HOME/fedcli``, else
 ``~/.cache/fedcli``. A leaf: imports nothing of fedcli."""
 
 from __future__ import annotations

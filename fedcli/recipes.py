@@ -217,7 +217,7 @@ def all_tables() -> set[str]:
 
 def _run_choice(values: dict) -> tuple[str, str, str] | None:
     """(method, schedule, init) of merged values, or None for an unknown method (validation reports it)."""
-    from fedcli.names import resolve_method
+    from fedcli.method_names import resolve_method
     from fedcli.specs import method_labels
 
     try:
@@ -310,9 +310,9 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #   [scale.smoke]     train keys that override [base] at ``--scale smoke`` (and [scale.paper], ...)
 #   [[runs]]          one grid row: ``name`` + train keys; ``scale.smoke = { tau = 2 }`` overrides
 #                     that row at one scale only; ``scales = ["paper"]``: the row exists at those scales only
-#   [[tables]]        report tables over the runs (see fedcli/report/spec.py)
+#   [[tables]]        report tables over the runs (see fedcli/report/products.py)
 #   [[figures]]       report figures over the runs
-#   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/slurm.py; [slurm.scale.<name>] overrides)
+#   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/sweep/slurm.py; [slurm.scale.<name>] overrides)
 #
 # Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
 

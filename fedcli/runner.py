@@ -10,10 +10,11 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcli import early
+from fedcli.runtime import early
 from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
 
 if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
@@ -99,7 +100,7 @@ def discard_unstarted(out: Path, created: bool, locked: bool = True) -> bool:
     if (out / "manifest.json").exists() or (out / "manifest.json").is_symlink():
         return False
     from fedcli.results.lock import RUN_LOCK
-    from fedcli.results.safefs import is_link
+    from fedcli.safefs import is_link
 
     lock = out / RUN_LOCK
     if locked and lock.exists() and not is_link(lock):
@@ -164,7 +165,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
               resume: bool = False, data=None, progress: str = "auto", view: RunView | None = None):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
-    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/checkpoint.py).
+    ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/resume.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
     ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
     ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``view``: what the run says (:class:`RunView`)."""
@@ -199,7 +200,7 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     """What an error during a run that has its manifest is reported as: a place that stopped being writable is an I/O
     failure (StorageError, exit 3), out of memory a ResourceError (exit 3); both with the command that continues."""
     from fedcli.errors import PlaceError, StorageError
-    from fedcli.results import checkpoint
+    from fedcli.results.runstate import resume_command
 
     if isinstance(e, PlaceError):
         err = StorageError(f"cannot {e.doing} {e.path} ({e.why}): the run folder stopped being writable during the run; "
@@ -209,7 +210,7 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     elif (oom := memory_error(e)) is not None:
         e = oom
     if isinstance(e, (StorageError, ResourceError)):
-        e = type(e)(f"{e}; {e.remedy}continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)}")
+        e = type(e)(f"{e}; {e.remedy}continue with: {resume_command(out, comm.size, comm.launcher)}")
     return e
 
 
@@ -265,6 +266,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
     rank; an error on any rank is raised on all (:func:`collective`). Returns (simulation, restored state, checkpoint)."""
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint
+    from fedcli.results.resume import load_for_resume
 
     sim, err = None, None
     try:
@@ -275,7 +277,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
     state = ckpt = None
     if resume:
         try:
-            ckpt = checkpoint.load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
+            ckpt = load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
                                               if comm.is_root else None, config=cfg.to_dict())  # said with --quiet too
             state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
@@ -287,7 +289,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
 def _processes(comm, sim) -> dict:
     """Every process's pid and device, for the manifest (collective: every rank calls it)."""
     pids = comm.allgather(os.getpid())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/gpuplan.py)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/sweep/placement.py)
     devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank,  # every process's device
                               **({"cuda_visible_devices": visible} if visible is not None else {})})
     return {"pids": pids, "devices": devices}
@@ -314,7 +316,7 @@ def _clean_overwritten(out: Path) -> None:
 def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quiet: bool, view: RunView):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
     checkpoint (saying how the previous attempt ended and which versions changed since)."""
-    from fedcli.results import checkpoint
+    from fedcli.results.resume import read_manifest, reopen_run_dir, version_drift
     from fedcli.results.rundir import RunDir
     from fedcli.results.runlog import extra_columns
 
@@ -324,12 +326,12 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quie
         return run_dir
     from fedcli.results.runstate import killed_note
 
-    said = killed_note(out, checkpoint.read_manifest(out), probe=False, how=(
+    said = killed_note(out, read_manifest(out), probe=False, how=(
         f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
     if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
         view.notice(f"note: the previous attempt was {said}")
-    run_dir = checkpoint.reopen_run_dir(out, ckpt, sim, procs)
-    drift = checkpoint.version_drift(run_dir.manifest)
+    run_dir = reopen_run_dir(out, ckpt, sim, procs)
+    drift = version_drift(run_dir.manifest)
     if drift and not quiet:
         view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
                     "the result need not be bitwise identical to an uninterrupted run")
@@ -337,16 +339,17 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quie
 
 
 def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
-    """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/early.py), the
+    """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/runtime/early.py), the
     simulation writes into the run directory, the watchdog (fedcli/results/sentinel.py) watches the processes.
     Returns (the interrupt handler to forget once the Checkpointer takes the signals, the watchdog)."""
-    from fedcli.results import checkpoint, sentinel
+    from fedcli.results import sentinel
+    from fedcli.results.runstate import resume_command
     from fedcli.results.runlog import RunLog
 
-    resume_cmd = checkpoint.resume_command(out, comm.size, comm.launcher)
+    resume_cmd = resume_command(out, comm.size, comm.launcher)
     watch = {"dog": None}
 
-    def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/early.py)
+    def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/runtime/early.py)
         run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
         sentinel.stop(watch["dog"])
         return f"; the run is marked interrupted; continue with: {resume_cmd}"
@@ -370,10 +373,10 @@ def _announce(cfg: TrainConfig, sim, view: RunView, *, quiet: bool, progress: st
 
 
 def _checkpointer(cfg: TrainConfig, comm, out: Path, view: RunView, state, ckpt):
-    """The Checkpointer (fedcli/results/checkpoint.py), continuing from the restored checkpoint on a resume."""
-    from fedcli.results import checkpoint
+    """The Checkpointer (fedcli/results/signals.py), continuing from the restored checkpoint on a resume."""
+    from fedcli.results import signals
 
-    saver = checkpoint.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
+    saver = signals.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
                                     notify=view.notice if comm.is_root else None, launcher=comm.launcher)
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
@@ -399,7 +402,7 @@ def _hook_rounds(cfg: TrainConfig, comm, sim, saver, out: Path, *, resume: bool,
 def _run_rounds(sim, saver, progress, state, mark_interrupted):
     """The rounds under the progress display, the Checkpointer taking the signals over from ``mark_interrupted``; a
     stop signal that must act now writes the last round boundary and raises. Returns the run's summary."""
-    from fedcli.results import checkpoint
+    from fedcli.results import signals
 
     with progress:
         sim.progress = progress
@@ -412,7 +415,7 @@ def _run_rounds(sim, saver, progress, state, mark_interrupted):
             early.forget(mark_interrupted)  # from here the Checkpointer handles signals
         try:
             return sim.run(state)
-        except checkpoint.Interrupted as e:
+        except signals.Interrupted as e:
             if not (e.now and saver.armed):
                 raise
             saver.stopping = True
@@ -431,14 +434,14 @@ def stop_reason(e: BaseException) -> dict:
 def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out: Path, comm):
     """A run that did not complete: the error it is reported as (:func:`_midrun_error`) and the manifest closed
     'interrupted' (a stop signal) or 'failed', with the last checkpoint. Returns (the error to raise, the status)."""
-    from fedcli.results import checkpoint
+    from fedcli.results import signals
 
     saver.stopping = True
     sim.store.close()  # the client-state files a disk store holds open
     if run_dir is not None:
         early.forget(mark_interrupted)
     e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
-    stopped = isinstance(e, (checkpoint.Interrupted, KeyboardInterrupt))
+    stopped = isinstance(e, (signals.Interrupted, KeyboardInterrupt))
     closing = "interrupted" if stopped else "failed"
     if run_dir is not None:
         on_disk = run_dir.manifest.get("status")
@@ -457,12 +460,13 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
     (rank 0); a failure to save them is a StorageError that says how to continue. Returns the summary's extras."""
     from fedcli.errors import PlaceError, StorageError
     from fedcli.results import checkpoint, sentinel
+    from fedcli.results.runstate import resume_command
 
     saver.stopping = True
     at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
     mpi_s = getattr(comm, "reduce_seconds", None)
     extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
-    if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/gpuplan.py, --runs-per-gpu auto)
+    if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/sweep/placement.py, --runs-per-gpu auto)
         import torch
 
         extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
@@ -481,7 +485,7 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
             except (FedcliError, OSError) as why:
                 said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
             raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
-                               f"continue with: {checkpoint.resume_command(out, comm.size, comm.launcher)} (from the "
+                               f"continue with: {resume_command(out, comm.size, comm.launcher)} (from the "
                                f"last checkpoint)") from None
     return extra
 
@@ -502,6 +506,43 @@ def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, qui
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
 
 
+# --------------------------------------------------------------------------------------------- a run's work, --workers auto
+#: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
+FLOPS_PER_S = 2e10
+STEP_OVERHEAD_S = 2e-4
+
+
+@dataclass
+class WorkEstimate:
+    client_steps: int        # local steps summed over clients and rounds
+    flops_per_step: float    # forward + backward of one client's mini-batch
+    seconds: float           # single-core estimate
+
+    def describe(self) -> str:
+        return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
+
+
+def estimate_work(cfg, dataset, partition) -> WorkEstimate:
+    """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
+    import torch
+
+    from fedcli.fl.budget import plan_run, schedule_round_length
+    from fedcli.fl.engine import build_run_model
+    from fedcli.models.flops import forward_flops
+
+    steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
+    try:
+        with torch.random.fork_rng(devices=[]):
+            model = build_run_model(cfg, dataset)
+        model.eval()
+        fwd = forward_flops(model, dataset.train_x[:1])
+    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
+        fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
+    per_step = 3.0 * fwd * cfg.batch_size
+    secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
+    return WorkEstimate(int(steps), per_step, secs)
+
+
 # --------------------------------------------------------------------------------------------- how many processes
 #: --workers auto: estimated single-core seconds of training above which the pool is worth starting
 AUTO_MIN_SECONDS = 10.0
@@ -514,7 +555,6 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None, gpus: int | 
     import torch
 
     from fedcli.comm.workers import physical_cores
-    from fedcli.estimate import estimate_work
 
     cores = cores or physical_cores()
     active = max(1, int(round(cfg.active_ratio * len(partition.train))))
@@ -550,7 +590,7 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
         return
     n, note = cfg.workers, f"--workers {cfg.workers}"
     if resume and not n:
-        from fedcli.results.checkpoint import read_manifest
+        from fedcli.results.resume import read_manifest
 
         n = int(read_manifest(resume).get("world_size", 1))  # a checkpoint is resumed by as many processes
         note = f"auto: {n} (as the run being resumed)"

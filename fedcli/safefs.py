@@ -101,14 +101,28 @@ def replace(tmp: str | Path, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace."""
+def fsync_dir(path: str | Path) -> None:
+    """Make the renames and removals in folder ``path`` durable, where the OS allows fsync on a folder (POSIX)."""
+    try:
+        dfd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def atomic_write(path: Path, data: str | bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace, fsync the folder.
+    An OSError (disk full, read-only, ...) is one sentence naming ``path`` (``fedcli.errors.os_error``); the old file
+    is untouched."""
     path = refuse_link(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     done = False
     try:
         with open_file(tmp, "wb", name=path) as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
+            f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         replace(tmp, path)
@@ -118,11 +132,4 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     finally:
         if not done:
             tmp.unlink(missing_ok=True)
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    fsync_dir(path.parent)

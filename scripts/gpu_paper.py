@@ -79,7 +79,7 @@ def run_one(label: str, e: paperkit.Entry, precision: str, data_dirs: dict, work
         torch.cuda.reset_peak_memory_stats()
     done = paperkit.run_entry(e, data_dirs, work / precision, quick=args.quick, device=args.device,
                               precision=precision, rounds=args.rounds, eval_every=1)
-    from fedcli.sweep import slugify
+    from fedcli.sweep.run import slugify
 
     return {"label": label, "entry": e.id, "precision": precision, "outcome": done.outcome, "seconds": done.seconds,
             **measure(work / precision / slugify(e.id))}
@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu-paper: --only {args.only!r} matches none of: {'; '.join(label for label, _, _ in ENTRIES)}",
               file=sys.stderr)
         return 2
-    from fedcli.sweep import _memoize_datasets
+    from fedcli.sweep.executors import memoize_datasets
 
-    _memoize_datasets()
+    memoize_datasets()
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="gpu-paper-") as tmp:
         work = Path(args.work or tmp)

@@ -211,7 +211,8 @@ def run_entry(e: Entry, data_dirs: dict[str, Path], work: Path, quick: bool = Fa
     """Cut (``overrides``: see :func:`cut`), train in this process (the sweep's ``execute_inline``) and check one entry;
     fills outcome and seconds."""
     from fedcli.errors import FedcliError
-    from fedcli.sweep import execute_inline, slugify
+    from fedcli.sweep.executors import execute_inline
+    from fedcli.sweep.run import slugify
 
     t0 = time.perf_counter()
     out = work / slugify(e.id)
@@ -272,9 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-ok", default="", help="leave out the entries that a previous table (this file) lists as ok")
     p.add_argument("--shard", default="", help="K/N: every N-th entry from the K-th (0-based), for N processes side by side")
     args = p.parse_args(argv)
-    from fedcli.sweep import _memoize_datasets
+    from fedcli.sweep.executors import memoize_datasets
 
-    _memoize_datasets()  # as a sweep's worker: one dataset loaded for the entries after it
+    memoize_datasets()  # as a sweep's worker: one dataset loaded for the entries after it
 
     with tempfile.TemporaryDirectory(prefix="paper-check-") as tmp:
         work = Path(args.work or tmp)

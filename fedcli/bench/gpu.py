@@ -210,7 +210,7 @@ def _timed(step, steps: int, device: torch.device) -> float:
 
 def concurrent_runs_s(settings: dict, clients: int, batch: int, device: str, iterations: int, n: int) -> float:
     """Wall seconds of ``n`` ``fedcli train`` processes started together on ``device`` (fp32, vmap), until all end."""
-    from fedcli.sweep import toml_flat
+    from fedcli.sweep.executors import toml_flat
 
     cmd_of = []
     with tempfile.TemporaryDirectory() as tmp:

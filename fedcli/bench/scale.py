@@ -15,7 +15,7 @@ defaults), where the data grows with the client count too (generated on demand: 
   counts torch's libraries (about 0.3 GB of file-backed pages) twice though the machine holds them once: PSS is the
   tree's real footprint;
 - the floor: the same measures of one process that has only imported torch and fedcli's engine (``torch.func.grad``
-  no longer imports torch's compiler stack: ``fedcli.fl.gradshim``), i.e. what every process costs before it holds
+  no longer imports torch's compiler stack: ``fedcli.runtime.gradshim``), i.e. what every process costs before it holds
   any data or client; ``mpiexec -n 2`` against one process is also taken apart over it (``decomposition``);
 - disk used by the client state (``RUN_DIR/client-state``, allocated blocks);
 - seconds per round: the median of the ``wall_s`` steps of ``metrics.csv`` after the first round;
@@ -62,7 +62,7 @@ CASES = [("writers", 1000, 1, "memory", 0.01, CHUNK), ("writers", 1000, 1, "disk
          ("natural", 1000, 1, "disk", 0.01, CHUNK), ("natural", 1000, 2, "disk", 0.01, CHUNK),
          ("natural", 10000, 1, "disk", 0.01, CHUNK), ("natural", 10000, 2, "disk", 0.01, CHUNK)]
 # one process that has imported what every process of a run imports (torch, fedcli's engine; torch.func.grad no
-# longer imports torch's compiler stack: fedcli.fl.gradshim) and holds nothing else
+# longer imports torch's compiler stack: fedcli.runtime.gradshim) and holds nothing else
 # (it reports its own peak: sampling the tree from outside also catches the short-lived children torch's import forks,
 # whose resident sets count the parent's pages once more)
 FLOOR = ("import torch, fedcli.fl.engine\n"

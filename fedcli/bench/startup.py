@@ -1,7 +1,7 @@
 """``fedcli bench --workloads startup``: how long the answers that need no model take, each in a fresh process.
 
 ``fedcli --help``, ``fedcli train --help`` and an argument error (``fedcli train --algo fedlamma``) never import
-torch (their options, presets and dataset names are read from the torch-free specs: fedcli/cli/spec.py); the target
+torch (their options, presets and dataset names are read from the torch-free specs: fedcli/cli/catalog.py); the target
 is under 1 s of wall time on an idle 2-core machine. Each command runs ``repeats`` times after one untimed run (the
 bytecode and the disk cache warm); the median is reported, with whether torch was imported.
 """

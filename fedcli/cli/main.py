@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedcli import early
+from fedcli.runtime import early
 
-early.install()  # before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/early.py)
+early.install()  # before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/runtime/early.py)
 
 import typer  # noqa: E402
 

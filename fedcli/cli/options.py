@@ -1,6 +1,6 @@
 """Build Typer options from the config's fields (one source of truth for names and help).
 
-The fields come from :mod:`fedcli.cli.spec` (plain data, cached), so building the options, showing ``--help`` and
+The fields come from :mod:`fedcli.cli.catalog` (plain data, cached), so building the options, showing ``--help`` and
 reporting a bad argument never import torch. ``--help`` lists the core options first (what a first run sets),
 then the general panels, then each method's own options, one panel per params section (its recipe table).
 """
@@ -86,16 +86,16 @@ def panel_rank(f: dict) -> tuple:
     return (PANELS.index(f["group"]) if f["group"] in PANELS else len(PANELS) + 1, "")
 
 
-def config_parameters(spec: dict, names=None) -> list[inspect.Parameter]:
-    """One keyword parameter per field of ``spec`` (fedcli.cli.spec) or of ``names`` only, default None (so
+def config_parameters(catalog: dict, names=None) -> list[inspect.Parameter]:
+    """One keyword parameter per field of ``catalog`` (fedcli.cli.catalog) or of ``names`` only, default None (so
     explicit flags can be told from defaults). Core options first, in ``CORE`` order, then the panels."""
-    fields = [f for f in spec["fields"] if names is None or f["name"] in names]
+    fields = [f for f in catalog["fields"] if names is None or f["name"] in names]
     fields.sort(key=lambda f: (panel_rank(f), CORE.index(f["name"]) if f["name"] in CORE else 0))
     params = []
     for f in fields:
         t = TYPES[f["type"]]
         panel = panel_of(f)
-        kw = {"help": help_text(f, spec["methods"]), "rich_help_panel": panel, "show_default": False}
+        kw = {"help": help_text(f, catalog["methods"]), "rich_help_panel": panel, "show_default": False}
         if f.get("choices"):
             kw["metavar"] = "<choice>"
         elif f.get("multiple"):
@@ -115,8 +115,8 @@ def with_parameters(func, extra: list[inspect.Parameter]):
     return func
 
 
-def given(kwargs: dict, spec: dict) -> dict:
+def given(kwargs: dict, catalog: dict) -> dict:
     """The config values the user set on the command line."""
-    names = {f["name"] for f in spec["fields"]}
+    names = {f["name"] for f in catalog["fields"]}
     return {k: ",".join(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()
             if k in names and v is not None and v != [] and v != ()}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import typer
 
-from fedcli.cli import spec as cli_spec
+from fedcli.cli import catalog
 from fedcli.cli.console import err_console, out_console
 from fedcli.cli.options import config_parameters, given, with_parameters
 
-SPEC = cli_spec.load()
+CATALOG = catalog.load()
 
 GROUPS = ("data", "partition")
 
@@ -22,7 +22,7 @@ def partition(**kwargs):
     from fedcli.errors import ConfigError
 
     out, show = kwargs.pop("out"), kwargs.pop("summary")
-    values = given(kwargs, SPEC)
+    values = given(kwargs, CATALOG)
     values.pop("partition_file", None)
     cfg = TrainConfig(**values).validate()  # the arguments first, without torch: a bad one is answered at once
     if not out and not show:
@@ -39,7 +39,7 @@ def partition(**kwargs):
         out_console.print(summary_table(part, dataset.train_y.numpy(), dataset.num_classes))
 
 
-_fields = config_parameters(SPEC, [f["name"] for f in SPEC["fields"]
+_fields = config_parameters(CATALOG, [f["name"] for f in CATALOG["fields"]
                                    if (f["group"] in GROUPS or f["name"] == "seed") and f["name"] != "partition_file"])
 _extra = [
     inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--out", "-o", help="Partition file to write (JSON)."), annotation=str | None),

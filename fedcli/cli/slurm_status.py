@@ -16,8 +16,8 @@ def print_jobs_plan(result, mpi: int) -> None:
     """``--dry-run``: what each job asks for, and the estimated time of each run next to the time limit."""
     from rich.table import Table
 
-    from fedcli.estimate import estimate, fmt_duration
-    from fedcli.slurm import sbatch_preview
+    from fedcli.sweep.estimate import estimate, fmt_duration
+    from fedcli.sweep.slurm import sbatch_preview
 
     res = result.resources
     todo = [p for p in result.runs if p.status != "completed"]
@@ -50,7 +50,7 @@ def print_jobs_plan(result, mpi: int) -> None:
 def _fmt_status(statuses) -> "Table":  # noqa: F821
     from rich.table import Table
 
-    from fedcli.slurm import progress
+    from fedcli.sweep.slurm import progress
 
     t = Table(title_justify="left")
     for c in ("run", "seed", "state", "job", "slurm", "progress", "exit"):
@@ -75,8 +75,8 @@ def _failures(statuses) -> None:
 
 def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> None:
     """``--status``: a table of the sweep's runs; ``--cancel``: scancel its pending and running jobs."""
-    from fedcli import slurm
-    from fedcli.sweep import prepare_sweep
+    from fedcli.sweep import slurm
+    from fedcli.sweep.run import prepare_sweep
 
     _, root, _, runs, _ = prepare_sweep(recipe, scale, seeds, out, 1, mpi, flags.get("cpus") or 1)
     st = slurm.statuses(runs)
@@ -95,8 +95,8 @@ def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> 
 
 
 def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, print_plan, overwrite: bool = False) -> None:
-    from fedcli import slurm
-    from fedcli.sweep import failed_error, run_state, run_sweep
+    from fedcli.sweep import slurm
+    from fedcli.sweep.run import failed_error, run_state, run_sweep
 
     def on_start(result, go):
         if not quiet:
@@ -146,7 +146,7 @@ def _follow(runs, again: str, quiet) -> None:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fedcli import slurm
+    from fedcli.sweep import slurm
 
     prog = Progress(TextColumn("[bold]slurm"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                     TimeElapsedColumn(), console=err_console, disable=quiet)

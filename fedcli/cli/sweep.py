@@ -43,7 +43,7 @@ def sweep(
     tracker: list[str] = typer.Option(None, "--tracker", metavar="NAME", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
-    from fedcli.sweep import run_sweep
+    from fedcli.sweep.run import run_sweep
 
     from fedcli.cli.console import PROGRESS_MODES
     from fedcli.errors import ConfigError
@@ -75,7 +75,7 @@ def sweep(
     finally:
         said.stop()
     if dry_run:
-        from fedcli.estimate import shared_measurements
+        from fedcli.sweep.estimate import shared_measurements
 
         with shared_measurements():  # the plan's estimate and, under Slurm, each job's share what they measure
             _print_dry_run(result, jobs, mpi, quiet=quiet, in_process=in_process)
@@ -253,7 +253,7 @@ class SweepProgress:
     """The sweep's progress: runs done of the runs to go, labelled elapsed and remaining times, and the runs in flight
     with their iterations (or rounds) done, read from their metrics.csv at most once a second.
 
-    Remaining time: each run to go costs its estimated seconds (fedcli/estimate.py: start-up, data loading, compute)
+    Remaining time: each run to go costs its estimated seconds (fedcli/sweep/estimate.py: start-up, data loading, compute)
     times a factor calibrated on the runs this sweep has finished (their measured wall time over their estimate), less
     the part of the in-flight runs already done; the jobs share it (never less than the longest run left). It counts
     down between readings. Without an estimate (a run that could not be estimated): the time per unit of work done so
@@ -449,11 +449,11 @@ class SweepProgress:
 
 
 def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
-    """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/estimate.py); returns
-    the :class:`fedcli.estimate.Estimate` (None when there is nothing to run). ``executor``: see
-    :func:`fedcli.estimate.estimate`."""
-    from fedcli.estimate import budget_text, estimate
-    from fedcli.sweep import load_manifest
+    """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/sweep/estimate.py); returns
+    the :class:`fedcli.sweep.estimate.Estimate` (None when there is nothing to run). ``executor``: see
+    :func:`fedcli.sweep.estimate.estimate`."""
+    from fedcli.sweep.estimate import budget_text, estimate
+    from fedcli.sweep.run import load_manifest
 
     r = result.recipe
     seeds = len(result.runs) // max(1, len(r.runs))

@@ -8,13 +8,13 @@ import sys
 
 import typer
 
-from fedcli.cli import spec as cli_spec
+from fedcli.cli import catalog
 from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.cli.options import config_parameters, flag, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.runner import RunView, collective, run_train
 
-SPEC = cli_spec.load()
+CATALOG = catalog.load()
 
 
 def default_flag(key: str, value) -> str:
@@ -137,16 +137,16 @@ def train(**kwargs):
     progress = kwargs.pop("progress")
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
-    flags = given(kwargs, SPEC)
+    flags = given(kwargs, CATALOG)
     if "algo" in flags:  # a typo is answered before torch loads: did-you-mean, FedLAMA -> fedlama
-        from fedcli.names import resolve_method
+        from fedcli.method_names import resolve_method
 
-        flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in SPEC["methods"].items()})
-    if "dataset" in flags and SPEC.get("datasets") and flags["dataset"] not in SPEC["datasets"]:  # the same, for --dataset
-        from fedcli.names import suggest
+        flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in CATALOG["methods"].items()})
+    if "dataset" in flags and CATALOG.get("datasets") and flags["dataset"] not in CATALOG["datasets"]:  # the same, for --dataset
+        from fedcli.method_names import suggest
 
-        raise ConfigError(f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), SPEC['datasets'])}"
-                          f"choose one of: {', '.join(SPEC['datasets'])}", key="dataset")
+        raise ConfigError(f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), CATALOG['datasets'])}"
+                          f"choose one of: {', '.join(CATALOG['datasets'])}", key="dataset")
     if not quiet and not as_json:
         loading(progress_mode(progress))
     try:
@@ -163,16 +163,16 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
     from fedcli.recipes import build_config
 
     comm = get_communicator()
-    from fedcli.results import checkpoint, lock
+    from fedcli.results import lock, signals
 
     # started by `fedcli sweep --mpi`: hold the sweep folder while alive, stop when the sweep is gone (one process:
     # at once, writing the last round boundary; under MPI: at the end of the round, agreed by all processes)
-    lock.join_sweep_from_env(lambda: checkpoint.request_stop(now=comm.size == 1))
+    lock.join_sweep_from_env(lambda: signals.request_stop(now=comm.size == 1))
     cfg, err, caught_up = None, None, None
     if comm.is_root:  # rank 0 validates the config and broadcasts it
         try:
             if resume:
-                from fedcli.results.checkpoint import resume_config
+                from fedcli.results.resume import resume_config
 
                 caught_up = _trackers_only(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
                 if caught_up is None:
@@ -199,7 +199,7 @@ def _trackers_only(resume: str, flags: dict, **given) -> str | None:
     trackers the rest and nothing else (``fedcli.trackers.catchup``); what was done, or None for any other run."""
     from pathlib import Path
 
-    from fedcli.results.checkpoint import read_manifest
+    from fedcli.results.resume import read_manifest
     from fedcli.results.lock import RunLock
     from fedcli.results.rundir import refuse_links
     from fedcli.trackers import catchup
@@ -231,4 +231,4 @@ _extra = [
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]
-with_parameters(train, config_parameters(SPEC) + _extra)
+with_parameters(train, config_parameters(CATALOG) + _extra)

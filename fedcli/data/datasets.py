@@ -55,7 +55,7 @@ def load_dataset(
     ``options`` may hold keys for other datasets too; a loader reads only its own.
     """
     if name not in DATASETS:
-        from fedcli.names import suggest
+        from fedcli.method_names import suggest
 
         raise ConfigError(f"unknown dataset {name!r}; {suggest(str(name), sorted(DATASETS))}choose one of: "
                           f"{', '.join(sorted(DATASETS))}", key="dataset")

@@ -36,8 +36,6 @@ import hashlib
 import json
 import math
 import operator
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from fedcli.errors import ConfigError, DataError
+from fedcli.safefs import atomic_write, make_dir
 
 SCHEMES = ("iid", "dirichlet", "pathological", "natural")
 PATHOLOGICAL_RULES = ("shards", "classes", "classes-balanced")
@@ -557,7 +556,8 @@ def _split_local_test(
 
 
 def save_partition(p: Partition, path) -> None:
-    """Write ``p`` as JSON, atomically (temp file in the same folder, flush, fsync, ``os.replace``).
+    """Write ``p`` as JSON, atomically (``fedcli.safefs.atomic_write``: temp file in the same folder, flush, fsync,
+    replace, fsync of the folder; a symbolic link at ``path`` is refused, exit 2).
 
     Layout: ``{"format": "fedcli-partition", "version": 1, "hash": ..., "config": {...},
     "train": [[...], ...], "test": [[...], ...] | null}``, one client's index list per line.
@@ -574,25 +574,8 @@ def save_partition(p: Partition, path) -> None:
     else:
         lines += ['"test":[\n', _lists_text(p.test), "\n]}\n"]
     text = "".join(lines)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a partition file is shared like any output
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_dir(path.parent)
-    except OSError as e:
-        raise DataError(f"{path}: cannot write partition file ({e.strerror or e})") from e
+    make_dir(path.parent)  # a link as the file or its folder is refused (exit 2), never written through
+    atomic_write(path, text)
 
 
 def load_partition(path, dataset=None) -> Partition:
@@ -766,23 +749,3 @@ def _is_list_of_int_lists(x) -> bool:
 
 def _lists_text(lists: list[np.ndarray]) -> str:
     return ",\n".join(json.dumps(_int_list(t), separators=(",", ":")) for t in lists)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable where the OS allows fsync on a directory (POSIX)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -59,7 +59,7 @@ DATASETS: dict[str, Loader] = {}
 
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
     """Register ``loader(data_dir: Path | None, *, download, holdout_fraction, options) -> FedDataset``. fedcli's own
-    loaders are also named in ``fedcli.data.names.DATASET_NAMES`` (the command line's list, read without importing
+    loaders are also named in ``fedcli.data.dataset_names.DATASET_NAMES`` (the command line's list, read without importing
     them; tests/cli/test_fast_answers.py checks the two agree)."""
 
     def deco(fn: Loader) -> Loader:

@@ -2,8 +2,8 @@
 a schedule's round length become the number of rounds, the steps of each round and the client steps of the whole run.
 
 The engine runs the plan (:meth:`RunPlan.round_steps`, :meth:`RunPlan.done`), and everything that needs to know the
-run's length asks :func:`plan_run` rather than working it out again: the sweep's time estimate (``fedcli.estimate``),
-the worker planner (``fedcli.estimate.estimate_work``), FedPHP's mu_t = mu * t / T and APPLE's lambda schedule
+run's length asks :func:`plan_run` rather than working it out again: the sweep's time estimate (``fedcli.sweep.estimate``),
+the worker planner (``fedcli.runner.estimate_work``), FedPHP's mu_t = mu * t / T and APPLE's lambda schedule
 (their T and R). The rules, with the schedule's round length P (``Schedule.round_length``: tau for FedAvg's periodic
 schedule and FedLAMA's accelerate variant, phi * tau' for FedLAMA, whose round is phi * tau' iterations, Algorithm 1):
 

@@ -27,10 +27,10 @@ from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl import chunked, guard, parts, slots, system
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.fl.heap import keep_heap_for_reuse, release_free_heap
+from fedcli.runtime.heap import keep_heap_for_reuse, release_free_heap
 from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.parts import run_parts
 from fedcli.fl.rng import key, torch_gen
@@ -209,7 +209,7 @@ class Simulation:
         self.writers = None            # the round hook writing its CSVs (``attach``)
         self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
         self.system_round = None       # its plan of the round being run (participants, their steps), or None
-        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.api)
+        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.view)
         self.view = PartView(self)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:
@@ -247,7 +247,7 @@ class Simulation:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         torch.set_num_threads(default_threads(self.cfg))
-        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.fl.heap)
+        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.runtime.heap)
 
     def _load(self, dataset, partition) -> None:
         """The dataset and partition, each client's training indices, the mini-batch size and the cohort size; refuses

@@ -86,13 +86,13 @@ def run_parts(algo: str, schedule: str = "", init: str = "") -> dict[str, type]:
 class Part:
     """Base of every part: optional hooks around a round, declarations the engine reads, state for checkpoints.
 
-    ``view`` is the part interface of the run (:class:`fedcli.fl.api.PartView`: the config, the layers, the global
+    ``view`` is the part interface of the run (:class:`fedcli.fl.view.PartView`: the config, the layers, the global
     model, the client store, the batch plans, the cohort sums, the ledger, the trainer, ...), never the engine itself;
     ``cohort`` the stacked clients of this process. Every hook and declaration a part of any family may have is
     declared here or on its family's base (:class:`LocalStep`, :class:`Codec`, :class:`Init`, :class:`Server`,
     ``fedcli.fl.schedules.Schedule``) with its default, so the engine never probes for one. A part keeps what it
     computes for a round on itself (or, for a local step's optimizer state, in ``cohort.opt_state``); another part
-    reads it only through a declared capability (``provides`` / ``offer``, :meth:`fedcli.fl.api.PartView.offered`).
+    reads it only through a declared capability (``provides`` / ``offer``, :meth:`fedcli.fl.view.PartView.offered`).
     """
 
     # the name a run's label adds when this part replaces its preset's own ("FedProx + ALA"); None: nothing

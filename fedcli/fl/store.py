@@ -27,7 +27,7 @@ completes, what it no longer needs goes (:meth:`DiskStore.finish_run`): every ta
 
 Never through a link: every path of ``client-state/`` the store opens, truncates or deletes is checked component by
 component (the folder, the generation, the rank folder, the file) with ``lstat`` and opened with ``O_NOFOLLOW``
-(``fedcli.results.safefs``), so a link there is refused (exit 2, naming it) before anything outside changes.
+(``fedcli.safefs``), so a link there is refused (exit 2, naming it) before anything outside changes.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ lat_i (s). With F the model's forward FLOPs per sample (``fedcli.models.flops``)
 mini-batches (min(B, n_i)):
 
 - a local step costs c_i = 3 F b_i / v_i (forward and backward: the backward pass costs twice the forward, Kaplan
-  et al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1; the factor ``fedcli.estimate`` uses too);
+  et al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1; the factor ``fedcli.sweep.estimate`` uses too);
 - a synchronization of the layers L costs client i
   x_i(L) = 2 lat_i + sum_{l in L} up_l / U_i + sum_{l in L} down_l / D_i, with up_l = numel_l x (the codec's bits) / 8
   and down_l = numel_l x 32 / 8 bytes: what the ledger (``fedcli.comm.ledger``) counts per client, so FedLAMA's

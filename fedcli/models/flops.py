@@ -4,7 +4,7 @@ A multiply-add counts 2: ``nn.Linear`` 2 x in_features per output element, ``nn.
 x kernel size per output element -- what ``torch.utils.flop_counter.FlopCounterMode`` counts for the same matrix
 products and convolutions. Counted with forward hooks instead: entering ``FlopCounterMode`` imports
 ``torch._dynamo`` (the compiler stack, about 1-2 s of a 2-core machine's start-up), and ``--workers 0`` needs only
-a rough estimate (``fedcli.comm.workers.estimate_work``). Layers called as functions (``F.linear`` in a custom
+a rough estimate (``fedcli.runner.estimate_work``). Layers called as functions (``F.linear`` in a custom
 model) are not seen; a model with no such module counts 2 x its parameters.
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import RunData
-from fedcli.report.spec import FigureSpec, TableSpec, spec_from_dict
+from fedcli.report.products import FigureSpec, TableSpec, spec_from_dict
 from fedcli.results.validate import diverged
 from fedcli.results.runstate import DONE, RunState, run_state
 from fedcli.results.sweepdir import MANIFEST, load_manifest, rerun_command
@@ -113,7 +113,7 @@ def find_sweeps(folder: str | Path, warn=None) -> list[Sweep]:
 
 def pick(sweeps: list[Sweep], name: str, kind: str):
     """(sweep, spec) of the product ``name``; ConfigError if unknown or ambiguous."""
-    from fedcli.names import suggest
+    from fedcli.method_names import suggest
 
     hits = [(s, p) for s in sweeps for p in s.products() if p.name == name]
     if not hits:  # the names of this kind only (a figure is no answer to --table), the closest first
@@ -163,7 +163,7 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
 
 def sweep_table(sweeps: list[Sweep], name: str):
     """(sweep, :class:`fedcli.report.tables.Table`) of the table ``name``: its runs checked, built, diverged runs noted."""
-    from fedcli.report.personal import build_matrix
+    from fedcli.report.matrix import build_matrix
     from fedcli.report.tables import build_table
 
     sweep, spec = pick(sweeps, name, "table")

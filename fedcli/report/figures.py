@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fedcli.report import style
 from fedcli.report.aggregate import mean_std
-from fedcli.report.spec import FigureSpec
+from fedcli.report.products import FigureSpec
 from fedcli.report.style import plt as _plt, save
 
 

@@ -31,7 +31,7 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 def paper_of(name: str) -> tuple[str, str]:
     if name not in PAPERS:
-        from fedcli.names import suggest
+        from fedcli.method_names import suggest
 
         raise ConfigError(f"--paper {name}: not a paper fedcli has recipes for; {suggest(name, list(PAPERS))}choose one of "
                           f"{', '.join(PAPERS)}")
@@ -143,7 +143,7 @@ def _table(sweep, spec) -> Part:
 
 def _product(sweep, spec, out: Path, x) -> Part:
     """A table or figure of ``sweep``, or (its runs missing, incomplete or damaged) the runs it lacks."""
-    from fedcli.report.spec import TableSpec
+    from fedcli.report.products import TableSpec
 
     _, problems = sweep.status(spec.run_names())
     if problems:
@@ -157,7 +157,7 @@ def _product(sweep, spec, out: Path, x) -> Part:
 def _lacking(specs: list, parts: list[Part]) -> list[str]:
     """"Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
     product named once, the runs once for the products that lack the same ones)."""
-    from fedcli.report.spec import TableSpec
+    from fedcli.report.products import TableSpec
 
     groups: dict[tuple, list[str]] = {}
     for spec, part in zip(specs, parts):
@@ -300,7 +300,7 @@ def write_section(sweeps: list, name: str, out: Path, x: str | None = None, over
     Every path is checked first (:func:`check_targets`): a link, or an edited section without ``overwrite``, refuses
     before anything is written."""
     from fedcli.results.rundir import atomic_write
-    from fedcli.results.safefs import make_dir
+    from fedcli.safefs import make_dir
 
     check_targets(planned(paper_sweeps(sweeps, name), out), overwrite)
     make_dir(out)

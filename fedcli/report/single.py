@@ -331,7 +331,7 @@ def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, 
     training loss. ``keyed``: {name: {seed: RunData}} to draw a mean over seeds with a ± std band (``runs``: one run
     of each, to label them). (figure, caption)"""
     from fedcli.report.figures import _panel_curves, _plt
-    from fedcli.report.spec import Panel
+    from fedcli.report.products import Panel
 
     plt = _plt()
     x = style.x_axis(x or _x_axis(runs))
@@ -393,7 +393,7 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     from fedcli.report.figures import draw
     from fedcli.report.groups import seed_groups
     from fedcli.report.style import save
-    from fedcli.report.spec import FigureSpec, Panel
+    from fedcli.report.products import FigureSpec, Panel
 
     out_dir = Path(out_dir)
     msg = style.data_warning(runs, run_names(runs))

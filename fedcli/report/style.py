@@ -291,7 +291,7 @@ def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
     """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure (inside
     :func:`printed`: laid out at its width first)."""
     from fedcli.results.rundir import atomic_write
-    from fedcli.results.safefs import make_dir, open_file
+    from fedcli.safefs import make_dir, open_file
 
     if _PRINT_WIDTH.get() is not None:
         _fit_width(fig, _PRINT_WIDTH.get())

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from fedcli.report.aggregate import Stat, early_stop, mean_std, pct, rounds_to_target
-from fedcli.report.spec import TableSpec
+from fedcli.report.products import TableSpec
 from fedcli.results.validate import diverged
 
 # ------------------------------------------------------------------------------------------------ model
@@ -293,7 +293,7 @@ class ReportError(Exception):
 
 def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs); the ``matrix`` layout is
-    ``fedcli.report.personal.build_matrix``'s. One section per group (:func:`_rows_section` for the ``rows`` and
+    ``fedcli.report.matrix.build_matrix``'s. One section per group (:func:`_rows_section` for the ``rows`` and
     ``target`` layouts, :func:`_paired_section` for ``paired``), then the notes (:func:`_table_notes`)."""
     stats = _RunStats(spec, runs)
     sections, picks = [], []

@@ -1,9 +1,8 @@
-"""Checkpoints and ``fedcli train --resume RUN_DIR`` (crash safety).
+"""Checkpoint files: what a checkpoint holds, how it is written and read back, and a run captured into it and
+restored from it (``fedcli train --resume``; the round hook that takes checkpoints and stops on signals is
+:mod:`fedcli.results.signals`, what a resume checks and reopens :mod:`fedcli.results.resume`).
 
-A checkpoint is taken at a round boundary, after the round's evaluation and CSV rows, every
-``--checkpoint-every`` rounds and when SIGINT/SIGTERM/SIGHUP (or SIGUSR1) arrives; a second signal stops the round in progress
-and writes the last round boundary, kept in memory for that (:class:`Checkpointer`). It holds everything
-:meth:`fedcli.fl.engine.Simulation.run` needs to continue as if it had never stopped:
+A checkpoint holds everything :meth:`fedcli.fl.engine.Simulation.run` needs to continue as if it had never stopped:
 
 - the global model (parameters and buffers), the schedule state (FedLAMA intervals and d values),
   the communication ledger, and the config it was taken under;
@@ -17,31 +16,23 @@ and writes the last round boundary, kept in memory for that (:class:`Checkpointe
 
 Cohort sampling, mini-batches and augmentation are keyed by (seed, round, client) (``fedcli.fl.rng``)
 and need no state. Files are ``RUN_DIR/checkpoints/round-NNNNNN.pt`` (``torch.save``; NNNNNN = rounds
-done), written atomically (temporary file in the same folder, flush, fsync, ``os.replace``, fsync of the
-folder); the last ``--keep-checkpoints`` are kept. They are read back with ``torch.load(weights_only=True)``:
-tensors and plain containers only, so a part's ``state_dict()`` must hold nothing else.
+done), written atomically (``fedcli.safefs.atomic_write``: temporary file in the same folder, flush, fsync,
+``os.replace``, fsync of the folder); the last ``--keep-checkpoints`` are kept. They are read back with
+``torch.load(weights_only=True)``: tensors and plain containers only, so a part's ``state_dict()`` must hold nothing
+else.
 """
-
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
-import os
 import re
-import signal
-import socket
-import sys
-import threading
 from pathlib import Path
 
 import torch
 
-from fedcli.config import FIELDS, TrainConfig, flag
-from fedcli.errors import ConfigError, DataError, FedcliError
-from fedcli.fl.hooks import RoundHook
-from fedcli.results.runstate import resume_command  # noqa: F401 - where the commands that print it look it up
-from fedcli.results.safefs import make_dir, open_file, refuse_link, replace
+from fedcli.config import flag
+from fedcli.errors import ConfigError, DataError
+from fedcli.results.runstate import resume_command
+from fedcli.safefs import atomic_write, fsync_dir, make_dir
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -53,25 +44,6 @@ _NAME = re.compile(r"^round-(\d+)\.pt$")
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
 RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "client_state_keep", "cohort_chunk", "checkpoint_every", "keep_checkpoints", "on_diverge",
                      "diverge_factor", "out", "tracker"}
-
-
-#: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like
-#: SIGTERM; SIGUSR1 (a scheduler's time-limit warning) a checkpoint at the next round boundary, then the same stop
-HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
-
-
-class Interrupted(FedcliError):
-    """SIGINT/SIGTERM/SIGHUP/SIGUSR1: a checkpoint was written at a round boundary; exit 128 + signal (130, 143, 129,
-    138)."""
-
-    collective = True  # decided together by every process (see Checkpointer)
-
-    def __init__(self, signum: int, message: str, now: bool = False):
-        super().__init__(message)
-        self.signum = signum
-        self.exit_code = 128 + int(signum)
-        self.now = now  # stopped mid-round (a second signal): the last round boundary is still to be written
-
 
 # ---------------------------------------------------------------------------------------- files
 def folder(run_dir: str | Path) -> Path:
@@ -87,42 +59,19 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
 def atomic_save(obj, path: str | Path) -> Path:
-    """``torch.save`` to a temporary file in the same folder, flush, fsync, ``os.replace``, fsync the folder.
+    """``torch.save``, written with ``fedcli.safefs.atomic_write`` (temporary file in the same folder, flush, fsync,
+    ``os.replace``, fsync of the folder; a link at ``path`` is refused).
 
     The object is serialized in memory first, so a full disk surfaces as one clean ``OSError`` of the write
     (torch's zip writer would turn it into a RuntimeError); it becomes a one-line error naming the file, and
     the previous file (and every older checkpoint) stays as it was."""
     import io
 
-    from fedcli.errors import os_error
-
-    path = refuse_link(path)
+    path = Path(path)
     buf = io.BytesIO()
     torch.save(obj, buf)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open_file(tmp, "wb", name=path) as f:
-            f.write(buf.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        replace(tmp, path)
-    except OSError as e:
-        raise os_error(e, path) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    atomic_write(path, buf.getbuffer())
     return path
 
 
@@ -136,7 +85,7 @@ def save(run_dir: str | Path, ckpt: dict, keep: int) -> Path:
         old.unlink(missing_ok=True)
     for stale in d.glob(".round-*.pt.tmp*"):  # left by a crash in the middle of a save
         stale.unlink(missing_ok=True)
-    _fsync_dir(d)
+    fsync_dir(d)
     return path
 
 
@@ -424,302 +373,3 @@ def save_model(sim, path: str | Path) -> Path:
             src = sim.global_buffers[name]
         state[name] = _cpu(src)
     return atomic_save(state, path)
-
-
-# ---------------------------------------------------------------------------------------- the round hook
-class Checkpointer(RoundHook):
-    """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and stopping on signals.
-
-    - The first SIGINT/SIGTERM/SIGHUP (or SIGUSR1, which never escalates) is announced at once (``notify``) and acted upon at the next round boundary: a
-      checkpoint, then :class:`Interrupted`. Under MPI the processes agree on "a signal arrived" with one small
-      all-reduce per round, so all stop at the same boundary.
-    - A second signal stops the round in progress (one process: at once; under MPI: after the current local
-      step, agreed by a one-number all-reduce per step, :meth:`step`). At every round boundary that is not
-      written to disk the hook keeps a snapshot of that boundary in memory (model, parts, client-store tables,
-      loop state: one model copy), and a stop mid-round writes it: at most the round in progress is lost, also
-      when no periodic checkpoint exists yet.
-    - A signal during the last round lets the run complete; :attr:`late` records it for the closing message.
-    """
-
-    active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
-
-    def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"):
-        self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
-        self.world_size, self.launcher = int(world_size), launcher
-        self.notify = notify                # prints a one-line notice (root only), or None
-        self.pending: int | None = None     # signal number received, not acted upon yet
-        self.now = False                    # a second signal: stop the round in progress
-        self.stopping = False               # writing the last checkpoint on the way out: further signals wait
-        self.armed = False                  # True while rounds run (a signal before that stops at once)
-        self.last: Path | None = None
-        self.last_round = 0                 # rounds done in the checkpoint ``last``
-        self.rounds_done = 0                # rounds done at the last boundary
-        self.snapshot: tuple | None = None  # (rounds done, global part or None, local part) of the last boundary
-        self.late: int | None = None        # a signal that arrived during the last round
-
-    def __call__(self, sim, state) -> None:
-        stop = self.pending is not None
-        if sim.comm.size > 1:
-            stop = float(sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0], dtype=torch.float64))[0]) > 0
-        if sim.done(state):
-            if stop:
-                self.late = self.pending or signal.SIGTERM
-            self.rounds_done = state.round_idx
-            return  # the run ends now anyway; the final model is written instead
-        snapshot = None
-        if stop:  # the boundary a stop waited for: a further signal (Slurm's srun passes the time limit's SIGTERM on
-            self.stopping = True  # as well) waits for this checkpoint instead of cutting it short
-        if stop or (self.every and state.round_idx % self.every == 0):
-            self.write(sim, state)
-        else:
-            snapshot = (state.round_idx, global_state(sim, state) if sim.comm.is_root else None, local_state(sim, state, copy=True))
-        # only now (a signal may interrupt the lines above): this boundary is the one a stop mid-round falls back to
-        self.snapshot, self.rounds_done = snapshot, state.round_idx
-        if stop:
-            signum = self.pending or signal.SIGTERM
-            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
-                                      f"(iteration {state.iteration}); {self.holds()}; continue with: "
-                                      f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
-
-    def step(self, sim, state) -> None:
-        """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
-        now = float(sim.comm.allreduce_(torch.tensor([1.0 if self.now else 0.0], dtype=torch.float64))[0]) > 0
-        if now:
-            self.stopping = True
-            raise Interrupted(self.pending or signal.SIGTERM, "stopped mid-round", now=True)
-
-    def write(self, sim, state) -> None:
-        ckpt = capture(sim, state)
-        if ckpt is not None:
-            self.last = save(self.run_dir, ckpt, self.keep)
-        sim.store.pin(state.round_idx, self.keep)  # a disk store keeps the files this checkpoint refers to
-        self.last_round = state.round_idx
-
-    def write_snapshot(self, sim) -> None:
-        """After a stop mid-round (collective): write the last round boundary if no checkpoint holds it yet."""
-        snap = self.snapshot
-        if snap is None or snap[0] <= self.last_round:
-            return
-        ranks = sim.comm.allgather(snap[2])
-        if snap[1] is not None:
-            self.last = save(self.run_dir, {**run_facts(sim), **snap[1], "ranks": ranks}, self.keep)
-        sim.store.pin(snap[0], self.keep)
-        self.last_round, self.snapshot = snap[0], None
-
-    def holds(self) -> str:
-        if self.last is None:
-            return "no checkpoint yet (a resume starts over)"
-        return f"checkpoint {self.last} holds rounds 1-{self.last_round}" if self.last_round > 1 else f"checkpoint {self.last} holds round 1"
-
-    def stopped_now(self, signum: int) -> "Interrupted":
-        """The error of a stop mid-round, once :meth:`write_snapshot` ran."""
-        name = signal.Signals(signum).name
-        lost = f"round {self.rounds_done + 1} is lost"
-        return Interrupted(signum, f"interrupted by {name} during round {self.rounds_done + 1} (stopped at once, {lost}); "
-                                   f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size, self.launcher)}")
-
-    @contextlib.contextmanager
-    def signals(self):
-        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second one stops
-        the round in progress (see the class); one before training started stops at once. Only in the main
-        thread (signal handlers live there)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-
-        queued: list[int] = []  # signals that arrived while the handler was still at work
-
-        def handler(signum, frame):
-            # Python runs a handler between any two bytecodes, also inside this handler while it prints its notice
-            # (which may import a module lazily: a signal landing mid-import left that module half-initialized and
-            # the run failed on an ImportError). A signal arriving meanwhile (Slurm's time limit sends SIGTERM twice:
-            # slurmd and srun) is queued and acted upon, in order, once the one before it is done.
-            queued.append(signum)
-            if len(queued) > 1:
-                return
-            try:
-                while queued:
-                    act(queued[0])
-                    queued.pop(0)
-            finally:
-                queued.clear()
-
-        def act(signum):
-            name = signal.Signals(signum).name
-            again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
-            if self.world_size > 1 and self.launcher == "mpi":  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
-                again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
-            if self.stopping:  # already stopping, or closing the run: the manifest is written first
-                self.late = self.late or signum
-                return
-            if signum == signal.SIGUSR1:  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
-                if self.pending is None:
-                    self.pending = signum
-                    if self.notify and self.armed:
-                        self.notify(f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
-                                    f"progress), with a checkpoint; SIGTERM to stop now")
-                return  # never escalates: a later SIGTERM (the time limit itself) stops the round in progress
-            if not self.armed:
-                err = Interrupted(signum, f"interrupted by {name} before training started"
-                                          + (f"; the last checkpoint is {self.last}" if self.last else ""), now=True)
-                err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
-                raise err
-            if self.pending is None:
-                self.pending = signum
-                if self.notify:
-                    self.notify(f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with a checkpoint; "
-                                f"{again} to stop now (losing at most that round)")
-                return
-            self.now = True
-            if self.notify:
-                self.notify(f"{name} again: stopping now; round {self.rounds_done + 1} is lost")
-            if self.world_size == 1:
-                self.stopping = True
-                raise Interrupted(signum, "stopped mid-round", now=True)
-            # under MPI the processes stop together after the current local step (Checkpointer.step)
-
-        old = {s: signal.signal(s, handler) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN or s == signal.SIGUSR1}
-        Checkpointer.active = self
-        try:
-            yield self
-        finally:
-            Checkpointer.active = None
-            for s, h in old.items():
-                signal.signal(s, h)
-
-
-def request_stop(now: bool) -> None:
-    """From any thread: ask this process's training to stop as on SIGTERM (``now``: as on a second one, waiting
-    for the first to be seen). With no training under way, SIGTERM's default action ends the process."""
-    import time
-
-    os.kill(os.getpid(), signal.SIGTERM)
-    cp = Checkpointer.active
-    if not now or cp is None:
-        return
-    for _ in range(100):  # two signals sent at once would be seen as one
-        if cp.pending is not None or Checkpointer.active is not cp:
-            break
-        time.sleep(0.05)
-    if Checkpointer.active is cp and not cp.now:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-# ---------------------------------------------------------------------------------------- --resume
-def read_manifest(run_dir: str | Path) -> dict:
-    run_dir = Path(run_dir)
-    path = run_dir / "manifest.json"
-    if not run_dir.is_dir():
-        raise ConfigError(f"--resume {run_dir}: no such folder; expected a run directory written by fedcli train")
-    if not path.exists():
-        raise ConfigError(f"--resume {run_dir}: it has no manifest.json; expected a run directory written by fedcli train")
-    try:
-        man = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: cannot be read ({e}); expected the JSON manifest of a fedcli run") from None
-    if not isinstance(man, dict) or not isinstance(man.get("config"), dict):
-        raise DataError(f"{path}: has no 'config' table; expected the JSON manifest of a fedcli run")
-    return man
-
-
-def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, overwrite: bool = False) -> TrainConfig:
-    """The config to continue ``run_dir`` with: its manifest's, plus the ``flags`` that may change
-    (:data:`RESUME_MAY_CHANGE`); any other flag that differs is refused (exit 2)."""
-    run_dir = Path(run_dir)
-    if recipe or scale:
-        raise ConfigError("--resume takes the run's config from RUN_DIR/manifest.json; --recipe/--scale cannot be combined with it")
-    if overwrite:
-        raise ConfigError("--resume continues a run; --overwrite cannot be combined with it")
-    if run_dir.is_dir():
-        from fedcli.results.rundir import refuse_links
-
-        refuse_links(run_dir)  # a planted link is named before anything is read through it
-    man = read_manifest(run_dir)
-    status = man.get("status")
-    if status == "completed":
-        raise ConfigError(f"--resume {run_dir}: the run already completed; nothing to resume")
-    # a run still in progress is refused by its lock (fedcli/results/lock.py), taken before anything is touched
-    values = dict(man["config"])
-    try:
-        cfg = TrainConfig.from_dict(values, where=str(run_dir / "manifest.json"))
-    except ConfigError as e:
-        raise ConfigError(f"--resume: {e} (written by another fedcli version?)") from None
-    for key, value in flags.items():
-        if key == "out" and Path(value).resolve() != run_dir.resolve():
-            raise ConfigError(f"--out {value} differs from --resume {run_dir}; a resumed run stays in its folder")
-        if key in RESUME_MAY_CHANGE:
-            setattr(cfg, key, value)
-        elif key in FIELDS and getattr(cfg, key) != value:
-            raise ConfigError(f"{flag(key)} {value} would change the experiment being resumed (it ran with "
-                              f"{flag(key)} {getattr(cfg, key)}); only {', '.join(sorted(flag(k) for k in RESUME_MAY_CHANGE - {'out'}))} may change")
-    cfg.out = str(run_dir)
-    return cfg.validate()
-
-
-def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = None) -> dict | None:
-    """The latest checkpoint, read by the root and sent to every process (errors raised on all of them).
-
-    A checkpoint of another experiment (``config``: the run's) or of another number of processes is refused
-    before the CSVs are looked at, so the message says what is wrong with it."""
-    payload = None
-    if comm.is_root:
-        try:
-            ckpt = load_latest(run_dir, warn)
-            if ckpt is not None:
-                if config is not None:
-                    check_config(ckpt, config)
-                check_world_size(ckpt, comm.size, run_dir)
-            from fedcli.results.rundir import APPEND_CSVS, rewind_csvs
-
-            positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}
-            positions.update(ckpt["csv"] if ckpt is not None else {})
-            rewind_csvs(run_dir, positions)  # checked here, so a bad file stops every process
-            payload = {"ckpt": ckpt}
-        except FedcliError as e:
-            payload = {"error": (type(e).__name__, str(e))}
-    payload = comm.bcast(payload)
-    if "error" in payload:
-        kind, msg = payload["error"]
-        err = (ConfigError if kind == "ConfigError" else DataError)(msg)
-        err.collective = True
-        raise err
-    return payload["ckpt"]
-
-
-def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None):
-    """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
-    for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint."""
-    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS,
-                                       SYSTEM_COLUMNS, AppendCSV, RunDir, git_commit, now, rewind_csvs, versions)
-    from fedcli.results.runlog import extra_columns, layer_rows
-
-    run_dir = Path(run_dir)
-    positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}
-    if ckpt is not None:
-        positions.update(ckpt["csv"])
-    rewind_csvs(run_dir, positions)
-    rd = RunDir(run_dir, extra_columns(sim))
-    for name, attr, cols in (("intervals.csv", "intervals", INTERVALS_COLUMNS), ("skipped.csv", "skipped", SKIPPED_COLUMNS),
-                             ("clients.csv", "clients", CLIENTS_COLUMNS), ("system.csv", "system", SYSTEM_COLUMNS)):
-        if (run_dir / name).exists():
-            setattr(rd, attr, AppendCSV(run_dir / name, cols))
-    rd.part_csvs = {name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()}
-    rd.manifest = read_manifest(run_dir)
-    entry = {"time": now(), "checkpoint": Path(ckpt["path"]).name if ckpt else None,
-             "round": ckpt["round"] if ckpt else 0, "iteration": ckpt["iteration"] if ckpt else 0,
-             "host": socket.gethostname(), "pid": os.getpid(), "versions": versions(), "git_commit": git_commit(),
-             "command": sys.argv}
-    rd.manifest.pop("error", None)
-    rd.manifest.pop("summary", None)
-    rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=sim.cfg.to_dict(),
-                      resumes=list(rd.manifest.get("resumes", [])) + [entry], **(manifest_updates or {}))
-    rd.write_layers(layer_rows(sim))
-    return rd
-
-
-def version_drift(manifest: dict) -> list[str]:
-    """Packages whose version differs from the ones the run started with (the bitwise guarantee needs none)."""
-    from fedcli.results.rundir import versions
-
-    before, now_ = manifest.get("versions") or {}, versions()
-    return [f"{k} {before[k]} -> {now_[k]}" for k in sorted(before) if k in now_ and before[k] != now_[k]]

@@ -8,7 +8,7 @@
   alive on this host with the same start time (``/proc/PID/stat``: a reused pid has another start time).
 - :class:`RunLock`: ``RUN_DIR/.fedcli.lock``, taken by ``fedcli train`` (rank 0 under MPI) before it writes
   anything, kept to the end of the run; ``--overwrite`` and ``--resume`` need it too.
-- Sweeps (``fedcli/sweep.py``): every worker process holds a *shared* lock on ``SWEEP/.sweep.workers.lock``
+- Sweeps (``fedcli/sweep/run.py``, ``executors.py``): every worker process holds a *shared* lock on ``SWEEP/.sweep.workers.lock``
   for its whole life, and a sweep takes that lock exclusively before it starts: so the sweep folder is not
   free while any worker of an earlier sweep lives. Each worker also watches its sweep process
   (:func:`watch_process`) and stops when it is gone (SIGKILL of the sweep leaves no worker training).
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.results.safefs import open_fd
+from fedcli.safefs import open_fd
 
 RUN_LOCK = ".fedcli.lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}

@@ -1,7 +1,7 @@
 """A sweep folder's manifest (``sweep.json``) and its planned runs' states: written by ``fedcli sweep``
-(fedcli/sweep.py), read by ``fedcli report`` (fedcli/report/core.py) and the Slurm status (fedcli/slurm.py).
+(fedcli/sweep/run.py), read by ``fedcli report`` (fedcli/report/core.py) and the Slurm status (fedcli/sweep/slurm.py).
 
-Layout of a sweep folder: see fedcli/sweep.py.
+Layout of a sweep folder: see fedcli/sweep/run.py.
 """
 
 from __future__ import annotations

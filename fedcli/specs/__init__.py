@@ -245,7 +245,7 @@ def check_method_config(cfg) -> None:
     the adaptive steps and the v_hat servers), and every client every round for a part that declares
     ``full_participation`` (cross-silo methods: APPLE, FedAMP)."""
     from fedcli.errors import ConfigError
-    from fedcli.names import resolve_method
+    from fedcli.method_names import resolve_method
 
     cfg.algo = resolve_method(cfg.algo, method_labels())
     for family, given in (("schedule", cfg.schedule), ("init", cfg.init)):

@@ -77,7 +77,7 @@ def pending(run_dir: Path) -> int:
     handed to it, closed by it once it holds the trackers lock); raises OSError / LinkRefused when it cannot."""
     import fcntl
 
-    from fedcli.results.safefs import open_fd
+    from fedcli.safefs import open_fd
 
     fd = open_fd(Path(run_dir) / PENDING_FILE, os.O_RDWR | os.O_CREAT, doing="create the lock file")
     try:

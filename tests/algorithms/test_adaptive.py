@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import adaptive
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.store import ClientStore
@@ -341,7 +341,7 @@ def test_claim_recipe_at_both_scales():
     from pathlib import Path
 
     from fedcli.recipes import read_sweep
-    from fedcli.report.spec import parse_products
+    from fedcli.report.products import parse_products
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb" / "claim-rounds-to-target.toml"
     for scale in ("paper", "cpu"):

@@ -10,7 +10,7 @@ import torch
 from fedcli.cli.main import main
 from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.fedamp import AMPInit, AMPStep, cloud_models
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from simkit import personal_config, personal_run, same_personal, assert_learned

@@ -12,7 +12,7 @@ import torch
 from fedcli.cli.main import main
 from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.algorithms.feddyn import FedDynServer, FedDynStep
 from fedcli.fl.store import ClientStore

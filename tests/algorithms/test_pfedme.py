@@ -10,7 +10,7 @@ from torch.func import functional_call
 
 from fedcli.config import TrainConfig
 from fedcli.fl.algorithms.pfedme import THETA_L2, theta_step, w_step
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model

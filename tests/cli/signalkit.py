@@ -22,7 +22,7 @@ TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", 
 CHILD = """
 import sys, time
 from pathlib import Path
-from fedcli import early
+from fedcli.runtime import early
 early.install(force=True)
 WHERE, GO = sys.argv[1], Path(sys.argv[2])
 READY = GO.with_name(GO.name + ".ready")

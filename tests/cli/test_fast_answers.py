@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fedcli.errors import ConfigError
-from fedcli.names import resolve_method
-from fedcli.sweep import parse_seeds
+from fedcli.method_names import resolve_method
+from fedcli.sweep.run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ("import sys, time; t = time.perf_counter(); from fedcli.cli.main import main\n"
@@ -67,7 +67,7 @@ def test_typo_in_dataset_gets_did_you_mean(env):
 def test_list_algos_never_cuts_a_flag_at_80_columns(env):
     import re
 
-    from fedcli.cli.spec import load
+    from fedcli.cli.catalog import load
 
     p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--list-algos"], env={**env, "COLUMNS": "80"},
                        capture_output=True, text=True, timeout=60)
@@ -137,13 +137,13 @@ def test_the_config_and_the_method_registry_need_no_start_up_import_and_no_torch
     assert "['lama', 'lama-accelerate', 'periodic'] ['mu'] False" in p.stdout, p.stdout
 
 
-def test_the_cli_spec_is_the_assembled_config():
-    from fedcli.cli import spec
+def test_the_cli_catalog_is_the_assembled_config():
+    from fedcli.cli import catalog
     from fedcli.config import FIELDS
     from fedcli.data.datasets import DATASETS
     from fedcli.specs import METHODS
 
-    loaded = spec.load()
+    loaded = catalog.load()
     assert [f["name"] for f in loaded["fields"]] == list(FIELDS)
     assert all(f["default"] == FIELDS[f["name"]].default for f in loaded["fields"])
     assert set(loaded["methods"]) == set(METHODS)

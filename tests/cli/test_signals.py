@@ -255,7 +255,7 @@ def test_a_signal_during_the_notice_of_the_last_waits_for_it(tmp_path):
     """A signal handler runs between any two bytecodes, also inside the handler itself while it prints its notice
     (which may import a module lazily: rich's emoji table, cut mid-import, failed the run with an ImportError under
     Slurm's double SIGTERM). The second signal waits until the first's notice is whole, then stops the round now."""
-    from fedcli.results.checkpoint import Checkpointer, Interrupted
+    from fedcli.results.signals import Checkpointer, Interrupted
 
     said, sent = [], []
 

@@ -387,3 +387,21 @@ def test_summary_table_histogram_order_and_truncation():
         values = [int(tok.split(":")[1]) for tok in hist]
         assert values == sorted(values, reverse=True) and len(hist) == min(classes, 8)
         assert ("more" in cells) == (classes > 8)
+
+
+def test_save_never_writes_through_a_link(tmp_path):
+    """The partition file is written through fedcli.safefs like every output: a symbolic link at its path is refused
+    (exit 2, naming the link) and neither the link nor the file it points to changes (os.replace would have swapped
+    the link for the new file)."""
+    from fedcli.safefs import LinkRefused
+
+    p = make_partition(balanced(2, 5), "iid", 3, seed=0)
+    target = tmp_path / "elsewhere.json"
+    target.write_text("keep")
+    link = tmp_path / "part.json"
+    link.symlink_to(target)
+    with pytest.raises(LinkRefused) as e:
+        save_partition(p, link)
+    assert e.value.exit_code == 2 and str(link) in str(e.value)
+    assert link.is_symlink() and target.read_text() == "keep"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["elsewhere.json", "part.json"]  # no temp file left

@@ -14,7 +14,7 @@ import torch
 from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
-from fedcli.fl.api import PartView
+from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import AverageServer, SGDStep, decayed_tensors

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from fedcli import estimate as est
-from fedcli.estimate import estimate_work
+from fedcli.sweep import estimate as est
+from fedcli.runner import estimate_work
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.budget import plan_run, schedule_round_length

@@ -1,4 +1,4 @@
-"""fedcli.fl.gradshim: torch.func.grad without importing torch's compiler stack, with the same gradients."""
+"""fedcli.runtime.gradshim: torch.func.grad without importing torch's compiler stack, with the same gradients."""
 
 import subprocess
 import sys
@@ -12,7 +12,7 @@ GRADS = textwrap.dedent("""
     if sys.argv[1] == "real":
         import torch._dynamo  # the compiler stack first: the stand-in steps aside
     from fedcli.fl.trainers import VmapTrainer
-    from fedcli.fl import gradshim
+    from fedcli.runtime import gradshim
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
     trainer = VmapTrainer(model)
@@ -54,7 +54,7 @@ def test_the_stand_in_imports_the_real_package_when_asked_for_more():
 def test_disable_switches_the_autograd_compiler_off_and_back():
     import torch
 
-    from fedcli.fl.gradshim import _disable_compiled_autograd
+    from fedcli.runtime.gradshim import _disable_compiled_autograd
 
     engine = torch._C._dynamo.compiled_autograd
     sentinel = object()

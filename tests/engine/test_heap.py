@@ -1,4 +1,4 @@
-"""The training process's C heap (``fedcli.fl.heap``): glibc's thresholds fixed so that a step's tensors reuse the
+"""The training process's C heap (``fedcli.runtime.heap``): glibc's thresholds fixed so that a step's tensors reuse the
 heap, measured in page faults of a real pFedMe run against the same run with glibc's defaults; left alone where the
 user chose the allocator."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.fl import heap
+from fedcli.runtime import heap
 
 ROOT = Path(__file__).resolve().parents[2]
 PFEDME = ["train", "--algo", "pfedme", "--iterations", "20", "--workers", "1", "--quiet"]
 # glibc's defaults: a fresh process whose training does not touch the thresholds
 UNTUNED = """
 import resource, sys
-import fedcli.fl.heap as heap
+import fedcli.runtime.heap as heap
 heap.keep_heap_for_reuse = lambda: False
 from fedcli.cli.main import main
 import fedcli.fl.engine

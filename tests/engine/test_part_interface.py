@@ -1,4 +1,4 @@
-"""The part interface (fedcli/fl/api.py): the parts see the run only through a PartView, never the Simulation, and
+"""The part interface (fedcli/fl/view.py): the parts see the run only through a PartView, never the Simulation, and
 reach another part only through a declared capability.
 
 The source checks read every file that holds parts (``fedcli/fl/algorithms/*.py`` and the shared part modules) as a
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fedcli.config import TrainConfig
-from fedcli.fl.api import MEMBERS, PartView
+from fedcli.fl.view import MEMBERS, PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import CODECS, INITS, LOCAL_STEPS, SERVERS, Part

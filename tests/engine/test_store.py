@@ -88,7 +88,7 @@ def test_the_store_never_truncates_or_deletes_through_a_link_planted_while_it_ru
     """The store's own checks (a link planted after the run folder was checked): a row file that is a link to a
     longer file is not cut back on a resume, a generation folder that is a link is not emptied, a store folder that
     is a link is not written into; each a LinkRefused (exit 2) naming the link."""
-    from fedcli.results.safefs import LinkRefused
+    from fedcli.safefs import LinkRefused
 
     root = tmp_path / "state"
     s = DiskStore(root, slack=0)

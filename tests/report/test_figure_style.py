@@ -13,7 +13,7 @@ from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.figures import build
 from fedcli.report.single import comparison_table, curves_figure, load_run
-from fedcli.report.spec import FigureSpec, Panel
+from fedcli.report.products import FigureSpec, Panel
 
 # the default MLP on digits: 64-200-200-10
 NUMEL = 64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10

@@ -22,7 +22,7 @@ from fedcli.report import style
 from fedcli.report.core import find_sweeps
 from fedcli.report.figures import build, draw
 from fedcli.report.single import load_run, write_figures
-from fedcli.report.spec import FigureSpec, Panel
+from fedcli.report.products import FigureSpec, Panel
 from simkit import FEMNIST_SAMPLE, cli
 
 RECIPE = """

@@ -20,7 +20,7 @@ from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.figures import build
 from fedcli.report.single import comparison_table, curves_figure, load_run
-from fedcli.report.spec import FigureSpec, Panel
+from fedcli.report.products import FigureSpec, Panel
 from fedcli.report.tables import render
 from simkit import cli, md_table as md_rows
 

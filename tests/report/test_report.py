@@ -16,7 +16,7 @@ from fedcli.report.aggregate import early_stop, first_reach, mean_std
 from fedcli.report.core import MissingRuns, find_sweeps, listing, make_figures, make_table
 from fedcli.report.figures import cross_point, delta_lambda_curves
 from fedcli.report.rundata import RunData
-from fedcli.report.spec import parse_figure, parse_table, spec_to_dict
+from fedcli.report.products import parse_figure, parse_table, spec_to_dict
 from fedcli.results.rundir import INTERVALS_COLUMNS, LAYERS_COLUMNS, METRICS_COLUMNS
 import simkit
 
@@ -456,7 +456,7 @@ def test_fedlamb_recipes_products(stem):
     from pathlib import Path
 
     from fedcli.recipes import read_sweep
-    from fedcli.report.spec import parse_products
+    from fedcli.report.products import parse_products
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb" / f"{stem}.toml"
     targets = {}

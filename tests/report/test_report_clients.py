@@ -58,7 +58,7 @@ def test_sweep_figure_kind_clients(tmp_path):
     """A recipe's ``kind = "clients"`` figure: a box per run over its seeds' clients, the worst-10% mean per seed
     averaged over the seeds (worked out here from each seed's clients.csv)."""
     from fedcli.report.figures import draw
-    from fedcli.report.spec import FigureSpec, Panel
+    from fedcli.report.products import FigureSpec, Panel
 
     seeds = {}
     for seed in (0, 1):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fedcli.report.core import MissingRuns, find_sweeps, make_figures, make_table
-from fedcli.report.spec import parse_figure, parse_table, spec_to_dict
+from fedcli.report.products import parse_figure, parse_table, spec_to_dict
 from fedcli.results.rundir import METRICS_COLUMNS
 from simkit import write_csv
 

@@ -1,4 +1,4 @@
-"""FedALA's tables (``layout = "matrix"``, fedcli/report/personal.py) and the recipes/fedala recipes.
+"""FedALA's tables (``layout = "matrix"``, fedcli/report/matrix.py) and the recipes/fedala recipes.
 
 The run directories are written by hand (manifest.json, metrics.csv, layers.csv), so every number of the
 expected tables is worked out in the comments. The recipes are only parsed and validated (no training).
@@ -16,7 +16,7 @@ from fedcli.errors import ConfigError
 from fedcli.recipes import read_sweep
 from fedcli.report.core import find_sweeps, make_table
 from fedcli.report.rundata import RunData
-from fedcli.report.spec import parse_products, parse_table
+from fedcli.report.products import parse_products, parse_table
 from fedcli.specs import METHODS
 from fedala_kit import loc, make_sweep, md_rows  # the hand-made sweep, its numbers worked out there
 

@@ -10,7 +10,7 @@ import pytest
 
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import RunData
-from fedcli.report.spec import parse_table, spec_from_dict, spec_to_dict
+from fedcli.report.products import parse_table, spec_from_dict, spec_to_dict
 from fedcli.report.tables import build_table, grid_sets, render
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "personal_acc"]

@@ -7,7 +7,7 @@ import json
 
 from fedcli.cli.main import main
 from fedcli.report.rundata import RunData
-from fedcli.report.spec import parse_table
+from fedcli.report.products import parse_table
 from fedcli.report.tables import build_table, render
 from runkit import error_lines
 from simkit import cli, write_csv

@@ -1,4 +1,4 @@
-"""Several runs on one GPU (fedcli/gpuplan.py, ``fedcli sweep --runs-per-gpu``): the placement as a pure function of
+"""Several runs on one GPU (fedcli/sweep/placement.py, ``fedcli sweep --runs-per-gpu``): the placement as a pure function of
 the device count and their free memory, given by hand; a run's memory, estimated and measured; and real sweeps (worker
 pool, ``--mpi``) whose processes get their slot's device as ``CUDA_VISIBLE_DEVICES`` (recorded in each run's manifest).
 On this CPU-only machine the runs still train on the CPU (no CUDA device is visible to torch), so the free memory of
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from fedcli.errors import ConfigError
-from fedcli.gpuplan import CONTEXT_BYTES, GiB, device_env, parse_runs_per_gpu, place, placement_for, run_memory
+from fedcli.sweep.placement import CONTEXT_BYTES, GiB, device_env, parse_runs_per_gpu, place, placement_for, run_memory
 
 from sweepkit import RECIPE
 
@@ -71,7 +71,7 @@ def test_device_env_names_the_visible_device(monkeypatch):
 
 
 def test_packed_slurm_job_shares_its_gpus_round_robin(monkeypatch):
-    from fedcli.slurm import job_devices
+    from fedcli.sweep.slurm import job_devices
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")   # what Slurm gives a job of 2 GPUs
     assert job_devices(3, 2) == [{"CUDA_VISIBLE_DEVICES": "2"}, {"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "2"}]
@@ -130,7 +130,7 @@ def _visible(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("mpi", [0, 1], ids=["pool", "mpi"])
 def test_sweep_gives_each_process_its_slot_gpu(tmp_path, mpi):
-    from fedcli.sweep import run_sweep
+    from fedcli.sweep.run import run_sweep
 
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(RECIPE)

@@ -74,10 +74,10 @@ def test_the_dataset_memo_keys_on_the_data_pool(monkeypatch):
     train+test on the same data must not get the merged pool, whose test set is empty (it divided by zero)."""
     import fedcli.data.setup as setup
     from fedcli.config import TrainConfig
-    from fedcli.sweep import _memoize_datasets
+    from fedcli.sweep.executors import memoize_datasets
 
     monkeypatch.setattr(setup, "load_data", setup.load_data)  # restored after the test
-    _memoize_datasets()
+    memoize_datasets()
     pooled = setup.load_data(TrainConfig(dataset="digits", data_pool="train+test", client_test_fraction=0.25).validate())
     plain = setup.load_data(TrainConfig(dataset="digits").validate())
     assert len(pooled.test_y) == 0 and len(plain.test_y) > 0

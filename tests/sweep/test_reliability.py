@@ -25,7 +25,7 @@ from fedcli.errors import ConfigError
 from fedcli.results.validate import validate_run
 from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
-from fedcli.sweep import SweepLock, run_sweep
+from fedcli.sweep.run import SweepLock, run_sweep
 from sweepkit import RECIPE as SWEEP_RECIPE
 from runkit import error_lines
 

@@ -8,7 +8,7 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.results.runstate import config_diff, run_state
-from fedcli.sweep import run_sweep
+from fedcli.sweep.run import run_sweep
 from sweepkit import RECIPE
 
 

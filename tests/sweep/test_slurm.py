@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.slurm import ACTIVE, have_slurm, job_states
+from fedcli.sweep.slurm import ACTIVE, have_slurm, job_states
 
 # one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
 # test_missing_dataset_refused_before_any_job checks that the queue gains no job
@@ -101,7 +101,7 @@ def slurm():
 @pytest.fixture(autouse=True)
 def quick_polls(monkeypatch):
     """`--wait` looks at the queue every 3 s, a cluster's pace; every 0.5 s here, where a tiny job takes seconds."""
-    from fedcli import slurm
+    from fedcli.sweep import slurm
 
     wait = slurm.wait
     monkeypatch.setattr(slurm, "wait", lambda runs, poll_s=5.0, on_poll=None: wait(runs, min(poll_s, 0.5), on_poll))

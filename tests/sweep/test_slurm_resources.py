@@ -1,4 +1,4 @@
-"""What each Slurm job asks for (fedcli/slurm.py): the recipe's [slurm] table, its per-scale overrides and the flags.
+"""What each Slurm job asks for (fedcli/sweep/slurm.py): the recipe's [slurm] table, its per-scale overrides and the flags.
 
 No Slurm needed: these check the parsing, with values worked out by hand."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from fedcli.errors import ConfigError
 from fedcli.recipes import read_sweep
-from fedcli.slurm import fmt_minutes, resources, sbatch_options, sbatch_preview, time_minutes
+from fedcli.sweep.slurm import fmt_minutes, resources, sbatch_options, sbatch_preview, time_minutes
 
 RECIPE = """\
 [slurm]
@@ -70,3 +70,18 @@ def test_runs_per_job_multiplies_the_cpus_not_the_gpus(tmp_path):
     assert resources(read_sweep(path, "paper"), {"runs_per_job": 4}).runs_per_job == 4   # --runs-per-job overrides
     with pytest.raises(ConfigError, match="runs_per_job must be an integer >= 1"):
         resources(read_sweep(path, "paper"), {"runs_per_job": 0})
+
+
+def test_jobs_submitted_before_the_sweep_package_still_unpickle():
+    """A job's call is pickled at submission and read when the job starts (submitit's ``*_submitted.pkl``), maybe after
+    fedcli moved on: the module paths such a pickle names (``fedcli.slurm.run_job``, ``fedcli.slurm.run_jobs``, the
+    executor class ``fedcli.sweep.Executor``) still resolve, to the code of the sweep package. The pickles are
+    written by hand here (protocol 0's GLOBAL opcode: module and name, as every protocol resolves them)."""
+    import pickle
+
+    from fedcli.sweep import slurm
+    from fedcli.sweep.executors import Executor
+
+    assert pickle.loads(b"cfedcli.slurm\nrun_job\n.") is slurm.run_job
+    assert pickle.loads(b"cfedcli.slurm\nrun_jobs\n.") is slurm.run_jobs
+    assert pickle.loads(b"cfedcli.sweep\nExecutor\n.") is Executor

@@ -13,7 +13,7 @@ from fedcli.cli.main import main
 from fedcli.report.core import Sweep
 from fedcli.report.paper import _paragraph
 from fedcli.results.sweepdir import SweepManifest, load_manifest, recipe_of
-from fedcli.sweep import prepare_sweep, run_sweep
+from fedcli.sweep.run import prepare_sweep, run_sweep
 from runkit import ROOT, error_lines
 from sweepkit import RECIPE as TINY
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedcli import estimate as est
+from fedcli.sweep import estimate as est
 from fedcli.config import TrainConfig
 from simkit import cli
 

@@ -238,7 +238,7 @@ tau = 1
 @pytest.mark.long(reason="four tracked runs (16 s); make test keeps MLflow's every logged value of one run "
                           "(test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures)")
 def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(clean_env):
-    from fedcli.sweep import run_sweep
+    from fedcli.sweep.run import run_sweep
 
     tmp = clean_env
     (tmp / "tiny.toml").write_text(SWEEP)
@@ -590,10 +590,10 @@ def test_recipe_key_and_repeated_flag(tmp_path):
 
     (tmp_path / "r.toml").write_text('[base]\ntracker = ["TensorBoard", "mlflow", "mlflow"]\n')
     assert build_config(str(tmp_path / "r.toml"), {}).tracker == "tensorboard,mlflow"
-    from fedcli.cli import spec
+    from fedcli.cli import catalog
     from fedcli.cli.options import given
 
-    assert given({"tracker": ["wandb", "mlflow"], "lr": None}, spec.load()) == {"tracker": "wandb,mlflow"}
+    assert given({"tracker": ["wandb", "mlflow"], "lr": None}, catalog.load()) == {"tracker": "wandb,mlflow"}
 
 
 PROBE = """

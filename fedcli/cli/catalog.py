@@ -2,7 +2,7 @@
 
 ``fedcli train --help``, ``fedcli partition --help`` and argument errors need every option (the fields of the
 assembled :class:`fedcli.config.TrainConfig`), every method name and every dataset name. All of it is declared
-without torch (``fedcli.config``, the method specs of ``fedcli.specs``, ``fedcli.data.names``), so it is read
+without torch (``fedcli.config``, the method specs of ``fedcli.specs``, ``fedcli.data.dataset_names``), so it is read
 directly at each start (a few milliseconds): there is nothing to cache and nothing to go stale.
 """
 
@@ -17,7 +17,7 @@ def load() -> dict:
     personalized, defaults) and the dataset names."""
     from fedcli import specs
     from fedcli.config import FIELDS, field_type
-    from fedcli.data.names import DATASET_NAMES
+    from fedcli.data.dataset_names import DATASET_NAMES
     from fedcli.params import section_of
 
     panels = method_panels()

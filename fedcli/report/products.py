@@ -42,7 +42,7 @@ the round there (``round`` of metrics.csv: rounds completed) and of the bytes mo
 ``layout = "matrix"`` (FedALA AAAI 2023, Tables 1-4, 6, 7): rows are methods (shown as ``method_labels``, default the
 keys), columns are settings (datasets, heterogeneity, client counts; shown as ``setting_labels``), and each cell is one run, named by the template ``cell`` (default
 ``"{method} | {setting}"``). ``values`` are the quantities shown per cell (default ``["acc"]``; see
-:mod:`fedcli.report.personal`): ``acc``, ``imp`` (accuracy gain over the run named by ``compare``), ``ala_params``,
+:mod:`fedcli.report.matrix`): ``acc``, ``imp`` (accuracy gain over the run named by ``compare``), ``ala_params``,
 ``time_total``, ``time_round``, ``time_init``, ``params_round``. ``metric`` (default ``auto``: ``personal_acc`` for
 personalized runs, ``test_acc`` for the others) picks the accuracy. ``header`` spans settings
 (``[["Pathological", 3], ["Practical", 2]]``), ``skip`` lists cells shown as "—" (runs the paper leaves out).
@@ -135,7 +135,7 @@ class Group:
     rows: list[tuple[str, str]] = field(default_factory=list)  # paired layout
     left_title: str = "FedAvg (Periodic Full Avg.)"
     right_title: str = "FedLAMA"
-    # matrix layout: rows = methods, columns = settings, each cell a run (fedcli/report/personal.py)
+    # matrix layout: rows = methods, columns = settings, each cell a run (fedcli/report/matrix.py)
     methods: list[str] = field(default_factory=list)
     method_labels: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
@@ -480,7 +480,7 @@ VALUES = {
 }
 
 
-# ------------------------------------------------------------------------------------------------ matrix groups (fedcli/report/personal.py builds them)
+# ------------------------------------------------------------------------------------------------ matrix groups (fedcli/report/matrix.py builds them)
 
 
 def _strings(v, key: str, loc, name: str, allow_empty: bool = False) -> list[str]:

@@ -34,7 +34,7 @@ import math
 import statistics
 
 from fedcli.report.aggregate import NAN, Stat, mean_std
-from fedcli.report.spec import VALUES, TableSpec
+from fedcli.report.products import VALUES, TableSpec
 from fedcli.report.tables import (Cell, Column, Section, Table, accuracy_source, diverged_mark, fmt_acc, latex_escape,
                                   over_seeds)
 

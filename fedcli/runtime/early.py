@@ -9,7 +9,7 @@ torch), so a signal during the imports, the data loading or the setup never show
   run whose manifest exists is marked ``interrupted`` with the command that continues it.
 - SIGUSR1 (Slurm's time-limit warning, ``sbatch --signal=USR1@N``): remembered (:func:`usr1_pending`); once rounds
   run, the training checkpoints at its first round boundary and exits as interrupted (see
-  ``fedcli.results.checkpoint.Checkpointer``).
+  ``fedcli.results.signals.Checkpointer``).
 
 While training runs, ``Checkpointer.signals`` takes these signals over (round boundaries, checkpoints) and gives them
 back afterwards. The process exits with ``os._exit`` from the handler: nothing half-imported runs again.

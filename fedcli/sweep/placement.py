@@ -185,7 +185,7 @@ def run_memory(todo: list, done: list) -> tuple[int | None, str]:
     of the same run where there is one, else :func:`estimate_memory`; (None, why) when neither is possible."""
     import json
 
-    from fedcli.estimate import data_facts
+    from fedcli.sweep.estimate import data_facts
 
     measured: dict[str, int] = {}
     for p in done:

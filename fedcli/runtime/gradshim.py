@@ -58,7 +58,7 @@ def install() -> bool:
     engine = getattr(getattr(torch._C, "_dynamo", None), "compiled_autograd", None)
     if not hasattr(engine, "set_autograd_compiler"):
         return False
-    stand_in = _StandIn(REAL, "fedcli's stand-in for torch._dynamo (fedcli.fl.gradshim)")
+    stand_in = _StandIn(REAL, "fedcli's stand-in for torch._dynamo (fedcli.runtime.gradshim)")
     stand_in.compiled_autograd = types.SimpleNamespace(_disable=_disable_compiled_autograd)
     torch._dynamo = stand_in
     return True

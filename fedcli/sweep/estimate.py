@@ -9,7 +9,7 @@ How the time is estimated (an estimate: the plan line says its basis):
   (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
 - **Start-up, data loading, setup and bookkeeping** (:func:`overheads`), measured once on this machine in a child
-  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/spec.py; the machine's part
+  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's part
   is measured again after a week): the seconds a fresh process takes to import what a training needs (python,
   torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
   the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the
@@ -274,37 +274,6 @@ PROBE_LIMIT_S = 60.0
 STARTUP_MAX_AGE_S = 7 * 86400
 TIMINGS_FILE = "estimate-timings-v2.json"  # the number changes with the file's layout
 
-# The child: imports what a sweep's worker process imports before its first local step (fedcli/sweep.py, _pool_init,
-# then the config with every method, the engine and torch), says how long that took from its spawn, then loads each
-# dataset once and partitions it as each run would, one JSON line per measurement.
-_PROBE = """\
-import importlib, json, sys, tempfile, time
-for name in ("fedcli.runner", "fedcli.config", "fedcli.fl.engine"):
-    importlib.import_module(name)
-print(json.dumps({"startup": time.time() - float(sys.argv[1])}), flush=True)
-from fedcli.config import TrainConfig
-from fedcli.estimate import REFERENCE, data_facts, measure_step
-from fedcli.sweep import _memoize_datasets, execute_inline
-import fedcli.data.setup as setup
-_memoize_datasets()
-for job in json.loads(sys.stdin.read()):
-    try:
-        t = time.perf_counter()
-        setup.load_data(TrainConfig(**job["config"]))
-        print(json.dumps({"data": job["key"], "s": time.perf_counter() - t}), flush=True)
-        for key, cfg in job["parts"]:
-            t = time.perf_counter()
-            setup.load_data_and_partition(TrainConfig(**cfg))
-            print(json.dumps({"part": key, "s": time.perf_counter() - t}), flush=True)
-    except Exception as e:
-        print(json.dumps({"failed": job["key"], "why": str(e).splitlines()[0][:160] if str(e) else type(e).__name__}), flush=True)
-if sys.argv[2] == "reference":
-    with tempfile.TemporaryDirectory() as tmp:  # the reference training, short (twice: the first loads) and long
-        walls = [execute_inline({**REFERENCE, "iterations": n, "out": f"{tmp}/{i}"}, f"{tmp}/{i}.log")[2]
-                 for i, n in enumerate((REFERENCE["iterations"], REFERENCE["iterations"], 5 * REFERENCE["iterations"]))]
-    step = measure_step(TrainConfig(**REFERENCE).to_dict(), data_facts(REFERENCE, False, {}), 1)[0]
-    print(json.dumps({"reference": walls[1:], "step": step}), flush=True)
-"""
 
 
 #: the reference training that measures a run's fixed setup and the engine's bookkeeping per client step: FedAvg on
@@ -429,13 +398,13 @@ def _keys(cfg: dict) -> tuple[str, str]:
 
 
 def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
-    """Run the measuring child (the datasets of ``jobs``, then the reference training when asked); its JSON lines
+    """Run the measuring child (``python -m fedcli.sweep.probe``: the datasets of ``jobs``, then the reference training when asked); its JSON lines
     (what it finished within :data:`PROBE_LIMIT_S`) and whether it was stopped."""
     import json
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", _PROBE, repr(time.time()), "reference" if reference else "-"],
+    proc = subprocess.Popen([sys.executable, "-m", "fedcli.sweep.probe", repr(time.time()), "reference" if reference else "-"],
                             stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     stopped = False
@@ -630,40 +599,3 @@ def budget_text(runs: list) -> str:
             rounds += f" of {'/'.join(f'{x:g}' for x in e)} local epoch(s)"
         out.append(rounds)
     return " and ".join(out) + " per run" if out else "no runs"
-
-
-# --------------------------------------------------------------------------------------------- one run, --workers auto
-#: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
-FLOPS_PER_S = 2e10
-STEP_OVERHEAD_S = 2e-4
-
-
-@dataclass
-class WorkEstimate:
-    client_steps: int        # local steps summed over clients and rounds
-    flops_per_step: float    # forward + backward of one client's mini-batch
-    seconds: float           # single-core estimate
-
-    def describe(self) -> str:
-        return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
-
-
-def estimate_work(cfg, dataset, partition) -> WorkEstimate:
-    """Rough single-core training time of a run: client steps x (3 x forward FLOPs x batch / rate + overhead)."""
-    import torch
-
-    from fedcli.fl.budget import plan_run, schedule_round_length
-    from fedcli.fl.engine import build_run_model
-    from fedcli.models.flops import forward_flops
-
-    steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
-    try:
-        with torch.random.fork_rng(devices=[]):
-            model = build_run_model(cfg, dataset)
-        model.eval()
-        fwd = forward_flops(model, dataset.train_x[:1])
-    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
-        fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
-    per_step = 3.0 * fwd * cfg.batch_size
-    secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
-    return WorkEstimate(int(steps), per_step, secs)

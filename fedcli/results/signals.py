@@ -1,0 +1,217 @@
+"""Stopping a training on signals, with a checkpoint: the round hook :class:`Checkpointer` and :class:`Interrupted`.
+
+A checkpoint (:mod:`fedcli.results.checkpoint`) is taken at a round boundary, after the round's evaluation and CSV
+rows, every ``--checkpoint-every`` rounds and when SIGINT/SIGTERM/SIGHUP (or SIGUSR1) arrives; a second signal stops
+the round in progress and writes the last round boundary, kept in memory for that (:class:`Checkpointer`). Before
+training runs, the process's first handlers (``fedcli.runtime.early``) answer the same signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from pathlib import Path
+
+import torch
+
+from fedcli.errors import FedcliError
+from fedcli.fl.hooks import RoundHook
+from fedcli.results.checkpoint import capture, global_state, local_state, run_facts, save
+from fedcli.results.runstate import resume_command
+
+#: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like
+#: SIGTERM; SIGUSR1 (a scheduler's time-limit warning) a checkpoint at the next round boundary, then the same stop
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+
+
+class Interrupted(FedcliError):
+    """SIGINT/SIGTERM/SIGHUP/SIGUSR1: a checkpoint was written at a round boundary; exit 128 + signal (130, 143, 129,
+    138)."""
+
+    collective = True  # decided together by every process (see Checkpointer)
+
+    def __init__(self, signum: int, message: str, now: bool = False):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + int(signum)
+        self.now = now  # stopped mid-round (a second signal): the last round boundary is still to be written
+
+
+class Checkpointer(RoundHook):
+    """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and stopping on signals.
+
+    - The first SIGINT/SIGTERM/SIGHUP (or SIGUSR1, which never escalates) is announced at once (``notify``) and acted upon at the next round boundary: a
+      checkpoint, then :class:`Interrupted`. Under MPI the processes agree on "a signal arrived" with one small
+      all-reduce per round, so all stop at the same boundary.
+    - A second signal stops the round in progress (one process: at once; under MPI: after the current local
+      step, agreed by a one-number all-reduce per step, :meth:`step`). At every round boundary that is not
+      written to disk the hook keeps a snapshot of that boundary in memory (model, parts, client-store tables,
+      loop state: one model copy), and a stop mid-round writes it: at most the round in progress is lost, also
+      when no periodic checkpoint exists yet.
+    - A signal during the last round lets the run complete; :attr:`late` records it for the closing message.
+    """
+
+    active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
+
+    def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"):
+        self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
+        self.world_size, self.launcher = int(world_size), launcher
+        self.notify = notify                # prints a one-line notice (root only), or None
+        self.pending: int | None = None     # signal number received, not acted upon yet
+        self.now = False                    # a second signal: stop the round in progress
+        self.stopping = False               # writing the last checkpoint on the way out: further signals wait
+        self.armed = False                  # True while rounds run (a signal before that stops at once)
+        self.last: Path | None = None
+        self.last_round = 0                 # rounds done in the checkpoint ``last``
+        self.rounds_done = 0                # rounds done at the last boundary
+        self.snapshot: tuple | None = None  # (rounds done, global part or None, local part) of the last boundary
+        self.late: int | None = None        # a signal that arrived during the last round
+
+    def __call__(self, sim, state) -> None:
+        stop = self.pending is not None
+        if sim.comm.size > 1:
+            stop = float(sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0], dtype=torch.float64))[0]) > 0
+        if sim.done(state):
+            if stop:
+                self.late = self.pending or signal.SIGTERM
+            self.rounds_done = state.round_idx
+            return  # the run ends now anyway; the final model is written instead
+        snapshot = None
+        if stop:  # the boundary a stop waited for: a further signal (Slurm's srun passes the time limit's SIGTERM on
+            self.stopping = True  # as well) waits for this checkpoint instead of cutting it short
+        if stop or (self.every and state.round_idx % self.every == 0):
+            self.write(sim, state)
+        else:
+            snapshot = (state.round_idx, global_state(sim, state) if sim.comm.is_root else None, local_state(sim, state, copy=True))
+        # only now (a signal may interrupt the lines above): this boundary is the one a stop mid-round falls back to
+        self.snapshot, self.rounds_done = snapshot, state.round_idx
+        if stop:
+            signum = self.pending or signal.SIGTERM
+            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
+                                      f"(iteration {state.iteration}); {self.holds()}; continue with: "
+                                      f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
+
+    def step(self, sim, state) -> None:
+        """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
+        now = float(sim.comm.allreduce_(torch.tensor([1.0 if self.now else 0.0], dtype=torch.float64))[0]) > 0
+        if now:
+            self.stopping = True
+            raise Interrupted(self.pending or signal.SIGTERM, "stopped mid-round", now=True)
+
+    def write(self, sim, state) -> None:
+        ckpt = capture(sim, state)
+        if ckpt is not None:
+            self.last = save(self.run_dir, ckpt, self.keep)
+        sim.store.pin(state.round_idx, self.keep)  # a disk store keeps the files this checkpoint refers to
+        self.last_round = state.round_idx
+
+    def write_snapshot(self, sim) -> None:
+        """After a stop mid-round (collective): write the last round boundary if no checkpoint holds it yet."""
+        snap = self.snapshot
+        if snap is None or snap[0] <= self.last_round:
+            return
+        ranks = sim.comm.allgather(snap[2])
+        if snap[1] is not None:
+            self.last = save(self.run_dir, {**run_facts(sim), **snap[1], "ranks": ranks}, self.keep)
+        sim.store.pin(snap[0], self.keep)
+        self.last_round, self.snapshot = snap[0], None
+
+    def holds(self) -> str:
+        if self.last is None:
+            return "no checkpoint yet (a resume starts over)"
+        return f"checkpoint {self.last} holds rounds 1-{self.last_round}" if self.last_round > 1 else f"checkpoint {self.last} holds round 1"
+
+    def stopped_now(self, signum: int) -> "Interrupted":
+        """The error of a stop mid-round, once :meth:`write_snapshot` ran."""
+        name = signal.Signals(signum).name
+        lost = f"round {self.rounds_done + 1} is lost"
+        return Interrupted(signum, f"interrupted by {name} during round {self.rounds_done + 1} (stopped at once, {lost}); "
+                                   f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size, self.launcher)}")
+
+    @contextlib.contextmanager
+    def signals(self):
+        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second one stops
+        the round in progress (see the class); one before training started stops at once. Only in the main
+        thread (signal handlers live there)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+
+        queued: list[int] = []  # signals that arrived while the handler was still at work
+
+        def handler(signum, frame):
+            # Python runs a handler between any two bytecodes, also inside this handler while it prints its notice
+            # (which may import a module lazily: a signal landing mid-import left that module half-initialized and
+            # the run failed on an ImportError). A signal arriving meanwhile (Slurm's time limit sends SIGTERM twice:
+            # slurmd and srun) is queued and acted upon, in order, once the one before it is done.
+            queued.append(signum)
+            if len(queued) > 1:
+                return
+            try:
+                while queued:
+                    act(queued[0])
+                    queued.pop(0)
+            finally:
+                queued.clear()
+
+        def act(signum):
+            name = signal.Signals(signum).name
+            again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
+            if self.world_size > 1 and self.launcher == "mpi":  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
+                again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
+            if self.stopping:  # already stopping, or closing the run: the manifest is written first
+                self.late = self.late or signum
+                return
+            if signum == signal.SIGUSR1:  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
+                if self.pending is None:
+                    self.pending = signum
+                    if self.notify and self.armed:
+                        self.notify(f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
+                                    f"progress), with a checkpoint; SIGTERM to stop now")
+                return  # never escalates: a later SIGTERM (the time limit itself) stops the round in progress
+            if not self.armed:
+                err = Interrupted(signum, f"interrupted by {name} before training started"
+                                          + (f"; the last checkpoint is {self.last}" if self.last else ""), now=True)
+                err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
+                raise err
+            if self.pending is None:
+                self.pending = signum
+                if self.notify:
+                    self.notify(f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with a checkpoint; "
+                                f"{again} to stop now (losing at most that round)")
+                return
+            self.now = True
+            if self.notify:
+                self.notify(f"{name} again: stopping now; round {self.rounds_done + 1} is lost")
+            if self.world_size == 1:
+                self.stopping = True
+                raise Interrupted(signum, "stopped mid-round", now=True)
+            # under MPI the processes stop together after the current local step (Checkpointer.step)
+
+        old = {s: signal.signal(s, handler) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN or s == signal.SIGUSR1}
+        Checkpointer.active = self
+        try:
+            yield self
+        finally:
+            Checkpointer.active = None
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def request_stop(now: bool) -> None:
+    """From any thread: ask this process's training to stop as on SIGTERM (``now``: as on a second one, waiting
+    for the first to be seen). With no training under way, SIGTERM's default action ends the process."""
+    import time
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    cp = Checkpointer.active
+    if not now or cp is None:
+        return
+    for _ in range(100):  # two signals sent at once would be seen as one
+        if cp.pending is not None or Checkpointer.active is not cp:
+            break
+        time.sleep(0.05)
+    if Checkpointer.active is cp and not cp.now:
+        os.kill(os.getpid(), signal.SIGTERM)
