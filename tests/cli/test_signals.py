@@ -57,6 +57,11 @@ def test_sigint_at_any_moment_after_launch_leaves_no_traceback_and_no_bare_lock(
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=240)
+        if delay < 0.5 and err.startswith("Fatal Python error: init_import_site"):
+            # on a loaded machine 0.1 s can still be inside the interpreter's own start-up (site's imports, before any
+            # fedcli code runs): CPython itself reports that Ctrl-C, and no folder can exist yet
+            assert not out.exists(), (delay, err)
+            continue
         assert "Traceback" not in err and "Error" not in err.replace("fedcli: error:", ""), (delay, err)
         assert p.returncode in (130, 0), (delay, p.returncode, err)
         lines = error_lines(err)

@@ -89,7 +89,7 @@ def test_failed_run_is_recorded_and_exit_code_passed_on(recipe, tmp_path, capsys
     assert ex.value.code == 3 and "fedcli: error: 4 of 4 runs" in err and "retry" in err
 
 
-def test_missing_dataset_refused_before_any_run(recipe, tmp_path, capsys):
+def test_missing_dataset_refused_before_any_run(recipe, tmp_path, capsys, monkeypatch):
     """The data check (fedcli/data/preflight.py) ends the sweep with exit 3 before any run starts, one sentence per
     dataset naming its path and how to get it; --dry-run shows it as a table."""
     bad = tmp_path / "bad.toml"
@@ -105,6 +105,7 @@ def test_missing_dataset_refused_before_any_run(recipe, tmp_path, capsys):
         assert f"mnist for 2 run(s) at {tmp_path}/nomnist: no MNIST files there" in err and "pass --download" in err
         assert f"femnist for 2 run(s) at {tmp_path}/nofemnist" in err and "LEAF" in err
         assert not root.exists()  # nothing written, nothing started
+    monkeypatch.setenv("COLUMNS", "400")  # the plan's tables wrap a long tmp_path (a clone's deeper pytest folder) mid-name
     assert main(["sweep", str(bad), "--scale", "smoke", "--out", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "MISSING" in out and "nomnist" in out and "nofemnist" in out and not root.exists()
