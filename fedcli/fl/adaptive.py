@@ -79,7 +79,7 @@ import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, Stream, register_purpose
-from fedcli.fl.parts import AverageServer, LocalStep, expand, implements, register_local_step, register_server
+from fedcli.fl.parts import AverageServer, LocalStep, expand
 from fedcli.fl.store import share
 from fedcli.specs.adaptive import VHAT
 
@@ -194,7 +194,6 @@ def _cpu(state: dict | None) -> dict | None:
 
 
 # ---------------------------------------------------------------------------- local steps
-@register_local_step("lamb")
 class LambStep(LocalStep):
     """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
 
@@ -265,14 +264,12 @@ class LambStep(LocalStep):
             p.sub_(u, alpha=lr)
 
 
-@register_local_step("ams")
 class AMSStep(LambStep):
     """Fed-AMS local step: local AMSGrad with the server's v_hat, no trust ratio (p <- p - lr (r + lambda p))."""
 
     trust_default = False
 
 
-@register_local_step("mime")
 class MimeStep(LocalStep):
     """Mime with AMSGrad: the base optimizer's update U(g~; s) with the server's state s = (m, v, v_hat) frozen.
 
@@ -311,7 +308,6 @@ class MimeStep(LocalStep):
 
 
 # ---------------------------------------------------------------------------- servers
-@implements(VHAT)
 class _VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
@@ -343,7 +339,6 @@ class _VhatServer(AverageServer):
         self.vhat = state.get("vhat")
 
 
-@register_server("vhat-max")
 class VhatMaxServer(_VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
 
@@ -354,7 +349,6 @@ class VhatMaxServer(_VhatServer):
         count_transfer(view, up=1, down=1)  # v up, v_hat down
 
 
-@register_server("vhat-fullgrad")
 class VhatFullGradServer(_VhatServer):
     """Mime-LAMB: full-batch gradients at the global model, then AMSGrad's v and max (Alg. 1, lines 17, 21-23)."""
 
@@ -394,7 +388,6 @@ class MimeState(NamedTuple):
     vhat: dict | None
 
 
-@register_server("mime")
 class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
 
@@ -435,7 +428,6 @@ class MimeServer(AverageServer):
         self.m, self.v, self.vhat = state.get("m"), state.get("v"), state.get("vhat")
 
 
-@register_server("adam")
 class AdamServer(AverageServer):
     """Adp-Fed (FedAdam, Reddi et al. 2021, Algorithm 2): server Adam on the averaged update, per layer.
 

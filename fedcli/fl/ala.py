@@ -50,7 +50,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from fedcli.fl.cohort import BatchPlan, Stream, register_purpose
-from fedcli.fl.parts import OverwriteInit, register_init
+from fedcli.fl.parts import OverwriteInit
 from fedcli.fl.personal import load_models, share
 from fedcli.fl.trainers import masked_loss
 
@@ -163,7 +163,6 @@ def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, 
 
 
 # ---------------------------------------------------------------------------- the init part
-@register_init("ala")
 class ALAInit(OverwriteInit):
     """FedALA's adaptive local aggregation (see the module docstring) on top of any method.
 

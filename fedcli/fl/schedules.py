@@ -16,19 +16,16 @@ and the cohort is resampled. Within a round, layer ``l`` is synchronized after l
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from fedcli.fl.layerwise import lama_accelerate_intervals, lama_intervals, unit_discrepancy
-from fedcli.fl.parts import Classes, Part, implements
+from fedcli.fl.parts import Classes, Part
 from fedcli.params import bind
-from fedcli.specs.schedules import SCHEDULE
 
 
 SCHEDULES = Classes("schedule")
-register_schedule = functools.partial(implements, "schedule")
 
 
 @dataclass
@@ -41,7 +38,6 @@ class Adjustment:
     intervals: list[int]
 
 
-@implements(SCHEDULE)
 class Schedule(Part):
     """Base: a fixed interval for every layer and no adjustment.
 
@@ -124,14 +120,12 @@ class Schedule(Part):
             self.intervals = list(state["intervals"])
 
 
-@register_schedule("periodic")
 class Periodic(Schedule):
     """FedAvg: all layers synchronized every tau local iterations; the cohort resampled every tau."""
 
     separable = True
 
 
-@register_schedule("lama")
 class Lama(Schedule):
     """FedLAMA (Algorithm 2 of the AAAI version, Algorithm 1 of the arXiv/ICLR ones): per-layer intervals in
     {tau', phi*tau'}, re-adjusted by Algorithm 1 at the end of a round of phi*tau' iterations.
@@ -182,7 +176,6 @@ class Lama(Schedule):
             self.d = list(state["d"])
 
 
-@register_schedule("lama-accelerate")
 class LamaAccelerate(Lama):
     """FedLAMA's accelerate variant: critical layers (largest d) every tau'//phi, the rest every tau'.
 

@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_METHOD = '''
 """A test method: SGD along knob * gradient."""
 
-from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.parts import SGDStep
 from fedcli.params import opt, register_params
-from fedcli.specs import Method, register_method
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.parts import SGD
 
 
 @register_params(section="fake")
@@ -35,7 +36,10 @@ class FakeParams:
     fake_knob: float = opt(0.5, "Fake: factor on the local gradient.", lo=0.0, hi=1.0, lo_open=True, group="method")
 
 
-@register_local_step("fake", Params=FakeParams)  # declares the part here (fedcli's own: in fedcli/specs)
+# the part's one registration, before its class (fedcli's own: in fedcli/specs)
+part("local_step", "fake", "fake_method:FakeStep", base=SGD, Params=FakeParams)
+
+
 class FakeStep(SGDStep):
     def __init__(self, params):
         super().__init__(params)

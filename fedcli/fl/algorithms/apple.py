@@ -65,7 +65,7 @@ import math
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.personal import LOCAL, all_client_models, share
 
 
@@ -127,7 +127,6 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
     return out / len(grads)
 
 
-@register_local_step("apple")
 class AppleStep(SGDStep):
     """Per batch: rebuild the personalized model from the N cores and p_i, step the own core and p_i."""
 

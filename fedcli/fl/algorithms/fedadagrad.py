@@ -13,10 +13,8 @@ for v_{-1} >= tau^2 and this is the least it allows.
 import torch
 
 from fedcli.fl.adaptive import AdamServer
-from fedcli.fl.parts import register_server
 
 
-@register_server("adagrad")
 class AdagradServer(AdamServer):
     """FedAdagrad's server: Adam's (``AdamServer``) with Adagrad's second moment (Algorithm 2, FedAdagrad's line)."""
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.parts import AverageServer, SGDStep, register_local_step, register_server
+from fedcli.fl.parts import AverageServer, SGDStep
 from fedcli.fl.store import share
 
 
@@ -44,7 +44,6 @@ def _key(name: str) -> str:
     return f"feddyn.grad_i:{name}"
 
 
-@register_local_step("feddyn")
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
 
@@ -81,7 +80,6 @@ class FedDynStep(SGDStep):
         self.grad_i, self.disp = {}, {}
 
 
-@register_server("feddyn")
 class FedDynServer(AverageServer):
     """h <- h - alpha (|P_t| / m) (mean_i theta_i - theta^{t-1});  theta^t = mean_i theta_i - h / alpha."""
 

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
 from fedcli.fl.cohort import Stream, register_purpose
-from fedcli.fl.parts import OverwriteInit, expand, register_init
+from fedcli.fl.parts import OverwriteInit, expand
 from fedcli.fl.personal import all_client_models, load_models, share
 from fedcli.fl.rng import torch_gen
 
@@ -115,7 +115,6 @@ def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]
 
 
 # ---------------------------------------------------------------------------- the part
-@register_init("fedfomo")
 class FomoInit(OverwriteInit):
     """Splits off the validation parts; each round aggregates the received models with the FedFomo weights."""
 

@@ -19,11 +19,10 @@ round, client). ``--head-layers 0`` is FedAvg-C (tested).
 
 from __future__ import annotations
 
-from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.parts import SGDStep
 from fedcli.fl.personal import local_sgd, share
 
 
-@register_local_step("fedrep")
 class FedRepStep(SGDStep):
     """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
 

@@ -13,10 +13,8 @@ v_{-1} >= tau^2 and this is the least it allows (fedadam keeps v_{-1} = 0, its o
 import torch
 
 from fedcli.fl.adaptive import AdamServer
-from fedcli.fl.parts import register_server
 
 
-@register_server("yogi")
 class YogiServer(AdamServer):
     """FedYogi's server: Adam's (``AdamServer``) with Yogi's second moment (Algorithm 2, FedYogi's line)."""
 

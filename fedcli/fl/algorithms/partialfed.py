@@ -57,7 +57,7 @@ from __future__ import annotations
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import OverwriteInit, SGDStep, expand, register_init, register_local_step
+from fedcli.fl.parts import OverwriteInit, SGDStep, expand
 from fedcli.fl.personal import LOCAL, load_models, share
 from fedcli.fl.rng import torch_gen
 
@@ -77,7 +77,6 @@ def strategy_grad(g: torch.Tensor, delta: torch.Tensor, y0: torch.Tensor, tau: f
     return y0 * (1.0 - y0) / tau * (g.reshape(k, -1) * delta.reshape(k, -1)).sum(1)
 
 
-@register_init("partialfed")
 class PartialFedInit(OverwriteInit):
     """A client starts the round from its old local model (the global model if it has none); the global
     parameters enter through the per-batch selection of the local step."""
@@ -93,7 +92,6 @@ class PartialFedInit(OverwriteInit):
                 b.copy_(buffers[n])
 
 
-@register_local_step("partialfed")
 class PartialFedStep(SGDStep):
     """Per batch: select global or local per layer (Gumbel-softmax over learned logits), then a model step
     (f_m of every f_m + f_s batches) or a strategy step (the other f_s)."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 
 import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
-from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.store import share
 
 
@@ -46,7 +46,6 @@ def _key(name: str) -> str:
     return f"scaffold.c_i:{name}"
 
 
-@register_local_step("scaffold")
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
 
