@@ -3,7 +3,7 @@ the options each part reads.
 
 A named method is a preset of five parts (local step, schedule, codec, init, server; ``fedcli.fl.parts``). This
 package declares them as plain data, one small module per method (``fedcli/specs/feddyn.py``) and one per family of
-general parts (``fedcli/specs/adaptive.py``):
+general parts (``fedcli/specs/parts.py``, ``fedcli/specs/adaptive.py``):
 
 - a params dataclass per section of options (``fedcli.params.register_params``: ``[feddyn] feddyn_alpha``);
 - a :class:`PartSpec` per part: its family and name, the torch class that implements it (``impl``, imported only

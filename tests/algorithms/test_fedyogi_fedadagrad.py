@@ -1,7 +1,7 @@
 """FedYogi and FedAdagrad (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): the server's
 update worked out by hand over two rounds on a two-element layer, and the presets' defaults.
 
-Both servers are FedAdam's (``fedcli.fl.adaptive.AdamServer``) with another second moment v, started at
+Both servers are FedAdam's (``fedcli.fl.algorithms.fedadam.AdamServer``) with another second moment v, started at
 v_{-1} = tau^2; each test's numbers would differ under Adam's v (from 0 or from tau^2), so a server that fell back
 to Adam's rule fails here.
 """

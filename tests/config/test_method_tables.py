@@ -13,13 +13,13 @@ from fedcli.config import GeneralConfig, TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import parts
 from fedcli.fl.parts import run_parts
-from fedcli.fl.parts_prox import ProxStep
+from fedcli.fl.algorithms.fedprox import ProxStep
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.params import SECTIONS, bind, declared
 from fedcli.recipes import build_config, read_sweep, run_config, table_keys, train_values
 from fedcli.specs import METHODS, PARTS, part, run_sections
 from fedcli.specs.parts import SGD
-from fedcli.specs.prox import ProxParams
+from fedcli.specs.fedprox import ProxParams
 
 
 def test_a_part_receives_only_the_options_it_declares():
@@ -239,7 +239,7 @@ def test_each_part_class_is_bound_to_the_spec_that_names_it_and_nothing_else_reg
         class Stray(parts.Part):  # its spec extends SGD, the class does not
             pass
     with pytest.raises(TypeError, match="already implements local_step 'prox'"):
-        part("local_step", "prox2", "fedcli.fl.parts_prox:ProxStep")  # one class, one part
+        part("local_step", "prox2", "fedcli.fl.algorithms.fedprox:ProxStep")  # one class, one part
 
 
 # Every layout of method tables docs/sweeps.md describes, each a sweep recipe of one run "r" on digits: the params the

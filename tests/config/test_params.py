@@ -140,8 +140,8 @@ def test_method_params_are_declared_in_their_files_not_in_config():
     config_py = (ROOT / "fedcli" / "config.py").read_text()
     owners = {"feddyn_alpha": "fedcli/specs/feddyn.py", "ditto_lambda": "fedcli/specs/ditto.py",
               "head_layers": "fedcli/specs/fedrep.py", "fomo_val_ratio": "fedcli/specs/fedfomo.py",
-              "mu": "fedcli/specs/prox.py", "quant_levels": "fedcli/specs/qsgd.py", "ala_lr": "fedcli/specs/ala.py",
-              "lama_rule": "fedcli/specs/schedules.py", "beta1": "fedcli/specs/adaptive.py"}
+              "mu": "fedcli/specs/fedprox.py", "quant_levels": "fedcli/specs/qsgd.py", "ala_lr": "fedcli/specs/fedala.py",
+              "lama_rule": "fedcli/specs/fedlama.py", "beta1": "fedcli/specs/adaptive.py"}
     for name, path in owners.items():
         assert f"    {name}: " not in config_py, name
         assert f"    {name}: " in (ROOT / path).read_text(), (name, path)
