@@ -52,11 +52,15 @@ import torch
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, Stream, register_purpose
 from fedcli.fl.parts import AverageServer, LocalStep, expand
-from fedcli.fl.store import share
+from fedcli.fl.clientstate import ClientState
 
 # full-batch gradients (Mime, Mime-LAMB): the whole split in order; a used-up client's dummy batch weighs 1 (its
 # gradient is then scaled by 0; an all-zero mask would make the masked mean 0 / 0)
 FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
+
+
+# each client's m (and with --local-v keep its v) across rounds; "/" keeps the older runs' keys (resumable)
+M, V = ClientState("adaptive.m", sep="/"), ClientState("adaptive.v", sep="/")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -105,13 +109,6 @@ def sync_due(cfg, round_idx: int) -> bool:
     return (round_idx + 1) % cfg.vhat_every == 0
 
 
-def gather_state(view, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
-    """Stacked per-client state ``name`` from the client store (zeros for a client that has none yet)."""
-    if not cohort.clients:
-        return like.new_zeros((0, *like.shape))
-    return view.store.gather(name, cohort.clients, lambda c: torch.zeros(like.shape, dtype=like.dtype), like.device)
-
-
 @torch.no_grad()
 def cohort_mean(view, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """sum_i p_i x_i over the whole cohort (added in cohort order across processes), per tensor."""
@@ -139,16 +136,6 @@ def full_batch_grads(view, cohort) -> dict[str, torch.Tensor]:
         for n, g in grads.items():
             acc[n] += g.detach() * expand(fracs[s], g)
     return acc
-
-
-def store_state(view, cohort, tables: dict[str, torch.Tensor]) -> None:
-    """Keep stacked per-client tensors (table name -> [K, ...]) in the client store across rounds.
-
-    A client skipped this round (``--on-diverge skip-client``) keeps its previous state. Under MPI with
-    partial participation a client may train on another process next time, so every process gets every
-    update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
-    """
-    share(view, cohort.clients, tables, cohort.skipped)
 
 
 def count_transfer(view, up: int, down: int) -> None:
@@ -188,13 +175,11 @@ class AdaptiveStep(LocalStep):
                 for n, p in view.global_params.items()}
         local = synced is None and self.params.vhat_start == "local"
         self.denom = None if local else {n: denominator(self.params, v) for n, v in vhat.items()}  # fixed for the round
-        m, v = {}, {}
-        for n, p in view.global_params.items():
-            m[n] = gather_state(view, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
-            if self.params.local_v == "keep":
-                v[n] = gather_state(view, f"adaptive.v/{n}", cohort, p)
-            else:
-                v[n] = vhat[n].expand_as(m[n]).clone()  # v_{r,i}^0 = v_hat_{r-1} (line 6)
+        m = M.load(view, cohort)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
+        if self.params.local_v == "keep":
+            v = V.load(view, cohort)
+        else:
+            v = {n: vhat[n].expand_as(m[n]).clone() for n in m}  # v_{r,i}^0 = v_hat_{r-1} (line 6)
         cohort.opt_state = {"m": m, "v": v}  # this round's optimizer state (the divergence guard scrubs it too)
 
     def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor]:
@@ -204,10 +189,9 @@ class AdaptiveStep(LocalStep):
         return cohort.opt_state["v"]
 
     def end_round(self, view, cohort) -> None:
-        tables = {f"adaptive.m/{n}": t for n, t in cohort.opt_state["m"].items()}
+        M.save(view, cohort, cohort.opt_state["m"])  # a skipped client keeps its own; collective under MPI
         if self.params.local_v == "keep":
-            tables.update({f"adaptive.v/{n}": t for n, t in cohort.opt_state["v"].items()})
-        store_state(view, cohort, tables)
+            V.save(view, cohort, cohort.opt_state["v"])
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The gradient the optimizer follows: the loss gradient plus method-specific terms."""

@@ -312,6 +312,7 @@ class SGDStep(LocalStep):
         self.weight_decay = p.weight_decay
         self.decay_on = p.weight_decay_on
         self.persist = p.momentum_persist if p.momentum else "none"
+        self.kept_momentum = slots.state(MOMENTUM, self.persist)  # zeros for a slot or client without one yet
         self.decayed: set[str] | None = None
 
     def separable_now(self) -> bool:
@@ -336,13 +337,12 @@ class SGDStep(LocalStep):
     def begin_round(self, view, cohort) -> None:
         cohort.opt_state = {}
         if self.persist != "none":
-            bufs = slots.restore(view, cohort, MOMENTUM, view.global_params, self.persist,
-                                 lambda n: torch.zeros_like(view.global_params[n]))
+            bufs = slots.restore(view, cohort, self.kept_momentum, self.persist)
             cohort.opt_state["momentum"] = [bufs[n] for n in cohort.params]
 
     def end_round(self, view, cohort) -> None:
         if self.persist != "none" and "momentum" in cohort.opt_state:
-            slots.keep(view, cohort, MOMENTUM, dict(zip(cohort.params, cohort.opt_state["momentum"])), self.persist)
+            slots.keep(view, cohort, self.kept_momentum, self.persist, dict(zip(cohort.params, cohort.opt_state["momentum"])))
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
         """``lr`` for plain SGD (no momentum, no weight decay, every client active, no subclass changing anything,

@@ -240,3 +240,20 @@ def test_each_part_lives_where_the_rule_says():
             elif spec.name not in defaults and len(used) < 2:
                 wrong.append(f"{family} {spec.name} is used by {sorted(used)} only: it belongs in that method's file")
     assert wrong == []
+
+
+def test_per_client_state_goes_through_the_one_helper():
+    """Per-client state is a ``fedcli.fl.clientstate.ClientState`` (declared once: name, shape, default): no part file,
+    nor the helpers parts share (personal models, slots), gathers from the store, builds an empty cohort's tensor or
+    calls ``share`` itself."""
+    files = sorted(set(PART_FILES) | {FL / "personal.py", FL / "slots.py"})
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                owner = f.value.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) else ""
+                if name == "share" or (name == "gather" and owner == "store"):
+                    found.append(f"{path.name}:{node.lineno}: {name}")
+    assert found == []

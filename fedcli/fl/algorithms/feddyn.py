@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import torch
 
+from fedcli.fl.clientstate import ClientState
 from fedcli.fl.parts import AverageServer, SGDStep
-from fedcli.fl.store import share
 
-
-def _key(name: str) -> str:
-    return f"feddyn.grad_i:{name}"
+#: each client's grad_i (Algorithm 1's gradient of the local objective at its last model), zeros at first
+GRAD_I = ClientState("feddyn.grad_i")
 
 
 class FedDynStep(SGDStep):
@@ -57,12 +56,8 @@ class FedDynStep(SGDStep):
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         self.anchor = view.global_params
-        for n, p in view.global_params.items():
-            if cohort.clients:
-                self.grad_i[n] = view.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
-            else:
-                self.grad_i[n] = p.new_zeros((0, *p.shape))
-            self.disp[n] = torch.zeros_like(cohort.params[n])
+        self.grad_i = GRAD_I.load(view, cohort)
+        self.disp = {n: torch.zeros_like(t) for n, t in cohort.params.items()}
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: torch.add(g - self.grad_i[n], cohort.params[n] - self.anchor[n], alpha=self.alpha) for n, g in grads.items()}
@@ -74,9 +69,8 @@ class FedDynStep(SGDStep):
     @torch.no_grad()
     def end_round(self, view, cohort) -> None:
         super().end_round(view, cohort)
-        names = list(view.global_params)
         # grad_i - alpha * (theta_i^t - theta^{t-1}); a skipped client keeps its state
-        share(view, cohort.clients, {_key(n): self.grad_i[n] + self.alpha * self.disp[n] for n in names}, cohort.skipped)
+        GRAD_I.save(view, cohort, {n: g + self.alpha * self.disp[n] for n, g in self.grad_i.items()})
         self.grad_i, self.disp = {}, {}
 
 
