@@ -54,6 +54,7 @@ from fedcli.fl.parts import OverwriteInit
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
+from fedcli.params import recorded
 
 # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
 ALA_BATCHES = register_purpose("ala", Stream("ala", shuffled=False, window=True))
@@ -235,7 +236,7 @@ class ALAInit(OverwriteInit):
     @classmethod
     def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
         """W of the last ``--ala-layers`` parameter tensors: their numel (FedALA Tables 1 and 6)."""
-        p = int(config.get("ala_layers", 2))
+        p = recorded(cls, config).ala_layers  # the run's option as the spec declares it (its default if unrecorded)
         return sum(numels[-p:]) if p > 0 else 0
 
     def mixes_received(self, view) -> bool:
