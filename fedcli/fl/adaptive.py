@@ -1,15 +1,15 @@
 """What the adaptive optimizers share: Fed-LAMB and Mime-LAMB (Karimi, Li, Li: "Fed-LAMB: Layer-wise and
 Dimension-wise Locally Adaptive Federated Learning", Algorithm 1), Fed-AMS, Mime, and the server Adam of Adp-Fed /
 FedAdam, FedYogi and FedAdagrad. Each method's parts are in its own file, ``fedcli/fl/algorithms/<method>.py``
-(``fedlamb``: the local step ``lamb`` and the server ``vhat-max``; ``fedams``: ``ams``; ``mimelamb``:
-``vhat-fullgrad``; ``mime``: its step and server; ``fedadam``: ``adam``); this module holds the helpers they build on:
+(``fedlamb``: the local step ``lamb``; ``fedams``: ``ams``; ``mimelamb``: ``vhat-fullgrad``; ``mime``: its step
+and server; ``fedadam``: ``adam``); this module holds what they build on:
 the adaptive step's divisor (``--vhat-eps``), v_hat_0, the skip synchronization, per-client state, the cohort's
 full-batch gradients, and the base of the servers that share a second moment v_hat with the clients
 (:class:`VhatServer`), the adaptive local step they share (:class:`AdaptiveStep`, client side, on the stacked cohort,
 ``[K, *shape]`` per parameter tensor) and the server of Fed-LAMB and Fed-AMS (``vhat-max``):
 
-``lamb``  (Fed-LAMB's step, ``fedcli.fl.algorithms.fedlamb``) Algorithm 1, lines 6-13. Per client i in round r and parameter tensor (layer) l, with the server's
-          v_hat_{r-1} held fixed for the whole round::
+``lamb``  (Fed-LAMB's step, ``fedcli.fl.algorithms.fedlamb``) Algorithm 1, lines 6-13. Per client i in round
+          r and parameter tensor (layer) l, with the server's v_hat_{r-1} held fixed for the whole round::
 
               start:  p = global model, m = the client's m from its last round (0 at first), v = v_hat_{r-1}
               m <- b1 m + (1 - b1) g          v <- b2 v + (1 - b2) g^2        (no bias correction)

@@ -158,11 +158,28 @@ class Part:
         ``cohort``: read by a part that requires it through ``view.offered(capability, cohort)``."""
         raise LookupError(f"{type(self).__name__} offers no {capability!r}")
 
+    # the attributes this part keeps across rounds (tensors, dicts of tensors, numbers, None): the default
+    # ``state_dict`` / ``load_state_dict`` checkpoint and resume them (FedDyn's server: ``keeps = ("h",)``)
+    keeps: tuple[str, ...] = ()
+
     def state_dict(self) -> dict:
-        return {}
+        """What a checkpoint keeps of the part: by default its ``keeps`` attributes, detached copies on the CPU."""
+        return {a: _copied(getattr(self, a), lambda t: t.detach().cpu()) for a in self.keeps}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Resume what :meth:`state_dict` kept (an attribute the checkpoint lacks keeps its initial value)."""
+        for a in self.keeps:
+            if a in state:
+                setattr(self, a, _copied(state[a], torch.clone))
+
+
+def _copied(value, copy):
+    """``value`` with ``copy`` applied to each tensor in it (a tensor, or a dict of them)."""
+    if isinstance(value, torch.Tensor):
+        return copy(value)
+    if isinstance(value, dict):
+        return {k: _copied(v, copy) for k, v in value.items()}
+    return value
 
 
 class LocalStep(Part):

@@ -43,7 +43,7 @@ def load() -> None:
         return
     _LOADED.append(True)
     try:
-        for mod in pkgutil.iter_modules(__path__):
+        for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name != "parts"):  # the defaults first
             importlib.import_module(f"{__name__}.{mod.name}")
     except BaseException:
         _LOADED.clear()  # a broken spec module fails every read, not only the first
@@ -158,9 +158,15 @@ _BY_IMPL: dict[str, PartSpec] = {}
 
 def part(family: str, name: str, impl: str, **declarations) -> PartSpec:
     """Declare a part (``name``: its registered name; empty for a base only extended by others) and return its spec:
-    the one registration of the part, its class (``impl``) names nothing of it."""
+    the one registration of the part, its class (``impl``) names nothing of it. ``base``: the spec it extends, or the
+    name of one of fedcli's default parts (``"sgd"``, ``"average"``)."""
     if family not in FAMILIES:
         raise TypeError(f"part {name!r}: unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    base = declarations.get("base")
+    if isinstance(base, str):  # a part of specs/parts.py by its name ("sgd", "average"), loaded before any other
+        declarations["base"] = dict.get(PARTS[family], base)
+        if declarations["base"] is None:
+            raise TypeError(f"part {name!r}: no {family} {base!r} is declared yet; pass its spec (base=SPEC)")
     spec = PartSpec(family, name, impl, **declarations)
     old = _BY_IMPL.get(impl)
     if old is not None and (old.family, old.name) != (family, name):

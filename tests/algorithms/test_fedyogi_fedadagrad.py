@@ -7,6 +7,7 @@ to Adam's rule fails here.
 """
 
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -93,3 +94,25 @@ def test_the_contract_page_shows_fedyogi_as_it_is():
         assert f"```python\n{source}```" in page, path
         assert len(source.splitlines()) <= 60, path
     assert len((root / "fedcli/fl/algorithms/fedadagrad.py").read_text().splitlines()) <= 60
+
+
+def test_the_contract_page_shows_feddyn_whole_and_counts_the_names_an_author_learns():
+    """docs/method-contract.md shows FedDyn's two files whole (the client-state example), and its table of the names
+    an author learns counts them right: at most 12 for a server from scratch (issue 49), and every name of the FedDyn
+    row is one the FedDyn files use."""
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs/method-contract.md").read_text()
+    dyn = ""
+    for path in ("fedcli/specs/feddyn.py", "fedcli/fl/algorithms/feddyn.py"):
+        source = (root / path).read_text()
+        assert f"```python\n{source}```" in page, path
+        dyn += source
+    rows = {}
+    for line in page.splitlines():
+        m = re.match(r"\| (a server optimizer from scratch|a client method with per-client state[^|]*) \| (.*?) \| \*\*(\d+)\*\*", line)
+        if m:
+            rows[m.group(1).split(" (")[0]] = (re.findall(r"`([^`]+)`", m.group(2)), int(m.group(3)))
+    (server, n_server), (client, n_client) = rows["a server optimizer from scratch"], rows["a client method with per-client state and a server"]
+    assert len(server) == n_server <= 12 and len(client) == n_client
+    for name in client:
+        assert name.rstrip("=").split(".")[-1] in dyn, name

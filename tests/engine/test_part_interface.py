@@ -257,3 +257,18 @@ def test_per_client_state_goes_through_the_one_helper():
                 if name == "share" or (name == "gather" and owner == "store"):
                     found.append(f"{path.name}:{node.lineno}: {name}")
     assert found == []
+
+
+def test_a_part_checkpoints_the_attributes_it_keeps():
+    """``keeps`` names what a part keeps across rounds; the default ``state_dict`` / ``load_state_dict`` copy it (detached CPU
+    tensors out, clones in), so a part with state writes no checkpoint code (FedDyn's server: ``keeps = ("h",)``)."""
+    from fedcli.fl.algorithms.feddyn import FedDynServer
+
+    server = FedDynServer(TrainConfig(algo="feddyn"))
+    server.h = {"w": torch.tensor([1.0, 2.0])}
+    state = server.state_dict()
+    assert list(state) == ["h"] and torch.equal(state["h"]["w"], server.h["w"])
+    again = FedDynServer(TrainConfig(algo="feddyn"))
+    again.load_state_dict(state)
+    assert again.h["w"].tolist() == [1.0, 2.0] and again.h["w"] is not state["h"]["w"]  # a clone of the checkpoint's
+    assert Part.state_dict(Periodic.__new__(Periodic)) == {}  # nothing kept: nothing written

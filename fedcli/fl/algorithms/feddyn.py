@@ -77,6 +77,8 @@ class FedDynStep(SGDStep):
 class FedDynServer(AverageServer):
     """h <- h - alpha (|P_t| / m) (mean_i theta_i - theta^{t-1});  theta^t = mean_i theta_i - h / alpha."""
 
+    keeps = ("h",)  # checkpointed and resumed with the run
+
     def __init__(self, params):
         super().__init__(params)
         self.alpha = float(self.params.feddyn_alpha)
@@ -92,9 +94,3 @@ class FedDynServer(AverageServer):
         h = h - (self.alpha * self.share) * (average - previous)
         self.h[name] = h
         return average - h / self.alpha
-
-    def state_dict(self) -> dict:
-        return {"h": {n: t.detach().cpu() for n, t in self.h.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.h = {n: t.clone() for n, t in state.get("h", {}).items()}
