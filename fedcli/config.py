@@ -85,7 +85,7 @@ class GeneralConfig:
     lr_decay_factor: float = opt(0.1, "Step decay factor.", lo=0.0, lo_open=True, group="optimizer")
     lr_decay_unit: str = opt("iteration", "Unit of --lr-decay-at.", choices=["iteration", "round"], group="optimizer")
     server_lr: float = opt(1.0, "Server learning rate eta on the averaged update (fedcom, scaffold: u <- u + eta * mean update, 1 is the plain average; fedadam: Adam step size on it, its default 10^-2.5).", lo=0.0, lo_open=True, group="optimizer")
-    # personalized FL (each method's own options are in its file: fedcli/fl/ala.py, fedcli/fl/algorithms/)
+    # personalized FL (each method's own options are in its file: fedcli/specs/<method>.py)
     init: str = opt("", "Override the method's local initialization: overwrite | ala (ALA on any method; it is then evaluated on each client's local model, personal_acc).", group="personalized")
     # run
     seed: int = opt(0, "Seed; all randomness is keyed by (seed, round, client).", lo=0, group="run")

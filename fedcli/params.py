@@ -152,6 +152,15 @@ def bind(part, source):
     return cls(**{n: getattr(source, n) for n in names})
 
 
+def recorded(part, config: dict):
+    """``part``'s params (a part class or spec), typed, read from a run's recorded config (the manifest's ``config``,
+    name -> value): what the report reads of a run's method options, through the same declarations the part was built
+    with. An option the run did not record (a run older than the option) takes its declared default."""
+    cls = params_class(part)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    return cls(**{n: config.get(n, defaults.get(n)) for n in declared(part)})
+
+
 def group_rank(f) -> int:
     """Position of a field's help panel (``GROUPS`` order; other groups after them)."""
     g = f.metadata.get("group")

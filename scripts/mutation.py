@@ -30,9 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAMA_TESTS = ["tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
               "tests/algorithms/test_lama_accelerate.py", "tests/test_golden.py"]
+ADAPTIVE_TESTS = ["tests/algorithms/test_adaptive.py", "tests/algorithms/test_adaptive_reference.py"]
 # name: (module, functions to mutate (empty: all), tests that check them)
 TARGETS = {
     "schedules": ("fedcli/fl/schedules.py", [], LAMA_TESTS),
+    # FedLAMA's schedules, until 2026-11 part of schedules.py
+    "fedlama": ("fedcli/fl/algorithms/fedlama.py", [], LAMA_TESTS),
     # FedLAMA's Eqs. 2-4 and Algorithm 1 (torch-free, for the report), until 2026-11 part of schedules.py
     "layerwise": ("fedcli/fl/layerwise.py", [], LAMA_TESTS),
     # the golden runs record the lr of every evaluation (constant in the older records)
@@ -40,9 +43,12 @@ TARGETS = {
     "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/comm/test_ledger_handworked.py",
                                             "tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
                                             "tests/algorithms/test_scaffold.py", "tests/algorithms/test_fedpaq.py"]),
-    "ala": ("fedcli/fl/ala.py", [], ["tests/algorithms/test_fedala.py"]),
-    "adaptive": ("fedcli/fl/adaptive.py", [], ["tests/algorithms/test_adaptive.py",
-                                               "tests/algorithms/test_adaptive_reference.py"]),
+    "ala": ("fedcli/fl/algorithms/fedala.py", [], ["tests/algorithms/test_fedala.py"]),
+    # the adaptive methods: their shared helpers and each method's file (until 2026-11 all in fedcli/fl/adaptive.py)
+    **{name: (path, [], ADAPTIVE_TESTS) for name, path in (
+        ("adaptive", "fedcli/fl/adaptive.py"), ("fedlamb", "fedcli/fl/algorithms/fedlamb.py"),
+        ("mimelamb", "fedcli/fl/algorithms/mimelamb.py"), ("mime", "fedcli/fl/algorithms/mime.py"),
+        ("fedadam", "fedcli/fl/algorithms/fedadam.py"))},
     "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms/test_fednova.py", "tests/algorithms/test_fedcom.py",
                                                    "tests/algorithms/test_fedprox.py"]),
 }

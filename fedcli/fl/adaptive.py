@@ -1,11 +1,15 @@
-"""Adaptive local steps and server updates: Fed-LAMB and Mime-LAMB (Karimi, Li, Li: "Fed-LAMB: Layer-wise
-and Dimension-wise Locally Adaptive Federated Learning", Algorithm 1) and their baselines Fed-AMS, Mime and
-Adp-Fed.
+"""What the adaptive optimizers share: Fed-LAMB and Mime-LAMB (Karimi, Li, Li: "Fed-LAMB: Layer-wise and
+Dimension-wise Locally Adaptive Federated Learning", Algorithm 1), Fed-AMS, Mime, and the server Adam of Adp-Fed /
+FedAdam, FedYogi and FedAdagrad. Each method's parts are in its own file, ``fedcli/fl/algorithms/<method>.py``
+(``fedlamb``: the local step ``lamb``; ``fedams``: ``ams``; ``mimelamb``: ``vhat-fullgrad``; ``mime``: its step
+and server; ``fedadam``: ``adam``); this module holds what they build on:
+the adaptive step's divisor (``--vhat-eps``), v_hat_0, the skip synchronization, per-client state, the cohort's
+full-batch gradients, and the base of the servers that share a second moment v_hat with the clients
+(:class:`VhatServer`), the adaptive local step they share (:class:`AdaptiveStep`, client side, on the stacked cohort,
+``[K, *shape]`` per parameter tensor) and the server of Fed-LAMB and Fed-AMS (``vhat-max``):
 
-Local steps (client side, on the stacked cohort, ``[K, *shape]`` per parameter tensor):
-
-``lamb``  Algorithm 1, lines 6-13. Per client i in round r and parameter tensor (layer) l, with the server's
-          v_hat_{r-1} held fixed for the whole round::
+``lamb``  (Fed-LAMB's step, ``fedcli.fl.algorithms.fedlamb``) Algorithm 1, lines 6-13. Per client i in round
+          r and parameter tensor (layer) l, with the server's v_hat_{r-1} held fixed for the whole round::
 
               start:  p = global model, m = the client's m from its last round (0 at first), v = v_hat_{r-1}
               m <- b1 m + (1 - b1) g          v <- b2 v + (1 - b2) g^2        (no bias correction)
@@ -22,43 +26,13 @@ Local steps (client side, on the stacked cohort, ``[K, *shape]`` per parameter t
           psi = m / (sqrt(v_hat) + eps), the authors' prototype code), ``--local-v keep`` (v is the client's
           own, carried across rounds, as the prototype code), ``--vhat-start local`` (before the first
           synchronization a client divides by its own running v).
-``ams``   the same step without the trust ratio, p <- p - lr * u: local AMSGrad with a server-shared v_hat,
-          Fed-AMS (Chen, Li, Li, FODS 2020). ``--algo fedlamb --trust-ratio off`` is exactly ``fedams`` (same lr).
-``mime``  Mime with AMSGrad (Karimireddy et al. 2020, "Mime: Mimicking centralized stochastic algorithms in
-          FL", Algorithm 1, the full Mime variant, not MimeLite): each local step applies the base optimizer's
-          update U(g~; s) with the server's state s = (m_s, v_s, v_hat_s) frozen for the round (U computes
-          the step a centralized AMSGrad would take with g~ as its next gradient and does not write s back)::
 
-              g~ = g_i(y; batch) - g_i(x; same batch) + c      x: the round's global model,
-                                                               c: cohort mean of the full-batch gradients at x
-              m' = b1 m_s + (1 - b1) g~,  v' = b2 v_s + (1 - b2) g~^2,  v_hat' = max(v_hat_s, v')
-              y <- y - lr * (m' / sqrt(v_hat') + lambda y)      (--vhat-eps outside: sqrt(v_hat') + eps)
-
-          Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
-          Because v' includes g~^2, |m' / sqrt(v_hat')| stays bounded as in centralized AMSGrad (the g~ part
-          by (1 - b1) / sqrt(1 - b2)) even where c, and so v_hat_s, is 0: inputs that are 0 in all of the
-          cohort's data, ReLUs dead on it at x (15% of the first layer of the default MLP on digits).
-          The clients keep no state across rounds. g_i(x; batch) is a second gradient evaluation on the
-          same mini-batch (its dropout masks are drawn independently).
+``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v),
+                   v_hat = v_hat_0 (eps; 0 with ``--vhat-eps outside``) before the first time.
 
 Until v_hat has been synchronized once (round 0, or the first Z-1 rounds with ``--vhat-every Z``), lamb and ams
 divide by the server's v_hat_0 (``--vhat-start eps``, default: sqrt(eps), or eps with ``--vhat-eps outside``);
 ``--vhat-start local`` lets a client divide by its own running v instead.
-
-Server parts (all average the models as FedAvg does, then):
-
-``vhat-max``       Fed-LAMB / Fed-AMS (Algorithm 1, line 20): v_hat <- max(v_hat, mean of the cohort's v),
-                   v_hat = v_hat_0 (eps; 0 with ``--vhat-eps outside``) before the first time.
-``vhat-fullgrad``  Mime-LAMB (lines 17, 21-23): each cohort client computes its full-batch gradient at the
-                   global model at the round's start; v <- b2 v + (1 - b2) mean^2 (v = 0 at first),
-                   v_hat <- max(v_hat, v) (v_hat = v_hat_0 before the first time).
-``mime``           Mime: c (the cohort's mean full-batch gradient at x) every round, for the clients'
-                   correction; at the round's end the server's AMSGrad state is updated with c, V(c, s):
-                   m_s <- b1 m_s + (1 - b1) c, v_s <- b2 v_s + (1 - b2) c^2, v_hat_s <- max(v_hat_s, v_s).
-``adam``           Adp-Fed / FedAdam (Reddi et al., ICLR 2021, Algorithm 2): with Delta = average - x,
-                   m <- b1 m + (1 - b1) Delta, v <- b2 v + (1 - b2) Delta^2, x <- x + eta m / (sqrt(v) + tau)
-                   (``--server-lr`` eta, ``--server-eps`` tau; no bias correction). ``yogi`` and ``adagrad``
-                   (FedYogi, FedAdagrad: ``fedcli.fl.algorithms``) change only v's update (``second_moment``).
 
 Skip synchronization (``--vhat-every Z``): v_hat (Mime: the server state) is updated and sent only at the end
 of rounds r with (r + 1) % Z == 0 (0-based), so Z = 1 is every round. Cohort means are weighted by the
@@ -73,19 +47,20 @@ the paper, v_hat is counted as sent to the synchronizing cohort only.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort, Stream, register_purpose
-from fedcli.fl.parts import AverageServer, LocalStep, expand, implements, register_local_step, register_server
-from fedcli.fl.store import share
-from fedcli.specs.adaptive import VHAT
+from fedcli.fl.parts import AverageServer, LocalStep, expand
+from fedcli.fl.clientstate import ClientState
 
 # full-batch gradients (Mime, Mime-LAMB): the whole split in order; a used-up client's dummy batch weighs 1 (its
 # gradient is then scaled by 0; an all-zero mask would make the masked mean 0 / 0)
 FULL_BATCH = register_purpose("mime-full", Stream(shuffled=False, spent=1.0))
+
+
+# each client's m (and with --local-v keep its v) across rounds; "/" keeps the older runs' keys (resumable)
+M, V = ClientState("adaptive.m", sep="/"), ClientState("adaptive.v", sep="/")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -134,13 +109,6 @@ def sync_due(cfg, round_idx: int) -> bool:
     return (round_idx + 1) % cfg.vhat_every == 0
 
 
-def gather_state(view, name: str, cohort, like: torch.Tensor) -> torch.Tensor:
-    """Stacked per-client state ``name`` from the client store (zeros for a client that has none yet)."""
-    if not cohort.clients:
-        return like.new_zeros((0, *like.shape))
-    return view.store.gather(name, cohort.clients, lambda c: torch.zeros(like.shape, dtype=like.dtype), like.device)
-
-
 @torch.no_grad()
 def cohort_mean(view, cohort, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """sum_i p_i x_i over the whole cohort (added in cohort order across processes), per tensor."""
@@ -170,35 +138,27 @@ def full_batch_grads(view, cohort) -> dict[str, torch.Tensor]:
     return acc
 
 
-def store_state(view, cohort, tables: dict[str, torch.Tensor]) -> None:
-    """Keep stacked per-client tensors (table name -> [K, ...]) in the client store across rounds.
-
-    A client skipped this round (``--on-diverge skip-client``) keeps its previous state. Under MPI with
-    partial participation a client may train on another process next time, so every process gets every
-    update (one allgather per round); with one process, or everyone in every cohort, the own store suffices.
-    """
-    share(view, cohort.clients, tables, cohort.skipped)
-
-
 def count_transfer(view, up: int, down: int) -> None:
     """Every cohort client uploads ``up`` and downloads ``down`` full-precision tensors per layer."""
     view.ledger.record_copies(view.active * (up + down))
 
 
-def _to(state: dict | None, device) -> dict | None:
+def to_device(state: dict | None, device) -> dict | None:
+    """A server's state (name -> tensor, or None) on ``device``."""
     return None if state is None else {n: t.to(device) for n, t in state.items()}
 
 
-def _cpu(state: dict | None) -> dict | None:
+def to_cpu(state: dict | None) -> dict | None:
+    """A detached CPU copy of a server's state (name -> tensor, or None), for ``state_dict``."""
     return None if state is None else {n: t.detach().cpu().clone() for n, t in state.items()}
 
 
-# ---------------------------------------------------------------------------- local steps
-@register_local_step("lamb")
-class LambStep(LocalStep):
-    """Fed-LAMB / Mime-LAMB local step (Algorithm 1, lines 6-13; see the module docstring)."""
+# ---------------------------------------------------------------------------- the adaptive local step
+class AdaptiveStep(LocalStep):
+    """The adaptive local step of Fed-LAMB, Mime-LAMB and Fed-AMS (Algorithm 1, lines 6-13; see the module
+    docstring): local AMSGrad with the server's v_hat, LAMB's trust ratio if ``trust_default`` or ``--trust-ratio on``."""
 
-    trust_default = True
+    trust_default = False  # the trust ratio under --trust-ratio auto (Fed-LAMB's step: on)
 
     def __init__(self, params):
         super().__init__(params)
@@ -215,13 +175,11 @@ class LambStep(LocalStep):
                 for n, p in view.global_params.items()}
         local = synced is None and self.params.vhat_start == "local"
         self.denom = None if local else {n: denominator(self.params, v) for n, v in vhat.items()}  # fixed for the round
-        m, v = {}, {}
-        for n, p in view.global_params.items():
-            m[n] = gather_state(view, f"adaptive.m/{n}", cohort, p)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
-            if self.params.local_v == "keep":
-                v[n] = gather_state(view, f"adaptive.v/{n}", cohort, p)
-            else:
-                v[n] = vhat[n].expand_as(m[n]).clone()  # v_{r,i}^0 = v_hat_{r-1} (line 6)
+        m = M.load(view, cohort)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
+        if self.params.local_v == "keep":
+            v = V.load(view, cohort)
+        else:
+            v = {n: vhat[n].expand_as(m[n]).clone() for n in m}  # v_{r,i}^0 = v_hat_{r-1} (line 6)
         cohort.opt_state = {"m": m, "v": v}  # this round's optimizer state (the divergence guard scrubs it too)
 
     def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor]:
@@ -231,10 +189,9 @@ class LambStep(LocalStep):
         return cohort.opt_state["v"]
 
     def end_round(self, view, cohort) -> None:
-        tables = {f"adaptive.m/{n}": t for n, t in cohort.opt_state["m"].items()}
+        M.save(view, cohort, cohort.opt_state["m"])  # a skipped client keeps its own; collective under MPI
         if self.params.local_v == "keep":
-            tables.update({f"adaptive.v/{n}": t for n, t in cohort.opt_state["v"].items()})
-        store_state(view, cohort, tables)
+            V.save(view, cohort, cohort.opt_state["v"])
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The gradient the optimizer follows: the loss gradient plus method-specific terms."""
@@ -265,54 +222,8 @@ class LambStep(LocalStep):
             p.sub_(u, alpha=lr)
 
 
-@register_local_step("ams")
-class AMSStep(LambStep):
-    """Fed-AMS local step: local AMSGrad with the server's v_hat, no trust ratio (p <- p - lr (r + lambda p))."""
-
-    trust_default = False
-
-
-@register_local_step("mime")
-class MimeStep(LocalStep):
-    """Mime with AMSGrad: the base optimizer's update U(g~; s) with the server's state s = (m, v, v_hat) frozen.
-
-    U is the step a centralized AMSGrad would take with g~ as its next gradient, without writing the state
-    back: m' = b1 m + (1 - b1) g~, v' = b2 v + (1 - b2) g~^2, v_hat' = max(v_hat, v'),
-    y <- y - lr (m' / sqrt(v_hat') + lambda y) (``--vhat-eps outside``: sqrt(v_hat') + eps).
-    Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
-    """
-
-    def __init__(self, params):
-        super().__init__(params)
-        p = self.params
-        check_eps(p)
-        self.b1, self.b2, self.wd = p.beta1, p.beta2, p.weight_decay
-
-    def begin_round(self, view, cohort) -> None:
-        self.view = view  # the server's state is read at each step (its begin_round, after this one, computes c)
-        self.anchor = Cohort.from_global(cohort.clients, cohort.weights, view.global_params, view.global_buffers)
-
-    def step(self, cohort, grads: dict[str, torch.Tensor], lr: float, active: torch.Tensor | None = None) -> None:
-        x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask  # this step's mini-batches
-        at_anchor, _ = self.view.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
-        with torch.no_grad():
-            srv, b1, b2, v0 = self.view.offered("mime", cohort), self.b1, self.b2, vhat_zero(self.params)
-            for n, p in cohort.params.items():
-                g = grads[n] - at_anchor[n].detach() + srv.control[n]  # g~ = g_i(y) - g_i(x) + c
-                m = (1 - b1) * g if srv.m is None else b1 * srv.m[n] + (1 - b1) * g
-                v = (1 - b2) * g * g if srv.v is None else b2 * srv.v[n] + (1 - b2) * g * g
-                vhat = v.clamp(min=v0) if srv.vhat is None else torch.maximum(srv.vhat[n], v)
-                u = m / denominator(self.params, vhat)
-                if self.wd:
-                    u = u + self.wd * p
-                if active is not None:
-                    u = u * expand(active, u)
-                p.sub_(u, alpha=lr)
-
-
 # ---------------------------------------------------------------------------- servers
-@implements(VHAT)
-class _VhatServer(AverageServer):
+class VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
     def __init__(self, params):
@@ -327,7 +238,7 @@ class _VhatServer(AverageServer):
         return self.vhat
 
     def begin_round(self, view, cohort) -> None:
-        self.vhat = _to(self.vhat, view.device)
+        self.vhat = to_device(self.vhat, view.device)
 
     def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
         """v_hat <- max(v_hat, candidate), v_hat = v_hat_0 (eps, or 0 with --vhat-eps outside) before the first time."""
@@ -337,14 +248,13 @@ class _VhatServer(AverageServer):
             self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
 
     def state_dict(self) -> dict:
-        return {"vhat": _cpu(self.vhat)}
+        return {"vhat": to_cpu(self.vhat)}
 
     def load_state_dict(self, state: dict) -> None:
         self.vhat = state.get("vhat")
 
 
-@register_server("vhat-max")
-class VhatMaxServer(_VhatServer):
+class VhatMaxServer(VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
 
     def end_round(self, view, cohort) -> None:
@@ -352,125 +262,3 @@ class VhatMaxServer(_VhatServer):
             return
         self.raise_vhat(cohort_mean(view, cohort, view.offered("v", cohort)))
         count_transfer(view, up=1, down=1)  # v up, v_hat down
-
-
-@register_server("vhat-fullgrad")
-class VhatFullGradServer(_VhatServer):
-    """Mime-LAMB: full-batch gradients at the global model, then AMSGrad's v and max (Alg. 1, lines 17, 21-23)."""
-
-    def __init__(self, params):
-        super().__init__(params)
-        self.v: dict[str, torch.Tensor] | None = None
-        self.grad: dict[str, torch.Tensor] | None = None
-
-    def begin_round(self, view, cohort) -> None:
-        super().begin_round(view, cohort)
-        self.v = _to(self.v, view.device)
-        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.params, cohort.round_idx) else None
-
-    def end_round(self, view, cohort) -> None:
-        if self.grad is None:
-            return
-        b2 = self.params.beta2
-        sq = {n: g * g for n, g in self.grad.items()}
-        self.v = {n: (1 - b2) * s for n, s in sq.items()} if self.v is None else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
-        self.raise_vhat(self.v)
-        self.grad = None
-        count_transfer(view, up=1, down=1)  # full-batch gradient up, v_hat down
-
-    def state_dict(self) -> dict:
-        return {"vhat": _cpu(self.vhat), "v": _cpu(self.v)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.vhat, self.v = state.get("vhat"), state.get("v")
-
-
-class MimeState(NamedTuple):
-    """What the Mime server offers its clients ("mime"): c, and the AMSGrad state s = (m, v, v_hat) (None at first)."""
-
-    control: dict
-    m: dict | None
-    v: dict | None
-    vhat: dict | None
-
-
-@register_server("mime")
-class MimeServer(AverageServer):
-    """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
-
-    def __init__(self, params):
-        super().__init__(params)
-        self.m = self.v = self.vhat = None
-        self.control: dict[str, torch.Tensor] | None = None
-
-    def offer(self, capability: str, view, cohort) -> "MimeState":
-        """"mime": the control variate c of this round and the AMSGrad state (m, v, v_hat) the clients follow."""
-        if capability != "mime":
-            return super().offer(capability, view, cohort)
-        return MimeState(self.control, self.m, self.v, self.vhat)
-
-    def begin_round(self, view, cohort) -> None:
-        self.m, self.v, self.vhat = _to(self.m, view.device), _to(self.v, view.device), _to(self.vhat, view.device)
-        self.control = cohort_mean(view, cohort, full_batch_grads(view, cohort))
-        count_transfer(view, up=1, down=1)  # full-batch gradient up, c down
-
-    def end_round(self, view, cohort) -> None:
-        if not sync_due(self.params, cohort.round_idx):
-            return
-        b1, b2, c = self.params.beta1, self.params.beta2, self.control
-        if self.m is None:  # from AMSGrad's initial state m = v = 0, v_hat = v_hat_0
-            self.m = {n: (1 - b1) * g for n, g in c.items()}
-            self.v = {n: (1 - b2) * g * g for n, g in c.items()}
-            self.vhat = {n: t.clamp(min=vhat_zero(self.params)) for n, t in self.v.items()}
-        else:
-            self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
-            self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}
-            self.vhat = {n: torch.maximum(self.vhat[n], self.v[n]) for n in c}
-        count_transfer(view, up=0, down=2)  # m_s and v_hat down
-
-    def state_dict(self) -> dict:
-        return {"m": _cpu(self.m), "v": _cpu(self.v), "vhat": _cpu(self.vhat)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.m, self.v, self.vhat = state.get("m"), state.get("v"), state.get("vhat")
-
-
-@register_server("adam")
-class AdamServer(AverageServer):
-    """Adp-Fed (FedAdam, Reddi et al. 2021, Algorithm 2): server Adam on the averaged update, per layer.
-
-    FedAdagrad and FedYogi (``fedcli.fl.algorithms.fedadagrad``, ``fedyogi``) are the same server with another
-    second-moment rule: they override :meth:`second_moment` only.
-    """
-
-    def __init__(self, params):
-        super().__init__(params)
-        self.m: dict[str, torch.Tensor] = {}
-        self.v: dict[str, torch.Tensor] = {}
-
-    def second_moment(self, v: torch.Tensor | None, delta: torch.Tensor) -> torch.Tensor:
-        """v_t from v_{t-1} (None in the first round) and this round's Delta_t. FedAdam (Algorithm 2):
-        v_t = b2 v_{t-1} + (1 - b2) Delta_t^2, from v_{-1} = 0 (fedcli's FedAdam before this hook; its golden record)."""
-        b2 = self.params.beta2
-        return (1 - b2) * delta * delta if v is None else b2 * v + (1 - b2) * delta * delta
-
-    def v_start(self, delta: torch.Tensor) -> torch.Tensor:
-        """v_{-1} = tau^2, the least Algorithm 2 allows ("v_{-1} >= tau^2"), for the rules that start from it."""
-        return torch.full_like(delta, self.params.server_eps ** 2)
-
-    @torch.no_grad()
-    def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
-        b1 = self.params.beta1
-        delta = average - previous
-        m = self.m.get(name)
-        v = self.v.get(name)
-        m = (1 - b1) * delta if m is None else b1 * m.to(delta.device) + (1 - b1) * delta
-        v = self.second_moment(None if v is None else v.to(delta.device), delta)
-        self.m[name], self.v[name] = m, v
-        return previous + self.params.server_lr * m / (v.sqrt() + self.params.server_eps)
-
-    def state_dict(self) -> dict:
-        return {"m": _cpu(self.m), "v": _cpu(self.v)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.m, self.v = dict(state.get("m") or {}), dict(state.get("v") or {})

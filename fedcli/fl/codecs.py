@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from fedcli.fl.parts import Codec, register_codec
+from fedcli.fl.parts import Codec
 
 
 def quant_bits(levels: int, numel: int) -> float:
@@ -58,7 +58,6 @@ def uniform_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.rand(t.shape, generator=dev_gen, dtype=t.dtype, device=t.device)
 
 
-@register_codec("qsgd")
 class QSGDCodec(Codec):
     """Stochastic uniform quantization of each client's layer update with s = ``--quant-levels``."""
 

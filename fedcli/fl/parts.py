@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import torch
 
-import functools
 from collections.abc import Mapping
 
 from fedcli import specs
@@ -45,39 +44,6 @@ class Classes(Mapping):
 LOCAL_STEPS, CODECS, INITS, SERVERS = (Classes(f) for f in ("local_step", "codec", "init", "server"))
 
 
-def implements(family, name: str = "", **declarations):
-    """Class decorator: the class implements the part ``name`` of ``family`` that ``fedcli.specs`` declares (or the
-    anonymous base spec ``family``, when a PartSpec is given) and takes its declarations (``spec``, ``name``,
-    ``requires``, ``provides``, ``full_participation``, ``wraps_base``). With ``declarations`` (``Params=``, ``uses=``,
-    ...) and no spec of that name, it declares the part itself: a method of your own in one file. The spec must name
-    this class as its ``impl`` and extend the spec of the nearest base class that has one."""
-
-    def deco(cls):
-        impl = f"{cls.__module__}:{cls.__qualname__}"
-        base = next((vars(k)["spec"] for k in cls.__mro__[1:] if vars(k).get("spec") is not None), None)
-        if isinstance(family, specs.PartSpec):
-            spec = family
-        elif name in specs.PARTS[family]:
-            spec = specs.PARTS[family][name]
-            if declarations:
-                raise TypeError(f"{impl}: {family} {name!r} is declared in its spec already; declare it once")
-        else:
-            spec = specs.part(family, name, impl, base=base, **declarations)
-        if spec.impl != impl:
-            raise TypeError(f"{impl}: the spec of {spec.family} {spec.name!r} names {spec.impl} as its class")
-        if spec.base is not base:
-            raise TypeError(f"{impl}: its spec extends {spec.base.impl if spec.base else 'nothing'}, the class "
-                            f"{base.impl if base else 'no part with a spec'}")
-        cls.spec = spec
-        if spec.name:
-            cls.name = spec.name
-        for attr in specs.DECLARATIONS:
-            setattr(cls, attr, spec.declaration(attr))
-        return cls
-
-    return deco
-
-
 def run_parts(algo: str, schedule: str = "", init: str = "") -> dict[str, type]:
     """The part classes of a run (``fedcli.specs.run_specs``: ``--schedule`` / ``--init`` overriding the method's own)."""
     return {kind: spec.load() for kind, spec in specs.run_specs(algo, schedule, init).items()}
@@ -104,7 +70,7 @@ class Part:
     # why SGD momentum cannot outlive a round with this part (its round-end logic assumes a fresh buffer:
     # SCAFFOLD's control variates, FedNova's normalization); None: it can
     fresh_momentum_needed: str | None = None
-    # declared in the part's spec (``fedcli.specs.PartSpec``) and copied here by ``@implements``: the part needs
+    # declared in the part's spec (``fedcli.specs.PartSpec``) and copied here when the class is defined: the part needs
     # every client in every round (cross-silo: APPLE's and FedAMP's per-client downloads; the config refuses
     # --active-ratio below 1 for it), and what it offers the run's other parts ("vhat": the server shares a second
     # moment v_hat) and needs of them: family -> capability ({"server": "vhat"}). Checked once, with the config
@@ -117,10 +83,31 @@ class Part:
     # Read from the class itself, not inherited: a subclass that adds round logic says so again
     separable: bool = False
 
-    # the part's spec (``fedcli.specs.PartSpec``, set by ``@implements``): the options it reads (its ``Params``
-    # and the general fields it ``uses``, with those of the spec it extends) and the declarations above. The part is
-    # built with exactly those options (``self.params``, ``fedcli.params.bind``), from a config or from them.
+    # the part's spec (``fedcli.specs.PartSpec``, found when the class is defined: ``__init_subclass__``): the
+    # options it reads (its ``Params`` and the general fields it ``uses``, with those of the spec it extends) and the
+    # declarations above. The part is built with exactly those options (``self.params``, ``fedcli.params.bind``),
+    # from a config or from them.
     spec: specs.PartSpec | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        """Bind the class to the spec that names it (``fedcli.specs.spec_of``), if one does: the spec is the only
+        registration of the part. The class must extend the class of the spec's ``base`` (the nearest ancestor
+        bound to a spec is bound to that one), checked here, once; it gets the spec's name and declarations. A
+        class no spec names (a helper base, a test's subclass) stays its nearest bound ancestor's part."""
+        super().__init_subclass__(**kwargs)
+        impl = f"{cls.__module__}:{cls.__qualname__}"
+        spec = specs.spec_of(impl)
+        if spec is None:
+            return
+        ancestor = next((vars(k)["spec"] for k in cls.__mro__[1:] if vars(k).get("spec") is not None), None)
+        if spec.base is not ancestor:
+            raise TypeError(f"{impl}: its spec extends {spec.base.impl if spec.base else 'nothing'}, the class "
+                            f"{ancestor.impl if ancestor else 'no part with a spec'}")
+        cls.spec = spec
+        if spec.name:
+            cls.name = spec.name
+        for attr in specs.DECLARATIONS:
+            setattr(cls, attr, spec.declaration(attr))
 
     def __init__(self, params):
         self.params = bind(type(self), params)
@@ -171,11 +158,28 @@ class Part:
         ``cohort``: read by a part that requires it through ``view.offered(capability, cohort)``."""
         raise LookupError(f"{type(self).__name__} offers no {capability!r}")
 
+    # the attributes this part keeps across rounds (tensors, dicts of tensors, numbers, None): the default
+    # ``state_dict`` / ``load_state_dict`` checkpoint and resume them (FedDyn's server: ``keeps = ("h",)``)
+    keeps: tuple[str, ...] = ()
+
     def state_dict(self) -> dict:
-        return {}
+        """What a checkpoint keeps of the part: by default its ``keeps`` attributes, detached copies on the CPU."""
+        return {a: _copied(getattr(self, a), lambda t: t.detach().cpu()) for a in self.keeps}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Resume what :meth:`state_dict` kept (an attribute the checkpoint lacks keeps its initial value)."""
+        for a in self.keeps:
+            if a in state:
+                setattr(self, a, _copied(state[a], torch.clone))
+
+
+def _copied(value, copy):
+    """``value`` with ``copy`` applied to each tensor in it (a tensor, or a dict of them)."""
+    if isinstance(value, torch.Tensor):
+        return copy(value)
+    if isinstance(value, dict):
+        return {k: _copied(v, copy) for k, v in value.items()}
+    return value
 
 
 class LocalStep(Part):
@@ -269,11 +273,6 @@ class Server(Part):
         return None
 
 
-# the decorators of each family's parts: ``@register_server("adam")`` is ``@implements("server", "adam")``
-register_local_step, register_codec, register_init, register_server = (
-    functools.partial(implements, f) for f in ("local_step", "codec", "init", "server"))
-
-
 def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A per-client vector [K] shaped to broadcast against a stacked tensor [K, ...]."""
     return v.view(-1, *([1] * (like.dim() - 1))).to(like.dtype) if v.dtype != torch.bool else v.view(-1, *([1] * (like.dim() - 1)))
@@ -304,7 +303,6 @@ def decayed_tensors(layers, on: str) -> set[str] | None:
 MOMENTUM = "sgd.momentum"  # store prefix of persisted momentum buffers (fedcli.fl.slots)
 
 
-@register_local_step("sgd")
 class SGDStep(LocalStep):
     """Mini-batch SGD with heavy-ball momentum and L2 weight decay, as ``torch.optim.SGD``.
 
@@ -331,6 +329,7 @@ class SGDStep(LocalStep):
         self.weight_decay = p.weight_decay
         self.decay_on = p.weight_decay_on
         self.persist = p.momentum_persist if p.momentum else "none"
+        self.kept_momentum = slots.state(MOMENTUM, self.persist)  # zeros for a slot or client without one yet
         self.decayed: set[str] | None = None
 
     def separable_now(self) -> bool:
@@ -355,13 +354,12 @@ class SGDStep(LocalStep):
     def begin_round(self, view, cohort) -> None:
         cohort.opt_state = {}
         if self.persist != "none":
-            bufs = slots.restore(view, cohort, MOMENTUM, view.global_params, self.persist,
-                                 lambda n: torch.zeros_like(view.global_params[n]))
+            bufs = slots.restore(view, cohort, self.kept_momentum, self.persist)
             cohort.opt_state["momentum"] = [bufs[n] for n in cohort.params]
 
     def end_round(self, view, cohort) -> None:
         if self.persist != "none" and "momentum" in cohort.opt_state:
-            slots.keep(view, cohort, MOMENTUM, dict(zip(cohort.params, cohort.opt_state["momentum"])), self.persist)
+            slots.keep(view, cohort, self.kept_momentum, self.persist, dict(zip(cohort.params, cohort.opt_state["momentum"])))
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
         """``lr`` for plain SGD (no momentum, no weight decay, every client active, no subclass changing anything,
@@ -419,7 +417,6 @@ def _chains_end_round(cls) -> bool:
 
 
 # ---------------------------------------------------------------------------- codecs
-@register_codec("identity")
 class IdentityCodec(Codec):
     """Full-precision upload: 32 bits per element, the client's layer as it is."""
 
@@ -434,7 +431,6 @@ class IdentityCodec(Codec):
 
 
 # ---------------------------------------------------------------------------- local initialization
-@register_init("overwrite")
 class OverwriteInit(Init):
     """FedAvg: every client of the cohort starts the round from the global model."""
 
@@ -449,7 +445,6 @@ class OverwriteInit(Init):
 
 
 # ---------------------------------------------------------------------------- server updates
-@register_server("average")
 class AverageServer(Server):
     """The new global layer is the (weighted) cohort average: u_l <- sum_i p_i x_l^i."""
 

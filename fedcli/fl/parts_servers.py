@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.parts import AverageServer, register_server
+from fedcli.fl.parts import AverageServer
 
 
-@register_server("server-lr")
 class ServerLR(AverageServer):
     """u <- u + eta * (sum_i p_i x_i - u) = u + eta * (weighted mean client update), eta = ``--server-lr``.
 

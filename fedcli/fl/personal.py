@@ -40,6 +40,7 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -51,31 +52,32 @@ from fedcli.errors import ConfigError
 from fedcli.fl.budget import epoch_steps
 from fedcli.fl.cohort import Cohort, sample_cohort
 from fedcli.fl.parts import Part, expand
-from fedcli.fl.store import share
+from fedcli.fl.clientstate import BUFFERS, GLOBAL, PARAMS, ClientState
 
 LOCAL = "local"  # store prefix of the captured local models
 INITIALIZED = "init"  # store prefix of the models as initialized (--personal-eval after-init)
 
 
 # ---------------------------------------------------------------------------- per-client state
+@functools.cache
+def model_state(prefix: str) -> tuple[ClientState, ClientState]:
+    """The per-client state of a whole model stored under ``prefix``: its parameters and its buffers, each client's
+    starting as the global model."""
+    return (ClientState(f"{prefix}.p", PARAMS, default=GLOBAL), ClientState(f"{prefix}.b", BUFFERS, default=GLOBAL))
+
+
 def load_models(view, clients: list[int], prefix: str = LOCAL, device=None) -> tuple[dict, dict]:
     """Stacked ``(params, buffers)`` of the clients' models stored under ``prefix``; a client without one
     gets the current global model."""
     device = device if device is not None else view.device
-    params, buffers = {}, {}
-    for n, g in view.global_params.items():
-        params[n] = (view.store.gather(f"{prefix}.p:{n}", clients, lambda _c, g=g: g, device) if clients
-                     else g.new_zeros((0, *g.shape)))
-    for n, b in view.global_buffers.items():
-        buffers[n] = (view.store.gather(f"{prefix}.b:{n}", clients, lambda _c, b=b: b, device) if clients
-                      else b.new_zeros((0, *b.shape)))
-    return params, buffers
+    return tuple(state.load(view, clients, device) for state in model_state(prefix))
 
 
 def save_models(view, clients: list[int], params: dict, buffers: dict, prefix: str = LOCAL) -> None:
-    tables = {f"{prefix}.p:{n}": t for n, t in params.items()}
-    tables.update({f"{prefix}.b:{n}": t for n, t in buffers.items()})
-    share(view, clients, tables)
+    """Keep the clients' models under ``prefix`` (collective under MPI)."""
+    p, b = model_state(prefix)
+    p.save(view, clients, params)
+    b.save(view, clients, buffers)
 
 
 def all_client_models(view, cohort, buffers: bool = False, prefix: str = LOCAL) -> tuple[dict, dict]:
@@ -109,11 +111,12 @@ def all_client_models(view, cohort, buffers: bool = False, prefix: str = LOCAL) 
 
 def client_model(view, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
     """One client's stored model (unstacked, on the device); the global model if it has none."""
-    def get(table: str, default: torch.Tensor) -> torch.Tensor:
-        t = view.store.get(table, client)
+    def get(state: ClientState, name: str, default: torch.Tensor) -> torch.Tensor:
+        t = state.get(view, client, name)
         return default if t is None else t.to(default.device)
-    return ({n: get(f"{prefix}.p:{n}", g) for n, g in view.global_params.items()},
-            {n: get(f"{prefix}.b:{n}", b) for n, b in view.global_buffers.items()})
+    p, b = model_state(prefix)
+    return ({n: get(p, n, g) for n, g in view.global_params.items()},
+            {n: get(b, n, t) for n, t in view.global_buffers.items()})
 
 
 # ---------------------------------------------------------------------------- local training helper

@@ -12,8 +12,8 @@ fedcli's faithful equivalent: a slot is a position in a random permutation of th
 (seed, round), so the client-to-slot map is uniformly random each round as in the author's ordered draw (the
 cohort list itself is sorted by client id). Slot state is stored under the slot index, and with ``client``
 under the client id instead (each client keeps its own buffers: what a deployment with stateful clients
-would do; not the author code). The state is kept in ``view.store`` (``fedcli.fl.store``); under MPI every process can read every key
-(``share``), so results do not depend on the number of processes.
+would do; not the author code). The state is a ``fedcli.fl.clientstate.ClientState`` keyed by slot or client;
+under MPI every process can read every key, so results do not depend on the number of processes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from fedcli.fl.rng import np_gen
-from fedcli.fl.store import share
+from fedcli.fl.clientstate import BUFFERS, GLOBAL, PARAMS, ClientState
 
 
 def slot_of(seed: int, round_idx: int, cohort_ids: list[int]) -> dict[int, int]:
@@ -41,38 +41,32 @@ def keys(view, cohort, by: str) -> list[int]:
     return [where[c] for c in cohort.clients]
 
 
-def restore(view, cohort, prefix: str, like: dict[str, torch.Tensor], by: str, fresh) -> dict[str, torch.Tensor]:
-    """Stacked state ``[K, *shape]`` per name of ``like`` for this process's cohort; a key without stored state
-    gets ``fresh(name)`` (an unstacked tensor of that name's shape)."""
-    ks = keys(view, cohort, by)
-    out = {}
-    for n, t in like.items():
-        if ks:
-            out[n] = view.store.gather(f"{prefix}.{by}:{n}", ks, lambda _k, n=n: fresh(n), t.device)
-        else:
-            out[n] = t.new_zeros((0, *t.shape))
-    return out
+def state(prefix: str, by: str, shape: str = PARAMS, default=0.0) -> ClientState:
+    """The state ``prefix`` kept by slot (``by="slot"``) or by client (``"client"``): one row per model tensor
+    (``shape``: ``PARAMS`` or ``BUFFERS``), ``default`` for a key without one. Every process can read every key."""
+    return ClientState(f"{prefix}.{by}", shape, default, everywhere=True)
 
 
-def keep(view, cohort, prefix: str, stacked: dict[str, torch.Tensor], by: str) -> None:
-    """Store stacked state ``[K, *shape]`` per name for this process's cohort. Collective under MPI: every
+def restore(view, cohort, kept: ClientState, by: str) -> dict[str, torch.Tensor]:
+    """Stacked state ``[K, *shape]`` per model tensor for this process's cohort (the keys of ``by``)."""
+    return kept.load(view, keys(view, cohort, by))
+
+
+def keep(view, cohort, kept: ClientState, by: str, stacked: dict[str, torch.Tensor]) -> None:
+    """Store stacked state ``[K, *shape]`` per model tensor for this process's cohort. Collective under MPI: every
     process calls it at the same point, and every process can then read every key (``fedcli.fl.store.share``)."""
-    share(view, keys(view, cohort, by), {f"{prefix}.{by}:{n}": t for n, t in stacked.items()}, everywhere=True)
-
-
-def stored(view, prefix: str, by: str, key: int, name: str) -> torch.Tensor | None:
-    """One key's stored tensor (or None)."""
-    return view.store.get(f"{prefix}.{by}:{name}", key)
+    kept.save(view, keys(view, cohort, by), stacked, skipped=())
 
 
 # ---------------------------------------------------------------------------- BatchNorm statistics per slot
-BUFFERS = "bn"
+#: each slot's BatchNorm statistics, the initial ones for a slot without any yet
+BN = state("bn", "slot", BUFFERS, GLOBAL)
 
 
 def restore_buffers(view, cohort) -> None:
     """``--bn-buffers never``: each cohort client starts the round with its slot's running statistics (the
     initial ones for a slot that has none yet), as the author code's worker s keeps its model object's."""
-    bufs = restore(view, cohort, BUFFERS, view.global_buffers, "slot", lambda n: view.global_buffers[n])
+    bufs = restore(view, cohort, BN, "slot")
     for n, b in bufs.items():
         cohort.buffers[n].copy_(b)
 
@@ -80,8 +74,8 @@ def restore_buffers(view, cohort) -> None:
 def keep_buffers(view, cohort) -> None:
     """``--bn-buffers never``: store each slot's statistics after the round; the global model (evaluated and
     checkpointed) takes slot 0's, as the author code evaluates worker 0's model object."""
-    keep(view, cohort, BUFFERS, cohort.buffers, "slot")
+    keep(view, cohort, BN, "slot", cohort.buffers)
     for n, b in view.global_buffers.items():
-        t = stored(view, BUFFERS, "slot", 0, n)
+        t = BN.get(view, 0, n)
         if t is not None:
             b.copy_(t.to(b.device))

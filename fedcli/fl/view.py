@@ -44,7 +44,7 @@ DATA = (
     "full_participation",  # every client is in every round's cohort
 )
 SERVICES = (
-    "store",               # the client store: per-client state across rounds (fedcli.fl.store; write with store.share)
+    "store",               # the client store: per-client state across rounds (through fedcli.fl.clientstate.ClientState)
     "comm",                # the communicator, for the collective exchanges of per-client state (allgather, ...)
     "ledger",              # the communication ledger: record_copies for what a part sends beyond the model layers
     "trainer",             # the stacked trainer: grads(cohort, x, y, mask, ...) and eval_input

@@ -308,9 +308,10 @@ def _given_long(run, rnd: int) -> str:
     adjustment 1 of 6 layer(s) got the long interval φτ′ = 8 (hidden.1.weight)"; other adjustments may differ (the
     intervals figure shows them all, layer-syncs counts the whole run)."""
     group = [r for r in run.intervals if int(r["round"]) == rnd]
-    longest = int(run.config.get("tau") or 0) * int(run.config.get("phi") or 0) or max(int(r["interval"]) for r in group)
+    schedule = run.params("schedule")  # the layer-wise schedule's options, as its spec declares them
+    longest = int(schedule.tau or 0) * int(schedule.phi or 0) or max(int(r["interval"]) for r in group)
     got = [str(r["name"]) for r in group if int(r["interval"]) >= longest]
-    rule = run.config.get("lama_rule", "reference")
+    rule = schedule.lama_rule
     return (f"at this adjustment {len(got)} of {len(group)} layer(s) got the long interval φτ′ = {longest}"
             + (f" ({', '.join(got)})" if got else "") + f" under --lama-rule {rule}; other adjustments may differ (the "
             f"intervals figure shows each one, layer-syncs counts the whole run)")

@@ -93,6 +93,15 @@ class RunData:
     def schedule(self) -> str:
         return self.part("schedule")
 
+    def params(self, kind: str):
+        """The options the run's ``kind`` part read, typed, as its spec declares them (``fedcli.params.recorded``:
+        ``run.params("schedule").phi``); None for a part the registry lacks."""
+        from fedcli.params import recorded
+        from fedcli.specs import PARTS
+
+        spec = PARTS[kind].get(self.part(kind))
+        return recorded(spec, self.config) if spec is not None else None
+
     @property
     def layerwise(self) -> bool:
         """The run's schedule gives each layer its own interval (``Schedule.layerwise``: FedLAMA's), so a legend
@@ -125,11 +134,11 @@ class RunData:
     def legend(self) -> str:
         """The label of the run in every figure and table (fedcli/report/style.py), with the papers' names and
         symbols: FedAvg (τ=20), FedLAMA (τ′=20, φ=2); a run of local epochs (where tau plays no part): FedALA (E=1)."""
-        tau, phi = self.config.get("tau"), self.config.get("phi")
+        tau = self.config.get("tau")
         if self.config.get("local_epochs"):
             return f"{self.method_label()} (E={self.config['local_epochs']:g})"
         if self.layerwise:
-            return f"{self.method_label()} (τ′={tau}, φ={phi})"
+            return f"{self.method_label()} (τ′={tau}, φ={self.params('schedule').phi})"
         return f"{self.method_label()} (τ={tau})"
 
     @cached_property

@@ -159,8 +159,13 @@ def _open_quotes(tex: str) -> str:
     return re.sub(r"(^|[\s(\[])'(?=\S)", r"\1`", tex)
 
 
+def phi_of(run) -> int:
+    """The run's phi: its layer-wise schedule's option (read as the schedule's spec declares it), 1 for any other."""
+    return run.params("schedule").phi if run.layerwise else 1
+
+
 def phi_cell(run) -> Cell:
-    phi = run.config.get("phi", 1) if run.layerwise else 1
+    phi = phi_of(run)
     t = f"{phi} ({run.method_label()})"
     return Cell(t, latex_escape(t), {"value": phi})
 
@@ -414,9 +419,9 @@ def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
         lr0, rr0 = stats.first(left), stats.first(right)
         es = early_stop(stats.per_seed(right), stats.per_seed(left), base_comm, spec.accuracy, spec.early_stop_target,
                         spec.metric)
-        cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(1 if not lr0.layerwise else lr0.config.get("phi")),
+        cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(phi_of(lr0)),
                  stats.acc_cell(left), fmt_pct(stats.comm(left, base_comm)),
-                 plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(rr0.config.get("phi") if rr0.layerwise else 1),
+                 plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(phi_of(rr0)),
                  fmt_acc(es.acc) if es.reached else not_reached(n=0),
                  fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else not_reached(),
                  stats.acc_cell(right), fmt_pct(stats.comm(right, base_comm))]

@@ -33,7 +33,7 @@ SYSTEM_COLUMNS = ["round", "iteration", "round_s", "sim_time_s", "sampled", "par
 #: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
 CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
                    "global_loss", "global_acc"]
-# rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``, fedcli/fl/ala.py)
+# rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``, fedcli/fl/algorithms/fedala.py)
 PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
              "local_loss.csv": ["round", "client", "samples", "initialized", "trained"]}
 APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS)  # append-only files a checkpoint records the length of

@@ -3,7 +3,7 @@ the options each part reads.
 
 A named method is a preset of five parts (local step, schedule, codec, init, server; ``fedcli.fl.parts``). This
 package declares them as plain data, one small module per method (``fedcli/specs/feddyn.py``) and one per family of
-general parts (``fedcli/specs/adaptive.py``):
+general parts (``fedcli/specs/parts.py``, ``fedcli/specs/adaptive.py``):
 
 - a params dataclass per section of options (``fedcli.params.register_params``: ``[feddyn] feddyn_alpha``);
 - a :class:`PartSpec` per part: its family and name, the torch class that implements it (``impl``, imported only
@@ -27,7 +27,8 @@ from typing import Any
 
 from fedcli.params import register_params
 
-__all__ = ["FAMILIES", "PARTS", "METHODS", "PartSpec", "Method", "part", "register_method", "register_params", "load"]
+__all__ = ["FAMILIES", "PARTS", "METHODS", "PartSpec", "Method", "part", "register_method", "register_params", "load",
+           "spec_of"]
 
 #: the five part families, in the order a method names them
 FAMILIES = ("local_step", "schedule", "codec", "init", "server")
@@ -42,7 +43,7 @@ def load() -> None:
         return
     _LOADED.append(True)
     try:
-        for mod in pkgutil.iter_modules(__path__):
+        for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name != "parts"):  # the defaults first
             importlib.import_module(f"{__name__}.{mod.name}")
     except BaseException:
         _LOADED.clear()  # a broken spec module fails every read, not only the first
@@ -82,7 +83,8 @@ class Registry(dict):
 
 
 # ------------------------------------------------------------------------------------------------------- parts
-#: the declarations a spec inherits from its ``base`` unless it gives its own, copied onto the class (``@implements``)
+#: the declarations a spec inherits from its ``base`` unless it gives its own, copied onto its class when the class is
+#: defined (``fedcli.fl.parts.Part.__init_subclass__``)
 DECLARATIONS = ("requires", "provides", "full_participation", "wraps_base")
 
 
@@ -93,7 +95,9 @@ class PartSpec:
     ``Params`` and ``uses`` are what this part adds to its ``base``'s (a part reads its base's options too);
     ``requires`` (family -> capability), ``provides`` (capabilities), ``full_participation`` (every client every
     round: cross-silo) and ``wraps_base`` (an init built around the method's own) are inherited from ``base`` unless
-    given. The torch class (``impl``, ``"module:Class"``) says ``@implements("family", "name")`` and gets them."""
+    given. The spec is the only registration of its part: the torch class (``impl``, ``"module:Class"``) names nothing
+    of it; when the class is defined it finds its spec here by its own ``module:Class`` (:func:`spec_of`), is checked
+    to extend the class of the spec's ``base``, and gets the declarations. Declare a spec before its class."""
 
     family: str
     name: str
@@ -135,26 +139,51 @@ class PartSpec:
         return {"requires": {}, "provides": frozenset()}.get(name, False)
 
     def load(self) -> type:
-        """The torch class that implements the part (imports its module)."""
-        module, _, cls = self.impl.partition(":")
-        return getattr(importlib.import_module(module), cls)
+        """The torch class that implements the part (imports its module; defining it binds it to this spec)."""
+        module, _, qualname = self.impl.partition(":")
+        cls = importlib.import_module(module)
+        for attr in qualname.split("."):
+            cls = getattr(cls, attr)
+        if vars(cls).get("spec") is not self:
+            raise TypeError(f"{self.impl} is not bound to the spec of {self.family} {self.name!r}: declare the spec "
+                            "(part(...)) before the class is defined")
+        return cls
 
 
 #: family -> name -> spec of every registered part
 PARTS: dict[str, Registry] = {f: Registry() for f in FAMILIES}
+#: "module:Class" -> the spec of every declared part, named or not (a class finds its own here: :func:`spec_of`)
+_BY_IMPL: dict[str, PartSpec] = {}
 
 
 def part(family: str, name: str, impl: str, **declarations) -> PartSpec:
-    """Declare a part (``name``: its registered name; empty for a base only extended by others) and return its spec."""
+    """Declare a part (``name``: its registered name; empty for a base only extended by others) and return its spec:
+    the one registration of the part, its class (``impl``) names nothing of it. ``base``: the spec it extends, or the
+    name of one of fedcli's default parts (``"sgd"``, ``"average"``)."""
     if family not in FAMILIES:
         raise TypeError(f"part {name!r}: unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    base = declarations.get("base")
+    if isinstance(base, str):  # a part of specs/parts.py by its name ("sgd", "average"), loaded before any other
+        declarations["base"] = dict.get(PARTS[family], base)
+        if declarations["base"] is None:
+            raise TypeError(f"part {name!r}: no {family} {base!r} is declared yet; pass its spec (base=SPEC)")
     spec = PartSpec(family, name, impl, **declarations)
+    old = _BY_IMPL.get(impl)
+    if old is not None and (old.family, old.name) != (family, name):
+        raise TypeError(f"{impl} already implements {old.family} {old.name!r}: one class, one part")
     if name:
         old = dict.get(PARTS[family], name)
         if old is not None and old.impl != impl:
             raise TypeError(f"{family} {name!r} is already declared, implemented by {old.impl}")
         dict.__setitem__(PARTS[family], name, spec)
+    _BY_IMPL[impl] = spec
     return spec
+
+
+def spec_of(impl: str) -> PartSpec | None:
+    """The spec whose class is ``impl`` ("module:Class"); None for a class no spec names (a helper base)."""
+    load()
+    return _BY_IMPL.get(impl)
 
 
 # ----------------------------------------------------------------------------------------------------- methods

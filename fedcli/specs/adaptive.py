@@ -1,4 +1,6 @@
-"""The adaptive parts of Fed-LAMB, Mime-LAMB, Adp-Fed, Fed-AMS, Mime and FedAdam (``fedcli/fl/adaptive.py``)."""
+"""The adaptive optimizers' shared options (Fed-LAMB, Mime-LAMB, Fed-AMS, Mime, Adp-Fed/FedAdam, FedYogi,
+FedAdagrad) the adaptive local step they build on, the v_hat servers' base and Fed-LAMB's and Fed-AMS's server ``vhat-max``
+(``fedcli/fl/adaptive.py``); each method's own parts are in its own spec."""
 
 import math
 from fedcli.errors import ConfigError
@@ -38,17 +40,11 @@ class AdaptiveParams:
         self.phi_values()
 
 
-#: Fed-LAMB's local step (Algorithm 2): it needs the server's v_hat and offers each client's v
-LAMB = part("local_step", "lamb", "fedcli.fl.adaptive:LambStep", Params=AdaptiveParams, uses=("weight_decay",),
-            requires={"server": "vhat"}, provides=frozenset({"v"}))
-AMS = part("local_step", "ams", "fedcli.fl.adaptive:AMSStep", base=LAMB)
-#: Mime's local step follows the server's control variate and AMSGrad state
-MIME_STEP = part("local_step", "mime", "fedcli.fl.adaptive:MimeStep", Params=AdaptiveParams, uses=("weight_decay",),
-                 requires={"server": "mime"})
-VHAT = part("server", "", "fedcli.fl.adaptive:_VhatServer", base=AVERAGE, Params=AdaptiveParams,
-             provides=frozenset({"vhat"}))
+#: the adaptive local step (Fed-LAMB's and Fed-AMS's base): it needs the server's v_hat and offers each client's v
+ADAPTIVE_STEP = part("local_step", "", "fedcli.fl.adaptive:AdaptiveStep", Params=AdaptiveParams, uses=("weight_decay",),
+                     requires={"server": "vhat"}, provides=frozenset({"v"}))
+#: the v_hat servers' base (Fed-LAMB's, Mime-LAMB's): model averaging plus a second moment shared with the clients
+VHAT = part("server", "", "fedcli.fl.adaptive:VhatServer", base=AVERAGE, Params=AdaptiveParams,
+            provides=frozenset({"vhat"}))
+#: Fed-LAMB's and Fed-AMS's server: v_hat <- max(v_hat, mean of the cohort's v)
 VHAT_MAX = part("server", "vhat-max", "fedcli.fl.adaptive:VhatMaxServer", base=VHAT, requires={"local_step": "v"})
-VHAT_FULLGRAD = part("server", "vhat-fullgrad", "fedcli.fl.adaptive:VhatFullGradServer", base=VHAT)
-MIME_SERVER = part("server", "mime", "fedcli.fl.adaptive:MimeServer", base=AVERAGE, Params=AdaptiveParams,
-                   provides=frozenset({"mime"}))
-ADAM = part("server", "adam", "fedcli.fl.adaptive:AdamServer", base=AVERAGE, Params=AdaptiveParams, uses=("server_lr",))

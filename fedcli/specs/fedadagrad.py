@@ -1,6 +1,6 @@
 """FedAdagrad (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): local SGD, and the
 server applies Adagrad to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``,
-``fedcli.fl.adaptive``) with a second moment that only accumulates.
+``fedcli.fl.algorithms.fedadam``) with a second moment that only accumulates.
 
 Defaults: Reddi et al.'s best FedAdagrad setting for EMNIST CR (handwritten characters with a CNN, the task
 nearest to digits; their table of best hyper-parameters, half-decade grids): client lr 10^-1.5 = 0.0316, server
@@ -11,7 +11,7 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.specs import Method, part, register_method
-from fedcli.specs.adaptive import ADAM
+from fedcli.specs.fedadam import ADAM
 
 
 SERVER = part("server", "adagrad", "fedcli.fl.algorithms.fedadagrad:AdagradServer", base=ADAM)

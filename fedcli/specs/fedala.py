@@ -1,5 +1,5 @@
 """FedALA (Zhang et al., AAAI 2023): FedAvg whose clients start each round from ALA, the adaptive local
-aggregation of the global model and their own old local model (``fedcli.fl.ala``), and are judged by their
+aggregation of the global model and their own old local model (``fedcli.fl.algorithms.fedala``), and are judged by their
 local models on their local test splits (``personal_acc``, ``fedcli.fl.personal``).
 
 ``--ala-layers`` p, ``--ala-sample-percent`` s, ``--ala-lr`` eta, ``--ala-threshold``, ``--ala-num-pre-loss``,
@@ -9,9 +9,32 @@ client every round, ``--batch-size 10``, ``--local-epochs 1`` with the reference
 ``--weighting samples``, 25% local test splits, ``--lr 0.1``, the paper's MNIST value; 0.005 for its 4-layer CNN
 elsewhere); the paper's 20 clients and datasets are in recipes/fedala/. ``--init ala`` puts the same ALA on any other
 method. Paper, reference code and fedcli side by side: docs/fidelity-fedala.md.
+
+Its options, its part (the init ALA, which any method may take: ``--init ala``) and the preset (no torch); the
+part is in ``fedcli/fl/algorithms/fedala.py``.
 """
 
-from fedcli.specs import Method, register_method
+from fedcli.params import opt, register_params
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.parts import OVERWRITE
+
+
+
+@register_params(section="ala")
+class ALAParams:
+    """Adaptive local aggregation (FedALA, Zhang et al., AAAI 2023, Eqs. 3-5, Algorithm 1)."""
+
+    ala_layers: int = opt(2, "ALA range p: the last p parameter tensors get element-wise weights, lower ones are overwritten with the global model (2: the final Linear weight and bias; 0: no ALA, the plain overwrite).", lo=0, group="personalized")
+    ala_sample_percent: float = opt(80.0, "ALA: percent s of the client's training data the weights are learned on (a contiguous slice at a random offset).", lo=0.0, hi=100.0, lo_open=True, group="personalized")
+    ala_lr: float = opt(1.0, "ALA weight learning rate eta.", lo=0.0, lo_open=True, group="personalized")
+    ala_threshold: float = opt(0.1, "ALA initial stage: passes repeat until the std of the last --ala-num-pre-loss pass losses is below this (reference code 0.1; the paper used 0.01).", lo=0.0, group="personalized")
+    ala_num_pre_loss: int = opt(10, "ALA initial stage: number of recorded pass losses the std is taken over (more than this many are needed).", lo=1, group="personalized")
+    ala_max_passes: int = opt(50, "ALA initial stage: at most this many passes (the reference code has no cap).", lo=1, group="personalized")
+    ala_trace: bool = opt(False, "Record FedALA's Figures 3 and 5 data: ala.csv (the loss of every weight-learning pass of every client) and local_loss.csv (per round and client, the training-split loss of the initialized and of the trained model); fedcli report draws them.", group="personalized")
+
+
+#: ALA wraps the method's own init (the engine builds it with ``base=``)
+ALA = part("init", "ala", "fedcli.fl.algorithms.fedala:ALAInit", base=OVERWRITE, Params=ALAParams, wraps_base=True)
 
 
 register_method(Method("fedala", "FedAvg + adaptive local aggregation (ALA) init, personalized (Zhang et al. 2023); --ala-*",

@@ -5,7 +5,6 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 
 from fedcli.params import opt, register_params
 from fedcli.specs import Method, part, register_method
-from fedcli.specs.parts import AVERAGE, SGD
 
 
 @register_params(section="feddyn")
@@ -15,8 +14,8 @@ class FedDynParams:
     feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha of the dynamic regularizer (alpha/2)||theta - theta^{t-1}||^2 and of the server state h (Acar et al. 2021 report 0.1, 0.01, 0.001).", lo=0.0, lo_open=True, group="method")
 
 
-STEP = part("local_step", "feddyn", "fedcli.fl.algorithms.feddyn:FedDynStep", base=SGD, Params=FedDynParams)
-SERVER = part("server", "feddyn", "fedcli.fl.algorithms.feddyn:FedDynServer", base=AVERAGE, Params=FedDynParams)
+STEP = part("local_step", "feddyn", "fedcli.fl.algorithms.feddyn:FedDynStep", base="sgd", Params=FedDynParams)
+SERVER = part("server", "feddyn", "fedcli.fl.algorithms.feddyn:FedDynServer", base="average", Params=FedDynParams)
 
 
 register_method(Method("feddyn", "local SGD with dynamic regularization, server state h (Acar et al. 2021); --feddyn-alpha",

@@ -1,6 +1,8 @@
 """Fed-LAMB (Karimi, Li, Li; Algorithm 1, blue boxes): local AMSGrad with the server's v_hat fixed for the
 round and LAMB's layer-wise trust ratio (Eq. 3); the server averages the models and raises
-v_hat <- max(v_hat, mean of the cohort's v) every ``--vhat-every`` rounds. See ``fedcli.fl.adaptive``.
+v_hat <- max(v_hat, mean of the cohort's v) every ``--vhat-every`` rounds. Its local step ``lamb`` (Mime-LAMB
+takes it too) is in ``fedcli/fl/algorithms/fedlamb.py``; its server ``vhat-max`` (Fed-AMS's too) in
+``fedcli/fl/adaptive.py``.
 
 Defaults. beta1 = 0.9, beta2 = 0.999 (Section 5: "for all the adaptive gradient methods"), lambda = 0 (in the
 paper's tuning set {0, 0.01, 0.1}) and phi the identity (Section 5) are fedcli's general defaults. The
@@ -11,7 +13,12 @@ lr = 0.01 is ours: on digits at fedcli's defaults (600 local iterations, MLP 200
 not give it) is fedcli's general default.
 """
 
-from fedcli.specs import Method, register_method
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.adaptive import ADAPTIVE_STEP
+
+
+#: Fed-LAMB's local step (Algorithm 2): the adaptive step with LAMB's trust ratio
+LAMB = part("local_step", "lamb", "fedcli.fl.algorithms.fedlamb:LambStep", base=ADAPTIVE_STEP)
 
 
 register_method(Method("fedlamb", "local AMSGrad + LAMB trust ratio, server v-hat = max(v-hat, mean v) (Karimi et al.)",

@@ -1,5 +1,5 @@
 """FedYogi (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): local SGD, and the server
-applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``, ``fedcli.fl.adaptive``)
+applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``, ``fedcli.fl.algorithms.fedadam``)
 with another second moment, which grows or shrinks additively instead of decaying multiplicatively.
 
 Defaults: Reddi et al.'s best FedYogi setting for EMNIST CR (handwritten characters with a CNN, the task nearest
@@ -11,7 +11,7 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.specs import Method, part, register_method
-from fedcli.specs.adaptive import ADAM
+from fedcli.specs.fedadam import ADAM
 
 
 SERVER = part("server", "yogi", "fedcli.fl.algorithms.fedyogi:YogiServer", base=ADAM)

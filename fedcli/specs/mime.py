@@ -1,7 +1,8 @@
 """Mime with AMSGrad (Karimireddy et al. 2020, "Mime: Mimicking centralized stochastic algorithms in FL"):
 clients apply the base optimizer's update U(g~; s) with the server's AMSGrad state s = (m, v, v_hat) frozen
 during the round to SVRG-corrected gradients g~ = g_i(y) - g_i(x) + c; the server updates s with c, the
-cohort's mean full-batch gradient at x. The full Mime variant (not MimeLite); see ``fedcli.fl.adaptive``.
+cohort's mean full-batch gradient at x. The full Mime variant (not MimeLite); its parts are in
+``fedcli/fl/algorithms/mime.py``.
 
 Defaults. beta1 = 0.9, beta2 = 0.999 (Fed-LAMB, Section 5, for all adaptive methods, Mime included).
 lr = 0.001, the customary Adam/AMSGrad step size (Kingma and Ba 2015): U moves every coordinate by about lr
@@ -10,7 +11,16 @@ On digits at fedcli's defaults the grid {0.1, 0.01, 0.003, 0.001, 0.0003} gave f
 97.8%, 97.5%, 98.3%.
 """
 
-from fedcli.specs import Method, register_method
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.adaptive import AdaptiveParams
+from fedcli.specs.parts import AVERAGE
+
+
+#: Mime's local step follows the server's control variate and AMSGrad state
+MIME_STEP = part("local_step", "mime", "fedcli.fl.algorithms.mime:MimeStep", Params=AdaptiveParams, uses=("weight_decay",),
+                 requires={"server": "mime"})
+MIME_SERVER = part("server", "mime", "fedcli.fl.algorithms.mime:MimeServer", base=AVERAGE, Params=AdaptiveParams,
+                   provides=frozenset({"mime"}))
 
 
 register_method(Method("mime", "frozen server AMSGrad state + SVRG-corrected local steps (Karimireddy et al. 2020)",

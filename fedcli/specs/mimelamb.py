@@ -1,13 +1,18 @@
 """Mime-LAMB (Karimi, Li, Li; Algorithm 1, red boxes): Fed-LAMB's local step, but v_hat comes from the
 cohort's full-batch gradients at the global model (v <- b2 v + (1 - b2) g^2, v_hat <- max(v_hat, v)) instead of
-the clients' v. See ``fedcli.fl.adaptive``.
+the clients' v. Its server is in
+``fedcli/fl/algorithms/mimelamb.py``; its local step is Fed-LAMB's.
 
 Defaults as Fed-LAMB's (``fedcli/specs/fedlamb.py``): lr = 0.01 is ours (the paper's tuned values are
 in an appendix our copy lacks); on digits at fedcli's defaults the grid {0.03, 0.01, 0.003} gave final
 accuracies 96.9%, 97.8%, 89.2%.
 """
 
-from fedcli.specs import Method, register_method
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.adaptive import VHAT
+
+
+VHAT_FULLGRAD = part("server", "vhat-fullgrad", "fedcli.fl.algorithms.mimelamb:VhatFullGradServer", base=VHAT)
 
 
 register_method(Method("mimelamb", "local AMSGrad + LAMB trust ratio, server v-hat from full-batch gradients (Karimi et al.)",

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.ala import ala_mix, ala_weight_step, initial_stage_done, learn_weights
+from fedcli.fl.algorithms.fedala import ala_mix, ala_weight_step, initial_stage_done, learn_weights
 from fedcli.fl.cohort import in_order_plan, sample_slice
 from fedcli.fl.rng import torch_gen
 from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal

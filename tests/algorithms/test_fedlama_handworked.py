@@ -66,7 +66,7 @@ def test_defaults_kernels_only_and_first_adjustment_after_six_tau():
     """The defaults follow the authors' code: only conv/dense kernels may get phi*tau' (biases keep tau'), no measured
     discrepancy before a layer's first synchronization (d = 0), and no adjustment until more than 6 tau' local
     iterations have run (its ``epoch > 5`` with epochs of tau' iterations: the first at 7 tau' = 14 here)."""
-    from fedcli.fl.schedules import Lama
+    from fedcli.fl.algorithms.fedlama import Lama
 
     sim = tiny_sim()
     cfg = TrainConfig(algo="fedlama", dataset="digits", model="mlp", mlp_hidden="4", tau=2, phi=2).validate()

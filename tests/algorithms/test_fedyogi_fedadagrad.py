@@ -1,12 +1,13 @@
 """FedYogi and FedAdagrad (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): the server's
 update worked out by hand over two rounds on a two-element layer, and the presets' defaults.
 
-Both servers are FedAdam's (``fedcli.fl.adaptive.AdamServer``) with another second moment v, started at
+Both servers are FedAdam's (``fedcli.fl.algorithms.fedadam.AdamServer``) with another second moment v, started at
 v_{-1} = tau^2; each test's numbers would differ under Adam's v (from 0 or from tau^2), so a server that fell back
 to Adam's rule fails here.
 """
 
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -93,3 +94,25 @@ def test_the_contract_page_shows_fedyogi_as_it_is():
         assert f"```python\n{source}```" in page, path
         assert len(source.splitlines()) <= 60, path
     assert len((root / "fedcli/fl/algorithms/fedadagrad.py").read_text().splitlines()) <= 60
+
+
+def test_the_contract_page_shows_feddyn_whole_and_counts_the_names_an_author_learns():
+    """docs/method-contract.md shows FedDyn's two files whole (the client-state example), and its table of the names
+    an author learns counts them right: at most 12 for a server from scratch (issue 49), and every name of the FedDyn
+    row is one the FedDyn files use."""
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs/method-contract.md").read_text()
+    dyn = ""
+    for path in ("fedcli/specs/feddyn.py", "fedcli/fl/algorithms/feddyn.py"):
+        source = (root / path).read_text()
+        assert f"```python\n{source}```" in page, path
+        dyn += source
+    rows = {}
+    for line in page.splitlines():
+        m = re.match(r"\| (a server optimizer from scratch|a client method with per-client state[^|]*) \| (.*?) \| \*\*(\d+)\*\*", line)
+        if m:
+            rows[m.group(1).split(" (")[0]] = (re.findall(r"`([^`]+)`", m.group(2)), int(m.group(3)))
+    (server, n_server), (client, n_client) = rows["a server optimizer from scratch"], rows["a client method with per-client state and a server"]
+    assert len(server) == n_server <= 12 and len(client) == n_client
+    for name in client:
+        assert name.rstrip("=").split(".")[-1] in dyn, name

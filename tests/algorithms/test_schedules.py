@@ -7,7 +7,8 @@ from fedcli.config import TrainConfig
 from fedcli.models.layers import LayerInfo
 from fedcli.comm.ledger import Ledger, fedavg_params
 from fedcli.fl.layerwise import delta_lambda, lama_intervals, unit_discrepancy
-from fedcli.fl.schedules import Lama, Periodic
+from fedcli.fl.algorithms.fedlama import Lama
+from fedcli.fl.schedules import Periodic
 from lama_ref import author_adjusts_after, author_rule, paper_algorithm1
 
 T, PHI = 10, 4

@@ -13,12 +13,13 @@ from fedcli.config import GeneralConfig, TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import parts
 from fedcli.fl.parts import run_parts
-from fedcli.fl.parts_prox import ProxStep
+from fedcli.fl.algorithms.fedprox import ProxStep
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.params import SECTIONS, bind, declared
 from fedcli.recipes import build_config, read_sweep, run_config, table_keys, train_values
-from fedcli.specs import METHODS, run_sections
-from fedcli.specs.prox import ProxParams
+from fedcli.specs import METHODS, PARTS, part, run_sections
+from fedcli.specs.parts import SGD
+from fedcli.specs.fedprox import ProxParams
 
 
 def test_a_part_receives_only_the_options_it_declares():
@@ -48,7 +49,9 @@ def test_a_part_that_reads_an_option_it_does_not_declare_fails_at_once():
     with pytest.raises(AttributeError, match="mu"):
         Sloppy(TrainConfig(algo="fedprox"))
 
-    @parts.implements("local_step", Params=ProxParams)  # an anonymous spec extending SGD's
+    here = f"{__name__}:test_a_part_that_reads_an_option_it_does_not_declare_fails_at_once.<locals>"
+    part("local_step", "", f"{here}.Declared", base=SGD, Params=ProxParams)  # an anonymous spec extending SGD's
+
     class Declared(Sloppy):
         pass
 
@@ -212,28 +215,31 @@ def test_a_table_of_another_scale_is_checked_for_its_keys_only(tmp_path):
         read_sweep(bad, "paper")
 
 
-def test_each_part_class_implements_the_spec_that_names_it():
-    """Every spec's ``impl`` is a class that says it implements that spec, and the specs extend each other as the
-    classes subclass each other; a class that claims another's spec, or whose spec's ``base`` is not its base class's
-    spec, is refused when it is defined."""
-    from fedcli.specs import PARTS, part
-
+def test_each_part_class_is_bound_to_the_spec_that_names_it_and_nothing_else_registers_it():
+    """The spec's ``part(...)`` is the only registration: every spec's ``impl`` is a class bound to that spec (its
+    name and declarations) when it was defined, the specs extend each other as the classes subclass each other, and
+    a class whose base class is not its spec's ``base``'s class is refused when it is defined; a class declares
+    nothing of its spec (no decorator, no name), and the decorators that used to repeat the spec are gone."""
     for family, table in PARTS.items():
         for name, spec in table.items():
             cls = spec.load()
             assert cls.spec is spec and cls.name == name, (family, name)
             ancestor = next((k.spec for k in cls.__mro__[1:] if vars(k).get("spec") is not None), None)
             assert spec.base is ancestor, (family, name)
-    with pytest.raises(TypeError, match="names fedcli.fl.parts_prox:ProxStep"):
-        @parts.register_local_step("prox")
-        class Impostor(parts.SGDStep):
-            pass
-    here = f"{__name__}:test_each_part_class_implements_the_spec_that_names_it.<locals>"
-    orphan = part("local_step", "", f"{here}.Orphan", Params=ProxParams)  # extends nothing
+            assert cls.requires == spec.declaration("requires") and cls.provides == spec.declaration("provides")
+    for gone in ("implements", "register_local_step", "register_server", "register_init", "register_codec"):
+        assert not hasattr(parts, gone), gone
+    here = f"{__name__}:test_each_part_class_is_bound_to_the_spec_that_names_it_and_nothing_else_registers_it.<locals>"
+    part("local_step", "", f"{here}.Orphan", Params=ProxParams)  # extends nothing
     with pytest.raises(TypeError, match="its spec extends nothing"):
-        @parts.implements(orphan)
         class Orphan(parts.SGDStep):  # but the class extends SGD
             pass
+    part("local_step", "", f"{here}.Stray", base=SGD, Params=ProxParams)
+    with pytest.raises(TypeError, match="its spec extends fedcli.fl.parts:SGDStep"):
+        class Stray(parts.Part):  # its spec extends SGD, the class does not
+            pass
+    with pytest.raises(TypeError, match="already implements local_step 'prox'"):
+        part("local_step", "prox2", "fedcli.fl.algorithms.fedprox:ProxStep")  # one class, one part
 
 
 # Every layout of method tables docs/sweeps.md describes, each a sweep recipe of one run "r" on digits: the params the

@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_METHOD = '''
 """A test method: SGD along knob * gradient."""
 
-from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.parts import SGDStep
 from fedcli.params import opt, register_params
-from fedcli.specs import Method, register_method
+from fedcli.specs import Method, part, register_method
+from fedcli.specs.parts import SGD
 
 
 @register_params(section="fake")
@@ -35,7 +36,10 @@ class FakeParams:
     fake_knob: float = opt(0.5, "Fake: factor on the local gradient.", lo=0.0, hi=1.0, lo_open=True, group="method")
 
 
-@register_local_step("fake", Params=FakeParams)  # declares the part here (fedcli's own: in fedcli/specs)
+# the part's one registration, before its class (fedcli's own: in fedcli/specs)
+part("local_step", "fake", "fake_method:FakeStep", base=SGD, Params=FakeParams)
+
+
 class FakeStep(SGDStep):
     def __init__(self, params):
         super().__init__(params)
@@ -136,8 +140,8 @@ def test_method_params_are_declared_in_their_files_not_in_config():
     config_py = (ROOT / "fedcli" / "config.py").read_text()
     owners = {"feddyn_alpha": "fedcli/specs/feddyn.py", "ditto_lambda": "fedcli/specs/ditto.py",
               "head_layers": "fedcli/specs/fedrep.py", "fomo_val_ratio": "fedcli/specs/fedfomo.py",
-              "mu": "fedcli/specs/prox.py", "quant_levels": "fedcli/specs/qsgd.py", "ala_lr": "fedcli/specs/ala.py",
-              "lama_rule": "fedcli/specs/schedules.py", "beta1": "fedcli/specs/adaptive.py"}
+              "mu": "fedcli/specs/fedprox.py", "quant_levels": "fedcli/specs/qsgd.py", "ala_lr": "fedcli/specs/fedala.py",
+              "lama_rule": "fedcli/specs/fedlama.py", "beta1": "fedcli/specs/adaptive.py"}
     for name, path in owners.items():
         assert f"    {name}: " not in config_py, name
         assert f"    {name}: " in (ROOT / path).read_text(), (name, path)

@@ -8,6 +8,7 @@ every hook's first argument after ``self`` named ``view``, no ``isinstance``/``i
 assignment into the global model's tables."""
 
 import ast
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from fedcli.fl.view import MEMBERS, PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import CODECS, INITS, LOCAL_STEPS, SERVERS, Part
-from fedcli.fl.schedules import SCHEDULES, Lama, Periodic
+from fedcli.fl.algorithms.fedlama import Lama
+from fedcli.fl.schedules import SCHEDULES, Periodic
 from fedcli.models.layers import LayerInfo
 from fedcli.specs import PARTS
 
@@ -129,7 +131,8 @@ def test_a_fake_view_takes_declared_members_only_and_is_read_only():
 def test_the_capabilities_go_through_declarations():
     """offered/provided find the part that provides a capability (Part.provides / Part.offer); declared reads a Part
     declaration of every part; a name that is not a declaration is refused."""
-    from fedcli.fl.adaptive import LambStep, VhatMaxServer
+    from fedcli.fl.adaptive import VhatMaxServer
+    from fedcli.fl.algorithms.fedlamb import LambStep
 
     cfg = TrainConfig(algo="fedlamb").validate()
     step, server = LambStep(cfg), VhatMaxServer(cfg)
@@ -197,33 +200,75 @@ def test_every_registered_part_is_a_part():
 
 
 # ---------------------------------------------------------------------------- where parts live (docs/architecture.md)
-#: the family modules of fedcli/fl/ and why a part lives there rather than in its method's file
-FAMILIES = {"parts": "the defaults", "schedules": "--schedule", "ala": "--init ala", "codecs": "several presets",
-            "parts_prox": "several presets", "parts_servers": "several presets",
-            "adaptive": "the adaptive optimizers, on shared options and helpers"}
+#: the family modules of fedcli/fl/ and why a part lives there rather than in a method's file
+FAMILIES = {"parts": "the defaults", "schedules": "the schedules' base and the periodic default",
+            "codecs": "several presets", "parts_servers": "several presets", "adaptive": "the v_hat servers' base"}
 
 
 def test_each_part_lives_where_the_rule_says():
-    """A part only one preset uses lives in that method's file; every other part in a family module of fedcli/fl/
-    (several presets use it, or any method takes it by an option, or it is one of the adaptive optimizers)."""
-    from fedcli.specs import METHODS
+    """Every method found by its name: a part of a method lives in ``fedcli/fl/algorithms/<method>.py`` and its spec in
+    ``fedcli/specs/<method>.py`` (the same name, a registered method, which uses the part or declares the part it
+    extends: lama-accelerate is FedLAMA's); every other part is a default, a base, or shared by several presets, in
+    a family module of fedcli/fl/ with its spec outside the methods' spec files."""
+    from fedcli.specs import FAMILIES as FAMILY_NAMES, METHODS, Method
 
     users: dict[tuple, set] = {}
     for m in {m.name: m for m in METHODS.values()}.values():
         for family, name in m.parts().items():
             users.setdefault((family, name), set()).add(m.name)
+    defaults = {f.default for f in dataclasses.fields(Method) if f.name in FAMILY_NAMES}  # sgd, periodic, ...
+    declared_in = {}  # impl -> the spec module that declares it
+    for path in sorted((FL.parent / "specs").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "part" and len(node.args) >= 3:
+                declared_in[node.args[2].value] = path.stem
     wrong = []
-    for family, table in {"local_step": LOCAL_STEPS, "codec": CODECS, "init": INITS, "server": SERVERS,
-                          "schedule": SCHEDULES}.items():
-        for name, cls in table.items():
-            used = users.get((family, name), set())
-            where = cls.__module__.removeprefix("fedcli.fl.")
+    for family in PARTS:
+        for spec in PARTS[family].values():
+            where = spec.impl.partition(":")[0].removeprefix("fedcli.fl.")
+            used, in_spec = users.get((family, spec.name), set()), declared_in.get(spec.impl)
             if where.startswith("algorithms."):
-                method = where.removeprefix("algorithms.").replace("_", "-")
-                if used != {method}:
-                    wrong.append(f"{family} {name} lives in {where} but is used by {sorted(used)}")
+                method = where.removeprefix("algorithms.")
+                base_there = spec.base is not None and declared_in.get(spec.base.impl) == method
+                if in_spec != method or method not in METHODS or not (method in used or base_there):
+                    wrong.append(f"{family} {spec.name} lives in {where}, its spec in specs/{in_spec}.py, used by "
+                                 f"{sorted(used)}")
             elif where not in FAMILIES:
-                wrong.append(f"{family} {name} lives in {where}, not a family module")
-            elif where in ("parts_prox", "parts_servers", "codecs") and len(used) < 2:
-                wrong.append(f"{family} {name} is used by {sorted(used)} only: it belongs in that method's file")
+                wrong.append(f"{family} {spec.name} lives in {where}, not a family module")
+            elif in_spec in METHODS:
+                wrong.append(f"{family} {spec.name} lives in a family module but its spec in specs/{in_spec}.py")
+            elif spec.name not in defaults and len(used) < 2:
+                wrong.append(f"{family} {spec.name} is used by {sorted(used)} only: it belongs in that method's file")
     assert wrong == []
+
+
+def test_per_client_state_goes_through_the_one_helper():
+    """Per-client state is a ``fedcli.fl.clientstate.ClientState`` (declared once: name, shape, default): no part file,
+    nor the helpers parts share (personal models, slots), gathers from the store, builds an empty cohort's tensor or
+    calls ``share`` itself."""
+    files = sorted(set(PART_FILES) | {FL / "personal.py", FL / "slots.py"})
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                owner = f.value.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) else ""
+                if name == "share" or (name == "gather" and owner == "store"):
+                    found.append(f"{path.name}:{node.lineno}: {name}")
+    assert found == []
+
+
+def test_a_part_checkpoints_the_attributes_it_keeps():
+    """``keeps`` names what a part keeps across rounds; the default ``state_dict`` / ``load_state_dict`` copy it (detached CPU
+    tensors out, clones in), so a part with state writes no checkpoint code (FedDyn's server: ``keeps = ("h",)``)."""
+    from fedcli.fl.algorithms.feddyn import FedDynServer
+
+    server = FedDynServer(TrainConfig(algo="feddyn"))
+    server.h = {"w": torch.tensor([1.0, 2.0])}
+    state = server.state_dict()
+    assert list(state) == ["h"] and torch.equal(state["h"]["w"], server.h["w"])
+    again = FedDynServer(TrainConfig(algo="feddyn"))
+    again.load_state_dict(state)
+    assert again.h["w"].tolist() == [1.0, 2.0] and again.h["w"] is not state["h"]["w"]  # a clone of the checkpoint's
+    assert Part.state_dict(Periodic.__new__(Periodic)) == {}  # nothing kept: nothing written

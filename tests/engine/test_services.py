@@ -6,7 +6,7 @@ import torch
 from fedcli.config import TrainConfig
 # the purposes of batches are registered by the modules that use them (imported here, as a run imports its parts')
 from fedcli.fl.adaptive import FULL_BATCH
-from fedcli.fl.ala import ALA_BATCHES
+from fedcli.fl.algorithms.fedala import ALA_BATCHES
 from fedcli.fl.algorithms.fedfomo import VAL_BATCHES
 from fedcli.fl.algorithms.perfedavg import EVAL_BATCH
 from fedcli.fl.cohort import BatchSource, Cohort, client_batches, sample_slice

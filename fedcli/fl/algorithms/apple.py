@@ -65,8 +65,9 @@ import math
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import SGDStep, expand, register_local_step
-from fedcli.fl.personal import LOCAL, all_client_models, share
+from fedcli.fl.parts import SGDStep, expand
+from fedcli.fl.clientstate import ClientState
+from fedcli.fl.personal import LOCAL, all_client_models, model_state
 
 
 CORE = "apple.core"  # store prefix of the uploaded core models with --apple-upload core
@@ -127,7 +128,6 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
     return out / len(grads)
 
 
-@register_local_step("apple")
 class AppleStep(SGDStep):
     """Per batch: rebuild the personalized model from the N cores and p_i, step the own core and p_i."""
 
@@ -146,6 +146,8 @@ class AppleStep(SGDStep):
     def setup(self, view) -> None:
         n = len(view.client_indices)
         self.n = n
+        # each client's directed-relationship vector p_i, uniform 1/N at first
+        self.p_state = ClientState("apple.p", (n,), default=lambda _c, zeros: zeros.fill_(1.0 / n))
         self.m = n if self.m_opt == 0 else self.m_opt
         if self.m > n or self.m < n - 1:
             raise ConfigError(f"--apple-m {self.m_opt}: APPLE here downloads every client's core model; use 0 (M = N = {n}) "
@@ -168,7 +170,7 @@ class AppleStep(SGDStep):
         self.idx = torch.tensor(cohort.clients, dtype=torch.long, device=dev)
         self.at = (cohort.positions, cohort.total)  # the products at the whole cohort's shape (``cohort_matmul``)
         self.own = {n: c[self.idx].clone() for n, c in self.cores.items()}
-        self.p = view.store.gather("apple.p", cohort.clients, lambda _c: torch.full((self.n,), 1.0 / self.n), dev)
+        self.p = self.p_state.load(view, cohort, dev)
         self.lam = cos_lambda(cohort.round_idx, self.rounds, self.l_frac)
 
     def refresh(self, cohort, active: torch.Tensor) -> None:
@@ -200,10 +202,9 @@ class AppleStep(SGDStep):
             self.refresh(cohort, active)
 
     def end_round(self, view, cohort) -> None:
-        tables = {"apple.p": self.p}
+        self.p_state.save(view, cohort, self.p)
         if self.upload == "core":
-            tables.update({f"{CORE}.p:{n}": t for n, t in self.own.items()})
-        share(view, cohort.clients, tables)
+            model_state(CORE)[0].save(view, cohort, self.own)  # the core models' parameters
         # each client downloaded M core models: the engine counted one download; record the other M - 1
         view.ledger.record_copies(self.n * (self.m - 1))
         self.cores, self.own = {}, {}

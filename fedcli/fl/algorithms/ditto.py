@@ -18,11 +18,10 @@ client's ALA-initialized model (what ``set_parameters`` gives in the reference, 
 
 from __future__ import annotations
 
-from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.parts import SGDStep
 from fedcli.fl.personal import load_models, local_sgd, save_models
 
 
-@register_local_step("ditto")
 class DittoStep(SGDStep):
     """FedAvg's SGD for the global model; the personalized models are trained when a round begins."""
 

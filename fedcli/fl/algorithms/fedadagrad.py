@@ -1,6 +1,6 @@
 """FedAdagrad (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): local SGD, and the
 server applies Adagrad to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``,
-``fedcli.fl.adaptive``) with a second moment that only accumulates:
+``fedcli.fl.algorithms.fedadam``) with a second moment that only accumulates:
 
     m_t = b1 m_{t-1} + (1 - b1) Delta_t          (m_{-1} = 0; b1 = 0: m_t = Delta_t)
     v_t = v_{t-1} + Delta_t^2                      (v_{-1} = tau^2)
@@ -12,11 +12,9 @@ for v_{-1} >= tau^2 and this is the least it allows.
 
 import torch
 
-from fedcli.fl.adaptive import AdamServer
-from fedcli.fl.parts import register_server
+from fedcli.fl.algorithms.fedadam import AdamServer
 
 
-@register_server("adagrad")
 class AdagradServer(AdamServer):
     """FedAdagrad's server: Adam's (``AdamServer``) with Adagrad's second moment (Algorithm 2, FedAdagrad's line)."""
 

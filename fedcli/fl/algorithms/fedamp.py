@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
+from fedcli.fl.parts import OverwriteInit, SGDStep
 from fedcli.fl.personal import all_client_models, load_models
 from fedcli.specs.fedamp import CLOUDS
 
@@ -101,7 +101,6 @@ def send_clouds(view, cohort, params) -> tuple[dict, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- the parts
-@register_init("fedamp")
 class AMPInit(OverwriteInit):
     """Each client starts the round from its own last model; the server sends it u_i."""
 
@@ -130,7 +129,6 @@ class AMPInit(OverwriteInit):
             cohort.buffers[n].copy_(t)
 
 
-@register_local_step("fedamp")
 class AMPStep(SGDStep):
     """SGD on F_i(w) + lambda / (2 alpha_k) ||w - u_i||^2 (Eq. 6)."""
 

@@ -36,15 +36,13 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.parts import AverageServer, SGDStep, register_local_step, register_server
-from fedcli.fl.store import share
+from fedcli.fl.clientstate import ClientState
+from fedcli.fl.parts import AverageServer, SGDStep
+
+#: each client's grad_i (Algorithm 1's gradient of the local objective at its last model), zeros at first
+GRAD_I = ClientState("feddyn.grad_i")
 
 
-def _key(name: str) -> str:
-    return f"feddyn.grad_i:{name}"
-
-
-@register_local_step("feddyn")
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
 
@@ -58,12 +56,8 @@ class FedDynStep(SGDStep):
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         self.anchor = view.global_params
-        for n, p in view.global_params.items():
-            if cohort.clients:
-                self.grad_i[n] = view.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
-            else:
-                self.grad_i[n] = p.new_zeros((0, *p.shape))
-            self.disp[n] = torch.zeros_like(cohort.params[n])
+        self.grad_i = GRAD_I.load(view, cohort)
+        self.disp = {n: torch.zeros_like(t) for n, t in cohort.params.items()}
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: torch.add(g - self.grad_i[n], cohort.params[n] - self.anchor[n], alpha=self.alpha) for n, g in grads.items()}
@@ -75,15 +69,15 @@ class FedDynStep(SGDStep):
     @torch.no_grad()
     def end_round(self, view, cohort) -> None:
         super().end_round(view, cohort)
-        names = list(view.global_params)
         # grad_i - alpha * (theta_i^t - theta^{t-1}); a skipped client keeps its state
-        share(view, cohort.clients, {_key(n): self.grad_i[n] + self.alpha * self.disp[n] for n in names}, cohort.skipped)
+        GRAD_I.save(view, cohort, {n: g + self.alpha * self.disp[n] for n, g in self.grad_i.items()})
         self.grad_i, self.disp = {}, {}
 
 
-@register_server("feddyn")
 class FedDynServer(AverageServer):
     """h <- h - alpha (|P_t| / m) (mean_i theta_i - theta^{t-1});  theta^t = mean_i theta_i - h / alpha."""
+
+    keeps = ("h",)  # checkpointed and resumed with the run
 
     def __init__(self, params):
         super().__init__(params)
@@ -100,9 +94,3 @@ class FedDynServer(AverageServer):
         h = h - (self.alpha * self.share) * (average - previous)
         self.h[name] = h
         return average - h / self.alpha
-
-    def state_dict(self) -> dict:
-        return {"h": {n: t.detach().cpu() for n, t in self.h.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.h = {n: t.clone() for n, t in state.get("h", {}).items()}

@@ -56,14 +56,22 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
 from fedcli.fl.cohort import Stream, register_purpose
-from fedcli.fl.parts import OverwriteInit, expand, register_init
-from fedcli.fl.personal import all_client_models, load_models, share
+from fedcli.fl.parts import OverwriteInit, expand
+from fedcli.fl.clientstate import GLOBAL, ClientState
+from fedcli.fl.personal import all_client_models, load_models
 from fedcli.fl.rng import torch_gen
 
 VAL_BATCHES = register_purpose("fomo-val", Stream(shuffled=False))  # the validation losses (Eq. 6), in order
 
 
 EPS = 1e-5            # in the norm's denominator (reference)
+#: theta_old, the model each client starts training from (the global model's at first)
+OLD = ClientState("fomo.old", default=GLOBAL)
+
+
+def own_affinity(client: int, zeros: torch.Tensor) -> torch.Tensor:
+    """A client's row of P before it has one: affinity 1 to itself, 0 to the others (the reference's initial P)."""
+    return F.one_hot(torch.tensor(client), zeros.numel()).double()
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -115,7 +123,6 @@ def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]
 
 
 # ---------------------------------------------------------------------------- the part
-@register_init("fedfomo")
 class FomoInit(OverwriteInit):
     """Splits off the validation parts; each round aggregates the received models with the FedFomo weights."""
 
@@ -154,7 +161,7 @@ class FomoInit(OverwriteInit):
 
     def begin_round(self, view, cohort) -> None:
         """theta_old: the model each client starts training from (after the aggregation, or ALA)."""
-        share(view, cohort.clients, {f"fomo.old:{n}": p for n, p in cohort.params.items()})
+        OLD.save(view, cohort, cohort.params)
 
     def received(self, view, cohort) -> dict:
         """Each cohort client's aggregate (``download``), name -> ``[K, *shape]``."""
@@ -173,13 +180,13 @@ class FomoInit(OverwriteInit):
         view.ledger.record_copies((m - 1) * view.active)  # M downloads per client: the engine counts one
         clients = cohort.clients
         k_all = len(clients)
+        affinity = ClientState("fomo.P", (len(view.client_indices),), default=own_affinity, dtype=torch.float64)
         if k_all == 0:
-            share(view, [], {"fomo.P": torch.zeros(0, len(view.client_indices), dtype=torch.float64)})
+            affinity.save(view, [], affinity.load(view, []))  # collective under MPI
             return
-        n_all = len(view.client_indices)
-        rows = view.store.gather("fomo.P", clients, lambda c: F.one_hot(torch.tensor(c), n_all).double(), "cpu")
+        rows = affinity.load(view, clients, "cpu")
         ids = torch.argsort(-rows, dim=1, stable=True)[:, :m]  # [K, M]: top-M affinities, ties to the lower id
-        old = {n: view.store.gather(f"fomo.old:{n}", clients, lambda _c, g=g: g, view.device) for n, g in view.global_params.items()}
+        old = OLD.load(view, clients, view.device)
         val = [self.val[c] for c in clients]
         loss_old = validation_losses(view, old, own_b, val)
         loss_recv = torch.zeros(k_all, m, dtype=torch.float64)
@@ -192,7 +199,7 @@ class FomoInit(OverwriteInit):
             dist[:, s] = sum((pick[n] - old[n]).reshape(k_all, -1).pow(2).sum(1, dtype=torch.float64) for n in pick).sqrt().cpu()
         w = fomo_weights(loss_old, loss_recv, dist)
         rows.scatter_add_(1, ids, w)
-        share(view, clients, {"fomo.P": rows})
+        affinity.save(view, clients, rows)
         scale = fomo_scale(w)
         keep = (scale.sum(1) == 0).to(view.device)
         out = {}

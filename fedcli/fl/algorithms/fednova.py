@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.parts import AverageServer, register_server
+from fedcli.fl.parts import AverageServer
 
 
 def momentum_a_norm(steps: int, rho: float) -> float:
@@ -25,7 +25,6 @@ def momentum_a_norm(steps: int, rho: float) -> float:
     return (steps - rho * (1.0 - rho**steps) / (1.0 - rho)) / (1.0 - rho)
 
 
-@register_server("nova")
 class NovaServer(AverageServer):
     """FedNova (Wang et al., NeurIPS 2020): normalized averaging over unequal local work.
 

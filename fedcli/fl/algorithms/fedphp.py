@@ -46,7 +46,7 @@ import torch
 from torch.func import functional_call
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import OverwriteInit, SGDStep, register_init, register_local_step
+from fedcli.fl.parts import OverwriteInit, SGDStep
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
 
@@ -81,7 +81,6 @@ def total_rounds(view) -> int:
     return rounds
 
 
-@register_init("fedphp")
 class PHPInit(OverwriteInit):
     """(1 - mu_t) * global + mu_t * own local model, mu_t = mu * round / T (the first round: the global model)."""
 
@@ -119,7 +118,6 @@ def head_module(model: torch.nn.Module) -> torch.nn.Module:
     return mod
 
 
-@register_local_step("fedphp")
 class PHPStep(SGDStep):
     """SGD on (1 - lambda) * CE + lambda * MMD(local representation, global representation)."""
 

@@ -19,11 +19,14 @@ round, client). ``--head-layers 0`` is FedAvg-C (tested).
 
 from __future__ import annotations
 
-from fedcli.fl.parts import SGDStep, register_local_step
-from fedcli.fl.personal import local_sgd, share
+from fedcli.fl.parts import SGDStep
+from fedcli.fl.clientstate import GLOBAL, ClientState
+from fedcli.fl.personal import local_sgd
+
+#: each client's head (its own top layers), the global model's at first
+HEAD = ClientState("fedrep.head", default=GLOBAL)
 
 
-@register_local_step("fedrep")
 class FedRepStep(SGDStep):
     """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
 
@@ -46,12 +49,11 @@ class FedRepStep(SGDStep):
             return
         names = [n for n in cohort.params if n in self.head]
         if cohort.clients:
-            for n in names:
-                g = view.global_params[n]
-                cohort.params[n].copy_(view.store.gather(f"fedrep.head:{n}", cohort.clients, lambda _c, g=g: g, g.device))
+            for n, head in HEAD.load(view, cohort, names=names).items():
+                cohort.params[n].copy_(head)
             local_sgd(view, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
                       self.params.lr, trainable=names)
-        share(view, cohort.clients, {f"fedrep.head:{n}": cohort.params[n] for n in names})  # every rank (collective)
+        HEAD.save(view, cohort, {n: cohort.params[n] for n in names})  # every rank (collective)
 
     def apply(self, cohort, names, params, g, lr, active) -> None:
         keep = [i for i, n in enumerate(names) if n not in self.head]  # the head is frozen while the body trains

@@ -1,5 +1,5 @@
 """FedYogi (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): local SGD, and the server
-applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``, ``fedcli.fl.adaptive``)
+applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``, ``fedcli.fl.algorithms.fedadam``)
 with another second moment, which grows or shrinks additively instead of decaying multiplicatively:
 
     m_t = b1 m_{t-1} + (1 - b1) Delta_t                         (m_{-1} = 0)
@@ -12,11 +12,9 @@ v_{-1} >= tau^2 and this is the least it allows (fedadam keeps v_{-1} = 0, its o
 
 import torch
 
-from fedcli.fl.adaptive import AdamServer
-from fedcli.fl.parts import register_server
+from fedcli.fl.algorithms.fedadam import AdamServer
 
 
-@register_server("yogi")
 class YogiServer(AdamServer):
     """FedYogi's server: Adam's (``AdamServer``) with Yogi's second moment (Algorithm 2, FedYogi's line)."""
 

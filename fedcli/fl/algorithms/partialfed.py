@@ -57,8 +57,9 @@ from __future__ import annotations
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import OverwriteInit, SGDStep, expand, register_init, register_local_step
-from fedcli.fl.personal import LOCAL, load_models, share
+from fedcli.fl.parts import OverwriteInit, SGDStep, expand
+from fedcli.fl.clientstate import ClientState
+from fedcli.fl.personal import LOCAL, load_models
 from fedcli.fl.rng import torch_gen
 
 
@@ -77,7 +78,6 @@ def strategy_grad(g: torch.Tensor, delta: torch.Tensor, y0: torch.Tensor, tau: f
     return y0 * (1.0 - y0) / tau * (g.reshape(k, -1) * delta.reshape(k, -1)).sum(1)
 
 
-@register_init("partialfed")
 class PartialFedInit(OverwriteInit):
     """A client starts the round from its old local model (the global model if it has none); the global
     parameters enter through the per-batch selection of the local step."""
@@ -93,7 +93,6 @@ class PartialFedInit(OverwriteInit):
                 b.copy_(buffers[n])
 
 
-@register_local_step("partialfed")
 class PartialFedStep(SGDStep):
     """Per batch: select global or local per layer (Gumbel-softmax over learned logits), then a model step
     (f_m of every f_m + f_s batches) or a strategy step (the other f_s)."""
@@ -109,6 +108,7 @@ class PartialFedStep(SGDStep):
 
     def setup(self, view) -> None:
         self.names = list(view.global_params)
+        self.logits = ClientState(ALPHA, (len(self.names), 2))  # each client's strategy logits, zeros at first
 
     def temperature(self, round_idx: int) -> float:
         return self.tau0 * self.decay ** round_idx
@@ -118,8 +118,7 @@ class PartialFedStep(SGDStep):
         dev = view.device
         t = len(self.names)
         self.anchor = {n: g.detach().clone() for n, g in view.global_params.items()}
-        self.alpha = view.store.gather(ALPHA, cohort.clients, lambda _c: torch.zeros(t, 2), dev) if cohort.clients \
-            else torch.zeros(0, t, 2, device=dev)
+        self.alpha = self.logits.load(view, cohort, dev)
         self.tau = self.temperature(cohort.round_idx)
         steps = [int(s) for s in cohort.steps.tolist()] if cohort.clients else []
         top = max(steps, default=0)
@@ -171,5 +170,5 @@ class PartialFedStep(SGDStep):
             self.alpha[:, i, 1] += lr * ga
 
     def end_round(self, view, cohort) -> None:
-        share(view, cohort.clients, {ALPHA: self.alpha})
+        self.logits.save(view, cohort, self.alpha)
         self.delta, self.noise, self.start, self.y_prev = {}, None, {}, None

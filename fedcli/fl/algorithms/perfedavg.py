@@ -31,7 +31,7 @@ import torch
 from torch.func import functional_call, grad
 
 from fedcli.fl.cohort import Stream, register_purpose
-from fedcli.fl.parts import SGDStep, expand, register_local_step
+from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.personal import client_model, save_models
 from fedcli.fl.trainers import masked_loss
 
@@ -42,7 +42,6 @@ EVAL_BATCH = register_purpose("perfedavg.eval", Stream("perfedavg.eval"))
 START = "perfedavg.start"  # store prefix of each client's round-start model (only when it is not the global one)
 
 
-@register_local_step("perfedavg")
 class PerFedAvgStep(SGDStep):
     """First-order MAML steps on pairs of local mini-batches; one-step adaptation for evaluation."""
 

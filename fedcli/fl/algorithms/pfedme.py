@@ -45,7 +45,7 @@ import warnings
 import torch
 
 from fedcli.fl.cohort import Cohort
-from fedcli.fl.parts import SGDStep, expand, register_local_step, register_server
+from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.parts_servers import ServerLR
 from fedcli.fl.personal import save_models
 
@@ -65,7 +65,6 @@ def w_step(w: torch.Tensor, theta: torch.Tensor, lr: float, lam: float) -> torch
     return w - lam * lr * (w - theta)
 
 
-@register_local_step("pfedme")
 class PFedMeStep(SGDStep):
     """K inner steps on the personalized models theta (``gradients``), then the w update (``step``)."""
 
@@ -116,7 +115,6 @@ class PFedMeStep(SGDStep):
         self.theta, self.theta_buffers = {}, {}
 
 
-@register_server("pfedme")
 class PFedMeServer(ServerLR):
     """global <- (1 - beta) * previous + beta * average (pFedMe Alg. 1 line 12; beta = 1: the average itself)."""
 

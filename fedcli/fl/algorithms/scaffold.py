@@ -38,15 +38,13 @@ from __future__ import annotations
 import torch
 
 import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
-from fedcli.fl.parts import SGDStep, expand, register_local_step
-from fedcli.fl.store import share
+from fedcli.fl.clientstate import ClientState
+from fedcli.fl.parts import SGDStep, expand
+
+#: each client's control variate c_i, zeros at first
+C_I = ClientState("scaffold.c_i")
 
 
-def _key(name: str) -> str:
-    return f"scaffold.c_i:{name}"
-
-
-@register_local_step("scaffold")
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
 
@@ -66,16 +64,11 @@ class ScaffoldStep(SGDStep):
         if self.c is None:
             self.c = {n: torch.zeros_like(p) for n, p in view.global_params.items()}
         self.c = {n: self.c[n].to(p.device) for n, p in view.global_params.items()}  # after a checkpoint load
-        k = len(cohort.clients)
-        for n, p in view.global_params.items():
-            if k:
-                ci = view.store.gather(_key(n), cohort.clients, lambda _c, p=p: torch.zeros(p.shape, dtype=p.dtype), p.device)
-            else:
-                ci = p.new_zeros((0, *p.shape))
-            self.c_i[n] = ci
-            self.correction[n] = self.c[n] - ci
-            self.disp[n] = torch.zeros_like(cohort.params[n])
-        self.lr_sum = torch.zeros(k, dtype=torch.float64, device=next(iter(view.global_params.values())).device)
+        self.c_i = C_I.load(view, cohort)
+        self.correction = {n: self.c[n] - ci for n, ci in self.c_i.items()}
+        self.disp = {n: torch.zeros_like(t) for n, t in cohort.params.items()}
+        dev = next(iter(view.global_params.values())).device
+        self.lr_sum = torch.zeros(len(cohort.clients), dtype=torch.float64, device=dev)
         self.w = torch.zeros_like(self.lr_sum)
         view.ledger.record_copies(view.active)  # every cohort client downloads c
 
@@ -109,7 +102,7 @@ class ScaffoldStep(SGDStep):
         total = view.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
         for n in names:
             self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
-        share(view, cohort.clients, {_key(n): new_ci[n] for n in names})
+        C_I.save(view, cohort, {n: new_ci[n] for n in names})
         view.ledger.record_copies(view.active)  # every cohort client uploads c_i+ - c_i
         self.c_i, self.correction, self.disp = {}, {}, {}
 

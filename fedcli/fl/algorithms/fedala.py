@@ -50,12 +50,16 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from fedcli.fl.cohort import BatchPlan, Stream, register_purpose
-from fedcli.fl.parts import OverwriteInit, register_init
-from fedcli.fl.personal import load_models, share
+from fedcli.fl.parts import OverwriteInit
+from fedcli.fl.clientstate import ClientState
+from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
+from fedcli.params import recorded
 
 # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
 ALA_BATCHES = register_purpose("ala", Stream("ala", shuffled=False, window=True))
+#: each client's ALA weights W (ones at first) and whether its initial stage is done (0 at first)
+WEIGHTS, STARTED = ClientState("ala.w", default=1.0), ClientState("ala.started", ())
 
 
 # ---------------------------------------------------------------------------- the pieces, as functions
@@ -163,7 +167,6 @@ def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, 
 
 
 # ---------------------------------------------------------------------------- the init part
-@register_init("ala")
 class ALAInit(OverwriteInit):
     """FedALA's adaptive local aggregation (see the module docstring) on top of any method.
 
@@ -233,7 +236,7 @@ class ALAInit(OverwriteInit):
     @classmethod
     def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
         """W of the last ``--ala-layers`` parameter tensors: their numel (FedALA Tables 1 and 6)."""
-        p = int(config.get("ala_layers", 2))
+        p = recorded(cls, config).ala_layers  # the run's option as the spec declares it (its default if unrecorded)
         return sum(numels[-p:]) if p > 0 else 0
 
     def mixes_received(self, view) -> bool:
@@ -271,8 +274,9 @@ class ALAInit(OverwriteInit):
                 clients = [cohort.clients[k] for k in run]
                 weights, flags = self.learn(view, cohort, run, clients, {n: local[n] for n in names}, rec, per_client)
         # every rank shares (a collective call under MPI with partial participation), also with no client to learn for
-        share(view, clients, {**{f"ala.w:{n}": weights.get(n, view.global_params[n].new_zeros((0, *view.global_params[n].shape)))
-                                for n in names}, "ala.started": flags})
+        empty = WEIGHTS.load(view, [], names=names)
+        WEIGHTS.save(view, clients, {n: weights.get(n, empty[n]) for n in names})
+        STARTED.save(view, clients, flags)
 
     def learn(self, view, cohort, run: list[int], clients: list[int], local: dict, rec: dict,
               per_client: bool) -> tuple[dict, torch.Tensor]:
@@ -285,9 +289,8 @@ class ALAInit(OverwriteInit):
             theta_g = {n: t.expand(cohort.size, *t.shape[1:])[sel] for n, t in rec.items()}
         else:
             theta_g = {n: t[0] for n, t in rec.items()}
-        weights = {n: view.store.gather(f"ala.w:{n}", clients, lambda _c, g=view.global_params[n]: torch.ones_like(g), dev)
-                   for n in top}
-        started = view.store.gather("ala.started", clients, lambda _c: torch.zeros(()), dev)
+        weights = WEIGHTS.load(view, clients, dev, names=top)
+        started = STARTED.load(view, clients, dev)
         start_phase = [not bool(v) for v in started.tolist()]
         plan = view.batches.plan(ALA_BATCHES, clients, cohort.round_idx, percent=self.percent)
         if per_client not in self._grad:

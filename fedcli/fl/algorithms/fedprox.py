@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.parts import SGDStep, register_local_step
+from fedcli.fl.parts import SGDStep
 
 
-@register_local_step("prox")
 class ProxStep(SGDStep):
     """SGD (with the configured momentum and weight decay) on f_i(x) + (mu / 2) ||x - u||^2."""
 
