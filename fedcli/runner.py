@@ -298,8 +298,9 @@ def _processes(comm, sim) -> dict:
 def _clean_overwritten(out: Path) -> None:
     """``--overwrite``: the previous run's files go (CSVs, model, manifest, checkpoints, client state, tracker files)."""
     from fedcli.results import checkpoint
+    from fedcli.results.rundir import APPEND_CSVS
 
-    for name in ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "system.csv", "model.pt", "manifest.json"):
+    for name in ("layers.csv", *APPEND_CSVS, "model.pt", "manifest.json"):  # every CSV a run appends to (clients.csv too)
         (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
     for _, old in checkpoint.list_checkpoints(out):
         old.unlink()

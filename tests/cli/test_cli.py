@@ -82,6 +82,19 @@ def test_existing_out_dir_refused(tmp_path, capsys):
     assert code == 2 and "--overwrite" in err
 
 
+def test_overwrite_leaves_none_of_the_previous_runs_rows(tmp_path, capsys):
+    """--overwrite over a personalized run: every CSV the run appends to starts again (clients.csv kept the first
+    run's 32 rows before the second run's, 65 lines where 33 belong)."""
+    run = tmp_path / "run"
+    args = ["train", "--algo", "ditto", "--iterations", "20", "--eval-every", "10", "--out", str(run), "--quiet"]
+    assert main(args) == 0
+    first = {f: (run / f).read_text().splitlines() for f in ("metrics.csv", "clients.csv", "layers.csv")}
+    assert main([*args, "--overwrite"]) == 0
+    again = {f: (run / f).read_text().splitlines() for f in first}
+    assert again["clients.csv"] == first["clients.csv"] and len(first["clients.csv"]) == 33  # the same seed: the same rows
+    assert again["layers.csv"] == first["layers.csv"] and len(again["metrics.csv"]) == len(first["metrics.csv"]) == 3
+
+
 def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "fedcli", "train"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
