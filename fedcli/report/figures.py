@@ -355,6 +355,17 @@ def _drawn(spec: FigureSpec, axes, panels: list, runs: dict, logs: list[bool]) -
     return text
 
 
+def check_simulated_time(runs) -> None:
+    """``--x time`` needs every run's ``sim_time_s`` (trained with ``--system``): ConfigError (exit 2) naming one
+    without it (``runs``: RunData; one killed before its first evaluation has nothing to draw either way)."""
+    from fedcli.errors import ConfigError
+
+    for r in runs:
+        if r.metrics and not r.simulated:
+            raise ConfigError(f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
+                              f"--system (docs/system-model.md), or pick another --x")
+
+
 def build(spec: FigureSpec, runs: dict, x: str | None = None):
     """The matplotlib figure of ``spec`` (``runs``: run name -> {seed: RunData}) and its caption text: the paper and
     title, then what is drawn (the axes, how seeds are combined; :func:`_drawn`), then each panel's own account
@@ -362,6 +373,8 @@ def build(spec: FigureSpec, runs: dict, x: str | None = None):
     (``fedcli report --x``). Per-layer figures get one panel per model among a panel's runs (:func:`split_by_model`)."""
     plt = _plt()
     x = style.x_axis(x or spec.x)
+    if spec.kind == "curves" and x == "time":
+        check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
     layers = spec.kind in ("layer-syncs", "layer-size")
     panels = [q for p in spec.panels for q in split_by_model(p, runs)] if layers else list(spec.panels)
     n = len(panels)

@@ -69,6 +69,11 @@ class RunData:
         return self.manifest.get("method") or {}
 
     @property
+    def simulated(self) -> bool:
+        """Trained with the system model (``--system``): its metrics carry ``sim_time_s`` (docs/system-model.md)."""
+        return bool(self.metrics) and "sim_time_s" in self.metrics[0]
+
+    @property
     def algo(self) -> str:
         return self.method.get("name") or self.config.get("algo", "?")
 

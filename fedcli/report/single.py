@@ -374,23 +374,13 @@ def _what(runs: list[RunData], keyed: dict | None = None) -> str:
 COMM_AXES = ("params", "bytes", "time")
 
 
-def check_simulated_time(runs: list[RunData]) -> None:
-    """``--x time`` needs every run's ``sim_time_s`` (trained with ``--system``): ConfigError (exit 2) naming one."""
-    from fedcli.errors import ConfigError
-
-    for r in runs:
-        if r.metrics and "sim_time_s" not in r.metrics[0]:
-            raise ConfigError(f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
-                              f"--system (docs/system-model.md), or pick another --x")
-
-
 def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None, warn=None) -> list[Path]:
     """The curves against iterations (or rounds) in ``curves`` and against communication in ``curves-params`` (or
     ``curves-bytes``), the per-layer communication figures, and for layer-wise runs each layer's interval over the
     run and delta_l vs 1 - lambda_l. Runs that differ only in their seed are drawn as one line (mean ± std band).
     ``x``: one of the curves' x axes (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets,
     models or budgets differ, or rounds of different lengths are compared."""
-    from fedcli.report.figures import draw
+    from fedcli.report.figures import check_simulated_time, draw
     from fedcli.report.groups import seed_groups
     from fedcli.report.style import save
     from fedcli.report.products import FigureSpec, Panel
@@ -407,7 +397,7 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     keyed = {g.name: g.per_seed for g in groups}
     x = style.x_axis(x) if x else None
     if x == "time":
-        check_simulated_time(runs)
+        check_simulated_time(runs)  # before any file is written
     time_x = x if x in ("iterations", "rounds") else _x_axis(reps)
     comm_x = x if x in COMM_AXES else "params"
     files = []

@@ -341,7 +341,7 @@ class _RunStats:
 
 def simulated_time(runs) -> bool:
     """Some of ``runs`` (RunData) were trained with the system model (``--system``: sim_time_s in metrics.csv)."""
-    return any(r.metrics and "sim_time_s" in r.metrics[0] for r in runs)
+    return any(r.simulated for r in runs)
 
 
 def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:

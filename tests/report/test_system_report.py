@@ -11,6 +11,7 @@ from fedcli.report.products import parse_table
 from fedcli.report.tables import build_table, render
 from runkit import error_lines
 from simkit import cli, write_csv
+from sweepkit import RECIPE as SWEEP_RECIPE
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "sim_time_s"]
 
@@ -57,3 +58,20 @@ def test_x_time_draws_accuracy_against_simulated_time(tmp_path, capsys):
     code, _, err = cli(["report", str(plain), "--x", "time", "--figures", str(tmp_path / "f2")], capsys)
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1 and "has no simulated time" in lines[0] and "--system" in lines[0], err
+
+
+def test_x_time_on_a_sweep_without_simulated_time_is_one_line(tmp_path, capsys):
+    """A sweep's curves with --x time, its runs trained without --system: exit 2 naming a run, nothing drawn (the
+    shared curve code read sim_time_s and ended in a KeyError traceback)."""
+    from fedcli.sweep.run import run_sweep
+
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(SWEEP_RECIPE.replace("seeds = 2", "seeds = 1")
+                      + '\n[[figures]]\nname = "c"\nkind = "curves"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\n')
+    root = tmp_path / "sweep"
+    run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
+    figs = tmp_path / "figs"
+    code, _, err = cli(["report", str(root), "--figures", str(figs), "--x", "time"], capsys)
+    lines = error_lines(err)
+    assert code == 2 and len(lines) == 1 and "has no simulated time" in lines[0] and "Traceback" not in err, err
+    assert not figs.exists() or not list(figs.glob("*.png"))
