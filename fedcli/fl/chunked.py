@@ -102,4 +102,4 @@ class RoundSum:
             if new:
                 guard.stop_if_asked(sim, new, self.names, round_idx, self.step)
         sim.apply_average(self.names, flat)
-        sim.count_sync(self.layers)
+        sim.count_sync(self.layers, len(self.cohort_ids))

@@ -426,7 +426,7 @@ class Simulation:
             src = self.global_params[n] if kind == "p" else self.global_buffers[n]
             dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
             dst.copy_(src.expand_as(dst))
-        self.count_sync(layers)
+        self.count_sync(layers, cohort.total)
         for l in layers:
             last_sync[l] = step
 
@@ -468,10 +468,9 @@ class Simulation:
         for (kind, n, _), target, avg in zip(names, targets, unflatten(flat, [t.shape for t in targets])):
             target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
 
-    def count_sync(self, layers: list[int]) -> None:
-        """The ledger counts one synchronization of ``layers`` by every cohort client (with the system model, every
-        client that took part in the round)."""
-        clients = self.active if self.system_round is None else len(self.system_round.participants)  # --system: who took part
+    def count_sync(self, layers: list[int], clients: int) -> None:
+        """The ledger counts one synchronization of ``layers`` by each of the round's ``clients`` (its whole cohort, all
+        processes: with the system model, the clients that took part)."""
         for l in layers:
             self.ledger.record_sync(l, clients, self.codec.bits(self.layers[l].numel))
 
