@@ -170,9 +170,11 @@ class SystemModel:
         return (self.up_bytes[layers][None, :] / self.uplink[clients][:, None]
                 + self.down_bytes[layers][None, :] / self.downlink[clients][:, None])
 
-    def sync_seconds(self, clients: np.ndarray, layers: list[int]) -> np.ndarray:
-        """x_i(L): each client's time of one synchronization of ``layers``: 2 lat_i + its transfers."""
-        return 2.0 * self.latency[clients] + self.layer_seconds(clients, layers).sum(axis=1)
+    def sync_seconds(self, clients: np.ndarray, layers: list[int], each: np.ndarray | None = None) -> np.ndarray:
+        """x_i(L): each client's time of one synchronization of ``layers``: 2 lat_i + its transfers (``each``: their
+        :meth:`layer_seconds`, where the caller has them already)."""
+        each = self.layer_seconds(clients, layers) if each is None else each
+        return 2.0 * self.latency[clients] + each.sum(axis=1)
 
     def comm_seconds(self, clients: np.ndarray, syncs: list[tuple[int, list[int]]]) -> np.ndarray:
         """Each client's time in all of a round's synchronizations ``syncs`` ((step, layers), in order)."""
@@ -200,7 +202,8 @@ class SystemModel:
         round's simulated start) that meet the deadline (``--on-deadline``), each with its local steps (``steps``:
         each client's full steps this round)."""
         ready = self.available(round_idx, cohort, now)
-        unavailable = [c for c in cohort if c not in set(ready)]
+        on = set(ready)
+        unavailable = [c for c in cohort if c not in on]
         plan = RoundPlan(list(cohort), [], {}, unavailable)
         deadline = float(self.cfg.deadline)
         ids = np.array(ready, dtype=np.int64)
@@ -234,9 +237,9 @@ class SystemModel:
         for j, layers in syncs:
             if len(ids):
                 seg = np.clip(np.minimum(steps, j) - prev, 0, None)
-                total += float(np.max(seg * self.step_s[ids] + self.sync_seconds(ids, layers)))
-                slowest = self.layer_seconds(ids, layers).max(axis=0)
-                for l, s in zip(layers, slowest.tolist()):
+                each = self.layer_seconds(ids, layers)  # once: for x_i(L) and for each layer's slowest transfer
+                total += float(np.max(seg * self.step_s[ids] + self.sync_seconds(ids, layers, each)))
+                for l, s in zip(layers, each.max(axis=0).tolist()):
                     per_layer[l] += s
             prev = j
         if len(ids) and steps.max() > prev:  # local steps after the last synchronization (none in fedcli's schedules)
