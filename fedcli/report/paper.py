@@ -215,7 +215,7 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         if lacking:
             intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
             t, m = _itemize(lacking)
-            rerun = f"(Re-)run them with `{s.retry_hint()}`."
+            rerun = f"(Re-)run them with `{command}`."  # _paragraph's: the same rerun_command
             tex += ["{\\raggedright", f"\\noindent {latex_escape(intro)}", *t, f"{latex_text(rerun)}\\par}}", ""]
             md += [intro, "", *m, rerun, ""]
             gaps += [f"{s.root}: {g}" for g in lacking]
