@@ -589,6 +589,12 @@ class Simulation:
         return plan.client_round_steps(clients, default)
 
     @property
+    def round_clients(self) -> int:
+        """Clients in the round (the part view's ``active``): ``active``, or the system model's participants while
+        one of its rounds runs (between ``plan_system_round`` and ``close_system_round``)."""
+        return self.active if self.system_round is None else len(self.system_round.participants)
+
+    @property
     def uneven_round(self) -> bool:
         """The round's clients run unequal local steps because of the system model's deadline (keep-partial)."""
         return self.system_round is not None and self.system_round.uneven

@@ -40,7 +40,7 @@ DATA = (
     "batch_size",          # the mini-batch size every part uses (--batch-size, clamped to the largest client)
     "client_indices",      # each client's training sample indices (tuple of tensors; as the parts' training_indices left it)
     "sizes",               # each client's training sample count (read-only numpy array)
-    "active",              # clients per round (the cohort size)
+    "active",              # clients per round (the cohort size; with --system, the round's participants)
     "full_participation",  # every client is in every round's cohort
 )
 SERVICES = (
@@ -98,6 +98,8 @@ class PartView:
         if unknown:
             raise TypeError(f"not members of the part interface: {', '.join(unknown)}")
         members.setdefault("parts", {})
+        if "active" in members:  # the engine's name for what ``active`` reads (below)
+            members["round_clients"] = members.pop("active")
         return cls(SimpleNamespace(**members))
 
     # ------------------------------------------------------------------ data
@@ -110,7 +112,12 @@ class PartView:
     train_y = _Read()
     pad_fill = _Read()
     batch_size = _Read()
-    active = _Read()
+
+    @property
+    def active(self) -> int:
+        """Clients in the round: the sampled cohort's size, or with the system model (``--system``) the clients that
+        take part in the round being run (what a part's extra transfers are counted for)."""
+        return self._src.round_clients
     full_participation = _Read()
 
     @property

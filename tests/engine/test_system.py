@@ -298,3 +298,20 @@ def test_a_system_table_applies_to_every_run_of_a_recipe(tmp_path):
     got = train_values(flat)
     assert got["latency"] == "constant:0"
     assert got["system_trace"] == str(tmp_path / "traces" / "t.csv")  # a trace path resolves against the recipe's root
+
+
+def test_a_methods_extra_transfers_count_the_rounds_participants(tmp_path):
+    """SCAFFOLD's control variates (c down, c_i+ - c_i up: two model-sized copies per client and round, besides the
+    model's own up and down) are counted for the clients that took part, as the model's synchronizations are: with
+    half of the sampled clients unavailable, its bytes are FedAvg's twice over, by the same participants (system.csv).
+    Before, the copies were counted for every sampled client (43,726,320 bytes here, not 30,917,600)."""
+    args = ["train", "--iterations", "40", "--eval-every", "40", "--tau", "5", "--system", "--availability", "0.5", "--quiet"]
+    for algo in ("fedavg", "scaffold"):
+        assert main([*args, "--algo", algo, "--out", str(tmp_path / algo)]) == 0
+    took_part = sum(int(r["participants"]) for r in rows(tmp_path / "scaffold" / "system.csv"))
+    sampled = sum(int(r["sampled"]) for r in rows(tmp_path / "scaffold" / "system.csv"))
+    model_bytes = 4 * sum(int(r["numel"]) for r in rows(tmp_path / "scaffold" / "layers.csv"))
+    avg, scaffold = (float(rows(tmp_path / a / "metrics.csv")[-1]["comm_bytes"]) for a in ("fedavg", "scaffold"))
+    assert 0 < took_part < sampled  # some sampled clients sat the rounds out
+    assert avg == 2 * model_bytes * took_part  # the model down and up, per participant (one sync a round)
+    assert scaffold == avg + 2 * model_bytes * took_part
