@@ -26,7 +26,7 @@ from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl import chunked, guard, parts, slots, system
+from fedcli.fl import chunked, clientstate, guard, parts, slots, system
 from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
@@ -697,7 +697,7 @@ class Simulation:
         if self.personal is not None:  # --personal-eval after-init: the models before local training
             self.personal.initialized(self.view, cohort, "init")
         for part in self.parts.values():
-            part.begin_round(self.view, cohort)
+            clientstate.open_round(part, self.view, cohort)  # its declared client state loaded, its begin_round
         if self.personal is not None:
             self.personal.initialized(self.view, cohort, "begin")
         return cohort
@@ -749,7 +749,7 @@ class Simulation:
         if self.cfg.bn_buffers == "never":
             slots.keep_buffers(self.view, cohort)
         for part in self.parts.values():
-            part.end_round(self.view, cohort)
+            clientstate.close_round(part, self.view, cohort)  # its end_round, its declared client state kept
         guard.forget_nonfinite(self, cohort)
         if not cohort.clients:
             return torch.zeros(0, 1, dtype=torch.float64, device=self.device)

@@ -41,6 +41,7 @@ DATA = (
     "client_indices",      # each client's training sample indices (tuple of tensors; as the parts' training_indices left it)
     "sizes",               # each client's training sample count (read-only numpy array)
     "active",              # clients per round (the cohort size; with --system, the round's participants)
+    "share",               # active / the number of clients: the round's share of the clients (|P_t| / m)
     "full_participation",  # every client is in every round's cohort
 )
 SERVICES = (
@@ -66,6 +67,8 @@ CAPABILITIES = (
     "declared",            # declared(name): family -> each part's value of a declaration of the Part base
 )
 MEMBERS = DATA + SERVICES + CALLS + CAPABILITIES
+#: data members computed from others (a fake view gets them from those: ``share`` from ``active`` and ``client_indices``)
+DERIVED = ("share",)
 
 
 class _Read:
@@ -94,7 +97,7 @@ class PartView:
     def fake(cls, **members) -> "PartView":
         """A view over the given members only (tests): an undeclared name is refused, a member not given raises
         AttributeError when read. ``parts`` (family -> part) answers the capability questions."""
-        unknown = sorted(set(members) - set(DATA + SERVICES + CALLS) - {"parts"})
+        unknown = sorted(set(members) - set(DATA + SERVICES + CALLS) - {"parts"} | set(DERIVED) & set(members))
         if unknown:
             raise TypeError(f"not members of the part interface: {', '.join(unknown)}")
         members.setdefault("parts", {})
@@ -118,6 +121,11 @@ class PartView:
         """Clients in the round: the sampled cohort's size, or with the system model (``--system``) the clients that
         take part in the round being run (what a part's extra transfers are counted for)."""
         return self._src.round_clients
+
+    @property
+    def share(self) -> float:
+        """The round's share of all clients, |P_t| / m: :attr:`active` over the number of clients."""
+        return self.active / len(self._src.client_indices)
     full_participation = _Read()
 
     @property

@@ -12,6 +12,7 @@ import torch
 from fedcli.cli.main import main
 from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
+from fedcli.fl.clientstate import close_round, open_round
 from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.algorithms.feddyn import FedDynServer, FedDynStep
@@ -34,7 +35,8 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     view = PartView.fake(global_params=glob, store=store, comm=Communicator(), full_participation=False)
     one = torch.ones(1, dtype=torch.float64)
     cohort = Cohort([7], one, {"w": glob["w"].clone().unsqueeze(0)}, {})
-    step.begin_round(view, cohort)
+    open_round(step, view, cohort)  # as the engine does: grad_i loaded, then begin_round
+    assert float(step.grad_i["w"]) == 0.5
     seen = []
     for _ in range(2):
         g = {"w": cohort.params["w"] - 3.0}
@@ -43,11 +45,12 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     assert seen == [-2.5, -0.9375]
     assert float(cohort.params["w"]) == 2.71875
     cohort.params["w"].copy_(glob["w"])  # the round-end synchronization replaces the client's model first
-    step.end_round(view, cohort)
+    close_round(step, view, cohort)  # end_round, then grad_i kept
     assert float(store.tables["feddyn.grad_i:w"][7]) == 0.0703125
+    assert "grad_i" not in vars(step)  # the rows are dropped between rounds
     # a client that has not trained yet starts from grad_i = 0 (plain SGD plus the proximal term)
     cohort2 = Cohort([8], one, {"w": glob["w"].clone().unsqueeze(0)}, {})
-    step.begin_round(view, cohort2)
+    open_round(step, view, cohort2)
     assert float(step.direction(cohort2, {"w": torch.tensor([[-2.0]], dtype=torch.float64)})["w"]) == -2.0
 
 
@@ -58,7 +61,7 @@ def test_server_h_update_by_hand():
     The first round (h = 0): h^1 = -0.09375, theta^1 = 1.75 + 0.375 = 2.125.
     """
     server = FedDynServer(TrainConfig(feddyn_alpha=0.25))
-    server.setup(PartView.fake(active=2, client_indices=[torch.arange(1)] * 4))
+    server.begin_round(PartView.fake(active=2, client_indices=[torch.arange(1)] * 4), None)
     prev, avg = torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.75], dtype=torch.float64)
     assert float(server.update("w", prev, avg)) == 2.125
     assert float(server.h["w"]) == -0.09375

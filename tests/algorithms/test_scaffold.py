@@ -3,6 +3,7 @@ counts (digits + a small MLP, seconds)."""
 
 import torch
 
+from fedcli.fl.clientstate import close_round, open_round
 from fedcli.fl.cohort import Cohort
 from fedcli.results.runlog import layer_rows
 
@@ -18,7 +19,7 @@ def test_scaffold_option2_hand_computed(data):
         cohort = Cohort.from_global(mine, sim.cohort_weights(mine, mine), sim.global_params, sim.global_buffers)
         cohort.cohort_ids = mine
         step = sim.local_step
-        step.begin_round(sim.view, cohort)
+        open_round(step, sim.view, cohort)
         ones = {n: torch.ones_like(p) for n, p in cohort.params.items()}
         start = {n: p.clone() for n, p in cohort.params.items()}
         for lr in (0.1, 0.2, 0.3):
@@ -26,7 +27,7 @@ def test_scaffold_option2_hand_computed(data):
         if momentum == 0.0:  # x - y_i = (0.1 + 0.2 + 0.3) * 1
             for n in start:
                 assert torch.allclose(start[n] - cohort.params[n], torch.full_like(start[n], 0.6))
-        step.end_round(sim.view, cohort)
+        close_round(step, sim.view, cohort)
         for n, p in sim.global_params.items():
             for c in mine:
                 assert torch.allclose(sim.store.tables[f"scaffold.c_i:{n}"][c], torch.ones_like(p))
@@ -35,7 +36,7 @@ def test_scaffold_option2_hand_computed(data):
         # next round: a client's direction is g - c_i + c: 1 - 1 + 0.5 for one seen before, 1 + 0.5 for a new one
         nxt = [2, 3]
         cohort2 = Cohort.from_global(nxt, sim.cohort_weights(nxt, nxt), sim.global_params, sim.global_buffers)
-        step.begin_round(sim.view, cohort2)
+        open_round(step, sim.view, cohort2)
         d = step.direction(cohort2, {n: torch.ones_like(p) for n, p in cohort2.params.items()})
         for n in d:
             assert torch.allclose(d[n][0], torch.full_like(d[n][0], 0.5))

@@ -315,3 +315,26 @@ def test_a_methods_extra_transfers_count_the_rounds_participants(tmp_path):
     assert 0 < took_part < sampled  # some sampled clients sat the rounds out
     assert avg == 2 * model_bytes * took_part  # the model down and up, per participant (one sync a round)
     assert scaffold == avg + 2 * model_bytes * took_part
+
+
+def test_feddyn_server_reads_each_rounds_share_of_the_clients(tmp_path, monkeypatch):
+    """FedDyn's server state h moves by alpha |P_t| / m (Acar et al. 2021, Algorithm 1): with the system model,
+    P_t is the round's participants, which change from round to round (availability 0.5). The server reads
+    ``view.share`` as each round begins; it read a share fixed at set-up before (every sampled client, always)."""
+    from fedcli.fl.algorithms.feddyn import FedDynServer
+
+    seen = []
+    real = FedDynServer.begin_round
+
+    def watch(self, view, cohort):
+        real(self, view, cohort)
+        seen.append((cohort.round_idx, self.share))
+
+    monkeypatch.setattr(FedDynServer, "begin_round", watch)
+    out = tmp_path / "feddyn"
+    assert main(["train", "--algo", "feddyn", "--iterations", "40", "--eval-every", "40", "--tau", "5", "--clients", "10",
+                 "--system", "--availability", "0.5", "--quiet", "--out", str(out)]) == 0
+    want = {int(r["round"]) - 1: int(r["participants"]) / 10 for r in rows(out / "system.csv")}  # its rounds count from 1
+    got = dict(seen)
+    assert got == {r: s for r, s in want.items() if s > 0}  # a round without participants opens no cohort
+    assert len(set(got.values())) > 1  # the share moved with the round's participants

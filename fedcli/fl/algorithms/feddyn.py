@@ -39,24 +39,22 @@ import torch
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.parts import AverageServer, SGDStep
 
-#: each client's grad_i (Algorithm 1's gradient of the local objective at its last model), zeros at first
-GRAD_I = ClientState("feddyn.grad_i")
-
-
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
+
+    #: each client's grad_i (Algorithm 1's gradient of the local objective at its last model), zeros at first:
+    #: the cohort's rows [K, ...] from before ``begin_round`` to after ``end_round``
+    grad_i = ClientState()
 
     def __init__(self, params):
         super().__init__(params)
         self.alpha = float(self.params.feddyn_alpha)
         self.anchor: dict[str, torch.Tensor] = {}   # the server model, updated in place at each synchronization
-        self.grad_i: dict[str, torch.Tensor] = {}   # [K, ...] the cohort's gradient states
         self.disp: dict[str, torch.Tensor] = {}     # sum_k lr_k v_k: theta^{t-1} - theta_i^t over the round, [K, ...]
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         self.anchor = view.global_params
-        self.grad_i = GRAD_I.load(view, cohort)
         self.disp = {n: torch.zeros_like(t) for n, t in cohort.params.items()}
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -69,9 +67,9 @@ class FedDynStep(SGDStep):
     @torch.no_grad()
     def end_round(self, view, cohort) -> None:
         super().end_round(view, cohort)
-        # grad_i - alpha * (theta_i^t - theta^{t-1}); a skipped client keeps its state
-        GRAD_I.save(view, cohort, {n: g + self.alpha * self.disp[n] for n, g in self.grad_i.items()})
-        self.grad_i, self.disp = {}, {}
+        # grad_i - alpha * (theta_i^t - theta^{t-1}), kept for the cohort (a skipped client keeps its old one)
+        self.grad_i = {n: g + self.alpha * self.disp[n] for n, g in self.grad_i.items()}
+        self.disp = {}
 
 
 class FedDynServer(AverageServer):
@@ -85,8 +83,8 @@ class FedDynServer(AverageServer):
         self.share = 1.0   # |P_t| / m
         self.h: dict[str, torch.Tensor] = {}
 
-    def setup(self, view) -> None:
-        self.share = view.active / len(view.client_indices)
+    def begin_round(self, view, cohort) -> None:
+        self.share = view.share
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         h = self.h.get(name)

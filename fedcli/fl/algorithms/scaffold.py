@@ -41,19 +41,16 @@ import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.parts import SGDStep, expand
 
-#: each client's control variate c_i, zeros at first
-C_I = ClientState("scaffold.c_i")
-
-
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
 
     fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
+    #: each client's control variate c_i, zeros at first: the cohort's rows [K, ...] during a round
+    c_i = ClientState()
 
     def __init__(self, params):
         super().__init__(params)
         self.c: dict[str, torch.Tensor] | None = None   # the server control variate
-        self.c_i: dict[str, torch.Tensor] = {}          # [K, ...] control variates of the cohort here
         self.correction: dict[str, torch.Tensor] = {}   # c - c_i, [K, ...]
         self.disp: dict[str, torch.Tensor] = {}         # D_i = sum_k lr_k v_k (the applied directions), [K, ...]
         self.lr_sum: torch.Tensor | None = None         # A_i = sum_k lr_k w_k over each client's own steps, [K]
@@ -64,7 +61,6 @@ class ScaffoldStep(SGDStep):
         if self.c is None:
             self.c = {n: torch.zeros_like(p) for n, p in view.global_params.items()}
         self.c = {n: self.c[n].to(p.device) for n, p in view.global_params.items()}  # after a checkpoint load
-        self.c_i = C_I.load(view, cohort)
         self.correction = {n: self.c[n] - ci for n, ci in self.c_i.items()}
         self.disp = {n: torch.zeros_like(t) for n, t in cohort.params.items()}
         dev = next(iter(view.global_params.values())).device
@@ -102,9 +98,9 @@ class ScaffoldStep(SGDStep):
         total = view.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
         for n in names:
             self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
-        C_I.save(view, cohort, {n: new_ci[n] for n in names})
+        self.c_i = new_ci  # kept for the cohort's clients after this hook
         view.ledger.record_copies(view.active)  # every cohort client uploads c_i+ - c_i
-        self.c_i, self.correction, self.disp = {}, {}, {}
+        self.correction, self.disp = {}, {}
 
     def state_dict(self) -> dict:
         return {"c": None if self.c is None else {n: t.detach().cpu() for n, t in self.c.items()}}
