@@ -228,7 +228,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if root:
         if overwrite and out.exists():
             _clean_overwritten(out)
-        run_dir = _open_run_dir(sim, out, comm, procs, resume=resume, ckpt=ckpt, quiet=quiet, view=view)
+        run_dir = _open_run_dir(sim, out, comm, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view)
         mark_interrupted, watchdog = _guard_until_rounds(sim, run_dir, out, comm, procs["pids"])
         _announce(cfg, sim, view, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
@@ -314,7 +314,7 @@ def _clean_overwritten(out: Path) -> None:
     remove_files(out)  # the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json)
 
 
-def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quiet: bool, view: RunView):
+def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
     checkpoint (saying how the previous attempt ended and which versions changed since)."""
     from fedcli.results.resume import read_manifest, reopen_run_dir, version_drift
@@ -331,7 +331,7 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, quie
         f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
     if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
         view.notice(f"note: the previous attempt was {said}")
-    run_dir = reopen_run_dir(out, ckpt, sim, procs)
+    run_dir = reopen_run_dir(out, ckpt, sim, procs, state)
     drift = version_drift(run_dir.manifest)
     if drift and not quiet:
         view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "

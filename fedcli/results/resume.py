@@ -95,9 +95,10 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
     return payload["ckpt"]
 
 
-def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None):
+def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None, state=None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
-    for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint."""
+    for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint
+    (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``)."""
     from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS,
                                        SYSTEM_COLUMNS, AppendCSV, RunDir, git_commit, now, rewind_csvs, versions)
     from fedcli.results.runlog import extra_columns, layer_rows
@@ -122,7 +123,7 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
     rd.manifest.pop("summary", None)
     rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=sim.cfg.to_dict(),
                       resumes=list(rd.manifest.get("resumes", [])) + [entry], **(manifest_updates or {}))
-    rd.write_layers(layer_rows(sim))
+    rd.write_layers(layer_rows(sim, state))
     return rd
 
 

@@ -22,13 +22,14 @@ def extra_columns(sim) -> dict[str, list[str]]:
 
 
 def layer_rows(sim, state=None) -> list[dict]:
-    """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head); with ``--system``
-    (and the run's ``state``), ``sim_time_s``, the simulated seconds of the layer's synchronizations so far."""
+    """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head); with ``--system``,
+    ``sim_time_s``, the simulated seconds of the layer's synchronizations so far (the run's ``state``'s; 0 without
+    one, before the first round)."""
     rows = [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": sim.ledger.syncs[li.index],
              "comm_params": sim.ledger.layer_params(li.index), "comm_bytes": sim.ledger.bytes_[li.index],
              "interval": 0 if li.index in sim.local_layers else sim.schedule.intervals[li.index]} for li in sim.layers]
-    if sim.system is not None and state is not None:
-        for row, seconds in zip(rows, state.layer_time_s or [0.0] * len(rows)):
+    if sim.system is not None:  # no state: before the first round (0 s)
+        for row, seconds in zip(rows, (state.layer_time_s if state is not None else None) or [0.0] * len(rows)):
             row["sim_time_s"] = seconds
     return rows
 

@@ -267,7 +267,7 @@ def test_mpi_1_and_2_processes_give_the_same_times_and_drops(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_sigkill_then_resume_is_bitwise_with_the_system_model(tmp_path):
+def test_sigkill_then_resume_is_bitwise_with_the_system_model(tmp_path, monkeypatch):
     ref, out = tmp_path / "ref", tmp_path / "run"
     args = PARITY + ["--checkpoint-every", "2", "--workers", "1"]
     assert main(args + ["--out", str(ref)]) == 0
@@ -278,8 +278,22 @@ def test_sigkill_then_resume_is_bitwise_with_the_system_model(tmp_path):
             break
         time.sleep(0.1)
     assert len(table(out / "system.csv")) == 5  # rounds 1-5 written, the checkpoint after round 4
+    import fedcli.results.resume as resume
+
+    reopened, real = [], resume.reopen_run_dir
+
+    def watch(*a, **k):  # layers.csv as the resume leaves it, before any round runs
+        rd = real(*a, **k)
+        reopened.append(table(out / "layers.csv"))
+        return rd
+
+    monkeypatch.setattr(resume, "reopen_run_dir", watch)
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert_same_system_run(ref, out)
+    # the layers' simulated seconds as of the checkpoint (round 4), not blank: some but not all of the final ones
+    (rows,) = reopened
+    at_ckpt, final = ([float(r["sim_time_s"]) for r in t] for t in (rows, table(ref / "layers.csv")))
+    assert all(0 < a <= b for a, b in zip(at_ckpt, final)) and at_ckpt != final
     assert (ref / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
 
 
