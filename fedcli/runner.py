@@ -529,7 +529,7 @@ def estimate_work(cfg, dataset, partition) -> WorkEstimate:
 
     from fedcli.fl.budget import plan_run, schedule_round_length
     from fedcli.fl.engine import build_run_model
-    from fedcli.models.flops import forward_flops
+    from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
 
     steps = plan_run(cfg, schedule_round_length(cfg), [len(ix) for ix in partition.train]).expected_client_steps
     try:
@@ -539,7 +539,7 @@ def estimate_work(cfg, dataset, partition) -> WorkEstimate:
         fwd = forward_flops(model, dataset.train_x[:1])
     except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
         fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
-    per_step = 3.0 * fwd * cfg.batch_size
+    per_step = TRAIN_FLOPS_PER_FORWARD * fwd * cfg.batch_size
     secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
     return WorkEstimate(int(steps), per_step, secs)
 

@@ -36,10 +36,9 @@ import numpy as np
 
 from fedcli.errors import ConfigError
 from fedcli.fl.rng import np_gen
+from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
 from fedcli.specs.system import QUANTITIES, parse_distribution
 
-#: FLOPs of a training step per forward FLOP (forward + backward, Kaplan et al. 2020, Sec. 2.1)
-TRAIN_FLOPS_PER_FORWARD = 3.0
 TRACE_COLUMNS = ("client", *QUANTITIES)
 AVAILABILITY_COLUMNS = ("client", "start", "end")
 
@@ -294,8 +293,6 @@ def build(sim) -> SystemModel | None:
     cfg = sim.cfg
     if not cfg.system:
         return None
-    from fedcli.models.flops import forward_flops
-
     was_training = sim.model.training
     sim.model.eval()  # no statistics update, no dropout draw: the run's random streams stay as they are
     try:

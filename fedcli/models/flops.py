@@ -16,6 +16,12 @@ import torch
 from torch import nn
 
 
+#: FLOPs of a training step per forward FLOP: forward + backward, the backward costing twice the forward (Kaplan et
+#: al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1); the system model's step time and --workers auto's
+#: estimate both count a step so
+TRAIN_FLOPS_PER_FORWARD = 3.0
+
+
 def forward_flops(model: nn.Module, x: torch.Tensor) -> float:
     """FLOPs of ``model(x)`` (no gradient) in its dense and convolutional layers."""
     total = [0.0]
