@@ -158,17 +158,16 @@ def numeric(df):
 def _sweep_of(run_dir: Path, cache: dict) -> dict:
     """{"sweep", "recipe_run", "scale"} of a run directory that a sweep planned (a ``sweep.json`` one to three folders
     up lists it: ``SWEEP/<slug>/seed<k>``), else {}."""
-    import json
-
-    from fedcli.results.sweepdir import MANIFEST
+    from fedcli.errors import ConfigError
+    from fedcli.results.sweepdir import MANIFEST, load_manifest
 
     for folder in list(run_dir.parents)[:3]:
         if not (folder / MANIFEST).is_file():
             continue
         if folder not in cache:
             try:
-                manifest = json.loads((folder / MANIFEST).read_text())
-            except (OSError, ValueError):
+                manifest = load_manifest(folder)
+            except ConfigError:  # unreadable: the run is read as one of no sweep
                 manifest = {}
             cache[folder] = {(folder / e["dir"]).resolve(): {"sweep": str(folder), "recipe_run": e.get("name"),
                                                             "scale": manifest.get("scale")}
