@@ -419,8 +419,8 @@ def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     scikit-learn (about 1 s of every default ``fedcli train``); ``load_digits`` itself when the file is not there."""
     import importlib.util
 
-    spec = importlib.util.find_spec("sklearn")
-    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if spec and spec.submodule_search_locations else None
+    module_spec = importlib.util.find_spec("sklearn")
+    path = Path(module_spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if module_spec and module_spec.submodule_search_locations else None
     if path is not None and path.is_file():
         table = np.loadtxt(path, delimiter=",")
         return table[:, :-1], table[:, -1].astype(int, copy=False)
@@ -463,31 +463,31 @@ def load_synthetic(data_dir: Path | None = None, *, download: bool = False, hold
     with the number of users; the labels and the user of every sample are computed here. With a holdout fraction
     the inputs are materialized (the stratified split takes rows out of the whole pool).
     """
-    from fedcli.data.synthetic import SyntheticSpec, SyntheticUsers
+    from fedcli.data.synthetic import SyntheticSetting, SyntheticUsers
 
     opts = options or {}
-    spec = SyntheticSpec(alpha=_option(opts, "synthetic_alpha", 1.0, float, lo=0.0),
+    setting = SyntheticSetting(alpha=_option(opts, "synthetic_alpha", 1.0, float, lo=0.0),
                          beta=_option(opts, "synthetic_beta", 1.0, float, lo=0.0),
                          users=_option(opts, "synthetic_users", 30, int, lo=1),
                          dim=_option(opts, "synthetic_dim", 60, int, lo=1),
                          classes=_option(opts, "synthetic_classes", 10, int, lo=2),
                          iid=_option(opts, "synthetic_iid", False, bool),
                          seed=_option(opts, "data_seed", 0, int, lo=0))
-    users = SyntheticUsers(spec)
-    ids = np.arange(spec.users, dtype=np.int32)
+    users = SyntheticUsers(setting)
+    ids = np.arange(setting.users, dtype=np.int32)
     train = _Split(users.rows("train"), users.train_y, np.repeat(ids, users.n_train))
     test = _Split(users.rows("test"), users.test_y, np.repeat(ids, users.sizes - users.n_train))
-    used = {"synthetic_alpha": spec.alpha, "synthetic_beta": spec.beta, "synthetic_users": spec.users,
-            "synthetic_dim": spec.dim, "synthetic_classes": spec.classes, "synthetic_iid": spec.iid, "data_seed": spec.seed}
+    used = {"synthetic_alpha": setting.alpha, "synthetic_beta": setting.beta, "synthetic_users": setting.users,
+            "synthetic_dim": setting.dim, "synthetic_classes": setting.classes, "synthetic_iid": setting.iid, "data_seed": setting.seed}
     source = {"dataset": "synthetic", "folder": None,
               "format": "generated (Li et al. 2020, Synthetic(alpha, beta)), keyed by (data_seed, user), on demand",
               "files": [], "options": used, "samples_per_user": users.sizes.tolist()}
     if holdout_fraction > 0:  # one pool, split by labels: the rows are taken out of the whole table
         train = _Split(train.x[:].numpy(), train.y, train.groups)
-        return _assemble("synthetic", "train", holdout_fraction, train, None, spec.classes, source,
-                         group_names=[f"user_{k}" for k in range(spec.users)])
-    return _assemble("synthetic", "both", 0.0, train, test, spec.classes, source,
-                     group_names=[f"user_{k}" for k in range(spec.users)])
+        return _assemble("synthetic", "train", holdout_fraction, train, None, setting.classes, source,
+                         group_names=[f"user_{k}" for k in range(setting.users)])
+    return _assemble("synthetic", "both", 0.0, train, test, setting.classes, source,
+                     group_names=[f"user_{k}" for k in range(setting.users)])
 
 
 # ------------------------------------------------------------------------------ Tiny-ImageNet

@@ -42,7 +42,7 @@ SIZE_MIN, SIZE_CAP = 50, 5000
 
 
 @dataclass(frozen=True)
-class SyntheticSpec:
+class SyntheticSetting:
     """Synthetic(alpha, beta): the options that decide the data (it is a function of these only)."""
 
     alpha: float = 1.0
@@ -69,11 +69,11 @@ def covariance_diagonal(dim: int) -> np.ndarray:
     return np.arange(1, dim + 1, dtype=np.float64) ** -1.2
 
 
-def shared_model(spec: SyntheticSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shared_model(setting: SyntheticSetting) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The IID variant's (W [C, d], b [C], v [d]), each ~ N(0, 1)."""
-    rng = shared_stream(spec.seed)
-    return (rng.normal(0.0, 1.0, (spec.classes, spec.dim)), rng.normal(0.0, 1.0, spec.classes),
-            rng.normal(0.0, 1.0, spec.dim))
+    rng = shared_stream(setting.seed)
+    return (rng.normal(0.0, 1.0, (setting.classes, setting.dim)), rng.normal(0.0, 1.0, setting.classes),
+            rng.normal(0.0, 1.0, setting.dim))
 
 
 @dataclass
@@ -97,26 +97,26 @@ class User:
         return np.argmax(x @ self.w.T + self.b, axis=1).astype(np.int64)
 
 
-def open_user(spec: SyntheticSpec, user: int, shared=None) -> User:
+def open_user(setting: SyntheticSetting, user: int, shared=None) -> User:
     """User ``user``'s draws up to its inputs: n_k = min(int(lognormal(4, 2)) + 50, 5000), u_k ~ N(0, alpha),
     B_k ~ N(0, beta), then (not in the IID variant, which uses ``shared``) W_k ~ N(u_k, 1), b_k ~ N(u_k, 1),
     v_k ~ N(B_k, 1)."""
-    rng = user_stream(spec.seed, user)
+    rng = user_stream(setting.seed, user)
     n = int(min(int(rng.lognormal(4.0, 2.0)) + SIZE_MIN, SIZE_CAP))
-    u = rng.normal(0.0, spec.alpha)  # model heterogeneity: mean of W_k and b_k
-    big_b = rng.normal(0.0, spec.beta)  # data heterogeneity: mean of v_k
-    if spec.iid:
-        w, b, v = shared if shared is not None else shared_model(spec)
+    u = rng.normal(0.0, setting.alpha)  # model heterogeneity: mean of W_k and b_k
+    big_b = rng.normal(0.0, setting.beta)  # data heterogeneity: mean of v_k
+    if setting.iid:
+        w, b, v = shared if shared is not None else shared_model(setting)
     else:
-        w = rng.normal(u, 1.0, (spec.classes, spec.dim))
-        b = rng.normal(u, 1.0, spec.classes)
-        v = rng.normal(big_b, 1.0, spec.dim)
+        w = rng.normal(u, 1.0, (setting.classes, setting.dim))
+        b = rng.normal(u, 1.0, setting.classes)
+        v = rng.normal(big_b, 1.0, setting.dim)
     return User(n, int(TRAIN_SHARE * n), w, b, v, rng)
 
 
-def generate_user(spec: SyntheticSpec, user: int, shared=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def generate_user(setting: SyntheticSetting, user: int, shared=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """User ``user``'s samples by split: {"train": (x float64 [int(0.8 n_k), d], y int64), "test": (x, y)}."""
-    k = open_user(spec, user, shared)
+    k = open_user(setting, user, shared)
     x_test = k.inputs(k.n - k.n_train)
     x_train = k.inputs(k.n_train)
     return {"train": (x_train, k.labels(x_train)), "test": (x_test, k.labels(x_test))}
@@ -126,16 +126,16 @@ class SyntheticUsers:
     """The users of one Synthetic(alpha, beta) dataset: every user's size and labels, computed once (one pass over
     the users, one at a time), and its inputs generated on demand through an LRU cache of ``cache_mb``."""
 
-    def __init__(self, spec: SyntheticSpec, cache_mb: float = CACHE_MB):
-        self.spec = spec
+    def __init__(self, setting: SyntheticSetting, cache_mb: float = CACHE_MB):
+        self.setting = setting
         self.cache_mb = cache_mb
         self.cache_bytes = int(cache_mb * 2**20)
-        self._shared = shared_model(spec) if spec.iid else None
+        self._shared = shared_model(setting) if setting.iid else None
         self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
         self._held = 0
         sizes, labels = [], {"train": [], "test": []}
-        for k in range(spec.users):
-            data = generate_user(spec, k, self._shared)
+        for k in range(setting.users):
+            data = generate_user(setting, k, self._shared)
             sizes.append(len(data["train"][1]) + len(data["test"][1]))
             for split in labels:
                 labels[split].append(data[split][1])
@@ -156,7 +156,7 @@ class SyntheticUsers:
         if x is not None:
             self._cache.move_to_end((user, split))
             return x
-        k = open_user(self.spec, user, self._shared)
+        k = open_user(self.setting, user, self._shared)
         x = k.inputs(k.n - k.n_train)
         if split == "train":
             x = k.inputs(k.n_train)
@@ -187,7 +187,7 @@ class GeneratedRows:
     def __init__(self, users: SyntheticUsers, split: str, starts: np.ndarray, device: str | torch.device = "cpu"):
         self.users, self.split, self.starts = users, split, starts
         self.device = torch.device(device)
-        self.shape = torch.Size((int(starts[-1]), users.spec.dim))
+        self.shape = torch.Size((int(starts[-1]), users.setting.dim))
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -211,7 +211,7 @@ class GeneratedRows:
         self.users.share_cache(processes)
 
     def __repr__(self) -> str:
-        return f"GeneratedRows({self.shape[0]} x {self.shape[1]}, {self.users.spec.users} users, on demand)"
+        return f"GeneratedRows({self.shape[0]} x {self.shape[1]}, {self.users.setting.users} users, on demand)"
 
     def __getitem__(self, idx) -> torch.Tensor:
         n = self.shape[0]

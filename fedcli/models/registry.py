@@ -44,9 +44,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
     Raises ConfigError for an unknown name, a bad option value, a bad ``num_classes``, or an
     input shape the model cannot take.
     """
-    from fedcli.models.custom import FORMS, build_factory, is_factory_spec
+    from fedcli.models.custom import FORMS, build_factory, is_factory_ref
 
-    if name not in MODELS and not is_factory_spec(name):
+    if name not in MODELS and not is_factory_ref(name):
         raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}, or your own as {FORMS}")
     try:
         shape = tuple(int(s) for s in input_shape)
@@ -56,6 +56,6 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
         raise ConfigError(f"model {name!r}: input shape must be non-empty with positive sizes, got {shape}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"model {name!r}: num_classes must be a positive integer, got {num_classes!r}")
-    if is_factory_spec(name):
+    if is_factory_ref(name):
         return build_factory(name, shape, num_classes, **options)
     return MODELS[name](shape, num_classes, **options)

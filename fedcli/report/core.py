@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import RunData
-from fedcli.report.products import FigureSpec, TableSpec, spec_from_dict
+from fedcli.report.products import FigureDef, TableDef, product_from_dict
 from fedcli.results.validate import diverged
 from fedcli.results.runstate import DONE, RunState, run_state
 from fedcli.results.sweepdir import MANIFEST, load_manifest, rerun_command
@@ -36,11 +36,11 @@ class Sweep:
     def label(self) -> str:
         return str(self.root)
 
-    def tables(self) -> list[TableSpec]:
-        return [spec_from_dict(d) for d in self.manifest.get("tables", [])]
+    def tables(self) -> list[TableDef]:
+        return [product_from_dict(d) for d in self.manifest.get("tables", [])]
 
-    def figures(self) -> list[FigureSpec]:
-        return [spec_from_dict(d) for d in self.manifest.get("figures", [])]
+    def figures(self) -> list[FigureDef]:
+        return [product_from_dict(d) for d in self.manifest.get("figures", [])]
 
     def products(self) -> list:
         return self.tables() + self.figures()
@@ -75,12 +75,12 @@ class Sweep:
     def retry_hint(self) -> str:
         return rerun_command(self.manifest, self.root)
 
-    def need(self, spec) -> dict:
-        runs, problems = self.status(spec.run_names())
+    def need(self, product) -> dict:
+        runs, problems = self.status(product.run_names())
         if problems:
             shown = ", ".join(problems[:6]) + (f" and {len(problems) - 6} more" if len(problems) > 6 else "")
-            what = "table" if isinstance(spec, TableSpec) else "figure"
-            raise MissingRuns(f"{what} '{spec.name}' in {self.root} needs {len(problems)} run(s) that are missing, "
+            what = "table" if isinstance(product, TableDef) else "figure"
+            raise MissingRuns(f"{what} '{product.name}' in {self.root} needs {len(problems)} run(s) that are missing, "
                               f"incomplete or damaged: {shown}; (re-)run them with `{self.retry_hint()}`")
         return runs
 
@@ -112,12 +112,12 @@ def find_sweeps(folder: str | Path, warn=None) -> list[Sweep]:
 
 
 def pick(sweeps: list[Sweep], name: str, kind: str):
-    """(sweep, spec) of the product ``name``; ConfigError if unknown or ambiguous."""
+    """(sweep, product) of the product ``name``; ConfigError if unknown or ambiguous."""
     from fedcli.method_names import suggest
 
     hits = [(s, p) for s in sweeps for p in s.products() if p.name == name]
     if not hits:  # the names of this kind only (a figure is no answer to --table), the closest first
-        cls = TableSpec if kind == "table" else FigureSpec
+        cls = TableDef if kind == "table" else FigureDef
         avail = sorted({p.name for s in sweeps for p in s.products() if isinstance(p, cls)})
         raise ConfigError(f"no {kind} named '{name}' here; {suggest(name, avail)}the {kind}s here: "
                           f"{', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
@@ -134,22 +134,22 @@ def listing(sweeps: list[Sweep]) -> list[dict]:
             _, problems = s.status(p.run_names())
             total = len(p.run_names()) * len(s.seeds)
             rows.append({"sweep": str(s.root), "scale": s.scale, "name": p.name,
-                         "kind": "table" if isinstance(p, TableSpec) else f"figure ({p.kind})",
+                         "kind": "table" if isinstance(p, TableDef) else f"figure ({p.kind})",
                          "paper": p.paper, "title": p.title, "runs": total, "missing": len(problems)})
     return rows
 
 
-def scaled_title(spec, sweep: Sweep, runs: dict):
+def scaled_title(product, sweep: Sweep, runs: dict):
     """At a scale other than the paper's (smoke), a product is titled as that scale of the paper's setting, with the
     data and models the runs actually used: "smoke scale of: FedLAMA AAAI 2023, Table 3 — ...; ran femnist/mlp"."""
     import dataclasses
 
     if not sweep.scale or sweep.scale == "paper":
-        return spec
+        return product
     ran = ", ".join(dict.fromkeys(f"{r.config.get('dataset', '?')}/{r.config.get('model', '?')}"
                                   for per_seed in runs.values() for r in per_seed.values()))
-    paper = " — ".join(x for x in (spec.paper, spec.title) if x) or spec.name
-    return dataclasses.replace(spec, paper="", title=f"{sweep.scale} scale of: {paper}; ran {ran}")
+    paper = " — ".join(x for x in (product.paper, product.title) if x) or product.name
+    return dataclasses.replace(product, paper="", title=f"{sweep.scale} scale of: {paper}; ran {ran}")
 
 
 def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
@@ -166,12 +166,12 @@ def sweep_table(sweeps: list[Sweep], name: str):
     from fedcli.report.matrix import build_matrix
     from fedcli.report.tables import build_table
 
-    sweep, spec = pick(sweeps, name, "table")
-    if not isinstance(spec, TableSpec):
+    sweep, table_def = pick(sweeps, name, "table")
+    if not isinstance(table_def, TableDef):
         raise ConfigError(f"'{name}' is a figure, not a table; write it with --figures OUTDIR --figure {name}")
-    runs = sweep.need(spec)
-    build = build_matrix if spec.layout == "matrix" else build_table  # FedALA's methods x settings tables
-    table = build(scaled_title(spec, sweep, runs), runs, sweep.seeds, sweep.scale)
+    runs = sweep.need(table_def)
+    build = build_matrix if table_def.layout == "matrix" else build_table  # FedALA's methods x settings tables
+    table = build(scaled_title(table_def, sweep, runs), runs, sweep.seeds, sweep.scale)
     stopped = [f"'{name}' seed {seed} ({r.manifest['error'].split(': ', 1)[-1]})"
                for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
     if stopped:
@@ -187,20 +187,20 @@ def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | No
     if names:
         chosen = []
         for n in names:
-            s, spec = pick(sweeps, n, "figure")
-            if not isinstance(spec, FigureSpec):
+            s, figure_def = pick(sweeps, n, "figure")
+            if not isinstance(figure_def, FigureDef):
                 raise ConfigError(f"'{n}' is a table, not a figure; print it with --table {n}")
-            chosen.append((s, spec))
+            chosen.append((s, figure_def))
     else:
         chosen = [(s, f) for s in sweeps for f in s.figures()]
     # check everything first, so that a missing run fails before any file is written
-    needed = [(s, spec, s.need(spec)) for s, spec in chosen]
+    needed = [(s, figure_def, s.need(figure_def)) for s, figure_def in chosen]
     files = []
-    for s, spec, runs in needed:
+    for s, figure_def, runs in needed:
         try:
-            files.extend(draw(scaled_title(spec, s, runs), runs, Path(out_dir), x=x, warn=warn))
+            files.extend(draw(scaled_title(figure_def, s, runs), runs, Path(out_dir), x=x, warn=warn))
         except ValueError as e:
-            raise ConfigError(f"figure '{spec.name}': {e}") from None
+            raise ConfigError(f"figure '{figure_def.name}': {e}") from None
         except OSError as e:  # a read-only place, a full disk, a file where a folder is wanted
             from fedcli.errors import os_error
 

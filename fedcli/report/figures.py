@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fedcli.report import style
 from fedcli.report.aggregate import mean_std
-from fedcli.report.products import FigureSpec
+from fedcli.report.products import FigureDef
 from fedcli.report.style import plt as _plt, save
 
 
@@ -209,14 +209,14 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool | None)
     return log
 
 
-def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
+def _panel_delta_lambda(ax, panel, runs: dict, figure_def: FigureDef) -> str:
     """delta_l and 1 - lambda_l of one FedLAMA run; returns the caption's description of what is drawn."""
     name = panel.runs[0]
     per_seed = runs[name]
     seeds = sorted(per_seed)
-    seed = seeds[spec.seed] if -len(seeds) <= spec.seed < len(seeds) else seeds[0]
+    seed = seeds[figure_def.seed] if -len(seeds) <= figure_def.seed < len(seeds) else seeds[0]
     run = per_seed[seed]
-    deltas, one_minus, order, rnd, it = delta_lambda_curves(run, spec.round)
+    deltas, one_minus, order, rnd, it = delta_lambda_curves(run, figure_def.round)
     ls = list(range(1, len(deltas) + 1))
     color = style.method_style(run)[0]
     ax.plot(ls, deltas, marker="o", markersize=4, color=color, label=r"$\delta_l$: discrepancy ratio (Eq. 3)")
@@ -245,7 +245,7 @@ def _panel_delta_lambda(ax, panel, runs: dict, spec: FigureSpec) -> str:
             f"(iteration {it}); {short}: {where}.")
 
 
-def _panel_intervals(ax, panel, runs: dict, spec: FigureSpec) -> str:
+def _panel_intervals(ax, panel, runs: dict, figure_def: FigureDef) -> str:
     """Each layer's interval at each adjustment of one layer-wise run (intervals.csv), as a grid of layers (rows, in
     forward order) by adjustments (columns, at their iterations), shaded by the interval, with the interval written in
     the cells when they are few enough to read; returns the caption's description."""
@@ -255,7 +255,7 @@ def _panel_intervals(ax, panel, runs: dict, spec: FigureSpec) -> str:
     name = panel.runs[0]
     per_seed = runs[name]
     seeds = sorted(per_seed)
-    seed = seeds[spec.seed] if -len(seeds) <= spec.seed < len(seeds) else seeds[0]
+    seed = seeds[figure_def.seed] if -len(seeds) <= figure_def.seed < len(seeds) else seeds[0]
     run = per_seed[seed]
     rows = run.intervals
     if not rows:
@@ -335,14 +335,14 @@ def _lower(label: str) -> str:
     return label[:1].lower() + label[1:]
 
 
-def _drawn(spec: FigureSpec, axes, panels: list, runs: dict, logs: list[bool]) -> str:
+def _drawn(figure_def: FigureDef, axes, panels: list, runs: dict, logs: list[bool]) -> str:
     """What a curves or per-layer figure draws, read from its axes: the quantity against what, the panels from left,
     how the seeds are combined (mean ± std band, or one seed), a log scale; for its caption."""
     names = list(dict.fromkeys(n for p in panels for n in p.runs))
     seeds = seeds_drawn(runs, names)
     many = not seeds.startswith(("one", "no"))
     y = f"Y axis: {_lower(axes[0].get_ylabel())}" + (", log scale" if any(logs) else "")
-    if spec.kind == "curves":
+    if figure_def.kind == "curves":
         text = (f"{y}; x axis: {_lower(axes[0].get_xlabel())}; each line is {seeds}"
                 + (", with a band of ± one standard deviation (sample std)" if many else ", no band"))
     else:
@@ -350,7 +350,7 @@ def _drawn(spec: FigureSpec, axes, panels: list, runs: dict, logs: list[bool]) -
                 + (" (no spread drawn)" if many else ""))
     if len(panels) > 1 and any(p.title for p in panels):
         text += "; panels from left: " + "; ".join(p.title or "untitled" for p in panels)
-    if len(panels) > len(spec.panels):
+    if len(panels) > len(figure_def.panels):
         text += " (one panel per model: their layers differ, so no two models share a layer axis)"
     return text
 
@@ -366,51 +366,51 @@ def check_simulated_time(runs) -> None:
                               f"--system (docs/system-model.md), or pick another --x")
 
 
-def build(spec: FigureSpec, runs: dict, x: str | None = None):
-    """The matplotlib figure of ``spec`` (``runs``: run name -> {seed: RunData}) and its caption text: the paper and
+def build(figure_def: FigureDef, runs: dict, x: str | None = None):
+    """The matplotlib figure of ``figure_def`` (``runs``: run name -> {seed: RunData}) and its caption text: the paper and
     title, then what is drawn (the axes, how seeds are combined; :func:`_drawn`), then each panel's own account
-    (delta-lambda, intervals, clients) and the spec's notes. ``x``: the x axis of curves, over the spec's own
+    (delta-lambda, intervals, clients) and the figure's notes. ``x``: the x axis of curves, over the figure's own
     (``fedcli report --x``). Per-layer figures get one panel per model among a panel's runs (:func:`split_by_model`)."""
     plt = _plt()
-    x = style.x_axis(x or spec.x)
-    if spec.kind == "curves" and x == "time":
+    x = style.x_axis(x or figure_def.x)
+    if figure_def.kind == "curves" and x == "time":
         check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
-    layers = spec.kind in ("layer-syncs", "layer-size")
-    panels = [q for p in spec.panels for q in split_by_model(p, runs)] if layers else list(spec.panels)
+    layers = figure_def.kind in ("layer-syncs", "layer-size")
+    panels = [q for p in figure_def.panels for q in split_by_model(p, runs)] if layers else list(figure_def.panels)
     n = len(panels)
-    width = 5.2 if spec.kind == "curves" else 6.4  # room for the legend right of bars and delta-lambda
+    width = 5.2 if figure_def.kind == "curves" else 6.4  # room for the legend right of bars and delta-lambda
     fig, axes = plt.subplots(1, n, figsize=(width * n, 3.9), squeeze=False)
     described, logs = [], []
     for ax, panel in zip(axes[0], panels):
-        if spec.kind == "curves":
-            _panel_curves(ax, panel, runs, x, spec.y)
+        if figure_def.kind == "curves":
+            _panel_curves(ax, panel, runs, x, figure_def.y)
         elif layers:
-            logs.append(_panel_layers(ax, panel, runs, spec.kind, "params" if spec.y == "params" else "bytes", spec.log))
-        elif spec.kind == "delta-lambda":
-            described.append(_panel_delta_lambda(ax, panel, runs, spec))
-        elif spec.kind == "intervals":
-            described.append(_panel_intervals(ax, panel, runs, spec))
-        elif spec.kind == "clients":
+            logs.append(_panel_layers(ax, panel, runs, figure_def.kind, "params" if figure_def.y == "params" else "bytes", figure_def.log))
+        elif figure_def.kind == "delta-lambda":
+            described.append(_panel_delta_lambda(ax, panel, runs, figure_def))
+        elif figure_def.kind == "intervals":
+            described.append(_panel_intervals(ax, panel, runs, figure_def))
+        elif figure_def.kind == "clients":
             from fedcli.report.clients import panel_clients
 
             described.append(panel_clients(ax, panel, runs))
         ax.set_title(panel.title or "", fontsize=10)
-    if spec.kind == "curves" or layers:
-        described.insert(0, _drawn(spec, axes[0], panels, runs, logs))
-    caption = " — ".join(t for t in (spec.paper, spec.title) if t)
-    caption = ". ".join(t.rstrip(".") for t in (caption, *described, spec.notes) if t)
+    if figure_def.kind == "curves" or layers:
+        described.insert(0, _drawn(figure_def, axes[0], panels, runs, logs))
+    caption = " — ".join(t for t in (figure_def.paper, figure_def.title) if t)
+    caption = ". ".join(t.rstrip(".") for t in (caption, *described, figure_def.notes) if t)
     return fig, caption
 
 
-def draw(spec: FigureSpec, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:
+def draw(figure_def: FigureDef, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:
     """Draw one figure; ``runs`` maps run name -> {seed: RunData}. Returns the files written (PNG, PDF, caption).
     ``warn``: called with one line, naming the runs by their names in ``runs``, when the figure's runs are not on one
     dataset, model and budget."""
-    drawn = [name for name in spec.run_names() if runs.get(name)] or [name for name in runs if runs[name]]
+    drawn = [name for name in figure_def.run_names() if runs.get(name)] or [name for name in runs if runs[name]]
     msg = style.data_warning([_first(runs[name]) for name in drawn], drawn)
     if msg and warn is not None:
-        warn(f"{spec.name}: {msg}")
-    fig, caption = build(spec, runs, x)
-    return save(fig, out_dir, spec.name, caption)
+        warn(f"{figure_def.name}: {msg}")
+    fig, caption = build(figure_def, runs, x)
+    return save(fig, out_dir, figure_def.name, caption)
 
 

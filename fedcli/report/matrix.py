@@ -34,7 +34,7 @@ import math
 import statistics
 
 from fedcli.report.aggregate import NAN, Stat, mean_std
-from fedcli.report.products import VALUES, TableSpec
+from fedcli.report.products import VALUES, TableDef
 from fedcli.report.tables import (Cell, Column, Section, Table, accuracy_source, diverged_mark, fmt_acc, latex_escape,
                                   over_seeds)
 
@@ -45,17 +45,17 @@ DASH = Cell("—", "---", {"mean": float("nan"), "std": float("nan"), "n": 0})
 # ------------------------------------------------------------------------------------------------ values
 
 
-def seconds(per_seed: dict, value: str, spec: TableSpec) -> Stat:
+def seconds(per_seed: dict, value: str, table_def: TableDef) -> Stat:
     """Mean and std over the seeds of a time value (seconds); NAN where it does not apply."""
     xs = []
     for r in per_seed.values():
         times = r.round_times()
         if value == "time_total":
-            evals = r.evaluations(spec.metric)
+            evals = r.evaluations(table_def.metric)
             if not evals:
                 continue
-            col = r.acc_metric(spec.metric)
-            row = max(evals, key=lambda e: e[col]) if spec.accuracy == "best" else evals[-1]  # first best (max keeps the first)
+            col = r.acc_metric(table_def.metric)
+            row = max(evals, key=lambda e: e[col]) if table_def.accuracy == "best" else evals[-1]  # first best (max keeps the first)
             xs.append(row.get("wall_s", float("nan")))
         elif value == "time_round":
             if times:
@@ -103,21 +103,21 @@ def fmt_count(s: Stat) -> Cell:
 # ------------------------------------------------------------------------------------------------ build
 
 
-def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
+def build_matrix(table_def: TableDef, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every cell that is not skipped)."""
 
     def acc(name) -> Stat:
-        return mean_std(r.accuracy(spec.accuracy, spec.metric) for r in runs[name].values()) if name else NAN
+        return mean_std(r.accuracy(table_def.accuracy, table_def.metric) for r in runs[name].values()) if name else NAN
 
     sections = []
-    for g in spec.groups:
+    for g in table_def.groups:
         labels = g.setting_labels or g.settings
         nv = len(g.values)
         # the unit of each time value: minutes when its largest mean in this group is a minute or more
         units = {}
         for v in g.values:
             if v in TIME_VALUES:
-                means = [seconds(runs[n], v, spec).mean for m in g.methods for s in g.settings if (n := g.cell_run(m, s))]
+                means = [seconds(runs[n], v, table_def).mean for m in g.methods for s in g.settings if (n := g.cell_run(m, s))]
                 means = [x for x in means if math.isfinite(x)]
                 units[v] = "min" if means and max(means) >= 60 else "s"
 
@@ -127,7 +127,7 @@ def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | Non
                 return f"{md} ({units[v]})", f"{tex} ({units[v]})"
             return md, tex
 
-        cols = [Column("method", spec.row_title, latex_escape(spec.row_title))]
+        cols = [Column("method", table_def.row_title, latex_escape(table_def.row_title))]
         for key, label in zip(g.settings, labels):
             for v in g.values:
                 md, tex = head(v)
@@ -157,15 +157,15 @@ def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | Non
                     elif v == "params_round":
                         cells.append(fmt_sigma(params_round(runs[name])))
                     else:
-                        cells.append(fmt_time(seconds(runs[name], v, spec), units[v]))
+                        cells.append(fmt_time(seconds(runs[name], v, table_def), units[v]))
             rows.append(cells)
             meta.append({"group": g.label, "method": m})
         sections.append(Section(g.label, header, cols, rows, meta))
 
-    acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
-    values = {v for g in spec.groups for v in g.values}
+    acc_what = "best evaluation of each run" if table_def.accuracy == "best" else "last evaluation of each run"
+    values = {v for g in table_def.groups for v in g.values}
     notes = [f"{over_seeds(seeds)}; accuracy (%): {acc_what} "
-             f"({accuracy_source(spec.metric, {n: runs[n] for n in spec.run_names() if n in runs})})."]
+             f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names() if n in runs})})."]
     if "imp" in values:
         notes.append("Imps.: the accuracy minus that of the same method without ALA (mean over the seeds, percentage points).")
     if "ala_params" in values:
@@ -177,10 +177,10 @@ def build_matrix(spec: TableSpec, runs: dict, seeds: list[int], scale: str | Non
     if "params_round" in values:
         notes.append("Param./iter.: parameters moved per client per round (bytes moved / 4 / (clients per round x rounds)) "
                      "in units of Σ, the model's parameter count.")
-    if any(g.skip for g in spec.groups):
+    if any(g.skip for g in table_def.groups):
         notes.append("—: not run (left out as in the paper).")
     if scale and scale != "paper":
         notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
-    if spec.notes:
-        notes.append(spec.notes)
-    return Table(spec.name, spec.title, spec.paper, sections, notes)
+    if table_def.notes:
+        notes.append(table_def.notes)
+    return Table(table_def.name, table_def.title, table_def.paper, sections, notes)

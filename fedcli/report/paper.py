@@ -108,7 +108,7 @@ def pdf_size(pdf: Path) -> tuple[float, float] | None:
     return (x1 - x0) / 72, (y1 - y0) / 72
 
 
-def _figure(sweep, spec, out_dir: Path, rel: str, x) -> Part:
+def _figure(sweep, figure_def, out_dir: Path, rel: str, x) -> Part:
     """One figure, drawn for the width it prints at (:func:`fedcli.report.style.printed`): one panel a single-column
     ``figure``, several panels a ``figure*``; included at most at that size (text near the caption's), smaller only
     where the line is narrower."""
@@ -116,12 +116,12 @@ def _figure(sweep, spec, out_dir: Path, rel: str, x) -> Part:
     from fedcli.report.core import make_figures
     from fedcli.report.tables import latex_text
 
-    wide = len(spec.panels) > 1
+    wide = len(figure_def.panels) > 1
     with style.printed(TEXT_IN if wide else COLUMN_IN):
-        files = make_figures([sweep], out_dir, [spec.name], x=x)
+        files = make_figures([sweep], out_dir, [figure_def.name], x=x)
     pdf = next(f for f in files if f.suffix == ".pdf")
     txt = next((f for f in files if f.suffix == ".txt"), None)
-    caption = txt.read_text().strip() if txt else spec.name
+    caption = txt.read_text().strip() if txt else figure_def.name
     env = "figure*" if wide else "figure"
     size = pdf_size(pdf)
     if size:  # keepaspectratio: the largest size within both, so never above the drawn size (its text at 8 pt)
@@ -130,40 +130,40 @@ def _figure(sweep, spec, out_dir: Path, rel: str, x) -> Part:
     else:
         include = [f"\\includegraphics[width=\\linewidth]{{{rel}/{pdf.name}}}"]
     latex = "\n".join([f"\\begin{{{env}}}[t]", "\\centering", *include, f"\\caption{{{latex_text(caption)}}}",
-                       f"\\label{{fig:{spec.name}}}", f"\\end{{{env}}}", ""])
-    md = f"![{spec.name}]({rel}/{pdf.stem}.png)\n\n*{caption}*\n"
+                       f"\\label{{fig:{figure_def.name}}}", f"\\end{{{env}}}", ""])
+    md = f"![{figure_def.name}]({rel}/{pdf.stem}.png)\n\n*{caption}*\n"
     return Part(latex, md)
 
 
-def _table(sweep, spec) -> Part:
+def _table(sweep, table_def) -> Part:
     from fedcli.report.core import make_table
 
-    return Part(make_table([sweep], spec.name, "latex"), make_table([sweep], spec.name, "md"))
+    return Part(make_table([sweep], table_def.name, "latex"), make_table([sweep], table_def.name, "md"))
 
 
-def _product(sweep, spec, out: Path, x) -> Part:
+def _product(sweep, product, out: Path, x) -> Part:
     """A table or figure of ``sweep``, or (its runs missing, incomplete or damaged) the runs it lacks."""
-    from fedcli.report.products import TableSpec
+    from fedcli.report.products import TableDef
 
-    _, problems = sweep.status(spec.run_names())
+    _, problems = sweep.status(product.run_names())
     if problems:
         return Part(lacks=problems)
-    if isinstance(spec, TableSpec):
-        return _table(sweep, spec)
+    if isinstance(product, TableDef):
+        return _table(sweep, product)
     rel = f"figures/{sweep.root.name}"
-    return _figure(sweep, spec, out / rel, rel, x)
+    return _figure(sweep, product, out / rel, rel, x)
 
 
-def _lacking(specs: list, parts: list[Part]) -> list[str]:
+def _lacking(products: list, parts: list[Part]) -> list[str]:
     """"Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
     product named once, the runs once for the products that lack the same ones)."""
-    from fedcli.report.products import TableSpec
+    from fedcli.report.products import TableDef
 
     groups: dict[tuple, list[str]] = {}
-    for spec, part in zip(specs, parts):
+    for product, part in zip(products, parts):
         if part.lacks:
-            kind = "table" if isinstance(spec, TableSpec) else "figure"
-            groups.setdefault(tuple(part.lacks), []).append(f"{kind} '{spec.name}'")
+            kind = "table" if isinstance(product, TableDef) else "figure"
+            groups.setdefault(tuple(part.lacks), []).append(f"{kind} '{product.name}'")
     return [f"{', '.join(names)}: {', '.join(lacks)}" for lacks, names in groups.items()]
 
 
@@ -209,9 +209,9 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
         tex += [f"\\subsection{{{latex_escape(head)}}}", latex_text(text), "", f"{{\\raggedright {latex_text(said)}\\par}}", ""]
         md += [f"## {head}", "", f"{text} {said}", ""]
-        specs = [*s.tables(), *s.figures()]
-        parts = [_product(s, spec, out, x) for spec in specs]
-        lacking = _lacking(specs, parts)
+        products = [*s.tables(), *s.figures()]
+        parts = [_product(s, product, out, x) for product in products]
+        lacking = _lacking(products, parts)
         if lacking:
             intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
             t, m = _itemize(lacking)

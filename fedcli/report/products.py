@@ -162,7 +162,10 @@ class Group:
 
 
 @dataclass
-class TableSpec:
+class TableDef:
+    """One ``[[tables]]`` entry of a recipe, as parsed (:func:`parse_table`): what ``fedcli report --table`` builds.
+    The sweep stores it in sweep.json (:func:`product_to_dict`)."""
+
     name: str
     title: str = ""
     paper: str = ""
@@ -193,7 +196,10 @@ class Panel:
 
 
 @dataclass
-class FigureSpec:
+class FigureDef:
+    """One ``[[figures]]`` entry of a recipe, as parsed (:func:`parse_figure`): what ``fedcli report --figure`` draws.
+    The sweep stores it in sweep.json (:func:`product_to_dict`)."""
+
     name: str
     kind: str
     title: str = ""
@@ -273,10 +279,10 @@ def _entry(d: dict, loc, scale, scales, what: str, keys) -> tuple[dict, str]:
     return d, name
 
 
-def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpec:
+def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableDef:
     """One ``[[tables]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     d, name = _entry(d, loc, scale, scales, "[[tables]]", TABLE_KEYS)
-    t = TableSpec(name=name, title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
+    t = TableDef(name=name, title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                   layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
                   early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
     if "columns" in d:
@@ -347,7 +353,7 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableSpe
     return t
 
 
-def parse_select(t: TableSpec, d: dict, loc) -> None:
+def parse_select(t: TableDef, d: dict, loc) -> None:
     """The ``select``/``select_by``/``select_on`` keys of a ``rows`` or ``target`` table (see the module docstring)."""
     t.select = _choice(d, "select", SELECT, "all", loc)
     if t.select == "all":
@@ -375,10 +381,10 @@ def parse_select(t: TableSpec, d: dict, loc) -> None:
                           f"layout = \"{t.layout}\")")
 
 
-def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureSpec:
+def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:
     """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     d, name = _entry(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
-    f = FigureSpec(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
+    f = FigureDef(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                    x=_choice(d, "x", X_AXES, "iterations", loc),
                    y=_choice(d, "y", ACC_METRICS + ("test_loss", "train_loss", "params", "bytes"), "auto", loc))
@@ -416,7 +422,7 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureS
     return f
 
 
-def parse_products(recipe) -> tuple[list[TableSpec], list[FigureSpec]]:
+def parse_products(recipe) -> tuple[list[TableDef], list[FigureDef]]:
     """Parse and check a recipe's [[tables]] and [[figures]] against its run names (exit 2 with the line)."""
     names = set(recipe.run_names)
     tables, figures, seen = [], [], {}
@@ -426,15 +432,15 @@ def parse_products(recipe) -> tuple[list[TableSpec], list[FigureSpec]]:
         for i, d in enumerate(items):
             def loc(key, kind=kind, i=i):
                 return recipe.where(key, kind, i)
-            spec = parse(d, loc, recipe.scale, recipe.scales)
-            if spec.name in seen:
-                raise ConfigError(f"{loc('name')}: product name '{spec.name}' is used twice")
-            seen[spec.name] = True
-            for n in spec.run_names():
+            product = parse(d, loc, recipe.scale, recipe.scales)
+            if product.name in seen:
+                raise ConfigError(f"{loc('name')}: product name '{product.name}' is used twice")
+            seen[product.name] = True
+            for n in product.run_names():
                 if n not in names:
-                    raise ConfigError(f"{_value_where(recipe, kind, i, n)}: {kind[:-1]} '{spec.name}' "
+                    raise ConfigError(f"{_value_where(recipe, kind, i, n)}: {kind[:-1]} '{product.name}' "
                                       f"names run '{n}', which is not in [[runs]]")
-            (tables if kind == "tables" else figures).append(spec)
+            (tables if kind == "tables" else figures).append(product)
     return tables, figures
 
 
@@ -449,23 +455,23 @@ def _value_where(recipe, kind: str, index: int, value: str) -> str:
     return recipe.where("name", kind, index)
 
 
-def spec_to_dict(spec) -> dict:
+def product_to_dict(product) -> dict:
     """JSON-able form (stored in the sweep manifest, so reports do not need the recipe file)."""
     import dataclasses
 
-    d = dataclasses.asdict(spec)
-    d["kind"] = "table" if isinstance(spec, TableSpec) else spec.kind
+    d = dataclasses.asdict(product)
+    d["kind"] = "table" if isinstance(product, TableDef) else product.kind
     return d
 
 
-def spec_from_dict(d: dict):
+def product_from_dict(d: dict):
     d = dict(d)
     kind = d.pop("kind")
     if kind == "table":
         groups = [Group(**{**g, "rows": [tuple(r) for r in g.get("rows", [])]}) for g in d.pop("groups")]
-        return TableSpec(groups=groups, **d)
+        return TableDef(groups=groups, **d)
     panels = [Panel(**p) for p in d.pop("panels")]
-    return FigureSpec(kind=kind, panels=panels, **d)
+    return FigureDef(kind=kind, panels=panels, **d)
 
 
 #: per-cell quantities of a matrix table: (markdown heading, LaTeX heading)

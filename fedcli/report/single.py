@@ -383,7 +383,7 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     from fedcli.report.figures import check_simulated_time, draw
     from fedcli.report.groups import seed_groups
     from fedcli.report.style import save
-    from fedcli.report.products import FigureSpec, Panel
+    from fedcli.report.products import FigureDef, Panel
 
     out_dir = Path(out_dir)
     msg = style.data_warning(runs, run_names(runs))
@@ -411,9 +411,9 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     what = _what(reps, keyed)
     if with_layers:
         panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
-        files += draw(FigureSpec("layer-syncs", "layer-syncs", title=f"Synchronizations per layer over the whole run: {what}",
+        files += draw(FigureDef("layer-syncs", "layer-syncs", title=f"Synchronizations per layer over the whole run: {what}",
                                  panels=[panel]), keyed, out_dir)
-        files += draw(FigureSpec("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
+        files += draw(FigureDef("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
                                  f"cohort client, both directions, everything that travels for the layer): {what}",
                                  panels=[panel]), keyed, out_dir)  # a log axis when the layers span two decades
     files += write_clients_figure(reps, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
@@ -422,10 +422,10 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
         mixed = len({data_label(r) for _, _, r in lama}) > 1  # runs of several datasets: each panel names its own
         panels = [Panel(title=f"{lab}{f', {data_label(r)}' if mixed else ''} ({k})" if len(lama) > 1 else "", runs=[k],
                         labels=[lab]) for k, lab, r in lama]
-        files += draw(FigureSpec("intervals", "intervals", title="Each layer's synchronization interval over the run "
+        files += draw(FigureDef("intervals", "intervals", title="Each layer's synchronization interval over the run "
                                  "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)", panels=panels),
                       keyed, out_dir)
-        files += draw(FigureSpec("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
+        files += draw(FigureDef("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
                                  "(discrepancy ratio) vs 1 - lambda_l (size ratio)", panels=panels), keyed, out_dir)
     from fedcli.report.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5
 

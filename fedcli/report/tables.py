@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from fedcli.report.aggregate import Stat, early_stop, mean_std, pct, rounds_to_target
-from fedcli.report.products import TableSpec
+from fedcli.report.products import TableDef
 from fedcli.results.validate import diverged
 
 # ------------------------------------------------------------------------------------------------ model
@@ -249,41 +249,41 @@ def grid_sets(names: list[str], runs: dict, keys: list[str]) -> list[list[str]]:
     return list(sets.values())
 
 
-def select_score(spec: TableSpec, per_seed: dict) -> tuple:
+def select_score(table_def: TableDef, per_seed: dict) -> tuple:
     """How good a run is for ``select = "best"`` (larger is better): the mean over the seeds of an accuracy
     (``acc``: the table's ``accuracy``; ``best_acc``, ``final_acc``), a run whose mean is not finite last; ``rounds``:
     the seeds that reach the target, then the fewest mean rounds to it."""
-    if spec.select_on == "rounds":
-        reach = rounds_to_target(per_seed, spec.target, spec.metric)
+    if table_def.select_on == "rounds":
+        reach = rounds_to_target(per_seed, table_def.target, table_def.metric)
         return (reach.reached, -reach.rounds.mean if reach.reached else -math.inf)
-    which = spec.accuracy if spec.select_on == "acc" else spec.select_on.split("_")[0]
-    s = mean_std(r.accuracy(which, spec.metric) for r in per_seed.values())
+    which = table_def.accuracy if table_def.select_on == "acc" else table_def.select_on.split("_")[0]
+    s = mean_std(r.accuracy(which, table_def.metric) for r in per_seed.values())
     return (1, s.mean) if s.ok else (0, -math.inf)
 
 
-def select_best(spec: TableSpec, names: list[str], runs: dict) -> list[tuple[str, list[str]]]:
+def select_best(table_def: TableDef, names: list[str], runs: dict) -> list[tuple[str, list[str]]]:
     """The rows a ``rows``/``target`` table shows: every run (``select = "all"``), or of each set of runs differing
     only in ``select_by`` the best by :func:`select_score` (the first listed on a tie), with the set it was picked from."""
-    if spec.select != "best":
+    if table_def.select != "best":
         return [(n, [n]) for n in names]
     out = []
-    for cands in grid_sets(names, runs, spec.select_by):
-        scores = [select_score(spec, runs[n]) for n in cands]
+    for cands in grid_sets(names, runs, table_def.select_by):
+        scores = [select_score(table_def, runs[n]) for n in cands]
         out.append((cands[max(range(len(cands)), key=lambda i: (scores[i], -i))], cands))
     return out
 
 
-def select_note(spec: TableSpec, picked: list[tuple[str, list[str]]], runs: dict) -> str:
+def select_note(table_def: TableDef, picked: list[tuple[str, list[str]]], runs: dict) -> str:
     """The note that says what ``select = "best"`` picked, from which runs and by what."""
-    by = ", ".join(spec.select_by)
-    how = {"acc": f"the highest mean {spec.accuracy} accuracy over the seeds", "best_acc": "the highest mean best accuracy over the seeds",
+    by = ", ".join(table_def.select_by)
+    how = {"acc": f"the highest mean {table_def.accuracy} accuracy over the seeds", "best_acc": "the highest mean best accuracy over the seeds",
            "final_acc": "the highest mean last accuracy over the seeds",
-           "rounds": "the most seeds reaching the target, then the fewest mean rounds"}[spec.select_on]
+           "rounds": "the most seeds reaching the target, then the fewest mean rounds"}[table_def.select_on]
     parts = []
     for name, cands in picked:
         if len(cands) > 1:
             cfg = next(iter(runs[name].values())).config
-            vals = ", ".join(f"{k} {cfg.get(k)}" for k in spec.select_by)
+            vals = ", ".join(f"{k} {cfg.get(k)}" for k in table_def.select_by)
             parts.append(f"'{name}' ({vals}) of {', '.join(repr(c) for c in cands)}")
     return (f"Best over {by}: of the runs that differ only in {by}, the row shown is the one with {how}"
             + (f"; picked {'; '.join(parts)}." if parts else "; no row had more than one run to pick from."))
@@ -296,33 +296,33 @@ class ReportError(Exception):
     """Runs that a product needs are missing or incomplete (the CLI turns this into exit 2)."""
 
 
-def build_table(spec: TableSpec, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
+def build_table(table_def: TableDef, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs); the ``matrix`` layout is
     ``fedcli.report.matrix.build_matrix``'s. One section per group (:func:`_rows_section` for the ``rows`` and
     ``target`` layouts, :func:`_paired_section` for ``paired``), then the notes (:func:`_table_notes`)."""
-    stats = _RunStats(spec, runs)
+    stats = _RunStats(table_def, runs)
     sections, picks = [], []
-    for g in spec.groups:
-        if spec.layout in ("rows", "target"):
-            section, picked = _rows_section(spec, g, runs, stats)
+    for g in table_def.groups:
+        if table_def.layout in ("rows", "target"):
+            section, picked = _rows_section(table_def, g, runs, stats)
             sections.append(section)
             picks += picked
         else:
-            sections.append(_paired_section(spec, g, stats))
-    return Table(spec.name, spec.title, spec.paper, sections, _table_notes(spec, runs, seeds, picks, scale))
+            sections.append(_paired_section(table_def, g, stats))
+    return Table(table_def.name, table_def.title, table_def.paper, sections, _table_notes(table_def, runs, seeds, picks, scale))
 
 
 class _RunStats:
     """A table's numbers over the seeds of one run: accuracy and communication (mean ± std), the first seed's run."""
 
-    def __init__(self, spec: TableSpec, runs: dict):
-        self.spec, self.runs = spec, runs
+    def __init__(self, table_def: TableDef, runs: dict):
+        self.table_def, self.runs = table_def, runs
 
     def per_seed(self, name: str) -> dict:
         return self.runs[name]
 
     def acc(self, name: str, which: str | None = None):
-        return mean_std(r.accuracy(which or self.spec.accuracy, self.spec.metric) for r in self.per_seed(name).values())
+        return mean_std(r.accuracy(which or self.table_def.accuracy, self.table_def.metric) for r in self.per_seed(name).values())
 
     def acc_cell(self, name: str, which: str | None = None) -> Cell:
         """Run ``name``'s accuracy cell, marked where seeds of it diverged (:func:`diverged_mark`)."""
@@ -344,31 +344,31 @@ def simulated_time(runs) -> bool:
     return any(r.simulated for r in runs)
 
 
-def _rows_section(spec: TableSpec, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:
-    """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the spec's columns
+def _rows_section(table_def: TableDef, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:
+    """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the table's columns
     (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target (and the simulated seconds, for
     runs trained with ``--system``). Returns (section, the picks)."""
     base_comm, base_bytes = stats.baseline(g, "comm_params"), stats.baseline(g, "comm_bytes")
-    acc = acc_header(spec.metric, {n: runs[n] for n in spec.run_names() if n in runs})
-    cols = [Column(c, acc, acc) if c == "acc" else column(c) for c in spec.columns]
-    picked = select_best(spec, g.runs, runs)
+    acc = acc_header(table_def.metric, {n: runs[n] for n in table_def.run_names() if n in runs})
+    cols = [Column(c, acc, acc) if c == "acc" else column(c) for c in table_def.columns]
+    picked = select_best(table_def, g.runs, runs)
     # --system runs: the simulated time to the target too (docs/system-model.md)
-    timed = spec.layout == "target" and simulated_time([stats.first(name) for name, _ in picked])
-    if spec.layout == "target":
-        tgt = f"{100 * spec.target:g}%"
+    timed = table_def.layout == "target" and simulated_time([stats.first(name) for name, _ in picked])
+    if table_def.layout == "target":
+        tgt = f"{100 * table_def.target:g}%"
         cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
                  Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
         cols += [Column("time_s", f"Time to {tgt} (s)", f"Time to {latex_escape(tgt)} (s)")] if timed else []
     rows, meta = [], []
     for name, cands in picked:
-        cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in spec.columns]
-        if spec.layout == "target":
-            reach = rounds_to_target(stats.per_seed(name), spec.target, spec.metric)
+        cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in table_def.columns]
+        if table_def.layout == "target":
+            reach = rounds_to_target(stats.per_seed(name), table_def.target, table_def.metric)
             cells += [diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
                       fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
             cells += [fmt_reach(reach.time_s, reach.reached, reach.n, 1, "{:.1f}", counts=False)] if timed else []
         rows.append(cells)
-        meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if spec.select == "best" else {}))
+        meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if table_def.select == "best" else {}))
     return Section(g.label, [], cols, rows, meta), picked
 
 
@@ -401,11 +401,11 @@ def _column_cell(c: str, name: str, stats: _RunStats, base_comm: float, base_byt
     return plain(r0.config.get(c, ""))
 
 
-def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
+def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
     """A ``paired`` group (FedLAMA's Table 5 shape): per row the left run's full training, the right run's early stop
     at the left one's accuracy (:func:`early_stop`) and its full training, under a two-level header."""
     base_comm = stats.baseline(g, "comm_params")
-    acc = acc_header(spec.metric, {n: stats.runs[n] for pair in g.rows for n in pair})  # the notes say the same
+    acc = acc_header(table_def.metric, {n: stats.runs[n] for pair in g.rows for n in pair})  # the notes say the same
     cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
             Column("left_acc", acc, acc), Column("left_comm", "C ratio", "C ratio"),
             Column("right_lr", "LR", "LR"), Column("right_tau", "τ'", "$\\tau'$"), Column("right_phi", "φ", "$\\phi$"),
@@ -417,8 +417,8 @@ def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
     rows, meta = [], []
     for left, right in g.rows:
         lr0, rr0 = stats.first(left), stats.first(right)
-        es = early_stop(stats.per_seed(right), stats.per_seed(left), base_comm, spec.accuracy, spec.early_stop_target,
-                        spec.metric)
+        es = early_stop(stats.per_seed(right), stats.per_seed(left), base_comm, table_def.accuracy, table_def.early_stop_target,
+                        table_def.metric)
         cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(phi_of(lr0)),
                  stats.acc_cell(left), fmt_pct(stats.comm(left, base_comm)),
                  plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(phi_of(rr0)),
@@ -427,44 +427,44 @@ def _paired_section(spec: TableSpec, g, stats: _RunStats) -> Section:
                  stats.acc_cell(right), fmt_pct(stats.comm(right, base_comm))]
         rows.append(cells)
         meta.append({"group": g.label, "left_run": left, "right_run": right})
-    label = g.label or (f"{g.left_title} vs {g.right_title}" if len(spec.groups) > 1 else "")
+    label = g.label or (f"{g.left_title} vs {g.right_title}" if len(table_def.groups) > 1 else "")
     return Section(label, header, cols, rows, meta)
 
 
-def _table_notes(spec: TableSpec, runs: dict, seeds: list[int], picks: list, scale: str | None) -> list[str]:
+def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list, scale: str | None) -> list[str]:
     """The notes under a table: seeds and where the accuracy comes from, the communication baseline, the target, what
-    ``select = "best"`` picked, early stopping, the scale, the spec's own notes."""
-    acc_what = "best evaluation of each run" if spec.accuracy == "best" else "last evaluation of each run"
+    ``select = "best"`` picked, early stopping, the scale, the table's own notes."""
+    acc_what = "best evaluation of each run" if table_def.accuracy == "best" else "last evaluation of each run"
     notes = [f"{over_seeds(seeds)}; accuracy: {acc_what} "
-             f"({accuracy_source(spec.metric, {n: runs[n] for n in spec.run_names()})})."]
-    bases = list(dict.fromkeys(g.baseline for g in spec.groups if g.baseline))
-    if spec.layout == "paired" or "comm" in spec.columns:
+             f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names()})})."]
+    bases = list(dict.fromkeys(g.baseline for g in table_def.groups if g.baseline))
+    if table_def.layout == "paired" or "comm" in table_def.columns:
         notes.append(f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}.")
-    if spec.layout == "target":
+    if table_def.layout == "target":
         what = {"test_acc": "test accuracy", "auto": "accuracy (personal_acc for personalized runs, else test_acc)"}.get(
-            spec.metric, f"`{spec.metric}`")
+            table_def.metric, f"`{table_def.metric}`")
         reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
-                      f"whose {what} is at least {100 * spec.target:g}%, the communication rounds completed there and the bytes moved "
+                      f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there and the bytes moved "
                       f"so far (comm_bytes, 1 MB = 10^6 bytes)"
                       + (", and the simulated seconds so far (sim_time_s, the system model)"
-                         if simulated_time(next(iter(runs[n].values())) for n in spec.run_names() if runs.get(n)) else "")
+                         if simulated_time(next(iter(runs[n].values())) for n in table_def.run_names() if runs.get(n)) else "")
                       + "; (k/n): only k of n seeds reached it; —: none did.")
-        if any(c in ("acc", "final_acc", "best_acc") for c in spec.columns):
+        if any(c in ("acc", "final_acc", "best_acc") for c in table_def.columns):
             notes.append(reach_note)
         else:
             notes[0] = reach_note
-    if spec.select == "best":
-        notes.append(select_note(spec, picks, runs))
-    if spec.layout == "paired":
-        tgt = "the same seed's" if spec.early_stop_target == "seed" else "the mean"
+    if table_def.select == "best":
+        notes.append(select_note(table_def, picks, runs))
+    if table_def.layout == "paired":
+        tgt = "the same seed's" if table_def.early_stop_target == "seed" else "the mean"
         notes.append(f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of the left-hand run "
                      "of its row; C ratio there is its communication so far; (k/n): only k of n seeds reached it.")
     if scale == "smoke":
         notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
     elif scale and scale != "paper":  # e.g. cpu: a setting reduced to run offline on a CPU, chosen as evidence
         notes.append(f"Scale '{scale}': a reduced version of the paper's setting; the recipe's header says how.")
-    if spec.notes:
-        notes.append(spec.notes)
+    if table_def.notes:
+        notes.append(table_def.notes)
     return notes
 
 

@@ -53,8 +53,8 @@ def is_entry() -> bool:
     main = sys.modules.get("__main__")
     if getattr(main, "__name__", None) != "__main__":  # a multiprocessing child re-importing the script (__mp_main__)
         return False
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name in ("fedcli", "fedcli.__main__"):
+    module_spec = getattr(main, "__spec__", None)
+    if module_spec is not None and module_spec.name in ("fedcli", "fedcli.__main__"):
         return True
     return os.path.basename(getattr(main, "__file__", "") or "") == "fedcli"
 

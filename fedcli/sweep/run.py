@@ -121,10 +121,10 @@ def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None 
 
 
 def products_of(recipe: SweepRecipe) -> dict:
-    from fedcli.report.products import parse_products, spec_to_dict
+    from fedcli.report.products import parse_products, product_to_dict
 
     tables, figures = parse_products(recipe)
-    return {"tables": [spec_to_dict(t) for t in tables], "figures": [spec_to_dict(f) for f in figures]}
+    return {"tables": [product_to_dict(t) for t in tables], "figures": [product_to_dict(f) for f in figures]}
 
 
 class SweepLock:

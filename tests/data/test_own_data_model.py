@@ -287,8 +287,8 @@ def read_csv(path):
 
 
 def test_own_model_from_a_file_and_a_module_with_fedlama_layer_accounting(factories, capsys):
-    for spec, out in (("mymodels.py:Net", "r1"), ("mymodels:Net", "r2")):
-        code, _, err = cli(["train", "--model", spec, "--algo", "fedavg", "--out", out] + BASE, capsys)
+    for ref, out in (("mymodels.py:Net", "r1"), ("mymodels:Net", "r2")):
+        code, _, err = cli(["train", "--model", ref, "--algo", "fedavg", "--out", out] + BASE, capsys)
         assert code == 0, err
     layers = read_csv(factories / "r1" / "layers.csv")
     # digits: 8x8 = 64 inputs; the module's own scalar first (named_parameters order), Linear(64, 16), Linear(16, 10)
@@ -317,7 +317,7 @@ def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories
     assert len(read_csv(factories / "own" / "intervals.csv")) > 0
 
 
-@pytest.mark.parametrize("spec, needle", [
+@pytest.mark.parametrize("ref, needle", [
     ("mymodels.py:", "expected package.module:Factory or path/to/file.py:Factory"),
     ("mymodels.py:Nope", "has no 'Nope' (it defines: Itemy, Net, Zoo"),
     ("missing.py:Net", "file missing.py not found"),
@@ -331,8 +331,8 @@ def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories
     ("mymodels.py:Itemy", "does not run under torch.func.vmap"),
     ("resnet99", "unknown model 'resnet99'"),
 ])
-def test_bad_own_models_exit_2(factories, capsys, spec, needle):
-    code, _, err = cli(["train", "--model", spec, "--out", "bad"] + BASE, capsys)
+def test_bad_own_models_exit_2(factories, capsys, ref, needle):
+    code, _, err = cli(["train", "--model", ref, "--out", "bad"] + BASE, capsys)
     assert code == 2 and needle in err and len(error_lines(err)) == 1 and "Traceback" not in err, err
 
 

@@ -8,18 +8,18 @@ import pytest
 import torch
 
 from fedcli.data.datasets import load_dataset
-from fedcli.data.synthetic import (GeneratedRows, SyntheticSpec, SyntheticUsers, covariance_diagonal, generate_user,
+from fedcli.data.synthetic import (GeneratedRows, SyntheticSetting, SyntheticUsers, covariance_diagonal, generate_user,
                                    materialize, open_user, user_stream)
 
 
 def test_size_is_the_first_draw_of_the_users_keyed_stream():
     # worked by hand from the stream: n_k = min(int(lognormal(4, 2)) + 50, 5000), u_k ~ N(0, alpha), B_k ~ N(0, beta)
-    spec = SyntheticSpec(alpha=0.5, beta=2.0, users=3, dim=4, classes=3, seed=7)
+    setting = SyntheticSetting(alpha=0.5, beta=2.0, users=3, dim=4, classes=3, seed=7)
     rng = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(0, 2)))
     n = min(int(rng.lognormal(4.0, 2.0)) + 50, 5000)
     u, big_b = rng.normal(0.0, 0.5), rng.normal(0.0, 2.0)
     w = rng.normal(u, 1.0, (3, 4))
-    k = open_user(spec, 2)
+    k = open_user(setting, 2)
     assert k.n == n and k.n_train == int(0.8 * n) and np.array_equal(k.w, w)
     assert np.array_equal(user_stream(7, 2).lognormal(4.0, 2.0, 1), np.random.default_rng(
         np.random.SeedSequence(7, spawn_key=(0, 2))).lognormal(4.0, 2.0, 1))
@@ -31,8 +31,8 @@ def test_covariance_diagonal_by_hand():
 
 
 def test_inputs_have_mean_v_and_diagonal_covariance_and_labels_are_the_argmax():
-    spec = SyntheticSpec(alpha=1.0, beta=1.0, users=2, dim=6, classes=4, seed=1)
-    k = open_user(spec, 1)
+    setting = SyntheticSetting(alpha=1.0, beta=1.0, users=2, dim=6, classes=4, seed=1)
+    k = open_user(setting, 1)
     x = k.inputs(40_000)
     sd = np.sqrt(covariance_diagonal(6))
     assert np.all(np.abs(x.mean(0) - k.v) < 5 * sd / np.sqrt(len(x)))  # mean v_k
@@ -48,8 +48,8 @@ def test_inputs_have_mean_v_and_diagonal_covariance_and_labels_are_the_argmax():
 
 @pytest.mark.parametrize("alpha, beta", [(0.0, 0.0), (2.0, 5.0)])
 def test_heterogeneity_alpha_moves_the_models_and_beta_the_input_means(alpha, beta):
-    spec = SyntheticSpec(alpha=alpha, beta=beta, users=600, dim=60, classes=10, seed=3)
-    users = [open_user(spec, k) for k in range(spec.users)]
+    setting = SyntheticSetting(alpha=alpha, beta=beta, users=600, dim=60, classes=10, seed=3)
+    users = [open_user(setting, k) for k in range(setting.users)]
     # the mean of a user's W entries is u_k + N(0, 1/600): over users its spread is sqrt(alpha^2 + 1/600)
     w_means = np.array([k.w.mean() for k in users])
     v_means = np.array([k.v.mean() for k in users])  # B_k + N(0, 1/60)
@@ -62,8 +62,8 @@ def test_heterogeneity_alpha_moves_the_models_and_beta_the_input_means(alpha, be
 
 
 def test_iid_variant_shares_one_model():
-    spec = SyntheticSpec(users=3, dim=5, classes=3, iid=True, seed=2)
-    a, b = open_user(spec, 0), open_user(spec, 2)
+    setting = SyntheticSetting(users=3, dim=5, classes=3, iid=True, seed=2)
+    a, b = open_user(setting, 0), open_user(setting, 2)
     assert np.array_equal(a.w, b.w) and np.array_equal(a.b, b.b) and np.array_equal(a.v, b.v)
 
 
@@ -79,15 +79,15 @@ def test_a_user_is_the_same_whatever_the_user_count_and_order():
 
 
 def test_rows_on_demand_equal_the_generated_samples():
-    spec = SyntheticSpec(users=6, dim=7, classes=5, seed=4)
-    users = SyntheticUsers(spec, cache_mb=0.01)  # a cache of about one user: most reads generate again
+    setting = SyntheticSetting(users=6, dim=7, classes=5, seed=4)
+    users = SyntheticUsers(setting, cache_mb=0.01)  # a cache of about one user: most reads generate again
     train, test = users.rows("train"), users.rows("test")
     assert isinstance(train, GeneratedRows) and train.shape == (int(users.n_train.sum()), 7) and len(test) == int(
         (users.sizes - users.n_train).sum())
     whole_train, whole_test = train[:], test[:]
     ys = {"train": [], "test": []}
     for k in range(6):
-        d = generate_user(spec, k)
+        d = generate_user(setting, k)
         a, b = int(train.starts[k]), int(train.starts[k + 1])
         assert torch.equal(whole_train[a:b], torch.from_numpy(d["train"][0].astype(np.float32)))
         a, b = int(test.starts[k]), int(test.starts[k + 1])
@@ -108,8 +108,8 @@ def test_rows_on_demand_equal_the_generated_samples():
 
 
 def test_the_cache_is_bounded_and_not_pickled():
-    spec = SyntheticSpec(users=50, dim=60, seed=0)
-    users = SyntheticUsers(spec, cache_mb=0.5)
+    setting = SyntheticSetting(users=50, dim=60, seed=0)
+    users = SyntheticUsers(setting, cache_mb=0.5)
     rows = users.rows("train")
     rows[torch.arange(len(rows))]
     assert 0 < users._held <= users.cache_bytes or len(users._cache) == 1

@@ -3,7 +3,7 @@ layers.csv), with every number of the expected tables worked out in the comments
 
 import json
 
-from fedcli.report.products import parse_table, spec_to_dict
+from fedcli.report.products import parse_table, product_to_dict
 from fedcli.results.rundir import LAYERS_COLUMNS, METRICS_COLUMNS
 from simkit import write_csv
 
@@ -67,7 +67,7 @@ def make_sweep(root, tables, scale="smoke", runs=None):
         fake_run(root / rel, seed=seed, **kw)
         entries.append({"name": name, "seed": seed, "dir": rel, "status": "completed"})
     manifest = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": scale, "seeds": [0, 1], "title": "t", "paper": "FedALA-like",
-                "tables": [spec_to_dict(parse_table(t, loc, scale)) for t in tables], "figures": [], "runs": entries}
+                "tables": [product_to_dict(parse_table(t, loc, scale)) for t in tables], "figures": [], "runs": entries}
     (root / "sweep.json").write_text(json.dumps(manifest))
     return root
 

@@ -13,7 +13,7 @@ from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.figures import build
 from fedcli.report.single import comparison_table, curves_figure, load_run
-from fedcli.report.products import FigureSpec, Panel
+from fedcli.report.products import FigureDef, Panel
 
 # the default MLP on digits: 64-200-200-10
 NUMEL = 64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
@@ -53,7 +53,7 @@ def test_colour_marker_and_label_do_not_depend_on_the_order(runs):
     # a sweep figure's bars (another kind, another panel order) use the same colour and label per method
     keyed = {r.path.name: {0: r} for r in (a, b, c)}
     for order in (["fedlama", "fedavg", "fedlamb"], ["fedlamb", "fedlama", "fedavg"]):
-        fig, _ = build(FigureSpec("s", "layer-size", panels=[Panel(runs=order)]), keyed)
+        fig, _ = build(FigureDef("s", "layer-size", panels=[Panel(runs=order)]), keyed)
         bars = bar_styles(fig)
         assert bars == {label: colour for label, (colour, _) in one.items()}, order
     # two runs of one method in one panel: the method's colour, line styles in the order of their labels

@@ -22,7 +22,7 @@ from fedcli.report import style
 from fedcli.report.core import find_sweeps
 from fedcli.report.figures import build, draw
 from fedcli.report.single import load_run, write_figures
-from fedcli.report.products import FigureSpec, Panel
+from fedcli.report.products import FigureDef, Panel
 from simkit import FEMNIST_SAMPLE, cli
 
 RECIPE = """
@@ -111,9 +111,9 @@ def sweep_figure(root: Path, name: str):
     from fedcli.report.core import scaled_title
 
     (sw,) = find_sweeps(root / "sw")
-    spec = next(f for f in sw.figures() if f.name == name)
-    runs = sw.need(spec)
-    return build(scaled_title(spec, sw, runs), runs)
+    figure_def = next(f for f in sw.figures() if f.name == name)
+    runs = sw.need(figure_def)
+    return build(scaled_title(figure_def, sw, runs), runs)
 
 
 ARGS = ["--clients", "4", "--eval-every", "10", "--threads", "1", "--quiet"]
@@ -151,9 +151,9 @@ def test_sweep_captions_say_what_is_drawn(sweep):
 
 def test_one_seed_is_said_and_gets_no_band(sweep):
     (sw,) = find_sweeps(sweep / "sw")
-    spec = next(f for f in sw.figures() if f.name == "curves")
-    one = {name: {0: per_seed[0]} for name, per_seed in sw.need(spec).items()}
-    fig, caption = build(spec, one)
+    figure_def = next(f for f in sw.figures() if f.name == "curves")
+    one = {name: {0: per_seed[0]} for name, per_seed in sw.need(figure_def).items()}
+    fig, caption = build(figure_def, one)
     assert "each line is one seed (0), no band" in caption
     assert not any(ax.collections for ax in fig.axes)  # no fill_between
 
@@ -184,9 +184,9 @@ def test_layer_size_of_a_sweep_goes_log_when_sizes_span_decades(sweep):
     # counts of synchronizations stay linear, and a recipe's log = false keeps sizes linear
     assert sweep_figure(sweep, "syncs")[0].axes[0].get_yscale() == "linear"
     (sw,) = find_sweeps(sweep / "sw")
-    spec = next(f for f in sw.figures() if f.name == "sizes")
-    spec.log = False
-    assert build(spec, sw.need(spec))[0].axes[0].get_yscale() == "linear"
+    figure_def = next(f for f in sw.figures() if f.name == "sizes")
+    figure_def.log = False
+    assert build(figure_def, sw.need(figure_def))[0].axes[0].get_yscale() == "linear"
 
 
 # ------------------------------------------------------------------------------------------------ 10: variants
@@ -237,7 +237,7 @@ def outside_math(text: str) -> str:
 
 def test_delta_lambda_subscripts_in_mathtext(mixed):
     run = load_run(mixed / "digits" / "seed0")
-    fig, _ = build(FigureSpec("d", "delta-lambda", panels=[Panel(runs=["x"])]), {"x": {0: run}})
+    fig, _ = build(FigureDef("d", "delta-lambda", panels=[Panel(runs=["x"])]), {"x": {0: run}})
     ax = fig.axes[0]
     legend = ax.get_legend()
     texts = [t.get_text() for t in legend.get_texts()] + [legend.get_title().get_text(), ax.get_xlabel()]
@@ -260,7 +260,7 @@ def adjustments(run_dir: Path) -> list[int]:
 def test_intervals_ticks_are_adjustments(mixed, which):
     run = load_run(mixed / which / "seed0")
     its = adjustments(run.path)
-    fig, _ = build(FigureSpec("i", "intervals", panels=[Panel(runs=["x"])]), {"x": {0: run}})
+    fig, _ = build(FigureDef("i", "intervals", panels=[Panel(runs=["x"])]), {"x": {0: run}})
     ticks = [int(t) for t in fig.axes[0].get_xticks()]
     assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
     assert set(ticks) <= set(its), (ticks, its)  # at adjustments: never between two, never past the run's end
@@ -283,12 +283,12 @@ def test_mixed_datasets_in_legend_panels_and_warning(mixed, tmp_path, capsys):
     runs = [load_run(digits), load_run(femnist)]
     keyed = {"digits/seed0": {0: runs[0]}, "femnist/seed0": {0: runs[1]}}
     panel = Panel(runs=list(keyed))
-    fig, caption = build(FigureSpec("c", "curves", panels=[panel]), keyed)
+    fig, caption = build(FigureDef("c", "curves", panels=[panel]), keyed)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["FedLAMA (τ′=5, φ=2), digits/mlp", "FedLAMA (τ′=2, φ=2), femnist/mlp"]
     # per-layer figures: one panel per model, each with its own layers, titled by its data
     for kind in ("layer-syncs", "layer-size"):
-        fig, caption = build(FigureSpec("l", kind, panels=[panel]), keyed)
+        fig, caption = build(FigureDef("l", kind, panels=[panel]), keyed)
         assert len(fig.axes) == 2, kind
         for ax, run in zip(fig.axes, runs):
             names = [t.get_text() for t in ax.get_xticklabels()]
@@ -303,7 +303,7 @@ def test_mixed_datasets_in_legend_panels_and_warning(mixed, tmp_path, capsys):
         assert "one panel per model" in caption
     # a sweep's figure names its runs by their recipe names
     said = []
-    draw(FigureSpec("c", "curves", panels=[Panel(runs=["FedLAMA digits", "FedLAMA femnist"])]),
+    draw(FigureDef("c", "curves", panels=[Panel(runs=["FedLAMA digits", "FedLAMA femnist"])]),
          {"FedLAMA digits": {0: runs[0]}, "FedLAMA femnist": {0: runs[1]}}, tmp_path / "h", warn=said.append)
     assert len(said) == 1 and "dataset: digits (FedLAMA digits), femnist (FedLAMA femnist)" in said[0], said
     # the run-directory report draws the same: its layer-syncs has two panels

@@ -20,7 +20,7 @@ from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.figures import build
 from fedcli.report.single import comparison_table, curves_figure, load_run
-from fedcli.report.products import FigureSpec, Panel
+from fedcli.report.products import FigureDef, Panel
 from fedcli.report.tables import render
 from simkit import cli, md_table as md_rows
 
@@ -148,7 +148,7 @@ def test_personal_and_global_accuracy_on_separate_axes(root):
 
 def test_intervals_figure_shows_each_layers_interval(root):
     run = load_run(root / "lama/s0")
-    fig, caption = build(FigureSpec("i", "intervals", panels=[Panel(runs=["x"])]), {"x": {0: run}})
+    fig, caption = build(FigureDef("i", "intervals", panels=[Panel(runs=["x"])]), {"x": {0: run}})
     mesh = fig.axes[0].collections[0]
     grid = mesh.get_array().reshape(len({r["layer"] for r in run.intervals}), -1)
     with open(run.path / "intervals.csv", newline="") as f:
@@ -170,7 +170,7 @@ def test_layer_size_on_a_log_axis_and_whole_synchronizations(root, tmp_path):
     write_figures([load_run(root / "lama/s0")], tmp_path / "g")
     assert "log scale" not in (tmp_path / "g" / "layer-size.txt").read_text()
     run = load_run(root / "lama/s0")
-    fig, _ = build(FigureSpec("s", "layer-syncs", panels=[Panel(runs=["x"])]), {"x": {0: run}})
+    fig, _ = build(FigureDef("s", "layer-syncs", panels=[Panel(runs=["x"])]), {"x": {0: run}})
     ticks = fig.axes[0].get_yticks()
     assert all(float(t).is_integer() for t in ticks)
 

@@ -16,7 +16,7 @@ from fedcli.report.aggregate import early_stop, first_reach, mean_std
 from fedcli.report.core import MissingRuns, find_sweeps, listing, make_figures, make_table
 from fedcli.report.figures import cross_point, delta_lambda_curves
 from fedcli.report.rundata import RunData
-from fedcli.report.products import parse_figure, parse_table, spec_to_dict
+from fedcli.report.products import parse_figure, parse_table, product_to_dict
 from fedcli.results.rundir import INTERVALS_COLUMNS, LAYERS_COLUMNS, METRICS_COLUMNS
 import simkit
 
@@ -84,8 +84,8 @@ def make_sweep(root, tables, figures=(), skip=(), status=None, evals=None):
                          for r in (0, 1) for l, n, numel, d in ((0, "a", 10, 1.0), (1, "b", 80, 0.1), (2, "c", 10, 0.5))]
         fake_run(root / rel, seed=seed, evals=evals, comm=comm, status=st, intervals=intervals, **kw)
     manifest = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": "smoke", "seeds": [0, 1], "title": "t", "paper": "Test paper",
-                "tables": [spec_to_dict(parse_table(t, loc)) for t in tables],
-                "figures": [spec_to_dict(parse_figure(f, loc)) for f in figures], "runs": entries}
+                "tables": [product_to_dict(parse_table(t, loc)) for t in tables],
+                "figures": [product_to_dict(parse_figure(f, loc)) for f in figures], "runs": entries}
     root.mkdir(parents=True, exist_ok=True)
     (root / "sweep.json").write_text(json.dumps(manifest))
     return root
@@ -344,8 +344,8 @@ def make_round_sweep(root, tables, figures=(), scale="smoke"):
                         "train_loss": 1.0, "test_loss": 1.0, "personal_acc": ""} for rnd, acc, b in evals])
             entries.append({"name": name, "seed": seed, "dir": rel, "status": "completed"})
     manifest = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": scale, "seeds": [0, 1, 2], "title": "t", "paper": "Fed-LAMB-like",
-                "tables": [spec_to_dict(parse_table(t, loc, scale)) for t in tables],
-                "figures": [spec_to_dict(parse_figure(f, loc, scale)) for f in figures], "runs": entries}
+                "tables": [product_to_dict(parse_table(t, loc, scale)) for t in tables],
+                "figures": [product_to_dict(parse_figure(f, loc, scale)) for f in figures], "runs": entries}
     root.mkdir(parents=True, exist_ok=True)
     (root / "sweep.json").write_text(json.dumps(manifest))
     return root

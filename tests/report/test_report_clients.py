@@ -58,7 +58,7 @@ def test_sweep_figure_kind_clients(tmp_path):
     """A recipe's ``kind = "clients"`` figure: a box per run over its seeds' clients, the worst-10% mean per seed
     averaged over the seeds (worked out here from each seed's clients.csv)."""
     from fedcli.report.figures import draw
-    from fedcli.report.products import FigureSpec, Panel
+    from fedcli.report.products import FigureDef, Panel
 
     seeds = {}
     for seed in (0, 1):
@@ -71,8 +71,8 @@ def test_sweep_figure_kind_clients(tmp_path):
         with open(tmp_path / f"s{seed}" / "clients.csv") as f:
             last = sorted(float(r["personal_acc"]) for r in csv.DictReader(f) if r["round"] == "2")
         worst.append(100 * last[0])  # 10 clients: the worst one
-    spec = FigureSpec("clients-fig", "clients", title="across clients", panels=[Panel(runs=["FedAvg-C"])])
-    files = draw(spec, {"FedAvg-C": seeds}, tmp_path / "figs")
+    figure_def = FigureDef("clients-fig", "clients", title="across clients", panels=[Panel(runs=["FedAvg-C"])])
+    files = draw(figure_def, {"FedAvg-C": seeds}, tmp_path / "figs")
     assert sorted(p.name for p in files) == ["clients-fig.pdf", "clients-fig.png", "clients-fig.txt"]
     caption = (tmp_path / "figs" / "clients-fig.txt").read_text()
     mean = sum(worst) / 2

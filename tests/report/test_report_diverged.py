@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fedcli.report.core import MissingRuns, find_sweeps, make_figures, make_table
-from fedcli.report.products import parse_figure, parse_table, spec_to_dict
+from fedcli.report.products import parse_figure, parse_table, product_to_dict
 from fedcli.results.rundir import METRICS_COLUMNS
 from simkit import write_csv
 
@@ -39,7 +39,7 @@ def make(root, runs=RUNS):
                         "test_loss": 1.0} for r, a in evals])
             entries.append({"name": name, "seed": seed, "dir": rel, "status": status})
     sweep = {"fedcli_sweep": 1, "recipe": "recipes/test.toml", "scale": "cpu", "seeds": [0, 1], "title": "t", "paper": "p",
-             "tables": [spec_to_dict(parse_table(TARGET, loc, "cpu"))], "figures": [spec_to_dict(parse_figure(FIGURE, loc, "cpu"))],
+             "tables": [product_to_dict(parse_table(TARGET, loc, "cpu"))], "figures": [product_to_dict(parse_figure(FIGURE, loc, "cpu"))],
              "runs": entries}
     (root / "sweep.json").write_text(json.dumps(sweep))
     return root
@@ -100,7 +100,7 @@ def test_table_cells_and_the_paper_section_mark_a_diverged_seed(tmp_path):
 
     root = make(tmp_path / "s")
     sweep = json.loads((root / "sweep.json").read_text())
-    sweep["tables"].append(spec_to_dict(parse_table(ROWS, loc, "cpu")))
+    sweep["tables"].append(product_to_dict(parse_table(ROWS, loc, "cpu")))
     sweep["paper"] = "Fed-LAMB, a test"
     (root / "sweep.json").write_text(json.dumps(sweep))
     sweeps = find_sweeps(root)

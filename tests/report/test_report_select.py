@@ -10,7 +10,7 @@ import pytest
 
 from fedcli.errors import ConfigError
 from fedcli.report.rundata import RunData
-from fedcli.report.products import parse_table, spec_from_dict, spec_to_dict
+from fedcli.report.products import parse_table, product_from_dict, product_to_dict
 from fedcli.report.tables import build_table, grid_sets, render
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "personal_acc"]
@@ -99,15 +99,15 @@ def test_rounds_to_target_picks_most_seeds_then_fewest_rounds_first_on_a_tie(run
     assert got == [["Fed-LAMB", "0", "2 (1/2)", "2.00"], ["Fed-AMS", "0", "1.5 ± 0.7", "1.50 ± 0.71"]]
 
 
-def test_select_all_is_every_row_and_the_spec_round_trips(runs):
+def test_select_all_is_every_row_and_the_table_def_round_trips(runs):
     got, md = rows(parse_table({"name": "t", "columns": ["method", "weight_decay", "acc"], "runs": list(NAMES.values())}, loc), runs)
     assert [r[1] for r in got] == ["0", "0.01", "0.1", "0", "0.01"] and "Best over" not in md
     t = table()
-    assert spec_from_dict(spec_to_dict(t)) == t
-    old = spec_to_dict(t)
+    assert product_from_dict(product_to_dict(t)) == t
+    old = product_to_dict(t)
     for k in ("select", "select_by", "select_on"):  # a sweep.json written before the option: every row
         old.pop(k)
-    assert spec_from_dict(old).select == "all"
+    assert product_from_dict(old).select == "all"
 
 
 def test_select_errors():
