@@ -30,13 +30,6 @@ METHOD_SPEC_USES = {
     ("fedcli/report/rundata.py", "spec"): "the PartSpec through which a run's recorded options are read, typed",
 }
 
-#: (module, name) -> why: not method specs, left for the rework of fedcli/fl/ under way (issue 49); rename them there
-#: and drop the entries (test_every_allowed_name_is_still_defined says when)
-PENDING = {
-    ("fedcli/fl/system.py", "spec"): "a distribution string NAME:ARGS (draw's argument)",
-    ("fedcli/models/custom.py", "is_factory_spec"): "the alias fedcli/fl/engine.py still imports (is_factory_ref)",
-}
-
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
@@ -80,7 +73,7 @@ def spec_names(root: Path) -> list[tuple[str, str, int]]:
 
 
 def allowed(module: str, name: str) -> bool:
-    return name in ANYWHERE or (module, name) in METHOD_SPEC_USES or (module, name) in PENDING
+    return name in ANYWHERE or (module, name) in METHOD_SPEC_USES
 
 
 def test_spec_names_only_method_specs():
@@ -94,7 +87,7 @@ def test_every_allowed_name_is_still_defined():
     """A stale entry is removed, so that the allow-list stays the list of what it allows."""
     found = {(m, n) for m, n, _ in spec_names(ROOT)}
     names = {n for _, n in found}
-    stale = [n for n in ANYWHERE if n not in names] + [f"{m}: {n}" for m, n in (*METHOD_SPEC_USES, *PENDING)
+    stale = [n for n in ANYWHERE if n not in names] + [f"{m}: {n}" for m, n in METHOD_SPEC_USES
                                                         if (m, n) not in found]
     assert not stale, "allow-list entries that nothing defines any more (remove them): " + ", ".join(stale)
 

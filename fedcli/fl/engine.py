@@ -292,7 +292,7 @@ class Simulation:
         """The method's five parts, each built with the options it declares (``Part.Params`` / ``Part.uses``), the
         ledger, the trainer, the client store and the personalization."""
         from fedcli.fl.personal import build_personalization, local_layers
-        from fedcli.models.custom import check_model, is_factory_spec
+        from fedcli.models.custom import check_model, is_factory_ref
 
         cfg = self.cfg
         self.method = METHODS[cfg.algo]
@@ -308,7 +308,7 @@ class Simulation:
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk, cfg.precision)
         self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
-        if is_factory_spec(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
+        if is_factory_ref(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
             source = self.dataset.source
             vocab = source.get("vocab_size") if isinstance(source, dict) else None
             check_model(cfg.model, self.model, self.dataset.input_shape, self.dataset.num_classes, token_ids=bool(vocab),

@@ -43,10 +43,10 @@ TRACE_COLUMNS = ("client", *QUANTITIES)
 AVAILABILITY_COLUMNS = ("client", "start", "end")
 
 
-def draw(spec: str, n: int, gen: np.random.Generator, option: str = "speed") -> np.ndarray:
-    """``n`` values of the distribution ``spec`` (``NAME:ARGS``), one per client index, from ``gen``. Tiers are shares,
+def draw(distribution: str, n: int, gen: np.random.Generator, option: str = "speed") -> np.ndarray:
+    """``n`` values of the distribution ``distribution`` (``NAME:ARGS``), one per client index, from ``gen``. Tiers are shares,
     not chances: ``tiers:1e10@0.1,1e8@0.9`` of 10 clients makes exactly one fast client (which one: ``gen``)."""
-    name, args = parse_distribution(spec, option, QUANTITIES[option][1])
+    name, args = parse_distribution(distribution, option, QUANTITIES[option][1])
     if name == "constant":
         return np.full(n, args[0], dtype=np.float64)
     if name == "lognormal":  # median m, spread s: m * exp(s z)

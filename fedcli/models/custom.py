@@ -43,11 +43,6 @@ def is_factory_ref(name: str) -> bool:
     return isinstance(name, str) and ":" in name
 
 
-#: the former name, which fedcli/fl/engine.py still imports (fl/ is being reworked elsewhere; issue 49): drop it when
-#: that import reads ``is_factory_ref`` (tests/test_names.py lists it as the one name pending there)
-is_factory_spec = is_factory_ref
-
-
 def _split(ref: str) -> tuple[str, str, bool]:
     """(module or file, attribute, is a file) of a factory reference (``module:Factory``, ``file.py:Factory``)."""
     target, _, attr = ref.rpartition(":")
