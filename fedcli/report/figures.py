@@ -127,7 +127,7 @@ def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
             ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=kw["color"], alpha=0.15,
                             linewidth=0)
     ax.set_xlabel(style.X_LABELS[x])
-    if x in ("iterations", "rounds"):
+    if x in style.PROGRESS_AXES:  # counts: integer ticks
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))

@@ -101,11 +101,12 @@ import re
 from dataclasses import dataclass, field
 
 from fedcli.errors import ConfigError
+from fedcli.report import style
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
 KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients")
 ACCURACY = ("best", "final")
-X_AXES = ("iterations", "rounds", "params", "bytes", "time", "iteration", "round", "comm")  # the last three: older spellings; time: --system runs
+X_AXES = style.X_AXES + tuple(style.X_ALIASES)  # a recipe figure's x: an axis, or an older spelling of one
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
 #: personalized runs (each client's model on its local test split, the papers' metric), test_acc otherwise
 ACC_METRICS = ("test_acc", "personal_acc", "auto")

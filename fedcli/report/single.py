@@ -369,11 +369,6 @@ def _what(runs: list[RunData], keyed: dict | None = None) -> str:
     return f"{len(runs)} runs on {data}"
 
 
-#: the communication axis drawn beside the time axis by default (``--x bytes``: bytes instead; ``--x time``: the system
-#: model's simulated time, docs/system-model.md)
-COMM_AXES = ("params", "bytes", "time")
-
-
 def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None, warn=None) -> list[Path]:
     """The curves against iterations (or rounds) in ``curves`` and against communication in ``curves-params`` (or
     ``curves-bytes``), the per-layer communication figures, and for layer-wise runs each layer's interval over the
@@ -398,8 +393,8 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     x = style.x_axis(x) if x else None
     if x == "time":
         check_simulated_time(runs)  # before any file is written
-    time_x = x if x in ("iterations", "rounds") else _x_axis(reps)
-    comm_x = x if x in COMM_AXES else "params"
+    time_x = x if x in style.PROGRESS_AXES else _x_axis(reps)
+    comm_x = x if x in style.COMM_AXES else "params"  # drawn beside the progress axis (default: params)
     files = []
     evaluated = any(r.metrics for per_seed in keyed.values() for r in per_seed.values())  # none: killed before its first
     for name, axis in (("curves", time_x), (f"curves-{comm_x}", comm_x)) if evaluated else ():

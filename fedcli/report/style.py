@@ -24,8 +24,11 @@ FALLBACK_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 #: a method's variants (rank 0, 1, ...) in these dashes: no ``":"`` (a thin dotted line vanishes on its ± std band)
 LINESTYLES = ("-", "--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (8, 3)), (0, (3, 1, 1, 1, 1, 1)))
 
-#: the x axes of curves (``fedcli report --x``, a recipe figure's ``x``); older recipe spellings map onto them
-X_AXES = ("iterations", "rounds", "params", "bytes", "time")
+#: the x axes of curves (``fedcli report --x``, a recipe figure's ``x``): training progress, then what the training
+#: cost (the communication axes; ``time``: the system model's simulated seconds); older recipe spellings map onto them
+PROGRESS_AXES = ("iterations", "rounds")
+COMM_AXES = ("params", "bytes", "time")
+X_AXES = PROGRESS_AXES + COMM_AXES
 X_ALIASES = {"iteration": "iterations", "round": "rounds", "comm": "params"}
 X_LABELS = {"iterations": "Local iterations", "rounds": "Communication rounds",
             "params": "Communicated parameters, Eq. 8 (M params)", "bytes": "Data moved, up and down (MB)",
