@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fedcli.errors import ConfigError
@@ -23,6 +23,13 @@ class MissingRuns(ConfigError):
 class Sweep:
     root: Path
     manifest: dict
+    #: the runs' states once read (:meth:`settled`: one report's view); None: read each time, as they may change
+    memo: dict | None = field(default=None, repr=False, compare=False)
+
+    def settled(self) -> "Sweep":
+        """This sweep with each run's state read once and kept: what one report (``--paper``'s section, with its
+        paragraph, tables and figures) sees, each run checked once instead of once per product and format."""
+        return replace(self, memo={})
 
     @property
     def seeds(self) -> list[int]:
@@ -52,8 +59,13 @@ class Sweep:
         """A run's state as ``fedcli sweep`` (and ``--dry-run``) decides it: :func:`fedcli.results.runstate.run_state`
         against the config the sweep recorded for it (its ``config_hash`` in older sweep manifests); None if the
         sweep has no such run."""
+        if self.memo is not None and (name, seed) in self.memo:
+            return self.memo[(name, seed)]
         e = next((e for e in self.manifest.get("runs", []) if e["name"] == name and int(e["seed"]) == seed), None)
-        return None if e is None else run_state(self.root / e["dir"], e.get("config"), e.get("config_hash"))
+        st = None if e is None else run_state(self.root / e["dir"], e.get("config"), e.get("config_hash"))
+        if self.memo is not None:
+            self.memo[(name, seed)] = st
+        return st
 
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
         """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (state)"] for the others, in the

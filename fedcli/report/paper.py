@@ -136,9 +136,11 @@ def _figure(sweep, figure_def, out_dir: Path, rel: str, x) -> Part:
 
 
 def _table(sweep, table_def) -> Part:
-    from fedcli.report.core import make_table
+    from fedcli.report.core import sweep_table
+    from fedcli.report.tables import render
 
-    return Part(make_table([sweep], table_def.name, "latex"), make_table([sweep], table_def.name, "md"))
+    _, table = sweep_table([sweep], table_def.name)  # built once, written in both formats
+    return Part(render(table, "latex"), render(table, "md"))
 
 
 def _product(sweep, product, out: Path, x) -> Part:
@@ -189,7 +191,7 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
     from fedcli.report.tables import latex_escape, latex_text
 
     title, prefix = paper_of(name)
-    mine = paper_sweeps(sweeps, name)
+    mine = [s.settled() for s in paper_sweeps(sweeps, name)]  # each run's state read once for the whole section
     ran = {Path(str(s.manifest.get("recipe", ""))).name for s in mine}
     unrun = []
     if RECIPES.is_dir():

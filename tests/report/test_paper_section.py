@@ -235,3 +235,22 @@ def test_a_one_column_figure_keeps_its_text_and_data_room(tmp_path):
     axes, legend, title = ax.get_window_extent(r), ax.get_legend().get_window_extent(r), ax.title.get_window_extent(r)
     assert legend.y0 >= axes.y1 and title.y0 >= legend.y1 - 1 and axes.width > 0.6 * fig.bbox.width
     assert {t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()} == {8.0}
+
+
+def test_the_section_checks_each_run_once(results, tmp_path, capsys, monkeypatch):
+    """The section's paragraph (trainings finished), its table (LaTeX and Markdown) and its two figures all read the
+    same runs: each run's state (manifest, config, files: ``run_state``) is read once for the whole section, and the
+    table is built once for both formats. Before: 16 reads of this sweep's 2 runs (8 each: the paragraph, the
+    table's check and its two builds, each figure's check and its drawing) and two builds of the table."""
+    import fedcli.report.core as core
+    import fedcli.report.tables as tables
+
+    reads, builds = [], []
+    real_state, real_build = core.run_state, tables.build_table
+    monkeypatch.setattr(core, "run_state", lambda run_dir, *a, **k: reads.append(Path(run_dir).name) or real_state(run_dir, *a, **k))
+    monkeypatch.setattr(tables, "build_table", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    code, _, err = cli(["report", str(results), "--paper", "fedlama-aaai", "--output", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+    sweep = json.loads((results / "t3" / "sweep.json").read_text())
+    assert sorted(reads) == sorted(Path(e["dir"]).name for e in sweep["runs"])  # each run once
+    assert len(builds) == len(sweep["tables"])
