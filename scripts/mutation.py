@@ -49,7 +49,11 @@ TARGETS = {
     **{name: (path, [], ADAPTIVE_TESTS) for name, path in (
         ("adaptive", "fedcli/fl/adaptive.py"), ("fedlamb", "fedcli/fl/algorithms/fedlamb.py"),
         ("mimelamb", "fedcli/fl/algorithms/mimelamb.py"), ("mime", "fedcli/fl/algorithms/mime.py"),
-        ("fedadam", "fedcli/fl/algorithms/fedadam.py"), ("fedams", "fedcli/fl/algorithms/fedams.py"))},
+        ("fedams", "fedcli/fl/algorithms/fedams.py"))},
+    # FedAdam's server is FedYogi's and FedAdagrad's base: their hand-worked tests check its v_{-1} = tau^2 (v_start)
+    "fedadam": ("fedcli/fl/algorithms/fedadam.py", [], ADAPTIVE_TESTS + ["tests/algorithms/test_fedyogi_fedadagrad.py"]),
+    # per-client state (load, save, defaults; until 2026-11 written out in each method, e.g. adaptive.py's store_state)
+    "clientstate": ("fedcli/fl/clientstate.py", [], ["tests/engine/test_clientstate.py"]),
     # FedProx's local step (until 2026-11 fedcli/fl/parts_prox.py)
     "fedprox": ("fedcli/fl/algorithms/fedprox.py", [], ["tests/algorithms/test_fedprox.py"]),
     "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms/test_fednova.py", "tests/algorithms/test_fedcom.py",
