@@ -58,8 +58,9 @@ install-bench: install
 
 # Mutation testing (cosmic-ray) of the modules with the papers' arithmetic: the schedules and FedLAMA's, the lr schedule,
 # the ledger, FedALA's, the adaptive family's (shared steps, Fed-LAMB, Fed-AMS, Mime-LAMB, Mime, FedAdam), FedProx's, the
-# server updates; each mutant against its tests, in a copy of the repository (checked to pass unmutated first); kill
-# rate per module and survivors in results/mutation/. Not run by CI; about 5 minutes per module on 2 cores.
+# server updates, the per-client state; each mutant against its tests, in a copy of the repository (checked to pass
+# unmutated first); kill rate per module and survivors in results/mutation/. Not run by CI; about 5 minutes per module
+# on 2 cores.
 # MUTATION_ARGS="--only schedules lr_schedule --max 40 --before REV" narrows it or adds the kill rate of REV's tests.
 install-mutation: install
 	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,mutation]"
