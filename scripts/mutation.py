@@ -51,9 +51,12 @@ TARGETS = {
         ("mimelamb", "fedcli/fl/algorithms/mimelamb.py"), ("mime", "fedcli/fl/algorithms/mime.py"),
         ("fedams", "fedcli/fl/algorithms/fedams.py"))},
     # FedAdam's server is FedYogi's and FedAdagrad's base: their hand-worked tests check its v_{-1} = tau^2 (v_start)
-    "fedadam": ("fedcli/fl/algorithms/fedadam.py", [], ADAPTIVE_TESTS + ["tests/algorithms/test_fedyogi_fedadagrad.py"]),
+    "fedadam": ("fedcli/fl/algorithms/fedadam.py", [],
+                ADAPTIVE_TESTS + ["tests/algorithms/test_fedyogi_fedadagrad.py"]),
     # per-client state (load, save, defaults; until 2026-11 written out in each method, e.g. adaptive.py's store_state)
-    "clientstate": ("fedcli/fl/clientstate.py", [], ["tests/engine/test_clientstate.py"]),
+    # (test_fedala.py: a load of some tensors only, names=, the loop's continue)
+    "clientstate": ("fedcli/fl/clientstate.py", [],
+                    ["tests/engine/test_clientstate.py", "tests/algorithms/test_fedala.py"]),
     # FedProx's local step (until 2026-11 fedcli/fl/parts_prox.py)
     "fedprox": ("fedcli/fl/algorithms/fedprox.py", [], ["tests/algorithms/test_fedprox.py"]),
     "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms/test_fednova.py", "tests/algorithms/test_fedcom.py",
