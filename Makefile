@@ -56,9 +56,11 @@ install-bench: install
 	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,bench]"
 	@$(PY) -c "import flwr, ray; print('bench extra ok: flwr', flwr.__version__, '| ray', ray.__version__)"
 
-# Mutation testing (cosmic-ray) of the modules with the papers' arithmetic: schedules, the lr schedule, the ledger, ALA,
-# the Fed-LAMB/adaptive steps, the server updates; each mutant against its tests, in a copy of the repository; kill
-# rate per module and survivors in results/mutation/. Not run by CI; about 5 minutes per module on 2 cores.
+# Mutation testing (cosmic-ray) of the modules with the papers' arithmetic: the schedules and FedLAMA's, the lr schedule,
+# the ledger, FedALA's, the adaptive family's (shared steps, Fed-LAMB, Fed-AMS, Mime-LAMB, Mime, FedAdam), FedProx's, the
+# server updates, the per-client state; each mutant against its tests, in a copy of the repository (checked to pass
+# unmutated first); kill rate per module and survivors in results/mutation/. Not run by CI; about 5 minutes per module
+# on 2 cores.
 # MUTATION_ARGS="--only schedules lr_schedule --max 40 --before REV" narrows it or adds the kill rate of REV's tests.
 install-mutation: install
 	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,mutation]"

@@ -49,13 +49,14 @@ def same_metrics(a, b, cols=("round", "iteration", "train_loss", "test_loss", "t
 
 
 # ---------------------------------------------------------------------------- one local step by hand
-def lamb_setup(**kw):
-    """A LambStep on a hand-made cohort: 2 clients, tensors a (2 elements) and b (1 element). The server's v_hat
-    is above eps everywhere, so under Algorithm 1 (``--vhat-eps floor``) psi = m / sqrt(v_hat) exactly."""
+def lamb_setup(step_class=None, synced=True, **kw):
+    """A LambStep (AMSStep with ``--trust-ratio off``; or ``step_class``) on a hand-made cohort: 2 clients, tensors a
+    (2 elements) and b (1 element). The server's v_hat is above eps everywhere, so under Algorithm 1 (``--vhat-eps
+    floor``) psi = m / sqrt(v_hat) exactly; ``synced=False``: no v_hat yet (before the first synchronization)."""
     c = TrainConfig(**dict(dict(beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.1, algo="fedlamb"), **kw)).validate()
     server = adaptive.VhatMaxServer(c)
-    server.vhat = {"a": torch.tensor([0.01, 0.04]), "b": torch.tensor([1e-4])}
-    step = fedlamb.LambStep(c) if c.trust_ratio != "off" else fedams.AMSStep(c)
+    server.vhat = {"a": torch.tensor([0.01, 0.04]), "b": torch.tensor([1e-4])} if synced else None
+    step = (step_class or (fedlamb.LambStep if c.trust_ratio != "off" else fedams.AMSStep))(c)
     step.name = "lamb"
     glob = {"a": torch.zeros(2), "b": torch.zeros(1)}
     view = PartView.fake(parts={"local_step": step, "server": server}, global_params=glob, store=ClientStore(),
@@ -114,6 +115,33 @@ def test_ams_step_eps_outside_by_hand():
     torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.92, 3.8933333]))
     # tensor b: r = +-0.1 / (0.01 + 0.1) = +-0.909091; p = 1 - 0.1 * (+-0.909091 + 0.1)
     torch.testing.assert_close(cohort.params["b"][:, 0], torch.tensor([1 - 0.1 * (0.1 / 0.11 + 0.1), 1 - 0.1 * (-0.1 / 0.11 + 0.1)]))
+
+
+def test_trust_ratio_on_turns_it_on_for_the_fed_ams_step():
+    """``--trust-ratio on`` puts LAMB's ratio (Eq. 3) on Fed-AMS's step, whose default is off: the numbers of
+    test_lamb_step_by_hand, p = [3, 4] - 0.1 * (5 / 1.910497) * [1.3, 1.4]."""
+    view, step, cohort, grads = lamb_setup(trust_ratio="on", step_class=fedams.AMSStep)
+    assert step.trust
+    step.step(cohort, grads, lr=0.1)
+    torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.659774450, 3.633603254]))
+
+
+def test_trust_ratio_by_hand_with_a_short_update():
+    """phi(||p||) / ||u|| per client, also where ||u|| < 1: ||[3, 4]|| / ||[0.3, 0.4]|| = 5 / 0.5 = 10; 1 where
+    either norm is 0 (client 1: p = 0; client 2: u = 0)."""
+    p = torch.tensor([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0]])
+    u = torch.tensor([[0.3, 0.4], [0.3, 0.4], [0.0, 0.0]])
+    torch.testing.assert_close(adaptive.trust_ratio(p, u, adaptive.scaling_function(None)), torch.tensor([10.0, 1.0, 1.0]))
+
+
+def test_first_round_ams_step_eps_outside_by_hand():
+    """Before the first synchronization (no v_hat from the server) v_hat_0 = 0 under ``--vhat-eps outside`` (eps is
+    added to sqrt(v_hat) instead): r = m / (sqrt(0) + 0.1) = [0.1, 0.2] / 0.1 = [1, 2], p = [3, 4] - 0.1 * ([1, 2] +
+    0.1 * [3, 4]) = [2.87, 3.76]; v = 0.999 * 0 + 0.001 * g^2 = [0.001, 0.004]."""
+    view, step, cohort, grads = lamb_setup(trust_ratio="off", vhat_eps="outside", eps=0.1, synced=False)
+    step.step(cohort, grads, lr=0.1)
+    torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.87, 3.76]))
+    torch.testing.assert_close(cohort.opt_state["v"]["a"][0], torch.tensor([0.001, 0.004]))
 
 
 def test_floor_needs_positive_eps():
@@ -182,10 +210,11 @@ def test_fedlamb_server_raises_vhat_to_cohort_mean():
 
 
 # ---------------------------------------------------------------------------- Mime-LAMB and Mime
-def test_full_batch_gradients_match_autograd():
+@pytest.mark.parametrize("clients", [[1, 4], [3]])  # also a cohort of one client (a round with one active client)
+def test_full_batch_gradients_match_autograd(clients):
     sim = Simulation(cfg(algo="mimelamb", lr=0.02, rounds=1)).setup()
-    clients = [1, 4]
-    cohort = Cohort.from_global(clients, torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
+    weights = torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
+    cohort = Cohort.from_global(clients, weights, sim.global_params, sim.global_buffers)
     got = adaptive.full_batch_grads(sim, cohort)
     for k, c in enumerate(clients):
         ix = sim.client_indices[c]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.algorithms.fedala import ala_mix, ala_weight_step, initial_stage_done, learn_weights
+from fedcli.fl.algorithms.fedala import WEIGHTS, ala_mix, ala_weight_step, initial_stage_done, learn_weights
 from fedcli.fl.cohort import in_order_plan, sample_slice
 from fedcli.fl.rng import torch_gen
 from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal
@@ -178,6 +178,18 @@ def test_ala_skipped_in_first_round_then_learned(data):
         assert any(float(t.min()) < 1.0 for t in w.values())  # the weights moved
     assert all(float(v) == 1.0 for v in sim.store.tables["ala.started"].values())
     assert s.history[-1]["comm_params"] == run(data, algo="fedavg", rounds=3)[1].history[-1]["comm_params"]
+
+
+def test_a_clients_first_weight_learning_starts_from_w_ones(data):
+    """W starts at ones (FedALA Alg. 1; the reference's ``torch.ones_like``): a client's first learning starts from
+    theta + (theta_g - theta) * 1 = theta_g in its top layers. After round 0 (ALA skipped, nothing stored) the W that
+    client 0's and client 3's first learning reads is that start, a tensor of ones per top layer."""
+    sim, _ = run(data, algo="fedala", rounds=1)
+    top = sim.init.top_names(sim)
+    assert top and not any(k.startswith("ala.w") for k in sim.store.names())
+    w = WEIGHTS.load(sim, [0, 3], names=top)
+    assert set(w) == set(top)
+    assert all(t.shape == (2, *sim.global_params[n].shape) and torch.equal(t, torch.ones_like(t)) for n, t in w.items())
 
 
 def test_ala_on_fedprox_differs_and_runs(data):
