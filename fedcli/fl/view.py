@@ -97,9 +97,12 @@ class PartView:
     def fake(cls, **members) -> "PartView":
         """A view over the given members only (tests): an undeclared name is refused, a member not given raises
         AttributeError when read. ``parts`` (family -> part) answers the capability questions."""
-        unknown = sorted(set(members) - set(DATA + SERVICES + CALLS) - {"parts"} | set(DERIVED) & set(members))
+        unknown = sorted(set(members) - set(DATA + SERVICES + CALLS) - {"parts"})
         if unknown:
             raise TypeError(f"not members of the part interface: {', '.join(unknown)}")
+        derived = sorted(set(members) & set(DERIVED))
+        if derived:
+            raise TypeError(f"computed from other members, not given: {', '.join(derived)}")
         members.setdefault("parts", {})
         if "active" in members:  # the engine's name for what ``active`` reads (below)
             members["round_clients"] = members.pop("active")

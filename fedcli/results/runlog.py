@@ -29,7 +29,7 @@ def layer_rows(sim, state=None) -> list[dict]:
              "comm_params": sim.ledger.layer_params(li.index), "comm_bytes": sim.ledger.bytes_[li.index],
              "interval": 0 if li.index in sim.local_layers else sim.schedule.intervals[li.index]} for li in sim.layers]
     if sim.system is not None:  # no state: before the first round (0 s)
-        for row, seconds in zip(rows, (state.layer_time_s if state is not None else None) or [0.0] * len(rows)):
+        for row, seconds in zip(rows, getattr(state, "layer_time_s", None) or [0.0] * len(rows)):
             row["sim_time_s"] = seconds
     return rows
 

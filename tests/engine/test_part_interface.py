@@ -126,6 +126,10 @@ def test_a_fake_view_takes_declared_members_only_and_is_read_only():
         view.active = 4
     with pytest.raises(AttributeError):
         view.store  # noqa: B018 (not given to the fake)
+    # share is computed from active and the number of clients (|P_t| / m), never given
+    assert PartView.fake(active=3, client_indices=[()] * 12).share == 0.25
+    with pytest.raises(TypeError, match="computed from other members, not given: share"):
+        PartView.fake(share=0.5)
 
 
 def test_the_capabilities_go_through_declarations():
