@@ -229,20 +229,23 @@ def test_overwrite_says_which_of_the_other_sweeps_runs_it_trains_over(tmp_path, 
 
 def test_a_copy_of_the_recipe_and_a_moved_checkout_sweep_into_the_original_folder(tmp_path, capsys):
     """Issue 57: a sweep is identified by its recipe's text and scale, the recipe's path is a hint. The checkout
-    (recipe and results) moved: its recipe edited in place there is still the same sweep (found through the path
-    relative to the sweep folder), and unedited it has nothing to run; a byte-identical copy of the recipe elsewhere
-    sweeps into the original's folder with nothing to run."""
-    tiny_sweep(tmp_path / "here" / "recipes" / "r.toml", tmp_path / "here" / "results" / "r")
+    (recipe, data folder and results) moved: its runs are still done (their data folder moved with them: it was
+    stale, every run trained again), and its recipe edited in place there is still the same sweep (found through the
+    path relative to the sweep folder); a byte-identical copy of the recipe in another folder of the checkout sweeps
+    into the original's folder with nothing to run."""
+    text = TINY.replace("[base]\n", 'root = ".."\n\n[base]\ndata_dir = "data"\n', 1)  # the data beside the recipes
+    (tmp_path / "here" / "data").mkdir(parents=True)
+    tiny_sweep(tmp_path / "here" / "recipes" / "r.toml", tmp_path / "here" / "results" / "r", text)
     shutil.move(tmp_path / "here", tmp_path / "moved")
     recipe, root = tmp_path / "moved" / "recipes" / "r.toml", tmp_path / "moved" / "results" / "r"
-    recipe.write_text(TINY.replace("tau = 2\n", "tau = 3\n", 1))
+    recipe.write_text(text.replace("tau = 2\n", "tau = 3\n", 1))
     code, _, err = fedcli(sweep_args(recipe, root, "--dry-run", "--quiet"), capsys)
     assert code == 0, err
-    recipe.write_text(TINY)
+    recipe.write_text(text)
     code, _, err = fedcli(sweep_args(recipe, root, "--quiet"), capsys)
     assert code == 0 and "nothing to run" in err, err
-    copy = tmp_path / "elsewhere" / "copy.toml"
+    copy = tmp_path / "moved" / "mine" / "copy.toml"
     copy.parent.mkdir()
-    copy.write_text(TINY)
+    copy.write_text(text)
     code, _, err = fedcli(sweep_args(copy, root, "--quiet"), capsys)
     assert code == 0 and "nothing to run" in err, err
