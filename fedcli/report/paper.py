@@ -121,7 +121,12 @@ def _figure(sweep, figure_def, out_dir: Path, rel: str, x) -> Part:
         files = make_figures([sweep], out_dir, [figure_def.name], x=x)
     pdf = next(f for f in files if f.suffix == ".pdf")
     txt = next((f for f in files if f.suffix == ".txt"), None)
-    caption = txt.read_text().strip() if txt else figure_def.name
+    caption = figure_def.name
+    if txt:  # read back from the folder it was written to, never through a link planted there since
+        from fedcli.safefs import open_dir
+
+        with open_dir(txt.parent) as folder:
+            caption = folder.read_text(txt.name).strip()
     env = "figure*" if wide else "figure"
     size = pdf_size(pdf)
     if size:  # keepaspectratio: the largest size within both, so never above the drawn size (its text at 8 pt)
@@ -301,12 +306,11 @@ def write_section(sweeps: list, name: str, out: Path, x: str | None = None, over
     """Write ``out``/section.tex, ``out``/section.md and the figures under ``out``/figures/; returns the two texts' paths.
     Every path is checked first (:func:`check_targets`): a link, or an edited section without ``overwrite``, refuses
     before anything is written."""
-    from fedcli.results.rundir import atomic_write
-    from fedcli.safefs import make_dir
+    from fedcli.safefs import open_dir
 
     check_targets(planned(paper_sweeps(sweeps, name), out), overwrite)
-    make_dir(out)
     tex, md, _ = build_section(sweeps, name, out, x)
-    atomic_write(out / "section.tex", stamp(tex, latex=True))
-    atomic_write(out / "section.md", stamp(md, latex=False))
+    with open_dir(out) as folder:  # by a descriptor: a link planted while the figures were drawn changes nothing
+        folder.atomic_write("section.tex", stamp(tex, latex=True))
+        folder.atomic_write("section.md", stamp(md, latex=False))
     return [out / f for f in SECTION_FILES]

@@ -292,22 +292,22 @@ def _title_above_legend(fig) -> None:
 
 def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
     """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure (inside
-    :func:`printed`: laid out at its width first)."""
-    from fedcli.results.rundir import atomic_write
-    from fedcli.safefs import make_dir, open_file
+    :func:`printed`: laid out at its width first). The files are written through a descriptor of ``out_dir`` reached
+    from the folder the user named without following a link (``fedcli.safefs.open_dir``), so a link planted on the
+    way while the figures are drawn changes nothing outside."""
+    from fedcli.safefs import open_dir
 
     if _PRINT_WIDTH.get() is not None:
         _fit_width(fig, _PRINT_WIDTH.get())
     fig.tight_layout()
-    make_dir(out_dir)
     files = []
-    for ext in ("png", "pdf"):
-        f = out_dir / f"{name}.{ext}"
-        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/safefs.py)
-            fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
-        files.append(f)
-    if caption:
-        atomic_write(out_dir / f"{name}.txt", caption.rstrip() + "\n")
-        files.append(out_dir / f"{name}.txt")
+    with open_dir(out_dir) as folder:
+        for ext in ("png", "pdf"):
+            with folder.open_file(f"{name}.{ext}", "wb") as fh:  # never through a symbolic link (fedcli/safefs.py)
+                fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
+            files.append(Path(out_dir) / f"{name}.{ext}")
+        if caption:
+            folder.atomic_write(f"{name}.txt", caption.rstrip() + "\n")
+            files.append(Path(out_dir) / f"{name}.txt")
     plt().close(fig)
     return files

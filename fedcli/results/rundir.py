@@ -80,6 +80,30 @@ def csv_text(columns: list[str], rows: list[dict], header: bool = True) -> str:
     return buf.getvalue()
 
 
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The rows of one of a run's CSVs (``csv_text``'s files) that were written whole, as text: the one reader of
+    them (reports, ``fedcli.load``, the trackers, a sweep's progress). A row reaches the file whole, newline last
+    (:class:`AppendCSV`), so a last line without its newline is a row cut by a run killed while writing it: it is
+    not read (the file holds the rows before it). [] for a file that is missing, or cut within its header. Any other
+    row whose cell count differs from the header's is a ``ValueError`` naming the file and line (the file was edited)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    text = data[: data.rfind(b"\n") + 1].decode("utf-8")  # up to the last whole line (nothing if none is whole)
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    rows = []
+    for cells in reader:
+        if not cells:  # a blank line: no row
+            continue
+        if len(cells) != len(header):
+            raise ValueError(f"{path.name} line {reader.line_num} has {len(cells)} cells where its header has {len(header)}")
+        rows.append(dict(zip(header, cells)))
+    return rows
+
+
 def _reopen_at(f, path: Path, size: int):
     """``f`` (opened for appending) cut back to ``size`` bytes and reopened: the buffered part of a failed write
     is dropped, so no partial row stays in the file."""
