@@ -59,7 +59,9 @@ def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     assert code == 0, err
     text = " ".join(err.split())
     assert "2 runs x 2 seeds = 4 trainings; 0 already completed, 4 to run, 1 at a time" in text
-    assert "scale smoke: a reduced version of A paper, Table 9's setting" in text
+    # the paper's name as the recipe gives it, then the sentence goes on (not "...leave open's setting": issue 57)
+    assert "scale smoke: a reduced version of scale paper, the setting of A paper, Table 9; it checks the pipeline" in text
+    assert "'s setting" not in text
     # 4 trainings x 10 iterations x 2 clients per round (0.5 of 4)
     assert "budget: 10 local iterations per run; 80 client steps; estimated ~" in text
     assert "an estimate; basis: model compute" in text and "measured model step (mlp/b32" in text
