@@ -12,8 +12,8 @@ that differ only in their seed, with their config, so that a sweep table joins i
 those of the CSVs docs/run-directory.md describes, each with the dtype :data:`SCHEMA` declares, whatever was loaded,
 but for metrics.csv's ``lr`` (:data:`RENAMED`: ``current_lr``, so that it never meets the config's ``lr`` of ``runs``
 in a merge). ``train`` and ``write_report`` run the commands in this process: their errors are raised (the command's
-one-line message, ``exit_code``), and ``write_report`` returns the table it printed and the figures it drew
-(:class:`Report`). No torch import (pandas only, when called).
+one-line message, ``exit_code``), and ``write_report`` returns the table the command prints (printed only with
+``print=True``) and the figures it drew (:class:`Report`). No torch import (pandas only, when called).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ How the time is estimated (an estimate: the plan line says its basis):
 - Not in it: methods' extra local work (Ditto's second model, ALA's weight learning, ...), bookkeeping that grows
   with the model (the reference's MLP is small) and the stacked trainer's speed-up on dense models. On a busy
   machine (1-minute load average plus the sweep's own threads above the cores) the plan says the time at that load
-  beside the idle machine's (:class:`Load`: every thread gets its share of the cores). Once runs of the sweep folder are complete, their measured wall times calibrate
+  beside the idle machine's (:class:`Load`: every thread gets its share of the cores), until completed runs calibrate
+  it. Once runs of the sweep folder are complete, their measured wall times calibrate
   the per-run part (ratio of measured to estimated, applied to the runs still to go); while the sweep runs, its
   progress recalibrates on the runs it has finished (fedcli/cli/sweep.py).
 
@@ -610,7 +611,8 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
     total = sum(est.per_run.values())
     longest = max(est.per_run.values(), default=0.0)
     est.seconds = est.startup_s + max(total / max(1, jobs), longest)
-    est.load = load_factor(jobs * max(1, mpi), max(est.threads, default=1))
+    # the load now, unless completed runs calibrated the estimate: their wall times carry the load they ran under
+    est.load = None if est.calibrated else load_factor(jobs * max(1, mpi), max(est.threads, default=1))
     return est
 
 

@@ -158,6 +158,9 @@ def test_estimate_accounts_for_the_load_it_detects(monkeypatch):
            "~4.5 s idle)" in e.text()
     e = est.estimate([planned("a", iterations=100)], [], jobs=2)  # two runs of one thread: 2 / (7 + 2) of a core each
     assert e.load.factor == pytest.approx(4.5)
+    # calibrated on completed runs: their wall times carry the load they ran under, so it is not counted twice
+    e = est.estimate([planned("a", iterations=100)], [planned("c", iterations=100, wall_s=9.0)], jobs=1)
+    assert e.calibrated == 1 and e.load is None and e.seconds == pytest.approx(9.0 + 2.0) and "current load" not in e.text()
     monkeypatch.setattr(est.os, "getloadavg", lambda: (0.5, 0.5, 0.5))  # an idle machine: the idle time, as before
     e = est.estimate([planned("a", iterations=100)], [], jobs=1)
     assert e.load.factor == 1.0 and "estimated ~4.5 s on this machine at 1 torch thread(s)" in e.text()
