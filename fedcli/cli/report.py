@@ -38,7 +38,7 @@ def report(
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import FORMATS, find_sweeps, listing, pick, sweep_table
+    from fedcli.report.core import FORMATS, check_time_axis, find_sweeps, listing, pick, sweep_table
     from fedcli.report.tables import render
     from fedcli.report.single import find_runs, is_run_dir, load_run
 
@@ -86,6 +86,8 @@ def report(
             from fedcli.report.figures import check_simulated_time
 
             check_simulated_time(runs)
+        if sweeps and figures is not None:  # so are the sweeps' figures drawn against time
+            check_time_axis(sweeps, None, x)
         if sweeps and figures is None:
             _print_listing(" ".join(holders), sweeps, listing(sweeps))
         if runs:
@@ -93,6 +95,9 @@ def report(
         if sweeps and figures is not None:
             made.figures += _write_figures(sweeps, figures, None, holders[0], x)
         return made
+    if figures is not None:  # figures drawn against time whose runs lack it: refused before the table is printed
+        check_time_axis([pick(sweeps, table, "table")[0]] if table is not None and not figure else sweeps,
+                        list(figure) if figure else None, x)
     if table is not None:
         sweep, made.table = sweep_table(sweeps, table)
         made.sweep = str(sweep.root)

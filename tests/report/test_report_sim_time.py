@@ -68,12 +68,30 @@ def test_x_time_on_a_run_without_simulated_time_refuses_before_printing(runs, ca
     assert code == 0 and (runs / "timed" / "figures" / "curves-time.png").is_file(), err
 
 
-def test_csv_of_one_seed_leaves_std_empty(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The tiny two-run sweep, one seed, trained without --system."""
+    root = tmp_path_factory.mktemp("sweep")
+    recipe = root / "tiny.toml"
+    recipe.write_text(SWEEP_RECIPE + '\n[[figures]]\nname = "c"\nkind = "curves"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\n')
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet"]) in (0, None)
+    return root / "s"
+
+
+def test_x_time_on_a_sweep_without_simulated_time_refuses_before_printing(sweep, tmp_path, capsys):
+    """The sweep's table was printed, then its figure refused (the same cause as for run directories)."""
+    for args in (["--table", "t"], ["--figure", "c"], []):
+        code, out, err = cli(["report", str(sweep), *args, "--figures", str(tmp_path / "f"), "--x", "time"], capsys)
+        lines = error_lines(err)
+        assert code == 2 and out == "" and len(lines) == 1 and "has no simulated time" in lines[0], (args, out, err)
+        assert not (tmp_path / "f").exists()
+    code, out, err = cli(["report", str(sweep), "--table", "t", "--figures", str(tmp_path / "f")], capsys)
+    assert code == 0 and "FedLAMA" in out and (tmp_path / "f" / "c.png").is_file(), err
+
+
+def test_csv_of_one_seed_leaves_std_empty(sweep, capsys):
     """A sweep of one seed wrote ``*_std = 0.0`` in --format csv (a sample std needs two values): empty."""
-    recipe = tmp_path / "tiny.toml"
-    recipe.write_text(SWEEP_RECIPE)
-    out_dir = tmp_path / "s"
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(out_dir), "--quiet"]) in (0, None)
+    out_dir = sweep
     code, out, err = cli(["report", str(out_dir), "--table", "t", "--format", "csv"], capsys)
     assert code == 0, err
     recs = list(csv.DictReader(io.StringIO(out)))
