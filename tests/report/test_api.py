@@ -82,7 +82,7 @@ def test_load_one_run_and_what_cannot_be_read(results, tmp_path):
 
 
 def test_import_fedcli_and_load_stay_torch_free(results):
-    code = ("import sys, fedcli; r = fedcli.load(sys.argv[1]); r.metrics; r.layers; r.runs; "
+    code = ("import sys, fedcli; r = fedcli.load(sys.argv[1]); r.metrics; r.layers; r.runs; r.system; r.experiments; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(results)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
