@@ -38,7 +38,7 @@ def report(
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import FORMATS, find_sweeps, listing, pick, sweep_table
+    from fedcli.report.core import FORMATS, check_time_axis, find_sweeps, listing, pick, sweep_table
     from fedcli.report.tables import render
     from fedcli.report.single import find_runs, is_run_dir, load_run
 
@@ -79,16 +79,25 @@ def report(
                               f"run `fedcli train` or `fedcli sweep RECIPE` first")
         if output and not (explicit or loose):
             raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
+        runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
+        runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
+        if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
+            # simulated time is refused before anything is printed or written
+            from fedcli.report.figures import check_simulated_time
+
+            check_simulated_time(runs)
+        if sweeps and figures is not None:  # so are the sweeps' figures drawn against time
+            check_time_axis(sweeps, None, x)
         if sweeps and figures is None:
             _print_listing(" ".join(holders), sweeps, listing(sweeps))
-        if explicit or loose:
-            runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
-            runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
-            if runs:
-                made = _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
+        if runs:
+            made = _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
         if sweeps and figures is not None:
             made.figures += _write_figures(sweeps, figures, None, holders[0], x)
         return made
+    if figures is not None:  # figures drawn against time whose runs lack it: refused before the table is printed
+        check_time_axis([pick(sweeps, table, "table")[0]] if table is not None and not figure else sweeps,
+                        list(figure) if figure else None, x)
     if table is not None:
         sweep, made.table = sweep_table(sweeps, table)
         made.sweep = str(sweep.root)
@@ -136,7 +145,8 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
     drawn = sorted(p for p in (out / "figures").rglob("*") if p.suffix in (".png", ".pdf")) if (out / "figures").is_dir() else []
     if drawn:  # a folder named only where figures were written into it (a paper whose sweeps draw none: no folder)
         err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
-    return Output(figures=drawn)
+    captions = {p.with_suffix(".txt") for p in drawn if p.with_suffix(".txt").is_file()}  # each figure's NAME.txt
+    return Output(figures=sorted([*drawn, *captions]))
 
 
 def _readable(paths, load_run) -> list:

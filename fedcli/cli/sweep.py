@@ -467,7 +467,7 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
                       soft_wrap=True, highlight=False, markup=False)
     if r.scale and r.scale != "paper":
-        err_console.print(f"  scale {r.scale}: a reduced version of {r.paper or 'the paper'}'s setting; it checks the pipeline, "
+        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
                           f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
     if not todo:
         return None

@@ -1,7 +1,8 @@
 """Pure aggregation helpers of ``fedcli report``: seeds, communication ratios, early stopping.
 
 - Mean and spread over seeds: the arithmetic mean and the *sample* standard deviation
-  (``n - 1`` in the denominator, as in "mean +- std over three runs"); one seed has std 0.
+  (``n - 1`` in the denominator, as in "mean +- std over three runs"); one seed has none (NaN: a sample std needs
+  two values, and ``--format csv`` leaves its ``*_std`` cell empty rather than write 0.0).
 - Communication is FedLAMA Eq. 8 (``comm_params``, parameters moved), as % of a baseline run's
   full-training communication (mean over its seeds).
 - Early stopping (FedLAMA AAAI, Tables 1-4: "FedLAMA stops the training once it achieves a higher
@@ -39,14 +40,15 @@ NAN = Stat(float("nan"), float("nan"), 0)
 
 
 def mean_std(values: Iterable[float]) -> Stat:
-    """Mean and sample standard deviation (ddof=1; 0 for a single value) of the finite values."""
+    """Mean and sample standard deviation (ddof=1; NaN for a single value, which has no spread to measure) of the
+    finite values."""
     given = [float(v) for v in values if v is not None]
     xs = [x for x in given if math.isfinite(x)]
     n, dropped = len(xs), len(given) - len(xs)
     if n == 0:
         return Stat(float("nan"), float("nan"), 0, dropped)
     mean = math.fsum(xs) / n
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else float("nan")
     return Stat(mean, std, n, dropped)
 
 

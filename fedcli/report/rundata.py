@@ -164,6 +164,11 @@ class RunData:
         """clients.csv (personalized methods): one row per client per evaluation; [] without it."""
         return read_csv(self.path / "clients.csv")
 
+    @cached_property
+    def system(self) -> list[dict]:
+        """system.csv (runs trained with ``--system``): one row per round; [] without it."""
+        return read_csv(self.path / "system.csv")
+
     @property
     def personalized(self) -> bool:
         """True when the run evaluated per-client models (``personal_acc`` has values)."""

@@ -254,3 +254,17 @@ def test_the_section_checks_each_run_once(results, tmp_path, capsys, monkeypatch
     sweep = json.loads((results / "t3" / "sweep.json").read_text())
     assert sorted(reads) == sorted(Path(e["dir"]).name for e in sweep["runs"])  # each run once
     assert len(builds) == len(sweep["tables"])
+
+
+def test_paper_from_python_returns_the_captions_too(results, tmp_path, capsys):
+    """``fedcli.report(..., paper=...)`` returned each figure's PNG and PDF but not the caption ``NAME.txt`` it wrote
+    beside them, which docs/reports.md lists among the files it drew (issue 56, 16)."""
+    import fedcli
+
+    out = tmp_path / "section"
+    table, figures = fedcli.report(results, paper="fedlama-aaai", output=out)
+    assert table is None and all(f.is_file() for f in figures)
+    drawn = sorted(p for p in (out / "figures").rglob("*") if p.is_file())
+    assert sorted(figures) == drawn and {f.suffix for f in figures} == {".png", ".pdf", ".txt"}
+    for png in (f for f in figures if f.suffix == ".png"):
+        assert png.with_suffix(".txt") in figures and png.with_suffix(".pdf") in figures

@@ -109,7 +109,7 @@ def test_mean_std_by_hand():
     s = mean_std([0.80, 0.82, 0.84])
     assert s.n == 3 and s.mean == pytest.approx(0.82)
     assert s.std == pytest.approx(0.02)  # sqrt((0.02^2 + 0 + 0.02^2) / (3 - 1))
-    assert mean_std([5.0]).std == 0.0 and mean_std([5.0]).mean == 5.0
+    assert math.isnan(mean_std([5.0]).std) and mean_std([5.0]).mean == 5.0  # one value: no sample std (issue 57)
     assert mean_std([1.0, float("nan"), 3.0]).n == 2  # non-finite values are left out
     assert mean_std([]).n == 0 and not mean_std([]).ok
 
