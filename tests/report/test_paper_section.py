@@ -76,7 +76,7 @@ def test_paper_section_from_a_finished_sweep(results, capsys):
     assert f"fedcli {m['versions']['fedcli']}" in md
     assert "\\texttt{fedcli sweep" in tex
     # the table in Markdown as fedcli report --table prints it (the paired layout: FedAvg's columns, then FedLAMA's)
-    assert "| LR | τ' | φ | Test acc. | C ratio |" in md and "smoke scale of: t; ran digits/mlp." in tex
+    assert "| LR | τ' | φ | Test acc. | C ratio |" in md and "Smoke scale of: t; ran digits/mlp." in tex  # a caption starts upper-case
     # what is missing: this repository's FedLAMA AAAI recipes, each with the command to run it
     if RECIPES.is_dir():
         assert "recipes/fedlama/aaai-table3.toml" in md and "fedcli sweep recipes/fedlama/aaai-table3.toml --scale smoke" in md
