@@ -155,12 +155,20 @@ def _escape_chars(s: str) -> str:
 
 
 def latex_text(s: str) -> str:
-    """Text that marks code Markdown's way (between backticks) as LaTeX: the code in ``\\texttt``, the rest
-    escaped (:func:`latex_escape`); an unpaired backtick stays a character."""
+    """Text that marks code Markdown's way (between backticks) as LaTeX: the code in ``\\texttt`` (its characters as
+    typed, a break allowed after each ``/``: :func:`_breakable`), the rest escaped (:func:`latex_escape`); an unpaired
+    backtick stays a character."""
     parts = s.split("`")
     if len(parts) % 2 == 0:
         parts[-2:] = [parts[-2] + "`" + parts[-1]]
-    return "".join(f"\\texttt{{{_escape_chars(p)}}}" if k % 2 else _open_quotes(latex_escape(p)) for k, p in enumerate(parts))
+    return "".join(f"\\texttt{{{_breakable(_escape_chars(p))}}}" if k % 2 else _open_quotes(latex_escape(p))
+                   for k, p in enumerate(parts))
+
+
+def _breakable(tex: str) -> str:
+    """Code in ``\\texttt`` that may break after each ``/`` (a long path never runs into the margin: typewriter type
+    breaks only at spaces), with no package (``\\allowbreak``: no hyphen is added, the path reads as typed)."""
+    return tex.replace("/", "/\\allowbreak{}")
 
 
 def _open_quotes(tex: str) -> str:
