@@ -384,7 +384,7 @@ def _rows_section(table_def: TableDef, g, runs: dict, stats: _RunStats) -> tuple
         if table_def.layout == "target":
             reach = rounds_to_target(stats.per_seed(name), table_def.target, table_def.metric)
             cells += [diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
-                      fmt_reach(reach.iterations, reach.reached, reach.n, 0, "{:g}", counts=False),
+                      fmt_reach(reach.iterations, reach.reached, reach.n, 1, "{:g}", counts=False),
                       fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
             cells += [fmt_reach(reach.time_s, reach.reached, reach.n, 1, "{:.1f}", counts=False)] if timed else []
         rows.append(cells)

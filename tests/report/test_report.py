@@ -365,12 +365,12 @@ def test_rounds_to_target_by_hand(tmp_path):
     md = make_table(sweeps, "reach", "md")
     rows = md_rows(md)
     assert rows[0] == ["Method", "Rounds to 80%", "Iterations to 80%", "Comm. to 80% (MB)"]  # the smoke target (0.8)
-    assert rows[1] == ["Fed-SGD", "2.0 ± 1.0", "10 ± 5", "2.00 ± 1.00"]  # fedsgd: the registry's fedavg, labelled as the recipe names it
-    assert rows[2] == ["Fed-LAMB", "2.0 ± 1.4 (2/3)", "10 ± 8", "3.00 ± 2.12"]  # seeds 0 and 2: rounds 1 and 3 of 4 and 6 iterations
+    assert rows[1] == ["Fed-SGD", "2.0 ± 1.0", "9.7 ± 4.7", "2.00 ± 1.00"]  # fedsgd: the registry's fedavg, labelled as the recipe names it
+    assert rows[2] == ["Fed-LAMB", "2.0 ± 1.4 (2/3)", "9.5 ± 7.8", "3.00 ± 2.12"]  # seeds 0 and 1: round 1 of 4 iterations (4), round 3 of 5 (15)
     assert rows[3] == ["Mime", "—", "—", "—"]
     assert rows[4] == rows[0]  # second group: its own header
     assert rows[5] == ["Fed-AMS", "3 (1/3)", "15", "2.50"]
-    assert rows[6] == ["Adp-Fed", "1.0 ± 0.0", "5 ± 1", "0.50 ± 0.00"]
+    assert rows[6] == ["Adp-Fed", "1.0 ± 0.0", "5.0 ± 1.0", "0.50 ± 0.00"]
     assert "A round is 4 to 6 local iterations for Fed-SGD (E=1), Fed-LAMB (E=1)" in md  # local epochs: per seed
     assert "**one**" in md and "**two**" in md and "at least 80%" in md and "(k/n)" in md
     recs = {r["run"]: r for r in csv.DictReader(make_table(sweeps, "reach", "csv").splitlines())}
@@ -384,7 +384,7 @@ def test_rounds_to_target_by_hand(tmp_path):
     root = make_round_sweep(tmp_path / "p", [TARGET], scale="paper")
     rows = md_rows(make_table(find_sweeps(root), "reach", "md"))
     assert rows[0][1] == "Rounds to 90%" and rows[1][1:] == ["3 (1/3)", "18", "3.00"] and rows[2][1:] == ["3 (1/3)", "15", "4.50"]
-    assert rows[6][1:] == ["1.0 ± 0.0", "5 ± 1", "0.50 ± 0.00"]
+    assert rows[6][1:] == ["1.0 ± 0.0", "5.0 ± 1.0", "0.50 ± 0.00"]
 
 
 def test_target_columns_and_metric(tmp_path):

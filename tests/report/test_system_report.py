@@ -43,7 +43,7 @@ def test_time_to_target_by_hand(tmp_path):
     md = render(build_table(t, runs, [0, 1]), "md")
     got = [[c.strip() for c in l.strip("|").split("|")] for l in md.splitlines() if l.startswith("| ")]
     assert got[0] == ["Method", "Rounds to 90%", "Iterations to 90%", "Comm. to 90% (MB)", "Time to 90% (s)"]
-    assert got[1] == ["FedAvg", "2.0 ± 0.0", "20 ± 0", "2.00 ± 0.00", "25.0 ± 7.1"]
+    assert got[1] == ["FedAvg", "2.0 ± 0.0", "20.0 ± 0.0", "2.00 ± 0.00", "25.0 ± 7.1"]
     assert got[2] == ["FedLAMA", "3 (1/2)", "30", "3.00", "12.0"]
     assert "and the simulated seconds so far (sim_time_s" in md
 
