@@ -527,8 +527,11 @@ class Simulation:
 
     @property
     def full_participation(self) -> bool:
-        """Every client is in every round's cohort."""
-        return self.active >= len(self.client_indices)
+        """Every client takes part in every round: all are sampled, and the system model (if on) leaves none out
+        (availability, deadline). A client then trains and is evaluated on the same process every round, which the
+        per-client stores rely on (``fedcli.fl.store.share``)."""
+        everyone = self.active >= len(self.client_indices)
+        return everyone and (self.system is None or not self.system.may_leave_out)
 
     def new_state(self) -> TrainState:
         return TrainState(next_eval=self.eval_every)

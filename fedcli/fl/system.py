@@ -183,6 +183,12 @@ class SystemModel:
         return total
 
     # ------------------------------------------------------------------ a round
+    @property
+    def may_leave_out(self) -> bool:
+        """Some round may have fewer participants than sampled clients (availability below 1, an availability trace,
+        a deadline): which process trains a client then changes from round to round."""
+        return float(self.cfg.availability) < 1.0 or self.on is not None or float(self.cfg.deadline) > 0
+
     def available(self, round_idx: int, cohort: list[int], now: float = 0.0) -> list[int]:
         """The clients of ``cohort`` available in round ``round_idx``, which starts at simulated time ``now``: inside
         one of their on-intervals (``--availability-trace``), and with probability ``--availability`` (one uniform
