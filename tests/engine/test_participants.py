@@ -238,3 +238,20 @@ def test_waits_survive_a_sigkill_and_resume_bitwise(tmp_path):
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert_same(ref, out)
     assert (ref / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
+def test_waits_and_overcommitment_under_mpi_1_and_2_processes(tmp_path):
+    runs = {}
+    for n in (1, 2):
+        runs[n] = tmp_path / f"mpi{n}"
+        p = mpirun(n, waiting_run(tmp_path, "--out", str(runs[n])), timeout=150)
+        assert p.returncode == 0, p.stderr
+    for name in SAME_FILES:
+        assert (runs[1] / name).read_bytes() == (runs[2] / name).read_bytes(), name
+    a, b = rows(runs[1] / "metrics.csv"), rows(runs[2] / "metrics.csv")
+    assert [r["sim_time_s"] for r in a] == [r["sim_time_s"] for r in b]
+    for x, y in zip(a, b):
+        assert float(x["test_loss"]) == pytest.approx(float(y["test_loss"]), rel=1e-5)
