@@ -14,6 +14,8 @@ All state is held on the cohort as stacked tensors ``[K, *shape]`` (K clients on
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from collections.abc import Mapping
@@ -271,6 +273,12 @@ class Server(Part):
         """Per-client factor [K] applied to each client's update x_i - u before it is encoded and
         averaged (FedNova's normalization); ``None`` means 1 for every client (the plain average)."""
         return None
+
+
+def flat_rows(t: torch.Tensor) -> torch.Tensor:
+    """A stacked tensor [K, ...] as one flat row per client [K, numel]; K may be 0 (a process with no client in a
+    round, as the system model's availability and deadline leave it), where ``reshape(K, -1)`` cannot infer -1."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
 
 
 def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

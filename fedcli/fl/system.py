@@ -133,6 +133,8 @@ class RoundPlan:
     dropped: list[int] = field(default_factory=list)   # missed the deadline: not aggregated
     partial: list[int] = field(default_factory=list)   # kept with fewer steps than the round's
     syncs: list = field(default_factory=list)          # the round's synchronizations (step, layers), set by the engine
+    wait_s: float = 0.0                                # simulated seconds the round waited for a client to come online
+    surplus: list = field(default_factory=list)        # --overcommit: finished after the first K, not aggregated
 
     @property
     def uneven(self) -> bool:
@@ -183,12 +185,53 @@ class SystemModel:
         return total
 
     # ------------------------------------------------------------------ a round
+    @property
+    def may_leave_out(self) -> bool:
+        """Some round may have fewer participants than sampled clients (availability below 1, an availability trace,
+        a deadline): which process trains a client then changes from round to round."""
+        return float(self.cfg.availability) < 1.0 or self.on is not None or float(self.cfg.deadline) > 0
+
+    def online(self, client: int, now: float) -> bool:
+        """``client`` is inside one of its on-intervals at simulated time ``now`` (always, without a trace)."""
+        return self.on is None or any(a <= now < b for a, b in self.on[client])
+
+    def next_online(self, clients, now: float) -> float | None:
+        """The first simulated time t >= ``now`` at which one of ``clients`` is inside one of its on-intervals
+        (``now`` itself without a trace); None: none of them ever is again."""
+        if self.on is None:
+            return now
+        starts = [max(a, now) for c in clients for a, b in self.on[c] if b > now and a < b]
+        return min(starts) if starts else None
+
+    def round_cohort(self, round_idx: int, sampled: list[int], now: float, keep: int) -> tuple[list[int], float]:
+        """Whom round ``round_idx`` asks and when it starts (>= ``now``, the end of the last round): with ``--sampling
+        cohort`` the ``sampled`` cohort, once one of it is online (a round whose cohort is all offline waits for the
+        first of it to come online); with ``--sampling available`` (FedScale's), ceil(``--overcommit`` x ``keep``) of
+        the clients available at its start (drawn keyed by (seed, round)), once any client is online. ConfigError
+        (exit 2) when no client will ever be online again: the rest of the run could not train."""
+        everyone = range(self.n)
+        if self.next_online(everyone, now) is None:
+            raise ConfigError(f"--availability-trace {self.cfg.availability_trace}: no client is online at or after "
+                              f"simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
+                              f"run; the rounds before are in system.csv and metrics.csv (give intervals that reach "
+                              f"further, or a smaller budget)", key="availability_trace")
+        if self.cfg.sampling == "cohort":
+            start = self.next_online(sampled, now)
+            return list(sampled), (now if start is None else start)  # None: this cohort never again, the round idles
+        start = self.next_online(everyone, now)
+        ready = self.available(round_idx, list(everyone), start)
+        want = min(len(ready), math.ceil(float(self.cfg.overcommit) * keep - 1e-9))
+        if want >= len(ready):
+            return ready, start
+        pick = np_gen(self.cfg.seed, "available-cohort", round_idx).choice(len(ready), size=want, replace=False)
+        return sorted(ready[int(i)] for i in pick), start
+
     def available(self, round_idx: int, cohort: list[int], now: float = 0.0) -> list[int]:
         """The clients of ``cohort`` available in round ``round_idx``, which starts at simulated time ``now``: inside
         one of their on-intervals (``--availability-trace``), and with probability ``--availability`` (one uniform
         draw per client, keyed by (seed, round) and the client's index: the same for any process count)."""
         if self.on is not None:
-            cohort = [c for c in cohort if any(a <= now < b for a, b in self.on[c])]
+            cohort = [c for c in cohort if self.online(c, now)]
         p = float(self.cfg.availability)
         if p >= 1.0:
             return list(cohort)
@@ -196,10 +239,11 @@ class SystemModel:
         return [c for c in cohort if u[c] < p]
 
     def plan_round(self, round_idx: int, cohort: list[int], steps: dict[int, int],
-                   syncs: list[tuple[int, list[int]]], now: float = 0.0) -> RoundPlan:
+                   syncs: list[tuple[int, list[int]]], now: float = 0.0, keep: int | None = None) -> RoundPlan:
         """Round ``round_idx``'s participants among the sampled ``cohort``: the available ones (at ``now``, the
         round's simulated start) that meet the deadline (``--on-deadline``), each with its local steps (``steps``:
-        each client's full steps this round)."""
+        each client's full steps this round); with ``keep`` (``--overcommit``), the first ``keep`` of them to finish
+        (their own time, as for the deadline; ties by client id), the others ``surplus``."""
         ready = self.available(round_idx, cohort, now)
         on = set(ready)
         unavailable = [c for c in cohort if c not in on]
@@ -217,7 +261,20 @@ class SystemModel:
                 plan.partial.append(c)
             plan.participants.append(c)
             plan.steps[c] = got
+        if keep is not None and len(plan.participants) > keep:
+            self.keep_first(plan, syncs, keep)
         return plan
+
+    def keep_first(self, plan: RoundPlan, syncs, keep: int) -> None:
+        """Over-commitment: only the first ``keep`` participants to finish (own time s_i c_i + sum_k x_i(L_k)) stay
+        in the round; the others are its ``surplus`` (not aggregated, no bytes; the server does not wait for them)."""
+        ids = np.array(plan.participants, dtype=np.int64)
+        own = np.array([plan.steps[c] for c in plan.participants]) * self.step_s[ids] + self.comm_seconds(ids, syncs)
+        first = sorted(np.lexsort((ids, own))[:keep].tolist())  # stable: equal times by client id
+        plan.surplus = [c for k, c in enumerate(plan.participants) if k not in first]
+        plan.participants = [plan.participants[k] for k in first]
+        plan.steps = {c: plan.steps[c] for c in plan.participants}
+        plan.partial = [c for c in plan.partial if c in plan.steps]
 
     def steps_within(self, clients: np.ndarray, syncs, deadline: float) -> np.ndarray:
         """The most local steps each client can run within ``deadline`` beside its synchronizations (may be < 1)."""
@@ -264,6 +321,23 @@ class SystemModel:
                               f"{float(own[fastest]):.6g} s for {what} and its synchronizations (raise --deadline, or "
                               f"see the speeds and bandwidths in docs/system-model.md)", key="deadline")
 
+    def check_online(self) -> None:
+        """Before training: some client is online at some time (``--availability-trace``); ConfigError (exit 2)
+        otherwise, since nobody would ever train."""
+        if self.next_online(range(self.n), 0.0) is None:
+            raise ConfigError(f"--availability-trace {self.cfg.availability_trace}: no client of the run's {self.n} is "
+                              f"ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
+                              f"train", key="availability_trace")
+
+    def check_trained(self, synchronized: int, rounds: int) -> None:
+        """After the last round: some client took part in some round (``synchronized``: the parameters the ledger
+        counted); ConfigError (exit 2) otherwise: a run in which nobody trained is an error, not a completion."""
+        if synchronized == 0 and rounds > 0:
+            raise ConfigError(f"--system: nobody took part in any of the run's {rounds} round(s) (system.csv: every "
+                              f"sampled client was unavailable or missed the deadline), so nothing was trained; raise "
+                              f"--availability, widen the availability trace's intervals or the deadline",
+                              key="availability")
+
     def describe(self) -> dict:
         """The manifest's ``system`` entry: the options, the model's FLOPs, each quantity's range, the trace digest."""
         cfg = self.cfg
@@ -272,6 +346,7 @@ class SystemModel:
         return {"speed": cfg.speed, "uplink": cfg.uplink, "downlink": cfg.downlink, "latency": cfg.latency,
                 "units": {q: u for q, (u, _) in QUANTITIES.items()}, "availability": cfg.availability,
                 "deadline": cfg.deadline, "on_deadline": cfg.on_deadline, "server_time": cfg.server_time,
+                "sampling": cfg.sampling, **({"overcommit": cfg.overcommit} if cfg.sampling == "available" else {}),
                 "forward_flops_per_sample": self.forward_flops, "train_flops_per_forward": TRAIN_FLOPS_PER_FORWARD,
                 **({"trace": {"path": cfg.system_trace, "sha256": self.trace_sha256}} if cfg.system_trace else {}),
                 **({"availability_trace": {"path": cfg.availability_trace, "sha256": self.availability_sha256}}
@@ -281,7 +356,7 @@ class SystemModel:
     def round_row(self, plan: RoundPlan, round_idx: int, iteration: int, seconds: float, sim_time: float) -> dict:
         """system.csv: one row per round (``round`` counted from 1, as in metrics.csv)."""
         ids = lambda cs: " ".join(str(c) for c in cs)  # noqa: E731
-        return {"round": round_idx + 1, "iteration": iteration, "round_s": seconds, "sim_time_s": sim_time,
+        return {"round": round_idx + 1, "iteration": iteration, "round_s": seconds, "sim_time_s": sim_time, "wait_s": plan.wait_s,
                 "sampled": len(plan.sampled), "participants": len(plan.participants),
                 "unavailable": len(plan.unavailable), "dropped": len(plan.dropped), "partial": len(plan.partial),
                 "dropped_clients": ids(plan.dropped), "partial_clients": ids(plan.partial)}
@@ -307,4 +382,5 @@ def build(sim) -> SystemModel | None:
     everyone = list(range(model.n))
     steps = sim.plan.round_steps(0, everyone)
     model.check_deadline(sim.plan.client_round_steps(everyone, steps), sim.sync_plan(steps))
+    model.check_online()
     return model

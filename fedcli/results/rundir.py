@@ -29,7 +29,7 @@ INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible",
 SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
 #: --system: one row per round, its simulated time and who took part (``fedcli.fl.system.SystemModel.round_row``)
 SYSTEM_COLUMNS = ["round", "iteration", "round_s", "sim_time_s", "sampled", "participants", "unavailable", "dropped",
-                  "partial", "dropped_clients", "partial_clients"]
+                  "partial", "dropped_clients", "partial_clients", "wait_s"]
 #: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
 CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
                    "global_loss", "global_acc"]

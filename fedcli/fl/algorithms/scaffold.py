@@ -39,7 +39,7 @@ import torch
 
 import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.clientstate import ClientState
-from fedcli.fl.parts import SGDStep, expand
+from fedcli.fl.parts import SGDStep, expand, flat_rows
 
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
@@ -91,7 +91,7 @@ class ScaffoldStep(SGDStep):
         skipped = cohort.skipped
         alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
         for n in names:
-            alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
+            alive &= torch.isfinite(flat_rows(new_ci[n])).all(1)
         for n in names:
             new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
             chunks[n] = new_ci[n] - self.c_i[n]
