@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from runkit import rows
+from runkit import MPIEXEC, error_lines, mpirun, rows, run_main
 
 SETTING = ["train", "--iterations", "20", "--tau", "5", "--clients", "4", "--active-ratio", "1", "--partition", "iid",
            "--batch-size", "10", "--system", "--speed", "constant:1e8", "--uplink", "constant:1e7", "--device", "cpu",
@@ -139,6 +139,20 @@ def test_the_deadline_counts_a_methods_steps(deadline, policy, round_s, partial,
     assert (row["partial"], row["dropped"]) == (partial, dropped)
 
 
+def test_a_deadline_no_client_can_meet_with_a_methods_steps_is_refused(tmp_path, capsys):
+    # keep-partial at 6 s: one pFedMe step (K = 2) costs client 1 2 x 2 + 3.5 = 7.5 s, client 0 2 + 7 = 9 s; under
+    # FedAvg's steps client 1 would meet it (5.5 s)
+    trace = tmp_path / "trace.csv"
+    trace.write_text(TRACE)
+    out = tmp_path / "run"
+    code, _, err = run_main(TWO + ["--out", str(out), "--system", "--system-trace", str(trace), "--deadline", "6",
+                                   "--on-deadline", "keep-partial"], capsys)
+    lines = error_lines(err)
+    assert code == 2 and len(lines) == 1, err
+    assert "--deadline 6: no client can meet it; the fastest, client 1, needs 7.5 s for one local step" in lines[0]
+    assert not out.exists()
+
+
 # Mime (extra passes a step and a round, a round trip, copies in the ledger) under partial participation,
 # availability, stragglers and keep-partial: the same times for any process count and across a SIGKILL + --resume
 PARITY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
@@ -182,3 +196,17 @@ def test_sigkill_then_resume_gives_the_same_times_with_a_methods_costs(tmp_path)
         time.sleep(0.1)
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert_same_system_run(ref, out)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
+def test_mpi_1_and_2_processes_give_the_same_times_with_a_methods_costs(tmp_path):
+    runs = {}
+    for n in (1, 2):
+        runs[n] = tmp_path / f"mpi{n}"
+        p = mpirun(n, PARITY + ["--out", str(runs[n])], timeout=150)
+        assert p.returncode == 0, p.stderr
+    for name in ("system.csv", "layers.csv"):
+        assert (runs[1] / name).read_bytes() == (runs[2] / name).read_bytes(), name
+    assert [r["sim_time_s"] for r in rows(runs[1] / "metrics.csv")] == [r["sim_time_s"] for r in rows(runs[2] / "metrics.csv")]
