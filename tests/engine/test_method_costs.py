@@ -110,6 +110,18 @@ def test_the_docs_table_states_these_times(runs):
         assert stated[algo] == pytest.approx(column(runs / algo / "metrics.csv", "sim_time_s")[-1], abs=US), algo
 
 
+def test_the_docs_table_covers_every_preset_and_every_cost_cites_its_source():
+    from fedcli.specs import METHODS, NO_COST, PARTS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "system-model.md").read_text()
+    section = text.split("## A method's own work", 1)[1].split("\n## ", 1)[0]
+    listed = {n for line in section.splitlines() if line.startswith("| `")
+              for n in re.findall(r"`([a-z-]+)`", line.split(" | ")[0])}
+    assert {m.name for m in METHODS.values()} <= listed
+    declared = [spec for family in PARTS.values() for spec in family.values() if spec.declaration("cost") is not NO_COST]
+    assert len(declared) >= 12 and all(spec.declaration("cost").source for spec in declared)
+
+
 # The two clients of tests/engine/test_system.py (digits, MLP 64-8-10, batches of 16): c0 = 1 s, c1 = 2 s a step of
 # one forward-backward pass; a synchronization x0 = 7 s, x1 = 3.5 s; the server's 0.125 s a round.
 TRACE = "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n1,28416,1220,2440,0.25\n"
