@@ -277,9 +277,11 @@ class SystemModel:
         return np.floor(spare / step * (1.0 + 1e-9))
 
     def round_seconds(self, plan: RoundPlan, syncs: list[tuple[int, list[int]]], n_layers: int) -> tuple[float, list[float]]:
-        """(T, per-layer seconds) of a round that ran ``plan``: T = sum_k max_i (s_ik c_i + x_i(L_k)), at least the
-        deadline when a client was dropped (the server waited for it), plus the server's time; a layer's seconds
-        are, per synchronization of it, the slowest participant's transfer of that layer."""
+        """(T, per-layer seconds) of a round that ran ``plan``: T = sum_k max_i (s_ik P_i c_i + x_i(L_k)), with each
+        participant's extra work e_i (:meth:`client_work` and the copies ``plan.extra_up`` / ``extra_down``) in the
+        first synchronization's term, at least the deadline when a client was dropped (the server waited for it), plus
+        the server's time; a layer's seconds are, per synchronization of it, the slowest participant's transfer of that
+        layer, plus the slowest participant's transfer of that layer's extra copies."""
         ids = np.array(plan.participants, dtype=np.int64)
         steps = np.array([plan.steps[c] for c in plan.participants], dtype=np.float64)
         step_s, extra = self.client_work(plan.round_idx, ids, len(ids))
