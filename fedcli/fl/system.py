@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcli.errors import ConfigError
+from fedcli.fl.budget import epoch_steps
 from fedcli.fl.rng import np_gen
 from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
 from fedcli.specs import NO_COST, CostInput
@@ -170,7 +171,9 @@ class Work:
         out = np.zeros((3, len(clients)))
         for cost, params in self.costs:
             for k, c in enumerate(clients):
-                given = CostInput(params, round_idx, self.split[c], self.samples[c], self.batch, self.drop_last, n_round)
+                n = self.samples[c]
+                given = CostInput(params, round_idx, self.split[c], n, self.batch, self.drop_last, n_round,
+                                  lambda e, n=n: epoch_steps(n, e, self.batch, self.drop_last))
                 out[:, k] += (cost.step_passes(given), cost.round_passes(given), cost.round_trips(given))
         return out
 

@@ -97,7 +97,8 @@ class CostInput:
     """What a part's :class:`Cost` may depend on, for one client in one round: the part's options (``params``), the
     round (from 0), the client's training split (``split`` samples; ``samples`` of them it trains on: fewer when the
     method holds some back, FedFomo's validation part), the mini-batch size (``batch``, ``--batch-size`` as the run
-    uses it), ``drop_last`` and the clients in the round (``clients``)."""
+    uses it), ``drop_last``, the clients in the round (``clients``) and ``epoch_steps(E)``: the local steps of E epochs
+    over the client's samples (``fedcli.fl.budget.epoch_steps``, each of min(batch, samples) samples)."""
 
     params: Any
     round_idx: int
@@ -106,6 +107,7 @@ class CostInput:
     batch: int
     drop_last: bool
     clients: int
+    epoch_steps: Any = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.params import opt, register_params
-from fedcli.fl.budget import epoch_steps
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SGD
 
@@ -20,7 +19,7 @@ class DittoParams:
 def personal_passes(g) -> int:
     """The personalized model's steps of a round (``--ditto-epochs`` s epochs, ``fedcli.fl.personal.local_sgd``), each
     a forward-backward pass of a mini-batch of min(B, n_i) samples."""
-    return epoch_steps(g.samples, g.params.ditto_epochs, g.batch, g.drop_last) * min(g.batch, g.samples)
+    return g.epoch_steps(g.params.ditto_epochs) * min(g.batch, g.samples)
 
 
 #: its cost: besides FedAvg's training of w, every round trains the personalized model v_k for s local epochs

@@ -5,7 +5,6 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.params import opt, register_params
-from fedcli.fl.budget import epoch_steps
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SGD
 
@@ -24,7 +23,7 @@ def head_passes(g) -> int:
     none without a head."""
     if not g.params.head_layers:
         return 0
-    return epoch_steps(g.samples, g.params.head_epochs, g.batch, g.drop_last) * min(g.batch, g.samples)
+    return g.epoch_steps(g.params.head_epochs) * min(g.batch, g.samples)
 
 
 #: its cost: the head's updates before the body's (Algorithm 1: "for s = 1, ..., tau_h: h <- GRD(f_i(h, phi), h)")
