@@ -686,6 +686,7 @@ class Simulation:
         system.csv row, and the round counted; ``idle_steps``: a round with no participant, whose steps pass with no
         training."""
         plan, round_idx = self.system_round, state.round_idx
+        plan.extra_up, plan.extra_down = self.ledger.take_round()  # the copies its parts moved beyond the syncs
         seconds, per_layer = self.system.round_seconds(plan, plan.syncs, len(self.layers))
         state.sim_time_s += plan.wait_s + seconds
         state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]

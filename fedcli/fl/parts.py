@@ -79,6 +79,9 @@ class Part:
     # (``fedcli.specs.check_method_config``), so no part tests another part's type.
     full_participation: bool = False
     provides: frozenset = frozenset()
+    # the part's work beyond FedAvg's, in forward-backward passes (``fedcli.specs.Cost``), declared in its spec and
+    # charged by the system model (``fedcli.fl.system``); the extra bytes it moves are its ledger records
+    cost: specs.Cost = specs.NO_COST
     requires: dict = {}
     # each client's round reads and writes only its own state and the global model, nothing of the cohort as a whole,
     # so the engine may take a round's cohort in chunks of clients end to end (``fedcli.fl.chunked``, --cohort-chunk).

@@ -47,7 +47,7 @@ DATA = (
 SERVICES = (
     "store",               # the client store: per-client state across rounds (through fedcli.fl.clientstate.ClientState)
     "comm",                # the communicator, for the collective exchanges of per-client state (allgather, ...)
-    "ledger",              # the communication ledger: record_copies for what a part sends beyond the model layers
+    "ledger",              # the communication ledger: record_transfer for what a part sends beyond the model layers
     "trainer",             # the stacked trainer: grads(cohort, x, y, mask, ...) and eval_input
     "batches",             # the batch plans by purpose (fedcli.fl.cohort.BatchSource; None during setup)
 )

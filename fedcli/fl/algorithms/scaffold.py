@@ -66,7 +66,7 @@ class ScaffoldStep(SGDStep):
         dev = next(iter(view.global_params.values())).device
         self.lr_sum = torch.zeros(len(cohort.clients), dtype=torch.float64, device=dev)
         self.w = torch.zeros_like(self.lr_sum)
-        view.ledger.record_copies(view.active)  # every cohort client downloads c
+        view.ledger.record_transfer(view.active, down=1)  # every cohort client downloads c
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: g + self.correction[n] for n, g in grads.items()}
@@ -99,7 +99,7 @@ class ScaffoldStep(SGDStep):
         for n in names:
             self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
         self.c_i = new_ci  # kept for the cohort's clients after this hook
-        view.ledger.record_copies(view.active)  # every cohort client uploads c_i+ - c_i
+        view.ledger.record_transfer(view.active, up=1)  # every cohort client uploads c_i+ - c_i
         self.correction, self.disp = {}, {}
 
     def state_dict(self) -> dict:
