@@ -55,7 +55,7 @@ SCHEMA = {
     # (space-separated, as text)
     "system": {"round": INT, "iteration": INT, "round_s": FLOAT, "sim_time_s": FLOAT, "sampled": INT,
                "participants": INT, "unavailable": INT, "dropped": INT, "partial": INT, "dropped_clients": TEXT,
-               "partial_clients": TEXT},
+               "partial_clients": TEXT, "wait_s": FLOAT},
     "runs": {"path": TEXT, "status": TEXT, "schedule": TEXT},  # then the config (typed by its fields) and summary.*
     # one row per experiment: its identity less run and seed, its seeds ("0, 1"), how many runs and how many
     # completed; then the config of its runs (but the seed) and their schedule

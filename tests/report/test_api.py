@@ -176,7 +176,7 @@ DTYPES = {
                 "global_acc": "float64"},
     "system": {**IDENTITY, "round": "Int64", "iteration": "Int64", "round_s": "float64", "sim_time_s": "float64",
                "sampled": "Int64", "participants": "Int64", "unavailable": "Int64", "dropped": "Int64",
-               "partial": "Int64", "dropped_clients": "object", "partial_clients": "object"},
+               "partial": "Int64", "dropped_clients": "object", "partial_clients": "object", "wait_s": "float64"},
 }
 
 
