@@ -130,6 +130,8 @@ class AppendCSV:
         self.path, self.columns = Path(path), list(columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
         self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
+        if not new:  # a file an older fedcli began (a run resumed since): its rows go on with its own header's columns
+            self.columns = _kept_header(self.path, self.columns)
         self.f = open_file(self.path, "a", newline="")  # never through a link; errors are one line
         if new:
             self._write(csv_text(self.columns, []))
@@ -160,6 +162,16 @@ class AppendCSV:
 
     def close(self) -> None:
         self.f.close()
+
+
+def _kept_header(path: Path, columns: list[str]) -> list[str]:
+    """The columns an existing CSV goes on with: its header where that is the first columns of ``columns`` (a column
+    added since, such as system.csv's ``wait_s``, stays out of a file whose header lacks it, so that every row has its
+    header's length), else ``columns``."""
+    with open(path, newline="") as f:
+        first = f.readline()
+    header = next(csv.reader([first]), []) if first.endswith("\n") else []
+    return header if header and len(header) < len(columns) and columns[:len(header)] == header else columns
 
 
 def versions() -> dict:
