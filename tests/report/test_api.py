@@ -216,3 +216,30 @@ def test_sweep_runs_carry_their_recipe_name_sweep_and_scale(tmp_path):
     assert avg.recipe_run.tolist() == ["FedAvg x1"]  # one run directory of a sweep still knows it
     assert main(["train", *ARGS, "--out", str(tmp_path / "own")]) in (0, None)
     assert fedcli.load(tmp_path / "own").runs[["sweep", "recipe_run", "scale"]].isna().all(axis=None)
+
+
+@pytest.mark.parametrize("out", [None, "", 3, ["a"]])
+def test_train_refuses_an_out_that_is_not_a_path_before_anything_runs(out, tmp_path, monkeypatch):
+    """``fedcli.train(None, iterations=20)`` trained a whole run into ``./None``, then raised TypeError (issue 56):
+    an ``out`` that is no path is a ConfigError (exit 2) and nothing is written; so are the other arguments."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"fedcli.train: out must be a path") as e:
+        fedcli.train(out, iterations=20)
+    assert e.value.exit_code == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_the_api_refuses_values_it_would_pass_on_as_their_str(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"fedcli.load: path must be a path.*got None") as e:
+        fedcli.load(None)
+    with pytest.raises(ConfigError, match=r"fedcli.report: each path must be a path.*got None"):
+        fedcli.report(None)
+    with pytest.raises(ConfigError, match=r"fedcli.train: lr=\{'a': 1\} is not a flag's value") as e:
+        fedcli.train(tmp_path / "r", lr={"a": 1})
+    assert e.value.exit_code == 2
+    assert list(tmp_path.iterdir()) == []
+    # a list is a repeatable flag (it was passed on as "['a', 'b']"); numbers of numpy are numbers
+    import numpy as np
+
+    assert flags(figure=["a", tmp_path / "b"], lr=np.float32(0.5), clients=np.int64(4)) == \
+        ["--figure", "a", "--figure", str(tmp_path / "b"), "--lr", "0.5", "--clients", "4"]
