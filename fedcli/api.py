@@ -18,6 +18,8 @@ one-line message, ``exit_code``), and ``write_report`` returns the table the com
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -249,7 +251,7 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
     from fedcli.errors import ConfigError, FedcliError
     from fedcli.report.single import load_run
 
-    root = Path(path)
+    root = given_path(path, "fedcli.load", "path")
     if not root.is_dir():
         raise ConfigError(f"{root}: no such folder")
     dirs = _run_dirs(root)
@@ -289,23 +291,51 @@ def _cli(args: list[str]):
         raise err from None
 
 
-def flags(**options) -> list[str]:
+def given_path(value, where: str, name: str) -> Path:
+    """A path an API call was given (``name`` of ``where``, e.g. ``out`` of ``fedcli.train``): a str or a path naming
+    something, else ConfigError (exit 2) before anything runs (``None`` became the folder ``./None``)."""
+    from fedcli.errors import ConfigError
+
+    if not isinstance(value, (str, os.PathLike)) or not str(os.fspath(value)).strip():
+        raise ConfigError(f"{where}: {name} must be a path (a str or a pathlib.Path naming a folder), got {value!r}")
+    return Path(value)
+
+
+#: the values a flag takes from a keyword argument: one each (True: a switch), or a list or tuple of them for a
+#: repeatable flag (``figure=["a", "b"]``: ``--figure a --figure b``)
+FLAG_VALUES = (str, numbers.Real, os.PathLike)  # numbers.Real: numpy's scalars too
+
+
+def flags(where: str = "fedcli", /, **options) -> list[str]:
     """Keyword arguments as ``fedcli`` flags: ``algo="fedlama", tau=5, ala_trace=True`` -> ``--algo fedlama --tau 5
-    --ala-trace`` (False and None: left out)."""
+    --ala-trace`` (False and None: left out; a list or tuple: the flag once per item). Any other value (a dict, a
+    set, an object) is a ConfigError (exit 2) naming the keyword, not its ``str()`` passed on as the flag's value.
+    ``where``: the API call, for the message."""
+    from fedcli.errors import ConfigError
+
     out = []
     for key, value in options.items():
         if value is None or value is False:
             continue
-        out.append("--" + key.replace("_", "-"))
-        if value is not True:
-            out.append(str(value))
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+            continue
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, FLAG_VALUES):
+                raise ConfigError(f"{where}: {key}={value!r} is not a flag's value (a str, a number or a path; True for a "
+                                  f"switch; a list of them for a repeatable flag)", key=key)
+            out += [flag, str(os.fspath(item) if isinstance(item, os.PathLike) else item)]
     return out
 
 
 def train(out: str | Path, **options) -> Results:
     """``fedcli train --out OUT`` with ``options`` as its flags (see :func:`flags`), then :func:`load` of the run:
-    ``fedcli.train("results/lama", algo="fedlama", dataset="digits", iterations=200)``."""
-    _cli(["train", *flags(**options), "--out", str(out)])
+    ``fedcli.train("results/lama", algo="fedlama", dataset="digits", iterations=200)``. ``out`` must be a path (a
+    ConfigError, exit 2, before anything is written otherwise); it is given first, so no flag can take it as a value."""
+    out = given_path(out, "fedcli.train", "out")
+    _cli(["train", "--out", str(out), *flags("fedcli.train", **options)])
     return load(out, strict=True)
 
 
@@ -334,8 +364,9 @@ def write_report(*paths: str | Path, print: bool = False, **options) -> Report: 
 
     from fedcli.report.tables import render_csv
 
+    given = [str(given_path(p, "fedcli.report", "each path")) for p in paths]
     with contextlib.redirect_stdout(sys.stdout if print else io.StringIO()):
-        out = _cli(["report", *map(str, paths), *flags(**options)])
+        out = _cli(["report", *given, *flags("fedcli.report", **options)])
     table = getattr(out, "table", None)
     frame = None
     if table is not None:

@@ -262,7 +262,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             ended, closing = _close_stopped(e, sim, saver, run_dir, mark_interrupted, out, comm)
         else:
             ended, closing = None, "completed"
-            extra = _close_completed(cfg, comm, sim, saver, run_dir, summary, out, watchdog)
+            extra, saved = _close_completed(cfg, comm, sim, saver, run_dir, summary, out, watchdog)
     early.run_closed()  # the manifest says how the run ended: signals act at once again (the trackers may take a while)
     if tracking is not None:
         tracking.close(closing)
@@ -271,7 +271,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
         raise ended  # raised outside the handler above: no other exception is chained to it
     if run_dir is not None:
         _say_result(cfg, summary, extra, saver, out, quiet=quiet, as_json=as_json, view=view)
-    sim.store.finish_run()  # what the completed run no longer needs goes (fedcli/fl/store.py)
+    if saved:  # what the completed run no longer needs goes (fedcli/fl/store.py); kept for a resume if the end failed
+        sim.store.finish_run()
     ACTIVE_RUN.pop("dir", None)
     return summary
 
@@ -472,13 +473,11 @@ def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out:
     return e, closing
 
 
-def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: Path, watchdog) -> dict:
-    """A completed run: the client state kept at the end, the final model and the manifest closed 'completed'
-    (rank 0); a failure to save them is a StorageError that says how to continue. Returns the summary's extras."""
-    from fedcli.errors import PlaceError, StorageError
-    from fedcli.results import checkpoint, sentinel
-    from fedcli.results.runstate import resume_command
-
+def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: Path, watchdog) -> tuple[dict, bool]:
+    """A completed run: the final model, the index of the client state kept at the end and, last, once every file of
+    the run is whole, the manifest closed 'completed' (rank 0); a failure to save them is a StorageError that says how
+    to continue, and leaves every file the last checkpoint refers to (nothing of the run goes before the manifest says
+    completed). Returns (the summary's extras, whether the end was saved: told to every process)."""
     saver.stopping = True
     at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
     mpi_s = getattr(comm, "reduce_seconds", None)
@@ -487,24 +486,42 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
         import torch
 
         extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
-    if run_dir is not None:
+    saved = False
+    try:
+        if run_dir is None:
+            sim.store.write_end()  # this process's client-state files on the disk (the root writes their index)
+        else:
+            _save_end(sim, run_dir, summary, out, watchdog, comm, at_end, extra)
+        saved = True
+    finally:
+        if comm.size > 1:  # every process learns whether the end was saved: only then may its client-state files go
+            saved = comm.bcast(saved)
+    return extra, saved
+
+
+def _save_end(sim, run_dir, summary, out: Path, watchdog, comm, at_end: dict, extra: dict) -> None:
+    """Rank 0 of :func:`_close_completed`: model.pt, client-state/index.pt, then the manifest 'completed'."""
+    from fedcli.errors import PlaceError, StorageError
+    from fedcli.results import checkpoint, sentinel
+    from fedcli.results.runstate import resume_command
+
+    try:
+        checkpoint.save_model(sim, out / "model.pt")
+        sim.store.write_end()  # client-state/index.pt: whole before the manifest says completed
+        run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices(),
+                       **({"client_state_at_end": at_end} if at_end else {}))
+    except (StorageError, PlaceError) as e:
+        sentinel.stop(watchdog)
+        remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
+        msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
+        said = ""
         try:
-            checkpoint.save_model(sim, out / "model.pt")
-            run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices(),
-                           **({"client_state_at_end": at_end} if at_end else {}))
-        except (StorageError, PlaceError) as e:
-            sentinel.stop(watchdog)
-            remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
-            msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
-            said = ""
-            try:
-                run_dir.finish("failed", error=f"StorageError: {msg}")
-            except (FedcliError, OSError) as why:
-                said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
-            raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
-                               f"continue with: {resume_command(out, comm.size, comm.launcher)} (from the "
-                               f"last checkpoint)") from None
-    return extra
+            run_dir.finish("failed", error=f"StorageError: {msg}")
+        except (FedcliError, OSError) as why:
+            said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
+        raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
+                           f"continue with: {resume_command(out, comm.size, comm.launcher)} (from the "
+                           f"last checkpoint)") from None
 
 
 def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, quiet: bool, as_json: bool,

@@ -547,9 +547,7 @@ class Simulation:
             state.wall_s = time.perf_counter() - t0
             if self.eval_due(state):
                 self.evaluate_and_log(state)
-            for hook in self.round_hooks:
-                hook(self, state)
-            guard.check_blowup(self, state)  # --diverge-factor: a finite blow-up stops the run (exit 4)
+            self._end_round(state)
         if self.system is not None:
             self.system.check_trained(self.ledger.params, state.round_idx)  # nobody trained: an error, not a completion
         s = state.summary
@@ -559,6 +557,16 @@ class Simulation:
                                                     self.cfg.tau, bool(self.cfg.local_epochs))  # the 100% of comm_pct
         s.wall_s = time.perf_counter() - t0
         return s
+
+    def _end_round(self, state: TrainState) -> None:
+        """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a blow-up),
+        then the divergence guard's check (``--diverge-factor``: a finite blow-up stops the run, exit 4), then those
+        that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
+        for keeps in (False, True):
+            for hook in [h for h in self.round_hooks if h.keeps is keeps]:
+                hook(self, state)
+            if not keeps:
+                guard.check_blowup(self, state)
 
     def planned_evaluations(self) -> int | None:
         """How many metrics.csv rows a complete run writes (``run``'s evaluation rule over the budget's round ends);

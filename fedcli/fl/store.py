@@ -207,6 +207,9 @@ class MemoryStore:
     def end_plan(self, keep_prefixes: tuple[str, ...]) -> dict:
         return {}
 
+    def write_end(self) -> None:
+        pass
+
     def finish_run(self) -> None:
         pass
 
@@ -591,10 +594,28 @@ class DiskStore:
         return {"kept_tables": len(self.keep_tables), "kept_mb": round(kept / MiB, 1),
                 "kept": f"{FOLDER}/g{self.gen} with {FOLDER}/{INDEX}" if self.keep_tables else "nothing"}
 
+    def write_end(self) -> None:
+        """The last round is done (every process, before the manifest says ``completed``): this process's files are
+        flushed to the disk and the root writes the index of the tables :meth:`end_plan` keeps (``client-state/index.pt``,
+        the checkpoint's format). Nothing goes yet: a failure here (a full disk) leaves every file the last checkpoint
+        refers to, so the run resumes from it; :meth:`finish_run` removes the rest once the manifest says completed."""
+        for fd in self.fds.values():
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+        keep = getattr(self, "keep_tables", [])
+        if keep and self.rank == 0:
+            import io
+
+            buf = io.BytesIO()
+            torch.save({self.KEY: {"gen": self.gen, "tables": {n: self.tables[n].state() for n in keep}}}, buf)
+            atomic_write(self._checked(self.root / INDEX), buf.getvalue())
+
     def finish_run(self) -> None:
-        """The run completed (every process, after the manifest says so; no collective): this process's files of
-        every other generation go, and of the current one every table but those :meth:`end_plan` keeps; the root
-        writes the kept tables' index (``client-state/index.pt``, the checkpoint's format) and an empty folder goes."""
+        """The run completed (every process, after the manifest says so, which :meth:`write_end` preceded; no
+        collective): this process's files of every other generation go, and of the current one every table but those
+        :meth:`end_plan` keeps (indexed by ``client-state/index.pt``); an empty folder goes."""
         self._close()
         keep = getattr(self, "keep_tables", [])
         for gen, g in self._generations():
@@ -607,12 +628,6 @@ class DiskStore:
                 for f in mine.iterdir():
                     if f.name not in files:
                         self._checked(f).unlink()
-        if keep and self.rank == 0:
-            import io
-
-            buf = io.BytesIO()
-            torch.save({self.KEY: {"gen": self.gen, "tables": {n: self.tables[n].state() for n in keep}}}, buf)
-            atomic_write(self._checked(self.root / INDEX), buf.getvalue())
         if not keep and self._checked(self.root).is_dir():
             try:
                 self.root.rmdir()

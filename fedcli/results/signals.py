@@ -54,6 +54,7 @@ class Checkpointer(RoundHook):
     """
 
     active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
+    keeps = True  # called after the divergence guard's check of the round (RoundHook.keeps): a diverged round is never kept
 
     def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"):
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)

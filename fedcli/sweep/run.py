@@ -309,11 +309,28 @@ def failed_error(result: SweepResult) -> SweepFailed | None:
     detail = "; ".join(f"{p.label} ({'exit ' + str(p.exit_code) + ': ' if p.exit_code else ''}{p.error or p.status}; log {p.log})"
                        for p in bad[:3])
     more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
-    err = SweepFailed(f"{len(bad)} of {len(runs)} runs of {recipe.path} failed: {detail}{more}; "
-                      f"run the same command again to retry them")
+    err = SweepFailed(f"{len(bad)} of {len(runs)} runs of {recipe.path} failed: {detail}{more}; {rerun_advice(bad)}")
     err.exit_code = code
     err.result = result
     return err
+
+
+def rerun_advice(bad: list[PlannedRun]) -> str:
+    """What running the same sweep command again does with the runs ``bad`` that did not complete: it retries them,
+    but a run that diverged (exit 4) is a result: it is resumed from its last checkpoint, which holds no round that
+    diverged (fedcli/fl/engine.py), and diverges again, so it takes a change in the recipe."""
+    from fedcli.results.runstate import read_manifest
+    from fedcli.results.validate import diverged
+
+    div = sum(1 for p in bad if diverged(read_manifest(p.dir)[1]))
+    if not div:
+        return "run the same command again to retry them"
+    one = div == 1
+    said = (f"{'the diverged run' if one else f'the {div} diverged runs'} (a result: reports show {'it' if one else 'them'} "
+            f"as diverged) would diverge again if run again as {'it is' if one else 'they are'}; to train "
+            f"{'it' if one else 'them'} on, change {'its' if one else 'their'} settings in the recipe (a smaller lr, or "
+            f"diverge_factor = 0 to let a finite blow-up go on)")
+    return said if div == len(bad) else f"run the same command again to retry the others; {said}"
 
 
 def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,

@@ -12,7 +12,7 @@ from fedcli.errors import DivergenceError
 from fedcli.fl import trainers
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation, sample_cohort
-from runkit import error_lines
+from runkit import error_lines, rows
 
 BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, iterations=32, tau=2, phi=2,
             batch_size=16, lr=0.05, eval_every=4, device="cpu", threads=1, checkpoint_every=0)
@@ -135,3 +135,20 @@ def test_stop_policy_leaves_global_untouched_in_synchronize(tmp_path):
     with pytest.raises(DivergenceError, match=f"round 6, local step 2: client 1 has a non-finite update of {last}"):  # index 5: the 6th
         sim.synchronize(cohort, list(range(len(sim.layers))), 2, [0] * len(sim.layers), round_end=True)
     assert all(torch.equal(before[n], sim.global_params[n]) for n in before)
+
+
+def test_a_diverged_run_resumes_into_divergence_again(tmp_path, capsys):
+    """Issue 56: the round that diverged (--diverge-factor) was checkpointed before the check, so ``--resume`` went on
+    from the blown-up model and ended 'completed' at chance. No checkpoint holds that round now: a resume replays it
+    and diverges again (exit 4), and the manifest stays diverged."""
+    out = tmp_path / "blown"
+    args = ["train", "--algo", "fedavg", "--lr", "5", "--iterations", "200", "--eval-every", "50", "--out", str(out), "--quiet"]
+    code, err = run_main(args, capsys)
+    assert code == 4 and "training diverged in round 10 (iteration 50)" in err, err
+    first = rows(out / "metrics.csv")
+    assert [p.name for p in (out / "checkpoints").glob("round-*.pt")] == []  # round 10 diverged: not kept
+    code, err = run_main(["train", "--resume", str(out), "--quiet"], capsys)
+    assert code == 4 and "training diverged in round 10 (iteration 50)" in err, err
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["status"] == "failed" and man["reason"] == "diverged" and len(man["resumes"]) == 1
+    assert rows(out / "metrics.csv") == first  # the same rows again, the blow-up's row included

@@ -272,3 +272,30 @@ def test_run_by_a_name_it_lacks_says_which_it_has(results):
                                           r"the runs here: avg, lama/s0, lama/s1") as e:
         r.run("lama/s9")
     assert e.value.exit_code == 2 and r.run("lama/s1").seed == 1
+
+
+@pytest.mark.parametrize("out", [None, "", 3, ["a"]])
+def test_train_refuses_an_out_that_is_not_a_path_before_anything_runs(out, tmp_path, monkeypatch):
+    """``fedcli.train(None, iterations=20)`` trained a whole run into ``./None``, then raised TypeError (issue 56):
+    an ``out`` that is no path is a ConfigError (exit 2) and nothing is written; so are the other arguments."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"fedcli.train: out must be a path") as e:
+        fedcli.train(out, iterations=20)
+    assert e.value.exit_code == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_the_api_refuses_values_it_would_pass_on_as_their_str(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"fedcli.load: path must be a path.*got None") as e:
+        fedcli.load(None)
+    with pytest.raises(ConfigError, match=r"fedcli.report: each path must be a path.*got None"):
+        fedcli.report(None)
+    with pytest.raises(ConfigError, match=r"fedcli.train: lr=\{'a': 1\} is not a flag's value") as e:
+        fedcli.train(tmp_path / "r", lr={"a": 1})
+    assert e.value.exit_code == 2
+    assert list(tmp_path.iterdir()) == []
+    # a list is a repeatable flag (it was passed on as "['a', 'b']"); numbers of numpy are numbers
+    import numpy as np
+
+    assert flags(figure=["a", tmp_path / "b"], lr=np.float32(0.5), clients=np.int64(4)) == \
+        ["--figure", "a", "--figure", str(tmp_path / "b"), "--lr", "0.5", "--clients", "4"]
