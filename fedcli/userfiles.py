@@ -13,6 +13,13 @@ from fedcli.errors import ConfigError
 
 MiB = 1 << 20
 
+#: the largest file read for each option (docs/reliability.md, docs/system-model.md): a trace (``--system-trace``,
+#: ``--availability-trace``) of a million rows of 64 characters, a partition (``--partition-file``) of about a hundred
+#: million samples' indices, a recipe
+TRACE_LIMIT = 64 * MiB
+PARTITION_LIMIT = 1024 * MiB
+RECIPE_LIMIT = 16 * MiB
+
 
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -22,35 +29,38 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_input(path: str | Path, what: str, limit: int, key: str | None = None) -> bytes:
+def read_input(path: str | Path, what: str, limit: int, key: str | None = None, fail=None) -> bytes:
     """The bytes of the file ``path`` that the option ``what`` (``--system-trace``) names, at most ``limit`` bytes.
 
     The file is opened without blocking (a FIFO's open waits for no writer), then its descriptor must be a regular
-    file of at most ``limit`` bytes; one that grows past ``limit`` while it is read is refused too. ConfigError
-    (exit 2, naming ``what`` and the file; ``key``: the config key it is about) otherwise."""
+    file of at most ``limit`` bytes; one that grows past ``limit`` while it is read is refused too. Otherwise
+    ``fail(why)`` is raised (why: "no such file", "a FIFO, not a regular file", ...), by default a ConfigError (exit
+    2) naming ``what``, the file and ``key`` (the config key it is about)."""
+    fail = fail or (lambda why: ConfigError(f"{what} {path}: {why}", key=key))
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise fail("no such file") from None
     except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot read it ({e.strerror or e})", key=key) from None
+        raise fail(f"cannot read it ({e.strerror or e})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{what} {path}: {_kind(st.st_mode)}, not a regular file; expected a file", key=key)
-        too_big = ConfigError(f"{what} {path}: larger than its limit of {limit // MiB} MiB; expected a smaller file",
-                              key=key)
+            raise fail(f"{_kind(st.st_mode)}, not a regular file")
+        too_big = f"larger than its limit of {limit // MiB} MiB"
         if st.st_size > limit:
-            raise too_big
+            raise fail(too_big)
         chunks, size = [], 0
         while size <= limit:
-            chunk = os.read(fd, min(limit + 1 - size, 1 << 20))
+            chunk = os.read(fd, min(limit + 1 - size, MiB))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise too_big
+            raise fail(too_big)
         return b"".join(chunks)
     except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot read it ({e.strerror or e})", key=key) from None
+        raise fail(f"cannot read it ({e.strerror or e})") from None
     finally:
         os.close(fd)

@@ -18,7 +18,7 @@ import math
 
 from fedcli.errors import ConfigError
 from fedcli.params import opt, register_params
-from fedcli.userfiles import MiB, read_input
+from fedcli.userfiles import TRACE_LIMIT, read_input
 
 #: name -> the argument count it takes (None: a list of VALUE@PROBABILITY)
 DISTRIBUTIONS = {"constant": 1, "lognormal": 2, "uniform": 2, "tiers": None}
@@ -40,9 +40,6 @@ BOUNDS = {"speed": (1.0, 1e24), "uplink": (1.0, 1e18), "downlink": (1.0, 1e18), 
 
 #: the greatest log-normal spread: exp(10 z) spans 17 orders of magnitude within two standard deviations already
 MAX_SPREAD = 10.0
-
-#: the largest trace read (``--system-trace``, ``--availability-trace``): a million rows of 64 characters
-TRACE_LIMIT = 64 * MiB
 
 TRACE_COLUMNS = ("client", *QUANTITIES)
 AVAILABILITY_COLUMNS = ("client", "start", "end")
