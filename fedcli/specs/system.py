@@ -68,8 +68,9 @@ def _number(text: str, option: str) -> float:
 
 def parse_distribution(text: str, option: str, zero_ok: bool = False) -> tuple[str, tuple]:
     """``NAME:ARGS`` into (name, args): ``("constant", (v,))``, ``("lognormal", (median, spread))``,
-    ``("uniform", (lo, hi))``, ``("tiers", ((v1, p1), ...))``. Every value it can give must be positive (or, with
-    ``zero_ok``, at least 0); ConfigError naming ``option`` otherwise."""
+    ``("uniform", (lo, hi))``, ``("tiers", ((v1, p1), ...))``; a bare number ``V`` is ``constant:V``. Every value it
+    can give must be positive (or, with ``zero_ok``, at least 0) and in the option's range (:data:`BOUNDS`; a
+    log-normal's median, its draws are checked when drawn); ConfigError naming ``option`` otherwise."""
     name, colon, args = str(text).partition(":")
     name = name.strip().lower()
     if not colon:  # a bare number is a constant: --speed 1e9
@@ -133,7 +134,8 @@ def read_rows(path: str, key: str, columns: tuple[str, ...]):
         raise ConfigError(f"{option} {path}: no column {', '.join(missing)}; expected a CSV with the columns "
                           f"{', '.join(columns)} (docs/system-model.md)", key=key)
     out = []
-    for line, row in enumerate(rows, start=2):
+    for row in rows:
+        line = rows.line_num  # the file's line (blank lines are skipped, and counted)
         try:
             client = int(row["client"])
             values = {c: float(row[c]) for c in columns[1:]}

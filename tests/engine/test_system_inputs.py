@@ -150,3 +150,9 @@ def test_resume_refuses_a_trace_edited_since_the_run_started(edited, trace, tmp_
     path.write_text(original)  # the file it started with: the run resumes
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert len(table(out / "system.csv")) == 6
+
+
+def test_a_trace_error_names_the_files_line_past_blank_lines(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    path.write_text(TRACE.replace("\n1,", "\n\n1,") + "0,1e9,1e6,1e6,0.1\n")  # a blank line 3: the rows on 4 and 5
+    refused(capsys, tmp_path, ["--system-trace", str(path)], "line 5: a second row for client 0 (the first is line 2)")
