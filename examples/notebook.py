@@ -33,7 +33,7 @@ print(results.layers.pivot_table(index="name", columns="method", values="syncs",
 print(results.intervals.groupby(["name", "interval"]).size().unstack(fill_value=0))
 
 # %% the report: the table (seeds aggregated) and the figures, as `fedcli report` writes them; it returns the table as
-# a DataFrame (the columns of --format csv) and the files it drew
+# a DataFrame (the columns of --format csv) and the files it drew, and prints the table only when asked (print=True)
 table, figures = fedcli.report(out, figures=out / "figures")
-print(table[["name", "final_acc_mean", "final_acc_std", "final_acc_n"]])
+print(table[["name", "final_acc_mean", "final_acc_std", "final_acc_n"]].to_string())
 print(sorted(p.name for p in figures if p.suffix == ".png"))

@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 #: the Python API for notebooks (fedcli/api.py), imported on first use so that ``import fedcli`` (and the ``fedcli``
-#: command) loads neither pandas nor torch: ``fedcli.load(path)`` -> runs, metrics, layers, intervals, clients as
+#: command) loads neither pandas nor torch: ``fedcli.load(path)`` -> runs, metrics, layers, intervals, clients, system as
 #: pandas DataFrames; ``fedcli.train(out, **flags)``; ``fedcli.report(*paths, **flags)`` (the report package, callable:
 #: fedcli/report/__init__.py), also named ``fedcli.write_report``
 API = ("load", "train", "write_report", "Results")

@@ -6,11 +6,14 @@ the same checks as ``fedcli report`` (a completed run whose files do not match i
 them as pandas DataFrames, one row per record with the run's identity in front (``run``, ``method``, ``seed``,
 ``dataset``, ``model``): ``metrics`` (metrics.csv: one row per evaluation), ``layers`` (layers.csv: one per parameter
 tensor), ``intervals`` (intervals.csv: one per layer per adjustment, layer-wise methods), ``clients`` (clients.csv:
-one per client per evaluation, personalized methods) and ``runs`` (one row per run: its config and summary). The
-columns are those of the CSVs docs/run-directory.md describes, each with the dtype :data:`SCHEMA` declares, whatever
-was loaded. ``train`` and ``write_report`` run the commands in this process: their errors are raised (the command's
-one-line message, ``exit_code``), and ``write_report`` returns the table it printed and the figures it drew
-(:class:`Report`). No torch import (pandas only, when called).
+one per client per evaluation, personalized methods), ``system`` (system.csv: one per round, runs trained with
+``--system``), ``runs`` (one row per run: its config and summary) and ``experiments`` (one row per experiment: the runs
+that differ only in their seed, with their config, so that a sweep table joins it one row to one). The columns are
+those of the CSVs docs/run-directory.md describes, each with the dtype :data:`SCHEMA` declares, whatever was loaded,
+but for metrics.csv's ``lr`` (:data:`RENAMED`: ``current_lr``, so that it never meets the config's ``lr`` of ``runs``
+in a merge). ``train`` and ``write_report`` run the commands in this process: their errors are raised (the command's
+one-line message, ``exit_code``), and ``write_report`` returns the table the command prints (printed only with
+``print=True``) and the figures it drew (:class:`Report`). No torch import (pandas only, when called).
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ from typing import NamedTuple
 #: and ``right_run`` give, and ``scale``: the recipe scale it ran at; empty for a run of ``fedcli train``)
 ID_COLUMNS = ("run", "experiment", "method", "seed", "dataset", "model", "sweep", "recipe_run", "scale")
 #: the per-record tables of a run directory: attribute of :class:`RunData` (its CSV)
-TABLES = ("metrics", "layers", "intervals", "clients")
+TABLES = ("metrics", "layers", "intervals", "clients", "system")
+#: columns of a run's CSV named otherwise in its frame: metrics.csv's ``lr`` (the learning rate in effect at the
+#: evaluation, after any decay) is ``current_lr``, so that a merge with ``runs`` (whose ``lr`` is the config's) on the
+#: identity columns gives no ``lr_x`` / ``lr_y``
+RENAMED = {"metrics": {"lr": "current_lr"}}
 
 INT, FLOAT, TEXT = "Int64", "float64", "object"  # Int64: pandas' integer column that can hold a missing value
 #: each frame's columns and their dtypes, declared once (the CSVs of docs/run-directory.md): a frame has these
@@ -35,7 +42,7 @@ SCHEMA = {
     "identity": {"run": TEXT, "experiment": TEXT, "method": TEXT, "seed": INT, "dataset": TEXT, "model": TEXT,
                  "sweep": TEXT, "recipe_run": TEXT, "scale": TEXT},
     "metrics": {"round": INT, "iteration": INT, "train_loss": FLOAT, "test_loss": FLOAT, "test_acc": FLOAT,
-                "comm_params": INT, "comm_bytes": FLOAT, "wall_s": FLOAT, "lr": FLOAT, "skipped_clients": INT,
+                "comm_params": INT, "comm_bytes": FLOAT, "wall_s": FLOAT, "current_lr": FLOAT, "skipped_clients": INT,
                 "personal_acc": FLOAT},
     "layers": {"layer": INT, "name": TEXT, "kind": TEXT, "numel": INT, "syncs": INT, "comm_params": INT,
                "comm_bytes": FLOAT, "interval": INT},
@@ -43,7 +50,17 @@ SCHEMA = {
                   "d": FLOAT, "interval": INT},
     "clients": {"round": INT, "iteration": INT, "client": INT, "train_samples": INT, "test_samples": INT,
                 "personal_loss": FLOAT, "personal_acc": FLOAT, "global_loss": FLOAT, "global_acc": FLOAT},
+    # system.csv (--system): the round's simulated seconds and the total so far, the clients sampled, those that took
+    # part, were unavailable, missed the deadline and were dropped or kept partial work, and the last two's ids
+    # (space-separated, as text)
+    "system": {"round": INT, "iteration": INT, "round_s": FLOAT, "sim_time_s": FLOAT, "sampled": INT,
+               "participants": INT, "unavailable": INT, "dropped": INT, "partial": INT, "dropped_clients": TEXT,
+               "partial_clients": TEXT, "wait_s": FLOAT},
     "runs": {"path": TEXT, "status": TEXT, "schedule": TEXT},  # then the config (typed by its fields) and summary.*
+    # one row per experiment: its identity less run and seed, its seeds ("0, 1"), how many runs and how many
+    # completed; then the config of its runs (but the seed) and their schedule
+    "experiments": {"experiment": TEXT, "method": TEXT, "dataset": TEXT, "model": TEXT, "sweep": TEXT,
+                    "recipe_run": TEXT, "scale": TEXT, "seeds": TEXT, "n_runs": INT, "completed": INT},
 }
 
 
@@ -81,13 +98,18 @@ class Results:
         return self._experiment_of
 
     def _records(self, attr: str):
-        rows = [{**self._identity(name, run), **row} for name, run in self.runs_by_name.items() for row in getattr(run, attr)]
+        renamed = RENAMED.get(attr, {})
+        rows = [{**self._identity(name, run), **{renamed.get(k, k): v for k, v in row.items()}}
+                for name, run in self.runs_by_name.items() for row in getattr(run, attr)]
         return typed(rows, {**SCHEMA["identity"], **SCHEMA[attr]})
 
-    metrics = _records_of("metrics", "metrics.csv of every run: one row per evaluation (iteration, round, test_acc, comm_params, ...).")
+    metrics = _records_of("metrics", "metrics.csv of every run: one row per evaluation (iteration, round, test_acc, comm_params, "
+                                     "...; its lr as current_lr).")
     layers = _records_of("layers", "layers.csv of every run: one row per parameter tensor (numel, syncs, comm_params, comm_bytes).")
     intervals = _records_of("intervals", "intervals.csv of every layer-wise run: one row per layer per adjustment (d, interval).")
     clients = _records_of("clients", "clients.csv of every personalized run: one row per client per evaluation (personal_acc, ...).")
+    system = _records_of("system", "system.csv of every run trained with --system: one row per round (participants, dropped, "
+                                   "partial, round_s, sim_time_s, ...).")
 
     @property
     def runs(self):
@@ -104,8 +126,39 @@ class Results:
                          "schedule": run.schedule, **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()}})
         return typed(rows, {**SCHEMA["identity"], **SCHEMA["runs"], **_config_schema()})
 
+    @property
+    def experiments(self):
+        """One row per experiment (the runs that differ only in their seed, as ``fedcli report`` makes them one row):
+        its identity but ``run`` and ``seed``, its ``seeds`` ("0, 1"), ``n_runs`` and how many ``completed``, then the
+        config its runs share (its first run's, but the seed) and their schedule. A sweep table has one row per recipe
+        run, so it joins this frame one row to one: ``table.merge(results.experiments, left_on=["sweep", "left_run"],
+        right_on=["sweep", "recipe_run"])`` (joined with ``runs``, each row would come once per seed)."""
+        from fedcli.results.runstate import COMPLETED
+
+        rows, seen = [], {}
+        for name, run in self.runs_by_name.items():
+            seen.setdefault(self._experiments().get(name, name), []).append((name, run))
+        for experiment, members in seen.items():
+            name, first = members[0]
+            ident = {k: v for k, v in self._identity(name, first).items() if k not in ("run", "seed")}
+            config = {k: v for k, v in first.config.items() if k != "seed"}
+            rows.append({**ident, "seeds": ", ".join(str(r.seed) for _, r in members), "n_runs": len(members),
+                         "completed": sum(r.manifest.get("status") == COMPLETED for _, r in members), **config,
+                         "schedule": first.schedule})
+        config = {k: v for k, v in _config_schema().items() if k != "seed"}
+        return typed(rows, {**SCHEMA["experiments"], **config, "schedule": TEXT})
+
     def run(self, name: str):
-        """One run's :class:`fedcli.report.rundata.RunData` (manifest, config, and its CSVs as lists of dicts)."""
+        """One run's :class:`fedcli.report.rundata.RunData` (manifest, config, and its CSVs as lists of dicts); a name
+        that is not one of them: ConfigError naming the closest ones."""
+        if name not in self.runs_by_name:
+            from fedcli.errors import ConfigError
+            from fedcli.method_names import suggest
+
+            known = list(self.runs_by_name)
+            listed = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+            raise ConfigError(f"no run named '{name}' in these results; {suggest(name, known)}"
+                              f"the runs here: {listed or 'none'}")
         return self.runs_by_name[name]
 
 
@@ -134,8 +187,8 @@ def _as(col, dtype: str):
     import pandas as pd
 
     blank = col.isna() | col.map(lambda v: isinstance(v, str) and v == "")
-    if dtype == TEXT:
-        return col.where(~blank, None).astype(object)
+    if dtype == TEXT:  # a text value that reads as a number (a client id "3") stays text
+        return col.where(~blank, None).map(lambda v: v if isinstance(v, str) or pd.isna(v) else str(v)).astype(object)
     if dtype == "boolean":
         return col.where(~blank, None).astype("boolean")
     number = pd.to_numeric(col.where(~blank, None), errors="coerce")
@@ -257,27 +310,32 @@ def train(out: str | Path, **options) -> Results:
 
 
 class Report(NamedTuple):
-    """What :func:`write_report` (``fedcli.report(...)``) gives back: ``table``, the table it printed as a pandas
+    """What :func:`write_report` (``fedcli.report(...)``) gives back: ``table``, the table it made as a pandas
     DataFrame (the tidy CSV of ``--format csv``: a sweep table's identifiers ``table``, ``group``, ``run`` or
     ``left_run`` / ``right_run`` (the recipe's run names, the frames' ``recipe_run``) and ``sweep``, then
     ``<column>_mean``, ``<column>_std``, ...; the comparison of run directories: one row per experiment), None where
-    none was printed (``--paper``, figures only); ``figures``: the figure files it wrote (PNG and PDF), as Paths."""
+    none was made (``--paper``, figures only); ``figures``: the figure files it wrote (PNG, PDF and each caption's
+    .txt), as Paths."""
 
     table: object
     figures: list
 
 
-def write_report(*paths: str | Path, **options) -> Report:
+def write_report(*paths: str | Path, print: bool = False, **options) -> Report:  # noqa: A002 - the flag's name
     """``fedcli report PATHS`` with ``options`` as its flags: ``fedcli.write_report("results/lama", "results/avg",
-    figures="results/fig")`` prints the table and writes the figures, as the command does, and returns them
-    (:class:`Report`: ``table, figures = fedcli.report(...)``)."""
+    figures="results/fig")`` writes the figures, as the command does, and returns the table and the figures
+    (:class:`Report`: ``table, figures = fedcli.report(...)``). The table (or a folder's listing) is printed only with
+    ``print=True``, as the command prints it; what is said on stderr (where files went, warnings) is said either way."""
+    import contextlib
     import io
+    import sys
 
     import pandas as pd
 
     from fedcli.report.tables import render_csv
 
-    out = _cli(["report", *map(str, paths), *flags(**options)])
+    with contextlib.redirect_stdout(sys.stdout if print else io.StringIO()):
+        out = _cli(["report", *map(str, paths), *flags(**options)])
     table = getattr(out, "table", None)
     frame = None
     if table is not None:

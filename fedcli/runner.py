@@ -66,6 +66,7 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     from fedcli.errors import os_error
     from fedcli.results.lock import RUN_LOCK, RunLock
     from fedcli.results.rundir import refuse_links
+    from fedcli.trackers import state as trackers_state
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; expected a folder for the run directory")
@@ -90,7 +91,21 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     if not resume and not overwrite and any(p.name != RUN_LOCK for p in out.iterdir()):
         lock.release()
         raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
+    locks = (RUN_LOCK, trackers_state.LOCK_FILE, trackers_state.PENDING_FILE)  # fedcli's own, none a user's file
+    if overwrite and not resume and not is_run_dir(out) and any(p.name not in locks for p in out.iterdir()):
+        lock.release()
+        raise ConfigError(f"--out {out} is not a run directory (no fedcli manifest.json in it), so --overwrite would "
+                          f"delete files that are not a run's; choose another folder", key="overwrite")
     return lock
+
+
+def is_run_dir(out: Path) -> bool:
+    """Whether ``out`` holds a run of ``fedcli train``: its ``manifest.json`` is a readable manifest (a JSON object
+    with the run's ``config``). Only then may ``--overwrite`` remove the run's files (:func:`_clean_overwritten`)."""
+    from fedcli.results.runstate import CORRUPT, MISSING, read_manifest
+
+    status, manifest = read_manifest(out)
+    return status not in (MISSING, CORRUPT) and isinstance(manifest.get("config"), dict)
 
 
 def discard_unstarted(out: Path, created: bool, locked: bool = True) -> bool:
@@ -299,7 +314,11 @@ def _clean_overwritten(out: Path) -> None:
     """``--overwrite``: the previous run's files go (CSVs, model, manifest, checkpoints, client state, tracker files)."""
     from fedcli.results import checkpoint
     from fedcli.results.rundir import APPEND_CSVS
+    from fedcli.trackers.state import remove_files
 
+    # first the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json): it waits for that
+    # run's trackers' process, and when it refuses (still finishing) the run is left whole, manifest included
+    remove_files(out)
     for name in ("layers.csv", *APPEND_CSVS, "model.pt", "manifest.json"):  # every CSV a run appends to (clients.csv too)
         (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
     for _, old in checkpoint.list_checkpoints(out):
@@ -309,9 +328,6 @@ def _clean_overwritten(out: Path) -> None:
     from fedcli.fl.store import FOLDER
 
     shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
-    from fedcli.trackers.state import remove_files
-
-    remove_files(out)  # the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json)
 
 
 def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView):

@@ -9,7 +9,12 @@ write outside its own folder. Every write therefore goes through these helpers:
 - :func:`refuse_link`: an ``lstat`` check where an API takes no flags (the target of ``os.replace``, a folder
   fedcli creates or writes into, a file handed to a library);
 - :func:`make_dir`: ``mkdir -p`` whose last component must be a real folder;
-- :func:`atomic_write`: a file replaced whole (temp file in the same folder, fsync, replace).
+- :func:`atomic_write`: a file replaced whole (temp file in the same folder, fsync, replace);
+- :func:`open_dir` / :class:`Folder`: a folder held by a descriptor, reached from the folder the user named one
+  component at a time (``openat`` with ``O_NOFOLLOW``), and the files in it opened, created and replaced relative to
+  that descriptor: no window between a check and a write in which a link planted in the path redirects the write
+  (``fedcli report``'s figures, ``--paper``'s section, ``--output``). :func:`writing_into` names the folder the user
+  named for the code below it.
 
 Below the results layer, so that the engine's client store (``fedcli.fl.store``) writes by the same rule.
 
@@ -23,6 +28,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from fedcli.errors import ConfigError, os_error
@@ -37,6 +44,10 @@ def _refused(path: Path) -> LinkRefused:
         target = os.readlink(path)
     except OSError:
         target = "?"
+    return _refused_to(path, target)
+
+
+def _refused_to(path: Path, target: str) -> LinkRefused:
     return LinkRefused(f"{path} is a symbolic link (to {target}); fedcli never writes through a link, so that nothing "
                        f"outside the run folder changes: remove the link (or replace it by a copy of the file) and run again")
 
@@ -114,22 +125,190 @@ def fsync_dir(path: str | Path) -> None:
 
 
 def atomic_write(path: Path, data: str | bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace, fsync the folder.
-    An OSError (disk full, read-only, ...) is one sentence naming ``path`` (``fedcli.errors.os_error``); the old file
-    is untouched."""
+    """Write ``data`` to ``path`` atomically: temp file in the same folder, flush, fsync, replace, fsync the folder
+    (:meth:`Folder.atomic_write` in ``path``'s folder, itself reached as a path). An OSError (disk full, read-only,
+    ...) is one sentence naming ``path`` (``fedcli.errors.os_error``); the old file is untouched."""
     path = refuse_link(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    done = False
+    with Folder.at(path.parent, name=path) as folder:
+        folder.atomic_write(path.name, data)
+
+
+#: the folders the user named for what runs now (:func:`writing_into`), innermost last
+_ROOTS: ContextVar[tuple[Path, ...]] = ContextVar("fedcli_write_roots", default=())
+
+_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
+
+
+@contextmanager
+def writing_into(*roots: str | Path):
+    """While it lasts, each of ``roots`` is a folder the user named (``--figures DIR``, ``--output DIR``, a run
+    directory): :func:`open_dir` reaches a folder below one of them from it, one component at a time without following
+    a link. The root itself may be a link: that is the user's choice of place."""
+    token = _ROOTS.set(_ROOTS.get() + tuple(Path(os.path.abspath(r)) for r in roots))
     try:
-        with open_file(tmp, "wb", name=path) as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        replace(tmp, path)
-        done = True
-    except OSError as e:  # disk full, read-only, ...: the old file is untouched
-        raise os_error(e, path) from None
+        yield
     finally:
-        if not done:
-            tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        _ROOTS.reset(token)
+
+
+class Folder:
+    """A folder held by a descriptor (``fd``; ``path`` names it in messages). Files in it are opened, created and
+    replaced relative to the descriptor with ``O_NOFOLLOW``, so a link planted at any folder of the path after the
+    descriptor was taken changes nothing, and one planted at the file's own name is refused (:class:`LinkRefused`)."""
+
+    def __init__(self, fd: int, path: Path, name: Path | None = None):
+        self.fd, self.path, self._name = fd, Path(path), name
+
+    @classmethod
+    def at(cls, path: str | Path, name: str | Path | None = None) -> "Folder":
+        """The existing folder ``path``, reached as a path (links in it followed: the caller's choice of place);
+        ``name``: the file to name in an error instead of ``path``."""
+        try:
+            return cls(os.open(path, _DIR), Path(path), name)
+        except OSError as e:
+            raise os_error(e, name or path) from None
+
+    def __enter__(self) -> "Folder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _link(self, name: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def _refused(self, name: str) -> LinkRefused:
+        try:
+            target = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            target = "?"
+        return _refused_to(self.path / name, target)
+
+    def open_fd(self, name: str, flags: int, mode: int = 0o644, doing: str = "write", shown: Path | None = None) -> int:
+        """``openat(fd, name, flags | O_NOFOLLOW)``: :func:`open_fd` relative to the folder (``shown``: the file to
+        name in an error, a temporary file's target)."""
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno == errno.ELOOP or (e.errno in (errno.EEXIST, errno.ENOENT) and self._link(name)):
+                raise self._refused(name) from None
+            raise os_error(e, shown or self.path / name, doing) from None
+
+    def open_file(self, name: str, mode: str = "w", **kwargs):
+        """:func:`open_file` relative to the folder (``matplotlib``'s ``savefig`` writes into the file object)."""
+        fd = self.open_fd(name, _MODES[mode.replace("b", "")])
+        try:
+            return os.fdopen(fd, mode.replace("x", "w"), **kwargs)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def read_text(self, name: str) -> str:
+        """The text of file ``name`` in this folder, read without following a link (what fedcli wrote there, never
+        what a link planted since points to)."""
+        with os.fdopen(self.open_fd(name, os.O_RDONLY, doing="read"), encoding="utf-8") as f:
+            return f.read()
+
+    def names(self) -> list[str]:
+        """The names in this folder (``os.listdir`` of the descriptor)."""
+        return os.listdir(self.fd)
+
+    def unlink(self, name: str) -> None:
+        """Remove file ``name`` of this folder (a link there is removed, never what it points to); gone already: fine."""
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+
+    def sub(self, name: str) -> "Folder":
+        """The folder ``name`` in this one (created if missing), held by its own descriptor; a link there is refused."""
+        try:
+            os.mkdir(name, 0o777, dir_fd=self.fd)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise os_error(e, self.path / name, "create") from None
+        try:
+            return Folder(os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=self.fd), self.path / name)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR) and self._link(name):
+                raise self._refused(name) from None
+            raise os_error(e, self.path / name, "create") from None
+
+    def atomic_write(self, name: str, data: str | bytes | memoryview) -> None:
+        """Replace ``name`` by ``data`` whole: a temp file in this folder, flush, fsync, rename over ``name`` (a link
+        there is refused: the rename would swap the link, but the user learns of it), fsync the folder."""
+        target = self._name or self.path / name
+        tmp = f".{name}.tmp{os.getpid()}"
+        done = False
+        try:
+            with os.fdopen(self.open_fd(tmp, _MODES["w"], shown=target), "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+                f.flush()
+                os.fsync(f.fileno())
+            if self._link(name):
+                raise self._refused(name)
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            done = True
+        except OSError as e:  # disk full, read-only, ...: the old file is untouched
+            raise os_error(e, target) from None
+        finally:
+            if not done:
+                try:
+                    os.unlink(tmp, dir_fd=self.fd)
+                except OSError:
+                    pass
+        self.sync()
+
+    def sync(self) -> None:
+        """Make the renames and removals in this folder durable, where the OS allows fsync on a folder (POSIX)."""
+        try:
+            os.fsync(self.fd)
+        except OSError:
+            pass
+
+
+def open_dir(path: str | Path) -> Folder:
+    """The folder ``path`` for writing into, created where missing, held by a descriptor (:class:`Folder`). The folder
+    the user named that holds it (the innermost of :func:`writing_into`'s roots; none: ``path``'s parent) is reached
+    as a path and may be a link; each folder below it is created and opened from the one above, never following a
+    link (a link there is :class:`LinkRefused`, whenever it was planted)."""
+    given, path = Path(os.path.normpath(path)), Path(os.path.abspath(path))
+    roots = [r for r in _ROOTS.get() if r == path or r in path.parents]
+    root = max(roots, key=lambda r: len(r.parts)) if roots else path.parent
+    below = path.relative_to(root).parts
+    if 0 < len(below) <= len(given.parts):  # messages name the folders as the user gave them (relative stays relative)
+        root = given.parents[len(below) - 1]
+    elif not below:
+        root = given
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, root, "create") from None
+    folder = Folder.at(root)
+    try:
+        for part in below:
+            inner = folder.sub(part)
+            folder.close()
+            folder = inner
+    except BaseException:
+        folder.close()
+        raise
+    return folder
+
+
+def write_named(path: str | Path, data: str | bytes | memoryview) -> None:
+    """Replace a file the user named (``report --output FILE``, ``bench --json-out FILE``) by ``data`` whole: its folder
+    is the user's choice of place (created if missing, may be a link); the file is replaced through the folder's
+    descriptor (:meth:`Folder.atomic_write`), and a link at its own name is refused."""
+    path = Path(path)
+    with writing_into(path.parent), open_dir(path.parent) as folder:
+        folder.atomic_write(path.name, data)

@@ -309,6 +309,17 @@ def test_readme_is_a_front_page():
     assert lines <= FRONT_PAGE_LINES, f"README.md has {lines} lines; at most {FRONT_PAGE_LINES}: move sections to docs/"
 
 
+def test_readme_says_each_paragraph_once():
+    """The README said its `--schedule ... --init overwrite|ala` paragraph twice (issue 57): no paragraph of prose is
+    repeated, word for word up to its links."""
+    import re
+
+    paragraphs = [" ".join(p.split()) for p in (ROOT / "README.md").read_text().split("\n\n")]
+    prose = [re.sub(r"\[([^]]*)\]\([^)]*\)", "", p) for p in paragraphs if p and not p.startswith(("```", "|", "#"))]
+    prose = [p[:200] for p in prose if len(p) > 80]
+    assert len(prose) == len(set(prose)), [p for p in prose if prose.count(p) > 1][:1]
+
+
 def test_readme_has_commands():
     assert len(COMMANDS) >= 15
     assert any(i.startswith("README-") for i, _ in COMMANDS) and any(not i.startswith("README-") for i, _ in COMMANDS)

@@ -90,8 +90,9 @@ def bench(
         wide.print(line, highlight=False)
     wide.print(f"bench took {results['seconds']:.0f} s", highlight=False)
     if json_out:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_out).write_text(b.to_json(results) + "\n")
+        from fedcli.safefs import write_named
+
+        write_named(json_out, b.to_json(results) + "\n")  # never through a link (fedcli/safefs.py)
 
 
 def _ints(text: str, flag: str, n: int | None = None) -> list[int]:
@@ -146,8 +147,9 @@ def scale_section(progress, json_out: str) -> None:
     for line in bench_scale.targets(results):
         wide.print(line, highlight=False)
     if json_out:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_out).write_text(json.dumps(results, indent=1) + "\n")
+        from fedcli.safefs import write_named
+
+        write_named(json_out, json.dumps(results, indent=1) + "\n")  # never through a link (fedcli/safefs.py)
 
 
 def _load() -> str:

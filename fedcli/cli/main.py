@@ -35,7 +35,8 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the fedcli version and exit.")):
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, metavar="",  # a plain flag, no <bool>
+                                       help="Print the fedcli version and exit.")):
     """Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB)."""
 
 

@@ -38,7 +38,7 @@ def report(
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import FORMATS, find_sweeps, listing, pick, sweep_table
+    from fedcli.report.core import FORMATS, check_time_axis, find_sweeps, listing, pick, sweep_table
     from fedcli.report.tables import render
     from fedcli.report.single import find_runs, is_run_dir, load_run
 
@@ -79,16 +79,25 @@ def report(
                               f"run `fedcli train` or `fedcli sweep RECIPE` first")
         if output and not (explicit or loose):
             raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
+        runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
+        runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
+        if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
+            # simulated time is refused before anything is printed or written
+            from fedcli.report.figures import check_simulated_time
+
+            check_simulated_time(runs)
+        if sweeps and figures is not None:  # so are the sweeps' figures drawn against time
+            check_time_axis(sweeps, None, x)
         if sweeps and figures is None:
             _print_listing(" ".join(holders), sweeps, listing(sweeps))
-        if explicit or loose:
-            runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
-            runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
-            if runs:
-                made = _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
+        if runs:
+            made = _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
         if sweeps and figures is not None:
             made.figures += _write_figures(sweeps, figures, None, holders[0], x)
         return made
+    if figures is not None:  # figures drawn against time whose runs lack it: refused before the table is printed
+        check_time_axis([pick(sweeps, table, "table")[0]] if table is not None and not figure else sweeps,
+                        list(figure) if figure else None, x)
     if table is not None:
         sweep, made.table = sweep_table(sweeps, table)
         made.sweep = str(sweep.root)
@@ -122,8 +131,11 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
         raise ConfigError(f"{', '.join(folders)}: no sweep (sweep.json) here; run the paper's recipes with `fedcli sweep "
                           f"RECIPE --scale smoke` first")
     out = Path(output) if output else Path(folders[0]) / f"paper-{name}"
-    try:
-        files = write_section(sweeps, name, out, x, overwrite)
+    from fedcli.safefs import writing_into
+
+    try:  # the folder named (--output, else DIR) may be a link; nothing below it is written through one
+        with writing_into(output or folders[0]):
+            files = write_section(sweeps, name, out, x, overwrite)
     except OSError as e:
         from fedcli.errors import os_error
 
@@ -133,7 +145,8 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
     drawn = sorted(p for p in (out / "figures").rglob("*") if p.suffix in (".png", ".pdf")) if (out / "figures").is_dir() else []
     if drawn:  # a folder named only where figures were written into it (a paper whose sweeps draw none: no folder)
         err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
-    return Output(figures=drawn)
+    captions = {p.with_suffix(".txt") for p in drawn if p.with_suffix(".txt").is_file()}  # each figure's NAME.txt
+    return Output(figures=sorted([*drawn, *captions]))
 
 
 def _readable(paths, load_run) -> list:
@@ -157,20 +170,13 @@ def _readable(paths, load_run) -> list:
 
 
 def _emit(text: str, output: str | None, what: str) -> None:
-    """A table to stdout, or to ``--output FILE``."""
-    from pathlib import Path
-
-    from fedcli.errors import os_error
-    from fedcli.results.rundir import atomic_write
+    """A table to stdout, or to ``--output FILE`` (its folder may be a link; the file may not)."""
+    from fedcli.safefs import write_named
 
     if not output:
         print(text, end="")
         return
-    try:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise os_error(e, Path(output).parent, "create") from None
-    atomic_write(Path(output), text)
+    write_named(output, text)
     err_console.print(f"fedcli report: {what} -> {output}", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -202,8 +208,10 @@ def _warn(msg: str) -> None:
 
 def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) -> list:
     from fedcli.report.core import make_figures
+    from fedcli.safefs import writing_into
 
-    files = make_figures(sweeps, out_dir, names, x=x, warn=_warn)
+    with writing_into(out_dir):  # --figures DIR may be a link; nothing below it is written through one
+        files = make_figures(sweeps, out_dir, names, x=x, warn=_warn)
     if not files:
         err_console.print(f"fedcli report: no figures defined in {folder}", markup=False, highlight=False)
     for f in files:
@@ -224,8 +232,9 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     _emit(render(made.table, fmt), output, f"table of {len(runs)} run(s)")
     _tracker_notes(runs)
     _killed_notes(runs)
+    root = figures  # the folder the user named: --figures DIR, else the run directory (figures/ is fedcli's)
     if figures is None and len(explicit) == 1 and len(runs) == 1:
-        figures = str(Path(explicit[0]) / "figures")
+        figures, root = str(Path(explicit[0]) / "figures"), explicit[0]
     if figures is None and (msg := style.data_warning(runs, run_names(runs))):  # with figures: their warning says it
         _warn(msg)
     if figures is None:
@@ -233,7 +242,10 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
                           f"to draw {'it' if len(runs) == 1 else f'these {len(runs)} runs together'}", markup=False,
                           highlight=False, soft_wrap=True)
         return made
-    made.figures = write_figures(runs, figures, x=x, warn=_warn)
+    from fedcli.safefs import writing_into
+
+    with writing_into(root):
+        made.figures = write_figures(runs, figures, x=x, warn=_warn)
     for f in made.figures:
         err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
     return made

@@ -24,7 +24,7 @@ def sweep(
     mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Run into an --out folder that holds the sweep of another recipe (or tables this recipe does not make), replacing it: its sweep.json then describes this recipe (the other's runs stay on disk, but no report is made of them). Without it such a folder is refused (exit 2), --dry-run included."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Run into an --out folder that holds the sweep of another recipe (another text; or this one at another --scale, or with tables it does not make), replacing it: its sweep.json then describes this recipe. The other's runs that share a folder with a run of this recipe are trained over (named first); its other runs stay on disk, but no report is made of them. Without it such a folder is refused (exit 2), --dry-run included."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
     download: bool = typer.Option(False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."),
     executor: str = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel)."),
@@ -467,7 +467,7 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
                       soft_wrap=True, highlight=False, markup=False)
     if r.scale and r.scale != "paper":
-        err_console.print(f"  scale {r.scale}: a reduced version of {r.paper or 'the paper'}'s setting; it checks the pipeline, "
+        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
                           f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
     if not todo:
         return None

@@ -227,7 +227,7 @@ _extra = [
     inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."), annotation=bool),
     inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=typer.Option("auto", "--progress", metavar="<choice>", show_default=False, help="Progress on stderr: a live bar (bar), one plain line per evaluation for job logs (lines), none, or auto (bar on a terminal, else lines). \\[choices: auto, bar, lines, none] \\[default: auto]"), annotation=str),
     inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
-    inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the files of an existing --out folder."), annotation=bool),
+    inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the run in an existing --out run directory (only the files a run writes; a folder that holds no run is refused)."), annotation=bool),
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]

@@ -4,8 +4,10 @@ C = sum_l C_l = sum_l dim(u_l) * c_l, where c_l counts the synchronizations of l
 ``comm_params``: what the paper reports. ``comm_bytes`` counts what really travels: at each
 synchronization of layer l every client of the cohort uploads its (encoded) layer and downloads the
 new one, so ``m * numel * (uplink_bits + downlink_bits) / 8`` bytes, plus whatever a method sends
-on top: per tensor through :meth:`Ledger.record_bytes` (SCAFFOLD's control variates, so that
-``layers.csv`` sums to ``metrics.csv``), or unattributed through :meth:`Ledger.extra`.
+on top: whole-model copies each client of the round uploads or downloads through :meth:`Ledger.record_transfer`
+(SCAFFOLD's control variates, FedFomo's extra downloads: per layer, so that ``layers.csv`` sums to
+``metrics.csv``; the system model charges their transfer time, from :meth:`Ledger.take_round`), per tensor through
+:meth:`Ledger.record_bytes`, or unattributed through :meth:`Ledger.extra`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Ledger:
     def __post_init__(self):
         self.syncs = self.syncs or [0] * len(self.numel)
         self.bytes_ = self.bytes_ or [0.0] * len(self.numel)
+        self._round = ([0.0] * len(self.numel), [0.0] * len(self.numel))  # this round's bytes per client, up and down
 
     def record_sync(self, layer: int, clients: int, up_bits: float, down_bits: float = 32.0) -> None:
         self.syncs[layer] += 1
@@ -42,6 +45,22 @@ class Ledger:
         bytes recorded on every layer (:meth:`record_bytes`)."""
         for layer, n in enumerate(self.numel):
             self.bytes_[layer] += copies * n * bytes_per_element
+
+    def record_transfer(self, clients: int, up: float = 0.0, down: float = 0.0, bytes_per_element: float = 4.0) -> None:
+        """Each of the round's ``clients`` uploads ``up`` and downloads ``down`` whole-model copies outside the
+        synchronizations (SCAFFOLD's c down and c_i+ - c_i up, FedFomo's M - 1 extra models down): recorded on every
+        layer as :meth:`record_copies` does, and kept per client and direction for the round's simulated time
+        (:meth:`take_round`)."""
+        self.record_copies(clients * (up + down), bytes_per_element)
+        for layer, n in enumerate(self.numel):
+            self._round[0][layer] += up * n * bytes_per_element
+            self._round[1][layer] += down * n * bytes_per_element
+
+    def take_round(self) -> tuple[list[float], list[float]]:
+        """(up, down): the bytes per layer each client of the round moved through :meth:`record_transfer` since the
+        last call, and start counting afresh (the system model reads them when the round closes)."""
+        out, self._round = self._round, ([0.0] * len(self.numel), [0.0] * len(self.numel))
+        return out
 
     def layer_params(self, layer: int) -> int:
         return self.numel[layer] * self.syncs[layer]

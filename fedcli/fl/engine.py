@@ -527,8 +527,11 @@ class Simulation:
 
     @property
     def full_participation(self) -> bool:
-        """Every client is in every round's cohort."""
-        return self.active >= len(self.client_indices)
+        """Every client takes part in every round: all are sampled, and the system model (if on) leaves none out
+        (availability, deadline). A client then trains and is evaluated on the same process every round, which the
+        per-client stores rely on (``fedcli.fl.store.share``)."""
+        everyone = self.active >= len(self.client_indices)
+        return everyone and (self.system is None or not self.system.may_leave_out)
 
     def new_state(self) -> TrainState:
         return TrainState(next_eval=self.eval_every)
@@ -547,6 +550,8 @@ class Simulation:
             for hook in self.round_hooks:
                 hook(self, state)
             guard.check_blowup(self, state)  # --diverge-factor: a finite blow-up stops the run (exit 4)
+        if self.system is not None:
+            self.system.check_trained(self.ledger.params, state.round_idx)  # nobody trained: an error, not a completion
         s = state.summary
         s.rounds, s.iteration = state.round_idx, state.iteration
         s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes
@@ -664,9 +669,13 @@ class Simulation:
     def plan_system_round(self, state: TrainState, sampled: list[int]) -> list[int]:
         """The system model's round (``self.system_round``): of the ``sampled`` cohort, the clients that take part
         (available, and meeting the deadline or keeping partial work) and their local steps."""
-        steps = self.plan.round_steps(state.iteration, sampled)
-        full = dict(zip(sampled, self.plan.client_round_steps(sampled, steps)))  # each one's steps without the model
-        self.system_round = self.system.plan_round(state.round_idx, sampled, full, self.sync_plan(steps), state.sim_time_s)
+        now = state.sim_time_s
+        asked, start = self.system.round_cohort(state.round_idx, sampled, now, self.active)
+        steps = self.plan.round_steps(state.iteration, asked or sampled)
+        full = dict(zip(asked, self.plan.client_round_steps(asked, steps)))  # each one's steps without the model
+        keep = self.active if self.cfg.sampling == "available" else None  # over-commitment: the first K to finish
+        self.system_round = self.system.plan_round(state.round_idx, asked, full, self.sync_plan(steps), start, keep)
+        self.system_round.wait_s = start - now
         who = self.system_round.participants
         # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals
         self.system_round.syncs = self.sync_plan(self.plan.round_steps(state.iteration, who)) if who else []
@@ -677,8 +686,9 @@ class Simulation:
         system.csv row, and the round counted; ``idle_steps``: a round with no participant, whose steps pass with no
         training."""
         plan, round_idx = self.system_round, state.round_idx
+        plan.extra_up, plan.extra_down = self.ledger.take_round()  # the copies its parts moved beyond the syncs
         seconds, per_layer = self.system.round_seconds(plan, plan.syncs, len(self.layers))
-        state.sim_time_s += seconds
+        state.sim_time_s += plan.wait_s + seconds
         state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]
         state.iteration += idle_steps
         self.record.system = self.system.round_row(plan, round_idx, state.iteration, seconds, state.sim_time_s)

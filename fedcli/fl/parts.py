@@ -14,6 +14,8 @@ All state is held on the cohort as stacked tensors ``[K, *shape]`` (K clients on
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from collections.abc import Mapping
@@ -77,6 +79,9 @@ class Part:
     # (``fedcli.specs.check_method_config``), so no part tests another part's type.
     full_participation: bool = False
     provides: frozenset = frozenset()
+    # the part's work beyond FedAvg's, in forward-backward passes (``fedcli.specs.Cost``), declared in its spec and
+    # charged by the system model (``fedcli.fl.system``); the extra bytes it moves are its ledger records
+    cost: specs.Cost = specs.NO_COST
     requires: dict = {}
     # each client's round reads and writes only its own state and the global model, nothing of the cohort as a whole,
     # so the engine may take a round's cohort in chunks of clients end to end (``fedcli.fl.chunked``, --cohort-chunk).
@@ -271,6 +276,12 @@ class Server(Part):
         """Per-client factor [K] applied to each client's update x_i - u before it is encoded and
         averaged (FedNova's normalization); ``None`` means 1 for every client (the plain average)."""
         return None
+
+
+def flat_rows(t: torch.Tensor) -> torch.Tensor:
+    """A stacked tensor [K, ...] as one flat row per client [K, numel]; K may be 0 (a process with no client in a
+    round, as the system model's availability and deadline leave it), where ``reshape(K, -1)`` cannot infer -1."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
 
 
 def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

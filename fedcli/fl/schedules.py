@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedcli.fl.parts import Classes, Part
+from fedcli.fl.parts import Classes, Part, flat_rows
 from fedcli.params import bind
 
 
@@ -99,7 +99,7 @@ class Schedule(Part):
             return
         # FedLAMA Eq. 2: the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 of every synchronized layer (one cohort sum)
         per_client = torch.stack([
-            (cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name]).reshape(cohort.size, -1).double().pow(2).sum(1)
+            flat_rows(cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name]).double().pow(2).sum(1)
             for l in layers], 1)  # [K, layers]
         disc = view.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
         for l, dv in zip(layers, disc):

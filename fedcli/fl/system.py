@@ -13,7 +13,13 @@ mini-batches (min(B, n_i)):
   partial synchronizations cost what they move;
 - a synchronization is a barrier: the k-th one of a round, after local step j_k, ends
   t_k = max_i (s_ik c_i + x_i(L_k)) after the previous one, s_ik the steps client i runs between them, and the
-  round lasts T = sum_k t_k (+ the deadline's wait, + the server's constant time).
+  round lasts T = sum_k t_k (+ the deadline's wait, + the server's constant time);
+- a method's work beyond FedAvg's (each part's ``fedcli.specs.Cost``, declared with the part): a local step of
+  P_i forward-backward passes of its mini-batch costs P_i c_i; client i's extra work of the round, e_i = (its extra
+  single-sample passes) 3 F / v_i + (its extra round trips) 2 lat_i + the transfer time of the whole-model copies it
+  moved beyond the synchronizations (``Ledger.record_transfer``: SCAFFOLD's control variates, FedFomo's downloads,
+  per layer, up / U_i and down / D_i), counts in its time before the round's first synchronization:
+  t_1 = max_i (s_i1 P_i c_i + e_i + x_i(L_1)).
 
 A client is available in a round with probability ``--availability`` (keyed by seed, round and client) and, with
 ``--availability-trace``, when the round's simulated start lies in one of its on-intervals. With a
@@ -33,8 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from fedcli.errors import ConfigError
+from fedcli.fl.budget import epoch_steps
 from fedcli.fl.rng import np_gen
 from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
+from fedcli.specs import NO_COST, CostInput
 from fedcli.specs.system import (AVAILABILITY_COLUMNS, QUANTITIES, TRACE_COLUMNS, in_range,  # noqa: F401
                                  parse_distribution, range_text, read_availability_rows, read_trace_rows)
 
@@ -106,6 +114,12 @@ class RoundPlan:
     dropped: list[int] = field(default_factory=list)   # missed the deadline: not aggregated
     partial: list[int] = field(default_factory=list)   # kept with fewer steps than the round's
     syncs: list = field(default_factory=list)          # the round's synchronizations (step, layers), set by the engine
+    wait_s: float = 0.0                                # simulated seconds the round waited for a client to come online
+    surplus: list = field(default_factory=list)        # --overcommit: finished after the first K, not aggregated
+    round_idx: int = 0
+    # the bytes per layer each participant moved beyond the synchronizations (``Ledger.take_round``), set by the engine
+    extra_up: list | None = None
+    extra_down: list | None = None
 
     @property
     def uneven(self) -> bool:
@@ -113,14 +127,42 @@ class RoundPlan:
         return bool(self.partial)
 
 
+class Work:
+    """What the run's parts do beyond FedAvg's work: their declared costs (``fedcli.specs.Cost``; parts without one
+    are left out) over the clients' data: ``split`` (each client's training split) and ``samples`` (what it trains on)
+    [n], the run's mini-batch size ``batch`` and ``drop_last``."""
+
+    def __init__(self, parts=(), split=(), samples=(), batch: int = 1, drop_last: bool = False):
+        self.costs = [(p.cost, p.params) for p in parts if p.cost is not NO_COST]
+        self.split, self.samples = [int(v) for v in split], [int(v) for v in samples]
+        self.batch, self.drop_last = int(batch), bool(drop_last)
+
+    def __bool__(self) -> bool:
+        return bool(self.costs)
+
+    def per_client(self, round_idx: int, clients, n_round: int) -> np.ndarray:
+        """[3, len(clients)]: each client's extra passes per local step, extra single-sample passes and extra round
+        trips in round ``round_idx`` of ``n_round`` clients."""
+        out = np.zeros((3, len(clients)))
+        for cost, params in self.costs:
+            for k, c in enumerate(clients):
+                n = self.samples[c]
+                given = CostInput(params, round_idx, self.split[c], n, self.batch, self.drop_last, n_round,
+                                  lambda e, n=n: epoch_steps(n, e, self.batch, self.drop_last))
+                out[:, k] += (cost.step_passes(given), cost.round_passes(given), cost.round_trips(given))
+        return out
+
+
 class SystemModel:
     """Each client's speed, bandwidths and latency, and the time of what a round does (module docstring).
 
     ``forward_flops``: the model's forward FLOPs per sample; ``batch``: each client's samples per step [n];
-    ``up_bytes`` / ``down_bytes``: one client's bytes per layer up and down [layers]."""
+    ``up_bytes`` / ``down_bytes``: one client's bytes per layer up and down [layers]; ``work``: the parts' work beyond
+    FedAvg's (:class:`Work`; none by default)."""
 
-    def __init__(self, cfg, n_clients: int, forward_flops: float, batch, up_bytes, down_bytes):
+    def __init__(self, cfg, n_clients: int, forward_flops: float, batch, up_bytes, down_bytes, work: Work | None = None):
         self.cfg = cfg
+        self.work = work if work is not None else Work()
         self.n = n_clients
         self.forward_flops = float(forward_flops)
         self.up_bytes = np.asarray(up_bytes, dtype=np.float64)
@@ -137,6 +179,18 @@ class SystemModel:
         self.step_s = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * np.asarray(batch, dtype=np.float64) / self.speed
 
     # ------------------------------------------------------------------ costs
+    def client_work(self, round_idx: int, clients: np.ndarray, n_round: int) -> tuple[np.ndarray, np.ndarray]:
+        """(each client's seconds per local step, its extra seconds of the round) in round ``round_idx`` of ``n_round``
+        clients: P_i c_i, and its extra passes' 3 F / v_i seconds plus 2 lat_i per extra round trip (the method's
+        declared costs, :class:`Work`; c_i and 0 without). Its extra transfers are the round's ledger records
+        (:meth:`round_seconds`)."""
+        step = self.step_s[clients]
+        if not self.work:
+            return step, np.zeros(len(clients))
+        extra_step, passes, trips = self.work.per_client(round_idx, clients.tolist(), n_round)
+        own = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * passes / self.speed[clients] + 2.0 * trips * self.latency[clients]
+        return step * (1.0 + extra_step), own
+
     def layer_seconds(self, clients: np.ndarray, layers: list[int]) -> np.ndarray:
         """[len(clients), len(layers)]: each client's transfer time of each layer, up and down (no latency)."""
         return (self.up_bytes[layers][None, :] / self.uplink[clients][:, None]
@@ -156,12 +210,53 @@ class SystemModel:
         return total
 
     # ------------------------------------------------------------------ a round
+    @property
+    def may_leave_out(self) -> bool:
+        """Some round may have fewer participants than sampled clients (availability below 1, an availability trace,
+        a deadline): which process trains a client then changes from round to round."""
+        return float(self.cfg.availability) < 1.0 or self.on is not None or float(self.cfg.deadline) > 0
+
+    def online(self, client: int, now: float) -> bool:
+        """``client`` is inside one of its on-intervals at simulated time ``now`` (always, without a trace)."""
+        return self.on is None or any(a <= now < b for a, b in self.on[client])
+
+    def next_online(self, clients, now: float) -> float | None:
+        """The first simulated time t >= ``now`` at which one of ``clients`` is inside one of its on-intervals
+        (``now`` itself without a trace); None: none of them ever is again."""
+        if self.on is None:
+            return now
+        starts = [max(a, now) for c in clients for a, b in self.on[c] if b > now and a < b]
+        return min(starts) if starts else None
+
+    def round_cohort(self, round_idx: int, sampled: list[int], now: float, keep: int) -> tuple[list[int], float]:
+        """Whom round ``round_idx`` asks and when it starts (>= ``now``, the end of the last round): with ``--sampling
+        cohort`` the ``sampled`` cohort, once one of it is online (a round whose cohort is all offline waits for the
+        first of it to come online); with ``--sampling available`` (FedScale's), ceil(``--overcommit`` x ``keep``) of
+        the clients available at its start (drawn keyed by (seed, round)), once any client is online. ConfigError
+        (exit 2) when no client will ever be online again: the rest of the run could not train."""
+        everyone = range(self.n)
+        if self.next_online(everyone, now) is None:
+            raise ConfigError(f"--availability-trace {self.cfg.availability_trace}: no client is online at or after "
+                              f"simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
+                              f"run; the rounds before are in system.csv and metrics.csv (give intervals that reach "
+                              f"further, or a smaller budget)", key="availability_trace")
+        if self.cfg.sampling == "cohort":
+            start = self.next_online(sampled, now)
+            return list(sampled), (now if start is None else start)  # None: this cohort never again, the round idles
+        start = self.next_online(everyone, now)
+        ready = self.available(round_idx, list(everyone), start)
+        want = min(len(ready), math.ceil(float(self.cfg.overcommit) * keep - 1e-9))
+        if want >= len(ready):
+            return ready, start
+        pick = np_gen(self.cfg.seed, "available-cohort", round_idx).choice(len(ready), size=want, replace=False)
+        return sorted(ready[int(i)] for i in pick), start
+
     def available(self, round_idx: int, cohort: list[int], now: float = 0.0) -> list[int]:
         """The clients of ``cohort`` available in round ``round_idx``, which starts at simulated time ``now``: inside
         one of their on-intervals (``--availability-trace``), and with probability ``--availability`` (one uniform
         draw per client, keyed by (seed, round) and the client's index: the same for any process count)."""
         if self.on is not None:
-            cohort = [c for c in cohort if any(a <= now < b for a, b in self.on[c])]
+            cohort = [c for c in cohort if self.online(c, now)]
         p = float(self.cfg.availability)
         if p >= 1.0:
             return list(cohort)
@@ -169,17 +264,18 @@ class SystemModel:
         return [c for c in cohort if u[c] < p]
 
     def plan_round(self, round_idx: int, cohort: list[int], steps: dict[int, int],
-                   syncs: list[tuple[int, list[int]]], now: float = 0.0) -> RoundPlan:
+                   syncs: list[tuple[int, list[int]]], now: float = 0.0, keep: int | None = None) -> RoundPlan:
         """Round ``round_idx``'s participants among the sampled ``cohort``: the available ones (at ``now``, the
         round's simulated start) that meet the deadline (``--on-deadline``), each with its local steps (``steps``:
-        each client's full steps this round)."""
+        each client's full steps this round); with ``keep`` (``--overcommit``), the first ``keep`` of them to finish
+        (their own time, as for the deadline; ties by client id), the others ``surplus``."""
         ready = self.available(round_idx, cohort, now)
         on = set(ready)
         unavailable = [c for c in cohort if c not in on]
-        plan = RoundPlan(list(cohort), [], {}, unavailable)
+        plan = RoundPlan(list(cohort), [], {}, unavailable, round_idx=round_idx)
         deadline = float(self.cfg.deadline)
         ids = np.array(ready, dtype=np.int64)
-        fits = self.steps_within(ids, syncs, deadline) if deadline > 0 and len(ids) else None
+        fits = self.steps_within(ids, syncs, deadline, round_idx) if deadline > 0 and len(ids) else None
         for k, c in enumerate(ready):
             want = steps[c]
             got = want if fits is None else min(want, int(fits[k]))
@@ -190,52 +286,98 @@ class SystemModel:
                 plan.partial.append(c)
             plan.participants.append(c)
             plan.steps[c] = got
+        if keep is not None and len(plan.participants) > keep:
+            self.keep_first(plan, syncs, keep)
         return plan
 
-    def steps_within(self, clients: np.ndarray, syncs, deadline: float) -> np.ndarray:
-        """The most local steps each client can run within ``deadline`` beside its synchronizations (may be < 1)."""
-        spare = deadline - self.comm_seconds(clients, syncs)
+    def keep_first(self, plan: RoundPlan, syncs, keep: int) -> None:
+        """Over-commitment: only the first ``keep`` participants to finish (own time s_i P_i c_i + e_i + sum_k x_i(L_k),
+        as for the deadline) stay in the round; the others are its ``surplus`` (not aggregated, no bytes; the server
+        does not wait for them)."""
+        ids = np.array(plan.participants, dtype=np.int64)
+        step, extra = self.client_work(plan.round_idx, ids, len(ids))
+        own = np.array([plan.steps[c] for c in plan.participants]) * step + extra + self.comm_seconds(ids, syncs)
+        first = sorted(np.lexsort((ids, own))[:keep].tolist())  # stable: equal times by client id
+        plan.surplus = [c for k, c in enumerate(plan.participants) if k not in first]
+        plan.participants = [plan.participants[k] for k in first]
+        plan.steps = {c: plan.steps[c] for c in plan.participants}
+        plan.partial = [c for c in plan.partial if c in plan.steps]
+
+    def steps_within(self, clients: np.ndarray, syncs, deadline: float, round_idx: int = 0) -> np.ndarray:
+        """The most local steps each client can run within ``deadline`` beside its synchronizations and its declared
+        extra work of round ``round_idx`` (may be < 1)."""
+        step, own = self.client_work(round_idx, clients, len(clients))
+        spare = deadline - self.comm_seconds(clients, syncs) - own
         # a relative 1e-9 keeps an exact fit (D = s c_i + x_i computed back) from losing a step to rounding
-        return np.floor(spare / self.step_s[clients] * (1.0 + 1e-9))
+        return np.floor(spare / step * (1.0 + 1e-9))
 
     def round_seconds(self, plan: RoundPlan, syncs: list[tuple[int, list[int]]], n_layers: int) -> tuple[float, list[float]]:
-        """(T, per-layer seconds) of a round that ran ``plan``: T = sum_k max_i (s_ik c_i + x_i(L_k)), at least the
-        deadline when a client was dropped (the server waited for it), plus the server's time; a layer's seconds
-        are, per synchronization of it, the slowest participant's transfer of that layer."""
+        """(T, per-layer seconds) of a round that ran ``plan``: T = sum_k max_i (s_ik P_i c_i + x_i(L_k)), with each
+        participant's extra work e_i (:meth:`client_work` and the copies ``plan.extra_up`` / ``extra_down``) in the
+        first synchronization's term, at least the deadline when a client was dropped (the server waited for it), plus
+        the server's time; a layer's seconds are, per synchronization of it, the slowest participant's transfer of that
+        layer, plus the slowest participant's transfer of that layer's extra copies."""
         ids = np.array(plan.participants, dtype=np.int64)
         steps = np.array([plan.steps[c] for c in plan.participants], dtype=np.float64)
+        step_s, extra = self.client_work(plan.round_idx, ids, len(ids))
         per_layer = [0.0] * n_layers
+        if plan.extra_up is not None and len(ids):  # the whole-model copies moved beyond the synchronizations
+            moved = (np.asarray(plan.extra_up, dtype=np.float64)[None, :] / self.uplink[ids][:, None]
+                     + np.asarray(plan.extra_down, dtype=np.float64)[None, :] / self.downlink[ids][:, None])
+            extra = extra + moved.sum(axis=1)
+            per_layer = [a + b for a, b in zip(per_layer, moved.max(axis=0).tolist())]
         total, prev = 0.0, 0
         for j, layers in syncs:
             if len(ids):
                 seg = np.clip(np.minimum(steps, j) - prev, 0, None)
                 each = self.layer_seconds(ids, layers)  # once: for x_i(L) and for each layer's slowest transfer
-                total += float(np.max(seg * self.step_s[ids] + self.sync_seconds(ids, layers, each)))
+                total += float(np.max(seg * step_s + self.sync_seconds(ids, layers, each) + extra))
+                extra = 0.0  # the round's extra work counts before its first synchronization
                 for l, s in zip(layers, each.max(axis=0).tolist()):
                     per_layer[l] += s
             prev = j
         if len(ids) and steps.max() > prev:  # local steps after the last synchronization (none in fedcli's schedules)
-            total += float(np.max(np.clip(steps - prev, 0, None) * self.step_s[ids]))
+            total += float(np.max(np.clip(steps - prev, 0, None) * step_s + extra))
         if plan.dropped or not len(ids):
             total = max(total, float(self.cfg.deadline))
         return total + float(self.cfg.server_time), per_layer
 
     # ------------------------------------------------------------------ checks and records
-    def check_deadline(self, steps: list[int], syncs: list[tuple[int, list[int]]]) -> None:
-        """Before training: some client can meet the deadline in a round of ``syncs`` (its full ``steps`` under
-        ``drop``, one step under ``keep-partial``); ConfigError (exit 2) otherwise."""
+    def check_deadline(self, steps: list[int], syncs: list[tuple[int, list[int]]], n_round: int | None = None) -> None:
+        """Before training: some client can meet the deadline in a first round of ``syncs`` and ``n_round`` clients
+        (its full ``steps`` under ``drop``, one step under ``keep-partial``, and its declared extra work);
+        ConfigError (exit 2) otherwise."""
+        n_round = self.n if n_round is None else n_round
         deadline = float(self.cfg.deadline)
         if deadline <= 0:
             return
         ids = np.arange(self.n)
         need = np.array(steps, dtype=np.float64) if self.cfg.on_deadline == "drop" else np.ones(self.n)
-        own = need * self.step_s + self.comm_seconds(ids, syncs)
+        step, extra = self.client_work(0, ids, n_round)
+        own = need * step + extra + self.comm_seconds(ids, syncs)
         if float(own.min()) > deadline:
             fastest = int(np.argmin(own))
             what = "its round's local steps" if self.cfg.on_deadline == "drop" else "one local step"
             raise ConfigError(f"--deadline {deadline:g}: no client can meet it; the fastest, client {fastest}, needs "
                               f"{float(own[fastest]):.6g} s for {what} and its synchronizations (raise --deadline, or "
                               f"see the speeds and bandwidths in docs/system-model.md)", key="deadline")
+
+    def check_online(self) -> None:
+        """Before training: some client is online at some time (``--availability-trace``); ConfigError (exit 2)
+        otherwise, since nobody would ever train."""
+        if self.next_online(range(self.n), 0.0) is None:
+            raise ConfigError(f"--availability-trace {self.cfg.availability_trace}: no client of the run's {self.n} is "
+                              f"ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
+                              f"train", key="availability_trace")
+
+    def check_trained(self, synchronized: int, rounds: int) -> None:
+        """After the last round: some client took part in some round (``synchronized``: the parameters the ledger
+        counted); ConfigError (exit 2) otherwise: a run in which nobody trained is an error, not a completion."""
+        if synchronized == 0 and rounds > 0:
+            raise ConfigError(f"--system: nobody took part in any of the run's {rounds} round(s) (system.csv: every "
+                              f"sampled client was unavailable or missed the deadline), so nothing was trained; raise "
+                              f"--availability, widen the availability trace's intervals or the deadline",
+                              key="availability")
 
     def describe(self) -> dict:
         """The manifest's ``system`` entry: the options, the model's FLOPs, each quantity's range, the trace digest."""
@@ -247,7 +389,9 @@ class SystemModel:
         draws = {} if cfg.system_trace else {q: getattr(cfg, q) for q in QUANTITIES}
         return {**draws, "units": {q: u for q, (u, _) in QUANTITIES.items()}, "availability": cfg.availability,
                 "deadline": cfg.deadline, "on_deadline": cfg.on_deadline, "server_time": cfg.server_time,
+                "sampling": cfg.sampling, **({"overcommit": cfg.overcommit} if cfg.sampling == "available" else {}),
                 "forward_flops_per_sample": self.forward_flops, "train_flops_per_forward": TRAIN_FLOPS_PER_FORWARD,
+                **({"costs": [c.source for c, _ in self.work.costs]} if self.work else {}),
                 **({"trace": trace(cfg.system_trace, self.trace_sha256)} if cfg.system_trace else {}),
                 **({"availability_trace": trace(cfg.availability_trace, self.availability_sha256)}
                    if cfg.availability_trace else {}),
@@ -256,7 +400,7 @@ class SystemModel:
     def round_row(self, plan: RoundPlan, round_idx: int, iteration: int, seconds: float, sim_time: float) -> dict:
         """system.csv: one row per round (``round`` counted from 1, as in metrics.csv)."""
         ids = lambda cs: " ".join(str(c) for c in cs)  # noqa: E731
-        return {"round": round_idx + 1, "iteration": iteration, "round_s": seconds, "sim_time_s": sim_time,
+        return {"round": round_idx + 1, "iteration": iteration, "round_s": seconds, "sim_time_s": sim_time, "wait_s": plan.wait_s,
                 "sampled": len(plan.sampled), "participants": len(plan.participants),
                 "unavailable": len(plan.unavailable), "dropped": len(plan.dropped), "partial": len(plan.partial),
                 "dropped_clients": ids(plan.dropped), "partial_clients": ids(plan.partial)}
@@ -278,8 +422,13 @@ def build(sim) -> SystemModel | None:
     up = [n * sim.codec.bits(n) / 8.0 for n in numel]
     down = [n * 32.0 / 8.0 for n in numel]
     batch = np.minimum(sim.sizes, sim.batch_size)
-    model = SystemModel(cfg, len(sim.client_indices), fwd, batch, up, down)
+    parts = list(sim.parts.values())
+    if sim.init.wraps_base:  # an init built around the method's own (ALA): that one's work is done too
+        parts.append(sim.init.base)
+    work = Work(parts, [len(ix) for ix in sim.partition.train], sim.sizes, sim.batch_size, cfg.drop_last)
+    model = SystemModel(cfg, len(sim.client_indices), fwd, batch, up, down, work)
     everyone = list(range(model.n))
     steps = sim.plan.round_steps(0, everyone)
-    model.check_deadline(sim.plan.client_round_steps(everyone, steps), sim.sync_plan(steps))
+    model.check_deadline(sim.plan.client_round_steps(everyone, steps), sim.sync_plan(steps), sim.active)
+    model.check_online()
     return model

@@ -42,12 +42,12 @@ DATA = (
     "sizes",               # each client's training sample count (read-only numpy array)
     "active",              # clients per round (the cohort size; with --system, the round's participants)
     "share",               # active / the number of clients: the round's share of the clients (|P_t| / m)
-    "full_participation",  # every client is in every round's cohort
+    "full_participation",  # every client takes part in every round (all sampled; --system leaves none out)
 )
 SERVICES = (
     "store",               # the client store: per-client state across rounds (through fedcli.fl.clientstate.ClientState)
     "comm",                # the communicator, for the collective exchanges of per-client state (allgather, ...)
-    "ledger",              # the communication ledger: record_copies for what a part sends beyond the model layers
+    "ledger",              # the communication ledger: record_transfer for what a part sends beyond the model layers
     "trainer",             # the stacked trainer: grads(cohort, x, y, mask, ...) and eval_input
     "batches",             # the batch plans by purpose (fedcli.fl.cohort.BatchSource; None during setup)
 )

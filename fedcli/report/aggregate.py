@@ -1,7 +1,8 @@
 """Pure aggregation helpers of ``fedcli report``: seeds, communication ratios, early stopping.
 
 - Mean and spread over seeds: the arithmetic mean and the *sample* standard deviation
-  (``n - 1`` in the denominator, as in "mean +- std over three runs"); one seed has std 0.
+  (``n - 1`` in the denominator, as in "mean +- std over three runs"); one seed has none (NaN: a sample std needs
+  two values, and ``--format csv`` leaves its ``*_std`` cell empty rather than write 0.0).
 - Communication is FedLAMA Eq. 8 (``comm_params``, parameters moved), as % of a baseline run's
   full-training communication (mean over its seeds).
 - Early stopping (FedLAMA AAAI, Tables 1-4: "FedLAMA stops the training once it achieves a higher
@@ -13,7 +14,9 @@
 - Rounds to a target accuracy (Fed-LAMB, Section 5: "Fed-AMS requires 20 rounds to achieve 90% accuracy,
   while Fed-LAMB only takes 5 rounds"): for each seed, the first evaluation whose accuracy is at least a
   fixed target; mean and std, over the seeds that reach it, of the rounds completed there (metrics.csv
-  ``round``) and of the bytes moved so far (``comm_bytes``), and how many seeds reached it.
+  ``round``), the local iterations done there (``iteration``: rounds of different methods are of different lengths)
+  and the bytes moved so far (``comm_bytes``), and how many seeds reached it. Read off the evaluation grid, each is
+  an upper bound, late by less than one evaluation interval (no interpolation between evaluations).
 """
 
 from __future__ import annotations
@@ -39,14 +42,15 @@ NAN = Stat(float("nan"), float("nan"), 0)
 
 
 def mean_std(values: Iterable[float]) -> Stat:
-    """Mean and sample standard deviation (ddof=1; 0 for a single value) of the finite values."""
+    """Mean and sample standard deviation (ddof=1; NaN for a single value, which has no spread to measure) of the
+    finite values."""
     given = [float(v) for v in values if v is not None]
     xs = [x for x in given if math.isfinite(x)]
     n, dropped = len(xs), len(given) - len(xs)
     if n == 0:
         return Stat(float("nan"), float("nan"), 0, dropped)
     mean = math.fsum(xs) / n
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else float("nan")
     return Stat(mean, std, n, dropped)
 
 
@@ -110,21 +114,23 @@ class Reach:
     reached: int     # seeds that reached the target
     n: int           # seeds in all
     time_s: Stat = NAN  # the simulated seconds there (--system runs: sim_time_s; NaN without)
+    iterations: Stat = NAN  # the local iterations done there (metrics.csv ``iteration``)
 
 
 def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") -> Reach:
     """``per_seed`` maps seed -> RunData; seeds that never reach ``target`` are counted, not averaged. ``metric``:
     a metrics.csv accuracy column, or ``auto`` (each run's own, ``RunData.acc_metric``)."""
-    rounds, mbs, accs, secs = [], [], [], []
+    rounds, its, mbs, accs, secs = [], [], [], [], []
     for seed in sorted(per_seed):
         col = per_seed[seed].acc_metric(metric)
         row = first_reach(per_seed[seed].metrics, target, metric=col)
         if row is None:
             continue
         rounds.append(row["round"])
+        its.append(row["iteration"])
         mbs.append(row["comm_bytes"] / 1e6)
         accs.append(row[col])
         if isinstance(row.get("sim_time_s"), (int, float)):
             secs.append(row["sim_time_s"])
     return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed),
-                 mean_std(secs) if secs else NAN)
+                 mean_std(secs) if secs else NAN, mean_std(its))

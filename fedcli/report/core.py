@@ -191,22 +191,53 @@ def sweep_table(sweeps: list[Sweep], name: str):
     return sweep, table
 
 
+def chosen_figures(sweeps: list[Sweep], names: list[str] | None = None) -> list[tuple[Sweep, FigureDef]]:
+    """(sweep, figure) of each figure ``names`` names (None: every figure of ``sweeps``)."""
+    if not names:
+        return [(s, f) for s in sweeps for f in s.figures()]
+    chosen = []
+    for n in names:
+        s, figure_def = pick(sweeps, n, "figure")
+        if not isinstance(figure_def, FigureDef):
+            raise ConfigError(f"'{n}' is a table, not a figure; print it with --table {n}")
+        chosen.append((s, figure_def))
+    return chosen
+
+
+def check_time_axis(sweeps: list[Sweep], names: list[str] | None = None, x: str | None = None) -> None:
+    """The curves figures of ``sweeps`` (``names``: only these) drawn against simulated time (``x``, else the figure's
+    own ``x``) need every run they draw to have it: ConfigError (exit 2) naming one without it, before the report
+    prints a table or writes a file (``fedcli.report.figures.check_simulated_time``)."""
+    for s, figure_def in chosen_figures(sweeps, names):
+        if _against_time(figure_def, x):
+            _check_time(s.need(figure_def))
+
+
+def _against_time(figure_def: FigureDef, x: str | None) -> bool:
+    from fedcli.report import style
+
+    return figure_def.kind == "curves" and style.x_axis(x or figure_def.x) == "time"
+
+
+def _check_time(runs: dict) -> None:
+    """``runs`` (name -> {seed: RunData}) all have simulated time, else ConfigError naming one."""
+    from fedcli.report.figures import check_simulated_time
+
+    check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
+
+
 def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None,
                  warn=None) -> list[Path]:
     """The figures of ``sweeps`` (``names``: only these) into ``out_dir``; ``x`` overrides the curves' x axis."""
     from fedcli.report.figures import draw
 
-    if names:
-        chosen = []
-        for n in names:
-            s, figure_def = pick(sweeps, n, "figure")
-            if not isinstance(figure_def, FigureDef):
-                raise ConfigError(f"'{n}' is a table, not a figure; print it with --table {n}")
-            chosen.append((s, figure_def))
-    else:
-        chosen = [(s, f) for s in sweeps for f in s.figures()]
-    # check everything first, so that a missing run fails before any file is written
+    chosen = chosen_figures(sweeps, names)
+    # check everything first, so that a missing run (or one without the simulated time --x time draws) fails before
+    # any file is written
     needed = [(s, figure_def, s.need(figure_def)) for s, figure_def in chosen]
+    for _, figure_def, runs in needed:
+        if _against_time(figure_def, x):
+            _check_time(runs)
     files = []
     for s, figure_def, runs in needed:
         try:

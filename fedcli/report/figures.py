@@ -110,12 +110,13 @@ def cross_point(deltas: list[float], one_minus: list[float]) -> int | None:
 def panel_labels(panel, runs: dict) -> list[str]:
     """The legend texts of a panel's runs (the recipe's labels, else each run's legend), each followed by its data
     (``FedLAMA (τ′=2, φ=2), femnist/mlp``) when the panel's runs are not all on one dataset and model: two FedLAMA
-    curves that differ in their data are never told apart by τ′ alone."""
+    curves that differ in their data are never told apart by τ′ alone; and by what else differs between them
+    (:func:`fedcli.report.style.apart`: options, the system model's choices, else the recipe's run names)."""
     reps = [_first(runs[name]) for name in panel.runs]
     labels = list(panel.labels) or [r.legend() for r in reps]
     if len({style.data_label(r) for r in reps}) > 1:
         labels = [f"{lab}, {style.data_label(r)}" for lab, r in zip(labels, reps)]
-    return labels
+    return style.apart(reps, labels, list(panel.runs), own=bool(panel.labels))  # every pair of runs told apart
 
 
 def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
@@ -399,7 +400,7 @@ def build(figure_def: FigureDef, runs: dict, x: str | None = None):
         described.insert(0, _drawn(figure_def, axes[0], panels, runs, logs))
     caption = " — ".join(t for t in (figure_def.paper, figure_def.title) if t)
     caption = ". ".join(t.rstrip(".") for t in (caption, *described, figure_def.notes) if t)
-    return fig, caption
+    return fig, caption[:1].upper() + caption[1:]  # a caption starts upper-case ("Smoke scale of: ...")
 
 
 def draw(figure_def: FigureDef, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:

@@ -16,6 +16,7 @@ under DIR are named as missing, with the command that would run them.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -23,7 +24,6 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError
 from fedcli.papers import PAPERS
-from fedcli.results.sweepdir import rerun_command
 
 #: this repository's recipes (the paper's recipes that no sweep under DIR ran are listed from here)
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -75,24 +75,98 @@ def _finished(sweep) -> tuple[int, int]:
     return sum(1 for st in states if st is not None and (st.state == DONE or st.diverged)), len(states)
 
 
-def _paragraph(sweep) -> tuple[str, str]:
+def _base(sweep, out: Path) -> tuple[Path, str]:
+    """The folder the section's paths of ``sweep`` are relative to, and its name for the reader: the recipe's root
+    (its ``root`` key: for this repository's recipes, the checkout; the folder ``fedcli sweep RECIPE`` is typed in)
+    when the sweep folder lies inside it, else the section's own folder ``out``. Never an absolute path in a section:
+    it would print the user's home folder into a double-blind submission."""
+    from fedcli.recipes import recipe_root
+    from fedcli.results.sweepdir import recipe_of
+
+    recipe = recipe_of(sweep.manifest, sweep.root)
+    if recipe is not None:
+        try:
+            text = recipe.read_text()
+            root = recipe_root(recipe, tomllib.loads(text), text)
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ConfigError):
+            root = None
+        if root is not None and Path(sweep.root).resolve().is_relative_to(root.resolve()):
+            return root.resolve(), "the recipe's root folder"
+    return Path(out).resolve(), "this section's folder"
+
+
+def relative(path: str | Path, base: Path) -> str:
+    """``path`` relative to ``base`` (``..`` where it lies outside), in the section's POSIX form."""
+    return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
+
+
+def section_command(sweep, base: Path) -> str:
+    """``fedcli sweep RECIPE --scale S --seeds N [--out DIR]``, typed in ``base`` (:func:`_base`): the recipe and the
+    sweep folder relative to it, and ``--out`` only where the folder is not the one ``fedcli sweep`` picks by default
+    (``results/<recipe name>-<scale>``)."""
+    import shlex
+
+    from fedcli.results.sweepdir import recipe_of
+    from fedcli.sweep.run import default_out
+
+    m = sweep.manifest
+    found = recipe_of(m, sweep.root)
+    recipe = relative(found, base) if found is not None else Path(str(m.get("recipe", "RECIPE"))).name
+    seeds = [int(s) for s in m.get("seeds") or [0]]
+    folder = relative(sweep.root, base)
+    default = found is not None and folder == default_out(found, sweep.scale).as_posix()
+    return " ".join(["fedcli sweep", shlex.quote(recipe), *([f"--scale {shlex.quote(str(sweep.scale))}"] if sweep.scale else []),
+                     f"--seeds {len(seeds) if seeds == list(range(len(seeds))) else ','.join(map(str, seeds))}",
+                     *([] if default else [f"--out {shlex.quote(folder)}"])])
+
+
+def _paragraph(sweep, out: Path) -> tuple[str, str]:
     """What was run: the recipe, its paper and scale, seeds, how many trainings finished, fidelity notes, the command,
-    the versions (Markdown, code between backticks)."""
+    the versions (Markdown, code between backticks); every path relative (:func:`_base`), the paragraph says to what."""
     m = sweep.manifest
     scale = sweep.scale or "base"
-    recipe = Path(str(m.get("recipe", "RECIPE")))
-    mine = RECIPES / recipe.parent.name / recipe.name
-    short = f"recipes/{recipe.parent.name}/{recipe.name}" if mine.is_file() else str(recipe)  # this repository's, or as given
+    base, said = _base(sweep, out)
+    command = section_command(sweep, base)
     done, total = _finished(sweep)
     count = f"{total} training(s)" if done == total else f"{done} of its {total} training(s) finished"
-    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe `{short}` at scale {scale}"
+    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe `{command.split()[2]}` at scale {scale}"
             + (" (a reduced setting that checks the pipeline, not the paper's numbers)" if sweep.scale not in (None, "paper") else "")
-            + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{sweep.root}`. ")
+            + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{relative(sweep.root, base)}` (paths relative to "
+            f"{said}). ")
     if m.get("fidelity"):
         text += f"Fidelity: {m['fidelity']}. "
-    command = rerun_command(m, sweep.root)
     text += f"Versions: {_versions(sweep)}."
     return text, command
+
+
+def heading(sweep, mine: list | None = None) -> str:
+    """A sweep's subsection heading: its paper (or title), then which sweep it is, ``(smoke scale, seeds 0, 1)``, and
+    its folder's name where another of the section's sweeps ``mine`` would read the same: two sweeps of one recipe (a
+    smoke and a paper sweep) never share a heading."""
+    def plain(s) -> str:
+        head = str(s.manifest.get("paper") or s.manifest.get("title") or s.root.name)
+        return f"{head} ({s.scale or 'base'} scale, seed{'s' if len(s.seeds) != 1 else ''} {', '.join(map(str, s.seeds))}"
+
+    head = plain(sweep)
+    twin = any(other is not sweep and plain(other) == head for other in mine or [])
+    return head + (f", folder {sweep.root.name})" if twin else ")")
+
+
+def labels_apart(mine: list) -> dict:
+    """``{(sweep folder, product name): label}`` for the section's tables and figures: the product's name, and where two
+    sweeps have a product of one name (a smoke and a paper sweep of one recipe), the sweep folder's name after it
+    (``aaai-table3-aaai-table3-smoke``), so that no ``\\label`` is defined twice."""
+    names = [(s.root, p.name) for s in mine for p in (*s.tables(), *s.figures())]
+    taken: set[str] = set()
+    out = {}
+    for root, name in names:
+        label = name if sum(n == name for _, n in names) == 1 else f"{name}-{root.name}"
+        base, k = label, 2
+        while label in taken:
+            label, k = f"{base}-{k}", k + 1
+        taken.add(label)
+        out[root, name] = re.sub(r"[^A-Za-z0-9.:-]+", "-", label)
+    return out
 
 
 #: the width (inches) a figure is drawn for: one panel a paper's column (AAAI's 3.3 in), several both columns (7 in)
@@ -108,7 +182,7 @@ def pdf_size(pdf: Path) -> tuple[float, float] | None:
     return (x1 - x0) / 72, (y1 - y0) / 72
 
 
-def _figure(sweep, figure_def, out_dir: Path, rel: str, x) -> Part:
+def _figure(sweep, figure_def, out_dir: Path, rel: str, x, label: str) -> Part:
     """One figure, drawn for the width it prints at (:func:`fedcli.report.style.printed`): one panel a single-column
     ``figure``, several panels a ``figure*``; included at most at that size (text near the caption's), smaller only
     where the line is narrower."""
@@ -121,7 +195,12 @@ def _figure(sweep, figure_def, out_dir: Path, rel: str, x) -> Part:
         files = make_figures([sweep], out_dir, [figure_def.name], x=x)
     pdf = next(f for f in files if f.suffix == ".pdf")
     txt = next((f for f in files if f.suffix == ".txt"), None)
-    caption = txt.read_text().strip() if txt else figure_def.name
+    caption = figure_def.name
+    if txt:  # read back from the folder it was written to, never through a link planted there since
+        from fedcli.safefs import open_dir
+
+        with open_dir(txt.parent) as folder:
+            caption = folder.read_text(txt.name).strip()
     env = "figure*" if wide else "figure"
     size = pdf_size(pdf)
     if size:  # keepaspectratio: the largest size within both, so never above the drawn size (its text at 8 pt)
@@ -130,30 +209,33 @@ def _figure(sweep, figure_def, out_dir: Path, rel: str, x) -> Part:
     else:
         include = [f"\\includegraphics[width=\\linewidth]{{{rel}/{pdf.name}}}"]
     latex = "\n".join([f"\\begin{{{env}}}[t]", "\\centering", *include, f"\\caption{{{latex_text(caption)}}}",
-                       f"\\label{{fig:{figure_def.name}}}", f"\\end{{{env}}}", ""])
+                       f"\\label{{fig:{label}}}", f"\\end{{{env}}}", ""])
     md = f"![{figure_def.name}]({rel}/{pdf.stem}.png)\n\n*{caption}*\n"
     return Part(latex, md)
 
 
-def _table(sweep, table_def) -> Part:
+def _table(sweep, table_def, label: str) -> Part:
+    import dataclasses
+
     from fedcli.report.core import sweep_table
     from fedcli.report.tables import render
 
     _, table = sweep_table([sweep], table_def.name)  # built once, written in both formats
-    return Part(render(table, "latex"), render(table, "md"))
+    return Part(render(dataclasses.replace(table, name=label), "latex"), render(table, "md"))
 
 
-def _product(sweep, product, out: Path, x) -> Part:
-    """A table or figure of ``sweep``, or (its runs missing, incomplete or damaged) the runs it lacks."""
+def _product(sweep, product, out: Path, x, label: str | None = None) -> Part:
+    """A table or figure of ``sweep``, or (its runs missing, incomplete or damaged) the runs it lacks; ``label``: its
+    LaTeX label after ``tab:`` / ``fig:`` (:func:`labels_apart`; default its name)."""
     from fedcli.report.products import TableDef
 
     _, problems = sweep.status(product.run_names())
     if problems:
         return Part(lacks=problems)
     if isinstance(product, TableDef):
-        return _table(sweep, product)
+        return _table(sweep, product, label or product.name)
     rel = f"figures/{sweep.root.name}"
-    return _figure(sweep, product, out / rel, rel, x)
+    return _figure(sweep, product, out / rel, rel, x, label or product.name)
 
 
 def _lacking(products: list, parts: list[Part]) -> list[str]:
@@ -205,19 +287,20 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         tex.append(f"No sweep of {latex_escape(title)} in this folder.\n")
         md.append(f"No sweep of {title} in this folder.\n")
     gaps = []
+    labels = labels_apart(mine)
     for s in mine:
-        text, command = _paragraph(s)
-        head = str(s.manifest.get("paper") or s.manifest.get("title") or s.root.name)
+        text, command = _paragraph(s, out)
+        head = heading(s, mine)
         said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
         tex += [f"\\subsection{{{latex_escape(head)}}}", latex_text(text), "", f"{{\\raggedright {latex_text(said)}\\par}}", ""]
         md += [f"## {head}", "", f"{text} {said}", ""]
         products = [*s.tables(), *s.figures()]
-        parts = [_product(s, product, out, x) for product in products]
+        parts = [_product(s, product, out, x, labels[s.root, product.name]) for product in products]
         lacking = _lacking(products, parts)
         if lacking:
             intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
             t, m = _itemize(lacking)
-            rerun = f"(Re-)run them with `{command}`."  # _paragraph's: the same rerun_command
+            rerun = f"(Re-)run them with `{command}`."  # _paragraph's: the same section_command
             tex += ["{\\raggedright", f"\\noindent {latex_escape(intro)}", *t, f"{latex_text(rerun)}\\par}}", ""]
             md += [intro, "", *m, rerun, ""]
             gaps += [f"{s.root}: {g}" for g in lacking]
@@ -301,12 +384,11 @@ def write_section(sweeps: list, name: str, out: Path, x: str | None = None, over
     """Write ``out``/section.tex, ``out``/section.md and the figures under ``out``/figures/; returns the two texts' paths.
     Every path is checked first (:func:`check_targets`): a link, or an edited section without ``overwrite``, refuses
     before anything is written."""
-    from fedcli.results.rundir import atomic_write
-    from fedcli.safefs import make_dir
+    from fedcli.safefs import open_dir
 
     check_targets(planned(paper_sweeps(sweeps, name), out), overwrite)
-    make_dir(out)
     tex, md, _ = build_section(sweeps, name, out, x)
-    atomic_write(out / "section.tex", stamp(tex, latex=True))
-    atomic_write(out / "section.md", stamp(md, latex=False))
+    with open_dir(out) as folder:  # by a descriptor: a link planted while the figures were drawn changes nothing
+        folder.atomic_write("section.tex", stamp(tex, latex=True))
+        folder.atomic_write("section.md", stamp(md, latex=False))
     return [out / f for f in SECTION_FILES]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from functools import cached_property
@@ -40,10 +39,11 @@ def _num(v: str):
 
 
 def read_csv(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return [{k: _num(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    """The whole rows of one of a run's CSVs (``fedcli.results.rundir.read_rows``: a last row cut by a run killed
+    while writing it is not read), numbers as numbers."""
+    from fedcli.results.rundir import read_rows
+
+    return [{k: _num(v) for k, v in row.items()} for row in read_rows(path)]
 
 
 class RunData:
@@ -163,6 +163,11 @@ class RunData:
     def clients(self) -> list[dict]:
         """clients.csv (personalized methods): one row per client per evaluation; [] without it."""
         return read_csv(self.path / "clients.csv")
+
+    @cached_property
+    def system(self) -> list[dict]:
+        """system.csv (runs trained with ``--system``): one row per round; [] without it."""
+        return read_csv(self.path / "system.csv")
 
     @property
     def personalized(self) -> bool:

@@ -218,13 +218,16 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
     cells["comm_mb"] = Cell(f"{mb:,.2f}", None, {"value": mb}) if math.isfinite(mb) else Cell("—", "---", {"value": float("nan")})
     wall = run.wall_s
     cells["wall_s"] = Cell(f"{wall:,.1f} s", None, {"value": wall}) if math.isfinite(wall) else Cell("—", "---", {"value": float("nan")})
+    sim = _num(last.get("sim_time_s")) if run.simulated else float("nan")  # --system: the simulated seconds so far
+    cells["sim_time_s"] = Cell(f"{sim:,.2f} s", None, {"value": sim}) if math.isfinite(sim) else Cell("—", "---", {"value": float("nan")})
     return cells
 
 
 #: how a comparison-table column's mean ± std over seeds is written: (format of a number, unit after it)
 SEED_FORMATS = {"final_acc": (".2f", "%"), "best_acc": (".2f", "%"), "final_personal_acc": (".2f", "%"),
                 "best_personal_acc": (".2f", "%"), "worst_personal_acc": (".2f", "%"), "comm": (".2f", "%"),
-                "comm_pct_bytes": (".2f", "%"), "comm_m": (",.2f", ""), "comm_mb": (",.2f", ""), "wall_s": (",.1f", " s")}
+                "comm_pct_bytes": (".2f", "%"), "comm_m": (",.2f", ""), "comm_mb": (",.2f", ""), "wall_s": (",.1f", " s"),
+                "sim_time_s": (",.2f", " s")}
 
 
 def _over_seeds(group, each: list[dict]) -> dict:
@@ -249,10 +252,10 @@ def _over_seeds(group, each: list[dict]) -> dict:
             cells[key] = Cell("—", "---", {"mean": float("nan"), "std": float("nan"), "n": 0})
             continue
         flag = f" ({s.dropped} nan)" if s.dropped else ""
-        spread = f" ± {s.std:{f}}" if s.std else ""  # the same for every seed (a schedule's communication): no ± 0
+        spread = s.n > 1 and s.std  # the same for every seed (a schedule's communication): no ± 0; one seed: none
         tex_unit = unit.replace("%", "\\%")
-        text = f"{s.mean:{f}}{spread}{unit}{flag}"
-        latex = (f"${s.mean:{f}} \\pm {s.std:{f}}${tex_unit}" if s.std else f"{s.mean:{f}}{tex_unit}").replace(",", "{,}") + flag
+        text = f"{s.mean:{f}}{f' ± {s.std:{f}}' if spread else ''}{unit}{flag}"
+        latex = (f"${s.mean:{f}} \\pm {s.std:{f}}${tex_unit}" if spread else f"{s.mean:{f}}{tex_unit}").replace(",", "{,}") + flag
         cells[key] = Cell(text, latex, {"mean": s.mean, "std": s.std, "n": s.n})
     return cells
 
@@ -270,6 +273,8 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
         keys += [("worst_personal_acc", "Worst 10% clients, final")]
     keys += [("comm_m", "Comm. (M params)"), ("comm", f"Comm. vs {base.title} (params)"), ("comm_mb", "Data moved (MB)"),
              ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"), ("wall_s", "Wall time")]
+    if any(r.simulated for r in runs):  # trained with --system: the simulated time beside the wall time
+        keys += [("sim_time_s", "Sim. time")]
     columns = [Column(k, md, latex_escape(md)) for k, md in keys]
     names = run_names(runs)
     rows, meta = [], []
@@ -295,6 +300,9 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
                      "completed; a seed without a finite value is left out and counted as (k nan).")
     if differ := differences(runs, names):
         notes.append("Not one comparison: the runs differ in " + "; ".join(differ) + ".")
+    if any(r.simulated for r in runs):
+        notes.append("Sim. time: the simulated seconds of the training so far at its last evaluation (sim_time_s, the "
+                     "system model of --system: docs/system-model.md); — for a run trained without it.")
     notes.append(base.note())
     if base.left_out:
         notes.append(f"Not measured against {base.name}: " + "; ".join(base.left_out) + ".")

@@ -72,6 +72,71 @@ def legend(run) -> str:
     return run.legend()
 
 
+#: options a run's legend already names (``FedAvg (τ=20)``, ``FedLAMA (τ′=5, φ=2)``, ``FedALA (E=1)``)
+IN_LEGEND = ("tau", "phi", "local_epochs")
+#: the papers' symbols for the options a legend adds (``FedProx (τ=20), μ=0``); any other option by its name
+SYMBOLS = {"mu": "μ", "lam": "λ", "alpha": "α", "beta": "β", "eta": "η", "lr": "lr"}
+#: the system model's choices a legend adds where the drawn runs differ in them (docs/system-model.md), as plain words
+SYSTEM_KEYS = ("speed", "uplink", "downlink", "latency", "availability", "deadline", "on_deadline", "server_time")
+WORDS = {("on_deadline", "drop"): "stragglers dropped", ("on_deadline", "keep-partial"): "stragglers' partial work kept"}
+
+
+def _said(key: str, value) -> str:
+    """One option of a legend: ``μ=0``, ``stragglers dropped``, ``uplink constant:3e4``."""
+    if (key, value) in WORDS:
+        return WORDS[key, value]
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{SYMBOLS[key]}={shown}" if key in SYMBOLS else f"{key.replace('_', ' ')} {shown}"
+
+
+def facets(run) -> dict:
+    """What a run was run with, beyond its legend: the options its parts read (the manifest's ``params``: FedProx's
+    ``mu``, never an option FedAvg ignores) and the system model's choices (the manifest's ``system``: deadline,
+    ``on_deadline``, the distributions)."""
+    out = {}
+    for opts in (run.manifest.get("params") or {}).values():
+        if isinstance(opts, dict):
+            out.update({k: v for k, v in opts.items() if k not in IN_LEGEND and isinstance(v, (str, int, float, bool))})
+    system = run.manifest.get("system")
+    if isinstance(system, dict):
+        out.update({k: system[k] for k in SYSTEM_KEYS if isinstance(system.get(k), (str, int, float, bool))})
+    return out
+
+
+def apart(runs: list, labels: list[str], names: list[str], own: bool = False) -> list[str]:
+    """Legend texts that tell every pair of ``runs`` (RunData, drawn together) apart, from ``labels`` (their legends,
+    or a recipe's own labels: ``own``): each legend adds the options that differ among the runs that have them
+    (:func:`facets`: ``FedProx (τ=20), μ=0, stragglers' partial work kept`` beside ``FedAvg (τ=20), stragglers
+    dropped``; a recipe's own labels are kept as written); legends still equal add the config values that differ
+    between those runs, then their ``names`` (the recipe's run names, the folders)."""
+    labels = list(labels)
+    if not own:
+        seen = [facets(r) for r in runs]
+        keys = list(dict.fromkeys(k for f in seen for k in f))
+        differ = sorted((k for k in keys if len({repr(f[k]) for f in seen if k in f}) > 1), key=lambda k: k in SYSTEM_KEYS)
+        labels = [", ".join([lab, *(_said(k, f[k]) for k in differ if k in f)]) for lab, f in zip(labels, seen)]
+    for same in _collisions(labels):
+        from fedcli.report.groups import SEED_NEUTRAL
+
+        cfgs = [runs[i].config for i in same]
+        keys = [k for k in dict.fromkeys(k for c in cfgs for k in c)
+                if k not in SEED_NEUTRAL and len({repr(c.get(k)) for c in cfgs}) > 1]
+        for i in same:
+            labels[i] = ", ".join([labels[i], *(_said(k, runs[i].config.get(k)) for k in keys)])
+    for same in _collisions(labels):
+        for i in same:
+            labels[i] = f"{labels[i]} [{names[i]}]"
+    return labels
+
+
+def _collisions(labels: list[str]) -> list[list[int]]:
+    """The indices of each legend text that more than one run has."""
+    at: dict[str, list[int]] = {}
+    for i, lab in enumerate(labels):
+        at.setdefault(lab, []).append(i)
+    return [v for v in at.values() if len(v) > 1]
+
+
 def styles(runs: list, labels: list[str] | None = None) -> list[dict]:
     """Matplotlib keyword arguments (color, marker, linestyle, label) for each of ``runs`` (RunData) drawn together.
     ``labels`` replaces the legend text only (a recipe's own labels); colour and marker follow the method."""
@@ -183,7 +248,75 @@ def legend_below(ax, n: int) -> None:
     """The legend under the axes, off the data (curves: panels stand side by side); none when nothing is labelled."""
     if n < 1 or not ax.get_legend_handles_labels()[0]:
         return
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(n, 2), fontsize=8, frameon=False)
+    _below(ax, *ax.get_legend_handles_labels(), ncol=min(n, 2))
+
+
+def _below(ax, handles, labels, ncol: int):
+    leg = ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize=8, frameon=False)
+    leg.fedcli_below = ncol  # save() keeps it off the other legends and the data (_legends_apart)
+    return leg
+
+
+def _collides(fig, renderer) -> list:
+    """The axes whose legend below them (:func:`legend_below`) covers another legend or another axes' data area, or
+    is wider than its own axes by more than a tenth (it would push its panel narrow, or into the next one's room)."""
+    legs = [(ax, ax.get_legend()) for ax in fig.axes if getattr(ax.get_legend(), "fedcli_below", None)]
+    if not legs:
+        return []
+    boxes = {id(ax): leg.get_window_extent(renderer) for ax, leg in legs}
+    others = [(id(ax), ax.get_window_extent(renderer)) for ax in fig.axes] + [(id(ax), b) for ax, _ in legs for b in [boxes[id(ax)]]]
+    return [ax for ax, _ in legs if any(k != id(ax) and boxes[id(ax)].overlaps(b) for k, b in others)
+            or boxes[id(ax)].width > 1.1 * ax.get_window_extent(renderer).width]
+
+
+def _legends_apart(fig) -> None:
+    """No legend below a panel covers another panel's legend or data (two panels' long legends side by side): a
+    legend that does is set in one column, then its entries are wrapped narrower, laying the figure out again each
+    time, until none does."""
+    import textwrap
+    import warnings
+
+    for _ in range(8):
+        with warnings.catch_warnings():  # a layout on the way (legends still too wide to fit) is not the last one
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
+        fig.canvas.draw()
+        bad = _collides(fig, fig.canvas.get_renderer())
+        if not bad:
+            break
+        for ax in bad:
+            leg = ax.get_legend()
+            handles, texts = leg.legend_handles, [t.get_text() for t in leg.get_texts()]
+            if leg.fedcli_below > 1:
+                _below(ax, handles, texts, 1)
+                continue
+            width = max(len(line) for t in texts for line in t.split("\n"))
+            if width <= 16:
+                continue
+            _below(ax, handles, [textwrap.fill(t.replace("\n", " "), max(16, width * 3 // 4)) for t in texts], 1)
+    _room_for_data(fig)
+
+
+#: the least height (inches) of a panel's data area once legends below take their room (else the figure grows)
+MIN_AXES_IN = 2.0
+
+
+def _room_for_data(fig) -> None:
+    """A figure whose legends below its panels (set in one column, wrapped) leave a panel's data area shorter than
+    :data:`MIN_AXES_IN` grows taller by what it lacks, so the legends never squeeze the data flat."""
+    import warnings
+
+    legs = [ax for ax in fig.axes if getattr(ax.get_legend(), "fedcli_below", None)]
+    if not legs:
+        return
+    r = fig.canvas.get_renderer()
+    short = MIN_AXES_IN - min(ax.get_window_extent(r).height for ax in legs) / fig.dpi
+    if short > 0.05:
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w, h + short)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
 
 
 def legend_right(ax, title: str | None = None) -> None:
@@ -292,22 +425,24 @@ def _title_above_legend(fig) -> None:
 
 def save(fig, out_dir: Path, name: str, caption: str = "") -> list[Path]:
     """Write ``name``.png, ``name``.pdf and the caption ``name``.txt into ``out_dir`` and close the figure (inside
-    :func:`printed`: laid out at its width first)."""
-    from fedcli.results.rundir import atomic_write
-    from fedcli.safefs import make_dir, open_file
+    :func:`printed`: laid out at its width first). The files are written through a descriptor of ``out_dir`` reached
+    from the folder the user named without following a link (``fedcli.safefs.open_dir``), so a link planted on the
+    way while the figures are drawn changes nothing outside."""
+    from fedcli.safefs import open_dir
 
     if _PRINT_WIDTH.get() is not None:
+        _legends_apart(fig)
         _fit_width(fig, _PRINT_WIDTH.get())
+    _legends_apart(fig)
     fig.tight_layout()
-    make_dir(out_dir)
     files = []
-    for ext in ("png", "pdf"):
-        f = out_dir / f"{name}.{ext}"
-        with open_file(f, "wb") as fh:  # never through a symbolic link (fedcli/safefs.py)
-            fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
-        files.append(f)
-    if caption:
-        atomic_write(out_dir / f"{name}.txt", caption.rstrip() + "\n")
-        files.append(out_dir / f"{name}.txt")
+    with open_dir(out_dir) as folder:
+        for ext in ("png", "pdf"):
+            with folder.open_file(f"{name}.{ext}", "wb") as fh:  # never through a symbolic link (fedcli/safefs.py)
+                fig.savefig(fh, format=ext, dpi=150, bbox_inches="tight")
+            files.append(Path(out_dir) / f"{name}.{ext}")
+        if caption:
+            folder.atomic_write(f"{name}.txt", caption.rstrip() + "\n")
+            files.append(Path(out_dir) / f"{name}.txt")
     plt().close(fig)
     return files

@@ -141,17 +141,34 @@ LATEX_ESCAPES = {**{ch: "\\" + ch for ch in "&%$#_{}"}, "~": "\\textasciitilde{}
 def latex_escape(s: str) -> str:
     """``s`` as LaTeX text: the specials escaped, the symbols fedcli writes as math, and two ASCII hyphens written
     ``-{}-`` (``--`` would print an en dash, and under ``\\usepackage[T1]{fontenc}`` one hyphen in ``\\texttt``:
-    ``--scale`` must print as typed)."""
+    ``--scale`` must print as typed); a power of ten written ``10^6`` as math, ``10$^{6}$`` (never a caret)."""
+    parts = _POWER.split(s)  # text, exponent, text, ...
+    return "".join(f"$^{{{p}}}$" if k % 2 else _escape_chars(p) for k, p in enumerate(parts))
+
+
+#: an exponent written after a number (``10^6``, ``2^-3``): set as a superscript in LaTeX
+_POWER = re.compile(r"(?<=\d)\^(-?\d+)")
+
+
+def _escape_chars(s: str) -> str:
     return "".join("-{}" if ch == "-" and s[i + 1:i + 2] == "-" else LATEX_ESCAPES.get(ch, ch) for i, ch in enumerate(s))
 
 
 def latex_text(s: str) -> str:
-    """Text that marks code Markdown's way (between backticks) as LaTeX: the code in ``\\texttt``, the rest
-    escaped (:func:`latex_escape`); an unpaired backtick stays a character."""
+    """Text that marks code Markdown's way (between backticks) as LaTeX: the code in ``\\texttt`` (its characters as
+    typed, a break allowed after each ``/``: :func:`_breakable`), the rest escaped (:func:`latex_escape`); an unpaired
+    backtick stays a character."""
     parts = s.split("`")
     if len(parts) % 2 == 0:
         parts[-2:] = [parts[-2] + "`" + parts[-1]]
-    return "".join(f"\\texttt{{{latex_escape(p)}}}" if k % 2 else _open_quotes(latex_escape(p)) for k, p in enumerate(parts))
+    return "".join(f"\\texttt{{{_breakable(_escape_chars(p))}}}" if k % 2 else _open_quotes(latex_escape(p))
+                   for k, p in enumerate(parts))
+
+
+def _breakable(tex: str) -> str:
+    """Code in ``\\texttt`` that may break after each ``/`` (a long path never runs into the margin: typewriter type
+    breaks only at spaces), with no package (``\\allowbreak``: no hyphen is added, the path reads as typed)."""
+    return tex.replace("/", "/\\allowbreak{}")
 
 
 def _open_quotes(tex: str) -> str:
@@ -347,7 +364,8 @@ def simulated_time(runs) -> bool:
 def _rows_section(table_def: TableDef, g, runs: dict, stats: _RunStats) -> tuple[Section, list]:
     """A ``rows``/``target`` group: the runs it shows (:func:`select_best`), one row each of the table's columns
     (:func:`_column_cell`) and, for ``target``, the rounds and megabytes to the target (and the simulated seconds, for
-    runs trained with ``--system``). Returns (section, the picks)."""
+    runs trained with ``--system``), and the local iterations to it (rounds of different methods are of different
+    lengths: :func:`round_lengths`). Returns (section, the picks)."""
     base_comm, base_bytes = stats.baseline(g, "comm_params"), stats.baseline(g, "comm_bytes")
     acc = acc_header(table_def.metric, {n: runs[n] for n in table_def.run_names() if n in runs})
     cols = [Column(c, acc, acc) if c == "acc" else column(c) for c in table_def.columns]
@@ -357,6 +375,7 @@ def _rows_section(table_def: TableDef, g, runs: dict, stats: _RunStats) -> tuple
     if table_def.layout == "target":
         tgt = f"{100 * table_def.target:g}%"
         cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
+                 Column("iters", f"Iterations to {tgt}", f"Iterations to {latex_escape(tgt)}"),
                  Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
         cols += [Column("time_s", f"Time to {tgt} (s)", f"Time to {latex_escape(tgt)} (s)")] if timed else []
     rows, meta = [], []
@@ -365,6 +384,7 @@ def _rows_section(table_def: TableDef, g, runs: dict, stats: _RunStats) -> tuple
         if table_def.layout == "target":
             reach = rounds_to_target(stats.per_seed(name), table_def.target, table_def.metric)
             cells += [diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
+                      fmt_reach(reach.iterations, reach.reached, reach.n, 1, "{:g}", counts=False),
                       fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
             cells += [fmt_reach(reach.time_s, reach.reached, reach.n, 1, "{:.1f}", counts=False)] if timed else []
         rows.append(cells)
@@ -431,11 +451,24 @@ def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
     return Section(label, header, cols, rows, meta)
 
 
+#: which evaluation of a run an accuracy column shows (a table's ``accuracy``; the final_acc and best_acc columns)
+EVALUATION = {"best": "best evaluation of each run", "final": "last evaluation of each run"}
+
+
+def accuracy_what(table_def: TableDef) -> str:
+    """Which evaluation each accuracy column of the table shows: the table's ``accuracy`` for its accuracy column
+    ("best evaluation of each run"), and the Final acc. / Best acc. columns by their own ("last evaluation of each
+    run in Final acc., best evaluation of each run in Best acc."), never one word over columns that differ."""
+    own = [f"{EVALUATION[c.split('_')[0]]} in {HEADERS[c][0]}" for c in table_def.columns if c in ("final_acc", "best_acc")]
+    if own and not ("acc" in table_def.columns or table_def.layout not in ("rows", "target")):
+        return ", ".join(own)
+    return "; ".join([EVALUATION[table_def.accuracy], *own])
+
+
 def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list, scale: str | None) -> list[str]:
     """The notes under a table: seeds and where the accuracy comes from, the communication baseline, the target, what
     ``select = "best"`` picked, early stopping, the scale, the table's own notes."""
-    acc_what = "best evaluation of each run" if table_def.accuracy == "best" else "last evaluation of each run"
-    notes = [f"{over_seeds(seeds)}; accuracy: {acc_what} "
+    notes = [f"{over_seeds(seeds)}; accuracy: {accuracy_what(table_def)} "
              f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names()})})."]
     bases = list(dict.fromkeys(g.baseline for g in table_def.groups if g.baseline))
     if table_def.layout == "paired" or "comm" in table_def.columns:
@@ -443,12 +476,15 @@ def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list,
     if table_def.layout == "target":
         what = {"test_acc": "test accuracy", "auto": "accuracy (personal_acc for personalized runs, else test_acc)"}.get(
             table_def.metric, f"`{table_def.metric}`")
+        timed = simulated_time(next(iter(runs[n].values())) for n in table_def.run_names() if runs.get(n))
         reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
-                      f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there and the bytes moved "
-                      f"so far (comm_bytes, 1 MB = 10^6 bytes)"
-                      + (", and the simulated seconds so far (sim_time_s, the system model)"
-                         if simulated_time(next(iter(runs[n].values())) for n in table_def.run_names() if runs.get(n)) else "")
-                      + "; (k/n): only k of n seeds reached it; —: none did.")
+                      f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there, the local "
+                      f"iterations done there, the bytes moved so far (comm_bytes, 1 MB = 10^6 bytes)"
+                      + (" and the simulated seconds so far (sim_time_s, the system model)" if timed else "")
+                      + "; (k/n): only k of n seeds reached it; —: none did. " + round_lengths(table_def, runs)
+                      + " Read off the evaluation grid (no interpolation), the rounds, iterations, bytes"
+                      + (" and seconds" if timed else "") + " to the target are upper bounds: the target may have been "
+                      "crossed up to one evaluation interval earlier" + eval_intervals(table_def, runs) + ".")
         if any(c in ("acc", "final_acc", "best_acc") for c in table_def.columns):
             notes.append(reach_note)
         else:
@@ -466,6 +502,47 @@ def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list,
     if table_def.notes:
         notes.append(table_def.notes)
     return notes
+
+
+def round_lengths(table_def: TableDef, runs: dict) -> str:
+    """What a round is for each row of a target table: the local iterations between two full synchronizations, by
+    the runs' legends ("A round is 20 local iterations for every row (FedAvg (τ=20), FedProx (τ=20))"; "Rounds are
+    of different lengths: a round is 6 local iterations for FedAvg (τ=6); 12 for FedLAMA (τ′=6, φ=2), φ × τ′"), read
+    from each run's metrics.csv, over its seeds (a run of local epochs: its seeds' means, whose rounds vary)."""
+    from fedcli.report.groups import iterations_per_round
+
+    per: dict[str, list[str]] = {}
+    for name in table_def.run_names():
+        if not runs.get(name):
+            continue
+        r0 = next(iter(runs[name].values()))
+        lengths = sorted({iterations_per_round(r) for r in runs[name].values()} - {float("nan")})
+        lengths = [v for v in lengths if v == v]  # no evaluation yet: nan
+        if not lengths:
+            continue
+        lo, hi = lengths[0], lengths[-1]
+        said = f"{lo:.4g}" if lo == hi else f"{lo:.4g} to {hi:.4g}"
+        said += "" if all(float(v).is_integer() for v in lengths) else " on average"
+        per.setdefault(said, []).append(r0.legend() + (", φ × τ′" if r0.layerwise else ""))
+    if not per:
+        return ""
+    said = [f"{k} local iterations for {', '.join(dict.fromkeys(v))}" for k, v in per.items()]
+    if len(said) == 1:
+        return f"A round is {said[0]}."
+    return "Rounds are of different lengths (compare iterations, not rounds): a round is " + "; ".join(said) + "."
+
+
+def eval_intervals(table_def: TableDef, runs: dict) -> str:
+    """ " (an evaluation every 24 local iterations)" (or "every 4 to 24 ...") from the runs' evaluation grids."""
+    steps = set()
+    for name in table_def.run_names():
+        for r in (runs.get(name) or {}).values():
+            its = [row["iteration"] for row in r.metrics]
+            steps |= {b - a for a, b in zip(its, its[1:])}
+    if not steps:
+        return ""
+    lo, hi = min(steps), max(steps)
+    return f" (an evaluation every {lo:g} local iterations)" if lo == hi else f" (evaluations {lo:g} to {hi:g} local iterations apart)"
 
 
 # ------------------------------------------------------------------------------------------------ render
@@ -528,7 +605,28 @@ def caption_text(title: str, notes: list[str]) -> str:
     title = title.strip()
     if title and title[-1] not in ".!?:":
         title += "."
-    return " ".join(x for x in (title, *notes) if x)
+    text = " ".join(x for x in (title, *notes) if x)
+    return sentence(text)
+
+
+def sentence(text: str) -> str:
+    """``text`` starting upper-case, as a caption starts ("smoke scale of: ..." -> "Smoke scale of: ...")."""
+    return text[:1].upper() + text[1:]
+
+
+def text_cell(cell: Cell) -> bool:
+    """A cell that holds text (a run's name, a method, a status), not a number: set left-aligned."""
+    return set(cell.values) == {"value"} and isinstance(cell.values["value"], str)
+
+
+def alignment(t: Table, ncols: int) -> str:
+    """The tabular's column types: ``l`` for a column of text in every row (:func:`text_cell`: "Run", "Method"),
+    ``r`` for numbers."""
+    cols = []
+    for i in range(ncols):
+        cells = [row[i] for sec in t.sections for row in sec.rows if i < len(row)]
+        cols.append("l" if cells and all(map(text_cell, cells)) else "r")
+    return "".join(cols)
 
 
 def render_latex(t: Table) -> str:
@@ -539,7 +637,7 @@ def render_latex(t: Table) -> str:
     wide = env == "table*"  # scaled to the text width (graphicx's \\resizebox): 13 columns overflow a page otherwise
     lines = ["% needs \\usepackage{booktabs}" + (" and \\usepackage{graphicx}" if wide else "") + " in the preamble",
              f"\\begin{{{env}}}[t]", "\\centering", "\\small", *(["\\resizebox{\\textwidth}{!}{%"] if wide else []),
-             f"\\begin{{tabular}}{{{'r' * ncols}}}", "\\toprule"]
+             f"\\begin{{tabular}}{{{alignment(t, ncols)}}}", "\\toprule"]
     prev_header = None
     for k, sec in enumerate(t.sections):
         if k:

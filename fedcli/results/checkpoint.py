@@ -32,13 +32,14 @@ import torch
 from fedcli.config import flag
 from fedcli.errors import ConfigError, DataError
 from fedcli.results.runstate import resume_command
-from fedcli.safefs import atomic_write, fsync_dir, make_dir
+from fedcli.safefs import atomic_write, open_dir
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
 FOLDER = "checkpoints"
 EXPECTED = f"expected a fedcli checkpoint (torch.save of a '{FORMAT}' version {VERSION} dict)"
 _NAME = re.compile(r"^round-(\d+)\.pt$")
+_STALE = re.compile(r"^\.round-.*\.pt\.tmp")
 
 # Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
@@ -66,27 +67,35 @@ def atomic_save(obj, path: str | Path) -> Path:
     The object is serialized in memory first, so a full disk surfaces as one clean ``OSError`` of the write
     (torch's zip writer would turn it into a RuntimeError); it becomes a one-line error naming the file, and
     the previous file (and every older checkpoint) stays as it was."""
+    path = Path(path)
+    atomic_write(path, _serialized(obj))
+    return path
+
+
+def _serialized(obj) -> memoryview:
     import io
 
-    path = Path(path)
     buf = io.BytesIO()
     torch.save(obj, buf)
-    atomic_write(path, buf.getbuffer())
-    return path
+    return buf.getbuffer()
 
 
 def save(run_dir: str | Path, ckpt: dict, keep: int) -> Path:
-    """Write ``ckpt`` atomically as ``checkpoints/round-NNNNNN.pt`` and keep the last ``keep``."""
-    d = make_dir(folder(run_dir))
+    """Write ``ckpt`` atomically as ``checkpoints/round-NNNNNN.pt`` and keep the last ``keep``: written, listed and
+    removed through a descriptor of ``checkpoints/`` reached from the run folder without following a link
+    (``fedcli.safefs.open_dir``), so a link planted there during the run neither receives nor loses a file."""
     obj = plain(ckpt)
     obj["digests"] = digests(obj)
-    path = atomic_save(obj, d / f"round-{ckpt['round']:06d}.pt")
-    for _, old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
-    for stale in d.glob(".round-*.pt.tmp*"):  # left by a crash in the middle of a save
-        stale.unlink(missing_ok=True)
-    fsync_dir(d)
-    return path
+    name = f"round-{ckpt['round']:06d}.pt"
+    with open_dir(folder(run_dir)) as d:
+        d.atomic_write(name, _serialized(obj))
+        rounds = sorted((int(m.group(1)), n) for n in d.names() if (m := _NAME.match(n)))
+        for _, old in rounds[:-keep]:
+            d.unlink(old)
+        for stale in (n for n in d.names() if _STALE.match(n)):  # left by a crash in the middle of a save
+            d.unlink(stale)
+        d.sync()
+    return folder(run_dir) / name
 
 
 def _tensor_digest(t: torch.Tensor) -> str:

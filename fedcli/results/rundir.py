@@ -29,7 +29,7 @@ INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible",
 SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
 #: --system: one row per round, its simulated time and who took part (``fedcli.fl.system.SystemModel.round_row``)
 SYSTEM_COLUMNS = ["round", "iteration", "round_s", "sim_time_s", "sampled", "participants", "unavailable", "dropped",
-                  "partial", "dropped_clients", "partial_clients"]
+                  "partial", "dropped_clients", "partial_clients", "wait_s"]
 #: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
 CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
                    "global_loss", "global_acc"]
@@ -80,6 +80,30 @@ def csv_text(columns: list[str], rows: list[dict], header: bool = True) -> str:
     return buf.getvalue()
 
 
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The rows of one of a run's CSVs (``csv_text``'s files) that were written whole, as text: the one reader of
+    them (reports, ``fedcli.load``, the trackers, a sweep's progress). A row reaches the file whole, newline last
+    (:class:`AppendCSV`), so a last line without its newline is a row cut by a run killed while writing it: it is
+    not read (the file holds the rows before it). [] for a file that is missing, or cut within its header. Any other
+    row whose cell count differs from the header's is a ``ValueError`` naming the file and line (the file was edited)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    text = data[: data.rfind(b"\n") + 1].decode("utf-8")  # up to the last whole line (nothing if none is whole)
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    rows = []
+    for cells in reader:
+        if not cells:  # a blank line: no row
+            continue
+        if len(cells) != len(header):
+            raise ValueError(f"{path.name} line {reader.line_num} has {len(cells)} cells where its header has {len(header)}")
+        rows.append(dict(zip(header, cells)))
+    return rows
+
+
 def _reopen_at(f, path: Path, size: int):
     """``f`` (opened for appending) cut back to ``size`` bytes and reopened: the buffered part of a failed write
     is dropped, so no partial row stays in the file."""
@@ -106,6 +130,8 @@ class AppendCSV:
         self.path, self.columns = Path(path), list(columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
         self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
+        if not new:  # a file an older fedcli began (a run resumed since): its rows go on with its own header's columns
+            self.columns = _kept_header(self.path, self.columns)
         self.f = open_file(self.path, "a", newline="")  # never through a link; errors are one line
         if new:
             self._write(csv_text(self.columns, []))
@@ -136,6 +162,16 @@ class AppendCSV:
 
     def close(self) -> None:
         self.f.close()
+
+
+def _kept_header(path: Path, columns: list[str]) -> list[str]:
+    """The columns an existing CSV goes on with: its header where that is the first columns of ``columns`` (a column
+    added since, such as system.csv's ``wait_s``, stays out of a file whose header lacks it, so that every row has its
+    header's length), else ``columns``."""
+    with open(path, newline="") as f:
+        first = f.readline()
+    header = next(csv.reader([first]), []) if first.endswith("\n") else []
+    return header if header and len(header) < len(columns) and columns[:len(header)] == header else columns
 
 
 def versions() -> dict:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +53,20 @@ def config_diff(expected: dict, recorded: dict) -> list[str]:
             continue
         if k == "clients" and expected.get("partition_file"):
             continue
-        if recorded[k] != v:
+        if recorded[k] != v and not _moved_with_run(v, recorded[k], expected.get("out"), recorded.get("out")):
             out.append(k)
     return out
+
+
+def _moved_with_run(expected, recorded, expected_out, recorded_out) -> bool:
+    """Whether two absolute paths (a data folder, a partition or trace file) are one path moved along with the run
+    directory: the same relative to where the run was recorded (its absolute ``out``) and to where it is expected now
+    (a checkout moved with its results and data, swept again from where it is)."""
+    if not all(isinstance(p, str) and os.path.isabs(p) for p in (expected, recorded, recorded_out)) \
+            or not isinstance(expected_out, str) or not expected_out:
+        return False
+    here = os.path.abspath(expected_out)
+    return here != recorded_out and os.path.relpath(expected, here) == os.path.relpath(recorded, recorded_out)
 
 
 def config_matches(expected: dict, recorded: dict) -> bool:

@@ -95,7 +95,7 @@ class SweepManifest:
             "fedcli_sweep": FORMAT,
             "recipe": where,  # absolute: the re-run commands work from any folder (recipe_of reads older files too)
             "recipe_from_sweep": os.path.relpath(where, Path(self.root).resolve()),  # a checkout moved with its results
-            "recipe_sha256": hashlib.sha256(r.text.encode()).hexdigest(),
+            "recipe_sha256": text_sha256(r.text),  # the sweep's identity, with its scale (the paths are hints)
             "title": r.title, "paper": r.paper, "fidelity": r.fidelity,
             "scale": r.scale, "seeds": self.seeds,
             "created": self.created, "updated": now(),
@@ -129,26 +129,54 @@ def recipe_of(manifest: dict, root: str | Path) -> Path | None:
     """The recipe file of the sweep in ``root`` (its ``sweep.json`` read into ``manifest``), wherever the reader is;
     None if it cannot be found. Written since issue 48: ``recipe`` is absolute and ``recipe_from_sweep`` relative to
     the sweep folder (a checkout moved with its results). Older files kept ``recipe`` as typed, relative to the folder
-    the sweep was started in: looked for there (the current folder), in the sweep folder and in each folder above it,
-    the first file whose text has the recorded ``recipe_sha256`` first, else the first that exists."""
+    the sweep was started in: looked for there (the current folder), in the sweep folder and in each folder above it.
+    The file whose text has the recorded ``recipe_sha256`` comes first (:func:`recipe_by_text`: also a recipe renamed
+    beside where it was), else the first that exists."""
+    same = recipe_by_text(manifest, root)
+    if same is not None:
+        return same
+    found = [c for c in recipe_hints(manifest, root) if c.is_file()]
+    return found[0].resolve() if found else None
+
+
+def recipe_hints(manifest: dict, root: str | Path) -> list[Path]:
+    """Where ``sweep.json`` says its recipe was, most likely first: the recorded path (absolute since issue 48; as
+    typed before, then tried from the current folder, the sweep folder and each folder above it) and the path relative
+    to the sweep folder (``recipe_from_sweep``). Hints only: the recipe's identity is its text
+    (:func:`recipe_by_text`)."""
     stored = str(manifest.get("recipe") or "")
     if not stored:
-        return None
+        return []
     root = Path(root).absolute()
     rel = manifest.get("recipe_from_sweep")
     candidates = [Path(stored)] if Path(stored).is_absolute() else [Path.cwd() / stored, root / stored,
                                                                     *(d / stored for d in root.parents)]
     if isinstance(rel, str) and rel:
         candidates.insert(1, root / rel)
-    found = [c for c in candidates if c.is_file()]
+    return candidates
+
+
+def text_sha256(text: str) -> str:
+    """A recipe's identity as ``sweep.json`` records it (``recipe_sha256``): the sha256 of its text."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def recipe_by_text(manifest: dict, root: str | Path) -> Path | None:
+    """The file that holds the text the sweep in ``root`` was run from (its ``recipe_sha256``): at one of
+    :func:`recipe_hints`, else a ``.toml`` beside one of them (the recipe renamed in its folder); None when no such
+    file is there (or ``sweep.json`` has no hash)."""
     sha = manifest.get("recipe_sha256")
-    for c in found:
+    if not sha:
+        return None
+    hints = recipe_hints(manifest, root)
+    beside = sorted({f for c in hints if c.parent.is_dir() for f in c.parent.glob("*.toml")} - set(hints))
+    for c in [*hints, *beside]:
         try:
-            if sha and hashlib.sha256(c.read_text(encoding="utf-8").encode()).hexdigest() == sha:
+            if c.is_file() and text_sha256(c.read_text(encoding="utf-8")) == sha:
                 return c.resolve()
         except (OSError, UnicodeDecodeError):
             continue
-    return found[0].resolve() if found else None
+    return None
 
 
 def recipe_shown(manifest: dict, root: str | Path) -> str:

@@ -27,8 +27,8 @@ from typing import Any
 
 from fedcli.params import register_params
 
-__all__ = ["FAMILIES", "PARTS", "METHODS", "PartSpec", "Method", "part", "register_method", "register_params", "load",
-           "spec_of"]
+__all__ = ["FAMILIES", "PARTS", "METHODS", "PartSpec", "Method", "Cost", "CostInput", "FORWARD_ONLY", "part",
+           "register_method", "register_params", "load", "spec_of"]
 
 #: the five part families, in the order a method names them
 FAMILIES = ("local_step", "schedule", "codec", "init", "server")
@@ -85,7 +85,70 @@ class Registry(dict):
 # ------------------------------------------------------------------------------------------------------- parts
 #: the declarations a spec inherits from its ``base`` unless it gives its own, copied onto its class when the class is
 #: defined (``fedcli.fl.parts.Part.__init_subclass__``)
-DECLARATIONS = ("requires", "provides", "full_participation", "wraps_base")
+DECLARATIONS = ("requires", "provides", "full_participation", "wraps_base", "cost")
+
+#: a forward pass alone, in forward-backward passes: the system model counts a forward-backward pass as 3 forward
+#: passes (``fedcli.models.flops.TRAIN_FLOPS_PER_FORWARD``: the backward pass costs twice the forward)
+FORWARD_ONLY = 1.0 / 3.0
+
+
+@dataclass(frozen=True)
+class CostInput:
+    """What a part's :class:`Cost` may depend on, for one client in one round: the part's options (``params``), the
+    round (from 0), the client's training split (``split`` samples; ``samples`` of them it trains on: fewer when the
+    method holds some back, FedFomo's validation part), the mini-batch size (``batch``, ``--batch-size`` as the run
+    uses it), ``drop_last``, the clients in the round (``clients``) and ``epoch_steps(E)``: the local steps of E epochs
+    over the client's samples (``fedcli.fl.budget.epoch_steps``, each of min(batch, samples) samples)."""
+
+    params: Any
+    round_idx: int
+    split: int
+    samples: int
+    batch: int
+    drop_last: bool
+    clients: int
+    epoch_steps: Any = None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The work a part does beyond FedAvg's (one forward-backward pass of the step's mini-batch per local step, the
+    model's synchronizations), declared once with the part (``part(..., cost=Cost(...))``) and charged by the system
+    model (``--system``, ``fedcli.fl.system``; docs/system-model.md's table). Each field is a number or a function of a
+    :class:`CostInput`:
+
+    - ``step``: extra forward-backward passes of the local step's mini-batch, per local step (pFedMe's K inner steps
+      are K passes where FedAvg takes 1: ``K - 1``); a forward pass alone counts :data:`FORWARD_ONLY`;
+    - ``round``: extra forward-backward passes of single samples, per client and round (Ditto's personalized
+      epochs: its steps x its batch; a full-batch gradient: the client's samples);
+    - ``trips``: extra round trips between a client and the server per round, each 2 x the client's latency (Mime's
+      exchange of the full-batch gradients before the local steps).
+
+    The extra bytes a part moves are not declared here: they are what it records in the ledger
+    (``view.ledger.record_transfer``), which the system model charges too. ``source``: the paper and algorithm line
+    the cost follows."""
+
+    step: Any = 0.0
+    round: Any = 0.0
+    trips: Any = 0.0
+    source: str = ""
+
+    @staticmethod
+    def value(field, given: "CostInput") -> float:
+        return float(field(given) if callable(field) else field)
+
+    def step_passes(self, given: "CostInput") -> float:
+        return self.value(self.step, given)
+
+    def round_passes(self, given: "CostInput") -> float:
+        return self.value(self.round, given)
+
+    def round_trips(self, given: "CostInput") -> float:
+        return self.value(self.trips, given)
+
+
+#: no work beyond FedAvg's: the default of every part
+NO_COST = Cost()
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,10 +157,11 @@ class PartSpec:
 
     ``Params`` and ``uses`` are what this part adds to its ``base``'s (a part reads its base's options too);
     ``requires`` (family -> capability), ``provides`` (capabilities), ``full_participation`` (every client every
-    round: cross-silo) and ``wraps_base`` (an init built around the method's own) are inherited from ``base`` unless
-    given. The spec is the only registration of its part: the torch class (``impl``, ``"module:Class"``) names nothing
-    of it; when the class is defined it finds its spec here by its own ``module:Class`` (:func:`spec_of`), is checked
-    to extend the class of the spec's ``base``, and gets the declarations. Declare a spec before its class."""
+    round: cross-silo), ``wraps_base`` (an init built around the method's own) and ``cost`` (its work beyond FedAvg's,
+    :class:`Cost`) are inherited from ``base`` unless given. The spec is the only registration of its part: the torch
+    class (``impl``, ``"module:Class"``) names nothing of it; when the class is defined it finds its spec here by its
+    own ``module:Class`` (:func:`spec_of`), is checked to extend the class of the spec's ``base``, and gets the
+    declarations. Declare a spec before its class."""
 
     family: str
     name: str
@@ -109,6 +173,7 @@ class PartSpec:
     provides: frozenset | None = None
     full_participation: bool | None = None
     wraps_base: bool | None = None
+    cost: Cost | None = None
 
     def chain(self) -> tuple["PartSpec", ...]:
         """This spec and the ones it extends, bases first."""
@@ -136,7 +201,7 @@ class PartSpec:
         for s in reversed(self.chain()):
             if getattr(s, name) is not None:
                 return getattr(s, name)
-        return {"requires": {}, "provides": frozenset()}.get(name, False)
+        return {"requires": {}, "provides": frozenset(), "cost": NO_COST}.get(name, False)
 
     def load(self) -> type:
         """The torch class that implements the part (imports its module; defining it binds it to this spec)."""

@@ -5,7 +5,7 @@ FedAdagrad) the adaptive local step they build on, the v_hat servers' base and F
 import math
 from fedcli.errors import ConfigError
 from fedcli.params import opt, register_params
-from fedcli.specs import part
+from fedcli.specs import Cost, part
 from fedcli.specs.parts import AVERAGE
 
 
@@ -47,4 +47,7 @@ ADAPTIVE_STEP = part("local_step", "", "fedcli.fl.adaptive:AdaptiveStep", Params
 VHAT = part("server", "", "fedcli.fl.adaptive:VhatServer", base=AVERAGE, Params=AdaptiveParams,
             provides=frozenset({"vhat"}))
 #: Fed-LAMB's and Fed-AMS's server: v_hat <- max(v_hat, mean of the cohort's v)
-VHAT_MAX = part("server", "vhat-max", "fedcli.fl.adaptive:VhatMaxServer", base=VHAT, requires={"local_step": "v"})
+#: (its cost: no extra passes; its bytes, each client's v up and v_hat down at a synchronization, are its ledger records)
+VHAT_MAX = part("server", "vhat-max", "fedcli.fl.adaptive:VhatMaxServer", base=VHAT, requires={"local_step": "v"},
+                cost=Cost(source="Fed-LAMB (Karimi, Li, Li), Algorithm 1, line 20: v up, v_hat down every "
+                                 "--vhat-every rounds (bytes only)"))

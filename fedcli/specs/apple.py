@@ -6,7 +6,7 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.params import opt, register_params
-from fedcli.specs import Method, part, register_method
+from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SGD
 
 
@@ -21,8 +21,11 @@ class AppleParams:
     apple_upload: str = opt("personal", "APPLE: what a client uploads as its core model: personal (its personalized model of the last batch, PFLlib's code) or core (its trained core model, the paper).", choices=["personal", "core"], group="personalized")
 
 
+#: (its cost: no extra passes, the personalized model is a weighted sum of the cores; its bytes, the M - 1 core
+#: models each client downloads beside the global one, are its ledger records)
 STEP = part("local_step", "apple", "fedcli.fl.algorithms.apple:AppleStep", base=SGD, Params=AppleParams,
-            full_participation=True)
+            full_participation=True,
+            cost=Cost(source="APPLE (Luo and Wu, IJCAI 2022), Algorithm 1: M core models down per round (bytes only)"))
 
 
 register_method(Method("apple", "each client mixes all clients' core models with a learned DR vector per batch (Luo & Wu 2022); "

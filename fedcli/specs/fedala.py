@@ -15,7 +15,7 @@ part is in ``fedcli/fl/algorithms/fedala.py``.
 """
 
 from fedcli.params import opt, register_params
-from fedcli.specs import Method, part, register_method
+from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import OVERWRITE
 
 
@@ -34,7 +34,17 @@ class ALAParams:
 
 
 #: ALA wraps the method's own init (the engine builds it with ``base=``)
-ALA = part("init", "ala", "fedcli.fl.algorithms.fedala:ALAInit", base=OVERWRITE, Params=ALAParams, wraps_base=True)
+def ala_passes(g) -> int:
+    """One pass of the weight learning over the client's s% slice (int(s/100 n_i) samples) a round: the rule of every
+    round after a client's initial stage ("we train only one epoch for W_i^p when t > 2"); none with --ala-layers 0."""
+    return int(g.params.ala_sample_percent / 100 * g.samples) if g.params.ala_layers > 0 else 0
+
+
+#: its cost: ALA learns the element-wise weights W by gradient steps on s% of the local data before training (Eq. 5)
+ALA = part("init", "ala", "fedcli.fl.algorithms.fedala:ALAInit", base=OVERWRITE, Params=ALAParams, wraps_base=True,
+           cost=Cost(round=ala_passes,
+                     source="FedALA (Zhang et al., AAAI 2023), Algorithm 1 and Eq. 5: W trained on s% of the local "
+                            "data, one epoch a round for t > 2 (the initial stage's repeated passes are not charged)"))
 
 
 register_method(Method("fedala", "FedAvg + adaptive local aggregation (ALA) init, personalized (Zhang et al. 2023); --ala-*",

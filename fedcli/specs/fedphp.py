@@ -5,7 +5,7 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.params import opt, register_params
-from fedcli.specs import Method, part, register_method
+from fedcli.specs import FORWARD_ONLY, Cost, Method, part, register_method
 from fedcli.specs.parts import OVERWRITE, SGD
 
 
@@ -18,7 +18,12 @@ class FedPHPParams:
 
 
 INIT = part("init", "fedphp", "fedcli.fl.algorithms.fedphp:PHPInit", base=OVERWRITE, Params=FedPHPParams)
-STEP = part("local_step", "fedphp", "fedcli.fl.algorithms.fedphp:PHPStep", base=SGD, Params=FedPHPParams)
+#: its cost: the MMD term compares the batch's representations under the local and the global model, a forward pass
+#: of the global model per local step (none with --php-lambda 0)
+STEP = part("local_step", "fedphp", "fedcli.fl.algorithms.fedphp:PHPStep", base=SGD, Params=FedPHPParams,
+            cost=Cost(step=lambda g: FORWARD_ONLY if g.params.php_lambda else 0.0,
+                      source="FedPHP (Li et al., ECML PKDD 2021), the local objective (1 - lambda) CE + lambda MMD "
+                             "to the global model's representation: its forward pass on every mini-batch"))
 
 
 register_method(Method("fedphp", "inherited private models: moving-average init mu*t/T of own and global model, CE + MMD to the global representation (Li et al. 2021); --php-mu, --php-lambda",

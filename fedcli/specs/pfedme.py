@@ -5,7 +5,7 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 """
 
 from fedcli.params import opt, register_params
-from fedcli.specs import Method, part, register_method
+from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SERVER_LR, SGD
 
 
@@ -19,8 +19,13 @@ class PFedMeParams:
     pfedme_beta: float = opt(1.0, "pFedMe: server mix beta: global <- (1 - beta) * previous + beta * average (FedALA appendix: 1.0).", lo=0.0, lo_open=True, group="personalized")
 
 
+#: its cost: each local mini-batch's personalized problem is solved by K gradient steps on theta (Alg. 1, line 7, "find a
+#: delta-approximate theta_i(w_i,r)": the reference's K = --pfedme-k inner steps), K forward-backward passes of the
+#: batch where FedAvg takes one; the w update (line 8) takes none
 STEP = part("local_step", "pfedme", "fedcli.fl.algorithms.pfedme:PFedMeStep", base=SGD, Params=PFedMeParams,
-            uses=("lr",))
+            uses=("lr",), cost=Cost(step=lambda g: g.params.pfedme_k - 1,
+                                    source="pFedMe (T Dinh et al., NeurIPS 2020), Algorithm 1, line 7: K inner steps on "
+                                           "theta per mini-batch (--pfedme-k)"))
 SERVER = part("server", "pfedme", "fedcli.fl.algorithms.pfedme:PFedMeServer", base=SERVER_LR, Params=PFedMeParams)
 
 

@@ -3,11 +3,15 @@
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/scaffold.py``.
 """
 
-from fedcli.specs import Method, part, register_method
+from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SGD
 
 
-STEP = part("local_step", "scaffold", "fedcli.fl.algorithms.scaffold:ScaffoldStep", base=SGD)
+#: its cost: no extra passes (the correction c - c_i is added to the gradient); its bytes, c down and c_i+ - c_i up
+#: per client and round, are its ledger records
+STEP = part("local_step", "scaffold", "fedcli.fl.algorithms.scaffold:ScaffoldStep", base=SGD,
+            cost=Cost(source="SCAFFOLD (Karimireddy et al., ICML 2020), Algorithm 1: (x, c) down, (Delta y_i, "
+                             "Delta c_i) up; option II's c_i+ needs no gradient (bytes only)"))
 
 
 register_method(Method("scaffold", "local SGD corrected by control variates, option II (Karimireddy et al. 2020); --server-lr",

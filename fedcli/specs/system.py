@@ -212,6 +212,8 @@ class SystemParams:
     system_trace: str = opt("", "System model: a CSV with one row per client (columns client, speed, uplink, downlink, latency; units as the options); the row of client i replaces its draws. docs/system-model.md says how to convert FedScale's traces.", group="system")
     availability: float = opt(1.0, "System model: probability that a sampled client is available in a round (drawn per seed, round and client); an unavailable client sits the round out.", lo=0.0, hi=1.0, lo_open=True, group="system")
     availability_trace: str = opt("", "System model: a CSV of on-intervals (columns client, start, end; simulated seconds, end may be inf): a client is available in a round whose simulated start lies in one of its intervals (a client without a row never is), and then with probability --availability. docs/system-model.md converts FedScale's client behaviour trace.", group="system")
+    sampling: str = opt("cohort", "System model: whom a round asks. cohort: the round's cohort (--active-ratio) is sampled from every client, and those of it available take part; a round whose cohort is all offline (--availability-trace) waits for the first of it to come online. available: FedScale's practice, the cohort is sampled among the clients available at the round's start (waiting for the first to come online), ceil(--overcommit x K) of them, and the first K to finish are kept. docs/system-model.md.", choices=["cohort", "available"], group="system")
+    overcommit: float = opt(1.0, "System model, --sampling available: sample ceil(overcommit x K) of the available clients and keep the first K to finish (FedScale's over-commitment, e.g. 1.3); 1: none.", lo=1.0, group="system")
     deadline: float = opt(0.0, "System model: round deadline in simulated seconds (0: none; at most 1e9). A client whose own steps and transfers take longer misses it (--on-deadline).", lo=0.0, hi=MAX_SECONDS, group="system")
     on_deadline: str = opt("drop", "System model: a client that misses the deadline is dropped, not aggregated (drop: FedAvg's practice), or runs the local steps that fit and its partial work is kept (keep-partial: FedProx's; FedNova normalizes the unequal steps).", choices=["drop", "keep-partial"], group="system")
     server_time: float = opt(0.0, "System model: the server's time per round in seconds (aggregation, a constant; at most 1e9).", lo=0.0, hi=MAX_SECONDS, group="system")
@@ -229,6 +231,9 @@ class SystemParams:
                 raise ConfigError(f"--{flag} is an option of the system model, which is off: add --system (system = true in "
                                   f"a recipe), or leave --{flag} out (docs/system-model.md)", key=changed[0])
             return
+        if self.overcommit != 1.0 and self.sampling != "available":
+            raise ConfigError(f"--overcommit {self.overcommit:g} needs --sampling available (it over-commits the clients "
+                              f"sampled among those online; docs/system-model.md)", key="overcommit")
         if self.on_deadline != "drop" and not self.deadline:
             raise ConfigError(f"--on-deadline {self.on_deadline} needs a --deadline: without one no client misses a "
                               f"round and the option would do nothing", key="on_deadline")

@@ -19,8 +19,10 @@ How the time is estimated (an estimate: the plan line says its basis):
   other data, the load; ``--mpi`` (and a Slurm job) starts a process and loads the data for every run;
   ``--in-process`` loads the data for every run in the sweep's own process.
 - Not in it: methods' extra local work (Ditto's second model, ALA's weight learning, ...), bookkeeping that grows
-  with the model (the reference's MLP is small), the stacked trainer's speed-up on dense models, and a machine
-  busier than when it was measured. Once runs of the sweep folder are complete, their measured wall times calibrate
+  with the model (the reference's MLP is small) and the stacked trainer's speed-up on dense models. On a busy
+  machine (1-minute load average plus the sweep's own threads above the cores) the plan says the time at that load
+  beside the idle machine's (:class:`Load`: every thread gets its share of the cores), until completed runs calibrate
+  it. Once runs of the sweep folder are complete, their measured wall times calibrate
   the per-run part (ratio of measured to estimated, applied to the runs still to go); while the sweep runs, its
   progress recalibrates on the runs it has finished (fedcli/cli/sweep.py).
 
@@ -76,6 +78,12 @@ class Estimate:
     startup_s: float = 0.0                        # start-up time in the wall estimate, before any run (worker processes)
     overhead: "Overheads | None" = None           # the measured start-up and data-loading times it used
     executor: str = "pool"
+    load: "Load | None" = None                    # the machine's load when estimated (load_factor); None: not known
+
+    @property
+    def loaded_s(self) -> float:
+        """The wall time at the machine's current load: :attr:`seconds` (an idle machine's) x the load factor."""
+        return self.seconds * (self.load.factor if self.load is not None else 1.0)
 
     def text(self) -> str:
         if self.client_steps == 0 and not self.unknown:
@@ -90,23 +98,45 @@ class Estimate:
         else:
             basis.append("not yet calibrated on runs of this sweep")
         threads = "/".join(str(t) for t in sorted(self.threads)) or "?"
-        out = (f"{self.client_steps:,} client steps; estimated ~{short_s(self.seconds)} on this machine at {threads} "
+        busy = self.load is not None and self.load.factor > 1.0
+        said = (f"{short_s(self.loaded_s)} on this machine at its current load ({self.load.text()}; "
+                f"~{short_s(self.seconds)} idle)") if busy else f"{short_s(self.seconds)} on this machine"
+        out = (f"{self.client_steps:,} client steps; estimated ~{said} at {threads} "
                f"torch thread(s) per run (an estimate; basis: {'; '.join(basis)})")
-        busy = busy_note()
-        if busy:
-            out += f"; {busy}"
         if self.unknown:
             out += f"; not estimated: {'; '.join(self.unknown[:3])}" + (f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else "")
         return out
 
 
-def busy_note() -> str:
-    """A word when other processes keep the CPU busy: timings (and runs) are then slower than on an idle machine."""
+@dataclass(frozen=True)
+class Load:
+    """The machine's load when the sweep is planned: ``average`` runnable processes (the 1-minute load average) on
+    ``cores``, and the threads the sweep's own runs will add (``ours``: jobs x torch threads, at most ``cores``)."""
+
+    average: float
+    cores: int
+    ours: int
+
+    @property
+    def factor(self) -> float:
+        """How much slower than on an idle machine the runs go: with ``average`` other runnable processes beside the
+        ``ours`` threads of the sweep, every thread gets ``cores / (average + ours)`` of a core when that is below one
+        (the steps were timed at their best, as on an idle machine: a sweep estimated at 13 s took 58 s on 2 cores at
+        load ~7; issue 57)."""
+        return max(1.0, (self.average + self.ours) / max(1, self.cores))
+
+    def text(self) -> str:
+        return f"load {self.average:.1f} on {self.cores} cores, runs about x{self.factor:.2g} slower than idle"
+
+
+def load_factor(jobs: int, threads: int) -> Load | None:
+    """The machine's :class:`Load` for ``jobs`` runs of ``threads`` torch threads at a time; None where the load
+    average is not known (no ``os.getloadavg``)."""
     try:
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        average, cores = os.getloadavg()[0], os.cpu_count() or 1
     except (OSError, AttributeError):
-        return ""
-    return f"the machine is busy (load {load:.1f} on {cores} cores): timed under that load" if load > cores else ""
+        return None
+    return Load(average, cores, min(cores, max(1, jobs) * max(1, threads)))
 
 
 def fmt_duration(s: float) -> str:
@@ -581,6 +611,8 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
     total = sum(est.per_run.values())
     longest = max(est.per_run.values(), default=0.0)
     est.seconds = est.startup_s + max(total / max(1, jobs), longest)
+    # the load now, unless completed runs calibrated the estimate: their wall times carry the load they ran under
+    est.load = None if est.calibrated else load_factor(jobs * max(1, mpi), max(est.threads, default=1))
     return est
 
 

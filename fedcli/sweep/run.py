@@ -17,7 +17,6 @@ damaged. ``sweep.json`` is replaced atomically after every run. One sweep at a t
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import signal
@@ -34,7 +33,8 @@ from fedcli.safefs import refuse_link
 from fedcli.sweep.executors import Executor
 
 from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, entry_dirs, last_line,  # noqa: F401
-                                     load_manifest, recipe_of, path_ref, recipe_shown, run_state)
+                                     load_manifest, recipe_by_text, recipe_hints, recipe_of, path_ref, recipe_shown,
+                                     run_state, text_sha256)
 
 if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
     from fedcli.recipes import SweepRecipe
@@ -212,12 +212,14 @@ def _at_scale(scale: str | None) -> str:
     return f"--scale {scale}" if scale else "its base scale (no --scale)"
 
 
-def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None:
-    """Why the sweep folder ``root`` holds another sweep than this one (one clause naming both), or None: its
-    ``sweep.json`` names another recipe (found wherever it is: :func:`fedcli.results.sweepdir.recipe_of`; a copy
-    with the same text counts as the same), the same recipe at another ``--scale`` (its runs, stale at this scale,
-    would be trained again over the others), or a table or figure this recipe does not make. A sweep there would
-    replace it: ``sweep.json`` would describe this recipe, and no report could be made of the other's runs."""
+def another_sweep(root: Path, recipe: SweepRecipe, products: dict, runs: list[PlannedRun] | None = None) -> str | None:
+    """Why the sweep folder ``root`` holds another sweep than this one (one clause naming both, and what a sweep there
+    would do to its runs: :func:`_fate`), or None. A sweep is what defines its runs: its recipe's text
+    (``recipe_sha256``) and its scale, not the recipe's file name or path (kept as hints). So the folder holds another
+    sweep when its ``sweep.json`` has another recipe text, unless that recipe was edited in place (:func:`same_recipe`);
+    the same recipe at another ``--scale`` (its runs, stale at this scale, would be trained again over the others);
+    or a table or figure this recipe does not make. A sweep there would replace it: ``sweep.json`` would describe this
+    recipe, and no report could be made of the other's runs. ``runs``: this sweep's planned runs (their states)."""
     if not root.is_dir():
         return None
     refuse_link(root / MANIFEST)  # a link there is refused (exit 2) before it is read, as before it is written
@@ -225,14 +227,11 @@ def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None
     if not old:
         return None
     mine = path_ref(recipe.path)
-    if old.get("recipe_sha256") != hashlib.sha256(recipe.text.encode()).hexdigest():
-        theirs = recipe_of(old, root)  # not found (moved, deleted): the same file name counts as the same recipe
-        if (str(theirs) != mine) if theirs is not None else Path(str(old.get("recipe") or "")).name != recipe.path.name:
-            return (f"--out {root} holds the sweep of {recipe_shown(old, root)}, not of {mine} (its runs would stay on disk, "
-                    f"but no report could be made of them)")
+    if not same_recipe(old, root, recipe):
+        return f"--out {root} holds the sweep of {recipe_shown(old, root)}, not of {mine} ({_fate(old, root, runs)})"
     if (old.get("scale") or None) != (recipe.scale or None):  # its runs would be stale here and trained again
         return (f"--out {root} holds the sweep of {recipe_shown(old, root)} at {_at_scale(old.get('scale'))}, not at "
-                f"{_at_scale(recipe.scale)} (its runs would be trained again at this scale)")
+                f"{_at_scale(recipe.scale)} ({_fate(old, root, runs, 'at this scale')})")
     made = {(kind, d.get("name")) for kind in ("tables", "figures") for d in products.get(kind, [])}
     lost = [f"{kind[:-1]} '{d.get('name')}'" for kind in ("tables", "figures") for d in old.get(kind, []) or []
             if (kind, d.get("name")) not in made]
@@ -240,6 +239,49 @@ def another_sweep(root: Path, recipe: SweepRecipe, products: dict) -> str | None
         return (f"--out {root} holds a sweep of {recipe_shown(old, root)} with {', '.join(lost)}, which {mine} does not "
                 f"make (no report could be made of them any more)")
     return None
+
+
+def same_recipe(old: dict, root: Path, recipe: SweepRecipe) -> bool:
+    """Whether the sweep whose ``sweep.json`` is ``old`` was run from ``recipe``: the same text, wherever either file
+    is (a copy, a checkout moved); or ``recipe`` is the file it was run from, edited in place: it is where
+    ``sweep.json`` says (:func:`~fedcli.results.sweepdir.recipe_hints`) and the old text is in no file there or
+    beside it (a recipe renamed away and another written under its name is another recipe). A ``sweep.json`` without
+    the hash (none is known) is decided by the path alone."""
+    sha = old.get("recipe_sha256")
+    if sha == text_sha256(recipe.text):
+        return True
+    if sha and recipe_by_text(old, root) is not None:  # the recorded text lives on in another file: that is its recipe
+        return False
+    mine = path_ref(recipe.path)
+    return any(path_ref(c) == mine for c in recipe_hints(old, root) if c.exists())
+
+
+def _fate(old: dict, root: Path, runs: list[PlannedRun] | None, why: str = "with this recipe's settings") -> str:
+    """What a sweep of ``runs`` into ``root`` does to the runs there, in words: those in a folder this sweep trains
+    (another config: trained over, named), those it keeps (the config it asks for: done), and the other sweep's runs
+    outside its folders (left on disk, but no report could be made of them)."""
+    ours = {p.dir.resolve() for p in runs or []}
+    over = [p for p in runs or [] if p.status in (STALE, CORRUPT, FAILED, INTERRUPTED) and not p.resume]
+    kept = [p for p in runs or [] if p.status == DONE]
+    left = [e for e in old.get("runs", []) or [] if (root / str(e.get("dir", ""))).resolve() not in ours]
+    said = []
+    if over:
+        said.append(f"this sweep would train over its {_runs_named([(p.name, p.seed) for p in over])} {why}")
+    if kept:
+        said.append(f"it would keep {len(kept)} run(s) whose config is the one asked for")
+    if left:
+        said.append(f"its other {len(left)} run(s) would stay on disk, but no report could be made of them")
+    return "; ".join(said) or "none of its runs would be trained over"
+
+
+def _runs_named(runs: list[tuple[str, int]], most: int = 6) -> str:
+    """``run 'avg' seeds 0, 1 and run 'prox' seed 0``: the runs of a list, by name, with their seeds."""
+    by: dict[str, list[int]] = {}
+    for name, seed in runs:
+        by.setdefault(name, []).append(seed)
+    parts = [f"run '{n}' seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}" for n, s in list(by.items())[:most]]
+    more = f" and {len(by) - most} more run(s)" if len(by) > most else ""
+    return ", ".join(parts) + more
 
 
 def check_data(todo: list[PlannedRun], download: bool = False, dry_run: bool = False, notify=None) -> list:
@@ -287,7 +329,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``); ``runs_per_gpu``: at most this
     many local runs at a time on one GPU, or ``auto`` (fedcli/sweep/placement.py; ``gpu_free``: the devices' free bytes, asked
     of the driver when None). A folder that holds another sweep (:func:`another_sweep`) is refused (exit 2, also with
-    ``dry_run``) unless ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was)."""
+    ``dry_run``) unless ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was and which of
+    its runs are trained over)."""
     from fedcli.sweep.placement import parse_runs_per_gpu
 
     per_gpu = parse_runs_per_gpu(runs_per_gpu if runs_per_gpu is not None else "auto")
@@ -307,7 +350,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         res = resources(read_sweep(recipe_path, scale), slurm or {})
     recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None,
                                                            tracker)
-    result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products))
+    result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products, runs))
     if result.replaces and not overwrite:
         raise ConfigError(f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
                           f"to replace it")

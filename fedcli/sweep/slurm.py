@@ -263,16 +263,13 @@ def run_locked(p) -> bool:
 
 def progress(p) -> str:
     """``round R, iteration I / N`` (or ``round R / N``) of a run from the last row of its metrics.csv."""
-    import csv
+    from fedcli.results.rundir import read_rows
 
-    f = p.dir / "metrics.csv"
-    last = None
-    try:
-        with open(f, newline="") as fh:
-            for row in csv.DictReader(fh):
-                last = row
-    except OSError:
+    try:  # whole rows only: the row being written is not read half
+        rows = read_rows(p.dir / "metrics.csv")
+    except (OSError, ValueError, UnicodeDecodeError):
         return "-"
+    last = rows[-1] if rows else None
     if not last:
         return "started"
     if p.config.get("rounds"):

@@ -13,11 +13,11 @@ the manifest and CSVs as artifacts, the tracker runs closed as completed.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 
+from fedcli.results.rundir import read_rows
 from fedcli.trackers import state
 from fedcli.trackers.hook import NOT_SCALARS, TrackerHook, info_of
 
@@ -33,10 +33,8 @@ def cut_off(run_dir: Path, manifest: dict) -> bool:
 
 
 def _rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """The whole rows of a run's CSV (a last row cut by a killed run is not read: ``rundir.read_rows``)."""
+    return read_rows(path) if path.is_file() else []
 
 
 def _number(text) -> float | None:

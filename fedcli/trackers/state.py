@@ -150,9 +150,10 @@ def evaluations(run_dir: Path) -> list[int]:
     must hold."""
     import csv
 
-    try:
-        with open(Path(run_dir) / "metrics.csv", newline="") as f:
-            return [int(float(r["iteration"])) for r in csv.DictReader(f)]
+    from fedcli.results.rundir import read_rows
+
+    try:  # whole rows only: a last row cut by a killed run is not an evaluation
+        return [int(float(r["iteration"])) for r in read_rows(Path(run_dir) / "metrics.csv")]
     except (OSError, ValueError, KeyError, TypeError, csv.Error):
         return []
 

@@ -95,6 +95,43 @@ def test_overwrite_leaves_none_of_the_previous_runs_rows(tmp_path, capsys):
     assert again["layers.csv"] == first["layers.csv"] and len(again["metrics.csv"]) == len(first["metrics.csv"]) == 3
 
 
+def test_overwrite_refuses_a_folder_that_is_not_a_run_directory(tmp_path, capsys):
+    """Issue 56, item 1: --overwrite on the user's own folder (no manifest.json) deleted every file whose name a run
+    uses (clients.csv, system.csv, trackers.log, wandb/, checkpoints/round-*.pt, client-state/...) and trained there;
+    now exit 2 in one line, nothing deleted or written. A manifest.json that is not a run's does not make it one."""
+    mine = tmp_path / "mine"
+    names = ["clients.csv", "system.csv", "ala.csv", "local_loss.csv", "trackers.log", "notes.txt",
+             "wandb/run.txt", "tensorboard/events", "checkpoints/round-000001.pt", "client-state/g0/r0/x.bin"]
+    for name in names:
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text(name)
+    before = sorted(str(p.relative_to(mine)) for p in mine.rglob("*"))
+    for manifest in (None, '{"name": "my web app"}', "not json"):
+        if manifest is not None:
+            (mine / "manifest.json").write_text(manifest)
+        listed = sorted(str(p.relative_to(mine)) for p in mine.rglob("*"))
+        code, _, err = run_main(["train", "--iterations", "4", "--quiet", "--out", str(mine), "--overwrite"], capsys)
+        lines = error_lines(err)
+        assert code == 2 and len(lines) == 1 and f"--out {mine} is not a run directory" in lines[0], err
+        assert sorted(str(p.relative_to(mine)) for p in mine.rglob("*")) == listed
+        assert all((mine / n).read_text() == n for n in names)
+    assert listed == sorted([*before, "manifest.json"])
+
+
+def test_overwrite_of_a_run_directory_keeps_the_users_other_files(tmp_path, capsys):
+    """--overwrite on a run directory removes what the previous run wrote, nothing else: a user's notes beside the
+    run's files stay."""
+    run = tmp_path / "run"
+    args = ["train", "--iterations", "4", "--eval-every", "2", "--quiet", "--out", str(run)]
+    assert main(args) == 0
+    (run / "notes.txt").write_text("mine")
+    (run / "plots").mkdir()
+    (run / "plots" / "a.png").write_text("mine")
+    assert main([*args, "--overwrite"]) == 0
+    assert (run / "notes.txt").read_text() == "mine" and (run / "plots" / "a.png").read_text() == "mine"
+    assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
+
+
 def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "fedcli", "train"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)

@@ -47,6 +47,13 @@ def test_version_and_bare_fedcli():
     assert p.returncode == 0 and "Usage:" in p.stdout and "train" in p.stdout and "fedcli: error" not in p.stderr
 
 
+def test_version_is_a_plain_flag_in_the_help():
+    """`fedcli --help` showed `--version <bool>` as if it took a value (issue 57): it is a flag."""
+    p = cli("--help")
+    line = next(ln for ln in p.stdout.splitlines() if "--version" in ln)
+    assert "<bool>" not in line and "Print the fedcli version and exit." in line
+
+
 def test_brackets_in_help_are_not_eaten():
     p = cli("sweep", "--help")
     assert "[base], [scale.*], [[runs]]" in p.stdout

@@ -292,3 +292,29 @@ def test_sweep_never_writes_client_state_through_a_link(tmp_path, capsys, rel):
     log = root / "ditto" / "seed0.log"
     said = err + (log.read_text() if log.is_file() else "")
     assert "symbolic link" in said and str(link) in said, said
+
+
+@pytest.mark.timeout(300)
+def test_a_link_planted_at_checkpoints_during_the_run_gets_nothing(tmp_path, capsys, monkeypatch):
+    """Issue 56.5: a check, then a write, leaves a window: ``checkpoints/`` swapped for a link after it was checked (here
+    inside the first checkpoint's ``torch.save``, between the folder's check and the file's write) must neither receive
+    a checkpoint nor lose a file. The checkpoint is written through the folder's descriptor (into the folder checked);
+    the next one finds the link and is refused (exit 2)."""
+    import torch
+
+    target = victim(tmp_path, "dir")
+    before = snapshot(target)
+    run = tmp_path / "run"
+    real_save, planted = torch.save, []
+
+    def save_then_plant(obj, f, *a, **k):
+        if not planted and (run / "checkpoints").is_dir():
+            planted.append(True)
+            (run / "checkpoints").rename(run / "checkpoints-moved")
+            (run / "checkpoints").symlink_to(target, target_is_directory=True)
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", save_then_plant)
+    code, err = run_main(TINY + ["--out", str(run)], capsys)
+    assert planted and snapshot(target) == before  # before: round-000001.pt written through the link
+    _refused(code, err, run / "checkpoints")

@@ -5,6 +5,7 @@ The frames are checked against the runs' own CSV files and manifests, read here 
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_load_one_run_and_what_cannot_be_read(results, tmp_path):
 
 
 def test_import_fedcli_and_load_stay_torch_free(results):
-    code = ("import sys, fedcli; r = fedcli.load(sys.argv[1]); r.metrics; r.layers; r.runs; "
+    code = ("import sys, fedcli; r = fedcli.load(sys.argv[1]); r.metrics; r.layers; r.runs; r.system; r.experiments; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(results)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -102,7 +103,8 @@ def test_notebook_example_runs(tmp_path):
                          text=True, timeout=280, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "<fedcli results: 4 run(s)" in out.stdout and "FedLAMA (τ′=2, φ=2)" in out.stdout
-    assert "fedavg (seeds 0, 1)" in out.stdout  # the report's table: one row per experiment
+    # the report's table, returned as a DataFrame: one row per experiment (and not printed: issue 57)
+    assert re.search(r"^\d+\s+fedavg\s+[\d.]+\s+[\d.]+\s+2$", out.stdout, re.M) and "| Run |" not in out.stdout
     assert (tmp_path / "nb" / "figures" / "curves-params.png").is_file()
 
 
@@ -113,7 +115,7 @@ def test_fedcli_report_is_callable_and_still_the_package(results, tmp_path, caps
 
     assert callable(fedcli.report) and fedcli.report.tables is tables
     table, figures = fedcli.report(results / "lama" / "s0", results / "lama" / "s1", figures=tmp_path / "fig")
-    assert "seeds 0, 1" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""  # returned, not printed (issue 57: it printed the whole table)
     assert (tmp_path / "fig" / "curves.pdf").is_file() and (tmp_path / "fig" / "curves-params.pdf").is_file()
     # the table as a DataFrame (the tidy CSV of --format csv): one row per experiment, its numbers as numbers
     runs = fedcli.load(results / "lama").runs
@@ -121,6 +123,9 @@ def test_fedcli_report_is_callable_and_still_the_package(results, tmp_path, caps
     assert table.final_acc_mean.item() == pytest.approx(100 * runs["summary.final_acc"].mean())
     assert tmp_path / "fig" / "curves.pdf" in figures and all(f.is_file() for f in figures)
     assert {f.suffix for f in figures} >= {".png", ".pdf"}
+    again, _ = fedcli.report(results / "lama" / "s0", results / "lama" / "s1", print=True)  # asked: printed as the CLI does
+    out = capsys.readouterr().out
+    assert "(seeds 0, 1) |" in out and "| Run |" in out and again.equals(table)
 
 
 def test_train_and_report_raise_the_commands_error(tmp_path, capsys):
@@ -138,13 +143,17 @@ def test_train_and_report_raise_the_commands_error(tmp_path, capsys):
     assert e.value.exit_code == 2
 
 
+#: the system model with slow clients that miss a deadline and are dropped: system.csv lists their ids
+SYSTEM = ["--system", "--speed", "lognormal:1e7,2", "--deadline", "0.5", "--on-deadline", "drop"]
+
+
 @pytest.fixture(scope="module")
 def kinds(tmp_path_factory):
-    """A global-model run (global/avg) and a personalized one (personal/pc): metrics.csv's personal_acc is empty in the
-    first and clients.csv is the second's only."""
+    """A global-model run (global/avg, trained with --system) and a personalized one (personal/pc): metrics.csv's
+    personal_acc is empty in the first, clients.csv is the second's only, system.csv the first's only."""
     root = tmp_path_factory.mktemp("kinds")
-    for name, algo in (("global/avg", "fedavg"), ("personal/pc", "fedavg-c")):
-        assert main(["train", *ARGS, "--algo", algo, "--out", str(root / name)]) in (0, None)
+    for name, algo, extra in (("global/avg", "fedavg", SYSTEM), ("personal/pc", "fedavg-c", [])):
+        assert main(["train", *ARGS, "--algo", algo, *extra, "--out", str(root / name)]) in (0, None)
     bad = root / "none" / "x"
     bad.mkdir(parents=True)
     (bad / "manifest.json").write_text("{not json")
@@ -157,7 +166,7 @@ IDENTITY = {"run": "object", "experiment": "object", "method": "object", "seed":
 DTYPES = {
     "metrics": {**IDENTITY, "round": "Int64", "iteration": "Int64", "train_loss": "float64", "test_loss": "float64",
                 "test_acc": "float64", "comm_params": "Int64", "comm_bytes": "float64", "wall_s": "float64",
-                "lr": "float64", "skipped_clients": "Int64", "personal_acc": "float64"},
+                "current_lr": "float64", "skipped_clients": "Int64", "personal_acc": "float64"},
     "layers": {**IDENTITY, "layer": "Int64", "name": "object", "kind": "object", "numel": "Int64", "syncs": "Int64",
                "comm_params": "Int64", "comm_bytes": "float64", "interval": "Int64"},
     "intervals": {**IDENTITY, "round": "Int64", "iteration": "Int64", "layer": "Int64", "name": "object",
@@ -165,6 +174,9 @@ DTYPES = {
     "clients": {**IDENTITY, "round": "Int64", "iteration": "Int64", "client": "Int64", "train_samples": "Int64",
                 "test_samples": "Int64", "personal_loss": "float64", "personal_acc": "float64", "global_loss": "float64",
                 "global_acc": "float64"},
+    "system": {**IDENTITY, "round": "Int64", "iteration": "Int64", "round_s": "float64", "sim_time_s": "float64",
+               "sampled": "Int64", "participants": "Int64", "unavailable": "Int64", "dropped": "Int64",
+               "partial": "Int64", "dropped_clients": "object", "partial_clients": "object", "wait_s": "float64"},
 }
 
 
@@ -198,7 +210,7 @@ def test_sweep_runs_carry_their_recipe_name_sweep_and_scale(tmp_path):
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(SWEEP_RECIPE)
     out = tmp_path / "results" / "tiny-smoke"
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(out)]) in (0, None)
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(out)]) in (0, None)
     r = fedcli.load(tmp_path / "results")
     runs = r.runs.set_index("run")
     assert runs.loc["tiny-smoke/fedavg-x1/seed0", ["sweep", "recipe_run", "scale"]].tolist() == \
@@ -206,13 +218,57 @@ def test_sweep_runs_carry_their_recipe_name_sweep_and_scale(tmp_path):
     assert set(r.metrics.recipe_run) == {"FedAvg x1", "FedLAMA phi=2"} and set(r.layers.scale) == {"smoke"}
     table, figures = fedcli.report(out, table="t")
     assert figures == [] and set(table.sweep) == {str(out)}
-    joined = table.merge(r.runs, left_on=["sweep", "right_run"], right_on=["sweep", "recipe_run"])
-    assert list(joined.right_run) == ["FedAvg x1", "FedLAMA phi=2"]
-    # the table's full-training accuracy of each right run is its best evaluation (one seed: the run's own)
-    best = r.metrics.groupby("recipe_run").test_acc.max()
+    # the join docs/reports.md shows: one row per table row (with runs, each came once per seed: issue 57)
+    assert len(table.merge(r.runs, left_on=["sweep", "right_run"], right_on=["sweep", "recipe_run"])) == 2 * len(table)
+    joined = table.merge(r.experiments, left_on=["sweep", "right_run"], right_on=["sweep", "recipe_run"],
+                         validate="many_to_one")
+    assert list(joined.right_run) == ["FedAvg x1", "FedLAMA phi=2"] and len(joined) == len(table)
+    assert list(joined.seeds) == ["0, 1", "0, 1"] and list(joined.n_runs) == [2, 2] and list(joined.completed) == [2, 2]
+    assert list(joined.phi) == [2, 2] and "seed" not in r.experiments.columns and list(joined.schedule) == ["periodic", "lama"]
+    # the table's full-training accuracy of each right run: the mean over its seeds of each seed's best evaluation
+    best = r.metrics.groupby(["recipe_run", "seed"]).test_acc.max().groupby("recipe_run").mean()
     assert list(joined.full_acc_mean) == pytest.approx([100 * best[n] for n in joined.right_run])
     # a run of `fedcli train` has none of the three
     avg = fedcli.load(tmp_path / "results" / "tiny-smoke" / "fedavg-x1" / "seed0").runs
     assert avg.recipe_run.tolist() == ["FedAvg x1"]  # one run directory of a sweep still knows it
     assert main(["train", *ARGS, "--out", str(tmp_path / "own")]) in (0, None)
     assert fedcli.load(tmp_path / "own").runs[["sweep", "recipe_run", "scale"]].isna().all(axis=None)
+
+
+def test_system_frame_per_round(kinds):
+    """``fedcli.load`` had no frame of system.csv (issue 57): one row per round of each run trained with --system, its
+    counts as integers, its seconds as floats and the dropped clients' ids as the text the file holds ("0 2")."""
+    r = fedcli.load(kinds / ".")
+    sysf = r.system
+    want = read(kinds / "global" / "avg" / "system.csv")
+    assert set(sysf.run) == {"global/avg"} and len(sysf) == len(want) == 4
+    assert list(sysf.participants) == [int(w["participants"]) for w in want]
+    assert list(sysf.round_s) == pytest.approx([float(w["round_s"]) for w in want])
+    assert list(sysf.dropped_clients.fillna("")) == [w["dropped_clients"] for w in want]
+    assert sysf.dropped.sum() > 0 and all(isinstance(v, str) for v in sysf.dropped_clients.dropna())
+    assert (sysf.participants + sysf.dropped + sysf.partial <= sysf.sampled).all()
+
+
+def test_frames_merge_with_runs_without_suffixes(kinds):
+    """metrics.csv's ``lr`` and the config's ``lr`` met in a merge as ``lr_x`` / ``lr_y`` (issue 57): the metrics
+    frame names it ``current_lr`` (the learning rate at the evaluation), and no frame shares a column with ``runs``
+    beyond the run's identity."""
+    from fedcli.api import ID_COLUMNS, TABLES
+
+    r = fedcli.load(kinds / ".")
+    for attr in TABLES:
+        merged = getattr(r, attr).merge(r.runs, on=list(ID_COLUMNS))
+        assert not [c for c in merged.columns if c.endswith(("_x", "_y"))], attr
+    m = r.metrics.merge(r.runs, on=list(ID_COLUMNS))
+    assert "lr" not in r.metrics.columns and (m.current_lr == m.lr).all()  # no decay: the config's lr throughout
+    want = read(kinds / "global" / "avg" / "metrics.csv")
+    assert list(r.metrics[r.metrics.run == "global/avg"].current_lr) == pytest.approx([float(w["lr"]) for w in want])
+
+
+def test_run_by_a_name_it_lacks_says_which_it_has(results):
+    """``results.run("lama/s9")`` raised a bare KeyError (issue 57): a ConfigError naming the closest runs."""
+    r = fedcli.load(results)
+    with pytest.raises(ConfigError, match=r"no run named 'lama/s9' in these results; did you mean lama/s1 or lama/s0\? "
+                                          r"the runs here: avg, lama/s0, lama/s1") as e:
+        r.run("lama/s9")
+    assert e.value.exit_code == 2 and r.run("lama/s1").seed == 1

@@ -181,7 +181,8 @@ def test_latex_caption_is_sentences_and_wide_tables_span_both_columns(root):
     assert "\\begin{table*}[t]" in tex and "\\end{table*}" in tex  # 12 columns
     assert "\\usepackage{booktabs}" in tex
     cap = re.search(r"\\caption\{(.*)\}", tex).group(1)
-    assert cap.startswith("smoke scale of: X; ran digits/mlp. Final / best")
+    assert cap.startswith("Smoke scale of: X; ran digits/mlp. Final / best")  # a caption starts upper-case
+    assert "1 MB = 10$^{6}$ bytes" in cap and "textasciicircum" not in cap  # the power as math, never a caret
 
 
 def test_latex_escapes_the_symbols_recipes_write():

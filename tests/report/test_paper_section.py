@@ -71,17 +71,47 @@ def test_paper_section_from_a_finished_sweep(results, capsys):
     # the paragraph: what was run, the command, the versions
     m = json.loads(next((results / "t3").glob("*/*/manifest.json")).read_text())
     assert "Digits: FedAvg against FedLAMA (test recipe)" in md and "seeds 0" in md
-    assert f"Command: `fedcli sweep {results.parent / 't3.toml'} --scale smoke --seeds 1 --out {results / 't3'}`" in md
+    # paths relative to the recipe's root (here the recipe's folder), never absolute (issue 57: a home folder in a
+    # double-blind submission); --out where the folder is not the default one (results/t3-smoke)
+    assert "Command: `fedcli sweep t3.toml --scale smoke --seeds 1 --out results/t3`" in md
+    assert "in `results/t3` (paths relative to the recipe's root folder)" in md
+    assert str(results.parent) not in tex and str(results.parent) not in md
+    assert "## FedLAMA AAAI 2023, Table 3 (a test's digits stand-in) (smoke scale, seed 0)" in md
     assert "at scale smoke (a reduced setting that checks the pipeline, not the paper's numbers)" in md
     assert f"fedcli {m['versions']['fedcli']}" in md
     assert "\\texttt{fedcli sweep" in tex
     # the table in Markdown as fedcli report --table prints it (the paired layout: FedAvg's columns, then FedLAMA's)
-    assert "| LR | τ' | φ | Test acc. | C ratio |" in md and "smoke scale of: t; ran digits/mlp." in tex
+    assert "| LR | τ' | φ | Test acc. | C ratio |" in md and "Smoke scale of: t; ran digits/mlp." in tex  # a caption starts upper-case
     # what is missing: this repository's FedLAMA AAAI recipes, each with the command to run it
     if RECIPES.is_dir():
         assert "recipes/fedlama/aaai-table3.toml" in md and "fedcli sweep recipes/fedlama/aaai-table3.toml --scale smoke" in md
         assert "Not in this section" in md
     assert "paper section ->" in err
+
+
+def test_two_sweeps_of_one_recipe_have_their_own_labels_and_headings(results, tmp_path, capsys):
+    """A smoke sweep and another of the same recipe (here: two seeds) under one folder (issue 57): each table and
+    figure label defined once, each subsection heading saying which sweep it is (scale, seeds)."""
+    both = tmp_path / "both"
+    shutil.copytree(results / "t3", both / "t3")
+    recipe = tmp_path / "t3.toml"
+    recipe.write_text(RECIPE)
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(both / "t3-two"), "--quiet"]) in (0, None)
+    code, _, err = cli(["report", str(both), "--paper", "fedlama-aaai"], capsys)
+    assert code == 0, err
+    tex = (both / "paper-fedlama-aaai" / "section.tex").read_text()
+    labels = re.findall(r"\\label\{([^}]*)\}", tex)
+    assert len(labels) == 6 and len(set(labels)) == 6, labels  # a table and two figures per sweep
+    heads = re.findall(r"\\subsection\{([^\n]*)\}", tex)
+    assert len(heads) == 2 and heads[0] != heads[1], heads
+    assert any("seeds 0, 1)" in h for h in heads) and any("seed 0)" in h for h in heads)
+
+
+def test_long_paths_in_typewriter_type_may_break():
+    from fedcli.report.tables import latex_text
+
+    tex = latex_text("Command: `fedcli sweep recipes/fedlama/aaai-table3.toml --out results/a`.")
+    assert "\\texttt{fedcli sweep recipes/\\allowbreak{}fedlama/\\allowbreak{}aaai-table3.toml -{}-out results/\\allowbreak{}a}" in tex
 
 
 @pytest.mark.parametrize("fontenc", ["", "\\usepackage[T1]{fontenc}"], ids=["OT1", "T1"])
@@ -254,3 +284,17 @@ def test_the_section_checks_each_run_once(results, tmp_path, capsys, monkeypatch
     sweep = json.loads((results / "t3" / "sweep.json").read_text())
     assert sorted(reads) == sorted(Path(e["dir"]).name for e in sweep["runs"])  # each run once
     assert len(builds) == len(sweep["tables"])
+
+
+def test_paper_from_python_returns_the_captions_too(results, tmp_path, capsys):
+    """``fedcli.report(..., paper=...)`` returned each figure's PNG and PDF but not the caption ``NAME.txt`` it wrote
+    beside them, which docs/reports.md lists among the files it drew (issue 56, 16)."""
+    import fedcli
+
+    out = tmp_path / "section"
+    table, figures = fedcli.report(results, paper="fedlama-aaai", output=out)
+    assert table is None and all(f.is_file() for f in figures)
+    drawn = sorted(p for p in (out / "figures").rglob("*") if p.is_file())
+    assert sorted(figures) == drawn and {f.suffix for f in figures} == {".png", ".pdf", ".txt"}
+    for png in (f for f in figures if f.suffix == ".png"):
+        assert png.with_suffix(".txt") in figures and png.with_suffix(".pdf") in figures

@@ -109,7 +109,7 @@ def test_mean_std_by_hand():
     s = mean_std([0.80, 0.82, 0.84])
     assert s.n == 3 and s.mean == pytest.approx(0.82)
     assert s.std == pytest.approx(0.02)  # sqrt((0.02^2 + 0 + 0.02^2) / (3 - 1))
-    assert mean_std([5.0]).std == 0.0 and mean_std([5.0]).mean == 5.0
+    assert math.isnan(mean_std([5.0]).std) and mean_std([5.0]).mean == 5.0  # one value: no sample std (issue 57)
     assert mean_std([1.0, float("nan"), 3.0]).n == 2  # non-finite values are left out
     assert mean_std([]).n == 0 and not mean_std([]).ok
 
@@ -364,13 +364,14 @@ def test_rounds_to_target_by_hand(tmp_path):
     sweeps = find_sweeps(root)
     md = make_table(sweeps, "reach", "md")
     rows = md_rows(md)
-    assert rows[0] == ["Method", "Rounds to 80%", "Comm. to 80% (MB)"]  # the smoke target (scale.smoke overrides 0.9)
-    assert rows[1] == ["Fed-SGD", "2.0 ± 1.0", "2.00 ± 1.00"]       # fedsgd is the registry's fedavg, labelled as the recipe names it
-    assert rows[2] == ["Fed-LAMB", "2.0 ± 1.4 (2/3)", "3.00 ± 2.12"]
-    assert rows[3] == ["Mime", "—", "—"]
+    assert rows[0] == ["Method", "Rounds to 80%", "Iterations to 80%", "Comm. to 80% (MB)"]  # the smoke target (0.8)
+    assert rows[1] == ["Fed-SGD", "2.0 ± 1.0", "9.7 ± 4.7", "2.00 ± 1.00"]  # fedsgd: the registry's fedavg, labelled as the recipe names it
+    assert rows[2] == ["Fed-LAMB", "2.0 ± 1.4 (2/3)", "9.5 ± 7.8", "3.00 ± 2.12"]  # seeds 0 and 1: round 1 of 4 iterations (4), round 3 of 5 (15)
+    assert rows[3] == ["Mime", "—", "—", "—"]
     assert rows[4] == rows[0]  # second group: its own header
-    assert rows[5] == ["Fed-AMS", "3 (1/3)", "2.50"]
-    assert rows[6] == ["Adp-Fed", "1.0 ± 0.0", "0.50 ± 0.00"]
+    assert rows[5] == ["Fed-AMS", "3 (1/3)", "15", "2.50"]
+    assert rows[6] == ["Adp-Fed", "1.0 ± 0.0", "5.0 ± 1.0", "0.50 ± 0.00"]
+    assert "A round is 4 to 6 local iterations for Fed-SGD (E=1), Fed-LAMB (E=1)" in md  # local epochs: per seed
     assert "**one**" in md and "**two**" in md and "at least 80%" in md and "(k/n)" in md
     recs = {r["run"]: r for r in csv.DictReader(make_table(sweeps, "reach", "csv").splitlines())}
     assert float(recs["LAMB"]["rounds_mean"]) == pytest.approx(2.0) and float(recs["LAMB"]["rounds_std"]) == pytest.approx(math.sqrt(2))
@@ -382,8 +383,8 @@ def test_rounds_to_target_by_hand(tmp_path):
     # without the scale, the table's own target (0.9): only Adp reaches it (round 1); SGD seed 2 reaches .90 at round 3
     root = make_round_sweep(tmp_path / "p", [TARGET], scale="paper")
     rows = md_rows(make_table(find_sweeps(root), "reach", "md"))
-    assert rows[0][1] == "Rounds to 90%" and rows[1][1:] == ["3 (1/3)", "3.00"] and rows[2][1:] == ["3 (1/3)", "4.50"]
-    assert rows[6][1:] == ["1.0 ± 0.0", "0.50 ± 0.00"]
+    assert rows[0][1] == "Rounds to 90%" and rows[1][1:] == ["3 (1/3)", "18", "3.00"] and rows[2][1:] == ["3 (1/3)", "15", "4.50"]
+    assert rows[6][1:] == ["1.0 ± 0.0", "5.0 ± 1.0", "0.50 ± 0.00"]
 
 
 def test_target_columns_and_metric(tmp_path):
@@ -391,8 +392,8 @@ def test_target_columns_and_metric(tmp_path):
     root = make_round_sweep(tmp_path / "s", [table])
     md = make_table(find_sweeps(root), "reach", "md")
     rows = md_rows(md)
-    assert rows[0] == ["Run", "LR", "Test acc.", "Rounds to 80%", "Comm. to 80% (MB)"]
-    assert rows[1][:2] == ["SGD", "0.1"] and rows[2][3:] == ["—", "—"]
+    assert rows[0] == ["Run", "LR", "Test acc.", "Rounds to 80%", "Iterations to 80%", "Comm. to 80% (MB)"]
+    assert rows[1][:2] == ["SGD", "0.1"] and rows[2][3:] == ["—", "—", "—"]
     assert "Mean ± sample std over 3 seeds" in md and "at least 80%" in md  # both notes: accuracy and reach
 
 

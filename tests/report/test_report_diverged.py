@@ -49,8 +49,8 @@ def test_diverged_seed_counts_as_not_reaching_the_target(tmp_path):
     sweeps = find_sweeps(make(tmp_path / "s"))
     md = make_table(sweeps, "reach", "md")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
-    assert rows[1] == ["Fed-AMS", "0.01", "2 (1/2) (1 diverged)", "2.00"]  # seed 0 diverged at 50% then 10%: never reached
-    assert rows[2] == ["Fed-LAMB", "0.01", "1.5 ± 0.7", "1.50 ± 0.71"]
+    assert rows[1] == ["Fed-AMS", "0.01", "2 (1/2) (1 diverged)", "14", "2.00"]  # seed 0 diverged at 50% then 10%: never reached
+    assert rows[2] == ["Fed-LAMB", "0.01", "1.5 ± 0.7", "10.5 ± 4.9", "1.50 ± 0.71"]  # 7 iterations a round
     assert "Diverged (exit 4)" in md and "'AMS' seed 0 (training diverged in round 2" in md
     assert len(make_figures(sweeps, tmp_path / "figs")) == 3  # PNG, PDF, caption; the curve of the diverged seed ends where it stopped
 

@@ -96,7 +96,7 @@ def test_rounds_to_target_picks_most_seeds_then_fewest_rounds_first_on_a_tie(run
     t = table(layout="target", target=0.9, columns=["method", "weight_decay"])
     assert t.select_on == "rounds"
     got, _ = rows(t, runs)
-    assert got == [["Fed-LAMB", "0", "2 (1/2)", "2.00"], ["Fed-AMS", "0", "1.5 ± 0.7", "1.50 ± 0.71"]]
+    assert [r[:3] + r[4:] for r in got] == [["Fed-LAMB", "0", "2 (1/2)", "2.00"], ["Fed-AMS", "0", "1.5 ± 0.7", "1.50 ± 0.71"]]
 
 
 def test_select_all_is_every_row_and_the_table_def_round_trips(runs):

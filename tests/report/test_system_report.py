@@ -3,6 +3,8 @@ against simulated time, and a target table gives the simulated time to the targe
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 from fedcli.cli.main import main
@@ -16,13 +18,14 @@ from sweepkit import RECIPE as SWEEP_RECIPE
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "sim_time_s"]
 
 
-def run(path, *, algo, seed, accs, secs):
-    """A run directory: ``accs`` the test accuracy and ``secs`` the simulated time after rounds 1, 2, ..."""
+def run(path, *, algo, seed, accs, secs, per_round=10, config=None):
+    """A run directory: ``accs`` the test accuracy and ``secs`` the simulated time after rounds 1, 2, ...
+    (``per_round`` local iterations each)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "manifest.json").write_text(json.dumps({
         "status": "completed", "method": {"name": algo}, "seed": seed,
-        "config": {"algo": algo, "seed": seed, "out": str(path), "dataset": "mnist", "clients": 10, "system": True}}))
-    write_csv(path / "metrics.csv", METRICS, [{"round": i, "iteration": 10 * i, "train_loss": 1, "test_loss": 1, "test_acc": a,
+        "config": {"algo": algo, "seed": seed, "out": str(path), "dataset": "mnist", "clients": 10, "system": True, **(config or {})}}))
+    write_csv(path / "metrics.csv", METRICS, [{"round": i, "iteration": per_round * i, "train_loss": 1, "test_loss": 1, "test_acc": a,
                                               "comm_params": 100 * i, "comm_bytes": 1e6 * i, "sim_time_s": t}
                                              for i, (a, t) in enumerate(zip(accs, secs), 1)])
     return RunData(path)
@@ -39,10 +42,34 @@ def test_time_to_target_by_hand(tmp_path):
                     lambda k: k)
     md = render(build_table(t, runs, [0, 1]), "md")
     got = [[c.strip() for c in l.strip("|").split("|")] for l in md.splitlines() if l.startswith("| ")]
-    assert got[0] == ["Method", "Rounds to 90%", "Comm. to 90% (MB)", "Time to 90% (s)"]
-    assert got[1] == ["FedAvg", "2.0 ± 0.0", "2.00 ± 0.00", "25.0 ± 7.1"]
-    assert got[2] == ["FedLAMA", "3 (1/2)", "3.00", "12.0"]
+    assert got[0] == ["Method", "Rounds to 90%", "Iterations to 90%", "Comm. to 90% (MB)", "Time to 90% (s)"]
+    assert got[1] == ["FedAvg", "2.0 ± 0.0", "20.0 ± 0.0", "2.00 ± 0.00", "25.0 ± 7.1"]
+    assert got[2] == ["FedLAMA", "3 (1/2)", "30", "3.00", "12.0"]
     assert "and the simulated seconds so far (sim_time_s" in md
+
+
+def test_target_table_compares_iterations_and_says_what_a_round_is(tmp_path):
+    """Rounds of different lengths (issue 57, item 3): FedAvg (tau 6) reaches 90% at round 4 = 24 iterations, FedLAMA
+    (tau' 6, phi 2: 12 iterations a round) at round 3 = 36 iterations; the table gives both, the note says what a
+    round is for each row and that values read off the evaluation grid are upper bounds (one interval late at most)."""
+    runs = {"avg": {0: run(tmp_path / "a0", algo="fedavg", seed=0, accs=(.5, .6, .8, .9), secs=(1, 2, 3, 4), per_round=6,
+                           config={"tau": 6})},
+            "lama": {0: run(tmp_path / "l0", algo="fedlama", seed=0, accs=(.5, .8, .9), secs=(1, 2, 3), per_round=12,
+                            config={"tau": 6, "phi": 2})}}
+    t = parse_table({"name": "t", "layout": "target", "target": 0.9, "columns": ["name"], "runs": ["avg", "lama"]},
+                    lambda k: k)
+    table = build_table(t, runs, [0])
+    md = render(table, "md")
+    got = [[c.strip() for c in l.strip("|").split("|")] for l in md.splitlines() if l.startswith("| ")]
+    assert got[0] == ["Run", "Rounds to 90%", "Iterations to 90%", "Comm. to 90% (MB)", "Time to 90% (s)"]
+    assert got[1][:3] == ["avg", "4", "24"] and got[2][:3] == ["lama", "3", "36"]
+    notes = " ".join(table.notes)
+    assert "a round is 6 local iterations for FedAvg (τ=6); 12 local iterations for FedLAMA (τ′=6, φ=2), φ × τ′" in notes
+    assert "upper bounds" in notes and "(evaluations 6 to 12 local iterations apart)" in notes
+    recs = {r["run"]: r for r in csv.DictReader(io.StringIO(render(table, "csv")))}
+    assert float(recs["avg"]["iters_mean"]) == 24 and float(recs["lama"]["iters_mean"]) == 36
+    tex = render(table, "latex")
+    assert "Iterations to 90\\%" in tex and "10$^{6}$ bytes" in tex and "textasciicircum" not in tex
 
 
 def test_x_time_draws_accuracy_against_simulated_time(tmp_path, capsys):

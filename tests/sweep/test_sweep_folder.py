@@ -164,3 +164,88 @@ def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
     assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
     assert paragraph_command == command and f"Recipe `{start / 'recipes' / 'tiny.toml'}` at scale smoke" in text
     assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
+
+
+def tiny_sweep(recipe: Path, root: Path, text: str = TINY) -> None:
+    """The tiny recipe written at ``recipe`` and swept (smoke, 1 seed) into ``root``: two completed runs."""
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(text)
+    run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
+
+
+def files_of(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_recipe_renamed_away_and_another_written_under_its_name_is_another_sweep(tmp_path, capsys):
+    """Issue 56, item 3: A's recipe renamed (r.toml -> a.toml), then another r.toml swept into A's folder: the same
+    file name counted as the same recipe, the plan said "1 to run" and A's run was trained over. A sweep is what
+    defines its runs (the recipe's text), not its file name: exit 2 naming both, --dry-run too, nothing changed. The
+    recipe edited in place (its old text in no file beside it) stays the same sweep (its changed run is stale)."""
+    rec, root = tmp_path / "rec", tmp_path / "SW"
+    tiny_sweep(rec / "r.toml", root)
+    (rec / "r.toml").rename(rec / "a.toml")
+    (rec / "r.toml").write_text(TINY.replace("tau = 2\n", "tau = 3\n", 1))
+    before = files_of(root)
+    for extra in (["--dry-run"], []):
+        code, _, err = fedcli(sweep_args(rec / "r.toml", root, *extra), capsys)
+        lines = error_lines(err)
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith(f"fedcli: error: --out {root} holds the sweep of {(rec / 'a.toml').resolve()}, "
+                                   f"not of {(rec / 'r.toml').resolve()} (this sweep would train over its run "
+                                   f"'FedAvg x1' seed 0 with this recipe's settings"), err
+        assert files_of(root) == before
+    # the report's re-run command finds the renamed recipe by its text
+    assert Sweep(root, load_manifest(root)).retry_hint().startswith(f"fedcli sweep {(rec / 'a.toml').resolve()} ")
+    (rec / "a.toml").unlink()  # now r.toml is A's recipe edited in place: its changed run is trained again
+    code, _, err = fedcli(sweep_args(rec / "r.toml", root, "--quiet"), capsys)
+    assert code == 0 and "1 ran now, 1 were already done" in err, err
+    assert json.loads((root / "fedavg-x1" / "seed0" / "manifest.json").read_text())["config"]["tau"] == 3
+
+
+def test_overwrite_says_which_of_the_other_sweeps_runs_it_trains_over(tmp_path, capsys):
+    """Issue 56, item 2: recipe B swept with --overwrite into recipe A's folder, both with a run 'FedAvg x1': the
+    message said A's runs "would stay on disk", then trained A's 'FedAvg x1' over with B's settings. Now the refusal
+    and the --overwrite notice name the runs B trains over (A's 'FedAvg x1'), and say that A's run B does not have
+    stays on disk; --overwrite does exactly that (A's other run byte for byte)."""
+    root = tmp_path / "SW"
+    tiny_sweep(tmp_path / "a.toml", root)
+    b = tmp_path / "b.toml"
+    b.write_text(TINY.replace("tau = 2\n", "tau = 3\n", 1).replace("FedLAMA phi=2", "FedLAMA B"))
+    said = ("(this sweep would train over its run 'FedAvg x1' seed 0 with this recipe's settings; its other 1 run(s) "
+            "would stay on disk, but no report could be made of them)")
+    before = files_of(root)
+    code, _, err = fedcli(sweep_args(b, root), capsys)
+    assert code == 2 and said in " ".join(err.split()), err
+    assert files_of(root) == before
+    code, _, err = fedcli(sweep_args(b, root, "--overwrite", "--quiet"), capsys)
+    assert code == 0 and f"fedcli sweep: --overwrite: --out {root} holds the sweep of {(tmp_path / 'a.toml').resolve()}" \
+        in " ".join(err.split()) and said in " ".join(err.split()), err
+    lama = {k: v for k, v in before.items() if k.startswith("fedlama-phi-2/")}
+    assert lama and {k: v for k, v in files_of(root).items() if k.startswith("fedlama-phi-2/")} == lama
+    assert json.loads((root / "fedavg-x1" / "seed0" / "manifest.json").read_text())["config"]["tau"] == 3
+    assert [e["name"] for e in load_manifest(root)["runs"]] == ["FedAvg x1", "FedLAMA B"]
+
+
+def test_a_copy_of_the_recipe_and_a_moved_checkout_sweep_into_the_original_folder(tmp_path, capsys):
+    """Issue 57: a sweep is identified by its recipe's text and scale, the recipe's path is a hint. The checkout
+    (recipe, data folder and results) moved: its runs are still done (their data folder moved with them: it was
+    stale, every run trained again), and its recipe edited in place there is still the same sweep (found through the
+    path relative to the sweep folder); a byte-identical copy of the recipe in another folder of the checkout sweeps
+    into the original's folder with nothing to run."""
+    text = TINY.replace("[base]\n", 'root = ".."\n\n[base]\ndata_dir = "data"\n', 1)  # the data beside the recipes
+    (tmp_path / "here" / "data").mkdir(parents=True)
+    tiny_sweep(tmp_path / "here" / "recipes" / "r.toml", tmp_path / "here" / "results" / "r", text)
+    shutil.move(tmp_path / "here", tmp_path / "moved")
+    recipe, root = tmp_path / "moved" / "recipes" / "r.toml", tmp_path / "moved" / "results" / "r"
+    recipe.write_text(text.replace("tau = 2\n", "tau = 3\n", 1))
+    code, _, err = fedcli(sweep_args(recipe, root, "--dry-run", "--quiet"), capsys)
+    assert code == 0, err
+    recipe.write_text(text)
+    code, _, err = fedcli(sweep_args(recipe, root, "--quiet"), capsys)
+    assert code == 0 and "nothing to run" in err, err
+    copy = tmp_path / "moved" / "mine" / "copy.toml"
+    copy.parent.mkdir()
+    copy.write_text(text)
+    code, _, err = fedcli(sweep_args(copy, root, "--quiet"), capsys)
+    assert code == 0 and "nothing to run" in err, err

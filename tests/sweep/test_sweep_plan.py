@@ -59,7 +59,9 @@ def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     assert code == 0, err
     text = " ".join(err.split())
     assert "2 runs x 2 seeds = 4 trainings; 0 already completed, 4 to run, 1 at a time" in text
-    assert "scale smoke: a reduced version of A paper, Table 9's setting" in text
+    # the paper's name as the recipe gives it, then the sentence goes on (not "...leave open's setting": issue 57)
+    assert "scale smoke: a reduced version of scale paper, the setting of A paper, Table 9; it checks the pipeline" in text
+    assert "'s setting" not in text
     # 4 trainings x 10 iterations x 2 clients per round (0.5 of 4)
     assert "budget: 10 local iterations per run; 80 client steps; estimated ~" in text
     assert "an estimate; basis: model compute" in text and "measured model step (mlp/b32" in text
@@ -138,6 +140,30 @@ def test_estimate_sums_calibrates_and_divides_over_jobs(monkeypatch):
     assert e.calibrated == 2 and e.factor == pytest.approx(24 / 6.6)
     assert e.seconds == pytest.approx(2.0 + (3.8 + 1.7) * 24 / 6.6)
     assert "calibrated on the 2 completed run(s)" in e.text()
+
+
+def test_estimate_accounts_for_the_load_it_detects(monkeypatch):
+    """A sweep estimated at 13 s took 58 s on a 2-core machine at load ~7 (issue 57): the busy machine was detected
+    and named, but the time said was an idle machine's. Now the plan says the time at the current load: with load
+    7 on 2 cores and one run of one thread at a time, every thread gets 2 / (7 + 1) of a core, x4."""
+    monkeypatch.setattr(est, "measure_step", lambda cfg, facts, threads: (0.01, 0.0))
+    ov = est.Overheads(2.0, {}, {}, {}, setup_s=0.5, book_s=0.0)
+    monkeypatch.setattr(est, "overheads", lambda configs: ov)
+    monkeypatch.setattr(est.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(est.os, "getloadavg", lambda: (7.0, 7.0, 7.0))
+    e = est.estimate([planned("a", iterations=100)], [], jobs=1)
+    idle = 2.0 + 0.5 + 2.0  # start-up, setup, 200 client steps x 10 ms
+    assert e.seconds == pytest.approx(idle) and e.load.factor == pytest.approx(4.0) and e.loaded_s == pytest.approx(4 * idle)
+    assert "estimated ~18 s on this machine at its current load (load 7.0 on 2 cores, runs about x4 slower than idle; " \
+           "~4.5 s idle)" in e.text()
+    e = est.estimate([planned("a", iterations=100)], [], jobs=2)  # two runs of one thread: 2 / (7 + 2) of a core each
+    assert e.load.factor == pytest.approx(4.5)
+    # calibrated on completed runs: their wall times carry the load they ran under, so it is not counted twice
+    e = est.estimate([planned("a", iterations=100)], [planned("c", iterations=100, wall_s=9.0)], jobs=1)
+    assert e.calibrated == 1 and e.load is None and e.seconds == pytest.approx(9.0 + 2.0) and "current load" not in e.text()
+    monkeypatch.setattr(est.os, "getloadavg", lambda: (0.5, 0.5, 0.5))  # an idle machine: the idle time, as before
+    e = est.estimate([planned("a", iterations=100)], [], jobs=1)
+    assert e.load.factor == 1.0 and "estimated ~4.5 s on this machine at 1 torch thread(s)" in e.text()
 
 
 def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypatch, tmp_path):

@@ -489,7 +489,8 @@ def test_overwrite_waits_for_the_previous_runs_trackers_then_refuses_clearly(cle
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert "--overwrite: the trackers of the previous run in" in err and "are still finishing" in err, err
-        assert (run / "tensorboard").is_dir() and (run / "trackers.json").is_file()  # nothing removed
+        assert (run / "tensorboard").is_dir() and (run / "trackers.json").is_file()  # nothing removed: the run's files
+        assert (run / "manifest.json").is_file() and (run / "metrics.csv").is_file()  # neither (it stays a run)
     finally:
         held.release()
     assert main([*TRAIN, "--out", str(run), "--overwrite"]) == 0

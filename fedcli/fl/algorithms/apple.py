@@ -31,7 +31,7 @@ still averages the clients' models into a "global model" (``test_acc``); APPLE h
 
 Communication (FedALA Table 3: (1 + M) * Sigma parameters per client per round): each client uploads its model
 and downloads M core models, M = ``--apple-m`` (0: M = N, FedALA's setting). The engine counts the usual upload
-+ download (2 Sigma); the other (M - 1) Sigma are recorded per tensor with ``ledger.record_copies``, so
++ download (2 Sigma); the other (M - 1) Sigma per client are recorded per tensor with ``ledger.record_transfer``, so
 ``comm_bytes`` grows by N (1 + M) Sigma * 4 bytes per round (tested). ``comm_params`` (Eq. 8) stays FedAvg's.
 
 Restrictions (``ConfigError``): APPLE is cross-silo, every client trains every round (``--active-ratio 1``);
@@ -206,5 +206,5 @@ class AppleStep(SGDStep):
         if self.upload == "core":
             model_state(CORE)[0].save(view, cohort, self.own)  # the core models' parameters
         # each client downloaded M core models: the engine counted one download; record the other M - 1
-        view.ledger.record_copies(self.n * (self.m - 1))
+        view.ledger.record_transfer(view.active, down=self.m - 1)
         self.cores, self.own = {}, {}

@@ -22,7 +22,7 @@ client's last uploaded model theta_j. At the start of round t > 0 client i
 
 Clients are judged by their trained models (``personal_acc``). Communication (FedALA Table 3): a client uploads
 one model and downloads M, (1 + M) * Sigma parameters per round: the engine counts the upload and one
-download, the other M - 1 downloads are recorded per layer with ``view.ledger.record_copies`` (32 bits per
+download, the other M - 1 downloads are recorded per layer with ``view.ledger.record_transfer`` (32 bits per
 element), from round 1 on (round 0 downloads only the initial model). The engine still averages the uploads
 into a global model (the reference keeps none); ``test_acc`` evaluates that average.
 
@@ -177,7 +177,7 @@ class FomoInit(OverwriteInit):
             return
         models, model_b = all_client_models(view, cohort, buffers=True)
         m = self.m(view)
-        view.ledger.record_copies((m - 1) * view.active)  # M downloads per client: the engine counts one
+        view.ledger.record_transfer(view.active, down=m - 1)  # M downloads per client: the engine counts one
         clients = cohort.clients
         k_all = len(clients)
         affinity = ClientState("fomo.P", (len(view.client_indices),), default=own_affinity, dtype=torch.float64)

@@ -39,7 +39,7 @@ import torch
 
 import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.clientstate import ClientState
-from fedcli.fl.parts import SGDStep, expand
+from fedcli.fl.parts import SGDStep, expand, flat_rows
 
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
@@ -66,7 +66,7 @@ class ScaffoldStep(SGDStep):
         dev = next(iter(view.global_params.values())).device
         self.lr_sum = torch.zeros(len(cohort.clients), dtype=torch.float64, device=dev)
         self.w = torch.zeros_like(self.lr_sum)
-        view.ledger.record_copies(view.active)  # every cohort client downloads c
+        view.ledger.record_transfer(view.active, down=1)  # every cohort client downloads c
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: g + self.correction[n] for n, g in grads.items()}
@@ -91,7 +91,7 @@ class ScaffoldStep(SGDStep):
         skipped = cohort.skipped
         alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
         for n in names:
-            alive &= torch.isfinite(new_ci[n].reshape(new_ci[n].shape[0], -1)).all(1)
+            alive &= torch.isfinite(flat_rows(new_ci[n])).all(1)
         for n in names:
             new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
             chunks[n] = new_ci[n] - self.c_i[n]
@@ -99,7 +99,7 @@ class ScaffoldStep(SGDStep):
         for n in names:
             self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
         self.c_i = new_ci  # kept for the cohort's clients after this hook
-        view.ledger.record_copies(view.active)  # every cohort client uploads c_i+ - c_i
+        view.ledger.record_transfer(view.active, up=1)  # every cohort client uploads c_i+ - c_i
         self.correction, self.disp = {}, {}
 
     def state_dict(self) -> dict:
