@@ -17,6 +17,7 @@ from fedcli import specs
 from fedcli.config import FIELDS, GeneralConfig, TrainConfig, check_value, coerce
 from fedcli.errors import ConfigError
 from fedcli.params import EVERY_RUN, SECTIONS
+from fedcli.userfiles import PARTITION_LIMIT, RECIPE_LIMIT, read_input
 
 
 def table_keys(name: str) -> set[str] | None:
@@ -47,15 +48,17 @@ def key_line(text: str, key: str) -> int | None:
 
 
 def read_recipe(path: str | Path) -> tuple[dict, str]:
+    """The recipe's TOML as a dict, and its text. A regular file of at most RECIPE_LIMIT bytes (a FIFO or a device is
+    refused before a byte is read: fedcli.userfiles); ConfigError (exit 2) naming the file otherwise."""
     path = Path(path)
+    raw = read_input(path, "recipe", RECIPE_LIMIT, fail=lambda why: ConfigError(f"recipe {path}: cannot be read ({why})"))
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"recipe {path}: cannot be read ({e.strerror})") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(f"recipe {path}, line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
                           f"expected a TOML file, which is UTF-8") from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as read_text read it
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -277,7 +280,7 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
             if hint:
                 raise ConfigError(f"{e}{hint}", key=k) from None
             raise
-        text = Path(recipe).read_text(encoding="utf-8")
+        text = read_recipe(recipe)[1]
         raise ConfigError(f"{where(recipe, text, k)}: {e}{hint}", key=k) from None
 
 
@@ -292,9 +295,9 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
     path, clients = values.get("partition_file"), values.get("clients")
     if not path:
         return cfg
-    try:
-        n = len(json.loads(Path(path).read_text(encoding="utf-8")).get("train"))
-    except (OSError, ValueError, AttributeError, TypeError):
+    try:  # a FIFO or a device is not read (fedcli.userfiles); the loader names what is wrong with it
+        n = len(json.loads(read_input(path, "--partition-file", PARTITION_LIMIT)).get("train"))
+    except (ConfigError, ValueError, AttributeError, TypeError):
         return cfg
     if clients is not None and n != clients:
         raise ConfigError(f"--clients {clients} differs from the {n} clients of --partition-file {path} (the file "

@@ -44,6 +44,7 @@ import numpy as np
 
 from fedcli.errors import ConfigError, DataError
 from fedcli.safefs import atomic_write, make_dir
+from fedcli.userfiles import PARTITION_LIMIT, read_input
 
 SCHEMES = ("iid", "dirichlet", "pathological", "natural")
 PATHOLOGICAL_RULES = ("shards", "classes", "classes-balanced")
@@ -594,12 +595,10 @@ def load_partition(path, dataset=None) -> Partition:
     def fail(why: str) -> DataError:
         return DataError(f"{path}: {why}; {expected}")
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise fail("no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise fail(f"cannot read ({getattr(e, 'strerror', None) or e})") from None
+    try:  # a regular file of bounded size: a FIFO or a device is refused before a byte is read (fedcli.userfiles)
+        text = read_input(path, "--partition-file", PARTITION_LIMIT, fail=fail).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise fail(f"cannot read ({e})") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:

@@ -32,8 +32,6 @@ Nothing here depends on the process count or on a resume: every draw is keyed by
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,20 +43,27 @@ from fedcli.fl.budget import epoch_steps
 from fedcli.fl.rng import np_gen
 from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
 from fedcli.specs import NO_COST, CostInput
-from fedcli.specs.system import QUANTITIES, parse_distribution
-
-TRACE_COLUMNS = ("client", *QUANTITIES)
-AVAILABILITY_COLUMNS = ("client", "start", "end")
+from fedcli.specs.system import (AVAILABILITY_COLUMNS, QUANTITIES, TRACE_COLUMNS, in_range,  # noqa: F401
+                                 parse_distribution, range_text, read_availability_rows, read_trace_rows)
 
 
 def draw(distribution: str, n: int, gen: np.random.Generator, option: str = "speed") -> np.ndarray:
     """``n`` values of the distribution ``distribution`` (``NAME:ARGS``), one per client index, from ``gen``. Tiers are shares,
-    not chances: ``tiers:1e10@0.1,1e8@0.9`` of 10 clients makes exactly one fast client (which one: ``gen``)."""
+    not chances: ``tiers:1e10@0.1,1e8@0.9`` of 10 clients makes exactly one fast client (which one: ``gen``). A
+    log-normal draw outside the quantity's range (``fedcli.specs.system.BOUNDS``) is refused (ConfigError, exit 2)."""
     name, args = parse_distribution(distribution, option, QUANTITIES[option][1])
     if name == "constant":
         return np.full(n, args[0], dtype=np.float64)
     if name == "lognormal":  # median m, spread s: m * exp(s z)
-        return args[0] * np.exp(args[1] * gen.standard_normal(n))
+        with np.errstate(over="ignore", under="ignore"):
+            values = args[0] * np.exp(args[1] * gen.standard_normal(n))
+        bad = [i for i, v in enumerate(values.tolist()) if not in_range(option, v)]
+        if bad:
+            raise ConfigError(f"--{option} {distribution!r}: client {bad[0]}'s draw {values[bad[0]]:g} lies outside "
+                              f"{range_text(option)}, the range that keeps a run's simulated time finite "
+                              f"({len(bad)} client(s)); lower the spread or move the median (docs/system-model.md)",
+                              key=option)
+        return values
     if name == "uniform":
         return gen.uniform(args[0], args[1], n)
     # tiers: round(P_k n) clients in tier k exactly (cumulative shares rounded), which ones a permutation of the clients
@@ -69,43 +74,15 @@ def draw(distribution: str, n: int, gen: np.random.Generator, option: str = "spe
     return out
 
 
-def read_csv(path: str, key: str, columns: tuple[str, ...]):
-    """The rows of the CSV option ``key`` (``system_trace``, ``availability_trace``) as (line, client, {column:
-    float}), and the file's sha256. ConfigError (exit 2, naming the option and the file) for a missing file, a
-    missing column or a value that is not a number."""
-    option = "--" + key.replace("_", "-")
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{option} {path}: cannot read it ({e.strerror or e})", key=key) from None
-    rows = list(csv.DictReader(data.decode("utf-8", errors="replace").splitlines()))
-    missing = [c for c in columns if not rows or c not in rows[0]]
-    if missing:
-        raise ConfigError(f"{option} {path}: no column {', '.join(missing)}; expected a CSV with the columns "
-                          f"{', '.join(columns)} (docs/system-model.md)", key=key)
-    out = []
-    for line, row in enumerate(rows, start=2):
-        try:
-            out.append((line, int(row["client"]), {c: float(row[c]) for c in columns[1:]}))
-        except (TypeError, ValueError):
-            raise ConfigError(f"{option} {path}, line {line}: expected numbers in {', '.join(columns)}", key=key) from None
-    return out, hashlib.sha256(data).hexdigest()
-
-
 def read_trace(path: str, n: int) -> tuple[dict[str, np.ndarray], str]:
     """The columns of a system trace (one row per client, ``TRACE_COLUMNS``) for clients 0..n-1, and the file's
-    sha256. ConfigError (exit 2, naming the file) for a missing file, a missing column, fewer rows than clients,
-    or a value that is not a finite number in its range."""
-    rows, digest = read_csv(path, "system_trace", TRACE_COLUMNS)
+    sha256. ConfigError (exit 2, naming the file) for a file that is not a regular file of bounded size, a missing
+    column, a second row for a client, fewer rows than clients, or a value that is not a finite number in its range
+    (``fedcli.specs.system.read_trace_rows``)."""
+    rows, digest = read_trace_rows(path)
     out = {q: np.full(n, np.nan) for q in QUANTITIES}
-    for line, client, values in rows:
-        for q, v in values.items():
-            zero_ok = QUANTITIES[q][1]
-            if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
-                raise ConfigError(f"--system-trace {path}, line {line}: {q} {v:g} is not a "
-                                  f"{'finite number >= 0' if zero_ok else 'positive finite number'} "
-                                  f"({QUANTITIES[q][0]})", key="system_trace")
-        if 0 <= client < n:
+    for _line, client, values in rows:
+        if client < n:
             for q, v in values.items():
                 out[q][client] = v
     absent = [i for i in range(n) if math.isnan(out["speed"][i])]
@@ -118,16 +95,12 @@ def read_trace(path: str, n: int) -> tuple[dict[str, np.ndarray], str]:
 def read_availability(path: str, n: int) -> tuple[list[list[tuple[float, float]]], str]:
     """Each client's on-intervals [start, end) in simulated seconds (``AVAILABILITY_COLUMNS``; a client without a
     row is never available), and the file's sha256. ConfigError (exit 2) for an interval that is not
-    0 <= start <= end (end may be inf)."""
-    rows, digest = read_csv(path, "availability_trace", AVAILABILITY_COLUMNS)
+    0 <= start <= end (end may be inf) or starts after ``MAX_SECONDS`` (``fedcli.specs.system.read_availability_rows``)."""
+    rows, digest = read_availability_rows(path)
     on: list[list[tuple[float, float]]] = [[] for _ in range(n)]
-    for line, client, v in rows:
-        start, end = v["start"], v["end"]
-        if not (math.isfinite(start) and 0 <= start <= end) or math.isnan(end):
-            raise ConfigError(f"--availability-trace {path}, line {line}: the interval [{start:g}, {end:g}) is not "
-                              f"0 <= start <= end (seconds of simulated time; end may be inf)", key="availability_trace")
-        if 0 <= client < n:
-            on[client].append((start, end))
+    for _line, client, v in rows:
+        if client < n:
+            on[client].append((v["start"], v["end"]))
     return on, digest
 
 @dataclass
@@ -411,14 +384,16 @@ class SystemModel:
         cfg = self.cfg
         spread = {q: {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max())}
                   for q, v in zip(QUANTITIES, (self.speed, self.uplink, self.downlink, self.latency))}
-        return {"speed": cfg.speed, "uplink": cfg.uplink, "downlink": cfg.downlink, "latency": cfg.latency,
-                "units": {q: u for q, (u, _) in QUANTITIES.items()}, "availability": cfg.availability,
+        trace = lambda path, digest: {"path": path, "resolved": str(Path(path).resolve()), "sha256": digest}  # noqa: E731
+        # a trace replaces the four draws: their options are not recorded beside it (they were not used)
+        draws = {} if cfg.system_trace else {q: getattr(cfg, q) for q in QUANTITIES}
+        return {**draws, "units": {q: u for q, (u, _) in QUANTITIES.items()}, "availability": cfg.availability,
                 "deadline": cfg.deadline, "on_deadline": cfg.on_deadline, "server_time": cfg.server_time,
                 "sampling": cfg.sampling, **({"overcommit": cfg.overcommit} if cfg.sampling == "available" else {}),
                 "forward_flops_per_sample": self.forward_flops, "train_flops_per_forward": TRAIN_FLOPS_PER_FORWARD,
                 **({"costs": [c.source for c, _ in self.work.costs]} if self.work else {}),
-                **({"trace": {"path": cfg.system_trace, "sha256": self.trace_sha256}} if cfg.system_trace else {}),
-                **({"availability_trace": {"path": cfg.availability_trace, "sha256": self.availability_sha256}}
+                **({"trace": trace(cfg.system_trace, self.trace_sha256)} if cfg.system_trace else {}),
+                **({"availability_trace": trace(cfg.availability_trace, self.availability_sha256)}
                    if cfg.availability_trace else {}),
                 "clients": spread}
 

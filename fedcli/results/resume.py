@@ -65,14 +65,31 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
     return cfg.validate()
 
 
+def check_traces(run_dir: str | Path, config: dict) -> None:
+    """The traces the run reads (``--system-trace``, ``--availability-trace``) are the files it started with: a
+    changed one (its sha256 differs from the manifest's) is refused as a changed option is (ConfigError, exit 2), so
+    the rest of the run is not simulated on other values than the rounds before."""
+    from fedcli.specs.system import TRACE_ENTRIES, trace_digests
+
+    recorded = read_manifest(run_dir).get("system") or {}
+    for key, (path, digest) in trace_digests(config).items():
+        was = (recorded.get(TRACE_ENTRIES[key]) or {}).get("sha256")
+        if was is not None and was != digest:
+            raise ConfigError(f"{flag(key)} {path} changed since {run_dir} started (sha256 {was[:12]}... then, "
+                              f"{digest[:12]}... now): the resumed rounds would be simulated on other values than the "
+                              f"rounds before; restore the file, or start a new run", key=key)
+
+
 def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = None) -> dict | None:
     """The latest checkpoint, read by the root and sent to every process (errors raised on all of them).
 
-    A checkpoint of another experiment (``config``: the run's) or of another number of processes is refused
-    before the CSVs are looked at, so the message says what is wrong with it."""
+    A changed trace (:func:`check_traces`), a checkpoint of another experiment (``config``: the run's) or of another
+    number of processes is refused before the CSVs are looked at, so the message says what is wrong with it."""
     payload = None
     if comm.is_root:
         try:
+            if config is not None:
+                check_traces(run_dir, config)  # before anything is cut back: a refused resume changes nothing
             ckpt = load_latest(run_dir, warn)
             if ckpt is not None:
                 if config is not None:

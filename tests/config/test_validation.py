@@ -226,7 +226,7 @@ def partition_file(path, *, dataset="digits", n_train=1437, classes=10, train=No
 
 @pytest.mark.parametrize("kind, needle", [
     ("not-json", "not valid JSON"), ("no-format", "format"), ("version", "version"), ("hash", "hash"),
-    ("dataset", "made for dataset synthetic"), ("range", "index outside"), ("twice", "assigned twice"), ("folder", "cannot read"),
+    ("dataset", "made for dataset synthetic"), ("range", "index outside"), ("twice", "assigned twice"), ("folder", "a folder, not a regular file"),
     ("empty-client", "client 1 has no training samples"),
 ])
 def test_bad_partition_files_exit_3(kind, needle, tmp_path, capsys):
