@@ -106,8 +106,7 @@ def section_command(sweep, base: Path) -> str:
     (``results/<recipe name>-<scale>``)."""
     import shlex
 
-    from fedcli.results.sweepdir import recipe_of
-    from fedcli.sweep.run import default_out
+    from fedcli.results.sweepdir import default_out, recipe_of
 
     m = sweep.manifest
     found = recipe_of(m, sweep.root)

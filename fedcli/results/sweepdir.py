@@ -26,6 +26,12 @@ MANIFEST = "sweep.json"
 FORMAT = 1
 
 
+
+def default_out(recipe_path: Path, scale: str | None) -> Path:
+    """The sweep folder ``fedcli sweep`` picks without ``--out``: ``results/<recipe name>-<scale>`` (read by the sweep
+    and by the paper section, which leaves ``--out`` out of its command where the folder is this one)."""
+    return Path("results") / f"{recipe_path.stem}-{scale or 'base'}"
+
 @dataclass
 class PlannedRun:
     name: str

@@ -32,7 +32,7 @@ from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPT
 from fedcli.safefs import refuse_link
 from fedcli.sweep.executors import Executor
 
-from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, entry_dirs, last_line,  # noqa: F401
+from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, default_out, entry_dirs, last_line,  # noqa: F401
                                      load_manifest, recipe_by_text, recipe_hints, recipe_of, path_ref, recipe_shown,
                                      run_state, text_sha256)
 
@@ -52,10 +52,6 @@ class SweepInterrupted(FedcliError):
 def slugify(name: str) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     return s or "run"
-
-
-def default_out(recipe_path: Path, scale: str | None) -> Path:
-    return Path("results") / f"{recipe_path.stem}-{scale or 'base'}"
 
 
 def parse_seeds(text: str | int) -> list[int]:
