@@ -114,3 +114,29 @@ def make(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), f"PY={sys.executable}", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+#: the files of a --system run that two ways of running it (workers, processes, a resume) must give to the bit
+SYSTEM_FILES = ("system.csv", "layers.csv")
+
+
+def assert_same_system_files(a: Path, b: Path) -> None:
+    """``system.csv`` and ``layers.csv`` byte for byte, and metrics.csv's simulated times, of run folders a and b."""
+    for name in SYSTEM_FILES:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert [r["sim_time_s"] for r in rows(a / "metrics.csv")] == [r["sim_time_s"] for r in rows(b / "metrics.csv")]
+
+
+def assert_same_system_run(a: Path, b: Path) -> None:
+    """Every metrics.csv column but wall_s (sim_time_s included) and the system files, of run folders a and b."""
+    assert rows(a / "metrics.csv") == rows(b / "metrics.csv")
+    assert_same_system_files(a, b)
+
+
+def mpi_1_and_2(tmp_path: Path, args: list[str], timeout: int = 150) -> dict[int, Path]:
+    """``args`` (a ``train`` command without ``--out``) under ``mpiexec -n 1`` and ``-n 2``: {n: its run folder}."""
+    runs = {n: tmp_path / f"mpi{n}" for n in (1, 2)}
+    for n, out in runs.items():
+        p = mpirun(n, [*args, "--out", str(out)], timeout=timeout)
+        assert p.returncode == 0, p.stderr
+    return runs

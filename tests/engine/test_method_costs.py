@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from runkit import MPIEXEC, error_lines, mpirun, rows, run_main
+from runkit import (MPIEXEC, assert_same_system_files, assert_same_system_run, error_lines, mpi_1_and_2, rows,
+                    run_main)
 
 SETTING = ["train", "--iterations", "20", "--tau", "5", "--clients", "4", "--active-ratio", "1", "--partition", "iid",
            "--batch-size", "10", "--system", "--speed", "constant:1e8", "--uplink", "constant:1e7", "--device", "cpu",
@@ -173,12 +174,6 @@ PARITY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8",
           "--latency", "lognormal:0.05,0.5", "--deadline", "10.5", "--on-deadline", "keep-partial", "--availability", "0.7"]
 
 
-def assert_same_system_run(a, b):
-    assert rows(a / "metrics.csv") == rows(b / "metrics.csv")  # every column but wall_s, sim_time_s included
-    for name in ("system.csv", "layers.csv"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
-
-
 def test_workers_1_and_2_give_the_same_times_with_a_methods_costs(tmp_path):
     runs = {}
     for w in (1, 2):
@@ -214,11 +209,5 @@ def test_sigkill_then_resume_gives_the_same_times_with_a_methods_costs(tmp_path)
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_mpi_1_and_2_processes_give_the_same_times_with_a_methods_costs(tmp_path):
-    runs = {}
-    for n in (1, 2):
-        runs[n] = tmp_path / f"mpi{n}"
-        p = mpirun(n, PARITY + ["--out", str(runs[n])], timeout=150)
-        assert p.returncode == 0, p.stderr
-    for name in ("system.csv", "layers.csv"):
-        assert (runs[1] / name).read_bytes() == (runs[2] / name).read_bytes(), name
-    assert [r["sim_time_s"] for r in rows(runs[1] / "metrics.csv")] == [r["sim_time_s"] for r in rows(runs[2] / "metrics.csv")]
+    runs = mpi_1_and_2(tmp_path, PARITY)
+    assert_same_system_files(runs[1], runs[2])

@@ -13,7 +13,7 @@ import runkit
 from fedcli.cli.main import main
 from fedcli.fl.cohort import sample_cohort
 from fedcli.specs import METHODS
-from runkit import MPIEXEC, error_lines, mpirun, rows, run_main
+from runkit import MPIEXEC, assert_same_system_files, assert_same_system_run, error_lines, mpi_1_and_2, rows, run_main
 
 PRESETS = sorted({m.name for m in METHODS.values()})
 
@@ -26,13 +26,7 @@ EMPTY_SHARE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden",
                "--client-test-fraction", "0.25", "--device", "cpu", "--threads", "1", "--seed", "4", "--quiet",
                "--system", "--availability", "0.6", "--speed", "tiers:1e8@0.75,1e4@0.25", "--deadline", "1.0",
                "--on-deadline", "drop", "--diverge-factor", "0"]  # FedAMS blows up at this lr: the parity is the point
-SAME_FILES = ("system.csv", "layers.csv")
-
-
-def assert_same(a, b):
-    assert rows(a / "metrics.csv") == rows(b / "metrics.csv")  # every column but wall_s (personal_acc, sim_time_s)
-    for name in SAME_FILES:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+assert_same = assert_same_system_run  # every metrics column but wall_s (personal_acc, sim_time_s), the system files
 
 
 def workers_1_and_2(algo, tmp_path):
@@ -67,15 +61,9 @@ def test_every_method_trains_the_same_with_empty_shares(algo, tmp_path):
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_mpi_with_a_rank_with_no_client(tmp_path):
     """Issue 56 item 8 under mpiexec -n 2: FedLAMA runs, with the system model's numbers to the bit."""
-    runs = {}
-    for n in (1, 2):
-        runs[n] = tmp_path / f"mpi{n}"
-        p = mpirun(n, EMPTY_SHARE + ["--algo", "fedlama", "--out", str(runs[n])], timeout=150)
-        assert p.returncode == 0, p.stderr
-    for name in SAME_FILES:
-        assert (runs[1] / name).read_bytes() == (runs[2] / name).read_bytes(), name
+    runs = mpi_1_and_2(tmp_path, EMPTY_SHARE + ["--algo", "fedlama"])
+    assert_same_system_files(runs[1], runs[2])
     a, b = rows(runs[1] / "metrics.csv"), rows(runs[2] / "metrics.csv")
-    assert [r["sim_time_s"] for r in a] == [r["sim_time_s"] for r in b]
     assert [r["comm_params"] for r in a] == [r["comm_params"] for r in b]
     for x, y in zip(a, b):
         assert float(x["test_loss"]) == pytest.approx(float(y["test_loss"]), rel=1e-5)
@@ -244,14 +232,8 @@ def test_waits_survive_a_sigkill_and_resume_bitwise(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_waits_and_overcommitment_under_mpi_1_and_2_processes(tmp_path):
-    runs = {}
-    for n in (1, 2):
-        runs[n] = tmp_path / f"mpi{n}"
-        p = mpirun(n, waiting_run(tmp_path, "--out", str(runs[n])), timeout=150)
-        assert p.returncode == 0, p.stderr
-    for name in SAME_FILES:
-        assert (runs[1] / name).read_bytes() == (runs[2] / name).read_bytes(), name
+    runs = mpi_1_and_2(tmp_path, waiting_run(tmp_path))
+    assert_same_system_files(runs[1], runs[2])
     a, b = rows(runs[1] / "metrics.csv"), rows(runs[2] / "metrics.csv")
-    assert [r["sim_time_s"] for r in a] == [r["sim_time_s"] for r in b]
     for x, y in zip(a, b):
         assert float(x["test_loss"]) == pytest.approx(float(y["test_loss"]), rel=1e-5)

@@ -15,7 +15,7 @@ from fedcli.cli.main import main
 from fedcli.fl.rng import np_gen
 from fedcli.fl.system import draw
 from fedcli.results.rundir import METRICS_COLUMNS
-from runkit import MPIEXEC, error_lines, mpirun, rows, run_main
+from runkit import MPIEXEC, assert_same_system_files, assert_same_system_run, error_lines, mpi_1_and_2, rows, run_main
 
 # Two clients, digits (64 features, 10 classes), an MLP 64-8-10: 4 layers of 512, 8, 80 and 10 parameters (610).
 # Forward FLOPs per sample F = 2 (64 x 8 + 8 x 10) = 1184; a step of 16 samples costs 3 F 16 = 56,832 FLOPs.
@@ -227,13 +227,6 @@ PARITY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8",
           "--algo", "fedprox", "--tau", "2", "--iterations", "16", "--batch-size", "16", "--lr", "0.05", "--eval-every", "2",
           "--device", "cpu", "--threads", "1", "--quiet", "--system", "--speed", "tiers:1e8@0.5,1e5@0.5",
           "--latency", "lognormal:0.05,0.5", "--deadline", "1.0", "--on-deadline", "keep-partial", "--availability", "0.7"]
-SAME_FILES = ("system.csv", "layers.csv")
-
-
-def assert_same_system_run(a, b):
-    assert rows(a / "metrics.csv") == rows(b / "metrics.csv")  # every column but wall_s, sim_time_s included
-    for name in SAME_FILES:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
 def test_workers_1_and_2_give_the_same_times_drops_and_metrics(tmp_path):
@@ -252,16 +245,10 @@ def test_workers_1_and_2_give_the_same_times_drops_and_metrics(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_mpi_1_and_2_processes_give_the_same_times_and_drops(tmp_path):
-    runs = {}
-    for n in (1, 2):
-        runs[n] = tmp_path / f"mpi{n}"
-        p = mpirun(n, PARITY + ["--out", str(runs[n])], timeout=150)
-        assert p.returncode == 0, p.stderr
+    runs = mpi_1_and_2(tmp_path, PARITY)
     # the system model's numbers are the same to the bit; the metrics to the rounding of the ranks' partial sums
-    for name in SAME_FILES:
-        assert (runs[1] / name).read_bytes() == (runs[2] / name).read_bytes(), name
+    assert_same_system_files(runs[1], runs[2])
     a, b = table(runs[1] / "metrics.csv"), table(runs[2] / "metrics.csv")
-    assert [r["sim_time_s"] for r in a] == [r["sim_time_s"] for r in b]
     for x, y in zip(a, b):
         assert float(x["test_loss"]) == pytest.approx(float(y["test_loss"]), rel=1e-5)
 
