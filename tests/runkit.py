@@ -140,3 +140,21 @@ def mpi_1_and_2(tmp_path: Path, args: list[str], timeout: int = 150) -> dict[int
         p = mpirun(n, [*args, "--out", str(out)], timeout=timeout)
         assert p.returncode == 0, p.stderr
     return runs
+
+
+def killed_and_resumed(args: list[str], ref: Path, out: Path, round_idx: int = 5) -> None:
+    """``args`` (a ``train`` command without ``--out``, with checkpoints) run whole into ``ref``, and into ``out``
+    SIGKILLed inside round ``round_idx``, then ``--resume``d once the watchdog has marked it: both are to be compared."""
+    import signal
+    import time
+
+    from fedcli.cli.main import main
+
+    assert main([*args, "--out", str(ref)]) == 0
+    p = run_killed(signal.SIGKILL, round_idx, [*args, "--out", str(out)])
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    for _ in range(300):  # the watchdog marks the run failed
+        if json.loads((out / "manifest.json").read_text())["status"] != "running":
+            break
+        time.sleep(0.1)
+    assert main(["train", "--resume", str(out), "--quiet"]) == 0

@@ -186,22 +186,11 @@ def test_workers_1_and_2_give_the_same_times_with_a_methods_costs(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_sigkill_then_resume_gives_the_same_times_with_a_methods_costs(tmp_path):
-    import json
-    import signal
-    import time
-
     import runkit
 
     ref, out = tmp_path / "ref", tmp_path / "run"
     args = PARITY + ["--checkpoint-every", "2", "--workers", "1"]
-    assert main(args + ["--out", str(ref)]) == 0
-    p = runkit.run_killed(signal.SIGKILL, 5, args + ["--out", str(out)])
-    assert p.returncode == -signal.SIGKILL, p.stderr
-    for _ in range(300):  # the watchdog marks the run failed
-        if json.loads((out / "manifest.json").read_text())["status"] != "running":
-            break
-        time.sleep(0.1)
-    assert main(["train", "--resume", str(out), "--quiet"]) == 0
+    runkit.killed_and_resumed(args, ref, out)
     assert_same_system_run(ref, out)
 
 

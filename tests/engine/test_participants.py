@@ -4,8 +4,6 @@ whose clients are all offline waits for one to come online (the clock never stal
 clients online, with over-commitment; a run in which nobody can train is an error, never a completion."""
 
 import json
-import signal
-import time
 
 import pytest
 
@@ -216,14 +214,7 @@ def test_waits_and_overcommitment_are_the_same_on_1_and_2_workers(tmp_path):
 def test_waits_survive_a_sigkill_and_resume_bitwise(tmp_path):
     ref, out = tmp_path / "ref", tmp_path / "run"
     args = waiting_run(tmp_path, "--checkpoint-every", "2", "--workers", "1")
-    assert main(args + ["--out", str(ref)]) == 0
-    p = runkit.run_killed(signal.SIGKILL, 5, args + ["--out", str(out)])
-    assert p.returncode == -signal.SIGKILL, p.stderr
-    for _ in range(300):  # the watchdog marks the run failed
-        if json.loads((out / "manifest.json").read_text())["status"] != "running":
-            break
-        time.sleep(0.1)
-    assert main(["train", "--resume", str(out), "--quiet"]) == 0
+    runkit.killed_and_resumed(args, ref, out)
     assert_same(ref, out)
     assert (ref / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
 
