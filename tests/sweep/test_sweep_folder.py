@@ -154,15 +154,22 @@ def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
     code, _, err = fedcli(["report", str(rel), "--table", "t"], capsys)
     assert code == 2, err
     command = re.search(r"\(re-\)run them with `([^`]+)`", " ".join(err.split())).group(1)
-    text, paragraph_command = _paragraph(Sweep(rel, sj))
+    text, paragraph_command = _paragraph(Sweep(rel, sj), elsewhere)
     argv = shlex.split(command)
     code, _, err = fedcli([*argv[1:], "--in-process", "--quiet"], capsys)  # run here, where the report printed it
     assert code == 0, err
     code, out, err = fedcli(["report", str(rel), "--table", "t"], capsys)
     assert code == 0 and "FedAvg x1" in out, err
-    # one form of the path everywhere: sweep.json, the report's command, the paragraph's command and its text
+    # the report's command (typed here) names the recipe and the folder whole; the paragraph's (for a paper: never an
+    # absolute path) names the same ones relative to the folder it says, and works when typed there
     assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
-    assert paragraph_command == command and f"Recipe `{start / 'recipes' / 'tiny.toml'}` at scale smoke" in text
+    assert str(tmp_path) not in paragraph_command and str(tmp_path) not in text
+    assert "(paths relative to this section's folder)" in text
+    assert paragraph_command == "fedcli sweep ../../here/recipes/tiny.toml --scale smoke --seeds 2 --out ../../here/results/tiny"
+    assert "Recipe `../../here/recipes/tiny.toml` at scale smoke" in text
+    shutil.rmtree(root / "fedavg-x1" / "seed1")
+    code, _, err = fedcli([*shlex.split(paragraph_command)[1:], "--in-process", "--quiet"], capsys)  # typed where it says
+    assert code == 0 and (root / "fedavg-x1" / "seed1" / "manifest.json").exists(), err
     assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
 
 
