@@ -68,3 +68,29 @@ def test_load_types_the_validation_columns(runs):
                                                                                               "pval": 0.0}
     assert str(metrics["personal_val_acc"].dtype) == "float64"
     assert metrics[name == "pval"]["personal_val_acc"].notna().all() and metrics[name != "pval"]["personal_val_acc"].isna().all()
+
+
+def test_a_sweeps_recipe_key_and_a_table_on_validation_accuracy(tmp_path, capsys):
+    """The recipe key ``val_fraction`` (checked with file and line) and a sweep table whose ``metric = "val_acc"``
+    shows the validation accuracy under its own header."""
+    from sweepkit import RECIPE as SWEEP_RECIPE
+
+    from fedcli.sweep.run import run_sweep
+    from runkit import error_lines
+
+    text = (SWEEP_RECIPE.replace("seeds = 2", "seeds = 1").replace('trainer = "loop"\n', 'trainer = "loop"\nval_fraction = 0.2\n')
+            + '\n[[tables]]\nname = "v"\nlayout = "rows"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\nmetric = "val_acc"\n'
+              'accuracy = "final"\n')
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(text.replace("val_fraction = 0.2", "val_fraction = 1.5"))
+    code, _, err = cli(["sweep", str(recipe), "--scale", "smoke", "--dry-run"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "--val-fraction must be < 1" in err and f"{recipe}, line 15" in err, err
+    recipe.write_text(text)
+    root = tmp_path / "sweep"
+    run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
+    code, out, err = cli(["report", str(root), "--table", "v"], capsys)
+    assert code == 0, err
+    table = md_table(out)
+    assert "Val. acc." in table[0] and "validation set held out of the training pool" in out
+    finals = sorted(last(p.parent, "val_acc") for p in root.rglob("metrics.csv"))
+    assert sorted(float(r["Val. acc."].rstrip("%")) for r in table) == pytest.approx([100 * f for f in finals], abs=0.006)
