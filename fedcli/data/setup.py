@@ -74,6 +74,14 @@ def inline_partition(cfg, dataset):
                           data_pool=cfg.data_pool)
 
 
+def split_pool(cfg, dataset):
+    """The dataset (with its validation set under ``--val-fraction``) and its inline partition: of the pool less the
+    validation samples, as indices into the whole pool (``fedcli.data.validation``), or of the whole pool."""
+    if cfg.val_fraction > 0:
+        return split_validation(cfg, dataset, lambda pool: inline_partition(cfg, pool))
+    return dataset, inline_partition(cfg, dataset)
+
+
 def load_data_and_partition(cfg):
     """The dataset and its partition: the ``partition_file``'s (it decides the clients, ``len(part.train)``; the
     config is not changed) or an inline one. The caller reads the client count off the partition. With
@@ -88,10 +96,8 @@ def load_data_and_partition(cfg):
         part = load_partition(cfg.partition_file, dataset)
         if cfg.val_fraction > 0:  # its clients lose the held-out samples they hold
             dataset, part = drop_validation(cfg, dataset, part)
-    elif cfg.val_fraction > 0:  # the partition splits the pool without the validation samples
-        dataset, part = split_validation(cfg, dataset, lambda pool: inline_partition(cfg, pool))
     else:
-        part = inline_partition(cfg, dataset)
+        dataset, part = split_pool(cfg, dataset)
     if cfg.client_val_fraction > 0:  # each client's own validation samples, out of its training data
         part = split_client_validation(cfg, part)
     if cfg.data_pool == "train+test":

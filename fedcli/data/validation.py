@@ -55,7 +55,7 @@ def split_validation(cfg, dataset, partition_of):
     kept = torch.as_tensor(keep)
     rest = replace(dataset, train_y=dataset.train_y[kept],
                    train_groups=None if dataset.train_groups is None else dataset.train_groups[kept])
-    part = remap(partition_of(rest), keep, cfg)
+    part = remap(partition_of(rest), keep, cfg, len(dataset.train_y))
     return with_validation(dataset, val, cfg), part
 
 
@@ -70,19 +70,20 @@ def drop_validation(cfg, dataset, part):
     return with_validation(dataset, val, cfg), _rebuilt(part, drop(part.train), drop(part.test), cfg)
 
 
-def remap(part, keep: np.ndarray, cfg):
-    """The partition of the kept samples with its indices mapped back to the whole pool's."""
+def remap(part, keep: np.ndarray, cfg, n_pool: int):
+    """The partition of the kept samples with its indices mapped back to the whole pool's (``n_pool`` samples: its
+    ``n_train``, so that a partition file of it is read against the whole pool)."""
     def back(lists):
         return None if lists is None else [keep[np.asarray(t, dtype=np.int64)] for t in lists]
 
-    return _rebuilt(part, back(part.train), back(part.test), cfg)
+    return _rebuilt(part, back(part.train), back(part.test), cfg, n_train=n_pool)
 
 
-def _rebuilt(part, train, test, cfg):
+def _rebuilt(part, train, test, cfg, **config_changes):
     """The partition with these index lists; its config records the split (so its hash differs from F = 0's)."""
     from fedcli.data.partition import Partition, partition_hash
 
-    config = {**part.config, "val_fraction": cfg.val_fraction, "val_seed": cfg.seed}
+    config = {**part.config, **config_changes, "val_fraction": cfg.val_fraction, "val_seed": cfg.seed}
     return Partition(config=config, train=train, test=test, hash=partition_hash(config, train, test))
 
 

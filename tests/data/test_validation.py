@@ -97,3 +97,18 @@ def test_client_validation_is_out_of_training_and_local_test():
         tr, te, va = set(tr.tolist()), set(te.tolist()), set(va.tolist())
         assert va and not (va & tr) and not (va & te)
         assert tr | va == set(plain.train[c].tolist()) and te == set(plain.test[c].tolist())
+
+
+def test_fedcli_partition_with_a_validation_split_leaves_it_out(tmp_path):
+    from fedcli.cli.main import main
+    from fedcli.data.partition import load_partition
+
+    path = tmp_path / "p.json"
+    assert main(["partition", "--dataset", "digits", "--clients", "8", "--seed", "3", "--val-fraction", "0.15",
+                 "--out", str(path)]) in (0, None)
+    made = load_partition(path)
+    dataset, part = load_data_and_partition(cfg(val_fraction=0.15))
+    assert [t.tolist() for t in made.train] == [t.tolist() for t in part.train]
+    # a run of the same fraction and seed on the file drops nothing more
+    _, again = load_data_and_partition(cfg(val_fraction=0.15, partition_file=str(path)))
+    assert [t.tolist() for t in again.train] == [t.tolist() for t in part.train]
