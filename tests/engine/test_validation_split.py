@@ -89,3 +89,11 @@ def test_client_validation_needs_a_personalized_method(tmp_path, capsys):
     code, _, err = run_main(SMALL + ["--client-val-fraction", "0.2", "--out", str(tmp_path / "r")], capsys)
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1 and "--client-val-fraction measures each client's own model" in lines[0], err
+
+
+def test_the_summary_says_the_validation_accuracy(tmp_path, capsys):
+    code = main([a for a in VAL if a != "--quiet"] + ["--workers", "1", "--out", str(tmp_path / "r")])
+    said = capsys.readouterr()
+    text = said.out + said.err
+    final = float(rows(tmp_path / "r" / "metrics.csv")[-1]["val_acc"])
+    assert code == 0 and "validation accuracy" in text and f"{100 * final:.2f}% final" in text
