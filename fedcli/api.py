@@ -45,7 +45,8 @@ SCHEMA = {
                  "sweep": TEXT, "recipe_run": TEXT, "scale": TEXT},
     "metrics": {"round": INT, "iteration": INT, "train_loss": FLOAT, "test_loss": FLOAT, "test_acc": FLOAT,
                 "comm_params": INT, "comm_bytes": FLOAT, "wall_s": FLOAT, "current_lr": FLOAT, "skipped_clients": INT,
-                "personal_acc": FLOAT},
+                "personal_acc": FLOAT, "val_loss": FLOAT, "val_acc": FLOAT,  # val_*: --val-fraction runs only
+                "personal_val_acc": FLOAT},  # --client-val-fraction runs only
     "layers": {"layer": INT, "name": TEXT, "kind": TEXT, "numel": INT, "syncs": INT, "comm_params": INT,
                "comm_bytes": FLOAT, "interval": INT},
     "intervals": {"round": INT, "iteration": INT, "layer": INT, "name": TEXT, "numel": INT, "eligible": INT,

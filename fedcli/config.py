@@ -36,6 +36,7 @@ class GeneralConfig:
     data_dir: str = opt("", "Folder with the dataset in its standard on-disk layout (--dataset tensors: the .npz or .pt file).", group="data")
     download: bool = opt(False, "Download through torchvision if missing (needs internet).", group="data")
     holdout_fraction: float = opt(0.0, "Hold out this stratified fraction of the train pool as the test set (uses the test split as the pool when only it is on disk).", lo=0.0, hi=1.0, hi_open=True, group="data")
+    val_fraction: float = opt(0.0, "Hold out this stratified fraction of the training pool as a validation set (keyed by --seed; never trained on): every evaluation also measures the global model on it (val_loss, val_acc). 0: none.", lo=0.0, hi=1.0, hi_open=True, group="data")
     data_seed: int = opt(0, "Seed of generated datasets (synthetic).", lo=0, group="data")
     emnist_split: str = opt("balanced", "EMNIST split.", choices=["balanced", "byclass", "bymerge", "digits", "letters", "mnist"], group="data")
     synthetic_alpha: float = opt(1.0, "Synthetic(alpha, beta): model heterogeneity alpha.", lo=0.0, group="data")
@@ -57,6 +58,7 @@ class GeneralConfig:
     client_test_split: str = opt("fedcli", "How a client's local test split is drawn: fedcli (floor(F n) samples, at least 1, from a stream of the seed) or pfllib (PFLlib's train_test_split(train_size=1-F): n - floor((1-F) n) samples, drawn from numpy's legacy RandomState(seed), continuing the stream of --pathological-rule classes).", choices=["fedcli", "pfllib"], group="partition")
     data_pool: str = opt("train", "What the partition splits over the clients: the training split (its test split, or the --holdout-fraction part, is the global test set) or train+test (PFLlib's pipeline, FedALA's numbers: both splits merged into one pool; needs --client-test-fraction, and the global test set is then the union of the clients' local test splits).", choices=["train", "train+test"], group="partition")
     pathological_rule: str = opt("shards", "Pathological: shards (McMahan et al.: equal label-sorted shards, a client can hold 1 to 2K classes) or PFLlib's rule (classes: the classes dealt in order to the first clients with slots left, every client exactly --classes-per-client classes, random unbalanced amounts as FedALA's generation; classes-balanced: equal amounts).", choices=["shards", "classes", "classes-balanced"], group="partition")
+    client_val_fraction: float = opt(0.0, "Personalized methods: hold out this fraction of each client's training data as its own validation samples (floor(F n), at least 1, keyed by --seed and the client; never trained on): every evaluation also measures each client's model on them (personal_val_acc). 0: none.", lo=0.0, hi=1.0, hi_open=True, group="personalized")
     personal_clients: str = opt("all", "Personalized evaluation (personal_acc) over every client's model, or only the clients that trained in the evaluated round (cohort: FedALA Table 7's rho = 0.5*).", choices=["all", "cohort"], group="personalized")
     min_size: int = opt(10, "Dirichlet: minimum samples per client (FedML's retry loop).", lo=1, group="partition")
     # model

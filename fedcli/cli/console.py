@@ -171,6 +171,12 @@ def summary_table(cfg, summary, run_dir) -> Table:
     else:
         t.add_row("final accuracy", f"{100 * summary.final_acc:.2f}%")
         t.add_row("best accuracy", f"{100 * summary.best_acc:.2f}% (iteration {summary.best_iteration})")
+    last = summary.history[-1] if summary.history else {}
+    if isinstance(last.get("val_acc"), float):  # --val-fraction
+        t.add_row("validation accuracy", f"{100 * last['val_acc']:.2f}% final (global model, the held-out validation set)")
+    if isinstance(last.get("personal_val_acc"), float):  # --client-val-fraction
+        t.add_row("personal validation accuracy", f"{100 * last['personal_val_acc']:.2f}% final (each client's model on "
+                                                  f"its own validation samples)")
     t.add_row("communication", f"{summary.comm_params:,} parameters (Eq. 8), {summary.comm_bytes / 1e6:,.2f} MB moved")
     same = "one synchronization per round, over the same rounds" if cfg.local_epochs else f"tau={cfg.tau} over the same iterations"
     t.add_row("vs FedAvg", f"{summary.comm_pct:.2f}% of FedAvg with {same} ({summary.fedavg_comm_params:,} parameters)")

@@ -28,10 +28,10 @@ def partition(**kwargs):
     if not out and not show:
         raise ConfigError("fedcli partition needs --out FILE, --summary, or both")
     from fedcli.data.partition import save_partition, summary_table
-    from fedcli.data.setup import inline_partition, load_data
+    from fedcli.data.setup import load_data, split_pool
 
-    dataset = load_data(cfg)
-    part = inline_partition(cfg, dataset)
+    # --val-fraction: the clients split the pool less the samples a run of this --seed holds out for validation
+    dataset, part = split_pool(cfg, load_data(cfg))
     if out:
         save_partition(part, Path(out))
         err_console.print(f"wrote {out}: {len(part.train)} clients, {int(part.sizes().sum())} samples, hash {part.hash[:12]}")

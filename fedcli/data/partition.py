@@ -81,6 +81,9 @@ class Partition:
     train: list[np.ndarray]
     test: list[np.ndarray] | None
     hash: str
+    # --client-val-fraction: per client, its own validation indices, held out of ``train`` at run time
+    # (``fedcli.data.validation.split_client_validation``; never in a partition file); None without
+    val: list[np.ndarray] | None = None
 
     @property
     def num_clients(self) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fedcli.data.datasets import load_dataset
 from fedcli.data.partition import load_partition, make_partition
+from fedcli.data.validation import drop_validation, split_client_validation, split_validation
 from fedcli.errors import ConfigError
 
 
@@ -73,10 +74,19 @@ def inline_partition(cfg, dataset):
                           data_pool=cfg.data_pool)
 
 
+def split_pool(cfg, dataset):
+    """The dataset (with its validation set under ``--val-fraction``) and its inline partition: of the pool less the
+    validation samples, as indices into the whole pool (``fedcli.data.validation``), or of the whole pool."""
+    if cfg.val_fraction > 0:
+        return split_validation(cfg, dataset, lambda pool: inline_partition(cfg, pool))
+    return dataset, inline_partition(cfg, dataset)
+
+
 def load_data_and_partition(cfg):
     """The dataset and its partition: the ``partition_file``'s (it decides the clients, ``len(part.train)``; the
     config is not changed) or an inline one. The caller reads the client count off the partition. With
-    ``--data-pool train+test`` the partition splits the merged pool and the test set is the local test splits."""
+    ``--data-pool train+test`` the partition splits the merged pool and the test set is the local test splits. With
+    ``--val-fraction`` the validation samples are held out of the pool first (``fedcli.data.validation``)."""
     dataset = load_data(cfg)
     if cfg.partition_file:
         made_on = load_partition(cfg.partition_file).config.get("data_pool", "train")
@@ -84,8 +94,12 @@ def load_data_and_partition(cfg):
             raise ConfigError(f"{cfg.partition_file} was made with --data-pool {made_on}: give --data-pool {made_on}",
                               key="data_pool")
         part = load_partition(cfg.partition_file, dataset)
+        if cfg.val_fraction > 0:  # its clients lose the held-out samples they hold
+            dataset, part = drop_validation(cfg, dataset, part)
     else:
-        part = inline_partition(cfg, dataset)
+        dataset, part = split_pool(cfg, dataset)
+    if cfg.client_val_fraction > 0:  # each client's own validation samples, out of its training data
+        part = split_client_validation(cfg, part)
     if cfg.data_pool == "train+test":
         dataset = pooled_test_set(dataset, part)
     return dataset, part

@@ -33,6 +33,8 @@ class FedDataset:
     group_names: list[str] | None = None  # group index -> writer id (LEAF ids kept)
     augment: str | None = None  # "cifar": the engine applies fedcli.data.augment at train time
     source: dict = field(default_factory=dict)  # what was read (goes into the run manifest)
+    val_x: torch.Tensor | None = None  # --val-fraction: the held-out validation samples (fedcli.data.validation)
+    val_y: torch.Tensor | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

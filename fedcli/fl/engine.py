@@ -315,6 +315,10 @@ class Simulation:
                         vmap=self.trainer.name == "vmap")
         self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
         self.personal = build_personalization(self)  # per-client local models + personal_acc (None: not personalized)
+        if cfg.client_val_fraction > 0 and (self.personal is None or not self.personal.evaluate_models):
+            raise ConfigError(f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
+                              f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
+                              f"global model", key="client_val_fraction")
 
     def _data_to_device(self) -> None:
         """The training and test tensors on the device, and the augmentation's padding value."""
@@ -323,6 +327,9 @@ class Simulation:
         self.train_y = dataset.train_y.to(self.device)
         self.test_x = dataset.test_x.to(self.device)
         self.test_y = dataset.test_y.to(self.device)
+        # --val-fraction: the held-out validation samples (None without), evaluated like the test set
+        self.val_x = None if dataset.val_y is None else dataset.val_x.to(self.device)
+        self.val_y = None if dataset.val_y is None else dataset.val_y.to(self.device)
         # pad with black, as torchvision does before normalizing: fill = -mean / std per channel (a [C] tensor on
         # the device, built once; the CIFAR loaders' normalization has one mean and std per channel)
         norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
@@ -491,10 +498,13 @@ class Simulation:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self) -> tuple[float, float]:
-        """Global model on the test set: (mean loss, accuracy). Each rank evaluates a slice."""
+    def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
+        """Global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
+        accuracy). Each rank evaluates a slice."""
         self.model.eval()
-        n = self.test_y.numel()
+        if x is None:
+            x, y = self.test_x, self.test_y
+        n = y.numel()
         chunks = math.ceil(n / EVAL_BATCH)  # fixed chunks, whole ones per process, summed in order: exact for any split
         mine = list(range(chunks * self.comm.rank // self.comm.size, chunks * (self.comm.rank + 1) // self.comm.size))
         sums = torch.zeros(len(mine), 2, dtype=torch.float64)
@@ -505,10 +515,10 @@ class Simulation:
                 # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk, in
                 # either layout (tests/engine/test_trainers.py), so the sums are those of one forward pass per chunk
                 out = torch.cat([functional_call(self.model, (self.global_params, self.global_buffers),
-                                                 (self.trainer.eval_input(self.test_x[a: min(e, a + piece)]),))
+                                                 (self.trainer.eval_input(x[a: min(e, a + piece)]),))
                                  for a in range(s, e, piece)])
-                sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), self.test_y[s:e], reduction="sum").item()
-                sums[row, 1] = (out.argmax(1) == self.test_y[s:e]).sum().item()
+                sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), y[s:e], reduction="sum").item()
+                sums[row, 1] = (out.argmax(1) == y[s:e]).sum().item()
         tot = self.comm.client_sum([sums], None, mine, chunks)
         return float(tot[0]) / n, float(tot[1]) / n
 
@@ -788,9 +798,13 @@ class Simulation:
                "skipped_clients": state.skipped}
         if self.system is not None:
             row["sim_time_s"] = state.sim_time_s
+        if self.val_y is not None:  # --val-fraction: the global model on the held-out validation set
+            row["val_loss"], row["val_acc"] = self.evaluate(self.val_x, self.val_y)
         s = state.summary
         personal = self.personal.evaluate(self.view, state.round_idx) if self.personal is not None else None
         row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
+        if self.cfg.client_val_fraction > 0:  # the same models on each client's own validation samples
+            row["personal_val_acc"] = self.personal.val_acc
         s.history.append(row)
         if math.isnan(s.best_acc) or acc > s.best_acc:
             s.best_acc, s.best_iteration = acc, state.iteration

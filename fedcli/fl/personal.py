@@ -175,6 +175,11 @@ class Personalization:
         test = sim.partition.test
         self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
         self.total = int(sum(t.numel() for t in self.test))
+        # --client-val-fraction: each client's own validation samples (None without), and the last evaluation's
+        # accuracy of the clients' models on them, pooled as personal_acc is (personal_val_acc)
+        val = getattr(sim.partition, "val", None)
+        self.val = [torch.as_tensor(t, dtype=torch.long) for t in val] if val is not None else None
+        self.val_acc: float | None = None
         self.evaluate_models = self.total > 0
         self.client_rows: list[dict] = []  # the last evaluation's per-client numbers (clients.csv)
         # --personal-eval after-init: the models as the round's initialization left them (kept under INITIALIZED)
@@ -232,26 +237,34 @@ class Personalization:
         has_global = not view.local_layers
         stats = torch.full((len(mine), len(STAT_COLUMNS)), float("nan"), dtype=torch.float64)
         correct = 0.0
+        val_correct = 0.0
         for row, c in enumerate(mine):
             idx = self.test[c]
             stats[row, 0] = float(idx.numel())
-            if idx.numel() == 0:
+            if idx.numel() == 0 and self.val is None:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
             own = None if self.at_init else next((m for m in (p.personalize(view, c) for p in self.parts) if m is not None), None)
             params, buffers = own if own is not None else client_model(view, c, INITIALIZED if self.at_init else self.prefix)
-            idx = idx.to(view.train_x.device)
-            stats[row, 1], stats[row, 2] = score(view, params, buffers, idx)
-            correct += float(stats[row, 2])
-            if has_global:
-                stats[row, 3], stats[row, 4] = score(view, view.global_params, view.global_buffers, idx)
+            if idx.numel():
+                idx = idx.to(view.train_x.device)
+                stats[row, 1], stats[row, 2] = score(view, params, buffers, idx)
+                correct += float(stats[row, 2])
+                if has_global:
+                    stats[row, 3], stats[row, 4] = score(view, view.global_params, view.global_buffers, idx)
+            if self.val is not None:  # the same model on the client's own validation samples
+                val_correct += score(view, params, buffers, self.val[c].to(view.train_x.device))[1]
         # every client's numbers to every rank, each row from the one rank that evaluated it (exact)
         pos = {c: i for i, c in enumerate(clients)}
         gathered = view.comm.client_gather(torch.nan_to_num(stats, nan=0.0), [pos[c] for c in mine], len(clients))
         missing = view.comm.client_gather(torch.isnan(stats).double(), [pos[c] for c in mine], len(clients))
         gathered[missing > 0] = float("nan")
         self.client_rows = client_table(clients, view.sizes, gathered)
-        tot = view.comm.allreduce_(torch.tensor([correct], dtype=torch.float64))
+        tot = view.comm.allreduce_(torch.tensor([correct] + ([val_correct] if self.val is not None else []),
+                                                dtype=torch.float64))
+        if self.val is not None:
+            val_total = sum(int(self.val[c].numel()) for c in clients)
+            self.val_acc = float(tot[1]) / val_total if val_total else float("nan")
         return float(tot[0]) / total if total else float("nan")
 
 

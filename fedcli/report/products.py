@@ -109,7 +109,8 @@ ACCURACY = ("best", "final")
 X_AXES = style.X_AXES + tuple(style.X_ALIASES)  # a recipe figure's x: an axis, or an older spelling of one
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
 #: personalized runs (each client's model on its local test split, the papers' metric), test_acc otherwise
-ACC_METRICS = ("test_acc", "personal_acc", "auto")
+#: val_acc / personal_val_acc: runs trained with --val-fraction / --client-val-fraction
+ACC_METRICS = ("test_acc", "personal_acc", "val_acc", "personal_val_acc", "auto")
 SELECT = ("all", "best")
 #: what ``select = "best"`` picks by: a mean accuracy over the seeds (higher is better) or rounds to the target
 SELECT_ON = ("acc", "best_acc", "final_acc", "rounds")
@@ -388,7 +389,7 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
     f = FigureDef(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                    x=_choice(d, "x", X_AXES, "iterations", loc),
-                   y=_choice(d, "y", ACC_METRICS + ("test_loss", "train_loss", "params", "bytes"), "auto", loc))
+                   y=_choice(d, "y", ACC_METRICS + ("test_loss", "val_loss", "train_loss", "params", "bytes"), "auto", loc))
     from fedcli.report.style import x_axis
 
     f.x = x_axis(f.x)

@@ -208,6 +208,11 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
              {"value": 100 * best["test_acc"], "iteration": best["iteration"]}),
         "final_personal_acc": _pct_cell(run.accuracy("final", "personal_acc") if run.personalized else float("nan")),
         "best_personal_acc": _pct_cell(run.accuracy("best", "personal_acc") if run.personalized else float("nan")),
+        # --val-fraction: the global model on the validation set (NaN for a run without one)
+        "final_val_acc": _pct_cell(run.accuracy("final", "val_acc")),
+        "best_val_acc": _pct_cell(run.accuracy("best", "val_acc")),
+        # --client-val-fraction: the clients' models on their own validation samples
+        "final_personal_val_acc": _pct_cell(run.accuracy("final", "personal_val_acc")),
     }
     cells["worst_personal_acc"] = _pct_cell(worst_mean(accuracies(run)))
     cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
@@ -225,7 +230,9 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
 
 #: how a comparison-table column's mean ± std over seeds is written: (format of a number, unit after it)
 SEED_FORMATS = {"final_acc": (".2f", "%"), "best_acc": (".2f", "%"), "final_personal_acc": (".2f", "%"),
-                "best_personal_acc": (".2f", "%"), "worst_personal_acc": (".2f", "%"), "comm": (".2f", "%"),
+                "best_personal_acc": (".2f", "%"), "final_val_acc": (".2f", "%"), "best_val_acc": (".2f", "%"),
+                "final_personal_val_acc": (".2f", "%"),
+                "worst_personal_acc": (".2f", "%"), "comm": (".2f", "%"),
                 "comm_pct_bytes": (".2f", "%"), "comm_m": (",.2f", ""), "comm_mb": (",.2f", ""), "wall_s": (",.1f", " s"),
                 "sim_time_s": (",.2f", " s")}
 
@@ -269,6 +276,12 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
             ("iterations", "Iterations (rounds)"), ("final_acc", "Final acc."), ("best_acc", "Best acc. (iteration)")]
     if personal:
         keys += [("final_personal_acc", "Final personal acc."), ("best_personal_acc", "Best personal acc.")]
+    validated = any(r.evaluations("val_acc") for r in runs)  # a run trained with --val-fraction
+    if validated:
+        keys += [("final_val_acc", "Final val. acc."), ("best_val_acc", "Best val. acc.")]
+    personal_validated = any(r.evaluations("personal_val_acc") for r in runs)  # trained with --client-val-fraction
+    if personal_validated:
+        keys += [("final_personal_val_acc", "Final personal val. acc.")]
     if any(r.clients for r in runs):
         keys += [("worst_personal_acc", "Worst 10% clients, final")]
     keys += [("comm_m", "Comm. (M params)"), ("comm", f"Comm. vs {base.title} (params)"), ("comm_mb", "Data moved (MB)"),
@@ -289,6 +302,12 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
         meta.append({"run_dir": ";".join(str(r.path) for r in group.runs)})
     notes = ["Final / best: test accuracy of the global model at the last / best evaluation"
              + ("; personal acc.: each client's model on its local test split, pooled (personalized methods)." if personal else ".")]
+    if validated:
+        notes.append("Val. acc.: the global model on the validation set held out of the training pool (--val-fraction; "
+                     "never trained on), at the last / best evaluation; — for a run without one.")
+    if personal_validated:
+        notes.append("Personal val. acc.: each client's model on its own validation samples held out of its training "
+                     "data (--client-val-fraction), pooled as personal acc. is, at the last evaluation.")
     if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
         notes.append("(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
                      "over the others.")

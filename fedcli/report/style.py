@@ -34,6 +34,8 @@ X_LABELS = {"iterations": "Local iterations", "rounds": "Communication rounds",
             "params": "Communicated parameters, Eq. 8 (M params)", "bytes": "Data moved, up and down (MB)",
             "time": "Simulated time (s), system model"}  # time: runs trained with --system (sim_time_s)
 Y_LABELS = {"test_acc": "Test accuracy (%), global model", "personal_acc": "Personal accuracy (%), clients' models\non their local test splits",
+            "val_acc": "Validation accuracy (%), global model", "val_loss": "Validation loss, global model",
+            "personal_val_acc": "Personal validation accuracy (%),\nclients' models on their own validation samples",
             "auto": "Accuracy (%): personal (pFL), else global", "test_loss": "Test loss, global model",
             "train_loss": "Training loss, clients' mini-batches"}
 

@@ -218,6 +218,9 @@ def accuracy_source(metric: str, runs: dict | None = None) -> str:
     ({name: {seed: RunData}}) are: all personalized, none, or both."""
     texts = {"test_acc": "global model, test set",
              "personal_acc": "each client's model on its local test split, pooled over the clients (personal_acc)",
+             "val_acc": "global model, validation set held out of the training pool (--val-fraction)",
+             "personal_val_acc": "each client's model on its own validation samples, pooled over the clients "
+                                 "(--client-val-fraction)",
              "auto": "personalized methods: each client's model on its local test split, pooled over the clients (personal_acc); "
                      "traditional FL: the global model on the test set (test_acc)"}
     metric = measured(metric, runs)
@@ -235,12 +238,14 @@ def measured(metric: str, runs: dict | None = None) -> str:
 
 
 #: the header of a table's accuracy column, by what it measures (the notes say the same: :func:`accuracy_source`)
-ACC_HEADERS = {"test_acc": "Test acc.", "personal_acc": "Personal acc."}
+ACC_HEADERS = {"test_acc": "Test acc.", "personal_acc": "Personal acc.", "val_acc": "Val. acc.",
+               "personal_val_acc": "Personal val. acc."}
 
 
 def acc_header(metric: str, runs: dict | None = None) -> str:
     """"Test acc." for the global model on the test set, "Personal acc." for clients' own models, "Accuracy" for a
-    table of both kinds; never the papers' "Validation acc." for what fedcli measures on the test set."""
+    table of both kinds; "Val. acc." for the validation set of --val-fraction, and never the papers' "Validation acc."
+    for what fedcli measures on the test set."""
     return ACC_HEADERS.get(measured(metric, runs), "Accuracy")
 
 

@@ -17,8 +17,14 @@ from fedcli.fl.hooks import RoundHook
 def extra_columns(sim) -> dict[str, list[str]]:
     """Columns a run adds after a CSV's own (``rundir.RunDir``'s ``extra``): with ``--system``, ``sim_time_s`` in
     metrics.csv (the simulated time at the evaluation) and in layers.csv (the time the layer's synchronizations
-    cost). None otherwise, so a run without the system model writes the files it always wrote."""
-    return {"metrics.csv": ["sim_time_s"], "layers.csv": ["sim_time_s"]} if sim.system is not None else {}
+    cost); with ``--val-fraction``, ``val_loss`` and ``val_acc`` in metrics.csv; with ``--client-val-fraction``,
+    ``personal_val_acc``. None otherwise, so a run without them writes the files it always wrote."""
+    extra = {"metrics.csv": ["sim_time_s"], "layers.csv": ["sim_time_s"]} if sim.system is not None else {}
+    if sim.cfg.val_fraction > 0:  # --val-fraction: the global model on the validation set
+        extra["metrics.csv"] = extra.get("metrics.csv", []) + ["val_loss", "val_acc"]
+    if sim.cfg.client_val_fraction > 0:  # --client-val-fraction: the clients' models on their validation samples
+        extra["metrics.csv"] = extra.get("metrics.csv", []) + ["personal_val_acc"]
+    return extra
 
 
 def layer_rows(sim, state=None) -> list[dict]:
