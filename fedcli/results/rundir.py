@@ -4,7 +4,7 @@
   Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).
 - ``metrics.csv`` / ``intervals.csv`` / ``skipped.csv`` / ``clients.csv``: append-only; each row is flushed and fsynced when written, so a
   crash loses at most the current round. Never rewritten in place. ``timing.csv`` (a run that can be re-timed,
-  ``fedcli.fl.timing``) likewise, its rows kept until the next evaluation, checkpoint or close.
+  ``fedcli.fl.timing``) likewise, but fsynced at evaluations and at the close only (a row per round).
 - ``layers.csv``: a per-layer summary, replaced atomically after every evaluation.
 """
 
@@ -40,7 +40,11 @@ PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
 #: a run that can be re-timed (no deadline, no availability): one row per round, what its simulated time is a function
 #: of (``fedcli.fl.timing``)
 TIMING_COLUMNS = ["round", "iteration", "clients", "steps", "syncs", "work", "extra_up", "extra_down"]
-APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS, "timing.csv")  # append-only files a checkpoint records the length of
+APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS, "timing.csv")
+#: append-only files synced at evaluations, not row by row (``AppendCSV(deferred=True)``): one that a crash of the
+#: machine left shorter than a checkpoint recorded is removed on resume (the run goes on; re-timing it then refuses,
+#: naming the rounds missing), not refused
+LENIENT_CSVS = ("timing.csv",)  # append-only files a checkpoint records the length of
 
 
 CLIENT_STATE = "client-state"  # per-client state on disk (fedcli/fl/store.py): g<gen>/r<rank>/<table>.bin
@@ -132,8 +136,9 @@ class AppendCSV:
 
     def __init__(self, path: Path, columns: list[str], deferred: bool = False):
         self.path, self.columns = Path(path), list(columns)
-        # deferred: rows are kept until ``drain`` (a checkpoint's ``position``, ``close``): one write for many rounds
-        self.deferred, self.pending = deferred, []
+        # deferred: a row reaches the operating system when written (a killed process loses none) and the disk at the
+        # next ``drain`` (an evaluation, the close): no fsync per row of a file written every round
+        self.deferred, self.unsynced = deferred, False
         new = not self.path.exists() or self.path.stat().st_size == 0
         self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
         if not new:  # a file an older fedcli began (a run resumed since): its rows go on with its own header's columns
@@ -143,7 +148,8 @@ class AppendCSV:
             self._write(csv_text(self.columns, []))
 
     def _write(self, text: str) -> None:
-        """Append ``text`` and fsync; on a failed write (disk full, ...) the file is cut back to its last whole row."""
+        """Append ``text`` and fsync (a deferred file: at the next ``drain``); on a failed write (disk full, ...) the
+        file is cut back to its last whole row."""
         from fedcli.errors import os_error
 
         self.f.flush()
@@ -151,28 +157,32 @@ class AppendCSV:
         try:
             self.f.write(text)
             self.f.flush()
-            os.fsync(self.f.fileno())
+            if self.deferred:
+                self.unsynced = True
+            else:
+                os.fsync(self.f.fileno())
         except OSError as e:
             self.f = _reopen_at(self.f, self.path, size)
             raise os_error(e, self.path) from None
 
     def append(self, rows: list[dict]) -> None:
-        if rows and self.deferred:
-            self.pending.extend(rows)
-        elif rows:
-            self._write(csv_text(self.columns, rows, header=False))
-            self.rows += len(rows)
-
-    def drain(self) -> None:
-        """A deferred file: the rows kept so far reach the disk."""
-        rows, self.pending = self.pending, []
         if rows:
             self._write(csv_text(self.columns, rows, header=False))
             self.rows += len(rows)
 
+    def drain(self) -> None:
+        """A deferred file: the rows written so far reach the disk (fsync)."""
+        if self.unsynced:
+            from fedcli.errors import os_error
+
+            try:
+                os.fsync(self.f.fileno())
+            except OSError as e:
+                raise os_error(e, self.path) from None
+            self.unsynced = False
+
     def position(self) -> dict:
         """Where the file ends now (bytes, data rows): what a checkpoint records to rewind it on resume."""
-        self.drain()
         self.f.flush()
         return {"bytes": os.fstat(self.f.fileno()).st_size, "rows": self.rows}
 
@@ -265,13 +275,13 @@ class RunDir:
 
     def append_metrics(self, row: dict) -> None:
         if self.timing is not None:
-            self.timing.drain()  # the rounds up to an evaluation are on disk before it
+            self.timing.drain()  # the rounds up to an evaluation are on the disk before it
         self.metrics.append([row])
 
     def append_timing(self, rows: list[dict]) -> None:
-        """A run that can be re-timed: each round's records (``timing.csv``), written at the next evaluation,
-        checkpoint or close (a crash loses no more than the rows since the last evaluation, which re-timing does not
-        read)."""
+        """A run that can be re-timed: each round's records (``timing.csv``), written as the round ends and synced to
+        the disk at the next evaluation or the close (a crash of the machine loses no more than the rows since the last
+        evaluation, which re-timing does not read)."""
         if self.timing is None:
             self.timing = AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True)
         self.timing.append(rows)
@@ -329,6 +339,12 @@ def rewind_csvs(folder: str | Path, positions: dict) -> None:
     from fedcli.errors import DataError
 
     folder = Path(folder)
+    positions = dict(positions)
+    for name in LENIENT_CSVS:  # rows synced at evaluations only: one the machine's crash cut short is dropped
+        pos = positions.get(name)
+        path = refuse_link(folder / name)
+        if pos and pos["bytes"] and (not path.exists() or path.stat().st_size < pos["bytes"]):
+            positions[name] = {"bytes": 0, "rows": 0}
     for name, pos in positions.items():  # check every file first, then cut: all or nothing
         path = refuse_link(folder / name)
         size = path.stat().st_size if path.exists() else 0

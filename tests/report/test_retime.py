@@ -118,3 +118,22 @@ def test_timing_csv_is_rewound_on_resume_and_the_same_for_any_worker_count(tmp_p
     assert (ref / "timing.csv").read_bytes() == (out / "timing.csv").read_bytes()
     assert main(args + ["--workers", "2", "--out", str(two)]) == 0
     assert (ref / "timing.csv").read_bytes() == (two / "timing.csv").read_bytes()
+
+
+def test_a_timing_csv_cut_short_by_a_crash_is_dropped_on_resume_and_then_refused(runs, tmp_path, capsys):
+    """timing.csv is synced at evaluations only: one shorter than the checkpoint recorded (a crash of the machine)
+    does not stop the resume (the other files still must match), and re-timing the run then names the rounds missing."""
+    from fedcli.results.rundir import rewind_csvs
+
+    run = tmp_path / "run"
+    shutil.copytree(runs / "fedavg-plain", run)
+    full = (run / "timing.csv").read_bytes()
+    recorded = {"timing.csv": {"bytes": len(full), "rows": full.count(b"\n") - 1}}
+    (run / "timing.csv").write_bytes(full[: len(full) // 2])
+    rewind_csvs(run, recorded)
+    assert not (run / "timing.csv").exists()
+    lines = full.decode().splitlines()
+    (run / "timing.csv").write_text("\n".join([lines[0], *lines[3:]]) + "\n")  # a resume after round 2 wrote the rest
+    code, out, err = cli(["report", str(run), "--uplink", FAST], capsys)
+    said = error_lines(err)
+    assert code == 3 and out == "" and len(said) == 1 and "no record of round 1" in said[0], err
