@@ -308,15 +308,39 @@ def _print_listing(folder, sweeps, rows) -> None:
                       f"write figures with `--figures OUTDIR`.", highlight=False, markup=False)
 
 
+def retiming_parameters() -> list:
+    """The Typer parameters of the re-timing options (``fedcli.report.retime``), from ``fedcli train``'s declarations
+    of them (their help; the default: the run's own)."""
+    import inspect
+    from typing import Optional
+
+    from rich.markup import escape
+
+    from fedcli.cli.options import TYPES, flag, show
+    from fedcli.report.retime import fields
+
+    out = []
+    for f in fields().values():
+        kind = TYPES[f.type if isinstance(f.type, str) else f.type.__name__]
+        default = show(f.default) if f.default not in ("", None) else "none"
+        text = escape(f"Re-time the run directories with: {f.metadata['help']} [default: the run's own (trained with "
+                      f"--system), else {default}]")
+        option = typer.Option(None, flag(f.name), help=text, rich_help_panel=RETIMING_PANEL, show_default=False)
+        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[kind]))
+    return out
+
+
+RETIMING_PANEL = "re-timing run directories (system model: docs/system-model.md)"
+
+
 def _with_retiming() -> None:
-    """``fedcli report``'s parameters: its own and the system model's re-timing options (``fedcli.report.retime``)."""
+    """``fedcli report``'s parameters: its own and the system model's re-timing options."""
     import inspect
 
     from fedcli.cli.options import with_parameters
-    from fedcli.report.retime import parameters
 
     own = [p for p in inspect.signature(report).parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
-    with_parameters(report, own + parameters())
+    with_parameters(report, own + retiming_parameters())
 
 
 _with_retiming()

@@ -17,35 +17,13 @@ from fedcli.errors import ConfigError, DataError
 OPTIONS = ("speed", "uplink", "downlink", "latency", "system_trace", "server_time")
 #: the per-client draws: giving one of them re-times with draws, not with the run's own trace
 DRAWS = ("speed", "uplink", "downlink", "latency")
-PANEL = "re-timing run directories (system model: docs/system-model.md)"
 
 
-def _fields() -> dict:
+def fields() -> dict:
+    """The re-timing options' declarations (``SystemParams``' fields), by name: ``fedcli report``'s options."""
     from fedcli.specs.system import SystemParams
 
     return {f.name: f for f in dataclasses.fields(SystemParams) if f.name in OPTIONS}
-
-
-def parameters() -> list:
-    """The Typer parameters of the re-timing options, from ``fedcli train``'s declarations of them (their help; the
-    default: the run's own)."""
-    import inspect
-    from typing import Optional
-
-    import typer
-    from rich.markup import escape
-
-    from fedcli.cli.options import TYPES, flag, show
-
-    out = []
-    for f in _fields().values():
-        kind = TYPES[f.type if isinstance(f.type, str) else f.type.__name__]
-        default = show(f.default) if f.default not in ("", None) else "none"
-        text = escape(f"Re-time the run directories with: {f.metadata['help']} [default: the run's own (trained with "
-                      f"--system), else {default}]")
-        option = typer.Option(None, flag(f.name), help=text, rich_help_panel=PANEL, show_default=False)
-        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[kind]))
-    return out
 
 
 def check(given: dict) -> dict:
@@ -53,9 +31,9 @@ def check(given: dict) -> dict:
     from fedcli.config import check_value
     from fedcli.specs.system import SystemParams
 
-    fields = _fields()
+    fields_ = fields()
     for name, value in given.items():
-        check_value(fields[name], value)
+        check_value(fields_[name], value)
     SystemParams(**{"system": True, **given}).check()  # each distribution parses and gives valid values
     return given
 
