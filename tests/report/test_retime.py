@@ -137,3 +137,16 @@ def test_a_timing_csv_cut_short_by_a_crash_is_dropped_on_resume_and_then_refused
     code, out, err = cli(["report", str(run), "--uplink", FAST], capsys)
     said = error_lines(err)
     assert code == 3 and out == "" and len(said) == 1 and "no record of round 1" in said[0], err
+
+
+def test_a_trace_and_the_server_time_retime_as_they_train(runs, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("client,speed,uplink,downlink,latency\n0,1e8,3e4,1e6,0.01\n1,5e7,1e5,2e6,0.02\n2,2e8,5e4,1e6,0.03\n"
+                     "3,1e8,2e5,3e6,0.0\n")
+    out = tmp_path / "traced"
+    assert main(BASE + ["--algo", "mime", "--system", "--system-trace", str(trace), "--server-time", "0.25",
+                        "--out", str(out)]) in (0, None)
+    got = retimed(runs / "mime-plain", system_trace=str(trace), server_time=0.25)
+    assert got == pytest.approx(sim_times(out), rel=1e-9, abs=0)
+    # a draw given re-times with draws: the run's own trace is left out (here: the defaults, at another latency)
+    assert retimed(out, latency="constant:0.05") == pytest.approx(retimed(runs / "mime-plain", server_time=0.25), rel=1e-9, abs=0)
