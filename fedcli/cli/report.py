@@ -32,6 +32,7 @@ def report(
                                f"\\[choices: {', '.join(PAPERS)}] \\[default --output: DIR/paper-NAME]"),
     overwrite: bool = typer.Option(False, "--overwrite", help="With --paper: replace section.tex and section.md even where they changed since fedcli wrote them (hand edits are lost). Without it an edited section is kept and the command refuses (exit 2)."),
     baseline: str = typer.Option(None, "--baseline", metavar="RUN", help="The run that the comparison table of run directories measures communication against, in parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg with each run's cohort, tau and budget, computed]"),
+    **system_options,
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
     sweep; curves, per-layer communication and Algorithm 1 figures of `fedcli train` runs, and a table comparing them."""
@@ -48,6 +49,14 @@ def report(
 
     if x is not None and x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
+    retime = {k: v for k, v in system_options.items() if v is not None}  # --uplink ...: re-time the run directories
+    if retime:
+        from fedcli.report import retime as retiming
+
+        retiming.check(retime)
+        if paper is not None or table is not None or figure:
+            raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories compared (fedcli report "
+                              f"RUN... --x time), not to a sweep's tables, figures or paper section")
     if paper is not None:
         return _paper(paper, list(folders or ["results"]), output, x, table, figure, figures, overwrite)
     if overwrite:
@@ -81,6 +90,11 @@ def report(
             raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
         runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
         runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
+        if retime:  # every run re-timed (or the one that cannot be refused) before anything is printed or written
+            if not runs or (sweeps and figures is not None):
+                raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories of `fedcli train`; "
+                                  f"give them (a sweep's runs are in its folders: SWEEP/<run>/seed<k>)")
+            retiming.apply(runs, retime)
         if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
             # simulated time is refused before anything is printed or written
             from fedcli.report.figures import check_simulated_time
@@ -292,3 +306,41 @@ def _print_listing(folder, sweeps, rows) -> None:
         out_console.print(t)
     out_console.print(f"Print a table with `fedcli report {folder} --table NAME [--format md|latex|csv]`; "
                       f"write figures with `--figures OUTDIR`.", highlight=False, markup=False)
+
+
+def retiming_parameters() -> list:
+    """The Typer parameters of the re-timing options (``fedcli.report.retime``), from ``fedcli train``'s declarations
+    of them (their help; the default: the run's own)."""
+    import inspect
+    from typing import Optional
+
+    from rich.markup import escape
+
+    from fedcli.cli.options import TYPES, flag, show
+    from fedcli.report.retime import fields
+
+    out = []
+    for f in fields().values():
+        kind = TYPES[f.type if isinstance(f.type, str) else f.type.__name__]
+        default = show(f.default) if f.default not in ("", None) else "none"
+        text = escape(f"Re-time the run directories with: {f.metadata['help']} [default: the run's own (trained with "
+                      f"--system), else {default}]")
+        option = typer.Option(None, flag(f.name), help=text, rich_help_panel=RETIMING_PANEL, show_default=False)
+        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[kind]))
+    return out
+
+
+RETIMING_PANEL = "re-timing run directories (system model: docs/system-model.md)"
+
+
+def _with_retiming() -> None:
+    """``fedcli report``'s parameters: its own and the system model's re-timing options."""
+    import inspect
+
+    from fedcli.cli.options import with_parameters
+
+    own = [p for p in inspect.signature(report).parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    with_parameters(report, own + retiming_parameters())
+
+
+_with_retiming()

@@ -26,7 +26,7 @@ from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl import chunked, clientstate, guard, parts, slots, system
+from fedcli.fl import chunked, clientstate, guard, parts, slots, system, timing
 from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
@@ -104,6 +104,7 @@ class RoundRecord:
     adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
     metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation point
     system: dict | None = None                  # --system: the round's system.csv row (SystemModel.round_row)
+    timing: dict | None = None                  # a run that can be re-timed: the round's timing.csv row (fedcli.fl.timing)
 
 
 def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
@@ -209,6 +210,7 @@ class Simulation:
         self.writers = None            # the round hook writing its CSVs (``attach``)
         self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
         self.system_round = None       # its plan of the round being run (participants, their steps), or None
+        self.timing = None             # the records a run keeps to be re-timed (fedcli.fl.timing), built by ``setup``
         # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.view)
         self.view = PartView(self)
 
@@ -238,7 +240,11 @@ class Simulation:
         self._data_to_device()
         self._set_up_parts()
         self._plan_budget()
-        self.system = system.build(self)  # None without --system; checks the deadline before any training
+        # a run whose training does not depend on the system model records what re-timing it needs (fedcli.fl.timing)
+        retimable = timing.refusal(vars(self.cfg)) is None
+        shape = system.measure(self) if self.cfg.system or retimable else None
+        self.timing = timing.Recorder(shape) if retimable else None
+        self.system = system.build(self, shape)  # None without --system; checks the deadline before any training
         return self
 
     def _place(self) -> None:
@@ -400,6 +406,7 @@ class Simulation:
             "torch_threads": torch.get_num_threads(),
             "client_state": self.store.info,
             **({"system": self.system.describe()} if self.system is not None else {}),
+            **({"timing": self.timing.describe()} if self.timing is not None else {}),
         }
 
     def personal_tables(self) -> tuple[str, ...]:
@@ -644,11 +651,16 @@ class Simulation:
         round_idx = state.round_idx
         self.record = RoundRecord(round_idx, state.iteration)
         cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
+        timed = None  # without the system model, the round as timing.csv records it (its syncs taken before it runs)
         if self.system is not None:
             cohort_ids = self.plan_system_round(state, sampled)
             if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training
                 self.close_system_round(state, self.plan.round_steps(state.iteration, sampled))
                 return
+        elif self.timing is not None:
+            steps = self.plan.round_steps(state.iteration, cohort_ids)
+            timed = system.RoundPlan(cohort_ids, cohort_ids, dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
+                                     syncs=self.sync_plan(steps), round_idx=round_idx)
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
         steps = self.plan.round_steps(state.iteration, cohort_ids)
         start = state.iteration
@@ -682,6 +694,9 @@ class Simulation:
         if self.system is not None:
             self.close_system_round(state)
             return
+        if timed is not None:
+            timed.extra_up, timed.extra_down = self.ledger.take_round()  # the copies its parts moved beyond the syncs
+            self.record.timing = self.timing.row(timed, state.iteration)
         state.round_idx += 1
 
     def plan_system_round(self, state: TrainState, sampled: list[int]) -> list[int]:
@@ -710,6 +725,8 @@ class Simulation:
         state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]
         state.iteration += idle_steps
         self.record.system = self.system.round_row(plan, round_idx, state.iteration, seconds, state.sim_time_s)
+        if self.timing is not None:
+            self.record.timing = self.timing.row(plan, state.iteration)
         self.system_round = None
         state.round_idx += 1
 

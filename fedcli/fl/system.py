@@ -406,12 +406,21 @@ class SystemModel:
                 "dropped_clients": ids(plan.dropped), "partial_clients": ids(plan.partial)}
 
 
-def build(sim) -> SystemModel | None:
-    """The run's system model (None without ``--system``): the model's FLOPs, each client's batch, the bytes per layer
-    as the ledger counts them, and the deadline checked against the first round's synchronizations."""
-    cfg = sim.cfg
-    if not cfg.system:
-        return None
+@dataclass
+class Shape:
+    """What the system model prices of a run, whatever the network: the model's forward FLOPs per sample, each
+    client's samples per step [n], one client's bytes per layer up and down as the ledger counts them, and the parts'
+    work beyond FedAvg's (:class:`Work`). ``fedcli.fl.timing`` records it in the manifest for re-timing."""
+
+    forward_flops: float
+    batch: np.ndarray
+    up: list
+    down: list
+    work: Work
+
+
+def measure(sim) -> Shape:
+    """The :class:`Shape` of the simulation ``sim`` (set up up to its budget)."""
     was_training = sim.model.training
     sim.model.eval()  # no statistics update, no dropout draw: the run's random streams stay as they are
     try:
@@ -425,8 +434,19 @@ def build(sim) -> SystemModel | None:
     parts = list(sim.parts.values())
     if sim.init.wraps_base:  # an init built around the method's own (ALA): that one's work is done too
         parts.append(sim.init.base)
-    work = Work(parts, [len(ix) for ix in sim.partition.train], sim.sizes, sim.batch_size, cfg.drop_last)
-    model = SystemModel(cfg, len(sim.client_indices), fwd, batch, up, down, work)
+    work = Work(parts, [len(ix) for ix in sim.partition.train], sim.sizes, sim.batch_size, sim.cfg.drop_last)
+    return Shape(fwd, batch, up, down, work)
+
+
+def build(sim, shape: Shape | None = None) -> SystemModel | None:
+    """The run's system model (None without ``--system``): the model's FLOPs, each client's batch, the bytes per layer
+    as the ledger counts them (``shape``: :func:`measure`'s, measured here when not given), and the deadline checked
+    against the first round's synchronizations."""
+    cfg = sim.cfg
+    if not cfg.system:
+        return None
+    shape = shape or measure(sim)
+    model = SystemModel(cfg, len(sim.client_indices), shape.forward_flops, shape.batch, shape.up, shape.down, shape.work)
     everyone = list(range(model.n))
     steps = sim.plan.round_steps(0, everyone)
     model.check_deadline(sim.plan.client_round_steps(everyone, steps), sim.sync_plan(steps), sim.active)

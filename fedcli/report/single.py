@@ -322,6 +322,12 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     if any(r.simulated for r in runs):
         notes.append("Sim. time: the simulated seconds of the training so far at its last evaluation (sim_time_s, the "
                      "system model of --system: docs/system-model.md); — for a run trained without it.")
+    if retimed := next((r.retimed for r in runs if getattr(r, "retimed", None)), None):
+        from fedcli.report.retime import describe
+
+        notes.append(f"Sim. time re-timed under {describe(retimed)} (over each run's own system options, else the "
+                     f"defaults) from the runs' records (timing.csv), not as trained: docs/system-model.md, \"Re-timing "
+                     f"a run\".")
     notes.append(base.note())
     if base.left_out:
         notes.append(f"Not measured against {base.name}: " + "; ".join(base.left_out) + ".")

@@ -3,7 +3,8 @@
 - ``manifest.json``: resolved config, seeds, world size, versions, git commit, times, ``status``.
   Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).
 - ``metrics.csv`` / ``intervals.csv`` / ``skipped.csv`` / ``clients.csv``: append-only; each row is flushed and fsynced when written, so a
-  crash loses at most the current round. Never rewritten in place.
+  crash loses at most the current round. Never rewritten in place. ``timing.csv`` (a run that can be re-timed,
+  ``fedcli.fl.timing``) likewise, but fsynced at evaluations and at the close only (a row per round).
 - ``layers.csv``: a per-layer summary, replaced atomically after every evaluation.
 """
 
@@ -36,7 +37,14 @@ CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_sample
 # rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``, fedcli/fl/algorithms/fedala.py)
 PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
              "local_loss.csv": ["round", "client", "samples", "initialized", "trained"]}
-APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS)  # append-only files a checkpoint records the length of
+#: a run that can be re-timed (no deadline, no availability): one row per round, what its simulated time is a function
+#: of (``fedcli.fl.timing``)
+TIMING_COLUMNS = ["round", "iteration", "clients", "steps", "syncs", "work", "extra_up", "extra_down"]
+APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS, "timing.csv")
+#: append-only files synced at evaluations, not row by row (``AppendCSV(deferred=True)``): one that a crash of the
+#: machine left shorter than a checkpoint recorded is removed on resume (the run goes on; re-timing it then refuses,
+#: naming the rounds missing), not refused
+LENIENT_CSVS = ("timing.csv",)  # append-only files a checkpoint records the length of
 
 
 CLIENT_STATE = "client-state"  # per-client state on disk (fedcli/fl/store.py): g<gen>/r<rank>/<table>.bin
@@ -126,8 +134,11 @@ def _reopen_at(f, path: Path, size: int):
 class AppendCSV:
     """An append-only CSV whose rows reach the disk (fsync) as they are written."""
 
-    def __init__(self, path: Path, columns: list[str]):
+    def __init__(self, path: Path, columns: list[str], deferred: bool = False):
         self.path, self.columns = Path(path), list(columns)
+        # deferred: a row reaches the operating system when written (a killed process loses none) and the disk at the
+        # next ``drain`` (an evaluation, the close): no fsync per row of a file written every round
+        self.deferred, self.unsynced = deferred, False
         new = not self.path.exists() or self.path.stat().st_size == 0
         self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
         if not new:  # a file an older fedcli began (a run resumed since): its rows go on with its own header's columns
@@ -137,7 +148,8 @@ class AppendCSV:
             self._write(csv_text(self.columns, []))
 
     def _write(self, text: str) -> None:
-        """Append ``text`` and fsync; on a failed write (disk full, ...) the file is cut back to its last whole row."""
+        """Append ``text`` and fsync (a deferred file: at the next ``drain``); on a failed write (disk full, ...) the
+        file is cut back to its last whole row."""
         from fedcli.errors import os_error
 
         self.f.flush()
@@ -145,7 +157,10 @@ class AppendCSV:
         try:
             self.f.write(text)
             self.f.flush()
-            os.fsync(self.f.fileno())
+            if self.deferred:
+                self.unsynced = True
+            else:
+                os.fsync(self.f.fileno())
         except OSError as e:
             self.f = _reopen_at(self.f, self.path, size)
             raise os_error(e, self.path) from None
@@ -155,13 +170,27 @@ class AppendCSV:
             self._write(csv_text(self.columns, rows, header=False))
             self.rows += len(rows)
 
+    def drain(self) -> None:
+        """A deferred file: the rows written so far reach the disk (fsync)."""
+        if self.unsynced:
+            from fedcli.errors import os_error
+
+            try:
+                os.fsync(self.f.fileno())
+            except OSError as e:
+                raise os_error(e, self.path) from None
+            self.unsynced = False
+
     def position(self) -> dict:
         """Where the file ends now (bytes, data rows): what a checkpoint records to rewind it on resume."""
         self.f.flush()
         return {"bytes": os.fstat(self.f.fileno()).st_size, "rows": self.rows}
 
     def close(self) -> None:
-        self.f.close()
+        try:
+            self.drain()
+        finally:
+            self.f.close()
 
 
 def _kept_header(path: Path, columns: list[str]) -> list[str]:
@@ -226,6 +255,8 @@ class RunDir:
         self.skipped: AppendCSV | None = None
         self.system: AppendCSV | None = None
         self.clients: AppendCSV | None = None
+        # timing.csv: reopened when a resumed run's file is there, so that a checkpoint before its next row records it
+        self.timing = AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True) if (self.path / "timing.csv").exists() else None
         self.part_csvs: dict[str, AppendCSV] = {}  # PART_CSVS, opened when a part first records rows
 
     def write_manifest(self, **updates) -> None:
@@ -243,7 +274,17 @@ class RunDir:
         self.close()
 
     def append_metrics(self, row: dict) -> None:
+        if self.timing is not None:
+            self.timing.drain()  # the rounds up to an evaluation are on the disk before it
         self.metrics.append([row])
+
+    def append_timing(self, rows: list[dict]) -> None:
+        """A run that can be re-timed: each round's records (``timing.csv``), written as the round ends and synced to
+        the disk at the next evaluation or the close (a crash of the machine loses no more than the rows since the last
+        evaluation, which re-timing does not read)."""
+        if self.timing is None:
+            self.timing = AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True)
+        self.timing.append(rows)
 
     def append_intervals(self, rows: list[dict]) -> None:
         if self.intervals is None:
@@ -280,12 +321,13 @@ class RunDir:
     def csv_positions(self) -> dict:
         """Length (bytes, data rows) of each append-only CSV now; a file not created yet has 0 bytes."""
         files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped,
-                 "clients.csv": self.clients, "system.csv": self.system, **{name: self.part_csvs.get(name) for name in PART_CSVS}}
+                 "clients.csv": self.clients, "system.csv": self.system, **{name: self.part_csvs.get(name) for name in PART_CSVS},
+                 "timing.csv": self.timing}
         return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
 
     def close(self) -> None:
         self.metrics.close()
-        for f in (self.intervals, self.skipped, self.clients, self.system, *self.part_csvs.values()):
+        for f in (self.intervals, self.skipped, self.clients, self.system, self.timing, *self.part_csvs.values()):
             if f is not None:
                 f.close()
 
@@ -297,6 +339,12 @@ def rewind_csvs(folder: str | Path, positions: dict) -> None:
     from fedcli.errors import DataError
 
     folder = Path(folder)
+    positions = dict(positions)
+    for name in LENIENT_CSVS:  # rows synced at evaluations only: one the machine's crash cut short is dropped
+        pos = positions.get(name)
+        path = refuse_link(folder / name)
+        if pos and pos["bytes"] and (not path.exists() or path.stat().st_size < pos["bytes"]):
+            positions[name] = {"bytes": 0, "rows": 0}
     for name, pos in positions.items():  # check every file first, then cut: all or nothing
         path = refuse_link(folder / name)
         size = path.stat().st_size if path.exists() else 0

@@ -5,7 +5,8 @@ so a checkpoint taken after a round records the CSVs with that round's rows).
 After every round :class:`RunLog` appends what the round produced (``Simulation.record``): the clients dropped by
 ``--on-diverge skip-client`` (``skipped.csv``), the schedule's interval adjustment (FedLAMA Alg. 1,
 ``intervals.csv``) and, at an evaluation point, the ``metrics.csv`` row and (personalized methods) the clients' rows
-(``clients.csv``), and then replaces ``layers.csv``; with ``--system``, the round's simulated time (``system.csv``).
+(``clients.csv``), and then replaces ``layers.csv``; with ``--system``, the round's simulated time (``system.csv``);
+for a run that can be re-timed, the round's timing records (``timing.csv``, ``fedcli.fl.timing``).
 Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a crash loses at most one round.
 """
 
@@ -74,6 +75,8 @@ class RunLog(RoundHook):
             self.run_dir.append_skipped(skipped_rows(rec.skips, rec.start_iteration))
         if rec.system is not None:
             self.run_dir.append_system([rec.system])
+        if rec.timing is not None:
+            self.run_dir.append_timing([rec.timing])
         if rec.adjustment is not None:
             self.run_dir.append_intervals(interval_rows(sim, rec.adjustment))
         if rec.metrics is not None:

@@ -18,7 +18,7 @@ TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", 
         "--algo", "fedlama", "--tau", "1", "--phi", "2", "--iterations", "8", "--batch-size", "16", "--lr", "0.05",
         "--eval-every", "2", "--checkpoint-every", "1", "--keep-checkpoints", "3", "--device", "cpu", "--threads", "1", "--quiet"]
 
-RUN_PATHS = ["manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "model.pt", "checkpoints",
+RUN_PATHS = ["manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "timing.csv", "model.pt", "checkpoints",
              "checkpoints/round-000002.pt", ".fedcli.lock"]
 
 

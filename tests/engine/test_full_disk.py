@@ -77,7 +77,7 @@ def test_checkpoint_write_fails_and_leaves_no_temporary_file(tmp_path):
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "round-000005" in err[0] and "File too large" in err[0], p.stderr
     leftovers = [f.name for f in out.rglob("*") if f.is_file() and f.name not in
-                 ("manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", ".fedcli.lock")]
+                 ("manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "timing.csv", ".fedcli.lock")]
     assert leftovers == [], leftovers  # no half-written checkpoint, under its name or a temporary one
     assert (out / "metrics.csv").read_bytes().endswith(b"\n") and len(rows(out / "metrics.csv")) == 5
     assert json.loads((out / "manifest.json").read_text())["status"] == "failed"

@@ -21,7 +21,7 @@ ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients
         "--rounds", "5", "--tau", "2", "--local-epochs", "0", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.5",
         "--client-test-fraction", "0.25", "--eval-every", "1", "--checkpoint-every", "1", "--device", "cpu",
         "--threads", "1", "--workers", "1", "--seed", "2", "--quiet"]
-CSVS = ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv")
+CSVS = ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "timing.csv")
 
 
 def test_the_presets_the_issue_named_are_covered():
