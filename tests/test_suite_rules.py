@@ -108,7 +108,7 @@ def test_ci_runs_make_test_then_the_long_tests():
 
 def test_test_modules_do_not_import_each_other():
     """Helpers shared between test modules live in kit modules (simkit, runkit, goldenkit, lama_ref, baselines_kit,
-    fedala_kit, sweepkit, signalkit): a test module
+    fedala_kit, sweepkit, signalkit, systemkit): a test module
     that imports another runs (and collects) it twice and ties the two together."""
     found = set()
     for path in TESTS.rglob("test_*.py"):

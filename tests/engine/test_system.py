@@ -16,6 +16,7 @@ from fedcli.fl.rng import np_gen
 from fedcli.fl.system import draw
 from fedcli.results.rundir import METRICS_COLUMNS
 from runkit import MPIEXEC, assert_same_system_files, assert_same_system_run, error_lines, mpi_1_and_2, rows, run_main
+from systemkit import BASE, TRACE, system, table
 
 # Two clients, digits (64 features, 10 classes), an MLP 64-8-10: 4 layers of 512, 8, 80 and 10 parameters (610).
 # Forward FLOPs per sample F = 2 (64 x 8 + 8 x 10) = 1184; a step of 16 samples costs 3 F 16 = 56,832 FLOPs.
@@ -23,9 +24,6 @@ from runkit import MPIEXEC, assert_same_system_files, assert_same_system_run, er
 # client 1: 28,416 FLOP/s -> c1 = 2 s a step; uplink 1,220 B/s, downlink 2,440 B/s, latency 0.25 s
 # A synchronization of the whole model moves 610 x 4 = 2,440 bytes each way per client:
 #   x0 = 2 x 0.5 + 2440 / 610 + 2440 / 1220 = 1 + 4 + 2 = 7 s;   x1 = 2 x 0.25 + 2440 / 1220 + 2440 / 2440 = 3.5 s.
-TRACE = "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n1,28416,1220,2440,0.25\n"
-BASE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "2", "--active-ratio", "1",
-        "--batch-size", "16", "--eval-every", "1", "--device", "cpu", "--threads", "1", "--quiet"]
 US = 1e-6  # "to the microsecond"
 
 
@@ -34,15 +32,6 @@ def trace(tmp_path):
     path = tmp_path / "trace.csv"
     path.write_text(TRACE)
     return path
-
-
-def system(trace, *extra):
-    return ["--system", "--system-trace", str(trace), "--server-time", "0.125", *extra]
-
-
-def table(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def column(path, name):

@@ -18,7 +18,7 @@ from fedcli.errors import ConfigError
 from fedcli.fl.rng import np_gen
 from fedcli.fl.system import draw
 from runkit import error_lines, run_main
-from test_system import BASE, TRACE, system, table
+from systemkit import BASE, TRACE, system, table
 
 ARGS = BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "4"]
 
