@@ -386,6 +386,10 @@ def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, 
                + (f"; mean over seeds with a ± std band" if seeds > 1 else "") + ".")
     if note := _rounds_note(runs, x):
         caption += f" Note: {note}."
+    if x == "time" and (retimed := next((r.retimed for r in runs if getattr(r, "retimed", None)), None)):
+        from fedcli.report.retime import describe
+
+        caption += f" Simulated time re-timed under {describe(retimed)} from the runs' records, not as trained."
     return fig, caption
 
 

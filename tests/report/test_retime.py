@@ -71,6 +71,9 @@ def test_the_report_prints_and_draws_the_retimed_times(runs, capsys):
     code, out, err = cli(["report", str(runs / "fedavg-plain"), str(runs / "fedlama-plain"), "--x", "time", "--uplink",
                           FAST, "--figures", str(figs)], capsys)
     assert code == 0 and (figs / "curves-time.png").is_file(), err
+    # the figure's caption says so too: a figure read apart from the table shows times the runs were not trained with
+    assert f"re-timed under --uplink {FAST}" in (figs / "curves-time.txt").read_text()
+    assert "re-timed" not in (figs / "curves.txt").read_text()
 
 
 def test_a_run_whose_training_depended_on_the_model_is_refused(runs, tmp_path, capsys):
