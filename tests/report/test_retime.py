@@ -9,8 +9,6 @@ import csv
 import io
 import json
 import shutil
-import signal
-import time
 
 import pytest
 
@@ -110,14 +108,7 @@ def test_bad_retiming_options_are_refused_in_one_line(runs, capsys):
 def test_timing_csv_is_rewound_on_resume_and_the_same_for_any_worker_count(tmp_path):
     args = BASE + ["--algo", "fedlama", "--checkpoint-every", "2", "--iterations", "24"]
     ref, out, two = tmp_path / "ref", tmp_path / "run", tmp_path / "two"
-    assert main(args + ["--out", str(ref)]) == 0
-    p = runkit.run_killed(signal.SIGKILL, 4, args + ["--out", str(out)])
-    assert p.returncode == -signal.SIGKILL, p.stderr
-    for _ in range(300):  # the watchdog marks the run failed
-        if json.loads((out / "manifest.json").read_text())["status"] != "running":
-            break
-        time.sleep(0.1)
-    assert main(["train", "--resume", str(out), "--quiet"]) == 0
+    runkit.killed_and_resumed(args, ref, out, round_idx=4)
     assert (ref / "timing.csv").read_bytes() == (out / "timing.csv").read_bytes()
     assert main(args + ["--workers", "2", "--out", str(two)]) == 0
     assert (ref / "timing.csv").read_bytes() == (two / "timing.csv").read_bytes()
