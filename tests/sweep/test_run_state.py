@@ -3,6 +3,7 @@
 a sweep's run replaced by a ``fedcli train --overwrite`` with another learning rate is stale for all of them."""
 
 import json
+import shutil
 
 import pytest
 
@@ -94,6 +95,15 @@ def test_a_completed_run_whose_trace_changed_is_stale(tmp_path, capsys, monkeypa
     assert st.state == "stale" and "--system-trace" in st.reason and str(trace) in st.reason, st
     code, out, err = run_main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--dry-run"], capsys)
     assert code == 0 and "stale" in next(line for line in out.splitlines() if "FedAvg" in line), out + err
+    # stopped early with a checkpoint, the same: trained again, not resumed (train --resume refuses a changed trace)
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run, stopped)
+    man = json.loads((stopped / "manifest.json").read_text())
+    (stopped / "manifest.json").write_text(json.dumps({**man, "status": "interrupted"}))
+    (stopped / "checkpoints").mkdir(exist_ok=True)
+    (stopped / "checkpoints" / "round-000002.pt").write_bytes(b"")
+    st = run_state(stopped, entry["config"])
+    assert st.state == "stale" and not st.resumable, st
     run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
     again = json.loads((run / "manifest.json").read_text())["system"]["trace"]["sha256"]
     assert again != first and run_state(run, entry["config"]).state == "done"
