@@ -221,6 +221,23 @@ class Folder:
         """The names in this folder (``os.listdir`` of the descriptor)."""
         return os.listdir(self.fd)
 
+    def refuse_link(self, name: str) -> None:
+        """Refuse (:class:`LinkRefused`) a link at ``name`` in this folder."""
+        if self._link(name):
+            raise self._refused(name)
+
+    def size(self, name: str) -> int:
+        """The size of file ``name`` in this folder, -1 when missing; a link there is refused."""
+        try:
+            st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return -1
+        except OSError as e:
+            raise os_error(e, self.path / name, "read") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise self._refused(name)
+        return st.st_size
+
     def unlink(self, name: str) -> None:
         """Remove file ``name`` of this folder (a link there is removed, never what it points to); gone already: fine."""
         try:
@@ -228,20 +245,40 @@ class Folder:
         except FileNotFoundError:
             pass
 
-    def sub(self, name: str) -> "Folder":
-        """The folder ``name`` in this one (created if missing), held by its own descriptor; a link there is refused."""
+    def rmdir(self, name: str) -> None:
+        """Remove the folder ``name`` of this folder if it is empty (a link there stays); otherwise nothing."""
         try:
-            os.mkdir(name, 0o777, dir_fd=self.fd)
-        except FileExistsError:
+            os.rmdir(name, dir_fd=self.fd)
+        except OSError:
             pass
-        except OSError as e:
-            raise os_error(e, self.path / name, "create") from None
+
+    def remove_tree(self, name: str) -> None:
+        """Remove the folder ``name`` of this folder and everything in it, relative to the descriptor (``rmtree`` with
+        ``dir_fd``, which opens each folder below without following a link and removes a link met there, never what it
+        points to); a link at ``name`` is refused; gone already: fine."""
+        import shutil
+
+        self.refuse_link(name)
+        shutil.rmtree(name, ignore_errors=True, dir_fd=self.fd)
+
+    def sub(self, name: str, create: bool = True) -> "Folder | None":
+        """The folder ``name`` in this one, held by its own descriptor; a link there is refused. Missing: created
+        (``create``), else None."""
+        if create:
+            try:
+                os.mkdir(name, 0o777, dir_fd=self.fd)
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise os_error(e, self.path / name, "create") from None
         try:
             return Folder(os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=self.fd), self.path / name)
         except OSError as e:
+            if e.errno == errno.ENOENT and not create:
+                return None
             if e.errno in (errno.ELOOP, errno.ENOTDIR) and self._link(name):
                 raise self._refused(name) from None
-            raise os_error(e, self.path / name, "create") from None
+            raise os_error(e, self.path / name, "create" if create else "open") from None
 
     def atomic_write(self, name: str, data: str | bytes | memoryview) -> None:
         """Replace ``name`` by ``data`` whole: a temp file in this folder, flush, fsync, rename over ``name`` (a link

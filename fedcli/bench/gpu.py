@@ -330,6 +330,9 @@ def lines(info: dict) -> list[str]:
 
 
 def write_json(info: dict, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(info, indent=1) + "\n")
+    """``--json-out FILE`` replaced whole through its folder's descriptor; a link at the file is refused
+    (``fedcli.safefs.write_named``), never written through."""
+    from fedcli.safefs import write_named
+
+    write_named(path, json.dumps(info, indent=1) + "\n")
 

@@ -25,9 +25,11 @@ its file's end, is a :class:`~fedcli.errors.DataError` (exit 3) naming the clien
 completes, what it no longer needs goes (:meth:`DiskStore.finish_run`): every table but the clients' personal models
 (``--client-state-keep``), which stay with ``client-state/index.pt``.
 
-Never through a link: every path of ``client-state/`` the store opens, truncates or deletes is checked component by
-component (the folder, the generation, the rank folder, the file) with ``lstat`` and opened with ``O_NOFOLLOW``
-(``fedcli.safefs``), so a link there is refused (exit 2, naming it) before anything outside changes.
+Never through a link: every file of ``client-state/`` the store opens, creates, truncates, replaces or deletes is
+reached through descriptors (``fedcli.safefs.Folder``): the run folder (the user's choice of place) as a path, then the
+store's folder, the generation and the rank folder each opened from the one above with ``O_NOFOLLOW``, and the file
+relative to the last; folders are listed and removed through them too. A link at any of them is refused (exit 2,
+naming it), whenever it was planted: there is no window between a check and the write in which one redirects it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import re
 import shutil
 import zlib
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +47,7 @@ import numpy as np
 import torch
 
 from fedcli.errors import DataError, os_error
-from fedcli.safefs import atomic_write, open_fd, refuse_link
+from fedcli.safefs import Folder
 
 FOLDER = "client-state"  # RUN_DIR/client-state (fedcli.results.rundir.CLIENT_STATE, the run directory's contract)
 MiB = 1 << 20
@@ -297,48 +300,49 @@ class DiskStore:
         p = self.root / f"g{gen}" / f"r{rank}"
         return p / file if file else p
 
-    def _checked(self, p: Path) -> Path:
-        """``p`` (under the store's folder), after checking that neither the folder nor any component below it is a
-        symbolic link (``LinkRefused``, exit 2, naming it): nothing is opened, created or deleted through one."""
-        refuse_link(self.root)
-        q = self.root
-        for part in p.relative_to(self.root).parts:
-            q = refuse_link(q / part)
-        return p
+    @contextmanager
+    def _in(self, *parts: str, create: bool = False):
+        """The folder ``client-state/<parts>`` held by a descriptor (:class:`~fedcli.safefs.Folder`), or None where one of
+        them is missing (``create``: made): the folder holding the store's (the run folder, the user's choice of place)
+        reached as a path, each folder below it opened from the one above without following a link, so a link at any
+        of them is refused (``LinkRefused``, exit 2, naming it) whenever it was planted, and never written through."""
+        if not create and not os.path.isdir(self.root.parent):
+            yield None
+            return
+        folder = Folder.at(self.root.parent)
+        try:
+            for part in (self.root.name, *parts):
+                inner = folder.sub(part, create=create)
+                folder.close()
+                folder = inner
+                if folder is None:
+                    break
+            yield folder
+        finally:
+            if folder is not None:
+                folder.close()
 
-    def _mkdirs(self, p: Path) -> None:
-        """``mkdir -p`` of a folder under the store's, one checked component at a time."""
-        q = self.root
-        for part in (None, *p.relative_to(self.root).parts):
-            q = q if part is None else q / part
-            try:
-                refuse_link(q).mkdir(exist_ok=True)
-            except OSError as e:
-                raise os_error(e, q, "create") from None
-            refuse_link(q)
+    def _remove_own(self, gen: int) -> None:
+        """Delete this process's folder of generation ``gen`` and everything in it (through descriptors)."""
+        with self._in(f"g{gen}") as g:
+            if g is not None:
+                g.remove_tree(f"r{self.rank}")
 
-    def _remove(self, p: Path) -> None:
-        """Delete the folder ``p`` under the store's folder (checked first: a link on the way is refused, not followed)."""
-        if self._checked(p).is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-
-    def _generations(self) -> list[tuple[int, Path]]:
-        """``(gen, folder)`` of every generation folder on disk (the store's folder checked first)."""
-        if not self._checked(self.root).is_dir():
-            return []
-        return sorted((int(g.name[1:]), g) for g in self.root.iterdir() if g.name[:1] == "g" and g.name[1:].isdigit())
+    def _generations(self) -> list[int]:
+        """Every generation with a folder on disk (listed through the store's folder's descriptor)."""
+        with self._in() as root:
+            names = root.names() if root is not None else []
+        return sorted(int(n[1:]) for n in names if n[:1] == "g" and n[1:].isdigit())
 
     def _fd(self, rank: int, file: str, write: bool = False) -> int:
         k = (self.gen, rank, file, write)
         fd = self.fds.get(k)
         if fd is None:
-            p = self.path(self.gen, rank, file)
-            if write:
-                self._mkdirs(p.parent)
-            elif not os.path.lexists(self._checked(p)):
-                raise DataError(f"{p}: missing; expected the client-state file of process {rank} (raw rows of the "
-                                f"client store)")
-            fd = self.fds[k] = open_fd(self._checked(p), os.O_RDWR | os.O_CREAT if write else os.O_RDONLY, doing="open")
+            with self._in(f"g{self.gen}", f"r{rank}", create=write) as d:
+                if not write and (d is None or d.size(file) < 0):
+                    raise DataError(f"{self.path(self.gen, rank, file)}: missing; expected the client-state file of "
+                                    f"process {rank} (raw rows of the client store)")
+                fd = self.fds[k] = d.open_fd(file, os.O_RDWR | os.O_CREAT if write else os.O_RDONLY, doing="open")
         return fd
 
     def _close(self, gen: int | None = None) -> None:
@@ -348,8 +352,8 @@ class DiskStore:
     def _wipe_own(self) -> None:
         """A fresh run in a folder that held another: drop this process's files of every generation."""
         self.fresh = False
-        for _, g in self._generations():
-            self._remove(g / f"r{self.rank}")
+        for gen in self._generations():
+            self._remove_own(gen)
 
     # ------------------------------------------------------------------ cache
     def _cache_put(self, k, t: torch.Tensor) -> None:
@@ -494,7 +498,7 @@ class DiskStore:
                     moves.append((tab, [int(tab.row[k]) for k in mine]))
             tab.row, tab.rows = row, rows
         self.gen = new
-        self._remove(self.path(new, self.rank))  # left by a run resumed from before it
+        self._remove_own(new)  # left by a run resumed from before it
         for tab, rows in moves:
             self.gen = old
             src = self._fd(self.rank, tab.file)
@@ -526,16 +530,15 @@ class DiskStore:
         if self.resumed and len(self.pins) < getattr(self, "keep", 1 << 30):
             return  # a checkpoint older than the resumed one may still refer to an older generation
         needed = {*self.pins.values(), self.gen}
-        for gen, g in self._generations():
+        for gen in self._generations():
             if gen < self.gen and gen not in needed:
-                self._drop_generation(g)
+                self._drop_generation(gen)
 
-    def _drop_generation(self, g: Path) -> None:
-        self._remove(g / f"r{self.rank}")
-        try:
-            g.rmdir()
-        except OSError:
-            pass  # another process's files are still there
+    def _drop_generation(self, gen: int) -> None:
+        self._remove_own(gen)
+        with self._in() as root:
+            if root is not None:
+                root.rmdir(f"g{gen}")  # unless another process's files are still there
 
     def state_dict(self, root: bool = True) -> dict:
         return {self.KEY: {"gen": self.gen, "tables": {n: t.state() for n, t in self.tables.items()}}}
@@ -558,28 +561,29 @@ class DiskStore:
         s = state[self.KEY]
         self.gen = int(s["gen"])
         self.tables = {n: _Table.from_state(n, t, self.world) for n, t in s["tables"].items()}
-        for gen, g in self._generations():
+        for gen in self._generations():
             if gen > self.gen:
-                self._remove(g / f"r{self.rank}")
-        for tab in self.tables.values():
-            want = tab.rows[self.rank] * tab.row_bytes
-            if not want:
-                continue
-            p = self._checked(self.path(self.gen, self.rank, tab.file))
-            size = p.stat().st_size if p.exists() else -1
-            if size < want:
-                first = next((int(k) for k in np.nonzero((tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0)))[0]), None)
-                whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
-                raise DataError(f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so {whose}lost; expected "
-                                f"the client-state file the checkpoint refers to (resume from another checkpoint, or start again)")
-            if size > want:  # through a descriptor opened with O_NOFOLLOW: never the file a link points to
-                fd = open_fd(p, os.O_WRONLY, doing="truncate")
-                try:
-                    os.ftruncate(fd, want)
-                except OSError as e:
-                    raise os_error(e, p, "truncate") from None
-                finally:
-                    os.close(fd)
+                self._remove_own(gen)
+        with self._in(f"g{self.gen}", f"r{self.rank}") as d:
+            for tab in self.tables.values():
+                want = tab.rows[self.rank] * tab.row_bytes
+                if not want:
+                    continue
+                p = self.path(self.gen, self.rank, tab.file)
+                size = d.size(tab.file) if d is not None else -1
+                if size < want:
+                    first = next((int(k) for k in np.nonzero((tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0)))[0]), None)
+                    whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
+                    raise DataError(f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so {whose}lost; expected "
+                                    f"the client-state file the checkpoint refers to (resume from another checkpoint, or start again)")
+                if size > want:  # through the rank folder's descriptor, O_NOFOLLOW: never the file a link points to
+                    fd = d.open_fd(tab.file, os.O_WRONLY, doing="truncate")
+                    try:
+                        os.ftruncate(fd, want)
+                    except OSError as e:
+                        raise os_error(e, p, "truncate") from None
+                    finally:
+                        os.close(fd)
         self.pins = {}
 
     def close(self) -> None:
@@ -610,7 +614,8 @@ class DiskStore:
 
             buf = io.BytesIO()
             torch.save({self.KEY: {"gen": self.gen, "tables": {n: self.tables[n].state() for n in keep}}}, buf)
-            atomic_write(self._checked(self.root / INDEX), buf.getvalue())
+            with self._in(create=True) as root:
+                root.atomic_write(INDEX, buf.getvalue())
 
     def finish_run(self) -> None:
         """The run completed (every process, after the manifest says so, which :meth:`write_end` preceded; no
@@ -618,21 +623,22 @@ class DiskStore:
         :meth:`end_plan` keeps (indexed by ``client-state/index.pt``); an empty folder goes."""
         self._close()
         keep = getattr(self, "keep_tables", [])
-        for gen, g in self._generations():
+        files = {self.tables[n].file for n in keep}
+        for gen in self._generations():
             if gen != self.gen or not keep:
-                self._drop_generation(g)
+                self._drop_generation(gen)
                 continue
-            mine = self._checked(g / f"r{self.rank}")
-            files = {self.tables[n].file for n in keep}
-            if mine.is_dir():
-                for f in mine.iterdir():
-                    if f.name not in files:
-                        self._checked(f).unlink()
-        if not keep and self._checked(self.root).is_dir():
-            try:
-                self.root.rmdir()
-            except OSError:
-                pass  # another process's files are still there
+            with self._in(f"g{gen}", f"r{self.rank}") as mine:
+                for name in (mine.names() if mine is not None else []):
+                    if name not in files:
+                        mine.refuse_link(name)
+                        mine.unlink(name)
+        if not keep:
+            with self._in() as root:
+                there = root is not None  # not a link (refused)
+            if there:
+                with Folder.at(self.root.parent) as top:
+                    top.rmdir(self.root.name)  # unless another process's files are still there
 
 
 ClientStore = MemoryStore  # the name other code used for the in-memory store

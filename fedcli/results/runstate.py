@@ -6,7 +6,9 @@ The states (the words every command prints):
 - ``done``: ``manifest.json`` says ``completed``, its config is the expected one (``out``, ``threads`` and ``workers``
   aside) and its files pass the report's checks (:func:`fedcli.results.validate.validate_run`);
 - ``stale``: the run was written with another config than the one expected (the recipe changed, or the folder was
-  replaced by a ``fedcli train --overwrite`` with other flags), whatever its status; the flags that differ are named;
+  replaced by a ``fedcli train --overwrite`` with other flags), whatever its status; the flags that differ are named.
+  So is a run whose ``--system-trace`` or ``--availability-trace`` file changed since it read it (the sha256 its
+  manifest recorded is not the file's now, :func:`trace_diff`): the same option, other values;
 - ``corrupt``: completed, but its files do not match its manifest (cut, edited, deleted), or the manifest cannot
   be read;
 - ``failed``, ``interrupted``: as the manifest says (``failed`` includes a run that diverged, :attr:`RunState.diverged`,
@@ -67,6 +69,51 @@ def _moved_with_run(expected, recorded, expected_out, recorded_out) -> bool:
         return False
     here = os.path.abspath(expected_out)
     return here != recorded_out and os.path.relpath(expected, here) == os.path.relpath(recorded, recorded_out)
+
+
+#: sha256 of a trace file by its identity and version (path, device, inode, size, mtime, ctime): hashed once per process
+_TRACE_DIGESTS: dict[tuple, str] = {}
+
+
+def _trace_sha256(path: str, key: str) -> str | None:
+    """The sha256 of the trace file ``path`` (option ``key``) now; None when it cannot be read (not held against a run:
+    a sweep refuses it before it trains, a report has no other file to compare)."""
+    from fedcli.errors import FedcliError
+    from fedcli.userfiles import TRACE_LIMIT, read_input
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    version = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if version not in _TRACE_DIGESTS:
+        try:
+            data = read_input(path, _flag(key), TRACE_LIMIT, key=key)
+        except FedcliError:
+            return None
+        _TRACE_DIGESTS[version] = hashlib.sha256(data).hexdigest()
+    return _TRACE_DIGESTS[version]
+
+
+def trace_diff(expected: dict, manifest: dict) -> list[tuple[str, str, str]]:
+    """``(option, sha256 recorded, sha256 now)`` of each trace the ``expected`` config names (``--system-trace``,
+    ``--availability-trace``, with ``--system``) whose file is not the one the run read: its sha256 differs from the
+    one the manifest recorded (``system.trace``, ``system.availability_trace``). A file is hashed only when the config
+    names it and the manifest recorded its digest, once per version of the file in a process."""
+    if not expected.get("system") or not (expected.get("system_trace") or expected.get("availability_trace")):
+        return []
+    from fedcli.specs.system import TRACE_ENTRIES  # no torch
+
+    system = manifest.get("system") if isinstance(manifest.get("system"), dict) else {}
+    out = []
+    for key, entry in TRACE_ENTRIES.items():
+        was = system.get(entry).get("sha256") if isinstance(system.get(entry), dict) else None
+        if not expected.get(key) or not isinstance(was, str):
+            continue
+        now = _trace_sha256(str(expected[key]), key)
+        if now is not None and now != was:
+            out.append((key, was, now))
+    return out
 
 
 def config_matches(expected: dict, recorded: dict) -> bool:
@@ -189,6 +236,11 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
             f"another config: {', '.join(f'{_flag(k)} {recorded[k]} where {expected[k]} is expected' for k in diff[:3])}" \
             + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
         return RunState(STALE, f"{status} with {what}; the recipe changed or the folder was overwritten", m)
+    changed = trace_diff(expected, m) if expected is not None else []
+    if changed:
+        what = "; ".join(f"{_flag(k)} {expected[k]} changed since the run read it (sha256 {was[:12]}... then, "
+                         f"{now[:12]}... now)" for k, was, now in changed)
+        return RunState(STALE, f"{status} with another trace: {what}", m)
     if status == COMPLETED:
         damage = validate_run(run_dir, m)
         if damage:

@@ -5,7 +5,8 @@ or ``wandb login``'s netrc entry); ``WANDB_MODE`` decides when set. Project: a s
 sweep), else ``WANDB_PROJECT`` or ``fedcli``; group: the sweep's run (its seeds side by side); name: ``<run
 slug>/seed<k>`` or the run folder's name; tags ``key:value`` (method, dataset, model, seed, scale). Config: the
 resolved config and the method's parts. No console capture or system metrics (they would cost the training time).
-At the end the manifest, CSVs and the report's figures are copied into the run's files. A resume continues the
+At the end the manifest, CSVs and the report's figures are copied into the run's files, through descriptors of its
+folders reached from the run folder without following a link (``fedcli.safefs.open_dir``). A resume continues the
 same run id (in ``trackers.json``).
 """
 
@@ -39,6 +40,7 @@ class WandbRun(Tracker):
     def start(self, run: RunInfo) -> dict:
         import wandb
 
+        self.run_dir = Path(run.run_dir)
         mode = os.environ.get("WANDB_MODE") or ("online" if has_api_key() else "offline")
         settings = wandb.Settings(console="off", quiet=True, silent=True, x_disable_stats=True, x_disable_meta=True,
                                   save_code=False, disable_git=True, x_save_requirements=False)
@@ -53,10 +55,16 @@ class WandbRun(Tracker):
         self.run.log(values, step=step)
 
     def finish(self, status: str, files) -> None:
+        """The run's ``files`` copied into W&B's files folder of the run (figures into its ``figures/``), each written
+        through its folder's descriptor, opened one folder at a time from the run folder without following a link (a
+        link there, whenever planted, is refused), then the run closed."""
+        from fedcli.safefs import open_dir, writing_into
+
         files_dir = Path(self.run.dir)
-        for f in files:
-            dest = files_dir / ("figures" if f.suffix in FIGURE_SUFFIXES else "") / f.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, dest)
+        with writing_into(getattr(self, "run_dir", files_dir)):
+            for f in files:
+                with open_dir(files_dir / ("figures" if f.suffix in FIGURE_SUFFIXES else "")) as d, \
+                        open(f, "rb") as src, d.open_file(f.name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
         self.run.summary["status"] = status
         self.run.finish(exit_code=0 if status == "completed" else 1)

@@ -275,6 +275,55 @@ def test_a_completed_runs_report_reads_nothing_through_a_client_state_link(state
     assert snapshot(target) == before and link.is_symlink()
 
 
+def _row_file(path) -> bool:
+    return os.fspath(path).endswith(".bin")
+
+
+# when the link is planted: the first row file created (a fresh run), cut back (a resume) or deleted (the end of a run)
+DURING = {"create": ("open", lambda path, flags, *a, **k: _row_file(path) and flags & os.O_CREAT),
+          "truncate": ("open", lambda path, flags, *a, **k: _row_file(path) and flags & os.O_ACCMODE == os.O_WRONLY),
+          "delete": ("unlink", lambda path, *a, **k: _row_file(path))}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("when", list(DURING))
+def test_a_link_planted_at_client_state_during_the_run_gets_nothing(state_runs, tmp_path, capsys, monkeypatch, when):
+    """Issue 56.5, the client store: ``client-state/`` swapped for a link to a copy of it (outside the run) after every
+    check, just before a row file is created, cut back or deleted, must not see that file created, cut or deleted
+    through the link. The store reaches its files through descriptors (the rank folder opened from the store's folder,
+    opened from the run folder), so the file it holds is the one it checked; the next folder it opens finds the link
+    and is refused (exit 2); a run that opens none completes."""
+    done, stopped = state_runs
+    run = tmp_path / "run"
+    if when == "truncate":  # rows written after the last checkpoint (a SIGKILL mid-round), which the resume cuts back
+        shutil.copytree(stopped, run)
+        for f in (run / "client-state").rglob("*.bin"):
+            f.write_bytes(f.read_bytes() + os.urandom(64))
+    target, before = tmp_path / "outside", {}
+    name, due = DURING[when]
+    real = getattr(os, name)
+
+    def plant_then(path, *a, **k):
+        if not before and due(path, *a, **k) and (run / "client-state").is_dir():
+            shutil.copytree(run / "client-state", target)
+            for f in [f for f in target.rglob("*") if f.is_file()]:  # longer: a cut would show
+                f.write_bytes(f.read_bytes() + os.urandom(64))
+            (target / "precious.txt").write_text("do not touch\n")
+            (run / "client-state").rename(run / "client-state-moved")
+            (run / "client-state").symlink_to(target, target_is_directory=True)
+            before.update(snapshot(target))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(os, name, plant_then)
+    args = ["train", "--resume", str(run), "--quiet"] if when == "truncate" else DITTO + ["--out", str(run)]
+    code, err = run_main(args, capsys)
+    monkeypatch.undo()
+    assert before and snapshot(target) == before  # before: the file created, cut back or deleted through the link
+    assert (run / "client-state").is_symlink()
+    if code != 0:
+        _refused(code, err, run / "client-state")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("rel", ["ditto/seed0/client-state", "ditto/seed0/client-state/g0"])
 def test_sweep_never_writes_client_state_through_a_link(tmp_path, capsys, rel):

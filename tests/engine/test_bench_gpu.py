@@ -84,3 +84,21 @@ def test_bench_device_refusals(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert cli("bench", "--device", "cuda", "--data-dir", tmp_path) == 2
         assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_bench_json_out_is_never_written_through_a_link(tmp_path):
+    """``fedcli bench --json-out FILE`` where FILE is a link: refused, the file it points to unchanged (before: written
+    through with ``Path.write_text``, which follows it). The folder may be a link (the user's choice of place)."""
+    from fedcli.bench.gpu import write_json
+    from fedcli.safefs import LinkRefused
+
+    outside = tmp_path / "precious.json"
+    outside.write_text("do not touch\n")
+    link = tmp_path / "out" / "bench.json"
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    with pytest.raises(LinkRefused, match="symbolic link"):
+        write_json({"workloads": []}, str(link))
+    assert outside.read_text() == "do not touch\n" and link.is_symlink()
+    write_json({"workloads": []}, str(tmp_path / "new" / "bench.json"))  # a missing folder is made
+    assert json.loads((tmp_path / "new" / "bench.json").read_text()) == {"workloads": []}

@@ -3,6 +3,7 @@
 a sweep's run replaced by a ``fedcli train --overwrite`` with another learning rate is stale for all of them."""
 
 import json
+import shutil
 
 import pytest
 
@@ -64,3 +65,51 @@ def test_report_refuses_a_stale_run_with_the_sweeps_verdict(tmp_path, capsys):
     assert code == 2 and table == "" and "Traceback" not in err, err
     assert "FedLAMA phi=2' seed 0 (" + st.words()[:60] in " ".join(err.split()), err
     assert "%" not in table
+
+
+TRACE = "client,speed,uplink,downlink,latency\n" + "".join(f"{c},{2e6 * (c + 1):g},1e6,2e6,0.05\n" for c in range(4))
+
+
+@pytest.mark.timeout(300)
+def test_a_completed_run_whose_trace_changed_is_stale(tmp_path, capsys, monkeypatch):
+    """A sweep run again after its ``--system-trace`` file was edited (same path, other values) trains the run again:
+    the run read other values than the file holds now, as a run of another option would have. Before, only ``train
+    --resume`` compared the manifest's sha256, and the sweep kept the run as done. The dry run says stale and why; the
+    sweep trains it again, and its manifest then records the file's new sha256."""
+    import fedcli.userfiles
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(TRACE)
+    recipe = tmp_path / "traced.toml"
+    one_run = RECIPE.split("[[runs]]")[0] + '[[runs]]\nname = "FedAvg x1"\nalgo = "fedavg"\ntau = 2\n'
+    recipe.write_text(one_run.replace('trainer = "loop"\n', f'trainer = "loop"\nsystem = true\nsystem_trace = "{trace}"\n'))
+    root = tmp_path / "sweep"
+    run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
+    run = root / "fedavg-x1" / "seed0"
+    entry = json.loads((root / "sweep.json").read_text())["runs"][0]
+    first = json.loads((run / "manifest.json").read_text())["system"]["trace"]["sha256"]
+    assert run_state(run, entry["config"]).state == "done"  # control: the file it read
+
+    trace.write_text(TRACE.replace("2e+06,1e6", "9e+06,1e6"))  # client 0 four and a half times faster
+    st = run_state(run, entry["config"])
+    assert st.state == "stale" and "--system-trace" in st.reason and str(trace) in st.reason, st
+    code, out, err = run_main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--dry-run"], capsys)
+    assert code == 0 and "stale" in next(line for line in out.splitlines() if "FedAvg" in line), out + err
+    # stopped early with a checkpoint, the same: trained again, not resumed (train --resume refuses a changed trace)
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run, stopped)
+    man = json.loads((stopped / "manifest.json").read_text())
+    (stopped / "manifest.json").write_text(json.dumps({**man, "status": "interrupted"}))
+    (stopped / "checkpoints").mkdir(exist_ok=True)
+    (stopped / "checkpoints" / "round-000002.pt").write_bytes(b"")
+    st = run_state(stopped, entry["config"])
+    assert st.state == "stale" and not st.resumable, st
+    run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
+    again = json.loads((run / "manifest.json").read_text())["system"]["trace"]["sha256"]
+    assert again != first and run_state(run, entry["config"]).state == "done"
+
+    # cheap: a config without a trace reads no file
+    read = []
+    monkeypatch.setattr(fedcli.userfiles, "read_input", lambda *a, **k: read.append(a))
+    no_trace = {k: v for k, v in entry["config"].items() if k != "system_trace"}
+    assert run_state(run, no_trace).state == "done" and read == []

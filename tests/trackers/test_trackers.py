@@ -784,3 +784,36 @@ def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_
     assert [e.step for e in tensorboard_events(run / "tensorboard").Scalars("test_acc")] == [20, 40, 60]
     code, _, err = cli(["train", "--resume", str(run)], capsys)  # now nothing is left to send
     assert code == 2 and "the run already completed; nothing to resume" in err
+
+
+def test_wandb_copies_no_file_through_a_link_planted_at_its_files_folder(tmp_path):
+    """The end of a W&B run copies the manifest, CSVs and figures into its files folder (RUN_DIR/wandb/.../files). A
+    link planted at ``files/figures`` while it copies (here after the manifest, before the first figure) must get
+    nothing: the folders are opened from the run folder without following a link and the link is refused. Before, the
+    folder was made with mkdir by path and the figure copied through the link, outside the run."""
+    from types import SimpleNamespace
+
+    from fedcli.safefs import LinkRefused
+    from fedcli.trackers.wandb_run import WandbRun
+
+    run = tmp_path / "run"
+    files_dir = run / "wandb" / "offline-run-x" / "files"
+    files_dir.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}\n")
+    (run / "curves.png").write_bytes(b"png")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("do not touch\n")
+    tracker = WandbRun()
+    tracker.run_dir = run
+    tracker.run = SimpleNamespace(dir=str(files_dir), summary={}, finish=lambda **k: None)
+
+    def files():
+        yield run / "manifest.json"
+        (files_dir / "figures").symlink_to(outside, target_is_directory=True)
+        yield run / "curves.png"
+
+    with pytest.raises(LinkRefused, match="symbolic link"):
+        tracker.finish("completed", files())
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
+    assert (files_dir / "manifest.json").read_text() == "{}\n"
