@@ -651,18 +651,17 @@ class Simulation:
         round_idx = state.round_idx
         self.record = RoundRecord(round_idx, state.iteration)
         cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
-        timed = None  # without the system model, the round as timing.csv records it (its syncs taken before it runs)
         if self.system is not None:
             cohort_ids = self.plan_system_round(state, sampled)
             if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training
                 self.close_system_round(state, self.plan.round_steps(state.iteration, sampled))
                 return
-        elif self.timing is not None:
-            steps = self.plan.round_steps(state.iteration, cohort_ids)
-            timed = system.RoundPlan(cohort_ids, cohort_ids, dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
-                                     syncs=self.sync_plan(steps), round_idx=round_idx)
         mine = assign_clients(cohort_ids, self.sizes, comm.rank, comm.size)
         steps = self.plan.round_steps(state.iteration, cohort_ids)
+        timed = None  # without the system model, the round as timing.csv records it (its syncs taken before it runs)
+        if self.system is None and self.timing is not None:
+            timed = system.RoundPlan(cohort_ids, cohort_ids, dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
+                                     syncs=self.sync_plan(steps), round_idx=round_idx)
         start = state.iteration
         pieces = chunked.round_chunks(self, cohort_ids, mine)
         if pieces is None:
