@@ -40,11 +40,12 @@ PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
 #: a run that can be re-timed (no deadline, no availability): one row per round, what its simulated time is a function
 #: of (``fedcli.fl.timing``)
 TIMING_COLUMNS = ["round", "iteration", "clients", "steps", "syncs", "work", "extra_up", "extra_down"]
+#: append-only files a checkpoint records the length of
 APPEND_CSVS = ("metrics.csv", "intervals.csv", "skipped.csv", "clients.csv", "system.csv", *PART_CSVS, "timing.csv")
 #: append-only files synced at evaluations, not row by row (``AppendCSV(deferred=True)``): one that a crash of the
 #: machine left shorter than a checkpoint recorded is removed on resume (the run goes on; re-timing it then refuses,
 #: naming the rounds missing), not refused
-LENIENT_CSVS = ("timing.csv",)  # append-only files a checkpoint records the length of
+LENIENT_CSVS = ("timing.csv",)
 
 
 CLIENT_STATE = "client-state"  # per-client state on disk (fedcli/fl/store.py): g<gen>/r<rank>/<table>.bin
@@ -139,10 +140,11 @@ class AppendCSV:
         # deferred: a row reaches the operating system when written (a killed process loses none) and the disk at the
         # next ``drain`` (an evaluation, the close): no fsync per row of a file written every round
         self.deferred, self.unsynced = deferred, False
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self.rows = 0 if new else max(0, self.path.read_bytes().count(b"\n") - 1)  # data rows (for checkpoints)
+        data = self.path.read_bytes() if self.path.exists() else b""
+        new = not data
+        self.rows = max(0, data.count(b"\n") - 1)  # data rows (for checkpoints)
         if not new:  # a file an older fedcli began (a run resumed since): its rows go on with its own header's columns
-            self.columns = _kept_header(self.path, self.columns)
+            self.columns = _kept_header(data, self.columns)
         self.f = open_file(self.path, "a", newline="")  # never through a link; errors are one line
         if new:
             self._write(csv_text(self.columns, []))
@@ -193,13 +195,12 @@ class AppendCSV:
             self.f.close()
 
 
-def _kept_header(path: Path, columns: list[str]) -> list[str]:
-    """The columns an existing CSV goes on with: its header where that is the first columns of ``columns`` (a column
-    added since, such as system.csv's ``wait_s``, stays out of a file whose header lacks it, so that every row has its
-    header's length), else ``columns``."""
-    with open(path, newline="") as f:
-        first = f.readline()
-    header = next(csv.reader([first]), []) if first.endswith("\n") else []
+def _kept_header(data: bytes, columns: list[str]) -> list[str]:
+    """The columns an existing CSV (its bytes ``data``) goes on with: its header where that is the first columns of
+    ``columns`` (a column added since, such as system.csv's ``wait_s``, stays out of a file whose header lacks it, so
+    that every row has its header's length), else ``columns``."""
+    end = data.find(b"\n")
+    header = next(csv.reader([data[:end].decode("utf-8", "replace")]), []) if end >= 0 else []
     return header if header and len(header) < len(columns) and columns[:len(header)] == header else columns
 
 
