@@ -36,6 +36,10 @@ def validation_indices(labels, fraction: float, seed: int) -> tuple[np.ndarray, 
 
     y = np.asarray(labels, dtype=np.int64).reshape(-1)
     keep, val = _holdout_indices(y, fraction, seed=np.random.SeedSequence(seed, spawn_key=(VAL_SPLIT_STREAM,)))
+    if not len(val):
+        raise ConfigError(f"--val-fraction {fraction:g} holds out no sample of the {len(y)} in the training pool "
+                          f"(ceil(F N) = 0): give at least {1 / len(y):.3g}, or 0 for no validation split",
+                          key="val_fraction")
     classes, counts = np.unique(y, return_counts=True)
     kept = np.bincount(y[keep], minlength=int(classes.max()) + 1)[classes] if len(keep) else np.zeros_like(counts)
     if (kept == 0).any():

@@ -48,11 +48,15 @@ def test_resume_is_bitwise_with_a_validation_split(tmp_path, monkeypatch, capsys
 
 
 @pytest.mark.parametrize("value, message", [("1", "--val-fraction must be < 1"), ("-0.1", "--val-fraction must be >= 0"),
-                                            ("0.9999", "holds out every training sample of class")])
+                                            ("0.9999", "holds out every training sample of class"),
+                                            ("nan", "--val-fraction must be a finite number"),
+                                            ("1e-300", "holds out no sample of the")])
 def test_bad_fractions_exit_2_in_one_line(tmp_path, capsys, value, message):
+    """1e-300 held out ceil(F N) = 0 samples: a traceback (ZeroDivisionError) at the first evaluation, a folder left."""
     code, _, err = run_main(SMALL + ["--val-fraction", value, "--out", str(tmp_path / "r")], capsys)
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1 and message in lines[0], err
+    assert not (tmp_path / "r").exists()
 
 
 def test_validation_accuracy_learns_with_the_test_accuracy(tmp_path):
