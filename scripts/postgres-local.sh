@@ -184,7 +184,11 @@ down() {
 live_port() {  # the port of the server when it answers, else exit 3 with why
   BIN=$(find_bindir)
   [ -n "$BIN" ] || { echo "postgres-local: PostgreSQL is not installed; \`sudo $0 up\` installs and starts it" >&2; exit 3; }
-  if [ ! -s "$PORT_FILE" ] || [ ! -r "$SECRET" ] || ! answers "$(cat "$PORT_FILE")"; then
+  if [ -e "$SECRET" ] && [ ! -r "$SECRET" ]; then
+    echo "postgres-local: cannot read $SECRET (it is its starter's: run me as that user)" >&2
+    exit 3
+  fi
+  if [ ! -s "$PORT_FILE" ] || [ ! -s "$SECRET" ] || ! answers "$(cat "$PORT_FILE")"; then
     echo "postgres-local: not running; \`$0 up\` starts it" >&2
     exit 3
   fi
