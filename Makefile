@@ -11,9 +11,10 @@ PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,trackers]"
+	$(PIPENV) $(PY) -m pip install $(PIPFLAGS) --disable-pip-version-check -q -e ".[mpi,test,trackers,postgres]"
 	@$(PY) -c "import torch, torchvision, mpi4py; print('fedcli install ok: torch', torch.__version__, '| torchvision', torchvision.__version__, '| mpi4py', mpi4py.__version__)"
 	@$(PY) -c "import importlib.metadata as m; print('trackers:', ', '.join(p + ' ' + m.version(p) for p in ('tensorboard', 'mlflow-skinny', 'wandb')))"
+	@$(PY) -c "import psycopg; print('postgres driver: psycopg', psycopg.__version__)"
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
 	@$(PY) -m compileall -q fedcli >/dev/null  # fedcli's bytecode, also where PYTHONDONTWRITEBYTECODE is set (0.2 s a command)
 
