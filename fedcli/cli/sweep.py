@@ -168,6 +168,11 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
         st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
         t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
+    source = {(p.name, p.seed): p for p in result.runs}
+    for v in result.recipe.retimed:  # runs of the report, not trained: read from their training's records
+        for p in (source[(v.of, s)] for (n, s) in source if n == v.of):
+            t.add_row(v.name, str(p.seed), f"re-timed from '{v.of}' (no training)", p.rel, "",
+                      ", ".join(f"{k} {val}" for k, val in v.options.items()))
     out_console.print(t)
     _print_data(result.data)
     if result.resources is not None:

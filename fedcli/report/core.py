@@ -240,6 +240,8 @@ def check_time_axis(sweeps: list[Sweep], names: list[str] | None = None, x: str 
 def _against_time(figure_def: FigureDef, x: str | None) -> bool:
     from fedcli.report import style
 
+    if figure_def.kind == "time-to-target":  # simulated time is what it draws (fedcli/report/summary.py)
+        return True
     return figure_def.kind == "curves" and style.x_axis(x or figure_def.x) == "time"
 
 

@@ -162,6 +162,10 @@ def test_the_plan_says_what_is_trained_and_what_is_retimed(tmp_path, capsys):
     assert ("re-timed: 2 of the 4 trainings (FedAvg, FedLAMA) re-timed at 2 uplink bandwidths (constant:3e4, "
             "constant:3e6), 2 each: 4 runs of the report from their records, not trained") in err, err
     assert not (tmp_path / "out").exists()
+    # --quiet: the table alone, a row for each re-timed run
+    code, out, err = cli(["sweep", str(recipe), "--dry-run", "--quiet", "--out", str(tmp_path / "out")], capsys)
+    flat = " ".join(out.replace("│", " ").split())  # the table's cells may wrap at a narrow terminal
+    assert code == 0 and flat.count("re-timed") == 4 and "FedAvg slow" in flat, out
 
 
 def test_the_summary_figure_is_a_paper_column_with_type42_fonts(swept, capsys):
