@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from simkit import cli
+from sweepkit import SYSTEM_BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,17 +17,8 @@ title = "stragglers, tiny"
 paper = "FedProx (Li et al., MLSys 2020), Section 5.2 and Figure 1, on fedcli's system model (a test)"
 seeds = 1
 
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "8"
-clients = 4
-active_ratio = 0.5
+""" + SYSTEM_BASE + """\
 iterations = 8
-eval_every = 4
-batch_size = 16
-threads = 1
-device = "cpu"
 
 [base.system]
 system = true

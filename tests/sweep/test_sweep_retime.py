@@ -14,6 +14,7 @@ import pytest
 
 from runkit import error_lines
 from simkit import cli
+from sweepkit import SYSTEM_BASE
 
 SLOW, FAST = "constant:3e4", "constant:3e6"
 
@@ -22,18 +23,9 @@ title = "re-timed"
 paper = "a test of re-timed runs"
 seeds = 1
 
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "8"
-clients = 4
-active_ratio = 0.5
+""" + SYSTEM_BASE + """\
 iterations = 24
-eval_every = 4
-batch_size = 16
 lr = 0.1
-threads = 1
-device = "cpu"
 
 [base.system]
 system = true
