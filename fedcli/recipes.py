@@ -312,7 +312,9 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #   [base]            train keys shared by every run (the paper's settings)
 #   [scale.smoke]     train keys that override [base] at ``--scale smoke`` (and [scale.paper], ...)
 #   [[runs]]          one grid row: ``name`` + train keys; ``scale.smoke = { tau = 2 }`` overrides
-#                     that row at one scale only; ``scales = ["paper"]``: the row exists at those scales only
+#                     that row at one scale only; ``scales = ["paper"]``: the row exists at those scales only;
+#                     ``retime = [{ name = "...", uplink = "constant:3e6" }, ...]``: re-timed variants of the row,
+#                     runs of the report read from its records under other system options, not trained
 #   [[tables]]        report tables over the runs (see fedcli/report/products.py)
 #   [[figures]]       report figures over the runs
 #   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/sweep/slurm.py; [slurm.scale.<name>] overrides)
@@ -383,6 +385,67 @@ def check_keys_in(values: dict, path, text: str, span, what: str, forbid: bool =
     return out
 
 
+class Retimed:
+    """A re-timed variant of a sweep run (docs/sweeps.md, "Re-timed runs"): ``name`` (a run name of the report),
+    ``of`` (the run it re-times) and ``options`` (the system options it is re-timed under, ``fedcli.fl.timing.OPTIONS``,
+    checked as ``fedcli train`` checks them), ``line`` its line in the recipe."""
+
+    def __init__(self, name: str, of: str, options: dict, line: int | None = None):
+        self.name, self.of, self.options, self.line = name, of, options, line
+
+    def to_dict(self) -> dict:
+        """Its entry in ``sweep.json`` (``retimed``), where ``fedcli report`` reads it."""
+        return {"name": self.name, "of": self.of, "options": dict(self.options)}
+
+
+def retime_variants(raw, run: str, path, text: str, span, seen: dict, root: Path) -> list[Retimed]:
+    """The ``retime`` list of the [[runs]] entry ``run``: one inline table per variant, its ``name`` (unique among the
+    recipe's run names, ``seen``: name -> line, updated) and system options that price a round
+    (``fedcli.fl.timing.OPTIONS``: speed, uplink, downlink, latency, system_trace, server_time); each value checked as
+    ``fedcli train`` checks it, a trace's relative path resolved against the recipe's ``root``. ConfigError (exit 2)
+    with the file and line otherwise."""
+    from fedcli.fl.timing import OPTIONS
+    from fedcli.specs.system import SystemParams
+
+    if raw is None:
+        return []
+    loc = where_in(path, text, "retime", span)
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, dict) for v in raw):
+        raise ConfigError(f"{loc}: run '{run}': `retime` must be a non-empty list of inline tables, each a `name` and the "
+                          f"system options it is re-timed under ({{ name = \"{run} 3MBps\", uplink = \"constant:3e6\" }})")
+    out = []
+    for v in raw:
+        v = dict(v)
+        name = v.pop("name", None)
+        if not isinstance(name, str) or not name.strip() or any(c in name for c in "/\\") or any(ord(c) < 32 for c in name):
+            raise ConfigError(f"{loc}: run '{run}': every `retime` entry needs a `name`, a run name on one line without / "
+                              f"or \\ (the name tables and figures give it)")
+        pos = text.find(f'"{name}"', *(span or (0, len(text))))
+        line = text.count("\n", 0, pos) + 1 if pos >= 0 else None
+        here = f"{path}, line {line}" if line else loc
+        if name in seen:
+            raise ConfigError(f"{here}: run name '{name}' is used twice (first at line {seen[name]})")
+        if not v:
+            raise ConfigError(f"{here}: re-timed run '{name}' sets no system option; give one or more of "
+                              f"{', '.join(OPTIONS)}")
+        options = {}
+        for k, value in v.items():
+            key = k.replace("-", "_")
+            if key not in OPTIONS:
+                why = (" (it decides who trains: a run trained with it is trained, not re-timed)"
+                       if key in {f.name for f in dataclasses.fields(SystemParams)} else "")
+                raise ConfigError(f"{here}: re-timed run '{name}': '{k}' is not an option a run is re-timed under{why}; "
+                                  f"the options: {', '.join(OPTIONS)}")
+            options[key] = checked(key, value, here)
+        try:
+            SystemParams(**{"system": True, **resolve_paths(options, root)}).check()
+        except ConfigError as e:
+            raise ConfigError(f"{here}: re-timed run '{name}': {e}", key=e.key) from None
+        seen[name] = line or "?"
+        out.append(Retimed(name, run, resolve_paths(options, root), line))
+    return out
+
+
 def is_sweep_recipe(data: dict) -> bool:
     return "runs" in data
 
@@ -392,8 +455,10 @@ class SweepRun:
 
     ``where`` holds (path, text, spans to search for a key's line: the run's block, [scale.x], [base])."""
 
-    def __init__(self, name: str, values: dict, line: int | None, where: tuple | None = None):
+    def __init__(self, name: str, values: dict, line: int | None, where: tuple | None = None,
+                 retimed: list[Retimed] | None = None):
         self.name, self.values, self.line, self.where = name, values, line, where
+        self.retimed = list(retimed or [])  # the run's ``retime`` list: re-timed variants of it, not trainings
 
     def locate(self, key: str | None) -> str:
         """``file, line N`` of ``key`` as this run gets it (its block first, then the scale, then [base])."""
@@ -426,7 +491,19 @@ class SweepRecipe:
 
     @property
     def run_names(self) -> list[str]:
+        """The runs the sweep trains."""
         return [r.name for r in self.runs]
+
+    @property
+    def retimed(self) -> list[Retimed]:
+        """The re-timed variants of the runs (their ``retime`` lists), in the recipe's order: runs a report reads from
+        the records of the run they re-time, under their own system options, without training."""
+        return [v for r in self.runs for v in r.retimed]
+
+    @property
+    def product_names(self) -> list[str]:
+        """The names a table or figure may draw: the runs trained and their re-timed variants."""
+        return self.run_names + [v.name for v in self.retimed]
 
     def block_span(self, kind: str, index: int):
         spans = _blocks(self.text, kind)
@@ -495,16 +572,25 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
         if only is not None and (not isinstance(only, list) or not only or not all(isinstance(s, str) and s in scales for s in only)):
             raise ConfigError(f"{where_in(path, text, 'scales', span)}: run '{name}': `scales` must be a non-empty list of "
                               f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}")
+        variants = retime_variants(row.pop("retime", None), name, path, text, span, seen, root)
         own = split_level(row, path, text, span, f"run '{name}'")
         checked_scales = {s: split_level(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
         if only is not None and scale not in only:
             continue  # checked above, but not part of the grid at this scale
         run_levels = [*levels_first, own, *([checked_scales.get(scale, Level({}, {}))] if scale is not None else [])]
         values, run_used = merge_levels(run_levels, {})
+        if variants:
+            from fedcli.fl.timing import refusal
+
+            why = refusal(values)
+            if why:
+                raise ConfigError(f"{where_in(path, text, 'retime', span)}: run '{name}' cannot be re-timed: {why}; only a "
+                                  f"run whose training did not depend on the system model can be (docs/system-model.md, "
+                                  f"\"Re-timing a run\"): train one run per setting instead")
         used |= run_used
         merged += [lv for lv in run_levels if all(lv is not m for m in merged)]
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
-        runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup)))
+        runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup), variants))
     unused = unused_table(merged, used)  # a method table no run reads is a mistake (a typo'd method, a lost run)
     if unused:  # (the tables of other scales, and of runs absent at this one, were checked for their keys only)
         raise ConfigError(f"{unused[1]}: [{unused[0]}] sets options that no run of this recipe reads at this scale (a "

@@ -18,7 +18,7 @@ import shutil
 import sys
 import textwrap
 
-from typer.core import TyperArgument, TyperCommand, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 #: the environment variable that selects Typer's own (rich) renderer
 RICH_HELP = "FEDCLI_RICH_HELP"
@@ -26,8 +26,29 @@ RICH_HELP = "FEDCLI_RICH_HELP"
 STYLES = {"option": "1;36", "negative": "1;35", "type": "1;33", "border": "2", "usage": "1", "dim": "2", "required": "31"}
 
 
+def plain_flags(params: list) -> list:
+    """``params`` with every flag (``--dry-run``, ``--help``: an option that takes no value) shown as a plain flag in
+    both renderers: Typer draws a flag's type as ``<bool>``, as if it took a value, unless it has a metavar; an empty
+    one says "no value" (a counted flag, ``-v -v``, and an option with its own metavar are left as they are)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and not getattr(p, "count", False) and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+class PlainFlagsGroup(TyperGroup):
+    """The ``fedcli`` group: its own flags (``--version``, ``--help``) shown without a type (:func:`plain_flags`)."""
+
+    def get_params(self, ctx) -> list:
+        return plain_flags(super().get_params(ctx))
+
+
 class PanelHelpCommand(TyperCommand):
-    """A Typer command whose ``--help`` is :func:`render` (Typer's renderer with ``FEDCLI_RICH_HELP=1``)."""
+    """A Typer command whose ``--help`` is :func:`render` (Typer's renderer with ``FEDCLI_RICH_HELP=1``), its flags
+    shown without a type in both (:func:`plain_flags`)."""
+
+    def get_params(self, ctx) -> list:
+        return plain_flags(super().get_params(ctx))
 
     def format_help(self, ctx, formatter) -> None:
         if os.environ.get(RICH_HELP):

@@ -61,10 +61,11 @@ def build_app(names=None, listing: bool = False) -> typer.Typer:
     only show each command's help line (``fedcli --help``)."""
     import importlib
 
+    from fedcli.cli.helpfmt import PanelHelpCommand, PlainFlagsGroup
+
     app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
-                      no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                      no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False, cls=PlainFlagsGroup,
                       context_settings={"help_option_names": ["-h", "--help"]})
-    from fedcli.cli.helpfmt import PanelHelpCommand
 
     app.callback()(_root)
     for name in COMMANDS if names is None else names:

@@ -168,6 +168,11 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
         st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
         t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
+    source = {(p.name, p.seed): p for p in result.runs}
+    for v in result.recipe.retimed:  # runs of the report, not trained: read from their training's records
+        for p in (source[(v.of, s)] for (n, s) in source if n == v.of):
+            t.add_row(v.name, str(p.seed), f"re-timed from '{v.of}' (no training)", p.rel, "",
+                      ", ".join(f"{k} {val}" for k, val in v.options.items()))
     out_console.print(t)
     _print_data(result.data)
     if result.resources is not None:
@@ -448,6 +453,32 @@ class SweepProgress:
         return f"fedcli sweep: {p.label}: {unit} {done}/{total}{pct}{other}{acc}{loss}{sofar(self)}"
 
 
+#: what the settings of re-timed runs are, by the one option they set
+SETTINGS = {"uplink": "uplink bandwidths", "downlink": "downlink bandwidths", "speed": "device speeds",
+            "latency": "latencies", "system_trace": "system traces", "server_time": "server times"}
+
+
+def retimed_text(recipe, seeds: int = 1) -> str:
+    """The plan's account of the recipe's re-timed runs (its runs' ``retime`` lists; docs/sweeps.md): "the 2
+    trainings (FedAvg, FedLAMA) re-timed at 4 uplink bandwidths (...) each: 8 runs of the report from their records,
+    not trained", or "" for a recipe without them."""
+    variants = recipe.retimed
+    if not variants:
+        return ""
+    of = list(dict.fromkeys(v.of for v in variants))
+    settings = list(dict.fromkeys(tuple(sorted(v.options.items())) for v in variants))
+    keys = {k for s in settings for k, _ in s}
+    what = SETTINGS[next(iter(keys))] if len(keys) == 1 else "system settings"
+    shown = ", ".join(" ".join(f"{v}" if len(keys) == 1 else f"{k}={v}" for k, v in s) for s in settings)
+    per = {sum(v.of == name for v in variants) for name in of}
+    each = f"{per.pop()} each" if len(per) == 1 else "each its own"
+    runs = len(recipe.runs)
+    return (f"{'the' if len(of) == runs else f'{len(of)} of the'} {runs} training{'s' if runs != 1 else ''} "
+            f"({', '.join(of)}) re-timed at {len(settings)} {what} ({shown}), {each}: {len(variants)} runs of the report "
+            f"from their records{f' (x {seeds} seeds)' if seeds > 1 else ''}, not trained; training each at each "
+            f"setting would be {len(variants) * seeds} trainings")
+
+
 def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/sweep/estimate.py); returns
     the :class:`fedcli.sweep.estimate.Estimate` (None when there is nothing to run). ``executor``: see
@@ -464,6 +495,9 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
             f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
             f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
+    said = retimed_text(r, seeds)
+    if said:
+        err_console.print(f"  re-timed: {said}", soft_wrap=True, highlight=False, markup=False)
     err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
                       soft_wrap=True, highlight=False, markup=False)
     if r.scale and r.scale != "paper":

@@ -24,6 +24,9 @@ import numpy as np
 
 #: the manifest's ``timing`` entry's format
 VERSION = 1
+#: the system options a run is re-timed under (``SystemParams``' fields that price what a round did: the devices, the
+#: links, the server; not those that decide who trains): ``fedcli report --uplink ...`` and a recipe run's ``retime``
+OPTIONS = ("speed", "uplink", "downlink", "latency", "system_trace", "server_time")
 
 
 def refusal(cfg: dict) -> str | None:

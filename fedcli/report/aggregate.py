@@ -134,3 +134,16 @@ def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") ->
             secs.append(row["sim_time_s"])
     return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed),
                  mean_std(secs) if secs else NAN, mean_std(its))
+
+
+def seeds_drawn(runs: dict, names: list[str]) -> str:
+    """How the runs ``names`` combine their seeds in a figure: "the mean over 2 seeds (0, 1)", "the mean over each
+    run's seeds (of 0, 1, 2)" when some have fewer, "one seed (0)"."""
+    per = [sorted(runs[n]) for n in names if runs.get(n)]
+    seeds = sorted({s for p in per for s in p})
+    if len(seeds) <= 1:
+        return f"one seed ({seeds[0]})" if seeds else "no seed"
+    listed = ", ".join(map(str, seeds))
+    if all(len(p) == len(seeds) for p in per):
+        return f"the mean over {len(seeds)} seeds ({listed})"
+    return f"the mean over each run's seeds (of {listed})"

@@ -67,22 +67,46 @@ class Sweep:
             self.memo[(name, seed)] = st
         return st
 
+    def retimed(self) -> dict[str, dict]:
+        """The sweep's re-timed runs (``sweep.json``'s ``retimed``, from its recipe's ``retime`` lists): name ->
+        {"name", "of": the run it re-times, "options": the system options}."""
+        return {str(e["name"]): e for e in self.manifest.get("retimed", []) or []}
+
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
         """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (state)"] for the others, in the
-        words ``fedcli sweep --dry-run`` uses)."""
-        entries = self.entries()
+        words ``fedcli sweep --dry-run`` uses). A re-timed run (:meth:`retimed`) is the run it re-times, read from its
+        records under its own options (``fedcli.report.retime.variant``), and lacks what that run lacks."""
+        entries, variants = self.entries(), self.retimed()
         runs, problems = {}, []
         for name in names:
+            variant = variants.get(name)
+            source = str(variant["of"]) if variant else name
+            said = f" (re-timed from '{source}'" if variant else " ("
             for seed in self.seeds:
-                st = self.state(name, seed)
+                st = self.state(source, seed)
                 if st is None:
-                    problems.append(f"'{name}' seed {seed} (not in the sweep)")
+                    problems.append(f"'{name}' seed {seed}{said}{': ' if variant else ''}not in the sweep)")
                     continue
                 if st.state != DONE and not st.diverged:
-                    problems.append(f"'{name}' seed {seed} ({st.words()})")
+                    problems.append(f"'{name}' seed {seed}{said}{': ' if variant else ''}{st.words()})")
                     continue
-                runs.setdefault(name, {})[seed] = RunData(entries[(name, seed)], st.manifest)
+                run = RunData(entries[(source, seed)], st.manifest)
+                if variant:
+                    run = self._retimed_run(name, seed, run, variant["options"])
+                runs.setdefault(name, {})[seed] = run
         return runs, problems
+
+    def _retimed_run(self, name: str, seed: int, run: RunData, options: dict) -> RunData:
+        """``run`` re-timed under ``options`` (kept for the report when the sweep is :meth:`settled`)."""
+        from fedcli.report.retime import variant
+
+        key = ("retimed", name, seed)
+        if self.memo is not None and key in self.memo:
+            return self.memo[key]
+        out = variant(run, options)
+        if self.memo is not None:
+            self.memo[key] = out
+        return out
 
     def retry_hint(self) -> str:
         return rerun_command(self.manifest, self.root)
@@ -216,6 +240,8 @@ def check_time_axis(sweeps: list[Sweep], names: list[str] | None = None, x: str 
 def _against_time(figure_def: FigureDef, x: str | None) -> bool:
     from fedcli.report import style
 
+    if figure_def.kind == "time-to-target":  # simulated time is what it draws (fedcli/report/summary.py)
+        return True
     return figure_def.kind == "curves" and style.x_axis(x or figure_def.x) == "time"
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedcli.report import style
-from fedcli.report.aggregate import mean_std
+from fedcli.report.aggregate import mean_std, seeds_drawn  # noqa: F401  (seeds_drawn: figures' captions say it)
 from fedcli.report.products import FigureDef
+from fedcli.report.rundata import check_simulated_time  # noqa: F401  (imported from here by the report's commands)
 from fedcli.report.style import plt as _plt, save
 
 
@@ -119,7 +120,8 @@ def panel_labels(panel, runs: dict) -> list[str]:
     return style.apart(reps, labels, list(panel.runs), own=bool(panel.labels))  # every pair of runs told apart
 
 
-def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
+def _panel_curves(ax, panel, runs: dict, x: str, y: str, target: float | None = None) -> None:
+    """One curves panel; ``target`` (a recipe figure's): a horizontal line at that accuracy, labelled."""
     reps = [_first(runs[name]) for name in panel.runs]
     for name, kw in zip(panel.runs, style.styles(reps, panel_labels(panel, runs))):
         xs, m, s = _curve(runs[name], x, y)
@@ -135,6 +137,11 @@ def _panel_curves(ax, panel, runs: dict, x: str, y: str) -> None:
     style.plain_axis(ax.xaxis)
     ax.set_ylabel(y_label(y, [runs[n] for n in panel.runs]))
     ax.grid(alpha=0.3)
+    if target is not None and y not in ("test_loss", "val_loss", "train_loss"):
+        ax.axhline(100 * target, color="#555555", linestyle=(0, (4, 2)), linewidth=0.9, zorder=1)
+        # under the line at the right: a learning curve rises from the lower left, so the lower right is free
+        ax.annotate(f"target {100 * target:g}%", (1, 100 * target), xycoords=("axes fraction", "data"),
+                    textcoords="offset points", xytext=(-3, -3), ha="right", va="top", fontsize=7, color="#555555")
     style.legend_below(ax, len(panel.runs))
 
 
@@ -318,19 +325,6 @@ def _given_long(run, rnd: int) -> str:
             f"intervals figure shows each one, layer-syncs counts the whole run)")
 
 
-def seeds_drawn(runs: dict, names: list[str]) -> str:
-    """How the runs ``names`` combine their seeds in a figure: "the mean over 2 seeds (0, 1)", "the mean over each
-    run's seeds (of 0, 1, 2)" when some have fewer, "one seed (0)"."""
-    per = [sorted(runs[n]) for n in names if runs.get(n)]
-    seeds = sorted({s for p in per for s in p})
-    if len(seeds) <= 1:
-        return f"one seed ({seeds[0]})" if seeds else "no seed"
-    listed = ", ".join(map(str, seeds))
-    if all(len(p) == len(seeds) for p in per):
-        return f"the mean over {len(seeds)} seeds ({listed})"
-    return f"the mean over each run's seeds (of {listed})"
-
-
 def _lower(label: str) -> str:
     label = label.replace("\n", " ")
     return label[:1].lower() + label[1:]
@@ -356,22 +350,15 @@ def _drawn(figure_def: FigureDef, axes, panels: list, runs: dict, logs: list[boo
     return text
 
 
-def check_simulated_time(runs) -> None:
-    """``--x time`` needs every run's ``sim_time_s`` (trained with ``--system``): ConfigError (exit 2) naming one
-    without it (``runs``: RunData; one killed before its first evaluation has nothing to draw either way)."""
-    from fedcli.errors import ConfigError
-
-    for r in runs:
-        if r.metrics and not r.simulated:
-            raise ConfigError(f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
-                              f"--system (docs/system-model.md), or pick another --x")
-
-
 def build(figure_def: FigureDef, runs: dict, x: str | None = None):
     """The matplotlib figure of ``figure_def`` (``runs``: run name -> {seed: RunData}) and its caption text: the paper and
     title, then what is drawn (the axes, how seeds are combined; :func:`_drawn`), then each panel's own account
     (delta-lambda, intervals, clients) and the figure's notes. ``x``: the x axis of curves, over the figure's own
     (``fedcli report --x``). Per-layer figures get one panel per model among a panel's runs (:func:`split_by_model`)."""
+    if figure_def.kind == "time-to-target":  # its own layout, a paper column (fedcli/report/summary.py)
+        from fedcli.report.summary import build as summary
+
+        return summary(figure_def, runs)
     plt = _plt()
     x = style.x_axis(x or figure_def.x)
     if figure_def.kind == "curves" and x == "time":
@@ -380,11 +367,12 @@ def build(figure_def: FigureDef, runs: dict, x: str | None = None):
     panels = [q for p in figure_def.panels for q in split_by_model(p, runs)] if layers else list(figure_def.panels)
     n = len(panels)
     width = 5.2 if figure_def.kind == "curves" else 6.4  # room for the legend right of bars and delta-lambda
-    fig, axes = plt.subplots(1, n, figsize=(width * n, 3.9), squeeze=False)
+    shared = figure_def.kind == "curves" and figure_def.sharex and n > 1
+    fig, axes = plt.subplots(1, n, figsize=(width * n, 3.9), squeeze=False, sharex=shared, sharey=shared)
     described, logs = [], []
     for ax, panel in zip(axes[0], panels):
         if figure_def.kind == "curves":
-            _panel_curves(ax, panel, runs, x, figure_def.y)
+            _panel_curves(ax, panel, runs, x, figure_def.y, figure_def.target)
         elif layers:
             logs.append(_panel_layers(ax, panel, runs, figure_def.kind, "params" if figure_def.y == "params" else "bytes", figure_def.log))
         elif figure_def.kind == "delta-lambda":
@@ -396,11 +384,40 @@ def build(figure_def: FigureDef, runs: dict, x: str | None = None):
 
             described.append(panel_clients(ax, panel, runs))
         ax.set_title(panel.title or "", fontsize=10)
+    if shared:
+        described.append(_share_x(axes[0], x))
+    if figure_def.kind == "curves" and figure_def.target is not None:
+        described.append(f"The dashed line marks the target, {100 * figure_def.target:g}%")
     if figure_def.kind == "curves" or layers:
         described.insert(0, _drawn(figure_def, axes[0], panels, runs, logs))
     caption = " — ".join(t for t in (figure_def.paper, figure_def.title) if t)
     caption = ". ".join(t.rstrip(".") for t in (caption, *described, figure_def.notes) if t)
     return fig, caption[:1].upper() + caption[1:]  # a caption starts upper-case ("Smoke scale of: ...")
+
+
+def _share_x(axes, x: str) -> str:
+    """Panels that share their x axis (a recipe figure's ``sharex``): one range for all, logarithmic where the
+    panels' ranges span two decades (a curve at 30 KB/s and one at 30 MB/s), labelled once; the caption's words."""
+    ends = [max(line.get_xdata(), default=0) for ax in axes for line in ax.get_lines() if len(line.get_xdata())]
+    starts = [v for ax in axes for line in ax.get_lines() for v in line.get_xdata() if v > 0]
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+        ax.tick_params(labelleft=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if labels and all(ax.get_legend_handles_labels()[1] == labels for ax in axes):  # the same runs' legend: once,
+        for ax in axes:                                                            # above the panels
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        axes[0].figure.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels),
+                              frameon=False, fontsize=8)
+    if x == "time":
+        for ax in axes:  # a narrow panel's label: the caption says it is the system model's
+            ax.set_xlabel("Simulated time (s)")
+    if ends and starts and spans_decades(ends):
+        axes[0].set_xscale("log")
+        axes[0].set_xlim(min(starts) * 0.8, max(ends) * 1.25)
+        return "The panels share one x axis, logarithmic (their ranges span two decades or more)"
+    return "The panels share one x axis"
 
 
 def draw(figure_def: FigureDef, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:

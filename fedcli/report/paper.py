@@ -128,6 +128,9 @@ def _paragraph(sweep, out: Path) -> tuple[str, str]:
     command = section_command(sweep, base)
     done, total = _finished(sweep)
     count = f"{total} training(s)" if done == total else f"{done} of its {total} training(s) finished"
+    if sweep.retimed():  # runs of the recipe's `retime` lists: read from a training's records, not trained
+        count += (f" and {len(sweep.retimed())} run(s) re-timed from their records under other system options (not "
+                  f"trained; docs/system-model.md, \"Re-timing a run\")")
     text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe `{command.split()[2]}` at scale {scale}"
             + (" (a reduced setting that checks the pipeline, not the paper's numbers)" if sweep.scale not in (None, "paper") else "")
             + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{relative(sweep.root, base)}` (paths relative to "

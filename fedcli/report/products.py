@@ -91,8 +91,11 @@ older spellings of the first three; mean and std band over seeds), ``layer-syncs
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
 adjustment in ``intervals.csv``), ``intervals`` (each layer's synchronization interval at every adjustment of one
 layer-wise run, from ``intervals.csv``) and ``clients`` (personalized runs: personal accuracy across clients at the last
-evaluation, from ``clients.csv``, the worst-10% mean marked). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
-and a ``title``; the shorthand is ``runs``/``run`` at figure level.
+evaluation, from ``clients.csv``, the worst-10% mean marked) and ``time-to-target`` (fedcli/report/summary.py: the
+simulated time to ``target`` against the system option ``along``, one line per entry of ``lines``, and each line's time
+over the ``baseline`` line's; docs/reports.md). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
+and a ``title``; the shorthand is ``runs``/``run`` at figure level. A ``curves`` figure's ``target`` draws a line at
+that accuracy, its ``sharex = true`` gives its panels one x axis.
 """
 
 from __future__ import annotations
@@ -104,7 +107,9 @@ from fedcli.errors import ConfigError
 from fedcli.report import style
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
-KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients")
+KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients", "time-to-target")
+#: what a time-to-target figure's x axis may be: a system option a run is re-timed under, a number per run
+ALONG = ("speed", "uplink", "downlink", "latency", "server_time")
 ACCURACY = ("best", "final")
 X_AXES = style.X_AXES + tuple(style.X_ALIASES)  # a recipe figure's x: an axis, or an older spelling of one
 #: the accuracy a table or curve shows (every layout; figures' ``y``): auto (the default) = personal_acc for
@@ -125,8 +130,12 @@ TABLE_KEYS = {"name", "title", "paper", "layout", "accuracy", "columns", "groups
               "left_title", "right_title", "early_stop_target", "target", "metric", "notes", "scale", "row_title",
               "select", "select_by", "select_on", *MATRIX_KEYS}
 GROUP_KEYS = {"label", "baseline", "runs", "rows", "left_title", "right_title", *MATRIX_KEYS}
-FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes", "scale"}
+FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes", "scale",
+               "target", "sharex", "along", "lines", "baseline"}
 PANEL_KEYS = {"title", "runs", "run", "labels"}
+#: a figure's keys added since sweep.json's products were first written (issue 57): stored only where set, so that a
+#: sweep.json written before reads and writes the same
+LATER_FIGURE_KEYS = ("target", "sharex", "along", "lines", "baseline")
 
 
 @dataclass
@@ -213,9 +222,14 @@ class FigureDef:
     round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
     log: bool | None = None  # log-scale y axis; None: layer-size on a log axis when its bars span two decades
     notes: str = ""
+    target: float | None = None  # curves: a line at this accuracy; time-to-target: the accuracy timed (a fraction)
+    sharex: bool = False   # curves: the panels share their x axis (log when the panels' ranges span two decades)
+    along: str = ""        # time-to-target: the system option on the x axis (ALONG), its value per run
+    lines: list[Panel] = field(default_factory=list)  # time-to-target: one line per method, a run per x value
+    baseline: str = ""     # time-to-target: the line the others' times are divided by (default: the first)
 
     def run_names(self) -> list[str]:
-        return list(dict.fromkeys(n for p in self.panels for n in p.runs))
+        return list(dict.fromkeys(n for p in [*self.panels, *self.lines] for n in p.runs))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -405,6 +419,25 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
         if not isinstance(d["log"], bool):
             raise ConfigError(f"{loc('log')}: key 'log' must be true or false")
         f.log = d["log"]
+    if "sharex" in d:
+        if not isinstance(d["sharex"], bool) or f.kind != "curves":
+            raise ConfigError(f"{loc('sharex')}: key 'sharex' is true or false, for kind = \"curves\"")
+        f.sharex = d["sharex"]
+    if "target" in d:
+        v = d["target"]
+        if f.kind not in ("curves", "time-to-target"):
+            raise ConfigError(f"{loc('target')}: key 'target' is for kind = \"curves\" or \"time-to-target\"")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ConfigError(f"{loc('target')}: `target` of figure '{name}' is an accuracy as a fraction in (0, 1] "
+                              f"(0.9 for 90%), got {v!r}")
+        f.target = float(v)
+    if f.kind == "time-to-target":
+        parse_time_to_target(f, d, loc)
+        return f
+    for k in ("along", "lines", "baseline"):
+        if k in d:
+            raise ConfigError(f"{loc(k)}: key '{k}' is for kind = \"time-to-target\" (figure '{name}' has kind = "
+                              f"\"{f.kind}\")")
     raw = d.get("panels")
     if raw is None:
         raw = [{k: d[k] for k in ("runs", "run", "labels") if k in d}]
@@ -424,9 +457,44 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
     return f
 
 
+def parse_time_to_target(f: FigureDef, d: dict, loc) -> None:
+    """The keys of a ``time-to-target`` figure (fedcli/report/summary.py): ``target``, ``along`` (the system option
+    on the log x axis: each run's value of it, a constant), ``lines`` (``{ title = "FedAvg", runs = [...] }``, one run
+    per x value) and ``baseline`` (the line the others' times are divided by in the lower panel)."""
+    name = f.name
+    for k in ("panels", "runs", "run", "labels"):
+        if k in d:
+            raise ConfigError(f"{loc(k)}: a time-to-target figure lists its runs in `lines` ({{ title = \"FedAvg\", "
+                              f"runs = [...] }}, one line per method), not in `{k}`")
+    if f.target is None:
+        raise ConfigError(f"{loc('name')}: figure '{name}' has kind = \"time-to-target\": it needs `target`, an "
+                          f"accuracy as a fraction in (0, 1]")
+    f.along = _choice(d, "along", ALONG, "", loc) if "along" in d else ""
+    if not f.along:
+        raise ConfigError(f"{loc('name')}: figure '{name}' has kind = \"time-to-target\": it needs `along`, the system "
+                          f"option on its x axis ({', '.join(ALONG)})")
+    raw = d.get("lines")
+    if not isinstance(raw, list) or not raw or not all(isinstance(p, dict) for p in raw):
+        raise ConfigError(f"{loc('lines')}: `lines` of figure '{name}' must be a list of tables ({{ title = \"FedAvg\", "
+                          f"runs = [...] }})")
+    for p in raw:
+        _check_known(p, {"title", "runs"}, loc, f"a line of figure '{name}'")
+        title = _str(p, "title", loc)
+        if not title:
+            raise ConfigError(f"{loc('lines')}: every line of figure '{name}' needs a `title` (its legend)")
+        f.lines.append(Panel(title=title, runs=_names(p.get("runs"), loc("lines"), f"`runs` of a line of figure '{name}'")))
+    titles = [p.title for p in f.lines]
+    if len(set(titles)) != len(titles):
+        raise ConfigError(f"{loc('lines')}: the lines of figure '{name}' need titles apart, got {titles}")
+    f.baseline = _str(d, "baseline", loc, titles[0])
+    if f.baseline not in titles:
+        raise ConfigError(f"{loc('baseline')}: `baseline` of figure '{name}' names a line's title ({', '.join(titles)}), "
+                          f"got '{f.baseline}'")
+
+
 def parse_products(recipe) -> tuple[list[TableDef], list[FigureDef]]:
     """Parse and check a recipe's [[tables]] and [[figures]] against its run names (exit 2 with the line)."""
-    names = set(recipe.run_names)
+    names = set(getattr(recipe, "product_names", recipe.run_names))  # the runs trained and their re-timed variants
     tables, figures, seen = [], [], {}
     for kind, items, parse in (("tables", recipe.tables, parse_table), ("figures", recipe.figures, parse_figure)):
         if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
@@ -441,7 +509,8 @@ def parse_products(recipe) -> tuple[list[TableDef], list[FigureDef]]:
             for n in product.run_names():
                 if n not in names:
                     raise ConfigError(f"{_value_where(recipe, kind, i, n)}: {kind[:-1]} '{product.name}' "
-                                      f"names run '{n}', which is not in [[runs]]")
+                                      f"names run '{n}', which is not in [[runs]] (nor a re-timed run of their "
+                                      f"`retime` lists)")
             (tables if kind == "tables" else figures).append(product)
     return tables, figures
 
@@ -463,6 +532,10 @@ def product_to_dict(product) -> dict:
 
     d = dataclasses.asdict(product)
     d["kind"] = "table" if isinstance(product, TableDef) else product.kind
+    if isinstance(product, FigureDef):  # keys later than sweep.json's first format: written only where set
+        for f in dataclasses.fields(FigureDef):
+            if f.name in LATER_FIGURE_KEYS and getattr(product, f.name) == (f.default_factory() if f.default is dataclasses.MISSING else f.default):
+                d.pop(f.name)
     return d
 
 
@@ -473,7 +546,8 @@ def product_from_dict(d: dict):
         groups = [Group(**{**g, "rows": [tuple(r) for r in g.get("rows", [])]}) for g in d.pop("groups")]
         return TableDef(groups=groups, **d)
     panels = [Panel(**p) for p in d.pop("panels")]
-    return FigureDef(kind=kind, panels=panels, **d)
+    lines = [Panel(**p) for p in d.pop("lines", [])]
+    return FigureDef(kind=kind, panels=panels, lines=lines, **d)
 
 
 #: per-cell quantities of a matrix table: (markdown heading, LaTeX heading)

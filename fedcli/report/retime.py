@@ -12,9 +12,7 @@ import dataclasses
 from types import SimpleNamespace
 
 from fedcli.errors import ConfigError, DataError
-
-#: the options ``fedcli report`` re-times with (fields of ``SystemParams``)
-OPTIONS = ("speed", "uplink", "downlink", "latency", "system_trace", "server_time")
+from fedcli.fl.timing import OPTIONS  # noqa: F401  (the options ``fedcli report`` re-times with)
 #: the per-client draws: giving one of them re-times with draws, not with the run's own trace
 DRAWS = ("speed", "uplink", "downlink", "latency")
 
@@ -106,3 +104,20 @@ def describe(given: dict) -> str:
     """``--uplink constant:3e6 --latency constant:0``: the options as a note says them."""
     return " ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
                     for k, v in given.items())
+
+
+def variant(run, options: dict):
+    """A re-timed run of a sweep (a recipe run's ``retime`` entry; docs/sweeps.md, "Re-timed runs"): a new RunData of
+    ``run``'s folder whose metrics' ``sim_time_s`` are re-timed under ``options`` (:func:`apply`) and whose config
+    holds them (a table's ``uplink`` column shows the re-timed value), ``run`` itself unchanged."""
+    import copy
+
+    from fedcli.report.rundata import RunData
+
+    out = RunData(run.path, copy.deepcopy(run.manifest))
+    apply([out], dict(options))
+    cfg = out.manifest.setdefault("config", {})
+    if any(k in options for k in DRAWS) and "system_trace" not in options:
+        cfg["system_trace"] = ""
+    cfg.update(options, system=True)
+    return out

@@ -264,3 +264,14 @@ class RunData:
             cls = part_class("init", self.part("init"))
             n = cls.learned_weights(self.config, [r["numel"] for r in self.layers]) if cls is not None and self.layers else None
         return float("nan") if n is None else float(n)
+
+
+def check_simulated_time(runs) -> None:
+    """``--x time`` needs every run's ``sim_time_s`` (trained with ``--system``): ConfigError (exit 2) naming one
+    without it (``runs``: RunData; one killed before its first evaluation has nothing to draw either way)."""
+    from fedcli.errors import ConfigError
+
+    for r in runs:
+        if r.metrics and not r.simulated:
+            raise ConfigError(f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
+                              f"--system (docs/system-model.md), or pick another --x")

@@ -106,6 +106,8 @@ class SweepManifest:
             "scale": r.scale, "seeds": self.seeds,
             "created": self.created, "updated": now(),
             "run_names": r.run_names,
+            # runs the report re-times from a trained run's records (a [[runs]] entry's ``retime``): not trained
+            **({"retimed": [v.to_dict() for v in r.retimed]} if getattr(r, "retimed", None) else {}),
             **self.products,
             "runs": [p.entry() for p in self.runs],
         }

@@ -38,3 +38,19 @@ name = "t"
 layout = "paired"
 rows = [["FedAvg x1", "FedAvg x1"], ["FedAvg x1", "FedLAMA phi=2"]]
 """
+
+
+#: the [base] of the tiny system-model sweeps (digits, MLP 8, 4 clients, 2 a round, evaluations every 4 iterations, on
+#: the CPU; issue 57's re-timed runs and --paper system): a recipe adds its title, paper, iterations and runs
+SYSTEM_BASE = """\
+[base]
+dataset = "digits"
+model = "mlp"
+mlp_hidden = "8"
+clients = 4
+active_ratio = 0.5
+eval_every = 4
+batch_size = 16
+threads = 1
+device = "cpu"
+"""
