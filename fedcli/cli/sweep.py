@@ -139,6 +139,8 @@ class _RunLines:
 def _done_text(p, prog) -> tuple[str, str]:
     """A finished run's line: ("done", its best accuracy, communication and wall time) or ("failed", its exit code,
     error and log), with where the sweep stands."""
+    if p.status == "pruned":  # stopped on request (RUN/stop.json, exit 5): kept as it stands
+        return "pruned", f"{p.label:32s} {p.error}{sofar(prog)}"
     if p.status != "completed":
         return "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
     from fedcli.report.rundata import RunData
@@ -166,7 +168,8 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     for c in ("run", "seed", "state", "folder", "config hash", "why"):
         t.add_column(c, overflow="fold")
     for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
-        st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
+        st = "completed (skip)" if p.status == "completed" else "pruned (kept)" if p.status == "pruned" else \
+            f"{p.status} ({'resume' if p.resume else 'run'})"
         t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
     out_console.print(t)
     _print_data(result.data)
@@ -181,10 +184,15 @@ def _print_closing(result, seconds: float) -> None:
     names = [p["name"] for p in result.recipe.tables]
     hint = f"fedcli report {result.root}" + (f" --table {names[0]}" if names else "")
     ran = len(result.ran)
-    msg = (f"fedcli sweep: {len(result.runs)} runs complete in {result.root} ({ran} ran now, {len(result.runs) - ran} were already done, "
-           f"{_fmt_s(seconds)}); next: {hint}")
+    pruned = sum(p.status == "pruned" for p in result.runs)
+    kept = (f"; {pruned} pruned, kept as they stand (fedcli train --resume RUN_DIR --promote finishes one)" if pruned
+            else "")
+    ran_ok = sum(p.status == "completed" for p in result.ran)
+    msg = (f"fedcli sweep: {len(result.runs) - pruned} runs complete in {result.root} ({ran_ok} ran now, "
+           f"{len(result.runs) - ran_ok - pruned} were already done, {_fmt_s(seconds)}){kept}; next: {hint}")
     if ran == 0:
-        msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
+        msg = (f"fedcli sweep: nothing to run: all {len(result.runs) - pruned} runs in {result.root} are complete{kept}; "
+               f"next: {hint}")
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
 
 

@@ -18,10 +18,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedcli.errors import ConfigError, FedcliError
+from fedcli.errors import ConfigError, FedcliError, Pruned
 from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write
-from fedcli.results.runstate import COMPLETED, DONE, FAILED, MISSING, STALE
+from fedcli.results.runstate import COMPLETED, DONE, FAILED, MISSING, PRUNED, STALE
 from fedcli.results.sweepdir import PlannedRun, last_line, run_state
 from fedcli.safefs import make_dir, open_file, refuse_link
 
@@ -226,6 +226,8 @@ class Executor:
         state, err = run_state(p)
         if state == DONE and code == 0:
             p.status, p.error = COMPLETED, None
+        elif state == PRUNED and code == Pruned.exit_code:  # stopped on request (RUN/stop.json): kept, not a failure
+            p.status, p.error = PRUNED, err
         else:
             p.status = FAILED
             p.error = error or (err if state == FAILED else None) or last_line(p.log) or f"exit code {code}"
