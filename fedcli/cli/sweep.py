@@ -158,10 +158,11 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     from rich.table import Table
 
     _say_replaces(result)
-    _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
+    todo = [p for p in result.runs if p.status not in ("completed", "pruned")]  # a pruned run is kept: nothing to run
+    _warn_if_large(result, todo)
 
     if not quiet:
-        _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi, "inline" if in_process else None)
+        _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
 
     t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
               title_justify="left")
@@ -468,9 +469,10 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     placed = getattr(result, "placement", None)
     if placed is not None and placed.gpus:
         jobs = placed.concurrent
+    pruned = sum(p.status == "pruned" for p in result.runs)
     head = (f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: {len(r.runs)} runs x "
-            f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
-            f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
+            f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo) - pruned} "
+            f"already completed, {f'{pruned} pruned (kept), ' if pruned else ''}{len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
     err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
                       soft_wrap=True, highlight=False, markup=False)

@@ -144,7 +144,9 @@ def test_request_from_another_process_mid_run_stops_within_one_round(reference, 
     assert_same_run(reference, out)
 
 
-@pytest.mark.skipif(runkit.MPIEXEC is None, reason="needs mpiexec (the [mpi] extra)")
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(runkit.MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_two_mpi_processes_stop_at_the_same_boundary_then_promote_bitwise(tmp_path):
     ref, out = tmp_path / "ref", tmp_path / "run"
     p = runkit.mpirun(2, [*ARGS, "--out", str(ref)], timeout=200)

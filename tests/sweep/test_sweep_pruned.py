@@ -48,8 +48,9 @@ def test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it(tmp_path, caps
     before = {p.name: p.read_bytes() for p in run0.iterdir() if p.is_file()}
 
     assert main(["sweep", str(recipe), "--out", str(root), "--dry-run"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "pruned (kept)" in out and "hopeless" in out and "(skip)" in out, out
+    assert "1 already completed, 1 pruned (kept), 0 to run" in err, err
     assert main(["sweep", str(recipe), "--out", str(root)]) == 0  # nothing run: the pruned run stays as it is
     err = capsys.readouterr().err
     assert "nothing to run" in err and "1 pruned" in err, err
