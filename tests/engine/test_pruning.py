@@ -168,3 +168,17 @@ def test_two_mpi_processes_stop_at_the_same_boundary_then_promote_bitwise(tmp_pa
     assert p.returncode == 0, p.stderr
     assert rows(ref / "metrics.csv") == rows(out / "metrics.csv") and len(rows(out / "metrics.csv")) == 16
     assert (ref / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
+
+
+def test_worker_processes_stop_together_then_promote_bitwise(reference, tmp_path, capsys):
+    """--workers 2: rank 0's answer reaches the worker in the round's all-reduce; both stop at the same boundary."""
+    out = tmp_path / "run"
+    out.mkdir()
+    request_stop(out, why="workers", iteration=28)
+    code, _, err = run_main(ARGS + ["--workers", "2", "--out", str(out)], capsys)
+    assert code == 5, err
+    man = manifest(out)
+    assert (man["pruned"]["round"], man["pruned"]["iteration"], man["world_size"]) == (7, 28, 2)
+    assert len(checkpoint.load(out / "checkpoints" / "round-000007.pt")["ranks"]) == 2
+    assert main(["train", "--resume", str(out), "--promote", "--workers", "0", "--quiet"]) == 0
+    assert_same_run(reference, out)  # results do not depend on the number of workers

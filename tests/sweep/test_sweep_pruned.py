@@ -7,28 +7,11 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.results.stopfile import request_stop
+import sweepkit
 from runkit import rows
 
-RECIPE = """\
-title = "pruned"
-seeds = 2
-
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "32"
-clients = 4
-active_ratio = 0.5
-algo = "fedavg"
-tau = 2
-iterations = 16
-eval_every = 2
-lr = 0.1
-threads = 1
-
-[[runs]]
-name = "avg"
-"""
+# the sweep tests' tiny recipe (digits, MLP 32) with one run: at the smoke scale 4 rounds of 2 iterations, a row each
+RECIPE = sweepkit.RECIPE.split("[[runs]]")[0] + '[[runs]]\nname = "avg"\nalgo = "fedavg"\ntau = 2\n'
 
 
 @pytest.mark.timeout(300)
@@ -38,7 +21,7 @@ def test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it(tmp_path, caps
     run0 = root / "avg" / "seed0"
     run0.mkdir(parents=True)
     request_stop(run0, why="hopeless", iteration=6)  # before the sweep starts it: the run's folder holds only this
-    assert main(["sweep", str(recipe), "--out", str(root)]) == 0
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root)]) == 0
     err = capsys.readouterr().err
     assert "1 runs complete" in err and "1 pruned, kept as they stand" in err, err
     man = json.loads((run0 / "manifest.json").read_text())
@@ -47,18 +30,18 @@ def test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it(tmp_path, caps
     assert entries[0]["status"] == "pruned" and entries[0]["exit_code"] == 5 and entries[1]["status"] == "completed"
     before = {p.name: p.read_bytes() for p in run0.iterdir() if p.is_file()}
 
-    assert main(["sweep", str(recipe), "--out", str(root), "--dry-run"]) == 0
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root), "--dry-run"]) == 0
     out, err = capsys.readouterr()
     assert "pruned (kept)" in out and "hopeless" in out and "(skip)" in out, out
     assert "1 already completed, 1 pruned (kept), 0 to run" in err, err
-    assert main(["sweep", str(recipe), "--out", str(root)]) == 0  # nothing run: the pruned run stays as it is
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root)]) == 0  # nothing run: the pruned run stays as it is
     err = capsys.readouterr().err
     assert "nothing to run" in err and "1 pruned" in err, err
     assert {p.name: p.read_bytes() for p in run0.iterdir() if p.is_file()} == before
 
     assert main(["train", "--resume", str(run0), "--promote", "--quiet"]) == 0
-    assert len(rows(run0 / "metrics.csv")) == 8
+    assert len(rows(run0 / "metrics.csv")) == 4
     capsys.readouterr()
-    assert main(["sweep", str(recipe), "--out", str(root)]) == 0
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root)]) == 0
     err = capsys.readouterr().err
     assert "nothing to run: all 2 runs" in err and "pruned, kept" not in err, err
