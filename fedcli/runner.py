@@ -59,10 +59,11 @@ def collective(comm, err: BaseException | None) -> None:
         raise e
 
 
-def prepare_out(out: Path, *, overwrite: bool, resume: bool):
+def prepare_out(out: Path, *, overwrite: bool, resume: bool, promote: bool = False):
     """Rank 0, before anything is written: ``out`` must be a folder this process can write, nobody else may be
     writing it (its lock is taken here and held to the end of the run), and without ``--overwrite`` or
-    ``--resume`` it must not hold another run. Returns the held :class:`~fedcli.results.lock.RunLock`."""
+    ``--resume`` it must not hold another run; a resume of a pruned run needs ``promote`` (every caller of
+    :func:`run_train`, a sweep's worker too). Returns the held :class:`~fedcli.results.lock.RunLock`."""
     from fedcli.errors import os_error
     from fedcli.results.lock import RUN_LOCK, RunLock
     from fedcli.results.rundir import refuse_links
@@ -86,6 +87,10 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     discard.locked = True  # from now on the lock file is ours to remove
     try:
         refuse_links(out)  # no contract path is a symbolic link: refused before anything is written or deleted
+        if resume and not promote:  # a pruned run is kept as it stands (fedcli/results/stopfile.py)
+            from fedcli.results.runstate import read_manifest, refuse_pruned
+
+            refuse_pruned(out, read_manifest(out)[1])
     except FedcliError:
         lock.release()
         raise
@@ -194,7 +199,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     lock, err = None, None
     if comm.is_root:
         try:
-            lock = prepare_out(out, overwrite=overwrite, resume=resume)
+            lock = prepare_out(out, overwrite=overwrite, resume=resume, promote=promote)
         except FedcliError as e:
             err = e
     try:

@@ -49,16 +49,10 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
     status = man.get("status")
     if status == "completed":
         raise ConfigError(f"--resume {run_dir}: the run already completed; nothing to resume")
-    from fedcli.results.validate import pruned
+    from fedcli.results.runstate import refuse_pruned
 
-    where = pruned(man)
-    if where is not None and not promote:
-        at = f" at iteration {where['iteration']}" if "iteration" in where else ""
-        why = f" ({where['why']})" if where.get("why") else ""
-        from fedcli.results.runstate import manifest_resume_command
-
-        raise ConfigError(f"--resume {run_dir}: the run was pruned{at}{why} and is kept as it stands; --promote finishes "
-                          f"it: {manifest_resume_command(run_dir, man)} --promote")
+    if not promote:
+        refuse_pruned(run_dir, man)
     # a run still in progress is refused by its lock (fedcli/results/lock.py), taken before anything is touched
     values = dict(man["config"])
     try:

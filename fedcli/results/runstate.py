@@ -273,6 +273,21 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
     return RunState(status, str(m["error"]) if m.get("error") else None, m, resumable=_has_checkpoint(run_dir))
 
 
+def refuse_pruned(run_dir: str | Path, manifest: dict | None) -> None:
+    """``--resume`` of a pruned run without ``--promote``: refused (ConfigError, exit 2, one line saying where it was
+    pruned and the command that finishes it); any other run passes."""
+    from fedcli.errors import ConfigError
+    from fedcli.results.validate import pruned
+
+    where = pruned(manifest)
+    if where is None:
+        return
+    at = f" at iteration {where['iteration']}" if "iteration" in where else ""
+    why = f" ({where['why']})" if where.get("why") else ""
+    raise ConfigError(f"--resume {run_dir}: the run was pruned{at}{why} and is kept as it stands; --promote finishes "
+                      f"it: {manifest_resume_command(run_dir, manifest)} --promote")
+
+
 def pruned_note(run_dir: str | Path, manifest: dict, where: dict) -> str:
     """Where and why a pruned run stopped, and the command that finishes it (one phrase, :class:`RunState`'s reason)."""
     at = f"at iteration {where['iteration']} (round {where.get('round')})" if "iteration" in where else "on request"

@@ -293,7 +293,8 @@ def train_in_job(p, mpi: int, executor, device: dict | None = None) -> int:
     ex = executor(mpi=mpi)
     write_job(p, started=now(), host=os.uname().nodename, exit_code=None, **({"device": device} if device else {}))
     code = ex._spawn(p, ex.command(p, resume=p.resume), "a" if p.resume else "w", device)
-    if p.resume and code == 2:  # resume refused (another config, ...): start again, as a local sweep does
+    if p.resume and code == 2 and run_state(p)[0] != "pruned":  # resume refused (another config, ...): start again,
+        # as a local sweep does; never a pruned run (kept as it stands)
         code = ex._spawn(p, ex.command(p), "a", device)
     write_job(p, ended=now(), exit_code=code)
     return code

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import fedcli
 import runkit
 from fedcli.cli.main import main
 from fedcli.results import checkpoint
@@ -59,6 +60,7 @@ def test_pruned_at_the_requested_boundary_refused_by_resume_then_promoted_bitwis
     assert len(lines) == 1 and "pruned after round 5 (iteration 20)" in lines[0] and "--promote" in lines[0], err
     st = run_state(out, man["config"])
     assert st.state == "pruned" and not st.resumable and "at iteration 20 (round 5)" in st.reason
+    assert list(fedcli.load(out).runs["status"]) == ["pruned"]  # where runs' status is shown (status_label)
 
     code, _, err = run_main(["train", "--resume", str(out), "--quiet"], capsys)
     assert code == 2

@@ -7,6 +7,7 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.results.stopfile import request_stop
+import runkit
 import sweepkit
 from runkit import rows
 
@@ -45,3 +46,46 @@ def test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it(tmp_path, caps
     assert main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root)]) == 0
     err = capsys.readouterr().err
     assert "nothing to run: all 2 runs" in err and "pruned, kept" not in err, err
+
+
+def _pruned_run(tmp_path):
+    """A sweep (smoke scale) whose run seed0 was pruned at iteration 6, its planned runs as a coordinator sees them."""
+    from fedcli.sweep.run import prepare_sweep
+
+    recipe_path, root = tmp_path / "p.toml", tmp_path / "sw"
+    recipe_path.write_text(RECIPE)
+    run0 = root / "avg" / "seed0"
+    run0.mkdir(parents=True)
+    request_stop(run0, why="hopeless", iteration=6)
+    assert main(["sweep", str(recipe_path), "--scale", "smoke", "--out", str(root), "--seeds", "1", "--quiet"]) == 0
+    recipe, _, _, runs, _ = prepare_sweep(recipe_path, "smoke", 1, root)
+    (p,) = runs
+    assert p.status == "pruned" and not p.resume
+    return recipe, p, {f.name: f.read_bytes() for f in run0.iterdir() if f.is_file()}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("in_process", [False, True])
+def test_a_resume_asked_of_a_pruned_run_never_starts_it_again(tmp_path, in_process):
+    """A coordinator that lost track of a pruned trial asks the executor to resume it: the resume is refused (exit 2)
+    and the run is kept as it stands; before, the executor took the refusal for another config and trained it anew."""
+    from fedcli.sweep.executors import Executor
+
+    recipe, p, before = _pruned_run(tmp_path)
+    p.resume = True
+    Executor(jobs=1, in_process=in_process).run_all([p], recipe, lambda p: None)
+    assert p.exit_code == 2 and p.status == "pruned" and "--promote" in p.error, (p.exit_code, p.status, p.error)
+    assert {f.name: f.read_bytes() for f in p.dir.iterdir() if f.is_file()} == before
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(runkit.MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
+def test_a_resume_asked_of_a_pruned_run_never_starts_it_again_under_mpi(tmp_path):
+    from fedcli.sweep.executors import Executor
+
+    recipe, p, before = _pruned_run(tmp_path)
+    p.resume = True
+    Executor(jobs=1, mpi=1).run_all([p], recipe, lambda p: None)
+    assert p.exit_code == 2 and p.status == "pruned", (p.exit_code, p.status, p.error)
+    assert {f.name: f.read_bytes() for f in p.dir.iterdir() if f.is_file()} == before
