@@ -36,6 +36,20 @@ class DivergenceError(FedcliError):
     exit_code = 4
 
 
+class Pruned(FedcliError):
+    """Stopped on request (exit 5): a stop file (``RUN/stop.json``, fedcli/results/stopfile.py) asked the run to stop,
+    and it did at a round boundary, with a checkpoint, its manifest ``interrupted`` with ``reason: pruned``
+    (``fedcli tune``'s pruning). ``where``: the manifest's ``pruned`` entry (iteration, round, why). Raised by every
+    process together."""
+
+    exit_code = 5
+    collective = True
+
+    def __init__(self, message: str = "", where: dict | None = None):
+        super().__init__(message)
+        self.where = dict(where or {})
+
+
 class StorageError(FedcliError):
     """A file fedcli writes could not be written: disk full, quota, I/O error (exit 3). Names the file; what
     was written before stays intact (appends are cut back to their last whole row, replacements are atomic)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcli.runtime import early
-from fedcli.errors import ConfigError, FedcliError, ResourceError, memory_error
+from fedcli.errors import ConfigError, FedcliError, Pruned, ResourceError, memory_error
 
 if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
     from fedcli.config import TrainConfig
@@ -59,13 +59,15 @@ def collective(comm, err: BaseException | None) -> None:
         raise e
 
 
-def prepare_out(out: Path, *, overwrite: bool, resume: bool):
+def prepare_out(out: Path, *, overwrite: bool, resume: bool, promote: bool = False):
     """Rank 0, before anything is written: ``out`` must be a folder this process can write, nobody else may be
     writing it (its lock is taken here and held to the end of the run), and without ``--overwrite`` or
-    ``--resume`` it must not hold another run. Returns the held :class:`~fedcli.results.lock.RunLock`."""
+    ``--resume`` it must not hold another run; a resume of a pruned run needs ``promote`` (every caller of
+    :func:`run_train`, a sweep's worker too). Returns the held :class:`~fedcli.results.lock.RunLock`."""
     from fedcli.errors import os_error
     from fedcli.results.lock import RUN_LOCK, RunLock
     from fedcli.results.rundir import refuse_links
+    from fedcli.results.stopfile import STOP_FILE  # a stop request for the run about to start: no other run's file
     from fedcli.trackers import state as trackers_state
 
     if out.exists() and not out.is_dir():
@@ -85,13 +87,17 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool):
     discard.locked = True  # from now on the lock file is ours to remove
     try:
         refuse_links(out)  # no contract path is a symbolic link: refused before anything is written or deleted
+        if resume and not promote:  # a pruned run is kept as it stands (fedcli/results/stopfile.py)
+            from fedcli.results.runstate import read_manifest, refuse_pruned
+
+            refuse_pruned(out, read_manifest(out)[1])
     except FedcliError:
         lock.release()
         raise
-    if not resume and not overwrite and any(p.name != RUN_LOCK for p in out.iterdir()):
+    if not resume and not overwrite and any(p.name not in (RUN_LOCK, STOP_FILE) for p in out.iterdir()):
         lock.release()
         raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
-    locks = (RUN_LOCK, trackers_state.LOCK_FILE, trackers_state.PENDING_FILE)  # fedcli's own, none a user's file
+    locks = (RUN_LOCK, STOP_FILE, trackers_state.LOCK_FILE, trackers_state.PENDING_FILE)  # fedcli's own, none a user's file
     if overwrite and not resume and not is_run_dir(out) and any(p.name not in locks for p in out.iterdir()):
         lock.release()
         raise ConfigError(f"--out {out} is not a run directory (no fedcli manifest.json in it), so --overwrite would "
@@ -177,13 +183,15 @@ class RunView:
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False, data=None, progress: str = "auto", view: RunView | None = None):
+              resume: bool = False, data=None, progress: str = "auto", view: RunView | None = None, promote: bool = False):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/resume.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
     ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
-    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``view``: what the run says (:class:`RunView`)."""
+    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``view``: what the run says (:class:`RunView`).
+    ``promote``: with ``resume``, a pruned run's stop request and pruned mark go and it runs to completion
+    (fedcli/results/stopfile.py)."""
     from fedcli.comm.communicator import Communicator
 
     comm = comm or Communicator()
@@ -191,14 +199,14 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     lock, err = None, None
     if comm.is_root:
         try:
-            lock = prepare_out(out, overwrite=overwrite, resume=resume)
+            lock = prepare_out(out, overwrite=overwrite, resume=resume, promote=promote)
         except FedcliError as e:
             err = e
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
         return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
-                      progress=progress, view=view or RunView())
+                      progress=progress, view=view or RunView(), promote=promote)
     finally:
         for fn in [f for f in early.registered() if getattr(f, "out", None) == out]:
             early.forget(fn)
@@ -230,7 +238,7 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
 
 
 def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
-           progress: str = "auto", view: RunView):
+           progress: str = "auto", view: RunView, promote: bool = False):
     """One run on every rank, as its jobs in order: set up (and restore), open the run directory (rank 0), hook the
     trackers and the checkpointer, run the rounds, close the manifest, say the result."""
     from fedcli.results import sentinel
@@ -243,7 +251,8 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if root:
         if overwrite and out.exists():
             _clean_overwritten(out)
-        run_dir = _open_run_dir(sim, out, comm, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view)
+        run_dir = _open_run_dir(sim, out, comm, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view,
+                                promote=promote)
         mark_interrupted, watchdog = _guard_until_rounds(sim, run_dir, out, comm, procs["pids"])
         _announce(cfg, sim, view, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
@@ -320,6 +329,10 @@ def _clean_overwritten(out: Path) -> None:
     # first the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json): it waits for that
     # run's trackers' process, and when it refuses (still finishing) the run is left whole, manifest included
     remove_files(out)
+    if (out / "manifest.json").exists():  # the previous run's stop request (one in a folder with no run yet is this run's)
+        from fedcli.results.stopfile import clear_stop
+
+        clear_stop(out)
     for name in ("layers.csv", *APPEND_CSVS, "model.pt", "manifest.json"):  # every CSV a run appends to (clients.csv too)
         (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
     for _, old in checkpoint.list_checkpoints(out):
@@ -331,9 +344,11 @@ def _clean_overwritten(out: Path) -> None:
     shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
 
 
-def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView):
+def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView,
+                  promote: bool = False):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
-    checkpoint (saying how the previous attempt ended and which versions changed since)."""
+    checkpoint (saying how the previous attempt ended and which versions changed since). ``promote``: the stop request
+    goes first (the lock is held), then the manifest's pruned mark (kept in the ``resumes`` entry as ``promoted``)."""
     from fedcli.results.resume import read_manifest, reopen_run_dir, version_drift
     from fedcli.results.rundir import RunDir
     from fedcli.results.runlog import extra_columns
@@ -348,7 +363,16 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, stat
         f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
     if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
         view.notice(f"note: the previous attempt was {said}")
-    run_dir = reopen_run_dir(out, ckpt, sim, procs, state)
+    promoted = None
+    if promote:
+        from fedcli.results.stopfile import clear_stop
+        from fedcli.results.validate import pruned
+
+        promoted = pruned(read_manifest(out)) or {}
+        if clear_stop(out) or promoted:
+            view.notice(f"promoted: {'the run pruned at iteration ' + str(promoted.get('iteration')) if promoted else 'the run'}"
+                        f" goes on to completion (its stop request removed)")
+    run_dir = reopen_run_dir(out, ckpt, sim, procs, state, promoted=promoted)
     drift = version_drift(run_dir.manifest)
     if drift and not quiet:
         view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
@@ -443,9 +467,13 @@ def _run_rounds(sim, saver, progress, state, mark_interrupted):
 
 def stop_reason(e: BaseException) -> dict:
     """The manifest's ``reason`` beside a ``failed`` status: ``diverged`` for a run the divergence guard stopped (exit 4;
-    reports show it as diverged, :func:`fedcli.results.validate.status_label`), nothing for another failure."""
+    reports show it as diverged, :func:`fedcli.results.validate.status_label`), nothing for another failure; beside
+    ``interrupted``, ``pruned`` and where (``pruned: {iteration, round, why, ...}``) for a run stopped on request (exit 5,
+    fedcli/results/stopfile.py)."""
     from fedcli.errors import DivergenceError
 
+    if isinstance(e, Pruned):
+        return {"reason": "pruned", "pruned": e.where}
     return {"reason": "diverged"} if isinstance(e, DivergenceError) else {}
 
 
@@ -459,7 +487,7 @@ def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out:
     if run_dir is not None:
         early.forget(mark_interrupted)
     e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
-    stopped = isinstance(e, (signals.Interrupted, KeyboardInterrupt))
+    stopped = isinstance(e, (signals.Interrupted, Pruned, KeyboardInterrupt))
     closing = "interrupted" if stopped else "failed"
     if run_dir is not None:
         on_disk = run_dir.manifest.get("status")
@@ -531,6 +559,8 @@ def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, qui
     if saver.late:
         view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
                     f"(nothing to resume)")
+    if saver.late_request is not None:
+        view.notice(f"a stop request ({out / 'stop.json'}) was met at the last round boundary: the run completed")
     if as_json:
         print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
     elif not quiet:

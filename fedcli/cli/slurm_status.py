@@ -20,7 +20,7 @@ def print_jobs_plan(result, mpi: int) -> None:
     from fedcli.sweep.slurm import sbatch_preview
 
     res = result.resources
-    todo = [p for p in result.runs if p.status != "completed"]
+    todo = [p for p in result.runs if p.status not in ("completed", "pruned")]  # a pruned run is kept: no job
     est = estimate(todo, [], 1, mpi, executor="process")  # one Slurm job, one fresh process, per run
     limit = res.minutes * 60
     k = res.runs_per_job
@@ -113,9 +113,11 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
     if queued:
         _say(f"{len(queued)} run(s) already have a pending or running job (not submitted again): "
              + ", ".join(f"{p.label} job {p.job_id}" for p in queued[:6]))
+    pruned = sum(p.status == "pruned" for p in result.runs)  # stopped on request: kept as they stand, never resubmitted
+    kept = f" ({pruned} pruned, kept as they stand: fedcli train --resume RUN_DIR --promote finishes one)" if pruned else ""
     if not sub and not queued:
-        _say(f"nothing to submit: all {len(result.runs)} runs in {result.root} are complete")
-    follow = [p for p in result.runs if p.status != "completed"]
+        _say(f"nothing to submit: all {len(result.runs)} runs in {result.root} are complete{kept}")
+    follow = [p for p in result.runs if p.status not in ("completed", "pruned")]
     if not wait:
         if follow:
             _say(f"follow with: fedcli sweep {recipe} {'--scale ' + scale + ' ' if scale else ''}--executor slurm --status "

@@ -139,6 +139,8 @@ class _RunLines:
 def _done_text(p, prog) -> tuple[str, str]:
     """A finished run's line: ("done", its best accuracy, communication and wall time) or ("failed", its exit code,
     error and log), with where the sweep stands."""
+    if p.status == "pruned":  # stopped on request (RUN/stop.json, exit 5): kept as it stands
+        return "pruned", f"{p.label:32s} {p.error}{sofar(prog)}"
     if p.status != "completed":
         return "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
     from fedcli.report.rundata import RunData
@@ -156,17 +158,19 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     from rich.table import Table
 
     _say_replaces(result)
-    _warn_if_large(result, [p for p in result.runs if p.status != "completed"])
+    todo = [p for p in result.runs if p.status not in ("completed", "pruned")]  # a pruned run is kept: nothing to run
+    _warn_if_large(result, todo)
 
     if not quiet:
-        _print_plan(result, [p for p in result.runs if p.status != "completed"], jobs, mpi, "inline" if in_process else None)
+        _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
 
     t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
               title_justify="left")
     for c in ("run", "seed", "state", "folder", "config hash", "why"):
         t.add_column(c, overflow="fold")
     for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
-        st = "completed (skip)" if p.status == "completed" else f"{p.status} ({'resume' if p.resume else 'run'})"
+        st = "completed (skip)" if p.status == "completed" else "pruned (kept)" if p.status == "pruned" else \
+            f"{p.status} ({'resume' if p.resume else 'run'})"
         t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
     source = {(p.name, p.seed): p for p in result.runs}
     for v in result.recipe.retimed:  # runs of the report, not trained: read from their training's records
@@ -186,10 +190,15 @@ def _print_closing(result, seconds: float) -> None:
     names = [p["name"] for p in result.recipe.tables]
     hint = f"fedcli report {result.root}" + (f" --table {names[0]}" if names else "")
     ran = len(result.ran)
-    msg = (f"fedcli sweep: {len(result.runs)} runs complete in {result.root} ({ran} ran now, {len(result.runs) - ran} were already done, "
-           f"{_fmt_s(seconds)}); next: {hint}")
+    pruned = sum(p.status == "pruned" for p in result.runs)
+    kept = (f"; {pruned} pruned, kept as they stand (fedcli train --resume RUN_DIR --promote finishes one)" if pruned
+            else "")
+    ran_ok = sum(p.status == "completed" for p in result.ran)
+    msg = (f"fedcli sweep: {len(result.runs) - pruned} runs complete in {result.root} ({ran_ok} ran now, "
+           f"{len(result.runs) - ran_ok - pruned} were already done, {_fmt_s(seconds)}){kept}; next: {hint}")
     if ran == 0:
-        msg = f"fedcli sweep: nothing to run: all {len(result.runs)} runs in {result.root} are complete; next: {hint}"
+        msg = (f"fedcli sweep: nothing to run: all {len(result.runs) - pruned} runs in {result.root} are complete{kept}; "
+               f"next: {hint}")
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
 
 
@@ -491,9 +500,10 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     placed = getattr(result, "placement", None)
     if placed is not None and placed.gpus:
         jobs = placed.concurrent
+    pruned = sum(p.status == "pruned" for p in result.runs)
     head = (f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: {len(r.runs)} runs x "
-            f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo)} already "
-            f"completed, {len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
+            f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo) - pruned} "
+            f"already completed, {f'{pruned} pruned (kept), ' if pruned else ''}{len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
     said = retimed_text(r, seeds)
     if said:

@@ -132,7 +132,9 @@ def train(**kwargs):
     if kwargs.pop("list_algos"):
         out_console.print(methods_table())
         return
-    recipe, scale, resume = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume")
+    recipe, scale, resume, promote = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume"), kwargs.pop("promote")
+    if promote and not resume:
+        raise ConfigError("--promote finishes a pruned run: give it with --resume RUN_DIR", key="promote")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
     progress = kwargs.pop("progress")
     if progress not in PROGRESS_MODES:
@@ -151,12 +153,13 @@ def train(**kwargs):
         loading(progress_mode(progress))
     try:
         _start(flags, recipe=recipe, scale=scale, resume=resume, quiet=quiet, as_json=as_json, overwrite=overwrite,
-               progress=progress)
+               progress=progress, promote=promote)
     finally:
         loaded()
 
 
-def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str) -> None:
+def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str,
+           promote: bool = False) -> None:
     """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
     from fedcli.comm.mpi import get_communicator
     from fedcli.config import TrainConfig
@@ -176,7 +179,7 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
 
                 caught_up = _trackers_only(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
                 if caught_up is None:
-                    cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite)
+                    cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite, promote=promote)
             else:
                 cfg = build_config(recipe, flags, scale)
         except FedcliError as e:
@@ -191,7 +194,7 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
         run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
-                  progress=progress, view=TerminalView())
+                  progress=progress, view=TerminalView(), promote=promote)
 
 
 def _trackers_only(resume: str, flags: dict, **given) -> str | None:
@@ -229,6 +232,7 @@ _extra = [
     inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
     inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the run in an existing --out run directory (only the files a run writes; a folder that holds no run is refused)."), annotation=bool),
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
+    inspect.Parameter("promote", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--promote", help="With --resume: finish a pruned run (stopped on request, exit 5): its stop file and pruned mark go and it runs to completion.", rich_help_panel="crash safety"), annotation=bool),
     inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
 ]
 with_parameters(train, config_parameters(CATALOG) + _extra)

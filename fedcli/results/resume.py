@@ -31,9 +31,11 @@ def read_manifest(run_dir: str | Path) -> dict:
     return man
 
 
-def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, overwrite: bool = False) -> TrainConfig:
+def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, overwrite: bool = False,
+                  promote: bool = False) -> TrainConfig:
     """The config to continue ``run_dir`` with: its manifest's, plus the ``flags`` that may change
-    (:data:`RESUME_MAY_CHANGE`); any other flag that differs is refused (exit 2)."""
+    (:data:`RESUME_MAY_CHANGE`); any other flag that differs is refused (exit 2). A pruned run (stopped on request,
+    fedcli/results/stopfile.py) is refused too, unless ``promote`` (``--promote``: finish it)."""
     run_dir = Path(run_dir)
     if recipe or scale:
         raise ConfigError("--resume takes the run's config from RUN_DIR/manifest.json; --recipe/--scale cannot be combined with it")
@@ -47,6 +49,10 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
     status = man.get("status")
     if status == "completed":
         raise ConfigError(f"--resume {run_dir}: the run already completed; nothing to resume")
+    from fedcli.results.runstate import refuse_pruned
+
+    if not promote:
+        refuse_pruned(run_dir, man)
     # a run still in progress is refused by its lock (fedcli/results/lock.py), taken before anything is touched
     values = dict(man["config"])
     try:
@@ -112,10 +118,13 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
     return payload["ckpt"]
 
 
-def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None, state=None):
+def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None, state=None,
+                   promoted: dict | None = None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint
-    (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``)."""
+    (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``). ``promoted``:
+    ``--promote`` of a pruned run, whose ``pruned`` entry moves into the ``resumes`` entry (``promoted``) and whose
+    ``reason`` goes."""
     from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS,
                                        SYSTEM_COLUMNS, AppendCSV, RunDir, git_commit, now, rewind_csvs, versions)
     from fedcli.results.runlog import extra_columns, layer_rows
@@ -136,6 +145,11 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
              "round": ckpt["round"] if ckpt else 0, "iteration": ckpt["iteration"] if ckpt else 0,
              "host": socket.gethostname(), "pid": os.getpid(), "versions": versions(), "git_commit": git_commit(),
              "command": sys.argv}
+    if promoted is not None:
+        entry["promoted"] = promoted
+        rd.manifest.pop("pruned", None)
+        if rd.manifest.get("reason") == "pruned":
+            rd.manifest.pop("reason")
     rd.manifest.pop("error", None)
     rd.manifest.pop("summary", None)
     rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=sim.cfg.to_dict(),

@@ -13,6 +13,9 @@ The states (the words every command prints):
   be read;
 - ``failed``, ``interrupted``: as the manifest says (``failed`` includes a run that diverged, :attr:`RunState.diverged`,
   which reports show as far as it got); :attr:`RunState.resumable` when it left a checkpoint;
+- ``pruned``: the manifest says ``interrupted`` with ``reason: pruned`` (stopped on request, exit 5:
+  fedcli/results/stopfile.py); the reason says where and why and that ``--promote`` finishes it. Never resumable: a
+  sweep keeps it as it stands;
 - ``running``: the manifest says ``running``; the reason says whether a live process holds the run's lock or the
   process ended without closing the manifest (killed);
 - ``missing``: no manifest.
@@ -33,6 +36,7 @@ from pathlib import Path
 
 DONE, STALE, CORRUPT = "done", "stale", "corrupt"
 COMPLETED, RUNNING, FAILED, INTERRUPTED, MISSING = "completed", "running", "failed", "interrupted", "missing"
+PRUNED = "pruned"
 
 #: config keys that do not change what a run computes (where it writes, how many CPU threads or worker processes, which
 #: experiment trackers it also reports to)
@@ -138,7 +142,7 @@ def read_manifest(run_dir: str | Path) -> tuple[str, dict | None]:
 
 @dataclass
 class RunState:
-    state: str                        # done | stale | corrupt | failed | interrupted | running | missing
+    state: str                        # done | stale | corrupt | failed | interrupted | pruned | running | missing
     reason: str | None = None         # why, in a few words (None for done and missing)
     manifest: dict | None = field(default=None, repr=False)
     resumable: bool = False           # stopped early with the expected config and left a checkpoint
@@ -189,6 +193,13 @@ def resume_command(run_dir, world_size: int = 1, launcher: str = "mpi") -> str:
     return f"fedcli train --resume {run_dir}"
 
 
+def manifest_resume_command(run_dir: str | Path, manifest: dict) -> str:
+    """:func:`resume_command` for the run whose manifest is ``manifest`` (its process count and launcher)."""
+    world = int(manifest.get("world_size") or 1)
+    launcher = "mpi" if world > 1 and int(manifest.get("workers") or 1) <= 1 else "workers"
+    return resume_command(run_dir, world, launcher)
+
+
 def killed_note(run_dir: str | Path, manifest: dict | None, how: str | None = None, probe: bool = True) -> str | None:
     """What happened to a run whose manifest still says ``running`` while no process holds its lock (None for any
     other run): it was killed together with its watchdog (``fedcli.results.sentinel``, which otherwise marks such a
@@ -205,9 +216,7 @@ def killed_note(run_dir: str | Path, manifest: dict | None, how: str | None = No
     pids = manifest.get("pids") or ([last["pid"]] if last and last.get("pid") else [])
     who = f"process{'es' if len(pids) > 1 else ''} {', '.join(map(str, pids))}" if pids else "its process"
     since = f" (started {manifest.get('start_time')})" if manifest.get("start_time") else ""
-    world = int(manifest.get("world_size") or 1)
-    launcher = "mpi" if world > 1 and int(manifest.get("workers") or 1) <= 1 else "workers"
-    how = how or (f"continue from its last checkpoint with: {resume_command(run_dir, world, launcher)}" if _has_checkpoint(run_dir)
+    how = how or (f"continue from its last checkpoint with: {manifest_resume_command(run_dir, manifest)}" if _has_checkpoint(run_dir)
            else "it left no checkpoint: run it again (fedcli train --overwrite, or the sweep)")
     return (f"killed: manifest.json still says running, but {who}{since} ended and no process holds its lock "
             f"(the run and its watchdog were killed together, e.g. SIGKILL to the job's process group); {how}")
@@ -215,7 +224,7 @@ def killed_note(run_dir: str | Path, manifest: dict | None, how: str | None = No
 
 def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
     """The state of the run in ``run_dir`` against the ``expected`` config (or its ``expected_hash``)."""
-    from fedcli.results.validate import diverged, validate_run
+    from fedcli.results.validate import diverged, pruned, validate_run
 
     run_dir = Path(run_dir)
     status, m = read_manifest(run_dir)
@@ -259,4 +268,28 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
         if damage:
             return RunState(CORRUPT, damage[0], m)
         return RunState(FAILED, str(m.get("error") or "training diverged"), m, resumable=_has_checkpoint(run_dir), diverged=True)
+    if status == INTERRUPTED and (where := pruned(m)) is not None:
+        return RunState(PRUNED, pruned_note(run_dir, m, where), m)
     return RunState(status, str(m["error"]) if m.get("error") else None, m, resumable=_has_checkpoint(run_dir))
+
+
+def refuse_pruned(run_dir: str | Path, manifest: dict | None) -> None:
+    """``--resume`` of a pruned run without ``--promote``: refused (ConfigError, exit 2, one line saying where it was
+    pruned and the command that finishes it); any other run passes."""
+    from fedcli.errors import ConfigError
+    from fedcli.results.validate import pruned
+
+    where = pruned(manifest)
+    if where is None:
+        return
+    at = f" at iteration {where['iteration']}" if "iteration" in where else ""
+    why = f" ({where['why']})" if where.get("why") else ""
+    raise ConfigError(f"--resume {run_dir}: the run was pruned{at}{why} and is kept as it stands; --promote finishes "
+                      f"it: {manifest_resume_command(run_dir, manifest)} --promote")
+
+
+def pruned_note(run_dir: str | Path, manifest: dict, where: dict) -> str:
+    """Where and why a pruned run stopped, and the command that finishes it (one phrase, :class:`RunState`'s reason)."""
+    at = f"at iteration {where['iteration']} (round {where.get('round')})" if "iteration" in where else "on request"
+    why = f": {where['why']}" if where.get("why") else ""
+    return f"{at}{why}; kept as it stands; {manifest_resume_command(run_dir, manifest)} --promote finishes it"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from fedcli.errors import FedcliError
+from fedcli.errors import FedcliError, Pruned
+from fedcli.results import stopfile
 from fedcli.fl.hooks import RoundHook
 from fedcli.results.checkpoint import capture, global_state, local_state, run_facts, save
 from fedcli.results.runstate import resume_command
@@ -51,6 +52,9 @@ class Checkpointer(RoundHook):
       loop state: one model copy), and a stop mid-round writes it: at most the round in progress is lost, also
       when no periodic checkpoint exists yet.
     - A signal during the last round lets the run complete; :attr:`late` records it for the closing message.
+    - A stop request (``RUN/stop.json``, :mod:`fedcli.results.stopfile`: ``fedcli tune``'s pruning) found at a round
+      boundary by rank 0 rides in the same all-reduce: a checkpoint, then :class:`~fedcli.errors.Pruned` (exit 5);
+      met at the last boundary it changes nothing (:attr:`late_request`).
     """
 
     active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
@@ -69,30 +73,57 @@ class Checkpointer(RoundHook):
         self.rounds_done = 0                # rounds done at the last boundary
         self.snapshot: tuple | None = None  # (rounds done, global part or None, local part) of the last boundary
         self.late: int | None = None        # a signal that arrived during the last round
+        self.late_request: dict | None = None  # a stop request met at the last round boundary (the run completed)
 
     def __call__(self, sim, state) -> None:
         stop = self.pending is not None
-        if sim.comm.size > 1:
-            stop = float(sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0], dtype=torch.float64))[0]) > 0
+        asked = self.stop_request(sim, state)  # RUN/stop.json (rank 0 looks: one lstat per round)
+        if sim.comm.size > 1:  # one all-reduce per round carries both answers: a signal, a stop request
+            flags = sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0, 1.0 if asked is not None else 0.0],
+                                                     dtype=torch.float64))
+            stop = float(flags[0]) > 0
+            if float(flags[1]) > 0 and asked is None:
+                asked = {}  # another process's (rank 0's) request: rank 0 says what it was
         if sim.done(state):
             if stop:
                 self.late = self.pending or signal.SIGTERM
+            if asked is not None:
+                self.late_request = asked
             self.rounds_done = state.round_idx
             return  # the run ends now anyway; the final model is written instead
         snapshot = None
-        if stop:  # the boundary a stop waited for: a further signal (Slurm's srun passes the time limit's SIGTERM on
-            self.stopping = True  # as well) waits for this checkpoint instead of cutting it short
-        if stop or (self.every and state.round_idx % self.every == 0):
+        if stop or asked is not None:  # the boundary a stop waited for: a further signal (Slurm's srun passes the time
+            self.stopping = True  # limit's SIGTERM on as well) waits for this checkpoint instead of cutting it short
+        if stop or asked is not None or (self.every and state.round_idx % self.every == 0):
             self.write(sim, state)
         else:
             snapshot = (state.round_idx, global_state(sim, state) if sim.comm.is_root else None, local_state(sim, state, copy=True))
         # only now (a signal may interrupt the lines above): this boundary is the one a stop mid-round falls back to
         self.snapshot, self.rounds_done = snapshot, state.round_idx
+        if asked is not None:  # a request and a signal at the same boundary: the request says more (kept as pruned)
+            raise self.pruned(asked, state)
         if stop:
             signum = self.pending or signal.SIGTERM
             raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
                                       f"(iteration {state.iteration}); {self.holds()}; continue with: "
                                       f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
+
+    def stop_request(self, sim, state) -> dict | None:
+        """Rank 0: the stop request (``RUN/stop.json``, :mod:`fedcli.results.stopfile`) that acts at this round boundary,
+        or None; the other processes learn of it in the round's all-reduce (:meth:`__call__`)."""
+        if not sim.comm.is_root or not stopfile.stop_requested(self.run_dir):
+            return None
+        req = stopfile.read_stop(self.run_dir)
+        return req if req is not None and stopfile.due(req, state.iteration) else None
+
+    def pruned(self, request: dict, state) -> Pruned:
+        """The error of a run stopped on request at this boundary, its checkpoint written (exit 5)."""
+        where = {"iteration": state.iteration, "round": state.round_idx, "why": request.get("why", ""),
+                 "requested_iteration": request.get("iteration"), "requested_at": request.get("at")}
+        why = f": {where['why']}" if where["why"] else ""
+        return Pruned(f"pruned after round {state.round_idx} (iteration {state.iteration}) on the request in "
+                      f"{stopfile.stop_path(self.run_dir)}{why}; {self.holds()}; the run is kept as it stands; finish it "
+                      f"with: {resume_command(self.run_dir, self.world_size, self.launcher)} --promote", where)
 
     def step(self, sim, state) -> None:
         """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""

@@ -83,10 +83,23 @@ def diverged(manifest: dict | None) -> bool:
             and (manifest.get("reason") == "diverged" or str(manifest.get("error", "")).startswith("DivergenceError")))
 
 
+def pruned(manifest: dict | None) -> dict | None:
+    """Where a run stopped on request stopped (``fedcli tune``'s pruning, exit 5; fedcli/results/stopfile.py): the
+    manifest's ``pruned`` entry (``iteration``, ``round``, ``why``) of a run whose manifest says ``status: interrupted``
+    with ``reason: pruned``, else None. Kept as it stands: ``fedcli train --resume RUN --promote`` finishes it."""
+    if not (isinstance(manifest, dict) and manifest.get("status") == "interrupted" and manifest.get("reason") == "pruned"):
+        return None
+    where = manifest.get("pruned")
+    return dict(where) if isinstance(where, dict) else {}
+
+
 def status_label(manifest: dict | None) -> str:
-    """A run's status as every report shows it: the manifest's ``status``, ``diverged`` for a run that diverged."""
+    """A run's status as every report shows it: the manifest's ``status``, ``diverged`` for a run that diverged,
+    ``pruned`` for one stopped on request (:func:`pruned`)."""
     if diverged(manifest):
         return "diverged"
+    if pruned(manifest) is not None:
+        return "pruned"
     return str(manifest.get("status", "?")) if isinstance(manifest, dict) else "?"
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.results.lock import RunLocked
 from fedcli.results.rundir import atomic_write
-from fedcli.results.runstate import COMPLETED, DONE, FAILED, MISSING, STALE
+from fedcli.results.runstate import COMPLETED, DONE, FAILED, MISSING, PRUNED, STALE
 from fedcli.results.sweepdir import PlannedRun, last_line, run_state
 from fedcli.safefs import make_dir, open_file, refuse_link
 
@@ -77,6 +77,8 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
                 except RunLocked:
                     raise  # another process writes this run: neither resume nor start it again
                 except ConfigError as e:
+                    if kept_as_pruned(config["out"]):
+                        raise  # a pruned run is kept as it stands, never started again by accident
                     print(f"fedcli sweep: cannot resume ({e}); starting the run again", file=f)
             if not done:
                 cfg = TrainConfig(**config).validate()
@@ -88,6 +90,16 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
         if error:
             print(f"fedcli: error: {error}", file=f)
     return code, error, time.perf_counter() - t0
+
+
+def kept_as_pruned(run_dir: str | Path) -> bool:
+    """Whether the run in ``run_dir`` was pruned (stopped on request, fedcli/results/stopfile.py): a resume refused for
+    that reason is final, the run is never started again in its place (a coordinator that lost track of it asks to resume
+    it; the run directory wins)."""
+    from fedcli.results.runstate import read_manifest
+    from fedcli.results.validate import pruned
+
+    return pruned(read_manifest(run_dir)[1]) is not None
 
 
 def memoize_datasets() -> None:
@@ -226,6 +238,8 @@ class Executor:
         state, err = run_state(p)
         if state == DONE and code == 0:
             p.status, p.error = COMPLETED, None
+        elif state == PRUNED:  # stopped on request (RUN/stop.json, exit 5), or a resume of it refused: kept as it stands
+            p.status, p.error = PRUNED, err
         else:
             p.status = FAILED
             p.error = error or (err if state == FAILED else None) or last_line(p.log) or f"exit code {code}"
@@ -245,7 +259,7 @@ class Executor:
         dev = slots.get() if slots is not None else {}  # a free slot's device: at most K runs at a time on each GPU
         try:
             code = self._spawn(p, self.command(p, resume=p.resume), "a" if p.resume else "w", dev)
-            if p.resume and code == 2 and not self.stopping:  # resume refused: start the run again
+            if p.resume and code == 2 and not self.stopping and not kept_as_pruned(p.dir):  # resume refused: start again
                 code = self._spawn(p, self.command(p), "a", dev)
         finally:
             if slots is not None:

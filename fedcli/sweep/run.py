@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcli.errors import ConfigError, FedcliError
-from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPTED, MISSING, NEUTRAL_KEYS, RUNNING,  # noqa: F401
-                                     STALE, config_hash, config_matches)
+from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPTED, MISSING, NEUTRAL_KEYS, PRUNED,  # noqa: F401
+                                     RUNNING, STALE, config_hash, config_matches)
 from fedcli.safefs import refuse_link
 from fedcli.sweep.executors import Executor
 
@@ -297,7 +297,7 @@ def check_data(todo: list[PlannedRun], download: bool = False, dry_run: bool = F
 def failed_error(result: SweepResult) -> SweepFailed | None:
     """The error for the runs of a sweep that did not complete (exit code of the first failure), or None."""
     runs, recipe = result.runs, result.recipe
-    bad = [p for p in runs if p.status != COMPLETED]
+    bad = [p for p in runs if p.status not in (COMPLETED, PRUNED)]  # a pruned run was stopped on request: kept
     if not bad:
         return None
     first = bad[0]
@@ -367,8 +367,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     if result.replaces and not overwrite:
         raise ConfigError(f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
                           f"to replace it")
-    todo = [p for p in runs if p.status != DONE]
-    result.skipped = [p for p in runs if p.status == DONE]
+    todo = [p for p in runs if p.status not in (DONE, PRUNED)]  # a pruned run is kept as it stands, never resumed by
+    result.skipped = [p for p in runs if p.status == DONE]       # accident (`fedcli train --resume RUN --promote` finishes it)
     for p in result.skipped:
         p.status = COMPLETED
     result.data = check_data(todo, download, dry_run, notify)
@@ -391,7 +391,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         # re-read states under the lock (another sweep may have finished runs meanwhile)
         for p in todo:
             p.status, p.error = run_state(p)
-        todo = [p for p in todo if p.status != DONE]
+        todo = [p for p in todo if p.status not in (DONE, PRUNED)]
         manifest = SweepManifest(root, recipe, seed_ids, runs, products)
         manifest.write()
         if on_start:
@@ -460,7 +460,7 @@ def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int
     with SweepLock(root):
         for p in todo:
             p.status, p.error = run_state(p)
-        todo = [p for p in todo if p.status != DONE]
+        todo = [p for p in todo if p.status not in (DONE, PRUNED)]
         busy = {id(s.run): s for s in slurm.statuses(todo) if s.active}
         result.queued = [p for p in todo if id(p) in busy]
         for p in result.queued:

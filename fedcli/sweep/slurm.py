@@ -284,11 +284,17 @@ def train_in_job(p, mpi: int, executor, device: dict | None = None) -> int:
     moved on since submission)."""
     from fedcli.results.sweepdir import run_state
 
-    run_state(p)  # sets p.resume from what is on disk now
+    state, _ = run_state(p)  # sets p.resume from what is on disk now
+    if state == "pruned":  # stopped on request since it was submitted: kept as it stands, never started again
+        from fedcli.errors import Pruned
+
+        write_job(p, ended=now(), exit_code=Pruned.exit_code)
+        return Pruned.exit_code
     ex = executor(mpi=mpi)
     write_job(p, started=now(), host=os.uname().nodename, exit_code=None, **({"device": device} if device else {}))
     code = ex._spawn(p, ex.command(p, resume=p.resume), "a" if p.resume else "w", device)
-    if p.resume and code == 2:  # resume refused (another config, ...): start again, as a local sweep does
+    if p.resume and code == 2 and run_state(p)[0] != "pruned":  # resume refused (another config, ...): start again,
+        # as a local sweep does; never a pruned run (kept as it stands)
         code = ex._spawn(p, ex.command(p), "a", device)
     write_job(p, ended=now(), exit_code=code)
     return code

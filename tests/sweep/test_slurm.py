@@ -312,3 +312,38 @@ def test_runs_per_job_packs_runs_together_and_equals_local(slurm, tmp_path, caps
     assert cli("sweep", tmp_path / "tiny.toml", "--out", local, "--jobs", "2", "--quiet") == 0
     for rel in rels:
         same_run(sl / rel, local / rel)
+
+
+@pytest.mark.long(reason="a Slurm job pruned mid-run through its stop file (about 15 s)")
+def test_stop_file_from_the_login_node_prunes_the_job_within_one_round(slurm, tmp_path, capsys):
+    """issue 59: pruning reaches a run on a compute node through RUN/stop.json, written where the sweep runs: the run
+    closes pruned (exit 5 in its job file) at the boundary of the round in progress at the latest; ``--status`` says
+    pruned, and the next call submits nothing (a pruned run is never resumed by accident)."""
+    from fedcli.results.stopfile import request_stop
+
+    recipe = tmp_path / "prune.toml"
+    # a metrics row every round (eval_every = tau): the rows count the rounds done
+    recipe.write_text(LONG.split("[[runs]]")[0].replace("eval_every = 50", "eval_every = 5")
+                      + '[[runs]]\nname = "pruned"\niterations = 3000\n')
+    sl = tmp_path / "slurm"
+    assert cli("sweep", recipe, "--out", sl, "--executor", "slurm") == 0
+    run, jid = sl / "pruned/seed0", job(sl, "pruned/seed0")["job_id"]
+
+    def rounds() -> int:
+        return max(0, sum(1 for line in (run / "metrics.csv").read_text().splitlines(keepends=True) if line.endswith("\n")) - 1)
+
+    wait_for(lambda: (run / "metrics.csv").exists() and rounds() >= 3, 300, "a few rounds of the job", every=0.05)
+    before = rounds()
+    request_stop(run, why="from the login node")
+    after = rounds()
+    wait_for(lambda: ended(jid), 120, "the pruned job to end")
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["status"] == "interrupted" and man["reason"] == "pruned", man
+    assert before <= man["pruned"]["round"] <= after + 1 < 600, (before, man["pruned"], after)
+    assert man["pruned"]["why"] == "from the login node" and rounds() == man["pruned"]["round"]
+    assert job(sl, "pruned/seed0")["exit_code"] == 5
+    capsys.readouterr()
+    assert cli("sweep", recipe, "--out", sl, "--status") == 0
+    assert "pruned" in capsys.readouterr().out
+    assert cli("sweep", recipe, "--out", sl, "--executor", "slurm") == 0
+    assert "nothing to submit" in capsys.readouterr().err and job(sl, "pruned/seed0")["job_id"] == jid
