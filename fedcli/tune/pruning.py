@@ -95,12 +95,13 @@ def hopeless(points: list[tuple[int, float]], num_classes: int | None, budget: i
     if not points or not num_classes:
         return None
     at = hopeless_at(budget, floor)
-    if points[-1][0] < at:
+    upto = next((it for it, _ in points if it >= at), None)  # the first evaluation at or past the mark decides, so
+    if upto is None:                                         # the verdict does not depend on when it is read
         return None
-    best = max(v for _, v in points)
+    best = max(v for it, v in points if it <= upto)
     limit = 1.0 / num_classes + HOPELESS_MARGIN
     if best <= limit:
-        return (f"hopeless: best validation accuracy {best:.4f} by iteration {points[-1][0]} is at most chance "
+        return (f"hopeless: best validation accuracy {best:.4f} by iteration {upto} is at most chance "
                 f"1/{num_classes} + {HOPELESS_MARGIN} = {limit:.4f} after a quarter of the budget ({at} of {budget})")
     return None
 
