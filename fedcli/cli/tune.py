@@ -89,6 +89,8 @@ def _print_plan(plan, jobs: int, mpi: int, estimate: bool) -> None:
         lines.append(f"  study {s.name} ({c['algo']}, {s.budget} iterations, {split}):")
         lines.append("    space: " + "; ".join(f"{k} {json_range(p)}" for k, p in s.space.items())
                      + (f"; full grid {s.grid_size} configurations" if s.grid_size else ""))
+        if s.trials < plan.trials:
+            lines.append(f"    trials: {s.trials} (the full grid; --trials {plan.trials} would repeat configurations)")
         lines.append(f"    trial 0: " + (f"the recipe's own configuration {s.baseline}" if s.baseline is not None
                                          else f"no baseline ({s.baseline_why})"))
         floor = f"floor iteration {s.floor} ({'; '.join(s.floor_why)})" if s.floor else "floor 0 (no warm-up, decay or interval adjustment)"
@@ -121,10 +123,10 @@ def _estimate_lines(plan, jobs: int, mpi: int) -> list[str]:
             out.append(f"  estimate {s.name}: unknown ({'; '.join(est.unknown)})")
             continue
         share = pruned_share(s.budget, s.rungs) if plan.table.pruner != "none" and len(plan.table.objectives) == 1 else 1.0
-        total += one * plan.trials
-        pruned += one * plan.trials * share
-        out.append(f"  estimate {s.name}: {fmt_duration(one)} a trial; {fmt_duration(one * plan.trials / max(1, jobs))} "
-                   f"for {plan.trials} trials at --jobs {jobs} without pruning, about {fmt_duration(one * plan.trials * share / max(1, jobs))} "
+        total += one * s.trials
+        pruned += one * s.trials * share
+        out.append(f"  estimate {s.name}: {fmt_duration(one)} a trial; {fmt_duration(one * s.trials / max(1, jobs))} "
+                   f"for {s.trials} trials at --jobs {jobs} without pruning, about {fmt_duration(one * s.trials * share / max(1, jobs))} "
                    f"with it (at most {100 * share:.0f}% of the budget trained)")
     out.append(f"  estimate in all: {fmt_duration(total / max(1, jobs))} without pruning, about "
                f"{fmt_duration(pruned / max(1, jobs))} with it")

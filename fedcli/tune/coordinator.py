@@ -71,6 +71,7 @@ class StudyPlan:
     optuna_study: str
     baseline: dict | None          # the recipe's own values of the searched options (trial 0), None: outside the space
     baseline_why: str = ""
+    trials: int = 0                # the study's trials: --trials, at most the full grid under --sampler grid
 
     def to_json(self) -> dict:
         return {"name": self.name, "optuna_study": self.optuna_study, "base": _jsonable(self.base),
@@ -164,7 +165,8 @@ def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, prun
                               f"{', '.join(p.name for p in space.values() if p.values() is None)} is continuous")
         baseline, bwhy = _baseline(space, cfg)
         studies.append(StudyPlan(slug, row, base, cfg, space, budget, floor, why, rungs, grid,
-                                 f"{recipe.path.stem}/{slug}", baseline, bwhy))
+                                 f"{recipe.path.stem}/{slug}", baseline, bwhy,
+                                 min(table.trials, grid) if table.sampler == "grid" else table.trials))
     plan = TunePlan(root, recipe, table, (kind, what), select_on, studies, threads)
     plan.record = record_of(plan)
     return plan
@@ -388,7 +390,7 @@ class Coordinator:
                     else:
                         trials = study.get_trials(deepcopy=False)
                         waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
-                        if len(trials) >= self.plan.trials and not waiting:
+                        if len(trials) >= sp.trials and not waiting:
                             break
                         a = self.ask(sp, study)
                     if a is not None:
@@ -515,9 +517,9 @@ class Coordinator:
             a.classes = ((m or {}).get("dataset") or {}).get("num_classes") if isinstance(m, dict) else None
         acc_metric = next((o.metric for o in self.plan.table.objectives if o.metric in obj.ACCURACY), "val_acc")
         pts = obj.column(a.run.dir, acc_metric, self.plan.select_on)
-        why = pruning.hopeless(pts, a.classes, sp.budget, sp.floor)
-        if why:
-            self.request_stop(study, a, why, pts[-1][0])
+        said = pruning.hopeless(pts, a.classes, sp.budget, sp.floor)
+        if said:
+            self.request_stop(study, a, *said)
 
     def request_stop(self, study, a: Active, why: str, iteration: int) -> None:
         from fedcli.results import stopfile
@@ -574,7 +576,12 @@ class Coordinator:
         elif state is not None:
             study.tell(a.number, state=state)
         else:
-            study.tell(a.number, values=values if len(values) > 1 else values[0])
+            values = values if len(values) > 1 else values[0]
+            try:
+                study.tell(a.number, values=values)
+            except RuntimeError as e:  # the grid sampler stops an optimize loop when its grid is done: the trial's
+                if "Study.stop" not in str(e):  # value is stored before (optuna/study/_tell.py), and this loop ends by count
+                    raise
 
     def copy_recipe(self, run: TrialRun) -> None:
         """The trial's replayable recipe also inside its run directory (``recipe.toml``), once the run has its

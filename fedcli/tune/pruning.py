@@ -89,9 +89,10 @@ def rung_values(points: list[tuple[int, float]], rungs: list[int], maximize: boo
     return out
 
 
-def hopeless(points: list[tuple[int, float]], num_classes: int | None, budget: int, floor: int) -> str | None:
-    """Why the trial is hopeless (its accuracy evaluations ``points``), or None: once it has evaluated at
-    :func:`hopeless_at` or beyond, its best accuracy so far at most chance + :data:`HOPELESS_MARGIN`."""
+def hopeless(points: list[tuple[int, float]], num_classes: int | None, budget: int, floor: int) -> tuple[str, int] | None:
+    """(why, the iteration that decided) when the trial is hopeless (its accuracy evaluations ``points``), else None:
+    at its first evaluation at :func:`hopeless_at` or beyond, its best accuracy so far at most chance +
+    :data:`HOPELESS_MARGIN`."""
     if not points or not num_classes:
         return None
     at = hopeless_at(budget, floor)
@@ -102,7 +103,7 @@ def hopeless(points: list[tuple[int, float]], num_classes: int | None, budget: i
     limit = 1.0 / num_classes + HOPELESS_MARGIN
     if best <= limit:
         return (f"hopeless: best validation accuracy {best:.4f} by iteration {upto} is at most chance "
-                f"1/{num_classes} + {HOPELESS_MARGIN} = {limit:.4f} after a quarter of the budget ({at} of {budget})")
+                f"1/{num_classes} + {HOPELESS_MARGIN} = {limit:.4f} after a quarter of the budget ({at} of {budget})"), upto
     return None
 
 

@@ -134,7 +134,8 @@ def test_rungs_floor_and_hopeless_by_hand():
     pts = [(10, 0.3), (20, 0.2), (30, 0.5)]
     assert rung_values(pts, [10, 20, 40], maximize=True) == {10: 0.3, 20: 0.3}
     # 10 classes: chance 0.1 + 0.05; a quarter of 160 is 40: decided at the first evaluation at or past 40
-    assert hopeless([(20, 0.1), (40, 0.15), (60, 0.9)], 10, 160, 0).startswith("hopeless: best validation accuracy 0.1500 by iteration 40")
+    why, at = hopeless([(20, 0.1), (40, 0.15), (60, 0.9)], 10, 160, 0)
+    assert at == 40 and why.startswith("hopeless: best validation accuracy 0.1500 by iteration 40")
     assert hopeless([(20, 0.1), (40, 0.16)], 10, 160, 0) is None
     assert hopeless([(20, 0.1), (30, 0.1)], 10, 160, 0) is None  # not a quarter yet
 
