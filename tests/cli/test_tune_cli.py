@@ -8,33 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ("import sys\nfrom fedcli.cli.main import main\n"
          "try:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
          "print('LOADED', 'torch' in sys.modules, 'optuna' in sys.modules, 'CODE', code)")
-
-RECIPE = """\
-title = "t"
-
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "32"
-clients = 4
-iterations = 8
-{split}
-
-[[runs]]
-name = "FedAvg"
-algo = "fedavg"
-
-[tune]
-trials = 2
-[tune.space]
-{space}
-"""
-
 
 def probe(args, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCLI_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "120"}
@@ -44,9 +23,7 @@ def probe(args, tmp_path):
 
 
 def recipe(tmp_path, split="val_fraction = 0.2", space="lr = { log = [0.01, 1.0] }") -> str:
-    path = tmp_path / "r.toml"
-    path.write_text(RECIPE.format(split=split, space=space))
-    return str(path)
+    return str(tune_recipe(tmp_path / "r.toml", trials=2, split=split, space=space))
 
 
 def test_help_without_optuna_or_torch(tmp_path):
@@ -59,8 +36,8 @@ def test_help_without_optuna_or_torch(tmp_path):
 @pytest.mark.parametrize("split, space, args, said", [
     ("", "lr = { log = [0.01, 1.0] }", [], "objective val_acc reads the validation split, but the row has val_fraction = 0"),
     ("", "lr = { log = [0.01, 1.0] }", ["--dry-run"], "objective val_acc reads the validation split"),
-    ("val_fraction = 0.2", "lr = { log = [0.0, 1.0] }", [], "line 18: 'lr' log range [0.0, 1.0] runs through 0"),
-    ("val_fraction = 0.2", "iterations = { choices = [4, 8] }", ["--dry-run"], "line 18: 'iterations' fixes a trial's budget"),
+    ("val_fraction = 0.2", "lr = { log = [0.0, 1.0] }", [], "line 29: 'lr' log range [0.0, 1.0] runs through 0"),
+    ("val_fraction = 0.2", "iterations = { choices = [4, 8] }", ["--dry-run"], "line 29: 'iterations' fixes a trial's budget"),
     ("val_fraction = 0.2", "lr = { log = [0.01, 1.0] }", ["--sampler", "annealing"], "--sampler must be one of tpe, gp, random, grid"),
 ])
 def test_recipe_errors_one_line_exit_2_nothing_written(tmp_path, split, space, args, said):

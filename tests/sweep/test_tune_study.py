@@ -12,46 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
-RECIPE = """\
-title = "tiny tune"
-
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "32"
-clients = 4
-active_ratio = 0.5
-iterations = {iterations}
-eval_every = {eval_every}
-tau = 2
-lr = 0.1
-threads = 1
-trainer = "loop"
-val_fraction = 0.2
-
-[[runs]]
-name = "FedAvg"
-algo = "fedavg"
-
-[tune]
-trials = {trials}
-sampler = "{sampler}"
-seed = 3
-pruner = "none"
-objectives = [{{ metric = "val_acc", reduce = "last3" }}]
-
-[tune.space]
-lr = {{ log = [0.05, 0.5] }}
-"""
-
-
-def write_recipe(tmp_path, trials=3, iterations=8, eval_every=2, sampler="random", name="r.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(RECIPE.format(trials=trials, iterations=iterations, eval_every=eval_every, sampler=sampler))
-    return path
+def write_recipe(tmp_path, name="r.toml", **kw) -> Path:
+    return tune_recipe(tmp_path / name, **kw)
 
 
 def env():
@@ -184,16 +150,6 @@ def test_selection_ignores_a_poisoned_test_set(tmp_path):
     assert value(root / worst["run"], parse_objective({"metric": "val_acc"}, ""), select_on="test") == 1.0
 
 
-def wait_for(cond, timeout=240.0, every=0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError("timed out")
-
-
 @pytest.mark.long(reason="16 trainings on 2 cores (about a minute); the crash between ask and first write is held by "
                          "test_crash_between_ask_and_first_write")
 def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
@@ -215,7 +171,11 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
         return (done, ready) if len(done) >= 2 and ready else None
 
     try:
-        done, running = wait_for(some_done_some_running)
+        deadline = time.monotonic() + 240
+        while not (seen := some_done_some_running()):
+            assert time.monotonic() < deadline, "no trial completed or ran within 4 minutes"
+            time.sleep(0.2)
+        done, running = seen
         os.kill(coord.pid, signal.SIGKILL)
         coord.wait()
     finally:
