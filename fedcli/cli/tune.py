@@ -86,14 +86,14 @@ def _print_plan(plan, jobs: int, mpi: int, estimate: bool) -> None:
         c = s.config
         split = f"val_fraction {c.get('val_fraction', 0)}" + (f", client_val_fraction {c.get('client_val_fraction')}"
                                                               if c.get("client_val_fraction") else "")
-        lines.append(f"  study {s.name} ({c['algo']}, {s.budget} iterations, {split}):")
+        lines.append(f"  study {s.name} ({c['algo']}, {s.budget} {s.unit}s, {split}):")
         lines.append("    space: " + "; ".join(f"{k} {json_range(p)}" for k, p in s.space.items())
                      + (f"; full grid {s.grid_size} configurations" if s.grid_size else ""))
         if s.trials < plan.trials:
             lines.append(f"    trials: {s.trials} (the full grid; --trials {plan.trials} would repeat configurations)")
         lines.append(f"    trial 0: " + (f"the recipe's own configuration {s.baseline}" if s.baseline is not None
                                          else f"no baseline ({s.baseline_why})"))
-        floor = f"floor iteration {s.floor} ({'; '.join(s.floor_why)})" if s.floor else "floor 0 (no warm-up, decay or interval adjustment)"
+        floor = f"floor {s.unit} {s.floor} ({'; '.join(s.floor_why)})" if s.floor else "floor 0 (no warm-up, decay or interval adjustment)"
         lines.append(f"    pruning: {floor}; rungs {', '.join(map(str, s.rungs)) or 'none'}")
     if estimate:
         lines += _estimate_lines(plan, jobs, mpi)

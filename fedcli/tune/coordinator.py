@@ -72,11 +72,13 @@ class StudyPlan:
     baseline: dict | None          # the recipe's own values of the searched options (trial 0), None: outside the space
     baseline_why: str = ""
     trials: int = 0                # the study's trials: --trials, at most the full grid under --sampler grid
+    unit: str = "iteration"        # what the budget, the rungs and the floor count: local iterations, or rounds
 
     def to_json(self) -> dict:
         return {"name": self.name, "optuna_study": self.optuna_study, "base": _jsonable(self.base),
                 "space": {k: p.to_json() for k, p in self.space.items()}, "rungs": self.rungs, "floor": self.floor,
-                "grid_size": self.grid_size, "budget_iterations": self.budget}
+                "grid_size": self.grid_size, "budget_iterations": self.budget if self.unit == "iteration" else None,
+                **({"budget_rounds": self.budget} if self.unit == "round" else {})}
 
 
 @dataclass
@@ -155,8 +157,9 @@ def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, prun
                     run_config(row, 0, root / slug / "trial-0000", {p.name: v})
                 except ConfigError as e:
                     raise ConfigError(f"{loc}: the space's {p.name} = {v!r} makes no valid run: {e}") from None
-        floor, why = pruning.floor_of(cfg, space)
-        budget = int(cfg["iterations"])
+        unit = "round" if cfg.get("rounds") else "iteration"  # a budget in rounds: the grid counts rounds
+        floor, why = pruning.floor_of(cfg, space) if unit == "iteration" else pruning.round_floor(cfg)
+        budget = int(cfg["rounds"] or cfg["iterations"])
         rungs = pruning.rungs_of(budget, floor)
         sizes = [p.values() for p in space.values()]
         grid = None if any(v is None for v in sizes) else _product(len(v) for v in sizes)
@@ -166,7 +169,7 @@ def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, prun
         baseline, bwhy = _baseline(space, cfg)
         studies.append(StudyPlan(slug, row, base, cfg, space, budget, floor, why, rungs, grid,
                                  f"{recipe.path.stem}/{slug}", baseline, bwhy,
-                                 min(table.trials, grid) if table.sampler == "grid" else table.trials))
+                                 min(table.trials, grid) if table.sampler == "grid" else table.trials, unit))
     plan = TunePlan(root, recipe, table, (kind, what), select_on, studies, threads)
     plan.record = record_of(plan)
     return plan
@@ -501,7 +504,7 @@ class Coordinator:
         metric = pruning.intermediate_metric(self.plan.table.objectives)
         if metric is not None and self.plan.table.pruner != "none":
             maximize = self.plan.table.objectives[0].direction == "maximize"
-            points = obj.column(a.run.dir, metric, self.plan.select_on)
+            points = obj.column(a.run.dir, metric, self.plan.select_on, sp.unit)
             trial = optuna.Trial(study, a.trial_id)
             for r, v in sorted(pruning.rung_values(points, sp.rungs, maximize).items()):
                 if r in a.reported:
@@ -516,7 +519,7 @@ class Coordinator:
             m = _manifest(a.run.dir)
             a.classes = ((m or {}).get("dataset") or {}).get("num_classes") if isinstance(m, dict) else None
         acc_metric = next((o.metric for o in self.plan.table.objectives if o.metric in obj.ACCURACY), "val_acc")
-        pts = obj.column(a.run.dir, acc_metric, self.plan.select_on)
+        pts = obj.column(a.run.dir, acc_metric, self.plan.select_on, sp.unit)
         said = pruning.hopeless(pts, a.classes, sp.budget, sp.floor)
         if said:
             self.request_stop(study, a, *said)

@@ -72,15 +72,16 @@ def _num(v) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def column(run_dir: Path, metric: str, select_on: str = "validation") -> list[tuple[int, float]]:
-    """(iteration, value) of every evaluation that has ``metric`` (``sim_time_s``: the system model's rows)."""
+def column(run_dir: Path, metric: str, select_on: str = "validation", step: str = "iteration") -> list[tuple[int, float]]:
+    """(step, value) of every evaluation that has ``metric`` (``sim_time_s``: the system model's rows); ``step``:
+    ``iteration`` (local iterations) or ``round`` (a budget in rounds)."""
     col = TEST_COLUMN.get(metric, metric) if select_on == "test" else metric
     rows = read_rows(run_dir)
     if col not in (rows[0] if rows else {}) and col == "sim_time_s":
         rows = read_rows(run_dir, "system.csv")
     out = []
     for r in rows:
-        it, v = _num(r.get("iteration")), _num(r.get(col))
+        it, v = _num(r.get(step)), _num(r.get(col))
         if it is not None and v is not None:
             out.append((int(it), v))
     return out

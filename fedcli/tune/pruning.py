@@ -57,6 +57,14 @@ def floor_of(base: dict, space: dict) -> tuple[int, list[str]]:
     return floor, said
 
 
+def round_floor(base: dict) -> tuple[int, list[str]]:
+    """The floor of a budget in rounds (``rounds``): the first lr decay when it is given in rounds, else 0."""
+    pts = sorted(int(s) for s in str(base.get("lr_decay_at", "") or "").split(",") if s.strip().isdigit())
+    if pts and base.get("lr_decay_unit") == "round":
+        return pts[0], [f"first lr decay at round {pts[0]}"]
+    return 0, []
+
+
 def rungs_of(budget: int, floor: int) -> list[int]:
     """The pruning grid: ``r0 = budget // 16`` (at least 1) doubled, ``r0, 2 r0, 4 r0, ...`` below the budget, those
     above ``floor`` (geometric, as successive halving with reduction factor 2 expects its rungs)."""
