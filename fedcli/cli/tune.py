@@ -33,7 +33,12 @@ def tune(
     study: str = typer.Option(None, "--study", help="With --promote: the study (a \\[\\[runs]] row's folder name) when the folder holds several."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
 ):
-    """Tune a recipe's hyper-parameters: one crash-safe Optuna study per row, every trial an ordinary run."""
+    """Tune a recipe's hyper-parameters: one crash-safe Optuna study per row, every trial an ordinary run.
+
+    The recipe's \[tune] table gives the trials, sampler, seed, pruner, objectives and \[tune.space] ranges;
+    \[tune.space.<method>] defaults = true takes the method's declared default ranges, shown as \[tune: ...] in
+    `fedcli train --help` (lr for every method; FedLAMA tau, phi; FedProx mu; FedALA ala_lr, ala_sample_percent,
+    ala_layers; Fed-LAMB and Mime-LAMB lr, weight_decay). docs/tuning.md: how to tune fairly."""
     from fedcli.errors import ConfigError
 
     if promote is not None:

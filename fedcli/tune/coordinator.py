@@ -368,7 +368,10 @@ class Coordinator:
                                         pruner=pruning.make_pruner(self.plan.table.pruner, sp.rungs)
                                         if pruning.intermediate_metric(self.plan.table.objectives) else optuna.pruners.NopPruner(),
                                         directions=directions, load_if_exists=True)
-            if not study.get_trials(deepcopy=False) and sp.baseline is not None:
+            # trial 0 is the recipe's own configuration; Optuna's grid sampler does not count an enqueued trial as a
+            # point of its grid (it would propose it again): under --sampler grid the trial of the grid that is the
+            # recipe's configuration is marked instead (trials.csv's baseline column)
+            if not study.get_trials(deepcopy=False) and sp.baseline is not None and self.plan.table.sampler != "grid":
                 study.enqueue_trial(dict(sp.baseline), user_attrs={"baseline": True})
             studies.append((sp, study))
         for sp, study in studies:
@@ -425,6 +428,8 @@ class Coordinator:
         """A new trial (the baseline when enqueued): asked, its parameters stored, then its recipe written."""
         trial = study.ask()
         params = {name: suggest(trial, p) for name, p in sp.space.items()}
+        if self.plan.table.sampler == "grid" and params == sp.baseline:
+            trial.set_user_attr("baseline", True)
         a = self.start(sp, study, trial.number, trial._trial_id, params, resume=False)
         a.baseline = bool(trial.user_attrs.get("baseline"))
         return a

@@ -32,7 +32,8 @@ def trial_rel(study: str, number: int) -> str:
 
 def mask_url(url: str) -> str:
     """A database URL with its password replaced by ``***`` (written and printed so everywhere)."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    lead = "://" if "://" in url else "^"  # the user:password@ after the scheme, or at the start of a bare one
+    return re.sub(rf"({lead})([^:/@]*:)[^@]*@", r"\1\2***@", url, count=1)
 
 
 def resolve_storage(storage: str, root: Path) -> tuple[str, str]:

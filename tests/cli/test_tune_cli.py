@@ -55,7 +55,7 @@ def test_select_on_test_allows_a_recipe_without_split(tmp_path, capsys):
     invoke(["tune", recipe(tmp_path, split=""), "--out", str(tmp_path / "s"), "--select-on", "test", "--dry-run"])
     out = capsys.readouterr().out
     assert "selected on test (optimistic: the test set)" in out
-    assert "lr log [0.01, 1]" in out and "trial 0: the recipe's own configuration {'lr': 0.1}" in out
+    assert "lr log [0.01, 1]" in out and "trial 0: the recipe's own configuration {'lr': 0.3}" in out
 
 
 def test_second_coordinator_refused(tmp_path):

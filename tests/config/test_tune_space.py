@@ -145,3 +145,43 @@ def test_pruned_share_by_hand():
 
     # rungs 10, 20, 40, 80 of 160: 10 + 10/2 + 20/4 + 40/8 + 80/16 = 30 of 160
     assert pruned_share(160, [10, 20, 40, 80]) == pytest.approx(30 / 160)
+
+
+def test_storage_choices_and_the_password_masked(tmp_path, monkeypatch):
+    from fedcli.tune.study import mask_url, resolve_storage, storage_label
+
+    assert resolve_storage("journal", tmp_path) == ("journal", str(tmp_path / "optuna.journal"))
+    assert resolve_storage("sqlite", tmp_path) == ("sqlite", f"sqlite:///{tmp_path / 'optuna.sqlite3'}")
+    url = "postgresql+psycopg://ann:s3cr3t@db.example:5432/tune"
+    assert mask_url(url) == "postgresql+psycopg://ann:***@db.example:5432/tune"
+    monkeypatch.setenv("MY_DB", url)
+    kind, what = resolve_storage("env:MY_DB", tmp_path)
+    assert (kind, what) == ("url", url) and storage_label(kind, what) == "postgresql+psycopg://ann:***@db.example:5432/tune"
+    with pytest.raises(ConfigError, match="environment variable FEDCLI_TUNE_STORAGE is not set"):
+        monkeypatch.delenv("FEDCLI_TUNE_STORAGE", raising=False)
+        resolve_storage("env:", tmp_path)
+    with pytest.raises(ConfigError) as e:
+        resolve_storage("ann:s3cr3t@nowhere", tmp_path)
+    assert "s3cr3t" not in str(e.value) and "ann:***@nowhere" in str(e.value)
+
+
+def test_record_differs_names_both_and_trials_csv_by_hand(tmp_path):
+    from fedcli.tune.study import record_differs, write_trials_csv
+
+    old = {"recipe": "a.toml", "recipe_sha256": "1" * 64, "scale": "smoke", "objectives": [{"metric": "val_acc"}],
+           "select_on": "validation", "storage": "journal",
+           "studies": [{"name": "fedavg", "space": {"lr": {"log": [0.01, 1.0]}}, "base": {"lr": 0.1}}]}
+    assert record_differs(old, dict(old)) is None
+    assert record_differs(old, {**old, "scale": "paper"}) == "it was tuned at scale smoke, not paper"
+    new = {**old, "studies": [{"name": "fedavg", "space": {"lr": {"log": [0.01, 0.5]}}, "base": {"lr": 0.1}}]}
+    assert record_differs(old, new) == ('study fedavg\'s space {"lr": {"log": [0.01, 1.0]}} is not '
+                                        '{"lr": {"log": [0.01, 0.5]}}')
+    rows = [{"study": "b", "number": 0, "state": "COMPLETE", "params": {"lr": 0.1}, "values": [0.5, 7.0], "run": "b/trial-0000",
+             "baseline": True},
+            {"study": "a", "number": 1, "state": "PRUNED", "params": {"lr": 0.2, "tau": 4}, "values": None, "run": "a/trial-0001",
+             "pruned_iteration": 40}]
+    write_trials_csv(tmp_path, rows, ["lr", "tau"], 2)
+    assert (tmp_path / "trials.csv").read_text() == (
+        "study,number,state,params_lr,params_tau,values_0,values_1,run,pruned_iteration,baseline\n"
+        "a,1,PRUNED,0.2,4,,,a/trial-0001,40,0\n"
+        "b,0,COMPLETE,0.1,,0.5,7.0,b/trial-0000,,1\n")

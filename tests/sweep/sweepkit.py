@@ -52,7 +52,7 @@ model = "mlp"
 tau = 2
 mlp_hidden = "32"
 clients = 4
-lr = 0.1
+lr = 0.3
 active_ratio = 0.5
 iterations = {iterations}
 eval_every = {eval_every}
@@ -74,9 +74,10 @@ objectives = [{{ metric = "val_acc", reduce = "last3" }}]
 """
 
 
-def tune_recipe(path, trials=3, iterations=8, eval_every=2, sampler="random", split="val_fraction = 0.2",
-                space="lr = { log = [0.05, 0.5] }"):
-    """Write :data:`TUNE_RECIPE` to ``path`` and return it."""
+def tune_recipe(path, trials=3, iterations=40, eval_every=2, sampler="random", split="val_fraction = 0.2",
+                space="lr = { log = [0.2, 0.8] }"):
+    """Write :data:`TUNE_RECIPE` to ``path`` and return it. The default budget and space keep every trial above the
+    hopeless rule (lr 0.2 reaches validation accuracy 0.33 by iteration 10, a quarter of 40; chance + 0.05 = 0.15)."""
     path.write_text(TUNE_RECIPE.format(trials=trials, iterations=iterations, eval_every=eval_every, sampler=sampler,
                                        split=split, space=space))
     return path

@@ -63,10 +63,10 @@ def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
     rows = trials_csv(root)
     assert [(r["number"], r["state"], r["baseline"]) for r in rows] == [("0", "COMPLETE", "1"), ("1", "COMPLETE", "0"),
                                                                         ("2", "COMPLETE", "0")]
-    assert float(rows[0]["params_lr"]) == 0.1
+    assert float(rows[0]["params_lr"]) == 0.3
     rec = json.loads((root / "tune.json").read_text())
     assert rec["kind"] == "fedcli-tune" and rec["select_on"] == "validation" and rec["storage"] == "journal"
-    assert rec["studies"][0]["space"] == {"lr": {"log": [0.05, 0.5]}} and rec["studies"][0]["budget_iterations"] == 8
+    assert rec["studies"][0]["space"] == {"lr": {"log": [0.2, 0.8]}} and rec["studies"][0]["budget_iterations"] == 40
     objective = parse_objective({"metric": "val_acc", "reduce": "last3"}, "")
     for r in rows:
         run = root / r["run"]
@@ -80,7 +80,7 @@ def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
     before = (root / "trials.csv").read_text()
     tune([path, "--out", root])  # all done: nothing runs, nothing changes
     assert (root / "trials.csv").read_text() == before
-    path.write_text(path.read_text().replace("[0.05, 0.5]", "[0.05, 0.6]"))
+    path.write_text(path.read_text().replace("[0.2, 0.8]", "[0.2, 0.9]"))
     p = tune([path, "--out", root], check=False)
     assert p.returncode == 2 and "holds another study" in p.stderr and "pass --fresh" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
@@ -101,7 +101,7 @@ def test_crash_between_ask_and_first_write(tmp_path):
     storage = JournalStorage(JournalFileBackend(str(root / "optuna.journal")))
     study = optuna.load_study(study_name="r/fedavg", storage=storage)
     asked = study.ask()
-    lr = asked.suggest_float("lr", 0.05, 0.5, log=True)  # what a coordinator stores before writing the trial's recipe
+    lr = asked.suggest_float("lr", 0.2, 0.8, log=True)  # what a coordinator stores before writing the trial's recipe
     bare = study.ask()  # killed before its parameters were stored
     assert (asked.number, bare.number) == (2, 3) and not (root / "fedavg" / "trial-0002").exists()
     tune([path, "--out", root, "--trials", "4"])
@@ -216,7 +216,7 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
     from fedcli.results.stopfile import read_stop
 
     path = write_recipe(tmp_path, trials=4, iterations=80, eval_every=2, sampler="grid")
-    path.write_text(path.read_text().replace("lr = { log = [0.05, 0.5] }", "lr = { choices = [1e-6, 2e-6, 0.3, 0.5] }"))
+    path.write_text(path.read_text().replace("lr = { log = [0.2, 0.8] }", "lr = { choices = [1e-6, 2e-6, 0.3, 0.5] }"))
     root = tmp_path / "study"
     tune([path, "--out", root])
     rows = trials_csv(root)
@@ -246,3 +246,22 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
     run = root / slow[0]["run"]
     assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 80
     assert next(r for r in trials_csv(root) if r["number"] == n)["state"] == "COMPLETE"
+
+
+def test_a_diverged_trial_is_told_the_worst_value(tmp_path):
+    """lr 1000 diverges in round 1 (exit 4): the trial is COMPLETE with the worst value, 0 for an accuracy maximized,
+    so that the sampler learns the region; its run directory says diverged."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    path = write_recipe(tmp_path, trials=2, sampler="grid", space="lr = { choices = [0.3, 1000.0] }")
+    root = tmp_path / "study"
+    tune([path, "--out", root])
+    rows = {float(r["params_lr"]): r for r in trials_csv(root)}
+    assert len(rows) == 2  # the grid: the recipe's lr once, not again after trial 0
+    assert rows[1000.0]["state"] == "COMPLETE" and float(rows[1000.0]["value"]) == 0.0
+    assert float(rows[0.3]["value"]) > 0.3
+    m = manifest(root / rows[1000.0]["run"])
+    assert m["status"] == "failed" and m["reason"] == "diverged"
+    study = optuna.load_study(study_name="r/fedavg", storage=JournalStorage(JournalFileBackend(str(root / "optuna.journal"))))
+    assert [t.user_attrs.get("diverged", False) for t in study.trials if t.params["lr"] == 1000.0] == [True]
