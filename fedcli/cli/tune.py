@@ -35,8 +35,8 @@ def tune(
 ):
     """Tune a recipe's hyper-parameters: one crash-safe Optuna study per row, every trial an ordinary run.
 
-    The recipe's \[tune] table gives the trials, sampler, seed, pruner, objectives and \[tune.space] ranges;
-    \[tune.space.<method>] defaults = true takes the method's declared default ranges, shown as \[tune: ...] in
+    The recipe's \\[tune] table gives the trials, sampler, seed, pruner, objectives and \\[tune.space] ranges;
+    \\[tune.space.<method>] defaults = true takes the method's declared default ranges, shown as \\[tune: ...] in
     `fedcli train --help` (lr for every method; FedLAMA tau, phi; FedProx mu; FedALA ala_lr, ala_sample_percent,
     ala_layers; Fed-LAMB and Mime-LAMB lr, weight_decay). docs/tuning.md: how to tune fairly."""
     from fedcli.errors import ConfigError

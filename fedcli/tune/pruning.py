@@ -49,7 +49,7 @@ def floor_of(base: dict, space: dict) -> tuple[int, list[str]]:
         first = pts[0] * (tau if base.get("lr_decay_unit", "iteration") == "round" else 1)
         floor = max(floor, first)
         said.append(f"first lr decay at iteration {first}")
-    if base.get("algo") == "fedlama" or base.get("schedule", "") in ("lama", "lama-accelerate"):
+    if reads(base, "lama_first_adjust"):  # a layer-wise adaptive schedule (FedLAMA's): its first adjustment
         adj = int(top("lama_first_adjust", 6)) * tau
         if adj:
             floor = max(floor, adj)
@@ -63,6 +63,15 @@ def round_floor(base: dict) -> tuple[int, list[str]]:
     if pts and base.get("lr_decay_unit") == "round":
         return pts[0], [f"first lr decay at round {pts[0]}"]
     return 0, []
+
+
+def reads(base: dict, option: str) -> bool:
+    """Whether a run with the resolved values ``base`` reads ``option`` (one of its parts declares it: fedcli/specs)."""
+    from fedcli import specs
+
+    specs.load()
+    parts = specs.run_specs(base.get("algo", ""), base.get("schedule", ""), base.get("init", ""))
+    return any(option in s.declared() for s in parts.values())
 
 
 def rungs_of(budget: int, floor: int) -> list[int]:

@@ -313,5 +313,5 @@ def check_space(space: dict[str, Param], base: dict, where: str) -> None:
     idle = [k for k in space if k not in read]
     if idle:
         raise ConfigError(f"{where}: the search space holds {', '.join(idle)}, which the row's method "
-                          f"({base.get('algo', 'fedlama')}) does not read; drop {'it' if len(idle) == 1 else 'them'} or "
+                          f"({base.get('algo')}) does not read; drop {'it' if len(idle) == 1 else 'them'} or "
                           f"move {'it' if len(idle) == 1 else 'them'} to [tune.space.<method>]")
