@@ -650,6 +650,10 @@ def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, n
                 raise ConfigError(f"--out {root} holds another study: {why}; choose another --out, or pass --fresh to "
                                   f"start this one over (its trials are deleted)")
         folder.write_record(root, plan.record)
+        if plan.storage[0] == "journal":
+            dropped = folder.repair_journal(root)
+            if dropped and notify:
+                notify(f"dropped the last {dropped} bytes of {root / folder.JOURNAL}: a record cut by a killed coordinator")
         co = Coordinator(plan, jobs, mpi, notify, on_event)
         co.run()
         return co

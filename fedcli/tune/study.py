@@ -58,6 +58,43 @@ def resolve_storage(storage: str, root: Path) -> tuple[str, str]:
     return "url", storage
 
 
+def repair_journal(root: Path) -> int:
+    """Before a coordinator writes (it holds ``tune.lock``: the only writer): the journal's stale lock of a killed
+    coordinator goes, and a record cut by the kill (a last line without its newline, never acknowledged) is dropped, so
+    that the next record does not land on the same line (Optuna's reader would then refuse the whole journal). Returns
+    the bytes dropped."""
+    import os
+
+    path = root / JOURNAL
+    refuse_link(path)
+    lock = root / (JOURNAL + ".lock")
+    if lock.is_symlink() or lock.exists():
+        lock.unlink()
+    if not path.is_file():
+        return 0
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return 0
+        keep, chunk = size, 1 << 16
+        while keep > 0:  # back to the last newline
+            start = max(0, keep - chunk)
+            f.seek(start)
+            block = f.read(keep - start)
+            i = block.rfind(b"\n")
+            if i >= 0:
+                keep = start + i + 1
+                break
+            keep = start
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
 def storage_label(kind: str, what: str) -> str:
     return kind if kind in ("journal", "sqlite") else mask_url(what)
 

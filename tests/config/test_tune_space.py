@@ -185,3 +185,17 @@ def test_record_differs_names_both_and_trials_csv_by_hand(tmp_path):
         "study,number,state,params_lr,params_tau,values_0,values_1,run,pruned_iteration,baseline\n"
         "a,1,PRUNED,0.2,4,,,a/trial-0001,40,0\n"
         "b,0,COMPLETE,0.1,,0.5,7.0,b/trial-0000,,1\n")
+
+
+def test_a_journal_cut_by_a_kill_is_repaired(tmp_path):
+    """A coordinator killed while appending leaves a last record without its newline and a stale lock: both go before
+    the next coordinator writes (else its first record would share the cut line and Optuna would refuse the file)."""
+    from fedcli.tune.study import repair_journal
+
+    whole = b'{"op_code":0,"worker_id":"a"}\n{"op_code":4,"worker_id":"a"}\n'
+    (tmp_path / "optuna.journal").write_bytes(whole + b'{"op_code":5,"wor')
+    (tmp_path / "optuna.journal.lock").symlink_to(tmp_path / "gone")
+    assert repair_journal(tmp_path) == 17
+    assert (tmp_path / "optuna.journal").read_bytes() == whole
+    assert not (tmp_path / "optuna.journal.lock").is_symlink()
+    assert repair_journal(tmp_path) == 0 and (tmp_path / "optuna.journal").read_bytes() == whole
