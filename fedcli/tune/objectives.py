@@ -110,7 +110,12 @@ def reduce_values(points: list[tuple[int, float]], objective, accuracy: list[tup
 
 def value(run_dir, objective, select_on: str = "validation") -> float | None:
     """The objective's value of the run in ``run_dir`` from its metrics.csv (the contract's
-    ``fedcli.tune.objectives.value``)."""
+    ``fedcli.tune.objectives.value``). ``objective``: a :class:`fedcli.tune.space.Objective` or its record in
+    tune.json (``{"metric": "val_acc", "reduce": "last3", "direction": "maximize"}``)."""
+    if isinstance(objective, dict):
+        from fedcli.tune.space import parse_objective
+
+        objective = parse_objective(objective, "objective")
     run_dir = Path(run_dir)
     points = column(run_dir, objective.metric, select_on)
     acc = None

@@ -110,6 +110,7 @@ def test_objective_values_by_hand_and_test_acc_never_read(tmp_path):
     assert value(tmp_path / "a", o(metric="val_acc")) == 0.5
     assert value(tmp_path / "a", o(metric="val_acc", reduce="last3")) == pytest.approx((0.6 + 0.4 + 0.5) / 3)
     assert value(tmp_path / "a", o(metric="val_acc", reduce="best")) == 0.6
+    assert value(tmp_path / "a", {"metric": "val_acc", "reduce": "best", "direction": "maximize"}) == 0.6  # tune.json's form
     assert value(tmp_path / "a", o(metric="val_acc", reduce="to_target(0.55)")) == 20.0  # the iteration reaching it
     assert value(tmp_path / "a", o(metric="comm_bytes", reduce="to_target(0.45)")) == 200.0  # bytes spent by then
     assert value(tmp_path / "a", o(metric="comm_bytes", reduce="to_target(0.9)")) is None  # never reached
