@@ -112,10 +112,13 @@ def value(run_dir, objective, select_on: str = "validation") -> float | None:
     """The objective's value of the run in ``run_dir`` from its metrics.csv (the contract's
     ``fedcli.tune.objectives.value``). ``objective``: a :class:`fedcli.tune.space.Objective` or its record in
     tune.json (``{"metric": "val_acc", "reduce": "last3", "direction": "maximize"}``)."""
-    if isinstance(objective, dict):
-        from fedcli.tune.space import parse_objective
+    if isinstance(objective, dict):  # (fedcli.tune.space.Objective's fields; that module reads this one)
+        from types import SimpleNamespace
 
-        objective = parse_objective(objective, "objective")
+        k, target = parse_reduce(objective.get("reduce", "final"), "objective")
+        metric = objective["metric"]
+        objective = SimpleNamespace(metric=metric, k=k, target=target, direction=objective.get(
+            "direction", "minimize" if target is not None else METRICS.get(metric, "maximize")))
     run_dir = Path(run_dir)
     points = column(run_dir, objective.metric, select_on)
     acc = None
