@@ -27,9 +27,13 @@ GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "
 PARAMS: list[type] = []
 
 
-def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general", multiple=False):
+def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general", multiple=False,
+        search=None):
     """A config field with its CLI help and its validation rule (closed or open bounds, or choices); ``multiple``: a
-    comma-separated string field whose flag may be repeated (``--tracker a --tracker b`` is ``"a,b"``)."""
+    comma-separated string field whose flag may be repeated (``--tracker a --tracker b`` is ``"a,b"``); ``search``: its
+    default search range for ``fedcli tune`` (plain data, as a recipe's ``[tune.space]`` writes it: ``{"log": [0.001, 1.0]}``,
+    ``{"choices": [1, 2, 4]}``, ``{"int": [1, 8]}``, ``{"float": [0.0, 1.0], "step": 0.1}``; docs/tuning.md), used by
+    ``[tune.space.<method>] defaults = true`` and shown in ``--help``."""
     return dataclasses.field(
         default=default,
         metadata={
@@ -41,6 +45,7 @@ def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi
             "hi_open": hi_open,
             "group": group,
             "multiple": multiple,
+            "search": search,
         },
     )
 

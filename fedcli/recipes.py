@@ -321,7 +321,8 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #
 # Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
 
-SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures", "slurm", "root"}
+SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures", "slurm", "root",
+                  "tune"}  # [tune]: fedcli tune's search (fedcli/tune/space.py); other commands ignore it
 SWEEP_FORBIDDEN = {"out": "each run's folder is chosen by fedcli sweep", "seed": "seeds come from `seeds` and --seeds"}
 _HEADER = re.compile(r"^[ \t]*\[", re.M)
 

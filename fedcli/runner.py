@@ -344,6 +344,23 @@ def _clean_overwritten(out: Path) -> None:
     shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
 
 
+#: set by ``fedcli tune`` for a trial's training: its manifest's ``tune`` entry (JSON; docs/tuning.md)
+TUNE_ENV = "FEDCLI_TUNE_TRIAL"
+
+
+def tune_entry() -> dict:
+    """``{"tune": {"study", "number", "params", "baseline"}}`` when this run is a trial of ``fedcli tune`` (the contract
+    in docs/tuning.md: its manifest says which), else nothing. A resumed run keeps the entry of its manifest."""
+    raw = os.environ.get(TUNE_ENV)
+    if not raw:
+        return {}
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return {}
+    return {"tune": entry} if isinstance(entry, dict) else {}
+
+
 def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView,
                   promote: bool = False):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
@@ -355,7 +372,7 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, stat
 
     if not resume:
         run_dir = RunDir(out, extra_columns(sim))
-        run_dir.start({**sim.manifest(), **procs})
+        run_dir.start({**sim.manifest(), **procs, **tune_entry()})
         return run_dir
     from fedcli.results.runstate import killed_note
 

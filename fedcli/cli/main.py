@@ -22,7 +22,7 @@ from fedcli.errors import FedcliError
 #: imported only when that command runs (or the list is shown): ``train`` and ``partition`` build their options from
 #: the assembled config, which loads every method file and so torch, a cost ``report`` or ``--version`` need not pay.
 COMMANDS = {"train": "fedcli.cli.train", "partition": "fedcli.cli.partition", "bench": "fedcli.cli.bench",
-            "sweep": "fedcli.cli.sweep", "report": "fedcli.cli.report"}
+            "sweep": "fedcli.cli.sweep", "tune": "fedcli.cli.tune", "report": "fedcli.cli.report"}
 
 
 def _version(value: bool) -> None:

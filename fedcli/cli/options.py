@@ -70,7 +70,18 @@ def help_text(f: dict, methods: dict | None = None) -> str:
 
     choices = f.get("choices")
     listed = f" [choices: {', '.join(map(str, choices))}]" if choices else ""
-    return escape(f"{f['help']}{listed} {default_text(f, methods)}")
+    searched = f" [tune: {search_text(f['search'])}]" if f.get("search") else ""
+    return escape(f"{f['help']}{listed} {default_text(f, methods)}{searched}")
+
+
+def search_text(rng: dict) -> str:
+    """A default search range (``fedcli.params.opt(search=...)``) as ``--help`` shows it: ``log 0.001..1``,
+    ``choices 1, 2, 4``, ``int 1..8 step 2``."""
+    kind = next(k for k in ("log", "int", "float", "choices") if k in rng)
+    vals = rng[kind]
+    body = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals) if kind == "choices" else \
+        "..".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)
+    return f"{kind} {body}" + (f" step {rng['step']:g}" if rng.get("step") is not None else "")
 
 
 def panel_of(f: dict) -> str:

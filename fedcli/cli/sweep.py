@@ -14,20 +14,28 @@ def _fmt_s(s: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+#: options ``fedcli tune`` shares with ``fedcli sweep`` (fedcli/cli/tune.py): declared once, meaning the same
+SCALE = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). Required when the recipe has several scales. \\[default: the recipe's only scale]")
+JOBS = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs). With CUDA devices: spread over them round-robin, at most --runs-per-gpu on each.")
+MPI = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run).")
+DRY_RUN = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing.")
+EXECUTOR = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel).")
+
+
 def sweep(
     recipe: str = typer.Argument(..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."),
-    scale: str = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). Required when the recipe has several scales. \\[default: the recipe's only scale]"),
+    scale: str = SCALE,
     seeds: str = typer.Option(None, "--seeds", help="Seeds per run: a count N (seeds 0..N-1), a list (3,4) or a range (2-5). \\[default: the recipe's `seeds`]"),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs). With CUDA devices: spread over them round-robin, at most --runs-per-gpu on each."),
+    jobs: int = JOBS,
     runs_per_gpu: str = typer.Option("auto", "--runs-per-gpu", metavar="K|auto", help="Local runs with --device cuda or auto on a machine with CUDA devices: at most K runs at a time on one GPU (each process sees its GPU as CUDA_VISIBLE_DEVICES); auto: as many as fit in 90% of the least free GPU's free memory by a run's memory (measured on an earlier seed, else estimated from the model and the cohort), at most 4, 1 if unknown. The plan says how many run on each device."),
     out: str = typer.Option(None, "--out", help="Sweep folder. \\[default: results/<recipe name>-<scale>]"),
-    mpi: int = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run)."),
+    mpi: int = MPI,
     in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing."),
+    dry_run: bool = DRY_RUN,
     overwrite: bool = typer.Option(False, "--overwrite", help="Run into an --out folder that holds the sweep of another recipe (another text; or this one at another --scale, or with tables it does not make), replacing it: its sweep.json then describes this recipe. The other's runs that share a folder with a run of this recipe are trained over (named first); its other runs stay on disk, but no report is made of them. Without it such a folder is refused (exit 2), --dry-run included."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
     download: bool = typer.Option(False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."),
-    executor: str = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel)."),
+    executor: str = EXECUTOR,
     partition: str = typer.Option(None, "--partition", help="Slurm: partition of the jobs. \\[default: the recipe's \\[slurm] partition, else the cluster's default]", rich_help_panel="Slurm (--executor slurm)"),
     time_limit: str = typer.Option(None, "--time", help="Slurm: time limit per job, minutes or D-HH:MM:SS. \\[default: the recipe's \\[slurm] time, else 60]", rich_help_panel="Slurm (--executor slurm)"),
     cpus: int = typer.Option(None, "--cpus", min=1, help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]", rich_help_panel="Slurm (--executor slurm)"),

@@ -284,6 +284,11 @@ class Method:
     # config values this method runs with unless the user (flag or recipe key) gives another: the settings of
     # the method's paper (lr, server lr, participation, ...) that differ from fedcli's general defaults
     defaults: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: the options ``fedcli tune`` searches with ``[tune.space.<method>] defaults = true`` (issue 58), each over its
+    #: option's declared ``search`` range (``fedcli.params.opt``) unless ``search_ranges`` gives the method its own;
+    #: empty: the learning rate alone
+    search: tuple[str, ...] = ()
+    search_ranges: dict[str, dict] = field(default_factory=dict, compare=False)
 
     def parts(self) -> dict[str, str]:
         return {k: getattr(self, k) for k in FAMILIES}

@@ -22,4 +22,5 @@ LAMB = part("local_step", "lamb", "fedcli.fl.algorithms.fedlamb:LambStep", base=
 
 
 register_method(Method("fedlamb", "local AMSGrad + LAMB trust ratio, server v-hat = max(v-hat, mean v) (Karimi et al.)",
-                       local_step="lamb", server="vhat-max", defaults={"lr": 0.01}, label="Fed-LAMB", style=("#D55E00", "D")))
+                       local_step="lamb", server="vhat-max", defaults={"lr": 0.01}, label="Fed-LAMB", style=("#D55E00", "D"),
+                       search=("lr", "weight_decay"), search_ranges={"lr": {"log": [0.0001, 0.1]}}))  # Section 5: lr fine grid, lambda {0, 0.01, 0.1}

@@ -22,4 +22,5 @@ VHAT_FULLGRAD = part("server", "vhat-fullgrad", "fedcli.fl.algorithms.mimelamb:V
 
 
 register_method(Method("mimelamb", "local AMSGrad + LAMB trust ratio, server v-hat from full-batch gradients (Karimi et al.)",
-                       local_step="lamb", server="vhat-fullgrad", defaults={"lr": 0.01}, label="Mime-LAMB", style=("#CC79A7", "v")))
+                       local_step="lamb", server="vhat-fullgrad", defaults={"lr": 0.01}, label="Mime-LAMB", style=("#CC79A7", "v"),
+                       search=("lr", "weight_decay"), search_ranges={"lr": {"log": [0.0001, 0.1]}}))
