@@ -88,8 +88,11 @@ def run_state(p: PlannedRun) -> tuple[str, str | None]:
 
 
 class SweepManifest:
-    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict):
+    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict,
+                 extra: dict | None = None):
+        # extra: further keys of sweep.json (``tuned``: the tuning a --tuned sweep's values come from)
         self.root, self.recipe, self.seeds, self.runs, self.products = root, recipe, seeds, runs, products
+        self.extra = extra or {}
         old = load_manifest(root, missing_ok=True) or {}
         self.created = old.get("created") or now()
         self.lock = threading.Lock()
@@ -107,6 +110,7 @@ class SweepManifest:
             "created": self.created, "updated": now(),
             "run_names": r.run_names,
             **self.products,
+            **self.extra,
             "runs": [p.entry() for p in self.runs],
         }
         with self.lock:
