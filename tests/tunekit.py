@@ -104,3 +104,22 @@ def write_trials_csv(root: Path, lines: list[dict]) -> None:
 
 def read_trials_csv(root: Path) -> list[dict]:
     return list(csv.DictReader(open(root / "trials.csv")))
+
+
+def last2(run: Path) -> float:
+    """The mean of a run's last two val_acc (the ONE objective, read here with the csv module)."""
+    vals = [float(r["val_acc"]) for r in csv.DictReader(open(run / "metrics.csv"))][-2:]
+    return sum(vals) / len(vals)
+
+
+def table_recipe(runs: list[dict], paper: str = "Fed-LAMB (a tuned test)") -> str:
+    """A paper-table sweep recipe whose [base] is :data:`BASE` (but algo, tau and lr, set per row or by --tuned) and
+    whose [[runs]] are ``runs`` (each a dict with its name)."""
+    from fedcli.sweep.executors import toml_value
+
+    base = {k: v for k, v in BASE.items() if k not in ("algo", "tau")}
+    lines = ['title = "a tuned table"', f"paper = {toml_value(paper)}", "seeds = 1", "", "[base]",
+             *(f"{k} = {toml_value(v)}" for k, v in base.items())]
+    for r in runs:
+        lines += ["", "[[runs]]", *(f"{k} = {toml_value(v)}" for k, v in r.items())]
+    return "\n".join(lines) + "\n"

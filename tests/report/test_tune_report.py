@@ -11,12 +11,7 @@ import pytest
 
 from runkit import error_lines
 from simkit import cli as run_main
-from tunekit import TWO, build_study
-
-
-def _last2(run):
-    vals = [float(r["val_acc"]) for r in csv.DictReader(open(run / "metrics.csv"))][-2:]
-    return sum(vals) / 2
+from tunekit import TWO, build_study, last2 as _last2
 
 
 @pytest.fixture(scope="module")

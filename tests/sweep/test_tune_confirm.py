@@ -5,7 +5,6 @@ objective over the seeds, worked out here from the runs' metrics.csv); a row wit
 exit 2, nothing written; ``fedcli report --paper`` says how the values were selected. The study folder is built from
 real ``fedcli train`` runs in the contract's layout (tests/tunekit.py)."""
 
-import csv
 import json
 
 import pytest
@@ -13,36 +12,9 @@ import pytest
 from fedcli.tune.confirm import confirmed, run_confirm
 from runkit import error_lines
 from simkit import cli
-from tunekit import build_study
+from tunekit import build_study, last2 as _last2, table_recipe
 
-TABLE = """\
-title = "a tuned table"
-paper = "Fed-LAMB (a tuned test)"
-seeds = 1
-
-[base]
-dataset = "digits"
-model = "mlp"
-mlp_hidden = "32"
-clients = 4
-active_ratio = 0.5
-iterations = 8
-eval_every = 2
-lr = 0.1
-val_fraction = 0.2
-threads = 1
-trainer = "loop"
-
-[[runs]]
-name = "FedAvg"
-algo = "fedavg"
-tau = 2
-"""
-
-
-def _last2(run):
-    vals = [float(r["val_acc"]) for r in csv.DictReader(open(run / "metrics.csv"))][-2:]
-    return sum(vals) / 2
+TABLE = table_recipe([{"name": "FedAvg", "algo": "fedavg", "tau": 2}])
 
 
 @pytest.fixture(scope="module")
