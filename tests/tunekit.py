@@ -50,9 +50,11 @@ def build_study(root: Path, studies: dict, objectives: list | None = None, space
                 rungs: list | None = None, grid_size: int | None = None, select_on: str = "validation",
                 sampler: str = "tpe", pruner: str = "sha", base: dict | None = None, budgets: dict | None = None) -> Path:
     """A study folder at ``root``. ``studies``: {study name: [trial, ...]}, each trial a dict with ``params`` (train
-    values the trial sets), optionally ``prune_at`` (the iteration it is pruned at) and ``state`` (what trials.csv
+    values the trial sets), optionally ``prune_at`` (the iteration it is pruned at), ``diverges`` (True: its params
+    make the run diverge, exit 4; trials.csv lists it COMPLETE with the value 0.0) and ``state`` (what trials.csv
     says, when it should disagree with the run directory). Trial 0 of each study is its baseline. ``budgets``: per
     study, the ``trials`` tune.json gives it (default: how many it has)."""
+    from fedcli.errors import FedcliError
     from fedcli.tune.results import Objective, reduce_rows
 
     objectives = objectives or ONE
@@ -74,12 +76,18 @@ def build_study(root: Path, studies: dict, objectives: list | None = None, space
             values = {**base, **t["params"]}
             if "prune_at" in t:
                 values["iterations"] = t["prune_at"]
-            train_run(run, values)
+            try:
+                train_run(run, values)
+            except FedcliError as e:  # a trial that diverges (exit 4) is a result: COMPLETE with the worst value
+                if e.exit_code != 4 or not t.get("diverges"):
+                    raise
             if "prune_at" in t:
                 _close_as_pruned(run, t["prune_at"], base["iterations"], "successive halving at rung 4")
             _tag(run, {"study": study, "number": number, "params": t["params"], "baseline": number == 0})
             rows = list(csv.DictReader(open(run / "metrics.csv")))
             vals = [reduce_rows(rows, Objective(**o)) for o in objectives]
+            if t.get("diverges"):  # the coordinator tells it the worst value (CORE documents which): 0.0 here
+                vals = [0.0] * len(objectives)
             state = t.get("state") or ("PRUNED" if "prune_at" in t else "COMPLETE")
             lines.append({"study": study, "number": number, "state": state,
                           **{f"params_{k}": t["params"].get(k, "") for k in pnames},

@@ -8,7 +8,9 @@ params, baseline). :func:`read_study` reads all three and lets the run directori
 manifest (``completed``: COMPLETE; ``failed`` because it diverged: COMPLETE, shown as diverged; ``interrupted`` with
 ``reason: pruned``: PRUNED; ``interrupted`` or ``running``: RUNNING; ``failed``: FAIL), its params from the manifest's
 ``tune`` entry, and its objective values are recomputed from its metrics.csv with the objectives of ``tune.json``
-(:func:`reduce_rows`); each disagreement with trials.csv is said in one sentence (:attr:`StudyFolder.notes`).
+(:func:`reduce_rows`; a diverged trial has none: its metrics stop where it blew up, and whatever worst value the
+coordinator told the sampler is not a measurement); each disagreement with trials.csv is said in one sentence
+(:attr:`StudyFolder.notes`).
 
 The validity checks a report prints (:func:`validity_notes`) and the Pareto set of two objectives
 (:func:`pareto_set`) are computed here too. Torch-free and Optuna-free (the standard library only).
@@ -313,7 +315,7 @@ def _trial(root: Path, study: Study, number: int, row: dict | None, objectives: 
     tune = (m or {}).get("tune") if isinstance((m or {}).get("tune"), dict) else {}
     params = dict(tune.get("params") or {}) if tune else _params_listed(row or {})
     rows = read_rows(path) if m is not None else []
-    values = [reduce_rows(rows, o) for o in objectives] if rows else [None] * len(objectives)
+    values = [reduce_rows(rows, o) for o in objectives] if rows and run_status != "diverged" else [None] * len(objectives)
     if row is not None and m is not None:
         keys = ["value"] if len(objectives) == 1 else [f"values_{i}" for i in range(len(objectives))]
         for k, v in zip(keys, values):

@@ -12,7 +12,7 @@ import pytest
 
 import fedcli
 from fedcli.report.paired import signed_ranks as ranks
-from fedcli.tune.results import (Objective, dominates, importances, on_edge, pareto_set, read_study, reduce_rows,
+from fedcli.tune.results import (Objective, dominates, importances, on_edge, pareto_set, ranked, read_study, reduce_rows,
                                  spearman, Study, Trial)
 from tunekit import TWO, build_study, read_trials_csv, write_trials_csv
 
@@ -89,7 +89,8 @@ def _by_hand(rows, k=2):
 def one(tmp_path_factory):
     root = tmp_path_factory.mktemp("tune") / "study"
     return build_study(root, {"fedavg": [{"params": {"lr": 0.1}}, {"params": {"lr": 0.5}},
-                                         {"params": {"lr": 0.02}, "prune_at": 4}, {"params": {"lr": 0.9}}]}, grid_size=6)
+                                         {"params": {"lr": 0.02}, "prune_at": 4}, {"params": {"lr": 0.9}},
+                                         {"params": {"lr": 1000.0}, "diverges": True}]}, grid_size=6)
 
 
 def test_values_are_recomputed_from_metrics_and_the_run_directory_wins(one, tmp_path):
@@ -104,7 +105,10 @@ def test_values_are_recomputed_from_metrics_and_the_run_directory_wins(one, tmp_
     write_trials_csv(root, [l for l in lines if l["number"] != "0"])  # trial 0 not indexed yet
     folder = read_study(root)
     by = {t.number: t for t in folder.trials}
-    assert [by[n].state for n in range(4)] == ["COMPLETE", "COMPLETE", "PRUNED", "COMPLETE"]
+    assert [by[n].state for n in range(5)] == ["COMPLETE", "COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
+    # trial 4 diverged at its first evaluation (iteration 2): COMPLETE, shown as diverged, never ranked
+    assert by[4].run_status == "diverged" and not by[4].usable and by[4].iterations == 2
+    assert 4 not in [t.number for t in ranked(folder.trials, folder.objectives[0])]
     for n in (0, 1, 3):
         rows = list(csv.DictReader(open(root / f"fedavg/trial-{n:04d}/metrics.csv")))
         assert by[n].values[0] == pytest.approx(_by_hand(rows))
@@ -124,11 +128,13 @@ def test_trials_frame_typed_and_named_as_optuna(one):
     assert list(t.columns[5:7]) == ["pareto", "study"]
     assert str(t["number"].dtype) == "Int64" and str(t["value"].dtype) == "float64"
     assert str(t["pareto"].dtype) == "boolean" and t["pareto"].isna().all()  # one objective: no Pareto set
-    assert list(t["state"]) == ["COMPLETE", "COMPLETE", "PRUNED", "COMPLETE"]
-    assert list(t["run"]) == [f"fedavg/trial-{n:04d}" for n in range(4)]
+    assert list(t["state"]) == ["COMPLETE", "COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
+    assert list(t["run_status"]) == ["completed", "completed", "pruned", "completed", "diverged"]
+    assert list(t["run"]) == [f"fedavg/trial-{n:04d}" for n in range(5)]
+    assert t["value"].isna().tolist() == [False, False, False, False, True]  # diverged: no value
     runs = fedcli.load(one)
     assert set(t["run"]) <= set(runs.runs["run"])  # joins the runs frame on the run's name
-    assert t.loc[2, "pruned_iteration"] == 4 and int(t["iterations"].sum()) == 8 + 8 + 4 + 8
+    assert t.loc[2, "pruned_iteration"] == 4 and int(t["iterations"].sum()) == 8 + 8 + 4 + 8 + 2
     for n in (0, 1, 3):
         rows = list(csv.DictReader(open(one / f"fedavg/trial-{n:04d}/metrics.csv")))
         assert t.loc[n, "value"] == pytest.approx(_by_hand(rows))
