@@ -4,7 +4,8 @@ It is handed the study read back and analysed (``fedcli.tune.results.summary``: 
 prints, per study, the trials by state, the compute spent against the budget (trials x the iterations of one full
 trial) and against the full grid, the best configurations (one objective: the top k, with their run directories) or
 the Pareto set (two objectives), the baseline (trial 0, the recipe's own configuration) marked, the parameters'
-importances, and the validity notes, one sentence each. Figures (:func:`write_figures`, fedcli's report style,
+importances, the confirmation over seeds (``fedcli tune DIR --confirm K --seeds N``) when there is one, and the
+validity notes, one sentence each. Figures (:func:`write_figures`, fedcli's report style,
 ``fedcli.report.style``): ``history-<study>`` (the objective per trial in the order run, best so far as a line),
 ``pareto-<study>`` (two objectives: the front coloured, dominated trials grey), ``curves-<study>`` (the first
 objective's metric per evaluation, coloured by state, each pruned trial's last point marked x, the rungs dotted) and
@@ -86,6 +87,15 @@ def render_md(report: dict, top: int) -> str:
         out += [f"{title}:", ""]
         out += _table(rows, ["rank", "trial", "state", *names, *cols, "run"]) if rows else ["(no completed trial yet)"]
         out.append("")
+        conf = s.get("confirmed")
+        if conf and conf["rows"]:
+            best = conf["best"]
+            crows = [[f"{r['number']}{' (chosen)' if best is not None and r is best else ''}",
+                      *(_num(r["params"].get(n)) for n in names), _num(r["mean"]), str(r["seeds"]),
+                      ", ".join(_num(v) for v in r["values"])] for r in conf["rows"]]
+            out += [f"Confirmed over seeds ({folder.root / 'confirm'}; the chosen configuration has the best mean {objs[0].metric}):", ""]
+            out += _table(crows, ["trial", *names, f"mean {objs[0].metric}", "seeds", "per seed"])
+            out.append("")
         for o, imp in zip(objs, s["importances"]):
             if imp:
                 said = ", ".join(f"{k} {v:.2f}" for k, v in sorted(imp.items(), key=lambda kv: -kv[1]))

@@ -50,6 +50,15 @@ def test_run_confirm_reruns_the_top_k_over_seeds(confirmed_study):
     assert len(result.runs) == 4
 
 
+def test_study_report_shows_the_confirmation(confirmed_study, capsys, tmp_path):
+    root, _ = confirmed_study
+    best = confirmed(root)["fedavg"]["best"]
+    code, out, err = cli(["report", str(root), "--figures", str(tmp_path / "f")], capsys)
+    assert code == 0, err
+    assert "Confirmed over seeds" in out
+    assert f"| {best['number']} (chosen) | {best['params']['lr']:g} | {best['mean']:.4g} | 2 |" in out
+
+
 def test_run_confirm_refuses_bad_counts(confirmed_study):
     from fedcli.errors import ConfigError
 
