@@ -201,6 +201,8 @@ def _curves(plt, folder, s, out: Path) -> list[Path]:
                 linestyle="--" if t.baseline else "-")
         if t.state == "PRUNED":
             ax.plot([pts[-1][0]], [pts[-1][1]], marker="x", markersize=8, color="black", linestyle="none", zorder=4)
+        if word == "diverged":  # its last evaluation before the blow-up (often its only one: no line to see)
+            ax.plot([pts[-1][0]], [pts[-1][1]], marker="D", markersize=5, color=color, linestyle="none", zorder=4)
     for r in st.rungs:
         ax.axvline(r, color="#999999", linestyle=":", linewidth=0.8)
     from matplotlib.lines import Line2D
@@ -212,8 +214,8 @@ def _curves(plt, folder, s, out: Path) -> list[Path]:
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
     return _finish(fig, ax, out, f"curves-{st.name}",
                    (style.X_LABELS["iterations"], o.metric, f"Learning curves: study '{st.name}'"), f"Learning curves of study '{st.name}': {o.metric} at each "
-                      f"evaluation of every trial, coloured by state; each pruned trial's last evaluation marked x; "
-                      f"the pruning rungs dotted; the baseline (trial 0) dashed.")
+                      f"evaluation of every trial, coloured by state; each pruned trial's last evaluation marked x, "
+                      f"a diverged trial's last one a diamond; the pruning rungs dotted; the baseline (trial 0) dashed.")
 
 
 def _importance(plt, folder, s, out: Path) -> list[Path]:
