@@ -42,10 +42,23 @@ def candidates(folder, top: int) -> list[dict]:
             front = {id(t) for t in pareto_set(study.trials, objs)}
             pool = [t for t in pool if id(t) in front]
         for t in pool[:top]:
-            values = {k: v for k, v in study.base.items() if k not in DROPPED}
+            values = {k: v for k, v in study.base.items() if k not in DROPPED and k != "params"}
+            # a run config's params sections ({"fedlama": {"phi": 4}}) are a recipe row's method tables
+            values.update({k: v for k, v in (study.base.get("params") or {}).items() if isinstance(v, dict) and v})
             rows.append({"name": f"{study.name} trial {t.number}", "study": study.name, "number": t.number,
                          "params": dict(t.params), "values": {**values, **t.params}})
     return rows
+
+
+def _toml(v) -> str:
+    """A value of a study's base in TOML: a table (a method's params section) inline, a list as an array."""
+    from fedcli.sweep.executors import toml_value
+
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return toml_value(v)
 
 
 def recipe_text(folder, rows: list[dict], seeds: int) -> str:
@@ -56,7 +69,8 @@ def recipe_text(folder, rows: list[dict], seeds: int) -> str:
              "# (fedcli/tune/confirm.py); confirm.json says which trial each run confirms",
              f"title = {toml_value('Confirmation of ' + str(rec.get('recipe', folder.root)))}", f"seeds = {seeds}", ""]
     for r in rows:
-        lines += ["[[runs]]", f"name = {toml_value(r['name'])}", *(f"{k} = {toml_value(v)}" for k, v in r["values"].items()), ""]
+        lines += ["[[runs]]", f"name = {toml_value(r['name'])}",
+                  *(f"{k} = {_toml(v)}" for k, v in r["values"].items() if v != {}), ""]
     return "\n".join(lines)
 
 

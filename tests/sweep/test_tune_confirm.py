@@ -106,3 +106,24 @@ def test_sweep_tuned_refuses_a_study_not_confirmed(tmp_path, capsys):
     code, _, err = cli(["sweep", str(tmp_path / "table.toml"), "--tuned", str(root), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and len(error_lines(err)) == 1 and "has no confirmed configuration" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_confirm_takes_a_base_that_is_a_whole_config(confirmed_study, tmp_path):
+    """A study whose base is a run's whole config (every field, as a manifest records it, with its params sections)
+    confirms: the recipe written is valid TOML without the run's own folder and seed, and its run trains at the
+    trial's params (it failed on the `params` key: not a table a recipe row takes)."""
+    import shutil
+    import tomllib
+
+    root, _ = confirmed_study
+    copy = tmp_path / "study"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("confirm"))
+    rec = json.loads((copy / "tune.json").read_text())
+    config = json.loads((copy / "fedavg/trial-0000/manifest.json").read_text())["config"]
+    rec["studies"][0]["base"] = {**config, "params": {"fedprox": {}}}
+    (copy / "tune.json").write_text(json.dumps(rec))
+    result = run_confirm(copy, top=1, seeds=1, in_process=True)
+    best = confirmed(copy)["fedavg"]["best"]
+    assert [p.status for p in result.runs] == ["completed"] and result.runs[0].config["lr"] == best["params"]["lr"]
+    row = tomllib.loads((copy / "confirm" / "recipe.toml").read_text())["runs"][0]
+    assert "out" not in row and "seed" not in row and row["lr"] == best["params"]["lr"]  # the sweep sets out and seed
