@@ -8,7 +8,8 @@ them as pandas DataFrames, one row per record with the run's identity in front (
 tensor), ``intervals`` (intervals.csv: one per layer per adjustment, layer-wise methods), ``clients`` (clients.csv:
 one per client per evaluation, personalized methods), ``system`` (system.csv: one per round, runs trained with
 ``--system``), ``runs`` (one row per run: its config and summary) and ``experiments`` (one row per experiment: the runs
-that differ only in their seed, with their config, so that a sweep table joins it one row to one). The columns are
+that differ only in their seed, with their config, so that a sweep table joins it one row to one) and, for a study
+folder of ``fedcli tune``, ``trials`` (one row per trial, Optuna's names: ``fedcli.tune.results``). The columns are
 those of the CSVs docs/run-directory.md describes, each with the dtype :data:`SCHEMA` declares, whatever was loaded,
 but for metrics.csv's ``lr`` (:data:`RENAMED`: ``current_lr``, so that it never meets the config's ``lr`` of ``runs``
 in a merge). ``train`` and ``write_report`` run the commands in this process: their errors are raised (the command's

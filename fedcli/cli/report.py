@@ -189,8 +189,10 @@ def _study(folders: list[str], fmt: str, output: str | None, figures: str | None
                           "report takes --format md|csv, --output and --figures")
     if fmt == "latex":
         raise ConfigError("--format latex applies to a sweep's tables; a study folder's report is md or csv")
+    from fedcli.tune.confirm import confirmed
+
     folder = read_study(folders[0])
-    report = summary(folder, TOP)
+    report = summary(folder, TOP, confirmed(folder.root))
     if fmt == "csv":
         import csv
         import io

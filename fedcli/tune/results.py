@@ -509,11 +509,11 @@ def trial_records(folder: StudyFolder) -> list[dict]:
     return out
 
 
-def summary(folder: StudyFolder, top: int = 5) -> dict:
+def summary(folder: StudyFolder, top: int = 5, confirmation: dict | None = None) -> dict:
     """Everything ``fedcli report DIR`` shows of a study folder, as plain data for ``fedcli.report.tune``: per study its
     trials by state, the compute spent against the budget and the full grid, the best ``top`` trials (one objective)
     or the Pareto set (two), the baseline, the importances per objective, the confirmation over seeds where one was
-    run (``fedcli.tune.confirm.confirmed``); the folder's notes and validity notes."""
+    run (``confirmation``: ``fedcli.tune.confirm.confirmed`` of the folder); the folder's notes and validity notes."""
     out = []
     for s in folder.studies:
         states: dict[str, int] = {}
@@ -526,9 +526,6 @@ def summary(folder: StudyFolder, top: int = 5) -> dict:
                     if len(folder.objectives) > 1 else [],
                     "baseline": next((t for t in s.trials if t.baseline), None),
                     "importances": [importances(s, i) for i in range(len(folder.objectives))]})
-    from fedcli.tune.confirm import confirmed
-
-    conf = confirmed(folder.root)
     for entry in out:
-        entry["confirmed"] = conf.get(entry["study"].name)
+        entry["confirmed"] = (confirmation or {}).get(entry["study"].name)
     return {"folder": folder, "studies": out, "notes": list(folder.notes), "validity": validity_notes(folder)}
