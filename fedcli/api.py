@@ -8,7 +8,8 @@ them as pandas DataFrames, one row per record with the run's identity in front (
 tensor), ``intervals`` (intervals.csv: one per layer per adjustment, layer-wise methods), ``clients`` (clients.csv:
 one per client per evaluation, personalized methods), ``system`` (system.csv: one per round, runs trained with
 ``--system``), ``runs`` (one row per run: its config and summary) and ``experiments`` (one row per experiment: the runs
-that differ only in their seed, with their config, so that a sweep table joins it one row to one). The columns are
+that differ only in their seed, with their config, so that a sweep table joins it one row to one) and, for a study
+folder of ``fedcli tune``, ``trials`` (one row per trial, Optuna's names: ``fedcli.tune.results``). The columns are
 those of the CSVs docs/run-directory.md describes, each with the dtype :data:`SCHEMA` declares, whatever was loaded,
 but for metrics.csv's ``lr`` (:data:`RENAMED`: ``current_lr``, so that it never meets the config's ``lr`` of ``runs``
 in a merge). ``train`` and ``write_report`` run the commands in this process: their errors are raised (the command's
@@ -59,6 +60,11 @@ SCHEMA = {
     "system": {"round": INT, "iteration": INT, "round_s": FLOAT, "sim_time_s": FLOAT, "sampled": INT,
                "participants": INT, "unavailable": INT, "dropped": INT, "partial": INT, "dropped_clients": TEXT,
                "partial_clients": TEXT, "wait_s": FLOAT},
+    # fedcli tune's study folder (fedcli.tune.results.trial_records): one row per trial, Optuna's trials_dataframe
+    # names (params_<name> follow state; value, or values_0 and values_1, follow them); then its run directory and
+    # whether it is in the Pareto set (two objectives), its study, the run directory's status and the iterations trained
+    "trials": {"number": INT, "state": TEXT, "run": TEXT, "pareto": "boolean", "study": TEXT, "run_status": TEXT,
+               "baseline": "boolean", "pruned_iteration": INT, "iterations": INT},
     "runs": {"path": TEXT, "status": TEXT, "schedule": TEXT},  # then the config (typed by its fields) and summary.*
     # one row per experiment: its identity less run and seed, its seeds ("0, 1"), how many runs and how many
     # completed; then the config of its runs (but the seed) and their schedule
@@ -79,6 +85,7 @@ class Results:
     runs_by_name: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)  # run directories that could not be read: name -> reason
     sweeps: dict = field(default_factory=dict)   # run name -> {"sweep", "recipe_run", "scale"} (runs of a sweep)
+    study: object = None  # a study folder of `fedcli tune` (fedcli.tune.results.StudyFolder), else None
 
     def __len__(self) -> int:
         return len(self.runs_by_name)
@@ -113,6 +120,28 @@ class Results:
     clients = _records_of("clients", "clients.csv of every personalized run: one row per client per evaluation (personal_acc, ...).")
     system = _records_of("system", "system.csv of every run trained with --system: one row per round (participants, dropped, "
                                    "partial, round_s, sim_time_s, ...).")
+
+    @property
+    def trials(self):
+        """One row per trial of a study folder of ``fedcli tune`` (``fedcli.load(DIR)`` on it), named as Optuna's
+        ``trials_dataframe`` names them: ``number``, ``state`` (the run directory's word wins over the study's
+        index: ``fedcli.tune.results``), ``params_<name>``, ``value`` (one objective) or ``values_0``, ``values_1``
+        (two; recomputed from each run's metrics.csv), ``run`` (the trial's run directory, the name the other frames
+        give it), ``pareto`` (two objectives: in the Pareto set of the completed trials), ``study``; then
+        ``run_status``, ``baseline`` (trial 0, the recipe's own configuration), ``pruned_iteration`` and
+        ``iterations`` (local iterations trained). Loaded from anything else: an empty frame with these columns."""
+        from fedcli.tune.results import trial_records, value_columns
+
+        schema = dict(SCHEMA["trials"])
+        if self.study is None:
+            return typed([], {"number": INT, "state": TEXT, "value": FLOAT, **schema})
+        rows = trial_records(self.study)
+        params = sorted({k for r in rows for k in r if k.startswith("params_")})
+        cols = value_columns(self.study.objectives)
+        order = {"number": INT, "state": TEXT, **{p: None for p in params}, **{c: FLOAT for c in cols}, **schema}
+        frame = typed(rows, {k: v for k, v in order.items() if v is not None})
+        head = ["number", "state", *params, *cols]
+        return frame[head + [c for c in frame.columns if c not in head]]
 
     @property
     def runs(self):
@@ -270,7 +299,9 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
     names = [root.name] if dirs == [root] else [str(r.path.relative_to(root)) for r in runs]
     cache: dict = {}
     sweeps = {name: found for name, r in zip(names, runs) if (found := _sweep_of(Path(r.path), cache))}
-    return Results(dict(zip(names, runs)), skipped, sweeps)
+    from fedcli.tune.results import is_study, read_study
+
+    return Results(dict(zip(names, runs)), skipped, sweeps, read_study(root) if is_study(root) else None)
 
 
 def _cli(args: list[str]):

@@ -59,6 +59,10 @@ def report(
                               f"RUN... --x time), not to a sweep's tables, figures or paper section")
     if paper is not None:
         return _paper(paper, list(folders or ["results"]), output, x, table, figure, figures, overwrite)
+    from fedcli.tune.results import is_study
+
+    if any(is_study(f) for f in folders or []):
+        return _study(list(folders), fmt, output, figures, table, figure, baseline, x)
     if overwrite:
         raise ConfigError("--overwrite applies to --paper only (it replaces a section.tex or section.md edited by hand)")
     if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
@@ -161,6 +165,55 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
         err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
     captions = {p.with_suffix(".txt") for p in drawn if p.with_suffix(".txt").is_file()}  # each figure's NAME.txt
     return Output(figures=sorted([*drawn, *captions]))
+
+
+#: how many of a study's best configurations ``fedcli report DIR`` lists (one objective)
+TOP = 5
+
+
+def _study(folders: list[str], fmt: str, output: str | None, figures: str | None, table, figure, baseline, x) -> Output:
+    """``fedcli report DIR`` on a study folder of ``fedcli tune`` (fedcli/report/tune.py): its trials, compute, best
+    configurations or Pareto set and validity notes (Markdown; ``--format csv``: the trials, one row each, as
+    ``fedcli.load(DIR).trials`` gives them), and its figures (``--figures``, default DIR/figures)."""
+    from pathlib import Path
+
+    from fedcli.errors import ConfigError
+    from fedcli.report import tune as tune_report
+    from fedcli.safefs import writing_into
+    from fedcli.tune.results import read_study, summary, trial_records
+
+    if len(folders) != 1:
+        raise ConfigError(f"{', '.join(folders)}: report one study folder of `fedcli tune` at a time")
+    if table is not None or figure or baseline is not None or x is not None:
+        raise ConfigError("--table, --figure, --baseline and --x apply to sweeps and run directories; a study folder's "
+                          "report takes --format md|csv, --output and --figures")
+    if fmt == "latex":
+        raise ConfigError("--format latex applies to a sweep's tables; a study folder's report is md or csv")
+    from fedcli.tune.confirm import confirmed
+
+    folder = read_study(folders[0])
+    report = summary(folder, TOP, confirmed(folder.root))
+    if fmt == "csv":
+        import csv
+        import io
+
+        rows = trial_records(folder)
+        buf = io.StringIO()
+        if rows:
+            w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+        text = buf.getvalue()
+    else:
+        text = tune_report.render_md(report, TOP)
+    _emit(text if text.endswith("\n") or not text else text + "\n", output, f"study report of {folders[0]}")
+    root = figures or folders[0]
+    target = figures or str(Path(folders[0]) / "figures")
+    with writing_into(root):
+        files = tune_report.write_figures(report, target)
+    for f in files:
+        err_console.print(f"fedcli report: figure -> {f}", markup=False, highlight=False, soft_wrap=True)
+    return Output(figures=files)
 
 
 def _readable(paths, load_run) -> list:

@@ -48,6 +48,7 @@ def sweep(
     wait: bool = typer.Option(False, "--wait", help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops following; the jobs keep running).", rich_help_panel="Slurm (--executor slurm)"),
     cancel: bool = typer.Option(False, "--cancel", help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round boundary; the next call resumes it).", rich_help_panel="Slurm (--executor slurm)"),
     progress: str = typer.Option("auto", "--progress", metavar="<choice>", show_default=False, help="Progress on stderr: a live bar with the remaining time and the runs in flight (bar); one plain flushed line per event for job logs (lines): a run started, its evaluations at each tenth of its budget (or a minute after its last line), a run finished, each with the sweep's elapsed and remaining time; none; or auto (bar on a terminal, else lines). Local runs only (--executor slurm: see --wait). \\[choices: auto, bar, lines, none] \\[default: auto]"),
+    tuned: str = typer.Option(None, "--tuned", metavar="DIR", help="Run each \\[\\[runs]] row at the confirmed best values of its study in the `fedcli tune` study folder DIR (the study named as the row; chosen by the mean validation objective of `fedcli tune DIR --confirm K --seeds N`); a row without one is refused. \\[default --out: results/<recipe name>-<scale>-tuned]"),
     tracker: list[str] = typer.Option(None, "--tracker", metavar="NAME", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
@@ -58,6 +59,9 @@ def sweep(
 
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
+    if tuned is not None and (executor != "local" or status or cancel):
+        raise ConfigError("--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm, --status and --cancel "
+                          "do not take it yet", key="tuned")
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
     flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
@@ -74,11 +78,18 @@ def sweep(
 
         submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan, overwrite=overwrite)
         return
+    tuned_values = tuned_record = None
+    if tuned is not None:
+        from fedcli.recipes import read_sweep
+        from fedcli.tune.confirm import tuned_rows
+
+        tuned_values, tuned_record = tuned_rows(tuned, read_sweep(recipe, scale).run_names)
     said = _RunLines(quiet=quiet, jobs=jobs, mpi=mpi, in_process=in_process, progress=progress)
     try:
         result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
                            on_start=said.on_start, on_done=said.on_done, download=download, executor=executor, slurm=flags,
                            tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu, overwrite=overwrite,
+                           tuned=tuned_values, tuned_record=tuned_record,
                            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
     finally:
         said.stop()

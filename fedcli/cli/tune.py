@@ -30,6 +30,8 @@ def tune(
     fresh: bool = typer.Option(False, "--fresh", help="Start the study over: its storage, record and trial folders in --out are deleted first (needed when the recipe, space, objectives or scale changed)."),
     select_on: str = typer.Option("validation", "--select-on", help="validation (default: objectives read the validation split; a recipe without one is refused) or test (optimistic: the accuracy objectives read the test set; the record says so)."),
     promote: int = typer.Option(None, "--promote", metavar="T", min=0, help="Finish the pruned trial T of the study folder RECIPE (train --resume --promote) and record its value."),
+    confirm: int = typer.Option(None, "--confirm", metavar="K", min=1, help="Re-run the K best configurations of each study of the study folder RECIPE over --seeds seeds, as an ordinary sweep in RECIPE/confirm (then `fedcli sweep TABLE --tuned RECIPE` fills a table at the confirmed values)."),
+    seeds: int = typer.Option(3, "--seeds", min=1, help="With --confirm: how many seeds (0..N-1) each configuration is re-run with."),
     study: str = typer.Option(None, "--study", help="With --promote: the study (a \\[\\[runs]] row's folder name) when the folder holds several."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
 ):
@@ -41,8 +43,12 @@ def tune(
     ala_layers; Fed-LAMB and Mime-LAMB lr, weight_decay). docs/tuning.md: how to tune fairly."""
     from fedcli.errors import ConfigError
 
+    if promote is not None and confirm is not None:
+        raise ConfigError("--promote and --confirm: one at a time (promote the pruned trial first, then confirm)")
     if promote is not None:
         return _promote(Path(recipe), promote, study)
+    if confirm is not None:
+        return _confirm(Path(recipe), confirm, seeds, jobs, mpi, quiet)
     if executor not in ("local", "slurm"):
         raise ConfigError(f"--executor must be local or slurm, got {executor!r}")
     if executor == "slurm":
@@ -164,6 +170,27 @@ def _print_closing(plan, co, seconds: float) -> None:
     err_console.print(f"fedcli tune: {len(rows)} trials in {plan.root} ({said}; {m}m{sec:02d}s)"
                       + (f"; best: {'; '.join(best)}" if best else "") + f"; index: {plan.root / 'trials.csv'}",
                       markup=False, highlight=False, soft_wrap=True)
+
+
+def _confirm(root: Path, top: int, seeds: int, jobs: int, mpi: int, quiet: bool):
+    """``fedcli tune DIR --confirm K --seeds N``: :func:`fedcli.tune.confirm.run_confirm` (docs/tuning.md, "Confirming
+    over seeds"), then the confirmed choice per study."""
+    from fedcli.tune.confirm import confirmed, run_confirm
+    from fedcli.tune.results import is_study
+
+    if not is_study(root):
+        from fedcli.errors import ConfigError
+
+        raise ConfigError(f"--confirm {top}: {root} is not a study folder of `fedcli tune` (no tune.json); give the folder "
+                          f"the study was written to")
+    notify = None if quiet else (lambda m: err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True))
+    result = run_confirm(root, top, seeds, jobs=jobs, mpi=mpi, notify=notify)
+    for name, entry in confirmed(root).items():
+        best = entry.get("best")
+        said = (f"trial {best['number']} {best['params']} mean {best['mean']:.4f} over {best['seeds']} seeds" if best
+                else "no configuration completed every seed")
+        err_console.print(f"fedcli tune: confirmed {name}: {said}", markup=False, highlight=False, soft_wrap=True)
+    return result
 
 
 def _promote(root: Path, number: int, study: str | None):

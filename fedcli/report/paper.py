@@ -113,10 +113,64 @@ def section_command(sweep, base: Path) -> str:
     recipe = relative(found, base) if found is not None else Path(str(m.get("recipe", "RECIPE"))).name
     seeds = [int(s) for s in m.get("seeds") or [0]]
     folder = relative(sweep.root, base)
-    default = found is not None and folder == default_out(found, sweep.scale).as_posix()
+    tuned = m.get("tuned") if isinstance(m.get("tuned"), dict) else None
+    default_folder = default_out(found, sweep.scale) if found is not None else None
+    if tuned and default_folder is not None:  # fedcli sweep --tuned's own default folder
+        default_folder = default_folder.with_name(default_folder.name + "-tuned")
+    default = default_folder is not None and folder == default_folder.as_posix()
     return " ".join(["fedcli sweep", shlex.quote(recipe), *([f"--scale {shlex.quote(str(sweep.scale))}"] if sweep.scale else []),
                      f"--seeds {len(seeds) if seeds == list(range(len(seeds))) else ','.join(map(str, seeds))}",
+                     *([f"--tuned {shlex.quote(relative(tuned['dir'], base))}"] if tuned and tuned.get("dir") else []),
                      *([] if default else [f"--out {shlex.quote(folder)}"])])
+
+
+def _space(bounds) -> str:
+    """A search range of ``tune.json`` in words: ``log [0.01, 1]``, ``{5, 10, 20}``."""
+    if isinstance(bounds, dict):
+        if "choices" in bounds:
+            return "{" + ", ".join(f"{c:g}" if isinstance(c, (int, float)) and not isinstance(c, bool) else str(c)
+                                   for c in bounds["choices"]) + "}"
+        for kind in ("log", "float", "int"):
+            if isinstance(bounds.get(kind), list) and len(bounds[kind]) == 2:
+                lo, hi = bounds[kind]
+                step = f" step {bounds['step']:g}" if isinstance(bounds.get("step"), (int, float)) else ""
+                return f"{'log ' if kind == 'log' else ''}[{lo:g}, {hi:g}]{step}"
+    return str(bounds)
+
+
+def tuned_paragraph(sweep, out: Path) -> str | None:
+    """"Hyper-parameter selection" (issue 58): for a sweep run with ``fedcli sweep --tuned DIR``, how each row's values
+    were chosen: the study folder, the spaces, sampler, pruner, trials, the split selected on, the confirmation seeds
+    and the chosen values, from the ``tuned`` record ``sweep.json`` keeps (fedcli/tune/confirm.py). None otherwise."""
+    tuned = sweep.manifest.get("tuned")
+    if not isinstance(tuned, dict) or not isinstance(tuned.get("rows"), dict):
+        return None
+    base, _ = _base(sweep, out)
+    objs = " and ".join(f"{o.get('metric')} ({o.get('reduce')}, {o.get('direction')})" for o in tuned.get("objectives") or [])
+    rows = tuned["rows"]
+    splits = sorted({f"{100 * float(r['val_fraction']):g}%" for r in rows.values() if r.get("val_fraction")})
+    if tuned.get("select_on") == "test":
+        split = "the test set (optimistic: the reported test accuracy is not held out from the selection)"
+    else:
+        split = (f"a validation split held out of the training pool ({', '.join(splits)} of it, stratified, never "
+                 f"trained on)" if splits else "a validation split held out of the training pool")
+    trials = sorted({int(r.get("trials") or 0) for r in rows.values()})
+    seeds = tuned.get("confirm_seeds") or []
+    text = (f"Hyper-parameter selection. Each row's hyper-parameters were tuned by `fedcli tune` (study folder "
+            f"`{relative(tuned.get('dir', ''), base)}`): one study per row, {'/'.join(map(str, trials))} trials each, "
+            f"sampler {tuned.get('sampler')}, pruner {tuned.get('pruner')}, seed {tuned.get('seed')}, objective {objs} "
+            f"on {split}. The best configurations of each study were re-run over seeds {', '.join(map(str, seeds)) or 'n/a'}, "
+            f"and each row uses the one with the best mean objective. ")
+    parts = []
+    for name, r in rows.items():
+        space = "; ".join(f"{k} in {_space(v)}" for k, v in (r.get("space") or {}).items())
+        chosen = ", ".join(f"{k} = {v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} = {v}"
+                           for k, v in (r.get("params") or {}).items())
+        mean = r.get("confirmed_mean")
+        parts.append(f"{name}: {space or 'no space'}; chosen {chosen or 'the recipe own values'} (trial {r.get('trial')}"
+                     + (f", mean {mean:.4g} over {r.get('confirmed_seeds')} seed(s)" if isinstance(mean, (int, float)) else "")
+                     + ")")
+    return text + "Spaces and chosen values: " + "; ".join(parts) + "."
 
 
 def _paragraph(sweep, out: Path) -> tuple[str, str]:
@@ -296,6 +350,10 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
         tex += [f"\\subsection{{{latex_escape(head)}}}", latex_text(text), "", f"{{\\raggedright {latex_text(said)}\\par}}", ""]
         md += [f"## {head}", "", f"{text} {said}", ""]
+        selection = tuned_paragraph(s, out)
+        if selection:
+            tex += [latex_text(selection), ""]
+            md += [selection, ""]
         products = [*s.tables(), *s.figures()]
         parts = [_product(s, product, out, x, labels[s.root, product.name]) for product in products]
         lacking = _lacking(products, parts)

@@ -88,8 +88,11 @@ def run_state(p: PlannedRun) -> tuple[str, str | None]:
 
 
 class SweepManifest:
-    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict):
+    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict,
+                 extra: dict | None = None):
+        # extra: further keys of sweep.json (``tuned``: the tuning a --tuned sweep's values come from)
         self.root, self.recipe, self.seeds, self.runs, self.products = root, recipe, seeds, runs, products
+        self.extra = extra or {}
         old = load_manifest(root, missing_ok=True) or {}
         self.created = old.get("created") or now()
         self.lock = threading.Lock()
@@ -109,6 +112,7 @@ class SweepManifest:
             # runs the report re-times from a trained run's records (a [[runs]] entry's ``retime``): not trained
             **({"retimed": [v.to_dict() for v in r.retimed]} if getattr(r, "retimed", None) else {}),
             **self.products,
+            **self.extra,
             "runs": [p.entry() for p in self.runs],
         }
         with self.lock:

@@ -185,14 +185,20 @@ class SweepResult:
 
 def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
                   jobs: int = 1, mpi: int = 0, cpus: int | None = None,
-                  tracker: str = "") -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+                  tracker: str = "", tuned: dict | None = None) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
     """``cpus``: CPUs each run gets (a Slurm job's); default this machine's cores / (jobs x MPI ranks);
-    ``tracker``: replaces every run's ``tracker`` key (``fedcli sweep --tracker``)."""
+    ``tracker``: replaces every run's ``tracker`` key (``fedcli sweep --tracker``); ``tuned``: {run name: values}
+    set over each run's own (``fedcli sweep --tuned DIR``: its study's confirmed best, fedcli/tune/confirm.py; the
+    default folder is then ``results/<recipe name>-<scale>-tuned``)."""
     from fedcli.recipes import read_sweep
 
     recipe = read_sweep(recipe_path, scale)
+    for run in recipe.runs:
+        run.values = {**run.values, **(tuned or {}).get(run.name, {})}
     products = products_of(recipe)
     root = Path(out) if out else default_out(recipe.path, recipe.scale)
+    if tuned is not None and not out:
+        root = root.with_name(root.name + "-tuned")
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--out {root} is a file; expected a folder for the sweep")
     seed_ids = seed_list(recipe, seeds)
@@ -333,7 +339,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
               jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
               notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None,
               tracker: str = "", runs_per_gpu: int | str | None = "auto", gpu_free: list[int] | None = None,
-              overwrite: bool = False) -> SweepResult:
+              overwrite: bool = False, tuned: dict | None = None, tuned_record: dict | None = None) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
     failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/sweep/slurm.py; ``slurm``: the
     resource flags) and return without waiting.
@@ -343,7 +349,9 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
     many local runs at a time on one GPU, or ``auto`` (fedcli/sweep/placement.py; ``gpu_free``: the devices' free bytes, asked
     of the driver when None). A folder that holds another sweep (:func:`another_sweep`) is refused (exit 2, also with
     ``dry_run``) unless ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was and which of
-    its runs are trained over)."""
+    its runs are trained over). ``tuned``: {run name: values} set over the recipe's (``fedcli sweep --tuned DIR``,
+    :func:`prepare_sweep`), ``tuned_record``: what ``sweep.json`` keeps of the tuning, as ``tuned`` (read by
+    ``fedcli report --paper``); local runs only."""
     from fedcli.sweep.placement import parse_runs_per_gpu
 
     per_gpu = parse_runs_per_gpu(runs_per_gpu if runs_per_gpu is not None else "auto")
@@ -355,6 +363,8 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         raise ConfigError(f"--executor must be local or slurm, got {executor!r}")
     if executor == "slurm" and in_process:
         raise ConfigError("--executor slurm and --in-process cannot be combined")
+    if tuned is not None and executor != "local":
+        raise ConfigError("--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm does not take it yet")
     res = None
     if executor == "slurm":
         from fedcli.recipes import read_sweep
@@ -362,7 +372,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
 
         res = resources(read_sweep(recipe_path, scale), slurm or {})
     recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None,
-                                                           tracker)
+                                                           tracker, tuned)
     result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products, runs))
     if result.replaces and not overwrite:
         raise ConfigError(f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
@@ -392,7 +402,7 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         for p in todo:
             p.status, p.error = run_state(p)
         todo = [p for p in todo if p.status not in (DONE, PRUNED)]
-        manifest = SweepManifest(root, recipe, seed_ids, runs, products)
+        manifest = SweepManifest(root, recipe, seed_ids, runs, products, {"tuned": tuned_record} if tuned_record else None)
         manifest.write()
         if on_start:
             on_start(result, todo)

@@ -72,19 +72,27 @@ def _num(v) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def column(run_dir: Path, metric: str, select_on: str = "validation", step: str = "iteration") -> list[tuple[int, float]]:
-    """(step, value) of every evaluation that has ``metric`` (``sim_time_s``: the system model's rows); ``step``:
-    ``iteration`` (local iterations) or ``round`` (a budget in rounds)."""
+def points(rows: list[dict], metric: str, select_on: str = "validation", step: str = "iteration") -> list[tuple[int, float]]:
+    """(step, value) of every evaluation row of ``rows`` (metrics.csv rows, cells as text or numbers) that has a finite
+    ``metric`` (``--select-on test``: an accuracy metric's test column, :data:`TEST_COLUMN`); ``step``: ``iteration``
+    (local iterations) or ``round`` (a budget in rounds)."""
     col = TEST_COLUMN.get(metric, metric) if select_on == "test" else metric
-    rows = read_rows(run_dir)
-    if col not in (rows[0] if rows else {}) and col == "sim_time_s":
-        rows = read_rows(run_dir, "system.csv")
     out = []
     for r in rows:
         it, v = _num(r.get(step)), _num(r.get(col))
         if it is not None and v is not None:
             out.append((int(it), v))
     return out
+
+
+def column(run_dir: Path, metric: str, select_on: str = "validation", step: str = "iteration") -> list[tuple[int, float]]:
+    """:func:`points` of the run in ``run_dir`` (``sim_time_s``: the system model's rows, system.csv, when metrics.csv
+    has no such column)."""
+    col = TEST_COLUMN.get(metric, metric) if select_on == "test" else metric
+    rows = read_rows(run_dir)
+    if col not in (rows[0] if rows else {}) and col == "sim_time_s":
+        rows = read_rows(run_dir, "system.csv")
+    return points(rows, metric, select_on, step)
 
 
 def reduce_values(points: list[tuple[int, float]], objective, accuracy: list[tuple[int, float]] | None = None) -> float | None:
@@ -108,23 +116,40 @@ def reduce_values(points: list[tuple[int, float]], objective, accuracy: list[tup
     return sum(last) / len(last)
 
 
+def _objective(objective):
+    """A :class:`fedcli.tune.space.Objective`, or one from its record in tune.json (``{"metric": "val_acc",
+    "reduce": "last3", "direction": "maximize"}``)."""
+    if not isinstance(objective, dict):
+        return objective
+    from types import SimpleNamespace  # (fedcli.tune.space.Objective's fields; that module reads this one)
+
+    k, target = parse_reduce(objective.get("reduce", "final"), "objective")
+    metric = objective["metric"]
+    return SimpleNamespace(metric=metric, k=k, target=target, direction=objective.get(
+        "direction", "minimize" if target is not None else METRICS.get(metric, "maximize")))
+
+
+def value_of_rows(rows: list[dict], objective, select_on: str = "validation") -> float | None:
+    """The objective's value over a run's metrics.csv ``rows`` (the one reduction the coordinator tells and the
+    study's report recomputes, :func:`value`)."""
+    objective = _objective(objective)
+    acc = None
+    if objective.target is not None and objective.metric not in ACCURACY:
+        acc = points(rows, "val_acc", select_on) or points(rows, "personal_val_acc", select_on)
+    return reduce_values(points(rows, objective.metric, select_on), objective, acc)
+
+
 def value(run_dir, objective, select_on: str = "validation") -> float | None:
     """The objective's value of the run in ``run_dir`` from its metrics.csv (the contract's
     ``fedcli.tune.objectives.value``). ``objective``: a :class:`fedcli.tune.space.Objective` or its record in
     tune.json (``{"metric": "val_acc", "reduce": "last3", "direction": "maximize"}``)."""
-    if isinstance(objective, dict):  # (fedcli.tune.space.Objective's fields; that module reads this one)
-        from types import SimpleNamespace
-
-        k, target = parse_reduce(objective.get("reduce", "final"), "objective")
-        metric = objective["metric"]
-        objective = SimpleNamespace(metric=metric, k=k, target=target, direction=objective.get(
-            "direction", "minimize" if target is not None else METRICS.get(metric, "maximize")))
+    objective = _objective(objective)
     run_dir = Path(run_dir)
-    points = column(run_dir, objective.metric, select_on)
+    pts = column(run_dir, objective.metric, select_on)
     acc = None
     if objective.target is not None and objective.metric not in ACCURACY:
         acc = column(run_dir, "val_acc", select_on) or column(run_dir, "personal_val_acc", select_on)
-    return reduce_values(points, objective, acc)
+    return reduce_values(pts, objective, acc)
 
 
 def worst(objective) -> float:
