@@ -611,9 +611,12 @@ class Coordinator:
                 "values": ft.values, "run": rel if has else "",
                 "pruned_iteration": ft.user_attrs.get("pruned_iteration") if ft.state.name == "PRUNED" else None,
                 "baseline": bool(ft.user_attrs.get("baseline"))}
-            promoted = ft.user_attrs.get("promoted_values")
-            if promoted and ft.state.name == "PRUNED":  # fedcli tune --promote finished it
-                self.rows[(sp.name, ft.number)].update(state="COMPLETE", values=promoted, pruned_iteration=None)
+            if ft.state.name == "PRUNED" and has and _promoted(self.plan.root / rel):
+                # fedcli tune --promote finished it: Optuna cannot re-tell a finished trial (the sampler still counts it
+                # pruned); the run directory is the truth, and trials.csv shows the trial COMPLETE with its values
+                vals = [obj.value(self.plan.root / rel, o, self.plan.select_on) for o in self.plan.table.objectives]
+                vals = [obj.worst(o) if v is None else v for o, v in zip(self.plan.table.objectives, vals)]
+                self.rows[(sp.name, ft.number)].update(state="COMPLETE", values=vals, pruned_iteration=None)
 
     def write_csv(self) -> None:
         params = list(dict.fromkeys(k for s in self.plan.studies for k in s.space))
@@ -631,6 +634,16 @@ def _manifest(run_dir: Path) -> dict | None:
         return None
     _, m = read_manifest(run_dir)
     return m if isinstance(m, dict) else None
+
+
+def _promoted(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` was pruned, then finished by ``--promote`` (its manifest completed, the last
+    resume recording ``promoted``: docs/run-directory.md)."""
+    m = _manifest(run_dir)
+    if not isinstance(m, dict) or m.get("status") != "completed":
+        return False
+    resumes = m.get("resumes") if isinstance(m.get("resumes"), list) else []
+    return any(isinstance(r, dict) and r.get("promoted") for r in resumes)
 
 
 def _pruned(manifest) -> bool:
@@ -660,15 +673,15 @@ def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, n
 
 
 def promote(root: Path, number: int, study: str | None = None, mpi: int = 0, notify=None) -> tuple[str, int]:
-    """``fedcli tune DIR --promote T``: the pruned trial T finishes (``fedcli train --resume --promote``) and is told
-    its value; (its run directory, exit code)."""
+    """``fedcli tune DIR --promote T``: the pruned trial T finishes (``fedcli train --resume --promote``) and trials.csv
+    shows it COMPLETE with its values (Optuna keeps it PRUNED: a finished trial cannot be told again); (its run
+    directory, exit code)."""
     import subprocess
     import sys
 
     import optuna
 
     from fedcli.results import stopfile
-    from fedcli.recipes import read_sweep
 
     rec = folder.read_record(root)
     if rec is None:
@@ -688,21 +701,14 @@ def promote(root: Path, number: int, study: str | None = None, mpi: int = 0, not
     with TuneLock(root):
         plan = make_plan(rec["recipe"], rec.get("scale"), root, rec.get("trials"), rec.get("sampler"), rec.get("pruner"),
                          rec.get("seed"), _storage_arg(rec), rec.get("select_on", "validation"))
-        sp = study_of(plan, study)
+        study_of(plan, study)  # (refused in one line when the record no longer holds it)
         stopfile.clear_stop(run_dir)
         cmd = [sys.executable, "-m", "fedcli", "train", "--resume", str(run_dir), "--promote", "--quiet"]
         with open(root / f"{folder.trial_rel(study, number)}.log", "a") as log:
             code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        st = optuna.load_study(study_name=sp.optuna_study, storage=open_storage(plan))
-        ft = next(t for t in st.get_trials(deepcopy=False) if t.number == number)
-        m = _manifest(run_dir)
-        if code == 0 and isinstance(m, dict) and m.get("status") == "completed":
-            vals = [obj.value(run_dir, o, plan.select_on) for o in plan.table.objectives]
-            vals = [obj.worst(o) if v is None else v for o, v in zip(plan.table.objectives, vals)]
-            # Optuna keeps a finished trial's state: the promoted values are the trial's user attribute, and trials.csv
-            # shows the trial COMPLETE with them (the run directory is the truth)
-            st._storage.set_trial_user_attr(ft._trial_id, "promoted_values", vals)
+        # the trial stays PRUNED in Optuna (a finished trial cannot be told again): Coordinator.refresh reads the
+        # promoted run's values from its folder
         co = Coordinator(plan, notify=notify)
         for s in plan.studies:
             co.refresh(s, optuna.load_study(study_name=s.optuna_study, storage=open_storage(plan)))

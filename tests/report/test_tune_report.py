@@ -31,9 +31,9 @@ def test_report_of_a_study(study, capsys):
     assert code == 0, err
     # trials by state; compute: 4 x 8 + 4 = 36 of 5 x 8 = 40 (90.0%), the grid 6 x 8 = 48 (75.0%)
     assert "Trials: 4 COMPLETE, 1 PRUNED (5 of 5 planned)." in out
-    assert ("Compute: 36 local iterations spent of a budget of 40 (5 trials x 8 iterations, 90.0%); the full grid of 6 "
+    assert ("Compute: 36 local iterations spent of a budget of 40 (5 trials x 8 local iterations, 90.0%); the full grid of 6 "
             "configurations would take 48 (75.0% of it spent).") in out
-    assert "Compute: 16 local iterations spent of a budget of 16 (2 trials x 8 iterations, 100.0%)" in out
+    assert "Compute: 16 local iterations spent of a budget of 16 (2 trials x 8 local iterations, 100.0%)" in out
     # the best first, by the mean of the last two val_acc read here from each run's metrics.csv
     done = {n: _last2(study / f"fedavg/trial-{n:04d}") for n in (0, 1, 3, 4)}
     order = sorted(done, key=lambda n: (-done[n], n))
@@ -47,7 +47,7 @@ def test_report_of_a_study(study, capsys):
     assert (f"study 'fedavg': the best val_acc (trial {order[0]}) has lr = {best_lr:g} at the {side} of its range "
             f"[0.1, 0.5]: widen it") in out
     assert "Spearman rank correlation" in out and "over 4 completed trials" in out
-    assert "Unequal tuning budgets across the studies ('fedavg' 5 trials x 8 iterations, 'prox' 2 trials x 8 iterations)" in out
+    assert "Unequal tuning budgets across the studies ('fedavg' 5 trials x 8 local iterations, 'prox' 2 trials x 8 local iterations)" in out
     assert "Selected on the test set" not in out
     figs = sorted(p.name for p in (study / "figures").glob("*.png"))
     # 'prox' has two completed trials: too few for importances (three needed), so no importance figure of it
