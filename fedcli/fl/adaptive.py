@@ -148,11 +148,6 @@ def to_device(state: dict | None, device) -> dict | None:
     return None if state is None else {n: t.to(device) for n, t in state.items()}
 
 
-def to_cpu(state: dict | None) -> dict | None:
-    """A detached CPU copy of a server's state (name -> tensor, or None), for ``state_dict``."""
-    return None if state is None else {n: t.detach().cpu().clone() for n, t in state.items()}
-
-
 # ---------------------------------------------------------------------------- the adaptive local step
 class AdaptiveStep(LocalStep):
     """The adaptive local step of Fed-LAMB, Mime-LAMB and Fed-AMS (Algorithm 1, lines 6-13; see the module
@@ -226,6 +221,8 @@ class AdaptiveStep(LocalStep):
 class VhatServer(AverageServer):
     """Model averaging plus a second moment v_hat held by the server and shared with the clients."""
 
+    keeps = ("vhat",)  # checkpointed and resumed with the run
+
     def __init__(self, params):
         super().__init__(params)
         self.vhat: dict[str, torch.Tensor] | None = None
@@ -246,12 +243,6 @@ class VhatServer(AverageServer):
             self.vhat = {n: t.clamp(min=vhat_zero(self.params)) for n, t in candidate.items()}
         else:
             self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
-
-    def state_dict(self) -> dict:
-        return {"vhat": to_cpu(self.vhat)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.vhat = state.get("vhat")
 
 
 class VhatMaxServer(VhatServer):

@@ -45,7 +45,8 @@ class Schedule(Part):
     adjustment it made (or None) is ``adjustment`` until the next round begins (intervals.csv)."""
 
     name = "base"
-    kept_state = Part.kept_state  # a schedule's state is its own (``state_dict``), never per client
+    kept_state = Part.kept_state  # a schedule's state is its own (``keeps``), never per client
+    keeps = ("intervals",)     # checkpointed and resumed with the run
     needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 
@@ -107,13 +108,6 @@ class Schedule(Part):
 
     def observe(self, layer: int, discrepancy: float, steps: int) -> None:
         """Record the (weighted) mean squared distance sum_i p_i ||u_l - x_l^i||^2 at a sync."""
-
-    def state_dict(self) -> dict:
-        return {"intervals": list(self.intervals)}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state:  # a checkpoint's per-process parts hold no schedule when written before it was a part
-            self.intervals = list(state["intervals"])
 
 
 class Periodic(Schedule):

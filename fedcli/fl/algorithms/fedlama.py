@@ -34,6 +34,7 @@ class Lama(Schedule):
 
     needs_discrepancy = True
     layerwise = True
+    keeps = Schedule.keeps + ("d",)  # the intervals and each layer's last d_l
 
     def __init__(self, params, layers):
         super().__init__(params, layers)
@@ -59,14 +60,6 @@ class Lama(Schedule):
             return None
         self.intervals = self.compute()
         return Adjustment(round_idx, iteration, list(self.d), list(self.intervals))
-
-    def state_dict(self) -> dict:
-        return {"intervals": list(self.intervals), "d": list(self.d)}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state:
-            self.intervals = list(state["intervals"])
-            self.d = list(state["d"])
 
 
 class LamaAccelerate(Lama):

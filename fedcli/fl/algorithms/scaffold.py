@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import torch
 
-import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.parts import SGDStep, expand, flat_rows
 
@@ -47,6 +46,7 @@ class ScaffoldStep(SGDStep):
     fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
     #: each client's control variate c_i, zeros at first: the cohort's rows [K, ...] during a round
     c_i = ClientState()
+    keeps = ("c",)  # the server control variate, checkpointed and resumed with the run
 
     def __init__(self, params):
         super().__init__(params)
@@ -87,9 +87,9 @@ class ScaffoldStep(SGDStep):
             d = self.disp[n]
             step_mean = d / expand(self.lr_sum.clamp(min=1e-300), d) if d.shape[0] else d
             new_ci[n] = self.c_i[n] - self.c[n] + step_mean
-        # a client skipped by --on-diverge skip-client (or with a non-finite c_i+) keeps its c_i and adds nothing to c
-        skipped = cohort.skipped
-        alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
+        # a client with a non-finite c_i+ keeps its c_i and adds nothing to c (one dropped by --on-diverge skip-client
+        # keeps its c_i too, and the cohort sum leaves it out)
+        alive = torch.ones_like(self.lr_sum, dtype=torch.bool)
         for n in names:
             alive &= torch.isfinite(flat_rows(new_ci[n])).all(1)
         for n in names:
@@ -101,10 +101,3 @@ class ScaffoldStep(SGDStep):
         self.c_i = new_ci  # kept for the cohort's clients after this hook
         view.ledger.record_transfer(view.active, up=1)  # every cohort client uploads c_i+ - c_i
         self.correction, self.disp = {}, {}
-
-    def state_dict(self) -> dict:
-        return {"c": None if self.c is None else {n: t.detach().cpu() for n, t in self.c.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        c = state.get("c")
-        self.c = None if c is None else {n: t.clone() for n, t in c.items()}
