@@ -123,15 +123,19 @@ class Cost:
     - ``round``: extra forward-backward passes of single samples, per client and round (Ditto's personalized
       epochs: its steps x its batch; a full-batch gradient: the client's samples);
     - ``trips``: extra round trips between a client and the server per round, each 2 x the client's latency (Mime's
-      exchange of the full-batch gradients before the local steps).
+      exchange of the full-batch gradients before the local steps);
+    - ``down``, ``up`` (numbers): whole-model copies every client of a round downloads before the part's round and
+      uploads after it, beyond the synchronizations (SCAFFOLD's c and c_i+ - c_i): the engine records them in the
+      ledger around the part's ``begin_round`` / ``end_round`` (``fedcli.fl.clientstate.open_round``).
 
-    The extra bytes a part moves are not declared here: they are what it records in the ledger
-    (``view.ledger.record_transfer``), which the system model charges too. ``source``: the paper and algorithm line
-    the cost follows."""
+    Copies a part moves only in some rounds it records itself (``view.ledger.record_transfer``: Fed-LAMB's v_hat at a
+    synchronization); the system model charges both. ``source``: the paper and algorithm line the cost follows."""
 
     step: Any = 0.0
     round: Any = 0.0
     trips: Any = 0.0
+    down: float = 0.0
+    up: float = 0.0
     source: str = ""
 
     @staticmethod
