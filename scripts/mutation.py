@@ -35,9 +35,9 @@ ADAPTIVE_TESTS = ["tests/algorithms/test_adaptive.py", "tests/algorithms/test_ad
 # name: (module, functions to mutate (empty: all), tests that check them)
 TARGETS = {
     "schedules": ("fedcli/fl/schedules.py", [], LAMA_TESTS),
-    # FedLAMA's schedules, until 2026-11 part of schedules.py
+    # FedLAMA's Algorithm 1 and its schedules (until 2026-11 part of schedules.py; Algorithm 1 until issue 60 in layerwise.py)
     "fedlama": ("fedcli/fl/algorithms/fedlama.py", [], LAMA_TESTS),
-    # FedLAMA's Eqs. 2-4 and Algorithm 1 (torch-free, for the report), until 2026-11 part of schedules.py
+    # FedLAMA's Eqs. 3-4 (torch-free, for the report; Eq. 2 is the layer-wise base's in schedules.py since issue 60)
     "layerwise": ("fedcli/fl/layerwise.py", [], LAMA_TESTS),
     # the golden runs record the lr of every evaluation (constant in the older records)
     "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),

@@ -4,7 +4,7 @@ a schedule's round length become the number of rounds, the steps of each round a
 The engine runs the plan (:meth:`RunPlan.round_steps`, :meth:`RunPlan.done`), and everything that needs to know the
 run's length asks :func:`plan_run` rather than working it out again: the sweep's time estimate (``fedcli.sweep.estimate``),
 the worker planner (``fedcli.runner.estimate_work``), FedPHP's mu_t = mu * t / T and APPLE's lambda schedule
-(their T and R). The rules, with the schedule's round length P (``Schedule.round_length``: tau for FedAvg's periodic
+(their T and R). The rules, with the schedule's round length P (its spec's ``round_length``: tau for FedAvg's periodic
 schedule and FedLAMA's accelerate variant, phi * tau' for FedLAMA, whose round is phi * tau' iterations, Algorithm 1):
 
 - ``--iterations I`` (the default budget): rounds of P local iterations, the last one cut at I, so
@@ -117,8 +117,8 @@ def plan_run(cfg, period: int, sizes: Sequence[float] | None = None, active: int
 
 
 def schedule_round_length(cfg) -> int:
-    """The round length of ``cfg``'s schedule (``--schedule``, or its method's): ``Schedule.round_length``."""
-    from fedcli.fl.schedules import SCHEDULES
-    from fedcli.specs import METHODS
+    """The round length of ``cfg``'s schedule (``--schedule``, or its method's): what its spec declares
+    (``round_length=``, :meth:`fedcli.specs.PartSpec.iterations`), without importing its torch class."""
+    from fedcli.specs import METHODS, PARTS
 
-    return SCHEDULES[cfg.schedule or METHODS[cfg.algo].schedule].round_length(cfg)
+    return PARTS["schedule"][cfg.schedule or METHODS[cfg.algo].schedule].iterations(cfg)

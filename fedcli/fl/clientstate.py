@@ -143,16 +143,22 @@ def declared(cls) -> tuple[tuple[str, ClientState], ...]:
 
 
 def open_round(part, view, cohort) -> None:
-    """The part's round begins for ``cohort``: each declared state's rows set as the part's attribute, then its
-    ``begin_round`` (the engine's call; collective under MPI, as ``begin_round``)."""
+    """The part's round begins for ``cohort``: each declared state's rows set as the part's attribute, the copies its
+    cost declares each client downloads (``Cost.down``) recorded, then its ``begin_round`` (the engine's call;
+    collective under MPI, as ``begin_round``)."""
     for attr, state in declared(type(part)):
         part.__dict__[attr] = state.load(view, cohort)
+    if part.cost.down:
+        view.ledger.record_transfer(view.active, down=part.cost.down)
     part.begin_round(view, cohort)
 
 
 def close_round(part, view, cohort) -> None:
-    """The part's round ends for ``cohort``: its ``end_round``, then each declared state's rows, as the attribute
-    now holds them, kept for the cohort's clients (skipped clients keep theirs) and the attribute dropped."""
+    """The part's round ends for ``cohort``: its ``end_round``, the copies its cost declares each client uploads
+    (``Cost.up``) recorded, then each declared state's rows, as the attribute now holds them, kept for the cohort's
+    clients (skipped clients keep theirs) and the attribute dropped."""
     part.end_round(view, cohort)
+    if part.cost.up:
+        view.ledger.record_transfer(view.active, up=part.cost.up)
     for attr, state in declared(type(part)):
         state.save(view, cohort, part.__dict__.pop(attr))

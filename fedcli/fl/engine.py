@@ -492,8 +492,11 @@ class Simulation:
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
-        (``Communicator.client_sum``: the same bits for any number of worker processes); rows of
-        ``skip`` (clients dropped by --on-diverge skip-client) add nothing."""
+        (``Communicator.client_sum``: the same bits for any number of worker processes); rows of ``skip`` add
+        nothing, by default those of the clients dropped by --on-diverge skip-client (``cohort.skipped``), so no
+        part has to leave them out itself."""
+        if skip is None and cohort.skipped:
+            skip = torch.tensor([c in cohort.skipped for c in cohort.clients], dtype=torch.bool)
         return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
 
     def cohort_sums(self, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,

@@ -163,27 +163,47 @@ class Part:
         ``cohort``: read by a part that requires it through ``view.offered(capability, cohort)``."""
         raise LookupError(f"{type(self).__name__} offers no {capability!r}")
 
-    # the attributes this part keeps across rounds (tensors, dicts of tensors, numbers, None): the default
-    # ``state_dict`` / ``load_state_dict`` checkpoint and resume them (FedDyn's server: ``keeps = ("h",)``)
+    # the attributes this part keeps across rounds (tensors, numbers, None, lists and dicts of them, or a part it
+    # wraps): the one way a part's own state reaches checkpoints and ``--resume`` (FedDyn's server: ``keeps = ("h",)``;
+    # a subclass adds its own: ``keeps = Schedule.keeps + ("d",)``). Per-client state is a ``ClientState`` instead.
     keeps: tuple[str, ...] = ()
 
     def state_dict(self) -> dict:
-        """What a checkpoint keeps of the part: by default its ``keeps`` attributes, detached copies on the CPU."""
-        return {a: _copied(getattr(self, a), lambda t: t.detach().cpu()) for a in self.keeps}
+        """What a checkpoint keeps of the part: its ``keeps`` attributes, detached copies on the CPU (a wrapped part:
+        its own ``state_dict``)."""
+        return {a: _saved(getattr(self, a)) for a in self.keeps}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume what :meth:`state_dict` kept (an attribute the checkpoint lacks keeps its initial value)."""
         for a in self.keeps:
-            if a in state:
+            if a not in state:
+                continue
+            if _wrapped(getattr(self, a, None)):
+                getattr(self, a).load_state_dict(state[a])
+            else:
                 setattr(self, a, _copied(state[a], torch.clone))
 
 
+def _wrapped(value) -> bool:
+    """Whether ``value`` is a part (one that another wraps: ALA's base init), kept by its own ``keeps``."""
+    return hasattr(value, "keeps") and callable(getattr(value, "state_dict", None))
+
+
+def _saved(value):
+    """``value`` as a checkpoint keeps it: tensors detached on the CPU, containers copied, a part by its state."""
+    if _wrapped(value):
+        return value.state_dict()
+    return _copied(value, lambda t: t.detach().cpu())
+
+
 def _copied(value, copy):
-    """``value`` with ``copy`` applied to each tensor in it (a tensor, or a dict of them)."""
+    """``value`` with ``copy`` applied to each tensor in it (a tensor, or a list or dict of them), containers copied."""
     if isinstance(value, torch.Tensor):
         return copy(value)
     if isinstance(value, dict):
         return {k: _copied(v, copy) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v, copy) for v in value]
     return value
 
 

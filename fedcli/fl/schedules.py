@@ -6,9 +6,10 @@ and the cohort is resampled. Within a round, layer ``l`` is synchronized after l
 (1-based) when ``j % interval[l] == 0``; every layer is synchronized at the end of the round.
 
 - :class:`Periodic` is FedAvg's periodic full averaging (McMahan et al. 2017): every layer every tau.
-- the layer-wise schedules build on :class:`Schedule` (per-layer intervals, ``observe`` / ``compute`` /
-  ``adjust``) and on the torch-free interval arithmetic of ``fedcli.fl.layerwise``: FedLAMA's ``lama`` and
-  ``lama-accelerate`` are in ``fedcli/fl/algorithms/fedlama.py``.
+- :class:`LayerwiseSchedule` is the base of the layer-wise schedules: it measures each layer's unit model
+  discrepancy d_l at its synchronizations (FedLAMA Eq. 2), keeps it, and re-adjusts the intervals at a round's end
+  with the one pure function a method writes, ``intervals_of`` (FedLAMA's Algorithm 1 and its accelerate variant:
+  ``fedcli/fl/algorithms/fedlama.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 import torch
 
 from fedcli.fl.parts import Classes, Part, flat_rows
-from fedcli.params import bind
 
 
 SCHEDULES = Classes("schedule")
@@ -45,8 +45,9 @@ class Schedule(Part):
     adjustment it made (or None) is ``adjustment`` until the next round begins (intervals.csv)."""
 
     name = "base"
-    kept_state = Part.kept_state  # a schedule's state is its own (``state_dict``), never per client
-    needs_discrepancy = False  # the engine computes the cohort discrepancy at each synchronization (FedLAMA Eq. 2)
+    kept_state = Part.kept_state  # a schedule's state is its own (``keeps``), never per client
+    keeps = ("intervals",)     # checkpointed and resumed with the run
+    needs_discrepancy = False  # it measures the cohort's discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
 
     def __init__(self, params, layers):
@@ -59,10 +60,10 @@ class Schedule(Part):
 
     @classmethod
     def round_length(cls, cfg) -> int:
-        """Local iterations of a round of this schedule under ``cfg`` (a config or the schedule's params; known before
-        the schedule is built, so the budget's rounds and steps can be planned from a config alone:
-        ``fedcli.fl.budget.plan_run``)."""
-        return bind(cls, cfg).tau
+        """Local iterations of a round of this schedule under ``cfg`` (a config or the schedule's params): what its
+        spec declares (``round_length=`` of ``fedcli.specs.part``, :meth:`fedcli.specs.PartSpec.iterations`), so the
+        budget's rounds and steps are planned from a config alone, without this class (``fedcli.fl.budget``)."""
+        return cls.spec.iterations(cfg)
 
     @property
     def period(self) -> int:
@@ -94,10 +95,60 @@ class Schedule(Part):
 
     def synchronized(self, view, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
         """After the new global ``layers`` are computed at local step ``step``, before the clients receive them
-        (``last_sync[l]``: the step of layer l's previous synchronization this round)."""
-        if not self.needs_discrepancy:
-            return
-        # FedLAMA Eq. 2: the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 of every synchronized layer (one cohort sum)
+        (``last_sync[l]``: the step of layer l's previous synchronization this round). Default: nothing."""
+
+
+class Periodic(Schedule):
+    """FedAvg: all layers synchronized every tau local iterations; the cohort resampled every tau."""
+
+    separable = True
+
+
+def unit_discrepancy(mean_sq_dist: float, steps: int, numel: int) -> float:
+    """FedLAMA Eq. 2: d_l = (1/m) sum_i ||u_l - x_l^i||^2 / (tau_l * dim(u_l)).
+
+    ``mean_sq_dist`` is the cohort mean (or p_i-weighted mean) of the squared distances and
+    ``steps`` the local iterations since the layer was last synchronized (tau_l in a full round).
+    """
+    return float(mean_sq_dist) / (steps * numel)
+
+
+class LayerwiseSchedule(Schedule):
+    """Base of the layer-wise schedules (FedLAMA, Lee et al., AAAI 2023, Algorithms 1 and 2): per-layer intervals
+    re-adjusted from each layer's unit model discrepancy d_l (Eq. 2). A method writes one pure function,
+    ``intervals_of(d, numel, tau, phi, rule=..., eligible=...)`` -> each layer's interval; this base does the rest:
+
+    - at each synchronization of layer l it measures the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 (one cohort
+      sum for every synchronized layer) and keeps d_l (:func:`unit_discrepancy`); a layer not synchronized keeps its
+      last d_l (the paper and the author code alike);
+    - at a round's end it re-adjusts the intervals with ``intervals_of`` (an ``Adjustment``, intervals.csv), once more
+      than ``--lama-first-adjust`` K times tau' local iterations have run (the author code's ``epoch_id > 5`` is
+      K = 6; K = 0 adjusts at every round end, as the algorithm box);
+    - ``--lama-eligible``: the layers whose interval may change (the author code: conv/dense kernels);
+    - d and the intervals are checkpointed (``keeps``).
+
+    Its options are FedLAMA's (``fedcli/specs/fedlama.py``); the round length is its spec's ``round_length``.
+    """
+
+    needs_discrepancy = True
+    layerwise = True
+    keeps = Schedule.keeps + ("d",)  # the intervals and each layer's last d_l
+    kept_state = Part.kept_state     # no per-client state (declared again beside its own ``synchronized``)
+
+    def __init__(self, params, layers):
+        super().__init__(params, layers)
+        p = self.params
+        self.eligible = [True] * len(layers) if p.lama_eligible == "all" else [li.kind == "kernel" for li in layers]
+        self.d = [0.0] * len(layers)
+        self.numel = [li.numel for li in layers]
+
+    @staticmethod
+    def intervals_of(d: list[float], numel: list[int], tau: int, phi: int, *, rule: str, eligible: list[bool]) -> list[int]:
+        """The method's rule: each layer's interval from the unit discrepancies ``d`` and the layers' sizes."""
+        raise NotImplementedError
+
+    def synchronized(self, view, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
+        # Eq. 2: the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 of every synchronized layer (one cohort sum)
         per_client = torch.stack([
             flat_rows(cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name]).double().pow(2).sum(1)
             for l in layers], 1)  # [K, layers]
@@ -106,17 +157,12 @@ class Schedule(Part):
             self.observe(l, dv, step - last_sync[l])
 
     def observe(self, layer: int, discrepancy: float, steps: int) -> None:
-        """Record the (weighted) mean squared distance sum_i p_i ||u_l - x_l^i||^2 at a sync."""
+        """Keep d_l (Eq. 2) from the (weighted) mean squared distance sum_i p_i ||u_l - x_l^i||^2 at a sync."""
+        self.d[layer] = unit_discrepancy(discrepancy, steps, self.numel[layer])
 
-    def state_dict(self) -> dict:
-        return {"intervals": list(self.intervals)}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state:  # a checkpoint's per-process parts hold no schedule when written before it was a part
-            self.intervals = list(state["intervals"])
-
-
-class Periodic(Schedule):
-    """FedAvg: all layers synchronized every tau local iterations; the cohort resampled every tau."""
-
-    separable = True
+    def adjust(self, round_idx: int, iteration: int) -> Adjustment | None:
+        p = self.params
+        if iteration <= p.lama_first_adjust * self.tau:
+            return None
+        self.intervals = self.intervals_of(self.d, self.numel, self.tau, p.phi, rule=p.lama_rule, eligible=self.eligible)
+        return Adjustment(round_idx, iteration, list(self.d), list(self.intervals))

@@ -53,6 +53,7 @@ SERVICES = (
 )
 CALLS = (
     "cohort_sum",          # cohort_sum(cohort, tensors, weights, skip=None): sum_i w_i x_i over the whole cohort, flat
+                           # (clients dropped by --on-diverge skip-client left out, unless ``skip`` says otherwise)
     "cohort_sums",         # cohort_sums(cohort, {name: [K, ...]}, weights): the same by name, one all-reduce
     "cohort_weights",      # cohort_weights(cohort_ids, clients): the aggregation weights p_i (--weighting)
     "client_steps",        # client_steps(clients, default): each client's local steps in a round (--local-epochs, --system keep-partial)

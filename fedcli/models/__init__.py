@@ -12,6 +12,5 @@ Models: ``mlp``, ``cnn4``, ``femnist_cnn``, ``lamb_cnn``, ``resnet20``, ``wrn``,
 
 from fedcli.models.layers import KINDS, LayerInfo, layer_info
 from fedcli.models.registry import MODELS, build_model, register_model
-from fedcli.models import zoo as _zoo  # noqa: F401  (registers the built-in models)
 
 __all__ = ["KINDS", "MODELS", "LayerInfo", "build_model", "layer_info", "register_model"]

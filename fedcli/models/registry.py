@@ -13,10 +13,12 @@ from typing import Any
 from torch import nn
 
 from fedcli.errors import ConfigError
+from fedcli.models.zoo import BUILTIN
 
 ModelBuilder = Callable[..., nn.Module]
 
-MODELS: dict[str, ModelBuilder] = {}
+#: every model by name: the built-in ones (``fedcli.models.zoo.BUILTIN``) and those added by :func:`register_model`
+MODELS: dict[str, ModelBuilder] = dict(BUILTIN)
 
 
 def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:

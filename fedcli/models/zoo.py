@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedcli.errors import ConfigError
-from fedcli.models.registry import register_model
 
 # ----------------------------------------------------------------------------- option helpers
 
@@ -129,7 +128,6 @@ class CifarResNet(nn.Module):
         return self.fc(x.mean(dim=(-2, -1)))
 
 
-@register_model("resnet20")
 def resnet20(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """ResNet-20 for CIFAR (He et al. 2016), option-B (1x1 conv + BN) projection shortcuts.
 
@@ -204,7 +202,6 @@ class WideResNet(nn.Module):
         return self.fc(x.mean(dim=(-2, -1)))
 
 
-@register_model("wrn")
 def wrn(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """Wide-ResNet; options ``wrn_depth`` (28, must be 6n+4), ``wrn_width`` (10), ``dropout`` (0).
 
@@ -240,7 +237,6 @@ class FemnistCNN(nn.Module):
         return self.fc2(x)
 
 
-@register_model("femnist_cnn")
 def femnist_cnn(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """LEAF FEMNIST CNN; defined for 28x28 images only (any channel count)."""
     c, h, w = _image_shape("femnist_cnn", input_shape)
@@ -272,7 +268,6 @@ class FedAvgCNN(nn.Module):
         return self.fc(x)
 
 
-@register_model("cnn4")
 def cnn4(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """McMahan et al. CNN as used by FedALA; 582,026 parameters for 1x28x28 and 10 classes."""
     c, h, w = _image_shape("cnn4", input_shape)
@@ -303,7 +298,6 @@ class MLP(nn.Module):
         return self.out(x)
 
 
-@register_model("mlp")
 def mlp(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """MLP; ``mlp_hidden`` (default (200, 200): McMahan's 2NN; () gives multinomial logistic
     regression) and ``dropout`` (0). Takes images [C, H, W] and vectors [D] alike.
@@ -323,7 +317,6 @@ def mlp(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Mo
 # ----------------------------------------------------------------------------- ResNet-18 (torchvision)
 
 
-@register_model("resnet18")
 def resnet18(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """torchvision ResNet-18 (ImageNet stem), random init; conv1 replaced when C != 3; ReLUs made
     out-of-place so that the model runs under ``torch.func`` transforms.
@@ -341,7 +334,6 @@ def resnet18(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> 
     return model
 
 
-@register_model("resnet18-cifar")
 def resnet18_cifar(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """ResNet-18 with the CIFAR stem that 32x32 work uses (He et al. 2016 Sec. 4.2 applied to ResNet-18, as in the
     common CIFAR ResNet-18 code): the torchvision ResNet-18 with its first convolution a 3x3 stride-1 padding-1
@@ -381,7 +373,6 @@ class LambCNN(nn.Module):
         return self.fc2(x)
 
 
-@register_model("lamb_cnn")
 def lamb_cnn(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """Fed-LAMB MNIST CNN (21,840 parameters for 1x28x28 and 10 classes); ``dropout`` (0.5) sets
     both the Dropout2d after conv2 and the dropout after fc1.
@@ -421,7 +412,6 @@ class FastText(nn.Module):
         return self.fc(self.fc1(e.mean(1)))
 
 
-@register_model("fasttext")
 def fasttext(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
     """fastText for token-id inputs [L] (int64, 0 = <pad>); ``vocab_size`` (50,002: agnews' default vocabulary)
     and ``fasttext_hidden`` (32, as FedALA). Token ids must be below ``vocab_size``.
@@ -431,3 +421,17 @@ def fasttext(input_shape: tuple[int, ...], num_classes: int, **options: Any) -> 
     vocab = _int_option("fasttext", options, "vocab_size", FASTTEXT_VOCAB, minimum=2)
     hidden = _int_option("fasttext", options, "fasttext_hidden", FASTTEXT_HIDDEN)
     return FastText(vocab, hidden, num_classes)
+
+
+#: the built-in models by the name ``--model`` takes (``fedcli.models.registry.MODELS`` starts from it)
+BUILTIN = {
+    "resnet20": resnet20,
+    "wrn": wrn,
+    "femnist_cnn": femnist_cnn,
+    "cnn4": cnn4,
+    "mlp": mlp,
+    "resnet18": resnet18,
+    "resnet18-cifar": resnet18_cifar,
+    "lamb_cnn": lamb_cnn,
+    "fasttext": fasttext,
+}

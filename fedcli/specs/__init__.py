@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedcli.params import register_params
+from fedcli.params import bind, register_params
 
 __all__ = ["FAMILIES", "PARTS", "METHODS", "PartSpec", "Method", "Cost", "CostInput", "FORWARD_ONLY", "part",
            "register_method", "register_params", "load", "spec_of"]
@@ -122,15 +123,19 @@ class Cost:
     - ``round``: extra forward-backward passes of single samples, per client and round (Ditto's personalized
       epochs: its steps x its batch; a full-batch gradient: the client's samples);
     - ``trips``: extra round trips between a client and the server per round, each 2 x the client's latency (Mime's
-      exchange of the full-batch gradients before the local steps).
+      exchange of the full-batch gradients before the local steps);
+    - ``down``, ``up`` (numbers): whole-model copies every client of a round downloads before the part's round and
+      uploads after it, beyond the synchronizations (SCAFFOLD's c and c_i+ - c_i): the engine records them in the
+      ledger around the part's ``begin_round`` / ``end_round`` (``fedcli.fl.clientstate.open_round``).
 
-    The extra bytes a part moves are not declared here: they are what it records in the ledger
-    (``view.ledger.record_transfer``), which the system model charges too. ``source``: the paper and algorithm line
-    the cost follows."""
+    Copies a part moves only in some rounds it records itself (``view.ledger.record_transfer``: Fed-LAMB's v_hat at a
+    synchronization); the system model charges both. ``source``: the paper and algorithm line the cost follows."""
 
     step: Any = 0.0
     round: Any = 0.0
     trips: Any = 0.0
+    down: float = 0.0
+    up: float = 0.0
     source: str = ""
 
     @staticmethod
@@ -158,7 +163,8 @@ class PartSpec:
     ``Params`` and ``uses`` are what this part adds to its ``base``'s (a part reads its base's options too);
     ``requires`` (family -> capability), ``provides`` (capabilities), ``full_participation`` (every client every
     round: cross-silo), ``wraps_base`` (an init built around the method's own) and ``cost`` (its work beyond FedAvg's,
-    :class:`Cost`) are inherited from ``base`` unless given. The spec is the only registration of its part: the torch
+    :class:`Cost`) and ``round_length`` (a schedule's local iterations a round, a function of its bound params) are
+    inherited from ``base`` unless given. The spec is the only registration of its part: the torch
     class (``impl``, ``"module:Class"``) names nothing of it; when the class is defined it finds its spec here by its
     own ``module:Class`` (:func:`spec_of`), is checked to extend the class of the spec's ``base``, and gets the
     declarations. Declare a spec before its class."""
@@ -174,6 +180,7 @@ class PartSpec:
     full_participation: bool | None = None
     wraps_base: bool | None = None
     cost: Cost | None = None
+    round_length: Callable | None = None
 
     def chain(self) -> tuple["PartSpec", ...]:
         """This spec and the ones it extends, bases first."""
@@ -202,6 +209,11 @@ class PartSpec:
             if getattr(s, name) is not None:
                 return getattr(s, name)
         return {"requires": {}, "provides": frozenset(), "cost": NO_COST}.get(name, False)
+
+    def iterations(self, cfg) -> int:
+        """A schedule's local iterations a round under ``cfg`` (a config or its params): its declared ``round_length``
+        of its options, known without its torch class (``fedcli.fl.budget``)."""
+        return self.declaration("round_length")(bind(self, cfg))
 
     def load(self) -> type:
         """The torch class that implements the part (imports its module; defining it binds it to this spec)."""

@@ -40,9 +40,6 @@ class AdaptiveParams:
         self.phi_values()
 
 
-#: the adaptive local step (Fed-LAMB's and Fed-AMS's base): it needs the server's v_hat and offers each client's v
-ADAPTIVE_STEP = part("local_step", "", "fedcli.fl.adaptive:AdaptiveStep", Params=AdaptiveParams, uses=("weight_decay",),
-                     requires={"server": "vhat"}, provides=frozenset({"v"}))
 #: the v_hat servers' base (Fed-LAMB's, Mime-LAMB's): model averaging plus a second moment shared with the clients
 VHAT = part("server", "", "fedcli.fl.adaptive:VhatServer", base=AVERAGE, Params=AdaptiveParams,
             provides=frozenset({"vhat"}))

@@ -5,12 +5,13 @@ increase factor; with ``--phi 1`` it is FedAvg. ``lama-accelerate`` is its "acce
 remark), a schedule any method may take (``--schedule lama-accelerate``).
 
 Its options, its parts (the two layer-wise schedules) and the preset (no torch); the parts are in
-``fedcli/fl/algorithms/fedlama.py``, the interval arithmetic (Eqs. 2-4, torch-free) in ``fedcli/fl/layerwise.py``.
+``fedcli/fl/algorithms/fedlama.py`` (Algorithm 1 and its accelerate variant, pure functions), on the layer-wise
+schedules' base (``fedcli.fl.schedules.LayerwiseSchedule``: Eq. 2) and the shares of Eqs. 3-4 (``fedcli/fl/layerwise.py``).
 """
 
 from fedcli.params import opt, register_params
 from fedcli.specs import Method, part, register_method
-from fedcli.specs.schedules import SCHEDULE
+from fedcli.specs.schedules import SCHEDULE, one_interval
 
 
 @register_params(section="fedlama")
@@ -23,8 +24,16 @@ class LamaParams:
     lama_first_adjust: int = opt(6, "FedLAMA: adjust the intervals only at round ends after more than this many times tau' local iterations (the author code's 'epoch > 5': 6, default; 0: at every round end).", lo=0, group="federated")
 
 
-LAMA = part("schedule", "lama", "fedcli.fl.algorithms.fedlama:Lama", base=SCHEDULE, Params=LamaParams)
-LAMA_ACCELERATE = part("schedule", "lama-accelerate", "fedcli.fl.algorithms.fedlama:LamaAccelerate", base=LAMA)
+def lama_round(params) -> int:
+    """A round of phi * tau' local iterations (Algorithm 1: the cohort resampled, the intervals re-adjusted)."""
+    return params.phi * params.tau
+
+
+#: the layer-wise schedules' base (``fedcli.fl.schedules.LayerwiseSchedule``: Eq. 2, the adjustment and its state)
+LAYERWISE = part("schedule", "", "fedcli.fl.schedules:LayerwiseSchedule", base=SCHEDULE, Params=LamaParams)
+LAMA = part("schedule", "lama", "fedcli.fl.algorithms.fedlama:Lama", base=LAYERWISE, round_length=lama_round)
+LAMA_ACCELERATE = part("schedule", "lama-accelerate", "fedcli.fl.algorithms.fedlama:LamaAccelerate", base=LAMA,
+                       round_length=one_interval)
 
 
 register_method(Method("fedlama", "local SGD + layer-wise adaptive aggregation intervals (Lee et al. AAAI 2023)", schedule="lama", label="FedLAMA", style=("#0072B2", "s"),

@@ -14,11 +14,13 @@ not give it) is fedcli's general default.
 """
 
 from fedcli.specs import Method, part, register_method
-from fedcli.specs.adaptive import ADAPTIVE_STEP
+from fedcli.specs.adaptive import AdaptiveParams
 
 
-#: Fed-LAMB's local step (Algorithm 2): the adaptive step with LAMB's trust ratio
-LAMB = part("local_step", "lamb", "fedcli.fl.algorithms.fedlamb:LambStep", base=ADAPTIVE_STEP)
+#: Fed-LAMB's local step (Algorithm 1, lines 6-13; Fed-AMS's and Mime-LAMB's too): local AMSGrad with LAMB's trust
+#: ratio; it needs the server's v_hat and offers each client's v
+LAMB = part("local_step", "lamb", "fedcli.fl.algorithms.fedlamb:LambStep", Params=AdaptiveParams, uses=("weight_decay",),
+            requires={"server": "vhat"}, provides=frozenset({"v"}))
 
 
 register_method(Method("fedlamb", "local AMSGrad + LAMB trust ratio, server v-hat = max(v-hat, mean v) (Karimi et al.)",

@@ -10,6 +10,11 @@ libraries are imported only when a run asks for one (``fedcli --version`` and ``
 """
 
 from fedcli.trackers.base import TRACKERS, Tracker, check_trackers, register_tracker, tracker_names
-from fedcli.trackers import mlflow_run, tensorboard_run, wandb_run  # noqa: F401  (register; no library imported)
+from fedcli.trackers.mlflow_run import MLflowRun
+from fedcli.trackers.tensorboard_run import TensorBoardRun
+from fedcli.trackers.wandb_run import WandbRun
+
+for _builtin in (MLflowRun, TensorBoardRun, WandbRun):  # the built-in trackers (no tracking library imported)
+    register_tracker(_builtin)
 
 __all__ = ["TRACKERS", "Tracker", "check_trackers", "register_tracker", "tracker_names"]

@@ -16,13 +16,12 @@ import logging
 import os
 import time
 
-from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker, register_tracker
+from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits
 
 
-@register_tracker
 class MLflowRun(Tracker):
     name = "mlflow"
     package = "mlflow"

@@ -13,13 +13,12 @@ import json
 import struct
 import time
 
-from fedcli.trackers.base import RunInfo, Tracker, register_tracker
+from fedcli.trackers.base import RunInfo, Tracker
 
 FOLDER = "tensorboard"
 SESSION_END = {"completed": 3, "failed": 2, "interrupted": 4}  # hparams api Status: SUCCESS, FAILURE, RUNNING
 
 
-@register_tracker
 class TensorBoardRun(Tracker):
     name = "tensorboard"
     package = "tensorboard"

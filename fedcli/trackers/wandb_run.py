@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
-from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker, register_tracker
+from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker
 
 
 def has_api_key() -> bool:
@@ -32,7 +32,6 @@ def has_api_key() -> bool:
         return False
 
 
-@register_tracker
 class WandbRun(Tracker):
     name = "wandb"
     package = "wandb"

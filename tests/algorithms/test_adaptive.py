@@ -131,7 +131,7 @@ def test_trust_ratio_by_hand_with_a_short_update():
     either norm is 0 (client 1: p = 0; client 2: u = 0)."""
     p = torch.tensor([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0]])
     u = torch.tensor([[0.3, 0.4], [0.3, 0.4], [0.0, 0.0]])
-    torch.testing.assert_close(adaptive.trust_ratio(p, u, adaptive.scaling_function(None)), torch.tensor([10.0, 1.0, 1.0]))
+    torch.testing.assert_close(fedlamb.trust_ratio(p, u, fedlamb.scaling_function(None)), torch.tensor([10.0, 1.0, 1.0]))
 
 
 def test_first_round_ams_step_eps_outside_by_hand():
@@ -456,7 +456,7 @@ def test_mime_clients_past_their_last_step_do_not_move():
 
 def test_bounded_scaling_function_by_hand():
     """Assumption 4: phi(a) = min(a + zeta, phi_max); zeta = 0.5, phi_max = 2: phi(0) = 0.5, phi(1) = 1.5, phi(5) = 2."""
-    phi = adaptive.scaling_function((0.5, 2.0))
+    phi = fedlamb.scaling_function((0.5, 2.0))
     assert phi(torch.tensor([0.0, 1.0, 5.0])).tolist() == [0.5, 1.5, 2.0]
 
 

@@ -4,7 +4,7 @@ schedule and a run (digits + a small MLP, seconds)."""
 
 from fedcli.config import TrainConfig
 from fedcli.models.layers import LayerInfo
-from fedcli.fl.layerwise import lama_accelerate_intervals
+from fedcli.fl.algorithms.fedlama import lama_accelerate_intervals
 from fedcli.fl.algorithms.fedlama import LamaAccelerate
 from baselines_kit import data, fedavg, run
 from simkit import assert_same_run

@@ -6,7 +6,9 @@ import pytest
 from fedcli.config import TrainConfig
 from fedcli.models.layers import LayerInfo
 from fedcli.comm.ledger import Ledger, fedavg_params
-from fedcli.fl.layerwise import delta_lambda, lama_intervals, unit_discrepancy
+from fedcli.fl.layerwise import delta_lambda
+from fedcli.fl.algorithms.fedlama import lama_intervals
+from fedcli.fl.schedules import unit_discrepancy
 from fedcli.fl.algorithms.fedlama import Lama
 from fedcli.fl.schedules import Periodic
 from lama_ref import author_adjusts_after, author_rule, paper_algorithm1
@@ -205,3 +207,25 @@ def test_ledger_eq8_and_bytes():
     assert led.params == 2 * 10 + 100  # Eq. 8: sum_l dim(u_l) * c_l
     assert led.bytes == 2 * 4 * 10 * 64 / 8 + 4 * 100 * 40 / 8
     assert fedavg_params(110, 100, 8) == 110 * 12
+
+
+def test_a_layerwise_schedule_is_one_pure_intervals_function():
+    """Issue 60: the layer-wise base keeps d_l (Eq. 2), adjusts at a round's end and checkpoints both; a method writes
+    only ``intervals_of``. Here a rule of its own: tau' for the layer of larger d, phi * tau' for the others. By hand:
+    d_0 = 8 / (2 * 100) = 0.04, d_1 = 6 / (6 * 1000) = 0.001, so layer 0 keeps tau' = 2 and layer 1 gets 3 * 2 = 6."""
+    from fedcli.fl.schedules import LayerwiseSchedule
+
+    def larger_d_short(d, numel, tau, phi, *, rule, eligible):
+        top = max(range(len(d)), key=lambda i: d[i])
+        return [tau if i == top else phi * tau for i in range(len(d))]
+
+    class Mine(LayerwiseSchedule):
+        intervals_of = staticmethod(larger_d_short)
+
+    s = Mine(_cfg(), _layers([100, 1000]))
+    assert s.needs_discrepancy and s.layerwise and s.period == 2  # the base's round: tau' (its spec's round_length)
+    s.observe(0, 8.0, 2)
+    s.observe(1, 6.0, 6)
+    adj = s.adjust(0, 6)
+    assert s.intervals == adj.intervals == [2, 6] and adj.d == [0.04, 0.001]
+    assert s.state_dict() == {"intervals": [2, 6], "d": [0.04, 0.001]}

@@ -20,6 +20,8 @@ ALLOWED = {
     ("fedcli/cli/bench.py", "fedala"): "a benchmark's workload name",
     ("fedcli/bench/gpu.py", "fedlama"): "a benchmark's workload name",
     ("fedcli/papers.py", "fedlamb"): "the paper's name (Fed-LAMB is also a paper)",
+    ("fedcli/specs/fedams.py", "fedlamb"): "Fed-AMS's step extends Fed-LAMB's (issue 60), as FedYogi's server FedAdam's",
+    ("fedcli/fl/algorithms/fedams.py", "fedlamb"): "Fed-AMS's step extends Fed-LAMB's (issue 60)",
 }
 
 

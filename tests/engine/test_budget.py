@@ -129,3 +129,20 @@ def test_fedphp_and_apple_take_the_plans_rounds(data):
         longest = max(math.ceil(int(n) / sim.batch_size) for n in sim.sizes)
         part = sim.init if algo == "fedphp" else sim.local_step
         assert part.rounds == sim.plan.rounds == math.ceil(25 / longest) != math.ceil(25 / 2)
+
+
+def test_the_round_length_is_the_schedule_specs_and_the_planner_imports_no_torch():
+    """Issue 60: a schedule declares its round length in its spec (``round_length=``), so the budget planner learns it
+    without importing a torch class. By hand: FedLAMA phi * tau' = 3 * 4 = 12; its accelerate variant and FedAvg tau' = 4."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from fedcli.config import TrainConfig; from fedcli.fl.budget import schedule_round_length as r; "
+            "print(r(TrainConfig(algo='fedlama', tau=4, phi=3)), r(TrainConfig(algo='fedlama', schedule='lama-accelerate', "
+            "tau=4, phi=3)), r(TrainConfig(algo='fedavg', tau=4)), 'torch' in sys.modules)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["12", "4", "4", "False"]

@@ -70,3 +70,33 @@ def test_defaults_shapes_and_keys():
     assert own.load(view, [2, 0]).tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
     assert ClientState("h").load(view, [1], names={"w"}).keys() == {"w"}  # a subset of the tensors (FedRep's head)
     assert ClientState("adaptive.m", sep="/").key("w") == "adaptive.m/w" and ClientState("apple.p", (3,)).key() == "apple.p"
+
+
+def test_the_copies_a_part_declares_are_recorded_around_its_round():
+    """Issue 60: copies a part sends every round are declared (``Cost(down=, up=)``, SCAFFOLD's c and c_i+ - c_i),
+    and the engine records them around the part's round. By hand: 3 clients, a layer of 5 elements, 4 bytes each;
+    1 copy down before ``begin_round``, 2 up after ``end_round``: 3 x 3 x 5 x 4 = 180 bytes, 40 up and 20 down a client."""
+    from fedcli.comm.ledger import Ledger
+    from fedcli.fl import clientstate
+    from fedcli.fl.parts import Part
+    from fedcli.specs import Cost
+
+    seen = []
+
+    class Sends(Part):
+        cost = Cost(down=1, up=2)
+
+        def begin_round(self, view, cohort):
+            seen.append(("begin", view.ledger.bytes_[0]))
+
+        def end_round(self, view, cohort):
+            seen.append(("end", view.ledger.bytes_[0]))
+
+    ledger = Ledger([5])
+    view = PartView.fake(ledger=ledger, active=3, global_params={"w": torch.zeros(5)})
+    part = Sends.__new__(Sends)
+    cohort = Cohort([0, 1, 2], torch.full((3,), 1 / 3, dtype=torch.float64), {}, {})
+    clientstate.open_round(part, view, cohort)
+    clientstate.close_round(part, view, cohort)
+    assert seen == [("begin", 60.0), ("end", 60.0)] and ledger.bytes_ == [180.0]
+    assert ledger.take_round() == ([40.0], [20.0])

@@ -275,4 +275,47 @@ def test_a_part_checkpoints_the_attributes_it_keeps():
     again = FedDynServer(TrainConfig(algo="feddyn"))
     again.load_state_dict(state)
     assert again.h["w"].tolist() == [1.0, 2.0] and again.h["w"] is not state["h"]["w"]  # a clone of the checkpoint's
-    assert Part.state_dict(Periodic.__new__(Periodic)) == {}  # nothing kept: nothing written
+    from fedcli.fl.parts import AverageServer
+
+    assert Part.state_dict(AverageServer.__new__(AverageServer)) == {}  # nothing kept: nothing written
+
+
+def test_keeps_copies_lists_and_a_wrapped_part_by_its_own_keeps():
+    """``keeps`` covers every part's own state (issue 60): a list is copied out and in (a schedule's intervals, FedLAMA's
+    d_l), and a part it wraps (ALA's base init) is kept through that part's own ``keeps``."""
+    from fedcli.fl.algorithms.fedala import ALAInit
+    from fedcli.fl.algorithms.feddyn import FedDynServer
+
+    class Inner(Part):
+        keeps = ("xs",)
+
+    class Outer(Part):
+        keeps = ("inner", "xs")
+
+    outer = Outer.__new__(Outer)
+    outer.inner, outer.xs = Inner.__new__(Inner), [1, 2]
+    outer.inner.xs = [torch.tensor([3.0]), 4]
+    state = outer.state_dict()
+    outer.xs.append(9)
+    outer.inner.xs[1] = 5
+    assert state == {"inner": {"xs": [torch.tensor([3.0]), 4]}, "xs": [1, 2]}  # the copies, not the live lists
+    again = Outer.__new__(Outer)
+    again.inner, again.xs = Inner.__new__(Inner), []
+    again.load_state_dict(state)
+    assert again.xs == [1, 2] and again.inner.xs[1] == 4 and again.inner.xs[0] is not state["inner"]["xs"][0]
+    ala = ALAInit(TrainConfig(algo="fedavg", init="ala"))
+    ala.initial_passes, ala.capped = {3: 7}, [3]
+    assert ala.state_dict() == {"initial_passes": {3: 7}, "capped": [3], "base": {}}
+    dyn = FedDynServer(TrainConfig(algo="feddyn"))
+    dyn.h = {"w": torch.tensor([2.0])}
+    ala.base = dyn
+    assert ala.state_dict()["base"]["h"]["w"].tolist() == [2.0]
+
+
+def test_no_part_writes_its_checkpoint_by_hand():
+    """One idiom for a part's own state (issue 60): every part class declares ``keeps``; none overrides ``state_dict`` or
+    ``load_state_dict`` (8 did: fedadam, mime, mimelamb, scaffold, fedala, fedlama, schedules, adaptive)."""
+    by_hand = sorted({f"{k.__module__}:{k.__qualname__}" for family in PARTS.values() for spec in family.values()
+                      for k in spec.load().__mro__ if k is not Part and issubclass(k, Part)
+                      and ({"state_dict", "load_state_dict"} & set(vars(k)))})
+    assert by_hand == []

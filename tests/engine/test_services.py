@@ -37,6 +37,19 @@ def test_cohort_sums_weighs_names_and_skips_rows():
     assert out["a"].tolist() == [9.0, 12.0] and out["b"].item() == 60.0
 
 
+def test_cohort_sums_leave_the_dropped_clients_out_by_default():
+    """A client dropped by --on-diverge skip-client (``cohort.skipped``) adds nothing to a cohort sum unless the caller
+    says otherwise (issue 60: SCAFFOLD no longer reads ``cohort.skipped``). Worked by hand: a = [1, 3, 5], client 5
+    dropped, NaN in its row: 1 + 5 = 6 (weights 1), and 0.5 * 1 + 0.25 * 5 = 1.75."""
+    sim = Simulation(TrainConfig())
+    cohort = _cohort([0.5, 0.25, 0.25])
+    cohort.skipped.add(5)
+    stacked = {"a": torch.tensor([1.0, float("nan"), 5.0])}
+    assert sim.cohort_sums(cohort, stacked, None)["a"].item() == 6.0
+    assert sim.cohort_sums(cohort, stacked, cohort.weights)["a"].item() == 1.75
+    assert sim.cohort_sum(cohort, [torch.tensor([[1.0], [2.0], [5.0]])], None, torch.tensor([False, False, True])).tolist() == [3.0]
+
+
 def test_cohort_sums_of_a_process_without_clients_is_zero():
     """A process holding no client of the cohort adds zeros of the right shapes (the others' rows come by all-reduce)."""
     sim = Simulation(TrainConfig())

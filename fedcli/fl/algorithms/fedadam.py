@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.adaptive import to_cpu
 from fedcli.fl.parts import AverageServer
 
 
@@ -21,6 +20,8 @@ class AdamServer(AverageServer):
     FedAdagrad and FedYogi (``fedcli.fl.algorithms.fedadagrad``, ``fedyogi``) are the same server with another
     second-moment rule: they override :meth:`second_moment` only.
     """
+
+    keeps = ("m", "v")  # per layer, checkpointed and resumed with the run
 
     def __init__(self, params):
         super().__init__(params)
@@ -47,9 +48,3 @@ class AdamServer(AverageServer):
         v = self.second_moment(None if v is None else v.to(delta.device), delta)
         self.m[name], self.v[name] = m, v
         return previous + self.params.server_lr * m / (v.sqrt() + self.params.server_eps)
-
-    def state_dict(self) -> dict:
-        return {"m": to_cpu(self.m), "v": to_cpu(self.v)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.m, self.v = dict(state.get("m") or {}), dict(state.get("v") or {})

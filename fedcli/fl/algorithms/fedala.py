@@ -180,6 +180,7 @@ class ALAInit(OverwriteInit):
     label = "ALA"
 
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
+    keeps = ("initial_passes", "capped", "base")  # checkpointed with the run: the base init by its own ``keeps``
 
     def __init__(self, params, base=None):
         super().__init__(params)
@@ -317,11 +318,3 @@ class ALAInit(OverwriteInit):
                                   f"before the loss std fell below --ala-threshold {self.threshold}", stacklevel=2)
         flags = torch.tensor([1.0 if (learned[i] or not start_phase[i]) else 0.0 for i in range(len(clients))])
         return weights, flags
-
-    def state_dict(self) -> dict:
-        return {"initial_passes": dict(self.initial_passes), "capped": list(self.capped), "base": self.base.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.initial_passes = {int(k): int(v) for k, v in state.get("initial_passes", {}).items()}
-        self.capped = list(state.get("capped", []))
-        self.base.load_state_dict(state.get("base", {}))

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch
 
 from fedcli.fl.adaptive import (check_eps, cohort_mean, count_transfer, denominator, full_batch_grads, sync_due,
-                                to_cpu, to_device, vhat_zero)
+                                to_device, vhat_zero)
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.parts import AverageServer, LocalStep, expand
 
@@ -85,6 +85,8 @@ class MimeState(NamedTuple):
 class MimeServer(AverageServer):
     """Mime: the cohort's mean full-batch gradient c every round; AMSGrad state (m, v, v_hat) updated with c."""
 
+    keeps = ("m", "v", "vhat")  # the AMSGrad state s, checkpointed and resumed with the run
+
     def __init__(self, params):
         super().__init__(params)
         self.m = self.v = self.vhat = None
@@ -114,9 +116,3 @@ class MimeServer(AverageServer):
             self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}
             self.vhat = {n: torch.maximum(self.vhat[n], self.v[n]) for n in c}
         count_transfer(view, up=0, down=2)  # m_s and v_hat down
-
-    def state_dict(self) -> dict:
-        return {"m": to_cpu(self.m), "v": to_cpu(self.v), "vhat": to_cpu(self.vhat)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.m, self.v, self.vhat = state.get("m"), state.get("v"), state.get("vhat")

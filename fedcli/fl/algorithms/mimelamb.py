@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.adaptive import VhatServer, cohort_mean, count_transfer, full_batch_grads, sync_due, to_cpu, to_device
+from fedcli.fl.adaptive import VhatServer, cohort_mean, count_transfer, full_batch_grads, sync_due, to_device
 
 
 class VhatFullGradServer(VhatServer):
     """Mime-LAMB: full-batch gradients at the global model, then AMSGrad's v and max (Alg. 1, lines 17, 21-23)."""
+
+    keeps = VhatServer.keeps + ("v",)
 
     def __init__(self, params):
         super().__init__(params)
@@ -35,9 +37,3 @@ class VhatFullGradServer(VhatServer):
         self.raise_vhat(self.v)
         self.grad = None
         count_transfer(view, up=1, down=1)  # full-batch gradient up, v_hat down
-
-    def state_dict(self) -> dict:
-        return {"vhat": to_cpu(self.vhat), "v": to_cpu(self.v)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.vhat, self.v = state.get("vhat"), state.get("v")

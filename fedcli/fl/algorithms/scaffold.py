@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import torch
 
-import fedcli.fl.parts_servers  # noqa: F401  (registers the "server-lr" server)
 from fedcli.fl.clientstate import ClientState
-from fedcli.fl.parts import SGDStep, expand, flat_rows
+from fedcli.fl.parts import SGDStep
 
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
@@ -47,6 +46,7 @@ class ScaffoldStep(SGDStep):
     fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
     #: each client's control variate c_i, zeros at first: the cohort's rows [K, ...] during a round
     c_i = ClientState()
+    keeps = ("c",)  # the server control variate, checkpointed and resumed with the run
 
     def __init__(self, params):
         super().__init__(params)
@@ -66,7 +66,6 @@ class ScaffoldStep(SGDStep):
         dev = next(iter(view.global_params.values())).device
         self.lr_sum = torch.zeros(len(cohort.clients), dtype=torch.float64, device=dev)
         self.w = torch.zeros_like(self.lr_sum)
-        view.ledger.record_transfer(view.active, down=1)  # every cohort client downloads c
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {n: g + self.correction[n] for n, g in grads.items()}
@@ -85,26 +84,19 @@ class ScaffoldStep(SGDStep):
         new_ci, chunks = {}, {}
         for n in names:
             d = self.disp[n]
-            step_mean = d / expand(self.lr_sum.clamp(min=1e-300), d) if d.shape[0] else d
+            rows = [-1] + [1] * (d.dim() - 1)  # a per-client [K] against the stacked [K, ...]
+            step_mean = d / self.lr_sum.clamp(min=1e-300).to(d.dtype).view(rows) if d.shape[0] else d
             new_ci[n] = self.c_i[n] - self.c[n] + step_mean
-        # a client skipped by --on-diverge skip-client (or with a non-finite c_i+) keeps its c_i and adds nothing to c
-        skipped = cohort.skipped
-        alive = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.bool, device=self.lr_sum.device)
+        # a client with a non-finite c_i+ keeps its c_i and adds nothing to c (one dropped by --on-diverge skip-client
+        # keeps its c_i too, and the cohort sum leaves it out)
+        alive = torch.ones_like(self.lr_sum, dtype=torch.bool)
         for n in names:
-            alive &= torch.isfinite(flat_rows(new_ci[n])).all(1)
+            alive &= torch.isfinite(new_ci[n]).all(dim=tuple(range(1, new_ci[n].dim())))
         for n in names:
-            new_ci[n] = torch.where(expand(alive, new_ci[n]), new_ci[n], self.c_i[n])
+            new_ci[n] = torch.where(alive.view([-1] + [1] * (new_ci[n].dim() - 1)), new_ci[n], self.c_i[n])
             chunks[n] = new_ci[n] - self.c_i[n]
         total = view.cohort_sums(cohort, chunks, None)  # sum over the whole cohort of c_i+ - c_i
         for n in names:
             self.c[n].add_(total[n], alpha=1.0 / n_clients)  # (|S|/N) * (1/|S|) * sum
-        self.c_i = new_ci  # kept for the cohort's clients after this hook
-        view.ledger.record_transfer(view.active, up=1)  # every cohort client uploads c_i+ - c_i
+        self.c_i = new_ci  # kept for the cohort's clients after this hook (c_i+ - c_i up, c down: the spec's cost)
         self.correction, self.disp = {}, {}
-
-    def state_dict(self) -> dict:
-        return {"c": None if self.c is None else {n: t.detach().cpu() for n, t in self.c.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        c = state.get("c")
-        self.c = None if c is None else {n: t.clone() for n, t in c.items()}
