@@ -1,4 +1,4 @@
-"""Rules of the test suite itself: MPI tests fail instead of skipping under CI; test modules stand alone; the kit's forked child."""
+"""Rules of the test suite itself: MPI tests fail instead of skipping under CI; modules stand alone; run_forked."""
 
 import ast
 import os
