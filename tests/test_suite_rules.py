@@ -1,4 +1,4 @@
-"""Rules of the test suite itself: MPI tests fail instead of skipping under CI; test modules stand alone."""
+"""Rules of the test suite itself: MPI tests fail instead of skipping under CI; modules stand alone; run_forked."""
 
 import ast
 import os
@@ -133,3 +133,25 @@ def test_the_run_cache_keys_on_the_data():
     ra, ra2, rb = run(a), run(a), run(b)
     assert ra2 is not None and ra[0] is ra2[0] and rb[0] is not ra[0]
     assert rb[0].partition is b[1] and ra[0].partition is a[1]
+
+
+def test_run_forked_is_a_process_of_its_own_with_python_c_exit_codes(tmp_path):
+    """``runkit.run_forked`` stands in for ``python -c SCRIPT ARGV`` (a fork of this process): its own pid, its stdout
+    and stderr read back, ``env`` and ``cwd`` applied, sys.exit's code, -N when signal N ended it, 1 and the traceback
+    for an exception, and nothing of this process run at its end."""
+    from runkit import run_forked
+
+    script = ("import os, signal, sys\nprint(os.getpid(), os.getcwd(), os.environ['FORKED'], *sys.argv[1:])\n"
+              "print('to stderr', file=sys.stderr)\n"
+              "if sys.argv[1] == 'kill': os.kill(os.getpid(), signal.SIGKILL)\n"
+              "if sys.argv[1] == 'raise': raise ValueError('boom')\nsys.exit(int(sys.argv[2]))\n")
+    env = {**os.environ, "FORKED": "yes"}
+    p = run_forked(script, ["exit", "3"], env=env, cwd=tmp_path)
+    pid, cwd, flag, *argv = p.stdout.split()
+    assert p.returncode == 3 and int(pid) != os.getpid() and cwd == str(tmp_path) and flag == "yes"
+    assert argv == ["exit", "3"] and p.stderr == "to stderr\n"
+    assert run_forked(script, ["exit", "0"], env=env).returncode == 0
+    assert run_forked(script, ["kill", "0"], env=env).returncode == -9
+    q = run_forked(script, ["raise", "0"], env=env)
+    assert q.returncode == 1 and "ValueError: boom" in q.stderr
+    assert os.getcwd() != str(tmp_path) and "FORKED" not in os.environ  # this process is as it was

@@ -18,7 +18,7 @@ from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.results.rundir import CLIENTS_COLUMNS
 from fedcli.specs import METHODS
-from runkit import MPIEXEC, ROOT
+from runkit import MPIEXEC, ROOT, run_forked
 from simkit import PERSONAL_BASE
 
 PERSONALIZED = sorted(name for name, m in METHODS.items() if m.personalized)
@@ -130,8 +130,7 @@ def test_sigkill_then_resume_cuts_clients_csv_back(tmp_path):
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(RESUME_ARGS + ["--out", str(ref)]) == 0
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", KILLER, *RESUME_ARGS, "--out", str(run)], env=env, capture_output=True,
-                       text=True, timeout=240)
+    p = run_forked(KILLER, [*RESUME_ARGS, "--out", str(run)], env=env, timeout=240)
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert {r["round"] for r in read(run / "clients.csv")} == {"1", "2", "3"}  # round 3 is past the checkpoint
     assert main(["train", "--resume", str(run), "--quiet"]) == 0

@@ -167,7 +167,10 @@ def sweep_reference(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGHUP, marks=pytest.mark.long(
+    reason="a second interrupted sweep and its resume (11 s of CPU, a minute under load); make test keeps the sweep's "
+           "SIGUSR1 (Slurm's warning, which the sweep ignores between runs) and SIGHUP in training, "
+           "test_sighup_and_sigusr1_in_training_checkpoint_and_resume_bitwise")), signal.SIGUSR1])
 def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(tmp_path, sig, sweep_reference):
     recipe = tmp_path / "signals.toml"
     recipe.write_text(SWEEP)

@@ -5,7 +5,6 @@ import csv
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from fedcli.cli.main import main
 from fedcli.comm.communicator import assign_clients, ordered_sum
 from fedcli.fl import trainers
 from fedcli.fl.cohort import sample_cohort
-from runkit import MPIEXEC, mpirun_each
+from runkit import MPIEXEC, mpirun_each, run_forked
 
 ROOT = Path(__file__).resolve().parents[2]
 # 20 clients, 7 a round: under two processes 4 + 3 (or 3 + 4) clients, so chunks of 3 give one process an empty chunk
@@ -134,11 +133,9 @@ def test_sigkill_in_a_chunked_round_then_resume_is_the_whole_round_run(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     args = ["train", "--algo", "ditto", *RUN, "--rounds", "5", "--client-state", "disk", "--checkpoint-every", "2"]
     assert main([*args, "--out", str(tmp_path / "ref")]) == 0
-    p = subprocess.run([sys.executable, "-c", KILLER, "2", *args, "--cohort-chunk", "2", "--out", str(tmp_path / "run")],
-                       env=env, capture_output=True, text=True, timeout=240)
+    p = run_forked(KILLER, ["2", *args, "--cohort-chunk", "2", "--out", str(tmp_path / "run")], env=env, timeout=240)
     assert p.returncode == -9, p.stderr
-    p = subprocess.run([sys.executable, "-c", KILLER, "-1", "train", "--resume", str(tmp_path / "run"), "--quiet"],
-                       env=env, capture_output=True, text=True, timeout=240)
+    p = run_forked(KILLER, ["-1", "train", "--resume", str(tmp_path / "run"), "--quiet"], env=env, timeout=240)
     assert p.returncode == 0, p.stderr
     assert rows(tmp_path / "ref" / "metrics.csv") == rows(tmp_path / "run" / "metrics.csv")
     assert (tmp_path / "ref" / "model.pt").read_bytes() == (tmp_path / "run" / "model.pt").read_bytes()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
+from runkit import run_forked
 
 ROOT = Path(__file__).resolve().parents[2]
 # fedavg on a 4-unit MLP, a metrics row (~95 bytes) every round: metrics.csv outgrows the manifest (~6 KB) after ~65
@@ -35,8 +36,7 @@ sys.exit(main(sys.argv[2:]))
 
 def limited(limit: int, args: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-c", LIMITED, str(limit), *args], env=env, capture_output=True, text=True,
-                          timeout=150)
+    return run_forked(LIMITED, [str(limit), *args], env=env, timeout=150)
 
 
 def rows(path: Path) -> list[dict]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
+from runkit import run_forked
 from simkit import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,8 +297,7 @@ def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env
     from fedcli.trackers import state
 
     tmp = clean_env
-    p = subprocess.run([sys.executable, "-c", KILLER, *KILLED, "--out", "K"], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       capture_output=True, text=True, timeout=240)
+    p = run_forked(KILLER, [*KILLED, "--out", "K"], env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=240)
     assert p.returncode == -9, p.stderr
     run = tmp / "K"
     assert len(metrics_rows(run)) == 10
@@ -370,8 +370,7 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
 
     tmp = clean_env
     args = [a for a in KILLED if a not in ("--checkpoint-every", "3")]
-    p = subprocess.run([sys.executable, "-c", TRACKERS_KILLER, *args, "--out", "C"], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       capture_output=True, text=True, timeout=300)
+    p = run_forked(TRACKERS_KILLER, [*args, "--out", "C"], env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "the trackers' process ended with exit code -9" in p.stderr
     run = tmp / "C"
@@ -746,8 +745,8 @@ def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_
     held = None
     if moment == "while it writes":  # SIGKILL once the trackers hold the first evaluation (iteration 20), at the start
         # of round 4 of FedLAMA's 6 rounds of phi x tau' = 10 iterations, before the second: trackers.json says logging
-        p = subprocess.run([sys.executable, "-c", TRACKERS_KILLER, *EARLY, "--out", str(run)], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_ROUND": "3", "KILL_STEP": "20"}, timeout=300)
+        p = run_forked(TRACKERS_KILLER, [*EARLY, "--out", str(run)], timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_ROUND": "3", "KILL_STEP": "20"})
         code, err = p.returncode, p.stderr
     else:
         with monkeypatch.context() as m:
