@@ -554,7 +554,9 @@ class Coordinator:
             where = (manifest or {}).get("pruned") or {}
             study._storage.set_trial_user_attr(a.trial_id, "pruned_iteration", where.get("iteration"))
             self.tell(study, a, state=optuna.trial.TrialState.PRUNED)
-            self.on_event("pruned", sp.name, a.number, str(where.get("iteration", "")))
+            self.on_event("pruned", sp.name, a.number, f"stopped at iteration {where.get('iteration', '?')} (round "
+                          f"{where.get('round', '?')}), its checkpoint kept; fedcli tune {self.plan.root} --promote "
+                          f"{a.number} finishes it")
         elif diverged(manifest) or code == DIVERGED:
             study._storage.set_trial_user_attr(a.trial_id, "diverged", True)
             self.tell(study, a, values=[obj.worst(o) for o in objs])

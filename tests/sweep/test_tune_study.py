@@ -156,7 +156,9 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
     """8 trials, --jobs 2: SIGKILL the coordinator with trials complete and trials running; the same command again ends
     with trials 0..7 exactly once, the finished ones' parameters unchanged, the interrupted ones resumed from their
     checkpoints with metrics equal to an uninterrupted run's."""
-    path = write_recipe(tmp_path, trials=8, iterations=300, eval_every=10)
+    # 3,000 iterations (seconds a trial): the trials caught running are still training when the coordinator dies (at
+    # 300 a trial ended in about a second, before its orphaned worker stopped it, and none was left to resume)
+    path = write_recipe(tmp_path, trials=8, iterations=3000, eval_every=100)
     root = tmp_path / "study"
     cmd = [sys.executable, "-m", "fedcli", "tune", str(path), "--out", str(root), "--jobs", "2", "-q"]
     coord = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
