@@ -556,7 +556,7 @@ class Coordinator:
             self.tell(study, a, state=optuna.trial.TrialState.PRUNED)
             self.on_event("pruned", sp.name, a.number, f"stopped at iteration {where.get('iteration', '?')} (round "
                           f"{where.get('round', '?')}), its checkpoint kept; fedcli tune {self.plan.root} --promote "
-                          f"{a.number} finishes it")
+                          f"{a.number}{f' --study {sp.name}' if len(self.plan.studies) > 1 else ''} finishes it")
         elif diverged(manifest) or code == DIVERGED:
             study._storage.set_trial_user_attr(a.trial_id, "diverged", True)
             self.tell(study, a, values=[obj.worst(o) for o in objs])
