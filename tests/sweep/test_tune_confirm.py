@@ -127,3 +127,22 @@ def test_confirm_takes_a_base_that_is_a_whole_config(confirmed_study, tmp_path):
     assert [p.status for p in result.runs] == ["completed"] and result.runs[0].config["lr"] == best["params"]["lr"]
     row = tomllib.loads((copy / "confirm" / "recipe.toml").read_text())["runs"][0]
     assert "out" not in row and "seed" not in row and row["lr"] == best["params"]["lr"]  # the sweep sets out and seed
+
+
+def test_tune_confirm_from_the_command_line(tmp_path, capsys):
+    """``fedcli tune DIR --confirm 1 --seeds 2`` is run_confirm through the CLI: the best trial re-run over 2 seeds
+    into DIR/confirm, and its closing line names the chosen trial; a folder that is not a study is refused in one
+    line (exit 2); --confirm with --promote too."""
+    root = tmp_path / "study"
+    build_study(root, {"fedavg": [{"params": {"lr": 0.1}}, {"params": {"lr": 0.5}}]}, grid_size=None)
+    best = max((0, 1), key=lambda n: (_last2(root / f"fedavg/trial-{n:04d}"), -n))
+    code, out, err = cli(["tune", str(root), "--confirm", "1", "--seeds", "2"], capsys)
+    assert code == 0, err
+    sweep = json.loads((root / "confirm" / "sweep.json").read_text())
+    assert sorted((e["name"], e["seed"], e["status"]) for e in sweep["runs"]) == [
+        (f"fedavg trial {best}", 0, "completed"), (f"fedavg trial {best}", 1, "completed")]
+    assert f"confirmed fedavg: trial {best} " in err
+    code, out, err = cli(["tune", str(tmp_path), "--confirm", "1"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "not a study folder" in err
+    code, out, err = cli(["tune", str(root), "--confirm", "1", "--promote", "0"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "one at a time" in err
