@@ -254,8 +254,10 @@ def _sweep_of(run_dir: Path, cache: dict) -> dict:
                 manifest = load_manifest(folder)
             except ConfigError:  # unreadable: the run is read as one of no sweep
                 manifest = {}
+            retimed = [v for v in manifest.get("retimed") or [] if isinstance(v, dict)]
             cache[folder] = {(folder / e["dir"]).resolve(): {"sweep": str(folder), "recipe_run": e.get("name"),
-                                                            "scale": manifest.get("scale")}
+                                                            "scale": manifest.get("scale"),
+                                                            "retimed": [v for v in retimed if v.get("of") == e.get("name")]}
                              for e in manifest.get("runs", []) if isinstance(e, dict) and "dir" in e}
         if run_dir.resolve() in cache[folder]:
             return cache[folder][run_dir.resolve()]
@@ -298,10 +300,34 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
     # names: the run directory's own name, or its path below the folder given (unique by construction)
     names = [root.name] if dirs == [root] else [str(r.path.relative_to(root)) for r in runs]
     cache: dict = {}
-    sweeps = {name: found for name, r in zip(names, runs) if (found := _sweep_of(Path(r.path), cache))}
+    sweeps = {name: dict(found) for name, r in zip(names, runs) if (found := _sweep_of(Path(r.path), cache))}
+    found_runs = dict(zip(names, runs))
+    _add_retimed(found_runs, sweeps, skipped, strict)
     from fedcli.tune.results import is_study, read_study
 
-    return Results(dict(zip(names, runs)), skipped, sweeps, read_study(root) if is_study(root) else None)
+    return Results(found_runs, skipped, sweeps, read_study(root) if is_study(root) else None)
+
+
+def _add_retimed(runs: dict, sweeps: dict, skipped: dict, strict: bool) -> None:
+    """The re-timed runs of a sweep (a recipe run's ``retime`` entries; docs/sweeps.md, "Re-timed runs"), as the report
+    reads them: each trained run once more per entry, named ``<run> [<entry's name>]``, its ``sim_time_s`` re-timed
+    under the entry's options (:func:`fedcli.report.retime.variant`) and its ``recipe_run`` the entry's name. One that
+    cannot be re-timed is left out and named in ``skipped``."""
+    from fedcli.errors import FedcliError
+    from fedcli.report.retime import variant
+
+    for name in list(runs):
+        info = sweeps.get(name) or {}
+        for entry in info.pop("retimed", None) or []:
+            key = f"{name} [{entry.get('name')}]"
+            try:
+                runs[key] = variant(runs[name], dict(entry.get("options") or {}))
+            except FedcliError as e:
+                if strict:
+                    raise
+                skipped[key] = str(e)
+                continue
+            sweeps[key] = {**info, "recipe_run": entry.get("name")}
 
 
 def _cli(args: list[str]):

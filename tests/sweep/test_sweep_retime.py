@@ -128,6 +128,24 @@ def test_a_retimed_run_is_the_run_trained_with_its_options(swept):
     assert runs["FedAvg"][0].config["uplink"] == SLOW
 
 
+def test_fedcli_load_gives_the_retimed_runs_too(swept):
+    """``fedcli.load`` on the sweep: each re-timed run once more beside the trained ones, named ``<run> [<entry>]``
+    with its recipe name, its metrics' ``sim_time_s`` those of the run trained at its options (1e-9 relative); the
+    trained runs unchanged."""
+    import fedcli
+
+    res = fedcli.load(swept / "out")
+    runs = res.runs.set_index("run")
+    retimed = runs[runs.index.str.endswith("[FedAvg fast]")]
+    assert len(retimed) == 1 and retimed["recipe_run"].iloc[0] == "FedAvg fast"
+    m = res.metrics
+    by = {name: list(m[m["run"] == name]["sim_time_s"]) for name in m["run"].unique()}
+    fast = by[retimed.index[0]]
+    trained_fast = next(v for k, v in by.items() if runs.loc[k, "recipe_run"] == "FedAvg trained fast")
+    trained = next(v for k, v in by.items() if runs.loc[k, "recipe_run"] == "FedAvg")
+    assert len(fast) == 6 and fast == pytest.approx(trained_fast, rel=1e-9, abs=0) and fast != trained
+
+
 def test_the_table_of_retimed_runs_is_the_table_of_trained_ones(swept, capsys):
     """`fedcli report --table --format csv`: the re-timed run's row equals the trained run's, cell for cell (the
     rounds, iterations and bytes exactly, the time to the target within 1e-9 relative)."""
