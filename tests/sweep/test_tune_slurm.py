@@ -138,3 +138,32 @@ def test_sigkill_of_the_coordinator_adopts_the_running_job(slurm, tmp_path):
     assert j0["job_id"] == first and j0["exit_code"] == 0  # the one job of trial 0: never submitted twice
     assert not manifest(run0).get("resumes") and manifest(run0)["status"] == "completed"
     assert p.stderr.count("submit ") == 1 and job(root / "fedavg" / "trial-0001")["job_id"] != first
+
+
+@pytest.mark.long(reason="a trial's job scancelled mid-run and resumed in a new job (about 30 s)")
+def test_a_trial_whose_job_is_cancelled_is_resumed_in_a_new_job(slurm, tmp_path):
+    """scancel of a trial's job (as a lost node or a preemption): its training checkpoints and stops; the coordinator
+    sees the job gone before the training ended and resumes the run in a new job under the same trial number."""
+    path = tune_recipe(tmp_path / "r.toml", trials=1, iterations=12000, eval_every=400)
+    root = tmp_path / "study"
+    coord = subprocess.Popen(command(path, root), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run0 = root / "fedavg" / "trial-0000"
+    try:
+        deadline = time.monotonic() + 240
+        while not ((run0 / "metrics.csv").exists() and len((run0 / "metrics.csv").read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline and coord.poll() is None, "trial 0's job did not train within 4 minutes"
+            time.sleep(0.2)
+        first = job(run0)["job_id"]
+        subprocess.run(["scancel", first], check=True)
+        assert coord.wait(timeout=400) == 0, coord.stderr.read()[-2000:]
+        err = coord.stderr.read()
+    finally:
+        if coord.poll() is None:
+            coord.kill()
+    assert "requeue  fedavg trial 0" in err and "resumed in a new job" in err, err[-2000:]
+    [r] = trials_csv(root)
+    assert r["state"] == "COMPLETE" and r["number"] == "0"
+    j = job(run0)
+    assert j["job_id"] != first and j["resume"] and j["exit_code"] == 0
+    m = manifest(run0)
+    assert m["status"] == "completed" and len(m["resumes"]) == 1 and m["tune"]["number"] == 0
