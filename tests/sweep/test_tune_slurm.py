@@ -59,6 +59,14 @@ def gone(job_id: str) -> bool:
     return st is None or st["state"] not in ACTIVE
 
 
+def wait_training(coord: subprocess.Popen, run: Path) -> None:
+    """Until ``run`` (trained in a Slurm job of the coordinator ``coord``) has logged two evaluations."""
+    deadline = time.monotonic() + 240
+    while not ((run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline and coord.poll() is None, f"{run.name}'s job did not train within 4 minutes"
+        time.sleep(0.2)
+
+
 def test_a_study_of_slurm_jobs(slurm, tmp_path):
     """3 trials, 2 in flight: 3 jobs (one per trial, recorded in the job file beside its log, exit 0), 3 completed run
     directories with the manifest's tune entry, and trials.csv COMPLETE with the objective read from each run."""
@@ -108,7 +116,7 @@ def test_a_hopeless_trial_is_pruned_in_its_job(slurm, tmp_path):
     assert job(run)["exit_code"] == 5 and gone(job(run)["job_id"])
 
 
-@pytest.mark.long(reason="a coordinator SIGKILLed while its trial's job trains, then run again (about 30 s)")
+@pytest.mark.long(reason="a coordinator SIGKILLed while its trial's job trains, then run again (about 50 s)")
 def test_sigkill_of_the_coordinator_adopts_the_running_job(slurm, tmp_path):
     """SIGKILL of the coordinator while trial 0's job trains: the job trains on; the same command again adopts it (its
     job file keeps the one job id, its run never resumed), then runs trial 1: exactly 2 trials, 2 jobs."""
@@ -118,10 +126,7 @@ def test_sigkill_of_the_coordinator_adopts_the_running_job(slurm, tmp_path):
     coord = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run0 = root / "fedavg" / "trial-0000"
     try:
-        deadline = time.monotonic() + 240
-        while not ((run0 / "metrics.csv").exists() and len((run0 / "metrics.csv").read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline and coord.poll() is None, "trial 0's job did not train within 4 minutes"
-            time.sleep(0.2)
+        wait_training(coord, run0)
         os.kill(coord.pid, signal.SIGKILL)
         coord.wait()
     finally:
@@ -140,7 +145,7 @@ def test_sigkill_of_the_coordinator_adopts_the_running_job(slurm, tmp_path):
     assert p.stderr.count("submit ") == 1 and job(root / "fedavg" / "trial-0001")["job_id"] != first
 
 
-@pytest.mark.long(reason="a trial's job scancelled mid-run and resumed in a new job (about 30 s)")
+@pytest.mark.long(reason="a trial's job scancelled mid-run and resumed in a new job (about 50 s)")
 def test_a_trial_whose_job_is_cancelled_is_resumed_in_a_new_job(slurm, tmp_path):
     """scancel of a trial's job (as a lost node or a preemption): its training checkpoints and stops; the coordinator
     sees the job gone before the training ended and resumes the run in a new job under the same trial number."""
@@ -149,10 +154,7 @@ def test_a_trial_whose_job_is_cancelled_is_resumed_in_a_new_job(slurm, tmp_path)
     coord = subprocess.Popen(command(path, root), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     run0 = root / "fedavg" / "trial-0000"
     try:
-        deadline = time.monotonic() + 240
-        while not ((run0 / "metrics.csv").exists() and len((run0 / "metrics.csv").read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline and coord.poll() is None, "trial 0's job did not train within 4 minutes"
-            time.sleep(0.2)
+        wait_training(coord, run0)
         first = job(run0)["job_id"]
         subprocess.run(["scancel", first], check=True)
         assert coord.wait(timeout=400) == 0, coord.stderr.read()[-2000:]
@@ -167,3 +169,18 @@ def test_a_trial_whose_job_is_cancelled_is_resumed_in_a_new_job(slurm, tmp_path)
     assert j["job_id"] != first and j["resume"] and j["exit_code"] == 0
     m = manifest(run0)
     assert m["status"] == "completed" and len(m["resumes"]) == 1 and m["tune"]["number"] == 0
+
+
+@pytest.mark.long(reason="two trials packed in one Slurm job (about 15 s)")
+def test_runs_per_job_packs_the_trials_asked_together(slurm, tmp_path):
+    """--jobs 2 --runs-per-job 2: the two trials asked in one pass go in one job (one job id in both job files, the job
+    asking for 2 CPUs), each its own completed run directory."""
+    path = tune_recipe(tmp_path / "r.toml", trials=2)
+    root = tmp_path / "study"
+    p = tune(command(path, root, "--jobs", 2, "--runs-per-job", 2))
+    assert "2 CPU(s), 2 runs per job" in p.stderr
+    rows = trials_csv(root)
+    assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "COMPLETE")]
+    j0, j1 = (job(root / r["run"]) for r in rows)
+    assert j0["job_id"] == j1["job_id"] and j0["exit_code"] == j1["exit_code"] == 0
+    assert all(manifest(root / r["run"])["status"] == "completed" for r in rows)
