@@ -20,6 +20,15 @@ JOBS = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its 
 MPI = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run).")
 DRY_RUN = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing.")
 EXECUTOR = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel).")
+#: the Slurm resources of a job (--executor slurm), shared by ``fedcli sweep`` and ``fedcli tune``
+PARTITION = typer.Option(None, "--partition", help="Slurm: partition of the jobs. \\[default: the recipe's \\[slurm] partition, else the cluster's default]", rich_help_panel="Slurm (--executor slurm)")
+TIME_LIMIT = typer.Option(None, "--time", help="Slurm: time limit per job, minutes or D-HH:MM:SS. \\[default: the recipe's \\[slurm] time, else 60]", rich_help_panel="Slurm (--executor slurm)")
+CPUS = typer.Option(None, "--cpus", min=1, help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]", rich_help_panel="Slurm (--executor slurm)")
+MEM = typer.Option(None, "--mem", help="Slurm: memory per job (e.g. 16G). \\[default: \\[slurm] mem, else the partition's default]", rich_help_panel="Slurm (--executor slurm)")
+GPUS = typer.Option(None, "--gpus", min=0, help="Slurm: GPUs per job (--gpus-per-node; the runs use --device auto/cuda from the recipe). \\[default: \\[slurm] gpus, else 0]", rich_help_panel="Slurm (--executor slurm)")
+RUNS_PER_JOB = typer.Option(None, "--runs-per-job", min=1, help="Slurm: runs packed in one job, run at the same time and sharing its GPUs round-robin (each sees one as CUDA_VISIBLE_DEVICES); the job asks for --cpus x K CPUs, --gpus and --mem stay per job. \\[default: \\[slurm] runs_per_job, else 1]", rich_help_panel="Slurm (--executor slurm)")
+SBATCH = typer.Option(None, "--sbatch", help="Slurm: an extra sbatch option for every job, e.g. --sbatch=--qos=high (repeatable; added to \\[slurm] options).", rich_help_panel="Slurm (--executor slurm)")
+SIGNAL = typer.Option(None, "--signal", min=0, help="Slurm: SIGTERM this many seconds before the time limit, so the run checkpoints at its next round boundary and stops as interrupted. \\[default: \\[slurm] signal, else 120]", rich_help_panel="Slurm (--executor slurm)")
 
 
 def sweep(
@@ -36,14 +45,14 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
     download: bool = typer.Option(False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."),
     executor: str = EXECUTOR,
-    partition: str = typer.Option(None, "--partition", help="Slurm: partition of the jobs. \\[default: the recipe's \\[slurm] partition, else the cluster's default]", rich_help_panel="Slurm (--executor slurm)"),
-    time_limit: str = typer.Option(None, "--time", help="Slurm: time limit per job, minutes or D-HH:MM:SS. \\[default: the recipe's \\[slurm] time, else 60]", rich_help_panel="Slurm (--executor slurm)"),
-    cpus: int = typer.Option(None, "--cpus", min=1, help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]", rich_help_panel="Slurm (--executor slurm)"),
-    mem: str = typer.Option(None, "--mem", help="Slurm: memory per job (e.g. 16G). \\[default: \\[slurm] mem, else the partition's default]", rich_help_panel="Slurm (--executor slurm)"),
-    gpus: int = typer.Option(None, "--gpus", min=0, help="Slurm: GPUs per job (--gpus-per-node; the runs use --device auto/cuda from the recipe). \\[default: \\[slurm] gpus, else 0]", rich_help_panel="Slurm (--executor slurm)"),
-    runs_per_job: int = typer.Option(None, "--runs-per-job", min=1, help="Slurm: runs packed in one job, run at the same time and sharing its GPUs round-robin (each sees one as CUDA_VISIBLE_DEVICES); the job asks for --cpus x K CPUs, --gpus and --mem stay per job. \\[default: \\[slurm] runs_per_job, else 1]", rich_help_panel="Slurm (--executor slurm)"),
-    sbatch: list[str] = typer.Option(None, "--sbatch", help="Slurm: an extra sbatch option for every job, e.g. --sbatch=--qos=high (repeatable; added to \\[slurm] options).", rich_help_panel="Slurm (--executor slurm)"),
-    signal_s: int = typer.Option(None, "--signal", min=0, help="Slurm: SIGTERM this many seconds before the time limit, so the run checkpoints at its next round boundary and stops as interrupted. \\[default: \\[slurm] signal, else 120]", rich_help_panel="Slurm (--executor slurm)"),
+    partition: str = PARTITION,
+    time_limit: str = TIME_LIMIT,
+    cpus: int = CPUS,
+    mem: str = MEM,
+    gpus: int = GPUS,
+    runs_per_job: int = RUNS_PER_JOB,
+    sbatch: list[str] = SBATCH,
+    signal_s: int = SIGNAL,
     status: bool = typer.Option(False, "--status", help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed runs the exit code and log; submits nothing.", rich_help_panel="Slurm (--executor slurm)"),
     wait: bool = typer.Option(False, "--wait", help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops following; the jobs keep running).", rich_help_panel="Slurm (--executor slurm)"),
     cancel: bool = typer.Option(False, "--cancel", help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round boundary; the next call resumes it).", rich_help_panel="Slurm (--executor slurm)"),

@@ -11,7 +11,8 @@ from pathlib import Path
 import typer
 
 from fedcli.cli.console import err_console, out_console
-from fedcli.cli.sweep import DRY_RUN, EXECUTOR, JOBS, MPI, SCALE
+from fedcli.cli.sweep import (CPUS, DRY_RUN, GPUS, MEM, MPI, PARTITION, RUNS_PER_JOB, SBATCH, SCALE, SIGNAL,
+                              TIME_LIMIT)
 
 
 def tune(
@@ -19,9 +20,17 @@ def tune(
     scale: str = SCALE,
     out: str = typer.Option(None, "--out", help="Study folder. \\[default: results/tune/<recipe name>, -<scale> appended for a scale other than the recipe's default]"),
     trials: int = typer.Option(None, "--trials", min=1, help="Trials per study. \\[default: the recipe's \\[tune] trials, else 20]"),
-    jobs: int = JOBS,
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Trials at a time: local processes (torch threads = cores / jobs; with CUDA devices spread over them round-robin), or with --executor slurm Slurm jobs pending or running."),
     mpi: int = MPI,
-    executor: str = EXECUTOR,
+    executor: str = typer.Option("local", "--executor", help="Where trials train: local (--jobs processes, or --mpi) or slurm (each trial an ordinary `fedcli sweep --executor slurm` job, --jobs in flight; this process stays on the login node asking, watching over the shared file system and telling until the study ends; killed and run again, it adopts the trials whose jobs still run)."),
+    partition: str = PARTITION,
+    time_limit: str = TIME_LIMIT,
+    cpus: int = CPUS,
+    mem: str = MEM,
+    gpus: int = GPUS,
+    runs_per_job: int = RUNS_PER_JOB,
+    sbatch: list[str] = SBATCH,
+    signal_s: int = SIGNAL,
     storage: str = typer.Option("journal", "--storage", help="Where Optuna keeps the search state: journal (a file in the study folder, default), sqlite (one file, portable), a database URL, or env:NAME (the URL from environment variable NAME, default FEDCLI_TUNE_STORAGE; the password is masked wherever written)."),
     sampler: str = typer.Option(None, "--sampler", help="tpe, gp, random or grid (a finite space). \\[default: the recipe's, else tpe]"),
     pruner: str = typer.Option(None, "--pruner", help="none, sha (successive halving) or median (best-so-far values against the median at the same rung); one objective only; the hopeless rule is always on. \\[default: the recipe's, else sha]"),
@@ -51,28 +60,45 @@ def tune(
         return _confirm(Path(recipe), confirm, seeds, jobs, mpi, quiet)
     if executor not in ("local", "slurm"):
         raise ConfigError(f"--executor must be local or slurm, got {executor!r}")
-    if executor == "slurm":
-        raise ConfigError("--executor slurm: fedcli tune runs its trials with local processes (--jobs) or --mpi for now; "
-                          "run it inside one Slurm allocation (sbatch a job that calls fedcli tune --jobs J)")
-    from fedcli.cli.sweep import _only_scale
+    from fedcli.cli.sweep import _only_scale, _slurm_flags
     from fedcli.tune.coordinator import make_plan, run_tune
 
+    flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
+    given = [k for k, v in flags.items() if v is not None]
+    if executor != "slurm" and given:
+        raise ConfigError(f"--{given[0].replace('_', '-')} sets a Slurm job's resources: it applies to --executor slurm only",
+                          key=given[0])
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
-    plan = make_plan(recipe, scale, out, trials, sampler, pruner, seed, storage, select_on, jobs)
+    res = None
+    if executor == "slurm":
+        from fedcli.recipes import read_sweep
+        from fedcli.sweep.slurm import resources
+
+        res = resources(read_sweep(recipe, scale), flags)
+    plan = make_plan(recipe, scale, out, trials, sampler, pruner, seed, storage, select_on, jobs,
+                     res.cpus if res else None, mpi)
     if dry_run or not quiet:
         _print_plan(plan, jobs, mpi, estimate=dry_run)
+        if res is not None:
+            from fedcli.sweep.slurm import sbatch_preview
+
+            err_console.print(f"  Slurm: each trial an ordinary sweep job, {jobs} in flight; each job asks for "
+                              f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})", markup=False, highlight=False,
+                              soft_wrap=True)
     if dry_run:
         return plan
     say = (lambda kind, study, number, text: None) if quiet else _event
     try:
         co = run_tune(plan, jobs, mpi, fresh, notify=lambda m: err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True),
-                      on_event=say)
+                      on_event=say, slurm=res)
     except KeyboardInterrupt:
         from fedcli.errors import FedcliError
 
         err = FedcliError(f"interrupted: the running trials checkpointed and stopped; run the same command again to resume "
-                          f"them in {plan.root}")
+                          f"them in {plan.root}" if res is None else
+                          f"interrupted: the trials' Slurm jobs keep running; run the same command again to adopt them "
+                          f"in {plan.root}")
         err.exit_code = 130
         raise err from None
     _print_closing(plan, co, time.perf_counter() - t0)

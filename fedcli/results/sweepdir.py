@@ -11,7 +11,7 @@ import json
 import os
 import shlex
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,7 @@ class PlannedRun:
     ran: bool = False
     resume: bool = False     # continue from the run's latest checkpoint instead of starting again
     job_id: str | None = None  # its Slurm job (--executor slurm)
+    env: dict = field(default_factory=dict)  # more environment of its training (fedcli tune: the trial's manifest entry)
 
     @property
     def rel(self) -> str:

@@ -270,8 +270,8 @@ class Executor:
         from fedcli.results.lock import sweep_env
 
         env = {**os.environ, **sweep_env(self.workers_lock)} if self.workers_lock else None
-        if device:
-            env = {**(env or os.environ), **device}
+        if device or p.env:  # its GPU; the run's own variables (fedcli tune: FEDCLI_TUNE_TRIAL)
+            env = {**(env or os.environ), **p.env, **(device or {})}
         with open_file(p.log, mode) as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env)
             with self.lock:

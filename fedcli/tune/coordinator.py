@@ -1,14 +1,17 @@
 """``fedcli tune``'s coordinator (issue 58, section 2; the contract in docs/tuning.md): one Optuna study per
 ``[[runs]]`` row, every trial an ordinary ``fedcli train`` run in ``DIR/<study>/trial-NNNN`` run by the sweep's
-executor (:class:`fedcli.sweep.executors.Executor`: ``--jobs`` processes, ``--mpi``), pruned through the run's stop
-file (``fedcli.results.stopfile``).
+executor (:class:`fedcli.sweep.executors.Executor`: ``--jobs`` processes, ``--mpi``) or, with ``--executor slurm``, as
+an ordinary sweep job (issue 59: :mod:`fedcli.tune.executors`), pruned through the run's stop file
+(``fedcli.results.stopfile``, read by the training at each round boundary, over the shared file system on a node).
 
 Crash safety ("no trial lost, none duplicated"): Optuna's storage holds the search state, the run directories the
 results. A trial is asked once (its parameters stored in the storage before its recipe file is written), and then only
 resumed, told or pruned: a coordinator killed at any moment and started again finds every RUNNING trial of the storage
 and resumes its run directory (``train --resume``), runs its stored parameters under the same number when it has no
 run directory yet (killed between the ask and the run's first write), or tells what the run directory says when the
-run ended while no coordinator watched. Where the storage and a run directory disagree, the run directory wins.
+run ended while no coordinator watched. Under Slurm a trial whose job still runs is adopted (watched, never submitted
+again), and a trial whose job is gone before its training ended (scancel, a time limit, a lost node) is resumed in a
+new job under the same number. Where the storage and a run directory disagree, the run directory wins.
 
 Optuna is imported inside the functions that run a study, never at import (``--help`` and recipe errors go without it).
 """
@@ -18,9 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,8 +110,9 @@ def default_out(recipe_path, scale: str | None, default_scale: str | None) -> Pa
 
 
 def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, pruner=None, seed=None,
-              storage="journal", select_on="validation", jobs=1) -> TunePlan:
-    """Read and check everything (exit 2 on any error, nothing written, no optuna import)."""
+              storage="journal", select_on="validation", jobs=1, cpus=None, mpi=0) -> TunePlan:
+    """Read and check everything (exit 2 on any error, nothing written, no optuna import). ``cpus``: the CPUs of a
+    trial's Slurm job (torch threads = cpus / MPI ranks, as a sweep's job), else this machine's cores / ``jobs``."""
     from fedcli.recipes import default_scale, read_sweep, run_config
     from fedcli.sweep.run import slugify
 
@@ -136,6 +138,8 @@ def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, prun
     kind, what = folder.resolve_storage(storage, root)
     procs = max(1, jobs)
     threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
+    if cpus:
+        threads = max(1, cpus // max(1, mpi))
     studies, slugs = [], set()
     for row in recipe.runs:
         slug = slugify(row.name)
@@ -335,6 +339,8 @@ class Active:
     run: TrialRun
     params: dict
     future: object = None
+    job_id: str | None = None      # its Slurm job (--executor slurm)
+    requeued: int = 0              # new jobs it got after its job ended before its training did
     reported: set = field(default_factory=set)
     stop: dict | None = None       # the stop asked (why, iteration)
     classes: int | None = None
@@ -344,10 +350,14 @@ class Active:
 class Coordinator:
     """Runs the studies of a plan to ``trials`` trials each (see the module's docstring)."""
 
-    def __init__(self, plan: TunePlan, jobs: int = 1, mpi: int = 0, notify=None, on_event=None):
+    #: new jobs a trial gets, in one call, after its job ended before its training did; then it fails
+    REQUEUES = 3
+
+    def __init__(self, plan: TunePlan, jobs: int = 1, mpi: int = 0, notify=None, on_event=None, slurm=None):
+        """``slurm``: :class:`fedcli.sweep.slurm.Resources` of a trial's job (``--executor slurm``), None: local."""
         from fedcli.sweep.executors import Executor
 
-        self.plan, self.jobs, self.mpi = plan, max(1, jobs), mpi
+        self.plan, self.jobs, self.mpi, self.slurm = plan, max(1, jobs), mpi, slurm
         self.notify = notify or (lambda msg: None)
         self.on_event = on_event or (lambda kind, study, number, text: None)
         self.ex = Executor(jobs, mpi, workers_lock=plan.root / folder.WORKERS_LOCK, notify=self.notify)
@@ -380,49 +390,95 @@ class Coordinator:
         for sp, study in studies:
             self.run_study(sp, study)
 
+    def executor(self):
+        from fedcli.tune.executors import LocalTrials, SlurmTrials
+
+        return SlurmTrials(self, self.slurm) if self.slurm is not None else LocalTrials(self)
+
     def run_study(self, sp: StudyPlan, study) -> None:
+        """At most ``jobs`` trials in flight (trials adopted from a killed coordinator's jobs aside), each watched at the
+        rungs until its training ends, then told."""
         import optuna
 
         RUNNING = optuna.trial.TrialState.RUNNING
         active: dict[int, Active] = {}
-        pool = ThreadPoolExecutor(max_workers=self.jobs)
+        self.trials = trials = self.executor()
         recover = [t for t in study.get_trials(deepcopy=False, states=(RUNNING,))]
         try:
+            for ft in list(recover):  # trials whose training runs on without a coordinator (Slurm jobs): adopted
+                a = self.adopt(sp, ft)
+                if a is not None:
+                    recover.remove(ft)
+                    active[a.number] = a
             while True:
                 while len(active) < self.jobs and not self.stopping:
                     if recover:
                         ft = recover.pop(0)
                         a = self.recover(sp, study, ft)
                     else:
-                        trials = study.get_trials(deepcopy=False)
-                        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
-                        if len(trials) >= sp.trials and not waiting:
+                        trials_ = study.get_trials(deepcopy=False)
+                        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials_)
+                        if len(trials_) >= sp.trials and not waiting:
                             break
                         a = self.ask(sp, study)
                     if a is not None:
-                        a.future = pool.submit(self.execute, a)
+                        trials.start(a)
                         active[a.number] = a
+                trials.flush()
                 if not active:
                     break
                 time.sleep(POLL_S)
-                for a in list(active.values()):
-                    if a.future.done():
-                        code = a.future.result()
-                        del active[a.number]
-                        self.finish(sp, study, a, code)
+                ended = trials.poll(list(active.values()))
+                for a, code in ended:
+                    del active[a.number]
+                    if self.requeue(a, code):
+                        active[a.number] = a
                     else:
-                        self.watch(sp, study, a)
+                        self.finish(sp, study, a, code)
+                trials.flush()
+                for a in list(active.values()):
+                    self.watch(sp, study, a)
         except BaseException:
             self.stopping = True
             self.ex.stopping = True
-            with self.ex.lock:
-                pids = [p.pid for p in self.ex.procs.values()]
-            self.ex.stop_trainings(pids, lambda: pool.shutdown(wait=True))
+            trials.stop(list(active.values()))
             raise
         finally:
-            pool.shutdown(wait=True)
+            trials.close()
             self.refresh(sp, study)
             self.write_csv()
+
+    def adopt(self, sp: StudyPlan, ft) -> Active | None:
+        """A RUNNING trial whose training still runs without a coordinator (its Slurm job pending or running, or its run
+        lock held): watched from now on, not started again."""
+        params = dict(ft.params)
+        if any(n not in params for n in sp.space):
+            return None
+        a = Active(ft.number, ft._trial_id, self.trial_run(sp, ft.number, params), params)
+        a.baseline = bool(ft.user_attrs.get("baseline"))
+        a.stop = ft.user_attrs.get("prune_requested")
+        if not self.trials.alive(a):
+            return None
+        self.on_event("adopt", sp.name, ft.number, f"its training still runs (Slurm job {a.job_id or '?'})")
+        return a
+
+    def requeue(self, a: Active, code: int | None) -> bool:
+        """Under Slurm: a trial whose job ended before its training did (no exit code recorded, or one of a signal:
+        scancel, a time limit, a preemption, a lost node) and whose run directory is neither completed, failed nor
+        pruned goes into a new job under the same number, resuming its checkpoint (at most ``REQUEUES`` times)."""
+        from fedcli.results.sweepdir import run_state
+
+        if not self.trials.requeues or self.stopping or (code is not None and code < 128):
+            return False
+        state, _ = run_state(a.run)  # sets a.run.resume from the checkpoint on disk
+        if state in ("done", "pruned", "failed") or a.requeued >= self.REQUEUES:
+            return False
+        a.requeued += 1
+        self.on_event("requeue", a.run.slug, a.number, f"its job {a.job_id} ended with the run {state}"
+                      f"{f' (exit {code})' if code is not None else ''}; "
+                      f"{'resumed' if a.run.resume else 'started again'} in a new job")
+        self.trials.start(a)
+        return True
 
     def ask(self, sp: StudyPlan, study) -> Active:
         """A new trial (the baseline when enqueued): asked, its parameters stored, then its recipe written."""
@@ -489,14 +545,19 @@ class Coordinator:
         self.on_event("resume" if resume else "start", sp.name, number, json.dumps(params))
         return a
 
+    @staticmethod
+    def trial_env(a: Active) -> dict:
+        """The environment that gives the trial's manifest its ``tune`` entry (fedcli.runner.TUNE_ENV)."""
+        return {"FEDCLI_TUNE_TRIAL": json.dumps({"study": a.run.slug, "number": a.number, "params": a.params,
+                                                 "baseline": a.baseline})}
+
     def execute(self, a: Active) -> int:
         """The trial's training in its own process (``fedcli train``, or ``train --resume``); its exit code."""
         run = a.run
-        env = {"FEDCLI_TUNE_TRIAL": json.dumps({"study": run.slug, "number": a.number, "params": a.params,
-                                                "baseline": a.baseline})}
-        code = self.ex._spawn(run, self.ex.command(run, resume=run.resume), "a" if run.resume else "w", env)
+        run.env = self.trial_env(a)
+        code = self.ex._spawn(run, self.ex.command(run, resume=run.resume), "a" if run.resume else "w")
         if run.resume and code == 2 and not self.stopping and not _pruned(_manifest(run.dir)):
-            code = self.ex._spawn(run, self.ex.command(run), "a", env)  # resume refused: the run again from its start
+            code = self.ex._spawn(run, self.ex.command(run), "a")  # resume refused: the run again from its start
         return code
 
     # ---- pruning
@@ -581,17 +642,14 @@ class Coordinator:
         ft = study._storage.get_trial(a.trial_id)
         if ft.state.is_finished():
             return
-        if state == optuna.trial.TrialState.PRUNED:
-            study.tell(a.number, state=state)
-        elif state is not None:
-            study.tell(a.number, state=state)
-        else:
-            values = values if len(values) > 1 else values[0]
-            try:
-                study.tell(a.number, values=values)
-            except RuntimeError as e:  # the grid sampler stops an optimize loop when its grid is done: the trial's
-                if "Study.stop" not in str(e):  # value is stored before (optuna/study/_tell.py), and this loop ends by count
-                    raise
+        try:
+            if state is not None:
+                study.tell(a.number, state=state)
+            else:
+                study.tell(a.number, values=values if len(values) > 1 else values[0])
+        except RuntimeError as e:  # the grid sampler stops an optimize loop when its grid is done (a trial told COMPLETE
+            if "Study.stop" not in str(e):  # or PRUNED): the state is stored before (optuna/study/_tell.py), and this
+                raise  # loop ends by count
 
     def copy_recipe(self, run: TrialRun) -> None:
         """The trial's replayable recipe also inside its run directory (``recipe.toml``), once the run has its
@@ -652,8 +710,10 @@ def _pruned(manifest) -> bool:
     return isinstance(manifest, dict) and manifest.get("status") == "interrupted" and manifest.get("reason") == "pruned"
 
 
-def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, notify=None, on_event=None) -> Coordinator:
-    """Take the folder (one coordinator), check or write its record, run the studies."""
+def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, notify=None, on_event=None,
+             slurm=None) -> Coordinator:
+    """Take the folder (one coordinator), check or write its record, run the studies (``slurm``: the Resources of a
+    trial's job under ``--executor slurm``)."""
     root = make_dir(plan.root, "create the study folder")
     with TuneLock(root):
         if fresh:
@@ -669,7 +729,7 @@ def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, n
             dropped = folder.repair_journal(root)
             if dropped and notify:
                 notify(f"dropped the last {dropped} bytes of {root / folder.JOURNAL}: a record cut by a killed coordinator")
-        co = Coordinator(plan, jobs, mpi, notify, on_event)
+        co = Coordinator(plan, jobs, mpi, notify, on_event, slurm)
         co.run()
         return co
 

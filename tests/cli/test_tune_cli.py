@@ -29,7 +29,8 @@ def recipe(tmp_path, split="val_fraction = 0.2", space="lr = { log = [0.01, 1.0]
 def test_help_without_optuna_or_torch(tmp_path):
     p = probe(["tune", "--help"], tmp_path)
     assert "LOADED False False CODE 0" in p.stdout, p.stdout[-400:] + p.stderr[-400:]
-    for flag in ("--trials", "--storage", "--sampler", "--pruner", "--select-on", "--promote", "--fresh", "--jobs", "--mpi"):
+    for flag in ("--trials", "--storage", "--sampler", "--pruner", "--select-on", "--promote", "--fresh", "--jobs", "--mpi",
+                 "--executor", "--partition", "--time", "--runs-per-job", "--sbatch"):
         assert flag in p.stdout
 
 
@@ -39,6 +40,8 @@ def test_help_without_optuna_or_torch(tmp_path):
     ("val_fraction = 0.2", "lr = { log = [0.0, 1.0] }", [], "line 29: 'lr' log range [0.0, 1.0] runs through 0"),
     ("val_fraction = 0.2", "iterations = { choices = [4, 8] }", ["--dry-run"], "line 29: 'iterations' fixes a trial's budget"),
     ("val_fraction = 0.2", "lr = { log = [0.01, 1.0] }", ["--sampler", "annealing"], "--sampler must be one of tpe, gp, random, grid"),
+    ("val_fraction = 0.2", "lr = { log = [0.01, 1.0] }", ["--partition", "gpu"],
+     "--partition sets a Slurm job's resources: it applies to --executor slurm only"),
 ])
 def test_recipe_errors_one_line_exit_2_nothing_written(tmp_path, split, space, args, said):
     path = recipe(tmp_path, split, space)

@@ -96,3 +96,19 @@ def tune_recipe(path, trials=3, iterations=40, eval_every=2, sampler="random", s
     path.write_text(TUNE_RECIPE.format(trials=trials, iterations=iterations, eval_every=eval_every, sampler=sampler,
                                        split=split, space=space))
     return path
+
+
+def require_slurm() -> None:
+    """Skip the test without a reachable Slurm (``sudo scripts/slurm-local.sh up`` starts one), or fail it where
+    FEDCLI_REQUIRE_SLURM is set (CI, ``.ci/run``)."""
+    import os
+
+    import pytest
+
+    from fedcli.sweep.slurm import have_slurm
+
+    why = have_slurm()
+    if why:
+        if os.environ.get("FEDCLI_REQUIRE_SLURM"):
+            pytest.fail(f"FEDCLI_REQUIRE_SLURM is set but no Slurm is reachable: {why}")
+        pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")

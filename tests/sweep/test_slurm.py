@@ -6,16 +6,16 @@ their time limit by slurmctld. Without a reachable Slurm these tests skip, unles
 """
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from sweepkit import require_slurm
 
 from fedcli.cli.main import main
-from fedcli.sweep.slurm import ACTIVE, have_slurm, job_states
+from fedcli.sweep.slurm import ACTIVE, job_states
 
 # one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
 # test_missing_dataset_refused_before_any_job checks that the queue gains no job
@@ -91,11 +91,7 @@ iterations = 24000
 
 @pytest.fixture(scope="module")
 def slurm():
-    why = have_slurm()
-    if why:
-        if os.environ.get("FEDCLI_REQUIRE_SLURM"):
-            pytest.fail(f"FEDCLI_REQUIRE_SLURM is set but no Slurm is reachable: {why}")
-        pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")
+    require_slurm()
 
 
 @pytest.fixture(autouse=True)

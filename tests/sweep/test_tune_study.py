@@ -260,3 +260,14 @@ def test_a_diverged_trial_is_told_the_worst_value(tmp_path):
     assert m["status"] == "failed" and m["reason"] == "diverged"
     study = optuna.load_study(study_name="r/fedavg", storage=JournalStorage(JournalFileBackend(str(root / "optuna.journal"))))
     assert [t.user_attrs.get("diverged", False) for t in study.trials if t.params["lr"] == 1000.0] == [True]
+
+
+def test_the_last_trial_of_a_grid_told_pruned(tmp_path):
+    """A grid whose last (here only) trial is pruned: Optuna's grid sampler stops the study as that trial is told
+    PRUNED (RuntimeError "Study.stop" outside an optimize loop); the coordinator ends normally, the trial PRUNED."""
+    path = write_recipe(tmp_path, trials=1, iterations=4000, eval_every=40, sampler="grid",
+                        space="lr = { choices = [1e-6] }")
+    root = tmp_path / "study"
+    tune([path, "--out", root])
+    [r] = trials_csv(root)
+    assert r["state"] == "PRUNED" and manifest(root / r["run"])["reason"] == "pruned"
