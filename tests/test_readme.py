@@ -14,6 +14,8 @@ The sandbox is a folder holding the repository's recipes/ and examples/ (symlink
 - ``fedcli train``: ``--iterations 10`` (``--rounds 1`` for a round budget) and ``--threads 1``;
 - ``fedcli sweep``: ``--dry-run`` (validates the recipe and plans every run); the slow test runs the README's smoke
   sweep for real with one seed, then its report;
+- ``fedcli tune`` (a study, not ``--promote``/``--confirm``): ``--dry-run`` (validates the recipe and plans the studies;
+  tests/sweep/test_tune_*.py run studies for real);
 - ``fedcli bench``: workload c, one timed step, no warm-up (still about a minute: marked slow);
 - ``.venv/bin/...`` is this interpreter's environment; MPI runs under a timeout.
 
@@ -141,6 +143,8 @@ class Sandbox:
             return small_train(argv), None
         if cmd == "sweep":
             self.dry_sweeps[sweep_out(argv)] = argv[2]
+            return argv + ([] if "--dry-run" in argv else ["--dry-run"]), None
+        if cmd == "tune" and not {"--promote", "--confirm"} & set(argv):  # a study for real: tests/sweep/test_tune_*.py
             return argv + ([] if "--dry-run" in argv else ["--dry-run"]), None
         if cmd == "report" and "--paper" in argv:
             return None, "a paper's section reads real sweeps (test_readme_smoke_sweep_and_report runs it after the smoke sweep, slow)"

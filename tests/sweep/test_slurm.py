@@ -271,8 +271,10 @@ def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
     root = tmp_path / "sweep"
     # the queue may hold other jobs of this user (an earlier test's, another checkout's on a shared Slurm), which can
     # end meanwhile: the refusal must add none
+    # (an array job's id alone: a pending one is listed as 81_[0-1%2], then as 81_0 and 81_1 once its tasks start)
     def queued() -> set[str]:
-        return set(subprocess.run(["squeue", "-h", "--me", "-o", "%i"], capture_output=True, text=True).stdout.split())
+        return {j.split("_")[0] for j in subprocess.run(["squeue", "-h", "--me", "-o", "%i"], capture_output=True,
+                                                        text=True).stdout.split()}
 
     before = queued()
     assert cli("sweep", recipe, "--out", root, "--executor", "slurm") == 3
