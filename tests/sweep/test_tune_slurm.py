@@ -59,6 +59,17 @@ def gone(job_id: str) -> bool:
     return st is None or st["state"] not in ACTIVE
 
 
+def ends(job_id: str, within: float = 60) -> bool:
+    """Whether the job leaves Slurm's active states within ``within`` seconds: its job file holds the training's exit
+    code as soon as the training ends, and Slurm may still list the job (COMPLETING) for a moment after."""
+    deadline = time.monotonic() + within
+    while not gone(job_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 def wait_training(coord: subprocess.Popen, run: Path) -> None:
     """Until ``run`` (trained in a Slurm job of the coordinator ``coord``) has logged two evaluations."""
     deadline = time.monotonic() + 240
@@ -88,7 +99,7 @@ def test_a_study_of_slurm_jobs(slurm, tmp_path):
         assert m["config"]["lr"] == float(r["params_lr"])
         assert float(r["value"]) == value(run, objective)
         j = job(run)
-        assert j["exit_code"] == 0 and j["job_id"] and gone(j["job_id"])
+        assert j["exit_code"] == 0 and j["job_id"] and ends(j["job_id"])
         ids.add(j["job_id"])
     assert len(ids) == 3 and p.stderr.count("submit ") == 3
 
@@ -113,7 +124,7 @@ def test_a_hopeless_trial_is_pruned_in_its_job(slurm, tmp_path):
     assert m["pruned"]["requested_iteration"] == 1000
     # within one round (tau = 2 local iterations) of the iteration the run had reached when it read the request
     assert 1000 <= m["pruned"]["iteration"] < 4000 and int(r["pruned_iteration"]) == m["pruned"]["iteration"]
-    assert job(run)["exit_code"] == 5 and gone(job(run)["job_id"])
+    assert job(run)["exit_code"] == 5 and ends(job(run)["job_id"])
 
 
 @pytest.mark.long(reason="a coordinator SIGKILLed while its trial's job trains, then run again (about 50 s)")
