@@ -268,13 +268,12 @@ def test_scancel_and_time_limit_then_next_call_resumes_bitwise(slurm, tmp_path, 
 def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
     recipe = tmp_path / "paper.toml"
     recipe.write_text(TINY.replace('dataset = "digits"', f'dataset = "femnist"\ndata_dir = "{tmp_path}/femnist"'))
-    root = tmp_path / "sweep"
-    # the queue may hold other jobs of this user (an earlier test's, another checkout's on a shared Slurm), which can
-    # end meanwhile: the refusal must add none
-    # (an array job's id alone: a pending one is listed as 81_[0-1%2], then as 81_0 and 81_1 once its tasks start)
+    root = tmp_path / "missing-femnist"  # its jobs would be named fedcli-missing-femnist
+    # the queue may hold other jobs of this user (another test's, submitted meanwhile on the other xdist worker;
+    # another checkout's on a shared Slurm): the refusal must add none of its own, named after its folder
     def queued() -> set[str]:
-        return {j.split("_")[0] for j in subprocess.run(["squeue", "-h", "--me", "-o", "%i"], capture_output=True,
-                                                        text=True).stdout.split()}
+        rows = subprocess.run(["squeue", "-h", "--me", "-o", "%i %100j"], capture_output=True, text=True).stdout.splitlines()
+        return {r.split()[0].split("_")[0] for r in rows if r.split()[1:] == [f"fedcli-{root.name}"]}
 
     before = queued()
     assert cli("sweep", recipe, "--out", root, "--executor", "slurm") == 3
