@@ -16,7 +16,6 @@ as the worst (:func:`worst`).
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from pathlib import Path
@@ -57,11 +56,15 @@ def parse_reduce(reduce, loc: str) -> tuple[int, float | None]:
 
 
 def read_rows(run_dir: Path, name: str = "metrics.csv") -> list[dict]:
-    path = Path(run_dir) / name
-    if not path.is_file():
+    """The whole rows of one of the run's CSVs (:func:`fedcli.results.rundir.read_rows`, the one reader: a last row
+    cut by the training still writing it is not read; a running trial's metrics.csv is read while it grows). [] for a
+    missing file or one edited out of shape."""
+    from fedcli.results.rundir import read_rows as whole_rows
+
+    try:
+        return whole_rows(Path(run_dir) / name)
+    except (OSError, UnicodeDecodeError, ValueError):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _num(v) -> float | None:

@@ -200,3 +200,13 @@ def test_a_journal_cut_by_a_kill_is_repaired(tmp_path):
     assert (tmp_path / "optuna.journal").read_bytes() == whole
     assert not (tmp_path / "optuna.journal.lock").is_symlink()
     assert repair_journal(tmp_path) == 0 and (tmp_path / "optuna.journal").read_bytes() == whole
+
+
+def test_a_row_cut_while_the_trial_writes_it_is_not_read(tmp_path):
+    """The coordinator reads a running trial's metrics.csv as it grows: a last row without its newline (cut mid-write)
+    is left out, so the best-so-far value is 0.5, not the cut cell's 0.9 (nor a half-written number)."""
+    from fedcli.tune.objectives import value
+
+    (tmp_path / "metrics.csv").write_text("round,iteration,val_acc\n1,10,0.25\n2,20,0.5\n3,30,0.9")
+    assert value(tmp_path, {"metric": "val_acc", "reduce": "best"}) == 0.5
+    assert value(tmp_path, {"metric": "val_acc", "reduce": "final"}) == 0.5
