@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedcli.errors import ConfigError
+from fedcli.tune.objectives import _num as _number  # a cell as a finite number, else None
 
 RECORD = "tune.json"
 INDEX = "trials.csv"
@@ -131,14 +132,6 @@ def is_study(path: str | Path) -> bool:
 
 # ------------------------------------------------------------------------------------------------ the reductions
 
-def _number(cell) -> float | None:
-    if cell is None or cell == "":
-        return None
-    try:
-        x = float(cell)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def reduce_rows(rows: list[dict], objective: Objective | dict, select_on: str = "validation") -> float | None:
