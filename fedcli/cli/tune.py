@@ -43,6 +43,8 @@ def tune(
     seeds: int = typer.Option(3, "--seeds", min=1, help="With --confirm: how many seeds (0..N-1) each configuration is re-run with."),
     study: str = typer.Option(None, "--study", help="With --promote: the study (a \\[\\[runs]] row's folder name) when the folder holds several."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
+    study_workers: int = typer.Option(None, "--study-workers", metavar="K", min=1, help="K workers share the study instead of one coordinator: with --executor slurm K Slurm jobs, else K local processes; each asks, trains and tells trials until the study has its trials, and adopts those of a worker that died. Storage: journal or sqlite on one node (pin Slurm jobs with --sbatch=--nodelist=NODE), a PostgreSQL URL across nodes. Returns once they are started (see --wait)."),
+    wait: bool = typer.Option(False, "--wait", help="With --study-workers: follow the workers until they have ended and print the study's summary (Ctrl-C stops following; Slurm jobs keep running, local workers checkpoint and stop)."),
 ):
     """Tune a recipe's hyper-parameters: one crash-safe Optuna study per row, every trial an ordinary run.
 
@@ -68,6 +70,9 @@ def tune(
     if executor != "slurm" and given:
         raise ConfigError(f"--{given[0].replace('_', '-')} sets a Slurm job's resources: it applies to --executor slurm only",
                           key=given[0])
+    if wait and study_workers is None:
+        raise ConfigError("--wait follows study workers: it applies to --study-workers K only (a coordinator runs "
+                          "until the study ends)")
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
     res = None
@@ -80,12 +85,14 @@ def tune(
                      res.cpus if res else None, mpi)
     if dry_run or not quiet:
         _print_plan(plan, jobs, mpi, estimate=dry_run)
-        if res is not None:
+        if res is not None and study_workers is None:
             from fedcli.sweep.slurm import sbatch_preview
 
             err_console.print(f"  Slurm: each trial an ordinary sweep job, {jobs} in flight; each job asks for "
                               f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})", markup=False, highlight=False,
                               soft_wrap=True)
+    if study_workers is not None:
+        return _workers(plan, study_workers, executor, res, mpi, storage, jobs, fresh, dry_run, wait, quiet, t0)
     if dry_run:
         return plan
     say = (lambda kind, study, number, text: None) if quiet else _event
@@ -101,6 +108,39 @@ def tune(
                           f"in {plan.root}")
         err.exit_code = 130
         raise err from None
+    _print_closing(plan, co, time.perf_counter() - t0)
+    return co
+
+
+def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, jobs: int, fresh: bool, dry_run: bool,
+             wait: bool, quiet: bool, t0: float):
+    """``--study-workers K`` (fedcli.tune.launch; docs/tuning.md, "Study workers"): the rules checked, then the workers
+    started (their job ids or pids printed) and, with ``--wait``, followed to the study's summary."""
+    from fedcli.errors import ConfigError
+    from fedcli.tune import launch
+
+    if jobs != 1 or (res is not None and res.runs_per_job != 1):
+        raise ConfigError("--jobs and --runs-per-job set a coordinator's trials in flight; with --study-workers K each "
+                          "of the K workers trains one trial at a time")
+    launch.check_rules(plan, k, executor, res, storage)
+
+    def say(m: str) -> None:
+        if not quiet:
+            err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True)
+
+    if dry_run:
+        said = f"{k} Slurm job(s), each asking for {res.describe(mpi)}" if res is not None else f"{k} local process(es)"
+        say(f"study workers: {said}, sharing the study in {plan.root}")
+        return plan
+    started = launch.launch(plan, k, executor, res, mpi, storage, fresh, say)
+    if started:
+        ids = ", ".join(w.get("job_id") or f"pid {w['pid']}" for w in started)
+        err_console.print(f"fedcli tune: {len(started)} study worker(s) started: {ids}"
+                          + ("" if wait else f"; `fedcli report {plan.root}` reads the study as it goes"),
+                          markup=False, highlight=False, soft_wrap=True)
+    if not wait:
+        return started
+    co = launch.follow(plan, started, executor, say)
     _print_closing(plan, co, time.perf_counter() - t0)
     return co
 

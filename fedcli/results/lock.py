@@ -69,7 +69,15 @@ def process_alive(pid, start: int | None = None) -> bool:
 def me() -> dict:
     """What a lock file records about its holder."""
     return {"pid": os.getpid(), "host": socket.gethostname(), "start": start_time(os.getpid()),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": masked(" ".join(sys.argv))}
+
+
+def masked(command: str) -> str:
+    """``command`` with the password of every ``scheme://user:password@`` URL in it replaced by ``***`` (a lock file
+    names its holder's command, and ``fedcli tune --storage URL`` may carry a database password)."""
+    import re
+
+    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", command)
 
 
 class FileLock:

@@ -340,12 +340,11 @@ def run_jobs(runs: list, mpi: int, cwd: str, executor, gpus: int = 0) -> None:
         sys.exit(bad[0])
 
 
-def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) -> list[str]:
-    """Submit ``todo`` (planned runs, recipe files already written) as one job array; their job ids, in order.
-    ``executor``: what runs a run in the job (the sweep's executor class, see :func:`run_job`)."""
+def slurm_executor(root: Path, res: Resources, cpus: int):
+    """A submitit executor whose jobs ask for ``res`` (``cpus`` CPUs per job) and log into ``root/.slurm/<job id>``
+    (one node, one task; the job's environment is the submitting process's: sbatch exports it)."""
     import submitit
 
-    root = todo[0].root
     class Executor(submitit.SlurmExecutor):
         def _make_submission_file_text(self, command: str, uid: str) -> str:
             text = super()._make_submission_file_text(command, uid)
@@ -355,7 +354,7 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
 
     ex = Executor(folder=str(root / ".slurm" / "%j"), python=sys.executable)
     extra = {"signal": f"TERM@{res.signal}", **sbatch_options(res.options)}
-    params = dict(time=res.minutes, cpus_per_task=res.job_cpus(mpi), ntasks_per_node=1, nodes=1,
+    params = dict(time=res.minutes, cpus_per_task=cpus, ntasks_per_node=1, nodes=1,
                   job_name=f"fedcli-{root.name}"[:64], array_parallelism=res.array_parallelism,
                   additional_parameters=extra, stderr_to_stdout=True)
     if res.partition:
@@ -365,6 +364,14 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
     if res.gpus:
         params["gpus_per_node"] = res.gpus
     ex.update_parameters(**params)
+    return ex
+
+
+def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) -> list[str]:
+    """Submit ``todo`` (planned runs, recipe files already written) as one job array; their job ids, in order.
+    ``executor``: what runs a run in the job (the sweep's executor class, see :func:`run_job`)."""
+    root = todo[0].root
+    ex = slurm_executor(root, res, res.job_cpus(mpi))
     cwd = os.getcwd()
     jobs, k = [], res.runs_per_job
     groups = [todo[i:i + k] for i in range(0, len(todo), k)]

@@ -320,6 +320,23 @@ def make_sampler(plan: TunePlan, sp: StudyPlan):
         return optuna.samplers.TPESampler(seed=seed)
 
 
+def open_study(plan: TunePlan, sp: StudyPlan, storage):
+    """The Optuna study of ``sp`` in ``storage`` (created on first use, with the plan's sampler and pruner). Trial 0 is
+    the recipe's own configuration, enqueued into an empty study; Optuna's grid sampler does not count an enqueued
+    trial as a point of its grid (it would propose it again): under --sampler grid the trial of the grid that is the
+    recipe's configuration is marked instead (trials.csv's baseline column)."""
+    import optuna
+
+    objectives = plan.table.objectives
+    pruner = pruning.make_pruner(plan.table.pruner, sp.rungs) if pruning.intermediate_metric(objectives) \
+        else optuna.pruners.NopPruner()
+    study = optuna.create_study(study_name=sp.optuna_study, storage=storage, sampler=make_sampler(plan, sp),
+                                pruner=pruner, directions=[o.direction for o in objectives], load_if_exists=True)
+    if not study.get_trials(deepcopy=False) and sp.baseline is not None and plan.table.sampler != "grid":
+        study.enqueue_trial(dict(sp.baseline), user_attrs={"baseline": True})
+    return study
+
+
 def suggest(trial, p: Param):
     """Ask the trial for ``p`` (Optuna's suggest API; a stored value is returned as stored)."""
     if p.kind == "choices":
@@ -371,19 +388,7 @@ class Coordinator:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = open_storage(self.plan)
         self.storage = storage
-        studies = []
-        for sp in self.plan.studies:
-            directions = [o.direction for o in self.plan.table.objectives]
-            study = optuna.create_study(study_name=sp.optuna_study, storage=storage, sampler=make_sampler(self.plan, sp),
-                                        pruner=pruning.make_pruner(self.plan.table.pruner, sp.rungs)
-                                        if pruning.intermediate_metric(self.plan.table.objectives) else optuna.pruners.NopPruner(),
-                                        directions=directions, load_if_exists=True)
-            # trial 0 is the recipe's own configuration; Optuna's grid sampler does not count an enqueued trial as a
-            # point of its grid (it would propose it again): under --sampler grid the trial of the grid that is the
-            # recipe's configuration is marked instead (trials.csv's baseline column)
-            if not study.get_trials(deepcopy=False) and sp.baseline is not None and self.plan.table.sampler != "grid":
-                study.enqueue_trial(dict(sp.baseline), user_attrs={"baseline": True})
-            studies.append((sp, study))
+        studies = [(sp, open_study(self.plan, sp, storage)) for sp in self.plan.studies]
         for sp, study in studies:
             self.refresh(sp, study)
         self.write_csv()
