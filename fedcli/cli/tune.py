@@ -83,6 +83,10 @@ def tune(
         res = resources(read_sweep(recipe, scale), flags)
     plan = make_plan(recipe, scale, out, trials, sampler, pruner, seed, storage, select_on, jobs,
                      res.cpus if res else None, mpi)
+    if study_workers is not None:
+        from fedcli.tune.launch import check_rules
+
+        check_rules(plan, study_workers, executor, res, storage, jobs)
     if dry_run or not quiet:
         _print_plan(plan, jobs, mpi, estimate=dry_run)
         if res is not None and study_workers is None:
@@ -92,7 +96,7 @@ def tune(
                               f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})", markup=False, highlight=False,
                               soft_wrap=True)
     if study_workers is not None:
-        return _workers(plan, study_workers, executor, res, mpi, storage, jobs, fresh, dry_run, wait, quiet, t0)
+        return _workers(plan, study_workers, executor, res, mpi, storage, fresh, dry_run, wait, quiet, t0)
     if dry_run:
         return plan
     say = (lambda kind, study, number, text: None) if quiet else _event
@@ -112,17 +116,12 @@ def tune(
     return co
 
 
-def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, jobs: int, fresh: bool, dry_run: bool,
-             wait: bool, quiet: bool, t0: float):
+def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, fresh: bool, dry_run: bool, wait: bool,
+             quiet: bool, t0: float):
     """``--study-workers K`` (fedcli.tune.launch; docs/tuning.md, "Study workers"): the rules checked, then the workers
     started (their job ids or pids printed) and, with ``--wait``, followed to the study's summary."""
     from fedcli.errors import ConfigError
     from fedcli.tune import launch
-
-    if jobs != 1 or (res is not None and res.runs_per_job != 1):
-        raise ConfigError("--jobs and --runs-per-job set a coordinator's trials in flight; with --study-workers K each "
-                          "of the K workers trains one trial at a time")
-    launch.check_rules(plan, k, executor, res, storage)
 
     def say(m: str) -> None:
         if not quiet:
@@ -132,6 +131,12 @@ def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, jobs: int
         said = f"{k} Slurm job(s), each asking for {res.describe(mpi)}" if res is not None else f"{k} local process(es)"
         say(f"study workers: {said}, sharing the study in {plan.root}")
         return plan
+    if executor == "slurm":
+        from fedcli.sweep.slurm import have_slurm
+
+        why = have_slurm()
+        if why:
+            raise ConfigError(f"--executor slurm: {why}; start the study workers where sbatch works (a login node)")
     started = launch.launch(plan, k, executor, res, mpi, storage, fresh, say)
     if started:
         ids = ", ".join(w.get("job_id") or f"pid {w['pid']}" for w in started)

@@ -38,10 +38,13 @@ def pinned_node(options: list[str]) -> str | None:
     return None
 
 
-def check_rules(plan, workers: int, executor: str, res, storage_arg: str) -> None:
+def check_rules(plan, workers: int, executor: str, res, storage_arg: str, jobs: int = 1) -> None:
     """The storage rules of the module docstring, and the flags study workers take (exit 2 before anything runs)."""
     from fedcli.tune.storages import dialect
 
+    if jobs != 1 or (res is not None and res.runs_per_job != 1):
+        raise ConfigError("--jobs and --runs-per-job set a coordinator's trials in flight; with --study-workers K each "
+                          "of the K workers trains one trial at a time")
     kind, what = plan.storage
     d = dialect(kind, what)
     if d not in ("journal", "sqlite", "postgresql"):

@@ -72,6 +72,9 @@ def owner_states(infos: list, me: dict) -> dict:
     for info in infos:
         if not isinstance(info, dict):
             out[id(info)] = "gone"  # asked, then killed before it recorded its worker
+        elif info.get("job_id") and str(info["job_id"]) == str(me.get("job_id")):  # this job, requeued: its
+            same = (info.get("pid"), info.get("start")) == (me["pid"], me["start"])  # earlier process is gone
+            out[id(info)] = "alive" if same else "gone"
         elif info.get("job_id"):
             st = states.get(str(info["job_id"]))
             out[id(info)] = ("alive" if st and st["state"] in slurm.ACTIVE else "gone") if trusted else "unknown"
@@ -186,7 +189,7 @@ class Worker(Coordinator):
         def stop(signum, frame):
             first = not self.stopping
             self.stopping = self.ex.stopping = True
-            self.notify(f"worker {self.index}: {signal.Signals(signum).name}: the running trial checkpoints and stops")
+            self.notify(f"{signal.Signals(signum).name}: the running trial checkpoints and stops")
             if first and not slurm_job_id():
                 with self.ex.lock:
                     pids = list(self.ex.procs)

@@ -112,3 +112,18 @@ def require_slurm() -> None:
         if os.environ.get("FEDCLI_REQUIRE_SLURM"):
             pytest.fail(f"FEDCLI_REQUIRE_SLURM is set but no Slurm is reachable: {why}")
         pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")
+
+
+def trials_csv(root):
+    """A study folder's trials.csv, one dict per row (the ``fedcli tune`` tests)."""
+    import csv
+
+    with open(root / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def manifest(run) -> dict:
+    """A run directory's manifest.json."""
+    import json
+
+    return json.loads((run / "manifest.json").read_text())

@@ -4,7 +4,6 @@ through the stop file and tells from the run directory; killed with SIGKILL and 
 jobs still run. No mock: jobs go through sbatch (submitit) to the local one-node Slurm (``scripts/slurm-local.sh up``);
 without one these tests skip, unless FEDCLI_REQUIRE_SLURM is set (CI), where that is a failure."""
 
-import csv
 import json
 import os
 import signal
@@ -14,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweepkit import require_slurm, tune_recipe
+from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
 
 from fedcli.sweep.slurm import ACTIVE, job_states
 
@@ -39,15 +38,6 @@ def tune(cmd, timeout=400) -> subprocess.CompletedProcess:
     p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-2000:]
     return p
-
-
-def trials_csv(root: Path) -> list[dict]:
-    with open(root / "trials.csv") as f:
-        return list(csv.DictReader(f))
-
-
-def manifest(run: Path) -> dict:
-    return json.loads((run / "manifest.json").read_text())
 
 
 def job(run: Path) -> dict:
