@@ -158,8 +158,10 @@ def launch(plan, workers: int, executor: str, res, mpi: int, storage_arg: str, f
            notify=None) -> list[dict]:
     """Prepare the folder and start ``workers`` workers (none when every study is done); what was started."""
     notify = notify or (lambda m: None)
+    from fedcli.tune.storages import Shared
+
     data = prepare(plan, fresh, notify)
-    if study_done(plan):
+    if study_done(plan, Shared(*plan.storage, plan.root)):
         notify(f"every study in {plan.root} has its {plan.trials} trials and none runs: no worker started")
         return []
     first = int(data.get("next_index", 0))
@@ -171,12 +173,12 @@ def launch(plan, workers: int, executor: str, res, mpi: int, storage_arg: str, f
     return started
 
 
-def counts(plan) -> tuple[dict, Coordinator]:
+def counts(plan, shared) -> tuple[dict, Coordinator]:
     """``{state: n}`` over the studies' trials (Optuna's states, trials.csv's words), and a coordinator whose rows
-    hold them; trials.csv rewritten under its lock."""
-    from fedcli.tune.storages import Flock, Shared
+    hold them; trials.csv rewritten under its lock. ``shared``: the storage (:class:`fedcli.tune.storages.Shared`),
+    opened once for all the looks (a database connection each would exhaust the server's)."""
+    from fedcli.tune.storages import Flock
 
-    shared = Shared(*plan.storage, plan.root)
     co = Coordinator(plan)
     with Flock(plan.root / CSV_LOCK):
         for sp in plan.studies:
@@ -188,13 +190,10 @@ def counts(plan) -> tuple[dict, Coordinator]:
     return out, co
 
 
-def study_done(plan) -> bool:
+def study_done(plan, shared) -> bool:
     """Every study holds its trials and none is RUNNING or WAITING."""
     import optuna
 
-    from fedcli.tune.storages import Shared
-
-    shared = Shared(*plan.storage, plan.root)
     for sp in plan.studies:
         trials = open_study(plan, sp, shared.storage).get_trials(deepcopy=False)
         live = [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)]
@@ -225,12 +224,15 @@ def follow(plan, started: list[dict], executor: str, say) -> Coordinator:
     to run the command again (new workers adopt them)."""
     import optuna
 
+    from fedcli.tune.storages import Shared
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    shared = Shared(*plan.storage, plan.root)
     last = None
     try:
         while True:
             running = alive(started)
-            got, _ = counts(plan)
+            got, _ = counts(plan, shared)
             line = ", ".join(f"{n} {s.lower()}" for s, n in sorted(got.items()))
             if line != last:
                 say(f"{line or 'no trials yet'}; {len(running)} of {len(started)} workers running")
@@ -245,8 +247,8 @@ def follow(plan, started: list[dict], executor: str, say) -> Coordinator:
         err = FedcliError(f"interrupted: {why}")
         err.exit_code = 130
         raise err from None
-    _, co = counts(plan)
-    if not study_done(plan):
+    _, co = counts(plan, shared)
+    if not study_done(plan, shared):
         left = sum(1 for r in co.rows.values() if r["state"] in ("RUNNING", "WAITING"))
         raise FedcliError(f"the workers ended with the study unfinished ({left} trial(s) RUNNING or waiting, or fewer "
                           f"than {plan.trials}); run the same command again: new workers adopt and finish them")

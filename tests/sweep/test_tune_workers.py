@@ -296,19 +296,25 @@ def wait_for(cond, within: float, what: str):
     deadline = time.monotonic() + within
     while not (got := cond()):
         assert time.monotonic() < deadline, what
-        time.sleep(0.2)
+        time.sleep(0.5)
     return got
 
 
-def training(root: Path, storage):
+def training(root: Path, storage, cache: dict):
     """A RUNNING trial of the study in ``root`` whose run has logged 3 evaluations: (its number, its worker attr), or
-    None."""
+    None. ``cache`` keeps the one storage connection of the test (a new one per look would exhaust the server's)."""
     from fedcli.tune.storages import Shared
 
     if not (root / "tune.json").is_file():
         return None
     name = json.loads((root / "tune.json").read_text())["studies"][0]["optuna_study"]
-    for t in optuna.load_study(study_name=name, storage=Shared(*storage, root).storage).get_trials():
+    if "storage" not in cache:
+        cache["storage"] = Shared(*storage, root).storage
+    try:
+        trials = optuna.load_study(study_name=name, storage=cache["storage"]).get_trials()
+    except KeyError:  # tune.json is written before the study is created
+        return None
+    for t in trials:
         if t.state.name == "RUNNING" and "worker" in t.user_attrs \
                 and evaluations(root / "fedavg" / f"trial-{t.number:04d}") >= 3:
             return t.number, t.user_attrs["worker"]
@@ -330,8 +336,9 @@ def test_sigkill_of_a_local_worker_its_trial_adopted_by_the_other(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-m", "fedcli", "tune", str(path), "--out", str(root),
                                  "--study-workers", "2", "--wait"], env=env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
+    cache: dict = {}
     try:
-        number, owner = wait_for(lambda: training(root, ("journal", str(root / "optuna.journal"))), 240,
+        number, owner = wait_for(lambda: training(root, ("journal", str(root / "optuna.journal")), cache), 240,
                                  "no trial trained")
         os.kill(owner["pid"], signal.SIGKILL)
         _, err = launcher.communicate(timeout=400)
@@ -399,8 +406,10 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     cmd = [path, "--out", root, "--executor", "slurm", "--study-workers", 2, "--storage", "env:TUNE_DB", "--wait"]
     launcher = subprocess.Popen([sys.executable, "-m", "fedcli", "tune", *map(str, cmd)], env=env(TUNE_DB=postgres_url),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache: dict = {}
     try:
-        number, owner = wait_for(lambda: training(root, ("url", postgres_url)), 300, "no trial trained in a worker job")
+        number, owner = wait_for(lambda: training(root, ("url", postgres_url), cache), 300,
+                                 "no trial trained in a worker job")
         subprocess.run(["scancel", owner["job_id"]], check=True)
         _, err = launcher.communicate(timeout=500)
     finally:
