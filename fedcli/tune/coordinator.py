@@ -256,8 +256,9 @@ class TuneLock:
         while not self.workers.acquire():
             if time.monotonic() > deadline:
                 self.lock.release()
-                raise ConfigError(f"trainings of an earlier fedcli tune in {self.path.parent} are still running (they "
-                                  f"stop after their current local step); wait for them to end")
+                raise ConfigError(f"trainings or study workers of an earlier fedcli tune in {self.path.parent} are "
+                                  f"still running (a coordinator's trainings stop after their current local step; "
+                                  f"study workers end with the study); wait for them to end")
             time.sleep(0.25)
         self.workers.release()
         return self

@@ -392,7 +392,7 @@ def slurm_states(root: Path) -> dict:
 
 
 @pytest.mark.long(reason="2 Slurm workers on PostgreSQL train 6 trials, one scancelled mid-trial, then the same "
-                         "study on a journal (about 2 minutes)")
+                         "study on a journal (192 s measured)")
 def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     """2 Slurm worker jobs, PostgreSQL (env:NAME), 6 trials of 400 iterations; the job of a worker whose trial has
     evaluated 3 times is scancelled: the other worker (or a new one, the same command again) adopts the trial and
