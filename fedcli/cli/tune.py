@@ -96,7 +96,8 @@ def tune(
                               f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})", markup=False, highlight=False,
                               soft_wrap=True)
     if study_workers is not None:
-        return _workers(plan, study_workers, executor, res, mpi, storage, fresh, dry_run, wait, quiet, t0)
+        return _workers(plan, study_workers, executor, res, mpi, storage,
+                    {"fresh": fresh, "dry_run": dry_run, "wait": wait, "quiet": quiet, "t0": t0})
     if dry_run:
         return plan
     say = (lambda kind, study, number, text: None) if quiet else _event
@@ -116,18 +117,18 @@ def tune(
     return co
 
 
-def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, fresh: bool, dry_run: bool, wait: bool,
-             quiet: bool, t0: float):
-    """``--study-workers K`` (fedcli.tune.launch; docs/tuning.md, "Study workers"): the rules checked, then the workers
-    started (their job ids or pids printed) and, with ``--wait``, followed to the study's summary."""
+def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, how: dict):
+    """``--study-workers K`` (fedcli.tune.launch; docs/tuning.md, "Study workers"): the workers started (their job ids
+    or pids printed) and, with ``--wait``, followed to the study's summary. ``how``: the flags fresh, dry_run, wait,
+    quiet and the start time t0."""
     from fedcli.errors import ConfigError
     from fedcli.tune import launch
 
     def say(m: str) -> None:
-        if not quiet:
+        if not how["quiet"]:
             err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True)
 
-    if dry_run:
+    if how["dry_run"]:
         said = f"{k} Slurm job(s), each asking for {res.describe(mpi)}" if res is not None else f"{k} local process(es)"
         say(f"study workers: {said}, sharing the study in {plan.root}")
         return plan
@@ -137,16 +138,16 @@ def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, fresh: bo
         why = have_slurm()
         if why:
             raise ConfigError(f"--executor slurm: {why}; start the study workers where sbatch works (a login node)")
-    started = launch.launch(plan, k, executor, res, mpi, storage, fresh, say)
+    started = launch.launch(plan, k, executor, res, mpi, storage, how["fresh"], say)
     if started:
         ids = ", ".join(w.get("job_id") or f"pid {w['pid']}" for w in started)
         err_console.print(f"fedcli tune: {len(started)} study worker(s) started: {ids}"
-                          + ("" if wait else f"; `fedcli report {plan.root}` reads the study as it goes"),
+                          + ("" if how["wait"] else f"; `fedcli report {plan.root}` reads the study as it goes"),
                           markup=False, highlight=False, soft_wrap=True)
-    if not wait:
+    if not how["wait"]:
         return started
     co = launch.follow(plan, started, executor, say)
-    _print_closing(plan, co, time.perf_counter() - t0)
+    _print_closing(plan, co, time.perf_counter() - how["t0"])
     return co
 
 
