@@ -102,7 +102,8 @@ class Worker(Coordinator):
         from fedcli.tune.executors import LocalTrials
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        FileLock(self.plan.root / folder.WORKERS_LOCK, shared=True).acquire()  # no coordinator while workers run
+        self.held = FileLock(self.plan.root / folder.WORKERS_LOCK, shared=True)  # no coordinator while workers run
+        self.held.acquire()
         self.studies = [(sp, open_study(self.plan, sp, self.shared.storage)) for sp in self.plan.studies]
         self.trials = LocalTrials(self)
         self.catch_signals()
@@ -207,6 +208,8 @@ class Worker(Coordinator):
         """trials.csv from the storage as it is now, read and written under ``trials.csv.lock`` (module docstring)."""
         from fedcli.tune.storages import Flock
 
+        if not self.studies:  # stopped before it opened the studies: nothing read, the index is left as it is
+            return
         with Flock(self.plan.root / CSV_LOCK):
             for sp, study in self.studies:
                 self.refresh(sp, study)

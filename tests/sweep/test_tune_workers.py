@@ -326,7 +326,7 @@ def evaluations(run: Path) -> int:
     return len(f.read_text().splitlines()) - 1 if f.exists() else 0
 
 
-@pytest.mark.long(reason="two local workers train 4 trials of 400 iterations, one SIGKILLed mid-trial (about 60 s)")
+@pytest.mark.long(reason="two local workers train 4 trials of 400 iterations, one SIGKILLed mid-trial (77 s measured)")
 def test_sigkill_of_a_local_worker_its_trial_adopted_by_the_other(tmp_path):
     """SIGKILL of the worker of a trial that has evaluated 3 times (its training sees its worker gone and stops at its
     next step, keeping its checkpoint): the other worker adopts the trial (resumed under its number) and the study ends
@@ -363,7 +363,7 @@ def enqueue_more(plan_root: Path, storage) -> None:
         study.enqueue_trial({"lr": lr})
 
 
-@pytest.mark.long(reason="4 local workers train 6 enqueued configurations, journal, locked SQLite (about 40 s each)")
+@pytest.mark.long(reason="4 local workers train 6 enqueued configurations, journal, locked SQLite (48, 49 s measured)")
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_four_local_workers_evaluate_six_enqueued_configurations_once(kind, tmp_path):
     """The command with 4 local workers on a study of 6 trials whose 6 configurations are enqueued (trial 0 by the
@@ -432,3 +432,19 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     tune([path, "--out", journal, "--executor", "slurm", "--study-workers", 2, "--sbatch=--nodelist=vm", "--wait"])
     assert len(trials_csv(journal)) == len(rows) == 6
     assert {r["state"] for r in trials_csv(journal)} == {"COMPLETE"}
+
+
+def test_a_lock_file_names_its_holder_with_the_password_masked(tmp_path, monkeypatch):
+    """tune.lock names the command holding it (for the message that refuses a second one): a database password on
+    that command line is written as ***."""
+    from fedcli.results.lock import FileLock
+
+    url = "postgresql+psycopg://ann:s3cr3t@db:5432/t"
+    monkeypatch.setattr(sys, "argv", ["fedcli", "tune", "r.toml", "--storage", url])
+    lock = FileLock(tmp_path / "tune.lock")
+    assert lock.acquire()
+    try:
+        held = json.loads((tmp_path / "tune.lock").read_text())
+    finally:
+        lock.release()
+    assert held["command"] == "fedcli tune r.toml --storage postgresql+psycopg://ann:***@db:5432/t"
