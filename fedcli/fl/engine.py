@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,14 +25,15 @@ from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
-from fedcli.fl import chunked, clientstate, guard, parts, slots, system, timing
+from fedcli.fl import build, chunked, clientstate, guard, parts, slots, system, timing
 from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
+from fedcli.fl.build import build_run_model, check_client_data, default_threads, resolve_device  # noqa: F401
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.runtime.heap import keep_heap_for_reuse, release_free_heap
 from fedcli.fl.hooks import CallRoundHook, RoundHook
 from fedcli.fl.parts import run_parts
-from fedcli.fl.rng import key, torch_gen
+from fedcli.fl.rng import torch_gen
+from fedcli.fl.state import RoundRecord, Summary, TrainState, evaluation_points, lr_at  # noqa: F401
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
 from fedcli.models.custom import model_source
@@ -45,150 +45,6 @@ if TYPE_CHECKING:
 
 
 EVAL_BATCH = 1024  # test samples per forward pass of the global model
-
-
-@dataclass
-class Summary:
-    rounds: int = 0
-    iteration: int = 0
-    final_acc: float = float("nan")
-    best_acc: float = float("nan")
-    best_iteration: int = 0
-    final_loss: float = float("nan")
-    comm_params: int = 0
-    comm_bytes: float = 0.0
-    fedavg_comm_params: int = 0
-    wall_s: float = 0.0
-    history: list = field(default_factory=list)
-    best_personal_acc: float = float("nan")   # personalized methods: best personal_acc (pFedMe/FedALA report it) ...
-    best_personal_round: int = 0               # ... and the round of that evaluation
-    final_personal_acc: float = float("nan")
-
-    @property
-    def comm_pct(self) -> float:
-        return 100.0 * self.comm_params / self.fedavg_comm_params if self.fedavg_comm_params else float("nan")
-
-    def as_dict(self) -> dict:
-        return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc, "best_acc": self.best_acc,
-                "best_iteration": self.best_iteration, "final_test_loss": self.final_loss, "comm_params": self.comm_params,
-                "comm_bytes": self.comm_bytes, "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
-                "wall_s": self.wall_s,
-                **({} if math.isnan(self.best_personal_acc) else {  # personalized methods only
-                    "best_personal_acc": self.best_personal_acc, "best_personal_round": self.best_personal_round,
-                    "final_personal_acc": self.final_personal_acc})}
-
-
-@dataclass
-class TrainState:
-    """Where a run stands between rounds: everything ``run`` needs to continue (checkpointed)."""
-
-    iteration: int = 0
-    round_idx: int = 0
-    next_eval: int = 0
-    loss_sum: float = 0.0     # sum over (client, round) of the round's mean local loss, since the last evaluation
-    loss_count: int = 0
-    wall_s: float = 0.0
-    skipped: int = 0          # client updates dropped so far by --on-diverge skip-client (metrics.csv skipped_clients)
-    sim_time_s: float = 0.0   # --system: simulated seconds of the rounds done (fedcli.fl.system)
-    layer_time_s: list = field(default_factory=list)  # --system: simulated seconds of each layer's synchronizations
-    summary: Summary = field(default_factory=Summary)
-
-
-@dataclass
-class RoundRecord:
-    """What the round just done produced, for the round hooks (``fedcli.results.runlog`` writes it to the CSVs)."""
-
-    round: int = 0
-    start_iteration: int = 0                    # the iteration the round started at
-    skips: list = field(default_factory=list)   # client updates dropped by --on-diverge skip-client (Cohort.skips)
-    adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
-    metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation point
-    system: dict | None = None                  # --system: the round's system.csv row (SystemModel.round_row)
-    timing: dict | None = None                  # a run that can be re-timed: the round's timing.csv row (fedcli.fl.timing)
-
-
-def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
-    """Local learning rate at a global iteration: linear warm-up (Goyal et al. 2017), then step decay."""
-    lr = cfg.lr
-    if cfg.warmup_iterations and iteration < cfg.warmup_iterations:
-        lr = cfg.lr * (iteration + 1) / cfg.warmup_iterations
-    at = iteration if cfg.lr_decay_unit == "iteration" else round_idx
-    decays = sum(1 for p in cfg.decay_points() if at >= p)
-    return lr * cfg.lr_decay_factor ** decays
-
-
-def evaluation_points(points: list[int], eval_every: int) -> list[int]:
-    """The round ends (progress ``points``: iterations, or rounds under a round budget, increasing, the last one
-    the end of the budget) at which ``Simulation.run`` evaluates: the first at or after each multiple of
-    ``eval_every``, and the last."""
-    out, next_eval = [], eval_every
-    for i, p in enumerate(points):
-        if p >= next_eval or i == len(points) - 1:
-            out.append(p)
-            while next_eval <= p:
-                next_eval += eval_every
-    return out
-
-
-def check_client_data(cfg: TrainConfig, sizes) -> int:
-    """Limits checked before anything is allocated; returns the mini-batch size to use.
-
-    Every client must hold training data (a partition file can name an empty client). A ``--batch-size`` larger
-    than every client's training data is clamped to the largest client's sample count: a client smaller than a
-    batch sees all its samples at every step either way (``fl.cohort.client_batches``), but the batch plans and
-    the per-batch buffers are allocated at the batch size (10^8 would take gigabytes before the first step)."""
-    from fedcli.errors import DataError
-
-    empty = [i for i, n in enumerate(sizes) if n == 0]
-    if empty:
-        where, what = (cfg.partition_file, "a fedcli partition file") if cfg.partition_file else (f"the {cfg.partition} partition", "a partition")
-        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected {what} "
-                        f"in which every client holds at least one (re-create it with fedcli partition)")
-    largest = int(max(sizes)) if len(sizes) else 0
-    return min(cfg.batch_size, largest)
-
-
-def resolve_device(name: str, local_rank: int = 0, count: int | None = None) -> torch.device:
-    """This process's device for ``--device``: cpu; cuda:K as given; cuda (and auto with a GPU): GPU ``local_rank mod
-    count``, so the ranks of a node (MPI's node-local rank, ``Communicator.local_rank``) or a worker pool spread over
-    its visible GPUs, one each while there are enough. ``count``: the visible CUDA devices (tests fake it)."""
-    if name == "cpu":
-        return torch.device("cpu")
-    count = torch.cuda.device_count() if count is None else int(count)
-    if name == "auto":
-        if count == 0:
-            return torch.device("cpu")
-        name = "cuda"
-    if count == 0:
-        raise ConfigError(f"--device {name} was asked for but no CUDA device is available", key="device")
-    if name == "cuda":
-        return torch.device("cuda", int(local_rank) % count)
-    index = int(name.split(":", 1)[1])
-    if index >= count:
-        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})", key="device")
-    return torch.device("cuda", index)
-
-
-def default_threads(cfg: TrainConfig) -> int:
-    """Torch threads of each process: ``--threads``, or 1 (0, the default).
-
-    Parallelism comes from the worker processes (``--workers``), one client shard each. Two torch
-    threads in one process collapse when another process holds a core: every parallel region waits
-    for the descheduled thread (the default digits run, 2 cores: 30 s of training with 2 threads against
-    4 s with 1 at load average 2.3; 15.5 s against 7.1 s beside one busy process; 3.6 s with 2 threads
-    at load 0.4).
-    """
-    return cfg.threads or 1
-
-
-def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
-    """The run's model for ``dataset`` (on the CPU; the caller moves it)."""
-    from fedcli.models import build_model
-
-    vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None  # token-id datasets (agnews)
-    return build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
-                       wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes(),
-                       **({"vocab_size": int(vocab)} if vocab else {}))
 
 
 class Simulation:
@@ -233,11 +89,17 @@ class Simulation:
         """Everything a run needs before its first round, in order: the device, the data and its partition, the model,
         the parts, the data on the device, the parts' own set-up, the budget. ``dataset``/``partition``: already
         loaded (a sweep worker's memo); else loaded here (once per node under MPI)."""
-        self._place()
-        self._load(dataset, partition)
-        self._build_model()
+        cfg = self.cfg
+        self.device = build.place(cfg, self.comm.local_rank)
+        data = build.load(cfg, self.comm, dataset, partition)
+        self.dataset, self.partition, self.client_indices, self.sizes = (data.dataset, data.partition,
+                                                                         data.client_indices, data.sizes)
+        self.batch_size, self.notes, self.active = data.batch_size, data.notes, data.active
+        self.model, self.layers, self.global_params, self.global_buffers, self.sync_buffers = build.global_model(
+            cfg, self.dataset, self.device)
         self._build_parts()
-        self._data_to_device()
+        (self.train_x, self.train_y, self.test_x, self.test_y, self.val_x, self.val_y,
+         self.pad_fill) = build.device_data(self.dataset, self.device)
         self._set_up_parts()
         self._plan_budget()
         # a run whose training does not depend on the system model records what re-timing it needs (fedcli.fl.timing)
@@ -246,53 +108,6 @@ class Simulation:
         self.timing = timing.Recorder(shape) if retimable else None
         self.system = system.build(self, shape)  # None without --system; checks the deadline before any training
         return self
-
-    def _place(self) -> None:
-        """The device of this process and its torch threads."""
-        self.device = resolve_device(self.cfg.device, self.comm.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        torch.set_num_threads(default_threads(self.cfg))
-        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.runtime.heap)
-
-    def _load(self, dataset, partition) -> None:
-        """The dataset and partition, each client's training indices, the mini-batch size and the cohort size; refuses
-        more processes than clients per round."""
-        from fedcli.data.setup import load_data_and_partition
-
-        cfg = self.cfg
-        if dataset is None or partition is None:
-            dataset, partition = self.comm.load_shared(lambda: load_data_and_partition(cfg))
-            release_free_heap()  # what loading freed (generated users, lists of labels) back to the OS
-        self.dataset, self.partition = dataset, partition
-        dataset.share_caches(self.comm.node_size)
-        self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
-        self.sizes = np.array([len(ix) for ix in partition.train])
-        # the mini-batch size every part uses (``--batch-size``, clamped to the largest client's training data)
-        self.batch_size = check_client_data(cfg, self.sizes)
-        self.notes = [] if self.batch_size == cfg.batch_size else [
-            f"--batch-size {cfg.batch_size} is larger than every client's training data: using {self.batch_size}, the "
-            f"largest client's sample count (each local step still sees all of a client's samples)"]
-        n_clients = len(self.client_indices)
-        self.active = max(1, int(round(cfg.active_ratio * n_clients)))
-        if self.comm.size > self.active:  # every process trains at least one client of every round (the cohort sums,
-            # the batch plans and the parts' hooks assume so): refused up-front
-            how = "MPI processes" if self.comm.launcher == "mpi" else "worker processes (--workers)"
-            raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {self.active} client(s) per "
-                              f"round, fewer than the {self.comm.size} {how}: each process trains at least one client of "
-                              f"every round; use at most {self.active} processes, or more clients per round", key="active_ratio")
-
-    def _build_model(self) -> None:
-        """The initial model (seeded by ``--init-seed``), its layers and the global model's parameters and buffers."""
-        from fedcli.models import layer_info
-
-        torch.manual_seed(key(self.cfg.model_seed(), "init"))  # --init-seed (default: --seed)
-        self.model = build_run_model(self.cfg, self.dataset).to(self.device)
-        self.layers = layer_info(self.model)
-        self.global_params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
-        self.global_buffers = {n: b.detach().clone() for n, b in self.model.named_buffers()}
-        # what travels with each layer: its parameter, and (bn_buffers=with-layer) its float buffers
-        self.sync_buffers = {li.index: [b for b in li.buffers if self.global_buffers[b].is_floating_point()] for li in self.layers}
 
     def _build_parts(self) -> None:
         """The method's five parts, each built with the options it declares (``Part.Params`` / ``Part.uses``), the
@@ -325,22 +140,6 @@ class Simulation:
             raise ConfigError(f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
                               f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
                               f"global model", key="client_val_fraction")
-
-    def _data_to_device(self) -> None:
-        """The training and test tensors on the device, and the augmentation's padding value."""
-        dataset = self.dataset
-        self.train_x = dataset.train_x.to(self.device)
-        self.train_y = dataset.train_y.to(self.device)
-        self.test_x = dataset.test_x.to(self.device)
-        self.test_y = dataset.test_y.to(self.device)
-        # --val-fraction: the held-out validation samples (None without), evaluated like the test set
-        self.val_x = None if dataset.val_y is None else dataset.val_x.to(self.device)
-        self.val_y = None if dataset.val_y is None else dataset.val_y.to(self.device)
-        # pad with black, as torchvision does before normalizing: fill = -mean / std per channel (a [C] tensor on
-        # the device, built once; the CIFAR loaders' normalization has one mean and std per channel)
-        norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
-        self.pad_fill = (torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=self.train_x.dtype,
-                                      device=self.device) if norm else 0.0)
 
     def _set_up_parts(self) -> None:
         """Each part's ``setup`` (a part may hold back training data), then the mini-batch source over what is left
