@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fedcli.errors import ConfigError
+from fedcli.fl.context import ManifestContext
 
 if TYPE_CHECKING:
     from fedcli.config import TrainConfig
@@ -158,3 +159,92 @@ def device_data(dataset, device: torch.device) -> tuple:
     pad_fill = (torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=train_x.dtype, device=device)
                 if norm else 0.0)
     return train_x, train_y, test_x, test_y, val_x, val_y, pad_fill
+
+
+FAMILIES = ("local_step", "codec", "init", "server", "schedule")  # the order the engine calls the parts' hooks in
+
+
+def method_parts(cfg: TrainConfig, layers) -> tuple:
+    """The method of ``--algo`` (its spec), the name of each of its five parts by family, and the parts themselves by
+    family (in :data:`FAMILIES` order), each built with the options it declares (``Part.Params`` / ``Part.uses``);
+    the schedule gets the model's ``layers``. An init that wraps the method's own (ALA: it mixes what the method's
+    init receives) gets that one as ``base``."""
+    from fedcli.fl.parts import run_parts
+    from fedcli.specs import METHODS
+
+    method = METHODS[cfg.algo]
+    classes = run_parts(cfg.algo, cfg.schedule, cfg.init)
+    names = {kind: classes[kind].name for kind in ("local_step", "schedule", "codec", "init", "server")}
+    made = {"local_step": classes["local_step"](cfg), "codec": classes["codec"](cfg)}
+    made["init"] = (classes["init"](cfg, base=classes["method_init"](cfg)) if "method_init" in classes
+                    else classes["init"](cfg))
+    made["server"] = classes["server"](cfg)
+    made["schedule"] = classes["schedule"](cfg, layers)
+    return method, names, made
+
+
+def check_custom_model(cfg: TrainConfig, model, dataset, trainer_name: str) -> None:
+    """``--model`` a factory of your own (``module:function``): logits of the right shape, and vmap-able if the
+    vmap trainer trains it (``fedcli.models.custom.check_model``); nothing for a model of the zoo."""
+    from fedcli.models.custom import check_model, is_factory_ref
+
+    if is_factory_ref(cfg.model):
+        source = dataset.source
+        vocab = source.get("vocab_size") if isinstance(source, dict) else None
+        check_model(cfg.model, model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
+                    vmap=trainer_name == "vmap")
+
+
+def check_client_val(cfg: TrainConfig, personal) -> None:
+    """``--client-val-fraction`` measures each client's own model: refused for a run that evaluates none."""
+    if cfg.client_val_fraction > 0 and (personal is None or not personal.evaluate_models):
+        raise ConfigError(f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
+                          f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
+                          f"global model", key="client_val_fraction")
+
+
+def manifest(ctx: ManifestContext) -> dict:
+    """The run directory's manifest (docs/run-directory.md, ``manifest.json``): the config and the method's options by
+    section, what the run is made of (method and parts, processes, device, trainer, data, model, budget, client store,
+    system model) as set up, before the first round."""
+    from fedcli.models.custom import model_source
+    from fedcli.params import section_values
+    from fedcli.specs import run_sections
+
+    cfg, method, comm, trainer, layers = ctx.cfg, ctx.method, ctx.comm, ctx.trainer, ctx.layers
+    return {
+        "config": cfg.to_dict(),
+        # the options of the run's parts by params section ([fedlama] phi, ...): the same values as in "config"
+        "params": section_values(cfg, run_sections(cfg.algo, cfg.schedule, cfg.init)),
+        "method": {"name": method.name, "label": method.label_for(cfg.algo), "style": list(method.style),
+                   **ctx.part_names,
+                   "personalized": method.personalized, "defaults": method.effective_defaults(),
+                   # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
+                   "layerwise": ctx.schedule.layerwise,
+                   "learned_weights": ctx.init.learned_weights(cfg.to_dict(), [li.numel for li in layers])},
+        "seed": cfg.seed,
+        "world_size": comm.size,
+        "workers": comm.workers,
+        **({"workers_choice": comm.workers_note} if comm.workers_note else {}),
+        # under MPI: the root's node loaded the data once and its ranks read it in shared memory (fedcli.comm.node_share)
+        **({"data_sharing": comm.data_sharing} if comm.data_sharing else {}),
+        "device": str(ctx.device),  # the root's; "devices" (fedcli train) lists every process's
+        "trainer": trainer.name,
+        "precision": cfg.precision,  # the arithmetic of local training (--precision; evaluations are fp32)
+        **({"cohort_chunk": "auto" if trainer.chunk is None else trainer.chunk} if trainer.name == "vmap" else {}),
+        **({"cohort_chunk_rounds": "whole rounds chunk by chunk" if ctx.chunk_blocker is None else
+            f"the trainer's call only: {ctx.chunk_blocker}"} if cfg.cohort_chunk else {}),
+        "dataset": ctx.dataset.source,
+        "partition": {"hash": ctx.partition.hash, **ctx.partition.config},
+        "clients": len(ctx.client_indices),
+        "active_clients": ctx.active,
+        "model": {"name": cfg.model, "parameters": sum(li.numel for li in layers), "layers": len(layers),
+                  **model_source(cfg.model)},
+        "eval_every": ctx.eval_every,
+        "evaluations": ctx.planned_evaluations(),
+        **({"batch_size_used": ctx.batch_size} if ctx.batch_size != cfg.batch_size else {}),
+        "torch_threads": torch.get_num_threads(),
+        "client_state": ctx.store.info,
+        **({"system": ctx.system.describe()} if ctx.system is not None else {}),
+        **({"timing": ctx.timing.describe()} if ctx.timing is not None else {}),
+    }

@@ -13,38 +13,31 @@ evaluated when an evaluation point has been reached.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch.func import functional_call
 
 from fedcli.comm.communicator import Communicator, assign_clients, unflatten
 from fedcli.comm.ledger import Ledger, fedavg_params_so_far
 from fedcli.data.augment import cifar_augment
-from fedcli.errors import ConfigError
-from fedcli.fl import build, chunked, clientstate, guard, parts, slots, system, timing
+from fedcli.fl import build, chunked, clientstate, evaluation, guard, slots, sync, system, timing
+from fedcli.fl.evaluation import EVAL_BATCH  # noqa: F401
 from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.build import build_run_model, check_client_data, default_threads, resolve_device  # noqa: F401
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.fl.hooks import CallRoundHook, RoundHook
-from fedcli.fl.parts import run_parts
-from fedcli.fl.rng import torch_gen
-from fedcli.fl.state import RoundRecord, Summary, TrainState, evaluation_points, lr_at  # noqa: F401
+from fedcli.fl.context import (Context, GuardContext, LogContext, ManifestContext, StoreContext, SyncContext,
+                               SystemContext)
+from fedcli.fl.hooks import RoundHook
+from fedcli.fl.state import (RoundRecord, Summary, TrainState, eval_interval, evaluation_points,  # noqa: F401
+                             lr_at, planned_evaluations)
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
-from fedcli.models.custom import model_source
-from fedcli.params import section_values
-from fedcli.specs import METHODS, run_sections
 
 if TYPE_CHECKING:
     from fedcli.config import TrainConfig
-
-
-EVAL_BATCH = 1024  # test samples per forward pass of the global model
 
 
 class Simulation:
@@ -54,11 +47,13 @@ class Simulation:
         self.cfg = cfg
         self.comm = comm or Communicator()
         self.progress = progress
-        # called as hook(sim, state) after every round (the CSV writers, checkpoints), and hook.begin(sim, state) before
-        # the first round of ``run``: ``RoundHook``s (``add_round_hook`` makes one of a plain function)
+        # called as hook(ctx, state) after every round (the CSV writers, checkpoints), and hook.begin(ctx, state) before
+        # the first round of ``run``, ctx the hook's declared context: ``RoundHook``s (``add_round_hook`` makes one of a
+        # plain function, which gets the engine itself)
         self.round_hooks: list[RoundHook] = []
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
-        self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
+        self.step_hooks: list = []    # called as hook(ctx, state), ctx a LogContext, after every local step, on every
+        # process (stops mid-round): ``add_step_hook``
         self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.chunk_blocker: str | None = "not set up"  # why rounds are not taken chunk by chunk (``setup``)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
@@ -69,6 +64,7 @@ class Simulation:
         self.timing = None             # the records a run keeps to be re-timed (fedcli.fl.timing), built by ``setup``
         # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.view)
         self.view = PartView(self)
+        self._contexts: dict = {}      # the helpers' declared contexts, built once (``context``)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:
         """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the round hook that writes them (the
@@ -82,7 +78,19 @@ class Simulation:
 
     def add_round_hook(self, hook) -> None:
         """Call ``hook`` after every round: a :class:`RoundHook`, or a function ``hook(sim, state)``."""
-        self.round_hooks.append(hook if isinstance(hook, RoundHook) else CallRoundHook(hook))
+        self.round_hooks.append(hook if isinstance(hook, RoundHook) else CallRoundHook(hook, self))
+
+    def add_step_hook(self, hook) -> None:
+        """Call ``hook(ctx, state)`` after every local step (ctx: this run's :class:`LogContext`)."""
+        self.step_hooks.append(hook)
+
+    def context(self, cls: type) -> object:
+        """This run's context ``cls`` (``fedcli.fl.context``): what a helper module may read of it, built once."""
+        if not (isinstance(cls, type) and issubclass(cls, Context)) or cls is Context:
+            raise TypeError(f"{cls!r} is not a context of the engine")
+        if cls not in self._contexts:
+            self._contexts[cls] = cls(self)
+        return self._contexts[cls]
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
@@ -104,42 +112,28 @@ class Simulation:
         self._plan_budget()
         # a run whose training does not depend on the system model records what re-timing it needs (fedcli.fl.timing)
         retimable = timing.refusal(vars(self.cfg)) is None
-        shape = system.measure(self) if self.cfg.system or retimable else None
+        shape = system.measure(self.context(SystemContext)) if self.cfg.system or retimable else None
         self.timing = timing.Recorder(shape) if retimable else None
-        self.system = system.build(self, shape)  # None without --system; checks the deadline before any training
+        self.system = system.build(self.context(SystemContext), shape)  # None without --system; checks the deadline before any training
         return self
 
     def _build_parts(self) -> None:
-        """The method's five parts, each built with the options it declares (``Part.Params`` / ``Part.uses``), the
-        ledger, the trainer, the client store and the personalization."""
+        """The method's five parts (``fedcli.fl.build.method_parts``), the ledger, the trainer, the client store and
+        the personalization."""
         from fedcli.fl.personal import build_personalization, local_layers
-        from fedcli.models.custom import check_model, is_factory_ref
 
         cfg = self.cfg
-        self.method = METHODS[cfg.algo]
-        classes = run_parts(cfg.algo, cfg.schedule, cfg.init)
-        self.part_names = {kind: classes[kind].name for kind in ("local_step", "schedule", "codec", "init", "server")}
-        self.local_step = classes["local_step"](cfg)
-        self.codec = classes["codec"](cfg)
-        # an init that wraps the method's own (ALA: it mixes what the method's init receives) gets it as ``base``
-        self.init = (classes["init"](cfg, base=classes["method_init"](cfg)) if "method_init" in classes
-                     else classes["init"](cfg))
-        self.server = classes["server"](cfg)
-        self.schedule = classes["schedule"](cfg, self.layers)
+        self.method, self.part_names, made = build.method_parts(cfg, self.layers)
+        self.local_step, self.codec, self.init, self.server, self.schedule = (made[f] for f in build.FAMILIES)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk, cfg.precision)
-        self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
-        if is_factory_ref(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
-            source = self.dataset.source
-            vocab = source.get("vocab_size") if isinstance(source, dict) else None
-            check_model(cfg.model, self.model, self.dataset.input_shape, self.dataset.num_classes, token_ids=bool(vocab),
-                        vmap=self.trainer.name == "vmap")
-        self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
-        self.personal = build_personalization(self)  # per-client local models + personal_acc (None: not personalized)
-        if cfg.client_val_fraction > 0 and (self.personal is None or not self.personal.evaluate_models):
-            raise ConfigError(f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
-                              f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
-                              f"global model", key="client_val_fraction")
+        # per-client state: in memory while small, on disk beyond --client-state-limit-mb
+        self.store = build_store(self.context(StoreContext))
+        build.check_custom_model(cfg, self.model, self.dataset, self.trainer.name)
+        self.local_layers = local_layers(self.context(StoreContext))  # layers a method never synchronizes (FedRep's head)
+        # per-client local models + personal_acc (None: not personalized)
+        self.personal = build_personalization(self.context(StoreContext))
+        build.check_client_val(cfg, self.personal)
 
     def _set_up_parts(self) -> None:
         """Each part's ``setup`` (a part may hold back training data), then the mini-batch source over what is left
@@ -154,16 +148,12 @@ class Simulation:
         self.batches = BatchSource(self.cfg.seed, self.client_indices, self.batch_size, self.cfg.drop_last,
                                    self.dataset.augment, self.device)
         # why --cohort-chunk cannot take whole rounds chunk by chunk (None: it can; fedcli.fl.chunked)
-        self.chunk_blocker = chunked.blocker(self)
+        self.chunk_blocker = chunked.blocker(self.context(SyncContext))
 
     def _plan_budget(self) -> None:
         """The rounds and local steps of the run, and the evaluation interval (about 20 evaluations by default)."""
-        cfg = self.cfg
         self.plan = self.run_plan()
-        if cfg.rounds:
-            self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
-        else:
-            self.eval_every = cfg.eval_every or max(self.plan.period, math.ceil(cfg.iterations / 20))
+        self.eval_every = eval_interval(self.cfg, self.plan)
 
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
@@ -171,42 +161,8 @@ class Simulation:
         return plan_run(self.cfg, self.schedule.period, [int(n) for n in self.sizes], self.active, self.batch_size)
 
     def manifest(self) -> dict:
-        return {
-            "config": self.cfg.to_dict(),
-            # the options of the run's parts by params section ([fedlama] phi, ...): the same values as in "config"
-            "params": section_values(self.cfg, run_sections(self.cfg.algo, self.cfg.schedule, self.cfg.init)),
-            "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), "style": list(self.method.style),
-                       **self.part_names,
-                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults(),
-                       # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
-                       "layerwise": self.schedule.layerwise,
-                       "learned_weights": self.init.learned_weights(self.cfg.to_dict(), [li.numel for li in self.layers])},
-            "seed": self.cfg.seed,
-            "world_size": self.comm.size,
-            "workers": self.comm.workers,
-            **({"workers_choice": self.comm.workers_note} if self.comm.workers_note else {}),
-            # under MPI: the root's node loaded the data once and its ranks read it in shared memory (fedcli.comm.node_share)
-            **({"data_sharing": self.comm.data_sharing} if self.comm.data_sharing else {}),
-            "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
-            "trainer": self.trainer.name,
-            "precision": self.cfg.precision,  # the arithmetic of local training (--precision; evaluations are fp32)
-            **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
-            **({"cohort_chunk_rounds": "whole rounds chunk by chunk" if self.chunk_blocker is None else
-                f"the trainer's call only: {self.chunk_blocker}"} if self.cfg.cohort_chunk else {}),
-            "dataset": self.dataset.source,
-            "partition": {"hash": self.partition.hash, **self.partition.config},
-            "clients": len(self.client_indices),
-            "active_clients": self.active,
-            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers),
-                      **model_source(self.cfg.model)},
-            "eval_every": self.eval_every,
-            "evaluations": self.planned_evaluations(),
-            **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
-            "torch_threads": torch.get_num_threads(),
-            "client_state": self.store.info,
-            **({"system": self.system.describe()} if self.system is not None else {}),
-            **({"timing": self.timing.describe()} if self.timing is not None else {}),
-        }
+        """The run directory's manifest of this run (``fedcli.fl.build.manifest``)."""
+        return build.manifest(self.context(ManifestContext))
 
     def personal_tables(self) -> tuple[str, ...]:
         """The store prefixes of each client's personal model (the model a personalized method evaluates,
@@ -226,66 +182,19 @@ class Simulation:
     @torch.no_grad()
     def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
                     losses: torch.Tensor | None = None) -> None:
-        """Average the given layers over the cohort (one flat all-reduce) and push them back.
+        """Average the given layers over the cohort (one flat all-reduce) and push them back (``fedcli.fl.sync``).
 
         ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
-        names = self.sync_names(layers, round_end)
-        uploads = self.uploads(cohort, names, step)
-        flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
-        self.apply_average(names, flat)
-        guard.reset_skipped_rows(self, cohort)
+        ctx, guarded = self.context(SyncContext), self.context(GuardContext)
+        names = sync.sync_names(ctx, layers, round_end)
+        flat = guard.guarded_average(guarded, cohort, names, sync.uploads(ctx, cohort, names, step), step, losses)
+        sync.apply_average(ctx, names, flat)
+        guard.reset_skipped_rows(guarded, cohort)
         self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
-        for kind, n, _ in names:
-            src = self.global_params[n] if kind == "p" else self.global_buffers[n]
-            dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
-            dst.copy_(src.expand_as(dst))
-        self.count_sync(layers, cohort.total)
+        sync.copy_back(cohort, names, self.global_params, self.global_buffers)
+        sync.count_sync(ctx, layers, cohort.total)
         for l in layers:
             last_sync[l] = step
-
-    def sync_names(self, layers: list[int], round_end: bool) -> list[tuple[str, str, int]]:
-        """What a synchronization of ``layers`` averages: ("p", parameter, layer), and ("b", buffer, layer) for the
-        float buffers that travel with the layer (``--bn-buffers``)."""
-        names = []
-        for l in layers:
-            names.append(("p", self.layers[l].name, l))
-            if self.cfg.bn_buffers == "with-layer" or (round_end and self.cfg.bn_buffers == "round-end"):
-                names.extend(("b", b, l) for b in self.sync_buffers[l])
-        return names
-
-    def uploads(self, cohort: Cohort, names: list, step: int) -> list[torch.Tensor]:
-        """Each cohort client's decoded upload [K, ...] of every tensor in ``names``."""
-        uploads = []
-        scale = self.server.upload_scale(cohort)  # FedNova: each client uploads s_i * (x_i - u)
-        for kind, n, l in names:
-            if kind == "p":
-                x = cohort.params[n]
-                if scale is not None or not self.codec.lossless:
-                    prev = self.global_params[n]
-                    delta = x - prev
-                    if scale is not None:
-                        delta = delta * parts.expand(scale.to(delta.device), delta)
-                    if not self.codec.lossless:
-                        gens = [torch_gen(self.cfg.seed, "codec", cohort.round_idx, c, step, l) for c in cohort.clients]
-                        delta = self.codec.encode_decode(delta, gens)
-                    x = prev + delta
-            else:
-                x = cohort.buffers[n]
-            uploads.append(x)
-        return uploads
-
-    @torch.no_grad()
-    def apply_average(self, names: list, flat: torch.Tensor) -> None:
-        """The new global tensors from the cohort's flat weighted sum of the uploads (the server part's update)."""
-        targets = [self.global_params[n] if kind == "p" else self.global_buffers[n] for kind, n, _ in names]
-        for (kind, n, _), target, avg in zip(names, targets, unflatten(flat, [t.shape for t in targets])):
-            target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
-
-    def count_sync(self, layers: list[int], clients: int) -> None:
-        """The ledger counts one synchronization of ``layers`` by each of the round's ``clients`` (its whole cohort, all
-        processes: with the system model, the clients that took part)."""
-        for l in layers:
-            self.ledger.record_sync(l, clients, self.codec.bits(self.layers[l].numel))
 
     # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
@@ -306,30 +215,11 @@ class Simulation:
         return dict(zip(stacked, unflatten(flat, [t.shape[1:] for t in stacked.values()])))
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
     def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
-        """Global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
-        accuracy). Each rank evaluates a slice."""
-        self.model.eval()
-        if x is None:
-            x, y = self.test_x, self.test_y
-        n = y.numel()
-        chunks = math.ceil(n / EVAL_BATCH)  # fixed chunks, whole ones per process, summed in order: exact for any split
-        mine = list(range(chunks * self.comm.rank // self.comm.size, chunks * (self.comm.rank + 1) // self.comm.size))
-        sums = torch.zeros(len(mine), 2, dtype=torch.float64)
-        piece = 128  # samples per forward pass within a chunk (activations that stay in cache; docs/method-notes.md)
-        with torch.inference_mode():
-            for row, c in enumerate(mine):
-                s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
-                # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk, in
-                # either layout (tests/engine/test_trainers.py), so the sums are those of one forward pass per chunk
-                out = torch.cat([functional_call(self.model, (self.global_params, self.global_buffers),
-                                                 (self.trainer.eval_input(x[a: min(e, a + piece)]),))
-                                 for a in range(s, e, piece)])
-                sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), y[s:e], reduction="sum").item()
-                sums[row, 1] = (out.argmax(1) == y[s:e]).sum().item()
-        tot = self.comm.client_sum([sums], None, mine, chunks)
-        return float(tot[0]) / n, float(tot[1]) / n
+        """The global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
+        accuracy), each rank evaluating a slice (``fedcli.fl.evaluation``)."""
+        x, y = (self.test_x, self.test_y) if x is None else (x, y)
+        return evaluation.evaluate(self.model, self.global_params, self.global_buffers, self.trainer, self.comm, x, y)
 
     # ------------------------------------------------------------------ training
     def cohort_weights(self, cohort_ids: list[int], mine: list[int]) -> torch.Tensor:
@@ -355,12 +245,15 @@ class Simulation:
     def new_state(self) -> TrainState:
         return TrainState(next_eval=self.eval_every)
 
-    def run(self, state: TrainState | None = None) -> Summary:
-        """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
+    def run(self, state: TrainState | None = None, progress=None) -> Summary:
+        """Train until the iteration budget is spent; ``state`` continues an interrupted run; ``progress``: called
+        with each metrics row (else the one given to the constructor)."""
+        if progress is not None:
+            self.progress = progress
         state = state or self.new_state()
         t0 = time.perf_counter() - state.wall_s
         for hook in self.round_hooks:
-            hook.begin(self, state)
+            hook.begin(self.context(hook.context), state)
         while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0
@@ -383,22 +276,13 @@ class Simulation:
         that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
         for keeps in (False, True):
             for hook in [h for h in self.round_hooks if h.keeps is keeps]:
-                hook(self, state)
+                hook(self.context(hook.context), state)
             if not keeps:
-                guard.check_blowup(self, state)
+                guard.check_blowup(self.context(GuardContext), state)
 
     def planned_evaluations(self) -> int | None:
-        """How many metrics.csv rows a complete run writes (``run``'s evaluation rule over the budget's round ends);
-        None when round lengths depend on the data (``--local-epochs`` under an iteration budget)."""
-        cfg = self.cfg
-        if cfg.rounds:
-            points = list(range(1, cfg.rounds + 1))
-        elif cfg.local_epochs:
-            return None
-        else:
-            period = self.plan.period
-            points = [min(r * period, cfg.iterations) for r in range(1, self.plan.rounds + 1)]
-        return len(evaluation_points(points, self.eval_every))
+        """How many metrics.csv rows a complete run writes (``fedcli.fl.state.planned_evaluations``)."""
+        return planned_evaluations(self.cfg, self.plan, self.eval_every)
 
     def done(self, state: TrainState) -> bool:
         return self.plan.done(state.round_idx, state.iteration)
@@ -465,14 +349,14 @@ class Simulation:
             timed = system.RoundPlan(cohort_ids, cohort_ids, dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
                                      syncs=self.sync_plan(steps), round_idx=round_idx)
         start = state.iteration
-        pieces = chunked.round_chunks(self, cohort_ids, mine)
+        pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
         if pieces is None:
             cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
             round_losses = self.local_phase(state, cohort, start, steps, self.synchronize)
             mean_losses = self.close_cohort(state, cohort, round_losses)
-            dead = guard.dead_rows(self, cohort) if cohort.skipped else None
+            dead = guard.dead_rows(self.device, cohort) if cohort.skipped else None
         else:
-            total = chunked.RoundSum(self, cohort_ids)
+            total = chunked.RoundSum(self.context(SyncContext), cohort_ids)
             means = []
             for clients in pieces:
                 cohort = self.open_cohort(clients, cohort_ids, round_idx, steps)
@@ -501,31 +385,16 @@ class Simulation:
         state.round_idx += 1
 
     def plan_system_round(self, state: TrainState, sampled: list[int]) -> list[int]:
-        """The system model's round (``self.system_round``): of the ``sampled`` cohort, the clients that take part
-        (available, and meeting the deadline or keeping partial work) and their local steps."""
-        now = state.sim_time_s
-        asked, start = self.system.round_cohort(state.round_idx, sampled, now, self.active)
-        steps = self.plan.round_steps(state.iteration, asked or sampled)
-        full = dict(zip(asked, self.plan.client_round_steps(asked, steps)))  # each one's steps without the model
-        keep = self.active if self.cfg.sampling == "available" else None  # over-commitment: the first K to finish
-        self.system_round = self.system.plan_round(state.round_idx, asked, full, self.sync_plan(steps), start, keep)
-        self.system_round.wait_s = start - now
-        who = self.system_round.participants
-        # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals
-        self.system_round.syncs = self.sync_plan(self.plan.round_steps(state.iteration, who)) if who else []
-        return who
+        """The system model's round (``self.system_round``, ``fedcli.fl.system.plan_system_round``): of the
+        ``sampled`` cohort, the clients that take part."""
+        self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.active, self.sync_plan)
+        return self.system_round.participants
 
     def close_system_round(self, state: TrainState, idle_steps: int = 0) -> None:
-        """The round's simulated time (``SystemModel.round_seconds`` over the synchronizations it made), its
-        system.csv row, and the round counted; ``idle_steps``: a round with no participant, whose steps pass with no
-        training."""
-        plan, round_idx = self.system_round, state.round_idx
-        plan.extra_up, plan.extra_down = self.ledger.take_round()  # the copies its parts moved beyond the syncs
-        seconds, per_layer = self.system.round_seconds(plan, plan.syncs, len(self.layers))
-        state.sim_time_s += plan.wait_s + seconds
-        state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]
-        state.iteration += idle_steps
-        self.record.system = self.system.round_row(plan, round_idx, state.iteration, seconds, state.sim_time_s)
+        """The round's simulated time and system.csv row (``fedcli.fl.system.close_system_round``), and the round
+        counted; ``idle_steps``: a round with no participant, whose steps pass with no training."""
+        plan = self.system_round
+        self.record.system = system.close_system_round(self.system, plan, state, self.ledger, len(self.layers), idle_steps)
         if self.timing is not None:
             self.record.timing = self.timing.row(plan, state.iteration)
         self.system_round = None
@@ -585,18 +454,18 @@ class Simulation:
             if due:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
-                hook(self, state)
+                hook(self.context(LogContext), state)
         cohort.end_iteration = state.iteration
         return round_losses
 
     def close_cohort(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
         """The parts' round ends for ``cohort``; each client's mean local loss [K, 1] (float64)."""
-        round_losses = guard.settle_skipped(self, state, cohort, round_losses)
+        round_losses = guard.settle_skipped(self.context(GuardContext), state, cohort, round_losses)
         if self.cfg.bn_buffers == "never":
             slots.keep_buffers(self.view, cohort)
         for part in self.parts.values():
             clientstate.close_round(part, self.view, cohort)  # its end_round, its declared client state kept
-        guard.forget_nonfinite(self, cohort)
+        guard.forget_nonfinite(self.store, cohort)
         if not cohort.clients:
             return torch.zeros(0, 1, dtype=torch.float64, device=self.device)
         return (round_losses / cohort.steps.double()).view(-1, 1)
@@ -623,15 +492,18 @@ class Simulation:
         row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
         if self.cfg.client_val_fraction > 0:  # the same models on each client's own validation samples
             row["personal_val_acc"] = self.personal.val_acc
-        s.history.append(row)
-        if math.isnan(s.best_acc) or acc > s.best_acc:
-            s.best_acc, s.best_iteration = acc, state.iteration
-        s.final_acc, s.final_loss = acc, test_loss
-        if personal is not None:
-            if math.isnan(s.best_personal_acc) or personal > s.best_personal_acc:
-                s.best_personal_acc, s.best_personal_round = personal, state.round_idx
-            s.final_personal_acc = personal
+        s.add(row, personal)
         self.record.metrics = row
         if self.progress is not None:
             self.progress(row)
         return row
+
+
+class CallRoundHook(RoundHook):
+    """A plain function ``fn(sim, state)`` as a round hook (``Simulation.add_round_hook``): it gets the engine itself."""
+
+    def __init__(self, fn, sim: Simulation):
+        self.fn, self.sim = fn, sim
+
+    def __call__(self, ctx, state) -> None:
+        self.fn(self.sim, state)

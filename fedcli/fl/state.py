@@ -29,6 +29,19 @@ class Summary:
     best_personal_round: int = 0               # ... and the round of that evaluation
     final_personal_acc: float = float("nan")
 
+    def add(self, row: dict, personal: float | None) -> None:
+        """An evaluation's metrics ``row`` (and its ``personal`` accuracy, or None) into the history, the best and the
+        final numbers (the best: the first evaluation with the highest accuracy)."""
+        acc = row["test_acc"]
+        self.history.append(row)
+        if math.isnan(self.best_acc) or acc > self.best_acc:
+            self.best_acc, self.best_iteration = acc, row["iteration"]
+        self.final_acc, self.final_loss = acc, row["test_loss"]
+        if personal is not None:
+            if math.isnan(self.best_personal_acc) or personal > self.best_personal_acc:
+                self.best_personal_acc, self.best_personal_round = personal, row["round"]
+            self.final_personal_acc = personal
+
     @property
     def comm_pct(self) -> float:
         return 100.0 * self.comm_params / self.fedavg_comm_params if self.fedavg_comm_params else float("nan")
@@ -94,3 +107,24 @@ def evaluation_points(points: list[int], eval_every: int) -> list[int]:
                 next_eval += eval_every
     return out
 
+
+
+def eval_interval(cfg: TrainConfig, plan) -> int:
+    """The evaluation interval: ``--eval-every``, or about 20 evaluations over the budget (rounds under a round
+    budget, else iterations, at least one round)."""
+    if cfg.rounds:
+        return cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
+    return cfg.eval_every or max(plan.period, math.ceil(cfg.iterations / 20))
+
+
+def planned_evaluations(cfg: TrainConfig, plan, eval_every: int) -> int | None:
+    """How many metrics.csv rows a complete run writes (``Simulation.run``'s evaluation rule, :func:`evaluation_points`,
+    over the round ends of the budget ``plan``); None when round lengths depend on the data (``--local-epochs`` under
+    an iteration budget)."""
+    if cfg.rounds:
+        points = list(range(1, cfg.rounds + 1))
+    elif cfg.local_epochs:
+        return None
+    else:
+        points = [min(r * plan.period, cfg.iterations) for r in range(1, plan.rounds + 1)]
+    return len(evaluation_points(points, eval_every))
