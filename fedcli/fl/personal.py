@@ -133,11 +133,10 @@ def local_sgd(view, clients: list[int], params: dict, buffers: dict, epochs: flo
     ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
     client [K].
     """
-    cfg = view.cfg
     k = len(clients)
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)
-    steps = [epoch_steps(int(view.sizes[c]), epochs, view.batch_size, cfg.drop_last) for c in clients]
+    steps = [epoch_steps(int(view.sizes[c]), epochs, view.batch_size, view.drop_last) for c in clients]
     total = max(steps)
     plan = view.batches.plan(purpose, clients, round_idx, total)
     steps_t = torch.tensor(steps, device=view.device)
@@ -185,6 +184,8 @@ class Personalization:
         self.client_rows: list[dict] = []  # the last evaluation's per-client numbers (clients.csv)
         # --personal-eval after-init: the models as the round's initialization left them (kept under INITIALIZED)
         self.at_init = getattr(ctx.cfg, "personal_eval", "after-training") == "after-init"
+        # --personal-clients cohort: only the last round's cohort is evaluated (FedALA Table 7)
+        self.cohort_only = getattr(ctx.cfg, "personal_clients", "all") == "cohort"
         # parts that compute a client's evaluated model on demand (Per-FedAvg)
         self.on_demand = [p for p in parts if type(p).personalize is not Part.personalize]
         if not self.evaluate_models and (ctx.method.personalized or self.prefix != LOCAL):
@@ -230,8 +231,8 @@ class Personalization:
             return None
         n = len(view.client_indices)
         clients = list(range(n))
-        if view.cfg.personal_clients == "cohort" and round_idx is not None and round_idx > 0:
-            clients = sorted(sample_cohort(view.cfg.seed, round_idx - 1, n, view.active))
+        if self.cohort_only and round_idx is not None and round_idx > 0:
+            clients = sorted(sample_cohort(view.seed, round_idx - 1, n, view.active))
         total = sum(int(self.test[c].numel()) for c in clients)
         mine = assign_clients(clients, view.sizes, view.comm.rank, view.comm.size)
         # the global model is a whole model only when the method synchronizes every layer (FedRep's head is local)

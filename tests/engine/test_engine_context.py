@@ -128,3 +128,20 @@ def test_every_declared_member_is_the_engines():
                 (name, member)
     with pytest.raises(TypeError):
         sim.context(context.Context)
+
+
+def test_the_part_view_has_no_config():
+    """A part reads its own declared options (its bound ``params``), never the run's whole config through the view:
+    the view has no ``cfg``, and no module of the package reads ``view.cfg``."""
+    from fedcli.fl.view import MEMBERS, PartView
+
+    assert "cfg" not in MEMBERS and "seed" in MEMBERS and "drop_last" in MEMBERS
+    with pytest.raises(AttributeError):
+        PartView.fake(seed=1).cfg  # noqa: B018
+    assert (PartView.fake(seed=7, drop_last=True).seed, PartView.fake(seed=7, drop_last=True).drop_last) == (7, True)
+    reads = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "cfg" and "view" in ast.unparse(node.value):
+                reads.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert reads == []
