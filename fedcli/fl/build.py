@@ -27,9 +27,11 @@ def check_client_data(cfg: TrainConfig, sizes) -> int:
 
     empty = [i for i, n in enumerate(sizes) if n == 0]
     if empty:
-        where, what = (cfg.partition_file, "a fedcli partition file") if cfg.partition_file else (f"the {cfg.partition} partition", "a partition")
-        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected {what} "
-                        f"in which every client holds at least one (re-create it with fedcli partition)")
+        where, what = ((cfg.partition_file, "a fedcli partition file") if cfg.partition_file
+                       else (f"the {cfg.partition} partition", "a partition"))
+        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); "
+                        f"expected {what} in which every client holds at least one "
+                        f"(re-create it with fedcli partition)")
     largest = int(max(sizes)) if len(sizes) else 0
     return min(cfg.batch_size, largest)
 
@@ -51,7 +53,8 @@ def resolve_device(name: str, local_rank: int = 0, count: int | None = None) -> 
         return torch.device("cuda", int(local_rank) % count)
     index = int(name.split(":", 1)[1])
     if index >= count:
-        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})", key="device")
+        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})",
+                          key="device")
     return torch.device("cuda", index)
 
 
@@ -226,7 +229,7 @@ def manifest(ctx: ManifestContext) -> dict:
         "world_size": comm.size,
         "workers": comm.workers,
         **({"workers_choice": comm.workers_note} if comm.workers_note else {}),
-        # under MPI: the root's node loaded the data once and its ranks read it in shared memory (fedcli.comm.node_share)
+        # under MPI: the root's node loaded the data once, its ranks read it in shared memory (fedcli.comm.node_share)
         **({"data_sharing": comm.data_sharing} if comm.data_sharing else {}),
         "device": str(ctx.device),  # the root's; "devices" (fedcli train) lists every process's
         "trainer": trainer.name,

@@ -115,6 +115,23 @@ class SystemContext(Context):
     )
 
 
+class EvalContext(Context):
+    """An evaluation point (``fedcli.fl.evaluation.evaluate_and_log``)."""
+
+    MEMBERS = (
+        "cfg", "comm",
+        "evaluate",        # evaluate(x=None, y=None): the global model on the test set, or on x, y
+        "val_x", "val_y",  # the validation set (--val-fraction), or None
+        "personal",        # the personalization (each client's own model evaluated), or None
+        "view",            # the part interface, for the personalization
+        "ledger",          # what was communicated so far
+        "system",          # the system model, or None (sim_time_s)
+        "eval_every", "progress_point",  # the evaluation interval; progress_point(state): where points are counted
+        "record",          # what the round produced: its metrics row is set here
+        "progress",        # called with each metrics row, or None
+    )
+
+
 class ManifestContext(Context):
     """What the manifest records of a set-up run (``fedcli.fl.build.manifest``)."""
 

@@ -1,14 +1,14 @@
 """The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
 
-One round lasts ``schedule.period`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the
-last round cut at the ``--iterations`` budget). At its start the cohort is sampled (keyed by
-(seed, round)), split over the processes by sample count, and initialized by the ``init`` part.
-After every local step the schedule names the layers due; each due layer is encoded by the codec,
-averaged over the cohort (local weighted sum + one all-reduce for all layers due together), turned
-into the new global layer by the server part, copied back into every client, and counted in the
-ledger. Layer-wise schedules also get the cohort discrepancy sum_i p_i ||u_l - x_l^i||^2 (Eq. 2).
-At round ends the schedule may re-adjust its intervals (FedLAMA Alg. 1) and the global model is
-evaluated when an evaluation point has been reached.
+One round lasts ``schedule.period`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at the
+``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
+sample count, and initialized by the ``init`` part. After every local step the schedule names the layers due; each due
+layer is encoded by the codec, averaged over the cohort (local weighted sum + one all-reduce for all layers due
+together), turned into the new global layer by the server part, copied back into every client, and counted in the
+ledger. Layer-wise schedules also get the cohort discrepancy sum_i p_i ||u_l - x_l^i||^2 (Eq. 2). At round ends the
+schedule may re-adjust its intervals (FedLAMA Alg. 1) and the global model is evaluated when an evaluation point has
+been reached. The helpers of each job (``fedcli.fl.build``, ``state``, ``sync``, ``evaluation``, ``system``) get a
+declared context of this engine (``fedcli.fl.context``), never the engine (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from fedcli.comm.communicator import Communicator, assign_clients, unflatten
-from fedcli.comm.ledger import Ledger, fedavg_params_so_far
+from fedcli.comm.communicator import Communicator, assign_clients
+from fedcli.comm.ledger import Ledger
 from fedcli.data.augment import cifar_augment
 from fedcli.fl import build, chunked, clientstate, evaluation, guard, slots, sync, system, timing
-from fedcli.fl.evaluation import EVAL_BATCH  # noqa: F401
 from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
-from fedcli.fl.build import build_run_model, check_client_data, default_threads, resolve_device  # noqa: F401
+from fedcli.fl.build import build_run_model, resolve_device  # noqa: F401 (re-exported)
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.fl.context import (Context, GuardContext, LogContext, ManifestContext, StoreContext, SyncContext,
-                               SystemContext)
+from fedcli.fl.context import (Context, EvalContext, GuardContext, LogContext, ManifestContext, StoreContext,
+                               SyncContext, SystemContext)
 from fedcli.fl.hooks import RoundHook
 from fedcli.fl.state import (RoundRecord, Summary, TrainState, eval_interval, evaluation_points,  # noqa: F401
                              lr_at, planned_evaluations)
@@ -47,13 +46,9 @@ class Simulation:
         self.cfg = cfg
         self.comm = comm or Communicator()
         self.progress = progress
-        # called as hook(ctx, state) after every round (the CSV writers, checkpoints), and hook.begin(ctx, state) before
-        # the first round of ``run``, ctx the hook's declared context: ``RoundHook``s (``add_round_hook`` makes one of a
-        # plain function, which gets the engine itself)
-        self.round_hooks: list[RoundHook] = []
+        self.round_hooks: list[RoundHook] = []  # after every round, with their contexts (``run``, ``add_round_hook``)
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
-        self.step_hooks: list = []    # called as hook(ctx, state), ctx a LogContext, after every local step, on every
-        # process (stops mid-round): ``add_step_hook``
+        self.step_hooks: list = []    # after every local step, on every process (``add_step_hook``)
         self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.chunk_blocker: str | None = "not set up"  # why rounds are not taken chunk by chunk (``setup``)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
@@ -62,14 +57,12 @@ class Simulation:
         self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
         self.system_round = None       # its plan of the round being run (participants, their steps), or None
         self.timing = None             # the records a run keeps to be re-timed (fedcli.fl.timing), built by ``setup``
-        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.view)
-        self.view = PartView(self)
+        self.view = PartView(self)     # what every part hook gets, never the simulation (fedcli.fl.view)
         self._contexts: dict = {}      # the helpers' declared contexts, built once (``context``)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:
-        """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the round hook that writes them (the
-        caller's: ``fedcli.results.runlog.RunLog(run_dir)``, so the engine imports nothing of the results layer). They
-        become the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it
+        """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the caller's round hook
+        (``fedcli.results.runlog.RunLog``): the first round hook, so a checkpoint records the rows of the round it
         closes. Attaching another run directory replaces the writers of the last one."""
         self.round_hooks = [h for h in self.round_hooks if h is not self.writers]
         self.run_dir, self.writers = run_dir, (writers if run_dir is not None else None)
@@ -109,12 +102,13 @@ class Simulation:
         (self.train_x, self.train_y, self.test_x, self.test_y, self.val_x, self.val_y,
          self.pad_fill) = build.device_data(self.dataset, self.device)
         self._set_up_parts()
-        self._plan_budget()
+        self.plan = self.run_plan()  # the rounds and local steps of the run
+        self.eval_every = eval_interval(cfg, self.plan)  # about 20 evaluations by default
         # a run whose training does not depend on the system model records what re-timing it needs (fedcli.fl.timing)
         retimable = timing.refusal(vars(self.cfg)) is None
         shape = system.measure(self.context(SystemContext)) if self.cfg.system or retimable else None
         self.timing = timing.Recorder(shape) if retimable else None
-        self.system = system.build(self.context(SystemContext), shape)  # None without --system; checks the deadline before any training
+        self.system = system.build(self.context(SystemContext), shape)  # None without --system; checks the deadline
         return self
 
     def _build_parts(self) -> None:
@@ -130,7 +124,7 @@ class Simulation:
         # per-client state: in memory while small, on disk beyond --client-state-limit-mb
         self.store = build_store(self.context(StoreContext))
         build.check_custom_model(cfg, self.model, self.dataset, self.trainer.name)
-        self.local_layers = local_layers(self.context(StoreContext))  # layers a method never synchronizes (FedRep's head)
+        self.local_layers = local_layers(self.context(StoreContext))  # layers never synchronized (FedRep's head)
         # per-client local models + personal_acc (None: not personalized)
         self.personal = build_personalization(self.context(StoreContext))
         build.check_client_val(cfg, self.personal)
@@ -150,11 +144,6 @@ class Simulation:
         # why --cohort-chunk cannot take whole rounds chunk by chunk (None: it can; fedcli.fl.chunked)
         self.chunk_blocker = chunked.blocker(self.context(SyncContext))
 
-    def _plan_budget(self) -> None:
-        """The rounds and local steps of the run, and the evaluation interval (about 20 evaluations by default)."""
-        self.plan = self.run_plan()
-        self.eval_every = eval_interval(self.cfg, self.plan)
-
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
         the clients' training data as the parts left it)."""
@@ -167,15 +156,12 @@ class Simulation:
     def personal_tables(self) -> tuple[str, ...]:
         """The store prefixes of each client's personal model (the model a personalized method evaluates,
         ``fedcli.fl.personal``): what a completed run keeps of its client state (``--client-state-keep personal``)."""
-        if self.personal is None:
-            return ()
-        return f"{self.personal.prefix}.p:", f"{self.personal.prefix}.b:"
+        return () if self.personal is None else (f"{self.personal.prefix}.p:", f"{self.personal.prefix}.b:")
 
     def choices(self) -> dict:
-        """What the run chose once it ran, for the manifest's closing update: the stacked trainer's automatic chunk
-        (``--cohort-chunk 0`` on CUDA: the manifest says ``cohort_chunk: auto`` at the start, and here
-        ``cohort_chunk_chosen``, the clients per vectorized call the root process chose from its free memory at the
-        first local step; 0: the whole cohort fit; None: no local step ran)."""
+        """What the run chose once it ran, for the manifest's closing update: ``cohort_chunk_chosen``, the clients per
+        vectorized call the trainer chose at the first local step (``--cohort-chunk 0`` on CUDA; 0: the whole cohort
+        fit; None: no local step ran)."""
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
     # ------------------------------------------------------------------ synchronization
@@ -190,7 +176,7 @@ class Simulation:
         flat = guard.guarded_average(guarded, cohort, names, sync.uploads(ctx, cohort, names, step), step, losses)
         sync.apply_average(ctx, names, flat)
         guard.reset_skipped_rows(guarded, cohort)
-        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
+        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, pre copy-back
         sync.copy_back(cohort, names, self.global_params, self.global_buffers)
         sync.count_sync(ctx, layers, cohort.total)
         for l in layers:
@@ -199,20 +185,13 @@ class Simulation:
     # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
-        """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
-        (``Communicator.client_sum``: the same bits for any number of worker processes); rows of ``skip`` add
-        nothing, by default those of the clients dropped by --on-diverge skip-client (``cohort.skipped``), so no
-        part has to leave them out itself."""
-        if skip is None and cohort.skipped:
-            skip = torch.tensor([c in cohort.skipped for c in cohort.clients], dtype=torch.bool)
-        return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
+        """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum``)."""
+        return sync.cohort_sum(self.comm, cohort, tensors, weights, skip)
 
     def cohort_sums(self, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,
                     skip: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """``cohort_sum`` of named per-client tensors [K, *shape]: name -> sum_i w_i x_i [*shape] (views of one flat
-        sum: all the tensors travel in one all-reduce)."""
-        flat = self.cohort_sum(cohort, list(stacked.values()), weights, skip)
-        return dict(zip(stacked, unflatten(flat, [t.shape[1:] for t in stacked.values()])))
+        """``cohort_sum`` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
+        return sync.cohort_sums(self.comm, cohort, stacked, weights, skip)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
@@ -242,15 +221,12 @@ class Simulation:
         everyone = self.active >= len(self.client_indices)
         return everyone and (self.system is None or not self.system.may_leave_out)
 
-    def new_state(self) -> TrainState:
-        return TrainState(next_eval=self.eval_every)
-
     def run(self, state: TrainState | None = None, progress=None) -> Summary:
         """Train until the iteration budget is spent; ``state`` continues an interrupted run; ``progress``: called
         with each metrics row (else the one given to the constructor)."""
         if progress is not None:
             self.progress = progress
-        state = state or self.new_state()
+        state = state or TrainState(next_eval=self.eval_every)
         t0 = time.perf_counter() - state.wall_s
         for hook in self.round_hooks:
             hook.begin(self.context(hook.context), state)
@@ -262,13 +238,9 @@ class Simulation:
             self._end_round(state)
         if self.system is not None:
             self.system.check_trained(self.ledger.params, state.round_idx)  # nobody trained: an error, not a completion
-        s = state.summary
-        s.rounds, s.iteration = state.round_idx, state.iteration
-        s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes
-        s.fedavg_comm_params = fedavg_params_so_far(sum(li.numel for li in self.layers), state.iteration, state.round_idx,
-                                                    self.cfg.tau, bool(self.cfg.local_epochs))  # the 100% of comm_pct
-        s.wall_s = time.perf_counter() - t0
-        return s
+        state.summary.close(state, self.ledger, sum(li.numel for li in self.layers), self.cfg)
+        state.summary.wall_s = time.perf_counter() - t0
+        return state.summary
 
     def _end_round(self, state: TrainState) -> None:
         """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a blow-up),
@@ -306,8 +278,7 @@ class Simulation:
 
     @property
     def round_clients(self) -> int:
-        """Clients in the round (the part view's ``active``): ``active``, or the system model's participants while
-        one of its rounds runs (between ``plan_system_round`` and ``close_system_round``)."""
+        """Clients in the round (the part view's ``active``): ``active``, or the system model's participants."""
         return self.active if self.system_round is None else len(self.system_round.participants)
 
     @property
@@ -316,12 +287,8 @@ class Simulation:
         return self.system_round is not None and self.system_round.uneven
 
     def due_layers(self, step: int, steps: int) -> list[int]:
-        """The layers synchronized after local step ``step`` of a round of ``steps``: the schedule's (with
-        --local-epochs the whole model at the round's end only), less the layers the method keeps local."""
-        due = self.schedule.due(step, steps) if not self.cfg.local_epochs else self.schedule.due(steps, steps) if step == steps else []
-        if due and self.local_layers:
-            due = [l for l in due if l not in self.local_layers]
-        return due
+        """The layers synchronized after local step ``step`` of a round of ``steps`` (``fedcli.fl.sync.due_layers``)."""
+        return sync.due_layers(self.schedule, self.local_layers, bool(self.cfg.local_epochs), step, steps)
 
     def sync_plan(self, steps: int) -> list[tuple[int, list[int]]]:
         """The synchronizations of a round of ``steps`` local steps: (step, layers), in order (``due_layers``)."""
@@ -338,7 +305,9 @@ class Simulation:
         self.record = RoundRecord(round_idx, state.iteration)
         cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
         if self.system is not None:
-            cohort_ids = self.plan_system_round(state, sampled)
+            self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.active,
+                                                         self.sync_plan)
+            cohort_ids = self.system_round.participants
             if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training
                 self.close_system_round(state, self.plan.round_steps(state.iteration, sampled))
                 return
@@ -384,17 +353,11 @@ class Simulation:
             self.record.timing = self.timing.row(timed, state.iteration)
         state.round_idx += 1
 
-    def plan_system_round(self, state: TrainState, sampled: list[int]) -> list[int]:
-        """The system model's round (``self.system_round``, ``fedcli.fl.system.plan_system_round``): of the
-        ``sampled`` cohort, the clients that take part."""
-        self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.active, self.sync_plan)
-        return self.system_round.participants
-
     def close_system_round(self, state: TrainState, idle_steps: int = 0) -> None:
         """The round's simulated time and system.csv row (``fedcli.fl.system.close_system_round``), and the round
         counted; ``idle_steps``: a round with no participant, whose steps pass with no training."""
-        plan = self.system_round
-        self.record.system = system.close_system_round(self.system, plan, state, self.ledger, len(self.layers), idle_steps)
+        plan, n_layers = self.system_round, len(self.layers)
+        self.record.system = system.close_system_round(self.system, plan, state, self.ledger, n_layers, idle_steps)
         if self.timing is not None:
             self.record.timing = self.timing.row(plan, state.iteration)
         self.system_round = None
@@ -471,36 +434,12 @@ class Simulation:
         return (round_losses / cohort.steps.double()).view(-1, 1)
 
     def evaluate_and_log(self, state: TrainState) -> dict:
-        """Evaluate the global model: the metrics row (``record.metrics``, written by the round hooks), the summary and
-        the progress."""
-        while state.next_eval <= self.progress_point(state):
-            state.next_eval += self.eval_every
-        tot = self.comm.allreduce_(torch.tensor([state.loss_sum, float(state.loss_count)], dtype=torch.float64))
-        train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
-        state.loss_sum, state.loss_count = 0.0, 0
-        test_loss, acc = self.evaluate()
-        row = {"round": state.round_idx, "iteration": state.iteration, "train_loss": train_loss, "test_loss": test_loss,
-               "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
-               "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1),
-               "skipped_clients": state.skipped}
-        if self.system is not None:
-            row["sim_time_s"] = state.sim_time_s
-        if self.val_y is not None:  # --val-fraction: the global model on the held-out validation set
-            row["val_loss"], row["val_acc"] = self.evaluate(self.val_x, self.val_y)
-        s = state.summary
-        personal = self.personal.evaluate(self.view, state.round_idx) if self.personal is not None else None
-        row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
-        if self.cfg.client_val_fraction > 0:  # the same models on each client's own validation samples
-            row["personal_val_acc"] = self.personal.val_acc
-        s.add(row, personal)
-        self.record.metrics = row
-        if self.progress is not None:
-            self.progress(row)
-        return row
+        """Evaluate the global model: the metrics row, the summary, the progress (``fedcli.fl.evaluation``)."""
+        return evaluation.evaluate_and_log(self.context(EvalContext), state)
 
 
 class CallRoundHook(RoundHook):
-    """A plain function ``fn(sim, state)`` as a round hook (``Simulation.add_round_hook``): it gets the engine itself."""
+    """A plain function ``fn(sim, state)`` as a round hook (``Simulation.add_round_hook``): it gets the engine."""
 
     def __init__(self, fn, sim: Simulation):
         self.fn, self.sim = fn, sim

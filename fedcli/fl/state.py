@@ -42,14 +42,25 @@ class Summary:
                 self.best_personal_acc, self.best_personal_round = personal, row["round"]
             self.final_personal_acc = personal
 
+    def close(self, state: TrainState, ledger, numel: int, cfg: TrainConfig) -> None:
+        """The run's end (``Simulation.run``): its rounds and iterations, what the ``ledger`` counted, and FedAvg's
+        parameters over the same budget (``numel`` per synchronization: the 100% of :attr:`comm_pct`)."""
+        from fedcli.comm.ledger import fedavg_params_so_far
+
+        self.rounds, self.iteration = state.round_idx, state.iteration
+        self.comm_params, self.comm_bytes = ledger.params, ledger.bytes
+        self.fedavg_comm_params = fedavg_params_so_far(numel, state.iteration, state.round_idx, cfg.tau,
+                                                       bool(cfg.local_epochs))
+
     @property
     def comm_pct(self) -> float:
         return 100.0 * self.comm_params / self.fedavg_comm_params if self.fedavg_comm_params else float("nan")
 
     def as_dict(self) -> dict:
-        return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc, "best_acc": self.best_acc,
-                "best_iteration": self.best_iteration, "final_test_loss": self.final_loss, "comm_params": self.comm_params,
-                "comm_bytes": self.comm_bytes, "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
+        return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc,
+                "best_acc": self.best_acc, "best_iteration": self.best_iteration, "final_test_loss": self.final_loss,
+                "comm_params": self.comm_params, "comm_bytes": self.comm_bytes,
+                "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
                 "wall_s": self.wall_s,
                 **({} if math.isnan(self.best_personal_acc) else {  # personalized methods only
                     "best_personal_acc": self.best_personal_acc, "best_personal_round": self.best_personal_round,
@@ -80,9 +91,9 @@ class RoundRecord:
     start_iteration: int = 0                    # the iteration the round started at
     skips: list = field(default_factory=list)   # client updates dropped by --on-diverge skip-client (Cohort.skips)
     adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
-    metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation point
+    metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation
     system: dict | None = None                  # --system: the round's system.csv row (SystemModel.round_row)
-    timing: dict | None = None                  # a run that can be re-timed: the round's timing.csv row (fedcli.fl.timing)
+    timing: dict | None = None                  # a run that can be re-timed: its timing.csv row (fedcli.fl.timing)
 
 
 def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:

@@ -75,3 +75,31 @@ def copy_back(cohort: Cohort, names: list, global_params: dict, global_buffers: 
         src = global_params[n] if kind == "p" else global_buffers[n]
         dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
         dst.copy_(src.expand_as(dst))
+
+
+def due_layers(schedule, local_layers, local_epochs: bool, step: int, steps: int) -> list[int]:
+    """The layers synchronized after local step ``step`` of a round of ``steps``: the ``schedule``'s (with
+    ``--local-epochs`` the whole model at the round's end only), less the ``local_layers`` the method keeps."""
+    due = schedule.due(step, steps) if not local_epochs else schedule.due(steps, steps) if step == steps else []
+    if due and local_layers:
+        due = [l for l in due if l not in local_layers]
+    return due
+
+
+def cohort_sum(comm, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
+               skip: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
+    (``Communicator.client_sum``: the same bits for any number of worker processes); rows of ``skip`` add
+    nothing, by default those of the clients dropped by --on-diverge skip-client (``cohort.skipped``), so no
+    part has to leave them out itself."""
+    if skip is None and cohort.skipped:
+        skip = torch.tensor([c in cohort.skipped for c in cohort.clients], dtype=torch.bool)
+    return comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
+
+
+def cohort_sums(comm, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,
+                skip: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """:func:`cohort_sum` of named per-client tensors [K, *shape]: name -> sum_i w_i x_i [*shape] (views of one flat
+    sum: all the tensors travel in one all-reduce)."""
+    flat = cohort_sum(comm, cohort, list(stacked.values()), weights, skip)
+    return dict(zip(stacked, unflatten(flat, [t.shape[1:] for t in stacked.values()])))

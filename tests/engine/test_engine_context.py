@@ -22,7 +22,8 @@ CONTEXTS = {cls.__name__: cls for cls in vars(context).values()
 HELPERS = {
     "fedcli/fl/sync.py": "SyncContext", "fedcli/fl/chunked.py": "SyncContext", "fedcli/fl/guard.py": "GuardContext",
     "fedcli/fl/store.py": "StoreContext", "fedcli/fl/personal.py": "StoreContext",
-    "fedcli/fl/system.py": "SystemContext", "fedcli/results/runlog.py": "LogContext",
+    "fedcli/fl/system.py": "SystemContext", "fedcli/fl/evaluation.py": "EvalContext",
+    "fedcli/fl/build.py": "ManifestContext", "fedcli/results/runlog.py": "LogContext",
     "fedcli/results/resume.py": "LogContext", "fedcli/trackers/hook.py": "LogContext",
     "fedcli/cli/train.py": "LogContext", "fedcli/results/checkpoint.py": "CheckpointContext",
     "fedcli/results/signals.py": "CheckpointContext", "fedcli/runner.py": "DriverContext",
