@@ -164,24 +164,6 @@ class Simulation:
         fit; None: no local step ran)."""
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
-    # ------------------------------------------------------------------ synchronization
-    @torch.no_grad()
-    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
-                    losses: torch.Tensor | None = None) -> None:
-        """Average the given layers over the cohort (one flat all-reduce) and push them back (``fedcli.fl.sync``).
-
-        ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
-        ctx, guarded = self.context(SyncContext), self.context(GuardContext)
-        names = sync.sync_names(ctx, layers, round_end)
-        flat = guard.guarded_average(guarded, cohort, names, sync.uploads(ctx, cohort, names, step), step, losses)
-        sync.apply_average(ctx, names, flat)
-        guard.reset_skipped_rows(guarded, cohort)
-        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, pre copy-back
-        sync.copy_back(cohort, names, self.global_params, self.global_buffers)
-        sync.count_sync(ctx, layers, cohort.total)
-        for l in layers:
-            last_sync[l] = step
-
     # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
@@ -221,6 +203,7 @@ class Simulation:
         everyone = self.active >= len(self.client_indices)
         return everyone and (self.system is None or not self.system.may_leave_out)
 
+    # ------------------------------------------------------------------ the rounds, top to bottom
     def run(self, state: TrainState | None = None, progress=None) -> Summary:
         """Train until the iteration budget is spent; ``state`` continues an interrupted run; ``progress``: called
         with each metrics row (else the one given to the constructor)."""
@@ -420,6 +403,24 @@ class Simulation:
                 hook(self.context(LogContext), state)
         cohort.end_iteration = state.iteration
         return round_losses
+
+    # ------------------------------------------------------------------ synchronization
+    @torch.no_grad()
+    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
+                    losses: torch.Tensor | None = None) -> None:
+        """Average the given layers over the cohort (one flat all-reduce) and push them back (``fedcli.fl.sync``).
+
+        ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
+        ctx, guarded = self.context(SyncContext), self.context(GuardContext)
+        names = sync.sync_names(ctx, layers, round_end)
+        flat = guard.guarded_average(guarded, cohort, names, sync.uploads(ctx, cohort, names, step), step, losses)
+        sync.apply_average(ctx, names, flat)
+        guard.reset_skipped_rows(guarded, cohort)
+        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, pre copy-back
+        sync.copy_back(cohort, names, self.global_params, self.global_buffers)
+        sync.count_sync(ctx, layers, cohort.total)
+        for l in layers:
+            last_sync[l] = step
 
     def close_cohort(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
         """The parts' round ends for ``cohort``; each client's mean local loss [K, 1] (float64)."""
