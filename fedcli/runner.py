@@ -363,8 +363,8 @@ def tune_entry() -> dict:
     return {"tune": entry} if isinstance(entry, dict) else {}
 
 
-def _open_run_dir(ctx: DriverContext, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView,
-                  promote: bool = False):
+def _open_run_dir(ctx: DriverContext, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool,
+                  view: RunView, promote: bool = False):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
     checkpoint (saying how the previous attempt ended and which versions changed since). ``promote``: the stop request
     goes first (the lock is held), then the manifest's pruned mark (kept in the ``resumes`` entry as ``promoted``)."""
@@ -479,7 +479,8 @@ def _run_rounds(ctx: DriverContext, saver, progress, state, mark_interrupted):
             if not (e.now and saver.armed):
                 raise
             saver.stopping = True
-            saver.write_snapshot(ctx.context(CheckpointContext))  # the last round boundary, unless a checkpoint already holds it
+            # the last round boundary, unless a checkpoint already holds it
+            saver.write_snapshot(ctx.context(CheckpointContext))
             raise saver.stopped_now(e.signum) from None
 
 
@@ -519,7 +520,8 @@ def _close_stopped(e: BaseException, ctx: DriverContext, saver, run_dir, mark_in
     return e, closing
 
 
-def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path, watchdog) -> tuple[dict, bool]:
+def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path,
+                     watchdog) -> tuple[dict, bool]:
     """A completed run: the final model, the index of the client state kept at the end and, last, once every file of
     the run is whole, the manifest closed 'completed' (rank 0); a failure to save them is a StorageError that says how
     to continue, and leaves every file the last checkpoint refers to (nothing of the run goes before the manifest says

@@ -113,8 +113,8 @@ def projection(ctx: StoreContext) -> tuple[int, list[str]]:
 
 
 def build_store(ctx: StoreContext) -> "MemoryStore | DiskStore":
-    """The run's client store (the engine's ``store``), by :func:`choose_mode`; a disk store lives in ``RUN_DIR/client-state``
-    (a temporary folder, removed at exit, when the run has no directory)."""
+    """The run's client store (the engine's ``store``), by :func:`choose_mode`; a disk store lives in
+    ``RUN_DIR/client-state`` (a temporary folder, removed at exit, when the run has no directory)."""
     cfg, comm = ctx.cfg, ctx.comm
     projected, what = projection(ctx)
     mode, projected = choose_mode(cfg, projected)

@@ -179,7 +179,8 @@ class SystemModel:
         else:
             values = {q: draw(getattr(options, q), n_clients, np_gen(self.seed, "system", q), q) for q in QUANTITIES}
         self.speed, self.uplink, self.downlink, self.latency = (values[q] for q in QUANTITIES)
-        self.step_s = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * np.asarray(shape.batch, dtype=np.float64) / self.speed
+        batch = np.asarray(shape.batch, dtype=np.float64)
+        self.step_s = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * batch / self.speed
 
     # ------------------------------------------------------------------ costs
     def client_work(self, round_idx: int, clients: np.ndarray, n_round: int) -> tuple[np.ndarray, np.ndarray]:
@@ -239,8 +240,8 @@ class SystemModel:
         (exit 2) when no client will ever be online again: the rest of the run could not train."""
         everyone = range(self.n)
         if self.next_online(everyone, now) is None:
-            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client is online at or after "
-                              f"simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
+            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client is online at or "
+                              f"after simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
                               f"run; the rounds before are in system.csv and metrics.csv (give intervals that reach "
                               f"further, or a smaller budget)", key="availability_trace")
         if self.options.sampling == "cohort":
@@ -369,8 +370,8 @@ class SystemModel:
         """Before training: some client is online at some time (``--availability-trace``); ConfigError (exit 2)
         otherwise, since nobody would ever train."""
         if self.next_online(range(self.n), 0.0) is None:
-            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client of the run's {self.n} is "
-                              f"ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
+            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client of the run's {self.n} "
+                              f"is ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
                               f"train", key="availability_trace")
 
     def check_trained(self, synchronized: int, rounds: int) -> None:

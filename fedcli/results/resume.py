@@ -119,8 +119,8 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
     return payload["ckpt"]
 
 
-def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, ctx: LogContext, manifest_updates: dict | None = None, state=None,
-                   promoted: dict | None = None):
+def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, ctx: LogContext, manifest_updates: dict | None = None,
+                   state=None, promoted: dict | None = None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint
     (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``). ``promoted``:
