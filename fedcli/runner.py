@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedcli.fl.context import CheckpointContext, DriverContext, LogContext
 from fedcli.runtime import early
 from fedcli.errors import ConfigError, FedcliError, Pruned, ResourceError, memory_error
 
@@ -26,17 +27,17 @@ def default_out(cfg: TrainConfig) -> Path:
     return Path("results") / f"{cfg.algo}-{cfg.dataset}-s{cfg.seed}-{stamp}"
 
 
-def describe(cfg: TrainConfig, sim) -> str:
-    part = sim.partition.config
+def describe(cfg: TrainConfig, ctx: DriverContext) -> str:
+    part = ctx.partition.config
     extra = {"dirichlet": f" alpha={cfg.alpha}", "pathological": f" k={cfg.classes_per_client}",
              "natural": f" {cfg.writers_per_client} writers/client"}.get(part.get("scheme"), "")
-    sched = f"tau'={cfg.tau} phi={cfg.phi}" if sim.schedule.needs_discrepancy else f"tau={cfg.tau}"
+    sched = f"tau'={cfg.tau} phi={cfg.phi}" if ctx.schedule.needs_discrepancy else f"tau={cfg.tau}"
     if cfg.local_epochs:
         sched = f"{cfg.local_epochs:g} local epoch(s) per round"
     budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
-    return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(sim.client_indices)} clients "
-            f"({sim.active} active per round), {part.get('scheme')}{extra} partition, {budget}, "
-            f"batch {sim.batch_size}, lr {cfg.lr}, device {sim.device}, {sim.comm.size} process(es)")
+    return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(ctx.client_indices)} clients "
+            f"({ctx.active} active per round), {part.get('scheme')}{extra} partition, {budget}, "
+            f"batch {ctx.batch_size}, lr {cfg.lr}, device {ctx.device}, {ctx.comm.size} process(es)")
 
 
 def collective(comm, err: BaseException | None) -> None:
@@ -171,8 +172,8 @@ class RunView:
     def header(self, text: str, progress: str) -> None:
         """The run's one-line description (``describe``), before the rounds; ``progress``: the ``--progress`` mode."""
 
-    def progress(self, cfg, sim, *, enabled: bool, mode: str):
-        """A context manager called with each metrics row (``sim.progress``), ``advance_to`` on a resume."""
+    def progress(self, cfg, ctx: LogContext, *, enabled: bool, mode: str):
+        """A context manager called with each metrics row (the engine's ``progress``), ``advance_to`` on a resume."""
         return NoProgress()
 
     def loaded(self) -> None:
@@ -245,33 +246,33 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
 
     root = comm.is_root
     early.run_closed(False)
-    sim, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, view=view)
-    procs = _processes(comm, sim)
+    ctx, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, view=view)
+    procs = _processes(comm, ctx)
     run_dir = watchdog = mark_interrupted = None
     if root:
         if overwrite and out.exists():
             _clean_overwritten(out)
-        run_dir = _open_run_dir(sim, out, comm, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view,
+        run_dir = _open_run_dir(ctx, out, comm, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view,
                                 promote=promote)
-        mark_interrupted, watchdog = _guard_until_rounds(sim, run_dir, out, comm, procs["pids"])
-        _announce(cfg, sim, view, quiet=quiet, progress=progress)
+        mark_interrupted, watchdog = _guard_until_rounds(ctx, run_dir, out, comm, procs["pids"])
+        _announce(cfg, ctx, view, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
         comm.barrier()
     ACTIVE_RUN["dir"] = out
-    progress = view.progress(cfg, sim, enabled=root and not quiet and not as_json, mode=progress)
+    progress = view.progress(cfg, ctx.context(LogContext), enabled=root and not quiet and not as_json, mode=progress)
     saver = _checkpointer(cfg, comm, out, view, state, ckpt)
-    tracking = _hook_rounds(cfg, comm, sim, saver, out, resume=resume, view=view)
+    tracking = _hook_rounds(cfg, comm, ctx, saver, out, resume=resume, view=view)
     # The Checkpointer holds the stop signals until the manifest says how the run ended: a second SIGTERM (Slurm sends
     # one to every process of the job, so a time limit can deliver two) arriving after the rounds stopped waits
     # instead of ending the process with the manifest still 'running' (which the watchdog would then call failed).
     with saver.signals():
         try:
-            summary = _run_rounds(sim, saver, progress, state, mark_interrupted)
+            summary = _run_rounds(ctx, saver, progress, state, mark_interrupted)
         except BaseException as e:
-            ended, closing = _close_stopped(e, sim, saver, run_dir, mark_interrupted, out, comm)
+            ended, closing = _close_stopped(e, ctx, saver, run_dir, mark_interrupted, out, comm)
         else:
             ended, closing = None, "completed"
-            extra, saved = _close_completed(cfg, comm, sim, saver, run_dir, summary, out, watchdog)
+            extra, saved = _close_completed(cfg, comm, ctx, saver, run_dir, summary, out, watchdog)
     early.run_closed()  # the manifest says how the run ended: signals act at once again (the trackers may take a while)
     if tracking is not None:
         tracking.close(closing)
@@ -281,7 +282,7 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
     if run_dir is not None:
         _say_result(cfg, summary, extra, saver, out, quiet=quiet, as_json=as_json, view=view)
     if saved:  # what the completed run no longer needs goes (fedcli/fl/store.py); kept for a resume if the end failed
-        sim.store.finish_run()
+        ctx.store.finish_run()
     ACTIVE_RUN.pop("dir", None)
     return summary
 
@@ -293,9 +294,10 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
     from fedcli.results import checkpoint
     from fedcli.results.resume import load_for_resume
 
-    sim, err = None, None
+    sim = ctx = err = None
     try:
         sim = Simulation(cfg, comm).setup(*(data or ()))
+        ctx = sim.context(DriverContext)
     except Exception as e:  # noqa: BLE001 - reported collectively below
         err = e
     collective(comm, err)
@@ -304,18 +306,18 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
         try:
             ckpt = load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
                                               if comm.is_root else None, config=cfg.to_dict())  # said with --quiet too
-            state = checkpoint.restore(sim, ckpt) if ckpt is not None else None
+            state = checkpoint.restore(ctx.context(CheckpointContext), ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
             err = e
         collective(comm, err)
-    return sim, state, ckpt
+    return ctx, state, ckpt
 
 
-def _processes(comm, sim) -> dict:
+def _processes(comm, ctx: DriverContext) -> dict:
     """Every process's pid and device, for the manifest (collective: every rank calls it)."""
     pids = comm.allgather(os.getpid())
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/sweep/placement.py)
-    devices = comm.allgather({"device": str(sim.device), "local_rank": comm.local_rank,  # every process's device
+    devices = comm.allgather({"device": str(ctx.device), "local_rank": comm.local_rank,  # every process's device
                               **({"cuda_visible_devices": visible} if visible is not None else {})})
     return {"pids": pids, "devices": devices}
 
@@ -361,8 +363,8 @@ def tune_entry() -> dict:
     return {"tune": entry} if isinstance(entry, dict) else {}
 
 
-def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView,
-                  promote: bool = False):
+def _open_run_dir(ctx: DriverContext, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool,
+                  view: RunView, promote: bool = False):
     """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
     checkpoint (saying how the previous attempt ended and which versions changed since). ``promote``: the stop request
     goes first (the lock is held), then the manifest's pruned mark (kept in the ``resumes`` entry as ``promoted``)."""
@@ -371,8 +373,8 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, stat
     from fedcli.results.runlog import extra_columns
 
     if not resume:
-        run_dir = RunDir(out, extra_columns(sim))
-        run_dir.start({**sim.manifest(), **procs, **tune_entry()})
+        run_dir = RunDir(out, extra_columns(ctx.context(LogContext)))
+        run_dir.start({**ctx.manifest(), **procs, **tune_entry()})
         return run_dir
     from fedcli.results.runstate import killed_note
 
@@ -389,7 +391,7 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, stat
         if clear_stop(out) or promoted:
             view.notice(f"promoted: {'the run pruned at iteration ' + str(promoted.get('iteration')) if promoted else 'the run'}"
                         f" goes on to completion (its stop request removed)")
-    run_dir = reopen_run_dir(out, ckpt, sim, procs, state, promoted=promoted)
+    run_dir = reopen_run_dir(out, ckpt, ctx.context(LogContext), procs, state, promoted=promoted)
     drift = version_drift(run_dir.manifest)
     if drift and not quiet:
         view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
@@ -397,7 +399,7 @@ def _open_run_dir(sim, out: Path, comm, procs: dict, *, resume: bool, ckpt, stat
     return run_dir
 
 
-def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
+def _guard_until_rounds(ctx: DriverContext, run_dir, out: Path, comm, pids: list[int]):
     """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/runtime/early.py), the
     simulation writes into the run directory, the watchdog (fedcli/results/sentinel.py) watches the processes.
     Returns (the interrupt handler to forget once the Checkpointer takes the signals, the watchdog)."""
@@ -413,21 +415,21 @@ def _guard_until_rounds(sim, run_dir, out: Path, comm, pids: list[int]):
         sentinel.stop(watch["dog"])
         return f"; the run is marked interrupted; continue with: {resume_cmd}"
     early.on_interrupt(mark_interrupted)
-    sim.attach(run_dir, RunLog(run_dir))
+    ctx.attach(run_dir, RunLog(run_dir))
     watch["dog"] = sentinel.start(out, pids)
     return mark_interrupted, watch["dog"]
 
 
-def _announce(cfg: TrainConfig, sim, view: RunView, *, quiet: bool, progress: str) -> None:
+def _announce(cfg: TrainConfig, ctx: DriverContext, view: RunView, *, quiet: bool, progress: str) -> None:
     """Rank 0: the run loaded; its header and where the client state goes (not with ``quiet``), its notes (always)."""
     from fedcli.fl.store import describe as store_line
 
     view.loaded()
     if not quiet:  # a terminal wraps it between words; a log keeps it on one line
-        view.header(describe(cfg, sim), progress)
-        if (state_line := store_line(sim.store.info)) is not None:
+        view.header(describe(cfg, ctx), progress)
+        if (state_line := store_line(ctx.store.info)) is not None:
             view.notice(state_line)  # where the client state goes and how big it may grow
-    for note in sim.notes:  # said once, also with --quiet (the manifest records it too)
+    for note in ctx.notes:  # said once, also with --quiet (the manifest records it too)
         view.notice(f"note: {note}")
 
 
@@ -443,7 +445,7 @@ def _checkpointer(cfg: TrainConfig, comm, out: Path, view: RunView, state, ckpt)
     return saver
 
 
-def _hook_rounds(cfg: TrainConfig, comm, sim, saver, out: Path, *, resume: bool, view: RunView):
+def _hook_rounds(cfg: TrainConfig, comm, ctx: DriverContext, saver, out: Path, *, resume: bool, view: RunView):
     """The round hooks: the trackers (rank 0, ``--tracker``) then the checkpointer; with several processes the
     checkpointer also hears every step. Returns the trackers' hook or None."""
     tracking = None
@@ -451,20 +453,19 @@ def _hook_rounds(cfg: TrainConfig, comm, sim, saver, out: Path, *, resume: bool,
         from fedcli.trackers.hook import TrackerHook
 
         tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: view.notice(f"warning: {m}"))
-        sim.add_round_hook(tracking)
-    sim.add_round_hook(saver)
+        ctx.add_round_hook(tracking)
+    ctx.add_round_hook(saver)
     if comm.size > 1:
-        sim.step_hooks.append(saver.step)
+        ctx.add_step_hook(saver.step)
     return tracking
 
 
-def _run_rounds(sim, saver, progress, state, mark_interrupted):
+def _run_rounds(ctx: DriverContext, saver, progress, state, mark_interrupted):
     """The rounds under the progress display, the Checkpointer taking the signals over from ``mark_interrupted``; a
     stop signal that must act now writes the last round boundary and raises. Returns the run's summary."""
     from fedcli.results import signals
 
     with progress:
-        sim.progress = progress
         if state is not None:
             progress.advance_to(state.iteration, state.round_idx)
         saver.armed = True
@@ -473,12 +474,13 @@ def _run_rounds(sim, saver, progress, state, mark_interrupted):
         if mark_interrupted is not None:
             early.forget(mark_interrupted)  # from here the Checkpointer handles signals
         try:
-            return sim.run(state)
+            return ctx.run(state, progress)
         except signals.Interrupted as e:
             if not (e.now and saver.armed):
                 raise
             saver.stopping = True
-            saver.write_snapshot(sim)  # the last round boundary, unless a checkpoint already holds it
+            # the last round boundary, unless a checkpoint already holds it
+            saver.write_snapshot(ctx.context(CheckpointContext))
             raise saver.stopped_now(e.signum) from None
 
 
@@ -494,13 +496,13 @@ def stop_reason(e: BaseException) -> dict:
     return {"reason": "diverged"} if isinstance(e, DivergenceError) else {}
 
 
-def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out: Path, comm):
+def _close_stopped(e: BaseException, ctx: DriverContext, saver, run_dir, mark_interrupted, out: Path, comm):
     """A run that did not complete: the error it is reported as (:func:`_midrun_error`) and the manifest closed
     'interrupted' (a stop signal) or 'failed', with the last checkpoint. Returns (the error to raise, the status)."""
     from fedcli.results import signals
 
     saver.stopping = True
-    sim.store.close()  # the client-state files a disk store holds open
+    ctx.store.close()  # the client-state files a disk store holds open
     if run_dir is not None:
         early.forget(mark_interrupted)
     e = _midrun_error(e, out, comm) if run_dir is not None else (memory_error(e) or e)
@@ -509,7 +511,7 @@ def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out:
     if run_dir is not None:
         on_disk = run_dir.manifest.get("status")
         try:
-            run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **sim.choices(), **stop_reason(e),
+            run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **ctx.choices(), **stop_reason(e),
                            **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
         except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
             if isinstance(e, FedcliError):
@@ -518,25 +520,26 @@ def _close_stopped(e: BaseException, sim, saver, run_dir, mark_interrupted, out:
     return e, closing
 
 
-def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: Path, watchdog) -> tuple[dict, bool]:
+def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path,
+                     watchdog) -> tuple[dict, bool]:
     """A completed run: the final model, the index of the client state kept at the end and, last, once every file of
     the run is whole, the manifest closed 'completed' (rank 0); a failure to save them is a StorageError that says how
     to continue, and leaves every file the last checkpoint refers to (nothing of the run goes before the manifest says
     completed). Returns (the summary's extras, whether the end was saved: told to every process)."""
     saver.stopping = True
-    at_end = sim.store.end_plan(sim.personal_tables() if cfg.client_state_keep == "personal" else ())
+    at_end = ctx.store.end_plan(ctx.personal_tables() if cfg.client_state_keep == "personal" else ())
     mpi_s = getattr(comm, "reduce_seconds", None)
     extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
-    if sim.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/sweep/placement.py, --runs-per-gpu auto)
+    if ctx.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/sweep/placement.py, --runs-per-gpu auto)
         import torch
 
-        extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(sim.device))
+        extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(ctx.device))
     saved = False
     try:
         if run_dir is None:
-            sim.store.write_end()  # this process's client-state files on the disk (the root writes their index)
+            ctx.store.write_end()  # this process's client-state files on the disk (the root writes their index)
         else:
-            _save_end(sim, run_dir, summary, out, watchdog, comm, at_end, extra)
+            _save_end(ctx, run_dir, summary, out, watchdog, comm, at_end, extra)
         saved = True
     finally:
         if comm.size > 1:  # every process learns whether the end was saved: only then may its client-state files go
@@ -544,16 +547,16 @@ def _close_completed(cfg: TrainConfig, comm, sim, saver, run_dir, summary, out: 
     return extra, saved
 
 
-def _save_end(sim, run_dir, summary, out: Path, watchdog, comm, at_end: dict, extra: dict) -> None:
+def _save_end(ctx: DriverContext, run_dir, summary, out: Path, watchdog, comm, at_end: dict, extra: dict) -> None:
     """Rank 0 of :func:`_close_completed`: model.pt, client-state/index.pt, then the manifest 'completed'."""
     from fedcli.errors import PlaceError, StorageError
     from fedcli.results import checkpoint, sentinel
     from fedcli.results.runstate import resume_command
 
     try:
-        checkpoint.save_model(sim, out / "model.pt")
-        sim.store.write_end()  # client-state/index.pt: whole before the manifest says completed
-        run_dir.finish("completed", summary=summary.as_dict(), **extra, **sim.choices(),
+        checkpoint.save_model(ctx.context(CheckpointContext), out / "model.pt")
+        ctx.store.write_end()  # client-state/index.pt: whole before the manifest says completed
+        run_dir.finish("completed", summary=summary.as_dict(), **extra, **ctx.choices(),
                        **({"client_state_at_end": at_end} if at_end else {}))
     except (StorageError, PlaceError) as e:
         sentinel.stop(watchdog)

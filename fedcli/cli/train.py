@@ -12,6 +12,7 @@ from fedcli.cli import catalog
 from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_console, progress_mode, summary_table
 from fedcli.cli.options import config_parameters, flag, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
+from fedcli.fl.context import LogContext
 from fedcli.runner import RunView, collective, run_train
 
 CATALOG = catalog.load()
@@ -113,11 +114,11 @@ class TerminalView(RunView):
     def header(self, text: str, progress: str) -> None:  # a terminal wraps it between words; a log keeps it on one line
         err_console.print(f"[bold]fedcli train[/]: {text}", soft_wrap=progress_mode(progress) != "bar")
 
-    def progress(self, cfg, sim, *, enabled: bool, mode: str):
-        total, note = progress_total(cfg, sim.plan)
+    def progress(self, cfg, ctx: LogContext, *, enabled: bool, mode: str):
+        total, note = progress_total(cfg, ctx.plan)
         if enabled and note:  # enabled: rank 0, not --quiet, not --json
             self.notice(note)
-        return TrainProgress(total, sum(li.numel for li in sim.layers), cfg.tau, rounds=bool(cfg.rounds),
+        return TrainProgress(total, sum(li.numel for li in ctx.layers), cfg.tau, rounds=bool(cfg.rounds),
                              per_round=bool(cfg.local_epochs), enabled=enabled, mode=progress_mode(mode))
 
     def loaded(self) -> None:

@@ -25,33 +25,34 @@ import math
 import torch
 
 from fedcli.comm.communicator import Communicator, assign_clients, ordered_sum
-from fedcli.fl import guard
+from fedcli.fl import guard, sync
+from fedcli.fl.context import SyncContext
 
 
-def blocker(sim) -> str | None:
+def blocker(ctx: SyncContext) -> str | None:
     """Why this run's rounds cannot be taken chunk by chunk (None: they can). The same on every process."""
-    cfg = sim.cfg
-    for family, part in sim.parts.items():
+    cfg = ctx.cfg
+    for family, part in ctx.parts.items():
         if not vars(type(part)).get("separable", False) or not part.separable_now():
             return f"its {family.replace('_', ' ')} ({type(part).__name__}) needs the whole cohort"
     if cfg.on_diverge != "stop":
         return f"--on-diverge {cfg.on_diverge} redoes a synchronization over the whole cohort"
     if cfg.bn_buffers == "never":
         return "--bn-buffers never keeps statistics by cohort slot"
-    if type(sim.comm).client_sum is not Communicator.client_sum:
+    if type(ctx.comm).client_sum is not Communicator.client_sum:
         return "worker processes sum the cohort in one shared arena"
     return None
 
 
-def round_chunks(sim, cohort_ids: list[int], mine: list[int]) -> list[list[int]] | None:
+def round_chunks(ctx: SyncContext, cohort_ids: list[int], mine: list[int]) -> list[list[int]] | None:
     """This process's cohort clients ``mine`` in chunks of at most ``--cohort-chunk`` (None: the round is not
     chunked). Every process takes as many chunks as the process with the most clients (the chunks' client-store
     writes are collective under MPI), a process with fewer ends with empty chunks."""
-    k = sim.cfg.cohort_chunk
-    if not k or sim.chunk_blocker is not None:
+    k = ctx.cfg.cohort_chunk
+    if not k or ctx.chunk_blocker is not None:
         return None
-    size = sim.comm.size
-    counts = [len(mine)] if size == 1 else [len(assign_clients(cohort_ids, sim.sizes, r, size)) for r in range(size)]
+    size = ctx.comm.size
+    counts = [len(mine)] if size == 1 else [len(assign_clients(cohort_ids, ctx.sizes, r, size)) for r in range(size)]
     n = max(math.ceil(c / k) for c in counts)
     if n <= 1:
         return None
@@ -67,8 +68,8 @@ class RoundSum:
     divergence (``--on-diverge stop``: the first non-finite client, named as the whole-cohort round names it), and
     sets the new global model."""
 
-    def __init__(self, sim, cohort_ids: list[int]):
-        self.sim, self.cohort_ids = sim, cohort_ids
+    def __init__(self, ctx: SyncContext, cohort_ids: list[int]):
+        self.ctx, self.cohort_ids = ctx, cohort_ids
         self.acc: torch.Tensor | None = None
         self.codes: list[tuple[int, int]] = []  # (cohort position, code) of this process's non-finite clients
         self.names, self.layers, self.step = [], [], 0
@@ -76,9 +77,9 @@ class RoundSum:
     @torch.no_grad()
     def add(self, cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
             losses: torch.Tensor | None = None) -> None:
-        sim = self.sim
-        names = sim.sync_names(layers, round_end)
-        uploads = sim.uploads(cohort, names, step)
+        ctx = self.ctx
+        names = sync.sync_names(ctx, layers, round_end)
+        uploads = sync.uploads(ctx, cohort, names, step)
         dtype = uploads[0].dtype if uploads else torch.float32
         extra = [] if losses is None else [losses.reshape(-1, 1).to(dtype)]
         self.acc = ordered_sum(uploads + extra, cohort.weights, cohort.positions, out=self.acc)
@@ -90,16 +91,16 @@ class RoundSum:
 
     @torch.no_grad()
     def finish(self, round_idx: int) -> None:
-        sim = self.sim
-        flat = sim.comm.allreduce_(self.acc)
+        ctx = self.ctx
+        flat = ctx.comm.allreduce_(self.acc)
         flat, loss_total = (flat[:-1], flat[-1]) if self.has_losses else (flat, 0.0)
         if not bool(torch.isfinite(flat.sum(dtype=torch.float64) + loss_total)):
             code = torch.zeros(len(self.cohort_ids), 1, dtype=torch.float64)
             for p, c in self.codes:
                 code[p, 0] = c
-            code = sim.comm.allreduce_(code).view(-1)  # each position has one contributor
+            code = ctx.comm.allreduce_(code).view(-1)  # each position has one contributor
             new = [(self.cohort_ids[i], int(c)) for i, c in enumerate(code.tolist()) if c]
             if new:
-                guard.stop_if_asked(sim, new, self.names, round_idx, self.step)
-        sim.apply_average(self.names, flat)
-        sim.count_sync(self.layers, len(self.cohort_ids))
+                guard.stop_if_asked(ctx.cfg.on_diverge, new, self.names, round_idx, self.step)
+        sync.apply_average(ctx, self.names, flat)
+        sync.count_sync(ctx, self.layers, len(self.cohort_ids))

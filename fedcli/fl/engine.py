@@ -1,194 +1,42 @@
 """The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
 
-One round lasts ``schedule.period`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the
-last round cut at the ``--iterations`` budget). At its start the cohort is sampled (keyed by
-(seed, round)), split over the processes by sample count, and initialized by the ``init`` part.
-After every local step the schedule names the layers due; each due layer is encoded by the codec,
-averaged over the cohort (local weighted sum + one all-reduce for all layers due together), turned
-into the new global layer by the server part, copied back into every client, and counted in the
-ledger. Layer-wise schedules also get the cohort discrepancy sum_i p_i ||u_l - x_l^i||^2 (Eq. 2).
-At round ends the schedule may re-adjust its intervals (FedLAMA Alg. 1) and the global model is
-evaluated when an evaluation point has been reached.
+One round lasts ``schedule.period`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at the
+``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
+sample count, and initialized by the ``init`` part. After every local step the schedule names the layers due; each due
+layer is encoded by the codec, averaged over the cohort (local weighted sum + one all-reduce for all layers due
+together), turned into the new global layer by the server part, copied back into every client, and counted in the
+ledger. Layer-wise schedules also get the cohort discrepancy sum_i p_i ||u_l - x_l^i||^2 (Eq. 2). At round ends the
+schedule may re-adjust its intervals (FedLAMA Alg. 1) and the global model is evaluated when an evaluation point has
+been reached. The helpers of each job (``fedcli.fl.build``, ``state``, ``sync``, ``evaluation``, ``system``) get a
+declared context of this engine (``fedcli.fl.context``), never the engine (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from torch.func import functional_call
 
-from fedcli.comm.communicator import Communicator, assign_clients, unflatten
-from fedcli.comm.ledger import Ledger, fedavg_params_so_far
+from fedcli.comm.communicator import Communicator, assign_clients
+from fedcli.comm.ledger import Ledger
 from fedcli.data.augment import cifar_augment
-from fedcli.errors import ConfigError
-from fedcli.fl import chunked, clientstate, guard, parts, slots, system, timing
+from fedcli.fl import build, chunked, clientstate, evaluation, guard, slots, sync, system, timing
 from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
+from fedcli.fl.build import build_run_model, resolve_device  # noqa: F401 (re-exported)
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.runtime.heap import keep_heap_for_reuse, release_free_heap
-from fedcli.fl.hooks import CallRoundHook, RoundHook
-from fedcli.fl.parts import run_parts
-from fedcli.fl.rng import key, torch_gen
+from fedcli.fl.context import (Context, EvalContext, GuardContext, LogContext, ManifestContext, StoreContext,
+                               SyncContext, SystemContext)
+from fedcli.fl.hooks import RoundHook
+from fedcli.fl.state import (RoundRecord, Summary, TrainState, eval_interval, evaluation_points,  # noqa: F401
+                             lr_at, planned_evaluations)
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
-from fedcli.models.custom import model_source
-from fedcli.params import section_values
-from fedcli.specs import METHODS, run_sections
 
 if TYPE_CHECKING:
     from fedcli.config import TrainConfig
-
-
-EVAL_BATCH = 1024  # test samples per forward pass of the global model
-
-
-@dataclass
-class Summary:
-    rounds: int = 0
-    iteration: int = 0
-    final_acc: float = float("nan")
-    best_acc: float = float("nan")
-    best_iteration: int = 0
-    final_loss: float = float("nan")
-    comm_params: int = 0
-    comm_bytes: float = 0.0
-    fedavg_comm_params: int = 0
-    wall_s: float = 0.0
-    history: list = field(default_factory=list)
-    best_personal_acc: float = float("nan")   # personalized methods: best personal_acc (pFedMe/FedALA report it) ...
-    best_personal_round: int = 0               # ... and the round of that evaluation
-    final_personal_acc: float = float("nan")
-
-    @property
-    def comm_pct(self) -> float:
-        return 100.0 * self.comm_params / self.fedavg_comm_params if self.fedavg_comm_params else float("nan")
-
-    def as_dict(self) -> dict:
-        return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc, "best_acc": self.best_acc,
-                "best_iteration": self.best_iteration, "final_test_loss": self.final_loss, "comm_params": self.comm_params,
-                "comm_bytes": self.comm_bytes, "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
-                "wall_s": self.wall_s,
-                **({} if math.isnan(self.best_personal_acc) else {  # personalized methods only
-                    "best_personal_acc": self.best_personal_acc, "best_personal_round": self.best_personal_round,
-                    "final_personal_acc": self.final_personal_acc})}
-
-
-@dataclass
-class TrainState:
-    """Where a run stands between rounds: everything ``run`` needs to continue (checkpointed)."""
-
-    iteration: int = 0
-    round_idx: int = 0
-    next_eval: int = 0
-    loss_sum: float = 0.0     # sum over (client, round) of the round's mean local loss, since the last evaluation
-    loss_count: int = 0
-    wall_s: float = 0.0
-    skipped: int = 0          # client updates dropped so far by --on-diverge skip-client (metrics.csv skipped_clients)
-    sim_time_s: float = 0.0   # --system: simulated seconds of the rounds done (fedcli.fl.system)
-    layer_time_s: list = field(default_factory=list)  # --system: simulated seconds of each layer's synchronizations
-    summary: Summary = field(default_factory=Summary)
-
-
-@dataclass
-class RoundRecord:
-    """What the round just done produced, for the round hooks (``fedcli.results.runlog`` writes it to the CSVs)."""
-
-    round: int = 0
-    start_iteration: int = 0                    # the iteration the round started at
-    skips: list = field(default_factory=list)   # client updates dropped by --on-diverge skip-client (Cohort.skips)
-    adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
-    metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation point
-    system: dict | None = None                  # --system: the round's system.csv row (SystemModel.round_row)
-    timing: dict | None = None                  # a run that can be re-timed: the round's timing.csv row (fedcli.fl.timing)
-
-
-def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
-    """Local learning rate at a global iteration: linear warm-up (Goyal et al. 2017), then step decay."""
-    lr = cfg.lr
-    if cfg.warmup_iterations and iteration < cfg.warmup_iterations:
-        lr = cfg.lr * (iteration + 1) / cfg.warmup_iterations
-    at = iteration if cfg.lr_decay_unit == "iteration" else round_idx
-    decays = sum(1 for p in cfg.decay_points() if at >= p)
-    return lr * cfg.lr_decay_factor ** decays
-
-
-def evaluation_points(points: list[int], eval_every: int) -> list[int]:
-    """The round ends (progress ``points``: iterations, or rounds under a round budget, increasing, the last one
-    the end of the budget) at which ``Simulation.run`` evaluates: the first at or after each multiple of
-    ``eval_every``, and the last."""
-    out, next_eval = [], eval_every
-    for i, p in enumerate(points):
-        if p >= next_eval or i == len(points) - 1:
-            out.append(p)
-            while next_eval <= p:
-                next_eval += eval_every
-    return out
-
-
-def check_client_data(cfg: TrainConfig, sizes) -> int:
-    """Limits checked before anything is allocated; returns the mini-batch size to use.
-
-    Every client must hold training data (a partition file can name an empty client). A ``--batch-size`` larger
-    than every client's training data is clamped to the largest client's sample count: a client smaller than a
-    batch sees all its samples at every step either way (``fl.cohort.client_batches``), but the batch plans and
-    the per-batch buffers are allocated at the batch size (10^8 would take gigabytes before the first step)."""
-    from fedcli.errors import DataError
-
-    empty = [i for i, n in enumerate(sizes) if n == 0]
-    if empty:
-        where, what = (cfg.partition_file, "a fedcli partition file") if cfg.partition_file else (f"the {cfg.partition} partition", "a partition")
-        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); expected {what} "
-                        f"in which every client holds at least one (re-create it with fedcli partition)")
-    largest = int(max(sizes)) if len(sizes) else 0
-    return min(cfg.batch_size, largest)
-
-
-def resolve_device(name: str, local_rank: int = 0, count: int | None = None) -> torch.device:
-    """This process's device for ``--device``: cpu; cuda:K as given; cuda (and auto with a GPU): GPU ``local_rank mod
-    count``, so the ranks of a node (MPI's node-local rank, ``Communicator.local_rank``) or a worker pool spread over
-    its visible GPUs, one each while there are enough. ``count``: the visible CUDA devices (tests fake it)."""
-    if name == "cpu":
-        return torch.device("cpu")
-    count = torch.cuda.device_count() if count is None else int(count)
-    if name == "auto":
-        if count == 0:
-            return torch.device("cpu")
-        name = "cuda"
-    if count == 0:
-        raise ConfigError(f"--device {name} was asked for but no CUDA device is available", key="device")
-    if name == "cuda":
-        return torch.device("cuda", int(local_rank) % count)
-    index = int(name.split(":", 1)[1])
-    if index >= count:
-        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})", key="device")
-    return torch.device("cuda", index)
-
-
-def default_threads(cfg: TrainConfig) -> int:
-    """Torch threads of each process: ``--threads``, or 1 (0, the default).
-
-    Parallelism comes from the worker processes (``--workers``), one client shard each. Two torch
-    threads in one process collapse when another process holds a core: every parallel region waits
-    for the descheduled thread (the default digits run, 2 cores: 30 s of training with 2 threads against
-    4 s with 1 at load average 2.3; 15.5 s against 7.1 s beside one busy process; 3.6 s with 2 threads
-    at load 0.4).
-    """
-    return cfg.threads or 1
-
-
-def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
-    """The run's model for ``dataset`` (on the CPU; the caller moves it)."""
-    from fedcli.models import build_model
-
-    vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None  # token-id datasets (agnews)
-    return build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
-                       wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes(),
-                       **({"vocab_size": int(vocab)} if vocab else {}))
 
 
 class Simulation:
@@ -198,11 +46,9 @@ class Simulation:
         self.cfg = cfg
         self.comm = comm or Communicator()
         self.progress = progress
-        # called as hook(sim, state) after every round (the CSV writers, checkpoints), and hook.begin(sim, state) before
-        # the first round of ``run``: ``RoundHook``s (``add_round_hook`` makes one of a plain function)
-        self.round_hooks: list[RoundHook] = []
+        self.round_hooks: list[RoundHook] = []  # after every round, with their contexts (``run``, ``add_round_hook``)
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
-        self.step_hooks: list = []    # called as hook(sim, state) after every local step, on every process (stops mid-round)
+        self.step_hooks: list = []    # after every local step, on every process (``add_step_hook``)
         self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
         self.chunk_blocker: str | None = "not set up"  # why rounds are not taken chunk by chunk (``setup``)
         self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
@@ -211,13 +57,12 @@ class Simulation:
         self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
         self.system_round = None       # its plan of the round being run (participants, their steps), or None
         self.timing = None             # the records a run keeps to be re-timed (fedcli.fl.timing), built by ``setup``
-        # what the parts see of this simulation: every part hook gets this view, never the simulation (fedcli.fl.view)
-        self.view = PartView(self)
+        self.view = PartView(self)     # what every part hook gets, never the simulation (fedcli.fl.view)
+        self._contexts: dict = {}      # the helpers' declared contexts, built once (``context``)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:
-        """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the round hook that writes them (the
-        caller's: ``fedcli.results.runlog.RunLog(run_dir)``, so the engine imports nothing of the results layer). They
-        become the first round hook, ahead of the checkpointer, so a checkpoint records the rows of the round it
+        """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the caller's round hook
+        (``fedcli.results.runlog.RunLog``): the first round hook, so a checkpoint records the rows of the round it
         closes. Attaching another run directory replaces the writers of the last one."""
         self.round_hooks = [h for h in self.round_hooks if h is not self.writers]
         self.run_dir, self.writers = run_dir, (writers if run_dir is not None else None)
@@ -226,121 +71,63 @@ class Simulation:
 
     def add_round_hook(self, hook) -> None:
         """Call ``hook`` after every round: a :class:`RoundHook`, or a function ``hook(sim, state)``."""
-        self.round_hooks.append(hook if isinstance(hook, RoundHook) else CallRoundHook(hook))
+        self.round_hooks.append(hook if isinstance(hook, RoundHook) else CallRoundHook(hook, self))
+
+    def add_step_hook(self, hook) -> None:
+        """Call ``hook(ctx, state)`` after every local step (ctx: this run's :class:`LogContext`)."""
+        self.step_hooks.append(hook)
+
+    def context(self, cls: type) -> object:
+        """This run's context ``cls`` (``fedcli.fl.context``): what a helper module may read of it, built once."""
+        if not (isinstance(cls, type) and issubclass(cls, Context)) or cls is Context:
+            raise TypeError(f"{cls!r} is not a context of the engine")
+        if cls not in self._contexts:
+            self._contexts[cls] = cls(self)
+        return self._contexts[cls]
 
     # ------------------------------------------------------------------ setup
     def setup(self, dataset=None, partition=None) -> "Simulation":
         """Everything a run needs before its first round, in order: the device, the data and its partition, the model,
         the parts, the data on the device, the parts' own set-up, the budget. ``dataset``/``partition``: already
         loaded (a sweep worker's memo); else loaded here (once per node under MPI)."""
-        self._place()
-        self._load(dataset, partition)
-        self._build_model()
+        cfg = self.cfg
+        self.device = build.place(cfg, self.comm.local_rank)
+        data = build.load(cfg, self.comm, dataset, partition)
+        self.dataset, self.partition, self.client_indices, self.sizes = (data.dataset, data.partition,
+                                                                         data.client_indices, data.sizes)
+        self.batch_size, self.notes, self.active = data.batch_size, data.notes, data.active
+        self.model, self.layers, self.global_params, self.global_buffers, self.sync_buffers = build.global_model(
+            cfg, self.dataset, self.device)
         self._build_parts()
-        self._data_to_device()
+        (self.train_x, self.train_y, self.test_x, self.test_y, self.val_x, self.val_y,
+         self.pad_fill) = build.device_data(self.dataset, self.device)
         self._set_up_parts()
-        self._plan_budget()
+        self.plan = self.run_plan()  # the rounds and local steps of the run
+        self.eval_every = eval_interval(cfg, self.plan)  # about 20 evaluations by default
         # a run whose training does not depend on the system model records what re-timing it needs (fedcli.fl.timing)
         retimable = timing.refusal(vars(self.cfg)) is None
-        shape = system.measure(self) if self.cfg.system or retimable else None
+        shape = system.measure(self.context(SystemContext)) if self.cfg.system or retimable else None
         self.timing = timing.Recorder(shape) if retimable else None
-        self.system = system.build(self, shape)  # None without --system; checks the deadline before any training
+        self.system = system.build(self.context(SystemContext), shape)  # None without --system; checks the deadline
         return self
 
-    def _place(self) -> None:
-        """The device of this process and its torch threads."""
-        self.device = resolve_device(self.cfg.device, self.comm.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        torch.set_num_threads(default_threads(self.cfg))
-        keep_heap_for_reuse()  # the steps' tensors reuse the heap instead of faulting fresh pages in (fedcli.runtime.heap)
-
-    def _load(self, dataset, partition) -> None:
-        """The dataset and partition, each client's training indices, the mini-batch size and the cohort size; refuses
-        more processes than clients per round."""
-        from fedcli.data.setup import load_data_and_partition
-
-        cfg = self.cfg
-        if dataset is None or partition is None:
-            dataset, partition = self.comm.load_shared(lambda: load_data_and_partition(cfg))
-            release_free_heap()  # what loading freed (generated users, lists of labels) back to the OS
-        self.dataset, self.partition = dataset, partition
-        dataset.share_caches(self.comm.node_size)
-        self.client_indices = [torch.as_tensor(ix, dtype=torch.long) for ix in partition.train]
-        self.sizes = np.array([len(ix) for ix in partition.train])
-        # the mini-batch size every part uses (``--batch-size``, clamped to the largest client's training data)
-        self.batch_size = check_client_data(cfg, self.sizes)
-        self.notes = [] if self.batch_size == cfg.batch_size else [
-            f"--batch-size {cfg.batch_size} is larger than every client's training data: using {self.batch_size}, the "
-            f"largest client's sample count (each local step still sees all of a client's samples)"]
-        n_clients = len(self.client_indices)
-        self.active = max(1, int(round(cfg.active_ratio * n_clients)))
-        if self.comm.size > self.active:  # every process trains at least one client of every round (the cohort sums,
-            # the batch plans and the parts' hooks assume so): refused up-front
-            how = "MPI processes" if self.comm.launcher == "mpi" else "worker processes (--workers)"
-            raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {self.active} client(s) per "
-                              f"round, fewer than the {self.comm.size} {how}: each process trains at least one client of "
-                              f"every round; use at most {self.active} processes, or more clients per round", key="active_ratio")
-
-    def _build_model(self) -> None:
-        """The initial model (seeded by ``--init-seed``), its layers and the global model's parameters and buffers."""
-        from fedcli.models import layer_info
-
-        torch.manual_seed(key(self.cfg.model_seed(), "init"))  # --init-seed (default: --seed)
-        self.model = build_run_model(self.cfg, self.dataset).to(self.device)
-        self.layers = layer_info(self.model)
-        self.global_params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
-        self.global_buffers = {n: b.detach().clone() for n, b in self.model.named_buffers()}
-        # what travels with each layer: its parameter, and (bn_buffers=with-layer) its float buffers
-        self.sync_buffers = {li.index: [b for b in li.buffers if self.global_buffers[b].is_floating_point()] for li in self.layers}
-
     def _build_parts(self) -> None:
-        """The method's five parts, each built with the options it declares (``Part.Params`` / ``Part.uses``), the
-        ledger, the trainer, the client store and the personalization."""
+        """The method's five parts (``fedcli.fl.build.method_parts``), the ledger, the trainer, the client store and
+        the personalization."""
         from fedcli.fl.personal import build_personalization, local_layers
-        from fedcli.models.custom import check_model, is_factory_ref
 
         cfg = self.cfg
-        self.method = METHODS[cfg.algo]
-        classes = run_parts(cfg.algo, cfg.schedule, cfg.init)
-        self.part_names = {kind: classes[kind].name for kind in ("local_step", "schedule", "codec", "init", "server")}
-        self.local_step = classes["local_step"](cfg)
-        self.codec = classes["codec"](cfg)
-        # an init that wraps the method's own (ALA: it mixes what the method's init receives) gets it as ``base``
-        self.init = (classes["init"](cfg, base=classes["method_init"](cfg)) if "method_init" in classes
-                     else classes["init"](cfg))
-        self.server = classes["server"](cfg)
-        self.schedule = classes["schedule"](cfg, self.layers)
+        self.method, self.part_names, made = build.method_parts(cfg, self.layers)
+        self.local_step, self.codec, self.init, self.server, self.schedule = (made[f] for f in build.FAMILIES)
         self.ledger = Ledger([li.numel for li in self.layers])
         self.trainer = choose_trainer(cfg.trainer, self.model, self.device, cfg.cohort_chunk, cfg.precision)
-        self.store = build_store(self)  # per-client state: in memory while small, on disk beyond --client-state-limit-mb
-        if is_factory_ref(cfg.model):  # your own model: logits of the right shape, and vmap-able if vmap trains it
-            source = self.dataset.source
-            vocab = source.get("vocab_size") if isinstance(source, dict) else None
-            check_model(cfg.model, self.model, self.dataset.input_shape, self.dataset.num_classes, token_ids=bool(vocab),
-                        vmap=self.trainer.name == "vmap")
-        self.local_layers = local_layers(self)  # layers a method never synchronizes (FedRep's head)
-        self.personal = build_personalization(self)  # per-client local models + personal_acc (None: not personalized)
-        if cfg.client_val_fraction > 0 and (self.personal is None or not self.personal.evaluate_models):
-            raise ConfigError(f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
-                              f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
-                              f"global model", key="client_val_fraction")
-
-    def _data_to_device(self) -> None:
-        """The training and test tensors on the device, and the augmentation's padding value."""
-        dataset = self.dataset
-        self.train_x = dataset.train_x.to(self.device)
-        self.train_y = dataset.train_y.to(self.device)
-        self.test_x = dataset.test_x.to(self.device)
-        self.test_y = dataset.test_y.to(self.device)
-        # --val-fraction: the held-out validation samples (None without), evaluated like the test set
-        self.val_x = None if dataset.val_y is None else dataset.val_x.to(self.device)
-        self.val_y = None if dataset.val_y is None else dataset.val_y.to(self.device)
-        # pad with black, as torchvision does before normalizing: fill = -mean / std per channel (a [C] tensor on
-        # the device, built once; the CIFAR loaders' normalization has one mean and std per channel)
-        norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
-        self.pad_fill = (torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=self.train_x.dtype,
-                                      device=self.device) if norm else 0.0)
+        # per-client state: in memory while small, on disk beyond --client-state-limit-mb
+        self.store = build_store(self.context(StoreContext))
+        build.check_custom_model(cfg, self.model, self.dataset, self.trainer.name)
+        self.local_layers = local_layers(self.context(StoreContext))  # layers never synchronized (FedRep's head)
+        # per-client local models + personal_acc (None: not personalized)
+        self.personal = build_personalization(self.context(StoreContext))
+        build.check_client_val(cfg, self.personal)
 
     def _set_up_parts(self) -> None:
         """Each part's ``setup`` (a part may hold back training data), then the mini-batch source over what is left
@@ -355,16 +142,7 @@ class Simulation:
         self.batches = BatchSource(self.cfg.seed, self.client_indices, self.batch_size, self.cfg.drop_last,
                                    self.dataset.augment, self.device)
         # why --cohort-chunk cannot take whole rounds chunk by chunk (None: it can; fedcli.fl.chunked)
-        self.chunk_blocker = chunked.blocker(self)
-
-    def _plan_budget(self) -> None:
-        """The rounds and local steps of the run, and the evaluation interval (about 20 evaluations by default)."""
-        cfg = self.cfg
-        self.plan = self.run_plan()
-        if cfg.rounds:
-            self.eval_every = cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
-        else:
-            self.eval_every = cfg.eval_every or max(self.plan.period, math.ceil(cfg.iterations / 20))
+        self.chunk_blocker = chunked.blocker(self.context(SyncContext))
 
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
@@ -372,165 +150,37 @@ class Simulation:
         return plan_run(self.cfg, self.schedule.period, [int(n) for n in self.sizes], self.active, self.batch_size)
 
     def manifest(self) -> dict:
-        return {
-            "config": self.cfg.to_dict(),
-            # the options of the run's parts by params section ([fedlama] phi, ...): the same values as in "config"
-            "params": section_values(self.cfg, run_sections(self.cfg.algo, self.cfg.schedule, self.cfg.init)),
-            "method": {"name": self.method.name, "label": self.method.label_for(self.cfg.algo), "style": list(self.method.style),
-                       **self.part_names,
-                       "personalized": self.method.personalized, "defaults": self.method.effective_defaults(),
-                       # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
-                       "layerwise": self.schedule.layerwise,
-                       "learned_weights": self.init.learned_weights(self.cfg.to_dict(), [li.numel for li in self.layers])},
-            "seed": self.cfg.seed,
-            "world_size": self.comm.size,
-            "workers": self.comm.workers,
-            **({"workers_choice": self.comm.workers_note} if self.comm.workers_note else {}),
-            # under MPI: the root's node loaded the data once and its ranks read it in shared memory (fedcli.comm.node_share)
-            **({"data_sharing": self.comm.data_sharing} if self.comm.data_sharing else {}),
-            "device": str(self.device),  # the root's; "devices" (fedcli train) lists every process's
-            "trainer": self.trainer.name,
-            "precision": self.cfg.precision,  # the arithmetic of local training (--precision; evaluations are fp32)
-            **({"cohort_chunk": "auto" if self.trainer.chunk is None else self.trainer.chunk} if self.trainer.name == "vmap" else {}),
-            **({"cohort_chunk_rounds": "whole rounds chunk by chunk" if self.chunk_blocker is None else
-                f"the trainer's call only: {self.chunk_blocker}"} if self.cfg.cohort_chunk else {}),
-            "dataset": self.dataset.source,
-            "partition": {"hash": self.partition.hash, **self.partition.config},
-            "clients": len(self.client_indices),
-            "active_clients": self.active,
-            "model": {"name": self.cfg.model, "parameters": sum(li.numel for li in self.layers), "layers": len(self.layers),
-                      **model_source(self.cfg.model)},
-            "eval_every": self.eval_every,
-            "evaluations": self.planned_evaluations(),
-            **({"batch_size_used": self.batch_size} if self.batch_size != self.cfg.batch_size else {}),
-            "torch_threads": torch.get_num_threads(),
-            "client_state": self.store.info,
-            **({"system": self.system.describe()} if self.system is not None else {}),
-            **({"timing": self.timing.describe()} if self.timing is not None else {}),
-        }
+        """The run directory's manifest of this run (``fedcli.fl.build.manifest``)."""
+        return build.manifest(self.context(ManifestContext))
 
     def personal_tables(self) -> tuple[str, ...]:
         """The store prefixes of each client's personal model (the model a personalized method evaluates,
         ``fedcli.fl.personal``): what a completed run keeps of its client state (``--client-state-keep personal``)."""
-        if self.personal is None:
-            return ()
-        return f"{self.personal.prefix}.p:", f"{self.personal.prefix}.b:"
+        return () if self.personal is None else (f"{self.personal.prefix}.p:", f"{self.personal.prefix}.b:")
 
     def choices(self) -> dict:
-        """What the run chose once it ran, for the manifest's closing update: the stacked trainer's automatic chunk
-        (``--cohort-chunk 0`` on CUDA: the manifest says ``cohort_chunk: auto`` at the start, and here
-        ``cohort_chunk_chosen``, the clients per vectorized call the root process chose from its free memory at the
-        first local step; 0: the whole cohort fit; None: no local step ran)."""
+        """What the run chose once it ran, for the manifest's closing update: ``cohort_chunk_chosen``, the clients per
+        vectorized call the trainer chose at the first local step (``--cohort-chunk 0`` on CUDA; 0: the whole cohort
+        fit; None: no local step ran)."""
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
-
-    # ------------------------------------------------------------------ synchronization
-    @torch.no_grad()
-    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
-                    losses: torch.Tensor | None = None) -> None:
-        """Average the given layers over the cohort (one flat all-reduce) and push them back.
-
-        ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
-        names = self.sync_names(layers, round_end)
-        uploads = self.uploads(cohort, names, step)
-        flat = guard.guarded_average(self, cohort, names, uploads, step, losses)
-        self.apply_average(names, flat)
-        guard.reset_skipped_rows(self, cohort)
-        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, before the copy-back
-        for kind, n, _ in names:
-            src = self.global_params[n] if kind == "p" else self.global_buffers[n]
-            dst = cohort.params[n] if kind == "p" else cohort.buffers[n]
-            dst.copy_(src.expand_as(dst))
-        self.count_sync(layers, cohort.total)
-        for l in layers:
-            last_sync[l] = step
-
-    def sync_names(self, layers: list[int], round_end: bool) -> list[tuple[str, str, int]]:
-        """What a synchronization of ``layers`` averages: ("p", parameter, layer), and ("b", buffer, layer) for the
-        float buffers that travel with the layer (``--bn-buffers``)."""
-        names = []
-        for l in layers:
-            names.append(("p", self.layers[l].name, l))
-            if self.cfg.bn_buffers == "with-layer" or (round_end and self.cfg.bn_buffers == "round-end"):
-                names.extend(("b", b, l) for b in self.sync_buffers[l])
-        return names
-
-    def uploads(self, cohort: Cohort, names: list, step: int) -> list[torch.Tensor]:
-        """Each cohort client's decoded upload [K, ...] of every tensor in ``names``."""
-        uploads = []
-        scale = self.server.upload_scale(cohort)  # FedNova: each client uploads s_i * (x_i - u)
-        for kind, n, l in names:
-            if kind == "p":
-                x = cohort.params[n]
-                if scale is not None or not self.codec.lossless:
-                    prev = self.global_params[n]
-                    delta = x - prev
-                    if scale is not None:
-                        delta = delta * parts.expand(scale.to(delta.device), delta)
-                    if not self.codec.lossless:
-                        gens = [torch_gen(self.cfg.seed, "codec", cohort.round_idx, c, step, l) for c in cohort.clients]
-                        delta = self.codec.encode_decode(delta, gens)
-                    x = prev + delta
-            else:
-                x = cohort.buffers[n]
-            uploads.append(x)
-        return uploads
-
-    @torch.no_grad()
-    def apply_average(self, names: list, flat: torch.Tensor) -> None:
-        """The new global tensors from the cohort's flat weighted sum of the uploads (the server part's update)."""
-        targets = [self.global_params[n] if kind == "p" else self.global_buffers[n] for kind, n, _ in names]
-        for (kind, n, _), target, avg in zip(names, targets, unflatten(flat, [t.shape for t in targets])):
-            target.copy_(self.server.update(n, target, avg) if kind == "p" else avg)
-
-    def count_sync(self, layers: list[int], clients: int) -> None:
-        """The ledger counts one synchronization of ``layers`` by each of the round's ``clients`` (its whole cohort, all
-        processes: with the system model, the clients that took part)."""
-        for l in layers:
-            self.ledger.record_sync(l, clients, self.codec.bits(self.layers[l].numel))
 
     # ------------------------------------------------------------------ cohort sums
     def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
                    skip: torch.Tensor | None = None) -> torch.Tensor:
-        """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
-        (``Communicator.client_sum``: the same bits for any number of worker processes); rows of ``skip`` add
-        nothing, by default those of the clients dropped by --on-diverge skip-client (``cohort.skipped``), so no
-        part has to leave them out itself."""
-        if skip is None and cohort.skipped:
-            skip = torch.tensor([c in cohort.skipped for c in cohort.clients], dtype=torch.bool)
-        return self.comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
+        """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum``)."""
+        return sync.cohort_sum(self.comm, cohort, tensors, weights, skip)
 
     def cohort_sums(self, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,
                     skip: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """``cohort_sum`` of named per-client tensors [K, *shape]: name -> sum_i w_i x_i [*shape] (views of one flat
-        sum: all the tensors travel in one all-reduce)."""
-        flat = self.cohort_sum(cohort, list(stacked.values()), weights, skip)
-        return dict(zip(stacked, unflatten(flat, [t.shape[1:] for t in stacked.values()])))
+        """``cohort_sum`` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
+        return sync.cohort_sums(self.comm, cohort, stacked, weights, skip)
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
     def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
-        """Global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
-        accuracy). Each rank evaluates a slice."""
-        self.model.eval()
-        if x is None:
-            x, y = self.test_x, self.test_y
-        n = y.numel()
-        chunks = math.ceil(n / EVAL_BATCH)  # fixed chunks, whole ones per process, summed in order: exact for any split
-        mine = list(range(chunks * self.comm.rank // self.comm.size, chunks * (self.comm.rank + 1) // self.comm.size))
-        sums = torch.zeros(len(mine), 2, dtype=torch.float64)
-        piece = 128  # samples per forward pass within a chunk (activations that stay in cache; docs/method-notes.md)
-        with torch.inference_mode():
-            for row, c in enumerate(mine):
-                s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
-                # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk, in
-                # either layout (tests/engine/test_trainers.py), so the sums are those of one forward pass per chunk
-                out = torch.cat([functional_call(self.model, (self.global_params, self.global_buffers),
-                                                 (self.trainer.eval_input(x[a: min(e, a + piece)]),))
-                                 for a in range(s, e, piece)])
-                sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), y[s:e], reduction="sum").item()
-                sums[row, 1] = (out.argmax(1) == y[s:e]).sum().item()
-        tot = self.comm.client_sum([sums], None, mine, chunks)
-        return float(tot[0]) / n, float(tot[1]) / n
+        """The global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
+        accuracy), each rank evaluating a slice (``fedcli.fl.evaluation``)."""
+        x, y = (self.test_x, self.test_y) if x is None else (x, y)
+        return evaluation.evaluate(self.model, self.global_params, self.global_buffers, self.trainer, self.comm, x, y)
 
     # ------------------------------------------------------------------ training
     def cohort_weights(self, cohort_ids: list[int], mine: list[int]) -> torch.Tensor:
@@ -553,15 +203,16 @@ class Simulation:
         everyone = self.active >= len(self.client_indices)
         return everyone and (self.system is None or not self.system.may_leave_out)
 
-    def new_state(self) -> TrainState:
-        return TrainState(next_eval=self.eval_every)
-
-    def run(self, state: TrainState | None = None) -> Summary:
-        """Train until the iteration budget is spent; ``state`` continues an interrupted run."""
-        state = state or self.new_state()
+    # ------------------------------------------------------------------ the rounds, top to bottom
+    def run(self, state: TrainState | None = None, progress=None) -> Summary:
+        """Train until the iteration budget is spent; ``state`` continues an interrupted run; ``progress``: called
+        with each metrics row (else the one given to the constructor)."""
+        if progress is not None:
+            self.progress = progress
+        state = state or TrainState(next_eval=self.eval_every)
         t0 = time.perf_counter() - state.wall_s
         for hook in self.round_hooks:
-            hook.begin(self, state)
+            hook.begin(self.context(hook.context), state)
         while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0
@@ -570,13 +221,9 @@ class Simulation:
             self._end_round(state)
         if self.system is not None:
             self.system.check_trained(self.ledger.params, state.round_idx)  # nobody trained: an error, not a completion
-        s = state.summary
-        s.rounds, s.iteration = state.round_idx, state.iteration
-        s.comm_params, s.comm_bytes = self.ledger.params, self.ledger.bytes
-        s.fedavg_comm_params = fedavg_params_so_far(sum(li.numel for li in self.layers), state.iteration, state.round_idx,
-                                                    self.cfg.tau, bool(self.cfg.local_epochs))  # the 100% of comm_pct
-        s.wall_s = time.perf_counter() - t0
-        return s
+        state.summary.close(state, self.ledger, sum(li.numel for li in self.layers), self.cfg)
+        state.summary.wall_s = time.perf_counter() - t0
+        return state.summary
 
     def _end_round(self, state: TrainState) -> None:
         """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a blow-up),
@@ -584,22 +231,13 @@ class Simulation:
         that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
         for keeps in (False, True):
             for hook in [h for h in self.round_hooks if h.keeps is keeps]:
-                hook(self, state)
+                hook(self.context(hook.context), state)
             if not keeps:
-                guard.check_blowup(self, state)
+                guard.check_blowup(self.context(GuardContext), state)
 
     def planned_evaluations(self) -> int | None:
-        """How many metrics.csv rows a complete run writes (``run``'s evaluation rule over the budget's round ends);
-        None when round lengths depend on the data (``--local-epochs`` under an iteration budget)."""
-        cfg = self.cfg
-        if cfg.rounds:
-            points = list(range(1, cfg.rounds + 1))
-        elif cfg.local_epochs:
-            return None
-        else:
-            period = self.plan.period
-            points = [min(r * period, cfg.iterations) for r in range(1, self.plan.rounds + 1)]
-        return len(evaluation_points(points, self.eval_every))
+        """How many metrics.csv rows a complete run writes (``fedcli.fl.state.planned_evaluations``)."""
+        return planned_evaluations(self.cfg, self.plan, self.eval_every)
 
     def done(self, state: TrainState) -> bool:
         return self.plan.done(state.round_idx, state.iteration)
@@ -623,8 +261,7 @@ class Simulation:
 
     @property
     def round_clients(self) -> int:
-        """Clients in the round (the part view's ``active``): ``active``, or the system model's participants while
-        one of its rounds runs (between ``plan_system_round`` and ``close_system_round``)."""
+        """Clients in the round (the part view's ``active``): ``active``, or the system model's participants."""
         return self.active if self.system_round is None else len(self.system_round.participants)
 
     @property
@@ -633,12 +270,8 @@ class Simulation:
         return self.system_round is not None and self.system_round.uneven
 
     def due_layers(self, step: int, steps: int) -> list[int]:
-        """The layers synchronized after local step ``step`` of a round of ``steps``: the schedule's (with
-        --local-epochs the whole model at the round's end only), less the layers the method keeps local."""
-        due = self.schedule.due(step, steps) if not self.cfg.local_epochs else self.schedule.due(steps, steps) if step == steps else []
-        if due and self.local_layers:
-            due = [l for l in due if l not in self.local_layers]
-        return due
+        """The layers synchronized after local step ``step`` of a round of ``steps`` (``fedcli.fl.sync.due_layers``)."""
+        return sync.due_layers(self.schedule, self.local_layers, bool(self.cfg.local_epochs), step, steps)
 
     def sync_plan(self, steps: int) -> list[tuple[int, list[int]]]:
         """The synchronizations of a round of ``steps`` local steps: (step, layers), in order (``due_layers``)."""
@@ -655,7 +288,9 @@ class Simulation:
         self.record = RoundRecord(round_idx, state.iteration)
         cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
         if self.system is not None:
-            cohort_ids = self.plan_system_round(state, sampled)
+            self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.active,
+                                                         self.sync_plan)
+            cohort_ids = self.system_round.participants
             if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training
                 self.close_system_round(state, self.plan.round_steps(state.iteration, sampled))
                 return
@@ -666,14 +301,14 @@ class Simulation:
             timed = system.RoundPlan(cohort_ids, cohort_ids, dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
                                      syncs=self.sync_plan(steps), round_idx=round_idx)
         start = state.iteration
-        pieces = chunked.round_chunks(self, cohort_ids, mine)
+        pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
         if pieces is None:
             cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
             round_losses = self.local_phase(state, cohort, start, steps, self.synchronize)
             mean_losses = self.close_cohort(state, cohort, round_losses)
-            dead = guard.dead_rows(self, cohort) if cohort.skipped else None
+            dead = guard.dead_rows(self.device, cohort) if cohort.skipped else None
         else:
-            total = chunked.RoundSum(self, cohort_ids)
+            total = chunked.RoundSum(self.context(SyncContext), cohort_ids)
             means = []
             for clients in pieces:
                 cohort = self.open_cohort(clients, cohort_ids, round_idx, steps)
@@ -701,32 +336,11 @@ class Simulation:
             self.record.timing = self.timing.row(timed, state.iteration)
         state.round_idx += 1
 
-    def plan_system_round(self, state: TrainState, sampled: list[int]) -> list[int]:
-        """The system model's round (``self.system_round``): of the ``sampled`` cohort, the clients that take part
-        (available, and meeting the deadline or keeping partial work) and their local steps."""
-        now = state.sim_time_s
-        asked, start = self.system.round_cohort(state.round_idx, sampled, now, self.active)
-        steps = self.plan.round_steps(state.iteration, asked or sampled)
-        full = dict(zip(asked, self.plan.client_round_steps(asked, steps)))  # each one's steps without the model
-        keep = self.active if self.cfg.sampling == "available" else None  # over-commitment: the first K to finish
-        self.system_round = self.system.plan_round(state.round_idx, asked, full, self.sync_plan(steps), start, keep)
-        self.system_round.wait_s = start - now
-        who = self.system_round.participants
-        # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals
-        self.system_round.syncs = self.sync_plan(self.plan.round_steps(state.iteration, who)) if who else []
-        return who
-
     def close_system_round(self, state: TrainState, idle_steps: int = 0) -> None:
-        """The round's simulated time (``SystemModel.round_seconds`` over the synchronizations it made), its
-        system.csv row, and the round counted; ``idle_steps``: a round with no participant, whose steps pass with no
-        training."""
-        plan, round_idx = self.system_round, state.round_idx
-        plan.extra_up, plan.extra_down = self.ledger.take_round()  # the copies its parts moved beyond the syncs
-        seconds, per_layer = self.system.round_seconds(plan, plan.syncs, len(self.layers))
-        state.sim_time_s += plan.wait_s + seconds
-        state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]
-        state.iteration += idle_steps
-        self.record.system = self.system.round_row(plan, round_idx, state.iteration, seconds, state.sim_time_s)
+        """The round's simulated time and system.csv row (``fedcli.fl.system.close_system_round``), and the round
+        counted; ``idle_steps``: a round with no participant, whose steps pass with no training."""
+        plan, n_layers = self.system_round, len(self.layers)
+        self.record.system = system.close_system_round(self.system, plan, state, self.ledger, n_layers, idle_steps)
         if self.timing is not None:
             self.record.timing = self.timing.row(plan, state.iteration)
         self.system_round = None
@@ -786,53 +400,50 @@ class Simulation:
             if due:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
-                hook(self, state)
+                hook(self.context(LogContext), state)
         cohort.end_iteration = state.iteration
         return round_losses
 
+    # ------------------------------------------------------------------ synchronization
+    @torch.no_grad()
+    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
+                    losses: torch.Tensor | None = None) -> None:
+        """Average the given layers over the cohort (one flat all-reduce) and push them back (``fedcli.fl.sync``).
+
+        ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""
+        ctx, guarded = self.context(SyncContext), self.context(GuardContext)
+        names = sync.sync_names(ctx, layers, round_end)
+        flat = guard.guarded_average(guarded, cohort, names, sync.uploads(ctx, cohort, names, step), step, losses)
+        sync.apply_average(ctx, names, flat)
+        guard.reset_skipped_rows(guarded, cohort)
+        self.schedule.synchronized(self.view, cohort, layers, step, last_sync)  # FedLAMA's discrepancy, pre copy-back
+        sync.copy_back(cohort, names, self.global_params, self.global_buffers)
+        sync.count_sync(ctx, layers, cohort.total)
+        for l in layers:
+            last_sync[l] = step
+
     def close_cohort(self, state: TrainState, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
         """The parts' round ends for ``cohort``; each client's mean local loss [K, 1] (float64)."""
-        round_losses = guard.settle_skipped(self, state, cohort, round_losses)
+        round_losses = guard.settle_skipped(self.context(GuardContext), state, cohort, round_losses)
         if self.cfg.bn_buffers == "never":
             slots.keep_buffers(self.view, cohort)
         for part in self.parts.values():
             clientstate.close_round(part, self.view, cohort)  # its end_round, its declared client state kept
-        guard.forget_nonfinite(self, cohort)
+        guard.forget_nonfinite(self.store, cohort)
         if not cohort.clients:
             return torch.zeros(0, 1, dtype=torch.float64, device=self.device)
         return (round_losses / cohort.steps.double()).view(-1, 1)
 
     def evaluate_and_log(self, state: TrainState) -> dict:
-        """Evaluate the global model: the metrics row (``record.metrics``, written by the round hooks), the summary and
-        the progress."""
-        while state.next_eval <= self.progress_point(state):
-            state.next_eval += self.eval_every
-        tot = self.comm.allreduce_(torch.tensor([state.loss_sum, float(state.loss_count)], dtype=torch.float64))
-        train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
-        state.loss_sum, state.loss_count = 0.0, 0
-        test_loss, acc = self.evaluate()
-        row = {"round": state.round_idx, "iteration": state.iteration, "train_loss": train_loss, "test_loss": test_loss,
-               "test_acc": acc, "comm_params": self.ledger.params, "comm_bytes": self.ledger.bytes,
-               "wall_s": round(state.wall_s, 3), "lr": lr_at(self.cfg, state.iteration - 1, state.round_idx - 1),
-               "skipped_clients": state.skipped}
-        if self.system is not None:
-            row["sim_time_s"] = state.sim_time_s
-        if self.val_y is not None:  # --val-fraction: the global model on the held-out validation set
-            row["val_loss"], row["val_acc"] = self.evaluate(self.val_x, self.val_y)
-        s = state.summary
-        personal = self.personal.evaluate(self.view, state.round_idx) if self.personal is not None else None
-        row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
-        if self.cfg.client_val_fraction > 0:  # the same models on each client's own validation samples
-            row["personal_val_acc"] = self.personal.val_acc
-        s.history.append(row)
-        if math.isnan(s.best_acc) or acc > s.best_acc:
-            s.best_acc, s.best_iteration = acc, state.iteration
-        s.final_acc, s.final_loss = acc, test_loss
-        if personal is not None:
-            if math.isnan(s.best_personal_acc) or personal > s.best_personal_acc:
-                s.best_personal_acc, s.best_personal_round = personal, state.round_idx
-            s.final_personal_acc = personal
-        self.record.metrics = row
-        if self.progress is not None:
-            self.progress(row)
-        return row
+        """Evaluate the global model: the metrics row, the summary, the progress (``fedcli.fl.evaluation``)."""
+        return evaluation.evaluate_and_log(self.context(EvalContext), state)
+
+
+class CallRoundHook(RoundHook):
+    """A plain function ``fn(sim, state)`` as a round hook (``Simulation.add_round_hook``): it gets the engine."""
+
+    def __init__(self, fn, sim: Simulation):
+        self.fn, self.sim = fn, sim
+
+    def __call__(self, ctx, state) -> None:
+        self.fn(self.sim, state)

@@ -1,7 +1,7 @@
 """The divergence guard (``--on-diverge``): a client whose upload or running loss is non-finite is caught at a
 synchronization, before anything reaches the global model; ``stop`` ends the run (exit 4), ``skip-client`` drops the
 client for the rest of the round (weight 0, the others renormalized over the whole cohort) and records it
-(``skipped.csv``). The engine calls these functions with the running simulation."""
+(``skipped.csv``). The engine calls these functions with its :class:`fedcli.fl.context.GuardContext`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 
 from fedcli.errors import DivergenceError
 from fedcli.fl.cohort import Cohort
+from fedcli.fl.context import GuardContext
 
 
 def collective(err: Exception) -> Exception:
@@ -17,7 +18,7 @@ def collective(err: Exception) -> Exception:
     return err
 
 
-def check_blowup(sim, state) -> None:
+def check_blowup(ctx: GuardContext, state) -> None:
     """``--diverge-factor F``: an evaluation whose train or test loss is finite but above F x ln(C) -- F times the
     cross-entropy of a uniform guess over the C classes, where every run starts -- is divergence too (exit 4),
     checked after the round's rows are written (so the report shows the blow-up). Not from a paper: fedcli's rule
@@ -29,10 +30,10 @@ def check_blowup(sim, state) -> None:
     process computes the same all-reduced losses, so every process decides the same."""
     import math
 
-    row, factor = sim.record.metrics, sim.cfg.diverge_factor
+    row, factor = ctx.record.metrics, ctx.cfg.diverge_factor
     if not factor or row is None:
         return
-    chance = math.log(max(2, int(sim.dataset.num_classes)))
+    chance = math.log(max(2, int(ctx.dataset.num_classes)))
     blown = lambda r, what: math.isfinite(float(r[what])) and float(r[what]) > factor * chance  # noqa: E731
     history = state.summary.history
     previous = history[-2] if len(history) >= 2 and history[-1] is row else None
@@ -41,7 +42,7 @@ def check_blowup(sim, state) -> None:
         if blown(row, what) and (what == "train_loss" or (previous is not None and blown(previous, what))):
             raise collective(DivergenceError(
                 f"training diverged in round {state.round_idx} (iteration {state.iteration}): the {what.replace('_', ' ')} "
-                f"{loss:.6g}{'' if what == 'train_loss' else ', as at the previous evaluation,'} is more than --diverge-factor {factor:g} times ln({sim.dataset.num_classes}) = {chance:.4g}, the "
+                f"{loss:.6g}{'' if what == 'train_loss' else ', as at the previous evaluation,'} is more than --diverge-factor {factor:g} times ln({ctx.dataset.num_classes}) = {chance:.4g}, the "
                 f"loss of a uniform guess (finite, but blown up; try a smaller --lr, or --diverge-factor 0 to let it go on)"))
 
 
@@ -58,7 +59,7 @@ def scrub_rows(obj, dead: torch.Tensor) -> None:
             scrub_rows(v, dead)
 
 
-def guarded_average(sim, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int,
+def guarded_average(ctx: GuardContext, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int,
                     losses: torch.Tensor | None) -> torch.Tensor:
     """The cohort's weighted sum of every upload (one flat all-reduce), with the divergence guard.
 
@@ -70,39 +71,39 @@ def guarded_average(sim, cohort: Cohort, names: list, uploads: list[torch.Tensor
     the others renormalized over the whole cohort), resets it to the global model, and the sync is redone.
     """
     ids = list(cohort.cohort_ids) or list(cohort.clients)
-    dead = dead_rows(sim, cohort)
+    dead = dead_rows(ctx.device, cohort)
     dtype = uploads[0].dtype if uploads else torch.float32
     extra = [] if losses is None else [losses.reshape(-1, 1).to(dtype)]  # the losses ride along: p_i * loss_i
-    flat = sim.cohort_sum(cohort, uploads + extra, cohort.weights, dead)
+    flat = ctx.cohort_sum(cohort, uploads + extra, cohort.weights, dead)
     flat, loss_total = (flat[:-1], flat[-1]) if extra else (flat, 0.0)
     # one pass, one host sync; a NaN/inf in any client's upload or loss makes the cohort's sum non-finite
     if bool(torch.isfinite(flat.sum(dtype=torch.float64) + loss_total)):
         return flat
     code = nonfinite_codes(uploads, losses, dead).to(torch.float64).view(-1, 1)
-    codes = sim.comm.client_gather(code, cohort.positions, cohort.total).view(-1)
+    codes = ctx.comm.client_gather(code, cohort.positions, cohort.total).view(-1)
     new = [(ids[i], int(c)) for i, c in enumerate(codes.cpu().tolist()) if c]
     if not new:
         return flat
-    what, where = stop_if_asked(sim, new, names, cohort.round_idx, step)
+    what, where = stop_if_asked(ctx.cfg.on_diverge, new, names, cohort.round_idx, step)
     skipped, skips = cohort.skipped, cohort.skips
     for c, code in new:
         skipped.add(c)
         skips.append({"round": cohort.round_idx, "step": step, "client": c, "reason": what(code)})
-    full = sim.cohort_weights(ids, ids)
+    full = ctx.cohort_weights(ids, ids)
     kept = float(sum(float(full[i]) for i, c in enumerate(ids) if c not in skipped))
     if kept <= 0.0:
         raise collective(DivergenceError(f"{where}: every client of the cohort has a non-finite loss or update"))
     keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
-    cohort.weights = sim.cohort_weights(ids, cohort.clients) * keep / kept
-    return sim.cohort_sum(cohort, uploads, cohort.weights, dead_rows(sim, cohort))
+    cohort.weights = ctx.cohort_weights(ids, cohort.clients) * keep / kept
+    return ctx.cohort_sum(cohort, uploads, cohort.weights, dead_rows(ctx.device, cohort))
 
 
-def stop_if_asked(sim, new: list[tuple[int, int]], names: list, round_idx: int, step: int):
+def stop_if_asked(on_diverge: str, new: list[tuple[int, int]], names: list, round_idx: int, step: int):
     """``--on-diverge stop``: DivergenceError (exit 4) naming the first client of ``new`` ((client, code) with the codes
     of :func:`nonfinite_codes`) and what of it is non-finite. Otherwise (what, where): the words for the records."""
     what = lambda code: "loss" if code == 1 else f"update of {names[code - 2][1]}"  # noqa: E731
     where = f"training diverged in round {round_idx + 1}, local step {step}"  # rounds counted from 1
-    if sim.cfg.on_diverge == "stop":
+    if on_diverge == "stop":
         c, code = new[0]
         raise collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
     return what, where
@@ -124,46 +125,46 @@ def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, de
     return code if code is not None else torch.zeros(0, dtype=torch.long)
 
 
-def dead_rows(sim, cohort: Cohort) -> torch.Tensor | None:
+def dead_rows(device, cohort: Cohort) -> torch.Tensor | None:
     """Bool [K]: this process's clients skipped this round (``--on-diverge skip-client``), or None."""
     skipped = cohort.skipped
     if not skipped or not any(c in skipped for c in cohort.clients):
         return None
-    return torch.tensor([c in skipped for c in cohort.clients], device=sim.device)
+    return torch.tensor([c in skipped for c in cohort.clients], device=device)
 
 
 @torch.no_grad()
-def reset_skipped_rows(sim, cohort: Cohort) -> None:
+def reset_skipped_rows(ctx: GuardContext, cohort: Cohort) -> None:
     """A skipped client goes back to the global model (its own progress this round is dropped)."""
-    dead = dead_rows(sim, cohort)
+    dead = dead_rows(ctx.device, cohort)
     if dead is None:
         return
     for n, p in cohort.params.items():
-        p[dead] = sim.global_params[n].to(p.dtype)
+        p[dead] = ctx.global_params[n].to(p.dtype)
     for n, b in cohort.buffers.items():
-        b[dead] = sim.global_buffers[n].to(b.dtype)
+        b[dead] = ctx.global_buffers[n].to(b.dtype)
 
 
 @torch.no_grad()
-def settle_skipped(sim, state, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
+def settle_skipped(ctx: GuardContext, state, cohort: Cohort, round_losses: torch.Tensor) -> torch.Tensor:
     """At a round's end: leave skipped clients out of the train loss, scrub their non-finite per-client
     state (so no part stores it), and count them (TrainState.skipped; the round hooks write skipped.csv)."""
     skips = cohort.skips
     if not skips:
         return round_losses
-    dead = dead_rows(sim, cohort)
+    dead = dead_rows(ctx.device, cohort)
     if dead is not None:
         round_losses = torch.where(dead, torch.zeros_like(round_losses), round_losses)
-        reset_skipped_rows(sim, cohort)
+        reset_skipped_rows(ctx, cohort)
         scrub_rows([cohort.state, cohort.opt_state], dead)
     state.skipped += len(skips)
     return round_losses
 
 
-def forget_nonfinite(sim, cohort: Cohort) -> None:
-    """Drop a skipped client's non-finite entries from the client store (they start afresh next time)."""
+def forget_nonfinite(store, cohort: Cohort) -> None:
+    """Drop a skipped client's non-finite entries from the client ``store`` (they start afresh next time)."""
     for c in cohort.skipped:
-        for name in sim.store.names():
-            t = sim.store.get(name, c)
+        for name in store.names():
+            t = store.get(name, c)
             if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
-                sim.store.forget(name, c)
+                store.forget(name, c)

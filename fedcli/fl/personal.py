@@ -53,6 +53,7 @@ from fedcli.fl.budget import epoch_steps
 from fedcli.fl.cohort import Cohort, sample_cohort
 from fedcli.fl.parts import Part, expand
 from fedcli.fl.clientstate import BUFFERS, GLOBAL, PARAMS, ClientState
+from fedcli.fl.context import StoreContext
 
 LOCAL = "local"  # store prefix of the captured local models
 INITIALIZED = "init"  # store prefix of the models as initialized (--personal-eval after-init)
@@ -132,11 +133,10 @@ def local_sgd(view, clients: list[int], params: dict, buffers: dict, epochs: flo
     ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
     client [K].
     """
-    cfg = view.cfg
     k = len(clients)
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)
-    steps = [epoch_steps(int(view.sizes[c]), epochs, view.batch_size, cfg.drop_last) for c in clients]
+    steps = [epoch_steps(int(view.sizes[c]), epochs, view.batch_size, view.drop_last) for c in clients]
     total = max(steps)
     plan = view.batches.plan(purpose, clients, round_idx, total)
     steps_t = torch.tensor(steps, device=view.device)
@@ -166,28 +166,30 @@ class Personalization:
     the local models are still kept (ALA needs them), ``personal_acc`` stays empty.
     """
 
-    def __init__(self, sim):
-        parts = list(sim.parts.values())
+    def __init__(self, ctx: StoreContext):
+        parts = list(ctx.parts.values())
         self.parts = parts
         self.prefix = next((p.personal_prefix for p in parts if p.personal_prefix), LOCAL)
         # capture the trained local models when something reads them: the evaluation, or ALA next round
         self.capture_local = self.prefix == LOCAL or any(p.keeps_local_models for p in parts)
-        test = sim.partition.test
+        test = ctx.partition.test
         self.test = [torch.as_tensor(t, dtype=torch.long) for t in test] if test is not None else []
         self.total = int(sum(t.numel() for t in self.test))
         # --client-val-fraction: each client's own validation samples (None without), and the last evaluation's
         # accuracy of the clients' models on them, pooled as personal_acc is (personal_val_acc)
-        val = getattr(sim.partition, "val", None)
+        val = getattr(ctx.partition, "val", None)
         self.val = [torch.as_tensor(t, dtype=torch.long) for t in val] if val is not None else None
         self.val_acc: float | None = None
         self.evaluate_models = self.total > 0
         self.client_rows: list[dict] = []  # the last evaluation's per-client numbers (clients.csv)
         # --personal-eval after-init: the models as the round's initialization left them (kept under INITIALIZED)
-        self.at_init = getattr(sim.cfg, "personal_eval", "after-training") == "after-init"
+        self.at_init = getattr(ctx.cfg, "personal_eval", "after-training") == "after-init"
+        # --personal-clients cohort: only the last round's cohort is evaluated (FedALA Table 7)
+        self.cohort_only = getattr(ctx.cfg, "personal_clients", "all") == "cohort"
         # parts that compute a client's evaluated model on demand (Per-FedAvg)
         self.on_demand = [p for p in parts if type(p).personalize is not Part.personalize]
-        if not self.evaluate_models and (sim.method.personalized or self.prefix != LOCAL):
-            raise ConfigError(f"--algo {sim.cfg.algo} is evaluated on each client's local test split: give "
+        if not self.evaluate_models and (ctx.method.personalized or self.prefix != LOCAL):
+            raise ConfigError(f"--algo {ctx.cfg.algo} is evaluated on each client's local test split: give "
                               "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
 
     def capture(self, view, cohort) -> None:
@@ -229,8 +231,8 @@ class Personalization:
             return None
         n = len(view.client_indices)
         clients = list(range(n))
-        if view.cfg.personal_clients == "cohort" and round_idx is not None and round_idx > 0:
-            clients = sorted(sample_cohort(view.cfg.seed, round_idx - 1, n, view.active))
+        if self.cohort_only and round_idx is not None and round_idx > 0:
+            clients = sorted(sample_cohort(view.seed, round_idx - 1, n, view.active))
         total = sum(int(self.test[c].numel()) for c in clients)
         mine = assign_clients(clients, view.sizes, view.comm.rank, view.comm.size)
         # the global model is a whole model only when the method synchronizes every layer (FedRep's head is local)
@@ -304,18 +306,18 @@ def client_table(clients: list[int], train_sizes, stats: torch.Tensor) -> list[d
     return rows
 
 
-def build_personalization(sim) -> Personalization | None:
+def build_personalization(ctx: StoreContext) -> Personalization | None:
     """The personalization of a run: personalized methods (``Method.personalized``) and any method whose
     parts keep per-client models (``--init ala``: ALA on FedAvg is evaluated as FedALA is); None otherwise."""
-    parts = sim.parts.values()
-    if not (sim.method.personalized or any(p.keeps_local_models or p.personal_prefix for p in parts)):
+    parts = ctx.parts.values()
+    if not (ctx.method.personalized or any(p.keeps_local_models or p.personal_prefix for p in parts)):
         return None
-    return Personalization(sim)
+    return Personalization(ctx)
 
 
-def local_layers(sim) -> set[int]:
+def local_layers(ctx: StoreContext) -> set[int]:
     """Layers a method keeps on the clients and never synchronizes (FedRep's head), from its parts."""
     out: set[int] = set()
-    for p in sim.parts.values():
-        out |= set(p.local_layers(sim.view))
+    for p in ctx.parts.values():
+        out |= set(p.local_layers(ctx.view))
     return out

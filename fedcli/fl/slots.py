@@ -37,7 +37,7 @@ def keys(view, cohort, by: str) -> list[int]:
         return list(cohort.clients)
     if by != "slot":
         raise ValueError(f"unknown state key {by!r}")
-    where = slot_of(view.cfg.seed, cohort.round_idx, list(cohort.cohort_ids) or list(cohort.clients))
+    where = slot_of(view.seed, cohort.round_idx, list(cohort.cohort_ids) or list(cohort.clients))
     return [where[c] for c in cohort.clients]
 
 

@@ -48,6 +48,7 @@ import torch
 
 from fedcli.errors import DataError, os_error
 from fedcli.safefs import Folder
+from fedcli.fl.context import StoreContext
 
 FOLDER = "client-state"  # RUN_DIR/client-state (fedcli.results.rundir.CLIENT_STATE, the run directory's contract)
 MiB = 1 << 20
@@ -85,37 +86,37 @@ def declared_state(part, view) -> int | None:
     return int(part.kept_state(view))
 
 
-def projection(sim) -> tuple[int, list[str]]:
+def projection(ctx: StoreContext) -> tuple[int, list[str]]:
     """``(bytes, what)``: the client state the run will keep at most, by what is really kept: each part's declaration
     (SGD momentum by cohort slot: the cohort size x the parameters, not every client's), the BatchNorm statistics
     per slot (``--bn-buffers never``), and one model per client for a personalized method (its local models) or a
     part that does not say what it keeps."""
-    params = sum(t.numel() * t.element_size() for t in sim.global_params.values())
-    buffers = sum(t.numel() * t.element_size() for t in sim.global_buffers.values())
-    clients, total, what, unknown = len(sim.client_indices), 0, [], []
-    for family, part in sim.parts.items():
-        n = declared_state(part, sim.view)
+    params = sum(t.numel() * t.element_size() for t in ctx.global_params.values())
+    buffers = sum(t.numel() * t.element_size() for t in ctx.global_buffers.values())
+    clients, total, what, unknown = len(ctx.client_indices), 0, [], []
+    for family, part in ctx.parts.items():
+        n = declared_state(part, ctx.view)
         if n is None:
             unknown.append(f"{family} {getattr(part, 'name', type(part).__name__)}")
         elif n:
             total += n
             what.append(f"{family} {getattr(part, 'name', type(part).__name__)}: {size(n)}")
-    if sim.cfg.bn_buffers == "never" and buffers:
-        total += sim.active * buffers
-        what.append(f"BatchNorm statistics by slot: {sim.active} x {size(buffers)}")
-    parts = sim.parts.values()
-    if sim.method.personalized or unknown or any(p.keeps_local_models or p.personal_prefix for p in parts):
+    if ctx.cfg.bn_buffers == "never" and buffers:
+        total += ctx.active * buffers
+        what.append(f"BatchNorm statistics by slot: {ctx.active} x {size(buffers)}")
+    parts = ctx.parts.values()
+    if ctx.method.personalized or unknown or any(p.keeps_local_models or p.personal_prefix for p in parts):
         total += clients * (params + buffers)
         why = f"per-client state of {', '.join(unknown)}" if unknown else "personal models"
         what.append(f"{why}: {clients} clients x {size(params + buffers)}")
     return total, what
 
 
-def build_store(sim) -> "MemoryStore | DiskStore":
-    """The run's client store (``sim.store``), by :func:`choose_mode`; a disk store lives in ``RUN_DIR/client-state``
-    (a temporary folder, removed at exit, when the run has no directory)."""
-    cfg, comm = sim.cfg, sim.comm
-    projected, what = projection(sim)
+def build_store(ctx: StoreContext) -> "MemoryStore | DiskStore":
+    """The run's client store (the engine's ``store``), by :func:`choose_mode`; a disk store lives in
+    ``RUN_DIR/client-state`` (a temporary folder, removed at exit, when the run has no directory)."""
+    cfg, comm = ctx.cfg, ctx.comm
+    projected, what = projection(ctx)
     mode, projected = choose_mode(cfg, projected)
     info = {"mode": mode, "projected_mb": round(projected / MiB, 1), "projected_bytes": projected, "limit_mb": cfg.client_state_limit_mb,
             "projected_from": what, "keep_at_end": cfg.client_state_keep}

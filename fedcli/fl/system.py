@@ -32,6 +32,7 @@ Nothing here depends on the process count or on a resume: every draw is keyed by
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,11 @@ import numpy as np
 
 from fedcli.errors import ConfigError
 from fedcli.fl.budget import epoch_steps
+from fedcli.fl.context import SystemContext
 from fedcli.fl.rng import np_gen
 from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
 from fedcli.specs import NO_COST, CostInput
+from fedcli.specs.system import SystemParams
 from fedcli.specs.system import (AVAILABILITY_COLUMNS, QUANTITIES, TRACE_COLUMNS, in_range,  # noqa: F401
                                  parse_distribution, range_text, read_availability_rows, read_trace_rows)
 
@@ -160,23 +163,24 @@ class SystemModel:
     ``up_bytes`` / ``down_bytes``: one client's bytes per layer up and down [layers]; ``work``: the parts' work beyond
     FedAvg's (:class:`Work`; none by default)."""
 
-    def __init__(self, cfg, n_clients: int, forward_flops: float, batch, up_bytes, down_bytes, work: Work | None = None):
-        self.cfg = cfg
-        self.work = work if work is not None else Work()
+    def __init__(self, options: SystemParams, seed: int, n_clients: int, shape: Shape):
+        self.options, self.seed = options, int(seed)
+        self.work = shape.work if shape.work is not None else Work()
         self.n = n_clients
-        self.forward_flops = float(forward_flops)
-        self.up_bytes = np.asarray(up_bytes, dtype=np.float64)
-        self.down_bytes = np.asarray(down_bytes, dtype=np.float64)
+        self.forward_flops = float(shape.forward_flops)
+        self.up_bytes = np.asarray(shape.up, dtype=np.float64)
+        self.down_bytes = np.asarray(shape.down, dtype=np.float64)
         self.trace_sha256 = self.availability_sha256 = None
         self.on = None  # each client's on-intervals (--availability-trace), or None
-        if cfg.availability_trace:
-            self.on, self.availability_sha256 = read_availability(cfg.availability_trace, n_clients)
-        if cfg.system_trace:
-            values, self.trace_sha256 = read_trace(cfg.system_trace, n_clients)
+        if options.availability_trace:
+            self.on, self.availability_sha256 = read_availability(options.availability_trace, n_clients)
+        if options.system_trace:
+            values, self.trace_sha256 = read_trace(options.system_trace, n_clients)
         else:
-            values = {q: draw(getattr(cfg, q), n_clients, np_gen(cfg.seed, "system", q), q) for q in QUANTITIES}
+            values = {q: draw(getattr(options, q), n_clients, np_gen(self.seed, "system", q), q) for q in QUANTITIES}
         self.speed, self.uplink, self.downlink, self.latency = (values[q] for q in QUANTITIES)
-        self.step_s = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * np.asarray(batch, dtype=np.float64) / self.speed
+        batch = np.asarray(shape.batch, dtype=np.float64)
+        self.step_s = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * batch / self.speed
 
     # ------------------------------------------------------------------ costs
     def client_work(self, round_idx: int, clients: np.ndarray, n_round: int) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +218,7 @@ class SystemModel:
     def may_leave_out(self) -> bool:
         """Some round may have fewer participants than sampled clients (availability below 1, an availability trace,
         a deadline): which process trains a client then changes from round to round."""
-        return float(self.cfg.availability) < 1.0 or self.on is not None or float(self.cfg.deadline) > 0
+        return float(self.options.availability) < 1.0 or self.on is not None or float(self.options.deadline) > 0
 
     def online(self, client: int, now: float) -> bool:
         """``client`` is inside one of its on-intervals at simulated time ``now`` (always, without a trace)."""
@@ -236,19 +240,19 @@ class SystemModel:
         (exit 2) when no client will ever be online again: the rest of the run could not train."""
         everyone = range(self.n)
         if self.next_online(everyone, now) is None:
-            raise ConfigError(f"--availability-trace {self.cfg.availability_trace}: no client is online at or after "
-                              f"simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
+            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client is online at or "
+                              f"after simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
                               f"run; the rounds before are in system.csv and metrics.csv (give intervals that reach "
                               f"further, or a smaller budget)", key="availability_trace")
-        if self.cfg.sampling == "cohort":
+        if self.options.sampling == "cohort":
             start = self.next_online(sampled, now)
             return list(sampled), (now if start is None else start)  # None: this cohort never again, the round idles
         start = self.next_online(everyone, now)
         ready = self.available(round_idx, list(everyone), start)
-        want = min(len(ready), math.ceil(float(self.cfg.overcommit) * keep - 1e-9))
+        want = min(len(ready), math.ceil(float(self.options.overcommit) * keep - 1e-9))
         if want >= len(ready):
             return ready, start
-        pick = np_gen(self.cfg.seed, "available-cohort", round_idx).choice(len(ready), size=want, replace=False)
+        pick = np_gen(self.seed, "available-cohort", round_idx).choice(len(ready), size=want, replace=False)
         return sorted(ready[int(i)] for i in pick), start
 
     def available(self, round_idx: int, cohort: list[int], now: float = 0.0) -> list[int]:
@@ -257,10 +261,10 @@ class SystemModel:
         draw per client, keyed by (seed, round) and the client's index: the same for any process count)."""
         if self.on is not None:
             cohort = [c for c in cohort if self.online(c, now)]
-        p = float(self.cfg.availability)
+        p = float(self.options.availability)
         if p >= 1.0:
             return list(cohort)
-        u = np_gen(self.cfg.seed, "available", round_idx).random(self.n)
+        u = np_gen(self.seed, "available", round_idx).random(self.n)
         return [c for c in cohort if u[c] < p]
 
     def plan_round(self, round_idx: int, cohort: list[int], steps: dict[int, int],
@@ -273,13 +277,13 @@ class SystemModel:
         on = set(ready)
         unavailable = [c for c in cohort if c not in on]
         plan = RoundPlan(list(cohort), [], {}, unavailable, round_idx=round_idx)
-        deadline = float(self.cfg.deadline)
+        deadline = float(self.options.deadline)
         ids = np.array(ready, dtype=np.int64)
         fits = self.steps_within(ids, syncs, deadline, round_idx) if deadline > 0 and len(ids) else None
         for k, c in enumerate(ready):
             want = steps[c]
             got = want if fits is None else min(want, int(fits[k]))
-            if got < want and (self.cfg.on_deadline == "drop" or got < 1):
+            if got < want and (self.options.on_deadline == "drop" or got < 1):
                 plan.dropped.append(c)
                 continue
             if got < want:
@@ -339,8 +343,8 @@ class SystemModel:
         if len(ids) and steps.max() > prev:  # local steps after the last synchronization (none in fedcli's schedules)
             total += float(np.max(np.clip(steps - prev, 0, None) * step_s + extra))
         if plan.dropped or not len(ids):
-            total = max(total, float(self.cfg.deadline))
-        return total + float(self.cfg.server_time), per_layer
+            total = max(total, float(self.options.deadline))
+        return total + float(self.options.server_time), per_layer
 
     # ------------------------------------------------------------------ checks and records
     def check_deadline(self, steps: list[int], syncs: list[tuple[int, list[int]]], n_round: int | None = None) -> None:
@@ -348,16 +352,16 @@ class SystemModel:
         (its full ``steps`` under ``drop``, one step under ``keep-partial``, and its declared extra work);
         ConfigError (exit 2) otherwise."""
         n_round = self.n if n_round is None else n_round
-        deadline = float(self.cfg.deadline)
+        deadline = float(self.options.deadline)
         if deadline <= 0:
             return
         ids = np.arange(self.n)
-        need = np.array(steps, dtype=np.float64) if self.cfg.on_deadline == "drop" else np.ones(self.n)
+        need = np.array(steps, dtype=np.float64) if self.options.on_deadline == "drop" else np.ones(self.n)
         step, extra = self.client_work(0, ids, n_round)
         own = need * step + extra + self.comm_seconds(ids, syncs)
         if float(own.min()) > deadline:
             fastest = int(np.argmin(own))
-            what = "its round's local steps" if self.cfg.on_deadline == "drop" else "one local step"
+            what = "its round's local steps" if self.options.on_deadline == "drop" else "one local step"
             raise ConfigError(f"--deadline {deadline:g}: no client can meet it; the fastest, client {fastest}, needs "
                               f"{float(own[fastest]):.6g} s for {what} and its synchronizations (raise --deadline, or "
                               f"see the speeds and bandwidths in docs/system-model.md)", key="deadline")
@@ -366,8 +370,8 @@ class SystemModel:
         """Before training: some client is online at some time (``--availability-trace``); ConfigError (exit 2)
         otherwise, since nobody would ever train."""
         if self.next_online(range(self.n), 0.0) is None:
-            raise ConfigError(f"--availability-trace {self.cfg.availability_trace}: no client of the run's {self.n} is "
-                              f"ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
+            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client of the run's {self.n} "
+                              f"is ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
                               f"train", key="availability_trace")
 
     def check_trained(self, synchronized: int, rounds: int) -> None:
@@ -381,7 +385,7 @@ class SystemModel:
 
     def describe(self) -> dict:
         """The manifest's ``system`` entry: the options, the model's FLOPs, each quantity's range, the trace digest."""
-        cfg = self.cfg
+        cfg = self.options
         spread = {q: {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max())}
                   for q, v in zip(QUANTITIES, (self.speed, self.uplink, self.downlink, self.latency))}
         trace = lambda path, digest: {"path": path, "resolved": str(Path(path).resolve()), "sha256": digest}  # noqa: E731
@@ -406,6 +410,36 @@ class SystemModel:
                 "dropped_clients": ids(plan.dropped), "partial_clients": ids(plan.partial)}
 
 
+def plan_system_round(model: SystemModel, budget, state, sampled: list[int], active: int, sync_plan) -> RoundPlan:
+    """The round ``state.round_idx`` under the system model: of the ``sampled`` cohort, the clients asked (available;
+    ``--sampling available``: drawn among those online) and of them the ones that take part (meeting the deadline or
+    keeping partial work), with their local steps (``budget``: the run's ``RunPlan``; ``active``: clients per round;
+    ``sync_plan(steps)``: the synchronizations of a round of ``steps``)."""
+    now = state.sim_time_s
+    asked, start = model.round_cohort(state.round_idx, sampled, now, active)
+    steps = budget.round_steps(state.iteration, asked or sampled)
+    full = dict(zip(asked, budget.client_round_steps(asked, steps)))  # each one's steps without the model
+    keep = active if model.options.sampling == "available" else None  # over-commitment: the first K to finish
+    plan = model.plan_round(state.round_idx, asked, full, sync_plan(steps), start, keep)
+    plan.wait_s = start - now
+    who = plan.participants
+    # the synchronizations the round will make, taken now: the schedule's end_round may change its intervals
+    plan.syncs = sync_plan(budget.round_steps(state.iteration, who)) if who else []
+    return plan
+
+
+def close_system_round(model: SystemModel, plan: RoundPlan, state, ledger, n_layers: int, idle_steps: int = 0) -> dict:
+    """The round's simulated time (``SystemModel.round_seconds`` over the synchronizations it made, the parts' extra
+    copies taken from the ``ledger``) added to ``state`` (``idle_steps``: a round with no participant, whose steps pass
+    with no training); returns its system.csv row."""
+    plan.extra_up, plan.extra_down = ledger.take_round()  # the copies its parts moved beyond the syncs
+    seconds, per_layer = model.round_seconds(plan, plan.syncs, n_layers)
+    state.sim_time_s += plan.wait_s + seconds
+    state.layer_time_s = [a + b for a, b in zip(state.layer_time_s or [0.0] * len(per_layer), per_layer)]
+    state.iteration += idle_steps
+    return model.round_row(plan, state.round_idx, state.iteration, seconds, state.sim_time_s)
+
+
 @dataclass
 class Shape:
     """What the system model prices of a run, whatever the network: the model's forward FLOPs per sample, each
@@ -419,36 +453,42 @@ class Shape:
     work: Work
 
 
-def measure(sim) -> Shape:
-    """The :class:`Shape` of the simulation ``sim`` (set up up to its budget)."""
-    was_training = sim.model.training
-    sim.model.eval()  # no statistics update, no dropout draw: the run's random streams stay as they are
+def system_options(config) -> SystemParams:
+    """The system model's options (``SystemParams``, the ``[system]`` section) read once from ``config`` (a
+    TrainConfig, or anything with those fields): :class:`SystemModel` is built from them and reads nothing else."""
+    return SystemParams(**{f.name: getattr(config, f.name) for f in dataclasses.fields(SystemParams)})
+
+
+def measure(ctx: SystemContext) -> Shape:
+    """The :class:`Shape` of the run whose context is ``ctx`` (set up up to its budget)."""
+    was_training = ctx.model.training
+    ctx.model.eval()  # no statistics update, no dropout draw: the run's random streams stay as they are
     try:
-        fwd = forward_flops(sim.model, sim.train_x[:1])
+        fwd = forward_flops(ctx.model, ctx.train_x[:1])
     finally:
-        sim.model.train(was_training)
-    numel = [li.numel for li in sim.layers]
-    up = [n * sim.codec.bits(n) / 8.0 for n in numel]
+        ctx.model.train(was_training)
+    numel = [li.numel for li in ctx.layers]
+    up = [n * ctx.codec.bits(n) / 8.0 for n in numel]
     down = [n * 32.0 / 8.0 for n in numel]
-    batch = np.minimum(sim.sizes, sim.batch_size)
-    parts = list(sim.parts.values())
-    if sim.init.wraps_base:  # an init built around the method's own (ALA): that one's work is done too
-        parts.append(sim.init.base)
-    work = Work(parts, [len(ix) for ix in sim.partition.train], sim.sizes, sim.batch_size, sim.cfg.drop_last)
+    batch = np.minimum(ctx.sizes, ctx.batch_size)
+    parts = list(ctx.parts.values())
+    if ctx.init.wraps_base:  # an init built around the method's own (ALA): that one's work is done too
+        parts.append(ctx.init.base)
+    work = Work(parts, [len(ix) for ix in ctx.partition.train], ctx.sizes, ctx.batch_size, ctx.cfg.drop_last)
     return Shape(fwd, batch, up, down, work)
 
 
-def build(sim, shape: Shape | None = None) -> SystemModel | None:
+def build(ctx: SystemContext, shape: Shape | None = None) -> SystemModel | None:
     """The run's system model (None without ``--system``): the model's FLOPs, each client's batch, the bytes per layer
     as the ledger counts them (``shape``: :func:`measure`'s, measured here when not given), and the deadline checked
     against the first round's synchronizations."""
-    cfg = sim.cfg
-    if not cfg.system:
+    options = system_options(ctx.cfg)  # the system options, bound once: the model reads no config after this
+    if not options.system:
         return None
-    shape = shape or measure(sim)
-    model = SystemModel(cfg, len(sim.client_indices), shape.forward_flops, shape.batch, shape.up, shape.down, shape.work)
+    shape = shape or measure(ctx)
+    model = SystemModel(options, ctx.cfg.seed, len(ctx.client_indices), shape)
     everyone = list(range(model.n))
-    steps = sim.plan.round_steps(0, everyone)
-    model.check_deadline(sim.plan.client_round_steps(everyone, steps), sim.sync_plan(steps), sim.active)
+    steps = ctx.plan.round_steps(0, everyone)
+    model.check_deadline(ctx.plan.client_round_steps(everyone, steps), ctx.sync_plan(steps), ctx.active)
     model.check_online()
     return model

@@ -148,13 +148,14 @@ def retime(entry: dict, rows: list[dict], cfg) -> list[tuple[int, float]]:
     """(round, simulated seconds at its end) of every recorded round under the system options ``cfg`` (speed,
     uplink, downlink, latency, system_trace, server_time, seed: what ``SystemModel`` reads), from the manifest's
     ``timing`` ``entry`` and the run's timing.csv ``rows``: the sum training makes, round by round."""
-    from fedcli.fl.system import SystemModel
+    from fedcli.fl.system import Shape, SystemModel, system_options
 
     batch = entry["batch"]
     n = int(entry["clients"])
     batch = [batch] * n if isinstance(batch, int) else batch
     work = _Replay(bool(entry.get("costs")))
-    model = SystemModel(cfg, n, entry["forward_flops_per_sample"], batch, entry["up_bytes"], entry["down_bytes"], work)
+    shape = Shape(entry["forward_flops_per_sample"], batch, entry["up_bytes"], entry["down_bytes"], work)
+    model = SystemModel(system_options(cfg), cfg.seed, n, shape)
     n_layers = len(entry["up_bytes"])
     out, now = [], 0.0
     for round_no, _, plan, each in plans(entry, rows):

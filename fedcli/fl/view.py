@@ -27,7 +27,8 @@ from types import SimpleNamespace
 
 #: every member of the part interface, by kind (docs/architecture.md, "The part interface")
 DATA = (
-    "cfg",                 # the run's TrainConfig: the options, every part's own params included (read-only)
+    "seed",                # the run's --seed, which keys every random stream (fedcli.fl.rng); a part's own options
+                           # are its ``params``, bound when it is built (docs/method-contract.md)
     "layers",              # the model's layers (fedcli.models.layers.LayerInfo), in parameter order (tuple)
     "local_layers",        # indices of the layers the method keeps on the clients and never synchronizes (frozenset)
     "global_params",       # the global model: parameter name -> tensor (updated in place by the engine; read only)
@@ -38,6 +39,7 @@ DATA = (
     "train_x", "train_y",  # the training samples (every client's, on the device), indexed by the batch plans
     "pad_fill",            # the padding value of the CIFAR augmentation (per channel), for batch plans with shifts
     "batch_size",          # the mini-batch size every part uses (--batch-size, clamped to the largest client)
+    "drop_last",           # --drop-last: a client's incomplete last mini-batch of an epoch is dropped (epoch_steps)
     "client_indices",      # each client's training sample indices (tuple of tensors; as the parts' training_indices left it)
     "sizes",               # each client's training sample count (read-only numpy array)
     "active",              # clients per round (the cohort size; with --system, the round's participants)
@@ -107,10 +109,20 @@ class PartView:
         members.setdefault("parts", {})
         if "active" in members:  # the engine's name for what ``active`` reads (below)
             members["round_clients"] = members.pop("active")
+        options = {k: members.pop(k) for k in ("seed", "drop_last") if k in members}
+        if options:  # the engine's options they read (below)
+            members["cfg"] = SimpleNamespace(**options)
         return cls(SimpleNamespace(**members))
 
     # ------------------------------------------------------------------ data
-    cfg = _Read()
+    @property
+    def seed(self) -> int:
+        return self._src.cfg.seed
+
+    @property
+    def drop_last(self) -> bool:
+        return self._src.cfg.drop_last
+
     global_params = _Read()
     global_buffers = _Read()
     model = _Read()

@@ -33,6 +33,7 @@ from fedcli.config import flag
 from fedcli.errors import ConfigError, DataError
 from fedcli.results.runstate import resume_command
 from fedcli.safefs import atomic_write, open_dir
+from fedcli.fl.context import CheckpointContext
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -285,70 +286,70 @@ def _copy(obj):
     return obj
 
 
-def local_state(sim, state, copy: bool = False) -> dict:
+def local_state(ctx: CheckpointContext, state, copy: bool = False) -> dict:
     """This process's part of a checkpoint: TrainState, client store, parts, random-generator states.
 
     ``copy``: a snapshot to be written later (parts' tensors cloned; the client store is copied table by table,
     which suffices because :class:`~fedcli.fl.store.MemoryStore` replaces a client's tensors, never edits them; a
     :class:`~fedcli.fl.store.DiskStore` gives its index, a copy, and never rewrites a row a checkpoint refers to)."""
-    parts = {name: part.state_dict() for name, part in sim.parts.items()}
-    return {"state": dataclasses.asdict(state), "store": sim.store.state_dict(root=sim.comm.is_root),
+    parts = {name: part.state_dict() for name, part in ctx.parts.items()}
+    return {"state": dataclasses.asdict(state), "store": ctx.store.state_dict(root=ctx.comm.is_root),
             "parts": _copy(parts) if copy else parts,
             "rng": rng_state()}
 
 
-def global_state(sim, state) -> dict:
+def global_state(ctx: CheckpointContext, state) -> dict:
     """The part of a checkpoint every process shares that changes from round to round (the root writes it):
     model, schedule, ledger, CSV lengths."""
     return {
         "round": state.round_idx,
         "iteration": state.iteration,
-        "global": {"params": {n: _cpu(t) for n, t in sim.global_params.items()},
-                   "buffers": {n: _cpu(t) for n, t in sim.global_buffers.items()}},
-        "schedule": _copy(sim.schedule.state_dict()),
-        "ledger": _copy(sim.ledger.state_dict()),
-        "csv": sim.run_dir.csv_positions() if sim.run_dir is not None else {},
+        "global": {"params": {n: _cpu(t) for n, t in ctx.global_params.items()},
+                   "buffers": {n: _cpu(t) for n, t in ctx.global_buffers.items()}},
+        "schedule": _copy(ctx.schedule.state_dict()),
+        "ledger": _copy(ctx.ledger.state_dict()),
+        "csv": ctx.run_dir.csv_positions() if ctx.run_dir is not None else {},
     }
 
 
-def run_facts(sim) -> dict:
+def run_facts(ctx: CheckpointContext) -> dict:
     """The part of a checkpoint that is the same all run long: format, config, process count, versions."""
     from fedcli.results.rundir import versions
 
-    return {"format": FORMAT, "version": VERSION, "config": sim.cfg.to_dict(), "world_size": sim.comm.size,
-            "launcher": sim.comm.launcher, "versions": versions()}
+    return {"format": FORMAT, "version": VERSION, "config": ctx.cfg.to_dict(), "world_size": ctx.comm.size,
+            "launcher": ctx.comm.launcher, "versions": versions()}
 
 
-def capture(sim, state) -> dict | None:
+def capture(ctx: CheckpointContext, state) -> dict | None:
     """The checkpoint of ``sim`` at a round boundary. Collective: every process calls it; the root gets
     the dict (with every process's own state), the others None."""
-    ranks = sim.comm.allgather(local_state(sim, state))
-    if not sim.comm.is_root:
+    ranks = ctx.comm.allgather(local_state(ctx, state))
+    if not ctx.comm.is_root:
         return None
-    return {**run_facts(sim), **global_state(sim, state), "ranks": ranks}
+    return {**run_facts(ctx), **global_state(ctx, state), "ranks": ranks}
 
 
-def restore(sim, ckpt: dict):
+def restore(ctx: CheckpointContext, ckpt: dict):
     """Put ``sim`` (set up with the checkpoint's config) back where ``ckpt`` was taken; returns the TrainState."""
     from fedcli.fl.engine import Summary, TrainState
 
     where = ckpt.get("path", "checkpoint")
-    check_config(ckpt, sim.cfg.to_dict())
-    check_world_size(ckpt, sim.comm.size, sim.cfg.out)
-    for kind, ours in (("params", sim.global_params), ("buffers", sim.global_buffers)):
+    check_config(ckpt, ctx.cfg.to_dict())
+    check_world_size(ckpt, ctx.comm.size, ctx.cfg.out)
+    for kind, ours in (("params", ctx.global_params), ("buffers", ctx.global_buffers)):
         theirs = ckpt["global"][kind]
         if set(theirs) != set(ours) or any(tuple(theirs[n].shape) != tuple(ours[n].shape) for n in ours):
             raise DataError(f"{where}: its model {kind} do not match the model of the run's config; {EXPECTED}")
         for n, t in ours.items():
             t.copy_(theirs[n])
-    sim.schedule.load_state_dict(ckpt["schedule"])
+    ctx.schedule.load_state_dict(ckpt["schedule"])
     led = ckpt["ledger"]
-    if list(led["numel"]) != list(sim.ledger.numel):
+    if list(led["numel"]) != list(ctx.ledger.numel):
         raise DataError(f"{where}: its communication ledger does not match the model; {EXPECTED}")
-    sim.ledger.syncs, sim.ledger.bytes_, sim.ledger.extra_bytes = list(led["syncs"]), list(led["bytes"]), float(led["extra_bytes"])
-    mine = ckpt["ranks"][sim.comm.rank]
-    sim.store.load_state_dict(mine["store"], ckpt["ranks"][0]["store"])  # tables every process holds: in the root's
-    for name, part in sim.parts.items():
+    ctx.ledger.syncs, ctx.ledger.bytes_, ctx.ledger.extra_bytes = list(led["syncs"]), list(led["bytes"]), float(led["extra_bytes"])
+    mine = ckpt["ranks"][ctx.comm.rank]
+    ctx.store.load_state_dict(mine["store"], ckpt["ranks"][0]["store"])  # tables every process holds: in the root's
+    for name, part in ctx.parts.items():
         part.load_state_dict(mine["parts"].get(name, {}))
     set_rng_state(mine["rng"])
     saved = dict(mine["state"])
@@ -373,12 +374,12 @@ def check_world_size(ckpt: dict, size: int, run_dir) -> None:
                           f"run has {size}; resume it with: {resume_command(run_dir, ckpt['world_size'], ckpt.get('launcher', 'mpi'))}")
 
 
-def save_model(sim, path: str | Path) -> Path:
+def save_model(ctx: CheckpointContext, path: str | Path) -> Path:
     """The final global model as a ``state_dict`` (keys in ``model.state_dict()`` order), atomically."""
     state = {}
-    for name in sim.model.state_dict().keys():
-        src = sim.global_params.get(name)
+    for name in ctx.model.state_dict().keys():
+        src = ctx.global_params.get(name)
         if src is None:
-            src = sim.global_buffers[name]
+            src = ctx.global_buffers[name]
         state[name] = _cpu(src)
     return atomic_save(state, path)

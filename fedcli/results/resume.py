@@ -14,6 +14,7 @@ from pathlib import Path
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
 from fedcli.results.checkpoint import RESUME_MAY_CHANGE, check_config, check_world_size, load_latest
+from fedcli.fl.context import LogContext
 
 def read_manifest(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
@@ -118,8 +119,8 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
     return payload["ckpt"]
 
 
-def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates: dict | None = None, state=None,
-                   promoted: dict | None = None):
+def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, ctx: LogContext, manifest_updates: dict | None = None,
+                   state=None, promoted: dict | None = None):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint
     (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``). ``promoted``:
@@ -134,7 +135,7 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
     if ckpt is not None:
         positions.update(ckpt["csv"])
     rewind_csvs(run_dir, positions)
-    rd = RunDir(run_dir, extra_columns(sim))
+    rd = RunDir(run_dir, extra_columns(ctx))
     for name, attr, cols in (("intervals.csv", "intervals", INTERVALS_COLUMNS), ("skipped.csv", "skipped", SKIPPED_COLUMNS),
                              ("clients.csv", "clients", CLIENTS_COLUMNS), ("system.csv", "system", SYSTEM_COLUMNS)):
         if (run_dir / name).exists():
@@ -152,9 +153,9 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, sim, manifest_updates
             rd.manifest.pop("reason")
     rd.manifest.pop("error", None)
     rd.manifest.pop("summary", None)
-    rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=sim.cfg.to_dict(),
+    rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=ctx.cfg.to_dict(),
                       resumes=list(rd.manifest.get("resumes", [])) + [entry], **(manifest_updates or {}))
-    rd.write_layers(layer_rows(sim, state))
+    rd.write_layers(layer_rows(ctx, state))
     return rd
 
 

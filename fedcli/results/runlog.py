@@ -13,42 +13,43 @@ Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a cr
 from __future__ import annotations
 
 from fedcli.fl.hooks import RoundHook
+from fedcli.fl.context import LogContext
 
 
-def extra_columns(sim) -> dict[str, list[str]]:
+def extra_columns(ctx: LogContext) -> dict[str, list[str]]:
     """Columns a run adds after a CSV's own (``rundir.RunDir``'s ``extra``): with ``--system``, ``sim_time_s`` in
     metrics.csv (the simulated time at the evaluation) and in layers.csv (the time the layer's synchronizations
     cost); with ``--val-fraction``, ``val_loss`` and ``val_acc`` in metrics.csv; with ``--client-val-fraction``,
     ``personal_val_acc``. None otherwise, so a run without them writes the files it always wrote."""
-    extra = {"metrics.csv": ["sim_time_s"], "layers.csv": ["sim_time_s"]} if sim.system is not None else {}
-    if sim.cfg.val_fraction > 0:  # --val-fraction: the global model on the validation set
+    extra = {"metrics.csv": ["sim_time_s"], "layers.csv": ["sim_time_s"]} if ctx.system is not None else {}
+    if ctx.cfg.val_fraction > 0:  # --val-fraction: the global model on the validation set
         extra["metrics.csv"] = extra.get("metrics.csv", []) + ["val_loss", "val_acc"]
-    if sim.cfg.client_val_fraction > 0:  # --client-val-fraction: the clients' models on their validation samples
+    if ctx.cfg.client_val_fraction > 0:  # --client-val-fraction: the clients' models on their validation samples
         extra["metrics.csv"] = extra.get("metrics.csv", []) + ["personal_val_acc"]
     return extra
 
 
-def layer_rows(sim, state=None) -> list[dict]:
+def layer_rows(ctx: LogContext, state=None) -> list[dict]:
     """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head); with ``--system``,
     ``sim_time_s``, the simulated seconds of the layer's synchronizations so far (the run's ``state``'s; 0 without
     one, before the first round)."""
-    rows = [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": sim.ledger.syncs[li.index],
-             "comm_params": sim.ledger.layer_params(li.index), "comm_bytes": sim.ledger.bytes_[li.index],
-             "interval": 0 if li.index in sim.local_layers else sim.schedule.intervals[li.index]} for li in sim.layers]
-    if sim.system is not None:  # no state: before the first round (0 s)
+    rows = [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": ctx.ledger.syncs[li.index],
+             "comm_params": ctx.ledger.layer_params(li.index), "comm_bytes": ctx.ledger.bytes_[li.index],
+             "interval": 0 if li.index in ctx.local_layers else ctx.schedule.intervals[li.index]} for li in ctx.layers]
+    if ctx.system is not None:  # no state: before the first round (0 s)
         for row, seconds in zip(rows, getattr(state, "layer_time_s", None) or [0.0] * len(rows)):
             row["sim_time_s"] = seconds
     return rows
 
 
-def interval_rows(sim, adj) -> list[dict]:
+def interval_rows(ctx: LogContext, adj) -> list[dict]:
     """intervals.csv: one row per layer of a schedule adjustment ``adj`` (round, iteration, d, intervals). ``round``
     follows the run directory's one rule: the rounds done when the row is written (the adjustment at the end of
     the first round is round 1), as in metrics.csv."""
-    eligible = sim.schedule.eligible
+    eligible = ctx.schedule.eligible
     return [{"round": adj.round + 1, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
              "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}
-            for li in sim.layers]
+            for li in ctx.layers]
 
 
 def skipped_rows(skips: list[dict], start: int) -> list[dict]:
@@ -64,13 +65,13 @@ class RunLog(RoundHook):
     def __init__(self, run_dir):
         self.run_dir = run_dir
 
-    def begin(self, sim, state) -> None:
+    def begin(self, ctx: LogContext, state) -> None:
         """Before the first round: a layer-wise schedule's intervals.csv exists from the start (header only)."""
-        if sim.schedule.needs_discrepancy:
+        if ctx.schedule.needs_discrepancy:
             self.run_dir.append_intervals([])
 
-    def __call__(self, sim, state) -> None:
-        rec = sim.record
+    def __call__(self, ctx: LogContext, state) -> None:
+        rec = ctx.record
         if rec.skips:
             self.run_dir.append_skipped(skipped_rows(rec.skips, rec.start_iteration))
         if rec.system is not None:
@@ -78,14 +79,14 @@ class RunLog(RoundHook):
         if rec.timing is not None:
             self.run_dir.append_timing([rec.timing])
         if rec.adjustment is not None:
-            self.run_dir.append_intervals(interval_rows(sim, rec.adjustment))
+            self.run_dir.append_intervals(interval_rows(ctx, rec.adjustment))
         if rec.metrics is not None:
             self.run_dir.append_metrics(rec.metrics)
-            if sim.personal is not None and sim.personal.client_rows:  # the evaluation's per-client numbers
+            if ctx.personal is not None and ctx.personal.client_rows:  # the evaluation's per-client numbers
                 at = {"round": rec.metrics["round"], "iteration": rec.metrics["iteration"]}
-                self.run_dir.append_clients([{**at, **r} for r in sim.personal.client_rows])
-            self.run_dir.write_layers(layer_rows(sim, state))
-        for part in sim.parts.values():  # rows a part recorded this round (ala.csv, local_loss.csv: --ala-trace)
-            for name, rows in part.round_tables(sim.view).items():
+                self.run_dir.append_clients([{**at, **r} for r in ctx.personal.client_rows])
+            self.run_dir.write_layers(layer_rows(ctx, state))
+        for part in ctx.parts.values():  # rows a part recorded this round (ala.csv, local_loss.csv: --ala-trace)
+            for name, rows in part.round_tables(ctx.view).items():
                 if rows:
                     self.run_dir.append_part_rows(name, rows)

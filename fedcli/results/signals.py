@@ -21,6 +21,7 @@ from fedcli.results import stopfile
 from fedcli.fl.hooks import RoundHook
 from fedcli.results.checkpoint import capture, global_state, local_state, run_facts, save
 from fedcli.results.runstate import resume_command
+from fedcli.fl.context import CheckpointContext, LogContext
 
 #: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like
 #: SIGTERM; SIGUSR1 (a scheduler's time-limit warning) a checkpoint at the next round boundary, then the same stop
@@ -59,6 +60,7 @@ class Checkpointer(RoundHook):
 
     active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
     keeps = True  # called after the divergence guard's check of the round (RoundHook.keeps): a diverged round is never kept
+    context = CheckpointContext  # what it reads of the run: the global model, the parts' and the store's state
 
     def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"):
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
@@ -75,16 +77,16 @@ class Checkpointer(RoundHook):
         self.late: int | None = None        # a signal that arrived during the last round
         self.late_request: dict | None = None  # a stop request met at the last round boundary (the run completed)
 
-    def __call__(self, sim, state) -> None:
+    def __call__(self, ctx: CheckpointContext, state) -> None:
         stop = self.pending is not None
-        asked = self.stop_request(sim, state)  # RUN/stop.json (rank 0 looks: one lstat per round)
-        if sim.comm.size > 1:  # one all-reduce per round carries both answers: a signal, a stop request
-            flags = sim.comm.allreduce_(torch.tensor([1.0 if stop else 0.0, 1.0 if asked is not None else 0.0],
+        asked = self.stop_request(ctx, state)  # RUN/stop.json (rank 0 looks: one lstat per round)
+        if ctx.comm.size > 1:  # one all-reduce per round carries both answers: a signal, a stop request
+            flags = ctx.comm.allreduce_(torch.tensor([1.0 if stop else 0.0, 1.0 if asked is not None else 0.0],
                                                      dtype=torch.float64))
             stop = float(flags[0]) > 0
             if float(flags[1]) > 0 and asked is None:
                 asked = {}  # another process's (rank 0's) request: rank 0 says what it was
-        if sim.done(state):
+        if ctx.done(state):
             if stop:
                 self.late = self.pending or signal.SIGTERM
             if asked is not None:
@@ -95,9 +97,9 @@ class Checkpointer(RoundHook):
         if stop or asked is not None:  # the boundary a stop waited for: a further signal (Slurm's srun passes the time
             self.stopping = True  # limit's SIGTERM on as well) waits for this checkpoint instead of cutting it short
         if stop or asked is not None or (self.every and state.round_idx % self.every == 0):
-            self.write(sim, state)
+            self.write(ctx, state)
         else:
-            snapshot = (state.round_idx, global_state(sim, state) if sim.comm.is_root else None, local_state(sim, state, copy=True))
+            snapshot = (state.round_idx, global_state(ctx, state) if ctx.comm.is_root else None, local_state(ctx, state, copy=True))
         # only now (a signal may interrupt the lines above): this boundary is the one a stop mid-round falls back to
         self.snapshot, self.rounds_done = snapshot, state.round_idx
         if asked is not None:  # a request and a signal at the same boundary: the request says more (kept as pruned)
@@ -108,10 +110,10 @@ class Checkpointer(RoundHook):
                                       f"(iteration {state.iteration}); {self.holds()}; continue with: "
                                       f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
 
-    def stop_request(self, sim, state) -> dict | None:
+    def stop_request(self, ctx: CheckpointContext, state) -> dict | None:
         """Rank 0: the stop request (``RUN/stop.json``, :mod:`fedcli.results.stopfile`) that acts at this round boundary,
         or None; the other processes learn of it in the round's all-reduce (:meth:`__call__`)."""
-        if not sim.comm.is_root or not stopfile.stop_requested(self.run_dir):
+        if not ctx.comm.is_root or not stopfile.stop_requested(self.run_dir):
             return None
         req = stopfile.read_stop(self.run_dir)
         return req if req is not None and stopfile.due(req, state.iteration) else None
@@ -125,29 +127,29 @@ class Checkpointer(RoundHook):
                       f"{stopfile.stop_path(self.run_dir)}{why}; {self.holds()}; the run is kept as it stands; finish it "
                       f"with: {resume_command(self.run_dir, self.world_size, self.launcher)} --promote", where)
 
-    def step(self, sim, state) -> None:
+    def step(self, ctx: LogContext, state) -> None:
         """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
-        now = float(sim.comm.allreduce_(torch.tensor([1.0 if self.now else 0.0], dtype=torch.float64))[0]) > 0
+        now = float(ctx.comm.allreduce_(torch.tensor([1.0 if self.now else 0.0], dtype=torch.float64))[0]) > 0
         if now:
             self.stopping = True
             raise Interrupted(self.pending or signal.SIGTERM, "stopped mid-round", now=True)
 
-    def write(self, sim, state) -> None:
-        ckpt = capture(sim, state)
+    def write(self, ctx: CheckpointContext, state) -> None:
+        ckpt = capture(ctx, state)
         if ckpt is not None:
             self.last = save(self.run_dir, ckpt, self.keep)
-        sim.store.pin(state.round_idx, self.keep)  # a disk store keeps the files this checkpoint refers to
+        ctx.store.pin(state.round_idx, self.keep)  # a disk store keeps the files this checkpoint refers to
         self.last_round = state.round_idx
 
-    def write_snapshot(self, sim) -> None:
+    def write_snapshot(self, ctx: CheckpointContext) -> None:
         """After a stop mid-round (collective): write the last round boundary if no checkpoint holds it yet."""
         snap = self.snapshot
         if snap is None or snap[0] <= self.last_round:
             return
-        ranks = sim.comm.allgather(snap[2])
+        ranks = ctx.comm.allgather(snap[2])
         if snap[1] is not None:
-            self.last = save(self.run_dir, {**run_facts(sim), **snap[1], "ranks": ranks}, self.keep)
-        sim.store.pin(snap[0], self.keep)
+            self.last = save(self.run_dir, {**run_facts(ctx), **snap[1], "ranks": ranks}, self.keep)
+        ctx.store.pin(snap[0], self.keep)
         self.last_round, self.snapshot = snap[0], None
 
     def holds(self) -> str:

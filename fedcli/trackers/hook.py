@@ -36,6 +36,7 @@ import threading
 from pathlib import Path
 
 from fedcli.fl.hooks import RoundHook
+from fedcli.fl.context import LogContext
 
 #: the longest the end of a run waits for the trackers' end work where it waits at all (Slurm)
 CLOSE_TIMEOUT_S = 120.0
@@ -75,9 +76,9 @@ def sweep_of(run_dir: Path) -> tuple[Path, dict, dict] | None:
     return (root, manifest, entry) if entry is not None else None
 
 
-def run_info(sim, run_dir: Path) -> dict:
+def run_info(ctx: LogContext, run_dir: Path) -> dict:
     """Name, grouping, tags and hyper-parameters of the run (``fedcli.trackers.base.RunInfo``'s fields)."""
-    return info_of(sim.cfg.to_dict(), sim.part_names, sim.comm.size, run_dir)
+    return info_of(ctx.cfg.to_dict(), ctx.part_names, ctx.comm.size, run_dir)
 
 
 def info_of(config: dict, part_names: dict, world_size: int, run_dir: Path) -> dict:
@@ -111,12 +112,12 @@ class TrackerHook(RoundHook):
         self.started = threading.Event()  # the trackers' process has started every tracker (and said any failure)
 
     # ---------------------------------------------------------------- the training's side (cheap)
-    def begin(self, sim, state) -> None:
+    def begin(self, ctx: LogContext, state) -> None:
         if self.proc is not None:
             return
-        self.names = [li.name for li in sim.layers]
-        self.total_numel = sum(li.numel for li in sim.layers)
-        self.launch(run_info(sim, self.run_dir))
+        self.names = [li.name for li in ctx.layers]
+        self.total_numel = sum(li.numel for li in ctx.layers)
+        self.launch(run_info(ctx, self.run_dir))
 
     def launch(self, info: dict) -> None:
         """Start the trackers' process and tell it to start every tracker with ``info`` (``run_info``'s fields)."""
@@ -147,10 +148,10 @@ class TrackerHook(RoundHook):
             t.start()
         self.queue.put({"op": "start", "info": info})
 
-    def __call__(self, sim, state) -> None:
+    def __call__(self, ctx: LogContext, state) -> None:
         if self.proc is None:
             return
-        rec = sim.record
+        rec = ctx.record
         values: dict[str, float] = {}
         if rec.adjustment is not None:
             adj = rec.adjustment
@@ -158,21 +159,21 @@ class TrackerHook(RoundHook):
                 values[f"adjust/d/{name}"] = float(d)
                 values[f"adjust/interval/{name}"] = float(interval)
         if rec.metrics is not None:
-            values.update(self.evaluation(sim, rec.metrics))
+            values.update(self.evaluation(ctx, rec.metrics))
         if values:
             self.queue.put({"op": "log", "step": int(state.iteration), "values": values})
 
-    def evaluation(self, sim, row: dict) -> dict[str, float]:
+    def evaluation(self, ctx: LogContext, row: dict) -> dict[str, float]:
         """The scalars of one evaluation: the metrics row, % of FedAvg, and per-layer syncs and intervals."""
         from fedcli.comm.ledger import fedavg_params_so_far
 
         out = {k: float(v) for k, v in row.items() if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        fedavg = fedavg_params_so_far(self.total_numel, row["iteration"], row["round"], sim.cfg.tau, bool(sim.cfg.local_epochs))
+        fedavg = fedavg_params_so_far(self.total_numel, row["iteration"], row["round"], ctx.cfg.tau, bool(ctx.cfg.local_epochs))
         out["comm_pct_of_fedavg"] = 100.0 * row["comm_params"] / fedavg if fedavg else math.nan
-        local = set(sim.local_layers)
+        local = set(ctx.local_layers)
         for i, name in enumerate(self.names):
-            out[f"syncs/{name}"] = float(sim.ledger.syncs[i])
-            out[f"interval/{name}"] = 0.0 if i in local else float(sim.schedule.intervals[i])
+            out[f"syncs/{name}"] = float(ctx.ledger.syncs[i])
+            out[f"interval/{name}"] = 0.0 if i in local else float(ctx.schedule.intervals[i])
         return out
 
     def close(self, status: str) -> None:

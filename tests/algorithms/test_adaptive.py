@@ -60,7 +60,7 @@ def lamb_setup(step_class=None, synced=True, **kw):
     step.name = "lamb"
     glob = {"a": torch.zeros(2), "b": torch.zeros(1)}
     view = PartView.fake(parts={"local_step": step, "server": server}, global_params=glob, store=ClientStore(),
-                         device=torch.device("cpu"), cfg=c)
+                         device=torch.device("cpu"))
     cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), glob, {})
     cohort.params["a"].copy_(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))
     cohort.params["b"].copy_(torch.tensor([[1.0], [1.0]]))

@@ -64,7 +64,7 @@ def test_fedamp_proximal_step_by_hand(data):
                     {"w": torch.tensor([[1.0, 2.0], [0.0, -1.0]])}, {})
     init = AMPInit(cfg)  # what FedAMP's init sent this round (download), offered to the step through the view
     init.clouds = {"w": torch.tensor([[0.5, 2.0], [1.0, -1.0]])}
-    step.begin_round(PartView.fake(cfg=cfg, parts={"init": init}), cohort)
+    step.begin_round(PartView.fake(parts={"init": init}), cohort)
     assert step.clouds is init.clouds
     step.step(cohort, {"w": torch.full((2, 2), 0.5)}, lr=0.1)
     # client 0: 1 - 0.1 (0.5 + 2 * 0.5) = 0.85,  2 - 0.1 * 0.5 = 1.95

@@ -28,7 +28,7 @@ def test_client_step_and_state_on_a_1d_quadratic_by_hand():
     """
     cfg = TrainConfig(feddyn_alpha=0.25)
     step = FedDynStep(cfg)
-    step.setup(PartView.fake(layers=(), cfg=cfg))
+    step.setup(PartView.fake(layers=()))
     store = ClientStore()
     store.scatter("feddyn.grad_i:w", [7], torch.tensor([[0.5]], dtype=torch.float64))
     glob = {"w": torch.tensor([1.0], dtype=torch.float64)}

@@ -55,7 +55,7 @@ def test_pfedme_local_step_by_hand():
     from fedcli.fl.algorithms.pfedme import PFedMeStep
 
     cfg = TrainConfig(pfedme_k=2, pfedme_lr=0.1, pfedme_lambda=15.0)
-    view = PartView.fake(cfg=cfg, trainer=VmapTrainer(torch.nn.Linear(2, 2)))
+    view = PartView.fake(trainer=VmapTrainer(torch.nn.Linear(2, 2)))
     params = {"weight": torch.zeros(2, 2, 2), "bias": torch.zeros(2, 2)}
     cohort = Cohort([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), params, {})
     cohort.steps = torch.tensor([1, 0])

@@ -87,7 +87,7 @@ def test_keras_l2_is_twice_the_coefficient():
 def _view(layers=None, global_params=None, **kw):
     """The part interface of a run of one client store, on one process, with FedAvg's server."""
     cfg = _cfg(**kw)
-    return PartView.fake(cfg=cfg, store=ClientStore(), comm=Communicator(), layers=layers or _layers({"w": "kernel"}),
+    return PartView.fake(seed=cfg.seed, store=ClientStore(), comm=Communicator(), layers=layers or _layers({"w": "kernel"}),
                          global_params=global_params or {"w": torch.zeros(1)}, full_participation=False,
                          parts={"server": AverageServer(cfg)})
 
@@ -108,7 +108,7 @@ G = {0: 1.0, 1: 11.0, 2: 21.0, 3: 31.0}  # each client's constant gradient
 
 def test_momentum_reset_each_round_by_default():
     view = _view(momentum=0.5)
-    step = SGDStep(view.cfg)
+    step = SGDStep(_cfg(momentum=0.5))
     # round 0, two steps: b = g, then 0.5 g + g = 1.5 g
     assert _round(view, step, 0, [0, 1], G, steps=2) == {0: 1.5, 1: 16.5}
     # round 1: a fresh buffer again: b = g
@@ -117,7 +117,7 @@ def test_momentum_reset_each_round_by_default():
 
 def test_momentum_persists_by_client():
     view = _view(momentum=0.5, momentum_persist="client")
-    step = SGDStep(view.cfg)
+    step = SGDStep(_cfg(momentum=0.5, momentum_persist="client"))
     assert _round(view, step, 0, [0, 1], G, steps=2) == {0: 1.5, 1: 16.5}
     # client 1 continues from its 16.5: 0.5 * 16.5 + 11 = 19.25; client 2 has none: 0.5 * 0 + 21
     assert _round(view, step, 1, [1, 2], G) == {1: 19.25, 2: 21.0}
@@ -127,7 +127,7 @@ def test_momentum_persists_by_client():
 
 def test_momentum_persists_by_slot():
     view = _view(momentum=0.5, momentum_persist="slot", seed=3)
-    step = SGDStep(view.cfg)
+    step = SGDStep(_cfg(momentum=0.5, momentum_persist="slot", seed=3))
     first = _round(view, step, 0, [0, 1], G, steps=2)  # {0: 1.5, 1: 16.5}, held by slots s0 = slot_of(...)
     by_slot = {slot_of(3, 0, [0, 1])[c]: b for c, b in first.items()}
     second = _round(view, step, 1, [2, 3], G)  # new clients inherit the slots' buffers: 0.5 * b_slot + g
@@ -165,7 +165,7 @@ def test_author_step_equals_a_keras_sgd_reimplementation():
 
     view = _view(momentum=mu, weight_decay=2 * c, weight_decay_on="kernels+final-bias", momentum_persist="slot",
                  layers=_layers(kinds), global_params={n: torch.zeros(len(x)) for n, x in start.items()})
-    step = SGDStep(view.cfg)
+    step = SGDStep(_cfg(momentum=mu, weight_decay=2 * c, weight_decay_on="kernels+final-bias", momentum_persist="slot"))
     step.setup(view)
     x = {n: torch.tensor(vv) for n, vv in start.items()}
     for r in range(2):

@@ -118,7 +118,7 @@ def test_the_view_has_exactly_the_declared_members():
 
 
 def test_a_fake_view_takes_declared_members_only_and_is_read_only():
-    view = PartView.fake(active=3, cfg=TrainConfig())
+    view = PartView.fake(active=3)
     assert view.active == 3
     with pytest.raises(TypeError, match="not members of the part interface: simulation"):
         PartView.fake(simulation=object())
@@ -180,7 +180,7 @@ def test_the_schedule_adjusts_at_its_end_round_hook():
     cfg = TrainConfig(algo="fedlama", tau=2, phi=2, lama_rule="paper", lama_eligible="all", lama_first_adjust=1)
     layers = [LayerInfo(0, "a", (10,), 10, "kernel"), LayerInfo(1, "b", (1000,), 1000, "kernel")]
     s = Lama(cfg, layers)
-    view = PartView.fake(cfg=cfg, layers=tuple(layers))
+    view = PartView.fake(layers=tuple(layers))
     cohort = Cohort([0], torch.ones(1, dtype=torch.float64), {}, {}, round_idx=0)
     s.observe(0, 1.0 * 10 * 4, 4)   # d_0 = 1 (Eq. 2: the distance / (steps * numel))
     s.observe(1, 1e-6 * 1000 * 4, 4)  # d_1 = 1e-6
