@@ -11,6 +11,9 @@ general parts (``fedcli/specs/parts.py``, ``fedcli/specs/adaptive.py``):
   extends (``base``: its options come along) and what it offers and needs of the run's other parts;
 - the :class:`Method` preset itself (``register_method``): the five part names, its label, its defaults.
 
+``fedcli/specs/trackers.py`` declares the experiment trackers the same way (each ``--tracker`` name, its library, its
+class as ``"module:Class"``), so the config checks ``--tracker`` without the trackers' code.
+
 Nothing here imports torch, so ``--help``, argument errors, recipe and config validation read the registries
 directly. The registries fill themselves on first use (:func:`load` imports every module of this package once):
 no module needs importing for its side effects first. A method of your own registers the same way from any

@@ -17,7 +17,7 @@ from fedcli.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class TrackerSpec:
+class TrackerDeclaration:
     """One tracker: its ``--tracker`` name, the import name of its library, its class as ``"module:Class"``."""
 
     name: str
@@ -26,16 +26,16 @@ class TrackerSpec:
 
 
 #: --tracker name -> its declaration, every tracker known to this process
-TRACKER_SPECS: dict[str, TrackerSpec] = {}
+DECLARED_TRACKERS: dict[str, TrackerDeclaration] = {}
 
 
-def declare_tracker(name: str, package: str, impl: str) -> TrackerSpec:
+def declare_tracker(name: str, package: str, impl: str) -> TrackerDeclaration:
     """Declare the tracker ``name`` (one declaration a name; the same one again is no change)."""
-    spec = TrackerSpec(name, package, impl)
-    if not name or TRACKER_SPECS.get(name, spec) != spec:
+    declared = TrackerDeclaration(name, package, impl)
+    if not name or DECLARED_TRACKERS.get(name, declared) != declared:
         raise TypeError(f"{impl}: a tracker needs a name of its own, got {name!r}")
-    TRACKER_SPECS[name] = spec
-    return spec
+    DECLARED_TRACKERS[name] = declared
+    return declared
 
 
 #: the built-in trackers, declared by name here, their classes in fedcli/trackers/<name>_run.py
@@ -54,11 +54,11 @@ def check_trackers(value: str) -> list[str]:
     Looks the library up without importing it."""
     names = tracker_names(value)
     for n in names:
-        spec = TRACKER_SPECS.get(n)
-        if spec is None:
-            raise ConfigError(f"--tracker: unknown tracker '{n}'; choose one of: {', '.join(sorted(TRACKER_SPECS))}",
+        declared = DECLARED_TRACKERS.get(n)
+        if declared is None:
+            raise ConfigError(f"--tracker: unknown tracker '{n}'; choose one of: {', '.join(sorted(DECLARED_TRACKERS))}",
                               key="tracker")
-        if importlib.util.find_spec(spec.package) is None:
-            raise ConfigError(f"--tracker {n} needs the {spec.package} package, which is not installed: "
+        if importlib.util.find_spec(declared.package) is None:
+            raise ConfigError(f"--tracker {n} needs the {declared.package} package, which is not installed: "
                               f"pip install -e \".[trackers]\" (or make install)", key="tracker")
     return names

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedcli.specs.trackers import TrackerSpec, check_trackers, declare_tracker, tracker_names
+from fedcli.specs.trackers import TrackerDeclaration, check_trackers, declare_tracker, tracker_names
 
 #: the files of the report's figures among a run's artifacts (the image, its PDF, its caption); the rest is the
 #: manifest and the CSVs
@@ -36,23 +36,23 @@ class RunInfo:
 
 
 class Tracker:
-    """One experiment tracker. Subclasses set ``spec`` (their declaration, ``fedcli.specs.trackers``: the ``--tracker``
-    name and the import name of the library the extra ``.[trackers]`` installs), import their library inside ``start``
-    and register with :func:`register_tracker`."""
+    """One experiment tracker. Subclasses set ``declaration`` (``fedcli.specs.trackers``: the ``--tracker`` name and
+    the import name of the library the extra ``.[trackers]`` installs), import their library inside ``start`` and
+    register with :func:`register_tracker`."""
 
-    spec: TrackerSpec | None = None
-    name = ""     # the declaration's, set from ``spec`` (a tracker of your own may set these two instead of ``spec``)
+    declaration: TrackerDeclaration | None = None
+    name = ""     # the declaration's, set from it (a tracker of your own may set these two instead of ``declaration``)
     package = ""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.spec is not None:
-            cls.name, cls.package = cls.spec.name, cls.spec.package
+        if cls.declaration is not None:
+            cls.name, cls.package = cls.declaration.name, cls.declaration.package
 
     @classmethod
-    def declared(cls) -> TrackerSpec:
-        """The class's declaration: its ``spec``, else one made of its ``name`` and ``package``."""
-        return cls.spec or TrackerSpec(cls.name, cls.package, f"{cls.__module__}:{cls.__qualname__}")
+    def declared(cls) -> TrackerDeclaration:
+        """The class's declaration: its ``declaration``, else one made of its ``name`` and ``package``."""
+        return cls.declaration or TrackerDeclaration(cls.name, cls.package, f"{cls.__module__}:{cls.__qualname__}")
 
     def start(self, run: RunInfo) -> dict:
         """Open (or, with ``run.saved``, reopen) the tracker run and record ``run.params``; returns what a resume needs
@@ -77,11 +77,11 @@ class Tracker:
 def register_tracker(cls: type[Tracker]) -> type[Tracker]:
     """Class decorator: make ``cls`` available as ``--tracker NAME`` (its declaration's name, declared here too when
     the class is a tracker of your own)."""
-    spec = cls.declared()
-    if spec.name in TRACKERS:
-        raise TypeError(f"{cls.__qualname__}: a tracker needs a name of its own, got {spec.name!r}")
-    declare_tracker(spec.name, spec.package, spec.impl)
-    TRACKERS[spec.name] = cls
+    declared = cls.declared()
+    if declared.name in TRACKERS:
+        raise TypeError(f"{cls.__qualname__}: a tracker needs a name of its own, got {declared.name!r}")
+    declare_tracker(declared.name, declared.package, declared.impl)
+    TRACKERS[declared.name] = cls
     return cls
 
 

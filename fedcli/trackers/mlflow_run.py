@@ -24,7 +24,7 @@ BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits
 
 
 class MLflowRun(Tracker):
-    spec = MLFLOW
+    declaration = MLFLOW
 
     def start(self, run: RunInfo) -> dict:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")

@@ -21,7 +21,7 @@ SESSION_END = {"completed": 3, "failed": 2, "interrupted": 4}  # hparams api Sta
 
 
 class TensorBoardRun(Tracker):
-    spec = TENSORBOARD
+    declaration = TENSORBOARD
 
     def start(self, run: RunInfo) -> dict:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter

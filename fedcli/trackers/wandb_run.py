@@ -34,7 +34,7 @@ def has_api_key() -> bool:
 
 
 class WandbRun(Tracker):
-    spec = WANDB
+    declaration = WANDB
 
     def start(self, run: RunInfo) -> dict:
         import wandb

@@ -36,18 +36,18 @@ def test_the_import_linter_ignore_list_is_empty():
 def test_each_built_in_class_is_the_one_its_declaration_names():
     import importlib
 
-    from fedcli.specs.trackers import TRACKER_SPECS
+    from fedcli.specs.trackers import DECLARED_TRACKERS
     from fedcli.trackers import TRACKERS
 
-    for name, spec in TRACKER_SPECS.items():
-        module, _, cls = spec.impl.partition(":")
+    for name, declared in DECLARED_TRACKERS.items():
+        module, _, cls = declared.impl.partition(":")
         assert TRACKERS[name] is getattr(importlib.import_module(module), cls)
-        assert (TRACKERS[name].name, TRACKERS[name].package) == (name, spec.package)
+        assert (TRACKERS[name].name, TRACKERS[name].package) == (name, declared.package)
 
 
 def test_a_tracker_of_your_own_is_declared_by_registering_it():
     from fedcli.config import TrainConfig
-    from fedcli.specs.trackers import TRACKER_SPECS
+    from fedcli.specs.trackers import DECLARED_TRACKERS
     from fedcli.trackers import TRACKERS, Tracker, register_tracker
 
     class Mine(Tracker):
@@ -62,4 +62,4 @@ def test_a_tracker_of_your_own_is_declared_by_registering_it():
             register_tracker(Mine)
     finally:
         TRACKERS.pop("mine-test", None)
-        TRACKER_SPECS.pop("mine-test", None)
+        DECLARED_TRACKERS.pop("mine-test", None)
