@@ -122,7 +122,7 @@ class GeneralConfig:
         self.hidden_sizes()
         self.decay_points()
         if self.tracker:
-            from fedcli.trackers import check_trackers  # the tracker libraries themselves are imported only by a run
+            from fedcli.specs.trackers import check_trackers  # the trackers' declarations, torch-free (no tracker code)
 
             self.tracker = ",".join(check_trackers(self.tracker))
         for params in PARAMS:  # rules a method's params class keeps for its own fields

@@ -2,7 +2,7 @@
 random labels), for the paper-scale check (tests/paperkit.py) and the tests that go through a real loader.
 
 Each writer takes the folder that ``--data-dir`` names and a sample count, and lays the files out as the dataset
-ships them (what ``fedcli/data/datasets.py`` reads):
+ships them (what the loaders of ``fedcli/data/datasets/`` read):
 
 - CIFAR-10: ``cifar-10-batches-py/data_batch_1..5``, ``test_batch`` and ``batches.meta``, python-2 pickles of
   ``{b"batch_label", b"labels", b"data" uint8 [N, 3072], b"filenames"}`` (Krizhevsky 2009, 10 classes).

@@ -28,6 +28,8 @@ METHOD_SPEC_USES = {
     ("fedcli/params.py", "spec"): "the PartSpec whose declared options a part reads",
     ("fedcli/params.py", "_spec"): "the PartSpec of a part class or of a spec",
     ("fedcli/report/rundata.py", "spec"): "the PartSpec through which a run's recorded options are read, typed",
+    ("fedcli/report/rundata.py", "part_spec"): "the PartSpec of a run's part: what the report reads of it (its label, "
+                                               "layerwise, learned_weights) without the torch class",
 }
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")

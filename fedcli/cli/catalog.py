@@ -2,8 +2,9 @@
 
 ``fedcli train --help``, ``fedcli partition --help`` and argument errors need every option (the fields of the
 assembled :class:`fedcli.config.TrainConfig`), every method name and every dataset name. All of it is declared
-without torch (``fedcli.config``, the method specs of ``fedcli.specs``, ``fedcli.data.dataset_names``), so it is read
-directly at each start (a few milliseconds): there is nothing to cache and nothing to go stale.
+without torch (``fedcli.config``, the method specs of ``fedcli.specs``, the datasets' declarations in
+``fedcli.data.datasets``), so it is read directly at each start (a few milliseconds): there is nothing to cache and
+nothing to go stale.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def load() -> dict:
     personalized, defaults) and the dataset names."""
     from fedcli import specs
     from fedcli.config import FIELDS, field_type
-    from fedcli.data.dataset_names import DATASET_NAMES
+    from fedcli.data.datasets import DECLARED
     from fedcli.params import section_of
 
     panels = method_panels()
@@ -28,7 +29,7 @@ def load() -> dict:
               for f in FIELDS.values()]
     methods = {name: {"name": m.name, "label": m.label_for(name), "personalized": m.personalized,
                       "defaults": m.effective_defaults()} for name, m in specs.METHODS.items()}
-    return {"fields": fields, "methods": methods, "datasets": sorted(DATASET_NAMES)}
+    return {"fields": fields, "methods": methods, "datasets": sorted(DECLARED)}
 
 
 def method_panels() -> dict[str, str]:

@@ -29,7 +29,7 @@ def _version(value: bool) -> None:
     if value:
         import platform
 
-        from fedcli import __version__
+        from fedcli.version import __version__
 
         print(f"fedcli {__version__} (python {platform.python_version()})")
         raise typer.Exit(0)

@@ -25,6 +25,8 @@ training split (recorded in the manifest). Writer ids: when every image sits in 
 
 Without a test split, a stratified ``--holdout-fraction`` of the training split (default 0.2, as ``digits``) is the
 test set; with one, ``--holdout-fraction F > 0`` holds out F of the training split instead (as the other datasets).
+
+Their declarations are ``fedcli/data/datasets/imagefolder.py`` and ``tensors.py``, which call these loaders.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcli.data._formats import TENSOR_FILE_FORMAT, read_tensor_file
-from fedcli.data.sources import FedDataset, _assemble, _default_dir, _holdout_indices, _Split, register_dataset
+from fedcli.data.sources import FedDataset, _assemble, _default_dir, _holdout_indices, _Split
 from fedcli.errors import DataError
 
 DEFAULT_HOLDOUT = 0.2  # without a test split (as digits)
@@ -113,7 +115,6 @@ def _decode(files: list[Path], gray: bool, size: tuple[int, int]) -> np.ndarray:
     return x
 
 
-@register_dataset("imagefolder")
 def load_imagefolder(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
                      options: dict | None = None) -> FedDataset:
     """Images in torchvision's ``ImageFolder`` layout (see the module docstring)."""
@@ -217,7 +218,6 @@ def _writers(path: Path, key: str, w: np.ndarray, n: int) -> np.ndarray:
     return w.astype(str) if w.dtype.kind in "US" else w.astype(np.int64)
 
 
-@register_dataset("tensors")
 def load_tensors(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
                  options: dict | None = None) -> FedDataset:
     """Arrays from one ``.npz`` or ``.pt`` file (see the module docstring)."""

@@ -1,74 +1,19 @@
 """What every dataset loader shares (``fedcli.data.datasets``' built-in sources and ``fedcli.data.custom``'s own
-data): the in-memory :class:`FedDataset`, the loader registry, the stratified hold-out split and the assembly of
-numpy splits into a FedDataset."""
+data): the stratified hold-out split and the assembly of numpy splits into a :class:`FedDataset` (declared, with the
+loader registry, torch-free in ``fedcli.data.datasets``)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from fedcli.data.datasets.base import FedDataset, default_dir as _default_dir  # noqa: F401  (custom.py reads it here)
 from fedcli.errors import DataError
 
 HOLDOUT_SEED = 0  # the held-out test set is a function of the data only, never of a run seed
-
-
-@dataclass
-class FedDataset:
-    """A dataset: images ``[N, C, H, W]`` (normalized) or vectors ``[N, D]``, float32, held in memory, or (the
-    synthetic data) a table indexed like a tensor whose rows are generated on demand (``GeneratedRows``)."""
-
-    name: str
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    num_classes: int
-    train_groups: torch.Tensor | None = None  # int32 [N]: writer/user index of each training sample
-    test_groups: torch.Tensor | None = None  # int32 [M]: same indexing for the test samples
-    group_names: list[str] | None = None  # group index -> writer id (LEAF ids kept)
-    augment: str | None = None  # "cifar": the engine applies fedcli.data.augment at train time
-    source: dict = field(default_factory=dict)  # what was read (goes into the run manifest)
-    val_x: torch.Tensor | None = None  # --val-fraction: the held-out validation samples (fedcli.data.validation)
-    val_y: torch.Tensor | None = None
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.train_x.shape[1:])
-
-    def share_caches(self, processes: int) -> None:
-        """Tables that keep a cache of generated rows (``GeneratedRows``) keep ``1 / processes`` of it in this process:
-        the processes of a node (MPI ranks, ``--workers``) share one budget, as each trains its share of the clients."""
-        for x in (self.train_x, self.test_x):
-            if hasattr(x, "share_cache"):
-                x.share_cache(processes)
-
-    def __repr__(self) -> str:
-        groups = f", groups={len(self.group_names)}" if self.group_names is not None else ""
-        return (
-            f"FedDataset({self.name!r}, train={len(self.train_y)}, test={len(self.test_y)}, "
-            f"input_shape={list(self.input_shape)}, num_classes={self.num_classes}{groups})"
-        )
-
-
-Loader = Callable[..., FedDataset]
-DATASETS: dict[str, Loader] = {}
-
-
-def register_dataset(name: str) -> Callable[[Loader], Loader]:
-    """Register ``loader(data_dir: Path | None, *, download, holdout_fraction, options) -> FedDataset``. fedcli's own
-    loaders are also named in ``fedcli.data.dataset_names.DATASET_NAMES`` (the command line's list, read without importing
-    them; tests/cli/test_fast_answers.py checks the two agree)."""
-
-    def deco(fn: Loader) -> Loader:
-        DATASETS[name] = fn
-        return fn
-
-    return deco
 
 
 @dataclass
@@ -160,7 +105,3 @@ def _assemble(
         augment=augment,
         source=source,
     )
-
-
-def _default_dir(name: str, data_dir: Path | None) -> Path:
-    return data_dir if data_dir is not None else Path("data") / name

@@ -63,7 +63,8 @@ class Part:
     reads it only through a declared capability (``provides`` / ``offer``, :meth:`fedcli.fl.view.PartView.offered`).
     """
 
-    # the name a run's label adds when this part replaces its preset's own ("FedProx + ALA"); None: nothing
+    # the name a run's label adds when this part replaces its preset's own ("FedProx + ALA"); None: nothing (declared
+    # in the spec, ``PartSpec.label``, and copied here)
     label: str | None = None
     # the store prefix of each client's evaluated model (``fedcli.fl.personal``); None: the trained local model
     personal_prefix: str | None = None
@@ -277,8 +278,9 @@ class Init(Part):
     @classmethod
     def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
         """How many weights this init learns for each client, from a run's recorded config and its layers' sizes in
-        parameter order (FedALA Tables 1 and 6 count ALA's); None: it learns none. Read by the report."""
-        return None
+        parameter order (FedALA Tables 1 and 6 count ALA's); None: it learns none. Declared in the spec
+        (``PartSpec.learned_weights``), which the report reads without this class."""
+        return cls.spec.weights_learned(config, numels) if cls.spec is not None else None
 
     def mixes_received(self, view) -> bool:
         """Whether this init replaces what the server sends with a learned mix of it and the client's old model (ALA

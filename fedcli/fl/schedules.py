@@ -48,7 +48,7 @@ class Schedule(Part):
     kept_state = Part.kept_state  # a schedule's state is its own (``keeps``), never per client
     keeps = ("intervals",)     # checkpointed and resumed with the run
     needs_discrepancy = False  # it measures the cohort's discrepancy at each synchronization (FedLAMA Eq. 2)
-    layerwise = False          # each layer has its own interval (a report's legend gives tau' and phi)
+    layerwise = False          # each layer has its own interval (declared in the spec, ``PartSpec.layerwise``)
 
     def __init__(self, params, layers):
         super().__init__(params)
@@ -131,7 +131,6 @@ class LayerwiseSchedule(Schedule):
     """
 
     needs_discrepancy = True
-    layerwise = True
     keeps = Schedule.keeps + ("d",)  # the intervals and each layer's last d_l
     kept_state = Part.kept_state     # no per-client state (declared again beside its own ``synchronized``)
 

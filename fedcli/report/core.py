@@ -238,11 +238,11 @@ def check_time_axis(sweeps: list[Sweep], names: list[str] | None = None, x: str 
 
 
 def _against_time(figure_def: FigureDef, x: str | None) -> bool:
+    """Whether the figure draws simulated time (its kind's ``FigureKind.draws_time`` against its x axis)."""
     from fedcli.report import style
+    from fedcli.report.figures import FIGURE_KINDS
 
-    if figure_def.kind == "time-to-target":  # simulated time is what it draws (fedcli/report/summary.py)
-        return True
-    return figure_def.kind == "curves" and style.x_axis(x or figure_def.x) == "time"
+    return FIGURE_KINDS[figure_def.kind].draws_time(style.x_axis(x or figure_def.x))
 
 
 def _check_time(runs: dict) -> None:

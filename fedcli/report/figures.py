@@ -15,17 +15,25 @@
 - ``clients``: personalized runs' personal accuracy across clients (clients.csv), the worst-10% mean marked
   (:mod:`fedcli.report.clients`).
 
-No figure has a suptitle: its description (paper, title, notes, what was drawn) goes into ``NAME.txt`` beside
-``NAME.png`` and ``NAME.pdf``, for a caption.
+- ``time-to-target``: simulated time to a target accuracy against a system option, in a layout of its own
+  (:mod:`fedcli.report.summary`).
+
+Each kind is a :class:`FigureKind` registered by name (:data:`FIGURE_KINDS`: the built-in ones listed in
+:data:`BUILTIN`, a kind of your own with :func:`register_figure_kind`): its panel's drawing function, the keys of a
+``[[figures]]`` entry it accepts beyond every kind's own (the recipe parser, ``fedcli.report.products``, reads them),
+and how its panels are laid out. No figure has a suptitle: its description (paper, title, notes, what was drawn) goes
+into ``NAME.txt`` beside ``NAME.png`` and ``NAME.pdf``, for a caption.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedcli.report import style
 from fedcli.report.aggregate import mean_std, seeds_drawn  # noqa: F401  (seeds_drawn: figures' captions say it)
-from fedcli.report.products import FigureDef
+from fedcli.report.clients import panel_clients
 from fedcli.report.rundata import check_simulated_time  # noqa: F401  (imported from here by the report's commands)
 from fedcli.report.style import plt as _plt, save
 
@@ -217,7 +225,7 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool | None)
     return log
 
 
-def _panel_delta_lambda(ax, panel, runs: dict, figure_def: FigureDef) -> str:
+def _panel_delta_lambda(ax, panel, runs: dict, figure_def) -> str:
     """delta_l and 1 - lambda_l of one FedLAMA run; returns the caption's description of what is drawn."""
     name = panel.runs[0]
     per_seed = runs[name]
@@ -253,7 +261,7 @@ def _panel_delta_lambda(ax, panel, runs: dict, figure_def: FigureDef) -> str:
             f"(iteration {it}); {short}: {where}.")
 
 
-def _panel_intervals(ax, panel, runs: dict, figure_def: FigureDef) -> str:
+def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
     """Each layer's interval at each adjustment of one layer-wise run (intervals.csv), as a grid of layers (rows, in
     forward order) by adjustments (columns, at their iterations), shaded by the interval, with the interval written in
     the cells when they are few enough to read; returns the caption's description."""
@@ -330,14 +338,15 @@ def _lower(label: str) -> str:
     return label[:1].lower() + label[1:]
 
 
-def _drawn(figure_def: FigureDef, axes, panels: list, runs: dict, logs: list[bool]) -> str:
+def _drawn(figure_def, axes, panels: list, runs: dict) -> str:
     """What a curves or per-layer figure draws, read from its axes: the quantity against what, the panels from left,
     how the seeds are combined (mean ± std band, or one seed), a log scale; for its caption."""
+    logs = [ax.get_yscale() == "log" for ax in axes]
     names = list(dict.fromkeys(n for p in panels for n in p.runs))
     seeds = seeds_drawn(runs, names)
     many = not seeds.startswith(("one", "no"))
     y = f"Y axis: {_lower(axes[0].get_ylabel())}" + (", log scale" if any(logs) else "")
-    if figure_def.kind == "curves":
+    if not FIGURE_KINDS[figure_def.kind].per_layer:
         text = (f"{y}; x axis: {_lower(axes[0].get_xlabel())}; each line is {seeds}"
                 + (", with a band of ± one standard deviation (sample std)" if many else ", no band"))
     else:
@@ -350,46 +359,36 @@ def _drawn(figure_def: FigureDef, axes, panels: list, runs: dict, logs: list[boo
     return text
 
 
-def build(figure_def: FigureDef, runs: dict, x: str | None = None):
-    """The matplotlib figure of ``figure_def`` (``runs``: run name -> {seed: RunData}) and its caption text: the paper and
-    title, then what is drawn (the axes, how seeds are combined; :func:`_drawn`), then each panel's own account
-    (delta-lambda, intervals, clients) and the figure's notes. ``x``: the x axis of curves, over the figure's own
-    (``fedcli report --x``). Per-layer figures get one panel per model among a panel's runs (:func:`split_by_model`)."""
-    if figure_def.kind == "time-to-target":  # its own layout, a paper column (fedcli/report/summary.py)
-        from fedcli.report.summary import build as summary
-
-        return summary(figure_def, runs)
+def build(figure_def, runs: dict, x: str | None = None):
+    """The matplotlib figure of ``figure_def`` (a ``FigureDef``; ``runs``: run name -> {seed: RunData}) and its caption
+    text: the paper and title, then what is drawn (the axes, how seeds are combined; :func:`_drawn`), then each panel's
+    own account (delta-lambda, intervals, clients) and the figure's notes. ``x``: the x axis of curves, over the
+    figure's own (``fedcli report --x``). Per-layer figures get one panel per model among a panel's runs
+    (:func:`split_by_model`). A kind with a layout of its own (``FigureKind.build``) draws the whole figure."""
+    kind = FIGURE_KINDS[figure_def.kind]
+    if kind.build is not None:
+        return kind.build(figure_def, runs)
     plt = _plt()
     x = style.x_axis(x or figure_def.x)
-    if figure_def.kind == "curves" and x == "time":
+    if kind.x_axis and x == "time":
         check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
-    layers = figure_def.kind in ("layer-syncs", "layer-size")
-    panels = [q for p in figure_def.panels for q in split_by_model(p, runs)] if layers else list(figure_def.panels)
+    panels = ([q for p in figure_def.panels for q in split_by_model(p, runs)] if kind.per_layer
+              else list(figure_def.panels))
     n = len(panels)
-    width = 5.2 if figure_def.kind == "curves" else 6.4  # room for the legend right of bars and delta-lambda
-    shared = figure_def.kind == "curves" and figure_def.sharex and n > 1
-    fig, axes = plt.subplots(1, n, figsize=(width * n, 3.9), squeeze=False, sharex=shared, sharey=shared)
-    described, logs = [], []
+    shared = "sharex" in kind.keys and figure_def.sharex and n > 1
+    fig, axes = plt.subplots(1, n, figsize=(kind.width * n, 3.9), squeeze=False, sharex=shared, sharey=shared)
+    described = []
     for ax, panel in zip(axes[0], panels):
-        if figure_def.kind == "curves":
-            _panel_curves(ax, panel, runs, x, figure_def.y, figure_def.target)
-        elif layers:
-            logs.append(_panel_layers(ax, panel, runs, figure_def.kind, "params" if figure_def.y == "params" else "bytes", figure_def.log))
-        elif figure_def.kind == "delta-lambda":
-            described.append(_panel_delta_lambda(ax, panel, runs, figure_def))
-        elif figure_def.kind == "intervals":
-            described.append(_panel_intervals(ax, panel, runs, figure_def))
-        elif figure_def.kind == "clients":
-            from fedcli.report.clients import panel_clients
-
-            described.append(panel_clients(ax, panel, runs))
+        said = kind.panel(ax, panel, runs, figure_def, x)
+        if said:
+            described.append(said)
         ax.set_title(panel.title or "", fontsize=10)
     if shared:
         described.append(_share_x(axes[0], x))
-    if figure_def.kind == "curves" and figure_def.target is not None:
+    if "target" in kind.keys and figure_def.target is not None:
         described.append(f"The dashed line marks the target, {100 * figure_def.target:g}%")
-    if figure_def.kind == "curves" or layers:
-        described.insert(0, _drawn(figure_def, axes[0], panels, runs, logs))
+    if kind.axes_caption:
+        described.insert(0, _drawn(figure_def, axes[0], panels, runs))
     caption = " — ".join(t for t in (figure_def.paper, figure_def.title) if t)
     caption = ". ".join(t.rstrip(".") for t in (caption, *described, figure_def.notes) if t)
     return fig, caption[:1].upper() + caption[1:]  # a caption starts upper-case ("Smoke scale of: ...")
@@ -420,7 +419,7 @@ def _share_x(axes, x: str) -> str:
     return "The panels share one x axis"
 
 
-def draw(figure_def: FigureDef, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:
+def draw(figure_def, runs: dict, out_dir: Path, x: str | None = None, warn=None) -> list[Path]:
     """Draw one figure; ``runs`` maps run name -> {seed: RunData}. Returns the files written (PNG, PDF, caption).
     ``warn``: called with one line, naming the runs by their names in ``runs``, when the figure's runs are not on one
     dataset, model and budget."""
@@ -432,3 +431,72 @@ def draw(figure_def: FigureDef, runs: dict, out_dir: Path, x: str | None = None,
     return save(fig, out_dir, figure_def.name, caption)
 
 
+
+
+# ------------------------------------------------------------------------------------------------- figure kinds
+@dataclass(frozen=True)
+class FigureKind:
+    """One ``kind`` of a recipe's ``[[figures]]`` entry: what draws it and what it accepts.
+
+    ``panel(ax, panel, runs, figure_def, x)`` draws one panel and returns what the caption says of it (or None);
+    ``build(figure_def, runs)`` instead draws the whole figure in a layout of its own and returns (figure, caption).
+    ``keys``: the keys of a ``[[figures]]`` entry this kind accepts beyond every kind's own (``sharex``, ``target``,
+    ``along``...; ``lines``: its runs are listed in lines, not panels); ``one_run``: each panel shows one run;
+    ``per_layer``: the x axis is the layers (one panel per model); ``x_axis``: it draws against the figure's ``x``
+    (``--x``); ``timed``: it draws simulated time whatever ``x``; ``axes_caption``: the caption says what the axes
+    draw (:func:`_drawn`); ``width``: inches a panel."""
+
+    name: str
+    panel: Callable | None = None
+    build: Callable | None = None
+    keys: frozenset = frozenset()
+    one_run: bool = False
+    per_layer: bool = False
+    x_axis: bool = False
+    timed: bool = False
+    axes_caption: bool = False
+    width: float = 6.4
+
+    def draws_time(self, x: str) -> bool:
+        """Whether a figure of this kind drawn against ``x`` (an axis name) needs every run's simulated time."""
+        return self.timed or (self.x_axis and x == "time")
+
+
+def _curves(ax, panel, runs: dict, figure_def, x: str) -> None:
+    _panel_curves(ax, panel, runs, x, figure_def.y, figure_def.target)
+
+
+def _layers(ax, panel, runs: dict, figure_def, x: str) -> None:
+    _panel_layers(ax, panel, runs, figure_def.kind, "params" if figure_def.y == "params" else "bytes", figure_def.log)
+
+
+def _time_to_target(figure_def, runs: dict):
+    from fedcli.report.summary import build as summary  # its own layout, a paper column (fedcli/report/summary.py)
+
+    return summary(figure_def, runs)
+
+
+#: the built-in figure kinds, in the order recipes' error messages list them
+BUILTIN = (
+    FigureKind("curves", _curves, keys=frozenset({"sharex", "target"}), x_axis=True, axes_caption=True, width=5.2),
+    FigureKind("layer-syncs", _layers, per_layer=True, axes_caption=True),
+    FigureKind("layer-size", _layers, per_layer=True, axes_caption=True),
+    FigureKind("delta-lambda", lambda ax, panel, runs, figure_def, x: _panel_delta_lambda(ax, panel, runs, figure_def),
+               one_run=True),
+    FigureKind("intervals", lambda ax, panel, runs, figure_def, x: _panel_intervals(ax, panel, runs, figure_def),
+               one_run=True),
+    FigureKind("clients", lambda ax, panel, runs, figure_def, x: panel_clients(ax, panel, runs)),
+    FigureKind("time-to-target", build=_time_to_target, keys=frozenset({"target", "along", "lines", "baseline"}),
+               timed=True),
+)
+
+#: kind name -> its :class:`FigureKind`: the built-in ones, then any registered with :func:`register_figure_kind`
+FIGURE_KINDS: dict[str, FigureKind] = {k.name: k for k in BUILTIN}
+
+
+def register_figure_kind(kind: FigureKind) -> FigureKind:
+    """Make ``kind`` a recipe's ``[[figures]]`` ``kind = "NAME"`` (one kind a name; it needs ``panel`` or ``build``)."""
+    if not kind.name or kind.name in FIGURE_KINDS or (kind.panel is None) == (kind.build is None):
+        raise TypeError(f"figure kind {kind.name!r}: a name of its own and one of panel or build")
+    FIGURE_KINDS[kind.name] = kind
+    return kind

@@ -107,7 +107,6 @@ from fedcli.errors import ConfigError
 from fedcli.report import style
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
-KINDS = ("curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients", "time-to-target")
 #: what a time-to-target figure's x axis may be: a system option a run is re-timed under, a number per run
 ALONG = ("speed", "uplink", "downlink", "latency", "server_time")
 ACCURACY = ("best", "final")
@@ -399,8 +398,10 @@ def parse_select(t: TableDef, d: dict, loc) -> None:
 
 def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:
     """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
+    from fedcli.report.figures import FIGURE_KINDS  # kind -> what draws it and the keys it accepts
+
     d, name = _entry(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
-    f = FigureDef(name=name, kind=_choice(d, "kind", KINDS, "", loc) if "kind" in d else "",
+    f = FigureDef(name=name, kind=_choice(d, "kind", tuple(FIGURE_KINDS), "", loc) if "kind" in d else "",
                    title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                    x=_choice(d, "x", X_AXES, "iterations", loc),
                    y=_choice(d, "y", ACC_METRICS + ("test_loss", "val_loss", "train_loss", "params", "bytes"), "auto", loc))
@@ -408,7 +409,8 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
 
     f.x = x_axis(f.x)
     if not f.kind:
-        raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(KINDS)})")
+        raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(FIGURE_KINDS)})")
+    kind = FIGURE_KINDS[f.kind]
     for key in ("seed", "round"):
         if key in d:
             v = d[key]
@@ -420,23 +422,23 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
             raise ConfigError(f"{loc('log')}: key 'log' must be true or false")
         f.log = d["log"]
     if "sharex" in d:
-        if not isinstance(d["sharex"], bool) or f.kind != "curves":
-            raise ConfigError(f"{loc('sharex')}: key 'sharex' is true or false, for kind = \"curves\"")
+        if not isinstance(d["sharex"], bool) or "sharex" not in kind.keys:
+            raise ConfigError(f"{loc('sharex')}: key 'sharex' is true or false, for kind = {_kinds_with('sharex')}")
         f.sharex = d["sharex"]
     if "target" in d:
         v = d["target"]
-        if f.kind not in ("curves", "time-to-target"):
-            raise ConfigError(f"{loc('target')}: key 'target' is for kind = \"curves\" or \"time-to-target\"")
+        if "target" not in kind.keys:
+            raise ConfigError(f"{loc('target')}: key 'target' is for kind = {_kinds_with('target')}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise ConfigError(f"{loc('target')}: `target` of figure '{name}' is an accuracy as a fraction in (0, 1] "
                               f"(0.9 for 90%), got {v!r}")
         f.target = float(v)
-    if f.kind == "time-to-target":
+    if "lines" in kind.keys:  # its runs listed in lines (time-to-target), not in panels
         parse_time_to_target(f, d, loc)
         return f
     for k in ("along", "lines", "baseline"):
         if k in d:
-            raise ConfigError(f"{loc(k)}: key '{k}' is for kind = \"time-to-target\" (figure '{name}' has kind = "
+            raise ConfigError(f"{loc(k)}: key '{k}' is for kind = {_kinds_with(k)} (figure '{name}' has kind = "
                               f"\"{f.kind}\")")
     raw = d.get("panels")
     if raw is None:
@@ -451,10 +453,17 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
         labels = p.get("labels", [])
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels) or (labels and len(labels) != len(runs)):
             raise ConfigError(f"{loc('labels')}: `labels` of figure '{name}' must be one string per run")
-        if f.kind in ("delta-lambda", "intervals") and len(runs) != 1:
+        if kind.one_run and len(runs) != 1:
             raise ConfigError(f"{loc('runs')}: a {f.kind} panel shows one FedLAMA run; figure '{name}' lists {len(runs)}")
         f.panels.append(Panel(title=_str(p, "title", loc), runs=runs, labels=list(labels)))
     return f
+
+
+def _kinds_with(key: str) -> str:
+    """The figure kinds that accept ``key``, for an error message: ``"curves" or "time-to-target"``."""
+    from fedcli.report.figures import FIGURE_KINDS
+
+    return " or ".join(f'"{k.name}"' for k in FIGURE_KINDS.values() if key in k.keys)
 
 
 def parse_time_to_target(f: FigureDef, d: dict, loc) -> None:

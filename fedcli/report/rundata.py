@@ -11,23 +11,23 @@ from pathlib import Path
 from fedcli.results.runstate import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest  # noqa: E402,F401
 
 #: the kinds of part a run may put in place of its preset's own, in the order a label names them ("FedAvg + ALA +
-#: FedLAMA"); each part class says what it adds (its ``label``)
+#: FedLAMA"); each part's spec says what it adds (its ``label``)
 ADDED_KINDS = ("init", "schedule", "codec")
 
 
-def part_class(kind: str, name: str | None):
-    """The registered ``kind`` part class ``name`` (None: a part the registry lacks); the report asks it what the part
-    does (its label, whether its intervals differ by layer, what it learns) instead of knowing parts by name."""
-    from fedcli.fl.parts import CODECS, INITS, LOCAL_STEPS, SERVERS
-    from fedcli.fl.schedules import SCHEDULES
+def part_spec(kind: str, name: str | None):
+    """The registered ``kind`` part ``name``'s spec (None: a part the registry lacks); the report asks it what the part
+    does (its label, whether its intervals differ by layer, what it learns: ``fedcli.specs.PartSpec``) instead of
+    knowing parts by name, and without their torch classes."""
+    from fedcli.specs import PARTS
 
-    return {"init": INITS, "schedule": SCHEDULES, "codec": CODECS, "local_step": LOCAL_STEPS, "server": SERVERS}[kind].get(name)
+    return PARTS[kind].get(name) if name else None
 
 
 def part_label(kind: str, name: str | None) -> str | None:
     """What the registered ``kind`` part ``name`` adds to a run's label (None: nothing, or a part the registry lacks)."""
-    cls = part_class(kind, name)
-    return cls.label if cls is not None else None
+    spec = part_spec(kind, name)
+    return spec.declaration("label") if spec is not None else None
 
 
 def _num(v: str):
@@ -113,8 +113,8 @@ class RunData:
         gives its tau' and phi."""
         if "layerwise" in self.method:  # recorded by the run (a run recorded before it was: the registry)
             return bool(self.method["layerwise"])
-        cls = part_class("schedule", self.schedule)
-        return bool(cls is not None and cls.layerwise)
+        spec = part_spec("schedule", self.schedule)
+        return bool(spec is not None and spec.declaration("layerwise"))
 
     def method_label(self) -> str:
         """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names): the label the manifest records, else
@@ -122,7 +122,7 @@ class RunData:
         ("fedsgd" is the registry's fedavg, labelled "Fed-SGD"); then a " + " suffix for each part the run's config
         put in place of its preset's own, named by the part's ``label`` ("+ FedLAMA" for a layer-wise schedule, "+ ALA")."""
         base = self.method.get("label")
-        if not base:  # the registry (every method file, so torch) only for what the manifest does not say
+        if not base:  # the registry (the specs, no torch) only for what the manifest does not say
             preset = self.preset()
             base = preset.label_for(self.config.get("algo")) if preset else self.algo
         for kind in ADDED_KINDS:
@@ -251,8 +251,8 @@ class RunData:
         first rounds take longer (the report's ``time_init``)."""
         if "learned_weights" in self.method:  # recorded by the run (a run recorded before it was: the registry)
             return self.method["learned_weights"] is not None
-        cls = part_class("init", self.part("init"))
-        return cls is not None and cls.learned_weights(self.config, []) is not None
+        spec = part_spec("init", self.part("init"))
+        return spec is not None and spec.weights_learned(self.config, []) is not None
 
     @property
     def ala_params(self) -> float:
@@ -261,8 +261,8 @@ class RunData:
         if "learned_weights" in self.method:
             n = self.method["learned_weights"]
         else:
-            cls = part_class("init", self.part("init"))
-            n = cls.learned_weights(self.config, [r["numel"] for r in self.layers]) if cls is not None and self.layers else None
+            spec = part_spec("init", self.part("init"))
+            n = spec.weights_learned(self.config, [r["numel"] for r in self.layers]) if spec is not None and self.layers else None
         return float("nan") if n is None else float(n)
 
 

@@ -208,9 +208,10 @@ def versions() -> dict:
     import numpy
     import torch
 
-    import fedcli
+    from fedcli.version import __version__
 
-    out = {"python": platform.python_version(), "fedcli": fedcli.__version__, "torch": torch.__version__, "numpy": numpy.__version__}
+    out = {"python": platform.python_version(), "fedcli": __version__, "torch": torch.__version__,
+           "numpy": numpy.__version__}
     for mod in ("mpi4py", "torchvision", "pandas"):
         m = sys.modules.get(mod)
         if m is not None:

@@ -11,6 +11,9 @@ general parts (``fedcli/specs/parts.py``, ``fedcli/specs/adaptive.py``):
   extends (``base``: its options come along) and what it offers and needs of the run's other parts;
 - the :class:`Method` preset itself (``register_method``): the five part names, its label, its defaults.
 
+``fedcli/specs/trackers.py`` declares the experiment trackers the same way (each ``--tracker`` name, its library, its
+class as ``"module:Class"``), so the config checks ``--tracker`` without the trackers' code.
+
 Nothing here imports torch, so ``--help``, argument errors, recipe and config validation read the registries
 directly. The registries fill themselves on first use (:func:`load` imports every module of this package once):
 no module needs importing for its side effects first. A method of your own registers the same way from any
@@ -86,7 +89,7 @@ class Registry(dict):
 # ------------------------------------------------------------------------------------------------------- parts
 #: the declarations a spec inherits from its ``base`` unless it gives its own, copied onto its class when the class is
 #: defined (``fedcli.fl.parts.Part.__init_subclass__``)
-DECLARATIONS = ("requires", "provides", "full_participation", "wraps_base", "cost")
+DECLARATIONS = ("requires", "provides", "full_participation", "wraps_base", "cost", "label", "layerwise")
 
 #: a forward pass alone, in forward-backward passes: the system model counts a forward-backward pass as 3 forward
 #: passes (``fedcli.models.flops.TRAIN_FLOPS_PER_FORWARD``: the backward pass costs twice the forward)
@@ -164,7 +167,11 @@ class PartSpec:
     ``requires`` (family -> capability), ``provides`` (capabilities), ``full_participation`` (every client every
     round: cross-silo), ``wraps_base`` (an init built around the method's own) and ``cost`` (its work beyond FedAvg's,
     :class:`Cost`) and ``round_length`` (a schedule's local iterations a round, a function of its bound params) are
-    inherited from ``base`` unless given. The spec is the only registration of its part: the torch
+    inherited from ``base`` unless given, and so are what the reports read of a part, without its torch class:
+    ``label`` (what the part adds to a run's label when it replaces its preset's own: "FedProx + ALA"; None: nothing),
+    ``layerwise`` (a schedule whose intervals differ by layer: a legend gives tau' and phi) and ``learned_weights``
+    (an init's weights learned for each client, a function of its bound params and the layers' sizes in parameter
+    order: FedALA Tables 1 and 6; None: it learns none). The spec is the only registration of its part: the torch
     class (``impl``, ``"module:Class"``) names nothing of it; when the class is defined it finds its spec here by its
     own ``module:Class`` (:func:`spec_of`), is checked to extend the class of the spec's ``base``, and gets the
     declarations. Declare a spec before its class."""
@@ -181,6 +188,9 @@ class PartSpec:
     wraps_base: bool | None = None
     cost: Cost | None = None
     round_length: Callable | None = None
+    label: str | None = None
+    layerwise: bool | None = None
+    learned_weights: Callable | None = None
 
     def chain(self) -> tuple["PartSpec", ...]:
         """This spec and the ones it extends, bases first."""
@@ -208,12 +218,22 @@ class PartSpec:
         for s in reversed(self.chain()):
             if getattr(s, name) is not None:
                 return getattr(s, name)
-        return {"requires": {}, "provides": frozenset(), "cost": NO_COST}.get(name, False)
+        return {"requires": {}, "provides": frozenset(), "cost": NO_COST, "label": None,
+                "learned_weights": None}.get(name, False)
 
     def iterations(self, cfg) -> int:
         """A schedule's local iterations a round under ``cfg`` (a config or its params): its declared ``round_length``
         of its options, known without its torch class (``fedcli.fl.budget``)."""
         return self.declaration("round_length")(bind(self, cfg))
+
+    def weights_learned(self, config: dict, numels: list[int]) -> int | None:
+        """How many weights the part learns for each client in a run of recorded ``config`` (name -> value) whose
+        layers have ``numels`` elements in parameter order: its ``learned_weights`` of its recorded options
+        (``fedcli.params.recorded``); None for a part that learns none."""
+        from fedcli.params import recorded
+
+        count = self.declaration("learned_weights")
+        return None if count is None else count(recorded(self, config), numels)
 
     def load(self) -> type:
         """The torch class that implements the part (imports its module; defining it binds it to this spec)."""

@@ -40,8 +40,14 @@ def ala_passes(g) -> int:
     return int(g.params.ala_sample_percent / 100 * g.samples) if g.params.ala_layers > 0 else 0
 
 
+def ala_weights(params, numels: list[int]) -> int:
+    """W of the last ``--ala-layers`` p parameter tensors: their numel (FedALA Tables 1 and 6); 0 with p = 0."""
+    return sum(numels[-params.ala_layers:]) if params.ala_layers > 0 else 0
+
+
 #: its cost: ALA learns the element-wise weights W by gradient steps on s% of the local data before training (Eq. 5)
 ALA = part("init", "ala", "fedcli.fl.algorithms.fedala:ALAInit", base=OVERWRITE, Params=ALAParams, wraps_base=True,
+           label="ALA", learned_weights=ala_weights,
            cost=Cost(round=ala_passes,
                      source="FedALA (Zhang et al., AAAI 2023), Algorithm 1 and Eq. 5: W trained on s% of the local "
                             "data, one epoch a round for t > 2 (the initial stage's repeated passes are not charged)"))

@@ -30,8 +30,10 @@ def lama_round(params) -> int:
 
 
 #: the layer-wise schedules' base (``fedcli.fl.schedules.LayerwiseSchedule``: Eq. 2, the adjustment and its state)
-LAYERWISE = part("schedule", "", "fedcli.fl.schedules:LayerwiseSchedule", base=SCHEDULE, Params=LamaParams)
-LAMA = part("schedule", "lama", "fedcli.fl.algorithms.fedlama:Lama", base=LAYERWISE, round_length=lama_round)
+LAYERWISE = part("schedule", "", "fedcli.fl.schedules:LayerwiseSchedule", base=SCHEDULE, Params=LamaParams,
+                 layerwise=True)
+LAMA = part("schedule", "lama", "fedcli.fl.algorithms.fedlama:Lama", base=LAYERWISE, round_length=lama_round,
+            label="FedLAMA")
 LAMA_ACCELERATE = part("schedule", "lama-accelerate", "fedcli.fl.algorithms.fedlama:LamaAccelerate", base=LAMA,
                        round_length=one_interval)
 

@@ -26,7 +26,8 @@ How the time is estimated (an estimate: the plan line says its basis):
   the per-run part (ratio of measured to estimated, applied to the runs still to go); while the sweep runs, its
   progress recalibrates on the runs it has finished (fedcli/cli/sweep.py).
 
-Dataset shapes and sizes come from a table of the built-in datasets' standard splits (no file is read), except
+Dataset shapes and sizes come from the built-in datasets' declarations of their standard splits
+(``fedcli/data/datasets/<name>.py``: ``Dataset.nominal``; no file is read), except
 your own data (``imagefolder``, ``tensors``) and runs with ``--local-epochs`` whose data is on disk: those are
 loaded once, for their exact shape and size.
 """
@@ -39,18 +40,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-#: (input shape, classes, training samples, test samples) of the built-in datasets' standard splits
-NOMINAL = {
-    "digits": ((1, 8, 8), 10, 1437, 360),
-    "mnist": ((1, 28, 28), 10, 60000, 10000),
-    "fmnist": ((1, 28, 28), 10, 60000, 10000),
-    "emnist": ((1, 28, 28), 47, 112800, 18800),
-    "femnist": ((1, 28, 28), 62, None, None),
-    "cifar10": ((3, 32, 32), 10, 50000, 10000),
-    "cifar100": ((3, 32, 32), 100, 50000, 10000),
-    "tinyimagenet": ((3, 64, 64), 200, 100000, 10000),
-    "agnews": (None, 4, 120000, 7600),
-}
 EVALS_PER_RUN = 21  # --eval-every 0: about 20 evaluations, plus the last
 
 
@@ -160,12 +149,12 @@ def _data_key(cfg: dict) -> tuple:
 
 
 def data_facts(cfg: dict, need_size: bool, cache: dict) -> DataFacts | None:
-    """Shape, classes and split sizes of a run's data: the nominal table, or the data itself when it must be read."""
-    name = cfg["dataset"]
-    nominal = NOMINAL.get(name)
-    own = name not in NOMINAL
-    if name == "synthetic":
-        nominal, own = None, True  # generated in a moment: exact
+    """Shape, classes and split sizes of a run's data: its declaration's nominal facts, or the data itself when it
+    must be read."""
+    from fedcli.data.datasets import DECLARED
+
+    declared = DECLARED.get(cfg["dataset"])
+    own = declared is None or declared.classes is None  # your own data, or generated from its options (synthetic)
     if own or need_size:
         key = _data_key(cfg)
         if key not in cache:
@@ -174,17 +163,7 @@ def data_facts(cfg: dict, need_size: bool, cache: dict) -> DataFacts | None:
             return cache[key]
         if own:
             return None
-    shape, classes, n_train, n_test = nominal
-    if name == "emnist":
-        from fedcli.data.datasets import EMNIST_CLASSES
-
-        classes = EMNIST_CLASSES.get(cfg.get("emnist_split", "balanced"), classes)
-    tokens = None
-    if name == "agnews":
-        shape, tokens = (cfg.get("agnews_max_len", 200),), (cfg.get("agnews_vocab_size") or 98_635) + 2
-    if name == "digits" and cfg.get("holdout_fraction"):
-        n_test = math.ceil(1797 * cfg["holdout_fraction"])
-        n_train = 1797 - n_test
+    shape, classes, n_train, n_test, tokens = declared.nominal(cfg)
     return DataFacts(tuple(shape), classes, n_train, n_test, tokens)
 
 

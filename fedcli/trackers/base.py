@@ -10,16 +10,16 @@ tracker never needs to guard itself. ``finish`` may run after ``fedcli train`` h
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedcli.errors import ConfigError
+from fedcli.specs.trackers import TrackerDeclaration, check_trackers, declare_tracker, tracker_names
 
 #: the files of the report's figures among a run's artifacts (the image, its PDF, its caption); the rest is the
 #: manifest and the CSVs
 FIGURE_SUFFIXES = (".png", ".pdf", ".txt")
-#: --tracker name -> Tracker subclass (filled by ``register_tracker`` in each tracker's module)
+#: --tracker name -> Tracker subclass (filled by ``register_tracker``; the names are declared torch-free in
+#: ``fedcli.specs.trackers``, which the config checks ``--tracker`` against)
 TRACKERS: dict[str, type["Tracker"]] = {}
 
 
@@ -36,11 +36,23 @@ class RunInfo:
 
 
 class Tracker:
-    """One experiment tracker. Subclasses set ``name`` (the ``--tracker`` value) and ``package`` (the import name the
-    extra ``.[trackers]`` installs), import their library inside ``start`` and register with :func:`register_tracker`."""
+    """One experiment tracker. Subclasses set ``declaration`` (``fedcli.specs.trackers``: the ``--tracker`` name and
+    the import name of the library the extra ``.[trackers]`` installs), import their library inside ``start`` and
+    register with :func:`register_tracker`."""
 
-    name = ""
+    declaration: TrackerDeclaration | None = None
+    name = ""     # the declaration's, set from it (a tracker of your own may set these two instead of ``declaration``)
     package = ""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.declaration is not None:
+            cls.name, cls.package = cls.declaration.name, cls.declaration.package
+
+    @classmethod
+    def declared(cls) -> TrackerDeclaration:
+        """The class's declaration: its ``declaration``, else one made of its ``name`` and ``package``."""
+        return cls.declaration or TrackerDeclaration(cls.name, cls.package, f"{cls.__module__}:{cls.__qualname__}")
 
     def start(self, run: RunInfo) -> dict:
         """Open (or, with ``run.saved``, reopen) the tracker run and record ``run.params``; returns what a resume needs
@@ -63,27 +75,14 @@ class Tracker:
 
 
 def register_tracker(cls: type[Tracker]) -> type[Tracker]:
-    """Class decorator: make ``cls`` available as ``--tracker cls.name``."""
-    if not cls.name or cls.name in TRACKERS:
-        raise TypeError(f"{cls.__qualname__}: a tracker needs a name of its own, got {cls.name!r}")
-    TRACKERS[cls.name] = cls
+    """Class decorator: make ``cls`` available as ``--tracker NAME`` (its declaration's name, declared here too when
+    the class is a tracker of your own)."""
+    declared = cls.declared()
+    if declared.name in TRACKERS:
+        raise TypeError(f"{cls.__qualname__}: a tracker needs a name of its own, got {declared.name!r}")
+    declare_tracker(declared.name, declared.package, declared.impl)
+    TRACKERS[declared.name] = cls
     return cls
 
 
-def tracker_names(value: str) -> list[str]:
-    """The trackers of a ``tracker`` config value ("tensorboard,mlflow"), in order, each once."""
-    return list(dict.fromkeys(n.strip().lower() for n in str(value).split(",") if n.strip()))
-
-
-def check_trackers(value: str) -> list[str]:
-    """The tracker names of ``value``; an unknown one, or one whose library is not installed, is a ConfigError (exit 2).
-    Looks the library up without importing it."""
-    names = tracker_names(value)
-    for n in names:
-        cls = TRACKERS.get(n)
-        if cls is None:
-            raise ConfigError(f"--tracker: unknown tracker '{n}'; choose one of: {', '.join(sorted(TRACKERS))}", key="tracker")
-        if importlib.util.find_spec(cls.package) is None:
-            raise ConfigError(f"--tracker {n} needs the {cls.package} package, which is not installed: "
-                              f"pip install -e \".[trackers]\" (or make install)", key="tracker")
-    return names
+__all__ = ["FIGURE_SUFFIXES", "TRACKERS", "RunInfo", "Tracker", "check_trackers", "register_tracker", "tracker_names"]

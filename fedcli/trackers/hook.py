@@ -83,7 +83,7 @@ def run_info(ctx: LogContext, run_dir: Path) -> dict:
 
 def info_of(config: dict, part_names: dict, world_size: int, run_dir: Path) -> dict:
     """``run_info`` from the resolved config (``TrainConfig.to_dict``), the method's parts and the process count."""
-    from fedcli import __version__
+    from fedcli.version import __version__
 
     params = {**config, **{f"part_{k}": v for k, v in part_names.items()}, "world_size": world_size,
               "fedcli_version": __version__}

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 
+from fedcli.specs.trackers import MLFLOW
 from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
@@ -23,8 +24,7 @@ BATCH_PARAMS, BATCH_METRICS = 100, 1000  # MLflow's log_batch limits
 
 
 class MLflowRun(Tracker):
-    name = "mlflow"
-    package = "mlflow"
+    declaration = MLFLOW
 
     def start(self, run: RunInfo) -> dict:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")

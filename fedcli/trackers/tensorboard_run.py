@@ -13,6 +13,7 @@ import json
 import struct
 import time
 
+from fedcli.specs.trackers import TENSORBOARD
 from fedcli.trackers.base import RunInfo, Tracker
 
 FOLDER = "tensorboard"
@@ -20,8 +21,7 @@ SESSION_END = {"completed": 3, "failed": 2, "interrupted": 4}  # hparams api Sta
 
 
 class TensorBoardRun(Tracker):
-    name = "tensorboard"
-    package = "tensorboard"
+    declaration = TENSORBOARD
 
     def start(self, run: RunInfo) -> dict:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
+from fedcli.specs.trackers import WANDB
 from fedcli.trackers.base import FIGURE_SUFFIXES, RunInfo, Tracker
 
 
@@ -33,8 +34,7 @@ def has_api_key() -> bool:
 
 
 class WandbRun(Tracker):
-    name = "wandb"
-    package = "wandb"
+    declaration = WANDB
 
     def start(self, run: RunInfo) -> dict:
         import wandb

@@ -213,7 +213,7 @@ def _baseline(space: dict[str, Param], cfg: dict) -> tuple[dict | None, str]:
 def record_of(plan: TunePlan) -> dict:
     from fedcli.results.sweepdir import text_sha256
 
-    from fedcli import __version__
+    from fedcli.version import __version__
 
     return {"kind": "fedcli-tune", "version": 1, "recipe": str(plan.recipe.path), "recipe_sha256": text_sha256(plan.recipe.text),
             "scale": plan.recipe.scale, "storage": folder.storage_label(*plan.storage), "sampler": plan.table.sampler,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fedcli.data import datasets as ds
+from fedcli.data.datasets import shared  # the loaders' helpers (torchvision's downloader)
 from fedcli.data.datasets import DATASETS, FedDataset, load_dataset, register_dataset
 from fedcli.errors import ConfigError, DataError
 
@@ -149,7 +150,7 @@ def test_missing_files(tmp_path, monkeypatch):
     def no_network(*a, **k):
         raise AssertionError("network used without download=True")
 
-    monkeypatch.setattr(ds, "_torchvision_download", no_network)
+    monkeypatch.setattr(shared, "torchvision_download", no_network)
     with pytest.raises(DataError, match=r"train-images-idx3-ubyte\[\.gz\]: not found.*--download.*--data-dir"):
         load_dataset("mnist", tmp_path / "nowhere")
     # only the test split on disk: error without holdout, the pool with holdout

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fedcli.data import datasets as ds
+from fedcli.data.datasets import shared  # the loaders' helpers (torchvision's downloader)
 from fedcli.data.datasets import load_dataset
 from fedcli.errors import ConfigError, DataError
 from fedcli.models import build_model
@@ -116,7 +117,7 @@ def test_tinyimagenet_holdout(tmp_path):
 
 
 def test_tinyimagenet_missing_and_corrupt(tmp_path, monkeypatch):
-    monkeypatch.setattr(ds, "_torchvision_download", lambda *a, **k: pytest.fail("network used"))
+    monkeypatch.setattr(shared, "torchvision_download", lambda *a, **k: pytest.fail("network used"))
     for download in (False, True):
         with pytest.raises(DataError, match=r"wnids\.txt: .*cs231n\.stanford\.edu/tiny-imagenet-200\.zip") as e:
             load_dataset("tinyimagenet", tmp_path / "nowhere", download=download)

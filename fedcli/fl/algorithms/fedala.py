@@ -54,7 +54,6 @@ from fedcli.fl.parts import OverwriteInit
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
-from fedcli.params import recorded
 
 # ALA's weight learning (FedALA Alg. 1, Eq. 5): s% of the split at a random offset, in order, the last batch partial
 ALA_BATCHES = register_purpose("ala", Stream("ala", shuffled=False, window=True))
@@ -177,8 +176,6 @@ class ALAInit(OverwriteInit):
     runs the base init unchanged, so ``--init ala --ala-layers 0`` is the base method (tested).
     """
 
-    label = "ALA"
-
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
     keeps = ("initial_passes", "capped", "base")  # checkpointed with the run: the base init by its own ``keeps``
 
@@ -233,12 +230,6 @@ class ALAInit(OverwriteInit):
 
     def starts_from_global(self, view) -> bool:
         return not self.top_names(view) and self.base.starts_from_global(view)
-
-    @classmethod
-    def learned_weights(cls, config: dict, numels: list[int]) -> int | None:
-        """W of the last ``--ala-layers`` parameter tensors: their numel (FedALA Tables 1 and 6)."""
-        p = recorded(cls, config).ala_layers  # the run's option as the spec declares it (its default if unrecorded)
-        return sum(numels[-p:]) if p > 0 else 0
 
     def mixes_received(self, view) -> bool:
         return bool(self.top_names(view))

@@ -110,7 +110,6 @@ class Lama(LayerwiseSchedule):
     {tau', phi*tau'}, re-adjusted by Algorithm 1 (:func:`lama_intervals`) at the end of a round of phi*tau'
     iterations. All layers start at tau'."""
 
-    label = "FedLAMA"
     intervals_of = staticmethod(lama_intervals)
 
 
