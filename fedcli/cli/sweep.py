@@ -84,8 +84,10 @@ def sweep(
                           f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)", key="runs_per_job")
     if executor == "slurm" and not dry_run:
         from fedcli.cli.slurm_status import submit_and_follow
+        from fedcli.sweep.run import SweepOptions
 
-        submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan, overwrite=overwrite)
+        options = SweepOptions(seeds=seeds, out=out, mpi=mpi, slurm=flags, download=download, overwrite=overwrite)
+        submit_and_follow(recipe, scale, options, wait, quiet, _print_plan)
         return
     tuned_values = tuned_record = None
     if tuned is not None:
