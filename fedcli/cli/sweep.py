@@ -518,6 +518,18 @@ def retimed_text(recipe, seeds: int = 1) -> str:
             f"setting would be {len(variants) * seeds} trainings")
 
 
+def _print_recipe_notes(r, seeds: int) -> None:
+    """The plan's lines on the recipe ``r``: its runs re-timed, where its relative paths resolve, a reduced scale."""
+    said = retimed_text(r, seeds)
+    if said:
+        err_console.print(f"  re-timed: {said}", soft_wrap=True, highlight=False, markup=False)
+    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
+                      soft_wrap=True, highlight=False, markup=False)
+    if r.scale and r.scale != "paper":
+        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
+                          f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
+
+
 def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/sweep/estimate.py); returns
     the :class:`fedcli.sweep.estimate.Estimate` (None when there is nothing to run). ``executor``: see
@@ -535,14 +547,7 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
             f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo) - pruned} "
             f"already completed, {f'{pruned} pruned (kept), ' if pruned else ''}{len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
-    said = retimed_text(r, seeds)
-    if said:
-        err_console.print(f"  re-timed: {said}", soft_wrap=True, highlight=False, markup=False)
-    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
-                      soft_wrap=True, highlight=False, markup=False)
-    if r.scale and r.scale != "paper":
-        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
-                          f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
+    _print_recipe_notes(r, seeds)
     if not todo:
         return None
     if placed is not None:  # on a machine without CUDA too: "no CUDA device: runs on the CPU"
