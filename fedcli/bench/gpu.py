@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -232,45 +233,70 @@ def concurrent_runs_s(settings: dict, clients: int, batch: int, device: str, ite
 # ------------------------------------------------------------------------------------------------------- the bench
 
 
-def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", clients: int = 32, batch: int = 32,
-        short: int = 5, long: int = 15, steps: int = 10, concurrent=(1, 2, 4), precisions=("fp32", "bf16"),
-        progress=None, concurrent_iterations: int = 300, repeats: int = 2) -> dict:
+@dataclass
+class Sizes:
+    """The sizes of :func:`run`'s measurements: ``clients`` at batch ``batch``; ``short``/``long`` iterations (the
+    per-iteration time is their difference over long - short, best of ``repeats``); ``steps`` of the bare and plain
+    steps; ``concurrent`` runs at once for ``concurrent_iterations`` iterations; ``precisions`` of each trainer."""
+
+    clients: int = 32
+    batch: int = 32
+    short: int = 5
+    long: int = 15
+    steps: int = 10
+    concurrent: tuple = (1, 2, 4)
+    precisions: tuple = ("fp32", "bf16")
+    concurrent_iterations: int = 300
+    repeats: int = 2
+
+
+def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", sizes: Sizes | None = None,
+        progress=None) -> dict:
     """Every measurement of every workload whose data was given; a JSON-able dict."""
+    z = sizes or Sizes()
     say = progress or (lambda what: None)
     dev = torch.device(device)
-    info = {"device": device, "torch": torch.__version__, "clients": clients, "batch": batch, "iterations": [short, long],
-            "concurrent_iterations": concurrent_iterations,
+    info = {"device": device, "torch": torch.__version__, "clients": z.clients, "batch": z.batch,
+            "iterations": [z.short, z.long], "concurrent_iterations": z.concurrent_iterations,
             "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None, "workloads": {}}
     for name, settings in workloads(femnist_dir, cifar_dir).items():
-        r: dict = {}
-        for prec in precisions:
-            for trainer in ("vmap", "loop"):
-                say(f"{name}: fedcli {trainer} {prec}")
-                s = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, trainer, prec, it), short,
-                                  long, repeats)
-                r[f"fedcli_{trainer}_{prec}_ms"] = None if s is None else 1e3 * s
-        say(f"{name}: ops and kernels of fedcli's vmap step")
-        ops, kernels = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, "vmap", "fp32", it, True),
-                                     short, long)
-        r["ops_per_iteration"], r["kernels_per_iteration"] = ops, kernels
-        model, x, y = _model_and_data(settings, clients, batch, dev)
-        for prec in precisions:
-            say(f"{name}: bare vmap {prec}")
-            r[f"bare_vmap_{prec}_ms"] = 1e3 * bare_vmap_s(model, x, y, steps, prec, settings["lr"])
-        say(f"{name}: plain loop fp32")
-        r["plain_loop_fp32_ms"] = 1e3 * plain_loop_s(model, x, y, steps, settings["lr"])
-        walls = {}
-        for n in concurrent:
-            say(f"{name}: {n} run(s) at once on {device}")
-            walls[n] = concurrent_runs_s(settings, clients, batch, device, concurrent_iterations, n)
-        r["concurrent_wall_s"] = {str(n): w for n, w in walls.items()}
-        one = walls.get(1)
-        r["throughput_vs_one"] = {str(n): n * one / w for n, w in walls.items()} if one else {}
-        ratios(r, precisions)
-        if name == "resnet20":
-            r["table1_paper_projection_s"] = table1_projection(r)
-        info["workloads"][name] = r
+        info["workloads"][name] = _measure(name, settings, device, z, say)
     return info
+
+
+def _measure(name: str, settings: dict, device: str, z: Sizes, say) -> dict:
+    """The measurements of one workload (the module docstring's list), with their ratios."""
+    clients, batch, short, long, steps = z.clients, z.batch, z.short, z.long, z.steps
+    concurrent, precisions, concurrent_iterations, repeats = z.concurrent, z.precisions, z.concurrent_iterations, z.repeats
+    dev = torch.device(device)
+    r: dict = {}
+    for prec in precisions:
+        for trainer in ("vmap", "loop"):
+            say(f"{name}: fedcli {trainer} {prec}")
+            s = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, trainer, prec, it), short,
+                              long, repeats)
+            r[f"fedcli_{trainer}_{prec}_ms"] = None if s is None else 1e3 * s
+    say(f"{name}: ops and kernels of fedcli's vmap step")
+    ops, kernels = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, "vmap", "fp32", it, True),
+                                 short, long)
+    r["ops_per_iteration"], r["kernels_per_iteration"] = ops, kernels
+    model, x, y = _model_and_data(settings, clients, batch, dev)
+    for prec in precisions:
+        say(f"{name}: bare vmap {prec}")
+        r[f"bare_vmap_{prec}_ms"] = 1e3 * bare_vmap_s(model, x, y, steps, prec, settings["lr"])
+    say(f"{name}: plain loop fp32")
+    r["plain_loop_fp32_ms"] = 1e3 * plain_loop_s(model, x, y, steps, settings["lr"])
+    walls = {}
+    for n in concurrent:
+        say(f"{name}: {n} run(s) at once on {device}")
+        walls[n] = concurrent_runs_s(settings, clients, batch, device, concurrent_iterations, n)
+    r["concurrent_wall_s"] = {str(n): w for n, w in walls.items()}
+    one = walls.get(1)
+    r["throughput_vs_one"] = {str(n): n * one / w for n, w in walls.items()} if one else {}
+    ratios(r, precisions)
+    if name == "resnet20":
+        r["table1_paper_projection_s"] = table1_projection(r)
+    return r
 
 
 def _ratio(a, b):

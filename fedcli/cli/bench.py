@@ -65,8 +65,9 @@ def bench(
         err_console.print(f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False)
 
     if device is not None:
-        return gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
-                           concurrent_iterations)
+        sizes = {"clients": clients, "batch": batch, "iterations": iterations, "concurrent": concurrent, "steps": steps,
+                 "concurrent_iterations": concurrent_iterations}
+        return gpu_section(device, data_dir, cifar_dir, sizes, json_out, progress)
     if ops:
         from fedcli.bench import ops as bench_ops
 
@@ -105,9 +106,10 @@ def _ints(text: str, flag: str, n: int | None = None) -> list[int]:
     return vals
 
 
-def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurrent, steps, json_out, progress,
-                concurrent_iterations: int = 300) -> None:
-    """``fedcli bench --device D`` (fedcli/bench/gpu.py); JSON to ``--json``, else results/bench-gpu.json."""
+def gpu_section(device, data_dir, cifar_dir, sizes: dict, json_out, progress) -> None:
+    """``fedcli bench --device D`` (fedcli/bench/gpu.py); JSON to ``--json``, else results/bench-gpu.json. ``sizes``:
+    the flags --clients, --batch, --iterations, --concurrent, --steps and --concurrent-iterations by name."""
+    iterations, concurrent = sizes["iterations"], sizes["concurrent"]
     short, long = _ints(iterations, "--iterations", 2)
     if long <= short:
         raise ConfigError(f"--iterations SHORT,LONG: LONG must be above SHORT, got {iterations}")
@@ -125,8 +127,9 @@ def gpu_section(device, data_dir, cifar_dir, clients, batch, iterations, concurr
                           f"the ops per step on a CPU, `--device cpu` runs the GPU bench's code paths here")
     from fedcli.bench import gpu as bench_gpu
 
-    info = bench_gpu.run(data_dir, cifar_dir, device, clients, batch, short, long, steps, together, progress=progress,
-                         concurrent_iterations=concurrent_iterations)
+    measured = bench_gpu.Sizes(clients=sizes["clients"], batch=sizes["batch"], short=short, long=long, steps=sizes["steps"],
+                               concurrent=together, concurrent_iterations=sizes["concurrent_iterations"])
+    info = bench_gpu.run(data_dir, cifar_dir, device, measured, progress=progress)
     for line in bench_gpu.lines(info):
         print(line)
     bench_gpu.write_json(info, json_out or "results/bench-gpu.json")

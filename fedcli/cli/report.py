@@ -39,24 +39,12 @@ def report(
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import FORMATS, check_time_axis, find_sweeps, listing, pick, sweep_table
-    from fedcli.report.tables import render
-    from fedcli.report.single import find_runs, is_run_dir, load_run
+    from fedcli.report.core import FORMATS, find_sweeps
+    from fedcli.report.single import is_run_dir
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
-    from fedcli.report.style import X_AXES
-
-    if x is not None and x not in X_AXES:
-        raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
-    retime = {k: v for k, v in system_options.items() if v is not None}  # --uplink ...: re-time the run directories
-    if retime:
-        from fedcli.report import retime as retiming
-
-        retiming.check(retime)
-        if paper is not None or table is not None or figure:
-            raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories compared (fedcli report "
-                              f"RUN... --x time), not to a sweep's tables, figures or paper section")
+    retime = _retiming(x, system_options, paper is not None or table is not None or bool(figure))
     if paper is not None:
         return _paper(paper, list(folders or ["results"]), output, x, table, figure, figures, overwrite)
     from fedcli.tune.results import is_study
@@ -65,13 +53,8 @@ def report(
         return _study(list(folders), fmt, output, figures, table, figure, baseline, x)
     if overwrite:
         raise ConfigError("--overwrite applies to --paper only (it replaces a section.tex or section.md edited by hand)")
-    if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
-        raise ConfigError(f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
-                          f"file name {figures}")
-    if output and Path(output).is_dir():
-        raise ConfigError(f"--output {output} is a folder; expected a file to write the table to")
-    if figures is not None and Path(figures).exists() and not Path(figures).is_dir():
-        raise ConfigError(f"--figures {figures} is a file; expected a folder to write the figures into")
+    asked = _Asked(fmt, output, figures, table, figure, x, baseline, retime)
+    _check_outputs(asked)
     folders = list(folders or ["results"])
     explicit = [f for f in folders if is_run_dir(Path(f))]
     holders = [f for f in folders if f not in explicit]
@@ -84,42 +67,118 @@ def report(
                               f"(`fedcli report {explicit[0]}` reports it)")
         if not sweeps:
             find_sweeps(holders[0])  # raises: no sweep here
-    made = Output()
     if table is None and not figure:
-        loose = [p for f in holders for p in find_runs(Path(f), [s.root for s in sweeps])]
-        if not sweeps and not explicit and not loose:
-            raise ConfigError(f"{', '.join(holders)}: no sweep (sweep.json) and no run directory (manifest.json) here; "
-                              f"run `fedcli train` or `fedcli sweep RECIPE` first")
-        if output and not (explicit or loose):
-            raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
-        runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
-        runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
-        if retime:  # every run re-timed (or the one that cannot be refused) before anything is printed or written
-            if not runs or (sweeps and figures is not None):
-                raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories of `fedcli train`; "
-                                  f"give them (a sweep's runs are in its folders: SWEEP/<run>/seed<k>)")
-            retiming.apply(runs, retime)
-        if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
-            # simulated time is refused before anything is printed or written
-            from fedcli.report.figures import check_simulated_time
+        return _report_found(asked, explicit, holders, sweeps)
+    return _report_products(asked, holders, sweeps)
 
-            check_simulated_time(runs)
-        if sweeps and figures is not None:  # so are the sweeps' figures drawn against time
-            check_time_axis(sweeps, None, x)
-        if sweeps and figures is None:
-            _print_listing(" ".join(holders), sweeps, listing(sweeps))
-        if runs:
-            made = _report_runs(runs, explicit, fmt, output, figures if explicit or not sweeps else None, x, baseline)
-        if sweeps and figures is not None:
-            made.figures += _write_figures(sweeps, figures, None, holders[0], x)
-        return made
+
+def _retiming(x: str | None, system_options: dict, products: bool) -> dict:
+    """The ``--x`` axis checked, and the system options given (``--uplink ...``: re-time the run directories), refused
+    for a sweep's products (``products``: --paper, --table or --figure asked for)."""
+    from fedcli.errors import ConfigError
+    from fedcli.report.style import X_AXES
+
+    if x is not None and x not in X_AXES:
+        raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
+    retime = {k: v for k, v in system_options.items() if v is not None}
+    if retime:
+        from fedcli.report import retime as retiming
+
+        retiming.check(retime)
+        if products:
+            raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories compared (fedcli report "
+                              f"RUN... --x time), not to a sweep's tables, figures or paper section")
+    return retime
+
+
+@dataclass
+class _Asked:
+    """What ``fedcli report`` was asked for: its flags (``retime``: the ``--uplink ...`` options given)."""
+
+    fmt: str
+    output: str | None
+    figures: str | None
+    table: str | None
+    figure: list | None
+    x: str | None
+    baseline: str | None
+    retime: dict
+
+
+def _check_outputs(asked: _Asked) -> None:
+    """``--output`` names a file and ``--figures`` a folder (exit 2 otherwise, before anything is read)."""
+    from pathlib import Path
+
+    from fedcli.errors import ConfigError
+
+    output, figures = asked.output, asked.figures
+    if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
+        raise ConfigError(f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
+                          f"file name {figures}")
+    if output and Path(output).is_dir():
+        raise ConfigError(f"--output {output} is a folder; expected a file to write the table to")
+    if figures is not None and Path(figures).exists() and not Path(figures).is_dir():
+        raise ConfigError(f"--figures {figures} is a file; expected a folder to write the figures into")
+
+
+def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps: list) -> Output:
+    """``fedcli report DIR...`` without --table or --figure: the run directories named (``explicit``) and found in the
+    folders ``holders`` compared in a table, the sweeps found listed, and with ``--figures`` their figures drawn."""
+    from pathlib import Path
+
+    from fedcli.errors import ConfigError
+    from fedcli.report.core import check_time_axis, listing
+    from fedcli.report.single import find_runs, load_run
+
+    output, figures, x, retime = asked.output, asked.figures, asked.x, asked.retime
+    made = Output()
+    loose = [p for f in holders for p in find_runs(Path(f), [s.root for s in sweeps])]
+    if not sweeps and not explicit and not loose:
+        raise ConfigError(f"{', '.join(holders)}: no sweep (sweep.json) and no run directory (manifest.json) here; "
+                          f"run `fedcli train` or `fedcli sweep RECIPE` first")
+    if output and not (explicit or loose):
+        raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
+    runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
+    runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
+    if retime:  # every run re-timed (or the one that cannot be refused) before anything is printed or written
+        from fedcli.report import retime as retiming
+
+        if not runs or (sweeps and figures is not None):
+            raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories of `fedcli train`; "
+                              f"give them (a sweep's runs are in its folders: SWEEP/<run>/seed<k>)")
+        retiming.apply(runs, retime)
+    if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
+        # simulated time is refused before anything is printed or written
+        from fedcli.report.figures import check_simulated_time
+
+        check_simulated_time(runs)
+    if sweeps and figures is not None:  # so are the sweeps' figures drawn against time
+        check_time_axis(sweeps, None, x)
+    if sweeps and figures is None:
+        _print_listing(" ".join(holders), sweeps, listing(sweeps))
+    if runs:
+        made = _report_runs(runs, explicit, asked.fmt, output, figures if explicit or not sweeps else None, x,
+                            asked.baseline)
+    if sweeps and figures is not None:
+        made.figures += _write_figures(sweeps, figures, None, holders[0], x)
+    return made
+
+
+def _report_products(asked: _Asked, holders: list[str], sweeps: list) -> Output:
+    """``--table NAME`` / ``--figure NAME``: a sweep's table printed (or written to ``--output``) and its figures drawn
+    into ``--figures``; figures against time whose runs lack it are refused before the table is printed."""
+    from fedcli.report.core import check_time_axis, pick, sweep_table
+    from fedcli.report.tables import render
+
+    table, figure, figures, x = asked.table, asked.figure, asked.figures, asked.x
+    made = Output()
     if figures is not None:  # figures drawn against time whose runs lack it: refused before the table is printed
         check_time_axis([pick(sweeps, table, "table")[0]] if table is not None and not figure else sweeps,
                         list(figure) if figure else None, x)
     if table is not None:
         sweep, made.table = sweep_table(sweeps, table)
         made.sweep = str(sweep.root)
-        _emit(render(made.table, fmt), output, f"table {table}")
+        _emit(render(made.table, asked.fmt), asked.output, f"table {table}")
     if figures is not None:
         scope = sweeps
         if table is not None and not figure:

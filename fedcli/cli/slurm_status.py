@@ -78,7 +78,7 @@ def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> 
     from fedcli.sweep import slurm
     from fedcli.sweep.run import prepare_sweep
 
-    _, root, _, runs, _ = prepare_sweep(recipe, scale, seeds, out, 1, mpi, flags.get("cpus") or 1)
+    _, root, _, runs, _ = prepare_sweep(recipe, scale, seeds, out, mpi=mpi, cpus=flags.get("cpus") or 1)
     st = slurm.statuses(runs)
     if cancel:
         ids = [s.job_id for s in st if s.slurm in slurm.ACTIVE and s.job_id]
@@ -94,29 +94,22 @@ def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> 
          f"{len(st) - done - active} to (re)submit by the next `fedcli sweep ... --executor slurm`")
 
 
-def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, print_plan, overwrite: bool = False) -> None:
+def submit_and_follow(recipe, scale, options, wait: bool, quiet: bool, print_plan) -> None:
+    """``fedcli sweep --executor slurm``: submit the sweep's runs to go (``options``: a
+    :class:`fedcli.sweep.run.SweepOptions` with the seeds, folder, MPI ranks, resource flags, download and overwrite),
+    say what was submitted, and with ``wait`` follow the jobs to their end (exit code of the first failure)."""
     from fedcli.sweep import slurm
     from fedcli.sweep.run import failed_error, run_state, run_sweep
+
+    mpi = options.mpi
 
     def on_start(result, go):
         if not quiet:
             print_plan(result, go, len(go) or 1, mpi, "process")
             _say(f"each job asks for {result.resources.describe(mpi)}")
 
-    result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, mpi=mpi, download=download, executor="slurm", slurm=flags,
-                       on_start=on_start, notify=_say, overwrite=overwrite)
-    sub, queued = result.submitted, result.queued
-    if sub:
-        ids = list(dict.fromkeys(p.job_id for p in sub))  # a packed job (--runs-per-job) holds several runs
-        packed = f" holding {len(sub)} runs" if len(ids) < len(sub) else ""
-        _say(f"submitted {len(ids)} job(s){packed} to Slurm: {', '.join(ids[:6])}{' ...' if len(ids) > 6 else ''}")
-    if queued:
-        _say(f"{len(queued)} run(s) already have a pending or running job (not submitted again): "
-             + ", ".join(f"{p.label} job {p.job_id}" for p in queued[:6]))
-    pruned = sum(p.status == "pruned" for p in result.runs)  # stopped on request: kept as they stand, never resubmitted
-    kept = f" ({pruned} pruned, kept as they stand: fedcli train --resume RUN_DIR --promote finishes one)" if pruned else ""
-    if not sub and not queued:
-        _say(f"nothing to submit: all {len(result.runs)} runs in {result.root} are complete{kept}")
+    result = run_sweep(recipe, scale, options, executor="slurm", on_start=on_start, notify=_say)
+    _say_submitted(result)
     follow = [p for p in result.runs if p.status not in ("completed", "pruned")]
     if not wait:
         if follow:
@@ -124,6 +117,7 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
                  f"(or --wait); stop with --cancel")
         return
     if follow:
+        seeds, out = options.seeds, options.out
         again = shlex.join(["fedcli", "sweep", str(recipe), *(["--scale", scale] if scale else []),
                             *(["--seeds", str(seeds)] if seeds else []), *(["--out", str(out)] if out else []),
                             "--executor", "slurm"])
@@ -139,6 +133,22 @@ def submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, qui
     if err:
         raise err
     _say(f"{len(result.runs)} runs complete in {result.root}; next: fedcli report {result.root}")
+
+
+def _say_submitted(result) -> None:
+    """The jobs just submitted, the runs whose job was pending or running already, or that there was nothing to do."""
+    sub, queued = result.submitted, result.queued
+    if sub:
+        ids = list(dict.fromkeys(p.job_id for p in sub))  # a packed job (--runs-per-job) holds several runs
+        packed = f" holding {len(sub)} runs" if len(ids) < len(sub) else ""
+        _say(f"submitted {len(ids)} job(s){packed} to Slurm: {', '.join(ids[:6])}{' ...' if len(ids) > 6 else ''}")
+    if queued:
+        _say(f"{len(queued)} run(s) already have a pending or running job (not submitted again): "
+             + ", ".join(f"{p.label} job {p.job_id}" for p in queued[:6]))
+    pruned = sum(p.status == "pruned" for p in result.runs)  # stopped on request: kept as they stand, never resubmitted
+    kept = f" ({pruned} pruned, kept as they stand: fedcli train --resume RUN_DIR --promote finishes one)" if pruned else ""
+    if not sub and not queued:
+        _say(f"nothing to submit: all {len(result.runs)} runs in {result.root} are complete{kept}")
 
 
 def _follow(runs, again: str, quiet) -> None:

@@ -84,8 +84,10 @@ def sweep(
                           f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)", key="runs_per_job")
     if executor == "slurm" and not dry_run:
         from fedcli.cli.slurm_status import submit_and_follow
+        from fedcli.sweep.run import SweepOptions
 
-        submit_and_follow(recipe, scale, seeds, out, mpi, flags, download, wait, quiet, _print_plan, overwrite=overwrite)
+        options = SweepOptions(seeds=seeds, out=out, mpi=mpi, slurm=flags, download=download, overwrite=overwrite)
+        submit_and_follow(recipe, scale, options, wait, quiet, _print_plan)
         return
     tuned_values = tuned_record = None
     if tuned is not None:
@@ -516,6 +518,18 @@ def retimed_text(recipe, seeds: int = 1) -> str:
             f"setting would be {len(variants) * seeds} trainings")
 
 
+def _print_recipe_notes(r, seeds: int) -> None:
+    """The plan's lines on the recipe ``r``: its runs re-timed, where its relative paths resolve, a reduced scale."""
+    said = retimed_text(r, seeds)
+    if said:
+        err_console.print(f"  re-timed: {said}", soft_wrap=True, highlight=False, markup=False)
+    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
+                      soft_wrap=True, highlight=False, markup=False)
+    if r.scale and r.scale != "paper":
+        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
+                          f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
+
+
 def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     """Before anything runs: the grid, the budget of each run and the estimated time (fedcli/sweep/estimate.py); returns
     the :class:`fedcli.sweep.estimate.Estimate` (None when there is nothing to run). ``executor``: see
@@ -533,14 +547,7 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
             f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo) - pruned} "
             f"already completed, {f'{pruned} pruned (kept), ' if pruned else ''}{len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
     err_console.print(head, soft_wrap=True)
-    said = retimed_text(r, seeds)
-    if said:
-        err_console.print(f"  re-timed: {said}", soft_wrap=True, highlight=False, markup=False)
-    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
-                      soft_wrap=True, highlight=False, markup=False)
-    if r.scale and r.scale != "paper":
-        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
-                          f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
+    _print_recipe_notes(r, seeds)
     if not todo:
         return None
     if placed is not None:  # on a machine without CUDA too: "no CUDA device: runs on the CPU"

@@ -105,63 +105,83 @@ def fmt_count(s: Stat) -> Cell:
 
 def build_matrix(table_def: TableDef, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every cell that is not skipped)."""
+    sections = [_group_section(table_def, g, runs) for g in table_def.groups]
+    return Table(table_def.name, table_def.title, table_def.paper, sections, _matrix_notes(table_def, runs, seeds, scale))
+
+
+def _time_units(table_def: TableDef, g, runs: dict) -> dict[str, str]:
+    """The unit of each time value of group ``g``: minutes when its largest mean in this group is a minute or more."""
+    units = {}
+    for v in g.values:
+        if v in TIME_VALUES:
+            means = [seconds(runs[n], v, table_def).mean for m in g.methods for s in g.settings if (n := g.cell_run(m, s))]
+            means = [x for x in means if math.isfinite(x)]
+            units[v] = "min" if means and max(means) >= 60 else "s"
+    return units
+
+
+def _group_section(table_def: TableDef, g, runs: dict) -> Section:
+    """The section of the group ``g``: its columns (a setting, or setting x value) with their headers, a row per
+    method (:func:`_method_cells`)."""
+    labels = g.setting_labels or g.settings
+    nv = len(g.values)
+    units = _time_units(table_def, g, runs)
+
+    def head(v):
+        md, tex = VALUES[v]
+        if v in units:
+            return f"{md} ({units[v]})", f"{tex} ({units[v]})"
+        return md, tex
+
+    cols = [Column("method", table_def.row_title, latex_escape(table_def.row_title))]
+    for key, label in zip(g.settings, labels):
+        for v in g.values:
+            md, tex = head(v)
+            cols.append(Column(f"{key}:{v}" if nv > 1 else key, label if nv == 1 else f"{label}: {md}",
+                               latex_escape(label) if nv == 1 else tex))
+    header = []
+    if g.header:
+        header.append([("", "", 1)] + [(lab, latex_escape(lab), n * nv) for lab, n in g.header])
+    if nv > 1:
+        header.append([("", "", 1)] + [(lab, latex_escape(lab), nv) for lab in labels])
+    rows, meta = [], []
+    for m, mlabel in zip(g.methods, g.method_labels or g.methods):
+        rows.append([Cell(mlabel, latex_escape(mlabel), {"value": mlabel}), *_method_cells(table_def, g, m, runs, units)])
+        meta.append({"group": g.label, "method": m})
+    return Section(g.label, header, cols, rows, meta)
+
+
+def _method_cells(table_def: TableDef, g, m: str, runs: dict, units: dict) -> list[Cell]:
+    """The cells of method ``m``'s row in group ``g``: for each setting, each value (accuracy, improvement over the
+    method without ALA, ALA weights, parameters per round, times in ``units``); a dash where no run is."""
 
     def acc(name) -> Stat:
         return mean_std(r.accuracy(table_def.accuracy, table_def.metric) for r in runs[name].values()) if name else NAN
 
-    sections = []
-    for g in table_def.groups:
-        labels = g.setting_labels or g.settings
-        nv = len(g.values)
-        # the unit of each time value: minutes when its largest mean in this group is a minute or more
-        units = {}
+    cells = []
+    for s in g.settings:
+        name = g.cell_run(m, s)
         for v in g.values:
-            if v in TIME_VALUES:
-                means = [seconds(runs[n], v, table_def).mean for m in g.methods for s in g.settings if (n := g.cell_run(m, s))]
-                means = [x for x in means if math.isfinite(x)]
-                units[v] = "min" if means and max(means) >= 60 else "s"
+            if name is None:
+                cells.append(DASH)
+            elif v == "acc":
+                cells.append(diverged_mark(fmt_acc(acc(name)), runs[name]))
+            elif v == "imp":
+                base = g.cell_run(m, s, g.compare)
+                a, b = acc(name), acc(base)
+                cells.append(fmt_imp(100 * (a.mean - b.mean) if a.ok and b.ok else float("nan")))
+            elif v == "ala_params":
+                cells.append(fmt_count(mean_std(r.ala_params for r in runs[name].values())))
+            elif v == "params_round":
+                cells.append(fmt_sigma(params_round(runs[name])))
+            else:
+                cells.append(fmt_time(seconds(runs[name], v, table_def), units[v]))
+    return cells
 
-        def head(v):
-            md, tex = VALUES[v]
-            if v in units:
-                return f"{md} ({units[v]})", f"{tex} ({units[v]})"
-            return md, tex
 
-        cols = [Column("method", table_def.row_title, latex_escape(table_def.row_title))]
-        for key, label in zip(g.settings, labels):
-            for v in g.values:
-                md, tex = head(v)
-                cols.append(Column(f"{key}:{v}" if nv > 1 else key, label if nv == 1 else f"{label}: {md}",
-                                   latex_escape(label) if nv == 1 else tex))
-        header = []
-        if g.header:
-            header.append([("", "", 1)] + [(lab, latex_escape(lab), n * nv) for lab, n in g.header])
-        if nv > 1:
-            header.append([("", "", 1)] + [(lab, latex_escape(lab), nv) for lab in labels])
-        rows, meta = [], []
-        for m, mlabel in zip(g.methods, g.method_labels or g.methods):
-            cells = [Cell(mlabel, latex_escape(mlabel), {"value": mlabel})]
-            for s in g.settings:
-                name = g.cell_run(m, s)
-                for v in g.values:
-                    if name is None:
-                        cells.append(DASH)
-                    elif v == "acc":
-                        cells.append(diverged_mark(fmt_acc(acc(name)), runs[name]))
-                    elif v == "imp":
-                        base = g.cell_run(m, s, g.compare)
-                        a, b = acc(name), acc(base)
-                        cells.append(fmt_imp(100 * (a.mean - b.mean) if a.ok and b.ok else float("nan")))
-                    elif v == "ala_params":
-                        cells.append(fmt_count(mean_std(r.ala_params for r in runs[name].values())))
-                    elif v == "params_round":
-                        cells.append(fmt_sigma(params_round(runs[name])))
-                    else:
-                        cells.append(fmt_time(seconds(runs[name], v, table_def), units[v]))
-            rows.append(cells)
-            meta.append({"group": g.label, "method": m})
-        sections.append(Section(g.label, header, cols, rows, meta))
-
+def _matrix_notes(table_def: TableDef, runs: dict, seeds: list[int], scale: str | None) -> list[str]:
+    """The notes under the matrix: seeds and accuracy source, then what each value shown means, skipped cells, the
+    scale, and the recipe's own notes."""
     acc_what = "best evaluation of each run" if table_def.accuracy == "best" else "last evaluation of each run"
     values = {v for g in table_def.groups for v in g.values}
     notes = [f"{over_seeds(seeds)}; accuracy (%): {acc_what} "
@@ -183,4 +203,4 @@ def build_matrix(table_def: TableDef, runs: dict, seeds: list[int], scale: str |
         notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
     if table_def.notes:
         notes.append(table_def.notes)
-    return Table(table_def.name, table_def.title, table_def.paper, sections, notes)
+    return notes

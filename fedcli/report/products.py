@@ -300,6 +300,33 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableDef
     t = TableDef(name=name, title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
                   layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
                   early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
+    _parse_columns_and_target(t, d, loc)
+    t.metric = _choice(d, "metric", ACC_METRICS, "auto", loc)
+    parse_select(t, d, loc)
+    t.row_title = _str(d, "row_title", loc, "Method")
+    if t.layout != "matrix":
+        for k in MATRIX_KEYS + ("row_title",):
+            if k in d:
+                raise ConfigError(f"{loc(k)}: key '{k}' is for layout = \"matrix\" (table '{name}' has layout = \"{t.layout}\")")
+    left, right = _str(d, "left_title", loc, Group.left_title), _str(d, "right_title", loc, Group.right_title)
+    raw_groups = d.get("groups")
+    if raw_groups is None:
+        raw_groups = [{k: d[k] for k in ("label", "baseline", "runs", "rows") if k in d}]
+    elif any(k in d for k in ("runs", "rows")):
+        raise ConfigError(f"{loc('groups')}: give either `groups` or `runs`/`rows` at table level, not both")
+    if t.layout == "matrix" and isinstance(raw_groups, list):  # table-level matrix keys: defaults of every group
+        raw_groups = [{**{k: d[k] for k in MATRIX_KEYS if k in d}, **g} if isinstance(g, dict) else g for g in raw_groups]
+    if not isinstance(raw_groups, list) or not raw_groups or not all(isinstance(g, dict) for g in raw_groups):
+        raise ConfigError(f"{loc('groups')}: groups must be a list of tables ({{ label = ..., runs = [...] }})")
+    for g in raw_groups:
+        t.groups.append(_parse_group(t, d, g, loc, (left, right)))
+    return t
+
+
+def _parse_columns_and_target(t: TableDef, d: dict, loc) -> None:
+    """A table's ``columns`` (the row layouts' own choice; ``method`` alone for a target table) and the ``target`` of
+    a target table (an accuracy as a fraction in (0, 1]), each refused where its layout does not take it."""
+    name = t.name
     if "columns" in d:
         from fedcli.config import FIELDS  # the config's fields (every method file's): only for a table naming columns
 
@@ -323,49 +350,36 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableDef
         t.target = float(v)
     elif "target" in d:
         raise ConfigError(f"{loc('target')}: key 'target' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")")
-    t.metric = _choice(d, "metric", ACC_METRICS, "auto", loc)
-    parse_select(t, d, loc)
-    t.row_title = _str(d, "row_title", loc, "Method")
-    if t.layout != "matrix":
-        for k in MATRIX_KEYS + ("row_title",):
-            if k in d:
-                raise ConfigError(f"{loc(k)}: key '{k}' is for layout = \"matrix\" (table '{name}' has layout = \"{t.layout}\")")
-    left, right = _str(d, "left_title", loc, Group.left_title), _str(d, "right_title", loc, Group.right_title)
-    raw_groups = d.get("groups")
-    if raw_groups is None:
-        raw_groups = [{k: d[k] for k in ("label", "baseline", "runs", "rows") if k in d}]
-    elif any(k in d for k in ("runs", "rows")):
-        raise ConfigError(f"{loc('groups')}: give either `groups` or `runs`/`rows` at table level, not both")
-    if t.layout == "matrix" and isinstance(raw_groups, list):  # table-level matrix keys: defaults of every group
-        raw_groups = [{**{k: d[k] for k in MATRIX_KEYS if k in d}, **g} if isinstance(g, dict) else g for g in raw_groups]
-    if not isinstance(raw_groups, list) or not raw_groups or not all(isinstance(g, dict) for g in raw_groups):
-        raise ConfigError(f"{loc('groups')}: groups must be a list of tables ({{ label = ..., runs = [...] }})")
-    for g in raw_groups:
-        _check_known(g, GROUP_KEYS, loc, f"a group of table '{name}'")
-        grp = Group(label=_str(g, "label", loc), left_title=_str(g, "left_title", loc, left),
-                    right_title=_str(g, "right_title", loc, right))
-        if t.layout == "matrix":
-            parse_matrix_group(grp, g, loc, name)
-            t.groups.append(grp)
-            continue
-        if t.layout in ("rows", "target"):
-            if "rows" in g:
-                raise ConfigError(f"{loc('rows')}: table '{name}' has layout = \"{t.layout}\": list its runs in `runs`")
-            grp.runs = _names(g.get("runs"), loc("runs"), f"`runs` of table '{name}'")
-        else:
-            if "runs" in g:
-                raise ConfigError(f"{loc('runs')}: table '{name}' has layout = \"paired\": list [left, right] pairs in `rows`")
-            rows = g.get("rows")
-            if (not isinstance(rows, list) or not rows
-                    or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rows)):
-                raise ConfigError(f"{loc('rows')}: `rows` of table '{name}' must be a list of [left run, right run] pairs")
-            grp.rows = [(a, b) for a, b in rows]
-        base = g.get("baseline", d.get("baseline"))
-        if base is not None and not isinstance(base, str):
-            raise ConfigError(f"{loc('baseline')}: baseline must be a run name")
-        grp.baseline = base or (grp.runs[0] if grp.runs else grp.rows[0][0])
-        t.groups.append(grp)
-    return t
+
+
+def _parse_group(t: TableDef, d: dict, g: dict, loc, titles: tuple[str, str]) -> Group:
+    """One group of table ``t`` (``d``: the table's entry, whose ``baseline`` is the groups' default; ``titles``: the
+    table's left and right titles): its runs (rows, target), pairs (paired) or matrix cells, and its baseline."""
+    name = t.name
+    left, right = titles
+    _check_known(g, GROUP_KEYS, loc, f"a group of table '{name}'")
+    grp = Group(label=_str(g, "label", loc), left_title=_str(g, "left_title", loc, left),
+                right_title=_str(g, "right_title", loc, right))
+    if t.layout == "matrix":
+        parse_matrix_group(grp, g, loc, name)
+        return grp
+    if t.layout in ("rows", "target"):
+        if "rows" in g:
+            raise ConfigError(f"{loc('rows')}: table '{name}' has layout = \"{t.layout}\": list its runs in `runs`")
+        grp.runs = _names(g.get("runs"), loc("runs"), f"`runs` of table '{name}'")
+    else:
+        if "runs" in g:
+            raise ConfigError(f"{loc('runs')}: table '{name}' has layout = \"paired\": list [left, right] pairs in `rows`")
+        rows = g.get("rows")
+        if (not isinstance(rows, list) or not rows
+                or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rows)):
+            raise ConfigError(f"{loc('rows')}: `rows` of table '{name}' must be a list of [left run, right run] pairs")
+        grp.rows = [(a, b) for a, b in rows]
+    base = g.get("baseline", d.get("baseline"))
+    if base is not None and not isinstance(base, str):
+        raise ConfigError(f"{loc('baseline')}: baseline must be a run name")
+    grp.baseline = base or (grp.runs[0] if grp.runs else grp.rows[0][0])
+    return grp
 
 
 def parse_select(t: TableDef, d: dict, loc) -> None:

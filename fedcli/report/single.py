@@ -271,6 +271,27 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     """One row per run: method, data, status, budget done, final and best accuracy, communication against one
     baseline in parameters and bytes (:func:`pick_baseline`; ``baseline``: ``--baseline``), time."""
     base = pick_baseline(runs, run_names(runs), baseline)
+    keys = _comparison_keys(runs, base)
+    columns = [Column(k, md, latex_escape(md)) for k, md in keys]
+    names = run_names(runs)
+    rows, meta = [], []
+    for group in seed_groups(runs, names):
+        each = [_run_cells(run, name, base) for run, name in zip(group.runs, group.names)]
+        cells = each[0] if len(each) == 1 else _over_seeds(group, each)
+        if base.run is not None and (why := differs_from(group.first, base.run)):
+            for k in ("comm", "comm_pct_bytes"):
+                cells[k] = Cell("— (not comparable)", "--- (not comparable)", {"value": float("nan")})
+            base.left_out.append(f"{group.name} ({'; '.join(why)})")
+        rows.append([cells[k] for k, _ in keys])
+        meta.append({"run_dir": ";".join(str(r.path) for r in group.runs)})
+    notes = _comparison_notes(runs, names, keys, rows, base)
+    return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"
+                                  + (f" ({len(rows)} experiments, seeds aggregated)" if len(rows) < len(runs) else "")), "", [Section("", [], columns, rows, meta)], notes)
+
+
+def _comparison_keys(runs: list[RunData], base) -> list[tuple[str, str]]:
+    """The columns of :func:`comparison_table` (key, Markdown header): the personal, validation, worst-clients and
+    simulated-time columns where a run has them; communication against the baseline ``base``."""
     personal = any(r.personalized for r in runs)
     keys = [("name", "Run"), ("method", "Method"), ("data", "Data / model"), ("status", "Status"),
             ("iterations", "Iterations (rounds)"), ("final_acc", "Final acc."), ("best_acc", "Best acc. (iteration)")]
@@ -288,18 +309,15 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
              ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"), ("wall_s", "Wall time")]
     if any(r.simulated for r in runs):  # trained with --system: the simulated time beside the wall time
         keys += [("sim_time_s", "Sim. time")]
-    columns = [Column(k, md, latex_escape(md)) for k, md in keys]
-    names = run_names(runs)
-    rows, meta = [], []
-    for group in seed_groups(runs, names):
-        each = [_run_cells(run, name, base) for run, name in zip(group.runs, group.names)]
-        cells = each[0] if len(each) == 1 else _over_seeds(group, each)
-        if base.run is not None and (why := differs_from(group.first, base.run)):
-            for k in ("comm", "comm_pct_bytes"):
-                cells[k] = Cell("— (not comparable)", "--- (not comparable)", {"value": float("nan")})
-            base.left_out.append(f"{group.name} ({'; '.join(why)})")
-        rows.append([cells[k] for k, _ in keys])
-        meta.append({"run_dir": ";".join(str(r.path) for r in group.runs)})
+    return keys
+
+
+def _comparison_notes(runs: list[RunData], names: list[str], keys: list, rows: list, base) -> list[str]:
+    """The notes under :func:`comparison_table`: what its columns mean where shown, how seeds aggregate, how the runs
+    differ, re-timing, and the baseline (with the runs left out of its comparison)."""
+    personal = any(r.personalized for r in runs)
+    validated = any(r.evaluations("val_acc") for r in runs)
+    personal_validated = any(r.evaluations("personal_val_acc") for r in runs)
     notes = ["Final / best: test accuracy of the global model at the last / best evaluation"
              + ("; personal acc.: each client's model on its local test split, pooled (personalized methods)." if personal else ".")]
     if validated:
@@ -331,8 +349,7 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
     notes.append(base.note())
     if base.left_out:
         notes.append(f"Not measured against {base.name}: " + "; ".join(base.left_out) + ".")
-    return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"
-                                  + (f" ({len(rows)} experiments, seeds aggregated)" if len(rows) < len(runs) else "")), "", [Section("", [], columns, rows, meta)], notes)
+    return notes
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -412,10 +429,9 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     run and delta_l vs 1 - lambda_l. Runs that differ only in their seed are drawn as one line (mean ± std band).
     ``x``: one of the curves' x axes (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets,
     models or budgets differ, or rounds of different lengths are compared."""
-    from fedcli.report.figures import check_simulated_time, draw
+    from fedcli.report.figures import check_simulated_time
     from fedcli.report.groups import seed_groups
     from fedcli.report.style import save
-    from fedcli.report.products import FigureDef, Panel
 
     out_dir = Path(out_dir)
     msg = style.data_warning(runs, run_names(runs))
@@ -439,6 +455,22 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
             warn(note)
         fig, caption = curves_figure(reps, labels, axis, keyed)
         files += save(fig, out_dir, name, caption)
+    files += _layer_figures(groups, labels, reps, keyed, out_dir)
+    from fedcli.report.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5
+
+    for r, name in zip(runs, run_names(runs)):
+        files += write_ala_figures(r, out_dir, f"{r.legend()} on {data_label(r)}", "" if len(runs) == 1 else f"-{name}")
+    return files
+
+
+def _layer_figures(groups: list, labels: list[str], reps: list[RunData], keyed: dict, out_dir: Path) -> list[Path]:
+    """The per-layer figures of :func:`write_figures`: synchronizations and data moved per layer (runs with per-layer
+    records), the clients' accuracy (personalized runs), and for layer-wise runs each layer's interval over the run and
+    Algorithm 1's delta_l vs 1 - lambda_l."""
+    from fedcli.report.figures import draw
+    from fedcli.report.products import FigureDef, Panel
+
+    files = []
     with_layers = [(g.name, lab) for g, lab in zip(groups, labels) if g.first.layers]
     what = _what(reps, keyed)
     if with_layers:
@@ -459,9 +491,4 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
                       keyed, out_dir)
         files += draw(FigureDef("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
                                  "(discrepancy ratio) vs 1 - lambda_l (size ratio)", panels=panels), keyed, out_dir)
-    from fedcli.report.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5
-
-    for r, name in zip(runs, run_names(runs)):
-        files += write_ala_figures(r, out_dir, f"{r.legend()} on {data_label(r)}", "" if len(runs) == 1 else f"-{name}")
     return files
-

@@ -105,7 +105,6 @@ def build(figure_def, runs: dict):
         kws = style.styles(reps, [t for t, _ in lines])
         base = dict(lines)[figure_def.baseline]
         base_at = {x: s for x, s, *_ in base}
-        all_x = sorted({p[0] for _, pts in lines for p in pts})
         said, flips = [], []
         for (title, pts), kw in zip(lines, kws):
             xs = [p[0] for p in pts]
@@ -117,52 +116,81 @@ def build(figure_def, runs: dict):
             if title == figure_def.baseline:
                 continue
             ratio = [s / base_at[x] if x in base_at and base_at[x] > 0 else float("nan") for x, s, *_ in pts]
-            low.plot(xs, ratio, linewidth=1.4, markersize=4, **{**kw, "label": f"{title} / {figure_def.baseline}"})
-            for x, r in zip(xs, ratio):
-                if math.isfinite(r):
-                    low.annotate(f"{r:.2f}×", (x, r), textcoords="offset points", xytext=(0, 5), ha="center",
-                                 fontsize=7, color=kw["color"])
-            for c in crossings(xs, ratio):
-                flips.append(f"{title}'s advantage flips near {human(c, unit)}")
-                for ax in (top, low):
-                    ax.axvline(c, color="#555555", linestyle=(0, (2, 2)), linewidth=0.9)
-                low.annotate(f"parity ≈ {human(c, unit)}", (c, 1), textcoords="offset points", xytext=(3, -11),
-                             fontsize=7, color="#555555")
+            line_flips = _ratio_line(top, low, title, xs, ratio, kw, unit, figure_def.baseline)
+            flips += line_flips
             finite = [(x, r) for x, r in zip(xs, ratio) if math.isfinite(r)]
-            if finite and not crossings(xs, ratio):
-                best = min(finite, key=lambda p: p[1])
-                worst = max(finite, key=lambda p: p[1])
-                side = ("sooner" if worst[1] < 1 else "later") if worst[1] < 1 or best[1] > 1 else ""
-                if side == "sooner":
-                    said.append(f"{title} reaches {target} sooner than {figure_def.baseline} at every point drawn, its "
-                                f"advantage largest at {human(best[0], unit)} ({best[1]:.2f}×) and smallest at "
-                                f"{human(worst[0], unit)} ({worst[1]:.2f}×)")
-                elif side == "later":
-                    said.append(f"{title} reaches {target} later than {figure_def.baseline} at every point drawn "
-                                f"({best[1]:.2f}× at {human(best[0], unit)} to {worst[1]:.2f}× at {human(worst[0], unit)})")
-        low.axhline(1.0, color="black", linewidth=0.8)
-        top.set_xscale("log")
-        top.margins(x=0.1)  # room for the ratios written at the first and last points
-        ys = [p[1] for _, pts in lines for p in pts if math.isfinite(p[1]) and p[1] > 0]
-        if ys and max(ys) >= 10 * min(ys):
-            top.set_yscale("log")
-        top.set_ylabel(f"Sim. time to {target} (s)")
-        low.set_ylabel(f"Time / {figure_def.baseline}'s")
-        rs = [l.get_ydata() for l in low.get_lines()]
-        finite = [float(v) for r in rs for v in r if math.isfinite(float(v))]
-        if finite:
-            lo, hi = min(finite + [1.0]), max(finite + [1.0])
-            pad = 0.25 * (hi - lo or 1.0)
-            low.set_ylim(max(0.0, lo - pad), hi + pad)
-        low.set_xlabel(f"{AXIS[figure_def.along]} ({unit}), log scale")
-        low.set_xticks(all_x)
-        low.set_xticklabels([human(v, unit) for v in all_x])
-        low.xaxis.set_minor_locator(plt.NullLocator())
+            if finite and not line_flips:
+                said += _sooner_or_later(title, finite, figure_def.baseline, target, unit)
+        _finish_axes(plt, fig, (top, low), lines, figure_def, target)
+    return fig, _caption(figure_def, runs, target, flips, said)
+
+
+def _ratio_line(top, low, title: str, xs: list, ratio: list, kw: dict, unit: str, baseline: str) -> list[str]:
+    """The lower panel's line of ``title``'s time over the baseline's, each finite ratio written at its point, and a
+    dashed line on both panels where the ratio crosses 1 (:func:`crossings`); returns the crossings in words."""
+    low.plot(xs, ratio, linewidth=1.4, markersize=4, **{**kw, "label": f"{title} / {baseline}"})
+    for x, r in zip(xs, ratio):
+        if math.isfinite(r):
+            low.annotate(f"{r:.2f}×", (x, r), textcoords="offset points", xytext=(0, 5), ha="center",
+                         fontsize=7, color=kw["color"])
+    flips = []
+    for c in crossings(xs, ratio):
+        flips.append(f"{title}'s advantage flips near {human(c, unit)}")
         for ax in (top, low):
-            ax.grid(alpha=0.3, which="major")
-        top.legend(loc="best", frameon=False, fontsize=7)
-        fig.align_ylabels((top, low))
-        fig.tight_layout(h_pad=0.4)
+            ax.axvline(c, color="#555555", linestyle=(0, (2, 2)), linewidth=0.9)
+        low.annotate(f"parity ≈ {human(c, unit)}", (c, 1), textcoords="offset points", xytext=(3, -11),
+                     fontsize=7, color="#555555")
+    return flips
+
+
+def _sooner_or_later(title: str, finite: list, baseline: str, target: str, unit: str) -> list[str]:
+    """The sentence for a line whose ratio to the baseline stays on one side of 1 at every point (``finite``: the
+    (x, ratio) points), with its largest and smallest advantage; none when it touches 1."""
+    best = min(finite, key=lambda p: p[1])
+    worst = max(finite, key=lambda p: p[1])
+    side = ("sooner" if worst[1] < 1 else "later") if worst[1] < 1 or best[1] > 1 else ""
+    if side == "sooner":
+        return [f"{title} reaches {target} sooner than {baseline} at every point drawn, its "
+                f"advantage largest at {human(best[0], unit)} ({best[1]:.2f}×) and smallest at "
+                f"{human(worst[0], unit)} ({worst[1]:.2f}×)"]
+    if side == "later":
+        return [f"{title} reaches {target} later than {baseline} at every point drawn "
+                f"({best[1]:.2f}× at {human(best[0], unit)} to {worst[1]:.2f}× at {human(worst[0], unit)})"]
+    return []
+
+
+def _finish_axes(plt, fig, axes, lines, figure_def, target: str) -> None:
+    """Scales, labels, ticks at the points drawn, the parity line and the legend of the two panels."""
+    top, low = axes
+    unit = UNITS[figure_def.along]
+    all_x = sorted({p[0] for _, pts in lines for p in pts})
+    low.axhline(1.0, color="black", linewidth=0.8)
+    top.set_xscale("log")
+    top.margins(x=0.1)  # room for the ratios written at the first and last points
+    ys = [p[1] for _, pts in lines for p in pts if math.isfinite(p[1]) and p[1] > 0]
+    if ys and max(ys) >= 10 * min(ys):
+        top.set_yscale("log")
+    top.set_ylabel(f"Sim. time to {target} (s)")
+    low.set_ylabel(f"Time / {figure_def.baseline}'s")
+    rs = [l.get_ydata() for l in low.get_lines()]
+    finite = [float(v) for r in rs for v in r if math.isfinite(float(v))]
+    if finite:
+        lo, hi = min(finite + [1.0]), max(finite + [1.0])
+        pad = 0.25 * (hi - lo or 1.0)
+        low.set_ylim(max(0.0, lo - pad), hi + pad)
+    low.set_xlabel(f"{AXIS[figure_def.along]} ({unit}), log scale")
+    low.set_xticks(all_x)
+    low.set_xticklabels([human(v, unit) for v in all_x])
+    low.xaxis.set_minor_locator(plt.NullLocator())
+    for ax in (top, low):
+        ax.grid(alpha=0.3, which="major")
+    top.legend(loc="best", frameon=False, fontsize=7)
+    fig.align_ylabels((top, low))
+    fig.tight_layout(h_pad=0.4)
+
+
+def _caption(figure_def, runs: dict, target: str, flips: list[str], said: list[str]) -> str:
+    """The figure's caption: what the two panels draw, then the crossings, the per-line verdicts and the notes."""
     from fedcli.report.aggregate import seeds_drawn
 
     names = figure_def.run_names()
@@ -174,7 +202,8 @@ def build(figure_def, runs: dict):
              f"{target} sooner)" + ("; where the ratio crosses 1 the crossing (interpolated in log x, log ratio) is "
                                     "marked with a dashed line" if flips else ""))
     caption = ". ".join(t.rstrip(".") for t in (caption, drawn, *flips, *said, figure_def.notes) if t)
-    return fig, caption[:1].upper() + caption[1:]
+    return caption[:1].upper() + caption[1:]
+
 
 
 def _metric(y: str) -> str:

@@ -479,17 +479,7 @@ def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list,
     if table_def.layout == "paired" or "comm" in table_def.columns:
         notes.append(f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}.")
     if table_def.layout == "target":
-        what = {"test_acc": "test accuracy", "auto": "accuracy (personal_acc for personalized runs, else test_acc)"}.get(
-            table_def.metric, f"`{table_def.metric}`")
-        timed = simulated_time(next(iter(runs[n].values())) for n in table_def.run_names() if runs.get(n))
-        reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
-                      f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there, the local "
-                      f"iterations done there, the bytes moved so far (comm_bytes, 1 MB = 10^6 bytes)"
-                      + (" and the simulated seconds so far (sim_time_s, the system model)" if timed else "")
-                      + "; (k/n): only k of n seeds reached it; —: none did. " + round_lengths(table_def, runs)
-                      + " Read off the evaluation grid (no interpolation), the rounds, iterations, bytes"
-                      + (" and seconds" if timed else "") + " to the target are upper bounds: the target may have been "
-                      "crossed up to one evaluation interval earlier" + eval_intervals(table_def, runs) + ".")
+        reach_note = _reach_note(table_def, runs, seeds)
         if any(c in ("acc", "final_acc", "best_acc") for c in table_def.columns):
             notes.append(reach_note)
         else:
@@ -507,6 +497,22 @@ def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list,
     if table_def.notes:
         notes.append(table_def.notes)
     return notes
+
+
+def _reach_note(table_def: TableDef, runs: dict, seeds: list[int]) -> str:
+    """The note of a target table: what reaching the target means, over which seeds, read off which grid."""
+    what = {"test_acc": "test accuracy", "auto": "accuracy (personal_acc for personalized runs, else test_acc)"}.get(
+        table_def.metric, f"`{table_def.metric}`")
+    timed = simulated_time(next(iter(runs[n].values())) for n in table_def.run_names() if runs.get(n))
+    reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
+                  f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there, the local "
+                  f"iterations done there, the bytes moved so far (comm_bytes, 1 MB = 10^6 bytes)"
+                  + (" and the simulated seconds so far (sim_time_s, the system model)" if timed else "")
+                  + "; (k/n): only k of n seeds reached it; —: none did. " + round_lengths(table_def, runs)
+                  + " Read off the evaluation grid (no interpolation), the rounds, iterations, bytes"
+                  + (" and seconds" if timed else "") + " to the target are upper bounds: the target may have been "
+                  "crossed up to one evaluation interval earlier" + eval_intervals(table_def, runs) + ".")
+    return reach_note
 
 
 def round_lengths(table_def: TableDef, runs: dict) -> str:

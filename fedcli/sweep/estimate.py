@@ -333,10 +333,11 @@ class Overheads:
             data.append(f"{name} {'> ' if key in self.lower else ''}{short_s(load)}")
         when = time.strftime("%Y-%m-%d", time.localtime(self.at)) if self.at else "now"
         parts = max(self.part_s.values(), default=0.0)
+        measured = "measured now on this machine" if self.measured == "measured now" else f"measured on this machine {when}"
         return (f"{start}; data loading {', '.join(data) or 'none'}{keeps} and partitioning up to {short_s(parts)} a run; "
                 f"setup {short_s(self.setup_s)} a run and the "
                 f"engine's bookkeeping {self.book_s * 1e3:.2g} ms a client step (a reference FedAvg training on digits); "
-                f"these {'measured now on this machine (cached)' if self.measured == 'measured now' else f'measured on this machine {when} (cached)'}")
+                f"these {measured} (cached)")
 
 
 def short_s(s: float) -> str:

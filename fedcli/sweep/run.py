@@ -22,9 +22,9 @@ import re
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPTED, MISSING, NEUTRAL_KEYS, PRUNED,  # noqa: F401
@@ -183,13 +183,49 @@ class SweepResult:
         return [p for p in self.runs if p.status in (FAILED, INTERRUPTED, RUNNING, MISSING, CORRUPT, STALE)]
 
 
-def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
-                  jobs: int = 1, mpi: int = 0, cpus: int | None = None,
-                  tracker: str = "", tuned: dict | None = None) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
-    """``cpus``: CPUs each run gets (a Slurm job's); default this machine's cores / (jobs x MPI ranks);
-    ``tracker``: replaces every run's ``tracker`` key (``fedcli sweep --tracker``); ``tuned``: {run name: values}
-    set over each run's own (``fedcli sweep --tuned DIR``: its study's confirmed best, fedcli/tune/confirm.py; the
-    default folder is then ``results/<recipe name>-<scale>-tuned``)."""
+@dataclass
+class SweepOptions:
+    """The options of a sweep (``fedcli sweep``'s flags, docs/sweeps.md), as :func:`run_sweep` and
+    :func:`prepare_sweep` take them by keyword.
+
+    ``seeds``, ``out``, ``jobs``, ``mpi``, ``in_process``, ``dry_run``, ``download``, ``tracker``, ``overwrite``: the
+    flags of those names. ``on_start(result, todo)`` / ``on_done(run)``: called when the runs start / as each ends;
+    ``notify(msg)`` prints a one-line notice (what a signal does, said at once). ``executor``: ``local`` or ``slurm``
+    (fedcli/sweep/slurm.py; ``slurm``: the resource flags). ``runs_per_gpu``: at most this many local runs at a time on
+    one GPU, or ``auto`` (fedcli/sweep/placement.py; ``gpu_free``: the devices' free bytes, asked of the driver when
+    None). ``tuned``: {run name: values} set over the recipe's (``fedcli sweep --tuned DIR``), ``tuned_record``: what
+    ``sweep.json`` keeps of the tuning, as ``tuned`` (read by ``fedcli report --paper``)."""
+
+    seeds: int | str | None = None
+    out: str | Path | None = None
+    jobs: int = 1
+    mpi: int = 0
+    in_process: bool = False
+    dry_run: bool = False
+    on_start: Callable | None = None
+    on_done: Callable | None = None
+    notify: Callable | None = None
+    download: bool = False
+    executor: str = "local"
+    slurm: dict | None = None
+    tracker: str = ""
+    runs_per_gpu: int | str | None = "auto"
+    gpu_free: list[int] | None = None
+    overwrite: bool = False
+    tuned: dict | None = None
+    tuned_record: dict | None = None
+
+
+def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None,
+                  out: str | Path | None = None, *, cpus: int | None = None,
+                  **options) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+    """The sweep's recipe, folder, seeds, planned runs and products. ``options``: :class:`SweepOptions` by keyword (of
+    which ``jobs``, ``mpi``, ``tracker`` and ``tuned`` count here). ``cpus``: CPUs each run gets (a Slurm job's);
+    default this machine's cores / (jobs x MPI ranks); ``tracker``: replaces every run's ``tracker`` key (``fedcli
+    sweep --tracker``); ``tuned``: {run name: values} set over each run's own (``fedcli sweep --tuned DIR``: its
+    study's confirmed best, fedcli/tune/confirm.py; the default folder is then ``results/<recipe name>-<scale>-tuned``)."""
+    o = SweepOptions(seeds=seeds, out=out, **options)
+    jobs, mpi, tracker, tuned = o.jobs, o.mpi, o.tracker, o.tuned
     from fedcli.recipes import read_sweep
 
     recipe = read_sweep(recipe_path, scale)
@@ -335,61 +371,74 @@ def rerun_advice(bad: list[PlannedRun]) -> str:
     return said if div == len(bad) else f"run the same command again to retry the others; {said}"
 
 
-def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None, out: str | Path | None = None,
-              jobs: int = 1, mpi: int = 0, in_process: bool = False, dry_run: bool = False, on_start=None, on_done=None,
-              notify=None, download: bool = False, executor: str = "local", slurm: dict | None = None,
-              tracker: str = "", runs_per_gpu: int | str | None = "auto", gpu_free: list[int] | None = None,
-              overwrite: bool = False, tuned: dict | None = None, tuned_record: dict | None = None) -> SweepResult:
+def run_sweep(recipe_path: str | Path, scale: str | None = None, options: SweepOptions | None = None,
+              **kwargs) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
-    failed. ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/sweep/slurm.py; ``slurm``: the
+    failed. ``options``: a :class:`SweepOptions`, or its fields by keyword (``kwargs``, over ``options`` when both are
+    given). ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/sweep/slurm.py; ``slurm``: the
     resource flags) and return without waiting.
 
-    ``notify(msg)`` prints a one-line notice (what a signal does, said at once); ``tracker``: the experiment trackers of
-    every run ("mlflow,tensorboard"; one experiment per sweep, ``fedcli.trackers``); ``runs_per_gpu``: at most this
-    many local runs at a time on one GPU, or ``auto`` (fedcli/sweep/placement.py; ``gpu_free``: the devices' free bytes, asked
-    of the driver when None). A folder that holds another sweep (:func:`another_sweep`) is refused (exit 2, also with
-    ``dry_run``) unless ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was and which of
-    its runs are trained over). ``tuned``: {run name: values} set over the recipe's (``fedcli sweep --tuned DIR``,
-    :func:`prepare_sweep`), ``tuned_record``: what ``sweep.json`` keeps of the tuning, as ``tuned`` (read by
-    ``fedcli report --paper``); local runs only."""
-    from fedcli.sweep.placement import parse_runs_per_gpu
-
-    per_gpu = parse_runs_per_gpu(runs_per_gpu if runs_per_gpu is not None else "auto")
-    if mpi < 0:
-        raise ConfigError(f"--mpi must be >= 1 (processes per run), got {mpi}")
-    if mpi and in_process:
-        raise ConfigError("--mpi and --in-process cannot be combined")
-    if executor not in ("local", "slurm"):
-        raise ConfigError(f"--executor must be local or slurm, got {executor!r}")
-    if executor == "slurm" and in_process:
-        raise ConfigError("--executor slurm and --in-process cannot be combined")
-    if tuned is not None and executor != "local":
-        raise ConfigError("--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm does not take it yet")
+    A folder that holds another sweep (:func:`another_sweep`) is refused (exit 2, also with ``dry_run``) unless
+    ``overwrite``: then this sweep replaces it (``result.replaces`` says which it was and which of its runs are trained
+    over). ``tuned`` (:func:`prepare_sweep`): local runs only."""
+    o = replace(options, **kwargs) if options is not None else SweepOptions(**kwargs)
+    per_gpu = _check_options(o)
     res = None
-    if executor == "slurm":
+    if o.executor == "slurm":
         from fedcli.recipes import read_sweep
         from fedcli.sweep.slurm import resources
 
-        res = resources(read_sweep(recipe_path, scale), slurm or {})
-    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, seeds, out, jobs, mpi, res.cpus if res else None,
-                                                           tracker, tuned)
+        res = resources(read_sweep(recipe_path, scale), o.slurm or {})
+    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, o.seeds, o.out,
+                                                           cpus=res.cpus if res else None, jobs=o.jobs, mpi=o.mpi,
+                                                           tracker=o.tracker, tuned=o.tuned)
     result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products, runs))
-    if result.replaces and not overwrite:
+    if result.replaces and not o.overwrite:
         raise ConfigError(f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
                           f"to replace it")
     todo = [p for p in runs if p.status not in (DONE, PRUNED)]  # a pruned run is kept as it stands, never resumed by
     result.skipped = [p for p in runs if p.status == DONE]       # accident (`fedcli train --resume RUN --promote` finishes it)
     for p in result.skipped:
         p.status = COMPLETED
-    result.data = check_data(todo, download, dry_run, notify)
-    if executor == "local" and not in_process and todo:
+    result.data = check_data(todo, o.download, o.dry_run, o.notify)
+    if o.executor == "local" and not o.in_process and todo:
         from fedcli.sweep.placement import placement_for
 
-        result.placement = placement_for(todo, result.skipped, jobs, per_gpu, gpu_free, mpi)
-    if dry_run:
+        result.placement = placement_for(todo, result.skipped, o.jobs, per_gpu, o.gpu_free, o.mpi)
+    if o.dry_run:
         return result
-    if executor == "slurm":
-        return submit_sweep(result, todo, seed_ids, products, mpi, on_start)
+    if o.executor == "slurm":
+        return submit_sweep(result, todo, seed_ids, products, o.mpi, o.on_start)
+    _run_local(result, todo, SweepManifest(root, recipe, seed_ids, runs, products,
+                                           {"tuned": o.tuned_record} if o.tuned_record else None), o)
+    err = failed_error(result)
+    if err:
+        raise err
+    return result
+
+
+def _check_options(o: SweepOptions):
+    """The combinations of options a sweep refuses (exit 2); returns the parsed ``runs_per_gpu``."""
+    from fedcli.sweep.placement import parse_runs_per_gpu
+
+    per_gpu = parse_runs_per_gpu(o.runs_per_gpu if o.runs_per_gpu is not None else "auto")
+    if o.mpi < 0:
+        raise ConfigError(f"--mpi must be >= 1 (processes per run), got {o.mpi}")
+    if o.mpi and o.in_process:
+        raise ConfigError("--mpi and --in-process cannot be combined")
+    if o.executor not in ("local", "slurm"):
+        raise ConfigError(f"--executor must be local or slurm, got {o.executor!r}")
+    if o.executor == "slurm" and o.in_process:
+        raise ConfigError("--executor slurm and --in-process cannot be combined")
+    if o.tuned is not None and o.executor != "local":
+        raise ConfigError("--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm does not take it yet")
+    return per_gpu
+
+
+def _run_local(result: SweepResult, todo: list[PlannedRun], manifest: SweepManifest, o: SweepOptions) -> None:
+    """Run ``todo`` here under the sweep's lock (fedcli/sweep/executors.py), ``manifest`` (``sweep.json``) written as
+    each run ends; a signal stops the sweep like Ctrl-C (:func:`_interrupted`)."""
+    root = result.root
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -402,40 +451,23 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
         for p in todo:
             p.status, p.error = run_state(p)
         todo = [p for p in todo if p.status not in (DONE, PRUNED)]
-        manifest = SweepManifest(root, recipe, seed_ids, runs, products, {"tuned": tuned_record} if tuned_record else None)
         manifest.write()
-        if on_start:
-            on_start(result, todo)
-        ex = Executor(jobs, mpi, in_process, workers_lock=lock.workers_path, notify=notify, placement=result.placement)
+        if o.on_start:
+            o.on_start(result, todo)
+        ex = Executor(o.jobs, o.mpi, o.in_process, workers_lock=lock.workers_path, notify=o.notify,
+                      placement=result.placement)
 
         def done(p: PlannedRun) -> None:
             manifest.write()
             result.ran.append(p)
-            if on_done:
-                on_done(p)
+            if o.on_done:
+                o.on_done(p)
 
-        def on_term(signum, frame):  # a scheduler's pre-emption notice, the terminal closing (SIGHUP) or a
-            ex.signum = signum     # time-limit warning (SIGUSR1): stop like Ctrl-C
-            raise KeyboardInterrupt
-
-        main_thread = threading.current_thread() is threading.main_thread()
-        handlers = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: on_term, signal.SIGHUP: on_term,
-                    signal.SIGUSR1: on_term}
-        old_handlers = {s: signal.signal(s, h) for s, h in handlers.items()
-                        if s in (signal.SIGTERM, signal.SIGUSR1) or signal.getsignal(s) is not signal.SIG_IGN} if main_thread else {}
+        old_handlers = _stop_on_signals(ex)
         try:
-            ex.run_all(todo, recipe, done)
+            ex.run_all(todo, result.recipe, done)
         except KeyboardInterrupt:
-            left = [p for p in todo if not p.ran or (p.exit_code or 0) > 128]  # not run, or stopped by the signal
-            for p in left:
-                p.status, p.error = run_state(p)
-            stopped = [p for p in left if p.status != DONE]
-            resumable = sum(p.resume for p in stopped)
-            err = SweepInterrupted(f"interrupted by {signal.Signals(ex.signum).name}: {len(todo) - len(stopped)} of {len(todo)} runs "
-                                   f"finished, {resumable} stopped with a checkpoint (resumable); run the same command again to continue")
-            err.exit_code = 128 + int(ex.signum)
-            err.result = result
-            raise err from None
+            raise _interrupted(result, todo, ex.signum) from None
         finally:
             for sig, h in old_handlers.items():
                 signal.signal(sig, h)
@@ -445,10 +477,38 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | st
                     if p.status == DONE:
                         p.status = COMPLETED
             manifest.write()
-    err = failed_error(result)
-    if err:
-        raise err
-    return result
+
+
+def _stop_on_signals(ex: Executor) -> dict:
+    """Handlers that stop the sweep like Ctrl-C on a scheduler's pre-emption notice (SIGTERM), the terminal closing
+    (SIGHUP) or a time-limit warning (SIGUSR1), ``ex.signum`` set to the signal; in the main thread only. A signal
+    ignored by the parent stays ignored (SIGINT, SIGHUP: ``nohup``). Returns the handlers they replace."""
+
+    def on_term(signum, frame):
+        ex.signum = signum
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: on_term, signal.SIGHUP: on_term,
+                signal.SIGUSR1: on_term}
+    return {s: signal.signal(s, h) for s, h in handlers.items()
+            if s in (signal.SIGTERM, signal.SIGUSR1) or signal.getsignal(s) is not signal.SIG_IGN}
+
+
+def _interrupted(result: SweepResult, todo: list[PlannedRun], signum: int) -> SweepInterrupted:
+    """The error of a sweep stopped by ``signum`` (exit 128 + signum): the runs of ``todo`` finished, and those stopped
+    with a checkpoint (resumable), their states read again."""
+    left = [p for p in todo if not p.ran or (p.exit_code or 0) > 128]  # not run, or stopped by the signal
+    for p in left:
+        p.status, p.error = run_state(p)
+    stopped = [p for p in left if p.status != DONE]
+    resumable = sum(p.resume for p in stopped)
+    err = SweepInterrupted(f"interrupted by {signal.Signals(signum).name}: {len(todo) - len(stopped)} of {len(todo)} runs "
+                           f"finished, {resumable} stopped with a checkpoint (resumable); run the same command again to continue")
+    err.exit_code = 128 + int(signum)
+    err.result = result
+    return err
 
 
 def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int], products: dict, mpi: int,
