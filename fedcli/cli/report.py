@@ -35,7 +35,7 @@ def report(
     **system_options,
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
-    sweep; curves, per-layer communication and Algorithm 1 figures of `fedcli train` runs, and a table comparing them."""
+    sweep; curves, per-layer communication and Algorithm 1 figures of `fedcli train` runs, and a table comparing them."""  # noqa: E501 - `fedcli --help` lists it line for line
     from pathlib import Path
 
     from fedcli.errors import ConfigError
