@@ -7,7 +7,7 @@ PIPENV := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 CERT   := $(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt))
 PIPFLAGS := $(if $(CERT),--cert $(CERT),)
 
-.PHONY: install install-bench install-mutation mutation test test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-help bench-gpu gpu-check gpu-paper precision-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
+.PHONY: install install-bench install-mutation mutation test style test-long test-slow test-all docs paper-check bench bench-scale bench-trackers bench-help bench-gpu gpu-check gpu-paper precision-check clean smoke-table3 reproduce reproduce-fedlama reproduce-fedlamb reproduce-fedala
 
 install:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +27,12 @@ XDIST = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_WORKERS) 
 
 test:
 	$(PY) -m pytest -q -m "not slow and not long" $(XDIST)
+
+# the style gate alone (tests/test_style.py runs it, with the function-length and parameter checks, in `make test`);
+# `ruff format` and `ruff check --fix` fix most of what it finds (docs/development.md, "The style gate")
+style:
+	$(VENV)/bin/ruff check fedcli tests scripts
+	$(VENV)/bin/ruff format --check fedcli tests scripts
 
 # the tests marked long: each says why beside it (most: a second real Slurm job, tracker or signal path whose point
 # `make test` holds in another test); CI (.ci/run) runs them after `make test`
