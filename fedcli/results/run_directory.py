@@ -18,13 +18,15 @@ into the runner: what the run should say comes back as lines (:meth:`RunDirector
 
 from __future__ import annotations
 
+import os
 import signal
+import stat
 from pathlib import Path
 
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.runtime import early
 
-LOCKED, RUNNING, CLOSED, RELEASED = "locked", "running", "closed", "released"
+LOCKED, CLEANED, RUNNING, CLOSED, RELEASED = "locked", "cleaned", "running", "closed", "released"
 
 
 class RunDirectoryOrder(RuntimeError):
@@ -96,12 +98,20 @@ def _checked(out: Path, lock, *, overwrite: bool, resume: bool, promote: bool, o
                           f"delete files that are not a run's; choose another folder", key="overwrite")
 
 
+def _is_dir(folder, name: str) -> bool:
+    """Whether ``name`` in ``folder`` (a :class:`fedcli.safefs.Folder`) is a folder itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=folder.fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 class RunDirectory:
     """A run directory through its life (the module's docstring): ``rows`` is the
     :class:`~fedcli.results.rundir.RunDir` written while it runs, ``watchdog`` its sentinel process."""
 
-    def __init__(self, path: Path, lock, discard):
-        self.path, self.lock, self._discard = Path(path), lock, discard
+    def __init__(self, path: Path, lock, discard, folder):
+        self.path, self.lock, self._discard, self.folder = Path(path), lock, discard, folder
         self.phase = LOCKED
         self.rows = None
         self.watchdog = None
@@ -122,6 +132,7 @@ class RunDirectory:
         parts keep there (the trackers' locks) that do not make a folder another's. Refused: nothing of it is left."""
         from fedcli.errors import os_error
         from fedcli.results.lock import RunLock
+        from fedcli.safefs import Folder
 
         out = Path(out)
         if out.exists() and not out.is_dir():
@@ -141,35 +152,43 @@ class RunDirectory:
         discard.locked = True  # from now on the lock file is ours to remove
         try:
             _checked(out, lock, overwrite=overwrite, resume=resume, promote=promote, own=own)
+            folder = Folder.at(out)  # the folder locked, held by its descriptor to the end (:meth:`clean`)
         except FedcliError:
+            lock.release()
             early.forget(discard)
             discard_unstarted(out, created, False)  # the lock was released: its file is gone with it
             raise
-        return cls(out, lock, discard)
+        return cls(out, lock, discard, folder)
 
     def clean(self) -> None:
         """``--overwrite``: the previous run's files go (CSVs, model, manifest, checkpoints, client state; its stop
-        request), removed through the folder's descriptor, never following a link (:class:`fedcli.safefs.Folder`;
-        a link is removed itself, nothing it points to). The trackers' files are the caller's to remove first."""
+        request), removed through the descriptor of the folder :meth:`open` locked (:class:`fedcli.safefs.Folder`): a
+        link met is removed itself, nothing it points to, and the folder moved away and replaced by a link since then
+        is still the one cleaned. The trackers' files are the caller's to remove first."""
+        from fedcli.errors import os_error
         from fedcli.fl.store import FOLDER
-        from fedcli.results import checkpoint
+        from fedcli.results.checkpoint import FOLDER as CHECKPOINTS
+        from fedcli.results.checkpoint import is_checkpoint
         from fedcli.results.rundir import APPEND_CSVS
-        from fedcli.safefs import Folder
+        from fedcli.results.stopfile import STOP_FILE
 
         self._need(LOCKED, doing="clean")
-        if (self.path / "manifest.json").exists():  # the previous run's stop request (none yet: this run's)
-            from fedcli.results.stopfile import clear_stop
-
-            clear_stop(self.path)
-        with Folder.at(self.path) as folder:
-            for name in ("layers.csv", *APPEND_CSVS, "model.pt", "manifest.json"):  # every CSV a run appends to
-                folder.unlink(name)
-            old = checkpoint.list_checkpoints(self.path)
-            if old:
-                with folder.sub(checkpoint.FOLDER, create=False) as ckpts:
-                    for _, path in old:
-                        ckpts.unlink(path.name)
-            folder.remove_tree(FOLDER)  # another run's client state (this run writes after here)
+        folder = self.folder
+        if folder.size("manifest.json") >= 0:  # the previous run's stop request (none yet: this run's)
+            try:
+                folder.unlink(STOP_FILE)
+            except OSError as e:
+                raise os_error(e, self.path / STOP_FILE, "remove") from None
+        for name in ("layers.csv", *APPEND_CSVS, "model.pt", "manifest.json"):  # every CSV a run appends to
+            folder.unlink(name)
+        if _is_dir(folder, CHECKPOINTS):
+            with folder.sub(CHECKPOINTS, create=False) as ckpts:
+                for name in sorted(filter(is_checkpoint, ckpts.names())):
+                    ckpts.unlink(name)
+                ckpts.sync()
+        folder.remove_tree(FOLDER)  # another run's client state (this run writes after here)
+        folder.sync()
+        self.phase = CLEANED
 
     def begin(self, sim, procs: dict, *, resume: bool = False, ckpt=None, state=None, manifest: dict | None = None,
               quiet: bool = False) -> list[str]:
@@ -180,7 +199,7 @@ class RunDirectory:
         from fedcli.results import resume as resumed
         from fedcli.results.runlog import extra_columns
 
-        self._need(LOCKED, doing="begin")
+        self._need(LOCKED, CLEANED, doing="begin")
         if not resume:
             from fedcli.results.rundir import RunDir
 
@@ -269,4 +288,5 @@ class RunDirectory:
         early.forget(self._discard)
         discard_unstarted(self.path, self._discard.created, self._discard.locked)
         self.lock.release()
+        self.folder.close()
         self.phase = RELEASED
