@@ -131,7 +131,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(cfg, comm, Path(cfg.out), run_dir, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
+        return _train(cfg, comm, run_dir, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
                       progress=progress, view=view or RunView(), promote=promote)
     finally:
         if run_dir is not None:
@@ -160,12 +160,12 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     return e
 
 
-def _train(cfg: TrainConfig, comm, out: Path, run_dir, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
+def _train(cfg: TrainConfig, comm, run_dir, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
            progress: str = "auto", view: RunView, promote: bool = False):
     """One run on every rank, as its jobs in order: set up (and restore), begin the run directory (rank 0: ``run_dir``,
     the :class:`~fedcli.results.run_directory.RunDirectory` :func:`prepare_out` opened), hook the trackers and the
     checkpointer, run the rounds, close the run directory, say the result."""
-    root = comm.is_root
+    out, root = Path(cfg.out), comm.is_root
     early.run_closed(False)
     sim, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, view=view)
     procs = _processes(comm, sim)
@@ -173,7 +173,7 @@ def _train(cfg: TrainConfig, comm, out: Path, run_dir, *, quiet: bool, as_json: 
     if root:
         if overwrite and out.exists():
             _clean_overwritten(run_dir)
-        _begin(run_dir, sim, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view, promote=promote)
+        _begin(run_dir, sim, procs, (ckpt, state) if resume else None, quiet=quiet, view=view, promote=promote)
         mark_interrupted = run_dir.guard(sim, procs["pids"], world_size=comm.size, launcher=comm.launcher)
         _announce(cfg, sim, view, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
@@ -269,14 +269,17 @@ def tune_entry() -> dict:
     return {"tune": entry} if isinstance(entry, dict) else {}
 
 
-def _begin(run_dir, sim, procs: dict, *, resume: bool, ckpt, state, quiet: bool, view: RunView, promote: bool) -> None:
-    """Rank 0: the run directory's manifest 'running', started anew (with this run's ``tune`` entry) or, with
-    ``resume``, reopened at the checkpoint, saying how the previous attempt ended, a promotion (``promote``) and the
-    versions changed since (:class:`~fedcli.results.run_directory.RunDirectory`)."""
-    if resume:
+def _begin(run_dir, sim, procs: dict, restored, *, quiet: bool, view: RunView, promote: bool) -> None:
+    """Rank 0: the run directory's manifest 'running', started anew (with this run's ``tune`` entry) or, on a resume
+    (``restored``: the checkpoint and the state restored from it, both None without one), reopened at the checkpoint,
+    saying how the previous attempt ended, a promotion (``promote``) and the versions changed since
+    (:class:`~fedcli.results.run_directory.RunDirectory`)."""
+    ckpt, state = restored or (None, None)
+    if restored is not None:
         for line in run_dir.resume_notes(ckpt, promote=promote):  # before the folder is touched further
             view.notice(line)
-    for line in run_dir.begin(sim, procs, resume=resume, ckpt=ckpt, state=state, manifest=tune_entry(), quiet=quiet):
+    for line in run_dir.begin(sim, procs, resume=restored is not None, ckpt=ckpt, state=state, manifest=tune_entry(),
+                              quiet=quiet):
         view.notice(line)
 
 
