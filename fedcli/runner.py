@@ -61,88 +61,14 @@ def collective(comm, err: BaseException | None) -> None:
 
 
 def prepare_out(out: Path, *, overwrite: bool, resume: bool, promote: bool = False):
-    """Rank 0, before anything is written: ``out`` must be a folder this process can write, nobody else may be
-    writing it (its lock is taken here and held to the end of the run), and without ``--overwrite`` or
-    ``--resume`` it must not hold another run; a resume of a pruned run needs ``promote`` (every caller of
-    :func:`run_train`, a sweep's worker too). Returns the held :class:`~fedcli.results.lock.RunLock`."""
-    from fedcli.errors import os_error
-    from fedcli.results.lock import RUN_LOCK, RunLock
-    from fedcli.results.rundir import refuse_links
-    from fedcli.results.stopfile import STOP_FILE  # a stop request for the run about to start: no other run's file
+    """Rank 0, before anything is written: the run directory opened and locked
+    (:meth:`fedcli.results.run_directory.RunDirectory.open`; the trackers' own files do not make the folder another's).
+    Returns the :class:`~fedcli.results.run_directory.RunDirectory`, held to its ``release``."""
+    from fedcli.results.run_directory import RunDirectory
     from fedcli.trackers import state as trackers_state
 
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; expected a folder for the run directory")
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise os_error(e, out, "create the run directory") from None
-    discard = early.on_interrupt(_discarder(out, created))  # a signal before the manifest exists leaves no folder behind
-    why = " (--overwrite would delete its results)" if overwrite else " (--resume would write beside it)" if resume else ""
-    try:
-        lock = RunLock(out).take(why)  # the lock file is opened with O_NOFOLLOW (a planted link is refused)
-    except FedcliError:
-        early.forget(discard)  # another process's lock (or a link) is never removed
-        raise
-    discard.locked = True  # from now on the lock file is ours to remove
-    try:
-        refuse_links(out)  # no contract path is a symbolic link: refused before anything is written or deleted
-        if resume and not promote:  # a pruned run is kept as it stands (fedcli/results/stopfile.py)
-            from fedcli.results.runstate import read_manifest, refuse_pruned
-
-            refuse_pruned(out, read_manifest(out)[1])
-    except FedcliError:
-        lock.release()
-        raise
-    if not resume and not overwrite and any(p.name not in (RUN_LOCK, STOP_FILE) for p in out.iterdir()):
-        lock.release()
-        raise ConfigError(f"--out {out} already holds files; choose another folder or pass --overwrite")
-    locks = (RUN_LOCK, STOP_FILE, trackers_state.LOCK_FILE, trackers_state.PENDING_FILE)  # fedcli's own, none a user's file
-    if overwrite and not resume and not is_run_dir(out) and any(p.name not in locks for p in out.iterdir()):
-        lock.release()
-        raise ConfigError(f"--out {out} is not a run directory (no fedcli manifest.json in it), so --overwrite would "
-                          f"delete files that are not a run's; choose another folder", key="overwrite")
-    return lock
-
-
-def is_run_dir(out: Path) -> bool:
-    """Whether ``out`` holds a run of ``fedcli train``: its ``manifest.json`` is a readable manifest (a JSON object
-    with the run's ``config``). Only then may ``--overwrite`` remove the run's files (:func:`_clean_overwritten`)."""
-    from fedcli.results.runstate import CORRUPT, MISSING, read_manifest
-
-    status, manifest = read_manifest(out)
-    return status not in (MISSING, CORRUPT) and isinstance(manifest.get("config"), dict)
-
-
-def discard_unstarted(out: Path, created: bool, locked: bool = True) -> bool:
-    """A run folder that never got its manifest (a signal or an error during the setup) keeps nothing of it: its lock
-    file goes (``locked``: only while this process holds it), and the folder too when this run created it and it is
-    empty then. True if the folder is gone."""
-    if (out / "manifest.json").exists() or (out / "manifest.json").is_symlink():
-        return False
-    from fedcli.results.lock import RUN_LOCK
-    from fedcli.safefs import is_link
-
-    lock = out / RUN_LOCK
-    if locked and lock.exists() and not is_link(lock):
-        lock.unlink(missing_ok=True)
-    if created:
-        try:
-            out.rmdir()
-            return True
-        except OSError:
-            return False
-    return False
-
-
-def _discarder(out: Path, created: bool):
-    def discard(signum):
-        if discard_unstarted(out, created, discard.locked):
-            return f"; nothing was written ({out} removed)"
-        return None
-    discard.out, discard.created, discard.locked = out, created, False
-    return discard
+    return RunDirectory.open(out, overwrite=overwrite, resume=resume, promote=promote,
+                             own=(trackers_state.LOCK_FILE, trackers_state.PENDING_FILE))
 
 
 class NoProgress:
@@ -197,23 +123,20 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
 
     comm = comm or Communicator()
     out = Path(cfg.out) if cfg.out else default_out(cfg)
-    lock, err = None, None
+    run_dir, err = None, None
     if comm.is_root:
         try:
-            lock = prepare_out(out, overwrite=overwrite, resume=resume, promote=promote)
+            run_dir = prepare_out(out, overwrite=overwrite, resume=resume, promote=promote)
         except FedcliError as e:
             err = e
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(cfg, comm, Path(cfg.out), quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
+        return _train(cfg, comm, run_dir, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
                       progress=progress, view=view or RunView(), promote=promote)
     finally:
-        for fn in [f for f in early.registered() if getattr(f, "out", None) == out]:
-            early.forget(fn)
-            discard_unstarted(out, fn.created, fn.locked and lock is not None)  # an error in the setup: no bare lock
-        if lock is not None:
-            lock.release()
+        if run_dir is not None:
+            run_dir.release()
 
 
 def _short(e: BaseException) -> str:
@@ -238,23 +161,21 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     return e
 
 
-def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
+def _train(cfg: TrainConfig, comm, run_dir, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
            progress: str = "auto", view: RunView, promote: bool = False):
-    """One run on every rank, as its jobs in order: set up (and restore), open the run directory (rank 0), hook the
-    trackers and the checkpointer, run the rounds, close the manifest, say the result."""
-    from fedcli.results import sentinel
-
-    root = comm.is_root
+    """One run on every rank, as its jobs in order: set up (and restore), begin the run directory (rank 0: ``run_dir``,
+    the :class:`~fedcli.results.run_directory.RunDirectory` :func:`prepare_out` opened), hook the trackers and the
+    checkpointer, run the rounds, close the run directory, say the result."""
+    out, root = Path(cfg.out), comm.is_root
     early.run_closed(False)
     ctx, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, view=view)
     procs = _processes(comm, ctx)
-    run_dir = watchdog = mark_interrupted = None
+    mark_interrupted = None
     if root:
         if overwrite and out.exists():
-            _clean_overwritten(out)
-        run_dir = _open_run_dir(ctx, out, comm, procs, resume=resume, ckpt=ckpt, state=state, quiet=quiet, view=view,
-                                promote=promote)
-        mark_interrupted, watchdog = _guard_until_rounds(ctx, run_dir, out, comm, procs["pids"])
+            _clean_overwritten(run_dir)
+        _begin(run_dir, ctx, procs, (ckpt, state) if resume else None, quiet=quiet, view=view, promote=promote)
+        mark_interrupted = run_dir.guard(ctx, procs["pids"], world_size=comm.size, launcher=comm.launcher)
         _announce(cfg, ctx, view, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
         comm.barrier()
@@ -272,11 +193,12 @@ def _train(cfg: TrainConfig, comm, out: Path, *, quiet: bool, as_json: bool, ove
             ended, closing = _close_stopped(e, ctx, saver, run_dir, mark_interrupted, out, comm)
         else:
             ended, closing = None, "completed"
-            extra, saved = _close_completed(cfg, comm, ctx, saver, run_dir, summary, out, watchdog)
+            extra, saved = _close_completed(cfg, comm, ctx, saver, run_dir, summary, out)
     early.run_closed()  # the manifest says how the run ended: signals act at once again (the trackers may take a while)
     if tracking is not None:
         tracking.close(closing)
-    sentinel.stop(watchdog)
+    if run_dir is not None:
+        run_dir.stop_watching()
     if ended is not None:
         raise ended  # raised outside the handler above: no other exception is chained to it
     if run_dir is not None:
@@ -322,28 +244,14 @@ def _processes(comm, ctx: DriverContext) -> dict:
     return {"pids": pids, "devices": devices}
 
 
-def _clean_overwritten(out: Path) -> None:
-    """``--overwrite``: the previous run's files go (CSVs, model, manifest, checkpoints, client state, tracker files)."""
-    from fedcli.results import checkpoint
-    from fedcli.results.rundir import APPEND_CSVS
+def _clean_overwritten(run_dir) -> None:
+    """``--overwrite``: the previous run's files go: first its tracker files (TensorBoard events, W&B offline runs,
+    trackers.json; it waits for that run's trackers' process, and when it refuses, still finishing, the run is left
+    whole, manifest included), then the run's own (:meth:`~fedcli.results.run_directory.RunDirectory.clean`)."""
     from fedcli.trackers.state import remove_files
 
-    # first the previous run's tracker files (TensorBoard events, W&B offline runs, trackers.json): it waits for that
-    # run's trackers' process, and when it refuses (still finishing) the run is left whole, manifest included
-    remove_files(out)
-    if (out / "manifest.json").exists():  # the previous run's stop request (one in a folder with no run yet is this run's)
-        from fedcli.results.stopfile import clear_stop
-
-        clear_stop(out)
-    for name in ("layers.csv", *APPEND_CSVS, "model.pt", "manifest.json"):  # every CSV a run appends to (clients.csv too)
-        (out / name).unlink(missing_ok=True)  # prepare_out refused links here, so nothing outside the folder goes
-    for _, old in checkpoint.list_checkpoints(out):
-        old.unlink()
-    import shutil
-
-    from fedcli.fl.store import FOLDER
-
-    shutil.rmtree(out / FOLDER, ignore_errors=True)  # another run's client state (this run writes after here)
+    remove_files(run_dir.path)
+    run_dir.clean()
 
 
 #: set by ``fedcli tune`` for a trial's training: its manifest's ``tune`` entry (JSON; docs/tuning.md)
@@ -363,61 +271,18 @@ def tune_entry() -> dict:
     return {"tune": entry} if isinstance(entry, dict) else {}
 
 
-def _open_run_dir(ctx: DriverContext, out: Path, comm, procs: dict, *, resume: bool, ckpt, state, quiet: bool,
-                  view: RunView, promote: bool = False):
-    """Rank 0: the run directory with its manifest 'running', started anew or, with ``resume``, reopened at the
-    checkpoint (saying how the previous attempt ended and which versions changed since). ``promote``: the stop request
-    goes first (the lock is held), then the manifest's pruned mark (kept in the ``resumes`` entry as ``promoted``)."""
-    from fedcli.results.resume import read_manifest, reopen_run_dir, version_drift
-    from fedcli.results.rundir import RunDir
-    from fedcli.results.runlog import extra_columns
-
-    if not resume:
-        run_dir = RunDir(out, extra_columns(ctx.context(LogContext)))
-        run_dir.start({**ctx.manifest(), **procs, **tune_entry()})
-        return run_dir
-    from fedcli.results.runstate import killed_note
-
-    said = killed_note(out, read_manifest(out), probe=False, how=(
-        f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
-    if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
-        view.notice(f"note: the previous attempt was {said}")
-    promoted = None
-    if promote:
-        from fedcli.results.stopfile import clear_stop
-        from fedcli.results.validate import pruned
-
-        promoted = pruned(read_manifest(out)) or {}
-        if clear_stop(out) or promoted:
-            view.notice(f"promoted: {'the run pruned at iteration ' + str(promoted.get('iteration')) if promoted else 'the run'}"
-                        f" goes on to completion (its stop request removed)")
-    run_dir = reopen_run_dir(out, ckpt, ctx.context(LogContext), procs, state, promoted=promoted)
-    drift = version_drift(run_dir.manifest)
-    if drift and not quiet:
-        view.notice(f"warning: resuming with other versions ({'; '.join(drift)}): "
-                    "the result need not be bitwise identical to an uninterrupted run")
-    return run_dir
-
-
-def _guard_until_rounds(ctx: DriverContext, run_dir, out: Path, comm, pids: list[int]):
-    """Rank 0, from the manifest's start to the rounds: a stop signal marks the run interrupted (fedcli/runtime/early.py), the
-    simulation writes into the run directory, the watchdog (fedcli/results/sentinel.py) watches the processes.
-    Returns (the interrupt handler to forget once the Checkpointer takes the signals, the watchdog)."""
-    from fedcli.results import sentinel
-    from fedcli.results.runstate import resume_command
-    from fedcli.results.runlog import RunLog
-
-    resume_cmd = resume_command(out, comm.size, comm.launcher)
-    watch = {"dog": None}
-
-    def mark_interrupted(signum, run_dir=run_dir):  # a signal before the rounds run (fedcli/runtime/early.py)
-        run_dir.finish("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
-        sentinel.stop(watch["dog"])
-        return f"; the run is marked interrupted; continue with: {resume_cmd}"
-    early.on_interrupt(mark_interrupted)
-    ctx.attach(run_dir, RunLog(run_dir))
-    watch["dog"] = sentinel.start(out, pids)
-    return mark_interrupted, watch["dog"]
+def _begin(run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, view: RunView, promote: bool) -> None:
+    """Rank 0: the run directory's manifest 'running', started anew (with this run's ``tune`` entry) or, on a resume
+    (``restored``: the checkpoint and the state restored from it, both None without one), reopened at the checkpoint,
+    saying how the previous attempt ended, a promotion (``promote``) and the versions changed since
+    (:class:`~fedcli.results.run_directory.RunDirectory`)."""
+    ckpt, state = restored or (None, None)
+    if restored is not None:
+        for line in run_dir.resume_notes(ckpt, promote=promote):  # before the folder is touched further
+            view.notice(line)
+    for line in run_dir.begin(ctx, procs, resume=restored is not None, ckpt=ckpt, state=state, manifest=tune_entry(),
+                              quiet=quiet):
+        view.notice(line)
 
 
 def _announce(cfg: TrainConfig, ctx: DriverContext, view: RunView, *, quiet: bool, progress: str) -> None:
@@ -509,9 +374,9 @@ def _close_stopped(e: BaseException, ctx: DriverContext, saver, run_dir, mark_in
     stopped = isinstance(e, (signals.Interrupted, Pruned, KeyboardInterrupt))
     closing = "interrupted" if stopped else "failed"
     if run_dir is not None:
-        on_disk = run_dir.manifest.get("status")
+        on_disk = run_dir.status
         try:
-            run_dir.finish(closing, error=f"{type(e).__name__}: {e}", **ctx.choices(), **stop_reason(e),
+            run_dir.close(closing, error=f"{type(e).__name__}: {e}", **ctx.choices(), **stop_reason(e),
                            **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
         except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
             if isinstance(e, FedcliError):
@@ -520,8 +385,7 @@ def _close_stopped(e: BaseException, ctx: DriverContext, saver, run_dir, mark_in
     return e, closing
 
 
-def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path,
-                     watchdog) -> tuple[dict, bool]:
+def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path) -> tuple[dict, bool]:
     """A completed run: the final model, the index of the client state kept at the end and, last, once every file of
     the run is whole, the manifest closed 'completed' (rank 0); a failure to save them is a StorageError that says how
     to continue, and leaves every file the last checkpoint refers to (nothing of the run goes before the manifest says
@@ -539,7 +403,7 @@ def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir,
         if run_dir is None:
             ctx.store.write_end()  # this process's client-state files on the disk (the root writes their index)
         else:
-            _save_end(ctx, run_dir, summary, out, watchdog, comm, at_end, extra)
+            _save_end(ctx, run_dir, summary, out, comm, at_end, extra)
         saved = True
     finally:
         if comm.size > 1:  # every process learns whether the end was saved: only then may its client-state files go
@@ -547,24 +411,24 @@ def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir,
     return extra, saved
 
 
-def _save_end(ctx: DriverContext, run_dir, summary, out: Path, watchdog, comm, at_end: dict, extra: dict) -> None:
+def _save_end(ctx: DriverContext, run_dir, summary, out: Path, comm, at_end: dict, extra: dict) -> None:
     """Rank 0 of :func:`_close_completed`: model.pt, client-state/index.pt, then the manifest 'completed'."""
     from fedcli.errors import PlaceError, StorageError
-    from fedcli.results import checkpoint, sentinel
+    from fedcli.results import checkpoint
     from fedcli.results.runstate import resume_command
 
     try:
         checkpoint.save_model(ctx.context(CheckpointContext), out / "model.pt")
         ctx.store.write_end()  # client-state/index.pt: whole before the manifest says completed
-        run_dir.finish("completed", summary=summary.as_dict(), **extra, **ctx.choices(),
+        run_dir.close("completed", summary=summary.as_dict(), **extra, **ctx.choices(),
                        **({"client_state_at_end": at_end} if at_end else {}))
     except (StorageError, PlaceError) as e:
-        sentinel.stop(watchdog)
+        run_dir.stop_watching()
         remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
         msg = f"cannot {e.doing} {e.path} ({e.why})" if isinstance(e, PlaceError) else str(e)
         said = ""
         try:
-            run_dir.finish("failed", error=f"StorageError: {msg}")
+            run_dir.close("failed", error=f"StorageError: {msg}")
         except (FedcliError, OSError) as why:
             said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
         raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"

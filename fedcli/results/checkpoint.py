@@ -61,6 +61,11 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def is_checkpoint(name: str) -> bool:
+    """Whether ``name`` is a checkpoint's file name (``round-NNNNNN.pt``, docs/run-directory.md)."""
+    return _NAME.match(name) is not None
+
+
 def atomic_save(obj, path: str | Path) -> Path:
     """``torch.save``, written with ``fedcli.safefs.atomic_write`` (temporary file in the same folder, flush, fsync,
     ``os.replace``, fsync of the folder; a link at ``path`` is refused).

@@ -235,9 +235,15 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+class RunClosed(RuntimeError):
+    """A row written to a run directory after it was closed (:meth:`RunDir.close`): its manifest already says how the
+    run ended, so a later row would not be in the run it describes."""
+
+
 class RunDir:
     """A run directory being written. ``extra``: columns some runs add after a file's own (``--system``'s
-    ``sim_time_s`` in metrics.csv and layers.csv: ``fedcli.results.runlog.extra_columns``)."""
+    ``sim_time_s`` in metrics.csv and layers.csv: ``fedcli.results.runlog.extra_columns``). Once closed
+    (:meth:`close`), rows and ``layers.csv`` are refused (:class:`RunClosed`); the manifest may still be rewritten."""
 
     def __init__(self, path: str | Path, extra: dict[str, list[str]] | None = None):
         self.path = Path(path)
@@ -260,6 +266,12 @@ class RunDir:
         # timing.csv: reopened when a resumed run's file is there, so that a checkpoint before its next row records it
         self.timing = AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True) if (self.path / "timing.csv").exists() else None
         self.part_csvs: dict[str, AppendCSV] = {}  # PART_CSVS, opened when a part first records rows
+        self.closed = False
+
+    def _open(self) -> None:
+        if self.closed:
+            raise RunClosed(f"{self.path}: the run directory is closed (its manifest says "
+                            f"'{self.manifest.get('status')}'); no row is written after that")
 
     def write_manifest(self, **updates) -> None:
         self.manifest.update(updates)
@@ -276,6 +288,7 @@ class RunDir:
         self.close()
 
     def append_metrics(self, row: dict) -> None:
+        self._open()
         if self.timing is not None:
             self.timing.drain()  # the rounds up to an evaluation are on the disk before it
         self.metrics.append([row])
@@ -284,40 +297,47 @@ class RunDir:
         """A run that can be re-timed: each round's records (``timing.csv``), written as the round ends and synced to
         the disk at the next evaluation or the close (a crash of the machine loses no more than the rows since the last
         evaluation, which re-timing does not read)."""
+        self._open()
         if self.timing is None:
             self.timing = AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True)
         self.timing.append(rows)
 
     def append_intervals(self, rows: list[dict]) -> None:
+        self._open()
         if self.intervals is None:
             self.intervals = AppendCSV(self.path / "intervals.csv", INTERVALS_COLUMNS)
         self.intervals.append(rows)
 
     def append_skipped(self, rows: list[dict]) -> None:
         """Client updates dropped by ``--on-diverge skip-client`` (one row per client and round)."""
+        self._open()
         if self.skipped is None:
             self.skipped = AppendCSV(self.path / "skipped.csv", SKIPPED_COLUMNS)
         self.skipped.append(rows)
 
     def append_clients(self, rows: list[dict]) -> None:
         """Personalized methods: each evaluated client's numbers of one evaluation (``clients.csv``)."""
+        self._open()
         if self.clients is None:
             self.clients = AppendCSV(self.path / "clients.csv", CLIENTS_COLUMNS)
         self.clients.append(rows)
 
     def append_system(self, rows: list[dict]) -> None:
         """``--system``: each round's simulated time and who took part (``system.csv``)."""
+        self._open()
         if self.system is None:
             self.system = AppendCSV(self.path / "system.csv", SYSTEM_COLUMNS)
         self.system.append(rows)
 
     def append_part_rows(self, name: str, rows: list[dict]) -> None:
         """Rows a part recorded (``PART_CSVS[name]`` columns)."""
+        self._open()
         if name not in self.part_csvs:
             self.part_csvs[name] = AppendCSV(self.path / name, PART_CSVS[name])
         self.part_csvs[name].append(rows)
 
     def write_layers(self, rows: list[dict]) -> None:
+        self._open()
         atomic_write(self.path / "layers.csv", csv_text(self.layers_columns, rows))
 
     def csv_positions(self) -> dict:
@@ -328,10 +348,12 @@ class RunDir:
         return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
 
     def close(self) -> None:
+        """Every CSV closed (a deferred one synced first); from then on rows are refused (:class:`RunClosed`)."""
         self.metrics.close()
         for f in (self.intervals, self.skipped, self.clients, self.system, self.timing, *self.part_csvs.values()):
             if f is not None:
                 f.close()
+        self.closed = True
 
 
 def rewind_csvs(folder: str | Path, positions: dict) -> None:

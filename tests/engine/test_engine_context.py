@@ -26,7 +26,7 @@ HELPERS = {
     "fedcli/fl/build.py": "ManifestContext", "fedcli/results/runlog.py": "LogContext",
     "fedcli/results/resume.py": "LogContext", "fedcli/trackers/hook.py": "LogContext",
     "fedcli/cli/train.py": "LogContext", "fedcli/results/checkpoint.py": "CheckpointContext",
-    "fedcli/results/signals.py": "CheckpointContext", "fedcli/runner.py": "DriverContext",
+    "fedcli/results/signals.py": "CheckpointContext", "fedcli/results/run_directory.py": "DriverContext", "fedcli/runner.py": "DriverContext",
 }
 
 
