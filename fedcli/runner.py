@@ -72,7 +72,7 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool, promote: bool = Fal
 
 
 class NoProgress:
-    """A run's progress that shows nothing (:meth:`RunView.progress`)."""
+    """A run's progress that shows nothing (:meth:`RunPrinter.progress`)."""
 
     def __enter__(self):
         return self
@@ -87,10 +87,10 @@ class NoProgress:
         pass
 
 
-class RunView:
+class RunPrinter:
     """What a run says while it runs. This one (``fedcli sweep``, ``fedcli bench``, the worker processes, programs that
     import fedcli) says notes and warnings as plain ``fedcli: ...`` lines on stderr and shows no header, progress or
-    summary table; ``fedcli train`` passes its terminal view (``fedcli/cli/train.py``)."""
+    summary table; ``fedcli train`` passes its terminal printer (``fedcli/cli/train.py``)."""
 
     def notice(self, msg: str) -> None:
         print(f"fedcli: {msg}", file=sys.stderr, flush=True)
@@ -110,13 +110,13 @@ class RunView:
 
 
 def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False, data=None, progress: str = "auto", view: RunView | None = None, promote: bool = False):
+              resume: bool = False, data=None, progress: str = "auto", printer: RunPrinter | None = None, promote: bool = False):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/resume.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
     ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
-    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``view``: what the run says (:class:`RunView`).
+    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``printer``: what the run says (:class:`RunPrinter`).
     ``promote``: with ``resume``, a pruned run's stop request and pruned mark go and it runs to completion
     (fedcli/results/stopfile.py)."""
     from fedcli.comm.communicator import Communicator
@@ -133,7 +133,7 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
         return _train(cfg, comm, run_dir, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
-                      progress=progress, view=view or RunView(), promote=promote)
+                      progress=progress, printer=printer or RunPrinter(), promote=promote)
     finally:
         if run_dir is not None:
             run_dir.release()
@@ -162,27 +162,27 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
 
 
 def _train(cfg: TrainConfig, comm, run_dir, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
-           progress: str = "auto", view: RunView, promote: bool = False):
+           progress: str = "auto", printer: RunPrinter, promote: bool = False):
     """One run on every rank, as its jobs in order: set up (and restore), begin the run directory (rank 0: ``run_dir``,
     the :class:`~fedcli.results.run_directory.RunDirectory` :func:`prepare_out` opened), hook the trackers and the
     checkpointer, run the rounds, close the run directory, say the result."""
     out, root = Path(cfg.out), comm.is_root
     early.run_closed(False)
-    ctx, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, view=view)
+    ctx, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, printer=printer)
     procs = _processes(comm, ctx)
     mark_interrupted = None
     if root:
         if overwrite and out.exists():
             _clean_overwritten(run_dir)
-        _begin(run_dir, ctx, procs, (ckpt, state) if resume else None, quiet=quiet, view=view, promote=promote)
+        _begin(run_dir, ctx, procs, (ckpt, state) if resume else None, quiet=quiet, printer=printer, promote=promote)
         mark_interrupted = run_dir.guard(ctx, procs["pids"], world_size=comm.size, launcher=comm.launcher)
-        _announce(cfg, ctx, view, quiet=quiet, progress=progress)
+        _announce(cfg, ctx, printer, quiet=quiet, progress=progress)
     if comm.size > 1:  # no process starts training before the manifest exists: a failure on any rank marks it failed
         comm.barrier()
     ACTIVE_RUN["dir"] = out
-    progress = view.progress(cfg, ctx.context(LogContext), enabled=root and not quiet and not as_json, mode=progress)
-    saver = _checkpointer(cfg, comm, out, view, state, ckpt)
-    tracking = _hook_rounds(cfg, comm, ctx, saver, out, resume=resume, view=view)
+    progress = printer.progress(cfg, ctx.context(LogContext), enabled=root and not quiet and not as_json, mode=progress)
+    saver = _checkpointer(cfg, comm, out, printer, state, ckpt)
+    tracking = _hook_rounds(cfg, comm, ctx, saver, out, resume=resume, printer=printer)
     # The Checkpointer holds the stop signals until the manifest says how the run ended: a second SIGTERM (Slurm sends
     # one to every process of the job, so a time limit can deliver two) arriving after the rounds stopped waits
     # instead of ending the process with the manifest still 'running' (which the watchdog would then call failed).
@@ -202,14 +202,14 @@ def _train(cfg: TrainConfig, comm, run_dir, *, quiet: bool, as_json: bool, overw
     if ended is not None:
         raise ended  # raised outside the handler above: no other exception is chained to it
     if run_dir is not None:
-        _say_result(cfg, summary, extra, saver, out, quiet=quiet, as_json=as_json, view=view)
+        _say_result(cfg, summary, extra, saver, out, quiet=quiet, as_json=as_json, printer=printer)
     if saved:  # what the completed run no longer needs goes (fedcli/fl/store.py); kept for a resume if the end failed
         ctx.store.finish_run()
     ACTIVE_RUN.pop("dir", None)
     return summary
 
 
-def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunView):
+def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, printer: RunPrinter):
     """The simulation on every rank and, with ``resume``, the latest checkpoint (CSVs cut back to it) restored on every
     rank; an error on any rank is raised on all (:func:`collective`). Returns (simulation, restored state, checkpoint)."""
     from fedcli.fl.engine import Simulation
@@ -226,7 +226,7 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, view: RunV
     state = ckpt = None
     if resume:
         try:
-            ckpt = load_for_resume(out, comm, warn=(lambda m: view.notice(f"warning: {m}"))
+            ckpt = load_for_resume(out, comm, warn=(lambda m: printer.notice(f"warning: {m}"))
                                               if comm.is_root else None, config=cfg.to_dict())  # said with --quiet too
             state = checkpoint.restore(ctx.context(CheckpointContext), ckpt) if ckpt is not None else None
         except Exception as e:  # noqa: BLE001 - reported collectively below
@@ -271,7 +271,7 @@ def tune_entry() -> dict:
     return {"tune": entry} if isinstance(entry, dict) else {}
 
 
-def _begin(run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, view: RunView, promote: bool) -> None:
+def _begin(run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, printer: RunPrinter, promote: bool) -> None:
     """Rank 0: the run directory's manifest 'running', started anew (with this run's ``tune`` entry) or, on a resume
     (``restored``: the checkpoint and the state restored from it, both None without one), reopened at the checkpoint,
     saying how the previous attempt ended, a promotion (``promote``) and the versions changed since
@@ -279,45 +279,45 @@ def _begin(run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, v
     ckpt, state = restored or (None, None)
     if restored is not None:
         for line in run_dir.resume_notes(ckpt, promote=promote):  # before the folder is touched further
-            view.notice(line)
+            printer.notice(line)
     for line in run_dir.begin(ctx, procs, resume=restored is not None, ckpt=ckpt, state=state, manifest=tune_entry(),
                               quiet=quiet):
-        view.notice(line)
+        printer.notice(line)
 
 
-def _announce(cfg: TrainConfig, ctx: DriverContext, view: RunView, *, quiet: bool, progress: str) -> None:
+def _announce(cfg: TrainConfig, ctx: DriverContext, printer: RunPrinter, *, quiet: bool, progress: str) -> None:
     """Rank 0: the run loaded; its header and where the client state goes (not with ``quiet``), its notes (always)."""
     from fedcli.fl.store import describe as store_line
 
-    view.loaded()
+    printer.loaded()
     if not quiet:  # a terminal wraps it between words; a log keeps it on one line
-        view.header(describe(cfg, ctx), progress)
+        printer.header(describe(cfg, ctx), progress)
         if (state_line := store_line(ctx.store.info)) is not None:
-            view.notice(state_line)  # where the client state goes and how big it may grow
+            printer.notice(state_line)  # where the client state goes and how big it may grow
     for note in ctx.notes:  # said once, also with --quiet (the manifest records it too)
-        view.notice(f"note: {note}")
+        printer.notice(f"note: {note}")
 
 
-def _checkpointer(cfg: TrainConfig, comm, out: Path, view: RunView, state, ckpt):
+def _checkpointer(cfg: TrainConfig, comm, out: Path, printer: RunPrinter, state, ckpt):
     """The Checkpointer (fedcli/results/signals.py), continuing from the restored checkpoint on a resume."""
     from fedcli.results import signals
 
     saver = signals.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
-                                    notify=view.notice if comm.is_root else None, launcher=comm.launcher)
+                                    notify=printer.notice if comm.is_root else None, launcher=comm.launcher)
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
         saver.last = Path(ckpt["path"])
     return saver
 
 
-def _hook_rounds(cfg: TrainConfig, comm, ctx: DriverContext, saver, out: Path, *, resume: bool, view: RunView):
+def _hook_rounds(cfg: TrainConfig, comm, ctx: DriverContext, saver, out: Path, *, resume: bool, printer: RunPrinter):
     """The round hooks: the trackers (rank 0, ``--tracker``) then the checkpointer; with several processes the
     checkpointer also hears every step. Returns the trackers' hook or None."""
     tracking = None
     if comm.is_root and cfg.tracker:  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
         from fedcli.trackers.hook import TrackerHook
 
-        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: view.notice(f"warning: {m}"))
+        tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: printer.notice(f"warning: {m}"))
         ctx.add_round_hook(tracking)
     ctx.add_round_hook(saver)
     if comm.size > 1:
@@ -437,18 +437,18 @@ def _save_end(ctx: DriverContext, run_dir, summary, out: Path, comm, at_end: dic
 
 
 def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, quiet: bool, as_json: bool,
-                view: RunView) -> None:
+                printer: RunPrinter) -> None:
     """Rank 0, a completed run: a stop signal that came during the last round, then the JSON line (``as_json``) or
     the closing summary (not with ``quiet``)."""
     if saver.late:
-        view.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
+        printer.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
                     f"(nothing to resume)")
     if saver.late_request is not None:
-        view.notice(f"a stop request ({out / 'stop.json'}) was met at the last round boundary: the run completed")
+        printer.notice(f"a stop request ({out / 'stop.json'}) was met at the last round boundary: the run completed")
     if as_json:
         print(json.dumps({"run_dir": str(out), **summary.as_dict(), **extra}))
     elif not quiet:
-        view.summary(cfg, summary, out)
+        printer.summary(cfg, summary, out)
 
 
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)

@@ -13,7 +13,7 @@ from fedcli.cli.console import PROGRESS_MODES, TrainProgress, err_console, out_c
 from fedcli.cli.options import config_parameters, flag, given, with_parameters
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.fl.context import LogContext
-from fedcli.runner import RunView, collective, run_train
+from fedcli.runner import RunPrinter, collective, run_train
 
 CATALOG = catalog.load()
 
@@ -104,7 +104,7 @@ def progress_total(cfg, plan) -> tuple[int, str | None]:
     return cfg.iterations, None
 
 
-class TerminalView(RunView):
+class TerminalPrinter(RunPrinter):
     """``fedcli train`` on a terminal or into a log: the header, the progress (``--progress``), the summary table and the
     notes through rich (fedcli/cli/console.py)."""
 
@@ -195,7 +195,7 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
         run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
-                  progress=progress, view=TerminalView(), promote=promote)
+                  progress=progress, printer=TerminalPrinter(), promote=promote)
 
 
 def _trackers_only(resume: str, flags: dict, **given) -> str | None:
