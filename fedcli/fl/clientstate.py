@@ -14,7 +14,7 @@ attribute (:func:`open_round`, :func:`close_round`). FedJAX's ``client_init`` / 
 method to call.
 
 The store key is the part's name and the attribute's (``feddyn.grad_i``, and ``:tensor`` per model tensor), built
-here, never by a method. Storage, MPI and disk are the store's (``fedcli.fl.store.share``). A state a part reads
+here, never by a method. Storage, MPI and disk are the store's (``fedcli.fl.store.publish``). A state a part reads
 elsewhere than around a round (FedFomo's affinities, APPLE's p, for other clients or at evaluation) is a named
 object with the same two calls, ``state.load(view, cohort)`` and ``state.save(view, cohort, values)``::
 
@@ -30,7 +30,7 @@ from typing import Union
 
 import torch
 
-from fedcli.fl.store import share
+from fedcli.fl.store import publish
 
 #: one row per model parameter tensor, shaped like it (``view.global_params``)
 PARAMS = "params"
@@ -126,7 +126,7 @@ class ClientState:
         clients = list(getattr(cohort, "clients", cohort))
         skipped = getattr(cohort, "skipped", ()) if skipped is None else skipped
         tables = {self.key(n): t for n, t in values.items()} if self.per_tensor else {self.key(): values}
-        share(view, clients, tables, skipped, everywhere=self.everywhere)
+        publish(view, clients, tables, skipped, everywhere=self.everywhere)
 
     def get(self, view, key: int, tensor: str = "") -> torch.Tensor | None:
         """One client's (or key's) stored row of ``tensor``, or None."""

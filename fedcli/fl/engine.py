@@ -199,7 +199,7 @@ class Simulation:
     def full_participation(self) -> bool:
         """Every client takes part in every round: all are sampled, and the system model (if on) leaves none out
         (availability, deadline). A client then trains and is evaluated on the same process every round, which the
-        per-client stores rely on (``fedcli.fl.store.share``)."""
+        per-client stores rely on (``fedcli.fl.store.publish``)."""
         everyone = self.active >= len(self.client_indices)
         return everyone and (self.system is None or not self.system.may_leave_out)
 

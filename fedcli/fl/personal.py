@@ -86,7 +86,7 @@ def all_client_models(view, cohort, buffers: bool = False, prefix: str = LOCAL) 
     client order (a client without one holds the current global model): what FedAMP, FedFomo and APPLE download.
     Collective under MPI.
 
-    One process, or partial participation under MPI (``personal.share`` gave every rank every client's
+    One process, or partial participation under MPI (``fedcli.fl.store.publish`` gave every rank every client's
     model): the store. Full participation under MPI: each rank stores the models of its own clients (the
     same every round), so the ranks allgather them."""
     n = len(view.client_indices)
@@ -94,11 +94,11 @@ def all_client_models(view, cohort, buffers: bool = False, prefix: str = LOCAL) 
         p, b = load_models(view, list(range(n)), prefix)
         return p, (b if buffers else {})
     p, b = load_models(view, cohort.clients, prefix, device="cpu")
-    shares = view.comm.allgather((list(cohort.clients), p, b if buffers else {}))
+    gathered = view.comm.allgather((list(cohort.clients), p, b if buffers else {}))
     out_p = {k: v.new_zeros((n, *v.shape)) for k, v in view.global_params.items()}
     out_b = {k: v.new_zeros((n, *v.shape)) for k, v in view.global_buffers.items()} if buffers else {}
     seen = set()
-    for clients, ps, bs in shares:
+    for clients, ps, bs in gathered:
         if clients:
             ix = torch.tensor(clients, dtype=torch.long)
             seen.update(clients)

@@ -54,7 +54,7 @@ def restore(view, cohort, kept: ClientState, by: str) -> dict[str, torch.Tensor]
 
 def keep(view, cohort, kept: ClientState, by: str, stacked: dict[str, torch.Tensor]) -> None:
     """Store stacked state ``[K, *shape]`` per model tensor for this process's cohort. Collective under MPI: every
-    process calls it at the same point, and every process can then read every key (``fedcli.fl.store.share``)."""
+    process calls it at the same point, and every process can then read every key (``fedcli.fl.store.publish``)."""
     kept.save(view, keys(view, cohort, by), stacked, skipped=())
 
 

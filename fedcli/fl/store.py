@@ -168,7 +168,7 @@ def _merged(state: dict, root_state: dict | None) -> dict:
 class MemoryStore:
     """Every row a CPU tensor in ``tables[name][client]``.
 
-    A table that every process holds whole (``share`` gave every process every row: cohort slots, or partial
+    A table that every process holds whole (``publish`` gave every process every row: cohort slots, or partial
     participation under several processes) is ``replicated``: a checkpoint holds it once, in the root's part, not
     once per process (two workers would double the checkpoint of the FEMNIST example's slot momentum, docs/usage.md)."""
 
@@ -277,7 +277,7 @@ class _Table:
 class DiskStore:
     """Rows on disk (see the module docstring), an LRU cache of recently read or written rows in memory.
 
-    Every process holds the same index: ``share`` appends this process's rows to its own files and then applies
+    Every process holds the same index: ``publish`` appends this process's rows to its own files and then applies
     every process's index entries (an allgather of a few integers per client, not of the tensors)."""
 
     kind = "disk"
@@ -465,7 +465,7 @@ class DiskStore:
                         self._cache_drop((name, int(key)))
 
     def scatter(self, name: str, clients: list[int], stacked: torch.Tensor) -> None:
-        """One process's store only (``share`` is the collective way)."""
+        """One process's store only (``publish`` is the collective way)."""
         self.apply(self.rank, clients, self.write(clients, {name: stacked.detach().cpu()}))
 
     def forget(self, name: str, key: int) -> None:
@@ -645,7 +645,7 @@ class DiskStore:
 ClientStore = MemoryStore  # the name other code used for the in-memory store
 
 
-def share(view, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), everywhere: bool = False) -> None:
+def publish(view, clients: list[int], tables: dict[str, torch.Tensor], skipped=(), everywhere: bool = False) -> None:
     """Keep stacked per-client tensors (table name -> ``[K, ...]``, rows in the order of ``clients``, this process's
     cohort clients, or other keys such as cohort slots) in the client store across rounds: the one way parts store
     per-client state.
@@ -671,16 +671,16 @@ def share(view, clients: list[int], tables: dict[str, torch.Tensor], skipped=(),
     comm, store = view.comm, view.store
     if store.kind == "disk":
         record = store.write(kept, cpu)
-        shares = [(kept, record)] if comm.size == 1 else comm.allgather((kept, record))
-        for rank, (cl, rec) in enumerate(shares):
+        gathered = [(kept, record)] if comm.size == 1 else comm.allgather((kept, record))
+        for rank, (cl, rec) in enumerate(gathered):
             store.apply(rank, cl, rec)
         return
     if comm.size == 1 or (view.full_participation and not everywhere):
-        shares = [(kept, cpu)]
+        gathered = [(kept, cpu)]
     else:
-        shares = comm.allgather((kept, cpu))
+        gathered = comm.allgather((kept, cpu))
         store.replicated.update(tables)  # every process holds every row: a checkpoint needs it once
-    for cl, tabs in shares:
+    for cl, tabs in gathered:
         if cl:
             for name, t in tabs.items():
                 store.scatter(name, cl, t)

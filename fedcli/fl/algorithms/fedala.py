@@ -215,8 +215,8 @@ class ALAInit(OverwriteInit):
             for c, loss in zip(cohort.clients, training_losses(view, cohort.clients, params, buffers)):
                 self.rows["local_loss.csv"].append({"round": cohort.round_idx + 1, "client": c, "samples": int(view.sizes[c]),
                                                     "initialized": self.init_loss.pop(c), "trained": loss})
-        shares = view.comm.allgather(self.rows) if view.comm.size > 1 else [self.rows]  # every process (collective)
-        self.rows = {name: sorted((r for s in shares for r in s[name]), key=lambda r: (r["client"], r.get("pass", 0)))
+        gathered = view.comm.allgather(self.rows) if view.comm.size > 1 else [self.rows]  # every process (collective)
+        self.rows = {name: sorted((r for s in gathered for r in s[name]), key=lambda r: (r["client"], r.get("pass", 0)))
                      for name in self.rows} if view.comm.is_root else {name: [] for name in self.rows}
 
     def round_tables(self, view) -> dict[str, list[dict]]:

@@ -26,7 +26,7 @@ server part). Two generalizations, both exact where the paper's formula applies:
   K_i lr would inflate c_i by up to 1 / (1 - rho) every round (it diverges); A_i is then lr times
   FedNova's ||a_i||_1, and D_i / A_i stays a weighted mean of the corrected gradients.
 - the c update is a sum over the cohort, so under MPI it is one all-reduce; each process then shares
-  the new c_i of its clients (``fedcli.fl.store.share``) so that a client's c_i does not depend on where it trained.
+  the new c_i of its clients (``fedcli.fl.store.publish``) so that a client's c_i does not depend on where it trained.
 
 Communication (``comm_bytes``, per layer in ``layers.csv``): every cohort client downloads c at the
 round's start and uploads c_i+ - c_i at its end, 32 bits per element each: 2 * m * numel * 4 bytes per
