@@ -40,7 +40,7 @@ class RunPlan:
     under partial participation); ``expected_client_steps`` is then an estimate (K clients of mean steps a round; under
     ``--iterations`` the fewest rounds, every round as long as the longest client's)."""
 
-    period: int                     # local iterations of a round without --local-epochs (the schedule's round length)
+    round_length: int                     # local iterations of a round without --local-epochs (the schedule's round length)
     by_rounds: bool                 # the budget counts rounds (--rounds) rather than local iterations
     budget: int                     # R of --rounds R, or I of --iterations I
     active: int                     # clients per round
@@ -66,8 +66,8 @@ class RunPlan:
         if self.steps:
             return max(self.steps[c] for c in cohort)
         if self.by_rounds:
-            return self.period
-        return min(self.period, self.budget - iteration)
+            return self.round_length
+        return min(self.round_length, self.budget - iteration)
 
     def done(self, round_idx: int, iteration: int) -> bool:
         """Whether a run that has completed ``round_idx`` rounds and ``iteration`` iterations has spent its budget."""
@@ -78,11 +78,11 @@ class RunPlan:
         return round_idx if self.by_rounds else iteration
 
 
-def plan_run(cfg, period: int, sizes: Sequence[float] | None = None, active: int | None = None,
+def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, active: int | None = None,
              batch_size: int | None = None) -> RunPlan:
     """The rounds and local steps of a run of ``cfg`` (``iterations``, ``rounds``, ``local_epochs``, ``batch_size``,
     ``drop_last``, ``active_ratio``; a ``TrainConfig`` or anything with those attributes) whose schedule has rounds of
-    ``period`` local iterations. ``sizes``: each client's training samples (needed only with ``--local-epochs``; None
+    ``round_length`` local iterations. ``sizes``: each client's training samples (needed only with ``--local-epochs``; None
     there leaves the counts unknown); ``active``: clients per round (default round(active_ratio x clients), at least
     1); ``batch_size``: the mini-batch size the clients use (default ``cfg.batch_size``)."""
     by_rounds = bool(cfg.rounds)
@@ -92,10 +92,10 @@ def plan_run(cfg, period: int, sizes: Sequence[float] | None = None, active: int
         if n is None:
             raise ValueError("plan_run needs the clients' sizes or the clients per round")
         active = max(1, int(round(cfg.active_ratio * n)))
-    base = dict(period=period, by_rounds=by_rounds, budget=budget, active=active)
+    base = dict(round_length=round_length, by_rounds=by_rounds, budget=budget, active=active)
     if not cfg.local_epochs:
-        rounds = budget if by_rounds else math.ceil(budget / period)
-        iterations = budget * period if by_rounds else budget
+        rounds = budget if by_rounds else math.ceil(budget / round_length)
+        iterations = budget * round_length if by_rounds else budget
         return RunPlan(**base, rounds=rounds, iterations=iterations, client_steps=iterations * active,
                        expected_client_steps=float(iterations * active))
     if sizes is None:

@@ -1,6 +1,6 @@
 """The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
 
-One round lasts ``schedule.period`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at the
+One round lasts ``schedule.round_length`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at the
 ``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
 sample count, and initialized by the ``init`` part. After every local step the schedule names the layers due; each due
 layer is encoded by the codec, averaged over the cohort (local weighted sum + one all-reduce for all layers due
@@ -147,7 +147,7 @@ class Simulation:
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
         the clients' training data as the parts left it)."""
-        return plan_run(self.cfg, self.schedule.period, [int(n) for n in self.sizes], self.active, self.batch_size)
+        return plan_run(self.cfg, self.schedule.round_length, [int(n) for n in self.sizes], self.active, self.batch_size)
 
     def manifest(self) -> dict:
         """The run directory's manifest of this run (``fedcli.fl.build.manifest``)."""

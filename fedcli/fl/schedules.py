@@ -1,7 +1,7 @@
 """Aggregation schedules: *when* each layer is synchronized.
 
 A schedule owns the per-layer aggregation intervals (in local iterations) and the length of a
-round (``period``): the number of local iterations after which every layer has been synchronized
+round (``round_length``): the number of local iterations after which every layer has been synchronized
 and the cohort is resampled. Within a round, layer ``l`` is synchronized after local step ``j``
 (1-based) when ``j % interval[l] == 0``; every layer is synchronized at the end of the round.
 
@@ -58,22 +58,18 @@ class Schedule(Part):
         self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
         self.adjustment: Adjustment | None = None  # what the last round end adjusted (None: nothing)
 
-    @classmethod
-    def round_length(cls, cfg) -> int:
-        """Local iterations of a round of this schedule under ``cfg`` (a config or the schedule's params): what its
-        spec declares (``round_length=`` of ``fedcli.specs.part``, :meth:`fedcli.specs.PartSpec.iterations`), so the
-        budget's rounds and steps are planned from a config alone, without this class (``fedcli.fl.budget``)."""
-        return cls.spec.iterations(cfg)
-
     @property
-    def period(self) -> int:
-        """Local iterations of a round: every layer is synchronized at its end, and the cohort resampled."""
-        return self.round_length(self.params)
+    def round_length(self) -> int:
+        """Local iterations of a round (every layer is synchronized at its end, and the cohort resampled): what its
+        spec declares (``round_length=`` of ``fedcli.specs.part``, :meth:`fedcli.specs.PartSpec.iterations`) of its
+        options, so the budget's rounds and steps are planned from a config alone, without this class
+        (``fedcli.fl.budget``)."""
+        return self.spec.iterations(self.params)
 
     def separable_now(self) -> bool:
         """A round may be taken chunk by chunk (``fedcli.fl.chunked``) only when every layer is synchronized at the
         round's end alone and nothing is measured across the cohort at a synchronization."""
-        return not self.needs_discrepancy and min(self.intervals, default=0) >= self.period
+        return not self.needs_discrepancy and min(self.intervals, default=0) >= self.round_length
 
     def begin_round(self, view, cohort) -> None:
         self.adjustment = None

@@ -125,7 +125,7 @@ def eval_interval(cfg: TrainConfig, plan) -> int:
     budget, else iterations, at least one round)."""
     if cfg.rounds:
         return cfg.eval_every or max(1, math.ceil(cfg.rounds / 20))
-    return cfg.eval_every or max(plan.period, math.ceil(cfg.iterations / 20))
+    return cfg.eval_every or max(plan.round_length, math.ceil(cfg.iterations / 20))
 
 
 def planned_evaluations(cfg: TrainConfig, plan, eval_every: int) -> int | None:
@@ -137,5 +137,5 @@ def planned_evaluations(cfg: TrainConfig, plan, eval_every: int) -> int | None:
     elif cfg.local_epochs:
         return None
     else:
-        points = [min(r * plan.period, cfg.iterations) for r in range(1, plan.rounds + 1)]
+        points = [min(r * plan.round_length, cfg.iterations) for r in range(1, plan.rounds + 1)]
     return len(evaluation_points(points, eval_every))

@@ -50,7 +50,7 @@ def test_accelerate_schedule_and_run(data):
     layers = [LayerInfo(i, f"l{i}", (k,), k, "kernel") for i, k in enumerate([100, 1000, 10, 500])]
     cfg = TrainConfig(tau=T, phi=PHI, lama_rule="paper", lama_eligible="all", lama_first_adjust=0)
     s = LamaAccelerate(cfg, layers)
-    assert s.period == T and s.intervals == [T] * 4 and s.needs_discrepancy
+    assert s.round_length == T and s.intervals == [T] * 4 and s.needs_discrepancy
     for layer, dv in enumerate([0.04, 0.001, 0.5, 0.002]):
         s.observe(layer, dv * T * layers[layer].numel, T)
     adj = s.adjust(0, T)

@@ -127,14 +127,14 @@ def _cfg(**kw):
 
 def test_periodic_schedule_due():
     s = Periodic(_cfg(tau=3), _layers([4, 4]))
-    assert s.period == 3
+    assert s.round_length == 3
     assert [s.due(j, 3) for j in (1, 2, 3)] == [[], [], [0, 1]]
     assert s.due(2, 2) == [0, 1]  # a round cut by the budget ends with a full synchronization
 
 
 def test_lama_schedule_observes_and_adjusts():
     s = Lama(_cfg(), _layers([100, 1000]))
-    assert s.period == 6 and s.intervals == [2, 2]
+    assert s.round_length == 6 and s.intervals == [2, 2]
     s.intervals = [2, 6]
     assert [s.due(j, 6) for j in range(1, 7)] == [[], [0], [], [0], [], [0, 1]]
     s.observe(0, 8.0, 2)  # d = 8 / (2 * 100)
@@ -223,7 +223,7 @@ def test_a_layerwise_schedule_is_one_pure_intervals_function():
         intervals_of = staticmethod(larger_d_short)
 
     s = Mine(_cfg(), _layers([100, 1000]))
-    assert s.needs_discrepancy and s.layerwise and s.period == 2  # the base's round: tau' (its spec's round_length)
+    assert s.needs_discrepancy and s.layerwise and s.round_length == 2  # the base's round: tau' (its spec's round_length)
     s.observe(0, 8.0, 2)
     s.observe(1, 6.0, 6)
     adj = s.adjust(0, 6)

@@ -66,7 +66,7 @@ def test_every_registered_part_builds_from_the_default_config_with_its_declared_
             p = bind(cls, cfg)
             assert {f.name for f in dataclasses.fields(p)} == set(declared(cls)), (family, name)
     for name, cls in SCHEDULES.items():
-        assert cls.round_length(cfg) >= 1, name
+        assert cls.spec.iterations(cfg) >= 1, name
 
 
 def test_sections_of_a_run_follow_its_parts():

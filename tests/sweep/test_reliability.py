@@ -384,7 +384,7 @@ def signalled(monkeypatch, capsys, args, when: dict, peek: bool = False):
     orig = engine.Simulation.setup
 
     def hook(sim, state):
-        step = state.iteration - state.round_idx * sim.schedule.period
+        step = state.iteration - state.round_idx * sim.schedule.round_length
         if peek and (state.round_idx, step - 1) in when:
             seen.append(capsys.readouterr().err)
         if (state.round_idx, step) in when:
@@ -529,7 +529,7 @@ from fedcli.fl import engine
 WHEN = {tuple(map(int, w.split(":"))) for w in sys.argv[1].split(",")}
 orig = engine.Simulation.setup
 def hook(sim, state):
-    if (state.round_idx, state.iteration - state.round_idx * sim.schedule.period) in WHEN:
+    if (state.round_idx, state.iteration - state.round_idx * sim.schedule.round_length) in WHEN:
         os.kill(os.getpid(), signal.SIGTERM)
 def setup(self, *a, **k):
     sim = orig(self, *a, **k)
