@@ -100,7 +100,7 @@ def full_batch_grads(view, cohort) -> dict[str, torch.Tensor]:
 
 def count_transfer(view, up: int, down: int) -> None:
     """Every cohort client uploads ``up`` and downloads ``down`` full-precision tensors per layer."""
-    view.ledger.record_transfer(view.active, up=up, down=down)
+    view.ledger.record_transfer(view.n_active, up=up, down=down)
 
 
 def to_device(state: dict | None, device) -> dict | None:

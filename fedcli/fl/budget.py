@@ -43,7 +43,7 @@ class RunPlan:
     round_length: int                     # local iterations of a round without --local-epochs (the schedule's round length)
     by_rounds: bool                 # the budget counts rounds (--rounds) rather than local iterations
     budget: int                     # R of --rounds R, or I of --iterations I
-    active: int                     # clients per round
+    n_active: int                     # clients per round
     steps: tuple[int, ...] = ()     # --local-epochs: each client's steps a round (empty: every client runs the round's)
     rounds: int | None = None
     iterations: int | None = None
@@ -78,33 +78,33 @@ class RunPlan:
         return round_idx if self.by_rounds else iteration
 
 
-def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, active: int | None = None,
+def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, n_active: int | None = None,
              batch_size: int | None = None) -> RunPlan:
     """The rounds and local steps of a run of ``cfg`` (``iterations``, ``rounds``, ``local_epochs``, ``batch_size``,
     ``drop_last``, ``active_ratio``; a ``TrainConfig`` or anything with those attributes) whose schedule has rounds of
     ``round_length`` local iterations. ``sizes``: each client's training samples (needed only with ``--local-epochs``; None
-    there leaves the counts unknown); ``active``: clients per round (default round(active_ratio x clients), at least
+    there leaves the counts unknown); ``n_active``: clients per round (default round(active_ratio x clients), at least
     1); ``batch_size``: the mini-batch size the clients use (default ``cfg.batch_size``)."""
     by_rounds = bool(cfg.rounds)
     budget = int(cfg.rounds) if by_rounds else int(cfg.iterations)
     n = len(sizes) if sizes is not None else None
-    if active is None:
+    if n_active is None:
         if n is None:
             raise ValueError("plan_run needs the clients' sizes or the clients per round")
-        active = max(1, int(round(cfg.active_ratio * n)))
-    base = dict(round_length=round_length, by_rounds=by_rounds, budget=budget, active=active)
+        n_active = max(1, int(round(cfg.active_ratio * n)))
+    base = dict(round_length=round_length, by_rounds=by_rounds, budget=budget, n_active=n_active)
     if not cfg.local_epochs:
         rounds = budget if by_rounds else math.ceil(budget / round_length)
         iterations = budget * round_length if by_rounds else budget
-        return RunPlan(**base, rounds=rounds, iterations=iterations, client_steps=iterations * active,
-                       expected_client_steps=float(iterations * active))
+        return RunPlan(**base, rounds=rounds, iterations=iterations, client_steps=iterations * n_active,
+                       expected_client_steps=float(iterations * n_active))
     if sizes is None:
         return RunPlan(**base)
     b = batch_size or cfg.batch_size
     steps = tuple(epoch_steps(s, cfg.local_epochs, b, cfg.drop_last) for s in sizes)
     mean = sum(steps) / len(steps)
     longest = max(steps)
-    full = active >= len(steps)
+    full = n_active >= len(steps)
     if by_rounds:
         rounds = budget
     else:
@@ -113,7 +113,7 @@ def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, activ
         return RunPlan(**base, steps=steps, rounds=rounds, iterations=rounds * longest, client_steps=rounds * sum(steps),
                        expected_client_steps=float(rounds * sum(steps)))
     return RunPlan(**base, steps=steps, rounds=budget if by_rounds else None,
-                   expected_client_steps=rounds * active * mean)
+                   expected_client_steps=rounds * n_active * mean)
 
 
 def schedule_round_length(cfg) -> int:

@@ -149,7 +149,7 @@ def open_round(part, view, cohort) -> None:
     for attr, state in declared(type(part)):
         part.__dict__[attr] = state.load(view, cohort)
     if part.cost.down:
-        view.ledger.record_transfer(view.active, down=part.cost.down)
+        view.ledger.record_transfer(view.n_active, down=part.cost.down)
     part.begin_round(view, cohort)
 
 
@@ -159,6 +159,6 @@ def close_round(part, view, cohort) -> None:
     clients (skipped clients keep theirs) and the attribute dropped."""
     part.end_round(view, cohort)
     if part.cost.up:
-        view.ledger.record_transfer(view.active, up=part.cost.up)
+        view.ledger.record_transfer(view.n_active, up=part.cost.up)
     for attr, state in declared(type(part)):
         state.save(view, cohort, part.__dict__.pop(attr))

@@ -17,12 +17,12 @@ from fedcli.data.augment import draw_cifar_params
 from fedcli.fl.rng import np_gen, torch_gen
 
 
-def sample_cohort(seed: int, round_idx: int, clients: int, active: int) -> list[int]:
-    """The round's cohort: ``active`` of ``clients`` without replacement, keyed by (seed, round) only,
+def sample_cohort(seed: int, round_idx: int, clients: int, n_active: int) -> list[int]:
+    """The round's cohort: ``n_active`` of ``clients`` without replacement, keyed by (seed, round) only,
     so every method and every process count sees the same clients (one shared sampling stream)."""
-    if active >= clients:
+    if n_active >= clients:
         return list(range(clients))
-    return sorted(int(c) for c in np_gen(seed, "cohort", round_idx).choice(clients, size=active, replace=False))
+    return sorted(int(c) for c in np_gen(seed, "cohort", round_idx).choice(clients, size=n_active, replace=False))
 
 
 @dataclass

@@ -261,7 +261,7 @@ class Simulation:
 
     @property
     def round_clients(self) -> int:
-        """Clients in the round (the part view's ``active``): ``active``, or the system model's participants."""
+        """Clients in the round (the part view's ``n_active``): ``n_active``, or the system model's participants."""
         return self.active if self.system_round is None else len(self.system_round.participants)
 
     @property

@@ -381,7 +381,7 @@ class SGDStep(LocalStep):
     def kept_state(self, view) -> int:
         """The persisted momentum buffers (``--momentum-persist``): one per cohort slot (``slot``: the cohort size)
         or per client (``client``), each the size of the parameters; none otherwise."""
-        keys = {"slot": view.active, "client": len(view.client_indices)}.get(self.persist, 0)
+        keys = {"slot": view.n_active, "client": len(view.client_indices)}.get(self.persist, 0)
         return keys * sum(p.numel() * p.element_size() for p in view.global_params.values())
 
     def begin_round(self, view, cohort) -> None:

@@ -232,7 +232,7 @@ class Personalization:
         n = len(view.client_indices)
         clients = list(range(n))
         if self.cohort_only and round_idx is not None and round_idx > 0:
-            clients = sorted(sample_cohort(view.seed, round_idx - 1, n, view.active))
+            clients = sorted(sample_cohort(view.seed, round_idx - 1, n, view.n_active))
         total = sum(int(self.test[c].numel()) for c in clients)
         mine = assign_clients(clients, view.sizes, view.comm.rank, view.comm.size)
         # the global model is a whole model only when the method synchronizes every layer (FedRep's head is local)

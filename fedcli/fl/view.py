@@ -42,8 +42,8 @@ DATA = (
     "drop_last",           # --drop-last: a client's incomplete last mini-batch of an epoch is dropped (epoch_steps)
     "client_indices",      # each client's training sample indices (tuple of tensors; as the parts' training_indices left it)
     "sizes",               # each client's training sample count (read-only numpy array)
-    "active",              # clients per round (the cohort size; with --system, the round's participants)
-    "share",               # active / the number of clients: the round's share of the clients (|P_t| / m)
+    "n_active",            # clients per round (the cohort size; with --system, the round's participants)
+    "share",               # n_active / the number of clients: the round's share of the clients (|P_t| / m)
     "full_participation",  # every client takes part in every round (all sampled; --system leaves none out)
 )
 SERVICES = (
@@ -70,7 +70,7 @@ CAPABILITIES = (
     "declared",            # declared(name): family -> each part's value of a declaration of the Part base
 )
 MEMBERS = DATA + SERVICES + CALLS + CAPABILITIES
-#: data members computed from others (a fake view gets them from those: ``share`` from ``active`` and ``client_indices``)
+#: data members computed from others (a fake view gets them from those: ``share`` from ``n_active`` and ``client_indices``)
 DERIVED = ("share",)
 
 
@@ -107,8 +107,8 @@ class PartView:
         if derived:
             raise TypeError(f"computed from other members, not given: {', '.join(derived)}")
         members.setdefault("parts", {})
-        if "active" in members:  # the engine's name for what ``active`` reads (below)
-            members["round_clients"] = members.pop("active")
+        if "n_active" in members:  # the engine's name for what ``n_active`` reads (below)
+            members["round_clients"] = members.pop("n_active")
         options = {k: members.pop(k) for k in ("seed", "drop_last") if k in members}
         if options:  # the engine's options they read (below)
             members["cfg"] = SimpleNamespace(**options)
@@ -133,15 +133,15 @@ class PartView:
     batch_size = _Read()
 
     @property
-    def active(self) -> int:
+    def n_active(self) -> int:
         """Clients in the round: the sampled cohort's size, or with the system model (``--system``) the clients that
         take part in the round being run (what a part's extra transfers are counted for)."""
         return self._src.round_clients
 
     @property
     def share(self) -> float:
-        """The round's share of all clients, |P_t| / m: :attr:`active` over the number of clients."""
-        return self.active / len(self._src.client_indices)
+        """The round's share of all clients, |P_t| / m: :attr:`n_active` over the number of clients."""
+        return self.n_active / len(self._src.client_indices)
     full_participation = _Read()
 
     @property

@@ -190,7 +190,7 @@ def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
     sizes = None
     if facts is not None and facts.n_train is not None:
         sizes = [facts.n_train * (1 - c.client_test_fraction) / c.clients] * c.clients
-    plan = plan_run(c, schedule_round_length(c), sizes, active=max(1, int(round(c.active_ratio * c.clients))))
+    plan = plan_run(c, schedule_round_length(c), sizes, n_active=max(1, int(round(c.active_ratio * c.clients))))
     return None if plan.expected_client_steps is None else int(round(plan.expected_client_steps))
 
 

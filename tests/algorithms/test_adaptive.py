@@ -188,7 +188,7 @@ def test_skip_synchronization_rounds_and_bytes():
     assert all(torch.all(seen[5][n] >= seen[2][n]) for n in seen[2])
     assert any(not torch.equal(seen[5][n], seen[2][n]) for n in seen[2])
     # per layer: 6 model syncs (m up + m down, 32 bits each) and 2 v_hat syncs (v up, v_hat down)
-    m = sim.active
+    m = sim.n_active
     for li in sim.layers:
         assert sim.ledger.bytes_[li.index] == (6 + 2) * m * li.numel * 8
         assert sim.ledger.syncs[li.index] == 6
@@ -200,7 +200,7 @@ def test_fedlamb_server_raises_vhat_to_cohort_mean():
     sim = Simulation(cfg(algo="fedlamb", lr=0.02, rounds=1, local_v="keep", eps=1e-6)).setup()
     sim.run()
     from fedcli.fl.engine import sample_cohort
-    cohort = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.active)
+    cohort = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.n_active)
     for n, vhat in sim.server.vhat.items():
         table = sim.store.tables[f"adaptive.v/{n}"]
         assert sorted(table) == cohort
@@ -229,7 +229,7 @@ def test_full_batch_gradients_match_autograd(clients):
 def test_mimelamb_vhat_from_full_batch_gradients():
     sim = Simulation(cfg(algo="mimelamb", lr=0.02, rounds=1)).setup()
     from fedcli.fl.engine import sample_cohort
-    ids = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.active)
+    ids = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.n_active)
     w = sim.cohort_weights(ids, ids)
     cohort = Cohort.from_global(ids, w, sim.global_params, sim.global_buffers)
     mean = adaptive.cohort_mean(sim, cohort, adaptive.full_batch_grads(sim, cohort))  # at the initial global model

@@ -61,7 +61,7 @@ def test_server_h_update_by_hand():
     The first round (h = 0): h^1 = -0.09375, theta^1 = 1.75 + 0.375 = 2.125.
     """
     server = FedDynServer(TrainConfig(feddyn_alpha=0.25))
-    server.begin_round(PartView.fake(active=2, client_indices=[torch.arange(1)] * 4), None)
+    server.begin_round(PartView.fake(n_active=2, client_indices=[torch.arange(1)] * 4), None)
     prev, avg = torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.75], dtype=torch.float64)
     assert float(server.update("w", prev, avg)) == 2.125
     assert float(server.h["w"]) == -0.09375

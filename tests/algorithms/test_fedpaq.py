@@ -16,7 +16,7 @@ def test_fedpaq_without_quantization_equals_fedavg(data, fedavg):
 
 def test_fedpaq_lama_ledger_counts_quantized_bits(data):
     sim, s = run(data, algo="fedpaq", schedule="lama", tau=2, phi=2, quant_levels=16)
-    m = sim.active
+    m = sim.n_active
     want = sum(sim.ledger.syncs[li.index] * m * li.numel * ((5 + 1 + 32 / li.numel) + 32) / 8 for li in sim.layers)
     assert s.comm_bytes == pytest.approx(want, rel=1e-12)
     assert s.comm_params == sum(sim.ledger.syncs[li.index] * li.numel for li in sim.layers)

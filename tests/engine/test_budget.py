@@ -35,7 +35,7 @@ def test_round_length_of_every_schedule():
 # ------------------------------------------------------------------ fixed round lengths
 def test_iteration_budget_cuts_the_last_round():
     """--iterations 30, rounds of 4: 8 rounds (7 x 4 + 2), 30 iterations, 3 clients a round: 90 client steps."""
-    p = plan_run(cfg(iterations=30), round_length=4, active=3)
+    p = plan_run(cfg(iterations=30), round_length=4, n_active=3)
     assert (p.rounds, p.iterations, p.client_steps, p.expected_client_steps) == (8, 30, 90, 90.0)
     assert [p.round_steps(it, [0]) for it in (0, 24, 28)] == [4, 4, 2]
     assert not p.done(7, 28) and p.done(8, 30)
@@ -45,9 +45,9 @@ def test_iteration_budget_cuts_the_last_round():
 def test_round_budget_of_fedlama_rounds():
     """FedLAMA tau' 2, phi 3: a round is 6 iterations; --rounds 5 with 2 of 4 clients: 30 iterations, 60 steps."""
     p = plan_run(cfg(rounds=5, active_ratio=0.5), round_length=6, sizes=[10, 10, 10, 10])
-    assert (p.active, p.rounds, p.iterations, p.client_steps) == (2, 5, 30, 60)
+    assert (p.n_active, p.rounds, p.iterations, p.client_steps) == (2, 5, 30, 60)
     assert p.round_steps(24, [1, 3]) == 6 and not p.done(4, 24) and p.done(5, 30) and p.progress(5, 30) == 5
-    p = plan_run(cfg(iterations=20), round_length=6, active=2)  # the same under --iterations 20: 6 + 6 + 6 + 2
+    p = plan_run(cfg(iterations=20), round_length=6, n_active=2)  # the same under --iterations 20: 6 + 6 + 6 + 2
     assert (p.rounds, p.iterations, p.client_steps, p.round_steps(18, [0])) == (4, 20, 40, 2)
 
 
@@ -80,7 +80,7 @@ def test_local_epochs_partial_participation():
     p = plan_run(cfg(iterations=10, local_epochs=1.0, active_ratio=0.5), round_length=5, sizes=SIZES)
     assert (p.rounds, p.iterations, p.client_steps) == (None, None, None)
     assert p.expected_client_steps == pytest.approx(3 * 2 * 11 / 4)  # the fewest rounds: ceil(10 / 4)
-    p = plan_run(cfg(rounds=2, local_epochs=1.0), round_length=5, active=2)  # no sizes: unknown
+    p = plan_run(cfg(rounds=2, local_epochs=1.0), round_length=5, n_active=2)  # no sizes: unknown
     assert (p.rounds, p.client_steps, p.expected_client_steps) == (None, None, None)
 
 

@@ -93,7 +93,7 @@ def test_the_copies_a_part_declares_are_recorded_around_its_round():
             seen.append(("end", view.ledger.bytes_[0]))
 
     ledger = Ledger([5])
-    view = PartView.fake(ledger=ledger, active=3, global_params={"w": torch.zeros(5)})
+    view = PartView.fake(ledger=ledger, n_active=3, global_params={"w": torch.zeros(5)})
     part = Sends.__new__(Sends)
     cohort = Cohort([0, 1, 2], torch.full((3,), 1 / 3, dtype=torch.float64), {}, {})
     clientstate.open_round(part, view, cohort)

@@ -118,16 +118,16 @@ def test_the_view_has_exactly_the_declared_members():
 
 
 def test_a_fake_view_takes_declared_members_only_and_is_read_only():
-    view = PartView.fake(active=3)
-    assert view.active == 3
+    view = PartView.fake(n_active=3)
+    assert view.n_active == 3
     with pytest.raises(TypeError, match="not members of the part interface: simulation"):
         PartView.fake(simulation=object())
     with pytest.raises(AttributeError):
-        view.active = 4
+        view.n_active = 4
     with pytest.raises(AttributeError):
         view.store  # noqa: B018 (not given to the fake)
     # share is computed from active and the number of clients (|P_t| / m), never given
-    assert PartView.fake(active=3, client_indices=[()] * 12).share == 0.25
+    assert PartView.fake(n_active=3, client_indices=[()] * 12).share == 0.25
     with pytest.raises(TypeError, match="computed from other members, not given: share"):
         PartView.fake(share=0.5)
 

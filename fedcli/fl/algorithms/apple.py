@@ -206,5 +206,5 @@ class AppleStep(SGDStep):
         if self.upload == "core":
             model_state(CORE)[0].save(view, cohort, self.own)  # the core models' parameters
         # each client downloaded M core models: the engine counted one download; record the other M - 1
-        view.ledger.record_transfer(view.active, down=self.m - 1)
+        view.ledger.record_transfer(view.n_active, down=self.m - 1)
         self.cores, self.own = {}, {}

@@ -148,7 +148,7 @@ class FomoInit(OverwriteInit):
     def m(self, view) -> int:
         """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
         n = len(view.client_indices)
-        return min(int(self.params.fomo_m) or n, view.active)
+        return min(int(self.params.fomo_m) or n, view.n_active)
 
     @torch.no_grad()
     def initialize(self, view, cohort) -> None:
@@ -177,7 +177,7 @@ class FomoInit(OverwriteInit):
             return
         models, model_b = all_client_models(view, cohort, buffers=True)
         m = self.m(view)
-        view.ledger.record_transfer(view.active, down=m - 1)  # M downloads per client: the engine counts one
+        view.ledger.record_transfer(view.n_active, down=m - 1)  # M downloads per client: the engine counts one
         clients = cohort.clients
         k_all = len(clients)
         affinity = ClientState("fomo.P", (len(view.client_indices),), default=own_affinity, dtype=torch.float64)
