@@ -11,7 +11,7 @@ registers it under its section (the recipe table ``[feddyn]``, the manifest's ``
 registered params class, so each field is a ``fedcli train`` flag (``--feddyn-alpha``), a recipe key
 (``feddyn_alpha``, also in its table: ``[feddyn] feddyn_alpha = 0.1``), an entry of the manifest's ``config``, validated by
 its bounds or choices. A part's spec declares what it reads (``Params=FedDynParams``, ``uses=("lr",)`` for general
-fields: ``fedcli.specs.part``) and the part is built with exactly those (:func:`bind`): ``self.params.feddyn_alpha``.
+fields: ``fedcli.specs.part``) and the part is built with exactly those (:func:`bind`): ``self.opts.feddyn_alpha``.
 This module imports nothing of fedcli, so specs import it freely.
 """
 

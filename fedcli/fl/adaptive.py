@@ -114,8 +114,8 @@ class VhatServer(AverageServer):
 
     keeps = ("vhat",)  # checkpointed and resumed with the run
 
-    def __init__(self, params):
-        super().__init__(params)
+    def __init__(self, opts):
+        super().__init__(opts)
         self.vhat: dict[str, torch.Tensor] | None = None
 
     def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor] | None:
@@ -131,7 +131,7 @@ class VhatServer(AverageServer):
     def raise_vhat(self, candidate: dict[str, torch.Tensor]) -> None:
         """v_hat <- max(v_hat, candidate), v_hat = v_hat_0 (eps, or 0 with --vhat-eps outside) before the first time."""
         if self.vhat is None:
-            self.vhat = {n: t.clamp(min=vhat_zero(self.params)) for n, t in candidate.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.opts)) for n, t in candidate.items()}
         else:
             self.vhat = {n: torch.maximum(self.vhat[n], candidate[n]) for n in self.vhat}
 
@@ -140,7 +140,7 @@ class VhatMaxServer(VhatServer):
     """Fed-LAMB / Fed-AMS: v_hat <- max(v_hat, sum_i p_i v_i) every ``--vhat-every`` rounds (Alg. 1, line 20)."""
 
     def end_round(self, view, cohort) -> None:
-        if not sync_due(self.params, cohort.round_idx):
+        if not sync_due(self.opts, cohort.round_idx):
             return
         self.raise_vhat(cohort_mean(view, cohort, view.offered("v", cohort)))
         count_transfer(view, up=1, down=1)  # v up, v_hat down

@@ -61,9 +61,9 @@ def uniform_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class QSGDCodec(Codec):
     """Stochastic uniform quantization of each client's layer update with s = ``--quant-levels``."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.levels = int(self.params.quant_levels)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.levels = int(self.opts.quant_levels)
         self.lossless = self.levels == 0
 
     def bits(self, numel: int) -> float:

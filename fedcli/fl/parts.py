@@ -91,7 +91,7 @@ class Part:
 
     # the part's spec (``fedcli.specs.PartSpec``, found when the class is defined: ``__init_subclass__``): the
     # options it reads (its ``Params`` and the general fields it ``uses``, with those of the spec it extends) and the
-    # declarations above. The part is built with exactly those options (``self.params``, ``fedcli.params.bind``),
+    # declarations above. The part is built with exactly those options (``self.opts``, ``fedcli.params.bind``),
     # from a config or from them.
     spec: specs.PartSpec | None = None
 
@@ -115,8 +115,8 @@ class Part:
         for attr in specs.DECLARATIONS:
             setattr(cls, attr, spec.declaration(attr))
 
-    def __init__(self, params):
-        self.params = bind(type(self), params)
+    def __init__(self, opts):
+        self.opts = bind(type(self), opts)
 
     def separable_now(self) -> bool:
         """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
@@ -355,9 +355,9 @@ class SGDStep(LocalStep):
 
     separable = True
 
-    def __init__(self, params):
-        super().__init__(params)
-        p = self.params
+    def __init__(self, opts):
+        super().__init__(opts)
+        p = self.opts
         self.momentum = p.momentum
         self.weight_decay = p.weight_decay
         self.decay_on = p.weight_decay_on
@@ -376,7 +376,7 @@ class SGDStep(LocalStep):
             if not _chains_end_round(type(self)):
                 reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
             if reasons:
-                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {self.params.algo}: {reasons[0]}")
+                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {self.opts.algo}: {reasons[0]}")
 
     def kept_state(self, view) -> int:
         """The persisted momentum buffers (``--momentum-persist``): one per cohort slot (``slot``: the cohort size)

@@ -19,9 +19,9 @@ class ServerLR(AverageServer):
     the plain average).
     """
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.lr = float(self.params.server_lr)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.lr = float(self.opts.server_lr)
 
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         if self.lr == 1.0:

@@ -50,10 +50,10 @@ class Schedule(Part):
     needs_discrepancy = False  # it measures the cohort's discrepancy at each synchronization (FedLAMA Eq. 2)
     layerwise = False          # each layer has its own interval (declared in the spec, ``PartSpec.layerwise``)
 
-    def __init__(self, params, layers):
-        super().__init__(params)
+    def __init__(self, opts, layers):
+        super().__init__(opts)
         self.layers = layers
-        self.tau = self.params.tau
+        self.tau = self.opts.tau
         self.intervals = [self.tau] * len(layers)
         self.eligible = [True] * len(layers)  # layers whose interval may change (intervals.csv)
         self.adjustment: Adjustment | None = None  # what the last round end adjusted (None: nothing)
@@ -64,7 +64,7 @@ class Schedule(Part):
         spec declares (``round_length=`` of ``fedcli.specs.part``, :meth:`fedcli.specs.PartSpec.iterations`) of its
         options, so the budget's rounds and steps are planned from a config alone, without this class
         (``fedcli.fl.budget``)."""
-        return self.spec.iterations(self.params)
+        return self.spec.iterations(self.opts)
 
     def separable_now(self) -> bool:
         """A round may be taken chunk by chunk (``fedcli.fl.chunked``) only when every layer is synchronized at the
@@ -130,9 +130,9 @@ class LayerwiseSchedule(Schedule):
     keeps = Schedule.keeps + ("d",)  # the intervals and each layer's last d_l
     kept_state = Part.kept_state     # no per-client state (declared again beside its own ``synchronized``)
 
-    def __init__(self, params, layers):
-        super().__init__(params, layers)
-        p = self.params
+    def __init__(self, opts, layers):
+        super().__init__(opts, layers)
+        p = self.opts
         self.eligible = [True] * len(layers) if p.lama_eligible == "all" else [li.kind == "kernel" for li in layers]
         self.d = [0.0] * len(layers)
         self.numel = [li.numel for li in layers]
@@ -156,7 +156,7 @@ class LayerwiseSchedule(Schedule):
         self.d[layer] = unit_discrepancy(discrepancy, steps, self.numel[layer])
 
     def adjust(self, round_idx: int, iteration: int) -> Adjustment | None:
-        p = self.params
+        p = self.opts
         if iteration <= p.lama_first_adjust * self.tau:
             return None
         self.intervals = self.intervals_of(self.d, self.numel, self.tau, p.phi, rule=p.lama_rule, eligible=self.eligible)

@@ -136,7 +136,7 @@ class Work:
     [n], the run's mini-batch size ``batch`` and ``drop_last``."""
 
     def __init__(self, parts=(), split=(), samples=(), batch: int = 1, drop_last: bool = False):
-        self.costs = [(p.cost, p.params) for p in parts if p.cost is not NO_COST]
+        self.costs = [(p.cost, p.opts) for p in parts if p.cost is not NO_COST]
         self.split, self.samples = [int(v) for v in split], [int(v) for v in samples]
         self.batch, self.drop_last = int(batch), bool(drop_last)
 

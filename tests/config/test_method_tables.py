@@ -27,24 +27,24 @@ def test_a_part_receives_only_the_options_it_declares():
     step = ProxStep(cfg)
     # SGDStep's general options, then FedProx's own section: nothing else of the 100-odd config fields
     assert declared(ProxStep) == ("algo", "momentum", "weight_decay", "weight_decay_on", "momentum_persist", "mu")
-    assert {f.name for f in dataclasses.fields(step.params)} == set(declared(ProxStep))
-    assert (step.params.mu, step.params.momentum, step.mu) == (0.25, 0.5, 0.25)
+    assert {f.name for f in dataclasses.fields(step.opts)} == set(declared(ProxStep))
+    assert (step.opts.mu, step.opts.momentum, step.mu) == (0.25, 0.5, 0.25)
     with pytest.raises(AttributeError):
-        step.params.tau  # noqa: B018 - a general option the step does not declare
+        step.opts.tau  # noqa: B018 - a general option the step does not declare
     with pytest.raises(AttributeError):
-        step.params.lr  # noqa: B018
+        step.opts.lr  # noqa: B018
     # built from its own params (no config at all), or from anything holding them: the same
-    again = ProxStep(step.params)
-    assert again.params == step.params
-    assert bind(ProxStep, step.params) is step.params
-    assert pickle.loads(pickle.dumps(step.params)) == step.params  # a process pool or a deep copy takes them whole
+    again = ProxStep(step.opts)
+    assert again.opts == step.opts
+    assert bind(ProxStep, step.opts) is step.opts
+    assert pickle.loads(pickle.dumps(step.opts)) == step.opts  # a process pool or a deep copy takes them whole
 
 
 def test_a_part_that_reads_an_option_it_does_not_declare_fails_at_once():
     class Sloppy(parts.SGDStep):  # reads FedProx's mu without declaring it
-        def __init__(self, params):
-            super().__init__(params)
-            self.mu = self.params.mu
+        def __init__(self, opts):
+            super().__init__(opts)
+            self.mu = self.opts.mu
 
     with pytest.raises(AttributeError, match="mu"):
         Sloppy(TrainConfig(algo="fedprox"))

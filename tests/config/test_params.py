@@ -41,9 +41,9 @@ part("local_step", "fake", "fake_method:FakeStep", base=SGD, Params=FakeParams)
 
 
 class FakeStep(SGDStep):
-    def __init__(self, params):
-        super().__init__(params)
-        self.knob = self.params.fake_knob
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.knob = self.opts.fake_knob
 
     def direction(self, cohort, grads):
         return {n: g * self.knob for n, g in grads.items()}

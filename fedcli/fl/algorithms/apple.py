@@ -131,13 +131,13 @@ def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
 class AppleStep(SGDStep):
     """Per batch: rebuild the personalized model from the N cores and p_i, step the own core and p_i."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.dr_lr = float(self.params.apple_dr_lr)
-        self.mu = float(self.params.apple_mu)
-        self.l_frac = float(self.params.apple_l)
-        self.m_opt = int(self.params.apple_m)
-        self.upload = self.params.apple_upload
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.dr_lr = float(self.opts.apple_dr_lr)
+        self.mu = float(self.opts.apple_mu)
+        self.l_frac = float(self.opts.apple_l)
+        self.m_opt = int(self.opts.apple_m)
+        self.upload = self.opts.apple_upload
         self.cores: dict[str, torch.Tensor] = {}
         self.own: dict[str, torch.Tensor] = {}
         self.p = torch.zeros(0)

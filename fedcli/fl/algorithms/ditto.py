@@ -28,10 +28,10 @@ class DittoStep(SGDStep):
     personal_prefix = "ditto"  # the evaluated model of each client (fedcli.fl.personal)
     separable = True  # v_k is the client's own, anchored at the global model (or its own ALA start)
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.lam = float(self.params.ditto_lambda)
-        self.epochs = float(self.params.ditto_epochs)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.lam = float(self.opts.ditto_lambda)
+        self.epochs = float(self.opts.ditto_epochs)
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
@@ -47,5 +47,5 @@ class DittoStep(SGDStep):
                 g.add_((params[n] - anchor[n]).mul_(lam))
             return grads
 
-        local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.params.lr, direction=prox)
+        local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.opts.lr, direction=prox)
         save_models(view, cohort.clients, v, vb, self.personal_prefix)

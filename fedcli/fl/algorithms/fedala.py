@@ -179,11 +179,11 @@ class ALAInit(OverwriteInit):
     keeps_local_models = True  # the engine keeps each client's trained model (fedcli.fl.personal)
     keeps = ("initial_passes", "capped", "base")  # checkpointed with the run: the base init by its own ``keeps``
 
-    def __init__(self, params, base=None):
-        super().__init__(params)
-        self.base = base if base is not None else OverwriteInit(params)
+    def __init__(self, opts, base=None):
+        super().__init__(opts)
+        self.base = base if base is not None else OverwriteInit(opts)
         self.provides = self.base.provides  # what the method's own init offers the other parts (FedAMP's u_i)
-        p = self.params
+        p = self.opts
         self.p = int(p.ala_layers)
         self.percent = float(p.ala_sample_percent)
         self.eta = float(p.ala_lr)

@@ -92,25 +92,25 @@ def cloud_models(models: dict, rows: list[int], alpha: float, sigma: float) -> t
     return u, xi
 
 
-def send_clouds(view, cohort, params) -> tuple[dict, torch.Tensor]:
+def send_clouds(view, cohort, opts) -> tuple[dict, torch.Tensor]:
     """The round's (u_i, xi) for the cohort clients (collective under MPI: every process calls it); once per round,
     by the init's ``download``, or by the local step's ``begin_round`` when another init part (``--init overwrite``)
-    replaced FedAMP's. ``params``: the calling part's (``amp_alpha``, ``amp_sigma``)."""
+    replaced FedAMP's. ``opts``: the calling part's (``amp_alpha``, ``amp_sigma``)."""
     models, _ = all_client_models(view, cohort)
-    return cloud_models(models, cohort.clients, float(params.amp_alpha), float(params.amp_sigma))
+    return cloud_models(models, cohort.clients, float(opts.amp_alpha), float(opts.amp_sigma))
 
 
 # ---------------------------------------------------------------------------- the parts
 class AMPInit(OverwriteInit):
     """Each client starts the round from its own last model; the server sends it u_i."""
 
-    def __init__(self, params):
-        super().__init__(params)
+    def __init__(self, opts):
+        super().__init__(opts)
         self.clouds: dict[str, torch.Tensor] = {}  # this round's u_i (``download``)
         self.xi: torch.Tensor | None = None       # this round's attention weights
 
     def download(self, view, cohort) -> None:
-        self.clouds, self.xi = send_clouds(view, cohort, self.params)
+        self.clouds, self.xi = send_clouds(view, cohort, self.opts)
 
     def received(self, view, cohort) -> dict:
         """u_i (``download``), name -> ``[K, *shape]``."""
@@ -132,14 +132,14 @@ class AMPInit(OverwriteInit):
 class AMPStep(SGDStep):
     """SGD on F_i(w) + lambda / (2 alpha_k) ||w - u_i||^2 (Eq. 6)."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.coef = float(self.params.amp_lambda) / float(self.params.amp_alpha)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.coef = float(self.opts.amp_lambda) / float(self.opts.amp_alpha)
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         # FedAMP's init sent them; another init part (--init overwrite) did not: they are computed here
-        self.clouds = view.offered(CLOUDS, cohort) if view.provided(CLOUDS) else send_clouds(view, cohort, self.params)[0]
+        self.clouds = view.offered(CLOUDS, cohort) if view.provided(CLOUDS) else send_clouds(view, cohort, self.opts)[0]
 
     def direction(self, cohort, grads: dict) -> dict:
         if not self.coef:

@@ -46,9 +46,9 @@ class FedDynStep(SGDStep):
     #: the cohort's rows [K, ...] from before ``begin_round`` to after ``end_round``
     grad_i = ClientState()
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.alpha = float(self.params.feddyn_alpha)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.alpha = float(self.opts.feddyn_alpha)
         self.anchor: dict[str, torch.Tensor] = {}   # the server model, updated in place at each synchronization
         self.disp: dict[str, torch.Tensor] = {}     # sum_k lr_k v_k: theta^{t-1} - theta_i^t over the round, [K, ...]
 
@@ -77,9 +77,9 @@ class FedDynServer(AverageServer):
 
     keeps = ("h",)  # checkpointed and resumed with the run
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.alpha = float(self.params.feddyn_alpha)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.alpha = float(self.opts.feddyn_alpha)
         self.share = 1.0   # |P_t| / m
         self.h: dict[str, torch.Tensor] = {}
 

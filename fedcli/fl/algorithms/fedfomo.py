@@ -126,9 +126,9 @@ def validation_losses(view, params: dict, buffers: dict, val: list[torch.Tensor]
 class FomoInit(OverwriteInit):
     """Splits off the validation parts; each round aggregates the received models with the FedFomo weights."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.ratio = float(self.params.fomo_val_ratio)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.ratio = float(self.opts.fomo_val_ratio)
         self.val: list[torch.Tensor] = []
         self.train: list[torch.Tensor] = []
         self.aggregates: dict[str, torch.Tensor] = {}  # this round's aggregated models (``download``)
@@ -137,7 +137,7 @@ class FomoInit(OverwriteInit):
     def setup(self, view) -> None:
         self.train, self.val = [], []
         for c, ix in enumerate(view.client_indices):  # the partition's training indices (no part split them before)
-            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(self.params.seed, "fomo.val", 0, c))
+            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(self.opts.seed, "fomo.val", 0, c))
             self.train.append(t)
             self.val.append(v)
 
@@ -148,7 +148,7 @@ class FomoInit(OverwriteInit):
     def m(self, view) -> int:
         """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
         n = len(view.client_indices)
-        return min(int(self.params.fomo_m) or n, view.n_active)
+        return min(int(self.opts.fomo_m) or n, view.n_active)
 
     @torch.no_grad()
     def initialize(self, view, cohort) -> None:

@@ -60,9 +60,9 @@ class LambStep(LocalStep):
 
     trust_default = True  # the trust ratio under --trust-ratio auto (Fed-AMS's step: off)
 
-    def __init__(self, params):
-        super().__init__(params)
-        p = self.params
+    def __init__(self, opts):
+        super().__init__(opts)
+        p = self.opts
         check_eps(p)
         self.b1, self.b2, self.wd = p.beta1, p.beta2, p.weight_decay
         self.trust = {"auto": self.trust_default, "on": True, "off": False}[p.trust_ratio]
@@ -71,12 +71,12 @@ class LambStep(LocalStep):
 
     def begin_round(self, view, cohort) -> None:
         synced = view.offered("vhat", cohort)  # the server's v_hat_{r-1}; None before the first synchronization: v_hat_0
-        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.params)))
+        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.opts)))
                 for n, p in view.global_params.items()}
-        local = synced is None and self.params.vhat_start == "local"
-        self.denom = None if local else {n: denominator(self.params, v) for n, v in vhat.items()}  # fixed for the round
+        local = synced is None and self.opts.vhat_start == "local"
+        self.denom = None if local else {n: denominator(self.opts, v) for n, v in vhat.items()}  # fixed for the round
         m = M.load(view, cohort)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
-        if self.params.local_v == "keep":
+        if self.opts.local_v == "keep":
             v = V.load(view, cohort)
         else:
             v = {n: vhat[n].expand_as(m[n]).clone() for n in m}  # v_{r,i}^0 = v_hat_{r-1} (line 6)
@@ -90,7 +90,7 @@ class LambStep(LocalStep):
 
     def end_round(self, view, cohort) -> None:
         M.save(view, cohort, cohort.opt_state["m"])  # a skipped client keeps its own; collective under MPI
-        if self.params.local_v == "keep":
+        if self.opts.local_v == "keep":
             V.save(view, cohort, cohort.opt_state["v"])
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -112,7 +112,7 @@ class LambStep(LocalStep):
                 a = expand(active, m)
                 m.copy_(torch.where(a, m.mul(b1).add_(g, alpha=1 - b1), m))
                 v.copy_(torch.where(a, v.mul(b2).addcmul_(g, g, value=1 - b2), v))
-            u = m / (self.denom[n] if self.denom is not None else denominator(self.params, v))  # psi (line 12)
+            u = m / (self.denom[n] if self.denom is not None else denominator(self.opts, v))  # psi (line 12)
             if self.wd:
                 u = u + self.wd * p
             if self.trust:

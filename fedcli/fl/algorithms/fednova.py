@@ -44,8 +44,8 @@ class NovaServer(AverageServer):
 
     fresh_momentum_needed = "FedNova's ||a_i||_1 assumes each client's momentum buffer starts at zero every round"
 
-    def __init__(self, params):
-        super().__init__(params)
+    def __init__(self, opts):
+        super().__init__(opts)
         self.scale: torch.Tensor | None = None
 
     def begin_round(self, view, cohort) -> None:
@@ -54,7 +54,7 @@ class NovaServer(AverageServer):
         steps = view.client_steps(ids, 0)  # 0: every client runs the round's steps (no --local-epochs, no partial work)
         if not all(steps):
             return
-        a = [momentum_a_norm(t, float(self.params.momentum)) for t in steps]
+        a = [momentum_a_norm(t, float(self.opts.momentum)) for t in steps]
         p = view.cohort_weights(ids, ids).tolist()
         tau_eff = sum(pi * ai for pi, ai in zip(p, a))
         pos = {c: k for k, c in enumerate(ids)}

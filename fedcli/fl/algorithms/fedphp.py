@@ -86,9 +86,9 @@ class PHPInit(OverwriteInit):
 
     keeps_local_models = True  # the engine keeps each client's trained model (what the next round mixes)
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.mu = float(self.params.php_mu)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.mu = float(self.opts.php_mu)
         self.rounds = 0
 
     def setup(self, view) -> None:
@@ -121,9 +121,9 @@ def head_module(model: torch.nn.Module) -> torch.nn.Module:
 class PHPStep(SGDStep):
     """SGD on (1 - lambda) * CE + lambda * MMD(local representation, global representation)."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.lam = float(self.params.php_lambda)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.lam = float(self.opts.php_lambda)
         self.anchor: tuple[dict, dict] = ({}, {})
         self._grab: list | None = None  # the forward pre-hook records the head's input here while set
         self._hooked = False

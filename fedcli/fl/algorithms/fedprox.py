@@ -21,9 +21,9 @@ from fedcli.fl.parts import SGDStep
 class ProxStep(SGDStep):
     """SGD (with the configured momentum and weight decay) on f_i(x) + (mu / 2) ||x - u||^2."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.mu = float(self.params.mu)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.mu = float(self.opts.mu)
         self.anchor: dict[str, torch.Tensor] = {}
 
     def begin_round(self, view, cohort) -> None:

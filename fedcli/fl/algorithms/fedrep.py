@@ -30,10 +30,10 @@ HEAD = ClientState("fedrep.head", default=GLOBAL)
 class FedRepStep(SGDStep):
     """SGD on the body only; the head is trained (body frozen) when a round begins and never leaves the client."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.n_head = int(self.params.head_layers)
-        self.epochs = float(self.params.head_epochs)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.n_head = int(self.opts.head_layers)
+        self.epochs = float(self.opts.head_epochs)
         self.head: set[str] = set()
 
     def local_layers(self, view) -> list[int]:
@@ -52,7 +52,7 @@ class FedRepStep(SGDStep):
             for n, head in HEAD.load(view, cohort, names=names).items():
                 cohort.params[n].copy_(head)
             local_sgd(view, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
-                      self.params.lr, trainable=names)
+                      self.opts.lr, trainable=names)
         HEAD.save(view, cohort, {n: cohort.params[n] for n in names})  # every rank (collective)
 
     def apply(self, cohort, names, params, g, lr, active) -> None:

@@ -21,4 +21,4 @@ class YogiServer(AdamServer):
     def second_moment(self, v: torch.Tensor | None, delta: torch.Tensor) -> torch.Tensor:
         sq = delta * delta
         v = self.v_start(delta) if v is None else v
-        return v - (1 - self.params.beta2) * sq * torch.sign(v - sq)
+        return v - (1 - self.opts.beta2) * sq * torch.sign(v - sq)

@@ -45,9 +45,9 @@ class MimeStep(LocalStep):
     Before the first state synchronization s is AMSGrad's initial state (m = v = 0, v_hat = v_hat_0).
     """
 
-    def __init__(self, params):
-        super().__init__(params)
-        p = self.params
+    def __init__(self, opts):
+        super().__init__(opts)
+        p = self.opts
         check_eps(p)
         self.b1, self.b2, self.wd = p.beta1, p.beta2, p.weight_decay
 
@@ -59,13 +59,13 @@ class MimeStep(LocalStep):
         x, y, w = cohort.ctx.x, cohort.ctx.y, cohort.ctx.mask  # this step's mini-batches
         at_anchor, _ = self.view.trainer.grads(self.anchor, x, y, w)  # g_i(x; same batch), outside no_grad
         with torch.no_grad():
-            srv, b1, b2, v0 = self.view.offered("mime", cohort), self.b1, self.b2, vhat_zero(self.params)
+            srv, b1, b2, v0 = self.view.offered("mime", cohort), self.b1, self.b2, vhat_zero(self.opts)
             for n, p in cohort.params.items():
                 g = grads[n] - at_anchor[n].detach() + srv.control[n]  # g~ = g_i(y) - g_i(x) + c
                 m = (1 - b1) * g if srv.m is None else b1 * srv.m[n] + (1 - b1) * g
                 v = (1 - b2) * g * g if srv.v is None else b2 * srv.v[n] + (1 - b2) * g * g
                 vhat = v.clamp(min=v0) if srv.vhat is None else torch.maximum(srv.vhat[n], v)
-                u = m / denominator(self.params, vhat)
+                u = m / denominator(self.opts, vhat)
                 if self.wd:
                     u = u + self.wd * p
                 if active is not None:
@@ -87,8 +87,8 @@ class MimeServer(AverageServer):
 
     keeps = ("m", "v", "vhat")  # the AMSGrad state s, checkpointed and resumed with the run
 
-    def __init__(self, params):
-        super().__init__(params)
+    def __init__(self, opts):
+        super().__init__(opts)
         self.m = self.v = self.vhat = None
         self.control: dict[str, torch.Tensor] | None = None
 
@@ -104,13 +104,13 @@ class MimeServer(AverageServer):
         count_transfer(view, up=1, down=1)  # full-batch gradient up, c down
 
     def end_round(self, view, cohort) -> None:
-        if not sync_due(self.params, cohort.round_idx):
+        if not sync_due(self.opts, cohort.round_idx):
             return
-        b1, b2, c = self.params.beta1, self.params.beta2, self.control
+        b1, b2, c = self.opts.beta1, self.opts.beta2, self.control
         if self.m is None:  # from AMSGrad's initial state m = v = 0, v_hat = v_hat_0
             self.m = {n: (1 - b1) * g for n, g in c.items()}
             self.v = {n: (1 - b2) * g * g for n, g in c.items()}
-            self.vhat = {n: t.clamp(min=vhat_zero(self.params)) for n, t in self.v.items()}
+            self.vhat = {n: t.clamp(min=vhat_zero(self.opts)) for n, t in self.v.items()}
         else:
             self.m = {n: b1 * self.m[n] + (1 - b1) * c[n] for n in c}
             self.v = {n: b2 * self.v[n] + (1 - b2) * c[n] * c[n] for n in c}

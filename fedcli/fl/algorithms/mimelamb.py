@@ -18,20 +18,20 @@ class VhatFullGradServer(VhatServer):
 
     keeps = VhatServer.keeps + ("v",)
 
-    def __init__(self, params):
-        super().__init__(params)
+    def __init__(self, opts):
+        super().__init__(opts)
         self.v: dict[str, torch.Tensor] | None = None
         self.grad: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         self.v = to_device(self.v, view.device)
-        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.params, cohort.round_idx) else None
+        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.opts, cohort.round_idx) else None
 
     def end_round(self, view, cohort) -> None:
         if self.grad is None:
             return
-        b2 = self.params.beta2
+        b2 = self.opts.beta2
         sq = {n: g * g for n, g in self.grad.items()}
         self.v = {n: (1 - b2) * s for n, s in sq.items()} if self.v is None else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
         self.raise_vhat(self.v)

@@ -97,12 +97,12 @@ class PartialFedStep(SGDStep):
     """Per batch: select global or local per layer (Gumbel-softmax over learned logits), then a model step
     (f_m of every f_m + f_s batches) or a strategy step (the other f_s)."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.tau0 = float(self.params.partialfed_tau)
-        self.decay = float(self.params.partialfed_decay)
-        self.fm = int(self.params.partialfed_fm)
-        self.fs = int(self.params.partialfed_fs)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.tau0 = float(self.opts.partialfed_tau)
+        self.decay = float(self.opts.partialfed_decay)
+        self.fm = int(self.opts.partialfed_fm)
+        self.fs = int(self.opts.partialfed_fs)
         if self.fm + self.fs < 1:
             raise ConfigError("--partialfed-fm + --partialfed-fs must be at least 1 (batches per model/strategy cycle)")
 
@@ -124,7 +124,7 @@ class PartialFedStep(SGDStep):
         top = max(steps, default=0)
         noise = []
         for c, s in zip(cohort.clients, steps):  # each client's own draws (independent of the process count)
-            g = gumbel((s, t, 2), torch_gen(self.params.seed, "partialfed", cohort.round_idx, c))
+            g = gumbel((s, t, 2), torch_gen(self.opts.seed, "partialfed", cohort.round_idx, c))
             noise.append(torch.cat([g, g.new_zeros(top - s, t, 2)]))
         self.noise = torch.stack(noise, 1).to(dev) if noise else torch.zeros(0, 0, t, 2, device=dev)  # [steps, K, T, 2]
         self.start: dict[str, torch.Tensor] = {}   # theta_0: the model local training started from

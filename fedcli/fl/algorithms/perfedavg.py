@@ -47,9 +47,9 @@ class PerFedAvgStep(SGDStep):
 
     personal_prefix = "perfedavg"  # nothing is stored: the evaluated model is computed by personalize()
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.beta = float(self.params.perfedavg_beta)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.beta = float(self.opts.perfedavg_beta)
         self.saved: dict[str, torch.Tensor] = {}
         self.round = 0
 
@@ -92,4 +92,4 @@ class PerFedAvgStep(SGDStep):
                                torch.ones_like(y, dtype=torch.float32))
 
         g = grad(loss_fn)(params0, buffers)
-        return {n: p - self.params.lr * g[n] for n, p in params0.items()}, dict(buffers0)
+        return {n: p - self.opts.lr * g[n] for n, p in params0.items()}, dict(buffers0)

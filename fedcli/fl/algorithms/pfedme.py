@@ -70,17 +70,17 @@ class PFedMeStep(SGDStep):
 
     personal_prefix = PREFIX  # the evaluated model of each client (fedcli.fl.personal)
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.lam = float(self.params.pfedme_lambda)
-        self.personal_lr = float(self.params.pfedme_lr)
-        self.k = int(self.params.pfedme_k)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.lam = float(self.opts.pfedme_lambda)
+        self.personal_lr = float(self.opts.pfedme_lr)
+        self.k = int(self.opts.pfedme_k)
         self.theta: dict[str, torch.Tensor] = {}
         self.theta_buffers: dict[str, torch.Tensor] = {}
 
     def setup(self, view) -> None:
-        if self.lam * self.params.lr > 2.0:
-            warnings.warn(f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.params.lr:g} > 2: the local-model update "
+        if self.lam * self.opts.lr > 2.0:
+            warnings.warn(f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.opts.lr:g} > 2: the local-model update "
                           "w <- w - lambda * lr * (w - theta) overshoots theta and diverges (FedALA: 15 x 0.005)", stacklevel=2)
 
     def begin_round(self, view, cohort) -> None:
@@ -118,6 +118,6 @@ class PFedMeStep(SGDStep):
 class PFedMeServer(ServerLR):
     """global <- (1 - beta) * previous + beta * average (pFedMe Alg. 1 line 12; beta = 1: the average itself)."""
 
-    def __init__(self, params):
-        super().__init__(params)
-        self.lr = float(self.params.pfedme_beta)
+    def __init__(self, opts):
+        super().__init__(opts)
+        self.lr = float(self.opts.pfedme_beta)

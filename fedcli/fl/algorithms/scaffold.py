@@ -48,8 +48,8 @@ class ScaffoldStep(SGDStep):
     c_i = ClientState()
     keeps = ("c",)  # the server control variate, checkpointed and resumed with the run
 
-    def __init__(self, params):
-        super().__init__(params)
+    def __init__(self, opts):
+        super().__init__(opts)
         self.c: dict[str, torch.Tensor] | None = None   # the server control variate
         self.correction: dict[str, torch.Tensor] = {}   # c - c_i, [K, ...]
         self.disp: dict[str, torch.Tensor] = {}         # D_i = sum_k lr_k v_k (the applied directions), [K, ...]
