@@ -105,31 +105,31 @@ def section_values(cfg, sections) -> dict[str, dict]:
 
 
 # ------------------------------------------------------------------------------------------- what a part receives
-def _spec(part):
-    """The spec (``fedcli.specs.PartSpec``) of ``part``, a part class or a spec; None for a part without one."""
-    return part if hasattr(part, "chain") else getattr(part, "spec", None)
+def _spec(cls_or_spec):
+    """The spec (``fedcli.specs.PartSpec``) of ``cls_or_spec``, a part class or a spec; None for a part without one."""
+    return cls_or_spec if hasattr(cls_or_spec, "chain") else getattr(cls_or_spec, "spec", None)
 
 
-def params_classes(part) -> tuple[type, ...]:
+def params_classes(cls_or_spec) -> tuple[type, ...]:
     """The params classes a part (class or spec) reads, along the specs it extends, bases first, each once."""
-    spec = _spec(part)
+    spec = _spec(cls_or_spec)
     return spec.params_classes() if spec is not None else ()
 
 
-def declared(part) -> tuple[str, ...]:
+def declared(cls_or_spec) -> tuple[str, ...]:
     """The config fields a part (class or spec) reads: its params classes' fields and the general names its spec
     ``uses``, along the specs it extends, bases first (a part reads what its base reads, and adds its own)."""
-    spec = _spec(part)
+    spec = _spec(cls_or_spec)
     return spec.declared() if spec is not None else ()
 
 
 _BOUND: dict[object, type] = {}
 
 
-def params_class(part) -> type:
+def params_class(cls_or_spec) -> type:
     """The dataclass a part (class or spec) is built with: its params classes as bases (their methods, e.g.
     ``phi_values``, come along) and one field per general name it ``uses``; nothing else of the config."""
-    spec = _spec(part)
+    spec = _spec(cls_or_spec)
     if spec not in _BOUND:
         bases = params_classes(spec)
         own = {f.name for b in bases for f in dataclasses.fields(b)}
@@ -142,28 +142,28 @@ def params_class(part) -> type:
     return _BOUND[spec]
 
 
-def bind(part, source):
-    """``part``'s params (a part class or spec) read from ``source`` (a config, or anything with those attributes):
+def bind(cls_or_spec, source):
+    """``cls_or_spec``'s params (a part class or spec) read from ``source`` (a config, or anything with those attributes):
     exactly the fields it declares (:func:`declared`), so a part cannot depend on an option it does not declare.
     Already bound: as is."""
-    cls = params_class(part)
+    cls = params_class(cls_or_spec)
     if type(source) is cls:
         return source
-    names = declared(part)
+    names = declared(cls_or_spec)
     missing = [n for n in names if not hasattr(source, n)]
     if missing:
-        raise TypeError(f"{getattr(part, '__qualname__', part)} reads {', '.join(missing)}, which "
+        raise TypeError(f"{getattr(cls_or_spec, '__qualname__', cls_or_spec)} reads {', '.join(missing)}, which "
                         f"{type(source).__qualname__} lacks")
     return cls(**{n: getattr(source, n) for n in names})
 
 
-def recorded(part, config: dict):
-    """``part``'s params (a part class or spec), typed, read from a run's recorded config (the manifest's ``config``,
+def recorded(cls_or_spec, config: dict):
+    """``cls_or_spec``'s params (a part class or spec), typed, read from a run's recorded config (the manifest's ``config``,
     name -> value): what the report reads of a run's method options, through the same declarations the part was built
     with. An option the run did not record (a run older than the option) takes its declared default."""
-    cls = params_class(part)
+    cls = params_class(cls_or_spec)
     defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-    return cls(**{n: config.get(n, defaults.get(n)) for n in declared(part)})
+    return cls(**{n: config.get(n, defaults.get(n)) for n in declared(cls_or_spec)})
 
 
 def group_rank(f) -> int:

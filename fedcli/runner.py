@@ -28,15 +28,15 @@ def default_out(cfg: TrainConfig) -> Path:
 
 
 def describe(cfg: TrainConfig, ctx: DriverContext) -> str:
-    part = ctx.partition.config
+    partition_cfg = ctx.partition.config
     extra = {"dirichlet": f" alpha={cfg.alpha}", "pathological": f" k={cfg.classes_per_client}",
-             "natural": f" {cfg.writers_per_client} writers/client"}.get(part.get("scheme"), "")
+             "natural": f" {cfg.writers_per_client} writers/client"}.get(partition_cfg.get("scheme"), "")
     sched = f"tau'={cfg.tau} phi={cfg.phi}" if ctx.schedule.needs_discrepancy else f"tau={cfg.tau}"
     if cfg.local_epochs:
         sched = f"{cfg.local_epochs:g} local epoch(s) per round"
     budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
     return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(ctx.client_indices)} clients "
-            f"({ctx.active} active per round), {part.get('scheme')}{extra} partition, {budget}, "
+            f"({ctx.active} active per round), {partition_cfg.get('scheme')}{extra} partition, {budget}, "
             f"batch {ctx.batch_size}, lr {cfg.lr}, device {ctx.device}, {ctx.comm.size} process(es)")
 
 

@@ -332,8 +332,8 @@ def open_dir(path: str | Path) -> Folder:
         raise os_error(e, root, "create") from None
     folder = Folder.at(root)
     try:
-        for part in below:
-            inner = folder.sub(part)
+        for piece in below:
+            inner = folder.sub(piece)
             folder.close()
             folder = inner
     except BaseException:

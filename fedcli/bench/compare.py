@@ -344,12 +344,12 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
     ds = FedDataset("random", torch.randn(n, *w.input_shape, generator=g), torch.randint(0, w.num_classes, (n,), generator=g),
                     torch.randn(w.num_classes, *w.input_shape, generator=g), torch.arange(w.num_classes), w.num_classes,
                     source={"name": "random", "shape": list(w.input_shape)})
-    part = make_partition(ds, "iid", w.clients, 0)
+    partition = make_partition(ds, "iid", w.clients, 0)
     cfg = TrainConfig(algo="fedavg", model=w.model, clients=w.clients, active_ratio=1.0, batch_size=w.batch, tau=LOCAL_STEPS,
                       rounds=rounds, eval_every=1, lr=0.01, device="cpu", threads=1, checkpoint_every=0).validate()
     with tempfile.TemporaryDirectory() as tmp:
         cfg.out = str(Path(tmp) / "run")
-        with launch(cfg, Communicator(), data=(ds, part)) as (comm, data):
+        with launch(cfg, Communicator(), data=(ds, partition)) as (comm, data):
             workers, note = comm.size, getattr(comm, "workers_note", "")
             run_train(cfg, comm=comm, quiet=True, data=data)
         with open(Path(cfg.out) / "metrics.csv") as f:

@@ -31,12 +31,12 @@ def partition(**kwargs):
     from fedcli.data.setup import load_data, split_pool
 
     # --val-fraction: the clients split the pool less the samples a run of this --seed holds out for validation
-    dataset, part = split_pool(cfg, load_data(cfg))
+    dataset, partition = split_pool(cfg, load_data(cfg))
     if out:
-        save_partition(part, Path(out))
-        err_console.print(f"wrote {out}: {len(part.train)} clients, {int(part.sizes().sum())} samples, hash {part.hash[:12]}")
+        save_partition(partition, Path(out))
+        err_console.print(f"wrote {out}: {len(partition.train)} clients, {int(partition.sizes().sum())} samples, hash {partition.hash[:12]}")
     if show:
-        out_console.print(summary_table(part, dataset.train_y.numpy(), dataset.num_classes))
+        out_console.print(summary_table(partition, dataset.train_y.numpy(), dataset.num_classes))
 
 
 _fields = config_parameters(CATALOG, [f["name"] for f in CATALOG["fields"]

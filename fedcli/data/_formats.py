@@ -162,10 +162,10 @@ def _parse_rows(body: bytes, row_len: int, chunk_bytes: int = 64_000) -> np.ndar
         end = body.find(b"]", pos + chunk_bytes) if pos + chunk_bytes < n else -1
         if end < 0:
             end = n - 1
-        part = _parse_chunk(body[pos : end + 1], row_len)
-        if part is None:
+        piece = _parse_chunk(body[pos : end + 1], row_len)
+        if piece is None:
             return None
-        parts.append(part)
+        parts.append(piece)
         if end == n - 1:
             break
         nxt = body.find(b"[", end)

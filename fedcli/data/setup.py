@@ -52,16 +52,16 @@ def merge_pool(dataset):
                    test_groups=None if dataset.test_groups is None else dataset.test_groups[:0], source=source)
 
 
-def pooled_test_set(dataset, part):
+def pooled_test_set(dataset, partition):
     """``--data-pool train+test``: the global test set is the union of the clients' local test splits (PFLlib
     evaluates a global model on them)."""
     import numpy as np
     import torch
 
-    if part.test is None:
+    if partition.test is None:
         raise ConfigError("--data-pool train+test: the partition has no local test splits, so there is no test set; give "
                           "--client-test-fraction (FedALA/PFLlib: 0.25)", key="data_pool")
-    idx = torch.as_tensor(np.sort(np.concatenate([np.asarray(t, dtype=np.int64) for t in part.test])))
+    idx = torch.as_tensor(np.sort(np.concatenate([np.asarray(t, dtype=np.int64) for t in partition.test])))
     return replace(dataset, test_x=dataset.train_x[idx], test_y=dataset.train_y[idx],
                    test_groups=None if dataset.train_groups is None else dataset.train_groups[idx])
 
@@ -93,13 +93,13 @@ def load_data_and_partition(cfg):
         if made_on != cfg.data_pool:
             raise ConfigError(f"{cfg.partition_file} was made with --data-pool {made_on}: give --data-pool {made_on}",
                               key="data_pool")
-        part = load_partition(cfg.partition_file, dataset)
+        partition = load_partition(cfg.partition_file, dataset)
         if cfg.val_fraction > 0:  # its clients lose the held-out samples they hold
-            dataset, part = drop_validation(cfg, dataset, part)
+            dataset, partition = drop_validation(cfg, dataset, partition)
     else:
-        dataset, part = split_pool(cfg, dataset)
+        dataset, partition = split_pool(cfg, dataset)
     if cfg.client_val_fraction > 0:  # each client's own validation samples, out of its training data
-        part = split_client_validation(cfg, part)
+        partition = split_client_validation(cfg, partition)
     if cfg.data_pool == "train+test":
-        dataset = pooled_test_set(dataset, part)
-    return dataset, part
+        dataset = pooled_test_set(dataset, partition)
+    return dataset, partition

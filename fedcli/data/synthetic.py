@@ -236,9 +236,9 @@ class GeneratedRows:
             order = np.argsort(owner, kind="stable")
             sorted_owner = owner[order]
             cuts = np.flatnonzero(np.diff(sorted_owner)) + 1
-            for part in np.split(order, cuts):
-                u = int(owner[part[0]])
-                out[part] = self.users.inputs(u, self.split)[flat[part] - self.starts[u]]
+            for chunk in np.split(order, cuts):
+                u = int(owner[chunk[0]])
+                out[chunk] = self.users.inputs(u, self.split)[flat[chunk] - self.starts[u]]
         t = torch.from_numpy(out).view(*shape, self.shape[1])
         return t if self.device.type == "cpu" else t.to(self.device)
 

@@ -59,11 +59,11 @@ def split_validation(cfg, dataset, partition_of):
     kept = torch.as_tensor(keep)
     rest = replace(dataset, train_y=dataset.train_y[kept],
                    train_groups=None if dataset.train_groups is None else dataset.train_groups[kept])
-    part = remap(partition_of(rest), keep, cfg, len(dataset.train_y))
-    return with_validation(dataset, val, cfg), part
+    partition = remap(partition_of(rest), keep, cfg, len(dataset.train_y))
+    return with_validation(dataset, val, cfg), partition
 
 
-def drop_validation(cfg, dataset, part):
+def drop_validation(cfg, dataset, partition):
     """A ``--partition-file``'s partition without the held-out samples (each client keeps the rest of its own), and
     ``dataset`` with its validation set."""
     keep, val = validation_indices(dataset.train_y, cfg.val_fraction, cfg.seed)
@@ -71,23 +71,23 @@ def drop_validation(cfg, dataset, part):
     def drop(lists):
         return None if lists is None else [np.setdiff1d(np.asarray(t, dtype=np.int64), val) for t in lists]
 
-    return with_validation(dataset, val, cfg), _rebuilt(part, drop(part.train), drop(part.test), cfg)
+    return with_validation(dataset, val, cfg), _rebuilt(partition, drop(partition.train), drop(partition.test), cfg)
 
 
-def remap(part, keep: np.ndarray, cfg, n_pool: int):
+def remap(partition, keep: np.ndarray, cfg, n_pool: int):
     """The partition of the kept samples with its indices mapped back to the whole pool's (``n_pool`` samples: its
     ``n_train``, so that a partition file of it is read against the whole pool)."""
     def back(lists):
         return None if lists is None else [keep[np.asarray(t, dtype=np.int64)] for t in lists]
 
-    return _rebuilt(part, back(part.train), back(part.test), cfg, n_train=n_pool)
+    return _rebuilt(partition, back(partition.train), back(partition.test), cfg, n_train=n_pool)
 
 
-def _rebuilt(part, train, test, cfg, **config_changes):
+def _rebuilt(partition, train, test, cfg, **config_changes):
     """The partition with these index lists; its config records the split (so its hash differs from F = 0's)."""
     from fedcli.data.partition import Partition, partition_hash
 
-    config = {**part.config, **config_changes, "val_fraction": cfg.val_fraction, "val_seed": cfg.seed}
+    config = {**partition.config, **config_changes, "val_fraction": cfg.val_fraction, "val_seed": cfg.seed}
     return Partition(config=config, train=train, test=test, hash=partition_hash(config, train, test))
 
 
@@ -108,13 +108,13 @@ def client_validation_indices(train: list, fraction: float, seed: int) -> tuple[
     return kept, held
 
 
-def split_client_validation(cfg, part):
+def split_client_validation(cfg, partition):
     """``part`` with each client's own validation samples (``Partition.val``) held out of its training indices."""
     from fedcli.data.partition import Partition, partition_hash
 
-    train, val = client_validation_indices(part.train, cfg.client_val_fraction, cfg.seed)
-    config = {**part.config, "client_val_fraction": cfg.client_val_fraction, "client_val_seed": cfg.seed}
-    return Partition(config=config, train=train, test=part.test, hash=partition_hash(config, train, part.test), val=val)
+    train, val = client_validation_indices(partition.train, cfg.client_val_fraction, cfg.seed)
+    config = {**partition.config, "client_val_fraction": cfg.client_val_fraction, "client_val_seed": cfg.seed}
+    return Partition(config=config, train=train, test=partition.test, hash=partition_hash(config, train, partition.test), val=val)
 
 
 def with_validation(dataset, val: np.ndarray, cfg):

@@ -235,12 +235,12 @@ def in_order_plan(indices: list[torch.Tensor], batch: int, spent: float = 0.0) -
     real = torch.zeros(steps, k, dtype=torch.long)
     for i, ix in enumerate(indices):
         for s in range(steps):
-            part = ix[s * batch: (s + 1) * batch]
-            if len(part):
-                idx[s, i, : len(part)] = part
-                idx[s, i, len(part):] = part[0]
-                mask[s, i, : len(part)] = 1.0
-                real[s, i] = len(part)
+            chunk = ix[s * batch: (s + 1) * batch]
+            if len(chunk):
+                idx[s, i, : len(chunk)] = chunk
+                idx[s, i, len(chunk):] = chunk[0]
+                mask[s, i, : len(chunk)] = 1.0
+                real[s, i] = len(chunk)
             else:
                 idx[s, i] = ix[0] if len(ix) else 0
                 mask[s, i] = spent

@@ -281,9 +281,9 @@ def score(view, params: dict, buffers: dict, idx: torch.Tensor) -> tuple[float, 
     view.model.eval()
     loss, correct = 0.0, 0.0
     for s in range(0, idx.numel(), 1024):
-        part = idx[s: s + 1024]
-        out = functional_call(view.model, (params, buffers), (view.trainer.eval_input(view.train_x[part]),))
-        y = view.train_y[part]
+        chunk = idx[s: s + 1024]
+        out = functional_call(view.model, (params, buffers), (view.trainer.eval_input(view.train_x[chunk]),))
+        y = view.train_y[chunk]
         # per-sample losses summed in float64: a float32 sum's bits depend on the memory layout (the process count)
         loss += float(torch.nn.functional.cross_entropy(out.float(), y, reduction="none").double().sum())
         correct += float((out.argmax(1) == y).sum())

@@ -312,8 +312,8 @@ class DiskStore:
             return
         folder = Folder.at(self.root.parent)
         try:
-            for part in (self.root.name, *parts):
-                inner = folder.sub(part, create=create)
+            for piece in (self.root.name, *parts):
+                inner = folder.sub(piece, create=create)
                 folder.close()
                 folder = inner
                 if folder is None:

@@ -49,7 +49,7 @@ def _split(ref: str) -> tuple[str, str, bool]:
     if not target or not attr.isidentifier():
         raise ConfigError(f"--model '{ref}': expected {FORMS}")
     is_file = target.endswith(".py") or "/" in target or os.sep in target
-    if not is_file and not all(part.isidentifier() for part in target.split(".")):
+    if not is_file and not all(piece.isidentifier() for piece in target.split(".")):
         raise ConfigError(f"--model '{ref}': '{target}' is neither a module name nor a .py file; expected {FORMS}")
     return target, attr, is_file
 

@@ -300,10 +300,10 @@ def _lacking(products: list, parts: list[Part]) -> list[str]:
     from fedcli.report.products import TableDef
 
     groups: dict[tuple, list[str]] = {}
-    for product, part in zip(products, parts):
-        if part.lacks:
+    for product, piece in zip(products, parts):
+        if piece.lacks:
             kind = "table" if isinstance(product, TableDef) else "figure"
-            groups.setdefault(tuple(part.lacks), []).append(f"{kind} '{product.name}'")
+            groups.setdefault(tuple(piece.lacks), []).append(f"{kind} '{product.name}'")
     return [f"{', '.join(names)}: {', '.join(lacks)}" for lacks, names in groups.items()]
 
 

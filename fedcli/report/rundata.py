@@ -84,7 +84,7 @@ class RunData:
         given = self.config.get("algo")
         return METHODS.get(given) if isinstance(given, str) and given in METHODS else METHODS.get(self.algo)
 
-    def part(self, kind: str) -> str:
+    def part_name(self, kind: str) -> str:
         """The run's ``kind`` part (schedule, init, ...): the config's override, else the part the manifest records,
         else (a manifest that records none) the preset's own."""
         given = self.config.get(kind) or self.method.get(kind)
@@ -96,7 +96,7 @@ class RunData:
 
     @property
     def schedule(self) -> str:
-        return self.part("schedule")
+        return self.part_name("schedule")
 
     def params(self, kind: str):
         """The options the run's ``kind`` part read, typed, as its spec declares them (``fedcli.params.recorded``:
@@ -104,7 +104,7 @@ class RunData:
         from fedcli.params import recorded
         from fedcli.specs import PARTS
 
-        spec = PARTS[kind].get(self.part(kind))
+        spec = PARTS[kind].get(self.part_name(kind))
         return recorded(spec, self.config) if spec is not None else None
 
     @property
@@ -126,7 +126,7 @@ class RunData:
             preset = self.preset()
             base = preset.label_for(self.config.get("algo")) if preset else self.algo
         for kind in ADDED_KINDS:
-            added = part_label(kind, self.part(kind)) if self.config.get(kind) else None
+            added = part_label(kind, self.part_name(kind)) if self.config.get(kind) else None
             if added and added != part_label(kind, self.own_part(kind)):
                 base = f"{base} + {added}"
         return base
@@ -251,7 +251,7 @@ class RunData:
         first rounds take longer (the report's ``time_init``)."""
         if "learned_weights" in self.method:  # recorded by the run (a run recorded before it was: the registry)
             return self.method["learned_weights"] is not None
-        spec = part_spec("init", self.part("init"))
+        spec = part_spec("init", self.part_name("init"))
         return spec is not None and spec.weights_learned(self.config, []) is not None
 
     @property
@@ -261,7 +261,7 @@ class RunData:
         if "learned_weights" in self.method:
             n = self.method["learned_weights"]
         else:
-            spec = part_spec("init", self.part("init"))
+            spec = part_spec("init", self.part_name("init"))
             n = spec.weights_learned(self.config, [r["numel"] for r in self.layers]) if spec is not None and self.layers else None
         return float("nan") if n is None else float(n)
 

@@ -402,9 +402,9 @@ def _keys(cfg: dict) -> tuple[str, str]:
 
     c = TrainConfig(**cfg)
     data = repr((_data_key(cfg), _dir_stamp(data_dir(c))))
-    part = repr((data, c.partition, c.clients, c.alpha, c.classes_per_client, c.writers_per_client,
+    partition_key = repr((data, c.partition, c.clients, c.alpha, c.classes_per_client, c.writers_per_client,
                  c.client_test_fraction, c.min_size, c.partition_file, _dir_stamp(c.partition_file)))
-    return data, part
+    return data, partition_key
 
 
 def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:

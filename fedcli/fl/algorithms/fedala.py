@@ -90,9 +90,9 @@ def training_losses(view, clients: list[int], params: dict, buffers: dict) -> li
         b = {n: t[k] for n, t in buffers.items()}
         total = 0.0
         for s in range(0, idx.numel(), 1024):
-            part = idx[s: s + 1024]
-            logits = functional_call(view.model, (p, b), (view.trainer.eval_input(view.train_x[part]),))
-            total += float(torch.nn.functional.cross_entropy(logits.float(), view.train_y[part], reduction="sum"))
+            chunk = idx[s: s + 1024]
+            logits = functional_call(view.model, (p, b), (view.trainer.eval_input(view.train_x[chunk]),))
+            total += float(torch.nn.functional.cross_entropy(logits.float(), view.train_y[chunk], reduction="sum"))
         out.append(total / max(1, idx.numel()))
     return out
 
