@@ -13,13 +13,14 @@ and the key it is about (``ConfigError.key``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from fedcli import specs
 from fedcli.errors import ConfigError
-from fedcli.params import PARAMS, group_rank, opt
+from fedcli.params import PARAMS, current_names, group_rank, opt
 
 __all__ = ["GeneralConfig", "opt", "flag", "field_type", "coerce", "check_value", "with_method_defaults"]
 
@@ -176,7 +177,7 @@ class GeneralConfig:
         """Build from a mapping (recipe or manifest); unknown keys and wrong types raise ConfigError."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
-        for key, value in values.items():
+        for key, value in current_names(values).items():  # a manifest written before a field's rename
             k = key.replace("-", "_")
             if k not in known:
                 raise ConfigError(f"{where}: unknown key '{key}'", key=k)
@@ -193,10 +194,19 @@ def _assemble() -> type:
             if f.name in general:
                 raise TypeError(f"{params.__qualname__}.{f.name}: the option is already a general field of fedcli/config.py")
     # reversed: the dataclass collects fields from the last base of the MRO to the first
-    cls = type("TrainConfig", (*reversed(PARAMS), GeneralConfig), {
+    cls = dataclass(type("TrainConfig", (*reversed(PARAMS), GeneralConfig), {
         "__module__": __name__, "__qualname__": "TrainConfig",
-        "__doc__": "One experiment. Defaults run a small real FedLAMA experiment offline (scikit-learn digits)."})
-    return dataclass(cls)
+        "__doc__": "One experiment. Defaults run a small real FedLAMA experiment offline (scikit-learn digits)."}))
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        """The dataclass's ``__init__``; a field's old name (``fedcli.params.RENAMED``: a sweep folder's stored
+        configs, a caller's keyword) is the field."""
+        init(self, *args, **current_names(kwargs))
+
+    cls.__init__ = __init__
+    return cls
 
 
 _ASSEMBLED: dict = {}

@@ -28,12 +28,13 @@ PARAMS: list[type] = []
 
 
 def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general", multiple=False,
-        search=None):
+        search=None, was=()):
     """A config field with its CLI help and its validation rule (closed or open bounds, or choices); ``multiple``: a
     comma-separated string field whose flag may be repeated (``--tracker a --tracker b`` is ``"a,b"``); ``search``: its
     default search range for ``fedcli tune`` (plain data, as a recipe's ``[tune.space]`` writes it: ``{"log": [0.001, 1.0]}``,
     ``{"choices": [1, 2, 4]}``, ``{"int": [1, 8]}``, ``{"float": [0.0, 1.0], "step": 0.1}``; docs/tuning.md), used by
-    ``[tune.space.<method>] defaults = true`` and shown in ``--help``."""
+    ``[tune.space.<method>] defaults = true`` and shown in ``--help``; ``was``: the field's old names (issue 60, one
+    word one meaning), still read as it: a hidden flag, a recipe key, a stored config's key (:data:`RENAMED`)."""
     return dataclasses.field(
         default=default,
         metadata={
@@ -46,8 +47,32 @@ def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi
             "group": group,
             "multiple": multiple,
             "search": search,
+            "was": tuple(was),
         },
     )
+
+
+#: a config field's old name -> its name (``opt(was=...)``): a flag, recipe key or stored config that still says the
+#: old one means the field (``--phi-bounds`` is ``--scaling-bounds``)
+RENAMED: dict[str, str] = {}
+
+
+def current_names(values: dict, flags: bool = False) -> dict:
+    """``values`` (config keys -> values; keys with ``-`` or ``_``) with each old name (:data:`RENAMED`) replaced by
+    the field's name; a value given under both names is refused (ConfigError, exit 2): which one was meant?"""
+    from fedcli.errors import ConfigError
+
+    out = dict(values)
+    for key in values:
+        new = RENAMED.get(key.replace("-", "_"))
+        if new is None:
+            continue
+        if new in out or new.replace("_", "-") in out:
+            say = (lambda n: "--" + n.replace("_", "-")) if flags else (lambda n: n)
+            raise ConfigError(f"{say(new)} and {say(key.replace('-', '_'))} (its old name) are both given: "
+                              f"give {say(new)} only", key=new)
+        out[new] = out.pop(key)
+    return out
 
 
 #: section name -> its params class (``register_params(section=...)``): the recipe table ``[section]`` and the
@@ -83,6 +108,8 @@ def register_params(cls: type | None = None, *, section: str = "", every_run: bo
             raise TypeError(f"{cls.__qualname__}.{f.name}: declare params fields with fedcli.params.opt(...)")
         if f.name in taken:
             raise TypeError(f"{cls.__qualname__}.{f.name}: the option is already declared by {taken[f.name].__qualname__}")
+        for old in f.metadata.get("was", ()):
+            RENAMED[old] = f.name
     cls.section = section
     SECTIONS[section] = cls
     if every_run:
@@ -128,7 +155,7 @@ _BOUND: dict[object, type] = {}
 
 def params_class(cls_or_spec) -> type:
     """The dataclass a part (class or spec) is built with: its params classes as bases (their methods, e.g.
-    ``phi_values``, come along) and one field per general name it ``uses``; nothing else of the config."""
+    ``scaling_values``, come along) and one field per general name it ``uses``; nothing else of the config."""
     spec = _spec(cls_or_spec)
     if spec not in _BOUND:
         bases = params_classes(spec)
@@ -163,6 +190,7 @@ def recorded(cls_or_spec, config: dict):
     with. An option the run did not record (a run older than the option) takes its declared default."""
     cls = params_class(cls_or_spec)
     defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    config = current_names(config)  # a run recorded before a field's rename
     return cls(**{n: config.get(n, defaults.get(n)) for n in declared(cls_or_spec)})
 
 

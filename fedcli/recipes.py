@@ -16,7 +16,7 @@ from pathlib import Path
 from fedcli import specs
 from fedcli.config import FIELDS, GeneralConfig, TrainConfig, check_value, coerce
 from fedcli.errors import ConfigError
-from fedcli.params import EVERY_RUN, SECTIONS
+from fedcli.params import EVERY_RUN, RENAMED, SECTIONS
 from fedcli.userfiles import PARTITION_LIMIT, RECIPE_LIMIT, read_input
 
 
@@ -199,7 +199,7 @@ def split_level(values: dict, path, text: str, span, what: str, table_span=lambd
             raise ConfigError(f"{loc}: unknown table [{name}] in {what}; a table holds one method's options and is named "
                               f"after the method or its params section ({', '.join(sorted(all_tables()))})")
         for k in sub:
-            if k.replace("-", "_") not in allowed:
+            if RENAMED.get(k.replace("-", "_"), k.replace("-", "_")) not in allowed:
                 raise ConfigError(f"{where_in(path, text, k, inner)}: [{name}] has no key '{k}'; its keys: "
                                   f"{', '.join(sorted(allowed)) or 'none'}")
         tables[name] = (check_keys_in(dict(sub), path, text, inner, f"[{name}]"), loc)
@@ -375,9 +375,12 @@ def check_keys_in(values: dict, path, text: str, span, what: str, forbid: bool =
     [[runs]] block, one [scale.x]; None: the whole file); ``forbid``: the keys a sweep chooses itself
     (:data:`SWEEP_FORBIDDEN`) are refused."""
     out = {}
+    given = {k.replace("-", "_") for k in values}
     for k, v in values.items():
-        name = k.replace("-", "_")
+        name = RENAMED.get(k.replace("-", "_"), k.replace("-", "_"))  # an old name (``opt(was=...)``) is the field
         loc = where_in(path, text, k, span)
+        if name != k.replace("-", "_") and name in given:
+            raise ConfigError(f"{loc}: '{k}' is the old name of '{name}', which {what} sets too: set '{name}' only")
         if forbid and name in SWEEP_FORBIDDEN:
             raise ConfigError(f"{loc}: key '{k}' is not allowed in {what} ({SWEEP_FORBIDDEN[name]})")
         if name not in FIELDS:

@@ -25,7 +25,7 @@ def load() -> dict:
     fields = [{"name": f.name, "type": field_type(f).__name__, "default": f.default, "help": f.metadata["help"],
                "group": f.metadata["group"], "choices": f.metadata.get("choices"),
                "multiple": f.metadata.get("multiple", False), "panel": panels.get(section_of(f.name)),
-               "search": f.metadata.get("search")}
+               "search": f.metadata.get("search"), "was": list(f.metadata.get("was", ()))}
               for f in FIELDS.values()]
     methods = {name: {"name": m.name, "label": m.label_for(name), "personalized": m.personalized,
                       "defaults": m.effective_defaults()} for name, m in specs.METHODS.items()}

@@ -12,11 +12,11 @@ from typing import Optional
 
 import typer
 
-from fedcli.params import GROUPS
+from fedcli.params import GROUPS, current_names
 
 #: what an empty-string default means, per field (shown as the option's default)
 EMPTY_DEFAULTS = {"schedule": "the method's", "init": "the method's", "data_dir": "data/<dataset>",
-                  "partition_file": "none: an inline --partition", "lr_decay_at": "none", "phi_bounds": "none: phi(a) = a",
+                  "partition_file": "none: an inline --partition", "lr_decay_at": "none", "scaling_bounds": "none: phi(a) = a",
                   "out": "results/<algo>-<dataset>-s<seed>-<time>"}
 #: the options a first run sets, shown first in ``fedcli train --help`` (panel "core")
 CORE = ("algo", "dataset", "data_dir", "model", "clients", "active_ratio", "partition", "iterations", "rounds", "tau",
@@ -115,6 +115,21 @@ def config_parameters(catalog: dict, names=None) -> list[inspect.Parameter]:
         info = typer.Option(None, names_, **kw)
         ann = Optional[list[t]] if f.get("multiple") else Optional[t]  # a repeatable flag, joined by ``given``
         params.append(inspect.Parameter(f["name"], inspect.Parameter.KEYWORD_ONLY, default=info, annotation=ann))
+    return params + old_name_parameters(fields)
+
+
+def old_name_parameters(fields: list[dict]) -> list[inspect.Parameter]:
+    """A hidden flag for each old name of a field (``fedcli.params.opt(was=...)``: ``--phi-bounds`` for
+    ``--scaling-bounds``), so that a command line written before the rename still works; :func:`given` reads it as
+    the field."""
+    params = []
+    for f in fields:
+        t = TYPES[f["type"]]
+        for old in f.get("was") or ():
+            names_ = flag(old) + "/" + flag("no_" + old) if t is bool else flag(old)
+            ann = Optional[list[t]] if f.get("multiple") else Optional[t]
+            params.append(inspect.Parameter(old, inspect.Parameter.KEYWORD_ONLY, annotation=ann,
+                                            default=typer.Option(None, names_, hidden=True)))
     return params
 
 
@@ -127,7 +142,7 @@ def with_parameters(func, extra: list[inspect.Parameter]):
 
 
 def given(kwargs: dict, catalog: dict) -> dict:
-    """The config values the user set on the command line."""
-    names = {f["name"] for f in catalog["fields"]}
-    return {k: ",".join(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()
-            if k in names and v is not None and v != [] and v != ()}
+    """The config values the user set on the command line, a field's old name (a hidden flag) read as the field."""
+    names = {f["name"] for f in catalog["fields"]} | {old for f in catalog["fields"] for old in f.get("was") or ()}
+    return current_names({k: ",".join(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()
+                          if k in names and v is not None and v != [] and v != ()}, flags=True)

@@ -21,23 +21,25 @@ class AdaptiveParams:
     vhat_start: str = opt("eps", "fedlamb, mimelamb, fedams: until v_hat is first synchronized, clients divide by the server's v_hat_0 (eps: Algorithm 1's v_hat_0 = eps) or by their own running v (local: a departure).", choices=["eps", "local"], group="adaptive")
     local_v: str = opt("server", "fedlamb, mimelamb, fedams: a client's v at a round's start: the server's v_hat (server: Algorithm 1, line 6) or its own v from its last round (keep: the authors' prototype code).", choices=["server", "keep"], group="adaptive")
     trust_ratio: str = opt("auto", "LAMB layer-wise trust ratio phi(||p||) / ||r + lambda p||: the method's default (on for fedlamb, mimelamb), on, or off (fedlamb with it off is fedams).", choices=["auto", "on", "off"], group="adaptive")
-    phi_bounds: str = opt("", "Bounded LAMB scaling function (Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a.", group="adaptive")
+    scaling_bounds: str = opt("", "Bounded LAMB scaling function (Fed-LAMB Assumption 4) as 'ZETA,MAX': phi(a) = min(a + ZETA, MAX); empty: identity phi(a) = a. Its old name --phi-bounds still works.", group="adaptive", was=("phi_bounds",))
     server_eps: float = opt(1e-3, "Adaptivity tau of the servers of Adp-Fed, FedYogi, FedAdagrad: m / (sqrt(v) + tau) (Reddi et al. 2021).", lo=0.0, lo_open=True, group="adaptive")
 
-    def phi_values(self) -> tuple[float, float] | None:
-        """(zeta, phi_max) of the bounded scaling function (Assumption 4), or None for the identity."""
-        if not str(self.phi_bounds).strip():
+    def scaling_values(self) -> tuple[float, float] | None:
+        """(zeta, phi_max) of the bounded scaling function phi (Fed-LAMB Assumption 4), or None for the identity."""
+        bounds = str(self.scaling_bounds)
+        if not bounds.strip():
             return None
         try:
-            zeta, top = (float(s) for s in str(self.phi_bounds).split(","))
+            zeta, top = (float(s) for s in bounds.split(","))
         except ValueError:
-            raise ConfigError(f"--phi-bounds must be 'ZETA,MAX' (two numbers), got '{self.phi_bounds}'", key="phi_bounds") from None
+            raise ConfigError(f"--scaling-bounds must be 'ZETA,MAX' (two numbers), got '{bounds}'",
+                              key="scaling_bounds") from None
         if not (0.0 < zeta < top < math.inf):
-            raise ConfigError(f"--phi-bounds needs 0 < ZETA < MAX, got '{self.phi_bounds}'", key="phi_bounds")
+            raise ConfigError(f"--scaling-bounds needs 0 < ZETA < MAX, got '{bounds}'", key="scaling_bounds")
         return zeta, top
 
     def check(self) -> None:
-        self.phi_values()
+        self.scaling_values()
 
 
 #: the v_hat servers' base (Fed-LAMB's, Mime-LAMB's): model averaging plus a second moment shared with the clients

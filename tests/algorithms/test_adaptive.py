@@ -88,7 +88,7 @@ def test_lamb_step_by_hand():
 
 
 def test_lamb_step_bounded_phi_and_frozen_client():
-    view, step, cohort, grads = lamb_setup(phi_bounds="0.5,2")
+    view, step, cohort, grads = lamb_setup(scaling_bounds="0.5,2")
     step.step(cohort, grads, lr=0.1, active=torch.tensor([True, False]))
     # phi(5) = min(5 + 0.5, 2) = 2; ratio = 2 / 1.910497 = 1.046848; p = [3, 4] - 0.1 * 1.046848 * [1.3, 1.4]
     torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.863909780, 3.853441302]))
@@ -290,7 +290,7 @@ def test_methods_learn_and_count_their_extra_transfers(tmp_path):
 def test_variants_run(tmp_path):
     """The departures from Algorithm 1 that stay available (the prototype code's eps and v, a client's own v before
     the first synchronization), the bounded phi and skip synchronization run to a finite loss."""
-    for kw in (dict(vhat_eps="outside"), dict(local_v="keep"), dict(vhat_start="local"), dict(phi_bounds="0.01,10"),
+    for kw in (dict(vhat_eps="outside"), dict(local_v="keep"), dict(vhat_start="local"), dict(scaling_bounds="0.01,10"),
                dict(algo="mimelamb", vhat_every=2), dict(algo="mime", vhat_eps="outside")):
         s = Simulation(cfg(**dict(dict(algo="fedlamb", lr=0.02, rounds=3), **kw))).setup().run()
         assert math.isfinite(s.final_loss), kw
@@ -313,11 +313,11 @@ def test_config_and_method_names():
     assert METHODS["adp-fed"] is METHODS["fedadam"] and METHODS["fedsgd"] is METHODS["fedavg"]
     assert METHODS["fedlamb"].parts()["local_step"] == "lamb" and METHODS["mimelamb"].parts()["server"] == "vhat-fullgrad"
     for bad in ("1", "2,1", "a,b", "0,1"):
-        with pytest.raises(ConfigError, match="phi-bounds"):
-            cfg(algo="fedlamb", phi_bounds=bad)
+        with pytest.raises(ConfigError, match="scaling-bounds"):
+            cfg(algo="fedlamb", scaling_bounds=bad)
     with pytest.raises(ConfigError, match="vhat-every"):
         cfg(algo="fedlamb", vhat_every=0)
-    assert cfg(algo="fedlamb", phi_bounds="0.01,10").phi_values() == (0.01, 10.0)
+    assert cfg(algo="fedlamb", scaling_bounds="0.01,10").scaling_values() == (0.01, 10.0)
 
 
 def test_server_state_round_trip():
@@ -405,11 +405,11 @@ def test_lamb_step_v_of_an_active_client_under_the_mask_by_hand():
     torch.testing.assert_close(v["a"][1], torch.tensor([0.01, 0.04]), rtol=0, atol=0)
 
 
-def test_phi_bounds_need_zeta_strictly_below_max():
+def test_scaling_bounds_need_zeta_strictly_below_max():
     """Assumption 4: phi(a) = min(a + zeta, phi_max) with 0 < zeta < phi_max; equal bounds are refused."""
-    with pytest.raises(ConfigError, match="phi-bounds needs 0 < ZETA < MAX"):
-        cfg(algo="fedlamb", phi_bounds="2,2")
-    assert cfg(algo="fedlamb", phi_bounds="2,2.5").phi_values() == (2.0, 2.5)
+    with pytest.raises(ConfigError, match="scaling-bounds needs 0 < ZETA < MAX"):
+        cfg(algo="fedlamb", scaling_bounds="2,2")
+    assert cfg(algo="fedlamb", scaling_bounds="2,2.5").scaling_values() == (2.0, 2.5)
 
 
 def test_mimelamb_server_v_is_an_ema_of_the_squared_full_batch_gradients():

@@ -155,7 +155,7 @@ BAD = [
     ({"alpha": 0.0}, "alpha"), ({"active_ratio": 1.5}, "active_ratio"), ({"algo": "nope"}, "algo"),
     ({"schedule": "nope"}, "schedule"), ({"init": "nope"}, "init"), ({"mlp_hidden": "a,b"}, "mlp_hidden"),
     ({"mlp_hidden": "8,0"}, "mlp_hidden"), ({"lr_decay_at": "x"}, "lr_decay_at"), ({"lr_decay_at": "-3"}, "lr_decay_at"),
-    ({"phi_bounds": "1"}, "phi_bounds"), ({"phi_bounds": "2,1"}, "phi_bounds"), ({"feddyn_alpha": 0.0}, "feddyn_alpha"),
+    ({"scaling_bounds": "1"}, "scaling_bounds"), ({"scaling_bounds": "2,1"}, "scaling_bounds"), ({"feddyn_alpha": 0.0}, "feddyn_alpha"),
     ({"beta1": 1.0}, "beta1"), ({"apple_upload": "x"}, "apple_upload"), ({"pfedme_k": 0}, "pfedme_k"),
     ({"lama_rule": "x"}, "lama_rule"), ({"ala_sample_percent": 0.0}, "ala_sample_percent"),
     ({"local_epochs": 1.0, "algo": "fedlama"}, "local_epochs"), ({"active_ratio": 0.01, "clients": 10}, "active_ratio"),

@@ -16,7 +16,7 @@ family's (``fedcli.fl.adaptive``, ``fedcli/specs/adaptive.py``).
 
           v_hat_0 = eps (line 2) and v_hat only grows (max), so the step divides by at least sqrt(eps); in
           round 0 it divides by sqrt(eps) everywhere. The client's v only feeds the server (line 20).
-          phi is the identity, or with ``--phi-bounds ZETA,MAX`` the bounded phi(a) = min(a + ZETA, MAX) of
+          phi is the identity, or with ``--scaling-bounds ZETA,MAX`` the bounded phi(a) = min(a + ZETA, MAX) of
           Assumption 4. As in LAMB (You et al. 2020), the ratio is 1 where phi(||p||) or ||u|| is 0 (a
           zero-initialized tensor still moves). m persists per client across rounds in the client store.
           Departures kept as options (docs/fidelity-fedlamb.md): ``--vhat-eps outside`` (v_hat_0 = 0 and
@@ -66,7 +66,7 @@ class LambStep(LocalStep):
         check_eps(p)
         self.b1, self.b2, self.wd = p.beta1, p.beta2, p.weight_decay
         self.trust = {"auto": self.trust_default, "on": True, "off": False}[p.trust_ratio]
-        self.phi = scaling_function(p.phi_values())
+        self.phi = scaling_function(p.scaling_values())
         self.denom: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, view, cohort) -> None:
