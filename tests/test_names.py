@@ -15,6 +15,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: names allowed in every module, with why
@@ -27,6 +29,8 @@ METHOD_SPEC_USES = {
     ("fedcli/fl/parts.py", "spec"): "a part class's PartSpec (the class attribute set when the class is defined)",
     ("fedcli/params.py", "spec"): "the PartSpec whose declared options a part reads",
     ("fedcli/params.py", "_spec"): "the PartSpec of a part class or of a spec",
+    ("fedcli/params.py", "cls_or_spec"): "a part class or its PartSpec, either: what the functions reading a part's "
+                                          "declared options take (issue 60: it was ``part``, a third meaning)",
     ("fedcli/report/rundata.py", "spec"): "the PartSpec through which a run's recorded options are read, typed",
     ("fedcli/report/rundata.py", "part_spec"): "the PartSpec of a run's part: what the report reads of it (its label, "
                                                "layerwise, learned_weights) without the torch class",
@@ -140,3 +144,192 @@ def test_a_sweep_json_written_before_the_rename_reads_the_same():
     loc = str  # where a recipe key is (unused: the entries are valid)
     assert table == parse_table({"name": "t", "layout": "rows", "columns": ["method", "acc"], "runs": ["a", "b"]}, loc)
     assert figure == parse_figure({"name": "f", "kind": "curves", "panels": [{"title": "p", "runs": ["a"]}]}, loc)
+
+
+# ------------------------------------------------------------------------ issue 60: one word, one meaning (item 5)
+def fedcli_modules(root: Path = ROOT) -> list[tuple[str, ast.AST]]:
+    """(module path relative to ``root``, its syntax tree) of every module of ``root/fedcli`` (parsed once a root)."""
+    if root not in _PARSED:
+        _PARSED[root] = [(path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
+                         for path in sorted((root / "fedcli").rglob("*.py"))]
+    return _PARSED[root]
+
+
+_PARSED: dict[Path, list] = {}
+
+
+def bound(tree: ast.AST, word: str):
+    """Line of every place ``tree`` binds the name ``word``: an argument, an assigned or loop name, a def or class."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.arg) and node.arg == word
+                or isinstance(node, ast.Name) and node.id == word and isinstance(node.ctx, ast.Store)
+                or isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == word):
+            yield node.lineno
+
+
+def opts_misuses(root: Path = ROOT) -> list[str]:
+    """``params`` in ``fedcli/fl/`` is the model's tensors (``cohort.params``, a step's ``params`` list); a part's
+    declared options are ``self.opts``. An option read as ``self.params.<name>`` (not a dict's ``items``, ``values``,
+    ``keys``, ``get``), or a constructor taking its options as ``params`` (``super().__init__(params)``), is the old
+    second meaning (FedDyn's ``apply`` read ``self.params.feddyn_alpha`` beside its ``params`` tensors)."""
+    bad = []
+    for rel, tree in fedcli_modules(root):
+        if not rel.startswith("fedcli/fl/"):
+            continue
+        for node in ast.walk(tree):
+            inner = node.value if isinstance(node, ast.Attribute) else None
+            if (isinstance(inner, ast.Attribute) and inner.attr == "params" and isinstance(inner.value, ast.Name)
+                    and inner.value.id == "self" and node.attr not in ("items", "values", "keys", "get")):
+                bad.append(f"{rel}:{node.lineno}: self.params.{node.attr}")
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "super().__init__" and node.args \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id == "params":
+                bad.append(f"{rel}:{node.lineno}: super().__init__(params)")
+    return bad
+
+
+def active_misuses(root: Path = ROOT) -> list[str]:
+    """``active`` in ``fedcli/fl/`` is the ``[K]`` mask of the clients still training (a step hook's argument,
+    ``StepContext.active``); the clients in a round are counted by ``n_active`` (``view.n_active``, the plan's, the
+    engine's). An attribute ``.active`` (``view.active``, ``plan.active``, except a step context's ``ctx.active``) or
+    an ``active: int`` argument is the count under the mask's name (SCAFFOLD read both)."""
+    bad = []
+    for rel, tree in fedcli_modules(root):
+        if not rel.startswith("fedcli/fl/"):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == "active"
+                    and not ast.unparse(node.value).endswith("ctx")):
+                bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.FunctionDef) and node.name == "active":
+                bad.append(f"{rel}:{node.lineno}: def active")
+            elif isinstance(node, ast.arg) and node.arg == "active" and node.annotation is not None \
+                    and "int" in ast.unparse(node.annotation):
+                bad.append(f"{rel}:{node.lineno}: active: {ast.unparse(node.annotation)}")
+            elif isinstance(node, ast.Constant) and node.value == "active" and rel == "fedcli/fl/view.py":
+                bad.append(f"{rel}:{node.lineno}: the member 'active'")
+    return bad
+
+
+#: where a run's built parts are handled: the only packages that bind the name ``part`` (to a part instance)
+PART_PACKAGES = ("fedcli/fl/", "fedcli/results/")
+
+
+def part_misuses(root: Path = ROOT) -> list[str]:
+    """A bound name ``part`` is a built part (an instance of ``fedcli.fl.parts.Part``), in the packages that run parts
+    (:data:`PART_PACKAGES`), from a run's parts: a part class is a class, its declaration a spec (``cls_or_spec`` where
+    either will do), a Partition a partition, a slice a chunk. ``fedcli.specs.part(...)``, the call that declares a
+    part's spec, is the one ``def part``."""
+    bad = []
+    for rel, tree in fedcli_modules(root):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "part" and rel != "fedcli/specs/__init__.py":
+                bad.append(f"{rel}:{node.lineno}: def part (a name of a part is part_name)")
+            elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript)
+                  and any(isinstance(t, ast.Name) and t.id == "part" for t in node.targets)):
+                bad.append(f"{rel}:{node.lineno}: part = {ast.unparse(node.value)} (a slice)")
+        if not rel.startswith(PART_PACKAGES) and rel != "fedcli/specs/__init__.py":
+            bad += [f"{rel}:{line}: part (outside {', '.join(PART_PACKAGES)})" for line in bound(tree, "part")]
+    return bad
+
+
+def share_misuses(root: Path = ROOT) -> list[str]:
+    """``share`` is a fraction (``view.share``, |P_t| / m; a share of memory): a function named ``share`` that is not
+    a property is a verb (the store's collective is ``fedcli.fl.store.publish``), and ``shares`` the lists an
+    allgather returns (``gathered``)."""
+    bad = []
+    for rel, tree in fedcli_modules(root):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "share" \
+                    and not any(ast.unparse(d) == "property" for d in node.decorator_list):
+                bad.append(f"{rel}:{node.lineno}: def share (a verb)")
+        bad += [f"{rel}:{line}: shares" for line in bound(tree, "shares")]
+    return bad
+
+
+def view_misuses(root: Path = ROOT) -> list[str]:
+    """``view`` is a part's window on the run (``fedcli.fl.view.PartView``), nothing else: what a run says is a
+    printer (``RunPrinter``, ``TerminalPrinter``). A class whose name says "view" other than ``PartView``, or an
+    argument ``view`` annotated with another class, is the old second meaning."""
+    bad = []
+    for rel, tree in fedcli_modules(root):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and "view" in (w.lower() for w in _WORD.findall(node.name)) \
+                    and node.name != "PartView":
+                bad.append(f"{rel}:{node.lineno}: class {node.name}")
+            elif isinstance(node, ast.arg) and node.arg == "view" and node.annotation is not None \
+                    and "PartView" not in ast.unparse(node.annotation):
+                bad.append(f"{rel}:{node.lineno}: view: {ast.unparse(node.annotation)}")
+    return bad
+
+
+def period_misuses(root: Path = ROOT) -> list[str]:
+    """A round's local iterations are ``round_length`` (what a schedule's spec declares, ``round_length=``), never
+    ``period``: no name, attribute or keyword ``period`` in ``fedcli/``."""
+    bad = []
+    for rel, tree in fedcli_modules(root):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr == "period"
+                    or isinstance(node, ast.keyword) and node.arg == "period"
+                    or isinstance(node, ast.Name) and node.id == "period"
+                    or isinstance(node, ast.arg) and node.arg == "period"
+                    or isinstance(node, ast.FunctionDef) and node.name == "period"):
+                bad.append(f"{rel}:{node.lineno}: period")
+    return bad
+
+
+def phi_options() -> set[str]:
+    """Config fields (each a flag and a recipe key) whose name says phi: FedLAMA's interval factor ``--phi`` only;
+    Fed-LAMB's bounded scaling function is ``--scaling-bounds`` (its old ``--phi-bounds`` a hidden alias)."""
+    from fedcli.config import FIELDS
+
+    return {name for name in FIELDS if "phi" in name.split("_")}
+
+
+RULES = {"params": opts_misuses, "active": active_misuses, "part": part_misuses, "share": share_misuses,
+         "view": view_misuses, "period": period_misuses}
+
+
+@pytest.mark.parametrize("word", sorted(RULES))
+def test_one_word_one_meaning(word):
+    bad = RULES[word](ROOT)
+    assert not bad, f"'{word}' used in its other meaning ({RULES[word].__doc__.split(':')[0]}):\n" + "\n".join(bad)
+
+
+def test_phi_on_the_command_line_is_fedlamas():
+    assert phi_options() == {"phi"}
+
+
+def test_each_rule_sees_the_meaning_it_forbids(tmp_path):
+    """Each rule fails on the old uses (the code before issue 60's renames, in small) and passes on the new."""
+    fl = tmp_path / "fedcli" / "fl"
+    fl.mkdir(parents=True)
+    (tmp_path / "fedcli" / "report").mkdir()
+    (fl / "old.py").write_text(
+        "class FedDynStep(SGDStep):\n"
+        "    def __init__(self, params):\n        super().__init__(params)\n        a = self.params.feddyn_alpha\n"
+        "    def apply(self, cohort, names, params, g, lr, active):\n        n = view.active\n"
+        "def sample_cohort(seed, round_idx, clients, active: int): pass\n"
+        "def share(view, clients, tables):\n    shares = []\n"
+        "def plan_run(cfg, period): return cfg.period\n"
+        "def score(idx):\n    part = idx[0:4]\n")
+    (tmp_path / "fedcli" / "report" / "old.py").write_text(
+        "class RunView: pass\ndef run_train(cfg, view: RunView): pass\n"
+        "class RunData:\n    def part(self, kind): pass\ndef bind(part, source): pass\n")
+    got = {word: len(rule(tmp_path)) for word, rule in RULES.items()}
+    assert got == {"params": 2, "active": 2, "part": 4, "share": 2, "view": 2, "period": 2}
+    (fl / "old.py").write_text(
+        "class FedDynStep(SGDStep):\n"
+        "    def __init__(self, opts):\n        super().__init__(opts)\n        a = self.opts.feddyn_alpha\n"
+        "    def apply(self, cohort, names, params, g, lr, active):\n"
+        "        n = view.n_active + len(self.params.items())\n"
+        "        m = cohort.ctx.active\n"
+        "def sample_cohort(seed, round_idx, clients, n_active: int): pass\n"
+        "def publish(view, clients, tables):\n    gathered = []\n"
+        "def plan_run(cfg, round_length): return cfg.round_length\n"
+        "def engine(sim):\n    for part in sim.parts.values(): part.setup(sim.view)\n")
+    (tmp_path / "fedcli" / "report" / "old.py").write_text(
+        "class RunPrinter: pass\ndef run_train(cfg, printer: RunPrinter): pass\n"
+        "class RunData:\n    def part_name(self, kind): pass\ndef bind(cls_or_spec, source): pass\n"
+        "class PartView: pass\ndef hook(view: PartView): pass\n")
+    _PARSED.pop(tmp_path)  # the files changed: parse them again
+    assert {word: rule(tmp_path) for word, rule in RULES.items()} == {word: [] for word in RULES}

@@ -6,6 +6,7 @@ Fed-LAMB's bounded scaling function (its Assumption 4, phi(a) = min(a + ZETA, MA
 a hidden flag, a key read as the new one. Given under both names at once, it is refused (exit 2)."""
 
 import pytest
+from runkit import error_lines, run_main
 
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
@@ -13,7 +14,6 @@ from fedcli.errors import ConfigError
 from fedcli.params import RENAMED, recorded
 from fedcli.recipes import build_config, read_sweep
 from fedcli.specs import PARTS
-from runkit import error_lines, run_main
 
 
 def test_the_old_name_is_the_field():
@@ -55,7 +55,7 @@ def test_a_recipe_with_both_names_is_refused(tmp_path):
 @pytest.mark.parametrize("flag", ["--scaling-bounds", "--phi-bounds"])
 def test_the_flag_by_either_name(tmp_path, capsys, flag):
     out = tmp_path / "run"
-    code, stdout, err = run_main(["train", "--algo", "fedlamb", flag, "2,1", "--iterations", "2", "--out", str(out)],
+    code, _, err = run_main(["train", "--algo", "fedlamb", flag, "2,1", "--iterations", "2", "--out", str(out)],
                                  capsys)
     assert code == 2 and error_lines(err) == ["fedcli: error: --scaling-bounds needs 0 < ZETA < MAX, got '2,1'"]
     assert not out.exists()
