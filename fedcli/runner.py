@@ -36,7 +36,7 @@ def describe(cfg: TrainConfig, ctx: DriverContext) -> str:
         sched = f"{cfg.local_epochs:g} local epoch(s) per round"
     budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
     return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(ctx.client_indices)} clients "
-            f"({ctx.active} active per round), {partition_cfg.get('scheme')}{extra} partition, {budget}, "
+            f"({ctx.n_active} active per round), {partition_cfg.get('scheme')}{extra} partition, {budget}, "
             f"batch {ctx.batch_size}, lr {cfg.lr}, device {ctx.device}, {ctx.comm.size} process(es)")
 
 

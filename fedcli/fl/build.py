@@ -104,7 +104,7 @@ class ClientData:
     sizes: np.ndarray
     batch_size: int
     notes: list
-    active: int
+    n_active: int
 
 
 def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
@@ -125,14 +125,14 @@ def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
         f"--batch-size {cfg.batch_size} is larger than every client's training data: using {batch_size}, the "
         f"largest client's sample count (each local step still sees all of a client's samples)"]
     n_clients = len(client_indices)
-    active = max(1, int(round(cfg.active_ratio * n_clients)))
-    if comm.size > active:  # every process trains at least one client of every round (the cohort sums, the batch
+    n_active = max(1, int(round(cfg.active_ratio * n_clients)))
+    if comm.size > n_active:  # every process trains at least one client of every round (the cohort sums, the batch
         # plans and the parts' hooks assume so): refused up-front
         how = "MPI processes" if comm.launcher == "mpi" else "worker processes (--workers)"
-        raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {active} client(s) per "
+        raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {n_active} client(s) per "
                           f"round, fewer than the {comm.size} {how}: each process trains at least one client of "
-                          f"every round; use at most {active} processes, or more clients per round", key="active_ratio")
-    return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, active)
+                          f"every round; use at most {n_active} processes, or more clients per round", key="active_ratio")
+    return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, n_active)
 
 
 def global_model(cfg: TrainConfig, dataset, device: torch.device) -> tuple:
@@ -240,7 +240,7 @@ def manifest(ctx: ManifestContext) -> dict:
         "dataset": ctx.dataset.source,
         "partition": {"hash": ctx.partition.hash, **ctx.partition.config},
         "clients": len(ctx.client_indices),
-        "active_clients": ctx.active,
+        "active_clients": ctx.n_active,
         "model": {"name": cfg.model, "parameters": sum(li.numel for li in layers), "layers": len(layers),
                   **model_source(cfg.model)},
         "eval_every": ctx.eval_every,

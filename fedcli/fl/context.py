@@ -88,7 +88,7 @@ class StoreContext(Context):
         "parts",           # the run's parts by family
         "view",            # the part interface, for the parts' declarations
         "partition",       # each client's local test (and validation) split
-        "active",          # clients per round
+        "n_active",          # clients per round
         "client_indices",  # each client's training indices
         "global_params",   # the global model, for the size of per-client copies
         "global_buffers",
@@ -109,7 +109,7 @@ class SystemContext(Context):
         "sizes",           # each client's training samples (as the parts left them)
         "batch_size",
         "client_indices",  # the number of clients
-        "active",          # clients per round
+        "n_active",          # clients per round
         "plan",            # the run's budget (RunPlan): the first round's steps
         "sync_plan",       # sync_plan(steps): the synchronizations of a round
     )
@@ -141,7 +141,7 @@ class ManifestContext(Context):
         "schedule", "init",       # what a report asks of the parts (layerwise, learned_weights)
         "layers",                 # the model's size
         "trainer", "chunk_blocker",  # how the cohort is trained (--cohort-chunk)
-        "dataset", "partition", "client_indices", "active", "batch_size",
+        "dataset", "partition", "client_indices", "n_active", "batch_size",
         "eval_every", "planned_evaluations",  # the evaluation interval, the rows a complete run writes
         "store",                  # the client store's plan (its info)
         "system", "timing",       # the system model and the re-timing records, or None
@@ -191,7 +191,7 @@ class DriverContext(Context):
     """What the runner (``fedcli.runner``) does with a set-up engine: describe it, hook it, run it, close it."""
 
     MEMBERS = (
-        "cfg", "comm", "device", "partition", "schedule", "store", "client_indices", "active", "batch_size",
+        "cfg", "comm", "device", "partition", "schedule", "store", "client_indices", "n_active", "batch_size",
         "notes",           # what setup says once (a clamped --batch-size)
         "manifest",        # manifest(): the run directory's manifest
         "choices",         # choices(): what the run chose once it ran

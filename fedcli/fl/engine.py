@@ -95,7 +95,7 @@ class Simulation:
         data = build.load(cfg, self.comm, dataset, partition)
         self.dataset, self.partition, self.client_indices, self.sizes = (data.dataset, data.partition,
                                                                          data.client_indices, data.sizes)
-        self.batch_size, self.notes, self.active = data.batch_size, data.notes, data.active
+        self.batch_size, self.notes, self.n_active = data.batch_size, data.notes, data.n_active
         self.model, self.layers, self.global_params, self.global_buffers, self.sync_buffers = build.global_model(
             cfg, self.dataset, self.device)
         self._build_parts()
@@ -147,7 +147,7 @@ class Simulation:
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
         the clients' training data as the parts left it)."""
-        return plan_run(self.cfg, self.schedule.round_length, [int(n) for n in self.sizes], self.active, self.batch_size)
+        return plan_run(self.cfg, self.schedule.round_length, [int(n) for n in self.sizes], self.n_active, self.batch_size)
 
     def manifest(self) -> dict:
         """The run directory's manifest of this run (``fedcli.fl.build.manifest``)."""
@@ -200,7 +200,7 @@ class Simulation:
         """Every client takes part in every round: all are sampled, and the system model (if on) leaves none out
         (availability, deadline). A client then trains and is evaluated on the same process every round, which the
         per-client stores rely on (``fedcli.fl.store.publish``)."""
-        everyone = self.active >= len(self.client_indices)
+        everyone = self.n_active >= len(self.client_indices)
         return everyone and (self.system is None or not self.system.may_leave_out)
 
     # ------------------------------------------------------------------ the rounds, top to bottom
@@ -262,7 +262,7 @@ class Simulation:
     @property
     def round_clients(self) -> int:
         """Clients in the round (the part view's ``n_active``): ``n_active``, or the system model's participants."""
-        return self.active if self.system_round is None else len(self.system_round.participants)
+        return self.n_active if self.system_round is None else len(self.system_round.participants)
 
     @property
     def uneven_round(self) -> bool:
@@ -286,9 +286,9 @@ class Simulation:
         cfg, comm = self.cfg, self.comm
         round_idx = state.round_idx
         self.record = RoundRecord(round_idx, state.iteration)
-        cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.active)
+        cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.n_active)
         if self.system is not None:
-            self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.active,
+            self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.n_active,
                                                          self.sync_plan)
             cohort_ids = self.system_round.participants
             if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training

@@ -102,8 +102,8 @@ def projection(ctx: StoreContext) -> tuple[int, list[str]]:
             total += n
             what.append(f"{family} {getattr(part, 'name', type(part).__name__)}: {size(n)}")
     if ctx.cfg.bn_buffers == "never" and buffers:
-        total += ctx.active * buffers
-        what.append(f"BatchNorm statistics by slot: {ctx.active} x {size(buffers)}")
+        total += ctx.n_active * buffers
+        what.append(f"BatchNorm statistics by slot: {ctx.n_active} x {size(buffers)}")
     parts = ctx.parts.values()
     if ctx.method.personalized or unknown or any(p.keeps_local_models or p.personal_prefix for p in parts):
         total += clients * (params + buffers)

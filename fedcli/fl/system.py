@@ -410,16 +410,16 @@ class SystemModel:
                 "dropped_clients": ids(plan.dropped), "partial_clients": ids(plan.partial)}
 
 
-def plan_system_round(model: SystemModel, budget, state, sampled: list[int], active: int, sync_plan) -> RoundPlan:
+def plan_system_round(model: SystemModel, budget, state, sampled: list[int], n_active: int, sync_plan) -> RoundPlan:
     """The round ``state.round_idx`` under the system model: of the ``sampled`` cohort, the clients asked (available;
     ``--sampling available``: drawn among those online) and of them the ones that take part (meeting the deadline or
-    keeping partial work), with their local steps (``budget``: the run's ``RunPlan``; ``active``: clients per round;
+    keeping partial work), with their local steps (``budget``: the run's ``RunPlan``; ``n_active``: clients per round;
     ``sync_plan(steps)``: the synchronizations of a round of ``steps``)."""
     now = state.sim_time_s
-    asked, start = model.round_cohort(state.round_idx, sampled, now, active)
+    asked, start = model.round_cohort(state.round_idx, sampled, now, n_active)
     steps = budget.round_steps(state.iteration, asked or sampled)
     full = dict(zip(asked, budget.client_round_steps(asked, steps)))  # each one's steps without the model
-    keep = active if model.options.sampling == "available" else None  # over-commitment: the first K to finish
+    keep = n_active if model.options.sampling == "available" else None  # over-commitment: the first K to finish
     plan = model.plan_round(state.round_idx, asked, full, sync_plan(steps), start, keep)
     plan.wait_s = start - now
     who = plan.participants
@@ -489,6 +489,6 @@ def build(ctx: SystemContext, shape: Shape | None = None) -> SystemModel | None:
     model = SystemModel(options, ctx.cfg.seed, len(ctx.client_indices), shape)
     everyone = list(range(model.n))
     steps = ctx.plan.round_steps(0, everyone)
-    model.check_deadline(ctx.plan.client_round_steps(everyone, steps), ctx.sync_plan(steps), ctx.active)
+    model.check_deadline(ctx.plan.client_round_steps(everyone, steps), ctx.sync_plan(steps), ctx.n_active)
     model.check_online()
     return model
