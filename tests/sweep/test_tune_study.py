@@ -240,8 +240,7 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
         assert m["pruned"]["iteration"] - 40 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
         assert any((run / "checkpoints").iterdir())
     n = slow[0]["number"]
-    p = subprocess.run([sys.executable, "-m", "fedcli", "tune", str(root), "--promote", n], env=env(), capture_output=True,
-                       text=True, timeout=300)
+    p = run_forked(MAIN, ["tune", str(root), "--promote", n], env=env(), timeout=300)
     assert p.returncode == 0, p.stderr[-1000:]
     run = root / slow[0]["run"]
     assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 4000
