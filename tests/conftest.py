@@ -69,9 +69,11 @@ def golden_runs(tmp_path_factory):
     return run_all_watching_writes(tmp_path_factory.mktemp("golden-runs"))
 
 
-# the longest test files (tens of seconds to two minutes each on 2 cores), longest first
-LONG_FILES = ("test_readme.py", "test_trackers.py", "test_reliability.py", "test_slurm.py", "test_workers.py", "test_store.py",
-              "test_signals.py", "test_presets_learn.py")
+# the longest test files (tens of seconds to several minutes each on 2 cores), longest first: by their summed
+# --durations in a `make test` of 2026-11-29 (test_tune_study.py, `fedcli tune` studies of real trials, the longest)
+LONG_FILES = ("test_tune_study.py", "test_trackers.py", "test_workers.py", "test_presets_learn.py", "test_signals.py",
+              "test_readme.py", "test_figures_read_back.py", "test_paper_scale.py", "test_pruning.py",
+              "test_reliability.py", "test_slurm.py", "test_store.py")
 
 
 def check_long_reasons(items) -> None:

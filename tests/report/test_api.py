@@ -16,9 +16,11 @@ import fedcli
 from fedcli.cli.main import main
 from fedcli.api import flags
 from fedcli.errors import ConfigError, DataError, FedcliError
+from runkit import run_forked
 from sweepkit import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "examples" / "notebook.py"
 ARGS = ["--dataset", "digits", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20", "--eval-every", "10",
         "--threads", "1", "--quiet"]
 
@@ -99,8 +101,10 @@ def test_flags_from_keywords():
 
 
 def test_notebook_example_runs(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "notebook.py"), str(tmp_path / "nb")], capture_output=True,
-                         text=True, timeout=280, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    """``python examples/notebook.py OUT`` as a forked child (runkit.run_forked: its own process and streams, torch and
+    pandas already imported) running the file as ``__main__``."""
+    script = f"import runpy, sys; sys.argv[0] = {str(NOTEBOOK)!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    out = run_forked(script, [str(tmp_path / "nb")], timeout=280, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "<fedcli results: 4 run(s)" in out.stdout and "FedLAMA (τ′=2, φ=2)" in out.stdout
     # the report's table, returned as a DataFrame: one row per experiment (and not printed: issue 57)
@@ -210,7 +214,10 @@ def test_sweep_runs_carry_their_recipe_name_sweep_and_scale(tmp_path):
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(SWEEP_RECIPE)
     out = tmp_path / "results" / "tiny-smoke"
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(out)]) in (0, None)
+    # in this process (no worker to spawn): a pool's runs equal in-process ones (test_sweep.py's
+    # test_worker_pool_matches_in_process), both by execute_inline on the same config
+    code = main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(out), "--in-process"])
+    assert code in (0, None)
     r = fedcli.load(tmp_path / "results")
     runs = r.runs.set_index("run")
     assert runs.loc["tiny-smoke/fedavg-x1/seed0", ["sweep", "recipe_run", "scale"]].tolist() == \

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from runkit import run_forked
 from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +25,13 @@ def env():
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+# ``fedcli ARGS`` in a forked child (runkit.run_forked): the coordinator is a process of its own without a new
+# interpreter's imports; its trials are still fresh ``fedcli train`` processes
+MAIN = "import sys\nfrom fedcli.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
 def tune(args, timeout=300, check=True) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "fedcli", "tune", *map(str, args), "-q"], env=env(), capture_output=True,
-                       text=True, timeout=timeout)
+    p = run_forked(MAIN, ["tune", *map(str, args), "-q"], env=env(), timeout=timeout)
     if check:
         assert p.returncode == 0, p.stderr[-2000:]
     return p
@@ -235,8 +240,7 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
         assert m["pruned"]["iteration"] - 40 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
         assert any((run / "checkpoints").iterdir())
     n = slow[0]["number"]
-    p = subprocess.run([sys.executable, "-m", "fedcli", "tune", str(root), "--promote", n], env=env(), capture_output=True,
-                       text=True, timeout=300)
+    p = run_forked(MAIN, ["tune", str(root), "--promote", n], env=env(), timeout=300)
     assert p.returncode == 0, p.stderr[-1000:]
     run = root / slow[0]["run"]
     assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 4000
