@@ -42,34 +42,110 @@ INT, FLOAT, TEXT = "Int64", "float64", "object"  # Int64: pandas' integer column
 #: columns with these dtypes whatever was loaded, an empty cell (``personal_acc`` of a global-model run) or a column a
 #: run lacks is missing (NaN / <NA>), and an empty frame is typed too. Columns a run writes beyond these follow.
 SCHEMA = {
-    "identity": {"run": TEXT, "experiment": TEXT, "method": TEXT, "seed": INT, "dataset": TEXT, "model": TEXT,
-                 "sweep": TEXT, "recipe_run": TEXT, "scale": TEXT},
-    "metrics": {"round": INT, "iteration": INT, "train_loss": FLOAT, "test_loss": FLOAT, "test_acc": FLOAT,
-                "comm_params": INT, "comm_bytes": FLOAT, "wall_s": FLOAT, "current_lr": FLOAT, "skipped_clients": INT,
-                "personal_acc": FLOAT, "val_loss": FLOAT, "val_acc": FLOAT,  # val_*: --val-fraction runs only
-                "personal_val_acc": FLOAT},  # --client-val-fraction runs only
-    "layers": {"layer": INT, "name": TEXT, "kind": TEXT, "numel": INT, "syncs": INT, "comm_params": INT,
-               "comm_bytes": FLOAT, "interval": INT},
-    "intervals": {"round": INT, "iteration": INT, "layer": INT, "name": TEXT, "numel": INT, "eligible": INT,
-                  "d": FLOAT, "interval": INT},
-    "clients": {"round": INT, "iteration": INT, "client": INT, "train_samples": INT, "test_samples": INT,
-                "personal_loss": FLOAT, "personal_acc": FLOAT, "global_loss": FLOAT, "global_acc": FLOAT},
+    "identity": {
+        "run": TEXT,
+        "experiment": TEXT,
+        "method": TEXT,
+        "seed": INT,
+        "dataset": TEXT,
+        "model": TEXT,
+        "sweep": TEXT,
+        "recipe_run": TEXT,
+        "scale": TEXT,
+    },
+    "metrics": {
+        "round": INT,
+        "iteration": INT,
+        "train_loss": FLOAT,
+        "test_loss": FLOAT,
+        "test_acc": FLOAT,
+        "comm_params": INT,
+        "comm_bytes": FLOAT,
+        "wall_s": FLOAT,
+        "current_lr": FLOAT,
+        "skipped_clients": INT,
+        "personal_acc": FLOAT,
+        "val_loss": FLOAT,
+        "val_acc": FLOAT,  # val_*: --val-fraction runs only
+        "personal_val_acc": FLOAT,
+    },  # --client-val-fraction runs only
+    "layers": {
+        "layer": INT,
+        "name": TEXT,
+        "kind": TEXT,
+        "numel": INT,
+        "syncs": INT,
+        "comm_params": INT,
+        "comm_bytes": FLOAT,
+        "interval": INT,
+    },
+    "intervals": {
+        "round": INT,
+        "iteration": INT,
+        "layer": INT,
+        "name": TEXT,
+        "numel": INT,
+        "eligible": INT,
+        "d": FLOAT,
+        "interval": INT,
+    },
+    "clients": {
+        "round": INT,
+        "iteration": INT,
+        "client": INT,
+        "train_samples": INT,
+        "test_samples": INT,
+        "personal_loss": FLOAT,
+        "personal_acc": FLOAT,
+        "global_loss": FLOAT,
+        "global_acc": FLOAT,
+    },
     # system.csv (--system): the round's simulated seconds and the total so far, the clients sampled, those that took
     # part, were unavailable, missed the deadline and were dropped or kept partial work, and the last two's ids
     # (space-separated, as text)
-    "system": {"round": INT, "iteration": INT, "round_s": FLOAT, "sim_time_s": FLOAT, "sampled": INT,
-               "participants": INT, "unavailable": INT, "dropped": INT, "partial": INT, "dropped_clients": TEXT,
-               "partial_clients": TEXT, "wait_s": FLOAT},
+    "system": {
+        "round": INT,
+        "iteration": INT,
+        "round_s": FLOAT,
+        "sim_time_s": FLOAT,
+        "sampled": INT,
+        "participants": INT,
+        "unavailable": INT,
+        "dropped": INT,
+        "partial": INT,
+        "dropped_clients": TEXT,
+        "partial_clients": TEXT,
+        "wait_s": FLOAT,
+    },
     # fedcli tune's study folder (fedcli.tune.results.trial_records): one row per trial, Optuna's trials_dataframe
     # names (params_<name> follow state; value, or values_0 and values_1, follow them); then its run directory and
     # whether it is in the Pareto set (two objectives), its study, the run directory's status and the iterations trained
-    "trials": {"number": INT, "state": TEXT, "run": TEXT, "pareto": "boolean", "study": TEXT, "run_status": TEXT,
-               "baseline": "boolean", "pruned_iteration": INT, "iterations": INT},
+    "trials": {
+        "number": INT,
+        "state": TEXT,
+        "run": TEXT,
+        "pareto": "boolean",
+        "study": TEXT,
+        "run_status": TEXT,
+        "baseline": "boolean",
+        "pruned_iteration": INT,
+        "iterations": INT,
+    },
     "runs": {"path": TEXT, "status": TEXT, "schedule": TEXT},  # then the config (typed by its fields) and summary.*
     # one row per experiment: its identity less run and seed, its seeds ("0, 1"), how many runs and how many
     # completed; then the config of its runs (but the seed) and their schedule
-    "experiments": {"experiment": TEXT, "method": TEXT, "dataset": TEXT, "model": TEXT, "sweep": TEXT,
-                    "recipe_run": TEXT, "scale": TEXT, "seeds": TEXT, "n_runs": INT, "completed": INT},
+    "experiments": {
+        "experiment": TEXT,
+        "method": TEXT,
+        "dataset": TEXT,
+        "model": TEXT,
+        "sweep": TEXT,
+        "recipe_run": TEXT,
+        "scale": TEXT,
+        "seeds": TEXT,
+        "n_runs": INT,
+        "completed": INT,
+    },
 }
 
 
@@ -84,7 +160,7 @@ class Results:
 
     runs_by_name: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)  # run directories that could not be read: name -> reason
-    sweeps: dict = field(default_factory=dict)   # run name -> {"sweep", "recipe_run", "scale"} (runs of a sweep)
+    sweeps: dict = field(default_factory=dict)  # run name -> {"sweep", "recipe_run", "scale"} (runs of a sweep)
     study: object = None  # a study folder of `fedcli tune` (fedcli.tune.results.StudyFolder), else None
 
     def __len__(self) -> int:
@@ -95,8 +171,15 @@ class Results:
         return f"<fedcli results: {len(self)} run(s): {', '.join(self.runs_by_name) or 'none'}{left}>"
 
     def _identity(self, name: str, run) -> dict:
-        return {"run": name, "experiment": self._experiments().get(name, name), "method": run.legend(), "seed": run.seed,
-                "dataset": run.config.get("dataset"), "model": run.config.get("model"), **self.sweeps.get(name, {})}
+        return {
+            "run": name,
+            "experiment": self._experiments().get(name, name),
+            "method": run.legend(),
+            "seed": run.seed,
+            "dataset": run.config.get("dataset"),
+            "model": run.config.get("model"),
+            **self.sweeps.get(name, {}),
+        }
 
     def _experiments(self) -> dict:
         """{run name: experiment}: runs that differ only in their seed share one (``fedcli.report.groups``)."""
@@ -109,17 +192,32 @@ class Results:
 
     def _records(self, attr: str):
         renamed = RENAMED.get(attr, {})
-        rows = [{**self._identity(name, run), **{renamed.get(k, k): v for k, v in row.items()}}
-                for name, run in self.runs_by_name.items() for row in getattr(run, attr)]
+        rows = [
+            {**self._identity(name, run), **{renamed.get(k, k): v for k, v in row.items()}}
+            for name, run in self.runs_by_name.items()
+            for row in getattr(run, attr)
+        ]
         return typed(rows, {**SCHEMA["identity"], **SCHEMA[attr]})
 
-    metrics = _records_of("metrics", "metrics.csv of every run: one row per evaluation (iteration, round, test_acc, comm_params, "
-                                     "...; its lr as current_lr).")
-    layers = _records_of("layers", "layers.csv of every run: one row per parameter tensor (numel, syncs, comm_params, comm_bytes).")
-    intervals = _records_of("intervals", "intervals.csv of every layer-wise run: one row per layer per adjustment (d, interval).")
-    clients = _records_of("clients", "clients.csv of every personalized run: one row per client per evaluation (personal_acc, ...).")
-    system = _records_of("system", "system.csv of every run trained with --system: one row per round (participants, dropped, "
-                                   "partial, round_s, sim_time_s, ...).")
+    metrics = _records_of(
+        "metrics",
+        "metrics.csv of every run: one row per evaluation (iteration, round, test_acc, comm_params, "
+        "...; its lr as current_lr).",
+    )
+    layers = _records_of(
+        "layers", "layers.csv of every run: one row per parameter tensor (numel, syncs, comm_params, comm_bytes)."
+    )
+    intervals = _records_of(
+        "intervals", "intervals.csv of every layer-wise run: one row per layer per adjustment (d, interval)."
+    )
+    clients = _records_of(
+        "clients", "clients.csv of every personalized run: one row per client per evaluation (personal_acc, ...)."
+    )
+    system = _records_of(
+        "system",
+        "system.csv of every run trained with --system: one row per round (participants, dropped, "
+        "partial, round_s, sim_time_s, ...).",
+    )
 
     @property
     def trials(self):
@@ -154,8 +252,16 @@ class Results:
         rows = []
         for name, run in self.runs_by_name.items():
             m = run.manifest
-            rows.append({**self._identity(name, run), "path": str(run.path), "status": status_label(m), **run.config,
-                         "schedule": run.schedule, **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()}})
+            rows.append(
+                {
+                    **self._identity(name, run),
+                    "path": str(run.path),
+                    "status": status_label(m),
+                    **run.config,
+                    "schedule": run.schedule,
+                    **{f"summary.{k}": v for k, v in (m.get("summary") or {}).items()},
+                }
+            )
         return typed(rows, {**SCHEMA["identity"], **SCHEMA["runs"], **_config_schema()})
 
     @property
@@ -174,9 +280,16 @@ class Results:
             name, first = members[0]
             ident = {k: v for k, v in self._identity(name, first).items() if k not in ("run", "seed")}
             config = {k: v for k, v in first.config.items() if k != "seed"}
-            rows.append({**ident, "seeds": ", ".join(str(r.seed) for _, r in members), "n_runs": len(members),
-                         "completed": sum(r.manifest.get("status") == COMPLETED for _, r in members), **config,
-                         "schedule": first.schedule})
+            rows.append(
+                {
+                    **ident,
+                    "seeds": ", ".join(str(r.seed) for _, r in members),
+                    "n_runs": len(members),
+                    "completed": sum(r.manifest.get("status") == COMPLETED for _, r in members),
+                    **config,
+                    "schedule": first.schedule,
+                }
+            )
         config = {k: v for k, v in _config_schema().items() if k != "seed"}
         return typed(rows, {**SCHEMA["experiments"], **config, "schedule": TEXT})
 
@@ -189,8 +302,9 @@ class Results:
 
             known = list(self.runs_by_name)
             listed = ", ".join(known[:8]) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
-            raise ConfigError(f"no run named '{name}' in these results; {suggest(name, known)}"
-                              f"the runs here: {listed or 'none'}")
+            raise ConfigError(
+                f"no run named '{name}' in these results; {suggest(name, known)}the runs here: {listed or 'none'}"
+            )
         return self.runs_by_name[name]
 
 
@@ -209,8 +323,13 @@ def typed(rows: list[dict], schema: dict):
 
     df = pd.DataFrame(rows)
     extra = [c for c in df.columns if c not in schema]
-    out = pd.DataFrame({col: _as(df[col] if col in df.columns else pd.Series([None] * len(df), dtype=object), dtype)
-                        for col, dtype in schema.items()}, index=df.index)
+    out = pd.DataFrame(
+        {
+            col: _as(df[col] if col in df.columns else pd.Series([None] * len(df), dtype=object), dtype)
+            for col, dtype in schema.items()
+        },
+        index=df.index,
+    )
     return pd.concat([out, numeric(df[extra].copy())], axis=1) if extra else out
 
 
@@ -255,10 +374,16 @@ def _sweep_of(run_dir: Path, cache: dict) -> dict:
             except ConfigError:  # unreadable: the run is read as one of no sweep
                 manifest = {}
             retimed = [v for v in manifest.get("retimed") or [] if isinstance(v, dict)]
-            cache[folder] = {(folder / e["dir"]).resolve(): {"sweep": str(folder), "recipe_run": e.get("name"),
-                                                            "scale": manifest.get("scale"),
-                                                            "retimed": [v for v in retimed if v.get("of") == e.get("name")]}
-                             for e in manifest.get("runs", []) if isinstance(e, dict) and "dir" in e}
+            cache[folder] = {
+                (folder / e["dir"]).resolve(): {
+                    "sweep": str(folder),
+                    "recipe_run": e.get("name"),
+                    "scale": manifest.get("scale"),
+                    "retimed": [v for v in retimed if v.get("of") == e.get("name")],
+                }
+                for e in manifest.get("runs", [])
+                if isinstance(e, dict) and "dir" in e
+            }
         if run_dir.resolve() in cache[folder]:
             return cache[folder][run_dir.resolve()]
     return {}
@@ -288,7 +413,9 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
         raise ConfigError(f"{root}: no such folder")
     dirs = _run_dirs(root)
     if not dirs:
-        raise ConfigError(f"{root}: no run directory (manifest.json) here or up to four levels below; run `fedcli train` first")
+        raise ConfigError(
+            f"{root}: no run directory (manifest.json) here or up to four levels below; run `fedcli train` first"
+        )
     runs, skipped = [], {}
     for d in dirs:
         try:
@@ -382,8 +509,11 @@ def flags(where: str = "fedcli", /, **options) -> list[str]:
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         for item in items:
             if isinstance(item, bool) or not isinstance(item, FLAG_VALUES):
-                raise ConfigError(f"{where}: {key}={value!r} is not a flag's value (a str, a number or a path; True for a "
-                                  f"switch; a list of them for a repeatable flag)", key=key)
+                raise ConfigError(
+                    f"{where}: {key}={value!r} is not a flag's value (a str, a number or a path; True for a "
+                    f"switch; a list of them for a repeatable flag)",
+                    key=key,
+                )
             out += [flag, str(os.fspath(item) if isinstance(item, os.PathLike) else item)]
     return out
 
@@ -409,7 +539,7 @@ class Report(NamedTuple):
     figures: list
 
 
-def write_report(*paths: str | Path, print: bool = False, **options) -> Report:  # noqa: A002 - the flag's name
+def write_report(*paths: str | Path, print: bool = False, **options) -> Report:
     """``fedcli report PATHS`` with ``options`` as its flags: ``fedcli.write_report("results/lama", "results/avg",
     figures="results/fig")`` writes the figures, as the command does, and returns the table and the figures
     (:class:`Report`: ``table, figures = fedcli.report(...)``). The table (or a folder's listing) is printed only with

@@ -79,14 +79,21 @@ def memory_error(e: BaseException) -> ResourceError | None:
     text = str(e).strip()
     first = text.splitlines()[0][:200] if text else type(e).__name__
     cuda = type(e).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text
-    cpu = isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and ("can't allocate memory" in text
-                                                                          or "DefaultCPUAllocator" in text)) \
-        or (isinstance(e, (ImportError, OSError)) and ("failed to map segment" in text or "Cannot allocate memory" in text))
+    cpu = (
+        isinstance(e, MemoryError)
+        or (isinstance(e, RuntimeError) and ("can't allocate memory" in text or "DefaultCPUAllocator" in text))
+        or (
+            isinstance(e, (ImportError, OSError))
+            and ("failed to map segment" in text or "Cannot allocate memory" in text)
+        )
+    )
     if not (cuda or cpu):
         return None
     where = "GPU" if cuda else "CPU"
-    err = ResourceError(f"out of {where} memory ({first}); try --trainer loop (one client at a time), fewer --workers, a "
-                        f"smaller --batch-size or a smaller model")
+    err = ResourceError(
+        f"out of {where} memory ({first}); try --trainer loop (one client at a time), fewer --workers, a "
+        f"smaller --batch-size or a smaller model"
+    )
     err.remedy = "with more memory free (or --trainer loop / fewer --workers, which a resume may change), "
     return err
 

@@ -25,12 +25,15 @@ def resolve_method(name: str, labels: dict[str, str]) -> str:
     if _fold(name) in folded:
         return folded[_fold(name)]
     hint = suggest(_fold(name), folded)
-    raise ConfigError(f"--algo: unknown method '{name}'; {hint}choose one of: {', '.join(sorted(labels))} "
-                      f"(`fedcli train --list-algos` describes them)", key="algo")
+    raise ConfigError(
+        f"--algo: unknown method '{name}'; {hint}choose one of: {', '.join(sorted(labels))} "
+        f"(`fedcli train --list-algos` describes them)",
+        key="algo",
+    )
 
 
 def suggest(name: str, choices) -> str:
-    """"did you mean X or Y? " for the choices closest to ``name`` (difflib, ratio >= 0.6), else "". ``choices``: the
+    """ "did you mean X or Y? " for the choices closest to ``name`` (difflib, ratio >= 0.6), else "". ``choices``: the
     names, or a dict from the names compared to the names said."""
     said = choices if isinstance(choices, dict) else {c: c for c in choices}
     close = difflib.get_close_matches(name, list(said), n=3, cutoff=0.6)

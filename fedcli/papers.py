@@ -10,7 +10,11 @@ PAPERS = {
     "fedala-aaai": ("FedALA (AAAI 2023)", "FedALA AAAI 2023"),
     "fedlamb": ("Fed-LAMB (Karimi, Li, Li)", "Fed-LAMB"),
     # recipes/system/: the papers' methods on fedcli's system model (simulated time: docs/system-model.md)
-    "system": ("Simulated time on fedcli's system model (FedLAMA vs FedAvg over uplink bandwidths; FedProx's stragglers)",
-               ("FedLAMA (Lee et al., AAAI 2023) on fedcli's system model",
-                "FedProx (Li et al., MLSys 2020), Section 5.2 and Figure 1, on fedcli's system model")),
+    "system": (
+        "Simulated time on fedcli's system model (FedLAMA vs FedAvg over uplink bandwidths; FedProx's stragglers)",
+        (
+            "FedLAMA (Lee et al., AAAI 2023) on fedcli's system model",
+            "FedProx (Li et al., MLSys 2020), Section 5.2 and Figure 1, on fedcli's system model",
+        ),
+    ),
 }

@@ -1,7 +1,8 @@
 """Declaring options: ``opt`` field metadata and the registry of per-method params dataclasses.
 
 A method's spec (``fedcli/specs/``) declares its own hyperparameters as a small dataclass of ``opt`` fields and
-registers it under its section (the recipe table ``[feddyn]``, the manifest's ``params.feddyn``, its own ``--help`` panel)::
+registers it under its section (the recipe table ``[feddyn]``, the manifest's ``params.feddyn``, its own ``--help``
+panel)::
 
     @register_params(section="feddyn")
     class FedDynParams:
@@ -9,7 +10,8 @@ registers it under its section (the recipe table ``[feddyn]``, the manifest's ``
 
 :class:`fedcli.config.TrainConfig` is assembled from the general fields of ``fedcli/config.py`` and every
 registered params class, so each field is a ``fedcli train`` flag (``--feddyn-alpha``), a recipe key
-(``feddyn_alpha``, also in its table: ``[feddyn] feddyn_alpha = 0.1``), an entry of the manifest's ``config``, validated by
+(``feddyn_alpha``, also in its table: ``[feddyn] feddyn_alpha = 0.1``), an entry of the manifest's ``config``, validated
+by
 its bounds or choices. A part's spec declares what it reads (``Params=FedDynParams``, ``uses=("lr",)`` for general
 fields: ``fedcli.specs.part``) and the part is built with exactly those (:func:`bind`): ``self.opts.feddyn_alpha``.
 This module imports nothing of fedcli, so specs import it freely.
@@ -20,18 +22,43 @@ from __future__ import annotations
 import dataclasses
 
 #: the ``--help`` panels in the order they are shown; a group not listed here comes after them
-GROUPS = ("method", "data", "partition", "personalized", "model", "federated", "optimizer", "adaptive", "system", "run",
-          "scale", "crash safety")
+GROUPS = (
+    "method",
+    "data",
+    "partition",
+    "personalized",
+    "model",
+    "federated",
+    "optimizer",
+    "adaptive",
+    "system",
+    "run",
+    "scale",
+    "crash safety",
+)
 
 #: registered params classes, in registration order (method files load in name order)
 PARAMS: list[type] = []
 
 
-def opt(default, help: str, *, choices=None, lo=None, hi=None, lo_open=False, hi_open=False, group="general", multiple=False,
-        search=None, was=()):
+def opt(  # noqa: PLR0913
+    default,
+    help: str,
+    *,
+    choices=None,
+    lo=None,
+    hi=None,
+    lo_open=False,
+    hi_open=False,
+    group="general",
+    multiple=False,
+    search=None,
+    was=(),
+):
     """A config field with its CLI help and its validation rule (closed or open bounds, or choices); ``multiple``: a
     comma-separated string field whose flag may be repeated (``--tracker a --tracker b`` is ``"a,b"``); ``search``: its
-    default search range for ``fedcli tune`` (plain data, as a recipe's ``[tune.space]`` writes it: ``{"log": [0.001, 1.0]}``,
+    default search range for ``fedcli tune`` (plain data, as a recipe's ``[tune.space]`` writes it: ``{"log": [0.001,
+    1.0]}``,
     ``{"choices": [1, 2, 4]}``, ``{"int": [1, 8]}``, ``{"float": [0.0, 1.0], "step": 0.1}``; docs/tuning.md), used by
     ``[tune.space.<method>] defaults = true`` and shown in ``--help``; ``was``: the field's old names (issue 60, one
     word one meaning), still read as it: a hidden flag, a recipe key, a stored config's key (:data:`RENAMED`)."""
@@ -69,8 +96,10 @@ def current_names(values: dict, flags: bool = False) -> dict:
             continue
         if new in out or new.replace("_", "-") in out:
             say = (lambda n: "--" + n.replace("_", "-")) if flags else (lambda n: n)
-            raise ConfigError(f"{say(new)} and {say(key.replace('-', '_'))} (its old name) are both given: "
-                              f"give {say(new)} only", key=new)
+            raise ConfigError(
+                f"{say(new)} and {say(key.replace('-', '_'))} (its old name) are both given: give {say(new)} only",
+                key=new,
+            )
         out[new] = out.pop(key)
     return out
 
@@ -87,7 +116,8 @@ EVERY_RUN: set[str] = set()
 def register_params(cls: type | None = None, *, section: str = "", every_run: bool = False):
     """Make ``cls`` a dataclass of ``opt`` fields and add its fields to the config (class decorator).
 
-    ``section`` names the params' own namespace (default: the class name without ``Params``, lower case): a recipe may set them in a ``[section]`` table, the manifest records
+    ``section`` names the params' own namespace (default: the class name without ``Params``, lower case): a recipe may
+    set them in a ``[section]`` table, the manifest records
     them under ``params.<section>`` and ``--help`` shows them in their own panel; each field is also a flat option
     (``--phi``, recipe key ``phi``), an alias of ``fedlama.phi``. A params class may define ``check(self)``, called by
     ``TrainConfig.validate`` after the per-field checks, for rules between its fields; it raises
@@ -107,7 +137,9 @@ def register_params(cls: type | None = None, *, section: str = "", every_run: bo
         if "help" not in f.metadata:
             raise TypeError(f"{cls.__qualname__}.{f.name}: declare params fields with fedcli.params.opt(...)")
         if f.name in taken:
-            raise TypeError(f"{cls.__qualname__}.{f.name}: the option is already declared by {taken[f.name].__qualname__}")
+            raise TypeError(
+                f"{cls.__qualname__}.{f.name}: the option is already declared by {taken[f.name].__qualname__}"
+            )
         for old in f.metadata.get("was", ()):
             RENAMED[old] = f.name
     cls.section = section
@@ -170,7 +202,8 @@ def params_class(cls_or_spec) -> type:
 
 
 def bind(cls_or_spec, source):
-    """``cls_or_spec``'s params (a part class or spec) read from ``source`` (a config, or anything with those attributes):
+    """``cls_or_spec``'s params (a part class or spec) read from ``source`` (a config, or anything with those
+    attributes):
     exactly the fields it declares (:func:`declared`), so a part cannot depend on an option it does not declare.
     Already bound: as is."""
     cls = params_class(cls_or_spec)
@@ -179,13 +212,16 @@ def bind(cls_or_spec, source):
     names = declared(cls_or_spec)
     missing = [n for n in names if not hasattr(source, n)]
     if missing:
-        raise TypeError(f"{getattr(cls_or_spec, '__qualname__', cls_or_spec)} reads {', '.join(missing)}, which "
-                        f"{type(source).__qualname__} lacks")
+        raise TypeError(
+            f"{getattr(cls_or_spec, '__qualname__', cls_or_spec)} reads {', '.join(missing)}, which "
+            f"{type(source).__qualname__} lacks"
+        )
     return cls(**{n: getattr(source, n) for n in names})
 
 
 def recorded(cls_or_spec, config: dict):
-    """``cls_or_spec``'s params (a part class or spec), typed, read from a run's recorded config (the manifest's ``config``,
+    """``cls_or_spec``'s params (a part class or spec), typed, read from a run's recorded config (the manifest's
+    ``config``,
     name -> value): what the report reads of a run's method options, through the same declarations the part was built
     with. An option the run did not record (a run older than the option) takes its declared default."""
     cls = params_class(cls_or_spec)

@@ -37,8 +37,11 @@ def table_keys(name: str) -> set[str] | None:
 def table_applies(name: str, algo: str, schedule: str = "", init: str = "") -> bool:
     """Whether the recipe table ``[name]`` concerns a run: ``name`` is its method, a params section its parts read, or
     one the engine reads for every run (``[system]``)."""
-    return (name in EVERY_RUN or specs.METHODS.get(name, name) is specs.METHODS.get(algo)
-            or name in specs.run_sections(algo, schedule, init))
+    return (
+        name in EVERY_RUN
+        or specs.METHODS.get(name, name) is specs.METHODS.get(algo)
+        or name in specs.run_sections(algo, schedule, init)
+    )
 
 
 def key_line(text: str, key: str) -> int | None:
@@ -51,13 +54,17 @@ def read_recipe(path: str | Path) -> tuple[dict, str]:
     """The recipe's TOML as a dict, and its text. A regular file of at most RECIPE_LIMIT bytes (a FIFO or a device is
     refused before a byte is read: fedcli.userfiles); ConfigError (exit 2) naming the file otherwise."""
     path = Path(path)
-    raw = read_input(path, "recipe", RECIPE_LIMIT, fail=lambda why: ConfigError(f"recipe {path}: cannot be read ({why})"))
+    raw = read_input(
+        path, "recipe", RECIPE_LIMIT, fail=lambda why: ConfigError(f"recipe {path}: cannot be read ({why})")
+    )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        raise ConfigError(f"recipe {path}, line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
-                          f"expected a TOML file, which is UTF-8") from None
+        raise ConfigError(
+            f"recipe {path}, line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
+            f"expected a TOML file, which is UTF-8"
+        ) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as read_text read it
     try:
         data = tomllib.loads(text)
@@ -92,7 +99,9 @@ def recipe_root(path: str | Path, data: dict, text: str) -> Path:
     ``../shared/datasets/...`` is the folder beside it)."""
     root = data.get("root", ".")
     if not isinstance(root, str) or not root:
-        raise ConfigError(f"{where(path, text, 'root')}: key 'root' must be a folder (a string, relative to the recipe's folder)")
+        raise ConfigError(
+            f"{where(path, text, 'root')}: key 'root' must be a folder (a string, relative to the recipe's folder)"
+        )
     return Path(os.path.normpath(Path(path).absolute().parent / root))
 
 
@@ -126,8 +135,10 @@ def train_values(path: str | Path, scale: str | None = None, overrides: dict | N
     unused = unused_table(checked, used)
     if unused and not any(k in overrides for k in ("algo", "schedule", "init")):  # a flag's other method: tables idle
         name, loc = unused
-        raise ConfigError(f"{loc}: [{name}] holds options this run does not read (the tables its method reads: "
-                          f"{', '.join(f'[{t}]' for t in run_tables(values, overrides))})")
+        raise ConfigError(
+            f"{loc}: [{name}] holds options this run does not read (the tables its method reads: "
+            f"{', '.join(f'[{t}]' for t in run_tables(values, overrides))})"
+        )
     return resolve_paths(values, root)
 
 
@@ -150,9 +161,11 @@ def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -
     layered = "base" in data or is_sweep_recipe(data)
     for k, v in data.items():
         if layered and k not in SWEEP_TOP_KEYS and not (isinstance(v, dict) and table_keys(k) is not None):
-            raise ConfigError(f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: "
-                              f"{', '.join(sorted(SWEEP_TOP_KEYS))}, and a table of one method's options named "
-                              f"after it: [fedlama], [fedlamb], ...)")
+            raise ConfigError(
+                f"{where(path, text, k)}: unknown top-level key '{k}' (allowed: "
+                f"{', '.join(sorted(SWEEP_TOP_KEYS))}, and a table of one method's options named "
+                f"after it: [fedlama], [fedlamb], ...)"
+            )
     scales = data.get("scale", {})
     if not isinstance(scales, dict) or any(not isinstance(v, dict) for v in scales.values()):
         raise ConfigError(f"{where(path, text, 'scale')}: [scale.<name>] must be tables of train keys")
@@ -161,17 +174,47 @@ def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -
     if layered:
         if not isinstance(data.get("base", {}), dict):
             raise ConfigError(f"{where(path, text, 'base')}: [base] must be a table of config keys")
-        base = split_level(dict(data.get("base", {})), path, text, _table_span(text, "base"), "[base]",
-                           lambda t: _table_span(text, f"base.{t}"), sweep)
-        top = split_level({k: v for k, v in data.items() if k not in SWEEP_TOP_KEYS}, path, text, None, "the recipe",
-                          lambda t: _table_span(text, t), sweep)  # [fedlama] at the top: as [base.fedlama]
+        base = split_level(
+            dict(data.get("base", {})),
+            path,
+            text,
+            _table_span(text, "base"),
+            "[base]",
+            lambda t: _table_span(text, f"base.{t}"),
+            sweep,
+        )
+        top = split_level(
+            {k: v for k, v in data.items() if k not in SWEEP_TOP_KEYS},
+            path,
+            text,
+            None,
+            "the recipe",
+            lambda t: _table_span(text, t),
+            sweep,
+        )  # [fedlama] at the top: as [base.fedlama]
     else:
-        base = split_level({k: v for k, v in data.items() if k not in ("root", "scale")}, path, text, None,
-                           "the recipe", lambda t: _table_span(text, t), sweep)
+        base = split_level(
+            {k: v for k, v in data.items() if k not in ("root", "scale")},
+            path,
+            text,
+            None,
+            "the recipe",
+            lambda t: _table_span(text, t),
+            sweep,
+        )
         top = Level({}, {})
-    scaled = {name: split_level(dict(v), path, text, _table_span(text, f"scale.{name}"), f"[scale.{name}]",
-                                lambda t, name=name: _table_span(text, f"scale.{name}.{t}"), sweep)
-              for name, v in scales.items()}
+    scaled = {
+        name: split_level(
+            dict(v),
+            path,
+            text,
+            _table_span(text, f"scale.{name}"),
+            f"[scale.{name}]",
+            lambda t, name=name: _table_span(text, f"scale.{name}.{t}"),
+            sweep,
+        )
+        for name, v in scales.items()
+    }
     return RecipeLevels(base, top, scaled, scale)
 
 
@@ -183,7 +226,9 @@ class Level:
         self.keys, self.tables = keys, tables  # tables: name -> (checked keys, "file, line N" of the table)
 
 
-def split_level(values: dict, path, text: str, span, what: str, table_span=lambda name: None, sweep: bool = True) -> Level:
+def split_level(
+    values: dict, path, text: str, span, what: str, table_span=lambda name: None, sweep: bool = True
+) -> Level:
     """Check one level's keys (:func:`check_keys_in`; ``sweep``: seed and out refused) and its sub-tables: each one
     names a method or a params section (``table_keys``: ``[fedlama]``, ``[fedlamb]``, ``[ala]``)
     and holds keys it reads."""
@@ -193,21 +238,30 @@ def split_level(values: dict, path, text: str, span, what: str, table_span=lambd
         if not isinstance(sub, dict):
             continue
         inner = table_span(name) or span
-        loc = where_in(path, text, name, span) if inner is span else f"{path}, line {text.count(chr(10), 0, inner[0]) + 1}"
+        loc = (
+            where_in(path, text, name, span)
+            if inner is span
+            else f"{path}, line {text.count(chr(10), 0, inner[0]) + 1}"
+        )
         allowed = table_keys(name)
         if allowed is None:
-            raise ConfigError(f"{loc}: unknown table [{name}] in {what}; a table holds one method's options and is named "
-                              f"after the method or its params section ({', '.join(sorted(all_tables()))})")
+            raise ConfigError(
+                f"{loc}: unknown table [{name}] in {what}; a table holds one method's options and is named "
+                f"after the method or its params section ({', '.join(sorted(all_tables()))})"
+            )
         for k in sub:
             if RENAMED.get(k.replace("-", "_"), k.replace("-", "_")) not in allowed:
-                raise ConfigError(f"{where_in(path, text, k, inner)}: [{name}] has no key '{k}'; its keys: "
-                                  f"{', '.join(sorted(allowed)) or 'none'}")
+                raise ConfigError(
+                    f"{where_in(path, text, k, inner)}: [{name}] has no key '{k}'; its keys: "
+                    f"{', '.join(sorted(allowed)) or 'none'}"
+                )
         tables[name] = (check_keys_in(dict(sub), path, text, inner, f"[{name}]"), loc)
     return Level(check_keys_in(plain, path, text, span, what, forbid=sweep), tables)
 
 
 def unused_table(levels: list[Level], used: set[str]) -> tuple[str, str] | None:
-    """(name, "file, line N") of the first table of ``levels`` that no run read (``used``: the names merged), or None."""
+    """(name, "file, line N") of the first table of ``levels`` that no run read (``used``: the names merged), or
+    None."""
     return next(((name, loc) for lv in levels for name, (_, loc) in lv.tables.items() if name not in used), None)
 
 
@@ -274,8 +328,14 @@ def build_config(recipe: str | None, overrides: dict, scale: str | None = None) 
     except ConfigError as e:  # a rule between keys: name the recipe line of the key it is about (ConfigError.key)
         k = e.key
         # a sweep recipe whose [base] names no method runs the default one: say so, that may be the whole problem
-        hint = ("; the recipe's [base] sets no algo, so [base] alone is a run of the default method (its [[runs]] set "
-                "their own: run them with fedcli sweep, or give --algo)") if recipe and "algo" not in values and "runs" in read_recipe(recipe)[0] else ""
+        hint = (
+            (
+                "; the recipe's [base] sets no algo, so [base] alone is a run of the default method (its [[runs]] set "
+                "their own: run them with fedcli sweep, or give --algo)"
+            )
+            if recipe and "algo" not in values and "runs" in read_recipe(recipe)[0]
+            else ""
+        )
         if k not in from_recipe or str(e).startswith(str(recipe)):
             if hint:
                 raise ConfigError(f"{e}{hint}", key=k) from None
@@ -288,7 +348,8 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
     """``cfg`` with the ``clients`` of its ``partition_file`` (the file decides them; the run's config records them).
 
     ``values`` are the keys the user gave (flags and recipe keys, not defaults): a ``clients`` among them must agree
-    with the file. An unreadable partition file is left to the data loader, which names what is wrong with it (exit 3)."""
+    with the file. An unreadable partition file is left to the data loader, which names what is wrong with it (exit
+    3)."""
     import dataclasses
     import json
 
@@ -300,8 +361,11 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
     except (ConfigError, ValueError, AttributeError, TypeError):
         return cfg
     if clients is not None and n != clients:
-        raise ConfigError(f"--clients {clients} differs from the {n} clients of --partition-file {path} (the file "
-                          f"decides them); drop --clients or give --clients {n}", key="clients")
+        raise ConfigError(
+            f"--clients {clients} differs from the {n} clients of --partition-file {path} (the file "
+            f"decides them); drop --clients or give --clients {n}",
+            key="clients",
+        )
     return dataclasses.replace(cfg, clients=n)
 
 
@@ -317,12 +381,26 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #                     runs of the report read from its records under other system options, not trained
 #   [[tables]]        report tables over the runs (see fedcli/report/products.py)
 #   [[figures]]       report figures over the runs
-#   [slurm]           what each job asks for under ``--executor slurm`` (fedcli/sweep/slurm.py; [slurm.scale.<name>] overrides)
+# [slurm]           what each job asks for under ``--executor slurm`` (fedcli/sweep/slurm.py; [slurm.scale.<name>]
+# overrides)
 #
 # Values are merged base -> scale -> run -> run.scale. Errors name the file and the line of the key.
 
-SWEEP_TOP_KEYS = {"title", "paper", "fidelity", "notes", "seeds", "base", "scale", "runs", "tables", "figures", "slurm", "root",
-                  "tune"}  # [tune]: fedcli tune's search (fedcli/tune/space.py); other commands ignore it
+SWEEP_TOP_KEYS = {
+    "title",
+    "paper",
+    "fidelity",
+    "notes",
+    "seeds",
+    "base",
+    "scale",
+    "runs",
+    "tables",
+    "figures",
+    "slurm",
+    "root",
+    "tune",
+}  # [tune]: fedcli tune's search (fedcli/tune/space.py); other commands ignore it
 SWEEP_FORBIDDEN = {"out": "each run's folder is chosen by fedcli sweep", "seed": "seeds come from `seeds` and --seeds"}
 _HEADER = re.compile(r"^[ \t]*\[", re.M)
 
@@ -334,7 +412,7 @@ def _blocks(text: str, header: str) -> list[tuple[int, int]]:
     for s in starts:
         end = len(text)
         for m in _HEADER.finditer(text, s + 1):
-            rest = text[m.end():].lstrip()
+            rest = text[m.end() :].lstrip()
             if rest.startswith("[") or not rest.startswith(f"{header}."):
                 end = m.start()
                 break
@@ -415,31 +493,46 @@ def retime_variants(raw, run: str, path, text: str, span, seen: dict, root: Path
         return []
     loc = where_in(path, text, "retime", span)
     if not isinstance(raw, list) or not raw or not all(isinstance(v, dict) for v in raw):
-        raise ConfigError(f"{loc}: run '{run}': `retime` must be a non-empty list of inline tables, each a `name` and the "
-                          f"system options it is re-timed under ({{ name = \"{run} 3MBps\", uplink = \"constant:3e6\" }})")
+        raise ConfigError(
+            f"{loc}: run '{run}': `retime` must be a non-empty list of inline tables, each a `name` and the "
+            f'system options it is re-timed under ({{ name = "{run} 3MBps", uplink = "constant:3e6" }})'
+        )
     out = []
     for v in raw:
         v = dict(v)
         name = v.pop("name", None)
-        if not isinstance(name, str) or not name.strip() or any(c in name for c in "/\\") or any(ord(c) < 32 for c in name):
-            raise ConfigError(f"{loc}: run '{run}': every `retime` entry needs a `name`, a run name on one line without / "
-                              f"or \\ (the name tables and figures give it)")
+        if (
+            not isinstance(name, str)
+            or not name.strip()
+            or any(c in name for c in "/\\")
+            or any(ord(c) < 32 for c in name)
+        ):
+            raise ConfigError(
+                f"{loc}: run '{run}': every `retime` entry needs a `name`, a run name on one line without / "
+                f"or \\ (the name tables and figures give it)"
+            )
         pos = text.find(f'"{name}"', *(span or (0, len(text))))
         line = text.count("\n", 0, pos) + 1 if pos >= 0 else None
         here = f"{path}, line {line}" if line else loc
         if name in seen:
             raise ConfigError(f"{here}: run name '{name}' is used twice (first at line {seen[name]})")
         if not v:
-            raise ConfigError(f"{here}: re-timed run '{name}' sets no system option; give one or more of "
-                              f"{', '.join(OPTIONS)}")
+            raise ConfigError(
+                f"{here}: re-timed run '{name}' sets no system option; give one or more of {', '.join(OPTIONS)}"
+            )
         options = {}
         for k, value in v.items():
             key = k.replace("-", "_")
             if key not in OPTIONS:
-                why = (" (it decides who trains: a run trained with it is trained, not re-timed)"
-                       if key in {f.name for f in dataclasses.fields(SystemParams)} else "")
-                raise ConfigError(f"{here}: re-timed run '{name}': '{k}' is not an option a run is re-timed under{why}; "
-                                  f"the options: {', '.join(OPTIONS)}")
+                why = (
+                    " (it decides who trains: a run trained with it is trained, not re-timed)"
+                    if key in {f.name for f in dataclasses.fields(SystemParams)}
+                    else ""
+                )
+                raise ConfigError(
+                    f"{here}: re-timed run '{name}': '{k}' is not an option a run is re-timed under{why}; "
+                    f"the options: {', '.join(OPTIONS)}"
+                )
             options[key] = checked(key, value, here)
         try:
             SystemParams(**{"system": True, **resolve_paths(options, root)}).check()
@@ -459,8 +552,14 @@ class SweepRun:
 
     ``where`` holds (path, text, spans to search for a key's line: the run's block, [scale.x], [base])."""
 
-    def __init__(self, name: str, values: dict, line: int | None, where: tuple | None = None,
-                 retimed: list[Retimed] | None = None):
+    def __init__(
+        self,
+        name: str,
+        values: dict,
+        line: int | None,
+        where: tuple | None = None,
+        retimed: list[Retimed] | None = None,
+    ):
         self.name, self.values, self.line, self.where = name, values, line, where
         self.retimed = list(retimed or [])  # the run's ``retime`` list: re-timed variants of it, not trainings
 
@@ -482,7 +581,9 @@ class SweepRun:
 class SweepRecipe:
     """A parsed, validated sweep recipe at one scale."""
 
-    def __init__(self, path: Path, text: str, data: dict, scale: str | None, runs: list[SweepRun], root: Path | None = None):
+    def __init__(
+        self, path: Path, text: str, data: dict, scale: str | None, runs: list[SweepRun], root: Path | None = None
+    ):
         self.path, self.text, self.data, self.scale, self.runs = path, text, data, scale, runs
         self.root = root if root is not None else path.absolute().parent  # relative paths resolve here (recipe_root)
         self.title = str(data.get("title", path.stem))
@@ -523,12 +624,14 @@ def default_scale(data: dict) -> str | None:
     return "paper" if "paper" in data.get("scale", {}) else None
 
 
-def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
+def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:  # noqa: C901, PLR0915
     """Parse and validate a sweep recipe at ``scale`` (default: ``paper`` if defined, else [base] only)."""
     path = Path(path)
     data, text = read_recipe(path)
     if not is_sweep_recipe(data):
-        raise ConfigError(f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run")
+        raise ConfigError(
+            f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run"
+        )
 
     for k in ("title", "paper", "fidelity", "notes"):
         if k in data and not isinstance(data[k], str):
@@ -557,28 +660,42 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
         name_line = line_in(text, "name", span) or line
         bad = sorted({repr(c)[1:-1] for c in name if c == "/" or c == "\\" or ord(c) < 32 or ord(c) == 127})
         if bad:  # a name is a table label and (slugified) a folder: never rewritten silently into another name
-            raise ConfigError(f"{path}, line {name_line}: run name {name!r} holds {', '.join(bad)}; a run name is a label on "
-                              f"one line and names the run's folder: use letters, digits, spaces and punctuation other "
-                              f"than / and \\")
+            raise ConfigError(
+                f"{path}, line {name_line}: run name {name!r} holds {', '.join(bad)}; a run name is a label on "
+                f"one line and names the run's folder: use letters, digits, spaces and punctuation other "
+                f"than / and \\"
+            )
         if name in seen:
             raise ConfigError(f"{path}, line {name_line}: run name '{name}' is used twice (first at line {seen[name]})")
         seen[name] = name_line
         row_scales = row.pop("scale", {})
         if not isinstance(row_scales, dict):
-            raise ConfigError(f"{where_in(path, text, 'scale', span)}: run '{name}': `scale` must be a table of per-scale overrides")
+            raise ConfigError(
+                f"{where_in(path, text, 'scale', span)}: run '{name}': `scale` must be a table of per-scale overrides"
+            )
         for sname, over in row_scales.items():
             if sname not in scales:
-                raise ConfigError(f"{where_in(path, text, sname, span)}: run '{name}' overrides scale '{sname}', "
-                                  f"which the recipe does not define (add [scale.{sname}])")
+                raise ConfigError(
+                    f"{where_in(path, text, sname, span)}: run '{name}' overrides scale '{sname}', "
+                    f"which the recipe does not define (add [scale.{sname}])"
+                )
             if not isinstance(over, dict):
-                raise ConfigError(f"{where_in(path, text, sname, span)}: run '{name}': scale.{sname} must be a table of train keys")
+                raise ConfigError(
+                    f"{where_in(path, text, sname, span)}: run '{name}': scale.{sname} must be a table of train keys"
+                )
         only = row.pop("scales", None)  # the scales this run exists at (default: all)
-        if only is not None and (not isinstance(only, list) or not only or not all(isinstance(s, str) and s in scales for s in only)):
-            raise ConfigError(f"{where_in(path, text, 'scales', span)}: run '{name}': `scales` must be a non-empty list of "
-                              f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}")
+        if only is not None and (
+            not isinstance(only, list) or not only or not all(isinstance(s, str) and s in scales for s in only)
+        ):
+            raise ConfigError(
+                f"{where_in(path, text, 'scales', span)}: run '{name}': `scales` must be a non-empty list of "
+                f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}"
+            )
         variants = retime_variants(row.pop("retime", None), name, path, text, span, seen, root)
         own = split_level(row, path, text, span, f"run '{name}'")
-        checked_scales = {s: split_level(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()}
+        checked_scales = {
+            s: split_level(dict(o), path, text, span, f"run '{name}' (scale {s})") for s, o in row_scales.items()
+        }
         if only is not None and scale not in only:
             continue  # checked above, but not part of the grid at this scale
         run_levels = [*levels_first, own, *([checked_scales.get(scale, Level({}, {}))] if scale is not None else [])]
@@ -588,17 +705,21 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
 
             why = refusal(values)
             if why:
-                raise ConfigError(f"{where_in(path, text, 'retime', span)}: run '{name}' cannot be re-timed: {why}; only a "
-                                  f"run whose training did not depend on the system model can be (docs/system-model.md, "
-                                  f"\"Re-timing a run\"): train one run per setting instead")
+                raise ConfigError(
+                    f"{where_in(path, text, 'retime', span)}: run '{name}' cannot be re-timed: {why}; only a "
+                    f"run whose training did not depend on the system model can be (docs/system-model.md, "
+                    f'"Re-timing a run"): train one run per setting instead'
+                )
         used |= run_used
         merged += [lv for lv in run_levels if all(lv is not m for m in merged)]
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
         runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup), variants))
     unused = unused_table(merged, used)  # a method table no run reads is a mistake (a typo'd method, a lost run)
     if unused:  # (the tables of other scales, and of runs absent at this one, were checked for their keys only)
-        raise ConfigError(f"{unused[1]}: [{unused[0]}] sets options that no run of this recipe reads at this scale (a "
-                          f"run reads the table of its method and of its parts' params sections)")
+        raise ConfigError(
+            f"{unused[1]}: [{unused[0]}] sets options that no run of this recipe reads at this scale (a "
+            f"run reads the table of its method and of its parts' params sections)"
+        )
     return SweepRecipe(path, text, data, scale, runs, root)
 
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedcli.errors import ConfigError, FedcliError, Pruned, ResourceError, memory_error
 from fedcli.fl.context import CheckpointContext, DriverContext, LogContext
 from fedcli.runtime import early
-from fedcli.errors import ConfigError, FedcliError, Pruned, ResourceError, memory_error
 
 if TYPE_CHECKING:  # the config assembles every method file (torch): imported where a run starts, not for --help
+    from fedcli.comm.communicator import Communicator
     from fedcli.config import TrainConfig
 
 
@@ -29,15 +30,20 @@ def default_out(cfg: TrainConfig) -> Path:
 
 def describe(cfg: TrainConfig, ctx: DriverContext) -> str:
     partition_cfg = ctx.partition.config
-    extra = {"dirichlet": f" alpha={cfg.alpha}", "pathological": f" k={cfg.classes_per_client}",
-             "natural": f" {cfg.writers_per_client} writers/client"}.get(partition_cfg.get("scheme"), "")
+    extra = {
+        "dirichlet": f" alpha={cfg.alpha}",
+        "pathological": f" k={cfg.classes_per_client}",
+        "natural": f" {cfg.writers_per_client} writers/client",
+    }.get(partition_cfg.get("scheme"), "")
     sched = f"tau'={cfg.tau} phi={cfg.phi}" if ctx.schedule.needs_discrepancy else f"tau={cfg.tau}"
     if cfg.local_epochs:
         sched = f"{cfg.local_epochs:g} local epoch(s) per round"
     budget = f"{cfg.rounds} rounds" if cfg.rounds else f"{cfg.iterations} local iterations"
-    return (f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(ctx.client_indices)} clients "
-            f"({ctx.n_active} active per round), {partition_cfg.get('scheme')}{extra} partition, {budget}, "
-            f"batch {ctx.batch_size}, lr {cfg.lr}, device {ctx.device}, {ctx.comm.size} process(es)")
+    return (
+        f"{cfg.algo} ({sched}) on {cfg.dataset} with {cfg.model}: {len(ctx.client_indices)} clients "
+        f"({ctx.n_active} active per round), {partition_cfg.get('scheme')}{extra} partition, {budget}, "
+        f"batch {ctx.batch_size}, lr {cfg.lr}, device {ctx.device}, {ctx.comm.size} process(es)"
+    )
 
 
 def collective(comm, err: BaseException | None) -> None:
@@ -50,7 +56,14 @@ def collective(comm, err: BaseException | None) -> None:
         if err is not None:
             raise err
         return
-    report = None if err is None else (getattr(err, "exit_code", 1), f"{err}" if isinstance(err, FedcliError) else f"{type(err).__name__}: {err}")
+    report = (
+        None
+        if err is None
+        else (
+            getattr(err, "exit_code", 1),
+            f"{err}" if isinstance(err, FedcliError) else f"{type(err).__name__}: {err}",
+        )
+    )
     reports = comm.allgather(report)
     first = next((r for r in reports if r is not None), None)
     if first is not None:
@@ -67,8 +80,13 @@ def prepare_out(out: Path, *, overwrite: bool, resume: bool, promote: bool = Fal
     from fedcli.results.run_directory import RunDirectory
     from fedcli.trackers import state as trackers_state
 
-    return RunDirectory.open(out, overwrite=overwrite, resume=resume, promote=promote,
-                             own=(trackers_state.LOCK_FILE, trackers_state.PENDING_FILE))
+    return RunDirectory.open(
+        out,
+        overwrite=overwrite,
+        resume=resume,
+        promote=promote,
+        own=(trackers_state.LOCK_FILE, trackers_state.PENDING_FILE),
+    )
 
 
 class NoProgress:
@@ -109,14 +127,26 @@ class RunPrinter:
         """The closing summary of a completed run (not with ``as_json``: a JSON line instead)."""
 
 
-def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool = False, overwrite: bool = False,
-              resume: bool = False, data=None, progress: str = "auto", printer: RunPrinter | None = None, promote: bool = False):
+def run_train(  # noqa: PLR0913
+    cfg: TrainConfig,
+    *,
+    comm=None,
+    quiet: bool = False,
+    as_json: bool = False,
+    overwrite: bool = False,
+    resume: bool = False,
+    data=None,
+    progress: str = "auto",
+    printer: RunPrinter | None = None,
+    promote: bool = False,
+):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
     ``resume``: continue the run in ``cfg.out`` from its latest checkpoint (fedcli/results/resume.py).
     Rank 0 holds the run directory's lock (fedcli/results/lock.py) from before the first write to the end.
     ``data``: (dataset, partition) already loaded for this config (the worker pool shares them).
-    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``printer``: what the run says (:class:`RunPrinter`).
+    ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``printer``: what the run says
+    (:class:`RunPrinter`).
     ``promote``: with ``resume``, a pruned run's stop request and pruned mark go and it runs to completion
     (fedcli/results/stopfile.py)."""
     from fedcli.comm.communicator import Communicator
@@ -132,8 +162,19 @@ def run_train(cfg: TrainConfig, *, comm=None, quiet: bool = False, as_json: bool
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(cfg, comm, run_dir, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, data=data,
-                      progress=progress, printer=printer or RunPrinter(), promote=promote)
+        return _train(
+            cfg,
+            comm,
+            run_dir,
+            quiet=quiet,
+            as_json=as_json,
+            overwrite=overwrite,
+            resume=resume,
+            data=data,
+            progress=progress,
+            printer=printer or RunPrinter(),
+            promote=promote,
+        )
     finally:
         if run_dir is not None:
             run_dir.release()
@@ -150,8 +191,10 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     from fedcli.results.runstate import resume_command
 
     if isinstance(e, PlaceError):
-        err = StorageError(f"cannot {e.doing} {e.path} ({e.why}): the run folder stopped being writable during the run; "
-                           f"the files written before are intact")
+        err = StorageError(
+            f"cannot {e.doing} {e.path} ({e.why}): the run folder stopped being writable during the run; "
+            f"the files written before are intact"
+        )
         err.remedy = "once it is writable again, "
         e = err
     elif (oom := memory_error(e)) is not None:
@@ -161,8 +204,20 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     return e
 
 
-def _train(cfg: TrainConfig, comm, run_dir, *, quiet: bool, as_json: bool, overwrite: bool, resume: bool, data=None,
-           progress: str = "auto", printer: RunPrinter, promote: bool = False):
+def _train(  # noqa: PLR0913
+    cfg: TrainConfig,
+    comm,
+    run_dir,
+    *,
+    quiet: bool,
+    as_json: bool,
+    overwrite: bool,
+    resume: bool,
+    data=None,
+    progress: str = "auto",
+    printer: RunPrinter,
+    promote: bool = False,
+):
     """One run on every rank, as its jobs in order: set up (and restore), begin the run directory (rank 0: ``run_dir``,
     the :class:`~fedcli.results.run_directory.RunDirectory` :func:`prepare_out` opened), hook the trackers and the
     checkpointer, run the rounds, close the run directory, say the result."""
@@ -211,7 +266,8 @@ def _train(cfg: TrainConfig, comm, run_dir, *, quiet: bool, as_json: bool, overw
 
 def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, printer: RunPrinter):
     """The simulation on every rank and, with ``resume``, the latest checkpoint (CSVs cut back to it) restored on every
-    rank; an error on any rank is raised on all (:func:`collective`). Returns (simulation, restored state, checkpoint)."""
+    rank; an error on any rank is raised on all (:func:`collective`). Returns (simulation, restored state,
+    checkpoint)."""
     from fedcli.fl.engine import Simulation
     from fedcli.results import checkpoint
     from fedcli.results.resume import load_for_resume
@@ -220,16 +276,20 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, printer: R
     try:
         sim = Simulation(cfg, comm).setup(*(data or ()))
         ctx = sim.context(DriverContext)
-    except Exception as e:  # noqa: BLE001 - reported collectively below
+    except Exception as e:
         err = e
     collective(comm, err)
     state = ckpt = None
     if resume:
         try:
-            ckpt = load_for_resume(out, comm, warn=(lambda m: printer.notice(f"warning: {m}"))
-                                              if comm.is_root else None, config=cfg.to_dict())  # said with --quiet too
+            ckpt = load_for_resume(
+                out,
+                comm,
+                warn=(lambda m: printer.notice(f"warning: {m}")) if comm.is_root else None,
+                config=cfg.to_dict(),
+            )  # said with --quiet too
             state = checkpoint.restore(ctx.context(CheckpointContext), ckpt) if ckpt is not None else None
-        except Exception as e:  # noqa: BLE001 - reported collectively below
+        except Exception as e:
             err = e
         collective(comm, err)
     return ctx, state, ckpt
@@ -238,9 +298,16 @@ def _set_up(cfg: TrainConfig, comm, out: Path, *, resume: bool, data, printer: R
 def _processes(comm, ctx: DriverContext) -> dict:
     """Every process's pid and device, for the manifest (collective: every rank calls it)."""
     pids = comm.allgather(os.getpid())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # set by a sweep that packs runs on GPUs (fedcli/sweep/placement.py)
-    devices = comm.allgather({"device": str(ctx.device), "local_rank": comm.local_rank,  # every process's device
-                              **({"cuda_visible_devices": visible} if visible is not None else {})})
+    visible = os.environ.get(
+        "CUDA_VISIBLE_DEVICES"
+    )  # set by a sweep that packs runs on GPUs (fedcli/sweep/placement.py)
+    devices = comm.allgather(
+        {
+            "device": str(ctx.device),
+            "local_rank": comm.local_rank,  # every process's device
+            **({"cuda_visible_devices": visible} if visible is not None else {}),
+        }
+    )
     return {"pids": pids, "devices": devices}
 
 
@@ -271,7 +338,9 @@ def tune_entry() -> dict:
     return {"tune": entry} if isinstance(entry, dict) else {}
 
 
-def _begin(run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, printer: RunPrinter, promote: bool) -> None:
+def _begin(
+    run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, printer: RunPrinter, promote: bool
+) -> None:
     """Rank 0: the run directory's manifest 'running', started anew (with this run's ``tune`` entry) or, on a resume
     (``restored``: the checkpoint and the state restored from it, both None without one), reopened at the checkpoint,
     saying how the previous attempt ended, a promotion (``promote``) and the versions changed since
@@ -280,8 +349,9 @@ def _begin(run_dir, ctx: DriverContext, procs: dict, restored, *, quiet: bool, p
     if restored is not None:
         for line in run_dir.resume_notes(ckpt, promote=promote):  # before the folder is touched further
             printer.notice(line)
-    for line in run_dir.begin(ctx, procs, resume=restored is not None, ckpt=ckpt, state=state, manifest=tune_entry(),
-                              quiet=quiet):
+    for line in run_dir.begin(
+        ctx, procs, resume=restored is not None, ckpt=ckpt, state=state, manifest=tune_entry(), quiet=quiet
+    ):
         printer.notice(line)
 
 
@@ -302,8 +372,14 @@ def _checkpointer(cfg: TrainConfig, comm, out: Path, printer: RunPrinter, state,
     """The Checkpointer (fedcli/results/signals.py), continuing from the restored checkpoint on a resume."""
     from fedcli.results import signals
 
-    saver = signals.Checkpointer(out, cfg.checkpoint_every, cfg.keep_checkpoints, world_size=comm.size,
-                                    notify=printer.notice if comm.is_root else None, launcher=comm.launcher)
+    saver = signals.Checkpointer(
+        out,
+        cfg.checkpoint_every,
+        cfg.keep_checkpoints,
+        world_size=comm.size,
+        notify=printer.notice if comm.is_root else None,
+        launcher=comm.launcher,
+    )
     if state is not None:
         saver.rounds_done = saver.last_round = state.round_idx
         saver.last = Path(ckpt["path"])
@@ -314,7 +390,9 @@ def _hook_rounds(cfg: TrainConfig, comm, ctx: DriverContext, saver, out: Path, *
     """The round hooks: the trackers (rank 0, ``--tracker``) then the checkpointer; with several processes the
     checkpointer also hears every step. Returns the trackers' hook or None."""
     tracking = None
-    if comm.is_root and cfg.tracker:  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
+    if (
+        comm.is_root and cfg.tracker
+    ):  # ahead of the checkpointer: a round a checkpoint holds has reached the trackers too
         from fedcli.trackers.hook import TrackerHook
 
         tracking = TrackerHook(cfg, out, resume=resume, warn=lambda m: printer.notice(f"warning: {m}"))
@@ -350,9 +428,11 @@ def _run_rounds(ctx: DriverContext, saver, progress, state, mark_interrupted):
 
 
 def stop_reason(e: BaseException) -> dict:
-    """The manifest's ``reason`` beside a ``failed`` status: ``diverged`` for a run the divergence guard stopped (exit 4;
+    """The manifest's ``reason`` beside a ``failed`` status: ``diverged`` for a run the divergence guard stopped (exit
+    4;
     reports show it as diverged, :func:`fedcli.results.validate.status_label`), nothing for another failure; beside
-    ``interrupted``, ``pruned`` and where (``pruned: {iteration, round, why, ...}``) for a run stopped on request (exit 5,
+    ``interrupted``, ``pruned`` and where (``pruned: {iteration, round, why, ...}``) for a run stopped on request (exit
+    5,
     fedcli/results/stopfile.py)."""
     from fedcli.errors import DivergenceError
 
@@ -376,16 +456,25 @@ def _close_stopped(e: BaseException, ctx: DriverContext, saver, run_dir, mark_in
     if run_dir is not None:
         on_disk = run_dir.status
         try:
-            run_dir.close(closing, error=f"{type(e).__name__}: {e}", **ctx.choices(), **stop_reason(e),
-                           **({"checkpoint": str(saver.last)} if stopped and saver.last else {}))
+            run_dir.close(
+                closing,
+                error=f"{type(e).__name__}: {e}",
+                **ctx.choices(),
+                **stop_reason(e),
+                **({"checkpoint": str(saver.last)} if stopped and saver.last else {}),
+            )
         except (FedcliError, OSError) as why:  # e.g. the disk is still full or the folder unwritable: said, in the line
             if isinstance(e, FedcliError):
-                e.args = (f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
-                          f"'{on_disk}'",)
+                e.args = (
+                    f"{e}; {out / 'manifest.json'} could not be updated either ({_short(why)}): it still says "
+                    f"'{on_disk}'",
+                )
     return e, closing
 
 
-def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path) -> tuple[dict, bool]:
+def _close_completed(
+    cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir, summary, out: Path
+) -> tuple[dict, bool]:
     """A completed run: the final model, the index of the client state kept at the end and, last, once every file of
     the run is whole, the manifest closed 'completed' (rank 0); a failure to save them is a StorageError that says how
     to continue, and leaves every file the last checkpoint refers to (nothing of the run goes before the manifest says
@@ -394,7 +483,9 @@ def _close_completed(cfg: TrainConfig, comm, ctx: DriverContext, saver, run_dir,
     at_end = ctx.store.end_plan(ctx.personal_tables() if cfg.client_state_keep == "personal" else ())
     mpi_s = getattr(comm, "reduce_seconds", None)
     extra = {"mpi_allreduce_s": mpi_s} if mpi_s is not None else {}
-    if ctx.device.type == "cuda":  # what a sweep packs runs on a GPU by (fedcli/sweep/placement.py, --runs-per-gpu auto)
+    if (
+        ctx.device.type == "cuda"
+    ):  # what a sweep packs runs on a GPU by (fedcli/sweep/placement.py, --runs-per-gpu auto)
         import torch
 
         extra["cuda_peak_bytes"] = int(torch.cuda.max_memory_reserved(ctx.device))
@@ -420,8 +511,13 @@ def _save_end(ctx: DriverContext, run_dir, summary, out: Path, comm, at_end: dic
     try:
         checkpoint.save_model(ctx.context(CheckpointContext), out / "model.pt")
         ctx.store.write_end()  # client-state/index.pt: whole before the manifest says completed
-        run_dir.close("completed", summary=summary.as_dict(), **extra, **ctx.choices(),
-                       **({"client_state_at_end": at_end} if at_end else {}))
+        run_dir.close(
+            "completed",
+            summary=summary.as_dict(),
+            **extra,
+            **ctx.choices(),
+            **({"client_state_at_end": at_end} if at_end else {}),
+        )
     except (StorageError, PlaceError) as e:
         run_dir.stop_watching()
         remedy = "once the folder is writable again, " if isinstance(e, PlaceError) else e.remedy
@@ -431,18 +527,23 @@ def _save_end(ctx: DriverContext, run_dir, summary, out: Path, comm, at_end: dic
             run_dir.close("failed", error=f"StorageError: {msg}")
         except (FedcliError, OSError) as why:
             said = f"; {out / 'manifest.json'} could not be updated either ({_short(why)})"
-        raise StorageError(f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
-                           f"continue with: {resume_command(out, comm.size, comm.launcher)} (from the "
-                           f"last checkpoint)") from None
+        raise StorageError(
+            f"{msg}; the training finished but its results could not be saved{said}; {remedy}"
+            f"continue with: {resume_command(out, comm.size, comm.launcher)} (from the "
+            f"last checkpoint)"
+        ) from None
 
 
-def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, quiet: bool, as_json: bool,
-                printer: RunPrinter) -> None:
+def _say_result(
+    cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, quiet: bool, as_json: bool, printer: RunPrinter
+) -> None:
     """Rank 0, a completed run: a stop signal that came during the last round, then the JSON line (``as_json``) or
     the closing summary (not with ``quiet``)."""
     if saver.late:
-        printer.notice(f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
-                    f"(nothing to resume)")
+        printer.notice(
+            f"{signal.Signals(saver.late).name} arrived during the last round: the run finished it and completed "
+            f"(nothing to resume)"
+        )
     if saver.late_request is not None:
         printer.notice(f"a stop request ({out / 'stop.json'}) was met at the last round boundary: the run completed")
     if as_json:
@@ -454,7 +555,8 @@ def _say_result(cfg: TrainConfig, summary, extra: dict, saver, out: Path, *, qui
 ACTIVE_RUN: dict = {}  # the run directory of the run in progress (for marking it failed on an MPI abort)
 
 
-# --------------------------------------------------------------------------------------------- a run's work, --workers auto
+# --------------------------------------------------------------------------------------------- a run's work, --workers
+# auto
 #: ... from these rough single-core rates (femnist_cnn and cnn4 at batch 10-32 on this CPU: 25-55 GFLOP/s)
 FLOPS_PER_S = 2e10
 STEP_OVERHEAD_S = 2e-4
@@ -462,9 +564,9 @@ STEP_OVERHEAD_S = 2e-4
 
 @dataclass
 class WorkEstimate:
-    client_steps: int        # local steps summed over clients and rounds
-    flops_per_step: float    # forward + backward of one client's mini-batch
-    seconds: float           # single-core estimate
+    client_steps: int  # local steps summed over clients and rounds
+    flops_per_step: float  # forward + backward of one client's mini-batch
+    seconds: float  # single-core estimate
 
     def describe(self) -> str:
         return f"about {self.seconds:.0f} s of single-core training ({self.client_steps:,} client steps)"
@@ -484,7 +586,7 @@ def estimate_work(cfg, dataset, partition) -> WorkEstimate:
             model = build_run_model(cfg, dataset)
         model.eval()
         fwd = forward_flops(model, dataset.train_x[:1])
-    except Exception:  # noqa: BLE001 - an estimate only: count parameters instead
+    except Exception:
         fwd = 2.0 * sum(p.numel() for p in build_run_model(cfg, dataset).parameters())
     per_step = TRAIN_FLOPS_PER_FORWARD * fwd * cfg.batch_size
     secs = steps * (per_step / FLOPS_PER_S + STEP_OVERHEAD_S)
@@ -533,7 +635,10 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
 
     if comm.size > 1:  # under mpiexec every rank is one worker
         if cfg.workers > 1:
-            raise ConfigError(f"--workers {cfg.workers} cannot be combined with mpiexec (each MPI rank is one worker); drop one of them")
+            raise ConfigError(
+                f"--workers {cfg.workers} cannot be combined with mpiexec (each MPI rank is one worker); "
+                f"drop one of them"
+            )
         yield comm, data
         return
     n, note = cfg.workers, f"--workers {cfg.workers}"
@@ -557,7 +662,9 @@ def launch(cfg, comm: Communicator, *, resume: str | None = None, overwrite: boo
         from fedcli.data.setup import load_data_and_partition
 
         data = load_data_and_partition(cfg)
-    pool = WorkerPool(n, run_in_worker, (cfg.to_dict(), data, {"resume": bool(resume), "overwrite": overwrite}), clients=cfg.clients)
+    pool = WorkerPool(
+        n, run_in_worker, (cfg.to_dict(), data, {"resume": bool(resume), "overwrite": overwrite}), clients=cfg.clients
+    )
     pool.comm.workers_note = note
     ok = False
     try:

@@ -48,8 +48,10 @@ def _refused(path: Path) -> LinkRefused:
 
 
 def _refused_to(path: Path, target: str) -> LinkRefused:
-    return LinkRefused(f"{path} is a symbolic link (to {target}); fedcli never writes through a link, so that nothing "
-                       f"outside the run folder changes: remove the link (or replace it by a copy of the file) and run again")
+    return LinkRefused(
+        f"{path} is a symbolic link (to {target}); fedcli never writes through a link, so that nothing "
+        f"outside the run folder changes: remove the link (or replace it by a copy of the file) and run again"
+    )
 
 
 def is_link(path: str | Path) -> bool:
@@ -67,7 +69,9 @@ def refuse_link(path: str | Path) -> Path:
     return path
 
 
-def open_fd(path: str | Path, flags: int, mode: int = 0o644, doing: str = "write", name: str | Path | None = None) -> int:
+def open_fd(
+    path: str | Path, flags: int, mode: int = 0o644, doing: str = "write", name: str | Path | None = None
+) -> int:
     """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC)``; a link is :class:`LinkRefused`, other errors one line naming
     ``name`` (the file a temporary ``path`` stands for) or ``path``."""
     path = Path(path)
@@ -79,8 +83,12 @@ def open_fd(path: str | Path, flags: int, mode: int = 0o644, doing: str = "write
         raise os_error(e, name or path, doing) from None
 
 
-_MODES = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-          "r+": os.O_RDWR, "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL}
+_MODES = {
+    "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+    "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+    "r+": os.O_RDWR,
+    "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+}
 
 
 def open_file(path: str | Path, mode: str = "w", name: str | Path | None = None, **kwargs):
@@ -239,7 +247,8 @@ class Folder:
         return st.st_size
 
     def unlink(self, name: str) -> None:
-        """Remove file ``name`` of this folder (a link there is removed, never what it points to); gone already: fine."""
+        """Remove file ``name`` of this folder (a link there is removed, never what it points to); gone already:
+        fine."""
         try:
             os.unlink(name, dir_fd=self.fd)
         except FileNotFoundError:

@@ -66,13 +66,24 @@ def bench(command: str, reps: int, env: dict) -> dict:
             took, cpu, _ = timed(floor_args, env) if kind == "import" else timed(help_args, kinds[kind])
             times[kind].append(took)
             cpus[kind].append(cpu)
-            print(f"fedcli {command} --help  {kind:6s}  {took:6.3f} s wall  {cpu:6.3f} s CPU  (load {load:.2f})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"fedcli {command} --help  {kind:6s}  {took:6.3f} s wall  {cpu:6.3f} s CPU  (load {load:.2f})",
+                file=sys.stderr,
+                flush=True,
+            )
     med = {k: statistics.median(v) for k, v in times.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpus.items()}
-    return {"command": command, "reps": reps, "options": len(options(shown["after"])), "runs_s": times, "cpu_s": cpus,
-            "median_s": med, "median_cpu_s": med_cpu, "ratio_after_before": med["after"] / med["before"],
-            "cpu_ratio_after_before": med_cpu["after"] / med_cpu["before"]}
+    return {
+        "command": command,
+        "reps": reps,
+        "options": len(options(shown["after"])),
+        "runs_s": times,
+        "cpu_s": cpus,
+        "median_s": med,
+        "median_cpu_s": med_cpu,
+        "ratio_after_before": med["after"] / med["before"],
+        "cpu_ratio_after_before": med_cpu["after"] / med_cpu["before"],
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -81,15 +92,21 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--commands", default="train", help="comma-separated commands (default: train)")
     ap.add_argument("--json", help="write the runs and medians to this file")
     a = ap.parse_args(argv)
-    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "COLUMNS": "80",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     env.pop("FEDCLI_RICH_HELP", None)
     results = [bench(c, a.reps, env) for c in a.commands.split(",")]
     for r in results:
         m, c = r["median_s"], r["median_cpu_s"]
-        print(f"fedcli {r['command']} --help ({r['options']} options), median of {r['reps']}: before (Typer's rich "
-              f"renderer) {m['before']:.3f} s wall / {c['before']:.3f} s CPU, after (fedcli's) {m['after']:.3f} s / "
-              f"{c['after']:.3f} s, ratio {r['ratio_after_before']:.2f} wall / {r['cpu_ratio_after_before']:.2f} CPU; "
-              f"import alone {m['import']:.3f} s / {c['import']:.3f} s")
+        print(
+            f"fedcli {r['command']} --help ({r['options']} options), median of {r['reps']}: before (Typer's rich "
+            f"renderer) {m['before']:.3f} s wall / {c['before']:.3f} s CPU, after (fedcli's) {m['after']:.3f} s / "
+            f"{c['after']:.3f} s, ratio {r['ratio_after_before']:.2f} wall / {r['cpu_ratio_after_before']:.2f} CPU; "
+            f"import alone {m['import']:.3f} s / {c['import']:.3f} s"
+        )
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(results, indent=2) + "\n")

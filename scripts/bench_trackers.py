@@ -50,8 +50,13 @@ def one_run(out: Path, trackers: list[str], train: list[str], env: dict) -> dict
                 raise SystemExit(f"bench_trackers: the trackers of {out} were not done after 600 s")
             time.sleep(0.05)
         done_s = time.perf_counter() - t0
-    return {"trackers": ",".join(trackers), "command_s": command_s, "train_wall_s": train_s, "trackers_done_s": done_s,
-            "load1_before": load}
+    return {
+        "trackers": ",".join(trackers),
+        "command_s": command_s,
+        "train_wall_s": train_s,
+        "trackers_done_s": done_s,
+        "load1_before": load,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -64,23 +69,37 @@ def main(argv: list[str]) -> int:
     train = a.train or DEFAULT_TRAIN
     trackers = [t for t in a.trackers.split(",") if t]
     work = Path(tempfile.mkdtemp(prefix="fedcli-bench-trackers-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MLFLOW_", "WANDB_")) and k != "FEDCLI_TRACKER_WAIT"}
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-               MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}", WANDB_MODE="offline")
-    print(f"bench_trackers: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"fedcli train {' '.join(train)} vs the same with --tracker {' --tracker '.join(trackers)}; {a.reps} reps; in {work}",
-          flush=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "MLFLOW_", "WANDB_")) and k != "FEDCLI_TRACKER_WAIT"
+    }
+    env.update(
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}",
+        WANDB_MODE="offline",
+    )
+    print(
+        f"bench_trackers: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+        f"fedcli train {' '.join(train)} vs the same with --tracker {' --tracker '.join(trackers)}; "
+        f"{a.reps} reps; in {work}",
+        flush=True,
+    )
     for cfg in ([], trackers):  # warm-up, not measured
         one_run(work / f"warmup-{'-'.join(cfg) or 'none'}", cfg, train, env)
     rows = []
     for i in range(a.reps):
-        for cfg in (([], trackers) if i % 2 == 0 else (trackers, [])):
+        for cfg in ([], trackers) if i % 2 == 0 else (trackers, []):
             r = one_run(work / f"rep{i}-{'-'.join(cfg) or 'none'}", cfg, train, env)
             r["rep"] = i
             rows.append(r)
             done = f"{r['trackers_done_s']:7.2f}" if r["trackers_done_s"] is not None else "      -"
-            print(f"rep {i} {r['trackers'] or 'none':>20}  command {r['command_s']:7.2f} s  training wall_s {r['train_wall_s']:7.2f}  "
-                  f"trackers done at {done} s  load1 {r['load1_before']:.2f}", flush=True)
+            print(
+                f"rep {i} {r['trackers'] or 'none':>20}  command {r['command_s']:7.2f} s  training wall_s "
+                f"{r['train_wall_s']:7.2f}  "
+                f"trackers done at {done} s  load1 {r['load1_before']:.2f}",
+                flush=True,
+            )
     med = {}
     for label, key in (("none", ""), ("tracked", ",".join(trackers))):
         sel = [r for r in rows if r["trackers"] == key]
@@ -88,13 +107,21 @@ def main(argv: list[str]) -> int:
         if key:
             med[label]["trackers_done_s"] = statistics.median(r["trackers_done_s"] for r in sel)
     ratio = med["tracked"]["command_s"] / med["none"]["command_s"]
-    summary = {"medians": med, "ratio_command": ratio,
-               "ratio_train_wall": med["tracked"]["train_wall_s"] / med["none"]["train_wall_s"],
-               "load_after": os.getloadavg(), "cores": os.cpu_count(), "train_args": train, "trackers": trackers}
-    print(f"median command: {med['none']['command_s']:.2f} s without, {med['tracked']['command_s']:.2f} s with trackers: "
-          f"ratio {ratio:.3f} ({100 * (ratio - 1):+.1f}%); training wall_s ratio {summary['ratio_train_wall']:.3f}; "
-          f"trackers done {med['tracked']['trackers_done_s']:.2f} s after the start (median, not waited for by the "
-          f"command); load average after {' '.join(f'{x:.2f}' for x in summary['load_after'])}")
+    summary = {
+        "medians": med,
+        "ratio_command": ratio,
+        "ratio_train_wall": med["tracked"]["train_wall_s"] / med["none"]["train_wall_s"],
+        "load_after": os.getloadavg(),
+        "cores": os.cpu_count(),
+        "train_args": train,
+        "trackers": trackers,
+    }
+    print(
+        f"median command: {med['none']['command_s']:.2f} s without, {med['tracked']['command_s']:.2f} s with trackers: "
+        f"ratio {ratio:.3f} ({100 * (ratio - 1):+.1f}%); training wall_s ratio {summary['ratio_train_wall']:.3f}; "
+        f"trackers done {med['tracked']['trackers_done_s']:.2f} s after the start (median, not waited for by the "
+        f"command); load average after {' '.join(f'{x:.2f}' for x in summary['load_after'])}"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps({"runs": rows, "summary": summary}, indent=1) + "\n")
     return 0

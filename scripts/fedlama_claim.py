@@ -38,21 +38,37 @@ def summarize(folder: str) -> str:
         cfg = runs[name][seeds[0]].config
         st = stats[name]
         phi = cfg.get("phi") if runs[name][seeds[0]].layerwise else 1
-        lines.append(f"| {runs[name][seeds[0]].legend()} | {cfg.get('tau')} | {phi} | {st['best'].mean:.2f} ± {st['best'].std:.2f}% "
-                     f"| {st['final'].mean:.2f} ± {st['final'].std:.2f}% | {st['comm'].mean:.2f} ± {st['comm'].std:.2f}% |")
+        lines.append(
+            f"| {runs[name][seeds[0]].legend()} | {cfg.get('tau')} | {phi} | {st['best'].mean:.2f} ± "
+            f"{st['best'].std:.2f}% "
+            f"| {st['final'].mean:.2f} ± {st['final'].std:.2f}% | {st['comm'].mean:.2f} ± {st['comm'].std:.2f}% |"
+        )
     b, lo, la = stats[BASE]["best"].mean, stats[LONG]["best"].mean, stats[LAMA]["best"].mean
     c = stats[LAMA]["comm"].mean
     checks = [
-        (f"FedLAMA within 1 point of {runs[BASE][seeds[0]].legend()}", la >= b - 1.0, f"{la:.2f}% vs {b:.2f}% ({la - b:+.2f} points)"),
+        (
+            f"FedLAMA within 1 point of {runs[BASE][seeds[0]].legend()}",
+            la >= b - 1.0,
+            f"{la:.2f}% vs {b:.2f}% ({la - b:+.2f} points)",
+        ),
         ("FedLAMA at most 60% of its communication", c <= 60.0, f"{c:.2f}%"),
         (f"FedLAMA above {runs[LONG][seeds[0]].legend()}", la > lo, f"{la:.2f}% vs {lo:.2f}% ({la - lo:+.2f} points)"),
     ]
-    per_seed = ["| seed | " + " | ".join(f"{n} best" for n in (BASE, LONG, LAMA)) + f" | {LAMA} comm. |", "|---:|---:|---:|---:|---:|"]
+    per_seed = [
+        "| seed | " + " | ".join(f"{n} best" for n in (BASE, LONG, LAMA)) + f" | {LAMA} comm. |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for s in seeds:
         accs = " | ".join(f"{100 * runs[n][s].accuracy('best'):.2f}%" for n in (BASE, LONG, LAMA))
         per_seed.append(f"| {s} | {accs} | {pct(comm[LAMA][s], comm[BASE][s]):.2f}% |")
-    out = [f"Seeds: {', '.join(map(str, seeds))} (mean ± sample std). Sweep: `{Path(folder)}`.", "", *lines, "",
-           "| claim (means over seeds) | holds | numbers |", "|---|---|---|"]
+    out = [
+        f"Seeds: {', '.join(map(str, seeds))} (mean ± sample std). Sweep: `{Path(folder)}`.",
+        "",
+        *lines,
+        "",
+        "| claim (means over seeds) | holds | numbers |",
+        "|---|---|---|",
+    ]
     out += [f"| {what} | {'yes' if ok else '**no**'} | {nums} |" for what, ok, nums in checks]
     out += ["", "Per seed:", "", *per_seed, ""]
     return "\n".join(out)

@@ -64,7 +64,10 @@ def measure(out: Path) -> dict:
         got["first_eval"] = f"acc {float(first['test_acc']):.4f}, loss {float(first['test_loss']):.4f}"
         rounds = int(last["round"]) - int(first["round"])
         if rounds > 0:
-            got["s_round"], got["timed"] = (float(last["wall_s"]) - float(first["wall_s"])) / rounds, f"rounds 2-{last['round']}"
+            got["s_round"], got["timed"] = (
+                (float(last["wall_s"]) - float(first["wall_s"])) / rounds,
+                f"rounds 2-{last['round']}",
+            )
         else:
             got["s_round"], got["timed"] = float(first["wall_s"]) / max(1, int(first["round"])), "round 1"
     return got
@@ -77,23 +80,41 @@ def run_one(label: str, e: paperkit.Entry, precision: str, data_dirs: dict, work
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    done = paperkit.run_entry(e, data_dirs, work / precision, quick=args.quick, device=args.device,
-                              precision=precision, rounds=args.rounds, eval_every=1)
+    done = paperkit.run_entry(
+        e,
+        data_dirs,
+        work / precision,
+        quick=args.quick,
+        device=args.device,
+        precision=precision,
+        rounds=args.rounds,
+        eval_every=1,
+    )
     from fedcli.sweep.run import slugify
 
-    return {"label": label, "entry": e.id, "precision": precision, "outcome": done.outcome, "seconds": done.seconds,
-            **measure(work / precision / slugify(e.id))}
+    return {
+        "label": label,
+        "entry": e.id,
+        "precision": precision,
+        "outcome": done.outcome,
+        "seconds": done.seconds,
+        **measure(work / precision / slugify(e.id)),
+    }
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| entry | precision | outcome | s/round | timed | peak GPU memory | first evaluation |",
-             "|---|---|---|---:|---|---:|---|"]
+    lines = [
+        "| entry | precision | outcome | s/round | timed | peak GPU memory | first evaluation |",
+        "|---|---|---|---:|---|---:|---|",
+    ]
     for r in results:
         peak = f"{r['peak'] / 2**30:.2f} GiB" if r.get("peak") else "n/a"
         s_round = f"{r['s_round']:.2f}" if "s_round" in r else "n/a"
         outcome = r["outcome"].replace("\n", " ").replace("|", "\\|")[:200]
-        lines.append(f"| {r['label']} | {r['precision']} | {outcome} | {s_round} | {r.get('timed', '')} | {peak} | "
-                     f"{r.get('first_eval', '')} |")
+        lines.append(
+            f"| {r['label']} | {r['precision']} | {outcome} | {s_round} | {r.get('timed', '')} | {peak} | "
+            f"{r.get('first_eval', '')} |"
+        )
     return "\n".join(lines)
 
 
@@ -120,14 +141,22 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu-paper: no CUDA device is available here; run it on a GPU, or with DEVICE=cpu (its harness's "
-                  "test, a tiny budget)", file=sys.stderr)
+            print(
+                "gpu-paper: no CUDA device is available here; run it on a GPU, or with DEVICE=cpu (its harness's "
+                "test, a tiny budget)",
+                file=sys.stderr,
+            )
             return 2
-    picked = [(label, r, n) for label, r, n in ENTRIES
-              if not args.only or any(w.strip() and w.strip() in label for w in args.only.split(","))]
+    picked = [
+        (label, r, n)
+        for label, r, n in ENTRIES
+        if not args.only or any(w.strip() and w.strip() in label for w in args.only.split(","))
+    ]
     if not picked:
-        print(f"gpu-paper: --only {args.only!r} matches none of: {'; '.join(label for label, _, _ in ENTRIES)}",
-              file=sys.stderr)
+        print(
+            f"gpu-paper: --only {args.only!r} matches none of: {'; '.join(label for label, _, _ in ENTRIES)}",
+            file=sys.stderr,
+        )
         return 2
     from fedcli.sweep.executors import memoize_datasets
 
@@ -138,17 +167,24 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         todo = [(label, entry(r, n)) for label, r, n in picked]
         data_dirs = paperkit.write_data(work / "data", {str(e.values.get("dataset")) for _, e in todo})
-        print(f"gpu-paper: {len(todo)} entries x {args.precisions} on {header(args.device)}; data written in "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"gpu-paper: {len(todo)} entries x {args.precisions} on {header(args.device)}; data written in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         for label, e in todo:
             for precision in args.precisions.split(","):
                 r = run_one(label, e, precision, data_dirs, work / "runs", args)
                 results.append(r)
-                print(f"{r['outcome'][:60]:<6} {precision} {r.get('s_round', float('nan')):8.2f} s/round  {label}",
-                      flush=True)
-        text = (f"# make gpu-paper\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {header(args.device)}; "
-                f"{args.rounds} round(s) an entry{', the quick cut' if args.quick else ''}, "
-                f"{time.perf_counter() - t0:.0f} s in all (scripts/gpu_paper.py).\n\n{table(results)}\n")
+                print(
+                    f"{r['outcome'][:60]:<6} {precision} {r.get('s_round', float('nan')):8.2f} s/round  {label}",
+                    flush=True,
+                )
+        text = (
+            f"# make gpu-paper\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {header(args.device)}; "
+            f"{args.rounds} round(s) an entry{', the quick cut' if args.quick else ''}, "
+            f"{time.perf_counter() - t0:.0f} s in all (scripts/gpu_paper.py).\n\n{table(results)}\n"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

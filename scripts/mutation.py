@@ -29,50 +29,84 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LAMA_TESTS = ["tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
-              "tests/algorithms/test_lama_accelerate.py", "tests/test_golden.py"]
+LAMA_TESTS = [
+    "tests/algorithms/test_schedules.py",
+    "tests/algorithms/test_fedlama_handworked.py",
+    "tests/algorithms/test_lama_accelerate.py",
+    "tests/test_golden.py",
+]
 ADAPTIVE_TESTS = ["tests/algorithms/test_adaptive.py", "tests/algorithms/test_adaptive_reference.py"]
 # name: (module, functions to mutate (empty: all), tests that check them)
 TARGETS = {
     "schedules": ("fedcli/fl/schedules.py", [], LAMA_TESTS),
-    # FedLAMA's Algorithm 1 and its schedules (until 2026-11 part of schedules.py; Algorithm 1 until issue 60 in layerwise.py)
+    # FedLAMA's Algorithm 1 and its schedules (until 2026-11 part of schedules.py; Algorithm 1 until issue 60 in
+    # layerwise.py)
     "fedlama": ("fedcli/fl/algorithms/fedlama.py", [], LAMA_TESTS),
     # FedLAMA's Eqs. 3-4 (torch-free, for the report; Eq. 2 is the layer-wise base's in schedules.py since issue 60)
     "layerwise": ("fedcli/fl/layerwise.py", [], LAMA_TESTS),
     # the golden runs record the lr of every evaluation (constant in the older records)
     "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),
-    "ledger": ("fedcli/comm/ledger.py", [], ["tests/comm/test_ledger.py", "tests/comm/test_ledger_handworked.py",
-                                            "tests/algorithms/test_schedules.py", "tests/algorithms/test_fedlama_handworked.py",
-                                            "tests/algorithms/test_scaffold.py", "tests/algorithms/test_fedpaq.py"]),
+    "ledger": (
+        "fedcli/comm/ledger.py",
+        [],
+        [
+            "tests/comm/test_ledger.py",
+            "tests/comm/test_ledger_handworked.py",
+            "tests/algorithms/test_schedules.py",
+            "tests/algorithms/test_fedlama_handworked.py",
+            "tests/algorithms/test_scaffold.py",
+            "tests/algorithms/test_fedpaq.py",
+        ],
+    ),
     "ala": ("fedcli/fl/algorithms/fedala.py", [], ["tests/algorithms/test_fedala.py"]),
     # the adaptive methods: their shared helpers and each method's file (until 2026-11 all in fedcli/fl/adaptive.py)
-    **{name: (path, [], ADAPTIVE_TESTS) for name, path in (
-        ("adaptive", "fedcli/fl/adaptive.py"), ("fedlamb", "fedcli/fl/algorithms/fedlamb.py"),
-        ("mimelamb", "fedcli/fl/algorithms/mimelamb.py"), ("mime", "fedcli/fl/algorithms/mime.py"),
-        ("fedams", "fedcli/fl/algorithms/fedams.py"))},
+    **{
+        name: (path, [], ADAPTIVE_TESTS)
+        for name, path in (
+            ("adaptive", "fedcli/fl/adaptive.py"),
+            ("fedlamb", "fedcli/fl/algorithms/fedlamb.py"),
+            ("mimelamb", "fedcli/fl/algorithms/mimelamb.py"),
+            ("mime", "fedcli/fl/algorithms/mime.py"),
+            ("fedams", "fedcli/fl/algorithms/fedams.py"),
+        )
+    },
     # FedAdam's server is FedYogi's and FedAdagrad's base: their hand-worked tests check its v_{-1} = tau^2 (v_start)
-    "fedadam": ("fedcli/fl/algorithms/fedadam.py", [],
-                ADAPTIVE_TESTS + ["tests/algorithms/test_fedyogi_fedadagrad.py"]),
+    "fedadam": (
+        "fedcli/fl/algorithms/fedadam.py",
+        [],
+        ADAPTIVE_TESTS + ["tests/algorithms/test_fedyogi_fedadagrad.py"],
+    ),
     # per-client state (load, save, defaults; until 2026-11 written out in each method, e.g. adaptive.py's store_state)
     # (test_fedala.py: a load of some tensors only, names=, the loop's continue)
-    "clientstate": ("fedcli/fl/clientstate.py", [],
-                    ["tests/engine/test_clientstate.py", "tests/algorithms/test_fedala.py"]),
+    "clientstate": (
+        "fedcli/fl/clientstate.py",
+        [],
+        ["tests/engine/test_clientstate.py", "tests/algorithms/test_fedala.py"],
+    ),
     # FedProx's local step (until 2026-11 fedcli/fl/parts_prox.py)
     "fedprox": ("fedcli/fl/algorithms/fedprox.py", [], ["tests/algorithms/test_fedprox.py"]),
-    "servers": ("fedcli/fl/parts_servers.py", [], ["tests/algorithms/test_fednova.py", "tests/algorithms/test_fedcom.py",
-                                                   "tests/algorithms/test_fedprox.py"]),
+    "servers": (
+        "fedcli/fl/parts_servers.py",
+        [],
+        ["tests/algorithms/test_fednova.py", "tests/algorithms/test_fedcom.py", "tests/algorithms/test_fedprox.py"],
+    ),
 }
 # operators that change arithmetic or logic; the others (bit operators, ** and <<, ...) mostly make programs that crash
-KEEP = re.compile(r"core/(ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|Add_Mul|Mul_Add|Sub_Div|Div_Sub|FloorDiv_Div)"
-                  r"|ReplaceComparisonOperator_(Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Lt_Gt|Gt_Lt|Eq_NotEq|NotEq_Eq|LtE_GtE|GtE_LtE)"
-                  r"|NumberReplacer|ReplaceTrueWithFalse|ReplaceFalseWithTrue|ReplaceAndWithOr|ReplaceOrWithAnd"
-                  r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|ZeroIterationForLoop|AddNot|ReplaceUnaryOperator_.*)$")
+KEEP = re.compile(
+    r"core/(ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|Add_Mul|Mul_Add|Sub_Div|Div_Sub|FloorDiv_Div)"
+    r"|ReplaceComparisonOperator_(Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Lt_Gt|Gt_Lt|Eq_NotEq|NotEq_Eq|LtE_GtE|GtE_LtE)"
+    r"|NumberReplacer|ReplaceTrueWithFalse|ReplaceFalseWithTrue|ReplaceAndWithOr|ReplaceOrWithAnd"
+    r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|ZeroIterationForLoop|AddNot|ReplaceUnaryOperator_.*)$"
+)
 
 
 def function_lines(path: Path, names: list[str]) -> list[tuple[int, int]]:
     tree = ast.parse(path.read_text())
-    spans = [(n.lineno, n.end_lineno) for n in ast.walk(tree)
-             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names]
+    spans = [
+        (n.lineno, n.end_lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in names
+    ]
     assert len(spans) >= len(names), (path, names, spans)
     return spans
 
@@ -82,8 +116,10 @@ def select(db: Path, module: Path, functions: list[str], limit: int) -> int:
     how many."""
     spans = function_lines(module, functions) if functions else None
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT job_id, operator_name, start_pos_row FROM mutation_specs ORDER BY start_pos_row, "
-                       "start_pos_col, operator_name, occurrence").fetchall()
+    rows = con.execute(
+        "SELECT job_id, operator_name, start_pos_row FROM mutation_specs ORDER BY start_pos_row, "
+        "start_pos_col, operator_name, occurrence"
+    ).fetchall()
     keep = [j for j, op, row in rows if KEEP.match(op) and (spans is None or any(a <= row <= b for a, b in spans))]
     if len(keep) > limit:
         keep = [keep[round(i * len(keep) / limit)] for i in range(limit)]
@@ -108,7 +144,9 @@ def copy_repo(dest: Path, tests_rev: str | None, root: Path = ROOT) -> None:
     shutil.copytree(root, dest, ignore=ignore, symlinks=True)
     if tests_rev:  # the tests as they were at tests_rev (the code stays this revision's)
         shutil.rmtree(dest / "tests")
-        tar = subprocess.run(["git", "-C", str(root), "archive", tests_rev, "tests"], capture_output=True, check=True).stdout
+        tar = subprocess.run(
+            ["git", "-C", str(root), "archive", tests_rev, "tests"], capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
 
 
@@ -141,7 +179,11 @@ name = "local"
 """)
     db = work / "session.sqlite"
     env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
-    cr = str(Path(sys.executable).parent / "cosmic-ray") if (Path(sys.executable).parent / "cosmic-ray").exists() else "cosmic-ray"
+    cr = (
+        str(Path(sys.executable).parent / "cosmic-ray")
+        if (Path(sys.executable).parent / "cosmic-ray").exists()
+        else "cosmic-ray"
+    )
     check_unmutated(name, cmd, repo, env, timeout)
     subprocess.run([cr, "init", str(cfg), str(db)], cwd=repo, env=env, check=True)
     n = select(db, repo / module, functions, limit)
@@ -158,11 +200,21 @@ name = "local"
             timeouts += result.get("output") == "timeout"  # cosmic-ray's record of a test run past --timeout
         else:
             spec = item["mutations"][0]
-            survivors.append({"operator": spec["operator_name"], "line": spec["start_pos"][0], "diff": result.get("diff")})
-    res = {"module": module, "functions": functions, "tests": tests, "tests_rev": tests_rev or "HEAD", "mutants": n,
-           "killed": killed, "timeouts": timeouts, "kill_rate": round(killed / n, 3) if n else None,
-           "seconds": round(time.time() - t0),
-           "survivors": survivors}
+            survivors.append(
+                {"operator": spec["operator_name"], "line": spec["start_pos"][0], "diff": result.get("diff")}
+            )
+    res = {
+        "module": module,
+        "functions": functions,
+        "tests": tests,
+        "tests_rev": tests_rev or "HEAD",
+        "mutants": n,
+        "killed": killed,
+        "timeouts": timeouts,
+        "kill_rate": round(killed / n, 3) if n else None,
+        "seconds": round(time.time() - t0),
+        "survivors": survivors,
+    }
     (out / f"{name}{'-before' if tests_rev else ''}.json").write_text(json.dumps(res, indent=1))
     shutil.rmtree(work, ignore_errors=True)
     return res
@@ -180,8 +232,11 @@ def main() -> None:
     for name in a.only:
         for rev in ([a.before] if a.before else []) + [None]:
             r = run_target(name, a.max, rev, a.out, a.timeout)
-            print(f"{name:12s} {r['module']:28s} tests@{r.get('tests_rev', '-'):10s} {r['killed']}/{r['mutants']} killed"
-                  f" ({r.get('kill_rate')}, {r.get('timeouts', 0)} by timeout) in {r.get('seconds')} s", flush=True)
+            print(
+                f"{name:12s} {r['module']:28s} tests@{r.get('tests_rev', '-'):10s} {r['killed']}/{r['mutants']} killed"
+                f" ({r.get('kill_rate')}, {r.get('timeouts', 0)} by timeout) in {r.get('seconds')} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -31,43 +31,129 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 FEMNIST_SAMPLE = ROOT.parent / "shared" / "datasets" / "femnist-leaf-sample"
 #: the fixed budgets (``fedcli train`` flags): the full one for a GPU, the short one for the CPU
 BUDGETS = {
-    "femnist": {"full": ["--clients", "105", "--active-ratio", "0.2", "--rounds", "30", "--tau", "10",
-                         "--batch-size", "32", "--eval-every", "3"],
-                "short": ["--clients", "8", "--active-ratio", "0.5", "--rounds", "3", "--tau", "2",
-                          "--batch-size", "16", "--eval-every", "1"]},
-    "resnet20": {"full": ["--clients", "16", "--active-ratio", "0.5", "--rounds", "20", "--tau", "10",
-                          "--batch-size", "32", "--eval-every", "2"],
-                 "short": ["--clients", "4", "--active-ratio", "0.5", "--rounds", "2", "--tau", "2",
-                           "--batch-size", "8", "--eval-every", "1"]},
+    "femnist": {
+        "full": [
+            "--clients",
+            "105",
+            "--active-ratio",
+            "0.2",
+            "--rounds",
+            "30",
+            "--tau",
+            "10",
+            "--batch-size",
+            "32",
+            "--eval-every",
+            "3",
+        ],
+        "short": [
+            "--clients",
+            "8",
+            "--active-ratio",
+            "0.5",
+            "--rounds",
+            "3",
+            "--tau",
+            "2",
+            "--batch-size",
+            "16",
+            "--eval-every",
+            "1",
+        ],
+    },
+    "resnet20": {
+        "full": [
+            "--clients",
+            "16",
+            "--active-ratio",
+            "0.5",
+            "--rounds",
+            "20",
+            "--tau",
+            "10",
+            "--batch-size",
+            "32",
+            "--eval-every",
+            "2",
+        ],
+        "short": [
+            "--clients",
+            "4",
+            "--active-ratio",
+            "0.5",
+            "--rounds",
+            "2",
+            "--tau",
+            "2",
+            "--batch-size",
+            "8",
+            "--eval-every",
+            "1",
+        ],
+    },
 }
 
 
 def workload_args(name: str, data_dir: Path) -> list[str]:
     if name == "femnist":
-        return ["--dataset", "femnist", "--data-dir", str(data_dir), "--model", "femnist_cnn", "--partition", "natural",
-                "--algo", "fedavg", "--lr", "0.05", "--momentum", "0.9"]
-    return ["--dataset", "cifar10", "--data-dir", str(data_dir), "--model", "resnet20", "--partition", "iid",
-            "--algo", "fedavg", "--lr", "0.1", "--momentum", "0.9"]
+        return [
+            "--dataset",
+            "femnist",
+            "--data-dir",
+            str(data_dir),
+            "--model",
+            "femnist_cnn",
+            "--partition",
+            "natural",
+            "--algo",
+            "fedavg",
+            "--lr",
+            "0.05",
+            "--momentum",
+            "0.9",
+        ]
+    return [
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        str(data_dir),
+        "--model",
+        "resnet20",
+        "--partition",
+        "iid",
+        "--algo",
+        "fedavg",
+        "--lr",
+        "0.1",
+        "--momentum",
+        "0.9",
+    ]
 
 
 def curve(run: Path) -> list[dict]:
     with open(run / "metrics.csv", newline="") as f:
-        return [{"round": int(r["round"]), "train_loss": float(r["train_loss"]), "test_acc": float(r["test_acc"])}
-                for r in csv.DictReader(f)]
+        return [
+            {"round": int(r["round"]), "train_loss": float(r["train_loss"]), "test_acc": float(r["test_acc"])}
+            for r in csv.DictReader(f)
+        ]
 
 
 def compare(a: list[dict], b: list[dict], loss_tol: float, acc_tol: float) -> tuple[list[str], list[str]]:
     """(table lines, the evaluations out of tolerance) of the fp32 curve ``a`` and the bf16 curve ``b``."""
-    lines = ["| round | train loss fp32 | train loss bf16 | rel. diff | test acc fp32 | test acc bf16 | diff |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| round | train loss fp32 | train loss bf16 | rel. diff | test acc fp32 | test acc bf16 | diff |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     bad = []
     if [r["round"] for r in a] != [r["round"] for r in b]:
         bad.append(f"evaluated at other rounds: {[r['round'] for r in a]} against {[r['round'] for r in b]}")
     for x, y in zip(a, b):
         rel = abs(y["train_loss"] - x["train_loss"]) / abs(x["train_loss"])
         dacc = y["test_acc"] - x["test_acc"]
-        lines.append(f"| {x['round']} | {x['train_loss']:.4f} | {y['train_loss']:.4f} | {rel:.2%} | "
-                     f"{x['test_acc']:.4f} | {y['test_acc']:.4f} | {dacc:+.4f} |")
+        lines.append(
+            f"| {x['round']} | {x['train_loss']:.4f} | {y['train_loss']:.4f} | {rel:.2%} | "
+            f"{x['test_acc']:.4f} | {y['test_acc']:.4f} | {dacc:+.4f} |"
+        )
         if not rel <= loss_tol:
             bad.append(f"round {x['round']}: training loss {rel:.2%} from fp32's (tolerance {loss_tol:.0%})")
         if not abs(dacc) <= acc_tol:
@@ -82,8 +168,23 @@ def run_workload(name: str, data_dir: Path, work: Path, args) -> tuple[str, bool
     curves = {}
     for precision in ("fp32", "bf16"):
         out = work / f"{name}-{precision}"
-        argv = ["train", *workload_args(name, data_dir), *budget, "--precision", precision, "--seed", str(args.seed),
-                "--device", args.device, "--workers", "1", "--out", str(out), "--overwrite", "--quiet"]
+        argv = [
+            "train",
+            *workload_args(name, data_dir),
+            *budget,
+            "--precision",
+            precision,
+            "--seed",
+            str(args.seed),
+            "--device",
+            args.device,
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--overwrite",
+            "--quiet",
+        ]
         t0 = time.perf_counter()
         code = fedcli(argv)
         if code:
@@ -92,8 +193,10 @@ def run_workload(name: str, data_dir: Path, work: Path, args) -> tuple[str, bool
         print(f"precision-check: {name} {precision} in {time.perf_counter() - t0:.1f} s", flush=True)
     lines, bad = compare(curves["fp32"], curves["bf16"], args.loss_tol, args.acc_tol)
     verdict = "agree" if not bad else "differ: " + "; ".join(bad)
-    text = (f"## {name}: {verdict}\n\n`fedcli train {' '.join(workload_args(name, data_dir) + budget)} --seed "
-            f"{args.seed} --device {args.device}`, fp32 and bf16\n\n" + "\n".join(lines) + "\n")
+    text = (
+        f"## {name}: {verdict}\n\n`fedcli train {' '.join(workload_args(name, data_dir) + budget)} --seed "
+        f"{args.seed} --device {args.device}`, fp32 and bf16\n\n" + "\n".join(lines) + "\n"
+    )
     return text, not bad
 
 
@@ -115,8 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"precision-check: --only {args.only!r}: expected some of {', '.join(BUDGETS)}", file=sys.stderr)
         return 2
     if "femnist" in names and not (Path(args.femnist_dir) / "train").is_dir():
-        print(f"precision-check: {args.femnist_dir}: no LEAF FEMNIST folder (train/, test/) there; give --femnist-dir",
-              file=sys.stderr)
+        print(
+            f"precision-check: {args.femnist_dir}: no LEAF FEMNIST folder (train/, test/) there; give --femnist-dir",
+            file=sys.stderr,
+        )
         return 2
     parts, ok = [], True
     with tempfile.TemporaryDirectory(prefix="precision-check-") as tmp:
@@ -136,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and agreed
     import torch
 
-    head = (f"# make precision-check: bf16 against fp32\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"device {args.device}, torch {torch.__version__}{', the short budget' if args.short else ''}; tolerance: "
-            f"training loss within {args.loss_tol:.0%} and test accuracy within {args.acc_tol} of fp32's at every "
-            f"evaluation (scripts/precision_check.py). Verdict: {'agree' if ok else 'differ'}.\n\n")
+    head = (
+        f"# make precision-check: bf16 against fp32\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"device {args.device}, torch {torch.__version__}{', the short budget' if args.short else ''}; tolerance: "
+        f"training loss within {args.loss_tol:.0%} and test accuracy within {args.acc_tol} of fp32's at every "
+        f"evaluation (scripts/precision_check.py). Verdict: {'agree' if ok else 'differ'}.\n\n"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(head + "\n".join(parts))

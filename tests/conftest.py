@@ -3,7 +3,8 @@ import os
 # One arithmetic on every x86 machine, set before torch and MKL load: the golden records (tests/test_golden.py) are
 # bitwise, and torch picks its CPU kernels by the processor (ATen's vectorized kernels by AVX2/AVX-512, MKL by vendor
 # and instruction set, oneDNN's convolutions by instruction set). Recorded on an AMD EPYC with AVX2 only, the records
-# taken on an earlier machine differed in the last digits of every loss (and a BatchNorm ResNet's by more). Pinned here to
+# taken on an earlier machine differed in the last digits of every loss (and a BatchNorm ResNet's by more). Pinned here
+# to
 # the AVX2 paths: ATen's AVX2 kernels, MKL's conditional numerical reproducibility (MKL_CBWR, the same bits on any
 # processor with AVX2) and oneDNN capped at AVX2. Every test process and its children (workers, mpiexec ranks)
 # inherit them; a variable already set is left as it is.
@@ -24,7 +25,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # Each of `make test`'s pytest-xdist workers gets its share of the cores for torch's own threads (1 with 2 workers on 2
 # cores): two workers of 2 threads each on 2 cores wait on each other's descheduled threads in every parallel region
-# (fedcli's runs use 1 thread anyway, fedcli/fl/engine.py: default_threads). Children inherit it; set before torch loads.
+# (fedcli's runs use 1 thread anyway, fedcli/fl/engine.py: default_threads). Children inherit it; set before torch
+# loads.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
@@ -34,17 +36,19 @@ import signal  # noqa: E402
 # A test run started with SIGINT or SIGHUP ignored (`nohup make test`, `make test &` in a script) would pass that on to
 # every fedcli it starts, and fedcli rightly leaves an ignored signal ignored (nohup): the signal tests would then fail.
 # They get their defaults back (so a hang-up ends such a run: start it with setsid instead of nohup).
-for _sig, _default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL),
-                       (signal.SIGTERM, signal.SIG_DFL)):
+for _sig, _default in (
+    (signal.SIGINT, signal.default_int_handler),
+    (signal.SIGHUP, signal.SIG_DFL),
+    (signal.SIGTERM, signal.SIG_DFL),
+):
     if signal.getsignal(_sig) is signal.SIG_IGN:
         signal.signal(_sig, _default)
 
 import pytest  # noqa: E402
 
-from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
-
 # postgres_server, postgres_url: the local PostgreSQL (scripts/postgres-local.sh), a fresh database per test
-from pgkit import postgres_server, postgres_url  # noqa: E402,F401
+from pgkit import postgres_server, postgres_url  # noqa: E402
+from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
 
 
 @pytest.fixture
@@ -71,9 +75,20 @@ def golden_runs(tmp_path_factory):
 
 # the longest test files (tens of seconds to several minutes each on 2 cores), longest first: by their summed
 # --durations in a `make test` of 2026-11-29 (test_tune_study.py, `fedcli tune` studies of real trials, the longest)
-LONG_FILES = ("test_tune_study.py", "test_trackers.py", "test_workers.py", "test_presets_learn.py", "test_signals.py",
-              "test_readme.py", "test_figures_read_back.py", "test_paper_scale.py", "test_pruning.py",
-              "test_reliability.py", "test_slurm.py", "test_store.py")
+LONG_FILES = (
+    "test_tune_study.py",
+    "test_trackers.py",
+    "test_workers.py",
+    "test_presets_learn.py",
+    "test_signals.py",
+    "test_readme.py",
+    "test_figures_read_back.py",
+    "test_paper_scale.py",
+    "test_pruning.py",
+    "test_reliability.py",
+    "test_slurm.py",
+    "test_store.py",
+)
 
 
 def check_long_reasons(items) -> None:
@@ -81,8 +96,7 @@ def check_long_reasons(items) -> None:
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is not None and not mark.kwargs.get("reason"):
-            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long needs reason=\"...\" "
-                                    "(why it is out of make test)")
+            raise pytest.UsageError(f'{item.nodeid}: @pytest.mark.long needs reason="..." (why it is out of make test)')
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,11 +22,57 @@ CSVS = ("metrics.csv", "layers.csv", "intervals.csv")
 DIGEST = "model.sha256"  # the final model's tensors (compared under the recording torch release only)
 
 # every preset on a small MLP (the vmap trainer); 4 clients, 2 rounds of 3 local steps, batch 8
-TINY = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--rounds", "2", "--tau", "3",
-        "--batch-size", "8", "--eval-every", "1", "--threads", "1", "--workers", "1", "--seed", "3"]
+TINY = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--rounds",
+    "2",
+    "--tau",
+    "3",
+    "--batch-size",
+    "8",
+    "--eval-every",
+    "1",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "3",
+]
 # a convolutional model for the per-client loop trainer: digits upsampled to 16x16 (the CNNs need 16x16 or more)
-CONV = ["--dataset", "tensors", "--data-dir", "{d16}", "--model", "cnn4", "--clients", "3", "--rounds", "2", "--tau", "2",
-        "--batch-size", "8", "--eval-every", "1", "--threads", "1", "--workers", "1", "--seed", "5", "--trainer", "loop"]
+CONV = [
+    "--dataset",
+    "tensors",
+    "--data-dir",
+    "{d16}",
+    "--model",
+    "cnn4",
+    "--clients",
+    "3",
+    "--rounds",
+    "2",
+    "--tau",
+    "2",
+    "--batch-size",
+    "8",
+    "--eval-every",
+    "1",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "5",
+    "--trainer",
+    "loop",
+]
 # the lama schedule with enough rounds to see an interval change
 LAMA = ["--rounds", "4", "--tau", "2", "--phi", "2"]
 
@@ -43,23 +89,99 @@ RUNS: dict[str, list[str]] = {
     "ala-fedavg-c": ["--algo", "fedavg-c", *TINY, "--init", "ala"],
     "ala-ditto": ["--algo", "ditto", *TINY, "--init", "ala"],
     # unequal local steps (one local epoch on clients of different sizes): clients stop at different steps
-    **{f"epochs-{name}": ["--algo", name, *TINY, "--local-epochs", "0.5", "--partition", "dirichlet", "--alpha", "0.5"]
-       for name in ("apple", "partialfed", "perfedavg", "pfedme", "scaffold", "fednova", "fedrep")},
+    **{
+        f"epochs-{name}": ["--algo", name, *TINY, "--local-epochs", "0.5", "--partition", "dirichlet", "--alpha", "0.5"]
+        for name in ("apple", "partialfed", "perfedavg", "pfedme", "scaffold", "fednova", "fedrep")
+    },
     "workers2-fedavg": ["--algo", "fedavg", *TINY[:-4], "--workers", "2", "--seed", "3"],
     # runs that learn (final accuracy well above chance, test_the_long_golden_runs_learn), about 2-3 s each:
     # FedLAMA whose intervals relax (9 adjustments; hidden.0.weight synchronized less often than the others), with
     # momentum, weight decay, p_i by sample counts, a 4-iteration warm-up and two iteration-unit lr decays
-    "learn-fedlama-relaxed": ["--algo", "fedlama", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16",
-                              "--clients", "6", "--active-ratio", "0.5", "--partition", "dirichlet", "--alpha", "0.5",
-                              "--weighting", "samples", "--tau", "2", "--phi", "2", "--rounds", "12", "--batch-size", "8",
-                              "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "5e-4", "--warmup-iterations", "4",
-                              "--lr-decay-at", "32,40", "--lr-decay-factor", "0.5", "--eval-every", "3", "--threads", "1",
-                              "--workers", "1", "--seed", "4"],
+    "learn-fedlama-relaxed": [
+        "--algo",
+        "fedlama",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--clients",
+        "6",
+        "--active-ratio",
+        "0.5",
+        "--partition",
+        "dirichlet",
+        "--alpha",
+        "0.5",
+        "--weighting",
+        "samples",
+        "--tau",
+        "2",
+        "--phi",
+        "2",
+        "--rounds",
+        "12",
+        "--batch-size",
+        "8",
+        "--lr",
+        "0.1",
+        "--momentum",
+        "0.9",
+        "--weight-decay",
+        "5e-4",
+        "--warmup-iterations",
+        "4",
+        "--lr-decay-at",
+        "32,40",
+        "--lr-decay-factor",
+        "0.5",
+        "--eval-every",
+        "3",
+        "--threads",
+        "1",
+        "--workers",
+        "1",
+        "--seed",
+        "4",
+    ],
     # BatchNorm (ResNet-20: running statistics averaged with their layers), momentum, weight decay, a round-unit decay
-    "learn-resnet20-bn": ["--algo", "fedavg", "--dataset", "tensors", "--data-dir", "{d16}", "--model", "resnet20",
-                          "--clients", "3", "--batch-size", "16", "--rounds", "10", "--tau", "3", "--lr", "0.05",
-                          "--momentum", "0.9", "--weight-decay", "1e-4", "--lr-decay-at", "8", "--lr-decay-unit", "round",
-                          "--eval-every", "5", "--threads", "1", "--workers", "1", "--seed", "5"],
+    "learn-resnet20-bn": [
+        "--algo",
+        "fedavg",
+        "--dataset",
+        "tensors",
+        "--data-dir",
+        "{d16}",
+        "--model",
+        "resnet20",
+        "--clients",
+        "3",
+        "--batch-size",
+        "16",
+        "--rounds",
+        "10",
+        "--tau",
+        "3",
+        "--lr",
+        "0.05",
+        "--momentum",
+        "0.9",
+        "--weight-decay",
+        "1e-4",
+        "--lr-decay-at",
+        "8",
+        "--lr-decay-unit",
+        "round",
+        "--eval-every",
+        "5",
+        "--threads",
+        "1",
+        "--workers",
+        "1",
+        "--seed",
+        "5",
+    ],
 }
 # the long runs' final test accuracy must stay above these (chance is 0.1)
 LEARNS = {"learn-fedlama-relaxed": 0.5, "learn-resnet20-bn": 0.25}
@@ -90,7 +212,8 @@ def digits16(path: Path) -> Path:
 
 
 def run(name: str, tmp: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
-    """Run golden run ``name`` into ``tmp/name`` (``extra``: flags added to its own); its files as the records hold them."""
+    """Run golden run ``name`` into ``tmp/name`` (``extra``: flags added to its own); its files as the records hold
+    them."""
     out = tmp / name
     d16 = tmp / "digits16.npz"
     if not d16.exists():
@@ -197,5 +320,9 @@ def differing(names: list[str], extra: tuple[str, ...], tmp: Path) -> list[str]:
     """The golden runs ``names`` again with ``extra`` flags (flags that must not change a number): ``run/file`` of
     every file that differs from its record."""
     exact = bitwise()
-    return [f"{name}/{f}" for name in names for f, text in run(name, tmp, extra).items()
-            if not same((GOLDEN / name / f).read_text(), text, exact)]
+    return [
+        f"{name}/{f}"
+        for name in names
+        for f, text in run(name, tmp, extra).items()
+        if not same((GOLDEN / name / f).read_text(), text, exact)
+    ]

@@ -6,7 +6,8 @@ ships them (what the loaders of ``fedcli/data/datasets/`` read):
 
 - CIFAR-10: ``cifar-10-batches-py/data_batch_1..5``, ``test_batch`` and ``batches.meta``, python-2 pickles of
   ``{b"batch_label", b"labels", b"data" uint8 [N, 3072], b"filenames"}`` (Krizhevsky 2009, 10 classes).
-- CIFAR-100: ``cifar-100-python/train``, ``test`` and ``meta``, with ``b"fine_labels"`` (100) and ``b"coarse_labels"`` (20).
+- CIFAR-100: ``cifar-100-python/train``, ``test`` and ``meta``, with ``b"fine_labels"`` (100) and ``b"coarse_labels"``
+(20).
 - Tiny-ImageNet-200: ``tiny-imagenet-200/wnids.txt``, ``words.txt``, ``train/<wnid>/images/<wnid>_<i>.JPEG`` with
   ``<wnid>_boxes.txt``, ``val/images/val_<i>.JPEG`` with ``val/val_annotations.txt``, ``test/images``: 64x64 RGB JPEGs.
 - FEMNIST: LEAF's ``data/train/*.json`` and ``data/test/*.json`` (``users``, ``num_samples``, ``user_data``; 784
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = ("market stocks bank oil price game season team win coach league court vote election minister police "
-         "space nasa software internet computer phone chip study science health virus storm energy trade deal").split()
+WORDS = (
+    "market stocks bank oil price game season team win coach league court vote election minister police "
+    "space nasa software internet computer phone chip study science health virus storm energy trade deal"
+).split()
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -41,9 +44,12 @@ def _pickle(path: Path, obj: dict) -> None:
 
 
 def _cifar_batch(rng, n: int, label: str, classes: int, name: str) -> dict:
-    obj = {b"batch_label": name.encode(), b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-           label.encode(): rng.integers(0, classes, n).tolist(),
-           b"filenames": [f"image_{i:05d}.png".encode() for i in range(n)]}
+    obj = {
+        b"batch_label": name.encode(),
+        b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        label.encode(): rng.integers(0, classes, n).tolist(),
+        b"filenames": [f"image_{i:05d}.png".encode() for i in range(n)],
+    }
     if label == "fine_labels":
         obj[b"coarse_labels"] = [y // 5 for y in obj[b"fine_labels"]]
     return obj
@@ -56,8 +62,10 @@ def write_cifar10(root: Path, n_train: int = 500, n_test: int = 100, seed: int =
     for i in range(1, 6):
         _pickle(d / f"data_batch_{i}", _cifar_batch(rng, per, "labels", 10, f"training batch {i} of 5"))
     _pickle(d / "test_batch", _cifar_batch(rng, n_test, "labels", 10, "testing batch 1 of 1"))
-    _pickle(d / "batches.meta", {b"num_cases_per_batch": per, b"num_vis": 3072,
-                                 b"label_names": [f"class{i}".encode() for i in range(10)]})
+    _pickle(
+        d / "batches.meta",
+        {b"num_cases_per_batch": per, b"num_vis": 3072, b"label_names": [f"class{i}".encode() for i in range(10)]},
+    )
     return Path(root)
 
 
@@ -66,8 +74,13 @@ def write_cifar100(root: Path, n_train: int = 500, n_test: int = 100, seed: int 
     rng, d = _rng(seed), Path(root) / "cifar-100-python"
     _pickle(d / "train", _cifar_batch(rng, n_train, "fine_labels", 100, "training batch 1 of 1"))
     _pickle(d / "test", _cifar_batch(rng, n_test, "fine_labels", 100, "testing batch 1 of 1"))
-    _pickle(d / "meta", {b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
-                         b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)]})
+    _pickle(
+        d / "meta",
+        {
+            b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
+            b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)],
+        },
+    )
     return Path(root)
 
 
@@ -110,9 +123,14 @@ def write_femnist(root: Path, writers: int = 300, per_writer: int = 4, shards: i
         d.mkdir(parents=True, exist_ok=True)
         for s in range(shards):
             mine = users[s::shards]
-            doc = {"users": mine, "num_samples": [n] * len(mine), "user_data": {
-                u: {"x": np.round(rng.random((n, 784)), 4).tolist(), "y": rng.integers(0, 62, n).tolist()}
-                for u in mine}}
+            doc = {
+                "users": mine,
+                "num_samples": [n] * len(mine),
+                "user_data": {
+                    u: {"x": np.round(rng.random((n, 784)), 4).tolist(), "y": rng.integers(0, 62, n).tolist()}
+                    for u in mine
+                },
+            }
             (d / f"all_data_{s}_niid_0_keep_0_{split}_9.json").write_text(json.dumps(doc))
     return Path(root)
 
@@ -127,8 +145,17 @@ def _idx(path: Path, arr: np.ndarray, gz: bool) -> None:
         path.write_bytes(raw)
 
 
-def write_idx(root: Path, folder: str, prefix: str = "", classes: int = 10, n_train: int = 500, n_test: int = 100,
-              gz: bool = True, label_offset: int = 0, seed: int = 0) -> Path:
+def write_idx(  # noqa: PLR0913
+    root: Path,
+    folder: str,
+    prefix: str = "",
+    classes: int = 10,
+    n_train: int = 500,
+    n_test: int = 100,
+    gz: bool = True,
+    label_offset: int = 0,
+    seed: int = 0,
+) -> Path:
     """The MNIST family's IDX pairs in ``root/<folder>/raw`` (torchvision's layout), gzip or plain."""
     rng, d = _rng(seed), Path(root) / folder / "raw"
     for split, n in (("train", n_train), ("t10k", n_test)):
@@ -163,6 +190,13 @@ def write_agnews(root: Path, n_train: int = 400, n_test: int = 100, seed: int = 
 
 
 #: dataset name -> writer(root, **sizes); every dataset a recipe names
-WRITERS = {"cifar10": write_cifar10, "cifar100": write_cifar100, "tinyimagenet": write_tinyimagenet,
-           "femnist": write_femnist, "mnist": write_mnist, "fmnist": write_fmnist, "emnist": write_emnist,
-           "agnews": write_agnews}
+WRITERS = {
+    "cifar10": write_cifar10,
+    "cifar100": write_cifar100,
+    "tinyimagenet": write_tinyimagenet,
+    "femnist": write_femnist,
+    "mnist": write_mnist,
+    "fmnist": write_fmnist,
+    "emnist": write_emnist,
+    "agnews": write_agnews,
+}

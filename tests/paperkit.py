@@ -44,21 +44,28 @@ LIGHT_ALGOS = {"pfedme", "fedrep", "apple", "fedamp"}
 #: entry diverges on real data too: such an entry passes as "diverged" when its run folder is whole (manifest status
 #: diverged, an evaluation in metrics.csv, layers.csv). Any other exit 4 fails. All three are Fed-AMS on MNIST's MLP:
 #: without LAMB's trust ratio, the first round's steps are m / sqrt(v_hat_0) = m / sqrt(eps) (Algorithm 1).
-_FEDAMS_REAL = ("on the real MNIST test split too (8,000 images over 10 clients, the entry's other keys): exit 4 in "
-                "round 1, train loss {} at iteration {}")
+_FEDAMS_REAL = (
+    "on the real MNIST test split too (8,000 images over 10 clients, the entry's other keys): exit 4 in "
+    "round 1, train loss {} at iteration {}"
+)
 DIVERGES = {
-    "recipes/fedlamb/claim-rounds-to-target.toml | MLP Fed-AMS lr 0.003":
-        "every seed of the recipe's own cpu-scale sweep stops in round 1 (results/reproduce/fedlamb/README.md); "
-        + _FEDAMS_REAL.format("2,373", 7),
+    "recipes/fedlamb/claim-rounds-to-target.toml | MLP Fed-AMS lr 0.003": "every seed of the recipe's own cpu-scale sweep stops in round 1 "  # noqa: E501
+    "(results/reproduce/fedlamb/README.md); " + _FEDAMS_REAL.format("2,373", 7),
     "recipes/fedlamb/fig3-noniid.toml | MNIST-MLP E1 Fed-AMS": _FEDAMS_REAL.format("7,696", 7),
     "recipes/fedlamb/fig3-noniid.toml | MNIST-MLP E3 Fed-AMS": _FEDAMS_REAL.format("4,977", 19),
 }
 #: samples written per dataset: enough for the recipes' partitions (Dirichlet(0.1) over 128 clients of at least 10
 #: samples each needs about 30,000 CIFAR-10 or MNIST images; 50 clients of 5 FEMNIST writers), small images otherwise
-SIZES = {"cifar10": dict(n_train=30000, n_test=100), "cifar100": dict(n_train=3000, n_test=100),
-         "tinyimagenet": dict(per_class=4, n_val=100), "femnist": dict(writers=300, per_writer=6),
-         "mnist": dict(n_train=30000, n_test=100), "fmnist": dict(n_train=30000, n_test=100),
-         "emnist": dict(n_train=3000, n_test=100), "agnews": dict(n_train=4000, n_test=100)}
+SIZES = {
+    "cifar10": dict(n_train=30000, n_test=100),
+    "cifar100": dict(n_train=3000, n_test=100),
+    "tinyimagenet": dict(per_class=4, n_val=100),
+    "femnist": dict(writers=300, per_writer=6),
+    "mnist": dict(n_train=30000, n_test=100),
+    "fmnist": dict(n_train=30000, n_test=100),
+    "emnist": dict(n_train=3000, n_test=100),
+    "agnews": dict(n_train=4000, n_test=100),
+}
 
 
 def write_data(root: Path, names=None) -> dict[str, Path]:
@@ -131,8 +138,15 @@ def cut(e: Entry, data_dirs: dict[str, Path], out: Path, quick: bool = False, **
     from fedcli.recipes import run_config
 
     full = run_config(e.run, 0, out)  # as the recipe says; its ConfigError is the entry's failure
-    extra = {"rounds": 1, "eval_every": 1, "data_dir": str(data_dirs.get(full.dataset, "")), "device": "cpu",
-             "threads": 1, "workers": 1, "download": False}
+    extra = {
+        "rounds": 1,
+        "eval_every": 1,
+        "data_dir": str(data_dirs.get(full.dataset, "")),
+        "device": "cpu",
+        "threads": 1,
+        "workers": 1,
+        "download": False,
+    }
     light = quick or full.model in LIGHT_MODELS or full.algo in LIGHT_ALGOS
     steps = 1 if quick else LIGHT_STEPS
     cohort = 2 if light else COHORT
@@ -146,7 +160,9 @@ def cut(e: Entry, data_dirs: dict[str, Path], out: Path, quick: bool = False, **
     if full.local_epochs:  # about `steps` steps for a client of the mean size
         _, pool = data_info(full.dataset, data_dirs, full.data_pool)
         clients = extra.get("clients", full.clients)
-        extra["local_epochs"] = min(full.local_epochs, (steps if light else EPOCH_STEPS) * full.batch_size * clients / pool)
+        extra["local_epochs"] = min(
+            full.local_epochs, (steps if light else EPOCH_STEPS) * full.batch_size * clients / pool
+        )
     elif light:
         extra["tau"] = min(full.tau, steps)
     return run_config(e.run, 0, out, {**extra, **overrides})
@@ -222,9 +238,15 @@ def run_entry(e: Entry, data_dirs: dict[str, Path], work: Path, quick: bool = Fa
     except FedcliError as err:
         e.outcome, e.seconds = f"config: {err}", time.perf_counter() - t0
         return e
-    e.detail = {"dataset": cfg.dataset, "model": cfg.model, "algo": cfg.algo, "clients": cfg.clients,
-                "cohort": max(1, int(round(cfg.active_ratio * cfg.clients))), "tau": cfg.tau,
-                "local_epochs": cfg.local_epochs}
+    e.detail = {
+        "dataset": cfg.dataset,
+        "model": cfg.model,
+        "algo": cfg.algo,
+        "clients": cfg.clients,
+        "cohort": max(1, int(round(cfg.active_ratio * cfg.clients))),
+        "tau": cfg.tau,
+        "local_epochs": cfg.local_epochs,
+    }
     code, error, _ = execute_inline(cfg.to_dict(), work / f"{out.name}.log")
     e.detail["exit"] = code
     if code == 4 and e.id in DIVERGES:  # a divergence seen on real data too: the run folder must still be whole
@@ -255,23 +277,33 @@ def machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
-    return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
+    return (
+        f"{platform.node()}: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch "
+        f"{torch.__version__}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Every recipe entry at --scale paper, budget cut to one round, on "
-                                            "generated data in the real formats; prints and writes the table.")
+    p = argparse.ArgumentParser(
+        description="Every recipe entry at --scale paper, budget cut to one round, on "
+        "generated data in the real formats; prints and writes the table."
+    )
     p.add_argument("--out", default=str(ROOT / "results" / "paper-check.md"), help="the table (Markdown)")
     p.add_argument("--work", default="", help="folder for the data and the runs (default: a temporary one)")
     p.add_argument("--only", default="", help="entries whose 'recipe | run' contains this text")
     p.add_argument("--datasets", default="", help="only the entries on these datasets (comma separated)")
     p.add_argument("--limit", type=int, default=0, help="at most this many entries (coverage order)")
     p.add_argument("--skip-ok", default="", help="leave out the entries that a previous table (this file) lists as ok")
-    p.add_argument("--shard", default="", help="K/N: every N-th entry from the K-th (0-based), for N processes side by side")
+    p.add_argument(
+        "--shard", default="", help="K/N: every N-th entry from the K-th (0-based), for N processes side by side"
+    )
     args = p.parse_args(argv)
     from fedcli.sweep.executors import memoize_datasets
 
@@ -282,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         data_dirs = write_data(work / "data")
         names = set(filter(None, args.datasets.split(",")))
-        todo = coverage_order([e for e in entries() if args.only in e.id and (not names or e.values.get("dataset") in names)])
+        todo = coverage_order(
+            [e for e in entries() if args.only in e.id and (not names or e.values.get("dataset") in names)]
+        )
         if args.skip_ok:
             done_before = ok_entries(Path(args.skip_ok))
             todo = [e for e in todo if e.id not in done_before]
@@ -302,9 +336,12 @@ def main(argv: list[str] | None = None) -> int:
             write_table(Path(args.out), done, len(todo), time.perf_counter() - t0)
     failed = [e for e in done if not passed(e.outcome)]
     diverged = sum(passed(e.outcome) and e.outcome != "ok" for e in done)
-    print(f"paper-check: {len(done) - len(failed) - diverged} of {len(done)} entries ok"
-          + (f", {diverged} diverged as on real data" if diverged else "") + f", {len(failed)} failed, "
-          f"{time.perf_counter() - t0:.0f} s in all; table in {args.out}")
+    print(
+        f"paper-check: {len(done) - len(failed) - diverged} of {len(done)} entries ok"
+        + (f", {diverged} diverged as on real data" if diverged else "")
+        + f", {len(failed)} failed, "
+        f"{time.perf_counter() - t0:.0f} s in all; table in {args.out}"
+    )
     return 1 if failed else 0
 
 
@@ -328,11 +365,13 @@ def ok_entries(path: Path) -> set[str]:
 def write_table(path: Path, done: list[Entry], total: int, seconds: float) -> None:
     ok = sum(e.outcome == "ok" for e in done)
     diverged = sum(passed(e.outcome) and e.outcome != "ok" for e in done)
-    head = (f"# Paper-scale check\n\n`make paper-check` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{machine()}): every recipe entry at `--scale paper`, budget cut to one round (tests/paperkit.py), on "
-            f"generated data in each loader's real format.\n\n**{ok} of {len(done)} entries ok**"
-            + (f", {diverged} diverged as on real data (`DIVERGES` in tests/paperkit.py)" if diverged else "")
-            + f" ({len(done)} of {total} run), {seconds:.0f} s in all.\n\n")
+    head = (
+        f"# Paper-scale check\n\n`make paper-check` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{machine()}): every recipe entry at `--scale paper`, budget cut to one round (tests/paperkit.py), on "
+        f"generated data in each loader's real format.\n\n**{ok} of {len(done)} entries ok**"
+        + (f", {diverged} diverged as on real data (`DIVERGES` in tests/paperkit.py)" if diverged else "")
+        + f" ({len(done)} of {total} run), {seconds:.0f} s in all.\n\n"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(head + table(done) + "\n")
 

@@ -84,7 +84,7 @@ def with_database(url: str, name: str) -> str:
 def postgres_server() -> str:
     why = ""
     try:
-        import psycopg  # noqa: F401
+        import psycopg
     except ImportError:
         why = "psycopg is not installed (`make install` installs it: the postgres extra)"
     url = None

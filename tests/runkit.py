@@ -110,8 +110,13 @@ def mpirun_each(n, commands: list[list[str]], timeout=400):
 def make(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     """``make ARGS`` in the repository with this interpreter as ``PY`` (and this checkout first on PYTHONPATH)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), f"PY={sys.executable}", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), f"PY={sys.executable}", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 #: the files of a --system run that two ways of running it (workers, processes, a resume) must give to the bit
@@ -142,7 +147,8 @@ def mpi_1_and_2(tmp_path: Path, args: list[str], timeout: int = 150) -> dict[int
 
 def killed_and_resumed(args: list[str], ref: Path, out: Path, round_idx: int = 5) -> None:
     """``args`` (a ``train`` command without ``--out``, with checkpoints) run whole into ``ref``, and into ``out``
-    SIGKILLed inside round ``round_idx``, then ``--resume``d once the watchdog has marked it: both are to be compared."""
+    SIGKILLed inside round ``round_idx``, then ``--resume``d once the watchdog has marked it: both are to be
+    compared."""
     import signal
     import time
 
@@ -158,8 +164,9 @@ def killed_and_resumed(args: list[str], ref: Path, out: Path, round_idx: int = 5
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
 
 
-def run_forked(script: str, argv: list[str], env: dict | None = None, cwd: Path | None = None,
-               timeout: float = 240) -> subprocess.CompletedProcess:
+def run_forked(  # noqa: PLR0915
+    script: str, argv: list[str], env: dict | None = None, cwd: Path | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
     """What ``python -c SCRIPT ARGV`` gives (exit code, -N when signal N ended it; stdout; stderr), run in a forked copy
     of this process instead of a new interpreter: torch and fedcli are already imported (about 2 s of CPU saved a
     start). It is still a process of its own, for the tests that need one (a SIGKILL mid-run, a watchdog, a lock left by

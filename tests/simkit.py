@@ -19,15 +19,33 @@ FEMNIST_SAMPLE = SHARED / "datasets" / "femnist-leaf-sample"
 COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
 
 # personalized runs: 2 classes per client with local test splits, every client every round
-PERSONAL_BASE = dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="32", clients=4, active_ratio=1.0,
-                     partition="pathological", classes_per_client=2, client_test_fraction=0.25, rounds=2,
-                     local_epochs=1.0, batch_size=16, lr=0.3, eval_every=1, device="cpu", weighting="samples", threads=1)
+PERSONAL_BASE = dict(
+    algo="fedavg",
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="32",
+    clients=4,
+    active_ratio=1.0,
+    partition="pathological",
+    classes_per_client=2,
+    client_test_fraction=0.25,
+    rounds=2,
+    local_epochs=1.0,
+    batch_size=16,
+    lr=0.3,
+    eval_every=1,
+    device="cpu",
+    weighting="samples",
+    threads=1,
+)
 
 
 def configurer(base: dict):
     """``config(**overrides)``: a validated TrainConfig on top of ``base``."""
+
     def config(**kw) -> TrainConfig:
         return TrainConfig(**{**base, **kw}).validate()
+
     return config
 
 
@@ -48,6 +66,7 @@ def cached_runner(config):
             sim = Simulation(config(**kw)).setup(*data)
             runs[key] = (sim, sim.run(), data)
         return runs[key][:2]
+
     return run
 
 
@@ -117,8 +136,13 @@ def assert_rows_close(a: list[dict], b: list[dict], rel: float, where: str = "")
             except ValueError:
                 assert x == y, (where, n, col, x, y)
                 continue
-            assert math.isfinite(fx) and math.isfinite(fy) and abs(fx - fy) <= rel * max(abs(fx), abs(fy), 1e-300), \
-                (where, n, col, x, y)
+            assert math.isfinite(fx) and math.isfinite(fy) and abs(fx - fy) <= rel * max(abs(fx), abs(fy), 1e-300), (
+                where,
+                n,
+                col,
+                x,
+                y,
+            )
 
 
 def accuracy_by_hand(sim, model_of) -> tuple[float, float]:

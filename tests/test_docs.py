@@ -14,8 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_docs_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (the `test` extra of `make install` brings it)")
-    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").is_file()
 
@@ -27,8 +32,13 @@ def test_docs_site_fails_on_a_broken_anchor(tmp_path):
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     with open(tmp_path / "docs" / "index.md", "a") as f:
         f.write("\nSee [the exit codes](usage.md#no-such-section).\n")
-    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode != 0 and "no-such-section" in p.stdout + p.stderr
 
 

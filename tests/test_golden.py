@@ -9,7 +9,8 @@ The stored files were recorded before the part contract / engine refactor, so a 
 number (a loss, an accuracy, a byte count, a synchronization interval) fails here.
 
 Re-recording after a change that is *meant* to change numbers: ``FEDCLI_GOLDEN_RECORD=1 pytest -s tests/test_golden.py
--k golden_records`` runs everything into a temporary folder, prints every changed file, row and cell (``file row N col: old -> new``),
+-k golden_records`` runs everything into a temporary folder, prints every changed file, row and cell (``file row N col:
+old -> new``),
 and copies the new records over ``tests/golden/`` only when no integer or text cell changed (counts, intervals,
 layer names, row counts); such a change also needs ``FEDCLI_GOLDEN_RECORD_INTEGERS=1``. Say why in the commit.
 
@@ -35,6 +36,7 @@ import pytest
 from fedcli.specs import METHODS
 from goldenkit import CSVS, DIGEST, GOLDEN, LEARNS, REL, RELEASE, RUNS, kind, model_digest, same, table
 from goldenkit import bitwise as exact_release
+
 
 def changes(where: str, stored: str | None, got: str) -> tuple[list[str], bool]:
     """Every changed row and cell of one file (``where row N col: old -> new``, rows counted from the header as 0),
@@ -83,8 +85,11 @@ def record(new: Path, names, allow_integers: bool) -> list[str]:
     text = "\n".join(report) if report else "no changes"
     print(f"golden record ({len(report)} changes):\n{text}", file=sys.__stderr__)
     if structural and not allow_integers:
-        pytest.fail("golden record refused: integer, text or row changes (listed above and here); re-run with "
-                    f"FEDCLI_GOLDEN_RECORD_INTEGERS=1 as well if they are meant:\n{text}", pytrace=False)
+        pytest.fail(
+            "golden record refused: integer, text or row changes (listed above and here); re-run with "
+            f"FEDCLI_GOLDEN_RECORD_INTEGERS=1 as well if they are meant:\n{text}",
+            pytrace=False,
+        )
     for name in names:
         (GOLDEN / name).mkdir(parents=True, exist_ok=True)
         for f in (*CSVS, DIGEST):
@@ -103,9 +108,23 @@ def test_same_is_exact_on_integers_and_tolerant_only_on_floats():
 
 
 @pytest.mark.parametrize("bitwise", [True, False])
-@pytest.mark.parametrize("x,y", [("nan", "nan"), ("inf", "inf"), ("-inf", "-inf"), ("nan", "0.5"), ("0.5", "nan"),
-                                 ("inf", "1e308"), ("NaN", "nan"), ("1", "1.0"), ("1.0", "1"), ("4", "4e0"),
-                                 ("2", "2.0000001"), ("abc", "abd")])
+@pytest.mark.parametrize(
+    "x,y",
+    [
+        ("nan", "nan"),
+        ("inf", "inf"),
+        ("-inf", "-inf"),
+        ("nan", "0.5"),
+        ("0.5", "nan"),
+        ("inf", "1e308"),
+        ("NaN", "nan"),
+        ("1", "1.0"),
+        ("1.0", "1"),
+        ("4", "4e0"),
+        ("2", "2.0000001"),
+        ("abc", "abd"),
+    ],
+)
 def test_same_refuses_nonfinite_and_integer_float_confusion(x, y, bitwise):
     head = "round,value\n"
     assert not same(head + f"1,{x}\n", head + f"1,{y}\n", bitwise=bitwise)
@@ -129,8 +148,12 @@ def test_record_mode_reports_every_change_and_guards_integer_cells():
 def test_record_mode_refuses_integer_changes_without_the_second_flag(tmp_path, monkeypatch, capsys):
     golden = tmp_path / "golden"
     monkeypatch.setattr(sys.modules[__name__], "GOLDEN", golden)
-    old = {"metrics.csv": "round,syncs,loss\n1,4,2.5\n", "layers.csv": "layer\n0\n", "intervals.csv": "",
-           DIGEST: "ab\n"}
+    old = {
+        "metrics.csv": "round,syncs,loss\n1,4,2.5\n",
+        "layers.csv": "layer\n0\n",
+        "intervals.csv": "",
+        DIGEST: "ab\n",
+    }
     for f, t in old.items():
         (golden / "r").mkdir(parents=True, exist_ok=True)
         (golden / "r" / f).write_text(t)
@@ -155,8 +178,10 @@ def test_model_digest_sees_every_tensor_bit(tmp_path):
     a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([3], dtype=torch.int64)}
     torch.save(a, tmp_path / "a.pt")
     torch.save({"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([3], dtype=torch.int64)}, tmp_path / "same.pt")
-    torch.save({"w": torch.tensor([1.0, float(torch.tensor(2.0).nextafter(torch.tensor(3.0)))]), "b": a["b"]},
-               tmp_path / "ulp.pt")
+    torch.save(
+        {"w": torch.tensor([1.0, float(torch.tensor(2.0).nextafter(torch.tensor(3.0)))]), "b": a["b"]},
+        tmp_path / "ulp.pt",
+    )
     torch.save({"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([3], dtype=torch.int32)}, tmp_path / "dtype.pt")
     torch.save({"v": torch.tensor([1.0, 2.0]), "b": a["b"]}, tmp_path / "name.pt")
     digests = [model_digest(tmp_path / f"{n}.pt") for n in ("a", "same", "ulp", "dtype", "name")]
@@ -215,7 +240,12 @@ def test_golden_records(tmp_path, golden_runs):
         record(new, list(RUNS), os.environ.get("FEDCLI_GOLDEN_RECORD_INTEGERS") == "1")
         RELEASE.write_text(torch.__version__ + "\n")
         return
-    how = "bitwise" if bitwise else f"within {REL:g} relative (recorded under torch {RELEASE.read_text().strip() if RELEASE.exists() else '?'})"
+    how = (
+        "bitwise"
+        if bitwise
+        else f"within {REL:g} relative (recorded under torch "
+        f"{RELEASE.read_text().strip() if RELEASE.exists() else '?'})"
+    )
     assert not diffs, f"runs differ from their golden records ({how}):\n" + "\n".join(diffs)
 
 

@@ -86,7 +86,8 @@ def layer_names(contract: dict) -> set[str]:
 def children(package: Path) -> set[str]:
     """The modules and subpackages directly inside ``package`` (``__init__`` aside)."""
     return {p.stem for p in package.glob("*.py") if p.stem != "__init__"} | {
-        p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+        p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
 
 
 def test_every_module_is_in_a_layer():
@@ -121,14 +122,19 @@ def private_imports(program: str) -> list[str]:
     """``module:name`` for each name starting with ``_`` that ``program`` imports from fedcli."""
     import ast
 
-    return [f"{n.module}:{a.name}" for n in ast.walk(ast.parse(program))
-            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fedcli") for a in n.names
-            if a.name.startswith("_")]
+    return [
+        f"{n.module}:{a.name}"
+        for n in ast.walk(ast.parse(program))
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fedcli")
+        for a in n.names
+        if a.name.startswith("_")
+    ]
 
 
 def test_private_imports_finds_a_planted_one():
     assert private_imports("from fedcli.sweep.executors import _pool_init, execute_inline\nimport os") == [
-        "fedcli.sweep.executors:_pool_init"]
+        "fedcli.sweep.executors:_pool_init"
+    ]
     assert private_imports("from fedcli.sweep.executors import execute_inline") == []
 
 
@@ -137,6 +143,10 @@ def test_no_string_program_imports_a_private_name():
     (the sweep estimate's probe is a module, ``python -m fedcli.sweep.probe``, inside the contract)."""
     import ast
 
-    bad = {str(p.relative_to(ROOT)): private_imports(prog) for p in sorted((ROOT / "fedcli").rglob("*.py"))
-           for prog in string_programs(ast.parse(p.read_text())) if private_imports(prog)}
+    bad = {
+        str(p.relative_to(ROOT)): private_imports(prog)
+        for p in sorted((ROOT / "fedcli").rglob("*.py"))
+        for prog in string_programs(ast.parse(p.read_text()))
+        if private_imports(prog)
+    }
     assert bad == {}

@@ -15,9 +15,17 @@ def test_the_copy_keeps_the_results_package_and_leaves_out_the_top_results_folde
     """``fedcli/results/`` is a package; left out of the copy, the shared venv's editable install imported another
     checkout's ``fedcli.results`` in its place (ImportError in the old tree's resume test: every survivor "killed")."""
     src = tmp_path / "repo"
-    for f in ("fedcli/results/checkpoint.py", "fedcli/fl/adaptive.py", "tests/test_x.py", "results/mutation/a.json",
-              ".venv/bin/python", ".git/HEAD", "mutation-out/a.json", "fedcli/__pycache__/a.pyc",
-              "tests/.pytest_cache/v"):
+    for f in (
+        "fedcli/results/checkpoint.py",
+        "fedcli/fl/adaptive.py",
+        "tests/test_x.py",
+        "results/mutation/a.json",
+        ".venv/bin/python",
+        ".git/HEAD",
+        "mutation-out/a.json",
+        "fedcli/__pycache__/a.pyc",
+        "tests/.pytest_cache/v",
+    ):
         (src / f).parent.mkdir(parents=True, exist_ok=True)
         (src / f).write_text("x")
     mutation.copy_repo(tmp_path / "copy", None, root=src)

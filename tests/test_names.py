@@ -30,10 +30,10 @@ METHOD_SPEC_USES = {
     ("fedcli/params.py", "spec"): "the PartSpec whose declared options a part reads",
     ("fedcli/params.py", "_spec"): "the PartSpec of a part class or of a spec",
     ("fedcli/params.py", "cls_or_spec"): "a part class or its PartSpec, either: what the functions reading a part's "
-                                          "declared options take (issue 60: it was ``part``, a third meaning)",
+    "declared options take (issue 60: it was ``part``, a third meaning)",
     ("fedcli/report/rundata.py", "spec"): "the PartSpec through which a run's recorded options are read, typed",
     ("fedcli/report/rundata.py", "part_spec"): "the PartSpec of a run's part: what the report reads of it (its label, "
-                                               "layerwise, learned_weights) without the torch class",
+    "layerwise, learned_weights) without the torch class",
 }
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
@@ -73,8 +73,11 @@ def spec_names(root: Path) -> list[tuple[str, str, int]]:
             continue
         if says_spec(path.stem):
             found.append((rel, path.stem, 0))
-        found += [(rel, name, line) for name, line in defined_names(ast.parse(path.read_text(encoding="utf-8")))
-                  if says_spec(name)]
+        found += [
+            (rel, name, line)
+            for name, line in defined_names(ast.parse(path.read_text(encoding="utf-8")))
+            if says_spec(name)
+        ]
     return found
 
 
@@ -84,17 +87,18 @@ def allowed(module: str, name: str) -> bool:
 
 def test_spec_names_only_method_specs():
     bad = [f"{m}:{line}: {n}" for m, n, line in sorted(set(spec_names(ROOT))) if not allowed(m, n)]
-    assert not bad, ("names that say 'spec' for something that is not a method spec (fedcli/specs/); name what it is "
-                     "(TableDef, SyntheticSetting, factory reference, ...), or, for a method spec (a PartSpec) read "
-                     "outside fedcli/specs/, add the module to METHOD_SPEC_USES with why:\n" + "\n".join(bad))
+    assert not bad, (
+        "names that say 'spec' for something that is not a method spec (fedcli/specs/); name what it is "
+        "(TableDef, SyntheticSetting, factory reference, ...), or, for a method spec (a PartSpec) read "
+        "outside fedcli/specs/, add the module to METHOD_SPEC_USES with why:\n" + "\n".join(bad)
+    )
 
 
 def test_every_allowed_name_is_still_defined():
     """A stale entry is removed, so that the allow-list stays the list of what it allows."""
     found = {(m, n) for m, n, _ in spec_names(ROOT)}
     names = {n for _, n in found}
-    stale = [n for n in ANYWHERE if n not in names] + [f"{m}: {n}" for m, n in METHOD_SPEC_USES
-                                                        if (m, n) not in found]
+    stale = [n for n in ANYWHERE if n not in names] + [f"{m}: {n}" for m, n in METHOD_SPEC_USES if (m, n) not in found]
     assert not stale, "allow-list entries that nothing defines any more (remove them): " + ", ".join(stale)
 
 
@@ -114,12 +118,27 @@ def test_the_scan_sees_each_kind_of_definition(tmp_path):
         "[row_spec for row_spec in []]\n"
         "if (got_spec := 1): pass\n"
         "try: pass\nexcept Exception as spec_error: pass\n"
-        "def inspect_specifics(specification): pass\n")
+        "def inspect_specifics(specification): pass\n"
+    )
     got = sorted((m, n) for m, n, _ in spec_names(tmp_path))
     a, s = "fedcli/report/a.py", "fedcli/report/spec.py"
-    assert got == sorted([(s, "spec"), (a, "spec_util"), (a, "TableSpec"), (a, "spec"), (a, "specs"),
-                          (a, "is_factory_spec"), (a, "more_specs"), (a, "SPEC"), (a, "one_spec"), (a, "spec_file"), (a, "row_spec"),
-                          (a, "got_spec"), (a, "spec_error")])
+    assert got == sorted(
+        [
+            (s, "spec"),
+            (a, "spec_util"),
+            (a, "TableSpec"),
+            (a, "spec"),
+            (a, "specs"),
+            (a, "is_factory_spec"),
+            (a, "more_specs"),
+            (a, "SPEC"),
+            (a, "one_spec"),
+            (a, "spec_file"),
+            (a, "row_spec"),
+            (a, "got_spec"),
+            (a, "spec_error"),
+        ]
+    )
 
 
 #: a table and a figure as sweep.json held them before the rename (spec_to_dict of main at b297b2f)
@@ -135,8 +154,16 @@ OLD_SWEEP_PRODUCTS = json.loads("""[
 
 
 def test_a_sweep_json_written_before_the_rename_reads_the_same():
-    """The renamed classes are not stored: a sweep folder's products read back as they were, and are written the same."""
-    from fedcli.report.products import FigureDef, TableDef, parse_figure, parse_table, product_from_dict, product_to_dict
+    """The renamed classes are not stored: a sweep folder's products read back as they were, and are written the
+    same."""
+    from fedcli.report.products import (
+        FigureDef,
+        TableDef,
+        parse_figure,
+        parse_table,
+        product_from_dict,
+        product_to_dict,
+    )
 
     table, figure = (product_from_dict(d) for d in OLD_SWEEP_PRODUCTS)
     assert isinstance(table, TableDef) and isinstance(figure, FigureDef)
@@ -150,8 +177,10 @@ def test_a_sweep_json_written_before_the_rename_reads_the_same():
 def fedcli_modules(root: Path = ROOT) -> list[tuple[str, ast.AST]]:
     """(module path relative to ``root``, its syntax tree) of every module of ``root/fedcli`` (parsed once a root)."""
     if root not in _PARSED:
-        _PARSED[root] = [(path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
-                         for path in sorted((root / "fedcli").rglob("*.py"))]
+        _PARSED[root] = [
+            (path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
+            for path in sorted((root / "fedcli").rglob("*.py"))
+        ]
     return _PARSED[root]
 
 
@@ -161,9 +190,15 @@ _PARSED: dict[Path, list] = {}
 def bound(tree: ast.AST, word: str):
     """Line of every place ``tree`` binds the name ``word``: an argument, an assigned or loop name, a def or class."""
     for node in ast.walk(tree):
-        if (isinstance(node, ast.arg) and node.arg == word
-                or isinstance(node, ast.Name) and node.id == word and isinstance(node.ctx, ast.Store)
-                or isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == word):
+        if (
+            isinstance(node, ast.arg)
+            and node.arg == word
+            or isinstance(node, ast.Name)
+            and node.id == word
+            and isinstance(node.ctx, ast.Store)
+            or isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            and node.name == word
+        ):
             yield node.lineno
 
 
@@ -178,11 +213,21 @@ def opts_misuses(root: Path = ROOT) -> list[str]:
             continue
         for node in ast.walk(tree):
             inner = node.value if isinstance(node, ast.Attribute) else None
-            if (isinstance(inner, ast.Attribute) and inner.attr == "params" and isinstance(inner.value, ast.Name)
-                    and inner.value.id == "self" and node.attr not in ("items", "values", "keys", "get")):
+            if (
+                isinstance(inner, ast.Attribute)
+                and inner.attr == "params"
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id == "self"
+                and node.attr not in ("items", "values", "keys", "get")
+            ):
                 bad.append(f"{rel}:{node.lineno}: self.params.{node.attr}")
-            if isinstance(node, ast.Call) and ast.unparse(node.func) == "super().__init__" and node.args \
-                    and isinstance(node.args[0], ast.Name) and node.args[0].id == "params":
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "super().__init__"
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id == "params"
+            ):
                 bad.append(f"{rel}:{node.lineno}: super().__init__(params)")
     return bad
 
@@ -197,13 +242,20 @@ def active_misuses(root: Path = ROOT) -> list[str]:
         if not rel.startswith("fedcli/fl/"):
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr == "active"
-                    and not ast.unparse(node.value).endswith("ctx")):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "active"
+                and not ast.unparse(node.value).endswith("ctx")
+            ):
                 bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
             elif isinstance(node, ast.FunctionDef) and node.name == "active":
                 bad.append(f"{rel}:{node.lineno}: def active")
-            elif isinstance(node, ast.arg) and node.arg == "active" and node.annotation is not None \
-                    and "int" in ast.unparse(node.annotation):
+            elif (
+                isinstance(node, ast.arg)
+                and node.arg == "active"
+                and node.annotation is not None
+                and "int" in ast.unparse(node.annotation)
+            ):
                 bad.append(f"{rel}:{node.lineno}: active: {ast.unparse(node.annotation)}")
             elif isinstance(node, ast.Constant) and node.value == "active" and rel == "fedcli/fl/view.py":
                 bad.append(f"{rel}:{node.lineno}: the member 'active'")
@@ -224,8 +276,11 @@ def part_misuses(root: Path = ROOT) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name == "part" and rel != "fedcli/specs/__init__.py":
                 bad.append(f"{rel}:{node.lineno}: def part (a name of a part is part_name)")
-            elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript)
-                  and any(isinstance(t, ast.Name) and t.id == "part" for t in node.targets)):
+            elif (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Subscript)
+                and any(isinstance(t, ast.Name) and t.id == "part" for t in node.targets)
+            ):
                 bad.append(f"{rel}:{node.lineno}: part = {ast.unparse(node.value)} (a slice)")
         if not rel.startswith(PART_PACKAGES) and rel != "fedcli/specs/__init__.py":
             bad += [f"{rel}:{line}: part (outside {', '.join(PART_PACKAGES)})" for line in bound(tree, "part")]
@@ -239,8 +294,11 @@ def share_misuses(root: Path = ROOT) -> list[str]:
     bad = []
     for rel, tree in fedcli_modules(root):
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.name == "share" \
-                    and not any(ast.unparse(d) == "property" for d in node.decorator_list):
+            if (
+                isinstance(node, ast.FunctionDef)
+                and node.name == "share"
+                and not any(ast.unparse(d) == "property" for d in node.decorator_list)
+            ):
                 bad.append(f"{rel}:{node.lineno}: def share (a verb)")
         bad += [f"{rel}:{line}: shares" for line in bound(tree, "shares")]
     return bad
@@ -253,11 +311,18 @@ def view_misuses(root: Path = ROOT) -> list[str]:
     bad = []
     for rel, tree in fedcli_modules(root):
         for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and "view" in (w.lower() for w in _WORD.findall(node.name)) \
-                    and node.name != "PartView":
+            if (
+                isinstance(node, ast.ClassDef)
+                and "view" in (w.lower() for w in _WORD.findall(node.name))
+                and node.name != "PartView"
+            ):
                 bad.append(f"{rel}:{node.lineno}: class {node.name}")
-            elif isinstance(node, ast.arg) and node.arg == "view" and node.annotation is not None \
-                    and "PartView" not in ast.unparse(node.annotation):
+            elif (
+                isinstance(node, ast.arg)
+                and node.arg == "view"
+                and node.annotation is not None
+                and "PartView" not in ast.unparse(node.annotation)
+            ):
                 bad.append(f"{rel}:{node.lineno}: view: {ast.unparse(node.annotation)}")
     return bad
 
@@ -268,11 +333,18 @@ def period_misuses(root: Path = ROOT) -> list[str]:
     bad = []
     for rel, tree in fedcli_modules(root):
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr == "period"
-                    or isinstance(node, ast.keyword) and node.arg == "period"
-                    or isinstance(node, ast.Name) and node.id == "period"
-                    or isinstance(node, ast.arg) and node.arg == "period"
-                    or isinstance(node, ast.FunctionDef) and node.name == "period"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "period"
+                or isinstance(node, ast.keyword)
+                and node.arg == "period"
+                or isinstance(node, ast.Name)
+                and node.id == "period"
+                or isinstance(node, ast.arg)
+                and node.arg == "period"
+                or isinstance(node, ast.FunctionDef)
+                and node.name == "period"
+            ):
                 bad.append(f"{rel}:{node.lineno}: period")
     return bad
 
@@ -285,8 +357,14 @@ def phi_options() -> set[str]:
     return {name for name in FIELDS if "phi" in name.split("_")}
 
 
-RULES = {"params": opts_misuses, "active": active_misuses, "part": part_misuses, "share": share_misuses,
-         "view": view_misuses, "period": period_misuses}
+RULES = {
+    "params": opts_misuses,
+    "active": active_misuses,
+    "part": part_misuses,
+    "share": share_misuses,
+    "view": view_misuses,
+    "period": period_misuses,
+}
 
 
 @pytest.mark.parametrize("word", sorted(RULES))
@@ -311,10 +389,12 @@ def test_each_rule_sees_the_meaning_it_forbids(tmp_path):
         "def sample_cohort(seed, round_idx, clients, active: int): pass\n"
         "def share(view, clients, tables):\n    shares = []\n"
         "def plan_run(cfg, period): return cfg.period\n"
-        "def score(idx):\n    part = idx[0:4]\n")
+        "def score(idx):\n    part = idx[0:4]\n"
+    )
     (tmp_path / "fedcli" / "report" / "old.py").write_text(
         "class RunView: pass\ndef run_train(cfg, view: RunView): pass\n"
-        "class RunData:\n    def part(self, kind): pass\ndef bind(part, source): pass\n")
+        "class RunData:\n    def part(self, kind): pass\ndef bind(part, source): pass\n"
+    )
     got = {word: len(rule(tmp_path)) for word, rule in RULES.items()}
     assert got == {"params": 2, "active": 2, "part": 4, "share": 2, "view": 2, "period": 2}
     (fl / "old.py").write_text(
@@ -326,10 +406,12 @@ def test_each_rule_sees_the_meaning_it_forbids(tmp_path):
         "def sample_cohort(seed, round_idx, clients, n_active: int): pass\n"
         "def publish(view, clients, tables):\n    gathered = []\n"
         "def plan_run(cfg, round_length): return cfg.round_length\n"
-        "def engine(sim):\n    for part in sim.parts.values(): part.setup(sim.view)\n")
+        "def engine(sim):\n    for part in sim.parts.values(): part.setup(sim.view)\n"
+    )
     (tmp_path / "fedcli" / "report" / "old.py").write_text(
         "class RunPrinter: pass\ndef run_train(cfg, printer: RunPrinter): pass\n"
         "class RunData:\n    def part_name(self, kind): pass\ndef bind(cls_or_spec, source): pass\n"
-        "class PartView: pass\ndef hook(view: PartView): pass\n")
+        "class PartView: pass\ndef hook(view: PartView): pass\n"
+    )
     _PARSED.pop(tmp_path)  # the files changed: parse them again
     assert {word: rule(tmp_path) for word, rule in RULES.items()} == {word: [] for word in RULES}

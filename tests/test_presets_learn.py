@@ -60,16 +60,26 @@ def test_aliases_are_the_same_preset_with_the_same_defaults():
 #: +0.116 (+0.051 at 150); pfedme at 300 +0.127 (below the bar at 150); perfedavg at its default 600 +0.090 (+0.006
 #: at 300); apple 600 iterations on 8 clients +0.131 (bar 0.667; 16 clients at 600: +0.011); fedyogi +0.296 (0.847),
 #: fedadagrad +0.318 (0.869).
-QUICK = {**{name: ["--iterations", "150"] for name in PRESETS},
-         "fedfomo": ["--iterations", "300"], "pfedme": ["--iterations", "300"], "perfedavg": [],
-         "apple": ["--iterations", "600", "--clients", "8"]}
+QUICK = {
+    **{name: ["--iterations", "150"] for name in PRESETS},
+    "fedfomo": ["--iterations", "300"],
+    "pfedme": ["--iterations", "300"],
+    "perfedavg": [],
+    "apple": ["--iterations", "600", "--clients", "8"],
+}
 
 
 def budgets() -> list:
     """Each preset at QUICK, and at its full default budget (slow: the golden records pin the same arithmetic, QUICK
     shows it learns)."""
-    return [case for algo in PRESETS for case in (pytest.param(algo, QUICK[algo], id=f"{algo}-quick"),
-                                                   pytest.param(algo, [], id=f"{algo}-defaults", marks=pytest.mark.slow))]
+    return [
+        case
+        for algo in PRESETS
+        for case in (
+            pytest.param(algo, QUICK[algo], id=f"{algo}-quick"),
+            pytest.param(algo, [], id=f"{algo}-defaults", marks=pytest.mark.slow),
+        )
+    ]
 
 
 @pytest.mark.timeout(900)

@@ -26,7 +26,8 @@ repository.
 
 What a command wrote to the paths it names (a train's --out, a partition file, the example's data) is kept for the
 session (``made``): a later test that needs that command first gets a copy instead of running it again (the FEMNIST
-report of docs/usage.md reads two trainings of about 10 s each). Each command is still run, and checked, by its own test.
+report of docs/usage.md reads two trainings of about 10 s each). Each command is still run, and checked, by its own
+test.
 """
 
 import csv
@@ -69,7 +70,12 @@ def block_commands(path: Path) -> list[tuple[str, str]]:
             words = shlex.split(line, comments=True)
             if words:
                 k += 1
-                out.append((f"{path.stem}-block{b}-{k}-{words[0].rsplit('/', 1)[-1]}-{words[1] if len(words) > 1 else ''}", " ".join(shlex.quote(w) for w in words)))
+                out.append(
+                    (
+                        f"{path.stem}-block{b}-{k}-{words[0].rsplit('/', 1)[-1]}-{words[1] if len(words) > 1 else ''}",
+                        " ".join(shlex.quote(w) for w in words),
+                    )
+                )
     return out
 
 
@@ -90,12 +96,14 @@ COMMANDS = readme_commands()
 def set_option(argv: list[str], flag: str, value: str) -> list[str]:
     if flag in argv:
         i = argv.index(flag)
-        return argv[: i + 1] + [value] + argv[i + 2:]
+        return argv[: i + 1] + [value] + argv[i + 2 :]
     return argv + [flag, value]
 
 
 def small_train(argv: list[str]) -> list[str]:
-    argv = set_option(argv, "--rounds", "1") if "--rounds" in argv else set_option(argv, "--iterations", SMALL_ITERATIONS)
+    argv = (
+        set_option(argv, "--rounds", "1") if "--rounds" in argv else set_option(argv, "--iterations", SMALL_ITERATIONS)
+    )
     return set_option(argv, "--threads", "1")
 
 
@@ -117,12 +125,14 @@ class Sandbox:
         self.dry_sweeps: dict[str, str] = {}  # the folder of a sweep planned with --dry-run -> its recipe
         self.env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
-    def plan(self, argv: list[str]) -> tuple[list[str] | None, str | None]:
+    def plan(self, argv: list[str]) -> tuple[list[str] | None, str | None]:  # noqa: C901
         """(the command to run, or None and why it is skipped)."""
         if "../shared/" in " ".join(argv) and not (self.repo.parent / "shared" / "datasets").is_dir():
             return None, f"the data beside the repository ({SHARED}) is not there"
         if argv[0] == "make":
-            return None, {"install": "downloads packages (network)", "test": "it is this test suite"}.get(argv[1], "not a fedcli step")
+            return None, {"install": "downloads packages (network)", "test": "it is this test suite"}.get(
+                argv[1], "not a fedcli step"
+            )
         if argv[0] in ("python", "python3"):
             return [sys.executable, *argv[1:]], None
         if argv[0].startswith(".venv/bin/"):
@@ -147,15 +157,21 @@ class Sandbox:
         if cmd == "tune" and not {"--promote", "--confirm"} & set(argv):  # a study for real: tests/sweep/test_tune_*.py
             return argv + ([] if "--dry-run" in argv else ["--dry-run"]), None
         if cmd == "report" and "--paper" in argv:
-            return None, "a paper's section reads real sweeps (test_readme_smoke_sweep_and_report runs it after the smoke sweep, slow)"
+            return (
+                None,
+                "a paper's section reads real sweeps (test_readme_smoke_sweep_and_report runs it after the "
+                "smoke sweep, slow)",
+            )
         if cmd == "report" and len(argv) > 2 and argv[2] in self.dry_sweeps:
             recipe = self.dry_sweeps[argv[2]]
             if "--table" in argv:  # the table it asks for is one its recipe makes (the dry run checked the rest)
                 with open(self.repo / recipe, "rb") as f:
                     tables = [t["name"] for t in tomllib.load(f).get("tables", [])]
                 assert argv[argv.index("--table") + 1] in tables, f"{' '.join(argv)}: {recipe} has the tables {tables}"
-            return None, (f"{argv[2]} is from a sweep that ran with --dry-run here (test_readme_smoke_sweep_and_report runs "
-                          "the first smoke sweep and its report for real, slow)")
+            return None, (
+                f"{argv[2]} is from a sweep that ran with --dry-run here (test_readme_smoke_sweep_and_report runs "
+                "the first smoke sweep and its report for real, slow)"
+            )
         if cmd == "bench":
             if "cuda" in argv:
                 return None, "needs a CUDA GPU"
@@ -209,8 +225,11 @@ def producers(index: int) -> list[str]:
     for k in range(index):
         made = outputs(shlex.split(COMMANDS[k][1]))
         # "results" (a train without --out: results/<algo>-<dataset>-s<seed>-<time>) feeds only the bare report
-        if any(p == m or (m != "results" and p.startswith(m + "/")) or (p == "results" and m.startswith("results"))
-               for p in need for m in made):
+        if any(
+            p == m or (m != "results" and p.startswith(m + "/")) or (p == "results" and m.startswith("results"))
+            for p in need
+            for m in made
+        ):
             out.append(k)
             if need == ["results"]:
                 break
@@ -327,7 +346,9 @@ def test_readme_says_each_paragraph_once():
 def test_readme_has_commands():
     assert len(COMMANDS) >= 15
     assert any(i.startswith("README-") for i, _ in COMMANDS) and any(not i.startswith("README-") for i, _ in COMMANDS)
-    assert all(cmd.split()[0].rsplit("/", 1)[-1] in ("fedcli", "make", "python", "mpiexec") for _, cmd in COMMANDS), COMMANDS
+    assert all(cmd.split()[0].rsplit("/", 1)[-1] in ("fedcli", "make", "python", "mpiexec") for _, cmd in COMMANDS), (
+        COMMANDS
+    )
 
 
 def _param(i: str, cmd: str, k: int):
@@ -378,9 +399,15 @@ def test_readme_smoke_sweep_and_report(tmp_path, capsys):
     assert box.run(set_option(sweep, "--seeds", "1"))[0] == 0
     assert box.run(report)[0] == 0
     assert "smoke scale of:" in capsys.readouterr().out
-    papers = [a for a in lines if a[:2] == ["fedcli", "report"] and "--paper" in a and sweep_out(sweep).startswith(a[2] + "/")]
+    papers = [
+        a for a in lines if a[:2] == ["fedcli", "report"] and "--paper" in a and sweep_out(sweep).startswith(a[2] + "/")
+    ]
     assert papers, "no `fedcli report DIR --paper NAME` of the pages reads the smoke sweep"
     for argv in papers:
         assert box.run(argv)[0] == 0, argv
-        out = argv[argv.index("--output") + 1] if "--output" in argv else f"{argv[2]}/paper-{argv[argv.index('--paper') + 1]}"
+        out = (
+            argv[argv.index("--output") + 1]
+            if "--output" in argv
+            else f"{argv[2]}/paper-{argv[argv.index('--paper') + 1]}"
+        )
         assert all((box.repo / out / f).stat().st_size > 0 for f in ("section.tex", "section.md")), out

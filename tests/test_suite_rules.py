@@ -34,19 +34,42 @@ LONG = pytest.mark.long(reason="a nested pytest (3 to 7 s) for another switch of
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("env,code,outcome", [
-    ({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
-    pytest.param({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error", marks=LONG),
-    ({"CI": ""}, 0, "3 skipped"),
-    pytest.param({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped", marks=LONG)])
+@pytest.mark.parametrize(
+    "env,code,outcome",
+    [
+        ({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
+        pytest.param({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error", marks=LONG),
+        ({"CI": ""}, 0, "3 skipped"),
+        pytest.param({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped", marks=LONG),
+    ],
+)
 def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcome):
     (tmp_path / "test_x.py").write_text(SKIPPING)
     # the suite's conftest, as a plugin, on a throwaway test file
     full = {k: v for k, v in os.environ.items() if k not in ("CI", "FEDCLI_REQUIRE_MPI", "PYTEST_ADDOPTS")}
     full.update(env, PYTHONPATH=os.pathsep.join([str(TESTS), full.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-                        "--rootdir", str(tmp_path), "-o", "markers=mpi", str(tmp_path / "test_x.py")],
-                       cwd=tmp_path, env=full, capture_output=True, text=True, timeout=100)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "-o",
+            "markers=mpi",
+            str(tmp_path / "test_x.py"),
+        ],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert p.returncode == code, p.stdout + p.stderr
     assert outcome in p.stdout, p.stdout
     if code:
@@ -61,11 +84,20 @@ def suite_conftest(request):
     return next(m for m in request.config.pluginmanager.get_plugins() if getattr(m, "__file__", None) == path)
 
 
-@pytest.mark.parametrize("env,required", [({}, False), ({"CI": "true"}, True), ({"CI": "1"}, True),
-                                          ({"CI": "false"}, False), ({"CI": "0"}, False), ({"FEDCLI_REQUIRE_MPI": "1"}, True),
-                                          ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, False),
-                                          ({"CI": "", "FEDCLI_REQUIRE_MPI": "yes"}, True),
-                                          ({"CI": "true", "FEDCLI_REQUIRE_MPI": "no"}, False)])
+@pytest.mark.parametrize(
+    "env,required",
+    [
+        ({}, False),
+        ({"CI": "true"}, True),
+        ({"CI": "1"}, True),
+        ({"CI": "false"}, False),
+        ({"CI": "0"}, False),
+        ({"FEDCLI_REQUIRE_MPI": "1"}, True),
+        ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, False),
+        ({"CI": "", "FEDCLI_REQUIRE_MPI": "yes"}, True),
+        ({"CI": "true", "FEDCLI_REQUIRE_MPI": "no"}, False),
+    ],
+)
 def test_mpi_required_reads_ci_and_its_override(monkeypatch, suite_conftest, env, required):
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("FEDCLI_REQUIRE_MPI", raising=False)
@@ -113,8 +145,13 @@ def test_test_modules_do_not_import_each_other():
     found = set()
     for path in TESTS.rglob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
             found |= {(path.relative_to(TESTS).as_posix(), n) for n in names if n.split(".")[0].startswith("test_")}
     assert not found, sorted(found)
 
@@ -125,8 +162,20 @@ def test_the_run_cache_keys_on_the_data():
     from fedcli.data.setup import load_data_and_partition
     from simkit import cached_runner, configurer
 
-    config = configurer(dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="4", clients=2, rounds=1, tau=1,
-                             batch_size=8, device="cpu", threads=1))
+    config = configurer(
+        dict(
+            algo="fedavg",
+            dataset="digits",
+            model="mlp",
+            mlp_hidden="4",
+            clients=2,
+            rounds=1,
+            tau=1,
+            batch_size=8,
+            device="cpu",
+            threads=1,
+        )
+    )
     run = cached_runner(config)
     a = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=0).validate())
     b = load_data_and_partition(TrainConfig(dataset="digits", clients=2, seed=1).validate())  # another split
@@ -141,10 +190,12 @@ def test_run_forked_is_a_process_of_its_own_with_python_c_exit_codes(tmp_path):
     for an exception, and nothing of this process run at its end."""
     from runkit import run_forked
 
-    script = ("import os, signal, sys\nprint(os.getpid(), os.getcwd(), os.environ['FORKED'], *sys.argv[1:])\n"
-              "print('to stderr', file=sys.stderr)\n"
-              "if sys.argv[1] == 'kill': os.kill(os.getpid(), signal.SIGKILL)\n"
-              "if sys.argv[1] == 'raise': raise ValueError('boom')\nsys.exit(int(sys.argv[2]))\n")
+    script = (
+        "import os, signal, sys\nprint(os.getpid(), os.getcwd(), os.environ['FORKED'], *sys.argv[1:])\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "if sys.argv[1] == 'kill': os.kill(os.getpid(), signal.SIGKILL)\n"
+        "if sys.argv[1] == 'raise': raise ValueError('boom')\nsys.exit(int(sys.argv[2]))\n"
+    )
     env = {**os.environ, "FORKED": "yes"}
     p = run_forked(script, ["exit", "3"], env=env, cwd=tmp_path)
     pid, cwd, flag, *argv = p.stdout.split()

@@ -13,14 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (importer, imported) -> why: the upward imports left
 UPWARD_LEFT = {
     ("fedcli.report", "fedcli.api"): "fedcli.report(*paths, **flags) in a notebook: the report package is callable "
-                                     "and runs fedcli.api.write_report (removing it means renaming the package)",
+    "and runs fedcli.api.write_report (removing it means renaming the package)",
 }
 #: module -> why: the module tricks left
 TRICKS_LEFT = {
     "fedcli/config.py": "TrainConfig and FIELDS assembled at first use, after a method file of your own has registered "
-                        "its params (93 imports read them by name)",
+    "its params (93 imports read them by name)",
     "fedcli/cli/main.py": "the whole Typer app as `app`, built only when asked (building it imports every command, "
-                          "torch included; `fedcli --help` must not)",
+    "torch included; `fedcli --help` must not)",
     "fedcli/report/__init__.py": "the callable report package (fedcli.report(...), above)",
 }
 
@@ -58,9 +58,13 @@ def imported(tree: ast.AST, root: Path) -> list[str]:
             for a in n.names:
                 sub = root / Path(*f"{n.module}.{a.name}".split("."))
                 found.append(f"{n.module}.{a.name}" if sub.with_suffix(".py").exists() or sub.is_dir() else n.module)
-        elif (isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant)
-              and isinstance(n.args[0].value, str)
-              and getattr(n.func, "attr", getattr(n.func, "id", None)) in ("import_module", "__import__")):
+        elif (
+            isinstance(n, ast.Call)
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+            and isinstance(n.args[0].value, str)
+            and getattr(n.func, "attr", getattr(n.func, "id", None)) in ("import_module", "__import__")
+        ):
             found.append(n.args[0].value)
     return [m for m in found if m == "fedcli" or m.startswith("fedcli.")]
 
@@ -83,8 +87,10 @@ def module_tricks(root: Path) -> set[str]:
     for path in sorted((root / "fedcli").rglob("*.py")):
         tree = ast.parse(path.read_text())
         getattr_ = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
-        swapped = any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__"
-                                                        for t in n.targets) for n in tree.body)
+        swapped = any(
+            isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in n.targets)
+            for n in tree.body
+        )
         if getattr_ or swapped:
             out.add(path.relative_to(root).as_posix())
     return out
@@ -94,9 +100,11 @@ def test_the_scan_sees_imports_in_functions_and_by_name(tmp_path):
     """A planted tree worked out by hand: a config function importing the trackers (in a function), the report importing
     the API by name, and a results module reading the fedcli package: three imports up; the CLI importing the config
     is down."""
-    (tmp_path / "pyproject.toml").write_text('[[tool.importlinter.contracts]]\nname = "l"\ntype = "layers"\n'
-                                             'layers = ["fedcli.api", "fedcli.cli", "fedcli.report", "fedcli.results", '
-                                             '"fedcli.trackers", "fedcli.config"]\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[[tool.importlinter.contracts]]\nname = "l"\ntype = "layers"\n'
+        'layers = ["fedcli.api", "fedcli.cli", "fedcli.report", "fedcli.results", '
+        '"fedcli.trackers", "fedcli.config"]\n'
+    )
     pkg = tmp_path / "fedcli"
     for sub in ("cli", "report", "results", "trackers"):
         (pkg / sub).mkdir(parents=True)
@@ -107,8 +115,11 @@ def test_the_scan_sees_imports_in_functions_and_by_name(tmp_path):
     (pkg / "report" / "__init__.py").write_text("import importlib\nimportlib.import_module('fedcli.api')\n")
     (pkg / "results" / "x.py").write_text("import fedcli\nfrom fedcli import config\n")
     (pkg / "cli" / "y.py").write_text("from fedcli.config import check\n")
-    assert upward_imports(tmp_path) == {("fedcli.config", "fedcli.trackers"), ("fedcli.report", "fedcli.api"),
-                                        ("fedcli.results", "fedcli")}
+    assert upward_imports(tmp_path) == {
+        ("fedcli.config", "fedcli.trackers"),
+        ("fedcli.report", "fedcli.api"),
+        ("fedcli.results", "fedcli"),
+    }
     (pkg / "report" / "z.py").write_text("def __getattr__(name):\n    pass\n")
     (pkg / "cli" / "w.py").write_text("import sys\nsys.modules[__name__].__class__ = type\n")
     assert module_tricks(tmp_path) == {"fedcli/report/z.py", "fedcli/cli/w.py"}

@@ -1,5 +1,6 @@
 """Study folders of ``fedcli tune`` built for the report's tests from REAL ``fedcli train`` runs (digits, MLP 32, a
-validation split, 8 local iterations), in the exact layout of the tune contract (issue 58; docs/tuning.md): ``tune.json``,
+validation split, 8 local iterations), in the exact layout of the tune contract (issue 58; docs/tuning.md):
+``tune.json``,
 ``trials.csv`` and one run directory per trial, ``DIR/<study>/trial-NNNN``, whose manifest carries the ``tune`` entry.
 
 This mirrors the contract; it is not the coordinator. A pruned trial is a real run trained to its pruning iteration
@@ -15,12 +16,27 @@ import json
 from pathlib import Path
 
 #: the train values every trial shares (the study's ``base``): 8 local iterations, an evaluation every 2
-BASE = {"algo": "fedavg", "dataset": "digits", "model": "mlp", "mlp_hidden": "32", "clients": 4, "active_ratio": 0.5,
-        "iterations": 8, "eval_every": 2, "tau": 2, "lr": 0.1, "val_fraction": 0.2, "threads": 1, "trainer": "loop"}
+BASE = {
+    "algo": "fedavg",
+    "dataset": "digits",
+    "model": "mlp",
+    "mlp_hidden": "32",
+    "clients": 4,
+    "active_ratio": 0.5,
+    "iterations": 8,
+    "eval_every": 2,
+    "tau": 2,
+    "lr": 0.1,
+    "val_fraction": 0.2,
+    "threads": 1,
+    "trainer": "loop",
+}
 BUDGET = 8
 ONE = [{"metric": "val_acc", "reduce": "last2", "direction": "maximize"}]
-TWO = [{"metric": "val_acc", "reduce": "final", "direction": "maximize"},
-       {"metric": "comm_bytes", "reduce": "final", "direction": "minimize"}]
+TWO = [
+    {"metric": "val_acc", "reduce": "final", "direction": "maximize"},
+    {"metric": "comm_bytes", "reduce": "final", "direction": "minimize"},
+]
 
 
 def train_run(out: Path, values: dict) -> Path:
@@ -34,8 +50,11 @@ def train_run(out: Path, values: dict) -> Path:
 def _close_as_pruned(run: Path, iteration: int, budget: int, why: str) -> None:
     m = json.loads((run / "manifest.json").read_text())
     rows = list(csv.DictReader(open(run / "metrics.csv")))
-    m.update(status="interrupted", reason="pruned",
-             pruned={"iteration": iteration, "round": int(rows[-1]["round"]), "why": why})
+    m.update(
+        status="interrupted",
+        reason="pruned",
+        pruned={"iteration": iteration, "round": int(rows[-1]["round"]), "why": why},
+    )
     m["config"]["iterations"] = budget
     (run / "manifest.json").write_text(json.dumps(m, indent=2))
 
@@ -46,9 +65,19 @@ def _tag(run: Path, entry: dict) -> None:
     (run / "manifest.json").write_text(json.dumps(m, indent=2))
 
 
-def build_study(root: Path, studies: dict, objectives: list | None = None, space: dict | None = None,
-                rungs: list | None = None, grid_size: int | None = None, select_on: str = "validation",
-                sampler: str = "tpe", pruner: str = "sha", base: dict | None = None, budgets: dict | None = None) -> Path:
+def build_study(  # noqa: PLR0913
+    root: Path,
+    studies: dict,
+    objectives: list | None = None,
+    space: dict | None = None,
+    rungs: list | None = None,
+    grid_size: int | None = None,
+    select_on: str = "validation",
+    sampler: str = "tpe",
+    pruner: str = "sha",
+    base: dict | None = None,
+    budgets: dict | None = None,
+) -> Path:
     """A study folder at ``root``. ``studies``: {study name: [trial, ...]}, each trial a dict with ``params`` (train
     values the trial sets), optionally ``prune_at`` (the iteration it is pruned at), ``diverges`` (True: its params
     make the run diverge, exit 4; trials.csv lists it COMPLETE with the value 0.0) and ``state`` (what trials.csv
@@ -66,10 +95,19 @@ def build_study(root: Path, studies: dict, objectives: list | None = None, space
     lines = []
     record_studies = []
     for study, trials in studies.items():
-        record_studies.append({"name": study, "optuna_study": f"tiny/{study}", "base": base, "space": space,
-                               "rungs": rungs if rungs is not None else [4], "floor": 2, "grid_size": grid_size,
-                               "budget_iterations": base["iterations"],
-                               "trials": (budgets or {}).get(study, len(trials))})
+        record_studies.append(
+            {
+                "name": study,
+                "optuna_study": f"tiny/{study}",
+                "base": base,
+                "space": space,
+                "rungs": rungs if rungs is not None else [4],
+                "floor": 2,
+                "grid_size": grid_size,
+                "budget_iterations": base["iterations"],
+                "trials": (budgets or {}).get(study, len(trials)),
+            }
+        )
         for number, t in enumerate(trials):
             rel = f"{study}/trial-{number:04d}"
             run = root / rel
@@ -89,14 +127,34 @@ def build_study(root: Path, studies: dict, objectives: list | None = None, space
             if t.get("diverges"):  # the coordinator tells it the worst value (CORE documents which): 0.0 here
                 vals = [0.0] * len(objectives)
             state = t.get("state") or ("PRUNED" if "prune_at" in t else "COMPLETE")
-            lines.append({"study": study, "number": number, "state": state,
-                          **{f"params_{k}": t["params"].get(k, "") for k in pnames},
-                          **dict(zip(names, ["" if v is None else repr(v) for v in vals])), "run": rel,
-                          "pruned_iteration": t.get("prune_at", ""), "baseline": int(number == 0)})
-    record = {"kind": "fedcli-tune", "version": 1, "recipe": "recipes/tiny.toml", "recipe_sha256": "0" * 64,
-              "scale": "smoke", "storage": "journal", "sampler": sampler, "pruner": pruner, "seed": 0,
-              "trials": max(len(t) for t in studies.values()), "select_on": select_on, "objectives": objectives,
-              "studies": record_studies, "versions": {"fedcli": "0.1.0", "optuna": "4", "torch": "2"}}
+            lines.append(
+                {
+                    "study": study,
+                    "number": number,
+                    "state": state,
+                    **{f"params_{k}": t["params"].get(k, "") for k in pnames},
+                    **dict(zip(names, ["" if v is None else repr(v) for v in vals])),
+                    "run": rel,
+                    "pruned_iteration": t.get("prune_at", ""),
+                    "baseline": int(number == 0),
+                }
+            )
+    record = {
+        "kind": "fedcli-tune",
+        "version": 1,
+        "recipe": "recipes/tiny.toml",
+        "recipe_sha256": "0" * 64,
+        "scale": "smoke",
+        "storage": "journal",
+        "sampler": sampler,
+        "pruner": pruner,
+        "seed": 0,
+        "trials": max(len(t) for t in studies.values()),
+        "select_on": select_on,
+        "objectives": objectives,
+        "studies": record_studies,
+        "versions": {"fedcli": "0.1.0", "optuna": "4", "torch": "2"},
+    }
     (root / "tune.json").write_text(json.dumps(record, indent=2))
     write_trials_csv(root, lines)
     return root
@@ -126,8 +184,14 @@ def table_recipe(runs: list[dict], paper: str = "Fed-LAMB (a tuned test)") -> st
     from fedcli.sweep.executors import toml_value
 
     base = {k: v for k, v in BASE.items() if k not in ("algo", "tau")}
-    lines = ['title = "a tuned table"', f"paper = {toml_value(paper)}", "seeds = 1", "", "[base]",
-             *(f"{k} = {toml_value(v)}" for k, v in base.items())]
+    lines = [
+        'title = "a tuned table"',
+        f"paper = {toml_value(paper)}",
+        "seeds = 1",
+        "",
+        "[base]",
+        *(f"{k} = {toml_value(v)}" for k, v in base.items()),
+    ]
     for r in runs:
         lines += ["", "[[runs]]", *(f"{k} = {toml_value(v)}" for k, v in r.items())]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""The benchmarks of ``fedcli bench`` (docs/architecture.md, "benchmarks"): they may import the core, the core never them.
+"""The benchmarks of ``fedcli bench`` (docs/architecture.md, "benchmarks"): they may import the core, the core never
+them.
 
 - :mod:`fedcli.bench.compare`: fedcli against a per-client loop and Flower, on the same data and cores (the default);
 - :mod:`fedcli.bench.flower`: Flower's simulation of that round workload, run in its own process;

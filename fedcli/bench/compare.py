@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fedcli.bench.startup import load_average  # noqa: F401 - also read as fedcli.bench.compare.load_average
+from fedcli.bench.startup import load_average
 
 
 @dataclass(frozen=True)
@@ -82,17 +82,35 @@ class RoundSetting:
     batch: int = 10
     lr: float = 0.1
     seed: int = 0
-    data_dir: str = ""   # MNIST; empty: digits (8x8, so the mlp instead of cnn4)
+    data_dir: str = ""  # MNIST; empty: digits (8x8, so the mlp instead of cnn4)
 
     def config(self, workers: int = 0):
         from fedcli.config import TrainConfig
 
         mnist = bool(self.data_dir)
-        return TrainConfig(algo="fedavg", dataset="mnist" if mnist else "digits", data_dir=self.data_dir,
-                           holdout_fraction=0.2 if mnist else 0.0, partition="pathological", classes_per_client=2,
-                           clients=self.clients, active_ratio=1.0, client_test_fraction=0.25, model="cnn4" if mnist else "mlp",
-                           batch_size=self.batch, local_epochs=1.0, rounds=self.rounds, lr=self.lr, weighting="samples",
-                           eval_every=1, seed=self.seed, device="cpu", threads=1, workers=workers, checkpoint_every=0).validate()
+        return TrainConfig(
+            algo="fedavg",
+            dataset="mnist" if mnist else "digits",
+            data_dir=self.data_dir,
+            holdout_fraction=0.2 if mnist else 0.0,
+            partition="pathological",
+            classes_per_client=2,
+            clients=self.clients,
+            active_ratio=1.0,
+            client_test_fraction=0.25,
+            model="cnn4" if mnist else "mlp",
+            batch_size=self.batch,
+            local_epochs=1.0,
+            rounds=self.rounds,
+            lr=self.lr,
+            weighting="samples",
+            eval_every=1,
+            seed=self.seed,
+            device="cpu",
+            threads=1,
+            workers=workers,
+            checkpoint_every=0,
+        ).validate()
 
 
 def setting_data(cfg):
@@ -161,9 +179,9 @@ def plain_evaluate(model: torch.nn.Module, x, y, batch: int = 1024) -> tuple[flo
     model.eval()
     loss, correct = 0.0, 0
     for s in range(0, len(y), batch):
-        out = model(x[s: s + batch])
-        loss += F.cross_entropy(out, y[s: s + batch], reduction="sum").item()
-        correct += int((out.argmax(1) == y[s: s + batch]).sum())
+        out = model(x[s : s + batch])
+        loss += F.cross_entropy(out, y[s : s + batch], reduction="sum").item()
+        correct += int((out.argmax(1) == y[s : s + batch]).sum())
     return loss / len(y), correct / len(y)
 
 
@@ -177,8 +195,7 @@ def run_fedcli_rounds(setting: dict) -> dict:
     import csv
 
     from fedcli.comm.communicator import Communicator
-    from fedcli.runner import run_train
-    from fedcli.runner import launch
+    from fedcli.runner import launch, run_train
 
     t0 = time.perf_counter()
     cfg = RoundSetting(**setting).config()
@@ -191,9 +208,15 @@ def run_fedcli_rounds(setting: dict) -> dict:
             rows = list(csv.DictReader(f))
     walls = [float(r["wall_s"]) for r in rows]
     times = [walls[0]] + [b - a for a, b in zip(walls, walls[1:])]
-    return {"system": "fedcli", "impl": f"fedcli train, {workers} worker(s) x 1 thread ({note})", "workers": workers,
-            "round_s": _steady(times), "round_times": times, "acc": [float(r["test_acc"]) for r in rows],
-            "total_s": time.perf_counter() - t0}
+    return {
+        "system": "fedcli",
+        "impl": f"fedcli train, {workers} worker(s) x 1 thread ({note})",
+        "workers": workers,
+        "round_s": _steady(times),
+        "round_times": times,
+        "acc": [float(r["test_acc"]) for r in rows],
+        "total_s": time.perf_counter() - t0,
+    }
 
 
 def run_loop_rounds(setting: dict) -> dict:
@@ -220,25 +243,47 @@ def run_loop_rounds(setting: dict) -> dict:
                     p.add_(local.get_parameter(name), alpha=w)
         accs.append(plain_evaluate(model, dataset.test_x, dataset.test_y)[1])
         times.append(time.perf_counter() - start)
-    return {"system": "loop", "impl": "per-client nn.Module + torch.optim.SGD, one client after another, 1 thread",
-            "workers": 1, "round_s": _steady(times), "round_times": times, "acc": accs, "total_s": time.perf_counter() - t0}
+    return {
+        "system": "loop",
+        "impl": "per-client nn.Module + torch.optim.SGD, one client after another, 1 thread",
+        "workers": 1,
+        "round_s": _steady(times),
+        "round_times": times,
+        "acc": accs,
+        "total_s": time.perf_counter() - t0,
+    }
 
 
 def run_flower_rounds(setting: dict, python: str | None = None, cores: int = 0) -> dict:
     """Flower's simulation in a child process (``python``: an interpreter with flwr[simulation]; default this one)."""
     python = python or sys.executable
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     env.setdefault("RAY_DEDUP_LOGS", "0")
-    probe = subprocess.run([python, "-c", "import flwr, ray; print(flwr.__version__, ray.__version__)"], env=env,
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [python, "-c", "import flwr, ray; print(flwr.__version__, ray.__version__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
-        return {"system": "flower", "skipped": "Flower's simulation (flwr with ray) is not installed for " + python +
-                " (make install-bench, or --flower-python PATH)"}
+        return {
+            "system": "flower",
+            "skipped": "Flower's simulation (flwr with ray) is not installed for "
+            + python
+            + " (make install-bench, or --flower-python PATH)",
+        }
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "flower.json"
         t0 = time.perf_counter()
-        p = subprocess.run([python, "-m", "fedcli.bench.flower", json.dumps(setting), str(out), str(cores or physical_cores())],
-                           env=env, capture_output=True, text=True)
+        p = subprocess.run(
+            [python, "-m", "fedcli.bench.flower", json.dumps(setting), str(out), str(cores or physical_cores())],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if p.returncode != 0 or not out.exists():
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
             return {"system": "flower", "skipped": "Flower's simulation failed: " + " | ".join(tail)}
@@ -263,7 +308,7 @@ def _data(w: Workload, steps: int, device):
     return x, y
 
 
-def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:
+def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:  # noqa: PLR0915
     """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
     ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
     from fedcli.config import TrainConfig
@@ -292,6 +337,7 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
         def step(i):
             grads, _ = tr.grads(cohort, x[i], y[i], mask)
             opt.step(cohort, grads, lr)
+
         used = tr.name
     elif path == "sequential":
         models = [copy.deepcopy(model) for _ in range(w.clients)]
@@ -303,6 +349,7 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
                 o.zero_grad(set_to_none=True)
                 F.cross_entropy(m(x[i, k]), y[i, k]).backward()
                 o.step()
+
         used = f"per-client nn.Module + torch.optim.SGD, {torch.get_num_threads()} thread(s)"
     elif path in ("single", "single-nhwc"):
         opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -314,7 +361,11 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(channels_last(xs[i]) if nhwc else xs[i]), ys[i]).backward()
             opt.step()
-        used = f"one model, batch {w.clients * w.batch}{', channels-last' if nhwc else ''}, {torch.get_num_threads()} thread(s)"
+
+        used = (
+            f"one model, batch {w.clients * w.batch}{', channels-last' if nhwc else ''}, "
+            f"{torch.get_num_threads()} thread(s)"
+        )
     else:
         raise ValueError(path)
     for i in range(warmup):
@@ -324,7 +375,13 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
         step(i)
     secs = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"path": path, "impl": used, "seconds": secs, "samples_per_s": w.clients * w.batch * steps / secs, "peak_bytes": peak}
+    return {
+        "path": path,
+        "impl": used,
+        "seconds": secs,
+        "samples_per_s": w.clients * w.batch * steps / secs,
+        "peak_bytes": peak,
+    }
 
 
 def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
@@ -336,17 +393,34 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import FedDataset
     from fedcli.data.partition import make_partition
-    from fedcli.runner import run_train
-    from fedcli.runner import launch
+    from fedcli.runner import launch, run_train
 
     g = torch.Generator().manual_seed(0)
     n = w.clients * w.batch * LOCAL_STEPS
-    ds = FedDataset("random", torch.randn(n, *w.input_shape, generator=g), torch.randint(0, w.num_classes, (n,), generator=g),
-                    torch.randn(w.num_classes, *w.input_shape, generator=g), torch.arange(w.num_classes), w.num_classes,
-                    source={"name": "random", "shape": list(w.input_shape)})
+    ds = FedDataset(
+        "random",
+        torch.randn(n, *w.input_shape, generator=g),
+        torch.randint(0, w.num_classes, (n,), generator=g),
+        torch.randn(w.num_classes, *w.input_shape, generator=g),
+        torch.arange(w.num_classes),
+        w.num_classes,
+        source={"name": "random", "shape": list(w.input_shape)},
+    )
     partition = make_partition(ds, "iid", w.clients, 0)
-    cfg = TrainConfig(algo="fedavg", model=w.model, clients=w.clients, active_ratio=1.0, batch_size=w.batch, tau=LOCAL_STEPS,
-                      rounds=rounds, eval_every=1, lr=0.01, device="cpu", threads=1, checkpoint_every=0).validate()
+    cfg = TrainConfig(
+        algo="fedavg",
+        model=w.model,
+        clients=w.clients,
+        active_ratio=1.0,
+        batch_size=w.batch,
+        tau=LOCAL_STEPS,
+        rounds=rounds,
+        eval_every=1,
+        lr=0.01,
+        device="cpu",
+        threads=1,
+        checkpoint_every=0,
+    ).validate()
     with tempfile.TemporaryDirectory() as tmp:
         cfg.out = str(Path(tmp) / "run")
         with launch(cfg, Communicator(), data=(ds, partition)) as (comm, data):
@@ -356,16 +430,21 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
             walls = [float(r["wall_s"]) for r in csv.DictReader(f)]
     times = [walls[0]] + [b - a for a, b in zip(walls, walls[1:])]
     secs = _steady(times)
-    return {"path": "fedcli", "impl": f"fedcli engine, {workers} worker(s) x 1 thread ({note})", "workers": workers,
-            "seconds": secs, "samples_per_s": w.clients * w.batch * LOCAL_STEPS / secs,
-            "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    return {
+        "path": "fedcli",
+        "impl": f"fedcli engine, {workers} worker(s) x 1 thread ({note})",
+        "workers": workers,
+        "seconds": secs,
+        "samples_per_s": w.clients * w.batch * LOCAL_STEPS / secs,
+        "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
 
 
 # --------------------------------------------------------------------------------------------- processes
 def _worker(q, fn, *args):
     try:
         q.put(fn(*args))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
+    except BaseException as e:
         import traceback
 
         q.put({"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(limit=4)})
@@ -389,8 +468,13 @@ def measure(path: str, w: Workload, steps: int, warmup: int, device: str, traine
 
 
 def machine() -> dict:
-    return {"cpu": platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(), "physical_cores": physical_cores(),
-            "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": physical_cores(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 # --------------------------------------------------------------------------------------------- the bench
@@ -398,9 +482,11 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
     s = asdict(setting)
     cores = physical_cores()
     res = {"workload": "fedala", "setting": s, "load_before": load_average()}
-    label = (f"FedALA's MNIST setting: FedAvg, {setting.clients} clients all active, 2 classes each, "
-             f"{'cnn4' if setting.data_dir else 'mlp (digits: MNIST not found)'}, batch {setting.batch}, 1 local epoch, "
-             f"{setting.rounds} rounds")
+    label = (
+        f"FedALA's MNIST setting: FedAvg, {setting.clients} clients all active, 2 classes each, "
+        f"{'cnn4' if setting.data_dir else 'mlp (digits: MNIST not found)'}, batch {setting.batch}, 1 local epoch, "
+        f"{setting.rounds} rounds"
+    )
     res["label"] = label
     systems = {}
     progress(f"{label}: fedcli")
@@ -418,8 +504,12 @@ def run_round_workload(setting: RoundSetting, flower_python: str | None, progres
         """A round's training samples at cores x the best one-thread throughput of one model at batch clients x B."""
         w = Workload(name, cfg.model, shape, 10, clients, setting.batch)
         best = max((measure(p, w, steps, warmup, "cpu", "auto", 1) for p in layouts), key=lambda r: r["samples_per_s"])
-        return {"system": name, "impl": f"{cores} cores x ({best['impl']})", "train_s": samples / (cores * best["samples_per_s"]),
-                "samples_per_round": samples}
+        return {
+            "system": name,
+            "impl": f"{cores} cores x ({best['impl']})",
+            "train_s": samples / (cores * best["samples_per_s"]),
+            "samples_per_round": samples,
+        }
 
     progress(f"{label}: bound (one model at batch {setting.clients * setting.batch}, 1 thread)")
     systems["bound"] = training_only("bound", setting.clients, 10, 3)
@@ -439,7 +529,9 @@ def _round_samples(cfg) -> int:
     _, partition = __import__("fedcli.data.setup", fromlist=["x"]).load_data_and_partition(cfg)
     from fedcli.fl.budget import epoch_steps
 
-    return sum(epoch_steps(len(ix), cfg.local_epochs, cfg.batch_size, cfg.drop_last) * cfg.batch_size for ix in partition.train)
+    return sum(
+        epoch_steps(len(ix), cfg.local_epochs, cfg.batch_size, cfg.drop_last) * cfg.batch_size for ix in partition.train
+    )
 
 
 def run_throughput_workload(key: str, rounds: int, steps: int, warmup: int, progress) -> dict:
@@ -453,22 +545,39 @@ def run_throughput_workload(key: str, rounds: int, steps: int, warmup: int, prog
     progress(f"{w.name}: sequential loop, {cores} threads")
     seqn = measure("sequential", w, steps, warmup, "cpu", "auto", cores) if cores > 1 else seq1
     progress(f"{w.name}: bound (one model at batch {w.clients * w.batch}, 1 thread)")
-    singles = [measure(p, w, max(2, steps // 2), 1, "cpu", "auto", 1) for p in ("single", "single-nhwc")] \
-        if len(w.input_shape) == 3 else [measure("single", w, steps, warmup, "cpu", "auto", 1)]
+    singles = (
+        [measure(p, w, max(2, steps // 2), 1, "cpu", "auto", 1) for p in ("single", "single-nhwc")]
+        if len(w.input_shape) == 3
+        else [measure("single", w, steps, warmup, "cpu", "auto", 1)]
+    )
     best = max(singles, key=lambda r: r["samples_per_s"])
     seq = max((seq1, seqn), key=lambda r: r["samples_per_s"])
-    res.update({
-        "fedcli": fed, "sequential_1": seq1, "sequential_n": seqn, "single": singles,
-        "bound_sps": cores * best["samples_per_s"], "bound_impl": f"{cores} cores x ({best['impl']})",
-        "speedup_vs_sequential": fed["samples_per_s"] / seq["samples_per_s"],
-        "time_vs_bound": cores * best["samples_per_s"] / fed["samples_per_s"],
-        "load_after": load_average(),
-    })
+    res.update(
+        {
+            "fedcli": fed,
+            "sequential_1": seq1,
+            "sequential_n": seqn,
+            "single": singles,
+            "bound_sps": cores * best["samples_per_s"],
+            "bound_impl": f"{cores} cores x ({best['impl']})",
+            "speedup_vs_sequential": fed["samples_per_s"] / seq["samples_per_s"],
+            "time_vs_bound": cores * best["samples_per_s"] / fed["samples_per_s"],
+            "load_after": load_average(),
+        }
+    )
     return res
 
 
-def run(workloads: list[str], *, rounds: int = 5, steps: int = 3, warmup: int = 1, data_dir: str | None = None,
-        flower_python: str | None = None, progress=print) -> dict:
+def run(
+    workloads: list[str],
+    *,
+    rounds: int = 5,
+    steps: int = 3,
+    warmup: int = 1,
+    data_dir: str | None = None,
+    flower_python: str | None = None,
+    progress=print,
+) -> dict:
     out = {"machine": machine(), "workloads": []}
     for key in workloads:
         if key == "startup":
@@ -477,7 +586,9 @@ def run(workloads: list[str], *, rounds: int = 5, steps: int = 3, warmup: int = 
             out["workloads"].append(bench_startup.run(progress=progress))
         elif key == "fedala":
             d = data_dir if data_dir is not None else str(mnist_dir() or "")
-            out["workloads"].append(run_round_workload(RoundSetting(rounds=rounds, data_dir=d), flower_python, progress))
+            out["workloads"].append(
+                run_round_workload(RoundSetting(rounds=rounds, data_dir=d), flower_python, progress)
+            )
         else:
             out["workloads"].append(run_throughput_workload(key, max(3, rounds - 1), steps, warmup, progress))
     return out
@@ -497,25 +608,45 @@ def tables(results: dict) -> list:
         if r["workload"] == "fedala":
             sy = r["systems"]
             t = Table(title=f"fedcli bench, {r['label']}", title_justify="left")
-            for col, just in (("system", "left"), ("how", "left"), ("round (s)", "right"), ("accuracy per round", "left"),
-                              ("fedcli faster by", "right"), ("whole run (s)", "right")):
+            for col, just in (
+                ("system", "left"),
+                ("how", "left"),
+                ("round (s)", "right"),
+                ("accuracy per round", "left"),
+                ("fedcli faster by", "right"),
+                ("whole run (s)", "right"),
+            ):
                 t.add_column(col, justify=just, overflow="fold")
             for name in ("fedcli", "loop", "flower"):
                 s = sy[name]
                 if "skipped" in s:
                     t.add_row(name, s["skipped"], "-", "-", "-", "-")
                     continue
-                t.add_row(name, s["impl"], f"{s['round_s']:.2f}", " ".join(f"{a:.3f}" for a in s["acc"]),
-                          "-" if name == "fedcli" else f"{s['fedcli_speedup']:.2f}x", f"{s['total_s']:.1f}")
+                t.add_row(
+                    name,
+                    s["impl"],
+                    f"{s['round_s']:.2f}",
+                    " ".join(f"{a:.3f}" for a in s["acc"]),
+                    "-" if name == "fedcli" else f"{s['fedcli_speedup']:.2f}x",
+                    f"{s['total_s']:.1f}",
+                )
             for name in ("floor", "bound"):
                 if name in sy:
                     b = sy[name]
-                    t.add_row(name, b["impl"], f"{b['train_s']:.2f} (training only)", "-",
-                              f"fedcli round / {name}: {sy['fedcli']['round_s'] / b['train_s']:.2f}x", "-")
+                    t.add_row(
+                        name,
+                        b["impl"],
+                        f"{b['train_s']:.2f} (training only)",
+                        "-",
+                        f"fedcli round / {name}: {sy['fedcli']['round_s'] / b['train_s']:.2f}x",
+                        "-",
+                    )
             t.caption = f"median round after the first; load average before {r['load_before']}, after {r['load_after']}"
         else:
-            t = Table(title=f"fedcli bench, {r['label']}, batch {r['batch']}: local-training throughput (client samples / s)",
-                      title_justify="left")
+            t = Table(
+                title=f"fedcli bench, {r['label']}, batch {r['batch']}: local-training throughput (client samples / s)",
+                title_justify="left",
+            )
             for col, just in (("path", "left"), ("how", "left"), ("samples / s", "right"), ("fedcli / this", "right")):
                 t.add_column(col, justify=just, overflow="fold")
             f = r["fedcli"]["samples_per_s"]
@@ -523,8 +654,11 @@ def tables(results: dict) -> list:
             for name, s in (("sequential", r["sequential_1"]), ("sequential", r["sequential_n"])):
                 t.add_row(name, s["impl"], f"{s['samples_per_s']:,.0f}", f"{f / s['samples_per_s']:.2f}x")
             t.add_row("bound", r["bound_impl"], f"{r['bound_sps']:,.0f}", f"{f / r['bound_sps']:.2f}x")
-            t.caption = (f"fedcli / best sequential {r['speedup_vs_sequential']:.2f}x; bound / fedcli {r['time_vs_bound']:.2f}x; "
-                         f"load average before {r['load_before']}, after {r['load_after']}")
+            t.caption = (
+                f"fedcli / best sequential {r['speedup_vs_sequential']:.2f}x; bound / fedcli "
+                f"{r['time_vs_bound']:.2f}x; "
+                f"load average before {r['load_before']}, after {r['load_after']}"
+            )
         out.append(t)
     return out
 
@@ -543,17 +677,31 @@ def targets(results: dict) -> list[str]:
                 if "fedcli_speedup" in s:
                     ok = s["fedcli_speedup"] >= 2.0
                     why = ""
-                    if not ok and "floor" in r["systems"]:  # what 2x would take, against what per-client training costs at least
-                        why = (f" (2x needs a round of {s['round_s'] / 2:.2f} s; training every client at batch B on all cores "
-                               f"takes at least {r['systems']['floor']['train_s']:.2f} s, before evaluation)")
-                    lines.append(f"FedALA setting: fedcli's round {s['fedcli_speedup']:.2f}x faster than {label} (target >= 2x): "
-                                 f"{'met' if ok else 'MISSED'}{why}")
+                    if (
+                        not ok and "floor" in r["systems"]
+                    ):  # what 2x would take, against what per-client training costs at least
+                        why = (
+                            f" (2x needs a round of {s['round_s'] / 2:.2f} s; training every client at "
+                            f"batch B on all cores "
+                            f"takes at least {r['systems']['floor']['train_s']:.2f} s, before evaluation)"
+                        )
+                    lines.append(
+                        f"FedALA setting: fedcli's round {s['fedcli_speedup']:.2f}x faster than {label} "
+                        f"(target >= 2x): "
+                        f"{'met' if ok else 'MISSED'}{why}"
+                    )
                 else:
                     lines.append(f"FedALA setting vs {label}: not measured ({s.get('skipped', '')})")
         elif r["workload"] == "a":
             ok1, ok2 = r["speedup_vs_sequential"] >= 1.5, r["time_vs_bound"] <= 1.25
-            lines.append(f"workload a: {r['speedup_vs_sequential']:.2f}x the sequential loop (target >= 1.5x): {'met' if ok1 else 'MISSED'}")
-            lines.append(f"workload a: {r['time_vs_bound']:.2f}x the bound's time (target <= 1.25x): {'met' if ok2 else 'MISSED'}")
+            lines.append(
+                f"workload a: {r['speedup_vs_sequential']:.2f}x the sequential loop (target >= 1.5x): "
+                f"{'met' if ok1 else 'MISSED'}"
+            )
+            lines.append(
+                f"workload a: {r['time_vs_bound']:.2f}x the bound's time (target <= 1.25x): "
+                f"{'met' if ok2 else 'MISSED'}"
+            )
     return lines
 
 

@@ -1,4 +1,5 @@
-"""Flower's simulation of the ``fedcli bench`` round workload (run as ``python -m fedcli.bench.flower SETTING OUT CORES``).
+"""Flower's simulation of the ``fedcli bench`` round workload (run as ``python -m fedcli.bench.flower SETTING OUT
+CORES``).
 
 Needs the optional ``bench`` extra (``flwr[simulation]``, which brings Ray). The ``ClientApp`` trains a client
 with :func:`fedcli.bench.compare.plain_client_update` on the mini-batches fedcli's plan gives that client in that round;
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from fedcli.bench import compare as bench
+
 
 def main(setting_json: str, out_path: str, cores: int) -> None:
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -39,8 +41,12 @@ def main(setting_json: str, out_path: str, cores: int) -> None:
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         idx, mask = bench.client_plan(cfg, round_idx, client, indices)
         bench.plain_client_update(model, dataset.train_x, dataset.train_y, idx, mask, cfg.lr)
-        content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                              "metrics": MetricRecord({"num-examples": int(indices[client].numel())})})
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord(model.state_dict()),
+                "metrics": MetricRecord({"num-examples": int(indices[client].numel())}),
+            }
+        )
         return Message(content=content, reply_to=msg)
 
     marks, accs = [], []
@@ -60,15 +66,30 @@ def main(setting_json: str, out_path: str, cores: int) -> None:
             marks.append(time.perf_counter())
             return MetricRecord({"accuracy": acc, "loss": loss})
 
-        strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=cfg.rounds, evaluate_fn=central)
+        strategy.start(
+            grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=cfg.rounds, evaluate_fn=central
+        )
 
     t0 = time.perf_counter()
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=len(indices),
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": cores}})
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=len(indices),
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": cores}},
+    )
     times = [b - a for a, b in zip(marks, marks[1:])]
-    Path(out_path).write_text(json.dumps({
-        "system": "flower", "impl": f"ClientApp + FedAvg ServerApp, {cores} client(s) at a time x 1 thread",
-        "workers": cores, "round_times": times, "acc": accs, "simulation_s": time.perf_counter() - t0}))
+    Path(out_path).write_text(
+        json.dumps(
+            {
+                "system": "flower",
+                "impl": f"ClientApp + FedAvg ServerApp, {cores} client(s) at a time x 1 thread",
+                "workers": cores,
+                "round_times": times,
+                "acc": accs,
+                "simulation_s": time.perf_counter() - t0,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

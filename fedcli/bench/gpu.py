@@ -31,12 +31,34 @@ from pathlib import Path
 import torch
 
 #: the issue's two workloads (recipe keys); ``data_dir`` is filled in by :func:`workloads`
-FEMNIST = {"dataset": "femnist", "model": "femnist_cnn", "partition": "natural", "algo": "fedavg", "tau": 5,
-           "momentum": 0.9, "lr": 0.05}
-RESNET20 = {"dataset": "cifar10", "model": "resnet20", "partition": "dirichlet", "alpha": 0.1, "algo": "fedlama",
-            "tau": 10, "phi": 2, "lr": 0.2, "weighting": "uniform", "momentum": 0.9, "momentum_persist": "slot",
-            "weight_decay": 2e-4, "weight_decay_on": "kernels+final-bias", "lama_rule": "reference",
-            "lama_eligible": "kernels", "lama_first_adjust": 6, "bn_buffers": "never"}   # FedLAMA AAAI Table 1's flags
+FEMNIST = {
+    "dataset": "femnist",
+    "model": "femnist_cnn",
+    "partition": "natural",
+    "algo": "fedavg",
+    "tau": 5,
+    "momentum": 0.9,
+    "lr": 0.05,
+}
+RESNET20 = {
+    "dataset": "cifar10",
+    "model": "resnet20",
+    "partition": "dirichlet",
+    "alpha": 0.1,
+    "algo": "fedlama",
+    "tau": 10,
+    "phi": 2,
+    "lr": 0.2,
+    "weighting": "uniform",
+    "momentum": 0.9,
+    "momentum_persist": "slot",
+    "weight_decay": 2e-4,
+    "weight_decay_on": "kernels+final-bias",
+    "lama_rule": "reference",
+    "lama_eligible": "kernels",
+    "lama_first_adjust": 6,
+    "bn_buffers": "never",
+}  # FedLAMA AAAI Table 1's flags
 
 
 def workloads(femnist_dir: str | None, cifar_dir: str | None) -> dict:
@@ -57,11 +79,25 @@ def _sync(device: torch.device) -> None:
 # ------------------------------------------------------------------------------------------- fedcli's own trainers
 
 
-def _values(settings: dict, clients: int, batch: int, device: str, trainer: str, precision: str, iterations: int) -> dict:
+def _values(
+    settings: dict, clients: int, batch: int, device: str, trainer: str, precision: str, iterations: int
+) -> dict:
     """The recipe keys of one measured run: all clients active, one process, no evaluation but the last."""
-    return {**settings, "clients": clients, "active_ratio": 1.0, "batch_size": batch, "device": device, "trainer": trainer,
-            "precision": precision, "workers": 1, "threads": 1 if device == "cpu" else 0, "seed": 1,
-            "iterations": iterations, "eval_every": 10 ** 6, "checkpoint_every": 0}
+    return {
+        **settings,
+        "clients": clients,
+        "active_ratio": 1.0,
+        "batch_size": batch,
+        "device": device,
+        "trainer": trainer,
+        "precision": precision,
+        "workers": 1,
+        "threads": 1 if device == "cpu" else 0,
+        "seed": 1,
+        "iterations": iterations,
+        "eval_every": 10**6,
+        "checkpoint_every": 0,
+    }
 
 
 def _config(*args):
@@ -70,8 +106,16 @@ def _config(*args):
     return TrainConfig.from_dict(_values(*args))
 
 
-def fedcli_run_s(settings: dict, clients: int, batch: int, device: str, trainer: str, precision: str, iterations: int,
-                 profile: bool = False):
+def fedcli_run_s(
+    settings: dict,
+    clients: int,
+    batch: int,
+    device: str,
+    trainer: str,
+    precision: str,
+    iterations: int,
+    profile: bool = False,
+):
     """Seconds of ``Simulation.run`` for ``iterations`` iterations (set-up excluded), and with ``profile`` the
     (top-level aten ops, CUDA kernels) of the run."""
     from fedcli.comm import communicator
@@ -87,7 +131,8 @@ def fedcli_run_s(settings: dict, clients: int, batch: int, device: str, trainer:
             sim.run()
             _sync(sim.device)
             return time.perf_counter() - t0
-        from torch.profiler import ProfilerActivity, profile as prof_ctx
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as prof_ctx
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sim.device.type == "cuda" else [])
         with prof_ctx(activities=acts) as prof:
@@ -116,6 +161,7 @@ def per_iteration(f, short: int, long: int, repeats: int = 1):
     With ``repeats`` > 1 each of ``f(short)`` and ``f(long)`` is the least of that many calls (wall times: the least is
     the one least disturbed). A difference that is not positive is noise larger than the iterations' own cost (runs too
     short for this machine, or a loaded one): it is reported as None, never as a negative time."""
+
     def best(it):
         vals = [f(it) for _ in range(max(1, repeats))]
         return vals[0] if isinstance(vals[0], tuple) else min(vals)
@@ -217,8 +263,14 @@ def concurrent_runs_s(settings: dict, clients: int, batch: int, device: str, ite
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
             recipe = Path(tmp) / f"run{i}.toml"
-            recipe.write_text(toml_flat({**_values(settings, clients, batch, device, "vmap", "fp32", iterations),
-                                         "out": str(Path(tmp) / f"run{i}")}))
+            recipe.write_text(
+                toml_flat(
+                    {
+                        **_values(settings, clients, batch, device, "vmap", "fp32", iterations),
+                        "out": str(Path(tmp) / f"run{i}"),
+                    }
+                )
+            )
             cmd_of.append([sys.executable, "-m", "fedcli", "train", "--recipe", str(recipe), "--quiet"])
         t0 = time.perf_counter()
         procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for c in cmd_of]
@@ -250,15 +302,23 @@ class Sizes:
     repeats: int = 2
 
 
-def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", sizes: Sizes | None = None,
-        progress=None) -> dict:
+def run(
+    femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", sizes: Sizes | None = None, progress=None
+) -> dict:
     """Every measurement of every workload whose data was given; a JSON-able dict."""
     z = sizes or Sizes()
     say = progress or (lambda what: None)
     dev = torch.device(device)
-    info = {"device": device, "torch": torch.__version__, "clients": z.clients, "batch": z.batch,
-            "iterations": [z.short, z.long], "concurrent_iterations": z.concurrent_iterations,
-            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None, "workloads": {}}
+    info = {
+        "device": device,
+        "torch": torch.__version__,
+        "clients": z.clients,
+        "batch": z.batch,
+        "iterations": [z.short, z.long],
+        "concurrent_iterations": z.concurrent_iterations,
+        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+        "workloads": {},
+    }
     for name, settings in workloads(femnist_dir, cifar_dir).items():
         info["workloads"][name] = _measure(name, settings, device, z, say)
     return info
@@ -267,18 +327,25 @@ def run(femnist_dir: str | None, cifar_dir: str | None, device: str = "cuda", si
 def _measure(name: str, settings: dict, device: str, z: Sizes, say) -> dict:
     """The measurements of one workload (the module docstring's list), with their ratios."""
     clients, batch, short, long, steps = z.clients, z.batch, z.short, z.long, z.steps
-    concurrent, precisions, concurrent_iterations, repeats = z.concurrent, z.precisions, z.concurrent_iterations, z.repeats
+    concurrent, precisions, concurrent_iterations, repeats = (
+        z.concurrent,
+        z.precisions,
+        z.concurrent_iterations,
+        z.repeats,
+    )
     dev = torch.device(device)
     r: dict = {}
     for prec in precisions:
         for trainer in ("vmap", "loop"):
             say(f"{name}: fedcli {trainer} {prec}")
-            s = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, trainer, prec, it), short,
-                              long, repeats)
+            s = per_iteration(
+                lambda it: fedcli_run_s(settings, clients, batch, device, trainer, prec, it), short, long, repeats
+            )
             r[f"fedcli_{trainer}_{prec}_ms"] = None if s is None else 1e3 * s
     say(f"{name}: ops and kernels of fedcli's vmap step")
-    ops, kernels = per_iteration(lambda it: fedcli_run_s(settings, clients, batch, device, "vmap", "fp32", it, True),
-                                 short, long)
+    ops, kernels = per_iteration(
+        lambda it: fedcli_run_s(settings, clients, batch, device, "vmap", "fp32", it, True), short, long
+    )
     r["ops_per_iteration"], r["kernels_per_iteration"] = ops, kernels
     model, x, y = _model_and_data(settings, clients, batch, dev)
     for prec in precisions:
@@ -329,27 +396,37 @@ def table1_projection(r: dict) -> float:
 
 def lines(info: dict) -> list[str]:
     """The printed report: one block per workload, ms and ratios measured in this call."""
-    out = [f"fedcli bench --device {info['device']}: {info['gpu'] or 'CPU'}, torch {info['torch']}, {info['clients']} clients, "
-           f"batch {info['batch']}, one iteration = every client one local step"]
+    out = [
+        f"fedcli bench --device {info['device']}: {info['gpu'] or 'CPU'}, torch {info['torch']}, "
+        f"{info['clients']} clients, "
+        f"batch {info['batch']}, one iteration = every client one local step"
+    ]
     if info["device"] == "cpu":
         out.append("(on a CPU: the code paths run; the timings say nothing of a GPU's)")
     for name, r in info["workloads"].items():
         out.append(f"{name}:")
         for key, v in r.items():
             if key.endswith("_ms"):
-                out.append(f"  {key.removesuffix('_ms'):24s} {v:10.2f} ms/iteration" if v is not None else
-                           f"  {key.removesuffix('_ms'):24s} not measured: the long run was no slower than the short "
-                           "one (noise above the iterations' cost; raise --iterations)")
+                out.append(
+                    f"  {key.removesuffix('_ms'):24s} {v:10.2f} ms/iteration"
+                    if v is not None
+                    else f"  {key.removesuffix('_ms'):24s} not measured: the long run was no slower than the short "
+                    "one (noise above the iterations' cost; raise --iterations)"
+                )
         k = r["kernels_per_iteration"]
-        out.append(f"  top-level torch ops {r['ops_per_iteration']:.1f}, GPU kernels "
-                   f"{'n/a (no CUDA)' if k is None else f'{k:.1f}'} per iteration (fedcli vmap fp32)")
+        out.append(
+            f"  top-level torch ops {r['ops_per_iteration']:.1f}, GPU kernels "
+            f"{'n/a (no CUDA)' if k is None else f'{k:.1f}'} per iteration (fedcli vmap fp32)"
+        )
         for key in [k for k in r if "_over_" in k or "speedup" in k]:
             out.append(f"  {key:24s} " + ("n/a" if r[key] is None else f"x{r[key]:.2f}"))
         tp = ", ".join(f"{n} at once x{v:.2f}" for n, v in r["throughput_vs_one"].items())
         out.append(f"  runs per device, throughput against one run: {tp}")
         if r.get("table1_paper_projection_s") is not None:
-            out.append(f"  FedLAMA AAAI Table 1 at paper scale (15 runs x 10,000 iterations), training only: "
-                       f"{r['table1_paper_projection_s'] / 60:.1f} min on this device")
+            out.append(
+                f"  FedLAMA AAAI Table 1 at paper scale (15 runs x 10,000 iterations), training only: "
+                f"{r['table1_paper_projection_s'] / 60:.1f} min on this device"
+            )
     if not info["workloads"]:
         out.append("no workload: give --data-dir (a LEAF FEMNIST folder) and/or --cifar-dir (CIFAR-10 python pickles)")
     return out
@@ -361,4 +438,3 @@ def write_json(info: dict, path: str) -> None:
     from fedcli.safefs import write_named
 
     write_named(path, json.dumps(info, indent=1) + "\n")
-

@@ -35,7 +35,7 @@ def profile_run(settings: dict, iterations: int) -> collections.Counter:
 
     communicator._scratch.clear()  # every run allocates its own reused buffers, as a fresh process would
 
-    cfg = TrainConfig.from_dict({**settings, "iterations": iterations, "eval_every": 10 ** 6, "checkpoint_every": 0})
+    cfg = TrainConfig.from_dict({**settings, "iterations": iterations, "eval_every": 10**6, "checkpoint_every": 0})
     with tempfile.TemporaryDirectory():
         sim = Simulation(cfg).setup()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -43,7 +43,9 @@ def profile_run(settings: dict, iterations: int) -> collections.Counter:
     return top_level_ops(prof)
 
 
-def ops_per_iteration(settings: dict, clients: int, short: int = 5, long: int = 15) -> tuple[float, collections.Counter]:
+def ops_per_iteration(
+    settings: dict, clients: int, short: int = 5, long: int = 15
+) -> tuple[float, collections.Counter]:
     """(top-level ops per local iteration, per-op counts per iteration) with ``clients`` clients, all active."""
     run = {**settings, "clients": clients, "active_ratio": 1.0}
     a, b = profile_run(run, short), profile_run(run, long)
@@ -53,15 +55,37 @@ def ops_per_iteration(settings: dict, clients: int, short: int = 5, long: int = 
 
 #: the workloads counted: FedAvg, the stacked trainer, one process (the issue's setting), plain SGD and momentum
 WORKLOADS = {
-    "digits-mlp": {"dataset": "digits", "model": "mlp", "algo": "fedavg", "trainer": "vmap", "workers": 1, "threads": 1,
-                   "batch_size": 32, "tau": 5, "momentum": 0.9, "seed": 1},
+    "digits-mlp": {
+        "dataset": "digits",
+        "model": "mlp",
+        "algo": "fedavg",
+        "trainer": "vmap",
+        "workers": 1,
+        "threads": 1,
+        "batch_size": 32,
+        "tau": 5,
+        "momentum": 0.9,
+        "seed": 1,
+    },
 }
 
 
 def femnist(data_dir: str) -> dict:
     """The issue's workload: the FEMNIST CNN on a LEAF directory, FedAvg, vmap, one process, batch 32."""
-    return {"dataset": "femnist", "data_dir": data_dir, "model": "femnist_cnn", "partition": "natural", "algo": "fedavg",
-            "trainer": "vmap", "workers": 1, "threads": 1, "batch_size": 32, "tau": 5, "momentum": 0.9, "seed": 1}
+    return {
+        "dataset": "femnist",
+        "data_dir": data_dir,
+        "model": "femnist_cnn",
+        "partition": "natural",
+        "algo": "fedavg",
+        "trainer": "vmap",
+        "workers": 1,
+        "threads": 1,
+        "batch_size": 32,
+        "tau": 5,
+        "momentum": 0.9,
+        "seed": 1,
+    }
 
 
 def table(settings: dict, clients=(8, 16, 32), short: int = 5, long: int = 15, top: int = 6) -> list[str]:
@@ -74,8 +98,10 @@ def table(settings: dict, clients=(8, 16, 32), short: int = 5, long: int = 15, t
         rest = total - diff["aten::randperm"]
         first = first or (total, rest)
         common = ", ".join(f"{n.removeprefix('aten::')} {c:g}" for n, c in diff.most_common(top) if c)
-        lines.append(f"{k:>4} clients: {total:7.1f} top-level ops per iteration (x{total / first[0]:.2f}), "
-                     f"{rest:7.1f} without the per-client randperm draws (x{rest / first[1]:.2f});  most: {common}")
+        lines.append(
+            f"{k:>4} clients: {total:7.1f} top-level ops per iteration (x{total / first[0]:.2f}), "
+            f"{rest:7.1f} without the per-client randperm draws (x{rest / first[1]:.2f});  most: {common}"
+        )
     return lines
 
 
@@ -84,8 +110,10 @@ def report(data_dir: str | None = None, clients=(8, 16, 32)) -> list[str]:
     torch.set_num_threads(1)
     settings = femnist(data_dir) if data_dir else WORKLOADS["digits-mlp"]
     what = (f"FEMNIST CNN on {data_dir}" if data_dir else "digits mlp") + ", FedAvg, vmap, one process, batch 32, tau 5"
-    lines = [f"top-level torch ops per local iteration ({what}; runs of 15 minus 5 iterations, on the CPU):",
-             *table(settings, clients)]
+    lines = [
+        f"top-level torch ops per local iteration ({what}; runs of 15 minus 5 iterations, on the CPU):",
+        *table(settings, clients),
+    ]
     if not torch.cuda.is_available():
         lines.append("ms per iteration, GPU kernels per step and runs per GPU need a CUDA device: not measured here")
     return lines

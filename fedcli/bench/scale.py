@@ -38,15 +38,41 @@ import tempfile
 import time
 from pathlib import Path
 
-COMMON = ["--algo", "ditto", "--model", "mlp", "--mlp-hidden", "512,512", "--dataset", "synthetic", "--device", "cpu",
-          "--workers", "1", "--checkpoint-every", "0", "--quiet"]
+COMMON = [
+    "--algo",
+    "ditto",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "512,512",
+    "--dataset",
+    "synthetic",
+    "--device",
+    "cpu",
+    "--workers",
+    "1",
+    "--checkpoint-every",
+    "0",
+    "--quiet",
+]
 # two settings: "writers" splits 200 synthetic writers iid over the clients (the same data for every client count, so
 # only the client state grows); "natural" is the issue's own: one synthetic user a client (--synthetic-users N
 # --clients N --partition natural --writers-per-client 1), 3 rounds, every other option at its default (Ditto's
 # local epoch, its personalized evaluation of every client), so the data grows with the client count too
 SETTINGS = {
-    "writers": [*COMMON, "--synthetic-users", "200", "--partition", "iid", "--rounds", "4", "--eval-every", "1",
-                "--personal-clients", "cohort"],
+    "writers": [
+        *COMMON,
+        "--synthetic-users",
+        "200",
+        "--partition",
+        "iid",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "1",
+        "--personal-clients",
+        "cohort",
+    ],
     "natural": [*COMMON, "--partition", "natural", "--writers-per-client", "1", "--rounds", "3"],
 }
 SETTING = SETTINGS["writers"]
@@ -55,26 +81,38 @@ CHUNK = 10  # --cohort-chunk: the 1,000-client cohort (10 clients a round) in on
 # disk give the disk's cost in time; 1,000 clients at 10% trains the same 100 clients a round as 10,000 at 1%, so
 # that pair isolates what the client count itself costs; chunk 0 holds the whole cohort (100 clients at 10,000)
 # stacked at once
-CASES = [("writers", 1000, 1, "memory", 0.01, CHUNK), ("writers", 1000, 1, "disk", 0.01, CHUNK),
-         ("writers", 10000, 1, "disk", 0.01, CHUNK), ("writers", 10000, 2, "disk", 0.01, CHUNK),
-         ("writers", 1000, 1, "disk", 0.1, CHUNK), ("writers", 10000, 1, "disk", 0.01, 0),
-         ("writers", 10000, 2, "disk", 0.01, 0),
-         ("natural", 1000, 1, "disk", 0.01, CHUNK), ("natural", 1000, 2, "disk", 0.01, CHUNK),
-         ("natural", 10000, 1, "disk", 0.01, CHUNK), ("natural", 10000, 2, "disk", 0.01, CHUNK)]
+CASES = [
+    ("writers", 1000, 1, "memory", 0.01, CHUNK),
+    ("writers", 1000, 1, "disk", 0.01, CHUNK),
+    ("writers", 10000, 1, "disk", 0.01, CHUNK),
+    ("writers", 10000, 2, "disk", 0.01, CHUNK),
+    ("writers", 1000, 1, "disk", 0.1, CHUNK),
+    ("writers", 10000, 1, "disk", 0.01, 0),
+    ("writers", 10000, 2, "disk", 0.01, 0),
+    ("natural", 1000, 1, "disk", 0.01, CHUNK),
+    ("natural", 1000, 2, "disk", 0.01, CHUNK),
+    ("natural", 10000, 1, "disk", 0.01, CHUNK),
+    ("natural", 10000, 2, "disk", 0.01, CHUNK),
+]
 # one process that has imported what every process of a run imports (torch, fedcli's engine; torch.func.grad no
 # longer imports torch's compiler stack: fedcli.runtime.gradshim) and holds nothing else
 # (it reports its own peak: sampling the tree from outside also catches the short-lived children torch's import forks,
 # whose resident sets count the parent's pages once more)
-FLOOR = ("import torch, fedcli.fl.engine\n"
-         "m = {l.split(':')[0]: int(l.split()[1]) * 1024 for l in open('/proc/self/smaps_rollup') if l[:4] in ('Rss:', 'Pss:')}\n"
-         "hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
-         "print(max(hwm, m['Rss']), m['Pss'])")
+FLOOR = (
+    "import torch, fedcli.fl.engine\n"
+    "m = {l.split(':')[0]: int(l.split()[1]) * 1024 for l in open('/proc/self/smaps_rollup') if l[:4] in "
+    "('Rss:', 'Pss:')}\n"
+    "hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+    "print(max(hwm, m['Rss']), m['Pss'])"
+)
 
 
 # the same two processes under ``mpiexec -n 2`` (mpi4py imported, both ranks alive at once), measured as a run is: the
 # tree's peak, after a barrier, while both ranks sleep
-FLOOR_MPI = ("import time, torch, fedcli.fl.engine\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(3)\n"
-             "MPI.COMM_WORLD.Barrier()")
+FLOOR_MPI = (
+    "import time, torch, fedcli.fl.engine\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(3)\n"
+    "MPI.COMM_WORLD.Barrier()"
+)
 
 
 def _mpiexec() -> str | None:
@@ -140,8 +178,15 @@ def run_measured(cmd: list[str], env: dict | None = None, timeout: float = 1200,
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"rc": p.returncode, "wall_s": wall, "cpu_s": cpu, "peak_rss": peak_rss, "peak_pss": peak_pss,
-            "stdout": out, "stderr": err[-2000:]}
+    return {
+        "rc": p.returncode,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_rss": peak_rss,
+        "peak_pss": peak_pss,
+        "stdout": out,
+        "stderr": err[-2000:],
+    }
 
 
 def disk_used(folder: Path) -> int:
@@ -156,15 +201,34 @@ def seconds_per_round(metrics: Path) -> float:
 
 
 def _env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                                             os.environ.get("PYTHONPATH", "")]))
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
 
 
 def scale_case(setting: str, clients: int, procs: int, state: str, active: float, chunk: int, tmp: Path) -> dict:
     out = tmp / f"{setting}-c{clients}-n{procs}-{state}-a{active}-k{chunk}"
     users = ["--synthetic-users", str(clients)] if setting == "natural" else []
-    cmd = [sys.executable, "-m", "fedcli", "train", *SETTINGS[setting], *users, "--clients", str(clients),
-           "--client-state", state, "--active-ratio", str(active), "--cohort-chunk", str(chunk), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedcli",
+        "train",
+        *SETTINGS[setting],
+        *users,
+        "--clients",
+        str(clients),
+        "--client-state",
+        state,
+        "--active-ratio",
+        str(active),
+        "--cohort-chunk",
+        str(chunk),
+        "--out",
+        str(out),
+    ]
     row = {"setting": setting, "clients": clients, "processes": procs, "state": state, "active": active, "chunk": chunk}
     if procs > 1:
         mpiexec = _mpiexec()
@@ -229,8 +293,10 @@ def run(progress=None, cases=CASES) -> dict:
             results["floor_mpi"] = floor_mpi()
         for setting, clients, procs, state, active, chunk in cases:
             if progress:
-                progress(f"scale ({setting}): {clients} clients ({active:.0%} active), {procs} process(es), client state "
-                         f"in {state}, cohort chunk {chunk or 'none'}")
+                progress(
+                    f"scale ({setting}): {clients} clients ({active:.0%} active), {procs} process(es), client state "
+                    f"in {state}, cohort chunk {chunk or 'none'}"
+                )
             results["cases"].append(scale_case(setting, clients, procs, state, active, chunk, Path(tmp)))
         if progress:
             progress("start-up: fedcli train with no flags")
@@ -238,11 +304,25 @@ def run(progress=None, cases=CASES) -> dict:
     return results
 
 
-def _find(results: dict, clients: int, procs: int, state: str, active: float = 0.01, chunk: int = CHUNK,
-          setting: str = "writers") -> dict | None:
-    return next((c for c in results["cases"] if (c.get("setting", "writers"), c["clients"], c["processes"], c["state"],
-                                                  c["active"], c.get("chunk", 0)) ==
-                 (setting, clients, procs, state, active, chunk) and "error" not in c), None)
+def _find(
+    results: dict,
+    clients: int,
+    procs: int,
+    state: str,
+    active: float = 0.01,
+    chunk: int = CHUNK,
+    setting: str = "writers",
+) -> dict | None:
+    return next(
+        (
+            c
+            for c in results["cases"]
+            if (c.get("setting", "writers"), c["clients"], c["processes"], c["state"], c["active"], c.get("chunk", 0))
+            == (setting, clients, procs, state, active, chunk)
+            and "error" not in c
+        ),
+        None,
+    )
 
 
 def table(results: dict):
@@ -251,33 +331,60 @@ def table(results: dict):
     settings = results.get("settings") or {"writers": results.get("setting", "")}
     title = "scale: fedcli train " + "; ".join(f"[{k}] {v}" for k, v in settings.items())
     t = Table(title=title, title_justify="left")
-    for col in ("setting", "clients", "active", "processes", "client state", "cohort chunk", "peak RSS (tree)",
-                "peak PSS (tree)", "client-state disk", "s/round"):
+    for col in (
+        "setting",
+        "clients",
+        "active",
+        "processes",
+        "client state",
+        "cohort chunk",
+        "peak RSS (tree)",
+        "peak PSS (tree)",
+        "client-state disk",
+        "s/round",
+    ):
         t.add_column(col, justify="right")
     for c in results["cases"]:
-        head = [c.get("setting", "writers"), f"{c['clients']:,}", f"{c['active']:.0%}", str(c["processes"]), c["state"],
-                str(c.get("chunk") or "whole cohort")]
+        head = [
+            c.get("setting", "writers"),
+            f"{c['clients']:,}",
+            f"{c['active']:.0%}",
+            str(c["processes"]),
+            c["state"],
+            str(c.get("chunk") or "whole cohort"),
+        ]
         if "error" in c:
             t.add_row(*head, "-", "-", "-", c["error"][:60])
             continue
-        t.add_row(*head, f"{c['peak_rss'] / 1e9:.2f} GB", f"{c['peak_pss'] / 1e9:.2f} GB", f"{c['disk'] / 1e6:.1f} MB",
-                  f"{c['s_per_round']:.2f}")
+        t.add_row(
+            *head,
+            f"{c['peak_rss'] / 1e9:.2f} GB",
+            f"{c['peak_pss'] / 1e9:.2f} GB",
+            f"{c['disk'] / 1e6:.1f} MB",
+            f"{c['s_per_round']:.2f}",
+        )
     lines = []
     f = results.get("floor") or {}
     if "peak_rss" in f:
-        lines.append(f"floor (one process: Python, torch, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
-                     f"PSS {f['peak_pss'] / 1e9:.2f} GB")
+        lines.append(
+            f"floor (one process: Python, torch, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
+            f"PSS {f['peak_pss'] / 1e9:.2f} GB"
+        )
     f2 = results.get("floor_mpi") or {}
     if "peak_rss" in f2:
-        lines.append(f"floor of mpiexec -n {f2['processes']} (the same processes, mpi4py too, and the launcher's): "
-                     f"RSS {f2['peak_rss'] / 1e9:.2f} GB, PSS {f2['peak_pss'] / 1e9:.2f} GB")
+        lines.append(
+            f"floor of mpiexec -n {f2['processes']} (the same processes, mpi4py too, and the launcher's): "
+            f"RSS {f2['peak_rss'] / 1e9:.2f} GB, PSS {f2['peak_pss'] / 1e9:.2f} GB"
+        )
     s = results.get("startup") or {}
     if "error" in s:
         lines.append(f"start-up: {s['error']}")
     elif s:
-        lines.append(f"fedcli train (no flags): {s['wall_s']:.2f} s wall ({s.get('cpu_s', float('nan')):.2f} s CPU), "
-                     f"{s['train_s']:.2f} s training, {s['outside_s']:.2f} s outside the training loop "
-                     f"({s['wall_s'] / s['train_s']:.2f}x the training time)")
+        lines.append(
+            f"fedcli train (no flags): {s['wall_s']:.2f} s wall ({s.get('cpu_s', float('nan')):.2f} s CPU), "
+            f"{s['train_s']:.2f} s training, {s['outside_s']:.2f} s outside the training loop "
+            f"({s['wall_s'] / s['train_s']:.2f}x the training time)"
+        )
     t.caption = "\n".join(lines) or None
     return t
 
@@ -291,16 +398,20 @@ def decomposition(one: dict, two: dict, fl: dict, kind: str, fl2: dict | None = 
     the floor of two processes under mpiexec as measured (``floor_mpi``; 2F where it was not)."""
     k = f"peak_{kind}"
     f, t1, t2 = fl[k], one[k], two[k]
-    f2, said = ((fl2[k], "measured under mpiexec") if fl2 and k in fl2 else (2 * f, "2F"))
+    f2, said = (fl2[k], "measured under mpiexec") if fl2 and k in fl2 else (2 * f, "2F")
     w1, w2 = t1 - f, t2 - f2
-    line = (f"  {kind.upper()} taken apart: floor F {f / 1e9:.2f} GB one process, F2 {f2 / 1e9:.2f} GB two ({said}); "
-            f"1 process T1 = {t1 / 1e9:.2f} GB = F + {w1 / 1e9:.2f}; 2 processes T2 = {t2 / 1e9:.2f} GB = F2 + "
-            f"{w2 / 1e9:.2f}; above the floors {w2 / max(1.0, w1):.2f}x; the two floors alone are {f2 / t1:.2f}x T1")
+    line = (
+        f"  {kind.upper()} taken apart: floor F {f / 1e9:.2f} GB one process, F2 {f2 / 1e9:.2f} GB two ({said}); "
+        f"1 process T1 = {t1 / 1e9:.2f} GB = F + {w1 / 1e9:.2f}; 2 processes T2 = {t2 / 1e9:.2f} GB = F2 + "
+        f"{w2 / 1e9:.2f}; above the floors {w2 / max(1.0, w1):.2f}x; the two floors alone are {f2 / t1:.2f}x T1"
+    )
     if f2 > 1.5 * t1:
         line += " (so T2 <= 1.5 T1 cannot hold: the floors alone exceed it)"
     else:
-        line += (f" (T2 <= 1.5 T1 needs the two processes together to hold at most {(1.5 * t1 - f2) / 1e9:.2f} GB above "
-                 f"their floors, against the one process's {w1 / 1e9:.2f})")
+        line += (
+            f" (T2 <= 1.5 T1 needs the two processes together to hold at most {(1.5 * t1 - f2) / 1e9:.2f} GB above "
+            f"their floors, against the one process's {w1 / 1e9:.2f})"
+        )
     return line
 
 
@@ -317,17 +428,27 @@ def targets(results: dict) -> list[str]:
             k, K = f"peak_{kind}", kind.upper()
             if same and b:
                 r = b[k] / same[k]
-                lines.append(f"[{setting}] peak {K} 10,000 / 1,000 clients at the same 100 clients a round (disk): {r:.2f}x "
-                             f"(the client count alone; target <= 1.25x) {_ok(r, 1.25)}")
+                lines.append(
+                    f"[{setting}] peak {K} 10,000 / 1,000 clients at the same 100 clients a round (disk): {r:.2f}x "
+                    f"(the client count alone; target <= 1.25x) {_ok(r, 1.25)}"
+                )
             if a and b:
                 r = b[k] / a[k]
-                lines.append(f"[{setting}] peak {K} 10,000 / 1,000 clients (disk, chunks of {CHUNK}): {r:.2f}x (target <= 1.25x) "
-                             f"{_ok(r, 1.25)}")
+                lines.append(
+                    f"[{setting}] peak {K} 10,000 / 1,000 clients (disk, chunks of {CHUNK}): {r:.2f}x "
+                    f"(target <= 1.25x) "
+                    f"{_ok(r, 1.25)}"
+                )
             if a and whole:
-                lines.append(f"  the same with the 10,000-client cohort (100 clients) held whole: {whole[k] / a[k]:.2f}x")
+                lines.append(
+                    f"  the same with the 10,000-client cohort (100 clients) held whole: {whole[k] / a[k]:.2f}x"
+                )
             if b and m2:
                 r = m2[k] / b[k]
-                lines.append(f"[{setting}] peak {K} mpiexec -n 2 / 1 process at 10,000 clients: {r:.2f}x (target <= 1.5x) {_ok(r, 1.5)}")
+                lines.append(
+                    f"[{setting}] peak {K} mpiexec -n 2 / 1 process at 10,000 clients: {r:.2f}x (target <= "
+                    f"1.5x) {_ok(r, 1.5)}"
+                )
                 if f.get(k):
                     lines.append(decomposition(b, m2, f, kind, results.get("floor_mpi")))
     a, mem = _find(results, 1000, 1, "disk"), _find(results, 1000, 1, "memory")
@@ -336,6 +457,9 @@ def targets(results: dict) -> list[str]:
         lines.append(f"s/round on disk / in memory at 1,000 clients: {r:.2f}x (target <= 1.2x) {_ok(r, 1.2)}")
     s = results.get("startup") or {}
     if "outside_s" in s:
-        lines.append(f"fedcli train start-up outside training: {s['outside_s']:.2f} s (target <= 2.5 s) {_ok(s['outside_s'], 2.5)}; "
-                     f"wall / training {s['wall_s'] / s['train_s']:.2f}x (target <= 2x) {_ok(s['wall_s'], 2 * s['train_s'])}")
+        lines.append(
+            f"fedcli train start-up outside training: {s['outside_s']:.2f} s (target <= 2.5 s) "
+            f"{_ok(s['outside_s'], 2.5)}; "
+            f"wall / training {s['wall_s'] / s['train_s']:.2f}x (target <= 2x) {_ok(s['wall_s'], 2 * s['train_s'])}"
+        )
     return lines

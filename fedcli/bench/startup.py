@@ -16,8 +16,10 @@ import time
 
 COMMANDS = (["--help"], ["train", "--help"], ["train", "--algo", "fedlamma"])
 TARGET_S = 1.0
-_PROBE = ("import sys\nfrom fedcli.cli.main import main\ntry:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
-          "sys.__stderr__.write('@@TORCH %s' % ('torch' in sys.modules))")
+_PROBE = (
+    "import sys\nfrom fedcli.cli.main import main\ntry:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+    "sys.__stderr__.write('@@TORCH %s' % ('torch' in sys.modules))"
+)
 
 
 def load_average() -> str:
@@ -40,8 +42,13 @@ def run(repeats: int = 3, progress=print) -> dict:
     for args in COMMANDS:
         progress(f"start-up: fedcli {' '.join(args)}")
         runs = [_once(args) for _ in range(repeats)]
-        res["commands"].append({"command": "fedcli " + " ".join(args), "wall_s": statistics.median(t for t, _ in runs),
-                                "torch_imported": any(t for _, t in runs)})
+        res["commands"].append(
+            {
+                "command": "fedcli " + " ".join(args),
+                "wall_s": statistics.median(t for t, _ in runs),
+                "torch_imported": any(t for _, t in runs),
+            }
+        )
     return res
 
 
@@ -58,5 +65,8 @@ def table(r: dict):
 
 
 def targets(r: dict) -> list[str]:
-    return [f"start-up: {c['command']} {c['wall_s']:.2f} s (target < {TARGET_S:g} s, no torch): "
-            f"{'met' if c['wall_s'] < TARGET_S and not c['torch_imported'] else 'MISSED'}" for c in r["commands"]]
+    return [
+        f"start-up: {c['command']} {c['wall_s']:.2f} s (target < {TARGET_S:g} s, no torch): "
+        f"{'met' if c['wall_s'] < TARGET_S and not c['torch_imported'] else 'MISSED'}"
+        for c in r["commands"]
+    ]

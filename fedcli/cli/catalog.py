@@ -22,13 +22,30 @@ def load() -> dict:
     from fedcli.params import section_of
 
     panels = method_panels()
-    fields = [{"name": f.name, "type": field_type(f).__name__, "default": f.default, "help": f.metadata["help"],
-               "group": f.metadata["group"], "choices": f.metadata.get("choices"),
-               "multiple": f.metadata.get("multiple", False), "panel": panels.get(section_of(f.name)),
-               "search": f.metadata.get("search"), "was": list(f.metadata.get("was", ()))}
-              for f in FIELDS.values()]
-    methods = {name: {"name": m.name, "label": m.label_for(name), "personalized": m.personalized,
-                      "defaults": m.effective_defaults()} for name, m in specs.METHODS.items()}
+    fields = [
+        {
+            "name": f.name,
+            "type": field_type(f).__name__,
+            "default": f.default,
+            "help": f.metadata["help"],
+            "group": f.metadata["group"],
+            "choices": f.metadata.get("choices"),
+            "multiple": f.metadata.get("multiple", False),
+            "panel": panels.get(section_of(f.name)),
+            "search": f.metadata.get("search"),
+            "was": list(f.metadata.get("was", ())),
+        }
+        for f in FIELDS.values()
+    ]
+    methods = {
+        name: {
+            "name": m.name,
+            "label": m.label_for(name),
+            "personalized": m.personalized,
+            "defaults": m.effective_defaults(),
+        }
+        for name, m in specs.METHODS.items()
+    }
     return {"fields": fields, "methods": methods, "datasets": sorted(DECLARED)}
 
 
@@ -44,4 +61,6 @@ def method_panels() -> dict[str, str]:
             for s in specs.run_sections(name):
                 readers[s].append(name)
     # a section no method's parts read (the personalized evaluation's, read by the engine) stays in its general panel
-    return {s: f"method options: {s}" + (f" ({', '.join(sorted(r))})" if r != [s] else "") for s, r in readers.items() if r}
+    return {
+        s: f"method options: {s}" + (f" ({', '.join(sorted(r))})" if r != [s] else "") for s, r in readers.items() if r
+    }

@@ -60,7 +60,7 @@ class _Clock:
 
         self.now = time.monotonic
         self.start = self.now()
-        self.base = 0       # units done before this process started (a resumed run)
+        self.base = 0  # units done before this process started (a resumed run)
         self.done = 0
         self.at = self.start  # when ``done`` was last updated
 
@@ -76,7 +76,9 @@ class _Clock:
 
     def text(self, total: int) -> str:
         left = self.remaining(total)
-        return f"elapsed {clock(self.now() - self.start)}  remaining {clock(left) if left is not None else 'estimating'}"
+        return (
+            f"elapsed {clock(self.now() - self.start)}  remaining {clock(left) if left is not None else 'estimating'}"
+        )
 
 
 class TrainProgress:
@@ -85,11 +87,22 @@ class TrainProgress:
     communication so far (:func:`fedcli.comm.ledger.fedavg_params_so_far`: same iterations done, or same rounds with
     ``--local-epochs``), with labelled elapsed and remaining times.
 
-    ``mode`` (``--progress``): ``bar``, a live rich bar; ``lines``, one plain flushed line per evaluation on stderr, never
+    ``mode`` (``--progress``): ``bar``, a live rich bar; ``lines``, one plain flushed line per evaluation on stderr,
+    never
     cut (a job log); ``none``. ``enabled=False`` is ``none``."""
 
-    def __init__(self, total: int, model_params: int, tau: int, *, rounds: bool = False, per_round: bool = False,
-                 enabled: bool = True, mode: str = "bar", stream=None):
+    def __init__(
+        self,
+        total: int,
+        model_params: int,
+        tau: int,
+        *,
+        rounds: bool = False,
+        per_round: bool = False,
+        enabled: bool = True,
+        mode: str = "bar",
+        stream=None,
+    ):
         self.model_params, self.tau, self.rounds, self.per_round = model_params, tau, rounds, per_round
         self.mode = mode if enabled else "none"
         self.enabled = self.mode != "none"
@@ -106,8 +119,15 @@ class TrainProgress:
                 return Text(clock_.text(total_), style="progress.remaining")
 
         self.progress = Progress(
-            TextColumn("[bold]train"), BarColumn(bar_width=24), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimesColumn(), console=err_console, disable=self.mode != "bar", transient=False)
+            TextColumn("[bold]train"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimesColumn(),
+            console=err_console,
+            disable=self.mode != "bar",
+            transient=False,
+        )
         self.task = self.progress.add_task("train", total=total, info="")
 
     def __enter__(self):
@@ -126,8 +146,10 @@ class TrainProgress:
 
     def info(self, row: dict) -> str:
         best = f"  best {100 * self.best:.2f}%" if self.best is not None else ""
-        return (f"round {row['round']}  {accuracy_text(row)}{best}  loss {row.get('train_loss', float('nan')):.4f}  "
-                f"comm {self.comm_pct(row):.1f}% of FedAvg")
+        return (
+            f"round {row['round']}  {accuracy_text(row)}{best}  loss {row.get('train_loss', float('nan')):.4f}  "
+            f"comm {self.comm_pct(row):.1f}% of FedAvg"
+        )
 
     def line(self, row: dict) -> str:
         """One evaluation as the plain log line of ``--progress lines``: done of the total, never past 100% (a budget of
@@ -136,8 +158,10 @@ class TrainProgress:
         done = row["round"] if self.rounds else row["iteration"]
         unit = "round" if self.rounds else "iteration"
         total = max(self.total, done)
-        return (f"fedcli train: {unit} {done}/{total} ({100 * done / total:.1f}%)  {self.info(row)} "
-                f"({row['comm_params']:,} params, {row.get('comm_bytes', 0) / 1e6:,.2f} MB)  {self.clock.text(self.total)}")
+        return (
+            f"fedcli train: {unit} {done}/{total} ({100 * done / total:.1f}%)  {self.info(row)} "
+            f"({row['comm_params']:,} params, {row.get('comm_bytes', 0) / 1e6:,.2f} MB)  {self.clock.text(self.total)}"
+        )
 
     def __call__(self, row: dict) -> None:
         personal = row.get("personal_acc")
@@ -164,21 +188,37 @@ def summary_table(cfg, summary, run_dir) -> Table:
     t.add_column()
     t.add_row("iterations / rounds", f"{summary.iteration} / {summary.rounds}")
     if summary.best_personal_acc == summary.best_personal_acc:  # personalized: judged by its clients' own models
-        t.add_row("final personal accuracy", f"{100 * summary.final_personal_acc:.2f}% (each client's model on its local test split)")
-        t.add_row("best personal accuracy", f"{100 * summary.best_personal_acc:.2f}% (round {summary.best_personal_round})")
-        t.add_row("global model accuracy", f"{100 * summary.final_acc:.2f}% final, {100 * summary.best_acc:.2f}% best "
-                                           f"(iteration {summary.best_iteration}), on the global test set")
+        t.add_row(
+            "final personal accuracy",
+            f"{100 * summary.final_personal_acc:.2f}% (each client's model on its local test split)",
+        )
+        t.add_row(
+            "best personal accuracy", f"{100 * summary.best_personal_acc:.2f}% (round {summary.best_personal_round})"
+        )
+        t.add_row(
+            "global model accuracy",
+            f"{100 * summary.final_acc:.2f}% final, {100 * summary.best_acc:.2f}% best "
+            f"(iteration {summary.best_iteration}), on the global test set",
+        )
     else:
         t.add_row("final accuracy", f"{100 * summary.final_acc:.2f}%")
         t.add_row("best accuracy", f"{100 * summary.best_acc:.2f}% (iteration {summary.best_iteration})")
     last = summary.history[-1] if summary.history else {}
     if isinstance(last.get("val_acc"), float):  # --val-fraction
-        t.add_row("validation accuracy", f"{100 * last['val_acc']:.2f}% final (global model, the held-out validation set)")
+        t.add_row(
+            "validation accuracy", f"{100 * last['val_acc']:.2f}% final (global model, the held-out validation set)"
+        )
     if isinstance(last.get("personal_val_acc"), float):  # --client-val-fraction
-        t.add_row("personal validation accuracy", f"{100 * last['personal_val_acc']:.2f}% final (each client's model on "
-                                                  f"its own validation samples)")
+        t.add_row(
+            "personal validation accuracy",
+            f"{100 * last['personal_val_acc']:.2f}% final (each client's model on its own validation samples)",
+        )
     t.add_row("communication", f"{summary.comm_params:,} parameters (Eq. 8), {summary.comm_bytes / 1e6:,.2f} MB moved")
-    same = "one synchronization per round, over the same rounds" if cfg.local_epochs else f"tau={cfg.tau} over the same iterations"
+    same = (
+        "one synchronization per round, over the same rounds"
+        if cfg.local_epochs
+        else f"tau={cfg.tau} over the same iterations"
+    )
     t.add_row("vs FedAvg", f"{summary.comm_pct:.2f}% of FedAvg with {same} ({summary.fedavg_comm_params:,} parameters)")
     t.add_row("wall time", f"{summary.wall_s:.1f} s")
     t.add_row("run directory", str(run_dir))

@@ -23,7 +23,15 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 #: the environment variable that selects Typer's own (rich) renderer
 RICH_HELP = "FEDCLI_RICH_HELP"
 #: Typer's styles (typer.rich_utils), as ANSI SGR codes
-STYLES = {"option": "1;36", "negative": "1;35", "type": "1;33", "border": "2", "usage": "1", "dim": "2", "required": "31"}
+STYLES = {
+    "option": "1;36",
+    "negative": "1;35",
+    "type": "1;33",
+    "border": "2",
+    "usage": "1",
+    "dim": "2",
+    "required": "31",
+}
 
 
 def plain_flags(params: list) -> list:
@@ -100,14 +108,21 @@ def option_row(param, ctx) -> tuple[list[tuple[str, str]], str]:
     neg_longs = [o for o in param.secondary_opts if "--" in o]
     neg_shorts = [o for o in param.secondary_opts if "--" not in o]
     kind = param.display_type_rich(ctx=ctx) or ""
-    if (span := param._get_number_range_help_str()):
+    if span := param._get_number_range_help_str():
         kind += f" [{span}]"
-    cells = [(",".join(longs), "option"), (",".join(shorts), "option"), (",".join(neg_longs), "negative"),
-             (",".join(neg_shorts), "negative"), (kind, "type")]
+    cells = [
+        (",".join(longs), "option"),
+        (",".join(shorts), "option"),
+        (",".join(neg_longs), "negative"),
+        (",".join(neg_shorts), "negative"),
+        (kind, "type"),
+    ]
     words = []
     if param.help:
-        paragraphs = [p.replace("\n", " ").strip() if not p.startswith("\b") else p.strip("\b\n") + "\n"
-                      for p in param.help.split("\n\n")]
+        paragraphs = [
+            p.replace("\n", " ").strip() if not p.startswith("\b") else p.strip("\b\n") + "\n"
+            for p in param.help.split("\n\n")
+        ]
         words.append(plain("\n".join(paragraphs).strip()))
     default = param._extract_default_help_str(ctx=ctx)
     as_text = isinstance(param.show_default, str)
@@ -120,7 +135,9 @@ def option_row(param, ctx) -> tuple[list[tuple[str, str]], str]:
     return cells, " ".join(words)
 
 
-def panel(title: str, rows: list[tuple[list[tuple[str, str]], str]], required: list[bool], total: int, on: bool) -> list[str]:
+def panel(
+    title: str, rows: list[tuple[list[tuple[str, str]], str]], required: list[bool], total: int, on: bool
+) -> list[str]:
     """One box: ``╭─ title ─╮``, a line per wrapped row, ``╰─╯``; columns that are empty in every row take no space."""
     inner = total - 4  # "│ " ... " │"
     cols = len(rows[0][0])
@@ -130,7 +147,7 @@ def panel(title: str, rows: list[tuple[list[tuple[str, str]], str]], required: l
     fixed = sum(widths[i] + 2 for i in keep) + (2 if mark else 0)
     room = max(20, inner - fixed)
     head = f"─ {title} "
-    out = [paint("╭" + (head + "─" * max(0, total - 2 - len(head)))[:total - 2] + "╮", "border", on)]
+    out = [paint("╭" + (head + "─" * max(0, total - 2 - len(head)))[: total - 2] + "╮", "border", on)]
     bar = paint("│", "border", on)
     for (cells, text), req in zip(rows, required):
         lines = textwrap.wrap(text, room, break_on_hyphens=False) or [""]
@@ -154,7 +171,9 @@ def render(command, ctx, total: int = 80, on: bool = False) -> str:
         first, *rest = inspect.cleandoc(command.help).partition("\f")[0].split("\n\n")
         lines += [" " + ln for ln in textwrap.wrap(plain(first.replace("\n", " ").strip()), total - 2)]
         for para in rest:
-            lines += [""] + [" " + paint(ln, "dim", on) for ln in textwrap.wrap(plain(para.replace("\n", " ").strip()), total - 2)]
+            lines += [""] + [
+                " " + paint(ln, "dim", on) for ln in textwrap.wrap(plain(para.replace("\n", " ").strip()), total - 2)
+            ]
         lines.append("")
     panels: dict[tuple[int, str], list] = {(0, "Arguments"): [], (1, "Options"): []}
     for param in command.get_params(ctx):
@@ -163,7 +182,9 @@ def render(command, ctx, total: int = 80, on: bool = False) -> str:
         kind = 0 if isinstance(param, TyperArgument) else 1
         name = getattr(param, "rich_help_panel", None) or ("Arguments" if kind == 0 else "Options")
         panels.setdefault((kind, name), []).append(param)
-    for (kind, name), params in sorted(panels.items(), key=lambda kv: (kv[0][0], kv[0][1] not in ("Arguments", "Options"))):
+    for (kind, name), params in sorted(
+        panels.items(), key=lambda kv: (kv[0][0], kv[0][1] not in ("Arguments", "Options"))
+    ):
         if params:
             lines += panel(name, [option_row(p, ctx) for p in params], [bool(p.required) for p in params], total, on)
     return "\n".join(lines) + "\n"

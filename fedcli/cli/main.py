@@ -7,7 +7,8 @@ from pathlib import Path
 
 from fedcli.runtime import early
 
-early.install()  # before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/runtime/early.py)
+# before anything heavy is imported: a signal from the first instant exits cleanly (fedcli/runtime/early.py)
+early.install()
 
 import typer  # noqa: E402
 
@@ -16,13 +17,19 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import ClickException
 
-from fedcli.errors import FedcliError
+from fedcli.errors import FedcliError  # noqa: E402
 
 #: the commands, in the order ``fedcli --help`` lists them, and the module that defines each. A command's module is
 #: imported only when that command runs (or the list is shown): ``train`` and ``partition`` build their options from
 #: the assembled config, which loads every method file and so torch, a cost ``report`` or ``--version`` need not pay.
-COMMANDS = {"train": "fedcli.cli.train", "partition": "fedcli.cli.partition", "bench": "fedcli.cli.bench",
-            "sweep": "fedcli.cli.sweep", "tune": "fedcli.cli.tune", "report": "fedcli.cli.report"}
+COMMANDS = {
+    "train": "fedcli.cli.train",
+    "partition": "fedcli.cli.partition",
+    "bench": "fedcli.cli.bench",
+    "sweep": "fedcli.cli.sweep",
+    "tune": "fedcli.cli.tune",
+    "report": "fedcli.cli.report",
+}
 
 
 def _version(value: bool) -> None:
@@ -35,8 +42,16 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, metavar="",  # a plain flag, no <bool>
-                                       help="Print the fedcli version and exit.")):
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_version,
+        metavar="",  # a plain flag, no <bool>
+        help="Print the fedcli version and exit.",
+    ),
+):
     """Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB)."""
 
 
@@ -63,14 +78,22 @@ def build_app(names=None, listing: bool = False) -> typer.Typer:
 
     from fedcli.cli.helpfmt import PanelHelpCommand, PlainFlagsGroup
 
-    app = typer.Typer(name="fedcli", help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
-                      no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False, cls=PlainFlagsGroup,
-                      context_settings={"help_option_names": ["-h", "--help"]})
+    app = typer.Typer(
+        name="fedcli",
+        help="Federated-learning experiment runner for layer-wise methods (FedLAMA, FedALA, Fed-LAMB).",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        cls=PlainFlagsGroup,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
 
     app.callback()(_root)
     for name in COMMANDS if names is None else names:
         fn = _listed(name) if listing else getattr(importlib.import_module(COMMANDS[name]), name)
-        app.command(name, help=fn.__doc__, cls=PanelHelpCommand)(fn)  # --help without rich's layout (fedcli/cli/helpfmt.py)
+        app.command(name, help=fn.__doc__, cls=PanelHelpCommand)(
+            fn
+        )  # --help without rich's layout (fedcli/cli/helpfmt.py)
     return app
 
 
@@ -101,8 +124,8 @@ def _mpi_comm():
 def _abort_job(e: BaseException, code: int) -> None:
     """Under MPI, an error on one rank ends the whole job (no hang) and marks the run failed."""
     from fedcli.cli.console import err_console
-    from fedcli.runner import ACTIVE_RUN
     from fedcli.results.sentinel import mark_failed
+    from fedcli.runner import ACTIVE_RUN
 
     comm = _mpi_comm()
     msg = str(e) if isinstance(e, FedcliError) else f"{type(e).__name__}: {e}"

@@ -15,12 +15,35 @@ import typer
 from fedcli.params import GROUPS, current_names
 
 #: what an empty-string default means, per field (shown as the option's default)
-EMPTY_DEFAULTS = {"schedule": "the method's", "init": "the method's", "data_dir": "data/<dataset>",
-                  "partition_file": "none: an inline --partition", "lr_decay_at": "none", "scaling_bounds": "none: phi(a) = a",
-                  "out": "results/<algo>-<dataset>-s<seed>-<time>"}
+EMPTY_DEFAULTS = {
+    "schedule": "the method's",
+    "init": "the method's",
+    "data_dir": "data/<dataset>",
+    "partition_file": "none: an inline --partition",
+    "lr_decay_at": "none",
+    "scaling_bounds": "none: phi(a) = a",
+    "out": "results/<algo>-<dataset>-s<seed>-<time>",
+}
 #: the options a first run sets, shown first in ``fedcli train --help`` (panel "core")
-CORE = ("algo", "dataset", "data_dir", "model", "clients", "active_ratio", "partition", "iterations", "rounds", "tau",
-        "phi", "lr", "batch_size", "seed", "eval_every", "out", "device")
+CORE = (
+    "algo",
+    "dataset",
+    "data_dir",
+    "model",
+    "clients",
+    "active_ratio",
+    "partition",
+    "iterations",
+    "rounds",
+    "tau",
+    "phi",
+    "lr",
+    "batch_size",
+    "seed",
+    "eval_every",
+    "out",
+    "device",
+)
 #: the panels after "core", in order: the general ones, then the methods' own options
 PANELS = tuple(g for g in GROUPS if g not in ("method", "personalized")) + ("method", "personalized")
 TYPES = {"str": str, "int": int, "float": float, "bool": bool}
@@ -79,13 +102,17 @@ def search_text(rng: dict) -> str:
     ``choices 1, 2, 4``, ``int 1..8 step 2``."""
     kind = next(k for k in ("log", "int", "float", "choices") if k in rng)
     vals = rng[kind]
-    body = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals) if kind == "choices" else \
-        "..".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)
+    body = (
+        ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)
+        if kind == "choices"
+        else "..".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vals)
+    )
     return f"{kind} {body}" + (f" step {rng['step']:g}" if rng.get("step") is not None else "")
 
 
 def panel_of(f: dict) -> str:
-    """The ``--help`` panel of a field: core, its general group, or its method's params section (``[fedlama] options``)."""
+    """The ``--help`` panel of a field: core, its general group, or its method's params section (``[fedlama]
+    options``)."""
     return "core" if f["name"] in CORE else f.get("panel") or f["group"]
 
 
@@ -128,8 +155,11 @@ def old_name_parameters(fields: list[dict]) -> list[inspect.Parameter]:
         for old in f.get("was") or ():
             names_ = flag(old) + "/" + flag("no_" + old) if t is bool else flag(old)
             ann = Optional[list[t]] if f.get("multiple") else Optional[t]
-            params.append(inspect.Parameter(old, inspect.Parameter.KEYWORD_ONLY, annotation=ann,
-                                            default=typer.Option(None, names_, hidden=True)))
+            params.append(
+                inspect.Parameter(
+                    old, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=typer.Option(None, names_, hidden=True)
+                )
+            )
     return params
 
 
@@ -144,5 +174,11 @@ def with_parameters(func, extra: list[inspect.Parameter]):
 def given(kwargs: dict, catalog: dict) -> dict:
     """The config values the user set on the command line, a field's old name (a hidden flag) read as the field."""
     names = {f["name"] for f in catalog["fields"]} | {old for f in catalog["fields"] for old in f.get("was") or ()}
-    return current_names({k: ",".join(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()
-                          if k in names and v is not None and v != [] and v != ()}, flags=True)
+    return current_names(
+        {
+            k: ",".join(v) if isinstance(v, (list, tuple)) else v
+            for k, v in kwargs.items()
+            if k in names and v is not None and v != [] and v != ()
+        },
+        flags=True,
+    )

@@ -34,15 +34,34 @@ def partition(**kwargs):
     dataset, partition = split_pool(cfg, load_data(cfg))
     if out:
         save_partition(partition, Path(out))
-        err_console.print(f"wrote {out}: {len(partition.train)} clients, {int(partition.sizes().sum())} samples, hash {partition.hash[:12]}")
+        err_console.print(
+            f"wrote {out}: {len(partition.train)} clients, {int(partition.sizes().sum())} samples, hash "
+            f"{partition.hash[:12]}"
+        )
     if show:
         out_console.print(summary_table(partition, dataset.train_y.numpy(), dataset.num_classes))
 
 
-_fields = config_parameters(CATALOG, [f["name"] for f in CATALOG["fields"]
-                                   if (f["group"] in GROUPS or f["name"] == "seed") and f["name"] != "partition_file"])
+_fields = config_parameters(
+    CATALOG,
+    [
+        f["name"]
+        for f in CATALOG["fields"]
+        if (f["group"] in GROUPS or f["name"] == "seed") and f["name"] != "partition_file"
+    ],
+)
 _extra = [
-    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--out", "-o", help="Partition file to write (JSON)."), annotation=str | None),
-    inspect.Parameter("summary", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--summary", help="Show clients, sample counts and class histograms."), annotation=bool),
+    inspect.Parameter(
+        "out",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(None, "--out", "-o", help="Partition file to write (JSON)."),
+        annotation=str | None,
+    ),
+    inspect.Parameter(
+        "summary",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(False, "--summary", help="Show clients, sample counts and class histograms."),
+        annotation=bool,
+    ),
 ]
 with_parameters(partition, _fields + _extra)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import typer
-
 from dataclasses import dataclass, field
+
+import typer
 
 from fedcli.cli.console import err_console, out_console
 from fedcli.papers import PAPERS
@@ -20,18 +20,61 @@ class Output:
     figures: list = field(default_factory=list)
 
 
-def report(
-    folders: list[str] = typer.Argument(None, metavar="DIR", help="Run directories of `fedcli train`, sweep folders (with sweep.json), or folders holding them. \\[default: results]"),
-    table: str = typer.Option(None, "--table", "-t", help="Table of a sweep to print (without it: list what the sweeps can produce, and compare the runs)."),
+def report(  # noqa: PLR0913
+    folders: list[str] = typer.Argument(
+        None,
+        metavar="DIR",
+        help="Run directories of `fedcli train`, sweep folders (with sweep.json), or folders holding them. "
+        "\\[default: results]",
+    ),
+    table: str = typer.Option(
+        None,
+        "--table",
+        "-t",
+        help="Table of a sweep to print (without it: list what the sweeps can produce, and compare the runs).",
+    ),
     fmt: str = typer.Option("md", "--format", "-f", help="Table format: md, latex or csv."),
-    figures: str = typer.Option(None, "--figures", help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all; for run directories their curves and per-layer figures. \\[default: RUN_DIR/figures for one run directory]"),
+    figures: str = typer.Option(
+        None,
+        "--figures",
+        help="Write figures (PNG and PDF) into this folder: those of the table's sweep, or all; for run "
+        "directories their curves and per-layer figures. \\[default: RUN_DIR/figures for one run directory]",
+    ),
     figure: list[str] = typer.Option(None, "--figure", help="Only this figure of a sweep (repeatable)."),
     output: str = typer.Option(None, "--output", "-o", help="Write the table to this file instead of stdout."),
-    x: str = typer.Option(None, "--x", metavar="<choice>", help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8), bytes moved both ways, or simulated seconds (runs trained with --system). \\[choices: iterations, rounds, params, bytes, time] \\[default: a sweep figure's own `x`; run directories: both `curves` against iterations (rounds when every run has a round budget) and `curves-params` against parameters; --x picks the axis of one of the two]"),
-    paper: str = typer.Option(None, "--paper", metavar="NAME", help="Assemble one paper's experiment section from the sweeps of its recipes under DIR: every table and figure they can produce, in LaTeX (section.tex, booktabs) and Markdown (section.md), with the figures, into --output DIR. "
-                               f"\\[choices: {', '.join(PAPERS)}] \\[default --output: DIR/paper-NAME]"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="With --paper: replace section.tex and section.md even where they changed since fedcli wrote them (hand edits are lost). Without it an edited section is kept and the command refuses (exit 2)."),
-    baseline: str = typer.Option(None, "--baseline", metavar="RUN", help="The run that the comparison table of run directories measures communication against, in parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg with each run's cohort, tau and budget, computed]"),
+    x: str = typer.Option(
+        None,
+        "--x",
+        metavar="<choice>",
+        help="X axis of the curves: local iterations, communication rounds, communicated parameters (Eq. 8), "
+        "bytes moved both ways, or simulated seconds (runs trained with --system). \\[choices: iterations, "
+        "rounds, params, bytes, time] \\[default: a sweep figure's own `x`; run directories: both `curves` "
+        "against iterations (rounds when every run has a round budget) and `curves-params` against "
+        "parameters; --x picks the axis of one of the two]",
+    ),
+    paper: str = typer.Option(
+        None,
+        "--paper",
+        metavar="NAME",
+        help="Assemble one paper's experiment section from the sweeps of its recipes under DIR: every table and "
+        "figure they can produce, in LaTeX (section.tex, booktabs) and Markdown (section.md), with the "
+        "figures, into --output DIR. "
+        f"\\[choices: {', '.join(PAPERS)}] \\[default --output: DIR/paper-NAME]",
+    ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="With --paper: replace section.tex and section.md even where they changed since fedcli wrote them "
+        "(hand edits are lost). Without it an edited section is kept and the command refuses (exit 2).",
+    ),
+    baseline: str = typer.Option(
+        None,
+        "--baseline",
+        metavar="RUN",
+        help="The run that the comparison table of run directories measures communication against, in "
+        "parameters and bytes (its folder or path). \\[default: the first FedAvg run given; none: FedAvg "
+        "with each run's cohort, tau and budget, computed]",
+    ),
     **system_options,
 ):
     """Report runs and sweeps: a paper table (mean +- std over seeds, communication %, early stopping) and figures from a
@@ -52,7 +95,9 @@ def report(
     if any(is_study(f) for f in folders or []):
         return _study(list(folders), fmt, output, figures, table, figure, baseline, x)
     if overwrite:
-        raise ConfigError("--overwrite applies to --paper only (it replaces a section.tex or section.md edited by hand)")
+        raise ConfigError(
+            "--overwrite applies to --paper only (it replaces a section.tex or section.md edited by hand)"
+        )
     asked = _Asked(fmt, output, figures, table, figure, x, baseline, retime)
     _check_outputs(asked)
     folders = list(folders or ["results"])
@@ -63,8 +108,10 @@ def report(
         raise ConfigError("--figure needs --figures OUTDIR (the folder to write it to)")
     if table is not None or figure:
         if explicit:
-            raise ConfigError(f"--table and --figure name products of a sweep; {explicit[0]} is a run directory "
-                              f"(`fedcli report {explicit[0]}` reports it)")
+            raise ConfigError(
+                f"--table and --figure name products of a sweep; {explicit[0]} is a run directory "
+                f"(`fedcli report {explicit[0]}` reports it)"
+            )
         if not sweeps:
             find_sweeps(holders[0])  # raises: no sweep here
     if table is None and not figure:
@@ -86,8 +133,10 @@ def _retiming(x: str | None, system_options: dict, products: bool) -> dict:
 
         retiming.check(retime)
         if products:
-            raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories compared (fedcli report "
-                              f"RUN... --x time), not to a sweep's tables, figures or paper section")
+            raise ConfigError(
+                f"{retiming.describe(retime)}: re-timing applies to run directories compared (fedcli report "
+                f"RUN... --x time), not to a sweep's tables, figures or paper section"
+            )
     return retime
 
 
@@ -113,8 +162,10 @@ def _check_outputs(asked: _Asked) -> None:
 
     output, figures = asked.output, asked.figures
     if figures is not None and Path(figures).suffix.lower() in (".png", ".pdf", ".svg", ".jpg"):
-        raise ConfigError(f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
-                          f"file name {figures}")
+        raise ConfigError(
+            f"--figures takes a folder to write every figure into (PNG, PDF and a caption each), got the "
+            f"file name {figures}"
+        )
     if output and Path(output).is_dir():
         raise ConfigError(f"--output {output} is a folder; expected a file to write the table to")
     if figures is not None and Path(figures).exists() and not Path(figures).is_dir():
@@ -134,18 +185,22 @@ def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps
     made = Output()
     loose = [p for f in holders for p in find_runs(Path(f), [s.root for s in sweeps])]
     if not sweeps and not explicit and not loose:
-        raise ConfigError(f"{', '.join(holders)}: no sweep (sweep.json) and no run directory (manifest.json) here; "
-                          f"run `fedcli train` or `fedcli sweep RECIPE` first")
+        raise ConfigError(
+            f"{', '.join(holders)}: no sweep (sweep.json) and no run directory (manifest.json) here; "
+            f"run `fedcli train` or `fedcli sweep RECIPE` first"
+        )
     if output and not (explicit or loose):
         raise ConfigError("--output writes a table: give --table NAME (a sweep's table) or run directories to compare")
     runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
-    runs += _readable(loose, load_run)      # runs found in a folder: the readable ones, the others named
+    runs += _readable(loose, load_run)  # runs found in a folder: the readable ones, the others named
     if retime:  # every run re-timed (or the one that cannot be refused) before anything is printed or written
         from fedcli.report import retime as retiming
 
         if not runs or (sweeps and figures is not None):
-            raise ConfigError(f"{retiming.describe(retime)}: re-timing applies to run directories of `fedcli train`; "
-                              f"give them (a sweep's runs are in its folders: SWEEP/<run>/seed<k>)")
+            raise ConfigError(
+                f"{retiming.describe(retime)}: re-timing applies to run directories of `fedcli train`; "
+                f"give them (a sweep's runs are in its folders: SWEEP/<run>/seed<k>)"
+            )
         retiming.apply(runs, retime)
     if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
         # simulated time is refused before anything is printed or written
@@ -157,8 +212,9 @@ def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps
     if sweeps and figures is None:
         _print_listing(" ".join(holders), sweeps, listing(sweeps))
     if runs:
-        made = _report_runs(runs, explicit, asked.fmt, output, figures if explicit or not sweeps else None, x,
-                            asked.baseline)
+        made = _report_runs(
+            runs, explicit, asked.fmt, output, figures if explicit or not sweeps else None, x, asked.baseline
+        )
     if sweeps and figures is not None:
         made.figures += _write_figures(sweeps, figures, None, holders[0], x)
     return made
@@ -173,8 +229,11 @@ def _report_products(asked: _Asked, holders: list[str], sweeps: list) -> Output:
     table, figure, figures, x = asked.table, asked.figure, asked.figures, asked.x
     made = Output()
     if figures is not None:  # figures drawn against time whose runs lack it: refused before the table is printed
-        check_time_axis([pick(sweeps, table, "table")[0]] if table is not None and not figure else sweeps,
-                        list(figure) if figure else None, x)
+        check_time_axis(
+            [pick(sweeps, table, "table")[0]] if table is not None and not figure else sweeps,
+            list(figure) if figure else None,
+            x,
+        )
     if table is not None:
         sweep, made.table = sweep_table(sweeps, table)
         made.sweep = str(sweep.root)
@@ -187,8 +246,9 @@ def _report_products(asked: _Asked, holders: list[str], sweeps: list) -> Output:
     return made
 
 
-def _paper(name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures,
-           overwrite: bool = False) -> Output:
+def _paper(
+    name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures, overwrite: bool = False
+) -> Output:
     """``--paper NAME``: the paper's section from the sweeps under ``folders`` (fedcli/report/paper.py)."""
     from pathlib import Path
 
@@ -198,15 +258,20 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
 
     paper_of(name)  # an unknown paper: exit 2 naming the known ones, before anything is read
     if table is not None or figure or figures is not None:
-        raise ConfigError("--paper assembles every table and figure of the paper's sweeps; leave out --table, --figure "
-                          "and --figures (--output DIR says where the section goes)")
+        raise ConfigError(
+            "--paper assembles every table and figure of the paper's sweeps; leave out --table, --figure "
+            "and --figures (--output DIR says where the section goes)"
+        )
     if output and Path(output).exists() and not Path(output).is_dir():
-        raise ConfigError(f"--output {output} is a file; with --paper it names the folder for section.tex, section.md "
-                          f"and the figures")
+        raise ConfigError(
+            f"--output {output} is a file; with --paper it names the folder for section.tex, section.md and the figures"
+        )
     sweeps = [s for f in folders for s in _sweeps_in(f, find_sweeps)]
     if not sweeps:
-        raise ConfigError(f"{', '.join(folders)}: no sweep (sweep.json) here; run the paper's recipes with `fedcli sweep "
-                          f"RECIPE --scale smoke` first")
+        raise ConfigError(
+            f"{', '.join(folders)}: no sweep (sweep.json) here; run the paper's recipes with `fedcli sweep "
+            f"RECIPE --scale smoke` first"
+        )
     out = Path(output) if output else Path(folders[0]) / f"paper-{name}"
     from fedcli.safefs import writing_into
 
@@ -219,7 +284,11 @@ def _paper(name: str, folders: list[str], output: str | None, x: str | None, tab
         raise os_error(e, e.filename or out) from None
     for f in files:
         err_console.print(f"fedcli report: paper section -> {f}", markup=False, highlight=False, soft_wrap=True)
-    drawn = sorted(p for p in (out / "figures").rglob("*") if p.suffix in (".png", ".pdf")) if (out / "figures").is_dir() else []
+    drawn = (
+        sorted(p for p in (out / "figures").rglob("*") if p.suffix in (".png", ".pdf"))
+        if (out / "figures").is_dir()
+        else []
+    )
     if drawn:  # a folder named only where figures were written into it (a paper whose sweeps draw none: no folder)
         err_console.print(f"fedcli report: figures -> {out / 'figures'}", markup=False, highlight=False, soft_wrap=True)
     captions = {p.with_suffix(".txt") for p in drawn if p.with_suffix(".txt").is_file()}  # each figure's NAME.txt
@@ -244,8 +313,10 @@ def _study(folders: list[str], fmt: str, output: str | None, figures: str | None
     if len(folders) != 1:
         raise ConfigError(f"{', '.join(folders)}: report one study folder of `fedcli tune` at a time")
     if table is not None or figure or baseline is not None or x is not None:
-        raise ConfigError("--table, --figure, --baseline and --x apply to sweeps and run directories; a study folder's "
-                          "report takes --format md|csv, --output and --figures")
+        raise ConfigError(
+            "--table, --figure, --baseline and --x apply to sweeps and run directories; a study folder's "
+            "report takes --format md|csv, --output and --figures"
+        )
     if fmt == "latex":
         raise ConfigError("--format latex applies to a sweep's tables; a study folder's report is md or csv")
     from fedcli.tune.confirm import confirmed
@@ -290,8 +361,12 @@ def _readable(paths, load_run) -> list:
     if errors and not runs:
         raise errors[0]
     if errors:
-        err_console.print(f"fedcli report: {len(runs)} run(s) reported, {len(errors)} left out (named above)", markup=False,
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"fedcli report: {len(runs)} run(s) reported, {len(errors)} left out (named above)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     return runs
 
 
@@ -315,16 +390,21 @@ def _sweeps_in(folder: str, find_sweeps) -> list:
 
     root = Path(folder)
     if root.suffix == ".toml" and root.is_file():  # a recipe: `fedcli report` reads the folder its sweep writes
-        raise ConfigError(f"{folder} is a recipe, not a folder of results; run it with `fedcli sweep {folder} --scale "
-                          f"smoke --out DIR`, then `fedcli report DIR`")
+        raise ConfigError(
+            f"{folder} is a recipe, not a folder of results; run it with `fedcli sweep {folder} --scale "
+            f"smoke --out DIR`, then `fedcli report DIR`"
+        )
     if root.exists() and not root.is_dir():
-        raise ConfigError(f"{folder} is a file; give a run directory of `fedcli train`, a sweep folder or a folder "
-                          f"holding them")
+        raise ConfigError(
+            f"{folder} is a file; give a run directory of `fedcli train`, a sweep folder or a folder holding them"
+        )
     if not root.is_dir():
         raise ConfigError(f"{folder}: no such folder")
     if any(next(root.glob(pat), None) for pat in (MANIFEST, f"*/{MANIFEST}", f"*/*/{MANIFEST}")):
-        return find_sweeps(folder, warn=lambda msg: err_console.print(f"fedcli report: {msg}", markup=False, highlight=False,
-                                                                      soft_wrap=True))
+        return find_sweeps(
+            folder,
+            warn=lambda msg: err_console.print(f"fedcli report: {msg}", markup=False, highlight=False, soft_wrap=True),
+        )
     return []
 
 
@@ -345,9 +425,17 @@ def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) ->
     return files
 
 
-def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figures: str | None, x: str | None = None,
-                 baseline: str | None = None) -> Output:
-    """The comparison table of ``fedcli train`` runs, and their figures (one run given: in RUN_DIR/figures by default)."""
+def _report_runs(
+    runs,
+    explicit: list[str],
+    fmt: str,
+    output: str | None,
+    figures: str | None,
+    x: str | None = None,
+    baseline: str | None = None,
+) -> Output:
+    """The comparison table of ``fedcli train`` runs, and their figures (one run given: in RUN_DIR/figures by
+    default)."""
     from pathlib import Path
 
     from fedcli.report import style
@@ -364,9 +452,13 @@ def _report_runs(runs, explicit: list[str], fmt: str, output: str | None, figure
     if figures is None and (msg := style.data_warning(runs, run_names(runs))):  # with figures: their warning says it
         _warn(msg)
     if figures is None:
-        err_console.print(f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "
-                          f"to draw {'it' if len(runs) == 1 else f'these {len(runs)} runs together'}", markup=False,
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"fedcli report: `fedcli report RUN_DIR` draws a run's curves and per-layer figures; add --figures OUTDIR "
+            f"to draw {'it' if len(runs) == 1 else f'these {len(runs)} runs together'}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return made
     from fedcli.safefs import writing_into
 
@@ -388,8 +480,12 @@ def _tracker_notes(runs) -> None:
             err_console.print(f"fedcli report: {path}: {line}", markup=False, highlight=False, soft_wrap=True)
     done = sum(kind == "done" for _, (kind, _) in said)
     if done and len(said) > 1:
-        err_console.print(f"fedcli report: trackers done for {done} of {len(said)} run(s) with trackers", markup=False,
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"fedcli report: trackers done for {done} of {len(said)} run(s) with trackers",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _killed_notes(runs) -> None:
@@ -408,16 +504,23 @@ def _print_listing(folder, sweeps, rows) -> None:
 
     for s in sweeps:
         m = s.manifest
-        t = Table(title=f"{s.root}: {m.get('paper') or m.get('title')} (recipe {m.get('recipe')}, scale {s.scale or 'base'}, "
-                        f"seeds {', '.join(map(str, s.seeds))})", title_justify="left")
+        t = Table(
+            title=f"{s.root}: {m.get('paper') or m.get('title')} (recipe {m.get('recipe')}, scale {s.scale or 'base'}, "
+            f"seeds {', '.join(map(str, s.seeds))})",
+            title_justify="left",
+        )
         for c in ("product", "kind", "reproduces", "runs"):
             t.add_column(c, overflow="fold")
         for r in (r for r in rows if r["sweep"] == str(s.root)):
             ready = f"{r['runs']} ready" if not r["missing"] else f"[red]{r['missing']} of {r['runs']} missing[/]"
             t.add_row(r["name"], r["kind"], r["paper"] or r["title"], ready)
         out_console.print(t)
-    out_console.print(f"Print a table with `fedcli report {folder} --table NAME [--format md|latex|csv]`; "
-                      f"write figures with `--figures OUTDIR`.", highlight=False, markup=False)
+    out_console.print(
+        f"Print a table with `fedcli report {folder} --table NAME [--format md|latex|csv]`; "
+        f"write figures with `--figures OUTDIR`.",
+        highlight=False,
+        markup=False,
+    )
 
 
 def retiming_parameters() -> list:
@@ -435,8 +538,10 @@ def retiming_parameters() -> list:
     for f in fields().values():
         kind = TYPES[f.type if isinstance(f.type, str) else f.type.__name__]
         default = show(f.default) if f.default not in ("", None) else "none"
-        text = escape(f"Re-time the run directories with: {f.metadata['help']} [default: the run's own (trained with "
-                      f"--system), else {default}]")
+        text = escape(
+            f"Re-time the run directories with: {f.metadata['help']} [default: the run's own (trained with "
+            f"--system), else {default}]"
+        )
         option = typer.Option(None, flag(f.name), help=text, rich_help_panel=RETIMING_PANEL, show_default=False)
         out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[kind]))
     return out

@@ -24,7 +24,9 @@ def print_jobs_plan(result, mpi: int) -> None:
     est = estimate(todo, [], 1, mpi, executor="process")  # one Slurm job, one fresh process, per run
     limit = res.minutes * 60
     k = res.runs_per_job
-    per = "one job per run" if k == 1 else f"{k} runs per job ({-(-len(todo) // k)} jobs), run together sharing its GPUs"
+    per = (
+        "one job per run" if k == 1 else f"{k} runs per job ({-(-len(todo) // k)} jobs), run together sharing its GPUs"
+    )
     t = Table(title=f"Slurm: {per}; each asks for: {sbatch_preview(res, mpi)}", title_justify="left")
     for c in ("run", "seed", "estimate (this machine)", "time limit", ""):
         t.add_column(c)
@@ -42,9 +44,12 @@ def print_jobs_plan(result, mpi: int) -> None:
         t.add_row(p.name, str(p.seed), shown, fmt_duration(limit), warn)
     out_console.print(t)
     if over:
-        _say(f"warning: {over} run(s) are estimated to take longer than the time limit {res.time} (estimated on this "
-             f"machine with {'/'.join(map(str, sorted(est.threads))) or '?'} thread(s), not on the cluster's nodes); raise "
-             f"--time, or let each call resume them from their last checkpoint")
+        _say(
+            f"warning: {over} run(s) are estimated to take longer than the time limit {res.time} (estimated on this "
+            f"machine with {'/'.join(map(str, sorted(est.threads))) or '?'} thread(s), not on the "
+            f"cluster's nodes); raise "
+            f"--time, or let each call resume them from their last checkpoint"
+        )
 
 
 def _fmt_status(statuses) -> "Table":  # noqa: F821
@@ -58,8 +63,15 @@ def _fmt_status(statuses) -> "Table":  # noqa: F821
     for s in statuses:
         p = s.run
         state = "completed" if s.state in ("done", "completed") else s.state
-        t.add_row(p.name, str(p.seed), state + (" (locked)" if s.locked else ""), s.job_id or "-", s.slurm or "-",
-                  progress(p), "-" if s.exit_code is None else str(s.exit_code))
+        t.add_row(
+            p.name,
+            str(p.seed),
+            state + (" (locked)" if s.locked else ""),
+            s.job_id or "-",
+            s.slurm or "-",
+            progress(p),
+            "-" if s.exit_code is None else str(s.exit_code),
+        )
     return t
 
 
@@ -69,8 +81,13 @@ def _failures(statuses) -> None:
         if s.state in ("failed", "interrupted", "corrupt", "stale") and not s.active:
             p = s.run
             code = f"exit {s.exit_code}, " if s.exit_code not in (None, 0) else ""
-            out_console.print(f"{p.label}: {s.state} ({code}job {s.job_id or '-'} {s.slurm or ''}); log {p.log}"
-                              + (f": {p.error}" if p.error else ""), soft_wrap=True, highlight=False, markup=False)
+            out_console.print(
+                f"{p.label}: {s.state} ({code}job {s.job_id or '-'} {s.slurm or ''}); log {p.log}"
+                + (f": {p.error}" if p.error else ""),
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
 
 
 def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> None:
@@ -83,15 +100,21 @@ def show_status(recipe, scale, seeds, out, mpi, flags, cancel: bool = False) -> 
     if cancel:
         ids = [s.job_id for s in st if s.slurm in slurm.ACTIVE and s.job_id]
         slurm.cancel(ids)
-        _say(f"cancelled {len(ids)} job(s) of {root}" + (f" ({', '.join(ids)})" if ids else "")
-             + "; running ones checkpoint at their round boundary; the same `fedcli sweep ... --executor slurm` resumes them")
+        _say(
+            f"cancelled {len(ids)} job(s) of {root}"
+            + (f" ({', '.join(ids)})" if ids else "")
+            + "; running ones checkpoint at their round boundary; the same `fedcli sweep ... --executor "
+            "slurm` resumes them"
+        )
         return
     out_console.print(_fmt_status(st))
     _failures(st)
     done = sum(1 for s in st if s.state == "done")
     active = sum(1 for s in st if s.active)
-    _say(f"{root}: {done} of {len(st)} runs completed, {active} job(s) pending or running, "
-         f"{len(st) - done - active} to (re)submit by the next `fedcli sweep ... --executor slurm`")
+    _say(
+        f"{root}: {done} of {len(st)} runs completed, {active} job(s) pending or running, "
+        f"{len(st) - done - active} to (re)submit by the next `fedcli sweep ... --executor slurm`"
+    )
 
 
 def submit_and_follow(recipe, scale, options, wait: bool, quiet: bool, print_plan) -> None:
@@ -113,14 +136,26 @@ def submit_and_follow(recipe, scale, options, wait: bool, quiet: bool, print_pla
     follow = [p for p in result.runs if p.status not in ("completed", "pruned")]
     if not wait:
         if follow:
-            _say(f"follow with: fedcli sweep {recipe} {'--scale ' + scale + ' ' if scale else ''}--executor slurm --status "
-                 f"(or --wait); stop with --cancel")
+            _say(
+                f"follow with: fedcli sweep {recipe} {'--scale ' + scale + ' ' if scale else ''}--executor "
+                f"slurm --status "
+                f"(or --wait); stop with --cancel"
+            )
         return
     if follow:
         seeds, out = options.seeds, options.out
-        again = shlex.join(["fedcli", "sweep", str(recipe), *(["--scale", scale] if scale else []),
-                            *(["--seeds", str(seeds)] if seeds else []), *(["--out", str(out)] if out else []),
-                            "--executor", "slurm"])
+        again = shlex.join(
+            [
+                "fedcli",
+                "sweep",
+                str(recipe),
+                *(["--scale", scale] if scale else []),
+                *(["--seeds", str(seeds)] if seeds else []),
+                *(["--out", str(out)] if out else []),
+                "--executor",
+                "slurm",
+            ]
+        )
         _follow(follow, again, quiet)
     for p in result.runs:
         if p.status != "completed":
@@ -143,10 +178,16 @@ def _say_submitted(result) -> None:
         packed = f" holding {len(sub)} runs" if len(ids) < len(sub) else ""
         _say(f"submitted {len(ids)} job(s){packed} to Slurm: {', '.join(ids[:6])}{' ...' if len(ids) > 6 else ''}")
     if queued:
-        _say(f"{len(queued)} run(s) already have a pending or running job (not submitted again): "
-             + ", ".join(f"{p.label} job {p.job_id}" for p in queued[:6]))
+        _say(
+            f"{len(queued)} run(s) already have a pending or running job (not submitted again): "
+            + ", ".join(f"{p.label} job {p.job_id}" for p in queued[:6])
+        )
     pruned = sum(p.status == "pruned" for p in result.runs)  # stopped on request: kept as they stand, never resubmitted
-    kept = f" ({pruned} pruned, kept as they stand: fedcli train --resume RUN_DIR --promote finishes one)" if pruned else ""
+    kept = (
+        f" ({pruned} pruned, kept as they stand: fedcli train --resume RUN_DIR --promote finishes one)"
+        if pruned
+        else ""
+    )
     if not sub and not queued:
         _say(f"nothing to submit: all {len(result.runs)} runs in {result.root} are complete{kept}")
 
@@ -160,8 +201,15 @@ def _follow(runs, again: str, quiet) -> None:
 
     from fedcli.sweep import slurm
 
-    prog = Progress(TextColumn("[bold]slurm"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                    TimeElapsedColumn(), console=err_console, disable=quiet)
+    prog = Progress(
+        TextColumn("[bold]slurm"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=quiet,
+    )
     task = prog.add_task("", total=len(runs))
 
     def on_poll(st):
@@ -172,8 +220,10 @@ def _follow(runs, again: str, quiet) -> None:
 
     def on_int(signum, frame):
         prog.stop()
-        _say(f"Ctrl-C: stopped following; the jobs keep running on the cluster. See them with `{again} --status`, "
-             f"follow again with `{again} --wait`, cancel them with `{again} --cancel`")
+        _say(
+            f"Ctrl-C: stopped following; the jobs keep running on the cluster. See them with `{again} --status`, "
+            f"follow again with `{again} --wait`, cancel them with `{again} --cancel`"
+        )
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGINT, on_int)

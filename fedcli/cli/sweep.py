@@ -1,4 +1,5 @@
-"""``fedcli sweep``: run a recipe's grid x seeds (parallel processes or MPI); a second call runs only what is missing."""
+"""``fedcli sweep``: run a recipe's grid x seeds (parallel processes or MPI); a second call runs only what is
+missing."""
 
 from __future__ import annotations
 
@@ -15,35 +16,130 @@ def _fmt_s(s: float) -> str:
 
 
 #: options ``fedcli tune`` shares with ``fedcli sweep`` (fedcli/cli/tune.py): declared once, meaning the same
-SCALE = typer.Option(None, "--scale", help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). Required when the recipe has several scales. \\[default: the recipe's only scale]")
-JOBS = typer.Option(1, "--jobs", "-j", min=1, help="Runs at a time, each in its own process (torch threads = cores / jobs). With CUDA devices: spread over them round-robin, at most --runs-per-gpu on each.")
+SCALE = typer.Option(
+    None,
+    "--scale",
+    help="Recipe scale: smoke (minutes on a CPU, the data beside the repo) or paper (the paper's settings). "
+    "Required when the recipe has several scales. \\[default: the recipe's only scale]",
+)
+JOBS = typer.Option(
+    1,
+    "--jobs",
+    "-j",
+    min=1,
+    help="Runs at a time, each in its own process (torch threads = cores / jobs). With CUDA devices: spread "
+    "over them round-robin, at most --runs-per-gpu on each.",
+)
 MPI = typer.Option(0, "--mpi", min=0, help="Run each training under `mpiexec -n N` (N processes per run).")
-DRY_RUN = typer.Option(False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing.")
-EXECUTOR = typer.Option("local", "--executor", help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, submitted with submitit; returns at once, see --wait/--status/--cancel).")
+DRY_RUN = typer.Option(
+    False, "--dry-run", help="Show the runs, what would run, each job's resources and the data check; run nothing."
+)
+EXECUTOR = typer.Option(
+    "local",
+    "--executor",
+    help="Where runs go (local or slurm): local (worker processes, or --mpi) or slurm (one Slurm job per run, "
+    "submitted with submitit; returns at once, see --wait/--status/--cancel).",
+)
 #: the Slurm resources of a job (--executor slurm), shared by ``fedcli sweep`` and ``fedcli tune``
-PARTITION = typer.Option(None, "--partition", help="Slurm: partition of the jobs. \\[default: the recipe's \\[slurm] partition, else the cluster's default]", rich_help_panel="Slurm (--executor slurm)")
-TIME_LIMIT = typer.Option(None, "--time", help="Slurm: time limit per job, minutes or D-HH:MM:SS. \\[default: the recipe's \\[slurm] time, else 60]", rich_help_panel="Slurm (--executor slurm)")
-CPUS = typer.Option(None, "--cpus", min=1, help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]", rich_help_panel="Slurm (--executor slurm)")
-MEM = typer.Option(None, "--mem", help="Slurm: memory per job (e.g. 16G). \\[default: \\[slurm] mem, else the partition's default]", rich_help_panel="Slurm (--executor slurm)")
-GPUS = typer.Option(None, "--gpus", min=0, help="Slurm: GPUs per job (--gpus-per-node; the runs use --device auto/cuda from the recipe). \\[default: \\[slurm] gpus, else 0]", rich_help_panel="Slurm (--executor slurm)")
-RUNS_PER_JOB = typer.Option(None, "--runs-per-job", min=1, help="Slurm: runs packed in one job, run at the same time and sharing its GPUs round-robin (each sees one as CUDA_VISIBLE_DEVICES); the job asks for --cpus x K CPUs, --gpus and --mem stay per job. \\[default: \\[slurm] runs_per_job, else 1]", rich_help_panel="Slurm (--executor slurm)")
-SBATCH = typer.Option(None, "--sbatch", help="Slurm: an extra sbatch option for every job, e.g. --sbatch=--qos=high (repeatable; added to \\[slurm] options).", rich_help_panel="Slurm (--executor slurm)")
-SIGNAL = typer.Option(None, "--signal", min=0, help="Slurm: SIGTERM this many seconds before the time limit, so the run checkpoints at its next round boundary and stops as interrupted. \\[default: \\[slurm] signal, else 120]", rich_help_panel="Slurm (--executor slurm)")
+PARTITION = typer.Option(
+    None,
+    "--partition",
+    help="Slurm: partition of the jobs. \\[default: the recipe's \\[slurm] partition, else the cluster's default]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+TIME_LIMIT = typer.Option(
+    None,
+    "--time",
+    help="Slurm: time limit per job, minutes or D-HH:MM:SS. \\[default: the recipe's \\[slurm] time, else 60]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+CPUS = typer.Option(
+    None,
+    "--cpus",
+    min=1,
+    help="Slurm: CPUs per job (torch threads = CPUs / MPI ranks). \\[default: \\[slurm] cpus, else 1]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+MEM = typer.Option(
+    None,
+    "--mem",
+    help="Slurm: memory per job (e.g. 16G). \\[default: \\[slurm] mem, else the partition's default]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+GPUS = typer.Option(
+    None,
+    "--gpus",
+    min=0,
+    help="Slurm: GPUs per job (--gpus-per-node; the runs use --device auto/cuda from the recipe). \\[default: "
+    "\\[slurm] gpus, else 0]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+RUNS_PER_JOB = typer.Option(
+    None,
+    "--runs-per-job",
+    min=1,
+    help="Slurm: runs packed in one job, run at the same time and sharing its GPUs round-robin (each sees one "
+    "as CUDA_VISIBLE_DEVICES); the job asks for --cpus x K CPUs, --gpus and --mem stay per job. "
+    "\\[default: \\[slurm] runs_per_job, else 1]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+SBATCH = typer.Option(
+    None,
+    "--sbatch",
+    help="Slurm: an extra sbatch option for every job, e.g. --sbatch=--qos=high (repeatable; added to \\[slurm] "
+    "options).",
+    rich_help_panel="Slurm (--executor slurm)",
+)
+SIGNAL = typer.Option(
+    None,
+    "--signal",
+    min=0,
+    help="Slurm: SIGTERM this many seconds before the time limit, so the run checkpoints at its next round "
+    "boundary and stops as interrupted. \\[default: \\[slurm] signal, else 120]",
+    rich_help_panel="Slurm (--executor slurm)",
+)
 
 
-def sweep(
-    recipe: str = typer.Argument(..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."),
+def sweep(  # noqa: PLR0913
+    recipe: str = typer.Argument(
+        ..., help="Sweep recipe (TOML with \\[base], \\[scale.*], \\[\\[runs]], \\[\\[tables]], \\[\\[figures]])."
+    ),
     scale: str = SCALE,
-    seeds: str = typer.Option(None, "--seeds", help="Seeds per run: a count N (seeds 0..N-1), a list (3,4) or a range (2-5). \\[default: the recipe's `seeds`]"),
+    seeds: str = typer.Option(
+        None,
+        "--seeds",
+        help="Seeds per run: a count N (seeds 0..N-1), a list (3,4) or a range (2-5). \\[default: the recipe's "
+        "`seeds`]",
+    ),
     jobs: int = JOBS,
-    runs_per_gpu: str = typer.Option("auto", "--runs-per-gpu", metavar="K|auto", help="Local runs with --device cuda or auto on a machine with CUDA devices: at most K runs at a time on one GPU (each process sees its GPU as CUDA_VISIBLE_DEVICES); auto: as many as fit in 90% of the least free GPU's free memory by a run's memory (measured on an earlier seed, else estimated from the model and the cohort), at most 4, 1 if unknown. The plan says how many run on each device."),
+    runs_per_gpu: str = typer.Option(
+        "auto",
+        "--runs-per-gpu",
+        metavar="K|auto",
+        help="Local runs with --device cuda or auto on a machine with CUDA devices: at most K runs at a time on "
+        "one GPU (each process sees its GPU as CUDA_VISIBLE_DEVICES); auto: as many as fit in 90% of the "
+        "least free GPU's free memory by a run's memory (measured on an earlier seed, else estimated from "
+        "the model and the cohort), at most 4, 1 if unknown. The plan says how many run on each device.",
+    ),
     out: str = typer.Option(None, "--out", help="Sweep folder. \\[default: results/<recipe name>-<scale>]"),
     mpi: int = MPI,
-    in_process: bool = typer.Option(False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."),
+    in_process: bool = typer.Option(
+        False, "--in-process", help="Run the trainings one after another in this process (no start-up cost per run)."
+    ),
     dry_run: bool = DRY_RUN,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Run into an --out folder that holds the sweep of another recipe (another text; or this one at another --scale, or with tables it does not make), replacing it: its sweep.json then describes this recipe. The other's runs that share a folder with a run of this recipe are trained over (named first); its other runs stay on disk, but no report is made of them. Without it such a folder is refused (exit 2), --dry-run included."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Run into an --out folder that holds the sweep of another recipe (another text; or this one at "
+        "another --scale, or with tables it does not make), replacing it: its sweep.json then describes "
+        "this recipe. The other's runs that share a folder with a run of this recipe are trained over "
+        "(named first); its other runs stay on disk, but no report is made of them. Without it such a "
+        "folder is refused (exit 2), --dry-run included.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
-    download: bool = typer.Option(False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."),
+    download: bool = typer.Option(
+        False, "--download", help="Download the missing datasets torchvision can fetch, once, before any run starts."
+    ),
     executor: str = EXECUTOR,
     partition: str = PARTITION,
     time_limit: str = TIME_LIMIT,
@@ -53,24 +149,68 @@ def sweep(
     runs_per_job: int = RUNS_PER_JOB,
     sbatch: list[str] = SBATCH,
     signal_s: int = SIGNAL,
-    status: bool = typer.Option(False, "--status", help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed runs the exit code and log; submits nothing.", rich_help_panel="Slurm (--executor slurm)"),
-    wait: bool = typer.Option(False, "--wait", help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops following; the jobs keep running).", rich_help_panel="Slurm (--executor slurm)"),
-    cancel: bool = typer.Option(False, "--cancel", help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round boundary; the next call resumes it).", rich_help_panel="Slurm (--executor slurm)"),
-    progress: str = typer.Option("auto", "--progress", metavar="<choice>", show_default=False, help="Progress on stderr: a live bar with the remaining time and the runs in flight (bar); one plain flushed line per event for job logs (lines): a run started, its evaluations at each tenth of its budget (or a minute after its last line), a run finished, each with the sweep's elapsed and remaining time; none; or auto (bar on a terminal, else lines). Local runs only (--executor slurm: see --wait). \\[choices: auto, bar, lines, none] \\[default: auto]"),
-    tuned: str = typer.Option(None, "--tuned", metavar="DIR", help="Run each \\[\\[runs]] row at the confirmed best values of its study in the `fedcli tune` study folder DIR (the study named as the row; chosen by the mean validation objective of `fedcli tune DIR --confirm K --seeds N`); a row without one is refused. \\[default --out: results/<recipe name>-<scale>-tuned]"),
-    tracker: list[str] = typer.Option(None, "--tracker", metavar="NAME", help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]"),
+    status: bool = typer.Option(
+        False,
+        "--status",
+        help="Slurm: per run its state, job id and Slurm state, progress (round, iteration), and for failed "
+        "runs the exit code and log; submits nothing.",
+        rich_help_panel="Slurm (--executor slurm)",
+    ),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        help="Slurm: after submitting, follow the jobs with a progress bar until all have ended (Ctrl-C stops "
+        "following; the jobs keep running).",
+        rich_help_panel="Slurm (--executor slurm)",
+    ),
+    cancel: bool = typer.Option(
+        False,
+        "--cancel",
+        help="Slurm: scancel the sweep's pending and running jobs (each running one checkpoints at its round "
+        "boundary; the next call resumes it).",
+        rich_help_panel="Slurm (--executor slurm)",
+    ),
+    progress: str = typer.Option(
+        "auto",
+        "--progress",
+        metavar="<choice>",
+        show_default=False,
+        help="Progress on stderr: a live bar with the remaining time and the runs in flight (bar); one plain "
+        "flushed line per event for job logs (lines): a run started, its evaluations at each tenth of its "
+        "budget (or a minute after its last line), a run finished, each with the sweep's elapsed and "
+        "remaining time; none; or auto (bar on a terminal, else lines). Local runs only (--executor slurm: "
+        "see --wait). \\[choices: auto, bar, lines, none] \\[default: auto]",
+    ),
+    tuned: str = typer.Option(
+        None,
+        "--tuned",
+        metavar="DIR",
+        help="Run each \\[\\[runs]] row at the confirmed best values of its study in the `fedcli tune` study "
+        "folder DIR (the study named as the row; chosen by the mean validation objective of `fedcli tune "
+        "DIR --confirm K --seeds N`); a row without one is refused. \\[default --out: results/<recipe "
+        "name>-<scale>-tuned]",
+    ),
+    tracker: list[str] = typer.Option(
+        None,
+        "--tracker",
+        metavar="NAME",
+        help="Also send every run to an experiment tracker: tensorboard, wandb or mlflow (repeatable; one "
+        "experiment per sweep, one run per run x seed, tagged). \\[default: the recipe's `tracker` key]",
+    ),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
-    from fedcli.sweep.run import run_sweep
-
     from fedcli.cli.console import PROGRESS_MODES
     from fedcli.errors import ConfigError
+    from fedcli.sweep.run import run_sweep
 
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
     if tuned is not None and (executor != "local" or status or cancel):
-        raise ConfigError("--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm, --status and --cancel "
-                          "do not take it yet", key="tuned")
+        raise ConfigError(
+            "--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm, --status and --cancel "
+            "do not take it yet",
+            key="tuned",
+        )
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
     flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
@@ -80,8 +220,11 @@ def sweep(
         show_status(recipe, scale, seeds, out, mpi, flags, cancel=cancel)
         return
     if runs_per_job is not None and executor != "slurm":
-        raise ConfigError(f"--runs-per-job {runs_per_job} packs runs into one Slurm job: it applies to --executor slurm "
-                          f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)", key="runs_per_job")
+        raise ConfigError(
+            f"--runs-per-job {runs_per_job} packs runs into one Slurm job: it applies to --executor slurm "
+            f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)",
+            key="runs_per_job",
+        )
     if executor == "slurm" and not dry_run:
         from fedcli.cli.slurm_status import submit_and_follow
         from fedcli.sweep.run import SweepOptions
@@ -97,11 +240,27 @@ def sweep(
         tuned_values, tuned_record = tuned_rows(tuned, read_sweep(recipe, scale).run_names)
     said = _RunLines(quiet=quiet, jobs=jobs, mpi=mpi, in_process=in_process, progress=progress)
     try:
-        result = run_sweep(recipe, scale=scale, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, dry_run=dry_run,
-                           on_start=said.on_start, on_done=said.on_done, download=download, executor=executor, slurm=flags,
-                           tracker=",".join(tracker or []), runs_per_gpu=runs_per_gpu, overwrite=overwrite,
-                           tuned=tuned_values, tuned_record=tuned_record,
-                           notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True))
+        result = run_sweep(
+            recipe,
+            scale=scale,
+            seeds=seeds,
+            out=out,
+            jobs=jobs,
+            mpi=mpi,
+            in_process=in_process,
+            dry_run=dry_run,
+            on_start=said.on_start,
+            on_done=said.on_done,
+            download=download,
+            executor=executor,
+            slurm=flags,
+            tracker=",".join(tracker or []),
+            runs_per_gpu=runs_per_gpu,
+            overwrite=overwrite,
+            tuned=tuned_values,
+            tuned_record=tuned_record,
+            notify=lambda msg: err_console.print(f"fedcli sweep: {msg}", markup=False, highlight=False, soft_wrap=True),
+        )
     finally:
         said.stop()
     if dry_run:
@@ -115,8 +274,15 @@ def sweep(
 
 def _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch) -> dict:
     """The Slurm flags as the sweep's ``slurm`` settings (None: the recipe's ``[slurm]`` table, else the default)."""
-    flags = {"partition": partition, "time": time_limit, "cpus": cpus, "mem": mem, "gpus": gpus, "signal": signal_s,
-             "runs_per_job": runs_per_job}
+    flags = {
+        "partition": partition,
+        "time": time_limit,
+        "cpus": cpus,
+        "mem": mem,
+        "gpus": gpus,
+        "signal": signal_s,
+        "runs_per_job": runs_per_job,
+    }
     if sbatch:
         flags["options"] = list(sbatch)
     return flags
@@ -140,7 +306,9 @@ class _RunLines:
         self.estimate = _print_plan(result, todo, self.jobs, self.mpi, "inline" if self.in_process else None)
         if todo:
             placed = result.placement if result.placement is not None and result.placement.gpus else None
-            at_once = 1 if self.in_process else (placed.concurrent if placed else self.jobs)  # --runs-per-gpu may cap --jobs
+            at_once = (
+                1 if self.in_process else (placed.concurrent if placed else self.jobs)
+            )  # --runs-per-gpu may cap --jobs
             prog = SweepProgress(todo, at_once, self.estimate, mode=progress_mode(self.mode))
             prog.start()
             self.progress = prog
@@ -178,8 +346,9 @@ def _done_text(p, prog) -> tuple[str, str]:
     run = RunData(p.dir)
     acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
     what = "personal acc" if run.personalized else "acc"
-    return "done", (f"{p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  "
-                    f"{p.wall_s:.1f}s{sofar(prog)}")
+    return "done", (
+        f"{p.label:32s} best {what} {100 * acc:6.2f}%  comm {run.comm_params:,.0f} params  {p.wall_s:.1f}s{sofar(prog)}"
+    )
 
 
 def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool) -> None:
@@ -194,19 +363,32 @@ def _print_dry_run(result, jobs: int, mpi: int, *, quiet: bool, in_process: bool
     if not quiet:
         _print_plan(result, todo, jobs, mpi, "inline" if in_process else None)
 
-    t = Table(title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
-              title_justify="left")
+    t = Table(
+        title=f"fedcli sweep --dry-run: {result.recipe.path} (scale {result.recipe.scale or 'base'}) -> {result.root}",
+        title_justify="left",
+    )
     for c in ("run", "seed", "state", "folder", "config hash", "why"):
         t.add_column(c, overflow="fold")
     for p in result.runs:  # the state and its reason in the words `fedcli report` uses (fedcli/results/runstate.py)
-        st = "completed (skip)" if p.status == "completed" else "pruned (kept)" if p.status == "pruned" else \
-            f"{p.status} ({'resume' if p.resume else 'run'})"
+        st = (
+            "completed (skip)"
+            if p.status == "completed"
+            else "pruned (kept)"
+            if p.status == "pruned"
+            else f"{p.status} ({'resume' if p.resume else 'run'})"
+        )
         t.add_row(p.name, str(p.seed), st, p.rel, p.hash, "" if p.status == "completed" else (p.error or ""))
     source = {(p.name, p.seed): p for p in result.runs}
     for v in result.recipe.retimed:  # runs of the report, not trained: read from their training's records
         for p in (source[(v.of, s)] for (n, s) in source if n == v.of):
-            t.add_row(v.name, str(p.seed), f"re-timed from '{v.of}' (no training)", p.rel, "",
-                      ", ".join(f"{k} {val}" for k, val in v.options.items()))
+            t.add_row(
+                v.name,
+                str(p.seed),
+                f"re-timed from '{v.of}' (no training)",
+                p.rel,
+                "",
+                ", ".join(f"{k} {val}" for k, val in v.options.items()),
+            )
     out_console.print(t)
     _print_data(result.data)
     if result.resources is not None:
@@ -221,22 +403,33 @@ def _print_closing(result, seconds: float) -> None:
     hint = f"fedcli report {result.root}" + (f" --table {names[0]}" if names else "")
     ran = len(result.ran)
     pruned = sum(p.status == "pruned" for p in result.runs)
-    kept = (f"; {pruned} pruned, kept as they stand (fedcli train --resume RUN_DIR --promote finishes one)" if pruned
-            else "")
+    kept = (
+        f"; {pruned} pruned, kept as they stand (fedcli train --resume RUN_DIR --promote finishes one)"
+        if pruned
+        else ""
+    )
     ran_ok = sum(p.status == "completed" for p in result.ran)
-    msg = (f"fedcli sweep: {len(result.runs) - pruned} runs complete in {result.root} ({ran_ok} ran now, "
-           f"{len(result.runs) - ran_ok - pruned} were already done, {_fmt_s(seconds)}){kept}; next: {hint}")
+    msg = (
+        f"fedcli sweep: {len(result.runs) - pruned} runs complete in {result.root} ({ran_ok} ran now, "
+        f"{len(result.runs) - ran_ok - pruned} were already done, {_fmt_s(seconds)}){kept}; next: {hint}"
+    )
     if ran == 0:
-        msg = (f"fedcli sweep: nothing to run: all {len(result.runs) - pruned} runs in {result.root} are complete{kept}; "
-               f"next: {hint}")
+        msg = (
+            f"fedcli sweep: nothing to run: all {len(result.runs) - pruned} runs in {result.root} are complete{kept}; "
+            f"next: {hint}"
+        )
     err_console.print(msg, soft_wrap=True, highlight=False, markup=False)
 
 
 def _say_replaces(result) -> None:
     """``--overwrite`` on a folder that held another sweep: said before anything runs (also with --quiet)."""
     if result.replaces:
-        err_console.print(f"fedcli sweep: --overwrite: {result.replaces}; this sweep replaces it",
-                          soft_wrap=True, highlight=False, markup=False)
+        err_console.print(
+            f"fedcli sweep: --overwrite: {result.replaces}; this sweep replaces it",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
 
 
 #: a sweep with more trainings to run than this is said before it starts (also with --quiet), never planned silently
@@ -246,10 +439,14 @@ LARGE_SWEEP = 500
 def _warn_if_large(result, todo) -> None:
     if len(todo) <= LARGE_SWEEP:
         return
-    err_console.print(f"fedcli sweep: warning: {len(todo):,} trainings to run ({len(result.runs):,} in the grid x seeds, more "
-                      f"than {LARGE_SWEEP}); check the grid and its estimate (--dry-run lists both) and stop with Ctrl-C if "
-                      f"this is not what you meant",
-                      markup=False, highlight=False, soft_wrap=True)
+    err_console.print(
+        f"fedcli sweep: warning: {len(todo):,} trainings to run ({len(result.runs):,} in the grid x seeds, more "
+        f"than {LARGE_SWEEP}); check the grid and its estimate (--dry-run lists both) and stop with Ctrl-C if "
+        f"this is not what you meant",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _print_data(checks) -> None:
@@ -266,8 +463,12 @@ def _print_data(checks) -> None:
     out_console.print(t)
     bad = [c for c in checks if not c.ok]
     if bad:
-        err_console.print(f"fedcli sweep: {len(bad)} dataset(s) missing: the sweep would stop with exit 3 before starting any run",
-                          soft_wrap=True, highlight=False, markup=False)
+        err_console.print(
+            f"fedcli sweep: {len(bad)} dataset(s) missing: the sweep would stop with exit 3 before starting any run",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
 
 
 def sofar(prog) -> str:
@@ -286,18 +487,26 @@ def _only_scale(recipe: str) -> str | None:
     if len(scales) <= 1:
         return next(iter(scales), None)
     names = sorted(scales)
-    hint = "; ".join(f"--scale {n}" + {"smoke": " (the same grid reduced to run in minutes on a CPU, on the data beside the repo)",
-                                       "paper": " (the paper's setting: its datasets, models and budgets; hours to days, GPU)"}.get(n, "")
-                     for n in names)
-    raise ConfigError(f"recipe {recipe} has scales {', '.join(names)}: choose one with {hint}; add --dry-run to see what "
-                      f"it would run and an estimate of its time")
+    hint = "; ".join(
+        f"--scale {n}"
+        + {
+            "smoke": " (the same grid reduced to run in minutes on a CPU, on the data beside the repo)",
+            "paper": " (the paper's setting: its datasets, models and budgets; hours to days, GPU)",
+        }.get(n, "")
+        for n in names
+    )
+    raise ConfigError(
+        f"recipe {recipe} has scales {', '.join(names)}: choose one with {hint}; add --dry-run to see what "
+        f"it would run and an estimate of its time"
+    )
 
 
 class SweepProgress:
     """The sweep's progress: runs done of the runs to go, labelled elapsed and remaining times, and the runs in flight
     with their iterations (or rounds) done, read from their metrics.csv at most once a second.
 
-    Remaining time: each run to go costs its estimated seconds (fedcli/sweep/estimate.py: start-up, data loading, compute)
+    Remaining time: each run to go costs its estimated seconds (fedcli/sweep/estimate.py: start-up, data loading,
+    compute)
     times a factor calibrated on the runs this sweep has finished (their measured wall time over their estimate), less
     the part of the in-flight runs already done; the jobs share it (never less than the longest run left). It counts
     down between readings. Without an estimate (a run that could not be estimated): the time per unit of work done so
@@ -316,16 +525,18 @@ class SweepProgress:
         import time
 
         self.todo, self.jobs, self.mode = list(todo), max(1, jobs), mode
-        self.stream = stream if stream is not None else sys.stderr  # the terminal's, before an in-process run redirects it
+        self.stream = (
+            stream if stream is not None else sys.stderr
+        )  # the terminal's, before an in-process run redirects it
         known = est is not None and not est.unknown and all(id(p) in est.per_run for p in self.todo)
         self.cost = {p.rel: est.per_run[id(p)] for p in self.todo} if known else None  # run -> estimated seconds
         self.startup_s = est.startup_s if known else 0.0
-        self.done: dict = {}                                  # rel -> wall seconds of the runs finished here
+        self.done: dict = {}  # rel -> wall seconds of the runs finished here
         self.t0, self.now = time.monotonic(), time.monotonic
         self._flight, self._read_at, self._fractions = "", -1.0, {}
-        self._rows: dict = {}                                 # rel -> last metrics row read
-        self._said: dict = {}                                 # rel -> (tenth, time, row) of its last line
-        self._left = None                                     # (remaining seconds, when computed, state it came from)
+        self._rows: dict = {}  # rel -> last metrics row read
+        self._said: dict = {}  # rel -> (tenth, time, row) of its last line
+        self._left = None  # (remaining seconds, when computed, state it came from)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = None
@@ -342,8 +553,15 @@ class SweepProgress:
             def render(self, task):  # one line: cut with an ellipsis at the terminal's edge, never wrapped mid-name
                 return Text(me.in_flight(), style="dim", no_wrap=True, overflow="ellipsis")
 
-        self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(bar_width=12), MofNCompleteColumn(), Times(), Flight(),
-                                 console=err_console, disable=mode != "bar")
+        self.progress = Progress(
+            TextColumn("[bold]sweep"),
+            BarColumn(bar_width=12),
+            MofNCompleteColumn(),
+            Times(),
+            Flight(),
+            console=err_console,
+            disable=mode != "bar",
+        )
         self.task = self.progress.add_task("sweep", total=len(self.todo))
 
     def start(self) -> None:
@@ -404,7 +622,9 @@ class SweepProgress:
             work = len(self.done) + sum(self._fractions.values())
             return elapsed / work * (len(self.todo) - work) if work > 0 else None
         f = self.factor()
-        left = [self.cost[p.rel] * f * (1 - self._fractions.get(p.rel, 0.0)) for p in self.todo if p.rel not in self.done]
+        left = [
+            self.cost[p.rel] * f * (1 - self._fractions.get(p.rel, 0.0)) for p in self.todo if p.rel not in self.done
+        ]
         if not left:
             return 0.0
         moved = bool(self.done) or any(self._fractions.values())
@@ -443,7 +663,11 @@ class SweepProgress:
                 going_names.append(p.name)
                 parts.append(f"{'' if same else p.name + ' '}s{p.seed} {done}/{total}")
                 fractions[p.rel] = min(1.0, done / total) if isinstance(done, (int, float)) and total else 0.0
-            self._flight, self._read_at, self._fractions = ("in flight: " + ", ".join(parts)) if parts else "", self.now(), fractions
+            self._flight, self._read_at, self._fractions = (
+                ("in flight: " + ", ".join(parts)) if parts else "",
+                self.now(),
+                fractions,
+            )
             return self._flight
 
     @staticmethod
@@ -493,8 +717,14 @@ class SweepProgress:
 
 
 #: what the settings of re-timed runs are, by the one option they set
-SETTINGS = {"uplink": "uplink bandwidths", "downlink": "downlink bandwidths", "speed": "device speeds",
-            "latency": "latencies", "system_trace": "system traces", "server_time": "server times"}
+SETTINGS = {
+    "uplink": "uplink bandwidths",
+    "downlink": "downlink bandwidths",
+    "speed": "device speeds",
+    "latency": "latencies",
+    "system_trace": "system traces",
+    "server_time": "server times",
+}
 
 
 def retimed_text(recipe, seeds: int = 1) -> str:
@@ -512,10 +742,12 @@ def retimed_text(recipe, seeds: int = 1) -> str:
     per = {sum(v.of == name for v in variants) for name in of}
     each = f"{per.pop()} each" if len(per) == 1 else "each its own"
     runs = len(recipe.runs)
-    return (f"{'the' if len(of) == runs else f'{len(of)} of the'} {runs} training{'s' if runs != 1 else ''} "
-            f"({', '.join(of)}) re-timed at {len(settings)} {what} ({shown}), {each}: {len(variants)} runs of the report "
-            f"from their records{f' (x {seeds} seeds)' if seeds > 1 else ''}, not trained; training each at each "
-            f"setting would be {len(variants) * seeds} trainings")
+    return (
+        f"{'the' if len(of) == runs else f'{len(of)} of the'} {runs} training{'s' if runs != 1 else ''} "
+        f"({', '.join(of)}) re-timed at {len(settings)} {what} ({shown}), {each}: {len(variants)} runs of the report "
+        f"from their records{f' (x {seeds} seeds)' if seeds > 1 else ''}, not trained; training each at each "
+        f"setting would be {len(variants) * seeds} trainings"
+    )
 
 
 def _print_recipe_notes(r, seeds: int) -> None:
@@ -523,11 +755,21 @@ def _print_recipe_notes(r, seeds: int) -> None:
     said = retimed_text(r, seeds)
     if said:
         err_console.print(f"  re-timed: {said}", soft_wrap=True, highlight=False, markup=False)
-    err_console.print(f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
-                      soft_wrap=True, highlight=False, markup=False)
+    err_console.print(
+        f"  paths: the recipe's relative paths (data_dir, partition_file, model files) resolve against {r.root}",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
     if r.scale and r.scale != "paper":
-        err_console.print(f"  scale {r.scale}: a reduced version of scale paper, the setting of {r.paper or 'the paper'}; it checks the pipeline, "
-                          f"not the paper's numbers", soft_wrap=True, highlight=False, markup=False)
+        err_console.print(
+            f"  scale {r.scale}: a reduced version of scale paper, the setting of "
+            f"{r.paper or 'the paper'}; it checks the pipeline, "
+            f"not the paper's numbers",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
 
 
 def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
@@ -543,16 +785,23 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     if placed is not None and placed.gpus:
         jobs = placed.concurrent
     pruned = sum(p.status == "pruned" for p in result.runs)
-    head = (f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: {len(r.runs)} runs x "
-            f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; {len(result.runs) - len(todo) - pruned} "
-            f"already completed, {f'{pruned} pruned (kept), ' if pruned else ''}{len(todo)} to run, {jobs} at a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}")
+    head = (
+        f"[bold]fedcli sweep[/]: {r.path} ({r.paper or r.title}), scale {r.scale or 'base'}: {len(r.runs)} runs x "
+        f"{seeds} seed{'s' if seeds != 1 else ''} = {len(result.runs)} trainings; "
+        f"{len(result.runs) - len(todo) - pruned} "
+        f"already completed, {f'{pruned} pruned (kept), ' if pruned else ''}{len(todo)} to run, {jobs} at "
+        f"a time{f' (mpiexec -n {mpi} each)' if mpi else ''} -> {result.root}"
+    )
     err_console.print(head, soft_wrap=True)
     _print_recipe_notes(r, seeds)
     if not todo:
         return None
     if placed is not None:  # on a machine without CUDA too: "no CUDA device: runs on the CPU"
         err_console.print(f"  devices: {placed.text()}", soft_wrap=True, highlight=False, markup=False)
-    old = {(e.get("name"), e.get("seed")): e.get("wall_s") for e in (load_manifest(result.root, missing_ok=True) or {}).get("runs", [])}
+    old = {
+        (e.get("name"), e.get("seed")): e.get("wall_s")
+        for e in (load_manifest(result.root, missing_ok=True) or {}).get("runs", [])
+    }
     done = [p for p in result.runs if p.status == "completed"]
     for p in done:
         p.wall_s = p.wall_s or old.get((p.name, p.seed))
@@ -561,6 +810,10 @@ def _print_plan(result, todo, jobs: int, mpi: int, executor: str | None = None):
     for p in todo:  # killed with their watchdog (manifest still running): said here, not only in the run's log
         if p.status == "running" and str(p.error or "").startswith("killed:"):
             what = str(p.error).split("; ")[0]
-            err_console.print(f"  {p.label}: {what}; {'resumed from its last checkpoint' if p.resume else 'run again'}",
-                              soft_wrap=True, highlight=False, markup=False)
+            err_console.print(
+                f"  {p.label}: {what}; {'resumed from its last checkpoint' if p.resume else 'run again'}",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
     return est

@@ -39,8 +39,15 @@ def methods_table():
     t = Table(title="fedcli methods (--algo NAME)", title_justify="left", show_lines=True, expand=True)
     t.add_column("method", no_wrap=True, style="bold")
     t.add_column("parts (where not FedAvg's)", ratio=2, overflow="fold")
-    widest = max((len(w) for m in METHODS.values() for k, v in m.effective_defaults().items() for w in default_flag(k, v).split()),
-                 default=10)
+    widest = max(
+        (
+            len(w)
+            for m in METHODS.values()
+            for k, v in m.effective_defaults().items()
+            for w in default_flag(k, v).split()
+        ),
+        default=10,
+    )
     t.add_column("defaults", ratio=4, overflow="fold", min_width=widest)
     t.add_column("what it is", ratio=3, overflow="fold")
     for m in sorted({id(m): m for m in METHODS.values()}.values(), key=lambda m: m.name):
@@ -48,9 +55,11 @@ def methods_table():
         parts = "\n".join(f"{k.replace('_', ' ')}: {v}" for k, v in m.parts().items() if v != plain[k]) or "-"
         defaults = "\n".join(default_flag(k, v) for k, v in m.effective_defaults().items()) or "-"
         t.add_row(name, parts, defaults, m.summary)
-    t.caption = ("parts: local step / schedule / codec / init / server (FedAvg: sgd / periodic / identity / overwrite / "
-                 "average). A flag or recipe key overrides a method's defaults; `fedcli train --help` shows the general "
-                 "ones. Personalized methods are judged by personal_acc: each client's model on its local test split.")
+    t.caption = (
+        "parts: local step / schedule / codec / init / server (FedAvg: sgd / periodic / identity / overwrite / "
+        "average). A flag or recipe key overrides a method's defaults; `fedcli train --help` shows the general "
+        "ones. Personalized methods are judged by personal_acc: each client's model on its local test split."
+    )
     return t
 
 
@@ -94,18 +103,23 @@ def progress_total(cfg, plan) -> tuple[int, str | None]:
     if cfg.rounds:
         return cfg.rounds, None
     if plan.iterations is not None and plan.iterations > cfg.iterations:
-        return plan.iterations, (f"--iterations {cfg.iterations} rounded up to {plan.iterations}: {plan.rounds} whole "
-                                 f"rounds of --local-epochs {cfg.local_epochs:g} ({plan.iterations // plan.rounds} local "
-                                 f"iterations each; a round is not cut)")
+        return plan.iterations, (
+            f"--iterations {cfg.iterations} rounded up to {plan.iterations}: {plan.rounds} whole "
+            f"rounds of --local-epochs {cfg.local_epochs:g} ({plan.iterations // plan.rounds} local "
+            f"iterations each; a round is not cut)"
+        )
     if plan.iterations is None:
-        return cfg.iterations, (f"--iterations {cfg.iterations} ends at the end of the round that reaches it: rounds of "
-                                f"--local-epochs {cfg.local_epochs:g} are not cut and last as long as their cohort's "
-                                f"longest client, so the run may end a few iterations past {cfg.iterations}")
+        return cfg.iterations, (
+            f"--iterations {cfg.iterations} ends at the end of the round that reaches it: rounds of "
+            f"--local-epochs {cfg.local_epochs:g} are not cut and last as long as their cohort's "
+            f"longest client, so the run may end a few iterations past {cfg.iterations}"
+        )
     return cfg.iterations, None
 
 
 class TerminalPrinter(RunPrinter):
-    """``fedcli train`` on a terminal or into a log: the header, the progress (``--progress``), the summary table and the
+    """``fedcli train`` on a terminal or into a log: the header, the progress (``--progress``), the summary table and
+    the
     notes through rich (fedcli/cli/console.py)."""
 
     def notice(self, msg: str) -> None:
@@ -118,8 +132,15 @@ class TerminalPrinter(RunPrinter):
         total, note = progress_total(cfg, ctx.plan)
         if enabled and note:  # enabled: rank 0, not --quiet, not --json
             self.notice(note)
-        return TrainProgress(total, sum(li.numel for li in ctx.layers), cfg.tau, rounds=bool(cfg.rounds),
-                             per_round=bool(cfg.local_epochs), enabled=enabled, mode=progress_mode(mode))
+        return TrainProgress(
+            total,
+            sum(li.numel for li in ctx.layers),
+            cfg.tau,
+            rounds=bool(cfg.rounds),
+            per_round=bool(cfg.local_epochs),
+            enabled=enabled,
+            mode=progress_mode(mode),
+        )
 
     def loaded(self) -> None:
         loaded()
@@ -133,7 +154,12 @@ def train(**kwargs):
     if kwargs.pop("list_algos"):
         out_console.print(methods_table())
         return
-    recipe, scale, resume, promote = kwargs.pop("recipe"), kwargs.pop("scale"), kwargs.pop("resume"), kwargs.pop("promote")
+    recipe, scale, resume, promote = (
+        kwargs.pop("recipe"),
+        kwargs.pop("scale"),
+        kwargs.pop("resume"),
+        kwargs.pop("promote"),
+    )
     if promote and not resume:
         raise ConfigError("--promote finishes a pruned run: give it with --resume RUN_DIR", key="promote")
     quiet, as_json, overwrite = kwargs.pop("quiet"), kwargs.pop("json"), kwargs.pop("overwrite")
@@ -145,22 +171,46 @@ def train(**kwargs):
         from fedcli.method_names import resolve_method
 
         flags["algo"] = resolve_method(flags["algo"], {n: m["label"] for n, m in CATALOG["methods"].items()})
-    if "dataset" in flags and CATALOG.get("datasets") and flags["dataset"] not in CATALOG["datasets"]:  # the same, for --dataset
+    if (
+        "dataset" in flags and CATALOG.get("datasets") and flags["dataset"] not in CATALOG["datasets"]
+    ):  # the same, for --dataset
         from fedcli.method_names import suggest
 
-        raise ConfigError(f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), CATALOG['datasets'])}"
-                          f"choose one of: {', '.join(CATALOG['datasets'])}", key="dataset")
+        raise ConfigError(
+            f"--dataset: unknown dataset '{flags['dataset']}'; {suggest(str(flags['dataset']), CATALOG['datasets'])}"
+            f"choose one of: {', '.join(CATALOG['datasets'])}",
+            key="dataset",
+        )
     if not quiet and not as_json:
         loading(progress_mode(progress))
     try:
-        _start(flags, recipe=recipe, scale=scale, resume=resume, quiet=quiet, as_json=as_json, overwrite=overwrite,
-               progress=progress, promote=promote)
+        _start(
+            flags,
+            recipe=recipe,
+            scale=scale,
+            resume=resume,
+            quiet=quiet,
+            as_json=as_json,
+            overwrite=overwrite,
+            progress=progress,
+            promote=promote,
+        )
     finally:
         loaded()
 
 
-def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, overwrite: bool, progress: str,
-           promote: bool = False) -> None:
+def _start(  # noqa: PLR0913
+    flags: dict,
+    *,
+    recipe,
+    scale,
+    resume,
+    quiet: bool,
+    as_json: bool,
+    overwrite: bool,
+    progress: str,
+    promote: bool = False,
+) -> None:
     """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
     from fedcli.comm.mpi import get_communicator
     from fedcli.config import TrainConfig
@@ -194,8 +244,18 @@ def _start(flags: dict, *, recipe, scale, resume, quiet: bool, as_json: bool, ov
     from fedcli.runner import launch
 
     with launch(cfg, comm, resume=resume, overwrite=overwrite) as (comm, data):  # --workers: rank 0 of a process pool
-        run_train(cfg, comm=comm, quiet=quiet, as_json=as_json, overwrite=overwrite, resume=bool(resume), data=data,
-                  progress=progress, printer=TerminalPrinter(), promote=promote)
+        run_train(
+            cfg,
+            comm=comm,
+            quiet=quiet,
+            as_json=as_json,
+            overwrite=overwrite,
+            resume=bool(resume),
+            data=data,
+            progress=progress,
+            printer=TerminalPrinter(),
+            promote=promote,
+        )
 
 
 def _trackers_only(resume: str, flags: dict, **given) -> str | None:
@@ -203,8 +263,8 @@ def _trackers_only(resume: str, flags: dict, **given) -> str | None:
     trackers the rest and nothing else (``fedcli.trackers.catchup``); what was done, or None for any other run."""
     from pathlib import Path
 
-    from fedcli.results.resume import read_manifest
     from fedcli.results.lock import RunLock
+    from fedcli.results.resume import read_manifest
     from fedcli.results.rundir import refuse_links
     from fedcli.trackers import catchup
 
@@ -217,23 +277,104 @@ def _trackers_only(resume: str, flags: dict, **given) -> str | None:
         return None
     extra = sorted(k for k in flags if k != "out") + sorted(k for k, v in given.items() if v)
     if extra:
-        raise ConfigError(f"--resume {run_dir}: the run completed; only its trackers get the rest, so "
-                          f"{', '.join(flag(k) for k in extra)} cannot be given")
+        raise ConfigError(
+            f"--resume {run_dir}: the run completed; only its trackers get the rest, so "
+            f"{', '.join(flag(k) for k in extra)} cannot be given"
+        )
     with RunLock(run_dir).take(" (sending its trackers the rest)"):
-        return catchup.send_rest(run_dir, man, warn=lambda m: print(f"fedcli: warning: {m}", file=sys.stderr, flush=True))
+        return catchup.send_rest(
+            run_dir, man, warn=lambda m: print(f"fedcli: warning: {m}", file=sys.stderr, flush=True)
+        )
 
 
 import inspect  # noqa: E402
 
 _extra = [
-    inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--recipe", help="TOML recipe with config keys (flags override it). \\[default: none]"), annotation=str | None),
-    inspect.Parameter("scale", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--scale", help="Recipe scale to apply (e.g. smoke, paper). \\[default: none: the recipe's \\[base] alone]"), annotation=str | None),
-    inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."), annotation=bool),
-    inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=typer.Option("auto", "--progress", metavar="<choice>", show_default=False, help="Progress on stderr: a live bar (bar), one plain line per evaluation for job logs (lines), none, or auto (bar on a terminal, else lines). \\[choices: auto, bar, lines, none] \\[default: auto]"), annotation=str),
-    inspect.Parameter("json", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."), annotation=bool),
-    inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--overwrite", help="Replace the run in an existing --out run directory (only the files a run writes; a folder that holds no run is refused)."), annotation=bool),
-    inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--resume", metavar="RUN_DIR", help="Continue an interrupted run from its latest checkpoint (its config comes from RUN_DIR/manifest.json).", rich_help_panel="crash safety"), annotation=str | None),
-    inspect.Parameter("promote", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--promote", help="With --resume: finish a pruned run (stopped on request, exit 5): its stop file and pruned mark go and it runs to completion.", rich_help_panel="crash safety"), annotation=bool),
-    inspect.Parameter("list_algos", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(False, "--list-algos", help="List the method presets and exit."), annotation=bool),
+    inspect.Parameter(
+        "recipe",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            None, "--recipe", help="TOML recipe with config keys (flags override it). \\[default: none]"
+        ),
+        annotation=str | None,
+    ),
+    inspect.Parameter(
+        "scale",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            None,
+            "--scale",
+            help="Recipe scale to apply (e.g. smoke, paper). \\[default: none: the recipe's \\[base] alone]",
+        ),
+        annotation=str | None,
+    ),
+    inspect.Parameter(
+        "quiet",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+        annotation=bool,
+    ),
+    inspect.Parameter(
+        "progress",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            "auto",
+            "--progress",
+            metavar="<choice>",
+            show_default=False,
+            help="Progress on stderr: a live bar (bar), one plain line per evaluation for job logs (lines), "
+            "none, or auto (bar on a terminal, else lines). \\[choices: auto, bar, lines, none] "
+            "\\[default: auto]",
+        ),
+        annotation=str,
+    ),
+    inspect.Parameter(
+        "json",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(False, "--json", help="Print the closing summary as one JSON line."),
+        annotation=bool,
+    ),
+    inspect.Parameter(
+        "overwrite",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            False,
+            "--overwrite",
+            help="Replace the run in an existing --out run directory (only the files a run writes; a folder "
+            "that holds no run is refused).",
+        ),
+        annotation=bool,
+    ),
+    inspect.Parameter(
+        "resume",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            None,
+            "--resume",
+            metavar="RUN_DIR",
+            help="Continue an interrupted run from its latest checkpoint (its config comes from "
+            "RUN_DIR/manifest.json).",
+            rich_help_panel="crash safety",
+        ),
+        annotation=str | None,
+    ),
+    inspect.Parameter(
+        "promote",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            False,
+            "--promote",
+            help="With --resume: finish a pruned run (stopped on request, exit 5): its stop file and pruned "
+            "mark go and it runs to completion.",
+            rich_help_panel="crash safety",
+        ),
+        annotation=bool,
+    ),
+    inspect.Parameter(
+        "list_algos",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(False, "--list-algos", help="List the method presets and exit."),
+        annotation=bool,
+    ),
 ]
 with_parameters(train, config_parameters(CATALOG) + _extra)

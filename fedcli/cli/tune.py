@@ -11,18 +11,42 @@ from pathlib import Path
 import typer
 
 from fedcli.cli.console import err_console, out_console
-from fedcli.cli.sweep import (CPUS, DRY_RUN, GPUS, MEM, MPI, PARTITION, RUNS_PER_JOB, SBATCH, SCALE, SIGNAL,
-                              TIME_LIMIT)
+from fedcli.cli.sweep import CPUS, DRY_RUN, GPUS, MEM, MPI, PARTITION, RUNS_PER_JOB, SBATCH, SCALE, SIGNAL, TIME_LIMIT
 
 
-def tune(
-    recipe: str = typer.Argument(..., help="Tune recipe: a sweep recipe with a \\[tune] table (one study per \\[\\[runs]] row); with --promote, the study folder."),
+def tune(  # noqa: PLR0913
+    recipe: str = typer.Argument(
+        ...,
+        help="Tune recipe: a sweep recipe with a \\[tune] table (one study per \\[\\[runs]] row); with "
+        "--promote, the study folder.",
+    ),
     scale: str = SCALE,
-    out: str = typer.Option(None, "--out", help="Study folder. \\[default: results/tune/<recipe name>, -<scale> appended for a scale other than the recipe's default]"),
-    trials: int = typer.Option(None, "--trials", min=1, help="Trials per study. \\[default: the recipe's \\[tune] trials, else 20]"),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Trials at a time: local processes (torch threads = cores / jobs; with CUDA devices spread over them round-robin), or with --executor slurm Slurm jobs pending or running."),
+    out: str = typer.Option(
+        None,
+        "--out",
+        help="Study folder. \\[default: results/tune/<recipe name>, -<scale> appended for a scale other than "
+        "the recipe's default]",
+    ),
+    trials: int = typer.Option(
+        None, "--trials", min=1, help="Trials per study. \\[default: the recipe's \\[tune] trials, else 20]"
+    ),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        "-j",
+        min=1,
+        help="Trials at a time: local processes (torch threads = cores / jobs; with CUDA devices spread over "
+        "them round-robin), or with --executor slurm Slurm jobs pending or running.",
+    ),
     mpi: int = MPI,
-    executor: str = typer.Option("local", "--executor", help="Where trials train: local (--jobs processes, or --mpi) or slurm (each trial an ordinary `fedcli sweep --executor slurm` job, --jobs in flight; this process stays on the login node asking, watching over the shared file system and telling until the study ends; killed and run again, it adopts the trials whose jobs still run)."),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where trials train: local (--jobs processes, or --mpi) or slurm (each trial an ordinary `fedcli "
+        "sweep --executor slurm` job, --jobs in flight; this process stays on the login node asking, "
+        "watching over the shared file system and telling until the study ends; killed and run again, it "
+        "adopts the trials whose jobs still run).",
+    ),
     partition: str = PARTITION,
     time_limit: str = TIME_LIMIT,
     cpus: int = CPUS,
@@ -31,20 +55,84 @@ def tune(
     runs_per_job: int = RUNS_PER_JOB,
     sbatch: list[str] = SBATCH,
     signal_s: int = SIGNAL,
-    storage: str = typer.Option("journal", "--storage", help="Where Optuna keeps the search state: journal (a file in the study folder, default), sqlite (one file, portable), a database URL, or env:NAME (the URL from environment variable NAME, default FEDCLI_TUNE_STORAGE; the password is masked wherever written)."),
-    sampler: str = typer.Option(None, "--sampler", help="tpe, gp, random or grid (a finite space). \\[default: the recipe's, else tpe]"),
-    pruner: str = typer.Option(None, "--pruner", help="none, sha (successive halving) or median (best-so-far values against the median at the same rung); one objective only; the hopeless rule is always on. \\[default: the recipe's, else sha]"),
-    seed: int = typer.Option(None, "--seed", min=0, help="The sampler's seed (with --jobs 1 two fresh studies propose the same sequence). \\[default: the recipe's, else 0]"),
+    storage: str = typer.Option(
+        "journal",
+        "--storage",
+        help="Where Optuna keeps the search state: journal (a file in the study folder, default), sqlite (one "
+        "file, portable), a database URL, or env:NAME (the URL from environment variable NAME, default "
+        "FEDCLI_TUNE_STORAGE; the password is masked wherever written).",
+    ),
+    sampler: str = typer.Option(
+        None, "--sampler", help="tpe, gp, random or grid (a finite space). \\[default: the recipe's, else tpe]"
+    ),
+    pruner: str = typer.Option(
+        None,
+        "--pruner",
+        help="none, sha (successive halving) or median (best-so-far values against the median at the same "
+        "rung); one objective only; the hopeless rule is always on. \\[default: the recipe's, else sha]",
+    ),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        help="The sampler's seed (with --jobs 1 two fresh studies propose the same sequence). \\[default: the "
+        "recipe's, else 0]",
+    ),
     dry_run: bool = DRY_RUN,
-    fresh: bool = typer.Option(False, "--fresh", help="Start the study over: its storage, record and trial folders in --out are deleted first (needed when the recipe, space, objectives or scale changed)."),
-    select_on: str = typer.Option("validation", "--select-on", help="validation (default: objectives read the validation split; a recipe without one is refused) or test (optimistic: the accuracy objectives read the test set; the record says so)."),
-    promote: int = typer.Option(None, "--promote", metavar="T", min=0, help="Finish the pruned trial T of the study folder RECIPE (train --resume --promote) and record its value."),
-    confirm: int = typer.Option(None, "--confirm", metavar="K", min=1, help="Re-run the K best configurations of each study of the study folder RECIPE over --seeds seeds, as an ordinary sweep in RECIPE/confirm (then `fedcli sweep TABLE --tuned RECIPE` fills a table at the confirmed values)."),
-    seeds: int = typer.Option(3, "--seeds", min=1, help="With --confirm: how many seeds (0..N-1) each configuration is re-run with."),
-    study: str = typer.Option(None, "--study", help="With --promote: the study (a \\[\\[runs]] row's folder name) when the folder holds several."),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Start the study over: its storage, record and trial folders in --out are deleted first (needed "
+        "when the recipe, space, objectives or scale changed).",
+    ),
+    select_on: str = typer.Option(
+        "validation",
+        "--select-on",
+        help="validation (default: objectives read the validation split; a recipe without one is refused) or "
+        "test (optimistic: the accuracy objectives read the test set; the record says so).",
+    ),
+    promote: int = typer.Option(
+        None,
+        "--promote",
+        metavar="T",
+        min=0,
+        help="Finish the pruned trial T of the study folder RECIPE (train --resume --promote) and record its value.",
+    ),
+    confirm: int = typer.Option(
+        None,
+        "--confirm",
+        metavar="K",
+        min=1,
+        help="Re-run the K best configurations of each study of the study folder RECIPE over --seeds seeds, as "
+        "an ordinary sweep in RECIPE/confirm (then `fedcli sweep TABLE --tuned RECIPE` fills a table at "
+        "the confirmed values).",
+    ),
+    seeds: int = typer.Option(
+        3, "--seeds", min=1, help="With --confirm: how many seeds (0..N-1) each configuration is re-run with."
+    ),
+    study: str = typer.Option(
+        None,
+        "--study",
+        help="With --promote: the study (a \\[\\[runs]] row's folder name) when the folder holds several.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the closing line."),
-    study_workers: int = typer.Option(None, "--study-workers", metavar="K", min=1, help="K workers share the study instead of one coordinator: with --executor slurm K Slurm jobs, else K local processes; each asks, trains and tells trials until the study has its trials, and adopts those of a worker that died. Storage: journal or sqlite on one node (pin Slurm jobs with --sbatch=--nodelist=NODE), a PostgreSQL URL across nodes. Returns once they are started (see --wait)."),
-    wait: bool = typer.Option(False, "--wait", help="With --study-workers: follow the workers until they have ended and print the study's summary (Ctrl-C stops following; Slurm jobs keep running, local workers checkpoint and stop)."),
+    study_workers: int = typer.Option(
+        None,
+        "--study-workers",
+        metavar="K",
+        min=1,
+        help="K workers share the study instead of one coordinator: with --executor slurm K Slurm jobs, else K "
+        "local processes; each asks, trains and tells trials until the study has its trials, and adopts "
+        "those of a worker that died. Storage: journal or sqlite on one node (pin Slurm jobs with "
+        "--sbatch=--nodelist=NODE), a PostgreSQL URL across nodes. Returns once they are started (see "
+        "--wait).",
+    ),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        help="With --study-workers: follow the workers until they have ended and print the study's summary "
+        "(Ctrl-C stops following; Slurm jobs keep running, local workers checkpoint and stop).",
+    ),
 ):
     """Tune a recipe's hyper-parameters: one crash-safe Optuna study per row, every trial an ordinary run.
 
@@ -68,11 +156,15 @@ def tune(
     flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
     given = [k for k, v in flags.items() if v is not None]
     if executor != "slurm" and given:
-        raise ConfigError(f"--{given[0].replace('_', '-')} sets a Slurm job's resources: it applies to --executor slurm only",
-                          key=given[0])
+        raise ConfigError(
+            f"--{given[0].replace('_', '-')} sets a Slurm job's resources: it applies to --executor slurm only",
+            key=given[0],
+        )
     if wait and study_workers is None:
-        raise ConfigError("--wait follows study workers: it applies to --study-workers K only (a coordinator runs "
-                          "until the study ends)")
+        raise ConfigError(
+            "--wait follows study workers: it applies to --study-workers K only (a coordinator runs "
+            "until the study ends)"
+        )
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
     res = None
@@ -81,8 +173,9 @@ def tune(
         from fedcli.sweep.slurm import resources
 
         res = resources(read_sweep(recipe, scale), flags)
-    plan = make_plan(recipe, scale, out, trials, sampler, pruner, seed, storage, select_on, jobs,
-                     res.cpus if res else None, mpi)
+    plan = make_plan(
+        recipe, scale, out, trials, sampler, pruner, seed, storage, select_on, jobs, res.cpus if res else None, mpi
+    )
     if study_workers is not None:
         from fedcli.tune.launch import check_rules
 
@@ -92,25 +185,46 @@ def tune(
         if res is not None and study_workers is None:
             from fedcli.sweep.slurm import sbatch_preview
 
-            err_console.print(f"  Slurm: each trial an ordinary sweep job, {jobs} in flight; each job asks for "
-                              f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})", markup=False, highlight=False,
-                              soft_wrap=True)
+            err_console.print(
+                f"  Slurm: each trial an ordinary sweep job, {jobs} in flight; each job asks for "
+                f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     if study_workers is not None:
-        return _workers(plan, study_workers, executor, res, mpi, storage,
-                    {"fresh": fresh, "dry_run": dry_run, "wait": wait, "quiet": quiet, "t0": t0})
+        return _workers(
+            plan,
+            study_workers,
+            executor,
+            res,
+            mpi,
+            storage,
+            {"fresh": fresh, "dry_run": dry_run, "wait": wait, "quiet": quiet, "t0": t0},
+        )
     if dry_run:
         return plan
     say = (lambda kind, study, number, text: None) if quiet else _event
     try:
-        co = run_tune(plan, jobs, mpi, fresh, notify=lambda m: err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True),
-                      on_event=say, slurm=res)
+        co = run_tune(
+            plan,
+            jobs,
+            mpi,
+            fresh,
+            notify=lambda m: err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True),
+            on_event=say,
+            slurm=res,
+        )
     except KeyboardInterrupt:
         from fedcli.errors import FedcliError
 
-        err = FedcliError(f"interrupted: the running trials checkpointed and stopped; run the same command again to resume "
-                          f"them in {plan.root}" if res is None else
-                          f"interrupted: the trials' Slurm jobs keep running; run the same command again to adopt them "
-                          f"in {plan.root}")
+        err = FedcliError(
+            f"interrupted: the running trials checkpointed and stopped; run the same command again to resume "
+            f"them in {plan.root}"
+            if res is None
+            else f"interrupted: the trials' Slurm jobs keep running; run the same command again to adopt them "
+            f"in {plan.root}"
+        )
         err.exit_code = 130
         raise err from None
     _print_closing(plan, co, time.perf_counter() - t0)
@@ -141,9 +255,13 @@ def _workers(plan, k: int, executor: str, res, mpi: int, storage: str, how: dict
     started = launch.launch(plan, k, executor, res, mpi, storage, how["fresh"], say)
     if started:
         ids = ", ".join(w.get("job_id") or f"pid {w['pid']}" for w in started)
-        err_console.print(f"fedcli tune: {len(started)} study worker(s) started: {ids}"
-                          + ("" if how["wait"] else f"; `fedcli report {plan.root}` reads the study as it goes"),
-                          markup=False, highlight=False, soft_wrap=True)
+        err_console.print(
+            f"fedcli tune: {len(started)} study worker(s) started: {ids}"
+            + ("" if how["wait"] else f"; `fedcli report {plan.root}` reads the study as it goes"),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if not how["wait"]:
         return started
     co = launch.follow(plan, started, executor, say)
@@ -160,23 +278,39 @@ def _print_plan(plan, jobs: int, mpi: int, estimate: bool) -> None:
     with ``estimate``, the cost with and without pruning (the sweep's estimator)."""
     from fedcli.tune.study import storage_label
 
-    lines = [f"fedcli tune: {plan.recipe.path} (scale {plan.recipe.scale or 'base'}) -> {plan.root}",
-             f"  storage {storage_label(*plan.storage)}; sampler {plan.table.sampler} (seed {plan.table.seed}); pruner "
-             f"{plan.table.pruner}; {plan.trials} trials per study; selected on {plan.select_on}"
-             + (" (optimistic: the test set)" if plan.select_on == "test" else ""),
-             "  objectives: " + "; ".join(f"{o.metric} {o.reduce} ({o.direction})" for o in plan.table.objectives)]
+    lines = [
+        f"fedcli tune: {plan.recipe.path} (scale {plan.recipe.scale or 'base'}) -> {plan.root}",
+        f"  storage {storage_label(*plan.storage)}; sampler {plan.table.sampler} (seed {plan.table.seed}); pruner "
+        f"{plan.table.pruner}; {plan.trials} trials per study; selected on {plan.select_on}"
+        + (" (optimistic: the test set)" if plan.select_on == "test" else ""),
+        "  objectives: " + "; ".join(f"{o.metric} {o.reduce} ({o.direction})" for o in plan.table.objectives),
+    ]
     for s in plan.studies:
         c = s.config
-        split = f"val_fraction {c.get('val_fraction', 0)}" + (f", client_val_fraction {c.get('client_val_fraction')}"
-                                                              if c.get("client_val_fraction") else "")
+        split = f"val_fraction {c.get('val_fraction', 0)}" + (
+            f", client_val_fraction {c.get('client_val_fraction')}" if c.get("client_val_fraction") else ""
+        )
         lines.append(f"  study {s.name} ({c['algo']}, {s.budget} {s.unit}s, {split}):")
-        lines.append("    space: " + "; ".join(f"{k} {json_range(p)}" for k, p in s.space.items())
-                     + (f"; full grid {s.grid_size} configurations" if s.grid_size else ""))
+        lines.append(
+            "    space: "
+            + "; ".join(f"{k} {json_range(p)}" for k, p in s.space.items())
+            + (f"; full grid {s.grid_size} configurations" if s.grid_size else "")
+        )
         if s.trials < plan.trials:
             lines.append(f"    trials: {s.trials} (the full grid; --trials {plan.trials} would repeat configurations)")
-        lines.append(f"    trial 0: " + (f"the recipe's own configuration {s.baseline}" if s.baseline is not None
-                                         else f"no baseline ({s.baseline_why})"))
-        floor = f"floor {s.unit} {s.floor} ({'; '.join(s.floor_why)})" if s.floor else "floor 0 (no warm-up, decay or interval adjustment)"
+        lines.append(
+            "    trial 0: "
+            + (
+                f"the recipe's own configuration {s.baseline}"
+                if s.baseline is not None
+                else f"no baseline ({s.baseline_why})"
+            )
+        )
+        floor = (
+            f"floor {s.unit} {s.floor} ({'; '.join(s.floor_why)})"
+            if s.floor
+            else "floor 0 (no warm-up, decay or interval adjustment)"
+        )
         lines.append(f"    pruning: {floor}; rungs {', '.join(map(str, s.rungs)) or 'none'}")
     if estimate:
         lines += _estimate_lines(plan, jobs, mpi)
@@ -199,20 +333,29 @@ def _estimate_lines(plan, jobs: int, mpi: int) -> list[str]:
     total = pruned = 0.0
     out = []
     for s in plan.studies:
-        run = co.trial_run(s, 0, s.baseline or {k: (p.choices[0] if p.kind == "choices" else p.low) for k, p in s.space.items()})
+        run = co.trial_run(
+            s, 0, s.baseline or {k: (p.choices[0] if p.kind == "choices" else p.low) for k, p in s.space.items()}
+        )
         est = estimate([run], [], jobs, mpi, executor="process")
         one = est.per_run.get(id(run))
         if one is None:
             out.append(f"  estimate {s.name}: unknown ({'; '.join(est.unknown)})")
             continue
-        share = pruned_share(s.budget, s.rungs) if plan.table.pruner != "none" and len(plan.table.objectives) == 1 else 1.0
+        share = (
+            pruned_share(s.budget, s.rungs) if plan.table.pruner != "none" and len(plan.table.objectives) == 1 else 1.0
+        )
         total += one * s.trials
         pruned += one * s.trials * share
-        out.append(f"  estimate {s.name}: {fmt_duration(one)} a trial; {fmt_duration(one * s.trials / max(1, jobs))} "
-                   f"for {s.trials} trials at --jobs {jobs} without pruning, about {fmt_duration(one * s.trials * share / max(1, jobs))} "
-                   f"with it (at most {100 * share:.0f}% of the budget trained)")
-    out.append(f"  estimate in all: {fmt_duration(total / max(1, jobs))} without pruning, about "
-               f"{fmt_duration(pruned / max(1, jobs))} with it")
+        out.append(
+            f"  estimate {s.name}: {fmt_duration(one)} a trial; {fmt_duration(one * s.trials / max(1, jobs))} "
+            f"for {s.trials} trials at --jobs {jobs} without pruning, about "
+            f"{fmt_duration(one * s.trials * share / max(1, jobs))} "
+            f"with it (at most {100 * share:.0f}% of the budget trained)"
+        )
+    out.append(
+        f"  estimate in all: {fmt_duration(total / max(1, jobs))} without pruning, about "
+        f"{fmt_duration(pruned / max(1, jobs))} with it"
+    )
     return out
 
 
@@ -221,7 +364,7 @@ def pruned_share(budget: int, rungs: list[int]) -> float:
     if not rungs or budget <= 0:
         return 1.0
     edges = [0, *rungs, budget]
-    return sum((edges[i + 1] - edges[i]) / budget * 0.5 ** i for i in range(len(edges) - 1))
+    return sum((edges[i + 1] - edges[i]) / budget * 0.5**i for i in range(len(edges) - 1))
 
 
 def _print_closing(plan, co, seconds: float) -> None:
@@ -239,9 +382,14 @@ def _print_closing(plan, co, seconds: float) -> None:
                 pick = (max if o.direction == "maximize" else min)(done, key=lambda r: r["values"][0])
                 best.append(f"{s.name}: trial {pick['number']} {pick['params']} {o.metric} {pick['values'][0]:.4g}")
     m, sec = divmod(int(round(seconds)), 60)
-    err_console.print(f"fedcli tune: {len(rows)} trials in {plan.root} ({said}; {m}m{sec:02d}s)"
-                      + (f"; best: {'; '.join(best)}" if best else "") + f"; index: {plan.root / 'trials.csv'}",
-                      markup=False, highlight=False, soft_wrap=True)
+    err_console.print(
+        f"fedcli tune: {len(rows)} trials in {plan.root} ({said}; {m}m{sec:02d}s)"
+        + (f"; best: {'; '.join(best)}" if best else "")
+        + f"; index: {plan.root / 'trials.csv'}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _confirm(root: Path, top: int, seeds: int, jobs: int, mpi: int, quiet: bool):
@@ -253,14 +401,23 @@ def _confirm(root: Path, top: int, seeds: int, jobs: int, mpi: int, quiet: bool)
     if not is_study(root):
         from fedcli.errors import ConfigError
 
-        raise ConfigError(f"--confirm {top}: {root} is not a study folder of `fedcli tune` (no tune.json); give the folder "
-                          f"the study was written to")
-    notify = None if quiet else (lambda m: err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True))
+        raise ConfigError(
+            f"--confirm {top}: {root} is not a study folder of `fedcli tune` (no tune.json); give the folder "
+            f"the study was written to"
+        )
+    notify = (
+        None
+        if quiet
+        else (lambda m: err_console.print(f"fedcli tune: {m}", markup=False, highlight=False, soft_wrap=True))
+    )
     result = run_confirm(root, top, seeds, jobs=jobs, mpi=mpi, notify=notify)
     for name, entry in confirmed(root).items():
         best = entry.get("best")
-        said = (f"trial {best['number']} {best['params']} mean {best['mean']:.4f} over {best['seeds']} seeds" if best
-                else "no configuration completed every seed")
+        said = (
+            f"trial {best['number']} {best['params']} mean {best['mean']:.4f} over {best['seeds']} seeds"
+            if best
+            else "no configuration completed every seed"
+        )
         err_console.print(f"fedcli tune: confirmed {name}: {said}", markup=False, highlight=False, soft_wrap=True)
     return result
 
@@ -274,5 +431,9 @@ def _promote(root: Path, number: int, study: str | None):
         err = FedcliError(f"--promote {number}: the training of {run_dir} ended with exit {code}; see its log")
         err.exit_code = code if code in (2, 3, 4) else 1
         raise err
-    err_console.print(f"fedcli tune: trial {number} promoted: {run_dir} completed; trials.csv updated",
-                      markup=False, highlight=False, soft_wrap=True)
+    err_console.print(
+        f"fedcli tune: trial {number} promoted: {run_dir} completed; trials.csv updated",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -25,7 +25,8 @@ _scratch: dict = {}
 
 def scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
     """A flat buffer of at least ``numel`` elements, reused from call to call (a fresh one of tens of megabytes per
-    synchronization is page-faulted in again every time on the CPU: 1.5 s against 0.25 s a FEMNIST CNN sum, 32 clients)."""
+    synchronization is page-faulted in again every time on the CPU: 1.5 s against 0.25 s a FEMNIST CNN sum, 32
+    clients)."""
     key_ = (dtype, str(device))
     buf = _scratch.get(key_)
     if buf is None or buf.numel() < numel:
@@ -48,14 +49,19 @@ def unflatten(flat: torch.Tensor, shapes) -> list[torch.Tensor]:
     out, offset = [], 0
     for shape in shapes:
         k = math.prod(shape)
-        out.append(flat[offset: offset + k].view(shape))
+        out.append(flat[offset : offset + k].view(shape))
         offset += k
     return out
 
 
-def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int],
-                skip: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                scan: bool | None = None) -> torch.Tensor:
+def ordered_sum(
+    tensors: list[torch.Tensor],
+    weights: torch.Tensor | None,
+    positions: list[int],
+    skip: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    scan: bool | None = None,
+) -> torch.Tensor:
     """sum_i w_i x_i over the k local rows in increasing ``positions``, flat (tensors concatenated).
 
     Each element is computed as ``acc = 0; acc = acc + fl(w_i * x_i)`` for i in order: one rounded
@@ -92,10 +98,12 @@ def ordered_sum(tensors: list[torch.Tensor], weights: torch.Tensor | None, posit
             hi = min(n, lo + COLUMNS)
             block = r[:, lo:hi]
             if w is not None:  # fl(w_i * x_i), every client's row at once
-                block = torch.mul(block, w.view(-1, 1), out=scratch(live * (hi - lo), dtype, device).view(live, hi - lo))
+                block = torch.mul(
+                    block, w.view(-1, 1), out=scratch(live * (hi - lo), dtype, device).view(live, hi - lo)
+                )
             elif block.dtype != dtype:
                 block = scratch(live * (hi - lo), dtype, device).view(live, hi - lo).copy_(block)
-            add_rows_in_order(out[offset + lo: offset + hi], block, scan)
+            add_rows_in_order(out[offset + lo : offset + hi], block, scan)
         offset += n
     return out
 
@@ -123,9 +131,11 @@ class Communicator:
     rank = 0
     size = 1
     launcher = "fedcli"  # what started the processes: "fedcli" (one process, or --workers) or "mpi" (mpiexec)
-    workers = 1          # worker processes training shards of the cohort (a --workers pool); 1 otherwise
+    workers = 1  # worker processes training shards of the cohort (a --workers pool); 1 otherwise
     workers_note: str | None = None  # why --workers auto chose the number it did (the manifest's workers_choice)
-    data_sharing: dict | None = None  # under MPI: how the node's ranks shared the loaded data (the manifest's data_sharing)
+    data_sharing: dict | None = (
+        None  # under MPI: how the node's ranks shared the loaded data (the manifest's data_sharing)
+    )
 
     def allreduce_(self, buf: torch.Tensor) -> torch.Tensor:
         """Sum ``buf`` over all ranks, in place; returns it."""
@@ -163,8 +173,14 @@ class Communicator:
         worker pool, all on one node, the rank itself."""
         return self.rank
 
-    def client_sum(self, tensors: list[torch.Tensor], weights: torch.Tensor | None, positions: list[int], total: int,
-                   skip: torch.Tensor | None = None) -> torch.Tensor:
+    def client_sum(
+        self,
+        tensors: list[torch.Tensor],
+        weights: torch.Tensor | None,
+        positions: list[int],
+        total: int,
+        skip: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """sum_i w_i x_i over every client of the cohort, flat, the clients added in cohort order.
 
         ``tensors``: this rank's stacked rows [k, ...]; ``weights`` [k] (None: 1); ``positions``: each local

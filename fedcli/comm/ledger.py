@@ -74,7 +74,12 @@ class Ledger:
         return sum(self.bytes_) + self.extra_bytes
 
     def state_dict(self) -> dict:
-        return {"numel": list(self.numel), "syncs": list(self.syncs), "bytes": list(self.bytes_), "extra_bytes": self.extra_bytes}
+        return {
+            "numel": list(self.numel),
+            "syncs": list(self.syncs),
+            "bytes": list(self.bytes_),
+            "extra_bytes": self.extra_bytes,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> "Ledger":

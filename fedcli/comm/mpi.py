@@ -108,7 +108,7 @@ def node_communicator(world, MPI):
     share the loaded data through it (``load_shared``)."""
     try:
         return world.Split_type(MPI.COMM_TYPE_SHARED)
-    except Exception:  # noqa: BLE001 - an MPI without MPI-3 shared-memory splits
+    except Exception:
         return None
 
 
@@ -120,5 +120,3 @@ def get_communicator() -> Communicator:
     if "comm" not in CURRENT:
         CURRENT["comm"] = MPICommunicator() if launched_under_mpi() else Communicator()
     return CURRENT["comm"]
-
-

@@ -14,7 +14,8 @@ holds eight copies of the same arrays (FEMNIST's 800,000 images: 2.5 GB a copy).
 A loading error on the leader (a missing file, a bad option) is broadcast and raised on every rank of the node, so no
 rank waits for data that will not come. Arrays that would not fit in the node's ``/dev/shm`` are not shared: every
 rank then loads its own copy, as without this module, and the manifest says why. Ranks on different nodes load
-independently (the same data: it is a function of the config). The window lives until the process ends (MPI frees it at finalization).
+independently (the same data: it is a function of the config). The window lives until the process ends (MPI frees it at
+finalization).
 """
 
 from __future__ import annotations
@@ -46,8 +47,14 @@ class _Pickler(pickle.Pickler):
     """Protocol 5 with CPU tensors pickled as numpy arrays, so that their memory goes out of band too."""
 
     def reducer_override(self, obj):
-        if (type(obj) is torch.Tensor and obj.device.type == "cpu" and obj.layout == torch.strided
-                and not obj.requires_grad and obj.dtype != torch.bfloat16 and obj.is_contiguous()):
+        if (
+            type(obj) is torch.Tensor
+            and obj.device.type == "cpu"
+            and obj.layout == torch.strided
+            and not obj.requires_grad
+            and obj.dtype != torch.bfloat16
+            and obj.is_contiguous()
+        ):
             return _tensor_from_array, (obj.numpy(),)
         return NotImplemented
 
@@ -88,7 +95,7 @@ def _packed(obj) -> tuple[bytes | None, list | str, list]:
     """(pickle, sizes of its buffers, the buffers) of ``obj``, or (None, why it cannot be shared, [])."""
     try:
         meta, buffers = pack(obj)
-    except Exception as e:  # noqa: BLE001 - a dataset plugin's object that does not pickle: every rank loads its own
+    except Exception as e:
         return None, f"the data does not pickle ({type(e).__name__}: {e})", []
     sizes = [b.raw().nbytes for b in buffers]
     total, free = layout(sizes)[1], shm_free()
@@ -111,7 +118,7 @@ def share_on_node(node, MPI, load: Callable[[], Any]) -> tuple[Any, dict]:
     if leader:
         try:
             obj = load()
-        except Exception as e:  # noqa: BLE001 - raised on every rank of the node below
+        except Exception as e:
             head = (e, None, None)
         else:
             meta, sizes, buffers = _packed(obj)
@@ -129,10 +136,10 @@ def share_on_node(node, MPI, load: Callable[[], Any]) -> tuple[Any, dict]:
     memory = np.frombuffer(mem, dtype=np.uint8, count=max(total, 1))
     if leader:
         for off, n, b in zip(offsets, sizes, buffers):
-            memory[off:off + n] = np.frombuffer(b.raw(), dtype=np.uint8)
+            memory[off : off + n] = np.frombuffer(b.raw(), dtype=np.uint8)
         del buffers
     node.Barrier()  # the leader has written every array
     base = memory.ctypes.data
     _RANGES.append((base, base + max(total, 1)))
-    views = [memoryview(memory[off:off + n]).toreadonly() for off, n in zip(offsets, sizes)]
+    views = [memoryview(memory[off : off + n]).toreadonly() for off, n in zip(offsets, sizes)]
     return pickle.loads(meta, buffers=views), {"ranks": ranks, "bytes": total}

@@ -84,8 +84,8 @@ class PoolCommunicator(Communicator):
         self.rank, self.size = rank, size
         self.workers = size
         self.workers_note = None
-        self.conns = conns                    # rank 0: the pipes to ranks 1..size-1; a worker: [its pipe to rank 0]
-        self.arena = arena                    # uint8 shared memory
+        self.conns = conns  # rank 0: the pipes to ranks 1..size-1; a worker: [its pipe to rank 0]
+        self.arena = arena  # uint8 shared memory
         self.describe_death = describe_death  # rank 0: rank -> text saying how that worker ended
         self.reduce_seconds = 0.0
 
@@ -147,7 +147,7 @@ class PoolCommunicator(Communicator):
     # the next one (the next results are written only after the next barrier, which waits for it).
     def _view(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
         size = torch.empty((), dtype=dtype).element_size()
-        return self.arena[offset: offset + count * size].view(dtype)
+        return self.arena[offset : offset + count * size].view(dtype)
 
     @property
     def _out_offset(self) -> int:
@@ -170,7 +170,7 @@ class PoolCommunicator(Communicator):
         per = min(stride, self.arena.numel() - self._out_offset) // item
         for lo in range(0, host.numel(), per):
             n = min(per, host.numel() - lo)
-            self._view(self.rank * stride, n, buf.dtype).copy_(host[lo: lo + n])
+            self._view(self.rank * stride, n, buf.dtype).copy_(host[lo : lo + n])
             self.barrier()
             a, b = n * self.rank // self.size, n * (self.rank + 1) // self.size
             out = self._out(n, buf.dtype)[a:b]
@@ -178,7 +178,7 @@ class PoolCommunicator(Communicator):
             for r in range(self.size):
                 out.add_(self._view(r * stride, n, buf.dtype)[a:b])
             self.barrier()
-            host[lo: lo + n].copy_(self._out(n, buf.dtype))
+            host[lo : lo + n].copy_(self._out(n, buf.dtype))
         if host.data_ptr() != buf.data_ptr():
             buf.copy_(host.view_as(buf))
         self.reduce_seconds += time.perf_counter() - t0
@@ -214,9 +214,9 @@ class PoolCommunicator(Communicator):
                     x = x.cpu() if x.device.type != "cpu" else x
                     x = x.to(dtype)
                     if ws is None:
-                        table[p, dst: dst + b - a].copy_(x)
+                        table[p, dst : dst + b - a].copy_(x)
                     else:
-                        torch.mul(x, ws[i], out=table[p, dst: dst + b - a])
+                        torch.mul(x, ws[i], out=table[p, dst : dst + b - a])
             self.barrier()
             a, b = n * self.rank // self.size, n * (self.rank + 1) // self.size
             acc = self._out(n, dtype)[a:b]
@@ -226,7 +226,7 @@ class PoolCommunicator(Communicator):
             for p in order:
                 acc.add_(table[p, a:b])
             self.barrier()
-            result[lo: lo + n].copy_(self._out(n, dtype))
+            result[lo : lo + n].copy_(self._out(n, dtype))
         self.reduce_seconds += time.perf_counter() - t0
         return result.to(device)
 
@@ -240,7 +240,8 @@ def _sum_in_order(arrays: list) -> Any:
 
 
 def _segments(widths: list[int]):
-    """For the concatenation of rows of these widths: the pieces (tensor, start, end, offset in block) of columns [lo, hi)."""
+    """For the concatenation of rows of these widths: the pieces (tensor, start, end, offset in block) of columns [lo,
+    hi)."""
     starts = [0]
     for w in widths:
         starts.append(starts[-1] + w)
@@ -250,6 +251,7 @@ def _segments(widths: list[int]):
             a, b = max(lo, starts[t]), min(hi, starts[t + 1])
             if a < b:
                 yield t, a - starts[t], b - starts[t], a - lo
+
     return pieces
 
 
@@ -287,7 +289,7 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, target, args: 
         code = int(getattr(e, "exit_code", 1))
         if not getattr(e, "collective", False):
             comm.fail(code, f"{e}")
-    except BaseException as e:  # noqa: BLE001 - reported to rank 0 as one line
+    except BaseException as e:
         code = 1
         comm.fail(1, f"{type(e).__name__}: {e}{_where(e)}")
     sys.stdout.flush()
@@ -299,12 +301,13 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, target, args: 
 class WorkerPool:
     """Rank 0's side: starts ranks 1..size-1 and ends them. Each worker runs ``target(comm, *args)`` with its
     :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the pool is spawned; the arena
-    travels in shared memory, the collectives' objects by value); ``clients``: the run's client count (sizes the arena)."""
+    travels in shared memory, the collectives' objects by value); ``clients``: the run's client count (sizes the
+    arena)."""
 
     def __init__(self, size: int, target, args: tuple, clients: int = 1):
         import multiprocessing as mp
 
-        import torch.multiprocessing  # noqa: F401 - registers the shared-memory pickling of tensors
+        import torch.multiprocessing
 
         ctx = mp.get_context("spawn")
         total = max(1, int(clients))
@@ -313,8 +316,12 @@ class WorkerPool:
         self.procs, conns = [], []
         for rank in range(1, size):
             mine, theirs = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_worker_main, name=f"fedcli-worker-{rank}", daemon=True,
-                            args=(rank, size, theirs, self.arena, target, args, os.getpid()))
+            p = ctx.Process(
+                target=_worker_main,
+                name=f"fedcli-worker-{rank}",
+                daemon=True,
+                args=(rank, size, theirs, self.arena, target, args, os.getpid()),
+            )
             p.start()
             theirs.close()
             self.procs.append(p)
@@ -364,7 +371,9 @@ def physical_cores() -> int:
     for c in cpus:
         topo = Path(f"/sys/devices/system/cpu/cpu{c}/topology")
         try:
-            cores.add((topo.joinpath("physical_package_id").read_text().strip(), topo.joinpath("core_id").read_text().strip()))
+            cores.add(
+                (topo.joinpath("physical_package_id").read_text().strip(), topo.joinpath("core_id").read_text().strip())
+            )
         except OSError:
             cores.add(("cpu", str(c)))
     return max(1, len(cores))

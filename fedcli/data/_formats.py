@@ -58,7 +58,9 @@ def read_idx(path: Path, magic: int) -> np.ndarray:
     ndim = magic & 0xFF
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise DataError(f"{path}: file is {len(data)} bytes, shorter than the {header}-byte IDX header; expected {expected}")
+        raise DataError(
+            f"{path}: file is {len(data)} bytes, shorter than the {header}-byte IDX header; expected {expected}"
+        )
     found = int.from_bytes(data[:4], "big")
     if found != magic:
         raise DataError(f"{path}: wrong magic number 0x{found:08x}; expected {expected}")
@@ -126,17 +128,14 @@ def read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray
     except Exception:  # ragged or odd objects
         labels = np.empty(0, dtype=object)
     if labels.ndim != 1 or labels.shape[0] != data.shape[0] or labels.dtype.kind not in "iu":
-        raise DataError(
-            f"{path}: '{label_key}' is not a list of {data.shape[0]} integers; expected {expected}"
-        )
+        raise DataError(f"{path}: '{label_key}' is not a list of {data.shape[0]} integers; expected {expected}")
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------- LEAF
 
 LEAF_FORMAT = (
-    'LEAF JSON ({"users": [...], "num_samples": [...], '
-    '"user_data": {user: {"x": [[784 floats], ...], "y": [...]}}})'
+    'LEAF JSON ({"users": [...], "num_samples": [...], "user_data": {user: {"x": [[784 floats], ...], "y": [...]}}})'
 )
 # `"x": [` opens a list of feature rows; its numeric body is cut out and parsed by numpy.
 _X_OPEN = re.compile(rb'"x"\s*:\s*\[')
@@ -145,8 +144,16 @@ _X_CLOSE = re.compile(rb"\]\s*\]")
 # Character classes for the numeric body of an "x" array (anything else is invalid).
 _SPACE, _OPEN, _CLOSE, _COMMA, _DIGIT, _DOT, _MINUS, _EXP, _INVALID = range(9)
 _CLASS = np.full(256, _INVALID, dtype=np.uint8)
-for _chars, _code in ((b" \t\r\n", _SPACE), (b"[", _OPEN), (b"]", _CLOSE), (b",", _COMMA),
-                      (b"0123456789", _DIGIT), (b".", _DOT), (b"-", _MINUS), (b"eE+", _EXP)):
+for _chars, _code in (
+    (b" \t\r\n", _SPACE),
+    (b"[", _OPEN),
+    (b"]", _CLOSE),
+    (b",", _COMMA),
+    (b"0123456789", _DIGIT),
+    (b".", _DOT),
+    (b"-", _MINUS),
+    (b"eE+", _EXP),
+):
     _CLASS[np.frombuffer(_chars, dtype=np.uint8)] = _code
 _POW10_INT = 10 ** np.arange(19, dtype=np.int64)  # 1 .. 1e18, exact
 _POW10_FLOAT = np.array([float(10**k) for k in range(23)])  # 1 .. 1e22, exact in float64
@@ -175,7 +182,7 @@ def _parse_rows(body: bytes, row_len: int, chunk_bytes: int = 64_000) -> np.ndar
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:
+def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR0915
     """Parse the body of a LEAF ``"x"`` array, ``[f, f, ...], [f, ...]``, into float32 [rows, row_len].
 
     Returns None when it is not a list of rows of ``row_len`` numbers. Each value equals
@@ -257,7 +264,7 @@ def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:
     return out.reshape(rows, row_len)
 
 
-def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray, np.ndarray]]:  # noqa: C901, PLR0915
     """Read one LEAF JSON file (plain or gzip) into ``[(user, x float32 [n, row_len], y int64 [n])]``.
 
     Users come in the order of the file's ``"users"`` list. The large ``"x"`` arrays are cut out of
@@ -279,7 +286,7 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
         else:
             close = _X_CLOSE.search(text, start)
             if close is None:
-                raise DataError(f"{path}: unterminated \"x\" array; expected {LEAF_FORMAT}")
+                raise DataError(f'{path}: unterminated "x" array; expected {LEAF_FORMAT}')
             body, end = text[start : close.start() + 1], close.end()
         pieces += [text[pos : m.start()], b'"x": "%s%d"' % (token.encode(), len(bodies))]
         bodies.append(body)
@@ -311,7 +318,7 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
         ref, y = entry["x"], entry["y"]
         if not isinstance(ref, str) or not ref.startswith(token):
             raise DataError(f"{path}: 'x' of user '{user}' is not a list of rows; expected {LEAF_FORMAT}")
-        body = bodies[int(ref[len(token):])]
+        body = bodies[int(ref[len(token) :])]
         if body == b"":
             x = np.zeros((0, row_len), dtype=np.float32)
         else:
@@ -323,10 +330,13 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
         if not isinstance(y, list) or not all(type(v) is int or (type(v) is float and v.is_integer()) for v in y):
             raise DataError(f"{path}: 'y' of user '{user}' is not a list of integers; expected {LEAF_FORMAT}")
         if len(y) != len(x):
-            raise DataError(f"{path}: user '{user}' has {len(x)} rows in 'x' but {len(y)} labels; expected {LEAF_FORMAT}")
+            raise DataError(
+                f"{path}: user '{user}' has {len(x)} rows in 'x' but {len(y)} labels; expected {LEAF_FORMAT}"
+            )
         if num_samples is not None and num_samples[i] != len(y):
             raise DataError(
-                f"{path}: user '{user}' lists num_samples {num_samples[i]} but has {len(y)} samples; expected {LEAF_FORMAT}"
+                f"{path}: user '{user}' lists num_samples {num_samples[i]} but has {len(y)} samples; "
+                f"expected {LEAF_FORMAT}"
             )
         out.append((user, x, np.asarray(y, dtype=np.int64).reshape(-1)))
     return out
@@ -334,8 +344,10 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
 
 # ---------------------------------------------------------------------------------- tensor files
 
-TENSOR_FILE_FORMAT = ("a .npz (numpy.savez) or .pt (torch.save of a dict) file with arrays x [N, ...] and y [N] "
-                      "(integer labels 0..C-1), optionally writers [N], x_test, y_test, writers_test")
+TENSOR_FILE_FORMAT = (
+    "a .npz (numpy.savez) or .pt (torch.save of a dict) file with arrays x [N, ...] and y [N] "
+    "(integer labels 0..C-1), optionally writers [N], x_test, y_test, writers_test"
+)
 
 
 def read_tensor_file(path: Path) -> dict[str, np.ndarray]:
@@ -352,17 +364,24 @@ def read_tensor_file(path: Path) -> dict[str, np.ndarray]:
             with np.load(path, allow_pickle=False) as z:
                 return {k: np.asarray(z[k]) for k in z.files}
         except (OSError, ValueError, EOFError) as e:
-            raise DataError(f"{path}: not a readable .npz ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}") from None
+            raise DataError(
+                f"{path}: not a readable .npz ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}"
+            ) from None
         except Exception as e:  # zipfile.BadZipFile and friends
-            raise DataError(f"{path}: not a readable .npz ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}") from None
+            raise DataError(
+                f"{path}: not a readable .npz ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}"
+            ) from None
     if path.suffix == ".pt":
         import torch
 
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # a foreign or truncated file, or objects weights_only refuses
-            raise DataError(f"{path}: not a readable .pt file ({type(e).__name__}: {str(e).split('. ')[0].splitlines()[0] if str(e) else ''}); "
-                            f"expected {TENSOR_FILE_FORMAT}") from None
+            raise DataError(
+                f"{path}: not a readable .pt file ({type(e).__name__}: "
+                f"{str(e).split('. ')[0].splitlines()[0] if str(e) else ''}); "
+                f"expected {TENSOR_FILE_FORMAT}"
+            ) from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}: holds a {type(obj).__name__}, not a dict; expected {TENSOR_FILE_FORMAT}")
         out = {}
@@ -370,6 +389,8 @@ def read_tensor_file(path: Path) -> dict[str, np.ndarray]:
             try:
                 out[str(k)] = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
             except Exception as e:  # ragged lists, odd objects
-                raise DataError(f"{path}: key '{k}' is not an array ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}") from None
+                raise DataError(
+                    f"{path}: key '{k}' is not an array ({type(e).__name__}: {e}); expected {TENSOR_FILE_FORMAT}"
+                ) from None
         return out
     raise DataError(f"{path}: unknown file type '{path.suffix}'; expected {TENSOR_FILE_FORMAT}")

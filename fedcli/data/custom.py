@@ -43,8 +43,10 @@ from fedcli.errors import DataError
 DEFAULT_HOLDOUT = 0.2  # without a test split (as digits)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
 GRAY_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F")
-IMAGEFOLDER_FORMAT = ("image files in one folder per class: DIR/train/<class>/*.png with an optional DIR/test/<class>/, "
-                      "or DIR/<class>/*.png (extensions " + " ".join(IMAGE_EXTENSIONS) + ")")
+IMAGEFOLDER_FORMAT = (
+    "image files in one folder per class: DIR/train/<class>/*.png with an optional DIR/test/<class>/, "
+    "or DIR/<class>/*.png (extensions " + " ".join(IMAGE_EXTENSIONS) + ")"
+)
 
 
 def _pool(has_test: bool, holdout_fraction: float) -> tuple[str, float]:
@@ -58,7 +60,9 @@ def _pool(has_test: bool, holdout_fraction: float) -> tuple[str, float]:
 
 
 def _class_dirs(split_dir: Path) -> list[str]:
-    return sorted(e.name for e in os.scandir(split_dir) if e.is_dir(follow_symlinks=True) and not e.name.startswith("."))
+    return sorted(
+        e.name for e in os.scandir(split_dir) if e.is_dir(follow_symlinks=True) and not e.name.startswith(".")
+    )
 
 
 def _images(class_dir: Path) -> list[tuple[Path, str | None]]:
@@ -95,8 +99,10 @@ def _header(path: Path) -> tuple[str, tuple[int, int]]:
         with Image.open(path) as im:
             return im.mode, im.size
     except (OSError, UnidentifiedImageError, ValueError) as e:
-        raise DataError(f"{path}: cannot read the image ({type(e).__name__}: {e}); expected an image file "
-                        f"({' '.join(IMAGE_EXTENSIONS)})") from None
+        raise DataError(
+            f"{path}: cannot read the image ({type(e).__name__}: {e}); expected an image file "
+            f"({' '.join(IMAGE_EXTENSIONS)})"
+        ) from None
 
 
 def _decode(files: list[Path], gray: bool, size: tuple[int, int]) -> np.ndarray:
@@ -115,8 +121,9 @@ def _decode(files: list[Path], gray: bool, size: tuple[int, int]) -> np.ndarray:
     return x
 
 
-def load_imagefolder(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                     options: dict | None = None) -> FedDataset:
+def load_imagefolder(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """Images in torchvision's ``ImageFolder`` layout (see the module docstring)."""
     root = _default_dir("imagefolder", data_dir)
     if download:
@@ -129,14 +136,18 @@ def load_imagefolder(data_dir: Path | None, *, download: bool = False, holdout_f
     if not classes:
         raise DataError(f"{train_dir}: no class folders; expected {IMAGEFOLDER_FORMAT}")
     if len(classes) < 2:
-        raise DataError(f"{train_dir}: one class folder ({classes[0]}); expected at least two classes ({IMAGEFOLDER_FORMAT})")
+        raise DataError(
+            f"{train_dir}: one class folder ({classes[0]}); expected at least two classes ({IMAGEFOLDER_FORMAT})"
+        )
     pool, frac = _pool(test_dir is not None, holdout_fraction)
     splits = {"train": _scan(train_dir, classes, "training")}
     if pool == "both":
         unknown = sorted(set(_class_dirs(test_dir)) - set(classes))
         if unknown:
-            raise DataError(f"{test_dir / unknown[0]}: a test class with no training folder; expected the test classes "
-                            f"to be among the training classes ({', '.join(classes[:8])}{'...' if len(classes) > 8 else ''})")
+            raise DataError(
+                f"{test_dir / unknown[0]}: a test class with no training folder; expected the test classes "
+                f"to be among the training classes ({', '.join(classes[:8])}{'...' if len(classes) > 8 else ''})"
+            )
         test_classes = [c for c in classes if (test_dir / c).is_dir()]
         files, y, writers = _scan(test_dir, test_classes, "test")
         splits["test"] = (files, np.asarray([classes.index(test_classes[k]) for k in y], dtype=np.int64), writers)
@@ -147,16 +158,22 @@ def load_imagefolder(data_dir: Path | None, *, download: bool = False, holdout_f
         if size is None:
             size, first = sz, f
         elif sz != size:
-            raise DataError(f"{f}: image is {sz[0]}x{sz[1]}; expected {size[0]}x{size[1]} like {first} "
-                            f"(every image of an imagefolder dataset must have one size: resize them first)")
+            raise DataError(
+                f"{f}: image is {sz[0]}x{sz[1]}; expected {size[0]}x{size[1]} like {first} "
+                f"(every image of an imagefolder dataset must have one size: resize them first)"
+            )
         modes.add(mode)
     gray = modes <= set(GRAY_MODES)
     writers_all = [w for _, _, ws in splits.values() for w in ws]
     grouped = all(w is not None for w in writers_all)
     names = sorted({w for w in writers_all}) if grouped else None
     index = {w: i for i, w in enumerate(names or [])}
-    raw = {s: _Split(_decode(files, gray, size), y, np.asarray([index[w] for w in ws], dtype=np.int64) if grouped else None)
-           for s, (files, y, ws) in splits.items()}
+    raw = {
+        s: _Split(
+            _decode(files, gray, size), y, np.asarray([index[w] for w in ws], dtype=np.int64) if grouped else None
+        )
+        for s, (files, y, ws) in splits.items()
+    }
     fit = raw["train"].x if pool == "both" else raw["train"].x[_holdout_indices(raw["train"].y, frac)[0]]
     scaled = fit.astype(np.float32) / np.float32(255.0)
     mean = scaled.mean(axis=(0, 2, 3), dtype=np.float64)
@@ -180,8 +197,16 @@ def load_imagefolder(data_dir: Path | None, *, download: bool = False, holdout_f
         "normalization": {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"},
         "download": False,
     }
-    return _assemble("imagefolder", pool, frac, standardize(raw["train"]),
-                     standardize(raw["test"]) if "test" in raw else None, len(classes), source, group_names=names)
+    return _assemble(
+        "imagefolder",
+        pool,
+        frac,
+        standardize(raw["train"]),
+        standardize(raw["test"]) if "test" in raw else None,
+        len(classes),
+        source,
+        group_names=names,
+    )
 
 
 # ---------------------------------------------------------------------------------------- tensors
@@ -199,14 +224,18 @@ def _inputs(path: Path, key: str, x: np.ndarray) -> tuple[np.ndarray, str]:
         return x.astype(np.float32) / np.float32(255.0), "uint8 / 255"
     if x.dtype.kind in "iu":
         if x.min() < 0:
-            raise DataError(f"{path}: '{key}' holds negative integers; expected float inputs, uint8 images or token ids >= 0")
+            raise DataError(
+                f"{path}: '{key}' holds negative integers; expected float inputs, uint8 images or token ids >= 0"
+            )
         return x.astype(np.int64, copy=False), "token ids"
     raise DataError(f"{path}: '{key}' has dtype {x.dtype}; expected float inputs, uint8 images or integer token ids")
 
 
 def _labels(path: Path, key: str, y: np.ndarray, n: int) -> np.ndarray:
     if y.ndim != 1 or y.dtype.kind not in "iu" or len(y) != n:
-        raise DataError(f"{path}: '{key}' is {y.dtype} {list(y.shape)}; expected {n} integer labels (one per sample of x)")
+        raise DataError(
+            f"{path}: '{key}' is {y.dtype} {list(y.shape)}; expected {n} integer labels (one per sample of x)"
+        )
     if y.min() < 0:
         raise DataError(f"{path}: '{key}' holds a negative label ({int(y.min())}); expected labels 0..C-1")
     return y.astype(np.int64, copy=False)
@@ -214,12 +243,15 @@ def _labels(path: Path, key: str, y: np.ndarray, n: int) -> np.ndarray:
 
 def _writers(path: Path, key: str, w: np.ndarray, n: int) -> np.ndarray:
     if w.ndim != 1 or len(w) != n or w.dtype.kind not in "iuUS":
-        raise DataError(f"{path}: '{key}' is {w.dtype} {list(w.shape)}; expected {n} writer ids (integers or strings) [N]")
+        raise DataError(
+            f"{path}: '{key}' is {w.dtype} {list(w.shape)}; expected {n} writer ids (integers or strings) [N]"
+        )
     return w.astype(str) if w.dtype.kind in "US" else w.astype(np.int64)
 
 
-def load_tensors(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                 options: dict | None = None) -> FedDataset:
+def load_tensors(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """Arrays from one ``.npz`` or ``.pt`` file (see the module docstring)."""
     path = data_dir if data_dir is not None else Path("data") / "tensors"
     if download:
@@ -227,11 +259,15 @@ def load_tensors(data_dir: Path | None, *, download: bool = False, holdout_fract
     arrays = read_tensor_file(path)
     missing = [k for k in ("x", "y") if k not in arrays]
     if missing:
-        raise DataError(f"{path}: no '{missing[0]}' array (it holds: {', '.join(sorted(arrays)) or 'nothing'}); "
-                        f"expected {TENSOR_FILE_FORMAT}")
+        raise DataError(
+            f"{path}: no '{missing[0]}' array (it holds: {', '.join(sorted(arrays)) or 'nothing'}); "
+            f"expected {TENSOR_FILE_FORMAT}"
+        )
     if ("x_test" in arrays) != ("y_test" in arrays):
-        raise DataError(f"{path}: '{'x_test' if 'x_test' in arrays else 'y_test'}' without its partner; expected both "
-                        f"x_test and y_test, or neither")
+        raise DataError(
+            f"{path}: '{'x_test' if 'x_test' in arrays else 'y_test'}' without its partner; expected both "
+            f"x_test and y_test, or neither"
+        )
     if ("writers_test" in arrays) and "writers" not in arrays:
         raise DataError(f"{path}: 'writers_test' without 'writers'; expected writer ids for both splits, or neither")
     has_test = "x_test" in arrays
@@ -246,10 +282,14 @@ def load_tensors(data_dir: Path | None, *, download: bool = False, holdout_fract
             writer_ids[s] = _writers(path, f"writers{sfx}", arrays[f"writers{sfx}"], len(x))
         splits[s] = (x, y)
     if has_test and splits["test"][0].shape[1:] != splits["train"][0].shape[1:]:
-        raise DataError(f"{path}: x_test samples are {list(splits['test'][0].shape[1:])} but x samples are "
-                        f"{list(splits['train'][0].shape[1:])}; expected one sample shape")
+        raise DataError(
+            f"{path}: x_test samples are {list(splits['test'][0].shape[1:])} but x samples are "
+            f"{list(splits['train'][0].shape[1:])}; expected one sample shape"
+        )
     if len(kinds) > 1:
-        raise DataError(f"{path}: x and x_test are of different kinds ({' and '.join(sorted(kinds))}); expected one dtype")
+        raise DataError(
+            f"{path}: x and x_test are of different kinds ({' and '.join(sorted(kinds))}); expected one dtype"
+        )
     top = max(int(y.max()) for _, y in splits.values())
     num_classes = top + 1
     if "num_classes" in arrays:
@@ -279,5 +319,14 @@ def load_tensors(data_dir: Path | None, *, download: bool = False, holdout_fract
     }
     if kind == "token ids":
         source["vocab_size"] = max(int(x.max()) for x, _ in splits.values()) + 1
-    return _assemble("tensors", pool, frac, data["train"], data.get("test"), num_classes, source, group_names=names,
-                     x_dtype=np.int64 if kind == "token ids" else np.float32)
+    return _assemble(
+        "tensors",
+        pool,
+        frac,
+        data["train"],
+        data.get("test"),
+        num_classes,
+        source,
+        group_names=names,
+        x_dtype=np.int64 if kind == "token ids" else np.float32,
+    )

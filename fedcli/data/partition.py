@@ -127,7 +127,9 @@ def partition_hash(config: dict, train: list, test: list | None) -> str:
     # the canonical text fed piece by piece (one client's list at a time): the same bytes as json.dumps of the whole
     # content, without holding every index as a Python int at once (about 190 MB at 2.8 million indices)
     h.update(b'{"config":')
-    h.update(json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("utf-8"))
+    h.update(
+        json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("utf-8")
+    )
     for name, lists in ((',"test":', test), (',"train":', train)):
         h.update(name.encode("utf-8"))
         if lists is None:
@@ -148,7 +150,7 @@ def partition_hash(config: dict, train: list, test: list | None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def make_partition(
+def make_partition(  # noqa: PLR0913
     dataset,
     scheme: str,
     clients: int,
@@ -177,9 +179,18 @@ def make_partition(
     local test split.
     """
     clients, seed, f = _checked_counts(scheme, clients, seed, client_test_fraction)
-    req = _Request(*_training_pool(dataset, clients), dataset=dataset, clients=clients, seed=seed, alpha=alpha,
-                   classes_per_client=classes_per_client, writers_per_client=writers_per_client, min_size=min_size,
-                   max_tries=max_tries, pathological_rule=pathological_rule)
+    req = _Request(
+        *_training_pool(dataset, clients),
+        dataset=dataset,
+        clients=clients,
+        seed=seed,
+        alpha=alpha,
+        classes_per_client=classes_per_client,
+        writers_per_client=writers_per_client,
+        min_size=min_size,
+        max_tries=max_tries,
+        pathological_rule=pathological_rule,
+    )
     config = _base_config(req, scheme, f, client_test_split, data_pool)
     rng = np.random.default_rng(seed)
     parts, legacy = _SPLITS[scheme](req, rng, config)
@@ -257,12 +268,16 @@ def _base_config(req: _Request, scheme: str, f: float, client_test_split: str, d
         "num_classes": req.num_classes,
     }
     if req.pathological_rule not in PATHOLOGICAL_RULES:
-        raise ConfigError(f"--pathological-rule must be one of {', '.join(PATHOLOGICAL_RULES)}, "
-                          f"not {req.pathological_rule!r}")
+        raise ConfigError(
+            f"--pathological-rule must be one of {', '.join(PATHOLOGICAL_RULES)}, not {req.pathological_rule!r}"
+        )
     if client_test_split not in TEST_SPLITS:
         raise ConfigError(f"--client-test-split must be one of {', '.join(TEST_SPLITS)}, not {client_test_split!r}")
-    for k, v, default in (("pathological_rule", req.pathological_rule, "shards"),
-                          ("client_test_split", client_test_split, "fedcli"), ("data_pool", data_pool, "train")):
+    for k, v, default in (
+        ("pathological_rule", req.pathological_rule, "shards"),
+        ("client_test_split", client_test_split, "fedcli"),
+        ("data_pool", data_pool, "train"),
+    ):
         if v != default and (k != "pathological_rule" or scheme == "pathological"):
             config[k] = v
     return config
@@ -355,8 +370,12 @@ def _natural_parts(req: _Request, rng: np.random.Generator, config: dict) -> tup
 
 
 #: each scheme's split: (request, the seed's generator, the config it adds its entries to) -> (parts, legacy stream)
-_SPLITS = {"iid": _iid_parts, "dirichlet": _dirichlet_parts, "pathological": _pathological_parts,
-           "natural": _natural_parts}
+_SPLITS = {
+    "iid": _iid_parts,
+    "dirichlet": _dirichlet_parts,
+    "pathological": _pathological_parts,
+    "natural": _natural_parts,
+}
 
 
 def _local_test(parts: list, f: float, client_test_split: str, legacy, seed: int):
@@ -453,8 +472,9 @@ def _split_pathological(labels: np.ndarray, clients: int, k: int, rng: np.random
     return [np.concatenate([shards[s] for s in perm[i * k : (i + 1) * k]]) for i in range(clients)]
 
 
-def _split_classes(labels: np.ndarray, num_classes: int, clients: int, k: int, balanced: bool,
-                   rs: np.random.RandomState, name: str) -> list[np.ndarray]:
+def _split_classes(
+    labels: np.ndarray, num_classes: int, clients: int, k: int, balanced: bool, rs: np.random.RandomState, name: str
+) -> list[np.ndarray]:
     """PFLlib's pathological split (``dataset/utils/dataset_utils.py::separate_data``, ``partition='pat'``): every
     client gets exactly ``k`` classes (when ``clients * k`` is a multiple of the classes).
 
@@ -472,9 +492,11 @@ def _split_classes(labels: np.ndarray, num_classes: int, clients: int, k: int, b
         idx = np.flatnonzero(labels == c)
         chosen = [i for i in range(clients) if slots[i] > 0][:per_class]
         if not chosen:
-            raise ConfigError(f"--pathological-rule classes: class {c} of dataset {name} finds no client with a class slot "
-                              f"left ({clients} clients x {k} classes for {num_classes} classes); raise --clients or "
-                              "--classes-per-client")
+            raise ConfigError(
+                f"--pathological-rule classes: class {c} of dataset {name} finds no client with a class slot "
+                f"left ({clients} clients x {k} classes for {num_classes} classes); raise --clients or "
+                "--classes-per-client"
+            )
         s = len(chosen)
         per = len(idx) / s
         if balanced or s == 1:
@@ -482,20 +504,23 @@ def _split_classes(labels: np.ndarray, num_classes: int, clients: int, k: int, b
         else:
             lo, hi = int(max(per / 10, 1 / num_classes)), int(per)
             if lo >= hi:
-                raise ConfigError(f"--pathological-rule classes: class {c} of dataset {name} has {len(idx)} samples for "
-                                  f"{s} clients, too few to draw unbalanced amounts; use classes-balanced or fewer clients")
+                raise ConfigError(
+                    f"--pathological-rule classes: class {c} of dataset {name} has {len(idx)} samples for "
+                    f"{s} clients, too few to draw unbalanced amounts; use classes-balanced or fewer clients"
+                )
             amounts = rs.randint(lo, hi, s - 1).tolist()
         amounts.append(len(idx) - sum(amounts))
         start = 0
         for i, a in zip(chosen, amounts):
-            owned[i].append(idx[start: start + a])
+            owned[i].append(idx[start : start + a])
             start += a
             slots[i] -= 1
     return [np.concatenate(o) if o else np.empty(0, np.int64) for o in owned]
 
 
-def _split_local_test_pfllib(parts: list[np.ndarray], f: float, rs: np.random.RandomState
-                             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _split_local_test_pfllib(
+    parts: list[np.ndarray], f: float, rs: np.random.RandomState
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """PFLlib's local test split (``split_data``: scikit-learn's ``train_test_split(train_size=1 - f,
     shuffle=True)`` per client, in client order, on the global numpy stream): n_train = floor((1 - f) n_i), the
     other n_i - n_train samples are the test split; with p a permutation of the client's positions (in the order
@@ -507,7 +532,7 @@ def _split_local_test_pfllib(parts: list[np.ndarray], f: float, rs: np.random.Ra
         n_train = math.floor((1.0 - f) * n_i)
         perm = rs.permutation(n_i)
         test.append(np.sort(idx[perm[: n_i - n_train]]))
-        train.append(np.sort(idx[perm[n_i - n_train:]]))
+        train.append(np.sort(idx[perm[n_i - n_train :]]))
     return train, test
 
 
@@ -528,13 +553,11 @@ def _split_natural(
     del position
     counts = np.bincount(owner + 1, minlength=clients + 1)  # [left out, client 0, client 1, ...]
     # the samples of the writers left out (owner -1) sort first; the rest by client, in sample order (stable)
-    order = np.argsort(owner, kind="stable")[counts[0]:]
+    order = np.argsort(owner, kind="stable")[counts[0] :]
     return list(np.split(order, np.cumsum(counts[1:])[:-1]))
 
 
-def _split_local_test(
-    train: list[np.ndarray], f: float, seed: int
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _split_local_test(train: list[np.ndarray], f: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Carve a local test split of ``floor(f * n_i)`` samples (at least 1 when ``n_i >= 2``).
 
     Source: FedALA (Zhang et al. 2023) evaluates each client on 25% of its own data (75/25).
@@ -582,7 +605,7 @@ def save_partition(p: Partition, path) -> None:
     atomic_write(path, text)
 
 
-def load_partition(path, dataset=None) -> Partition:
+def load_partition(path, dataset=None) -> Partition:  # noqa: C901
     """Read a partition file written by :func:`save_partition` and verify it.
 
     Checks the format, that every index is in range and no sample is given twice, and that the

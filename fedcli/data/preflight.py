@@ -22,16 +22,17 @@ from pathlib import Path
 from fedcli.data.datasets import DECLARED
 from fedcli.errors import DataError
 
+
 @dataclass
 class DataCheck:
     """One dataset of a sweep at one path: whether its runs can read it."""
 
     dataset: str
     path: Path | None
-    problem: str | None = None   # None: present (or nothing to check)
+    problem: str | None = None  # None: present (or nothing to check)
     checked: bool = True
     runs: list[str] = field(default_factory=list)  # labels of the runs that read it
-    config: dict = field(default_factory=dict)     # one of those runs' configs (for a download)
+    config: dict = field(default_factory=dict)  # one of those runs' configs (for a download)
 
     @property
     def ok(self) -> bool:
@@ -110,5 +111,7 @@ def refuse(checks: list[DataCheck], started: str = "no run was started") -> None
     """Exit 3 (DataError) naming every missing dataset, one sentence each; nothing when all are there."""
     bad = [c for c in checks if not c.ok]
     if bad:
-        raise DataError(f"{len(bad)} dataset(s) this sweep needs are missing ({started}):\n  "
-                        + "\n  ".join(c.sentence() for c in bad))
+        raise DataError(
+            f"{len(bad)} dataset(s) this sweep needs are missing ({started}):\n  "
+            + "\n  ".join(c.sentence() for c in bad)
+        )

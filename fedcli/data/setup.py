@@ -12,10 +12,18 @@ from fedcli.errors import ConfigError
 
 
 def dataset_options(cfg) -> dict:
-    return {"emnist_split": cfg.emnist_split, "synthetic_alpha": cfg.synthetic_alpha, "synthetic_beta": cfg.synthetic_beta,
-            "synthetic_users": cfg.synthetic_users, "synthetic_dim": cfg.synthetic_dim, "synthetic_classes": cfg.synthetic_classes,
-            "synthetic_iid": cfg.synthetic_iid, "data_seed": cfg.data_seed,
-            "agnews_vocab_size": cfg.agnews_vocab_size, "agnews_max_len": cfg.agnews_max_len}
+    return {
+        "emnist_split": cfg.emnist_split,
+        "synthetic_alpha": cfg.synthetic_alpha,
+        "synthetic_beta": cfg.synthetic_beta,
+        "synthetic_users": cfg.synthetic_users,
+        "synthetic_dim": cfg.synthetic_dim,
+        "synthetic_classes": cfg.synthetic_classes,
+        "synthetic_iid": cfg.synthetic_iid,
+        "data_seed": cfg.data_seed,
+        "agnews_vocab_size": cfg.agnews_vocab_size,
+        "agnews_max_len": cfg.agnews_max_len,
+    }
 
 
 def data_dir(cfg) -> Path | None:
@@ -28,8 +36,13 @@ def data_dir(cfg) -> Path | None:
 
 def load_data(cfg):
     """The dataset; with ``--data-pool train+test`` its two splits merged into one pool (``merge_pool``)."""
-    dataset = load_dataset(cfg.dataset, data_dir(cfg), download=cfg.download, holdout_fraction=cfg.holdout_fraction,
-                           options=dataset_options(cfg))
+    dataset = load_dataset(
+        cfg.dataset,
+        data_dir(cfg),
+        download=cfg.download,
+        holdout_fraction=cfg.holdout_fraction,
+        options=dataset_options(cfg),
+    )
     return merge_pool(dataset) if cfg.data_pool == "train+test" else dataset
 
 
@@ -44,12 +57,21 @@ def merge_pool(dataset):
     def cat(a, b):
         return None if a is None or b is None else torch.cat([a, b])
 
-    source = {**dataset.source, "pool": "train+test",
-              "pool_counts": {"train": int(len(dataset.train_y)), "test": int(len(dataset.test_y))}}
-    return replace(dataset, train_x=torch.cat([materialize(dataset.train_x), materialize(dataset.test_x)]),
-                   train_y=torch.cat([dataset.train_y, dataset.test_y]), test_x=materialize(dataset.test_x)[:0],
-                   test_y=dataset.test_y[:0], train_groups=cat(dataset.train_groups, dataset.test_groups),
-                   test_groups=None if dataset.test_groups is None else dataset.test_groups[:0], source=source)
+    source = {
+        **dataset.source,
+        "pool": "train+test",
+        "pool_counts": {"train": int(len(dataset.train_y)), "test": int(len(dataset.test_y))},
+    }
+    return replace(
+        dataset,
+        train_x=torch.cat([materialize(dataset.train_x), materialize(dataset.test_x)]),
+        train_y=torch.cat([dataset.train_y, dataset.test_y]),
+        test_x=materialize(dataset.test_x)[:0],
+        test_y=dataset.test_y[:0],
+        train_groups=cat(dataset.train_groups, dataset.test_groups),
+        test_groups=None if dataset.test_groups is None else dataset.test_groups[:0],
+        source=source,
+    )
 
 
 def pooled_test_set(dataset, partition):
@@ -59,19 +81,35 @@ def pooled_test_set(dataset, partition):
     import torch
 
     if partition.test is None:
-        raise ConfigError("--data-pool train+test: the partition has no local test splits, so there is no test set; give "
-                          "--client-test-fraction (FedALA/PFLlib: 0.25)", key="data_pool")
+        raise ConfigError(
+            "--data-pool train+test: the partition has no local test splits, so there is no test set; give "
+            "--client-test-fraction (FedALA/PFLlib: 0.25)",
+            key="data_pool",
+        )
     idx = torch.as_tensor(np.sort(np.concatenate([np.asarray(t, dtype=np.int64) for t in partition.test])))
-    return replace(dataset, test_x=dataset.train_x[idx], test_y=dataset.train_y[idx],
-                   test_groups=None if dataset.train_groups is None else dataset.train_groups[idx])
+    return replace(
+        dataset,
+        test_x=dataset.train_x[idx],
+        test_y=dataset.train_y[idx],
+        test_groups=None if dataset.train_groups is None else dataset.train_groups[idx],
+    )
 
 
 def inline_partition(cfg, dataset):
-    return make_partition(dataset, cfg.partition, cfg.clients, cfg.seed, alpha=cfg.alpha,
-                          classes_per_client=cfg.classes_per_client, writers_per_client=cfg.writers_per_client,
-                          client_test_fraction=cfg.client_test_fraction, min_size=cfg.min_size,
-                          pathological_rule=cfg.pathological_rule, client_test_split=cfg.client_test_split,
-                          data_pool=cfg.data_pool)
+    return make_partition(
+        dataset,
+        cfg.partition,
+        cfg.clients,
+        cfg.seed,
+        alpha=cfg.alpha,
+        classes_per_client=cfg.classes_per_client,
+        writers_per_client=cfg.writers_per_client,
+        client_test_fraction=cfg.client_test_fraction,
+        min_size=cfg.min_size,
+        pathological_rule=cfg.pathological_rule,
+        client_test_split=cfg.client_test_split,
+        data_pool=cfg.data_pool,
+    )
 
 
 def split_pool(cfg, dataset):
@@ -91,8 +129,9 @@ def load_data_and_partition(cfg):
     if cfg.partition_file:
         made_on = load_partition(cfg.partition_file).config.get("data_pool", "train")
         if made_on != cfg.data_pool:
-            raise ConfigError(f"{cfg.partition_file} was made with --data-pool {made_on}: give --data-pool {made_on}",
-                              key="data_pool")
+            raise ConfigError(
+                f"{cfg.partition_file} was made with --data-pool {made_on}: give --data-pool {made_on}", key="data_pool"
+            )
         partition = load_partition(cfg.partition_file, dataset)
         if cfg.val_fraction > 0:  # its clients lose the held-out samples they hold
             dataset, partition = drop_validation(cfg, dataset, partition)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedcli.data.datasets.base import FedDataset, default_dir as _default_dir  # noqa: F401  (custom.py reads it here)
+from fedcli.data.datasets.base import FedDataset
+from fedcli.data.datasets.base import default_dir as _default_dir  # noqa: F401
 from fedcli.errors import DataError
 
 HOLDOUT_SEED = 0  # the held-out test set is a function of the data only, never of a run seed
@@ -50,7 +51,7 @@ def _holdout_indices(y: np.ndarray, fraction: float, seed: int = HOLDOUT_SEED) -
     return np.sort(order[~is_test]), np.sort(order[is_test])
 
 
-def _assemble(
+def _assemble(  # noqa: PLR0913
     name: str,
     pool: str,
     frac: float,

@@ -24,7 +24,8 @@ whatever order, by whichever process, and the number of users changes nothing ab
 The inputs of the training and test splits are :class:`GeneratedRows`: tables indexed like tensors (``x[idx]`` with
 an index tensor of any shape, a slice or an int) whose rows are generated when indexed, through an LRU cache of
 recently used users (``CACHE_MB`` a node, shared evenly by its processes); the labels, the user of every sample and
-the sizes are computed when the data is loaded (16 bytes a sample, the same time as generating the data once). Memory is that of the cache, not of the data (about 84 bytes a sample: 0.84 GB
+the sizes are computed when the data is loaded (16 bytes a sample, the same time as generating the data once). Memory is
+that of the cache, not of the data (about 84 bytes a sample: 0.84 GB
 at 10,000 users).
 """
 
@@ -72,8 +73,11 @@ def covariance_diagonal(dim: int) -> np.ndarray:
 def shared_model(setting: SyntheticSetting) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The IID variant's (W [C, d], b [C], v [d]), each ~ N(0, 1)."""
     rng = shared_stream(setting.seed)
-    return (rng.normal(0.0, 1.0, (setting.classes, setting.dim)), rng.normal(0.0, 1.0, setting.classes),
-            rng.normal(0.0, 1.0, setting.dim))
+    return (
+        rng.normal(0.0, 1.0, (setting.classes, setting.dim)),
+        rng.normal(0.0, 1.0, setting.classes),
+        rng.normal(0.0, 1.0, setting.dim),
+    )
 
 
 @dataclass

@@ -37,15 +37,20 @@ def validation_indices(labels, fraction: float, seed: int) -> tuple[np.ndarray, 
     y = np.asarray(labels, dtype=np.int64).reshape(-1)
     keep, val = _holdout_indices(y, fraction, seed=np.random.SeedSequence(seed, spawn_key=(VAL_SPLIT_STREAM,)))
     if not len(val):
-        raise ConfigError(f"--val-fraction {fraction:g} holds out no sample of the {len(y)} in the training pool "
-                          f"(ceil(F N) = 0): give at least {1 / len(y):.3g}, or 0 for no validation split",
-                          key="val_fraction")
+        raise ConfigError(
+            f"--val-fraction {fraction:g} holds out no sample of the {len(y)} in the training pool "
+            f"(ceil(F N) = 0): give at least {1 / len(y):.3g}, or 0 for no validation split",
+            key="val_fraction",
+        )
     classes, counts = np.unique(y, return_counts=True)
     kept = np.bincount(y[keep], minlength=int(classes.max()) + 1)[classes] if len(keep) else np.zeros_like(counts)
     if (kept == 0).any():
         c = int(classes[np.argmax(kept == 0)])
-        raise ConfigError(f"--val-fraction {fraction} holds out every training sample of class {c} "
-                          f"({int(counts[classes == c][0])} in the pool); use a smaller fraction", key="val_fraction")
+        raise ConfigError(
+            f"--val-fraction {fraction} holds out every training sample of class {c} "
+            f"({int(counts[classes == c][0])} in the pool); use a smaller fraction",
+            key="val_fraction",
+        )
     return keep.astype(np.int64), val.astype(np.int64)
 
 
@@ -57,8 +62,11 @@ def split_validation(cfg, dataset, partition_of):
 
     keep, val = validation_indices(dataset.train_y, cfg.val_fraction, cfg.seed)
     kept = torch.as_tensor(keep)
-    rest = replace(dataset, train_y=dataset.train_y[kept],
-                   train_groups=None if dataset.train_groups is None else dataset.train_groups[kept])
+    rest = replace(
+        dataset,
+        train_y=dataset.train_y[kept],
+        train_groups=None if dataset.train_groups is None else dataset.train_groups[kept],
+    )
     partition = remap(partition_of(rest), keep, cfg, len(dataset.train_y))
     return with_validation(dataset, val, cfg), partition
 
@@ -77,6 +85,7 @@ def drop_validation(cfg, dataset, partition):
 def remap(partition, keep: np.ndarray, cfg, n_pool: int):
     """The partition of the kept samples with its indices mapped back to the whole pool's (``n_pool`` samples: its
     ``n_train``, so that a partition file of it is read against the whole pool)."""
+
     def back(lists):
         return None if lists is None else [keep[np.asarray(t, dtype=np.int64)] for t in lists]
 
@@ -100,9 +109,14 @@ def client_validation_indices(train: list, fraction: float, seed: int) -> tuple[
         idx = np.asarray(idx, dtype=np.int64)
         k = max(1, int(np.floor(fraction * len(idx))))
         if len(idx) - k < 1:
-            raise ConfigError(f"--client-val-fraction {fraction} leaves client {c} none of its {len(idx)} training "
-                              f"sample(s) to train on; use a smaller fraction or fewer clients", key="client_val_fraction")
-        perm = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(CLIENT_VAL_STREAM, c))).permutation(len(idx))
+            raise ConfigError(
+                f"--client-val-fraction {fraction} leaves client {c} none of its {len(idx)} training "
+                f"sample(s) to train on; use a smaller fraction or fewer clients",
+                key="client_val_fraction",
+            )
+        perm = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(CLIENT_VAL_STREAM, c))).permutation(
+            len(idx)
+        )
         held.append(np.sort(idx[perm[:k]]))
         kept.append(np.sort(idx[perm[k:]]))
     return kept, held
@@ -114,14 +128,23 @@ def split_client_validation(cfg, partition):
 
     train, val = client_validation_indices(partition.train, cfg.client_val_fraction, cfg.seed)
     config = {**partition.config, "client_val_fraction": cfg.client_val_fraction, "client_val_seed": cfg.seed}
-    return Partition(config=config, train=train, test=partition.test, hash=partition_hash(config, train, partition.test), val=val)
+    return Partition(
+        config=config, train=train, test=partition.test, hash=partition_hash(config, train, partition.test), val=val
+    )
 
 
 def with_validation(dataset, val: np.ndarray, cfg):
     import torch
 
     idx = torch.as_tensor(val)
-    source = {**dataset.source, "validation": {"fraction": cfg.val_fraction, "seed": cfg.seed, "stratified": True,
-                                               "stream": VAL_SPLIT_STREAM, "count": int(len(val))}}
-    return replace(dataset, val_x=dataset.train_x[idx],
-                   val_y=dataset.train_y[idx], source=source)
+    source = {
+        **dataset.source,
+        "validation": {
+            "fraction": cfg.val_fraction,
+            "seed": cfg.seed,
+            "stratified": True,
+            "stream": VAL_SPLIT_STREAM,
+            "count": int(len(val)),
+        },
+    }
+    return replace(dataset, val_x=dataset.train_x[idx], val_y=dataset.train_y[idx], source=source)

@@ -60,8 +60,9 @@ def denominator(cfg, vhat: torch.Tensor) -> torch.Tensor:
 
 def check_eps(cfg) -> None:
     if cfg.vhat_eps == "floor" and cfg.eps <= 0:
-        raise ConfigError("--eps must be > 0 with --vhat-eps floor: Algorithm 1's v_hat_0 = eps is what the first "
-                          "round divides by")
+        raise ConfigError(
+            "--eps must be > 0 with --vhat-eps floor: Algorithm 1's v_hat_0 = eps is what the first round divides by"
+        )
 
 
 def sync_due(cfg, round_idx: int) -> bool:
@@ -119,7 +120,7 @@ class VhatServer(AverageServer):
         self.vhat: dict[str, torch.Tensor] | None = None
 
     def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor] | None:
-        """"vhat": the v_hat the server shares with the clients this round (None before the first synchronization);
+        """ "vhat": the v_hat the server shares with the clients this round (None before the first synchronization);
         the local steps that read it require a server that provides it (checked with the config)."""
         if capability != "vhat":
             return super().offer(capability, view, cohort)

@@ -2,7 +2,8 @@
 a schedule's round length become the number of rounds, the steps of each round and the client steps of the whole run.
 
 The engine runs the plan (:meth:`RunPlan.round_steps`, :meth:`RunPlan.done`), and everything that needs to know the
-run's length asks :func:`plan_run` rather than working it out again: the sweep's time estimate (``fedcli.sweep.estimate``),
+run's length asks :func:`plan_run` rather than working it out again: the sweep's time estimate
+(``fedcli.sweep.estimate``),
 the worker planner (``fedcli.runner.estimate_work``), FedPHP's mu_t = mu * t / T and APPLE's lambda schedule
 (their T and R). The rules, with the schedule's round length P (its spec's ``round_length``: tau for FedAvg's periodic
 schedule and FedLAMA's accelerate variant, phi * tau' for FedLAMA, whose round is phi * tau' iterations, Algorithm 1):
@@ -10,7 +11,8 @@ schedule and FedLAMA's accelerate variant, phi * tau' for FedLAMA, whose round i
 - ``--iterations I`` (the default budget): rounds of P local iterations, the last one cut at I, so
   R = ceil(I / P) rounds, I iterations, I x K client steps (K clients a round).
 - ``--rounds R``: R full rounds of P iterations: R x P iterations, R x P x K client steps.
-- ``--local-epochs E`` (the periodic schedule only): client i runs s_i = ``epoch_steps(n_i, E, B)`` steps a round and the
+- ``--local-epochs E`` (the periodic schedule only): client i runs s_i = ``epoch_steps(n_i, E, B)`` steps a round and
+the
   round lasts the longest s_i of its cohort (the whole model is synchronized at its end, McMahan et al. 2017, Alg. 1).
   With ``--rounds R``: R rounds. With ``--iterations I``, rounds run until the iteration count (the longest s_i of
   each round, summed) reaches I; the last round is not cut (a round is one local phase). Under full participation
@@ -36,15 +38,16 @@ def epoch_steps(n: int, epochs: float, batch: int, drop_last: bool = False) -> i
 class RunPlan:
     """A run's budget resolved against its schedule and its clients' data (see the module docstring).
 
-    ``rounds``, ``iterations`` and ``client_steps`` are None where they depend on the cohorts sampled (``--local-epochs``
+    ``rounds``, ``iterations`` and ``client_steps`` are None where they depend on the cohorts sampled
+    (``--local-epochs``
     under partial participation); ``expected_client_steps`` is then an estimate (K clients of mean steps a round; under
     ``--iterations`` the fewest rounds, every round as long as the longest client's)."""
 
-    round_length: int                     # local iterations of a round without --local-epochs (the schedule's round length)
-    by_rounds: bool                 # the budget counts rounds (--rounds) rather than local iterations
-    budget: int                     # R of --rounds R, or I of --iterations I
-    n_active: int                     # clients per round
-    steps: tuple[int, ...] = ()     # --local-epochs: each client's steps a round (empty: every client runs the round's)
+    round_length: int  # local iterations of a round without --local-epochs (the schedule's round length)
+    by_rounds: bool  # the budget counts rounds (--rounds) rather than local iterations
+    budget: int  # R of --rounds R, or I of --iterations I
+    n_active: int  # clients per round
+    steps: tuple[int, ...] = ()  # --local-epochs: each client's steps a round (empty: every client runs the round's)
     rounds: int | None = None
     iterations: int | None = None
     client_steps: int | None = None
@@ -78,11 +81,17 @@ class RunPlan:
         return round_idx if self.by_rounds else iteration
 
 
-def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, n_active: int | None = None,
-             batch_size: int | None = None) -> RunPlan:
+def plan_run(
+    cfg,
+    round_length: int,
+    sizes: Sequence[float] | None = None,
+    n_active: int | None = None,
+    batch_size: int | None = None,
+) -> RunPlan:
     """The rounds and local steps of a run of ``cfg`` (``iterations``, ``rounds``, ``local_epochs``, ``batch_size``,
     ``drop_last``, ``active_ratio``; a ``TrainConfig`` or anything with those attributes) whose schedule has rounds of
-    ``round_length`` local iterations. ``sizes``: each client's training samples (needed only with ``--local-epochs``; None
+    ``round_length`` local iterations. ``sizes``: each client's training samples (needed only with ``--local-epochs``;
+    None
     there leaves the counts unknown); ``n_active``: clients per round (default round(active_ratio x clients), at least
     1); ``batch_size``: the mini-batch size the clients use (default ``cfg.batch_size``)."""
     by_rounds = bool(cfg.rounds)
@@ -96,8 +105,13 @@ def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, n_act
     if not cfg.local_epochs:
         rounds = budget if by_rounds else math.ceil(budget / round_length)
         iterations = budget * round_length if by_rounds else budget
-        return RunPlan(**base, rounds=rounds, iterations=iterations, client_steps=iterations * n_active,
-                       expected_client_steps=float(iterations * n_active))
+        return RunPlan(
+            **base,
+            rounds=rounds,
+            iterations=iterations,
+            client_steps=iterations * n_active,
+            expected_client_steps=float(iterations * n_active),
+        )
     if sizes is None:
         return RunPlan(**base)
     b = batch_size or cfg.batch_size
@@ -110,10 +124,17 @@ def plan_run(cfg, round_length: int, sizes: Sequence[float] | None = None, n_act
     else:
         rounds = math.ceil(budget / longest)  # exact under full participation, the fewest rounds otherwise
     if full:
-        return RunPlan(**base, steps=steps, rounds=rounds, iterations=rounds * longest, client_steps=rounds * sum(steps),
-                       expected_client_steps=float(rounds * sum(steps)))
-    return RunPlan(**base, steps=steps, rounds=budget if by_rounds else None,
-                   expected_client_steps=rounds * n_active * mean)
+        return RunPlan(
+            **base,
+            steps=steps,
+            rounds=rounds,
+            iterations=rounds * longest,
+            client_steps=rounds * sum(steps),
+            expected_client_steps=float(rounds * sum(steps)),
+        )
+    return RunPlan(
+        **base, steps=steps, rounds=budget if by_rounds else None, expected_client_steps=rounds * n_active * mean
+    )
 
 
 def schedule_round_length(cfg) -> int:

@@ -27,11 +27,16 @@ def check_client_data(cfg: TrainConfig, sizes) -> int:
 
     empty = [i for i, n in enumerate(sizes) if n == 0]
     if empty:
-        where, what = ((cfg.partition_file, "a fedcli partition file") if cfg.partition_file
-                       else (f"the {cfg.partition} partition", "a partition"))
-        raise DataError(f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); "
-                        f"expected {what} in which every client holds at least one "
-                        f"(re-create it with fedcli partition)")
+        where, what = (
+            (cfg.partition_file, "a fedcli partition file")
+            if cfg.partition_file
+            else (f"the {cfg.partition} partition", "a partition")
+        )
+        raise DataError(
+            f"{where}: client {empty[0]} has no training samples ({len(empty)} client(s) are empty); "
+            f"expected {what} in which every client holds at least one "
+            f"(re-create it with fedcli partition)"
+        )
     largest = int(max(sizes)) if len(sizes) else 0
     return min(cfg.batch_size, largest)
 
@@ -53,8 +58,9 @@ def resolve_device(name: str, local_rank: int = 0, count: int | None = None) -> 
         return torch.device("cuda", int(local_rank) % count)
     index = int(name.split(":", 1)[1])
     if index >= count:
-        raise ConfigError(f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})",
-                          key="device")
+        raise ConfigError(
+            f"--device {name}: only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})", key="device"
+        )
     return torch.device("cuda", index)
 
 
@@ -75,10 +81,15 @@ def build_run_model(cfg: TrainConfig, dataset) -> torch.nn.Module:
     from fedcli.models import build_model
 
     vocab = dataset.source.get("vocab_size") if isinstance(dataset.source, dict) else None  # token-id datasets (agnews)
-    return build_model(cfg.model, dataset.input_shape, dataset.num_classes, wrn_depth=cfg.wrn_depth,
-                       wrn_width=cfg.wrn_width, mlp_hidden=cfg.hidden_sizes(),
-                       **({"vocab_size": int(vocab)} if vocab else {}))
-
+    return build_model(
+        cfg.model,
+        dataset.input_shape,
+        dataset.num_classes,
+        wrn_depth=cfg.wrn_depth,
+        wrn_width=cfg.wrn_width,
+        mlp_hidden=cfg.hidden_sizes(),
+        **({"vocab_size": int(vocab)} if vocab else {}),
+    )
 
 
 def place(cfg: TrainConfig, local_rank: int) -> torch.device:
@@ -121,17 +132,25 @@ def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
     sizes = np.array([len(ix) for ix in partition.train])
     # the mini-batch size every part uses (``--batch-size``, clamped to the largest client's training data)
     batch_size = check_client_data(cfg, sizes)
-    notes = [] if batch_size == cfg.batch_size else [
-        f"--batch-size {cfg.batch_size} is larger than every client's training data: using {batch_size}, the "
-        f"largest client's sample count (each local step still sees all of a client's samples)"]
+    notes = (
+        []
+        if batch_size == cfg.batch_size
+        else [
+            f"--batch-size {cfg.batch_size} is larger than every client's training data: using {batch_size}, the "
+            f"largest client's sample count (each local step still sees all of a client's samples)"
+        ]
+    )
     n_clients = len(client_indices)
     n_active = max(1, int(round(cfg.active_ratio * n_clients)))
     if comm.size > n_active:  # every process trains at least one client of every round (the cohort sums, the batch
         # plans and the parts' hooks assume so): refused up-front
         how = "MPI processes" if comm.launcher == "mpi" else "worker processes (--workers)"
-        raise ConfigError(f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {n_active} client(s) per "
-                          f"round, fewer than the {comm.size} {how}: each process trains at least one client of "
-                          f"every round; use at most {n_active} processes, or more clients per round", key="active_ratio")
+        raise ConfigError(
+            f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {n_active} client(s) per "
+            f"round, fewer than the {comm.size} {how}: each process trains at least one client of "
+            f"every round; use at most {n_active} processes, or more clients per round",
+            key="active_ratio",
+        )
     return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, n_active)
 
 
@@ -159,8 +178,11 @@ def device_data(dataset, device: torch.device) -> tuple:
     # pad with black, as torchvision does before normalizing: fill = -mean / std per channel (a [C] tensor on
     # the device, built once; the CIFAR loaders' normalization has one mean and std per channel)
     norm = dataset.source.get("normalization") if isinstance(dataset.source, dict) else None
-    pad_fill = (torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=train_x.dtype, device=device)
-                if norm else 0.0)
+    pad_fill = (
+        torch.tensor([-m / s for m, s in zip(norm["mean"], norm["std"])], dtype=train_x.dtype, device=device)
+        if norm
+        else 0.0
+    )
     return train_x, train_y, test_x, test_y, val_x, val_y, pad_fill
 
 
@@ -179,8 +201,9 @@ def method_parts(cfg: TrainConfig, layers) -> tuple:
     classes = run_parts(cfg.algo, cfg.schedule, cfg.init)
     names = {kind: classes[kind].name for kind in ("local_step", "schedule", "codec", "init", "server")}
     made = {"local_step": classes["local_step"](cfg), "codec": classes["codec"](cfg)}
-    made["init"] = (classes["init"](cfg, base=classes["method_init"](cfg)) if "method_init" in classes
-                    else classes["init"](cfg))
+    made["init"] = (
+        classes["init"](cfg, base=classes["method_init"](cfg)) if "method_init" in classes else classes["init"](cfg)
+    )
     made["server"] = classes["server"](cfg)
     made["schedule"] = classes["schedule"](cfg, layers)
     return method, names, made
@@ -194,16 +217,25 @@ def check_custom_model(cfg: TrainConfig, model, dataset, trainer_name: str) -> N
     if is_factory_ref(cfg.model):
         source = dataset.source
         vocab = source.get("vocab_size") if isinstance(source, dict) else None
-        check_model(cfg.model, model, dataset.input_shape, dataset.num_classes, token_ids=bool(vocab),
-                    vmap=trainer_name == "vmap")
+        check_model(
+            cfg.model,
+            model,
+            dataset.input_shape,
+            dataset.num_classes,
+            token_ids=bool(vocab),
+            vmap=trainer_name == "vmap",
+        )
 
 
 def check_client_val(cfg: TrainConfig, personal) -> None:
     """``--client-val-fraction`` measures each client's own model: refused for a run that evaluates none."""
     if cfg.client_val_fraction > 0 and (personal is None or not personal.evaluate_models):
-        raise ConfigError(f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
-                          f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
-                          f"global model", key="client_val_fraction")
+        raise ConfigError(
+            f"--client-val-fraction measures each client's own model (personal_val_acc), and --algo "
+            f"{cfg.algo} has none evaluated: use a personalized method, or --val-fraction for the "
+            f"global model",
+            key="client_val_fraction",
+        )
 
 
 def manifest(ctx: ManifestContext) -> dict:
@@ -219,12 +251,17 @@ def manifest(ctx: ManifestContext) -> dict:
         "config": cfg.to_dict(),
         # the options of the run's parts by params section ([fedlama] phi, ...): the same values as in "config"
         "params": section_values(cfg, run_sections(cfg.algo, cfg.schedule, cfg.init)),
-        "method": {"name": method.name, "label": method.label_for(cfg.algo), "style": list(method.style),
-                   **ctx.part_names,
-                   "personalized": method.personalized, "defaults": method.effective_defaults(),
-                   # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
-                   "layerwise": ctx.schedule.layerwise,
-                   "learned_weights": ctx.init.learned_weights(cfg.to_dict(), [li.numel for li in layers])},
+        "method": {
+            "name": method.name,
+            "label": method.label_for(cfg.algo),
+            "style": list(method.style),
+            **ctx.part_names,
+            "personalized": method.personalized,
+            "defaults": method.effective_defaults(),
+            # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
+            "layerwise": ctx.schedule.layerwise,
+            "learned_weights": ctx.init.learned_weights(cfg.to_dict(), [li.numel for li in layers]),
+        },
         "seed": cfg.seed,
         "world_size": comm.size,
         "workers": comm.workers,
@@ -235,14 +272,25 @@ def manifest(ctx: ManifestContext) -> dict:
         "trainer": trainer.name,
         "precision": cfg.precision,  # the arithmetic of local training (--precision; evaluations are fp32)
         **({"cohort_chunk": "auto" if trainer.chunk is None else trainer.chunk} if trainer.name == "vmap" else {}),
-        **({"cohort_chunk_rounds": "whole rounds chunk by chunk" if ctx.chunk_blocker is None else
-            f"the trainer's call only: {ctx.chunk_blocker}"} if cfg.cohort_chunk else {}),
+        **(
+            {
+                "cohort_chunk_rounds": "whole rounds chunk by chunk"
+                if ctx.chunk_blocker is None
+                else f"the trainer's call only: {ctx.chunk_blocker}"
+            }
+            if cfg.cohort_chunk
+            else {}
+        ),
         "dataset": ctx.dataset.source,
         "partition": {"hash": ctx.partition.hash, **ctx.partition.config},
         "clients": len(ctx.client_indices),
         "active_clients": ctx.n_active,
-        "model": {"name": cfg.model, "parameters": sum(li.numel for li in layers), "layers": len(layers),
-                  **model_source(cfg.model)},
+        "model": {
+            "name": cfg.model,
+            "parameters": sum(li.numel for li in layers),
+            "layers": len(layers),
+            **model_source(cfg.model),
+        },
         "eval_every": ctx.eval_every,
         "evaluations": ctx.planned_evaluations(),
         **({"batch_size_used": ctx.batch_size} if ctx.batch_size != cfg.batch_size else {}),

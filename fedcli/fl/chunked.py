@@ -56,7 +56,7 @@ def round_chunks(ctx: SyncContext, cohort_ids: list[int], mine: list[int]) -> li
     n = max(math.ceil(c / k) for c in counts)
     if n <= 1:
         return None
-    return [mine[i * k: (i + 1) * k] for i in range(n)]
+    return [mine[i * k : (i + 1) * k] for i in range(n)]
 
 
 class RoundSum:
@@ -75,8 +75,15 @@ class RoundSum:
         self.names, self.layers, self.step = [], [], 0
 
     @torch.no_grad()
-    def add(self, cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
-            losses: torch.Tensor | None = None) -> None:
+    def add(
+        self,
+        cohort,
+        layers: list[int],
+        step: int,
+        last_sync: list[int],
+        round_end: bool,
+        losses: torch.Tensor | None = None,
+    ) -> None:
         ctx = self.ctx
         names = sync.sync_names(ctx, layers, round_end)
         uploads = sync.uploads(ctx, cohort, names, step)

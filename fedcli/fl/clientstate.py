@@ -47,7 +47,8 @@ class ClientState:
     """One per-client state of a part.
 
     ``name``: its key in the client store; empty for a class attribute, whose key is the part's name and the
-    attribute's (``feddyn.grad_i``). ``shape``: :data:`PARAMS` or :data:`BUFFERS` (one tensor per model tensor, name -> ``[K, *shape]``) or a tuple
+    attribute's (``feddyn.grad_i``). ``shape``: :data:`PARAMS` or :data:`BUFFERS` (one tensor per model tensor, name ->
+    ``[K, *shape]``) or a tuple
     (one tensor, ``[K, *shape]``, of ``dtype``). ``default``: a client's row before it has one: a number (a tensor
     full of it, the model tensor's dtype), :data:`GLOBAL` (the global tensor) or ``f(client, zeros)`` returning the
     row (``zeros`` a zero tensor of the row's shape and dtype). ``everywhere``: rows keyed by something that moves

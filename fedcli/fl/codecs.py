@@ -4,7 +4,8 @@ The quantizer is QSGD's (Alistarh et al., NeurIPS 2017), the one FedPAQ (Reisiza
 2020) and FedCOM (Haddadpour et al., AISTATS 2021) apply to a client's model update. For one client's
 update v of one layer (one parameter tensor) and s levels:
 
-    Q_s(v)_j = ||v||_2 * sign(v_j) * xi_j / s,   xi_j = floor(r_j) + Bernoulli(r_j - floor(r_j)),  r_j = s |v_j| / ||v||_2
+    Q_s(v)_j = ||v||_2 * sign(v_j) * xi_j / s,   xi_j = floor(r_j) + Bernoulli(r_j - floor(r_j)),  r_j = s |v_j| /
+    ||v||_2
 
 so E[Q_s(v)] = v (unbiased) and E||Q_s(v) - v||^2 <= min(n / s^2, sqrt(n) / s) ||v||^2 for n elements.
 What travels per tensor per client: the norm as a 32-bit float, and per element a sign bit and the

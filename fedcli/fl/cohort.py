@@ -44,19 +44,19 @@ class StepContext:
 
 @dataclass
 class Cohort:
-    clients: list[int]                 # global client ids held here (increasing)
-    weights: torch.Tensor              # p_i for these clients, normalized over the whole cohort (float64)
-    params: dict[str, torch.Tensor]    # name -> [K, *shape]
-    buffers: dict[str, torch.Tensor]   # name -> [K, *shape]
+    clients: list[int]  # global client ids held here (increasing)
+    weights: torch.Tensor  # p_i for these clients, normalized over the whole cohort (float64)
+    params: dict[str, torch.Tensor]  # name -> [K, *shape]
+    buffers: dict[str, torch.Tensor]  # name -> [K, *shape]
     opt_state: dict = field(default_factory=dict)  # per-round optimizer state (reset by the local step)
-    state: dict = field(default_factory=dict)      # stacked per-client state gathered from the client store
+    state: dict = field(default_factory=dict)  # stacked per-client state gathered from the client store
     round_idx: int = 0
     cohort_ids: list = field(default_factory=list)  # the whole cohort (all processes)
-    steps: torch.Tensor | None = None               # [K] local steps of each client this round
-    skipped: set = field(default_factory=set)       # global ids of the clients skipped this round (--on-diverge skip-client)
-    skips: list = field(default_factory=list)       # their records (skipped.csv)
+    steps: torch.Tensor | None = None  # [K] local steps of each client this round
+    skipped: set = field(default_factory=set)  # global ids of the clients skipped this round (--on-diverge skip-client)
+    skips: list = field(default_factory=list)  # their records (skipped.csv)
     ctx: StepContext = field(default_factory=StepContext)  # the current local step (set by the engine before each)
-    end_iteration: int = 0                          # the global iteration the round ended at (set after its last step)
+    end_iteration: int = 0  # the global iteration the round ended at (set after its last step)
 
     @property
     def size(self) -> int:
@@ -97,11 +97,11 @@ class BatchPlan:
     ``real[j]`` (in-order plans) counts each client's real samples in batch j.
     """
 
-    idx: torch.Tensor          # [steps, K, B] int64
-    mask: torch.Tensor         # [steps, K, B] float32
+    idx: torch.Tensor  # [steps, K, B] int64
+    mask: torch.Tensor  # [steps, K, B] float32
     shifts: torch.Tensor | None = None  # [steps, K, B, 2] crop offsets (CIFAR augmentation)
-    flips: torch.Tensor | None = None   # [steps, K, B] bool
-    real: torch.Tensor | None = None    # [steps, K] int64
+    flips: torch.Tensor | None = None  # [steps, K, B] bool
+    real: torch.Tensor | None = None  # [steps, K] int64
 
     def to(self, device) -> "BatchPlan":
         mv = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
@@ -129,7 +129,7 @@ class Stream:
 #: the purposes batches are asked for: the engine's local steps here, the parts' own registered by their files
 #: (``register_purpose``); any other name: a part's extra local training (``stream``)
 PURPOSES: dict[str, Stream] = {
-    "train": Stream("batches", "augment"),            # the engine's local steps
+    "train": Stream("batches", "augment"),  # the engine's local steps
 }
 
 
@@ -178,8 +178,17 @@ def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Gen
     return indices[torch.cat(perms)[torch.from_numpy(where)]].view(steps, batch), torch.from_numpy(mask)
 
 
-def make_plan(seed: int, round_idx: int, clients, client_indices, steps: int, batch: int, augment: str | None,
-              drop_last: bool = False, purpose: str = "train") -> BatchPlan:
+def make_plan(  # noqa: PLR0913
+    seed: int,
+    round_idx: int,
+    clients,
+    client_indices,
+    steps: int,
+    batch: int,
+    augment: str | None,
+    drop_last: bool = False,
+    purpose: str = "train",
+) -> BatchPlan:
     """``steps`` shuffled batches of each client's ``client_indices[c]`` (``client_batches``), keyed by
     (seed, the purpose's streams, round, client). Each client's permutations are drawn from its own generator; the
     batches of all the clients are then gathered by a few torch ops whatever their number (GitHub issue 38)."""
@@ -221,7 +230,7 @@ def sample_slice(indices: torch.Tensor, percent: float, gen: torch.Generator) ->
     if m <= 0:
         return indices[:0]
     off = int(torch.randint(0, n - m + 1, (1,), generator=gen))
-    return indices[off: off + m]
+    return indices[off : off + m]
 
 
 def in_order_plan(indices: list[torch.Tensor], batch: int, spent: float = 0.0) -> BatchPlan:
@@ -235,10 +244,10 @@ def in_order_plan(indices: list[torch.Tensor], batch: int, spent: float = 0.0) -
     real = torch.zeros(steps, k, dtype=torch.long)
     for i, ix in enumerate(indices):
         for s in range(steps):
-            chunk = ix[s * batch: (s + 1) * batch]
+            chunk = ix[s * batch : (s + 1) * batch]
             if len(chunk):
                 idx[s, i, : len(chunk)] = chunk
-                idx[s, i, len(chunk):] = chunk[0]
+                idx[s, i, len(chunk) :] = chunk[0]
                 mask[s, i, : len(chunk)] = 1.0
                 real[s, i] = len(chunk)
             else:
@@ -251,23 +260,42 @@ class BatchSource:
     """The clients' mini-batches, asked for by purpose (``PURPOSES``, ``stream``): the one place padded batch plans
     are made. ``indices`` are the clients' training splits; the plans are put on ``device``."""
 
-    def __init__(self, seed: int, indices: list[torch.Tensor], batch: int, drop_last: bool = False,
-                 augment: str | None = None, device="cpu"):
+    def __init__(
+        self,
+        seed: int,
+        indices: list[torch.Tensor],
+        batch: int,
+        drop_last: bool = False,
+        augment: str | None = None,
+        device="cpu",
+    ):
         self.seed, self.indices, self.batch = seed, indices, batch
         self.drop_last, self.augment, self.device = drop_last, augment, device
 
-    def plan(self, purpose: str, clients: list[int] = (), round_idx: int = 0, steps: int = 0,
-             indices: list[torch.Tensor] | None = None, percent: float = 100.0) -> BatchPlan:
+    def plan(
+        self,
+        purpose: str,
+        clients: list[int] = (),
+        round_idx: int = 0,
+        steps: int = 0,
+        indices: list[torch.Tensor] | None = None,
+        percent: float = 100.0,
+    ) -> BatchPlan:
         """Batches for ``clients``: ``steps`` shuffled ones of round ``round_idx`` (a shuffled purpose), or in order
         (an in-order purpose) the clients' training splits (a window purpose: ``percent``% of each at the round's
         offset), or the per-client ``indices`` given instead."""
         keys = stream(purpose)
         if keys.shuffled:
-            plan = make_plan(self.seed, round_idx, clients, self.indices, steps, self.batch, self.augment,
-                             self.drop_last, purpose)
+            plan = make_plan(
+                self.seed, round_idx, clients, self.indices, steps, self.batch, self.augment, self.drop_last, purpose
+            )
         else:
             if indices is None:
-                indices = [sample_slice(self.indices[c], percent, torch_gen(self.seed, keys.draws, round_idx, c))
-                           if keys.window else self.indices[c] for c in clients]
+                indices = [
+                    sample_slice(self.indices[c], percent, torch_gen(self.seed, keys.draws, round_idx, c))
+                    if keys.window
+                    else self.indices[c]
+                    for c in clients
+                ]
             plan = in_order_plan(indices, self.batch, keys.spent)
         return plan.to(self.device)

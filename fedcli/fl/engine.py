@@ -1,6 +1,7 @@
 """The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
 
-One round lasts ``schedule.round_length`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at the
+One round lasts ``schedule.round_length`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at
+the
 ``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
 sample count, and initialized by the ``init`` part. After every local step the schedule names the layers due; each due
 layer is encoded by the codec, averaged over the cohort (local weighted sum + one all-reduce for all layers due
@@ -23,17 +24,32 @@ from fedcli.comm.communicator import Communicator, assign_clients
 from fedcli.comm.ledger import Ledger
 from fedcli.data.augment import cifar_augment
 from fedcli.fl import build, chunked, clientstate, evaluation, guard, slots, sync, system, timing
-from fedcli.fl.view import PartView
 from fedcli.fl.budget import RunPlan, plan_run
 from fedcli.fl.build import build_run_model, resolve_device  # noqa: F401 (re-exported)
 from fedcli.fl.cohort import BatchSource, Cohort, StepContext, sample_cohort
-from fedcli.fl.context import (Context, EvalContext, GuardContext, LogContext, ManifestContext, StoreContext,
-                               SyncContext, SystemContext)
+from fedcli.fl.context import (
+    Context,
+    EvalContext,
+    GuardContext,
+    LogContext,
+    ManifestContext,
+    StoreContext,
+    SyncContext,
+    SystemContext,
+)
 from fedcli.fl.hooks import RoundHook
-from fedcli.fl.state import (RoundRecord, Summary, TrainState, eval_interval, evaluation_points,  # noqa: F401
-                             lr_at, planned_evaluations)
+from fedcli.fl.state import (
+    RoundRecord,
+    Summary,
+    TrainState,
+    eval_interval,
+    evaluation_points,  # noqa: F401
+    lr_at,
+    planned_evaluations,
+)
 from fedcli.fl.store import MemoryStore, build_store
 from fedcli.fl.trainers import choose_trainer
+from fedcli.fl.view import PartView
 
 if TYPE_CHECKING:
     from fedcli.config import TrainConfig
@@ -48,17 +64,17 @@ class Simulation:
         self.progress = progress
         self.round_hooks: list[RoundHook] = []  # after every round, with their contexts (``run``, ``add_round_hook``)
         self.local_layers: list[int] = []  # layers the method never synchronizes (FedRep's head), set by ``setup``
-        self.step_hooks: list = []    # after every local step, on every process (``add_step_hook``)
-        self.store = MemoryStore()     # per-client state across rounds (``setup`` chooses memory or disk)
+        self.step_hooks: list = []  # after every local step, on every process (``add_step_hook``)
+        self.store = MemoryStore()  # per-client state across rounds (``setup`` chooses memory or disk)
         self.chunk_blocker: str | None = "not set up"  # why rounds are not taken chunk by chunk (``setup``)
-        self.record = RoundRecord()    # what the last round produced (``run_round``, ``evaluate_and_log``)
-        self.run_dir = None            # the run directory (the root process's; None elsewhere): see ``attach``
-        self.writers = None            # the round hook writing its CSVs (``attach``)
-        self.system = None             # the system model (--system; fedcli.fl.system), built by ``setup``
-        self.system_round = None       # its plan of the round being run (participants, their steps), or None
-        self.timing = None             # the records a run keeps to be re-timed (fedcli.fl.timing), built by ``setup``
-        self.view = PartView(self)     # what every part hook gets, never the simulation (fedcli.fl.view)
-        self._contexts: dict = {}      # the helpers' declared contexts, built once (``context``)
+        self.record = RoundRecord()  # what the last round produced (``run_round``, ``evaluate_and_log``)
+        self.run_dir = None  # the run directory (the root process's; None elsewhere): see ``attach``
+        self.writers = None  # the round hook writing its CSVs (``attach``)
+        self.system = None  # the system model (--system; fedcli.fl.system), built by ``setup``
+        self.system_round = None  # its plan of the round being run (participants, their steps), or None
+        self.timing = None  # the records a run keeps to be re-timed (fedcli.fl.timing), built by ``setup``
+        self.view = PartView(self)  # what every part hook gets, never the simulation (fedcli.fl.view)
+        self._contexts: dict = {}  # the helpers' declared contexts, built once (``context``)
 
     def attach(self, run_dir, writers: RoundHook | None = None) -> None:
         """Write this run's CSVs into ``run_dir`` (None: none) with ``writers``, the caller's round hook
@@ -93,14 +109,20 @@ class Simulation:
         cfg = self.cfg
         self.device = build.place(cfg, self.comm.local_rank)
         data = build.load(cfg, self.comm, dataset, partition)
-        self.dataset, self.partition, self.client_indices, self.sizes = (data.dataset, data.partition,
-                                                                         data.client_indices, data.sizes)
+        self.dataset, self.partition, self.client_indices, self.sizes = (
+            data.dataset,
+            data.partition,
+            data.client_indices,
+            data.sizes,
+        )
         self.batch_size, self.notes, self.n_active = data.batch_size, data.notes, data.n_active
         self.model, self.layers, self.global_params, self.global_buffers, self.sync_buffers = build.global_model(
-            cfg, self.dataset, self.device)
+            cfg, self.dataset, self.device
+        )
         self._build_parts()
-        (self.train_x, self.train_y, self.test_x, self.test_y, self.val_x, self.val_y,
-         self.pad_fill) = build.device_data(self.dataset, self.device)
+        (self.train_x, self.train_y, self.test_x, self.test_y, self.val_x, self.val_y, self.pad_fill) = (
+            build.device_data(self.dataset, self.device)
+        )
         self._set_up_parts()
         self.plan = self.run_plan()  # the rounds and local steps of the run
         self.eval_every = eval_interval(cfg, self.plan)  # about 20 evaluations by default
@@ -139,15 +161,18 @@ class Simulation:
                 self.client_indices = own
                 self.sizes = np.array([t.numel() for t in own])
         # every part's mini-batches, by purpose, over the training splits the parts left
-        self.batches = BatchSource(self.cfg.seed, self.client_indices, self.batch_size, self.cfg.drop_last,
-                                   self.dataset.augment, self.device)
+        self.batches = BatchSource(
+            self.cfg.seed, self.client_indices, self.batch_size, self.cfg.drop_last, self.dataset.augment, self.device
+        )
         # why --cohort-chunk cannot take whole rounds chunk by chunk (None: it can; fedcli.fl.chunked)
         self.chunk_blocker = chunked.blocker(self.context(SyncContext))
 
     def run_plan(self) -> RunPlan:
         """The rounds and local steps of this run (``fedcli.fl.budget.plan_run`` over the schedule's round length and
         the clients' training data as the parts left it)."""
-        return plan_run(self.cfg, self.schedule.round_length, [int(n) for n in self.sizes], self.n_active, self.batch_size)
+        return plan_run(
+            self.cfg, self.schedule.round_length, [int(n) for n in self.sizes], self.n_active, self.batch_size
+        )
 
     def manifest(self) -> dict:
         """The run directory's manifest of this run (``fedcli.fl.build.manifest``)."""
@@ -165,13 +190,23 @@ class Simulation:
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
     # ------------------------------------------------------------------ cohort sums
-    def cohort_sum(self, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
-                   skip: torch.Tensor | None = None) -> torch.Tensor:
+    def cohort_sum(
+        self,
+        cohort: Cohort,
+        tensors: list[torch.Tensor],
+        weights: torch.Tensor | None,
+        skip: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum``)."""
         return sync.cohort_sum(self.comm, cohort, tensors, weights, skip)
 
-    def cohort_sums(self, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,
-                    skip: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def cohort_sums(
+        self,
+        cohort: Cohort,
+        stacked: dict[str, torch.Tensor],
+        weights: torch.Tensor | None,
+        skip: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
         """``cohort_sum`` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
         return sync.cohort_sums(self.comm, cohort, stacked, weights, skip)
 
@@ -192,8 +227,13 @@ class Simulation:
     @property
     def parts(self) -> dict:
         """The run's parts by family, in the order the engine calls their hooks (the schedule last)."""
-        return {"local_step": self.local_step, "codec": self.codec, "init": self.init, "server": self.server,
-                "schedule": self.schedule}
+        return {
+            "local_step": self.local_step,
+            "codec": self.codec,
+            "init": self.init,
+            "server": self.server,
+            "schedule": self.schedule,
+        }
 
     @property
     def full_participation(self) -> bool:
@@ -226,7 +266,8 @@ class Simulation:
         return state.summary
 
     def _end_round(self, state: TrainState) -> None:
-        """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a blow-up),
+        """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a
+        blow-up),
         then the divergence guard's check (``--diverge-factor``: a finite blow-up stops the run, exit 4), then those
         that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
         for keeps in (False, True):
@@ -288,8 +329,9 @@ class Simulation:
         self.record = RoundRecord(round_idx, state.iteration)
         cohort_ids = sampled = sample_cohort(cfg.seed, round_idx, len(self.client_indices), self.n_active)
         if self.system is not None:
-            self.system_round = system.plan_system_round(self.system, self.plan, state, sampled, self.n_active,
-                                                         self.sync_plan)
+            self.system_round = system.plan_system_round(
+                self.system, self.plan, state, sampled, self.n_active, self.sync_plan
+            )
             cohort_ids = self.system_round.participants
             if not cohort_ids:  # nobody available, or nobody meets the deadline: the round passes with no training
                 self.close_system_round(state, self.plan.round_steps(state.iteration, sampled))
@@ -298,8 +340,13 @@ class Simulation:
         steps = self.plan.round_steps(state.iteration, cohort_ids)
         timed = None  # without the system model, the round as timing.csv records it (its syncs taken before it runs)
         if self.system is None and self.timing is not None:
-            timed = system.RoundPlan(cohort_ids, cohort_ids, dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
-                                     syncs=self.sync_plan(steps), round_idx=round_idx)
+            timed = system.RoundPlan(
+                cohort_ids,
+                cohort_ids,
+                dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
+                syncs=self.sync_plan(steps),
+                round_idx=round_idx,
+            )
         start = state.iteration
         pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
         if pieces is None:
@@ -316,7 +363,9 @@ class Simulation:
                 means.append(self.close_cohort(state, cohort, round_losses))
                 cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
             total.finish(round_idx)
-            cohort = Cohort(mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids)
+            cohort = Cohort(
+                mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids
+            )
             mean_losses, dead = torch.cat(means), None
         self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort (``cohort_sum``); kept by the root only, so the
@@ -348,7 +397,9 @@ class Simulation:
 
     def open_cohort(self, clients: list[int], cohort_ids: list[int], round_idx: int, steps: int) -> Cohort:
         """``clients`` of the round's cohort stacked from the global model, initialized, the parts' round begun."""
-        cohort = Cohort.from_global(clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers)
+        cohort = Cohort.from_global(
+            clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers
+        )
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
         cohort.steps = torch.tensor(self._client_steps(self.plan, clients, steps), device=self.device)
         self.init.download(self.view, cohort)  # the server's side of sending the models (collective under MPI)
@@ -383,7 +434,9 @@ class Simulation:
                 active = None if not uneven else (cohort.steps >= j)
                 if active is not None and bool(active.all()):
                     active = None  # every client still training: no [K, ...] masks to build
-                cohort.ctx = StepContext(round_idx, j, state.iteration, lr, active, x, self.train_y[idx], plan.mask[j - 1])
+                cohort.ctx = StepContext(
+                    round_idx, j, state.iteration, lr, active, x, self.train_y[idx], plan.mask[j - 1]
+                )
                 fused = self.local_step.fused_lr(lr, active) if self.trainer.fuses_sgd else None
                 if fused is not None:  # plain SGD applied client by client inside the loop trainer
                     _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
@@ -396,7 +449,9 @@ class Simulation:
             state.iteration += 1
             due = self.due_layers(j, steps)  # with --local-epochs, the whole model at the round's end only
             if j == steps and self.personal is not None:
-                self.personal.capture(self.view, cohort)  # each client's trained model, before the round-end sync replaces it
+                self.personal.capture(
+                    self.view, cohort
+                )  # each client's trained model, before the round-end sync replaces it
             if due:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
@@ -406,8 +461,15 @@ class Simulation:
 
     # ------------------------------------------------------------------ synchronization
     @torch.no_grad()
-    def synchronize(self, cohort: Cohort, layers: list[int], step: int, last_sync: list[int], round_end: bool,
-                    losses: torch.Tensor | None = None) -> None:
+    def synchronize(
+        self,
+        cohort: Cohort,
+        layers: list[int],
+        step: int,
+        last_sync: list[int],
+        round_end: bool,
+        losses: torch.Tensor | None = None,
+    ) -> None:
         """Average the given layers over the cohort (one flat all-reduce) and push them back (``fedcli.fl.sync``).
 
         ``losses`` (the clients' running round losses) are checked with the uploads by the divergence guard."""

@@ -13,12 +13,13 @@ from fedcli.fl.context import EvalContext
 from fedcli.fl.state import lr_at
 
 EVAL_BATCH = 1024  # test samples per forward pass of the global model
-PIECE = 128        # samples per forward pass within a chunk (activations that stay in cache; docs/method-notes.md)
+PIECE = 128  # samples per forward pass within a chunk (activations that stay in cache; docs/method-notes.md)
 
 
 @torch.no_grad()
-def evaluate(model, global_params: dict, global_buffers: dict, trainer, comm, x: torch.Tensor,
-             y: torch.Tensor) -> tuple[float, float]:
+def evaluate(
+    model, global_params: dict, global_buffers: dict, trainer, comm, x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float]:
     """(mean cross-entropy, accuracy) of the global model (``model`` called with ``global_params`` and
     ``global_buffers``, the input laid out by ``trainer.eval_input``) on samples ``x``, labels ``y``. Each rank of
     ``comm`` evaluates a slice of the fixed chunks."""
@@ -32,9 +33,14 @@ def evaluate(model, global_params: dict, global_buffers: dict, trainer, comm, x:
             s, e = c * EVAL_BATCH, min(n, (c + 1) * EVAL_BATCH)
             # every model of the zoo gives a sample the same logits bits in a piece as in the whole chunk, in
             # either layout (tests/engine/test_trainers.py), so the sums are those of one forward pass per chunk
-            out = torch.cat([functional_call(model, (global_params, global_buffers),
-                                             (trainer.eval_input(x[a: min(e, a + PIECE)]),))
-                             for a in range(s, e, PIECE)])
+            out = torch.cat(
+                [
+                    functional_call(
+                        model, (global_params, global_buffers), (trainer.eval_input(x[a : min(e, a + PIECE)]),)
+                    )
+                    for a in range(s, e, PIECE)
+                ]
+            )
             sums[row, 0] = torch.nn.functional.cross_entropy(out.float(), y[s:e], reduction="sum").item()
             sums[row, 1] = (out.argmax(1) == y[s:e]).sum().item()
     tot = comm.client_sum([sums], None, mine, chunks)
@@ -52,10 +58,18 @@ def evaluate_and_log(ctx: EvalContext, state) -> dict:
     train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
     state.loss_sum, state.loss_count = 0.0, 0
     test_loss, acc = ctx.evaluate()
-    row = {"round": state.round_idx, "iteration": state.iteration, "train_loss": train_loss, "test_loss": test_loss,
-           "test_acc": acc, "comm_params": ctx.ledger.params, "comm_bytes": ctx.ledger.bytes,
-           "wall_s": round(state.wall_s, 3), "lr": lr_at(ctx.cfg, state.iteration - 1, state.round_idx - 1),
-           "skipped_clients": state.skipped}
+    row = {
+        "round": state.round_idx,
+        "iteration": state.iteration,
+        "train_loss": train_loss,
+        "test_loss": test_loss,
+        "test_acc": acc,
+        "comm_params": ctx.ledger.params,
+        "comm_bytes": ctx.ledger.bytes,
+        "wall_s": round(state.wall_s, 3),
+        "lr": lr_at(ctx.cfg, state.iteration - 1, state.round_idx - 1),
+        "skipped_clients": state.skipped,
+    }
     if ctx.system is not None:
         row["sim_time_s"] = state.sim_time_s
     if ctx.val_y is not None:  # --val-fraction: the global model on the held-out validation set

@@ -40,10 +40,17 @@ def check_blowup(ctx: GuardContext, state) -> None:
     for what in ("train_loss", "test_loss"):
         loss = float(row[what])
         if blown(row, what) and (what == "train_loss" or (previous is not None and blown(previous, what))):
-            raise collective(DivergenceError(
-                f"training diverged in round {state.round_idx} (iteration {state.iteration}): the {what.replace('_', ' ')} "
-                f"{loss:.6g}{'' if what == 'train_loss' else ', as at the previous evaluation,'} is more than --diverge-factor {factor:g} times ln({ctx.dataset.num_classes}) = {chance:.4g}, the "
-                f"loss of a uniform guess (finite, but blown up; try a smaller --lr, or --diverge-factor 0 to let it go on)"))
+            raise collective(
+                DivergenceError(
+                    f"training diverged in round {state.round_idx} (iteration {state.iteration}): the "
+                    f"{what.replace('_', ' ')} "
+                    f"{loss:.6g}{'' if what == 'train_loss' else ', as at the previous evaluation,'} is "
+                    f"more than --diverge-factor {factor:g} times ln({ctx.dataset.num_classes}) = "
+                    f"{chance:.4g}, the "
+                    f"loss of a uniform guess (finite, but blown up; try a smaller --lr, or "
+                    f"--diverge-factor 0 to let it go on)"
+                )
+            )
 
 
 def scrub_rows(obj, dead: torch.Tensor) -> None:
@@ -59,8 +66,9 @@ def scrub_rows(obj, dead: torch.Tensor) -> None:
             scrub_rows(v, dead)
 
 
-def guarded_average(ctx: GuardContext, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int,
-                    losses: torch.Tensor | None) -> torch.Tensor:
+def guarded_average(
+    ctx: GuardContext, cohort: Cohort, names: list, uploads: list[torch.Tensor], step: int, losses: torch.Tensor | None
+) -> torch.Tensor:
     """The cohort's weighted sum of every upload (one flat all-reduce), with the divergence guard.
 
     A client whose upload or running loss is non-finite is caught here, before anything reaches the
@@ -105,11 +113,18 @@ def stop_if_asked(on_diverge: str, new: list[tuple[int, int]], names: list, roun
     where = f"training diverged in round {round_idx + 1}, local step {step}"  # rounds counted from 1
     if on_diverge == "stop":
         c, code = new[0]
-        raise collective(DivergenceError(f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such updates instead"))
+        raise collective(
+            DivergenceError(
+                f"{where}: client {c} has a non-finite {what(code)}; --on-diverge skip-client drops such "
+                f"updates instead"
+            )
+        )
     return what, where
 
 
-def nonfinite_codes(uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
+def nonfinite_codes(
+    uploads: list[torch.Tensor], losses: torch.Tensor | None, dead: torch.Tensor | None
+) -> torch.Tensor:
     """Per local client: 0 fine, 1 non-finite loss, 2+i non-finite upload i (the first one)."""
     code = None
     for i, x in enumerate(uploads):

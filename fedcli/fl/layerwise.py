@@ -11,7 +11,9 @@ import math
 from typing import Sequence
 
 
-def delta_lambda(d: Sequence[float], numel: Sequence[int], order: Sequence[int], eligible: Sequence[bool] | None = None):
+def delta_lambda(
+    d: Sequence[float], numel: Sequence[int], order: Sequence[int], eligible: Sequence[bool] | None = None
+):
     """FedLAMA Eqs. 3 and 4 along ``order`` (layer indices sorted by increasing d).
 
     delta_l = sum_{k<=l} d_I[k] dim(u_I[k]) / sum_{k<=L} d_I[k] dim(u_I[k])   (Eq. 3)

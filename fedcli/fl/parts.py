@@ -2,7 +2,8 @@
 
 A named method is a preset of five parts:
 
-=================  ==============================================================local step         how a client turns a stochastic gradient into a step (SGD, FedProx, ...)
+=================  ==============================================================local step         how a client turns a
+stochastic gradient into a step (SGD, FedProx, ...)
 schedule           when each layer is synchronized (``fedcli.fl.schedules``)
 codec              what a client uploads for a layer (identity, stochastic quantization, ...)
 init               how a client's local model starts a round (overwrite with the global model, ALA, ...)
@@ -15,10 +16,9 @@ All state is held on the cohort as stacked tensors ``[K, *shape]`` (K clients on
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
-
-from collections.abc import Mapping
 
 from fedcli import specs
 from fedcli.errors import ConfigError
@@ -47,7 +47,8 @@ LOCAL_STEPS, CODECS, INITS, SERVERS = (Classes(f) for f in ("local_step", "codec
 
 
 def run_parts(algo: str, schedule: str = "", init: str = "") -> dict[str, type]:
-    """The part classes of a run (``fedcli.specs.run_specs``: ``--schedule`` / ``--init`` overriding the method's own)."""
+    """The part classes of a run (``fedcli.specs.run_specs``: ``--schedule`` / ``--init`` overriding the method's
+    own)."""
     return {kind: spec.load() for kind, spec in specs.run_specs(algo, schedule, init).items()}
 
 
@@ -107,8 +108,10 @@ class Part:
             return
         ancestor = next((vars(k)["spec"] for k in cls.__mro__[1:] if vars(k).get("spec") is not None), None)
         if spec.base is not ancestor:
-            raise TypeError(f"{impl}: its spec extends {spec.base.impl if spec.base else 'nothing'}, the class "
-                            f"{ancestor.impl if ancestor else 'no part with a spec'}")
+            raise TypeError(
+                f"{impl}: its spec extends {spec.base.impl if spec.base else 'nothing'}, the class "
+                f"{ancestor.impl if ancestor else 'no part with a spec'}"
+            )
         cls.spec = spec
         if spec.name:
             cls.name = spec.name
@@ -119,7 +122,8 @@ class Part:
         self.opts = bind(type(self), opts)
 
     def separable_now(self) -> bool:
-        """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does not)."""
+        """Whether this run's options keep a ``separable`` part separable (SGD's momentum kept by cohort slot does
+        not)."""
         return True
 
     def kept_state(self, view) -> int:
@@ -272,7 +276,8 @@ class Init(Part):
 
     def starts_from_global(self, view) -> bool:
         """Whether every cohort client starts its round from the global model itself (Ditto's anchor and
-        Per-FedAvg's adaptation then use the global model; otherwise the client's start model). Default: not known to."""
+        Per-FedAvg's adaptation then use the global model; otherwise the client's start model). Default: not known
+        to."""
         return False
 
     @classmethod
@@ -308,7 +313,11 @@ def flat_rows(t: torch.Tensor) -> torch.Tensor:
 
 def expand(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A per-client vector [K] shaped to broadcast against a stacked tensor [K, ...]."""
-    return v.view(-1, *([1] * (like.dim() - 1))).to(like.dtype) if v.dtype != torch.bool else v.view(-1, *([1] * (like.dim() - 1)))
+    return (
+        v.view(-1, *([1] * (like.dim() - 1))).to(like.dtype)
+        if v.dtype != torch.bool
+        else v.view(-1, *([1] * (like.dim() - 1)))
+    )
 
 
 # ---------------------------------------------------------------------------- local steps
@@ -372,11 +381,15 @@ class SGDStep(LocalStep):
         self.decayed = decayed_tensors(view.layers, self.decay_on)
         if self.persist != "none":
             others = view.declared("fresh_momentum_needed")  # the other parts' reasons (the server's: FedNova's)
-            reasons = [r for r in (self.fresh_momentum_needed, *(r for f, r in others.items() if f != "local_step")) if r]
+            reasons = [
+                r for r in (self.fresh_momentum_needed, *(r for f, r in others.items() if f != "local_step")) if r
+            ]
             if not _chains_end_round(type(self)):
                 reasons.append(f"its local step ({self.name}) does not keep SGD's round-end state")
             if reasons:
-                raise ConfigError(f"--momentum-persist {self.persist} cannot be used with --algo {self.opts.algo}: {reasons[0]}")
+                raise ConfigError(
+                    f"--momentum-persist {self.persist} cannot be used with --algo {self.opts.algo}: {reasons[0]}"
+                )
 
     def kept_state(self, view) -> int:
         """The persisted momentum buffers (``--momentum-persist``): one per cohort slot (``slot``: the cohort size)
@@ -392,7 +405,9 @@ class SGDStep(LocalStep):
 
     def end_round(self, view, cohort) -> None:
         if self.persist != "none" and "momentum" in cohort.opt_state:
-            slots.keep(view, cohort, self.kept_momentum, self.persist, dict(zip(cohort.params, cohort.opt_state["momentum"])))
+            slots.keep(
+                view, cohort, self.kept_momentum, self.persist, dict(zip(cohort.params, cohort.opt_state["momentum"]))
+            )
 
     def fused_lr(self, lr: float, active: torch.Tensor | None) -> float | None:
         """``lr`` for plain SGD (no momentum, no weight decay, every client active, no subclass changing anything,
@@ -433,8 +448,15 @@ class SGDStep(LocalStep):
             g = bufs if active is None else [b * expand(active, b) for b in bufs]
         self.apply(cohort, names, params, g, lr, active)
 
-    def apply(self, cohort, names: list[str], params: list[torch.Tensor], g: list[torch.Tensor], lr: float,
-              active: torch.Tensor | None) -> None:
+    def apply(
+        self,
+        cohort,
+        names: list[str],
+        params: list[torch.Tensor],
+        g: list[torch.Tensor],
+        lr: float,
+        active: torch.Tensor | None,
+    ) -> None:
         """x <- x - lr * g with the final direction g (zero for frozen clients); SCAFFOLD also accumulates it."""
         torch._foreach_add_(params, g, alpha=-lr)
 

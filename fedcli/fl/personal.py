@@ -13,7 +13,8 @@ judged by the models its clients hold, not by the global model (pFedMe's convent
   (``partition.test``, ``--client-test-fraction``; FedALA: 0.25), accuracy over *all* local test samples
   of all clients (sum of correct predictions / sum of test samples, so larger clients weigh more).
   The summary reports the best evaluation and its round. Each client's own numbers (sample counts, loss and
-  accuracy of its model and of the global model on its split) go to ``clients.csv`` (``client_table``). All clients are evaluated at every evaluation
+  accuracy of its model and of the global model on its split) go to ``clients.csv`` (``client_table``). All clients are
+  evaluated at every evaluation
   point, not only the cohort: with ``--active-ratio 1`` (FedALA's default) every client trained in the
   round; with partial participation a client keeps the model of the last round it trained in, and a
   client never sampled so far holds the current global model (it has received nothing else).
@@ -50,10 +51,10 @@ from fedcli.comm.communicator import assign_clients
 from fedcli.data.augment import cifar_augment
 from fedcli.errors import ConfigError
 from fedcli.fl.budget import epoch_steps
-from fedcli.fl.cohort import Cohort, sample_cohort
-from fedcli.fl.parts import Part, expand
 from fedcli.fl.clientstate import BUFFERS, GLOBAL, PARAMS, ClientState
+from fedcli.fl.cohort import Cohort, sample_cohort
 from fedcli.fl.context import StoreContext
+from fedcli.fl.parts import Part, expand
 
 LOCAL = "local"  # store prefix of the captured local models
 INITIALIZED = "init"  # store prefix of the models as initialized (--personal-eval after-init)
@@ -112,17 +113,31 @@ def all_client_models(view, cohort, buffers: bool = False, prefix: str = LOCAL) 
 
 def client_model(view, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
     """One client's stored model (unstacked, on the device); the global model if it has none."""
+
     def get(state: ClientState, name: str, default: torch.Tensor) -> torch.Tensor:
         t = state.get(view, client, name)
         return default if t is None else t.to(default.device)
+
     p, b = model_state(prefix)
-    return ({n: get(p, n, g) for n, g in view.global_params.items()},
-            {n: get(b, n, t) for n, t in view.global_buffers.items()})
+    return (
+        {n: get(p, n, g) for n, g in view.global_params.items()},
+        {n: get(b, n, t) for n, t in view.global_buffers.items()},
+    )
 
 
 # ---------------------------------------------------------------------------- local training helper
-def local_sgd(view, clients: list[int], params: dict, buffers: dict, epochs: float, purpose: str, round_idx: int,
-              lr: float, trainable: list[str] | None = None, direction=None) -> torch.Tensor:
+def local_sgd(  # noqa: PLR0913
+    view,
+    clients: list[int],
+    params: dict,
+    buffers: dict,
+    epochs: float,
+    purpose: str,
+    round_idx: int,
+    lr: float,
+    trainable: list[str] | None = None,
+    direction=None,
+) -> torch.Tensor:
     """Plain SGD (no momentum, no weight decay) for ``epochs`` local epochs, vectorized over ``clients``.
 
     ``params`` ``[K, ...]`` are updated in place (only the names in ``trainable``; all by default);
@@ -189,8 +204,10 @@ class Personalization:
         # parts that compute a client's evaluated model on demand (Per-FedAvg)
         self.on_demand = [p for p in parts if type(p).personalize is not Part.personalize]
         if not self.evaluate_models and (ctx.method.personalized or self.prefix != LOCAL):
-            raise ConfigError(f"--algo {ctx.cfg.algo} is evaluated on each client's local test split: give "
-                              "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits")
+            raise ConfigError(
+                f"--algo {ctx.cfg.algo} is evaluated on each client's local test split: give "
+                "--client-test-fraction (FedALA uses 0.25) or a partition file that has local test splits"
+            )
 
     def capture(self, view, cohort) -> None:
         """Keep each cohort client's model as it is now (after local training, before the round-end sync)."""
@@ -205,7 +222,10 @@ class Personalization:
         if not (self.at_init and self.evaluate_models) or bool(self.on_demand) != (stage == "begin"):
             return
         if self.on_demand and cohort.clients:
-            models = [next(m for m in (p.personalize(view, c) for p in self.on_demand) if m is not None) for c in cohort.clients]
+            models = [
+                next(m for m in (p.personalize(view, c) for p in self.on_demand) if m is not None)
+                for c in cohort.clients
+            ]
             params = {n: torch.stack([m[0][n] for m in models]) for n in view.global_params}
             buffers = {n: torch.stack([m[1][n] for m in models]) for n in view.global_buffers}
         elif self.on_demand or self.prefix != LOCAL:
@@ -246,8 +266,14 @@ class Personalization:
             if idx.numel() == 0 and self.val is None:
                 continue
             # a part may compute a client's evaluated model on demand (Per-FedAvg: one step from the global model)
-            own = None if self.at_init else next((m for m in (p.personalize(view, c) for p in self.parts) if m is not None), None)
-            params, buffers = own if own is not None else client_model(view, c, INITIALIZED if self.at_init else self.prefix)
+            own = (
+                None
+                if self.at_init
+                else next((m for m in (p.personalize(view, c) for p in self.parts) if m is not None), None)
+            )
+            params, buffers = (
+                own if own is not None else client_model(view, c, INITIALIZED if self.at_init else self.prefix)
+            )
             if idx.numel():
                 idx = idx.to(view.train_x.device)
                 stats[row, 1], stats[row, 2] = score(view, params, buffers, idx)
@@ -262,8 +288,9 @@ class Personalization:
         missing = view.comm.client_gather(torch.isnan(stats).double(), [pos[c] for c in mine], len(clients))
         gathered[missing > 0] = float("nan")
         self.client_rows = client_table(clients, view.sizes, gathered)
-        tot = view.comm.allreduce_(torch.tensor([correct] + ([val_correct] if self.val is not None else []),
-                                                dtype=torch.float64))
+        tot = view.comm.allreduce_(
+            torch.tensor([correct] + ([val_correct] if self.val is not None else []), dtype=torch.float64)
+        )
         if self.val is not None:
             val_total = sum(int(self.val[c].numel()) for c in clients)
             self.val_acc = float(tot[1]) / val_total if val_total else float("nan")
@@ -281,7 +308,7 @@ def score(view, params: dict, buffers: dict, idx: torch.Tensor) -> tuple[float, 
     view.model.eval()
     loss, correct = 0.0, 0.0
     for s in range(0, idx.numel(), 1024):
-        chunk = idx[s: s + 1024]
+        chunk = idx[s : s + 1024]
         out = functional_call(view.model, (params, buffers), (view.trainer.eval_input(view.train_x[chunk]),))
         y = view.train_y[chunk]
         # per-sample losses summed in float64: a float32 sum's bits depend on the memory layout (the process count)
@@ -295,14 +322,23 @@ def client_table(clients: list[int], train_sizes, stats: torch.Tensor) -> list[d
     its training and test sample counts, and the personal and global model's loss and accuracy on its local test
     split (empty where a model is not evaluated: the global one of a method that keeps layers local, a client without
     test samples)."""
+
     def cell(v: float):
         return "" if math.isnan(v) else v
 
     rows = []
     for c, (n, pl, pc, gl, gc) in zip(clients, stats.tolist()):
-        rows.append({"client": c, "train_samples": int(train_sizes[c]), "test_samples": int(n),
-                     "personal_loss": cell(pl), "personal_acc": cell(pc / n) if n else "",
-                     "global_loss": cell(gl), "global_acc": cell(gc / n) if n else ""})
+        rows.append(
+            {
+                "client": c,
+                "train_samples": int(train_sizes[c]),
+                "test_samples": int(n),
+                "personal_loss": cell(pl),
+                "personal_acc": cell(pc / n) if n else "",
+                "global_loss": cell(gl),
+                "global_acc": cell(gc / n) if n else "",
+            }
+        )
     return rows
 
 

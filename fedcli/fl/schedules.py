@@ -20,7 +20,6 @@ import torch
 
 from fedcli.fl.parts import Classes, Part, flat_rows
 
-
 SCHEDULES = Classes("schedule")
 
 
@@ -46,9 +45,9 @@ class Schedule(Part):
 
     name = "base"
     kept_state = Part.kept_state  # a schedule's state is its own (``keeps``), never per client
-    keeps = ("intervals",)     # checkpointed and resumed with the run
+    keeps = ("intervals",)  # checkpointed and resumed with the run
     needs_discrepancy = False  # it measures the cohort's discrepancy at each synchronization (FedLAMA Eq. 2)
-    layerwise = False          # each layer has its own interval (declared in the spec, ``PartSpec.layerwise``)
+    layerwise = False  # each layer has its own interval (declared in the spec, ``PartSpec.layerwise``)
 
     def __init__(self, opts, layers):
         super().__init__(opts)
@@ -128,7 +127,7 @@ class LayerwiseSchedule(Schedule):
 
     needs_discrepancy = True
     keeps = Schedule.keeps + ("d",)  # the intervals and each layer's last d_l
-    kept_state = Part.kept_state     # no per-client state (declared again beside its own ``synchronized``)
+    kept_state = Part.kept_state  # no per-client state (declared again beside its own ``synchronized``)
 
     def __init__(self, opts, layers):
         super().__init__(opts, layers)
@@ -138,15 +137,24 @@ class LayerwiseSchedule(Schedule):
         self.numel = [li.numel for li in layers]
 
     @staticmethod
-    def intervals_of(d: list[float], numel: list[int], tau: int, phi: int, *, rule: str, eligible: list[bool]) -> list[int]:
+    def intervals_of(
+        d: list[float], numel: list[int], tau: int, phi: int, *, rule: str, eligible: list[bool]
+    ) -> list[int]:
         """The method's rule: each layer's interval from the unit discrepancies ``d`` and the layers' sizes."""
         raise NotImplementedError
 
     def synchronized(self, view, cohort, layers: list[int], step: int, last_sync: list[int]) -> None:
         # Eq. 2: the cohort's weighted sum_i p_i ||u_l - x_l^i||^2 of every synchronized layer (one cohort sum)
-        per_client = torch.stack([
-            flat_rows(cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name]).double().pow(2).sum(1)
-            for l in layers], 1)  # [K, layers]
+        per_client = torch.stack(
+            [
+                flat_rows(cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name])
+                .double()
+                .pow(2)
+                .sum(1)
+                for l in layers
+            ],
+            1,
+        )  # [K, layers]
         disc = view.cohort_sum(cohort, [per_client], cohort.weights).cpu().tolist()
         for l, dv in zip(layers, disc):
             self.observe(l, dv, step - last_sync[l])
@@ -159,5 +167,7 @@ class LayerwiseSchedule(Schedule):
         p = self.opts
         if iteration <= p.lama_first_adjust * self.tau:
             return None
-        self.intervals = self.intervals_of(self.d, self.numel, self.tau, p.phi, rule=p.lama_rule, eligible=self.eligible)
+        self.intervals = self.intervals_of(
+            self.d, self.numel, self.tau, p.phi, rule=p.lama_rule, eligible=self.eligible
+        )
         return Adjustment(round_idx, iteration, list(self.d), list(self.intervals))

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from fedcli.fl.rng import np_gen
 from fedcli.fl.clientstate import BUFFERS, GLOBAL, PARAMS, ClientState
+from fedcli.fl.rng import np_gen
 
 
 def slot_of(seed: int, round_idx: int, cohort_ids: list[int]) -> dict[int, int]:

@@ -25,8 +25,8 @@ class Summary:
     fedavg_comm_params: int = 0
     wall_s: float = 0.0
     history: list = field(default_factory=list)
-    best_personal_acc: float = float("nan")   # personalized methods: best personal_acc (pFedMe/FedALA report it) ...
-    best_personal_round: int = 0               # ... and the round of that evaluation
+    best_personal_acc: float = float("nan")  # personalized methods: best personal_acc (pFedMe/FedALA report it) ...
+    best_personal_round: int = 0  # ... and the round of that evaluation
     final_personal_acc: float = float("nan")
 
     def add(self, row: dict, personal: float | None) -> None:
@@ -49,22 +49,37 @@ class Summary:
 
         self.rounds, self.iteration = state.round_idx, state.iteration
         self.comm_params, self.comm_bytes = ledger.params, ledger.bytes
-        self.fedavg_comm_params = fedavg_params_so_far(numel, state.iteration, state.round_idx, cfg.tau,
-                                                       bool(cfg.local_epochs))
+        self.fedavg_comm_params = fedavg_params_so_far(
+            numel, state.iteration, state.round_idx, cfg.tau, bool(cfg.local_epochs)
+        )
 
     @property
     def comm_pct(self) -> float:
         return 100.0 * self.comm_params / self.fedavg_comm_params if self.fedavg_comm_params else float("nan")
 
     def as_dict(self) -> dict:
-        return {"rounds": self.rounds, "iterations": self.iteration, "final_acc": self.final_acc,
-                "best_acc": self.best_acc, "best_iteration": self.best_iteration, "final_test_loss": self.final_loss,
-                "comm_params": self.comm_params, "comm_bytes": self.comm_bytes,
-                "fedavg_comm_params": self.fedavg_comm_params, "comm_pct_of_fedavg": self.comm_pct,
-                "wall_s": self.wall_s,
-                **({} if math.isnan(self.best_personal_acc) else {  # personalized methods only
-                    "best_personal_acc": self.best_personal_acc, "best_personal_round": self.best_personal_round,
-                    "final_personal_acc": self.final_personal_acc})}
+        return {
+            "rounds": self.rounds,
+            "iterations": self.iteration,
+            "final_acc": self.final_acc,
+            "best_acc": self.best_acc,
+            "best_iteration": self.best_iteration,
+            "final_test_loss": self.final_loss,
+            "comm_params": self.comm_params,
+            "comm_bytes": self.comm_bytes,
+            "fedavg_comm_params": self.fedavg_comm_params,
+            "comm_pct_of_fedavg": self.comm_pct,
+            "wall_s": self.wall_s,
+            **(
+                {}
+                if math.isnan(self.best_personal_acc)
+                else {  # personalized methods only
+                    "best_personal_acc": self.best_personal_acc,
+                    "best_personal_round": self.best_personal_round,
+                    "final_personal_acc": self.final_personal_acc,
+                }
+            ),
+        }
 
 
 @dataclass
@@ -74,11 +89,11 @@ class TrainState:
     iteration: int = 0
     round_idx: int = 0
     next_eval: int = 0
-    loss_sum: float = 0.0     # sum over (client, round) of the round's mean local loss, since the last evaluation
+    loss_sum: float = 0.0  # sum over (client, round) of the round's mean local loss, since the last evaluation
     loss_count: int = 0
     wall_s: float = 0.0
-    skipped: int = 0          # client updates dropped so far by --on-diverge skip-client (metrics.csv skipped_clients)
-    sim_time_s: float = 0.0   # --system: simulated seconds of the rounds done (fedcli.fl.system)
+    skipped: int = 0  # client updates dropped so far by --on-diverge skip-client (metrics.csv skipped_clients)
+    sim_time_s: float = 0.0  # --system: simulated seconds of the rounds done (fedcli.fl.system)
     layer_time_s: list = field(default_factory=list)  # --system: simulated seconds of each layer's synchronizations
     summary: Summary = field(default_factory=Summary)
 
@@ -88,12 +103,12 @@ class RoundRecord:
     """What the round just done produced, for the round hooks (``fedcli.results.runlog`` writes it to the CSVs)."""
 
     round: int = 0
-    start_iteration: int = 0                    # the iteration the round started at
-    skips: list = field(default_factory=list)   # client updates dropped by --on-diverge skip-client (Cohort.skips)
-    adjustment: object = None                   # the schedule's interval adjustment at the round's end, or None
-    metrics: dict | None = None                 # the evaluation's metrics row, when the round ended at an evaluation
-    system: dict | None = None                  # --system: the round's system.csv row (SystemModel.round_row)
-    timing: dict | None = None                  # a run that can be re-timed: its timing.csv row (fedcli.fl.timing)
+    start_iteration: int = 0  # the iteration the round started at
+    skips: list = field(default_factory=list)  # client updates dropped by --on-diverge skip-client (Cohort.skips)
+    adjustment: object = None  # the schedule's interval adjustment at the round's end, or None
+    metrics: dict | None = None  # the evaluation's metrics row, when the round ended at an evaluation
+    system: dict | None = None  # --system: the round's system.csv row (SystemModel.round_row)
+    timing: dict | None = None  # a run that can be re-timed: its timing.csv row (fedcli.fl.timing)
 
 
 def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
@@ -103,7 +118,7 @@ def lr_at(cfg: TrainConfig, iteration: int, round_idx: int) -> float:
         lr = cfg.lr * (iteration + 1) / cfg.warmup_iterations
     at = iteration if cfg.lr_decay_unit == "iteration" else round_idx
     decays = sum(1 for p in cfg.decay_points() if at >= p)
-    return lr * cfg.lr_decay_factor ** decays
+    return lr * cfg.lr_decay_factor**decays
 
 
 def evaluation_points(points: list[int], eval_every: int) -> list[int]:
@@ -117,7 +132,6 @@ def evaluation_points(points: list[int], eval_every: int) -> list[int]:
             while next_eval <= p:
                 next_eval += eval_every
     return out
-
 
 
 def eval_interval(cfg: TrainConfig, plan) -> int:

@@ -47,15 +47,25 @@ import numpy as np
 import torch
 
 from fedcli.errors import DataError, os_error
-from fedcli.safefs import Folder
 from fedcli.fl.context import StoreContext
+from fedcli.safefs import Folder
 
 FOLDER = "client-state"  # RUN_DIR/client-state (fedcli.results.rundir.CLIENT_STATE, the run directory's contract)
 MiB = 1 << 20
 COMPACT_SLACK = 64 * MiB  # dead bytes tolerated before a compaction, whatever the live size
 INDEX = "index.pt"  # a completed run's index of the rows it kept (client -> process, row, CRC-32), in client-state/
 # the hooks in which a part may keep state in the store: a class that defines one declares ``kept_state`` again
-STATE_HOOKS = ("setup", "begin_round", "end_round", "initialize", "download", "received", "update", "synchronized", "offer")
+STATE_HOOKS = (
+    "setup",
+    "begin_round",
+    "end_round",
+    "initialize",
+    "download",
+    "received",
+    "update",
+    "synchronized",
+    "offer",
+)
 
 
 def choose_mode(cfg, projected: int) -> tuple[str, int]:
@@ -118,8 +128,14 @@ def build_store(ctx: StoreContext) -> "MemoryStore | DiskStore":
     cfg, comm = ctx.cfg, ctx.comm
     projected, what = projection(ctx)
     mode, projected = choose_mode(cfg, projected)
-    info = {"mode": mode, "projected_mb": round(projected / MiB, 1), "projected_bytes": projected, "limit_mb": cfg.client_state_limit_mb,
-            "projected_from": what, "keep_at_end": cfg.client_state_keep}
+    info = {
+        "mode": mode,
+        "projected_mb": round(projected / MiB, 1),
+        "projected_bytes": projected,
+        "limit_mb": cfg.client_state_limit_mb,
+        "projected_from": what,
+        "keep_at_end": cfg.client_state_keep,
+    }
     if mode == "memory":
         store = MemoryStore()
     else:
@@ -135,8 +151,12 @@ def build_store(ctx: StoreContext) -> "MemoryStore | DiskStore":
                 atexit.register(shutil.rmtree, root, True)
         # --client-cache-mb is the node's: its processes (MPI ranks, --workers) keep an even share each
         store = DiskStore(root, comm.rank, comm.size, cache_bytes=cfg.client_cache_mb * MiB // comm.node_size)
-        info.update(folder=str(root) if not cfg.out else FOLDER, cache_mb=cfg.client_cache_mb,
-                    cache_mb_per_process=round(cfg.client_cache_mb / comm.node_size, 1), format="raw rows + CRC-32 index")
+        info.update(
+            folder=str(root) if not cfg.out else FOLDER,
+            cache_mb=cfg.client_cache_mb,
+            cache_mb_per_process=round(cfg.client_cache_mb / comm.node_size, 1),
+            format="raw rows + CRC-32 index",
+        )
     store.info = info
     return store
 
@@ -146,8 +166,10 @@ def describe(info: dict) -> str | None:
     if not info.get("projected_bytes"):
         return None
     where = f"on disk in {info['folder']}" if info["mode"] == "disk" else "in memory (checkpoints hold a copy)"
-    return (f"client state: up to {size(info['projected_bytes'])} ({'; '.join(info.get('projected_from', []))}), "
-            f"{where}; --client-state-limit-mb {info['limit_mb']}")
+    return (
+        f"client state: up to {size(info['projected_bytes'])} ({'; '.join(info.get('projected_from', []))}), "
+        f"{where}; --client-state-limit-mb {info['limit_mb']}"
+    )
 
 
 def _who(name: str, key: int) -> str:
@@ -231,8 +253,10 @@ class MemoryStore:
     def load_state_dict(self, state: dict, root_state: dict | None = None) -> None:
         """Back to a checkpoint: this process's part ``state``, the replicated tables from the root's ``root_state``."""
         if DiskStore.KEY in state:
-            raise DataError("the checkpoint keeps its client state on disk (RUN_DIR/client-state) but this run keeps it in "
-                            "memory; resume with the --client-state it was written with")
+            raise DataError(
+                "the checkpoint keeps its client state on disk (RUN_DIR/client-state) but this run keeps it in "
+                "memory; resume with the --client-state it was written with"
+            )
         self.replicated = set(state.get(self.REPLICATED, []))
         self.tables = {n: {int(c): v for c, v in t.items()} for n, t in _merged(state, root_state).items()}
 
@@ -261,15 +285,22 @@ class _Table:
         return int((self.where >= 0).sum())
 
     def state(self) -> dict:
-        return {"dtype": str(self.dtype).removeprefix("torch."), "shape": list(self.shape), "rows": list(self.rows),
-                "where": torch.from_numpy(self.where.copy()), "row": torch.from_numpy(self.row.copy()),
-                "crc": torch.from_numpy(self.crc.copy())}
+        return {
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "shape": list(self.shape),
+            "rows": list(self.rows),
+            "where": torch.from_numpy(self.where.copy()),
+            "row": torch.from_numpy(self.row.copy()),
+            "crc": torch.from_numpy(self.crc.copy()),
+        }
 
     @classmethod
     def from_state(cls, name: str, s: dict, world: int) -> "_Table":
         t = cls(name, getattr(torch, s["dtype"]), tuple(s["shape"]), world)
-        t.where, t.row, t.crc = (np.asarray(s[k].numpy(), dtype=d).copy() for k, d in
-                                 (("where", np.int32), ("row", np.int64), ("crc", np.int64)))
+        t.where, t.row, t.crc = (
+            np.asarray(s[k].numpy(), dtype=d).copy()
+            for k, d in (("where", np.int32), ("row", np.int64), ("crc", np.int64))
+        )
         t.rows = [int(r) for r in s["rows"]]
         return t
 
@@ -283,17 +314,19 @@ class DiskStore:
     kind = "disk"
     KEY = "disk-store"
 
-    def __init__(self, root: Path, rank: int = 0, world: int = 1, cache_bytes: int = 64 * MiB, slack: int | None = None):
+    def __init__(
+        self, root: Path, rank: int = 0, world: int = 1, cache_bytes: int = 64 * MiB, slack: int | None = None
+    ):
         self.root, self.rank, self.world = Path(root), int(rank), int(world)
         self.cache_bytes, self.slack = int(cache_bytes), int(COMPACT_SLACK if slack is None else slack)
         self.tables: dict[str, _Table] = {}
         self.gen = 0
         self.cache: OrderedDict = OrderedDict()
         self.cache_used = 0
-        self.fds: dict[tuple, int] = {}     # (gen, rank, file, for writing) -> open descriptor
-        self.pins: dict[int, int] = {}      # checkpointed round -> the generation it refers to
-        self.resumed = False                # older checkpoints of unknown generations may be on disk
-        self.fresh = True                   # nothing written yet: this process's old files are wiped first
+        self.fds: dict[tuple, int] = {}  # (gen, rank, file, for writing) -> open descriptor
+        self.pins: dict[int, int] = {}  # checkpointed round -> the generation it refers to
+        self.resumed = False  # older checkpoints of unknown generations may be on disk
+        self.fresh = True  # nothing written yet: this process's old files are wiped first
         self.info: dict = {"mode": "disk"}
 
     # ------------------------------------------------------------------ files
@@ -303,7 +336,8 @@ class DiskStore:
 
     @contextmanager
     def _in(self, *parts: str, create: bool = False):
-        """The folder ``client-state/<parts>`` held by a descriptor (:class:`~fedcli.safefs.Folder`), or None where one of
+        """The folder ``client-state/<parts>`` held by a descriptor (:class:`~fedcli.safefs.Folder`), or None where one
+        of
         them is missing (``create``: made): the folder holding the store's (the run folder, the user's choice of place)
         reached as a path, each folder below it opened from the one above without following a link, so a link at any
         of them is refused (``LinkRefused``, exit 2, naming it) whenever it was planted, and never written through."""
@@ -341,8 +375,10 @@ class DiskStore:
         if fd is None:
             with self._in(f"g{self.gen}", f"r{rank}", create=write) as d:
                 if not write and (d is None or d.size(file) < 0):
-                    raise DataError(f"{self.path(self.gen, rank, file)}: missing; expected the client-state file of "
-                                    f"process {rank} (raw rows of the client store)")
+                    raise DataError(
+                        f"{self.path(self.gen, rank, file)}: missing; expected the client-state file of "
+                        f"process {rank} (raw rows of the client store)"
+                    )
                 fd = self.fds[k] = d.open_fd(file, os.O_RDWR | os.O_CREAT if write else os.O_RDONLY, doing="open")
         return fd
 
@@ -394,11 +430,16 @@ class DiskStore:
         buf = os.pread(self._fd(rank, tab.file), tab.row_bytes, row * tab.row_bytes) if tab.row_bytes else b""
         if len(buf) != tab.row_bytes or (zlib.crc32(buf) & 0xFFFFFFFF) != int(tab.crc[key]):
             why = "cut short" if len(buf) != tab.row_bytes else "checksum mismatch"
-            raise DataError(f"{self.path(self.gen, rank, tab.file)}: {_who(name, key)}'s state '{name}' is damaged ({why}); "
-                            f"expected raw {str(tab.dtype).removeprefix('torch.')} rows of shape {list(tab.shape)} matching "
-                            f"the checkpoint's CRC-32 index (resume from another checkpoint, or start the run again)")
-        t = torch.frombuffer(bytearray(buf), dtype=tab.dtype).reshape(tab.shape) if tab.row_bytes \
+            raise DataError(
+                f"{self.path(self.gen, rank, tab.file)}: {_who(name, key)}'s state '{name}' is damaged ({why}); "
+                f"expected raw {str(tab.dtype).removeprefix('torch.')} rows of shape {list(tab.shape)} matching "
+                f"the checkpoint's CRC-32 index (resume from another checkpoint, or start the run again)"
+            )
+        t = (
+            torch.frombuffer(bytearray(buf), dtype=tab.dtype).reshape(tab.shape)
+            if tab.row_bytes
             else torch.empty(tab.shape, dtype=tab.dtype)
+        )
         self._cache_put(k, t)
         return t
 
@@ -521,7 +562,7 @@ class DiskStore:
             except OSError:
                 pass
         self.pins[int(round_idx)] = self.gen
-        self.pins = dict(sorted(self.pins.items())[-int(keep):])
+        self.pins = dict(sorted(self.pins.items())[-int(keep) :])
         self.keep = int(keep)
         self._release()
 
@@ -573,10 +614,22 @@ class DiskStore:
                 p = self.path(self.gen, self.rank, tab.file)
                 size = d.size(tab.file) if d is not None else -1
                 if size < want:
-                    first = next((int(k) for k in np.nonzero((tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0)))[0]), None)
+                    first = next(
+                        (
+                            int(k)
+                            for k in np.nonzero(
+                                (tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0))
+                            )[0]
+                        ),
+                        None,
+                    )
                     whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
-                    raise DataError(f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so {whose}lost; expected "
-                                    f"the client-state file the checkpoint refers to (resume from another checkpoint, or start again)")
+                    raise DataError(
+                        f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so "
+                        f"{whose}lost; expected "
+                        f"the client-state file the checkpoint refers to (resume from another checkpoint, "
+                        f"or start again)"
+                    )
                 if size > want:  # through the rank folder's descriptor, O_NOFOLLOW: never the file a link points to
                     fd = d.open_fd(tab.file, os.O_WRONLY, doing="truncate")
                     try:
@@ -596,12 +649,16 @@ class DiskStore:
         personal models, ``--client-state-keep personal``), their live rows' size; the manifest records it."""
         self.keep_tables = sorted(n for n in self.tables if keep_prefixes and n.startswith(keep_prefixes))
         kept = sum(self.tables[n].live() * self.tables[n].row_bytes for n in self.keep_tables)
-        return {"kept_tables": len(self.keep_tables), "kept_mb": round(kept / MiB, 1),
-                "kept": f"{FOLDER}/g{self.gen} with {FOLDER}/{INDEX}" if self.keep_tables else "nothing"}
+        return {
+            "kept_tables": len(self.keep_tables),
+            "kept_mb": round(kept / MiB, 1),
+            "kept": f"{FOLDER}/g{self.gen} with {FOLDER}/{INDEX}" if self.keep_tables else "nothing",
+        }
 
     def write_end(self) -> None:
         """The last round is done (every process, before the manifest says ``completed``): this process's files are
-        flushed to the disk and the root writes the index of the tables :meth:`end_plan` keeps (``client-state/index.pt``,
+        flushed to the disk and the root writes the index of the tables :meth:`end_plan` keeps
+        (``client-state/index.pt``,
         the checkpoint's format). Nothing goes yet: a failure here (a full disk) leaves every file the last checkpoint
         refers to, so the run resumes from it; :meth:`finish_run` removes the rest once the manifest says completed."""
         for fd in self.fds.values():
@@ -630,7 +687,7 @@ class DiskStore:
                 self._drop_generation(gen)
                 continue
             with self._in(f"g{gen}", f"r{self.rank}") as mine:
-                for name in (mine.names() if mine is not None else []):
+                for name in mine.names() if mine is not None else []:
                     if name not in files:
                         mine.refuse_link(name)
                         mine.unlink(name)

@@ -86,8 +86,9 @@ def due_layers(schedule, local_layers, local_epochs: bool, step: int, steps: int
     return due
 
 
-def cohort_sum(comm, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None,
-               skip: torch.Tensor | None = None) -> torch.Tensor:
+def cohort_sum(
+    comm, cohort: Cohort, tensors: list[torch.Tensor], weights: torch.Tensor | None, skip: torch.Tensor | None = None
+) -> torch.Tensor:
     """sum_i w_i x_i over the whole cohort (all processes), flat, the clients added in cohort order
     (``Communicator.client_sum``: the same bits for any number of worker processes); rows of ``skip`` add
     nothing, by default those of the clients dropped by --on-diverge skip-client (``cohort.skipped``), so no
@@ -97,8 +98,13 @@ def cohort_sum(comm, cohort: Cohort, tensors: list[torch.Tensor], weights: torch
     return comm.client_sum(tensors, weights, cohort.positions, cohort.total, skip)
 
 
-def cohort_sums(comm, cohort: Cohort, stacked: dict[str, torch.Tensor], weights: torch.Tensor | None,
-                skip: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def cohort_sums(
+    comm,
+    cohort: Cohort,
+    stacked: dict[str, torch.Tensor],
+    weights: torch.Tensor | None,
+    skip: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """:func:`cohort_sum` of named per-client tensors [K, *shape]: name -> sum_i w_i x_i [*shape] (views of one flat
     sum: all the tensors travel in one all-reduce)."""
     flat = cohort_sum(comm, cohort, list(stacked.values()), weights, skip)

@@ -45,13 +45,22 @@ from fedcli.fl.context import SystemContext
 from fedcli.fl.rng import np_gen
 from fedcli.models.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops
 from fedcli.specs import NO_COST, CostInput
-from fedcli.specs.system import SystemParams
-from fedcli.specs.system import (AVAILABILITY_COLUMNS, QUANTITIES, TRACE_COLUMNS, in_range,  # noqa: F401
-                                 parse_distribution, range_text, read_availability_rows, read_trace_rows)
+from fedcli.specs.system import (
+    AVAILABILITY_COLUMNS,  # noqa: F401
+    QUANTITIES,
+    TRACE_COLUMNS,  # noqa: F401
+    SystemParams,
+    in_range,
+    parse_distribution,
+    range_text,
+    read_availability_rows,
+    read_trace_rows,
+)
 
 
 def draw(distribution: str, n: int, gen: np.random.Generator, option: str = "speed") -> np.ndarray:
-    """``n`` values of the distribution ``distribution`` (``NAME:ARGS``), one per client index, from ``gen``. Tiers are shares,
+    """``n`` values of the distribution ``distribution`` (``NAME:ARGS``), one per client index, from ``gen``. Tiers are
+    shares,
     not chances: ``tiers:1e10@0.1,1e8@0.9`` of 10 clients makes exactly one fast client (which one: ``gen``). A
     log-normal draw outside the quantity's range (``fedcli.specs.system.BOUNDS``) is refused (ConfigError, exit 2)."""
     name, args = parse_distribution(distribution, option, QUANTITIES[option][1])
@@ -62,10 +71,12 @@ def draw(distribution: str, n: int, gen: np.random.Generator, option: str = "spe
             values = args[0] * np.exp(args[1] * gen.standard_normal(n))
         bad = [i for i, v in enumerate(values.tolist()) if not in_range(option, v)]
         if bad:
-            raise ConfigError(f"--{option} {distribution!r}: client {bad[0]}'s draw {values[bad[0]]:g} lies outside "
-                              f"{range_text(option)}, the range that keeps a run's simulated time finite "
-                              f"({len(bad)} client(s)); lower the spread or move the median (docs/system-model.md)",
-                              key=option)
+            raise ConfigError(
+                f"--{option} {distribution!r}: client {bad[0]}'s draw {values[bad[0]]:g} lies outside "
+                f"{range_text(option)}, the range that keeps a run's simulated time finite "
+                f"({len(bad)} client(s)); lower the spread or move the median (docs/system-model.md)",
+                key=option,
+            )
         return values
     if name == "uniform":
         return gen.uniform(args[0], args[1], n)
@@ -90,15 +101,19 @@ def read_trace(path: str, n: int) -> tuple[dict[str, np.ndarray], str]:
                 out[q][client] = v
     absent = [i for i in range(n) if math.isnan(out["speed"][i])]
     if absent:
-        raise ConfigError(f"--system-trace {path}: {len(rows)} row(s) for a run of {n} clients; no row for client "
-                          f"{absent[0]} ({len(absent)} client(s) missing): expected one row per client", key="system_trace")
+        raise ConfigError(
+            f"--system-trace {path}: {len(rows)} row(s) for a run of {n} clients; no row for client "
+            f"{absent[0]} ({len(absent)} client(s) missing): expected one row per client",
+            key="system_trace",
+        )
     return out, digest
 
 
 def read_availability(path: str, n: int) -> tuple[list[list[tuple[float, float]]], str]:
     """Each client's on-intervals [start, end) in simulated seconds (``AVAILABILITY_COLUMNS``; a client without a
     row is never available), and the file's sha256. ConfigError (exit 2) for an interval that is not
-    0 <= start <= end (end may be inf) or starts after ``MAX_SECONDS`` (``fedcli.specs.system.read_availability_rows``)."""
+    0 <= start <= end (end may be inf) or starts after ``MAX_SECONDS``
+    (``fedcli.specs.system.read_availability_rows``)."""
     rows, digest = read_availability_rows(path)
     on: list[list[tuple[float, float]]] = [[] for _ in range(n)]
     for _line, client, v in rows:
@@ -106,19 +121,20 @@ def read_availability(path: str, n: int) -> tuple[list[list[tuple[float, float]]
             on[client].append((v["start"], v["end"]))
     return on, digest
 
+
 @dataclass
 class RoundPlan:
     """Who takes part in a round and how many local steps each runs (``SystemModel.plan_round``)."""
 
     sampled: list[int]
     participants: list[int]
-    steps: dict[int, int]                              # each participant's local steps
+    steps: dict[int, int]  # each participant's local steps
     unavailable: list[int] = field(default_factory=list)
-    dropped: list[int] = field(default_factory=list)   # missed the deadline: not aggregated
-    partial: list[int] = field(default_factory=list)   # kept with fewer steps than the round's
-    syncs: list = field(default_factory=list)          # the round's synchronizations (step, layers), set by the engine
-    wait_s: float = 0.0                                # simulated seconds the round waited for a client to come online
-    surplus: list = field(default_factory=list)        # --overcommit: finished after the first K, not aggregated
+    dropped: list[int] = field(default_factory=list)  # missed the deadline: not aggregated
+    partial: list[int] = field(default_factory=list)  # kept with fewer steps than the round's
+    syncs: list = field(default_factory=list)  # the round's synchronizations (step, layers), set by the engine
+    wait_s: float = 0.0  # simulated seconds the round waited for a client to come online
+    surplus: list = field(default_factory=list)  # --overcommit: finished after the first K, not aggregated
     round_idx: int = 0
     # the bytes per layer each participant moved beyond the synchronizations (``Ledger.take_round``), set by the engine
     extra_up: list | None = None
@@ -150,8 +166,16 @@ class Work:
         for cost, params in self.costs:
             for k, c in enumerate(clients):
                 n = self.samples[c]
-                given = CostInput(params, round_idx, self.split[c], n, self.batch, self.drop_last, n_round,
-                                  lambda e, n=n: epoch_steps(n, e, self.batch, self.drop_last))
+                given = CostInput(
+                    params,
+                    round_idx,
+                    self.split[c],
+                    n,
+                    self.batch,
+                    self.drop_last,
+                    n_round,
+                    lambda e, n=n: epoch_steps(n, e, self.batch, self.drop_last),
+                )
                 out[:, k] += (cost.step_passes(given), cost.round_passes(given), cost.round_trips(given))
         return out
 
@@ -192,13 +216,18 @@ class SystemModel:
         if not self.work:
             return step, np.zeros(len(clients))
         extra_step, passes, trips = self.work.per_client(round_idx, clients.tolist(), n_round)
-        own = TRAIN_FLOPS_PER_FORWARD * self.forward_flops * passes / self.speed[clients] + 2.0 * trips * self.latency[clients]
+        own = (
+            TRAIN_FLOPS_PER_FORWARD * self.forward_flops * passes / self.speed[clients]
+            + 2.0 * trips * self.latency[clients]
+        )
         return step * (1.0 + extra_step), own
 
     def layer_seconds(self, clients: np.ndarray, layers: list[int]) -> np.ndarray:
         """[len(clients), len(layers)]: each client's transfer time of each layer, up and down (no latency)."""
-        return (self.up_bytes[layers][None, :] / self.uplink[clients][:, None]
-                + self.down_bytes[layers][None, :] / self.downlink[clients][:, None])
+        return (
+            self.up_bytes[layers][None, :] / self.uplink[clients][:, None]
+            + self.down_bytes[layers][None, :] / self.downlink[clients][:, None]
+        )
 
     def sync_seconds(self, clients: np.ndarray, layers: list[int], each: np.ndarray | None = None) -> np.ndarray:
         """x_i(L): each client's time of one synchronization of ``layers``: 2 lat_i + its transfers (``each``: their
@@ -240,10 +269,13 @@ class SystemModel:
         (exit 2) when no client will ever be online again: the rest of the run could not train."""
         everyone = range(self.n)
         if self.next_online(everyone, now) is None:
-            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client is online at or "
-                              f"after simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
-                              f"run; the rounds before are in system.csv and metrics.csv (give intervals that reach "
-                              f"further, or a smaller budget)", key="availability_trace")
+            raise ConfigError(
+                f"--availability-trace {self.options.availability_trace}: no client is online at or "
+                f"after simulated time {now:g} s (round {round_idx + 1}): nobody could train in the rest of the "
+                f"run; the rounds before are in system.csv and metrics.csv (give intervals that reach "
+                f"further, or a smaller budget)",
+                key="availability_trace",
+            )
         if self.options.sampling == "cohort":
             start = self.next_online(sampled, now)
             return list(sampled), (now if start is None else start)  # None: this cohort never again, the round idles
@@ -267,8 +299,15 @@ class SystemModel:
         u = np_gen(self.seed, "available", round_idx).random(self.n)
         return [c for c in cohort if u[c] < p]
 
-    def plan_round(self, round_idx: int, cohort: list[int], steps: dict[int, int],
-                   syncs: list[tuple[int, list[int]]], now: float = 0.0, keep: int | None = None) -> RoundPlan:
+    def plan_round(
+        self,
+        round_idx: int,
+        cohort: list[int],
+        steps: dict[int, int],
+        syncs: list[tuple[int, list[int]]],
+        now: float = 0.0,
+        keep: int | None = None,
+    ) -> RoundPlan:
         """Round ``round_idx``'s participants among the sampled ``cohort``: the available ones (at ``now``, the
         round's simulated start) that meet the deadline (``--on-deadline``), each with its local steps (``steps``:
         each client's full steps this round); with ``keep`` (``--overcommit``), the first ``keep`` of them to finish
@@ -315,7 +354,9 @@ class SystemModel:
         # a relative 1e-9 keeps an exact fit (D = s c_i + x_i computed back) from losing a step to rounding
         return np.floor(spare / step * (1.0 + 1e-9))
 
-    def round_seconds(self, plan: RoundPlan, syncs: list[tuple[int, list[int]]], n_layers: int) -> tuple[float, list[float]]:
+    def round_seconds(
+        self, plan: RoundPlan, syncs: list[tuple[int, list[int]]], n_layers: int
+    ) -> tuple[float, list[float]]:
         """(T, per-layer seconds) of a round that ran ``plan``: T = sum_k max_i (s_ik P_i c_i + x_i(L_k)), with each
         participant's extra work e_i (:meth:`client_work` and the copies ``plan.extra_up`` / ``extra_down``) in the
         first synchronization's term, at least the deadline when a client was dropped (the server waited for it), plus
@@ -326,8 +367,10 @@ class SystemModel:
         step_s, extra = self.client_work(plan.round_idx, ids, len(ids))
         per_layer = [0.0] * n_layers
         if plan.extra_up is not None and len(ids):  # the whole-model copies moved beyond the synchronizations
-            moved = (np.asarray(plan.extra_up, dtype=np.float64)[None, :] / self.uplink[ids][:, None]
-                     + np.asarray(plan.extra_down, dtype=np.float64)[None, :] / self.downlink[ids][:, None])
+            moved = (
+                np.asarray(plan.extra_up, dtype=np.float64)[None, :] / self.uplink[ids][:, None]
+                + np.asarray(plan.extra_down, dtype=np.float64)[None, :] / self.downlink[ids][:, None]
+            )
             extra = extra + moved.sum(axis=1)
             per_layer = [a + b for a, b in zip(per_layer, moved.max(axis=0).tolist())]
         total, prev = 0.0, 0
@@ -362,52 +405,83 @@ class SystemModel:
         if float(own.min()) > deadline:
             fastest = int(np.argmin(own))
             what = "its round's local steps" if self.options.on_deadline == "drop" else "one local step"
-            raise ConfigError(f"--deadline {deadline:g}: no client can meet it; the fastest, client {fastest}, needs "
-                              f"{float(own[fastest]):.6g} s for {what} and its synchronizations (raise --deadline, or "
-                              f"see the speeds and bandwidths in docs/system-model.md)", key="deadline")
+            raise ConfigError(
+                f"--deadline {deadline:g}: no client can meet it; the fastest, client {fastest}, needs "
+                f"{float(own[fastest]):.6g} s for {what} and its synchronizations (raise --deadline, or "
+                f"see the speeds and bandwidths in docs/system-model.md)",
+                key="deadline",
+            )
 
     def check_online(self) -> None:
         """Before training: some client is online at some time (``--availability-trace``); ConfigError (exit 2)
         otherwise, since nobody would ever train."""
         if self.next_online(range(self.n), 0.0) is None:
-            raise ConfigError(f"--availability-trace {self.options.availability_trace}: no client of the run's {self.n} "
-                              f"is ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
-                              f"train", key="availability_trace")
+            raise ConfigError(
+                f"--availability-trace {self.options.availability_trace}: no client of the run's {self.n} "
+                f"is ever online (no interval with start < end for clients 0 to {self.n - 1}): nobody would "
+                f"train",
+                key="availability_trace",
+            )
 
     def check_trained(self, synchronized: int, rounds: int) -> None:
         """After the last round: some client took part in some round (``synchronized``: the parameters the ledger
         counted); ConfigError (exit 2) otherwise: a run in which nobody trained is an error, not a completion."""
         if synchronized == 0 and rounds > 0:
-            raise ConfigError(f"--system: nobody took part in any of the run's {rounds} round(s) (system.csv: every "
-                              f"sampled client was unavailable or missed the deadline), so nothing was trained; raise "
-                              f"--availability, widen the availability trace's intervals or the deadline",
-                              key="availability")
+            raise ConfigError(
+                f"--system: nobody took part in any of the run's {rounds} round(s) (system.csv: every "
+                f"sampled client was unavailable or missed the deadline), so nothing was trained; raise "
+                f"--availability, widen the availability trace's intervals or the deadline",
+                key="availability",
+            )
 
     def describe(self) -> dict:
         """The manifest's ``system`` entry: the options, the model's FLOPs, each quantity's range, the trace digest."""
         cfg = self.options
-        spread = {q: {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max())}
-                  for q, v in zip(QUANTITIES, (self.speed, self.uplink, self.downlink, self.latency))}
+        spread = {
+            q: {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max())}
+            for q, v in zip(QUANTITIES, (self.speed, self.uplink, self.downlink, self.latency))
+        }
         trace = lambda path, digest: {"path": path, "resolved": str(Path(path).resolve()), "sha256": digest}  # noqa: E731
         # a trace replaces the four draws: their options are not recorded beside it (they were not used)
         draws = {} if cfg.system_trace else {q: getattr(cfg, q) for q in QUANTITIES}
-        return {**draws, "units": {q: u for q, (u, _) in QUANTITIES.items()}, "availability": cfg.availability,
-                "deadline": cfg.deadline, "on_deadline": cfg.on_deadline, "server_time": cfg.server_time,
-                "sampling": cfg.sampling, **({"overcommit": cfg.overcommit} if cfg.sampling == "available" else {}),
-                "forward_flops_per_sample": self.forward_flops, "train_flops_per_forward": TRAIN_FLOPS_PER_FORWARD,
-                **({"costs": [c.source for c, _ in self.work.costs]} if self.work else {}),
-                **({"trace": trace(cfg.system_trace, self.trace_sha256)} if cfg.system_trace else {}),
-                **({"availability_trace": trace(cfg.availability_trace, self.availability_sha256)}
-                   if cfg.availability_trace else {}),
-                "clients": spread}
+        return {
+            **draws,
+            "units": {q: u for q, (u, _) in QUANTITIES.items()},
+            "availability": cfg.availability,
+            "deadline": cfg.deadline,
+            "on_deadline": cfg.on_deadline,
+            "server_time": cfg.server_time,
+            "sampling": cfg.sampling,
+            **({"overcommit": cfg.overcommit} if cfg.sampling == "available" else {}),
+            "forward_flops_per_sample": self.forward_flops,
+            "train_flops_per_forward": TRAIN_FLOPS_PER_FORWARD,
+            **({"costs": [c.source for c, _ in self.work.costs]} if self.work else {}),
+            **({"trace": trace(cfg.system_trace, self.trace_sha256)} if cfg.system_trace else {}),
+            **(
+                {"availability_trace": trace(cfg.availability_trace, self.availability_sha256)}
+                if cfg.availability_trace
+                else {}
+            ),
+            "clients": spread,
+        }
 
     def round_row(self, plan: RoundPlan, round_idx: int, iteration: int, seconds: float, sim_time: float) -> dict:
         """system.csv: one row per round (``round`` counted from 1, as in metrics.csv)."""
         ids = lambda cs: " ".join(str(c) for c in cs)  # noqa: E731
-        return {"round": round_idx + 1, "iteration": iteration, "round_s": seconds, "sim_time_s": sim_time, "wait_s": plan.wait_s,
-                "sampled": len(plan.sampled), "participants": len(plan.participants),
-                "unavailable": len(plan.unavailable), "dropped": len(plan.dropped), "partial": len(plan.partial),
-                "dropped_clients": ids(plan.dropped), "partial_clients": ids(plan.partial)}
+        return {
+            "round": round_idx + 1,
+            "iteration": iteration,
+            "round_s": seconds,
+            "sim_time_s": sim_time,
+            "wait_s": plan.wait_s,
+            "sampled": len(plan.sampled),
+            "participants": len(plan.participants),
+            "unavailable": len(plan.unavailable),
+            "dropped": len(plan.dropped),
+            "partial": len(plan.partial),
+            "dropped_clients": ids(plan.dropped),
+            "partial_clients": ids(plan.partial),
+        }
 
 
 def plan_system_round(model: SystemModel, budget, state, sampled: list[int], n_active: int, sync_plan) -> RoundPlan:

@@ -5,7 +5,8 @@ Without a deadline and without availability (nothing that makes who trains depen
 training does not depend on the system model, and its simulated time is a function of what each round did: who took
 part with how many local steps, which layers it synchronized after which step, the method's declared work and the
 copies its ledger recorded beyond the synchronizations. :class:`Recorder` writes that, one ``timing.csv`` row per
-round (``fedcli.results.rundir.TIMING_COLUMNS``), for every such run, with ``--system`` or without; the manifest's ``timing`` entry
+round (``fedcli.results.rundir.TIMING_COLUMNS``), for every such run, with ``--system`` or without; the manifest's
+``timing`` entry
 (:meth:`Recorder.describe`) holds what does not change from round to round (the model's forward FLOPs per sample, each
 client's samples per step, the bytes per layer). :func:`retime` replays the rows through
 ``fedcli.fl.system.SystemModel.round_seconds``, the function training calls, so that a re-timed run's ``sim_time_s``
@@ -33,16 +34,22 @@ def refusal(cfg: dict) -> str | None:
     """Why a run of config ``cfg`` (a dict: the manifest's ``config``) cannot be re-timed, or None: its training
     depended on the system model (who took part followed the simulated clock or the availability draws)."""
     if float(cfg.get("deadline") or 0) > 0:
-        return (f"it was trained with --deadline {float(cfg['deadline']):g} (who took part, and with how many steps, "
-                f"followed the simulated time)")
+        return (
+            f"it was trained with --deadline {float(cfg['deadline']):g} (who took part, and with how many steps, "
+            f"followed the simulated time)"
+        )
     if float(cfg.get("availability", 1.0)) < 1.0:
         return f"it was trained with --availability {float(cfg['availability']):g} (who took part followed the draws)"
     if cfg.get("availability_trace"):
-        return (f"it was trained with --availability-trace {cfg['availability_trace']} (who took part followed the "
-                f"simulated time)")
+        return (
+            f"it was trained with --availability-trace {cfg['availability_trace']} (who took part followed the "
+            f"simulated time)"
+        )
     if cfg.get("sampling", "cohort") != "cohort":
-        return (f"it was trained with --sampling {cfg['sampling']} (its cohorts followed the simulated time and the "
-                f"clients' speeds)")
+        return (
+            f"it was trained with --sampling {cfg['sampling']} (its cohorts followed the simulated time and the "
+            f"clients' speeds)"
+        )
     return None
 
 
@@ -93,9 +100,16 @@ class Recorder:
         """The manifest's ``timing`` entry: what re-timing needs beside timing.csv."""
         s = self.shape
         batch = [int(b) for b in s.batch]
-        return {"version": VERSION, "file": "timing.csv", "forward_flops_per_sample": s.forward_flops,
-                "clients": len(batch), "batch": batch[0] if len(set(batch)) == 1 else batch,
-                "up_bytes": [float(v) for v in s.up], "down_bytes": [float(v) for v in s.down], "costs": bool(s.work)}
+        return {
+            "version": VERSION,
+            "file": "timing.csv",
+            "forward_flops_per_sample": s.forward_flops,
+            "clients": len(batch),
+            "batch": batch[0] if len(set(batch)) == 1 else batch,
+            "up_bytes": [float(v) for v in s.up],
+            "down_bytes": [float(v) for v in s.down],
+            "costs": bool(s.work),
+        }
 
     def row(self, plan, iteration: int) -> dict:
         """timing.csv's row of a round that ran ``plan`` (a ``fedcli.fl.system.RoundPlan`` with its ``syncs`` and its
@@ -106,10 +120,16 @@ class Recorder:
             each = self.shape.work.per_client(plan.round_idx, ids, len(ids))
             work = _same_or_each(["/".join(repr(float(v)) for v in each[:, k]) for k in range(len(ids))])
         up, down = (v if v is not None and any(v) else () for v in (plan.extra_up, plan.extra_down))
-        return {"round": plan.round_idx + 1, "iteration": iteration, "clients": " ".join(map(str, ids)),
-                "steps": _same_or_each([str(plan.steps[c]) for c in ids]),
-                "syncs": ";".join(f"{j}:{_layers(ls)}" for j, ls in plan.syncs), "work": work,
-                "extra_up": _floats(up), "extra_down": _floats(down)}
+        return {
+            "round": plan.round_idx + 1,
+            "iteration": iteration,
+            "clients": " ".join(map(str, ids)),
+            "steps": _same_or_each([str(plan.steps[c]) for c in ids]),
+            "syncs": ";".join(f"{j}:{_layers(ls)}" for j, ls in plan.syncs),
+            "work": work,
+            "extra_up": _floats(up),
+            "extra_down": _floats(down),
+        }
 
 
 # ---------------------------------------------------------------------- replay
@@ -135,9 +155,12 @@ def plans(entry: dict, rows: list[dict]):
         ids = [int(c) for c in str(r["clients"]).split()]
         steps = [int(s) for s in _each(str(r["steps"]), len(ids))]
         plan = RoundPlan(list(ids), list(ids), dict(zip(ids, steps)), round_idx=int(r["round"]) - 1)
-        plan.syncs = [(int(j), _read_layers(ls)) for j, _, ls in (s.partition(":") for s in str(r["syncs"]).split(";") if s)]
-        plan.extra_up, plan.extra_down = ([float(v) for v in str(r[k]).split()] or [0.0] * n_layers
-                                          for k in ("extra_up", "extra_down"))
+        plan.syncs = [
+            (int(j), _read_layers(ls)) for j, _, ls in (s.partition(":") for s in str(r["syncs"]).split(";") if s)
+        ]
+        plan.extra_up, plan.extra_down = (
+            [float(v) for v in str(r[k]).split()] or [0.0] * n_layers for k in ("extra_up", "extra_down")
+        )
         work = None
         if str(r.get("work") or "").strip():
             work = np.array([[float(v) for v in cell.split("/")] for cell in _each(str(r["work"]), len(ids))]).T

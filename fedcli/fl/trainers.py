@@ -77,7 +77,8 @@ class VmapTrainer(Trainer):
     gradients of the chunks are joined into the same ``[K, ...]`` tensors. On the CPU each client's arithmetic is
     the same in a chunk as in the whole cohort for models without BatchNorm, so the result is bitwise the unchunked
     one (every stacked golden run, tested); batched BatchNorm reduces over another shape, within 1e-6 (tested).
-    Models with dropout draw their masks chunk by chunk, a different (equally distributed) stream. ``chunk`` None on CUDA:
+    Models with dropout draw their masks chunk by chunk, a different (equally distributed) stream. ``chunk`` None on
+    CUDA:
     chosen at the first call from the device's free memory (:func:`auto_chunk`)."""
 
     name = "vmap"
@@ -108,12 +109,14 @@ class VmapTrainer(Trainer):
             key = (loss, tuple(extra_dims))
             fn = self._custom.get(key)
             if fn is None:
+
                 def with_aux(params, buffers, x, *rest):
                     value = loss(lowered(params, self.dtype), buffers, lower(x, self.dtype), *rest).float()
                     return value, value.detach()
 
-                fn = self._custom[key] = vmap(grad(with_aux, has_aux=True), in_dims=(0, 0, 0, 0, 0, *extra_dims),
-                                              randomness="different")
+                fn = self._custom[key] = vmap(
+                    grad(with_aux, has_aux=True), in_dims=(0, 0, 0, 0, 0, *extra_dims), randomness="different"
+                )
         k = x.shape[0]
         low = lowered(cohort.buffers, self.dtype)  # BatchNorm statistics in the compute dtype, written back below
         held = Held(cohort.params, low)
@@ -122,9 +125,14 @@ class VmapTrainer(Trainer):
         if not self.chunk or self.chunk >= k:
             out = fn(cohort.params, low, x, y, w, *extra)
         else:
-            parts = [fn(*self._args(held, x, y, w, extra, extra_dims, slice(a, a + self.chunk)))
-                     for a in range(0, k, self.chunk)]
-            out = {n: torch.cat([g[n] for g, _ in parts]) for n in parts[0][0]}, torch.cat([loss_ for _, loss_ in parts])
+            parts = [
+                fn(*self._args(held, x, y, w, extra, extra_dims, slice(a, a + self.chunk)))
+                for a in range(0, k, self.chunk)
+            ]
+            out = (
+                {n: torch.cat([g[n] for g, _ in parts]) for n in parts[0][0]},
+                torch.cat([loss_ for _, loss_ in parts]),
+            )
         write_back(low, cohort.buffers)
         return out
 
@@ -132,8 +140,14 @@ class VmapTrainer(Trainer):
     def _args(cohort, x, y, w, extra, extra_dims, sl: slice) -> tuple:
         """The arguments of one chunk of clients: views of the stacked tensors (BatchNorm statistics updated in place
         through them)."""
-        return ({n: p[sl] for n, p in cohort.params.items()}, {n: b[sl] for n, b in cohort.buffers.items()}, x[sl], y[sl],
-                w[sl], *(e if d is None else _row(e, sl) for e, d in zip(extra, extra_dims)))
+        return (
+            {n: p[sl] for n, p in cohort.params.items()},
+            {n: b[sl] for n, b in cohort.buffers.items()},
+            x[sl],
+            y[sl],
+            w[sl],
+            *(e if d is None else _row(e, sl) for e, d in zip(extra, extra_dims)),
+        )
 
 
 class Held:
@@ -211,8 +225,10 @@ class LoopTrainer(Trainer):
         for bufs in self._pool:
             if not bufs or not all(sys.getrefcount(t) <= 3 for t in bufs.values()):  # pool dict + loop var + argument
                 continue
-            if all(n in bufs and bufs[n].shape == p.shape and bufs[n].dtype == p.dtype and bufs[n].device == p.device
-                   for n, p in cohort.params.items()) and len(bufs) == len(cohort.params):
+            if all(
+                n in bufs and bufs[n].shape == p.shape and bufs[n].dtype == p.dtype and bufs[n].device == p.device
+                for n, p in cohort.params.items()
+            ) and len(bufs) == len(cohort.params):
                 return dict(bufs)
         bufs = {n: torch.empty_like(p) for n, p in cohort.params.items()}
         self._pool.append(bufs)
@@ -250,7 +266,9 @@ class LoopTrainer(Trainer):
             if loss is None:
                 value = masked_loss(functional_call(self.model, (low, buffers), (xk,)).float(), y[k], w[k])
             else:
-                value = loss(low, buffers, xk, y[k], w[k], *(e if d is None else _row(e, k) for e, d in zip(extra, extra_dims))).float()
+                value = loss(
+                    low, buffers, xk, y[k], w[k], *(e if d is None else _row(e, k) for e, d in zip(extra, extra_dims))
+                ).float()
             write_back(buffers, full)
             gs = torch.autograd.grad(value, [params[n] for n in names])
             if out is None:

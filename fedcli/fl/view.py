@@ -24,53 +24,56 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-
 #: every member of the part interface, by kind (docs/architecture.md, "The part interface")
 DATA = (
-    "seed",                # the run's --seed, which keys every random stream (fedcli.fl.rng); a part's own options
-                           # are its ``params``, bound when it is built (docs/method-contract.md)
-    "layers",              # the model's layers (fedcli.models.layers.LayerInfo), in parameter order (tuple)
-    "local_layers",        # indices of the layers the method keeps on the clients and never synchronizes (frozenset)
-    "global_params",       # the global model: parameter name -> tensor (updated in place by the engine; read only)
-    "global_buffers",      # the global model's buffers: name -> tensor (read only)
-    "model",               # the model's module, for functional_call with stacked or per-client tensors (its own
-                           # parameters are not the global model)
-    "device",              # this process's torch device
-    "train_x", "train_y",  # the training samples (every client's, on the device), indexed by the batch plans
-    "pad_fill",            # the padding value of the CIFAR augmentation (per channel), for batch plans with shifts
-    "batch_size",          # the mini-batch size every part uses (--batch-size, clamped to the largest client)
-    "drop_last",           # --drop-last: a client's incomplete last mini-batch of an epoch is dropped (epoch_steps)
-    "client_indices",      # each client's training sample indices (tuple of tensors; as the parts' training_indices left it)
-    "sizes",               # each client's training sample count (read-only numpy array)
-    "n_active",            # clients per round (the cohort size; with --system, the round's participants)
-    "share",               # n_active / the number of clients: the round's share of the clients (|P_t| / m)
+    "seed",  # the run's --seed, which keys every random stream (fedcli.fl.rng); a part's own options
+    # are its ``params``, bound when it is built (docs/method-contract.md)
+    "layers",  # the model's layers (fedcli.models.layers.LayerInfo), in parameter order (tuple)
+    "local_layers",  # indices of the layers the method keeps on the clients and never synchronizes (frozenset)
+    "global_params",  # the global model: parameter name -> tensor (updated in place by the engine; read only)
+    "global_buffers",  # the global model's buffers: name -> tensor (read only)
+    "model",  # the model's module, for functional_call with stacked or per-client tensors (its own
+    # parameters are not the global model)
+    "device",  # this process's torch device
+    "train_x",
+    "train_y",  # the training samples (every client's, on the device), indexed by the batch plans
+    "pad_fill",  # the padding value of the CIFAR augmentation (per channel), for batch plans with shifts
+    "batch_size",  # the mini-batch size every part uses (--batch-size, clamped to the largest client)
+    "drop_last",  # --drop-last: a client's incomplete last mini-batch of an epoch is dropped (epoch_steps)
+    # each client's training sample indices (tuple of tensors; as the parts' training_indices left it)
+    "client_indices",
+    "sizes",  # each client's training sample count (read-only numpy array)
+    "n_active",  # clients per round (the cohort size; with --system, the round's participants)
+    "share",  # n_active / the number of clients: the round's share of the clients (|P_t| / m)
     "full_participation",  # every client takes part in every round (all sampled; --system leaves none out)
 )
 SERVICES = (
-    "store",               # the client store: per-client state across rounds (through fedcli.fl.clientstate.ClientState)
-    "comm",                # the communicator, for the collective exchanges of per-client state (allgather, ...)
-    "ledger",              # the communication ledger: record_transfer for what a part sends beyond the model layers
-    "trainer",             # the stacked trainer: grads(cohort, x, y, mask, ...) and eval_input
-    "batches",             # the batch plans by purpose (fedcli.fl.cohort.BatchSource; None during setup)
+    "store",  # the client store: per-client state across rounds (through fedcli.fl.clientstate.ClientState)
+    "comm",  # the communicator, for the collective exchanges of per-client state (allgather, ...)
+    "ledger",  # the communication ledger: record_transfer for what a part sends beyond the model layers
+    "trainer",  # the stacked trainer: grads(cohort, x, y, mask, ...) and eval_input
+    "batches",  # the batch plans by purpose (fedcli.fl.cohort.BatchSource; None during setup)
 )
 CALLS = (
-    "cohort_sum",          # cohort_sum(cohort, tensors, weights, skip=None): sum_i w_i x_i over the whole cohort, flat
-                           # (clients dropped by --on-diverge skip-client left out, unless ``skip`` says otherwise)
-    "cohort_sums",         # cohort_sums(cohort, {name: [K, ...]}, weights): the same by name, one all-reduce
-    "cohort_weights",      # cohort_weights(cohort_ids, clients): the aggregation weights p_i (--weighting)
-    "client_steps",        # client_steps(clients, default): each client's local steps in a round (--local-epochs, --system keep-partial)
-    "run_plan",            # run_plan(): the run's rounds and local steps (fedcli.fl.budget.RunPlan)
+    "cohort_sum",  # cohort_sum(cohort, tensors, weights, skip=None): sum_i w_i x_i over the whole cohort, flat
+    # (clients dropped by --on-diverge skip-client left out, unless ``skip`` says otherwise)
+    "cohort_sums",  # cohort_sums(cohort, {name: [K, ...]}, weights): the same by name, one all-reduce
+    "cohort_weights",  # cohort_weights(cohort_ids, clients): the aggregation weights p_i (--weighting)
+    # client_steps(clients, default): each client's local steps in a round (--local-epochs, --system keep-partial)
+    "client_steps",
+    "run_plan",  # run_plan(): the run's rounds and local steps (fedcli.fl.budget.RunPlan)
 )
 CAPABILITIES = (
     "starts_from_global",  # starts_from_global(): the run's init starts every cohort client from the global model
-    "mixes_received",      # mixes_received(): the run's init mixes what the server sends with the client's old model
-    "received",            # received(cohort): what the server sends each cohort client (the init's Init.received)
-    "provided",            # provided(capability): whether one of the run's parts provides it (Part.provides)
-    "offered",             # offered(capability, cohort): what that part offers (Part.offer)
-    "declared",            # declared(name): family -> each part's value of a declaration of the Part base
+    "mixes_received",  # mixes_received(): the run's init mixes what the server sends with the client's old model
+    "received",  # received(cohort): what the server sends each cohort client (the init's Init.received)
+    "provided",  # provided(capability): whether one of the run's parts provides it (Part.provides)
+    "offered",  # offered(capability, cohort): what that part offers (Part.offer)
+    "declared",  # declared(name): family -> each part's value of a declaration of the Part base
 )
 MEMBERS = DATA + SERVICES + CALLS + CAPABILITIES
-#: data members computed from others (a fake view gets them from those: ``share`` from ``n_active`` and ``client_indices``)
+# : data members computed from others (a fake view gets them from those: ``share`` from ``n_active`` and
+# ``client_indices``)
 DERIVED = ("share",)
 
 
@@ -142,6 +145,7 @@ class PartView:
     def share(self) -> float:
         """The round's share of all clients, |P_t| / m: :attr:`n_active` over the number of clients."""
         return self.n_active / len(self._src.client_indices)
+
     full_participation = _Read()
 
     @property
@@ -198,7 +202,8 @@ class PartView:
         return self._src.parts["init"]
 
     def starts_from_global(self) -> bool:
-        """Whether the run's init starts every cohort client from the global model itself (``Init.starts_from_global``)."""
+        """Whether the run's init starts every cohort client from the global model itself
+        (``Init.starts_from_global``)."""
         return self._init().starts_from_global(self)
 
     def mixes_received(self) -> bool:

@@ -91,7 +91,9 @@ def load_factory(ref: str):
     factory = getattr(module, attr, None)
     if factory is None:
         names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise ConfigError(f"--model '{ref}': {target} has no '{attr}' (it defines: {', '.join(names[:12]) or 'nothing callable'})")
+        raise ConfigError(
+            f"--model '{ref}': {target} has no '{attr}' (it defines: {', '.join(names[:12]) or 'nothing callable'})"
+        )
     if not callable(factory):
         raise ConfigError(f"--model '{ref}': {target}.{attr} is a {type(factory).__name__}, not a callable factory")
     return factory
@@ -118,17 +120,23 @@ def build_factory(ref: str, input_shape: tuple[int, ...], num_classes: int, **op
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        raise ConfigError(f"--model '{ref}': calling it as Factory(input_shape={tuple(input_shape)}, num_classes={num_classes}) "
-                          f"raised {type(e).__name__}: {e}") from None
+        raise ConfigError(
+            f"--model '{ref}': calling it as Factory(input_shape={tuple(input_shape)}, num_classes={num_classes}) "
+            f"raised {type(e).__name__}: {e}"
+        ) from None
     if not isinstance(model, nn.Module):
-        raise ConfigError(f"--model '{ref}': the factory returned an object of type {type(model).__name__}; expected a torch.nn.Module")
+        raise ConfigError(
+            f"--model '{ref}': the factory returned an object of type {type(model).__name__}; expected a "
+            f"torch.nn.Module"
+        )
     if not any(p.requires_grad for p in model.parameters()):
         raise ConfigError(f"--model '{ref}': the model has no trainable parameters")
     return model
 
 
-def check_model(ref: str, model: nn.Module, input_shape: tuple[int, ...], num_classes: int, *, token_ids: bool,
-                vmap: bool) -> None:
+def check_model(
+    ref: str, model: nn.Module, input_shape: tuple[int, ...], num_classes: int, *, token_ids: bool, vmap: bool
+) -> None:
     """Run the model on two zero samples: logits must be ``[2, num_classes]``; with ``vmap`` (the stacked trainer)
     the forward must also run under ``torch.func.vmap``. The global random state is left untouched."""
     from torch.func import functional_call
@@ -148,19 +156,25 @@ def check_model(ref: str, model: nn.Module, input_shape: tuple[int, ...], num_cl
             model.train(was)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
             got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise ConfigError(f"--model '{ref}': maps a batch {shown} to {got}; expected logits [2, {num_classes}] "
-                              f"({num_classes} classes)")
+            raise ConfigError(
+                f"--model '{ref}': maps a batch {shown} to {got}; expected logits [2, {num_classes}] "
+                f"({num_classes} classes)"
+            )
         if not vmap:
             return
         params = {n: p.detach().unsqueeze(0).repeat(2, *([1] * p.dim())) for n, p in model.named_parameters()}
         buffers = {n: b.detach().unsqueeze(0).repeat(2, *([1] * b.dim())) for n, b in model.named_buffers()}
         try:
             model.train()
-            tvmap(lambda p, b, xb: functional_call(model, (p, b), (xb,)), randomness="different")(params, buffers, x.unsqueeze(0).repeat(2, *([1] * x.dim())))
+            tvmap(lambda p, b, xb: functional_call(model, (p, b), (xb,)), randomness="different")(
+                params, buffers, x.unsqueeze(0).repeat(2, *([1] * x.dim()))
+            )
         except Exception as e:
-            raise ConfigError(f"--model '{ref}': its forward does not run under torch.func.vmap, which the stacked trainer "
-                              f"uses ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); avoid .item(), in-place "
-                              f"changes of parameters and data-dependent Python branches, or pass --trainer loop") from None
+            raise ConfigError(
+                f"--model '{ref}': its forward does not run under torch.func.vmap, which the stacked trainer "
+                f"uses ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); avoid .item(), in-place "
+                f"changes of parameters and data-dependent Python branches, or pass --trainer loop"
+            ) from None
         finally:
             model.train(was)
 
@@ -173,6 +187,12 @@ def model_source(ref: str) -> dict:
     target, _, is_file = _split(ref)
     try:
         path = Path(target).expanduser() if is_file else Path(inspect.getfile(importlib.import_module(target)))
-        return {"factory": {"spec": ref, "file": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}
-    except Exception:  # noqa: BLE001 - a namespace package or a module without a file: record the reference alone
+        return {
+            "factory": {
+                "spec": ref,
+                "file": str(path.resolve()),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
+        }
+    except Exception:
         return {"factory": {"spec": ref}}

@@ -15,7 +15,6 @@ import math
 import torch
 from torch import nn
 
-
 #: FLOPs of a training step per forward FLOP: forward + backward, the backward costing twice the forward (Kaplan et
 #: al. 2020, "Scaling Laws for Neural Language Models", Sec. 2.1); the system model's step time and --workers auto's
 #: estimate both count a step so

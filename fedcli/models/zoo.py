@@ -28,9 +28,7 @@ from fedcli.errors import ConfigError
 
 def _image_shape(model: str, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
     if len(input_shape) != 3:
-        raise ConfigError(
-            f"model {model!r} needs image inputs of shape [C, H, W], got input shape {list(input_shape)}"
-        )
+        raise ConfigError(f"model {model!r} needs image inputs of shape [C, H, W], got input shape {list(input_shape)}")
     c, h, w = input_shape
     return c, h, w
 
@@ -154,9 +152,7 @@ class _WideBlock(nn.Module):
         self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.shortcut = (
-            nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False)
-            if stride != 1 or in_planes != planes
-            else None
+            nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False) if stride != 1 or in_planes != planes else None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

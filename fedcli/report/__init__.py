@@ -1,6 +1,7 @@
 """Paper tables and figures from the run directories of a sweep (``fedcli report``).
 
-``products``: what a recipe asks for ([[tables]], [[figures]]: ``TableDef``, ``FigureDef``); ``rundata``: one run directory;
+``products``: what a recipe asks for ([[tables]], [[figures]]: ``TableDef``, ``FigureDef``); ``rundata``: one run
+directory;
 ``aggregate``: seeds, communication ratios, early stopping (pure functions); ``tables``: build and
 render (md, latex, csv); ``figures``: PNG + PDF; ``core``: find sweeps, list, check, produce.
 """

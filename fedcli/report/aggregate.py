@@ -69,15 +69,16 @@ def first_reach(metrics: Sequence[dict], target: float, tol: float = 1e-12, metr
 
 @dataclass(frozen=True)
 class EarlyStop:
-    acc: Stat        # accuracy at the stopping evaluation (fraction, not %)
-    steps: Stat      # iteration of the stopping evaluation
-    comm_pct: Stat   # cumulative comm_params there, % of the baseline's full-training comm_params
-    reached: int     # seeds that reached the target
-    n: int           # seeds in all
+    acc: Stat  # accuracy at the stopping evaluation (fraction, not %)
+    steps: Stat  # iteration of the stopping evaluation
+    comm_pct: Stat  # cumulative comm_params there, % of the baseline's full-training comm_params
+    reached: int  # seeds that reached the target
+    n: int  # seeds in all
 
 
-def early_stop(right: dict, left: dict, baseline_comm: float, accuracy: str = "best", mode: str = "seed",
-               metric: str = "test_acc") -> EarlyStop:
+def early_stop(
+    right: dict, left: dict, baseline_comm: float, accuracy: str = "best", mode: str = "seed", metric: str = "test_acc"
+) -> EarlyStop:
     """Early-stopping columns of one paired row.
 
     ``right`` and ``left`` map seed -> RunData (the layer-wise run and the periodic run it is compared
@@ -108,11 +109,11 @@ def early_stop(right: dict, left: dict, baseline_comm: float, accuracy: str = "b
 
 @dataclass(frozen=True)
 class Reach:
-    rounds: Stat     # rounds completed at the first evaluation with accuracy >= target (seeds that reach it)
-    comm_mb: Stat    # cumulative comm_bytes there, in MB (10^6 bytes)
-    acc: Stat        # the accuracy there (fraction)
-    reached: int     # seeds that reached the target
-    n: int           # seeds in all
+    rounds: Stat  # rounds completed at the first evaluation with accuracy >= target (seeds that reach it)
+    comm_mb: Stat  # cumulative comm_bytes there, in MB (10^6 bytes)
+    acc: Stat  # the accuracy there (fraction)
+    reached: int  # seeds that reached the target
+    n: int  # seeds in all
     time_s: Stat = NAN  # the simulated seconds there (--system runs: sim_time_s; NaN without)
     iterations: Stat = NAN  # the local iterations done there (metrics.csv ``iteration``)
 
@@ -132,8 +133,15 @@ def rounds_to_target(per_seed: dict, target: float, metric: str = "test_acc") ->
         accs.append(row[col])
         if isinstance(row.get("sim_time_s"), (int, float)):
             secs.append(row["sim_time_s"])
-    return Reach(mean_std(rounds), mean_std(mbs), mean_std(accs), len(rounds), len(per_seed),
-                 mean_std(secs) if secs else NAN, mean_std(its))
+    return Reach(
+        mean_std(rounds),
+        mean_std(mbs),
+        mean_std(accs),
+        len(rounds),
+        len(per_seed),
+        mean_std(secs) if secs else NAN,
+        mean_std(its),
+    )
 
 
 def seeds_drawn(runs: dict, names: list[str]) -> str:

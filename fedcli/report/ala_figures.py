@@ -48,22 +48,32 @@ def ala_loss_figure(rows: list[dict], what: str):
     others = [c for c in by_client if c != client]
     for c in others:
         passes = by_client[c]
-        ax.plot(range(1, len(passes) + 1), [float(p["loss"]) for p in passes], color="#BBBBBB", lw=0.6, zorder=1,
-                label="the other clients" if c == others[0] else None)
+        ax.plot(
+            range(1, len(passes) + 1),
+            [float(p["loss"]) for p in passes],
+            color="#BBBBBB",
+            lw=0.6,
+            zorder=1,
+            label="the other clients" if c == others[0] else None,
+        )
     mine = by_client[client]
     xs = list(range(1, len(mine) + 1))
     ax.plot(xs, [float(p["loss"]) for p in mine], color="#332288", lw=1.2, zorder=2, label=f"client #{client}")
     initial = [(x, float(p["loss"])) for x, p in zip(xs, mine) if p["stage"] == "initial"]
     later = [(x, float(p["loss"])) for x, p in zip(xs, mine) if p["stage"] != "initial"]
     if initial:
-        ax.scatter(*zip(*initial), s=14, color="#CC6677", zorder=3, label="initial stage (round %d)" % int(mine[0]["round"]))
+        ax.scatter(
+            *zip(*initial), s=14, color="#CC6677", zorder=3, label="initial stage (round %d)" % int(mine[0]["round"])
+        )
     if later:
         ax.scatter(*zip(*later), s=14, marker="s", color="#117733", zorder=3, label="one pass per later round")
     ax.set_xlabel("ALA weight-learning epochs (passes over the s% slice), over the run")
     ax.set_ylabel("Local loss (last batch of the pass)")
     ax.legend(frameon=False, fontsize=8)
-    caption = (f"FedALA Figure 3: the loss of ALA's weight learning on client #{client} ({what}), every pass of the run; "
-               f"grey: the other clients. The initial stage repeats passes until the loss settles; later rounds run one.")
+    caption = (
+        f"FedALA Figure 3: the loss of ALA's weight learning on client #{client} ({what}), every pass of the run; "
+        f"grey: the other clients. The initial stage repeats passes until the loss settles; later rounds run one."
+    )
     return fig, caption
 
 
@@ -73,16 +83,25 @@ def local_loss_figure(rows: list[dict], what: str):
     plt = _plt()
     pts = objective(rows)
     step = max(1, -(-len(pts) // 60))  # at most about 60 dots (the paper: one per 60 of its 2000 rounds)
-    pts = pts[step - 1::step] if step > 1 else pts
+    pts = pts[step - 1 :: step] if step > 1 else pts
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=4, color="#CC3311", label="initialized local models (after ALA)")
+    ax.plot(
+        [p[0] for p in pts],
+        [p[1] for p in pts],
+        "o",
+        ms=4,
+        color="#CC3311",
+        label="initialized local models (after ALA)",
+    )
     ax.plot([p[0] for p in pts], [p[2] for p in pts], "s", ms=4, color="#117733", label="trained local models")
     ax.set_xlabel("Communication rounds")
     ax.set_ylabel("Training loss of the global objective (Eq. 8)")
     ax.legend(frameon=False, fontsize=8)
-    caption = (f"FedALA Figure 5 ({what}): per round, sum_i k_i L_i over the clients' training splits, k_i = |D_i| / "
-               f"sum_j |D_j|, of the models after ALA and before local training (red circles) and after it (green squares)"
-               f"{f'; one dot per {step} rounds' if step > 1 else ''}.")
+    caption = (
+        f"FedALA Figure 5 ({what}): per round, sum_i k_i L_i over the clients' training splits, k_i = |D_i| / "
+        f"sum_j |D_j|, of the models after ALA and before local training (red circles) and after it (green squares)"
+        f"{f'; one dot per {step} rounds' if step > 1 else ''}."
+    )
     return fig, caption
 
 

@@ -57,8 +57,14 @@ def _box(ax, pos: float, values: list[float], look: dict) -> None:
     parts = ax.boxplot([values], positions=[pos], widths=0.5, showfliers=False, patch_artist=True)
     parts["boxes"][0].set_facecolor(look["color"])
     parts["boxes"][0].set_alpha(0.3)
-    ax.scatter([pos + 0.18 * ((k % 7) / 6.0 - 0.5) for k in range(len(values))], values, s=9, color=look["color"],
-               alpha=0.7, zorder=3)
+    ax.scatter(
+        [pos + 0.18 * ((k % 7) / 6.0 - 0.5) for k in range(len(values))],
+        values,
+        s=9,
+        color=look["color"],
+        alpha=0.7,
+        zorder=3,
+    )
 
 
 def clients_figure(runs: list, labels: list[str], which: str = "final"):
@@ -80,8 +86,14 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
         data.append(acc)
         worst.append(w)
         n = len(acc)
-        cdf.step([acc[0], *acc], [0.0, *((i + 1) / n for i in range(n))], where="post", color=look["color"],
-                 linestyle=look["linestyle"], label=f"{lab}: worst 10% {w:.1f}%")
+        cdf.step(
+            [acc[0], *acc],
+            [0.0, *((i + 1) / n for i in range(n))],
+            where="post",
+            color=look["color"],
+            linestyle=look["linestyle"],
+            label=f"{lab}: worst 10% {w:.1f}%",
+        )
         cdf.axvline(w, color=look["color"], linestyle=":", linewidth=1.2)
     cdf.set_xlabel("Personal accuracy of a client (%), its model on its local test split")
     cdf.set_ylabel("Fraction of clients at or below")
@@ -96,12 +108,14 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
     box.set_ylabel("Personal accuracy of a client (%)")
     style.legend_right(box)  # off the data: the lowest clients sit where a corner legend would
     when = "last evaluation" if which == "final" else "evaluation with the best personal_acc"
-    caption = (f"Personal accuracy across clients at each run's {when} (clients.csv): left, the empirical CDF of the "
-               f"clients' accuracies (each client's model on its own local test split), the dotted line at the mean of "
-               f"the worst 10% of clients (ceil(0.1 N) clients); right, box plots (median, quartiles, whiskers to 1.5 "
-               f"IQR) with every client as a dot and the worst-10% mean as a black diamond. Runs: "
-               + "; ".join(f"{lab} ({len(acc)} clients, worst 10% {w:.2f}%)" for (_, lab), acc, w in zip(have, data, worst))
-               + ".")
+    caption = (
+        f"Personal accuracy across clients at each run's {when} (clients.csv): left, the empirical CDF of the "
+        f"clients' accuracies (each client's model on its own local test split), the dotted line at the mean of "
+        f"the worst 10% of clients (ceil(0.1 N) clients); right, box plots (median, quartiles, whiskers to 1.5 "
+        f"IQR) with every client as a dot and the worst-10% mean as a black diamond. Runs: "
+        + "; ".join(f"{lab} ({len(acc)} clients, worst 10% {w:.2f}%)" for (_, lab), acc, w in zip(have, data, worst))
+        + "."
+    )
     return fig, caption
 
 
@@ -133,19 +147,31 @@ def panel_clients(ax, panel, runs: dict) -> str:
             continue
         worst = mean_std(100.0 * worst_mean(accs) for accs in per_seed if accs)
         _box(ax, i, pooled, look)
-        ax.errorbar([i], [worst.mean], yerr=[worst.std if worst.n > 1 else 0.0], fmt="D", color="black", markersize=6,
-                    capsize=3, zorder=4, label="worst-10% mean" if not pos else None)
+        ax.errorbar(
+            [i],
+            [worst.mean],
+            yerr=[worst.std if worst.n > 1 else 0.0],
+            fmt="D",
+            color="black",
+            markersize=6,
+            capsize=3,
+            zorder=4,
+            label="worst-10% mean" if not pos else None,
+        )
         pos.append((i, look["label"]))
         spread = f" ± {worst.std:.2f}" if worst.n > 1 else ""
-        said.append(f"{look['label']}: worst 10% {worst.mean:.2f}%{spread} over {worst.n} seed(s), "
-                    f"{len(pooled)} client results")
+        said.append(
+            f"{look['label']}: worst 10% {worst.mean:.2f}%{spread} over {worst.n} seed(s), {len(pooled)} client results"
+        )
     ax.set_xticks([p for p, _ in pos])
     ax.set_xticklabels([lab for _, lab in pos], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("Personal accuracy of a client (%),\nits model on its local test split")
     ax.grid(alpha=0.3, axis="y")
     if pos:
         style.legend_right(ax)
-    return ("Personal accuracy across clients at each seed's last evaluation (clients.csv): a box per run over the "
-            "clients of all its seeds (median, quartiles, whiskers to 1.5 IQR; dots: the clients), the black diamond the "
-            "mean over the seeds of each seed's worst-10% mean (ceil(0.1 N) clients), with its std; "
-            + "; ".join(said or ["no run of this panel has clients.csv"]))
+    return (
+        "Personal accuracy across clients at each seed's last evaluation (clients.csv): a box per run over the "
+        "clients of all its seeds (median, quartiles, whiskers to 1.5 IQR; dots: the clients), the black diamond the "
+        "mean over the seeds of each seed's worst-10% mean (ceil(0.1 N) clients), with its std; "
+        + "; ".join(said or ["no run of this panel has clients.csv"])
+    )

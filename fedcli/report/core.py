@@ -6,11 +6,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.report.rundata import RunData
 from fedcli.report.products import FigureDef, TableDef, product_from_dict
-from fedcli.results.validate import diverged
+from fedcli.report.rundata import RunData
 from fedcli.results.runstate import DONE, RunState, run_state
 from fedcli.results.sweepdir import MANIFEST, load_manifest, rerun_command
+from fedcli.results.validate import diverged
 
 FORMATS = ("md", "latex", "csv")
 
@@ -116,8 +116,10 @@ class Sweep:
         if problems:
             shown = ", ".join(problems[:6]) + (f" and {len(problems) - 6} more" if len(problems) > 6 else "")
             what = "table" if isinstance(product, TableDef) else "figure"
-            raise MissingRuns(f"{what} '{product.name}' in {self.root} needs {len(problems)} run(s) that are missing, "
-                              f"incomplete or damaged: {shown}; (re-)run them with `{self.retry_hint()}`")
+            raise MissingRuns(
+                f"{what} '{product.name}' in {self.root} needs {len(problems)} run(s) that are missing, "
+                f"incomplete or damaged: {shown}; (re-)run them with `{self.retry_hint()}`"
+            )
         return runs
 
 
@@ -131,7 +133,9 @@ def find_sweeps(folder: str | Path, warn=None) -> list[Sweep]:
         return [Sweep(folder, load_manifest(folder))]
     found = sorted({p.parent for pat in (f"*/{MANIFEST}", f"*/*/{MANIFEST}") for p in folder.glob(pat)})
     if not found:
-        raise ConfigError(f"{folder}: no sweep here ({MANIFEST} not found in it or its subfolders); run `fedcli sweep RECIPE` first")
+        raise ConfigError(
+            f"{folder}: no sweep here ({MANIFEST} not found in it or its subfolders); run `fedcli sweep RECIPE` first"
+        )
     sweeps, errors = [], []
     for p in found:
         try:
@@ -155,10 +159,14 @@ def pick(sweeps: list[Sweep], name: str, kind: str):
     if not hits:  # the names of this kind only (a figure is no answer to --table), the closest first
         cls = TableDef if kind == "table" else FigureDef
         avail = sorted({p.name for s in sweeps for p in s.products() if isinstance(p, cls)})
-        raise ConfigError(f"no {kind} named '{name}' here; {suggest(name, avail)}the {kind}s here: "
-                          f"{', '.join(avail) or 'none'} (`fedcli report DIR` lists them)")
+        raise ConfigError(
+            f"no {kind} named '{name}' here; {suggest(name, avail)}the {kind}s here: "
+            f"{', '.join(avail) or 'none'} (`fedcli report DIR` lists them)"
+        )
     if len(hits) > 1:
-        raise ConfigError(f"'{name}' is in {len(hits)} sweeps ({', '.join(str(s.root) for s, _ in hits)}); pass one of those folders")
+        raise ConfigError(
+            f"'{name}' is in {len(hits)} sweeps ({', '.join(str(s.root) for s, _ in hits)}); pass one of those folders"
+        )
     return hits[0]
 
 
@@ -169,9 +177,18 @@ def listing(sweeps: list[Sweep]) -> list[dict]:
         for p in s.products():
             _, problems = s.status(p.run_names())
             total = len(p.run_names()) * len(s.seeds)
-            rows.append({"sweep": str(s.root), "scale": s.scale, "name": p.name,
-                         "kind": "table" if isinstance(p, TableDef) else f"figure ({p.kind})",
-                         "paper": p.paper, "title": p.title, "runs": total, "missing": len(problems)})
+            rows.append(
+                {
+                    "sweep": str(s.root),
+                    "scale": s.scale,
+                    "name": p.name,
+                    "kind": "table" if isinstance(p, TableDef) else f"figure ({p.kind})",
+                    "paper": p.paper,
+                    "title": p.title,
+                    "runs": total,
+                    "missing": len(problems),
+                }
+            )
     return rows
 
 
@@ -182,8 +199,13 @@ def scaled_title(product, sweep: Sweep, runs: dict):
 
     if not sweep.scale or sweep.scale == "paper":
         return product
-    ran = ", ".join(dict.fromkeys(f"{r.config.get('dataset', '?')}/{r.config.get('model', '?')}"
-                                  for per_seed in runs.values() for r in per_seed.values()))
+    ran = ", ".join(
+        dict.fromkeys(
+            f"{r.config.get('dataset', '?')}/{r.config.get('model', '?')}"
+            for per_seed in runs.values()
+            for r in per_seed.values()
+        )
+    )
     paper = " — ".join(x for x in (product.paper, product.title) if x) or product.name
     return dataclasses.replace(product, paper="", title=f"{sweep.scale} scale of: {paper}; ran {ran}")
 
@@ -198,7 +220,8 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
 
 
 def sweep_table(sweeps: list[Sweep], name: str):
-    """(sweep, :class:`fedcli.report.tables.Table`) of the table ``name``: its runs checked, built, diverged runs noted."""
+    """(sweep, :class:`fedcli.report.tables.Table`) of the table ``name``: its runs checked, built, diverged runs
+    noted."""
     from fedcli.report.matrix import build_matrix
     from fedcli.report.tables import build_table
 
@@ -208,8 +231,12 @@ def sweep_table(sweeps: list[Sweep], name: str):
     runs = sweep.need(table_def)
     build = build_matrix if table_def.layout == "matrix" else build_table  # FedALA's methods x settings tables
     table = build(scaled_title(table_def, sweep, runs), runs, sweep.seeds, sweep.scale)
-    stopped = [f"'{name}' seed {seed} ({r.manifest['error'].split(': ', 1)[-1]})"
-               for name, per_seed in runs.items() for seed, r in sorted(per_seed.items()) if diverged(r.manifest)]
+    stopped = [
+        f"'{name}' seed {seed} ({r.manifest['error'].split(': ', 1)[-1]})"
+        for name, per_seed in runs.items()
+        for seed, r in sorted(per_seed.items())
+        if diverged(r.manifest)
+    ]
     if stopped:
         table.notes.append("Diverged (exit 4), counted with the evaluations made before: " + "; ".join(stopped) + ".")
     return sweep, table
@@ -252,8 +279,9 @@ def _check_time(runs: dict) -> None:
     check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
 
 
-def make_figures(sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None,
-                 warn=None) -> list[Path]:
+def make_figures(
+    sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None, warn=None
+) -> list[Path]:
     """The figures of ``sweeps`` (``names``: only these) into ``out_dir``; ``x`` overrides the curves' x axis."""
     from fedcli.report.figures import draw
 

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedcli.report import style
-from fedcli.report.aggregate import mean_std, seeds_drawn  # noqa: F401  (seeds_drawn: figures' captions say it)
+from fedcli.report.aggregate import mean_std, seeds_drawn
 from fedcli.report.clients import panel_clients
-from fedcli.report.rundata import check_simulated_time  # noqa: F401  (imported from here by the report's commands)
-from fedcli.report.style import plt as _plt, save
+from fedcli.report.rundata import check_simulated_time
+from fedcli.report.style import plt as _plt
+from fedcli.report.style import save
 
 
 def _first(per_seed: dict):
@@ -98,7 +99,9 @@ def delta_lambda_curves(run, round_index: int = -1):
     rounds = sorted({int(r["round"]) for r in rows})
     rnd = rounds[round_index] if round_index < 0 else round_index
     if rnd not in rounds:
-        raise ValueError(f"{run.path}/intervals.csv has no adjustment at round {rnd} (it has rounds {rounds[0]}..{rounds[-1]})")
+        raise ValueError(
+            f"{run.path}/intervals.csv has no adjustment at round {rnd} (it has rounds {rounds[0]}..{rounds[-1]})"
+        )
     group = sorted((r for r in rows if int(r["round"]) == rnd), key=lambda r: int(r["layer"]))
     d = [float(r["d"]) for r in group]
     numel = [int(r["numel"]) for r in group]
@@ -135,8 +138,14 @@ def _panel_curves(ax, panel, runs: dict, x: str, y: str, target: float | None = 
         xs, m, s = _curve(runs[name], x, y)
         ax.plot(xs, m, linewidth=1.6, markersize=4, markevery=max(1, len(xs) // 8), **kw)
         if len(runs[name]) > 1:
-            ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=kw["color"], alpha=0.15,
-                            linewidth=0)
+            ax.fill_between(
+                xs,
+                [a - b for a, b in zip(m, s)],
+                [a + b for a, b in zip(m, s)],
+                color=kw["color"],
+                alpha=0.15,
+                linewidth=0,
+            )
     ax.set_xlabel(style.X_LABELS[x])
     if x in style.PROGRESS_AXES:  # counts: integer ticks
         from matplotlib.ticker import MaxNLocator
@@ -148,8 +157,17 @@ def _panel_curves(ax, panel, runs: dict, x: str, y: str, target: float | None = 
     if target is not None and y not in ("test_loss", "val_loss", "train_loss"):
         ax.axhline(100 * target, color="#555555", linestyle=(0, (4, 2)), linewidth=0.9, zorder=1)
         # under the line at the right: a learning curve rises from the lower left, so the lower right is free
-        ax.annotate(f"target {100 * target:g}%", (1, 100 * target), xycoords=("axes fraction", "data"),
-                    textcoords="offset points", xytext=(-3, -3), ha="right", va="top", fontsize=7, color="#555555")
+        ax.annotate(
+            f"target {100 * target:g}%",
+            (1, 100 * target),
+            xycoords=("axes fraction", "data"),
+            textcoords="offset points",
+            xytext=(-3, -3),
+            ha="right",
+            va="top",
+            fontsize=7,
+            color="#555555",
+        )
     style.legend_below(ax, len(panel.runs))
 
 
@@ -181,8 +199,14 @@ def split_by_model(panel, runs: dict) -> list:
     for sig, members in groups.items():
         rep = _first(runs[panel.runs[members[0]]])
         data = f"{style.data_label(rep)}, {sum(n for _, n in sig):,} params"
-        out.append(replace(panel, title=f"{panel.title}: {data}" if panel.title else data,
-                           runs=[panel.runs[i] for i in members], labels=[labels[i] for i in members]))
+        out.append(
+            replace(
+                panel,
+                title=f"{panel.title}: {data}" if panel.title else data,
+                runs=[panel.runs[i] for i in members],
+                labels=[labels[i] for i in members],
+            )
+        )
     return out
 
 
@@ -201,11 +225,24 @@ def _panel_layers(ax, panel, runs: dict, kind: str, unit: str, log: bool | None)
         if key != "syncs":
             vals = [v / 1e6 for v in vals]
         drawn += vals
-        ax.bar([i + (j - (k - 1) / 2) * width for i in idx], vals, width=width, color=kw["color"], label=kw["label"],
-               hatch=hatches.get(kw["linestyle"], "++"), edgecolor="white", linewidth=0.3)
+        ax.bar(
+            [i + (j - (k - 1) / 2) * width for i in idx],
+            vals,
+            width=width,
+            color=kw["color"],
+            label=kw["label"],
+            hatch=hatches.get(kw["linestyle"], "++"),
+            edgecolor="white",
+            linewidth=0.3,
+        )
     ax.set_xlabel("Layer (parameter tensor, forward order)")
-    ax.set_ylabel({"syncs": "Synchronizations over the run", "comm_params": "Data size per layer, Eq. 8 (M params)",
-                   "comm_bytes": "Data moved per layer over the run (MB)"}[key])
+    ax.set_ylabel(
+        {
+            "syncs": "Synchronizations over the run",
+            "comm_params": "Data size per layer, Eq. 8 (M params)",
+            "comm_bytes": "Data moved per layer over the run (MB)",
+        }[key]
+    )
     if names is not None and len(names) <= 24:
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
@@ -236,13 +273,24 @@ def _panel_delta_lambda(ax, panel, runs: dict, figure_def) -> str:
     ls = list(range(1, len(deltas) + 1))
     color = style.method_style(run)[0]
     ax.plot(ls, deltas, marker="o", markersize=4, color=color, label=r"$\delta_l$: discrepancy ratio (Eq. 3)")
-    ax.plot(ls, one_minus, marker="s", markersize=4, color="#707070", linestyle="--", label=r"$1 - \lambda_l$: size ratio (Eq. 4)")
+    ax.plot(
+        ls,
+        one_minus,
+        marker="s",
+        markersize=4,
+        color="#707070",
+        linestyle="--",
+        label=r"$1 - \lambda_l$: size ratio (Eq. 4)",
+    )
     cp = cross_point(deltas, one_minus)
     # the caption (plain text) and the legend (mathtext: subscripts set as subscripts) say the same
     if cp is None:
         short, math = "no crossing: δ_l < 1 − λ_l for every l", r"no crossing: $\delta_l < 1 - \lambda_l$ for every $l$"
     elif cp == 1:
-        short, math = "no crossing: δ_l ≥ 1 − λ_l from l = 1", r"no crossing: $\delta_l \geq 1 - \lambda_l$ from $l = 1$"
+        short, math = (
+            "no crossing: δ_l ≥ 1 − λ_l from l = 1",
+            r"no crossing: $\delta_l \geq 1 - \lambda_l$ from $l = 1$",
+        )
     else:
         short = f"the curves cross at l = {cp}"
         math = rf"the curves cross at $l = {cp}$"
@@ -251,14 +299,18 @@ def _panel_delta_lambda(ax, panel, runs: dict, figure_def) -> str:
     layer_names = {int(r["layer"]): str(r["name"]) for r in run.layers} if run.layers else {}
     ax.set_xticks(ls)
     if layer_names and len(ls) <= 24:
-        ax.set_xticklabels([f"{l}: {layer_names.get(order[l - 1], order[l - 1])}" for l in ls], rotation=60, ha="right", fontsize=7)
+        ax.set_xticklabels(
+            [f"{l}: {layer_names.get(order[l - 1], order[l - 1])}" for l in ls], rotation=60, ha="right", fontsize=7
+        )
     ax.set_xlabel(r"$l$: layers in ascending order of $d_l$")
     ax.set_ylabel("Ratio")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     style.legend_right(ax, f"after round {rnd} (iteration {it}):\n{math}")
-    return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: the adjustment after round {rnd} "
-            f"(iteration {it}); {short}: {where}.")
+    return (
+        f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: the adjustment after round {rnd} "
+        f"(iteration {it}); {short}: {where}."
+    )
 
 
 def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
@@ -284,19 +336,37 @@ def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
         grid[layers.index(int(r["layer"])), its.index(int(r["iteration"]))] = float(r["interval"])
     values = sorted({int(v) for v in grid[np.isfinite(grid)]})
     base = style.method_style(run)[0]
-    colours = [style.ramp(base, len(values) - 1 - k, len(values)) for k in range(len(values))]  # longest: the method's own
+    colours = [
+        style.ramp(base, len(values) - 1 - k, len(values)) for k in range(len(values))
+    ]  # longest: the method's own
     bounds = [values[0] - 0.5] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 0.5]
-    edges = [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2] + [(a + b) / 2 for a, b in zip(its, its[1:])] + \
-        [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
-    mesh = ax.pcolormesh(edges, np.arange(len(layers) + 1) - 0.5, grid, cmap=ListedColormap(colours),
-                         norm=BoundaryNorm(bounds, len(values)),
-                         edgecolors="white" if len(its) <= 40 else "face", linewidth=0.5 if len(its) <= 40 else 0)
+    edges = (
+        [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2]
+        + [(a + b) / 2 for a, b in zip(its, its[1:])]
+        + [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
+    )
+    mesh = ax.pcolormesh(
+        edges,
+        np.arange(len(layers) + 1) - 0.5,
+        grid,
+        cmap=ListedColormap(colours),
+        norm=BoundaryNorm(bounds, len(values)),
+        edgecolors="white" if len(its) <= 40 else "face",
+        linewidth=0.5 if len(its) <= 40 else 0,
+    )
     if len(its) <= 24 and len(layers) <= 40:  # a number fits a cell only when the columns are wide enough to read it
         for i in range(len(layers)):
             for j in range(len(its)):
                 if np.isfinite(grid[i, j]):
-                    ax.text(its[j], i, f"{int(grid[i, j])}", ha="center", va="center", fontsize=6,
-                            color="white" if sum(to_rgb(colours[values.index(int(grid[i, j]))])) < 1.6 else "black")
+                    ax.text(
+                        its[j],
+                        i,
+                        f"{int(grid[i, j])}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if sum(to_rgb(colours[values.index(int(grid[i, j]))])) < 1.6 else "black",
+                    )
     ax.set_yticks(range(len(layers)))
     ax.set_yticklabels([names[l] for l in layers], fontsize=7 if len(layers) <= 24 else 5)
     ax.invert_yaxis()  # forward order from the top
@@ -306,10 +376,14 @@ def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
     style.plain_axis(ax.xaxis)
     bar = ax.figure.colorbar(mesh, ax=ax, ticks=values, fraction=0.05, pad=0.02)
     bar.set_label("Interval (local iterations)")
-    long = sum(1 for l in layers if grid[layers.index(l)][np.isfinite(grid[layers.index(l)])].max(initial=0) == values[-1])
-    return (f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: {len(its)} adjustment(s) from iteration "
-            f"{its[0]} to {its[-1]}; intervals {', '.join(map(str, values))}; {long} of {len(layers)} layer(s) had the "
-            f"longest ({values[-1]}) at some adjustment")
+    long = sum(
+        1 for l in layers if grid[layers.index(l)][np.isfinite(grid[layers.index(l)])].max(initial=0) == values[-1]
+    )
+    return (
+        f"{panel.labels[0] if panel.labels else run.legend()}, seed {seed}: {len(its)} adjustment(s) from iteration "
+        f"{its[0]} to {its[-1]}; intervals {', '.join(map(str, values))}; {long} of {len(layers)} layer(s) had the "
+        f"longest ({values[-1]}) at some adjustment"
+    )
 
 
 def adjustment_ticks(its: list[int], most: int = 10) -> list[int]:
@@ -328,9 +402,12 @@ def _given_long(run, rnd: int) -> str:
     longest = int(schedule.tau or 0) * int(schedule.phi or 0) or max(int(r["interval"]) for r in group)
     got = [str(r["name"]) for r in group if int(r["interval"]) >= longest]
     rule = schedule.lama_rule
-    return (f"at this adjustment {len(got)} of {len(group)} layer(s) got the long interval φτ′ = {longest}"
-            + (f" ({', '.join(got)})" if got else "") + f" under --lama-rule {rule}; other adjustments may differ (the "
-            f"intervals figure shows each one, layer-syncs counts the whole run)")
+    return (
+        f"at this adjustment {len(got)} of {len(group)} layer(s) got the long interval φτ′ = {longest}"
+        + (f" ({', '.join(got)})" if got else "")
+        + f" under --lama-rule {rule}; other adjustments may differ (the "
+        f"intervals figure shows each one, layer-syncs counts the whole run)"
+    )
 
 
 def _lower(label: str) -> str:
@@ -347,11 +424,14 @@ def _drawn(figure_def, axes, panels: list, runs: dict) -> str:
     many = not seeds.startswith(("one", "no"))
     y = f"Y axis: {_lower(axes[0].get_ylabel())}" + (", log scale" if any(logs) else "")
     if not FIGURE_KINDS[figure_def.kind].per_layer:
-        text = (f"{y}; x axis: {_lower(axes[0].get_xlabel())}; each line is {seeds}"
-                + (", with a band of ± one standard deviation (sample std)" if many else ", no band"))
+        text = f"{y}; x axis: {_lower(axes[0].get_xlabel())}; each line is {seeds}" + (
+            ", with a band of ± one standard deviation (sample std)" if many else ", no band"
+        )
     else:
-        text = (f"{y}; x axis: the layers (parameter tensors, in forward order), one bar per run; each bar is {seeds}"
-                + (" (no spread drawn)" if many else ""))
+        text = (
+            f"{y}; x axis: the layers (parameter tensors, in forward order), one bar per run; each bar is {seeds}"
+            + (" (no spread drawn)" if many else "")
+        )
     if len(panels) > 1 and any(p.title for p in panels):
         text += "; panels from left: " + "; ".join(p.title or "untitled" for p in panels)
     if len(panels) > len(figure_def.panels):
@@ -372,8 +452,9 @@ def build(figure_def, runs: dict, x: str | None = None):
     x = style.x_axis(x or figure_def.x)
     if kind.x_axis and x == "time":
         check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
-    panels = ([q for p in figure_def.panels for q in split_by_model(p, runs)] if kind.per_layer
-              else list(figure_def.panels))
+    panels = (
+        [q for p in figure_def.panels for q in split_by_model(p, runs)] if kind.per_layer else list(figure_def.panels)
+    )
     n = len(panels)
     shared = "sharex" in kind.keys and figure_def.sharex and n > 1
     fig, axes = plt.subplots(1, n, figsize=(kind.width * n, 3.9), squeeze=False, sharex=shared, sharey=shared)
@@ -404,11 +485,12 @@ def _share_x(axes, x: str) -> str:
         ax.tick_params(labelleft=False)
     handles, labels = axes[0].get_legend_handles_labels()
     if labels and all(ax.get_legend_handles_labels()[1] == labels for ax in axes):  # the same runs' legend: once,
-        for ax in axes:                                                            # above the panels
+        for ax in axes:  # above the panels
             if ax.get_legend() is not None:
                 ax.get_legend().remove()
-        axes[0].figure.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels),
-                              frameon=False, fontsize=8)
+        axes[0].figure.legend(
+            handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(labels), frameon=False, fontsize=8
+        )
     if x == "time":
         for ax in axes:  # a narrow panel's label: the caption says it is the system model's
             ax.set_xlabel("Simulated time (s)")
@@ -429,8 +511,6 @@ def draw(figure_def, runs: dict, out_dir: Path, x: str | None = None, warn=None)
         warn(f"{figure_def.name}: {msg}")
     fig, caption = build(figure_def, runs, x)
     return save(fig, out_dir, figure_def.name, caption)
-
-
 
 
 # ------------------------------------------------------------------------------------------------- figure kinds
@@ -481,13 +561,18 @@ BUILTIN = (
     FigureKind("curves", _curves, keys=frozenset({"sharex", "target"}), x_axis=True, axes_caption=True, width=5.2),
     FigureKind("layer-syncs", _layers, per_layer=True, axes_caption=True),
     FigureKind("layer-size", _layers, per_layer=True, axes_caption=True),
-    FigureKind("delta-lambda", lambda ax, panel, runs, figure_def, x: _panel_delta_lambda(ax, panel, runs, figure_def),
-               one_run=True),
-    FigureKind("intervals", lambda ax, panel, runs, figure_def, x: _panel_intervals(ax, panel, runs, figure_def),
-               one_run=True),
+    FigureKind(
+        "delta-lambda",
+        lambda ax, panel, runs, figure_def, x: _panel_delta_lambda(ax, panel, runs, figure_def),
+        one_run=True,
+    ),
+    FigureKind(
+        "intervals", lambda ax, panel, runs, figure_def, x: _panel_intervals(ax, panel, runs, figure_def), one_run=True
+    ),
     FigureKind("clients", lambda ax, panel, runs, figure_def, x: panel_clients(ax, panel, runs)),
-    FigureKind("time-to-target", build=_time_to_target, keys=frozenset({"target", "along", "lines", "baseline"}),
-               timed=True),
+    FigureKind(
+        "time-to-target", build=_time_to_target, keys=frozenset({"target", "along", "lines", "baseline"}), timed=True
+    ),
 )
 
 #: kind name -> its :class:`FigureKind`: the built-in ones, then any registered with :func:`register_figure_kind`

@@ -13,13 +13,27 @@ from fedcli.results.runstate import NEUTRAL_KEYS
 #: config keys that differ between the seeds of one experiment without changing what is compared: the seed itself, and
 #: where and how the run computed (device, trainer, client-state store, checkpoints), besides the neutral keys of
 #: ``fedcli sweep`` (output folder, threads, workers, trackers)
-SEED_NEUTRAL = (*NEUTRAL_KEYS, "seed", "device", "trainer", "client_state", "client_state_limit_mb", "cohort_chunk",
-                "client_cache_mb", "checkpoint_every", "keep_checkpoints", "data_dir", "download")
+SEED_NEUTRAL = (
+    *NEUTRAL_KEYS,
+    "seed",
+    "device",
+    "trainer",
+    "client_state",
+    "client_state_limit_mb",
+    "cohort_chunk",
+    "client_cache_mb",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "data_dir",
+    "download",
+)
 
 
 def experiment_key(run) -> str:
     """The run's config without the keys in which seeds of one experiment may differ (JSON, sorted keys)."""
-    return json.dumps({k: v for k, v in sorted(run.config.items()) if k not in SEED_NEUTRAL}, sort_keys=True, default=str)
+    return json.dumps(
+        {k: v for k, v in sorted(run.config.items()) if k not in SEED_NEUTRAL}, sort_keys=True, default=str
+    )
 
 
 @dataclass
@@ -72,7 +86,8 @@ def seed_groups(runs: list, names: list[str]) -> list[SeedGroup]:
 
 
 def budget(run) -> str:
-    """What the run was given to do, as the comparison needs it: ``200 iterations``, ``30 rounds``, ``E=1 x 30 rounds``."""
+    """What the run was given to do, as the comparison needs it: ``200 iterations``, ``30 rounds``, ``E=1 x 30
+    rounds``."""
     cfg = run.config
     if cfg.get("rounds"):
         return f"{cfg['rounds']} rounds" + (f" of E={cfg['local_epochs']:g}" if cfg.get("local_epochs") else "")
@@ -80,8 +95,11 @@ def budget(run) -> str:
 
 
 #: what makes two runs' numbers comparable, and how to read it from a run
-COMPARED = (("dataset", lambda r: str(r.config.get("dataset", "?"))), ("model", lambda r: str(r.config.get("model", "?"))),
-            ("budget", budget))
+COMPARED = (
+    ("dataset", lambda r: str(r.config.get("dataset", "?"))),
+    ("model", lambda r: str(r.config.get("model", "?"))),
+    ("budget", budget),
+)
 
 
 def differences(runs: list, names: list[str]) -> list[str]:

@@ -35,8 +35,17 @@ import statistics
 
 from fedcli.report.aggregate import NAN, Stat, mean_std
 from fedcli.report.products import VALUES, TableDef
-from fedcli.report.tables import (Cell, Column, Section, Table, accuracy_source, diverged_mark, fmt_acc, latex_escape,
-                                  over_seeds)
+from fedcli.report.tables import (
+    Cell,
+    Column,
+    Section,
+    Table,
+    accuracy_source,
+    diverged_mark,
+    fmt_acc,
+    latex_escape,
+    over_seeds,
+)
 
 TIME_VALUES = ("time_total", "time_round", "time_init")
 DASH = Cell("—", "---", {"mean": float("nan"), "std": float("nan"), "n": 0})
@@ -55,7 +64,9 @@ def seconds(per_seed: dict, value: str, table_def: TableDef) -> Stat:
             if not evals:
                 continue
             col = r.acc_metric(table_def.metric)
-            row = max(evals, key=lambda e: e[col]) if table_def.accuracy == "best" else evals[-1]  # first best (max keeps the first)
+            row = (
+                max(evals, key=lambda e: e[col]) if table_def.accuracy == "best" else evals[-1]
+            )  # first best (max keeps the first)
             xs.append(row.get("wall_s", float("nan")))
         elif value == "time_round":
             if times:
@@ -106,7 +117,9 @@ def fmt_count(s: Stat) -> Cell:
 def build_matrix(table_def: TableDef, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every cell that is not skipped)."""
     sections = [_group_section(table_def, g, runs) for g in table_def.groups]
-    return Table(table_def.name, table_def.title, table_def.paper, sections, _matrix_notes(table_def, runs, seeds, scale))
+    return Table(
+        table_def.name, table_def.title, table_def.paper, sections, _matrix_notes(table_def, runs, seeds, scale)
+    )
 
 
 def _time_units(table_def: TableDef, g, runs: dict) -> dict[str, str]:
@@ -114,7 +127,9 @@ def _time_units(table_def: TableDef, g, runs: dict) -> dict[str, str]:
     units = {}
     for v in g.values:
         if v in TIME_VALUES:
-            means = [seconds(runs[n], v, table_def).mean for m in g.methods for s in g.settings if (n := g.cell_run(m, s))]
+            means = [
+                seconds(runs[n], v, table_def).mean for m in g.methods for s in g.settings if (n := g.cell_run(m, s))
+            ]
             means = [x for x in means if math.isfinite(x)]
             units[v] = "min" if means and max(means) >= 60 else "s"
     return units
@@ -137,8 +152,13 @@ def _group_section(table_def: TableDef, g, runs: dict) -> Section:
     for key, label in zip(g.settings, labels):
         for v in g.values:
             md, tex = head(v)
-            cols.append(Column(f"{key}:{v}" if nv > 1 else key, label if nv == 1 else f"{label}: {md}",
-                               latex_escape(label) if nv == 1 else tex))
+            cols.append(
+                Column(
+                    f"{key}:{v}" if nv > 1 else key,
+                    label if nv == 1 else f"{label}: {md}",
+                    latex_escape(label) if nv == 1 else tex,
+                )
+            )
     header = []
     if g.header:
         header.append([("", "", 1)] + [(lab, latex_escape(lab), n * nv) for lab, n in g.header])
@@ -146,7 +166,9 @@ def _group_section(table_def: TableDef, g, runs: dict) -> Section:
         header.append([("", "", 1)] + [(lab, latex_escape(lab), nv) for lab in labels])
     rows, meta = [], []
     for m, mlabel in zip(g.methods, g.method_labels or g.methods):
-        rows.append([Cell(mlabel, latex_escape(mlabel), {"value": mlabel}), *_method_cells(table_def, g, m, runs, units)])
+        rows.append(
+            [Cell(mlabel, latex_escape(mlabel), {"value": mlabel}), *_method_cells(table_def, g, m, runs, units)]
+        )
         meta.append({"group": g.label, "method": m})
     return Section(g.label, header, cols, rows, meta)
 
@@ -184,23 +206,40 @@ def _matrix_notes(table_def: TableDef, runs: dict, seeds: list[int], scale: str 
     scale, and the recipe's own notes."""
     acc_what = "best evaluation of each run" if table_def.accuracy == "best" else "last evaluation of each run"
     values = {v for g in table_def.groups for v in g.values}
-    notes = [f"{over_seeds(seeds)}; accuracy (%): {acc_what} "
-             f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names() if n in runs})})."]
+    notes = [
+        f"{over_seeds(seeds)}; accuracy (%): {acc_what} "
+        f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names() if n in runs})})."
+    ]
     if "imp" in values:
-        notes.append("Imps.: the accuracy minus that of the same method without ALA (mean over the seeds, percentage points).")
+        notes.append(
+            "Imps.: the accuracy minus that of the same method without ALA (mean over the seeds, percentage points)."
+        )
     if "ala_params" in values:
-        notes.append("ALA weights: the numel of the last `ala_layers` parameter tensors of the model (ALA's trainable weights).")
+        notes.append(
+            "ALA weights: the numel of the last `ala_layers` parameter tensors of the model (ALA's trainable weights)."
+        )
     if values & set(TIME_VALUES):
-        notes.append("Times (wall clock, evaluation included): Total time until the best evaluation; Time/iter.: the median round"
-                     + ("; ALA initial stage: the slowest round after the first minus the median round" if "time_init" in values else "")
-                     + ".")
+        notes.append(
+            "Times (wall clock, evaluation included): Total time until the best evaluation; Time/iter.: "
+            "the median round"
+            + (
+                "; ALA initial stage: the slowest round after the first minus the median round"
+                if "time_init" in values
+                else ""
+            )
+            + "."
+        )
     if "params_round" in values:
-        notes.append("Param./iter.: parameters moved per client per round (bytes moved / 4 / (clients per round x rounds)) "
-                     "in units of Σ, the model's parameter count.")
+        notes.append(
+            "Param./iter.: parameters moved per client per round (bytes moved / 4 / (clients per round x rounds)) "
+            "in units of Σ, the model's parameter count."
+        )
     if any(g.skip for g in table_def.groups):
         notes.append("—: not run (left out as in the paper).")
     if scale and scale != "paper":
-        notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
+        notes.append(
+            f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper."
+        )
     if table_def.notes:
         notes.append(table_def.notes)
     return notes

@@ -10,7 +10,8 @@ difference per seed, ``d_s = a_s - b_s``.
   - ``nu = 1``: ``A = 2 theta / pi``;
   - odd ``nu > 1``: ``A = 2/pi [theta + sin(theta) cos(theta) (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...
     + 2*4*...*(nu-3) / (3*5*...*(nu-2)) cos^(nu-3))]``;
-  - even ``nu``: ``A = sin(theta) [1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... + 1*3*...*(nu-3) / (2*4*...*(nu-2)) cos^(nu-2)]``;
+  - even ``nu``: ``A = sin(theta) [1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... + 1*3*...*(nu-3) / (2*4*...*(nu-2))
+  cos^(nu-2)]``;
 
   ``A = P(|T| < |t|)`` and the two-sided p-value is ``1 - A``. The 95% interval of the mean difference is
   ``mean +- t_crit * std / sqrt(n)``, ``t_crit`` the two-sided 5% point (found by bisection on the same series).
@@ -81,7 +82,7 @@ def sign_test_p(diffs: Sequence[float]) -> float:
     if m == 0:
         return 1.0
     k = min(pos, neg)
-    return min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2 ** m)
+    return min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2**m)
 
 
 def signed_ranks(values: Sequence[float]) -> list[float]:
@@ -116,7 +117,7 @@ def wilcoxon_p(diffs: Sequence[float]) -> float:
         s = sum(r for r, on in zip(ranks, signs) if on)
         ge += s >= w - eps
         le += s <= w + eps
-    return min(1.0, 2 * min(ge, le) / 2 ** m)
+    return min(1.0, 2 * min(ge, le) / 2**m)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,9 @@ class Paired:
 def paired(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Paired:
     """The paired t-test, sign test and Wilcoxon test of ``a_s - b_s`` (the two sequences in seed order)."""
     if len(a) != len(b) or len(a) < 2:
-        raise ValueError(f"a paired test needs two sequences of the same length, at least 2 (got {len(a)} and {len(b)})")
+        raise ValueError(
+            f"a paired test needs two sequences of the same length, at least 2 (got {len(a)} and {len(b)})"
+        )
     diffs = tuple(float(x) - float(y) for x, y in zip(a, b))
     n = len(diffs)
     mean = math.fsum(diffs) / n

@@ -9,7 +9,8 @@ what fedcli wrote (:func:`stamp`): a file edited since (or not written by fedcli
 (exit 2) unless ``--overwrite``.
 
 A sweep belongs to a paper by the ``paper`` its recipe states (recorded in ``sweep.json``): :data:`PAPERS` maps each
-paper's name to the start of that string (:data:`fedcli.papers.PAPERS`). The paper's recipes in this repository's ``recipes/`` that have no sweep
+paper's name to the start of that string (:data:`fedcli.papers.PAPERS`). The paper's recipes in this repository's
+``recipes/`` that have no sweep
 under DIR are named as missing, with the command that would run them.
 """
 
@@ -33,8 +34,10 @@ def paper_of(name: str) -> tuple[str, str]:
     if name not in PAPERS:
         from fedcli.method_names import suggest
 
-        raise ConfigError(f"--paper {name}: not a paper fedcli has recipes for; {suggest(name, list(PAPERS))}choose one of "
-                          f"{', '.join(PAPERS)}")
+        raise ConfigError(
+            f"--paper {name}: not a paper fedcli has recipes for; {suggest(name, list(PAPERS))}choose one of "
+            f"{', '.join(PAPERS)}"
+        )
     return PAPERS[name]
 
 
@@ -118,18 +121,30 @@ def section_command(sweep, base: Path) -> str:
     if tuned and default_folder is not None:  # fedcli sweep --tuned's own default folder
         default_folder = default_folder.with_name(default_folder.name + "-tuned")
     default = default_folder is not None and folder == default_folder.as_posix()
-    return " ".join(["fedcli sweep", shlex.quote(recipe), *([f"--scale {shlex.quote(str(sweep.scale))}"] if sweep.scale else []),
-                     f"--seeds {len(seeds) if seeds == list(range(len(seeds))) else ','.join(map(str, seeds))}",
-                     *([f"--tuned {shlex.quote(relative(tuned['dir'], base))}"] if tuned and tuned.get("dir") else []),
-                     *([] if default else [f"--out {shlex.quote(folder)}"])])
+    return " ".join(
+        [
+            "fedcli sweep",
+            shlex.quote(recipe),
+            *([f"--scale {shlex.quote(str(sweep.scale))}"] if sweep.scale else []),
+            f"--seeds {len(seeds) if seeds == list(range(len(seeds))) else ','.join(map(str, seeds))}",
+            *([f"--tuned {shlex.quote(relative(tuned['dir'], base))}"] if tuned and tuned.get("dir") else []),
+            *([] if default else [f"--out {shlex.quote(folder)}"]),
+        ]
+    )
 
 
 def _space(bounds) -> str:
     """A search range of ``tune.json`` in words: ``log [0.01, 1]``, ``{5, 10, 20}``."""
     if isinstance(bounds, dict):
         if "choices" in bounds:
-            return "{" + ", ".join(f"{c:g}" if isinstance(c, (int, float)) and not isinstance(c, bool) else str(c)
-                                   for c in bounds["choices"]) + "}"
+            return (
+                "{"
+                + ", ".join(
+                    f"{c:g}" if isinstance(c, (int, float)) and not isinstance(c, bool) else str(c)
+                    for c in bounds["choices"]
+                )
+                + "}"
+            )
         for kind in ("log", "float", "int"):
             if isinstance(bounds.get(kind), list) and len(bounds[kind]) == 2:
                 lo, hi = bounds[kind]
@@ -139,37 +154,50 @@ def _space(bounds) -> str:
 
 
 def tuned_paragraph(sweep, out: Path) -> str | None:
-    """"Hyper-parameter selection" (issue 58): for a sweep run with ``fedcli sweep --tuned DIR``, how each row's values
+    """ "Hyper-parameter selection" (issue 58): for a sweep run with ``fedcli sweep --tuned DIR``, how each row's values
     were chosen: the study folder, the spaces, sampler, pruner, trials, the split selected on, the confirmation seeds
     and the chosen values, from the ``tuned`` record ``sweep.json`` keeps (fedcli/tune/confirm.py). None otherwise."""
     tuned = sweep.manifest.get("tuned")
     if not isinstance(tuned, dict) or not isinstance(tuned.get("rows"), dict):
         return None
     base, _ = _base(sweep, out)
-    objs = " and ".join(f"{o.get('metric')} ({o.get('reduce')}, {o.get('direction')})" for o in tuned.get("objectives") or [])
+    objs = " and ".join(
+        f"{o.get('metric')} ({o.get('reduce')}, {o.get('direction')})" for o in tuned.get("objectives") or []
+    )
     rows = tuned["rows"]
     splits = sorted({f"{100 * float(r['val_fraction']):g}%" for r in rows.values() if r.get("val_fraction")})
     if tuned.get("select_on") == "test":
         split = "the test set (optimistic: the reported test accuracy is not held out from the selection)"
     else:
-        split = (f"a validation split held out of the training pool ({', '.join(splits)} of it, stratified, never "
-                 f"trained on)" if splits else "a validation split held out of the training pool")
+        split = (
+            f"a validation split held out of the training pool ({', '.join(splits)} of it, stratified, never "
+            f"trained on)"
+            if splits
+            else "a validation split held out of the training pool"
+        )
     trials = sorted({int(r.get("trials") or 0) for r in rows.values()})
     seeds = tuned.get("confirm_seeds") or []
-    text = (f"Hyper-parameter selection. Each row's hyper-parameters were tuned by `fedcli tune` (study folder "
-            f"`{relative(tuned.get('dir', ''), base)}`): one study per row, {'/'.join(map(str, trials))} trials each, "
-            f"sampler {tuned.get('sampler')}, pruner {tuned.get('pruner')}, seed {tuned.get('seed')}, objective {objs} "
-            f"on {split}. The best configurations of each study were re-run over seeds {', '.join(map(str, seeds)) or 'n/a'}, "
-            f"and each row uses the one with the best mean objective. ")
+    text = (
+        f"Hyper-parameter selection. Each row's hyper-parameters were tuned by `fedcli tune` (study folder "
+        f"`{relative(tuned.get('dir', ''), base)}`): one study per row, {'/'.join(map(str, trials))} trials each, "
+        f"sampler {tuned.get('sampler')}, pruner {tuned.get('pruner')}, seed {tuned.get('seed')}, objective {objs} "
+        f"on {split}. The best configurations of each study were re-run over seeds "
+        f"{', '.join(map(str, seeds)) or 'n/a'}, "
+        f"and each row uses the one with the best mean objective. "
+    )
     parts = []
     for name, r in rows.items():
         space = "; ".join(f"{k} in {_space(v)}" for k, v in (r.get("space") or {}).items())
-        chosen = ", ".join(f"{k} = {v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} = {v}"
-                           for k, v in (r.get("params") or {}).items())
+        chosen = ", ".join(
+            f"{k} = {v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} = {v}"
+            for k, v in (r.get("params") or {}).items()
+        )
         mean = r.get("confirmed_mean")
-        parts.append(f"{name}: {space or 'no space'}; chosen {chosen or 'the recipe own values'} (trial {r.get('trial')}"
-                     + (f", mean {mean:.4g} over {r.get('confirmed_seeds')} seed(s)" if isinstance(mean, (int, float)) else "")
-                     + ")")
+        parts.append(
+            f"{name}: {space or 'no space'}; chosen {chosen or 'the recipe own values'} (trial {r.get('trial')}"
+            + (f", mean {mean:.4g} over {r.get('confirmed_seeds')} seed(s)" if isinstance(mean, (int, float)) else "")
+            + ")"
+        )
     return text + "Spaces and chosen values: " + "; ".join(parts) + "."
 
 
@@ -183,12 +211,20 @@ def _paragraph(sweep, out: Path) -> tuple[str, str]:
     done, total = _finished(sweep)
     count = f"{total} training(s)" if done == total else f"{done} of its {total} training(s) finished"
     if sweep.retimed():  # runs of the recipe's `retime` lists: read from a training's records, not trained
-        count += (f" and {len(sweep.retimed())} run(s) re-timed from their records under other system options (not "
-                  f"trained; docs/system-model.md, \"Re-timing a run\")")
-    text = (f"{m.get('title', '')} ({m.get('paper', '')}). Recipe `{command.split()[2]}` at scale {scale}"
-            + (" (a reduced setting that checks the pipeline, not the paper's numbers)" if sweep.scale not in (None, "paper") else "")
-            + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{relative(sweep.root, base)}` (paths relative to "
-            f"{said}). ")
+        count += (
+            f" and {len(sweep.retimed())} run(s) re-timed from their records under other system options (not "
+            f'trained; docs/system-model.md, "Re-timing a run")'
+        )
+    text = (
+        f"{m.get('title', '')} ({m.get('paper', '')}). Recipe `{command.split()[2]}` at scale {scale}"
+        + (
+            " (a reduced setting that checks the pipeline, not the paper's numbers)"
+            if sweep.scale not in (None, "paper")
+            else ""
+        )
+        + f", seeds {', '.join(map(str, sweep.seeds))}; {count} in `{relative(sweep.root, base)}` (paths relative to "
+        f"{said}). "
+    )
     if m.get("fidelity"):
         text += f"Fidelity: {m['fidelity']}. "
     text += f"Versions: {_versions(sweep)}."
@@ -199,9 +235,12 @@ def heading(sweep, mine: list | None = None) -> str:
     """A sweep's subsection heading: its paper (or title), then which sweep it is, ``(smoke scale, seeds 0, 1)``, and
     its folder's name where another of the section's sweeps ``mine`` would read the same: two sweeps of one recipe (a
     smoke and a paper sweep) never share a heading."""
+
     def plain(s) -> str:
         head = str(s.manifest.get("paper") or s.manifest.get("title") or s.root.name)
-        return f"{head} ({s.scale or 'base'} scale, seed{'s' if len(s.seeds) != 1 else ''} {', '.join(map(str, s.seeds))}"
+        return (
+            f"{head} ({s.scale or 'base'} scale, seed{'s' if len(s.seeds) != 1 else ''} {', '.join(map(str, s.seeds))}"
+        )
 
     head = plain(sweep)
     twin = any(other is not sweep and plain(other) == head for other in mine or [])
@@ -230,7 +269,8 @@ COLUMN_IN, TEXT_IN = 3.3, 7.0
 
 
 def pdf_size(pdf: Path) -> tuple[float, float] | None:
-    """(width, height) in inches of a PDF's first page (its ``/MediaBox``, as matplotlib writes it); None if not found."""
+    """(width, height) in inches of a PDF's first page (its ``/MediaBox``, as matplotlib writes it); None if not
+    found."""
     m = re.search(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]", pdf.read_bytes())
     if not m:
         return None
@@ -260,12 +300,24 @@ def _figure(sweep, figure_def, out_dir: Path, rel: str, x, label: str) -> Part:
     env = "figure*" if wide else "figure"
     size = pdf_size(pdf)
     if size:  # keepaspectratio: the largest size within both, so never above the drawn size (its text at 8 pt)
-        include = [f"% drawn {size[0]:.2f} x {size[1]:.2f} in, text at 8 pt: included at that size, or smaller to fit the line",
-                   f"\\includegraphics[width=\\linewidth,height={size[1]:.2f}in,keepaspectratio]{{{rel}/{pdf.name}}}"]
+        include = [
+            f"% drawn {size[0]:.2f} x {size[1]:.2f} in, text at 8 pt: included at that size, or smaller to "
+            f"fit the line",
+            f"\\includegraphics[width=\\linewidth,height={size[1]:.2f}in,keepaspectratio]{{{rel}/{pdf.name}}}",
+        ]
     else:
         include = [f"\\includegraphics[width=\\linewidth]{{{rel}/{pdf.name}}}"]
-    latex = "\n".join([f"\\begin{{{env}}}[t]", "\\centering", *include, f"\\caption{{{latex_text(caption)}}}",
-                       f"\\label{{fig:{label}}}", f"\\end{{{env}}}", ""])
+    latex = "\n".join(
+        [
+            f"\\begin{{{env}}}[t]",
+            "\\centering",
+            *include,
+            f"\\caption{{{latex_text(caption)}}}",
+            f"\\label{{fig:{label}}}",
+            f"\\end{{{env}}}",
+            "",
+        ]
+    )
     md = f"![{figure_def.name}]({rel}/{pdf.stem}.png)\n\n*{caption}*\n"
     return Part(latex, md)
 
@@ -295,7 +347,7 @@ def _product(sweep, product, out: Path, x, label: str | None = None) -> Part:
 
 
 def _lacking(products: list, parts: list[Part]) -> list[str]:
-    """"Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
+    """ "Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
     product named once, the runs once for the products that lack the same ones)."""
     from fedcli.report.products import TableDef
 
@@ -319,8 +371,10 @@ def _itemize(items: list[str]) -> tuple[list[str], list[str]]:
     type are not stretched to the column) and a Markdown list."""
     from fedcli.report.tables import latex_text
 
-    return (["\\begin{itemize}", *(f"\\item {latex_text(i)}" for i in items), "\\end{itemize}"],
-            [*(f"- {i}" for i in items), ""])
+    return (
+        ["\\begin{itemize}", *(f"\\item {latex_text(i)}" for i in items), "\\end{itemize}"],
+        [*(f"- {i}" for i in items), ""],
+    )
 
 
 def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> tuple[str, str, list[str]]:
@@ -336,8 +390,11 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         for r in sorted(RECIPES.glob("*/*.toml")):
             if r.name not in ran and recipe_paper(r).startswith(prefix):
                 unrun.append(f"{recipe_paper(r)}: `fedcli sweep recipes/{r.parent.name}/{r.name} --scale smoke`")
-    tex = ["% fedcli report --paper " + name + ": needs \\usepackage{booktabs} and \\usepackage{graphicx} in the preamble",
-           f"\\section{{Experiments: {latex_escape(title)}}}", ""]
+    tex = [
+        "% fedcli report --paper " + name + ": needs \\usepackage{booktabs} and \\usepackage{graphicx} in the preamble",
+        f"\\section{{Experiments: {latex_escape(title)}}}",
+        "",
+    ]
     md = [f"# Experiments: {title}", ""]
     if not mine:
         tex.append(f"No sweep of {latex_escape(title)} in this folder.\n")
@@ -348,7 +405,13 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
         text, command = _paragraph(s, out)
         head = heading(s, mine)
         said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
-        tex += [f"\\subsection{{{latex_escape(head)}}}", latex_text(text), "", f"{{\\raggedright {latex_text(said)}\\par}}", ""]
+        tex += [
+            f"\\subsection{{{latex_escape(head)}}}",
+            latex_text(text),
+            "",
+            f"{{\\raggedright {latex_text(said)}\\par}}",
+            "",
+        ]
         md += [f"## {head}", "", f"{text} {said}", ""]
         selection = tuned_paragraph(s, out)
         if selection:
@@ -369,9 +432,12 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
                 tex.append(p.latex)
                 md.append(p.md)
     if unrun:
-        intro = ("The paper's recipes that no sweep here ran, each with the command that runs it (`--scale paper` for "
-                 "the paper's setting)" + ("; the products of the sweeps above that could not be made are named under "
-                                           "their sweep" if gaps else "") + ":")
+        intro = (
+            "The paper's recipes that no sweep here ran, each with the command that runs it (`--scale paper` for "
+            "the paper's setting)"
+            + ("; the products of the sweeps above that could not be made are named under their sweep" if gaps else "")
+            + ":"
+        )
         t, m = _itemize(unrun)
         tex += ["{\\raggedright", "\\paragraph{Not in this section.}", latex_text(intro), *t, "\\par}", ""]
         md += ["## Not in this section", "", intro, "", *m]
@@ -393,7 +459,10 @@ def _digest(text: str) -> str:
 def stamp(text: str, latex: bool) -> str:
     """``text`` with a line recording its checksum (after the LaTeX's first line; first in the Markdown, a comment
     that does not render), so that a later run can tell an edited file from its own (:func:`unedited`)."""
-    words = f"{STAMP} {_digest(text)}: written by fedcli report --paper, which replaces this file only while it is unedited (else --overwrite)"
+    words = (
+        f"{STAMP} {_digest(text)}: written by fedcli report --paper, which replaces this file only while it is "
+        f"unedited (else --overwrite)"
+    )
     if latex:
         first, _, rest = text.partition("\n")
         return f"{first}\n% {words}\n{rest}"
@@ -408,7 +477,7 @@ def unedited(path: Path) -> bool:
     except (OSError, UnicodeDecodeError):
         return False
     m = _STAMP_LINE.search(text)
-    return bool(m) and _digest(text[:m.start()] + text[m.end():]) == m.group(1)
+    return bool(m) and _digest(text[: m.start()] + text[m.end() :]) == m.group(1)
 
 
 def planned(mine: list, out: Path) -> list[Path]:
@@ -434,14 +503,17 @@ def check_targets(paths: list[Path], overwrite: bool = False) -> None:
         refuse_link(p)
     edited = [p for p in paths if p.name in SECTION_FILES and p.exists() and not unedited(p)]
     if edited and not overwrite:
-        raise ConfigError(f"{' and '.join(map(str, edited))} changed since fedcli report --paper wrote "
-                          f"{'them' if len(edited) > 1 else 'it'} (edited by hand, or not written by it) and "
-                          f"{'are' if len(edited) > 1 else 'is'} kept: pass --overwrite to replace "
-                          f"{'them' if len(edited) > 1 else 'it'} (the edits are lost), or --output another folder")
+        raise ConfigError(
+            f"{' and '.join(map(str, edited))} changed since fedcli report --paper wrote "
+            f"{'them' if len(edited) > 1 else 'it'} (edited by hand, or not written by it) and "
+            f"{'are' if len(edited) > 1 else 'is'} kept: pass --overwrite to replace "
+            f"{'them' if len(edited) > 1 else 'it'} (the edits are lost), or --output another folder"
+        )
 
 
 def write_section(sweeps: list, name: str, out: Path, x: str | None = None, overwrite: bool = False) -> list[Path]:
-    """Write ``out``/section.tex, ``out``/section.md and the figures under ``out``/figures/; returns the two texts' paths.
+    """Write ``out``/section.tex, ``out``/section.md and the figures under ``out``/figures/; returns the two texts'
+    paths.
     Every path is checked first (:func:`check_targets`): a link, or an edited section without ``overwrite``, refuses
     before anything is written."""
     from fedcli.safefs import open_dir

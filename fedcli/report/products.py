@@ -40,7 +40,8 @@ the round there (``round`` of metrics.csv: rounds completed) and of the bytes mo
     groups = [ { label = "MNIST, CNN, 1 local epoch", runs = ["Fed-SGD", "Fed-LAMB", ...] }, ... ]
 
 ``layout = "matrix"`` (FedALA AAAI 2023, Tables 1-4, 6, 7): rows are methods (shown as ``method_labels``, default the
-keys), columns are settings (datasets, heterogeneity, client counts; shown as ``setting_labels``), and each cell is one run, named by the template ``cell`` (default
+keys), columns are settings (datasets, heterogeneity, client counts; shown as ``setting_labels``), and each cell is one
+run, named by the template ``cell`` (default
 ``"{method} | {setting}"``). ``values`` are the quantities shown per cell (default ``["acc"]``; see
 :mod:`fedcli.report.matrix`): ``acc``, ``imp`` (accuracy gain over the run named by ``compare``), ``ala_params``,
 ``time_total``, ``time_round``, ``time_init``, ``params_round``. ``metric`` (default ``auto``: ``personal_acc`` for
@@ -121,16 +122,74 @@ SELECT_ON = ("acc", "best_acc", "final_acc", "rounds")
 #: keys of a matrix group (table level: the defaults of every group)
 MATRIX_KEYS = ("methods", "method_labels", "settings", "setting_labels", "values", "cell", "compare", "header", "skip")
 #: computed columns of the ``rows`` layout (any train key is also a column)
-COLUMNS = ("name", "method", "lr", "tau", "phi", "active_ratio", "alpha", "clients", "batch_size", "iterations",
-           "acc", "final_acc", "best_acc", "comm", "comm_bytes", "seeds")
+COLUMNS = (
+    "name",
+    "method",
+    "lr",
+    "tau",
+    "phi",
+    "active_ratio",
+    "alpha",
+    "clients",
+    "batch_size",
+    "iterations",
+    "acc",
+    "final_acc",
+    "best_acc",
+    "comm",
+    "comm_bytes",
+    "seeds",
+)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-TABLE_KEYS = {"name", "title", "paper", "layout", "accuracy", "columns", "groups", "runs", "rows", "baseline", "label",
-              "left_title", "right_title", "early_stop_target", "target", "metric", "notes", "scale", "row_title",
-              "select", "select_by", "select_on", *MATRIX_KEYS}
+TABLE_KEYS = {
+    "name",
+    "title",
+    "paper",
+    "layout",
+    "accuracy",
+    "columns",
+    "groups",
+    "runs",
+    "rows",
+    "baseline",
+    "label",
+    "left_title",
+    "right_title",
+    "early_stop_target",
+    "target",
+    "metric",
+    "notes",
+    "scale",
+    "row_title",
+    "select",
+    "select_by",
+    "select_on",
+    *MATRIX_KEYS,
+}
 GROUP_KEYS = {"label", "baseline", "runs", "rows", "left_title", "right_title", *MATRIX_KEYS}
-FIGURE_KEYS = {"name", "title", "paper", "kind", "panels", "runs", "run", "labels", "x", "y", "seed", "round", "log", "notes", "scale",
-               "target", "sharex", "along", "lines", "baseline"}
+FIGURE_KEYS = {
+    "name",
+    "title",
+    "paper",
+    "kind",
+    "panels",
+    "runs",
+    "run",
+    "labels",
+    "x",
+    "y",
+    "seed",
+    "round",
+    "log",
+    "notes",
+    "scale",
+    "target",
+    "sharex",
+    "along",
+    "lines",
+    "baseline",
+}
 PANEL_KEYS = {"title", "runs", "run", "labels"}
 #: a figure's keys added since sweep.json's products were first written (issue 57): stored only where set, so that a
 #: sweep.json written before reads and writes the same
@@ -141,7 +200,7 @@ LATER_FIGURE_KEYS = ("target", "sharex", "along", "lines", "baseline")
 class Group:
     label: str = ""
     baseline: str | None = None
-    runs: list[str] = field(default_factory=list)              # rows layout
+    runs: list[str] = field(default_factory=list)  # rows layout
     rows: list[tuple[str, str]] = field(default_factory=list)  # paired layout
     left_title: str = "FedAvg (Periodic Full Avg.)"
     right_title: str = "FedLAMA"
@@ -152,8 +211,8 @@ class Group:
     setting_labels: list[str] = field(default_factory=list)
     values: list[str] = field(default_factory=list)
     cell: str = "{method} | {setting}"
-    compare: str = ""            # imp: the run the cell's accuracy is compared with (same placeholders)
-    header: list = field(default_factory=list)   # [[label, number of settings], ...] above the settings
+    compare: str = ""  # imp: the run the cell's accuracy is compared with (same placeholders)
+    header: list = field(default_factory=list)  # [[label, number of settings], ...] above the settings
     skip: list[str] = field(default_factory=list)  # cells (run names) shown as "—"
 
     def cell_run(self, method: str, setting: str, template: str | None = None) -> str | None:
@@ -184,13 +243,13 @@ class TableDef:
     columns: list[str] = field(default_factory=lambda: ["lr", "tau", "phi", "acc", "comm"])
     groups: list[Group] = field(default_factory=list)
     early_stop_target: str = "seed"
-    target: float | None = None   # target layout: accuracy threshold (fraction)
-    metric: str = "auto"          # the accuracy shown (target layout: compared with ``target``); auto: see ACC_METRICS
-    row_title: str = "Method"     # matrix layout: heading of the first column
+    target: float | None = None  # target layout: accuracy threshold (fraction)
+    metric: str = "auto"  # the accuracy shown (target layout: compared with ``target``); auto: see ACC_METRICS
+    row_title: str = "Method"  # matrix layout: heading of the first column
     notes: str = ""
-    select: str = "all"           # rows/target: "best" shows one row per set of runs differing only in select_by
+    select: str = "all"  # rows/target: "best" shows one row per set of runs differing only in select_by
     select_by: list[str] = field(default_factory=list)  # the grid key(s) select = "best" picks over
-    select_on: str = ""           # acc, best_acc, final_acc (highest mean) or rounds (target: fewest); "" = layout's default
+    select_on: str = ""  # acc, best_acc, final_acc (highest mean) or rounds (target: fewest); "" = layout's default
 
     kind = "table"
 
@@ -216,16 +275,16 @@ class FigureDef:
     paper: str = ""
     panels: list[Panel] = field(default_factory=list)
     x: str = "iterations"  # curves: iterations, rounds, params or bytes (fedcli/report/style.py)
-    y: str = "auto"        # curves: an accuracy of ACC_METRICS (auto: personal_acc for personalized runs) or a loss
-    seed: int = 0          # delta-lambda: index into the sweep's seeds
-    round: int = -1        # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
+    y: str = "auto"  # curves: an accuracy of ACC_METRICS (auto: personal_acc for personalized runs) or a loss
+    seed: int = 0  # delta-lambda: index into the sweep's seeds
+    round: int = -1  # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
     log: bool | None = None  # log-scale y axis; None: layer-size on a log axis when its bars span two decades
     notes: str = ""
     target: float | None = None  # curves: a line at this accuracy; time-to-target: the accuracy timed (a fraction)
-    sharex: bool = False   # curves: the panels share their x axis (log when the panels' ranges span two decades)
-    along: str = ""        # time-to-target: the system option on the x axis (ALONG), its value per run
+    sharex: bool = False  # curves: the panels share their x axis (log when the panels' ranges span two decades)
+    along: str = ""  # time-to-target: the system option on the x axis (ALONG), its value per run
     lines: list[Panel] = field(default_factory=list)  # time-to-target: one line per method, a run per x value
-    baseline: str = ""     # time-to-target: the line the others' times are divided by (default: the first)
+    baseline: str = ""  # time-to-target: the line the others' times are divided by (default: the first)
 
     def run_names(self) -> list[str]:
         return list(dict.fromkeys(n for p in [*self.panels, *self.lines] for n in p.runs))
@@ -266,18 +325,24 @@ def _scaled(d: dict, loc, scale: str | None, scales, what: str, allowed: set) ->
     if over is None:
         return d
     if not isinstance(over, dict) or not all(isinstance(v, dict) for v in over.values()):
-        raise ConfigError(f"{loc('scale')}: `scale` of a {what} entry must be tables of per-scale values "
-                          f"(scale.smoke = {{ target = 0.5 }})")
+        raise ConfigError(
+            f"{loc('scale')}: `scale` of a {what} entry must be tables of per-scale values "
+            f"(scale.smoke = {{ target = 0.5 }})"
+        )
     for sname, vals in over.items():
         if scales is not None and sname not in scales:
-            raise ConfigError(f"{loc('scale')}: {what} entry overrides scale '{sname}', which the recipe does not define "
-                              f"(add [scale.{sname}])")
+            raise ConfigError(
+                f"{loc('scale')}: {what} entry overrides scale '{sname}', which the recipe does not define "
+                f"(add [scale.{sname}])"
+            )
         for k in vals:
             if k in ("name", "scale"):
                 raise ConfigError(f"{loc('scale')}: scale.{sname} cannot override '{k}'")
             if k not in allowed:
-                raise ConfigError(f"{loc('scale')}: unknown key '{k}' in scale.{sname} of a {what} entry "
-                                  f"(allowed: {', '.join(sorted(allowed - {'name', 'scale'}))})")
+                raise ConfigError(
+                    f"{loc('scale')}: unknown key '{k}' in scale.{sname} of a {what} entry "
+                    f"(allowed: {', '.join(sorted(allowed - {'name', 'scale'}))})"
+                )
     out = {k: v for k, v in d.items() if k != "scale"}
     if scale is not None:
         out.update(over.get(scale, {}))
@@ -290,16 +355,24 @@ def _entry(d: dict, loc, scale, scales, what: str, keys) -> tuple[dict, str]:
     d = _scaled(d, loc, scale, scales, what, keys)
     name = _str(d, "name", loc)
     if not NAME_RE.match(name):
-        raise ConfigError(f"{loc('name')}: every {what} entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')")
+        raise ConfigError(
+            f"{loc('name')}: every {what} entry needs a `name` of letters, digits, '.', '_', '-' (got '{name}')"
+        )
     return d, name
 
 
 def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableDef:
     """One ``[[tables]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     d, name = _entry(d, loc, scale, scales, "[[tables]]", TABLE_KEYS)
-    t = TableDef(name=name, title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
-                  layout=_choice(d, "layout", LAYOUTS, "rows", loc), accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
-                  early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc))
+    t = TableDef(
+        name=name,
+        title=_str(d, "title", loc),
+        paper=_str(d, "paper", loc),
+        notes=_str(d, "notes", loc),
+        layout=_choice(d, "layout", LAYOUTS, "rows", loc),
+        accuracy=_choice(d, "accuracy", ACCURACY, "best", loc),
+        early_stop_target=_choice(d, "early_stop_target", ("seed", "mean"), "seed", loc),
+    )
     _parse_columns_and_target(t, d, loc)
     t.metric = _choice(d, "metric", ACC_METRICS, "auto", loc)
     parse_select(t, d, loc)
@@ -307,7 +380,9 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableDef
     if t.layout != "matrix":
         for k in MATRIX_KEYS + ("row_title",):
             if k in d:
-                raise ConfigError(f"{loc(k)}: key '{k}' is for layout = \"matrix\" (table '{name}' has layout = \"{t.layout}\")")
+                raise ConfigError(
+                    f"{loc(k)}: key '{k}' is for layout = \"matrix\" (table '{name}' has layout = \"{t.layout}\")"
+                )
     left, right = _str(d, "left_title", loc, Group.left_title), _str(d, "right_title", loc, Group.right_title)
     raw_groups = d.get("groups")
     if raw_groups is None:
@@ -315,7 +390,9 @@ def parse_table(d: dict, loc, scale: str | None = None, scales=None) -> TableDef
     elif any(k in d for k in ("runs", "rows")):
         raise ConfigError(f"{loc('groups')}: give either `groups` or `runs`/`rows` at table level, not both")
     if t.layout == "matrix" and isinstance(raw_groups, list):  # table-level matrix keys: defaults of every group
-        raw_groups = [{**{k: d[k] for k in MATRIX_KEYS if k in d}, **g} if isinstance(g, dict) else g for g in raw_groups]
+        raw_groups = [
+            {**{k: d[k] for k in MATRIX_KEYS if k in d}, **g} if isinstance(g, dict) else g for g in raw_groups
+        ]
     if not isinstance(raw_groups, list) or not raw_groups or not all(isinstance(g, dict) for g in raw_groups):
         raise ConfigError(f"{loc('groups')}: groups must be a list of tables ({{ label = ..., runs = [...] }})")
     for g in raw_groups:
@@ -337,19 +414,26 @@ def _parse_columns_and_target(t: TableDef, d: dict, loc) -> None:
             if c not in COLUMNS and c not in FIELDS:
                 raise ConfigError(f"{loc('columns')}: unknown column '{c}' (use {', '.join(COLUMNS)} or a train key)")
         if t.layout in ("paired", "matrix"):
-            raise ConfigError(f"{loc('columns')}: the {t.layout} layout has fixed columns; `columns` is for layout = \"rows\" or \"target\""
-                              + (" (a matrix table lists its per-cell `values`)" if t.layout == "matrix" else ""))
+            raise ConfigError(
+                f"{loc('columns')}: the {t.layout} layout has fixed columns; `columns` is for layout = "
+                f'"rows" or "target"'
+                + (" (a matrix table lists its per-cell `values`)" if t.layout == "matrix" else "")
+            )
         t.columns = list(cols)
     elif t.layout == "target":
         t.columns = ["method"]
     if t.layout == "target":
         v = d.get("target")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-            raise ConfigError(f"{loc('target')}: table '{name}' has layout = \"target\": it needs `target`, an accuracy "
-                              f"as a fraction in (0, 1] (0.9 for 90%), got {v!r}")
+            raise ConfigError(
+                f"{loc('target')}: table '{name}' has layout = \"target\": it needs `target`, an accuracy "
+                f"as a fraction in (0, 1] (0.9 for 90%), got {v!r}"
+            )
         t.target = float(v)
     elif "target" in d:
-        raise ConfigError(f"{loc('target')}: key 'target' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")")
+        raise ConfigError(
+            f"{loc('target')}: key 'target' is for layout = \"target\" (table '{name}' has layout = \"{t.layout}\")"
+        )
 
 
 def _parse_group(t: TableDef, d: dict, g: dict, loc, titles: tuple[str, str]) -> Group:
@@ -358,8 +442,11 @@ def _parse_group(t: TableDef, d: dict, g: dict, loc, titles: tuple[str, str]) ->
     name = t.name
     left, right = titles
     _check_known(g, GROUP_KEYS, loc, f"a group of table '{name}'")
-    grp = Group(label=_str(g, "label", loc), left_title=_str(g, "left_title", loc, left),
-                right_title=_str(g, "right_title", loc, right))
+    grp = Group(
+        label=_str(g, "label", loc),
+        left_title=_str(g, "left_title", loc, left),
+        right_title=_str(g, "right_title", loc, right),
+    )
     if t.layout == "matrix":
         parse_matrix_group(grp, g, loc, name)
         return grp
@@ -369,10 +456,15 @@ def _parse_group(t: TableDef, d: dict, g: dict, loc, titles: tuple[str, str]) ->
         grp.runs = _names(g.get("runs"), loc("runs"), f"`runs` of table '{name}'")
     else:
         if "runs" in g:
-            raise ConfigError(f"{loc('runs')}: table '{name}' has layout = \"paired\": list [left, right] pairs in `rows`")
+            raise ConfigError(
+                f"{loc('runs')}: table '{name}' has layout = \"paired\": list [left, right] pairs in `rows`"
+            )
         rows = g.get("rows")
-        if (not isinstance(rows, list) or not rows
-                or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rows)):
+        if (
+            not isinstance(rows, list)
+            or not rows
+            or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in rows)
+        ):
             raise ConfigError(f"{loc('rows')}: `rows` of table '{name}' must be a list of [left run, right run] pairs")
         grp.rows = [(a, b) for a, b in rows]
     base = g.get("baseline", d.get("baseline"))
@@ -391,34 +483,47 @@ def parse_select(t: TableDef, d: dict, loc) -> None:
                 raise ConfigError(f"{loc(k)}: key '{k}' is for select = \"best\" (table '{t.name}' shows every run)")
         return
     if t.layout not in ("rows", "target"):
-        raise ConfigError(f"{loc('select')}: select = \"best\" is for layout = \"rows\" or \"target\" (table '{t.name}' "
-                          f"has layout = \"{t.layout}\")")
+        raise ConfigError(
+            f'{loc("select")}: select = "best" is for layout = "rows" or "target" (table \'{t.name}\' '
+            f'has layout = "{t.layout}")'
+        )
     by = d.get("select_by")
     by = [by] if isinstance(by, str) else by
     if not isinstance(by, list) or not by or not all(isinstance(k, str) and k for k in by):
-        raise ConfigError(f"{loc('select_by')}: table '{t.name}' has select = \"best\": it needs `select_by`, the grid "
-                          "key (or list of keys) to pick over, e.g. \"weight_decay\"")
+        raise ConfigError(
+            f"{loc('select_by')}: table '{t.name}' has select = \"best\": it needs `select_by`, the grid "
+            'key (or list of keys) to pick over, e.g. "weight_decay"'
+        )
     missing = [k for k in by if k not in t.columns]
     if missing:
-        raise ConfigError(f"{loc('select_by')}: add {', '.join(repr(k) for k in missing)} to the `columns` of table "
-                          f"'{t.name}', so each row shows the value select = \"best\" picked")
+        raise ConfigError(
+            f"{loc('select_by')}: add {', '.join(repr(k) for k in missing)} to the `columns` of table "
+            f"'{t.name}', so each row shows the value select = \"best\" picked"
+        )
     t.select_by = list(by)
     default = "rounds" if t.layout == "target" else "acc"
     t.select_on = _choice(d, "select_on", SELECT_ON, default, loc)
     if t.select_on == "rounds" and t.layout != "target":
-        raise ConfigError(f"{loc('select_on')}: select_on = \"rounds\" is for layout = \"target\" (table '{t.name}' has "
-                          f"layout = \"{t.layout}\")")
+        raise ConfigError(
+            f'{loc("select_on")}: select_on = "rounds" is for layout = "target" (table \'{t.name}\' has '
+            f'layout = "{t.layout}")'
+        )
 
 
-def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:
+def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:  # noqa: C901
     """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     from fedcli.report.figures import FIGURE_KINDS  # kind -> what draws it and the keys it accepts
 
     d, name = _entry(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
-    f = FigureDef(name=name, kind=_choice(d, "kind", tuple(FIGURE_KINDS), "", loc) if "kind" in d else "",
-                   title=_str(d, "title", loc), paper=_str(d, "paper", loc), notes=_str(d, "notes", loc),
-                   x=_choice(d, "x", X_AXES, "iterations", loc),
-                   y=_choice(d, "y", ACC_METRICS + ("test_loss", "val_loss", "train_loss", "params", "bytes"), "auto", loc))
+    f = FigureDef(
+        name=name,
+        kind=_choice(d, "kind", tuple(FIGURE_KINDS), "", loc) if "kind" in d else "",
+        title=_str(d, "title", loc),
+        paper=_str(d, "paper", loc),
+        notes=_str(d, "notes", loc),
+        x=_choice(d, "x", X_AXES, "iterations", loc),
+        y=_choice(d, "y", ACC_METRICS + ("test_loss", "val_loss", "train_loss", "params", "bytes"), "auto", loc),
+    )
     from fedcli.report.style import x_axis
 
     f.x = x_axis(f.x)
@@ -444,16 +549,19 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
         if "target" not in kind.keys:
             raise ConfigError(f"{loc('target')}: key 'target' is for kind = {_kinds_with('target')}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-            raise ConfigError(f"{loc('target')}: `target` of figure '{name}' is an accuracy as a fraction in (0, 1] "
-                              f"(0.9 for 90%), got {v!r}")
+            raise ConfigError(
+                f"{loc('target')}: `target` of figure '{name}' is an accuracy as a fraction in (0, 1] "
+                f"(0.9 for 90%), got {v!r}"
+            )
         f.target = float(v)
     if "lines" in kind.keys:  # its runs listed in lines (time-to-target), not in panels
         parse_time_to_target(f, d, loc)
         return f
     for k in ("along", "lines", "baseline"):
         if k in d:
-            raise ConfigError(f"{loc(k)}: key '{k}' is for kind = {_kinds_with(k)} (figure '{name}' has kind = "
-                              f"\"{f.kind}\")")
+            raise ConfigError(
+                f"{loc(k)}: key '{k}' is for kind = {_kinds_with(k)} (figure '{name}' has kind = \"{f.kind}\")"
+            )
     raw = d.get("panels")
     if raw is None:
         raw = [{k: d[k] for k in ("runs", "run", "labels") if k in d}]
@@ -465,10 +573,16 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
         _check_known(p, PANEL_KEYS, loc, f"a panel of figure '{name}'")
         runs = _names(p.get("runs", p.get("run")), loc("runs"), f"`runs` of figure '{name}'")
         labels = p.get("labels", [])
-        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels) or (labels and len(labels) != len(runs)):
+        if (
+            not isinstance(labels, list)
+            or not all(isinstance(x, str) for x in labels)
+            or (labels and len(labels) != len(runs))
+        ):
             raise ConfigError(f"{loc('labels')}: `labels` of figure '{name}' must be one string per run")
         if kind.one_run and len(runs) != 1:
-            raise ConfigError(f"{loc('runs')}: a {f.kind} panel shows one FedLAMA run; figure '{name}' lists {len(runs)}")
+            raise ConfigError(
+                f"{loc('runs')}: a {f.kind} panel shows one FedLAMA run; figure '{name}' lists {len(runs)}"
+            )
         f.panels.append(Panel(title=_str(p, "title", loc), runs=runs, labels=list(labels)))
     return f
 
@@ -487,32 +601,44 @@ def parse_time_to_target(f: FigureDef, d: dict, loc) -> None:
     name = f.name
     for k in ("panels", "runs", "run", "labels"):
         if k in d:
-            raise ConfigError(f"{loc(k)}: a time-to-target figure lists its runs in `lines` ({{ title = \"FedAvg\", "
-                              f"runs = [...] }}, one line per method), not in `{k}`")
+            raise ConfigError(
+                f'{loc(k)}: a time-to-target figure lists its runs in `lines` ({{ title = "FedAvg", '
+                f"runs = [...] }}, one line per method), not in `{k}`"
+            )
     if f.target is None:
-        raise ConfigError(f"{loc('name')}: figure '{name}' has kind = \"time-to-target\": it needs `target`, an "
-                          f"accuracy as a fraction in (0, 1]")
+        raise ConfigError(
+            f"{loc('name')}: figure '{name}' has kind = \"time-to-target\": it needs `target`, an "
+            f"accuracy as a fraction in (0, 1]"
+        )
     f.along = _choice(d, "along", ALONG, "", loc) if "along" in d else ""
     if not f.along:
-        raise ConfigError(f"{loc('name')}: figure '{name}' has kind = \"time-to-target\": it needs `along`, the system "
-                          f"option on its x axis ({', '.join(ALONG)})")
+        raise ConfigError(
+            f"{loc('name')}: figure '{name}' has kind = \"time-to-target\": it needs `along`, the system "
+            f"option on its x axis ({', '.join(ALONG)})"
+        )
     raw = d.get("lines")
     if not isinstance(raw, list) or not raw or not all(isinstance(p, dict) for p in raw):
-        raise ConfigError(f"{loc('lines')}: `lines` of figure '{name}' must be a list of tables ({{ title = \"FedAvg\", "
-                          f"runs = [...] }})")
+        raise ConfigError(
+            f"{loc('lines')}: `lines` of figure '{name}' must be a list of tables ({{ title = \"FedAvg\", "
+            f"runs = [...] }})"
+        )
     for p in raw:
         _check_known(p, {"title", "runs"}, loc, f"a line of figure '{name}'")
         title = _str(p, "title", loc)
         if not title:
             raise ConfigError(f"{loc('lines')}: every line of figure '{name}' needs a `title` (its legend)")
-        f.lines.append(Panel(title=title, runs=_names(p.get("runs"), loc("lines"), f"`runs` of a line of figure '{name}'")))
+        f.lines.append(
+            Panel(title=title, runs=_names(p.get("runs"), loc("lines"), f"`runs` of a line of figure '{name}'"))
+        )
     titles = [p.title for p in f.lines]
     if len(set(titles)) != len(titles):
         raise ConfigError(f"{loc('lines')}: the lines of figure '{name}' need titles apart, got {titles}")
     f.baseline = _str(d, "baseline", loc, titles[0])
     if f.baseline not in titles:
-        raise ConfigError(f"{loc('baseline')}: `baseline` of figure '{name}' names a line's title ({', '.join(titles)}), "
-                          f"got '{f.baseline}'")
+        raise ConfigError(
+            f"{loc('baseline')}: `baseline` of figure '{name}' names a line's title ({', '.join(titles)}), "
+            f"got '{f.baseline}'"
+        )
 
 
 def parse_products(recipe) -> tuple[list[TableDef], list[FigureDef]]:
@@ -523,17 +649,21 @@ def parse_products(recipe) -> tuple[list[TableDef], list[FigureDef]]:
         if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
             raise ConfigError(f"{recipe.where(kind)}: [[{kind}]] must be an array of tables")
         for i, d in enumerate(items):
+
             def loc(key, kind=kind, i=i):
                 return recipe.where(key, kind, i)
+
             product = parse(d, loc, recipe.scale, recipe.scales)
             if product.name in seen:
                 raise ConfigError(f"{loc('name')}: product name '{product.name}' is used twice")
             seen[product.name] = True
             for n in product.run_names():
                 if n not in names:
-                    raise ConfigError(f"{_value_where(recipe, kind, i, n)}: {kind[:-1]} '{product.name}' "
-                                      f"names run '{n}', which is not in [[runs]] (nor a re-timed run of their "
-                                      f"`retime` lists)")
+                    raise ConfigError(
+                        f"{_value_where(recipe, kind, i, n)}: {kind[:-1]} '{product.name}' "
+                        f"names run '{n}', which is not in [[runs]] (nor a re-timed run of their "
+                        f"`retime` lists)"
+                    )
             (tables if kind == "tables" else figures).append(product)
     return tables, figures
 
@@ -557,7 +687,9 @@ def product_to_dict(product) -> dict:
     d["kind"] = "table" if isinstance(product, TableDef) else product.kind
     if isinstance(product, FigureDef):  # keys later than sweep.json's first format: written only where set
         for f in dataclasses.fields(FigureDef):
-            if f.name in LATER_FIGURE_KEYS and getattr(product, f.name) == (f.default_factory() if f.default is dataclasses.MISSING else f.default):
+            if f.name in LATER_FIGURE_KEYS and getattr(product, f.name) == (
+                f.default_factory() if f.default is dataclasses.MISSING else f.default
+            ):
                 d.pop(f.name)
     return d
 
@@ -585,14 +717,17 @@ VALUES = {
 }
 
 
-# ------------------------------------------------------------------------------------------------ matrix groups (fedcli/report/matrix.py builds them)
+# ------------------------------------------------------------------------------------------------ matrix groups
+# (fedcli/report/matrix.py builds them)
 
 
 def _strings(v, key: str, loc, name: str, allow_empty: bool = False) -> list[str]:
     if isinstance(v, str):
         v = [v]
     if not isinstance(v, list) or (not v and not allow_empty) or not all(isinstance(x, str) and x for x in v):
-        raise ConfigError(f"{loc(key)}: `{key}` of table '{name}' must be a {'' if allow_empty else 'non-empty '}list of strings")
+        raise ConfigError(
+            f"{loc(key)}: `{key}` of table '{name}' must be a {'' if allow_empty else 'non-empty '}list of strings"
+        )
     return list(v)
 
 
@@ -600,16 +735,20 @@ def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
     """Fill ``grp`` from one matrix group (table-level matrix keys already merged in); ConfigError names the key."""
     for k in ("runs", "rows", "baseline"):
         if k in g:
-            raise ConfigError(f"{loc(k)}: table '{name}' has layout = \"matrix\": its cells are runs named by `cell` "
-                              f"from `methods` and `settings` (no `{k}`)")
+            raise ConfigError(
+                f"{loc(k)}: table '{name}' has layout = \"matrix\": its cells are runs named by `cell` "
+                f"from `methods` and `settings` (no `{k}`)"
+            )
     grp.methods = _strings(g.get("methods"), "methods", loc, name)
     grp.settings = _strings(g.get("settings"), "settings", loc, name)
     for what in ("method", "setting"):
         keys = getattr(grp, f"{what}s")
         labels = _strings(g.get(f"{what}_labels", []), f"{what}_labels", loc, name, allow_empty=True)
         if labels and len(labels) != len(keys):
-            raise ConfigError(f"{loc(f'{what}_labels')}: table '{name}': `{what}_labels` must give one label per {what} "
-                              f"({len(keys)}), got {len(labels)}")
+            raise ConfigError(
+                f"{loc(f'{what}_labels')}: table '{name}': `{what}_labels` must give one label per {what} "
+                f"({len(keys)}), got {len(labels)}"
+            )
         setattr(grp, f"{what}_labels", labels)
     grp.values = _strings(g.get("values", ["acc"]), "values", loc, name)
     for v in grp.values:
@@ -618,25 +757,47 @@ def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
     for k in ("cell", "compare"):
         v = g.get(k, getattr(Group, k))
         if not isinstance(v, str):
-            raise ConfigError(f"{loc(k)}: `{k}` of table '{name}' must be a run-name template (\"{{method}} | {{setting}}\")")
+            raise ConfigError(
+                f"{loc(k)}: `{k}` of table '{name}' must be a run-name template (\"{{method}} | {{setting}}\")"
+            )
         setattr(grp, k, v)
     if "{method}" not in grp.cell and len(grp.methods) > 1 or "{setting}" not in grp.cell and len(grp.settings) > 1:
-        raise ConfigError(f"{loc('cell')}: `cell` of table '{name}' must contain {{method}} and {{setting}} "
-                          f"(got '{grp.cell}'), so that every cell names its own run")
+        raise ConfigError(
+            f"{loc('cell')}: `cell` of table '{name}' must contain {{method}} and {{setting}} "
+            f"(got '{grp.cell}'), so that every cell names its own run"
+        )
     if ("imp" in grp.values) != bool(grp.compare):
-        raise ConfigError(f"{loc('compare' if grp.compare else 'values')}: table '{name}': the value 'imp' and the template "
-                          "`compare` (the run without ALA each cell is compared with) go together")
+        raise ConfigError(
+            f"{loc('compare' if grp.compare else 'values')}: table '{name}': the value 'imp' and the template "
+            "`compare` (the run without ALA each cell is compared with) go together"
+        )
     header = g.get("header", [])
-    if (not isinstance(header, list)
-            or not all(isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) and isinstance(h[1], int)
-                       and not isinstance(h[1], bool) and h[1] > 0 for h in header)
-            or (header and sum(h[1] for h in header) != len(grp.settings))):
-        raise ConfigError(f"{loc('header')}: `header` of table '{name}' must be [label, number of settings] pairs "
-                          f"covering its {len(grp.settings)} settings")
+    if (
+        not isinstance(header, list)
+        or not all(
+            isinstance(h, list)
+            and len(h) == 2
+            and isinstance(h[0], str)
+            and isinstance(h[1], int)
+            and not isinstance(h[1], bool)
+            and h[1] > 0
+            for h in header
+        )
+        or (header and sum(h[1] for h in header) != len(grp.settings))
+    ):
+        raise ConfigError(
+            f"{loc('header')}: `header` of table '{name}' must be [label, number of settings] pairs "
+            f"covering its {len(grp.settings)} settings"
+        )
     grp.header = [list(h) for h in header]
     grp.skip = _strings(g.get("skip", []), "skip", loc, name, allow_empty=True)
-    cells = {t.replace("{method}", m).replace("{setting}", s)
-             for m in grp.methods for s in grp.settings for t in (grp.cell, grp.compare) if t}
+    cells = {
+        t.replace("{method}", m).replace("{setting}", s)
+        for m in grp.methods
+        for s in grp.settings
+        for t in (grp.cell, grp.compare)
+        if t
+    }
     for n in grp.skip:
         if n not in cells:
             raise ConfigError(f"{loc('skip')}: table '{name}' skips '{n}', which is not one of its cells")

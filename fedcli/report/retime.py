@@ -12,7 +12,8 @@ import dataclasses
 from types import SimpleNamespace
 
 from fedcli.errors import ConfigError, DataError
-from fedcli.fl.timing import OPTIONS  # noqa: F401  (the options ``fedcli report`` re-times with)
+from fedcli.fl.timing import OPTIONS
+
 #: the per-client draws: giving one of them re-times with draws, not with the run's own trace
 DRAWS = ("speed", "uplink", "downlink", "latency")
 
@@ -59,15 +60,21 @@ def records(run) -> tuple[dict, list[dict]]:
 
     why = refusal(run.config)
     if why:
-        raise ConfigError(f"{run.path}: cannot be re-timed: {why}; only a run whose training did not depend on the "
-                          f"system model can be (docs/system-model.md, \"Re-timing a run\")")
+        raise ConfigError(
+            f"{run.path}: cannot be re-timed: {why}; only a run whose training did not depend on the "
+            f'system model can be (docs/system-model.md, "Re-timing a run")'
+        )
     entry = run.manifest.get("timing")
     if not isinstance(entry, dict):
-        raise ConfigError(f"{run.path}: cannot be re-timed: its manifest has no 'timing' entry (nor the run a "
-                          f"timing.csv): it was trained by a fedcli older than re-timing; train it again to re-time it")
+        raise ConfigError(
+            f"{run.path}: cannot be re-timed: its manifest has no 'timing' entry (nor the run a "
+            f"timing.csv): it was trained by a fedcli older than re-timing; train it again to re-time it"
+        )
     if int(entry.get("version", 0)) > VERSION:
-        raise ConfigError(f"{run.path}: its timing records are of format {entry.get('version')}, newer than this "
-                          f"fedcli reads ({VERSION}); re-time it with the fedcli that trained it")
+        raise ConfigError(
+            f"{run.path}: its timing records are of format {entry.get('version')}, newer than this "
+            f"fedcli reads ({VERSION}); re-time it with the fedcli that trained it"
+        )
     try:
         rows = read_rows(run.path / "timing.csv")
     except ValueError as e:
@@ -75,9 +82,11 @@ def records(run) -> tuple[dict, list[dict]]:
     rounds = [int(r["round"]) for r in rows]
     if rounds != list(range(1, len(rows) + 1)):
         first = next((i + 1 for i, r in enumerate(rounds) if r != i + 1), len(rows) + 1)
-        raise DataError(f"{run.path}/timing.csv: no record of round {first} (rounds {rounds[0] if rounds else '-'} to "
-                        f"{rounds[-1] if rounds else '-'} recorded): a run resumed from a checkpoint of an older fedcli, "
-                        f"or an edited file; it cannot be re-timed")
+        raise DataError(
+            f"{run.path}/timing.csv: no record of round {first} (rounds {rounds[0] if rounds else '-'} to "
+            f"{rounds[-1] if rounds else '-'} recorded): a run resumed from a checkpoint of an older fedcli, "
+            f"or an edited file; it cannot be re-timed"
+        )
     return entry, rows
 
 
@@ -91,8 +100,10 @@ def apply(runs, given: dict) -> None:
     for run, entry, rows in plans:
         last = max((int(m["round"]) for m in run.metrics), default=0)
         if last > len(rows):
-            raise DataError(f"{run.path}/timing.csv: {len(rows)} round(s) recorded, metrics.csv evaluates round {last}; "
-                            f"it cannot be re-timed")
+            raise DataError(
+                f"{run.path}/timing.csv: {len(rows)} round(s) recorded, metrics.csv evaluates round {last}; "
+                f"it cannot be re-timed"
+            )
     for run, entry, rows in plans:
         at = dict(retime(entry, rows, options_for(run, given)))
         for m in run.metrics:
@@ -102,8 +113,10 @@ def apply(runs, given: dict) -> None:
 
 def describe(given: dict) -> str:
     """``--uplink constant:3e6 --latency constant:0``: the options as a note says them."""
-    return " ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
-                    for k, v in given.items())
+    return " ".join(
+        f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{k.replace('_', '-')} {v}"
+        for k, v in given.items()
+    )
 
 
 def variant(run, options: dict):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from functools import cached_property
 from pathlib import Path
 
 #: statuses of a run directory as the sweep and the report see them (one definition: fedcli/results/runstate.py)
-from fedcli.results.runstate import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest  # noqa: E402,F401
+from fedcli.results.runstate import COMPLETED, CORRUPT, FAILED, INTERRUPTED, MISSING, RUNNING, read_manifest  # noqa: F401
 
 #: the kinds of part a run may put in place of its preset's own, in the order a label names them ("FedAvg + ALA +
 #: FedLAMA"); each part's spec says what it adds (its ``label``)
@@ -25,7 +24,8 @@ def part_spec(kind: str, name: str | None):
 
 
 def part_label(kind: str, name: str | None) -> str | None:
-    """What the registered ``kind`` part ``name`` adds to a run's label (None: nothing, or a part the registry lacks)."""
+    """What the registered ``kind`` part ``name`` adds to a run's label (None: nothing, or a part the registry
+    lacks)."""
     spec = part_spec(kind, name)
     return spec.declaration("label") if spec is not None else None
 
@@ -120,7 +120,8 @@ class RunData:
         """FedAvg, FedLAMA, FedProx + FedLAMA, Fed-SGD, ... (the papers' names): the label the manifest records, else
         (a run recorded before labels were) the registry's label of the method as the run's ``--algo`` named it
         ("fedsgd" is the registry's fedavg, labelled "Fed-SGD"); then a " + " suffix for each part the run's config
-        put in place of its preset's own, named by the part's ``label`` ("+ FedLAMA" for a layer-wise schedule, "+ ALA")."""
+        put in place of its preset's own, named by the part's ``label`` ("+ FedLAMA" for a layer-wise schedule, "+
+        ALA")."""
         base = self.method.get("label")
         if not base:  # the registry (the specs, no torch) only for what the manifest does not say
             preset = self.preset()
@@ -235,7 +236,8 @@ class RunData:
         return float(sum(r["numel"] for r in self.layers)) if self.layers else float("nan")
 
     def round_times(self) -> list[float]:
-        """Seconds per round between consecutive evaluations (the first: from the start), from metrics.csv ``wall_s``."""
+        """Seconds per round between consecutive evaluations (the first: from the start), from metrics.csv
+        ``wall_s``."""
         out, prev_r, prev_w = [], 0, 0.0
         for r in self.metrics:
             rnd, w = r.get("round"), r.get("wall_s")
@@ -262,7 +264,11 @@ class RunData:
             n = self.method["learned_weights"]
         else:
             spec = part_spec("init", self.part_name("init"))
-            n = spec.weights_learned(self.config, [r["numel"] for r in self.layers]) if spec is not None and self.layers else None
+            n = (
+                spec.weights_learned(self.config, [r["numel"] for r in self.layers])
+                if spec is not None and self.layers
+                else None
+            )
         return float("nan") if n is None else float(n)
 
 
@@ -273,5 +279,7 @@ def check_simulated_time(runs) -> None:
 
     for r in runs:
         if r.metrics and not r.simulated:
-            raise ConfigError(f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
-                              f"--system (docs/system-model.md), or pick another --x")
+            raise ConfigError(
+                f"--x time: {r.path} has no simulated time (sim_time_s in metrics.csv); train with "
+                f"--system (docs/system-model.md), or pick another --x"
+            )

@@ -4,7 +4,8 @@ For each run: its learning curves (test accuracy, and ``personal_acc`` for perso
 loss), its communications and data size per layer (from ``layers.csv``, FedLAMA AAAI Figures 4 and 5) and, for a
 layer-wise schedule, delta_l against 1 - lambda_l at its last interval adjustment (from ``intervals.csv``, Algorithm 1,
 FedLAMA AAAI Figure 2); for a personalized run, its clients' personal accuracy across clients with the worst-10% mean
-(from ``clients.csv``, :mod:`fedcli.report.clients`). Several runs give one comparison table (method, final and best accuracy, communication as %
+(from ``clients.csv``, :mod:`fedcli.report.clients`). Several runs give one comparison table (method, final and best
+accuracy, communication as %
 of FedAvg with the run's own tau over the same iterations, bytes moved, wall time) and the same figures with one
 curve or bar per run. Labels come from each run's manifest (the method preset and parts it recorded, and its
 interval settings), never from a list of algorithm names.
@@ -18,12 +19,11 @@ import math
 from pathlib import Path
 
 from fedcli.errors import ConfigError, DataError
+from fedcli.report import style
 from fedcli.report.clients import accuracies, worst_mean, write_clients_figure
 from fedcli.report.groups import differences, differs_from, seed_groups
 from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
 from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
-
-from fedcli.report import style
 from fedcli.results.validate import diverged, status_label, validate_run
 
 RUN_MANIFEST = "manifest.json"
@@ -44,22 +44,30 @@ def load_run(path: str | Path) -> RunData:
     path = Path(path)
     status, manifest = read_manifest(path)
     if status == MISSING:
-        raise ConfigError(f"{path}: not a run directory ({RUN_MANIFEST} not found); give a `fedcli train` --out folder, "
-                          f"a sweep folder or a folder holding them")
+        raise ConfigError(
+            f"{path}: not a run directory ({RUN_MANIFEST} not found); give a `fedcli train` --out folder, "
+            f"a sweep folder or a folder holding them"
+        )
     if status == CORRUPT or not isinstance(manifest, dict):
-        raise DataError(f"{path / RUN_MANIFEST}: not a readable run manifest; expected the JSON that `fedcli train` writes "
-                        f"(with config, method and status)")
+        raise DataError(
+            f"{path / RUN_MANIFEST}: not a readable run manifest; expected the JSON that `fedcli train` writes "
+            f"(with config, method and status)"
+        )
     if status == COMPLETED:  # a completed run's files must match its manifest
         problems = validate_run(path, manifest)
         if problems:
-            raise ConfigError(f"{path}: its files do not match its manifest ({'; '.join(problems[:3])}); nothing is reported "
-                              f"from it: run it again (`fedcli train --overwrite --out {path}` with the config in its manifest.json)")
+            raise ConfigError(
+                f"{path}: its files do not match its manifest ({'; '.join(problems[:3])}); nothing is reported "
+                f"from it: run it again (`fedcli train --overwrite --out {path}` with the config in its manifest.json)"
+            )
     run = RunData(path, manifest)
     try:
-        run.metrics, run.layers, run.intervals  # noqa: B018 - read the CSVs now, so a bad file fails here
+        run.metrics, run.layers, run.intervals
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{path}: cannot read its CSV files ({type(e).__name__}: {e}); expected metrics.csv, layers.csv and "
-                        f"intervals.csv as `fedcli train` writes them") from None
+        raise DataError(
+            f"{path}: cannot read its CSV files ({type(e).__name__}: {e}); expected metrics.csv, layers.csv and "
+            f"intervals.csv as `fedcli train` writes them"
+        ) from None
     return run
 
 
@@ -74,7 +82,8 @@ def find_runs(folder: Path, skip: list[Path] = ()) -> list[Path]:
 
 
 def method_label(run: RunData) -> str:
-    """The run's label in tables and figures, the papers' names and symbols: ``FedLAMA (τ′=5, φ=2)`` (RunData.legend)."""
+    """The run's label in tables and figures, the papers' names and symbols: ``FedLAMA (τ′=5, φ=2)``
+    (RunData.legend)."""
     return run.legend()
 
 
@@ -126,7 +135,11 @@ def fedavg_comm(run: RunData) -> float:
         return float("nan")
     from fedcli.comm.ledger import fedavg_params
 
-    return float(fedavg_params(int(sum(r["numel"] for r in run.layers)), int(run.metrics[-1]["iteration"]), int(run.config.get("tau", 1))))
+    return float(
+        fedavg_params(
+            int(sum(r["numel"] for r in run.layers)), int(run.metrics[-1]["iteration"]), int(run.config.get("tau", 1))
+        )
+    )
 
 
 class Baseline:
@@ -152,18 +165,30 @@ class Baseline:
 
     def note(self) -> str:
         if self.run is not None:
-            return (f"Comm. vs {self.name}: communication as % of the baseline run {self.name} ({self.run.legend()}, "
-                    f"{data_label(self.run)}, {self.run.comm_params / 1e6:,.2f} M params, {self.run.comm_bytes / 1e6:,.2f} MB): "
-                    f"in parameters (Eq. 8, sum over layers of numel x synchronizations) and in bytes (comm_bytes: every "
-                    f"cohort client's upload and download, plus what else travels: second moments, control variates, extra "
-                    f"models; 1 MB = 10^6 bytes).")
-        return ("Comm. vs FedAvg: no FedAvg run among these, so each run against FedAvg with its own cohort, tau, budget and "
-                "model, from the ledger's rule (params: numel x iterations // tau; bytes: those params x cohort clients x "
-                "8 bytes, 32 bits up and 32 down); give a FedAvg run and --baseline to compare all runs against one.")
+            return (
+                f"Comm. vs {self.name}: communication as % of the baseline run {self.name} ({self.run.legend()}, "
+                f"{data_label(self.run)}, {self.run.comm_params / 1e6:,.2f} M params, "
+                f"{self.run.comm_bytes / 1e6:,.2f} MB): "
+                f"in parameters (Eq. 8, sum over layers of numel x synchronizations) and in bytes (comm_bytes: every "
+                f"cohort client's upload and download, plus what else travels: second moments, control variates, extra "
+                f"models; 1 MB = 10^6 bytes)."
+            )
+        return (
+            "Comm. vs FedAvg: no FedAvg run among these, so each run against FedAvg with its own cohort, "
+            "tau, budget and "
+            "model, from the ledger's rule (params: numel x iterations // tau; bytes: those params x cohort clients x "
+            "8 bytes, 32 bits up and 32 down); give a FedAvg run and --baseline to compare all runs against one."
+        )
 
 
 #: FedAvg's parts (fedcli/specs/__init__.py, ``Method``'s defaults): local SGD, periodic full averaging, nothing else
-PLAIN_PARTS = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
+PLAIN_PARTS = {
+    "local_step": "sgd",
+    "schedule": "periodic",
+    "codec": "identity",
+    "init": "overwrite",
+    "server": "average",
+}
 
 
 def plain(run: RunData) -> bool:
@@ -200,12 +225,19 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
         "method": Cell(method_label(run), latex_escape(method_label(run)), {"value": method_label(run)}),
         "data": Cell(data_label(run), latex_escape(data_label(run)), {"value": data_label(run)}),
         "status": Cell(status_label(run.manifest), None, {"value": status_label(run.manifest)}),
-        "iterations": Cell(budget, latex_escape(budget), {"iteration": it if it is not None else float("nan"),
-                                                         "round": rnd if rnd is not None else float("nan")}),
+        "iterations": Cell(
+            budget,
+            latex_escape(budget),
+            {"iteration": it if it is not None else float("nan"), "round": rnd if rnd is not None else float("nan")},
+        ),
         "final_acc": _flag_nan(_pct_cell(run.accuracy("final")), run),
-        "best_acc": Cell("—", "---", {"value": float("nan")}) if best is None else
-        Cell(f"{100 * best['test_acc']:.2f}% ({best['iteration']:,})", f"{100 * best['test_acc']:.2f}\\% ({best['iteration']:,})",
-             {"value": 100 * best["test_acc"], "iteration": best["iteration"]}),
+        "best_acc": Cell("—", "---", {"value": float("nan")})
+        if best is None
+        else Cell(
+            f"{100 * best['test_acc']:.2f}% ({best['iteration']:,})",
+            f"{100 * best['test_acc']:.2f}\\% ({best['iteration']:,})",
+            {"value": 100 * best["test_acc"], "iteration": best["iteration"]},
+        ),
         "final_personal_acc": _pct_cell(run.accuracy("final", "personal_acc") if run.personalized else float("nan")),
         "best_personal_acc": _pct_cell(run.accuracy("best", "personal_acc") if run.personalized else float("nan")),
         # --val-fraction: the global model on the validation set (NaN for a run without one)
@@ -218,23 +250,43 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
     cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
     cells["comm_pct_bytes"] = _ratio_cell(run.comm_bytes, base.bytes(run))
     mp = run.comm_params / 1e6
-    cells["comm_m"] = Cell(f"{mp:,.2f}", None, {"value": mp}) if math.isfinite(mp) else Cell("—", "---", {"value": float("nan")})
+    cells["comm_m"] = (
+        Cell(f"{mp:,.2f}", None, {"value": mp}) if math.isfinite(mp) else Cell("—", "---", {"value": float("nan")})
+    )
     mb = run.comm_bytes / 1e6
-    cells["comm_mb"] = Cell(f"{mb:,.2f}", None, {"value": mb}) if math.isfinite(mb) else Cell("—", "---", {"value": float("nan")})
+    cells["comm_mb"] = (
+        Cell(f"{mb:,.2f}", None, {"value": mb}) if math.isfinite(mb) else Cell("—", "---", {"value": float("nan")})
+    )
     wall = run.wall_s
-    cells["wall_s"] = Cell(f"{wall:,.1f} s", None, {"value": wall}) if math.isfinite(wall) else Cell("—", "---", {"value": float("nan")})
+    cells["wall_s"] = (
+        Cell(f"{wall:,.1f} s", None, {"value": wall})
+        if math.isfinite(wall)
+        else Cell("—", "---", {"value": float("nan")})
+    )
     sim = _num(last.get("sim_time_s")) if run.simulated else float("nan")  # --system: the simulated seconds so far
-    cells["sim_time_s"] = Cell(f"{sim:,.2f} s", None, {"value": sim}) if math.isfinite(sim) else Cell("—", "---", {"value": float("nan")})
+    cells["sim_time_s"] = (
+        Cell(f"{sim:,.2f} s", None, {"value": sim}) if math.isfinite(sim) else Cell("—", "---", {"value": float("nan")})
+    )
     return cells
 
 
 #: how a comparison-table column's mean ± std over seeds is written: (format of a number, unit after it)
-SEED_FORMATS = {"final_acc": (".2f", "%"), "best_acc": (".2f", "%"), "final_personal_acc": (".2f", "%"),
-                "best_personal_acc": (".2f", "%"), "final_val_acc": (".2f", "%"), "best_val_acc": (".2f", "%"),
-                "final_personal_val_acc": (".2f", "%"),
-                "worst_personal_acc": (".2f", "%"), "comm": (".2f", "%"),
-                "comm_pct_bytes": (".2f", "%"), "comm_m": (",.2f", ""), "comm_mb": (",.2f", ""), "wall_s": (",.1f", " s"),
-                "sim_time_s": (",.2f", " s")}
+SEED_FORMATS = {
+    "final_acc": (".2f", "%"),
+    "best_acc": (".2f", "%"),
+    "final_personal_acc": (".2f", "%"),
+    "best_personal_acc": (".2f", "%"),
+    "final_val_acc": (".2f", "%"),
+    "best_val_acc": (".2f", "%"),
+    "final_personal_val_acc": (".2f", "%"),
+    "worst_personal_acc": (".2f", "%"),
+    "comm": (".2f", "%"),
+    "comm_pct_bytes": (".2f", "%"),
+    "comm_m": (",.2f", ""),
+    "comm_mb": (",.2f", ""),
+    "wall_s": (",.1f", " s"),
+    "sim_time_s": (",.2f", " s"),
+}
 
 
 def _over_seeds(group, each: list[dict]) -> dict:
@@ -245,14 +297,18 @@ def _over_seeds(group, each: list[dict]) -> dict:
     cells = dict(each[0])
     n = len(each)
     seeds = ", ".join(map(str, group.seeds))
-    cells["name"] = Cell(f"{group.name} (seeds {seeds})", latex_escape(f"{group.name} (seeds {seeds})"), {"value": group.name})
+    cells["name"] = Cell(
+        f"{group.name} (seeds {seeds})", latex_escape(f"{group.name} (seeds {seeds})"), {"value": group.name}
+    )
     done = sum(r.manifest.get("status") == COMPLETED for r in group.runs)
     stopped = sum(diverged(r.manifest) for r in group.runs)
     status = f"{done}/{n} completed" + (f", {stopped} diverged" if stopped else "")
     cells["status"] = Cell(status, None, {"value": status, "completed": done, "n": n})
     its = {c["iterations"].text for c in each}
     if len(its) > 1:
-        cells["iterations"] = Cell(" / ".join(sorted(its)), latex_escape(" / ".join(sorted(its))), cells["iterations"].values)
+        cells["iterations"] = Cell(
+            " / ".join(sorted(its)), latex_escape(" / ".join(sorted(its))), cells["iterations"].values
+        )
     for key, (f, unit) in SEED_FORMATS.items():
         s = mean_std(c[key].values.get("value", float("nan")) for c in each)
         if not s.ok:  # no seed has the value (personal accuracy of a global-model method): not applicable
@@ -262,7 +318,9 @@ def _over_seeds(group, each: list[dict]) -> dict:
         spread = s.n > 1 and s.std  # the same for every seed (a schedule's communication): no ± 0; one seed: none
         tex_unit = unit.replace("%", "\\%")
         text = f"{s.mean:{f}}{f' ± {s.std:{f}}' if spread else ''}{unit}{flag}"
-        latex = (f"${s.mean:{f}} \\pm {s.std:{f}}${tex_unit}" if spread else f"{s.mean:{f}}{tex_unit}").replace(",", "{,}") + flag
+        latex = (f"${s.mean:{f}} \\pm {s.std:{f}}${tex_unit}" if spread else f"{s.mean:{f}}{tex_unit}").replace(
+            ",", "{,}"
+        ) + flag
         cells[key] = Cell(text, latex, {"mean": s.mean, "std": s.std, "n": s.n})
     return cells
 
@@ -285,16 +343,34 @@ def comparison_table(runs: list[RunData], title: str = "", baseline: str | None 
         rows.append([cells[k] for k, _ in keys])
         meta.append({"run_dir": ";".join(str(r.path) for r in group.runs)})
     notes = _comparison_notes(runs, names, keys, rows, base)
-    return Table("runs", title or ("Run" if len(runs) == 1 else f"{len(runs)} runs"
-                                  + (f" ({len(rows)} experiments, seeds aggregated)" if len(rows) < len(runs) else "")), "", [Section("", [], columns, rows, meta)], notes)
+    return Table(
+        "runs",
+        title
+        or (
+            "Run"
+            if len(runs) == 1
+            else f"{len(runs)} runs"
+            + (f" ({len(rows)} experiments, seeds aggregated)" if len(rows) < len(runs) else "")
+        ),
+        "",
+        [Section("", [], columns, rows, meta)],
+        notes,
+    )
 
 
 def _comparison_keys(runs: list[RunData], base) -> list[tuple[str, str]]:
     """The columns of :func:`comparison_table` (key, Markdown header): the personal, validation, worst-clients and
     simulated-time columns where a run has them; communication against the baseline ``base``."""
     personal = any(r.personalized for r in runs)
-    keys = [("name", "Run"), ("method", "Method"), ("data", "Data / model"), ("status", "Status"),
-            ("iterations", "Iterations (rounds)"), ("final_acc", "Final acc."), ("best_acc", "Best acc. (iteration)")]
+    keys = [
+        ("name", "Run"),
+        ("method", "Method"),
+        ("data", "Data / model"),
+        ("status", "Status"),
+        ("iterations", "Iterations (rounds)"),
+        ("final_acc", "Final acc."),
+        ("best_acc", "Best acc. (iteration)"),
+    ]
     if personal:
         keys += [("final_personal_acc", "Final personal acc."), ("best_personal_acc", "Best personal acc.")]
     validated = any(r.evaluations("val_acc") for r in runs)  # a run trained with --val-fraction
@@ -305,8 +381,13 @@ def _comparison_keys(runs: list[RunData], base) -> list[tuple[str, str]]:
         keys += [("final_personal_val_acc", "Final personal val. acc.")]
     if any(r.clients for r in runs):
         keys += [("worst_personal_acc", "Worst 10% clients, final")]
-    keys += [("comm_m", "Comm. (M params)"), ("comm", f"Comm. vs {base.title} (params)"), ("comm_mb", "Data moved (MB)"),
-             ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"), ("wall_s", "Wall time")]
+    keys += [
+        ("comm_m", "Comm. (M params)"),
+        ("comm", f"Comm. vs {base.title} (params)"),
+        ("comm_mb", "Data moved (MB)"),
+        ("comm_pct_bytes", f"Comm. vs {base.title} (bytes)"),
+        ("wall_s", "Wall time"),
+    ]
     if any(r.simulated for r in runs):  # trained with --system: the simulated time beside the wall time
         keys += [("sim_time_s", "Sim. time")]
     return keys
@@ -318,34 +399,57 @@ def _comparison_notes(runs: list[RunData], names: list[str], keys: list, rows: l
     personal = any(r.personalized for r in runs)
     validated = any(r.evaluations("val_acc") for r in runs)
     personal_validated = any(r.evaluations("personal_val_acc") for r in runs)
-    notes = ["Final / best: test accuracy of the global model at the last / best evaluation"
-             + ("; personal acc.: each client's model on its local test split, pooled (personalized methods)." if personal else ".")]
+    notes = [
+        "Final / best: test accuracy of the global model at the last / best evaluation"
+        + (
+            "; personal acc.: each client's model on its local test split, pooled (personalized methods)."
+            if personal
+            else "."
+        )
+    ]
     if validated:
-        notes.append("Val. acc.: the global model on the validation set held out of the training pool (--val-fraction; "
-                     "never trained on), at the last / best evaluation; — for a run without one.")
+        notes.append(
+            "Val. acc.: the global model on the validation set held out of the training pool (--val-fraction; "
+            "never trained on), at the last / best evaluation; — for a run without one."
+        )
     if personal_validated:
-        notes.append("Personal val. acc.: each client's model on its own validation samples held out of its training "
-                     "data (--client-val-fraction), pooled as personal acc. is, at the last evaluation.")
+        notes.append(
+            "Personal val. acc.: each client's model on its own validation samples held out of its training "
+            "data (--client-val-fraction), pooled as personal acc. is, at the last evaluation."
+        )
     if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
-        notes.append("(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
-                     "over the others.")
+        notes.append(
+            "(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
+            "over the others."
+        )
     if any(r.clients for r in runs):
-        notes.append("Worst 10% clients: the mean personal accuracy of the ceil(0.1 N) clients with the lowest accuracy "
-                     "at the last evaluation (clients.csv; each client once, whatever its sample count).")
-    if any(len(c.values) > 1 and "n" in c.values and "completed" in c.values for c in (r[keys.index(("status", "Status"))] for r in rows)):
-        notes.append("Runs that differ only in --seed are one row: mean ± std over their seeds (sample std, n - 1), k/n "
-                     "completed; a seed without a finite value is left out and counted as (k nan).")
+        notes.append(
+            "Worst 10% clients: the mean personal accuracy of the ceil(0.1 N) clients with the lowest accuracy "
+            "at the last evaluation (clients.csv; each client once, whatever its sample count)."
+        )
+    if any(
+        len(c.values) > 1 and "n" in c.values and "completed" in c.values
+        for c in (r[keys.index(("status", "Status"))] for r in rows)
+    ):
+        notes.append(
+            "Runs that differ only in --seed are one row: mean ± std over their seeds (sample std, n - 1), k/n "
+            "completed; a seed without a finite value is left out and counted as (k nan)."
+        )
     if differ := differences(runs, names):
         notes.append("Not one comparison: the runs differ in " + "; ".join(differ) + ".")
     if any(r.simulated for r in runs):
-        notes.append("Sim. time: the simulated seconds of the training so far at its last evaluation (sim_time_s, the "
-                     "system model of --system: docs/system-model.md); — for a run trained without it.")
+        notes.append(
+            "Sim. time: the simulated seconds of the training so far at its last evaluation (sim_time_s, the "
+            "system model of --system: docs/system-model.md); — for a run trained without it."
+        )
     if retimed := next((r.retimed for r in runs if getattr(r, "retimed", None)), None):
         from fedcli.report.retime import describe
 
-        notes.append(f"Sim. time re-timed under {describe(retimed)} (over each run's own system options, else the "
-                     f"defaults) from the runs' records (timing.csv), not as trained: docs/system-model.md, \"Re-timing "
-                     f"a run\".")
+        notes.append(
+            f"Sim. time re-timed under {describe(retimed)} (over each run's own system options, else the "
+            f"defaults) from the runs' records (timing.csv), not as trained: docs/system-model.md, \"Re-timing "
+            f'a run".'
+        )
     notes.append(base.note())
     if base.left_out:
         notes.append(f"Not measured against {base.name}: " + "; ".join(base.left_out) + ".")
@@ -371,8 +475,9 @@ def _rounds_note(runs: list[RunData], x: str) -> str:
         per.setdefault(f"{iterations_per_round(r):g}", []).append(r.legend())
     if len(per) < 2:
         return ""
-    return ("rounds are not of one length here: " + "; ".join(f"{k} local iterations a round for {', '.join(dict.fromkeys(v))}"
-                                                          for k, v in per.items()))
+    return "rounds are not of one length here: " + "; ".join(
+        f"{k} local iterations a round for {', '.join(dict.fromkeys(v))}" for k, v in per.items()
+    )
 
 
 def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, keyed: dict | None = None):
@@ -386,21 +491,37 @@ def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, 
     plt = _plt()
     x = style.x_axis(x or _x_axis(runs))
     keyed = keyed or {str(r.path): {0: r} for r in runs}
-    personal = [(k, lab) for (k, per_seed), lab in zip(keyed.items(), labels) if next(iter(per_seed.values())).personalized]
-    globals_ = [(k, lab) for (k, per_seed), lab in zip(keyed.items(), labels)
-                if any(isinstance(r.get("test_acc"), (int, float)) for run in per_seed.values() for r in run.metrics)]
-    panels = [("test_acc", globals_)] + ([("personal_acc", personal)] if personal else []) + [("train_loss", list(zip(keyed, labels)))]
+    personal = [
+        (k, lab) for (k, per_seed), lab in zip(keyed.items(), labels) if next(iter(per_seed.values())).personalized
+    ]
+    globals_ = [
+        (k, lab)
+        for (k, per_seed), lab in zip(keyed.items(), labels)
+        if any(isinstance(r.get("test_acc"), (int, float)) for run in per_seed.values() for r in run.metrics)
+    ]
+    panels = (
+        [("test_acc", globals_)]
+        + ([("personal_acc", personal)] if personal else [])
+        + [("train_loss", list(zip(keyed, labels)))]
+    )
     panels = [(y, chosen) for y, chosen in panels if chosen]  # no empty panel (no run with a global model's accuracy)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.9), squeeze=False)
     for ax, (y, chosen) in zip(axes[0], panels):
         _panel_curves(ax, Panel(runs=[k for k, _ in chosen], labels=[lab for _, lab in chosen]), keyed, x, y)
     seeds = max(len(v) for v in keyed.values())
-    words = {"test_acc": "the global model's test accuracy", "personal_acc": "personal accuracy (personalized runs only)",
-             "train_loss": "the training loss"}
+    words = {
+        "test_acc": "the global model's test accuracy",
+        "personal_acc": "personal accuracy (personalized runs only)",
+        "train_loss": "the training loss",
+    }
     said = [words[y] for y, _ in panels]
-    caption = (f"{_what(runs, keyed)}. From left: {', '.join(said[:-1]) + ' and ' if len(said) > 1 else ''}{said[-1]}, against "
-               f"{style.X_LABELS[x][0].lower()}{style.X_LABELS[x][1:]}"
-               + (f"; mean over seeds with a ± std band" if seeds > 1 else "") + ".")
+    caption = (
+        f"{_what(runs, keyed)}. From left: "
+        f"{', '.join(said[:-1]) + ' and ' if len(said) > 1 else ''}{said[-1]}, against "
+        f"{style.X_LABELS[x][0].lower()}{style.X_LABELS[x][1:]}"
+        + ("; mean over seeds with a ± std band" if seeds > 1 else "")
+        + "."
+    )
     if note := _rounds_note(runs, x):
         caption += f" Note: {note}."
     if x == "time" and (retimed := next((r.retimed for r in runs if getattr(r, "retimed", None)), None)):
@@ -449,7 +570,9 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     time_x = x if x in style.PROGRESS_AXES else _x_axis(reps)
     comm_x = x if x in style.COMM_AXES else "params"  # drawn beside the progress axis (default: params)
     files = []
-    evaluated = any(r.metrics for per_seed in keyed.values() for r in per_seed.values())  # none: killed before its first
+    evaluated = any(
+        r.metrics for per_seed in keyed.values() for r in per_seed.values()
+    )  # none: killed before its first
     for name, axis in (("curves", time_x), (f"curves-{comm_x}", comm_x)) if evaluated else ():
         if warn is not None and (note := _rounds_note(reps, axis)):
             warn(note)
@@ -475,20 +598,59 @@ def _layer_figures(groups: list, labels: list[str], reps: list[RunData], keyed: 
     what = _what(reps, keyed)
     if with_layers:
         panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
-        files += draw(FigureDef("layer-syncs", "layer-syncs", title=f"Synchronizations per layer over the whole run: {what}",
-                                 panels=[panel]), keyed, out_dir)
-        files += draw(FigureDef("layer-size", "layer-size", title=f"Data moved per layer over the whole run (MB: every "
-                                 f"cohort client, both directions, everything that travels for the layer): {what}",
-                                 panels=[panel]), keyed, out_dir)  # a log axis when the layers span two decades
+        files += draw(
+            FigureDef(
+                "layer-syncs",
+                "layer-syncs",
+                title=f"Synchronizations per layer over the whole run: {what}",
+                panels=[panel],
+            ),
+            keyed,
+            out_dir,
+        )
+        files += draw(
+            FigureDef(
+                "layer-size",
+                "layer-size",
+                title=f"Data moved per layer over the whole run (MB: every "
+                f"cohort client, both directions, everything that travels for the layer): {what}",
+                panels=[panel],
+            ),
+            keyed,
+            out_dir,
+        )  # a log axis when the layers span two decades
     files += write_clients_figure(reps, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
     lama = [(g.name, lab, g.first) for g, lab in zip(groups, labels) if g.first.intervals]
     if lama:
         mixed = len({data_label(r) for _, _, r in lama}) > 1  # runs of several datasets: each panel names its own
-        panels = [Panel(title=f"{lab}{f', {data_label(r)}' if mixed else ''} ({k})" if len(lama) > 1 else "", runs=[k],
-                        labels=[lab]) for k, lab, r in lama]
-        files += draw(FigureDef("intervals", "intervals", title="Each layer's synchronization interval over the run "
-                                 "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)", panels=panels),
-                      keyed, out_dir)
-        files += draw(FigureDef("delta-lambda", "delta-lambda", title="Algorithm 1 at the last interval adjustment: delta_l "
-                                 "(discrepancy ratio) vs 1 - lambda_l (size ratio)", panels=panels), keyed, out_dir)
+        panels = [
+            Panel(
+                title=f"{lab}{f', {data_label(r)}' if mixed else ''} ({k})" if len(lama) > 1 else "",
+                runs=[k],
+                labels=[lab],
+            )
+            for k, lab, r in lama
+        ]
+        files += draw(
+            FigureDef(
+                "intervals",
+                "intervals",
+                title="Each layer's synchronization interval over the run "
+                "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)",
+                panels=panels,
+            ),
+            keyed,
+            out_dir,
+        )
+        files += draw(
+            FigureDef(
+                "delta-lambda",
+                "delta-lambda",
+                title="Algorithm 1 at the last interval adjustment: delta_l "
+                "(discrepancy ratio) vs 1 - lambda_l (size ratio)",
+                panels=panels,
+            ),
+            keyed,
+            out_dir,
+        )
     return files

@@ -30,14 +30,23 @@ PROGRESS_AXES = ("iterations", "rounds")
 COMM_AXES = ("params", "bytes", "time")
 X_AXES = PROGRESS_AXES + COMM_AXES
 X_ALIASES = {"iteration": "iterations", "round": "rounds", "comm": "params"}
-X_LABELS = {"iterations": "Local iterations", "rounds": "Communication rounds",
-            "params": "Communicated parameters, Eq. 8 (M params)", "bytes": "Data moved, up and down (MB)",
-            "time": "Simulated time (s), system model"}  # time: runs trained with --system (sim_time_s)
-Y_LABELS = {"test_acc": "Test accuracy (%), global model", "personal_acc": "Personal accuracy (%), clients' models\non their local test splits",
-            "val_acc": "Validation accuracy (%), global model", "val_loss": "Validation loss, global model",
-            "personal_val_acc": "Personal validation accuracy (%),\nclients' models on their own validation samples",
-            "auto": "Accuracy (%): personal (pFL), else global", "test_loss": "Test loss, global model",
-            "train_loss": "Training loss, clients' mini-batches"}
+X_LABELS = {
+    "iterations": "Local iterations",
+    "rounds": "Communication rounds",
+    "params": "Communicated parameters, Eq. 8 (M params)",
+    "bytes": "Data moved, up and down (MB)",
+    "time": "Simulated time (s), system model",
+}  # time: runs trained with --system (sim_time_s)
+Y_LABELS = {
+    "test_acc": "Test accuracy (%), global model",
+    "personal_acc": "Personal accuracy (%), clients' models\non their local test splits",
+    "val_acc": "Validation accuracy (%), global model",
+    "val_loss": "Validation loss, global model",
+    "personal_val_acc": "Personal validation accuracy (%),\nclients' models on their own validation samples",
+    "auto": "Accuracy (%): personal (pFL), else global",
+    "test_loss": "Test loss, global model",
+    "train_loss": "Training loss, clients' mini-batches",
+}
 
 
 def x_axis(name: str) -> str:
@@ -80,7 +89,10 @@ IN_LEGEND = ("tau", "phi", "local_epochs")
 SYMBOLS = {"mu": "μ", "lam": "λ", "alpha": "α", "beta": "β", "eta": "η", "lr": "lr"}
 #: the system model's choices a legend adds where the drawn runs differ in them (docs/system-model.md), as plain words
 SYSTEM_KEYS = ("speed", "uplink", "downlink", "latency", "availability", "deadline", "on_deadline", "server_time")
-WORDS = {("on_deadline", "drop"): "stragglers dropped", ("on_deadline", "keep-partial"): "stragglers' partial work kept"}
+WORDS = {
+    ("on_deadline", "drop"): "stragglers dropped",
+    ("on_deadline", "keep-partial"): "stragglers' partial work kept",
+}
 
 
 def _said(key: str, value) -> str:
@@ -115,14 +127,19 @@ def apart(runs: list, labels: list[str], names: list[str], own: bool = False) ->
     if not own:
         seen = [facets(r) for r in runs]
         keys = list(dict.fromkeys(k for f in seen for k in f))
-        differ = sorted((k for k in keys if len({repr(f[k]) for f in seen if k in f}) > 1), key=lambda k: k in SYSTEM_KEYS)
+        differ = sorted(
+            (k for k in keys if len({repr(f[k]) for f in seen if k in f}) > 1), key=lambda k: k in SYSTEM_KEYS
+        )
         labels = [", ".join([lab, *(_said(k, f[k]) for k in differ if k in f)]) for lab, f in zip(labels, seen)]
     for same in _collisions(labels):
         from fedcli.report.groups import SEED_NEUTRAL
 
         cfgs = [runs[i].config for i in same]
-        keys = [k for k in dict.fromkeys(k for c in cfgs for k in c)
-                if k not in SEED_NEUTRAL and len({repr(c.get(k)) for c in cfgs}) > 1]
+        keys = [
+            k
+            for k in dict.fromkeys(k for c in cfgs for k in c)
+            if k not in SEED_NEUTRAL and len({repr(c.get(k)) for c in cfgs}) > 1
+        ]
         for i in same:
             labels[i] = ", ".join([labels[i], *(_said(k, runs[i].config.get(k)) for k in keys)])
     for same in _collisions(labels):
@@ -155,8 +172,15 @@ def styles(runs: list, labels: list[str] | None = None) -> list[dict]:
         color, marker = looks[m]
         ranked = sorted(variants[m], key=natural_key)
         rank = ranked.index(lab)
-        out.append({"color": shade(color, rank, len(ranked)), "marker": marker, "linestyle": LINESTYLES[rank % len(LINESTYLES)],
-                    "fillstyle": FILLSTYLES[rank % len(FILLSTYLES)], "label": lab})
+        out.append(
+            {
+                "color": shade(color, rank, len(ranked)),
+                "marker": marker,
+                "linestyle": LINESTYLES[rank % len(LINESTYLES)],
+                "fillstyle": FILLSTYLES[rank % len(FILLSTYLES)],
+                "label": lab,
+            }
+        )
     return out
 
 
@@ -168,7 +192,8 @@ def shade(color: str, rank: int, n: int) -> str:
     """The ``rank``-th of ``n`` variants of one method: rank 0 is the method's colour itself; the others turn from it
     in CIELAB, up to the last variant: hue by 90 degrees, lightness L* to 60 from a dark colour (30 from a light one,
     never outside 30..60), chroma at least 40 (so a grey method, FedAvg's, gets browns and olives; its own hue-less
-    grey stays rank 0), the chroma lowered only as far as the sRGB gamut needs. L* 30..60 keeps every variant at a contrast of 3:1 or more
+    grey stays rank 0), the chroma lowered only as far as the sRGB gamut needs. L* 30..60 keeps every variant at a
+    contrast of 3:1 or more
     against the white page (WCAG's minimum for graphics), and 2 to 4 variants stay 15 or more apart (CIE76 delta E)."""
     if n <= 1 or rank == 0:
         return color
@@ -220,21 +245,26 @@ def lch(color) -> tuple[float, float, float]:
     from matplotlib.colors import to_rgb
 
     rgb = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(color)]
-    f = [v ** (1 / 3) if v > _EPS else (_KAPPA * v + 16) / 116
-         for v in (sum(m * c for m, c in zip(row, rgb)) / w for row, w in zip(_XYZ, _WHITE))]
+    f = [
+        v ** (1 / 3) if v > _EPS else (_KAPPA * v + 16) / 116
+        for v in (sum(m * c for m, c in zip(row, rgb)) / w for row, w in zip(_XYZ, _WHITE))
+    ]
     a, b = 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
     return 116 * f[1] - 16, math.hypot(a, b), math.degrees(math.atan2(b, a)) % 360
 
 
 def from_lch(lightness: float, chroma: float, hue: float) -> list[float]:
-    """sRGB (0-1, unclipped: outside [0, 1] when out of gamut) of a CIELAB L*, chroma, hue (the inverse of :func:`lch`)."""
+    """sRGB (0-1, unclipped: outside [0, 1] when out of gamut) of a CIELAB L*, chroma, hue (the inverse of
+    :func:`lch`)."""
     import math
 
     fy = (lightness + 16) / 116
     f = (fy + chroma * math.cos(math.radians(hue)) / 500, fy, fy - chroma * math.sin(math.radians(hue)) / 200)
-    xyz = [w * (v ** 3 if v ** 3 > _EPS else (116 * v - 16) / _KAPPA) for v, w in zip(f, _WHITE)]
-    return [12.92 * c if c <= 0.0031308 else 1.055 * max(c, 0.0) ** (1 / 2.4) - 0.055
-            for c in (sum(m * x for m, x in zip(row, xyz)) for row in _RGB)]
+    xyz = [w * (v**3 if v**3 > _EPS else (116 * v - 16) / _KAPPA) for v, w in zip(f, _WHITE)]
+    return [
+        12.92 * c if c <= 0.0031308 else 1.055 * max(c, 0.0) ** (1 / 2.4) - 0.055
+        for c in (sum(m * x for m, x in zip(row, xyz)) for row in _RGB)
+    ]
 
 
 def plain_axis(axis) -> None:
@@ -254,7 +284,9 @@ def legend_below(ax, n: int) -> None:
 
 
 def _below(ax, handles, labels, ncol: int):
-    leg = ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize=8, frameon=False)
+    leg = ax.legend(
+        handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize=8, frameon=False
+    )
     leg.fedcli_below = ncol  # save() keeps it off the other legends and the data (_legends_apart)
     return leg
 
@@ -266,9 +298,15 @@ def _collides(fig, renderer) -> list:
     if not legs:
         return []
     boxes = {id(ax): leg.get_window_extent(renderer) for ax, leg in legs}
-    others = [(id(ax), ax.get_window_extent(renderer)) for ax in fig.axes] + [(id(ax), b) for ax, _ in legs for b in [boxes[id(ax)]]]
-    return [ax for ax, _ in legs if any(k != id(ax) and boxes[id(ax)].overlaps(b) for k, b in others)
-            or boxes[id(ax)].width > 1.1 * ax.get_window_extent(renderer).width]
+    others = [(id(ax), ax.get_window_extent(renderer)) for ax in fig.axes] + [
+        (id(ax), b) for ax, _ in legs for b in [boxes[id(ax)]]
+    ]
+    return [
+        ax
+        for ax, _ in legs
+        if any(k != id(ax) and boxes[id(ax)].overlaps(b) for k, b in others)
+        or boxes[id(ax)].width > 1.1 * ax.get_window_extent(renderer).width
+    ]
 
 
 def _legends_apart(fig) -> None:
@@ -328,15 +366,29 @@ def legend_right(ax, title: str | None = None) -> None:
     if width is not None and width < WIDE_IN:
         n = len(ax.get_legend_handles_labels()[0])
         for ncol in (min(n, 2), 1):  # two entries a row where they fit the width, else one
-            leg = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=ncol, fontsize=8, frameon=False,
-                            title=title, title_fontsize=8)
+            leg = ax.legend(
+                loc="lower center",
+                bbox_to_anchor=(0.5, 1.02),
+                ncol=ncol,
+                fontsize=8,
+                frameon=False,
+                title=title,
+                title_fontsize=8,
+            )
             ax.figure.canvas.draw()
             if leg.get_window_extent().width <= 0.95 * width * ax.figure.dpi:
                 break
         leg.fedcli_above = True  # the panel's title goes above it (_fit_width)
         return
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, title=title, title_fontsize=8,
-              alignment="left")
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+        title=title,
+        title_fontsize=8,
+        alignment="left",
+    )
 
 
 def data_label(run) -> str:
@@ -353,8 +405,11 @@ def data_warning(runs: list, names: list[str] | None = None) -> str | None:
     seen = list(dict.fromkeys(map(data_label, runs)))
     differ = differences(runs, names or [r.path.name for r in runs])
     if differ:
-        return (f"runs of different datasets, models or budgets are drawn together ({', '.join(seen)}; {'; '.join(differ)}): "
-                f"their curves are not one comparison")
+        return (
+            f"runs of different datasets, models or budgets are drawn together ({', '.join(seen)}; "
+            f"{'; '.join(differ)}): "
+            f"their curves are not one comparison"
+        )
     return None
 
 

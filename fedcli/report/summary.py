@@ -22,8 +22,13 @@ from fedcli.report import style
 WIDTH_IN, HEIGHT_IN = 3.3, 3.9
 #: units of the x axis, by option (``fedcli.specs.system.QUANTITIES``'s, in words a reader knows)
 UNITS = {"uplink": "B/s", "downlink": "B/s", "speed": "FLOP/s", "latency": "s", "server_time": "s"}
-AXIS = {"uplink": "Uplink bandwidth", "downlink": "Downlink bandwidth", "speed": "Device speed",
-        "latency": "Latency (one way)", "server_time": "Server time per round"}
+AXIS = {
+    "uplink": "Uplink bandwidth",
+    "downlink": "Downlink bandwidth",
+    "speed": "Device speed",
+    "latency": "Latency (one way)",
+    "server_time": "Server time per round",
+}
 
 
 def option_value(run, along: str) -> float:
@@ -37,8 +42,10 @@ def option_value(run, along: str) -> float:
     try:
         return float(rest if kind == "constant" else text)
     except ValueError:
-        raise ConfigError(f"{run.path}: --{along.replace('_', '-')} is '{text}', not one value (constant:V); a "
-                          f"time-to-target figure places each run at one value of it") from None
+        raise ConfigError(
+            f"{run.path}: --{along.replace('_', '-')} is '{text}', not one value (constant:V); a "
+            f"time-to-target figure places each run at one value of it"
+        ) from None
 
 
 def human(v: float, unit: str) -> str:
@@ -66,8 +73,10 @@ def points(figure_def, runs: dict) -> list[tuple[str, list[tuple[float, float, i
             pts.append((option_value(first, figure_def.along), secs, reach.reached, reach.n, name))
         xs = [p[0] for p in pts]
         if len(set(xs)) != len(xs):
-            raise ConfigError(f"figure '{figure_def.name}': line '{line.title}' has two runs at {figure_def.along} = "
-                              f"{xs[0]:g}; each of its runs is one point")
+            raise ConfigError(
+                f"figure '{figure_def.name}': line '{line.title}' has two runs at {figure_def.along} = "
+                f"{xs[0]:g}; each of its runs is one point"
+            )
         out.append((line.title, sorted(pts)))
     return out
 
@@ -100,8 +109,9 @@ def build(figure_def, runs: dict):
     target = f"{100 * figure_def.target:g}%"
     reps = [next(iter(runs[line.runs[0]].values())) for line in figure_def.lines]
     with plt.rc_context(style.PRINT_RC):
-        fig, (top, low) = plt.subplots(2, 1, figsize=(WIDTH_IN, HEIGHT_IN), sharex=True,
-                                       gridspec_kw={"height_ratios": [1.6, 1]})
+        fig, (top, low) = plt.subplots(
+            2, 1, figsize=(WIDTH_IN, HEIGHT_IN), sharex=True, gridspec_kw={"height_ratios": [1.6, 1]}
+        )
         kws = style.styles(reps, [t for t, _ in lines])
         base = dict(lines)[figure_def.baseline]
         base_at = {x: s for x, s, *_ in base}
@@ -131,15 +141,28 @@ def _ratio_line(top, low, title: str, xs: list, ratio: list, kw: dict, unit: str
     low.plot(xs, ratio, linewidth=1.4, markersize=4, **{**kw, "label": f"{title} / {baseline}"})
     for x, r in zip(xs, ratio):
         if math.isfinite(r):
-            low.annotate(f"{r:.2f}×", (x, r), textcoords="offset points", xytext=(0, 5), ha="center",
-                         fontsize=7, color=kw["color"])
+            low.annotate(
+                f"{r:.2f}×",
+                (x, r),
+                textcoords="offset points",
+                xytext=(0, 5),
+                ha="center",
+                fontsize=7,
+                color=kw["color"],
+            )
     flips = []
     for c in crossings(xs, ratio):
         flips.append(f"{title}'s advantage flips near {human(c, unit)}")
         for ax in (top, low):
             ax.axvline(c, color="#555555", linestyle=(0, (2, 2)), linewidth=0.9)
-        low.annotate(f"parity ≈ {human(c, unit)}", (c, 1), textcoords="offset points", xytext=(3, -11),
-                     fontsize=7, color="#555555")
+        low.annotate(
+            f"parity ≈ {human(c, unit)}",
+            (c, 1),
+            textcoords="offset points",
+            xytext=(3, -11),
+            fontsize=7,
+            color="#555555",
+        )
     return flips
 
 
@@ -150,12 +173,16 @@ def _sooner_or_later(title: str, finite: list, baseline: str, target: str, unit:
     worst = max(finite, key=lambda p: p[1])
     side = ("sooner" if worst[1] < 1 else "later") if worst[1] < 1 or best[1] > 1 else ""
     if side == "sooner":
-        return [f"{title} reaches {target} sooner than {baseline} at every point drawn, its "
-                f"advantage largest at {human(best[0], unit)} ({best[1]:.2f}×) and smallest at "
-                f"{human(worst[0], unit)} ({worst[1]:.2f}×)"]
+        return [
+            f"{title} reaches {target} sooner than {baseline} at every point drawn, its "
+            f"advantage largest at {human(best[0], unit)} ({best[1]:.2f}×) and smallest at "
+            f"{human(worst[0], unit)} ({worst[1]:.2f}×)"
+        ]
     if side == "later":
-        return [f"{title} reaches {target} later than {baseline} at every point drawn "
-                f"({best[1]:.2f}× at {human(best[0], unit)} to {worst[1]:.2f}× at {human(worst[0], unit)})"]
+        return [
+            f"{title} reaches {target} later than {baseline} at every point drawn "
+            f"({best[1]:.2f}× at {human(best[0], unit)} to {worst[1]:.2f}× at {human(worst[0], unit)})"
+        ]
     return []
 
 
@@ -195,17 +222,26 @@ def _caption(figure_def, runs: dict, target: str, flips: list[str], said: list[s
 
     names = figure_def.run_names()
     caption = " — ".join(t for t in (figure_def.paper, figure_def.title) if t)
-    drawn = (f"Upper panel: the simulated time to {target} {_metric(figure_def.y)} (the first evaluation at or above it, "
-             f"read off the evaluation grid: an upper bound by up to one evaluation interval; {seeds_drawn(runs, names)}) "
-             f"against the {AXIS[figure_def.along].lower()}, log axes, one line per method. Lower panel: each line's "
-             f"time divided by {figure_def.baseline}'s at the same {AXIS[figure_def.along].lower()} (below 1: it reaches "
-             f"{target} sooner)" + ("; where the ratio crosses 1 the crossing (interpolated in log x, log ratio) is "
-                                    "marked with a dashed line" if flips else ""))
+    drawn = (
+        f"Upper panel: the simulated time to {target} {_metric(figure_def.y)} (the first evaluation at or above it, "
+        f"read off the evaluation grid: an upper bound by up to one evaluation interval; {seeds_drawn(runs, names)}) "
+        f"against the {AXIS[figure_def.along].lower()}, log axes, one line per method. Lower panel: each line's "
+        f"time divided by {figure_def.baseline}'s at the same {AXIS[figure_def.along].lower()} (below 1: it reaches "
+        f"{target} sooner)"
+        + (
+            "; where the ratio crosses 1 the crossing (interpolated in log x, log ratio) is marked with a dashed line"
+            if flips
+            else ""
+        )
+    )
     caption = ". ".join(t.rstrip(".") for t in (caption, drawn, *flips, *said, figure_def.notes) if t)
     return caption[:1].upper() + caption[1:]
 
 
-
 def _metric(y: str) -> str:
-    return {"auto": "accuracy", "test_acc": "test accuracy", "personal_acc": "personal accuracy",
-            "val_acc": "validation accuracy"}.get(y, y)
+    return {
+        "auto": "accuracy",
+        "test_acc": "test accuracy",
+        "personal_acc": "personal accuracy",
+        "val_acc": "validation accuracy",
+    }.get(y, y)

@@ -18,8 +18,8 @@ from fedcli.results.validate import diverged
 
 @dataclass
 class Cell:
-    text: str                      # markdown/plain text
-    latex: str | None = None       # LaTeX (default: escaped text)
+    text: str  # markdown/plain text
+    latex: str | None = None  # LaTeX (default: escaped text)
     values: dict = field(default_factory=dict)  # csv columns -> numbers
 
 
@@ -33,10 +33,10 @@ class Column:
 @dataclass
 class Section:
     label: str
-    header: list[list[tuple[str, str, int]]]   # rows of (md, latex, span) above the column names
+    header: list[list[tuple[str, str, int]]]  # rows of (md, latex, span) above the column names
     columns: list[Column]
     rows: list[list[Cell]]
-    meta: list[dict]                           # csv identifiers per row (group, run names)
+    meta: list[dict]  # csv identifiers per row (group, run names)
 
 
 @dataclass
@@ -58,10 +58,16 @@ def fmt_acc(s: Stat) -> Cell:
     if not s.ok:
         return Cell(f"n/a{flag}", f"n/a{flag}", {"mean": float("nan"), "std": float("nan"), "n": s.n})
     if s.n == 1:  # one value: no spread to show (and none in the csv: a sample std needs two)
-        return Cell(f"{100 * s.mean:.2f}%{flag}", f"{100 * s.mean:.2f}\\%{flag}",
-                    {"mean": 100 * s.mean, "std": float("nan"), "n": 1})
-    return Cell(f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%{flag}", f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%{flag}",
-                {"mean": 100 * s.mean, "std": 100 * s.std, "n": s.n})
+        return Cell(
+            f"{100 * s.mean:.2f}%{flag}",
+            f"{100 * s.mean:.2f}\\%{flag}",
+            {"mean": 100 * s.mean, "std": float("nan"), "n": 1},
+        )
+    return Cell(
+        f"{100 * s.mean:.2f} ± {100 * s.std:.2f}%{flag}",
+        f"${100 * s.mean:.2f} \\pm {100 * s.std:.2f}$\\%{flag}",
+        {"mean": 100 * s.mean, "std": 100 * s.std, "n": s.n},
+    )
 
 
 def diverged_mark(cell: Cell, per_seed: dict) -> Cell:
@@ -71,7 +77,9 @@ def diverged_mark(cell: Cell, per_seed: dict) -> Cell:
     if not k:
         return cell
     flag = f" ({k} diverged)"
-    return Cell(cell.text + flag, (cell.latex if cell.latex is not None else latex_escape(cell.text)) + flag, cell.values)
+    return Cell(
+        cell.text + flag, (cell.latex if cell.latex is not None else latex_escape(cell.text)) + flag, cell.values
+    )
 
 
 def fmt_pct(s: Stat) -> Cell:
@@ -80,7 +88,9 @@ def fmt_pct(s: Stat) -> Cell:
     if not s.ok:
         return Cell("n/a", "n/a", {"mean": float("nan"), "std": float("nan")})
     if s.n > 1 and round(s.std, 2) > 0:
-        return Cell(f"{s.mean:.2f} ± {s.std:.2f}%", f"${s.mean:.2f} \\pm {s.std:.2f}$\\%", {"mean": s.mean, "std": s.std})
+        return Cell(
+            f"{s.mean:.2f} ± {s.std:.2f}%", f"${s.mean:.2f} \\pm {s.std:.2f}$\\%", {"mean": s.mean, "std": s.std}
+        )
     return Cell(f"{s.mean:.2f}%", f"{s.mean:.2f}\\%", {"mean": s.mean, "std": s.std})
 
 
@@ -105,8 +115,14 @@ def fmt_steps(s: Stat, reached: int, n: int) -> Cell:
 
 
 def fmt_reach(s: Stat, reached: int, n: int, digits: int, one: str, counts: bool = True) -> Cell:
-    """Target layout: "mean ± std" over the seeds that reached the target, " (k/n)" when some did not, "—" if none did."""
-    values = {"mean": s.mean if reached else float("nan"), "std": s.std if reached else float("nan"), "reached": reached, "n": n}
+    """Target layout: "mean ± std" over the seeds that reached the target, " (k/n)" when some did not, "—" if none
+    did."""
+    values = {
+        "mean": s.mean if reached else float("nan"),
+        "std": s.std if reached else float("nan"),
+        "reached": reached,
+        "n": n,
+    }
     if reached == 0:
         return Cell("—", "---", values)
     if reached == 1:
@@ -129,13 +145,38 @@ def plain(v) -> Cell:
     return Cell(t, latex_escape(t), {"value": v})
 
 
-LATEX_ESCAPES = {**{ch: "\\" + ch for ch in "&%$#_{}"}, "~": "\\textasciitilde{}", "^": "\\textasciicircum{}",
-                 "\\": "\\textbackslash{}", "±": "$\\pm$", "—": "---", "–": "--", "τ": "$\\tau$", "φ": "$\\phi$",
-                 # the symbols recipes and reports write (a standard LaTeX has no Unicode Greek in text)
-                 "Σ": "$\\Sigma$", "δ": "$\\delta$", "λ": "$\\lambda$", "μ": "$\\mu$", "α": "$\\alpha$", "β": "$\\beta$",
-                 "η": "$\\eta$", "ε": "$\\epsilon$", "σ": "$\\sigma$", "θ": "$\\theta$", "Δ": "$\\Delta$", "′": "$'$",
-                 "−": "$-$", "·": "$\\cdot$", "≥": "$\\geq$", "≤": "$\\leq$", "×": "$\\times$", "→": "$\\to$", "≈": "$\\approx$",
-                 "`": "\\textasciigrave{}"}
+LATEX_ESCAPES = {
+    **{ch: "\\" + ch for ch in "&%$#_{}"},
+    "~": "\\textasciitilde{}",
+    "^": "\\textasciicircum{}",
+    "\\": "\\textbackslash{}",
+    "±": "$\\pm$",
+    "—": "---",
+    "–": "--",
+    "τ": "$\\tau$",
+    "φ": "$\\phi$",
+    # the symbols recipes and reports write (a standard LaTeX has no Unicode Greek in text)
+    "Σ": "$\\Sigma$",
+    "δ": "$\\delta$",
+    "λ": "$\\lambda$",
+    "μ": "$\\mu$",
+    "α": "$\\alpha$",
+    "β": "$\\beta$",
+    "η": "$\\eta$",
+    "ε": "$\\epsilon$",
+    "σ": "$\\sigma$",
+    "θ": "$\\theta$",
+    "Δ": "$\\Delta$",
+    "′": "$'$",
+    "−": "$-$",
+    "·": "$\\cdot$",
+    "≥": "$\\geq$",
+    "≤": "$\\leq$",
+    "×": "$\\times$",
+    "→": "$\\to$",
+    "≈": "$\\approx$",
+    "`": "\\textasciigrave{}",
+}
 
 
 def latex_escape(s: str) -> str:
@@ -151,7 +192,9 @@ _POWER = re.compile(r"(?<=\d)\^(-?\d+)")
 
 
 def _escape_chars(s: str) -> str:
-    return "".join("-{}" if ch == "-" and s[i + 1:i + 2] == "-" else LATEX_ESCAPES.get(ch, ch) for i, ch in enumerate(s))
+    return "".join(
+        "-{}" if ch == "-" and s[i + 1 : i + 2] == "-" else LATEX_ESCAPES.get(ch, ch) for i, ch in enumerate(s)
+    )
 
 
 def latex_text(s: str) -> str:
@@ -161,8 +204,10 @@ def latex_text(s: str) -> str:
     parts = s.split("`")
     if len(parts) % 2 == 0:
         parts[-2:] = [parts[-2] + "`" + parts[-1]]
-    return "".join(f"\\texttt{{{_breakable(_escape_chars(p))}}}" if k % 2 else _open_quotes(latex_escape(p))
-                   for k, p in enumerate(parts))
+    return "".join(
+        f"\\texttt{{{_breakable(_escape_chars(p))}}}" if k % 2 else _open_quotes(latex_escape(p))
+        for k, p in enumerate(parts)
+    )
 
 
 def _breakable(tex: str) -> str:
@@ -192,17 +237,31 @@ def partition_value(run):
     if cfg.get("partition_file"):
         return "file"
     scheme = cfg.get("partition", "")
-    return {"dirichlet": cfg.get("alpha"), "iid": "IID", "pathological": f"{cfg.get('classes_per_client')} classes",
-            "natural": f"{cfg.get('writers_per_client')} writers"}.get(scheme, scheme)
+    return {
+        "dirichlet": cfg.get("alpha"),
+        "iid": "IID",
+        "pathological": f"{cfg.get('classes_per_client')} classes",
+        "natural": f"{cfg.get('writers_per_client')} writers",
+    }.get(scheme, scheme)
 
 
 HEADERS = {
-    "name": ("Run", "Run"), "method": ("Method", "Method"), "lr": ("LR", "LR"), "tau": ("τ'", "$\\tau'$"),
-    "phi": ("φ", "$\\phi$"), "active_ratio": ("Active ratio", "Active ratio"), "alpha": ("Dirichlet coeff.", "Dirichlet coeff."),
-    "clients": ("# of clients", "\\# of clients"), "batch_size": ("Local batch size", "Local batch size"),
-    "iterations": ("Iterations", "Iterations"), "acc": ("Accuracy", "Accuracy"),  # a table's: acc_header
-    "final_acc": ("Final acc.", "Final acc."), "best_acc": ("Best acc.", "Best acc."), "comm": ("Comm. cost", "Comm. cost"),
-    "comm_bytes": ("Bytes moved", "Bytes moved"), "seeds": ("Seeds", "Seeds"),
+    "name": ("Run", "Run"),
+    "method": ("Method", "Method"),
+    "lr": ("LR", "LR"),
+    "tau": ("τ'", "$\\tau'$"),
+    "phi": ("φ", "$\\phi$"),
+    "active_ratio": ("Active ratio", "Active ratio"),
+    "alpha": ("Dirichlet coeff.", "Dirichlet coeff."),
+    "clients": ("# of clients", "\\# of clients"),
+    "batch_size": ("Local batch size", "Local batch size"),
+    "iterations": ("Iterations", "Iterations"),
+    "acc": ("Accuracy", "Accuracy"),  # a table's: acc_header
+    "final_acc": ("Final acc.", "Final acc."),
+    "best_acc": ("Best acc.", "Best acc."),
+    "comm": ("Comm. cost", "Comm. cost"),
+    "comm_bytes": ("Bytes moved", "Bytes moved"),
+    "seeds": ("Seeds", "Seeds"),
 }
 
 
@@ -216,13 +275,16 @@ def over_seeds(seeds: list[int]) -> str:
 def accuracy_source(metric: str, runs: dict | None = None) -> str:
     """What the accuracy of a table is measured on (its notes). ``auto`` is told by what the table's ``runs``
     ({name: {seed: RunData}}) are: all personalized, none, or both."""
-    texts = {"test_acc": "global model, test set",
-             "personal_acc": "each client's model on its local test split, pooled over the clients (personal_acc)",
-             "val_acc": "global model, validation set held out of the training pool (--val-fraction)",
-             "personal_val_acc": "each client's model on its own validation samples, pooled over the clients "
-                                 "(--client-val-fraction)",
-             "auto": "personalized methods: each client's model on its local test split, pooled over the clients (personal_acc); "
-                     "traditional FL: the global model on the test set (test_acc)"}
+    texts = {
+        "test_acc": "global model, test set",
+        "personal_acc": "each client's model on its local test split, pooled over the clients (personal_acc)",
+        "val_acc": "global model, validation set held out of the training pool (--val-fraction)",
+        "personal_val_acc": "each client's model on its own validation samples, pooled over the clients "
+        "(--client-val-fraction)",
+        "auto": "personalized methods: each client's model on its local test split, pooled over the clients "
+        "(personal_acc); "
+        "traditional FL: the global model on the test set (test_acc)",
+    }
     metric = measured(metric, runs)
     return texts.get(metric, metric)
 
@@ -238,12 +300,16 @@ def measured(metric: str, runs: dict | None = None) -> str:
 
 
 #: the header of a table's accuracy column, by what it measures (the notes say the same: :func:`accuracy_source`)
-ACC_HEADERS = {"test_acc": "Test acc.", "personal_acc": "Personal acc.", "val_acc": "Val. acc.",
-               "personal_val_acc": "Personal val. acc."}
+ACC_HEADERS = {
+    "test_acc": "Test acc.",
+    "personal_acc": "Personal acc.",
+    "val_acc": "Val. acc.",
+    "personal_val_acc": "Personal val. acc.",
+}
 
 
 def acc_header(metric: str, runs: dict | None = None) -> str:
-    """"Test acc." for the global model on the test set, "Personal acc." for clients' own models, "Accuracy" for a
+    """ "Test acc." for the global model on the test set, "Personal acc." for clients' own models, "Accuracy" for a
     table of both kinds; "Val. acc." for the validation set of --val-fraction, and never the papers' "Validation acc."
     for what fedcli measures on the test set."""
     return ACC_HEADERS.get(measured(metric, runs), "Accuracy")
@@ -266,7 +332,9 @@ def grid_sets(names: list[str], runs: dict, keys: list[str]) -> list[list[str]]:
     sets: dict[str, list[str]] = {}
     for name in names:
         cfg = next(iter(runs[name].values())).config
-        sig = json.dumps({k: v for k, v in cfg.items() if k not in keys and k not in RUN_KEYS}, sort_keys=True, default=str)
+        sig = json.dumps(
+            {k: v for k, v in cfg.items() if k not in keys and k not in RUN_KEYS}, sort_keys=True, default=str
+        )
         sets.setdefault(sig, []).append(name)
     return list(sets.values())
 
@@ -285,7 +353,8 @@ def select_score(table_def: TableDef, per_seed: dict) -> tuple:
 
 def select_best(table_def: TableDef, names: list[str], runs: dict) -> list[tuple[str, list[str]]]:
     """The rows a ``rows``/``target`` table shows: every run (``select = "all"``), or of each set of runs differing
-    only in ``select_by`` the best by :func:`select_score` (the first listed on a tie), with the set it was picked from."""
+    only in ``select_by`` the best by :func:`select_score` (the first listed on a tie), with the set it was picked
+    from."""
     if table_def.select != "best":
         return [(n, [n]) for n in names]
     out = []
@@ -298,17 +367,21 @@ def select_best(table_def: TableDef, names: list[str], runs: dict) -> list[tuple
 def select_note(table_def: TableDef, picked: list[tuple[str, list[str]]], runs: dict) -> str:
     """The note that says what ``select = "best"`` picked, from which runs and by what."""
     by = ", ".join(table_def.select_by)
-    how = {"acc": f"the highest mean {table_def.accuracy} accuracy over the seeds", "best_acc": "the highest mean best accuracy over the seeds",
-           "final_acc": "the highest mean last accuracy over the seeds",
-           "rounds": "the most seeds reaching the target, then the fewest mean rounds"}[table_def.select_on]
+    how = {
+        "acc": f"the highest mean {table_def.accuracy} accuracy over the seeds",
+        "best_acc": "the highest mean best accuracy over the seeds",
+        "final_acc": "the highest mean last accuracy over the seeds",
+        "rounds": "the most seeds reaching the target, then the fewest mean rounds",
+    }[table_def.select_on]
     parts = []
     for name, cands in picked:
         if len(cands) > 1:
             cfg = next(iter(runs[name].values())).config
             vals = ", ".join(f"{k} {cfg.get(k)}" for k in table_def.select_by)
             parts.append(f"'{name}' ({vals}) of {', '.join(repr(c) for c in cands)}")
-    return (f"Best over {by}: of the runs that differ only in {by}, the row shown is the one with {how}"
-            + (f"; picked {'; '.join(parts)}." if parts else "; no row had more than one run to pick from."))
+    return f"Best over {by}: of the runs that differ only in {by}, the row shown is the one with {how}" + (
+        f"; picked {'; '.join(parts)}." if parts else "; no row had more than one run to pick from."
+    )
 
 
 # ------------------------------------------------------------------------------------------------ build
@@ -331,7 +404,9 @@ def build_table(table_def: TableDef, runs: dict, seeds: list[int], scale: str | 
             picks += picked
         else:
             sections.append(_paired_section(table_def, g, stats))
-    return Table(table_def.name, table_def.title, table_def.paper, sections, _table_notes(table_def, runs, seeds, picks, scale))
+    return Table(
+        table_def.name, table_def.title, table_def.paper, sections, _table_notes(table_def, runs, seeds, picks, scale)
+    )
 
 
 class _RunStats:
@@ -344,7 +419,9 @@ class _RunStats:
         return self.runs[name]
 
     def acc(self, name: str, which: str | None = None):
-        return mean_std(r.accuracy(which or self.table_def.accuracy, self.table_def.metric) for r in self.per_seed(name).values())
+        return mean_std(
+            r.accuracy(which or self.table_def.accuracy, self.table_def.metric) for r in self.per_seed(name).values()
+        )
 
     def acc_cell(self, name: str, which: str | None = None) -> Cell:
         """Run ``name``'s accuracy cell, marked where seeds of it diverged (:func:`diverged_mark`)."""
@@ -358,7 +435,9 @@ class _RunStats:
 
     def baseline(self, g, attr: str) -> float:
         """The mean ``attr`` (comm_params, comm_bytes) of the group's baseline over its seeds; NaN without one."""
-        return mean_std(getattr(r, attr) for r in self.per_seed(g.baseline).values()).mean if g.baseline else float("nan")
+        return (
+            mean_std(getattr(r, attr) for r in self.per_seed(g.baseline).values()).mean if g.baseline else float("nan")
+        )
 
 
 def simulated_time(runs) -> bool:
@@ -379,21 +458,27 @@ def _rows_section(table_def: TableDef, g, runs: dict, stats: _RunStats) -> tuple
     timed = table_def.layout == "target" and simulated_time([stats.first(name) for name, _ in picked])
     if table_def.layout == "target":
         tgt = f"{100 * table_def.target:g}%"
-        cols += [Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
-                 Column("iters", f"Iterations to {tgt}", f"Iterations to {latex_escape(tgt)}"),
-                 Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)")]
+        cols += [
+            Column("rounds", f"Rounds to {tgt}", f"Rounds to {latex_escape(tgt)}"),
+            Column("iters", f"Iterations to {tgt}", f"Iterations to {latex_escape(tgt)}"),
+            Column("comm_mb", f"Comm. to {tgt} (MB)", f"Comm. to {latex_escape(tgt)} (MB)"),
+        ]
         cols += [Column("time_s", f"Time to {tgt} (s)", f"Time to {latex_escape(tgt)} (s)")] if timed else []
     rows, meta = [], []
     for name, cands in picked:
         cells = [_column_cell(c, name, stats, base_comm, base_bytes) for c in table_def.columns]
         if table_def.layout == "target":
             reach = rounds_to_target(stats.per_seed(name), table_def.target, table_def.metric)
-            cells += [diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
-                      fmt_reach(reach.iterations, reach.reached, reach.n, 1, "{:g}", counts=False),
-                      fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False)]
+            cells += [
+                diverged_mark(fmt_reach(reach.rounds, reach.reached, reach.n, 1, "{:g}"), stats.per_seed(name)),
+                fmt_reach(reach.iterations, reach.reached, reach.n, 1, "{:g}", counts=False),
+                fmt_reach(reach.comm_mb, reach.reached, reach.n, 2, "{:.2f}", counts=False),
+            ]
             cells += [fmt_reach(reach.time_s, reach.reached, reach.n, 1, "{:.1f}", counts=False)] if timed else []
         rows.append(cells)
-        meta.append({"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if table_def.select == "best" else {}))
+        meta.append(
+            {"group": g.label, "run": name} | ({"picked_from": "; ".join(cands)} if table_def.select == "best" else {})
+        )
     return Section(g.label, [], cols, rows, meta), picked
 
 
@@ -431,25 +516,55 @@ def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
     at the left one's accuracy (:func:`early_stop`) and its full training, under a two-level header."""
     base_comm = stats.baseline(g, "comm_params")
     acc = acc_header(table_def.metric, {n: stats.runs[n] for pair in g.rows for n in pair})  # the notes say the same
-    cols = [Column("left_lr", "LR", "LR"), Column("left_tau", "τ'", "$\\tau'$"), Column("left_phi", "φ", "$\\phi$"),
-            Column("left_acc", acc, acc), Column("left_comm", "C ratio", "C ratio"),
-            Column("right_lr", "LR", "LR"), Column("right_tau", "τ'", "$\\tau'$"), Column("right_phi", "φ", "$\\phi$"),
-            Column("es_acc", f"ES: {acc}", acc), Column("es_steps", "ES: # of steps", "\\# of steps"),
-            Column("es_comm", "ES: C ratio", "C ratio"),
-            Column("full_acc", f"Full: {acc}", acc), Column("full_comm", "Full: C ratio", "C ratio")]
-    header = [[(g.left_title, latex_escape(g.left_title), 5), (g.right_title, latex_escape(g.right_title), 8)],
-              [("Full training", "Full training", 5), ("Early stopping", "Early stopping", 6), ("Full training", "Full training", 2)]]
+    cols = [
+        Column("left_lr", "LR", "LR"),
+        Column("left_tau", "τ'", "$\\tau'$"),
+        Column("left_phi", "φ", "$\\phi$"),
+        Column("left_acc", acc, acc),
+        Column("left_comm", "C ratio", "C ratio"),
+        Column("right_lr", "LR", "LR"),
+        Column("right_tau", "τ'", "$\\tau'$"),
+        Column("right_phi", "φ", "$\\phi$"),
+        Column("es_acc", f"ES: {acc}", acc),
+        Column("es_steps", "ES: # of steps", "\\# of steps"),
+        Column("es_comm", "ES: C ratio", "C ratio"),
+        Column("full_acc", f"Full: {acc}", acc),
+        Column("full_comm", "Full: C ratio", "C ratio"),
+    ]
+    header = [
+        [(g.left_title, latex_escape(g.left_title), 5), (g.right_title, latex_escape(g.right_title), 8)],
+        [
+            ("Full training", "Full training", 5),
+            ("Early stopping", "Early stopping", 6),
+            ("Full training", "Full training", 2),
+        ],
+    ]
     rows, meta = [], []
     for left, right in g.rows:
         lr0, rr0 = stats.first(left), stats.first(right)
-        es = early_stop(stats.per_seed(right), stats.per_seed(left), base_comm, table_def.accuracy, table_def.early_stop_target,
-                        table_def.metric)
-        cells = [plain(lr0.config.get("lr")), plain(lr0.config.get("tau")), plain(phi_of(lr0)),
-                 stats.acc_cell(left), fmt_pct(stats.comm(left, base_comm)),
-                 plain(rr0.config.get("lr")), plain(rr0.config.get("tau")), plain(phi_of(rr0)),
-                 fmt_acc(es.acc) if es.reached else not_reached(n=0),
-                 fmt_steps(es.steps, es.reached, es.n), fmt_pct(es.comm_pct) if es.reached else not_reached(),
-                 stats.acc_cell(right), fmt_pct(stats.comm(right, base_comm))]
+        es = early_stop(
+            stats.per_seed(right),
+            stats.per_seed(left),
+            base_comm,
+            table_def.accuracy,
+            table_def.early_stop_target,
+            table_def.metric,
+        )
+        cells = [
+            plain(lr0.config.get("lr")),
+            plain(lr0.config.get("tau")),
+            plain(phi_of(lr0)),
+            stats.acc_cell(left),
+            fmt_pct(stats.comm(left, base_comm)),
+            plain(rr0.config.get("lr")),
+            plain(rr0.config.get("tau")),
+            plain(phi_of(rr0)),
+            fmt_acc(es.acc) if es.reached else not_reached(n=0),
+            fmt_steps(es.steps, es.reached, es.n),
+            fmt_pct(es.comm_pct) if es.reached else not_reached(),
+            stats.acc_cell(right),
+            fmt_pct(stats.comm(right, base_comm)),
+        ]
         rows.append(cells)
         meta.append({"group": g.label, "left_run": left, "right_run": right})
     label = g.label or (f"{g.left_title} vs {g.right_title}" if len(table_def.groups) > 1 else "")
@@ -464,7 +579,9 @@ def accuracy_what(table_def: TableDef) -> str:
     """Which evaluation each accuracy column of the table shows: the table's ``accuracy`` for its accuracy column
     ("best evaluation of each run"), and the Final acc. / Best acc. columns by their own ("last evaluation of each
     run in Final acc., best evaluation of each run in Best acc."), never one word over columns that differ."""
-    own = [f"{EVALUATION[c.split('_')[0]]} in {HEADERS[c][0]}" for c in table_def.columns if c in ("final_acc", "best_acc")]
+    own = [
+        f"{EVALUATION[c.split('_')[0]]} in {HEADERS[c][0]}" for c in table_def.columns if c in ("final_acc", "best_acc")
+    ]
     if own and not ("acc" in table_def.columns or table_def.layout not in ("rows", "target")):
         return ", ".join(own)
     return "; ".join([EVALUATION[table_def.accuracy], *own])
@@ -473,11 +590,15 @@ def accuracy_what(table_def: TableDef) -> str:
 def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list, scale: str | None) -> list[str]:
     """The notes under a table: seeds and where the accuracy comes from, the communication baseline, the target, what
     ``select = "best"`` picked, early stopping, the scale, the table's own notes."""
-    notes = [f"{over_seeds(seeds)}; accuracy: {accuracy_what(table_def)} "
-             f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names()})})."]
+    notes = [
+        f"{over_seeds(seeds)}; accuracy: {accuracy_what(table_def)} "
+        f"({accuracy_source(table_def.metric, {n: runs[n] for n in table_def.run_names()})})."
+    ]
     bases = list(dict.fromkeys(g.baseline for g in table_def.groups if g.baseline))
     if table_def.layout == "paired" or "comm" in table_def.columns:
-        notes.append(f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}.")
+        notes.append(
+            f"Communication (Eq. 8, parameters) as % of the full training of {', '.join(repr(b) for b in bases)}."
+        )
     if table_def.layout == "target":
         reach_note = _reach_note(table_def, runs, seeds)
         if any(c in ("acc", "final_acc", "best_acc") for c in table_def.columns):
@@ -488,10 +609,15 @@ def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list,
         notes.append(select_note(table_def, picks, runs))
     if table_def.layout == "paired":
         tgt = "the same seed's" if table_def.early_stop_target == "seed" else "the mean"
-        notes.append(f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of the left-hand run "
-                     "of its row; C ratio there is its communication so far; (k/n): only k of n seeds reached it.")
+        notes.append(
+            f"Early stopping (ES): first evaluation at which the right-hand run reaches {tgt} accuracy of "
+            f"the left-hand run "
+            "of its row; C ratio there is its communication so far; (k/n): only k of n seeds reached it."
+        )
     if scale == "smoke":
-        notes.append(f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper.")
+        notes.append(
+            f"Scale '{scale}': a reduced version of the paper's grid; the numbers check the pipeline, not the paper."
+        )
     elif scale and scale != "paper":  # e.g. cpu: a setting reduced to run offline on a CPU, chosen as evidence
         notes.append(f"Scale '{scale}': a reduced version of the paper's setting; the recipe's header says how.")
     if table_def.notes:
@@ -502,16 +628,21 @@ def _table_notes(table_def: TableDef, runs: dict, seeds: list[int], picks: list,
 def _reach_note(table_def: TableDef, runs: dict, seeds: list[int]) -> str:
     """The note of a target table: what reaching the target means, over which seeds, read off which grid."""
     what = {"test_acc": "test accuracy", "auto": "accuracy (personal_acc for personalized runs, else test_acc)"}.get(
-        table_def.metric, f"`{table_def.metric}`")
+        table_def.metric, f"`{table_def.metric}`"
+    )
     timed = simulated_time(next(iter(runs[n].values())) for n in table_def.run_names() if runs.get(n))
-    reach_note = (f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
-                  f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there, the local "
-                  f"iterations done there, the bytes moved so far (comm_bytes, 1 MB = 10^6 bytes)"
-                  + (" and the simulated seconds so far (sim_time_s, the system model)" if timed else "")
-                  + "; (k/n): only k of n seeds reached it; —: none did. " + round_lengths(table_def, runs)
-                  + " Read off the evaluation grid (no interpolation), the rounds, iterations, bytes"
-                  + (" and seconds" if timed else "") + " to the target are upper bounds: the target may have been "
-                  "crossed up to one evaluation interval earlier" + eval_intervals(table_def, runs) + ".")
+    reach_note = (
+        f"Mean ± sample std over the seeds ({', '.join(map(str, seeds))}) that reach the target: the first evaluation "
+        f"whose {what} is at least {100 * table_def.target:g}%, the communication rounds completed there, the local "
+        f"iterations done there, the bytes moved so far (comm_bytes, 1 MB = 10^6 bytes)"
+        + (" and the simulated seconds so far (sim_time_s, the system model)" if timed else "")
+        + "; (k/n): only k of n seeds reached it; —: none did. "
+        + round_lengths(table_def, runs)
+        + " Read off the evaluation grid (no interpolation), the rounds, iterations, bytes"
+        + (" and seconds" if timed else "")
+        + " to the target are upper bounds: the target may have been "
+        "crossed up to one evaluation interval earlier" + eval_intervals(table_def, runs) + "."
+    )
     return reach_note
 
 
@@ -553,7 +684,11 @@ def eval_intervals(table_def: TableDef, runs: dict) -> str:
     if not steps:
         return ""
     lo, hi = min(steps), max(steps)
-    return f" (an evaluation every {lo:g} local iterations)" if lo == hi else f" (evaluations {lo:g} to {hi:g} local iterations apart)"
+    return (
+        f" (an evaluation every {lo:g} local iterations)"
+        if lo == hi
+        else f" (evaluations {lo:g} to {hi:g} local iterations apart)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ render
@@ -569,12 +704,14 @@ def _md_escape(s: str) -> str:
 
 def _md_spans(header) -> str:
     """The spanning header rows as one line: 'FedAvg (...) [1-5]: Full training [1-5] · FedLAMA [6-13]: ...'."""
+
     def ranges(row):
         out, start = [], 1
         for md, _, span in row:
             out.append((md, start, start + span - 1))
             start += span
         return out
+
     top = ranges(header[0])
     sub = ranges(header[1]) if len(header) > 1 else []
     parts = []
@@ -599,7 +736,14 @@ def render_md(t: Table) -> str:
             out.append(_md_spans(sec.header))
             out.append("")
         out.append("| " + " | ".join(_md_escape(c.md) for c in sec.columns) + " |")
-        out.append("|" + "|".join("---" if i == 0 and not sec.header and sec.columns[0].key in ("name", "method") else "---:" for i, _ in enumerate(sec.columns)) + "|")
+        out.append(
+            "|"
+            + "|".join(
+                "---" if i == 0 and not sec.header and sec.columns[0].key in ("name", "method") else "---:"
+                for i, _ in enumerate(sec.columns)
+            )
+            + "|"
+        )
         for row in sec.rows:
             out.append("| " + " | ".join(_md_escape(c.text) for c in row) + " |")
         out.append("")
@@ -646,9 +790,15 @@ def render_latex(t: Table) -> str:
     ncols = max(len(s.columns) for s in t.sections)
     env = "table*" if ncols > WIDE_COLUMNS else "table"
     wide = env == "table*"  # scaled to the text width (graphicx's \\resizebox): 13 columns overflow a page otherwise
-    lines = ["% needs \\usepackage{booktabs}" + (" and \\usepackage{graphicx}" if wide else "") + " in the preamble",
-             f"\\begin{{{env}}}[t]", "\\centering", "\\small", *(["\\resizebox{\\textwidth}{!}{%"] if wide else []),
-             f"\\begin{{tabular}}{{{alignment(t, ncols)}}}", "\\toprule"]
+    lines = [
+        "% needs \\usepackage{booktabs}" + (" and \\usepackage{graphicx}" if wide else "") + " in the preamble",
+        f"\\begin{{{env}}}[t]",
+        "\\centering",
+        "\\small",
+        *(["\\resizebox{\\textwidth}{!}{%"] if wide else []),
+        f"\\begin{{tabular}}{{{alignment(t, ncols)}}}",
+        "\\toprule",
+    ]
     prev_header = None
     for k, sec in enumerate(t.sections):
         if k:

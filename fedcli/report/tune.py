@@ -20,8 +20,14 @@ from pathlib import Path
 from fedcli.report import style
 
 #: the colour of each state in the figures (fedcli's fallback palette; dominated and pruned trials quieter)
-STATE_COLORS = {"COMPLETE": "#332288", "PRUNED": "#DDCC77", "diverged": "#CC6677", "RUNNING": "#88CCEE",
-                "FAIL": "#882255", "WAITING": "#999933"}
+STATE_COLORS = {
+    "COMPLETE": "#332288",
+    "PRUNED": "#DDCC77",
+    "diverged": "#CC6677",
+    "RUNNING": "#88CCEE",
+    "FAIL": "#882255",
+    "WAITING": "#999933",
+}
 DOMINATED = "#BBBBBB"
 BASELINE_MARKER = "*"
 
@@ -44,8 +50,11 @@ def _trial_cell(t) -> str:
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     esc = [[str(c).replace("|", "\\|") for c in r] for r in [header, *rows]]
-    return ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(r) + " |" for r in esc[1:])]
+    return [
+        "| " + " | ".join(esc[0]) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(r) + " |" for r in esc[1:]),
+    ]
 
 
 def _pct(a: int, b: int | None) -> str:
@@ -57,20 +66,36 @@ def render_md(report: dict, top: int) -> str:
     folder = report["folder"]
     rec, objs = folder.record, folder.objectives
     split = "the test set (optimistic)" if folder.select_on == "test" else "the validation split"
-    out = [f"# Study folder {folder.root}", "",
-           f"Recipe {rec.get('recipe', '?')} at scale {rec.get('scale') or 'base'}; sampler {rec.get('sampler', '?')}, "
-           f"pruner {rec.get('pruner', '?')}, seed {rec.get('seed', '?')}; objective{'s' if len(objs) > 1 else ''} "
-           f"{' and '.join(o.label for o in objs)}; selected on {split}.", ""]
+    out = [
+        f"# Study folder {folder.root}",
+        "",
+        f"Recipe {rec.get('recipe', '?')} at scale {rec.get('scale') or 'base'}; sampler {rec.get('sampler', '?')}, "
+        f"pruner {rec.get('pruner', '?')}, seed {rec.get('seed', '?')}; objective{'s' if len(objs) > 1 else ''} "
+        f"{' and '.join(o.label for o in objs)}; selected on {split}.",
+        "",
+    ]
     for s in report["studies"]:
         st = s["study"]
         names = list(st.space) or sorted({k for t in st.trials for k in t.params})
         counts = ", ".join(f"{n} {k}" for k, n in sorted(s["states"].items()))
-        out += [f"## Study '{st.name}'", "",
-                f"Trials: {counts or 'none yet'} ({len(st.trials)} of {st.planned_trials} planned).", ""]
-        grid = (f"; the full grid of {st.grid_size} configurations would take {s['grid']} ({_pct(s['spent'], s['grid'])} of "
-                f"it spent)" if s["grid"] else "; the space has no finite grid")
-        out += [f"Compute: {s['spent']} {st.unit_name} spent of a budget of {s['budget']} ({st.planned_trials} trials x "
-                f"{st.budget_iterations} {st.unit_name}, {_pct(s['spent'], s['budget'])}){grid}.", ""]
+        out += [
+            f"## Study '{st.name}'",
+            "",
+            f"Trials: {counts or 'none yet'} ({len(st.trials)} of {st.planned_trials} planned).",
+            "",
+        ]
+        grid = (
+            f"; the full grid of {st.grid_size} configurations would take {s['grid']} "
+            f"({_pct(s['spent'], s['grid'])} of "
+            f"it spent)"
+            if s["grid"]
+            else "; the space has no finite grid"
+        )
+        out += [
+            f"Compute: {s['spent']} {st.unit_name} spent of a budget of {s['budget']} ({st.planned_trials} trials x "
+            f"{st.budget_iterations} {st.unit_name}, {_pct(s['spent'], s['budget'])}){grid}.",
+            "",
+        ]
         cols = [o.label for o in objs]
         if len(objs) == 1:
             shown = list(s["best"])
@@ -79,28 +104,59 @@ def render_md(report: dict, top: int) -> str:
             shown = list(s["pareto"])
             title = f"Pareto set ({len(shown)} non-dominated of the completed trials), by {objs[0].metric}"
         base = s["baseline"]
-        rows = [[str(i + 1), _trial_cell(t), _state(t), *(_num(t.params.get(n)) for n in names),
-                 *(_num(v) for v in t.values), str(folder.root / t.run)] for i, t in enumerate(shown)]
+        rows = [
+            [
+                str(i + 1),
+                _trial_cell(t),
+                _state(t),
+                *(_num(t.params.get(n)) for n in names),
+                *(_num(v) for v in t.values),
+                str(folder.root / t.run),
+            ]
+            for i, t in enumerate(shown)
+        ]
         if base is not None and base not in shown:
-            rows.append(["-", _trial_cell(base), _state(base), *(_num(base.params.get(n)) for n in names),
-                         *(_num(v) for v in base.values), str(folder.root / base.run)])
+            rows.append(
+                [
+                    "-",
+                    _trial_cell(base),
+                    _state(base),
+                    *(_num(base.params.get(n)) for n in names),
+                    *(_num(v) for v in base.values),
+                    str(folder.root / base.run),
+                ]
+            )
         out += [f"{title}:", ""]
         out += _table(rows, ["rank", "trial", "state", *names, *cols, "run"]) if rows else ["(no completed trial yet)"]
         out.append("")
         conf = s.get("confirmed")
         if conf and conf["rows"]:
             best = conf["best"]
-            crows = [[f"{r['number']}{' (chosen)' if best is not None and r is best else ''}",
-                      *(_num(r["params"].get(n)) for n in names), _num(r["mean"]), str(r["seeds"]),
-                      ", ".join(_num(v) for v in r["values"])] for r in conf["rows"]]
-            out += [f"Confirmed over seeds ({folder.root / 'confirm'}; the chosen configuration has the best mean {objs[0].metric}):", ""]
+            crows = [
+                [
+                    f"{r['number']}{' (chosen)' if best is not None and r is best else ''}",
+                    *(_num(r["params"].get(n)) for n in names),
+                    _num(r["mean"]),
+                    str(r["seeds"]),
+                    ", ".join(_num(v) for v in r["values"]),
+                ]
+                for r in conf["rows"]
+            ]
+            out += [
+                f"Confirmed over seeds ({folder.root / 'confirm'}; the chosen configuration has the best "
+                f"mean {objs[0].metric}):",
+                "",
+            ]
             out += _table(crows, ["trial", *names, f"mean {objs[0].metric}", "seeds", "per seed"])
             out.append("")
         for o, imp in zip(objs, s["importances"]):
             if imp:
                 said = ", ".join(f"{k} {v:.2f}" for k, v in sorted(imp.items(), key=lambda kv: -kv[1]))
-                out += [f"Parameter importance for {o.metric} (share of its variance one parameter alone explains, "
-                        f"eta^2): {said}.", ""]
+                out += [
+                    f"Parameter importance for {o.metric} (share of its variance one parameter alone explains, "
+                    f"eta^2): {said}.",
+                    "",
+                ]
     notes = [*report["validity"], *report["notes"]]
     if notes:
         out += ["## Notes", "", *(f"- {n}" for n in notes), ""]
@@ -111,19 +167,39 @@ def render_md(report: dict, top: int) -> str:
 
 
 def _mark(ax, t, x, y, color, **kw) -> None:
-    ax.plot([x], [y], linestyle="none", marker=BASELINE_MARKER if t.baseline else "o", markersize=11 if t.baseline else 5,
-            color=color, markeredgecolor="black" if t.baseline else color, **kw)
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker=BASELINE_MARKER if t.baseline else "o",
+        markersize=11 if t.baseline else 5,
+        color=color,
+        markeredgecolor="black" if t.baseline else color,
+        **kw,
+    )
 
 
 def _legend_states(ax, states: list[str], baseline: bool, extra=()) -> None:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], linestyle="none", marker="o", color=STATE_COLORS.get(s, "#4D4D4D"), label=s.lower())
-               for s in states]
+    handles = [
+        Line2D([], [], linestyle="none", marker="o", color=STATE_COLORS.get(s, "#4D4D4D"), label=s.lower())
+        for s in states
+    ]
     handles += list(extra)
     if baseline:
-        handles.append(Line2D([], [], linestyle="none", marker=BASELINE_MARKER, markersize=11, color="#FFFFFF",
-                              markeredgecolor="black", label="baseline (trial 0)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=BASELINE_MARKER,
+                markersize=11,
+                color="#FFFFFF",
+                markeredgecolor="black",
+                label="baseline (trial 0)",
+            )
+        )
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
 
 
@@ -149,18 +225,30 @@ def _history(plt, folder, s, out: Path) -> list[Path]:
         if best is not None:
             line.append((x, best))
     if line:
-        ax.step([p[0] for p in line], [p[1] for p in line], where="post", color="#44AA99", label="best so far", zorder=2)
+        ax.step(
+            [p[0] for p in line], [p[1] for p in line], where="post", color="#44AA99", label="best so far", zorder=2
+        )
     from matplotlib.lines import Line2D
 
-    _legend_states(ax, sorted({_state(t) for _, _, t in pts}), any(t.baseline for _, _, t in pts),
-                   [Line2D([], [], color="#44AA99", label="best so far")] if line else [])
+    _legend_states(
+        ax,
+        sorted({_state(t) for _, _, t in pts}),
+        any(t.baseline for _, _, t in pts),
+        [Line2D([], [], color="#44AA99", label="best so far")] if line else [],
+    )
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    return _finish(fig, ax, out, f"history-{st.name}", ("Trial number", o.label, f"Optimisation history: study '{st.name}'"),
-                   f"Optimisation history of study '{st.name}': {o.label} of each "
-                      f"trial in the order it was asked (pruned trials: their value where they stopped), the best "
-                      f"completed value so far as a line; the baseline (trial 0) as a star.")
+    return _finish(
+        fig,
+        ax,
+        out,
+        f"history-{st.name}",
+        ("Trial number", o.label, f"Optimisation history: study '{st.name}'"),
+        f"Optimisation history of study '{st.name}': {o.label} of each "
+        f"trial in the order it was asked (pruned trials: their value where they stopped), the best "
+        f"completed value so far as a line; the baseline (trial 0) as a star.",
+    )
 
 
 def _pareto(plt, folder, s, out: Path) -> list[Path]:
@@ -176,13 +264,21 @@ def _pareto(plt, folder, s, out: Path) -> list[Path]:
         ax.plot([p[0] for p in line], [p[1] for p in line], color=STATE_COLORS["COMPLETE"], alpha=0.6, zorder=2)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], linestyle="none", marker="o", color=STATE_COLORS["COMPLETE"], label="Pareto set"),
-               Line2D([], [], linestyle="none", marker="o", color=DOMINATED, label="dominated")]
+    handles = [
+        Line2D([], [], linestyle="none", marker="o", color=STATE_COLORS["COMPLETE"], label="Pareto set"),
+        Line2D([], [], linestyle="none", marker="o", color=DOMINATED, label="dominated"),
+    ]
     _legend_states(ax, [], any(t.baseline for t in done), handles)
-    return _finish(fig, ax, out, f"pareto-{st.name}", (o1.label, o0.label, f"Pareto front: study '{st.name}'"),
-                   f"Pareto front of study '{st.name}': each completed trial's "
-                      f"{o0.label} against its {o1.label}; the non-dominated trials coloured and joined, the dominated "
-                      f"ones grey; the baseline (trial 0) as a star.")
+    return _finish(
+        fig,
+        ax,
+        out,
+        f"pareto-{st.name}",
+        (o1.label, o0.label, f"Pareto front: study '{st.name}'"),
+        f"Pareto front of study '{st.name}': each completed trial's "
+        f"{o0.label} against its {o1.label}; the non-dominated trials coloured and joined, the dominated "
+        f"ones grey; the baseline (trial 0) as a star.",
+    )
 
 
 def _curves(plt, folder, s, out: Path) -> list[Path]:
@@ -191,15 +287,24 @@ def _curves(plt, folder, s, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     seen = set()
     for t in st.trials:
-        pts = [(float(r[x]), float(r[o.metric])) for r in t.rows
-               if r.get(o.metric) not in (None, "") and r.get(x) not in (None, "")]
+        pts = [
+            (float(r[x]), float(r[o.metric]))
+            for r in t.rows
+            if r.get(o.metric) not in (None, "") and r.get(x) not in (None, "")
+        ]
         if not pts:
             continue
         word = _state(t)
         seen.add(word)
         color = STATE_COLORS.get(word, "#4D4D4D")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, alpha=0.85, linewidth=1.8 if t.baseline else 1.0,
-                linestyle="--" if t.baseline else "-")
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            color=color,
+            alpha=0.85,
+            linewidth=1.8 if t.baseline else 1.0,
+            linestyle="--" if t.baseline else "-",
+        )
         if t.state == "PRUNED":
             ax.plot([pts[-1][0]], [pts[-1][1]], marker="x", markersize=8, color="black", linestyle="none", zorder=4)
         if word == "diverged":  # its last evaluation before the blow-up (often its only one: no line to see)
@@ -208,15 +313,23 @@ def _curves(plt, folder, s, out: Path) -> list[Path]:
         ax.axvline(r, color="#999999", linestyle=":", linewidth=0.8)
     from matplotlib.lines import Line2D
 
-    extra = [Line2D([], [], marker="x", color="black", linestyle="none", label="pruned here")] if "PRUNED" in seen else []
+    extra = (
+        [Line2D([], [], marker="x", color="black", linestyle="none", label="pruned here")] if "PRUNED" in seen else []
+    )
     extra += [Line2D([], [], color="#999999", linestyle=":", label="pruning rung")] if st.rungs else []
     extra += [Line2D([], [], color="#4D4D4D", linestyle="--", label="baseline (trial 0)")]
     handles = [Line2D([], [], color=STATE_COLORS.get(w, "#4D4D4D"), label=w.lower()) for w in sorted(seen)] + extra
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    return _finish(fig, ax, out, f"curves-{st.name}",
-                   (style.X_LABELS["rounds" if x == "round" else "iterations"], o.metric, f"Learning curves: study '{st.name}'"), f"Learning curves of study '{st.name}': {o.metric} at each "
-                      f"evaluation of every trial, coloured by state; each pruned trial's last evaluation marked x, "
-                      f"a diverged trial's last one a diamond; the pruning rungs dotted; the baseline (trial 0) dashed.")
+    return _finish(
+        fig,
+        ax,
+        out,
+        f"curves-{st.name}",
+        (style.X_LABELS["rounds" if x == "round" else "iterations"], o.metric, f"Learning curves: study '{st.name}'"),
+        f"Learning curves of study '{st.name}': {o.metric} at each "
+        f"evaluation of every trial, coloured by state; each pruned trial's last evaluation marked x, "
+        f"a diverged trial's last one a diamond; the pruning rungs dotted; the baseline (trial 0) dashed.",
+    )
 
 
 def _importance(plt, folder, s, out: Path) -> list[Path]:
@@ -233,9 +346,14 @@ def _importance(plt, folder, s, out: Path) -> list[Path]:
         ax.set_title(o.label, fontsize=9)
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"Parameter importances: study '{st.name}'", fontsize=10)
-    return style.save(fig, out, f"importance-{st.name}", f"Parameter importances of study '{st.name}', per objective: the "
-                      f"share of the objective's variance over the completed trials that each parameter alone explains "
-                      f"(correlation ratio eta^2; ranges in three bins of equal count), not Optuna's fANOVA.")
+    return style.save(
+        fig,
+        out,
+        f"importance-{st.name}",
+        f"Parameter importances of study '{st.name}', per objective: the "
+        f"share of the objective's variance over the completed trials that each parameter alone explains "
+        f"(correlation ratio eta^2; ranges in three bins of equal count), not Optuna's fANOVA.",
+    )
 
 
 def write_figures(report: dict, out_dir: str | Path) -> list[Path]:

@@ -21,6 +21,7 @@ done), written atomically (``fedcli.safefs.atomic_write``: temporary file in the
 ``torch.load(weights_only=True)``: tensors and plain containers only, so a part's ``state_dict()`` must hold nothing
 else.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,9 +32,9 @@ import torch
 
 from fedcli.config import flag
 from fedcli.errors import ConfigError, DataError
+from fedcli.fl.context import CheckpointContext
 from fedcli.results.runstate import resume_command
 from fedcli.safefs import atomic_write, open_dir
-from fedcli.fl.context import CheckpointContext
 
 FORMAT = "fedcli-checkpoint"
 VERSION = 1
@@ -44,8 +45,22 @@ _STALE = re.compile(r"^\.round-.*\.pt\.tmp")
 
 # Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
 # (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
-RESUME_MAY_CHANGE = {"device", "threads", "workers", "trainer", "client_cache_mb", "client_state_keep", "cohort_chunk", "checkpoint_every", "keep_checkpoints", "on_diverge",
-                     "diverge_factor", "out", "tracker"}
+RESUME_MAY_CHANGE = {
+    "device",
+    "threads",
+    "workers",
+    "trainer",
+    "client_cache_mb",
+    "client_state_keep",
+    "cohort_chunk",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "on_diverge",
+    "diverge_factor",
+    "out",
+    "tracker",
+}
+
 
 # ---------------------------------------------------------------------------------------- files
 def folder(run_dir: str | Path) -> Path:
@@ -141,17 +156,24 @@ def verify(ckpt: dict, path: Path) -> None:
     file and the first tensor that differs (a storage fault, never taken for a property of the method)."""
     want = ckpt.get("digests")
     if not isinstance(want, dict) or "tensors" not in want or "state" not in want:
-        raise DataError(f"{path}: holds no digests, so it cannot be verified (written by an older fedcli, or damaged); "
-                        f"{EXPECTED}")
+        raise DataError(
+            f"{path}: holds no digests, so it cannot be verified (written by an older fedcli, or damaged); {EXPECTED}"
+        )
     got = digests(ckpt)
-    bad = [k for k in sorted(set(want["tensors"]) | set(got["tensors"])) if want["tensors"].get(k) != got["tensors"].get(k)]
+    bad = [
+        k for k in sorted(set(want["tensors"]) | set(got["tensors"])) if want["tensors"].get(k) != got["tensors"].get(k)
+    ]
     if bad:
         more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
-        raise DataError(f"{path}: tensor {bad[0].lstrip('/')}{more} does not match the digest written with the checkpoint "
-                        f"(the file changed after it was written: a storage fault or an edit); {EXPECTED}")
+        raise DataError(
+            f"{path}: tensor {bad[0].lstrip('/')}{more} does not match the digest written with the checkpoint "
+            f"(the file changed after it was written: a storage fault or an edit); {EXPECTED}"
+        )
     if want["state"] != got["state"]:
-        raise DataError(f"{path}: its run state (round, loop state, config, CSV lengths) does not match the digest written "
-                        f"with the checkpoint (the file changed after it was written); {EXPECTED}")
+        raise DataError(
+            f"{path}: its run state (round, loop state, config, CSV lengths) does not match the digest written "
+            f"with the checkpoint (the file changed after it was written); {EXPECTED}"
+        )
 
 
 def load(path: str | Path) -> dict:
@@ -168,7 +190,11 @@ def load(path: str | Path) -> dict:
         raise DataError(f"{path}: not a fedcli checkpoint; {EXPECTED}")
     if ckpt.get("version") != VERSION:
         raise DataError(f"{path}: checkpoint version {ckpt.get('version')!r} is not supported; {EXPECTED}")
-    missing = [k for k in ("round", "iteration", "config", "world_size", "global", "schedule", "ledger", "csv", "ranks") if k not in ckpt]
+    missing = [
+        k
+        for k in ("round", "iteration", "config", "world_size", "global", "schedule", "ledger", "csv", "ranks")
+        if k not in ckpt
+    ]
     if missing:
         raise DataError(f"{path}: checkpoint lacks {', '.join(missing)}; {EXPECTED}")
     verify(ckpt, path)
@@ -298,9 +324,12 @@ def local_state(ctx: CheckpointContext, state, copy: bool = False) -> dict:
     which suffices because :class:`~fedcli.fl.store.MemoryStore` replaces a client's tensors, never edits them; a
     :class:`~fedcli.fl.store.DiskStore` gives its index, a copy, and never rewrites a row a checkpoint refers to)."""
     parts = {name: part.state_dict() for name, part in ctx.parts.items()}
-    return {"state": dataclasses.asdict(state), "store": ctx.store.state_dict(root=ctx.comm.is_root),
-            "parts": _copy(parts) if copy else parts,
-            "rng": rng_state()}
+    return {
+        "state": dataclasses.asdict(state),
+        "store": ctx.store.state_dict(root=ctx.comm.is_root),
+        "parts": _copy(parts) if copy else parts,
+        "rng": rng_state(),
+    }
 
 
 def global_state(ctx: CheckpointContext, state) -> dict:
@@ -309,8 +338,10 @@ def global_state(ctx: CheckpointContext, state) -> dict:
     return {
         "round": state.round_idx,
         "iteration": state.iteration,
-        "global": {"params": {n: _cpu(t) for n, t in ctx.global_params.items()},
-                   "buffers": {n: _cpu(t) for n, t in ctx.global_buffers.items()}},
+        "global": {
+            "params": {n: _cpu(t) for n, t in ctx.global_params.items()},
+            "buffers": {n: _cpu(t) for n, t in ctx.global_buffers.items()},
+        },
         "schedule": _copy(ctx.schedule.state_dict()),
         "ledger": _copy(ctx.ledger.state_dict()),
         "csv": ctx.run_dir.csv_positions() if ctx.run_dir is not None else {},
@@ -321,8 +352,14 @@ def run_facts(ctx: CheckpointContext) -> dict:
     """The part of a checkpoint that is the same all run long: format, config, process count, versions."""
     from fedcli.results.rundir import versions
 
-    return {"format": FORMAT, "version": VERSION, "config": ctx.cfg.to_dict(), "world_size": ctx.comm.size,
-            "launcher": ctx.comm.launcher, "versions": versions()}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": ctx.cfg.to_dict(),
+        "world_size": ctx.comm.size,
+        "launcher": ctx.comm.launcher,
+        "versions": versions(),
+    }
 
 
 def capture(ctx: CheckpointContext, state) -> dict | None:
@@ -351,7 +388,11 @@ def restore(ctx: CheckpointContext, ckpt: dict):
     led = ckpt["ledger"]
     if list(led["numel"]) != list(ctx.ledger.numel):
         raise DataError(f"{where}: its communication ledger does not match the model; {EXPECTED}")
-    ctx.ledger.syncs, ctx.ledger.bytes_, ctx.ledger.extra_bytes = list(led["syncs"]), list(led["bytes"]), float(led["extra_bytes"])
+    ctx.ledger.syncs, ctx.ledger.bytes_, ctx.ledger.extra_bytes = (
+        list(led["syncs"]),
+        list(led["bytes"]),
+        float(led["extra_bytes"]),
+    )
     mine = ckpt["ranks"][ctx.comm.rank]
     ctx.store.load_state_dict(mine["store"], ckpt["ranks"][0]["store"])  # tables every process holds: in the root's
     for name, part in ctx.parts.items():
@@ -361,22 +402,29 @@ def restore(ctx: CheckpointContext, ckpt: dict):
     summary = saved.pop("summary")
     known_s = {f.name for f in dataclasses.fields(Summary)}
     known_t = {f.name for f in dataclasses.fields(TrainState)} - {"summary"}
-    return TrainState(**{k: v for k, v in saved.items() if k in known_t},
-                      summary=Summary(**{k: v for k, v in summary.items() if k in known_s}))
+    return TrainState(
+        **{k: v for k, v in saved.items() if k in known_t},
+        summary=Summary(**{k: v for k, v in summary.items() if k in known_s}),
+    )
 
 
 def check_config(ckpt: dict, config: dict) -> None:
     """A checkpoint taken under another experiment than ``config`` (the run's manifest) is refused (exit 3)."""
     changed = [k for k, v in ckpt["config"].items() if k not in RESUME_MAY_CHANGE and k in config and config[k] != v]
     if changed:
-        raise DataError(f"{ckpt.get('path', 'checkpoint')}: written under another config ({', '.join(flag(k) for k in changed)} "
-                        f"differ from the run's manifest.json), so it belongs to another run; {EXPECTED}")
+        raise DataError(
+            f"{ckpt.get('path', 'checkpoint')}: written under another config ({', '.join(flag(k) for k in changed)} "
+            f"differ from the run's manifest.json), so it belongs to another run; {EXPECTED}"
+        )
 
 
 def check_world_size(ckpt: dict, size: int, run_dir) -> None:
     if ckpt["world_size"] != size:
-        raise ConfigError(f"--resume: {ckpt.get('path', 'the checkpoint')} was written by {ckpt['world_size']} process(es), this "
-                          f"run has {size}; resume it with: {resume_command(run_dir, ckpt['world_size'], ckpt.get('launcher', 'mpi'))}")
+        raise ConfigError(
+            f"--resume: {ckpt.get('path', 'the checkpoint')} was written by {ckpt['world_size']} process(es), this "
+            f"run has {size}; resume it with: "
+            f"{resume_command(run_dir, ckpt['world_size'], ckpt.get('launcher', 'mpi'))}"
+        )
 
 
 def save_model(ctx: CheckpointContext, path: str | Path) -> Path:

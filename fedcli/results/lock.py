@@ -8,7 +8,8 @@
   alive on this host with the same start time (``/proc/PID/stat``: a reused pid has another start time).
 - :class:`RunLock`: ``RUN_DIR/.fedcli.lock``, taken by ``fedcli train`` (rank 0 under MPI) before it writes
   anything, kept to the end of the run; ``--overwrite`` and ``--resume`` need it too.
-- Sweeps (``fedcli/sweep/run.py``, ``executors.py``): every worker process holds a *shared* lock on ``SWEEP/.sweep.workers.lock``
+- Sweeps (``fedcli/sweep/run.py``, ``executors.py``): every worker process holds a *shared* lock on
+``SWEEP/.sweep.workers.lock``
   for its whole life, and a sweep takes that lock exclusively before it starts: so the sweep folder is not
   free while any worker of an earlier sweep lives. Each worker also watches its sweep process
   (:func:`watch_process`) and stops when it is gone (SIGKILL of the sweep leaves no worker training).
@@ -68,8 +69,13 @@ def process_alive(pid, start: int | None = None) -> bool:
 
 def me() -> dict:
     """What a lock file records about its holder."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "start": start_time(os.getpid()),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": masked(" ".join(sys.argv))}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "start": start_time(os.getpid()),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": masked(" ".join(sys.argv)),
+    }
 
 
 def masked(command: str) -> str:
@@ -101,8 +107,13 @@ class FileLock:
                 os.close(fd)
                 return False
             holder = self._read(fd)  # no flock here: the recorded holder decides
-            if not self.shared and holder and holder.get("host") == socket.gethostname() and holder.get("pid") != os.getpid() \
-                    and process_alive(holder.get("pid"), holder.get("start")):
+            if (
+                not self.shared
+                and holder
+                and holder.get("host") == socket.gethostname()
+                and holder.get("pid") != os.getpid()
+                and process_alive(holder.get("pid"), holder.get("start"))
+            ):
                 os.close(fd)
                 return False
         if not self.shared and not self._same_file(fd):  # its holder removed it as we opened it: take the new file
@@ -193,8 +204,10 @@ class RunLock(FileLock):
     def take(self, why: str = "") -> "RunLock":
         """Acquire or raise :class:`RunLocked` naming the holder (``why``: what the caller wanted to do)."""
         if not self.acquire():
-            raise RunLocked(f"{self.run_dir} is in use by a running fedcli ({describe(self.holder())}){why}; "
-                            f"wait for it to end or stop it (kill -INT {(self.holder() or {}).get('pid', 'PID')})")
+            raise RunLocked(
+                f"{self.run_dir} is in use by a running fedcli ({describe(self.holder())}){why}; "
+                f"wait for it to end or stop it (kill -INT {(self.holder() or {}).get('pid', 'PID')})"
+            )
         return self
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
-from fedcli.results.checkpoint import RESUME_MAY_CHANGE, check_config, check_world_size, load_latest
 from fedcli.fl.context import LogContext
+from fedcli.results.checkpoint import RESUME_MAY_CHANGE, check_config, check_world_size, load_latest
+
 
 def read_manifest(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
@@ -22,7 +23,9 @@ def read_manifest(run_dir: str | Path) -> dict:
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such folder; expected a run directory written by fedcli train")
     if not path.exists():
-        raise ConfigError(f"--resume {run_dir}: it has no manifest.json; expected a run directory written by fedcli train")
+        raise ConfigError(
+            f"--resume {run_dir}: it has no manifest.json; expected a run directory written by fedcli train"
+        )
     try:
         man = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -32,14 +35,17 @@ def read_manifest(run_dir: str | Path) -> dict:
     return man
 
 
-def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, overwrite: bool = False,
-                  promote: bool = False) -> TrainConfig:
+def resume_config(
+    run_dir: str | Path, flags: dict, *, recipe=None, scale=None, overwrite: bool = False, promote: bool = False
+) -> TrainConfig:
     """The config to continue ``run_dir`` with: its manifest's, plus the ``flags`` that may change
     (:data:`RESUME_MAY_CHANGE`); any other flag that differs is refused (exit 2). A pruned run (stopped on request,
     fedcli/results/stopfile.py) is refused too, unless ``promote`` (``--promote``: finish it)."""
     run_dir = Path(run_dir)
     if recipe or scale:
-        raise ConfigError("--resume takes the run's config from RUN_DIR/manifest.json; --recipe/--scale cannot be combined with it")
+        raise ConfigError(
+            "--resume takes the run's config from RUN_DIR/manifest.json; --recipe/--scale cannot be combined with it"
+        )
     if overwrite:
         raise ConfigError("--resume continues a run; --overwrite cannot be combined with it")
     if run_dir.is_dir():
@@ -66,8 +72,11 @@ def resume_config(run_dir: str | Path, flags: dict, *, recipe=None, scale=None, 
         if key in RESUME_MAY_CHANGE:
             setattr(cfg, key, value)
         elif key in FIELDS and getattr(cfg, key) != value:
-            raise ConfigError(f"{flag(key)} {value} would change the experiment being resumed (it ran with "
-                              f"{flag(key)} {getattr(cfg, key)}); only {', '.join(sorted(flag(k) for k in RESUME_MAY_CHANGE - {'out'}))} may change")
+            raise ConfigError(
+                f"{flag(key)} {value} would change the experiment being resumed (it ran with "
+                f"{flag(key)} {getattr(cfg, key)}); only "
+                f"{', '.join(sorted(flag(k) for k in RESUME_MAY_CHANGE - {'out'}))} may change"
+            )
     cfg.out = str(run_dir)
     return cfg.validate()
 
@@ -82,9 +91,12 @@ def check_traces(run_dir: str | Path, config: dict) -> None:
     for key, (path, digest) in trace_digests(config).items():
         was = (recorded.get(TRACE_ENTRIES[key]) or {}).get("sha256")
         if was is not None and was != digest:
-            raise ConfigError(f"{flag(key)} {path} changed since {run_dir} started (sha256 {was[:12]}... then, "
-                              f"{digest[:12]}... now): the resumed rounds would be simulated on other values than the "
-                              f"rounds before; restore the file, or start a new run", key=key)
+            raise ConfigError(
+                f"{flag(key)} {path} changed since {run_dir} started (sha256 {was[:12]}... then, "
+                f"{digest[:12]}... now): the resumed rounds would be simulated on other values than the "
+                f"rounds before; restore the file, or start a new run",
+                key=key,
+            )
 
 
 def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = None) -> dict | None:
@@ -119,15 +131,33 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
     return payload["ckpt"]
 
 
-def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, ctx: LogContext, manifest_updates: dict | None = None,
-                   state=None, promoted: dict | None = None):
+def reopen_run_dir(
+    run_dir: str | Path,
+    ckpt: dict | None,
+    ctx: LogContext,
+    manifest_updates: dict | None = None,
+    state=None,
+    promoted: dict | None = None,
+):
     """The RunDir of a resumed run: CSVs cut back to the checkpoint (to nothing without one), reopened
     for appending, the manifest back to ``running`` with a ``resumes`` entry, layers.csv as of the checkpoint
     (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``). ``promoted``:
     ``--promote`` of a pruned run, whose ``pruned`` entry moves into the ``resumes`` entry (``promoted``) and whose
     ``reason`` goes."""
-    from fedcli.results.rundir import (APPEND_CSVS, CLIENTS_COLUMNS, INTERVALS_COLUMNS, PART_CSVS, SKIPPED_COLUMNS,
-                                       SYSTEM_COLUMNS, AppendCSV, RunDir, git_commit, now, rewind_csvs, versions)
+    from fedcli.results.rundir import (
+        APPEND_CSVS,
+        CLIENTS_COLUMNS,
+        INTERVALS_COLUMNS,
+        PART_CSVS,
+        SKIPPED_COLUMNS,
+        SYSTEM_COLUMNS,
+        AppendCSV,
+        RunDir,
+        git_commit,
+        now,
+        rewind_csvs,
+        versions,
+    )
     from fedcli.results.runlog import extra_columns, layer_rows
 
     run_dir = Path(run_dir)
@@ -136,16 +166,29 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, ctx: LogContext, mani
         positions.update(ckpt["csv"])
     rewind_csvs(run_dir, positions)
     rd = RunDir(run_dir, extra_columns(ctx))
-    for name, attr, cols in (("intervals.csv", "intervals", INTERVALS_COLUMNS), ("skipped.csv", "skipped", SKIPPED_COLUMNS),
-                             ("clients.csv", "clients", CLIENTS_COLUMNS), ("system.csv", "system", SYSTEM_COLUMNS)):
+    for name, attr, cols in (
+        ("intervals.csv", "intervals", INTERVALS_COLUMNS),
+        ("skipped.csv", "skipped", SKIPPED_COLUMNS),
+        ("clients.csv", "clients", CLIENTS_COLUMNS),
+        ("system.csv", "system", SYSTEM_COLUMNS),
+    ):
         if (run_dir / name).exists():
             setattr(rd, attr, AppendCSV(run_dir / name, cols))
-    rd.part_csvs = {name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()}
+    rd.part_csvs = {
+        name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()
+    }
     rd.manifest = read_manifest(run_dir)
-    entry = {"time": now(), "checkpoint": Path(ckpt["path"]).name if ckpt else None,
-             "round": ckpt["round"] if ckpt else 0, "iteration": ckpt["iteration"] if ckpt else 0,
-             "host": socket.gethostname(), "pid": os.getpid(), "versions": versions(), "git_commit": git_commit(),
-             "command": sys.argv}
+    entry = {
+        "time": now(),
+        "checkpoint": Path(ckpt["path"]).name if ckpt else None,
+        "round": ckpt["round"] if ckpt else 0,
+        "iteration": ckpt["iteration"] if ckpt else 0,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "versions": versions(),
+        "git_commit": git_commit(),
+        "command": sys.argv,
+    }
     if promoted is not None:
         entry["promoted"] = promoted
         rd.manifest.pop("pruned", None)
@@ -153,8 +196,15 @@ def reopen_run_dir(run_dir: str | Path, ckpt: dict | None, ctx: LogContext, mani
             rd.manifest.pop("reason")
     rd.manifest.pop("error", None)
     rd.manifest.pop("summary", None)
-    rd.write_manifest(status="running", end_time=None, pid=os.getpid(), host=socket.gethostname(), config=ctx.cfg.to_dict(),
-                      resumes=list(rd.manifest.get("resumes", [])) + [entry], **(manifest_updates or {}))
+    rd.write_manifest(
+        status="running",
+        end_time=None,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        config=ctx.cfg.to_dict(),
+        resumes=list(rd.manifest.get("resumes", [])) + [entry],
+        **(manifest_updates or {}),
+    )
     rd.write_layers(layer_rows(ctx, state))
     return rd
 

@@ -66,10 +66,12 @@ def discard_unstarted(out: Path, created: bool, locked: bool = True) -> bool:
 
 def discarder(out: Path, created: bool):
     """The early stop-signal handler of a folder being set up (fedcli/runtime/early.py): :func:`discard_unstarted`."""
+
     def discard(signum):
         if discard_unstarted(out, created, discard.locked):
             return f"; nothing was written ({out} removed)"
         return None
+
     discard.out, discard.created, discard.locked = out, created, False
     return discard
 
@@ -95,8 +97,11 @@ def _checked(out: Path, lock, *, overwrite: bool, resume: bool, promote: bool, o
     locks = (RUN_LOCK, STOP_FILE, *own)  # fedcli's own, none a user's file
     if overwrite and not resume and not is_run_dir(out) and any(p.name not in locks for p in out.iterdir()):
         lock.release()
-        raise ConfigError(f"--out {out} is not a run directory (no fedcli manifest.json in it), so --overwrite would "
-                          f"delete files that are not a run's; choose another folder", key="overwrite")
+        raise ConfigError(
+            f"--out {out} is not a run directory (no fedcli manifest.json in it), so --overwrite would "
+            f"delete files that are not a run's; choose another folder",
+            key="overwrite",
+        )
 
 
 def _is_dir(folder, name: str) -> bool:
@@ -121,12 +126,15 @@ class RunDirectory:
 
     def _need(self, *phases: str, doing: str) -> None:
         if self.phase not in phases:
-            raise RunDirectoryOrder(f"{self.path}: cannot {doing} a run directory that is {self.phase} "
-                                    f"(only one that is {' or '.join(phases)})")
+            raise RunDirectoryOrder(
+                f"{self.path}: cannot {doing} a run directory that is {self.phase} "
+                f"(only one that is {' or '.join(phases)})"
+            )
 
     @classmethod
-    def open(cls, out: Path, *, overwrite: bool, resume: bool, promote: bool = False,
-             own: tuple[str, ...] = ()) -> RunDirectory:
+    def open(
+        cls, out: Path, *, overwrite: bool, resume: bool, promote: bool = False, own: tuple[str, ...] = ()
+    ) -> RunDirectory:
         """Rank 0, before anything is written: ``out`` must be a folder this process can write, nobody else may be
         writing it (its lock is taken here and held to :meth:`release`), and without ``--overwrite`` or ``--resume`` it
         must not hold another run; a resume of a pruned run needs ``promote``. ``own``: names of files other fedcli
@@ -144,7 +152,13 @@ class RunDirectory:
         except OSError as e:
             raise os_error(e, out, "create the run directory") from None
         discard = early.on_interrupt(discarder(out, created))  # a signal before the manifest: no folder left behind
-        why = " (--overwrite would delete its results)" if overwrite else " (--resume would write beside it)" if resume else ""
+        why = (
+            " (--overwrite would delete its results)"
+            if overwrite
+            else " (--resume would write beside it)"
+            if resume
+            else ""
+        )
         try:
             lock = RunLock(out).take(why)  # the lock file is opened with O_NOFOLLOW (a planted link is refused)
         except FedcliError:
@@ -191,8 +205,17 @@ class RunDirectory:
         folder.sync()
         self.phase = CLEANED
 
-    def begin(self, ctx: DriverContext, procs: dict, *, resume: bool = False, ckpt=None, state=None, manifest: dict | None = None,
-              quiet: bool = False) -> list[str]:
+    def begin(
+        self,
+        ctx: DriverContext,
+        procs: dict,
+        *,
+        resume: bool = False,
+        ckpt=None,
+        state=None,
+        manifest: dict | None = None,
+        quiet: bool = False,
+    ) -> list[str]:
         """The manifest ``running``: a fresh run's (``ctx.manifest()``, ``procs``, ``manifest``: more entries) or,
         with ``resume``, the run reopened at the checkpoint ``ckpt`` (fedcli/results/resume.py; after
         :meth:`resume_notes`, whose ``--promote`` moves the pruned mark into the ``resumes`` entry). Returns the lines
@@ -208,13 +231,19 @@ class RunDirectory:
             self.rows.start({**ctx.manifest(), **procs, **(manifest or {})})
             self.phase = RUNNING
             return []
-        self.rows = resumed.reopen_run_dir(self.path, ckpt, ctx.context(LogContext), procs, state, promoted=self._promoted)
+        self.rows = resumed.reopen_run_dir(
+            self.path, ckpt, ctx.context(LogContext), procs, state, promoted=self._promoted
+        )
         self.phase = RUNNING
         drift = resumed.version_drift(self.rows.manifest)
         if not drift or quiet:
             return []
-        return [(f"warning: resuming with other versions ({'; '.join(drift)}): "
-                 "the result need not be bitwise identical to an uninterrupted run")]
+        return [
+            (
+                f"warning: resuming with other versions ({'; '.join(drift)}): "
+                "the result need not be bitwise identical to an uninterrupted run"
+            )
+        ]
 
     def resume_notes(self, ckpt, promote: bool = False) -> list[str]:
         """A resume, before :meth:`begin`: the lines it says first (how the previous attempt ended; the checkpoint
@@ -225,8 +254,16 @@ class RunDirectory:
 
         self._need(LOCKED, doing="prepare the resume of")
         lines = []
-        said = killed_note(self.path, read_manifest(self.path), probe=False, how=(
-            f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})" if ckpt else "no checkpoint: starting again"))
+        said = killed_note(
+            self.path,
+            read_manifest(self.path),
+            probe=False,
+            how=(
+                f"resuming from {Path(ckpt['path']).name} (round {ckpt['round']})"
+                if ckpt
+                else "no checkpoint: starting again"
+            ),
+        )
         if said:  # the previous attempt died with its watchdog: the manifest was never closed (lock.py, sentinel.py)
             lines.append(f"note: the previous attempt was {said}")
         promoted = None
@@ -257,6 +294,7 @@ class RunDirectory:
             self.close("interrupted", error=f"Interrupted: {signal.Signals(signum).name} before training started")
             self.stop_watching()
             return f"; the run is marked interrupted; continue with: {resume_cmd}"
+
         self.interrupt = early.on_interrupt(mark_interrupted)
         ctx.attach(self.rows, RunLog(self.rows))
         self.watchdog = sentinel.start(self.path, pids)

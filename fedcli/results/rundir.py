@@ -2,7 +2,8 @@
 
 - ``manifest.json``: resolved config, seeds, world size, versions, git commit, times, ``status``.
   Always replaced atomically (temp file in the same folder, flush, fsync, ``os.replace``).
-- ``metrics.csv`` / ``intervals.csv`` / ``skipped.csv`` / ``clients.csv``: append-only; each row is flushed and fsynced when written, so a
+- ``metrics.csv`` / ``intervals.csv`` / ``skipped.csv`` / ``clients.csv``: append-only; each row is flushed and fsynced
+when written, so a
   crash loses at most the current round. Never rewritten in place. ``timing.csv`` (a run that can be re-timed,
   ``fedcli.fl.timing``) likewise, but fsynced at evaluations and at the close only (a row per round).
 - ``layers.csv``: a per-layer summary, replaced atomically after every evaluation.
@@ -23,20 +24,55 @@ from pathlib import Path
 
 from fedcli.safefs import atomic_write, open_file, refuse_link, replace  # noqa: F401 - atomic_write: its importers read it here
 
-METRICS_COLUMNS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s", "lr",
-                   "skipped_clients", "personal_acc"]  # personal_acc: personalized methods only (empty otherwise)
+METRICS_COLUMNS = [
+    "round",
+    "iteration",
+    "train_loss",
+    "test_loss",
+    "test_acc",
+    "comm_params",
+    "comm_bytes",
+    "wall_s",
+    "lr",
+    "skipped_clients",
+    "personal_acc",
+]  # personal_acc: personalized methods only (empty otherwise)
 LAYERS_COLUMNS = ["layer", "name", "kind", "numel", "syncs", "comm_params", "comm_bytes", "interval"]
 INTERVALS_COLUMNS = ["round", "iteration", "layer", "name", "numel", "eligible", "d", "interval"]
 SKIPPED_COLUMNS = ["round", "iteration", "step", "client", "reason"]
 #: --system: one row per round, its simulated time and who took part (``fedcli.fl.system.SystemModel.round_row``)
-SYSTEM_COLUMNS = ["round", "iteration", "round_s", "sim_time_s", "sampled", "participants", "unavailable", "dropped",
-                  "partial", "dropped_clients", "partial_clients", "wait_s"]
+SYSTEM_COLUMNS = [
+    "round",
+    "iteration",
+    "round_s",
+    "sim_time_s",
+    "sampled",
+    "participants",
+    "unavailable",
+    "dropped",
+    "partial",
+    "dropped_clients",
+    "partial_clients",
+    "wait_s",
+]
 #: personalized methods: one row per client per evaluation (``fedcli.fl.personal.client_table``)
-CLIENTS_COLUMNS = ["round", "iteration", "client", "train_samples", "test_samples", "personal_loss", "personal_acc",
-                   "global_loss", "global_acc"]
-# rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``, fedcli/fl/algorithms/fedala.py)
-PART_CSVS = {"ala.csv": ["round", "client", "pass", "stage", "loss"],
-             "local_loss.csv": ["round", "client", "samples", "initialized", "trained"]}
+CLIENTS_COLUMNS = [
+    "round",
+    "iteration",
+    "client",
+    "train_samples",
+    "test_samples",
+    "personal_loss",
+    "personal_acc",
+    "global_loss",
+    "global_acc",
+]
+# rows a part records when asked (``Part.round_tables``): FedALA's Figures 3 and 5 (``--ala-trace``,
+# fedcli/fl/algorithms/fedala.py)
+PART_CSVS = {
+    "ala.csv": ["round", "client", "pass", "stage", "loss"],
+    "local_loss.csv": ["round", "client", "samples", "initialized", "trained"],
+}
 #: a run that can be re-timed (no deadline, no availability): one row per round, what its simulated time is a function
 #: of (``fedcli.fl.timing``)
 TIMING_COLUMNS = ["round", "iteration", "clients", "steps", "syncs", "work", "extra_up", "extra_down"]
@@ -94,7 +130,8 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     them (reports, ``fedcli.load``, the trackers, a sweep's progress). A row reaches the file whole, newline last
     (:class:`AppendCSV`), so a last line without its newline is a row cut by a run killed while writing it: it is
     not read (the file holds the rows before it). [] for a file that is missing, or cut within its header. Any other
-    row whose cell count differs from the header's is a ``ValueError`` naming the file and line (the file was edited)."""
+    row whose cell count differs from the header's is a ``ValueError`` naming the file and line (the file was
+    edited)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -108,7 +145,9 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         if not cells:  # a blank line: no row
             continue
         if len(cells) != len(header):
-            raise ValueError(f"{path.name} line {reader.line_num} has {len(cells)} cells where its header has {len(header)}")
+            raise ValueError(
+                f"{path.name} line {reader.line_num} has {len(cells)} cells where its header has {len(header)}"
+            )
         rows.append(dict(zip(header, cells)))
     return rows
 
@@ -201,7 +240,7 @@ def _kept_header(data: bytes, columns: list[str]) -> list[str]:
     that every row has its header's length), else ``columns``."""
     end = data.find(b"\n")
     header = next(csv.reader([data[:end].decode("utf-8", "replace")]), []) if end >= 0 else []
-    return header if header and len(header) < len(columns) and columns[:len(header)] == header else columns
+    return header if header and len(header) < len(columns) and columns[: len(header)] == header else columns
 
 
 def versions() -> dict:
@@ -210,8 +249,12 @@ def versions() -> dict:
 
     from fedcli.version import __version__
 
-    out = {"python": platform.python_version(), "fedcli": __version__, "torch": torch.__version__,
-           "numpy": numpy.__version__}
+    out = {
+        "python": platform.python_version(),
+        "fedcli": __version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+    }
     for mod in ("mpi4py", "torchvision", "pandas"):
         m = sys.modules.get(mod)
         if m is not None:
@@ -225,7 +268,13 @@ def git_commit() -> str | None:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if out.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -264,22 +313,37 @@ class RunDir:
         self.system: AppendCSV | None = None
         self.clients: AppendCSV | None = None
         # timing.csv: reopened when a resumed run's file is there, so that a checkpoint before its next row records it
-        self.timing = AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True) if (self.path / "timing.csv").exists() else None
+        self.timing = (
+            AppendCSV(self.path / "timing.csv", TIMING_COLUMNS, deferred=True)
+            if (self.path / "timing.csv").exists()
+            else None
+        )
         self.part_csvs: dict[str, AppendCSV] = {}  # PART_CSVS, opened when a part first records rows
         self.closed = False
 
     def _open(self) -> None:
         if self.closed:
-            raise RunClosed(f"{self.path}: the run directory is closed (its manifest says "
-                            f"'{self.manifest.get('status')}'); no row is written after that")
+            raise RunClosed(
+                f"{self.path}: the run directory is closed (its manifest says "
+                f"'{self.manifest.get('status')}'); no row is written after that"
+            )
 
     def write_manifest(self, **updates) -> None:
         self.manifest.update(updates)
-        atomic_write(self.path / "manifest.json", json.dumps(self.manifest, indent=2, sort_keys=False, default=str) + "\n")
+        atomic_write(
+            self.path / "manifest.json", json.dumps(self.manifest, indent=2, sort_keys=False, default=str) + "\n"
+        )
 
     def start(self, manifest: dict) -> None:
-        base = {"status": "running", "start_time": now(), "end_time": None, "host": socket.gethostname(),
-                "versions": versions(), "git_commit": git_commit(), "command": sys.argv}
+        base = {
+            "status": "running",
+            "start_time": now(),
+            "end_time": None,
+            "host": socket.gethostname(),
+            "versions": versions(),
+            "git_commit": git_commit(),
+            "command": sys.argv,
+        }
         base.update(manifest)
         self.write_manifest(**base)
 
@@ -342,9 +406,15 @@ class RunDir:
 
     def csv_positions(self) -> dict:
         """Length (bytes, data rows) of each append-only CSV now; a file not created yet has 0 bytes."""
-        files = {"metrics.csv": self.metrics, "intervals.csv": self.intervals, "skipped.csv": self.skipped,
-                 "clients.csv": self.clients, "system.csv": self.system, **{name: self.part_csvs.get(name) for name in PART_CSVS},
-                 "timing.csv": self.timing}
+        files = {
+            "metrics.csv": self.metrics,
+            "intervals.csv": self.intervals,
+            "skipped.csv": self.skipped,
+            "clients.csv": self.clients,
+            "system.csv": self.system,
+            **{name: self.part_csvs.get(name) for name in PART_CSVS},
+            "timing.csv": self.timing,
+        }
         return {name: f.position() if f is not None else {"bytes": 0, "rows": 0} for name, f in files.items()}
 
     def close(self) -> None:
@@ -373,15 +443,19 @@ def rewind_csvs(folder: str | Path, positions: dict) -> None:
         path = refuse_link(folder / name)
         size = path.stat().st_size if path.exists() else 0
         if size < pos["bytes"]:
-            raise DataError(f"{path}: {size} bytes, shorter than the {pos['bytes']} bytes the checkpoint recorded; expected the "
-                            f"append-only CSV of this run (was it edited or truncated?)")
+            raise DataError(
+                f"{path}: {size} bytes, shorter than the {pos['bytes']} bytes the checkpoint recorded; expected the "
+                f"append-only CSV of this run (was it edited or truncated?)"
+            )
         if pos["bytes"]:
             with open(path, "rb") as f:
                 head = f.read(pos["bytes"])
             rows = head.count(b"\n") - 1
             if rows != pos["rows"] or not head.endswith(b"\n"):
-                raise DataError(f"{path}: its first {pos['bytes']} bytes hold {rows} rows where the checkpoint recorded "
-                                f"{pos['rows']}; expected the append-only CSV of this run (was it edited?)")
+                raise DataError(
+                    f"{path}: its first {pos['bytes']} bytes hold {rows} rows where the checkpoint recorded "
+                    f"{pos['rows']}; expected the append-only CSV of this run (was it edited?)"
+                )
     for name, pos in positions.items():
         path = folder / name
         if not pos["bytes"]:

@@ -12,8 +12,8 @@ Appended rows reach the disk as they are written (``rundir.AppendCSV``), so a cr
 
 from __future__ import annotations
 
-from fedcli.fl.hooks import RoundHook
 from fedcli.fl.context import LogContext
+from fedcli.fl.hooks import RoundHook
 
 
 def extra_columns(ctx: LogContext) -> dict[str, list[str]]:
@@ -33,9 +33,19 @@ def layer_rows(ctx: LogContext, state=None) -> list[dict]:
     """layers.csv; ``interval`` is 0 for a layer the method never synchronizes (FedRep's head); with ``--system``,
     ``sim_time_s``, the simulated seconds of the layer's synchronizations so far (the run's ``state``'s; 0 without
     one, before the first round)."""
-    rows = [{"layer": li.index, "name": li.name, "kind": li.kind, "numel": li.numel, "syncs": ctx.ledger.syncs[li.index],
-             "comm_params": ctx.ledger.layer_params(li.index), "comm_bytes": ctx.ledger.bytes_[li.index],
-             "interval": 0 if li.index in ctx.local_layers else ctx.schedule.intervals[li.index]} for li in ctx.layers]
+    rows = [
+        {
+            "layer": li.index,
+            "name": li.name,
+            "kind": li.kind,
+            "numel": li.numel,
+            "syncs": ctx.ledger.syncs[li.index],
+            "comm_params": ctx.ledger.layer_params(li.index),
+            "comm_bytes": ctx.ledger.bytes_[li.index],
+            "interval": 0 if li.index in ctx.local_layers else ctx.schedule.intervals[li.index],
+        }
+        for li in ctx.layers
+    ]
     if ctx.system is not None:  # no state: before the first round (0 s)
         for row, seconds in zip(rows, getattr(state, "layer_time_s", None) or [0.0] * len(rows)):
             row["sim_time_s"] = seconds
@@ -47,16 +57,34 @@ def interval_rows(ctx: LogContext, adj) -> list[dict]:
     follows the run directory's one rule: the rounds done when the row is written (the adjustment at the end of
     the first round is round 1), as in metrics.csv."""
     eligible = ctx.schedule.eligible
-    return [{"round": adj.round + 1, "iteration": adj.iteration, "layer": li.index, "name": li.name, "numel": li.numel,
-             "eligible": int(eligible[li.index]), "d": adj.d[li.index], "interval": adj.intervals[li.index]}
-            for li in ctx.layers]
+    return [
+        {
+            "round": adj.round + 1,
+            "iteration": adj.iteration,
+            "layer": li.index,
+            "name": li.name,
+            "numel": li.numel,
+            "eligible": int(eligible[li.index]),
+            "d": adj.d[li.index],
+            "interval": adj.intervals[li.index],
+        }
+        for li in ctx.layers
+    ]
 
 
 def skipped_rows(skips: list[dict], start: int) -> list[dict]:
     """skipped.csv: the round's dropped client updates; ``start`` is the iteration the round started at; ``round``
     is the round they were dropped in, counted from 1 (the rounds done at its end, as in metrics.csv)."""
-    return [{"round": s["round"] + 1, "iteration": start + s["step"], "step": s["step"], "client": s["client"],
-             "reason": s["reason"]} for s in skips]
+    return [
+        {
+            "round": s["round"] + 1,
+            "iteration": start + s["step"],
+            "step": s["step"],
+            "client": s["client"],
+            "reason": s["reason"],
+        }
+        for s in skips
+    ]
 
 
 class RunLog(RoundHook):

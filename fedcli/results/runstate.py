@@ -68,8 +68,11 @@ def _moved_with_run(expected, recorded, expected_out, recorded_out) -> bool:
     """Whether two absolute paths (a data folder, a partition or trace file) are one path moved along with the run
     directory: the same relative to where the run was recorded (its absolute ``out``) and to where it is expected now
     (a checkout moved with its results and data, swept again from where it is)."""
-    if not all(isinstance(p, str) and os.path.isabs(p) for p in (expected, recorded, recorded_out)) \
-            or not isinstance(expected_out, str) or not expected_out:
+    if (
+        not all(isinstance(p, str) and os.path.isabs(p) for p in (expected, recorded, recorded_out))
+        or not isinstance(expected_out, str)
+        or not expected_out
+    ):
         return False
     here = os.path.abspath(expected_out)
     return here != recorded_out and os.path.relpath(expected, here) == os.path.relpath(recorded, recorded_out)
@@ -142,11 +145,11 @@ def read_manifest(run_dir: str | Path) -> tuple[str, dict | None]:
 
 @dataclass
 class RunState:
-    state: str                        # done | stale | corrupt | failed | interrupted | pruned | running | missing
-    reason: str | None = None         # why, in a few words (None for done and missing)
+    state: str  # done | stale | corrupt | failed | interrupted | pruned | running | missing
+    reason: str | None = None  # why, in a few words (None for done and missing)
     manifest: dict | None = field(default=None, repr=False)
-    resumable: bool = False           # stopped early with the expected config and left a checkpoint
-    diverged: bool = False            # failed because training diverged (exit 4): a result, reported as far as it got
+    resumable: bool = False  # stopped early with the expected config and left a checkpoint
+    diverged: bool = False  # failed because training diverged (exit 4): a result, reported as far as it got
 
     def words(self) -> str:
         """The verdict as every command prints it: ``stale: completed with another config: --lr 0.5 where 0.2 is
@@ -180,7 +183,7 @@ def _lock_holder(run_dir: Path) -> dict | None:
         if probe.acquire():
             probe.release()
             return None
-    except Exception:  # noqa: BLE001 - a lock that cannot be probed (read-only folder, ...): nobody is known to hold it
+    except Exception:
         return None
     return probe.holder() or {}
 
@@ -210,16 +213,25 @@ def killed_note(run_dir: str | Path, manifest: dict | None, how: str | None = No
     from fedcli.results.lock import RUN_LOCK, FileLock
 
     run_dir = Path(run_dir)
-    if not isinstance(manifest, dict) or manifest.get("status") != RUNNING or (probe and _lock_holder(run_dir) is not None):
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("status") != RUNNING
+        or (probe and _lock_holder(run_dir) is not None)
+    ):
         return None
     last = FileLock(run_dir / RUN_LOCK).holder() if probe and (run_dir / RUN_LOCK).is_file() else None
     pids = manifest.get("pids") or ([last["pid"]] if last and last.get("pid") else [])
     who = f"process{'es' if len(pids) > 1 else ''} {', '.join(map(str, pids))}" if pids else "its process"
     since = f" (started {manifest.get('start_time')})" if manifest.get("start_time") else ""
-    how = how or (f"continue from its last checkpoint with: {manifest_resume_command(run_dir, manifest)}" if _has_checkpoint(run_dir)
-           else "it left no checkpoint: run it again (fedcli train --overwrite, or the sweep)")
-    return (f"killed: manifest.json still says running, but {who}{since} ended and no process holds its lock "
-            f"(the run and its watchdog were killed together, e.g. SIGKILL to the job's process group); {how}")
+    how = how or (
+        f"continue from its last checkpoint with: {manifest_resume_command(run_dir, manifest)}"
+        if _has_checkpoint(run_dir)
+        else "it left no checkpoint: run it again (fedcli train --overwrite, or the sweep)"
+    )
+    return (
+        f"killed: manifest.json still says running, but {who}{since} ended and no process holds its lock "
+        f"(the run and its watchdog were killed together, e.g. SIGKILL to the job's process group); {how}"
+    )
 
 
 def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
@@ -241,14 +253,20 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
     else:
         diff = []
     if diff:
-        what = "another config" if diff == ["config"] else \
-            f"another config: {', '.join(f'{_flag(k)} {recorded[k]} where {expected[k]} is expected' for k in diff[:3])}" \
+        what = (
+            "another config"
+            if diff == ["config"]
+            else f"another config: "
+            f"{', '.join(f'{_flag(k)} {recorded[k]} where {expected[k]} is expected' for k in diff[:3])}"
             + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
+        )
         return RunState(STALE, f"{status} with {what}; the recipe changed or the folder was overwritten", m)
     changed = trace_diff(expected, m) if expected is not None else []
     if changed:
-        what = "; ".join(f"{_flag(k)} {expected[k]} changed since the run read it (sha256 {was[:12]}... then, "
-                         f"{now[:12]}... now)" for k, was, now in changed)
+        what = "; ".join(
+            f"{_flag(k)} {expected[k]} changed since the run read it (sha256 {was[:12]}... then, {now[:12]}... now)"
+            for k, was, now in changed
+        )
         return RunState(STALE, f"{status} with another trace: {what}", m)
     if status == COMPLETED:
         damage = validate_run(run_dir, m)
@@ -261,13 +279,19 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
             from fedcli.results.lock import describe
 
             return RunState(RUNNING, f"in progress ({describe(holder)})", m)
-        return RunState(RUNNING, killed_note(run_dir, m) or "stopped without closing its manifest (killed?)", m,
-                        resumable=_has_checkpoint(run_dir))
+        return RunState(
+            RUNNING,
+            killed_note(run_dir, m) or "stopped without closing its manifest (killed?)",
+            m,
+            resumable=_has_checkpoint(run_dir),
+        )
     if status == FAILED and diverged(m):
         damage = validate_run(run_dir, m)
         if damage:
             return RunState(CORRUPT, damage[0], m)
-        return RunState(FAILED, str(m.get("error") or "training diverged"), m, resumable=_has_checkpoint(run_dir), diverged=True)
+        return RunState(
+            FAILED, str(m.get("error") or "training diverged"), m, resumable=_has_checkpoint(run_dir), diverged=True
+        )
     if status == INTERRUPTED and (where := pruned(m)) is not None:
         return RunState(PRUNED, pruned_note(run_dir, m, where), m)
     return RunState(status, str(m["error"]) if m.get("error") else None, m, resumable=_has_checkpoint(run_dir))
@@ -284,8 +308,10 @@ def refuse_pruned(run_dir: str | Path, manifest: dict | None) -> None:
         return
     at = f" at iteration {where['iteration']}" if "iteration" in where else ""
     why = f" ({where['why']})" if where.get("why") else ""
-    raise ConfigError(f"--resume {run_dir}: the run was pruned{at}{why} and is kept as it stands; --promote finishes "
-                      f"it: {manifest_resume_command(run_dir, manifest)} --promote")
+    raise ConfigError(
+        f"--resume {run_dir}: the run was pruned{at}{why} and is kept as it stands; --promote finishes "
+        f"it: {manifest_resume_command(run_dir, manifest)} --promote"
+    )
 
 
 def pruned_note(run_dir: str | Path, manifest: dict, where: dict) -> str:

@@ -68,9 +68,14 @@ def watch(run_dir: Path, pids: list[int], interval: float = 0.25) -> None:
 def start(run_dir: Path, pids: list[int]) -> subprocess.Popen | None:
     """Start the watchdog in its own session, so that a launcher killing the job does not kill it."""
     try:
-        return subprocess.Popen([sys.executable, "-m", "fedcli.results.sentinel", str(run_dir), *map(str, pids)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedcli.results.sentinel", str(run_dir), *map(str, pids)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError:
         return None
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from fedcli.errors import FedcliError, Pruned
-from fedcli.results import stopfile
+from fedcli.fl.context import CheckpointContext, LogContext
 from fedcli.fl.hooks import RoundHook
+from fedcli.results import stopfile
 from fedcli.results.checkpoint import capture, global_state, local_state, run_facts, save
 from fedcli.results.runstate import resume_command
-from fedcli.fl.context import CheckpointContext, LogContext
 
 #: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like
 #: SIGTERM; SIGUSR1 (a scheduler's time-limit warning) a checkpoint at the next round boundary, then the same stop
@@ -44,7 +44,8 @@ class Interrupted(FedcliError):
 class Checkpointer(RoundHook):
     """Round hook (``Simulation.round_hooks``): a checkpoint every ``every`` rounds, and stopping on signals.
 
-    - The first SIGINT/SIGTERM/SIGHUP (or SIGUSR1, which never escalates) is announced at once (``notify``) and acted upon at the next round boundary: a
+    - The first SIGINT/SIGTERM/SIGHUP (or SIGUSR1, which never escalates) is announced at once (``notify``) and acted
+    upon at the next round boundary: a
       checkpoint, then :class:`Interrupted`. Under MPI the processes agree on "a signal arrived" with one small
       all-reduce per round, so all stop at the same boundary.
     - A second signal stops the round in progress (one process: at once; under MPI: after the current local
@@ -58,31 +59,36 @@ class Checkpointer(RoundHook):
       met at the last boundary it changes nothing (:attr:`late_request`).
     """
 
-    active: "Checkpointer | None" = None   # the Checkpointer of the training running in this process
-    keeps = True  # called after the divergence guard's check of the round (RoundHook.keeps): a diverged round is never kept
+    active: "Checkpointer | None" = None  # the Checkpointer of the training running in this process
+    keeps = (
+        True  # called after the divergence guard's check of the round (RoundHook.keeps): a diverged round is never kept
+    )
     context = CheckpointContext  # what it reads of the run: the global model, the parts' and the store's state
 
-    def __init__(self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"):
+    def __init__(
+        self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"
+    ):
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
         self.world_size, self.launcher = int(world_size), launcher
-        self.notify = notify                # prints a one-line notice (root only), or None
-        self.pending: int | None = None     # signal number received, not acted upon yet
-        self.now = False                    # a second signal: stop the round in progress
-        self.stopping = False               # writing the last checkpoint on the way out: further signals wait
-        self.armed = False                  # True while rounds run (a signal before that stops at once)
+        self.notify = notify  # prints a one-line notice (root only), or None
+        self.pending: int | None = None  # signal number received, not acted upon yet
+        self.now = False  # a second signal: stop the round in progress
+        self.stopping = False  # writing the last checkpoint on the way out: further signals wait
+        self.armed = False  # True while rounds run (a signal before that stops at once)
         self.last: Path | None = None
-        self.last_round = 0                 # rounds done in the checkpoint ``last``
-        self.rounds_done = 0                # rounds done at the last boundary
+        self.last_round = 0  # rounds done in the checkpoint ``last``
+        self.rounds_done = 0  # rounds done at the last boundary
         self.snapshot: tuple | None = None  # (rounds done, global part or None, local part) of the last boundary
-        self.late: int | None = None        # a signal that arrived during the last round
+        self.late: int | None = None  # a signal that arrived during the last round
         self.late_request: dict | None = None  # a stop request met at the last round boundary (the run completed)
 
     def __call__(self, ctx: CheckpointContext, state) -> None:
         stop = self.pending is not None
         asked = self.stop_request(ctx, state)  # RUN/stop.json (rank 0 looks: one lstat per round)
         if ctx.comm.size > 1:  # one all-reduce per round carries both answers: a signal, a stop request
-            flags = ctx.comm.allreduce_(torch.tensor([1.0 if stop else 0.0, 1.0 if asked is not None else 0.0],
-                                                     dtype=torch.float64))
+            flags = ctx.comm.allreduce_(
+                torch.tensor([1.0 if stop else 0.0, 1.0 if asked is not None else 0.0], dtype=torch.float64)
+            )
             stop = float(flags[0]) > 0
             if float(flags[1]) > 0 and asked is None:
                 asked = {}  # another process's (rank 0's) request: rank 0 says what it was
@@ -99,19 +105,27 @@ class Checkpointer(RoundHook):
         if stop or asked is not None or (self.every and state.round_idx % self.every == 0):
             self.write(ctx, state)
         else:
-            snapshot = (state.round_idx, global_state(ctx, state) if ctx.comm.is_root else None, local_state(ctx, state, copy=True))
+            snapshot = (
+                state.round_idx,
+                global_state(ctx, state) if ctx.comm.is_root else None,
+                local_state(ctx, state, copy=True),
+            )
         # only now (a signal may interrupt the lines above): this boundary is the one a stop mid-round falls back to
         self.snapshot, self.rounds_done = snapshot, state.round_idx
         if asked is not None:  # a request and a signal at the same boundary: the request says more (kept as pruned)
             raise self.pruned(asked, state)
         if stop:
             signum = self.pending or signal.SIGTERM
-            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
-                                      f"(iteration {state.iteration}); {self.holds()}; continue with: "
-                                      f"{resume_command(self.run_dir, self.world_size, self.launcher)}")
+            raise Interrupted(
+                signum,
+                f"interrupted by {signal.Signals(signum).name} after round {state.round_idx} "
+                f"(iteration {state.iteration}); {self.holds()}; continue with: "
+                f"{resume_command(self.run_dir, self.world_size, self.launcher)}",
+            )
 
     def stop_request(self, ctx: CheckpointContext, state) -> dict | None:
-        """Rank 0: the stop request (``RUN/stop.json``, :mod:`fedcli.results.stopfile`) that acts at this round boundary,
+        """Rank 0: the stop request (``RUN/stop.json``, :mod:`fedcli.results.stopfile`) that acts at this round
+        boundary,
         or None; the other processes learn of it in the round's all-reduce (:meth:`__call__`)."""
         if not ctx.comm.is_root or not stopfile.stop_requested(self.run_dir):
             return None
@@ -120,12 +134,20 @@ class Checkpointer(RoundHook):
 
     def pruned(self, request: dict, state) -> Pruned:
         """The error of a run stopped on request at this boundary, its checkpoint written (exit 5)."""
-        where = {"iteration": state.iteration, "round": state.round_idx, "why": request.get("why", ""),
-                 "requested_iteration": request.get("iteration"), "requested_at": request.get("at")}
+        where = {
+            "iteration": state.iteration,
+            "round": state.round_idx,
+            "why": request.get("why", ""),
+            "requested_iteration": request.get("iteration"),
+            "requested_at": request.get("at"),
+        }
         why = f": {where['why']}" if where["why"] else ""
-        return Pruned(f"pruned after round {state.round_idx} (iteration {state.iteration}) on the request in "
-                      f"{stopfile.stop_path(self.run_dir)}{why}; {self.holds()}; the run is kept as it stands; finish it "
-                      f"with: {resume_command(self.run_dir, self.world_size, self.launcher)} --promote", where)
+        return Pruned(
+            f"pruned after round {state.round_idx} (iteration {state.iteration}) on the request in "
+            f"{stopfile.stop_path(self.run_dir)}{why}; {self.holds()}; the run is kept as it stands; finish it "
+            f"with: {resume_command(self.run_dir, self.world_size, self.launcher)} --promote",
+            where,
+        )
 
     def step(self, ctx: LogContext, state) -> None:
         """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
@@ -155,18 +177,26 @@ class Checkpointer(RoundHook):
     def holds(self) -> str:
         if self.last is None:
             return "no checkpoint yet (a resume starts over)"
-        return f"checkpoint {self.last} holds rounds 1-{self.last_round}" if self.last_round > 1 else f"checkpoint {self.last} holds round 1"
+        return (
+            f"checkpoint {self.last} holds rounds 1-{self.last_round}"
+            if self.last_round > 1
+            else f"checkpoint {self.last} holds round 1"
+        )
 
     def stopped_now(self, signum: int) -> "Interrupted":
         """The error of a stop mid-round, once :meth:`write_snapshot` ran."""
         name = signal.Signals(signum).name
         lost = f"round {self.rounds_done + 1} is lost"
-        return Interrupted(signum, f"interrupted by {name} during round {self.rounds_done + 1} (stopped at once, {lost}); "
-                                   f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size, self.launcher)}")
+        return Interrupted(
+            signum,
+            f"interrupted by {name} during round {self.rounds_done + 1} (stopped at once, {lost}); "
+            f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size, self.launcher)}",
+        )
 
     @contextlib.contextmanager
-    def signals(self):
-        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second one stops
+    def signals(self):  # noqa: C901
+        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second one
+        stops
         the round in progress (see the class); one before training started stops at once. Only in the main
         thread (signal handlers live there)."""
         if threading.current_thread() is not threading.main_thread():
@@ -193,28 +223,41 @@ class Checkpointer(RoundHook):
         def act(signum):
             name = signal.Signals(signum).name
             again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
-            if self.world_size > 1 and self.launcher == "mpi":  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
+            if (
+                self.world_size > 1 and self.launcher == "mpi"
+            ):  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
                 again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
             if self.stopping:  # already stopping, or closing the run: the manifest is written first
                 self.late = self.late or signum
                 return
-            if signum == signal.SIGUSR1:  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
+            if (
+                signum == signal.SIGUSR1
+            ):  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
                 if self.pending is None:
                     self.pending = signum
                     if self.notify and self.armed:
-                        self.notify(f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
-                                    f"progress), with a checkpoint; SIGTERM to stop now")
+                        self.notify(
+                            f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
+                            f"progress), with a checkpoint; SIGTERM to stop now"
+                        )
                 return  # never escalates: a later SIGTERM (the time limit itself) stops the round in progress
             if not self.armed:
-                err = Interrupted(signum, f"interrupted by {name} before training started"
-                                          + (f"; the last checkpoint is {self.last}" if self.last else ""), now=True)
+                err = Interrupted(
+                    signum,
+                    f"interrupted by {name} before training started"
+                    + (f"; the last checkpoint is {self.last}" if self.last else ""),
+                    now=True,
+                )
                 err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
                 raise err
             if self.pending is None:
                 self.pending = signum
                 if self.notify:
-                    self.notify(f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with a checkpoint; "
-                                f"{again} to stop now (losing at most that round)")
+                    self.notify(
+                        f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with "
+                        f"a checkpoint; "
+                        f"{again} to stop now (losing at most that round)"
+                    )
                 return
             self.now = True
             if self.notify:
@@ -224,7 +267,11 @@ class Checkpointer(RoundHook):
                 raise Interrupted(signum, "stopped mid-round", now=True)
             # under MPI the processes stop together after the current local step (Checkpointer.step)
 
-        old = {s: signal.signal(s, handler) for s in HANDLED if signal.getsignal(s) is not signal.SIG_IGN or s == signal.SIGUSR1}
+        old = {
+            s: signal.signal(s, handler)
+            for s in HANDLED
+            if signal.getsignal(s) is not signal.SIG_IGN or s == signal.SIGUSR1
+        }
         Checkpointer.active = self
         try:
             yield self

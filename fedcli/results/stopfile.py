@@ -84,8 +84,12 @@ def read_stop(run_dir: str | Path) -> dict | None:
         return _malformed({}, f"{path} is not JSON ({len(raw)} bytes)")
     if not isinstance(data, dict):
         return _malformed({}, f"{path} holds a JSON {type(data).__name__}, not an object")
-    req = {"reason": data.get("reason", "pruned"), "why": data.get("why", ""), "iteration": data.get("iteration"),
-           "at": data.get("at")}
+    req = {
+        "reason": data.get("reason", "pruned"),
+        "why": data.get("why", ""),
+        "iteration": data.get("iteration"),
+        "at": data.get("at"),
+    }
     wrong = []
     if req["reason"] not in REASONS:
         wrong.append(f"reason {req['reason']!r} is not one of {', '.join(REASONS)}")
@@ -104,7 +108,9 @@ def read_stop(run_dir: str | Path) -> dict | None:
 
 def _malformed(req: dict, what: str) -> dict:
     base = {"reason": "pruned", "why": "", "iteration": None, "at": None, **req}
-    base["why"] = f"{base['why']} ({what}; stopped on its presence)" if base["why"] else f"{what}; stopped on its presence"
+    base["why"] = (
+        f"{base['why']} ({what}; stopped on its presence)" if base["why"] else f"{what}; stopped on its presence"
+    )
     base["malformed"] = what
     return base
 

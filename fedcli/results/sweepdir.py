@@ -26,29 +26,31 @@ MANIFEST = "sweep.json"
 FORMAT = 1
 
 
-
 def default_out(recipe_path: Path, scale: str | None) -> Path:
     """The sweep folder ``fedcli sweep`` picks without ``--out``: ``results/<recipe name>-<scale>`` (read by the sweep
     and by the paper section, which leaves ``--out`` out of its command where the folder is this one)."""
     return Path("results") / f"{recipe_path.stem}-{scale or 'base'}"
+
 
 @dataclass
 class PlannedRun:
     name: str
     slug: str
     seed: int
-    root: Path               # the sweep folder
-    values: dict             # recipe values of this run (+ seed, out, threads)
-    config: dict             # resolved TrainConfig as a dict
+    root: Path  # the sweep folder
+    values: dict  # recipe values of this run (+ seed, out, threads)
+    config: dict  # resolved TrainConfig as a dict
     hash: str
-    status: str = MISSING    # done | stale | failed | running | missing | corrupt (before); completed | failed (after)
+    status: str = MISSING  # done | stale | failed | running | missing | corrupt (before); completed | failed (after)
     exit_code: int | None = None
     wall_s: float | None = None
     error: str | None = None
     ran: bool = False
-    resume: bool = False     # continue from the run's latest checkpoint instead of starting again
+    resume: bool = False  # continue from the run's latest checkpoint instead of starting again
     job_id: str | None = None  # its Slurm job (--executor slurm)
-    env: dict = field(default_factory=dict)  # more environment of its training (fedcli tune: the trial's manifest entry)
+    env: dict = field(
+        default_factory=dict
+    )  # more environment of its training (fedcli tune: the trial's manifest entry)
 
     @property
     def rel(self) -> str:
@@ -71,10 +73,20 @@ class PlannedRun:
         return f"{self.name} seed {self.seed}"
 
     def entry(self) -> dict:
-        return {"name": self.name, "seed": self.seed, "dir": self.rel, "recipe": f"{self.rel}.toml", "log": f"{self.rel}.log",
-                "status": self.status, "config_hash": self.hash, "exit_code": self.exit_code, "wall_s": self.wall_s,
-                "error": self.error, "config": self.config,  # config: what `fedcli report` checks the run against
-                **({"job_id": self.job_id} if self.job_id else {})}
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "dir": self.rel,
+            "recipe": f"{self.rel}.toml",
+            "log": f"{self.rel}.log",
+            "status": self.status,
+            "config_hash": self.hash,
+            "exit_code": self.exit_code,
+            "wall_s": self.wall_s,
+            "error": self.error,
+            "config": self.config,  # config: what `fedcli report` checks the run against
+            **({"job_id": self.job_id} if self.job_id else {}),
+        }
 
 
 def run_state(p: PlannedRun) -> tuple[str, str | None]:
@@ -89,8 +101,15 @@ def run_state(p: PlannedRun) -> tuple[str, str | None]:
 
 
 class SweepManifest:
-    def __init__(self, root: Path, recipe: SweepRecipe, seeds: list[int], runs: list[PlannedRun], products: dict,
-                 extra: dict | None = None):
+    def __init__(
+        self,
+        root: Path,
+        recipe: SweepRecipe,
+        seeds: list[int],
+        runs: list[PlannedRun],
+        products: dict,
+        extra: dict | None = None,
+    ):
         # extra: further keys of sweep.json (``tuned``: the tuning a --tuned sweep's values come from)
         self.root, self.recipe, self.seeds, self.runs, self.products = root, recipe, seeds, runs, products
         self.extra = extra or {}
@@ -106,9 +125,13 @@ class SweepManifest:
             "recipe": where,  # absolute: the re-run commands work from any folder (recipe_of reads older files too)
             "recipe_from_sweep": os.path.relpath(where, Path(self.root).resolve()),  # a checkout moved with its results
             "recipe_sha256": text_sha256(r.text),  # the sweep's identity, with its scale (the paths are hints)
-            "title": r.title, "paper": r.paper, "fidelity": r.fidelity,
-            "scale": r.scale, "seeds": self.seeds,
-            "created": self.created, "updated": now(),
+            "title": r.title,
+            "paper": r.paper,
+            "fidelity": r.fidelity,
+            "scale": r.scale,
+            "seeds": self.seeds,
+            "created": self.created,
+            "updated": now(),
             "run_names": r.run_names,
             # runs the report re-times from a trained run's records (a [[runs]] entry's ``retime``): not trained
             **({"retimed": [v.to_dict() for v in r.retimed]} if getattr(r, "retimed", None) else {}),
@@ -162,8 +185,11 @@ def recipe_hints(manifest: dict, root: str | Path) -> list[Path]:
         return []
     root = Path(root).absolute()
     rel = manifest.get("recipe_from_sweep")
-    candidates = [Path(stored)] if Path(stored).is_absolute() else [Path.cwd() / stored, root / stored,
-                                                                    *(d / stored for d in root.parents)]
+    candidates = (
+        [Path(stored)]
+        if Path(stored).is_absolute()
+        else [Path.cwd() / stored, root / stored, *(d / stored for d in root.parents)]
+    )
     if isinstance(rel, str) and rel:
         candidates.insert(1, root / rel)
     return candidates
@@ -204,9 +230,15 @@ def rerun_command(manifest: dict, root: str | Path) -> str:
     recipe and the folder absolute, so that it works from any folder."""
     scale, seeds = manifest.get("scale"), [int(s) for s in manifest.get("seeds") or [0]]
     listed = seeds == list(range(len(seeds)))
-    return " ".join([
-        "fedcli sweep", shlex.quote(recipe_shown(manifest, root)), *([f"--scale {shlex.quote(str(scale))}"] if scale else []),
-        f"--seeds {len(seeds) if listed else ','.join(map(str, seeds))}", f"--out {shlex.quote(path_ref(root))}"])
+    return " ".join(
+        [
+            "fedcli sweep",
+            shlex.quote(recipe_shown(manifest, root)),
+            *([f"--scale {shlex.quote(str(scale))}"] if scale else []),
+            f"--seeds {len(seeds) if listed else ','.join(map(str, seeds))}",
+            f"--out {shlex.quote(path_ref(root))}",
+        ]
+    )
 
 
 def last_line(path: Path) -> str | None:
@@ -219,4 +251,3 @@ def last_line(path: Path) -> str | None:
 
 def entry_dirs(manifest: dict, root: Path) -> dict[tuple[str, int], Path]:
     return {(e["name"], int(e["seed"])): root / e["dir"] for e in manifest.get("runs", [])}
-

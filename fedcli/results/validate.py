@@ -79,15 +79,20 @@ def diverged(manifest: dict | None) -> bool:
     not a missing run. Its manifest says ``status: failed`` (the contract's values) with ``reason: diverged`` (a
     manifest of an older fedcli, only its ``error``). Reports use the evaluations it made before diverging (it
     reaches a target only if it did so before)."""
-    return (isinstance(manifest, dict) and manifest.get("status") == "failed"
-            and (manifest.get("reason") == "diverged" or str(manifest.get("error", "")).startswith("DivergenceError")))
+    return (
+        isinstance(manifest, dict)
+        and manifest.get("status") == "failed"
+        and (manifest.get("reason") == "diverged" or str(manifest.get("error", "")).startswith("DivergenceError"))
+    )
 
 
 def pruned(manifest: dict | None) -> dict | None:
     """Where a run stopped on request stopped (``fedcli tune``'s pruning, exit 5; fedcli/results/stopfile.py): the
     manifest's ``pruned`` entry (``iteration``, ``round``, ``why``) of a run whose manifest says ``status: interrupted``
     with ``reason: pruned``, else None. Kept as it stands: ``fedcli train --resume RUN --promote`` finishes it."""
-    if not (isinstance(manifest, dict) and manifest.get("status") == "interrupted" and manifest.get("reason") == "pruned"):
+    if not (
+        isinstance(manifest, dict) and manifest.get("status") == "interrupted" and manifest.get("reason") == "pruned"
+    ):
         return None
     where = manifest.get("pruned")
     return dict(where) if isinstance(where, dict) else {}
@@ -103,7 +108,7 @@ def status_label(manifest: dict | None) -> str:
     return str(manifest.get("status", "?")) if isinstance(manifest, dict) else "?"
 
 
-def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]:
+def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]:  # noqa: C901
     """What is wrong with a completed run directory's data, as short phrases (empty: the run can be reported).
 
     A run that diverged (:func:`diverged`) is checked the same way, except that it holds the evaluations made
@@ -145,7 +150,9 @@ def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]
             for key, col in (("iterations", "iteration"), ("rounds", "round")):
                 want = summary.get(key)
                 if isinstance(want, (int, float)) and math.isfinite(want) and float(last[col]) != float(want):
-                    problems.append(f"the last metrics.csv row is at {col} {last[col]}, the run ended at {col} {want:g}")
+                    problems.append(
+                        f"the last metrics.csv row is at {col} {last[col]}, the run ended at {col} {want:g}"
+                    )
                     break
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
     n_layers = model.get("layers")
@@ -154,5 +161,7 @@ def validate_run(run_dir: str | Path, manifest: dict | None = None) -> list[str]
         if layers is not None and isinstance(n_layers, int) and len(layers[1]) != n_layers:
             problems.append(f"layers.csv holds {len(layers[1])} rows for a model of {n_layers} layers")
     if (run_dir / "intervals.csv").exists():
-        _read_table(run_dir / "intervals.csv", "intervals.csv", ("round", "iteration", "layer", "d", "interval"), problems)
+        _read_table(
+            run_dir / "intervals.csv", "intervals.csv", ("round", "iteration", "layer", "d", "interval"), problems
+        )
     return problems

@@ -37,7 +37,7 @@ def _handler(signum, frame):
     for fn in reversed(list(_CALLBACKS)):
         try:
             extra = fn(signum) or extra
-        except BaseException:  # noqa: BLE001 - exiting anyway; the line below still says what happened
+        except BaseException:
             pass
     name = signal.Signals(signum).name
     try:

@@ -31,8 +31,21 @@ from typing import Any
 
 from fedcli.params import bind, register_params
 
-__all__ = ["FAMILIES", "PARTS", "METHODS", "PartSpec", "Method", "Cost", "CostInput", "FORWARD_ONLY", "part",
-           "register_method", "register_params", "load", "spec_of"]
+__all__ = [
+    "FAMILIES",
+    "PARTS",
+    "METHODS",
+    "PartSpec",
+    "Method",
+    "Cost",
+    "CostInput",
+    "FORWARD_ONLY",
+    "part",
+    "register_method",
+    "register_params",
+    "load",
+    "spec_of",
+]
 
 #: the five part families, in the order a method names them
 FAMILIES = ("local_step", "schedule", "codec", "init", "server")
@@ -218,8 +231,9 @@ class PartSpec:
         for s in reversed(self.chain()):
             if getattr(s, name) is not None:
                 return getattr(s, name)
-        return {"requires": {}, "provides": frozenset(), "cost": NO_COST, "label": None,
-                "learned_weights": None}.get(name, False)
+        return {"requires": {}, "provides": frozenset(), "cost": NO_COST, "label": None, "learned_weights": None}.get(
+            name, False
+        )
 
     def iterations(self, cfg) -> int:
         """A schedule's local iterations a round under ``cfg`` (a config or its params): its declared ``round_length``
@@ -242,8 +256,10 @@ class PartSpec:
         for attr in qualname.split("."):
             cls = getattr(cls, attr)
         if vars(cls).get("spec") is not self:
-            raise TypeError(f"{self.impl} is not bound to the spec of {self.family} {self.name!r}: declare the spec "
-                            "(part(...)) before the class is defined")
+            raise TypeError(
+                f"{self.impl} is not bound to the spec of {self.family} {self.name!r}: declare the spec "
+                "(part(...)) before the class is defined"
+            )
         return cls
 
 
@@ -287,13 +303,14 @@ def spec_of(impl: str) -> PartSpec | None:
 # The setting of FedALA's experiments (Zhang et al., AAAI 2023, "Experimental Setup"), in which FedALA and every
 # baseline of its Table 2 ran: the defaults of the personalized presets (FedALA and those 11 baselines).
 PERSONALIZED_SETUP = {
-    "client_test_fraction": 0.25,  # "25% of the local data forms the test dataset" (each client's own split: personal_acc)
-    "active_ratio": 1.0,           # "we have 20 clients and set rho = 1 by default" (following pFedMe)
-    "batch_size": 10,              # "We set the batch size to 10 and the number of local model training epochs to 1"
+    # "25% of the local data forms the test dataset" (each client's own split: personal_acc)
+    "client_test_fraction": 0.25,
+    "active_ratio": 1.0,  # "we have 20 clients and set rho = 1 by default" (following pFedMe)
+    "batch_size": 10,  # "We set the batch size to 10 and the number of local model training epochs to 1"
     "local_epochs": 1.0,
-    "drop_last": True,             # the reference code's training loader, DataLoader(shuffle=True, drop_last=True)
-    "weighting": "samples",        # Algorithm 1, line 19: the server weighs client i by k_i = |D_i| / sum_j |D_j|
-    "lr": 0.1,                     # "0.1 on MNIST following FedAvg" (0.005 for the 4-layer CNN on Cifar/Tiny-ImageNet)
+    "drop_last": True,  # the reference code's training loader, DataLoader(shuffle=True, drop_last=True)
+    "weighting": "samples",  # Algorithm 1, line 19: the server weighs client i by k_i = |D_i| / sum_j |D_j|
+    "lr": 0.1,  # "0.1 on MNIST following FedAvg" (0.005 for the 4-layer CNN on Cifar/Tiny-ImageNet)
 }
 
 
@@ -308,11 +325,15 @@ class Method:
     server: str = "average"
     aliases: tuple[str, ...] = ()
     label: str = ""  # the name papers and reports give the method ("FedAvg", "Fed-LAMB"); empty: ``name``
-    alias_labels: dict[str, str] = field(default_factory=dict, compare=False)  # an alias's own label ("fedsgd": "Fed-SGD")
+    alias_labels: dict[str, str] = field(
+        default_factory=dict, compare=False
+    )  # an alias's own label ("fedsgd": "Fed-SGD")
     #: (colour, marker) of the method in every figure (fedcli/report/style.py), fixed so that the same method looks
     #: the same in every figure and panel; recorded in the manifest. Empty: one chosen from the label.
     style: tuple[str, str] = ()
-    personalized: bool = False  # judged by each client's own model on its local test split (personal_acc; fedcli/fl/personal.py)
+    personalized: bool = (
+        False  # judged by each client's own model on its local test split (personal_acc; fedcli/fl/personal.py)
+    )
     # config values this method runs with unless the user (flag or recipe key) gives another: the settings of
     # the method's paper (lr, server lr, participation, ...) that differ from fedcli's general defaults
     defaults: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -382,12 +403,15 @@ def check_method_config(cfg) -> None:
     for family, given in (("schedule", cfg.schedule), ("init", cfg.init)):
         if given and given not in PARTS[family]:
             what = {"schedule": "schedule", "init": "local initialization"}[family]
-            raise ConfigError(f"--{family}: unknown {what} '{given}'; choose one of: {', '.join(sorted(PARTS[family]))}",
-                              key=family)
+            raise ConfigError(
+                f"--{family}: unknown {what} '{given}'; choose one of: {', '.join(sorted(PARTS[family]))}", key=family
+            )
     if cfg.local_epochs and (cfg.schedule or METHODS[cfg.algo].schedule) != "periodic":
-        raise ConfigError(f"--local-epochs {cfg.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
-                          "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)",
-                          key="local_epochs")
+        raise ConfigError(
+            f"--local-epochs {cfg.local_epochs:g} needs the periodic schedule (layer-wise schedules need equal local "
+            "steps); --local-epochs 0 runs --tau steps per round (personalized presets default to 1 epoch)",
+            key="local_epochs",
+        )
     specs = run_specs(cfg.algo, init=cfg.init)
     for kind, spec in specs.items():  # what each part requires of the others (requires / provides)
         if kind in ("schedule", "method_init"):
@@ -396,12 +420,21 @@ def check_method_config(cfg) -> None:
             other = specs[family]
             if capability not in other.declaration("provides"):
                 offer = sorted(n for n, c in PARTS[family].items() if capability in c.declaration("provides"))
-                raise ConfigError(f"--algo {cfg.algo}: its {kind.replace('_', ' ')} '{spec.name}' needs a "
-                                  f"{family.replace('_', ' ')} part that provides {capability} ({', '.join(offer)}), "
-                                  f"not '{other.name}'", key="algo")
+                raise ConfigError(
+                    f"--algo {cfg.algo}: its {kind.replace('_', ' ')} '{spec.name}' needs a "
+                    f"{family.replace('_', ' ')} part that provides {capability} ({', '.join(offer)}), "
+                    f"not '{other.name}'",
+                    key="algo",
+                )
     if cfg.active_ratio < 1.0:
-        needs = [f"{kind.replace('_', ' ')} '{spec.name}'" for kind, spec in specs.items()
-                 if kind not in ("schedule", "method_init") and spec.declaration("full_participation")]
+        needs = [
+            f"{kind.replace('_', ' ')} '{spec.name}'"
+            for kind, spec in specs.items()
+            if kind not in ("schedule", "method_init") and spec.declaration("full_participation")
+        ]
         if needs:
-            raise ConfigError(f"--algo {cfg.algo} needs every client in every round (a cross-silo method: its "
-                              f"{' and '.join(needs)}): use --active-ratio 1, not {cfg.active_ratio}", key="active_ratio")
+            raise ConfigError(
+                f"--algo {cfg.algo} needs every client in every round (a cross-silo method: its "
+                f"{' and '.join(needs)}): use --active-ratio 1, not {cfg.active_ratio}",
+                key="active_ratio",
+            )

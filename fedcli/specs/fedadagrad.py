@@ -13,10 +13,16 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.fedadam import ADAM
 
-
 SERVER = part("server", "adagrad", "fedcli.fl.algorithms.fedadagrad:AdagradServer", base=ADAM)
 
 
-register_method(Method("fedadagrad", "local SGD + server Adagrad on the averaged update (Reddi et al. 2021)",
-                       server="adagrad", defaults={"lr": 0.0316, "server_lr": 0.1, "server_eps": 0.01, "beta1": 0.0},
-                       label="FedAdagrad", style=("#393B79", ">")))
+register_method(
+    Method(
+        "fedadagrad",
+        "local SGD + server Adagrad on the averaged update (Reddi et al. 2021)",
+        server="adagrad",
+        defaults={"lr": 0.0316, "server_lr": 0.1, "server_eps": 0.01, "beta1": 0.0},
+        label="FedAdagrad",
+        style=("#393B79", ">"),
+    )
+)

@@ -15,9 +15,24 @@ from fedcli.specs import Method, part, register_method
 from fedcli.specs.adaptive import AdaptiveParams
 from fedcli.specs.parts import AVERAGE
 
+ADAM = part(
+    "server",
+    "adam",
+    "fedcli.fl.algorithms.fedadam:AdamServer",
+    base=AVERAGE,
+    Params=AdaptiveParams,
+    uses=("server_lr",),
+)
 
-ADAM = part("server", "adam", "fedcli.fl.algorithms.fedadam:AdamServer", base=AVERAGE, Params=AdaptiveParams, uses=("server_lr",))
 
-
-register_method(Method("fedadam", "local SGD + server Adam on the averaged update (Reddi et al. 2021)", server="adam",
-                       aliases=("adp-fed",), defaults={"lr": 0.0316, "server_lr": 0.00316, "server_eps": 1e-4}, label="Adp-Fed", style=("#8C564B", "*")))
+register_method(
+    Method(
+        "fedadam",
+        "local SGD + server Adam on the averaged update (Reddi et al. 2021)",
+        server="adam",
+        aliases=("adp-fed",),
+        defaults={"lr": 0.0316, "server_lr": 0.00316, "server_eps": 1e-4},
+        label="Adp-Fed",
+        style=("#8C564B", "*"),
+    )
+)

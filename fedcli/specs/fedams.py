@@ -13,9 +13,17 @@ paper's own tuned value is in an appendix our copy lacks; on digits at fedcli's 
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.fedlamb import LAMB
 
-
 AMS = part("local_step", "ams", "fedcli.fl.algorithms.fedams:AMSStep", base=LAMB)
 
 
-register_method(Method("fedams", "local AMSGrad with server-shared v-hat (Chen et al. 2020)", local_step="ams", server="vhat-max",
-                       defaults={"lr": 0.001}, label="Fed-AMS", style=("#E69F00", "P")))
+register_method(
+    Method(
+        "fedams",
+        "local AMSGrad with server-shared v-hat (Chen et al. 2020)",
+        local_step="ams",
+        server="vhat-max",
+        defaults={"lr": 0.001},
+        label="Fed-AMS",
+        style=("#E69F00", "P"),
+    )
+)

@@ -8,5 +8,13 @@ general defaults are the setting of FedLAMA, whose baseline this is (it learns o
 
 from fedcli.specs import Method, register_method
 
-
-register_method(Method("fedavg", "local SGD + periodic full averaging every tau (McMahan et al. 2017)", aliases=("fedsgd",), label="FedAvg", style=("#4D4D4D", "o"), alias_labels={"fedsgd": "Fed-SGD"}))
+register_method(
+    Method(
+        "fedavg",
+        "local SGD + periodic full averaging every tau (McMahan et al. 2017)",
+        aliases=("fedsgd",),
+        label="FedAvg",
+        style=("#4D4D4D", "o"),
+        alias_labels={"fedsgd": "Fed-SGD"},
+    )
+)

@@ -6,6 +6,12 @@ communication are FedAvg's (``--algo fedavg --init ala --ala-layers 0`` is the s
 
 from fedcli.specs import Method, register_method
 
-
-register_method(Method("fedavg-c", "FedAvg, each client's locally fine-tuned model evaluated on its local test split (FedALA's baseline)",
-                       personalized=True, label="FedAvg-C", style=("#A6A6A6", "o")))
+register_method(
+    Method(
+        "fedavg-c",
+        "FedAvg, each client's locally fine-tuned model evaluated on its local test split (FedALA's baseline)",
+        personalized=True,
+        label="FedAvg-C",
+        style=("#A6A6A6", "o"),
+    )
+)

@@ -11,6 +11,13 @@ recipes) for FedCOM proper.
 
 from fedcli.specs import Method, register_method
 
-
-register_method(Method("fedcom", "local SGD + quantized updates + server learning rate (Haddadpour et al. 2021); --quant-levels, --server-lr",
-                       codec="qsgd", server="server-lr", label="FedCOM", style=("#E377C2", "d")))
+register_method(
+    Method(
+        "fedcom",
+        "local SGD + quantized updates + server learning rate (Haddadpour et al. 2021); --quant-levels, --server-lr",
+        codec="qsgd",
+        server="server-lr",
+        label="FedCOM",
+        style=("#E377C2", "d"),
+    )
+)

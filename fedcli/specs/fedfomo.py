@@ -14,8 +14,22 @@ from fedcli.specs.parts import OVERWRITE
 class FedFomoParams:
     """FedFomo's downloaded models and validation split (Zhang et al., ICLR 2021, Algorithm 1)."""
 
-    fomo_m: int = opt(0, "FedFomo: number M of client models each client downloads (top-M of the server's affinity row); 0: all clients (FedALA appendix: M = number of clients).", lo=0, group="personalized")
-    fomo_val_ratio: float = opt(0.2, "FedFomo: fraction of each client's training split held out to weigh the received models (PFLlib: 0.2); it trains on the rest.", lo=0.0, hi=1.0, hi_open=True, group="personalized")
+    fomo_m: int = opt(
+        0,
+        "FedFomo: number M of client models each client downloads (top-M of the server's affinity row); 0: "
+        "all clients (FedALA appendix: M = number of clients).",
+        lo=0,
+        group="personalized",
+    )
+    fomo_val_ratio: float = opt(
+        0.2,
+        "FedFomo: fraction of each client's training split held out to weigh the received models (PFLlib: "
+        "0.2); it trains on the rest.",
+        lo=0.0,
+        hi=1.0,
+        hi_open=True,
+        group="personalized",
+    )
 
 
 def validation_passes(g) -> float:
@@ -31,13 +45,29 @@ def validation_passes(g) -> float:
 
 #: its cost: the first-order weights of Eq. 6 need each downloaded model's validation loss (Algorithm 1, "compute
 #: w_ij"); the bytes of the M - 1 extra downloads are its ledger records
-INIT = part("init", "fedfomo", "fedcli.fl.algorithms.fedfomo:FomoInit", base=OVERWRITE, Params=FedFomoParams,
-            uses=("seed",),
-            cost=Cost(round=validation_passes,
-                      source="FedFomo (Zhang et al., ICLR 2021), Algorithm 1 and Eq. 6: M models down, each one's "
-                             "validation loss (forward passes)"))
+INIT = part(
+    "init",
+    "fedfomo",
+    "fedcli.fl.algorithms.fedfomo:FomoInit",
+    base=OVERWRITE,
+    Params=FedFomoParams,
+    uses=("seed",),
+    cost=Cost(
+        round=validation_passes,
+        source="FedFomo (Zhang et al., ICLR 2021), Algorithm 1 and Eq. 6: M models down, each one's "
+        "validation loss (forward passes)",
+    ),
+)
 
 
-register_method(Method("fedfomo", "each client aggregates M downloaded client models with first-order validation weights (Zhang et al. 2021); "
-                                  "--fomo-m, --fomo-val-ratio",
-                       init="fedfomo", personalized=True, label="FedFomo", style=("#C49C94", "*")))
+register_method(
+    Method(
+        "fedfomo",
+        "each client aggregates M downloaded client models with first-order validation weights (Zhang et al. 2021); "
+        "--fomo-m, --fomo-val-ratio",
+        init="fedfomo",
+        personalized=True,
+        label="FedFomo",
+        style=("#C49C94", "*"),
+    )
+)

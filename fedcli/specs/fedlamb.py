@@ -16,13 +16,29 @@ not give it) is fedcli's general default.
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.adaptive import AdaptiveParams
 
-
 #: Fed-LAMB's local step (Algorithm 1, lines 6-13; Fed-AMS's and Mime-LAMB's too): local AMSGrad with LAMB's trust
 #: ratio; it needs the server's v_hat and offers each client's v
-LAMB = part("local_step", "lamb", "fedcli.fl.algorithms.fedlamb:LambStep", Params=AdaptiveParams, uses=("weight_decay",),
-            requires={"server": "vhat"}, provides=frozenset({"v"}))
+LAMB = part(
+    "local_step",
+    "lamb",
+    "fedcli.fl.algorithms.fedlamb:LambStep",
+    Params=AdaptiveParams,
+    uses=("weight_decay",),
+    requires={"server": "vhat"},
+    provides=frozenset({"v"}),
+)
 
 
-register_method(Method("fedlamb", "local AMSGrad + LAMB trust ratio, server v-hat = max(v-hat, mean v) (Karimi et al.)",
-                       local_step="lamb", server="vhat-max", defaults={"lr": 0.01}, label="Fed-LAMB", style=("#D55E00", "D"),
-                       search=("lr", "weight_decay"), search_ranges={"lr": {"log": [0.0001, 0.1]}}))  # Section 5: lr fine grid, lambda {0, 0.01, 0.1}
+register_method(
+    Method(
+        "fedlamb",
+        "local AMSGrad + LAMB trust ratio, server v-hat = max(v-hat, mean v) (Karimi et al.)",
+        local_step="lamb",
+        server="vhat-max",
+        defaults={"lr": 0.01},
+        label="Fed-LAMB",
+        style=("#D55E00", "D"),
+        search=("lr", "weight_decay"),
+        search_ranges={"lr": {"log": [0.0001, 0.1]}},
+    )
+)  # Section 5: lr fine grid, lambda {0, 0.01, 0.1}

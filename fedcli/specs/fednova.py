@@ -6,9 +6,15 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.parts import AVERAGE
 
-
 SERVER = part("server", "nova", "fedcli.fl.algorithms.fednova:NovaServer", base=AVERAGE, uses=("momentum",))
 
 
-register_method(Method("fednova", "local SGD + normalized averaging over unequal local steps (Wang et al. 2020); --local-epochs",
-                       server="nova", label="FedNova", style=("#BCBD22", "h")))
+register_method(
+    Method(
+        "fednova",
+        "local SGD + normalized averaging over unequal local steps (Wang et al. 2020); --local-epochs",
+        server="nova",
+        label="FedNova",
+        style=("#BCBD22", "h"),
+    )
+)

@@ -11,6 +11,12 @@ Table 4, where FedPAQ is compared; the rest is fedcli's general (FedLAMA) settin
 
 from fedcli.specs import Method, register_method
 
-
-register_method(Method("fedpaq", "local SGD + periodic averaging of QSGD-quantized updates (Reisizadeh et al. 2020); --quant-levels",
-                       codec="qsgd", label="FedPAQ", style=("#7F7F7F", "p")))
+register_method(
+    Method(
+        "fedpaq",
+        "local SGD + periodic averaging of QSGD-quantized updates (Reisizadeh et al. 2020); --quant-levels",
+        codec="qsgd",
+        label="FedPAQ",
+        style=("#7F7F7F", "p"),
+    )
+)

@@ -18,12 +18,27 @@ from fedcli.specs.parts import SGD
 class ProxParams:
     """FedProx's proximal coefficient mu (Li et al., MLSys 2020)."""
 
-    mu: float = opt(0.01, "FedProx proximal coefficient mu: the local gradient gets mu * (x - u), u the layer's last synchronized global value (AAAI Table 4 uses 0.001; 0 is FedAvg).", lo=0.0, group="method", search={"choices": [0.0001, 0.001, 0.01, 0.1]})
+    mu: float = opt(
+        0.01,
+        "FedProx proximal coefficient mu: the local gradient gets mu * (x - u), u the layer's last "
+        "synchronized global value (AAAI Table 4 uses 0.001; 0 is FedAvg).",
+        lo=0.0,
+        group="method",
+        search={"choices": [0.0001, 0.001, 0.01, 0.1]},
+    )
 
 
 PROX = part("local_step", "prox", "fedcli.fl.algorithms.fedprox:ProxStep", base=SGD, Params=ProxParams)
 
 
-register_method(Method("fedprox", "local SGD + proximal term mu (Li et al. 2020); --mu", local_step="prox",
-                       defaults={"mu": 0.001}, label="FedProx", style=("#9467BD", "<"),
-                       search=("lr", "mu")))  # FedALA appendix; FedLAMA AAAI Table 4
+register_method(
+    Method(
+        "fedprox",
+        "local SGD + proximal term mu (Li et al. 2020); --mu",
+        local_step="prox",
+        defaults={"mu": 0.001},
+        label="FedProx",
+        style=("#9467BD", "<"),
+        search=("lr", "mu"),
+    )
+)  # FedALA appendix; FedLAMA AAAI Table 4

@@ -5,6 +5,14 @@ as FedAvg-C is for FedAvg. Its other defaults are FedALA's setup (``fedcli.specs
 
 from fedcli.specs import Method, register_method
 
-
-register_method(Method("fedprox-c", "FedProx, each client's locally trained model evaluated on its local test split (FedALA's baseline); --mu",
-                       local_step="prox", personalized=True, defaults={"mu": 0.001}, label="FedProx-C", style=("#C5B0D5", "<")))  # FedALA appendix
+register_method(
+    Method(
+        "fedprox-c",
+        "FedProx, each client's locally trained model evaluated on its local test split (FedALA's baseline); --mu",
+        local_step="prox",
+        personalized=True,
+        defaults={"mu": 0.001},
+        label="FedProx-C",
+        style=("#C5B0D5", "<"),
+    )
+)  # FedALA appendix

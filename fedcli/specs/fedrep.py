@@ -13,8 +13,20 @@ from fedcli.specs.parts import SGD
 class FedRepParams:
     """FedRep's local head (Collins et al., ICML 2021, Algorithm 1)."""
 
-    head_layers: int = opt(2, "FedRep: the last this many parameter tensors are the client's head (kept local, never synchronized; 2: the final Linear; 0: no head, FedAvg-C).", lo=0, group="personalized")
-    head_epochs: float = opt(5.0, "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).", lo=0.0, lo_open=True, group="personalized")
+    head_layers: int = opt(
+        2,
+        "FedRep: the last this many parameter tensors are the client's head (kept local, never "
+        "synchronized; 2: the final Linear; 0: no head, FedAvg-C).",
+        lo=0,
+        group="personalized",
+    )
+    head_epochs: float = opt(
+        5.0,
+        "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).",
+        lo=0.0,
+        lo_open=True,
+        group="personalized",
+    )
 
 
 def head_passes(g) -> int:
@@ -27,11 +39,29 @@ def head_passes(g) -> int:
 
 
 #: its cost: the head's updates before the body's (Algorithm 1: "for s = 1, ..., tau_h: h <- GRD(f_i(h, phi), h)")
-STEP = part("local_step", "fedrep", "fedcli.fl.algorithms.fedrep:FedRepStep", base=SGD, Params=FedRepParams,
-            uses=("lr",),
-            cost=Cost(round=head_passes, source="FedRep (Collins et al., ICML 2021), Algorithm 1: tau_h head updates "
-                                                "before the body's (--head-epochs epochs)"))
+STEP = part(
+    "local_step",
+    "fedrep",
+    "fedcli.fl.algorithms.fedrep:FedRepStep",
+    base=SGD,
+    Params=FedRepParams,
+    uses=("lr",),
+    cost=Cost(
+        round=head_passes,
+        source="FedRep (Collins et al., ICML 2021), Algorithm 1: tau_h head updates "
+        "before the body's (--head-epochs epochs)",
+    ),
+)
 
 
-register_method(Method("fedrep", "shared body, local head trained first each round, never synchronized (Collins et al. 2021); --head-layers, --head-epochs",
-                       local_step="fedrep", personalized=True, label="FedRep", style=("#2CA02C", "P")))
+register_method(
+    Method(
+        "fedrep",
+        "shared body, local head trained first each round, never synchronized (Collins et al. 2021); "
+        "--head-layers, --head-epochs",
+        local_step="fedrep",
+        personalized=True,
+        label="FedRep",
+        style=("#2CA02C", "P"),
+    )
+)

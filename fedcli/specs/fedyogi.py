@@ -1,5 +1,6 @@
 """FedYogi (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): local SGD, and the server
-applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``, ``fedcli.fl.algorithms.fedadam``)
+applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``,
+``fedcli.fl.algorithms.fedadam``)
 with another second moment, which grows or shrinks additively instead of decaying multiplicatively.
 
 Defaults: Reddi et al.'s best FedYogi setting for EMNIST CR (handwritten characters with a CNN, the task nearest
@@ -13,10 +14,16 @@ The spec: its options, its parts and the preset (no torch); the parts are in ``f
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.fedadam import ADAM
 
-
 SERVER = part("server", "yogi", "fedcli.fl.algorithms.fedyogi:YogiServer", base=ADAM)
 
 
-register_method(Method("fedyogi", "local SGD + server Yogi on the averaged update (Reddi et al. 2021)", server="yogi",
-                       defaults={"lr": 0.0316, "server_lr": 0.00316, "server_eps": 1e-4, "beta2": 0.99},
-                       label="FedYogi", style=("#8C6D31", "8")))
+register_method(
+    Method(
+        "fedyogi",
+        "local SGD + server Yogi on the averaged update (Reddi et al. 2021)",
+        server="yogi",
+        defaults={"lr": 0.0316, "server_lr": 0.00316, "server_eps": 1e-4, "beta2": 0.99},
+        label="FedYogi",
+        style=("#8C6D31", "8"),
+    )
+)

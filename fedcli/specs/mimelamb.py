@@ -11,16 +11,32 @@ accuracies 96.9%, 97.8%, 89.2%.
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.adaptive import VHAT
 
-
 #: its cost: at a v_hat synchronization (every --vhat-every rounds) each client's full-batch gradient at the global
 #: model (Algorithm 1, line 17), a pass over its samples; its bytes (the gradient up, v_hat down) are its ledger
 #: records. v_hat reaches the clients with the next round's model: no round trip of its own
-VHAT_FULLGRAD = part("server", "vhat-fullgrad", "fedcli.fl.algorithms.mimelamb:VhatFullGradServer", base=VHAT,
-                     cost=Cost(round=lambda g: g.samples if (g.round_idx + 1) % g.params.vhat_every == 0 else 0,
-                               source="Mime-LAMB (Karimi, Li, Li), Algorithm 1, line 17: the full-batch gradient at "
-                                      "the global model, every --vhat-every rounds; lines 21-23: v_hat down"))
+VHAT_FULLGRAD = part(
+    "server",
+    "vhat-fullgrad",
+    "fedcli.fl.algorithms.mimelamb:VhatFullGradServer",
+    base=VHAT,
+    cost=Cost(
+        round=lambda g: g.samples if (g.round_idx + 1) % g.params.vhat_every == 0 else 0,
+        source="Mime-LAMB (Karimi, Li, Li), Algorithm 1, line 17: the full-batch gradient at "
+        "the global model, every --vhat-every rounds; lines 21-23: v_hat down",
+    ),
+)
 
 
-register_method(Method("mimelamb", "local AMSGrad + LAMB trust ratio, server v-hat from full-batch gradients (Karimi et al.)",
-                       local_step="lamb", server="vhat-fullgrad", defaults={"lr": 0.01}, label="Mime-LAMB", style=("#CC79A7", "v"),
-                       search=("lr", "weight_decay"), search_ranges={"lr": {"log": [0.0001, 0.1]}}))
+register_method(
+    Method(
+        "mimelamb",
+        "local AMSGrad + LAMB trust ratio, server v-hat from full-batch gradients (Karimi et al.)",
+        local_step="lamb",
+        server="vhat-fullgrad",
+        defaults={"lr": 0.01},
+        label="Mime-LAMB",
+        style=("#CC79A7", "v"),
+        search=("lr", "weight_decay"),
+        search_ranges={"lr": {"log": [0.0001, 0.1]}},
+    )
+)

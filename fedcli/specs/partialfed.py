@@ -16,17 +16,56 @@ from fedcli.specs.parts import OVERWRITE, SGD
 class PartialFedParams:
     """PartialFed-Adaptive's Gumbel-softmax layer choice (Sun et al., NeurIPS 2021)."""
 
-    partialfed_tau: float = opt(5.0, "PartialFed: initial Gumbel-softmax temperature tau of the per-layer global/local choice (FedALA appendix: 5.0).", lo=0.0, lo_open=True, group="personalized")
-    partialfed_decay: float = opt(0.965, "PartialFed: the temperature is multiplied by this each round (FedALA appendix: 0.965).", lo=0.0, hi=1.0, lo_open=True, group="personalized")
-    partialfed_fm: int = opt(8, "PartialFed: of every f_m + f_s local batches, the first f_m update the model weights (FedALA appendix: 8).", lo=0, group="personalized")
-    partialfed_fs: int = opt(2, "PartialFed: ... and the next f_s update the selection strategy (FedALA appendix: 2).", lo=0, group="personalized")
+    partialfed_tau: float = opt(
+        5.0,
+        "PartialFed: initial Gumbel-softmax temperature tau of the per-layer global/local choice (FedALA "
+        "appendix: 5.0).",
+        lo=0.0,
+        lo_open=True,
+        group="personalized",
+    )
+    partialfed_decay: float = opt(
+        0.965,
+        "PartialFed: the temperature is multiplied by this each round (FedALA appendix: 0.965).",
+        lo=0.0,
+        hi=1.0,
+        lo_open=True,
+        group="personalized",
+    )
+    partialfed_fm: int = opt(
+        8,
+        "PartialFed: of every f_m + f_s local batches, the first f_m update the model weights (FedALA appendix: 8).",
+        lo=0,
+        group="personalized",
+    )
+    partialfed_fs: int = opt(
+        2,
+        "PartialFed: ... and the next f_s update the selection strategy (FedALA appendix: 2).",
+        lo=0,
+        group="personalized",
+    )
 
 
 INIT = part("init", "partialfed", "fedcli.fl.algorithms.partialfed:PartialFedInit", base=OVERWRITE)
-STEP = part("local_step", "partialfed", "fedcli.fl.algorithms.partialfed:PartialFedStep", base=SGD,
-            Params=PartialFedParams, uses=("seed",))
+STEP = part(
+    "local_step",
+    "partialfed",
+    "fedcli.fl.algorithms.partialfed:PartialFedStep",
+    base=SGD,
+    Params=PartialFedParams,
+    uses=("seed",),
+)
 
 
-register_method(Method("partialfed", "per-layer learned Gumbel-softmax choice of global or local parameters at every batch (Sun et al. 2021); "
-                                     "--partialfed-tau, --partialfed-decay, --partialfed-fm, --partialfed-fs",
-                       local_step="partialfed", init="partialfed", personalized=True, label="PartialFed", style=("#DBDB8D", "s")))
+register_method(
+    Method(
+        "partialfed",
+        "per-layer learned Gumbel-softmax choice of global or local parameters at every batch (Sun et al. 2021); "
+        "--partialfed-tau, --partialfed-decay, --partialfed-fm, --partialfed-fs",
+        local_step="partialfed",
+        init="partialfed",
+        personalized=True,
+        label="PartialFed",
+        style=("#DBDB8D", "s"),
+    )
+)

@@ -4,10 +4,13 @@ overwriting init, the plain average; and the server step size (``fedcli/fl/parts
 
 from fedcli.specs import part
 
-
 #: local SGD (heavy-ball momentum, weight decay) on the mini-batch gradient
-SGD = part("local_step", "sgd", "fedcli.fl.parts:SGDStep",
-           uses=("algo", "momentum", "weight_decay", "weight_decay_on", "momentum_persist"))
+SGD = part(
+    "local_step",
+    "sgd",
+    "fedcli.fl.parts:SGDStep",
+    uses=("algo", "momentum", "weight_decay", "weight_decay_on", "momentum_persist"),
+)
 IDENTITY = part("codec", "identity", "fedcli.fl.parts:IdentityCodec")
 OVERWRITE = part("init", "overwrite", "fedcli.fl.parts:OverwriteInit")
 AVERAGE = part("server", "average", "fedcli.fl.parts:AverageServer")

@@ -56,9 +56,14 @@ def check_trackers(value: str) -> list[str]:
     for n in names:
         declared = DECLARED_TRACKERS.get(n)
         if declared is None:
-            raise ConfigError(f"--tracker: unknown tracker '{n}'; choose one of: {', '.join(sorted(DECLARED_TRACKERS))}",
-                              key="tracker")
+            raise ConfigError(
+                f"--tracker: unknown tracker '{n}'; choose one of: {', '.join(sorted(DECLARED_TRACKERS))}",
+                key="tracker",
+            )
         if importlib.util.find_spec(declared.package) is None:
-            raise ConfigError(f"--tracker {n} needs the {declared.package} package, which is not installed: "
-                              f"pip install -e \".[trackers]\" (or make install)", key="tracker")
+            raise ConfigError(
+                f"--tracker {n} needs the {declared.package} package, which is not installed: "
+                f'pip install -e ".[trackers]" (or make install)',
+                key="tracker",
+            )
     return names

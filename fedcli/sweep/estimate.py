@@ -9,7 +9,8 @@ How the time is estimated (an estimate: the plan line says its basis):
   (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
 - **Start-up, data loading, setup and bookkeeping** (:func:`overheads`), measured once on this machine in a child
-  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's part
+  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's
+  part
   is measured again after a week): the seconds a fresh process takes to import what a training needs (python,
   torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
   the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the
@@ -49,25 +50,25 @@ class DataFacts:
     classes: int
     n_train: int | None
     n_test: int | None
-    tokens: int | None = None   # vocabulary size of token-id inputs
-    how: str = "nominal"        # nominal | loaded
+    tokens: int | None = None  # vocabulary size of token-id inputs
+    how: str = "nominal"  # nominal | loaded
 
 
 @dataclass
 class Estimate:
-    seconds: float = 0.0                          # estimated wall time of the runs to go, with the jobs in parallel
-    compute_s: float = 0.0                        # sum over runs of the estimated compute
+    seconds: float = 0.0  # estimated wall time of the runs to go, with the jobs in parallel
+    compute_s: float = 0.0  # sum over runs of the estimated compute
     client_steps: int = 0
-    calibrated: int = 0                           # completed runs the estimate was calibrated on
+    calibrated: int = 0  # completed runs the estimate was calibrated on
     factor: float = 1.0
     unknown: list[str] = field(default_factory=list)  # runs that could not be estimated (and why)
-    step_s: dict = field(default_factory=dict)    # model label -> seconds per client step
-    threads: set = field(default_factory=set)     # torch threads per run the steps were timed with
-    per_run: dict = field(default_factory=dict)   # id() of a planned run of todo -> its estimated seconds (calibrated)
-    startup_s: float = 0.0                        # start-up time in the wall estimate, before any run (worker processes)
-    overhead: "Overheads | None" = None           # the measured start-up and data-loading times it used
+    step_s: dict = field(default_factory=dict)  # model label -> seconds per client step
+    threads: set = field(default_factory=set)  # torch threads per run the steps were timed with
+    per_run: dict = field(default_factory=dict)  # id() of a planned run of todo -> its estimated seconds (calibrated)
+    startup_s: float = 0.0  # start-up time in the wall estimate, before any run (worker processes)
+    overhead: "Overheads | None" = None  # the measured start-up and data-loading times it used
     executor: str = "pool"
-    load: "Load | None" = None                    # the machine's load when estimated (load_factor); None: not known
+    load: "Load | None" = None  # the machine's load when estimated (load_factor); None: not known
 
     @property
     def loaded_s(self) -> float:
@@ -78,8 +79,9 @@ class Estimate:
         if self.client_steps == 0 and not self.unknown:
             return "nothing to run"
         per = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in list(self.step_s.items())[:4])
-        basis = [f"model compute {short_s(self.compute_s)} in all: measured model step ({per}) x client steps + "
-                 f"evaluation"]
+        basis = [
+            f"model compute {short_s(self.compute_s)} in all: measured model step ({per}) x client steps + evaluation"
+        ]
         if self.overhead is not None:
             basis.append(self.overhead.text(self.executor))
         if self.calibrated:
@@ -88,12 +90,22 @@ class Estimate:
             basis.append("not yet calibrated on runs of this sweep")
         threads = "/".join(str(t) for t in sorted(self.threads)) or "?"
         busy = self.load is not None and self.load.factor > 1.0
-        said = (f"{short_s(self.loaded_s)} on this machine at its current load ({self.load.text()}; "
-                f"~{short_s(self.seconds)} idle)") if busy else f"{short_s(self.seconds)} on this machine"
-        out = (f"{self.client_steps:,} client steps; estimated ~{said} at {threads} "
-               f"torch thread(s) per run (an estimate; basis: {'; '.join(basis)})")
+        said = (
+            (
+                f"{short_s(self.loaded_s)} on this machine at its current load ({self.load.text()}; "
+                f"~{short_s(self.seconds)} idle)"
+            )
+            if busy
+            else f"{short_s(self.seconds)} on this machine"
+        )
+        out = (
+            f"{self.client_steps:,} client steps; estimated ~{said} at {threads} "
+            f"torch thread(s) per run (an estimate; basis: {'; '.join(basis)})"
+        )
         if self.unknown:
-            out += f"; not estimated: {'; '.join(self.unknown[:3])}" + (f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else "")
+            out += f"; not estimated: {'; '.join(self.unknown[:3])}" + (
+                f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else ""
+            )
         return out
 
 
@@ -207,8 +219,15 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            model = build_model(c.model, facts.shape, facts.classes, wrn_depth=c.wrn_depth, wrn_width=c.wrn_width,
-                                mlp_hidden=c.hidden_sizes(), **({"vocab_size": facts.tokens} if facts.tokens else {}))
+            model = build_model(
+                c.model,
+                facts.shape,
+                facts.classes,
+                wrn_depth=c.wrn_depth,
+                wrn_width=c.wrn_width,
+                mlp_hidden=c.hidden_sizes(),
+                **({"vocab_size": facts.tokens} if facts.tokens else {}),
+            )
             opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
             def batch(b: int):
@@ -284,12 +303,20 @@ STARTUP_MAX_AGE_S = 7 * 86400
 TIMINGS_FILE = "estimate-timings-v2.json"  # the number changes with the file's layout
 
 
-
 #: the reference training that measures a run's fixed setup and the engine's bookkeeping per client step: FedAvg on
 #: the built-in digits (no file read), an MLP, 4 clients a round, one torch thread, the default trainer; run for N and
 #: 5N iterations
-REFERENCE = {"dataset": "digits", "model": "mlp", "mlp_hidden": "64", "clients": 8, "active_ratio": 0.5,
-             "algo": "fedavg", "tau": 5, "iterations": 40, "threads": 1}
+REFERENCE = {
+    "dataset": "digits",
+    "model": "mlp",
+    "mlp_hidden": "64",
+    "clients": 8,
+    "active_ratio": 0.5,
+    "algo": "fedavg",
+    "tau": 5,
+    "iterations": 40,
+    "threads": 1,
+}
 
 
 def reference_costs(walls: list[float], model_step: float) -> tuple[float, float]:
@@ -307,20 +334,22 @@ class Overheads:
     """Seconds a fresh process takes to start (imports), and per dataset to load it and per partition to make it."""
 
     startup_s: float
-    load_s: dict                                    # data key -> seconds to load the dataset once
-    part_s: dict                                    # partition key -> seconds to partition it (the dataset loaded)
-    names: dict = field(default_factory=dict)       # data key -> dataset name
-    measured: str = "cached"                        # "measured now" / "cached"
-    at: float = 0.0                                 # when the oldest value used was measured (epoch seconds)
-    lower: set = field(default_factory=set)         # data keys whose load outlasted the probe: a lower bound
-    failed: dict = field(default_factory=dict)      # data key -> why it could not be loaded
-    setup_s: float = 0.0                            # a run's fixed setup (reference training)
-    book_s: float = 0.0                             # the engine's bookkeeping per client step (reference training)
+    load_s: dict  # data key -> seconds to load the dataset once
+    part_s: dict  # partition key -> seconds to partition it (the dataset loaded)
+    names: dict = field(default_factory=dict)  # data key -> dataset name
+    measured: str = "cached"  # "measured now" / "cached"
+    at: float = 0.0  # when the oldest value used was measured (epoch seconds)
+    lower: set = field(default_factory=set)  # data keys whose load outlasted the probe: a lower bound
+    failed: dict = field(default_factory=dict)  # data key -> why it could not be loaded
+    setup_s: float = 0.0  # a run's fixed setup (reference training)
+    book_s: float = 0.0  # the engine's bookkeeping per client step (reference training)
 
     def text(self, executor: str) -> str:
-        start = {"pool": f"start-up {short_s(self.startup_s)} per worker process, once",
-                 "process": f"start-up {short_s(self.startup_s)} per run (a fresh process each)",
-                 "inline": "no process start-up (the runs go in this process)"}[executor]
+        start = {
+            "pool": f"start-up {short_s(self.startup_s)} per worker process, once",
+            "process": f"start-up {short_s(self.startup_s)} per run (a fresh process each)",
+            "inline": "no process start-up (the runs go in this process)",
+        }[executor]
         keeps = " (a worker keeps its last dataset)" if executor == "pool" else " a run"
         data = []
         for key, name in self.names.items():
@@ -333,11 +362,15 @@ class Overheads:
             data.append(f"{name} {'> ' if key in self.lower else ''}{short_s(load)}")
         when = time.strftime("%Y-%m-%d", time.localtime(self.at)) if self.at else "now"
         parts = max(self.part_s.values(), default=0.0)
-        measured = "measured now on this machine" if self.measured == "measured now" else f"measured on this machine {when}"
-        return (f"{start}; data loading {', '.join(data) or 'none'}{keeps} and partitioning up to {short_s(parts)} a run; "
-                f"setup {short_s(self.setup_s)} a run and the "
-                f"engine's bookkeeping {self.book_s * 1e3:.2g} ms a client step (a reference FedAvg training on digits); "
-                f"these {measured} (cached)")
+        measured = (
+            "measured now on this machine" if self.measured == "measured now" else f"measured on this machine {when}"
+        )
+        return (
+            f"{start}; data loading {', '.join(data) or 'none'}{keeps} and partitioning up to {short_s(parts)} a run; "
+            f"setup {short_s(self.setup_s)} a run and the "
+            f"engine's bookkeeping {self.book_s * 1e3:.2g} ms a client step (a reference FedAvg training on digits); "
+            f"these {measured} (cached)"
+        )
 
 
 def short_s(s: float) -> str:
@@ -402,21 +435,38 @@ def _keys(cfg: dict) -> tuple[str, str]:
 
     c = TrainConfig(**cfg)
     data = repr((_data_key(cfg), _dir_stamp(data_dir(c))))
-    partition_key = repr((data, c.partition, c.clients, c.alpha, c.classes_per_client, c.writers_per_client,
-                 c.client_test_fraction, c.min_size, c.partition_file, _dir_stamp(c.partition_file)))
+    partition_key = repr(
+        (
+            data,
+            c.partition,
+            c.clients,
+            c.alpha,
+            c.classes_per_client,
+            c.writers_per_client,
+            c.client_test_fraction,
+            c.min_size,
+            c.partition_file,
+            _dir_stamp(c.partition_file),
+        )
+    )
     return data, partition_key
 
 
 def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
-    """Run the measuring child (``python -m fedcli.sweep.probe``: the datasets of ``jobs``, then the reference training when asked); its JSON lines
+    """Run the measuring child (``python -m fedcli.sweep.probe``: the datasets of ``jobs``, then the reference training
+    when asked); its JSON lines
     (what it finished within :data:`PROBE_LIMIT_S`) and whether it was stopped."""
     import json
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "fedcli.sweep.probe", repr(time.time()), "reference" if reference else "-"],
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedcli.sweep.probe", repr(time.time()), "reference" if reference else "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     stopped = False
     try:
         out, _ = proc.communicate(json.dumps(jobs), timeout=PROBE_LIMIT_S)
@@ -443,7 +493,7 @@ def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
     return got, stopped
 
 
-def overheads(configs: list[dict]) -> Overheads:
+def overheads(configs: list[dict]) -> Overheads:  # noqa: C901
     """Start-up and data-loading times for these runs' configs: from the cache, else measured now in a child process
     (at most :data:`PROBE_LIMIT_S` seconds) and cached for the next sweep."""
     cache = _read_timings()
@@ -473,7 +523,12 @@ def overheads(configs: list[dict]) -> Overheads:
             ov.startup_s = got["startup"]
             if "reference" in got:
                 ov.setup_s, ov.book_s = got["reference"]
-            cache.setdefault("startup", {})[skey] = {"s": ov.startup_s, "setup": ov.setup_s, "book": ov.book_s, "at": now}
+            cache.setdefault("startup", {})[skey] = {
+                "s": ov.startup_s,
+                "setup": ov.setup_s,
+                "book": ov.book_s,
+                "at": now,
+            }
             ats.append(now)
         elif "startup" in got:  # the reference training did not finish: start-up measured, the rest not
             ov.startup_s = got["startup"]
@@ -527,8 +582,9 @@ def first_loads(configs: list[dict], jobs: int) -> list[bool]:
     return out
 
 
-def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | None = None,
-             executor: str | None = None) -> Estimate:
+def estimate(
+    todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | None = None, executor: str | None = None
+) -> Estimate:
     """``todo`` and ``done``: planned runs (``.config``, ``.wall_s``) still to run and completed in the sweep folder.
     ``executor``: ``pool`` (the default worker processes), ``process`` (a fresh process per run: ``--mpi``, a Slurm
     job) or ``inline`` (``--in-process``); default ``process`` under ``--mpi``, else ``pool``."""
@@ -547,8 +603,17 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
         if n is None:
             return None
         threads = cfg.get("threads") or 1  # as the run: fedcli/fl/engine.py, default_threads
-        key = (cfg["model"], facts.shape, facts.classes, facts.tokens, cfg["batch_size"], cfg.get("mlp_hidden"),
-               cfg.get("wrn_depth"), cfg.get("wrn_width"), threads)
+        key = (
+            cfg["model"],
+            facts.shape,
+            facts.classes,
+            facts.tokens,
+            cfg["batch_size"],
+            cfg.get("mlp_hidden"),
+            cfg.get("wrn_depth"),
+            cfg.get("wrn_width"),
+            threads,
+        )
         if key not in steps_cache:
             try:
                 steps_cache[key] = measure_step(cfg, facts, threads)
@@ -569,8 +634,11 @@ def estimate(todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | 
     # start-up and data loading beside the compute (measured once on this machine, cached: overheads())
     ran = [p for p in done if p.wall_s]
     ov = est.overhead = overheads([p.config for p in todo + ran]) if todo or ran else None
-    loads = {id(p): first for runs in (todo, ran)  # each sweep call starts its own workers
-             for p, first in zip(runs, first_loads([p.config for p in runs], max(1, jobs)) if ov else [])}
+    loads = {
+        id(p): first
+        for runs in (todo, ran)  # each sweep call starts its own workers
+        for p, first in zip(runs, first_loads([p.config for p in runs], max(1, jobs)) if ov else [])
+    }
 
     def extra(p, steps: int) -> float:
         return run_overhead(p.config, steps, ov, executor, loads[id(p)]) if ov else 0.0

@@ -35,7 +35,11 @@ def toml_value(v) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return repr(v) if v == v and v not in (float("inf"), float("-inf")) else {"nan": "nan", "inf": "inf", "-inf": "-inf"}[repr(v)]
+        return (
+            repr(v)
+            if v == v and v not in (float("inf"), float("-inf"))
+            else {"nan": "nan", "inf": "inf", "-inf": "-inf"}[repr(v)]
+        )
     return json.dumps(str(v), ensure_ascii=False)
 
 
@@ -67,7 +71,12 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
     log = Path(log)
     code, error = 0, None
     _IDLE.clear()
-    with _idle_after(), open_file(log, "a" if resume else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    with (
+        _idle_after(),
+        open_file(log, "a" if resume else "w") as f,
+        contextlib.redirect_stdout(f),
+        contextlib.redirect_stderr(f),
+    ):
         try:
             done = False
             if resume:
@@ -85,7 +94,7 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
                 run_train(cfg, quiet=True, overwrite=Path(cfg.out).exists())
         except FedcliError as e:
             code, error = e.exit_code, str(e)
-        except Exception as e:  # noqa: BLE001 - recorded as the run's failure; the sweep goes on
+        except Exception as e:
             code, error = 1, f"{type(e).__name__}: {e}"
         if error:
             print(f"fedcli: error: {error}", file=f)
@@ -94,7 +103,8 @@ def execute_inline(config: dict, log: str | Path, resume: bool = False) -> tuple
 
 def kept_as_pruned(run_dir: str | Path) -> bool:
     """Whether the run in ``run_dir`` was pruned (stopped on request, fedcli/results/stopfile.py): a resume refused for
-    that reason is final, the run is never started again in its place (a coordinator that lost track of it asks to resume
+    that reason is final, the run is never started again in its place (a coordinator that lost track of it asks to
+    resume
     it; the run directory wins)."""
     from fedcli.results.runstate import read_manifest
     from fedcli.results.validate import pruned
@@ -117,8 +127,14 @@ def memoize_datasets() -> None:
     cache: dict = {}
 
     def load_data(cfg):
-        key = (cfg.dataset, str(setup.data_dir(cfg)), cfg.download, cfg.holdout_fraction, cfg.data_pool,
-               tuple(sorted(setup.dataset_options(cfg).items())))  # everything load_data's result depends on
+        key = (
+            cfg.dataset,
+            str(setup.data_dir(cfg)),
+            cfg.download,
+            cfg.holdout_fraction,
+            cfg.data_pool,
+            tuple(sorted(setup.dataset_options(cfg).items())),
+        )  # everything load_data's result depends on
         if key not in cache:
             cache.clear()
             cache[key] = original(cfg)
@@ -154,7 +170,8 @@ def _orphaned() -> None:
 def _pool_init(workers_lock: str | None = None, parent: str | None = None, devices=None) -> None:
     # Own process group: a terminal's Ctrl-C reaches only the sweep, which passes exactly one SIGINT on
     # (fedcli train then finishes the round, writes a checkpoint and stops; a second one stops now).
-    # ``devices``: a queue of environments, one per worker (its GPU, fedcli/sweep/placement.py), taken before CUDA starts here.
+    # ``devices``: a queue of environments, one per worker (its GPU, fedcli/sweep/placement.py), taken before CUDA
+    # starts here.
     import importlib
 
     os.setpgrp()
@@ -179,12 +196,20 @@ class Executor:
     - ``mpi=N``: one ``mpiexec -n N python -m fedcli train --recipe RUN.toml`` per run, ``jobs`` at a time;
     - ``in_process``: one after another in this process (tests, debugging).
 
-    ``placement`` (:class:`fedcli.sweep.placement.Placement`): the GPU of each of the ``jobs`` slots; a worker process, or an
+    ``placement`` (:class:`fedcli.sweep.placement.Placement`): the GPU of each of the ``jobs`` slots; a worker process,
+    or an
     ``mpiexec`` run, gets its slot's device as ``CUDA_VISIBLE_DEVICES``.
     """
 
-    def __init__(self, jobs: int = 1, mpi: int = 0, in_process: bool = False, workers_lock: Path | None = None, notify=None,
-                 placement=None):
+    def __init__(
+        self,
+        jobs: int = 1,
+        mpi: int = 0,
+        in_process: bool = False,
+        workers_lock: Path | None = None,
+        notify=None,
+        placement=None,
+    ):
         self.jobs, self.mpi, self.in_process = max(1, jobs), mpi, in_process
         self.placement = placement if placement is not None and placement.gpus else None
         if self.placement is not None:
@@ -200,8 +225,10 @@ class Executor:
         """The first signal: say at once what happens now."""
         name = signal.Signals(self.signum).name
         again = {signal.SIGINT: "Ctrl-C again", signal.SIGUSR1: "SIGTERM"}.get(self.signum, f"{name} again")
-        self.notify(f"{name}: nothing new starts; the {running} running training(s) stop after their current round, with a "
-                    f"checkpoint; {again} to stop them now (each loses at most the round in progress)")
+        self.notify(
+            f"{name}: nothing new starts; the {running} running training(s) stop after their current round, with a "
+            f"checkpoint; {again} to stop them now (each loses at most the round in progress)"
+        )
 
     def forward(self) -> int:
         """The signal passed on to the trainings. ``mpiexec`` forwards SIGTERM to every rank each time, but takes a
@@ -212,7 +239,9 @@ class Executor:
         return self.signum
 
     def command(self, p: PlannedRun, resume: bool = False) -> list[str]:
-        py = [sys.executable, "-m", "mpi4py"] if self.mpi else [sys.executable]  # mpi4py: one rank's exception ends the job
+        py = (
+            [sys.executable, "-m", "mpi4py"] if self.mpi else [sys.executable]
+        )  # mpi4py: one rank's exception ends the job
         if resume:
             cmd = py + ["-m", "fedcli", "train", "--resume", str(p.dir), "--quiet"]
         else:
@@ -227,9 +256,12 @@ class Executor:
         make_dir(p.recipe_file.parent)  # the run's folders, logs and recipe files are never links (fedcli/safefs.py)
         for path in (p.dir, p.log):
             refuse_link(path)
-        header = (f"fedcli sweep: run '{p.name}', seed {p.seed}, of {recipe.path}"
-                  + (f" at scale {recipe.scale}" if recipe.scale else "") + f"\nconfig hash {p.hash}"
-                  + f"\nreplay: fedcli train --recipe {p.recipe_file} --overwrite")
+        header = (
+            f"fedcli sweep: run '{p.name}', seed {p.seed}, of {recipe.path}"
+            + (f" at scale {recipe.scale}" if recipe.scale else "")
+            + f"\nconfig hash {p.hash}"
+            + f"\nreplay: fedcli train --recipe {p.recipe_file} --overwrite"
+        )
         atomic_write(p.recipe_file, toml_flat(p.values, header))
 
     def finish(self, p: PlannedRun, code: int, error: str | None, wall_s: float) -> None:
@@ -238,7 +270,9 @@ class Executor:
         state, err = run_state(p)
         if state == DONE and code == 0:
             p.status, p.error = COMPLETED, None
-        elif state == PRUNED:  # stopped on request (RUN/stop.json, exit 5), or a resume of it refused: kept as it stands
+        elif (
+            state == PRUNED
+        ):  # stopped on request (RUN/stop.json, exit 5), or a resume of it refused: kept as it stands
             p.status, p.error = PRUNED, err
         else:
             p.status = FAILED
@@ -250,7 +284,9 @@ class Executor:
         """The environments of ``n`` slots: slot i's GPU (fedcli/sweep/placement.py), or nothing without a placement."""
         from fedcli.sweep.placement import device_env
 
-        return [device_env(self.placement.slots[i % len(self.placement.slots)]) if self.placement else {} for i in range(n)]
+        return [
+            device_env(self.placement.slots[i % len(self.placement.slots)]) if self.placement else {} for i in range(n)
+        ]
 
     def _subprocess(self, p: PlannedRun, slots=None) -> None:
         t0 = time.perf_counter()
@@ -259,7 +295,9 @@ class Executor:
         dev = slots.get() if slots is not None else {}  # a free slot's device: at most K runs at a time on each GPU
         try:
             code = self._spawn(p, self.command(p, resume=p.resume), "a" if p.resume else "w", dev)
-            if p.resume and code == 2 and not self.stopping and not kept_as_pruned(p.dir):  # resume refused: start again
+            if (
+                p.resume and code == 2 and not self.stopping and not kept_as_pruned(p.dir)
+            ):  # resume refused: start again
                 code = self._spawn(p, self.command(p), "a", dev)
         finally:
             if slots is not None:
@@ -273,7 +311,9 @@ class Executor:
         if device or p.env:  # its GPU; the run's own variables (fedcli tune: FEDCLI_TUNE_TRIAL)
             env = {**(env or os.environ), **p.env, **(device or {})}
         with open_file(p.log, mode) as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env)
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env
+            )
             with self.lock:
                 self.procs[proc.pid] = proc
             try:
@@ -306,7 +346,9 @@ class Executor:
             self.signal_all(pids)
 
         main_thread = threading.current_thread() is threading.main_thread()
-        old = {s: signal.signal(s, again) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+        old = (
+            {s: signal.signal(s, again) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+        )
         if main_thread:  # a further time-limit warning changes nothing: the trainings already stop at their boundary
             old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         try:
@@ -385,8 +427,12 @@ class Executor:
                 devices = ctx.Queue()
                 for env in self.device_envs(n):
                     devices.put(env)
-            pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_pool_init,
-                                       initargs=(str(self.workers_lock) if self.workers_lock else None, me, devices))
+            pool = ProcessPoolExecutor(
+                max_workers=n,
+                mp_context=ctx,
+                initializer=_pool_init,
+                initargs=(str(self.workers_lock) if self.workers_lock else None, me, devices),
+            )
             try:
                 # at most n runs handed to the pool at a time, so that a stop leaves nothing queued in it
                 pending, requeue, broken = {}, [], False

@@ -20,22 +20,22 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-GiB = 1024 ** 3
+GiB = 1024**3
 #: ``auto`` never packs more runs than this on one device (the issue measured up to 4; more gain little)
 AUTO_CAP = 4
 #: what a CUDA context and the caching allocator's slack cost each process, beyond its tensors
-CONTEXT_BYTES = 768 * 1024 ** 2
+CONTEXT_BYTES = 768 * 1024**2
 
 
 @dataclass
 class Placement:
     """The devices of a sweep's concurrent runs: ``slots[i]`` is the device of worker slot i (None: no GPU)."""
 
-    gpus: int                                   # CUDA devices visible to the sweep
-    runs_per_gpu: int                           # K: at most this many runs at a time on one device
-    concurrent: int                             # runs at a time (min of --jobs, K x gpus and the runs to go)
-    slots: list = field(default_factory=list)   # device index per worker slot, round-robin
-    why: str = ""                               # how K was chosen, in words
+    gpus: int  # CUDA devices visible to the sweep
+    runs_per_gpu: int  # K: at most this many runs at a time on one device
+    concurrent: int  # runs at a time (min of --jobs, K x gpus and the runs to go)
+    slots: list = field(default_factory=list)  # device index per worker slot, round-robin
+    why: str = ""  # how K was chosen, in words
 
     @property
     def per_device(self) -> dict[int, int]:
@@ -52,8 +52,10 @@ class Placement:
             return self.why
         names = names or [f"cuda:{i}" for i in range(self.gpus)]
         each = ", ".join(f"{names[d]} {n} run{'s' if n != 1 else ''}" for d, n in sorted(self.per_device.items()))
-        return (f"{self.gpus} CUDA device{'s' if self.gpus != 1 else ''}, up to {self.runs_per_gpu} run"
-                f"{'s' if self.runs_per_gpu != 1 else ''} per GPU ({self.why}); {self.concurrent} at a time: {each}")
+        return (
+            f"{self.gpus} CUDA device{'s' if self.gpus != 1 else ''}, up to {self.runs_per_gpu} run"
+            f"{'s' if self.runs_per_gpu != 1 else ''} per GPU ({self.why}); {self.concurrent} at a time: {each}"
+        )
 
 
 def parse_runs_per_gpu(value) -> int | None:
@@ -68,8 +70,15 @@ def parse_runs_per_gpu(value) -> int | None:
     return int(text)
 
 
-def place(runs: int, jobs: int, free: list[int], need: int | None, runs_per_gpu: int | None,
-          share: float = 0.9, how: str = "estimated") -> Placement:
+def place(
+    runs: int,
+    jobs: int,
+    free: list[int],
+    need: int | None,
+    runs_per_gpu: int | None,
+    share: float = 0.9,
+    how: str = "estimated",
+) -> Placement:
     """Where ``runs`` runs to go, ``jobs`` at a time, go on devices with ``free`` bytes free each (empty: no GPU).
 
     ``runs_per_gpu``: K as asked, or None (auto): ``floor(share x min(free) / need)`` runs, between 1 and
@@ -78,7 +87,9 @@ def place(runs: int, jobs: int, free: list[int], need: int | None, runs_per_gpu:
     whether ``need`` was measured or estimated (said in the plan)."""
     gpus = len(free)
     if gpus == 0:
-        return Placement(0, 0, max(1, min(jobs, runs)), [None] * max(1, min(jobs, runs)), "no CUDA device: runs on the CPU")
+        return Placement(
+            0, 0, max(1, min(jobs, runs)), [None] * max(1, min(jobs, runs)), "no CUDA device: runs on the CPU"
+        )
     if runs_per_gpu is not None:
         k, why = runs_per_gpu, f"--runs-per-gpu {runs_per_gpu}"
     elif not need:
@@ -86,9 +97,11 @@ def place(runs: int, jobs: int, free: list[int], need: int | None, runs_per_gpu:
     else:
         fit = int(share * min(free) // need)
         k = max(1, min(AUTO_CAP, fit))
-        why = (f"auto: a run needs about {need / GiB:.2f} GiB ({how}); the device with the least free memory has "
-               f"{min(free) / GiB:.1f} GiB, {fit} run{'s' if fit != 1 else ''} fit in {share:.0%} of it"
-               + (f", capped at {AUTO_CAP}" if fit > AUTO_CAP else ""))
+        why = (
+            f"auto: a run needs about {need / GiB:.2f} GiB ({how}); the device with the least free memory has "
+            f"{min(free) / GiB:.1f} GiB, {fit} run{'s' if fit != 1 else ''} fit in {share:.0%} of it"
+            + (f", capped at {AUTO_CAP}" if fit > AUTO_CAP else "")
+        )
     concurrent = max(1, min(jobs, k * gpus, runs))
     return Placement(gpus, k, concurrent, [i % gpus for i in range(concurrent)], why)
 
@@ -111,8 +124,12 @@ def free_memory() -> list[int]:
     if smi is None:
         return []
     try:
-        r = subprocess.run([smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"], capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     if r.returncode != 0:
@@ -121,7 +138,7 @@ def free_memory() -> list[int]:
     for line in r.stdout.splitlines():
         idx, _, mib = line.partition(",")
         if idx.strip().isdigit() and mib.strip().isdigit():
-            rows[idx.strip()] = int(mib.strip()) * 1024 ** 2
+            rows[idx.strip()] = int(mib.strip()) * 1024**2
     ids = visible_ids()
     if ids is None:
         return [rows[k] for k in sorted(rows, key=int)]
@@ -151,13 +168,19 @@ def estimate_memory(config: dict, facts) -> int:
     for their gradients and the allocator's rounding). An upper-side guess, so that packed runs do not run out."""
     import torch
 
+    from fedcli.config import TrainConfig
     from fedcli.models import build_model
 
-    from fedcli.config import TrainConfig
-
     cfg = TrainConfig(**config)
-    model = build_model(cfg.model, facts.shape, facts.classes, wrn_depth=cfg.wrn_depth, wrn_width=cfg.wrn_width,
-                        mlp_hidden=cfg.hidden_sizes(), **({"vocab_size": int(facts.tokens)} if facts.tokens else {}))
+    model = build_model(
+        cfg.model,
+        facts.shape,
+        facts.classes,
+        wrn_depth=cfg.wrn_depth,
+        wrn_width=cfg.wrn_width,
+        mlp_hidden=cfg.hidden_sizes(),
+        **({"vocab_size": int(facts.tokens)} if facts.tokens else {}),
+    )
     params = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
     acts = [0]
 
@@ -204,7 +227,7 @@ def run_memory(todo: list, done: list) -> tuple[int | None, str]:
             try:
                 facts = data_facts(p.config, False, cache)
                 need, how = (estimate_memory(p.config, facts), "estimated") if facts else (None, "")
-            except Exception:  # noqa: BLE001 - an estimate that fails leaves the memory unknown (one run per GPU)
+            except Exception:
                 need = None
             if not need:
                 return None, f"the memory of {p.label} cannot be estimated"
@@ -212,8 +235,9 @@ def run_memory(todo: list, done: list) -> tuple[int | None, str]:
     return (worst or None), " and ".join(sorted(hows))
 
 
-def placement_for(todo: list, done: list, jobs: int, runs_per_gpu: int | None, free: list[int] | None = None,
-                  mpi: int = 0) -> Placement:
+def placement_for(
+    todo: list, done: list, jobs: int, runs_per_gpu: int | None, free: list[int] | None = None, mpi: int = 0
+) -> Placement:
     """The sweep's :class:`Placement`: the runs to go placed on the visible CUDA devices (``free``: their free bytes,
     asked of the driver when None) when every one of them asks for ``--device cuda`` or auto; else on no device.
     Under ``--mpi N`` (N > 1) a run's ranks spread over the visible GPUs themselves: no placement."""

@@ -37,14 +37,16 @@ def main(argv: list[str]) -> None:
                 t = time.perf_counter()
                 setup.load_data_and_partition(TrainConfig(**cfg))
                 print(json.dumps({"part": key, "s": time.perf_counter() - t}), flush=True)
-        except Exception as e:  # noqa: BLE001 - reported to the parent as this dataset's failure
+        except Exception as e:
             why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
             print(json.dumps({"failed": job["key"], "why": why}), flush=True)
     if argv[1] == "reference":
         n = REFERENCE["iterations"]
         with tempfile.TemporaryDirectory() as tmp:  # the reference training, short (twice: the first loads) and long
-            walls = [execute_inline({**REFERENCE, "iterations": k, "out": f"{tmp}/{i}"}, f"{tmp}/{i}.log")[2]
-                     for i, k in enumerate((n, n, 5 * n))]
+            walls = [
+                execute_inline({**REFERENCE, "iterations": k, "out": f"{tmp}/{i}"}, f"{tmp}/{i}.log")[2]
+                for i, k in enumerate((n, n, 5 * n))
+            ]
         step = measure_step(TrainConfig(**REFERENCE).to_dict(), data_facts(REFERENCE, False, {}), 1)[0]
         print(json.dumps({"reference": walls[1:], "step": step}), flush=True)
 

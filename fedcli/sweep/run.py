@@ -27,18 +27,44 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from fedcli.errors import ConfigError, FedcliError
-from fedcli.results.runstate import (COMPLETED, CORRUPT, DONE, FAILED, INTERRUPTED, MISSING, NEUTRAL_KEYS, PRUNED,  # noqa: F401
-                                     RUNNING, STALE, config_hash, config_matches)
+from fedcli.results.runstate import (
+    COMPLETED,
+    CORRUPT,
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    MISSING,
+    NEUTRAL_KEYS,  # noqa: F401
+    PRUNED,
+    RUNNING,
+    STALE,
+    config_hash,
+    config_matches,  # noqa: F401
+)
+from fedcli.results.sweepdir import (
+    FORMAT,  # noqa: F401
+    MANIFEST,
+    PlannedRun,
+    SweepManifest,
+    default_out,
+    entry_dirs,  # noqa: F401
+    last_line,  # noqa: F401
+    load_manifest,
+    path_ref,
+    recipe_by_text,
+    recipe_hints,
+    recipe_of,  # noqa: F401
+    recipe_shown,
+    run_state,
+    text_sha256,
+)
 from fedcli.safefs import refuse_link
 from fedcli.sweep.executors import Executor
 
-from fedcli.results.sweepdir import (FORMAT, MANIFEST, PlannedRun, SweepManifest, default_out, entry_dirs, last_line,  # noqa: F401
-                                     load_manifest, recipe_by_text, recipe_hints, recipe_of, path_ref, recipe_shown,
-                                     run_state, text_sha256)
-
-if TYPE_CHECKING:  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
+if (
+    TYPE_CHECKING
+):  # the config (so every method file, and torch) loads where a sweep is planned or run, not for a report
     from fedcli.recipes import SweepRecipe
-
 
 
 class SweepFailed(FedcliError):
@@ -59,7 +85,9 @@ def parse_seeds(text: str | int) -> list[int]:
     (lists may mix: ``0,3-4``). Seeds are distinct non-negative integers, kept in the order given."""
     if isinstance(text, int):
         text = str(text)
-    bad = ConfigError(f"--seeds takes a count (3: seeds 0,1,2), a list (3,4) or a range (2-5), got '{text}'", key="seeds")
+    bad = ConfigError(
+        f"--seeds takes a count (3: seeds 0,1,2), a list (3,4) or a range (2-5), got '{text}'", key="seeds"
+    )
     items = [t.strip() for t in str(text).split(",")]
     if len(items) == 1 and items[0].isdigit():
         n = int(items[0])
@@ -83,7 +111,9 @@ def seed_list(recipe: SweepRecipe, seeds: int | str | None) -> list[int]:
     return parse_seeds(seeds if seeds is not None else recipe.seeds)
 
 
-def plan(recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None, tracker: str = "") -> list[PlannedRun]:
+def plan(
+    recipe: SweepRecipe, root: Path, seeds: list[int], threads: int | None = None, tracker: str = ""
+) -> list[PlannedRun]:
     """Every (run, seed) of the recipe, validated (exit 2 names the run), with its state on disk. ``tracker``
     (``fedcli sweep --tracker``) replaces the recipe's ``tracker`` key in every run."""
     from fedcli.recipes import run_config
@@ -145,14 +175,18 @@ class SweepLock:
         from fedcli.results.lock import describe
 
         if not self.lock.acquire():
-            raise ConfigError(f"another fedcli sweep ({describe(self.lock.holder())}) is running in {self.path.parent}; "
-                              f"wait for it or stop it") from None
+            raise ConfigError(
+                f"another fedcli sweep ({describe(self.lock.holder())}) is running in {self.path.parent}; "
+                f"wait for it or stop it"
+            ) from None
         deadline = time.monotonic() + self.WAIT_S
         while not self.workers.acquire():
             if time.monotonic() > deadline:
                 self.lock.release()
-                raise ConfigError(f"worker processes of an earlier fedcli sweep in {self.path.parent} are still running "
-                                  f"(they stop after their current local step or round); wait for them to end") from None
+                raise ConfigError(
+                    f"worker processes of an earlier fedcli sweep in {self.path.parent} are still running "
+                    f"(they stop after their current local step or round); wait for them to end"
+                ) from None
             time.sleep(0.25)
         self.workers.release()  # this sweep's workers take it shared; the sweep lock keeps other sweeps out meanwhile
         return self
@@ -171,12 +205,12 @@ class SweepResult:
     runs: list[PlannedRun]
     ran: list[PlannedRun] = field(default_factory=list)
     skipped: list[PlannedRun] = field(default_factory=list)
-    data: list = field(default_factory=list)        # fedcli.data.preflight.DataCheck of the runs to go
+    data: list = field(default_factory=list)  # fedcli.data.preflight.DataCheck of the runs to go
     submitted: list[PlannedRun] = field(default_factory=list)  # --executor slurm: submitted now
-    queued: list[PlannedRun] = field(default_factory=list)     # --executor slurm: their job is pending or running
-    resources: object = None                                   # --executor slurm: fedcli.sweep.slurm.Resources
-    placement: object = None                                   # local runs: their GPUs (fedcli.sweep.placement.Placement)
-    replaces: str | None = None                                # --overwrite: the other sweep the folder held (another_sweep)
+    queued: list[PlannedRun] = field(default_factory=list)  # --executor slurm: their job is pending or running
+    resources: object = None  # --executor slurm: fedcli.sweep.slurm.Resources
+    placement: object = None  # local runs: their GPUs (fedcli.sweep.placement.Placement)
+    replaces: str | None = None  # --overwrite: the other sweep the folder held (another_sweep)
 
     @property
     def failed(self) -> list[PlannedRun]:
@@ -216,14 +250,21 @@ class SweepOptions:
     tuned_record: dict | None = None
 
 
-def prepare_sweep(recipe_path: str | Path, scale: str | None = None, seeds: int | str | None = None,
-                  out: str | Path | None = None, *, cpus: int | None = None,
-                  **options) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
+def prepare_sweep(
+    recipe_path: str | Path,
+    scale: str | None = None,
+    seeds: int | str | None = None,
+    out: str | Path | None = None,
+    *,
+    cpus: int | None = None,
+    **options,
+) -> tuple[SweepRecipe, Path, list[int], list[PlannedRun], dict]:
     """The sweep's recipe, folder, seeds, planned runs and products. ``options``: :class:`SweepOptions` by keyword (of
     which ``jobs``, ``mpi``, ``tracker`` and ``tuned`` count here). ``cpus``: CPUs each run gets (a Slurm job's);
     default this machine's cores / (jobs x MPI ranks); ``tracker``: replaces every run's ``tracker`` key (``fedcli
     sweep --tracker``); ``tuned``: {run name: values} set over each run's own (``fedcli sweep --tuned DIR``: its
-    study's confirmed best, fedcli/tune/confirm.py; the default folder is then ``results/<recipe name>-<scale>-tuned``)."""
+    study's confirmed best, fedcli/tune/confirm.py; the default folder is then ``results/<recipe
+    name>-<scale>-tuned``)."""
     o = SweepOptions(seeds=seeds, out=out, **options)
     jobs, mpi, tracker, tuned = o.jobs, o.mpi, o.tracker, o.tuned
     from fedcli.recipes import read_sweep
@@ -268,14 +309,22 @@ def another_sweep(root: Path, recipe: SweepRecipe, products: dict, runs: list[Pl
     if not same_recipe(old, root, recipe):
         return f"--out {root} holds the sweep of {recipe_shown(old, root)}, not of {mine} ({_fate(old, root, runs)})"
     if (old.get("scale") or None) != (recipe.scale or None):  # its runs would be stale here and trained again
-        return (f"--out {root} holds the sweep of {recipe_shown(old, root)} at {_at_scale(old.get('scale'))}, not at "
-                f"{_at_scale(recipe.scale)} ({_fate(old, root, runs, 'at this scale')})")
+        return (
+            f"--out {root} holds the sweep of {recipe_shown(old, root)} at {_at_scale(old.get('scale'))}, not at "
+            f"{_at_scale(recipe.scale)} ({_fate(old, root, runs, 'at this scale')})"
+        )
     made = {(kind, d.get("name")) for kind in ("tables", "figures") for d in products.get(kind, [])}
-    lost = [f"{kind[:-1]} '{d.get('name')}'" for kind in ("tables", "figures") for d in old.get(kind, []) or []
-            if (kind, d.get("name")) not in made]
+    lost = [
+        f"{kind[:-1]} '{d.get('name')}'"
+        for kind in ("tables", "figures")
+        for d in old.get(kind, []) or []
+        if (kind, d.get("name")) not in made
+    ]
     if lost:
-        return (f"--out {root} holds a sweep of {recipe_shown(old, root)} with {', '.join(lost)}, which {mine} does not "
-                f"make (no report could be made of them any more)")
+        return (
+            f"--out {root} holds a sweep of {recipe_shown(old, root)} with {', '.join(lost)}, which {mine} does not "
+            f"make (no report could be made of them any more)"
+        )
     return None
 
 
@@ -344,8 +393,10 @@ def failed_error(result: SweepResult) -> SweepFailed | None:
         return None
     first = bad[0]
     code = first.exit_code if first.exit_code in (2, 3, 4) else 1
-    detail = "; ".join(f"{p.label} ({'exit ' + str(p.exit_code) + ': ' if p.exit_code else ''}{p.error or p.status}; log {p.log})"
-                       for p in bad[:3])
+    detail = "; ".join(
+        f"{p.label} ({'exit ' + str(p.exit_code) + ': ' if p.exit_code else ''}{p.error or p.status}; log {p.log})"
+        for p in bad[:3]
+    )
     more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
     err = SweepFailed(f"{len(bad)} of {len(runs)} runs of {recipe.path} failed: {detail}{more}; {rerun_advice(bad)}")
     err.exit_code = code
@@ -364,15 +415,19 @@ def rerun_advice(bad: list[PlannedRun]) -> str:
     if not div:
         return "run the same command again to retry them"
     one = div == 1
-    said = (f"{'the diverged run' if one else f'the {div} diverged runs'} (a result: reports show {'it' if one else 'them'} "
-            f"as diverged) would diverge again if run again as {'it is' if one else 'they are'}; to train "
-            f"{'it' if one else 'them'} on, change {'its' if one else 'their'} settings in the recipe (a smaller lr, or "
-            f"diverge_factor = 0 to let a finite blow-up go on)")
+    said = (
+        f"{'the diverged run' if one else f'the {div} diverged runs'} (a result: reports show "
+        f"{'it' if one else 'them'} "
+        f"as diverged) would diverge again if run again as {'it is' if one else 'they are'}; to train "
+        f"{'it' if one else 'them'} on, change {'its' if one else 'their'} settings in the recipe (a smaller lr, or "
+        f"diverge_factor = 0 to let a finite blow-up go on)"
+    )
     return said if div == len(bad) else f"run the same command again to retry the others; {said}"
 
 
-def run_sweep(recipe_path: str | Path, scale: str | None = None, options: SweepOptions | None = None,
-              **kwargs) -> SweepResult:
+def run_sweep(
+    recipe_path: str | Path, scale: str | None = None, options: SweepOptions | None = None, **kwargs
+) -> SweepResult:
     """Expand, check the data, run what is not done yet, and keep ``sweep.json`` current. Raises SweepFailed if runs
     failed. ``options``: a :class:`SweepOptions`, or its fields by keyword (``kwargs``, over ``options`` when both are
     given). ``executor="slurm"``: submit the runs to go as Slurm jobs instead (fedcli/sweep/slurm.py; ``slurm``: the
@@ -389,15 +444,27 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, options: SweepO
         from fedcli.sweep.slurm import resources
 
         res = resources(read_sweep(recipe_path, scale), o.slurm or {})
-    recipe, root, seed_ids, runs, products = prepare_sweep(recipe_path, scale, o.seeds, o.out,
-                                                           cpus=res.cpus if res else None, jobs=o.jobs, mpi=o.mpi,
-                                                           tracker=o.tracker, tuned=o.tuned)
+    recipe, root, seed_ids, runs, products = prepare_sweep(
+        recipe_path,
+        scale,
+        o.seeds,
+        o.out,
+        cpus=res.cpus if res else None,
+        jobs=o.jobs,
+        mpi=o.mpi,
+        tracker=o.tracker,
+        tuned=o.tuned,
+    )
     result = SweepResult(root, recipe, runs, resources=res, replaces=another_sweep(root, recipe, products, runs))
     if result.replaces and not o.overwrite:
-        raise ConfigError(f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
-                          f"to replace it")
+        raise ConfigError(
+            f"{result.replaces}: a sweep there would replace it; choose another --out, or pass --overwrite "
+            f"to replace it"
+        )
     todo = [p for p in runs if p.status not in (DONE, PRUNED)]  # a pruned run is kept as it stands, never resumed by
-    result.skipped = [p for p in runs if p.status == DONE]       # accident (`fedcli train --resume RUN --promote` finishes it)
+    result.skipped = [
+        p for p in runs if p.status == DONE
+    ]  # accident (`fedcli train --resume RUN --promote` finishes it)
     for p in result.skipped:
         p.status = COMPLETED
     result.data = check_data(todo, o.download, o.dry_run, o.notify)
@@ -409,8 +476,12 @@ def run_sweep(recipe_path: str | Path, scale: str | None = None, options: SweepO
         return result
     if o.executor == "slurm":
         return submit_sweep(result, todo, seed_ids, products, o.mpi, o.on_start)
-    _run_local(result, todo, SweepManifest(root, recipe, seed_ids, runs, products,
-                                           {"tuned": o.tuned_record} if o.tuned_record else None), o)
+    _run_local(
+        result,
+        todo,
+        SweepManifest(root, recipe, seed_ids, runs, products, {"tuned": o.tuned_record} if o.tuned_record else None),
+        o,
+    )
     err = failed_error(result)
     if err:
         raise err
@@ -454,8 +525,9 @@ def _run_local(result: SweepResult, todo: list[PlannedRun], manifest: SweepManif
         manifest.write()
         if o.on_start:
             o.on_start(result, todo)
-        ex = Executor(o.jobs, o.mpi, o.in_process, workers_lock=lock.workers_path, notify=o.notify,
-                      placement=result.placement)
+        ex = Executor(
+            o.jobs, o.mpi, o.in_process, workers_lock=lock.workers_path, notify=o.notify, placement=result.placement
+        )
 
         def done(p: PlannedRun) -> None:
             manifest.write()
@@ -490,10 +562,17 @@ def _stop_on_signals(ex: Executor) -> dict:
 
     if threading.current_thread() is not threading.main_thread():
         return {}
-    handlers = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: on_term, signal.SIGHUP: on_term,
-                signal.SIGUSR1: on_term}
-    return {s: signal.signal(s, h) for s, h in handlers.items()
-            if s in (signal.SIGTERM, signal.SIGUSR1) or signal.getsignal(s) is not signal.SIG_IGN}
+    handlers = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: on_term,
+        signal.SIGHUP: on_term,
+        signal.SIGUSR1: on_term,
+    }
+    return {
+        s: signal.signal(s, h)
+        for s, h in handlers.items()
+        if s in (signal.SIGTERM, signal.SIGUSR1) or signal.getsignal(s) is not signal.SIG_IGN
+    }
 
 
 def _interrupted(result: SweepResult, todo: list[PlannedRun], signum: int) -> SweepInterrupted:
@@ -504,15 +583,18 @@ def _interrupted(result: SweepResult, todo: list[PlannedRun], signum: int) -> Sw
         p.status, p.error = run_state(p)
     stopped = [p for p in left if p.status != DONE]
     resumable = sum(p.resume for p in stopped)
-    err = SweepInterrupted(f"interrupted by {signal.Signals(signum).name}: {len(todo) - len(stopped)} of {len(todo)} runs "
-                           f"finished, {resumable} stopped with a checkpoint (resumable); run the same command again to continue")
+    err = SweepInterrupted(
+        f"interrupted by {signal.Signals(signum).name}: {len(todo) - len(stopped)} of {len(todo)} runs "
+        f"finished, {resumable} stopped with a checkpoint (resumable); run the same command again to continue"
+    )
     err.exit_code = 128 + int(signum)
     err.result = result
     return err
 
 
-def submit_sweep(result: SweepResult, todo: list[PlannedRun], seed_ids: list[int], products: dict, mpi: int,
-                 on_start=None) -> SweepResult:
+def submit_sweep(
+    result: SweepResult, todo: list[PlannedRun], seed_ids: list[int], products: dict, mpi: int, on_start=None
+) -> SweepResult:
     """``--executor slurm``: submit every run to go whose job is not pending or running (asked of Slurm) and whose
     run lock is free; ``sweep.json`` records the job ids. Returns at once (``fedcli sweep --wait`` follows them)."""
     from fedcli.sweep import slurm

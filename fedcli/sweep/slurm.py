@@ -38,9 +38,23 @@ from fedcli.errors import ConfigError, FedcliError
 from fedcli.results.rundir import atomic_write, now
 
 #: Slurm job states (squeue / scontrol / sacct) in which a job may still run: never resubmit its run
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-          "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "PREEMPTED"}
-JOB_FILE = ".job.json"   # suffix beside the run's log: <slug>/seed<k>.job.json
+ACTIVE = {
+    "PENDING",
+    "RUNNING",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+    "RESV_DEL_HOLD",
+    "PREEMPTED",
+}
+JOB_FILE = ".job.json"  # suffix beside the run's log: <slug>/seed<k>.job.json
 
 
 @dataclass
@@ -77,8 +91,11 @@ class Resources:
         return max(self.cpus, mpi or 1) * self.runs_per_job
 
     def describe(self, mpi: int = 0) -> str:
-        parts = [f"partition {self.partition or '(default)'}", f"time {fmt_minutes(self.minutes)}",
-                 f"{self.job_cpus(mpi)} CPU(s)"]
+        parts = [
+            f"partition {self.partition or '(default)'}",
+            f"time {fmt_minutes(self.minutes)}",
+            f"{self.job_cpus(mpi)} CPU(s)",
+        ]
         if self.mem:
             parts.append(f"mem {self.mem}")
         if self.gpus:
@@ -95,7 +112,7 @@ def time_minutes(value) -> int:
     """Minutes of a Slurm time: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S`` (seconds round up)."""
     s = str(value).strip()
     try:
-        days, rest = (s.split("-", 1) if "-" in s else ("0", s))
+        days, rest = s.split("-", 1) if "-" in s else ("0", s)
         parts = [int(x) for x in rest.split(":")]
         d = int(days)
         if "-" in s:
@@ -109,7 +126,9 @@ def time_minutes(value) -> int:
         else:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"slurm time {value!r}: expected minutes or D-HH:MM:SS (Slurm's --time)", key="time") from None
+        raise ConfigError(
+            f"slurm time {value!r}: expected minutes or D-HH:MM:SS (Slurm's --time)", key="time"
+        ) from None
     total = ((d * 24 + h) * 60 + m) * 60 + sec
     if total <= 0:
         raise ConfigError(f"slurm time {value!r}: must be above 0", key="time")
@@ -136,10 +155,14 @@ def resources(recipe, overrides: dict) -> Resources:
         values.update(scaled[recipe.scale])
     for k in values:
         if k not in names:
-            raise ConfigError(f"{recipe.where(k)}: unknown [slurm] key '{k}' (allowed: {', '.join(sorted(names))})", key=k)
+            raise ConfigError(
+                f"{recipe.where(k)}: unknown [slurm] key '{k}' (allowed: {', '.join(sorted(names))})", key=k
+            )
     options = values.pop("options", [])
     if not isinstance(options, list):
-        raise ConfigError(f"{recipe.where('options')}: [slurm] options must be a list of sbatch options, e.g. [\"--qos=high\"]")
+        raise ConfigError(
+            f'{recipe.where("options")}: [slurm] options must be a list of sbatch options, e.g. ["--qos=high"]'
+        )
     options = [str(o) for o in options] + list(overrides.get("options") or [])  # --sbatch adds to the recipe's
     values.update({k: v for k, v in overrides.items() if v is not None and k != "options"})
     res = Resources(**values, options=options)
@@ -148,14 +171,18 @@ def resources(recipe, overrides: dict) -> Resources:
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ConfigError(f"slurm {k} must be an integer >= {lo}, got {v!r}", key=k)
     res.time = str(res.time)
-    res.minutes  # noqa: B018 - validates the time
+    res.minutes
     if res.signal >= res.minutes * 60:
-        raise ConfigError(f"slurm signal {res.signal} s must be shorter than the time limit ({fmt_minutes(res.minutes)})", key="signal")
+        raise ConfigError(
+            f"slurm signal {res.signal} s must be shorter than the time limit ({fmt_minutes(res.minutes)})",
+            key="signal",
+        )
     return res
 
 
 def sbatch_options(options: list[str]) -> dict:
-    """``["--account=a", "--exclusive"]`` -> ``{"account": "a", "exclusive": True}`` (submitit's additional_parameters)."""
+    """``["--account=a", "--exclusive"]`` -> ``{"account": "a", "exclusive": True}`` (submitit's
+    additional_parameters)."""
     out = {}
     for o in options:
         if not o.startswith("--") or len(o) < 3:
@@ -279,7 +306,8 @@ def progress(p) -> str:
 
 def train_in_job(p, mpi: int, executor, device: dict | None = None) -> int:
     """Train run ``p`` as a local ``--mpi`` sweep would (``executor``: the sweep's executor class,
-    ``fedcli.sweep.executors.Executor``, handed down by the sweep; ``device``: its ``CUDA_VISIBLE_DEVICES``), record the exit
+    ``fedcli.sweep.executors.Executor``, handed down by the sweep; ``device``: its ``CUDA_VISIBLE_DEVICES``), record the
+    exit
     code in its job file and return it. Resume or start again is decided here, when the job starts (the run may have
     moved on since submission)."""
     from fedcli.results.sweepdir import run_state
@@ -354,9 +382,16 @@ def slurm_executor(root: Path, res: Resources, cpus: int):
 
     ex = Executor(folder=str(root / ".slurm" / "%j"), python=sys.executable)
     extra = {"signal": f"TERM@{res.signal}", **sbatch_options(res.options)}
-    params = dict(time=res.minutes, cpus_per_task=cpus, ntasks_per_node=1, nodes=1,
-                  job_name=f"fedcli-{root.name}"[:64], array_parallelism=res.array_parallelism,
-                  additional_parameters=extra, stderr_to_stdout=True)
+    params = dict(
+        time=res.minutes,
+        cpus_per_task=cpus,
+        ntasks_per_node=1,
+        nodes=1,
+        job_name=f"fedcli-{root.name}"[:64],
+        array_parallelism=res.array_parallelism,
+        additional_parameters=extra,
+        stderr_to_stdout=True,
+    )
     if res.partition:
         params["partition"] = res.partition
     if res.mem:
@@ -374,7 +409,7 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
     ex = slurm_executor(root, res, res.job_cpus(mpi))
     cwd = os.getcwd()
     jobs, k = [], res.runs_per_job
-    groups = [todo[i:i + k] for i in range(0, len(todo), k)]
+    groups = [todo[i : i + k] for i in range(0, len(todo), k)]
     try:
         with ex.batch():
             for g in groups:
@@ -382,10 +417,11 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
                     jobs.append(ex.submit(run_job, replace(g[0]), mpi, cwd, executor))
                 else:
                     jobs.append(ex.submit(run_jobs, [replace(p) for p in g], mpi, cwd, executor, res.gpus))
-    except Exception as e:  # noqa: BLE001 - sbatch refused (bad partition, limits, ...): one sentence, exit 2
+    except Exception as e:
         msg = " ".join(str(e).split())
-        raise ConfigError(f"Slurm refused the jobs ({msg[:400]}); check the [slurm] table or the --partition/--time/"
-                          f"--sbatch flags") from None
+        raise ConfigError(
+            f"Slurm refused the jobs ({msg[:400]}); check the [slurm] table or the --partition/--time/--sbatch flags"
+        ) from None
     ids = [str(j.job_id) for g, j in zip(groups, jobs) for _ in g]  # a packed job's id for each of its runs
     for p, jid in zip(todo, ids):
         atomic_write(job_file(p), json.dumps({"job_id": jid, "submitted": now(), "resume": p.resume}, indent=1) + "\n")
@@ -397,10 +433,10 @@ def submit(todo: list, recipe, res: Resources, mpi: int, executor, notify=None) 
 
 @dataclass
 class RunStatus:
-    run: object                   # PlannedRun
-    state: str                    # the run's state on disk (fedcli.results.sweepdir.run_state)
+    run: object  # PlannedRun
+    state: str  # the run's state on disk (fedcli.results.sweepdir.run_state)
     job_id: str | None = None
-    slurm: str | None = None      # Slurm's state of the job, None if unknown
+    slurm: str | None = None  # Slurm's state of the job, None if unknown
     exit_code: int | None = None  # the training's exit code, from the job file
     locked: bool = False
 

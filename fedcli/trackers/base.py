@@ -28,11 +28,11 @@ class RunInfo:
     """What a tracker is told about the run when it starts."""
 
     run_dir: Path
-    name: str                 # the run's name in the tracker (a sweep's "run-slug/seedK", else the run folder's name)
-    experiment: str           # what groups runs: a sweep's folder name (one experiment / project per sweep), else "fedcli"
-    tags: dict = field(default_factory=dict)     # method, dataset, model, seed, and a sweep's scale and run name
-    params: dict = field(default_factory=dict)   # the resolved config and the method's parts, flat
-    saved: dict = field(default_factory=dict)    # what this tracker's ``start`` returned on an earlier attempt (resume)
+    name: str  # the run's name in the tracker (a sweep's "run-slug/seedK", else the run folder's name)
+    experiment: str  # what groups runs: a sweep's folder name (one experiment / project per sweep), else "fedcli"
+    tags: dict = field(default_factory=dict)  # method, dataset, model, seed, and a sweep's scale and run name
+    params: dict = field(default_factory=dict)  # the resolved config and the method's parts, flat
+    saved: dict = field(default_factory=dict)  # what this tracker's ``start`` returned on an earlier attempt (resume)
 
 
 class Tracker:
@@ -41,7 +41,7 @@ class Tracker:
     register with :func:`register_tracker`."""
 
     declaration: TrackerDeclaration | None = None
-    name = ""     # the declaration's, set from it (a tracker of your own may set these two instead of ``declaration``)
+    name = ""  # the declaration's, set from it (a tracker of your own may set these two instead of ``declaration``)
     package = ""
 
     def __init_subclass__(cls, **kwargs):

@@ -60,7 +60,9 @@ def messages(run_dir: Path, config: dict) -> list[dict]:
     for r in _rows(run_dir / "metrics.csv"):
         it = int(r["iteration"])
         values = steps.setdefault(it, {})
-        values.update({k: v for k, v in ((k, _number(x)) for k, x in r.items() if k not in NOT_SCALARS) if v is not None})
+        values.update(
+            {k: v for k, v in ((k, _number(x)) for k, x in r.items() if k not in NOT_SCALARS) if v is not None}
+        )
         fedavg = fedavg_params_so_far(total, it, int(r["round"]), int(config["tau"]), bool(config.get("local_epochs")))
         values["comm_pct_of_fedavg"] = 100.0 * float(r["comm_params"]) / fedavg if fedavg else math.nan
         last = it
@@ -76,7 +78,11 @@ def send_rest(run_dir: Path, manifest: dict, warn, wait_s: float = WAIT_S) -> st
     they hold skipped) and wait at most ``wait_s`` for it; one line saying what was done."""
     run_dir = Path(run_dir)
     config = manifest["config"]
-    before = {n: int(s.get("last_step", -1)) for n, s in state.read(run_dir).get("trackers", {}).items() if isinstance(s, dict)}
+    before = {
+        n: int(s.get("last_step", -1))
+        for n, s in state.read(run_dir).get("trackers", {}).items()
+        if isinstance(s, dict)
+    }
     method = manifest.get("method") or {}
     info = info_of(config, {k: method[k] for k in PARTS if k in method}, int(manifest.get("world_size") or 1), run_dir)
     hook = TrackerHook(_Config(config["tracker"]), run_dir, resume=True, warn=warn, close_timeout=0.0)
@@ -90,15 +96,19 @@ def send_rest(run_dir: Path, manifest: dict, warn, wait_s: float = WAIT_S) -> st
     hook.close(manifest["status"])  # hands the messages and the end over; the process does the rest alone
     try:
         hook.proc.wait(wait_s)
-    except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it goes on in the background
-        return (f"{run_dir}: the trackers ({config['tracker']}) are still finishing after {wait_s:g} s; they go on in "
-                f"the background (`fedcli report {run_dir}` says when they are done)")
+    except Exception:
+        return (
+            f"{run_dir}: the trackers ({config['tracker']}) are still finishing after {wait_s:g} s; they go on in "
+            f"the background (`fedcli report {run_dir}` says when they are done)"
+        )
     rest = [m["step"] for m in sent if m["step"] > min(before.values(), default=-1)]
     span = f" (iterations {rest[0]}-{rest[-1]})" if rest else ""
     said = state.describe(run_dir)
-    return (f"{run_dir}: the run had completed and its trackers' process had been cut off; sent the trackers the "
-            f"{len(rest)} of the run's {len(sent)} logged steps they lacked{span} from the CSVs, then the end (figures, "
-            f"artifacts, status {manifest['status']}); nothing was trained. {said[1] if said else ''}").rstrip()
+    return (
+        f"{run_dir}: the run had completed and its trackers' process had been cut off; sent the trackers the "
+        f"{len(rest)} of the run's {len(sent)} logged steps they lacked{span} from the CSVs, then the end (figures, "
+        f"artifacts, status {manifest['status']}); nothing was trained. {said[1] if said else ''}"
+    ).rstrip()
 
 
 class _Config:

@@ -35,8 +35,8 @@ import sys
 import threading
 from pathlib import Path
 
-from fedcli.fl.hooks import RoundHook
 from fedcli.fl.context import LogContext
+from fedcli.fl.hooks import RoundHook
 
 #: the longest the end of a run waits for the trackers' end work where it waits at all (Slurm)
 CLOSE_TIMEOUT_S = 120.0
@@ -85,9 +85,18 @@ def info_of(config: dict, part_names: dict, world_size: int, run_dir: Path) -> d
     """``run_info`` from the resolved config (``TrainConfig.to_dict``), the method's parts and the process count."""
     from fedcli.version import __version__
 
-    params = {**config, **{f"part_{k}": v for k, v in part_names.items()}, "world_size": world_size,
-              "fedcli_version": __version__}
-    tags = {"method": config["algo"], "dataset": config["dataset"], "model": config["model"], "seed": str(config["seed"])}
+    params = {
+        **config,
+        **{f"part_{k}": v for k, v in part_names.items()},
+        "world_size": world_size,
+        "fedcli_version": __version__,
+    }
+    tags = {
+        "method": config["algo"],
+        "dataset": config["dataset"],
+        "model": config["model"],
+        "seed": str(config["seed"]),
+    }
     info = {"run_dir": str(run_dir), "name": run_dir.name, "experiment": "", "tags": tags, "params": params}
     sweep = sweep_of(run_dir)
     if sweep is not None:
@@ -98,7 +107,8 @@ def info_of(config: dict, part_names: dict, world_size: int, run_dir: Path) -> d
 
 
 class TrackerHook(RoundHook):
-    """Round hook of the root process: the run's numbers to the trackers of ``cfg.tracker`` (see the module docstring)."""
+    """Round hook of the root process: the run's numbers to the trackers of ``cfg.tracker`` (see the module
+    docstring)."""
 
     def __init__(self, cfg, run_dir, *, resume: bool = False, warn=_stderr, close_timeout: float | None = None):
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
@@ -121,20 +131,38 @@ class TrackerHook(RoundHook):
 
     def launch(self, info: dict) -> None:
         """Start the trackers' process and tell it to start every tracker with ``info`` (``run_info``'s fields)."""
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
-                                                                          os.environ.get("PYTHONPATH")) if p)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
         from fedcli.trackers.state import pending
 
         try:  # from now until the child holds the run's trackers lock, .trackers.pending says a trackers' process comes
             fd = pending(self.run_dir)
-        except Exception:  # noqa: BLE001 - only what ``fedcli report`` says in between is less exact
+        except Exception:
             fd = None
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "fedcli.trackers.worker", str(self.run_dir), self.cfg.tracker,
-                                          "resume" if self.resume else "new", str(fd) if fd is not None else "-"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                         text=True, bufsize=1, pass_fds=(fd,) if fd is not None else (),
-                                         start_new_session=True)  # outlives the command; a terminal's Ctrl-C skips it
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "fedcli.trackers.worker",
+                    str(self.run_dir),
+                    self.cfg.tracker,
+                    "resume" if self.resume else "new",
+                    str(fd) if fd is not None else "-",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                text=True,
+                bufsize=1,
+                pass_fds=(fd,) if fd is not None else (),
+                start_new_session=True,
+            )  # outlives the command; a terminal's Ctrl-C skips it
             widen_pipe(self.proc.stdin)
         except OSError as e:
             self.warn(f"the trackers could not start ({e}); the run goes on without them")
@@ -142,8 +170,10 @@ class TrackerHook(RoundHook):
         finally:
             if fd is not None:
                 os.close(fd)  # the child holds it now
-        self.threads = [threading.Thread(target=self._write, name="fedcli-trackers-out", daemon=True),
-                        threading.Thread(target=self._read, name="fedcli-trackers-in", daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._write, name="fedcli-trackers-out", daemon=True),
+            threading.Thread(target=self._read, name="fedcli-trackers-in", daemon=True),
+        ]
         for t in self.threads:
             t.start()
         self.queue.put({"op": "start", "info": info})
@@ -167,8 +197,14 @@ class TrackerHook(RoundHook):
         """The scalars of one evaluation: the metrics row, % of FedAvg, and per-layer syncs and intervals."""
         from fedcli.comm.ledger import fedavg_params_so_far
 
-        out = {k: float(v) for k, v in row.items() if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        fedavg = fedavg_params_so_far(self.total_numel, row["iteration"], row["round"], ctx.cfg.tau, bool(ctx.cfg.local_epochs))
+        out = {
+            k: float(v)
+            for k, v in row.items()
+            if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        fedavg = fedavg_params_so_far(
+            self.total_numel, row["iteration"], row["round"], ctx.cfg.tau, bool(ctx.cfg.local_epochs)
+        )
         out["comm_pct_of_fedavg"] = 100.0 * row["comm_params"] / fedavg if fedavg else math.nan
         local = set(ctx.local_layers)
         for i, name in enumerate(self.names):
@@ -185,8 +221,10 @@ class TrackerHook(RoundHook):
         self.queue.put(None)
         self.threads[0].join(HANDOVER_S)
         if self.threads[0].is_alive():
-            self.warn(f"the trackers did not take the run's last messages within {HANDOVER_S:g} s; they may miss its last "
-                      f"evaluations (the run directory holds everything)")
+            self.warn(
+                f"the trackers did not take the run's last messages within {HANDOVER_S:g} s; they may miss its last "
+                f"evaluations (the run directory holds everything)"
+            )
         wait_s = finish_wait_s() if self.close_timeout is None else self.close_timeout
         try:
             self.proc.wait(wait_s)
@@ -194,12 +232,15 @@ class TrackerHook(RoundHook):
             if wait_s == 0:
                 self.detached = True  # said by ``fedcli report RUN_DIR`` while it works (trackers.json, its lock)
                 if not self.started.is_set():  # a failure to start would be said after the command: point to where
-                    self.warn(f"the trackers ({self.cfg.tracker}) were still starting when the run ended; they finish in "
-                              f"the background: `fedcli report {self.run_dir}` says when they are done, whether one "
-                              f"failed and what they lack if their process ends early")
+                    self.warn(
+                        f"the trackers ({self.cfg.tracker}) were still starting when the run ended; they finish in "
+                        f"the background: `fedcli report {self.run_dir}` says when they are done, whether one "
+                        f"failed and what they lack if their process ends early"
+                    )
                 return
-            self.warn(f"the trackers were still sending after {wait_s:g} s; stopped them (the run directory holds "
-                      f"everything)")
+            self.warn(
+                f"the trackers were still sending after {wait_s:g} s; stopped them (the run directory holds everything)"
+            )
             self.killed = True
             self.proc.kill()
             self.proc.wait()
@@ -230,9 +271,11 @@ class TrackerHook(RoundHook):
                 self.warn(line.rstrip("\n"))
         code = self.proc.wait()
         if code != 0 and not self.killed and not self.detached:
-            self.warn(f"the trackers' process ended with exit code {code} ({self.log_hint()}); the run goes on without "
-                      f"them: `fedcli report {self.run_dir}` says what they lack, and once the run has completed `fedcli "
-                      f"train --resume {self.run_dir}` sends it to them")
+            self.warn(
+                f"the trackers' process ended with exit code {code} ({self.log_hint()}); the run goes on without "
+                f"them: `fedcli report {self.run_dir}` says what they lack, and once the run has completed `fedcli "
+                f"train --resume {self.run_dir}` sends it to them"
+            )
 
     def log_hint(self) -> str:
         """Where the trackers' process said why it ended: its log when it has one (killed before its first write, it

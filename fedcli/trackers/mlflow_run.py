@@ -54,7 +54,7 @@ class MLflowRun(Tracker):
         self.run_id = client.create_run(exp_id, run_name=run.name, tags=dict(run.tags)).info.run_id
         params = [Param(k, str(v)) for k, v in run.params.items()]
         for i in range(0, len(params), BATCH_PARAMS):
-            client.log_batch(self.run_id, params=params[i: i + BATCH_PARAMS])
+            client.log_batch(self.run_id, params=params[i : i + BATCH_PARAMS])
         client.log_batch(self.run_id, tags=[RunTag("mlflow.note.content", f"fedcli run {run.run_dir}")])
         return {"run_id": self.run_id, "tracking_uri": uri, "experiment_id": exp_id}
 
@@ -64,17 +64,21 @@ class MLflowRun(Tracker):
         ts = int(time.time() * 1000)
         metrics = [Metric(k, v, ts, step) for k, v in values.items()]
         for i in range(0, len(metrics), BATCH_METRICS):
-            busy_retry(lambda: self.client.log_batch(self.run_id, metrics=metrics[i: i + BATCH_METRICS]))
+            busy_retry(lambda: self.client.log_batch(self.run_id, metrics=metrics[i : i + BATCH_METRICS]))
 
     def stored_step(self) -> int | None:
         """The last step of any metric the reopened run holds (-1: none yet)."""
         keys = busy_retry(lambda: self.client.get_run(self.run_id)).data.metrics
-        return max((m.step for k in keys for m in busy_retry(lambda k=k: self.client.get_metric_history(self.run_id, k))),
-                   default=-1)
+        return max(
+            (m.step for k in keys for m in busy_retry(lambda k=k: self.client.get_metric_history(self.run_id, k))),
+            default=-1,
+        )
 
     def finish(self, status: str, files) -> None:
         for f in files:
-            self.client.log_artifact(self.run_id, str(f), artifact_path="figures" if f.suffix in FIGURE_SUFFIXES else None)
+            self.client.log_artifact(
+                self.run_id, str(f), artifact_path="figures" if f.suffix in FIGURE_SUFFIXES else None
+            )
         busy_retry(lambda: self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED")))
 
 
@@ -94,7 +98,7 @@ def connect(client_class, uri: str, tries: int = 5, wait_s: float = 1.0):
                 client = client_class(tracking_uri=uri)
                 client.search_experiments(max_results=1)
             return client
-        except Exception as e:  # noqa: BLE001 - retried only for the race above, else raised as is
+        except Exception as e:
             if attempt == tries - 1 or not any(w in str(e).lower() for w in RACING):
                 raise
             time.sleep(wait_s * (attempt + 1))
@@ -107,7 +111,7 @@ def busy_retry(call, tries: int = 6, wait_s: float = 0.5):
     for attempt in range(tries):
         try:
             return call()
-        except Exception as e:  # noqa: BLE001 - anything else is raised as is
+        except Exception as e:
             if attempt == tries - 1 or "database is locked" not in str(e).lower():
                 raise
             time.sleep(wait_s * (attempt + 1))
@@ -117,7 +121,7 @@ class store_turn:
     """While held, no other fedcli process opens the same SQLite store (``sqlite:///PATH``); anything else: nothing."""
 
     def __init__(self, uri: str):
-        self.path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+        self.path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else None
         self.fd = None
 
     def __enter__(self):
@@ -125,7 +129,9 @@ class store_turn:
             try:
                 import fcntl
 
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # an empty file is a new store
+                self.fd = os.open(
+                    self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644
+                )  # an empty file is a new store
                 fcntl.flock(self.fd, fcntl.LOCK_EX)
             except (OSError, ImportError):  # a folder that does not exist yet, no flock here: MLflow says what is wrong
                 self.__exit__()

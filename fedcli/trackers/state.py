@@ -117,7 +117,7 @@ def finishing(run_dir: Path) -> dict | None:
             if not probe.acquire():
                 return probe.holder() or {}
             probe.release()
-        except Exception:  # noqa: BLE001 - cannot tell (unreadable folder): nothing to say
+        except Exception:
             return None
     return {"pending": True} if _pending_held(run_dir) else None
 
@@ -186,18 +186,24 @@ def describe(run_dir: Path, manifest: dict | None = None) -> tuple[str, str] | N
         if holder.get("pending"):
             return "working", f"trackers ({names}): a new attempt's trackers wait for the previous one's to finish"
         what = "still finishing in the background" if phase == "finishing" else "still receiving the run"
-        return "working", (f"trackers ({names}): {what} (pid {holder.get('pid', data.get('pid', '?'))}, since "
-                           f"{holder.get('since', '?')})")
+        return "working", (
+            f"trackers ({names}): {what} (pid {holder.get('pid', data.get('pid', '?'))}, since "
+            f"{holder.get('since', '?')})"
+        )
     if phase is None and _training_alive(run_dir):
         return "working", f"trackers ({names}): starting with the run"
     failed = [n for n, s in data["trackers"].items() if isinstance(s, dict) and s.get("failed")]
     off = f"; {', '.join(failed)} failed (see {Path(run_dir) / LOG_FILE})" if failed else ""
     if phase == "done":
-        return ("done-with-failures" if failed else "done"), f"trackers ({names}): done{f', run {status}' if status else ''}{off}"
+        return (
+            "done-with-failures" if failed else "done"
+        ), f"trackers ({names}): done{f', run {status}' if status else ''}{off}"
     when = f"before it was done (phase {phase})" if phase else "before its first write"
     lack = lacking(run_dir, data)
-    return "ended-early", (f"trackers ({names}): their process ended {when}{'; ' + lack if lack else ''}; the CSVs "
-                           f"hold everything, `fedcli train --resume {run_dir}` sends the rest{off}")
+    return "ended-early", (
+        f"trackers ({names}): their process ended {when}{'; ' + lack if lack else ''}; the CSVs "
+        f"hold everything, `fedcli train --resume {run_dir}` sends the rest{off}"
+    )
 
 
 def _training_alive(run_dir: Path) -> bool:
@@ -224,9 +230,11 @@ def remove_files(run_dir: Path, wait_s: float | None = None) -> None:
     deadline = time.monotonic() + wait_s
     while _pending_held(run_dir) or not held.acquire():
         if time.monotonic() >= deadline:
-            raise ConfigError(f"--overwrite: the trackers of the previous run in {run_dir} are still finishing "
-                              f"({holder_text(held.holder())}) after {wait_s:g} s; wait for them, then run again",
-                              key="overwrite")
+            raise ConfigError(
+                f"--overwrite: the trackers of the previous run in {run_dir} are still finishing "
+                f"({holder_text(held.holder())}) after {wait_s:g} s; wait for them, then run again",
+                key="overwrite",
+            )
         time.sleep(0.2)
     try:
         for name in (*FILES, PENDING_FILE):

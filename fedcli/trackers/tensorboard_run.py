@@ -45,11 +45,15 @@ class TensorBoardRun(Tracker):
     def log(self, step: int, values: dict[str, float]) -> None:
         from tensorboard.compat.proto import summary_pb2
 
-        self.emit(step, summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in values.items()]))
+        self.emit(
+            step,
+            summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in values.items()]),
+        )
         self.writer.flush()
 
     def stored_step(self) -> int | None:
-        """The last step of a summary in the folder's event files (-1: none); a record cut off by a kill ends its file."""
+        """The last step of a summary in the folder's event files (-1: none); a record cut off by a kill ends its
+        file."""
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
         last = -1
@@ -58,7 +62,7 @@ class TensorBoardRun(Tracker):
                 for event in EventFileLoader(str(path)).Load():
                     if event.summary.value:  # the scalars; the config, text and figures are at step 0
                         last = max(last, event.step)
-            except Exception:  # noqa: BLE001 - a damaged file: the steps read before it count
+            except Exception:
                 continue
         return last
 
@@ -82,34 +86,49 @@ class TensorBoardRun(Tracker):
     def plugin_summary(tag: str, plugin: str, content: bytes = b"", **value):
         from tensorboard.compat.proto import summary_pb2
 
-        meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin, content=content))
+        meta = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin, content=content)
+        )
         return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, metadata=meta, **value)])
 
     def text(self, tag: str, text: str):
         from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
 
-        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()],
-                                        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[]))
+        tensor = tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_STRING,
+            string_val=[text.encode()],
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[]),
+        )
         return self.plugin_summary(tag, "text", tensor=tensor)
 
     def image(self, tag: str, png: bytes):
         from tensorboard.compat.proto import summary_pb2
 
         width, height = struct.unpack(">II", png[16:24])  # the PNG IHDR chunk
-        return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, image=summary_pb2.Summary.Image(
-            height=height, width=width, colorspace=4, encoded_image_string=png))])
+        return summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(
+                    tag=tag,
+                    image=summary_pb2.Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png),
+                )
+            ]
+        )
 
     def hparams(self, tag: str, **data):
         from tensorboard.plugins.hparams import plugin_data_pb2
 
-        return self.plugin_summary(f"_hparams_/{tag}", "hparams", plugin_data_pb2.HParamsPluginData(version=0, **data).SerializeToString())
+        return self.plugin_summary(
+            f"_hparams_/{tag}", "hparams", plugin_data_pb2.HParamsPluginData(version=0, **data).SerializeToString()
+        )
 
     def hparams_experiment(self, hp: dict):
         from tensorboard.plugins.hparams import api_pb2
 
         kinds = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
         infos = [api_pb2.HParamInfo(name=k, type=kinds.get(type(v), api_pb2.DATA_TYPE_FLOAT64)) for k, v in hp.items()]
-        metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=t)) for t in ("test_acc", "test_loss", "comm_pct_of_fedavg")]
+        metrics = [
+            api_pb2.MetricInfo(name=api_pb2.MetricName(tag=t)) for t in ("test_acc", "test_loss", "comm_pct_of_fedavg")
+        ]
         return self.hparams("experiment", experiment=api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics))
 
     def hparams_start(self, hp: dict):
@@ -118,12 +137,21 @@ class TensorBoardRun(Tracker):
 
         start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
         for k, v in hp.items():
-            start.hparams[k].CopyFrom(struct_pb2.Value(bool_value=v) if isinstance(v, bool) else struct_pb2.Value(string_value=v)
-                                      if isinstance(v, str) else struct_pb2.Value(number_value=float(v)))
+            start.hparams[k].CopyFrom(
+                struct_pb2.Value(bool_value=v)
+                if isinstance(v, bool)
+                else struct_pb2.Value(string_value=v)
+                if isinstance(v, str)
+                else struct_pb2.Value(number_value=float(v))
+            )
         return self.hparams("session_start_info", session_start_info=start)
 
     def hparams_end(self, status: str):
         from tensorboard.plugins.hparams import plugin_data_pb2
 
-        return self.hparams("session_end_info", session_end_info=plugin_data_pb2.SessionEndInfo(
-            status=SESSION_END.get(status, 2), end_time_secs=time.time()))
+        return self.hparams(
+            "session_end_info",
+            session_end_info=plugin_data_pb2.SessionEndInfo(
+                status=SESSION_END.get(status, 2), end_time_secs=time.time()
+            ),
+        )

@@ -41,13 +41,31 @@ class WandbRun(Tracker):
 
         self.run_dir = Path(run.run_dir)
         mode = os.environ.get("WANDB_MODE") or ("online" if has_api_key() else "offline")
-        settings = wandb.Settings(console="off", quiet=True, silent=True, x_disable_stats=True, x_disable_meta=True,
-                                  save_code=False, disable_git=True, x_save_requirements=False)
+        settings = wandb.Settings(
+            console="off",
+            quiet=True,
+            silent=True,
+            x_disable_stats=True,
+            x_disable_meta=True,
+            save_code=False,
+            disable_git=True,
+            x_save_requirements=False,
+        )
         project = run.experiment or os.environ.get("WANDB_PROJECT") or "fedcli"
         saved = run.saved.get("id")
-        self.run = wandb.init(project=project, name=run.name, group=run.tags.get("run") or None,
-                              tags=[f"{k}:{v}"[:64] for k, v in run.tags.items()], config=run.params, dir=str(run.run_dir),
-                              id=saved, resume="allow" if saved else None, mode=mode, settings=settings, reinit="create_new")
+        self.run = wandb.init(
+            project=project,
+            name=run.name,
+            group=run.tags.get("run") or None,
+            tags=[f"{k}:{v}"[:64] for k, v in run.tags.items()],
+            config=run.params,
+            dir=str(run.run_dir),
+            id=saved,
+            resume="allow" if saved else None,
+            mode=mode,
+            settings=settings,
+            reinit="create_new",
+        )
         return {"id": self.run.id, "project": project, "mode": mode}
 
     def log(self, step: int, values: dict[str, float]) -> None:
@@ -62,8 +80,11 @@ class WandbRun(Tracker):
         files_dir = Path(self.run.dir)
         with writing_into(getattr(self, "run_dir", files_dir)):
             for f in files:
-                with open_dir(files_dir / ("figures" if f.suffix in FIGURE_SUFFIXES else "")) as d, \
-                        open(f, "rb") as src, d.open_file(f.name, "wb") as dst:
+                with (
+                    open_dir(files_dir / ("figures" if f.suffix in FIGURE_SUFFIXES else "")) as d,
+                    open(f, "rb") as src,
+                    d.open_file(f.name, "wb") as dst,
+                ):
                     shutil.copyfileobj(src, dst)
         self.run.summary["status"] = status
         self.run.finish(exit_code=0 if status == "completed" else 1)

@@ -54,10 +54,12 @@ class Channel:
         try:
             fn()
             return True
-        except Exception as e:  # noqa: BLE001 - any failure of a tracker turns it off; the training goes on
+        except Exception as e:
             self.alive = False
-            self.warn(f"tracker {self.tracker.name} failed to {what} ({type(e).__name__}: {' '.join(str(e).split())[:300]}); "
-                      f"it is off for the rest of this run (the run directory's CSVs hold everything)")
+            self.warn(
+                f"tracker {self.tracker.name} failed to {what} ({type(e).__name__}: {' '.join(str(e).split())[:300]}); "
+                f"it is off for the rest of this run (the run directory's CSVs hold everything)"
+            )
             return False
 
 
@@ -94,12 +96,14 @@ class Worker:
     def op_start(self, msg: dict) -> None:
         info = {**msg["info"], "run_dir": Path(msg["info"]["run_dir"])}
         for ch in self.channels:
+
             def start(ch=ch):
                 reopened = bool(ch.saved)
                 ch.saved = ch.tracker.start(RunInfo(**info, saved=dict(ch.saved))) or {}
                 stored = ch.tracker.stored_step() if reopened else None
                 if stored is not None:  # logged by a process killed before it recorded the step: not sent twice
                     ch.last_step = max(ch.last_step, stored)
+
             ch.started = ch.call("start", start)
         self.save_state()
         self.warn(STARTED, log=False)
@@ -107,13 +111,17 @@ class Worker:
             from fedcli.report.style import plt as _plt
 
             _plt()
-        except Exception:  # noqa: BLE001 - op_finish says it if the figures cannot be drawn
+        except Exception:
             pass
 
     def op_log(self, msg: dict) -> None:
         step, values, logged = int(msg["step"]), msg["values"], False
         for ch in self.channels:
-            if ch.started and step > ch.last_step and ch.call(f"log step {step}", lambda ch=ch: ch.tracker.log(step, values)):
+            if (
+                ch.started
+                and step > ch.last_step
+                and ch.call(f"log step {step}", lambda ch=ch: ch.tracker.log(step, values))
+            ):
                 ch.last_step, logged = step, True
         if logged:
             self.save_state()
@@ -148,17 +156,23 @@ class Worker:
             from fedcli.report.single import load_run, write_figures
 
             return [Path(p) for p in write_figures([load_run(self.run_dir)], out) if Path(p).is_file()]
-        except Exception as e:  # noqa: BLE001 - the trackers still get the manifest and CSVs
+        except Exception as e:
             self.warn(f"trackers: the figures could not be drawn ({type(e).__name__}: {e})")
             return []
 
     def save_state(self) -> None:
-        data = {"phase": self.phase, "status": self.status, "pid": os.getpid(),
-                "trackers": {ch.tracker.name: {**ch.saved, "last_step": ch.last_step, **({} if ch.alive else {"failed": True})}
-                             for ch in self.channels}}
+        data = {
+            "phase": self.phase,
+            "status": self.status,
+            "pid": os.getpid(),
+            "trackers": {
+                ch.tracker.name: {**ch.saved, "last_step": ch.last_step, **({} if ch.alive else {"failed": True})}
+                for ch in self.channels
+            },
+        }
         try:
             state.write(self.run_dir, data)
-        except Exception as e:  # noqa: BLE001 - a resume then starts new tracker runs; said once
+        except Exception as e:
             if not self.state_warned:
                 self.state_warned = True
                 self.warn(f"trackers: {STATE_FILE} could not be written ({e}); a resume would start new tracker runs")
@@ -194,12 +208,17 @@ def take_lock(run_dir: Path, inbox: queue.SimpleQueue, warn, wait_s: float = LOC
             if time.monotonic() >= deadline:
                 from fedcli.results.lock import describe
 
-                warn(f"trackers: the trackers of an earlier attempt of this run are still finishing after {wait_s:g} s "
-                     f"({describe(held.holder())}); this attempt's trackers are off (the run directory holds everything)")
+                warn(
+                    f"trackers: the trackers of an earlier attempt of this run are still finishing after {wait_s:g} s "
+                    f"({describe(held.holder())}); this attempt's trackers are off (the run directory holds everything)"
+                )
                 return None
             time.sleep(0.2)
-    except Exception as e:  # noqa: BLE001 - e.g. the lock file is a link or the folder is read-only
-        warn(f"trackers: cannot take {run_dir / state.LOCK_FILE} ({type(e).__name__}: {e}); the trackers are off for this run")
+    except Exception as e:
+        warn(
+            f"trackers: cannot take {run_dir / state.LOCK_FILE} ({type(e).__name__}: {e}); the trackers "
+            f"are off for this run"
+        )
         return None
     return held
 
@@ -239,7 +258,7 @@ def main(argv: list[str]) -> int:
             msg = json.loads(line)
             worker.handle(msg)
             finished = finished or msg["op"] == "finish"
-        except Exception as e:  # noqa: BLE001 - one bad message costs that message only
+        except Exception as e:
             worker.warn(f"trackers: {type(e).__name__}: {e}")
     if not finished:  # the training process ended without saying how: keep what was sent
         worker.handle({"op": "finish", "status": "interrupted"})

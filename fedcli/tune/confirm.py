@@ -45,8 +45,15 @@ def candidates(folder, top: int) -> list[dict]:
             values = {k: v for k, v in study.base.items() if k not in DROPPED and k != "params"}
             # a run config's params sections ({"fedlama": {"phi": 4}}) are a recipe row's method tables
             values.update({k: v for k, v in (study.base.get("params") or {}).items() if isinstance(v, dict) and v})
-            rows.append({"name": f"{study.name} trial {t.number}", "study": study.name, "number": t.number,
-                         "params": dict(t.params), "values": {**values, **t.params}})
+            rows.append(
+                {
+                    "name": f"{study.name} trial {t.number}",
+                    "study": study.name,
+                    "number": t.number,
+                    "params": dict(t.params),
+                    "values": {**values, **t.params},
+                }
+            )
     return rows
 
 
@@ -65,17 +72,34 @@ def recipe_text(folder, rows: list[dict], seeds: int) -> str:
     from fedcli.sweep.executors import toml_value
 
     rec = folder.record
-    lines = [f"# fedcli tune --confirm: the best configurations of the studies of {folder.root} re-run over {seeds} seed(s)",
-             "# (fedcli/tune/confirm.py); confirm.json says which trial each run confirms",
-             f"title = {toml_value('Confirmation of ' + str(rec.get('recipe', folder.root)))}", f"seeds = {seeds}", ""]
+    lines = [
+        f"# fedcli tune --confirm: the best configurations of the studies of {folder.root} re-run over {seeds} seed(s)",
+        "# (fedcli/tune/confirm.py); confirm.json says which trial each run confirms",
+        f"title = {toml_value('Confirmation of ' + str(rec.get('recipe', folder.root)))}",
+        f"seeds = {seeds}",
+        "",
+    ]
     for r in rows:
-        lines += ["[[runs]]", f"name = {toml_value(r['name'])}",
-                  *(f"{k} = {_toml(v)}" for k, v in r["values"].items() if v != {}), ""]
+        lines += [
+            "[[runs]]",
+            f"name = {toml_value(r['name'])}",
+            *(f"{k} = {_toml(v)}" for k, v in r["values"].items() if v != {}),
+            "",
+        ]
     return "\n".join(lines)
 
 
-def run_confirm(study_dir: str | Path, top: int, seeds: int, jobs: int = 1, mpi: int = 0, in_process: bool = False,
-                on_start=None, on_done=None, notify=None):
+def run_confirm(  # noqa: PLR0913
+    study_dir: str | Path,
+    top: int,
+    seeds: int,
+    jobs: int = 1,
+    mpi: int = 0,
+    in_process: bool = False,
+    on_start=None,
+    on_done=None,
+    notify=None,
+):
     """Re-run the top ``top`` configurations of each study of ``study_dir`` over ``seeds`` seeds (0..seeds-1) as an
     ordinary sweep into ``study_dir/confirm`` (module docstring); ``jobs``, ``mpi``, ``in_process``, ``on_start``,
     ``on_done`` and ``notify`` mean what they mean for ``fedcli.sweep.run.run_sweep``, whose SweepResult is returned
@@ -93,13 +117,33 @@ def run_confirm(study_dir: str | Path, top: int, seeds: int, jobs: int = 1, mpi:
     if not rows:
         raise ConfigError(f"{study_dir}: no completed trial to confirm yet; run `fedcli tune` until some complete")
     out = make_dir(Path(study_dir) / FOLDER)
-    atomic_write(out / MAP, json.dumps({"kind": "fedcli-tune-confirm", "version": 1, "top": top, "seeds": list(range(seeds)),
-                                        "objective": vars(folder.objectives[0]),
-                                        "rows": [{k: r[k] for k in ("name", "study", "number", "params")} for r in rows]},
-                                       indent=2) + "\n")
+    atomic_write(
+        out / MAP,
+        json.dumps(
+            {
+                "kind": "fedcli-tune-confirm",
+                "version": 1,
+                "top": top,
+                "seeds": list(range(seeds)),
+                "objective": vars(folder.objectives[0]),
+                "rows": [{k: r[k] for k in ("name", "study", "number", "params")} for r in rows],
+            },
+            indent=2,
+        )
+        + "\n",
+    )
     atomic_write(out / RECIPE, recipe_text(folder, rows, seeds))
-    return run_sweep(out / RECIPE, seeds=seeds, out=out, jobs=jobs, mpi=mpi, in_process=in_process, on_start=on_start,
-                     on_done=on_done, notify=notify)
+    return run_sweep(
+        out / RECIPE,
+        seeds=seeds,
+        out=out,
+        jobs=jobs,
+        mpi=mpi,
+        in_process=in_process,
+        on_start=on_start,
+        on_done=on_done,
+        notify=notify,
+    )
 
 
 def _select_on(study_dir: Path) -> str:
@@ -162,22 +206,41 @@ def tuned_rows(study_dir: str | Path, run_names: list[str]) -> tuple[dict, dict]
     for run in run_names:
         slug = slugify(run)
         if slug not in names:
-            raise ConfigError(f"--tuned {study_dir}: run '{run}' of the recipe has no study there (it would be '{slug}'; "
-                              f"the studies: {', '.join(names) or 'none'}); tune it with `fedcli tune`")
+            raise ConfigError(
+                f"--tuned {study_dir}: run '{run}' of the recipe has no study there (it would be '{slug}'; "
+                f"the studies: {', '.join(names) or 'none'}); tune it with `fedcli tune`"
+            )
         best = (conf.get(slug) or {}).get("best")
         if best is None:
-            raise ConfigError(f"--tuned {study_dir}: study '{slug}' (run '{run}') has no confirmed configuration; run "
-                              f"`fedcli tune {study_dir} --confirm 3 --seeds 3` first")
+            raise ConfigError(
+                f"--tuned {study_dir}: study '{slug}' (run '{run}') has no confirmed configuration; run "
+                f"`fedcli tune {study_dir} --confirm 3 --seeds 3` first"
+            )
         study = next(s for s in folder.studies if s.name == slug)
         params[run] = dict(best["params"])
-        rows[run] = {"study": slug, "trial": best["number"], "params": best["params"], "confirmed_mean": best["mean"],
-                     "confirmed_seeds": best["seeds"], "space": study.space, "trials": study.planned_trials,
-                     "val_fraction": study.base.get("val_fraction"), "client_val_fraction": study.base.get("client_val_fraction")}
+        rows[run] = {
+            "study": slug,
+            "trial": best["number"],
+            "params": best["params"],
+            "confirmed_mean": best["mean"],
+            "confirmed_seeds": best["seeds"],
+            "space": study.space,
+            "trials": study.planned_trials,
+            "val_fraction": study.base.get("val_fraction"),
+            "client_val_fraction": study.base.get("client_val_fraction"),
+        }
     rec = folder.record
-    record = {"dir": str(Path(study_dir).resolve()), "recipe": rec.get("recipe"), "sampler": rec.get("sampler"),
-              "pruner": rec.get("pruner"), "seed": rec.get("seed"), "select_on": folder.select_on,
-              "objectives": [vars(o) for o in folder.objectives],
-              "confirm_seeds": _confirm_seeds(study_dir), "rows": rows}
+    record = {
+        "dir": str(Path(study_dir).resolve()),
+        "recipe": rec.get("recipe"),
+        "sampler": rec.get("sampler"),
+        "pruner": rec.get("pruner"),
+        "seed": rec.get("seed"),
+        "select_on": folder.select_on,
+        "objectives": [vars(o) for o in folder.objectives],
+        "confirm_seeds": _confirm_seeds(study_dir),
+        "rows": rows,
+    }
     return params, record
 
 

@@ -59,10 +59,10 @@ class TrialRun(PlannedRun):
 
 @dataclass
 class StudyPlan:
-    name: str                      # the slug of the row: the folder and the study's name
-    row: object                    # fedcli.recipes.SweepRun
-    base: dict                     # the row's resolved train values
-    config: dict                   # its TrainConfig as a dict (seed 0)
+    name: str  # the slug of the row: the folder and the study's name
+    row: object  # fedcli.recipes.SweepRun
+    base: dict  # the row's resolved train values
+    config: dict  # its TrainConfig as a dict (seed 0)
     space: dict[str, Param]
     budget: int
     floor: int
@@ -70,27 +70,34 @@ class StudyPlan:
     rungs: list[int]
     grid_size: int | None
     optuna_study: str
-    baseline: dict | None          # the recipe's own values of the searched options (trial 0), None: outside the space
+    baseline: dict | None  # the recipe's own values of the searched options (trial 0), None: outside the space
     baseline_why: str = ""
-    trials: int = 0                # the study's trials: --trials, at most the full grid under --sampler grid
-    unit: str = "iteration"        # what the budget, the rungs and the floor count: local iterations, or rounds
+    trials: int = 0  # the study's trials: --trials, at most the full grid under --sampler grid
+    unit: str = "iteration"  # what the budget, the rungs and the floor count: local iterations, or rounds
 
     def to_json(self) -> dict:
-        return {"name": self.name, "optuna_study": self.optuna_study, "base": _jsonable(self.base),
-                "space": {k: p.to_json() for k, p in self.space.items()}, "rungs": self.rungs, "floor": self.floor,
-                "grid_size": self.grid_size, "budget_iterations": self.budget if self.unit == "iteration" else None,
-                **({"budget_rounds": self.budget} if self.unit == "round" else {})}
+        return {
+            "name": self.name,
+            "optuna_study": self.optuna_study,
+            "base": _jsonable(self.base),
+            "space": {k: p.to_json() for k, p in self.space.items()},
+            "rungs": self.rungs,
+            "floor": self.floor,
+            "grid_size": self.grid_size,
+            "budget_iterations": self.budget if self.unit == "iteration" else None,
+            **({"budget_rounds": self.budget} if self.unit == "round" else {}),
+        }
 
 
 @dataclass
 class TunePlan:
     root: Path
-    recipe: object                 # fedcli.recipes.SweepRecipe
+    recipe: object  # fedcli.recipes.SweepRecipe
     table: TuneTable
     storage: tuple[str, str]
     select_on: str
     studies: list[StudyPlan]
-    threads: int | None = None     # torch threads of a trial under --jobs J (cores / J), as a sweep's runs
+    threads: int | None = None  # torch threads of a trial under --jobs J (cores / J), as a sweep's runs
     record: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -109,8 +116,20 @@ def default_out(recipe_path, scale: str | None, default_scale: str | None) -> Pa
     return Path("results") / "tune" / (stem if scale == default_scale or scale is None else f"{stem}-{scale}")
 
 
-def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, pruner=None, seed=None,
-              storage="journal", select_on="validation", jobs=1, cpus=None, mpi=0) -> TunePlan:
+def make_plan(  # noqa: PLR0913, PLR0915
+    recipe_path,
+    scale=None,
+    out=None,
+    trials=None,
+    sampler=None,
+    pruner=None,
+    seed=None,
+    storage="journal",
+    select_on="validation",
+    jobs=1,
+    cpus=None,
+    mpi=0,
+) -> TunePlan:
     """Read and check everything (exit 2 on any error, nothing written, no optuna import). ``cpus``: the CPUs of a
     trial's Slurm job (torch threads = cpus / MPI ranks, as a sweep's job), else this machine's cores / ``jobs``."""
     from fedcli.recipes import default_scale, read_sweep, run_config
@@ -156,7 +175,7 @@ def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, prun
         check_space(space, cfg, loc)
         _check_split(table, cfg, select_on, loc)
         for p in space.values():  # every value of the space must make a valid run with the row (a rule between keys)
-            for v in (p.choices if p.kind == "choices" else (p.low, p.high)):
+            for v in p.choices if p.kind == "choices" else (p.low, p.high):
                 try:
                     run_config(row, 0, root / slug / "trial-0000", {p.name: v})
                 except ConfigError as e:
@@ -168,12 +187,30 @@ def make_plan(recipe_path, scale=None, out=None, trials=None, sampler=None, prun
         sizes = [p.values() for p in space.values()]
         grid = None if any(v is None for v in sizes) else _product(len(v) for v in sizes)
         if table.sampler == "grid" and grid is None:
-            raise ConfigError(f"{loc}: --sampler grid needs a finite space (choices, int ranges, stepped float ranges); "
-                              f"{', '.join(p.name for p in space.values() if p.values() is None)} is continuous")
+            raise ConfigError(
+                f"{loc}: --sampler grid needs a finite space (choices, int ranges, stepped float ranges); "
+                f"{', '.join(p.name for p in space.values() if p.values() is None)} is continuous"
+            )
         baseline, bwhy = _baseline(space, cfg)
-        studies.append(StudyPlan(slug, row, base, cfg, space, budget, floor, why, rungs, grid,
-                                 f"{recipe.path.stem}/{slug}", baseline, bwhy,
-                                 min(table.trials, grid) if table.sampler == "grid" else table.trials, unit))
+        studies.append(
+            StudyPlan(
+                slug,
+                row,
+                base,
+                cfg,
+                space,
+                budget,
+                floor,
+                why,
+                rungs,
+                grid,
+                f"{recipe.path.stem}/{slug}",
+                baseline,
+                bwhy,
+                min(table.trials, grid) if table.sampler == "grid" else table.trials,
+                unit,
+            )
+        )
     plan = TunePlan(root, recipe, table, (kind, what), select_on, studies, threads)
     plan.record = record_of(plan)
     return plan
@@ -193,8 +230,10 @@ def _check_split(table: TuneTable, cfg: dict, select_on: str, loc: str) -> None:
     for o in table.objectives:
         need = {"val_acc": "val_fraction", "personal_val_acc": "client_val_fraction"}.get(o.metric)
         if need and not cfg.get(need):
-            raise ConfigError(f"{loc}: objective {o.metric} reads the validation split, but the row has {need} = 0; set "
-                              f"{need} (e.g. 0.1) in [base], or pass --select-on test to select on the test set (optimistic)")
+            raise ConfigError(
+                f"{loc}: objective {o.metric} reads the validation split, but the row has {need} = 0; set "
+                f"{need} (e.g. 0.1) in [base], or pass --select-on test to select on the test set (optimistic)"
+            )
 
 
 def _baseline(space: dict[str, Param], cfg: dict) -> tuple[dict | None, str]:
@@ -212,14 +251,24 @@ def _baseline(space: dict[str, Param], cfg: dict) -> tuple[dict | None, str]:
 
 def record_of(plan: TunePlan) -> dict:
     from fedcli.results.sweepdir import text_sha256
-
     from fedcli.version import __version__
 
-    return {"kind": "fedcli-tune", "version": 1, "recipe": str(plan.recipe.path), "recipe_sha256": text_sha256(plan.recipe.text),
-            "scale": plan.recipe.scale, "storage": folder.storage_label(*plan.storage), "sampler": plan.table.sampler,
-            "pruner": plan.table.pruner, "seed": plan.table.seed, "trials": plan.table.trials, "select_on": plan.select_on,
-            "objectives": [o.to_json() for o in plan.table.objectives], "studies": [s.to_json() for s in plan.studies],
-            "versions": {"fedcli": __version__, **{k: _version(k) for k in ("optuna", "torch")}}}
+    return {
+        "kind": "fedcli-tune",
+        "version": 1,
+        "recipe": str(plan.recipe.path),
+        "recipe_sha256": text_sha256(plan.recipe.text),
+        "scale": plan.recipe.scale,
+        "storage": folder.storage_label(*plan.storage),
+        "sampler": plan.table.sampler,
+        "pruner": plan.table.pruner,
+        "seed": plan.table.seed,
+        "trials": plan.table.trials,
+        "select_on": plan.select_on,
+        "objectives": [o.to_json() for o in plan.table.objectives],
+        "studies": [s.to_json() for s in plan.studies],
+        "versions": {"fedcli": __version__, **{k: _version(k) for k in ("optuna", "torch")}},
+    }
 
 
 def _version(package: str) -> str | None:
@@ -250,15 +299,19 @@ class TuneLock:
         from fedcli.results.lock import describe
 
         if not self.lock.acquire():
-            raise ConfigError(f"another fedcli tune ({describe(self.lock.holder())}) is running in {self.path.parent}; "
-                              f"wait for it or stop it")
+            raise ConfigError(
+                f"another fedcli tune ({describe(self.lock.holder())}) is running in {self.path.parent}; "
+                f"wait for it or stop it"
+            )
         deadline = time.monotonic() + self.WAIT_S
         while not self.workers.acquire():
             if time.monotonic() > deadline:
                 self.lock.release()
-                raise ConfigError(f"trainings or study workers of an earlier fedcli tune in {self.path.parent} are "
-                                  f"still running (a coordinator's trainings stop after their current local step; "
-                                  f"study workers end with the study); wait for them to end")
+                raise ConfigError(
+                    f"trainings or study workers of an earlier fedcli tune in {self.path.parent} are "
+                    f"still running (a coordinator's trainings stop after their current local step; "
+                    f"study workers end with the study); wait for them to end"
+                )
             time.sleep(0.25)
         self.workers.release()
         return self
@@ -329,10 +382,19 @@ def open_study(plan: TunePlan, sp: StudyPlan, storage):
     import optuna
 
     objectives = plan.table.objectives
-    pruner = pruning.make_pruner(plan.table.pruner, sp.rungs) if pruning.intermediate_metric(objectives) \
+    pruner = (
+        pruning.make_pruner(plan.table.pruner, sp.rungs)
+        if pruning.intermediate_metric(objectives)
         else optuna.pruners.NopPruner()
-    study = optuna.create_study(study_name=sp.optuna_study, storage=storage, sampler=make_sampler(plan, sp),
-                                pruner=pruner, directions=[o.direction for o in objectives], load_if_exists=True)
+    )
+    study = optuna.create_study(
+        study_name=sp.optuna_study,
+        storage=storage,
+        sampler=make_sampler(plan, sp),
+        pruner=pruner,
+        directions=[o.direction for o in objectives],
+        load_if_exists=True,
+    )
     if not study.get_trials(deepcopy=False) and sp.baseline is not None and plan.table.sampler != "grid":
         study.enqueue_trial(dict(sp.baseline), user_attrs={"baseline": True})
     return study
@@ -357,10 +419,10 @@ class Active:
     run: TrialRun
     params: dict
     future: object = None
-    job_id: str | None = None      # its Slurm job (--executor slurm)
-    requeued: int = 0              # new jobs it got after its job ended before its training did
+    job_id: str | None = None  # its Slurm job (--executor slurm)
+    requeued: int = 0  # new jobs it got after its job ended before its training did
     reported: set = field(default_factory=set)
-    stop: dict | None = None       # the stop asked (why, iteration)
+    stop: dict | None = None  # the stop asked (why, iteration)
     classes: int | None = None
     baseline: bool = False
 
@@ -402,7 +464,8 @@ class Coordinator:
         return SlurmTrials(self, self.slurm) if self.slurm is not None else LocalTrials(self)
 
     def run_study(self, sp: StudyPlan, study) -> None:
-        """At most ``jobs`` trials in flight (trials adopted from a killed coordinator's jobs aside), each watched at the
+        """At most ``jobs`` trials in flight (trials adopted from a killed coordinator's jobs aside), each watched at
+        the
         rungs until its training ends, then told."""
         import optuna
 
@@ -480,9 +543,14 @@ class Coordinator:
         if state in ("done", "pruned", "failed") or a.requeued >= self.REQUEUES:
             return False
         a.requeued += 1
-        self.on_event("requeue", a.run.slug, a.number, f"its job {a.job_id} ended with the run {state}"
-                      f"{f' (exit {code})' if code is not None else ''}; "
-                      f"{'resumed' if a.run.resume else 'started again'} in a new job")
+        self.on_event(
+            "requeue",
+            a.run.slug,
+            a.number,
+            f"its job {a.job_id} ended with the run {state}"
+            f"{f' (exit {code})' if code is not None else ''}; "
+            f"{'resumed' if a.run.resume else 'started again'} in a new job",
+        )
         self.trials.start(a)
         return True
 
@@ -510,8 +578,7 @@ class Coordinator:
             params.update({p.name: suggest(trial, p) for p in missing})
         run = self.trial_run(sp, ft.number, params)
         status, manifest = read_manifest(run.dir) if (run.dir / "manifest.json").exists() else (None, None)
-        if isinstance(manifest, dict) and manifest.get("status") in ("completed", "failed") \
-                or _pruned(manifest):
+        if isinstance(manifest, dict) and manifest.get("status") in ("completed", "failed") or _pruned(manifest):
             a = Active(ft.number, ft._trial_id, run, params)
             self.finish(sp, study, a, None)
             return None
@@ -543,9 +610,11 @@ class Coordinator:
         make_dir(run.recipe_file.parent)
         for path in (run.dir, run.log, run.recipe_file):
             refuse_link(path)
-        header = (f"fedcli tune: study '{sp.name}' of {self.plan.recipe.path}"
-                  + (f" at scale {self.plan.recipe.scale}" if self.plan.recipe.scale else "")
-                  + f", trial {number} ({json.dumps(params)})\nreplay: fedcli train --recipe {run.recipe_file} --out DIR")
+        header = (
+            f"fedcli tune: study '{sp.name}' of {self.plan.recipe.path}"
+            + (f" at scale {self.plan.recipe.scale}" if self.plan.recipe.scale else "")
+            + f", trial {number} ({json.dumps(params)})\nreplay: fedcli train --recipe {run.recipe_file} --out DIR"
+        )
         atomic_write(run.recipe_file, toml_flat(run.values, header))
         a = Active(number, trial_id, run, params)
         self.on_event("resume" if resume else "start", sp.name, number, json.dumps(params))
@@ -554,8 +623,11 @@ class Coordinator:
     @staticmethod
     def trial_env(a: Active) -> dict:
         """The environment that gives the trial's manifest its ``tune`` entry (fedcli.runner.TUNE_ENV)."""
-        return {"FEDCLI_TUNE_TRIAL": json.dumps({"study": a.run.slug, "number": a.number, "params": a.params,
-                                                 "baseline": a.baseline})}
+        return {
+            "FEDCLI_TUNE_TRIAL": json.dumps(
+                {"study": a.run.slug, "number": a.number, "params": a.params, "baseline": a.baseline}
+            )
+        }
 
     def execute(self, a: Active) -> int:
         """The trial's training in its own process (``fedcli train``, or ``train --resume``); its exit code."""
@@ -584,8 +656,13 @@ class Coordinator:
                 trial.report(v, r)
                 a.reported.add(r)
                 if trial.should_prune():
-                    self.request_stop(study, a, f"{self.plan.table.pruner}: best-so-far {metric} {v:.4f} at rung {r} "
-                                      f"among the study's worse ones", r)
+                    self.request_stop(
+                        study,
+                        a,
+                        f"{self.plan.table.pruner}: best-so-far {metric} {v:.4f} at rung {r} "
+                        f"among the study's worse ones",
+                        r,
+                    )
                     return
         if a.classes is None:
             m = _manifest(a.run.dir)
@@ -621,9 +698,14 @@ class Coordinator:
             where = (manifest or {}).get("pruned") or {}
             study._storage.set_trial_user_attr(a.trial_id, "pruned_iteration", where.get("iteration"))
             self.tell(study, a, state=optuna.trial.TrialState.PRUNED)
-            self.on_event("pruned", sp.name, a.number, f"stopped at iteration {where.get('iteration', '?')} (round "
-                          f"{where.get('round', '?')}), its checkpoint kept; fedcli tune {self.plan.root} --promote "
-                          f"{a.number}{f' --study {sp.name}' if len(self.plan.studies) > 1 else ''} finishes it")
+            self.on_event(
+                "pruned",
+                sp.name,
+                a.number,
+                f"stopped at iteration {where.get('iteration', '?')} (round "
+                f"{where.get('round', '?')}), its checkpoint kept; fedcli tune {self.plan.root} --promote "
+                f"{a.number}{f' --study {sp.name}' if len(self.plan.studies) > 1 else ''} finishes it",
+            )
         elif diverged(manifest) or code == DIVERGED:
             study._storage.set_trial_user_attr(a.trial_id, "diverged", True)
             self.tell(study, a, values=[obj.worst(o) for o in objs])
@@ -643,8 +725,6 @@ class Coordinator:
         self.write_csv()
 
     def tell(self, study, a: Active, values=None, state=None) -> None:
-        import optuna
-
         ft = study._storage.get_trial(a.trial_id)
         if ft.state.is_finished():
             return
@@ -653,7 +733,9 @@ class Coordinator:
                 study.tell(a.number, state=state)
             else:
                 study.tell(a.number, values=values if len(values) > 1 else values[0])
-        except RuntimeError as e:  # the grid sampler stops an optimize loop when its grid is done (a trial told COMPLETE
+        except (
+            RuntimeError
+        ) as e:  # the grid sampler stops an optimize loop when its grid is done (a trial told COMPLETE
             if "Study.stop" not in str(e):  # or PRUNED): the state is stored before (optuna/study/_tell.py), and this
                 raise  # loop ends by count
 
@@ -673,10 +755,15 @@ class Coordinator:
             rel = folder.trial_rel(sp.name, ft.number)
             has = (self.plan.root / rel).is_dir()
             self.rows[(sp.name, ft.number)] = {
-                "study": sp.name, "number": ft.number, "state": ft.state.name, "params": ft.params,
-                "values": ft.values, "run": rel if has else "",
+                "study": sp.name,
+                "number": ft.number,
+                "state": ft.state.name,
+                "params": ft.params,
+                "values": ft.values,
+                "run": rel if has else "",
                 "pruned_iteration": ft.user_attrs.get("pruned_iteration") if ft.state.name == "PRUNED" else None,
-                "baseline": bool(ft.user_attrs.get("baseline"))}
+                "baseline": bool(ft.user_attrs.get("baseline")),
+            }
             if ft.state.name == "PRUNED" and has and _promoted(self.plan.root / rel):
                 # fedcli tune --promote finished it: Optuna cannot re-tell a finished trial (the sampler still counts it
                 # pruned); the run directory is the truth, and trials.csv shows the trial COMPLETE with its values
@@ -716,8 +803,9 @@ def _pruned(manifest) -> bool:
     return isinstance(manifest, dict) and manifest.get("status") == "interrupted" and manifest.get("reason") == "pruned"
 
 
-def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, notify=None, on_event=None,
-             slurm=None) -> Coordinator:
+def run_tune(
+    plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, notify=None, on_event=None, slurm=None
+) -> Coordinator:
     """Take the folder (one coordinator), check or write its record, run the studies (``slurm``: the Resources of a
     trial's job under ``--executor slurm``)."""
     root = make_dir(plan.root, "create the study folder")
@@ -728,13 +816,17 @@ def run_tune(plan: TunePlan, jobs: int = 1, mpi: int = 0, fresh: bool = False, n
         if old is not None:
             why = folder.record_differs(old, plan.record)
             if why:
-                raise ConfigError(f"--out {root} holds another study: {why}; choose another --out, or pass --fresh to "
-                                  f"start this one over (its trials are deleted)")
+                raise ConfigError(
+                    f"--out {root} holds another study: {why}; choose another --out, or pass --fresh to "
+                    f"start this one over (its trials are deleted)"
+                )
         folder.write_record(root, plan.record)
         if plan.storage[0] == "journal":
             dropped = folder.repair_journal(root)
             if dropped and notify:
-                notify(f"dropped the last {dropped} bytes of {root / folder.JOURNAL}: a record cut by a killed coordinator")
+                notify(
+                    f"dropped the last {dropped} bytes of {root / folder.JOURNAL}: a record cut by a killed coordinator"
+                )
         co = Coordinator(plan, jobs, mpi, notify, on_event, slurm)
         co.run()
         return co
@@ -764,11 +856,22 @@ def promote(root: Path, number: int, study: str | None = None, mpi: int = 0, not
     run_dir = root / folder.trial_rel(study, number)
     m = _manifest(run_dir)
     if not _pruned(m):
-        raise ConfigError(f"--promote {number}: trial {number} of study {study} ({run_dir}) was not pruned "
-                          f"(status {(m or {}).get('status', 'missing')})")
+        raise ConfigError(
+            f"--promote {number}: trial {number} of study {study} ({run_dir}) was not pruned "
+            f"(status {(m or {}).get('status', 'missing')})"
+        )
     with TuneLock(root):
-        plan = make_plan(rec["recipe"], rec.get("scale"), root, rec.get("trials"), rec.get("sampler"), rec.get("pruner"),
-                         rec.get("seed"), _storage_arg(rec), rec.get("select_on", "validation"))
+        plan = make_plan(
+            rec["recipe"],
+            rec.get("scale"),
+            root,
+            rec.get("trials"),
+            rec.get("sampler"),
+            rec.get("pruner"),
+            rec.get("seed"),
+            _storage_arg(rec),
+            rec.get("select_on", "validation"),
+        )
         study_of(plan, study)  # (refused in one line when the record no longer holds it)
         stopfile.clear_stop(run_dir)
         cmd = [sys.executable, "-m", "fedcli", "train", "--resume", str(run_dir), "--promote", "--quiet"]

@@ -151,9 +151,11 @@ class SlurmTrials:
     def stop(self, active: list) -> None:
         ids = sorted({str(a.job_id) for a in active if a.job_id})
         if ids:
-            self.co.notify(f"the {len(ids)} Slurm job(s) of the running trials keep running ({', '.join(ids)}); the same "
-                           f"fedcli tune command adopts them (scancel them to stop them: each checkpoints at its round "
-                           f"boundary and the next call resumes it)")
+            self.co.notify(
+                f"the {len(ids)} Slurm job(s) of the running trials keep running ({', '.join(ids)}); the same "
+                f"fedcli tune command adopts them (scancel them to stop them: each checkpoints at its round "
+                f"boundary and the next call resumes it)"
+            )
 
     def close(self) -> None:
         pass

@@ -43,22 +43,30 @@ def check_rules(plan, workers: int, executor: str, res, storage_arg: str, jobs: 
     from fedcli.tune.storages import dialect
 
     if jobs != 1 or (res is not None and res.runs_per_job != 1):
-        raise ConfigError("--jobs and --runs-per-job set a coordinator's trials in flight; with --study-workers K each "
-                          "of the K workers trains one trial at a time")
+        raise ConfigError(
+            "--jobs and --runs-per-job set a coordinator's trials in flight; with --study-workers K each "
+            "of the K workers trains one trial at a time"
+        )
     kind, what = plan.storage
     d = dialect(kind, what)
     if d not in ("journal", "sqlite", "postgresql"):
-        raise ConfigError(f"--study-workers: a {d} database cannot be shared by the workers (they serialize their asks "
-                          f"with PostgreSQL's advisory lock); use a postgresql+psycopg:// URL, or journal or sqlite on "
-                          f"one node")
+        raise ConfigError(
+            f"--study-workers: a {d} database cannot be shared by the workers (they serialize their asks "
+            f"with PostgreSQL's advisory lock); use a postgresql+psycopg:// URL, or journal or sqlite on "
+            f"one node"
+        )
     if executor == "slurm" and workers > 1 and d != "postgresql" and res is not None and not pinned_node(res.options):
-        raise ConfigError(f"--storage {storage_arg} with {workers} Slurm workers: Slurm may place the jobs on several "
-                          f"nodes, where the {d} file's locks do not reach; pin them to one node with "
-                          f"--sbatch=--nodelist=NODE, or use a PostgreSQL URL (--storage env:NAME)")
+        raise ConfigError(
+            f"--storage {storage_arg} with {workers} Slurm workers: Slurm may place the jobs on several "
+            f"nodes, where the {d} file's locks do not reach; pin them to one node with "
+            f"--sbatch=--nodelist=NODE, or use a PostgreSQL URL (--storage env:NAME)"
+        )
     export = [o for o in (res.options if res is not None else []) if o.startswith("--export=")]
     if kind == "url" and export and export[-1] != "--export=ALL" and env_name(storage_arg) not in export[-1]:
-        raise ConfigError(f"{export[-1]}: the worker jobs need the environment variable {env_name(storage_arg)} (the "
-                          f"database URL); add it to --export or drop the option")
+        raise ConfigError(
+            f"{export[-1]}: the worker jobs need the environment variable {env_name(storage_arg)} (the "
+            f"database URL); add it to --export or drop the option"
+        )
 
 
 def env_name(storage_arg: str) -> str:
@@ -91,8 +99,9 @@ def prepare(plan, fresh: bool, notify) -> dict:
     root = make_dir(plan.root, "create the study folder")
     lock = FileLock(root / folder.LOCK)
     if not lock.acquire():
-        raise ConfigError(f"another fedcli tune ({describe(lock.holder())}) is running in {root}; wait for it or stop "
-                          f"it")
+        raise ConfigError(
+            f"another fedcli tune ({describe(lock.holder())}) is running in {root}; wait for it or stop it"
+        )
     try:
         if fresh:
             free = FileLock(root / folder.WORKERS_LOCK)
@@ -103,8 +112,10 @@ def prepare(plan, fresh: bool, notify) -> dict:
         old = folder.read_record(root)
         why = folder.record_differs(old, plan.record) if old is not None else None
         if why:
-            raise ConfigError(f"--out {root} holds another study: {why}; choose another --out, or pass --fresh to "
-                              f"start this one over (its trials are deleted)")
+            raise ConfigError(
+                f"--out {root} holds another study: {why}; choose another --out, or pass --fresh to "
+                f"start this one over (its trials are deleted)"
+            )
         folder.write_record(root, plan.record)
         shared = Shared(*plan.storage, root)
         for sp in plan.studies:
@@ -136,9 +147,11 @@ def submit(plan, indices: list[int], executor: str, res, mpi: int, storage: str)
         try:
             with ex.batch():
                 jobs = [ex.submit(worker_job, str(root), storage, i, threads, mpi, os.getcwd()) for i in indices]
-        except Exception as e:  # noqa: BLE001 - sbatch refused: one sentence, exit 2
-            raise ConfigError(f"Slurm refused the worker jobs ({' '.join(str(e).split())[:400]}); check the [slurm] "
-                              f"table or the --partition/--time/--sbatch flags") from None
+        except Exception as e:
+            raise ConfigError(
+                f"Slurm refused the worker jobs ({' '.join(str(e).split())[:400]}); check the [slurm] "
+                f"table or the --partition/--time/--sbatch flags"
+            ) from None
         return [{"index": i, "job_id": str(j.job_id), "submitted": now()} for i, j in zip(indices, jobs)]
     logs = make_dir(root / ".workers")
     out = []
@@ -146,16 +159,22 @@ def submit(plan, indices: list[int], executor: str, res, mpi: int, storage: str)
         log = logs / f"worker-{i}.log"
         refuse_link(log)
         with open_file(log, "a") as f:
-            p = subprocess.Popen([sys.executable, "-m", "fedcli.tune.workers", str(root), storage, str(i), str(threads),
-                                  str(mpi)], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-        out.append({"index": i, "pid": p.pid, "host": os.uname().nodename, "log": str(log), "started": now(),
-                    "_proc": p})
+            p = subprocess.Popen(
+                [sys.executable, "-m", "fedcli.tune.workers", str(root), storage, str(i), str(threads), str(mpi)],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        out.append(
+            {"index": i, "pid": p.pid, "host": os.uname().nodename, "log": str(log), "started": now(), "_proc": p}
+        )
     return out
 
 
-def launch(plan, workers: int, executor: str, res, mpi: int, storage_arg: str, fresh: bool = False,
-           notify=None) -> list[dict]:
+def launch(
+    plan, workers: int, executor: str, res, mpi: int, storage_arg: str, fresh: bool = False, notify=None
+) -> list[dict]:
     """Prepare the folder and start ``workers`` workers (none when every study is done); what was started."""
     notify = notify or (lambda m: None)
     from fedcli.tune.storages import Shared
@@ -166,8 +185,12 @@ def launch(plan, workers: int, executor: str, res, mpi: int, storage_arg: str, f
         return []
     first = int(data.get("next_index", 0))
     started = submit(plan, list(range(first, first + workers)), executor, res, mpi, worker_storage(plan, storage_arg))
-    record = {"executor": executor, "storage": folder.storage_label(*plan.storage), "next_index": first + workers,
-              "workers": [*data.get("workers", []), *({k: v for k, v in w.items() if k != "_proc"} for w in started)]}
+    record = {
+        "executor": executor,
+        "storage": folder.storage_label(*plan.storage),
+        "next_index": first + workers,
+        "workers": [*data.get("workers", []), *({k: v for k, v in w.items() if k != "_proc"} for w in started)],
+    }
     refuse_link(plan.root / WORKERS_FILE)
     atomic_write(plan.root / WORKERS_FILE, json.dumps(record, indent=1) + "\n")
     return started
@@ -242,16 +265,21 @@ def follow(plan, started: list[dict], executor: str, say) -> Coordinator:
             time.sleep(FOLLOW_S[executor])
     except KeyboardInterrupt:
         stop_local(started)
-        why = ("the worker jobs keep running (scancel stops them)" if executor == "slurm" else
-               "the local workers checkpointed their trials and stopped; run the same command again to resume them")
+        why = (
+            "the worker jobs keep running (scancel stops them)"
+            if executor == "slurm"
+            else "the local workers checkpointed their trials and stopped; run the same command again to resume them"
+        )
         err = FedcliError(f"interrupted: {why}")
         err.exit_code = 130
         raise err from None
     _, co = counts(plan, shared)
     if not study_done(plan, shared):
         left = sum(1 for r in co.rows.values() if r["state"] in ("RUNNING", "WAITING"))
-        raise FedcliError(f"the workers ended with the study unfinished ({left} trial(s) RUNNING or waiting, or fewer "
-                          f"than {plan.trials}); run the same command again: new workers adopt and finish them")
+        raise FedcliError(
+            f"the workers ended with the study unfinished ({left} trial(s) RUNNING or waiting, or fewer "
+            f"than {plan.trials}); run the same command again: new workers adopt and finish them"
+        )
     return co
 
 

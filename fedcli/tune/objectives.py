@@ -23,8 +23,14 @@ from pathlib import Path
 from fedcli.errors import ConfigError
 
 #: metric -> its natural direction
-METRICS = {"val_acc": "maximize", "personal_val_acc": "maximize", "comm_bytes": "minimize", "comm_params": "minimize",
-           "sim_time_s": "minimize", "wall_s": "minimize"}
+METRICS = {
+    "val_acc": "maximize",
+    "personal_val_acc": "maximize",
+    "comm_bytes": "minimize",
+    "comm_params": "minimize",
+    "sim_time_s": "minimize",
+    "wall_s": "minimize",
+}
 ACCURACY = ("val_acc", "personal_val_acc")
 #: --select-on test: the column an accuracy metric is read from
 TEST_COLUMN = {"val_acc": "test_acc", "personal_val_acc": "personal_acc"}
@@ -75,7 +81,9 @@ def _num(v) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def points(rows: list[dict], metric: str, select_on: str = "validation", step: str = "iteration") -> list[tuple[int, float]]:
+def points(
+    rows: list[dict], metric: str, select_on: str = "validation", step: str = "iteration"
+) -> list[tuple[int, float]]:
     """(step, value) of every evaluation row of ``rows`` (metrics.csv rows, cells as text or numbers) that has a finite
     ``metric`` (``--select-on test``: an accuracy metric's test column, :data:`TEST_COLUMN`); ``step``: ``iteration``
     (local iterations) or ``round`` (a budget in rounds)."""
@@ -88,7 +96,9 @@ def points(rows: list[dict], metric: str, select_on: str = "validation", step: s
     return out
 
 
-def column(run_dir: Path, metric: str, select_on: str = "validation", step: str = "iteration") -> list[tuple[int, float]]:
+def column(
+    run_dir: Path, metric: str, select_on: str = "validation", step: str = "iteration"
+) -> list[tuple[int, float]]:
     """:func:`points` of the run in ``run_dir`` (``sim_time_s``: the system model's rows, system.csv, when metrics.csv
     has no such column)."""
     col = TEST_COLUMN.get(metric, metric) if select_on == "test" else metric
@@ -98,7 +108,9 @@ def column(run_dir: Path, metric: str, select_on: str = "validation", step: str 
     return points(rows, metric, select_on, step)
 
 
-def reduce_values(points: list[tuple[int, float]], objective, accuracy: list[tuple[int, float]] | None = None) -> float | None:
+def reduce_values(
+    points: list[tuple[int, float]], objective, accuracy: list[tuple[int, float]] | None = None
+) -> float | None:
     """The reduction of ``points`` (iteration, value) for ``objective`` (fedcli.tune.space.Objective); None when
     there is nothing to reduce (no evaluation, the target never reached)."""
     if objective.target is not None:
@@ -115,7 +127,7 @@ def reduce_values(points: list[tuple[int, float]], objective, accuracy: list[tup
     vals = [v for _, v in points]
     if objective.k == 0:
         return max(vals) if objective.direction == "maximize" else min(vals)
-    last = vals[-objective.k:]
+    last = vals[-objective.k :]
     return sum(last) / len(last)
 
 
@@ -128,8 +140,12 @@ def _objective(objective):
 
     k, target = parse_reduce(objective.get("reduce", "final"), "objective")
     metric = objective["metric"]
-    return SimpleNamespace(metric=metric, k=k, target=target, direction=objective.get(
-        "direction", "minimize" if target is not None else METRICS.get(metric, "maximize")))
+    return SimpleNamespace(
+        metric=metric,
+        k=k,
+        target=target,
+        direction=objective.get("direction", "minimize" if target is not None else METRICS.get(metric, "maximize")),
+    )
 
 
 def value_of_rows(rows: list[dict], objective, select_on: str = "validation") -> float | None:
@@ -158,5 +174,8 @@ def value(run_dir, objective, select_on: str = "validation") -> float | None:
 def worst(objective) -> float:
     """The value a diverged trial (exit 4) or one without a value is told (docs/tuning.md): 0 for an accuracy
     maximized (no better than nothing learned), +inf for a cost or an iteration count minimized."""
-    return 0.0 if objective.direction == "maximize" and objective.metric in ACCURACY and objective.target is None else \
-        (-math.inf if objective.direction == "maximize" else math.inf)
+    return (
+        0.0
+        if objective.direction == "maximize" and objective.metric in ACCURACY and objective.target is None
+        else (-math.inf if objective.direction == "maximize" else math.inf)
+    )

@@ -3,7 +3,8 @@ coordinator applies to a running trial's metrics.csv, and the Optuna pruner it c
 
 - **Rungs**: the trials report at a fixed grid of local iterations, the same for every trial of a study whatever its
   tau or eval_every (a value at rung ``r`` is read once the trial has evaluated at ``r`` or beyond): the budget
-  ``B`` halved, ``B/16`` doubled (``B/16, B/8, B/4, B/2`` when B is a multiple of 16), those above the floor. Successive halving (Optuna's, reduction factor 2,
+  ``B`` halved, ``B/16`` doubled (``B/16, B/8, B/4, B/2`` when B is a multiple of 16), those above the floor. Successive
+  halving (Optuna's, reduction factor 2,
   its first rung the grid's first) keeps the better half at each; ``median`` (Optuna's MedianPruner) stops a trial
   whose value is worse than the median of the other trials' at the same rung.
 - **Best so far**: the value reported at a rung is the best of the objective's metric over the trial's evaluations up
@@ -32,6 +33,7 @@ RUNG_FIRST = 16
 def floor_of(base: dict, space: dict) -> tuple[int, list[str]]:
     """(the floor in local iterations, the reasons) of a study whose trials start from ``base`` (resolved train values)
     and search ``space`` (name -> fedcli.tune.space.Param)."""
+
     def top(name, default):
         p = space.get(name)
         v = p.upper() if p is not None else base.get(name, default)
@@ -53,7 +55,9 @@ def floor_of(base: dict, space: dict) -> tuple[int, list[str]]:
         adj = int(top("lama_first_adjust", 6)) * tau
         if adj:
             floor = max(floor, adj)
-            said.append(f"FedLAMA's first interval adjustment after iteration {adj} (lama_first_adjust x the largest tau')")
+            said.append(
+                f"FedLAMA's first interval adjustment after iteration {adj} (lama_first_adjust x the largest tau')"
+            )
     return floor, said
 
 
@@ -78,7 +82,7 @@ def rungs_of(budget: int, floor: int) -> list[int]:
     """The pruning grid: ``r0 = budget // 16`` (at least 1) doubled, ``r0, 2 r0, 4 r0, ...`` below the budget, those
     above ``floor`` (geometric, as successive halving with reduction factor 2 expects its rungs)."""
     r0 = max(1, budget // RUNG_FIRST)
-    return [r0 * 2 ** k for k in range(64) if floor < r0 * 2 ** k < budget]
+    return [r0 * 2**k for k in range(64) if floor < r0 * 2**k < budget]
 
 
 def hopeless_at(budget: int, floor: int) -> int:
@@ -93,7 +97,9 @@ def best_so_far(points: list[tuple[int, float]], upto: int, maximize: bool) -> f
     return max(vals) if maximize else min(vals)
 
 
-def rung_values(points: list[tuple[int, float]], rungs: list[int], maximize: bool, finished: bool = False) -> dict[int, float]:
+def rung_values(
+    points: list[tuple[int, float]], rungs: list[int], maximize: bool, finished: bool = False
+) -> dict[int, float]:
     """The value at each rung the trial has passed: best so far up to the rung, known once an evaluation at or after
     the rung exists (or the run ended)."""
     last = points[-1][0] if points else -1
@@ -106,7 +112,9 @@ def rung_values(points: list[tuple[int, float]], rungs: list[int], maximize: boo
     return out
 
 
-def hopeless(points: list[tuple[int, float]], num_classes: int | None, budget: int, floor: int) -> tuple[str, int] | None:
+def hopeless(
+    points: list[tuple[int, float]], num_classes: int | None, budget: int, floor: int
+) -> tuple[str, int] | None:
     """(why, the iteration that decided) when the trial is hopeless (its accuracy evaluations ``points``), else None:
     at its first evaluation at :func:`hopeless_at` or beyond, its best accuracy so far at most chance +
     :data:`HOPELESS_MARGIN`."""
@@ -114,13 +122,15 @@ def hopeless(points: list[tuple[int, float]], num_classes: int | None, budget: i
         return None
     at = hopeless_at(budget, floor)
     upto = next((it for it, _ in points if it >= at), None)  # the first evaluation at or past the mark decides, so
-    if upto is None:                                         # the verdict does not depend on when it is read
+    if upto is None:  # the verdict does not depend on when it is read
         return None
     best = max(v for it, v in points if it <= upto)
     limit = 1.0 / num_classes + HOPELESS_MARGIN
     if best <= limit:
-        return (f"hopeless: best validation accuracy {best:.4f} by iteration {upto} is at most chance "
-                f"1/{num_classes} + {HOPELESS_MARGIN} = {limit:.4f} after a quarter of the budget ({at} of {budget})"), upto
+        return (
+            f"hopeless: best validation accuracy {best:.4f} by iteration {upto} is at most chance "
+            f"1/{num_classes} + {HOPELESS_MARGIN} = {limit:.4f} after a quarter of the budget ({at} of {budget})"
+        ), upto
     return None
 
 

@@ -59,16 +59,16 @@ class Objective:
 class Trial:
     study: str
     number: int
-    state: str                   # Optuna's name, as the run directory says (module docstring)
+    state: str  # Optuna's name, as the run directory says (module docstring)
     params: dict
-    values: list                 # one per objective: float or None (recomputed from metrics.csv)
-    run: str                     # the run directory relative to the study folder
+    values: list  # one per objective: float or None (recomputed from metrics.csv)
+    run: str  # the run directory relative to the study folder
     path: Path
-    run_status: str              # completed | diverged | pruned | interrupted | running | failed | missing | damaged
+    run_status: str  # completed | diverged | pruned | interrupted | running | failed | missing | damaged
     baseline: bool = False
-    pruned: dict | None = None   # the manifest's ``pruned`` entry: iteration, round, why
-    iterations: int = 0          # local iterations trained
-    rounds: int = 0              # rounds trained (the compute spent of a study whose budget is in rounds)
+    pruned: dict | None = None  # the manifest's ``pruned`` entry: iteration, round, why
+    iterations: int = 0  # local iterations trained
+    rounds: int = 0  # rounds trained (the compute spent of a study whose budget is in rounds)
     rows: list = field(default_factory=list, repr=False)  # metrics.csv as numbers
 
     @property
@@ -85,11 +85,11 @@ class Study:
     rungs: list
     floor: int | None
     grid_size: int | None
-    budget_iterations: int       # one full trial's budget, in :attr:`unit`s
+    budget_iterations: int  # one full trial's budget, in :attr:`unit`s
     base: dict
     planned_trials: int
     trials: list = field(default_factory=list)
-    unit: str = "iteration"      # what the budget and the rungs count: local iterations, or rounds (``budget_rounds``)
+    unit: str = "iteration"  # what the budget and the rungs count: local iterations, or rounds (``budget_rounds``)
 
     @property
     def unit_name(self) -> str:
@@ -133,7 +133,6 @@ def is_study(path: str | Path) -> bool:
 # ------------------------------------------------------------------------------------------------ the reductions
 
 
-
 def reduce_rows(rows: list[dict], objective: Objective | dict, select_on: str = "validation") -> float | None:
     """One objective's value over a run's evaluations ``rows`` (metrics.csv rows, cells as text or numbers): the
     coordinator's own reduction, :func:`fedcli.tune.objectives.value_of_rows` (``final``, ``lastK``, ``best``,
@@ -144,8 +143,6 @@ def reduce_rows(rows: list[dict], objective: Objective | dict, select_on: str = 
 
     obj = objective if isinstance(objective, Objective) else Objective(**objective)
     return value_of_rows(rows, {"metric": obj.metric, "reduce": obj.reduce, "direction": obj.direction}, select_on)
-
-
 
 
 def read_rows(run_dir: Path) -> list[dict]:
@@ -181,7 +178,9 @@ def _record(root: Path) -> dict:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not a readable study record ({e}); expected the tune.json `fedcli tune` writes") from None
+        raise ConfigError(
+            f"{path}: not a readable study record ({e}); expected the tune.json `fedcli tune` writes"
+        ) from None
     if not isinstance(record, dict) or record.get("kind") != KIND or not isinstance(record.get("studies"), list):
         raise ConfigError(f"{path}: not a study record of `fedcli tune` (kind '{KIND}' with its studies)")
     return record
@@ -189,9 +188,15 @@ def _record(root: Path) -> dict:
 
 def _objectives(record: dict, path: Path) -> list[Objective]:
     got = record.get("objectives")
-    if not isinstance(got, list) or not 1 <= len(got) <= 2 or not all(isinstance(o, dict) and "metric" in o for o in got):
+    if (
+        not isinstance(got, list)
+        or not 1 <= len(got) <= 2
+        or not all(isinstance(o, dict) and "metric" in o for o in got)
+    ):
         raise ConfigError(f"{path / RECORD}: 'objectives' must list one or two objectives (metric, reduce, direction)")
-    return [Objective(str(o["metric"]), str(o.get("reduce", "final")), str(o.get("direction", "maximize"))) for o in got]
+    return [
+        Objective(str(o["metric"]), str(o.get("reduce", "final")), str(o.get("direction", "maximize"))) for o in got
+    ]
 
 
 def _state_of(path: Path) -> tuple[str, str, dict | None]:
@@ -245,8 +250,11 @@ def _listed(root: Path, notes: list) -> dict:
 
 
 def _params_listed(row: dict) -> dict:
-    return {k[len("params_"):]: (_number(v) if _number(v) is not None else v) for k, v in row.items()
-            if k.startswith("params_") and v not in ("", None)}
+    return {
+        k[len("params_") :]: (_number(v) if _number(v) is not None else v)
+        for k, v in row.items()
+        if k.startswith("params_") and v not in ("", None)
+    }
 
 
 def read_study(path: str | Path) -> StudyFolder:
@@ -263,24 +271,48 @@ def read_study(path: str | Path) -> StudyFolder:
     for s in record["studies"]:
         if not isinstance(s, dict) or not isinstance(s.get("name"), str):
             raise ConfigError(f"{root / RECORD}: every study needs a name")
-        studies.append(Study(s["name"], dict(s.get("space") or {}), sorted(int(r) for r in s.get("rungs") or []),
-                             s.get("floor"), s.get("grid_size"),
-                             int(s.get("budget_iterations") or s.get("budget_rounds") or 0),
-                             dict(s.get("base") or {}), int(s.get("trials", record.get("trials", 0)) or 0),
-                             unit="round" if s.get("budget_rounds") and not s.get("budget_iterations") else "iteration"))
+        studies.append(
+            Study(
+                s["name"],
+                dict(s.get("space") or {}),
+                sorted(int(r) for r in s.get("rungs") or []),
+                s.get("floor"),
+                s.get("grid_size"),
+                int(s.get("budget_iterations") or s.get("budget_rounds") or 0),
+                dict(s.get("base") or {}),
+                int(s.get("trials", record.get("trials", 0)) or 0),
+                unit="round" if s.get("budget_rounds") and not s.get("budget_iterations") else "iteration",
+            )
+        )
     for study in studies:
         numbers = {n for (st, n) in listed if st == study.name}
         for d in sorted((root / study.name).glob("trial-*")):
             if (m := re.fullmatch(r"trial-(\d+)", d.name)) and d.is_dir():
                 numbers.add(int(m.group(1)))
         for number in sorted(numbers):
-            study.trials.append(_trial(root, study, number, listed.get((study.name, number)), objectives, notes,
-                                       str(record.get("select_on", "validation"))))
+            study.trials.append(
+                _trial(
+                    root,
+                    study,
+                    number,
+                    listed.get((study.name, number)),
+                    objectives,
+                    notes,
+                    str(record.get("select_on", "validation")),
+                )
+            )
     return StudyFolder(root, record, objectives, studies, notes)
 
 
-def _trial(root: Path, study: Study, number: int, row: dict | None, objectives: list, notes: list,
-           select_on: str = "validation") -> Trial:
+def _trial(
+    root: Path,
+    study: Study,
+    number: int,
+    row: dict | None,
+    objectives: list,
+    notes: list,
+    select_on: str = "validation",
+) -> Trial:
     rel = (row or {}).get("run") or f"{study.name}/trial-{number:04d}"
     path = root / rel
     state, run_status, m = _state_of(path)
@@ -292,24 +324,48 @@ def _trial(root: Path, study: Study, number: int, row: dict | None, objectives: 
             notes.append(f"{said}: {INDEX} says {state}, but its run directory {rel} is missing; counted as FAIL")
             state = "FAIL"
     elif listed_state and listed_state != state:
-        notes.append(f"{said}: {INDEX} says {listed_state}, its run directory says {run_status}; the run directory is used")
+        notes.append(
+            f"{said}: {INDEX} says {listed_state}, its run directory says {run_status}; the run directory is used"
+        )
     elif row is None:
         notes.append(f"{said}: not in {INDEX}; read from its run directory {rel}")
     tune = (m or {}).get("tune") if isinstance((m or {}).get("tune"), dict) else {}
     params = dict(tune.get("params") or {}) if tune else _params_listed(row or {})
     rows = read_rows(path) if m is not None else []
-    values = [reduce_rows(rows, o, select_on) for o in objectives] if rows and run_status != "diverged" else [None] * len(objectives)
+    values = (
+        [reduce_rows(rows, o, select_on) for o in objectives]
+        if rows and run_status != "diverged"
+        else [None] * len(objectives)
+    )
     if row is not None and m is not None:
         keys = ["value"] if len(objectives) == 1 else [f"values_{i}" for i in range(len(objectives))]
         for k, v in zip(keys, values):
             got = _number(row.get(k))
-            if state == "COMPLETE" and run_status == "completed" and got is not None and v is not None \
-                    and not math.isclose(got, v, rel_tol=1e-9, abs_tol=1e-12):
+            if (
+                state == "COMPLETE"
+                and run_status == "completed"
+                and got is not None
+                and v is not None
+                and not math.isclose(got, v, rel_tol=1e-9, abs_tol=1e-12)
+            ):
                 notes.append(f"{said}: {INDEX} gives {k} {got:g}, its metrics.csv gives {v:g}; metrics.csv is used")
     baseline = bool(tune.get("baseline")) if tune else str((row or {}).get("baseline", "0")) in ("1", "True", "true")
     pruned = m.get("pruned") if m is not None and isinstance(m.get("pruned"), dict) else None
-    return Trial(study.name, number, state, params, values, rel, path, run_status, baseline, pruned, _spent(m, rows),
-                 _spent(m, rows, "round"), rows)
+    return Trial(
+        study.name,
+        number,
+        state,
+        params,
+        values,
+        rel,
+        path,
+        run_status,
+        baseline,
+        pruned,
+        _spent(m, rows),
+        _spent(m, rows, "round"),
+        rows,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ analyses
@@ -322,7 +378,8 @@ def dominates(a: list, b: list, objectives: list) -> bool:
 
 
 def pareto_set(trials: list, objectives: list) -> list:
-    """The trials no other trial dominates (:func:`dominates`), over the usable ones (:attr:`Trial.usable`), by number."""
+    """The trials no other trial dominates (:func:`dominates`), over the usable ones (:attr:`Trial.usable`), by
+    number."""
     pool = [t for t in trials if t.usable]
     return [t for t in pool if not any(dominates(o.values, t.values, objectives) for o in pool if o is not t)]
 
@@ -347,13 +404,19 @@ def spearman(xs: list, ys: list) -> float | None:
     return sxy / math.sqrt(sxx * syy) if sxx and syy else None
 
 
-def rung_correlations(study: Study, objective: Objective, select_on: str = "validation") -> list[tuple[int, float | None, int]]:
+def rung_correlations(
+    study: Study, objective: Objective, select_on: str = "validation"
+) -> list[tuple[int, float | None, int]]:
     """Per pruning rung of ``study``: (iteration, Spearman correlation between the completed trials' values at that rung
     (the objective reduced over their evaluations up to it) and their final values, trials counted)."""
     done = [t for t in study.trials if t.usable]
     out = []
     for rung in study.rungs:
-        pairs = [(v, t.values[0]) for t in done if (v := reduce_rows(until(t.rows, rung, study.unit), objective, select_on)) is not None]
+        pairs = [
+            (v, t.values[0])
+            for t in done
+            if (v := reduce_rows(until(t.rows, rung, study.unit), objective, select_on)) is not None
+        ]
         out.append((rung, spearman([a for a, _ in pairs], [b for _, b in pairs]), len(pairs)))
     return out
 
@@ -404,14 +467,17 @@ def _range(bounds) -> tuple[str, float, float] | None:
     if isinstance(bounds.get("low"), (int, float)) and isinstance(bounds.get("high"), (int, float)):
         return ("log" if bounds.get("log") is True else "linear"), float(bounds["low"]), float(bounds["high"])
     choices = bounds.get("choices")
-    if isinstance(choices, list) and len(choices) >= 3 and all(isinstance(c, (int, float)) and not isinstance(c, bool)
-                                                               for c in choices):
+    if (
+        isinstance(choices, list)
+        and len(choices) >= 3
+        and all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices)
+    ):
         return "choices", float(min(choices)), float(max(choices))
     return None
 
 
 def on_edge(value, bounds) -> str | None:
-    """"bottom" or "top" when ``value`` lies in the lowest or highest :data:`EDGE` of its range (log scale for a log
+    """ "bottom" or "top" when ``value`` lies in the lowest or highest :data:`EDGE` of its range (log scale for a log
     range), or is the smallest or largest of three or more numeric choices; None otherwise."""
     got = _range(bounds)
     if got is None or not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -421,7 +487,11 @@ def on_edge(value, bounds) -> str | None:
         return "bottom" if value <= lo else "top" if value >= hi else None
     if hi <= lo or (kind == "log" and lo <= 0):
         return None
-    pos = (math.log(value) - math.log(lo)) / (math.log(hi) - math.log(lo)) if kind == "log" and value > 0 else (value - lo) / (hi - lo)
+    pos = (
+        (math.log(value) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        if kind == "log" and value > 0
+        else (value - lo) / (hi - lo)
+    )
     return "bottom" if pos <= EDGE else "top" if pos >= 1 - EDGE else None
 
 
@@ -439,32 +509,45 @@ def validity_notes(folder: StudyFolder) -> list[str]:
                     side = on_edge(t.params.get(name), bounds)
                     if side:
                         kind, lo, hi = _range(bounds)
-                        notes.append(f"study '{study.name}': the best {o.metric} (trial {t.number}) has {name} = "
-                                     f"{t.params[name]:g} at the {side} of its range [{lo:g}, {hi:g}]: widen it, the optimum "
-                                     f"may lie beyond.")
+                        notes.append(
+                            f"study '{study.name}': the best {o.metric} (trial {t.number}) has {name} = "
+                            f"{t.params[name]:g} at the {side} of its range [{lo:g}, {hi:g}]: widen it, the optimum "
+                            f"may lie beyond."
+                        )
         if len(objs) == 1 and study.rungs:
             corr = rung_correlations(study, objs[0], folder.select_on)
             known = [(r, rho, n) for r, rho, n in corr if rho is not None]
             if not known:
-                notes.append(f"study '{study.name}': too few completed trials to tell whether pruning was safe (the rank "
-                             f"correlation at the pruning points needs three).")
+                notes.append(
+                    f"study '{study.name}': too few completed trials to tell whether pruning was safe (the rank "
+                    f"correlation at the pruning points needs three)."
+                )
             else:
                 worst = min(known, key=lambda c: c[1])
                 said = ", ".join(f"{rho:.2f} at {study.unit} {r}" for r, rho, _ in known)
-                verdict = ("pruning looks safe here: the values at the pruning points ranked the completed trials as their "
-                           "final values did" if worst[1] >= SAFE_RHO else
-                           "pruning may not have been safe here: the values at the pruning points ranked the completed "
-                           "trials otherwise than their final values did, so a pruned trial might have ended better")
-                notes.append(f"study '{study.name}': {verdict} (Spearman rank correlation {said}, over {worst[2]} completed "
-                             f"trials).")
+                verdict = (
+                    "pruning looks safe here: the values at the pruning points ranked the completed trials as their "
+                    "final values did"
+                    if worst[1] >= SAFE_RHO
+                    else "pruning may not have been safe here: the values at the pruning points ranked the completed "
+                    "trials otherwise than their final values did, so a pruned trial might have ended better"
+                )
+                notes.append(
+                    f"study '{study.name}': {verdict} (Spearman rank correlation {said}, over {worst[2]} completed "
+                    f"trials)."
+                )
     budgets = {s.name: (s.planned_trials, f"{s.budget_iterations} {s.unit_name}") for s in folder.studies}
     if len(set(budgets.values())) > 1:
         said = ", ".join(f"'{n}' {k} trials x {b}" for n, (k, b) in budgets.items())
-        notes.append(f"Unequal tuning budgets across the studies ({said}): a row tuned with more budget is favoured in a "
-                     f"comparison of the rows.")
+        notes.append(
+            f"Unequal tuning budgets across the studies ({said}): a row tuned with more budget is favoured in a "
+            f"comparison of the rows."
+        )
     if folder.select_on == "test":
-        notes.append("Selected on the test set (optimistic): the objectives read test metrics, so the chosen "
-                     "configurations' test accuracy overstates what a fresh test set would give.")
+        notes.append(
+            "Selected on the test set (optimistic): the objectives read test metrics, so the chosen "
+            "configurations' test accuracy overstates what a fresh test set would give."
+        )
     return notes
 
 
@@ -485,11 +568,21 @@ def trial_records(folder: StudyFolder) -> list[dict]:
     for study in folder.studies:
         front = {t.number for t in pareto_set(study.trials, folder.objectives)} if len(cols) > 1 else set()
         for t in study.trials:
-            out.append({"number": t.number, "state": t.state, **{f"params_{n}": t.params.get(n) for n in names},
-                        **dict(zip(cols, t.values)), "run": t.run,
-                        "pareto": (t.number in front) if len(cols) > 1 else None, "study": study.name,
-                        "run_status": t.run_status, "baseline": t.baseline,
-                        "pruned_iteration": (t.pruned or {}).get("iteration"), "iterations": t.iterations})
+            out.append(
+                {
+                    "number": t.number,
+                    "state": t.state,
+                    **{f"params_{n}": t.params.get(n) for n in names},
+                    **dict(zip(cols, t.values)),
+                    "run": t.run,
+                    "pareto": (t.number in front) if len(cols) > 1 else None,
+                    "study": study.name,
+                    "run_status": t.run_status,
+                    "baseline": t.baseline,
+                    "pruned_iteration": (t.pruned or {}).get("iteration"),
+                    "iterations": t.iterations,
+                }
+            )
     return out
 
 
@@ -504,12 +597,24 @@ def summary(folder: StudyFolder, top: int = 5, confirmation: dict | None = None)
         for t in s.trials:
             word = "COMPLETE (diverged)" if t.run_status == "diverged" else t.state
             states[word] = states.get(word, 0) + 1
-        out.append({"study": s, "states": states, "spent": s.spent, "budget": s.budget, "grid": s.grid,
-                    "best": ranked(s.trials, folder.objectives[0])[:top],
-                    "pareto": sorted(pareto_set(s.trials, folder.objectives), key=lambda t: ranked(s.trials, folder.objectives[0]).index(t))
-                    if len(folder.objectives) > 1 else [],
-                    "baseline": next((t for t in s.trials if t.baseline), None),
-                    "importances": [importances(s, i) for i in range(len(folder.objectives))]})
+        out.append(
+            {
+                "study": s,
+                "states": states,
+                "spent": s.spent,
+                "budget": s.budget,
+                "grid": s.grid,
+                "best": ranked(s.trials, folder.objectives[0])[:top],
+                "pareto": sorted(
+                    pareto_set(s.trials, folder.objectives),
+                    key=lambda t: ranked(s.trials, folder.objectives[0]).index(t),
+                )
+                if len(folder.objectives) > 1
+                else [],
+                "baseline": next((t for t in s.trials if t.baseline), None),
+                "importances": [importances(s, i) for i in range(len(folder.objectives))],
+            }
+        )
     for entry in out:
         entry["confirmed"] = (confirmation or {}).get(entry["study"].name)
     return {"folder": folder, "studies": out, "notes": list(folder.notes), "validity": validity_notes(folder)}

@@ -101,8 +101,10 @@ class TuneTable:
     seed: int = 0
     pruner: str = "sha"
     objectives: list[Objective] = field(default_factory=list)
-    common: dict[str, Param] = field(default_factory=dict)                        # [tune.space]
-    methods: dict[str, tuple[bool, dict[str, Param]]] = field(default_factory=dict)  # [tune.space.<method>]: (defaults, params)
+    common: dict[str, Param] = field(default_factory=dict)  # [tune.space]
+    methods: dict[str, tuple[bool, dict[str, Param]]] = field(
+        default_factory=dict
+    )  # [tune.space.<method>]: (defaults, params)
 
     def space_for(self, algo: str) -> dict[str, Param]:
         """The space of a study whose row runs method ``algo``: [tune.space], then the method's declared defaults
@@ -158,27 +160,40 @@ def _range_words(p: Param) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-def parse_range(name: str, rng, loc: str) -> Param:
+def parse_range(name: str, rng, loc: str) -> Param:  # noqa: C901
     """One ``[tune.space]`` entry checked against its option's declaration (type, bounds, choices)."""
     from fedcli.config import FIELDS, check_value, field_type
 
     key = name.replace("-", "_")
     if key in BUDGET_KEYS:
-        raise ConfigError(f"{loc}: '{name}' fixes a trial's budget or identity and cannot be searched (every trial of a "
-                          f"study runs the same budget; set it in [base] or the row)")
+        raise ConfigError(
+            f"{loc}: '{name}' fixes a trial's budget or identity and cannot be searched (every trial of a "
+            f"study runs the same budget; set it in [base] or the row)"
+        )
     if key not in FIELDS:
         raise ConfigError(f"{loc}: unknown option '{name}' in the search space")
     f = FIELDS[key]
-    if not isinstance(rng, dict) or len([k for k in rng if k in KINDS]) != 1 or any(k not in (*KINDS, "step") for k in rng):
-        raise ConfigError(f"{loc}: '{name}' must be one range: {{ log = [lo, hi] }}, {{ float = [lo, hi] }}, "
-                          f"{{ int = [lo, hi] }} (each with an optional step) or {{ choices = [...] }}, got {rng!r}")
+    if (
+        not isinstance(rng, dict)
+        or len([k for k in rng if k in KINDS]) != 1
+        or any(k not in (*KINDS, "step") for k in rng)
+    ):
+        raise ConfigError(
+            f"{loc}: '{name}' must be one range: {{ log = [lo, hi] }}, {{ float = [lo, hi] }}, "
+            f"{{ int = [lo, hi] }} (each with an optional step) or {{ choices = [...] }}, got {rng!r}"
+        )
     kind = next(k for k in rng if k in KINDS)
     vals, step = rng[kind], rng.get("step")
     t = field_type(f)
 
     def check(v):
-        if isinstance(v, bool) and t is not bool or (t in (int, float) and not isinstance(v, (int, float))) \
-                or (t is int and isinstance(v, float) and not float(v).is_integer()) or (t is str and not isinstance(v, str)):
+        if (
+            isinstance(v, bool)
+            and t is not bool
+            or (t in (int, float) and not isinstance(v, (int, float)))
+            or (t is int and isinstance(v, float) and not float(v).is_integer())
+            or (t is str and not isinstance(v, str))
+        ):
             raise ConfigError(f"{loc}: '{name}' takes {t.__name__} values (--{key.replace('_', '-')}), got {v!r}")
         v = t(v)
         try:
@@ -198,18 +213,27 @@ def parse_range(name: str, rng, loc: str) -> Param:
         raise ConfigError(f"{loc}: '{name}' {kind} range must be [lo, hi], got {vals!r}")
     fits = {"int": (int,), "float": (float,), "log": (int, float)}[kind]
     if t not in fits:
-        raise ConfigError(f"{loc}: '{name}' is a {t.__name__} option; a {kind} range does not fit it "
-                          f"({'an int range' if t is int else 'a float or log range' if t is float else 'choices'} would)")
+        raise ConfigError(
+            f"{loc}: '{name}' is a {t.__name__} option; a {kind} range does not fit it "
+            f"({'an int range' if t is int else 'a float or log range' if t is float else 'choices'} would)"
+        )
     if kind == "log" and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0 for v in vals):
         raise ConfigError(f"{loc}: '{name}' log range {vals!r} runs through 0 (a log range needs lo > 0)")
     lo, hi = check(vals[0]), check(vals[1])
     if not lo < hi:
         raise ConfigError(f"{loc}: '{name}' range {vals!r} is empty or runs backwards (lo < hi needed)")
     if step is not None:
-        if kind == "log" or isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0 or \
-                (kind == "int" and not float(step).is_integer()):
-            raise ConfigError(f"{loc}: '{name}' step must be a positive {'integer' if kind == 'int' else 'number'} "
-                              f"(no step on a log range), got {step!r}")
+        if (
+            kind == "log"
+            or isinstance(step, bool)
+            or not isinstance(step, (int, float))
+            or step <= 0
+            or (kind == "int" and not float(step).is_integer())
+        ):
+            raise ConfigError(
+                f"{loc}: '{name}' step must be a positive {'integer' if kind == 'int' else 'number'} "
+                f"(no step on a log range), got {step!r}"
+            )
         step = int(step) if kind == "int" else float(step)
     return Param(key, kind, lo, hi, step)
 
@@ -219,12 +243,15 @@ def parse_objective(o, loc: str) -> Objective:
     from fedcli.tune.objectives import METRICS, parse_reduce
 
     if not isinstance(o, dict) or set(o) - {"metric", "reduce", "direction"} or "metric" not in o:
-        raise ConfigError(f"{loc}: an objective is {{ metric = ..., reduce = ..., direction = ... }} (metric required), "
-                          f"got {o!r}")
+        raise ConfigError(
+            f"{loc}: an objective is {{ metric = ..., reduce = ..., direction = ... }} (metric required), got {o!r}"
+        )
     metric = o["metric"]
     if metric not in METRICS:
-        raise ConfigError(f"{loc}: objective metric '{metric}' is not one of {', '.join(METRICS)} (the test set is never "
-                          f"an objective: --select-on test reads it in place of the validation metrics)")
+        raise ConfigError(
+            f"{loc}: objective metric '{metric}' is not one of {', '.join(METRICS)} (the test set is never "
+            f"an objective: --select-on test reads it in place of the validation metrics)"
+        )
     reduce = o.get("reduce", "final")
     k, target = parse_reduce(reduce, loc)
     default = "minimize" if target is not None else METRICS[metric]
@@ -234,7 +261,7 @@ def parse_objective(o, loc: str) -> Objective:
     return Objective(metric, reduce, direction, k, target)
 
 
-def parse_tune(path, text: str, data: dict) -> TuneTable:
+def parse_tune(path, text: str, data: dict) -> TuneTable:  # noqa: C901, PLR0915
     """The recipe's ``[tune]`` table checked, errors with the file and line of the key (exit 2)."""
     from fedcli import specs
     from fedcli.recipes import _table_span, where_in
@@ -248,16 +275,22 @@ def parse_tune(path, text: str, data: dict) -> TuneTable:
         raise ConfigError(f"{where_in(path, text, 'tune')}: [tune] must be a table")
     for k in tune:
         if k not in TUNE_KEYS:
-            raise ConfigError(f"{where_in(path, text, k, span)}: unknown key '{k}' in [tune] (its keys: {', '.join(TUNE_KEYS)})")
+            raise ConfigError(
+                f"{where_in(path, text, k, span)}: unknown key '{k}' in [tune] (its keys: {', '.join(TUNE_KEYS)})"
+            )
     table = TuneTable()
     trials = tune.get("trials", table.trials)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ConfigError(f"{where_in(path, text, 'trials', span)}: [tune] trials must be an integer >= 1, got {trials!r}")
+        raise ConfigError(
+            f"{where_in(path, text, 'trials', span)}: [tune] trials must be an integer >= 1, got {trials!r}"
+        )
     table.trials = trials
     for key, allowed in (("sampler", SAMPLERS), ("pruner", PRUNERS)):
         v = tune.get(key, getattr(table, key))
         if v not in allowed:
-            raise ConfigError(f"{where_in(path, text, key, span)}: [tune] {key} must be one of {', '.join(allowed)}, got {v!r}")
+            raise ConfigError(
+                f"{where_in(path, text, key, span)}: [tune] {key} must be one of {', '.join(allowed)}, got {v!r}"
+            )
         setattr(table, key, v)
     seed = tune.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -279,8 +312,10 @@ def parse_tune(path, text: str, data: dict) -> TuneTable:
             mspan = _table_span(text, f"tune.space.{name}")
             defaults = rng.get("defaults", False)
             if not isinstance(defaults, bool):
-                raise ConfigError(f"{where_in(path, text, 'defaults', mspan)}: [tune.space.{name}] defaults must be "
-                                  f"true or false, got {defaults!r}")
+                raise ConfigError(
+                    f"{where_in(path, text, 'defaults', mspan)}: [tune.space.{name}] defaults must be "
+                    f"true or false, got {defaults!r}"
+                )
             own = {}
             for k, r in rng.items():
                 if k != "defaults":
@@ -291,20 +326,24 @@ def parse_tune(path, text: str, data: dict) -> TuneTable:
             from fedcli.config import FIELDS
 
             if name.replace("-", "_") not in FIELDS:
-                raise ConfigError(f"{where_in(path, text, name, sspan)}: unknown table [tune.space.{name}]: not a method "
-                                  f"(methods: {', '.join(sorted(m for m, v in specs.METHODS.items() if m == v.name))})")
+                raise ConfigError(
+                    f"{where_in(path, text, name, sspan)}: unknown table [tune.space.{name}]: not a method "
+                    f"(methods: {', '.join(sorted(m for m, v in specs.METHODS.items() if m == v.name))})"
+                )
         table.common[name.replace("-", "_")] = parse_range(name, rng, where_in(path, text, name, sspan))
     if not table.common and not table.methods:
-        raise ConfigError(f"{where_in(path, text, 'tune')}: [tune] searches nothing: give [tune.space] ranges or "
-                          f"[tune.space.<method>] defaults = true")
+        raise ConfigError(
+            f"{where_in(path, text, 'tune')}: [tune] searches nothing: give [tune.space] ranges or "
+            f"[tune.space.<method>] defaults = true"
+        )
     return table
 
 
 def check_space(space: dict[str, Param], base: dict, where: str) -> None:
     """A study's space must search something its row's method reads (``fedcli.recipes.table_keys``): a range over an
     option no part of the method reads would spend trials on a no-op."""
-    from fedcli.recipes import run_tables, table_keys
     from fedcli.config import GeneralConfig
+    from fedcli.recipes import run_tables, table_keys
 
     general = {f.name for f in dataclasses.fields(GeneralConfig)}
     read = set(general)
@@ -312,6 +351,8 @@ def check_space(space: dict[str, Param], base: dict, where: str) -> None:
         read |= table_keys(t) or set()
     idle = [k for k in space if k not in read]
     if idle:
-        raise ConfigError(f"{where}: the search space holds {', '.join(idle)}, which the row's method "
-                          f"({base.get('algo')}) does not read; drop {'it' if len(idle) == 1 else 'them'} or "
-                          f"move {'it' if len(idle) == 1 else 'them'} to [tune.space.<method>]")
+        raise ConfigError(
+            f"{where}: the search space holds {', '.join(idle)}, which the row's method "
+            f"({base.get('algo')}) does not read; drop {'it' if len(idle) == 1 else 'them'} or "
+            f"move {'it' if len(idle) == 1 else 'them'} to [tune.space.<method>]"
+        )

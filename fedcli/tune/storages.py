@@ -230,5 +230,7 @@ class Shared:
             if not hasattr(self, "journal_lock"):
                 self.journal_lock = Flock(f"{self.what}.ask.lock")
             return self.journal_lock
-        raise ConfigError(f"study workers cannot share a {self.dialect} database (they serialize their asks with "
-                          f"PostgreSQL's advisory lock): use a postgresql URL, or journal or sqlite on one node")
+        raise ConfigError(
+            f"study workers cannot share a {self.dialect} database (they serialize their asks with "
+            f"PostgreSQL's advisory lock): use a postgresql URL, or journal or sqlite on one node"
+        )

@@ -50,11 +50,15 @@ def resolve_storage(storage: str, root: Path) -> tuple[str, str]:
         name = storage[4:] or STORAGE_ENV
         url = os.environ.get(name, "")
         if not url:
-            raise ConfigError(f"--storage {storage}: the environment variable {name} is not set (it holds the database URL)")
+            raise ConfigError(
+                f"--storage {storage}: the environment variable {name} is not set (it holds the database URL)"
+            )
         storage = url
     if "://" not in storage:
-        raise ConfigError(f"--storage must be journal, sqlite, a database URL (postgresql+psycopg://user@host/db) or "
-                          f"env:NAME, got {mask_url(storage)!r}")
+        raise ConfigError(
+            f"--storage must be journal, sqlite, a database URL (postgresql+psycopg://user@host/db) or "
+            f"env:NAME, got {mask_url(storage)!r}"
+        )
     return "url", storage
 
 
@@ -123,8 +127,10 @@ def write_record(root: Path, record: dict) -> None:
 def record_differs(old: dict, new: dict) -> str | None:
     """Why the study in the folder (``old``) is not the one asked for (``new``), naming both; None when it is."""
     if old.get("recipe_sha256") != new.get("recipe_sha256"):
-        return f"its recipe {old.get('recipe')} (sha256 {str(old.get('recipe_sha256'))[:12]}) is not {new['recipe']} " \
-               f"(sha256 {new['recipe_sha256'][:12]})"
+        return (
+            f"its recipe {old.get('recipe')} (sha256 {str(old.get('recipe_sha256'))[:12]}) is not {new['recipe']} "
+            f"(sha256 {new['recipe_sha256'][:12]})"
+        )
     if (old.get("scale") or None) != (new.get("scale") or None):
         return f"it was tuned at scale {old.get('scale') or 'base'}, not {new.get('scale') or 'base'}"
     if old.get("objectives") != new.get("objectives"):
@@ -155,14 +161,32 @@ def _cell(v) -> str:
 def write_trials_csv(root: Path, rows: list[dict], params: list[str], objectives: int) -> None:
     """``trials.csv`` (the contract's columns: study, number, state, params_<name>..., value | values_0, values_1,
     run, pruned_iteration, baseline), sorted by study then number, replaced atomically."""
-    cols = ["study", "number", "state", *[f"params_{p}" for p in params],
-            *(["value"] if objectives == 1 else [f"values_{i}" for i in range(objectives)]), "run", "pruned_iteration", "baseline"]
+    cols = [
+        "study",
+        "number",
+        "state",
+        *[f"params_{p}" for p in params],
+        *(["value"] if objectives == 1 else [f"values_{i}" for i in range(objectives)]),
+        "run",
+        "pruned_iteration",
+        "baseline",
+    ]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for r in sorted(rows, key=lambda r: (r["study"], r["number"])):
         vals = r.get("values") or [None] * objectives
-        w.writerow([r["study"], r["number"], r["state"], *[_cell(r["params"].get(p)) for p in params],
-                    *[_cell(v) for v in vals], r.get("run", ""), _cell(r.get("pruned_iteration")), 1 if r.get("baseline") else 0])
+        w.writerow(
+            [
+                r["study"],
+                r["number"],
+                r["state"],
+                *[_cell(r["params"].get(p)) for p in params],
+                *[_cell(v) for v in vals],
+                r.get("run", ""),
+                _cell(r.get("pruned_iteration")),
+                1 if r.get("baseline") else 0,
+            ]
+        )
     refuse_link(root / TRIALS_CSV)
     atomic_write(root / TRIALS_CSV, buf.getvalue())

@@ -50,8 +50,13 @@ def whoami(index: int) -> dict:
     """What a worker records on the trials it runs (user attr ``worker``)."""
     from fedcli.results.lock import start_time
 
-    return {"index": index, "job_id": slurm_job_id(), "host": socket.gethostname(), "pid": os.getpid(),
-            "start": start_time(os.getpid())}
+    return {
+        "index": index,
+        "job_id": slurm_job_id(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": start_time(os.getpid()),
+    }
 
 
 def owner_states(infos: list, me: dict) -> dict:
@@ -155,8 +160,13 @@ class Worker(Coordinator):
             if states[id(info)] != "gone" or run_locked(self.trial_run(sp, ft.number, dict(ft.params))):
                 continue
             study._storage.set_trial_user_attr(ft._trial_id, "worker", self.me)
-            was = f"Slurm job {info['job_id']}" if isinstance(info, dict) and info.get("job_id") else \
-                f"process {info.get('pid')} on {info.get('host')}" if isinstance(info, dict) else "a worker"
+            was = (
+                f"Slurm job {info['job_id']}"
+                if isinstance(info, dict) and info.get("job_id")
+                else f"process {info.get('pid')} on {info.get('host')}"
+                if isinstance(info, dict)
+                else "a worker"
+            )
             self.on_event("adopt", sp.name, ft.number, f"its worker ({was}) is gone")
             a = self.recover(sp, study, ft)
             return True if a is None else a
@@ -187,6 +197,7 @@ class Worker(Coordinator):
     def catch_signals(self) -> None:
         """SIGTERM/SIGINT/SIGHUP: ask nothing more, let the training checkpoint and stop (in a Slurm job Slurm signals
         it too; elsewhere the signal is passed on, once)."""
+
         def stop(signum, frame):
             first = not self.stopping
             self.stopping = self.ex.stopping = True
@@ -223,8 +234,17 @@ def worker_plan(root: Path, storage: str, index: int, threads: int | None):
     rec = folder.read_record(root)
     if rec is None:
         raise ConfigError(f"{root}: no {folder.RECORD}; a study worker works on a folder `fedcli tune` prepared")
-    plan = make_plan(rec["recipe"], rec.get("scale"), root, rec.get("trials"), rec.get("sampler"), rec.get("pruner"),
-                     rec.get("seed"), storage, rec.get("select_on", "validation"))
+    plan = make_plan(
+        rec["recipe"],
+        rec.get("scale"),
+        root,
+        rec.get("trials"),
+        rec.get("sampler"),
+        rec.get("pruner"),
+        rec.get("seed"),
+        storage,
+        rec.get("select_on", "validation"),
+    )
     why = folder.record_differs(rec, plan.record)
     if why:
         raise ConfigError(f"{root} holds another study than its recipe makes now: {why}")

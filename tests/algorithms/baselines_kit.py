@@ -8,8 +8,22 @@ from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.engine import Simulation
 from simkit import configurer
 
-BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, partition="dirichlet",
-            alpha=0.5, iterations=16, batch_size=16, lr=0.05, eval_every=8, device="cpu", tau=4, threads=1)
+BASE = dict(
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="32",
+    clients=8,
+    active_ratio=0.5,
+    partition="dirichlet",
+    alpha=0.5,
+    iterations=16,
+    batch_size=16,
+    lr=0.05,
+    eval_every=8,
+    device="cpu",
+    tau=4,
+    threads=1,
+)
 
 
 config = configurer(BASE)
@@ -42,4 +56,3 @@ def run(data, **kw):
 def assert_differs(a, b):
     (sa, _), (sb, _) = a, b
     assert any(not torch.equal(sa.global_params[n], sb.global_params[n]) for n in sa.global_params)
-

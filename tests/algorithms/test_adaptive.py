@@ -17,17 +17,29 @@ from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import adaptive
 from fedcli.fl.algorithms import fedadam, fedams, fedlamb, mimelamb
-from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.store import ClientStore
+from fedcli.fl.view import PartView
 from fedcli.recipes import build_config
 from fedcli.runner import run_train
 from fedcli.specs import METHODS
 
 SHORT_LR = {"fedsgd": 0.3, "fedadam": 0.1, "fedams": 0.001, "fedlamb": 0.05, "mime": 0.003, "mimelamb": 0.05}
-BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, partition="iid",
-            rounds=4, local_epochs=1.0, batch_size=32, eval_every=1, device="cpu", threads=1)
+BASE = dict(
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="32",
+    clients=8,
+    active_ratio=0.5,
+    partition="iid",
+    rounds=4,
+    local_epochs=1.0,
+    batch_size=32,
+    eval_every=1,
+    device="cpu",
+    threads=1,
+)
 
 
 def cfg(tmp_path=None, name="run", **kw):
@@ -59,8 +71,12 @@ def lamb_setup(step_class=None, synced=True, **kw):
     step = (step_class or (fedlamb.LambStep if c.trust_ratio != "off" else fedams.AMSStep))(c)
     step.name = "lamb"
     glob = {"a": torch.zeros(2), "b": torch.zeros(1)}
-    view = PartView.fake(parts={"local_step": step, "server": server}, global_params=glob, store=ClientStore(),
-                         device=torch.device("cpu"))
+    view = PartView.fake(
+        parts={"local_step": step, "server": server},
+        global_params=glob,
+        store=ClientStore(),
+        device=torch.device("cpu"),
+    )
     cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), glob, {})
     cohort.params["a"].copy_(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))
     cohort.params["b"].copy_(torch.tensor([[1.0], [1.0]]))
@@ -114,7 +130,9 @@ def test_ams_step_eps_outside_by_hand():
     # p = [3, 4] - 0.1 * ([0.5, 2/3] + 0.1 * [3, 4]) = [2.92, 3.893333]
     torch.testing.assert_close(cohort.params["a"][0], torch.tensor([2.92, 3.8933333]))
     # tensor b: r = +-0.1 / (0.01 + 0.1) = +-0.909091; p = 1 - 0.1 * (+-0.909091 + 0.1)
-    torch.testing.assert_close(cohort.params["b"][:, 0], torch.tensor([1 - 0.1 * (0.1 / 0.11 + 0.1), 1 - 0.1 * (-0.1 / 0.11 + 0.1)]))
+    torch.testing.assert_close(
+        cohort.params["b"][:, 0], torch.tensor([1 - 0.1 * (0.1 / 0.11 + 0.1), 1 - 0.1 * (-0.1 / 0.11 + 0.1)])
+    )
 
 
 def test_trust_ratio_on_turns_it_on_for_the_fed_ams_step():
@@ -131,7 +149,9 @@ def test_trust_ratio_by_hand_with_a_short_update():
     either norm is 0 (client 1: p = 0; client 2: u = 0)."""
     p = torch.tensor([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0]])
     u = torch.tensor([[0.3, 0.4], [0.3, 0.4], [0.0, 0.0]])
-    torch.testing.assert_close(fedlamb.trust_ratio(p, u, fedlamb.scaling_function(None)), torch.tensor([10.0, 1.0, 1.0]))
+    torch.testing.assert_close(
+        fedlamb.trust_ratio(p, u, fedlamb.scaling_function(None)), torch.tensor([10.0, 1.0, 1.0])
+    )
 
 
 def test_first_round_ams_step_eps_outside_by_hand():
@@ -180,7 +200,11 @@ def test_vhat_every_1_equals_default(tmp_path):
 def test_skip_synchronization_rounds_and_bytes():
     seen = []
     sim = Simulation(cfg(algo="fedlamb", lr=0.02, rounds=6, vhat_every=3)).setup()
-    sim.add_round_hook(lambda s, state: seen.append(None if s.server.vhat is None else {n: t.clone() for n, t in s.server.vhat.items()}))
+    sim.add_round_hook(
+        lambda s, state: seen.append(
+            None if s.server.vhat is None else {n: t.clone() for n, t in s.server.vhat.items()}
+        )
+    )
     summary = sim.run()
     assert seen[0] is None and seen[1] is None and seen[2] is not None  # first sync at the end of round 2
     for r in (3, 4):
@@ -200,6 +224,7 @@ def test_fedlamb_server_raises_vhat_to_cohort_mean():
     sim = Simulation(cfg(algo="fedlamb", lr=0.02, rounds=1, local_v="keep", eps=1e-6)).setup()
     sim.run()
     from fedcli.fl.engine import sample_cohort
+
     cohort = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.n_active)
     for n, vhat in sim.server.vhat.items():
         table = sim.store.tables[f"adaptive.v/{n}"]
@@ -229,6 +254,7 @@ def test_full_batch_gradients_match_autograd(clients):
 def test_mimelamb_vhat_from_full_batch_gradients():
     sim = Simulation(cfg(algo="mimelamb", lr=0.02, rounds=1)).setup()
     from fedcli.fl.engine import sample_cohort
+
     ids = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.n_active)
     w = sim.cohort_weights(ids, ids)
     cohort = Cohort.from_global(ids, w, sim.global_params, sim.global_buffers)
@@ -250,8 +276,12 @@ def test_mime_first_step_uses_frozen_server_state(wd):
     def spy(cohort, grads, lr, active=None):
         if cohort.round_idx == 1 and not record:
             record["x"] = {n: p.clone() for n, p in cohort.params.items()}
-            record["state"] = ({n: t.clone() for n, t in sim.server.m.items()}, {n: t.clone() for n, t in sim.server.vhat.items()},
-                               {n: t.clone() for n, t in sim.server.control.items()}, {n: t.clone() for n, t in sim.server.v.items()})
+            record["state"] = (
+                {n: t.clone() for n, t in sim.server.m.items()},
+                {n: t.clone() for n, t in sim.server.vhat.items()},
+                {n: t.clone() for n, t in sim.server.control.items()},
+                {n: t.clone() for n, t in sim.server.v.items()},
+            )
             orig(cohort, grads, lr, active)
             record["y"] = {n: p.clone() for n, p in cohort.params.items()}
             record["active"], record["lr"] = active, lr
@@ -290,8 +320,14 @@ def test_methods_learn_and_count_their_extra_transfers(tmp_path):
 def test_variants_run(tmp_path):
     """The departures from Algorithm 1 that stay available (the prototype code's eps and v, a client's own v before
     the first synchronization), the bounded phi and skip synchronization run to a finite loss."""
-    for kw in (dict(vhat_eps="outside"), dict(local_v="keep"), dict(vhat_start="local"), dict(scaling_bounds="0.01,10"),
-               dict(algo="mimelamb", vhat_every=2), dict(algo="mime", vhat_eps="outside")):
+    for kw in (
+        dict(vhat_eps="outside"),
+        dict(local_v="keep"),
+        dict(vhat_start="local"),
+        dict(scaling_bounds="0.01,10"),
+        dict(algo="mimelamb", vhat_every=2),
+        dict(algo="mime", vhat_eps="outside"),
+    ):
         s = Simulation(cfg(**dict(dict(algo="fedlamb", lr=0.02, rounds=3), **kw))).setup().run()
         assert math.isfinite(s.final_loss), kw
 
@@ -311,7 +347,9 @@ def test_defaults_learn(tmp_path, algo):
 
 def test_config_and_method_names():
     assert METHODS["adp-fed"] is METHODS["fedadam"] and METHODS["fedsgd"] is METHODS["fedavg"]
-    assert METHODS["fedlamb"].parts()["local_step"] == "lamb" and METHODS["mimelamb"].parts()["server"] == "vhat-fullgrad"
+    assert (
+        METHODS["fedlamb"].parts()["local_step"] == "lamb" and METHODS["mimelamb"].parts()["server"] == "vhat-fullgrad"
+    )
     for bad in ("1", "2,1", "a,b", "0,1"):
         with pytest.raises(ConfigError, match="scaling-bounds"):
             cfg(algo="fedlamb", scaling_bounds=bad)
@@ -350,12 +388,54 @@ def test_fedlamb_and_mime_identical_under_2_processes(tmp_path):
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     for algo, lr in (("fedlamb", "0.05"), ("mime", "0.003")):
-        args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "10", "--active-ratio", "0.6",
-                "--rounds", "4", "--local-epochs", "1", "--eval-every", "1", "--batch-size", "16", "--eps", "1e-4",
-                "--algo", algo, "--lr", lr, "--quiet"]
+        args = [
+            "train",
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp",
+            "--mlp-hidden",
+            "32",
+            "--clients",
+            "10",
+            "--active-ratio",
+            "0.6",
+            "--rounds",
+            "4",
+            "--local-epochs",
+            "1",
+            "--eval-every",
+            "1",
+            "--batch-size",
+            "16",
+            "--eps",
+            "1e-4",
+            "--algo",
+            algo,
+            "--lr",
+            lr,
+            "--quiet",
+        ]
         assert main([*args, "--out", str(tmp_path / f"{algo}-1")]) == 0
-        p = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", *args, "--out", str(tmp_path / f"{algo}-2")],
-                           env=env, capture_output=True, text=True, timeout=240)
+        p = subprocess.run(
+            [
+                mpiexec,
+                "-n",
+                "2",
+                sys.executable,
+                "-m",
+                "mpi4py",
+                "-m",
+                "fedcli",
+                *args,
+                "--out",
+                str(tmp_path / f"{algo}-2"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert p.returncode == 0, p.stderr
         a, b = read(tmp_path / f"{algo}-1/metrics.csv"), read(tmp_path / f"{algo}-2/metrics.csv")
         assert len(a) == len(b) == 4
@@ -382,19 +462,31 @@ def test_claim_recipe_at_both_scales():
         grid = {}
         for run in r.runs:
             c = TrainConfig(**run.values).validate()
-            assert (c.partition, c.batch_size, c.active_ratio, c.local_epochs, c.beta1, c.beta2, c.weight_decay) == \
-                ("iid", 128, 0.5, 1.0, 0.9, 0.999, 0.0)
+            assert (c.partition, c.batch_size, c.active_ratio, c.local_epochs, c.beta1, c.beta2, c.weight_decay) == (
+                "iid",
+                128,
+                0.5,
+                1.0,
+                0.9,
+                0.999,
+                0.0,
+            )
             assert c.vhat_eps == "floor" and c.local_v == "server" and c.vhat_start == "eps"  # Algorithm 1
             grid.setdefault((c.model, c.algo), set()).add(c.lr)
         assert sorted(grid) == [(m, a) for m in ("lamb_cnn", "mlp") for a in ("fedams", "fedlamb")]
         assert all(len(lrs) == 3 for lrs in grid.values())
         if scale == "cpu":
-            assert c.data_dir == str(path.parents[2].parent / "shared/datasets/mnist-t10k") and c.holdout_fraction == 0.2 and c.clients == 10
+            assert (
+                c.data_dir == str(path.parents[2].parent / "shared/datasets/mnist-t10k")
+                and c.holdout_fraction == 0.2
+                and c.clients == 10
+            )
 
 
 # ---------------------------------------------------------------------------- mutation-testing gaps (issue 31)
 def test_lamb_step_v_of_an_active_client_under_the_mask_by_hand():
-    """With a mask (--local-epochs) an active client's v still follows v = b2 v + (1 - b2) g^2 (Algorithm 1, line 10)."""
+    """With a mask (--local-epochs) an active client's v still follows v = b2 v + (1 - b2) g^2 (Algorithm 1, line
+    10)."""
     view, step, cohort, grads = lamb_setup()  # v starts from the server's v_hat (Algorithm 1, line 6)
     step.step(cohort, grads, lr=0.1, active=torch.tensor([True, False]))
     # client 0 (active), tensor a: v = 0.999 * [0.01, 0.04] + 0.001 * [1, 4] = [0.01099, 0.04396];
@@ -455,18 +547,20 @@ def test_mime_clients_past_their_last_step_do_not_move():
 
 
 def test_bounded_scaling_function_by_hand():
-    """Assumption 4: phi(a) = min(a + zeta, phi_max); zeta = 0.5, phi_max = 2: phi(0) = 0.5, phi(1) = 1.5, phi(5) = 2."""
+    """Assumption 4: phi(a) = min(a + zeta, phi_max); zeta = 0.5, phi_max = 2: phi(0) = 0.5, phi(1) = 1.5, phi(5) =
+    2."""
     phi = fedlamb.scaling_function((0.5, 2.0))
     assert phi(torch.tensor([0.0, 1.0, 5.0])).tolist() == [0.5, 1.5, 2.0]
 
 
 def test_adam_server_second_update_by_hand():
-    """Adp-Fed (Reddi et al. 2021): m = b1 m + (1 - b1) Delta, v = b2 v + (1 - b2) Delta^2, x += lr m / (sqrt(v) + tau)."""
+    """Adp-Fed (Reddi et al. 2021): m = b1 m + (1 - b1) Delta, v = b2 v + (1 - b2) Delta^2, x += lr m / (sqrt(v) +
+    tau)."""
     server = fedadam.AdamServer(TrainConfig(beta1=0.9, beta2=0.999, server_lr=0.1, server_eps=1e-3))
     x1 = server.update("w", torch.tensor([1.0]), torch.tensor([1.5]))  # Delta 0.5: m 0.05, v 2.5e-4
     x2 = server.update("w", x1, x1 + 1.0)  # Delta 1
-    m2 = 0.9 * 0.05 + 0.1 * 1.0            # 0.145
-    v2 = 0.999 * 2.5e-4 + 0.001 * 1.0      # 1.24975e-3
+    m2 = 0.9 * 0.05 + 0.1 * 1.0  # 0.145
+    v2 = 0.999 * 2.5e-4 + 0.001 * 1.0  # 1.24975e-3
     want = 1 + 0.1 * 0.05 / (math.sqrt(2.5e-4) + 1e-3) + 0.1 * m2 / (math.sqrt(v2) + 1e-3)
     torch.testing.assert_close(x2, torch.tensor([want]))
 

@@ -27,9 +27,12 @@ def registered(algo):
 def test_ala_layers_0_is_the_method(data, algo):
     kw = dict(algo=registered(algo), rounds=2, **OWN.get(algo, {}))
     base = run(data, **kw)
-    same(run(data, init="ala", ala_layers=0, **kw), base, cols=("round", "iteration", "train_loss", "test_loss",
-                                                                 "test_acc", "comm_params", "comm_bytes")
-         + (("personal_acc",) if base[1].history[-1]["personal_acc"] != "" else ()))
+    same(
+        run(data, init="ala", ala_layers=0, **kw),
+        base,
+        cols=("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
+        + (("personal_acc",) if base[1].history[-1]["personal_acc"] != "" else ()),
+    )
 
 
 @pytest.mark.parametrize("algo", ["perfedavg", "fedrep", "ditto"])
@@ -64,7 +67,9 @@ def test_ala_on_perfedavg_adapts_from_the_clients_start_model(data):
     sim, s = run(data, algo="perfedavg", init="ala", rounds=ROUNDS)
     assert set(sim.store.tables[f"perfedavg.start.p:{sim.layers[0].name}"]) == set(range(4))
     plain, _ = run(data, algo="perfedavg", rounds=ROUNDS)
-    assert "perfedavg.start.p:" + sim.layers[0].name not in plain.store.tables  # plain Per-FedAvg adapts the global model
+    assert (
+        "perfedavg.start.p:" + sim.layers[0].name not in plain.store.tables
+    )  # plain Per-FedAvg adapts the global model
     start = client_model(sim, 0, "perfedavg.start")[0]
     assert any(not torch.equal(start[n], sim.global_params[n]) for n in start)  # not the global model
     assert 0.1 < s.best_personal_acc <= 1.0

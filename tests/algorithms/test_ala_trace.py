@@ -15,9 +15,25 @@ from fedcli.report.ala_figures import objective
 from fedcli.results.rundir import RunDir
 from fedcli.results.runlog import RunLog
 
-BASE = dict(algo="fedala", dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=1.0,
-            partition="pathological", classes_per_client=2, client_test_fraction=0.25, rounds=4, local_epochs=1.0,
-            batch_size=16, lr=0.1, eval_every=1, device="cpu", threads=1, ala_trace=True)
+BASE = dict(
+    algo="fedala",
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="16",
+    clients=4,
+    active_ratio=1.0,
+    partition="pathological",
+    classes_per_client=2,
+    client_test_fraction=0.25,
+    rounds=4,
+    local_epochs=1.0,
+    batch_size=16,
+    lr=0.1,
+    eval_every=1,
+    device="cpu",
+    threads=1,
+    ala_trace=True,
+)
 
 
 def rows(path):
@@ -52,7 +68,7 @@ def test_ala_passes(traced):
         first = [float(r["loss"]) for r in ala if int(r["client"]) == c and r["round"] == "2"]
         assert all(r["stage"] == "initial" for r in ala if r["round"] == "2")
         # the reference's stop rule, by hand: more than 10 losses and the population std of the last 10 below 0.1
-        done = [len(first[:k]) > 10 and np.std(first[k - 10:k]) < 0.1 for k in range(1, len(first) + 1)]
+        done = [len(first[:k]) > 10 and np.std(first[k - 10 : k]) < 0.1 for k in range(1, len(first) + 1)]
         assert done[-1] and not any(done[:-1]), first
         assert len(first) == sim.init.initial_passes[c]
         for r in (3, 4):  # later rounds: one pass
@@ -78,10 +94,12 @@ def test_local_losses(traced):
 
 
 def test_objective_is_the_sample_weighted_mean():
-    table = [{"round": 1, "client": 0, "samples": 1, "initialized": 1.0, "trained": 0.5},
-             {"round": 1, "client": 1, "samples": 3, "initialized": 2.0, "trained": 1.0},
-             {"round": 2, "client": 0, "samples": 1, "initialized": 0.2, "trained": 0.1},
-             {"round": 2, "client": 1, "samples": 3, "initialized": 0.6, "trained": 0.3}]
+    table = [
+        {"round": 1, "client": 0, "samples": 1, "initialized": 1.0, "trained": 0.5},
+        {"round": 1, "client": 1, "samples": 3, "initialized": 2.0, "trained": 1.0},
+        {"round": 2, "client": 0, "samples": 1, "initialized": 0.2, "trained": 0.1},
+        {"round": 2, "client": 1, "samples": 3, "initialized": 0.6, "trained": 0.3},
+    ]
     got = objective(table)
     assert [g[0] for g in got] == [1, 2]
     assert got[0][1:] == pytest.approx((1.75, 0.875)) and got[1][1:] == pytest.approx((0.5, 0.25))
@@ -93,8 +111,11 @@ def test_report_draws_them(traced):
     _, _, out = traced
     import json
 
-    man = {"config": TrainConfig(**BASE).validate().to_dict(), "method": {"name": "fedala", "label": "FedALA"},
-           "status": "running"}
+    man = {
+        "config": TrainConfig(**BASE).validate().to_dict(),
+        "method": {"name": "fedala", "label": "FedALA"},
+        "status": "running",
+    }
     (out / "manifest.json").write_text(json.dumps(man))
     files = write_figures([load_run(out)], out / "figures")
     names = {f.name for f in files}
@@ -117,9 +138,31 @@ def test_a_resumed_traced_run_has_the_same_rows(tmp_path, monkeypatch, capsys):
 
     import runkit
 
-    args = ["train", "--algo", "fedala", "--mlp-hidden", "16", "--clients", "4", "--partition", "pathological",
-            "--rounds", "5", "--local-epochs", "0", "--tau", "2", "--batch-size", "16", "--ala-trace",
-            "--checkpoint-every", "2", "--device", "cpu", "--quiet"]
+    args = [
+        "train",
+        "--algo",
+        "fedala",
+        "--mlp-hidden",
+        "16",
+        "--clients",
+        "4",
+        "--partition",
+        "pathological",
+        "--rounds",
+        "5",
+        "--local-epochs",
+        "0",
+        "--tau",
+        "2",
+        "--batch-size",
+        "16",
+        "--ala-trace",
+        "--checkpoint-every",
+        "2",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert runkit.main(args + ["--out", str(ref)]) == 0
     code, err = runkit.interrupted(monkeypatch, capsys, run, 2, signal.SIGTERM, args)

@@ -13,14 +13,18 @@ from fedcli.fl.algorithms.apple import AppleStep, cos_lambda, dr_gradient, perso
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.results import checkpoint
-from simkit import personal_config as config, personal_run as run, same_personal as same
 from runkit import interrupted, rows
+from simkit import personal_config as config
+from simkit import personal_run as run
+from simkit import same_personal as same
 
 
 def learned(summary, gain):
     accs = [r["personal_acc"] for r in summary.history]
     assert max(accs) > accs[0] + gain, accs
-    assert summary.history[-1]["personal_acc"] > max(r["test_acc"] for r in summary.history)  # non-IID: personal models win
+    assert summary.history[-1]["personal_acc"] > max(
+        r["test_acc"] for r in summary.history
+    )  # non-IID: personal models win
 
 
 # ------------------------------------------------------------------ APPLE
@@ -30,7 +34,9 @@ def test_apple_learns_and_downloads_every_core(data):
     sigma = sum(li.numel for li in sim.layers)
     n = 4  # every client uploads 1 model and downloads M = N = 4: (1 + M) Sigma float32 per client per round
     assert s.comm_bytes == pytest.approx(3 * n * (1 + n) * sigma * 4)
-    assert [r["comm_params"] for r in s.history] == [r["comm_params"] for r in run(data, algo="fedavg-c", rounds=3)[1].history]
+    assert [r["comm_params"] for r in s.history] == [
+        r["comm_params"] for r in run(data, algo="fedavg-c", rounds=3)[1].history
+    ]
     p = torch.stack([sim.store.tables["apple.p"][c] for c in range(n)])
     assert p.shape == (4, 4) and not torch.allclose(p, torch.full((4, 4), 0.25))  # the DR vectors were learned
 
@@ -63,7 +69,9 @@ def test_apple_update_by_hand():
     # p-gradient: mean over the 2 tensors of mean(g * c_j) (own column: the updated core) + 0.1 * (p - p0)
     #   row 0: w-terms [-0.65, -0.5, -0.5], b-terms [1.6, 0, 8]   -> [0.475, -0.25, 3.75] + [0, -0.005, 0.005]
     #   row 1: w-terms [1, 3, 4.7],         b-terms [1, 0, 1.85]  -> [1, 1.5, 3.275]     + [-0.03, 0, 0.03]
-    torch.testing.assert_close(dr_gradient(grads, cores, step.own, idx), torch.tensor([[0.475, -0.25, 3.75], [1.0, 1.5, 3.275]]))
+    torch.testing.assert_close(
+        dr_gradient(grads, cores, step.own, idx), torch.tensor([[0.475, -0.25, 3.75], [1.0, 1.5, 3.275]])
+    )
     torch.testing.assert_close(step.p, torch.tensor([[0.49525, 0.25255, 0.21245], [0.1903, 0.285, 0.46695]]))
 
 
@@ -91,8 +99,12 @@ def test_apple_core_upload_learns(data):
 
 
 def test_apple_refuses_partial_participation_ala_and_few_downloads(data):
-    for kw, key in ((dict(active_ratio=0.5), "active-ratio"), (dict(init="ala"), "init ala"), (dict(apple_m=2), "apple-m"),
-                    (dict(apple_m=5), "apple-m")):
+    for kw, key in (
+        (dict(active_ratio=0.5), "active-ratio"),
+        (dict(init="ala"), "init ala"),
+        (dict(apple_m=2), "apple-m"),
+        (dict(apple_m=5), "apple-m"),
+    ):
         with pytest.raises(ConfigError, match=key):
             Simulation(config(algo="apple", **kw)).setup(*data)
 
@@ -102,10 +114,42 @@ def test_apple_ala_layers_0_is_apple(data):
 
 
 def test_apple_resume_carries_cores_and_dr_vectors(tmp_path, monkeypatch, capsys):
-    args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "1",
-            "--algo", "apple", "--iterations", "12", "--tau", "2", "--batch-size", "16", "--lr", "0.1",
-            "--client-test-fraction", "0.25", "--eval-every", "2", "--checkpoint-every", "2", "--device", "cpu",
-            "--local-epochs", "0", "--threads", "1", "--quiet"]  # rounds of tau steps (the preset defaults to epochs)
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--clients",
+        "4",
+        "--active-ratio",
+        "1",
+        "--algo",
+        "apple",
+        "--iterations",
+        "12",
+        "--tau",
+        "2",
+        "--batch-size",
+        "16",
+        "--lr",
+        "0.1",
+        "--client-test-fraction",
+        "0.25",
+        "--eval-every",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--device",
+        "cpu",
+        "--local-epochs",
+        "0",
+        "--threads",
+        "1",
+        "--quiet",
+    ]  # rounds of tau steps (the preset defaults to epochs)
     for mode in ("personal", "core"):
         a = args + ["--apple-upload", mode]
         ref, out = tmp_path / f"ref-{mode}", tmp_path / f"run-{mode}"

@@ -30,16 +30,31 @@ def read(path: Path) -> list[dict]:
 
 
 def test_every_personalized_preset_is_listed():
-    # the presets of FedALA's comparison (docs/fidelity-fedala.md, "Evaluation"), found by their Method flag, not by a list here
-    assert {"fedala", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo",
-            "apple", "partialfed"} <= set(PERSONALIZED)
+    # the presets of FedALA's comparison (docs/fidelity-fedala.md, "Evaluation"), found by their Method flag, not by a
+    # list here
+    assert {
+        "fedala",
+        "fedavg-c",
+        "fedprox-c",
+        "perfedavg",
+        "fedrep",
+        "pfedme",
+        "ditto",
+        "fedamp",
+        "fedphp",
+        "fedfomo",
+        "apple",
+        "partialfed",
+    } <= set(PERSONALIZED)
 
 
 @pytest.mark.parametrize("algo", PERSONALIZED)
 def test_clients_csv_for_every_personalized_preset(algo, tmp_path):
     """One row per client per evaluation; the test-sample-weighted mean of the clients' personal accuracies is
     metrics.csv's personal_acc (sum_i n_i acc_i / sum_i n_i, worked out here from the rows)."""
-    cfg = TrainConfig(**{**PERSONAL_BASE, "algo": algo, "lr": 0.05, "out": str(tmp_path / algo), "ala_num_pre_loss": 3}).validate()
+    cfg = TrainConfig(
+        **{**PERSONAL_BASE, "algo": algo, "lr": 0.05, "out": str(tmp_path / algo), "ala_num_pre_loss": 3}
+    ).validate()
     run_train(cfg, quiet=True)
     rows, metrics = read(tmp_path / algo / "clients.csv"), read(tmp_path / algo / "metrics.csv")
     assert (tmp_path / algo / "clients.csv").read_text().splitlines()[0].split(",") == CLIENTS_COLUMNS
@@ -87,8 +102,17 @@ def test_clients_csv_by_hand(tmp_path):
 def test_ala_on_any_method_writes_clients_csv(tmp_path):
     """--init ala makes FedAvg personalized (evaluated on the clients' models): it gets clients.csv too, also when only
     the round's cohort is pooled (--personal-clients cohort: the rows are that cohort's clients)."""
-    cfg = TrainConfig(**{**PERSONAL_BASE, "algo": "fedavg", "init": "ala", "ala_num_pre_loss": 3, "active_ratio": 0.5,
-                         "personal_clients": "cohort", "out": str(tmp_path / "a")}).validate()
+    cfg = TrainConfig(
+        **{
+            **PERSONAL_BASE,
+            "algo": "fedavg",
+            "init": "ala",
+            "ala_num_pre_loss": 3,
+            "active_ratio": 0.5,
+            "personal_clients": "cohort",
+            "out": str(tmp_path / "a"),
+        }
+    ).validate()
     run_train(cfg, quiet=True)
     rows, metrics = read(tmp_path / "a" / "clients.csv"), read(tmp_path / "a" / "metrics.csv")
     from fedcli.fl.cohort import sample_cohort
@@ -119,10 +143,42 @@ from fedcli.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
-RESUME_ARGS = ["train", "--algo", "fedala", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4",
-               "--partition", "pathological", "--client-test-fraction", "0.25", "--rounds", "5", "--local-epochs", "1",
-               "--batch-size", "16", "--lr", "0.3", "--eval-every", "1", "--ala-num-pre-loss", "3", "--checkpoint-every",
-               "2", "--device", "cpu", "--threads", "1", "--quiet"]
+RESUME_ARGS = [
+    "train",
+    "--algo",
+    "fedala",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--partition",
+    "pathological",
+    "--client-test-fraction",
+    "0.25",
+    "--rounds",
+    "5",
+    "--local-epochs",
+    "1",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.3",
+    "--eval-every",
+    "1",
+    "--ala-num-pre-loss",
+    "3",
+    "--checkpoint-every",
+    "2",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.mark.timeout(300)
@@ -142,14 +198,49 @@ def test_sigkill_then_resume_cuts_clients_csv_back(tmp_path):
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 @pytest.mark.parametrize("algo,ratio", [("fedala", "0.6"), ("ditto", "1")])
 def test_clients_csv_same_for_1_and_2_processes(algo, ratio, tmp_path):
-    args = ["train", "--algo", algo, "--active-ratio", ratio, "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32",
-            "--clients", "5", "--partition", "pathological", "--client-test-fraction", "0.25", "--rounds", "2",
-            "--local-epochs", "1", "--batch-size", "16", "--lr", "0.3", "--eval-every", "1", "--ala-num-pre-loss", "3",
-            "--threads", "1", "--quiet"]
+    args = [
+        "train",
+        "--algo",
+        algo,
+        "--active-ratio",
+        ratio,
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "32",
+        "--clients",
+        "5",
+        "--partition",
+        "pathological",
+        "--client-test-fraction",
+        "0.25",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--lr",
+        "0.3",
+        "--eval-every",
+        "1",
+        "--ala-num-pre-loss",
+        "3",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     assert main([*args, "--out", str(tmp_path / "one")]) == 0
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", *args, "--out",
-                        str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=240)
+    p = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", *args, "--out", str(tmp_path / "two")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stderr
     one, two = read(tmp_path / "one" / "clients.csv"), read(tmp_path / "two" / "clients.csv")
     assert len(one) == len(two) == 2 * 5

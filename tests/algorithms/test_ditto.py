@@ -5,7 +5,7 @@ import pytest
 
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
-from simkit import COLS, PERSONAL_BASE, accuracy_by_hand, personal_config, personal_run, same_personal, assert_learned
+from simkit import COLS, PERSONAL_BASE, accuracy_by_hand, assert_learned, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 

@@ -41,8 +41,9 @@ def test_one_batch_update_by_hand():
     (0.5 * s each) would push W_b above 1: clipped to 1."""
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
-    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0])], 1),
-                                      start_phase=[False], eta=0.5)
+    w, passes, losses = learn_weights(
+        model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0])], 1), start_phase=[False], eta=0.5
+    )
     s = math.e / (1 + math.e)
     assert passes == [1]
     assert torch.allclose(w["weight"][0], torch.tensor([[1 - 0.5 * s, 1.0], [1.0, 1.0]]))
@@ -55,15 +56,18 @@ def test_two_batches_update_by_hand():
     -sigma(1 - s) more and is clipped at 0; the pass loss is the last batch's, log(1 + e^(1 - s))."""
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([1, 1])
-    w, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0, 1])], 1),
-                                      start_phase=[False], eta=1.0)
+    w, passes, losses = learn_weights(
+        model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0, 1])], 1), start_phase=[False], eta=1.0
+    )
     s = math.e / (1 + math.e)
     assert 1 - s - 1 / (1 + math.exp(-(1 - s))) < 0  # so the clip acts
     assert torch.allclose(w["weight"][0], torch.tensor([[0.0, 1.0], [1.0, 1.0]]))
     assert torch.equal(w["bias"][0], torch.ones(2))
     assert len(losses[0]) == 1 and losses[0][0] == pytest.approx(math.log(1 + math.exp(1 - s)), rel=1e-6)
     # the initialized top layers: theta + (theta_g - theta) * W
-    assert torch.allclose(ala_mix(local["weight"], glob["weight"], w["weight"])[0], torch.tensor([[0.0, 0.0], [0.0, 1.0]]))
+    assert torch.allclose(
+        ala_mix(local["weight"], glob["weight"], w["weight"])[0], torch.tensor([[0.0, 0.0], [0.0, 1.0]])
+    )
     assert torch.allclose(ala_mix(local["bias"], glob["bias"], w["bias"])[0], torch.zeros(2))
 
 
@@ -75,17 +79,29 @@ def test_clients_learn_independently():
     two_local = {n: torch.cat([t, t * -2.0]) for n, t in local.items()}
     two_w = {n: torch.ones(2, *t.shape[1:]) for n, t in local.items()}
     slices = [torch.tensor([0, 1, 2]), torch.tensor([1])]
-    w2, passes, _ = learn_weights(model, glob, two_local, two_w, {}, x, y, in_order_plan(slices, 1), start_phase=[False, False], eta=1.0)
+    w2, passes, _ = learn_weights(
+        model, glob, two_local, two_w, {}, x, y, in_order_plan(slices, 1), start_phase=[False, False], eta=1.0
+    )
     assert passes == [1, 1]
     for k in range(2):
         one_w = {n: torch.ones(1, *t.shape[1:]) for n, t in local.items()}
-        w1, _, _ = learn_weights(model, glob, {n: t[k: k + 1] for n, t in two_local.items()}, one_w, {}, x, y,
-                                 in_order_plan([slices[k]], 1), start_phase=[False], eta=1.0)
+        w1, _, _ = learn_weights(
+            model,
+            glob,
+            {n: t[k : k + 1] for n, t in two_local.items()},
+            one_w,
+            {},
+            x,
+            y,
+            in_order_plan([slices[k]], 1),
+            start_phase=[False],
+            eta=1.0,
+        )
         for n in w1:
             torch.testing.assert_close(w1[n][0], w2[n][k])
 
 
-def reference_pass(model, glob, local, w, x, y, batch, eta, drop_last=False):
+def reference_pass(model, glob, local, w, x, y, batch, eta, drop_last=False):  # noqa: PLR0913
     """One ALA pass as the reference loop does it, written out in plain autograd (the test's own re-implementation):
     DataLoader(slice, batch, drop_last) batches in order; per batch, the temporary model's top layers are
     local + (global - local) * W, W <- clamp(W - eta * dL/dtheta_t * (global - local), 0, 1). Returns W and the
@@ -96,8 +112,8 @@ def reference_pass(model, glob, local, w, x, y, batch, eta, drop_last=False):
     loss = None
     for s in range(0, stop, batch):
         theta_t = {k: (local[k] + (glob[k] - local[k]) * w[k]).requires_grad_(True) for k in w}
-        out = torch.nn.functional.linear(x[s: s + batch], theta_t["weight"], theta_t["bias"])
-        loss = torch.nn.functional.cross_entropy(out, y[s: s + batch])
+        out = torch.nn.functional.linear(x[s : s + batch], theta_t["weight"], theta_t["bias"])
+        loss = torch.nn.functional.cross_entropy(out, y[s : s + batch])
         grads = torch.autograd.grad(loss, [theta_t["weight"], theta_t["bias"]])
         for k, g in zip(("weight", "bias"), grads):
             w[k] = torch.clamp(w[k] - eta * g * (glob[k] - local[k]), 0.0, 1.0)
@@ -117,7 +133,9 @@ def test_partial_last_batch_is_used():
     slices = [torch.arange(0, 5), torch.arange(5, 8)]
     stacked = {n: torch.stack([loc[n] for loc in locals_]) for n in ("weight", "bias")}
     weights = {n: torch.stack([w[n] for w in w0]) for n in ("weight", "bias")}
-    w, passes, losses = learn_weights(model, glob, stacked, weights, {}, x, y, in_order_plan(slices, 2), start_phase=[False, False], eta=0.7)
+    w, passes, losses = learn_weights(
+        model, glob, stacked, weights, {}, x, y, in_order_plan(slices, 2), start_phase=[False, False], eta=0.7
+    )
     assert passes == [1, 1]
     for k, sl in enumerate(slices):
         expect, last_loss = reference_pass(model, glob, locals_[k], w0[k], x[sl], y[sl], batch=2, eta=0.7)
@@ -129,19 +147,43 @@ def test_partial_last_batch_is_used():
 
 
 def test_initial_stage_rule():
-    assert not initial_stage_done([1.0] * 10, 10, 0.1)        # needs more than 10 losses
+    assert not initial_stage_done([1.0] * 10, 10, 0.1)  # needs more than 10 losses
     assert initial_stage_done([1.0] * 11, 10, 0.1)
-    assert not initial_stage_done([0.0, 1.0] * 6, 10, 0.1)    # std 0.5 of the last 10
+    assert not initial_stage_done([0.0, 1.0] * 6, 10, 0.1)  # std 0.5 of the last 10
     assert initial_stage_done([9.0] + [1.0, 1.1] * 5, 10, 0.1)  # only the last 10 count (std 0.05)
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
-    _, passes, losses = learn_weights(model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0])], 1),
-                                      start_phase=[True], eta=1.0, num_pre_loss=3, threshold=10.0)
-    assert passes == [4] and len(losses[0]) == 4               # stops as soon as > 3 losses have std < 10
-    _, passes, _ = learn_weights(model, glob, local, {n: torch.ones_like(t) for n, t in weights.items()}, {}, x, y,
-                                 in_order_plan([torch.tensor([0])], 1), start_phase=[True], eta=1.0, num_pre_loss=3,
-                                 threshold=0.0, max_passes=7)
-    assert passes == [7]                                         # threshold 0 never converges: the cap
+    _, passes, losses = learn_weights(
+        model,
+        glob,
+        local,
+        weights,
+        {},
+        x,
+        y,
+        in_order_plan([torch.tensor([0])], 1),
+        start_phase=[True],
+        eta=1.0,
+        num_pre_loss=3,
+        threshold=10.0,
+    )
+    assert passes == [4] and len(losses[0]) == 4  # stops as soon as > 3 losses have std < 10
+    _, passes, _ = learn_weights(
+        model,
+        glob,
+        local,
+        {n: torch.ones_like(t) for n, t in weights.items()},
+        {},
+        x,
+        y,
+        in_order_plan([torch.tensor([0])], 1),
+        start_phase=[True],
+        eta=1.0,
+        num_pre_loss=3,
+        threshold=0.0,
+        max_passes=7,
+    )
+    assert passes == [7]  # threshold 0 never converges: the cap
 
 
 def test_sampled_slice():
@@ -150,7 +192,7 @@ def test_sampled_slice():
     assert a.numel() == 24 and torch.equal(a, torch.arange(int(a[0]), int(a[0]) + 24)) and 100 <= int(a[0]) <= 106
     assert torch.equal(a, sample_slice(ix, 80, torch_gen(0, "ala", 3, 7)))  # keyed: reproducible
     offsets = {int(sample_slice(ix, 80, torch_gen(0, "ala", r, 7))[0]) for r in range(200)}
-    assert offsets == set(range(100, 107))                       # every offset in [0, n - m], both ends
+    assert offsets == set(range(100, 107))  # every offset in [0, n - m], both ends
     assert sample_slice(ix, 100, torch_gen(1)).numel() == 30
     assert sample_slice(torch.arange(1), 50, torch_gen(1)).numel() == 0
 
@@ -195,7 +237,9 @@ def test_a_clients_first_weight_learning_starts_from_w_ones(data):
 def test_ala_on_fedprox_differs_and_runs(data):
     a = run(data, algo="fedprox", mu=0.1, init="ala")
     b = run(data, algo="fedprox-c", mu=0.1)
-    assert a[1].history[-1]["personal_acc"] != "" and a[1].history[-1]["personal_acc"] != b[1].history[-1]["personal_acc"]
+    assert (
+        a[1].history[-1]["personal_acc"] != "" and a[1].history[-1]["personal_acc"] != b[1].history[-1]["personal_acc"]
+    )
 
 
 def test_init_option_is_validated():
@@ -209,7 +253,9 @@ def test_fedala_learns_personal_models(data):
     sim, s = run(data, algo="fedala", rounds=3)
     accs = [r["personal_acc"] for r in s.history]
     assert accs[-1] > accs[0] + 0.15 and s.best_personal_acc > 0.85, accs
-    assert s.best_personal_acc == max(accs) and s.history[s.best_personal_round - 1]["personal_acc"] == s.best_personal_acc
+    assert (
+        s.best_personal_acc == max(accs) and s.history[s.best_personal_round - 1]["personal_acc"] == s.best_personal_acc
+    )
     # personalized models beat the global model on non-IID data (2 classes per client)
     assert s.best_personal_acc > max(r["test_acc"] for r in s.history)
 
@@ -224,10 +270,44 @@ def test_fedala_resume_is_identical(tmp_path, monkeypatch, capsys):
     from fedcli.cli.main import main
     from fedcli.fl import engine
 
-    args = ["train", "--algo", "fedala", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "4",
-            "--active-ratio", "0.5", "--partition", "pathological", "--client-test-fraction", "0.25", "--rounds", "4",
-            "--local-epochs", "1", "--batch-size", "16", "--lr", "0.3", "--eval-every", "1", "--ala-num-pre-loss", "3",
-            "--checkpoint-every", "1", "--device", "cpu", "--threads", "1", "--quiet"]
+    args = [
+        "train",
+        "--algo",
+        "fedala",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "32",
+        "--clients",
+        "4",
+        "--active-ratio",
+        "0.5",
+        "--partition",
+        "pathological",
+        "--client-test-fraction",
+        "0.25",
+        "--rounds",
+        "4",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--lr",
+        "0.3",
+        "--eval-every",
+        "1",
+        "--ala-num-pre-loss",
+        "3",
+        "--checkpoint-every",
+        "1",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     assert main(args + ["--out", str(tmp_path / "ref")]) == 0
     sync = engine.Simulation.synchronize
 

@@ -1,12 +1,11 @@
 """FedCOM: with server learning rate 1 it is FedPAQ; the server learning rate worked out by hand (digits + a small
 MLP, seconds)."""
 
-
 import torch
 
+from baselines_kit import assert_differs, data, run
 from fedcli.config import TrainConfig
 from fedcli.fl.parts_servers import ServerLR
-from baselines_kit import data, run, assert_differs
 from simkit import assert_same_run
 
 

@@ -12,11 +12,11 @@ import torch
 from fedcli.cli.main import main
 from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
-from fedcli.fl.clientstate import close_round, open_round
-from fedcli.fl.view import PartView
-from fedcli.fl.cohort import Cohort
 from fedcli.fl.algorithms.feddyn import FedDynServer, FedDynStep
+from fedcli.fl.clientstate import close_round, open_round
+from fedcli.fl.cohort import Cohort
 from fedcli.fl.store import ClientStore
+from fedcli.fl.view import PartView
 
 
 def test_client_step_and_state_on_a_1d_quadratic_by_hand():
@@ -71,9 +71,34 @@ def test_server_h_update_by_hand():
     assert float(server.state_dict()["h"]["w"]) == 0.15625
 
 
-SMALL = ["train", "--algo", "feddyn", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6",
-         "--rounds", "6", "--tau", "2", "--batch-size", "16", "--eval-every", "1", "--checkpoint-every", "2",
-         "--threads", "1", "--workers", "1", "--quiet"]
+SMALL = [
+    "train",
+    "--algo",
+    "feddyn",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "6",
+    "--rounds",
+    "6",
+    "--tau",
+    "2",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "1",
+    "--checkpoint-every",
+    "2",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+]
 
 
 def rows(path):
@@ -120,7 +145,8 @@ def test_composes_with_lama_and_ala(tmp_path, extra):
 def test_alpha_flag_reaches_both_parts(tmp_path):
     from fedcli.fl.engine import Simulation
 
-    sim = Simulation(TrainConfig(algo="feddyn", feddyn_alpha=0.003, rounds=1, tau=1, clients=4, mlp_hidden="8",
-                                 threads=1).validate()).setup()
+    sim = Simulation(
+        TrainConfig(algo="feddyn", feddyn_alpha=0.003, rounds=1, tau=1, clients=4, mlp_hidden="8", threads=1).validate()
+    ).setup()
     assert sim.local_step.alpha == sim.server.alpha == 0.003
     assert TrainConfig(algo="feddyn").feddyn_alpha == 0.1

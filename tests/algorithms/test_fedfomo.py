@@ -16,8 +16,8 @@ from fedcli.cli.main import main
 from fedcli.fl.algorithms.fedfomo import fomo_scale, fomo_weights
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
-from simkit import personal_config, personal_run, same_personal, assert_learned
 from runkit import rows
+from simkit import assert_learned, personal_config, personal_run, same_personal
 
 config, run, same = personal_config, personal_run, same_personal
 
@@ -33,13 +33,16 @@ def test_fedfomo_weights_by_hand():
     dist = torch.tensor([[2.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
     w = fomo_weights(loss_old, loss_recv, dist)
     # 0.5 / (2 + 1e-5) = 0.24999875, 0.2 / (1 + 1e-5) = 0.19999800; -0.5 / 1.00001, -0.1 / 1e-5 = -10000
-    torch.testing.assert_close(w, torch.tensor([[0.24999875, 0.19999800], [-0.49999500, -10000.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        w, torch.tensor([[0.24999875, 0.19999800], [-0.49999500, -10000.0]], dtype=torch.float64)
+    )
     # normalized: 0.24999875 / 0.44999675 = 0.5555568, 0.4444432; no positive weight: all zero (keep the own model)
     torch.testing.assert_close(fomo_scale(w), torch.tensor([[0.5555568, 0.4444432], [0.0, 0.0]], dtype=torch.float64))
 
 
 def test_fedfomo_round_by_hand(data):
-    """Round 1 of client 0 with M = 2 received models (itself and client 1), recomputed with plain autograd-free code."""
+    """Round 1 of client 0 with M = 2 received models (itself and client 1), recomputed with plain autograd-free
+    code."""
     sim = Simulation(config(algo="fedfomo", fomo_m=2, rounds=2)).setup(*data)
     init = sim.init
     seen = {}
@@ -48,8 +51,11 @@ def test_fedfomo_round_by_hand(data):
     def received(s, cohort):
         if cohort.round_idx == 1 and "inputs" not in seen:
             from fedcli.fl.personal import client_model
-            seen["inputs"] = ([client_model(s, c) for c in range(4)],
-                              {n: s.store.tables[f"fomo.old:{n}"][0].clone() for n in s.global_params})
+
+            seen["inputs"] = (
+                [client_model(s, c) for c in range(4)],
+                {n: s.store.tables[f"fomo.old:{n}"][0].clone() for n in s.global_params},
+            )
         return orig(s, cohort)
 
     init.received = received
@@ -62,7 +68,7 @@ def test_fedfomo_round_by_hand(data):
         sim.model.eval()
         losses = []
         for s in range(0, val.numel(), b):
-            ix = val[s: s + b]
+            ix = val[s : s + b]
             out = functional_call(sim.model, (params, buffers), (sim.train_x[ix],))
             losses.append(float(masked_loss(out, sim.train_y[ix], torch.ones(ix.numel()))))
         return sum(losses) / len(losses)
@@ -74,12 +80,16 @@ def test_fedfomo_round_by_hand(data):
         expect.append((l_old - val_loss(*models[j])) / (norm + 1e-5))
     # the P row after the round: e_0 + raw weights at the received ids (row 0 stored in the client store)
     p_row = sim.store.tables["fomo.P"][0]
-    torch.testing.assert_close(p_row[:2], torch.tensor([1.0 + expect[0], expect[1]], dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        p_row[:2], torch.tensor([1.0 + expect[0], expect[1]], dtype=torch.float64), rtol=1e-5, atol=1e-6
+    )
     assert p_row[2:].abs().sum() == 0
     # theta_old for round 2 is the aggregate client 0 started round 1 from
     pos = [max(e, 0.0) for e in expect]
-    start = {n: (sum(pk * models[j][0][n] for pk, j in zip(pos, (0, 1))) / sum(pos)) if sum(pos) > 0 else models[0][0][n]
-             for n in old}
+    start = {
+        n: (sum(pk * models[j][0][n] for pk, j in zip(pos, (0, 1))) / sum(pos)) if sum(pos) > 0 else models[0][0][n]
+        for n in old
+    }
     for n in old:
         torch.testing.assert_close(sim.store.tables[f"fomo.old:{n}"][0], start[n])
 
@@ -99,7 +109,9 @@ def test_fedfomo_bytes_per_client_and_round(data):
         sim, s = run(data, algo="fedfomo", fomo_m=m, rounds=3)
         sigma = sum(li.numel for li in sim.layers)
         big_m = m or 4
-        per_round = [b - a for a, b in zip([0.0] + [r["comm_bytes"] for r in s.history], [r["comm_bytes"] for r in s.history])]
+        per_round = [
+            b - a for a, b in zip([0.0] + [r["comm_bytes"] for r in s.history], [r["comm_bytes"] for r in s.history])
+        ]
         assert per_round == [4 * 2 * sigma * 4, 4 * (1 + big_m) * sigma * 4, 4 * (1 + big_m) * sigma * 4]
         assert sum(sim.ledger.bytes_) == s.comm_bytes  # recorded per layer (layers.csv sums to metrics.csv)
         assert s.comm_params == 3 * sigma  # Eq. 8's syncs are FedAvg's
@@ -109,7 +121,10 @@ def test_fedfomo_bytes_per_client_and_round(data):
 def test_fedfomo_with_one_model_is_fedamp_without_proximal_term(data):
     """M = 1 (a client receives only its own model) and no hold-out: each client keeps training its own model, as
     FedAMP with lambda = 0 (the reference's inert proximal term): the same run, bit for bit."""
-    same(run(data, algo="fedfomo", fomo_m=1, fomo_val_ratio=0.0, rounds=3), run(data, algo="fedamp", amp_lambda=0.0, rounds=3))
+    same(
+        run(data, algo="fedfomo", fomo_m=1, fomo_val_ratio=0.0, rounds=3),
+        run(data, algo="fedamp", amp_lambda=0.0, rounds=3),
+    )
 
 
 @pytest.mark.parametrize("algo", ["fedfomo"])
@@ -135,16 +150,61 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_identical_for_1_and_2_processes(tmp_path):
-    base = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "5", "--partition",
-            "pathological", "--client-test-fraction", "0.25", "--rounds", "2", "--local-epochs", "1", "--batch-size", "16",
-            "--lr", "0.3", "--eval-every", "1", "--device", "cpu", "--threads", "1", "--quiet"]
+    base = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "32",
+        "--clients",
+        "5",
+        "--partition",
+        "pathological",
+        "--client-test-fraction",
+        "0.25",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--lr",
+        "0.3",
+        "--eval-every",
+        "1",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     # full participation: each rank stores its own clients' models, the ranks allgather them (FedAMP's path too;
     # with partial participation the store is already shared by fedcli.fl.personal.share)
     for name, extra in (("fomo", ["--algo", "fedfomo", "--active-ratio", "1", "--fomo-m", "3"]),):
         assert main([*base, *extra, "--out", str(tmp_path / f"{name}-1")]) == 0
-        p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", *base, *extra,
-                            "--out", str(tmp_path / f"{name}-2")], env=env, capture_output=True, text=True, timeout=240)
+        p = subprocess.run(
+            [
+                MPIEXEC,
+                "-n",
+                "2",
+                sys.executable,
+                "-m",
+                "mpi4py",
+                "-m",
+                "fedcli",
+                *base,
+                *extra,
+                "--out",
+                str(tmp_path / f"{name}-2"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert p.returncode == 0, p.stderr
         one, two = rows(tmp_path / f"{name}-1/metrics.csv"), rows(tmp_path / f"{name}-2/metrics.csv")
         assert len(one) == len(two) == 2

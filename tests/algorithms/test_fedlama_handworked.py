@@ -26,8 +26,22 @@ from lama_ref import author_rule
 
 
 def tiny_sim(**kw) -> Simulation:
-    cfg = dict(algo="fedlama", dataset="digits", model="mlp", mlp_hidden="4", clients=3, active_ratio=1.0, tau=2, phi=2,
-               rounds=1, batch_size=8, device="cpu", threads=1, weighting="samples", lama_first_adjust=0)
+    cfg = dict(
+        algo="fedlama",
+        dataset="digits",
+        model="mlp",
+        mlp_hidden="4",
+        clients=3,
+        active_ratio=1.0,
+        tau=2,
+        phi=2,
+        rounds=1,
+        batch_size=8,
+        device="cpu",
+        threads=1,
+        weighting="samples",
+        lama_first_adjust=0,
+    )
     return Simulation(TrainConfig(**{**cfg, **kw}).validate()).setup()
 
 
@@ -96,10 +110,45 @@ def test_samples_weighting_gives_p_i_proportional_to_client_size():
 # A whole run, replayed
 
 TAU, PHI, ROUNDS, FIRST = 2, 2, 10, 6
-RUN = ["--algo", "fedlama", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6",
-       "--active-ratio", "0.5", "--partition", "dirichlet", "--alpha", "0.5", "--weighting", "samples",
-       "--tau", str(TAU), "--phi", str(PHI), "--rounds", str(ROUNDS), "--batch-size", "8", "--lr", "0.1",
-       "--eval-every", "5", "--threads", "1", "--workers", "1", "--seed", "4", "--quiet"]
+RUN = [
+    "--algo",
+    "fedlama",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--partition",
+    "dirichlet",
+    "--alpha",
+    "0.5",
+    "--weighting",
+    "samples",
+    "--tau",
+    str(TAU),
+    "--phi",
+    str(PHI),
+    "--rounds",
+    str(ROUNDS),
+    "--batch-size",
+    "8",
+    "--lr",
+    "0.1",
+    "--eval-every",
+    "5",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "4",
+    "--quiet",
+]
 
 
 def read(path: Path) -> list[dict]:
@@ -118,8 +167,17 @@ def recorded_run(tmp_path_factory):
         before = {self.layers[l].name: cohort.params[self.layers[l].name].detach().clone() for l in layers}
         orig(self, cohort, layers, step, last_sync, round_end, losses)
         after = {n: self.global_params[n].detach().clone() for n in before}
-        events.append(dict(round=cohort.round_idx, step=step, layers=list(layers), clients=list(cohort.clients),
-                           sizes=[int(self.sizes[c]) for c in cohort.clients], before=before, after=after))
+        events.append(
+            dict(
+                round=cohort.round_idx,
+                step=step,
+                layers=list(layers),
+                clients=list(cohort.clients),
+                sizes=[int(self.sizes[c]) for c in cohort.clients],
+                before=before,
+                after=after,
+            )
+        )
 
     engine.Simulation.synchronize = spy
     try:
@@ -178,8 +236,10 @@ def test_relaxed_run_matches_an_independent_replay(recorded_run):
     assert len(adjustments) == 7 and len(relaxed) >= 2, adjustments
     assert len(rows) == len(adjustments) * len(layers)
     for k, (r, it, d, iv) in enumerate(adjustments):
-        group = rows[k * len(layers):(k + 1) * len(layers)]
-        assert [int(x["round"]) for x in group] == [r + 1] * len(layers)  # rounds done (0-based round r ended), as metrics.csv
+        group = rows[k * len(layers) : (k + 1) * len(layers)]
+        assert [int(x["round"]) for x in group] == [r + 1] * len(
+            layers
+        )  # rounds done (0-based round r ended), as metrics.csv
         assert [int(x["iteration"]) for x in group] == [it] * len(layers)
         assert [int(x["interval"]) for x in group] == iv
         for x, dl in zip(group, d):

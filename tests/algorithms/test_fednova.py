@@ -4,9 +4,9 @@ normalized average worked out by hand (digits + a small MLP, seconds)."""
 import pytest
 import torch
 
-from fedcli.fl.cohort import Cohort
+from baselines_kit import assert_differs, data, fedavg, iid_data, run, sim_of
 from fedcli.fl.algorithms.fednova import momentum_a_norm
-from baselines_kit import data, fedavg, iid_data, sim_of, run, assert_differs
+from fedcli.fl.cohort import Cohort
 from simkit import assert_same_run
 
 

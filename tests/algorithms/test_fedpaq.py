@@ -3,9 +3,8 @@
 
 import pytest
 
+from baselines_kit import assert_differs, data, fedavg, run
 from fedcli.results.runlog import layer_rows
-
-from baselines_kit import data, fedavg, run, assert_differs
 from simkit import assert_same_run
 
 

@@ -12,7 +12,7 @@ from fedcli.fl.algorithms.fedphp import mmd, total_rounds
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
-from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal, assert_learned
+from simkit import PERSONAL_BASE, assert_learned, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from baselines_kit import assert_differs, config, data, fedavg, run, sim_of
 from fedcli.errors import ConfigError
 from fedcli.fl.cohort import Cohort
-from baselines_kit import config, data, fedavg, sim_of, run, assert_differs
 from simkit import assert_same_run
 
 
@@ -27,7 +27,9 @@ def test_fedprox_direction(data):
     sim = sim_of(data, algo="fedprox", mu=0.5)
     name = sim.layers[1].name  # the first bias, 32 elements
     g = {n: torch.zeros_like(p).unsqueeze(0).repeat(2, *[1] * p.dim()) for n, p in sim.global_params.items()}
-    cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
+    cohort = Cohort.from_global(
+        [0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers
+    )
     sim.local_step.begin_round(sim.view, cohort)
     cohort.params[name][0] += 2.0
     g[name][1] += 1.0

@@ -6,11 +6,11 @@ import csv
 import pytest
 import torch
 
-from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
-from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal, assert_learned
+from fedcli.runner import run_train
+from simkit import PERSONAL_BASE, assert_learned, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
@@ -20,7 +20,9 @@ learned = assert_learned
 
 # ------------------------------------------------------------------ FedRep
 def test_fedrep_keeps_the_head_local_and_counts_only_the_body(data, tmp_path):
-    cfg = TrainConfig(**{**BASE, "algo": "fedrep", "head_epochs": 1.0, "rounds": 3, "out": str(tmp_path / "rep")}).validate()
+    cfg = TrainConfig(
+        **{**BASE, "algo": "fedrep", "head_epochs": 1.0, "rounds": 3, "out": str(tmp_path / "rep")}
+    ).validate()
     s = run_train(cfg, quiet=True)
     with open(tmp_path / "rep/layers.csv") as f:
         layers = list(csv.DictReader(f))

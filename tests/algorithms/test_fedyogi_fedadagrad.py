@@ -21,7 +21,8 @@ from fedcli.specs import METHODS
 
 
 def two_rounds(server, x0, avg0, shift1):
-    """Round 1 averages to ``avg0``; round 2's average is x1 + ``shift1``. Returns x1, v after round 1, x2, v after 2."""
+    """Round 1 averages to ``avg0``; round 2's average is x1 + ``shift1``. Returns x1, v after round 1, x2, v after
+    2."""
     x1 = server.update("w", torch.tensor(x0), torch.tensor(avg0))
     v1 = server.v["w"].clone()
     x2 = server.update("w", x1, x1 + torch.tensor(shift1))
@@ -63,7 +64,8 @@ def test_adagrad_server_two_rounds_by_hand():
     Round 2, average x_1 + [1.2, 0.4]: Delta_1 = m_1 = [1.2, 0.4].
       v_1 = v_0 + Delta_1^2 = [0.25 + 1.44, 0.09 + 0.16] = [1.69, 0.25]      (sqrt: [1.3, 0.5])
       x_2 = x_1 + 0.6 m_1 / (sqrt(v_1) + 0.3) = [1.3 + 0.72 / 1.6, 2.0 + 0.24 / 0.8] = [1.75, 2.3]
-    beta2 (0.999 here) plays no part; with Adam's v_0 = 0.001 * Delta_0^2 element 0 would move by 0.6 * 0.4 / 0.3126 = 0.768.
+    beta2 (0.999 here) plays no part; with Adam's v_0 = 0.001 * Delta_0^2 element 0 would move by 0.6 * 0.4 / 0.3126 =
+    0.768.
     """
     server = AdagradServer(TrainConfig(beta1=0.0, beta2=0.999, server_lr=0.6, server_eps=0.3))
     x1, v1, x2, v2 = two_rounds(server, [1.0, 2.0], [1.4, 2.0], [1.2, 0.4])
@@ -80,7 +82,7 @@ def test_presets_use_their_servers_and_the_papers_defaults():
     assert (yogi.lr, yogi.server_lr, yogi.server_eps, yogi.beta1, yogi.beta2) == (0.0316, 0.00316, 1e-4, 0.9, 0.99)
     assert (adagrad.lr, adagrad.server_lr, adagrad.server_eps, adagrad.beta1) == (0.0316, 0.1, 1e-2, 0.0)
     assert adam.beta2 == 0.999  # FedYogi's b2 is its own, not the general default FedAdam keeps
-    assert math.isclose(yogi.lr, 10 ** -1.5, rel_tol=1e-3) and math.isclose(yogi.server_lr, 10 ** -2.5, rel_tol=1e-3)
+    assert math.isclose(yogi.lr, 10**-1.5, rel_tol=1e-3) and math.isclose(yogi.server_lr, 10**-2.5, rel_tol=1e-3)
     assert build_config(None, {"algo": "fedyogi", "beta2": 0.9}).beta2 == 0.9  # a flag or recipe key wins
 
 
@@ -109,10 +111,17 @@ def test_the_contract_page_shows_feddyn_whole_and_counts_the_names_an_author_lea
         dyn += source
     rows = {}
     for line in page.splitlines():
-        m = re.match(r"\| (a server optimizer from scratch|a client method with per-client state[^|]*) \| (.*?) \| \*\*(\d+)\*\*", line)
+        m = re.match(
+            r"\| (a server optimizer from scratch|a client method with per-client state[^|]*) \| (.*?) \| "
+            r"\*\*(\d+)\*\*",
+            line,
+        )
         if m:
             rows[m.group(1).split(" (")[0]] = (re.findall(r"`([^`]+)`", m.group(2)), int(m.group(3)))
-    (server, n_server), (client, n_client) = rows["a server optimizer from scratch"], rows["a client method with per-client state and a server"]
+    (server, n_server), (client, n_client) = (
+        rows["a server optimizer from scratch"],
+        rows["a client method with per-client state and a server"],
+    )
     assert len(server) == n_server <= 12 and len(client) == n_client
     for name in client:
         assert name.rstrip("=").split(".")[-1] in dyn, name

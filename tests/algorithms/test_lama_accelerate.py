@@ -1,12 +1,10 @@
 """FedLAMA's accelerate variant: with phi = 1 it is FedAvg; its intervals worked out by hand, edge cases, the
 schedule and a run (digits + a small MLP, seconds)."""
 
-
-from fedcli.config import TrainConfig
-from fedcli.models.layers import LayerInfo
-from fedcli.fl.algorithms.fedlama import lama_accelerate_intervals
-from fedcli.fl.algorithms.fedlama import LamaAccelerate
 from baselines_kit import data, fedavg, run
+from fedcli.config import TrainConfig
+from fedcli.fl.algorithms.fedlama import LamaAccelerate, lama_accelerate_intervals
+from fedcli.models.layers import LayerInfo
 from simkit import assert_same_run
 
 

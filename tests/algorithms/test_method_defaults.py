@@ -5,8 +5,7 @@ import json
 import pytest
 
 from fedcli.cli.main import app
-from fedcli.config import TrainConfig
-from fedcli.config import with_method_defaults
+from fedcli.config import TrainConfig, with_method_defaults
 from fedcli.recipes import build_config
 from fedcli.specs import METHODS
 from runkit import error_lines
@@ -25,10 +24,29 @@ def test_cross_silo_methods_default_to_full_participation():
 
 
 # FedALA's setup (Experimental Setup; Algorithm 1 line 19; the reference loader), written out here by hand
-FEDALA_SETUP = {"client_test_fraction": 0.25, "active_ratio": 1.0, "batch_size": 10, "local_epochs": 1.0, "drop_last": True,
-                "weighting": "samples", "lr": 0.1}
-PERSONALIZED = ("fedala", "fedavg-c", "fedprox-c", "perfedavg", "fedrep", "pfedme", "ditto", "fedamp", "fedphp", "fedfomo",
-                "apple", "partialfed")
+FEDALA_SETUP = {
+    "client_test_fraction": 0.25,
+    "active_ratio": 1.0,
+    "batch_size": 10,
+    "local_epochs": 1.0,
+    "drop_last": True,
+    "weighting": "samples",
+    "lr": 0.1,
+}
+PERSONALIZED = (
+    "fedala",
+    "fedavg-c",
+    "fedprox-c",
+    "perfedavg",
+    "fedrep",
+    "pfedme",
+    "ditto",
+    "fedamp",
+    "fedphp",
+    "fedfomo",
+    "apple",
+    "partialfed",
+)
 
 
 def test_personalized_presets_run_in_fedalas_setup():
@@ -80,8 +98,23 @@ def test_manifest_records_method_defaults(tmp_path):
     from typer.testing import CliRunner
 
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["train", "--algo", "fedavg-c", "--iterations", "10", "--clients", "4", "--out", str(out), "--quiet",
-                                 "--threads", "1"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--algo",
+            "fedavg-c",
+            "--iterations",
+            "10",
+            "--clients",
+            "4",
+            "--out",
+            str(out),
+            "--quiet",
+            "--threads",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     man = json.loads((out / "manifest.json").read_text())
     assert man["method"]["defaults"] == FEDALA_SETUP
@@ -99,8 +132,9 @@ def test_list_algos_is_one_row_per_method_with_aliases_folded(capsys):
         if name == m.name:
             assert sum(1 for ln in lines if ln.startswith(f"│ {name} ")) == 1, name
     assert any("= fedsgd" in ln for ln in lines) and not any(ln.startswith("│ fedsgd ") for ln in lines)
-    assert sum("personalized" in ln.split("│")[1] for ln in lines if ln.startswith("│") and len(ln.split("│")) > 2) == \
-        sum(1 for n, m in METHODS.items() if n == m.name and m.personalized)
+    assert sum(
+        "personalized" in ln.split("│")[1] for ln in lines if ln.startswith("│") and len(ln.split("│")) > 2
+    ) == sum(1 for n, m in METHODS.items() if n == m.name and m.personalized)
     # each default is shown as the flag that sets it (a boolean as --name / --no-name)
     assert any("--drop-last " in ln and "--drop-last True" not in ln for ln in lines)
     assert any("--client-test-fraction 0.25" in ln for ln in lines)

@@ -10,7 +10,10 @@ from fedcli.errors import ConfigError
 from fedcli.fl.algorithms.partialfed import strategy_grad
 from fedcli.fl.cohort import Cohort, StepContext
 from fedcli.fl.engine import Simulation
-from simkit import personal_config as config, personal_run as run, same_personal as same, assert_learned
+from simkit import assert_learned
+from simkit import personal_config as config
+from simkit import personal_run as run
+from simkit import same_personal as same
 
 
 # ------------------------------------------------------------------ PartialFed
@@ -27,7 +30,9 @@ def test_partialfed_learns_with_fedavg_communication(data):
 def _planted(data, **kw):
     """A PartialFed step with cohort clients 0 and 1 after begin_round; local models = global + 1 (+ 2 for client 1)."""
     sim = Simulation(config(algo="partialfed", **kw)).setup(*data)
-    cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
+    cohort = Cohort.from_global(
+        [0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers
+    )
     cohort.round_idx, cohort.steps = 0, torch.tensor([4, 4])
     step = sim.local_step
     step.begin_round(sim.view, cohort)
@@ -118,7 +123,7 @@ def test_partialfed_strategy_step_by_hand(data):
 def test_partialfed_temperature_and_cycles(data):
     sim = Simulation(config(algo="partialfed")).setup(*data)
     step = sim.local_step
-    assert step.temperature(0) == 5.0 and step.temperature(3) == pytest.approx(5.0 * 0.965 ** 3)
+    assert step.temperature(0) == 5.0 and step.temperature(3) == pytest.approx(5.0 * 0.965**3)
     assert [step.is_model_step(j) for j in range(1, 12)] == [True] * 8 + [False] * 2 + [True]
     with pytest.raises(ConfigError, match="partialfed-fm"):
         Simulation(config(algo="partialfed", partialfed_fm=0, partialfed_fs=0)).setup(*data)

@@ -17,7 +17,9 @@ BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_per
 def test_perfedavg_meta_step_by_hand(data):
     """Two local steps = one first-order MAML step: theta' = theta - a g1, then theta <- theta - b g2."""
     sim = Simulation(config(algo="perfedavg", perfedavg_beta=0.25)).setup(*data)
-    cohort = Cohort.from_global([0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers)
+    cohort = Cohort.from_global(
+        [0, 1], torch.tensor([0.5, 0.5], dtype=torch.float64), sim.global_params, sim.global_buffers
+    )
     cohort.steps = torch.tensor([2, 1])  # client 1 has one step only: its unpaired step is dropped
     step = sim.local_step
     step.begin_round(sim.view, cohort)
@@ -35,13 +37,16 @@ def test_perfedavg_meta_step_by_hand(data):
 
 def test_perfedavg_learns_and_evaluates_one_step_from_the_global_model(data):
     sim, s = run(data, algo="perfedavg", rounds=3)
-    assert [r["comm_params"] for r in s.history] == [r["comm_params"] for r in run(data, algo="fedavg", rounds=3)[1].history]
+    assert [r["comm_params"] for r in s.history] == [
+        r["comm_params"] for r in run(data, algo="fedavg", rounds=3)[1].history
+    ]
     accs = [r["personal_acc"] for r in s.history]
     assert accs[-1] > accs[0] + 0.05, accs
     # the evaluated model of client 1: one SGD step at --lr on a batch of its training split, from the global model
     params, _ = sim.local_step.personalize(sim.view, 1)
     x_ix = sim.client_indices[1]
     from fedcli.fl.rng import torch_gen
+
     pick = torch.randperm(x_ix.numel(), generator=torch_gen(0, "perfedavg.eval", 2, 1))[:16]
     x, y = sim.train_x[x_ix[pick]], sim.train_y[x_ix[pick]]
     g = {n: p.detach().clone().requires_grad_(True) for n, p in sim.global_params.items()}

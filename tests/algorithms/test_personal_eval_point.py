@@ -19,10 +19,27 @@ from torch.func import functional_call
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Simulation
 
-BASE = dict(algo="fedala", dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=1.0,
-            partition="pathological", classes_per_client=2, client_test_fraction=0.25, rounds=4, local_epochs=1.0,
-            batch_size=100000, lr=0.5, eval_every=1, device="cpu", weighting="samples", threads=1,
-            ala_sample_percent=100.0, ala_layers=2)
+BASE = dict(
+    algo="fedala",
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="16",
+    clients=4,
+    active_ratio=1.0,
+    partition="pathological",
+    classes_per_client=2,
+    client_test_fraction=0.25,
+    rounds=4,
+    local_epochs=1.0,
+    batch_size=100000,
+    lr=0.5,
+    eval_every=1,
+    device="cpu",
+    weighting="samples",
+    threads=1,
+    ala_sample_percent=100.0,
+    ala_layers=2,
+)
 
 
 def fedcli_run(point: str):
@@ -32,8 +49,16 @@ def fedcli_run(point: str):
     return sim, init, [r["personal_acc"] for r in summary.history]
 
 
-def reference(sim, init: dict, rounds: int, lr: float, p: int = 2, eta: float = 1.0, threshold: float = 0.1,
-              num_pre_loss: int = 10):
+def reference(
+    sim,
+    init: dict,
+    rounds: int,
+    lr: float,
+    p: int = 2,
+    eta: float = 1.0,
+    threshold: float = 0.1,
+    num_pre_loss: int = 10,
+):
     """PFLlib's FedALA: (ALA for all, evaluate, train, aggregate) per round; returns the evaluations after ALA
     and, for the other option, those of the trained models."""
     model, buffers = sim.model, dict(sim.model.named_buffers())
@@ -47,8 +72,10 @@ def reference(sim, init: dict, rounds: int, lr: float, p: int = 2, eta: float = 
         return torch.nn.functional.cross_entropy(functional_call(model, (params, buffers), (x_all[ix],)), y_all[ix])
 
     def evaluate(models):
-        correct = sum(int((functional_call(model, (m, buffers), (x_all[t],)).argmax(1) == y_all[t]).sum())
-                      for m, t in zip(models, test))
+        correct = sum(
+            int((functional_call(model, (m, buffers), (x_all[t],)).argmax(1) == y_all[t]).sum())
+            for m, t in zip(models, test)
+        )
         return correct / sum(len(t) for t in test)
 
     global_model = {n: t.clone() for n, t in init.items()}
@@ -74,7 +101,9 @@ def reference(sim, init: dict, rounds: int, lr: float, p: int = 2, eta: float = 
                 grads = torch.autograd.grad(loss, [t[n] for n in top])
                 for n, g in zip(top, grads):
                     weights[c][n] = torch.clamp(weights[c][n] - eta * (g * (theta_g[n] - theta[n])), 0, 1)
-                temp = {n: (theta[n] + (theta_g[n] - theta[n]) * weights[c][n]) if n in top else theta[n] for n in names}
+                temp = {
+                    n: (theta[n] + (theta_g[n] - theta[n]) * weights[c][n]) if n in top else theta[n] for n in names
+                }
                 losses.append(loss.item())
                 if not start[c]:
                     break
@@ -115,8 +144,13 @@ def test_after_init_of_a_stored_personal_model_is_the_last_rounds(algo):
     round r - 1's training left (every client trains every round), so the after-init row r is the after-training
     row r - 1, and row 1 is the initial global model (no client has a personalized model yet)."""
     kw = {**BASE, "algo": algo, "batch_size": 16, "rounds": 3, "lr": 0.05}
-    runs = {p: Simulation(TrainConfig(**{**kw, "personal_eval": p}).validate()).setup() for p in ("after-init", "after-training")}
-    init_acc = runs["after-init"].personal.evaluate(runs["after-init"])  # nothing trained yet: the global model everywhere
+    runs = {
+        p: Simulation(TrainConfig(**{**kw, "personal_eval": p}).validate()).setup()
+        for p in ("after-init", "after-training")
+    }
+    init_acc = runs["after-init"].personal.evaluate(
+        runs["after-init"]
+    )  # nothing trained yet: the global model everywhere
     acc = {p: [r["personal_acc"] for r in sim.run().history] for p, sim in runs.items()}
     assert acc["after-init"][0] == init_acc
     assert acc["after-init"][1:] == acc["after-training"][:-1]

@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.errors import ConfigError
 from fedcli.fl.engine import Simulation, sample_cohort
 from fedcli.fl.personal import client_model
-from simkit import COLS, PERSONAL_BASE, accuracy_by_hand, personal_config, personal_run, same_personal, assert_learned
+from fedcli.runner import run_train
+from simkit import COLS, PERSONAL_BASE, accuracy_by_hand, assert_learned, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 
@@ -52,7 +52,9 @@ def test_personal_acc_is_pooled_over_all_local_test_samples(data):
     assert s.history[-1]["personal_acc"] == pytest.approx(pooled, abs=1e-12)
     assert set(sim.store.tables[f"local.p:{sim.layers[0].name}"]) == {0, 1, 2, 3}  # every client holds its model
     # and the local models are the trained ones, not the global model
-    assert any(not torch.equal(client_model(sim, c)[0][n], sim.global_params[n]) for c in range(4) for n in sim.global_params)
+    assert any(
+        not torch.equal(client_model(sim, c)[0][n], sim.global_params[n]) for c in range(4) for n in sim.global_params
+    )
 
 
 def test_partial_participation_clients_never_sampled_hold_the_global_model(data):
@@ -110,9 +112,33 @@ def test_fedavg_c_and_fedrep_learn(data):
 
 # ------------------------------------------------------------------ MPI: results do not depend on the process count
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-MPI_ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "5", "--partition", "pathological",
-            "--client-test-fraction", "0.25", "--rounds", "2", "--local-epochs", "1", "--batch-size", "16", "--lr", "0.3",
-            "--eval-every", "1", "--ala-num-pre-loss", "3", "--quiet"]
+MPI_ARGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "5",
+    "--partition",
+    "pathological",
+    "--client-test-fraction",
+    "0.25",
+    "--rounds",
+    "2",
+    "--local-epochs",
+    "1",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.3",
+    "--eval-every",
+    "1",
+    "--ala-num-pre-loss",
+    "3",
+    "--quiet",
+]
 
 
 @pytest.mark.mpi
@@ -120,7 +146,6 @@ MPI_ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--cl
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
     from fedcli.cli.main import main
-
     from runkit import mpirun_each
 
     cases = (("fedala", "0.6"), ("fedrep", "1"))  # partial participation shares client state; full does not
@@ -128,8 +153,9 @@ def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
     for (algo, ratio), args in both.items():
         assert main([*args, "--out", str(tmp_path / f"{algo}{ratio}-1")]) == 0
     # both two-process runs in one mpiexec (its ranks import torch once)
-    p = mpirun_each(2, [[*args, "--out", str(tmp_path / f"{algo}{ratio}-2")] for (algo, ratio), args in both.items()],
-                    timeout=400)
+    p = mpirun_each(
+        2, [[*args, "--out", str(tmp_path / f"{algo}{ratio}-2")] for (algo, ratio), args in both.items()], timeout=400
+    )
     assert p.returncode == 0, p.stderr
     for algo, ratio in cases:
         rows = []

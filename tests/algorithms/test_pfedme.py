@@ -10,12 +10,12 @@ from torch.func import functional_call
 
 from fedcli.config import TrainConfig
 from fedcli.fl.algorithms.pfedme import THETA_L2, theta_step, w_step
-from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
 from fedcli.fl.trainers import VmapTrainer
-from simkit import PERSONAL_BASE, personal_config, personal_run, same_personal, assert_learned
+from fedcli.fl.view import PartView
+from simkit import PERSONAL_BASE, assert_learned, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
 PFEDME = dict(algo="pfedme", lr=0.1, pfedme_lr=0.1, pfedme_lambda=5.0, rounds=3)  # lambda * lr < 1 on this tiny task
@@ -69,7 +69,9 @@ def test_pfedme_local_step_by_hand():
     q = 1.0 - 1.0 / (1.0 + math.exp(-0.6))
     c = 0.1 * (1.0 - 0.1 * (15.0 + THETA_L2)) + 0.2 * q
     assert torch.allclose(step.theta["weight"][0], c * A) and torch.allclose(step.theta["bias"][0], c * a)
-    assert torch.allclose(cohort.params["weight"][0], 0.15 * c * A) and torch.allclose(cohort.params["bias"][0], 0.15 * c * a)
+    assert torch.allclose(cohort.params["weight"][0], 0.15 * c * A) and torch.allclose(
+        cohort.params["bias"][0], 0.15 * c * a
+    )
     for t in (*step.theta.values(), *cohort.params.values()):
         assert torch.equal(t[1], torch.zeros_like(t[1]))
 

@@ -3,11 +3,10 @@ counts (digits + a small MLP, seconds)."""
 
 import torch
 
+from baselines_kit import data, sim_of
 from fedcli.fl.clientstate import close_round, open_round
 from fedcli.fl.cohort import Cohort
 from fedcli.results.runlog import layer_rows
-
-from baselines_kit import data, sim_of
 
 
 def test_scaffold_option2_hand_computed(data):
@@ -52,9 +51,15 @@ def test_scaffold_run_matches_option2_and_ledger(data):
 
     def spy(cohort, layers, step, last_sync, round_end, **kw):
         st = sim.local_step
-        seen.append({"clients": list(cohort.clients), "x": {n: p.clone() for n, p in sim.global_params.items()},
-                     "y": {n: p.clone() for n, p in cohort.params.items()}, "c": {n: t.clone() for n, t in st.c.items()},
-                     "c_i": {n: t.clone() for n, t in st.c_i.items()}})
+        seen.append(
+            {
+                "clients": list(cohort.clients),
+                "x": {n: p.clone() for n, p in sim.global_params.items()},
+                "y": {n: p.clone() for n, p in cohort.params.items()},
+                "c": {n: t.clone() for n, t in st.c.items()},
+                "c_i": {n: t.clone() for n, t in st.c_i.items()},
+            }
+        )
         return sync(cohort, layers, step, last_sync, round_end=round_end, **kw)
 
     checked = []
@@ -65,7 +70,9 @@ def test_scaffold_run_matches_option2_and_ledger(data):
             want = r["c_i"][n] - r["c"][n] + (r["x"][n] - r["y"][n]) / (4 * 0.05)
             for k, c in enumerate(r["clients"]):
                 torch.testing.assert_close(sim.store.tables[f"scaffold.c_i:{n}"][c], want[k], rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(sim.local_step.c[n], r["c"][n] + (want - r["c_i"][n]).sum(0) / 8, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(
+                sim.local_step.c[n], r["c"][n] + (want - r["c_i"][n]).sum(0) / 8, rtol=1e-4, atol=1e-6
+            )
         checked.append(state.round_idx)
 
     sim.synchronize = spy

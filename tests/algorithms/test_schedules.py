@@ -1,16 +1,13 @@
 """FedLAMA Eqs. 2-4 and Algorithm 1, with numbers worked out by hand (see the comments)."""
 
-
 import pytest
 
-from fedcli.config import TrainConfig
-from fedcli.models.layers import LayerInfo
 from fedcli.comm.ledger import Ledger, fedavg_params
+from fedcli.config import TrainConfig
+from fedcli.fl.algorithms.fedlama import Lama, lama_intervals
 from fedcli.fl.layerwise import delta_lambda
-from fedcli.fl.algorithms.fedlama import lama_intervals
-from fedcli.fl.schedules import unit_discrepancy
-from fedcli.fl.algorithms.fedlama import Lama
-from fedcli.fl.schedules import Periodic
+from fedcli.fl.schedules import Periodic, unit_discrepancy
+from fedcli.models.layers import LayerInfo
 from lama_ref import author_adjusts_after, author_rule, paper_algorithm1
 
 T, PHI = 10, 4
@@ -223,7 +220,9 @@ def test_a_layerwise_schedule_is_one_pure_intervals_function():
         intervals_of = staticmethod(larger_d_short)
 
     s = Mine(_cfg(), _layers([100, 1000]))
-    assert s.needs_discrepancy and s.layerwise and s.round_length == 2  # the base's round: tau' (its spec's round_length)
+    assert (
+        s.needs_discrepancy and s.layerwise and s.round_length == 2
+    )  # the base's round: tau' (its spec's round_length)
     s.observe(0, 8.0, 2)
     s.observe(1, 6.0, 6)
     adj = s.adjust(0, 6)

@@ -11,9 +11,40 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 # 10 rounds of 4 iterations, a metrics row every round, a checkpoint every 3 rounds
-TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
-        "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "40", "--batch-size", "16", "--lr", "0.05",
-        "--eval-every", "4", "--checkpoint-every", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+TINY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "8",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--phi",
+    "2",
+    "--iterations",
+    "40",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "4",
+    "--checkpoint-every",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 # fedcli as its own command (signal handlers from the first instant), pausing at a chosen point until GO exists:
 # WHERE = setup (the run folder and its lock exist, no manifest), armed (manifest written, rounds not started),
@@ -76,8 +107,14 @@ sys.exit(main(sys.argv[3:]))
 
 def paused_child(tmp_path: Path, where: str, out: Path, args=TINY):
     go = tmp_path / f"go-{where}"
-    p = subprocess.Popen([sys.executable, "-c", CHILD, where, str(go), *args, "--out", str(out)], env=ENV, cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD, where, str(go), *args, "--out", str(out)],
+        env=ENV,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     ready = go.with_name(go.name + ".ready")
     end = time.monotonic() + 240
     while not ready.exists():

@@ -21,21 +21,24 @@ def run_main(args, capsys):
     return e.value.code, cap.out, cap.err
 
 
-@pytest.mark.parametrize("args, code, needle", [
-    (["train", "--tau", "0"], 2, "--tau"),
-    (["train", "--phi", "0"], 2, "--phi"),
-    (["train", "--alpha", "0"], 2, "--alpha"),
-    (["train", "--lr", "-1"], 2, "--lr"),
-    (["train", "--active-ratio", "1.5"], 2, "--active-ratio"),
-    (["train", "--algo", "nope"], 2, "--algo"),
-    (["train", "--tau", "x"], 2, "tau"),
-    (["train", "--no-such-flag"], 2, "no-such-flag"),
-    (["train", "--dataset", "mnist", "--data-dir", "/nonexistent/dir"], 3, "/nonexistent/dir"),
-    (["train", "--partition", "pathological", "--classes-per-client", "11"], 2, "classes"),
-    (["train", "--clients", "5000"], 2, "clients"),
-    (["train", "--partition-file", "/nonexistent/part.json"], 3, "part.json"),
-    (["partition", "--clients", "4"], 2, "--out"),
-])
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["train", "--tau", "0"], 2, "--tau"),
+        (["train", "--phi", "0"], 2, "--phi"),
+        (["train", "--alpha", "0"], 2, "--alpha"),
+        (["train", "--lr", "-1"], 2, "--lr"),
+        (["train", "--active-ratio", "1.5"], 2, "--active-ratio"),
+        (["train", "--algo", "nope"], 2, "--algo"),
+        (["train", "--tau", "x"], 2, "tau"),
+        (["train", "--no-such-flag"], 2, "no-such-flag"),
+        (["train", "--dataset", "mnist", "--data-dir", "/nonexistent/dir"], 3, "/nonexistent/dir"),
+        (["train", "--partition", "pathological", "--classes-per-client", "11"], 2, "classes"),
+        (["train", "--clients", "5000"], 2, "clients"),
+        (["train", "--partition-file", "/nonexistent/part.json"], 3, "part.json"),
+        (["partition", "--clients", "4"], 2, "--out"),
+    ],
+)
 def test_bad_input_one_line_exit_code(args, code, needle, capsys, tmp_path):
     got, out, err = run_main(args + ["--out", str(tmp_path / "run")] if args[0] == "train" else args, capsys)
     assert got == code, err
@@ -60,12 +63,30 @@ def test_recipe_errors_name_file_and_line(tmp_path, capsys):
 
 def test_partition_file_roundtrip_and_summary(tmp_path, capsys):
     pf = tmp_path / "p.json"
-    assert main(["partition", "--clients", "6", "--partition", "pathological", "--classes-per-client", "2",
-                 "--out", str(pf), "--summary"]) == 0
+    assert (
+        main(
+            [
+                "partition",
+                "--clients",
+                "6",
+                "--partition",
+                "pathological",
+                "--classes-per-client",
+                "2",
+                "--out",
+                str(pf),
+                "--summary",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "1437 of 1437" in out and "classes" in out.lower() and pf.exists()
     run = tmp_path / "run"
-    assert main(["train", "--partition-file", str(pf), "--iterations", "10", "--tau", "5", "--quiet", "--out", str(run)]) == 0
+    assert (
+        main(["train", "--partition-file", str(pf), "--iterations", "10", "--tau", "5", "--quiet", "--out", str(run)])
+        == 0
+    )
     man = json.loads((run / "manifest.json").read_text())
     assert man["clients"] == 6 and man["partition"]["scheme"] == "pathological"
     # a tampered partition file is refused with exit 3
@@ -91,7 +112,9 @@ def test_overwrite_leaves_none_of_the_previous_runs_rows(tmp_path, capsys):
     first = {f: (run / f).read_text().splitlines() for f in ("metrics.csv", "clients.csv", "layers.csv")}
     assert main([*args, "--overwrite"]) == 0
     again = {f: (run / f).read_text().splitlines() for f in first}
-    assert again["clients.csv"] == first["clients.csv"] and len(first["clients.csv"]) == 33  # the same seed: the same rows
+    assert (
+        again["clients.csv"] == first["clients.csv"] and len(first["clients.csv"]) == 33
+    )  # the same seed: the same rows
     assert again["layers.csv"] == first["layers.csv"] and len(again["metrics.csv"]) == len(first["metrics.csv"]) == 3
 
 
@@ -100,8 +123,18 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run_directory(tmp_path, capsys
     uses (clients.csv, system.csv, trackers.log, wandb/, checkpoints/round-*.pt, client-state/...) and trained there;
     now exit 2 in one line, nothing deleted or written. A manifest.json that is not a run's does not make it one."""
     mine = tmp_path / "mine"
-    names = ["clients.csv", "system.csv", "ala.csv", "local_loss.csv", "trackers.log", "notes.txt",
-             "wandb/run.txt", "tensorboard/events", "checkpoints/round-000001.pt", "client-state/g0/r0/x.bin"]
+    names = [
+        "clients.csv",
+        "system.csv",
+        "ala.csv",
+        "local_loss.csv",
+        "trackers.log",
+        "notes.txt",
+        "wandb/run.txt",
+        "tensorboard/events",
+        "checkpoints/round-000001.pt",
+        "client-state/g0/r0/x.bin",
+    ]
     for name in names:
         (mine / name).parent.mkdir(parents=True, exist_ok=True)
         (mine / name).write_text(name)
@@ -134,7 +167,9 @@ def test_overwrite_of_a_run_directory_keeps_the_users_other_files(tmp_path, caps
 
 def test_default_train_runs_offline_and_leaves_complete_run_dir(tmp_path, monkeypatch):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "train"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
     assert p.returncode == 0, p.stderr
     assert "fedlama" in p.stderr and "final accuracy" in p.stdout and "of FedAvg" in p.stdout
     runs = list((tmp_path / "results").iterdir())
@@ -162,13 +197,19 @@ def test_commands_that_need_no_model_do_not_import_torch(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import sys; from fedcli.cli.main import main; main({args!r}); "
-             "print('TORCH', 'torch' in sys.modules)")
+    probe = "import sys; from fedcli.cli.main import main; main({args!r}); print('TORCH', 'torch' in sys.modules)"
     run = tmp_path / "run"
     assert main(["train", "--algo", "fedlama", "--iterations", "40", "--out", str(run), "--quiet"]) == 0
-    cases = ((["--version"], False), (["report", "--help"], False), (["report", str(run)], False), (["train", "--help"], False))
+    cases = (
+        (["--version"], False),
+        (["report", "--help"], False),
+        (["report", str(run)], False),
+        (["train", "--help"], False),
+    )
     for args, torch_loaded in cases:
-        out = subprocess.run([sys.executable, "-c", probe.format(args=args)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(args=args)], capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         assert f"TORCH {torch_loaded}" in out.stdout, (args, out.stdout[-200:])
     assert (run / "figures" / "delta-lambda.png").is_file(), sorted(p.name for p in (run / "figures").iterdir())

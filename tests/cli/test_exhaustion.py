@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from signalkit import ENV, TINY, paused_child
 from runkit import error_lines
+from signalkit import ENV, TINY, paused_child
 
 
 def rows(path: Path) -> list[dict]:
@@ -28,13 +28,42 @@ def test_out_of_memory_is_one_sentence_with_a_hint_and_exit_3(tmp_path, gib):
     """``ulimit -v`` below what the model needs (a 20000 x 20000 layer: 1.6 GB; at 2 GiB even torch cannot load)."""
     limit = gib * 2**30
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--out", str(out), "--quiet", "--model", "mlp",
-                        "--mlp-hidden", "20000,20000", "--clients", "4", "--active-ratio", "0.5", "--iterations", "4",
-                        "--trainer", "loop"], env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedcli",
+            "train",
+            "--out",
+            str(out),
+            "--quiet",
+            "--model",
+            "mlp",
+            "--mlp-hidden",
+            "20000,20000",
+            "--clients",
+            "4",
+            "--active-ratio",
+            "0.5",
+            "--iterations",
+            "4",
+            "--trainer",
+            "loop",
+        ],
+        env=ENV,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
     lines = error_lines(p.stderr)
     assert p.returncode == 3 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert lines[0].startswith("fedcli: error: out of CPU memory") and "--trainer loop" in lines[0] and "--workers" in lines[0]
+    assert (
+        lines[0].startswith("fedcli: error: out of CPU memory")
+        and "--trainer loop" in lines[0]
+        and "--workers" in lines[0]
+    )
     assert not out.exists()  # nothing but a lock would have been left: the folder is removed
 
 

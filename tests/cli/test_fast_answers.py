@@ -14,9 +14,11 @@ from fedcli.method_names import resolve_method
 from fedcli.sweep.run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = ("import sys, time; t = time.perf_counter(); from fedcli.cli.main import main\n"
-         "try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
-         "print('TORCH', 'torch' in sys.modules, time.perf_counter() - t)")
+PROBE = (
+    "import sys, time; t = time.perf_counter(); from fedcli.cli.main import main\n"
+    "try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+    "print('TORCH', 'torch' in sys.modules, time.perf_counter() - t)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,41 +29,73 @@ def env(tmp_path_factory):
     assert list(cache.iterdir()) == []  # and they wrote nothing there
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["partition", "--help"], ["train", "--algo", "fedlamma"],
-                                  ["train", "--tau", "x"], ["sweep", "--help"], ["report", "--help"],
-                                  ["train", "--dataset", "femnst"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["train", "--help"],
+        ["partition", "--help"],
+        ["train", "--algo", "fedlamma"],
+        ["train", "--tau", "x"],
+        ["sweep", "--help"],
+        ["report", "--help"],
+        ["train", "--dataset", "femnst"],
+    ],
+)
 def test_help_and_argument_errors_do_not_import_torch(env, args):
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=args)], env=env, capture_output=True, text=True, timeout=60
+    )
     wall = time.perf_counter() - t0
     assert p.returncode == 0, p.stderr
     assert "TORCH False" in p.stdout, (args, p.stdout[-300:], p.stderr[-300:])
-    assert wall < 5, wall  # under 1 s on an idle 2-core machine (fedcli bench --workloads startup); this bounds a loaded one
+    assert wall < 5, (
+        wall
+    )  # under 1 s on an idle 2-core machine (fedcli bench --workloads startup); this bounds a loaded one
 
 
 def test_partition_refuses_a_bad_argument_before_torch_and_the_data(env, tmp_path):
     """Issue 47: `fedcli partition --clients 0` took about 10 s to be refused (torch and the data loaded first)."""
     out = tmp_path / "p.json"
-    p = subprocess.run([sys.executable, "-c", PROBE.format(args=["partition", "--clients", "0", "--out", str(out)])], env=env,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=["partition", "--clients", "0", "--out", str(out)])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "TORCH False" in p.stdout, (p.stdout[-300:], p.stderr[-300:])
     assert p.stderr.strip().splitlines() == ["fedcli: error: --clients must be >= 1, got 0"]
     assert not out.exists()
 
 
 def test_typo_in_algo_gets_did_you_mean(env):
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--algo", "fedlamma"], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "train", "--algo", "fedlamma"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "did you mean fedlama or fedlamb?" in lines[0], p.stderr
 
 
 def test_typo_in_dataset_gets_did_you_mean(env):
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--dataset", "femnst"], env=env, capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "train", "--dataset", "femnst"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unknown dataset 'femnst'; did you mean femnist or fmnist or emnist?" in lines[0], p.stderr
+    assert len(lines) == 1 and "unknown dataset 'femnst'; did you mean femnist or fmnist or emnist?" in lines[0], (
+        p.stderr
+    )
 
 
 def test_list_algos_never_cuts_a_flag_at_80_columns(env):
@@ -69,23 +103,38 @@ def test_list_algos_never_cuts_a_flag_at_80_columns(env):
 
     from fedcli.cli.catalog import load
 
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--list-algos"], env={**env, "COLUMNS": "80"},
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "train", "--list-algos"],
+        env={**env, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert max(len(line) for line in p.stdout.splitlines()) <= 80
-    known = {f"--{f['name'].replace('_', '-')}" for f in load()["fields"]} | {"--no-" + f["name"].replace("_", "-") for f in load()["fields"]}
+    known = {f"--{f['name'].replace('_', '-')}" for f in load()["fields"]} | {
+        "--no-" + f["name"].replace("_", "-") for f in load()["fields"]
+    }
     flags = {m.rstrip(",;).") for m in re.findall(r"--[a-z0-9-]+[,;).]?", p.stdout)} - {"--ala-", "--help"}  # "--ala-*"
     assert flags <= known, sorted(flags - known)  # before: "--client-test-frac" / "tion 0.25" at 80 columns
 
 
 def test_help_lists_core_options_first_and_preset_defaults(env):
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--help"], env={**env, "COLUMNS": "2000"}, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "train", "--help"],
+        env={**env, "COLUMNS": "2000"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = p.stdout
     order = [out.index(f"│ {flag} ") for flag in ("--algo", "--iterations", "--seed", "--out")]
     own = [out.index(f"│ {flag} ") for flag in ("--mu", "--ditto-lambda")]
     assert order == sorted(order) and order[-1] < min(own), (order, own)  # core options before the methods' own
-    for flag, panel in (("--mu", "method options: fedprox (fedprox, fedprox-c)"), ("--ditto-lambda", "method options: ditto")):
+    for flag, panel in (
+        ("--mu", "method options: fedprox (fedprox, fedprox-c)"),
+        ("--ditto-lambda", "method options: ditto"),
+    ):
         assert out[: out.index(f"│ {flag} ")].rsplit("╭─", 1)[-1].lstrip("─ ").startswith(panel), flag  # by method
     mu = next(l for l in out.splitlines() if "│ --mu " in l)
     assert "[default: 0.01; presets: fedprox 0.001, fedprox-c 0.001]" in mu, mu
@@ -126,12 +175,19 @@ def test_seeds_count_list_range():
 def test_the_config_and_the_method_registry_need_no_start_up_import_and_no_torch():
     """``TrainConfig`` is whole in a fresh process that imports only ``fedcli.config``: every method's params, every
     preset and every part's declarations are there, read from the specs, and torch is not imported."""
-    probe = ("import sys\nfrom fedcli.config import TrainConfig\ncfg = TrainConfig(algo='FedLAMA', phi=4).validate()\n"
-             "from fedcli import specs\nfrom fedcli.recipes import table_keys\n"
-             "print(cfg.algo, cfg.phi, len(specs.METHODS), sorted(specs.PARTS['schedule']), sorted(table_keys('fedprox')),"
-             " 'torch' in sys.modules)")
-    p = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                       text=True, timeout=60)
+    probe = (
+        "import sys\nfrom fedcli.config import TrainConfig\ncfg = TrainConfig(algo='FedLAMA', phi=4).validate()\n"
+        "from fedcli import specs\nfrom fedcli.recipes import table_keys\n"
+        "print(cfg.algo, cfg.phi, len(specs.METHODS), sorted(specs.PARTS['schedule']), sorted(table_keys('fedprox')),"
+        " 'torch' in sys.modules)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split(" ", 2)[:2] == ["fedlama", "4"], p.stdout
     assert "['lama', 'lama-accelerate', 'periodic'] ['mu'] False" in p.stdout, p.stdout

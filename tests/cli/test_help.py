@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(*args):
     env = {**os.environ, "COLUMNS": "2000", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "fedcli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "fedcli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
 
 
 def test_train_help_shows_every_default_and_choice():
@@ -83,7 +85,8 @@ def rows(text: str) -> list[str]:
 
 
 def test_help_lists_what_typers_renderer_lists(monkeypatch, capsys):
-    """``--help`` is drawn without rich's layout engine (fedcli/cli/helpfmt.py: ``fedcli train --help`` took 1.5-2.3 s on
+    """``--help`` is drawn without rich's layout engine (fedcli/cli/helpfmt.py: ``fedcli train --help`` took 1.5-2.3 s
+    on
     2 cores, ~85% of it in rich drawing 28 panels; issue 48, 19; ``make bench-help`` times the two): the same panels in
     the same order, each with the same rows, names, types, help and defaults as Typer's renderer
     (``FEDCLI_RICH_HELP=1``) draws them, line for line at a width where nothing wraps."""
@@ -114,8 +117,14 @@ def test_train_help_is_drawn_in_boxes_as_wide_as_the_terminal():
     help wrapped in its own column; long names and every method's panel kept."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("COLUMNS", None)
-    p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--help"], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     boxed = [line for line in p.stdout.splitlines() if line and line[0] in "╭│╰"]
     assert boxed and all(len(line) == 80 for line in boxed), [line for line in boxed if len(line) != 80][:3]

@@ -12,9 +12,9 @@ from fedcli.cli.main import COMMANDS
 
 def flag_names(command: str | None) -> list[str]:
     """The long names of every flag (an option without a value) of ``fedcli COMMAND`` (None: the group)."""
-    from fedcli.cli.main import build_app
-
     import typer
+
+    from fedcli.cli.main import build_app
 
     group = typer.main.get_command(build_app([command] if command else []))
     cmd = group.commands[command] if command else group

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from signalkit import ENV, TINY, paused_child
 from runkit import error_lines
+from signalkit import ENV, TINY, paused_child
+
 
 def rows(path: Path) -> list[dict]:
     with open(path) as f:
@@ -52,8 +53,14 @@ def reference(tmp_path_factory):
 def test_sigint_at_any_moment_after_launch_leaves_no_traceback_and_no_bare_lock(tmp_path):
     for delay in (0.1, 0.5, 1.0, 2.0):
         out = tmp_path / f"run-{delay}"
-        p = subprocess.Popen([sys.executable, "-m", "fedcli", *TINY, "--out", str(out)], env=ENV, cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "fedcli", *TINY, "--out", str(out)],
+            env=ENV,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=240)
@@ -81,8 +88,11 @@ def test_a_signal_during_the_setup_leaves_no_folder(tmp_path, sig):
     assert sorted(os.listdir(out)) == [".fedcli.lock"]  # the state a signal used to leave behind
     code, err = finish(p, go, sig)
     assert code == 128 + sig, err
-    assert err.strip() == f"fedcli: interrupted by {signal.Signals(sig).name} before training started; nothing was written " \
-                          f"({out} removed)", err
+    assert (
+        err.strip()
+        == f"fedcli: interrupted by {signal.Signals(sig).name} before training started; nothing was written "
+        f"({out} removed)"
+    ), err
     assert not out.exists()
 
 
@@ -90,7 +100,9 @@ def test_a_signal_during_the_setup_leaves_no_folder(tmp_path, sig):
 def test_an_error_during_the_setup_leaves_no_folder(tmp_path, capsys):
     out = tmp_path / "run"
     try:
-        code = main(["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "nothing-here"), "--out", str(out), "--quiet"])
+        code = main(
+            ["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "nothing-here"), "--out", str(out), "--quiet"]
+        )
     except SystemExit as e:
         code = e.code
     assert code == 3, capsys.readouterr().err
@@ -167,16 +179,33 @@ def sweep_reference(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGHUP, marks=pytest.mark.long(
-    reason="a second interrupted sweep and its resume (11 s of CPU, a minute under load); make test keeps the sweep's "
-           "SIGUSR1 (Slurm's warning, which the sweep ignores between runs) and SIGHUP in training, "
-           "test_sighup_and_sigusr1_in_training_checkpoint_and_resume_bitwise")), signal.SIGUSR1])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(
+            signal.SIGHUP,
+            marks=pytest.mark.long(
+                reason="a second interrupted sweep and its resume (11 s of CPU, a minute under load); make test "
+                "keeps the sweep's "
+                "SIGUSR1 (Slurm's warning, which the sweep ignores between runs) and SIGHUP in training, "
+                "test_sighup_and_sigusr1_in_training_checkpoint_and_resume_bitwise"
+            ),
+        ),
+        signal.SIGUSR1,
+    ],
+)
 def test_a_local_sweep_takes_sighup_and_sigusr1_as_an_interruption_and_resumes(tmp_path, sig, sweep_reference):
     recipe = tmp_path / "signals.toml"
     recipe.write_text(SWEEP)
     root = tmp_path / "sweep"
-    p = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--quiet"], env=ENV,
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--quiet"],
+        env=ENV,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = root / "fedavg" / "seed0" / "metrics.csv"
     end = time.monotonic() + 300
     while not (metrics.exists() and len(metrics.read_text().splitlines()) > 3):

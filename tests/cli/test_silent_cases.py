@@ -21,8 +21,30 @@ from fedcli.report.aggregate import mean_std
 from fedcli.report.tables import fmt_acc
 from runkit import error_lines
 
-TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
-        "--iterations", "8", "--tau", "2", "--eval-every", "2", "--device", "cpu", "--threads", "1", "--quiet"]
+TINY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "0.5",
+    "--iterations",
+    "8",
+    "--tau",
+    "2",
+    "--eval-every",
+    "2",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def run_main(args, capsys):
@@ -41,14 +63,30 @@ def test_a_finite_blow_up_is_divergence(tmp_path, capsys):
     lines = error_lines(err)
     assert code == 4 and len(lines) == 1 and "Traceback" not in err, err
     # 100 x ln(10) = 230.26: the threshold, worked out by hand
-    assert "more than --diverge-factor 100 times ln(10) = 2.303" in lines[0] and "training diverged in round 1 " in lines[0], lines[0]
+    assert (
+        "more than --diverge-factor 100 times ln(10) = 2.303" in lines[0]
+        and "training diverged in round 1 " in lines[0]
+    ), lines[0]
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "failed" and man["error"].startswith("DivergenceError")
     first = (out / "metrics.csv").read_text().splitlines()[1].split(",")
     assert float(first[2]) > 230.26  # the blow-up row is written (the report shows it)
     # the same run with the rule off completes: what used to happen silently
-    code, _, err = run_main(["train", "--lr", "5", "--iterations", "30", "--out", str(tmp_path / "off"), "--quiet",
-                             "--diverge-factor", "0"], capsys)
+    code, _, err = run_main(
+        [
+            "train",
+            "--lr",
+            "5",
+            "--iterations",
+            "30",
+            "--out",
+            str(tmp_path / "off"),
+            "--quiet",
+            "--diverge-factor",
+            "0",
+        ],
+        capsys,
+    )
     assert code == 0, err
     # a sane run is far from the threshold (control)
     assert run_main(TINY + ["--out", str(tmp_path / "sane")], capsys)[0] == 0
@@ -113,8 +151,9 @@ tau = 2
 """
 
 
-@pytest.mark.parametrize("name, shown", [('"a/b"', "/"), ('"two\\nlines"', "\\n"), ('"nul\\u0000"', "\\x00"),
-                                         ('"back\\\\slash"', "\\\\")])
+@pytest.mark.parametrize(
+    "name, shown", [('"a/b"', "/"), ('"two\\nlines"', "\\n"), ('"nul\\u0000"', "\\x00"), ('"back\\\\slash"', "\\\\")]
+)
 def test_run_names_that_would_be_rewritten_are_refused(tmp_path, capsys, name, shown):
     recipe = tmp_path / "r.toml"
     recipe.write_text(RECIPE.replace("NAME", name))
@@ -127,10 +166,14 @@ def test_run_names_that_would_be_rewritten_are_refused(tmp_path, capsys, name, s
 def test_a_large_grid_is_said_before_it_runs(tmp_path, capsys):
     recipe = tmp_path / "r.toml"
     recipe.write_text(RECIPE.replace("NAME", '"fedavg tau 2"'))
-    code, _, err = run_main(["sweep", str(recipe), "--dry-run", "--seeds", "251", "--out", str(tmp_path / "s"), "--quiet"], capsys)
+    code, _, err = run_main(
+        ["sweep", str(recipe), "--dry-run", "--seeds", "251", "--out", str(tmp_path / "s"), "--quiet"], capsys
+    )
     assert code == 0, err
     assert "warning: 502 trainings to run" in err and "more than 500" in err
-    code, _, err = run_main(["sweep", str(recipe), "--dry-run", "--seeds", "250", "--out", str(tmp_path / "s"), "--quiet"], capsys)
+    code, _, err = run_main(
+        ["sweep", str(recipe), "--dry-run", "--seeds", "250", "--out", str(tmp_path / "s"), "--quiet"], capsys
+    )
     assert code == 0 and "warning" not in err  # control: 500 is not "more than 500"
 
 
@@ -138,10 +181,23 @@ def test_report_leaves_out_an_unreadable_sweep_among_readable_ones(tmp_path, cap
     good, bad = tmp_path / "all" / "good", tmp_path / "all" / "bad"
     for s in (good, bad):
         s.mkdir(parents=True)
-    (good / "sweep.json").write_text(json.dumps({"fedcli_sweep": 1, "recipe": "r.toml", "title": "good one", "seeds": [0],
-                                                 "runs": [], "tables": [], "figures": []}))
+    (good / "sweep.json").write_text(
+        json.dumps(
+            {
+                "fedcli_sweep": 1,
+                "recipe": "r.toml",
+                "title": "good one",
+                "seeds": [0],
+                "runs": [],
+                "tables": [],
+                "figures": [],
+            }
+        )
+    )
     (bad / "sweep.json").write_text("{ cut")
     code, out, err = run_main(["report", str(tmp_path / "all")], capsys)
     assert code == 0, err
     assert f"left out {bad}" in err and "not a readable sweep manifest" in err
-    assert "good one" in " ".join(out.split())  # the console wraps long lines where the temporary path's length puts them
+    assert "good one" in " ".join(
+        out.split()
+    )  # the console wraps long lines where the temporary path's length puts them

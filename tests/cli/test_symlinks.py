@@ -14,12 +14,55 @@ import pytest
 from fedcli.cli.main import main
 from runkit import error_lines
 
-TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
-        "--algo", "fedlama", "--tau", "1", "--phi", "2", "--iterations", "8", "--batch-size", "16", "--lr", "0.05",
-        "--eval-every", "2", "--checkpoint-every", "1", "--keep-checkpoints", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+TINY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "1",
+    "--phi",
+    "2",
+    "--iterations",
+    "8",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--keep-checkpoints",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
-RUN_PATHS = ["manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "timing.csv", "model.pt", "checkpoints",
-             "checkpoints/round-000002.pt", ".fedcli.lock"]
+RUN_PATHS = [
+    "manifest.json",
+    "metrics.csv",
+    "layers.csv",
+    "intervals.csv",
+    "skipped.csv",
+    "timing.csv",
+    "model.pt",
+    "checkpoints",
+    "checkpoints/round-000002.pt",
+    ".fedcli.lock",
+]
 
 
 def run_main(args, capsys):
@@ -60,7 +103,8 @@ def plant(run: Path, rel: str, target: Path) -> Path:
 
 
 def interrupted(args: list[str], out: Path) -> Path:
-    """``out``: a run of ``args`` stopped by SIGTERM in round 3 (status ``interrupted``, checkpoints of rounds 1 and 2)."""
+    """``out``: a run of ``args`` stopped by SIGTERM in round 3 (status ``interrupted``, checkpoints of rounds 1 and
+    2)."""
     from fedcli.fl import engine
 
     sync = engine.Simulation.synchronize
@@ -114,8 +158,11 @@ def test_train_and_resume_never_write_through_a_link(runs, tmp_path, capsys, rel
     target = victim(tmp_path, "dir" if rel == "checkpoints" else "file")
     before = snapshot(target)
     link = plant(run, rel, target)
-    args = {"fresh": TINY + ["--out", str(run)], "overwrite": TINY + ["--out", str(run), "--overwrite"],
-            "resume": ["train", "--resume", str(run), "--quiet"]}[command]
+    args = {
+        "fresh": TINY + ["--out", str(run)],
+        "overwrite": TINY + ["--out", str(run), "--overwrite"],
+        "resume": ["train", "--resume", str(run), "--quiet"],
+    }[command]
     code, err = run_main(args, capsys)
     assert snapshot(target) == before  # the target is unchanged, whatever happened
     _refused(code, err, link)
@@ -170,8 +217,18 @@ algo = "fedavg"
 tau = 2
 """
 
-SWEEP_PATHS = ["sweep.json", ".sweep.lock", ".sweep.workers.lock", "fedavg/seed0.toml", "fedavg/seed0.log", "fedavg/seed0",
-               "fedavg", "fedavg/seed0/manifest.json", "fedavg/seed0/metrics.csv", "fedavg/seed0/.fedcli.lock"]
+SWEEP_PATHS = [
+    "sweep.json",
+    ".sweep.lock",
+    ".sweep.workers.lock",
+    "fedavg/seed0.toml",
+    "fedavg/seed0.log",
+    "fedavg/seed0",
+    "fedavg",
+    "fedavg/seed0/manifest.json",
+    "fedavg/seed0/metrics.csv",
+    "fedavg/seed0/.fedcli.lock",
+]
 
 
 @pytest.mark.timeout(300)
@@ -194,10 +251,48 @@ def test_sweep_never_writes_through_a_link(tmp_path, capsys, rel):
 
 
 # ------------------------------------------------------------------ client state on disk (issue 41)
-DITTO = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
-         "--algo", "ditto", "--tau", "1", "--iterations", "8", "--batch-size", "16", "--lr", "0.05", "--momentum", "0.5",
-         "--momentum-persist", "client", "--client-test-fraction", "0.25", "--client-state", "disk", "--eval-every", "2",
-         "--checkpoint-every", "1", "--keep-checkpoints", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+DITTO = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "ditto",
+    "--tau",
+    "1",
+    "--iterations",
+    "8",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--momentum",
+    "0.5",
+    "--momentum-persist",
+    "client",
+    "--client-test-fraction",
+    "0.25",
+    "--client-state",
+    "disk",
+    "--eval-every",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--keep-checkpoints",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 # a row file (the momentum rows, which a completed run removes, and Ditto's personal models, which it keeps)
 ROW = "client-state/g0/r0/*.bin"
 STATE_PATHS = ["client-state", "client-state/g0", "client-state/g0/r0", ROW, "client-state/g7", "client-state/index.pt"]
@@ -254,8 +349,11 @@ def test_client_state_is_never_written_or_deleted_through_a_link(state_runs, tmp
         shutil.copy(done / "client-state" / "index.pt", run / "client-state" / "index.pt")
     link, target = plant_state(run, rel, tmp_path)
     before = snapshot(target)
-    args = {"fresh": DITTO + ["--out", str(run)], "overwrite": DITTO + ["--out", str(run), "--overwrite"],
-            "resume": ["train", "--resume", str(run), "--quiet"]}[command]
+    args = {
+        "fresh": DITTO + ["--out", str(run)],
+        "overwrite": DITTO + ["--out", str(run), "--overwrite"],
+        "resume": ["train", "--resume", str(run), "--quiet"],
+    }[command]
     code, err = run_main(args, capsys)
     assert snapshot(target) == before  # not truncated, not deleted, nothing written into it
     _refused(code, err, link)
@@ -280,9 +378,11 @@ def _row_file(path) -> bool:
 
 
 # when the link is planted: the first row file created (a fresh run), cut back (a resume) or deleted (the end of a run)
-DURING = {"create": ("open", lambda path, flags, *a, **k: _row_file(path) and flags & os.O_CREAT),
-          "truncate": ("open", lambda path, flags, *a, **k: _row_file(path) and flags & os.O_ACCMODE == os.O_WRONLY),
-          "delete": ("unlink", lambda path, *a, **k: _row_file(path))}
+DURING = {
+    "create": ("open", lambda path, flags, *a, **k: _row_file(path) and flags & os.O_CREAT),
+    "truncate": ("open", lambda path, flags, *a, **k: _row_file(path) and flags & os.O_ACCMODE == os.O_WRONLY),
+    "delete": ("unlink", lambda path, *a, **k: _row_file(path)),
+}
 
 
 @pytest.mark.timeout(300)
@@ -328,8 +428,12 @@ def test_a_link_planted_at_client_state_during_the_run_gets_nothing(state_runs, 
 @pytest.mark.parametrize("rel", ["ditto/seed0/client-state", "ditto/seed0/client-state/g0"])
 def test_sweep_never_writes_client_state_through_a_link(tmp_path, capsys, rel):
     recipe = tmp_path / "links.toml"
-    recipe.write_text(SWEEP.replace('name = "FedAvg"\nalgo = "fedavg"', 'name = "Ditto"\nalgo = "ditto"\nclient_state = "disk"\n'
-                                    'client_test_fraction = 0.25'))
+    recipe.write_text(
+        SWEEP.replace(
+            'name = "FedAvg"\nalgo = "fedavg"',
+            'name = "Ditto"\nalgo = "ditto"\nclient_state = "disk"\nclient_test_fraction = 0.25',
+        )
+    )
     root = tmp_path / "sweep"
     root.mkdir()
     target = victim(tmp_path, "dir")
@@ -345,7 +449,8 @@ def test_sweep_never_writes_client_state_through_a_link(tmp_path, capsys, rel):
 
 @pytest.mark.timeout(300)
 def test_a_link_planted_at_checkpoints_during_the_run_gets_nothing(tmp_path, capsys, monkeypatch):
-    """Issue 56.5: a check, then a write, leaves a window: ``checkpoints/`` swapped for a link after it was checked (here
+    """Issue 56.5: a check, then a write, leaves a window: ``checkpoints/`` swapped for a link after it was checked
+    (here
     inside the first checkpoint's ``torch.save``, between the folder's check and the file's write) must neither receive
     a checkpoint nor lose a file. The checkpoint is written through the folder's descriptor (into the folder checked);
     the next one finds the link and is refused (exit 2)."""

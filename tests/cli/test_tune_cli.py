@@ -8,17 +8,27 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBE = ("import sys\nfrom fedcli.cli.main import main\n"
-         "try:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
-         "print('LOADED', 'torch' in sys.modules, 'optuna' in sys.modules, 'CODE', code)")
+PROBE = (
+    "import sys\nfrom fedcli.cli.main import main\n"
+    "try:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+    "print('LOADED', 'torch' in sys.modules, 'optuna' in sys.modules, 'CODE', code)"
+)
+
 
 def probe(args, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDCLI_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "120"}
-    p = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     return p
 
 
@@ -29,20 +39,56 @@ def recipe(tmp_path, split="val_fraction = 0.2", space="lr = { log = [0.01, 1.0]
 def test_help_without_optuna_or_torch(tmp_path):
     p = probe(["tune", "--help"], tmp_path)
     assert "LOADED False False CODE 0" in p.stdout, p.stdout[-400:] + p.stderr[-400:]
-    for flag in ("--trials", "--storage", "--sampler", "--pruner", "--select-on", "--promote", "--fresh", "--jobs", "--mpi",
-                 "--executor", "--partition", "--time", "--runs-per-job", "--sbatch"):
+    for flag in (
+        "--trials",
+        "--storage",
+        "--sampler",
+        "--pruner",
+        "--select-on",
+        "--promote",
+        "--fresh",
+        "--jobs",
+        "--mpi",
+        "--executor",
+        "--partition",
+        "--time",
+        "--runs-per-job",
+        "--sbatch",
+    ):
         assert flag in p.stdout
 
 
-@pytest.mark.parametrize("split, space, args, said", [
-    ("", "lr = { log = [0.01, 1.0] }", [], "objective val_acc reads the validation split, but the row has val_fraction = 0"),
-    ("", "lr = { log = [0.01, 1.0] }", ["--dry-run"], "objective val_acc reads the validation split"),
-    ("val_fraction = 0.2", "lr = { log = [0.0, 1.0] }", [], "line 29: 'lr' log range [0.0, 1.0] runs through 0"),
-    ("val_fraction = 0.2", "iterations = { choices = [4, 8] }", ["--dry-run"], "line 29: 'iterations' fixes a trial's budget"),
-    ("val_fraction = 0.2", "lr = { log = [0.01, 1.0] }", ["--sampler", "annealing"], "--sampler must be one of tpe, gp, random, grid"),
-    ("val_fraction = 0.2", "lr = { log = [0.01, 1.0] }", ["--partition", "gpu"],
-     "--partition sets a Slurm job's resources: it applies to --executor slurm only"),
-])
+@pytest.mark.parametrize(
+    "split, space, args, said",
+    [
+        (
+            "",
+            "lr = { log = [0.01, 1.0] }",
+            [],
+            "objective val_acc reads the validation split, but the row has val_fraction = 0",
+        ),
+        ("", "lr = { log = [0.01, 1.0] }", ["--dry-run"], "objective val_acc reads the validation split"),
+        ("val_fraction = 0.2", "lr = { log = [0.0, 1.0] }", [], "line 29: 'lr' log range [0.0, 1.0] runs through 0"),
+        (
+            "val_fraction = 0.2",
+            "iterations = { choices = [4, 8] }",
+            ["--dry-run"],
+            "line 29: 'iterations' fixes a trial's budget",
+        ),
+        (
+            "val_fraction = 0.2",
+            "lr = { log = [0.01, 1.0] }",
+            ["--sampler", "annealing"],
+            "--sampler must be one of tpe, gp, random, grid",
+        ),
+        (
+            "val_fraction = 0.2",
+            "lr = { log = [0.01, 1.0] }",
+            ["--partition", "gpu"],
+            "--partition sets a Slurm job's resources: it applies to --executor slurm only",
+        ),
+    ],
+)
 def test_recipe_errors_one_line_exit_2_nothing_written(tmp_path, split, space, args, said):
     path = recipe(tmp_path, split, space)
     p = probe(["tune", path, "--out", str(tmp_path / "study"), *args], tmp_path)

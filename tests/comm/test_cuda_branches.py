@@ -26,7 +26,7 @@ def adversarial(k: int, width: int, seed: int = 0) -> torch.Tensor:
     x = torch.randn(k, width, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-12, 13, (k, 1), generator=g)
     x[3] = -x[1]
     x[5] = -x[2] + torch.randn(width, generator=g, dtype=torch.float64) * 1e-9
-    x[7], x[8] = 1.0, 2.0 ** -53
+    x[7], x[8] = 1.0, 2.0**-53
     return x
 
 
@@ -60,9 +60,15 @@ def test_cumsum_ordered_sum_is_the_in_order_loop_on_adversarial_values(monkeypat
     assert not torch.equal(want, in_order(x, w, order[::-1], start))  # the values do tell the orders apart
     # two tensors of a model (another width each), unweighted: the same
     a, b = x[:, :20].reshape(k, 4, 5), x[:, 20:]
-    assert torch.equal(ordered_sum([a, b], None, positions, scan=True),
-                       in_order(x, torch.ones(k, dtype=torch.float64), sorted(range(k), key=lambda i: positions[i]),
-                                torch.zeros(width, dtype=torch.float64)))
+    assert torch.equal(
+        ordered_sum([a, b], None, positions, scan=True),
+        in_order(
+            x,
+            torch.ones(k, dtype=torch.float64),
+            sorted(range(k), key=lambda i: positions[i]),
+            torch.zeros(width, dtype=torch.float64),
+        ),
+    )
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4])
@@ -117,11 +123,15 @@ def test_channels_last_bf16_step_equals_the_default_layout(name, shape):
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     x, y, w = torch.randn(2, 6, *shape), torch.randint(0, 10, (2, 6)), torch.ones(2, 6)
     out = {}
-    for key, dtype, on in (("fp32", None, "cuda"), ("default", torch.bfloat16, "cuda"), ("nhwc", torch.bfloat16, "cpu")):
+    for key, dtype, on in (
+        ("fp32", None, "cuda"),
+        ("default", torch.bfloat16, "cuda"),
+        ("nhwc", torch.bfloat16, "cpu"),
+    ):
         trainer = LoopTrainer(model, dtype=dtype, nhwc_on=on)
         cohort = Cohort.from_global([0, 1], torch.full((2,), 0.5, dtype=torch.float64), params, buffers)
         out[key] = (*trainer.grads(cohort, x, y, w), cohort, trainer.layout(x.device))
-    (g32, l32, c32, _), (g0, l0, c0, lay0), (g1, l1, c1, lay1) = out["fp32"], out["default"], out["nhwc"]
+    (g32, l32, c32, _), (g0, l0, c0, lay0), (g1, l1, c1, lay1) = out["fp32"], out["default"], out["nhwc"]  # noqa: F841
     assert lay1 == (True, True) and lay0 == (name == "femnist_cnn", False)
     flat = {k: torch.cat([t.flatten() for t in out[k][0].values()]) for k in out}
     cos = lambda a, b: float(torch.nn.functional.cosine_similarity(flat[a], flat[b], 0))  # noqa: E731
@@ -183,16 +193,39 @@ def test_a_resumed_run_gives_the_checkpoints_cuda_rng_states_back(tmp_path, monk
     import runkit
     from fedcli.cli.main import main
 
-    args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations",
-            "24", "--tau", "2", "--batch-size", "16", "--eval-every", "4", "--checkpoint-every", "2", "--device", "cpu",
-            "--threads", "1", "--quiet"]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--clients",
+        "4",
+        "--iterations",
+        "24",
+        "--tau",
+        "2",
+        "--batch-size",
+        "16",
+        "--eval-every",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(args + ["--out", str(ref)]) == 0
     saved = [fake_state(7), fake_state(9)]
     monkeypatch.setattr(checkpoint, "CUDA", StatedGenerators(2, saved))
     code, err = runkit.interrupted(monkeypatch, capsys, run, 4, 2, args)  # SIGINT inside round 4
     assert code == 130, err
-    (_, newest), = checkpoint.list_checkpoints(run)[-1:]
+    ((_, newest),) = checkpoint.list_checkpoints(run)[-1:]
     kept = checkpoint.load(newest)["ranks"][0]["rng"]["cuda"]
     assert len(kept) == 2 and all(torch.equal(k, s) for k, s in zip(kept, saved))
     fresh = StatedGenerators(2, [fake_state(1), fake_state(3)])
@@ -213,8 +246,10 @@ def test_runs_per_gpu_workers_from_a_stated_gpu_count():
     ds = load_dataset("digits", None)
     part = types.SimpleNamespace(train=[np.arange(i * 50, i * 50 + 50) for i in range(16)])
     cfg = lambda device, ratio=1.0: TrainConfig(dataset="digits", clients=16, active_ratio=ratio, device=device)  # noqa: E731
-    assert auto_workers(cfg("cuda"), ds, part, cores=2, gpus=4) == (4, "auto: 4 (one per CUDA device: 4 visible, 16 "
-                                                                       "client(s) per round)")
+    assert auto_workers(cfg("cuda"), ds, part, cores=2, gpus=4) == (
+        4,
+        "auto: 4 (one per CUDA device: 4 visible, 16 client(s) per round)",
+    )
     assert auto_workers(cfg("auto"), ds, part, cores=2, gpus=2)[0] == 2
     assert auto_workers(cfg("cuda", 0.125), ds, part, cores=2, gpus=4)[0] == 2  # 2 clients a round
     assert auto_workers(cfg("auto"), ds, part, cores=2, gpus=0)[1].startswith("auto: 1 (")

@@ -7,16 +7,24 @@ import torch
 from fedcli.comm.communicator import ordered_sum
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device (make gpu-check)"))])
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (make gpu-check)"),
+        ),
+    ],
+)
 def test_ordered_sum_of_many_clients_is_the_sequential_sum_in_a_few_ops(device):
     """40 clients over more than one column block (``COLUMNS``), magnitudes from 1e-8 to 1e8 so that any other order of
     the additions changes the bits: the batched sum equals the float32 loop acc = acc + fl(w_i * x_i), the clients
     by cohort position, continuing a running sum; and its top-level torch ops do not grow with the clients."""
     from torch.profiler import profile
 
-    from fedcli.comm import communicator
     from fedcli.bench.ops import top_level_ops
+    from fedcli.comm import communicator
 
     g = torch.Generator().manual_seed(1)
     k, width = 40, communicator.COLUMNS + 3

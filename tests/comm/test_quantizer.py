@@ -46,7 +46,7 @@ def test_values_on_the_grid_with_signs_and_norm():
 
 def test_hand_computed_rounding():
     v = torch.tensor([[0.6, 0.8]])  # norm 1; s = 2: r = [1.2, 1.6]
-    up = stochastic_quantize(v, 2, torch.tensor([[0.1, 0.5]]))    # 0.1 < 0.2 -> up; 0.5 < 0.6 -> up
+    up = stochastic_quantize(v, 2, torch.tensor([[0.1, 0.5]]))  # 0.1 < 0.2 -> up; 0.5 < 0.6 -> up
     down = stochastic_quantize(v, 2, torch.tensor([[0.3, 0.7]]))  # 0.3 >= 0.2, 0.7 >= 0.6 -> down
     assert torch.allclose(up, torch.tensor([[1.0, 1.0]])) and torch.allclose(down, torch.tensor([[0.5, 0.5]]))
 
@@ -73,7 +73,7 @@ def test_keyed_per_client_not_per_stack():
     c = codec(8)
     keys = [(0, "codec", 2, cl, 5, 1) for cl in (4, 9, 11)]
     together = c.encode_decode(d, [torch_gen(*k) for k in keys])
-    alone = torch.cat([c.encode_decode(d[i:i + 1], [torch_gen(*keys[i])]) for i in range(3)])
+    alone = torch.cat([c.encode_decode(d[i : i + 1], [torch_gen(*keys[i])]) for i in range(3)])
     assert torch.equal(together, alone)
     again = c.encode_decode(d, [torch_gen(*k) for k in keys])
     assert torch.equal(together, again)

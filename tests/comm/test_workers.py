@@ -20,8 +20,23 @@ from fedcli.specs import METHODS, run_specs
 from runkit import error_lines, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "7", "--active-ratio", "0.9",
-         "--batch-size", "16", "--lr", "0.1", "--quiet"]
+SMALL = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "7",
+    "--active-ratio",
+    "0.9",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.1",
+    "--quiet",
+]
 
 
 def rows(path):
@@ -43,7 +58,9 @@ def same_run(a: Path, b: Path) -> None:
 def test_ordered_sum_adds_weighted_rows_in_cohort_order():
     """Against a float32 loop written here: acc = 0; acc = acc + fl(w_i * x_i) for the clients by cohort position."""
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(4, 3, 5, generator=g) * torch.tensor([1e8, 1.0, 1e-8, 3.0]).view(4, 1, 1)  # reordering would change the bits
+    a = torch.randn(4, 3, 5, generator=g) * torch.tensor([1e8, 1.0, 1e-8, 3.0]).view(
+        4, 1, 1
+    )  # reordering would change the bits
     b = torch.randn(4, 7, generator=g)
     w = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
     positions = [2, 0, 3, 1]
@@ -58,17 +75,48 @@ def test_ordered_sum_adds_weighted_rows_in_cohort_order():
     # one process: client_sum is the ordered sum itself; client_gather puts rows at their positions
     c = Communicator()
     assert torch.equal(c.client_sum([a, b], w, positions, 4), ordered_sum([a, b], w, positions))
-    assert torch.equal(c.client_gather(torch.tensor([[1.0], [2.0]]), [3, 1], 4), torch.tensor([[0.0], [2.0], [0.0], [1.0]]))
+    assert torch.equal(
+        c.client_gather(torch.tensor([[1.0], [2.0]]), [3, 1], 4), torch.tensor([[0.0], [2.0], [0.0], [1.0]])
+    )
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("algo, extra, counts", [
-    ("fedlama", ["--iterations", "24", "--tau", "2", "--phi", "2", "--eval-every", "8"], (2, 3)),   # vmap, layer-wise syncs
-    ("scaffold", ["--iterations", "12", "--tau", "3", "--eval-every", "6", "--trainer", "loop"], (3,)),  # control variates
-    ("fedams", ["--iterations", "12", "--tau", "3", "--eval-every", "6", "--lr", "0.01"], (2,)),   # adaptive local steps
-    ("fedala", ["--rounds", "2", "--local-epochs", "1", "--client-test-fraction", "0.25", "--weighting", "samples",
-                "--eval-every", "1"], (3,)),                                                    # ALA, personal_acc
-])
+@pytest.mark.parametrize(
+    "algo, extra, counts",
+    [
+        (
+            "fedlama",
+            ["--iterations", "24", "--tau", "2", "--phi", "2", "--eval-every", "8"],
+            (2, 3),
+        ),  # vmap, layer-wise syncs
+        (
+            "scaffold",
+            ["--iterations", "12", "--tau", "3", "--eval-every", "6", "--trainer", "loop"],
+            (3,),
+        ),  # control variates
+        (
+            "fedams",
+            ["--iterations", "12", "--tau", "3", "--eval-every", "6", "--lr", "0.01"],
+            (2,),
+        ),  # adaptive local steps
+        (
+            "fedala",
+            [
+                "--rounds",
+                "2",
+                "--local-epochs",
+                "1",
+                "--client-test-fraction",
+                "0.25",
+                "--weighting",
+                "samples",
+                "--eval-every",
+                "1",
+            ],
+            (3,),
+        ),  # ALA, personal_acc
+    ],
+)
 def test_results_are_bitwise_identical_for_any_number_of_workers(tmp_path, algo, extra, counts):
     args = ["train", *SMALL, "--algo", algo, *extra]
     assert main([*args, "--workers", "1", "--out", str(tmp_path / "w1")]) == 0
@@ -82,18 +130,49 @@ def test_results_are_bitwise_identical_for_any_number_of_workers(tmp_path, algo,
 
 # clients of unequal sizes with --local-epochs: unequal step counts, so at a step some clients of a process have
 # finished while others still train, and a process may finish its clients before the cohort's last step (issue 37)
-UNEQUAL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "7", "--partition", "dirichlet",
-           "--alpha", "0.3", "--rounds", "2", "--local-epochs", "1", "--batch-size", "16", "--eval-every", "1",
-           "--client-test-fraction", "0.25", "--weighting", "samples", "--lr", "0.05", "--seed", "4", "--quiet"]
+UNEQUAL = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "7",
+    "--partition",
+    "dirichlet",
+    "--alpha",
+    "0.3",
+    "--rounds",
+    "2",
+    "--local-epochs",
+    "1",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "1",
+    "--client-test-fraction",
+    "0.25",
+    "--weighting",
+    "samples",
+    "--lr",
+    "0.05",
+    "--seed",
+    "4",
+    "--quiet",
+]
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("algo, extra", [
-    ("fedlamb", ["--active-ratio", "0.6"]),   # before: the AMSGrad moments of a client moved in their last bits when
-    ("mimelamb", ["--active-ratio", "0.6"]),  # another client of its process finished (fused vs unfused update)
-    ("apple", ["--active-ratio", "1"]),       # before: its [K, N] matrix products changed bits with K
-    ("partialfed", ["--active-ratio", "0.6"]),
-])
+@pytest.mark.parametrize(
+    "algo, extra",
+    [
+        ("fedlamb", ["--active-ratio", "0.6"]),  # before: the AMSGrad moments of a client moved in their last bits when
+        ("mimelamb", ["--active-ratio", "0.6"]),  # another client of its process finished (fused vs unfused update)
+        ("apple", ["--active-ratio", "1"]),  # before: its [K, N] matrix products changed bits with K
+        ("partialfed", ["--active-ratio", "0.6"]),
+    ],
+)
 def test_unequal_local_steps_give_the_same_bits_for_any_number_of_workers(tmp_path, algo, extra):
     args = ["train", *UNEQUAL, "--algo", algo, *extra]
     assert main([*args, "--workers", "1", "--out", str(tmp_path / "w1")]) == 0
@@ -104,22 +183,49 @@ def test_unequal_local_steps_give_the_same_bits_for_any_number_of_workers(tmp_pa
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("extra", [
-    ["--rounds", "1", "--model", "mlp", "--mlp-hidden", "16"],
-    # issue 48: personal_acc 0.233041 with --workers 1, 0.232243 with 2 (client 15's after-init model of round 2 was read
-    # by the evaluating process half trained: see test_collectives_hand_over_values_not_the_senders_memory)
-    pytest.param(["--rounds", "2", "--active-ratio", "0.2", "--model", "cnn4"], marks=pytest.mark.long(
-        reason="the issue's own run, cnn4 (15 to 40 s); make test holds its cause in test_collectives_hand_over_values_not_"
-               "the_senders_memory (4 s) and the presets' parity below")),
-], ids=["1-round-mlp", "issue48-cnn4-active0.2"])
-def test_partialfed_on_fedala_table2_mnist_entry_gives_the_same_results_for_any_number_of_workers(tmp_path, mnist_t10k, extra):
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--rounds", "1", "--model", "mlp", "--mlp-hidden", "16"],
+        # issue 48: personal_acc 0.233041 with --workers 1, 0.232243 with 2 (client 15's after-init model of round 2 was
+        # read
+        # by the evaluating process half trained: see test_collectives_hand_over_values_not_the_senders_memory)
+        pytest.param(
+            ["--rounds", "2", "--active-ratio", "0.2", "--model", "cnn4"],
+            marks=pytest.mark.long(
+                reason="the issue's own run, cnn4 (15 to 40 s); make test holds its cause in "
+                "test_collectives_hand_over_values_not_"
+                "the_senders_memory (4 s) and the presets' parity below"
+            ),
+        ),
+    ],
+    ids=["1-round-mlp", "issue48-cnn4-active0.2"],
+)
+def test_partialfed_on_fedala_table2_mnist_entry_gives_the_same_results_for_any_number_of_workers(
+    tmp_path, mnist_t10k, extra
+):
     """FedALA Table 2's "PartialFed | MNIST-path" (recipes/fedala/aaai-table2.toml, PFLlib's pipeline: unequal client
     sizes, ``personal_eval = "after-init"``) on the MNIST t10k slice. 1-round-mlp, before: worker 1 failed with
     "IndexError: index 98 is out of bounds for dimension 0 with size 98 (at partialfed.py)": the Gumbel noise was as
     long as the longest client of its own process, while every process runs the whole cohort's steps.
     issue48-cnn4-active0.2: the recipe's own model and batch, 2 rounds, 4 of 20 clients per round."""
-    args = ["train", "--recipe", str(ROOT / "recipes/fedala/aaai-table2.toml"), "--scale", "smoke", "--algo", "partialfed",
-            "--lr", "0.1", "--data-dir", str(mnist_t10k), *extra, "--threads", "1", "--quiet"]
+    args = [
+        "train",
+        "--recipe",
+        str(ROOT / "recipes/fedala/aaai-table2.toml"),
+        "--scale",
+        "smoke",
+        "--algo",
+        "partialfed",
+        "--lr",
+        "0.1",
+        "--data-dir",
+        str(mnist_t10k),
+        *extra,
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     assert main([*args, "--workers", "1", "--out", str(tmp_path / "w1")]) == 0
     assert main([*args, "--workers", "2", "--out", str(tmp_path / "w2")]) == 0
     same_run(tmp_path / "w1", tmp_path / "w2")
@@ -161,8 +267,10 @@ PERSONALIZED = sorted(n for n, m in METHODS.items() if m.personalized)
 #: make test runs one preset per way an after-init model is kept (fedcli/fl/personal.py, ``initialized``) and the
 #: cross-silo downloads; the others take the same paths
 FAST = {"partialfed", "perfedavg", "ditto", "fedrep", "fedamp"}
-LONG_PRESET = pytest.mark.long(reason="its after-init model is kept as one of make test's presets keeps it (the plain local "
-                                      "model: partialfed; the stored one: ditto; cross-silo: fedamp), 5 to 10 s each")
+LONG_PRESET = pytest.mark.long(
+    reason="its after-init model is kept as one of make test's presets keeps it (the plain local "
+    "model: partialfed; the stored one: ditto; cross-silo: fedamp), 5 to 10 s each"
+)
 PARITY = ["train", *UNEQUAL, "--personal-eval", "after-init"]
 
 
@@ -172,8 +280,11 @@ def test_every_personalized_preset_gives_the_same_results_for_any_number_of_work
     """Unequal clients (unequal step counts), 2 rounds, the model evaluated after its initialization (the point of
     issue 48), 4 of 7 clients per round (all 7 for the cross-silo methods): metrics.csv (all but wall_s), the final
     model and clients.csv are the same with --workers 1 and 2."""
-    cross_silo = any(spec.declaration("full_participation") for kind, spec in run_specs(algo).items()
-                     if kind not in ("schedule", "method_init"))
+    cross_silo = any(
+        spec.declaration("full_participation")
+        for kind, spec in run_specs(algo).items()
+        if kind not in ("schedule", "method_init")
+    )
     ratio = "1" if cross_silo else "0.6"
     args = [*PARITY, "--algo", algo, "--active-ratio", ratio]
     assert main([*args, "--workers", "1", "--out", str(tmp_path / "w1")]) == 0
@@ -184,9 +295,9 @@ def test_every_personalized_preset_gives_the_same_results_for_any_number_of_work
 
 
 def test_auto_chooses_one_worker_for_small_runs_and_the_cores_for_long_ones():
-    from fedcli.runner import auto_workers
     from fedcli.config import TrainConfig
     from fedcli.data.datasets import load_dataset
+    from fedcli.runner import auto_workers
 
     ds = load_dataset("digits", None)
     part = SimpleNamespace(train=[np.arange(i * 50, i * 50 + 50) for i in range(16)])
@@ -198,8 +309,14 @@ def test_auto_chooses_one_worker_for_small_runs_and_the_cores_for_long_ones():
     assert n == 4 and "4 physical cores" in note
     n, _ = auto_workers(big, ds, part, cores=1)
     assert n == 1
-    n, _ = auto_workers(TrainConfig(dataset="digits", clients=16, active_ratio=0.125, iterations=600, device="cpu",
-                                    mlp_hidden="2000,2000"), ds, part, cores=4)
+    n, _ = auto_workers(
+        TrainConfig(
+            dataset="digits", clients=16, active_ratio=0.125, iterations=600, device="cpu", mlp_hidden="2000,2000"
+        ),
+        ds,
+        part,
+        cores=4,
+    )
     assert n == 2  # never more workers than clients per round
 
 
@@ -217,8 +334,8 @@ def test_workers_and_mpi_do_not_mix(monkeypatch, capsys):
     fake.size = 2
     monkeypatch.setitem(mpi.CURRENT, "comm", fake)
     with pytest.raises(Exception) as e:
-        from fedcli.runner import launch
         from fedcli.config import TrainConfig
+        from fedcli.runner import launch
 
         with launch(TrainConfig(workers=2), fake):
             pass
@@ -248,8 +365,26 @@ if __name__ == "__main__":  # the spawned workers import this file too (and get 
 def test_a_failing_worker_ends_the_run_with_one_line(tmp_path, capsys):
     script = tmp_path / "raiser.py"
     script.write_text(RAISER)
-    p = subprocess.run([sys.executable, str(script), "train", *SMALL, "--iterations", "40", "--tau", "2", "--workers", "2",
-                        "--out", str(tmp_path / "run")], env=_env(), capture_output=True, text=True, timeout=100)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "train",
+            *SMALL,
+            "--iterations",
+            "40",
+            "--tau",
+            "2",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert p.returncode == 1, p.stderr
     lines = error_lines(p.stderr)
     assert lines == ["fedcli: error: worker 1: RuntimeError: injected failure in worker 1 (at raiser.py:7)"]
@@ -262,9 +397,30 @@ def test_a_failing_worker_ends_the_run_with_one_line(tmp_path, capsys):
 
 def _start_long_run(tmp_path, name):
     out = tmp_path / name
-    proc = subprocess.Popen([sys.executable, "-m", "fedcli", "train", *SMALL, "--iterations", "1000000", "--tau", "2",
-                             "--eval-every", "4", "--workers", "2", "--out", str(out)], env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fedcli",
+            "train",
+            *SMALL,
+            "--iterations",
+            "1000000",
+            "--tau",
+            "2",
+            "--eval-every",
+            "4",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.time() + 90
     while time.time() < deadline and not ((out / "metrics.csv").exists() and len(rows(out / "metrics.csv")) >= 1):
         time.sleep(0.2)
@@ -335,11 +491,18 @@ def test_a_killed_pool_run_resumes_with_its_workers_bitwise(tmp_path):
     args = ["train", *SMALL, "--iterations", "400", "--tau", "2", "--eval-every", "20", "--checkpoint-every", "2"]
     assert main([*args, "--workers", "1", "--out", str(tmp_path / "one")]) == 0
     out = tmp_path / "pool"
-    proc = subprocess.Popen([sys.executable, "-m", "fedcli", *args, "--workers", "2", "--out", str(out)], env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", *args, "--workers", "2", "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not (list((out / "checkpoints").glob("*.pt")) if (out / "checkpoints").exists() else []):
+        while time.time() < deadline and not (
+            list((out / "checkpoints").glob("*.pt")) if (out / "checkpoints").exists() else []
+        ):
             time.sleep(0.1)
         assert proc.poll() is None, "the run ended before it could be killed"
         os.kill(json.loads((out / "manifest.json").read_text())["pids"][0], signal.SIGKILL)

@@ -23,7 +23,9 @@ def test_lambda_grid_and_one_initial_model(stem, scale):
         grid = {runs[name]["weight_decay"]}
         for g in (0.01, 0.1):
             twin = runs[f"{name} lambda {g}"]
-            assert {k: v for k, v in twin.items() if k != "weight_decay"} == {k: v for k, v in runs[name].items() if k != "weight_decay"}
+            assert {k: v for k, v in twin.items() if k != "weight_decay"} == {
+                k: v for k, v in runs[name].items() if k != "weight_decay"
+            }
             grid.add(twin["weight_decay"])
         assert grid == {0.0, 0.01, 0.1}  # the paper's grid, the rest of the run unchanged
     assert all(v["init_seed"] == 0 for v in runs.values())  # every seed starts from one model

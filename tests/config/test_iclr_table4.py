@@ -18,7 +18,13 @@ def test_the_iclr_groups_and_learning_rates():
     seen = {}
     for r in recipe.runs:
         v = r.values
-        assert (v["dataset"], v["model"], v["clients"], v["batch_size"], v["iterations"]) == ("cifar10", "resnet20", 128, 32, 6000)
+        assert (v["dataset"], v["model"], v["clients"], v["batch_size"], v["iterations"]) == (
+            "cifar10",
+            "resnet20",
+            128,
+            32,
+            6000,
+        )
         assert v["partition"] == "dirichlet" and v["weighting"] == "uniform"  # the authors' code, as the arXiv recipe
         assert v["lr"] == GROUPS[(v["active_ratio"], v["alpha"])]
         seen.setdefault((v["active_ratio"], v["alpha"]), set()).add((v["algo"], v["tau"], v.get("phi")))
@@ -31,4 +37,6 @@ def test_the_iclr_groups_and_learning_rates():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("scale", ["paper", "smoke"])
 def test_dry_run(scale, tmp_path):
-    assert main(["sweep", str(RECIPE), "--scale", scale, "--seeds", "3", "--dry-run", "--out", str(tmp_path / "s")]) == 0
+    assert (
+        main(["sweep", str(RECIPE), "--scale", scale, "--seeds", "3", "--dry-run", "--out", str(tmp_path / "s")]) == 0
+    )

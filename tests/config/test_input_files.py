@@ -19,12 +19,18 @@ def fifo(tmp_path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args, code, needle", [
-    (["train", "--recipe", "FILE", "--out", "OUT"], 2, "recipe FILE: cannot be read (a FIFO, not a regular file)"),
-    (["sweep", "FILE", "--dry-run"], 2, "recipe FILE: cannot be read (a FIFO, not a regular file)"),
-    (["train", "--partition-file", "FILE", "--device", "cpu", "--out", "OUT"], 3,
-     "FILE: a FIFO, not a regular file; expected a fedcli partition file"),
-])
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["train", "--recipe", "FILE", "--out", "OUT"], 2, "recipe FILE: cannot be read (a FIFO, not a regular file)"),
+        (["sweep", "FILE", "--dry-run"], 2, "recipe FILE: cannot be read (a FIFO, not a regular file)"),
+        (
+            ["train", "--partition-file", "FILE", "--device", "cpu", "--out", "OUT"],
+            3,
+            "FILE: a FIFO, not a regular file; expected a fedcli partition file",
+        ),
+    ],
+)
 def test_a_fifo_is_refused_not_read(args, code, needle, fifo, tmp_path, capsys):
     out = tmp_path / "run"
     args = [str(fifo) if a == "FILE" else str(out) if a == "OUT" else a for a in args]
@@ -38,7 +44,9 @@ def test_a_fifo_is_refused_not_read(args, code, needle, fifo, tmp_path, capsys):
 def test_a_device_is_refused_not_read(tmp_path, capsys):
     got, _, err = run_main(["train", "--recipe", "/dev/zero", "--out", str(tmp_path / "run")], capsys)
     lines = error_lines(err)
-    assert got == 2 and lines == ["fedcli: error: recipe /dev/zero: cannot be read (a character device, not a regular file)"]
+    assert got == 2 and lines == [
+        "fedcli: error: recipe /dev/zero: cannot be read (a character device, not a regular file)"
+    ]
 
 
 def test_read_input_bounds_the_size(tmp_path):

@@ -20,15 +20,21 @@ ALLOWED = {
     ("fedcli/cli/bench.py", "fedala"): "a benchmark's workload name",
     ("fedcli/bench/gpu.py", "fedlama"): "a benchmark's workload name",
     ("fedcli/papers.py", "fedlamb"): "the paper's name (Fed-LAMB is also a paper)",
-    ("fedcli/specs/fedams.py", "fedlamb"): "Fed-AMS's step extends Fed-LAMB's (issue 60), as FedYogi's server FedAdam's",
+    (
+        "fedcli/specs/fedams.py",
+        "fedlamb",
+    ): "Fed-AMS's step extends Fed-LAMB's (issue 60), as FedYogi's server FedAdam's",
     ("fedcli/fl/algorithms/fedams.py", "fedlamb"): "Fed-AMS's step extends Fed-LAMB's (issue 60)",
 }
 
 
 def docstrings(tree: ast.AST) -> set[int]:
     """ids of the string constants that are docstrings or bare string statements."""
-    return {id(node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
 
 
 @functools.cache
@@ -89,10 +95,12 @@ def test_the_scan_sees_code_and_not_text(tmp_path, monkeypatch):
     (pkg / "fl" / "algorithms").mkdir(parents=True)
     (pkg / "specs" / "fedyogi.py").write_text('SECTION = "fedyogi"\n')
     (pkg / "fl" / "algorithms" / "fedyogi.py").write_text("")
-    (pkg / "other.py").write_text('"""fedyogi in a docstring."""\n# fedyogi in a comment\n'
-                                  'from fedcli.fl.algorithms.fedyogi import YogiServer\n'
-                                  'fedyogi_rate = {"fedyogi": 1}\nlabel = "FedYogi"\n'
-                                  'def f():\n    raise ValueError(f"no fedyogi here {label}")\n')
+    (pkg / "other.py").write_text(
+        '"""fedyogi in a docstring."""\n# fedyogi in a comment\n'
+        "from fedcli.fl.algorithms.fedyogi import YogiServer\n"
+        'fedyogi_rate = {"fedyogi": 1}\nlabel = "FedYogi"\n'
+        'def f():\n    raise ValueError(f"no fedyogi here {label}")\n'
+    )
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
     assert [o.split(": ")[0] for o in occurrences("fedyogi")] == ["fedcli/other.py:3", "fedcli/other.py:4"]

@@ -1,5 +1,6 @@
 """Each method's options in their own namespace: a part is built with exactly the options it declares
-(its spec's ``Params`` / ``uses``: ``fedcli.specs.PartSpec``, ``fedcli.params.bind``), a recipe may set them in a table named after the method
+(its spec's ``Params`` / ``uses``: ``fedcli.specs.PartSpec``, ``fedcli.params.bind``), a recipe may set them in a table
+named after the method
 or its params section (``[fedlama] phi = 4``), the flat keys and flags stay as aliases, and the manifest records them
 by section."""
 
@@ -12,14 +13,14 @@ import pytest
 from fedcli.config import GeneralConfig, TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl import parts
-from fedcli.fl.parts import run_parts
 from fedcli.fl.algorithms.fedprox import ProxStep
+from fedcli.fl.parts import run_parts
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.params import SECTIONS, bind, declared
 from fedcli.recipes import build_config, read_sweep, run_config, table_keys, train_values
 from fedcli.specs import METHODS, PARTS, part, run_sections
-from fedcli.specs.parts import SGD
 from fedcli.specs.fedprox import ProxParams
+from fedcli.specs.parts import SGD
 
 
 def test_a_part_receives_only_the_options_it_declares():
@@ -30,9 +31,9 @@ def test_a_part_receives_only_the_options_it_declares():
     assert {f.name for f in dataclasses.fields(step.opts)} == set(declared(ProxStep))
     assert (step.opts.mu, step.opts.momentum, step.mu) == (0.25, 0.5, 0.25)
     with pytest.raises(AttributeError):
-        step.opts.tau  # noqa: B018 - a general option the step does not declare
+        step.opts.tau
     with pytest.raises(AttributeError):
-        step.opts.lr  # noqa: B018
+        step.opts.lr
     # built from its own params (no config at all), or from anything holding them: the same
     again = ProxStep(step.opts)
     assert again.opts == step.opts
@@ -91,13 +92,16 @@ def write(tmp_path, text: str, name: str = "r.toml"):
 
 
 def test_a_single_run_recipe_sets_a_method_in_its_table(tmp_path):
-    r = write(tmp_path, """
+    r = write(
+        tmp_path,
+        """
         algo = "fedlama"
         iterations = 40
         [fedlama]
         phi = 4
         lama_rule = "paper"
-    """)
+    """,
+    )
     assert train_values(r) == {"algo": "fedlama", "iterations": 40, "phi": 4, "lama_rule": "paper"}
     cfg = build_config(str(r), {})
     assert (cfg.phi, cfg.lama_rule) == (4, "paper")
@@ -108,13 +112,22 @@ def test_a_single_run_recipe_sets_a_method_in_its_table(tmp_path):
     assert build_config(str(r), {"algo": "fedprox", "schedule": "lama"}).phi == 4
 
 
-@pytest.mark.parametrize("text, message", [
-    ('algo = "fedlama"\n[fedlama]\nmu = 0.1\n', "line 3: [fedlama] has no key 'mu'; its keys: lama_eligible, lama_first_adjust, lama_rule, phi"),
-    ('algo = "fedlama"\n[fedlamma]\nphi = 4\n', "line 2: unknown table [fedlamma]"),
-    ('algo = "fedavg"\n[fedprox]\nmu = 0.1\n', "line 2: [fedprox] holds options this run does not read (the tables its method reads: [fedavg])"),
-    ('algo = "fedlama"\nphi = 2\n[fedlama]\nphi = 4\n', "'phi' is set both as a plain key and in [fedlama]"),
-    ('algo = "fedlama"\n[fedlama]\nphi = 0\n', "line 3: --phi must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            'algo = "fedlama"\n[fedlama]\nmu = 0.1\n',
+            "line 3: [fedlama] has no key 'mu'; its keys: lama_eligible, lama_first_adjust, lama_rule, phi",
+        ),
+        ('algo = "fedlama"\n[fedlamma]\nphi = 4\n', "line 2: unknown table [fedlamma]"),
+        (
+            'algo = "fedavg"\n[fedprox]\nmu = 0.1\n',
+            "line 2: [fedprox] holds options this run does not read (the tables its method reads: [fedavg])",
+        ),
+        ('algo = "fedlama"\nphi = 2\n[fedlama]\nphi = 4\n', "'phi' is set both as a plain key and in [fedlama]"),
+        ('algo = "fedlama"\n[fedlama]\nphi = 0\n', "line 3: --phi must be >= 1, got 0"),
+    ],
+)
 def test_a_wrong_table_is_refused_with_its_line(tmp_path, text, message):
     r = write(tmp_path, text)
     with pytest.raises(ConfigError) as e:
@@ -124,7 +137,9 @@ def test_a_wrong_table_is_refused_with_its_line(tmp_path, text, message):
 
 def test_a_method_table_takes_the_options_of_that_method_only(tmp_path):
     """[fedlamb] beta2 reaches Fed-LAMB's run, not Adp-Fed's, although both read the adaptive section's beta2."""
-    r = write(tmp_path, """
+    r = write(
+        tmp_path,
+        """
         [base]
         dataset = "digits"
         [fedlamb]
@@ -135,14 +150,17 @@ def test_a_method_table_takes_the_options_of_that_method_only(tmp_path):
         [[runs]]
         name = "Adp-Fed"
         algo = "fedadam"
-    """)
+    """,
+    )
     runs = {run.name: run for run in read_sweep(r).runs}
     assert runs["Fed-LAMB"].values["beta2"] == 0.99 and "beta2" not in runs["Adp-Fed"].values
     assert run_config(runs["Adp-Fed"], 0, tmp_path / "o").beta2 == 0.999
 
 
 def test_a_sweep_applies_each_table_to_the_runs_that_read_it(tmp_path):
-    r = write(tmp_path, """
+    r = write(
+        tmp_path,
+        """
         [base]
         dataset = "digits"
         iterations = 40
@@ -161,13 +179,16 @@ def test_a_sweep_applies_each_table_to_the_runs_that_read_it(tmp_path):
         algo = "fedprox"
         schedule = "lama"
         fedlama = { phi = 8 }
-    """)
+    """,
+    )
     runs = {run.name: run.values for run in read_sweep(r).runs}
     assert "phi" not in runs["FedAvg"] and "mu" not in runs["FedAvg"]
     assert runs["FedLAMA"]["phi"] == 4 and "mu" not in runs["FedLAMA"]
     assert (runs["FedProx+FedLAMA"]["phi"], runs["FedProx+FedLAMA"]["mu"]) == (8, 0.001)  # its own table wins
     # a table no run reads is a mistake
-    unused = write(tmp_path, """
+    unused = write(
+        tmp_path,
+        """
         [base]
         dataset = "digits"
         [ditto]
@@ -175,8 +196,12 @@ def test_a_sweep_applies_each_table_to_the_runs_that_read_it(tmp_path):
         [[runs]]
         name = "FedAvg"
         algo = "fedavg"
-    """, "unused.toml")
-    with pytest.raises(ConfigError, match=r"unused.toml, line 4: \[ditto\] sets options that no run of this recipe reads"):
+    """,
+        "unused.toml",
+    )
+    with pytest.raises(
+        ConfigError, match=r"unused.toml, line 4: \[ditto\] sets options that no run of this recipe reads"
+    ):
         read_sweep(unused)
 
 
@@ -232,12 +257,16 @@ def test_each_part_class_is_bound_to_the_spec_that_names_it_and_nothing_else_reg
     here = f"{__name__}:test_each_part_class_is_bound_to_the_spec_that_names_it_and_nothing_else_registers_it.<locals>"
     part("local_step", "", f"{here}.Orphan", Params=ProxParams)  # extends nothing
     with pytest.raises(TypeError, match="its spec extends nothing"):
+
         class Orphan(parts.SGDStep):  # but the class extends SGD
             pass
+
     part("local_step", "", f"{here}.Stray", base=SGD, Params=ProxParams)
     with pytest.raises(TypeError, match="its spec extends fedcli.fl.parts:SGDStep"):
+
         class Stray(parts.Part):  # its spec extends SGD, the class does not
             pass
+
     with pytest.raises(TypeError, match="already implements local_step 'prox'"):
         part("local_step", "prox2", "fedcli.fl.algorithms.fedprox:ProxStep")  # one class, one part
 
@@ -269,21 +298,36 @@ name = "r"
 LAYOUTS = {
     "flat keys in [base]": (dict(base='algo = "fedlama"\nphi = 4'), {"fedlama": {"phi": 4}}),
     "[base.fedlama]": (dict(base='algo = "fedlama"\n[base.fedlama]\nphi = 4'), {"fedlama": {"phi": 4}}),
-    "top-level [fedlama] beside [base]": (dict(base='algo = "fedlama"', top="[fedlama]\nphi = 4"), {"fedlama": {"phi": 4}}),
-    "top-level table named after a method": (dict(base='algo = "fedlamb"', top="[fedlamb]\nbeta2 = 0.99"),
-                                             {"adaptive": {"beta2": 0.99}}),
-    "top-level tables of both parts' sections": (dict(base='algo = "fedprox"\nschedule = "lama"',
-                                                      top="[fedlama]\nphi = 4\n[fedprox]\nmu = 0.001"),
-                                                 {"fedlama": {"phi": 4}, "fedprox": {"mu": 0.001}}),
+    "top-level [fedlama] beside [base]": (
+        dict(base='algo = "fedlama"', top="[fedlama]\nphi = 4"),
+        {"fedlama": {"phi": 4}},
+    ),
+    "top-level table named after a method": (
+        dict(base='algo = "fedlamb"', top="[fedlamb]\nbeta2 = 0.99"),
+        {"adaptive": {"beta2": 0.99}},
+    ),
+    "top-level tables of both parts' sections": (
+        dict(base='algo = "fedprox"\nschedule = "lama"', top="[fedlama]\nphi = 4\n[fedprox]\nmu = 0.001"),
+        {"fedlama": {"phi": 4}, "fedprox": {"mu": 0.001}},
+    ),
     "flat key in [scale.smoke]": (dict(base='algo = "fedlama"', scale="phi = 4"), {"fedlama": {"phi": 4}}),
     "[scale.smoke.fedlama] over a flat key of [base]": (
-        dict(base='algo = "fedlama"\nphi = 3', scale="[scale.smoke.fedlama]\nphi = 5"), {"fedlama": {"phi": 5}}),
+        dict(base='algo = "fedlama"\nphi = 3', scale="[scale.smoke.fedlama]\nphi = 5"),
+        {"fedlama": {"phi": 5}},
+    ),
     "[scale.smoke.fedlama] over the top-level [fedlama]": (
-        dict(base='algo = "fedlama"', scale="[scale.smoke.fedlama]\nphi = 5", top="[fedlama]\nphi = 4\nlama_rule = \"paper\""),
-        {"fedlama": {"phi": 5, "lama_rule": "paper"}}),
+        dict(
+            base='algo = "fedlama"',
+            scale="[scale.smoke.fedlama]\nphi = 5",
+            top='[fedlama]\nphi = 4\nlama_rule = "paper"',
+        ),
+        {"fedlama": {"phi": 5, "lama_rule": "paper"}},
+    ),
     "a run's own table": (dict(run='algo = "fedlama"\nfedlama = { phi = 4 }'), {"fedlama": {"phi": 4}}),
-    "a run's table at one scale": (dict(base='algo = "fedlama"', top="[fedlama]\nphi = 3",
-                                        run='scale.smoke = { fedlama = { phi = 6 } }'), {"fedlama": {"phi": 6}}),
+    "a run's table at one scale": (
+        dict(base='algo = "fedlama"', top="[fedlama]\nphi = 3", run="scale.smoke = { fedlama = { phi = 6 } }"),
+        {"fedlama": {"phi": 6}},
+    ),
 }
 
 
@@ -299,11 +343,24 @@ def test_train_recipe_and_sweep_read_every_layout_of_method_tables_alike(tmp_pat
     every layout gives the same manifest params under both commands, and the ones the layout asks for."""
     from simkit import cli
 
-    for i, (layout, (parts, want)) in enumerate(LAYOUTS.items()):
+    for i, (layout, (parts, want)) in enumerate(LAYOUTS.items()):  # noqa: F402
         text = LAYOUT_BASE.format(**{"base": "", "scale": "", "top": "", "run": "", **parts})
         recipe = write(tmp_path, text, f"layout{i}.toml")
-        code, _, err = cli(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(tmp_path / f"s{i}"),
-                                "--in-process", "--quiet"], capsys)
+        code, _, err = cli(
+            [
+                "sweep",
+                str(recipe),
+                "--scale",
+                "smoke",
+                "--seeds",
+                "1",
+                "--out",
+                str(tmp_path / f"s{i}"),
+                "--in-process",
+                "--quiet",
+            ],
+            capsys,
+        )
         assert code == 0, (layout, err)
         swept = _params(tmp_path / f"s{i}" / "r" / "seed0")
         replay = tmp_path / f"s{i}" / "r" / "seed0.toml"
@@ -319,7 +376,8 @@ def test_train_recipe_and_sweep_read_every_layout_of_method_tables_alike(tmp_pat
 
 
 def test_a_top_level_table_beside_base_is_validated_by_train_recipe(tmp_path, capsys):
-    """The issue's recipe with phi = 0 trained (with phi = 2); it is refused now, with its file and line, as by sweep."""
+    """The issue's recipe with phi = 0 trained (with phi = 2); it is refused now, with its file and line, as by
+    sweep."""
     from runkit import error_lines, run_main
 
     r = write(tmp_path, '[base]\nalgo = "fedlama"\niterations = 40\neval_every = 20\n\n[fedlama]\nphi = 0\n')

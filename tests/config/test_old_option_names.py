@@ -6,7 +6,6 @@ Fed-LAMB's bounded scaling function (its Assumption 4, phi(a) = min(a + ZETA, MA
 a hidden flag, a key read as the new one. Given under both names at once, it is refused (exit 2)."""
 
 import pytest
-from runkit import error_lines, run_main
 
 from fedcli.cli.main import main
 from fedcli.config import TrainConfig
@@ -14,6 +13,7 @@ from fedcli.errors import ConfigError
 from fedcli.params import RENAMED, recorded
 from fedcli.recipes import build_config, read_sweep
 from fedcli.specs import PARTS
+from runkit import error_lines, run_main
 
 
 def test_the_old_name_is_the_field():
@@ -31,8 +31,15 @@ def test_a_stored_config_with_the_old_key_reads_as_the_new_one():
         TrainConfig(phi_bounds="0.5,2", scaling_bounds="0.5,3")
 
 
-@pytest.mark.parametrize("body", ['phi_bounds = "0.5,2"\n', '[fedlamb]\nphi_bounds = "0.5,2"\n',
-                                  '[adaptive]\nphi-bounds = "0.5,2"\n', 'scaling_bounds = "0.5,2"\n'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        'phi_bounds = "0.5,2"\n',
+        '[fedlamb]\nphi_bounds = "0.5,2"\n',
+        '[adaptive]\nphi-bounds = "0.5,2"\n',
+        'scaling_bounds = "0.5,2"\n',
+    ],
+)
 def test_a_recipe_key_by_either_name(tmp_path, body):
     recipe = tmp_path / "r.toml"
     recipe.write_text('algo = "fedlamb"\n' + body)
@@ -55,17 +62,29 @@ def test_a_recipe_with_both_names_is_refused(tmp_path):
 @pytest.mark.parametrize("flag", ["--scaling-bounds", "--phi-bounds"])
 def test_the_flag_by_either_name(tmp_path, capsys, flag):
     out = tmp_path / "run"
-    code, _, err = run_main(["train", "--algo", "fedlamb", flag, "2,1", "--iterations", "2", "--out", str(out)],
-                                 capsys)
+    code, _, err = run_main(["train", "--algo", "fedlamb", flag, "2,1", "--iterations", "2", "--out", str(out)], capsys)
     assert code == 2 and error_lines(err) == ["fedcli: error: --scaling-bounds needs 0 < ZETA < MAX, got '2,1'"]
     assert not out.exists()
 
 
 def test_both_flags_are_refused(tmp_path, capsys):
-    code, _, err = run_main(["train", "--algo", "fedlamb", "--phi-bounds", "0.5,2", "--scaling-bounds", "0.5,2",
-                             "--out", str(tmp_path / "run")], capsys)
+    code, _, err = run_main(
+        [
+            "train",
+            "--algo",
+            "fedlamb",
+            "--phi-bounds",
+            "0.5,2",
+            "--scaling-bounds",
+            "0.5,2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capsys,
+    )
     assert code == 2 and error_lines(err) == [
-        "fedcli: error: --scaling-bounds and --phi-bounds (its old name) are both given: give --scaling-bounds only"]
+        "fedcli: error: --scaling-bounds and --phi-bounds (its old name) are both given: give --scaling-bounds only"
+    ]
 
 
 def test_help_shows_the_new_flag_only(capsys):

@@ -53,7 +53,7 @@ register_method(Method("fake", "SGD along a scaled gradient (test method); --fak
 '''
 
 # Runs fedcli's main() once per argv, after importing the method file, and prints their exit codes and output.
-ENTRY = '''
+ENTRY = """
 import contextlib, io, json, sys
 import fake_method  # noqa: F401  (the method registers itself before fedcli.config assembles TrainConfig)
 from fedcli.cli.main import main
@@ -69,7 +69,7 @@ for argv in json.loads(sys.argv[1]):
     results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
 sub = issubclass(TrainConfig, fake_method.FakeParams)
 sys.__stdout__.write("\\n@@RESULTS@@" + json.dumps({"results": results, "subclass": sub}))
-'''
+"""
 
 
 def metrics(run: Path) -> list[dict]:
@@ -81,7 +81,9 @@ def test_a_method_in_one_file_gets_flag_recipe_key_validation_help_and_manifest(
     (tmp_path / "fake_method.py").write_text(FAKE_METHOD)
     (tmp_path / "entry.py").write_text(ENTRY)
     good = tmp_path / "good.toml"
-    good.write_text('algo = "fake"\nclients = 4\niterations = 10\ntau = 5\nmlp_hidden = "16"\n[fake]\nfake_knob = 0.5\n')
+    good.write_text(
+        'algo = "fake"\nclients = 4\niterations = 10\ntau = 5\nmlp_hidden = "16"\n[fake]\nfake_knob = 0.5\n'
+    )
     bad = tmp_path / "bad.toml"
     bad.write_text('algo = "fake"\nfake_knob = 1.5\n')
     same = ["--clients", "4", "--iterations", "10", "--tau", "5", "--mlp-hidden", "16", "--quiet"]
@@ -95,8 +97,14 @@ def test_a_method_in_one_file_gets_flag_recipe_key_validation_help_and_manifest(
         ["train", "--algo", "fake", "--fake-knob", "1", *same, "--out", str(tmp_path / "fake1")],
     ]
     env = {**os.environ, "COLUMNS": "2000", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    p = subprocess.run([sys.executable, str(tmp_path / "entry.py"), json.dumps(commands)], capture_output=True, text=True,
-                       env=env, cwd=tmp_path, timeout=600)
+    p = subprocess.run(
+        [sys.executable, str(tmp_path / "entry.py"), json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.split("@@RESULTS@@")[-1])
     helps, algos, flag_bad, recipe_bad, fake, avg, fake1 = got["results"]
@@ -109,7 +117,11 @@ def test_a_method_in_one_file_gets_flag_recipe_key_validation_help_and_manifest(
     assert algos["code"] == 0 and "fake" in algos["out"] and "--fake-knob" in algos["out"]
     # validation by its bounds: the flag (exit 2, naming it) and the recipe key (file and line)
     assert flag_bad["code"] == 2 and "--fake-knob must be > 0.0, got 0.0" in flag_bad["err"]
-    assert recipe_bad["code"] == 2 and f"{bad}, line 2" in recipe_bad["err"] and "--fake-knob must be <= 1.0" in recipe_bad["err"]
+    assert (
+        recipe_bad["code"] == 2
+        and f"{bad}, line 2" in recipe_bad["err"]
+        and "--fake-knob must be <= 1.0" in recipe_bad["err"]
+    )
     # the recipe's [fake] table runs, the manifest records it (in config and in its section), and the step reads it:
     # SGD along 0.5 g is SGD at lr / 2
     assert (fake["code"], avg["code"], fake1["code"]) == (0, 0, 0), (fake["err"], avg["err"], fake1["err"])
@@ -126,22 +138,33 @@ def test_a_method_in_one_file_gets_flag_recipe_key_validation_help_and_manifest(
 
 def test_register_params_refuses_a_taken_name_and_plain_fields():
     with pytest.raises(TypeError, match="FedDynParams"):
+
         @register_params
         class Clash:
             feddyn_alpha: float = opt(1.0, "again", lo=0.0)
+
     with pytest.raises(TypeError, match="opt"):
+
         @register_params
         class Plain:
             plain_knob: float = 1.0
+
     assert "plain_knob" not in FIELDS
 
 
 def test_method_params_are_declared_in_their_files_not_in_config():
     config_py = (ROOT / "fedcli" / "config.py").read_text()
-    owners = {"feddyn_alpha": "fedcli/specs/feddyn.py", "ditto_lambda": "fedcli/specs/ditto.py",
-              "head_layers": "fedcli/specs/fedrep.py", "fomo_val_ratio": "fedcli/specs/fedfomo.py",
-              "mu": "fedcli/specs/fedprox.py", "quant_levels": "fedcli/specs/qsgd.py", "ala_lr": "fedcli/specs/fedala.py",
-              "lama_rule": "fedcli/specs/fedlama.py", "beta1": "fedcli/specs/adaptive.py"}
+    owners = {
+        "feddyn_alpha": "fedcli/specs/feddyn.py",
+        "ditto_lambda": "fedcli/specs/ditto.py",
+        "head_layers": "fedcli/specs/fedrep.py",
+        "fomo_val_ratio": "fedcli/specs/fedfomo.py",
+        "mu": "fedcli/specs/fedprox.py",
+        "quant_levels": "fedcli/specs/qsgd.py",
+        "ala_lr": "fedcli/specs/fedala.py",
+        "lama_rule": "fedcli/specs/fedlama.py",
+        "beta1": "fedcli/specs/adaptive.py",
+    }
     for name, path in owners.items():
         assert f"    {name}: " not in config_py, name
         assert f"    {name}: " in (ROOT / path).read_text(), (name, path)
@@ -151,14 +174,29 @@ def test_method_params_are_declared_in_their_files_not_in_config():
 
 # ------------------------------------------------------------------------------ ConfigError.key
 BAD = [
-    ({"tau": 0}, "tau"), ({"lr": 0.0}, "lr"), ({"lr": float("nan")}, "lr"), ({"partition": "nope"}, "partition"),
-    ({"alpha": 0.0}, "alpha"), ({"active_ratio": 1.5}, "active_ratio"), ({"algo": "nope"}, "algo"),
-    ({"schedule": "nope"}, "schedule"), ({"init": "nope"}, "init"), ({"mlp_hidden": "a,b"}, "mlp_hidden"),
-    ({"mlp_hidden": "8,0"}, "mlp_hidden"), ({"lr_decay_at": "x"}, "lr_decay_at"), ({"lr_decay_at": "-3"}, "lr_decay_at"),
-    ({"scaling_bounds": "1"}, "scaling_bounds"), ({"scaling_bounds": "2,1"}, "scaling_bounds"), ({"feddyn_alpha": 0.0}, "feddyn_alpha"),
-    ({"beta1": 1.0}, "beta1"), ({"apple_upload": "x"}, "apple_upload"), ({"pfedme_k": 0}, "pfedme_k"),
-    ({"lama_rule": "x"}, "lama_rule"), ({"ala_sample_percent": 0.0}, "ala_sample_percent"),
-    ({"local_epochs": 1.0, "algo": "fedlama"}, "local_epochs"), ({"active_ratio": 0.01, "clients": 10}, "active_ratio"),
+    ({"tau": 0}, "tau"),
+    ({"lr": 0.0}, "lr"),
+    ({"lr": float("nan")}, "lr"),
+    ({"partition": "nope"}, "partition"),
+    ({"alpha": 0.0}, "alpha"),
+    ({"active_ratio": 1.5}, "active_ratio"),
+    ({"algo": "nope"}, "algo"),
+    ({"schedule": "nope"}, "schedule"),
+    ({"init": "nope"}, "init"),
+    ({"mlp_hidden": "a,b"}, "mlp_hidden"),
+    ({"mlp_hidden": "8,0"}, "mlp_hidden"),
+    ({"lr_decay_at": "x"}, "lr_decay_at"),
+    ({"lr_decay_at": "-3"}, "lr_decay_at"),
+    ({"scaling_bounds": "1"}, "scaling_bounds"),
+    ({"scaling_bounds": "2,1"}, "scaling_bounds"),
+    ({"feddyn_alpha": 0.0}, "feddyn_alpha"),
+    ({"beta1": 1.0}, "beta1"),
+    ({"apple_upload": "x"}, "apple_upload"),
+    ({"pfedme_k": 0}, "pfedme_k"),
+    ({"lama_rule": "x"}, "lama_rule"),
+    ({"ala_sample_percent": 0.0}, "ala_sample_percent"),
+    ({"local_epochs": 1.0, "algo": "fedlama"}, "local_epochs"),
+    ({"active_ratio": 0.01, "clients": 10}, "active_ratio"),
     ({"algo": "fedamp", "active_ratio": 0.5}, "active_ratio"),
 ]
 
@@ -201,10 +239,12 @@ def test_setup_leaves_the_config_alone_and_the_built_config_records_the_files_cl
         build_config(None, {"partition_file": str(tmp_path / "p.json"), "clients": 5})
     assert e.value.key == "clients" and "differs from the 6 clients" in str(e.value)
     recipe = tmp_path / "r.toml"
-    recipe.write_text(textwrap.dedent(f"""\
-        partition_file = "{tmp_path / 'p.json'}"
+    recipe.write_text(
+        textwrap.dedent(f"""\
+        partition_file = "{tmp_path / "p.json"}"
         clients = 5
-    """))
+    """)
+    )
     with pytest.raises(ConfigError) as e:
         build_config(str(recipe), {})
     assert str(e.value).startswith(f"{recipe}, line 2:") and e.value.key == "clients"

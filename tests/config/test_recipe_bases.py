@@ -1,4 +1,5 @@
-"""Every recipe's [base] runs alone: ``fedcli train --recipe R --scale smoke`` (docs/sweeps.md: "--recipe FILE --scale smoke
+"""Every recipe's [base] runs alone: ``fedcli train --recipe R --scale smoke`` (docs/sweeps.md: "--recipe FILE --scale
+smoke
 runs its [base] alone").
 
 Every recipe in recipes/ (found at test time, so a new one is covered) must have a smoke scale whose [base] builds a
@@ -24,10 +25,26 @@ from fedcli.recipes import build_config
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").glob("*/*.toml"))
 # datasets whose files live outside the repository: a machine may lack them (exit 3 then, never for the others)
-ON_DISK = {"mnist", "fmnist", "emnist", "femnist", "cifar10", "cifar100", "tinyimagenet", "agnews", "imagefolder", "tensors"}
+ON_DISK = {
+    "mnist",
+    "fmnist",
+    "emnist",
+    "femnist",
+    "cifar10",
+    "cifar100",
+    "tinyimagenet",
+    "agnews",
+    "imagefolder",
+    "tensors",
+}
 # really trained through the CLI in the fast suite: the issue's example and one recipe of each other paper
-CLI_RUNS = ["recipes/fedala/aaai-table2.toml", "recipes/fedlamb/fig5-skip-sync.toml", "recipes/fedlama/reproduce-femnist.toml"]
-# the fast suite's budget cut beyond --rounds 1: FedALA's round is a whole local epoch of the 7,500 MNIST images at batch
+CLI_RUNS = [
+    "recipes/fedala/aaai-table2.toml",
+    "recipes/fedlamb/fig5-skip-sync.toml",
+    "recipes/fedlama/reproduce-femnist.toml",
+]
+# the fast suite's budget cut beyond --rounds 1: FedALA's round is a whole local epoch of the 7,500 MNIST images at
+# batch
 # 10 (about 750 steps of the 4-layer CNN, 13 s alone, 30 s beside another test process); a quarter of it runs the same
 # code (test_every_base_trains_through_the_cli, slow, runs every base with its whole epoch)
 FAST_BUDGET = {"recipes/fedala/aaai-table2.toml": ["--local-epochs", "0.25"]}
@@ -37,7 +54,6 @@ def lacks(cfg) -> bool:
     """This machine lacks the config's dataset: an on-disk dataset whose folder is not there."""
     folder = data_dir(cfg)
     return cfg.dataset in ON_DISK and (folder is None or not (ROOT / folder).exists())
-
 
 
 def test_every_recipe_is_found_and_has_a_smoke_scale():
@@ -67,8 +83,21 @@ def run_cli(recipe: str, tmp_path: Path, monkeypatch, capsys, extra=()) -> tuple
     checkout (the command's own code path; a process of its own would only add the start-up)."""
     monkeypatch.chdir(ROOT)
     try:
-        code = main(["train", "--recipe", recipe, "--scale", "smoke", "--rounds", "1", *extra, "--quiet",
-                     "--out", str(tmp_path / Path(recipe).stem)])
+        code = main(
+            [
+                "train",
+                "--recipe",
+                recipe,
+                "--scale",
+                "smoke",
+                "--rounds",
+                "1",
+                *extra,
+                "--quiet",
+                "--out",
+                str(tmp_path / Path(recipe).stem),
+            ]
+        )
     except SystemExit as e:  # fedcli's one-line error and exit code
         code = e.code
     return code or 0, capsys.readouterr().err

@@ -1,7 +1,6 @@
 """The ``[tune]`` recipe table (fedcli/tune/space.py), the objectives read from a run directory
 (fedcli/tune/objectives.py) and the pruning arithmetic (fedcli/tune/pruning.py): numbers worked out by hand."""
 
-
 import pytest
 
 from fedcli.errors import ConfigError
@@ -45,12 +44,17 @@ def tune_of(tmp_path, space="lr = { log = [0.01, 1.0] }", tune_extra=""):
 def test_table_read_with_method_defaults(tmp_path):
     t = tune_of(tmp_path)
     assert (t.trials, t.sampler, t.seed, t.pruner) == (6, "random", 0, "sha")
-    assert [(o.metric, o.reduce, o.direction, o.k) for o in t.objectives] == [("val_acc", "last3", "maximize", 3),
-                                                                              ("comm_bytes", "final", "minimize", 1)]
+    assert [(o.metric, o.reduce, o.direction, o.k) for o in t.objectives] == [
+        ("val_acc", "last3", "maximize", 3),
+        ("comm_bytes", "final", "minimize", 1),
+    ]
     space = t.space_for("fedlama")
     # [tune.space] lr, then FedLAMA's declared defaults (fedcli/specs/fedlama.py) replace it: lr, tau', phi
-    assert {k: p.to_json() for k, p in space.items()} == {"lr": {"log": [0.001, 1.0]}, "tau": {"choices": [2, 5, 10, 20]},
-                                                          "phi": {"choices": [1, 2, 4, 8]}}
+    assert {k: p.to_json() for k, p in space.items()} == {
+        "lr": {"log": [0.001, 1.0]},
+        "tau": {"choices": [2, 5, 10, 20]},
+        "phi": {"choices": [1, 2, 4, 8]},
+    }
     assert t.space_for("fedavg") == {"lr": t.common["lr"]}  # the method table is FedLAMA's only
 
 
@@ -58,25 +62,31 @@ def test_declared_default_spaces_of_the_papers_methods():
     from fedcli.tune.space import default_space
 
     js = {m: {k: p.to_json() for k, p in default_space(m).items()} for m in ("fedala", "fedprox", "fedlamb", "fedavg")}
-    assert js["fedala"] == {"lr": {"log": [0.001, 1.0]}, "ala_lr": {"log": [0.1, 10.0]},
-                            "ala_sample_percent": {"choices": [5.0, 10.0, 20.0, 40.0, 80.0, 100.0]},
-                            "ala_layers": {"choices": [2, 4, 6]}}
+    assert js["fedala"] == {
+        "lr": {"log": [0.001, 1.0]},
+        "ala_lr": {"log": [0.1, 10.0]},
+        "ala_sample_percent": {"choices": [5.0, 10.0, 20.0, 40.0, 80.0, 100.0]},
+        "ala_layers": {"choices": [2, 4, 6]},
+    }
     assert js["fedprox"]["mu"] == {"choices": [0.0001, 0.001, 0.01, 0.1]}
     assert js["fedlamb"] == {"lr": {"log": [0.0001, 0.1]}, "weight_decay": {"choices": [0.0, 0.01, 0.1]}}
     assert js["fedavg"] == {"lr": {"log": [0.001, 1.0]}}
 
 
-@pytest.mark.parametrize("space, extra, said", [
-    ("lr = { log = [0.0, 1.0] }", "", "line 20: 'lr' log range [0.0, 1.0] runs through 0"),
-    ("lr = { float = [-1.0, 1.0] }", "", "line 20: 'lr' range [-1.0, 1.0] is outside the option's declared bounds"),
-    ("iterations = { choices = [10, 20] }", "", "line 20: 'iterations' fixes a trial's budget"),
-    ("eval_every = { int = [1, 4] }", "", "line 20: 'eval_every' fixes a trial's budget"),
-    ("tau = { float = [1.0, 4.0] }", "", "line 20: 'tau' is a int option; a float range does not fit it"),
-    ("lrr = { log = [0.01, 1.0] }", "", "line 20: unknown option 'lrr'"),
-    ("lr = { log = [0.01, 1.0] }", "sampler_x = 1", "line 18: unknown key 'sampler_x' in [tune]"),
-    ("phi = { choices = [0, 2] }", "", "line 20: 'phi' range [0, 2] is outside the option's declared bounds"),
-    ("lr = { log = [1.0, 0.1] }", "", "line 20: 'lr' range [1.0, 0.1] is empty or runs backwards"),
-])
+@pytest.mark.parametrize(
+    "space, extra, said",
+    [
+        ("lr = { log = [0.0, 1.0] }", "", "line 20: 'lr' log range [0.0, 1.0] runs through 0"),
+        ("lr = { float = [-1.0, 1.0] }", "", "line 20: 'lr' range [-1.0, 1.0] is outside the option's declared bounds"),
+        ("iterations = { choices = [10, 20] }", "", "line 20: 'iterations' fixes a trial's budget"),
+        ("eval_every = { int = [1, 4] }", "", "line 20: 'eval_every' fixes a trial's budget"),
+        ("tau = { float = [1.0, 4.0] }", "", "line 20: 'tau' is a int option; a float range does not fit it"),
+        ("lrr = { log = [0.01, 1.0] }", "", "line 20: unknown option 'lrr'"),
+        ("lr = { log = [0.01, 1.0] }", "sampler_x = 1", "line 18: unknown key 'sampler_x' in [tune]"),
+        ("phi = { choices = [0, 2] }", "", "line 20: 'phi' range [0, 2] is outside the option's declared bounds"),
+        ("lr = { log = [1.0, 0.1] }", "", "line 20: 'lr' range [1.0, 0.1] is empty or runs backwards"),
+    ],
+)
 def test_bad_space_refused_with_file_and_line(tmp_path, space, extra, said):
     with pytest.raises(ConfigError) as e:
         tune_of(tmp_path, space, extra)
@@ -110,7 +120,9 @@ def test_objective_values_by_hand_and_test_acc_never_read(tmp_path):
     assert value(tmp_path / "a", o(metric="val_acc")) == 0.5
     assert value(tmp_path / "a", o(metric="val_acc", reduce="last3")) == pytest.approx((0.6 + 0.4 + 0.5) / 3)
     assert value(tmp_path / "a", o(metric="val_acc", reduce="best")) == 0.6
-    assert value(tmp_path / "a", {"metric": "val_acc", "reduce": "best", "direction": "maximize"}) == 0.6  # tune.json's form
+    assert (
+        value(tmp_path / "a", {"metric": "val_acc", "reduce": "best", "direction": "maximize"}) == 0.6
+    )  # tune.json's form
     assert value(tmp_path / "a", o(metric="val_acc", reduce="to_target(0.55)")) == 20.0  # the iteration reaching it
     assert value(tmp_path / "a", o(metric="comm_bytes", reduce="to_target(0.45)")) == 200.0  # bytes spent by then
     assert value(tmp_path / "a", o(metric="comm_bytes", reduce="to_target(0.9)")) is None  # never reached
@@ -126,7 +138,8 @@ def test_rungs_floor_and_hopeless_by_hand():
 
     assert rungs_of(160, 0) == [10, 20, 40, 80]
     assert rungs_of(160, 25) == [40, 80]
-    # FedLAMA: lama_first_adjust 6 x the largest tau' of the space (10) = 60; warm-up 30; decay at round 20 x tau 10 = 200
+    # FedLAMA: lama_first_adjust 6 x the largest tau' of the space (10) = 60; warm-up 30; decay at round 20 x tau 10 =
+    # 200
     space = {"tau": Param("tau", "choices", choices=(2, 10))}
     floor, why = floor_of({"algo": "fedlama", "warmup_iterations": 30, "lama_first_adjust": 6}, space)
     assert floor == 60 and len(why) == 2
@@ -157,7 +170,9 @@ def test_storage_choices_and_the_password_masked(tmp_path, monkeypatch):
     assert mask_url(url) == "postgresql+psycopg://ann:***@db.example:5432/tune"
     monkeypatch.setenv("MY_DB", url)
     kind, what = resolve_storage("env:MY_DB", tmp_path)
-    assert (kind, what) == ("url", url) and storage_label(kind, what) == "postgresql+psycopg://ann:***@db.example:5432/tune"
+    assert (kind, what) == ("url", url) and storage_label(
+        kind, what
+    ) == "postgresql+psycopg://ann:***@db.example:5432/tune"
     with pytest.raises(ConfigError, match="environment variable FEDCLI_TUNE_STORAGE is not set"):
         monkeypatch.delenv("FEDCLI_TUNE_STORAGE", raising=False)
         resolve_storage("env:", tmp_path)
@@ -169,23 +184,47 @@ def test_storage_choices_and_the_password_masked(tmp_path, monkeypatch):
 def test_record_differs_names_both_and_trials_csv_by_hand(tmp_path):
     from fedcli.tune.study import record_differs, write_trials_csv
 
-    old = {"recipe": "a.toml", "recipe_sha256": "1" * 64, "scale": "smoke", "objectives": [{"metric": "val_acc"}],
-           "select_on": "validation", "storage": "journal",
-           "studies": [{"name": "fedavg", "space": {"lr": {"log": [0.01, 1.0]}}, "base": {"lr": 0.1}}]}
+    old = {
+        "recipe": "a.toml",
+        "recipe_sha256": "1" * 64,
+        "scale": "smoke",
+        "objectives": [{"metric": "val_acc"}],
+        "select_on": "validation",
+        "storage": "journal",
+        "studies": [{"name": "fedavg", "space": {"lr": {"log": [0.01, 1.0]}}, "base": {"lr": 0.1}}],
+    }
     assert record_differs(old, dict(old)) is None
     assert record_differs(old, {**old, "scale": "paper"}) == "it was tuned at scale smoke, not paper"
     new = {**old, "studies": [{"name": "fedavg", "space": {"lr": {"log": [0.01, 0.5]}}, "base": {"lr": 0.1}}]}
-    assert record_differs(old, new) == ('study fedavg\'s space {"lr": {"log": [0.01, 1.0]}} is not '
-                                        '{"lr": {"log": [0.01, 0.5]}}')
-    rows = [{"study": "b", "number": 0, "state": "COMPLETE", "params": {"lr": 0.1}, "values": [0.5, 7.0], "run": "b/trial-0000",
-             "baseline": True},
-            {"study": "a", "number": 1, "state": "PRUNED", "params": {"lr": 0.2, "tau": 4}, "values": None, "run": "a/trial-0001",
-             "pruned_iteration": 40}]
+    assert record_differs(old, new) == (
+        'study fedavg\'s space {"lr": {"log": [0.01, 1.0]}} is not {"lr": {"log": [0.01, 0.5]}}'
+    )
+    rows = [
+        {
+            "study": "b",
+            "number": 0,
+            "state": "COMPLETE",
+            "params": {"lr": 0.1},
+            "values": [0.5, 7.0],
+            "run": "b/trial-0000",
+            "baseline": True,
+        },
+        {
+            "study": "a",
+            "number": 1,
+            "state": "PRUNED",
+            "params": {"lr": 0.2, "tau": 4},
+            "values": None,
+            "run": "a/trial-0001",
+            "pruned_iteration": 40,
+        },
+    ]
     write_trials_csv(tmp_path, rows, ["lr", "tau"], 2)
     assert (tmp_path / "trials.csv").read_text() == (
         "study,number,state,params_lr,params_tau,values_0,values_1,run,pruned_iteration,baseline\n"
         "a,1,PRUNED,0.2,4,,,a/trial-0001,40,0\n"
-        "b,0,COMPLETE,0.1,,0.5,7.0,b/trial-0000,,1\n")
+        "b,0,COMPLETE,0.1,,0.5,7.0,b/trial-0000,,1\n"
+    )
 
 
 def test_a_journal_cut_by_a_kill_is_repaired(tmp_path):

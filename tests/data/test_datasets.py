@@ -8,8 +8,13 @@ import pytest
 import torch
 
 from fedcli.data import datasets as ds
-from fedcli.data.datasets import shared  # the loaders' helpers (torchvision's downloader)
-from fedcli.data.datasets import DATASETS, FedDataset, load_dataset, register_dataset
+from fedcli.data.datasets import (
+    DATASETS,
+    FedDataset,
+    load_dataset,
+    register_dataset,
+    shared,  # the loaders' helpers (torchvision's downloader)
+)
 from fedcli.errors import ConfigError, DataError
 
 # ------------------------------------------------------------------------------- fixtures
@@ -36,8 +41,17 @@ def images(n, seed=0):
     return x
 
 
-def mnist_dir(root, n_train=6, n_test=4, prefix="", raw="MNIST/raw", labels_train=None, labels_test=None,
-              train_gz=True, test_gz=False):
+def mnist_dir(  # noqa: PLR0913
+    root,
+    n_train=6,
+    n_test=4,
+    prefix="",
+    raw="MNIST/raw",
+    labels_train=None,
+    labels_test=None,
+    train_gz=True,
+    test_gz=False,
+):
     raw_dir = root / raw if raw else root
     ytr = labels_train if labels_train is not None else np.arange(n_train) % 10
     yte = labels_test if labels_test is not None else (np.arange(n_test) + 3) % 10
@@ -240,8 +254,9 @@ def test_cifar10(tmp_path):
     assert d.augment == "cifar" and d.num_classes == 10
     assert d.train_y.tolist() == [1, 2, 2, 3, 3, 4, 4, 5, 5, 6] and d.test_y.tolist() == [7, 8, 9]
     mean, std = ds.CIFAR10_MEAN, ds.CIFAR10_STD
-    np.testing.assert_allclose(d.train_x[:3, 0, 0, 0].numpy(), [norm(v, mean[0], std[0]) for v in (10, 11, 20)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        d.train_x[:3, 0, 0, 0].numpy(), [norm(v, mean[0], std[0]) for v in (10, 11, 20)], rtol=1e-6
+    )
     np.testing.assert_allclose(d.train_x[:, 1, 0, 0].numpy(), norm(100, mean[1], std[1]), rtol=1e-6)
     np.testing.assert_allclose(d.test_x[:, 2, 1, 1].numpy(), norm(255, mean[2], std[2]), rtol=1e-6)
     np.testing.assert_allclose(d.test_x[:, 2, 0, 0].numpy(), norm(0, mean[2], std[2]), rtol=1e-6)
@@ -356,10 +371,15 @@ def test_femnist_leaf_json_and_gz(tmp_path, nesting):
 
 def test_leaf_number_forms(tmp_path):
     rng = np.random.default_rng(0)
-    vals = np.concatenate([
-        rng.random(300), -rng.random(100) * 1e3, rng.random(100) * 1e-9, rng.normal(size=100) * 1e30,
-        np.array([0.0, -0.0, 1.0, 255.0, 1 / 3, 2.5e-8, 0.1 + 0.2, 1e-45, 3.4028235e38, 123456789.123456789]),
-    ])
+    vals = np.concatenate(
+        [
+            rng.random(300),
+            -rng.random(100) * 1e3,
+            rng.random(100) * 1e-9,
+            rng.normal(size=100) * 1e30,
+            np.array([0.0, -0.0, 1.0, 255.0, 1 / 3, 2.5e-8, 0.1 + 0.2, 1e-45, 3.4028235e38, 123456789.123456789]),
+        ]
+    )
     vals = np.resize(vals, 2 * 784).reshape(2, 784)
     rows = vals.tolist()
     rows[0][5] = 3  # JSON integers are fine too
@@ -477,8 +497,15 @@ def test_register_dataset(monkeypatch):
     @register_dataset("tiny")
     def tiny(data_dir, *, download, holdout_fraction, options):
         z = torch.zeros(2, 3)
-        return FedDataset("tiny", z, torch.zeros(2, dtype=torch.int64), z, torch.zeros(2, dtype=torch.int64), 2,
-                          source={"options": options})
+        return FedDataset(
+            "tiny",
+            z,
+            torch.zeros(2, dtype=torch.int64),
+            z,
+            torch.zeros(2, dtype=torch.int64),
+            2,
+            source={"options": options},
+        )
 
     d = load_dataset("tiny", options={"a": 1})
     assert d.input_shape == (3,) and d.source == {"options": {"a": 1}}

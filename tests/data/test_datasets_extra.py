@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from fedcli.data import datasets as ds
-from fedcli.data.datasets import shared  # the loaders' helpers (torchvision's downloader)
-from fedcli.data.datasets import load_dataset
+from fedcli.data.datasets import (
+    load_dataset,
+    shared,  # the loaders' helpers (torchvision's downloader)
+)
 from fedcli.errors import ConfigError, DataError
 from fedcli.models import build_model
 
@@ -40,7 +42,9 @@ def tiny_dir(root, per_class=2, val_classes=(0, 1, 5, 199, 5, 7), grayscale_val=
     for i, w in enumerate(WNIDS):
         for k in range(per_class):
             write_jpeg(base / "train" / w / "images" / f"{w}_{k}.JPEG", colour(i))
-        (base / "train" / w / f"{w}_boxes.txt").write_text("".join(f"{w}_{k}.JPEG\t0\t0\t63\t63\n" for k in range(per_class)))
+        (base / "train" / w / f"{w}_boxes.txt").write_text(
+            "".join(f"{w}_{k}.JPEG\t0\t0\t63\t63\n" for k in range(per_class))
+        )
     lines = []
     for j, c in enumerate(val_classes):
         name = f"val_{j}.JPEG"
@@ -83,7 +87,10 @@ def test_tinyimagenet_layout_labels_normalization_cache(tiny):
     assert d.source["counts"] == {"train": 400, "test": 6}
     # the decoded pixels are cached next to the data; a second load reads the cache and gives the same tensors
     assert (tiny / "tiny-imagenet-200" / "fedcli-cache-train.npz").is_file()
-    assert d.source["cache_hit"] == {"train": False, "val": False} or d.source["cache_hit"] == {"train": True, "val": True}
+    assert d.source["cache_hit"] == {"train": False, "val": False} or d.source["cache_hit"] == {
+        "train": True,
+        "val": True,
+    }
     again = load_dataset("tinyimagenet", tiny)
     assert again.source["cache_hit"] == {"train": True, "val": True}
     assert torch.equal(again.train_x, d.train_x) and torch.equal(again.test_y, d.test_y)
@@ -127,7 +134,7 @@ def test_tinyimagenet_missing_and_corrupt(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"wnids\.txt: lists 10 class ids; expected 200"):
         load_dataset("tinyimagenet", base)
     (base / "wnids.txt").write_text("\n".join(WNIDS))
-    (base / "val" / "val_annotations.txt").write_text(f"val_0.JPEG\tn99999999\t0\t0\t1\t1\n")
+    (base / "val" / "val_annotations.txt").write_text("val_0.JPEG\tn99999999\t0\t0\t1\t1\n")
     with pytest.raises(DataError, match=r"val_annotations\.txt:1: cannot read"):
         load_dataset("tinyimagenet", base)
     (base / "val" / "val_annotations.txt").write_text(f"val_0.JPEG\t{WNIDS[0]}\t0\t0\t1\t1\nval_9.JPEG\t{WNIDS[1]}\n")
@@ -156,8 +163,12 @@ def test_cnn4_and_resnet18_take_tinyimagenet():
 # ---------------------------------------------------------------------------------------- AG News
 
 TRAIN_ROWS = [
-    ("3", "Wall St. Bears Claw Back", "Reuters - Short-sellers, Wall Street's dwindling\\band of ultra-cynics, are seeing green."),
-    ("3", "Oil and Economy", "Oil prices soar, \"economy\" worries; oil oil"),
+    (
+        "3",
+        "Wall St. Bears Claw Back",
+        "Reuters - Short-sellers, Wall Street's dwindling\\band of ultra-cynics, are seeing green.",
+    ),
+    ("3", "Oil and Economy", 'Oil prices soar, "economy" worries; oil oil'),
     ("1", "Talks resume", "Diplomats meet in Geneva, talks continue"),
     ("2", "Team wins title", "The team won the league title on Sunday"),
     ("4", "New chip", "Intel's new chip is faster"),
@@ -187,7 +198,16 @@ def agnews_dir(root, train=TRAIN_ROWS, test=TEST_ROWS):
 
 def test_tokenizer():
     assert ds.agnews_tokenize("Wall St. Bears' CLAW-back\\band don't $3.5") == [
-        "wall", "st", "bears", "claw", "back", "band", "don't", "3", "5"]
+        "wall",
+        "st",
+        "bears",
+        "claw",
+        "back",
+        "band",
+        "don't",
+        "3",
+        "5",
+    ]
 
 
 def test_agnews_vocab_from_train_only(tmp_path):
@@ -203,7 +223,7 @@ def test_agnews_vocab_from_train_only(tmp_path):
     assert vocab[0] == "oil"  # the most frequent word gets id 2
     first = ds.agnews_tokenize(TRAIN_ROWS[0][1] + " " + TRAIN_ROWS[0][2])
     assert d.train_x[0, : len(first)].tolist() == [ids[t] for t in first]
-    assert (d.train_x[0, len(first):] == 0).all()  # <pad> = 0 at the end
+    assert (d.train_x[0, len(first) :] == 0).all()  # <pad> = 0 at the end
     # test words not in the training texts are <unk> = 1, known ones keep their training id
     assert d.test_x[0, :5].tolist() == [1, 1, 1, 1, ids["team"]] and d.test_x[0, 5:].eq(0).all()
     assert d.test_x[1, :3].tolist() == [ids["chip"], ids["oil"], 0]
@@ -251,9 +271,25 @@ def test_agnews_missing_and_corrupt(tmp_path):
 
 
 def test_agnews_missing_is_exit_3_on_the_command_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "fedcli", "train", "--dataset", "agnews", "--data-dir",
-                        str(tmp_path / "nowhere"), "--model", "fasttext", "--out", str(tmp_path / "run")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedcli",
+            "train",
+            "--dataset",
+            "agnews",
+            "--data-dir",
+            str(tmp_path / "nowhere"),
+            "--model",
+            "fasttext",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 3, r.stderr
     assert "train.csv: not found" in r.stderr and "Traceback" not in r.stderr
 
@@ -264,7 +300,13 @@ def test_agnews_missing_is_exit_3_on_the_command_line(tmp_path):
 def test_fasttext_matches_reference_and_masks_padding():
     torch.manual_seed(0)
     m = build_model("fasttext", (6,), 4, vocab_size=20)
-    assert [n for n, _ in m.named_parameters()] == ["embedding.weight", "fc1.weight", "fc1.bias", "fc.weight", "fc.bias"]
+    assert [n for n, _ in m.named_parameters()] == [
+        "embedding.weight",
+        "fc1.weight",
+        "fc1.bias",
+        "fc.weight",
+        "fc.bias",
+    ]
     assert m.embedding.weight.shape == (20, 32) and m.embedding.padding_idx == 0
     x = torch.tensor([[3, 4, 5, 0, 0, 0], [7, 1, 0, 0, 0, 0]])
     ref = m.fc(m.fc1(m.embedding(x).mean(1)))  # PFLlib fastText (row 0 is zero at init), without log_softmax
@@ -303,8 +345,20 @@ def one_round(**kw):
     from fedcli.config import TrainConfig
     from fedcli.fl.engine import Simulation
 
-    base = dict(algo="fedavg", clients=4, rounds=1, active_ratio=1.0, partition="iid", local_epochs=1.0,
-                batch_size=8, lr=0.1, eval_every=1, device="cpu", threads=1, seed=0)
+    base = dict(
+        algo="fedavg",
+        clients=4,
+        rounds=1,
+        active_ratio=1.0,
+        partition="iid",
+        local_epochs=1.0,
+        batch_size=8,
+        lr=0.1,
+        eval_every=1,
+        device="cpu",
+        threads=1,
+        seed=0,
+    )
     sim = Simulation(TrainConfig(**{**base, **kw}).validate()).setup()
     return sim, sim.run()
 
@@ -322,14 +376,23 @@ def test_simulation_agnews_fasttext(tmp_path, trainer):
 
 def test_agnews_vocab_size_option_reaches_the_model(tmp_path):
     agnews_dir(tmp_path)
-    sim, _ = one_round(dataset="agnews", data_dir=str(tmp_path), model="fasttext", agnews_vocab_size=3, agnews_max_len=5)
+    sim, _ = one_round(
+        dataset="agnews", data_dir=str(tmp_path), model="fasttext", agnews_vocab_size=3, agnews_max_len=5
+    )
     assert sim.dataset.source["vocab_size"] == 5 and sim.model.embedding.num_embeddings == 5  # 3 words + <pad>, <unk>
     assert tuple(sim.train_x.shape[1:]) == (5,) and int(sim.train_x.max()) <= 4
 
 
 def test_simulation_tinyimagenet_cnn4(tiny):
-    sim, summary = one_round(dataset="tinyimagenet", data_dir=str(tiny), model="cnn4", batch_size=50, rounds=1,
-                             local_epochs=0.0, iterations=2)
+    sim, summary = one_round(
+        dataset="tinyimagenet",
+        data_dir=str(tiny),
+        model="cnn4",
+        batch_size=50,
+        rounds=1,
+        local_epochs=0.0,
+        iterations=2,
+    )
     assert sim.train_x.shape[1:] == (3, 64, 64) and len(summary.history) >= 1
     assert np.isfinite(summary.history[-1]["test_loss"])
     assert sim.pad_fill == pytest.approx([-m / s for m, s in zip(ds.TINYIMAGENET_MEAN, ds.TINYIMAGENET_STD)])

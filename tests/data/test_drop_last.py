@@ -17,8 +17,8 @@ def test_epoch_steps_by_hand():
     assert (epoch_steps(25, 1.0, 10), epoch_steps(25, 1.0, 10, drop_last=True)) == (3, 2)
     assert (epoch_steps(25, 2.0, 10), epoch_steps(25, 2.0, 10, drop_last=True)) == (5, 4)
     assert (epoch_steps(30, 1.0, 10), epoch_steps(30, 1.0, 10, drop_last=True)) == (3, 3)
-    assert epoch_steps(25, 0.5, 10, drop_last=True) == 1            # half of 2 batches
-    assert epoch_steps(7, 1.0, 10, drop_last=True) == 1             # fewer samples than a batch: one padded batch
+    assert epoch_steps(25, 0.5, 10, drop_last=True) == 1  # half of 2 batches
+    assert epoch_steps(7, 1.0, 10, drop_last=True) == 1  # fewer samples than a batch: one padded batch
 
 
 def test_batches_are_pytorch_dataloader_drop_last():
@@ -34,8 +34,8 @@ def test_batches_are_pytorch_dataloader_drop_last():
         for _ in range(e):
             torch.randperm(25, generator=gen)  # the permutations of the earlier epochs
         sampler = BatchSampler(RandomSampler(range(25), generator=gen), batch_size=10, drop_last=True)
-        assert torch.equal(got[2 * e: 2 * e + 2], ix[torch.tensor(list(sampler))]), e
-        assert got[2 * e: 2 * e + 2].unique().numel() == 20  # no sample twice within an epoch
+        assert torch.equal(got[2 * e : 2 * e + 2], ix[torch.tensor(list(sampler))]), e
+        assert got[2 * e : 2 * e + 2].unique().numel() == 20  # no sample twice within an epoch
     assert set(got[:2].flatten().tolist()) != set(got[2:].flatten().tolist())  # reshuffled: other samples left out
     # without drop_last the third step of an epoch takes its last 5 samples and 5 of the next epoch
     run_on, _ = client_batches(ix, 3, 10, torch.Generator().manual_seed(3))
@@ -48,7 +48,9 @@ def test_engine_runs_floor_n_over_b_steps_per_epoch():
     cfg = personal_config(rounds=1)
     data = load_data_and_partition(cfg)
     sizes = [len(ix) for ix in data[1].train]
-    assert max(n // cfg.batch_size for n in sizes) != max(math.ceil(n / cfg.batch_size) for n in sizes)  # the rules differ
+    assert max(n // cfg.batch_size for n in sizes) != max(
+        math.ceil(n / cfg.batch_size) for n in sizes
+    )  # the rules differ
     for drop, rule in ((True, lambda n, b: n // b), (False, lambda n, b: math.ceil(n / b))):
         _, s = personal_run(data, algo="fedavg-c", drop_last=drop, rounds=1)
         assert s.iteration == max(rule(n, cfg.batch_size) for n in sizes), (drop, sizes)

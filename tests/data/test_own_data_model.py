@@ -17,8 +17,8 @@ from PIL import Image
 from fedcli.data.datasets import load_dataset
 from fedcli.data.partition import make_partition
 from fedcli.errors import DataError
-from simkit import cli
 from runkit import error_lines
+from simkit import cli
 
 
 def png(path, pixels, mode="L"):
@@ -41,8 +41,10 @@ def small_npz(path, n=60, classes=3, writers=True, **extra):
 
 def test_tensors_npz_and_pt_give_the_same_dataset(tmp_path):
     a = small_npz(tmp_path / "d.npz")
-    torch.save({"x": torch.from_numpy(a["x"]), "y": torch.from_numpy(a["y"]), "writers": [str(w) for w in a["writers"]]},
-               tmp_path / "d.pt")
+    torch.save(
+        {"x": torch.from_numpy(a["x"]), "y": torch.from_numpy(a["y"]), "writers": [str(w) for w in a["writers"]]},
+        tmp_path / "d.pt",
+    )
     d1 = load_dataset("tensors", tmp_path / "d.npz")
     d2 = load_dataset("tensors", tmp_path / "d.pt")
     # no test split: 20% stratified holdout, ceil(0.2 * 60) = 12 test samples, 4 per class
@@ -59,21 +61,41 @@ def test_tensors_npz_and_pt_give_the_same_dataset(tmp_path):
 
 
 def test_tensors_input_kinds_and_test_split(tmp_path):
-    np.savez(tmp_path / "u8.npz", x=np.array([[[0, 51]], [[255, 102]], [[1, 2]], [[3, 4]]], dtype=np.uint8), y=np.array([0, 1, 0, 1]),
-             x_test=np.array([[[204, 0]]], dtype=np.uint8), y_test=np.array([1]))
+    np.savez(
+        tmp_path / "u8.npz",
+        x=np.array([[[0, 51]], [[255, 102]], [[1, 2]], [[3, 4]]], dtype=np.uint8),
+        y=np.array([0, 1, 0, 1]),
+        x_test=np.array([[[204, 0]]], dtype=np.uint8),
+        y_test=np.array([1]),
+    )
     d = load_dataset("tensors", tmp_path / "u8.npz")
     assert d.train_x.dtype == torch.float32  # uint8 / 255
     assert d.train_x[:2].flatten().tolist() == pytest.approx([0.0, 0.2, 1.0, 0.4], abs=1e-7)
-    assert d.test_x.flatten().tolist() == pytest.approx([0.8, 0.0], abs=1e-7) and d.test_y.tolist() == [1] and len(d.train_y) == 4
-    np.savez(tmp_path / "tok.npz", x=np.array([[5, 0, 0], [2, 7, 0], [1, 1, 1], [3, 0, 0]]), y=np.array([0, 1, 0, 1]),
-             num_classes=np.array(4))
+    assert (
+        d.test_x.flatten().tolist() == pytest.approx([0.8, 0.0], abs=1e-7)
+        and d.test_y.tolist() == [1]
+        and len(d.train_y) == 4
+    )
+    np.savez(
+        tmp_path / "tok.npz",
+        x=np.array([[5, 0, 0], [2, 7, 0], [1, 1, 1], [3, 0, 0]]),
+        y=np.array([0, 1, 0, 1]),
+        num_classes=np.array(4),
+    )
     d = load_dataset("tensors", tmp_path / "tok.npz", holdout_fraction=0.5)
     assert d.train_x.dtype == torch.int64 and d.num_classes == 4 and d.source["vocab_size"] == 8  # largest id 7 + 1
     assert (len(d.train_y), len(d.test_y)) == (2, 2)
 
 
-@pytest.mark.parametrize("scheme, kw", [("iid", {}), ("dirichlet", {"alpha": 0.5, "min_size": 1}),
-                                        ("pathological", {"classes_per_client": 1}), ("natural", {"writers_per_client": 2})])
+@pytest.mark.parametrize(
+    "scheme, kw",
+    [
+        ("iid", {}),
+        ("dirichlet", {"alpha": 0.5, "min_size": 1}),
+        ("pathological", {"classes_per_client": 1}),
+        ("natural", {"writers_per_client": 2}),
+    ],
+)
 def test_own_data_takes_every_partition(tmp_path, scheme, kw):
     small_npz(tmp_path / "d.npz", n=90)
     d = load_dataset("tensors", tmp_path / "d.npz")
@@ -87,21 +109,45 @@ def test_own_data_takes_every_partition(tmp_path, scheme, kw):
         assert len(idx) == len(d.train_y)
 
 
-@pytest.mark.parametrize("make, needle", [
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), labels=np.zeros(4, int)), "no 'y' array (it holds: labels, x)"),
-    (lambda p: np.savez(p, x=np.full((4, 2), np.nan, np.float32), y=np.zeros(4, int)), "NaN"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.zeros(4, np.float32)), "'y' is float32"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.zeros(3, int)), "expected 4 integer labels"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, -1])), "negative label"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), x_test=np.zeros((2, 2), np.float32)),
-     "without its partner"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), x_test=np.zeros((2, 3), np.float32),
-                        y_test=np.array([0, 1])), "one sample shape"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), writers=np.zeros(3, int)), "writer ids"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), num_classes=np.array(1)), "num_classes"),
-    (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.zeros(4, int)), "one class"),
-    (lambda p: p.write_bytes(b"not a zip"), "not a zip archive"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (
+            lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), labels=np.zeros(4, int)),
+            "no 'y' array (it holds: labels, x)",
+        ),
+        (lambda p: np.savez(p, x=np.full((4, 2), np.nan, np.float32), y=np.zeros(4, int)), "NaN"),
+        (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.zeros(4, np.float32)), "'y' is float32"),
+        (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.zeros(3, int)), "expected 4 integer labels"),
+        (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, -1])), "negative label"),
+        (
+            lambda p: np.savez(
+                p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), x_test=np.zeros((2, 2), np.float32)
+            ),
+            "without its partner",
+        ),
+        (
+            lambda p: np.savez(
+                p,
+                x=np.zeros((4, 2), np.float32),
+                y=np.array([0, 1, 0, 1]),
+                x_test=np.zeros((2, 3), np.float32),
+                y_test=np.array([0, 1]),
+            ),
+            "one sample shape",
+        ),
+        (
+            lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), writers=np.zeros(3, int)),
+            "writer ids",
+        ),
+        (
+            lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.array([0, 1, 0, 1]), num_classes=np.array(1)),
+            "num_classes",
+        ),
+        (lambda p: np.savez(p, x=np.zeros((4, 2), np.float32), y=np.zeros(4, int)), "one class"),
+        (lambda p: p.write_bytes(b"not a zip"), "not a zip archive"),
+    ],
+)
 def test_bad_tensor_files_exit_3_naming_the_file(tmp_path, capsys, make, needle):
     f = tmp_path / "bad.npz"
     make(f)
@@ -115,8 +161,12 @@ def test_bad_tensor_files_exit_3_naming_the_file(tmp_path, capsys, make, needle)
 def test_bad_pt_files(tmp_path):
     torch.save([1, 2], tmp_path / "list.pt")
     (tmp_path / "junk.pt").write_bytes(b"junk")
-    for f, needle in ((tmp_path / "list.pt", "holds a list, not a dict"), (tmp_path / "junk.pt", "not a readable .pt"),
-                      (tmp_path / "x.csv", "not found"), (tmp_path, "is a folder")):
+    for f, needle in (
+        (tmp_path / "list.pt", "holds a list, not a dict"),
+        (tmp_path / "junk.pt", "not a readable .pt"),
+        (tmp_path / "x.csv", "not found"),
+        (tmp_path, "is a folder"),
+    ):
         with pytest.raises(DataError) as e:
             load_dataset("tensors", f)
         assert str(f) in str(e.value) and needle in str(e.value), str(e.value)
@@ -138,7 +188,7 @@ def test_imagefolder_layout_labels_and_standardization(tmp_path):
     assert d.source["classes"] == ["bird", "cat"] and d.num_classes == 2 and d.input_shape == (1, 2, 2)
     assert d.train_y.tolist() == [0, 0, 1, 1] and d.test_y.tolist() == [1]
     # training pixels 0.4, 0.6, 0, 0.2 (/255): mean 0.3, population std sqrt(0.05)
-    mean, std = 0.3, math.sqrt(((0.1) ** 2 + 0.3 ** 2 + 0.3 ** 2 + 0.1 ** 2) / 4)
+    mean, std = 0.3, math.sqrt(((0.1) ** 2 + 0.3**2 + 0.3**2 + 0.1**2) / 4)
     assert d.source["normalization"]["mean"] == pytest.approx([mean])
     assert d.source["normalization"]["std"] == pytest.approx([std])
     assert d.train_x[:, 0, 0, 0].tolist() == pytest.approx([(v - mean) / std for v in (0.4, 0.6, 0.0, 0.2)], abs=1e-6)
@@ -160,24 +210,45 @@ def test_imagefolder_without_train_folder_rgb_and_holdout(tmp_path):
     assert len(d.test_y) == 6
 
 
-@pytest.mark.parametrize("build, needle", [
-    (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))) or png(r / "train" / "b" / "1.png", np.zeros((3, 2))),
-     "image is 2x3; expected 2x2"),
-    (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))) or (r / "train" / "b").mkdir(), "no image files"),
-    (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))) or (r / "train" / "b").mkdir()
-     or (r / "train" / "b" / "x.png").write_bytes(b"junk"), "cannot read the image"),
-    (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))) or png(r / "train" / "b" / "1.png", np.zeros((2, 2)))
-     or png(r / "test" / "zebra" / "1.png", np.zeros((2, 2))), "a test class with no training folder"),
-    (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))), "one class folder"),
-    (lambda r: None, "not found"),
-])
+@pytest.mark.parametrize(
+    "build, needle",
+    [
+        (
+            lambda r: (
+                png(r / "train" / "a" / "1.png", np.zeros((2, 2))) or png(r / "train" / "b" / "1.png", np.zeros((3, 2)))
+            ),
+            "image is 2x3; expected 2x2",
+        ),
+        (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))) or (r / "train" / "b").mkdir(), "no image files"),
+        (
+            lambda r: (
+                png(r / "train" / "a" / "1.png", np.zeros((2, 2)))
+                or (r / "train" / "b").mkdir()
+                or (r / "train" / "b" / "x.png").write_bytes(b"junk")
+            ),
+            "cannot read the image",
+        ),
+        (
+            lambda r: (
+                png(r / "train" / "a" / "1.png", np.zeros((2, 2)))
+                or png(r / "train" / "b" / "1.png", np.zeros((2, 2)))
+                or png(r / "test" / "zebra" / "1.png", np.zeros((2, 2)))
+            ),
+            "a test class with no training folder",
+        ),
+        (lambda r: png(r / "train" / "a" / "1.png", np.zeros((2, 2))), "one class folder"),
+        (lambda r: None, "not found"),
+    ],
+)
 def test_bad_imagefolders_exit_3(tmp_path, capsys, build, needle):
     root = tmp_path / "imgs"
     build(root)
     with pytest.raises(DataError) as e:
         load_dataset("imagefolder", root)
     assert needle in str(e.value) and str(root) in str(e.value), str(e.value)
-    code, _, err = cli(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--out", str(tmp_path / "run")], capsys)
+    code, _, err = cli(
+        ["train", "--dataset", "imagefolder", "--data-dir", str(root), "--out", str(tmp_path / "run")], capsys
+    )
     assert code == 3 and needle in err and len(error_lines(err)) == 1, err
 
 
@@ -186,15 +257,53 @@ def test_train_and_partition_on_own_data_cli(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for i in range(48):
         png(root / "train" / f"c{i % 3}" / f"w{i % 8}" / f"{i}.png", rng.integers(0, 256, (6, 6)))
-    code, _, err = cli(["partition", "--dataset", "imagefolder", "--data-dir", str(root), "--partition", "natural",
-                             "--writers-per-client", "2", "--clients", "4", "--out", str(tmp_path / "p.json")], capsys)
+    code, _, err = cli(
+        [
+            "partition",
+            "--dataset",
+            "imagefolder",
+            "--data-dir",
+            str(root),
+            "--partition",
+            "natural",
+            "--writers-per-client",
+            "2",
+            "--clients",
+            "4",
+            "--out",
+            str(tmp_path / "p.json"),
+        ],
+        capsys,
+    )
     assert code == 0, err
-    code, out, err = cli(["train", "--dataset", "imagefolder", "--data-dir", str(root), "--partition-file",
-                               str(tmp_path / "p.json"), "--iterations", "10", "--tau", "5", "--threads", "1", "--json",
-                               "--out", str(tmp_path / "run")], capsys)
+    code, out, err = cli(
+        [
+            "train",
+            "--dataset",
+            "imagefolder",
+            "--data-dir",
+            str(root),
+            "--partition-file",
+            str(tmp_path / "p.json"),
+            "--iterations",
+            "10",
+            "--tau",
+            "5",
+            "--threads",
+            "1",
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capsys,
+    )
     assert code == 0, err
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert m["status"] == "completed" and m["dataset"]["classes"] == ["c0", "c1", "c2"] and m["partition"]["scheme"] == "natural"
+    assert (
+        m["status"] == "completed"
+        and m["dataset"]["classes"] == ["c0", "c1", "c2"]
+        and m["partition"]["scheme"] == "natural"
+    )
 
 
 # -------------------------------------------------------------------------------------------- model
@@ -292,8 +401,13 @@ def test_own_model_from_a_file_and_a_module_with_fedlama_layer_accounting(factor
         assert code == 0, err
     layers = read_csv(factories / "r1" / "layers.csv")
     # digits: 8x8 = 64 inputs; the module's own scalar first (named_parameters order), Linear(64, 16), Linear(16, 10)
-    assert [(r["name"], int(r["numel"])) for r in layers] == [("temperature", 1), ("fc1.weight", 1024), ("fc1.bias", 16),
-                                                              ("fc2.weight", 160), ("fc2.bias", 10)]
+    assert [(r["name"], int(r["numel"])) for r in layers] == [
+        ("temperature", 1),
+        ("fc1.weight", 1024),
+        ("fc1.bias", 16),
+        ("fc2.weight", 160),
+        ("fc2.bias", 10),
+    ]
     # FedAvg, tau 5, 20 iterations: every layer synchronized 4 times; Eq. 8 sum of numel x syncs
     assert all(int(r["syncs"]) == 4 for r in layers)
     m = json.loads((factories / "r1" / "manifest.json").read_text())
@@ -317,20 +431,23 @@ def test_own_model_equal_to_the_builtin_mlp_gives_the_same_fedlama_run(factories
     assert len(read_csv(factories / "own" / "intervals.csv")) > 0
 
 
-@pytest.mark.parametrize("ref, needle", [
-    ("mymodels.py:", "expected package.module:Factory or path/to/file.py:Factory"),
-    ("mymodels.py:Nope", "has no 'Nope' (it defines: Itemy, Net, Zoo"),
-    ("missing.py:Net", "file missing.py not found"),
-    ("no_such_module:Net", "importing module no_such_module failed (ModuleNotFoundError"),
-    ("broken.py:Net", "importing broken.py failed (SyntaxError"),
-    ("mymodels.py:NOT_CALLABLE", "is a int, not a callable factory"),
-    ("mymodels.py:returns_int", "returned an object of type int; expected a torch.nn.Module"),
-    ("mymodels.py:raises", "raised ValueError: no such architecture"),
-    ("mymodels.py:wrong_logits", "to [2, 11]; expected logits [2, 10]"),
-    ("mymodels.py:frozen", "no trainable parameters"),
-    ("mymodels.py:Itemy", "does not run under torch.func.vmap"),
-    ("resnet99", "unknown model 'resnet99'"),
-])
+@pytest.mark.parametrize(
+    "ref, needle",
+    [
+        ("mymodels.py:", "expected package.module:Factory or path/to/file.py:Factory"),
+        ("mymodels.py:Nope", "has no 'Nope' (it defines: Itemy, Net, Zoo"),
+        ("missing.py:Net", "file missing.py not found"),
+        ("no_such_module:Net", "importing module no_such_module failed (ModuleNotFoundError"),
+        ("broken.py:Net", "importing broken.py failed (SyntaxError"),
+        ("mymodels.py:NOT_CALLABLE", "is a int, not a callable factory"),
+        ("mymodels.py:returns_int", "returned an object of type int; expected a torch.nn.Module"),
+        ("mymodels.py:raises", "raised ValueError: no such architecture"),
+        ("mymodels.py:wrong_logits", "to [2, 11]; expected logits [2, 10]"),
+        ("mymodels.py:frozen", "no trainable parameters"),
+        ("mymodels.py:Itemy", "does not run under torch.func.vmap"),
+        ("resnet99", "unknown model 'resnet99'"),
+    ],
+)
 def test_bad_own_models_exit_2(factories, capsys, ref, needle):
     code, _, err = cli(["train", "--model", ref, "--out", "bad"] + BASE, capsys)
     assert code == 2 and needle in err and len(error_lines(err)) == 1 and "Traceback" not in err, err
@@ -344,8 +461,10 @@ def test_factory_options_and_the_loop_trainer(factories, capsys):
 
 def test_recipes_take_own_data_and_model(factories, capsys):
     small_npz(factories / "d.npz", n=80, classes=4)
-    (factories / "r.toml").write_text('dataset = "tensors"\ndata_dir = "d.npz"\nmodel = "mymodels.py:Net"\npartition = "natural"\n'
-                                      'writers_per_client = 3\nclients = 4\niterations = 10\ntau = 5\nthreads = 1\n')
+    (factories / "r.toml").write_text(
+        'dataset = "tensors"\ndata_dir = "d.npz"\nmodel = "mymodels.py:Net"\npartition = "natural"\n'
+        "writers_per_client = 3\nclients = 4\niterations = 10\ntau = 5\nthreads = 1\n"
+    )
     code, _, err = cli(["train", "--recipe", "r.toml", "--out", "rr", "--quiet"], capsys)
     assert code == 0, err
     m = json.loads((factories / "rr" / "manifest.json").read_text())

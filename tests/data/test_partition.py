@@ -297,12 +297,21 @@ def test_hash_is_the_sha256_of_the_canonical_json():
     config = {"scheme": "iid", "alpha": None, "seed": 3, "x": 0.25, "name": "d\u00e9j\u00e0"}
     train = [np.array([5, 1, 9], dtype=np.int64), np.array([], dtype=np.int64), [2, 0]]
     for test in (None, [np.array([3]), [], np.array([4, 6], dtype=np.int32)]):
-        content = {"config": config, "train": [[int(v) for v in t] for t in train],
-                   "test": None if test is None else [[int(v) for v in t] for t in test]}
+        content = {
+            "config": config,
+            "train": [[int(v) for v in t] for t in train],
+            "test": None if test is None else [[int(v) for v in t] for t in test],
+        }
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
         assert partition_hash(config, train, test) == hashlib.sha256(text.encode("utf-8")).hexdigest()
-    assert partition_hash(config, [], None) == hashlib.sha256(
-        ('{"config":' + json.dumps(config, sort_keys=True, separators=(",", ":")) + ',"test":null,"train":[]}').encode()).hexdigest()
+    assert (
+        partition_hash(config, [], None)
+        == hashlib.sha256(
+            (
+                '{"config":' + json.dumps(config, sort_keys=True, separators=(",", ":")) + ',"test":null,"train":[]}'
+            ).encode()
+        ).hexdigest()
+    )
 
 
 def test_load_tampered(tmp_path):

@@ -17,8 +17,15 @@ from fedcli.data.setup import load_data, load_data_and_partition
 from fedcli.errors import ConfigError
 
 
-def pfllib_pat(labels: np.ndarray, num_clients: int, num_classes: int, class_per_client: int, balance: bool,
-               seed: int, train_size: float = 0.75):
+def pfllib_pat(
+    labels: np.ndarray,
+    num_clients: int,
+    num_classes: int,
+    class_per_client: int,
+    balance: bool,
+    seed: int,
+    train_size: float = 0.75,
+):
     """PFLlib's 'pat' split then its per-client train/test split; returns (train, test) index sets per client."""
     from sklearn.model_selection import train_test_split  # here, not at collection: scikit-learn takes 1.3 s to import
 
@@ -29,17 +36,19 @@ def pfllib_pat(labels: np.ndarray, num_clients: int, num_classes: int, class_per
     dataidx_map = {}
     for i in range(num_classes):
         selected_clients = [c for c in range(num_clients) if class_num_per_client[c] > 0]
-        selected_clients = selected_clients[:int(np.ceil((num_clients / num_classes) * class_per_client))]
+        selected_clients = selected_clients[: int(np.ceil((num_clients / num_classes) * class_per_client))]
         num_all_samples = len(idx_for_each_class[i])
         num_per = num_all_samples / len(selected_clients)
         if balance:
             num_samples = [int(num_per) for _ in range(len(selected_clients) - 1)]
         else:
-            num_samples = np.random.randint(max(num_per / 10, 1 / num_classes), num_per, len(selected_clients) - 1).tolist()
+            num_samples = np.random.randint(
+                max(num_per / 10, 1 / num_classes), num_per, len(selected_clients) - 1
+            ).tolist()
         num_samples.append(num_all_samples - sum(num_samples))
         idx = 0
         for client, num_sample in zip(selected_clients, num_samples):
-            part = idx_for_each_class[i][idx:idx + num_sample]
+            part = idx_for_each_class[i][idx : idx + num_sample]
             dataidx_map[client] = part if client not in dataidx_map else np.append(dataidx_map[client], part, axis=0)
             idx += num_sample
             class_num_per_client[client] -= 1
@@ -53,9 +62,19 @@ def pfllib_pat(labels: np.ndarray, num_clients: int, num_classes: int, class_per
 
 
 def fedcli_split(data_dir: str, dataset: str, clients: int, k: int, rule: str, seed: int, **kw):
-    cfg = TrainConfig(dataset=dataset, data_dir=data_dir, clients=clients, partition="pathological",
-                      classes_per_client=k, pathological_rule=rule, client_test_split="pfllib",
-                      data_pool="train+test", client_test_fraction=0.25, seed=seed, **kw).validate()
+    cfg = TrainConfig(
+        dataset=dataset,
+        data_dir=data_dir,
+        clients=clients,
+        partition="pathological",
+        classes_per_client=k,
+        pathological_rule=rule,
+        client_test_split="pfllib",
+        data_pool="train+test",
+        client_test_fraction=0.25,
+        seed=seed,
+        **kw,
+    ).validate()
     return load_data_and_partition(cfg)
 
 
@@ -90,8 +109,14 @@ def test_mnist_slice_matches_pfllib(mnist_t10k):
 
 
 def test_shards_straddle_but_classes_do_not(mnist_t10k):
-    cfg = TrainConfig(dataset="mnist", data_dir=str(mnist_t10k), holdout_fraction=0.2, clients=20,
-                      partition="pathological", classes_per_client=2).validate()
+    cfg = TrainConfig(
+        dataset="mnist",
+        data_dir=str(mnist_t10k),
+        holdout_fraction=0.2,
+        clients=20,
+        partition="pathological",
+        classes_per_client=2,
+    ).validate()
     ds = load_data(cfg)
     y = ds.train_y.numpy()
     shards = make_partition(ds, "pathological", 20, 0, classes_per_client=2)
@@ -106,8 +131,17 @@ def test_defaults_keep_the_partition_and_its_hash():
 
     ds = load_dataset("digits")
     old = make_partition(ds, "pathological", 8, 3, classes_per_client=2, client_test_fraction=0.25)
-    new = make_partition(ds, "pathological", 8, 3, classes_per_client=2, client_test_fraction=0.25,
-                         pathological_rule="shards", client_test_split="fedcli", data_pool="train")
+    new = make_partition(
+        ds,
+        "pathological",
+        8,
+        3,
+        classes_per_client=2,
+        client_test_fraction=0.25,
+        pathological_rule="shards",
+        client_test_split="fedcli",
+        data_pool="train",
+    )
     assert old.hash == new.hash and "pathological_rule" not in old.config and "data_pool" not in old.config
 
 
@@ -131,5 +165,6 @@ def test_pool_needs_local_test_splits():
     with pytest.raises(ConfigError, match="client-test-fraction"):
         TrainConfig(data_pool="train+test").validate()
     with pytest.raises(ConfigError, match="no client with a class slot"):
-        make_partition(load_data(TrainConfig().validate()), "pathological", 3, 0, classes_per_client=2,
-                       pathological_rule="classes")
+        make_partition(
+            load_data(TrainConfig().validate()), "pathological", 3, 0, classes_per_client=2, pathological_rule="classes"
+        )

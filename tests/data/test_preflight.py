@@ -1,4 +1,5 @@
-"""The data check before a sweep starts (fedcli/data/preflight.py): files laid out by hand, states worked out by hand."""
+"""The data check before a sweep starts (fedcli/data/preflight.py): files laid out by hand, states worked out by
+hand."""
 
 import gzip
 import struct
@@ -27,7 +28,10 @@ def one(**kw):
 
 def test_idx_splits_holdout_and_magic(tmp_path):
     root = tmp_path / "mnist"
-    assert one(dataset="mnist", data_dir=str(root)).problem == "no MNIST files there (neither the training nor the test split)"
+    assert (
+        one(dataset="mnist", data_dir=str(root)).problem
+        == "no MNIST files there (neither the training nor the test split)"
+    )
     idx_images(root / "MNIST/raw/t10k-images-idx3-ubyte.gz")
     assert one(dataset="mnist", data_dir=str(root)).problem.startswith("only the MNIST test split is there")
     assert one(dataset="mnist", data_dir=str(root), holdout_fraction=0.2).ok  # the test split is the holdout pool
@@ -69,12 +73,20 @@ def test_cifar_femnist_tinyimagenet_agnews(tmp_path):
 
 
 def test_grouping_and_one_sentence_per_dataset(tmp_path):
-    runs = [(f"r{i} seed {s}", cfg(dataset=d, data_dir=p)) for i, (d, p) in
-            enumerate([("mnist", str(tmp_path / "m")), ("femnist", str(tmp_path / "f")), ("mnist", str(tmp_path / "m"))])
-            for s in (0, 1)]
+    runs = [
+        (f"r{i} seed {s}", cfg(dataset=d, data_dir=p))
+        for i, (d, p) in enumerate(
+            [("mnist", str(tmp_path / "m")), ("femnist", str(tmp_path / "f")), ("mnist", str(tmp_path / "m"))]
+        )
+        for s in (0, 1)
+    ]
     runs.append(("digits seed 0", cfg(dataset="digits")))
     checks = check_datasets(runs)
-    assert [(c.dataset, len(c.runs), c.ok) for c in checks] == [("mnist", 4, False), ("femnist", 2, False), ("digits", 1, True)]
+    assert [(c.dataset, len(c.runs), c.ok) for c in checks] == [
+        ("mnist", 4, False),
+        ("femnist", 2, False),
+        ("digits", 1, True),
+    ]
     assert checks[2].state() == "ok (generated, nothing on disk)"
     with pytest.raises(DataError) as e:
         refuse(checks)

@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from fedcli.data.datasets import load_dataset
-from fedcli.data.synthetic import (GeneratedRows, SyntheticSetting, SyntheticUsers, covariance_diagonal, generate_user,
-                                   materialize, open_user, user_stream)
+from fedcli.data.synthetic import (
+    GeneratedRows,
+    SyntheticSetting,
+    SyntheticUsers,
+    covariance_diagonal,
+    generate_user,
+    materialize,
+    open_user,
+    user_stream,
+)
 
 
 def test_size_is_the_first_draw_of_the_users_keyed_stream():
@@ -17,16 +25,18 @@ def test_size_is_the_first_draw_of_the_users_keyed_stream():
     setting = SyntheticSetting(alpha=0.5, beta=2.0, users=3, dim=4, classes=3, seed=7)
     rng = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(0, 2)))
     n = min(int(rng.lognormal(4.0, 2.0)) + 50, 5000)
-    u, big_b = rng.normal(0.0, 0.5), rng.normal(0.0, 2.0)
+    u, big_b = rng.normal(0.0, 0.5), rng.normal(0.0, 2.0)  # noqa: F841
     w = rng.normal(u, 1.0, (3, 4))
     k = open_user(setting, 2)
     assert k.n == n and k.n_train == int(0.8 * n) and np.array_equal(k.w, w)
-    assert np.array_equal(user_stream(7, 2).lognormal(4.0, 2.0, 1), np.random.default_rng(
-        np.random.SeedSequence(7, spawn_key=(0, 2))).lognormal(4.0, 2.0, 1))
+    assert np.array_equal(
+        user_stream(7, 2).lognormal(4.0, 2.0, 1),
+        np.random.default_rng(np.random.SeedSequence(7, spawn_key=(0, 2))).lognormal(4.0, 2.0, 1),
+    )
 
 
 def test_covariance_diagonal_by_hand():
-    assert np.allclose(covariance_diagonal(3), [1.0, 2.0 ** -1.2, 3.0 ** -1.2])
+    assert np.allclose(covariance_diagonal(3), [1.0, 2.0**-1.2, 3.0**-1.2])
     assert covariance_diagonal(3)[1] == pytest.approx(0.435275, abs=1e-6)
 
 
@@ -53,8 +63,8 @@ def test_heterogeneity_alpha_moves_the_models_and_beta_the_input_means(alpha, be
     # the mean of a user's W entries is u_k + N(0, 1/600): over users its spread is sqrt(alpha^2 + 1/600)
     w_means = np.array([k.w.mean() for k in users])
     v_means = np.array([k.v.mean() for k in users])  # B_k + N(0, 1/60)
-    assert w_means.std() == pytest.approx(np.sqrt(alpha ** 2 + 1 / 600), rel=0.12)
-    assert v_means.std() == pytest.approx(np.sqrt(beta ** 2 + 1 / 60), rel=0.12)
+    assert w_means.std() == pytest.approx(np.sqrt(alpha**2 + 1 / 600), rel=0.12)
+    assert v_means.std() == pytest.approx(np.sqrt(beta**2 + 1 / 60), rel=0.12)
     # within a user, W_k ~ N(u_k, 1) and v_k ~ N(B_k, 1) elementwise
     within_w = np.mean([k.w.std() for k in users])
     within_v = np.mean([k.v.std() for k in users])
@@ -82,8 +92,11 @@ def test_rows_on_demand_equal_the_generated_samples():
     setting = SyntheticSetting(users=6, dim=7, classes=5, seed=4)
     users = SyntheticUsers(setting, cache_mb=0.01)  # a cache of about one user: most reads generate again
     train, test = users.rows("train"), users.rows("test")
-    assert isinstance(train, GeneratedRows) and train.shape == (int(users.n_train.sum()), 7) and len(test) == int(
-        (users.sizes - users.n_train).sum())
+    assert (
+        isinstance(train, GeneratedRows)
+        and train.shape == (int(users.n_train.sum()), 7)
+        and len(test) == int((users.sizes - users.n_train).sum())
+    )
     whole_train, whole_test = train[:], test[:]
     ys = {"train": [], "test": []}
     for k in range(6):
@@ -94,7 +107,9 @@ def test_rows_on_demand_equal_the_generated_samples():
         assert torch.equal(whole_test[a:b], torch.from_numpy(d["test"][0].astype(np.float32)))
         for s in ys:
             ys[s].append(d[s][1])
-    assert np.array_equal(users.train_y, np.concatenate(ys["train"])) and np.array_equal(users.test_y, np.concatenate(ys["test"]))
+    assert np.array_equal(users.train_y, np.concatenate(ys["train"])) and np.array_equal(
+        users.test_y, np.concatenate(ys["test"])
+    )
     # indexing like a tensor: any shape, any order, repeated rows, ints, negative ints, slices
     idx = torch.tensor([[len(train) - 1, 0, 5], [5, 17, 3]])
     assert torch.equal(train[idx], whole_train[idx]) and train[idx].shape == (2, 3, 7)
@@ -104,7 +119,9 @@ def test_rows_on_demand_equal_the_generated_samples():
     assert users._held <= users.cache_bytes or len(users._cache) == 1
     with pytest.raises(IndexError):
         train[torch.tensor([len(train)])]
-    assert train.to("cpu") is train and materialize(train).shape == train.shape and materialize(whole_train) is whole_train
+    assert (
+        train.to("cpu") is train and materialize(train).shape == train.shape and materialize(whole_train) is whole_train
+    )
 
 
 def test_the_cache_is_bounded_and_not_pickled():
@@ -165,8 +182,13 @@ def test_generated_on_demand_under_mpiexec_equals_the_materialized_data(tmp_path
     script.write_text(RUN)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for mode in ("whole", "on-demand"):
-        p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(script), mode, str(tmp_path / mode)],
-                           env=env, capture_output=True, text=True, timeout=400)
+        p = subprocess.run(
+            [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(script), mode, str(tmp_path / mode)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
 
     def strip(path):

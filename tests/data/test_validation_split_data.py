@@ -37,7 +37,9 @@ def test_a_fraction_that_empties_a_class_is_refused():
 
 
 def cfg(**kw):
-    return TrainConfig(**{"dataset": "digits", "clients": 8, "partition": "dirichlet", "alpha": 0.5, "seed": 3, **kw}).validate()
+    return TrainConfig(
+        **{"dataset": "digits", "clients": 8, "partition": "dirichlet", "alpha": 0.5, "seed": 3, **kw}
+    ).validate()
 
 
 @pytest.mark.parametrize("extra", [{}, {"client_test_fraction": 0.2}, {"partition": "pathological"}])
@@ -104,8 +106,21 @@ def test_fedcli_partition_with_a_validation_split_leaves_it_out(tmp_path):
     from fedcli.data.partition import load_partition
 
     path = tmp_path / "p.json"
-    assert main(["partition", "--dataset", "digits", "--clients", "8", "--seed", "3", "--val-fraction", "0.15",
-                 "--out", str(path)]) in (0, None)
+    assert main(
+        [
+            "partition",
+            "--dataset",
+            "digits",
+            "--clients",
+            "8",
+            "--seed",
+            "3",
+            "--val-fraction",
+            "0.15",
+            "--out",
+            str(path),
+        ]
+    ) in (0, None)
     made = load_partition(path)
     dataset, part = load_data_and_partition(cfg(val_fraction=0.15))
     assert [t.tolist() for t in made.train] == [t.tolist() for t in part.train]

@@ -5,8 +5,28 @@ the trace fixes, so every round's time can be worked out by hand (docs/system-mo
 import csv
 
 TRACE = "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n1,28416,1220,2440,0.25\n"
-BASE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "2", "--active-ratio", "1",
-        "--batch-size", "16", "--eval-every", "1", "--device", "cpu", "--threads", "1", "--quiet"]
+BASE = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "2",
+    "--active-ratio",
+    "1",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def system(trace, *extra):

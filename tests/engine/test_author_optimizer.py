@@ -7,25 +7,39 @@
 - ``--lama-first-adjust`` is in test_schedules.py.
 """
 
-
 import pytest
 import torch
 
 from fedcli.comm.communicator import Communicator
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
-from fedcli.fl.view import PartView
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import AverageServer, SGDStep, decayed_tensors
 from fedcli.fl.slots import slot_of
 from fedcli.fl.store import ClientStore
+from fedcli.fl.view import PartView
 from fedcli.models import build_model, layer_info
 from fedcli.models.layers import LayerInfo
 from simkit import configurer
 
-BASE = dict(dataset="digits", model="mlp", mlp_hidden="16", clients=6, active_ratio=0.5, partition="dirichlet",
-            alpha=0.5, iterations=24, batch_size=16, lr=0.05, eval_every=12, device="cpu", tau=2, phi=2, threads=1)
+BASE = dict(
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="16",
+    clients=6,
+    active_ratio=0.5,
+    partition="dirichlet",
+    alpha=0.5,
+    iterations=24,
+    batch_size=16,
+    lr=0.05,
+    eval_every=12,
+    device="cpu",
+    tau=2,
+    phi=2,
+    threads=1,
+)
 config = configurer(BASE)
 
 
@@ -34,19 +48,28 @@ def test_decayed_tensors_femnist_cnn_and_resnet20():
     femnist = layer_info(build_model("femnist_cnn", (1, 28, 28), 62))
     assert decayed_tensors(femnist, "all") is None
     # conv/dense kernels + the output layer's bias; conv1.bias, conv2.bias, fc1.bias are not decayed
-    assert decayed_tensors(femnist, "kernels+final-bias") == {"conv1.weight", "conv2.weight", "fc1.weight", "fc2.weight",
-                                                               "fc2.bias"}
+    assert decayed_tensors(femnist, "kernels+final-bias") == {
+        "conv1.weight",
+        "conv2.weight",
+        "fc1.weight",
+        "fc2.weight",
+        "fc2.bias",
+    }
     resnet = layer_info(build_model("resnet20", (3, 32, 32), 10))
     got = decayed_tensors(resnet, "kernels+final-bias")
     assert "fc.weight" in got and "fc.bias" in got and "conv1.weight" in got and "layer3.0.shortcut.0.weight" in got
-    assert not any(".bn" in n or "shortcut.1" in n or n.startswith("bn1") for n in got)  # BatchNorm gamma/beta undecayed
+    assert not any(
+        ".bn" in n or "shortcut.1" in n or n.startswith("bn1") for n in got
+    )  # BatchNorm gamma/beta undecayed
     assert len(got) == 19 + 2 + 1 + 1  # 19 3x3 convs, 2 projection convs, fc.weight, and fc.bias
     assert len(got) == sum(li.kind == "kernel" for li in resnet) + 1
 
 
 def _cohort(values: dict[str, list], clients=(0,)):
-    params = {n: torch.tensor(v, dtype=torch.float32).unsqueeze(0).repeat(len(clients), *([1] * len(torch.tensor(v).shape)))
-              for n, v in values.items()}
+    params = {
+        n: torch.tensor(v, dtype=torch.float32).unsqueeze(0).repeat(len(clients), *([1] * len(torch.tensor(v).shape)))
+        for n, v in values.items()
+    }
     return Cohort(list(clients), torch.full((len(clients),), 1.0 / len(clients), dtype=torch.float64), params, {})
 
 
@@ -65,8 +88,10 @@ def test_weight_decay_on_kernels_and_final_bias_hand_worked():
     # a decayed x becomes x - 0.1 * 0.5 * x = 0.95 x, an undecayed one stays
     kinds = {"h.weight": "kernel", "h.bias": "bias", "o.weight": "kernel", "o.bias": "bias"}
     values = {"h.weight": [1.0, 2.0], "h.bias": [3.0], "o.weight": [4.0], "o.bias": [5.0]}
-    for on, expect in (("kernels+final-bias", {"h.weight": [0.95, 1.9], "h.bias": [3.0], "o.weight": [3.8], "o.bias": [4.75]}),
-                       ("all", {"h.weight": [0.95, 1.9], "h.bias": [2.85], "o.weight": [3.8], "o.bias": [4.75]})):
+    for on, expect in (
+        ("kernels+final-bias", {"h.weight": [0.95, 1.9], "h.bias": [3.0], "o.weight": [3.8], "o.bias": [4.75]}),
+        ("all", {"h.weight": [0.95, 1.9], "h.bias": [2.85], "o.weight": [3.8], "o.bias": [4.75]}),
+    ):
         step = SGDStep(_cfg(weight_decay=0.5, weight_decay_on=on))
         step.setup(_view(layers=_layers(kinds)))
         cohort = _cohort(values)
@@ -87,9 +112,15 @@ def test_keras_l2_is_twice_the_coefficient():
 def _view(layers=None, global_params=None, **kw):
     """The part interface of a run of one client store, on one process, with FedAvg's server."""
     cfg = _cfg(**kw)
-    return PartView.fake(seed=cfg.seed, store=ClientStore(), comm=Communicator(), layers=layers or _layers({"w": "kernel"}),
-                         global_params=global_params or {"w": torch.zeros(1)}, full_participation=False,
-                         parts={"server": AverageServer(cfg)})
+    return PartView.fake(
+        seed=cfg.seed,
+        store=ClientStore(),
+        comm=Communicator(),
+        layers=layers or _layers({"w": "kernel"}),
+        global_params=global_params or {"w": torch.zeros(1)},
+        full_participation=False,
+        parts={"server": AverageServer(cfg)},
+    )
 
 
 def _round(view, step, round_idx, cohort_ids, grads_of, steps=1, lr=1.0):
@@ -163,8 +194,14 @@ def test_author_step_equals_a_keras_sgd_reimplementation():
                 v[n] = mu * v[n] - lr * g
                 w[n] = w[n] + v[n]
 
-    view = _view(momentum=mu, weight_decay=2 * c, weight_decay_on="kernels+final-bias", momentum_persist="slot",
-                 layers=_layers(kinds), global_params={n: torch.zeros(len(x)) for n, x in start.items()})
+    view = _view(
+        momentum=mu,
+        weight_decay=2 * c,
+        weight_decay_on="kernels+final-bias",
+        momentum_persist="slot",
+        layers=_layers(kinds),
+        global_params={n: torch.zeros(len(x)) for n, x in start.items()},
+    )
     step = SGDStep(_cfg(momentum=mu, weight_decay=2 * c, weight_decay_on="kernels+final-bias", momentum_persist="slot"))
     step.setup(view)
     x = {n: torch.tensor(vv) for n, vv in start.items()}
@@ -238,10 +275,42 @@ def test_author_options_identical_under_mpi(tmp_path):
         pytest.skip("mpiexec not installed")
     # an MLP: a BatchNorm model amplifies the all-reduce's float rounding (summation order differs with the
     # process count) into visible differences within a few steps, with or without these options
-    args = ["train", "--dataset", "digits", "--model", "mlp", "--clients", "6", "--active-ratio", "0.5", "--algo", "fedlama",
-            "--tau", "2", "--phi", "2", "--iterations", "16", "--eval-every", "4", "--batch-size", "8", "--lr", "0.05",
-            "--momentum", "0.9", "--momentum-persist", "slot", "--weight-decay", "2e-4", "--weight-decay-on",
-            "kernels+final-bias", "--lama-first-adjust", "0", "--quiet"]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--clients",
+        "6",
+        "--active-ratio",
+        "0.5",
+        "--algo",
+        "fedlama",
+        "--tau",
+        "2",
+        "--phi",
+        "2",
+        "--iterations",
+        "16",
+        "--eval-every",
+        "4",
+        "--batch-size",
+        "8",
+        "--lr",
+        "0.05",
+        "--momentum",
+        "0.9",
+        "--momentum-persist",
+        "slot",
+        "--weight-decay",
+        "2e-4",
+        "--weight-decay-on",
+        "kernels+final-bias",
+        "--lama-first-adjust",
+        "0",
+        "--quiet",
+    ]
     assert main([*args, "--out", str(tmp_path / "n1")]) == 0
     p = mpirun(2, [*args, "--out", str(tmp_path / "n2")])
     assert p.returncode == 0, p.stderr
@@ -262,11 +331,50 @@ def test_resume_carries_slot_momentum_and_statistics(tmp_path, monkeypatch, caps
     from fedcli.results import checkpoint
     from runkit import interrupted, rows
 
-    args = ["train", "--dataset", "digits", "--model", "resnet20", "--clients", "6", "--active-ratio", "0.5", "--algo",
-            "fedlama", "--iterations", "24", "--tau", "2", "--phi", "2", "--batch-size", "8", "--lr", "0.05", "--momentum",
-            "0.9", "--momentum-persist", "slot", "--weight-decay", "2e-4", "--weight-decay-on", "kernels+final-bias",
-            "--bn-buffers", "never", "--lama-first-adjust", "0", "--eval-every", "4", "--checkpoint-every", "2",
-            "--device", "cpu", "--threads", "1", "--quiet"]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "resnet20",
+        "--clients",
+        "6",
+        "--active-ratio",
+        "0.5",
+        "--algo",
+        "fedlama",
+        "--iterations",
+        "24",
+        "--tau",
+        "2",
+        "--phi",
+        "2",
+        "--batch-size",
+        "8",
+        "--lr",
+        "0.05",
+        "--momentum",
+        "0.9",
+        "--momentum-persist",
+        "slot",
+        "--weight-decay",
+        "2e-4",
+        "--weight-decay-on",
+        "kernels+final-bias",
+        "--bn-buffers",
+        "never",
+        "--lama-first-adjust",
+        "0",
+        "--eval-every",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(args + ["--out", str(ref)]) == 0
     assert interrupted(monkeypatch, capsys, run, 3, signal.SIGINT, args)[0] == 130

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from fedcli.cli.main import main
-
 from paperdata import write_cifar10, write_femnist
 
 
@@ -24,8 +23,30 @@ def cli(*args) -> int:
 def test_bench_device_cpu_femnist_measures_every_path(tmp_path, capsys):
     femnist = write_femnist(tmp_path / "femnist", writers=8, per_writer=8)
     out = tmp_path / "bench.json"
-    assert cli("bench", "--device", "cpu", "--data-dir", femnist, "--clients", 4, "--batch", 4, "--iterations", "1,3",
-               "--concurrent", "1", "--concurrent-iterations", 2, "--steps", 1, "--json", out) == 0
+    assert (
+        cli(
+            "bench",
+            "--device",
+            "cpu",
+            "--data-dir",
+            femnist,
+            "--clients",
+            4,
+            "--batch",
+            4,
+            "--iterations",
+            "1,3",
+            "--concurrent",
+            "1",
+            "--concurrent-iterations",
+            2,
+            "--steps",
+            1,
+            "--json",
+            out,
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     info = json.loads(out.read_text())
     r = info["workloads"]["femnist-cnn"]
@@ -35,9 +56,11 @@ def test_bench_device_cpu_femnist_measures_every_path(tmp_path, capsys):
     # drown in noise, and is then None (never negative), with its ratios
     for key in ("fedcli_vmap_fp32_ms", "fedcli_loop_fp32_ms", "fedcli_vmap_bf16_ms", "fedcli_loop_bf16_ms"):
         assert r[key] is None or r[key] > 0, key
-    for ratio, (a, b) in {"vmap_over_bare_fp32": ("fedcli_vmap_fp32_ms", "bare_vmap_fp32_ms"),
-                          "loop_over_plain_fp32": ("fedcli_loop_fp32_ms", "plain_loop_fp32_ms"),
-                          "bf16_speedup_vmap": ("fedcli_vmap_fp32_ms", "fedcli_vmap_bf16_ms")}.items():
+    for ratio, (a, b) in {
+        "vmap_over_bare_fp32": ("fedcli_vmap_fp32_ms", "bare_vmap_fp32_ms"),
+        "loop_over_plain_fp32": ("fedcli_loop_fp32_ms", "plain_loop_fp32_ms"),
+        "bf16_speedup_vmap": ("fedcli_vmap_fp32_ms", "fedcli_vmap_bf16_ms"),
+    }.items():
         assert r[ratio] == (None if r[a] is None else pytest.approx(r[a] / r[b])), ratio
     assert r["ops_per_iteration"] > 0 and r["kernels_per_iteration"] is None
     assert r["throughput_vs_one"] == {"1": 1.0} and r["concurrent_wall_s"]["1"] > 0
@@ -57,8 +80,14 @@ def test_per_iteration_takes_the_least_of_repeats_and_never_reports_a_negative_t
     r = {"fedcli_vmap_fp32_ms": None, "bare_vmap_fp32_ms": 2.0, "fedcli_loop_fp32_ms": 6.0, "plain_loop_fp32_ms": 3.0}
     bench_gpu.ratios(r, ("fp32",))
     assert r["vmap_over_bare_fp32"] is None and r["loop_over_plain_fp32"] == 2.0
-    info = {"device": "cpu", "gpu": None, "torch": "x", "clients": 2, "batch": 2,
-            "workloads": {"w": {**r, "kernels_per_iteration": None, "ops_per_iteration": 3.0, "throughput_vs_one": {}}}}
+    info = {
+        "device": "cpu",
+        "gpu": None,
+        "torch": "x",
+        "clients": 2,
+        "batch": 2,
+        "workloads": {"w": {**r, "kernels_per_iteration": None, "ops_per_iteration": 3.0, "throughput_vs_one": {}}},
+    }
     text = "\n".join(bench_gpu.lines(info))
     assert "fedcli_vmap_fp32         not measured" in text and "vmap_over_bare_fp32      n/a" in text
 

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from fedcli.sweep import estimate as est
-from fedcli.runner import estimate_work
 from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.fl.budget import plan_run, schedule_round_length
 from fedcli.fl.engine import Simulation
+from fedcli.runner import estimate_work
+from fedcli.sweep import estimate as est
 from simkit import PERSONAL_BASE
 
 
@@ -26,8 +26,8 @@ def train_config(**kw):
 
 # ------------------------------------------------------------------ the schedules' round lengths
 def test_round_length_of_every_schedule():
-    assert schedule_round_length(train_config(algo="fedavg", tau=4)) == 4                       # periodic: tau
-    assert schedule_round_length(train_config(algo="fedlama", tau=2, phi=3)) == 6               # FedLAMA: phi * tau'
+    assert schedule_round_length(train_config(algo="fedavg", tau=4)) == 4  # periodic: tau
+    assert schedule_round_length(train_config(algo="fedlama", tau=2, phi=3)) == 6  # FedLAMA: phi * tau'
     assert schedule_round_length(train_config(algo="fedavg", schedule="lama", tau=2, phi=3)) == 6  # --schedule wins
     assert schedule_round_length(train_config(algo="fedlama", schedule="lama-accelerate", tau=4, phi=2)) == 4  # tau'
 
@@ -58,7 +58,7 @@ SIZES = [25, 30, 7, 40]  # batch 10, one epoch: 3, 3, 1 (a padded batch), 4 step
 def test_local_epochs_full_participation():
     p = plan_run(cfg(rounds=2, local_epochs=1.0), round_length=5, sizes=SIZES)
     assert p.steps == (3, 3, 1, 4) and p.per_client
-    assert (p.rounds, p.iterations, p.client_steps) == (2, 8, 22)   # rounds of max 4 iterations, 11 steps a round
+    assert (p.rounds, p.iterations, p.client_steps) == (2, 8, 22)  # rounds of max 4 iterations, 11 steps a round
     assert p.round_steps(0, [0, 1, 2, 3]) == 4 and p.client_round_steps([2, 0], 4) == [1, 3]
     # --iterations 10: rounds of 4 iterations until 10 are reached, the last not cut: 3 rounds, 12 iterations
     p = plan_run(cfg(iterations=10, local_epochs=1.0), round_length=5, sizes=SIZES)
@@ -66,7 +66,9 @@ def test_local_epochs_full_participation():
     assert p.round_steps(8, [0, 1, 2, 3]) == 4 and not p.done(2, 8) and p.done(3, 12)
     p = plan_run(cfg(rounds=1, local_epochs=1.0, drop_last=True), round_length=5, sizes=SIZES)
     assert p.steps == (2, 3, 1, 4) and p.client_steps == 10
-    p = plan_run(cfg(rounds=1, local_epochs=0.5), round_length=5, sizes=SIZES)  # ceil(1.25), ceil(1.5), ceil(0.35), ceil(2)
+    p = plan_run(
+        cfg(rounds=1, local_epochs=0.5), round_length=5, sizes=SIZES
+    )  # ceil(1.25), ceil(1.5), ceil(0.35), ceil(2)
     assert p.steps == (2, 2, 1, 2) and p.client_steps == 7
 
 
@@ -133,16 +135,24 @@ def test_fedphp_and_apple_take_the_plans_rounds(data):
 
 def test_the_round_length_is_the_schedule_specs_and_the_planner_imports_no_torch():
     """Issue 60: a schedule declares its round length in its spec (``round_length=``), so the budget planner learns it
-    without importing a torch class. By hand: FedLAMA phi * tau' = 3 * 4 = 12; its accelerate variant and FedAvg tau' = 4."""
+    without importing a torch class. By hand: FedLAMA phi * tau' = 3 * 4 = 12; its accelerate variant and FedAvg tau' =
+    4."""
     import subprocess
     import sys
     from pathlib import Path
 
-    code = ("import sys; from fedcli.config import TrainConfig; from fedcli.fl.budget import schedule_round_length as r; "
-            "print(r(TrainConfig(algo='fedlama', tau=4, phi=3)), r(TrainConfig(algo='fedlama', schedule='lama-accelerate', "
-            "tau=4, phi=3)), r(TrainConfig(algo='fedavg', tau=4)), 'torch' in sys.modules)")
+    code = (
+        "import sys; from fedcli.config import TrainConfig; from fedcli.fl.budget import schedule_round_length as r; "
+        "print(r(TrainConfig(algo='fedlama', tau=4, phi=3)), r(TrainConfig(algo='fedlama', schedule='lama-accelerate', "
+        "tau=4, phi=3)), r(TrainConfig(algo='fedavg', tau=4)), 'torch' in sys.modules)"
+    )
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["12", "4", "4", "False"]

@@ -19,9 +19,42 @@ from fedcli.cli.main import main
 from fedcli.results import checkpoint
 
 # 6 rounds of 2 iterations, a metrics row every round, a checkpoint every round (keep 3)
-ARGS = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "6", "--active-ratio", "0.5",
-        "--algo", "fedlama", "--tau", "1", "--phi", "2", "--iterations", "12", "--batch-size", "16", "--lr", "0.05",
-        "--eval-every", "2", "--checkpoint-every", "1", "--keep-checkpoints", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+ARGS = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "1",
+    "--phi",
+    "2",
+    "--iterations",
+    "12",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--keep-checkpoints",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def run_main(args, capsys):
@@ -63,7 +96,7 @@ def flip_bit_in_largest_tensor(path: Path, bit: int = 0, offset: int = 17) -> No
     with zipfile.ZipFile(path) as z:
         info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     raw = bytearray(path.read_bytes())
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
     start = info.header_offset + 30 + name_len + extra_len
     assert info.compress_type == zipfile.ZIP_STORED and info.file_size > offset
     raw[start + offset] ^= 1 << bit

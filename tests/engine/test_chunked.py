@@ -19,9 +19,37 @@ from runkit import MPIEXEC, mpirun_each, run_forked
 
 ROOT = Path(__file__).resolve().parents[2]
 # 20 clients, 7 a round: under two processes 4 + 3 (or 3 + 4) clients, so chunks of 3 give one process an empty chunk
-RUN = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "20", "--active-ratio", "0.35",
-       "--rounds", "3", "--tau", "3", "--batch-size", "8", "--client-test-fraction", "0.25", "--eval-every", "1",
-       "--device", "cpu", "--threads", "1", "--workers", "1", "--seed", "3", "--quiet"]
+RUN = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "20",
+    "--active-ratio",
+    "0.35",
+    "--rounds",
+    "3",
+    "--tau",
+    "3",
+    "--batch-size",
+    "8",
+    "--client-test-fraction",
+    "0.25",
+    "--eval-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "3",
+    "--quiet",
+]
 
 
 def rows(path: Path) -> list[dict]:
@@ -46,8 +74,23 @@ def test_a_chunked_round_is_the_whole_round_bitwise(algo, tmp_path):
     """Ditto (its personalized models in the store, on disk) and FedAvg with momentum: chunks of 3 (7 clients a round:
     3 + 3 + 1) and of 1 give the whole-cohort run's metrics and model bytes."""
     for chunk in ("0", "3", "1"):
-        assert main(["train", "--algo", algo, *RUN, "--client-state", "disk", "--cohort-chunk", chunk,
-                     "--out", str(tmp_path / chunk)]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--algo",
+                    algo,
+                    *RUN,
+                    "--client-state",
+                    "disk",
+                    "--cohort-chunk",
+                    chunk,
+                    "--out",
+                    str(tmp_path / chunk),
+                ]
+            )
+            == 0
+        )
     for chunk in ("3", "1"):
         assert rows(tmp_path / "0" / "metrics.csv") == rows(tmp_path / chunk / "metrics.csv")
         assert (tmp_path / "0" / "model.pt").read_bytes() == (tmp_path / chunk / "model.pt").read_bytes()
@@ -95,13 +138,22 @@ def test_under_mpi_every_process_takes_as_many_chunks(tmp_path):
         pytest.skip("mpiexec not installed (make install brings mpich)")
     _, part = load_data_and_partition(TrainConfig(dataset="digits", clients=20, seed=3, client_test_fraction=0.25))
     sizes = [len(t) for t in part.train]
-    counts = [[math.ceil(len(assign_clients(sample_cohort(3, r, 20, 7), sizes, k, 2)) / 3) for k in range(2)] for r in range(3)]
+    counts = [
+        [math.ceil(len(assign_clients(sample_cohort(3, r, 20, 7), sizes, k, 2)) / 3) for k in range(2)]
+        for r in range(3)
+    ]
     assert any(a != b for a, b in counts)  # the case this test is about
     # one mpiexec runs the three: the whole cohort a round, then chunks of 3 with client state on disk and in memory
-    runs = {"whole": ["--client-state", "memory"], "disk": ["--client-state", "disk", "--cohort-chunk", "3"],
-            "memory": ["--client-state", "memory", "--cohort-chunk", "3"]}
-    p = mpirun_each(2, [["train", "--algo", "ditto", *RUN, *extra, "--out", str(tmp_path / name)] for name, extra in runs.items()],
-                    timeout=240)
+    runs = {
+        "whole": ["--client-state", "memory"],
+        "disk": ["--client-state", "disk", "--cohort-chunk", "3"],
+        "memory": ["--client-state", "memory", "--cohort-chunk", "3"],
+    }
+    p = mpirun_each(
+        2,
+        [["train", "--algo", "ditto", *RUN, *extra, "--out", str(tmp_path / name)] for name, extra in runs.items()],
+        timeout=240,
+    )
     assert p.returncode == 0, p.stderr
     whole = tmp_path / "whole"
     for state in ("disk", "memory"):

@@ -14,13 +14,33 @@ from fedcli.fl.engine import Simulation
 from paperdata import write_cifar10, write_cifar100
 
 
-@pytest.mark.parametrize("dataset,algo", [("cifar10", "fedavg"),  # the engine's local steps (engine.local_phase)
-                                          ("cifar100", "ditto")])  # and personal.local_sgd (Ditto's personal steps)
+@pytest.mark.parametrize(
+    "dataset,algo",
+    [
+        ("cifar10", "fedavg"),  # the engine's local steps (engine.local_phase)
+        ("cifar100", "ditto"),
+    ],
+)  # and personal.local_sgd (Ditto's personal steps)
 def test_cifar_trains_with_black_padding_per_channel(tmp_path, dataset, algo):
     (write_cifar10 if dataset == "cifar10" else write_cifar100)(tmp_path, n_train=40, n_test=10)
-    cfg = TrainConfig(algo=algo, dataset=dataset, data_dir=str(tmp_path), model="cnn4", clients=2, active_ratio=1.0,
-                      partition="iid", client_test_fraction=0.25, rounds=1, local_epochs=1.0 if algo == "ditto" else 0.0, tau=2, batch_size=8,
-                      lr=0.01, eval_every=1, device="cpu", threads=1).validate()
+    cfg = TrainConfig(
+        algo=algo,
+        dataset=dataset,
+        data_dir=str(tmp_path),
+        model="cnn4",
+        clients=2,
+        active_ratio=1.0,
+        partition="iid",
+        client_test_fraction=0.25,
+        rounds=1,
+        local_epochs=1.0 if algo == "ditto" else 0.0,
+        tau=2,
+        batch_size=8,
+        lr=0.01,
+        eval_every=1,
+        device="cpu",
+        threads=1,
+    ).validate()
     data, partition = load_data_and_partition(cfg)
     sim = Simulation(cfg).setup(data, partition)
     summary = sim.run()

@@ -6,18 +6,24 @@ import pytest
 import torch
 
 from fedcli.comm.communicator import Communicator
-from fedcli.fl.view import PartView
 from fedcli.fl.clientstate import BUFFERS, GLOBAL, ClientState
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.store import DiskStore, MemoryStore
+from fedcli.fl.view import PartView
 
 GLOB = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor(3.0, dtype=torch.float64)}
 BUF = {"bn.mean": torch.tensor([0.5])}
 
 
 def view_of(store):
-    return PartView.fake(global_params=GLOB, global_buffers=BUF, store=store, comm=Communicator(),
-                         full_participation=False, device=torch.device("cpu"))
+    return PartView.fake(
+        global_params=GLOB,
+        global_buffers=BUF,
+        store=store,
+        comm=Communicator(),
+        full_participation=False,
+        device=torch.device("cpu"),
+    )
 
 
 def cohort_of(clients, skipped=()):
@@ -40,10 +46,16 @@ def test_load_gives_the_default_then_what_was_saved_and_a_skipped_client_keeps_i
     rows = state.load(view, cohort_of([4, 9]))
     assert list(rows) == ["w", "b"] and rows["w"].shape == (2, 2) and rows["b"].dtype == torch.float64
     assert all(float(t.abs().sum()) == 0 for t in rows.values())
-    state.save(view, cohort_of([4, 9]), {"w": torch.tensor([[1.0, 1.0], [2.0, 2.0]]),
-                                         "b": torch.tensor([5.0, 6.0], dtype=torch.float64)})
-    state.save(view, cohort_of([4, 9], skipped={9}), {"w": torch.full((2, 2), 7.0),
-                                                      "b": torch.tensor([8.0, 9.0], dtype=torch.float64)})
+    state.save(
+        view,
+        cohort_of([4, 9]),
+        {"w": torch.tensor([[1.0, 1.0], [2.0, 2.0]]), "b": torch.tensor([5.0, 6.0], dtype=torch.float64)},
+    )
+    state.save(
+        view,
+        cohort_of([4, 9], skipped={9}),
+        {"w": torch.full((2, 2), 7.0), "b": torch.tensor([8.0, 9.0], dtype=torch.float64)},
+    )
     again = state.load(view, cohort_of([9, 4, 1]))
     assert again["w"].tolist() == [[2.0, 2.0], [7.0, 7.0], [0.0, 0.0]]  # 9 skipped: its old row; 1: the default
     assert again["b"].tolist() == [6.0, 8.0, 0.0]
@@ -53,8 +65,10 @@ def test_load_gives_the_default_then_what_was_saved_and_a_skipped_client_keeps_i
 def test_the_empty_cohort_is_handled_inside():
     view = view_of(MemoryStore())
     rows = ClientState("m.x").load(view, cohort_of([]))
-    assert {n: (tuple(t.shape), t.dtype) for n, t in rows.items()} == {"w": ((0, 2), torch.float32),
-                                                                        "b": ((0,), torch.float64)}
+    assert {n: (tuple(t.shape), t.dtype) for n, t in rows.items()} == {
+        "w": ((0, 2), torch.float32),
+        "b": ((0,), torch.float64),
+    }
     ClientState("m.x").save(view, cohort_of([]), rows)  # collective: a process without clients calls it too
     single = ClientState("s.p", (3,), dtype=torch.float64)
     assert single.load(view, []).shape == (0, 3)
@@ -69,13 +83,17 @@ def test_defaults_shapes_and_keys():
     own = ClientState("p", (3,), default=lambda c, zeros: zeros.index_fill_(0, torch.tensor(c), 1.0))
     assert own.load(view, [2, 0]).tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
     assert ClientState("h").load(view, [1], names={"w"}).keys() == {"w"}  # a subset of the tensors (FedRep's head)
-    assert ClientState("adaptive.m", sep="/").key("w") == "adaptive.m/w" and ClientState("apple.p", (3,)).key() == "apple.p"
+    assert (
+        ClientState("adaptive.m", sep="/").key("w") == "adaptive.m/w"
+        and ClientState("apple.p", (3,)).key() == "apple.p"
+    )
 
 
 def test_the_copies_a_part_declares_are_recorded_around_its_round():
     """Issue 60: copies a part sends every round are declared (``Cost(down=, up=)``, SCAFFOLD's c and c_i+ - c_i),
     and the engine records them around the part's round. By hand: 3 clients, a layer of 5 elements, 4 bytes each;
-    1 copy down before ``begin_round``, 2 up after ``end_round``: 3 x 3 x 5 x 4 = 180 bytes, 40 up and 20 down a client."""
+    1 copy down before ``begin_round``, 2 up after ``end_round``: 3 x 3 x 5 x 4 = 180 bytes, 40 up and 20 down a
+    client."""
     from fedcli.comm.ledger import Ledger
     from fedcli.fl import clientstate
     from fedcli.fl.parts import Part

@@ -22,8 +22,14 @@ GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 
 
 def test_cuda_spreads_processes_over_the_visible_gpus():
-    assert [str(resolve_device("cuda", r, count=4)) for r in range(6)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3",
-                                                                           "cuda:0", "cuda:1"]
+    assert [str(resolve_device("cuda", r, count=4)) for r in range(6)] == [
+        "cuda:0",
+        "cuda:1",
+        "cuda:2",
+        "cuda:3",
+        "cuda:0",
+        "cuda:1",
+    ]
     assert str(resolve_device("auto", 3, count=2)) == "cuda:1"
     assert str(resolve_device("auto", 3, count=0)) == "cpu" and str(resolve_device("cpu", 3, count=8)) == "cpu"
     assert str(resolve_device("cuda:2", 0, count=4)) == str(resolve_device("cuda:2", 3, count=4)) == "cuda:2"
@@ -49,8 +55,26 @@ def test_launcher_local_rank_variables():
 
 
 def test_the_manifest_records_every_process_device(tmp_path):
-    args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--rounds", "1",
-            "--device", "cpu", "--workers", "2", "--quiet", "--out", str(tmp_path / "w2")]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "8",
+        "--clients",
+        "4",
+        "--rounds",
+        "1",
+        "--device",
+        "cpu",
+        "--workers",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path / "w2"),
+    ]
     assert main(args) == 0
     man = json.loads((tmp_path / "w2" / "manifest.json").read_text())
     assert man["devices"] == [{"device": "cpu", "local_rank": 0}, {"device": "cpu", "local_rank": 1}]
@@ -63,9 +87,38 @@ def test_mpi_ranks_get_their_node_local_rank(tmp_path):
     if mpiexec is None:
         pytest.skip("mpiexec not installed")
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    p = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", "train", "--dataset", "digits",
-                        "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--rounds", "1", "--device", "cpu",
-                        "--quiet", "--out", str(tmp_path / "m")], env=env, capture_output=True, text=True, timeout=150)
+    p = subprocess.run(
+        [
+            mpiexec,
+            "-n",
+            "2",
+            sys.executable,
+            "-m",
+            "mpi4py",
+            "-m",
+            "fedcli",
+            "train",
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp",
+            "--mlp-hidden",
+            "8",
+            "--clients",
+            "4",
+            "--rounds",
+            "1",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--out",
+            str(tmp_path / "m"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert p.returncode == 0, p.stderr
     man = json.loads((tmp_path / "m" / "manifest.json").read_text())
     assert [d["local_rank"] for d in man["devices"]] == [0, 1]  # one node: MPI's shared-memory split
@@ -73,8 +126,24 @@ def test_mpi_ranks_get_their_node_local_rank(tmp_path):
     assert man["data_sharing"]["ranks"] == 2 and man["data_sharing"]["bytes"] >= 1797 * 64 * 4, man["data_sharing"]
 
 
-SMALL = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6", "--rounds", "2",
-         "--algo", "ditto", "--client-test-fraction", "0.25", "--quiet"]
+SMALL = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "6",
+    "--rounds",
+    "2",
+    "--algo",
+    "ditto",
+    "--client-test-fraction",
+    "0.25",
+    "--quiet",
+]
 
 
 @GPU
@@ -98,7 +167,22 @@ def test_gpu_cohort_chunks_match_the_whole_cohort(tmp_path):
     import csv
 
     for chunk in ("0", "1"):
-        assert main([*SMALL, "--device", "cuda", "--trainer", "vmap", "--cohort-chunk", chunk, "--out", str(tmp_path / chunk)]) == 0
+        assert (
+            main(
+                [
+                    *SMALL,
+                    "--device",
+                    "cuda",
+                    "--trainer",
+                    "vmap",
+                    "--cohort-chunk",
+                    chunk,
+                    "--out",
+                    str(tmp_path / chunk),
+                ]
+            )
+            == 0
+        )
     rows = [list(csv.DictReader(open(tmp_path / c / "metrics.csv"))) for c in ("0", "1")]
     for a, b in zip(*rows):
         for col in ("train_loss", "test_loss", "test_acc", "personal_acc"):

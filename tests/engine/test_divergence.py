@@ -14,13 +14,54 @@ from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation, sample_cohort
 from runkit import error_lines, rows
 
-BASE = dict(dataset="digits", model="mlp", mlp_hidden="32", clients=8, active_ratio=0.5, iterations=32, tau=2, phi=2,
-            batch_size=16, lr=0.05, eval_every=4, device="cpu", threads=1, checkpoint_every=0)
-ARGS = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
-        "--iterations", "32", "--tau", "2", "--phi", "2", "--batch-size", "16", "--lr", "0.05", "--eval-every", "4",
-        "--device", "cpu", "--threads", "1", "--quiet"]
+BASE = dict(
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="32",
+    clients=8,
+    active_ratio=0.5,
+    iterations=32,
+    tau=2,
+    phi=2,
+    batch_size=16,
+    lr=0.05,
+    eval_every=4,
+    device="cpu",
+    threads=1,
+    checkpoint_every=0,
+)
+ARGS = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "8",
+    "--active-ratio",
+    "0.5",
+    "--iterations",
+    "32",
+    "--tau",
+    "2",
+    "--phi",
+    "2",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "4",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 ROUND = 3
-VICTIM = sample_cohort(0, ROUND, 8, 4)[1]   # the second client of round 3's cohort (seed 0)
+VICTIM = sample_cohort(0, ROUND, 8, 4)[1]  # the second client of round 3's cohort (seed 0)
 
 
 def poison(monkeypatch, what="grad", round_idx=ROUND, client=VICTIM, step=2):
@@ -62,7 +103,9 @@ def test_stop_exits_4_naming_round_and_client(tmp_path, monkeypatch, capsys):
     code, err = run_main(ARGS + ["--out", str(out)], capsys)
     lines = error_lines(err)
     assert code == 4 and len(lines) == 1 and "Traceback" not in err
-    assert f"round {ROUND + 1}" in lines[0] and f"client {VICTIM}" in lines[0]  # round index 3 is the 4th round and "non-finite update" in lines[0]
+    assert (
+        f"round {ROUND + 1}" in lines[0] and f"client {VICTIM}" in lines[0]
+    )  # round index 3 is the 4th round and "non-finite update" in lines[0]
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "failed" and "DivergenceError" in man["error"]
     assert not (out / "model.pt").exists()
@@ -97,7 +140,9 @@ def test_skip_client_drops_the_update_and_records_it(tmp_path, monkeypatch, caps
 
 def test_skip_client_renormalizes_the_others(tmp_path):
     """Hand-computed: client 1 of 3 is dropped, the others are averaged with weights p_i / (p_0 + p_2)."""
-    cfg = TrainConfig(**{**BASE, "weighting": "samples", "on_diverge": "skip-client"}, out=str(tmp_path / "r")).validate()
+    cfg = TrainConfig(
+        **{**BASE, "weighting": "samples", "on_diverge": "skip-client"}, out=str(tmp_path / "r")
+    ).validate()
     sim = Simulation(cfg).setup()
     sim.sizes[:] = 0
     sim.sizes[[0, 1, 2]] = [10, 30, 30]
@@ -132,7 +177,9 @@ def test_stop_policy_leaves_global_untouched_in_synchronize(tmp_path):
     before = {n: t.clone() for n, t in sim.global_params.items()}
     last = sim.layers[-1].name
     cohort.params[last][1].fill_(float("-inf"))
-    with pytest.raises(DivergenceError, match=f"round 6, local step 2: client 1 has a non-finite update of {last}"):  # index 5: the 6th
+    with pytest.raises(
+        DivergenceError, match=f"round 6, local step 2: client 1 has a non-finite update of {last}"
+    ):  # index 5: the 6th
         sim.synchronize(cohort, list(range(len(sim.layers))), 2, [0] * len(sim.layers), round_end=True)
     assert all(torch.equal(before[n], sim.global_params[n]) for n in before)
 
@@ -142,7 +189,20 @@ def test_a_diverged_run_resumes_into_divergence_again(tmp_path, capsys):
     from the blown-up model and ended 'completed' at chance. No checkpoint holds that round now: a resume replays it
     and diverges again (exit 4), and the manifest stays diverged."""
     out = tmp_path / "blown"
-    args = ["train", "--algo", "fedavg", "--lr", "5", "--iterations", "200", "--eval-every", "50", "--out", str(out), "--quiet"]
+    args = [
+        "train",
+        "--algo",
+        "fedavg",
+        "--lr",
+        "5",
+        "--iterations",
+        "200",
+        "--eval-every",
+        "50",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     code, err = run_main(args, capsys)
     assert code == 4 and "training diverged in round 10 (iteration 50)" in err, err
     first = rows(out / "metrics.csv")

@@ -1,21 +1,33 @@
 """End-to-end properties of the simulator on scikit-learn digits (offline, seconds)."""
 
 import csv
-import math
 import json
+import math
 
 import pytest
 import torch
 
-from fedcli.runner import run_train
 from fedcli.config import TrainConfig
 from fedcli.fl.cohort import Cohort, client_batches
 from fedcli.fl.engine import Simulation, sample_cohort
-from lama_ref import author_rule
 from fedcli.fl.rng import torch_gen
+from fedcli.runner import run_train
+from lama_ref import author_rule
 
-BASE = dict(dataset="digits", model="mlp", mlp_hidden="64,64", clients=8, active_ratio=0.5, partition="dirichlet",
-            alpha=0.5, iterations=48, batch_size=16, lr=0.05, eval_every=8, device="cpu")
+BASE = dict(
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="64,64",
+    clients=8,
+    active_ratio=0.5,
+    partition="dirichlet",
+    alpha=0.5,
+    iterations=48,
+    batch_size=16,
+    lr=0.05,
+    eval_every=8,
+    device="cpu",
+)
 
 
 def cfg(tmp_path, name, **kw):
@@ -76,7 +88,9 @@ def test_intervals_csv_replays_algorithm1(tmp_path):
         d = [float(r["d"]) for r in rs]
         n = [int(r["numel"]) for r in rs]
         kinds = ["kernel" if r["eligible"] == "1" else "bias" for r in rs]
-        assert [r["eligible"] == "1" for r in rs] == [r["name"].endswith("weight") for r in rs]  # MLP: kernels are weights
+        assert [r["eligible"] == "1" for r in rs] == [
+            r["name"].endswith("weight") for r in rs
+        ]  # MLP: kernels are weights
         assert [int(r["interval"]) for r in rs] == [2 * k for k in author_rule(d, n, kinds, 3)]
         relaxed += sum(int(r["interval"]) == 6 for r in rs)
     assert relaxed > 0
@@ -86,7 +100,16 @@ def test_outputs_have_contract_columns(tmp_path):
     run_train(cfg(tmp_path, "run", algo="fedlama", tau=2, phi=2), quiet=True)
     d = tmp_path / "run"
     need = {
-        "metrics.csv": ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "wall_s"],
+        "metrics.csv": [
+            "round",
+            "iteration",
+            "train_loss",
+            "test_loss",
+            "test_acc",
+            "comm_params",
+            "comm_bytes",
+            "wall_s",
+        ],
         "layers.csv": ["layer", "numel", "syncs", "comm_params", "interval"],
         "intervals.csv": ["round", "iteration", "layer", "numel", "d", "interval"],
     }
@@ -169,5 +192,6 @@ def test_local_epochs_and_round_budget(tmp_path):
 
 def test_local_epochs_refuse_layerwise_schedule(tmp_path):
     from fedcli.errors import ConfigError
+
     with pytest.raises(ConfigError, match="local-epochs"):
         cfg(tmp_path, "x", algo="fedlama", local_epochs=1.0)

@@ -16,17 +16,29 @@ from fedcli.fl.engine import Simulation
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "fedcli"
-CONTEXTS = {cls.__name__: cls for cls in vars(context).values()
-            if isinstance(cls, type) and issubclass(cls, context.Context) and cls is not context.Context}
+CONTEXTS = {
+    cls.__name__: cls
+    for cls in vars(context).values()
+    if isinstance(cls, type) and issubclass(cls, context.Context) and cls is not context.Context
+}
 # each helper module and the context its functions get from the engine
 HELPERS = {
-    "fedcli/fl/sync.py": "SyncContext", "fedcli/fl/chunked.py": "SyncContext", "fedcli/fl/guard.py": "GuardContext",
-    "fedcli/fl/store.py": "StoreContext", "fedcli/fl/personal.py": "StoreContext",
-    "fedcli/fl/system.py": "SystemContext", "fedcli/fl/evaluation.py": "EvalContext",
-    "fedcli/fl/build.py": "ManifestContext", "fedcli/results/runlog.py": "LogContext",
-    "fedcli/results/resume.py": "LogContext", "fedcli/trackers/hook.py": "LogContext",
-    "fedcli/cli/train.py": "LogContext", "fedcli/results/checkpoint.py": "CheckpointContext",
-    "fedcli/results/signals.py": "CheckpointContext", "fedcli/results/run_directory.py": "DriverContext", "fedcli/runner.py": "DriverContext",
+    "fedcli/fl/sync.py": "SyncContext",
+    "fedcli/fl/chunked.py": "SyncContext",
+    "fedcli/fl/guard.py": "GuardContext",
+    "fedcli/fl/store.py": "StoreContext",
+    "fedcli/fl/personal.py": "StoreContext",
+    "fedcli/fl/system.py": "SystemContext",
+    "fedcli/fl/evaluation.py": "EvalContext",
+    "fedcli/fl/build.py": "ManifestContext",
+    "fedcli/results/runlog.py": "LogContext",
+    "fedcli/results/resume.py": "LogContext",
+    "fedcli/trackers/hook.py": "LogContext",
+    "fedcli/cli/train.py": "LogContext",
+    "fedcli/results/checkpoint.py": "CheckpointContext",
+    "fedcli/results/signals.py": "CheckpointContext",
+    "fedcli/results/run_directory.py": "DriverContext",
+    "fedcli/runner.py": "DriverContext",
 }
 
 
@@ -67,8 +79,11 @@ def context_reads(path: Path, default: str) -> list[tuple[str, str, int]]:
 
 
 def undeclared(path: Path, default: str) -> list[str]:
-    return [f"{path.name}:{line} {kind}.{name}" for kind, name, line in context_reads(path, default)
-            if kind not in CONTEXTS or name not in CONTEXTS[kind].MEMBERS]
+    return [
+        f"{path.name}:{line} {kind}.{name}"
+        for kind, name, line in context_reads(path, default)
+        if kind not in CONTEXTS or name not in CONTEXTS[kind].MEMBERS
+    ]
 
 
 def test_no_function_outside_the_engine_takes_it():
@@ -97,8 +112,10 @@ def test_each_helper_reads_only_declared_members(where):
 def test_the_checks_catch_a_violation(tmp_path):
     """The checks above on a module that breaks both rules: it takes the engine, and reads an undeclared member."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f(sim, x):\n    return sim.cfg\n\n\ndef g(ctx: GuardContext, y: 'Simulation'):\n"
-                   "    return ctx.schedule, ctx.cfg\n")
+    bad.write_text(
+        "def f(sim, x):\n    return sim.cfg\n\n\ndef g(ctx: GuardContext, y: 'Simulation'):\n"
+        "    return ctx.schedule, ctx.cfg\n"
+    )
     assert takes_the_engine([bad]) == ["bad.py:1 f(sim)", "bad.py:5 g(y)"]
     assert undeclared(bad, "GuardContext") == ["bad.py:6 GuardContext.schedule"]
 
@@ -109,24 +126,34 @@ def test_a_context_is_read_only_and_declared():
     with pytest.raises(AttributeError, match="read-only"):
         fake.cfg = "other"
     with pytest.raises(AttributeError, match="not a member of GuardContext"):
-        fake.schedule  # noqa: B018
+        fake.schedule
     with pytest.raises(AttributeError):
-        fake.store  # noqa: B018  (declared, not given)
+        fake.store
     with pytest.raises(TypeError, match="not members of GuardContext: schedule"):
         context.GuardContext.fake(schedule=None)
 
 
 def test_every_declared_member_is_the_engines():
     """Each member of each context reads the set-up engine's attribute of that name (a typo in MEMBERS fails)."""
-    cfg = TrainConfig(dataset="digits", model="mlp", mlp_hidden="8", clients=4, active_ratio=0.5, iterations=2,
-                      batch_size=8, device="cpu").validate()
+    cfg = TrainConfig(
+        dataset="digits",
+        model="mlp",
+        mlp_hidden="8",
+        clients=4,
+        active_ratio=0.5,
+        iterations=2,
+        batch_size=8,
+        device="cpu",
+    ).validate()
     sim = Simulation(cfg).setup()
     for name, cls in CONTEXTS.items():
         ctx = sim.context(cls)
         assert ctx is sim.context(cls)  # built once
         for member in cls.MEMBERS:
-            assert getattr(ctx, member) is getattr(sim, member) or getattr(ctx, member) == getattr(sim, member), \
-                (name, member)
+            assert getattr(ctx, member) is getattr(sim, member) or getattr(ctx, member) == getattr(sim, member), (
+                name,
+                member,
+            )
     with pytest.raises(TypeError):
         sim.context(context.Context)
 
@@ -138,7 +165,7 @@ def test_the_part_view_has_no_config():
 
     assert "cfg" not in MEMBERS and "seed" in MEMBERS and "drop_last" in MEMBERS
     with pytest.raises(AttributeError):
-        PartView.fake(seed=1).cfg  # noqa: B018
+        PartView.fake(seed=1).cfg
     assert (PartView.fake(seed=7, drop_last=True).seed, PartView.fake(seed=7, drop_last=True).drop_last) == (7, True)
     reads = []
     for path in sorted(PACKAGE.rglob("*.py")):

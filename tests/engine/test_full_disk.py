@@ -20,9 +20,36 @@ from runkit import run_forked
 ROOT = Path(__file__).resolve().parents[2]
 # fedavg on a 4-unit MLP, a metrics row (~95 bytes) every round: metrics.csv outgrows the manifest (~6 KB) after ~65
 # rounds; a checkpoint (~15 KB here) is the largest file written while training
-ARGS = ["train", "--algo", "fedavg", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "4", "--clients", "2",
-        "--rounds", "90", "--tau", "1", "--batch-size", "8", "--eval-every", "1", "--threads", "1", "--workers", "1",
-        "--seed", "1", "--keep-checkpoints", "1", "--quiet"]
+ARGS = [
+    "train",
+    "--algo",
+    "fedavg",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "4",
+    "--clients",
+    "2",
+    "--rounds",
+    "90",
+    "--tau",
+    "1",
+    "--batch-size",
+    "8",
+    "--eval-every",
+    "1",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "1",
+    "--keep-checkpoints",
+    "1",
+    "--quiet",
+]
 
 LIMITED = """
 import resource, signal, sys
@@ -50,7 +77,9 @@ def test_metrics_write_fails_mid_row_then_resume(tmp_path):
     p = limited(7000, [*ARGS, "--checkpoint-every", "0", "--out", str(out)])  # checkpoints outgrow 7000 bytes
     assert p.returncode == 3, p.stderr
     err = p.stderr.strip().splitlines()
-    assert len(err) == 1 and "metrics.csv" in err[0] and "File too large" in err[0] and "Traceback" not in p.stderr, p.stderr
+    assert len(err) == 1 and "metrics.csv" in err[0] and "File too large" in err[0] and "Traceback" not in p.stderr, (
+        p.stderr
+    )
     text = (out / "metrics.csv").read_bytes()
     assert len(text) <= 7000 and text.endswith(b"\n")  # the half row that reached the disk was cut back
     got = rows(out / "metrics.csv")
@@ -58,8 +87,11 @@ def test_metrics_write_fails_mid_row_then_resume(tmp_path):
     assert all(len(r) == len(got[0]) and None not in r.values() for r in got)  # whole rows only
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "failed" and "metrics.csv" in man["error"]
-    assert not [f for f in out.rglob("*") if f.is_file() and (".tmp" in f.name or f.name.startswith("."))
-                and f.name != ".fedcli.lock"]
+    assert not [
+        f
+        for f in out.rglob("*")
+        if f.is_file() and (".tmp" in f.name or f.name.startswith(".")) and f.name != ".fedcli.lock"
+    ]
 
     # the disk has room again: --resume (no checkpoint: from the start, over the rows on disk) ends as an
     # uninterrupted run
@@ -72,31 +104,82 @@ def test_metrics_write_fails_mid_row_then_resume(tmp_path):
 @pytest.mark.timeout(200)
 def test_checkpoint_write_fails_and_leaves_no_temporary_file(tmp_path):
     out = tmp_path / "run"
-    p = limited(10000, [*ARGS, "--rounds", "12", "--checkpoint-every", "5", "--out", str(out)])  # manifest < limit < checkpoint
+    p = limited(
+        10000, [*ARGS, "--rounds", "12", "--checkpoint-every", "5", "--out", str(out)]
+    )  # manifest < limit < checkpoint
     assert p.returncode == 3, p.stderr
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "round-000005" in err[0] and "File too large" in err[0], p.stderr
-    leftovers = [f.name for f in out.rglob("*") if f.is_file() and f.name not in
-                 ("manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "timing.csv", ".fedcli.lock")]
+    leftovers = [
+        f.name
+        for f in out.rglob("*")
+        if f.is_file()
+        and f.name
+        not in (
+            "manifest.json",
+            "metrics.csv",
+            "layers.csv",
+            "intervals.csv",
+            "skipped.csv",
+            "timing.csv",
+            ".fedcli.lock",
+        )
+    ]
     assert leftovers == [], leftovers  # no half-written checkpoint, under its name or a temporary one
     assert (out / "metrics.csv").read_bytes().endswith(b"\n") and len(rows(out / "metrics.csv")) == 5
     assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
 
 
 # a Ditto run keeping its client state on disk (client-state/), with the personal models kept at the end
-DITTO = ["train", "--algo", "ditto", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4",
-         "--active-ratio", "0.5", "--rounds", "8", "--tau", "2", "--batch-size", "8", "--lr", "0.05", "--eval-every", "1",
-         "--device", "cpu", "--threads", "1", "--client-state", "disk", "--checkpoint-every", "2", "--quiet"]
+DITTO = [
+    "train",
+    "--algo",
+    "ditto",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "0.5",
+    "--rounds",
+    "8",
+    "--tau",
+    "2",
+    "--batch-size",
+    "8",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--client-state",
+    "disk",
+    "--checkpoint-every",
+    "2",
+    "--quiet",
+]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("workers,keep,full_at", [
-    ("1", "personal", "client-state/index.pt"),  # the issue's case
-    # two processes, nothing kept at the end: the other process removed its client-state files as soon as its rounds
-    # were done, whether or not the root's end was saved, so the last checkpoint lost its rows
-    ("2", "none", "model.pt")])
-def test_the_manifest_says_completed_last_and_a_run_stopped_before_resumes(workers, keep, full_at, tmp_path, monkeypatch,
-                                                                          capsys):
+@pytest.mark.parametrize(
+    "workers,keep,full_at",
+    [
+        ("1", "personal", "client-state/index.pt"),  # the issue's case
+        # two processes, nothing kept at the end: the other process removed its client-state files as soon as its rounds
+        # were done, whether or not the root's end was saved, so the last checkpoint lost its rows
+        ("2", "none", "model.pt"),
+    ],
+)
+def test_the_manifest_says_completed_last_and_a_run_stopped_before_resumes(
+    workers, keep, full_at, tmp_path, monkeypatch, capsys
+):
     """Issue 56, item 17: the end of a run wrote manifest.json 'completed' before client-state/index.pt, so a disk that
     filled between the two left exit 3 beside a manifest saying completed, and --resume had nothing to resume. The disk
     fills here as a final file is written (its fsync fails with ENOSPC, through the real atomic write): exit 3, the
@@ -104,7 +187,8 @@ def test_the_manifest_says_completed_last_and_a_run_stopped_before_resumes(worke
     run."""
     import errno
 
-    from runkit import error_lines, rows as run_rows
+    from runkit import error_lines
+    from runkit import rows as run_rows
 
     ref, out = tmp_path / "ref", tmp_path / "run"
     args = [*DITTO, "--workers", workers, "--client-state-keep", keep]
@@ -134,5 +218,6 @@ def test_the_manifest_says_completed_last_and_a_run_stopped_before_resumes(worke
     assert json.loads((out / "manifest.json").read_text())["status"] == "completed"
     assert run_rows(out / "metrics.csv") == run_rows(ref / "metrics.csv")
     assert (out / "model.pt").read_bytes() == (ref / "model.pt").read_bytes()
-    assert sorted(p.relative_to(out) for p in out.glob("client-state/**/*")) == \
-        sorted(p.relative_to(ref) for p in ref.glob("client-state/**/*"))
+    assert sorted(p.relative_to(out) for p in out.glob("client-state/**/*")) == sorted(
+        p.relative_to(ref) for p in ref.glob("client-state/**/*")
+    )

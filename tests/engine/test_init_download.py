@@ -18,7 +18,8 @@ def data():
 
 
 def after_round_0(data, **kw):
-    """A simulation that ran round 0 (every client uploaded a model) and the cohort of round 1, as the engine makes it."""
+    """A simulation that ran round 0 (every client uploaded a model) and the cohort of round 1, as the engine makes
+    it."""
     sim = Simulation(config(rounds=1, **kw)).setup(*data)
     sim.run()
     ids = list(range(len(sim.client_indices)))
@@ -33,9 +34,15 @@ def snapshot(sim) -> tuple[list[float], dict]:
 
 def same_snapshot(a, b) -> bool:
     (bytes_a, store_a), (bytes_b, store_b) = a, b
-    return bytes_a == bytes_b and store_a.keys() == store_b.keys() and all(
-        store_a[n].keys() == store_b[n].keys() and all(torch.equal(store_a[n][c], store_b[n][c]) for c in store_a[n])
-        for n in store_a)
+    return (
+        bytes_a == bytes_b
+        and store_a.keys() == store_b.keys()
+        and all(
+            store_a[n].keys() == store_b[n].keys()
+            and all(torch.equal(store_a[n][c], store_b[n][c]) for c in store_a[n])
+            for n in store_a
+        )
+    )
 
 
 def test_the_default_sends_the_global_model_and_downloads_nothing(data):
@@ -59,7 +66,9 @@ def test_fedfomo_download_records_the_extra_copies_once_and_received_is_a_query(
     extra = [b - a for a, b in zip(bytes0, sim.ledger.bytes_)]
     assert extra == [65536.0, 1024.0, 10240.0, 320.0] and sum(extra) == 8 * 2410 * 4
     rows = sim.store.tables["fomo.P"]  # the affinity rows moved from e_i (round 0 kept none)
-    assert rows0 == {} and sorted(rows) == [0, 1, 2, 3] and not torch.equal(rows[0], torch.eye(4, dtype=torch.float64)[0])
+    assert (
+        rows0 == {} and sorted(rows) == [0, 1, 2, 3] and not torch.equal(rows[0], torch.eye(4, dtype=torch.float64)[0])
+    )
     # received: the prepared aggregates, the same object every time, and nothing recorded, stored or exchanged
     before = snapshot(sim)
     first, second = sim.init.received(sim.view, cohort), sim.init.received(sim.view, cohort)
@@ -83,7 +92,11 @@ def test_fedamp_download_makes_the_clouds_once(data):
     sim.init.download(sim.view, cohort)
     u = sim.init.clouds
     sim.local_step.begin_round(sim.view, cohort)  # the local step reads the same u_i, it does not compute them again
-    assert sim.local_step.clouds is u and sim.init.received(sim.view, cohort) is u and sim.init.received(sim.view, cohort) is u
+    assert (
+        sim.local_step.clouds is u
+        and sim.init.received(sim.view, cohort) is u
+        and sim.init.received(sim.view, cohort) is u
+    )
     assert sim.view.offered("amp.clouds", cohort) is u and cohort.state == {}  # offered through the declared capability
 
 

@@ -6,8 +6,20 @@ import torch
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Simulation
 
-BASE = dict(algo="fedavg", dataset="digits", model="mlp", mlp_hidden="32", clients=4, active_ratio=0.5, iterations=4,
-            tau=2, batch_size=16, lr=0.1, device="cpu", threads=1)
+BASE = dict(
+    algo="fedavg",
+    dataset="digits",
+    model="mlp",
+    mlp_hidden="32",
+    clients=4,
+    active_ratio=0.5,
+    iterations=4,
+    tau=2,
+    batch_size=16,
+    lr=0.1,
+    device="cpu",
+    threads=1,
+)
 
 
 def start(**kw) -> Simulation:

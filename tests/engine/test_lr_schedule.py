@@ -17,10 +17,20 @@ def cfg(**kw) -> TrainConfig:
 
 
 # lr 0.8, warm-up over 4 iterations, halved at iterations 6 and 10: (iteration before the step, lr)
-ITERATION_TABLE = [(0, 0.2), (1, 0.4), (2, 0.6), (3, 0.8),  # warm-up: 0.8 * (i + 1) / 4
-                   (4, 0.8), (5, 0.8),                      # warm-up over, before the first decay point
-                   (6, 0.4), (7, 0.4), (9, 0.4),            # one decay: 0.8 * 0.5
-                   (10, 0.2), (11, 0.2), (1000, 0.2)]       # two decays: 0.8 * 0.25
+ITERATION_TABLE = [
+    (0, 0.2),
+    (1, 0.4),
+    (2, 0.6),
+    (3, 0.8),  # warm-up: 0.8 * (i + 1) / 4
+    (4, 0.8),
+    (5, 0.8),  # warm-up over, before the first decay point
+    (6, 0.4),
+    (7, 0.4),
+    (9, 0.4),  # one decay: 0.8 * 0.5
+    (10, 0.2),
+    (11, 0.2),
+    (1000, 0.2),
+]  # two decays: 0.8 * 0.25
 
 
 @pytest.mark.parametrize("it,lr", ITERATION_TABLE)
@@ -65,14 +75,57 @@ def test_a_run_trains_with_and_records_the_scheduled_lr(tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine, "StepContext", Recording)
     out = tmp_path / "run"
-    assert main(["train", "--algo", "fedavg", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "2",
-                 "--tau", "2", "--rounds", "6", "--batch-size", "8", "--lr", "0.6", "--warmup-iterations", "3",
-                 "--lr-decay-at", "2,4", "--lr-decay-factor", "0.5", "--lr-decay-unit", "round", "--momentum", "0.9",
-                 "--eval-every", "1", "--threads", "1", "--workers", "1", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--algo",
+                "fedavg",
+                "--dataset",
+                "digits",
+                "--model",
+                "mlp",
+                "--mlp-hidden",
+                "8",
+                "--clients",
+                "2",
+                "--tau",
+                "2",
+                "--rounds",
+                "6",
+                "--batch-size",
+                "8",
+                "--lr",
+                "0.6",
+                "--warmup-iterations",
+                "3",
+                "--lr-decay-at",
+                "2,4",
+                "--lr-decay-factor",
+                "0.5",
+                "--lr-decay-unit",
+                "round",
+                "--momentum",
+                "0.9",
+                "--eval-every",
+                "1",
+                "--threads",
+                "1",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     # iterations 0, 1, 2 warm up (0.2, 0.4, 0.6); rounds 2-3 at 0.3; rounds 4-5 at 0.15
     want = [0.2, 0.4, 0.6, 0.6, 0.3, 0.3, 0.3, 0.3, 0.15, 0.15, 0.15, 0.15]
     assert [s[2] for s in seen] == list(range(12)) and [s[0] for s in seen] == [r for r in range(6) for _ in (1, 2)]
     assert [s[3] for s in seen] == pytest.approx(want, rel=1e-12)
     with open(out / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [float(r["lr"]) for r in rows] == pytest.approx([0.4, 0.6, 0.3, 0.3, 0.15, 0.15], rel=1e-12)  # steps 1, 3, ...
+    assert [float(r["lr"]) for r in rows] == pytest.approx(
+        [0.4, 0.6, 0.3, 0.3, 0.15, 0.15], rel=1e-12
+    )  # steps 1, 3, ...

@@ -11,25 +11,46 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from runkit import (MPIEXEC, assert_same_system_files, assert_same_system_run, error_lines, mpi_1_and_2, rows,
-                    run_main)
+from runkit import MPIEXEC, assert_same_system_files, assert_same_system_run, error_lines, mpi_1_and_2, rows, run_main
 
-SETTING = ["train", "--iterations", "20", "--tau", "5", "--clients", "4", "--active-ratio", "1", "--partition", "iid",
-           "--batch-size", "10", "--system", "--speed", "constant:1e8", "--uplink", "constant:1e7", "--device", "cpu",
-           "--threads", "1", "--quiet"]
+SETTING = [
+    "train",
+    "--iterations",
+    "20",
+    "--tau",
+    "5",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "1",
+    "--partition",
+    "iid",
+    "--batch-size",
+    "10",
+    "--system",
+    "--speed",
+    "constant:1e8",
+    "--uplink",
+    "constant:1e7",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 US = 1e-6  # "to the microsecond"
 
 # By hand. The MLP 64-200-200-10: F = 2 (64 x 200 + 200 x 200 + 200 x 10) = 109,600 forward FLOPs per sample and
 # 55,210 parameters, 220,840 bytes a whole-model copy (32 bits each).
 F = 2 * (64 * 200 + 200 * 200 + 200 * 10)
 MODEL = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
-SAMPLE = 3 * F / 1e8            # one sample's forward-backward pass: 0.003288 s
-FORWARD = F / 1e8               # a forward pass alone: 0.001096 s
-STEP = 10 * SAMPLE              # a local step of 10 samples: 0.03288 s
+SAMPLE = 3 * F / 1e8  # one sample's forward-backward pass: 0.003288 s
+FORWARD = F / 1e8  # a forward pass alone: 0.001096 s
+STEP = 10 * SAMPLE  # a local step of 10 samples: 0.03288 s
 UP, DOWN = MODEL / 1e7, MODEL / 6.25e6  # one copy up (0.022084 s), down (0.0353344 s)
-TRIP = 2 * 0.05                 # a round trip's latency
-SYNC = TRIP + UP + DOWN         # a synchronization of the whole model: 0.1574184 s
-FEDAVG = 5 * STEP + SYNC        # FedAvg's round: 0.3218184 s
+TRIP = 2 * 0.05  # a round trip's latency
+SYNC = TRIP + UP + DOWN  # a synchronization of the whole model: 0.1574184 s
+FEDAVG = 5 * STEP + SYNC  # FedAvg's round: 0.3218184 s
 # digits: 1,437 training samples (1,797 less the 20 % test hold-out) dealt IID: 360, 359, 359, 359; the barrier waits
 # for the client of 360. The personalized presets keep 25 % of each split for its local test: 270 train each.
 BIGGEST, PERSONAL = 360, 270
@@ -116,31 +137,69 @@ def test_the_docs_table_covers_every_preset_and_every_cost_cites_its_source():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "system-model.md").read_text()
     section = text.split("## A method's own work", 1)[1].split("\n## ", 1)[0]
-    listed = {n for line in section.splitlines() if line.startswith("| `")
-              for n in re.findall(r"`([a-z-]+)`", line.split(" | ")[0])}
+    listed = {
+        n
+        for line in section.splitlines()
+        if line.startswith("| `")
+        for n in re.findall(r"`([a-z-]+)`", line.split(" | ")[0])
+    }
     assert {m.name for m in METHODS.values()} <= listed
-    declared = [spec for family in PARTS.values() for spec in family.values() if spec.declaration("cost") is not NO_COST]
+    declared = [
+        spec for family in PARTS.values() for spec in family.values() if spec.declaration("cost") is not NO_COST
+    ]
     assert len(declared) >= 12 and all(spec.declaration("cost").source for spec in declared)
 
 
 # The two clients of tests/engine/test_system.py (digits, MLP 64-8-10, batches of 16): c0 = 1 s, c1 = 2 s a step of
 # one forward-backward pass; a synchronization x0 = 7 s, x1 = 3.5 s; the server's 0.125 s a round.
 TRACE = "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n1,28416,1220,2440,0.25\n"
-TWO = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "2", "--active-ratio", "1",
-       "--batch-size", "16", "--eval-every", "1", "--device", "cpu", "--threads", "1", "--quiet", "--algo", "pfedme",
-       "--pfedme-k", "2", "--tau", "2", "--iterations", "2", "--server-time", "0.125"]
+TWO = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "2",
+    "--active-ratio",
+    "1",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+    "--algo",
+    "pfedme",
+    "--pfedme-k",
+    "2",
+    "--tau",
+    "2",
+    "--iterations",
+    "2",
+    "--server-time",
+    "0.125",
+]
 
 
-@pytest.mark.parametrize("deadline, policy, round_s, partial, dropped", [
-    # no deadline: pFedMe's K = 2 passes a step make them 2 s and 4 s: max(2 x 2 + 7, 2 x 4 + 3.5) = 11.5 s + 0.125
-    # (FedAvg's round here is 9.125 s)
-    ("0", "drop", 11.625, "0", "0"),
-    # keep-partial at 10 s: floor((10 - 7) / 2) = 1 step for client 0, floor((10 - 3.5) / 4) = 1 for client 1 (under
-    # FedAvg's 1 s and 2 s steps both fit their 2): max(2 + 7, 4 + 3.5) = 9 s + 0.125
-    ("10", "keep-partial", 9.125, "2", "0"),
-    # drop at 11.2 s: client 0 needs 11 s and stays, client 1 needs 11.5 s and is dropped: max(11, 11.2) + 0.125
-    ("11.2", "drop", 11.325, "0", "1"),
-])
+@pytest.mark.parametrize(
+    "deadline, policy, round_s, partial, dropped",
+    [
+        # no deadline: pFedMe's K = 2 passes a step make them 2 s and 4 s: max(2 x 2 + 7, 2 x 4 + 3.5) = 11.5 s + 0.125
+        # (FedAvg's round here is 9.125 s)
+        ("0", "drop", 11.625, "0", "0"),
+        # keep-partial at 10 s: floor((10 - 7) / 2) = 1 step for client 0, floor((10 - 3.5) / 4) = 1 for client 1 (under
+        # FedAvg's 1 s and 2 s steps both fit their 2): max(2 + 7, 4 + 3.5) = 9 s + 0.125
+        ("10", "keep-partial", 9.125, "2", "0"),
+        # drop at 11.2 s: client 0 needs 11 s and stays, client 1 needs 11.5 s and is dropped: max(11, 11.2) + 0.125
+        ("11.2", "drop", 11.325, "0", "1"),
+    ],
+)
 def test_the_deadline_counts_a_methods_steps(deadline, policy, round_s, partial, dropped, tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_text(TRACE)
@@ -158,8 +217,21 @@ def test_a_deadline_no_client_can_meet_with_a_methods_steps_is_refused(tmp_path,
     trace = tmp_path / "trace.csv"
     trace.write_text(TRACE)
     out = tmp_path / "run"
-    code, _, err = run_main(TWO + ["--out", str(out), "--system", "--system-trace", str(trace), "--deadline", "6",
-                                   "--on-deadline", "keep-partial"], capsys)
+    code, _, err = run_main(
+        TWO
+        + [
+            "--out",
+            str(out),
+            "--system",
+            "--system-trace",
+            str(trace),
+            "--deadline",
+            "6",
+            "--on-deadline",
+            "keep-partial",
+        ],
+        capsys,
+    )
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1, err
     assert "--deadline 6: no client can meet it; the fastest, client 1, needs 7.5 s for one local step" in lines[0]
@@ -168,10 +240,47 @@ def test_a_deadline_no_client_can_meet_with_a_methods_steps_is_refused(tmp_path,
 
 # Mime (extra passes a step and a round, a round trip, copies in the ledger) under partial participation,
 # availability, stragglers and keep-partial: the same times for any process count and across a SIGKILL + --resume
-PARITY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
-          "--algo", "mime", "--tau", "2", "--iterations", "16", "--batch-size", "16", "--lr", "0.01", "--eval-every", "2",
-          "--device", "cpu", "--threads", "1", "--quiet", "--system", "--speed", "tiers:1e8@0.5,1e5@0.5",
-          "--latency", "lognormal:0.05,0.5", "--deadline", "10.5", "--on-deadline", "keep-partial", "--availability", "0.7"]
+PARITY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "mime",
+    "--tau",
+    "2",
+    "--iterations",
+    "16",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.01",
+    "--eval-every",
+    "2",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+    "--system",
+    "--speed",
+    "tiers:1e8@0.5,1e5@0.5",
+    "--latency",
+    "lognormal:0.05,0.5",
+    "--deadline",
+    "10.5",
+    "--on-deadline",
+    "keep-partial",
+    "--availability",
+    "0.7",
+]
 
 
 def test_workers_1_and_2_give_the_same_times_with_a_methods_costs(tmp_path):

@@ -15,11 +15,39 @@ import pytest
 from fedcli.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-from runkit import MPIEXEC, mpirun
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")]
+from runkit import MPIEXEC, mpirun  # noqa: E402
 
-ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "10", "--active-ratio", "0.6",
-        "--algo", "fedlama", "--tau", "2", "--phi", "3", "--iterations", "36", "--eval-every", "6", "--batch-size", "16", "--lr", "0.1"]
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)"),
+]
+
+ARGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "10",
+    "--active-ratio",
+    "0.6",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--phi",
+    "3",
+    "--iterations",
+    "36",
+    "--eval-every",
+    "6",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.1",
+]
 
 
 def rows(path):
@@ -28,9 +56,20 @@ def rows(path):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.long(
-    reason="four ranks (4 interpreters, 10 s of CPU); make test keeps 1 vs 2 ranks here and for every family "
-           "(test_mpi_families.py), and 3 ranks in test_more_ranks_than_clients_per_round_is_refused_up_front"))])
+@pytest.mark.parametrize(
+    "n",
+    [
+        2,
+        pytest.param(
+            4,
+            marks=pytest.mark.long(
+                reason="four ranks (4 interpreters, 10 s of CPU); make test keeps 1 vs 2 ranks here and for every "
+                "family "
+                "(test_mpi_families.py), and 3 ranks in test_more_ranks_than_clients_per_round_is_refused_up_front"
+            ),
+        ),
+    ],
+)
 def test_metrics_identical_for_1_2_4_processes(tmp_path, n):
     assert main(["train", *ARGS, "--out", str(tmp_path / "n1"), "--quiet"]) == 0  # one process, in-process
     base = rows(tmp_path / "n1/metrics.csv")
@@ -60,7 +99,11 @@ def test_bad_config_exits_2_on_every_rank_with_one_line(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_missing_data_exits_3_without_hang(tmp_path):
-    p = mpirun(2, ["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "r")], timeout=90)
+    p = mpirun(
+        2,
+        ["train", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "r")],
+        timeout=90,
+    )
     assert p.returncode == 3 and "Traceback" not in p.stderr
 
 
@@ -69,8 +112,26 @@ def test_sigkill_of_one_rank_ends_the_job_and_marks_failed(tmp_path):
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     args = [a if a != "36" else "100000" for a in ARGS]
-    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", "train", *args,
-                             "--out", str(out), "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            MPIEXEC,
+            "-n",
+            "2",
+            sys.executable,
+            "-m",
+            "mpi4py",
+            "-m",
+            "fedcli",
+            "train",
+            *args,
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not ((out / "metrics.csv").exists() and len(rows(out / "metrics.csv")) >= 1):
@@ -111,8 +172,13 @@ def test_exception_on_one_rank_aborts_the_job_and_marks_failed(tmp_path):
     script.write_text(RAISER)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     t0 = time.time()
-    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script), "train", *ARGS, "--out", str(tmp_path / "run"), "--quiet"],
-                       env=env, capture_output=True, text=True, timeout=90)
+    p = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, str(script), "train", *ARGS, "--out", str(tmp_path / "run"), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert p.returncode != 0 and time.time() - t0 < 90
     assert "injected failure on rank 1" in p.stderr
     man = json.loads((tmp_path / "run/manifest.json").read_text())
@@ -122,7 +188,8 @@ def test_exception_on_one_rank_aborts_the_job_and_marks_failed(tmp_path):
 @pytest.mark.timeout(180)
 def test_more_ranks_than_clients_per_round_is_refused_up_front(tmp_path):
     """Issue 29, family 4: 3 ranks for 2 clients per round would leave a rank without clients; refused before anything
-    is written (exit 2, one line, no run folder), where it used to end with a RuntimeError and a manifest left running."""
+    is written (exit 2, one line, no run folder), where it used to end with a RuntimeError and a manifest left
+    running."""
     out = tmp_path / "run"
     args = ["train", "--clients", "4", "--active-ratio", "0.5", "--iterations", "8", "--quiet", "--out", str(out)]
     p = mpirun(3, args, timeout=150)

@@ -1,5 +1,6 @@
 """Every MPI-capable family gives the same results on 1 and 2 processes, in every column but ``wall_s`` of every CSV:
-counts, intervals, names and every integer cell identical, floats equal to rounding (docs/parallel.md: under MPI each rank
+counts, intervals, names and every integer cell identical, floats equal to rounding (docs/parallel.md: under MPI each
+rank
 adds its clients and one ``Allreduce`` adds the ranks, so losses and weights move in the last bits: 2e-8 relative in
 train_loss here; ``--workers`` sums in cohort order and gives the same bits); and an MPI run interrupted and resumed
 under MPI equals the uninterrupted MPI run of the same size bitwise. Small runs (an 8-unit MLP, 3 rounds) with partial
@@ -17,14 +18,59 @@ from fedcli.cli.main import main
 from runkit import MPIEXEC, mpirun, mpirun_each
 from simkit import assert_rows_close
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")]
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)"),
+]
 
-BASE = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
-        "--rounds", "3", "--tau", "2", "--local-epochs", "0", "--batch-size", "8", "--eval-every", "1", "--device", "cpu",
-        "--threads", "1", "--workers", "1", "--seed", "6", "--quiet"]
+BASE = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--rounds",
+    "3",
+    "--tau",
+    "2",
+    "--local-epochs",
+    "0",
+    "--batch-size",
+    "8",
+    "--eval-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "6",
+    "--quiet",
+]
 FAMILIES = {
-    "fedlama": ["--algo", "fedlama", "--phi", "2", "--lama-first-adjust", "0", "--lr", "0.1", "--weighting", "samples",
-                "--partition", "dirichlet", "--alpha", "0.5"],
+    "fedlama": [
+        "--algo",
+        "fedlama",
+        "--phi",
+        "2",
+        "--lama-first-adjust",
+        "0",
+        "--lr",
+        "0.1",
+        "--weighting",
+        "samples",
+        "--partition",
+        "dirichlet",
+        "--alpha",
+        "0.5",
+    ],
     "fedlamb": ["--algo", "fedlamb", "--lr", "0.05", "--eps", "1e-4"],
     "mime": ["--algo", "mime", "--lr", "0.01"],
     "scaffold": ["--algo", "scaffold", "--lr", "0.1"],

@@ -27,8 +27,13 @@ def test_layout_aligns_every_buffer_to_64_bytes():
 
 
 def test_pack_sends_tensors_and_arrays_out_of_band_and_round_trips():
-    data = {"x": torch.arange(12, dtype=torch.float32).view(3, 4), "y": torch.tensor([1, 0, 1]),
-            "parts": [np.arange(5), np.arange(5, 9)], "name": "toy", "half": torch.ones(2, dtype=torch.bfloat16)}
+    data = {
+        "x": torch.arange(12, dtype=torch.float32).view(3, 4),
+        "y": torch.tensor([1, 0, 1]),
+        "parts": [np.arange(5), np.arange(5, 9)],
+        "name": "toy",
+        "half": torch.ones(2, dtype=torch.bfloat16),
+    }
     meta, buffers = node_share.pack(data)
     assert len(buffers) == 4  # x, y and the two index arrays; bfloat16 (no numpy dtype) travels in the pickle
     back = pickle.loads(meta, buffers=[memoryview(bytes(b.raw())).toreadonly() for b in buffers])
@@ -50,7 +55,7 @@ def test_data_that_does_not_pickle_is_not_shared():
     assert meta is None and why.startswith("the data does not pickle")
 
 
-SCRIPT = r'''
+SCRIPT = r"""
 import sys
 import numpy as np, torch
 from fedcli.comm import node_share
@@ -81,7 +86,7 @@ else:
     raise AssertionError("no error on rank %d" % comm.rank)
 # a file per rank, not stdout: mpiexec forwards the ranks' output in chunks that may interleave within a line
 open(sys.argv[1] + "/rank%d.ok" % comm.rank, "w").close()
-'''
+"""
 
 
 @pytest.mark.mpi
@@ -92,7 +97,12 @@ def test_every_rank_reads_the_leaders_load_in_one_shared_window(tmp_path):
     script = tmp_path / "share.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(script), str(tmp_path)], env=env,
-                       capture_output=True, text=True, timeout=150)
+    p = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", str(script), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(f.name for f in tmp_path.glob("rank*.ok")) == ["rank0.ok", "rank1.ok"], p.stdout + p.stderr

@@ -17,22 +17,42 @@ import pytest
 import torch
 
 from fedcli.config import TrainConfig
-from fedcli.fl.view import MEMBERS, PartView
+from fedcli.fl.algorithms.fedlama import Lama
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.engine import Simulation
 from fedcli.fl.parts import CODECS, INITS, LOCAL_STEPS, SERVERS, Part
-from fedcli.fl.algorithms.fedlama import Lama
 from fedcli.fl.schedules import SCHEDULES, Periodic
+from fedcli.fl.view import MEMBERS, PartView
 from fedcli.models.layers import LayerInfo
 from fedcli.specs import PARTS
 
 FL = Path(__file__).resolve().parents[2] / "fedcli" / "fl"
 # every file that defines parts: the method files and the shared part modules (the rule of docs/architecture.md)
 # every part's module, as the specs name them (``PartSpec.impl``), and the slots helper parts share
-PART_FILES = sorted({FL.parent.parent / (spec.impl.partition(":")[0].replace(".", "/") + ".py")
-                     for family in PARTS.values() for spec in family.values()} | {FL / "slots.py"})
-HOOKS = ("setup", "begin_round", "end_round", "local_layers", "training_indices", "personalize", "round_tables",
-         "gradients", "download", "received", "initialize", "starts_from_global", "mixes_received", "synchronized")
+PART_FILES = sorted(
+    {
+        FL.parent.parent / (spec.impl.partition(":")[0].replace(".", "/") + ".py")
+        for family in PARTS.values()
+        for spec in family.values()
+    }
+    | {FL / "slots.py"}
+)
+HOOKS = (
+    "setup",
+    "begin_round",
+    "end_round",
+    "local_layers",
+    "training_indices",
+    "personalize",
+    "round_tables",
+    "gradients",
+    "download",
+    "received",
+    "initialize",
+    "starts_from_global",
+    "mixes_received",
+    "synchronized",
+)
 
 
 def all_part_classes() -> list[type]:
@@ -73,8 +93,13 @@ def test_every_hook_takes_the_view():
     """In the source (every hook defined in a part file) and on every registered part class (wherever it lives)."""
     wrong = []
     for where, node in nodes():
-        if isinstance(node, ast.FunctionDef) and node.name in HOOKS and len(node.args.args) > 1 \
-                and node.args.args[0].arg == "self" and node.args.args[1].arg != "view":
+        if (
+            isinstance(node, ast.FunctionDef)
+            and node.name in HOOKS
+            and len(node.args.args) > 1
+            and node.args.args[0].arg == "self"
+            and node.args.args[1].arg != "view"
+        ):
             wrong.append(f"{where}:{node.lineno} {node.name}({node.args.args[1].arg}, ...)")
     for cls in all_part_classes():
         for hook in HOOKS:
@@ -90,9 +115,14 @@ def test_no_part_type_checks_another_part():
     names = {cls.__name__ for cls in all_part_classes()}
     found = []
     for where, node in nodes():
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass"):
-            against = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} | \
-                      {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+        ):
+            against = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} | {
+                n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)
+            }
             if against & names:
                 found.append(f"{where}:{node.lineno} {node.func.id}(..., {', '.join(sorted(against & names))})")
     assert found == []
@@ -101,13 +131,22 @@ def test_no_part_type_checks_another_part():
 def test_no_part_shares_state_through_cohort_state_or_writes_the_global_tables():
     found = []
     for where, node in nodes():
-        if isinstance(node, ast.Attribute) and node.attr == "state" and isinstance(node.value, ast.Name) \
-                and node.value.id == "cohort":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "state"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "cohort"
+        ):
             found.append(f"{where}:{node.lineno} cohort.state")
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        )
         for t in targets:
-            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) \
-                    and t.value.attr in ("global_params", "global_buffers"):
+            if (
+                isinstance(t, ast.Subscript)
+                and isinstance(t.value, ast.Attribute)
+                and t.value.attr in ("global_params", "global_buffers")
+            ):
                 found.append(f"{where}:{node.lineno} writes {t.value.attr}[...]")
     assert found == []
 
@@ -125,7 +164,7 @@ def test_a_fake_view_takes_declared_members_only_and_is_read_only():
     with pytest.raises(AttributeError):
         view.n_active = 4
     with pytest.raises(AttributeError):
-        view.store  # noqa: B018 (not given to the fake)
+        view.store
     # share is computed from active and the number of clients (|P_t| / m), never given
     assert PartView.fake(n_active=3, client_indices=[()] * 12).share == 0.25
     with pytest.raises(TypeError, match="computed from other members, not given: share"):
@@ -154,11 +193,14 @@ def test_the_capabilities_go_through_declarations():
 def test_the_engine_view_reads_the_current_values_read_only():
     """FedFomo's init holds back validation samples (training_indices): the view shows the split the engine trains on;
     the sample counts cannot be written through it."""
-    cfg = TrainConfig(algo="fedfomo", dataset="digits", model="mlp", clients=4, rounds=1, threads=1,
-                      client_test_fraction=0.25).validate()
+    cfg = TrainConfig(
+        algo="fedfomo", dataset="digits", model="mlp", clients=4, rounds=1, threads=1, client_test_fraction=0.25
+    ).validate()
     sim = Simulation(cfg).setup()
     view = sim.view
-    assert view.client_indices == tuple(sim.client_indices) and [int(n) for n in view.sizes] == [int(n) for n in sim.sizes]
+    assert view.client_indices == tuple(sim.client_indices) and [int(n) for n in view.sizes] == [
+        int(n) for n in sim.sizes
+    ]
     assert sum(int(t.numel()) for t in view.client_indices) < sum(len(ix) for ix in sim.partition.train)
     with pytest.raises(ValueError):
         view.sizes[0] = 1
@@ -170,7 +212,10 @@ def test_the_engine_view_reads_the_current_values_read_only():
 def test_every_schedule_is_a_part_the_engine_calls_last():
     assert all(issubclass(cls, Part) for cls in SCHEDULES.values())
     sim = Simulation(TrainConfig(dataset="digits", model="mlp", clients=4, rounds=1, threads=1).validate()).setup()
-    assert list(sim.parts) == ["local_step", "codec", "init", "server", "schedule"] and sim.parts["schedule"] is sim.schedule
+    assert (
+        list(sim.parts) == ["local_step", "codec", "init", "server", "schedule"]
+        and sim.parts["schedule"] is sim.schedule
+    )
     assert Periodic.__dict__["separable"] and "separable" not in Lama.__dict__  # FedLAMA syncs layers mid-round
 
 
@@ -182,7 +227,7 @@ def test_the_schedule_adjusts_at_its_end_round_hook():
     s = Lama(cfg, layers)
     view = PartView.fake(layers=tuple(layers))
     cohort = Cohort([0], torch.ones(1, dtype=torch.float64), {}, {}, round_idx=0)
-    s.observe(0, 1.0 * 10 * 4, 4)   # d_0 = 1 (Eq. 2: the distance / (steps * numel))
+    s.observe(0, 1.0 * 10 * 4, 4)  # d_0 = 1 (Eq. 2: the distance / (steps * numel))
     s.observe(1, 1e-6 * 1000 * 4, 4)  # d_1 = 1e-6
     s.begin_round(view, cohort)
     cohort.end_iteration = 2  # not past 1 * tau' = 2 iterations: no adjustment
@@ -205,8 +250,13 @@ def test_every_registered_part_is_a_part():
 
 # ---------------------------------------------------------------------------- where parts live (docs/architecture.md)
 #: the family modules of fedcli/fl/ and why a part lives there rather than in a method's file
-FAMILIES = {"parts": "the defaults", "schedules": "the schedules' base and the periodic default",
-            "codecs": "several presets", "parts_servers": "several presets", "adaptive": "the v_hat servers' base"}
+FAMILIES = {
+    "parts": "the defaults",
+    "schedules": "the schedules' base and the periodic default",
+    "codecs": "several presets",
+    "parts_servers": "several presets",
+    "adaptive": "the v_hat servers' base",
+}
 
 
 def test_each_part_lives_where_the_rule_says():
@@ -214,7 +264,8 @@ def test_each_part_lives_where_the_rule_says():
     ``fedcli/specs/<method>.py`` (the same name, a registered method, which uses the part or declares the part it
     extends: lama-accelerate is FedLAMA's); every other part is a default, a base, or shared by several presets, in
     a family module of fedcli/fl/ with its spec outside the methods' spec files."""
-    from fedcli.specs import FAMILIES as FAMILY_NAMES, METHODS, Method
+    from fedcli.specs import FAMILIES as FAMILY_NAMES
+    from fedcli.specs import METHODS, Method
 
     users: dict[tuple, set] = {}
     for m in {m.name: m for m in METHODS.values()}.values():
@@ -235,8 +286,9 @@ def test_each_part_lives_where_the_rule_says():
                 method = where.removeprefix("algorithms.")
                 base_there = spec.base is not None and declared_in.get(spec.base.impl) == method
                 if in_spec != method or method not in METHODS or not (method in used or base_there):
-                    wrong.append(f"{family} {spec.name} lives in {where}, its spec in specs/{in_spec}.py, used by "
-                                 f"{sorted(used)}")
+                    wrong.append(
+                        f"{family} {spec.name} lives in {where}, its spec in specs/{in_spec}.py, used by {sorted(used)}"
+                    )
             elif where not in FAMILIES:
                 wrong.append(f"{family} {spec.name} lives in {where}, not a family module")
             elif in_spec in METHODS:
@@ -264,7 +316,8 @@ def test_per_client_state_goes_through_the_one_helper():
 
 
 def test_a_part_checkpoints_the_attributes_it_keeps():
-    """``keeps`` names what a part keeps across rounds; the default ``state_dict`` / ``load_state_dict`` copy it (detached CPU
+    """``keeps`` names what a part keeps across rounds; the default ``state_dict`` / ``load_state_dict`` copy it
+    (detached CPU
     tensors out, clones in), so a part with state writes no checkpoint code (FedDyn's server: ``keeps = ("h",)``)."""
     from fedcli.fl.algorithms.feddyn import FedDynServer
 
@@ -281,7 +334,8 @@ def test_a_part_checkpoints_the_attributes_it_keeps():
 
 
 def test_keeps_copies_lists_and_a_wrapped_part_by_its_own_keeps():
-    """``keeps`` covers every part's own state (issue 60): a list is copied out and in (a schedule's intervals, FedLAMA's
+    """``keeps`` covers every part's own state (issue 60): a list is copied out and in (a schedule's intervals,
+    FedLAMA's
     d_l), and a part it wraps (ALA's base init) is kept through that part's own ``keeps``."""
     from fedcli.fl.algorithms.fedala import ALAInit
     from fedcli.fl.algorithms.feddyn import FedDynServer
@@ -313,9 +367,16 @@ def test_keeps_copies_lists_and_a_wrapped_part_by_its_own_keeps():
 
 
 def test_no_part_writes_its_checkpoint_by_hand():
-    """One idiom for a part's own state (issue 60): every part class declares ``keeps``; none overrides ``state_dict`` or
+    """One idiom for a part's own state (issue 60): every part class declares ``keeps``; none overrides ``state_dict``
+    or
     ``load_state_dict`` (8 did: fedadam, mime, mimelamb, scaffold, fedala, fedlama, schedules, adaptive)."""
-    by_hand = sorted({f"{k.__module__}:{k.__qualname__}" for family in PARTS.values() for spec in family.values()
-                      for k in spec.load().__mro__ if k is not Part and issubclass(k, Part)
-                      and ({"state_dict", "load_state_dict"} & set(vars(k)))})
+    by_hand = sorted(
+        {
+            f"{k.__module__}:{k.__qualname__}"
+            for family in PARTS.values()
+            for spec in family.values()
+            for k in spec.load().__mro__
+            if k is not Part and issubclass(k, Part) and ({"state_dict", "load_state_dict"} & set(vars(k)))
+        }
+    )
     assert by_hand == []

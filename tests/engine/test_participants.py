@@ -19,11 +19,49 @@ PRESETS = sorted({m.name for m in METHODS.values()})
 # (3 x 1,184 FLOPs x 8 samples at 1e4 FLOP/s, 2.8 s) misses the 1 s deadline and is dropped; the fast ones are each
 # available with probability 0.6. Rounds of 1, 2 and 3 participants (seed 4): under 2 processes a round of one leaves a
 # process with no client, and a client trains on another process than in its last round.
-EMPTY_SHARE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--active-ratio", "1",
-               "--rounds", "4", "--tau", "2", "--batch-size", "8", "--lr", "0.05", "--eval-every", "2",
-               "--client-test-fraction", "0.25", "--device", "cpu", "--threads", "1", "--seed", "4", "--quiet",
-               "--system", "--availability", "0.6", "--speed", "tiers:1e8@0.75,1e4@0.25", "--deadline", "1.0",
-               "--on-deadline", "drop", "--diverge-factor", "0"]  # FedAMS blows up at this lr: the parity is the point
+EMPTY_SHARE = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "1",
+    "--rounds",
+    "4",
+    "--tau",
+    "2",
+    "--batch-size",
+    "8",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "2",
+    "--client-test-fraction",
+    "0.25",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--seed",
+    "4",
+    "--quiet",
+    "--system",
+    "--availability",
+    "0.6",
+    "--speed",
+    "tiers:1e8@0.75,1e4@0.25",
+    "--deadline",
+    "1.0",
+    "--on-deadline",
+    "drop",
+    "--diverge-factor",
+    "0",
+]  # FedAMS blows up at this lr: the parity is the point
 assert_same = assert_same_system_run  # every metrics column but wall_s (personal_acc, sim_time_s), the system files
 
 
@@ -46,8 +84,10 @@ def test_a_process_with_no_client_in_a_round_trains_the_same(algo, tmp_path):
     workers_1_and_2(algo, tmp_path)
 
 
-@pytest.mark.long(reason="every method (29 presets, about 4 minutes on 2 cores); make test keeps FedLAMA and Ditto, "
-                         "whose two causes it covers")
+@pytest.mark.long(
+    reason="every method (29 presets, about 4 minutes on 2 cores); make test keeps FedLAMA and Ditto, "
+    "whose two causes it covers"
+)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("algo", PRESETS)
 def test_every_method_trains_the_same_with_empty_shares(algo, tmp_path):
@@ -71,17 +111,48 @@ def test_mpi_with_a_rank_with_no_client(tmp_path):
 # Four clients, digits, the 64-8-10 MLP, batches of 16 (3 x 1,184 x 16 = 56,832 FLOPs a step), no latency, 2,440 B/s
 # each way: a synchronization of the whole model (2,440 bytes each way) costs every client x = 2 s. Client i's step:
 # c = 1, 2, 4 and 0.5 s; its own time in a FedAvg round of tau = 2 steps, 2 c + 2 = 4, 6, 10 and 3 s.
-TRACE4 = "client,speed,uplink,downlink,latency\n0,56832,2440,2440,0\n1,28416,2440,2440,0\n2,14208,2440,2440,0\n3,113664,2440,2440,0\n"
-BASE4 = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--batch-size", "16",
-         "--algo", "fedavg", "--tau", "2", "--eval-every", "2", "--device", "cpu", "--threads", "1", "--quiet",
-         "--system", "--server-time", "0.125"]
+TRACE4 = "client,speed,uplink,downlink,latency\n0,56832,2440,2440,0\n1,28416,2440,2440,0\n2,14208,2440,2440,0\n3,113664,2440,2440,0\n"  # noqa: E501
+BASE4 = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "4",
+    "--batch-size",
+    "16",
+    "--algo",
+    "fedavg",
+    "--tau",
+    "2",
+    "--eval-every",
+    "2",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+    "--system",
+    "--server-time",
+    "0.125",
+]
 US = 1e-6
 
 
 def system4(tmp_path, availability: str, *extra) -> list[str]:
     (tmp_path / "trace.csv").write_text(TRACE4)
     (tmp_path / "on.csv").write_text("client,start,end\n" + availability)
-    return [*BASE4, "--system-trace", str(tmp_path / "trace.csv"), "--availability-trace", str(tmp_path / "on.csv"), *extra]
+    return [
+        *BASE4,
+        "--system-trace",
+        str(tmp_path / "trace.csv"),
+        "--availability-trace",
+        str(tmp_path / "on.csv"),
+        *extra,
+    ]
 
 
 def test_a_round_whose_clients_are_all_offline_waits_for_them(tmp_path):
@@ -89,8 +160,21 @@ def test_a_round_whose_clients_are_all_offline_waits_for_them(tmp_path):
     and lasted 0 s, so the clock never reached 100 s: 'completed', 0 bytes. The first round now waits until 100 s:
     it starts there (wait_s), trains, and the rounds after it follow on."""
     out = tmp_path / "run"
-    assert main(system4(tmp_path, "".join(f"{c},100,inf\n" for c in range(4)), "--active-ratio", "1",
-                        "--iterations", "4", "--out", str(out))) == 0
+    assert (
+        main(
+            system4(
+                tmp_path,
+                "".join(f"{c},100,inf\n" for c in range(4)),
+                "--active-ratio",
+                "1",
+                "--iterations",
+                "4",
+                "--out",
+                str(out),
+            )
+        )
+        == 0
+    )
     sysrows = rows(out / "system.csv")
     assert [float(r["wait_s"]) for r in sysrows] == [100.0, 0.0]
     # everyone trains: the round waits for client 2, 10 s, + the server's 0.125 s; the first starts at 100 s
@@ -106,12 +190,29 @@ def test_the_cohort_waits_for_its_own_clients(tmp_path):
     (client 0, the only one online before 50 s, is not in it): the round starts at 50 s, when both come online."""
     assert sample_cohort(4, 0, 4, 2) == [1, 3]
     out = tmp_path / "run"
-    assert main(system4(tmp_path, "0,0,inf\n1,50,inf\n2,50,inf\n3,50,inf\n", "--active-ratio", "0.5", "--seed", "4",
-                        "--iterations", "2", "--out", str(out))) == 0
+    assert (
+        main(
+            system4(
+                tmp_path,
+                "0,0,inf\n1,50,inf\n2,50,inf\n3,50,inf\n",
+                "--active-ratio",
+                "0.5",
+                "--seed",
+                "4",
+                "--iterations",
+                "2",
+                "--out",
+                str(out),
+            )
+        )
+        == 0
+    )
     (row,) = rows(out / "system.csv")
     # clients 1 and 3: max(6, 3) + 0.125 = 6.125 s, from 50 s
     assert (float(row["wait_s"]), row["participants"]) == (50.0, "2")
-    assert float(row["round_s"]) == pytest.approx(6.125, abs=US) and float(row["sim_time_s"]) == pytest.approx(56.125, abs=US)
+    assert float(row["round_s"]) == pytest.approx(6.125, abs=US) and float(row["sim_time_s"]) == pytest.approx(
+        56.125, abs=US
+    )
 
 
 def test_sampling_among_the_online_clients_keeps_the_first_to_finish(tmp_path):
@@ -120,10 +221,29 @@ def test_sampling_among_the_online_clients_keeps_the_first_to_finish(tmp_path):
     only. Client 3 is offline until 100 s: rounds 1 and 2 ask clients 0, 1, 2 (all that is online) and keep 0 and 1
     (4 and 6 s; client 2, 10 s, is surplus): max(4, 6) + 0.125 = 6.125 s."""
     out = tmp_path / "run"
-    assert main(system4(tmp_path, "0,0,inf\n1,0,inf\n2,0,inf\n3,100,inf\n", "--active-ratio", "0.5", "--iterations", "4",
-                        "--sampling", "available", "--overcommit", "2", "--out", str(out))) == 0
+    assert (
+        main(
+            system4(
+                tmp_path,
+                "0,0,inf\n1,0,inf\n2,0,inf\n3,100,inf\n",
+                "--active-ratio",
+                "0.5",
+                "--iterations",
+                "4",
+                "--sampling",
+                "available",
+                "--overcommit",
+                "2",
+                "--out",
+                str(out),
+            )
+        )
+        == 0
+    )
     sysrows = rows(out / "system.csv")
-    assert [(r["sampled"], r["participants"], r["unavailable"], r["dropped"]) for r in sysrows] == [("3", "2", "0", "0")] * 2
+    assert [(r["sampled"], r["participants"], r["unavailable"], r["dropped"]) for r in sysrows] == [
+        ("3", "2", "0", "0")
+    ] * 2
     assert [float(r["round_s"]) for r in sysrows] == pytest.approx([6.125, 6.125], abs=US)
     man = json.loads((out / "manifest.json").read_text())["system"]
     assert (man["sampling"], man["overcommit"]) == ("available", 2.0)
@@ -133,20 +253,40 @@ def test_sampling_available_waits_for_the_first_client_online(tmp_path):
     """With every client offline until 100 s, --sampling available waits for the first to come online (client 2 at
     100 s; client 0 at 200 s) and asks those online then: client 2 alone, 10 + 0.125 s."""
     out = tmp_path / "run"
-    assert main(system4(tmp_path, "0,200,inf\n1,300,inf\n2,100,inf\n3,400,inf\n", "--active-ratio", "0.5",
-                        "--iterations", "2", "--sampling", "available", "--out", str(out))) == 0
+    assert (
+        main(
+            system4(
+                tmp_path,
+                "0,200,inf\n1,300,inf\n2,100,inf\n3,400,inf\n",
+                "--active-ratio",
+                "0.5",
+                "--iterations",
+                "2",
+                "--sampling",
+                "available",
+                "--out",
+                str(out),
+            )
+        )
+        == 0
+    )
     (row,) = rows(out / "system.csv")
     assert (float(row["wait_s"]), row["sampled"], row["participants"]) == (100.0, "1", "1")
     assert float(row["sim_time_s"]) == pytest.approx(110.125, abs=US)
 
 
-@pytest.mark.parametrize("availability, needle", [
-    ("0,100,100\n1,5,5\n", "no client of the run's 4 is ever online"),          # empty intervals only
-    ("7,0,inf\n", "no client of the run's 4 is ever online"),                      # a client the run does not have
-])
+@pytest.mark.parametrize(
+    "availability, needle",
+    [
+        ("0,100,100\n1,5,5\n", "no client of the run's 4 is ever online"),  # empty intervals only
+        ("7,0,inf\n", "no client of the run's 4 is ever online"),  # a client the run does not have
+    ],
+)
 def test_nobody_ever_online_exits_2_before_training(availability, needle, tmp_path, capsys):
     out = tmp_path / "run"
-    code, _, err = run_main(system4(tmp_path, availability, "--active-ratio", "1", "--iterations", "4", "--out", str(out)), capsys)
+    code, _, err = run_main(
+        system4(tmp_path, availability, "--active-ratio", "1", "--iterations", "4", "--out", str(out)), capsys
+    )
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1 and needle in lines[0], err
     assert not out.exists()
@@ -157,10 +297,25 @@ def test_nobody_online_any_more_stops_the_run_with_its_rounds_kept(tmp_path, cap
     20.25 s, after which nobody is ever online again: the run stops there (exit 2, one line), 'failed' with that
     reason, and the two rounds done are in system.csv and metrics.csv."""
     out = tmp_path / "run"
-    code, _, err = run_main(system4(tmp_path, "".join(f"{c},0,15\n" for c in range(4)), "--active-ratio", "1",
-                                    "--iterations", "8", "--eval-every", "2", "--out", str(out)), capsys)
+    code, _, err = run_main(
+        system4(
+            tmp_path,
+            "".join(f"{c},0,15\n" for c in range(4)),
+            "--active-ratio",
+            "1",
+            "--iterations",
+            "8",
+            "--eval-every",
+            "2",
+            "--out",
+            str(out),
+        ),
+        capsys,
+    )
     lines = error_lines(err)
-    assert code == 2 and len(lines) == 1 and "no client is online at or after simulated time 20.25 s (round 3)" in lines[0], err
+    assert (
+        code == 2 and len(lines) == 1 and "no client is online at or after simulated time 20.25 s (round 3)" in lines[0]
+    ), err
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "failed" and "no client is online" in man["error"]
     assert len(rows(out / "system.csv")) == 2 and len(rows(out / "metrics.csv")) == 2
@@ -170,18 +325,25 @@ def test_a_run_in_which_nobody_trained_is_an_error(tmp_path, capsys):
     """Only client 2 is ever online, and with a deadline of 8 s (client 3 meets it: the run is accepted) it is dropped
     in every round: nothing is trained, which was a 'completed' run before; now exit 2, one line, 'failed'."""
     out = tmp_path / "run"
-    code, _, err = run_main(system4(tmp_path, "2,0,inf\n", "--active-ratio", "1", "--iterations", "4", "--deadline", "8",
-                                    "--out", str(out)), capsys)
+    code, _, err = run_main(
+        system4(
+            tmp_path, "2,0,inf\n", "--active-ratio", "1", "--iterations", "4", "--deadline", "8", "--out", str(out)
+        ),
+        capsys,
+    )
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1 and "nobody took part in any of the run's 2 round(s)" in lines[0], err
     assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--sampling", "online"], "--sampling"),
-    (["--overcommit", "1.5"], "--overcommit 1.5 needs --sampling available"),
-    (["--sampling", "available", "--overcommit", "0.5"], "--overcommit"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--sampling", "online"], "--sampling"),
+        (["--overcommit", "1.5"], "--overcommit 1.5 needs --sampling available"),
+        (["--sampling", "available", "--overcommit", "0.5"], "--overcommit"),
+    ],
+)
 def test_bad_sampling_options_one_line_exit_2(flags, needle, tmp_path, capsys):
     out = tmp_path / "run"
     code, _, err = run_main(system4(tmp_path, "0,0,inf\n", "--iterations", "4", *flags, "--out", str(out)), capsys)
@@ -191,13 +353,41 @@ def test_bad_sampling_options_one_line_exit_2(flags, needle, tmp_path, capsys):
 
 
 # rounds that wait (clients going off and on), over-commitment, a deadline and unequal steps (keep-partial)
-WAITS = "".join(f"{c},{a},{b}\n" for c, a, b in ((0, 0, 12), (0, 40, "inf"), (1, 5, 30), (1, 60, "inf"), (2, 0, 20), (2, 45, "inf"),
-                                                 (3, 20, 25), (3, 70, "inf")))
+WAITS = "".join(
+    f"{c},{a},{b}\n"
+    for c, a, b in (
+        (0, 0, 12),
+        (0, 40, "inf"),
+        (1, 5, 30),
+        (1, 60, "inf"),
+        (2, 0, 20),
+        (2, 45, "inf"),
+        (3, 20, 25),
+        (3, 70, "inf"),
+    )
+)
 
 
 def waiting_run(tmp_path, *extra):
-    return system4(tmp_path, WAITS, "--active-ratio", "0.5", "--iterations", "16", "--sampling", "available",
-                   "--overcommit", "1.5", "--deadline", "9", "--on-deadline", "keep-partial", "--lr", "0.05", *extra)
+    return system4(
+        tmp_path,
+        WAITS,
+        "--active-ratio",
+        "0.5",
+        "--iterations",
+        "16",
+        "--sampling",
+        "available",
+        "--overcommit",
+        "1.5",
+        "--deadline",
+        "9",
+        "--on-deadline",
+        "keep-partial",
+        "--lr",
+        "0.05",
+        *extra,
+    )
 
 
 def test_waits_and_overcommitment_are_the_same_on_1_and_2_workers(tmp_path):

@@ -1,13 +1,14 @@
-"""``--precision bf16``: bfloat16 forward and backward with fp32 master weights, optimizer state and BatchNorm statistics
+"""``--precision bf16``: bfloat16 forward and backward with fp32 master weights, optimizer state and BatchNorm
+statistics
 (fedcli.fl.trainers.lowered), on both trainers."""
 
 import pytest
 import torch
 
 from fedcli.fl.cohort import Cohort
+from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import LoopTrainer, VmapTrainer
 from fedcli.models import build_model
-from fedcli.fl.engine import Simulation
 from simkit import configurer
 
 
@@ -42,12 +43,31 @@ def test_bf16_gradients_of_a_batchnorm_model_are_fp32_and_near_the_fp32_ones(tra
 
 
 def test_bf16_learns_on_the_femnist_sample_near_fp32(femnist_sample, trainer="vmap"):
-    """The FEMNIST LEAF sample, an mlp, 4 clients, 60 iterations: in bf16 the training loss falls from ln 62 = 4.13 as in
+    """The FEMNIST LEAF sample, an mlp, 4 clients, 60 iterations: in bf16 the training loss falls from ln 62 = 4.13 as
+    in
     fp32 and ends within 3% of fp32's. (The test accuracy this early moves by several points between any two runs,
     bf16 or not: 11.9% bf16 against 6.1% fp32 measured with the vmap trainer; not compared.)"""
-    config = configurer(dict(dataset="femnist", data_dir=str(femnist_sample), model="mlp", mlp_hidden="128",
-                             partition="natural", clients=4, active_ratio=1.0, iterations=60, tau=5, batch_size=32,
-                             lr=0.05, momentum=0.9, trainer=trainer, workers=1, threads=1, eval_every=60, device="cpu"))
+    config = configurer(
+        dict(
+            dataset="femnist",
+            data_dir=str(femnist_sample),
+            model="mlp",
+            mlp_hidden="128",
+            partition="natural",
+            clients=4,
+            active_ratio=1.0,
+            iterations=60,
+            tau=5,
+            batch_size=32,
+            lr=0.05,
+            momentum=0.9,
+            trainer=trainer,
+            workers=1,
+            threads=1,
+            eval_every=60,
+            device="cpu",
+        )
+    )
     runs = {p: Simulation(config(precision=p)).setup().run() for p in ("fp32", "bf16")}
     loss = {p: s.history[-1]["train_loss"] for p, s in runs.items()}
     assert loss["fp32"] < 3.9 and loss["bf16"] < 3.9

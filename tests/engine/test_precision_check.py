@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import precision_check  # noqa: E402
+
 from runkit import make  # noqa: E402
 
 
@@ -37,16 +38,19 @@ def test_bad_workload_names_are_refused_in_one_line(capsys):
     assert "expected some of femnist, resnet20" in capsys.readouterr().err
 
 
-@pytest.mark.long(reason="make precision-check's short CPU version, both workloads in both precisions (about 30 s of "
-                         "CPU): a tool beside the product, whose verdict's rule make test holds")
+@pytest.mark.long(
+    reason="make precision-check's short CPU version, both workloads in both precisions (about 30 s of "
+    "CPU): a tool beside the product, whose verdict's rule make test holds"
+)
 @pytest.mark.timeout(900)
 def test_make_precision_check_on_the_cpu_agrees(femnist_sample, tmp_path):
     """The FEMNIST CNN on the LEAF sample (3 rounds) and ResNet20 on CIFAR-10-format data (2 rounds), fp32 and bf16,
     seed 0: every evaluation within the tolerance (measured: the training loss at most 0.67% apart, the accuracy at
     most 0.0089)."""
     out = tmp_path / "precision-check.md"
-    done = make("precision-check", "DEVICE=cpu", f"PRECISION_CHECK_ARGS=--femnist-dir {femnist_sample} --out {out}",
-                timeout=600)
+    done = make(
+        "precision-check", "DEVICE=cpu", f"PRECISION_CHECK_ARGS=--femnist-dir {femnist_sample} --out {out}", timeout=600
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = out.read_text()
     assert "Verdict: agree." in text and "## femnist: agree" in text and "## resnet20: agree" in text

@@ -1,11 +1,10 @@
 """The progress bar and the closing summary: communication so far against FedAvg's so far, and the accuracy a run is
 judged by (personal_acc for personalized methods). Numbers worked out by hand."""
 
-
 from rich.console import Console
 
-from fedcli.cli.train import LOADING_LINE
 from fedcli.cli.console import TrainProgress, summary_table
+from fedcli.cli.train import LOADING_LINE
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Summary
 
@@ -17,7 +16,7 @@ def row(**kw):
 def test_comm_is_against_fedavg_so_far():
     # 1,000 parameters, tau 5, 400 iterations in all; after 200 iterations FedAvg has synchronized 200 // 5 = 40 times
     p = TrainProgress(400, 1_000, 5, enabled=False)
-    assert "comm 100.0% of FedAvg" in p.info(row())               # FedAvg's own schedule: 40,000 / 40,000 (the whole run's
+    assert "comm 100.0% of FedAvg" in p.info(row())  # FedAvg's own schedule: 40,000 / 40,000 (the whole run's
     assert "comm 75.0% of FedAvg" in p.info(row(comm_params=30_000))  # 80,000 would say 50% and 37.5%)
     assert "comm 100.0% of FedAvg" in p.info(row(iteration=5, round=1, comm_params=1_000))  # the first round too
     # FedLAMA rounds of phi * tau' = 10 iterations: after 3 rounds (30 iterations) FedAvg(tau' = 5) synchronized 6 times
@@ -55,8 +54,18 @@ def render(table) -> str:
 
 def test_summary_leads_with_personal_acc():
     cfg = TrainConfig(algo="fedala", dataset="digits", model="mlp", tau=5, local_epochs=1.0)
-    s = Summary(rounds=86, iteration=600, final_acc=0.5083, best_acc=0.52, best_iteration=570, comm_params=3_000,
-                fedavg_comm_params=3_000, best_personal_acc=0.4905, best_personal_round=80, final_personal_acc=0.4812)
+    s = Summary(
+        rounds=86,
+        iteration=600,
+        final_acc=0.5083,
+        best_acc=0.52,
+        best_iteration=570,
+        comm_params=3_000,
+        fedavg_comm_params=3_000,
+        best_personal_acc=0.4905,
+        best_personal_round=80,
+        final_personal_acc=0.4812,
+    )
     text = render(summary_table(cfg, s, "results/x"))
     lines = [ln for ln in text.splitlines() if "accuracy" in ln]
     assert "final personal accuracy" in lines[0] and "48.12%" in lines[0]
@@ -64,8 +73,15 @@ def test_summary_leads_with_personal_acc():
     assert "global model accuracy" in lines[2] and "50.83% final" in lines[2]
     assert "100.00% of FedAvg with one synchronization per round" in text
     plain = TrainConfig(algo="fedavg", dataset="digits", model="mlp", tau=5, local_epochs=0.0)
-    text = render(summary_table(plain, Summary(final_acc=0.9, best_acc=0.91, comm_params=10, fedavg_comm_params=20), "r"))
-    assert "final accuracy" in text and "90.00%" in text and "personal" not in text and "50.00% of FedAvg with tau=5" in text
+    text = render(
+        summary_table(plain, Summary(final_acc=0.9, best_acc=0.91, comm_params=10, fedavg_comm_params=20), "r")
+    )
+    assert (
+        "final accuracy" in text
+        and "90.00%" in text
+        and "personal" not in text
+        and "50.00% of FedAvg with tau=5" in text
+    )
 
 
 def test_progress_lines_in_a_log_while_the_run_goes(tmp_path):
@@ -81,8 +97,25 @@ def test_progress_lines_in_a_log_while_the_run_goes(tmp_path):
     log = tmp_path / "log"
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "80"}
     with open(log, "w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "fedcli", "train", "--algo", "fedavg", "--iterations", "1000",
-                              "--eval-every", "50", "--out", str(tmp_path / "run")], stderr=err, stdout=subprocess.DEVNULL, env=env)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fedcli",
+                "train",
+                "--algo",
+                "fedavg",
+                "--iterations",
+                "1000",
+                "--eval-every",
+                "50",
+                "--out",
+                str(tmp_path / "run"),
+            ],
+            stderr=err,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
         try:
             seen, deadline = [], time.time() + 300
             while time.time() < deadline and p.poll() is None:
@@ -96,7 +129,9 @@ def test_progress_lines_in_a_log_while_the_run_goes(tmp_path):
             if p.poll() is None:
                 p.kill()
     text = log.read_text()
-    first, second = text.splitlines()[:2]  # the job is seen alive from its first second: the loading line, then the header
+    first, second = text.splitlines()[
+        :2
+    ]  # the job is seen alive from its first second: the loading line, then the header
     assert first == LOADING_LINE and second.startswith("fedcli train: fedavg ")
     lines = [ln for ln in text.splitlines() if ln.startswith("fedcli train: iteration ")]
     assert [ln.split()[3] for ln in lines] == [f"{i}/1000" for i in range(50, 1001, 50)]  # one line per evaluation
@@ -144,8 +179,10 @@ def test_lines_mode_writes_one_flushed_line_per_row():
         p(row(iteration=400, round=80, test_acc=0.40, train_loss=0.25, comm_params=80_000, comm_bytes=16_000_000))
     lines = buf.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("fedcli train: iteration 200/400 (50.0%)  round 40  acc 50.83%  best 50.83%  loss 0.5000  "
-                               "comm 100.0% of FedAvg (40,000 params, 8.00 MB)  elapsed ")
+    assert lines[0].startswith(
+        "fedcli train: iteration 200/400 (50.0%)  round 40  acc 50.83%  best 50.83%  loss 0.5000  "
+        "comm 100.0% of FedAvg (40,000 params, 8.00 MB)  elapsed "
+    )
     assert "acc 40.00%  best 50.83%  loss 0.2500" in lines[1]  # the best so far stays
 
 
@@ -157,8 +194,25 @@ def test_iterations_rounded_up_to_whole_rounds_said_once_never_past_100(tmp_path
 
     from fedcli.cli.main import main
 
-    args = ["train", "--algo", "fedavg-c", "--dataset", "digits", "--mlp-hidden", "16", "--clients", "4",
-            "--iterations", "60", "--eval-every", "20", "--threads", "1", "--progress", "lines"]
+    args = [
+        "train",
+        "--algo",
+        "fedavg-c",
+        "--dataset",
+        "digits",
+        "--mlp-hidden",
+        "16",
+        "--clients",
+        "4",
+        "--iterations",
+        "60",
+        "--eval-every",
+        "20",
+        "--threads",
+        "1",
+        "--progress",
+        "lines",
+    ]
     for name, extra in (("full", []), ("partial", ["--active-ratio", "0.5", "--clients", "6"])):
         capfd.readouterr()
         assert main([*args, *extra, "--out", str(tmp_path / name)]) in (0, None)

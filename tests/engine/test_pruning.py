@@ -19,9 +19,40 @@ from fedcli.results.stopfile import request_stop
 from runkit import error_lines, rows, run_main
 
 # 16 rounds of phi*tau = 4 iterations, a metrics row every round, a checkpoint every 3 rounds
-ARGS = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
-        "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "64", "--batch-size", "16", "--lr", "0.05",
-        "--eval-every", "4", "--checkpoint-every", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+ARGS = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "8",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--phi",
+    "2",
+    "--iterations",
+    "64",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "4",
+    "--checkpoint-every",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def manifest(run: Path) -> dict:
@@ -46,7 +77,7 @@ def test_pruned_at_the_requested_boundary_refused_by_resume_then_promoted_bitwis
     out = tmp_path / "run"
     out.mkdir()
     request_stop(out, why="below the median at iteration 20", iteration=20)  # before the run starts: its folder
-    code, _, err = run_main(ARGS + ["--out", str(out)], capsys)               # holds only the request
+    code, _, err = run_main(ARGS + ["--out", str(out)], capsys)  # holds only the request
     assert code == 5, err
     man = manifest(out)
     assert man["status"] == "interrupted" and man["reason"] == "pruned"
@@ -64,9 +95,11 @@ def test_pruned_at_the_requested_boundary_refused_by_resume_then_promoted_bitwis
 
     code, _, err = run_main(["train", "--resume", str(out), "--quiet"], capsys)
     assert code == 2
-    assert error_lines(err) == [f"fedcli: error: --resume {out}: the run was pruned at iteration 20 (below the median at "
-                                f"iteration 20) and is kept as it stands; --promote finishes it: fedcli train --resume "
-                                f"{out} --promote"]
+    assert error_lines(err) == [
+        f"fedcli: error: --resume {out}: the run was pruned at iteration 20 (below the median at "
+        f"iteration 20) and is kept as it stands; --promote finishes it: fedcli train --resume "
+        f"{out} --promote"
+    ]
     assert manifest(out) == man and len(rows(out / "metrics.csv")) == 5  # nothing changed
 
     code, _, err = run_main(["train", "--promote", "--quiet"], capsys)
@@ -129,13 +162,20 @@ print(before, n())
 def test_request_from_another_process_mid_run_stops_within_one_round(reference, tmp_path):
     out = tmp_path / "run"
     env = {**__import__("os").environ, "PYTHONPATH": str(runkit.ROOT)}
-    train = subprocess.Popen([sys.executable, "-m", "fedcli", *ARGS, "--out", str(out)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    train = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", *ARGS, "--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(600):  # the run folder exists once the run has its lock
         if out.is_dir():
             break
         time.sleep(0.05)
-    watcher = subprocess.run([sys.executable, "-c", WATCHER, str(out)], env=env, capture_output=True, text=True, timeout=240)
+    watcher = subprocess.run(
+        [sys.executable, "-c", WATCHER, str(out)], env=env, capture_output=True, text=True, timeout=240
+    )
     _, err = train.communicate(timeout=240)
     before, after = map(int, watcher.stdout.split())
     assert train.returncode == 5, err
@@ -163,7 +203,9 @@ def test_two_mpi_processes_stop_at_the_same_boundary_then_promote_bitwise(tmp_pa
     ckpt = checkpoint.load(out / "checkpoints" / "round-000005.pt")
     assert ckpt["round"] == 5 and len(ckpt["ranks"]) == 2  # both processes wrote their part at the same boundary
     lines = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]  # rank 0's, for both (mpi4py then
-    assert len(lines) == 1 and "Traceback" not in p.stderr and "mpiexec -n 2" in lines[0]    # aborts on exit != 0) and lines[0].endswith("--promote"), p.stderr
+    assert (
+        len(lines) == 1 and "Traceback" not in p.stderr and "mpiexec -n 2" in lines[0]
+    )  # aborts on exit != 0) and lines[0].endswith("--promote"), p.stderr
     p = runkit.mpirun(2, ["train", "--resume", str(out), "--quiet"], timeout=200)
     assert p.returncode == 2 and "mpiexec -n 2" in p.stderr and "--promote" in p.stderr
     p = runkit.mpirun(2, ["train", "--resume", str(out), "--promote", "--quiet"], timeout=200)

@@ -13,17 +13,51 @@ import pytest
 import torch
 
 import fedcli.models
+import runkit
 from fedcli.cli.main import main
 from fedcli.results import checkpoint
-import runkit
-from runkit import rows, run_main, error_lines
+from runkit import error_lines, rows, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # 16 rounds of phi*tau = 4 iterations, a metrics row every round, a checkpoint every 3 rounds.
-ARGS = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
-        "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "64", "--batch-size", "16", "--lr", "0.05",
-        "--weight-decay", "1e-4", "--eval-every", "4", "--checkpoint-every", "3", "--device", "cpu", "--threads", "1", "--quiet"]
+ARGS = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "8",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--phi",
+    "2",
+    "--iterations",
+    "64",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--weight-decay",
+    "1e-4",
+    "--eval-every",
+    "4",
+    "--checkpoint-every",
+    "3",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
+
 
 def run_killed(sig: int, round_idx: int, out: Path) -> subprocess.CompletedProcess:
     return runkit.run_killed(sig, round_idx, ARGS + ["--out", str(out)])
@@ -89,7 +123,11 @@ def test_sigterm_writes_checkpoint_and_exits_143(reference, tmp_path, monkeypatc
     assert code == 143, err
     lines = error_lines(err)
     # said at once when the signal arrives (inside round 5), then the closing line: the round and the checkpoint agree
-    assert len(lines) == 2 and lines[0].startswith("fedcli: SIGTERM: stopping after round 5") and "again to stop now" in lines[0]
+    assert (
+        len(lines) == 2
+        and lines[0].startswith("fedcli: SIGTERM: stopping after round 5")
+        and "again to stop now" in lines[0]
+    )
     assert "interrupted by SIGTERM after round 5 " in lines[1] and "round-000005.pt holds rounds 1-5" in lines[1]
     assert lines[1].endswith(f"continue with: fedcli train --resume {out}")
     assert "Traceback" not in err
@@ -112,7 +150,7 @@ def test_dropout_rng_state_resumes_bitwise(tmp_path, monkeypatch, capsys):
     orig = fedcli.models.build_model
     monkeypatch.setattr(fedcli.models, "build_model", lambda *a, **k: orig(*a, **{**k, "dropout": 0.3}))
     i = ARGS.index("--iterations")
-    args = ARGS[:i + 1] + ["24"] + ARGS[i + 2:]
+    args = ARGS[: i + 1] + ["24"] + ARGS[i + 2 :]
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(args + ["--out", str(ref)]) == 0
     code, err = interrupted(monkeypatch, capsys, run, 2, signal.SIGINT, args)  # Ctrl-C
@@ -128,8 +166,13 @@ def test_resume_refusals_and_corrupt_checkpoints(tmp_path, monkeypatch, capsys):
     assert code == 2 and "no such folder" in err
     out = tmp_path / "run"
     assert interrupted(monkeypatch, capsys, out, 7)[0] == 130
-    for args, needle in ([["--recipe", "x.toml"], "--recipe"], [["--tau", "3"], "--tau"], [["--out", str(tmp_path / "x")], "--out"],
-                         [["--overwrite"], "--overwrite"], [["--algo", "fedavg"], "--algo"]):
+    for args, needle in (
+        [["--recipe", "x.toml"], "--recipe"],
+        [["--tau", "3"], "--tau"],
+        [["--out", str(tmp_path / "x")], "--out"],
+        [["--overwrite"], "--overwrite"],
+        [["--algo", "fedavg"], "--algo"],
+    ):
         code, _, err = run_main(["train", "--resume", str(out), *args], capsys)
         assert code == 2 and needle in err and "Traceback" not in err, err
     ckpts = checkpoint.list_checkpoints(out)
@@ -169,15 +212,51 @@ def test_resume_without_checkpoint_starts_over(reference, tmp_path, monkeypatch,
 @pytest.mark.parametrize("algo", ["scaffold", "fedlamb", "ditto", "pfedme", "fedphp", "partialfed", "fedfomo"])
 def test_resume_carries_method_state(algo, tmp_path, monkeypatch, capsys):
     """Per-client store (control variates, moments, personal models, ALA weights) and server state survive."""
-    args = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6", "--active-ratio", "0.5",
-            "--algo", algo, "--iterations", "16", "--tau", "2", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.5",
-            "--client-test-fraction", "0.25", "--eval-every", "2", "--checkpoint-every", "2", "--device", "cpu",
-            "--local-epochs", "0", "--threads", "1", "--quiet"]  # rounds of tau steps (personalized presets default to epochs)
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "16",
+        "--clients",
+        "6",
+        "--active-ratio",
+        "0.5",
+        "--algo",
+        algo,
+        "--iterations",
+        "16",
+        "--tau",
+        "2",
+        "--batch-size",
+        "8",
+        "--lr",
+        "0.05",
+        "--momentum",
+        "0.5",
+        "--client-test-fraction",
+        "0.25",
+        "--eval-every",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--device",
+        "cpu",
+        "--local-epochs",
+        "0",
+        "--threads",
+        "1",
+        "--quiet",
+    ]  # rounds of tau steps (personalized presets default to epochs)
     ref, run = tmp_path / "ref", tmp_path / "run"
     assert main(args + ["--out", str(ref)]) == 0
     assert interrupted(monkeypatch, capsys, run, 4, signal.SIGINT, args)[0] == 130
     ck = checkpoint.load(checkpoint.list_checkpoints(run)[-1][1])
-    assert ck["round"] == 5 and (ck["ranks"][0]["store"] or any(ck["ranks"][0]["parts"].values()))  # there is state to carry
+    assert ck["round"] == 5 and (
+        ck["ranks"][0]["store"] or any(ck["ranks"][0]["parts"].values())
+    )  # there is state to carry
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
     assert rows(ref / "metrics.csv") == rows(run / "metrics.csv")
     assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()

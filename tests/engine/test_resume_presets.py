@@ -17,21 +17,75 @@ from fedcli.results import checkpoint
 from fedcli.specs import METHODS
 
 PRESETS = sorted({m.name for m in METHODS.values()})
-ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
-        "--rounds", "5", "--tau", "2", "--local-epochs", "0", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.5",
-        "--client-test-fraction", "0.25", "--eval-every", "1", "--checkpoint-every", "1", "--device", "cpu",
-        "--threads", "1", "--workers", "1", "--seed", "2", "--quiet"]
+ARGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--rounds",
+    "5",
+    "--tau",
+    "2",
+    "--local-epochs",
+    "0",
+    "--batch-size",
+    "8",
+    "--lr",
+    "0.05",
+    "--momentum",
+    "0.5",
+    "--client-test-fraction",
+    "0.25",
+    "--eval-every",
+    "1",
+    "--checkpoint-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "2",
+    "--quiet",
+]
 CSVS = ("metrics.csv", "layers.csv", "intervals.csv", "skipped.csv", "timing.csv")
 
 
 def test_the_presets_the_issue_named_are_covered():
-    named = {"fedadam", "mime", "fedams", "mimelamb", "fedrep", "perfedavg", "fednova", "fedpaq", "fedcom", "fedprox",
-             "fedprox-c", "fedavg-c", "fedlama", "fedlamb", "fedala", "scaffold", "feddyn", "ditto"}
+    named = {
+        "fedadam",
+        "mime",
+        "fedams",
+        "mimelamb",
+        "fedrep",
+        "perfedavg",
+        "fednova",
+        "fedpaq",
+        "fedcom",
+        "fedprox",
+        "fedprox-c",
+        "fedavg-c",
+        "fedlama",
+        "fedlamb",
+        "fedala",
+        "scaffold",
+        "feddyn",
+        "ditto",
+    }
     assert named <= set(PRESETS)
 
 
 def cohort_args(algo: str) -> list[str]:
-    """Half the clients per round, or all of them for the cross-silo presets (APPLE, FedFomo, ...), which refuse less."""
+    """Half the clients per round, or all of them for the cross-silo presets (APPLE, FedFomo, ...), which refuse
+    less."""
     try:
         TrainConfig(algo=algo, dataset="digits", clients=6, active_ratio=0.5).validate()
         return []

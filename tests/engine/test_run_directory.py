@@ -17,8 +17,9 @@ from fedcli.runtime import early
 
 
 def tiny_sim():
-    return Simulation(TrainConfig(dataset="digits", model="mlp", mlp_hidden="16", clients=4, rounds=1,
-                                  threads=1).validate()).setup()
+    return Simulation(
+        TrainConfig(dataset="digits", model="mlp", mlp_hidden="16", clients=4, rounds=1, threads=1).validate()
+    ).setup()
 
 
 def test_a_run_directory_goes_through_its_life_in_order(tmp_path):
@@ -40,7 +41,11 @@ def test_a_run_directory_goes_through_its_life_in_order(tmp_path):
     rd.rows.append_metrics({"round": 1, "iteration": 5})
     rd.close("completed", summary={"final_acc": 0.5})
     manifest = json.loads((out / "manifest.json").read_text())
-    assert (manifest["status"], manifest["summary"], manifest["tune"]) == ("completed", {"final_acc": 0.5}, {"number": 3})
+    assert (manifest["status"], manifest["summary"], manifest["tune"]) == (
+        "completed",
+        {"final_acc": 0.5},
+        {"number": 3},
+    )
     with pytest.raises(RunClosed):  # the manifest says how the run ended: no row after it
         rd.rows.append_metrics({"round": 2, "iteration": 10})
     with pytest.raises(RunClosed):
@@ -74,9 +79,34 @@ def test_a_run_never_begun_leaves_no_folder_it_created(tmp_path):
     assert not out.exists() and (tmp_path / "a").is_dir()
 
 
-TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--active-ratio", "0.5",
-        "--iterations", "4", "--batch-size", "16", "--eval-every", "2", "--checkpoint-every", "1",
-        "--client-state", "disk", "--device", "cpu", "--threads", "1", "--quiet"]
+TINY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--active-ratio",
+    "0.5",
+    "--iterations",
+    "4",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "2",
+    "--checkpoint-every",
+    "1",
+    "--client-state",
+    "disk",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def test_overwrite_removes_links_in_the_run_dir_never_what_they_point_to(tmp_path):
@@ -98,8 +128,17 @@ def previous_run(folder):
     """A previous run's files, as --overwrite finds them (a stop request, a checkpoint, client state)."""
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "client-state" / "g1").mkdir(parents=True)
-    for name in ("manifest.json", "metrics.csv", "layers.csv", "model.pt", "stop.json", "checkpoints/round-000001.pt",
-                 "checkpoints/notes.txt", "client-state/g1/t.bin", "user.txt"):
+    for name in (
+        "manifest.json",
+        "metrics.csv",
+        "layers.csv",
+        "model.pt",
+        "stop.json",
+        "checkpoints/round-000001.pt",
+        "checkpoints/notes.txt",
+        "client-state/g1/t.bin",
+        "user.txt",
+    ):
         (folder / name).write_text("{}" if name == "manifest.json" else name)
 
 
@@ -113,12 +152,27 @@ def test_clean_works_on_the_folder_it_locked_even_when_a_link_replaces_it(tmp_pa
     os.symlink(victim, run)
     rd.clean()
     names = {str(p.relative_to(victim)) for p in victim.rglob("*")}
-    assert names == {"checkpoints", "client-state", "client-state/g1", "manifest.json", "metrics.csv", "layers.csv",
-                     "model.pt", "stop.json", "checkpoints/round-000001.pt", "checkpoints/notes.txt",
-                     "client-state/g1/t.bin", "user.txt"}  # nothing of the link's target went
+    assert names == {
+        "checkpoints",
+        "client-state",
+        "client-state/g1",
+        "manifest.json",
+        "metrics.csv",
+        "layers.csv",
+        "model.pt",
+        "stop.json",
+        "checkpoints/round-000001.pt",
+        "checkpoints/notes.txt",
+        "client-state/g1/t.bin",
+        "user.txt",
+    }  # nothing of the link's target went
     # the folder locked was cleaned: the run's files, its stop request and checkpoints went; what is not a run's stayed
     assert sorted(str(p.relative_to(moved)) for p in moved.rglob("*")) == [
-        ".fedcli.lock", "checkpoints", "checkpoints/notes.txt", "user.txt"]
+        ".fedcli.lock",
+        "checkpoints",
+        "checkpoints/notes.txt",
+        "user.txt",
+    ]
     with pytest.raises(RunDirectoryOrder):
         rd.clean()  # once, before the run begins
     rd.release()

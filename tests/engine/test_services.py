@@ -4,6 +4,7 @@ source, the run directory's CSV writers."""
 import torch
 
 from fedcli.config import TrainConfig
+
 # the purposes of batches are registered by the modules that use them (imported here, as a run imports its parts')
 from fedcli.fl.adaptive import FULL_BATCH
 from fedcli.fl.algorithms.fedala import ALA_BATCHES
@@ -29,11 +30,11 @@ def test_cohort_sums_weighs_names_and_skips_rows():
     cohort = _cohort([0.5, 0.25, 0.25])
     out = sim.cohort_sums(cohort, stacked, cohort.weights)
     assert list(out) == ["a", "b"] and out["a"].shape == (2,) and out["b"].shape == ()
-    assert out["a"].tolist() == [2.5, 3.5] and out["b"].item() == 17.5     # 0.5*1 + 0.25*3 + 0.25*5, ...
-    skip = torch.tensor([False, True, False])                                  # client 5 dropped: its row adds nothing
+    assert out["a"].tolist() == [2.5, 3.5] and out["b"].item() == 17.5  # 0.5*1 + 0.25*3 + 0.25*5, ...
+    skip = torch.tensor([False, True, False])  # client 5 dropped: its row adds nothing
     out = sim.cohort_sums(cohort, stacked, cohort.weights, skip)
     assert out["a"].tolist() == [1.75, 2.5] and out["b"].item() == 12.5
-    out = sim.cohort_sums(cohort, stacked, None)                               # no weights: the plain sum
+    out = sim.cohort_sums(cohort, stacked, None)  # no weights: the plain sum
     assert out["a"].tolist() == [9.0, 12.0] and out["b"].item() == 60.0
 
 
@@ -47,11 +48,14 @@ def test_cohort_sums_leave_the_dropped_clients_out_by_default():
     stacked = {"a": torch.tensor([1.0, float("nan"), 5.0])}
     assert sim.cohort_sums(cohort, stacked, None)["a"].item() == 6.0
     assert sim.cohort_sums(cohort, stacked, cohort.weights)["a"].item() == 1.75
-    assert sim.cohort_sum(cohort, [torch.tensor([[1.0], [2.0], [5.0]])], None, torch.tensor([False, False, True])).tolist() == [3.0]
+    assert sim.cohort_sum(
+        cohort, [torch.tensor([[1.0], [2.0], [5.0]])], None, torch.tensor([False, False, True])
+    ).tolist() == [3.0]
 
 
 def test_cohort_sums_of_a_process_without_clients_is_zero():
-    """A process holding no client of the cohort adds zeros of the right shapes (the others' rows come by all-reduce)."""
+    """A process holding no client of the cohort adds zeros of the right shapes (the others' rows come by
+    all-reduce)."""
     sim = Simulation(TrainConfig())
     cohort = Cohort([], torch.zeros(0, dtype=torch.float64), {}, {})
     cohort.cohort_ids = [2, 5]
@@ -72,8 +76,8 @@ def test_batch_source_same_keys_same_batches_and_purposes_are_independent():
     assert a.idx.shape == (5, 2, 4) and torch.equal(a.idx, b.idx) and torch.equal(a.mask, b.mask)
     # a client's batches depend on (seed, round, client, purpose) only, not on who else is in the plan
     assert torch.equal(src.plan("train", [2], round_idx=3, steps=5).idx[:, 0], a.idx[:, 1])
-    assert not torch.equal(src.plan("train", [0, 2], round_idx=4, steps=5).idx, a.idx)     # another round
-    ditto = src.plan("ditto", [0, 2], round_idx=3, steps=5)                                    # another purpose
+    assert not torch.equal(src.plan("train", [0, 2], round_idx=4, steps=5).idx, a.idx)  # another round
+    ditto = src.plan("ditto", [0, 2], round_idx=3, steps=5)  # another purpose
     assert not torch.equal(ditto.idx, a.idx)
     # the keys: train = (seed, "batches", round, client), any other purpose its own name
     assert torch.equal(a.idx[:, 0], client_batches(src.indices[0], 5, 4, torch_gen(7, "batches", 3, 0))[0])
@@ -83,7 +87,7 @@ def test_batch_source_same_keys_same_batches_and_purposes_are_independent():
 
 
 def test_batch_source_pads_a_client_smaller_than_a_batch():
-    plan = _source().plan("train", [1], round_idx=0, steps=2)   # 3 samples, batches of 4
+    plan = _source().plan("train", [1], round_idx=0, steps=2)  # 3 samples, batches of 4
     assert plan.mask[:, 0].tolist() == [[1.0, 1.0, 1.0, 0.0]] * 2
     for j in range(2):  # all 3 samples once, then one of them again as weight-0 padding
         assert sorted(plan.idx[j, 0, :3].tolist()) == [100, 101, 102] and plan.idx[j, 0, 3].item() in (100, 101, 102)
@@ -91,14 +95,18 @@ def test_batch_source_pads_a_client_smaller_than_a_batch():
 
 def test_batch_source_in_order_plans():
     src = _source()
-    plan = src.plan(VAL_BATCHES, [0, 1])           # 10 samples: 4 + 4 + 2; 3 samples: 3, then used up
+    plan = src.plan(VAL_BATCHES, [0, 1])  # 10 samples: 4 + 4 + 2; 3 samples: 3, then used up
     assert plan.idx[:, 0].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 8, 8]]
     assert plan.mask[:, 0].tolist() == [[1.0] * 4, [1.0] * 4, [1.0, 1.0, 0.0, 0.0]]
     assert plan.idx[:, 1].tolist() == [[100, 101, 102, 100], [100] * 4, [100] * 4]
     assert plan.mask[:, 1].tolist() == [[1.0, 1.0, 1.0, 0.0], [0.0] * 4, [0.0] * 4]
     assert plan.real.tolist() == [[4, 3], [4, 0], [2, 0]]
-    full = src.plan(FULL_BATCH, [0, 1])           # the same batches; a used-up client's dummy batch weighs 1
-    assert torch.equal(full.idx, plan.idx) and full.mask[1:, 1].eq(1).all() and torch.equal(full.mask[:, 0], plan.mask[:, 0])
+    full = src.plan(FULL_BATCH, [0, 1])  # the same batches; a used-up client's dummy batch weighs 1
+    assert (
+        torch.equal(full.idx, plan.idx)
+        and full.mask[1:, 1].eq(1).all()
+        and torch.equal(full.mask[:, 0], plan.mask[:, 0])
+    )
     given = src.plan(VAL_BATCHES, indices=[torch.tensor([5, 6])])  # indices other than the training split
     assert given.idx.tolist() == [[[5, 6, 5, 5]]] and given.real.tolist() == [[2]]
 
@@ -108,15 +116,17 @@ def test_batch_source_ala_windows():
     batches of 4, the last one partial. 75% of 10 = 7 samples (4 + 3), of 3 = 2 (one batch of 2), of 8 = 6 (4 + 2)."""
     src = _source()
     plan = src.plan(ALA_BATCHES, [0, 1, 2], round_idx=5, percent=75)
-    assert torch.equal(plan.idx, src.plan(ALA_BATCHES, [0, 1, 2], round_idx=5, percent=75).idx)  # same keys, same batches
+    assert torch.equal(
+        plan.idx, src.plan(ALA_BATCHES, [0, 1, 2], round_idx=5, percent=75).idx
+    )  # same keys, same batches
     assert plan.real.tolist() == [[4, 2, 4], [3, 0, 2]]
     for k, (c, m) in enumerate([(0, 7), (1, 2), (2, 6)]):
         n = src.indices[c].numel()
         off = int(torch.randint(0, n - m + 1, (1,), generator=torch_gen(7, "ala", 5, c)))  # the reference's randint
         got = torch.cat([plan.idx[j, k, : plan.real[j, k]] for j in range(2)])
-        assert torch.equal(got, src.indices[c][off: off + m])                              # contiguous, in order
+        assert torch.equal(got, src.indices[c][off : off + m])  # contiguous, in order
         assert torch.equal(got, sample_slice(src.indices[c], 75, torch_gen(7, "ala", 5, c)))
-        alone = src.plan(ALA_BATCHES, [c], round_idx=5, percent=75).idx[:, 0]                    # not who else is asked
+        alone = src.plan(ALA_BATCHES, [c], round_idx=5, percent=75).idx[:, 0]  # not who else is asked
         assert torch.equal(alone, plan.idx[: len(alone), k])
     # over rounds the offset of client 0 takes every value of [0, 10 - 7], both ends
     assert {int(src.plan(ALA_BATCHES, [0], round_idx=r, percent=75).idx[0, 0, 0]) for r in range(100)} == {0, 1, 2, 3}
@@ -133,7 +143,12 @@ def test_batch_source_perfedavg_eval_batch():
     pick = torch.randperm(10, generator=torch_gen(7, "perfedavg.eval", 2, 0))[:4]
     assert torch.equal(plan.idx[0, 0], src.indices[0][pick]) and plan.mask[0, 0].eq(1).all()
     perm = torch.randperm(3, generator=torch_gen(7, "perfedavg.eval", 2, 1))
-    assert torch.equal(plan.idx[0, 1][plan.mask[0, 1] > 0], src.indices[1][perm]) and plan.mask[0, 1].tolist() == [1, 1, 1, 0]
+    assert torch.equal(plan.idx[0, 1][plan.mask[0, 1] > 0], src.indices[1][perm]) and plan.mask[0, 1].tolist() == [
+        1,
+        1,
+        1,
+        0,
+    ]
     assert torch.equal(src.plan(EVAL_BATCH, [0, 1], round_idx=2, steps=1).idx, plan.idx)
 
 
@@ -155,10 +170,17 @@ def test_attached_run_dir_registers_its_csv_writers_first(tmp_path):
 def test_run_log_writes_the_rounds_skipped_clients_and_metrics(tmp_path):
     rd = RunDir(tmp_path)
     sim = Simulation(TrainConfig(dataset="digits", model="mlp", clients=6, rounds=1, threads=1).validate()).setup()
-    sim.record = RoundRecord(round=3, start_iteration=30, metrics=None,  # FedAvg's parts record no rows of their own
-                             skips=[{"round": 3, "step": 2, "client": 5, "reason": "loss"}])
+    sim.record = RoundRecord(
+        round=3,
+        start_iteration=30,
+        metrics=None,  # FedAvg's parts record no rows of their own
+        skips=[{"round": 3, "step": 2, "client": 5, "reason": "loss"}],
+    )
     RunLog(rd)(sim, None)  # no evaluation this round: metrics.csv keeps its header only
     # the skip of round index 3 is written as round 4 (rounds counted from 1, as in metrics.csv)
-    assert (tmp_path / "skipped.csv").read_text().splitlines() == ["round,iteration,step,client,reason", "4,32,2,5,loss"]
+    assert (tmp_path / "skipped.csv").read_text().splitlines() == [
+        "round,iteration,step,client,reason",
+        "4,32,2,5,loss",
+    ]
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 and not (tmp_path / "layers.csv").exists()
     rd.close()

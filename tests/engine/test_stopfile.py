@@ -34,8 +34,15 @@ def test_due_is_the_first_boundary_at_or_after_the_iteration():
     assert stopfile.due({"iteration": 20}, 20) and stopfile.due({"iteration": 20}, 24)
 
 
-@pytest.mark.parametrize("kwargs,word", [({"reason": "done"}, "reason"), ({"iteration": -1}, "iteration"),
-                                         ({"iteration": 2.5}, "iteration"), ({"iteration": True}, "iteration")])
+@pytest.mark.parametrize(
+    "kwargs,word",
+    [
+        ({"reason": "done"}, "reason"),
+        ({"iteration": -1}, "iteration"),
+        ({"iteration": 2.5}, "iteration"),
+        ({"iteration": True}, "iteration"),
+    ],
+)
 def test_bad_request_refused_nothing_written(tmp_path, kwargs, word):
     with pytest.raises(ConfigError, match=word):
         stopfile.request_stop(tmp_path, **kwargs)
@@ -61,8 +68,15 @@ def test_request_never_writes_through_a_link(tmp_path):
     assert target.read_text() == "keep\n" and not os.path.lexists(run / "stop.json")
 
 
-@pytest.mark.parametrize("text,what", [("", "is not JSON (0 bytes)"), ('{"reason": "pru', "is not JSON (15 bytes)"),
-                                       ("[1, 2]", "holds a JSON list, not an object"), (b"\xff\xfe", "is not JSON (2 bytes)")])
+@pytest.mark.parametrize(
+    "text,what",
+    [
+        ("", "is not JSON (0 bytes)"),
+        ('{"reason": "pru', "is not JSON (15 bytes)"),
+        ("[1, 2]", "holds a JSON list, not an object"),
+        (b"\xff\xfe", "is not JSON (2 bytes)"),
+    ],
+)
 def test_malformed_file_is_still_a_request(tmp_path, text, what):
     f = tmp_path / "stop.json"
     f.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -92,8 +106,10 @@ def test_pruned_manifest_state_and_label(tmp_path):
     assert pruned(man) == where and status_label(man) == "pruned"
     st = run_state(tmp_path / "p", {"lr": 0.1})
     assert st.state == PRUNED == "pruned" and not st.resumable
-    assert st.words() == (f"pruned: at iteration 20 (round 5): hopeless; kept as it stands; fedcli train --resume "
-                          f"{tmp_path / 'p'} --promote finishes it")
+    assert st.words() == (
+        f"pruned: at iteration 20 (round 5): hopeless; kept as it stands; fedcli train --resume "
+        f"{tmp_path / 'p'} --promote finishes it"
+    )
     # another config: stale wins (a sweep trains it over)
     assert run_state(tmp_path / "p", {"lr": 0.2}).state == "stale"
     # an interrupted run that was not pruned, and a pruned mark beside another status: not pruned

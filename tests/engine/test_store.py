@@ -24,12 +24,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_rows_come_back_bitwise_in_every_dtype(tmp_path):
     s = DiskStore(tmp_path, cache_bytes=0)  # no cache: every read goes to the file
-    rows = {"f32": torch.tensor([[1.5, -2.0], [3.25, 1e-30]]), "f64": torch.tensor([0.1, -0.2], dtype=torch.float64),
-            "bf16": torch.tensor([[1.0, 2.5]], dtype=torch.bfloat16).expand(2, 2), "i64": torch.tensor([[7], [-9]])}
+    rows = {
+        "f32": torch.tensor([[1.5, -2.0], [3.25, 1e-30]]),
+        "f64": torch.tensor([0.1, -0.2], dtype=torch.float64),
+        "bf16": torch.tensor([[1.0, 2.5]], dtype=torch.bfloat16).expand(2, 2),
+        "i64": torch.tensor([[7], [-9]]),
+    }
     for name, t in rows.items():
         s.scatter(name, [3, 0], t)
     for name, t in rows.items():
-        assert torch.equal(s.get(name, 3), t[0]) and torch.equal(s.get(name, 0), t[1]) and s.get(name, 3).dtype == t.dtype
+        assert (
+            torch.equal(s.get(name, 3), t[0]) and torch.equal(s.get(name, 0), t[1]) and s.get(name, 3).dtype == t.dtype
+        )
     assert s.get("f32", 1) is None and not s.has("f32", 1) and s.has("f32", 0)
     got = s.gather("f32", [1, 3], lambda c: torch.full((2,), float(c)), "cpu")
     assert got.tolist() == [[1.0, 1.0], [1.5, -2.0]]
@@ -209,10 +215,41 @@ def test_a_memory_checkpoint_loads_into_a_disk_store_and_not_back(tmp_path):
 
 
 # --------------------------------------------------------------------------------- whole runs
-STATEFUL = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "10", "--active-ratio", "0.3",
-            "--rounds", "8", "--tau", "2", "--local-epochs", "0", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.5",
-            "--client-test-fraction", "0.25", "--eval-every", "1", "--device", "cpu", "--threads", "1", "--workers", "1",
-            "--quiet"]
+STATEFUL = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "10",
+    "--active-ratio",
+    "0.3",
+    "--rounds",
+    "8",
+    "--tau",
+    "2",
+    "--local-epochs",
+    "0",
+    "--batch-size",
+    "8",
+    "--lr",
+    "0.05",
+    "--momentum",
+    "0.5",
+    "--client-test-fraction",
+    "0.25",
+    "--eval-every",
+    "1",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+]
 
 
 def rows(path: Path) -> list[dict]:
@@ -239,8 +276,24 @@ def test_disk_store_gives_the_memory_store_run(algo, tmp_path):
 def test_workers_read_each_others_rows(tmp_path):
     """``--workers 2``: each worker appends to its own files and reads the other's; the run equals one process's."""
     for w in ("1", "2"):
-        assert main(["train", "--algo", "ditto", *STATEFUL[:-3], "--workers", w, "--quiet", "--client-state", "disk",
-                     "--out", str(tmp_path / w)]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--algo",
+                    "ditto",
+                    *STATEFUL[:-3],
+                    "--workers",
+                    w,
+                    "--quiet",
+                    "--client-state",
+                    "disk",
+                    "--out",
+                    str(tmp_path / w),
+                ]
+            )
+            == 0
+        )
     assert rows(tmp_path / "1" / "metrics.csv") == rows(tmp_path / "2" / "metrics.csv")
     assert any((tmp_path / "2" / "client-state" / "g0" / "r1").glob("*.bin"))
     info = json.loads((tmp_path / "2" / "manifest.json").read_text())["client_state"]
@@ -286,8 +339,20 @@ def test_sigkill_then_resume_with_state_on_disk_is_bitwise(tmp_path, monkeypatch
 
 
 # golden runs of the presets that keep per-client state, with that state on disk: the stored records, bitwise
-DISK_GOLDEN = ["preset-ditto", "preset-scaffold", "preset-fedala", "preset-fedamp", "preset-apple", "preset-fedrep",
-               "preset-feddyn", "preset-fedphp", "preset-mimelamb", "ala-ditto", "epochs-partialfed", "loop-scaffold"]
+DISK_GOLDEN = [
+    "preset-ditto",
+    "preset-scaffold",
+    "preset-fedala",
+    "preset-fedamp",
+    "preset-apple",
+    "preset-fedrep",
+    "preset-feddyn",
+    "preset-fedphp",
+    "preset-mimelamb",
+    "ala-ditto",
+    "epochs-partialfed",
+    "loop-scaffold",
+]
 
 
 @pytest.mark.timeout(600)
@@ -314,8 +379,14 @@ def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):
     from runkit import mpirun_each
 
     # both runs in one mpiexec (its ranks import torch once), the disk run first: nothing of the memory run can help it
-    p = mpirun_each(2, [["train", "--algo", "ditto", *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)]
-                        for mode in ("disk", "memory")], timeout=400)
+    p = mpirun_each(
+        2,
+        [
+            ["train", "--algo", "ditto", *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)]
+            for mode in ("disk", "memory")
+        ],
+        timeout=400,
+    )
     assert p.returncode == 0, p.stderr
     assert rows(tmp_path / "memory" / "metrics.csv") == rows(tmp_path / "disk" / "metrics.csv")
     state = tmp_path / "disk" / "client-state" / "g0"
@@ -349,30 +420,55 @@ def test_bench_scale_targets_by_hand():
     GB = 1e9
 
     def case(clients, procs, chunk, gb, setting="writers"):
-        return {"setting": setting, "clients": clients, "processes": procs, "state": "disk", "active": 0.01, "chunk": chunk,
-                "peak_rss": gb * GB, "peak_pss": gb * GB, "disk": 0, "s_per_round": 1.0}
+        return {
+            "setting": setting,
+            "clients": clients,
+            "processes": procs,
+            "state": "disk",
+            "active": 0.01,
+            "chunk": chunk,
+            "peak_rss": gb * GB,
+            "peak_pss": gb * GB,
+            "disk": 0,
+            "s_per_round": 1.0,
+        }
 
-    results = {"floor": {"peak_rss": 0.5 * GB, "peak_pss": 0.5 * GB},
-               "cases": [case(1000, 1, b.CHUNK, 0.9), case(10000, 1, b.CHUNK, 1.0), case(10000, 2, b.CHUNK, 2.2),
-                         case(10000, 1, 0, 1.8)]}
+    results = {
+        "floor": {"peak_rss": 0.5 * GB, "peak_pss": 0.5 * GB},
+        "cases": [
+            case(1000, 1, b.CHUNK, 0.9),
+            case(10000, 1, b.CHUNK, 1.0),
+            case(10000, 2, b.CHUNK, 2.2),
+            case(10000, 1, 0, 1.8),
+        ],
+    }
     lines = b.targets(results)
     assert "[writers] peak RSS 10,000 / 1,000 clients (disk, chunks of 10): 1.11x (target <= 1.25x) ok" in lines
     assert "  the same with the 10,000-client cohort (100 clients) held whole: 2.00x" in lines
     assert "[writers] peak PSS mpiexec -n 2 / 1 process at 10,000 clients: 2.20x (target <= 1.5x) MISSED" in lines
-    assert ("  PSS taken apart: floor F 0.50 GB one process, F2 1.00 GB two (2F); 1 process T1 = 1.00 GB = F + 0.50; "
-            "2 processes T2 = 2.20 GB = F2 + 1.20; above the floors 2.40x; the two floors alone are 1.00x T1 (T2 <= 1.5 T1 "
-            "needs the two processes together to hold at most 0.50 GB above their floors, against the one process's "
-            "0.50)") in lines
-    results = {"floor": {"peak_rss": 0.7 * GB, "peak_pss": 0.7 * GB},
-               "floor_mpi": {"peak_rss": 1.45 * GB, "peak_pss": 1.45 * GB, "processes": 2},
-               "cases": [case(1000, 1, b.CHUNK, 0.8, "natural"), case(10000, 1, b.CHUNK, 0.9, "natural"),
-                         case(10000, 2, b.CHUNK, 1.6, "natural")]}
+    assert (
+        "  PSS taken apart: floor F 0.50 GB one process, F2 1.00 GB two (2F); 1 process T1 = 1.00 GB = F + 0.50; "
+        "2 processes T2 = 2.20 GB = F2 + 1.20; above the floors 2.40x; the two floors alone are 1.00x T1 (T2 <= 1.5 T1 "
+        "needs the two processes together to hold at most 0.50 GB above their floors, against the one process's "
+        "0.50)"
+    ) in lines
+    results = {
+        "floor": {"peak_rss": 0.7 * GB, "peak_pss": 0.7 * GB},
+        "floor_mpi": {"peak_rss": 1.45 * GB, "peak_pss": 1.45 * GB, "processes": 2},
+        "cases": [
+            case(1000, 1, b.CHUNK, 0.8, "natural"),
+            case(10000, 1, b.CHUNK, 0.9, "natural"),
+            case(10000, 2, b.CHUNK, 1.6, "natural"),
+        ],
+    }
     lines = b.targets(results)
     assert "[natural] peak RSS 10,000 / 1,000 clients (disk, chunks of 10): 1.12x (target <= 1.25x) ok" in lines
     assert "[natural] peak RSS mpiexec -n 2 / 1 process at 10,000 clients: 1.78x (target <= 1.5x) MISSED" in lines
-    assert ("  RSS taken apart: floor F 0.70 GB one process, F2 1.45 GB two (measured under mpiexec); 1 process T1 = "
-            "0.90 GB = F + 0.20; 2 processes T2 = 1.60 GB = F2 + 0.15; above the floors 0.75x; the two floors alone are "
-            "1.61x T1 (so T2 <= 1.5 T1 cannot hold: the floors alone exceed it)") in lines
+    assert (
+        "  RSS taken apart: floor F 0.70 GB one process, F2 1.45 GB two (measured under mpiexec); 1 process T1 = "
+        "0.90 GB = F + 0.20; 2 processes T2 = 1.60 GB = F2 + 0.15; above the floors 0.75x; the two floors alone are "
+        "1.61x T1 (so T2 <= 1.5 T1 cannot hold: the floors alone exceed it)"
+    ) in lines
     t = b.table(results)
     assert "floor of mpiexec -n 2" in str(t.caption) and "RSS 1.45 GB" in str(t.caption)
 
@@ -394,34 +490,87 @@ def test_bench_scale_parent_does_not_hold_torch(tmp_path):
     """``fedcli bench --scale`` measures its runs from a process without torch: a parent holding torch's libraries
     would share their pages with every measured process and lower its PSS (the floor's PSS read 0.43 GB against an
     RSS of 0.55 GB when it did)."""
-    script = ("import sys\nfrom fedcli.bench import scale as bench_scale\n"
-              "bench_scale.run = lambda progress=None, cases=None: {'settings': {}, 'cases': [], 'torch': 'torch' in sys.modules}\n"
-              "from fedcli.cli.main import main\nmain(['bench', '--scale', '--json', sys.argv[1]])\n")
+    script = (
+        "import sys\nfrom fedcli.bench import scale as bench_scale\n"
+        "bench_scale.run = lambda progress=None, cases=None: {'settings': {}, 'cases': [], 'torch': "
+        "'torch' in sys.modules}\n"
+        "from fedcli.cli.main import main\nmain(['bench', '--scale', '--json', sys.argv[1]])\n"
+    )
     out = tmp_path / "scale.json"
-    p = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = subprocess.run(
+        [sys.executable, "-c", script, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["torch"] is False
 
 
 # --------------------------------------------------------------------------------- disk as a run promises (issue 37)
-SLOTS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "10", "--active-ratio", "0.3",
-         "--rounds", "8", "--tau", "2", "--batch-size", "8", "--lr", "0.05", "--momentum", "0.9", "--eval-every", "4",
-         "--device", "cpu", "--threads", "1", "--workers", "1", "--quiet"]
+SLOTS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "10",
+    "--active-ratio",
+    "0.3",
+    "--rounds",
+    "8",
+    "--tau",
+    "2",
+    "--batch-size",
+    "8",
+    "--lr",
+    "0.05",
+    "--momentum",
+    "0.9",
+    "--eval-every",
+    "4",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+]
 MLP_BYTES = 4 * (64 * 16 + 16 + 16 * 10 + 10)  # digits' 64 inputs, 16 hidden, 10 classes: 1,210 float32 parameters
 
 
-@pytest.mark.parametrize("algo, persist, limit, expect", [
-    ("fedavg", "slot", 0, ("disk", 3 * MLP_BYTES)),        # momentum per cohort slot: 3 active clients, not 10
-    ("fedavg", "client", 1, ("memory", 10 * MLP_BYTES)),   # per client: every client's
-    ("fedavg", "none", 0, ("memory", 0)),                  # nothing outlives a round: nothing to put anywhere
-    ("fedlama", "slot", 0, ("disk", 3 * MLP_BYTES)),
-    ("ditto", "none", 0, ("disk", 10 * MLP_BYTES)),        # one personal model per client
-])
+@pytest.mark.parametrize(
+    "algo, persist, limit, expect",
+    [
+        ("fedavg", "slot", 0, ("disk", 3 * MLP_BYTES)),  # momentum per cohort slot: 3 active clients, not 10
+        ("fedavg", "client", 1, ("memory", 10 * MLP_BYTES)),  # per client: every client's
+        ("fedavg", "none", 0, ("memory", 0)),  # nothing outlives a round: nothing to put anywhere
+        ("fedlama", "slot", 0, ("disk", 3 * MLP_BYTES)),
+        ("ditto", "none", 0, ("disk", 10 * MLP_BYTES)),  # one personal model per client
+    ],
+)
 def test_the_state_is_projected_by_what_is_really_kept(tmp_path, algo, persist, limit, expect):
     out = tmp_path / "run"
-    args = ["train", "--algo", algo, *SLOTS, "--momentum-persist", persist, "--client-state-limit-mb", str(limit),
-            "--client-test-fraction", "0.25", "--rounds", "1", "--out", str(out)]
+    args = [
+        "train",
+        "--algo",
+        algo,
+        *SLOTS,
+        "--momentum-persist",
+        persist,
+        "--client-state-limit-mb",
+        str(limit),
+        "--client-test-fraction",
+        "0.25",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     info = json.loads((out / "manifest.json").read_text())["client_state"]
     assert (info["mode"], info["projected_bytes"]) == expect
@@ -462,7 +611,10 @@ def test_a_completed_run_keeps_the_personal_models_only_or_nothing(tmp_path, mon
     ditto = tmp_path / "ditto"
     assert main([*[a for a in base if a != "--quiet"], "--algo", "ditto", "--out", str(ditto)]) == 0
     err = capsys.readouterr().err
-    assert f"client state: up to {10 * MLP_BYTES / 1024:.1f} KiB (per-client state of local_step ditto: 10 clients x 4.7 KiB)" in err
+    assert (
+        f"client state: up to {10 * MLP_BYTES / 1024:.1f} KiB (per-client state of local_step ditto: 10 "
+        f"clients x 4.7 KiB)" in err
+    )
     assert "on disk in client-state" in err
     gens = sorted(g.name for g in (ditto / "client-state").iterdir() if g.is_dir())
     assert len(gens) == 1 and gens[0] != "g0"  # compacted along the way; one generation left
@@ -486,8 +638,23 @@ def test_slot_state_every_worker_holds_is_checkpointed_once_and_resumes_bitwise(
     """--workers 2, momentum by cohort slot in memory: every worker holds every slot's buffer, so a checkpoint holds
     them once (in the root's part), not once per worker; a SIGKILL then --resume is still the uninterrupted run (run
     with the resume in this process, KILLER's store setting)."""
-    args = ["train", "--algo", "fedavg", *SLOTS[:-3], "--workers", "2", "--quiet", "--active-ratio", "0.4",
-            "--momentum-persist", "slot", "--client-state", "memory", "--checkpoint-every", "2"]
+    args = [
+        "train",
+        "--algo",
+        "fedavg",
+        *SLOTS[:-3],
+        "--workers",
+        "2",
+        "--quiet",
+        "--active-ratio",
+        "0.4",
+        "--momentum-persist",
+        "slot",
+        "--client-state",
+        "memory",
+        "--checkpoint-every",
+        "2",
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     monkeypatch.setattr(store, "COMPACT_SLACK", 0)
     ref, run = tmp_path / "ref", tmp_path / "run"

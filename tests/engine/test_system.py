@@ -50,12 +50,19 @@ def test_fedavg_rounds_by_hand(trace, tmp_path):
     # layer 0 (2,048 B each way): client 0 2048/610 + 2048/1220 = 5.036066 s (client 1 half of it) -> 10.072131 s
     # layer 1 (32 B): 2 x (32/610 + 32/1220) = 0.157377 s; layer 2 (320 B): 1.573770 s; layer 3 (40 B): 0.196721 s
     assert column(out / "layers.csv", "sim_time_s") == pytest.approx(
-        [2 * (2048 / 610 + 2048 / 1220), 2 * (32 / 610 + 32 / 1220), 2 * (320 / 610 + 320 / 1220),
-         2 * (40 / 610 + 40 / 1220)], abs=US)
+        [
+            2 * (2048 / 610 + 2048 / 1220),
+            2 * (32 / 610 + 32 / 1220),
+            2 * (320 / 610 + 320 / 1220),
+            2 * (40 / 610 + 40 / 1220),
+        ],
+        abs=US,
+    )
     assert column(out / "layers.csv", "sim_time_s") == pytest.approx([10.072131, 0.157377, 1.573770, 0.196721], abs=US)
     man = json.loads((out / "manifest.json").read_text())["system"]
     assert man["forward_flops_per_sample"] == 1184.0 and man["trace"]["path"] == str(trace)
     import hashlib
+
     assert man["trace"]["sha256"] == hashlib.sha256(TRACE.encode()).hexdigest()
 
 
@@ -69,8 +76,27 @@ def test_fedlama_partial_synchronizations_cost_what_they_move(trace, tmp_path):
     # Round 3: intervals (4, 2, 2, 2): after step 2 layers 1, 2, 3 (392 B): client 0 3 + 392/610 + 392/1220 =
     #   3.963934 s, client 1 4.5 + 392/1220 + 392/2440 = 4.981967 s; then 9 s: 14.106967 s.
     out = tmp_path / "lama"
-    assert main(BASE + ["--algo", "fedlama", "--tau", "2", "--phi", "2", "--lama-first-adjust", "0", "--iterations", "12",
-                        "--out", str(out), *system(trace)]) == 0
+    assert (
+        main(
+            BASE
+            + [
+                "--algo",
+                "fedlama",
+                "--tau",
+                "2",
+                "--phi",
+                "2",
+                "--lama-first-adjust",
+                "0",
+                "--iterations",
+                "12",
+                "--out",
+                str(out),
+                *system(trace),
+            ]
+        )
+        == 0
+    )
     intervals = [[int(r["interval"]) for r in table(out / "intervals.csv") if r["round"] == str(k)] for k in (1, 2)]
     assert intervals == [[4, 2, 4, 2], [4, 2, 2, 2]]  # what rounds 2 and 3 ran with
     r2 = 4 + 0.5 + 72 / 1220 + 72 / 2440 + 9 + 0.125
@@ -84,13 +110,16 @@ def test_fedlama_partial_synchronizations_cost_what_they_move(trace, tmp_path):
     assert lt[2] == pytest.approx(5 * (320 / 610 + 320 / 1220), abs=US)
 
 
-@pytest.mark.parametrize("policy, round_s, steps_run", [
-    # deadline 8.5 s: client 0 needs 2 c0 + x0 = 9 s, client 1 7.5 s.
-    # keep-partial: client 0 runs floor((8.5 - 7) / 1) = 1 step; the round: max(1 + 7, 4 + 3.5) = 8 s + 0.125
-    ("keep-partial", 8.125, "partial"),
-    # drop: client 0 is left out; the server waits until the deadline: max(7.5, 8.5) = 8.5 s + 0.125
-    ("drop", 8.625, "dropped"),
-])
+@pytest.mark.parametrize(
+    "policy, round_s, steps_run",
+    [
+        # deadline 8.5 s: client 0 needs 2 c0 + x0 = 9 s, client 1 7.5 s.
+        # keep-partial: client 0 runs floor((8.5 - 7) / 1) = 1 step; the round: max(1 + 7, 4 + 3.5) = 8 s + 0.125
+        ("keep-partial", 8.125, "partial"),
+        # drop: client 0 is left out; the server waits until the deadline: max(7.5, 8.5) = 8.5 s + 0.125
+        ("drop", 8.625, "dropped"),
+    ],
+)
 def test_deadline_by_hand_and_it_changes_training(policy, round_s, steps_run, trace, tmp_path):
     full, cut = tmp_path / "full", tmp_path / policy
     args = BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "4"]
@@ -99,7 +128,10 @@ def test_deadline_by_hand_and_it_changes_training(policy, round_s, steps_run, tr
     sysrows = table(cut / "system.csv")
     assert [float(r["round_s"]) for r in sysrows] == pytest.approx([round_s] * 2, abs=US)
     assert [r[f"{steps_run}_clients"] for r in sysrows] == ["0", "0"]
-    a, b = rows(full / "metrics.csv", drop=("wall_s", "sim_time_s")), rows(cut / "metrics.csv", drop=("wall_s", "sim_time_s"))
+    a, b = (
+        rows(full / "metrics.csv", drop=("wall_s", "sim_time_s")),
+        rows(cut / "metrics.csv", drop=("wall_s", "sim_time_s")),
+    )
     assert [r["test_loss"] for r in a] != [r["test_loss"] for r in b]  # client 0's work is cut or left out
     bytes_full, bytes_cut = (column(p / "metrics.csv", "comm_bytes") for p in (full, cut))
     # a dropped client moves nothing: the ledger counts the one client that took part
@@ -111,14 +143,44 @@ def test_fednova_normalizes_the_partial_steps(trace, tmp_path):
     runs = {}
     for algo in ("fedavg", "fednova"):
         runs[algo] = tmp_path / algo
-        assert main(BASE + ["--algo", algo, "--tau", "2", "--iterations", "4", "--out", str(runs[algo]),
-                            *system(trace, "--deadline", "8.5", "--on-deadline", "keep-partial")]) == 0
+        assert (
+            main(
+                BASE
+                + [
+                    "--algo",
+                    algo,
+                    "--tau",
+                    "2",
+                    "--iterations",
+                    "4",
+                    "--out",
+                    str(runs[algo]),
+                    *system(trace, "--deadline", "8.5", "--on-deadline", "keep-partial"),
+                ]
+            )
+            == 0
+        )
     loss = {a: [r["test_loss"] for r in rows(p / "metrics.csv")] for a, p in runs.items()}
     assert loss["fedavg"] != loss["fednova"]
     # without partial work FedNova is FedAvg, bit for bit
     for algo in ("fedavg", "fednova"):
-        assert main(BASE + ["--algo", algo, "--tau", "2", "--iterations", "4", "--out", str(tmp_path / f"{algo}-full"),
-                            *system(trace)]) == 0
+        assert (
+            main(
+                BASE
+                + [
+                    "--algo",
+                    algo,
+                    "--tau",
+                    "2",
+                    "--iterations",
+                    "4",
+                    "--out",
+                    str(tmp_path / f"{algo}-full"),
+                    *system(trace),
+                ]
+            )
+            == 0
+        )
     assert rows(tmp_path / "fedavg-full" / "metrics.csv") == rows(tmp_path / "fednova-full" / "metrics.csv")
 
 
@@ -137,8 +199,25 @@ def test_off_by_default_and_on_without_deadline_trains_the_same(trace, tmp_path)
 def test_availability_keyed_by_seed_round_and_client(trace, tmp_path):
     # with availability 0.5, a round's clients are those whose draw u(seed, round)[client] < 0.5
     out = tmp_path / "avail"
-    assert main(BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "16", "--seed", "1", "--out", str(out),
-                        *system(trace, "--availability", "0.5")]) == 0
+    assert (
+        main(
+            BASE
+            + [
+                "--algo",
+                "fedavg",
+                "--tau",
+                "2",
+                "--iterations",
+                "16",
+                "--seed",
+                "1",
+                "--out",
+                str(out),
+                *system(trace, "--availability", "0.5"),
+            ]
+        )
+        == 0
+    )
     got = [int(r["participants"]) for r in table(out / "system.csv")]
     want = [int((np_gen(1, "available", r).random(2) < 0.5).sum()) for r in range(8)]
     assert got == want and 0 in want and 2 in want  # rounds with nobody (the time passes, nothing trains) and everyone
@@ -153,12 +232,28 @@ def test_availability_trace_by_hand(trace, tmp_path):
     avail = tmp_path / "on.csv"
     avail.write_text("client,start,end\n0,0,10\n1,0,inf\n")
     out = tmp_path / "run"
-    assert main(BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "8", "--out", str(out),
-                        *system(trace, "--availability-trace", str(avail))]) == 0
+    assert (
+        main(
+            BASE
+            + [
+                "--algo",
+                "fedavg",
+                "--tau",
+                "2",
+                "--iterations",
+                "8",
+                "--out",
+                str(out),
+                *system(trace, "--availability-trace", str(avail)),
+            ]
+        )
+        == 0
+    )
     assert column(out / "system.csv", "round_s") == pytest.approx([9.125, 9.125, 7.625, 7.625], abs=US)
     assert [r["unavailable"] for r in table(out / "system.csv")] == ["0", "0", "1", "1"]
     man = json.loads((out / "manifest.json").read_text())["system"]["availability_trace"]
     import hashlib
+
     assert man["sha256"] == hashlib.sha256(avail.read_bytes()).hexdigest()
 
 
@@ -173,20 +268,31 @@ def test_distributions():
     assert draw("lognormal:1e6,0.5", 5, g(), "uplink").tolist() == ln[:5].tolist()  # client i's draw is its own
 
 
-@pytest.mark.parametrize("flags, trace_text, needle", [
-    (["--uplink", "constant:0"], None, "--uplink 'constant:0': its values must be positive"),
-    (["--downlink", "uniform:-1,5"], None, "--downlink 'uniform:-1,5': its values must be positive"),
-    (["--speed", "pareto:1,2"], None, "unknown distribution 'pareto'"),
-    (["--latency", "tiers:0.1@0.5,0.2@0.4"], None, "sum to 1"),
-    ([], "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n", "1 row(s) for a run of 2 clients"),
-    ([], TRACE.replace("1220,2440", "nan,2440"), "line 3: uplink nan is not a positive finite number"),
-    ([], TRACE.replace("610,1220", "0,1220"), "line 2: uplink 0 is not a positive finite number"),
-    ([], "client,speed\n0,1\n1,1\n", "no column uplink, downlink, latency"),
-    (["--availability-trace", "AV"], "client,start,end\n0,5,2\n", "line 2: the interval [5, 2) is not 0 <= start <= end"),
-    (["--availability-trace", "AV"], "client,start\n0,5\n", "--availability-trace AV: no column end"),
-    (["--deadline", "6.9"], TRACE, "--deadline 6.9: no client can meet it; the fastest, client 1, needs 7.5 s"),
-    (["--deadline", "4.4", "--on-deadline", "keep-partial"], TRACE, "the fastest, client 1, needs 5.5 s for one local step"),
-])
+@pytest.mark.parametrize(
+    "flags, trace_text, needle",
+    [
+        (["--uplink", "constant:0"], None, "--uplink 'constant:0': its values must be positive"),
+        (["--downlink", "uniform:-1,5"], None, "--downlink 'uniform:-1,5': its values must be positive"),
+        (["--speed", "pareto:1,2"], None, "unknown distribution 'pareto'"),
+        (["--latency", "tiers:0.1@0.5,0.2@0.4"], None, "sum to 1"),
+        ([], "client,speed,uplink,downlink,latency\n0,56832,610,1220,0.5\n", "1 row(s) for a run of 2 clients"),
+        ([], TRACE.replace("1220,2440", "nan,2440"), "line 3: uplink nan is not a positive finite number"),
+        ([], TRACE.replace("610,1220", "0,1220"), "line 2: uplink 0 is not a positive finite number"),
+        ([], "client,speed\n0,1\n1,1\n", "no column uplink, downlink, latency"),
+        (
+            ["--availability-trace", "AV"],
+            "client,start,end\n0,5,2\n",
+            "line 2: the interval [5, 2) is not 0 <= start <= end",
+        ),
+        (["--availability-trace", "AV"], "client,start\n0,5\n", "--availability-trace AV: no column end"),
+        (["--deadline", "6.9"], TRACE, "--deadline 6.9: no client can meet it; the fastest, client 1, needs 7.5 s"),
+        (
+            ["--deadline", "4.4", "--on-deadline", "keep-partial"],
+            TRACE,
+            "the fastest, client 1, needs 5.5 s for one local step",
+        ),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(flags, trace_text, needle, tmp_path, capsys):
     extra = ["--system", *flags]
     if "AV" in flags:  # the text is an availability trace
@@ -197,7 +303,9 @@ def test_bad_input_one_line_exit_2_nothing_written(flags, trace_text, needle, tm
         (tmp_path / "t.csv").write_text(trace_text)
         extra += ["--system-trace", str(tmp_path / "t.csv")]
     out = tmp_path / "run"
-    code, _, err = run_main(BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "4", "--out", str(out), *extra], capsys)
+    code, _, err = run_main(
+        BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "4", "--out", str(out), *extra], capsys
+    )
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1 and needle in lines[0], err
     assert not out.exists()
@@ -207,15 +315,56 @@ def test_a_system_option_without_system_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     code, _, err = run_main(BASE + ["--algo", "fedavg", "--deadline", "5", "--out", str(out)], capsys)
     lines = error_lines(err)
-    assert code == 2 and len(lines) == 1 and "--deadline is an option of the system model, which is off: add --system" in lines[0]
+    assert (
+        code == 2
+        and len(lines) == 1
+        and "--deadline is an option of the system model, which is off: add --system" in lines[0]
+    )
     assert not out.exists()
 
 
 # a run whose rounds have partial and unavailable clients (rounds of 0 to 3), on 6 clients of which 3 a round
-PARITY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "6", "--active-ratio", "0.5",
-          "--algo", "fedprox", "--tau", "2", "--iterations", "16", "--batch-size", "16", "--lr", "0.05", "--eval-every", "2",
-          "--device", "cpu", "--threads", "1", "--quiet", "--system", "--speed", "tiers:1e8@0.5,1e5@0.5",
-          "--latency", "lognormal:0.05,0.5", "--deadline", "1.0", "--on-deadline", "keep-partial", "--availability", "0.7"]
+PARITY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedprox",
+    "--tau",
+    "2",
+    "--iterations",
+    "16",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "2",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+    "--system",
+    "--speed",
+    "tiers:1e8@0.5,1e5@0.5",
+    "--latency",
+    "lognormal:0.05,0.5",
+    "--deadline",
+    "1.0",
+    "--on-deadline",
+    "keep-partial",
+    "--availability",
+    "0.7",
+]
 
 
 def test_workers_1_and_2_give_the_same_times_drops_and_metrics(tmp_path):
@@ -278,13 +427,20 @@ def test_a_system_table_applies_to_every_run_of_a_recipe(tmp_path):
     from fedcli.recipes import read_sweep, run_config, train_values
 
     recipe = tmp_path / "r.toml"
-    recipe.write_text('[base]\ndataset = "digits"\niterations = 4\n\n[system]\nsystem = true\nuplink = "constant:1e5"\n\n'
-                      '[[runs]]\nname = "avg"\nalgo = "fedavg"\n\n[[runs]]\nname = "nova"\nalgo = "fednova"\n'
-                      'system = { deadline = 9.0 }\n')
+    recipe.write_text(
+        '[base]\ndataset = "digits"\niterations = 4\n\n[system]\nsystem = true\nuplink = "constant:1e5"\n\n'
+        '[[runs]]\nname = "avg"\nalgo = "fedavg"\n\n[[runs]]\nname = "nova"\nalgo = "fednova"\n'
+        "system = { deadline = 9.0 }\n"
+    )
     cfgs = [run_config(r, 0, tmp_path / r.name) for r in read_sweep(recipe).runs]
-    assert [(c.system, c.uplink, c.deadline) for c in cfgs] == [(True, "constant:1e5", 0.0), (True, "constant:1e5", 9.0)]
+    assert [(c.system, c.uplink, c.deadline) for c in cfgs] == [
+        (True, "constant:1e5", 0.0),
+        (True, "constant:1e5", 9.0),
+    ]
     flat = tmp_path / "flat.toml"
-    flat.write_text('algo = "fedprox"\n\n[system]\nsystem = true\nlatency = "constant:0"\nsystem_trace = "traces/t.csv"\n')
+    flat.write_text(
+        'algo = "fedprox"\n\n[system]\nsystem = true\nlatency = "constant:0"\nsystem_trace = "traces/t.csv"\n'
+    )
     got = train_values(flat)
     assert got["latency"] == "constant:0"
     assert got["system_trace"] == str(tmp_path / "traces" / "t.csv")  # a trace path resolves against the recipe's root
@@ -295,7 +451,19 @@ def test_a_methods_extra_transfers_count_the_rounds_participants(tmp_path):
     model's own up and down) are counted for the clients that took part, as the model's synchronizations are: with
     half of the sampled clients unavailable, its bytes are FedAvg's twice over, by the same participants (system.csv).
     Before, the copies were counted for every sampled client (43,726,320 bytes here, not 30,917,600)."""
-    args = ["train", "--iterations", "40", "--eval-every", "40", "--tau", "5", "--system", "--availability", "0.5", "--quiet"]
+    args = [
+        "train",
+        "--iterations",
+        "40",
+        "--eval-every",
+        "40",
+        "--tau",
+        "5",
+        "--system",
+        "--availability",
+        "0.5",
+        "--quiet",
+    ]
     for algo in ("fedavg", "scaffold"):
         assert main([*args, "--algo", algo, "--out", str(tmp_path / algo)]) == 0
     took_part = sum(int(r["participants"]) for r in rows(tmp_path / "scaffold" / "system.csv"))
@@ -322,9 +490,33 @@ def test_feddyn_server_reads_each_rounds_share_of_the_clients(tmp_path, monkeypa
 
     monkeypatch.setattr(FedDynServer, "begin_round", watch)
     out = tmp_path / "feddyn"
-    assert main(["train", "--algo", "feddyn", "--iterations", "40", "--eval-every", "40", "--tau", "5", "--clients", "10",
-                 "--system", "--availability", "0.5", "--quiet", "--out", str(out)]) == 0
-    want = {int(r["round"]) - 1: int(r["participants"]) / 10 for r in rows(out / "system.csv")}  # its rounds count from 1
+    assert (
+        main(
+            [
+                "train",
+                "--algo",
+                "feddyn",
+                "--iterations",
+                "40",
+                "--eval-every",
+                "40",
+                "--tau",
+                "5",
+                "--clients",
+                "10",
+                "--system",
+                "--availability",
+                "0.5",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    want = {
+        int(r["round"]) - 1: int(r["participants"]) / 10 for r in rows(out / "system.csv")
+    }  # its rounds count from 1
     got = dict(seen)
     assert got == {r: s for r, s in want.items() if s > 0}  # a round without participants opens no cohort
     assert len(set(got.values())) > 1  # the share moved with the round's participants

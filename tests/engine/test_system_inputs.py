@@ -32,28 +32,37 @@ def refused(capsys, tmp_path, extra, needle):
     assert "Traceback" not in err and not out.exists()
 
 
-@pytest.mark.parametrize("flags, needle", [
-    # values whose simulated time overflowed to inf (exit 0, sim_time_s = inf) or raised OverflowError (exit 1)
-    (["--latency", "constant:1e308"], "--latency 'constant:1e308': its values must lie in [0, 1e+09] s"),
-    (["--server-time", "1e308"], "--server-time must be <= 1000000000.0, got 1e+308"),
-    (["--speed", "constant:1e-300"], "--speed 'constant:1e-300': its values must lie in [1, 1e+24] FLOP/s"),
-    (["--deadline", "1e308"], "--deadline must be <= 1000000000.0, got 1e+308"),
-    (["--uplink", "uniform:1,1e300"], "--uplink 'uniform:1,1e300': its values must lie in [1, 1e+18] bytes/s"),
-    (["--downlink", "tiers:1e300@0.5,1@0.5"], "every tier's value must lie in [1, 1e+18] bytes/s"),
-    (["--speed", "lognormal:1e9,1000"], "a log-normal's spread must be at most 10"),
-    (["--speed", "lognormal:2,3"], "--speed 'lognormal:2,3': client 0's draw 0.16"),  # a draw below 1 FLOP/s
-    (["--on-deadline", "keep-partial"], "--on-deadline keep-partial needs a --deadline"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        # values whose simulated time overflowed to inf (exit 0, sim_time_s = inf) or raised OverflowError (exit 1)
+        (["--latency", "constant:1e308"], "--latency 'constant:1e308': its values must lie in [0, 1e+09] s"),
+        (["--server-time", "1e308"], "--server-time must be <= 1000000000.0, got 1e+308"),
+        (["--speed", "constant:1e-300"], "--speed 'constant:1e-300': its values must lie in [1, 1e+24] FLOP/s"),
+        (["--deadline", "1e308"], "--deadline must be <= 1000000000.0, got 1e+308"),
+        (["--uplink", "uniform:1,1e300"], "--uplink 'uniform:1,1e300': its values must lie in [1, 1e+18] bytes/s"),
+        (["--downlink", "tiers:1e300@0.5,1@0.5"], "every tier's value must lie in [1, 1e+18] bytes/s"),
+        (["--speed", "lognormal:1e9,1000"], "a log-normal's spread must be at most 10"),
+        (["--speed", "lognormal:2,3"], "--speed 'lognormal:2,3': client 0's draw 0.16"),  # a draw below 1 FLOP/s
+        (["--on-deadline", "keep-partial"], "--on-deadline keep-partial needs a --deadline"),
+    ],
+)
 def test_unbounded_values_are_refused_before_anything_is_written(flags, needle, tmp_path, capsys):
     refused(capsys, tmp_path, flags, needle)
 
 
-@pytest.mark.parametrize("text, needle", [
-    (TRACE + "1,1e9,1e6,1e6,0.1\n", "line 4: a second row for client 1 (the first is line 3); expected one row per client"),
-    (TRACE.replace("0,56832", "0,1e-300"), "line 2: speed 1e-300 is outside [1, 1e+24] FLOP/s"),
-    (TRACE.replace("0.25\n", "1e308\n"), "line 3: latency 1e+308 is outside [0, 1e+09] s"),
-    (TRACE + "-1,1e9,1e6,1e6,0.1\n", "line 4: client -1 is not a client index (from 0)"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        (
+            TRACE + "1,1e9,1e6,1e6,0.1\n",
+            "line 4: a second row for client 1 (the first is line 3); expected one row per client",
+        ),
+        (TRACE.replace("0,56832", "0,1e-300"), "line 2: speed 1e-300 is outside [1, 1e+24] FLOP/s"),
+        (TRACE.replace("0.25\n", "1e308\n"), "line 3: latency 1e+308 is outside [0, 1e+09] s"),
+        (TRACE + "-1,1e9,1e6,1e6,0.1\n", "line 4: client -1 is not a client index (from 0)"),
+    ],
+)
 def test_a_bad_system_trace_is_refused_naming_the_line(text, needle, tmp_path, capsys):
     path = tmp_path / "t.csv"
     path.write_text(text)
@@ -63,7 +72,9 @@ def test_a_bad_system_trace_is_refused_naming_the_line(text, needle, tmp_path, c
 def test_an_availability_interval_past_the_bound_is_refused(trace, tmp_path, capsys):
     path = tmp_path / "av.csv"
     path.write_text("client,start,end\n0,0,inf\n1,1e300,inf\n")
-    refused(capsys, tmp_path, ["--availability-trace", str(path)], "line 3: the interval starts at 1e+300 s, after 1e+09 s")
+    refused(
+        capsys, tmp_path, ["--availability-trace", str(path)], "line 3: the interval starts at 1e+300 s, after 1e+09 s"
+    )
 
 
 @pytest.fixture
@@ -87,8 +98,12 @@ def test_a_trace_must_be_a_regular_file_of_bounded_size(option, kind, tmp_path, 
     else:  # a sparse file one byte over the limit (64 MiB): refused on its size, before a byte is read
         with open(path, "wb") as f:
             f.truncate(64 * 2**20 + 1)
-    needle = {"fifo": "a FIFO, not a regular file", "device": "a character device, not a regular file",
-              "folder": "a folder, not a regular file", "too big": "larger than its limit of 64 MiB"}[kind]
+    needle = {
+        "fifo": "a FIFO, not a regular file",
+        "device": "a character device, not a regular file",
+        "folder": "a folder, not a regular file",
+        "too big": "larger than its limit of 64 MiB",
+    }[kind]
     refused(capsys, tmp_path, [option, str(path)], f"{option} {path}: {needle}")
 
 
@@ -113,8 +128,11 @@ def test_a_trace_runs_manifest_records_what_it_used(trace, tmp_path, monkeypatch
     assert main(ARGS + ["--out", str(out), *system("trace.csv")]) == 0  # the path as typed, relative
     man = json.loads((out / "manifest.json").read_text())["system"]
     assert not {"speed", "uplink", "downlink", "latency"} & set(man)  # the draws the trace replaced: not used
-    assert man["trace"] == {"path": "trace.csv", "resolved": str(trace.resolve()),
-                            "sha256": hashlib.sha256(TRACE.encode()).hexdigest()}
+    assert man["trace"] == {
+        "path": "trace.csv",
+        "resolved": str(trace.resolve()),
+        "sha256": hashlib.sha256(TRACE.encode()).hexdigest(),
+    }
     drawn = tmp_path / "drawn"
     assert main(ARGS + ["--out", str(drawn), "--system", "--speed", "1e9"]) == 0
     man = json.loads((drawn / "manifest.json").read_text())["system"]
@@ -134,8 +152,19 @@ def test_resume_refuses_a_trace_edited_since_the_run_started(edited, trace, tmp_
     avail = tmp_path / "on.csv"
     avail.write_text("client,start,end\n0,0,inf\n1,0,inf\n")
     out = tmp_path / "run"
-    args = BASE + ["--algo", "fedavg", "--tau", "2", "--iterations", "12", "--checkpoint-every", "2", "--workers", "1",
-                   *system(trace, "--availability-trace", str(avail))]
+    args = BASE + [
+        "--algo",
+        "fedavg",
+        "--tau",
+        "2",
+        "--iterations",
+        "12",
+        "--checkpoint-every",
+        "2",
+        "--workers",
+        "1",
+        *system(trace, "--availability-trace", str(avail)),
+    ]
     p = runkit.run_killed(signal.SIGKILL, 4, args + ["--out", str(out)])
     assert p.returncode == -signal.SIGKILL, p.stderr
     wait_stopped(out)

@@ -14,7 +14,9 @@ from fedcli.fl.trainers import LoopTrainer, VmapTrainer
 from fedcli.models import build_model
 
 
-@pytest.mark.parametrize("name, shape, classes", [("resnet20", (3, 32, 32), 10), ("cnn4", (1, 28, 28), 10), ("mlp", (60,), 5)])
+@pytest.mark.parametrize(
+    "name, shape, classes", [("resnet20", (3, 32, 32), 10), ("cnn4", (1, 28, 28), 10), ("mlp", (60,), 5)]
+)
 def test_vmap_equals_loop_for_a_few_steps(name, shape, classes):
     torch.manual_seed(0)
     model = build_model(name, shape, classes).double()
@@ -24,8 +26,10 @@ def test_vmap_equals_loop_for_a_few_steps(name, shape, classes):
     states = [Cohort.from_global([0, 1, 2], torch.full((k,), 1 / k), params, buffers) for _ in range(2)]
     opt = SGDStep(TrainConfig(momentum=0.9, weight_decay=1e-4))
     g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(k, b, *shape, generator=g, dtype=torch.float64), torch.randint(0, classes, (k, b), generator=g))
-               for _ in range(3)]
+    batches = [
+        (torch.randn(k, b, *shape, generator=g, dtype=torch.float64), torch.randint(0, classes, (k, b), generator=g))
+        for _ in range(3)
+    ]
     mask = torch.ones(k, b, dtype=torch.float64)
     mask[2, 3] = 0.0  # a padded sample
     for trainer, cohort in zip((VmapTrainer(model), LoopTrainer(model)), states):
@@ -51,6 +55,7 @@ def test_loop_trainer_reuses_gradient_buffers_only_when_released():
     """The loop path hands out the same stacked buffers step after step, but never ones a caller still holds
     (Mime asks for the anchor's gradient while holding the step's)."""
     import torch
+
     from fedcli.fl.cohort import Cohort
     from fedcli.fl.trainers import LoopTrainer
 
@@ -155,25 +160,53 @@ def test_bench_tables_are_wide_and_report_the_targets(tmp_path):
 
     skipped = run_flower_rounds({"rounds": 2}, python=sys.executable if _no_flower() else "/nonexistent/python")
     assert "skipped" in skipped and "install-bench" in skipped["skipped"]
-    sys_ = {"fedcli": {"impl": "fedcli train, 2 worker(s) x 1 thread", "round_s": 2.0, "acc": [0.5, 0.8], "total_s": 9.0},
-            "loop": {"impl": "per-client loop", "round_s": 5.0, "acc": [0.5, 0.8], "total_s": 11.0, "fedcli_speedup": 2.5},
-            "flower": {"impl": "Flower", "round_s": 3.0, "acc": [0.5, 0.8], "total_s": 30.0, "fedcli_speedup": 1.5},
-            "bound": {"impl": "2 cores x one model", "train_s": 1.5}, "floor": {"impl": "2 cores x one client", "train_s": 1.75}}
-    res = {"machine": {}, "workloads": [
-        {"workload": "fedala", "label": "FedALA's MNIST setting", "systems": sys_, "load_before": "0.1", "load_after": "0.2"},
-        {"workload": "a", "label": "a: femnist_cnn", "batch": 32, "fedcli": {"impl": "engine", "samples_per_s": 900.0},
-         "sequential_1": {"impl": "seq 1", "samples_per_s": 500.0}, "sequential_n": {"impl": "seq 2", "samples_per_s": 550.0},
-         "bound_sps": 1000.0, "bound_impl": "2 x one", "speedup_vs_sequential": 900 / 550, "time_vs_bound": 1000 / 900,
-         "load_before": "0", "load_after": "0"}]}
+    sys_ = {
+        "fedcli": {"impl": "fedcli train, 2 worker(s) x 1 thread", "round_s": 2.0, "acc": [0.5, 0.8], "total_s": 9.0},
+        "loop": {"impl": "per-client loop", "round_s": 5.0, "acc": [0.5, 0.8], "total_s": 11.0, "fedcli_speedup": 2.5},
+        "flower": {"impl": "Flower", "round_s": 3.0, "acc": [0.5, 0.8], "total_s": 30.0, "fedcli_speedup": 1.5},
+        "bound": {"impl": "2 cores x one model", "train_s": 1.5},
+        "floor": {"impl": "2 cores x one client", "train_s": 1.75},
+    }
+    res = {
+        "machine": {},
+        "workloads": [
+            {
+                "workload": "fedala",
+                "label": "FedALA's MNIST setting",
+                "systems": sys_,
+                "load_before": "0.1",
+                "load_after": "0.2",
+            },
+            {
+                "workload": "a",
+                "label": "a: femnist_cnn",
+                "batch": 32,
+                "fedcli": {"impl": "engine", "samples_per_s": 900.0},
+                "sequential_1": {"impl": "seq 1", "samples_per_s": 500.0},
+                "sequential_n": {"impl": "seq 2", "samples_per_s": 550.0},
+                "bound_sps": 1000.0,
+                "bound_impl": "2 x one",
+                "speedup_vs_sequential": 900 / 550,
+                "time_vs_bound": 1000 / 900,
+                "load_before": "0",
+                "load_after": "0",
+            },
+        ],
+    }
     console = Console(width=160, record=True)
     for t in tables(res):
         console.print(t)
     text = console.export_text()
-    assert max(len(line) for line in text.splitlines()) > 80 and "2.50x" in text and "fedcli round / floor: 1.14x" in text
+    assert (
+        max(len(line) for line in text.splitlines()) > 80 and "2.50x" in text and "fedcli round / floor: 1.14x" in text
+    )
     lines = targets(res)
     assert "2.50x faster than the per-client loop (target >= 2x): met" in " ".join(lines)
-    assert any("1.50x faster than Flower's simulation (target >= 2x): MISSED (2x needs a round of 1.50 s; "
-               "training every client at batch B on all cores takes at least 1.75 s" in l for l in lines)
+    assert any(
+        "1.50x faster than Flower's simulation (target >= 2x): MISSED (2x needs a round of 1.50 s; "
+        "training every client at batch B on all cores takes at least 1.75 s" in l
+        for l in lines
+    )
     sys_["flower"] = skipped
     console = Console(width=160, record=True)
     for t in tables(res):
@@ -215,8 +248,16 @@ def test_fused_sgd_in_the_loop_trainer_equals_gradients_then_step():
     assert SGDStep(TrainConfig(weight_decay=1e-4)).fused_lr(0.1, None) is None
 
 
-@pytest.mark.parametrize("name, shape, classes", [("mlp", (1, 8, 8), 10), ("cnn4", (1, 28, 28), 10), ("femnist_cnn", (1, 28, 28), 62),
-                                                  ("resnet20", (3, 32, 32), 10), ("lamb_cnn", (3, 32, 32), 10)])
+@pytest.mark.parametrize(
+    "name, shape, classes",
+    [
+        ("mlp", (1, 8, 8), 10),
+        ("cnn4", (1, 28, 28), 10),
+        ("femnist_cnn", (1, 28, 28), 62),
+        ("resnet20", (3, 32, 32), 10),
+        ("lamb_cnn", (3, 32, 32), 10),
+    ],
+)
 def test_evaluation_in_pieces_gives_the_logits_of_one_pass(name, shape, classes):
     """``Simulation.evaluate`` runs each chunk of test samples in pieces of 128: the logits (so the loss and
     accuracy sums) must have the bits of one forward pass over the chunk, in eval mode at one thread."""
@@ -233,7 +274,7 @@ def test_evaluation_in_pieces_gives_the_logits_of_one_pass(name, shape, classes)
         with torch.inference_mode():
             for feed in (lambda t: t, layout):
                 whole = functional_call(model, state, (feed(x),))
-                pieces = torch.cat([functional_call(model, state, (feed(x[a: a + 128]),)) for a in range(0, 300, 128)])
+                pieces = torch.cat([functional_call(model, state, (feed(x[a : a + 128]),)) for a in range(0, 300, 128)])
                 assert torch.equal(whole, pieces)
     finally:
         torch.set_num_threads(threads)
@@ -251,14 +292,28 @@ def test_evaluations_feed_images_in_the_layout_the_loop_trains_in():
     assert torch.equal(fed, x)
     state = ({n: p.detach() for n, p in cnn.named_parameters()}, {})
     with torch.inference_mode():
-        torch.testing.assert_close(functional_call(cnn, state, (fed,)), functional_call(cnn, state, (x,)), rtol=1e-5, atol=1e-5)
-    assert LoopTrainer(build_model("resnet20", (3, 32, 32), 10)).eval_input(torch.randn(2, 3, 32, 32)).stride(1) == 32 * 32
+        torch.testing.assert_close(
+            functional_call(cnn, state, (fed,)), functional_call(cnn, state, (x,)), rtol=1e-5, atol=1e-5
+        )
+    assert (
+        LoopTrainer(build_model("resnet20", (3, 32, 32), 10)).eval_input(torch.randn(2, 3, 32, 32)).stride(1) == 32 * 32
+    )
     assert VmapTrainer(cnn).eval_input(x) is x and LoopTrainer(build_model("mlp", (1, 28, 28), 10)).eval_input(x) is x
 
 
 # every stacked-path golden run that differs in its loss or step, trained in chunks of one client: the records, bitwise
-CHUNKED = ["preset-fedavg", "preset-fedprox", "preset-fedphp", "preset-ditto", "preset-scaffold", "preset-fedlamb",
-           "preset-pfedme", "lama-fedlama", "epochs-apple", "ala-fedavg-c"]
+CHUNKED = [
+    "preset-fedavg",
+    "preset-fedprox",
+    "preset-fedphp",
+    "preset-ditto",
+    "preset-scaffold",
+    "preset-fedlamb",
+    "preset-pfedme",
+    "lama-fedlama",
+    "epochs-apple",
+    "ala-fedavg-c",
+]
 
 
 @pytest.mark.timeout(600)
@@ -279,10 +334,14 @@ def test_chunks_split_the_cohort_and_keep_batchnorm_statistics_per_client(bn):
     from fedcli.fl.trainers import VmapTrainer
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 6), *([torch.nn.BatchNorm1d(6)] if bn else []), torch.nn.ReLU(),
-                                torch.nn.Linear(6, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 6), *([torch.nn.BatchNorm1d(6)] if bn else []), torch.nn.ReLU(), torch.nn.Linear(6, 3)
+    )
     k = 5
-    params = {n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) + 0.01 * torch.randn(k, *p.shape) for n, p in model.named_parameters()}
+    params = {
+        n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) + 0.01 * torch.randn(k, *p.shape)
+        for n, p in model.named_parameters()
+    }
     buffers = {n: b.detach().unsqueeze(0).repeat(k, *[1] * b.dim()) for n, b in model.named_buffers()}
     x, y, w = torch.randn(k, 8, 4), torch.randint(0, 3, (k, 8)), torch.ones(k, 8)
 
@@ -313,7 +372,11 @@ def test_the_manifest_records_the_chunk_the_automatic_choice_made(tmp_path, monk
 
     asked = []
     monkeypatch.setattr(trainers, "auto_chunk", lambda run, k, device, share=0.8: asked.append(k) or chosen)
-    monkeypatch.setattr(engine, "choose_trainer", lambda name, model, device, chunk=0, precision="fp32": trainers.VmapTrainer(model, None))
+    monkeypatch.setattr(
+        engine,
+        "choose_trainer",
+        lambda name, model, device, chunk=0, precision="fp32": trainers.VmapTrainer(model, None),
+    )
     out = tmp_path / "run"
     assert main(["train", "--rounds", "2", "--trainer", "vmap", "--quiet", "--out", str(out)]) == 0
     m = json.loads((out / "manifest.json").read_text())

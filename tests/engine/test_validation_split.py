@@ -11,9 +11,36 @@ from fedcli.cli.main import main
 from fedcli.results.rundir import METRICS_COLUMNS
 from runkit import error_lines, interrupted, rows, run_main
 
-SMALL = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6", "--active-ratio", "0.5",
-         "--algo", "fedlama", "--tau", "2", "--iterations", "24", "--batch-size", "16", "--lr", "0.1", "--eval-every", "4",
-         "--device", "cpu", "--threads", "1", "--quiet"]
+SMALL = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--iterations",
+    "24",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.1",
+    "--eval-every",
+    "4",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 VAL = SMALL + ["--val-fraction", "0.1"]
 
 
@@ -27,7 +54,9 @@ def test_columns_only_when_asked(tmp_path):
     assert header(tmp_path / "plain" / "metrics.csv") == METRICS_COLUMNS
     assert main(VAL + ["--workers", "1", "--out", str(tmp_path / "val")]) == 0
     assert header(tmp_path / "val" / "metrics.csv") == METRICS_COLUMNS + ["val_loss", "val_acc"]
-    assert all(0.0 <= float(r["val_acc"]) <= 1.0 and float(r["val_loss"]) > 0 for r in rows(tmp_path / "val" / "metrics.csv"))
+    assert all(
+        0.0 <= float(r["val_acc"]) <= 1.0 and float(r["val_loss"]) > 0 for r in rows(tmp_path / "val" / "metrics.csv")
+    )
 
 
 def test_workers_1_and_2_give_the_same_validation_metrics(tmp_path):
@@ -47,10 +76,16 @@ def test_resume_is_bitwise_with_a_validation_split(tmp_path, monkeypatch, capsys
     assert (ref / "model.pt").read_bytes() == (run / "model.pt").read_bytes()
 
 
-@pytest.mark.parametrize("value, message", [("1", "--val-fraction must be < 1"), ("-0.1", "--val-fraction must be >= 0"),
-                                            ("0.9999", "holds out every training sample of class"),
-                                            ("nan", "--val-fraction must be a finite number"),
-                                            ("1e-300", "holds out no sample of the")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("1", "--val-fraction must be < 1"),
+        ("-0.1", "--val-fraction must be >= 0"),
+        ("0.9999", "holds out every training sample of class"),
+        ("nan", "--val-fraction must be a finite number"),
+        ("1e-300", "holds out no sample of the"),
+    ],
+)
 def test_bad_fractions_exit_2_in_one_line(tmp_path, capsys, value, message):
     """1e-300 held out ceil(F N) = 0 samples: a traceback (ZeroDivisionError) at the first evaluation, a folder left."""
     code, _, err = run_main(SMALL + ["--val-fraction", value, "--out", str(tmp_path / "r")], capsys)
@@ -61,18 +96,50 @@ def test_bad_fractions_exit_2_in_one_line(tmp_path, capsys, value, message):
 
 def test_validation_accuracy_learns_with_the_test_accuracy(tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "--val-fraction", "0.1", "--iterations", "200", "--quiet", "--workers", "1",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["train", "--val-fraction", "0.1", "--iterations", "200", "--quiet", "--workers", "1", "--out", str(out)])
+        == 0
+    )
     r = rows(out / "metrics.csv")
     first, last = r[0], r[-1]
     assert float(last["val_acc"]) > float(first["val_acc"]) + 0.3
     assert float(last["val_acc"]) > 0.8 and abs(float(last["val_acc"]) - float(last["test_acc"])) < 0.1
 
 
-PERSONAL = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "6", "--active-ratio",
-            "0.5", "--algo", "ditto", "--tau", "2", "--iterations", "24", "--batch-size", "16", "--lr", "0.1",
-            "--eval-every", "4", "--client-test-fraction", "0.2", "--client-val-fraction", "0.2", "--device", "cpu",
-            "--threads", "1", "--quiet"]
+PERSONAL = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "6",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "ditto",
+    "--tau",
+    "2",
+    "--iterations",
+    "24",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.1",
+    "--eval-every",
+    "4",
+    "--client-test-fraction",
+    "0.2",
+    "--client-val-fraction",
+    "0.2",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def test_personal_validation_on_1_and_2_workers_and_across_a_resume(tmp_path, monkeypatch, capsys):

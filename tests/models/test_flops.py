@@ -31,7 +31,9 @@ def test_a_model_without_such_layers_counts_twice_its_parameters():
 
 
 def test_counting_imports_no_compiler():
-    code = ("import sys, torch; from fedcli.models.flops import forward_flops; "
-            "forward_flops(torch.nn.Linear(3, 4), torch.zeros(1, 3)); print('torch._dynamo' in sys.modules)")
+    code = (
+        "import sys, torch; from fedcli.models.flops import forward_flops; "
+        "forward_flops(torch.nn.Linear(3, 4), torch.zeros(1, 3)); print('torch._dynamo' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr

@@ -16,7 +16,13 @@ def bn(c):
 
 def basic_block(cin, cout, down):
     """Two 3x3 convolutions with BatchNorm; a 1x1 convolution + BatchNorm shortcut when the shape changes."""
-    return conv(cin, cout, 3) + bn(cout) + conv(cout, cout, 3) + bn(cout) + ((conv(cin, cout, 1) + bn(cout)) if down else 0)
+    return (
+        conv(cin, cout, 3)
+        + bn(cout)
+        + conv(cout, cout, 3)
+        + bn(cout)
+        + ((conv(cin, cout, 1) + bn(cout)) if down else 0)
+    )
 
 
 def stage(cin, cout, down):
@@ -24,11 +30,13 @@ def stage(cin, cout, down):
 
 
 def test_parameter_count_by_hand():
-    stem = conv(3, 64, 3) + bn(64)                              # 3x3 stride 1: 1,728 + 128
+    stem = conv(3, 64, 3) + bn(64)  # 3x3 stride 1: 1,728 + 128
     body = stage(64, 64, False) + stage(64, 128, True) + stage(128, 256, True) + stage(256, 512, True)
     head = 512 * 10 + 10
     by_hand = stem + body + head
-    assert by_hand == 11_173_962  # the figure quoted for the CIFAR ResNet-18 (and 11,689,512 - 9,408 + 1,728 - 513,000 + 5,130)
+    assert (
+        by_hand == 11_173_962
+    )  # the figure quoted for the CIFAR ResNet-18 (and 11,689,512 - 9,408 + 1,728 - 513,000 + 5,130)
     model = build_model("resnet18-cifar", (3, 32, 32), 10)
     assert sum(p.numel() for p in model.parameters()) == by_hand
     imagenet = build_model("resnet18", (3, 32, 32), 10)  # the ImageNet stem: 7x7 stride 2 + max-pool

@@ -13,24 +13,39 @@ from pathlib import Path
 import pytest
 
 import fedcli
-from fedcli.cli.main import main
 from fedcli.api import flags
+from fedcli.cli.main import main
 from fedcli.errors import ConfigError, DataError, FedcliError
 from runkit import run_forked
 from sweepkit import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "notebook.py"
-ARGS = ["--dataset", "digits", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20", "--eval-every", "10",
-        "--threads", "1", "--quiet"]
+ARGS = [
+    "--dataset",
+    "digits",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--iterations",
+    "20",
+    "--eval-every",
+    "10",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("api") / "results"
-    for name, extra in (("lama/s0", ["--algo", "fedlama", "--tau", "2", "--seed", "0"]),
-                        ("lama/s1", ["--algo", "fedlama", "--tau", "2", "--seed", "1"]),
-                        ("avg", ["--algo", "fedavg"])):
+    for name, extra in (
+        ("lama/s0", ["--algo", "fedlama", "--tau", "2", "--seed", "0"]),
+        ("lama/s1", ["--algo", "fedlama", "--tau", "2", "--seed", "1"]),
+        ("avg", ["--algo", "fedavg"]),
+    ):
         assert main(["train", *ARGS, *extra, "--out", str(root / name)]) in (0, None)
     return root
 
@@ -84,20 +99,37 @@ def test_load_one_run_and_what_cannot_be_read(results, tmp_path):
 
 
 def test_import_fedcli_and_load_stay_torch_free(results):
-    code = ("import sys, fedcli; r = fedcli.load(sys.argv[1]); r.metrics; r.layers; r.runs; r.system; r.experiments; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(results)], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    code = (
+        "import sys, fedcli; r = fedcli.load(sys.argv[1]); r.metrics; r.layers; r.runs; r.system; r.experiments; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(results)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
-    bare = subprocess.run([sys.executable, "-c", "import sys, fedcli; print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))"],
-                          capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys, fedcli; print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert bare.stdout.strip() == "[]"
 
 
 def test_flags_from_keywords():
-    assert flags(algo="fedlama", tau=5, ala_trace=True, quiet=False, phi=None) == \
-        ["--algo", "fedlama", "--tau", "5", "--ala-trace"]
+    assert flags(algo="fedlama", tau=5, ala_trace=True, quiet=False, phi=None) == [
+        "--algo",
+        "fedlama",
+        "--tau",
+        "5",
+        "--ala-trace",
+    ]
 
 
 def test_notebook_example_runs(tmp_path):
@@ -127,7 +159,9 @@ def test_fedcli_report_is_callable_and_still_the_package(results, tmp_path, caps
     assert table.final_acc_mean.item() == pytest.approx(100 * runs["summary.final_acc"].mean())
     assert tmp_path / "fig" / "curves.pdf" in figures and all(f.is_file() for f in figures)
     assert {f.suffix for f in figures} >= {".png", ".pdf"}
-    again, _ = fedcli.report(results / "lama" / "s0", results / "lama" / "s1", print=True)  # asked: printed as the CLI does
+    again, _ = fedcli.report(
+        results / "lama" / "s0", results / "lama" / "s1", print=True
+    )  # asked: printed as the CLI does
     out = capsys.readouterr().out
     assert "(seeds 0, 1) |" in out and "| Run |" in out and again.equals(table)
 
@@ -165,22 +199,81 @@ def kinds(tmp_path_factory):
 
 
 #: the dtypes the frames have whatever is loaded (issue 48, 14), written out here, not read from fedcli.api
-IDENTITY = {"run": "object", "experiment": "object", "method": "object", "seed": "Int64", "dataset": "object",
-            "model": "object", "sweep": "object", "recipe_run": "object", "scale": "object"}
+IDENTITY = {
+    "run": "object",
+    "experiment": "object",
+    "method": "object",
+    "seed": "Int64",
+    "dataset": "object",
+    "model": "object",
+    "sweep": "object",
+    "recipe_run": "object",
+    "scale": "object",
+}
 DTYPES = {
-    "metrics": {**IDENTITY, "round": "Int64", "iteration": "Int64", "train_loss": "float64", "test_loss": "float64",
-                "test_acc": "float64", "comm_params": "Int64", "comm_bytes": "float64", "wall_s": "float64",
-                "current_lr": "float64", "skipped_clients": "Int64", "personal_acc": "float64"},
-    "layers": {**IDENTITY, "layer": "Int64", "name": "object", "kind": "object", "numel": "Int64", "syncs": "Int64",
-               "comm_params": "Int64", "comm_bytes": "float64", "interval": "Int64"},
-    "intervals": {**IDENTITY, "round": "Int64", "iteration": "Int64", "layer": "Int64", "name": "object",
-                  "numel": "Int64", "eligible": "Int64", "d": "float64", "interval": "Int64"},
-    "clients": {**IDENTITY, "round": "Int64", "iteration": "Int64", "client": "Int64", "train_samples": "Int64",
-                "test_samples": "Int64", "personal_loss": "float64", "personal_acc": "float64", "global_loss": "float64",
-                "global_acc": "float64"},
-    "system": {**IDENTITY, "round": "Int64", "iteration": "Int64", "round_s": "float64", "sim_time_s": "float64",
-               "sampled": "Int64", "participants": "Int64", "unavailable": "Int64", "dropped": "Int64",
-               "partial": "Int64", "dropped_clients": "object", "partial_clients": "object", "wait_s": "float64"},
+    "metrics": {
+        **IDENTITY,
+        "round": "Int64",
+        "iteration": "Int64",
+        "train_loss": "float64",
+        "test_loss": "float64",
+        "test_acc": "float64",
+        "comm_params": "Int64",
+        "comm_bytes": "float64",
+        "wall_s": "float64",
+        "current_lr": "float64",
+        "skipped_clients": "Int64",
+        "personal_acc": "float64",
+    },
+    "layers": {
+        **IDENTITY,
+        "layer": "Int64",
+        "name": "object",
+        "kind": "object",
+        "numel": "Int64",
+        "syncs": "Int64",
+        "comm_params": "Int64",
+        "comm_bytes": "float64",
+        "interval": "Int64",
+    },
+    "intervals": {
+        **IDENTITY,
+        "round": "Int64",
+        "iteration": "Int64",
+        "layer": "Int64",
+        "name": "object",
+        "numel": "Int64",
+        "eligible": "Int64",
+        "d": "float64",
+        "interval": "Int64",
+    },
+    "clients": {
+        **IDENTITY,
+        "round": "Int64",
+        "iteration": "Int64",
+        "client": "Int64",
+        "train_samples": "Int64",
+        "test_samples": "Int64",
+        "personal_loss": "float64",
+        "personal_acc": "float64",
+        "global_loss": "float64",
+        "global_acc": "float64",
+    },
+    "system": {
+        **IDENTITY,
+        "round": "Int64",
+        "iteration": "Int64",
+        "round_s": "float64",
+        "sim_time_s": "float64",
+        "sampled": "Int64",
+        "participants": "Int64",
+        "unavailable": "Int64",
+        "dropped": "Int64",
+        "partial": "Int64",
+        "dropped_clients": "object",
+        "partial_clients": "object",
+        "wait_s": "float64",
+    },
 }
 
 
@@ -194,7 +287,7 @@ def test_frames_have_one_schema_whatever_is_loaded(kinds, which):
     for attr, want in DTYPES.items():
         frame = getattr(r, attr)
         assert {c: str(d) for c, d in frame.dtypes.items() if c in want} == want, attr
-        assert list(frame.columns[:len(want)]) == list(want), attr
+        assert list(frame.columns[: len(want)]) == list(want), attr
     m = r.metrics
     personal = m[m.run.str.startswith("personal") | (m.run == "pc")] if len(m) else m
     assert m.personal_acc.isna().sum() == len(m) - len(personal)  # empty cells: NaN, not ''
@@ -202,10 +295,14 @@ def test_frames_have_one_schema_whatever_is_loaded(kinds, which):
         assert m.personal_acc.mean() == pytest.approx(personal.personal_acc.mean()) and 0 < m.personal_acc.mean() <= 1
         assert len(r.clients) == 4 * len(personal)  # 4 clients per evaluation
     runs = r.runs
-    assert str(runs.dtypes["lr"]) == "float64" and str(runs.dtypes["seed"]) == "Int64" and str(runs.dtypes["schedule"]) == "object"
+    assert (
+        str(runs.dtypes["lr"]) == "float64"
+        and str(runs.dtypes["seed"]) == "Int64"
+        and str(runs.dtypes["schedule"]) == "object"
+    )
     assert str(runs.dtypes["download"]) == "boolean" and str(runs.dtypes["lr_decay_at"]) == "object"
     assert set(runs.schedule) <= {"periodic"}  # the schedule the run used, not the config's '' ("the method's")
-    assert runs.lr_decay_at.isna().all()      # an empty text value is missing, as an empty CSV cell
+    assert runs.lr_decay_at.isna().all()  # an empty text value is missing, as an empty CSV cell
 
 
 def test_sweep_runs_carry_their_recipe_name_sweep_and_scale(tmp_path):
@@ -220,18 +317,26 @@ def test_sweep_runs_carry_their_recipe_name_sweep_and_scale(tmp_path):
     assert code in (0, None)
     r = fedcli.load(tmp_path / "results")
     runs = r.runs.set_index("run")
-    assert runs.loc["tiny-smoke/fedavg-x1/seed0", ["sweep", "recipe_run", "scale"]].tolist() == \
-        [str(out), "FedAvg x1", "smoke"]
+    assert runs.loc["tiny-smoke/fedavg-x1/seed0", ["sweep", "recipe_run", "scale"]].tolist() == [
+        str(out),
+        "FedAvg x1",
+        "smoke",
+    ]
     assert set(r.metrics.recipe_run) == {"FedAvg x1", "FedLAMA phi=2"} and set(r.layers.scale) == {"smoke"}
     table, figures = fedcli.report(out, table="t")
     assert figures == [] and set(table.sweep) == {str(out)}
     # the join docs/reports.md shows: one row per table row (with runs, each came once per seed: issue 57)
     assert len(table.merge(r.runs, left_on=["sweep", "right_run"], right_on=["sweep", "recipe_run"])) == 2 * len(table)
-    joined = table.merge(r.experiments, left_on=["sweep", "right_run"], right_on=["sweep", "recipe_run"],
-                         validate="many_to_one")
+    joined = table.merge(
+        r.experiments, left_on=["sweep", "right_run"], right_on=["sweep", "recipe_run"], validate="many_to_one"
+    )
     assert list(joined.right_run) == ["FedAvg x1", "FedLAMA phi=2"] and len(joined) == len(table)
     assert list(joined.seeds) == ["0, 1", "0, 1"] and list(joined.n_runs) == [2, 2] and list(joined.completed) == [2, 2]
-    assert list(joined.phi) == [2, 2] and "seed" not in r.experiments.columns and list(joined.schedule) == ["periodic", "lama"]
+    assert (
+        list(joined.phi) == [2, 2]
+        and "seed" not in r.experiments.columns
+        and list(joined.schedule) == ["periodic", "lama"]
+    )
     # the table's full-training accuracy of each right run: the mean over its seeds of each seed's best evaluation
     best = r.metrics.groupby(["recipe_run", "seed"]).test_acc.max().groupby("recipe_run").mean()
     assert list(joined.full_acc_mean) == pytest.approx([100 * best[n] for n in joined.right_run])
@@ -275,8 +380,11 @@ def test_frames_merge_with_runs_without_suffixes(kinds):
 def test_run_by_a_name_it_lacks_says_which_it_has(results):
     """``results.run("lama/s9")`` raised a bare KeyError (issue 57): a ConfigError naming the closest runs."""
     r = fedcli.load(results)
-    with pytest.raises(ConfigError, match=r"no run named 'lama/s9' in these results; did you mean lama/s1 or lama/s0\? "
-                                          r"the runs here: avg, lama/s0, lama/s1") as e:
+    with pytest.raises(
+        ConfigError,
+        match=r"no run named 'lama/s9' in these results; did you mean lama/s1 or lama/s0\? "
+        r"the runs here: avg, lama/s0, lama/s1",
+    ) as e:
         r.run("lama/s9")
     assert e.value.exit_code == 2 and r.run("lama/s1").seed == 1
 
@@ -304,5 +412,13 @@ def test_the_api_refuses_values_it_would_pass_on_as_their_str(tmp_path, monkeypa
     # a list is a repeatable flag (it was passed on as "['a', 'b']"); numbers of numpy are numbers
     import numpy as np
 
-    assert flags(figure=["a", tmp_path / "b"], lr=np.float32(0.5), clients=np.int64(4)) == \
-        ["--figure", "a", "--figure", str(tmp_path / "b"), "--lr", "0.5", "--clients", "4"]
+    assert flags(figure=["a", tmp_path / "b"], lr=np.float32(0.5), clients=np.int64(4)) == [
+        "--figure",
+        "a",
+        "--figure",
+        str(tmp_path / "b"),
+        "--lr",
+        "0.5",
+        "--clients",
+        "4",
+    ]

@@ -14,17 +14,28 @@ def loc(key):
 
 
 def test_the_built_in_kinds_and_the_keys_each_accepts():
-    assert list(FIGURE_KINDS) == ["curves", "layer-syncs", "layer-size", "delta-lambda", "intervals", "clients",
-                                  "time-to-target"]
-    with pytest.raises(ConfigError, match=r"needs a `kind` \(curves, layer-syncs, layer-size, delta-lambda, intervals, "
-                                          r"clients, time-to-target\)"):
+    assert list(FIGURE_KINDS) == [
+        "curves",
+        "layer-syncs",
+        "layer-size",
+        "delta-lambda",
+        "intervals",
+        "clients",
+        "time-to-target",
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"needs a `kind` \(curves, layer-syncs, layer-size, delta-lambda, intervals, "
+        r"clients, time-to-target\)",
+    ):
         parse_figure({"name": "f", "runs": ["a"]}, loc)
     with pytest.raises(ConfigError, match="key 'sharex' is true or false, for kind = \"curves\"$"):
         parse_figure({"name": "f", "kind": "layer-syncs", "runs": ["a"], "sharex": True}, loc)
-    with pytest.raises(ConfigError, match="key 'target' is for kind = \"curves\" or \"time-to-target\"$"):
+    with pytest.raises(ConfigError, match='key \'target\' is for kind = "curves" or "time-to-target"$'):
         parse_figure({"name": "f", "kind": "clients", "runs": ["a"], "target": 0.5}, loc)
-    with pytest.raises(ConfigError, match="key 'along' is for kind = \"time-to-target\" \\(figure 'f' has kind = "
-                                          "\"curves\"\\)"):
+    with pytest.raises(
+        ConfigError, match="key 'along' is for kind = \"time-to-target\" \\(figure 'f' has kind = \"curves\"\\)"
+    ):
         parse_figure({"name": "f", "kind": "curves", "runs": ["a"], "along": "speed"}, loc)
     with pytest.raises(ConfigError, match="a intervals panel shows one FedLAMA run; figure 'f' lists 2"):
         parse_figure({"name": "f", "kind": "intervals", "runs": ["a", "b"]}, loc)
@@ -45,8 +56,10 @@ def test_a_kind_of_your_own_is_parsed_and_drawn():
         fig, caption = build(f, {"a": {}}, x="rounds")
         assert drawn == [(["a"], 0.5, "rounds")]
         assert caption == "Mine. one line per run. The dashed line marks the target, 50%"
-        assert "'target' is for kind = \"curves\" or \"time-to-target\" or \"mine\"" in str(
-            pytest.raises(ConfigError, parse_figure, {"name": "g", "kind": "clients", "runs": ["a"], "target": 0.5},
-                          loc).value)
+        assert '\'target\' is for kind = "curves" or "time-to-target" or "mine"' in str(
+            pytest.raises(
+                ConfigError, parse_figure, {"name": "g", "kind": "clients", "runs": ["a"], "target": 0.5}, loc
+            ).value
+        )
     finally:
         FIGURE_KINDS.pop("mine", None)

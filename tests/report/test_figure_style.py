@@ -12,8 +12,8 @@ from matplotlib.colors import to_hex
 from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.figures import build
-from fedcli.report.single import comparison_table, curves_figure, load_run
 from fedcli.report.products import FigureDef, Panel
+from fedcli.report.single import comparison_table, curves_figure, load_run
 
 # the default MLP on digits: 64-200-200-10
 NUMEL = 64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
@@ -25,8 +25,23 @@ ITERATIONS, TAU, COHORT = 50, 5, 8  # 16 clients x active ratio 0.5
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     for algo in ("fedavg", "fedlama", "fedlamb", "fedala"):
-        assert main(["train", "--algo", algo, "--iterations", str(ITERATIONS), "--eval-every", "10", "--quiet",
-                     "--out", str(root / algo)]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--algo",
+                    algo,
+                    "--iterations",
+                    str(ITERATIONS),
+                    "--eval-every",
+                    "10",
+                    "--quiet",
+                    "--out",
+                    str(root / algo),
+                ]
+            )
+            == 0
+        )
     return {algo: load_run(root / algo) for algo in ("fedavg", "fedlama", "fedlamb", "fedala")}
 
 
@@ -47,7 +62,7 @@ def test_colour_marker_and_label_do_not_depend_on_the_order(runs):
     one = line_styles(curves_figure([a, b, c], [r.legend() for r in (a, b, c)])[0])
     two = line_styles(curves_figure([c, b, a], [r.legend() for r in (c, b, a)])[0])
     assert one == two
-    assert one["FedLAMA (τ′=5, φ=2)"] == ("#0072b2", "s")   # the fixed FedLAMA blue and square
+    assert one["FedLAMA (τ′=5, φ=2)"] == ("#0072b2", "s")  # the fixed FedLAMA blue and square
     assert one["FedAvg (τ=5)"] == ("#4d4d4d", "o")
     assert one["Fed-LAMB (τ=5)"] == ("#d55e00", "D")
     # a sweep figure's bars (another kind, another panel order) use the same colour and label per method
@@ -59,7 +74,9 @@ def test_colour_marker_and_label_do_not_depend_on_the_order(runs):
     # two runs of one method in one panel: the method's colour, line styles in the order of their labels
     s1 = style.styles([a, a], ["FedLAMA (τ′=5, φ=10)", "FedLAMA (τ′=5, φ=2)"])
     s2 = style.styles([a, a], ["FedLAMA (τ′=5, φ=2)", "FedLAMA (τ′=5, φ=10)"])
-    assert {s["label"]: (s["color"], s["linestyle"]) for s in s1} == {s["label"]: (s["color"], s["linestyle"]) for s in s2}
+    assert {s["label"]: (s["color"], s["linestyle"]) for s in s1} == {
+        s["label"]: (s["color"], s["linestyle"]) for s in s2
+    }
     assert {s["label"]: s["linestyle"] for s in s1} == {"FedLAMA (τ′=5, φ=2)": "-", "FedLAMA (τ′=5, φ=10)": "--"}
 
 
@@ -77,7 +94,13 @@ def test_accuracy_against_communicated_parameters(runs, tmp_path):
     assert list(line.get_ydata()) == pytest.approx([100 * float(r["test_acc"]) for r in rows])
     out = tmp_path / "fig"
     assert main(["report", str(a.path), str(b.path), "--x", "params", "--figures", str(out)]) == 0
-    assert {p.name for p in out.iterdir()} >= {"curves.png", "curves.pdf", "curves.txt", "layer-size.png", "delta-lambda.png"}
+    assert {p.name for p in out.iterdir()} >= {
+        "curves.png",
+        "curves.pdf",
+        "curves.txt",
+        "layer-size.png",
+        "delta-lambda.png",
+    }
 
 
 def cells(table) -> dict:
@@ -88,15 +111,17 @@ def cells(table) -> dict:
 
 def test_communication_against_one_fedavg_in_params_and_bytes(runs):
     t = cells(comparison_table([runs["fedlamb"], runs["fedala"], runs["fedavg"], runs["fedlama"]]))
-    fedavg_params = NUMEL * (ITERATIONS // TAU)              # 552,100
-    fedavg_bytes = fedavg_params * COHORT * (32 + 32) / 8   # every cohort client: 32 bits up and 32 down
+    fedavg_params = NUMEL * (ITERATIONS // TAU)  # 552,100
+    fedavg_bytes = fedavg_params * COHORT * (32 + 32) / 8  # every cohort client: 32 bits up and 32 down
     assert runs["fedavg"].comm_bytes == fedavg_bytes == 35_334_400
     # Fed-LAMB: the same model syncs, plus v up and v_hat down for every cohort client each round (vhat-every 1)
     assert t["fedlamb"]["comm"].values["value"] == pytest.approx(100.0)
     assert t["fedlamb"]["comm_pct_bytes"].values["value"] == pytest.approx(100.0 * 2 * fedavg_bytes / fedavg_bytes)
     # FedALA: all 16 clients each round, one synchronization per round (one local epoch)
     rounds = int(runs["fedala"].metrics[-1]["round"])
-    assert t["fedala"]["comm_pct_bytes"].values["value"] == pytest.approx(100.0 * rounds * 16 * NUMEL * 8 / fedavg_bytes)
+    assert t["fedala"]["comm_pct_bytes"].values["value"] == pytest.approx(
+        100.0 * rounds * 16 * NUMEL * 8 / fedavg_bytes
+    )
     assert t["fedala"]["comm"].values["value"] == pytest.approx(100.0 * rounds * NUMEL / fedavg_params)
     assert t["fedavg"]["comm_pct_bytes"].values["value"] == pytest.approx(100.0)
     # FedLAMA: its own ledger's bytes are its params x cohort x 8, so the same ratio either way

@@ -21,8 +21,8 @@ from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.core import find_sweeps
 from fedcli.report.figures import build, draw
-from fedcli.report.single import load_run, write_figures
 from fedcli.report.products import FigureDef, Panel
+from fedcli.report.single import load_run, write_figures
 from simkit import FEMNIST_SAMPLE, cli
 
 RECIPE = """
@@ -126,11 +126,40 @@ def mixed(tmp_path_factory):
         pytest.skip(f"shared FEMNIST LEAF sample not found at {FEMNIST_SAMPLE}")
     root = tmp_path_factory.mktemp("mixed")
     lama = ["--algo", "fedlama", "--phi", "2", *ARGS]
-    assert main(["train", "--dataset", "digits", "--tau", "5", "--iterations", "100", *lama,
-                 "--out", str(root / "digits" / "seed0")]) in (0, None)
-    assert main(["train", "--dataset", "femnist", "--data-dir", str(FEMNIST_SAMPLE), "--partition", "natural",
-                 "--mlp-hidden", "128,64", "--tau", "2", "--iterations", "40", *lama,
-                 "--out", str(root / "femnist" / "seed0")]) in (0, None)
+    assert main(
+        [
+            "train",
+            "--dataset",
+            "digits",
+            "--tau",
+            "5",
+            "--iterations",
+            "100",
+            *lama,
+            "--out",
+            str(root / "digits" / "seed0"),
+        ]
+    ) in (0, None)
+    assert main(
+        [
+            "train",
+            "--dataset",
+            "femnist",
+            "--data-dir",
+            str(FEMNIST_SAMPLE),
+            "--partition",
+            "natural",
+            "--mlp-hidden",
+            "128,64",
+            "--tau",
+            "2",
+            "--iterations",
+            "40",
+            *lama,
+            "--out",
+            str(root / "femnist" / "seed0"),
+        ]
+    ) in (0, None)
     return root
 
 
@@ -166,8 +195,11 @@ def test_recipe_figure_titles_name_no_figure_number():
     said = []
     for path in sorted(Path(__file__).parents[2].glob("recipes/**/*.toml")):
         for fig in tomllib.loads(path.read_text()).get("figures", []):
-            said += [f"{path.name}: {fig['name']}: {fig[k]}" for k in ("title", "notes")
-                     if re.search(r"\bFig(ure|\.)s? ?\d", fig.get(k, ""))]
+            said += [
+                f"{path.name}: {fig['name']}: {fig[k]}"
+                for k in ("title", "notes")
+                if re.search(r"\bFig(ure|\.)s? ?\d", fig.get(k, ""))
+            ]
     assert not said, said
 
 
@@ -224,7 +256,11 @@ def test_every_methods_variants_are_readable_and_apart():
         for n in (2, 3, 4):
             shades = [style.shade(m.style[0], k, n) for k in range(n)]
             assert min(contrast_on_white(c) for c in shades[1:]) >= 3.0, (m.name, n, shades)
-            assert min(math.dist(lab(a), lab(b)) for a, b in itertools.combinations(shades, 2)) >= 15, (m.name, n, shades)
+            assert min(math.dist(lab(a), lab(b)) for a, b in itertools.combinations(shades, 2)) >= 15, (
+                m.name,
+                n,
+                shades,
+            )
     assert ":" not in style.LINESTYLES
 
 
@@ -303,8 +339,12 @@ def test_mixed_datasets_in_legend_panels_and_warning(mixed, tmp_path, capsys):
         assert "one panel per model" in caption
     # a sweep's figure names its runs by their recipe names
     said = []
-    draw(FigureDef("c", "curves", panels=[Panel(runs=["FedLAMA digits", "FedLAMA femnist"])]),
-         {"FedLAMA digits": {0: runs[0]}, "FedLAMA femnist": {0: runs[1]}}, tmp_path / "h", warn=said.append)
+    draw(
+        FigureDef("c", "curves", panels=[Panel(runs=["FedLAMA digits", "FedLAMA femnist"])]),
+        {"FedLAMA digits": {0: runs[0]}, "FedLAMA femnist": {0: runs[1]}},
+        tmp_path / "h",
+        warn=said.append,
+    )
     assert len(said) == 1 and "dataset: digits (FedLAMA digits), femnist (FedLAMA femnist)" in said[0], said
     # the run-directory report draws the same: its layer-syncs has two panels
     files = write_figures(runs, tmp_path / "g")

@@ -70,7 +70,8 @@ def test_degenerate_pairs():
 
 def test_ranks_and_rank_tests_with_ties_and_zeros():
     assert signed_ranks([0.3, 0.1, 0.3, 0.2]) == [3.5, 1.0, 3.5, 2.0]
-    # zeros dropped: (0.5, -0.5, 1): |d| ranks 1.5, 1.5, 3; W+ = 4.5 of {1.5, 1.5, 3} sums (0, 1.5, 1.5, 3, 3, 4.5, 4.5, 6):
+    # zeros dropped: (0.5, -0.5, 1): |d| ranks 1.5, 1.5, 3; W+ = 4.5 of {1.5, 1.5, 3} sums (0, 1.5, 1.5, 3, 3, 4.5, 4.5,
+    # 6):
     # P(W >= 4.5) = 3/8, P(W <= 4.5) = 7/8: p = 6/8
     assert wilcoxon_p([0.5, -0.5, 0.0, 1.0]) == pytest.approx(0.75)
     assert sign_test_p([0.5, -0.5, 0.0, 1.0]) == pytest.approx(2 * (1 + 3) / 8) == 1.0

@@ -19,19 +19,38 @@ from matplotlib.colors import to_hex
 from fedcli.cli.main import main
 from fedcli.report import style
 from fedcli.report.figures import build
-from fedcli.report.single import comparison_table, curves_figure, load_run
 from fedcli.report.products import FigureDef, Panel
+from fedcli.report.single import comparison_table, curves_figure, load_run
 from fedcli.report.tables import render
-from simkit import cli, md_table as md_rows
+from simkit import cli
+from simkit import md_table as md_rows
 
-ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20",
-        "--eval-every", "10", "--threads", "1", "--quiet"]
-RUNS = {"avg/s0": ["--algo", "fedavg", "--tau", "2", "--seed", "0"], "avg/s1": ["--algo", "fedavg", "--tau", "2", "--seed", "1"],
-        "lama/s0": ["--algo", "fedlama", "--tau", "2", "--phi", "2", "--seed", "0"],
-        "lama/s1": ["--algo", "fedlama", "--tau", "2", "--phi", "2", "--seed", "1"],
-        "avg4/s0": ["--algo", "fedavg", "--tau", "4", "--seed", "0"],
-        "pers/s0": ["--algo", "fedavg-c", "--client-test-fraction", "0.25", "--active-ratio", "1"],
-        "wide/s0": ["--algo", "fedavg", "--mlp-hidden", "200"]}
+ARGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--iterations",
+    "20",
+    "--eval-every",
+    "10",
+    "--threads",
+    "1",
+    "--quiet",
+]
+RUNS = {
+    "avg/s0": ["--algo", "fedavg", "--tau", "2", "--seed", "0"],
+    "avg/s1": ["--algo", "fedavg", "--tau", "2", "--seed", "1"],
+    "lama/s0": ["--algo", "fedlama", "--tau", "2", "--phi", "2", "--seed", "0"],
+    "lama/s1": ["--algo", "fedlama", "--tau", "2", "--phi", "2", "--seed", "1"],
+    "avg4/s0": ["--algo", "fedavg", "--tau", "4", "--seed", "0"],
+    "pers/s0": ["--algo", "fedavg-c", "--client-test-fraction", "0.25", "--active-ratio", "1"],
+    "wide/s0": ["--algo", "fedavg", "--mlp-hidden", "200"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +82,10 @@ def test_communication_figure_by_default_and_truetype_fonts(root, capsys, tmp_pa
         assert b"/FontFile2" in data, pdf.name  # the TrueType font program itself
     # --x bytes: the communication figure against bytes, the curves against iterations untouched beside it
     again = tmp_path / "bytes"
-    assert cli(["report", str(root / "lama/s0"), str(root / "avg/s0"), "--x", "bytes", "--figures", str(again)], capsys)[0] == 0
+    assert (
+        cli(["report", str(root / "lama/s0"), str(root / "avg/s0"), "--x", "bytes", "--figures", str(again)], capsys)[0]
+        == 0
+    )
     assert {"curves.png", "curves-bytes.png"} <= {p.name for p in again.iterdir()}
     assert "curves-params.png" not in {p.name for p in again.iterdir()}
 
@@ -72,8 +94,8 @@ def test_variants_of_one_method_in_colours_dashes_and_marker_fills(root):
     a, b = load_run(root / "avg/s0"), load_run(root / "avg4/s0")
     looks = {s["label"]: s for s in style.styles([b, a])}
     one, two = looks["FedAvg (τ=2)"], looks["FedAvg (τ=4)"]
-    assert one["color"] == a.method["style"][0]            # the first variant: the method's own colour
-    assert to_hex(two["color"]) != to_hex(one["color"])      # the second: a shade of it
+    assert one["color"] == a.method["style"][0]  # the first variant: the method's own colour
+    assert to_hex(two["color"]) != to_hex(one["color"])  # the second: a shade of it
     assert (one["linestyle"], one["fillstyle"], one["marker"]) == ("-", "full", two["marker"])
     assert (two["linestyle"], two["fillstyle"]) == ("--", "none")
     # the last variant turns from the method's colour in CIELAB: FedAvg's hue-less dark grey (L* 33) gets a hue
@@ -100,8 +122,12 @@ def test_seeds_of_ad_hoc_runs_are_one_row_with_mean_and_std(root, capsys):
         assert row["Status"] == "2/2 completed"
     assert "one row: mean ± std over their seeds" in out and "### 4 runs (2 experiments, seeds aggregated)" in out
     # in the figures, one line per experiment, its mean over the seeds
-    fig, _ = curves_figure([load_run(root / "avg/s0")], ["FedAvg"], "iterations",
-                           {"avg": {0: load_run(root / "avg/s0"), 1: load_run(root / "avg/s1")}})
+    fig, _ = curves_figure(
+        [load_run(root / "avg/s0")],
+        ["FedAvg"],
+        "iterations",
+        {"avg": {0: load_run(root / "avg/s0"), 1: load_run(root / "avg/s1")}},
+    )
     (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "FedAvg"]
     want = [100 * (x + y) / 2 for x, y in zip(accs(root / "avg/s0"), accs(root / "avg/s1"))]
     assert list(line.get_ydata()) == pytest.approx(want)
@@ -130,8 +156,11 @@ def test_rounds_of_different_lengths_are_named(root, tmp_path):
     from fedcli.report.single import write_figures
 
     write_figures([load_run(root / "avg/s0"), load_run(root / "avg4/s0")], tmp_path / "f", x="rounds", warn=said.append)
-    assert any("rounds are not of one length here: 2 local iterations a round for FedAvg (τ=2); 4 local iterations a "
-               "round for FedAvg (τ=4)" in s for s in said), said
+    assert any(
+        "rounds are not of one length here: 2 local iterations a round for FedAvg (τ=2); 4 local iterations a "
+        "round for FedAvg (τ=4)" in s
+        for s in said
+    ), said
     assert "Note: rounds are not of one length" in (tmp_path / "f" / "curves.txt").read_text()
 
 
@@ -176,7 +205,9 @@ def test_layer_size_on_a_log_axis_and_whole_synchronizations(root, tmp_path):
 
 
 def test_latex_caption_is_sentences_and_wide_tables_span_both_columns(root):
-    t = comparison_table([load_run(root / "avg/s0"), load_run(root / "lama/s0")], title="smoke scale of: X; ran digits/mlp")
+    t = comparison_table(
+        [load_run(root / "avg/s0"), load_run(root / "lama/s0")], title="smoke scale of: X; ran digits/mlp"
+    )
     tex = render(t, "latex")
     assert "\\begin{table*}[t]" in tex and "\\end{table*}" in tex  # 12 columns
     assert "\\usepackage{booktabs}" in tex

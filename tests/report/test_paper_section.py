@@ -25,8 +25,11 @@ from simkit import cli
 from sweepkit import RECIPE as SWEEP_RECIPE
 
 # the sweep tests' two-run recipe on digits, stating a FedLAMA AAAI paper, with a figure of both runs
-RECIPE = SWEEP_RECIPE.replace('title = "tiny"', 'title = "Digits: FedAvg against FedLAMA (test recipe)"').replace(
-    'paper = "a test"', 'paper = "FedLAMA AAAI 2023, Table 3 (a test\'s digits stand-in)"') + """
+RECIPE = (
+    SWEEP_RECIPE.replace('title = "tiny"', 'title = "Digits: FedAvg against FedLAMA (test recipe)"').replace(
+        'paper = "a test"', 'paper = "FedLAMA AAAI 2023, Table 3 (a test\'s digits stand-in)"'
+    )
+    + """
 [[figures]]
 name = "t3-curves"
 kind = "curves"
@@ -40,13 +43,26 @@ kind = "curves"
 title = "One panel per method"
 panels = [{ title = "FedAvg", runs = ["FedAvg x1"] }, { title = "FedLAMA", runs = ["FedLAMA phi=2"] }]
 """
+)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("paper")
     (root / "t3.toml").write_text(RECIPE)
-    assert main(["sweep", str(root / "t3.toml"), "--scale", "smoke", "--seeds", "1", "--out", str(root / "results" / "t3"), "--quiet"]) in (0, None)
+    assert main(
+        [
+            "sweep",
+            str(root / "t3.toml"),
+            "--scale",
+            "smoke",
+            "--seeds",
+            "1",
+            "--out",
+            str(root / "results" / "t3"),
+            "--quiet",
+        ]
+    ) in (0, None)
     return root / "results"
 
 
@@ -61,9 +77,15 @@ def test_paper_section_from_a_finished_sweep(results, capsys):
         assert tex.count(f"\\begin{{{env}}}") == tex.count(f"\\end{{{env}}}"), env
     # the figures: their PDFs included, written where the section says, each sized for its panels (48.7): one panel
     # drawn a column wide in a `figure`, two panels drawn both columns wide in a `figure*`, never enlarged
-    figs = re.findall(r"\\begin\{(figure\*?)\}\[t\]\n\\centering\n%[^\n]*\n"
-                      r"\\includegraphics\[width=\\linewidth,height=([\d.]+)in,keepaspectratio\]\{([^}]*)\}", tex)
-    assert [(env, inc) for env, _, inc in figs] == [("figure", "figures/t3/t3-curves.pdf"), ("figure*", "figures/t3/t3-panels.pdf")]
+    figs = re.findall(
+        r"\\begin\{(figure\*?)\}\[t\]\n\\centering\n%[^\n]*\n"
+        r"\\includegraphics\[width=\\linewidth,height=([\d.]+)in,keepaspectratio\]\{([^}]*)\}",
+        tex,
+    )
+    assert [(env, inc) for env, _, inc in figs] == [
+        ("figure", "figures/t3/t3-curves.pdf"),
+        ("figure*", "figures/t3/t3-panels.pdf"),
+    ]
     for (env, height, inc), width in zip(figs, (COLUMN_IN, TEXT_IN)):
         assert (out / inc).is_file() and (out / inc).with_suffix(".png").is_file()
         w, h = pdf_size(out / inc)
@@ -81,10 +103,15 @@ def test_paper_section_from_a_finished_sweep(results, capsys):
     assert f"fedcli {m['versions']['fedcli']}" in md
     assert "\\texttt{fedcli sweep" in tex
     # the table in Markdown as fedcli report --table prints it (the paired layout: FedAvg's columns, then FedLAMA's)
-    assert "| LR | τ' | φ | Test acc. | C ratio |" in md and "Smoke scale of: t; ran digits/mlp." in tex  # a caption starts upper-case
+    assert (
+        "| LR | τ' | φ | Test acc. | C ratio |" in md and "Smoke scale of: t; ran digits/mlp." in tex
+    )  # a caption starts upper-case
     # what is missing: this repository's FedLAMA AAAI recipes, each with the command to run it
     if RECIPES.is_dir():
-        assert "recipes/fedlama/aaai-table3.toml" in md and "fedcli sweep recipes/fedlama/aaai-table3.toml --scale smoke" in md
+        assert (
+            "recipes/fedlama/aaai-table3.toml" in md
+            and "fedcli sweep recipes/fedlama/aaai-table3.toml --scale smoke" in md
+        )
         assert "Not in this section" in md
     assert "paper section ->" in err
 
@@ -96,7 +123,9 @@ def test_two_sweeps_of_one_recipe_have_their_own_labels_and_headings(results, tm
     shutil.copytree(results / "t3", both / "t3")
     recipe = tmp_path / "t3.toml"
     recipe.write_text(RECIPE)
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(both / "t3-two"), "--quiet"]) in (0, None)
+    assert main(
+        ["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(both / "t3-two"), "--quiet"]
+    ) in (0, None)
     code, _, err = cli(["report", str(both), "--paper", "fedlama-aaai"], capsys)
     assert code == 0, err
     tex = (both / "paper-fedlama-aaai" / "section.tex").read_text()
@@ -111,7 +140,10 @@ def test_long_paths_in_typewriter_type_may_break():
     from fedcli.report.tables import latex_text
 
     tex = latex_text("Command: `fedcli sweep recipes/fedlama/aaai-table3.toml --out results/a`.")
-    assert "\\texttt{fedcli sweep recipes/\\allowbreak{}fedlama/\\allowbreak{}aaai-table3.toml -{}-out results/\\allowbreak{}a}" in tex
+    assert (
+        "\\texttt{fedcli sweep recipes/\\allowbreak{}fedlama/\\allowbreak{}aaai-table3.toml -{}-out "
+        "results/\\allowbreak{}a}" in tex
+    )
 
 
 @pytest.mark.parametrize("fontenc", ["", "\\usepackage[T1]{fontenc}"], ids=["OT1", "T1"])
@@ -121,13 +153,22 @@ def test_paper_section_compiles_where_latex_is_installed(results, tmp_path, caps
         pytest.skip("no pdflatex here: the section's structure is checked by test_paper_section_from_a_finished_sweep")
     out = tmp_path / "sec"
     assert cli(["report", str(results), "--paper", "fedlama-aaai", "--output", str(out)], capsys)[0] == 0
-    (out / "main.tex").write_text(f"\\documentclass[twocolumn]{{article}}\\usepackage{{booktabs}}\\usepackage{{graphicx}}{fontenc}"
-                                  "\\begin{document}\\input{section}\\end{document}\n")
-    run = subprocess.run([latex, "-interaction=nonstopmode", "-halt-on-error", "main.tex"], cwd=out, capture_output=True,
-                         text=True, timeout=300)
+    (out / "main.tex").write_text(
+        f"\\documentclass[twocolumn]{{article}}\\usepackage{{booktabs}}\\usepackage{{graphicx}}{fontenc}"
+        "\\begin{document}\\input{section}\\end{document}\n"
+    )
+    run = subprocess.run(
+        [latex, "-interaction=nonstopmode", "-halt-on-error", "main.tex"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:]
     if shutil.which("pdftotext"):  # the commands print as typed: two hyphens (T1 made "--scale" "-scale"), no backticks
-        text = subprocess.run(["pdftotext", "main.pdf", "-"], cwd=out, capture_output=True, text=True, timeout=60).stdout
+        text = subprocess.run(
+            ["pdftotext", "main.pdf", "-"], cwd=out, capture_output=True, text=True, timeout=60
+        ).stdout
         assert "--scale smoke" in text and "--seeds 1" in text and not re.search("[`\u2018](fedcli|recipes)", text)
 
 
@@ -139,7 +180,8 @@ def test_latex_text_is_paste_ready():
     assert latex_escape("a – b — c") == "a -- b --- c"
     # code between backticks is typewriter type, escaped; an opening quote is LaTeX's; an unpaired backtick a character
     assert latex_text("run `fedcli sweep a_b.toml --seeds 2`, then 'FedAvg x1' it's") == (
-        "run \\texttt{fedcli sweep a\\_b.toml -{}-seeds 2}, then `FedAvg x1' it's")
+        "run \\texttt{fedcli sweep a\\_b.toml -{}-seeds 2}, then `FedAvg x1' it's"
+    )
     assert latex_text("a ` b") == "a \\textasciigrave{} b"
 
 
@@ -149,20 +191,31 @@ def _tree(root: Path) -> dict:
     for dirpath, dirnames, filenames in os.walk(root):
         for n in dirnames + filenames:
             p = Path(dirpath) / n
-            found[str(p.relative_to(root))] = (os.readlink(p) if p.is_symlink() else None if p.is_dir() else p.read_bytes())
+            found[str(p.relative_to(root))] = (
+                os.readlink(p) if p.is_symlink() else None if p.is_dir() else p.read_bytes()
+            )
     return found
 
 
-@pytest.mark.parametrize("link", ["figures", "figures/t3", "figures/t3/t3-curves.pdf", "figures/t3/t3-panels.txt",
-                                  "section.md", "section.tex"])
+@pytest.mark.parametrize(
+    "link",
+    ["figures", "figures/t3", "figures/t3/t3-curves.pdf", "figures/t3/t3-panels.txt", "section.md", "section.tex"],
+)
 def test_no_write_through_a_link(results, tmp_path, capsys, link):
     """Issue 47.2: every path `--paper` writes (its figures folder, the sweep's folder in it, each figure file, the two
     texts) is checked before any is written: a link anywhere is refused (exit 2, naming it), and nothing changes,
     neither outside (the link's target, byte for byte) nor in the output folder."""
     outside = tmp_path / "outside"
     (outside / "t3").mkdir(parents=True)
-    for f in ("t3/t3-curves.pdf", "t3/t3-curves.png", "t3/t3-panels.txt", "t3-curves.pdf", "t3-panels.txt", "section.md",
-              "section.tex"):
+    for f in (
+        "t3/t3-curves.pdf",
+        "t3/t3-curves.png",
+        "t3/t3-panels.txt",
+        "t3-curves.pdf",
+        "t3-panels.txt",
+        "section.md",
+        "section.tex",
+    ):
         (outside / f).write_bytes(f"outside {f}: not fedcli's\n".encode())
     out = tmp_path / "sec"
     target = {"figures": outside, "figures/t3": outside / "t3"}.get(link, outside / Path(link).name)
@@ -277,7 +330,9 @@ def test_the_section_checks_each_run_once(results, tmp_path, capsys, monkeypatch
 
     reads, builds = [], []
     real_state, real_build = core.run_state, tables.build_table
-    monkeypatch.setattr(core, "run_state", lambda run_dir, *a, **k: reads.append(Path(run_dir).name) or real_state(run_dir, *a, **k))
+    monkeypatch.setattr(
+        core, "run_state", lambda run_dir, *a, **k: reads.append(Path(run_dir).name) or real_state(run_dir, *a, **k)
+    )
     monkeypatch.setattr(tables, "build_table", lambda *a, **k: builds.append(1) or real_build(*a, **k))
     code, _, err = cli(["report", str(results), "--paper", "fedlama-aaai", "--output", str(tmp_path / "s")], capsys)
     assert code == 0, err

@@ -1,4 +1,5 @@
-"""``fedcli report --paper system`` (issue 57): the system-model recipes (recipes/system/: the bandwidth sweep of FedLAMA
+"""``fedcli report --paper system`` (issue 57): the system-model recipes (recipes/system/: the bandwidth sweep of
+FedLAMA
 vs FedAvg, FedProx's stragglers) get a section like the papers' (it answered "not a paper fedcli has recipes for"),
 with relative paths only; and the bandwidth recipe trains each method once and re-times it at four uplinks."""
 
@@ -12,12 +13,15 @@ from sweepkit import SYSTEM_BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 
-RECIPE = """\
+RECIPE = (
+    """\
 title = "stragglers, tiny"
 paper = "FedProx (Li et al., MLSys 2020), Section 5.2 and Figure 1, on fedcli's system model (a test)"
 seeds = 1
 
-""" + SYSTEM_BASE + """\
+"""
+    + SYSTEM_BASE
+    + """\
 iterations = 8
 
 [base.system]
@@ -44,6 +48,7 @@ kind = "curves"
 x = "time"
 runs = ["FedAvg", "FedProx"]
 """
+)
 
 
 def test_paper_system_is_a_section_of_the_system_recipes(tmp_path, capsys):
@@ -57,7 +62,10 @@ def test_paper_system_is_a_section_of_the_system_recipes(tmp_path, capsys):
     tex = (results / "paper-system" / "section.tex").read_text()
     assert "\\section{Experiments: Simulated time on fedcli's system model" in tex
     assert "\\label{tab:acc}" in tex and "\\label{fig:curves-time}" in tex
-    assert "{figures/stragglers/curves-time.pdf}" in tex and (results / "paper-system/figures/stragglers/curves-time.pdf").is_file()
+    assert (
+        "{figures/stragglers/curves-time.pdf}" in tex
+        and (results / "paper-system/figures/stragglers/curves-time.pdf").is_file()
+    )
     # the recipe of the other system sweep, not run here, is named with its command
     assert "recipes/\\allowbreak{}system/\\allowbreak{}bandwidth-fedlama-vs-fedavg.toml" in tex
     assert str(tmp_path) not in tex and not re.search(r"(?<![\w.])/(tmp|home|work|root|Users)/", tex)
@@ -70,12 +78,22 @@ def test_the_bandwidth_recipe_trains_two_runs_and_retimes_them_at_four_uplinks()
     r = read_sweep(ROOT / "recipes/system/bandwidth-fedlama-vs-fedavg.toml", "smoke")
     assert r.run_names == ["FedAvg", "FedLAMA"]
     assert [(v.name, v.of, v.options) for v in r.retimed][:2] == [
-        ("FedAvg 30KBps", "FedAvg", {"uplink": "constant:3e4"}), ("FedAvg 300KBps", "FedAvg", {"uplink": "constant:3e5"})]
-    assert len(r.retimed) == 8 and {v.options["uplink"] for v in r.retimed} == {"constant:3e4", "constant:3e5",
-                                                                               "constant:3e6", "constant:3e7"}
+        ("FedAvg 30KBps", "FedAvg", {"uplink": "constant:3e4"}),
+        ("FedAvg 300KBps", "FedAvg", {"uplink": "constant:3e5"}),
+    ]
+    assert len(r.retimed) == 8 and {v.options["uplink"] for v in r.retimed} == {
+        "constant:3e4",
+        "constant:3e5",
+        "constant:3e6",
+        "constant:3e7",
+    }
     tables, figures = parse_products(r)
     assert len(tables[0].run_names()) == 8 and not set(tables[0].run_names()) & set(r.run_names)
     summary = next(f for f in figures if f.kind == "time-to-target")
-    assert summary.along == "uplink" and summary.target == 0.9 and [line.title for line in summary.lines] == ["FedAvg", "FedLAMA"]
+    assert (
+        summary.along == "uplink"
+        and summary.target == 0.9
+        and [line.title for line in summary.lines] == ["FedAvg", "FedLAMA"]
+    )
     curves = next(f for f in figures if f.kind == "curves")
     assert curves.target == 0.9 and curves.sharex

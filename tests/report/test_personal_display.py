@@ -1,16 +1,17 @@
 """Personalized runs are shown by ``personal_acc`` (each client's model on its local test split, the papers' metric)
 wherever fedcli shows an accuracy: the sweep's "done" lines and every report layout (rows, paired, target, matrix)
-and curve figure; traditional runs keep the global model's ``test_acc``. Matrix tables: tests/report/test_report_fedala.py."""
+and curve figure; traditional runs keep the global model's ``test_acc``. Matrix tables:
+tests/report/test_report_fedala.py."""
 
 import re
 
 import pytest
 
+from fedala_kit import make_sweep, md_rows
 from fedcli.cli.main import main
 from fedcli.report.core import find_sweeps, make_table
 from fedcli.report.figures import _curve, y_label
 from fedcli.report.rundata import RunData
-from fedala_kit import make_sweep, md_rows
 
 # the hand-made sweep of fedala_kit (2 seeds, evaluations at rounds 1-3, iterations 5, 10, 15):
 #   "FedAvg | A": test_acc .50 .60 .55 / .52 .58 .57, no personal_acc -> best 59.00 ± 1.41
@@ -43,7 +44,12 @@ def test_paired_early_stop_compares_personal_acc(tmp_path):
     # with .90 / .86 -> ES acc 88.00 ± 2.83, 10 steps; right's full training 89.00 ± 1.41 (test_acc would give 30.00)
     rows = md_rows(make_table(find_sweeps(make_sweep(tmp_path / "s", [PAIRED])), "paired", "md"))
     cells = rows[-1]
-    assert cells[3] == "82.00 ± 2.83%" and cells[8] == "88.00 ± 2.83%" and cells[9].startswith("10") and cells[11] == "89.00 ± 1.41%"
+    assert (
+        cells[3] == "82.00 ± 2.83%"
+        and cells[8] == "88.00 ± 2.83%"
+        and cells[9].startswith("10")
+        and cells[11] == "89.00 ± 1.41%"
+    )
 
 
 def test_curves_plot_personal_acc(tmp_path):
@@ -53,13 +59,17 @@ def test_curves_plot_personal_acc(tmp_path):
     assert _curve(ala, "rounds", "auto")[:2] == ([1, 2, 3], pytest.approx([71.0, 88.0, 84.0]))
     assert _curve(avg, "rounds", "auto")[:2] == ([1, 2, 3], pytest.approx([51.0, 59.0, 56.0]))
     assert _curve(ala, "rounds", "test_acc")[1] == pytest.approx([30.0, 30.0, 30.0])
-    assert y_label("auto", [ala]).startswith("Personal accuracy") and y_label("auto", [avg]) == "Test accuracy (%), global model"
+    assert (
+        y_label("auto", [ala]).startswith("Personal accuracy")
+        and y_label("auto", [avg]) == "Test accuracy (%), global model"
+    )
     assert "personal (pFL), else global" in y_label("auto", [ala, avg])
 
 
 def test_legend_of_a_local_epochs_run_names_its_epochs(tmp_path):
     def legend(cfg):
         return RunData(tmp_path, {"config": cfg, "method": {"name": cfg["algo"]}}).legend()
+
     assert legend({"algo": "fedala", "tau": 5, "local_epochs": 1.0}) == "FedALA (E=1)"  # tau plays no part there
     assert legend({"algo": "fedavg", "tau": 20, "local_epochs": 0.0}) == "FedAvg (τ=20)"
 
@@ -97,5 +107,7 @@ def test_sweep_done_lines_show_personal_acc(tmp_path, capsys):
     assert c.personalized and c.accuracy("best", "personal_acc") != c.accuracy("best", "test_acc")
     line_c = next(ln for ln in err.splitlines() if "done" in ln and "C seed 0" in ln)
     line_g = next(ln for ln in err.splitlines() if "done" in ln and "G seed 0" in ln)
-    assert re.search(r"best personal acc +([\d.]+)%", line_c).group(1) == f"{100 * c.accuracy('best', 'personal_acc'):.2f}"
+    assert (
+        re.search(r"best personal acc +([\d.]+)%", line_c).group(1) == f"{100 * c.accuracy('best', 'personal_acc'):.2f}"
+    )
     assert re.search(r"best acc +([\d.]+)%", line_g).group(1) == f"{100 * g.accuracy('best', 'test_acc'):.2f}"

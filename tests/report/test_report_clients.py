@@ -13,7 +13,7 @@ from simkit import PERSONAL_BASE
 
 
 def test_worst_mean_by_hand():
-    assert worst_mean([0.5, 0.1, 0.9, 0.3]) == 0.1                            # ceil(0.4) = 1 client
+    assert worst_mean([0.5, 0.1, 0.9, 0.3]) == 0.1  # ceil(0.4) = 1 client
     assert worst_mean([0.2] * 5 + [0.9] * 4 + [0.05, 0.15]) == pytest.approx(0.1)  # ceil(1.1) = 2: (0.05 + 0.15) / 2
     assert worst_mean([0.7] * 10) == 0.7 and worst_mean([1.0, 0.0] * 5) == 0.0  # 10 clients: exactly 1
     assert math.isnan(worst_mean([]))
@@ -62,8 +62,9 @@ def test_sweep_figure_kind_clients(tmp_path):
 
     seeds = {}
     for seed in (0, 1):
-        cfg = TrainConfig(**{**PERSONAL_BASE, "algo": "fedavg-c", "clients": 10, "seed": seed,
-                             "out": str(tmp_path / f"s{seed}")}).validate()
+        cfg = TrainConfig(
+            **{**PERSONAL_BASE, "algo": "fedavg-c", "clients": 10, "seed": seed, "out": str(tmp_path / f"s{seed}")}
+        ).validate()
         run_train(cfg, quiet=True)
         seeds[seed] = load_run(tmp_path / f"s{seed}")
     worst = []

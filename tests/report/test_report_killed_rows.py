@@ -16,9 +16,34 @@ from fedcli.cli.main import main
 from fedcli.report.rundata import read_csv
 from simkit import cli, md_table
 
-ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20",
-        "--tau", "2", "--threads", "1", "--quiet", "--algo", "fedavg-c", "--client-test-fraction", "0.25",
-        "--active-ratio", "1", "--schedule", "lama", "--phi", "2", "--system"]
+ARGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--iterations",
+    "20",
+    "--tau",
+    "2",
+    "--threads",
+    "1",
+    "--quiet",
+    "--algo",
+    "fedavg-c",
+    "--client-test-fraction",
+    "0.25",
+    "--active-ratio",
+    "1",
+    "--schedule",
+    "lama",
+    "--phi",
+    "2",
+    "--system",
+]
 APPENDED = ("metrics.csv", "intervals.csv", "clients.csv", "system.csv")
 
 
@@ -70,8 +95,9 @@ def test_a_cut_last_row_is_not_read(run, tmp_path, name, keep):
     shutil.copy(run / name, cut)
     cut_last_row(cut, keep)
     assert read_rows(cut) == whole[:-1]
-    assert [r["round"] if "round" in r else r["layer"] for r in read_csv(cut)] == \
-        [int(r["round"] if "round" in r else r["layer"]) for r in whole[:-1]]
+    assert [r["round"] if "round" in r else r["layer"] for r in read_csv(cut)] == [
+        int(r["round"] if "round" in r else r["layer"]) for r in whole[:-1]
+    ]
 
 
 def test_a_header_cut_or_missing_file_has_no_rows(tmp_path):

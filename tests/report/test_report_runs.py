@@ -12,17 +12,36 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.report.single import load_run, method_label
-from simkit import cli, md_table as md_rows
+from simkit import cli
+from simkit import md_table as md_rows
 
-ARGS = ["--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "4", "--iterations", "20",
-        "--tau", "2", "--threads", "1", "--quiet"]
+ARGS = [
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "4",
+    "--iterations",
+    "20",
+    "--tau",
+    "2",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("report") / "results"
-    for name, extra in (("lama", ["--algo", "fedlama", "--phi", "2"]), ("avg", ["--algo", "fedavg"]),
-                        ("pers", ["--algo", "fedavg-c", "--client-test-fraction", "0.25", "--active-ratio", "1"])):
+    for name, extra in (
+        ("lama", ["--algo", "fedlama", "--phi", "2"]),
+        ("avg", ["--algo", "fedavg"]),
+        ("pers", ["--algo", "fedavg-c", "--client-test-fraction", "0.25", "--active-ratio", "1"]),
+    ):
         assert main(["train", *ARGS, *extra, "--out", str(root / name)]) in (0, None)
     return root
 
@@ -47,13 +66,21 @@ def test_one_run_table_and_figures(runs, capsys, tmp_path):
     with open(run / "layers.csv", newline="") as f:
         layers = list(csv.DictReader(f))
     fedavg = sum(int(r["numel"]) for r in layers) * 20 // 2
-    assert row["Comm. vs FedAvg (computed) (params)"] == f"{100 * sum(int(r['comm_params']) for r in layers) / fedavg:.2f}%"
+    assert (
+        row["Comm. vs FedAvg (computed) (params)"]
+        == f"{100 * sum(int(r['comm_params']) for r in layers) / fedavg:.2f}%"
+    )
     cohort = m["active_clients"]
-    assert row["Comm. vs FedAvg (computed) (bytes)"] == f"{100 * m['summary']['comm_bytes'] / (fedavg * cohort * 8):.2f}%"
+    assert (
+        row["Comm. vs FedAvg (computed) (bytes)"] == f"{100 * m['summary']['comm_bytes'] / (fedavg * cohort * 8):.2f}%"
+    )
     assert row["Data moved (MB)"] == f"{m['summary']['comm_bytes'] / 1e6:,.2f}"
     names = sorted(p.name for p in (run / "figures").iterdir())
-    assert names == sorted(f"{n}.{e}" for n in ("curves", "curves-params", "layer-syncs", "layer-size", "intervals", "delta-lambda")
-                           for e in ("png", "pdf", "txt"))
+    assert names == sorted(
+        f"{n}.{e}"
+        for n in ("curves", "curves-params", "layer-syncs", "layer-size", "intervals", "delta-lambda")
+        for e in ("png", "pdf", "txt")
+    )
     assert all((run / "figures" / n).stat().st_size > 1000 for n in names if not n.endswith(".txt"))
 
 

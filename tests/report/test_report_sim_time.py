@@ -14,15 +14,38 @@ from runkit import error_lines
 from simkit import cli, md_table
 from sweepkit import RECIPE as SWEEP_RECIPE
 
-BASE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--iterations", "8",
-        "--tau", "2", "--eval-every", "4", "--device", "cpu", "--threads", "1", "--quiet"]
+BASE = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "4",
+    "--iterations",
+    "8",
+    "--tau",
+    "2",
+    "--eval-every",
+    "4",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("simtime")
-    for name, extra in (("timed", ["--system", "--uplink", "constant:3e4"]), ("timed-s1", ["--system", "--uplink",
-                        "constant:3e4", "--seed", "1"]), ("plain", [])):
+    for name, extra in (
+        ("timed", ["--system", "--uplink", "constant:3e4"]),
+        ("timed-s1", ["--system", "--uplink", "constant:3e4", "--seed", "1"]),
+        ("plain", []),
+    ):
         assert main(BASE + extra + ["--out", str(root / name)]) in (0, None)
     return root
 
@@ -43,7 +66,9 @@ def test_comparison_table_has_simulated_time_when_runs_were_simulated(runs, caps
     code, out, err = cli(["report", str(runs / "timed"), str(runs / "plain"), "--format", "csv"], capsys)
     assert code == 0, err
     recs = {r["name"].rsplit("/", 1)[-1]: r for r in csv.DictReader(io.StringIO(out))}  # name: the run's path
-    assert float(recs["timed"]["sim_time_s"]) == float(last_sim_time(runs / "timed")) and recs["plain"]["sim_time_s"] == ""
+    assert (
+        float(recs["timed"]["sim_time_s"]) == float(last_sim_time(runs / "timed")) and recs["plain"]["sim_time_s"] == ""
+    )
     # runs never simulated: no such column
     code, out, _ = cli(["report", str(runs / "plain")], capsys)
     assert code == 0 and "Sim. time" not in out
@@ -73,8 +98,13 @@ def sweep(tmp_path_factory):
     """The tiny two-run sweep, one seed, trained without --system."""
     root = tmp_path_factory.mktemp("sweep")
     recipe = root / "tiny.toml"
-    recipe.write_text(SWEEP_RECIPE + '\n[[figures]]\nname = "c"\nkind = "curves"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\n')
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet"]) in (0, None)
+    recipe.write_text(
+        SWEEP_RECIPE + '\n[[figures]]\nname = "c"\nkind = "curves"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\n'
+    )
+    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet"]) in (
+        0,
+        None,
+    )
     return root / "s"
 
 

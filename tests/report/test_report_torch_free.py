@@ -28,18 +28,33 @@ def test_the_report_reads_what_a_part_declares_without_torch(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     # a manifest that records neither layerwise nor learned_weights (a run from before they were): the specs say
-    manifest = {"status": "completed", "config": {"algo": "fedavg", "schedule": "lama", "init": "ala", "ala_layers": 2,
-                                                  "tau": 5, "phi": 2},
-                "method": {"name": "fedavg", "label": "FedAvg"}}
+    manifest = {
+        "status": "completed",
+        "config": {"algo": "fedavg", "schedule": "lama", "init": "ala", "ala_layers": 2, "tau": 5, "phi": 2},
+        "method": {"name": "fedavg", "label": "FedAvg"},
+    }
     (run / "manifest.json").write_text(json.dumps(manifest))
     # four tensors in parameter order; ALA's last --ala-layers 2 of them: 30 + 3 = 33 weights (FedALA Tables 1, 6)
     (run / "layers.csv").write_text("layer,name,numel\n0,a,10\n1,b,5\n2,c,30\n3,d,3\n")
-    p = subprocess.run([sys.executable, "-c", PROGRAM, str(run)], check=False, cwd=ROOT, capture_output=True, text=True,
-                       timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    p = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(run)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
-    assert got == {"labels": ["FedLAMA", "FedLAMA", "ALA", None, None, None], "layerwise": True, "learned_init": True,
-                   "ala_params": 33.0, "label": "FedAvg + ALA + FedLAMA", "torch": False}
+    assert got == {
+        "labels": ["FedLAMA", "FedLAMA", "ALA", None, None, None],
+        "layerwise": True,
+        "learned_init": True,
+        "ala_params": 33.0,
+        "label": "FedAvg + ALA + FedLAMA",
+        "torch": False,
+    }
 
 
 def test_each_part_class_gets_what_its_spec_declares():
@@ -51,5 +66,8 @@ def test_each_part_class_gets_what_its_spec_declares():
     assert (Lama.label, LamaAccelerate.label, ALAInit.label, Periodic.label) == ("FedLAMA", "FedLAMA", "ALA", None)
     assert (LayerwiseSchedule.layerwise, Lama.layerwise, Periodic.layerwise) == (True, True, False)
     # the init's class method reads the spec: --ala-layers 1 of [4, 6, 8] -> 8; --ala-layers 0 -> 0; plain: none
-    assert (ALAInit.learned_weights({"ala_layers": 1}, [4, 6, 8]), ALAInit.learned_weights({"ala_layers": 0}, [4]),
-            OverwriteInit.learned_weights({}, [4])) == (8, 0, None)
+    assert (
+        ALAInit.learned_weights({"ala_layers": 1}, [4, 6, 8]),
+        ALAInit.learned_weights({"ala_layers": 0}, [4]),
+        OverwriteInit.learned_weights({}, [4]),
+    ) == (8, 0, None)

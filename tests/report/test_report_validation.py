@@ -12,15 +12,40 @@ import pytest
 from fedcli.cli.main import main
 from simkit import cli, md_table
 
-BASE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--iterations", "8",
-        "--tau", "2", "--eval-every", "4", "--device", "cpu", "--threads", "1", "--workers", "1", "--quiet"]
+BASE = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "4",
+    "--iterations",
+    "8",
+    "--tau",
+    "2",
+    "--eval-every",
+    "4",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("val")
-    for name, extra in (("val", ["--val-fraction", "0.2"]), ("plain", []),
-                        ("pval", ["--algo", "ditto", "--client-test-fraction", "0.2", "--client-val-fraction", "0.2"])):
+    for name, extra in (
+        ("val", ["--val-fraction", "0.2"]),
+        ("plain", []),
+        ("pval", ["--algo", "ditto", "--client-test-fraction", "0.2", "--client-val-fraction", "0.2"]),
+    ):
         assert main(BASE + extra + ["--out", str(root / name)]) in (0, None)
     return root
 
@@ -64,27 +89,38 @@ def test_load_types_the_validation_columns(runs):
     assert val["val_acc"].notna().all() and val["val_acc"].iloc[-1] == last(runs / "val", "val_acc")
     assert plain["val_acc"].isna().all()
     frame = fedcli.load(runs).runs  # the config's fraction, as recorded in each manifest
-    assert {r.rsplit("/", 1)[-1]: v for r, v in zip(frame["run"], frame["val_fraction"])} == {"val": 0.2, "plain": 0.0,
-                                                                                              "pval": 0.0}
+    assert {r.rsplit("/", 1)[-1]: v for r, v in zip(frame["run"], frame["val_fraction"])} == {
+        "val": 0.2,
+        "plain": 0.0,
+        "pval": 0.0,
+    }
     assert str(metrics["personal_val_acc"].dtype) == "float64"
-    assert metrics[name == "pval"]["personal_val_acc"].notna().all() and metrics[name != "pval"]["personal_val_acc"].isna().all()
+    assert (
+        metrics[name == "pval"]["personal_val_acc"].notna().all()
+        and metrics[name != "pval"]["personal_val_acc"].isna().all()
+    )
 
 
 def test_a_sweeps_recipe_key_and_a_table_on_validation_accuracy(tmp_path, capsys):
     """The recipe key ``val_fraction`` (checked with file and line) and a sweep table whose ``metric = "val_acc"``
     shows the validation accuracy under its own header."""
-    from sweepkit import RECIPE as SWEEP_RECIPE
-
     from fedcli.sweep.run import run_sweep
     from runkit import error_lines
+    from sweepkit import RECIPE as SWEEP_RECIPE
 
-    text = (SWEEP_RECIPE.replace("seeds = 2", "seeds = 1").replace('trainer = "loop"\n', 'trainer = "loop"\nval_fraction = 0.2\n')
-            + '\n[[tables]]\nname = "v"\nlayout = "rows"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\nmetric = "val_acc"\n'
-              'accuracy = "final"\n')
+    text = (
+        SWEEP_RECIPE.replace("seeds = 2", "seeds = 1").replace(
+            'trainer = "loop"\n', 'trainer = "loop"\nval_fraction = 0.2\n'
+        )
+        + '\n[[tables]]\nname = "v"\nlayout = "rows"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\nmetric = "val_acc"\n'
+        'accuracy = "final"\n'
+    )
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(text.replace("val_fraction = 0.2", "val_fraction = 1.5"))
     code, _, err = cli(["sweep", str(recipe), "--scale", "smoke", "--dry-run"], capsys)
-    assert code == 2 and len(error_lines(err)) == 1 and "--val-fraction must be < 1" in err and f"{recipe}, line 15" in err, err
+    assert (
+        code == 2 and len(error_lines(err)) == 1 and "--val-fraction must be < 1" in err and f"{recipe}, line 15" in err
+    ), err
     recipe.write_text(text)
     root = tmp_path / "sweep"
     run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
@@ -93,4 +129,6 @@ def test_a_sweeps_recipe_key_and_a_table_on_validation_accuracy(tmp_path, capsys
     table = md_table(out)
     assert "Val. acc." in table[0] and "validation set held out of the training pool" in out
     finals = sorted(last(p.parent, "val_acc") for p in root.rglob("metrics.csv"))
-    assert sorted(float(r["Val. acc."].rstrip("%")) for r in table) == pytest.approx([100 * f for f in finals], abs=0.006)
+    assert sorted(float(r["Val. acc."].rstrip("%")) for r in table) == pytest.approx(
+        [100 * f for f in finals], abs=0.006
+    )

@@ -18,7 +18,9 @@ from fedcli.cli.main import main
 from simkit import cli
 from sweepkit import RECIPE as SWEEP_RECIPE
 
-RECIPE = SWEEP_RECIPE.replace('paper = "a test"', 'paper = "FedLAMA AAAI 2023, Table 3 (a test\'s digits stand-in)"') + """
+RECIPE = (
+    SWEEP_RECIPE.replace('paper = "a test"', 'paper = "FedLAMA AAAI 2023, Table 3 (a test\'s digits stand-in)"')
+    + """
 [[figures]]
 name = "t3-curves"
 kind = "curves"
@@ -30,14 +32,26 @@ kind = "curves"
 x = "params"
 runs = ["FedAvg x1", "FedLAMA phi=2"]
 """
+)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("race")
     (root / "t3.toml").write_text(RECIPE)
-    assert main(["sweep", str(root / "t3.toml"), "--scale", "smoke", "--seeds", "1", "--out", str(root / "results" / "t3"),
-                 "--quiet"]) in (0, None)
+    assert main(
+        [
+            "sweep",
+            str(root / "t3.toml"),
+            "--scale",
+            "smoke",
+            "--seeds",
+            "1",
+            "--out",
+            str(root / "results" / "t3"),
+            "--quiet",
+        ]
+    ) in (0, None)
     return root / "results"
 
 
@@ -47,7 +61,9 @@ def tree(root: Path) -> dict:
     for dirpath, dirnames, filenames in os.walk(root):
         for n in dirnames + filenames:
             p = Path(dirpath) / n
-            found[str(p.relative_to(root))] = os.readlink(p) if p.is_symlink() else None if p.is_dir() else p.read_bytes()
+            found[str(p.relative_to(root))] = (
+                os.readlink(p) if p.is_symlink() else None if p.is_dir() else p.read_bytes()
+            )
     return found
 
 
@@ -60,7 +76,8 @@ def outside_folder(tmp_path: Path) -> Path:
 
 
 def plant_after_first_figure(monkeypatch, folder: Path, outside: Path) -> None:
-    """Right after the command's first figure file is written: ``folder`` moved aside, a link to ``outside`` in its place."""
+    """Right after the command's first figure file is written: ``folder`` moved aside, a link to ``outside`` in its
+    place."""
     from matplotlib.figure import Figure
 
     savefig = Figure.savefig
@@ -117,7 +134,11 @@ def test_a_folder_held_by_its_descriptor_is_written_where_it_was(tmp_path):
             open_dir(root / "figures" / "t3")
     assert tree(outside) == before
     assert (root / "moved" / "t3" / "a.png").read_bytes() == b"png" and (root / "moved" / "t3" / "a.txt").exists()
-    with pytest.raises(LinkRefused, match="a.txt is a symbolic link"), writing_into(root), open_dir(root / "moved" / "t3") as f:
+    with (
+        pytest.raises(LinkRefused, match="a.txt is a symbolic link"),
+        writing_into(root),
+        open_dir(root / "moved" / "t3") as f,
+    ):
         (root / "moved" / "t3" / "a.txt").unlink()
         (root / "moved" / "t3" / "a.txt").symlink_to(outside / "t3" / "mine.txt")
         f.atomic_write("a.txt", "no")
@@ -125,7 +146,8 @@ def test_a_folder_held_by_its_descriptor_is_written_where_it_was(tmp_path):
 
 
 def test_the_folder_the_user_names_may_be_a_link(results, tmp_path, capsys):
-    """Item 6: ``--paper --output LINK``, ``--figures LINK`` and ``--output LINK/table.md`` write into the link's target,
+    """Item 6: ``--paper --output LINK``, ``--figures LINK`` and ``--output LINK/table.md`` write into the link's
+    target,
     as ``train --out LINK`` does (before: --paper --output LINK and --figures LINK were refused)."""
     place = tmp_path / "place"
     place.mkdir()

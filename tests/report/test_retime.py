@@ -17,8 +17,30 @@ from fedcli.cli.main import main
 from runkit import error_lines
 from simkit import cli
 
-BASE = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "8", "--clients", "4", "--iterations", "16",
-        "--tau", "2", "--eval-every", "4", "--batch-size", "16", "--device", "cpu", "--threads", "1", "--quiet"]
+BASE = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "8",
+    "--clients",
+    "4",
+    "--iterations",
+    "16",
+    "--tau",
+    "2",
+    "--eval-every",
+    "4",
+    "--batch-size",
+    "16",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 METHODS = ("fedavg", "fedlama", "mime")  # mime: declared work (passes, a round trip) and copies beyond the syncs
 SLOW, FAST = "constant:3e4", "constant:3e6"
 
@@ -32,7 +54,11 @@ def sim_times(run_dir) -> list[float]:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("retime")
     for algo in METHODS:
-        for name, extra in (("slow", ["--system", "--uplink", SLOW]), ("fast", ["--system", "--uplink", FAST]), ("plain", [])):
+        for name, extra in (
+            ("slow", ["--system", "--uplink", SLOW]),
+            ("fast", ["--system", "--uplink", FAST]),
+            ("plain", []),
+        ):
             assert main(BASE + ["--algo", algo, *extra, "--out", str(root / f"{algo}-{name}")]) in (0, None)
     return root
 
@@ -53,12 +79,15 @@ def test_a_run_retimed_at_another_uplink_is_the_run_trained_there(runs, algo):
     for source in ("slow", "plain"):  # trained with --system at 3e4, and trained without --system
         got = retimed(runs / f"{algo}-{source}", uplink=FAST)
         assert got == pytest.approx(fast, rel=1e-9, abs=0) and len(got) == len(fast) == 4, source
-    assert retimed(runs / f"{algo}-fast", uplink=SLOW) == pytest.approx(sim_times(runs / f"{algo}-slow"), rel=1e-9, abs=0)
+    assert retimed(runs / f"{algo}-fast", uplink=SLOW) == pytest.approx(
+        sim_times(runs / f"{algo}-slow"), rel=1e-9, abs=0
+    )
 
 
 def test_the_report_prints_and_draws_the_retimed_times(runs, capsys):
-    code, out, err = cli(["report", str(runs / "fedavg-slow"), str(runs / "fedlama-plain"), "--uplink", FAST,
-                          "--format", "csv"], capsys)
+    code, out, err = cli(
+        ["report", str(runs / "fedavg-slow"), str(runs / "fedlama-plain"), "--uplink", FAST, "--format", "csv"], capsys
+    )
     assert code == 0, err
     recs = {r["name"].rsplit("/", 1)[-1]: r for r in csv.DictReader(io.StringIO(out)) if r.get("name")}
     assert float(recs["fedavg-slow"]["sim_time_s"]) == sim_times(runs / "fedavg-fast")[-1]
@@ -66,8 +95,20 @@ def test_the_report_prints_and_draws_the_retimed_times(runs, capsys):
     code, out, err = cli(["report", str(runs / "fedlama-plain"), "--uplink", FAST], capsys)
     assert code == 0 and "Sim. time" in out and "re-timed" in out, err
     figs = runs / "figs"
-    code, out, err = cli(["report", str(runs / "fedavg-plain"), str(runs / "fedlama-plain"), "--x", "time", "--uplink",
-                          FAST, "--figures", str(figs)], capsys)
+    code, out, err = cli(
+        [
+            "report",
+            str(runs / "fedavg-plain"),
+            str(runs / "fedlama-plain"),
+            "--x",
+            "time",
+            "--uplink",
+            FAST,
+            "--figures",
+            str(figs),
+        ],
+        capsys,
+    )
     assert code == 0 and (figs / "curves-time.png").is_file(), err
     # the figure's caption says so too: a figure read apart from the table shows times the runs were not trained with
     assert f"re-timed under --uplink {FAST}" in (figs / "curves-time.txt").read_text()
@@ -81,7 +122,9 @@ def test_a_run_whose_training_depended_on_the_model_is_refused(runs, tmp_path, c
         assert not (out / "timing.csv").exists() and "timing" not in json.loads((out / "manifest.json").read_text())
         code, text, err = cli(["report", str(out), "--x", "time", "--uplink", FAST], capsys)
         lines = error_lines(err)
-        assert code == 2 and text == "" and len(lines) == 1 and "cannot be re-timed" in lines[0] and word in lines[0], err
+        assert code == 2 and text == "" and len(lines) == 1 and "cannot be re-timed" in lines[0] and word in lines[0], (
+            err
+        )
 
 
 def test_a_run_of_an_older_fedcli_is_refused_naming_what_is_missing(runs, tmp_path, capsys):
@@ -135,12 +178,17 @@ def test_a_timing_csv_cut_short_by_a_crash_is_dropped_on_resume_and_then_refused
 
 def test_a_trace_and_the_server_time_retime_as_they_train(runs, tmp_path):
     trace = tmp_path / "trace.csv"
-    trace.write_text("client,speed,uplink,downlink,latency\n0,1e8,3e4,1e6,0.01\n1,5e7,1e5,2e6,0.02\n2,2e8,5e4,1e6,0.03\n"
-                     "3,1e8,2e5,3e6,0.0\n")
+    trace.write_text(
+        "client,speed,uplink,downlink,latency\n0,1e8,3e4,1e6,0.01\n1,5e7,1e5,2e6,0.02\n2,2e8,5e4,1e6,0.03\n"
+        "3,1e8,2e5,3e6,0.0\n"
+    )
     out = tmp_path / "traced"
-    assert main(BASE + ["--algo", "mime", "--system", "--system-trace", str(trace), "--server-time", "0.25",
-                        "--out", str(out)]) in (0, None)
+    assert main(
+        BASE + ["--algo", "mime", "--system", "--system-trace", str(trace), "--server-time", "0.25", "--out", str(out)]
+    ) in (0, None)
     got = retimed(runs / "mime-plain", system_trace=str(trace), server_time=0.25)
     assert got == pytest.approx(sim_times(out), rel=1e-9, abs=0)
     # a draw given re-times with draws: the run's own trace is left out (here: the defaults, at another latency)
-    assert retimed(out, latency="constant:0.05") == pytest.approx(retimed(runs / "mime-plain", server_time=0.25), rel=1e-9, abs=0)
+    assert retimed(out, latency="constant:0.05") == pytest.approx(
+        retimed(runs / "mime-plain", server_time=0.25), rel=1e-9, abs=0
+    )

@@ -1,5 +1,6 @@
 """The report reads a run's method options through the declarations its parts were built with (typed), not by
-string key: ``RunData.params(kind)`` (``fedcli.params.recorded``); docs/architecture.md, "The path of a method option"."""
+string key: ``RunData.params(kind)`` (``fedcli.params.recorded``); docs/architecture.md, "The path of a method
+option"."""
 
 import ast
 import re
@@ -36,8 +37,13 @@ def test_the_report_reads_no_method_option_by_string_key():
     for path in sorted(REPORT.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             key = None
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                    and node.args and isinstance(node.args[0], ast.Constant):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 key = node.args[0].value
             elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
                 key = node.slice.value

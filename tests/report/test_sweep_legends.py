@@ -14,7 +14,11 @@ from fedcli.report.rundata import RunData
 from simkit import write_csv
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "sim_time_s"]
-STYLES = {"fedavg": ("FedAvg", ["#4D4D4D", "o"]), "fedprox": ("FedProx", ["#9467BD", "<"]), "fednova": ("FedNova", ["#BCBD22", "h"])}
+STYLES = {
+    "fedavg": ("FedAvg", ["#4D4D4D", "o"]),
+    "fedprox": ("FedProx", ["#9467BD", "<"]),
+    "fednova": ("FedNova", ["#BCBD22", "h"]),
+}
 
 
 def run(path, algo, params, on_deadline, acc=0.5):
@@ -22,23 +26,64 @@ def run(path, algo, params, on_deadline, acc=0.5):
     ``on_deadline``: the manifest as fedcli writes it (method label and style, params, system) and three evaluations."""
     path.mkdir(parents=True)
     label, look = STYLES[algo]
-    system = {"speed": "tiers:3.6e6@0.1,9e5@0.9", "uplink": "constant:1e7", "deadline": 0.25, "on_deadline": on_deadline}
-    (path / "manifest.json").write_text(json.dumps({
-        "status": "completed", "seed": 0, "method": {"name": algo, "label": label, "style": look, "layerwise": False},
-        "params": params, "system": system,
-        "config": {"algo": algo, "seed": 0, "tau": 20, "mu": 1.0, "lr": 0.1, "dataset": "synthetic", "model": "mlp", "rounds": 3,
-                   "out": str(path), "system": True, "on_deadline": on_deadline, **params.get(algo, {})}}))
-    write_csv(path / "metrics.csv", METRICS, [{"round": i, "iteration": 20 * i, "train_loss": 1, "test_loss": 1,
-                                              "test_acc": acc + 0.01 * i, "comm_params": 10 * i, "comm_bytes": 100 * i,
-                                              "sim_time_s": 0.3 * i} for i in (1, 2, 3)])
+    system = {
+        "speed": "tiers:3.6e6@0.1,9e5@0.9",
+        "uplink": "constant:1e7",
+        "deadline": 0.25,
+        "on_deadline": on_deadline,
+    }
+    (path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "seed": 0,
+                "method": {"name": algo, "label": label, "style": look, "layerwise": False},
+                "params": params,
+                "system": system,
+                "config": {
+                    "algo": algo,
+                    "seed": 0,
+                    "tau": 20,
+                    "mu": 1.0,
+                    "lr": 0.1,
+                    "dataset": "synthetic",
+                    "model": "mlp",
+                    "rounds": 3,
+                    "out": str(path),
+                    "system": True,
+                    "on_deadline": on_deadline,
+                    **params.get(algo, {}),
+                },
+            }
+        )
+    )
+    write_csv(
+        path / "metrics.csv",
+        METRICS,
+        [
+            {
+                "round": i,
+                "iteration": 20 * i,
+                "train_loss": 1,
+                "test_loss": 1,
+                "test_acc": acc + 0.01 * i,
+                "comm_params": 10 * i,
+                "comm_bytes": 100 * i,
+                "sim_time_s": 0.3 * i,
+            }
+            for i in (1, 2, 3)
+        ],
+    )
     return RunData(path)
 
 
 def stragglers(tmp_path) -> dict:
-    return {"FedAvg drop 90%": {0: run(tmp_path / "a", "fedavg", {}, "drop", 0.1)},
-            "FedProx mu0 partial 90%": {0: run(tmp_path / "p0", "fedprox", {"fedprox": {"mu": 0.0}}, "keep-partial")},
-            "FedProx mu1 partial 90%": {0: run(tmp_path / "p1", "fedprox", {"fedprox": {"mu": 1.0}}, "keep-partial")},
-            "FedNova partial 90%": {0: run(tmp_path / "n", "fednova", {}, "keep-partial")}}
+    return {
+        "FedAvg drop 90%": {0: run(tmp_path / "a", "fedavg", {}, "drop", 0.1)},
+        "FedProx mu0 partial 90%": {0: run(tmp_path / "p0", "fedprox", {"fedprox": {"mu": 0.0}}, "keep-partial")},
+        "FedProx mu1 partial 90%": {0: run(tmp_path / "p1", "fedprox", {"fedprox": {"mu": 1.0}}, "keep-partial")},
+        "FedNova partial 90%": {0: run(tmp_path / "n", "fednova", {}, "keep-partial")},
+    }
 
 
 def legend_of(fig, k=0) -> list[tuple]:
@@ -53,8 +98,12 @@ def test_stragglers_figure_tells_its_four_runs_apart(tmp_path):
     runs = stragglers(tmp_path)
     fig, _ = build(FigureDef("stragglers-90", "curves", x="time", panels=[Panel(runs=list(runs))]), runs)
     got = legend_of(fig)
-    assert [t for t, *_ in got] == ["FedAvg (τ=20), stragglers dropped", "FedProx (τ=20), μ=0, stragglers' partial work kept",
-                                    "FedProx (τ=20), μ=1, stragglers' partial work kept", "FedNova (τ=20), stragglers' partial work kept"]
+    assert [t for t, *_ in got] == [
+        "FedAvg (τ=20), stragglers dropped",
+        "FedProx (τ=20), μ=0, stragglers' partial work kept",
+        "FedProx (τ=20), μ=1, stragglers' partial work kept",
+        "FedNova (τ=20), stragglers' partial work kept",
+    ]
     prox = [look for t, *look in got if t.startswith("FedProx")]
     assert prox[0] != prox[1] and all(a != b for a, b in zip(*prox))  # colour, dash and fill: each differs
     assert "μ=1.0" not in got[0][0]  # FedAvg ignores mu: its config's mu is never shown (only what its parts read)
@@ -71,7 +120,9 @@ def test_runs_equal_in_every_option_are_told_apart_by_their_names(tmp_path):
     b = RunData(tmp_path / "b")
     assert style.apart([a, b], ["FedAvg (τ=20)"] * 2, ["x", "y"]) == ["FedAvg (τ=20), lr=0.1", "FedAvg (τ=20), lr=0.5"]
     assert style.apart([a, a], ["FedAvg (τ=20)"] * 2, ["x", "y"]) == ["FedAvg (τ=20) [x]", "FedAvg (τ=20) [y]"]
-    assert style.apart([a, b], ["mine", "mine"], ["x", "y"], own=True)[1] == "mine, lr=0.5"  # a recipe's labels kept, told apart
+    assert (
+        style.apart([a, b], ["mine", "mine"], ["x", "y"], own=True)[1] == "mine, lr=0.5"
+    )  # a recipe's labels kept, told apart
 
 
 def test_two_panels_legends_never_cover_each_other_or_the_data(tmp_path, monkeypatch):
@@ -80,8 +131,15 @@ def test_two_panels_legends_never_cover_each_other_or_the_data(tmp_path, monkeyp
     runs = stragglers(tmp_path)
     names = list(runs)
     labels = [f"{n} with a long recipe label that names the whole setting" for n in names]
-    fig, _ = build(FigureDef("two", "curves", x="time", panels=[Panel(title="left", runs=names, labels=labels),
-                                                               Panel(title="right", runs=names, labels=labels)]), runs)
+    fig, _ = build(
+        FigureDef(
+            "two",
+            "curves",
+            x="time",
+            panels=[Panel(title="left", runs=names, labels=labels), Panel(title="right", runs=names, labels=labels)],
+        ),
+        runs,
+    )
     monkeypatch.setattr(style.plt(), "close", lambda fig: None)  # read the layout back after save() laid it out
     style.save(fig, tmp_path / "out", "two")
     fig.canvas.draw()

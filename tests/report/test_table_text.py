@@ -17,18 +17,56 @@ METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_pa
 
 def run(path, accs):
     path.mkdir(parents=True)
-    (path / "manifest.json").write_text(json.dumps({
-        "status": "completed", "seed": 0, "method": {"name": "fedavg", "label": "FedAvg", "style": ["#4D4D4D", "o"]},
-        "config": {"algo": "fedavg", "seed": 0, "tau": 5, "dataset": "digits", "model": "mlp", "out": str(path)}}))
-    write_csv(path / "metrics.csv", METRICS, [{"round": i, "iteration": 5 * i, "train_loss": 1, "test_loss": 1, "test_acc": a,
-                                              "comm_params": i, "comm_bytes": i} for i, a in enumerate(accs, 1)])
+    (path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "seed": 0,
+                "method": {"name": "fedavg", "label": "FedAvg", "style": ["#4D4D4D", "o"]},
+                "config": {
+                    "algo": "fedavg",
+                    "seed": 0,
+                    "tau": 5,
+                    "dataset": "digits",
+                    "model": "mlp",
+                    "out": str(path),
+                },
+            }
+        )
+    )
+    write_csv(
+        path / "metrics.csv",
+        METRICS,
+        [
+            {
+                "round": i,
+                "iteration": 5 * i,
+                "train_loss": 1,
+                "test_loss": 1,
+                "test_acc": a,
+                "comm_params": i,
+                "comm_bytes": i,
+            }
+            for i, a in enumerate(accs, 1)
+        ],
+    )
     return {0: RunData(path)}
 
 
 def stragglers_like(tmp_path):
-    runs = {"FedAvg drop 50%": run(tmp_path / "a", (.5, .6, .55)), "FedNova partial 50%": run(tmp_path / "n", (.6, .7, .7))}
-    t = parse_table({"name": "stragglers", "title": "smoke scale of: final and best accuracy", "columns": ["name", "final_acc", "best_acc"],
-                     "runs": list(runs)}, lambda k: k)
+    runs = {
+        "FedAvg drop 50%": run(tmp_path / "a", (0.5, 0.6, 0.55)),
+        "FedNova partial 50%": run(tmp_path / "n", (0.6, 0.7, 0.7)),
+    }
+    t = parse_table(
+        {
+            "name": "stragglers",
+            "title": "smoke scale of: final and best accuracy",
+            "columns": ["name", "final_acc", "best_acc"],
+            "runs": list(runs),
+        },
+        lambda k: k,
+    )
     return build_table(t, runs, [0])
 
 

@@ -12,18 +12,41 @@ import pytest
 
 import fedcli
 from fedcli.report.paired import signed_ranks as ranks
-from fedcli.tune.results import (Objective, dominates, importances, on_edge, pareto_set, ranked, read_study, reduce_rows,
-                                 spearman, Study, Trial)
+from fedcli.tune.results import (
+    Objective,
+    Study,
+    Trial,
+    dominates,
+    importances,
+    on_edge,
+    pareto_set,
+    ranked,
+    read_study,
+    reduce_rows,
+    spearman,
+)
 from tunekit import TWO, build_study, read_trials_csv, write_trials_csv
 
-ROWS = [{"iteration": "2", "val_acc": "0.1", "comm_bytes": "100"}, {"iteration": "4", "val_acc": "0.3", "comm_bytes": "200"},
-        {"iteration": "6", "val_acc": "0.2", "comm_bytes": "300"}, {"iteration": "8", "val_acc": "0.4", "comm_bytes": "400"}]
+ROWS = [
+    {"iteration": "2", "val_acc": "0.1", "comm_bytes": "100"},
+    {"iteration": "4", "val_acc": "0.3", "comm_bytes": "200"},
+    {"iteration": "6", "val_acc": "0.2", "comm_bytes": "300"},
+    {"iteration": "8", "val_acc": "0.4", "comm_bytes": "400"},
+]
 
 
-@pytest.mark.parametrize("reduce, direction, want", [
-    ("final", "maximize", 0.4), ("last3", "maximize", (0.3 + 0.2 + 0.4) / 3), ("last10", "maximize", 1.0 / 4),
-    ("best", "maximize", 0.4), ("best", "minimize", 0.1), ("to_target(0.25)", "minimize", 4.0),
-    ("to_target(0.5)", "minimize", None)])
+@pytest.mark.parametrize(
+    "reduce, direction, want",
+    [
+        ("final", "maximize", 0.4),
+        ("last3", "maximize", (0.3 + 0.2 + 0.4) / 3),
+        ("last10", "maximize", 1.0 / 4),
+        ("best", "maximize", 0.4),
+        ("best", "minimize", 0.1),
+        ("to_target(0.25)", "minimize", 4.0),
+        ("to_target(0.5)", "minimize", None),
+    ],
+)
 def test_reductions_by_hand(reduce, direction, want):
     got = reduce_rows(ROWS, Objective("val_acc", reduce, direction))
     assert got == pytest.approx(want) if want is not None else got is None
@@ -58,8 +81,12 @@ def test_importances_by_hand():
     sum of squares 2*1 + 2*1 = 4, eta^2 = 1. lr (a range: by value, ranks 0..3 in three bins of equal count, rank * 3 //
     4 = 0, 0, 1, 2) groups {1, 3}, {1}, {3}: between 2*0 + 1*1 + 1*1 = 2, eta^2 = 0.5."""
     s = Study("s", {"tau": {"choices": [1, 2]}, "lr": {"log": [0.01, 1.0]}}, [], None, None, 8, {}, 4)
-    s.trials = [_trial(0, {"tau": 1, "lr": 0.1}, 1.0), _trial(1, {"tau": 2, "lr": 0.2}, 3.0),
-                _trial(2, {"tau": 1, "lr": 0.3}, 1.0), _trial(3, {"tau": 2, "lr": 0.4}, 3.0)]
+    s.trials = [
+        _trial(0, {"tau": 1, "lr": 0.1}, 1.0),
+        _trial(1, {"tau": 2, "lr": 0.2}, 3.0),
+        _trial(2, {"tau": 1, "lr": 0.3}, 1.0),
+        _trial(3, {"tau": 2, "lr": 0.4}, 3.0),
+    ]
     assert importances(s, 0) == pytest.approx({"tau": 1.0, "lr": 0.5})
 
 
@@ -90,9 +117,19 @@ def _by_hand(rows, k=2):
 @pytest.fixture(scope="module")
 def one(tmp_path_factory):
     root = tmp_path_factory.mktemp("tune") / "study"
-    return build_study(root, {"fedavg": [{"params": {"lr": 0.1}}, {"params": {"lr": 0.5}},
-                                         {"params": {"lr": 0.02}, "prune_at": 4}, {"params": {"lr": 0.9}},
-                                         {"params": {"lr": 1000.0}, "diverges": True}]}, grid_size=6)
+    return build_study(
+        root,
+        {
+            "fedavg": [
+                {"params": {"lr": 0.1}},
+                {"params": {"lr": 0.5}},
+                {"params": {"lr": 0.02}, "prune_at": 4},
+                {"params": {"lr": 0.9}},
+                {"params": {"lr": 1000.0}, "diverges": True},
+            ]
+        },
+        grid_size=6,
+    )
 
 
 def test_values_are_recomputed_from_metrics_and_the_run_directory_wins(one, tmp_path):
@@ -101,8 +138,8 @@ def test_values_are_recomputed_from_metrics_and_the_run_directory_wins(one, tmp_
     root = tmp_path / "study"
     shutil.copytree(one, root)
     lines = read_trials_csv(root)
-    lines[1]["state"] = "RUNNING"      # the coordinator's index lags: the run completed meanwhile
-    lines[3]["value"] = "0.999"        # and a value that is not its metrics'
+    lines[1]["state"] = "RUNNING"  # the coordinator's index lags: the run completed meanwhile
+    lines[3]["value"] = "0.999"  # and a value that is not its metrics'
     write_trials_csv(root, lines[:3] + lines[3:])
     write_trials_csv(root, [l for l in lines if l["number"] != "0"])  # trial 0 not indexed yet
     folder = read_study(root)
@@ -151,8 +188,13 @@ def test_trials_frame_of_a_plain_run_is_empty_and_typed(one):
 def two(tmp_path_factory):
     root = tmp_path_factory.mktemp("tune2") / "study"
     grid = [{"lr": lr, "tau": tau} for lr, tau in ((0.1, 2), (0.5, 1), (0.5, 4), (0.9, 2), (0.05, 4), (0.3, 1))]
-    return build_study(root, {"lama": [{"params": p} for p in grid[:5]] + [{"params": grid[5], "prune_at": 4}]},
-                       objectives=TWO, space={"lr": {"log": [0.01, 1.0]}, "tau": {"choices": [1, 2, 4]}}, rungs=[])
+    return build_study(
+        root,
+        {"lama": [{"params": p} for p in grid[:5]] + [{"params": grid[5], "prune_at": 4}]},
+        objectives=TWO,
+        space={"lr": {"log": [0.01, 1.0]}, "tau": {"choices": [1, 2, 4]}},
+        rungs=[],
+    )
 
 
 def test_pareto_set_is_the_brute_force_non_dominated_set(two):
@@ -166,8 +208,11 @@ def test_pareto_set_is_the_brute_force_non_dominated_set(two):
         last = list(csv.DictReader(open(d / "metrics.csv")))[-1]
         pts[m["tune"]["number"]] = (float(last["val_acc"]), float(last["comm_bytes"]))
     assert len(pts) == 5
-    brute = {n for n, (a, b) in pts.items()
-             if not any((a2 >= a and b2 <= b) and (a2 > a or b2 < b) for m2, (a2, b2) in pts.items() if m2 != n)}
+    brute = {
+        n
+        for n, (a, b) in pts.items()
+        if not any((a2 >= a and b2 <= b) and (a2 > a or b2 < b) for m2, (a2, b2) in pts.items() if m2 != n)
+    }
     folder = read_study(two)
     got = {t.number for t in pareto_set(folder.trials, folder.objectives)}
     assert got == brute and brute

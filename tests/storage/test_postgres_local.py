@@ -24,8 +24,11 @@ URL = re.compile(r"postgresql\+psycopg://fedcli:([0-9a-f]{32})@127\.0\.0\.1:(\d+
 
 
 def env_with(**extra) -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("FEDCLI_POSTGRES", "FEDCLI_REQUIRE_POSTGRES"))
-            and k != "PG_BINDIR"} | extra
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FEDCLI_POSTGRES", "FEDCLI_REQUIRE_POSTGRES")) and k != "PG_BINDIR"
+    } | extra
 
 
 @pytest.mark.timeout(120)
@@ -64,8 +67,11 @@ def test_a_second_server_takes_the_next_free_port_and_down_stops_it(postgres_ser
         assert int(port) > taken and password != URL.fullmatch(postgres_server).group(1)
         assert (home / "port").read_text().strip() == port
         with psycopg.connect(libpq(url)) as conn:
-            assert conn.execute("SELECT inet_server_port(), current_user, current_database()").fetchone() == \
-                (int(port), "fedcli", "fedcli")
+            assert conn.execute("SELECT inet_server_port(), current_user, current_database()").fetchone() == (
+                int(port),
+                "fedcli",
+                "fedcli",
+            )
         down = run("down")
         assert down.returncode == 0 and "postgres-local: down" in down.stdout
         for cmd in ("status", "url"):
@@ -86,11 +92,33 @@ def test_needs_postgres(postgres_url):
 @pytest.mark.parametrize("require,code,outcome", [("", 0, "1 skipped"), ("1", 1, "1 error")])
 def test_a_server_that_cannot_start_skips_or_fails_where_required(tmp_path, require, code, outcome):
     (tmp_path / "test_x.py").write_text(NEEDS_IT)
-    env = env_with(FEDCLI_POSTGRES_DIR=str(tmp_path / "pg"), PG_BINDIR=str(tmp_path / "no-postgres"),
-                   FEDCLI_REQUIRE_POSTGRES=require, PYTHONPATH=str(TESTS))
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "pgkit", "-p", "no:cacheprovider",
-                        "--rootdir", str(tmp_path), str(tmp_path / "test_x.py")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    env = env_with(
+        FEDCLI_POSTGRES_DIR=str(tmp_path / "pg"),
+        PG_BINDIR=str(tmp_path / "no-postgres"),
+        FEDCLI_REQUIRE_POSTGRES=require,
+        PYTHONPATH=str(TESTS),
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "pgkit",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_x.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert p.returncode == code, p.stdout + p.stderr
     assert outcome in p.stdout and "PostgreSQL is not installed" in p.stdout, p.stdout
     if require:

@@ -23,8 +23,9 @@ def worker(k: int, url: str, start, out: str) -> None:
     """One of the study's workers, in a process of its own (forked: optuna and SQLAlchemy are already imported, which
     a fresh interpreter takes seconds of CPU to do): its own connection, then at the start line (``start``, a barrier
     of all the workers) asks, suggests, waits 0.1 s and tells, EACH times; one JSON line per trial to ``out``."""
-    study = optuna.load_study(study_name="race", storage=optuna.storages.RDBStorage(url),
-                              sampler=optuna.samplers.RandomSampler(seed=k))
+    study = optuna.load_study(
+        study_name="race", storage=optuna.storages.RDBStorage(url), sampler=optuna.samplers.RandomSampler(seed=k)
+    )
     start.wait(timeout=60)
     with open(out, "w") as f:
         for _ in range(EACH):
@@ -33,7 +34,9 @@ def worker(k: int, url: str, start, out: str) -> None:
             x = trial.suggest_float("x", -1.0, 1.0)
             time.sleep(0.1)
             study.tell(trial, x * x)
-            f.write(json.dumps({"worker": k, "number": trial.number, "x": x, "asked": asked, "told": time.time()}) + "\n")
+            f.write(
+                json.dumps({"worker": k, "number": trial.number, "x": x, "asked": asked, "told": time.time()}) + "\n"
+            )
             f.flush()
 
 
@@ -44,8 +47,10 @@ def test_four_processes_ask_and_tell_twenty_trials_each_numbered_once(postgres_u
     storage.engine.dispose()  # no pooled connection of this process is inherited by the workers
     ctx = multiprocessing.get_context("fork")
     start = ctx.Barrier(WORKERS)
-    procs = [ctx.Process(target=worker, args=(k, postgres_url, start, str(tmp_path / f"worker-{k}.jsonl")))
-             for k in range(WORKERS)]
+    procs = [
+        ctx.Process(target=worker, args=(k, postgres_url, start, str(tmp_path / f"worker-{k}.jsonl")))
+        for k in range(WORKERS)
+    ]
     for p in procs:
         p.start()
     try:
@@ -57,7 +62,9 @@ def test_four_processes_ask_and_tell_twenty_trials_each_numbered_once(postgres_u
                 p.kill()
                 p.join()
     assert [p.exitcode for p in procs] == [0] * WORKERS
-    told = [json.loads(line) for k in range(WORKERS) for line in (tmp_path / f"worker-{k}.jsonl").read_text().splitlines()]
+    told = [
+        json.loads(line) for k in range(WORKERS) for line in (tmp_path / f"worker-{k}.jsonl").read_text().splitlines()
+    ]
 
     # every worker told its 5 trials; no two got one number; the storage holds exactly 20 trials, 0..19, complete,
     # each with the value its worker told (x^2 of the x it suggested)

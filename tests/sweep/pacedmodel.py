@@ -15,8 +15,12 @@ import torch
 class Paced(torch.nn.Module):
     def __init__(self, input_shape, num_classes):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(math.prod(input_shape), 16), torch.nn.ReLU(),
-                                       torch.nn.Linear(16, num_classes))
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(),
+            torch.nn.Linear(math.prod(input_shape), 16),
+            torch.nn.ReLU(),
+            torch.nn.Linear(16, num_classes),
+        )
         self.pace = float(os.environ.get("FEDCLI_TEST_PACE_S", "0"))
 
     def forward(self, x):

@@ -89,12 +89,22 @@ objectives = [{{ metric = "val_acc", reduce = "last3" }}]
 """
 
 
-def tune_recipe(path, trials=3, iterations=40, eval_every=2, sampler="random", split="val_fraction = 0.2",
-                space="lr = { log = [0.2, 0.8] }"):
+def tune_recipe(
+    path,
+    trials=3,
+    iterations=40,
+    eval_every=2,
+    sampler="random",
+    split="val_fraction = 0.2",
+    space="lr = { log = [0.2, 0.8] }",
+):
     """Write :data:`TUNE_RECIPE` to ``path`` and return it. The default budget and space keep every trial above the
     hopeless rule (lr 0.2 reaches validation accuracy 0.33 by iteration 10, a quarter of 40; chance + 0.05 = 0.15)."""
-    path.write_text(TUNE_RECIPE.format(trials=trials, iterations=iterations, eval_every=eval_every, sampler=sampler,
-                                       split=split, space=space))
+    path.write_text(
+        TUNE_RECIPE.format(
+            trials=trials, iterations=iterations, eval_every=eval_every, sampler=sampler, split=split, space=space
+        )
+    )
     return path
 
 

@@ -12,6 +12,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_paper  # noqa: E402
+
 from runkit import make  # noqa: E402
 
 
@@ -38,8 +39,15 @@ def test_the_entries_cover_every_family_the_issue_names():
     for _, recipe, name in gpu_paper.ENTRIES:
         v = gpu_paper.entry(recipe, name).values
         got |= {(v.get("dataset"), gpu_paper.paperkit.family(str(v.get("model")))), v.get("algo")}
-    assert {("cifar10", "resnet20"), ("cifar100", "wrn"), ("cifar10", "resnet18"), ("tinyimagenet", "resnet18"),
-            ("tinyimagenet", "cnn4"), ("femnist", "femnist_cnn"), ("agnews", "fasttext")} <= got
+    assert {
+        ("cifar10", "resnet20"),
+        ("cifar100", "wrn"),
+        ("cifar10", "resnet18"),
+        ("tinyimagenet", "resnet18"),
+        ("tinyimagenet", "cnn4"),
+        ("femnist", "femnist_cnn"),
+        ("agnews", "fasttext"),
+    } <= got
     assert {"fedlama", "fedlamb", "fedala", "ditto"} <= got
 
 

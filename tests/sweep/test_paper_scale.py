@@ -23,7 +23,10 @@ SAMPLE = [
     ("recipes/fedlamb/claim-grid-edges.toml", "CNN Fed-AMS lr 0.0001"),  # mnist, lamb_cnn
     ("recipes/fedlamb/fig2-iid.toml", "FMNIST-CNN E1 Fed-SGD"),  # fmnist, lamb_cnn
     ("recipes/fedlamb/fig4-table1-cifar10.toml", "Fed-SGD"),  # cifar10, resnet18
-    ("recipes/system/fedprox-stragglers.toml", "FedProx mu1 partial 90%"),  # synthetic, mlp; the system model's deadline
+    (
+        "recipes/system/fedprox-stragglers.toml",
+        "FedProx mu1 partial 90%",
+    ),  # synthetic, mlp; the system model's deadline
 ]
 #: marked slow (make test-slow; make paper-check runs them too): WRN-28-10, 1.5 to 3 minutes on 2 cores, and ResNet18
 #: at batch 128, 40 s to 2.5 minutes (the ResNet18 family stays in make test with Tiny-ImageNet's FedALA entry)
@@ -31,8 +34,10 @@ SLOW = {("recipes/fedlama/aaai-table2.toml", "FedAvg x1"), ("recipes/fedlamb/fig
 
 
 def sample():
-    return [pytest.param(r, n, id=f"{r.split('/')[-1][:-5]}:{n}", marks=[pytest.mark.slow] if (r, n) in SLOW else [])
-            for r, n in SAMPLE]
+    return [
+        pytest.param(r, n, id=f"{r.split('/')[-1][:-5]}:{n}", marks=[pytest.mark.slow] if (r, n) in SLOW else [])
+        for r, n in SAMPLE
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +61,9 @@ def test_paper_scale_entry_trains_on_real_formats(data_dirs, tmp_path, recipe, n
 def test_every_dataset_and_model_family_is_covered():
     every = paperkit.entries()
     pairs = {(e.values.get("dataset"), paperkit.family(str(e.values.get("model")))) for e in every}
-    sampled = {(e.values.get("dataset"), paperkit.family(str(e.values.get("model")))) for e in (entry(*s) for s in SAMPLE)}
+    sampled = {
+        (e.values.get("dataset"), paperkit.family(str(e.values.get("model")))) for e in (entry(*s) for s in SAMPLE)
+    }
     assert pairs == sampled, sorted(pairs ^ sampled, key=str)
     assert len(every) >= 600  # every recipe read at --scale paper (637 when this test was written)
 
@@ -78,14 +85,18 @@ def test_the_dataset_memo_keys_on_the_data_pool(monkeypatch):
 
     monkeypatch.setattr(setup, "load_data", setup.load_data)  # restored after the test
     memoize_datasets()
-    pooled = setup.load_data(TrainConfig(dataset="digits", data_pool="train+test", client_test_fraction=0.25).validate())
+    pooled = setup.load_data(
+        TrainConfig(dataset="digits", data_pool="train+test", client_test_fraction=0.25).validate()
+    )
     plain = setup.load_data(TrainConfig(dataset="digits").validate())
     assert len(pooled.test_y) == 0 and len(plain.test_y) > 0
     assert len(plain.train_y) + len(plain.test_y) == len(pooled.train_y)
 
 
 @pytest.mark.timeout(300)
-def test_a_divergence_passes_only_when_listed_with_evidence_and_its_run_folder_is_whole(data_dirs, tmp_path, monkeypatch):
+def test_a_divergence_passes_only_when_listed_with_evidence_and_its_run_folder_is_whole(
+    data_dirs, tmp_path, monkeypatch
+):
     """Fed-AMS at lr 0.003 on MNIST's MLP stops in round 1 (as on the real MNIST split: paperkit.DIVERGES): listed, it
     passes as diverged with its run folder checked; unlisted, the same exit 4 fails the check."""
     recipe, name = "recipes/fedlamb/claim-rounds-to-target.toml", "MLP Fed-AMS lr 0.003"
@@ -93,8 +104,12 @@ def test_a_divergence_passes_only_when_listed_with_evidence_and_its_run_folder_i
     e = paperkit.run_entry(entry(recipe, name), data_dirs, tmp_path / "listed")
     assert e.outcome.startswith("diverged (as on real data") and paperkit.passed(e.outcome), e.outcome
     assert e.detail["exit"] == 4
-    assert paperkit.check_run(tmp_path / "listed" / next(p.name for p in (tmp_path / "listed").iterdir() if p.is_dir()),
-                              diverged=True) == ""
+    assert (
+        paperkit.check_run(
+            tmp_path / "listed" / next(p.name for p in (tmp_path / "listed").iterdir() if p.is_dir()), diverged=True
+        )
+        == ""
+    )
     monkeypatch.setattr(paperkit, "DIVERGES", {})
     e = paperkit.run_entry(entry(recipe, name), data_dirs, tmp_path / "unlisted")
     assert e.outcome.startswith("FAIL exit 4: training diverged") and not paperkit.passed(e.outcome), e.outcome

@@ -22,20 +22,51 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.errors import ConfigError
-from fedcli.results.validate import validate_run
 from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
+from fedcli.results.validate import validate_run
 from fedcli.sweep.run import SweepLock, run_sweep
-from sweepkit import RECIPE as SWEEP_RECIPE
 from runkit import error_lines
+from sweepkit import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 # 10 rounds of phi * tau = 4 iterations, a metrics row every round, no periodic checkpoint (--checkpoint-every 0)
-TINY = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "32", "--clients", "8", "--active-ratio", "0.5",
-        "--algo", "fedlama", "--tau", "2", "--phi", "2", "--iterations", "40", "--batch-size", "16", "--lr", "0.05",
-        "--eval-every", "4", "--checkpoint-every", "0", "--device", "cpu", "--threads", "1", "--quiet"]
+TINY = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "32",
+    "--clients",
+    "8",
+    "--active-ratio",
+    "0.5",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--phi",
+    "2",
+    "--iterations",
+    "40",
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.05",
+    "--eval-every",
+    "4",
+    "--checkpoint-every",
+    "0",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def run_main(args, capsys=None):
@@ -109,10 +140,19 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.timeout(300)
 def test_a_run_directory_has_one_writer(tmp_path, capsys):
     out, go = tmp_path / "run", tmp_path / "go"
-    first = subprocess.Popen([sys.executable, "-c", PAUSED, str(go), *TINY, "--out", str(out)], env=ENV,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", PAUSED, str(go), *TINY, "--out", str(out)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(lambda: (out / "metrics.csv").exists() and len(rows(out / "metrics.csv")) == 2, 180, "two rounds of the first run")
+        wait_for(
+            lambda: (out / "metrics.csv").exists() and len(rows(out / "metrics.csv")) == 2,
+            180,
+            "two rounds of the first run",
+        )
         # a second writer, started while the first trains: refused before it touches anything, naming the holder
         code, err = run_main(TINY + ["--out", str(out)], capsys)
         one_line(err, code, 2, f"{out} is in use by a running fedcli (pid {first.pid}")
@@ -127,7 +167,7 @@ def test_a_run_directory_has_one_writer(tmp_path, capsys):
         if first.poll() is None:
             first.kill()
     man = manifest(out)
-    assert man["status"] == "completed" and man["pids"] == [first.pid]   # the manifest names the one writer
+    assert man["status"] == "completed" and man["pids"] == [first.pid]  # the manifest names the one writer
     assert [r["round"] for r in rows(out / "metrics.csv")] == [str(r) for r in range(1, 11)]  # its rows only, once
     assert validate_run(out) == []
 
@@ -136,9 +176,18 @@ def test_a_run_directory_has_one_writer(tmp_path, capsys):
 def test_a_dead_holders_lock_is_taken_over(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from fedcli.results.lock import RunLock; "
-                               "RunLock(sys.argv[1]).take(); print('held', flush=True); time.sleep(120)", str(out)],
-                              env=ENV, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from fedcli.results.lock import RunLock; "
+            "RunLock(sys.argv[1]).take(); print('held', flush=True); time.sleep(120)",
+            str(out),
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert lock.held_by_other(out)["pid"] == holder.pid
@@ -150,7 +199,7 @@ def test_a_dead_holders_lock_is_taken_over(tmp_path, capsys):
     # SIGKILLed: the kernel dropped its flock, the next run takes the folder over
     assert lock.held_by_other(out) is None
     assert main(TINY + ["--out", str(out), "--overwrite"]) == 0
-    assert not (out / lock.RUN_LOCK).exists()   # released and removed at the end of the run
+    assert not (out / lock.RUN_LOCK).exists()  # released and removed at the end of the run
 
 
 def test_without_flock_the_recorded_process_and_its_start_time_decide(tmp_path, monkeypatch):
@@ -168,16 +217,20 @@ def test_without_flock_the_recorded_process_and_its_start_time_decide(tmp_path, 
     parent = os.getppid()
 
     def recorded(**over):
-        path.write_text(json.dumps({"pid": parent, "host": socket.gethostname(), "start": lock.start_time(parent), **over}))
+        path.write_text(
+            json.dumps({"pid": parent, "host": socket.gethostname(), "start": lock.start_time(parent), **over})
+        )
         return FileLock(path)
 
-    assert not recorded().acquire()                                              # alive, same start time: held
+    assert not recorded().acquire()  # alive, same start time: held
     reused = recorded(start=lock.start_time(parent) + 1)
-    assert reused.acquire() and json.loads(path.read_text())["pid"] == os.getpid()   # a reused pid: taken over
+    assert reused.acquire() and json.loads(path.read_text())["pid"] == os.getpid()  # a reused pid: taken over
     reused.release()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
-    assert recorded(pid=int(dead), start=None).acquire()                          # gone: taken over
-    assert recorded(host="elsewhere").acquire()                                   # another host: pids say nothing
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout
+    assert recorded(pid=int(dead), start=None).acquire()  # gone: taken over
+    assert recorded(host="elsewhere").acquire()  # another host: pids say nothing
 
 
 def test_run_lock_message_and_release(tmp_path):
@@ -188,14 +241,18 @@ def test_run_lock_message_and_release(tmp_path):
     RunLock(tmp_path).take().release()
 
 
-# ------------------------------------------------------------------------------------------ 4: reports refuse damaged runs
+# ------------------------------------------------------------------------------------------ 4: reports refuse damaged
+# runs
 # the sweep tests' two-run recipe (smoke scale: 8 iterations, an evaluation every 2) and a figure of both runs
-RECIPE = SWEEP_RECIPE + """
+RECIPE = (
+    SWEEP_RECIPE
+    + """
 [[figures]]
 name = "curves"
 kind = "curves"
 runs = ["FedAvg x1", "FedLAMA phi=2"]
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -219,17 +276,26 @@ def _lines(path: Path, edit) -> None:
 def _set_cell(lines, row: int, col: int, value: str):
     cells = lines[row].rstrip("\n").split(",")
     cells[col] = value
-    return lines[:row] + [",".join(cells) + "\n"] + lines[row + 1:]
+    return lines[:row] + [",".join(cells) + "\n"] + lines[row + 1 :]
 
 
 DAMAGE = {  # what a user did to FedAvg x1 seed 0 after it completed -> what the report must say
-    "last-row-deleted": (lambda m: _lines(m, lambda l: l[:-1]), "holds 3 rows where the run's evaluation schedule gives 4"),
-    "non-numeric-cell": (lambda m: _lines(m, lambda l: _set_cell(l, 2, 4, "abc")), "column test_acc: 'abc' is not a number"),
+    "last-row-deleted": (
+        lambda m: _lines(m, lambda l: l[:-1]),
+        "holds 3 rows where the run's evaluation schedule gives 4",
+    ),
+    "non-numeric-cell": (
+        lambda m: _lines(m, lambda l: _set_cell(l, 2, 4, "abc")),
+        "column test_acc: 'abc' is not a number",
+    ),
     "empty-cell": (lambda m: _lines(m, lambda l: _set_cell(l, 1, 6, "")), "column comm_bytes: '' is not a number"),
     "header-only": (lambda m: _lines(m, lambda l: l[:1]), "holds no rows"),
     "file-deleted": (lambda m: m.unlink(), "metrics.csv is missing"),
     "30-bytes-cut": (lambda m: _cut(m, 30), "ends in the middle of a row"),
-    "truncated-row": (lambda m: _lines(m, lambda l: l[:-1] + [",".join(l[-1].split(",")[:3]) + "\n"]), "has 3 cells where the header has"),
+    "truncated-row": (
+        lambda m: _lines(m, lambda l: l[:-1] + [",".join(l[-1].split(",")[:3]) + "\n"]),
+        "has 3 cells where the header has",
+    ),
     "rows-reordered": (lambda m: _lines(m, lambda l: [l[0], l[2], l[1], *l[3:]]), "not in increasing iteration"),
 }
 
@@ -287,9 +353,20 @@ def test_validate_run_checks_the_manifest_and_the_other_files(sweep_dir, tmp_pat
 # large MLP made long by compute, a few seconds each, were once cut short by a signal that came between a round's
 # row and its boundary), and the test costs little CPU.
 PACED = {"FEDCLI_TEST_PACE_S": "0.025"}
-SLOW_BASE = {"dataset": "digits", "model": f"{Path(__file__).with_name('pacedmodel.py')}:Paced", "clients": 4,
-             "active_ratio": 1.0, "batch_size": 16, "tau": 40, "iterations": 160, "eval_every": 40, "checkpoint_every": 0,
-             "threads": 1, "trainer": "loop", "device": "cpu"}
+SLOW_BASE = {
+    "dataset": "digits",
+    "model": f"{Path(__file__).with_name('pacedmodel.py')}:Paced",
+    "clients": 4,
+    "active_ratio": 1.0,
+    "batch_size": 16,
+    "tau": 40,
+    "iterations": 160,
+    "eval_every": 40,
+    "checkpoint_every": 0,
+    "threads": 1,
+    "trainer": "loop",
+    "device": "cpu",
+}
 
 
 def sweep_recipe(**base) -> str:
@@ -303,12 +380,24 @@ def slow_sweep(tmp_path):
     recipe = tmp_path / "slow.toml"
     recipe.write_text(sweep_recipe())
     root = tmp_path / "sw"
-    proc = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
-                            env={**ENV, **PACED}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
+        env={**ENV, **PACED},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     run = root / "slow" / "seed0"
-    holder = wait_for(lambda: (run / "metrics.csv").exists() and len(rows(run / "metrics.csv")) >= 1
-                      and json.loads((run / lock.RUN_LOCK).read_text() or "null"), 240, "the sweep's training to run")
+    holder = wait_for(
+        lambda: (
+            (run / "metrics.csv").exists()
+            and len(rows(run / "metrics.csv")) >= 1
+            and json.loads((run / lock.RUN_LOCK).read_text() or "null")
+        ),
+        240,
+        "the sweep's training to run",
+    )
     time.sleep(0.5)  # past round 1's boundary (its checkpoint snapshot), which follows its row
     return recipe, root, run, proc, holder
 
@@ -340,8 +429,10 @@ def test_sweep_killed_with_sigkill_leaves_no_worker(tmp_path):
     finished_cleanly(recipe, root, run)
 
 
-@pytest.mark.long(reason="a sweep signalled twice (11 s); make test keeps a sweep's signal and resume "
-                          "(tests/cli/test_signals.py) and a second signal's stop at once in one process")
+@pytest.mark.long(
+    reason="a sweep signalled twice (11 s); make test keeps a sweep's signal and resume "
+    "(tests/cli/test_signals.py) and a second signal's stop at once in one process"
+)
 @pytest.mark.timeout(400)
 def test_sweep_says_at_once_what_a_signal_does_and_a_second_stops_now(tmp_path):
     recipe, root, run, proc, holder = slow_sweep(tmp_path)
@@ -405,11 +496,15 @@ def test_first_signal_is_announced_at_once(reference, tmp_path, monkeypatch, cap
     out = tmp_path / "run"
     code, err, seen = signalled(monkeypatch, capsys, TINY + ["--out", str(out)], {(3, 2): signal.SIGINT}, peek=True)
     # at the next local step of the same round the notice is out already
-    assert seen and seen[0].startswith("fedcli: SIGINT: stopping after round 4 (the one in progress), with a checkpoint; "
-                                       "Ctrl-C again to stop now"), seen
+    assert seen and seen[0].startswith(
+        "fedcli: SIGINT: stopping after round 4 (the one in progress), with a checkpoint; Ctrl-C again to stop now"
+    ), seen
     assert code == 130
     last = err.strip().splitlines()[-1]
-    assert f"interrupted by SIGINT after round 4 (iteration 16); checkpoint {out}/checkpoints/round-000004.pt holds rounds 1-4" in last
+    assert (
+        f"interrupted by SIGINT after round 4 (iteration 16); checkpoint {out}/checkpoints/round-000004.pt "
+        f"holds rounds 1-4" in last
+    )
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert_same_as(reference, out)
 
@@ -417,12 +512,16 @@ def test_first_signal_is_announced_at_once(reference, tmp_path, monkeypatch, cap
 def test_second_signal_stops_mid_round_and_writes_the_last_boundary(reference, tmp_path, monkeypatch, capsys):
     """No periodic checkpoint (--checkpoint-every 0): a second Ctrl-C in round 6 still leaves rounds 1-5."""
     out = tmp_path / "run"
-    code, err, _ = signalled(monkeypatch, capsys, TINY + ["--out", str(out)], {(5, 1): signal.SIGINT, (5, 2): signal.SIGINT})
+    code, err, _ = signalled(
+        monkeypatch, capsys, TINY + ["--out", str(out)], {(5, 1): signal.SIGINT, (5, 2): signal.SIGINT}
+    )
     assert code == 130
     lines = err.strip().splitlines()
     assert lines[1] == "fedcli: SIGINT again: stopping now; round 6 is lost"
-    assert lines[-1] == (f"fedcli: error: interrupted by SIGINT during round 6 (stopped at once, round 6 is lost); checkpoint "
-                         f"{out}/checkpoints/round-000005.pt holds rounds 1-5; continue with: fedcli train --resume {out}")
+    assert lines[-1] == (
+        f"fedcli: error: interrupted by SIGINT during round 6 (stopped at once, round 6 is lost); checkpoint "
+        f"{out}/checkpoints/round-000005.pt holds rounds 1-5; continue with: fedcli train --resume {out}"
+    )
     assert [r for r, _ in checkpoint.list_checkpoints(out)] == [5]
     assert manifest(out)["status"] == "interrupted"
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
@@ -432,8 +531,13 @@ def test_second_signal_stops_mid_round_and_writes_the_last_boundary(reference, t
 
 def test_second_signal_in_the_first_round_starts_over(reference, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    code, err, _ = signalled(monkeypatch, capsys, TINY + ["--out", str(out)], {(0, 1): signal.SIGTERM, (0, 2): signal.SIGTERM})
-    assert code == 143 and "during round 1 (stopped at once, round 1 is lost); no checkpoint yet (a resume starts over)" in err
+    code, err, _ = signalled(
+        monkeypatch, capsys, TINY + ["--out", str(out)], {(0, 1): signal.SIGTERM, (0, 2): signal.SIGTERM}
+    )
+    assert (
+        code == 143
+        and "during round 1 (stopped at once, round 1 is lost); no checkpoint yet (a resume starts over)" in err
+    )
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
     assert_same_as(reference, out)
 
@@ -442,8 +546,9 @@ def test_signal_in_the_last_round_is_reported(reference, tmp_path, monkeypatch, 
     out = tmp_path / "run"
     code, err, _ = signalled(monkeypatch, capsys, TINY + ["--out", str(out)], {(9, 2): signal.SIGINT})
     assert code == 0
-    assert err.strip().splitlines()[-1] == ("fedcli: SIGINT arrived during the last round: the run finished it and completed "
-                                            "(nothing to resume)")
+    assert err.strip().splitlines()[-1] == (
+        "fedcli: SIGINT arrived during the last round: the run finished it and completed (nothing to resume)"
+    )
     assert_same_as(reference, out)
 
 
@@ -468,19 +573,22 @@ def full_disk_after(monkeypatch, name: str, calls: int):
     return real
 
 
-@pytest.mark.parametrize("name, calls, kept_rows, kept_ckpts, needle", [
-    ("metrics.csv", 7, 5, [3], "metrics.csv"),              # header + 5 rows written, the 6th fails
-    ("round-000006", 1, 6, [3], "round-000006.pt"),         # the second checkpoint
-    ("model.pt", 1, 10, [6, 9], "model.pt"),                # the final model (the training itself is done; 2 kept)
-])
-def test_a_full_disk_ends_with_one_line_and_the_data_kept(name, calls, kept_rows, kept_ckpts, needle, reference, tmp_path,
-                                                         monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "name, calls, kept_rows, kept_ckpts, needle",
+    [
+        ("metrics.csv", 7, 5, [3], "metrics.csv"),  # header + 5 rows written, the 6th fails
+        ("round-000006", 1, 6, [3], "round-000006.pt"),  # the second checkpoint
+        ("model.pt", 1, 10, [6, 9], "model.pt"),  # the final model (the training itself is done; 2 kept)
+    ],
+)
+def test_a_full_disk_ends_with_one_line_and_the_data_kept(  # noqa: PLR0913
+    name, calls, kept_rows, kept_ckpts, needle, reference, tmp_path, monkeypatch, capsys
+):
     out = tmp_path / "run"
     real = full_disk_after(monkeypatch, name, calls)
     code, err = run_main(TINY + ["--checkpoint-every", "3", "--out", str(out)], capsys)
     monkeypatch.setattr(os, "fsync", real)
-    line = one_line(err, code, 3, needle, "No space left on device", "free some space",
-                    f"fedcli train --resume {out}")
+    line = one_line(err, code, 3, needle, "No space left on device", "free some space", f"fedcli train --resume {out}")
     assert "the files written before are intact" in line
     text = (out / "metrics.csv").read_text()
     assert text.endswith("\n") and len(rows(out / "metrics.csv")) == kept_rows  # whole rows only
@@ -495,21 +603,26 @@ def test_a_full_disk_ends_with_one_line_and_the_data_kept(name, calls, kept_rows
     assert_same_as(reference, out)
 
 
-# ------------------------------------------------------------------------------------------ 7: wrong code / unclear message
+# ------------------------------------------------------------------------------------------ 7: wrong code / unclear
+# message
 def test_checkpoint_of_another_config_is_named_as_such(tmp_path, monkeypatch, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert signalled(monkeypatch, capsys, TINY + ["--out", str(a), "--lr", "0.1"], {(6, 2): signal.SIGINT})[0] == 130
     assert signalled(monkeypatch, capsys, TINY + ["--out", str(b)], {(2, 2): signal.SIGINT})[0] == 130
     shutil.copy(a / "checkpoints" / "round-000007.pt", b / "checkpoints" / "round-000007.pt")
     code, err = run_main(["train", "--resume", str(b)], capsys)
-    line = one_line(err, code, 3, "round-000007.pt: written under another config (--lr differ", "belongs to another run")
+    line = one_line(
+        err, code, 3, "round-000007.pt: written under another config (--lr differ", "belongs to another run"
+    )
     assert "metrics.csv" not in line
 
 
 def test_fedamp_with_partial_participation_fails_the_dry_run_with_file_and_line(tmp_path, capsys):
     recipe = tmp_path / "amp.toml"
-    recipe.write_text('[base]\ndataset = "digits"\nclients = 4\nclient_test_fraction = 0.25\n\n[[runs]]\nname = "amp"\n'
-                      'algo = "fedamp"\nactive_ratio = 0.5\n')
+    recipe.write_text(
+        '[base]\ndataset = "digits"\nclients = 4\nclient_test_fraction = 0.25\n\n[[runs]]\nname = "amp"\n'
+        'algo = "fedamp"\nactive_ratio = 0.5\n'
+    )
     code, err = run_main(["sweep", str(recipe), "--dry-run", "--out", str(tmp_path / "s")], capsys)
     one_line(err, code, 2, f"{recipe}, line 9", "--algo fedamp needs every client in every round", "--active-ratio 1")
 
@@ -544,21 +657,42 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("when, stopped, holds", [
-    ("3:2", "after round 4 ", "holds rounds 1-4"),
-    pytest.param("3:1,3:2", "during round 4 (stopped at once", "holds rounds 1-3", marks=pytest.mark.long(
-        reason="a second signal under mpiexec (9 s); make test keeps the first (3:2) and a second signal in one process"))])
+@pytest.mark.parametrize(
+    "when, stopped, holds",
+    [
+        ("3:2", "after round 4 ", "holds rounds 1-4"),
+        pytest.param(
+            "3:1,3:2",
+            "during round 4 (stopped at once",
+            "holds rounds 1-3",
+            marks=pytest.mark.long(
+                reason="a second signal under mpiexec (9 s); make test keeps the first (3:2) and a second signal "
+                "in one process"
+            ),
+        ),
+    ],
+)
 def test_sigterm_under_mpiexec_prints_the_mpiexec_resume_command(when, stopped, holds, tmp_path):
     out = tmp_path / "run"
-    p = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", MPI_SIGNALLED, when, *TINY, "--out", str(out)],
-                       env=ENV, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-c", MPI_SIGNALLED, when, *TINY, "--out", str(out)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 143, p.stderr
     errors = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]
     assert len(errors) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert "fedcli: SIGTERM: stopping after round 4 (the one in progress), with a checkpoint; SIGTERM to mpiexec" in p.stderr
+    assert (
+        "fedcli: SIGTERM: stopping after round 4 (the one in progress), with a checkpoint; SIGTERM to mpiexec"
+        in p.stderr
+    )
     last = errors[0]
     command = f"mpiexec -n 2 {sys.executable} -m mpi4py -m fedcli train --resume {out}"
-    assert last.startswith(f"fedcli: error: interrupted by SIGTERM {stopped}") and last.endswith(f"continue with: {command}"), p.stderr
+    assert last.startswith(f"fedcli: error: interrupted by SIGTERM {stopped}") and last.endswith(
+        f"continue with: {command}"
+    ), p.stderr
     assert holds in last
     args = shlex.split(command)
     args[0] = MPIEXEC
@@ -574,21 +708,33 @@ def test_evaluation_points_by_hand():
     # round ends at 3, 6, 9 and the cut last round at 10, every 4 iterations: first end at or after 4, 8, then the end
     assert evaluation_points([3, 6, 9, 10], 4) == [6, 9, 10]
     assert evaluation_points([1, 2, 3, 4, 5], 2) == [2, 4, 5]
-    assert evaluation_points([5, 10], 1) == [5, 10]   # several multiples inside one round: one evaluation
+    assert evaluation_points([5, 10], 1) == [5, 10]  # several multiples inside one round: one evaluation
 
 
-@pytest.mark.parametrize("kw", [
-    dict(algo="fedavg", tau=3, iterations=10, eval_every=4),
-    dict(algo="fedlama", tau=2, phi=2, iterations=40, eval_every=0),
-    dict(algo="fedlama", tau=2, phi=3, iterations=25, eval_every=7, schedule="lama-accelerate"),
-    dict(algo="fedavg", rounds=5, local_epochs=1.0, eval_every=2),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(algo="fedavg", tau=3, iterations=10, eval_every=4),
+        dict(algo="fedlama", tau=2, phi=2, iterations=40, eval_every=0),
+        dict(algo="fedlama", tau=2, phi=3, iterations=25, eval_every=7, schedule="lama-accelerate"),
+        dict(algo="fedavg", rounds=5, local_epochs=1.0, eval_every=2),
+    ],
+)
 def test_the_manifest_plans_the_rows_the_run_writes(kw, tmp_path):
     from fedcli.config import TrainConfig
     from fedcli.fl.engine import Simulation
 
-    cfg = TrainConfig(dataset="digits", model="mlp", mlp_hidden="16", clients=4, active_ratio=0.5, batch_size=16,
-                      device="cpu", threads=1, **kw).validate()
+    cfg = TrainConfig(
+        dataset="digits",
+        model="mlp",
+        mlp_hidden="16",
+        clients=4,
+        active_ratio=0.5,
+        batch_size=16,
+        device="cpu",
+        threads=1,
+        **kw,
+    ).validate()
     sim = Simulation(cfg).setup()
     planned = sim.manifest()["evaluations"]
     assert planned == len(sim.run().history) > 1
@@ -609,19 +755,31 @@ def watchdogs_of(run: Path) -> list[int]:
 
 @pytest.mark.timeout(500)
 def test_a_job_killed_whole_with_its_watchdog_is_named_killed_by_report_resume_and_sweep(tmp_path, capsys):
-    """issue 41: a job's end kills everything at once (SIGKILL to the sweep's process group, to the training's, and to the
+    """issue 41: a job's end kills everything at once (SIGKILL to the sweep's process group, to the training's, and to
+    the
     watchdog, which sits in a session of its own to outlive the others): nothing closes the manifest, which stays
     ``running``. The next `fedcli report`, `fedcli train --resume` and `fedcli sweep` say the run was killed and how it
     goes on (before: the report showed it as running, the resume and the sweep said nothing)."""
     recipe = tmp_path / "job.toml"  # 300 short rounds, a checkpoint every 10: killed early, the rest short too
-    recipe.write_text(sweep_recipe(model="mlp", mlp_hidden="16", batch_size=64, tau=2, iterations=600, eval_every=100,
-                                   checkpoint_every=10))
+    recipe.write_text(
+        sweep_recipe(
+            model="mlp", mlp_hidden="16", batch_size=64, tau=2, iterations=600, eval_every=100, checkpoint_every=10
+        )
+    )
     root = tmp_path / "sw"
-    proc = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
-                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(root), "--jobs", "1"],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     run = root / "slow" / "seed0"
-    holder = wait_for(lambda: checkpoint.list_checkpoints(run) and json.loads((run / lock.RUN_LOCK).read_text() or "null"),
-                      240, "the sweep's training to checkpoint")
+    holder = wait_for(
+        lambda: checkpoint.list_checkpoints(run) and json.loads((run / lock.RUN_LOCK).read_text() or "null"),
+        240,
+        "the sweep's training to checkpoint",
+    )
     dogs = wait_for(lambda: watchdogs_of(run), 30, "the run's watchdog")
     training = holder["pid"]
     for group in (os.getpgid(proc.pid), os.getpgid(training)):
@@ -629,8 +787,11 @@ def test_a_job_killed_whole_with_its_watchdog_is_named_killed_by_report_resume_a
     for pid in dogs:
         os.kill(pid, signal.SIGKILL)
     proc.wait()
-    wait_for(lambda: not lock.process_alive(training, holder["start"]) and not any(lock.process_alive(d) for d in dogs), 30,
-             "every process of the job to be gone")
+    wait_for(
+        lambda: not lock.process_alive(training, holder["start"]) and not any(lock.process_alive(d) for d in dogs),
+        30,
+        "every process of the job to be gone",
+    )
     time.sleep(1.5)  # past the watchdog's grace period: nobody closes the manifest
     assert manifest(run)["status"] == "running"
     copy = tmp_path / "copy"
@@ -644,7 +805,10 @@ def test_a_job_killed_whole_with_its_watchdog_is_named_killed_by_report_resume_a
 
     assert main(["train", "--resume", str(copy), "--quiet"]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert f"fedcli: note: the previous attempt was killed: manifest.json still says running, but process {training}" in err
+    assert (
+        f"fedcli: note: the previous attempt was killed: manifest.json still says running, but process {training}"
+        in err
+    )
     assert "resuming from round-0000" in err and manifest(copy)["status"] == "completed"
 
     assert main(["sweep", str(recipe), "--out", str(root), "--jobs", "1", "--in-process"]) == 0

@@ -24,7 +24,7 @@ def run_main(args, capsys):
 
 def test_config_diff_by_hand():
     assert config_diff({"lr": 0.1, "tau": 2, "out": "a"}, {"lr": 0.5, "tau": 2, "out": "b"}) == ["lr"]
-    assert config_diff({"lr": 0.1, "new": 1}, {"lr": 0.1}) == []          # a field added after the run
+    assert config_diff({"lr": 0.1, "new": 1}, {"lr": 0.1}) == []  # a field added after the run
     assert config_diff({"clients": 4, "partition_file": "p.json"}, {"clients": 5}) == []
 
 
@@ -42,9 +42,41 @@ def test_report_refuses_a_stale_run_with_the_sweeps_verdict(tmp_path, capsys):
     man = json.loads((run / "manifest.json").read_text())
     cfg = man["config"]
     assert cfg["lr"] == 0.2
-    args = ["train", "--out", str(run), "--overwrite", "--quiet", "--algo", "fedlama", "--dataset", "digits", "--model", "mlp",
-            "--mlp-hidden", "32", "--clients", "4", "--active-ratio", "0.5", "--iterations", "8", "--eval-every", "2",
-            "--tau", "1", "--phi", "2", "--lr", "0.5", "--threads", "1", "--trainer", "loop", "--seed", "0"]
+    args = [
+        "train",
+        "--out",
+        str(run),
+        "--overwrite",
+        "--quiet",
+        "--algo",
+        "fedlama",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--mlp-hidden",
+        "32",
+        "--clients",
+        "4",
+        "--active-ratio",
+        "0.5",
+        "--iterations",
+        "8",
+        "--eval-every",
+        "2",
+        "--tau",
+        "1",
+        "--phi",
+        "2",
+        "--lr",
+        "0.5",
+        "--threads",
+        "1",
+        "--trainer",
+        "loop",
+        "--seed",
+        "0",
+    ]
     assert run_main(args, capsys)[0] == 0
     assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
 
@@ -56,7 +88,9 @@ def test_report_refuses_a_stale_run_with_the_sweeps_verdict(tmp_path, capsys):
     assert run_state(run, expected_hash=entry["config_hash"]).state == "stale"  # an older sweep.json: by hash
 
     # sweep --dry-run says stale (it would run it again) ...
-    code, out, err = run_main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--dry-run"], capsys)
+    code, out, err = run_main(
+        ["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--dry-run"], capsys
+    )
     assert code == 0, err
     row = next(line for line in out.splitlines() if "FedLAMA" in line)
     assert "stale" in row, out
@@ -82,7 +116,9 @@ def test_a_completed_run_whose_trace_changed_is_stale(tmp_path, capsys, monkeypa
     trace.write_text(TRACE)
     recipe = tmp_path / "traced.toml"
     one_run = RECIPE.split("[[runs]]")[0] + '[[runs]]\nname = "FedAvg x1"\nalgo = "fedavg"\ntau = 2\n'
-    recipe.write_text(one_run.replace('trainer = "loop"\n', f'trainer = "loop"\nsystem = true\nsystem_trace = "{trace}"\n'))
+    recipe.write_text(
+        one_run.replace('trainer = "loop"\n', f'trainer = "loop"\nsystem = true\nsystem_trace = "{trace}"\n')
+    )
     root = tmp_path / "sweep"
     run_sweep(recipe, "smoke", seeds=1, out=root, in_process=True)
     run = root / "fedavg-x1" / "seed0"
@@ -93,7 +129,9 @@ def test_a_completed_run_whose_trace_changed_is_stale(tmp_path, capsys, monkeypa
     trace.write_text(TRACE.replace("2e+06,1e6", "9e+06,1e6"))  # client 0 four and a half times faster
     st = run_state(run, entry["config"])
     assert st.state == "stale" and "--system-trace" in st.reason and str(trace) in st.reason, st
-    code, out, err = run_main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--dry-run"], capsys)
+    code, out, err = run_main(
+        ["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root), "--dry-run"], capsys
+    )
     assert code == 0 and "stale" in next(line for line in out.splitlines() if "FedAvg" in line), out + err
     # stopped early with a checkpoint, the same: trained again, not resumed (train --resume refuses a changed trace)
     stopped = tmp_path / "stopped"

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from sweepkit import require_slurm
 
 from fedcli.cli.main import main
 from fedcli.sweep.slurm import ACTIVE, job_states
+from sweepkit import require_slurm
 
 # one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
 # test_missing_dataset_refused_before_any_job checks that the queue gains no job
@@ -145,14 +145,20 @@ def same_run(a: Path, b: Path) -> None:
 
 def test_submit_wait_report_equals_local_then_only_missing_and_failed_status(slurm, tmp_path, capsys):
     (tmp_path / "tiny.toml").write_text(TINY)
-    (tmp_path / "bad.toml").write_text(TINY.replace("seeds = 2", "seeds = 1").replace(
-        'trainer = "loop"', f'trainer = "loop"\npartition_file = "{tmp_path}/none.json"'))  # the run exits 3 in its job
+    (tmp_path / "bad.toml").write_text(
+        TINY.replace("seeds = 2", "seeds = 1").replace(
+            'trainer = "loop"', f'trainer = "loop"\npartition_file = "{tmp_path}/none.json"'
+        )
+    )  # the run exits 3 in its job
     sl, bad, local = tmp_path / "slurm", tmp_path / "bad", tmp_path / "local"
     assert cli("sweep", tmp_path / "bad.toml", "--out", bad, "--executor", "slurm", "--quiet") == 0
     assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--wait") == 0
     err = capsys.readouterr().err
     assert "submitted 4 job(s) to Slurm" in err and "4 runs complete" in err
-    ids = {rel: job(sl, rel)["job_id"] for rel in ("fedavg-x1/seed0", "fedavg-x1/seed1", "fedlama-phi-2/seed0", "fedlama-phi-2/seed1")}
+    ids = {
+        rel: job(sl, rel)["job_id"]
+        for rel in ("fedavg-x1/seed0", "fedavg-x1/seed1", "fedlama-phi-2/seed0", "fedlama-phi-2/seed1")
+    }
     assert all(ended(j)["state"] == "COMPLETED" for j in ids.values())
     assert all(job(sl, rel)["exit_code"] == 0 for rel in ids)
     # the same sweep run locally with --jobs 2: the same metrics, bit for bit, and the same report table
@@ -163,7 +169,10 @@ def test_submit_wait_report_equals_local_then_only_missing_and_failed_status(slu
     assert cli("report", sl, "--table", "t") == 0
     table_slurm = capsys.readouterr().out
     assert cli("report", local, "--table", "t") == 0
-    assert table_slurm.replace(str(sl), "DIR") == capsys.readouterr().out.replace(str(local), "DIR") and "FedLAMA" in table_slurm
+    assert (
+        table_slurm.replace(str(sl), "DIR") == capsys.readouterr().out.replace(str(local), "DIR")
+        and "FedLAMA" in table_slurm
+    )
 
     # a second call submits nothing; after deleting one run's folder, exactly that one
     assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm") == 0
@@ -203,8 +212,10 @@ def cancel_after_a_few_rounds(sl: Path) -> None:
     assert m["status"] == "interrupted" and "SIGTERM" in m.get("error", "") + (sl / "cancelled/seed0.log").read_text()
 
 
-@pytest.mark.long(reason="two Slurm jobs, one cancelled, then a second call (15 s): make test keeps the "
-                          "submit/wait/status test on the real queue")
+@pytest.mark.long(
+    reason="two Slurm jobs, one cancelled, then a second call (15 s): make test keeps the "
+    "submit/wait/status test on the real queue"
+)
 def test_scancel_then_next_call_resumes_bitwise(slurm, tmp_path, capsys):
     """scancel (SIGTERM) stops a run at its round boundary as interrupted, ``--status`` shows CANCELLED, and the next
     call resumes it to the metrics of an uninterrupted local run, bit for bit (the quick half of the test below)."""
@@ -238,8 +249,12 @@ def test_scancel_and_time_limit_then_next_call_resumes_bitwise(slurm, tmp_path, 
     assert cli("sweep", recipe, "--out", sl, "--executor", "slurm") == 0
     assert "submitted 2 job(s)" in capsys.readouterr().err
     # meanwhile, the uninterrupted reference: the same sweep, locally
-    local = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(ref), "--jobs", "2", "--quiet"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    local = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", "sweep", str(recipe), "--out", str(ref), "--jobs", "2", "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         t_id = job(sl, "timed/seed0")["job_id"]
         cancel_after_a_few_rounds(sl)
@@ -269,10 +284,13 @@ def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
     recipe = tmp_path / "paper.toml"
     recipe.write_text(TINY.replace('dataset = "digits"', f'dataset = "femnist"\ndata_dir = "{tmp_path}/femnist"'))
     root = tmp_path / "missing-femnist"  # its jobs would be named fedcli-missing-femnist
+
     # the queue may hold other jobs of this user (another test's, submitted meanwhile on the other xdist worker;
     # another checkout's on a shared Slurm): the refusal must add none of its own, named after its folder
     def queued() -> set[str]:
-        rows = subprocess.run(["squeue", "-h", "--me", "-o", "%i %100j"], capture_output=True, text=True).stdout.splitlines()
+        rows = subprocess.run(
+            ["squeue", "-h", "--me", "-o", "%i %100j"], capture_output=True, text=True
+        ).stdout.splitlines()
         return {r.split()[0].split("_")[0] for r in rows if r.split()[1:] == [f"fedcli-{root.name}"]}
 
     before = queued()
@@ -286,17 +304,24 @@ def test_missing_dataset_refused_before_any_job(slurm, tmp_path, capsys):
     assert queued() <= before
 
 
-@pytest.mark.long(reason="a packed Slurm job and a local sweep to compare (11 s): make test keeps the "
-                          "submit/wait/status test on the real queue")
+@pytest.mark.long(
+    reason="a packed Slurm job and a local sweep to compare (11 s): make test keeps the "
+    "submit/wait/status test on the real queue"
+)
 def test_runs_per_job_packs_runs_together_and_equals_local(slurm, tmp_path, capsys):
     """``--runs-per-job 2``: the 4 runs go in 2 jobs (asking for 2 CPUs each), a job's two runs share its id and run at
     the same time, and the metrics are those of a local sweep, bit for bit."""
     (tmp_path / "tiny.toml").write_text(TINY)
     sl, local = tmp_path / "slurm", tmp_path / "local"
-    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--dry-run") == 0
+    assert (
+        cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--dry-run")
+        == 0
+    )
     out = capsys.readouterr().out
     assert "2 runs per job (2 jobs)" in out and "--cpus-per-task=2" in out
-    assert cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--wait") == 0
+    assert (
+        cli("sweep", tmp_path / "tiny.toml", "--out", sl, "--executor", "slurm", "--runs-per-job", "2", "--wait") == 0
+    )
     err = capsys.readouterr().err
     assert "submitted 2 job(s) holding 4 runs to Slurm" in err and "4 runs complete" in err
     rels = ("fedavg-x1/seed0", "fedavg-x1/seed1", "fedlama-phi-2/seed0", "fedlama-phi-2/seed1")
@@ -320,14 +345,18 @@ def test_stop_file_from_the_login_node_prunes_the_job_within_one_round(slurm, tm
 
     recipe = tmp_path / "prune.toml"
     # a metrics row every round (eval_every = tau): the rows count the rounds done
-    recipe.write_text(LONG.split("[[runs]]")[0].replace("eval_every = 50", "eval_every = 5")
-                      + '[[runs]]\nname = "pruned"\niterations = 3000\n')
+    recipe.write_text(
+        LONG.split("[[runs]]")[0].replace("eval_every = 50", "eval_every = 5")
+        + '[[runs]]\nname = "pruned"\niterations = 3000\n'
+    )
     sl = tmp_path / "slurm"
     assert cli("sweep", recipe, "--out", sl, "--executor", "slurm") == 0
     run, jid = sl / "pruned/seed0", job(sl, "pruned/seed0")["job_id"]
 
     def rounds() -> int:
-        return max(0, sum(1 for line in (run / "metrics.csv").read_text().splitlines(keepends=True) if line.endswith("\n")) - 1)
+        return max(
+            0, sum(1 for line in (run / "metrics.csv").read_text().splitlines(keepends=True) if line.endswith("\n")) - 1
+        )
 
     wait_for(lambda: (run / "metrics.csv").exists() and rounds() >= 3, 300, "a few rounds of the job", every=0.05)
     before = rounds()

@@ -14,9 +14,8 @@ from fedcli.recipes import read_sweep
 from fedcli.report.core import find_sweeps, make_table
 from fedcli.sweep.executors import toml_flat
 from fedcli.sweep.run import SweepFailed, SweepLock, config_matches, run_sweep, slugify
-from sweepkit import RECIPE
 from runkit import error_lines
-
+from sweepkit import RECIPE
 
 
 @pytest.fixture
@@ -35,8 +34,8 @@ def test_expand_grid_scales_and_seeds(recipe):
     r = read_sweep(recipe, "smoke")
     assert [x.name for x in r.runs] == ["FedAvg x1", "FedLAMA phi=2"]
     avg, lama = (x.values for x in r.runs)
-    assert avg["iterations"] == 8 and avg["tau"] == 2 and avg["lr"] == 0.1      # base < scale < run
-    assert lama["lr"] == 0.2 and lama["phi"] == 2                                # < run.scale
+    assert avg["iterations"] == 8 and avg["tau"] == 2 and avg["lr"] == 0.1  # base < scale < run
+    assert lama["lr"] == 0.2 and lama["phi"] == 2  # < run.scale
     assert read_sweep(recipe).scale is None and read_sweep(recipe).runs[1].values["lr"] == 0.1
     assert slugify("FedLAMA phi=2") == "fedlama-phi-2"
 
@@ -93,8 +92,11 @@ def test_missing_dataset_refused_before_any_run(recipe, tmp_path, capsys, monkey
     """The data check (fedcli/data/preflight.py) ends the sweep with exit 3 before any run starts, one sentence per
     dataset naming its path and how to get it; --dry-run shows it as a table."""
     bad = tmp_path / "bad.toml"
-    bad.write_text(RECIPE.replace('dataset = "digits"', f'dataset = "mnist"\ndata_dir = "{tmp_path}/nomnist"')
-                   .replace('name = "FedLAMA phi=2"', f'name = "FedLAMA phi=2"\ndataset = "femnist"\ndata_dir = "{tmp_path}/nofemnist"'))
+    bad.write_text(
+        RECIPE.replace('dataset = "digits"', f'dataset = "mnist"\ndata_dir = "{tmp_path}/nomnist"').replace(
+            'name = "FedLAMA phi=2"', f'name = "FedLAMA phi=2"\ndataset = "femnist"\ndata_dir = "{tmp_path}/nofemnist"'
+        )
+    )
     root = tmp_path / "bad-sweep"
     for extra in ([], ["--jobs", "2"], ["--in-process"]):
         with pytest.raises(SystemExit) as ex:
@@ -105,7 +107,9 @@ def test_missing_dataset_refused_before_any_run(recipe, tmp_path, capsys, monkey
         assert f"mnist for 2 run(s) at {tmp_path}/nomnist: no MNIST files there" in err and "pass --download" in err
         assert f"femnist for 2 run(s) at {tmp_path}/nofemnist" in err and "LEAF" in err
         assert not root.exists()  # nothing written, nothing started
-    monkeypatch.setenv("COLUMNS", "400")  # the plan's tables wrap a long tmp_path (a clone's deeper pytest folder) mid-name
+    monkeypatch.setenv(
+        "COLUMNS", "400"
+    )  # the plan's tables wrap a long tmp_path (a clone's deeper pytest folder) mid-name
     assert main(["sweep", str(bad), "--scale", "smoke", "--out", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "MISSING" in out and "nomnist" in out and "nofemnist" in out and not root.exists()
@@ -115,7 +119,10 @@ def test_worker_pool_matches_in_process(recipe, tmp_path):
     """The default executor (a spawned worker process) gives the same metrics as an in-process run."""
     one = recipe.parent / "one.toml"
     text = RECIPE.replace("seeds = 2", "seeds = 1")
-    one.write_text(text[:text.index("[[runs]]")] + text[text.index("[[runs]]", text.index("[[runs]]") + 1):text.index("[[tables]]")])
+    one.write_text(
+        text[: text.index("[[runs]]")]
+        + text[text.index("[[runs]]", text.index("[[runs]]") + 1) : text.index("[[tables]]")]
+    )
     run_sweep(one, "smoke", out=tmp_path / "a", in_process=True)
     res = run_sweep(one, "smoke", out=tmp_path / "b", jobs=2)
     assert [p.label for p in res.ran] == ["FedLAMA phi=2 seed 0"] and not res.failed
@@ -137,20 +144,27 @@ def test_cli_sweep_dry_run_and_second_call(recipe, tmp_path, capsys):
     assert "nothing to run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("edit, needle, line", [
-    (('tau = 2\n', 'tau = 0\n'), "--tau", 23),                                    # bad value in a run: that run's line
-    (('tau = 1\n', 'tua = 1\n'), "unknown key 'tua'", 28),
-    (('scale.smoke = { lr = 0.2 }', 'scale.smoke = { lr = -1.0 }'), "--lr", 30),  # inside an inline scale override
-    (('scale.smoke = { lr = 0.2 }', 'scale.smok = { lr = 0.2 }'), "scale 'smok'", 30),
-    (('iterations = 8\n', 'iterations = "8"\n'), "int", 17),                      # in [scale.smoke]
-    (('lr = 0.1\n', 'lr = 0.1\nout = "x"\n'), "not allowed", 13),
-    (('name = "FedLAMA phi=2"', 'name = "FedAvg x1"'), "used twice", 26),
-    (('["FedAvg x1", "FedLAMA phi=2"]]', '["FedAvg x1", "FedLAMA phi=3"]]'), "'FedLAMA phi=3', which is not in [[runs]]", 35),
-    (('layout = "paired"', 'layout = "wide"'), "layout", 34),
-    (('seeds = 2', 'seeds = 0'), "seeds", 3),
-    (('title = "tiny"', 'titel = "tiny"'), "unknown top-level key", 1),
-    (('algo = "fedavg"', 'algo = "nosuch"'), "unknown method 'nosuch'", 22),      # checked when the config is built
-])
+@pytest.mark.parametrize(
+    "edit, needle, line",
+    [
+        (("tau = 2\n", "tau = 0\n"), "--tau", 23),  # bad value in a run: that run's line
+        (("tau = 1\n", "tua = 1\n"), "unknown key 'tua'", 28),
+        (("scale.smoke = { lr = 0.2 }", "scale.smoke = { lr = -1.0 }"), "--lr", 30),  # inside an inline scale override
+        (("scale.smoke = { lr = 0.2 }", "scale.smok = { lr = 0.2 }"), "scale 'smok'", 30),
+        (("iterations = 8\n", 'iterations = "8"\n'), "int", 17),  # in [scale.smoke]
+        (("lr = 0.1\n", 'lr = 0.1\nout = "x"\n'), "not allowed", 13),
+        (('name = "FedLAMA phi=2"', 'name = "FedAvg x1"'), "used twice", 26),
+        (
+            ('["FedAvg x1", "FedLAMA phi=2"]]', '["FedAvg x1", "FedLAMA phi=3"]]'),
+            "'FedLAMA phi=3', which is not in [[runs]]",
+            35,
+        ),
+        (('layout = "paired"', 'layout = "wide"'), "layout", 34),
+        (("seeds = 2", "seeds = 0"), "seeds", 3),
+        (('title = "tiny"', 'titel = "tiny"'), "unknown top-level key", 1),
+        (('algo = "fedavg"', 'algo = "nosuch"'), "unknown method 'nosuch'", 22),  # checked when the config is built
+    ],
+)
 def test_recipe_errors_name_file_and_line(recipe, capsys, edit, needle, line):
     recipe.write_text(RECIPE.replace(*edit))
     with pytest.raises(SystemExit) as ex:
@@ -161,13 +175,17 @@ def test_recipe_errors_name_file_and_line(recipe, capsys, edit, needle, line):
 
 
 def test_usage_errors(recipe, tmp_path, capsys):
-    for args, needle in (([str(recipe), "--scale", "huge"], "no [scale.huge]"), ([str(tmp_path / "none.toml")], "cannot be read"),
-                         ([str(recipe), "--jobs", "0"], "--jobs"), ([str(recipe), "--mpi", "2", "--in-process"], "--mpi")):
+    for args, needle in (
+        ([str(recipe), "--scale", "huge"], "no [scale.huge]"),
+        ([str(tmp_path / "none.toml")], "cannot be read"),
+        ([str(recipe), "--jobs", "0"], "--jobs"),
+        ([str(recipe), "--mpi", "2", "--in-process"], "--mpi"),
+    ):
         with pytest.raises(SystemExit) as ex:
             main(["sweep", *args, "--out", str(tmp_path / "u")])
         assert ex.value.code == 2 and needle in capsys.readouterr().err
     flat = tmp_path / "flat.toml"
-    flat.write_text('tau = 2\n')
+    flat.write_text("tau = 2\n")
     with pytest.raises(ConfigError, match="not a sweep recipe"):
         read_sweep(flat)
 
@@ -182,7 +200,13 @@ def test_lock_and_helpers(tmp_path):
     assert config_matches({"lr": 0.1, "out": "a", "threads": 2}, {"lr": 0.1, "out": "b", "threads": 1})
     assert not config_matches({"lr": 0.1}, {"lr": 0.2})
     assert config_matches({"lr": 0.1, "new_field": 3}, {"lr": 0.1})  # a field added after the run
-    assert toml_flat({"a": "x\"y", "b": True, "c": 1e-05, "d": 3}) == 'a = "x\\"y"\nb = true\nc = 1e-05\nd = 3\n'
+    assert toml_flat({"a": 'x"y', "b": True, "c": 1e-05, "d": 3}) == 'a = "x\\"y"\nb = true\nc = 1e-05\nd = 3\n'
     import tomllib
 
-    assert tomllib.loads(toml_flat({"a": "x\"y", "b": True, "c": 1e-05, "d": 3, "e": ""})) == {"a": "x\"y", "b": True, "c": 1e-05, "d": 3, "e": ""}
+    assert tomllib.loads(toml_flat({"a": 'x"y', "b": True, "c": 1e-05, "d": 3, "e": ""})) == {
+        "a": 'x"y',
+        "b": True,
+        "c": 1e-05,
+        "d": 3,
+        "e": "",
+    }

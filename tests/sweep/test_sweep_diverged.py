@@ -50,7 +50,9 @@ def test_a_diverged_run_stays_diverged_and_the_advice_says_what_running_again_do
         run_sweep(recipe, out=root, in_process=True)
     msg = str(e.value)
     assert e.value.exit_code == 4 and "1 of 2 runs" in msg and "training diverged in round 10" in msg, msg
-    assert "retry" not in msg and "the diverged run (a result: reports show it as diverged) would diverge again" in msg, msg
+    assert (
+        "retry" not in msg and "the diverged run (a result: reports show it as diverged) would diverge again" in msg
+    ), msg
     table = make_table(find_sweeps(root), "t", "md")
     assert "(1 diverged)" in table, table
     # what the advice says is what running the same command again does: exit 4 again, the run still diverged

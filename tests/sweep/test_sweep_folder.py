@@ -59,7 +59,10 @@ def test_a_sweep_refuses_a_folder_that_holds_another_recipes_sweep(tmp_path, mon
     code, out, err = fedcli(sweep_args(FIG2, root, "--dry-run", "--overwrite", "--quiet"), capsys)
     assert code == 0, err
     said = " ".join(err.split())
-    assert f"fedcli sweep: --overwrite: --out {root} holds the sweep of {TABLE3.resolve()}, not of {FIG2.resolve()}" in said
+    assert (
+        f"fedcli sweep: --overwrite: --out {root} holds the sweep of {TABLE3.resolve()}, not of {FIG2.resolve()}"
+        in said
+    )
     assert said.rstrip().endswith("; this sweep replaces it"), err
     # the same recipe, however it is named (here relative, from its own folder), is the same sweep
     monkeypatch.chdir(TABLE3.parent)
@@ -89,7 +92,10 @@ def test_an_old_sweep_json_with_a_relative_recipe_path_is_read_from_anywhere(tmp
     assert code == 2 and f"holds the sweep of {table3.resolve()}, not of {fig2.resolve()}" in " ".join(err.split()), err
     code, _, err = fedcli(sweep_args(table3, root, "--dry-run", "--quiet"), capsys)
     assert code == 0, err
-    assert Sweep(root, sj).retry_hint() == f"fedcli sweep {table3.resolve()} --scale smoke --seeds 1 --out {root.resolve()}"
+    assert (
+        Sweep(root, sj).retry_hint()
+        == f"fedcli sweep {table3.resolve()} --scale smoke --seeds 1 --out {root.resolve()}"
+    )
     assert recipe_of(sj, root) == table3.resolve()
 
 
@@ -106,8 +112,9 @@ def test_a_sweep_refuses_a_folder_that_holds_the_same_recipe_at_another_scale(tm
         code, _, err = fedcli(sweep_args(TABLE3, root, *extra), capsys)
         lines = error_lines(err)
         assert code == 2 and len(lines) == 1, err
-        assert lines[0].startswith(f"fedcli: error: --out {root} holds the sweep of {TABLE3.resolve()} at --scale paper, "
-                                   f"not at --scale smoke"), err
+        assert lines[0].startswith(
+            f"fedcli: error: --out {root} holds the sweep of {TABLE3.resolve()} at --scale paper, not at --scale smoke"
+        ), err
         assert (root / "sweep.json").read_bytes() == before and sorted(p.name for p in root.iterdir()) == ["sweep.json"]
     code, _, err = fedcli(sweep_args(TABLE3, root, "--dry-run", "--overwrite", "--quiet"), capsys)
     assert code == 0 and "at --scale paper, not at --scale smoke" in " ".join(err.split()), err
@@ -124,8 +131,10 @@ def test_a_sweep_refuses_a_folder_whose_tables_its_recipe_does_not_make(tmp_path
     code, _, err = fedcli(sweep_args(recipe, root), capsys)
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1, err
-    assert lines[0].startswith(f"fedcli: error: --out {root} holds a sweep of {recipe.resolve()} with table 't', which "
-                               f"{recipe.resolve()} does not make"), err
+    assert lines[0].startswith(
+        f"fedcli: error: --out {root} holds a sweep of {recipe.resolve()} with table 't', which "
+        f"{recipe.resolve()} does not make"
+    ), err
     assert [t["name"] for t in load_manifest(root)["tables"]] == ["t"]
     code, _, err = fedcli(sweep_args(recipe, root, "--overwrite"), capsys)
     assert code == 0, err
@@ -143,8 +152,21 @@ def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
     (start / "recipes").mkdir()
     (start / "recipes" / "tiny.toml").write_text(TINY)
     monkeypatch.chdir(start)
-    code, _, err = fedcli(["sweep", "recipes/tiny.toml", "--scale", "smoke", "--seeds", "2", "--out", "results/tiny",
-                             "--in-process", "--quiet"], capsys)
+    code, _, err = fedcli(
+        [
+            "sweep",
+            "recipes/tiny.toml",
+            "--scale",
+            "smoke",
+            "--seeds",
+            "2",
+            "--out",
+            "results/tiny",
+            "--in-process",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 0, err
     root = start / "results" / "tiny"
     sj = load_manifest(root)
@@ -165,10 +187,15 @@ def test_the_rerun_command_works_from_any_folder(tmp_path, monkeypatch, capsys):
     assert command == f"fedcli sweep {start / 'recipes' / 'tiny.toml'} --scale smoke --seeds 2 --out {root}"
     assert str(tmp_path) not in paragraph_command and str(tmp_path) not in text
     assert "(paths relative to this section's folder)" in text
-    assert paragraph_command == "fedcli sweep ../../here/recipes/tiny.toml --scale smoke --seeds 2 --out ../../here/results/tiny"
+    assert (
+        paragraph_command
+        == "fedcli sweep ../../here/recipes/tiny.toml --scale smoke --seeds 2 --out ../../here/results/tiny"
+    )
     assert "Recipe `../../here/recipes/tiny.toml` at scale smoke" in text
     shutil.rmtree(root / "fedavg-x1" / "seed1")
-    code, _, err = fedcli([*shlex.split(paragraph_command)[1:], "--in-process", "--quiet"], capsys)  # typed where it says
+    code, _, err = fedcli(
+        [*shlex.split(paragraph_command)[1:], "--in-process", "--quiet"], capsys
+    )  # typed where it says
     assert code == 0 and (root / "fedavg-x1" / "seed1" / "manifest.json").exists(), err
     assert sj["recipe"] == str(start / "recipes" / "tiny.toml") and sj["recipe_from_sweep"] == "../../recipes/tiny.toml"
 
@@ -198,9 +225,11 @@ def test_a_recipe_renamed_away_and_another_written_under_its_name_is_another_swe
         code, _, err = fedcli(sweep_args(rec / "r.toml", root, *extra), capsys)
         lines = error_lines(err)
         assert code == 2 and len(lines) == 1, err
-        assert lines[0].startswith(f"fedcli: error: --out {root} holds the sweep of {(rec / 'a.toml').resolve()}, "
-                                   f"not of {(rec / 'r.toml').resolve()} (this sweep would train over its run "
-                                   f"'FedAvg x1' seed 0 with this recipe's settings"), err
+        assert lines[0].startswith(
+            f"fedcli: error: --out {root} holds the sweep of {(rec / 'a.toml').resolve()}, "
+            f"not of {(rec / 'r.toml').resolve()} (this sweep would train over its run "
+            f"'FedAvg x1' seed 0 with this recipe's settings"
+        ), err
         assert files_of(root) == before
     # the report's re-run command finds the renamed recipe by its text
     assert Sweep(root, load_manifest(root)).retry_hint().startswith(f"fedcli sweep {(rec / 'a.toml').resolve()} ")
@@ -219,15 +248,21 @@ def test_overwrite_says_which_of_the_other_sweeps_runs_it_trains_over(tmp_path, 
     tiny_sweep(tmp_path / "a.toml", root)
     b = tmp_path / "b.toml"
     b.write_text(TINY.replace("tau = 2\n", "tau = 3\n", 1).replace("FedLAMA phi=2", "FedLAMA B"))
-    said = ("(this sweep would train over its run 'FedAvg x1' seed 0 with this recipe's settings; its other 1 run(s) "
-            "would stay on disk, but no report could be made of them)")
+    said = (
+        "(this sweep would train over its run 'FedAvg x1' seed 0 with this recipe's settings; its other 1 run(s) "
+        "would stay on disk, but no report could be made of them)"
+    )
     before = files_of(root)
     code, _, err = fedcli(sweep_args(b, root), capsys)
     assert code == 2 and said in " ".join(err.split()), err
     assert files_of(root) == before
     code, _, err = fedcli(sweep_args(b, root, "--overwrite", "--quiet"), capsys)
-    assert code == 0 and f"fedcli sweep: --overwrite: --out {root} holds the sweep of {(tmp_path / 'a.toml').resolve()}" \
-        in " ".join(err.split()) and said in " ".join(err.split()), err
+    assert (
+        code == 0
+        and f"fedcli sweep: --overwrite: --out {root} holds the sweep of {(tmp_path / 'a.toml').resolve()}"
+        in " ".join(err.split())
+        and said in " ".join(err.split())
+    ), err
     lama = {k: v for k, v in before.items() if k.startswith("fedlama-phi-2/")}
     assert lama and {k: v for k, v in files_of(root).items() if k.startswith("fedlama-phi-2/")} == lama
     assert json.loads((root / "fedavg-x1" / "seed0" / "manifest.json").read_text())["config"]["tau"] == 3

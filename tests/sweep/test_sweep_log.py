@@ -1,7 +1,8 @@
 """A sweep with stderr going to a file (a Slurm job's log, ``nohup``): one plain line per event while it runs (a run
 started, its evaluations, a run done), none cut at 80 columns, and a first time estimate that is honest: within
 :data:`FACTOR` of the sweep's actual wall time on a small real sweep (issue 30). The compute-only figure the estimate
-used to print (a lower bound: ">= 4 s" for a sweep of 47 s) falls outside that factor here, which the test checks too."""
+used to print (a lower bound: ">= 4 s" for a sweep of 47 s) falls outside that factor here, which the test checks
+too."""
 
 import os
 import re
@@ -34,8 +35,12 @@ def test_sweep_log_lines_while_it_runs_and_an_honest_first_estimate(tmp_path):
     log = tmp_path / "log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "FEDCLI_CACHE_DIR": str(tmp_path / "cache")}
     with open(log, "w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "fedcli", "sweep", str(recipe), "--seeds", "1", "--out", str(tmp_path / "s")],
-                             stderr=err, stdout=subprocess.DEVNULL, env=env)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "fedcli", "sweep", str(recipe), "--seeds", "1", "--out", str(tmp_path / "s")],
+            stderr=err,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
         try:
             planned = mid = None
             deadline = time.time() + 240

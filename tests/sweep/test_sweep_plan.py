@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedcli.sweep import estimate as est
 from fedcli.config import TrainConfig
+from fedcli.sweep import estimate as est
 from simkit import cli
 
 RECIPE = """\
@@ -60,14 +60,18 @@ def test_plan_says_runs_budget_and_client_steps(tmp_path, capsys):
     text = " ".join(err.split())
     assert "2 runs x 2 seeds = 4 trainings; 0 already completed, 4 to run, 1 at a time" in text
     # the paper's name as the recipe gives it, then the sentence goes on (not "...leave open's setting": issue 57)
-    assert "scale smoke: a reduced version of scale paper, the setting of A paper, Table 9; it checks the pipeline" in text
+    assert (
+        "scale smoke: a reduced version of scale paper, the setting of A paper, Table 9; it checks the pipeline" in text
+    )
     assert "'s setting" not in text
     # 4 trainings x 10 iterations x 2 clients per round (0.5 of 4)
     assert "budget: 10 local iterations per run; 80 client steps; estimated ~" in text
     assert "an estimate; basis: model compute" in text and "measured model step (mlp/b32" in text
     assert "start-up" in text and "per worker process, once" in text and "data loading digits" in text
     assert "measured on this machine" in text or "measured now on this machine" in text
-    code, _, err = cli(["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys)
+    code, _, err = cli(
+        ["sweep", str(r), "--scale", "paper", "--dry-run", "--quiet", "--out", str(tmp_path / "p")], capsys
+    )
     assert code == 0 and "client steps" not in err  # --quiet: no plan
 
 
@@ -80,8 +84,22 @@ def test_the_plan_says_where_runs_go_without_a_gpu(tmp_path, capsys, monkeypatch
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{Path(sys.executable).parent}")
     r = tmp_path / "r.toml"
     r.write_text(RECIPE)
-    code, _, err = cli(["sweep", str(r), "--scale", "smoke", "--dry-run", "--runs-per-gpu", "auto", "--jobs", "2",
-                        "--out", str(tmp_path / "s")], capsys)
+    code, _, err = cli(
+        [
+            "sweep",
+            str(r),
+            "--scale",
+            "smoke",
+            "--dry-run",
+            "--runs-per-gpu",
+            "auto",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path / "s"),
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "  devices: no CUDA device: runs on the CPU" in err.splitlines(), err
 
@@ -90,10 +108,13 @@ def test_runs_per_job_is_refused_with_the_local_executor(tmp_path, capsys):
     """Issue 47: `--runs-per-job 2` with the local executor was accepted silently; it packs runs into a Slurm job."""
     r = tmp_path / "r.toml"
     r.write_text(RECIPE)
-    code, _, err = cli(["sweep", str(r), "--scale", "smoke", "--runs-per-job", "2", "--out", str(tmp_path / "s")], capsys)
+    code, _, err = cli(
+        ["sweep", str(r), "--scale", "smoke", "--runs-per-job", "2", "--out", str(tmp_path / "s")], capsys
+    )
     assert code == 2 and err.strip().splitlines() == [
         "fedcli: error: --runs-per-job 2 packs runs into one Slurm job: it applies to --executor slurm only (local "
-        "runs: --jobs runs at a time, --runs-per-gpu on a GPU)"], err
+        "runs: --jobs runs at a time, --runs-per-gpu on a GPU)"
+    ], err
     assert not (tmp_path / "s").exists()
 
 
@@ -153,14 +174,25 @@ def test_estimate_accounts_for_the_load_it_detects(monkeypatch):
     monkeypatch.setattr(est.os, "getloadavg", lambda: (7.0, 7.0, 7.0))
     e = est.estimate([planned("a", iterations=100)], [], jobs=1)
     idle = 2.0 + 0.5 + 2.0  # start-up, setup, 200 client steps x 10 ms
-    assert e.seconds == pytest.approx(idle) and e.load.factor == pytest.approx(4.0) and e.loaded_s == pytest.approx(4 * idle)
-    assert "estimated ~18 s on this machine at its current load (load 7.0 on 2 cores, runs about x4 slower than idle; " \
-           "~4.5 s idle)" in e.text()
+    assert (
+        e.seconds == pytest.approx(idle)
+        and e.load.factor == pytest.approx(4.0)
+        and e.loaded_s == pytest.approx(4 * idle)
+    )
+    assert (
+        "estimated ~18 s on this machine at its current load (load 7.0 on 2 cores, runs about x4 slower than idle; "
+        "~4.5 s idle)" in e.text()
+    )
     e = est.estimate([planned("a", iterations=100)], [], jobs=2)  # two runs of one thread: 2 / (7 + 2) of a core each
     assert e.load.factor == pytest.approx(4.5)
     # calibrated on completed runs: their wall times carry the load they ran under, so it is not counted twice
     e = est.estimate([planned("a", iterations=100)], [planned("c", iterations=100, wall_s=9.0)], jobs=1)
-    assert e.calibrated == 1 and e.load is None and e.seconds == pytest.approx(9.0 + 2.0) and "current load" not in e.text()
+    assert (
+        e.calibrated == 1
+        and e.load is None
+        and e.seconds == pytest.approx(9.0 + 2.0)
+        and "current load" not in e.text()
+    )
     monkeypatch.setattr(est.os, "getloadavg", lambda: (0.5, 0.5, 0.5))  # an idle machine: the idle time, as before
     e = est.estimate([planned("a", iterations=100)], [], jobs=1)
     assert e.load.factor == 1.0 and "estimated ~4.5 s on this machine at 1 torch thread(s)" in e.text()
@@ -168,7 +200,8 @@ def test_estimate_accounts_for_the_load_it_detects(monkeypatch):
 
 def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypatch, tmp_path):
     """Inside shared_measurements() (one `fedcli sweep --dry-run`, which estimates the plan and then each Slurm job)
-    the second estimate reuses the first's step time and its failed probe of a missing dataset; outside, each measures."""
+    the second estimate reuses the first's step time and its failed probe of a missing dataset; outside, each
+    measures."""
     monkeypatch.setenv("FEDCLI_CACHE_DIR", str(tmp_path / "cache"))
     calls = {"step": 0, "probe": 0}
 
@@ -178,8 +211,13 @@ def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypat
 
     def probe(jobs, reference):
         calls["probe"] += 1
-        return {"data": {}, "part": {}, "failed": {j["key"]: "not found" for j in jobs}, "startup": 1.0,
-                "reference": (0.5, 0.001)}, False
+        return {
+            "data": {},
+            "part": {},
+            "failed": {j["key"]: "not found" for j in jobs},
+            "startup": 1.0,
+            "reference": (0.5, 0.001),
+        }, False
 
     monkeypatch.setattr(est, "measure_step", step)
     monkeypatch.setattr(est, "_probe", probe)
@@ -215,4 +253,10 @@ def test_local_epoch_runs_read_the_data_size():
 
 
 def test_durations():
-    assert [est.fmt_duration(s) for s in (5, 90, 7200, 86400 * 3, math.inf)] == ["5 s", "1.5 min", "2.0 h", "3.0 days", "?"]
+    assert [est.fmt_duration(s) for s in (5, 90, 7200, 86400 * 3, math.inf)] == [
+        "5 s",
+        "1.5 min",
+        "2.0 h",
+        "3.0 days",
+        "?",
+    ]

@@ -13,8 +13,15 @@ HEAD = "round,iteration,test_acc,train_loss\n"
 def planned(tmp_path, name, seed, iterations=100):
     d = tmp_path / name / f"seed{seed}"
     d.mkdir(parents=True)
-    return SimpleNamespace(name=name, seed=seed, rel=f"{name}/seed{seed}", dir=d, config={"iterations": iterations, "rounds": 0},
-                           label=f"{name} seed {seed}", wall_s=None)
+    return SimpleNamespace(
+        name=name,
+        seed=seed,
+        rel=f"{name}/seed{seed}",
+        dir=d,
+        config={"iterations": iterations, "rounds": 0},
+        label=f"{name} seed {seed}",
+        wall_s=None,
+    )
 
 
 def clocked(prog, now):
@@ -69,8 +76,10 @@ def test_lines_mode_says_each_event_once(tmp_path):
     now, log = [0.0], io.StringIO()
     prog = clocked(SweepProgress(runs, 2, est, mode="lines", stream=log), now)
     prog.tick()
-    assert log.getvalue().splitlines() == ["fedcli sweep: started a seed 0  [0/3, elapsed 0:00:00  remaining 0:00:15]",
-                                           "fedcli sweep: started b seed 0  [0/3, elapsed 0:00:00  remaining 0:00:15]"]
+    assert log.getvalue().splitlines() == [
+        "fedcli sweep: started a seed 0  [0/3, elapsed 0:00:00  remaining 0:00:15]",
+        "fedcli sweep: started b seed 0  [0/3, elapsed 0:00:00  remaining 0:00:15]",
+    ]
     log.seek(0), log.truncate()
     (runs[0].dir / "metrics.csv").write_text(HEAD + "1,5,0.25,2.5\n")
     now[0] = 1.0
@@ -84,7 +93,8 @@ def test_lines_mode_says_each_event_once(tmp_path):
     lines = log.getvalue().splitlines()
     assert [line.split("  [")[0] for line in lines] == [
         "fedcli sweep: a seed 0: iteration 5/100 (5.0%)  round 1  acc 25.00%  loss 2.5000",
-        "fedcli sweep: a seed 0: iteration 12/100 (12.0%)  round 3  acc 40.00%  loss 1.5000"]
+        "fedcli sweep: a seed 0: iteration 12/100 (12.0%)  round 3  acc 40.00%  loss 1.5000",
+    ]
     log.seek(0), log.truncate()
     (runs[0].dir / "metrics.csv").write_text(HEAD + "4,14,0.45,1.4\n")
     now[0] = 64.0  # the same tenth, but a minute after its last line: said

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from fedcli.cli.main import main
-from fedcli.results.stopfile import request_stop
 import runkit
 import sweepkit
+from fedcli.cli.main import main
+from fedcli.results.stopfile import request_stop
 from runkit import rows
 
 # the sweep tests' tiny recipe (digits, MLP 32) with one run: at the smoke scale 4 rounds of 2 iterations, a row each
@@ -35,7 +35,9 @@ def test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it(tmp_path, caps
     out, err = capsys.readouterr()
     assert "pruned (kept)" in out and "hopeless" in out and "(skip)" in out, out
     assert "1 already completed, 1 pruned (kept), 0 to run" in err, err
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root)]) == 0  # nothing run: the pruned run stays as it is
+    assert (
+        main(["sweep", str(recipe), "--scale", "smoke", "--out", str(root)]) == 0
+    )  # nothing run: the pruned run stays as it is
     err = capsys.readouterr().err
     assert "nothing to run" in err and "1 pruned" in err, err
     assert {p.name: p.read_bytes() for p in run0.iterdir() if p.is_file()} == before

@@ -18,12 +18,15 @@ from sweepkit import SYSTEM_BASE
 
 SLOW, FAST = "constant:3e4", "constant:3e6"
 
-RECIPE = """\
+RECIPE = (
+    """\
 title = "re-timed"
 paper = "a test of re-timed runs"
 seeds = 1
 
-""" + SYSTEM_BASE + """\
+"""
+    + SYSTEM_BASE
+    + """\
 iterations = 24
 lr = 0.1
 
@@ -92,6 +95,7 @@ panels = [
   { title = "fast", runs = ["FedAvg fast", "FedLAMA fast"] },
 ]
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +119,17 @@ def test_a_retimed_run_is_the_run_trained_with_its_options(swept):
     from fedcli.report.core import find_sweeps
 
     sweep = find_sweeps(swept / "out")[0]
-    runs, problems = sweep.status(["FedAvg", "FedAvg slow", "FedAvg fast", "FedAvg trained fast", "FedLAMA",
-                                   "FedLAMA fast", "FedLAMA trained fast"])
+    runs, problems = sweep.status(
+        [
+            "FedAvg",
+            "FedAvg slow",
+            "FedAvg fast",
+            "FedAvg trained fast",
+            "FedLAMA",
+            "FedLAMA fast",
+            "FedLAMA trained fast",
+        ]
+    )
     assert not problems
     for algo in ("FedAvg", "FedLAMA"):
         trained, retimed = sim_times(runs[f"{algo} trained fast"][0]), sim_times(runs[f"{algo} fast"][0])
@@ -169,8 +182,10 @@ def test_the_plan_says_what_is_trained_and_what_is_retimed(tmp_path, capsys):
     code, out, err = cli(["sweep", str(recipe), "--dry-run", "--out", str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert "4 runs x 1 seed = 4 trainings" in err
-    assert ("re-timed: 2 of the 4 trainings (FedAvg, FedLAMA) re-timed at 2 uplink bandwidths (constant:3e4, "
-            "constant:3e6), 2 each: 4 runs of the report from their records, not trained") in err, err
+    assert (
+        "re-timed: 2 of the 4 trainings (FedAvg, FedLAMA) re-timed at 2 uplink bandwidths (constant:3e4, "
+        "constant:3e6), 2 each: 4 runs of the report from their records, not trained"
+    ) in err, err
     assert not (tmp_path / "out").exists()
     # --quiet: the table alone, a row for each re-timed run
     code, out, err = cli(["sweep", str(recipe), "--dry-run", "--quiet", "--out", str(tmp_path / "out")], capsys)
@@ -207,13 +222,18 @@ def test_crossing_where_the_advantage_flips_by_hand():
     assert human(3e4, "B/s") == "30 KB/s" and human(3e7, "B/s") == "30 MB/s" and human(0.05, "s") == "50 ms"
 
 
-@pytest.mark.parametrize("change, said", [
-    ('uplink = "constant:3e4"\nlatency', "cannot be re-timed: it was trained with --deadline 5"),
-    ("retime = [\n  { name = \"FedAvg slow\", uplink = \"constant:3e4\" },",
-     "'deadline' is not an option a run is re-timed under"),
-    ("retime = [\n  { name = \"FedAvg slow\", uplink = \"constant:3e4\" },", "run name 'FedAvg' is used twice"),
-    ("retime = [\n  { name = \"FedAvg slow\", uplink = \"constant:3e4\" },", "--uplink"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ('uplink = "constant:3e4"\nlatency', "cannot be re-timed: it was trained with --deadline 5"),
+        (
+            'retime = [\n  { name = "FedAvg slow", uplink = "constant:3e4" },',
+            "'deadline' is not an option a run is re-timed under",
+        ),
+        ('retime = [\n  { name = "FedAvg slow", uplink = "constant:3e4" },', "run name 'FedAvg' is used twice"),
+        ('retime = [\n  { name = "FedAvg slow", uplink = "constant:3e4" },', "--uplink"),
+    ],
+)
 def test_bad_retime_is_one_line_exit_2_nothing_written(tmp_path, capsys, change, said):
     text = RECIPE
     if said.startswith("cannot"):  # a deadline: training depended on the system model

@@ -12,7 +12,8 @@ import pytest
 from fedcli.tune.confirm import confirmed, run_confirm
 from runkit import error_lines
 from simkit import cli
-from tunekit import build_study, last2 as _last2, table_recipe
+from tunekit import build_study, table_recipe
+from tunekit import last2 as _last2
 
 TABLE = table_recipe([{"name": "FedAvg", "algo": "fedavg", "tau": 2}])
 
@@ -20,8 +21,18 @@ TABLE = table_recipe([{"name": "FedAvg", "algo": "fedavg", "tau": 2}])
 @pytest.fixture(scope="module")
 def confirmed_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("confirm") / "study"
-    build_study(root, {"fedavg": [{"params": {"lr": 0.1}}, {"params": {"lr": 0.5}}, {"params": {"lr": 0.3}},
-                                  {"params": {"lr": 0.02}, "prune_at": 4}]}, grid_size=None)
+    build_study(
+        root,
+        {
+            "fedavg": [
+                {"params": {"lr": 0.1}},
+                {"params": {"lr": 0.5}},
+                {"params": {"lr": 0.3}},
+                {"params": {"lr": 0.02}, "prune_at": 4},
+            ]
+        },
+        grid_size=None,
+    )
     result = run_confirm(root, top=2, seeds=2, in_process=True)
     return root, result
 
@@ -34,7 +45,8 @@ def test_run_confirm_reruns_the_top_k_over_seeds(confirmed_study):
     assert [(r["study"], r["number"]) for r in mapping["rows"]] == [("fedavg", n) for n in top2]
     sweep = json.loads((root / "confirm" / "sweep.json").read_text())
     assert sorted((e["name"], e["seed"], e["status"]) for e in sweep["runs"]) == sorted(
-        (f"fedavg trial {n}", s, "completed") for n in top2 for s in (0, 1))
+        (f"fedavg trial {n}", s, "completed") for n in top2 for s in (0, 1)
+    )
     for e in sweep["runs"]:  # each row at its trial's params, the study's base otherwise
         n = int(e["name"].split()[-1])
         assert e["config"]["lr"] == {0: 0.1, 1: 0.5, 2: 0.3}[n] and e["config"]["val_fraction"] == 0.2
@@ -42,8 +54,14 @@ def test_run_confirm_reruns_the_top_k_over_seeds(confirmed_study):
     for n in top2:
         seed0 = root / "confirm" / f"fedavg-trial-{n}" / "seed0"
         assert _last2(seed0) == pytest.approx(trials[n])
-    means = {n: (_last2(root / "confirm" / f"fedavg-trial-{n}" / "seed0") + _last2(root / "confirm" / f"fedavg-trial-{n}" / "seed1")) / 2
-             for n in top2}
+    means = {
+        n: (
+            _last2(root / "confirm" / f"fedavg-trial-{n}" / "seed0")
+            + _last2(root / "confirm" / f"fedavg-trial-{n}" / "seed1")
+        )
+        / 2
+        for n in top2
+    }
     got = confirmed(root)["fedavg"]
     assert got["best"]["number"] == max(means, key=lambda n: (means[n], -n))
     assert got["best"]["mean"] == pytest.approx(max(means.values())) and got["best"]["seeds"] == 2
@@ -73,7 +91,9 @@ def test_sweep_tuned_runs_each_row_at_its_confirmed_best_and_the_paper_says_how(
     best = confirmed(root)["fedavg"]["best"]
     (tmp_path / "table.toml").write_text(TABLE)
     out = tmp_path / "tuned"
-    code, _, err = cli(["sweep", str(tmp_path / "table.toml"), "--tuned", str(root), "--in-process", "-q", "--out", str(out)], capsys)
+    code, _, err = cli(
+        ["sweep", str(tmp_path / "table.toml"), "--tuned", str(root), "--in-process", "-q", "--out", str(out)], capsys
+    )
     assert code == 0, err
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["runs"][0]["config"]["lr"] == best["params"]["lr"]
@@ -95,7 +115,8 @@ def test_sweep_tuned_refuses_a_row_without_a_study(confirmed_study, tmp_path, ca
     code, _, err = cli(["sweep", str(tmp_path / "table.toml"), "--tuned", str(root), "--out", str(out)], capsys)
     assert code == 2 and error_lines(err) == [
         f"fedcli: error: --tuned {root}: run 'FedProx' of the recipe has no study there (it would be 'fedprox'; the "
-        f"studies: fedavg); tune it with `fedcli tune`"]
+        f"studies: fedavg); tune it with `fedcli tune`"
+    ]
     assert not out.exists()
 
 
@@ -103,7 +124,9 @@ def test_sweep_tuned_refuses_a_study_not_confirmed(tmp_path, capsys):
     root = build_study(tmp_path / "study", {"fedavg": [{"params": {"lr": 0.1}}]})
     (tmp_path / "table.toml").write_text(TABLE)
     capsys.readouterr()  # the training's own lines
-    code, _, err = cli(["sweep", str(tmp_path / "table.toml"), "--tuned", str(root), "--out", str(tmp_path / "o")], capsys)
+    code, _, err = cli(
+        ["sweep", str(tmp_path / "table.toml"), "--tuned", str(root), "--out", str(tmp_path / "o")], capsys
+    )
     assert code == 2 and len(error_lines(err)) == 1 and "has no confirmed configuration" in err
     assert not (tmp_path / "o").exists()
 
@@ -140,7 +163,9 @@ def test_tune_confirm_from_the_command_line(tmp_path, capsys):
     assert code == 0, err
     sweep = json.loads((root / "confirm" / "sweep.json").read_text())
     assert sorted((e["name"], e["seed"], e["status"]) for e in sweep["runs"]) == [
-        (f"fedavg trial {best}", 0, "completed"), (f"fedavg trial {best}", 1, "completed")]
+        (f"fedavg trial {best}", 0, "completed"),
+        (f"fedavg trial {best}", 1, "completed"),
+    ]
     assert f"confirmed fedavg: trial {best} " in err
     code, out, err = cli(["tune", str(tmp_path), "--confirm", "1"], capsys)
     assert code == 2 and len(error_lines(err)) == 1 and "not a study folder" in err

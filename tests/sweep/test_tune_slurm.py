@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
 
 from fedcli.sweep.slurm import ACTIVE, job_states
+from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
@@ -31,7 +31,18 @@ def env():
 
 
 def command(path: Path, root: Path, *more) -> list[str]:
-    return [sys.executable, "-m", "fedcli", "tune", str(path), "--out", str(root), "--executor", "slurm", *map(str, more)]
+    return [
+        sys.executable,
+        "-m",
+        "fedcli",
+        "tune",
+        str(path),
+        "--out",
+        str(root),
+        "--executor",
+        "slurm",
+        *map(str, more),
+    ]
 
 
 def tune(cmd, timeout=400) -> subprocess.CompletedProcess:
@@ -79,7 +90,11 @@ def test_a_study_of_slurm_jobs(slurm, tmp_path):
     p = tune(command(path, root, "--jobs", 2))
     rows = trials_csv(root)
     assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "COMPLETE"), ("2", "COMPLETE")]
-    assert sorted(x.name for x in (root / "fedavg").iterdir() if x.is_dir()) == ["trial-0000", "trial-0001", "trial-0002"]
+    assert sorted(x.name for x in (root / "fedavg").iterdir() if x.is_dir()) == [
+        "trial-0000",
+        "trial-0001",
+        "trial-0002",
+    ]
     objective = parse_objective({"metric": "val_acc", "reduce": "last3"}, "")
     ids = set()
     for r in rows:
@@ -94,16 +109,18 @@ def test_a_study_of_slurm_jobs(slurm, tmp_path):
     assert len(ids) == 3 and p.stderr.count("submit ") == 3
 
 
-@pytest.mark.long(reason="a Slurm job trained until the coordinator's poll sees a quarter of 4,000 iterations (about "
-                         "10 s)")
+@pytest.mark.long(
+    reason="a Slurm job trained until the coordinator's poll sees a quarter of 4,000 iterations (about 10 s)"
+)
 def test_a_hopeless_trial_is_pruned_in_its_job(slurm, tmp_path):
     """lr 1e-6 learns nothing: the coordinator (here, the login node) writes the stop file once the run has trained a
     quarter of its budget; the job's training closes pruned within one round (exit 5 in the job file), and the trial is
     PRUNED there."""
     from fedcli.results.stopfile import read_stop
 
-    path = tune_recipe(tmp_path / "r.toml", trials=1, iterations=4000, eval_every=40, sampler="grid",
-                       space="lr = { choices = [1e-6] }")
+    path = tune_recipe(
+        tmp_path / "r.toml", trials=1, iterations=4000, eval_every=40, sampler="grid", space="lr = { choices = [1e-6] }"
+    )
     root = tmp_path / "study"
     tune(command(path, root))
     [r] = trials_csv(root)
@@ -152,7 +169,9 @@ def test_a_trial_whose_job_is_cancelled_is_resumed_in_a_new_job(slurm, tmp_path)
     sees the job gone before the training ended and resumes the run in a new job under the same trial number."""
     path = tune_recipe(tmp_path / "r.toml", trials=1, iterations=12000, eval_every=400)
     root = tmp_path / "study"
-    coord = subprocess.Popen(command(path, root), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    coord = subprocess.Popen(
+        command(path, root), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     run0 = root / "fedavg" / "trial-0000"
     try:
         wait_training(coord, run0)

@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+
 from runkit import run_forked
 from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
+
 
 def write_recipe(tmp_path, name="r.toml", **kw) -> Path:
     return tune_recipe(tmp_path / name, **kw)
@@ -66,8 +68,11 @@ def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
     root = tmp_path / "study"
     tune([path, "--out", root])
     rows = trials_csv(root)
-    assert [(r["number"], r["state"], r["baseline"]) for r in rows] == [("0", "COMPLETE", "1"), ("1", "COMPLETE", "0"),
-                                                                        ("2", "COMPLETE", "0")]
+    assert [(r["number"], r["state"], r["baseline"]) for r in rows] == [
+        ("0", "COMPLETE", "1"),
+        ("1", "COMPLETE", "0"),
+        ("2", "COMPLETE", "0"),
+    ]
     assert float(rows[0]["params_lr"]) == 0.3
     rec = json.loads((root / "tune.json").read_text())
     assert rec["kind"] == "fedcli-tune" and rec["select_on"] == "validation" and rec["storage"] == "journal"
@@ -77,8 +82,12 @@ def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
         run = root / r["run"]
         m = manifest(run)
         assert m["status"] == "completed"
-        assert m["tune"] == {"study": "fedavg", "number": int(r["number"]), "params": {"lr": float(r["params_lr"])},
-                             "baseline": r["number"] == "0"}
+        assert m["tune"] == {
+            "study": "fedavg",
+            "number": int(r["number"]),
+            "params": {"lr": float(r["params_lr"])},
+            "baseline": r["number"] == "0",
+        }
         assert m["config"]["lr"] == float(r["params_lr"])
         assert float(r["value"]) == value(run, objective)
         assert "lr = " in (run / "recipe.toml").read_text()
@@ -147,16 +156,20 @@ def test_selection_ignores_a_poisoned_test_set(tmp_path):
         text = (run / "metrics.csv").read_text().splitlines()
         cols = text[0].split(",")
         i = cols.index("test_acc")
-        poisoned = [text[0]] + [",".join(c if j != i else ("1.0" if r is worst else "0.0") for j, c in enumerate(line.split(",")))
-                                for line in text[1:]]
+        poisoned = [text[0]] + [
+            ",".join(c if j != i else ("1.0" if r is worst else "0.0") for j, c in enumerate(line.split(",")))
+            for line in text[1:]
+        ]
         (run / "metrics.csv").write_text("\n".join(poisoned) + "\n")
     again = {r["number"]: value(root / r["run"], objective) for r in rows}
     assert max(again, key=again.get) == chosen
     assert value(root / worst["run"], parse_objective({"metric": "val_acc"}, ""), select_on="test") == 1.0
 
 
-@pytest.mark.long(reason="16 trainings on 2 cores (about a minute); the crash between ask and first write is held by "
-                         "test_crash_between_ask_and_first_write")
+@pytest.mark.long(
+    reason="16 trainings on 2 cores (about a minute); the crash between ask and first write is held by "
+    "test_crash_between_ask_and_first_write"
+)
 def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
     """8 trials, --jobs 2: SIGKILL the coordinator with trials complete and trials running; the same command again ends
     with trials 0..7 exactly once, the finished ones' parameters unchanged, the interrupted ones resumed from their
@@ -173,7 +186,11 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
             return None
         rows = trials_csv(root)
         done = [r for r in rows if r["state"] == "COMPLETE"]
-        running = [r for r in rows if r["state"] == "RUNNING" and (root / "fedavg" / f"trial-{int(r['number']):04d}" / "metrics.csv").exists()]
+        running = [
+            r
+            for r in rows
+            if r["state"] == "RUNNING" and (root / "fedavg" / f"trial-{int(r['number']):04d}" / "metrics.csv").exists()
+        ]
         ready = [r for r in running if len(metrics(root / "fedavg" / f"trial-{int(r['number']):04d}")) >= 2]
         return (done, ready) if len(done) >= 2 and ready else None
 
@@ -202,8 +219,23 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
     for n in resumed:  # bitwise: the uninterrupted run of the same recipe gives the same metrics
         run = root / "fedavg" / f"trial-{int(n):04d}"
         ref = tmp_path / f"ref{n}"
-        p = subprocess.run([sys.executable, "-m", "fedcli", "train", "--recipe", str(run.parent / f"{run.name}.toml"),
-                            "--out", str(ref), "--quiet"], env=env(), capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fedcli",
+                "train",
+                "--recipe",
+                str(run.parent / f"{run.name}.toml"),
+                "--out",
+                str(ref),
+                "--quiet",
+            ],
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr[-1000:]
         assert metrics(run) == metrics(ref)
 
@@ -211,7 +243,8 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
 def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
     """A grid where half the learning rates learn nothing (1e-6: validation accuracy 0.04 on digits, under chance 0.1 +
     0.05): the coordinator asks those two to stop once they have trained a quarter of the budget, saying why; with the
-    engine's side (the stop file), they end pruned where they stopped with their checkpoint, and --promote finishes one."""
+    engine's side (the stop file), they end pruned where they stopped with their checkpoint, and --promote finishes
+    one."""
     from fedcli.results.stopfile import read_stop
 
     # 4,000 iterations (a few seconds a trial): long enough that the coordinator's poll (every 0.5 s) sees the
@@ -262,15 +295,18 @@ def test_a_diverged_trial_is_told_the_worst_value(tmp_path):
     assert float(rows[0.3]["value"]) > 0.3
     m = manifest(root / rows[1000.0]["run"])
     assert m["status"] == "failed" and m["reason"] == "diverged"
-    study = optuna.load_study(study_name="r/fedavg", storage=JournalStorage(JournalFileBackend(str(root / "optuna.journal"))))
+    study = optuna.load_study(
+        study_name="r/fedavg", storage=JournalStorage(JournalFileBackend(str(root / "optuna.journal")))
+    )
     assert [t.user_attrs.get("diverged", False) for t in study.trials if t.params["lr"] == 1000.0] == [True]
 
 
 def test_the_last_trial_of_a_grid_told_pruned(tmp_path):
     """A grid whose last (here only) trial is pruned: Optuna's grid sampler stops the study as that trial is told
     PRUNED (RuntimeError "Study.stop" outside an optimize loop); the coordinator ends normally, the trial PRUNED."""
-    path = write_recipe(tmp_path, trials=1, iterations=4000, eval_every=40, sampler="grid",
-                        space="lr = { choices = [1e-6] }")
+    path = write_recipe(
+        tmp_path, trials=1, iterations=4000, eval_every=40, sampler="grid", space="lr = { choices = [1e-6] }"
+    )
     root = tmp_path / "study"
     tune([path, "--out", root])
     [r] = trials_csv(root)

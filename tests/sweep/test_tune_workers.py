@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from pgkit import files_holding
 from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
 
@@ -35,8 +36,14 @@ def env(**more):
 
 
 def tune(args, check=True, timeout=500, **more) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "fedcli", "tune", *map(str, args)], env=env(**more), capture_output=True,
-                       text=True, timeout=timeout, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedcli", "tune", *map(str, args)],
+        env=env(**more),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
@@ -114,8 +121,9 @@ def test_four_workers_ask_each_enqueued_configuration_exactly_once(kind, tmp_pat
     assert sorted(t["lr"] for t in told) == sorted(CONFIGS)
     from fedcli.tune.storages import Shared
 
-    trials = optuna.load_study(study_name=plan.studies[0].optuna_study,
-                               storage=Shared(*plan.storage, plan.root).storage).get_trials()
+    trials = optuna.load_study(
+        study_name=plan.studies[0].optuna_study, storage=Shared(*plan.storage, plan.root).storage
+    ).get_trials()
     assert len(trials) == 6 and {t.state.name for t in trials} == {"COMPLETE"}
     assert {t.number: t.user_attrs["worker"]["index"] for t in trials} == {t["number"]: t["worker"] for t in told}
 
@@ -133,11 +141,11 @@ def race(url: str, out: str, locked: bool, root: str, start) -> None:
     got = []
     start.wait(timeout=60)
     try:
-        while (x := (t := study.ask()).suggest_int("x", 0, 10 ** 6)) < 40:
+        while (x := (t := study.ask()).suggest_int("x", 0, 10**6)) < 40:
             got.append(x)
             study.tell(t, float(x))
         study.tell(t, state=optuna.trial.TrialState.FAIL)
-    except Exception as e:  # noqa: BLE001 - what the unlocked storage does under contention is the point
+    except Exception as e:
         got.append(f"{type(e).__name__}")
     Path(out).write_text(json.dumps(got))
 
@@ -206,8 +214,10 @@ def test_an_orphan_is_claimed_once_and_a_locked_run_never(tmp_path):
     w1, w2 = Worker(plan, shared, 1), Worker(plan, shared, 2)
     run_dir = plan.root / "fedavg" / f"trial-{dead['number']:04d}"
     run_dir.mkdir(parents=True)
-    code = (f"import time; from fedcli.results.lock import RunLock; RunLock({str(run_dir)!r}).acquire(); "
-            f"print('held', flush=True); time.sleep(60)")
+    code = (
+        f"import time; from fedcli.results.lock import RunLock; RunLock({str(run_dir)!r}).acquire(); "
+        f"print('held', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], env=env(), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -257,11 +267,13 @@ def test_storage_rules_refused_in_one_sentence_before_anything_is_written(tmp_pa
     without workers, --jobs with workers: exit 2, one line, no folder; pinned with --nodelist, the plan is accepted."""
     path = tune_recipe(tmp_path / "r.toml", trials=2)
     root = tmp_path / "study"
-    cases = [(["--executor", "slurm", "--study-workers", 2], "pin them to one node with --sbatch=--nodelist=NODE"),
-             (["--executor", "slurm", "--study-workers", 2, "--storage", "sqlite"], "the sqlite file's locks"),
-             (["--study-workers", 2, "--storage", "mysql+pymysql://u:pw@h/db"], "a mysql database cannot be shared"),
-             (["--wait"], "--wait follows study workers"),
-             (["--study-workers", 2, "--jobs", 2], "each of the K workers trains one trial at a time")]
+    cases = [
+        (["--executor", "slurm", "--study-workers", 2], "pin them to one node with --sbatch=--nodelist=NODE"),
+        (["--executor", "slurm", "--study-workers", 2, "--storage", "sqlite"], "the sqlite file's locks"),
+        (["--study-workers", 2, "--storage", "mysql+pymysql://u:pw@h/db"], "a mysql database cannot be shared"),
+        (["--wait"], "--wait follows study workers"),
+        (["--study-workers", 2, "--jobs", 2], "each of the K workers trains one trial at a time"),
+    ]
     for args, said in cases:
         p = tune([path, "--out", root, *args, "--dry-run"], check=False)
         assert p.returncode == 2 and said in p.stderr, (args, p.stderr[-1500:])
@@ -315,8 +327,11 @@ def training(root: Path, storage, cache: dict):
     except KeyError:  # tune.json is written before the study is created
         return None
     for t in trials:
-        if t.state.name == "RUNNING" and "worker" in t.user_attrs \
-                and evaluations(root / "fedavg" / f"trial-{t.number:04d}") >= 3:
+        if (
+            t.state.name == "RUNNING"
+            and "worker" in t.user_attrs
+            and evaluations(root / "fedavg" / f"trial-{t.number:04d}") >= 3
+        ):
             return t.number, t.user_attrs["worker"]
     return None
 
@@ -333,13 +348,18 @@ def test_sigkill_of_a_local_worker_its_trial_adopted_by_the_other(tmp_path):
     with exactly 4 trials, 0..3, each completed once."""
     path = tune_recipe(tmp_path / "r.toml", trials=4, iterations=400, eval_every=20)
     root = tmp_path / "study"
-    launcher = subprocess.Popen([sys.executable, "-m", "fedcli", "tune", str(path), "--out", str(root),
-                                 "--study-workers", "2", "--wait"], env=env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", "tune", str(path), "--out", str(root), "--study-workers", "2", "--wait"],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     cache: dict = {}
     try:
-        number, owner = wait_for(lambda: training(root, ("journal", str(root / "optuna.journal")), cache), 240,
-                                 "no trial trained")
+        number, owner = wait_for(
+            lambda: training(root, ("journal", str(root / "optuna.journal")), cache), 240, "no trial trained"
+        )
         os.kill(owner["pid"], signal.SIGKILL)
         _, err = launcher.communicate(timeout=400)
     finally:
@@ -391,8 +411,10 @@ def slurm_states(root: Path) -> dict:
     return job_states(ids)
 
 
-@pytest.mark.long(reason="2 Slurm workers on PostgreSQL train 6 trials, one scancelled mid-trial, then the same "
-                         "study on a journal (192 s measured)")
+@pytest.mark.long(
+    reason="2 Slurm workers on PostgreSQL train 6 trials, one scancelled mid-trial, then the same "
+    "study on a journal (192 s measured)"
+)
 def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     """2 Slurm worker jobs, PostgreSQL (env:NAME), 6 trials of 400 iterations; the job of a worker whose trial has
     evaluated 3 times is scancelled: the other worker (or a new one, the same command again) adopts the trial and
@@ -404,12 +426,18 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     path = tune_recipe(tmp_path / "r.toml", trials=6, iterations=400, eval_every=20)
     root = tmp_path / "pg"
     cmd = [path, "--out", root, "--executor", "slurm", "--study-workers", 2, "--storage", "env:TUNE_DB", "--wait"]
-    launcher = subprocess.Popen([sys.executable, "-m", "fedcli", "tune", *map(str, cmd)], env=env(TUNE_DB=postgres_url),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "fedcli", "tune", *map(str, cmd)],
+        env=env(TUNE_DB=postgres_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     cache: dict = {}
     try:
-        number, owner = wait_for(lambda: training(root, ("url", postgres_url), cache), 300,
-                                 "no trial trained in a worker job")
+        number, owner = wait_for(
+            lambda: training(root, ("url", postgres_url), cache), 300, "no trial trained in a worker job"
+        )
         subprocess.run(["scancel", owner["job_id"]], check=True)
         _, err = launcher.communicate(timeout=500)
     finally:

@@ -22,8 +22,15 @@ print(cfg.tracker, sorted(m for m in sys.modules if m.startswith("fedcli.tracker
 
 
 def test_config_checks_tracker_names_without_the_trackers_package():
-    p = subprocess.run([sys.executable, "-c", CHECK], check=False, cwd=ROOT, capture_output=True, text=True,
-                       timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    p = subprocess.run(
+        [sys.executable, "-c", CHECK],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["tensorboard", "[]"]
 

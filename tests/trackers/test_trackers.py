@@ -19,8 +19,22 @@ from runkit import run_forked
 from simkit import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ["train", "--iterations", "100", "--eval-every", "20", "--clients", "8", "--mlp-hidden", "32", "--threads", "1",
-         "--workers", "1", "--quiet"]
+TRAIN = [
+    "train",
+    "--iterations",
+    "100",
+    "--eval-every",
+    "20",
+    "--clients",
+    "8",
+    "--mlp-hidden",
+    "32",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+]
 LIBS = ("tensorboard", "mlflow", "wandb")
 
 
@@ -36,14 +50,17 @@ def clean_env(tmp_path, monkeypatch):
 
 
 def finished(run: Path, timeout: float = 240) -> dict:
-    """Wait for the trackers' process of ``run`` (it finishes its end work after ``fedcli train`` returned); its state."""
+    """Wait for the trackers' process of ``run`` (it finishes its end work after ``fedcli train`` returned); its
+    state."""
     import time
 
     from fedcli.trackers import state
 
     deadline = time.monotonic() + timeout
     while not (state.read(run).get("phase") == "done" and state.finishing(run) is None):
-        assert time.monotonic() < deadline, f"the trackers of {run} were still at work after {timeout} s: {state.read(run)}"
+        assert time.monotonic() < deadline, (
+            f"the trackers of {run} were still at work after {timeout} s: {state.read(run)}"
+        )
         time.sleep(0.2)
     return state.read(run)
 
@@ -95,8 +112,8 @@ def wandb_records(run_file: Path) -> list:
         if left < 7:  # a block's tail too short for a chunk header is padding
             pos += left
             continue
-        length, kind = struct.unpack("<HB", data[pos + 4: pos + 7])
-        chunk = data[pos + 7: pos + 7 + length]
+        length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 0 and length == 0:
             continue
@@ -118,7 +135,9 @@ def wandb_run(run: Path) -> dict:
             if kind == "history":
                 step = rec.history.step.num
                 assert step not in out["history"], f"step {step} twice"
-                out["history"][step] = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+                out["history"][step] = {
+                    i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item
+                }
             elif kind == "run":
                 out["runs"].append(rec.run)
                 out["config"].update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
@@ -144,23 +163,35 @@ def test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures(clean_e
     for key in ("test_acc", "test_loss", "train_loss", "comm_params", "comm_bytes"):
         events = acc.Scalars(key)
         assert [e.step for e in events] == [int(r["iteration"]) for r in rows], key
-        assert [e.value for e in events] == pytest.approx([float(r[key]) for r in rows], rel=1e-6), key  # float32 in events
-    # FedLAMA: comm so far as % of FedAvg's (fedavg: every layer every tau = 5 iterations), per-layer syncs and intervals
+        assert [e.value for e in events] == pytest.approx([float(r[key]) for r in rows], rel=1e-6), (
+            key
+        )  # float32 in events
+    # FedLAMA: comm so far as % of FedAvg's (fedavg: every layer every tau = 5 iterations), per-layer syncs and
+    # intervals
     numel = sum(int(r["numel"]) for r in csv.DictReader(open(run / "layers.csv")))
-    assert acc.Scalars("comm_pct_of_fedavg")[-1].value == pytest.approx(100 * float(rows[-1]["comm_params"]) / (numel * 100 / 5), rel=1e-6)
+    assert acc.Scalars("comm_pct_of_fedavg")[-1].value == pytest.approx(
+        100 * float(rows[-1]["comm_params"]) / (numel * 100 / 5), rel=1e-6
+    )
     assert {n: acc.Scalars(f"syncs/{n}")[-1].value for n in names} == final_syncs
     assert {e.value for n in names for e in acc.Scalars(f"interval/{n}")} <= {5.0, 10.0}
     with open(run / "intervals.csv") as f:  # FedLAMA's interval adjustments (Alg. 1), d and the interval per layer
         adjust = [r for r in csv.DictReader(f) if r["name"] == names[0]]
     assert len(adjust) >= 5
     assert [(e.step, e.value) for e in acc.Scalars(f"adjust/d/{names[0]}")] == [
-        (int(r["iteration"]), pytest.approx(float(r["d"]), rel=1e-6)) for r in adjust]
+        (int(r["iteration"]), pytest.approx(float(r["d"]), rel=1e-6)) for r in adjust
+    ]
     assert [e.value for e in acc.Scalars(f"adjust/interval/{names[0]}")] == [float(r["interval"]) for r in adjust]
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    start = plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    )
     hp = start.session_start_info.hparams
-    assert hp["algo"].string_value == "fedlama" and hp["iterations"].number_value == 100 and hp["part_schedule"].string_value == "lama"
+    assert (
+        hp["algo"].string_value == "fedlama"
+        and hp["iterations"].number_value == 100
+        and hp["part_schedule"].string_value == "lama"
+    )
     assert set(manifest["config"]) <= set(hp)
     assert {"figures/curves", "figures/layer-syncs"} <= set(acc.Tags()["images"])
     assert acc.Tensors("status")[0].tensor_proto.string_val == [b"completed"]
@@ -236,8 +267,10 @@ tau = 1
 """
 
 
-@pytest.mark.long(reason="four tracked runs (16 s); make test keeps MLflow's every logged value of one run "
-                          "(test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures)")
+@pytest.mark.long(
+    reason="four tracked runs (16 s); make test keeps MLflow's every logged value of one run "
+    "(test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures)"
+)
 def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(clean_env):
     from fedcli.sweep.run import run_sweep
 
@@ -266,9 +299,40 @@ def test_sweep_is_one_mlflow_experiment_with_one_tagged_run_per_run_and_seed(cle
 
 
 # SIGKILL inside round 10 of 16 (a metrics row every round, a checkpoint every 3 rounds), then --resume
-KILLED = ["train", "--dataset", "digits", "--model", "mlp", "--mlp-hidden", "16", "--clients", "8", "--algo", "fedlama",
-          "--tau", "2", "--phi", "2", "--iterations", "64", "--batch-size", "16", "--eval-every", "4", "--checkpoint-every", "3",
-          "--threads", "1", "--workers", "1", "--quiet", "--tracker", "mlflow", "--tracker", "tensorboard"]
+KILLED = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--mlp-hidden",
+    "16",
+    "--clients",
+    "8",
+    "--algo",
+    "fedlama",
+    "--tau",
+    "2",
+    "--phi",
+    "2",
+    "--iterations",
+    "64",
+    "--batch-size",
+    "16",
+    "--eval-every",
+    "4",
+    "--checkpoint-every",
+    "3",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+    "--tracker",
+    "mlflow",
+    "--tracker",
+    "tensorboard",
+]
 # SIGKILL in round 10, once the trackers hold the 10th evaluation (iteration 40): the training hands its messages to
 # the trackers' process from a thread, so a kill right after an evaluation may come before that row is handed over
 # (the trackers then miss it; the run directory holds it): a loaded machine did that once (36 == 40)
@@ -316,7 +380,9 @@ def test_resume_continues_the_same_tracker_run_without_duplicate_steps(clean_env
     assert held.acquire()
     try:
         assert main(["train", "--resume", "K", "--quiet"]) == 0
-        assert client.get_run(run_id).info.status == "KILLED" and state.read(run)["status"] == "interrupted"  # untouched
+        assert (
+            client.get_run(run_id).info.status == "KILLED" and state.read(run)["status"] == "interrupted"
+        )  # untouched
         assert state.describe(run)[0] == "working"
     finally:
         held.release()
@@ -358,9 +424,11 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.long(reason="a run whose trackers' process is killed, its report, then a resume (16 s); make test keeps "
-                          "the tracker resume after a kill "
-                          "(test_resume_continues_the_same_tracker_run_without_duplicate_steps)")
+@pytest.mark.long(
+    reason="a run whose trackers' process is killed, its report, then a resume (16 s); make test keeps "
+    "the tracker resume after a kill "
+    "(test_resume_continues_the_same_tracker_run_without_duplicate_steps)"
+)
 @pytest.mark.timeout(600)
 def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_trains_nothing(clean_env, capsys):
     """issue 41: `fedcli report` of a completed run whose trackers' process was killed says `fedcli train --resume RUN`
@@ -381,10 +449,14 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
     said = "".join(cli(["report", "C"], capsys)[1:])
     assert "their process ended before it was done (phase logging)" in said
     assert "`fedcli train --resume C` sends the rest" in said
+
     def files():  # every file of the run but the trackers' own, with its bytes
         own = (*state.FILES, state.LOCK_FILE, state.PENDING_FILE, ".fedcli.lock")
-        return {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*"))
-                if f.is_file() and f.relative_to(run).parts[0] not in own}
+        return {
+            str(f.relative_to(run)): f.read_bytes()
+            for f in sorted(run.rglob("*"))
+            if f.is_file() and f.relative_to(run).parts[0] not in own
+        }
 
     kept = files()
     assert {"manifest.json", "metrics.csv", "layers.csv", "intervals.csv", "model.pt"} <= set(kept)
@@ -409,7 +481,9 @@ def test_resume_of_a_completed_run_sends_its_cut_off_trackers_the_rest_and_train
     assert {n: client.get_metric_history(r.info.run_id, f"syncs/{n}")[-1].value for n in names} == final_syncs
     with open(run / "intervals.csv") as f:
         adjust = [x for x in csv.DictReader(f) if x["name"] == names[0]]
-    assert [m.step for m in client.get_metric_history(r.info.run_id, f"adjust/d/{names[0]}")] == [int(x["iteration"]) for x in adjust]
+    assert [m.step for m in client.get_metric_history(r.info.run_id, f"adjust/d/{names[0]}")] == [
+        int(x["iteration"]) for x in adjust
+    ]
     assert {"manifest.json", "metrics.csv", "figures"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
     acc = tensorboard_events(run / "tensorboard")
     assert [e.step for e in acc.Scalars("test_acc")] == [int(x["iteration"]) for x in rows]
@@ -497,15 +571,25 @@ def test_overwrite_waits_for_the_previous_runs_trackers_then_refuses_clearly(cle
 
 
 def run_cli(args, env, cwd, timeout=240):
-    return subprocess.run([sys.executable, "-m", "fedcli", *args], env={**env, "PYTHONPATH": str(ROOT)}, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fedcli", *args],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_tracker_that_cannot_write_warns_once_and_the_run_completes(clean_env):
     """The command waiting for its trackers (FEDCLI_TRACKER_WAIT, as under Slurm): the failure is said once."""
     tmp = clean_env
-    env = {**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-           "FEDCLI_TRACKER_WAIT": "240"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "FEDCLI_TRACKER_WAIT": "240",
+    }
     run = tmp / "F"
     p = run_cli([*TRAIN, "--tracker", "mlflow", "--tracker", "wandb", "--out", str(run)], env, tmp)
     assert p.returncode == 0, p.stderr
@@ -532,8 +616,22 @@ def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean
     held = FileLock(run / state.LOCK_FILE)
     assert held.acquire()
     try:
-        p = run_cli([*TRAIN, "--tracker", "mlflow", "--tracker", "tensorboard", "--tracker", "wandb", "--out", str(run),
-                     "--overwrite"], env, tmp)
+        p = run_cli(
+            [
+                *TRAIN,
+                "--tracker",
+                "mlflow",
+                "--tracker",
+                "tensorboard",
+                "--tracker",
+                "wandb",
+                "--out",
+                str(run),
+                "--overwrite",
+            ],
+            env,
+            tmp,
+        )
         assert p.returncode == 0, p.stderr
         warnings = [line for line in p.stderr.splitlines() if "warning" in line]
         assert len(warnings) == 1 and "were still starting when the run ended" in warnings[0], p.stderr
@@ -542,9 +640,15 @@ def test_failures_after_the_command_returned_are_in_the_log_and_the_report(clean
     finally:
         held.release()
     data = finished(run)
-    assert {n: bool(s.get("failed")) for n, s in data["trackers"].items()} == {"mlflow": True, "tensorboard": True, "wandb": False}
+    assert {n: bool(s.get("failed")) for n, s in data["trackers"].items()} == {
+        "mlflow": True,
+        "tensorboard": True,
+        "wandb": False,
+    }
     log = (run / "trackers.log").read_text()
-    assert log.count("tracker mlflow failed to start") == 1 and log.count("tracker tensorboard failed to start") == 1, log
+    assert log.count("tracker mlflow failed to start") == 1 and log.count("tracker tensorboard failed to start") == 1, (
+        log
+    )
     assert len(metrics_rows(run)) == 5 and json.loads((run / "manifest.json").read_text())["status"] == "completed"
     _, _, err = cli(["report", str(run)], capsys)
     assert "trackers (mlflow, tensorboard, wandb): done, run completed; mlflow, tensorboard failed" in err, err
@@ -609,8 +713,13 @@ print("LOADED", sorted({m.split('.')[0] for m in sys.modules} & {"tensorboard", 
 
 @pytest.mark.parametrize("args", [["--version"], ["report", "--help"], ["train", "--help"]])
 def test_version_and_help_import_no_tracker_library(args):
-    p = subprocess.run([sys.executable, "-c", PROBE, *args], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "LOADED []"
 
@@ -632,16 +741,31 @@ def test_how_long_the_command_waits_for_its_trackers(monkeypatch):
 def test_a_state_file_written_before_the_phases_still_resumes_its_tracker_runs(tmp_path):
     from fedcli.trackers import state
 
-    (tmp_path / "trackers.json").write_text(json.dumps({"mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {
-        "logdir": "tensorboard", "last_step": 40}}))
-    assert state.read(tmp_path) == {"phase": "done", "status": None, "trackers": {
-        "mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {"logdir": "tensorboard", "last_step": 40}}}
-    assert state.describe(tmp_path) == ("done", "trackers (mlflow, tensorboard): done")  # the command waited for them then
-    (tmp_path / "trackers.json").write_text(json.dumps({"phase": "finishing", "status": "completed", "trackers": {"wandb": {}}}))
+    (tmp_path / "trackers.json").write_text(
+        json.dumps(
+            {"mlflow": {"run_id": "abc", "last_step": 40}, "tensorboard": {"logdir": "tensorboard", "last_step": 40}}
+        )
+    )
+    assert state.read(tmp_path) == {
+        "phase": "done",
+        "status": None,
+        "trackers": {
+            "mlflow": {"run_id": "abc", "last_step": 40},
+            "tensorboard": {"logdir": "tensorboard", "last_step": 40},
+        },
+    }
+    assert state.describe(tmp_path) == (
+        "done",
+        "trackers (mlflow, tensorboard): done",
+    )  # the command waited for them then
+    (tmp_path / "trackers.json").write_text(
+        json.dumps({"phase": "finishing", "status": "completed", "trackers": {"wandb": {}}})
+    )
     kind, line = state.describe(tmp_path)  # finishing, but no process holds the lock: it ended before it was done
-    assert kind == "ended-early" and line.startswith("trackers (wandb): their process ended before it was done (phase finishing)")
+    assert kind == "ended-early" and line.startswith(
+        "trackers (wandb): their process ended before it was done (phase finishing)"
+    )
     assert state.describe(tmp_path / "nothing") is None
-
 
 
 def mlflow_steps(tmp_path, run):
@@ -667,7 +791,10 @@ def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = tmp_path / "run"
     run.mkdir()
-    start = {"op": "start", "info": {"run_dir": str(run), "name": "run", "experiment": "fedcli", "tags": {}, "params": {}}}
+    start = {
+        "op": "start",
+        "info": {"run_dir": str(run), "name": "run", "experiment": "fedcli", "tags": {}, "params": {}},
+    }
     first = Worker(run, name, resume=False, warn=lambda *a, **k: None)
     first.handle(start)
     for step in (8, 16, 24):
@@ -688,8 +815,24 @@ def test_a_step_logged_but_not_recorded_before_a_kill_is_not_sent_twice(tmp_path
 
 # Issue 47, point 3: the trackers' process SIGKILLed early. A run of 60 iterations, an evaluation every 20: the three
 # evaluations the trackers must end up holding, whenever their process died.
-EARLY = ["train", "--iterations", "60", "--eval-every", "20", "--clients", "8", "--mlp-hidden", "16", "--threads", "1",
-         "--workers", "1", "--quiet", "--tracker", "tensorboard"]
+EARLY = [
+    "train",
+    "--iterations",
+    "60",
+    "--eval-every",
+    "20",
+    "--clients",
+    "8",
+    "--mlp-hidden",
+    "16",
+    "--threads",
+    "1",
+    "--workers",
+    "1",
+    "--quiet",
+    "--tracker",
+    "tensorboard",
+]
 
 
 def _kill_at_launch(monkeypatch):
@@ -705,6 +848,7 @@ def _kill_at_launch(monkeypatch):
         if self.proc is not None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
     monkeypatch.setattr(TrackerHook, "launch", killing)
 
 
@@ -721,14 +865,24 @@ def _worker_pids(run: Path) -> list[int]:
     return pids
 
 
-EARLY_LONG = pytest.mark.long(reason="the trackers' process SIGKILLed at another moment, then the report and the resume (15 "
-                                     "to 20 s on a loaded machine); make test keeps the kill before its first write")
+EARLY_LONG = pytest.mark.long(
+    reason="the trackers' process SIGKILLed at another moment, then the report and the resume (15 "
+    "to 20 s on a loaded machine); make test keeps the kill before its first write"
+)
 
 
-@pytest.mark.parametrize("moment", ["before its first write", pytest.param("while it writes", marks=EARLY_LONG),
-                                    pytest.param("after the run ended", marks=EARLY_LONG)])
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "before its first write",
+        pytest.param("while it writes", marks=EARLY_LONG),
+        pytest.param("after the run ended", marks=EARLY_LONG),
+    ],
+)
 @pytest.mark.timeout(600)
-def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_lack(clean_env, monkeypatch, capsys, moment):
+def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_lack(
+    clean_env, monkeypatch, capsys, moment
+):
     """Before: killed as soon as it existed, the training said "see RUN/trackers.log" (there was none), `fedcli report`
     said nothing of the trackers and `fedcli train --resume` answered "already completed" (exit 2): the three
     evaluations could never reach TensorBoard. Now the report says what they lack, the resume sends it, and what the
@@ -745,8 +899,12 @@ def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_
     held = None
     if moment == "while it writes":  # SIGKILL once the trackers hold the first evaluation (iteration 20), at the start
         # of round 4 of FedLAMA's 6 rounds of phi x tau' = 10 iterations, before the second: trackers.json says logging
-        p = run_forked(TRACKERS_KILLER, [*EARLY, "--out", str(run)], timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_ROUND": "3", "KILL_STEP": "20"})
+        p = run_forked(
+            TRACKERS_KILLER,
+            [*EARLY, "--out", str(run)],
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "KILL_ROUND": "3", "KILL_STEP": "20"},
+        )
         code, err = p.returncode, p.stderr
     else:
         with monkeypatch.context() as m:
@@ -775,7 +933,9 @@ def test_a_trackers_process_killed_early_is_reported_and_resume_sends_what_they_
     code, _, report = cli(["report", str(run), "--figures", str(tmp / "figs")], capsys)
     report = " ".join(report.split())
     assert code == 0 and "trackers (tensorboard): their process ended before" in report, report
-    lack = {"while it writes": "they hold 1 of the run's 3 evaluations"}.get(moment, "they hold 0 of the run's 3 evaluations")
+    lack = {"while it writes": "they hold 1 of the run's 3 evaluations"}.get(
+        moment, "they hold 0 of the run's 3 evaluations"
+    )
     assert lack in report and f"`fedcli train --resume {run}` sends the rest" in report, report
     code, out, err = cli(["train", "--resume", str(run)], capsys)
     assert code == 0, err

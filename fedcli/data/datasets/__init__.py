@@ -14,10 +14,22 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from fedcli.data.datasets import (agnews, cifar10, cifar100, digits, emnist, femnist, fmnist, imagefolder, mnist,
-                                  synthetic, tensors, tinyimagenet)
+from fedcli.data.datasets import (
+    agnews,
+    cifar10,
+    cifar100,
+    digits,
+    emnist,
+    femnist,
+    fmnist,
+    imagefolder,
+    mnist,
+    synthetic,
+    tensors,
+    tinyimagenet,
+)
 from fedcli.data.datasets.agnews import AGNEWS_CLASSES, AGNEWS_MAX_LEN, AGNEWS_VOCAB, agnews_tokenize  # noqa: F401
-from fedcli.data.datasets.base import Dataset, FedDataset, Loader  # noqa: F401
+from fedcli.data.datasets.base import Dataset, FedDataset, Loader
 from fedcli.data.datasets.cifar10 import CIFAR10_MEAN, CIFAR10_STD  # noqa: F401
 from fedcli.data.datasets.cifar100 import CIFAR100_MEAN, CIFAR100_STD  # noqa: F401
 from fedcli.data.datasets.digits import load_digits  # noqa: F401
@@ -27,8 +39,20 @@ from fedcli.data.datasets.tinyimagenet import TINYIMAGENET_MEAN, TINYIMAGENET_ST
 from fedcli.errors import ConfigError
 
 #: the built-in datasets, one module each, in the order they were added
-BUILTIN = (mnist, fmnist, emnist, cifar10, cifar100, femnist, digits, synthetic, tinyimagenet, agnews, imagefolder,
-           tensors)
+BUILTIN = (
+    mnist,
+    fmnist,
+    emnist,
+    cifar10,
+    cifar100,
+    femnist,
+    digits,
+    synthetic,
+    tinyimagenet,
+    agnews,
+    imagefolder,
+    tensors,
+)
 #: name -> declaration of every built-in dataset
 DECLARED: dict[str, Dataset] = {m.DATASET.name: m.DATASET for m in BUILTIN}
 #: name -> loader of every dataset a run may name: the built-in ones', then any registered by :func:`register_dataset`
@@ -63,8 +87,11 @@ def load_dataset(
     if name not in DATASETS:
         from fedcli.method_names import suggest
 
-        raise ConfigError(f"unknown dataset {name!r}; {suggest(str(name), sorted(DATASETS))}choose one of: "
-                          f"{', '.join(sorted(DATASETS))}", key="dataset")
+        raise ConfigError(
+            f"unknown dataset {name!r}; {suggest(str(name), sorted(DATASETS))}choose one of: "
+            f"{', '.join(sorted(DATASETS))}",
+            key="dataset",
+        )
     try:
         frac = float(holdout_fraction)
     except (TypeError, ValueError):

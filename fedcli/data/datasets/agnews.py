@@ -15,6 +15,7 @@ AGNEWS_URL = "https://github.com/mhjabreel/CharCnn_Keras/tree/master/data/ag_new
 PAD_ID, UNK_ID = 0, 1
 _TOKEN = None
 
+
 def agnews_tokenize(text: str) -> list[str]:
     """Lowercase, then words: runs of letters/digits, with inner apostrophes kept (``don't``)."""
     import re
@@ -43,8 +44,10 @@ def _read_agnews_csv(path: Path) -> tuple:
                 except ValueError:
                     label = 0
                 if len(row) < 2 or not 1 <= label <= AGNEWS_CLASSES:
-                    raise DataError(f"{path}:{n}: cannot read a row from {','.join(row)[:60]!r}; expected quoted CSV "
-                                    f"rows class index (1..{AGNEWS_CLASSES}), title, description without a header")
+                    raise DataError(
+                        f"{path}:{n}: cannot read a row from {','.join(row)[:60]!r}; expected quoted CSV "
+                        f"rows class index (1..{AGNEWS_CLASSES}), title, description without a header"
+                    )
                 docs.append(agnews_tokenize(" ".join(row[1:])))
                 ys.append(label - 1)
     except (UnicodeDecodeError, csv.Error) as e:
@@ -54,8 +57,9 @@ def _read_agnews_csv(path: Path) -> tuple:
     return docs, np.asarray(ys, dtype=np.int64)
 
 
-def load_agnews(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                options: dict | None = None) -> FedDataset:
+def load_agnews(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """AG News (Zhang et al. 2015): ``train.csv`` / ``test.csv`` in ``<dir>``, ``<dir>/ag_news_csv`` or
     ``<dir>/AG_NEWS`` (no header; class index 1..4, title, description; quoted).
 
@@ -76,11 +80,14 @@ def load_agnews(data_dir: Path | None, *, download: bool = False, holdout_fracti
     root = default_dir("agnews", data_dir)
     dirs = [root, root / "ag_news_csv", root / "AG_NEWS"]
     base = next((d for d in dirs if (d / "train.csv").is_file() or (d / "test.csv").is_file()), root)
-    hint = (f"train.csv and test.csv in {root}, {root / 'ag_news_csv'} or {root / 'AG_NEWS'}; fedcli cannot download "
-            f"AG News: get ag_news_csv (e.g. {AGNEWS_URL}) and point --data-dir at it")
+    hint = (
+        f"train.csv and test.csv in {root}, {root / 'ag_news_csv'} or {root / 'AG_NEWS'}; fedcli cannot download "
+        f"AG News: get ag_news_csv (e.g. {AGNEWS_URL}) and point --data-dir at it"
+    )
     if download and not (base / "train.csv").is_file():
-        raise DataError(f"{base / 'train.csv'}: --download is not supported for agnews; expected the files in place "
-                        f"({hint})")
+        raise DataError(
+            f"{base / 'train.csv'}: --download is not supported for agnews; expected the files in place ({hint})"
+        )
     train_missing = None if (base / "train.csv").is_file() else base / "train.csv"
     test_missing = None if (base / "test.csv").is_file() else base / "test.csv"
     pool = choose_pool("agnews", holdout_fraction, train_missing, test_missing, hint)
@@ -116,8 +123,16 @@ def load_agnews(data_dir: Path | None, *, download: bool = False, holdout_fracti
         "max_len": max_len,
         "specials": {"<pad>": PAD_ID, "<unk>": UNK_ID},
     }
-    return _assemble("agnews", pool, holdout_fraction, splits.get("train"), splits.get("test"), AGNEWS_CLASSES,
-                     source, x_dtype=np.int64)
+    return _assemble(
+        "agnews",
+        pool,
+        holdout_fraction,
+        splits.get("train"),
+        splits.get("test"),
+        AGNEWS_CLASSES,
+        source,
+        x_dtype=np.int64,
+    )
 
 
 def agnews_facts(cfg: dict) -> tuple:
@@ -132,6 +147,13 @@ def check_agnews(root: Path, either: bool, cfg) -> str | None:
     return need("AG News", either, first(dirs, ["train.csv"]), first(dirs, ["test.csv"]))
 
 
-DATASET = Dataset("agnews", load_agnews, classes=AGNEWS_CLASSES, train=120000, test=7600, facts=agnews_facts,
-                  check=check_agnews, how="fedcli cannot download it: get ag_news_csv (train.csv, test.csv; e.g. "
-                                          f"{AGNEWS_URL}) and put it there")
+DATASET = Dataset(
+    "agnews",
+    load_agnews,
+    classes=AGNEWS_CLASSES,
+    train=120000,
+    test=7600,
+    facts=agnews_facts,
+    check=check_agnews,
+    how=f"fedcli cannot download it: get ag_news_csv (train.csv, test.csv; e.g. {AGNEWS_URL}) and put it there",
+)

@@ -124,7 +124,7 @@ def first(dirs: list[Path], names: list[str]) -> Path | None:
 def magic(path: Path) -> int | None:
     """The first four bytes of ``path`` (gunzipped for ``.gz``) as a big-endian number; None if unreadable."""
     try:
-        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as f:
             head = f.read(4)
     except (OSError, EOFError):
         return None
@@ -176,8 +176,9 @@ def choose_pool(name: str, frac: float, train_missing: Path | None, test_missing
         raise DataError(f"{test_missing}: not found; expected the {name} test split ({hint})")
     if frac > 0 and test_missing is None:
         return "test"
-    only_test = (" (only the test split is there: set --holdout-fraction above 0 to split it)"
-                 if test_missing is None else "")
+    only_test = (
+        " (only the test split is there: set --holdout-fraction above 0 to split it)" if test_missing is None else ""
+    )
     raise DataError(f"{train_missing}: not found{only_test}; expected the {name} training split ({hint})")
 
 

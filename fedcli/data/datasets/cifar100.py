@@ -10,16 +10,36 @@ from fedcli.data.datasets.base import DOWNLOAD_HOW, Dataset, FedDataset, cifar_c
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 
 
-def load_cifar100(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                  options: dict | None = None) -> FedDataset:
+def load_cifar100(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """CIFAR-100 (fine labels): ``cifar-100-python/train`` and ``test``."""
     from fedcli.data.datasets.shared import load_cifar
 
-    return load_cifar("cifar100", data_dir, download=download, holdout_fraction=holdout_fraction,
-                      folder="cifar-100-python", train_files=["train"], test_file="test", label_key="fine_labels",
-                      tv_class="CIFAR100", mean=CIFAR100_MEAN, std=CIFAR100_STD, num_classes=100)
+    return load_cifar(
+        "cifar100",
+        data_dir,
+        download=download,
+        holdout_fraction=holdout_fraction,
+        folder="cifar-100-python",
+        train_files=["train"],
+        test_file="test",
+        label_key="fine_labels",
+        tv_class="CIFAR100",
+        mean=CIFAR100_MEAN,
+        std=CIFAR100_STD,
+        num_classes=100,
+    )
 
 
-DATASET = Dataset("cifar100", load_cifar100, shape=(3, 32, 32), classes=100, train=50000, test=10000,
-                  check=cifar_check("CIFAR-100", "cifar-100-python", "train", "test"),
-                  how=DOWNLOAD_HOW.format("cifar-100-python/"), downloadable=True)
+DATASET = Dataset(
+    "cifar100",
+    load_cifar100,
+    shape=(3, 32, 32),
+    classes=100,
+    train=50000,
+    test=10000,
+    check=cifar_check("CIFAR-100", "cifar-100-python", "train", "test"),
+    how=DOWNLOAD_HOW.format("cifar-100-python/"),
+    downloadable=True,
+)

@@ -11,8 +11,9 @@ from fedcli.data.datasets.base import Dataset, FedDataset
 DIGITS_SAMPLES = 1797
 
 
-def load_digits(data_dir: Path | None = None, *, download: bool = False, holdout_fraction: float = 0.0,
-                options: dict | None = None) -> FedDataset:
+def load_digits(
+    data_dir: Path | None = None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """scikit-learn's bundled 8x8 digits (1,797 samples, offline): x/16 as [N, 1, 8, 8], 10 classes.
 
     There is no official split: the holdout fraction defaults to 0.2 (1,437 train / 360 test).
@@ -58,5 +59,6 @@ def digits_facts(cfg: dict) -> tuple:
     return (1, 8, 8), 10, n_train, n_test, None
 
 
-DATASET = Dataset("digits", load_digits, shape=(1, 8, 8), classes=10, train=1437, test=360, facts=digits_facts,
-                  on_disk=False)
+DATASET = Dataset(
+    "digits", load_digits, shape=(1, 8, 8), classes=10, train=1437, test=360, facts=digits_facts, on_disk=False
+)

@@ -12,8 +12,9 @@ EMNIST_MEAN, EMNIST_STD = 0.1751, 0.3332
 EMNIST_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}
 
 
-def load_emnist(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                options: dict | None = None) -> FedDataset:
+def load_emnist(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """EMNIST (Cohen et al. 2017), ``emnist-<split>-*`` IDX files in torchvision's ``EMNIST/raw`` layout.
 
     ``options["emnist_split"]``: balanced (default), byclass, bymerge, digits, letters, mnist.
@@ -24,11 +25,22 @@ def load_emnist(data_dir: Path | None, *, download: bool = False, holdout_fracti
     split = (options or {}).get("emnist_split", "balanced")
     if split not in EMNIST_CLASSES:
         raise ConfigError(f"emnist_split must be one of {', '.join(EMNIST_CLASSES)}, got {split!r}")
-    return load_idx_dataset("emnist", data_dir, download=download, holdout_fraction=holdout_fraction,
-                            raw_folder="EMNIST", tv_class="EMNIST", prefix=f"emnist-{split}-", mean=EMNIST_MEAN,
-                            std=EMNIST_STD, num_classes=EMNIST_CLASSES[split], transpose=True,
-                            label_offset=1 if split == "letters" else 0, tv_kwargs={"split": split},
-                            extra_source={"options": {"emnist_split": split}})
+    return load_idx_dataset(
+        "emnist",
+        data_dir,
+        download=download,
+        holdout_fraction=holdout_fraction,
+        raw_folder="EMNIST",
+        tv_class="EMNIST",
+        prefix=f"emnist-{split}-",
+        mean=EMNIST_MEAN,
+        std=EMNIST_STD,
+        num_classes=EMNIST_CLASSES[split],
+        transpose=True,
+        label_offset=1 if split == "letters" else 0,
+        tv_kwargs={"split": split},
+        extra_source={"options": {"emnist_split": split}},
+    )
 
 
 def emnist_facts(cfg: dict) -> tuple:
@@ -36,6 +48,15 @@ def emnist_facts(cfg: dict) -> tuple:
     return (1, 28, 28), EMNIST_CLASSES.get(cfg.get("emnist_split", "balanced"), 47), 112800, 18800, None
 
 
-DATASET = Dataset("emnist", load_emnist, shape=(1, 28, 28), classes=47, train=112800, test=18800, facts=emnist_facts,
-                  check=idx_check("EMNIST", lambda cfg: f"emnist-{cfg.emnist_split}-"),
-                  how=DOWNLOAD_HOW.format("the IDX files"), downloadable=True)
+DATASET = Dataset(
+    "emnist",
+    load_emnist,
+    shape=(1, 28, 28),
+    classes=47,
+    train=112800,
+    test=18800,
+    facts=emnist_facts,
+    check=idx_check("EMNIST", lambda cfg: f"emnist-{cfg.emnist_split}-"),
+    how=DOWNLOAD_HOW.format("the IDX files"),
+    downloadable=True,
+)

@@ -10,13 +10,16 @@ from fedcli.data.datasets.base import Dataset, FedDataset, choose_pool, default_
 from fedcli.errors import DataError
 
 FEMNIST_CLASSES = 62
-LEAF_HOW = ("fedcli cannot download FEMNIST: generate it with LEAF (https://github.com/TalwalkarLab/leaf, "
-            "data/femnist: ./preprocess.sh -s niid --sf 0.1 -k 0 -t sample) and point data_dir at its data/ folder "
-            "(train/ and test/ with *.json files)")
+LEAF_HOW = (
+    "fedcli cannot download FEMNIST: generate it with LEAF (https://github.com/TalwalkarLab/leaf, "
+    "data/femnist: ./preprocess.sh -s niid --sf 0.1 -k 0 -t sample) and point data_dir at its data/ folder "
+    "(train/ and test/ with *.json files)"
+)
 
 
-def load_femnist(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                 options: dict | None = None) -> FedDataset:
+def load_femnist(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """FEMNIST as written by LEAF (Caldas et al. 2018): ``train/`` and ``test/`` with ``*.json[.gz]`` files.
 
     ``data_dir`` is the LEAF ``data/`` folder (``<dir>/data`` and ``<dir>/femnist/data`` are accepted too).
@@ -32,9 +35,11 @@ def load_femnist(data_dir: Path | None, *, download: bool = False, holdout_fract
     root = default_dir("femnist", data_dir)
     candidates = [root, root / "data", root / "femnist" / "data"]
     base = next((d for d in candidates if (d / "train").is_dir() or (d / "test").is_dir()), root)
-    hint = (f"a LEAF data/ folder with train/ and test/ holding *.json or *.json.gz files (looked in {root}, "
-            f"{root / 'data'}, {root / 'femnist' / 'data'}); fedcli cannot download FEMNIST: generate it with LEAF "
-            f"and point --data-dir at its data/ folder")
+    hint = (
+        f"a LEAF data/ folder with train/ and test/ holding *.json or *.json.gz files (looked in {root}, "
+        f"{root / 'data'}, {root / 'femnist' / 'data'}); fedcli cannot download FEMNIST: generate it with LEAF "
+        f"and point --data-dir at its data/ folder"
+    )
     split_files = {s: leaf_files(base / s) if (base / s).is_dir() else [] for s in ("train", "test")}
     missing = {s: None if split_files[s] else base / s / "*.json[.gz]" for s in ("train", "test")}
     pool = choose_pool("femnist", holdout_fraction, missing["train"], missing["test"], hint)
@@ -73,12 +78,22 @@ def load_femnist(data_dir: Path | None, *, download: bool = False, holdout_fract
         "writers": len(names),
         "download": False,
     }
-    return _assemble("femnist", pool, holdout_fraction, splits.get("train"), splits.get("test"), FEMNIST_CLASSES,
-                     source, image_shape=(1, 28, 28), group_names=names)
+    return _assemble(
+        "femnist",
+        pool,
+        holdout_fraction,
+        splits.get("train"),
+        splits.get("test"),
+        FEMNIST_CLASSES,
+        source,
+        image_shape=(1, 28, 28),
+        group_names=names,
+    )
 
 
 def check_femnist(root: Path, either: bool, cfg) -> str | None:
     """A LEAF JSON file in each split folder needed, in ``root``, ``root/data`` or ``root/femnist/data``."""
+
     def split(s: str) -> Path | None:
         for d in (root, root / "data", root / "femnist" / "data"):
             if (d / s).is_dir():
@@ -88,5 +103,6 @@ def check_femnist(root: Path, either: bool, cfg) -> str | None:
     return need("FEMNIST (LEAF JSON)", either, split("train"), split("test"))
 
 
-DATASET = Dataset("femnist", load_femnist, shape=(1, 28, 28), classes=FEMNIST_CLASSES, check=check_femnist,
-                  how=LEAF_HOW)
+DATASET = Dataset(
+    "femnist", load_femnist, shape=(1, 28, 28), classes=FEMNIST_CLASSES, check=check_femnist, how=LEAF_HOW
+)

@@ -10,15 +10,34 @@ from fedcli.data.datasets.base import DOWNLOAD_HOW, Dataset, FedDataset, idx_che
 FMNIST_MEAN, FMNIST_STD = 0.2860, 0.3530
 
 
-def load_fmnist(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                options: dict | None = None) -> FedDataset:
+def load_fmnist(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """Fashion-MNIST (Xiao et al. 2017), IDX files in torchvision's ``FashionMNIST/raw`` layout."""
     from fedcli.data.datasets.shared import load_idx_dataset
 
-    return load_idx_dataset("fmnist", data_dir, download=download, holdout_fraction=holdout_fraction,
-                            raw_folder="FashionMNIST", tv_class="FashionMNIST", prefix="", mean=FMNIST_MEAN,
-                            std=FMNIST_STD, num_classes=10)
+    return load_idx_dataset(
+        "fmnist",
+        data_dir,
+        download=download,
+        holdout_fraction=holdout_fraction,
+        raw_folder="FashionMNIST",
+        tv_class="FashionMNIST",
+        prefix="",
+        mean=FMNIST_MEAN,
+        std=FMNIST_STD,
+        num_classes=10,
+    )
 
 
-DATASET = Dataset("fmnist", load_fmnist, shape=(1, 28, 28), classes=10, train=60000, test=10000,
-                  check=idx_check("FashionMNIST"), how=DOWNLOAD_HOW.format("the IDX files"), downloadable=True)
+DATASET = Dataset(
+    "fmnist",
+    load_fmnist,
+    shape=(1, 28, 28),
+    classes=10,
+    train=60000,
+    test=10000,
+    check=idx_check("FashionMNIST"),
+    how=DOWNLOAD_HOW.format("the IDX files"),
+    downloadable=True,
+)

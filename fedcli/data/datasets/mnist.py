@@ -10,15 +10,34 @@ from fedcli.data.datasets.base import DOWNLOAD_HOW, Dataset, FedDataset, idx_che
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
-def load_mnist(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-               options: dict | None = None) -> FedDataset:
+def load_mnist(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """MNIST (LeCun et al. 1998), IDX files in torchvision's ``MNIST/raw`` layout."""
     from fedcli.data.datasets.shared import load_idx_dataset
 
-    return load_idx_dataset("mnist", data_dir, download=download, holdout_fraction=holdout_fraction,
-                            raw_folder="MNIST", tv_class="MNIST", prefix="", mean=MNIST_MEAN, std=MNIST_STD,
-                            num_classes=10)
+    return load_idx_dataset(
+        "mnist",
+        data_dir,
+        download=download,
+        holdout_fraction=holdout_fraction,
+        raw_folder="MNIST",
+        tv_class="MNIST",
+        prefix="",
+        mean=MNIST_MEAN,
+        std=MNIST_STD,
+        num_classes=10,
+    )
 
 
-DATASET = Dataset("mnist", load_mnist, shape=(1, 28, 28), classes=10, train=60000, test=10000,
-                  check=idx_check("MNIST"), how=DOWNLOAD_HOW.format("the IDX files"), downloadable=True)
+DATASET = Dataset(
+    "mnist",
+    load_mnist,
+    shape=(1, 28, 28),
+    classes=10,
+    train=60000,
+    test=10000,
+    check=idx_check("MNIST"),
+    how=DOWNLOAD_HOW.format("the IDX files"),
+    downloadable=True,
+)

@@ -55,7 +55,7 @@ def find(dirs: list[Path], stem: str) -> Path | None:
     return None
 
 
-def load_idx_dataset(
+def load_idx_dataset(  # noqa: PLR0913
     name: str,
     data_dir: Path | None,
     *,
@@ -93,8 +93,9 @@ def load_idx_dataset(
             return dirs[0] / f"{stems[split][0]}[.gz]"
         if img is None or lab is None:  # half a split: always an error
             which = stems[split][0] if img is None else stems[split][1]
-            raise DataError(f"{dirs[0] / which}[.gz]: not found next to its partner file; expected both IDX files "
-                            f"({hint})")
+            raise DataError(
+                f"{dirs[0] / which}[.gz]: not found next to its partner file; expected both IDX files ({hint})"
+            )
         return None
 
     pool = choose_pool(name, holdout_fraction, missing("train"), missing("test"), hint)
@@ -138,7 +139,7 @@ def load_idx_dataset(
     return _assemble(name, pool, holdout_fraction, train, test, num_classes, source, image_shape=(1, 28, 28))
 
 
-def load_cifar(
+def load_cifar(  # noqa: PLR0913
     name: str,
     data_dir: Path | None,
     *,
@@ -170,8 +171,10 @@ def load_cifar(
     hint += download_hint()
     train_missing = next((base / f for f in train_files if not (base / f).is_file()), None)
     if train_missing is not None and any((base / f).is_file() for f in train_files):
-        raise DataError(f"{train_missing}: not found next to the other training batches; expected all of "
-                        f"{', '.join(train_files)} ({hint})")
+        raise DataError(
+            f"{train_missing}: not found next to the other training batches; expected all of "
+            f"{', '.join(train_files)} ({hint})"
+        )
     test_missing = None if (base / test_file).is_file() else base / test_file
     pool = choose_pool(name, holdout_fraction, train_missing, test_missing, hint)
     files: list[str] = []
@@ -206,8 +209,9 @@ def load_cifar(
 
 
 def leaf_files(d: Path) -> list[Path]:
-    return sorted((p for p in d.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in d.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))), key=lambda p: p.name
+    )
 
 
 def option(options: dict, key: str, default: Any, kind: type, lo: float | None = None) -> Any:
@@ -219,8 +223,11 @@ def option(options: dict, key: str, default: Any, kind: type, lo: float | None =
     elif kind is int:
         ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
     else:
-        ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-              and math.isfinite(value))
+        ok = (
+            isinstance(value, (int, float, np.integer, np.floating))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+        )
     if not ok or (lo is not None and value < lo):
         bound = f" >= {lo}" if lo is not None else ""
         raise ConfigError(f"option {key} must be a {kind.__name__}{bound}, got {value!r}")

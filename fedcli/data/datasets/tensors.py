@@ -8,8 +8,9 @@ from pathlib import Path
 from fedcli.data.datasets.base import Dataset, FedDataset, check_there
 
 
-def load_tensors(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                 options: dict | None = None) -> FedDataset:
+def load_tensors(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """Arrays from one ``.npz`` or ``.pt`` file (``fedcli.data.custom.load_tensors``)."""
     from fedcli.data.custom import load_tensors as load
 

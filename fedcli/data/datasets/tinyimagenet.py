@@ -19,7 +19,6 @@ TINYIMAGENET_SIZE = 64
 def _decode_rgb(path: Path, size: int):
     """One JPEG as uint8 [size, size, 3] RGB (grayscale images are converted, as torchvision's loader does)."""
     import numpy as np
-
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -37,10 +36,10 @@ def _cached_images(cache: Path, files: list[Path], labels, size: int) -> tuple:
 
     Returns (pixels, whether the cache was used). A cache that cannot be written is silently skipped.
     """
-    import numpy as np
-
     import hashlib
     import os
+
+    import numpy as np
 
     h = hashlib.sha256()
     for f, y in zip(files, labels.tolist()):
@@ -66,8 +65,9 @@ def _cached_images(cache: Path, files: list[Path], labels, size: int) -> tuple:
     return x, False
 
 
-def load_tinyimagenet(data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0,
-                      options: dict | None = None) -> FedDataset:
+def load_tinyimagenet(  # noqa: PLR0915
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
     """Tiny-ImageNet-200 (the extracted ``tiny-imagenet-200.zip``): ``wnids.txt``, ``train/<wnid>/images/*.JPEG``,
     ``val/images/*.JPEG`` with ``val/val_annotations.txt``; in ``<dir>/tiny-imagenet-200`` or ``<dir>``.
 
@@ -82,12 +82,16 @@ def load_tinyimagenet(data_dir: Path | None, *, download: bool = False, holdout_
     root = default_dir("tinyimagenet", data_dir)
     base = next((d for d in (root / "tiny-imagenet-200", root) if (d / "wnids.txt").is_file()), None)
     where = f"{root / 'tiny-imagenet-200'} or {root}"
-    fetch = (f"fedcli cannot download it: get {TINYIMAGENET_URL}, unzip it and point --data-dir at the folder "
-             f"that holds tiny-imagenet-200/")
+    fetch = (
+        f"fedcli cannot download it: get {TINYIMAGENET_URL}, unzip it and point --data-dir at the folder "
+        f"that holds tiny-imagenet-200/"
+    )
     if base is None:
         why = "--download is not supported for tinyimagenet" if download else "not found"
-        raise DataError(f"{root / 'tiny-imagenet-200' / 'wnids.txt'}: {why}; expected the extracted Tiny-ImageNet-200 "
-                        f"folder in {where} ({fetch})")
+        raise DataError(
+            f"{root / 'tiny-imagenet-200' / 'wnids.txt'}: {why}; expected the extracted Tiny-ImageNet-200 "
+            f"folder in {where} ({fetch})"
+        )
     hint = f"train/<wnid>/images/*.JPEG and val/val_annotations.txt with val/images/ in {base}; {fetch}"
     wnids = sorted({w.strip() for w in (base / "wnids.txt").read_text().split() if w.strip()})
     if len(wnids) != TINYIMAGENET_CLASSES:
@@ -130,8 +134,10 @@ def load_tinyimagenet(data_dir: Path | None, *, download: bool = False, holdout_
                 continue
             cols = line.split("\t")
             if len(cols) < 2 or cols[1].strip() not in label_of:
-                raise DataError(f"{ann}:{n}: cannot read a (file, wnid) pair from {line[:60]!r}; expected "
-                                f"tab-separated file, wnid (one of wnids.txt), bbox")
+                raise DataError(
+                    f"{ann}:{n}: cannot read a (file, wnid) pair from {line[:60]!r}; expected "
+                    f"tab-separated file, wnid (one of wnids.txt), bbox"
+                )
             f = base / "val" / "images" / cols[0].strip()
             if not f.is_file():
                 raise DataError(f"{f}: not found; expected the image listed on line {n} of {ann}")
@@ -162,7 +168,14 @@ def check_tinyimagenet(root: Path, either: bool, cfg) -> str | None:
     return None if found else "no tiny-imagenet-200/wnids.txt"
 
 
-DATASET = Dataset("tinyimagenet", load_tinyimagenet, shape=(3, TINYIMAGENET_SIZE, TINYIMAGENET_SIZE),
-                  classes=TINYIMAGENET_CLASSES, train=100000, test=10000, check=check_tinyimagenet,
-                  how=f"fedcli cannot download it: get {TINYIMAGENET_URL}, unzip it there (tiny-imagenet-200/ with "
-                      "wnids.txt, train/, val/)")
+DATASET = Dataset(
+    "tinyimagenet",
+    load_tinyimagenet,
+    shape=(3, TINYIMAGENET_SIZE, TINYIMAGENET_SIZE),
+    classes=TINYIMAGENET_CLASSES,
+    train=100000,
+    test=10000,
+    check=check_tinyimagenet,
+    how=f"fedcli cannot download it: get {TINYIMAGENET_URL}, unzip it there (tiny-imagenet-200/ with "
+    "wnids.txt, train/, val/)",
+)

@@ -65,10 +65,9 @@ import math
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.clientstate import ClientState
+from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.personal import LOCAL, all_client_models, model_state
-
 
 CORE = "apple.core"  # store prefix of the uploaded core models with --apple-upload core
 
@@ -97,8 +96,9 @@ def cohort_matmul(a: torch.Tensor, b: torch.Tensor, at: tuple[list[int], int] | 
     return (full @ b)[positions]
 
 
-def personalized(p: torch.Tensor, cores: torch.Tensor, own: torch.Tensor, idx: torch.Tensor,
-                 at: tuple[list[int], int] | None = None) -> torch.Tensor:
+def personalized(
+    p: torch.Tensor, cores: torch.Tensor, own: torch.Tensor, idx: torch.Tensor, at: tuple[list[int], int] | None = None
+) -> torch.Tensor:
     """sum_j p_kj c_j for every cohort row k, with row k's own core (column ``idx[k]``) replaced by ``own[k]``.
 
     ``p`` [K, N], ``cores`` [N, *shape] (as downloaded), ``own`` [K, *shape], ``idx`` [K] client ids; ``at``: see
@@ -110,8 +110,9 @@ def personalized(p: torch.Tensor, cores: torch.Tensor, own: torch.Tensor, idx: t
     return w + expand(p[rows, idx].to(own.dtype), own) * own
 
 
-def dr_gradient(grads: dict, cores: dict, own: dict, idx: torch.Tensor,
-                at: tuple[list[int], int] | None = None) -> torch.Tensor:
+def dr_gradient(
+    grads: dict, cores: dict, own: dict, idx: torch.Tensor, at: tuple[list[int], int] | None = None
+) -> torch.Tensor:
     """The reference's p-gradient of the loss: (1/T) sum_l mean(g_l * c_j,l) for every j, [K, N] (the own
     column uses ``own``, the updated core); ``at``: see :func:`cohort_matmul`."""
     out = None
@@ -150,12 +151,16 @@ class AppleStep(SGDStep):
         self.p_state = ClientState("apple.p", (n,), default=lambda _c, zeros: zeros.fill_(1.0 / n))
         self.m = n if self.m_opt == 0 else self.m_opt
         if self.m > n or self.m < n - 1:
-            raise ConfigError(f"--apple-m {self.m_opt}: APPLE here downloads every client's core model; use 0 (M = N = {n}) "
-                              f"or {n - 1} (all but the own one); fewer downloads with stale copies are not implemented")
+            raise ConfigError(
+                f"--apple-m {self.m_opt}: APPLE here downloads every client's core model; use 0 (M = N = {n}) "
+                f"or {n - 1} (all but the own one); fewer downloads with stale copies are not implemented"
+            )
         if view.mixes_received():
-            raise ConfigError("--init ala on --algo apple: APPLE receives N core models and rebuilds its model from them at every "
-                              "batch, so there is no received model for ALA to mix in (FedALA leaves APPLE out of ALA); "
-                              "--ala-layers 0 runs APPLE itself")
+            raise ConfigError(
+                "--init ala on --algo apple: APPLE receives N core models and rebuilds its model from them at every "
+                "batch, so there is no received model for ALA to mix in (FedALA leaves APPLE out of ALA); "
+                "--ala-layers 0 runs APPLE itself"
+            )
         sizes = torch.tensor(view.sizes, dtype=torch.float64)
         self.p0 = (sizes / sizes.sum()).to(torch.float32).to(view.device)
         self.rounds = view.run_plan().rounds  # every client every round: the rounds are known (fedcli.fl.budget)

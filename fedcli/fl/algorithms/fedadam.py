@@ -30,13 +30,14 @@ class AdamServer(AverageServer):
 
     def second_moment(self, v: torch.Tensor | None, delta: torch.Tensor) -> torch.Tensor:
         """v_t from v_{t-1} (None in the first round) and this round's Delta_t. FedAdam (Algorithm 2):
-        v_t = b2 v_{t-1} + (1 - b2) Delta_t^2, from v_{-1} = 0 (fedcli's FedAdam before this hook; its golden record)."""
+        v_t = b2 v_{t-1} + (1 - b2) Delta_t^2, from v_{-1} = 0 (fedcli's FedAdam before this hook; its golden
+        record)."""
         b2 = self.opts.beta2
         return (1 - b2) * delta * delta if v is None else b2 * v + (1 - b2) * delta * delta
 
     def v_start(self, delta: torch.Tensor) -> torch.Tensor:
         """v_{-1} = tau^2, the least Algorithm 2 allows ("v_{-1} >= tau^2"), for the rules that start from it."""
-        return torch.full_like(delta, self.opts.server_eps ** 2)
+        return torch.full_like(delta, self.opts.server_eps**2)
 
     @torch.no_grad()
     def update(self, name: str, previous: torch.Tensor, average: torch.Tensor) -> torch.Tensor:

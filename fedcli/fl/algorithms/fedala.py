@@ -21,7 +21,8 @@ training, ``fedcli.fl.personal``) and the received global model theta_g:
 - Initial stage (the first ALA of a client): passes over the slice repeat until more than
   ``--ala-num-pre-loss`` (10) pass losses are recorded and the population std of the last 10 is below
   ``--ala-threshold`` (0.1, the reference code's default; the paper used 0.01, which can loop very long),
-  where a pass's loss is the loss of its last batch (the partial one, when there is one). We cap the passes at ``--ala-max-passes`` (50; the
+  where a pass's loss is the loss of its last batch (the partial one, when there is one). We cap the passes at
+  ``--ala-max-passes`` (50; the
   reference has no cap). Later rounds: one pass.
 - ALA is skipped while the local model equals the global one (a client's first round: in the reference,
   ``torch.sum(theta_g[0] - theta[0]) == 0``; we compare every tensor), and the initial stage is then still ahead.
@@ -29,7 +30,8 @@ training, ``fedcli.fl.personal``) and the received global model theta_g:
 This is the reference code (``ALA.py`` of FedALA / PFLlib) step for step, vectorized over the cohort:
 each client's steps are exactly its own (clients whose slice has fewer batches, or whose initial stage has
 converged, are left out of the later calls; a partial last batch runs in a call of its own size, so no padding
-enters the loss or BatchNorm's batch statistics). Differences, all documented: ``--ala-layers 0`` means *no* ALA layer (the
+enters the loss or BatchNorm's batch statistics). Differences, all documented: ``--ala-layers 0`` means *no* ALA layer
+(the
 method's overwrite; the reference's ``layer_idx=0`` slices to *all* layers: give p >= the number of tensors
 for that); BatchNorm buffers of the initialized model are the global ones (the engine synchronizes them;
 the reference keeps the client's); the forward passes of the weight learning use train mode.
@@ -49,9 +51,9 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
+from fedcli.fl.clientstate import ClientState
 from fedcli.fl.cohort import BatchPlan, Stream, register_purpose
 from fedcli.fl.parts import OverwriteInit
-from fedcli.fl.clientstate import ClientState
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
 
@@ -67,7 +69,9 @@ def ala_mix(theta: torch.Tensor, theta_g: torch.Tensor, w: torch.Tensor) -> torc
     return theta + (theta_g - theta) * w
 
 
-def ala_weight_step(w: torch.Tensor, grad_t: torch.Tensor, theta: torch.Tensor, theta_g: torch.Tensor, eta: float) -> torch.Tensor:
+def ala_weight_step(
+    w: torch.Tensor, grad_t: torch.Tensor, theta: torch.Tensor, theta_g: torch.Tensor, eta: float
+) -> torch.Tensor:
     """Eq. 5 with the clip sigma: clamp(W - eta * dL/dtheta_t * (theta_g - theta), 0, 1)."""
     return torch.clamp(w - eta * grad_t * (theta_g - theta), 0.0, 1.0)
 
@@ -90,7 +94,7 @@ def training_losses(view, clients: list[int], params: dict, buffers: dict) -> li
         b = {n: t[k] for n, t in buffers.items()}
         total = 0.0
         for s in range(0, idx.numel(), 1024):
-            chunk = idx[s: s + 1024]
+            chunk = idx[s : s + 1024]
             logits = functional_call(view.model, (p, b), (view.trainer.eval_input(view.train_x[chunk]),))
             total += float(torch.nn.functional.cross_entropy(logits.float(), view.train_y[chunk], reduction="sum"))
         out.append(total / max(1, idx.numel()))
@@ -105,10 +109,23 @@ def _grad_fn(model, per_client: bool = False):
     return vmap(grad(loss_fn, has_aux=True), in_dims=(0, 0 if per_client else None, 0, 0, 0, 0), randomness="different")
 
 
-def learn_weights(model: torch.nn.Module, global_params: dict, local_top: dict, weights: dict, buffers: dict,
-                  x_all: torch.Tensor, y_all: torch.Tensor, plan: BatchPlan, start_phase: list[bool], eta: float,
-                  num_pre_loss: int = 10, threshold: float = 0.1, max_passes: int = 50, grad_fn=None,
-                  per_client: bool = False) -> tuple[dict, list[int], list[list[float]]]:
+def learn_weights(  # noqa: PLR0913
+    model: torch.nn.Module,
+    global_params: dict,
+    local_top: dict,
+    weights: dict,
+    buffers: dict,
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    plan: BatchPlan,
+    start_phase: list[bool],
+    eta: float,
+    num_pre_loss: int = 10,
+    threshold: float = 0.1,
+    max_passes: int = 50,
+    grad_fn=None,
+    per_client: bool = False,
+) -> tuple[dict, list[int], list[list[float]]]:
     """ALA's weight learning for K clients at once.
 
     ``local_top`` / ``weights``: name -> ``[K, *shape]`` for the ALA tensors (the last p); ``global_params``
@@ -191,7 +208,7 @@ class ALAInit(OverwriteInit):
         self.num_pre_loss = int(p.ala_num_pre_loss)
         self.max_passes = int(p.ala_max_passes)
         self.initial_passes: dict[int, int] = {}  # client -> passes its initial stage took
-        self.capped: list[int] = []               # clients whose initial stage stopped at --ala-max-passes
+        self.capped: list[int] = []  # clients whose initial stage stopped at --ala-max-passes
         self._grad = {}
         self.trace = bool(p.ala_trace)
         self.rows: dict[str, list[dict]] = {"ala.csv": [], "local_loss.csv": []}  # this process's, this round's
@@ -213,11 +230,24 @@ class ALAInit(OverwriteInit):
         if cohort.clients:  # the trained models, captured before the round-end synchronization (fedcli.fl.personal)
             params, buffers = load_models(view, cohort.clients)
             for c, loss in zip(cohort.clients, training_losses(view, cohort.clients, params, buffers)):
-                self.rows["local_loss.csv"].append({"round": cohort.round_idx + 1, "client": c, "samples": int(view.sizes[c]),
-                                                    "initialized": self.init_loss.pop(c), "trained": loss})
+                self.rows["local_loss.csv"].append(
+                    {
+                        "round": cohort.round_idx + 1,
+                        "client": c,
+                        "samples": int(view.sizes[c]),
+                        "initialized": self.init_loss.pop(c),
+                        "trained": loss,
+                    }
+                )
         gathered = view.comm.allgather(self.rows) if view.comm.size > 1 else [self.rows]  # every process (collective)
-        self.rows = {name: sorted((r for s in gathered for r in s[name]), key=lambda r: (r["client"], r.get("pass", 0)))
-                     for name in self.rows} if view.comm.is_root else {name: [] for name in self.rows}
+        self.rows = (
+            {
+                name: sorted((r for s in gathered for r in s[name]), key=lambda r: (r["client"], r.get("pass", 0)))
+                for name in self.rows
+            }
+            if view.comm.is_root
+            else {name: [] for name in self.rows}
+        )
 
     def round_tables(self, view) -> dict[str, list[dict]]:
         rows, self.rows = self.rows, {name: [] for name in self.rows}
@@ -226,7 +256,7 @@ class ALAInit(OverwriteInit):
     def top_names(self, view) -> list[str]:
         shared = [li for li in view.layers if li.index not in view.local_layers]
         p = min(self.p, len(shared))
-        return [li.name for li in shared[len(shared) - p:]] if p > 0 else []
+        return [li.name for li in shared[len(shared) - p :]] if p > 0 else []
 
     def starts_from_global(self, view) -> bool:
         return not self.top_names(view) and self.base.starts_from_global(view)
@@ -260,8 +290,11 @@ class ALAInit(OverwriteInit):
         clients, weights, flags = [], {}, torch.zeros(0)
         if cohort.clients:
             local, _ = load_models(view, cohort.clients)
-            run = [k for k in range(cohort.size)
-                   if not all(torch.equal(local[n][k], rec[n][k if rec[n].shape[0] > 1 else 0]) for n in rec)]
+            run = [
+                k
+                for k in range(cohort.size)
+                if not all(torch.equal(local[n][k], rec[n][k if rec[n].shape[0] > 1 else 0]) for n in rec)
+            ]
             if run:
                 clients = [cohort.clients[k] for k in run]
                 weights, flags = self.learn(view, cohort, run, clients, {n: local[n] for n in names}, rec, per_client)
@@ -270,8 +303,9 @@ class ALAInit(OverwriteInit):
         WEIGHTS.save(view, clients, {n: weights.get(n, empty[n]) for n in names})
         STARTED.save(view, clients, flags)
 
-    def learn(self, view, cohort, run: list[int], clients: list[int], local: dict, rec: dict,
-              per_client: bool) -> tuple[dict, torch.Tensor]:
+    def learn(
+        self, view, cohort, run: list[int], clients: list[int], local: dict, rec: dict, per_client: bool
+    ) -> tuple[dict, torch.Tensor]:
         """Learn W for the cohort rows ``run`` (global ids ``clients``) and write their initialized top layers
         into the cohort; returns the new W and the clients' "initial stage done" flags."""
         dev = view.device
@@ -288,13 +322,35 @@ class ALAInit(OverwriteInit):
         if per_client not in self._grad:
             self._grad[per_client] = _grad_fn(view.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}
-        weights, passes, losses = learn_weights(view.model, theta_g, top, weights, buffers, view.train_x, view.train_y,
-                                                plan, start_phase, self.eta, self.num_pre_loss, self.threshold,
-                                                self.max_passes, grad_fn=self._grad[per_client], per_client=per_client)
+        weights, passes, losses = learn_weights(
+            view.model,
+            theta_g,
+            top,
+            weights,
+            buffers,
+            view.train_x,
+            view.train_y,
+            plan,
+            start_phase,
+            self.eta,
+            self.num_pre_loss,
+            self.threshold,
+            self.max_passes,
+            grad_fn=self._grad[per_client],
+            per_client=per_client,
+        )
         if self.trace:  # Figure 3: the loss of every weight-learning pass
-            self.rows["ala.csv"] += [{"round": cohort.round_idx + 1, "client": c, "pass": j + 1,
-                                      "stage": "initial" if start_phase[i] else "later", "loss": loss}
-                                     for i, c in enumerate(clients) for j, loss in enumerate(losses[i])]
+            self.rows["ala.csv"] += [
+                {
+                    "round": cohort.round_idx + 1,
+                    "client": c,
+                    "pass": j + 1,
+                    "stage": "initial" if start_phase[i] else "later",
+                    "loss": loss,
+                }
+                for i, c in enumerate(clients)
+                for j, loss in enumerate(losses[i])
+            ]
         with torch.no_grad():
             for n in top:
                 g = theta_g[n] if per_client else theta_g[n].unsqueeze(0)
@@ -305,7 +361,10 @@ class ALAInit(OverwriteInit):
                 self.initial_passes[c] = passes[i]
                 if passes[i] >= self.max_passes and self.max_passes > self.num_pre_loss:
                     self.capped.append(c)
-                    warnings.warn(f"ALA: client {c}'s initial stage stopped at --ala-max-passes {self.max_passes} "
-                                  f"before the loss std fell below --ala-threshold {self.threshold}", stacklevel=2)
+                    warnings.warn(
+                        f"ALA: client {c}'s initial stage stopped at --ala-max-passes {self.max_passes} "
+                        f"before the loss std fell below --ala-threshold {self.threshold}",
+                        stacklevel=2,
+                    )
         flags = torch.tensor([1.0 if (learned[i] or not start_phase[i]) else 0.0 for i in range(len(clients))])
         return weights, flags

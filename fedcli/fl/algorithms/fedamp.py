@@ -107,7 +107,7 @@ class AMPInit(OverwriteInit):
     def __init__(self, opts):
         super().__init__(opts)
         self.clouds: dict[str, torch.Tensor] = {}  # this round's u_i (``download``)
-        self.xi: torch.Tensor | None = None       # this round's attention weights
+        self.xi: torch.Tensor | None = None  # this round's attention weights
 
     def download(self, view, cohort) -> None:
         self.clouds, self.xi = send_clouds(view, cohort, self.opts)

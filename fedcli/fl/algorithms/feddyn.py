@@ -39,6 +39,7 @@ import torch
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.parts import AverageServer, SGDStep
 
+
 class FedDynStep(SGDStep):
     """SGD along g - grad_i + alpha (theta - theta^{t-1}); grad_i <- grad_i - alpha (theta_i^t - theta^{t-1})."""
 
@@ -49,8 +50,8 @@ class FedDynStep(SGDStep):
     def __init__(self, opts):
         super().__init__(opts)
         self.alpha = float(self.opts.feddyn_alpha)
-        self.anchor: dict[str, torch.Tensor] = {}   # the server model, updated in place at each synchronization
-        self.disp: dict[str, torch.Tensor] = {}     # sum_k lr_k v_k: theta^{t-1} - theta_i^t over the round, [K, ...]
+        self.anchor: dict[str, torch.Tensor] = {}  # the server model, updated in place at each synchronization
+        self.disp: dict[str, torch.Tensor] = {}  # sum_k lr_k v_k: theta^{t-1} - theta_i^t over the round, [K, ...]
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
@@ -58,7 +59,10 @@ class FedDynStep(SGDStep):
         self.disp = {n: torch.zeros_like(t) for n, t in cohort.params.items()}
 
     def direction(self, cohort, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {n: torch.add(g - self.grad_i[n], cohort.params[n] - self.anchor[n], alpha=self.alpha) for n, g in grads.items()}
+        return {
+            n: torch.add(g - self.grad_i[n], cohort.params[n] - self.anchor[n], alpha=self.alpha)
+            for n, g in grads.items()
+        }
 
     def apply(self, cohort, names, params, g, lr, active) -> None:
         torch._foreach_add_([self.disp[n] for n in names], g, alpha=lr)
@@ -80,7 +84,7 @@ class FedDynServer(AverageServer):
     def __init__(self, opts):
         super().__init__(opts)
         self.alpha = float(self.opts.feddyn_alpha)
-        self.share = 1.0   # |P_t| / m
+        self.share = 1.0  # |P_t| / m
         self.h: dict[str, torch.Tensor] = {}
 
     def begin_round(self, view, cohort) -> None:

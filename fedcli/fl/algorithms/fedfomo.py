@@ -3,7 +3,8 @@ Model Optimization", Eqs. 5-7, Algorithm 1): each client aggregates other client
 a first-order approximation of how much each one lowers its validation loss.
 
 Each client holds out ``--fomo-val-ratio`` (0.2) of its training split as a validation part and trains on the
-rest (``training_indices``: the engine sets ``view.client_indices`` / ``view.sizes`` to the training part). The server keeps an affinity matrix P
+rest (``training_indices``: the engine sets ``view.client_indices`` / ``view.sizes`` to the training part). The server
+keeps an affinity matrix P
 (N x N, initially the identity; row i lives in ``view.store`` under ``fomo.P`` as client i's state) and every
 client's last uploaded model theta_j. At the start of round t > 0 client i
 
@@ -55,16 +56,16 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
+from fedcli.fl.clientstate import GLOBAL, ClientState
 from fedcli.fl.cohort import Stream, register_purpose
 from fedcli.fl.parts import OverwriteInit, expand
-from fedcli.fl.clientstate import GLOBAL, ClientState
 from fedcli.fl.personal import all_client_models, load_models
 from fedcli.fl.rng import torch_gen
 
 VAL_BATCHES = register_purpose("fomo-val", Stream(shuffled=False))  # the validation losses (Eq. 6), in order
 
 
-EPS = 1e-5            # in the norm's denominator (reference)
+EPS = 1e-5  # in the norm's denominator (reference)
 #: theta_old, the model each client starts training from (the global model's at first)
 OLD = ClientState("fomo.old", default=GLOBAL)
 
@@ -132,12 +133,14 @@ class FomoInit(OverwriteInit):
         self.val: list[torch.Tensor] = []
         self.train: list[torch.Tensor] = []
         self.aggregates: dict[str, torch.Tensor] = {}  # this round's aggregated models (``download``)
-        self.weights: tuple | None = None              # this round's (model ids [K, M], weights [K, M])
+        self.weights: tuple | None = None  # this round's (model ids [K, M], weights [K, M])
 
     def setup(self, view) -> None:
         self.train, self.val = [], []
         for c, ix in enumerate(view.client_indices):  # the partition's training indices (no part split them before)
-            t, v = split_validation(torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(self.opts.seed, "fomo.val", 0, c))
+            t, v = split_validation(
+                torch.as_tensor(ix, dtype=torch.long), self.ratio, torch_gen(self.opts.seed, "fomo.val", 0, c)
+            )
             self.train.append(t)
             self.val.append(v)
 
@@ -146,7 +149,8 @@ class FomoInit(OverwriteInit):
         return self.train
 
     def m(self, view) -> int:
-        """M: how many models each client downloads (at most the cohort size, as the reference's min(M, join_clients))."""
+        """M: how many models each client downloads (at most the cohort size, as the reference's min(M,
+        join_clients))."""
         n = len(view.client_indices)
         return min(int(self.opts.fomo_m) or n, view.n_active)
 
@@ -196,7 +200,9 @@ class FomoInit(OverwriteInit):
             pick = {n: w[dev_ids[:, s]] for n, w in models.items()}
             pick_b = {n: b[dev_ids[:, s]] for n, b in model_b.items()}
             loss_recv[:, s] = validation_losses(view, pick, pick_b, val)
-            dist[:, s] = sum((pick[n] - old[n]).reshape(k_all, -1).pow(2).sum(1, dtype=torch.float64) for n in pick).sqrt().cpu()
+            dist[:, s] = (
+                sum((pick[n] - old[n]).reshape(k_all, -1).pow(2).sum(1, dtype=torch.float64) for n in pick).sqrt().cpu()
+            )
         w = fomo_weights(loss_old, loss_recv, dist)
         rows.scatter_add_(1, ids, w)
         affinity.save(view, clients, rows)

@@ -23,8 +23,15 @@ from fedcli.fl.layerwise import delta_lambda
 from fedcli.fl.schedules import LayerwiseSchedule
 
 
-def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "reference",
-                   eligible: Sequence[bool] | None = None) -> list[int]:
+def lama_intervals(
+    d: Sequence[float],
+    numel: Sequence[int],
+    tau: int,
+    phi: int,
+    *,
+    rule: str = "reference",
+    eligible: Sequence[bool] | None = None,
+) -> list[int]:
     """FedLAMA Algorithm 1 (layer-wise aggregation interval adjustment).
 
     I = argsort(d) (increasing, stable: ties keep layer order); delta_l, lambda_l are Eqs. 3, 4 along I.
@@ -59,8 +66,15 @@ def lama_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int,
     return out
 
 
-def lama_accelerate_intervals(d: Sequence[float], numel: Sequence[int], tau: int, phi: int, *, rule: str = "reference",
-                              eligible: Sequence[bool] | None = None) -> list[int]:
+def lama_accelerate_intervals(
+    d: Sequence[float],
+    numel: Sequence[int],
+    tau: int,
+    phi: int,
+    *,
+    rule: str = "reference",
+    eligible: Sequence[bool] | None = None,
+) -> list[int]:
     """FedLAMA's "accelerate" variant (arXiv version, remark after Algorithm 2): intervals in {tau'//phi, tau'}.
 
     The remark: where latency can be ignored, FedLAMA "can accelerate the convergence [...] at the cost of

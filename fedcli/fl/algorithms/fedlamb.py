@@ -70,9 +70,13 @@ class LambStep(LocalStep):
         self.denom: dict[str, torch.Tensor] | None = None
 
     def begin_round(self, view, cohort) -> None:
-        synced = view.offered("vhat", cohort)  # the server's v_hat_{r-1}; None before the first synchronization: v_hat_0
-        vhat = {n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.opts)))
-                for n, p in view.global_params.items()}
+        synced = view.offered(
+            "vhat", cohort
+        )  # the server's v_hat_{r-1}; None before the first synchronization: v_hat_0
+        vhat = {
+            n: (synced[n].to(p.device) if synced is not None else torch.full_like(p, vhat_zero(self.opts)))
+            for n, p in view.global_params.items()
+        }
         local = synced is None and self.opts.vhat_start == "local"
         self.denom = None if local else {n: denominator(self.opts, v) for n, v in vhat.items()}  # fixed for the round
         m = M.load(view, cohort)  # m_{r,i}^0 = m_{r-1,i}^T (line 6)
@@ -83,7 +87,8 @@ class LambStep(LocalStep):
         cohort.opt_state = {"m": m, "v": v}  # this round's optimizer state (the divergence guard scrubs it too)
 
     def offer(self, capability: str, view, cohort) -> dict[str, torch.Tensor]:
-        """"v": each cohort client's second moment v this round, name -> [K, *shape] (the vhat-max server averages it)."""
+        """ "v": each cohort client's second moment v this round, name -> [K, *shape] (the vhat-max server averages
+        it)."""
         if capability != "v":
             return super().offer(capability, view, cohort)
         return cohort.opt_state["v"]

@@ -41,7 +41,6 @@ Deviations from the reference (PFLlib ``clientphp.py`` / ``serverphp.py``):
 
 from __future__ import annotations
 
-
 import torch
 from torch.func import functional_call
 
@@ -49,7 +48,6 @@ from fedcli.errors import ConfigError
 from fedcli.fl.parts import OverwriteInit, SGDStep
 from fedcli.fl.personal import load_models
 from fedcli.fl.trainers import masked_loss
-
 
 BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # the reference's "rbf" bandwidth range
 
@@ -76,8 +74,10 @@ def total_rounds(view) -> int:
     """T for mu_t = mu * t / T: the rounds of the run's budget (``fedcli.fl.budget.plan_run``)."""
     rounds = view.run_plan().rounds
     if rounds is None:
-        raise ConfigError("--algo fedphp scales mu by round / rounds: give --rounds (with --local-epochs and partial "
-                          "participation an --iterations budget has no fixed number of rounds)")
+        raise ConfigError(
+            "--algo fedphp scales mu by round / rounds: give --rounds (with --local-epochs and partial "
+            "participation an --iterations budget has no fixed number of rounds)"
+        )
     return rounds
 
 
@@ -113,8 +113,10 @@ def head_module(model: torch.nn.Module) -> torch.nn.Module:
     name = list(model.named_parameters())[-1][0]
     mod = model.get_submodule(name.rpartition(".")[0])
     if not isinstance(mod, torch.nn.Linear):
-        raise ConfigError(f"--algo fedphp needs a model whose last layer is Linear (its input is the representation); "
-                          f"{type(model).__name__} ends with {type(mod).__name__}")
+        raise ConfigError(
+            f"--algo fedphp needs a model whose last layer is Linear (its input is the representation); "
+            f"{type(model).__name__} ends with {type(mod).__name__}"
+        )
     return mod
 
 
@@ -161,7 +163,10 @@ class PHPStep(SGDStep):
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         # theta_g: the global model received at the round's start (frozen while the clients train)
-        self.anchor = ({n: p.clone() for n, p in view.global_params.items()}, {n: b.clone() for n, b in view.global_buffers.items()})
+        self.anchor = (
+            {n: p.clone() for n, p in view.global_params.items()},
+            {n: b.clone() for n, b in view.global_buffers.items()},
+        )
 
     def gradients(self, view, cohort, x, y, mask):
         if self.lam == 0.0:

@@ -19,8 +19,8 @@ round, client). ``--head-layers 0`` is FedAvg-C (tested).
 
 from __future__ import annotations
 
-from fedcli.fl.parts import SGDStep
 from fedcli.fl.clientstate import GLOBAL, ClientState
+from fedcli.fl.parts import SGDStep
 from fedcli.fl.personal import local_sgd
 
 #: each client's head (its own top layers), the global model's at first
@@ -39,7 +39,7 @@ class FedRepStep(SGDStep):
     def local_layers(self, view) -> list[int]:
         """The head's layer indices: the engine never synchronizes them."""
         n = min(self.n_head, len(view.layers))
-        idx = [li.index for li in view.layers[len(view.layers) - n:]] if n > 0 else []
+        idx = [li.index for li in view.layers[len(view.layers) - n :]] if n > 0 else []
         self.head = {view.layers[i].name for i in idx}
         return idx
 
@@ -51,8 +51,17 @@ class FedRepStep(SGDStep):
         if cohort.clients:
             for n, head in HEAD.load(view, cohort, names=names).items():
                 cohort.params[n].copy_(head)
-            local_sgd(view, cohort.clients, cohort.params, cohort.buffers, self.epochs, "fedrep.head", cohort.round_idx,
-                      self.opts.lr, trainable=names)
+            local_sgd(
+                view,
+                cohort.clients,
+                cohort.params,
+                cohort.buffers,
+                self.epochs,
+                "fedrep.head",
+                cohort.round_idx,
+                self.opts.lr,
+                trainable=names,
+            )
         HEAD.save(view, cohort, {n: cohort.params[n] for n in names})  # every rank (collective)
 
     def apply(self, cohort, names, params, g, lr, active) -> None:

@@ -1,5 +1,6 @@
 """FedYogi (Reddi et al., ICLR 2021, "Adaptive Federated Optimization", Algorithm 2): local SGD, and the server
-applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``, ``fedcli.fl.algorithms.fedadam``)
+applies Yogi to the averaged update Delta_t = average - x_t. FedAdam's server (``adam``,
+``fedcli.fl.algorithms.fedadam``)
 with another second moment, which grows or shrinks additively instead of decaying multiplicatively:
 
     m_t = b1 m_{t-1} + (1 - b1) Delta_t                         (m_{-1} = 0)

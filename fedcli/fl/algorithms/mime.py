@@ -30,8 +30,16 @@ from typing import NamedTuple
 
 import torch
 
-from fedcli.fl.adaptive import (check_eps, cohort_mean, count_transfer, denominator, full_batch_grads, sync_due,
-                                to_device, vhat_zero)
+from fedcli.fl.adaptive import (
+    check_eps,
+    cohort_mean,
+    count_transfer,
+    denominator,
+    full_batch_grads,
+    sync_due,
+    to_device,
+    vhat_zero,
+)
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.parts import AverageServer, LocalStep, expand
 
@@ -93,7 +101,7 @@ class MimeServer(AverageServer):
         self.control: dict[str, torch.Tensor] | None = None
 
     def offer(self, capability: str, view, cohort) -> "MimeState":
-        """"mime": the control variate c of this round and the AMSGrad state (m, v, v_hat) the clients follow."""
+        """ "mime": the control variate c of this round and the AMSGrad state (m, v, v_hat) the clients follow."""
         if capability != "mime":
             return super().offer(capability, view, cohort)
         return MimeState(self.control, self.m, self.v, self.vhat)

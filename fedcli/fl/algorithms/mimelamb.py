@@ -26,14 +26,20 @@ class VhatFullGradServer(VhatServer):
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
         self.v = to_device(self.v, view.device)
-        self.grad = cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.opts, cohort.round_idx) else None
+        self.grad = (
+            cohort_mean(view, cohort, full_batch_grads(view, cohort)) if sync_due(self.opts, cohort.round_idx) else None
+        )
 
     def end_round(self, view, cohort) -> None:
         if self.grad is None:
             return
         b2 = self.opts.beta2
         sq = {n: g * g for n, g in self.grad.items()}
-        self.v = {n: (1 - b2) * s for n, s in sq.items()} if self.v is None else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
+        self.v = (
+            {n: (1 - b2) * s for n, s in sq.items()}
+            if self.v is None
+            else {n: b2 * self.v[n] + (1 - b2) * sq[n] for n in sq}
+        )
         self.raise_vhat(self.v)
         self.grad = None
         count_transfer(view, up=1, down=1)  # full-batch gradient up, v_hat down

@@ -18,8 +18,10 @@ R^2 the client's strategy logits, kept across rounds, init 0):
                  (the initialization re-aggregated with this batch's strategy, the training so far kept)
         g_l   = dL/dtheta_l on batch b
         model batch    (the first f_m of every f_m + f_s batches):  theta <- SGD step with g   (Delta grows)
-        strategy batch (the next f_s):  alpha_l0 <- alpha_l0 - lr * dL/dalpha_l0,  alpha_l1 <- alpha_l1 + lr * dL/dalpha_l0,
-                        dL/dalpha_l0 = y_l0 * y_l1 / tau_t * <g_l, theta_g,l - theta_0,l>   (exact chain rule through init)
+        strategy batch (the next f_s):  alpha_l0 <- alpha_l0 - lr * dL/dalpha_l0,  alpha_l1 <- alpha_l1 + lr *
+        dL/dalpha_l0,
+                        dL/dalpha_l0 = y_l0 * y_l1 / tau_t * <g_l, theta_g,l - theta_0,l>   (exact chain rule through
+                        init)
 
 (--partialfed-fm f_m = 8, --partialfed-fs f_s = 2: FedALA's appendix). Model and strategy batches are different
 batches of the round's reshuffled epochs, so within an epoch their samples do not overlap. The client uploads
@@ -39,7 +41,8 @@ alpha[l, 1] theta, as its comment says), re-applied before every batch, model an
 multiplied by the decay once per round. We differ from the draft in two places: the re-aggregation moves
 only the initialization part of theta (the draft, as a first version here, reset theta to the mix of theta_g and
 the *current* theta at every batch, which pulls the model halfway back to theta_g at each batch at tau ~ 5 and
-barely learned: personal accuracy 0.34-0.61 over 10 rounds on digits, below the global model), and where it is not Gumbel-softmax over learned
+barely learned: personal accuracy 0.34-0.61 over 10 rounds on digits, below the global model), and where it is not
+Gumbel-softmax over learned
 logits (it clamps a scalar after an ALA-like step, then feeds [s, 1 - s] to ``gumbel_softmax``): here the logits
 alpha are the learned parameters and their gradient is the exact one through the relaxed sample (soft, not
 straight-through: the draft uses ``hard=False``). Not checked against the paper: the strategy's learning rate
@@ -57,11 +60,10 @@ from __future__ import annotations
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.parts import OverwriteInit, SGDStep, expand
 from fedcli.fl.clientstate import ClientState
+from fedcli.fl.parts import OverwriteInit, SGDStep, expand
 from fedcli.fl.personal import LOCAL, load_models
 from fedcli.fl.rng import torch_gen
-
 
 ALPHA = "partialfed.alpha"  # store table of the strategy logits [T, 2] per client
 
@@ -111,7 +113,7 @@ class PartialFedStep(SGDStep):
         self.logits = ClientState(ALPHA, (len(self.names), 2))  # each client's strategy logits, zeros at first
 
     def temperature(self, round_idx: int) -> float:
-        return self.tau0 * self.decay ** round_idx
+        return self.tau0 * self.decay**round_idx
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
@@ -127,8 +129,8 @@ class PartialFedStep(SGDStep):
             g = gumbel((s, t, 2), torch_gen(self.opts.seed, "partialfed", cohort.round_idx, c))
             noise.append(torch.cat([g, g.new_zeros(top - s, t, 2)]))
         self.noise = torch.stack(noise, 1).to(dev) if noise else torch.zeros(0, 0, t, 2, device=dev)  # [steps, K, T, 2]
-        self.start: dict[str, torch.Tensor] = {}   # theta_0: the model local training started from
-        self.y_prev = None                         # y_0 of the previous batch [K, T] (0: all local)
+        self.start: dict[str, torch.Tensor] = {}  # theta_0: the model local training started from
+        self.y_prev = None  # y_0 of the previous batch [K, T] (0: all local)
 
     def selection(self, j: int) -> torch.Tensor:
         """y [K, T, 2]: the relaxed global/local choice of every layer at local step ``j`` (1-based).
@@ -151,7 +153,9 @@ class PartialFedStep(SGDStep):
                 self.start = {n: p.clone() for n, p in cohort.params.items()}
                 self.delta = {n: self.anchor[n].unsqueeze(0) - p for n, p in self.start.items()}
                 self.y_prev = torch.zeros_like(self.y[..., 0])
-            y0 = torch.where(active.view(-1, 1).bool(), self.y[..., 0], self.y_prev)  # finished clients keep their model
+            y0 = torch.where(
+                active.view(-1, 1).bool(), self.y[..., 0], self.y_prev
+            )  # finished clients keep their model
             for i, n in enumerate(self.names):
                 p = cohort.params[n]
                 p.add_(expand(y0[:, i] - self.y_prev[:, i], p) * self.delta[n])
@@ -163,7 +167,11 @@ class PartialFedStep(SGDStep):
         if self.is_model_step(cohort.ctx.step):
             super().step(cohort, grads, lr, active)
             return
-        on = torch.ones(cohort.size, dtype=torch.bool, device=self.alpha.device) if active is None else active.to(self.alpha.device)
+        on = (
+            torch.ones(cohort.size, dtype=torch.bool, device=self.alpha.device)
+            if active is None
+            else active.to(self.alpha.device)
+        )
         for i, n in enumerate(self.names):
             ga = strategy_grad(grads[n], self.delta[n], self.y[:, i, 0], self.tau) * on.to(self.alpha.dtype)
             self.alpha[:, i, 0] -= lr * ga

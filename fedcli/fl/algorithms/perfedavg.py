@@ -88,8 +88,11 @@ class PerFedAvgStep(SGDStep):
         view.model.train()
 
         def loss_fn(params, buffers):  # buffers an input: BatchNorm's train-mode update mutates them (torch.func
-            return masked_loss(functional_call(view.model, (params, buffers), (x,)), y,  # refuses a captured one)
-                               torch.ones_like(y, dtype=torch.float32))
+            return masked_loss(
+                functional_call(view.model, (params, buffers), (x,)),
+                y,  # refuses a captured one)
+                torch.ones_like(y, dtype=torch.float32),
+            )
 
         g = grad(loss_fn)(params0, buffers)
         return {n: p - self.opts.lr * g[n] for n, p in params0.items()}, dict(buffers0)

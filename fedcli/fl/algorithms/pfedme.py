@@ -49,13 +49,13 @@ from fedcli.fl.parts import SGDStep, expand
 from fedcli.fl.parts_servers import ServerLR
 from fedcli.fl.personal import save_models
 
-
 PREFIX = "pfedme"
 THETA_L2 = 0.001  # pFedMeOptimizer's ``mu`` (PFLlib and the pFedMe authors' code), never set by their clients
 
 
-def theta_step(theta: torch.Tensor, grad: torch.Tensor, w: torch.Tensor, personal_lr: float, lam: float,
-               l2: float = THETA_L2) -> torch.Tensor:
+def theta_step(
+    theta: torch.Tensor, grad: torch.Tensor, w: torch.Tensor, personal_lr: float, lam: float, l2: float = THETA_L2
+) -> torch.Tensor:
     """One inner step: theta - personal_lr * (grad + lam * (theta - w) + l2 * theta)."""
     return theta - personal_lr * (grad + lam * (theta - w) + l2 * theta)
 
@@ -80,8 +80,11 @@ class PFedMeStep(SGDStep):
 
     def setup(self, view) -> None:
         if self.lam * self.opts.lr > 2.0:
-            warnings.warn(f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.opts.lr:g} > 2: the local-model update "
-                          "w <- w - lambda * lr * (w - theta) overshoots theta and diverges (FedALA: 15 x 0.005)", stacklevel=2)
+            warnings.warn(
+                f"pFedMe: --pfedme-lambda x --lr = {self.lam * self.opts.lr:g} > 2: the local-model update "
+                "w <- w - lambda * lr * (w - theta) overshoots theta and diverges (FedALA: 15 x 0.005)",
+                stacklevel=2,
+            )
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
@@ -98,7 +101,11 @@ class PFedMeStep(SGDStep):
             first = losses.detach() if first is None else first
             with torch.no_grad():
                 for n, t in self.theta.items():
-                    t.copy_(torch.where(expand(active, t), theta_step(t, grads[n], cohort.params[n], self.personal_lr, self.lam), t))
+                    t.copy_(
+                        torch.where(
+                            expand(active, t), theta_step(t, grads[n], cohort.params[n], self.personal_lr, self.lam), t
+                        )
+                    )
         with torch.no_grad():
             for n, b in cohort.buffers.items():  # theta's BatchNorm statistics as of each client's last local step
                 self.theta_buffers[n].copy_(torch.where(expand(active, b), b, self.theta_buffers[n]))

@@ -4,9 +4,11 @@ Local direction g - c_i + c; c_i and c updated at the round's end; global step s
 ``--server-lr`` (1: the plain average). The ledger counts c's download and c_i's upload per layer.
 
 No per-method defaults: the paper's experiments use the global step size eta_g = 1 (``--server-lr`` 1, the general
-default) and tune the local learning rate per task; it learns on fedcli's general defaults (tests/test_presets_learn.py).
+default) and tune the local learning rate per task; it learns on fedcli's general defaults
+(tests/test_presets_learn.py).
 
-The local step and its control variates (below). Each client i keeps a control variate c_i (in ``view.store``, zeros at first) and the server keeps c
+The local step and its control variates (below). Each client i keeps a control variate c_i (in ``view.store``, zeros at
+first) and the server keeps c
 (zeros at first). In a round, client i steps along g - c_i + c (the configured momentum and weight
 decay act on that direction, as on SGD's gradient). At the round's end
 
@@ -40,21 +42,25 @@ import torch
 from fedcli.fl.clientstate import ClientState
 from fedcli.fl.parts import SGDStep
 
+
 class ScaffoldStep(SGDStep):
     """SGD along g - c_i + c; control variates updated by option II at the round's end."""
 
-    fresh_momentum_needed = "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero momentum buffer"
+    fresh_momentum_needed = (
+        "SCAFFOLD's c_i update divides the round's displacement by sum_k lr_k w_k, w_k counted from a zero "
+        "momentum buffer"
+    )
     #: each client's control variate c_i, zeros at first: the cohort's rows [K, ...] during a round
     c_i = ClientState()
     keeps = ("c",)  # the server control variate, checkpointed and resumed with the run
 
     def __init__(self, opts):
         super().__init__(opts)
-        self.c: dict[str, torch.Tensor] | None = None   # the server control variate
-        self.correction: dict[str, torch.Tensor] = {}   # c - c_i, [K, ...]
-        self.disp: dict[str, torch.Tensor] = {}         # D_i = sum_k lr_k v_k (the applied directions), [K, ...]
-        self.lr_sum: torch.Tensor | None = None         # A_i = sum_k lr_k w_k over each client's own steps, [K]
-        self.w: torch.Tensor | None = None              # w_k = rho w_(k-1) + 1 (1 without momentum), [K]
+        self.c: dict[str, torch.Tensor] | None = None  # the server control variate
+        self.correction: dict[str, torch.Tensor] = {}  # c - c_i, [K, ...]
+        self.disp: dict[str, torch.Tensor] = {}  # D_i = sum_k lr_k v_k (the applied directions), [K, ...]
+        self.lr_sum: torch.Tensor | None = None  # A_i = sum_k lr_k w_k over each client's own steps, [K]
+        self.w: torch.Tensor | None = None  # w_k = rho w_(k-1) + 1 (1 without momentum), [K]
 
     def begin_round(self, view, cohort) -> None:
         super().begin_round(view, cohort)
