@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-#: every member of the part interface, by kind (docs/architecture.md, "The part interface")
+#: every member of the part interface, by kind (docs/method-contract.md, "The whole part interface")
 DATA = (
     "seed",  # the run's --seed, which keys every random stream (fedcli.fl.rng); a part's own options
     # are its ``params``, bound when it is built (docs/method-contract.md)

@@ -27,7 +27,7 @@ from fedcli.models.layers import LayerInfo
 from fedcli.specs import PARTS
 
 FL = Path(__file__).resolve().parents[2] / "fedcli" / "fl"
-# every file that defines parts: the method files and the shared part modules (the rule of docs/architecture.md)
+# every file that defines parts: the method files and the shared part modules (the rule of docs/method-contract.md)
 # every part's module, as the specs name them (``PartSpec.impl``), and the slots helper parts share
 PART_FILES = sorted(
     {
@@ -248,7 +248,7 @@ def test_every_registered_part_is_a_part():
         assert all(issubclass(cls, Part) for cls in table.values())
 
 
-# ---------------------------------------------------------------------------- where parts live (docs/architecture.md)
+# ---------------------------------------------------------------------------- where parts live (docs/method-contract.md)
 #: the family modules of fedcli/fl/ and why a part lives there rather than in a method's file
 FAMILIES = {
     "parts": "the defaults",

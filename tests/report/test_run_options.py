@@ -1,5 +1,5 @@
 """The report reads a run's method options through the declarations its parts were built with (typed), not by
-string key: ``RunData.params(kind)`` (``fedcli.params.recorded``); docs/architecture.md, "The path of a method
+string key: ``RunData.params(kind)`` (``fedcli.params.recorded``); docs/method-contract.md, "The path of a method
 option"."""
 
 import ast
