@@ -11,7 +11,8 @@ i.e. it closes at least half of the gap between chance and 100%.
 Aliases (``fedsgd``, ``adp-fed``) name the same preset object, so they are folded into their preset (tested) instead
 of training the same run twice.
 
-Two budgets. ``make test`` runs each preset at ``QUICK``: the same defaults with a smaller ``--iterations`` (and
+Two budgets. ``make test`` runs each preset at ``QUICK`` (but for the six of :data:`LONG_QUICK`, in ``make
+test-long``): the same defaults with a smaller ``--iterations`` (and
 APPLE on 8 clients instead of 16: its cost grows with the square of the clients, every client downloading every
 core model), the least measured at which it still clears the same bar with room to spare; 4-5 times less than the
 full budgets. The full default budgets (``fedcli train --algo X`` and nothing else, the README's claim) are the
@@ -69,14 +70,39 @@ QUICK = {
 }
 
 
+#: the QUICK cases ``make test`` leaves to ``make test-long`` (the six dearest, 2-15 s of CPU each, together about
+#: 60% of this file's): the method's learning is held in ``make test`` by its own unit test on a tiny task, and its
+#: preset's defaults (its method's hyperparameters) by its golden record (test_golden.py, ``preset-NAME``) bit for bit
+LONG_QUICK = {
+    name: f"the {name} preset at QUICK (dear); {test} holds that {name} learns, test_golden.py's preset-{name} record "
+    "pins its defaults' arithmetic bit for bit"
+    for name, test in (
+        ("pfedme", "tests/algorithms/test_pfedme.py::test_pfedme_learns_and_is_evaluated_on_theta"),
+        ("fedfomo", "tests/algorithms/test_fedfomo.py::test_fedfomo_learns_and_splits_off_validation"),
+        (
+            "perfedavg",
+            "tests/algorithms/test_perfedavg.py::test_perfedavg_learns_and_evaluates_one_step_from_the_global_model",
+        ),
+        ("fedrep", "tests/algorithms/test_personalized.py::test_fedavg_c_and_fedrep_learn"),
+        ("mime", "tests/algorithms/test_adaptive.py::test_methods_learn_and_count_their_extra_transfers"),
+        ("apple", "tests/algorithms/test_apple.py::test_apple_learns_and_downloads_every_core"),
+    )
+}
+
+
 def budgets() -> list:
-    """Each preset at QUICK, and at its full default budget (slow: the golden records pin the same arithmetic, QUICK
-    shows it learns)."""
+    """Each preset at QUICK (those of :data:`LONG_QUICK` marked long), and at its full default budget (slow: the golden
+    records pin the same arithmetic, QUICK shows it learns)."""
     return [
         case
         for algo in PRESETS
         for case in (
-            pytest.param(algo, QUICK[algo], id=f"{algo}-quick"),
+            pytest.param(
+                algo,
+                QUICK[algo],
+                id=f"{algo}-quick",
+                marks=[pytest.mark.long(reason=LONG_QUICK[algo])] if algo in LONG_QUICK else [],
+            ),
             pytest.param(algo, [], id=f"{algo}-defaults", marks=pytest.mark.slow),
         )
     ]

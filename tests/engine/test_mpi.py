@@ -59,12 +59,19 @@ def rows(path):
 @pytest.mark.parametrize(
     "n",
     [
-        2,
+        pytest.param(
+            2,
+            marks=pytest.mark.long(
+                reason="FedLAMA on 1 and 2 ranks (a 2-rank mpiexec, 5 s of CPU); make test holds it in "
+                "test_mpi_families.py: test_one_and_two_processes_give_the_same_results[fedlama] (every CSV cell, "
+                "the model), test_mpi_resume_equals_the_uninterrupted_mpi_run (a 2-rank manifest completed, its "
+                "world_size) and here test_sigkill_of_one_rank_ends_the_job_and_marks_failed (a pid per rank)"
+            ),
+        ),
         pytest.param(
             4,
             marks=pytest.mark.long(
-                reason="four ranks (4 interpreters, 10 s of CPU); make test keeps 1 vs 2 ranks here and for every "
-                "family "
+                reason="four ranks (4 interpreters, 10 s of CPU); make test keeps 1 vs 2 ranks for every family "
                 "(test_mpi_families.py), and 3 ranks in test_more_ranks_than_clients_per_round_is_refused_up_front"
             ),
         ),

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pgkit import files_holding
+from runkit import run_forked
 from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
 
 optuna = pytest.importorskip("optuna", reason="optuna (fedcli tune's dependency, issue 58) is not installed")
@@ -31,8 +32,18 @@ pytestmark = pytest.mark.timeout(600)
 CONFIGS = [0.3, 0.2, 0.25, 0.4, 0.5, 0.7]
 
 
+#: ``fedcli ARGS`` run by runkit.run_forked
+MAIN = "import sys\nfrom fedcli.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
 def env(**more):
     return {**os.environ, "PYTHONPATH": str(ROOT), **more}
+
+
+def tune_forked(args) -> subprocess.CompletedProcess:
+    """``fedcli tune ARGS`` in a forked child (runkit.run_forked): a process of its own (exit code, stderr whole)
+    without a new interpreter's imports."""
+    return run_forked(MAIN, ["tune", *map(str, args)], env=env())
 
 
 def tune(args, check=True, timeout=500, **more) -> subprocess.CompletedProcess:
@@ -274,12 +285,19 @@ def test_storage_rules_refused_in_one_sentence_before_anything_is_written(tmp_pa
         (["--wait"], "--wait follows study workers"),
         (["--study-workers", 2, "--jobs", 2], "each of the K workers trains one trial at a time"),
     ]
-    for args, said in cases:
-        p = tune([path, "--out", root, *args, "--dry-run"], check=False)
+    for i, (args, said) in enumerate(cases):
+        # the first a new interpreter (``python -m fedcli``, its early signal setup included); the rest ``fedcli``'s
+        # main in a forked child (runkit.run_forked): a process of its own, its stderr read whole, without a new
+        # interpreter's imports
+        cmd = [path, "--out", root, *args, "--dry-run"]
+        p = tune(cmd, check=False) if i == 0 else tune_forked(cmd)
         assert p.returncode == 2 and said in p.stderr, (args, p.stderr[-1500:])
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr and "pw@" not in p.stderr
         assert not root.exists()
-    ok = tune([path, "--out", root, "--executor", "slurm", "--study-workers", 2, "--sbatch=--nodelist=vm", "--dry-run"])
+    ok = tune_forked(
+        [path, "--out", root, "--executor", "slurm", "--study-workers", 2, "--sbatch=--nodelist=vm", "--dry-run"]
+    )
+    assert ok.returncode == 0, ok.stderr[-1500:]
     assert "study workers: 2 Slurm job(s)" in ok.stderr and not root.exists()
 
 
