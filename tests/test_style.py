@@ -76,12 +76,9 @@ LONG = {
     "fedcli/models/layers.py:layer_info": 55,
     "fedcli/recipes.py:retime_variants": 55,
     "fedcli/report/tables.py:_paired_section": 55,
-    "fedcli/sweep/executors.py:Executor._run_pool": 54,
-    "fedcli/tune/results.py:_trial": 53,
     "scripts/fedlama_claim.py:summarize": 52,
     "fedcli/bench/compare.py:run_fedcli_throughput": 51,
     "fedcli/data/datasets/shared.py:load_cifar": 51,
-    "fedcli/fl/store.py:DiskStore.load_state_dict": 51,
     "scripts/precision_check.py:main": 51,
 }
 
