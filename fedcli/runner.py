@@ -162,19 +162,10 @@ def run_train(  # noqa: PLR0913
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(
-            cfg,
-            comm,
-            run_dir,
-            quiet=quiet,
-            as_json=as_json,
-            overwrite=overwrite,
-            resume=resume,
-            data=data,
-            progress=progress,
-            printer=printer or RunPrinter(),
-            promote=promote,
+        flags = RunFlags(
+            quiet=quiet, as_json=as_json, overwrite=overwrite, resume=resume, progress=progress, promote=promote
         )
+        return _train(cfg, comm, run_dir, flags, data=data, printer=printer or RunPrinter())
     finally:
         if run_dir is not None:
             run_dir.release()
@@ -204,23 +195,25 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     return e
 
 
-def _train(  # noqa: PLR0913
-    cfg: TrainConfig,
-    comm,
-    run_dir,
-    *,
-    quiet: bool,
-    as_json: bool,
-    overwrite: bool,
-    resume: bool,
-    data=None,
-    progress: str = "auto",
-    printer: RunPrinter,
-    promote: bool = False,
-):
+@dataclass(frozen=True)
+class RunFlags:
+    """How ``run_train`` runs: its keywords ``quiet``, ``as_json``, ``overwrite``, ``resume``, ``progress`` and
+    ``promote``, as they travel to :func:`_train`."""
+
+    quiet: bool = False
+    as_json: bool = False
+    overwrite: bool = False
+    resume: bool = False
+    progress: str = "auto"
+    promote: bool = False
+
+
+def _train(cfg: TrainConfig, comm, run_dir, flags: RunFlags, *, data=None, printer: RunPrinter):
     """One run on every rank, as its jobs in order: set up (and restore), begin the run directory (rank 0: ``run_dir``,
     the :class:`~fedcli.results.run_directory.RunDirectory` :func:`prepare_out` opened), hook the trackers and the
     checkpointer, run the rounds, close the run directory, say the result."""
+    quiet, as_json, overwrite, resume = flags.quiet, flags.as_json, flags.overwrite, flags.resume
+    progress, promote = flags.progress, flags.promote
     out, root = Path(cfg.out), comm.is_root
     early.run_closed(False)
     ctx, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, printer=printer)
