@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,18 +127,21 @@ class RunPrinter:
         """The closing summary of a completed run (not with ``as_json``: a JSON line instead)."""
 
 
-def run_train(  # noqa: PLR0913
-    cfg: TrainConfig,
-    *,
-    comm=None,
-    quiet: bool = False,
-    as_json: bool = False,
-    overwrite: bool = False,
-    resume: bool = False,
-    data=None,
-    progress: str = "auto",
-    printer: RunPrinter | None = None,
-    promote: bool = False,
+@dataclass(frozen=True)
+class RunFlags:
+    """How :func:`run_train` runs (its keywords of these names): ``quiet``, ``as_json`` (a JSON line instead of the
+    summary), ``overwrite``, ``resume``, ``progress`` and ``promote``, as they travel to :func:`_train`."""
+
+    quiet: bool = False
+    as_json: bool = False
+    overwrite: bool = False
+    resume: bool = False
+    progress: str = "auto"
+    promote: bool = False
+
+
+def run_train(
+    cfg: TrainConfig, *, comm=None, data=None, printer: RunPrinter | None = None, flags: RunFlags | None = None, **kw
 ):
     """Set up, train and summarize one run. Only rank 0 writes the run directory and draws progress.
 
@@ -148,33 +151,23 @@ def run_train(  # noqa: PLR0913
     ``progress``: ``--progress`` (fedcli.cli.console.progress_mode); ``printer``: what the run says
     (:class:`RunPrinter`).
     ``promote``: with ``resume``, a pruned run's stop request and pruned mark go and it runs to completion
-    (fedcli/results/stopfile.py)."""
+    (fedcli/results/stopfile.py). These and ``quiet``, ``as_json``, ``overwrite``: a :class:`RunFlags` (``flags``),
+    or its fields by keyword (``kw``, over ``flags`` when both are given)."""
     from fedcli.comm.communicator import Communicator
 
+    flags = replace(flags, **kw) if flags is not None else RunFlags(**kw)
     comm = comm or Communicator()
     out = Path(cfg.out) if cfg.out else default_out(cfg)
     run_dir, err = None, None
     if comm.is_root:
         try:
-            run_dir = prepare_out(out, overwrite=overwrite, resume=resume, promote=promote)
+            run_dir = prepare_out(out, overwrite=flags.overwrite, resume=flags.resume, promote=flags.promote)
         except FedcliError as e:
             err = e
     try:
         collective(comm, err)
         cfg.out = str(comm.bcast(str(out)))
-        return _train(
-            cfg,
-            comm,
-            run_dir,
-            quiet=quiet,
-            as_json=as_json,
-            overwrite=overwrite,
-            resume=resume,
-            data=data,
-            progress=progress,
-            printer=printer or RunPrinter(),
-            promote=promote,
-        )
+        return _train(cfg, comm, run_dir, flags, data=data, printer=printer or RunPrinter())
     finally:
         if run_dir is not None:
             run_dir.release()
@@ -204,23 +197,12 @@ def _midrun_error(e: BaseException, out: Path, comm) -> BaseException:
     return e
 
 
-def _train(  # noqa: PLR0913
-    cfg: TrainConfig,
-    comm,
-    run_dir,
-    *,
-    quiet: bool,
-    as_json: bool,
-    overwrite: bool,
-    resume: bool,
-    data=None,
-    progress: str = "auto",
-    printer: RunPrinter,
-    promote: bool = False,
-):
+def _train(cfg: TrainConfig, comm, run_dir, flags: RunFlags, *, data=None, printer: RunPrinter):
     """One run on every rank, as its jobs in order: set up (and restore), begin the run directory (rank 0: ``run_dir``,
     the :class:`~fedcli.results.run_directory.RunDirectory` :func:`prepare_out` opened), hook the trackers and the
     checkpointer, run the rounds, close the run directory, say the result."""
+    quiet, as_json, overwrite, resume = flags.quiet, flags.as_json, flags.overwrite, flags.resume
+    progress, promote = flags.progress, flags.promote
     out, root = Path(cfg.out), comm.is_root
     early.run_closed(False)
     ctx, state, ckpt = _set_up(cfg, comm, out, resume=resume, data=data, printer=printer)

@@ -151,47 +151,23 @@ def tune(  # noqa: PLR0913
     if executor not in ("local", "slurm"):
         raise ConfigError(f"--executor must be local or slurm, got {executor!r}")
     from fedcli.cli.sweep import _only_scale, _slurm_flags
-    from fedcli.tune.coordinator import make_plan, run_tune
+    from fedcli.tune.coordinator import SearchFlags, make_plan, trial_threads
 
     flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
-    given = [k for k, v in flags.items() if v is not None]
-    if executor != "slurm" and given:
-        raise ConfigError(
-            f"--{given[0].replace('_', '-')} sets a Slurm job's resources: it applies to --executor slurm only",
-            key=given[0],
-        )
-    if wait and study_workers is None:
-        raise ConfigError(
-            "--wait follows study workers: it applies to --study-workers K only (a coordinator runs "
-            "until the study ends)"
-        )
+    _check_run_flags(executor, flags, wait, study_workers)
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
-    res = None
-    if executor == "slurm":
-        from fedcli.recipes import read_sweep
-        from fedcli.sweep.slurm import resources
-
-        res = resources(read_sweep(recipe, scale), flags)
+    res = _slurm_resources(executor, recipe, scale, flags)
+    search = SearchFlags(trials, sampler, pruner, seed)
     plan = make_plan(
-        recipe, scale, out, trials, sampler, pruner, seed, storage, select_on, jobs, res.cpus if res else None, mpi
+        recipe, scale, out, search, storage, select_on, trial_threads(jobs, res.cpus if res else None, mpi)
     )
     if study_workers is not None:
         from fedcli.tune.launch import check_rules
 
         check_rules(plan, study_workers, executor, res, storage, jobs)
     if dry_run or not quiet:
-        _print_plan(plan, jobs, mpi, estimate=dry_run)
-        if res is not None and study_workers is None:
-            from fedcli.sweep.slurm import sbatch_preview
-
-            err_console.print(
-                f"  Slurm: each trial an ordinary sweep job, {jobs} in flight; each job asks for "
-                f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+        _say_plan(plan, jobs, mpi, res, dry_run=dry_run, workers=study_workers is not None)
     if study_workers is not None:
         return _workers(
             plan,
@@ -204,6 +180,57 @@ def tune(  # noqa: PLR0913
         )
     if dry_run:
         return plan
+    return _coordinate(plan, jobs, mpi, res, fresh=fresh, quiet=quiet, t0=t0)
+
+
+def _check_run_flags(executor: str, flags: dict, wait: bool, study_workers: int | None) -> None:
+    """The flags of a study run checked together: Slurm resources with --executor slurm only, --wait with
+    --study-workers only."""
+    from fedcli.errors import ConfigError
+
+    given = [k for k, v in flags.items() if v is not None]
+    if executor != "slurm" and given:
+        raise ConfigError(
+            f"--{given[0].replace('_', '-')} sets a Slurm job's resources: it applies to --executor slurm only",
+            key=given[0],
+        )
+    if wait and study_workers is None:
+        raise ConfigError(
+            "--wait follows study workers: it applies to --study-workers K only (a coordinator runs "
+            "until the study ends)"
+        )
+
+
+def _slurm_resources(executor: str, recipe: str, scale, flags: dict):
+    """With --executor slurm: a trial's Slurm job resources (the recipe's [slurm] table and the flags), else None."""
+    if executor != "slurm":
+        return None
+    from fedcli.recipes import read_sweep
+    from fedcli.sweep.slurm import resources
+
+    return resources(read_sweep(recipe, scale), flags)
+
+
+def _say_plan(plan, jobs: int, mpi: int, res, *, dry_run: bool, workers: bool) -> None:
+    """The study's plan on stderr and, for trials as Slurm jobs of a coordinator, what each job asks for."""
+    _print_plan(plan, jobs, mpi, estimate=dry_run)
+    if res is not None and not workers:
+        from fedcli.sweep.slurm import sbatch_preview
+
+        err_console.print(
+            f"  Slurm: each trial an ordinary sweep job, {jobs} in flight; each job asks for "
+            f"{res.describe(mpi)} (sbatch {sbatch_preview(res, mpi)})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _coordinate(plan, jobs: int, mpi: int, res, *, fresh: bool, quiet: bool, t0: float):
+    """The study run by this process's coordinator to its end (an interruption: exit 130, saying how to resume),
+    then its closing lines."""
+    from fedcli.tune.coordinator import run_tune
+
     say = (lambda kind, study, number, text: None) if quiet else _event
     try:
         co = run_tune(

@@ -246,23 +246,54 @@ def manifest(ctx: ManifestContext) -> dict:
     from fedcli.params import section_values
     from fedcli.specs import run_sections
 
-    cfg, method, comm, trainer, layers = ctx.cfg, ctx.method, ctx.comm, ctx.trainer, ctx.layers
+    cfg, layers = ctx.cfg, ctx.layers
     return {
         "config": cfg.to_dict(),
         # the options of the run's parts by params section ([fedlama] phi, ...): the same values as in "config"
         "params": section_values(cfg, run_sections(cfg.algo, cfg.schedule, cfg.init)),
-        "method": {
-            "name": method.name,
-            "label": method.label_for(cfg.algo),
-            "style": list(method.style),
-            **ctx.part_names,
-            "personalized": method.personalized,
-            "defaults": method.effective_defaults(),
-            # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
-            "layerwise": ctx.schedule.layerwise,
-            "learned_weights": ctx.init.learned_weights(cfg.to_dict(), [li.numel for li in layers]),
-        },
+        "method": _method_entry(ctx),
         "seed": cfg.seed,
+        **_execution_entry(ctx),
+        "dataset": ctx.dataset.source,
+        "partition": {"hash": ctx.partition.hash, **ctx.partition.config},
+        "clients": len(ctx.client_indices),
+        "active_clients": ctx.n_active,
+        "model": {
+            "name": cfg.model,
+            "parameters": sum(li.numel for li in layers),
+            "layers": len(layers),
+            **model_source(cfg.model),
+        },
+        "eval_every": ctx.eval_every,
+        "evaluations": ctx.planned_evaluations(),
+        **({"batch_size_used": ctx.batch_size} if ctx.batch_size != cfg.batch_size else {}),
+        "torch_threads": torch.get_num_threads(),
+        "client_state": ctx.store.info,
+        **({"system": ctx.system.describe()} if ctx.system is not None else {}),
+        **({"timing": ctx.timing.describe()} if ctx.timing is not None else {}),
+    }
+
+
+def _method_entry(ctx: ManifestContext) -> dict:
+    """The manifest's ``method``: the method, its parts, its defaults and what a report asks of the parts."""
+    cfg, method, layers = ctx.cfg, ctx.method, ctx.layers
+    return {
+        "name": method.name,
+        "label": method.label_for(cfg.algo),
+        "style": list(method.style),
+        **ctx.part_names,
+        "personalized": method.personalized,
+        "defaults": method.effective_defaults(),
+        # what a report asks of the parts, recorded so that reading a run needs no part (nor torch)
+        "layerwise": ctx.schedule.layerwise,
+        "learned_weights": ctx.init.learned_weights(cfg.to_dict(), [li.numel for li in layers]),
+    }
+
+
+def _execution_entry(ctx: ManifestContext) -> dict:
+    """The manifest's entries on how the run executes: its processes, device, trainer, precision, cohort chunks."""
+    cfg, comm, trainer = ctx.cfg, ctx.comm, ctx.trainer
+    return {
         "world_size": comm.size,
         "workers": comm.workers,
         **({"workers_choice": comm.workers_note} if comm.workers_note else {}),
@@ -281,21 +312,4 @@ def manifest(ctx: ManifestContext) -> dict:
             if cfg.cohort_chunk
             else {}
         ),
-        "dataset": ctx.dataset.source,
-        "partition": {"hash": ctx.partition.hash, **ctx.partition.config},
-        "clients": len(ctx.client_indices),
-        "active_clients": ctx.n_active,
-        "model": {
-            "name": cfg.model,
-            "parameters": sum(li.numel for li in layers),
-            "layers": len(layers),
-            **model_source(cfg.model),
-        },
-        "eval_every": ctx.eval_every,
-        "evaluations": ctx.planned_evaluations(),
-        **({"batch_size_used": ctx.batch_size} if ctx.batch_size != cfg.batch_size else {}),
-        "torch_threads": torch.get_num_threads(),
-        "client_state": ctx.store.info,
-        **({"system": ctx.system.describe()} if ctx.system is not None else {}),
-        **({"timing": ctx.timing.describe()} if ctx.timing is not None else {}),
     }

@@ -318,6 +318,33 @@ class Simulation:
         """The synchronizations of a round of ``steps`` local steps: (step, layers), in order (``due_layers``)."""
         return [(j, due) for j in range(1, steps + 1) if (due := self.due_layers(j, steps))]
 
+    def _train_cohort(self, state: TrainState, cohort_ids: list, mine: list, steps: int):
+        """This process's clients ``mine`` of the round's cohort opened, trained and closed, at once or
+        ``--cohort-chunk`` K at a time (see ``run_round``). Returns (cohort, each client's mean local loss, rows that
+        went non-finite)."""
+        round_idx = state.round_idx
+        start = state.iteration
+        pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
+        if pieces is None:
+            cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
+            round_losses = self.local_phase(state, cohort, start, steps, self.synchronize)
+            mean_losses = self.close_cohort(state, cohort, round_losses)
+            dead = guard.dead_rows(self.device, cohort) if cohort.skipped else None
+        else:
+            total = chunked.RoundSum(self.context(SyncContext), cohort_ids)
+            means = []
+            for clients in pieces:
+                cohort = self.open_cohort(clients, cohort_ids, round_idx, steps)
+                round_losses = self.local_phase(state, cohort, start, steps, total.add)
+                means.append(self.close_cohort(state, cohort, round_losses))
+                cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
+            total.finish(round_idx)
+            cohort = Cohort(
+                mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids
+            )
+            mean_losses, dead = torch.cat(means), None
+        return cohort, mean_losses, dead
+
     def run_round(self, state: TrainState) -> None:
         """One round: sample and initialize the cohort, local steps with layer syncs, schedule adjustment.
 
@@ -347,26 +374,7 @@ class Simulation:
                 syncs=self.sync_plan(steps),
                 round_idx=round_idx,
             )
-        start = state.iteration
-        pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
-        if pieces is None:
-            cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
-            round_losses = self.local_phase(state, cohort, start, steps, self.synchronize)
-            mean_losses = self.close_cohort(state, cohort, round_losses)
-            dead = guard.dead_rows(self.device, cohort) if cohort.skipped else None
-        else:
-            total = chunked.RoundSum(self.context(SyncContext), cohort_ids)
-            means = []
-            for clients in pieces:
-                cohort = self.open_cohort(clients, cohort_ids, round_idx, steps)
-                round_losses = self.local_phase(state, cohort, start, steps, total.add)
-                means.append(self.close_cohort(state, cohort, round_losses))
-                cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
-            total.finish(round_idx)
-            cohort = Cohort(
-                mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids
-            )
-            mean_losses, dead = torch.cat(means), None
+        cohort, mean_losses, dead = self._train_cohort(state, cohort_ids, mine, steps)
         self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort (``cohort_sum``); kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (nothing but the cohort sum's own rounding)

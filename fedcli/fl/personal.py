@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch.func import functional_call
@@ -126,28 +127,38 @@ def client_model(view, client: int, prefix: str = LOCAL) -> tuple[dict, dict]:
 
 
 # ---------------------------------------------------------------------------- local training helper
-def local_sgd(  # noqa: PLR0913
+@dataclass(frozen=True)
+class LocalEpochs:
+    """The extra local training a method asks of ``local_sgd``: ``epochs`` local epochs at learning rate ``lr``,
+    its batches drawn from the random stream of ``purpose``."""
+
+    epochs: float
+    lr: float
+    purpose: str
+
+
+def local_sgd(
     view,
     clients: list[int],
     params: dict,
     buffers: dict,
-    epochs: float,
-    purpose: str,
+    work: LocalEpochs,
     round_idx: int,
-    lr: float,
     trainable: list[str] | None = None,
     direction=None,
 ) -> torch.Tensor:
-    """Plain SGD (no momentum, no weight decay) for ``epochs`` local epochs, vectorized over ``clients``.
+    """Plain SGD (no momentum, no weight decay) for ``work.epochs`` local epochs at ``work.lr``, vectorized over
+    ``clients``.
 
     ``params`` ``[K, ...]`` are updated in place (only the names in ``trainable``; all by default);
     ``buffers`` too (BatchNorm statistics, train mode). Client i runs ceil(epochs * n_i / B) steps (with
     ``--drop-last`` ceil(epochs * floor(n_i / B)): ``epoch_steps``) of mini-batches from its training split, asked of
-    ``view.batches`` by ``purpose``: drawn from generators keyed by (seed, purpose, round, client) (so this extra
+    ``view.batches`` by ``work.purpose``: drawn from generators keyed by (seed, purpose, round, client) (so this extra
     local work has its own random stream, independent of the main local steps);
     ``direction(grads, params)`` may change the gradient (Ditto's proximal term). Returns the mean loss per
     client [K].
     """
+    epochs, purpose, lr = work.epochs, work.purpose, work.lr
     k = len(clients)
     if k == 0:
         return torch.zeros(0, dtype=torch.float64)

@@ -593,12 +593,7 @@ class DiskStore:
         self.cache_used = 0
         self.fresh, self.resumed = False, True
         if self.KEY not in state:  # a checkpoint of a run that kept its state in memory: write it here
-            self.tables, self.gen = {}, 0
-            self._wipe_own()
-            for name, rows in _merged(state, root_state).items():
-                keys = sorted(int(c) for c in rows)
-                if keys:
-                    self.scatter(name, keys, torch.stack([rows[c] for c in keys]))
+            self._write_memory_checkpoint(state, root_state)
             return
         s = state[self.KEY]
         self.gen = int(s["gen"])
@@ -608,37 +603,48 @@ class DiskStore:
                 self._remove_own(gen)
         with self._in(f"g{self.gen}", f"r{self.rank}") as d:
             for tab in self.tables.values():
-                want = tab.rows[self.rank] * tab.row_bytes
-                if not want:
-                    continue
-                p = self.path(self.gen, self.rank, tab.file)
-                size = d.size(tab.file) if d is not None else -1
-                if size < want:
-                    first = next(
-                        (
-                            int(k)
-                            for k in np.nonzero(
-                                (tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0))
-                            )[0]
-                        ),
-                        None,
-                    )
-                    whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
-                    raise DataError(
-                        f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so "
-                        f"{whose}lost; expected "
-                        f"the client-state file the checkpoint refers to (resume from another checkpoint, "
-                        f"or start again)"
-                    )
-                if size > want:  # through the rank folder's descriptor, O_NOFOLLOW: never the file a link points to
-                    fd = d.open_fd(tab.file, os.O_WRONLY, doing="truncate")
-                    try:
-                        os.ftruncate(fd, want)
-                    except OSError as e:
-                        raise os_error(e, p, "truncate") from None
-                    finally:
-                        os.close(fd)
+                self._cut_back(d, tab)
         self.pins = {}
+
+    def _write_memory_checkpoint(self, state: dict, root_state: dict | None) -> None:
+        """Start the store afresh from a checkpoint of a run that kept its client state in memory."""
+        self.tables, self.gen = {}, 0
+        self._wipe_own()
+        for name, rows in _merged(state, root_state).items():
+            keys = sorted(int(c) for c in rows)
+            if keys:
+                self.scatter(name, keys, torch.stack([rows[c] for c in keys]))
+
+    def _cut_back(self, d, tab: "_Table") -> None:
+        """Cut this process's file of ``tab`` back to the length the checkpoint recorded; a shorter file is lost."""
+        want = tab.rows[self.rank] * tab.row_bytes
+        if not want:
+            return
+        p = self.path(self.gen, self.rank, tab.file)
+        size = d.size(tab.file) if d is not None else -1
+        if size < want:
+            first = next(
+                (
+                    int(k)
+                    for k in np.nonzero((tab.where == self.rank) & ((tab.row + 1) * tab.row_bytes > max(size, 0)))[0]
+                ),
+                None,
+            )
+            whose = f"{_who(tab.name, first)}'s state '{tab.name}' is " if first is not None else ""
+            raise DataError(
+                f"{p}: {'missing' if size < 0 else f'cut short ({size} of {want} bytes)'}, so "
+                f"{whose}lost; expected "
+                f"the client-state file the checkpoint refers to (resume from another checkpoint, "
+                f"or start again)"
+            )
+        if size > want:  # through the rank folder's descriptor, O_NOFOLLOW: never the file a link points to
+            fd = d.open_fd(tab.file, os.O_WRONLY, doing="truncate")
+            try:
+                os.ftruncate(fd, want)
+            except OSError as e:
+                raise os_error(e, p, "truncate") from None
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         self._close()

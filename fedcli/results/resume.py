@@ -144,51 +144,12 @@ def reopen_run_dir(
     (``state``: the restored TrainState, whose simulated seconds per layer it gives with ``--system``). ``promoted``:
     ``--promote`` of a pruned run, whose ``pruned`` entry moves into the ``resumes`` entry (``promoted``) and whose
     ``reason`` goes."""
-    from fedcli.results.rundir import (
-        APPEND_CSVS,
-        CLIENTS_COLUMNS,
-        INTERVALS_COLUMNS,
-        PART_CSVS,
-        SKIPPED_COLUMNS,
-        SYSTEM_COLUMNS,
-        AppendCSV,
-        RunDir,
-        git_commit,
-        now,
-        rewind_csvs,
-        versions,
-    )
-    from fedcli.results.runlog import extra_columns, layer_rows
+    from fedcli.results.runlog import layer_rows
 
     run_dir = Path(run_dir)
-    positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}
-    if ckpt is not None:
-        positions.update(ckpt["csv"])
-    rewind_csvs(run_dir, positions)
-    rd = RunDir(run_dir, extra_columns(ctx))
-    for name, attr, cols in (
-        ("intervals.csv", "intervals", INTERVALS_COLUMNS),
-        ("skipped.csv", "skipped", SKIPPED_COLUMNS),
-        ("clients.csv", "clients", CLIENTS_COLUMNS),
-        ("system.csv", "system", SYSTEM_COLUMNS),
-    ):
-        if (run_dir / name).exists():
-            setattr(rd, attr, AppendCSV(run_dir / name, cols))
-    rd.part_csvs = {
-        name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()
-    }
+    rd = _reopen_csvs(run_dir, ckpt, ctx)
     rd.manifest = read_manifest(run_dir)
-    entry = {
-        "time": now(),
-        "checkpoint": Path(ckpt["path"]).name if ckpt else None,
-        "round": ckpt["round"] if ckpt else 0,
-        "iteration": ckpt["iteration"] if ckpt else 0,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "versions": versions(),
-        "git_commit": git_commit(),
-        "command": sys.argv,
-    }
+    entry = _resume_entry(ckpt)
     if promoted is not None:
         entry["promoted"] = promoted
         rd.manifest.pop("pruned", None)
@@ -207,6 +168,58 @@ def reopen_run_dir(
     )
     rd.write_layers(layer_rows(ctx, state))
     return rd
+
+
+def _reopen_csvs(run_dir: Path, ckpt: dict | None, ctx: LogContext):
+    """The run's CSVs cut back to the checkpoint's byte and row counts (to nothing without one), reopened as a
+    RunDir that appends to them."""
+    from fedcli.results.rundir import (
+        APPEND_CSVS,
+        CLIENTS_COLUMNS,
+        INTERVALS_COLUMNS,
+        PART_CSVS,
+        SKIPPED_COLUMNS,
+        SYSTEM_COLUMNS,
+        AppendCSV,
+        RunDir,
+        rewind_csvs,
+    )
+    from fedcli.results.runlog import extra_columns
+
+    positions = {name: {"bytes": 0, "rows": 0} for name in APPEND_CSVS}
+    if ckpt is not None:
+        positions.update(ckpt["csv"])
+    rewind_csvs(run_dir, positions)
+    rd = RunDir(run_dir, extra_columns(ctx))
+    for name, attr, cols in (
+        ("intervals.csv", "intervals", INTERVALS_COLUMNS),
+        ("skipped.csv", "skipped", SKIPPED_COLUMNS),
+        ("clients.csv", "clients", CLIENTS_COLUMNS),
+        ("system.csv", "system", SYSTEM_COLUMNS),
+    ):
+        if (run_dir / name).exists():
+            setattr(rd, attr, AppendCSV(run_dir / name, cols))
+    rd.part_csvs = {
+        name: AppendCSV(run_dir / name, cols) for name, cols in PART_CSVS.items() if (run_dir / name).exists()
+    }
+    return rd
+
+
+def _resume_entry(ckpt: dict | None) -> dict:
+    """The manifest's ``resumes`` entry of this resume: when, from which checkpoint, where and with what."""
+    from fedcli.results.rundir import git_commit, now, versions
+
+    return {
+        "time": now(),
+        "checkpoint": Path(ckpt["path"]).name if ckpt else None,
+        "round": ckpt["round"] if ckpt else 0,
+        "iteration": ckpt["iteration"] if ckpt else 0,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "versions": versions(),
+        "git_commit": git_commit(),
+        "command": sys.argv,
+    }
 
 
 def version_drift(manifest: dict) -> list[str]:

@@ -234,17 +234,9 @@ def killed_note(run_dir: str | Path, manifest: dict | None, how: str | None = No
     )
 
 
-def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
-    """The state of the run in ``run_dir`` against the ``expected`` config (or its ``expected_hash``)."""
-    from fedcli.results.validate import diverged, pruned, validate_run
-
-    run_dir = Path(run_dir)
-    status, m = read_manifest(run_dir)
-    if status == MISSING:
-        return RunState(MISSING)
-    if status == CORRUPT:
-        why = "manifest.json cannot be read" if m is None else f"manifest.json has status {m.get('status')!r}"
-        return RunState(CORRUPT, why, m)
+def _stale_note(status: str, m: dict, expected: dict | None, expected_hash: str | None) -> str | None:
+    """Why the run is stale: its recorded config differs from the ``expected`` one (or its hash), or a trace file it
+    read changed since; None when neither."""
     recorded = m.get("config") if isinstance(m.get("config"), dict) else {}
     if expected is not None:
         diff = config_diff(expected, recorded)
@@ -260,14 +252,31 @@ def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: 
             f"{', '.join(f'{_flag(k)} {recorded[k]} where {expected[k]} is expected' for k in diff[:3])}"
             + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
         )
-        return RunState(STALE, f"{status} with {what}; the recipe changed or the folder was overwritten", m)
+        return f"{status} with {what}; the recipe changed or the folder was overwritten"
     changed = trace_diff(expected, m) if expected is not None else []
     if changed:
         what = "; ".join(
             f"{_flag(k)} {expected[k]} changed since the run read it (sha256 {was[:12]}... then, {now[:12]}... now)"
             for k, was, now in changed
         )
-        return RunState(STALE, f"{status} with another trace: {what}", m)
+        return f"{status} with another trace: {what}"
+    return None
+
+
+def run_state(run_dir: str | Path, expected: dict | None = None, expected_hash: str | None = None) -> RunState:
+    """The state of the run in ``run_dir`` against the ``expected`` config (or its ``expected_hash``)."""
+    from fedcli.results.validate import diverged, pruned, validate_run
+
+    run_dir = Path(run_dir)
+    status, m = read_manifest(run_dir)
+    if status == MISSING:
+        return RunState(MISSING)
+    if status == CORRUPT:
+        why = "manifest.json cannot be read" if m is None else f"manifest.json has status {m.get('status')!r}"
+        return RunState(CORRUPT, why, m)
+    stale = _stale_note(status, m, expected, expected_hash)
+    if stale:
+        return RunState(STALE, stale, m)
     if status == COMPLETED:
         damage = validate_run(run_dir, m)
         if damage:

@@ -193,12 +193,57 @@ class Checkpointer(RoundHook):
             f"{self.holds()}; continue with: {resume_command(self.run_dir, self.world_size, self.launcher)}",
         )
 
+    def _act(self, signum) -> None:
+        """One signal acted upon (see ``signals``): a stop at the next round boundary, or now on the second."""
+        name = signal.Signals(signum).name
+        again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
+        if (
+            self.world_size > 1 and self.launcher == "mpi"
+        ):  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
+            again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
+        if self.stopping:  # already stopping, or closing the run: the manifest is written first
+            self.late = self.late or signum
+            return
+        if signum == signal.SIGUSR1:  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
+            if self.pending is None:
+                self.pending = signum
+                if self.notify and self.armed:
+                    self.notify(
+                        f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
+                        f"progress), with a checkpoint; SIGTERM to stop now"
+                    )
+            return  # never escalates: a later SIGTERM (the time limit itself) stops the round in progress
+        if not self.armed:
+            err = Interrupted(
+                signum,
+                f"interrupted by {name} before training started"
+                + (f"; the last checkpoint is {self.last}" if self.last else ""),
+                now=True,
+            )
+            err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
+            raise err
+        if self.pending is None:
+            self.pending = signum
+            if self.notify:
+                self.notify(
+                    f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with "
+                    f"a checkpoint; "
+                    f"{again} to stop now (losing at most that round)"
+                )
+            return
+        self.now = True
+        if self.notify:
+            self.notify(f"{name} again: stopping now; round {self.rounds_done + 1} is lost")
+        if self.world_size == 1:
+            self.stopping = True
+            raise Interrupted(signum, "stopped mid-round", now=True)
+        # under MPI the processes stop together after the current local step (Checkpointer.step)
+
     @contextlib.contextmanager
-    def signals(self):  # noqa: C901
-        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second one
-        stops
-        the round in progress (see the class); one before training started stops at once. Only in the main
-        thread (signal handlers live there)."""
+    def signals(self):
+        """SIGINT/SIGTERM/SIGHUP/SIGUSR1: the first is announced and acted upon at the next round boundary, a second
+        one stops the round in progress (see the class); one before training started stops at once. Only in the
+        main thread (signal handlers live there)."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
@@ -215,57 +260,10 @@ class Checkpointer(RoundHook):
                 return
             try:
                 while queued:
-                    act(queued[0])
+                    self._act(queued[0])
                     queued.pop(0)
             finally:
                 queued.clear()
-
-        def act(signum):
-            name = signal.Signals(signum).name
-            again = "Ctrl-C again" if signum == signal.SIGINT else f"{name} again"
-            if (
-                self.world_size > 1 and self.launcher == "mpi"
-            ):  # mpiexec forwards SIGTERM, aborts the job on a second Ctrl-C
-                again = "SIGTERM to mpiexec (not a second Ctrl-C: mpiexec would abort the job)"
-            if self.stopping:  # already stopping, or closing the run: the manifest is written first
-                self.late = self.late or signum
-                return
-            if (
-                signum == signal.SIGUSR1
-            ):  # a scheduler's warning (Slurm --signal=USR1@N): checkpoint at the next boundary
-                if self.pending is None:
-                    self.pending = signum
-                    if self.notify and self.armed:
-                        self.notify(
-                            f"SIGUSR1 (time-limit warning): stopping after round {self.rounds_done + 1} (the one in "
-                            f"progress), with a checkpoint; SIGTERM to stop now"
-                        )
-                return  # never escalates: a later SIGTERM (the time limit itself) stops the round in progress
-            if not self.armed:
-                err = Interrupted(
-                    signum,
-                    f"interrupted by {name} before training started"
-                    + (f"; the last checkpoint is {self.last}" if self.last else ""),
-                    now=True,
-                )
-                err.collective = False  # processes may be anywhere in the setup: under MPI the job is aborted
-                raise err
-            if self.pending is None:
-                self.pending = signum
-                if self.notify:
-                    self.notify(
-                        f"{name}: stopping after round {self.rounds_done + 1} (the one in progress), with "
-                        f"a checkpoint; "
-                        f"{again} to stop now (losing at most that round)"
-                    )
-                return
-            self.now = True
-            if self.notify:
-                self.notify(f"{name} again: stopping now; round {self.rounds_done + 1} is lost")
-            if self.world_size == 1:
-                self.stopping = True
-                raise Interrupted(signum, "stopped mid-round", now=True)
-            # under MPI the processes stop together after the current local step (Checkpointer.step)
 
         old = {
             s: signal.signal(s, handler)

@@ -206,6 +206,58 @@ def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
     return None if plan.expected_client_steps is None else int(round(plan.expected_client_steps))
 
 
+def _random_batch(facts: DataFacts, b: int):
+    """``b`` random inputs of the data's shape (token ids for a text model) and random labels."""
+    import torch
+
+    if facts.tokens:
+        x = torch.randint(0, facts.tokens, (b, *facts.shape))
+    else:
+        x = torch.randn(b, *facts.shape)
+    return x, torch.randint(0, facts.classes, (b,))
+
+
+def _train_step_s(model, facts: DataFacts, full: int) -> float:
+    """Seconds of one SGD step at the batch size ``full``: from a small batch for a large model, else the best of a
+    few full-batch steps."""
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step(b: int) -> float:
+        x, y = _random_batch(facts, b)
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        return time.perf_counter() - t
+
+    small = min(full, 4)
+    step(small)  # warm-up: first calls set up kernels
+    gauge = min(step(small) for _ in range(2))
+    if gauge * full / small > 5.0:  # a large model: compute dominates, scale the small batch to the run's
+        return gauge * full / small
+    times = [step(full)]  # the best of a few full-batch steps (the minimum is robust to a busy machine's hiccups)
+    while len(times) < 5 and sum(times) < 1.0:
+        times.append(step(full))
+    return min(times)
+
+
+def _eval_sample_s(model, facts: DataFacts, full: int) -> float:
+    """Seconds per evaluated sample: the best of two forward passes of one batch (32 to 256 samples)."""
+    import torch
+
+    with torch.no_grad():
+        b = min(max(full, 32), 256)
+        x, _ = _random_batch(facts, b)
+        per_sample = float("inf")
+        for _ in range(2):
+            t0 = time.perf_counter()
+            model(x)
+            per_sample = min(per_sample, (time.perf_counter() - t0) / b)
+    return per_sample
+
+
 def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, float]:
     """(seconds per client step at the run's batch size, seconds per evaluated test sample) of the run's model."""
     import torch
@@ -228,45 +280,10 @@ def measure_step(cfg: dict, facts: DataFacts, threads: int) -> tuple[float, floa
                 mlp_hidden=c.hidden_sizes(),
                 **({"vocab_size": facts.tokens} if facts.tokens else {}),
             )
-            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-            def batch(b: int):
-                if facts.tokens:
-                    x = torch.randint(0, facts.tokens, (b, *facts.shape))
-                else:
-                    x = torch.randn(b, *facts.shape)
-                return x, torch.randint(0, facts.classes, (b,))
-
-            def step(b: int) -> float:
-                x, y = batch(b)
-                t = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                torch.nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-                return time.perf_counter() - t
-
-            full = c.batch_size
-            small = min(full, 4)
             model.train()
-            step(small)  # warm-up: first calls set up kernels
-            gauge = min(step(small) for _ in range(2))
-            if gauge * full / small > 5.0:  # a large model: compute dominates, scale the small batch to the run's
-                t = gauge * full / small
-            else:  # the best of a few full-batch steps (the minimum is robust to a busy machine's hiccups)
-                times = [step(full)]
-                while len(times) < 5 and sum(times) < 1.0:
-                    times.append(step(full))
-                t = min(times)
+            t = _train_step_s(model, facts, c.batch_size)
             model.eval()
-            with torch.no_grad():
-                b = min(max(full, 32), 256)
-                x, _ = batch(b)
-                per_sample = float("inf")
-                for _ in range(2):
-                    t0 = time.perf_counter()
-                    model(x)
-                    per_sample = min(per_sample, (time.perf_counter() - t0) / b)
-            return t, per_sample
+            return t, _eval_sample_s(model, facts, c.batch_size)
     finally:
         torch.set_num_threads(old)
 
@@ -493,7 +510,29 @@ def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
     return got, stopped
 
 
-def overheads(configs: list[dict]) -> Overheads:  # noqa: C901
+def _uncached(configs: list[dict], data_c: dict, part_c: dict, failed: dict) -> tuple[dict, dict]:
+    """Each config's dataset name by data key, and the loads to measure: by data key, a config and its partitions
+    whose times the cache lacks (datasets that failed to load left out)."""
+    names, wanted = {}, {}
+    for cfg in configs:
+        dk, pk = _keys(cfg)
+        names.setdefault(dk, cfg["dataset"])
+        if dk not in failed and (dk not in data_c or pk not in part_c):
+            job = wanted.setdefault(dk, {"key": dk, "config": cfg, "parts": {}})
+            job["parts"].setdefault(pk, cfg)
+    return names, wanted
+
+
+def _bound_stopped(ov: Overheads, got: dict, wanted: dict, failed: dict, elapsed: float) -> None:
+    """A probe stopped at its limit: the dataset it was loading gets the time left over as a lower bound."""
+    spent = elapsed - ov.startup_s - sum(got["data"].values()) - sum(got["part"].values())
+    for dk in wanted:
+        if dk not in got["data"] and dk not in failed:
+            ov.load_s[dk], spent = max(0.0, spent), 0.0
+            ov.lower.add(dk)
+
+
+def overheads(configs: list[dict]) -> Overheads:
     """Start-up and data-loading times for these runs' configs: from the cache, else measured now in a child process
     (at most :data:`PROBE_LIMIT_S` seconds) and cached for the next sweep."""
     cache = _read_timings()
@@ -502,14 +541,8 @@ def overheads(configs: list[dict]) -> Overheads:  # noqa: C901
     start = cache.get("startup", {}).get(skey)
     fresh_start = isinstance(start, dict) and now - start.get("at", 0) < STARTUP_MAX_AGE_S
     data_c, part_c = cache.setdefault("data", {}), cache.setdefault("part", {})
-    names, wanted = {}, {}
     failed = _shared("failed")  # data key -> why it could not be loaded (not cached on disk)
-    for cfg in configs:
-        dk, pk = _keys(cfg)
-        names.setdefault(dk, cfg["dataset"])
-        if dk not in failed and (dk not in data_c or pk not in part_c):
-            job = wanted.setdefault(dk, {"key": dk, "config": cfg, "parts": {}})
-            job["parts"].setdefault(pk, cfg)
+    names, wanted = _uncached(configs, data_c, part_c, failed)
     ov = Overheads(start["s"] if fresh_start else 0.0, {}, {}, names)
     if fresh_start:
         ov.setup_s, ov.book_s = start.get("setup", 0.0), start.get("book", 0.0)
@@ -540,11 +573,7 @@ def overheads(configs: list[dict]) -> Overheads:  # noqa: C901
             part_c[pk] = {"s": s, "at": now}
         failed.update(got["failed"])
         if stopped:  # the dataset it was loading when stopped: at least the time it had spent on it
-            spent = time.time() - t0 - ov.startup_s - sum(got["data"].values()) - sum(got["part"].values())
-            for dk in wanted:
-                if dk not in got["data"] and dk not in failed:
-                    ov.load_s[dk], spent = max(0.0, spent), 0.0
-                    ov.lower.add(dk)
+            _bound_stopped(ov, got, wanted, failed, time.time() - t0)
         _write_timings(cache)
     ov.failed = {dk: failed[dk] for dk in names if dk in failed}
     for cfg in configs:
@@ -582,51 +611,57 @@ def first_loads(configs: list[dict], jobs: int) -> list[bool]:
     return out
 
 
+def _run_compute(cfg: dict, est: Estimate, cache: dict, steps_cache: dict, mpi: int) -> tuple[float, int] | None:
+    """One run's compute seconds (its client steps at the measured step time, and its evaluations) and its client
+    steps; None when its data's size or shape is unknown or its step cannot be measured here."""
+    from fedcli.errors import FedcliError
+
+    facts = data_facts(cfg, need_size=bool(cfg.get("local_epochs")), cache=cache)
+    if facts is None:
+        return None
+    n = client_steps(cfg, facts)
+    if n is None:
+        return None
+    threads = cfg.get("threads") or 1  # as the run: fedcli/fl/engine.py, default_threads
+    key = (
+        cfg["model"],
+        facts.shape,
+        facts.classes,
+        facts.tokens,
+        cfg["batch_size"],
+        cfg.get("mlp_hidden"),
+        cfg.get("wrn_depth"),
+        cfg.get("wrn_width"),
+        threads,
+    )
+    if key not in steps_cache:
+        try:
+            steps_cache[key] = measure_step(cfg, facts, threads)
+        except (FedcliError, RuntimeError, ValueError) as e:
+            steps_cache[key] = e
+    got = steps_cache[key]
+    if isinstance(got, Exception):
+        return None
+    t_step, t_sample = got
+    est.threads.add(threads)
+    est.step_s.setdefault(f"{cfg['model']}/b{cfg['batch_size']}", t_step)
+    evals = EVALS_PER_RUN * (facts.n_test or 0) * t_sample
+    return n * t_step / max(1, mpi) + evals / max(1, mpi), n
+
+
 def estimate(
     todo: list, done: list, jobs: int = 1, mpi: int = 0, cache: dict | None = None, executor: str | None = None
 ) -> Estimate:
     """``todo`` and ``done``: planned runs (``.config``, ``.wall_s``) still to run and completed in the sweep folder.
     ``executor``: ``pool`` (the default worker processes), ``process`` (a fresh process per run: ``--mpi``, a Slurm
     job) or ``inline`` (``--in-process``); default ``process`` under ``--mpi``, else ``pool``."""
-    from fedcli.errors import FedcliError
-
     cache = {} if cache is None else cache
     executor = executor or ("process" if mpi else "pool")
     est = Estimate(executor=executor)
     steps_cache = _shared("step")
 
     def run_estimate(cfg: dict) -> tuple[float, int] | None:
-        facts = data_facts(cfg, need_size=bool(cfg.get("local_epochs")), cache=cache)
-        if facts is None:
-            return None
-        n = client_steps(cfg, facts)
-        if n is None:
-            return None
-        threads = cfg.get("threads") or 1  # as the run: fedcli/fl/engine.py, default_threads
-        key = (
-            cfg["model"],
-            facts.shape,
-            facts.classes,
-            facts.tokens,
-            cfg["batch_size"],
-            cfg.get("mlp_hidden"),
-            cfg.get("wrn_depth"),
-            cfg.get("wrn_width"),
-            threads,
-        )
-        if key not in steps_cache:
-            try:
-                steps_cache[key] = measure_step(cfg, facts, threads)
-            except (FedcliError, RuntimeError, ValueError) as e:
-                steps_cache[key] = e
-        got = steps_cache[key]
-        if isinstance(got, Exception):
-            return None
-        t_step, t_sample = got
-        est.threads.add(threads)
-        est.step_s.setdefault(f"{cfg['model']}/b{cfg['batch_size']}", t_step)
-        evals = EVALS_PER_RUN * (facts.n_test or 0) * t_sample
-        return n * t_step / max(1, mpi) + evals / max(1, mpi), n
+        return _run_compute(cfg, est, cache, steps_cache, mpi)
 
     computed = [(p, run_estimate(p.config)) for p in todo]  # the model steps are timed first: a child process
     # that has just used the cores leaves torch here slow for a second or two (seen on a busy 2-core machine)

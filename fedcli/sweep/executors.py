@@ -411,28 +411,33 @@ class Executor:
                 self.interrupt()
                 raise
 
-    def _run_pool(self, todo, on_done) -> None:
+    def _new_pool(self, n: int):
+        """A pool of ``n`` spawned workers, each holding the workers lock and, when placed, one slot's GPU."""
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
+
+        from fedcli.results.lock import start_time
+
+        me = f"{os.getpid()}:{start_time(os.getpid()) or ''}"
+        ctx, devices = mp.get_context("spawn"), None
+        if self.placement is not None:  # each worker takes one slot's GPU as it starts
+            devices = ctx.Queue()
+            for env in self.device_envs(n):
+                devices.put(env)
+        return ProcessPoolExecutor(
+            max_workers=n,
+            mp_context=ctx,
+            initializer=_pool_init,
+            initargs=(str(self.workers_lock) if self.workers_lock else None, me, devices),
+        )
+
+    def _run_pool(self, todo, on_done) -> None:
         from concurrent.futures.process import BrokenProcessPool
 
         queue, retried = list(todo), set()
         while queue:
             n = min(self.jobs, len(queue))
-            from fedcli.results.lock import start_time
-
-            me = f"{os.getpid()}:{start_time(os.getpid()) or ''}"
-            ctx, devices = mp.get_context("spawn"), None
-            if self.placement is not None:  # each worker takes one slot's GPU as it starts
-                devices = ctx.Queue()
-                for env in self.device_envs(n):
-                    devices.put(env)
-            pool = ProcessPoolExecutor(
-                max_workers=n,
-                mp_context=ctx,
-                initializer=_pool_init,
-                initargs=(str(self.workers_lock) if self.workers_lock else None, me, devices),
-            )
+            pool = self._new_pool(n)
             try:
                 # at most n runs handed to the pool at a time, so that a stop leaves nothing queued in it
                 pending, requeue, broken = {}, [], False

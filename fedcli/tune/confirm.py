@@ -19,9 +19,14 @@ a study with no confirmed configuration, is refused in one line (exit 2).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedcli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedcli.sweep.run import SweepOptions
 
 FOLDER = "confirm"
 RECIPE = "recipe.toml"
@@ -89,24 +94,17 @@ def recipe_text(folder, rows: list[dict], seeds: int) -> str:
     return "\n".join(lines)
 
 
-def run_confirm(  # noqa: PLR0913
-    study_dir: str | Path,
-    top: int,
-    seeds: int,
-    jobs: int = 1,
-    mpi: int = 0,
-    in_process: bool = False,
-    on_start=None,
-    on_done=None,
-    notify=None,
-):
+def run_confirm(study_dir: str | Path, top: int, seeds: int, options: SweepOptions | None = None, **kwargs):
     """Re-run the top ``top`` configurations of each study of ``study_dir`` over ``seeds`` seeds (0..seeds-1) as an
-    ordinary sweep into ``study_dir/confirm`` (module docstring); ``jobs``, ``mpi``, ``in_process``, ``on_start``,
-    ``on_done`` and ``notify`` mean what they mean for ``fedcli.sweep.run.run_sweep``, whose SweepResult is returned
-    (SweepFailed when a run failed). No completed trial to confirm: ConfigError (exit 2), nothing written."""
+    ordinary sweep into ``study_dir/confirm`` (module docstring). ``options``: a ``fedcli.sweep.run.SweepOptions``,
+    or its fields by keyword (``kwargs``: ``jobs``, ``mpi``, ``in_process``, ``on_start``, ``on_done``, ``notify``
+    mean what they mean for ``run_sweep``; its seeds and folder are the confirmation's), whose SweepResult is
+    returned (SweepFailed when a run failed). No completed trial to confirm: ConfigError (exit 2), nothing written."""
     from fedcli.safefs import atomic_write, make_dir
-    from fedcli.sweep.run import run_sweep
+    from fedcli.sweep.run import SweepOptions, run_sweep
     from fedcli.tune.results import read_study
+
+    o = replace(options, **kwargs) if options is not None else SweepOptions(**kwargs)
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ConfigError(f"--confirm takes how many of each study's best configurations to re-run (>= 1), got {top!r}")
@@ -133,17 +131,7 @@ def run_confirm(  # noqa: PLR0913
         + "\n",
     )
     atomic_write(out / RECIPE, recipe_text(folder, rows, seeds))
-    return run_sweep(
-        out / RECIPE,
-        seeds=seeds,
-        out=out,
-        jobs=jobs,
-        mpi=mpi,
-        in_process=in_process,
-        on_start=on_start,
-        on_done=on_done,
-        notify=notify,
-    )
+    return run_sweep(out / RECIPE, options=replace(o, seeds=seeds, out=out))
 
 
 def _select_on(study_dir: Path) -> str:

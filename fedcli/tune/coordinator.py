@@ -116,104 +116,139 @@ def default_out(recipe_path, scale: str | None, default_scale: str | None) -> Pa
     return Path("results") / "tune" / (stem if scale == default_scale or scale is None else f"{stem}-{scale}")
 
 
-def make_plan(  # noqa: PLR0913, PLR0915
+@dataclass
+class SearchFlags:
+    """The command-line values that override the recipe's [tune] table (None: the table's own): --trials,
+    --sampler, --pruner, --seed."""
+
+    trials: int | None = None
+    sampler: str | None = None
+    pruner: str | None = None
+    seed: int | None = None
+
+    @classmethod
+    def of_record(cls, rec: dict) -> SearchFlags:
+        """The flags a study's tune.json recorded."""
+        return cls(rec.get("trials"), rec.get("sampler"), rec.get("pruner"), rec.get("seed"))
+
+
+def trial_threads(jobs: int = 1, cpus: int | None = None, mpi: int = 0) -> int | None:
+    """Torch threads of a trial: ``cpus`` / MPI ranks when a trial's Slurm job has ``cpus``, else this machine's
+    cores / ``jobs`` when more than one trial runs at a time (None: torch's default)."""
+    procs = max(1, jobs)
+    threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
+    if cpus:
+        threads = max(1, cpus // max(1, mpi))
+    return threads
+
+
+def make_plan(
     recipe_path,
     scale=None,
     out=None,
-    trials=None,
-    sampler=None,
-    pruner=None,
-    seed=None,
+    search: SearchFlags | None = None,
     storage="journal",
     select_on="validation",
-    jobs=1,
-    cpus=None,
-    mpi=0,
+    threads: int | None = None,
 ) -> TunePlan:
-    """Read and check everything (exit 2 on any error, nothing written, no optuna import). ``cpus``: the CPUs of a
-    trial's Slurm job (torch threads = cpus / MPI ranks, as a sweep's job), else this machine's cores / ``jobs``."""
-    from fedcli.recipes import default_scale, read_sweep, run_config
-    from fedcli.sweep.run import slugify
+    """Read and check everything (exit 2 on any error, nothing written, no optuna import). ``threads``: a trial's
+    torch threads (``trial_threads``)."""
+    from fedcli.recipes import default_scale, read_sweep
 
     if select_on not in ("validation", "test"):
         raise ConfigError(f"--select-on must be validation or test, got {select_on!r}")
     recipe = read_sweep(recipe_path, scale)
     table = parse_tune(recipe.path, recipe.text, recipe.data)
-    from fedcli.tune.space import PRUNERS, SAMPLERS
-
-    for flag, v, allowed in (("--sampler", sampler, SAMPLERS), ("--pruner", pruner, PRUNERS)):
-        if v is not None and v not in allowed:
-            raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, got {v!r}")
-    if trials is not None:
-        if trials < 1:
-            raise ConfigError(f"--trials must be >= 1, got {trials}")
-        table.trials = trials
-    table.sampler = sampler or table.sampler
-    table.pruner = pruner or table.pruner
-    table.seed = table.seed if seed is None else seed
+    _apply_flags(table, search or SearchFlags())
     root = Path(out) if out else default_out(recipe.path, recipe.scale, default_scale(recipe.data))
     if root.exists() and not root.is_dir():
         raise ConfigError(f"--out {root} is a file; expected a folder for the study")
     kind, what = folder.resolve_storage(storage, root)
-    procs = max(1, jobs)
-    threads = max(1, (os.cpu_count() or 1) // procs) if procs > 1 else None
-    if cpus:
-        threads = max(1, cpus // max(1, mpi))
-    studies, slugs = [], set()
-    for row in recipe.runs:
+    studies = [
+        _study_plan(recipe, row, slug, table, root, select_on) for row, slug in zip(recipe.runs, _slugs(recipe.runs))
+    ]
+    plan = TunePlan(root, recipe, table, (kind, what), select_on, studies, threads)
+    plan.record = record_of(plan)
+    return plan
+
+
+def _apply_flags(table: TuneTable, search: SearchFlags) -> None:
+    """Check the command-line flags and let them override the recipe's [tune] table."""
+    from fedcli.tune.space import PRUNERS, SAMPLERS
+
+    for flag, v, allowed in (("--sampler", search.sampler, SAMPLERS), ("--pruner", search.pruner, PRUNERS)):
+        if v is not None and v not in allowed:
+            raise ConfigError(f"{flag} must be one of {', '.join(allowed)}, got {v!r}")
+    if search.trials is not None:
+        if search.trials < 1:
+            raise ConfigError(f"--trials must be >= 1, got {search.trials}")
+        table.trials = search.trials
+    table.sampler = search.sampler or table.sampler
+    table.pruner = search.pruner or table.pruner
+    table.seed = table.seed if search.seed is None else search.seed
+
+
+def _slugs(rows) -> list[str]:
+    """Each recipe row's study folder name: its slugified name, numbered from -2 where two rows share one."""
+    from fedcli.sweep.run import slugify
+
+    slugs: list[str] = []
+    for row in rows:
         slug = slugify(row.name)
         k = 2
         while slug in slugs:
             slug, k = f"{slugify(row.name)}-{k}", k + 1
-        slugs.add(slug)
-        base = dict(row.values)
-        cfg = run_config(row, 0, root / slug / "trial-0000").to_dict()
-        space = table.space_for(cfg["algo"])
-        loc = f"recipe {recipe.path}, line {row.line}: run '{row.name}'"
-        if not space:
-            raise ConfigError(f"{loc}: [tune.space] gives this row's method ({cfg['algo']}) nothing to search")
-        check_space(space, cfg, loc)
-        _check_split(table, cfg, select_on, loc)
-        for p in space.values():  # every value of the space must make a valid run with the row (a rule between keys)
-            for v in p.choices if p.kind == "choices" else (p.low, p.high):
-                try:
-                    run_config(row, 0, root / slug / "trial-0000", {p.name: v})
-                except ConfigError as e:
-                    raise ConfigError(f"{loc}: the space's {p.name} = {v!r} makes no valid run: {e}") from None
-        unit = "round" if cfg.get("rounds") else "iteration"  # a budget in rounds: the grid counts rounds
-        floor, why = pruning.floor_of(cfg, space) if unit == "iteration" else pruning.round_floor(cfg)
-        budget = int(cfg["rounds"] or cfg["iterations"])
-        rungs = pruning.rungs_of(budget, floor)
-        sizes = [p.values() for p in space.values()]
-        grid = None if any(v is None for v in sizes) else _product(len(v) for v in sizes)
-        if table.sampler == "grid" and grid is None:
-            raise ConfigError(
-                f"{loc}: --sampler grid needs a finite space (choices, int ranges, stepped float ranges); "
-                f"{', '.join(p.name for p in space.values() if p.values() is None)} is continuous"
-            )
-        baseline, bwhy = _baseline(space, cfg)
-        studies.append(
-            StudyPlan(
-                slug,
-                row,
-                base,
-                cfg,
-                space,
-                budget,
-                floor,
-                why,
-                rungs,
-                grid,
-                f"{recipe.path.stem}/{slug}",
-                baseline,
-                bwhy,
-                min(table.trials, grid) if table.sampler == "grid" else table.trials,
-                unit,
-            )
+        slugs.append(slug)
+    return slugs
+
+
+def _study_plan(recipe, row, slug: str, table: TuneTable, root: Path, select_on: str) -> StudyPlan:
+    """One recipe row's study: its space checked against the row, its budget, pruning rungs and grid size."""
+    from fedcli.recipes import run_config
+
+    cfg = run_config(row, 0, root / slug / "trial-0000").to_dict()
+    space = table.space_for(cfg["algo"])
+    loc = f"recipe {recipe.path}, line {row.line}: run '{row.name}'"
+    if not space:
+        raise ConfigError(f"{loc}: [tune.space] gives this row's method ({cfg['algo']}) nothing to search")
+    check_space(space, cfg, loc)
+    _check_split(table, cfg, select_on, loc)
+    for p in space.values():  # every value of the space must make a valid run with the row (a rule between keys)
+        for v in p.choices if p.kind == "choices" else (p.low, p.high):
+            try:
+                run_config(row, 0, root / slug / "trial-0000", {p.name: v})
+            except ConfigError as e:
+                raise ConfigError(f"{loc}: the space's {p.name} = {v!r} makes no valid run: {e}") from None
+    unit = "round" if cfg.get("rounds") else "iteration"  # a budget in rounds: the grid counts rounds
+    floor, why = pruning.floor_of(cfg, space) if unit == "iteration" else pruning.round_floor(cfg)
+    budget = int(cfg["rounds"] or cfg["iterations"])
+    rungs = pruning.rungs_of(budget, floor)
+    sizes = [p.values() for p in space.values()]
+    grid = None if any(v is None for v in sizes) else _product(len(v) for v in sizes)
+    if table.sampler == "grid" and grid is None:
+        raise ConfigError(
+            f"{loc}: --sampler grid needs a finite space (choices, int ranges, stepped float ranges); "
+            f"{', '.join(p.name for p in space.values() if p.values() is None)} is continuous"
         )
-    plan = TunePlan(root, recipe, table, (kind, what), select_on, studies, threads)
-    plan.record = record_of(plan)
-    return plan
+    baseline, bwhy = _baseline(space, cfg)
+    trials = min(table.trials, grid) if table.sampler == "grid" else table.trials
+    return StudyPlan(
+        slug,
+        row,
+        dict(row.values),
+        cfg,
+        space,
+        budget,
+        floor,
+        why,
+        rungs,
+        grid,
+        f"{recipe.path.stem}/{slug}",
+        baseline,
+        bwhy,
+        trials,
+        unit,
+    )
 
 
 def _product(xs) -> int:
@@ -865,10 +900,7 @@ def promote(root: Path, number: int, study: str | None = None, mpi: int = 0, not
             rec["recipe"],
             rec.get("scale"),
             root,
-            rec.get("trials"),
-            rec.get("sampler"),
-            rec.get("pruner"),
-            rec.get("seed"),
+            SearchFlags.of_record(rec),
             _storage_arg(rec),
             rec.get("select_on", "validation"),
         )

@@ -304,6 +304,23 @@ def read_study(path: str | Path) -> StudyFolder:
     return StudyFolder(root, record, objectives, studies, notes)
 
 
+def _settled_state(state: str, run_status: str, row: dict | None, rel: str, said: str, notes: list) -> str:
+    """The trial's state: its run directory's, or the index's where the directory is missing; disagreements noted."""
+    listed_state = (row or {}).get("state") or None
+    if run_status == "missing":
+        state = listed_state or "WAITING"
+        if state in ("COMPLETE", "PRUNED"):
+            notes.append(f"{said}: {INDEX} says {state}, but its run directory {rel} is missing; counted as FAIL")
+            state = "FAIL"
+    elif listed_state and listed_state != state:
+        notes.append(
+            f"{said}: {INDEX} says {listed_state}, its run directory says {run_status}; the run directory is used"
+        )
+    elif row is None:
+        notes.append(f"{said}: not in {INDEX}; read from its run directory {rel}")
+    return state
+
+
 def _trial(
     root: Path,
     study: Study,
@@ -317,18 +334,7 @@ def _trial(
     path = root / rel
     state, run_status, m = _state_of(path)
     said = f"trial {number} of study '{study.name}'"
-    listed_state = (row or {}).get("state") or None
-    if run_status == "missing":
-        state = listed_state or "WAITING"
-        if state in ("COMPLETE", "PRUNED"):
-            notes.append(f"{said}: {INDEX} says {state}, but its run directory {rel} is missing; counted as FAIL")
-            state = "FAIL"
-    elif listed_state and listed_state != state:
-        notes.append(
-            f"{said}: {INDEX} says {listed_state}, its run directory says {run_status}; the run directory is used"
-        )
-    elif row is None:
-        notes.append(f"{said}: not in {INDEX}; read from its run directory {rel}")
+    state = _settled_state(state, run_status, row, rel, said, notes)
     tune = (m or {}).get("tune") if isinstance((m or {}).get("tune"), dict) else {}
     params = dict(tune.get("params") or {}) if tune else _params_listed(row or {})
     rows = read_rows(path) if m is not None else []

@@ -160,47 +160,17 @@ def _range_words(p: Param) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ parsing
-def parse_range(name: str, rng, loc: str) -> Param:  # noqa: C901
+def parse_range(name: str, rng, loc: str) -> Param:
     """One ``[tune.space]`` entry checked against its option's declaration (type, bounds, choices)."""
-    from fedcli.config import FIELDS, check_value, field_type
+    from fedcli.config import field_type
 
-    key = name.replace("-", "_")
-    if key in BUDGET_KEYS:
-        raise ConfigError(
-            f"{loc}: '{name}' fixes a trial's budget or identity and cannot be searched (every trial of a "
-            f"study runs the same budget; set it in [base] or the row)"
-        )
-    if key not in FIELDS:
-        raise ConfigError(f"{loc}: unknown option '{name}' in the search space")
-    f = FIELDS[key]
-    if (
-        not isinstance(rng, dict)
-        or len([k for k in rng if k in KINDS]) != 1
-        or any(k not in (*KINDS, "step") for k in rng)
-    ):
-        raise ConfigError(
-            f"{loc}: '{name}' must be one range: {{ log = [lo, hi] }}, {{ float = [lo, hi] }}, "
-            f"{{ int = [lo, hi] }} (each with an optional step) or {{ choices = [...] }}, got {rng!r}"
-        )
-    kind = next(k for k in rng if k in KINDS)
+    key, f = _searchable(name, loc)
+    kind = _range_kind(name, rng, loc)
     vals, step = rng[kind], rng.get("step")
     t = field_type(f)
 
     def check(v):
-        if (
-            isinstance(v, bool)
-            and t is not bool
-            or (t in (int, float) and not isinstance(v, (int, float)))
-            or (t is int and isinstance(v, float) and not float(v).is_integer())
-            or (t is str and not isinstance(v, str))
-        ):
-            raise ConfigError(f"{loc}: '{name}' takes {t.__name__} values (--{key.replace('_', '-')}), got {v!r}")
-        v = t(v)
-        try:
-            check_value(f, v)
-        except ConfigError as e:
-            raise ConfigError(f"{loc}: '{name}' range {vals!r} is outside the option's declared bounds ({e})") from None
-        return v
+        return _declared_value(v, f, name, vals, loc)
 
     if kind == "choices":
         if not isinstance(vals, list) or not vals or step is not None:
@@ -222,20 +192,75 @@ def parse_range(name: str, rng, loc: str) -> Param:  # noqa: C901
     lo, hi = check(vals[0]), check(vals[1])
     if not lo < hi:
         raise ConfigError(f"{loc}: '{name}' range {vals!r} is empty or runs backwards (lo < hi needed)")
-    if step is not None:
-        if (
-            kind == "log"
-            or isinstance(step, bool)
-            or not isinstance(step, (int, float))
-            or step <= 0
-            or (kind == "int" and not float(step).is_integer())
-        ):
-            raise ConfigError(
-                f"{loc}: '{name}' step must be a positive {'integer' if kind == 'int' else 'number'} "
-                f"(no step on a log range), got {step!r}"
-            )
-        step = int(step) if kind == "int" else float(step)
-    return Param(key, kind, lo, hi, step)
+    return Param(key, kind, lo, hi, _range_step(step, kind, name, loc))
+
+
+def _searchable(name: str, loc: str):
+    """The option ``name`` names, as (key, declared field); refused when unknown or fixing a trial's budget."""
+    from fedcli.config import FIELDS
+
+    key = name.replace("-", "_")
+    if key in BUDGET_KEYS:
+        raise ConfigError(
+            f"{loc}: '{name}' fixes a trial's budget or identity and cannot be searched (every trial of a "
+            f"study runs the same budget; set it in [base] or the row)"
+        )
+    if key not in FIELDS:
+        raise ConfigError(f"{loc}: unknown option '{name}' in the search space")
+    return key, FIELDS[key]
+
+
+def _range_kind(name: str, rng, loc: str) -> str:
+    """The entry's one kind (log, float, int or choices); refused when it names none, several, or other keys."""
+    if (
+        not isinstance(rng, dict)
+        or len([k for k in rng if k in KINDS]) != 1
+        or any(k not in (*KINDS, "step") for k in rng)
+    ):
+        raise ConfigError(
+            f"{loc}: '{name}' must be one range: {{ log = [lo, hi] }}, {{ float = [lo, hi] }}, "
+            f"{{ int = [lo, hi] }} (each with an optional step) or {{ choices = [...] }}, got {rng!r}"
+        )
+    return next(k for k in rng if k in KINDS)
+
+
+def _declared_value(v, f, name: str, vals, loc: str):
+    """One value of the range as the option's type, refused when of another type or outside its declared bounds."""
+    from fedcli.config import check_value, field_type
+
+    t, key = field_type(f), name.replace("-", "_")
+    if (
+        isinstance(v, bool)
+        and t is not bool
+        or (t in (int, float) and not isinstance(v, (int, float)))
+        or (t is int and isinstance(v, float) and not float(v).is_integer())
+        or (t is str and not isinstance(v, str))
+    ):
+        raise ConfigError(f"{loc}: '{name}' takes {t.__name__} values (--{key.replace('_', '-')}), got {v!r}")
+    v = t(v)
+    try:
+        check_value(f, v)
+    except ConfigError as e:
+        raise ConfigError(f"{loc}: '{name}' range {vals!r} is outside the option's declared bounds ({e})") from None
+    return v
+
+
+def _range_step(step, kind: str, name: str, loc: str):
+    """The range's step as its kind's number (None: no step); refused on a log range or when not positive."""
+    if step is None:
+        return None
+    if (
+        kind == "log"
+        or isinstance(step, bool)
+        or not isinstance(step, (int, float))
+        or step <= 0
+        or (kind == "int" and not float(step).is_integer())
+    ):
+        raise ConfigError(
+            f"{loc}: '{name}' step must be a positive {'integer' if kind == 'int' else 'number'} "
+            f"(no step on a log range), got {step!r}"
+        )
+    return int(step) if kind == "int" else float(step)
 
 
 def parse_objective(o, loc: str) -> Objective:
@@ -261,7 +286,7 @@ def parse_objective(o, loc: str) -> Objective:
     return Objective(metric, reduce, direction, k, target)
 
 
-def parse_tune(path, text: str, data: dict) -> TuneTable:  # noqa: C901, PLR0915
+def parse_tune(path, text: str, data: dict) -> TuneTable:
     """The recipe's ``[tune]`` table checked, errors with the file and line of the key (exit 2)."""
     from fedcli import specs
     from fedcli.recipes import _table_span, where_in
@@ -279,6 +304,24 @@ def parse_tune(path, text: str, data: dict) -> TuneTable:  # noqa: C901, PLR0915
                 f"{where_in(path, text, k, span)}: unknown key '{k}' in [tune] (its keys: {', '.join(TUNE_KEYS)})"
             )
     table = TuneTable()
+    _read_settings(table, tune, path, text, span)
+    table.objectives = _read_objectives(tune, where_in(path, text, "objectives", span))
+    space = tune.get("space", {})
+    if not isinstance(space, dict):
+        raise ConfigError(f"{where_in(path, text, 'space', span)}: [tune] space must be a table of option ranges")
+    _read_space(table, space, path, text)
+    if not table.common and not table.methods:
+        raise ConfigError(
+            f"{where_in(path, text, 'tune')}: [tune] searches nothing: give [tune.space] ranges or "
+            f"[tune.space.<method>] defaults = true"
+        )
+    return table
+
+
+def _read_settings(table: TuneTable, tune: dict, path, text: str, span) -> None:
+    """[tune] trials, sampler, pruner and seed checked into ``table`` (absent: the table's defaults)."""
+    from fedcli.recipes import where_in
+
     trials = tune.get("trials", table.trials)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ConfigError(
@@ -296,31 +339,28 @@ def parse_tune(path, text: str, data: dict) -> TuneTable:  # noqa: C901, PLR0915
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"{where_in(path, text, 'seed', span)}: [tune] seed must be an integer >= 0, got {seed!r}")
     table.seed = seed
+
+
+def _read_objectives(tune: dict, oloc: str) -> list:
+    """[tune] objectives: one or two, none twice (absent: the final validation accuracy)."""
     objs = tune.get("objectives", [{"metric": "val_acc", "reduce": "final"}])
-    oloc = where_in(path, text, "objectives", span)
     if not isinstance(objs, list) or not 1 <= len(objs) <= 2:
         raise ConfigError(f"{oloc}: [tune] objectives must list one or two objectives, got {objs!r}")
-    table.objectives = [parse_objective(o, oloc) for o in objs]
-    if len({o.metric + o.reduce for o in table.objectives}) != len(table.objectives):
+    objectives = [parse_objective(o, oloc) for o in objs]
+    if len({o.metric + o.reduce for o in objectives}) != len(objectives):
         raise ConfigError(f"{oloc}: [tune] objectives lists the same objective twice")
-    space = tune.get("space", {})
-    if not isinstance(space, dict):
-        raise ConfigError(f"{where_in(path, text, 'space', span)}: [tune] space must be a table of option ranges")
+    return objectives
+
+
+def _read_space(table: TuneTable, space: dict, path, text: str) -> None:
+    """[tune.space]: option ranges into ``table.common``, [tune.space.<method>] tables into ``table.methods``."""
+    from fedcli import specs
+    from fedcli.recipes import _table_span, where_in
+
     sspan = _table_span(text, "tune.space")
     for name, rng in space.items():
         if name in specs.METHODS and isinstance(rng, dict) and not any(k in KINDS for k in rng):
-            mspan = _table_span(text, f"tune.space.{name}")
-            defaults = rng.get("defaults", False)
-            if not isinstance(defaults, bool):
-                raise ConfigError(
-                    f"{where_in(path, text, 'defaults', mspan)}: [tune.space.{name}] defaults must be "
-                    f"true or false, got {defaults!r}"
-                )
-            own = {}
-            for k, r in rng.items():
-                if k != "defaults":
-                    own[k.replace("-", "_")] = parse_range(k, r, where_in(path, text, k, mspan))
-            table.methods[name] = (defaults, own)
+            table.methods[name] = _method_space(name, rng, path, text)
             continue
         if isinstance(rng, dict) and not any(k in KINDS for k in rng) and name not in BUDGET_KEYS:
             from fedcli.config import FIELDS
@@ -331,12 +371,24 @@ def parse_tune(path, text: str, data: dict) -> TuneTable:  # noqa: C901, PLR0915
                     f"(methods: {', '.join(sorted(m for m, v in specs.METHODS.items() if m == v.name))})"
                 )
         table.common[name.replace("-", "_")] = parse_range(name, rng, where_in(path, text, name, sspan))
-    if not table.common and not table.methods:
+
+
+def _method_space(name: str, rng: dict, path, text: str) -> tuple[bool, dict]:
+    """A [tune.space.<method>] table: (defaults = true or false, its own ranges)."""
+    from fedcli.recipes import _table_span, where_in
+
+    mspan = _table_span(text, f"tune.space.{name}")
+    defaults = rng.get("defaults", False)
+    if not isinstance(defaults, bool):
         raise ConfigError(
-            f"{where_in(path, text, 'tune')}: [tune] searches nothing: give [tune.space] ranges or "
-            f"[tune.space.<method>] defaults = true"
+            f"{where_in(path, text, 'defaults', mspan)}: [tune.space.{name}] defaults must be "
+            f"true or false, got {defaults!r}"
         )
-    return table
+    own = {}
+    for k, r in rng.items():
+        if k != "defaults":
+            own[k.replace("-", "_")] = parse_range(k, r, where_in(path, text, k, mspan))
+    return defaults, own
 
 
 def check_space(space: dict[str, Param], base: dict, where: str) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from fedcli.errors import ConfigError, FedcliError
 from fedcli.tune import study as folder
-from fedcli.tune.coordinator import POLL_S, Active, Coordinator, make_plan, open_study
+from fedcli.tune.coordinator import POLL_S, Active, Coordinator, SearchFlags, make_plan, open_study
 
 WORKERS_FILE = "workers.json"
 CSV_LOCK = "trials.csv.lock"
@@ -238,10 +238,7 @@ def worker_plan(root: Path, storage: str, index: int, threads: int | None):
         rec["recipe"],
         rec.get("scale"),
         root,
-        rec.get("trials"),
-        rec.get("sampler"),
-        rec.get("pruner"),
-        rec.get("seed"),
+        SearchFlags.of_record(rec),
         storage,
         rec.get("select_on", "validation"),
     )

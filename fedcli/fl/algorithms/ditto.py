@@ -19,7 +19,7 @@ client's ALA-initialized model (what ``set_parameters`` gives in the reference, 
 from __future__ import annotations
 
 from fedcli.fl.parts import SGDStep
-from fedcli.fl.personal import load_models, local_sgd, save_models
+from fedcli.fl.personal import LocalEpochs, load_models, local_sgd, save_models
 
 
 class DittoStep(SGDStep):
@@ -47,5 +47,6 @@ class DittoStep(SGDStep):
                 g.add_((params[n] - anchor[n]).mul_(lam))
             return grads
 
-        local_sgd(view, cohort.clients, v, vb, self.epochs, "ditto", cohort.round_idx, self.opts.lr, direction=prox)
+        work = LocalEpochs(self.epochs, self.opts.lr, "ditto")
+        local_sgd(view, cohort.clients, v, vb, work, cohort.round_idx, direction=prox)
         save_models(view, cohort.clients, v, vb, self.personal_prefix)

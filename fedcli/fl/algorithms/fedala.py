@@ -340,22 +340,33 @@ class ALAInit(OverwriteInit):
             per_client=per_client,
         )
         if self.trace:  # Figure 3: the loss of every weight-learning pass
-            self.rows["ala.csv"] += [
-                {
-                    "round": cohort.round_idx + 1,
-                    "client": c,
-                    "pass": j + 1,
-                    "stage": "initial" if start_phase[i] else "later",
-                    "loss": loss,
-                }
-                for i, c in enumerate(clients)
-                for j, loss in enumerate(losses[i])
-            ]
+            self._trace_passes(cohort.round_idx, clients, start_phase, losses)
         with torch.no_grad():
             for n in top:
                 g = theta_g[n] if per_client else theta_g[n].unsqueeze(0)
                 cohort.params[n][sel] = ala_mix(top[n], g, weights[n])
         learned = (plan.real > 0).any(0).tolist()  # clients with data to learn on
+        self._note_initial_stage(clients, start_phase, learned, passes)
+        flags = torch.tensor([1.0 if (learned[i] or not start_phase[i]) else 0.0 for i in range(len(clients))])
+        return weights, flags
+
+    def _trace_passes(self, round_idx: int, clients: list[int], start_phase: list[bool], losses: list) -> None:
+        """ala.csv rows (Figure 3): the loss of every weight-learning pass of each client, with its stage."""
+        self.rows["ala.csv"] += [
+            {
+                "round": round_idx + 1,
+                "client": c,
+                "pass": j + 1,
+                "stage": "initial" if start_phase[i] else "later",
+                "loss": loss,
+            }
+            for i, c in enumerate(clients)
+            for j, loss in enumerate(losses[i])
+        ]
+
+    def _note_initial_stage(self, clients: list[int], start_phase: list[bool], learned: list, passes: list) -> None:
+        """The passes of each client's initial stage (Alg. 1's "start phase") recorded; a stage cut at
+        ``--ala-max-passes`` warned of."""
         for i, c in enumerate(clients):
             if start_phase[i] and learned[i]:
                 self.initial_passes[c] = passes[i]
@@ -364,7 +375,5 @@ class ALAInit(OverwriteInit):
                     warnings.warn(
                         f"ALA: client {c}'s initial stage stopped at --ala-max-passes {self.max_passes} "
                         f"before the loss std fell below --ala-threshold {self.threshold}",
-                        stacklevel=2,
+                        stacklevel=3,
                     )
-        flags = torch.tensor([1.0 if (learned[i] or not start_phase[i]) else 0.0 for i in range(len(clients))])
-        return weights, flags

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from fedcli.fl.clientstate import GLOBAL, ClientState
 from fedcli.fl.parts import SGDStep
-from fedcli.fl.personal import local_sgd
+from fedcli.fl.personal import LocalEpochs, local_sgd
 
 #: each client's head (its own top layers), the global model's at first
 HEAD = ClientState("fedrep.head", default=GLOBAL)
@@ -56,10 +56,8 @@ class FedRepStep(SGDStep):
                 cohort.clients,
                 cohort.params,
                 cohort.buffers,
-                self.epochs,
-                "fedrep.head",
+                LocalEpochs(self.epochs, self.opts.lr, "fedrep.head"),
                 cohort.round_idx,
-                self.opts.lr,
                 trainable=names,
             )
         HEAD.save(view, cohort, {n: cohort.params[n] for n in names})  # every rank (collective)
