@@ -19,8 +19,6 @@ UPWARD_LEFT = {
 TRICKS_LEFT = {
     "fedcli/config.py": "TrainConfig and FIELDS assembled at first use, after a method file of your own has registered "
     "its params (93 imports read them by name)",
-    "fedcli/cli/main.py": "the whole Typer app as `app`, built only when asked (building it imports every command, "
-    "torch included; `fedcli --help` must not)",
     "fedcli/report/__init__.py": "the callable report package (fedcli.report(...), above)",
 }
 
