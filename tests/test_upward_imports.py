@@ -17,8 +17,6 @@ UPWARD_LEFT = {
 }
 #: module -> why: the module tricks left
 TRICKS_LEFT = {
-    "fedcli/config.py": "TrainConfig and FIELDS assembled at first use, after a method file of your own has registered "
-    "its params (93 imports read them by name)",
     "fedcli/report/__init__.py": "the callable report package (fedcli.report(...), above)",
 }
 
