@@ -1,14 +1,14 @@
 """fedcli: a command-line experiment runner for layer-wise federated learning research.
 
 The Python API for notebooks (fedcli/api.py): ``fedcli.load(path)`` -> runs, metrics, layers, intervals, clients,
-system as pandas DataFrames; ``fedcli.train(out, **flags)``; ``fedcli.report(*paths, **flags)`` (the report package,
-callable: fedcli/report/__init__.py), also named ``fedcli.write_report``. ``import fedcli`` (and the ``fedcli``
+system as pandas DataFrames; ``fedcli.train(out, **flags)``; ``fedcli.report(*paths, **flags)`` (``fedcli report``;
+also named ``fedcli.write_report``; the report package is ``fedcli.reports``). ``import fedcli`` (and the ``fedcli``
 command) loads neither pandas nor torch: the API imports them when called. This package is the top of the layers
 (pyproject.toml): nothing in fedcli imports it (the version is ``fedcli.version``).
 """
 
-from fedcli import report
 from fedcli.api import Results, load, train, write_report
+from fedcli.api import write_report as report
 from fedcli.version import __version__
 
 __all__ = ["Results", "__version__", "load", "report", "train", "write_report"]

@@ -1,5 +1,5 @@
-"""Results in pandas, for notebooks: ``fedcli.load(path)``, ``fedcli.train(...)``, ``fedcli.write_report(...)`` (not
-``fedcli.report``: that name is the report package, ``fedcli/report/``).
+"""Results in pandas, for notebooks: ``fedcli.load(path)``, ``fedcli.train(...)``, ``fedcli.write_report(...)`` (also
+``fedcli.report(...)``; the report package is ``fedcli.reports``).
 
 ``load`` reads one ``fedcli train`` run directory, or every run directory under a folder (a sweep, ``results/``), with
 the same checks as ``fedcli report`` (a completed run whose files do not match its manifest is refused), and gives
@@ -156,7 +156,7 @@ def _records_of(attr: str, doc: str) -> property:
 
 @dataclass
 class Results:
-    """The runs :func:`load` found (``fedcli.report.rundata.RunData``, by name) and, in DataFrames, their records."""
+    """The runs :func:`load` found (``fedcli.reports.rundata.RunData``, by name) and, in DataFrames, their records."""
 
     runs_by_name: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)  # run directories that could not be read: name -> reason
@@ -182,8 +182,8 @@ class Results:
         }
 
     def _experiments(self) -> dict:
-        """{run name: experiment}: runs that differ only in their seed share one (``fedcli.report.groups``)."""
-        from fedcli.report.groups import seed_groups
+        """{run name: experiment}: runs that differ only in their seed share one (``fedcli.reports.groups``)."""
+        from fedcli.reports.groups import seed_groups
 
         if not hasattr(self, "_experiment_of"):
             groups = seed_groups(list(self.runs_by_name.values()), list(self.runs_by_name))
@@ -294,7 +294,7 @@ class Results:
         return typed(rows, {**SCHEMA["experiments"], **config, "schedule": TEXT})
 
     def run(self, name: str):
-        """One run's :class:`fedcli.report.rundata.RunData` (manifest, config, and its CSVs as lists of dicts); a name
+        """One run's :class:`fedcli.reports.rundata.RunData` (manifest, config, and its CSVs as lists of dicts); a name
         that is not one of them: ConfigError naming the closest ones."""
         if name not in self.runs_by_name:
             from fedcli.errors import ConfigError
@@ -390,7 +390,7 @@ def _sweep_of(run_dir: Path, cache: dict) -> dict:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    from fedcli.report.single import RUN_MANIFEST, is_run_dir
+    from fedcli.reports.single import RUN_MANIFEST, is_run_dir
 
     if is_run_dir(root):
         return [root]
@@ -406,7 +406,7 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
     Each run is read and checked as ``fedcli report`` reads it; one that cannot be read is left out and named in
     ``.skipped`` with its reason (``strict=True``: raise its error instead). No run directory at all is an error."""
     from fedcli.errors import ConfigError, FedcliError
-    from fedcli.report.single import load_run
+    from fedcli.reports.single import load_run
 
     root = given_path(path, "fedcli.load", "path")
     if not root.is_dir():
@@ -438,10 +438,10 @@ def load(path: str | Path = "results", strict: bool = False) -> Results:
 def _add_retimed(runs: dict, sweeps: dict, skipped: dict, strict: bool) -> None:
     """The re-timed runs of a sweep (a recipe run's ``retime`` entries; docs/sweeps.md, "Re-timed runs"), as the report
     reads them: each trained run once more per entry, named ``<run> [<entry's name>]``, its ``sim_time_s`` re-timed
-    under the entry's options (:func:`fedcli.report.retime.variant`) and its ``recipe_run`` the entry's name. One that
+    under the entry's options (:func:`fedcli.reports.retime.variant`) and its ``recipe_run`` the entry's name. One that
     cannot be re-timed is left out and named in ``skipped``."""
     from fedcli.errors import FedcliError
-    from fedcli.report.retime import variant
+    from fedcli.reports.retime import variant
 
     for name in list(runs):
         info = sweeps.get(name) or {}
@@ -550,7 +550,7 @@ def write_report(*paths: str | Path, print: bool = False, **options) -> Report:
 
     import pandas as pd
 
-    from fedcli.report.tables import render_csv
+    from fedcli.reports.tables import render_csv
 
     given = [str(given_path(p, "fedcli.report", "each path")) for p in paths]
     with contextlib.redirect_stdout(sys.stdout if print else io.StringIO()):

@@ -4,10 +4,11 @@ Every config field is a ``fedcli train`` option (``--active-ratio``) and a recip
 field carries its help text and validation rule in its metadata (``fedcli.params.opt``), so the CLI, recipes and
 validation cannot drift apart. The general fields (data, partition, model, schedule, optimizer, run) are
 :class:`GeneralConfig`'s; a method's own hyperparameters are a params dataclass in its spec (``fedcli/specs/``),
-registered with ``fedcli.params.register_params``. ``TrainConfig`` (both together) and ``FIELDS`` are assembled at
-their first use, after the spec registries have loaded (``fedcli.specs.load``); nothing of torch is imported, and no
-module needs importing first. Invalid values raise :class:`~fedcli.errors.ConfigError` (exit 2) with one sentence
-and the key it is about (``ConfigError.key``).
+registered with ``fedcli.params.register_params``. ``TrainConfig`` (both together) and ``FIELDS`` are assembled when
+this module is imported, after the spec registries have loaded (``fedcli.specs.load``): nothing of torch is imported,
+and a method file of your own is imported before this module (before ``fedcli.cli.main.main``), which neither
+``fedcli.params`` nor ``fedcli.specs`` imports. Invalid values raise :class:`~fedcli.errors.ConfigError` (exit 2)
+with one sentence and the key it is about (``ConfigError.key``).
 """
 
 from __future__ import annotations
@@ -415,7 +416,7 @@ class GeneralConfig:
     )
 
     # ------------------------------------------------------------------
-    def validate(self) -> "TrainConfig":  # noqa: F821
+    def validate(self) -> "TrainConfig":
         """Check types and ranges of every field; raise ConfigError naming the first bad key."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -486,7 +487,7 @@ class GeneralConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], where: str = "config") -> "TrainConfig":  # noqa: F821
+    def from_dict(cls, values: dict[str, Any], where: str = "config") -> "TrainConfig":
         """Build from a mapping (recipe or manifest); unknown keys and wrong types raise ConfigError."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
@@ -533,21 +534,12 @@ def _assemble() -> type:
     return cls
 
 
-_ASSEMBLED: dict = {}
-
-
-def __getattr__(name: str):
-    """``TrainConfig`` and ``FIELDS`` (every config field by name, in ``--help`` order: panels as
-    ``fedcli.params.GROUPS``), assembled at their first use from the general fields and every params class
-    registered by then: fedcli's specs (loaded here) and a method file of your own imported before."""
-    if name not in ("TrainConfig", "FIELDS"):
-        raise AttributeError(f"module 'fedcli.config' has no attribute {name!r}")
-    if "TrainConfig" not in _ASSEMBLED:
-        specs.load()
-        cls = _assemble()
-        _ASSEMBLED["TrainConfig"] = cls
-        _ASSEMBLED["FIELDS"] = {f.name: f for f in sorted(dataclasses.fields(cls), key=group_rank)}
-    return _ASSEMBLED[name]
+specs.load()  # every spec module of fedcli: their params classes register before TrainConfig is made of them
+#: the config of one run: :class:`GeneralConfig` and every registered params class (fedcli's specs, and a method file
+#: of your own imported before this module)
+TrainConfig = _assemble()
+#: every config field by name, in ``--help`` order (panels as ``fedcli.params.GROUPS``)
+FIELDS = {f.name: f for f in sorted(dataclasses.fields(TrainConfig), key=group_rank)}
 
 
 def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:

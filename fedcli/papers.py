@@ -1,5 +1,5 @@
 """The papers this repository's recipes reproduce (``recipes/<method>/*.toml``, each stating its ``paper``), for
-``fedcli report DIR --paper NAME`` (fedcli/report/paper.py). A declaration: no imports, no torch."""
+``fedcli report DIR --paper NAME`` (fedcli/reports/paper.py). A declaration: no imports, no torch."""
 
 #: the papers the recipes reproduce, for ``fedcli report --paper NAME``: NAME -> (the paper as a report section names
 #: it, the start of the ``paper`` string its recipes state, or a tuple of such starts)

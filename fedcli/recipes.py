@@ -379,7 +379,7 @@ def with_partition_clients(cfg: TrainConfig, values: dict) -> TrainConfig:
 #                     that row at one scale only; ``scales = ["paper"]``: the row exists at those scales only;
 #                     ``retime = [{ name = "...", uplink = "constant:3e6" }, ...]``: re-timed variants of the row,
 #                     runs of the report read from its records under other system options, not trained
-#   [[tables]]        report tables over the runs (see fedcli/report/products.py)
+#   [[tables]]        report tables over the runs (see fedcli/reports/products.py)
 #   [[figures]]       report figures over the runs
 # [slurm]           what each job asks for under ``--executor slurm`` (fedcli/sweep/slurm.py; [slurm.scale.<name>]
 # overrides)

@@ -7,7 +7,7 @@ partition and the initial model, so the methods of a seed are paired): the best 
 convention; the last evaluation is reported beside it) of FedALA's and FedAvg-C's ``personal_acc`` and of FedAvg's
 global model (``test_acc`` of a ``FedAvg`` run where the sweep has one, else of the FedAvg-C runs: FedAvg-C's global
 model is FedAvg's, bit for bit). ``d_s = acc(FedALA) - acc(other)`` in points, paired t-test on the ``d_s``
-(two-sided, ``n - 1`` degrees of freedom, ``ALPHA``; ``fedcli.report.paired``):
+(two-sided, ``n - 1`` degrees of freedom, ``ALPHA``; ``fedcli.reports.paired``):
 
 1. FedALA at least FedAvg-C: **holds** when mean d > 0 and p < ALPHA; **contradicted** when mean d < 0 and
    p < ALPHA; otherwise **not separated from the seed noise**.
@@ -23,9 +23,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedcli.report.aggregate import mean_std
-from fedcli.report.core import find_sweeps
-from fedcli.report.paired import Paired, paired
+from fedcli.reports.aggregate import mean_std
+from fedcli.reports.core import find_sweeps
+from fedcli.reports.paired import Paired, paired
 
 GAP = 99.88 - 97.93  # percentage points
 ALPHA = 0.05

@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedcli.report.aggregate import mean_std, pct
-from fedcli.report.core import find_sweeps
+from fedcli.reports.aggregate import mean_std, pct
+from fedcli.reports.core import find_sweeps
 
 BASE, LONG, LAMA = "FedAvg x1", "FedAvg x2", "FedLAMA phi=2"
 

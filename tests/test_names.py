@@ -31,8 +31,8 @@ METHOD_SPEC_USES = {
     ("fedcli/params.py", "_spec"): "the PartSpec of a part class or of a spec",
     ("fedcli/params.py", "cls_or_spec"): "a part class or its PartSpec, either: what the functions reading a part's "
     "declared options take (issue 60: it was ``part``, a third meaning)",
-    ("fedcli/report/rundata.py", "spec"): "the PartSpec through which a run's recorded options are read, typed",
-    ("fedcli/report/rundata.py", "part_spec"): "the PartSpec of a run's part: what the report reads of it (its label, "
+    ("fedcli/reports/rundata.py", "spec"): "the PartSpec through which a run's recorded options are read, typed",
+    ("fedcli/reports/rundata.py", "part_spec"): "the PartSpec of a run's part: what the report reads of it (its label, "
     "layerwise, learned_weights) without the torch class",
 }
 
@@ -156,7 +156,7 @@ OLD_SWEEP_PRODUCTS = json.loads("""[
 def test_a_sweep_json_written_before_the_rename_reads_the_same():
     """The renamed classes are not stored: a sweep folder's products read back as they were, and are written the
     same."""
-    from fedcli.report.products import (
+    from fedcli.reports.products import (
         FigureDef,
         TableDef,
         parse_figure,

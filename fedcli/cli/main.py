@@ -107,12 +107,6 @@ def app_for(argv: list[str]) -> typer.Typer:
     return build_app(listing=True)
 
 
-def __getattr__(name: str):
-    if name == "app":  # the whole app, for callers that drive it directly (tests with typer's CliRunner)
-        return build_app()
-    raise AttributeError(name)
-
-
 def _mpi_comm():
     mpi = sys.modules.get("fedcli.comm.mpi")  # not imported: no MPI communicator (and no torch import on an error path)
     if mpi is None:

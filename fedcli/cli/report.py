@@ -13,7 +13,7 @@ from fedcli.papers import PAPERS
 @dataclass
 class Output:
     """What ``fedcli report`` made, for ``fedcli.report(...)`` in Python (fedcli/api.py): the table it printed (a
-    :class:`fedcli.report.tables.Table`; ``sweep``: the folder of a sweep's table) and the figure files it wrote."""
+    :class:`fedcli.reports.tables.Table`; ``sweep``: the folder of a sweep's table) and the figure files it wrote."""
 
     table: object = None
     sweep: str | None = None
@@ -82,8 +82,8 @@ def report(  # noqa: PLR0913
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import FORMATS, find_sweeps
-    from fedcli.report.single import is_run_dir
+    from fedcli.reports.core import FORMATS, find_sweeps
+    from fedcli.reports.single import is_run_dir
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
@@ -123,13 +123,13 @@ def _retiming(x: str | None, system_options: dict, products: bool) -> dict:
     """The ``--x`` axis checked, and the system options given (``--uplink ...``: re-time the run directories), refused
     for a sweep's products (``products``: --paper, --table or --figure asked for)."""
     from fedcli.errors import ConfigError
-    from fedcli.report.style import X_AXES
+    from fedcli.reports.style import X_AXES
 
     if x is not None and x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, got '{x}'")
     retime = {k: v for k, v in system_options.items() if v is not None}
     if retime:
-        from fedcli.report import retime as retiming
+        from fedcli.reports import retime as retiming
 
         retiming.check(retime)
         if products:
@@ -178,8 +178,8 @@ def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import check_time_axis, listing
-    from fedcli.report.single import find_runs, load_run
+    from fedcli.reports.core import check_time_axis, listing
+    from fedcli.reports.single import find_runs, load_run
 
     output, figures, x, retime = asked.output, asked.figures, asked.x, asked.retime
     made = Output()
@@ -194,7 +194,7 @@ def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps
     runs = [load_run(p) for p in explicit]  # a run named on the command line must be readable
     runs += _readable(loose, load_run)  # runs found in a folder: the readable ones, the others named
     if retime:  # every run re-timed (or the one that cannot be refused) before anything is printed or written
-        from fedcli.report import retime as retiming
+        from fedcli.reports import retime as retiming
 
         if not runs or (sweeps and figures is not None):
             raise ConfigError(
@@ -204,7 +204,7 @@ def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps
         retiming.apply(runs, retime)
     if runs and x == "time" and (explicit or not sweeps):  # runs whose curves --x time draws: one without
         # simulated time is refused before anything is printed or written
-        from fedcli.report.figures import check_simulated_time
+        from fedcli.reports.figures import check_simulated_time
 
         check_simulated_time(runs)
     if sweeps and figures is not None:  # so are the sweeps' figures drawn against time
@@ -223,8 +223,8 @@ def _report_found(asked: _Asked, explicit: list[str], holders: list[str], sweeps
 def _report_products(asked: _Asked, holders: list[str], sweeps: list) -> Output:
     """``--table NAME`` / ``--figure NAME``: a sweep's table printed (or written to ``--output``) and its figures drawn
     into ``--figures``; figures against time whose runs lack it are refused before the table is printed."""
-    from fedcli.report.core import check_time_axis, pick, sweep_table
-    from fedcli.report.tables import render
+    from fedcli.reports.core import check_time_axis, pick, sweep_table
+    from fedcli.reports.tables import render
 
     table, figure, figures, x = asked.table, asked.figure, asked.figures, asked.x
     made = Output()
@@ -249,12 +249,12 @@ def _report_products(asked: _Asked, holders: list[str], sweeps: list) -> Output:
 def _paper(
     name: str, folders: list[str], output: str | None, x: str | None, table, figure, figures, overwrite: bool = False
 ) -> Output:
-    """``--paper NAME``: the paper's section from the sweeps under ``folders`` (fedcli/report/paper.py)."""
+    """``--paper NAME``: the paper's section from the sweeps under ``folders`` (fedcli/reports/paper.py)."""
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report.core import find_sweeps
-    from fedcli.report.paper import paper_of, write_section
+    from fedcli.reports.core import find_sweeps
+    from fedcli.reports.paper import paper_of, write_section
 
     paper_of(name)  # an unknown paper: exit 2 naming the known ones, before anything is read
     if table is not None or figure or figures is not None:
@@ -300,13 +300,13 @@ TOP = 5
 
 
 def _study(folders: list[str], fmt: str, output: str | None, figures: str | None, table, figure, baseline, x) -> Output:
-    """``fedcli report DIR`` on a study folder of ``fedcli tune`` (fedcli/report/tune.py): its trials, compute, best
+    """``fedcli report DIR`` on a study folder of ``fedcli tune`` (fedcli/reports/tune.py): its trials, compute, best
     configurations or Pareto set and validity notes (Markdown; ``--format csv``: the trials, one row each, as
     ``fedcli.load(DIR).trials`` gives them), and its figures (``--figures``, default DIR/figures)."""
     from pathlib import Path
 
     from fedcli.errors import ConfigError
-    from fedcli.report import tune as tune_report
+    from fedcli.reports import tune as tune_report
     from fedcli.safefs import writing_into
     from fedcli.tune.results import read_study, summary, trial_records
 
@@ -413,7 +413,7 @@ def _warn(msg: str) -> None:
 
 
 def _write_figures(sweeps, out_dir: str, names, folder, x: str | None = None) -> list:
-    from fedcli.report.core import make_figures
+    from fedcli.reports.core import make_figures
     from fedcli.safefs import writing_into
 
     with writing_into(out_dir):  # --figures DIR may be a link; nothing below it is written through one
@@ -438,9 +438,9 @@ def _report_runs(
     default)."""
     from pathlib import Path
 
-    from fedcli.report import style
-    from fedcli.report.single import comparison_table, run_names, write_figures
-    from fedcli.report.tables import render
+    from fedcli.reports import style
+    from fedcli.reports.single import comparison_table, run_names, write_figures
+    from fedcli.reports.tables import render
 
     made = Output(comparison_table(runs, baseline=baseline))
     _emit(render(made.table, fmt), output, f"table of {len(runs)} run(s)")
@@ -524,7 +524,7 @@ def _print_listing(folder, sweeps, rows) -> None:
 
 
 def retiming_parameters() -> list:
-    """The Typer parameters of the re-timing options (``fedcli.report.retime``), from ``fedcli train``'s declarations
+    """The Typer parameters of the re-timing options (``fedcli.reports.retime``), from ``fedcli train``'s declarations
     of them (their help; the default: the run's own)."""
     import inspect
     from typing import Optional
@@ -532,7 +532,7 @@ def retiming_parameters() -> list:
     from rich.markup import escape
 
     from fedcli.cli.options import TYPES, flag, show
-    from fedcli.report.retime import fields
+    from fedcli.reports.retime import fields
 
     out = []
     for f in fields().values():

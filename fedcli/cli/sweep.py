@@ -341,7 +341,7 @@ def _done_text(p, prog) -> tuple[str, str]:
         return "pruned", f"{p.label:32s} {p.error}{sofar(prog)}"
     if p.status != "completed":
         return "failed", f"{p.label:32s} exit {p.exit_code}: {p.error}  (log {p.log}){sofar(prog)}"
-    from fedcli.report.rundata import RunData
+    from fedcli.reports.rundata import RunData
 
     run = RunData(p.dir)
     acc = run.accuracy("best", "auto")  # personalized runs: personal_acc, the papers' metric
@@ -648,7 +648,7 @@ class SweepProgress:
         with self._lock:
             if self.now() - self._read_at < 1.0:
                 return self._flight
-            from fedcli.report.rundata import read_csv
+            from fedcli.reports.rundata import read_csv
 
             parts, fractions, going_names = [], {}, []
             for p in self.going():

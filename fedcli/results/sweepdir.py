@@ -1,5 +1,5 @@
 """A sweep folder's manifest (``sweep.json``) and its planned runs' states: written by ``fedcli sweep``
-(fedcli/sweep/run.py), read by ``fedcli report`` (fedcli/report/core.py) and the Slurm status (fedcli/sweep/slurm.py).
+(fedcli/sweep/run.py), read by ``fedcli report`` (fedcli/reports/core.py) and the Slurm status (fedcli/sweep/slurm.py).
 
 Layout of a sweep folder: see fedcli/sweep/run.py.
 """

@@ -328,7 +328,7 @@ class Method:
     alias_labels: dict[str, str] = field(
         default_factory=dict, compare=False
     )  # an alias's own label ("fedsgd": "Fed-SGD")
-    #: (colour, marker) of the method in every figure (fedcli/report/style.py), fixed so that the same method looks
+    #: (colour, marker) of the method in every figure (fedcli/reports/style.py), fixed so that the same method looks
     #: the same in every figure and panel; recorded in the manifest. Empty: one chosen from the label.
     style: tuple[str, str] = ()
     personalized: bool = (

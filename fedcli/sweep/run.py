@@ -147,7 +147,7 @@ def plan(
 
 
 def products_of(recipe: SweepRecipe) -> dict:
-    from fedcli.report.products import parse_products, product_to_dict
+    from fedcli.reports.products import parse_products, product_to_dict
 
     tables, figures = parse_products(recipe)
     return {"tables": [product_to_dict(t) for t in tables], "figures": [product_to_dict(f) for f in figures]}

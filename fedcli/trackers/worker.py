@@ -108,7 +108,7 @@ class Worker:
         self.save_state()
         self.warn(STARTED, log=False)
         try:  # the figures' imports (matplotlib) while the training runs, not at its end
-            from fedcli.report.style import plt as _plt
+            from fedcli.reports.style import plt as _plt
 
             _plt()
         except Exception:
@@ -153,7 +153,7 @@ class Worker:
     def figures(self, out: Path) -> list[Path]:
         """The report's figures of this run (``fedcli report RUN_DIR --figures``), drawn into ``out``."""
         try:
-            from fedcli.report.single import load_run, write_figures
+            from fedcli.reports.single import load_run, write_figures
 
             return [Path(p) for p in write_figures([load_run(self.run_dir)], out) if Path(p).is_file()]
         except Exception as e:

@@ -399,7 +399,7 @@ def ranked(trials: list, objective: Objective, index: int = 0) -> list:
 def spearman(xs: list, ys: list) -> float | None:
     """Spearman's rank correlation (the Pearson correlation of the ranks, ties averaged); None for fewer than three
     pairs or a constant side."""
-    from fedcli.report.paired import signed_ranks as ranks
+    from fedcli.reports.paired import signed_ranks as ranks
 
     if len(xs) != len(ys) or len(xs) < 3:
         return None
@@ -593,8 +593,8 @@ def trial_records(folder: StudyFolder) -> list[dict]:
 
 
 def summary(folder: StudyFolder, top: int = 5, confirmation: dict | None = None) -> dict:
-    """Everything ``fedcli report DIR`` shows of a study folder, as plain data for ``fedcli.report.tune``: per study its
-    trials by state, the compute spent against the budget and the full grid, the best ``top`` trials (one objective)
+    """Everything ``fedcli report DIR`` shows of a study folder, as plain data for ``fedcli.reports.tune``: per study
+    its trials by state, the compute spent against the budget and the full grid, the best ``top`` trials (one objective)
     or the Pareto set (two), the baseline, the importances per objective, the confirmation over seeds where one was
     run (``confirmation``: ``fedcli.tune.confirm.confirmed`` of the folder); the folder's notes and validity notes."""
     out = []

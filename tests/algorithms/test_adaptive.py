@@ -452,7 +452,7 @@ def test_claim_recipe_at_both_scales():
     from pathlib import Path
 
     from fedcli.recipes import read_sweep
-    from fedcli.report.products import parse_products
+    from fedcli.reports.products import parse_products
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb" / "claim-rounds-to-target.toml"
     for scale in ("paper", "cpu"):

@@ -11,7 +11,7 @@ from torch.func import functional_call
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Simulation
 from fedcli.fl.personal import client_model
-from fedcli.report.ala_figures import objective
+from fedcli.reports.ala_figures import objective
 from fedcli.results.rundir import RunDir
 from fedcli.results.runlog import RunLog
 
@@ -106,7 +106,7 @@ def test_objective_is_the_sample_weighted_mean():
 
 
 def test_report_draws_them(traced):
-    from fedcli.report.single import load_run, write_figures
+    from fedcli.reports.single import load_run, write_figures
 
     _, _, out = traced
     import json

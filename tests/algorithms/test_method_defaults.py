@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fedcli.cli.main import app
+from fedcli.cli.main import build_app
 from fedcli.config import TrainConfig, with_method_defaults
 from fedcli.recipes import build_config
 from fedcli.specs import METHODS
@@ -99,7 +99,7 @@ def test_manifest_records_method_defaults(tmp_path):
 
     out = tmp_path / "run"
     r = CliRunner().invoke(
-        app,
+        build_app(),
         [
             "train",
             "--algo",
@@ -125,7 +125,7 @@ def test_manifest_records_method_defaults(tmp_path):
 def test_list_algos_is_one_row_per_method_with_aliases_folded(capsys):
     from typer.testing import CliRunner
 
-    r = CliRunner().invoke(app, ["train", "--list-algos"], env={"COLUMNS": "200"})
+    r = CliRunner().invoke(build_app(), ["train", "--list-algos"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     for name, m in METHODS.items():

@@ -17,8 +17,8 @@ import shutil
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.report.aggregate import mean_std
-from fedcli.report.tables import fmt_acc
+from fedcli.reports.aggregate import mean_std
+from fedcli.reports.tables import fmt_acc
 from runkit import error_lines
 
 TINY = [

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.recipes import read_sweep
-from fedcli.report.products import parse_products
+from fedcli.reports.products import parse_products
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb"
 GRID = ["fig2-iid", "fig3-noniid", "fig4-table1-cifar10", "fig4-table1-tinyimagenet"]

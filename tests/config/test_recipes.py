@@ -12,7 +12,7 @@ from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.fl.schedules import SCHEDULES
 from fedcli.recipes import read_sweep, train_values
-from fedcli.report.products import parse_products
+from fedcli.reports.products import parse_products
 from fedcli.specs import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]

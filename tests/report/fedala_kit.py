@@ -3,7 +3,7 @@ layers.csv), with every number of the expected tables worked out in the comments
 
 import json
 
-from fedcli.report.products import parse_table, product_to_dict
+from fedcli.reports.products import parse_table, product_to_dict
 from fedcli.results.rundir import LAYERS_COLUMNS, METRICS_COLUMNS
 from simkit import write_csv
 

@@ -144,12 +144,13 @@ def test_notebook_example_runs(tmp_path):
     assert (tmp_path / "nb" / "figures" / "curves-params.png").is_file()
 
 
-def test_fedcli_report_is_callable_and_still_the_package(results, tmp_path, capsys):
+def test_fedcli_report_is_the_api_function_and_the_package_is_reports(results, tmp_path, capsys):
     """``fedcli.report(...)`` runs the report command (the issue's notebook API) and returns what it printed and drew
-    (issue 48, 16: it returned None); its modules import as before."""
-    import fedcli.report.tables as tables
+    (issue 48, 16: it returned None); it is fedcli/api.py's ``write_report``, and importing the report package
+    (``fedcli.reports``) leaves it so (issue 60: no callable module)."""
+    import fedcli.reports.tables as tables
 
-    assert callable(fedcli.report) and fedcli.report.tables is tables
+    assert fedcli.report is fedcli.write_report and fedcli.reports.tables is tables
     table, figures = fedcli.report(results / "lama" / "s0", results / "lama" / "s1", figures=tmp_path / "fig")
     assert capsys.readouterr().out == ""  # returned, not printed (issue 57: it printed the whole table)
     assert (tmp_path / "fig" / "curves.pdf").is_file() and (tmp_path / "fig" / "curves-params.pdf").is_file()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedcli.report.paired import paired
+from fedcli.reports.paired import paired
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("fedala_claim", ROOT / "scripts/fedala_claim.py")

@@ -1,12 +1,12 @@
-"""Figure kinds register by name (issue 60, item 4): ``fedcli.report.figures.FIGURE_KINDS`` maps a recipe's
+"""Figure kinds register by name (issue 60, item 4): ``fedcli.reports.figures.FIGURE_KINDS`` maps a recipe's
 ``[[figures]] kind`` to what draws it and the keys it accepts, instead of a tuple in the parser and an ``elif`` chain in
 the drawing; a kind of your own is one :func:`register_figure_kind` call."""
 
 import pytest
 
 from fedcli.errors import ConfigError
-from fedcli.report.figures import FIGURE_KINDS, FigureKind, build, register_figure_kind
-from fedcli.report.products import parse_figure
+from fedcli.reports.figures import FIGURE_KINDS, FigureKind, build, register_figure_kind
+from fedcli.reports.products import parse_figure
 
 
 def loc(key):

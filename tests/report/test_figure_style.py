@@ -10,10 +10,10 @@ import pytest
 from matplotlib.colors import to_hex
 
 from fedcli.cli.main import main
-from fedcli.report import style
-from fedcli.report.figures import build
-from fedcli.report.products import FigureDef, Panel
-from fedcli.report.single import comparison_table, curves_figure, load_run
+from fedcli.reports import style
+from fedcli.reports.figures import build
+from fedcli.reports.products import FigureDef, Panel
+from fedcli.reports.single import comparison_table, curves_figure, load_run
 
 # the default MLP on digits: 64-200-200-10
 NUMEL = 64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
@@ -146,7 +146,7 @@ def test_mixed_data_warns_in_one_line(runs, tmp_path, capsys):
     m = json.loads((other / "manifest.json").read_text())
     m["config"]["dataset"] = "mnist"
     (other / "manifest.json").write_text(json.dumps(m))
-    from fedcli.report.single import write_figures
+    from fedcli.reports.single import write_figures
 
     said = []
     write_figures([runs["fedavg"], load_run(other)], tmp_path / "fig", warn=said.append)

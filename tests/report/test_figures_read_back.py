@@ -18,11 +18,11 @@ import pytest
 from matplotlib.colors import to_hex, to_rgb
 
 from fedcli.cli.main import main
-from fedcli.report import style
-from fedcli.report.core import find_sweeps
-from fedcli.report.figures import build, draw
-from fedcli.report.products import FigureDef, Panel
-from fedcli.report.single import load_run, write_figures
+from fedcli.reports import style
+from fedcli.reports.core import find_sweeps
+from fedcli.reports.figures import build, draw
+from fedcli.reports.products import FigureDef, Panel
+from fedcli.reports.single import load_run, write_figures
 from simkit import FEMNIST_SAMPLE, cli
 
 RECIPE = """
@@ -108,7 +108,7 @@ def close_figures():
 
 def sweep_figure(root: Path, name: str):
     """The matplotlib figure and caption of a sweep's figure, built as `fedcli report --figures` builds it."""
-    from fedcli.report.core import scaled_title
+    from fedcli.reports.core import scaled_title
 
     (sw,) = find_sweeps(root / "sw")
     figure_def = next(f for f in sw.figures() if f.name == name)

@@ -1,4 +1,4 @@
-"""fedcli.report.paired: the paired t-test, sign test and exact Wilcoxon test of a seed comparison, on numbers worked
+"""fedcli.reports.paired: the paired t-test, sign test and exact Wilcoxon test of a seed comparison, on numbers worked
 out by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from fedcli.report.paired import paired, sign_test_p, signed_ranks, t_critical, t_two_sided_p, wilcoxon_p
+from fedcli.reports.paired import paired, sign_test_p, signed_ranks, t_critical, t_two_sided_p, wilcoxon_p
 
 
 def test_t_p_values_by_hand():

@@ -17,11 +17,11 @@ import pytest
 from matplotlib.colors import to_hex
 
 from fedcli.cli.main import main
-from fedcli.report import style
-from fedcli.report.figures import build
-from fedcli.report.products import FigureDef, Panel
-from fedcli.report.single import comparison_table, curves_figure, load_run
-from fedcli.report.tables import render
+from fedcli.reports import style
+from fedcli.reports.figures import build
+from fedcli.reports.products import FigureDef, Panel
+from fedcli.reports.single import comparison_table, curves_figure, load_run
+from fedcli.reports.tables import render
 from simkit import cli
 from simkit import md_table as md_rows
 
@@ -153,7 +153,7 @@ def test_runs_of_other_data_or_budgets_are_marked_not_compared(root, tmp_path, c
 
 def test_rounds_of_different_lengths_are_named(root, tmp_path):
     said = []
-    from fedcli.report.single import write_figures
+    from fedcli.reports.single import write_figures
 
     write_figures([load_run(root / "avg/s0"), load_run(root / "avg4/s0")], tmp_path / "f", x="rounds", warn=said.append)
     assert any(
@@ -190,7 +190,7 @@ def test_intervals_figure_shows_each_layers_interval(root):
 
 
 def test_layer_size_on_a_log_axis_and_whole_synchronizations(root, tmp_path):
-    from fedcli.report.single import write_figures
+    from fedcli.reports.single import write_figures
 
     # 64-200-200-10: out.bias (10) against hidden.1.weight (40,000) spans more than three decades
     write_figures([load_run(root / "wide/s0")], tmp_path / "f")
@@ -217,7 +217,7 @@ def test_latex_caption_is_sentences_and_wide_tables_span_both_columns(root):
 
 
 def test_latex_escapes_the_symbols_recipes_write():
-    from fedcli.report.tables import latex_escape
+    from fedcli.reports.tables import latex_escape
 
     # a standard pdflatex stops at "Unicode character Σ (U+03A3)" (FedALA's table titles: Σ, its parameter count)
     assert latex_escape("Σ_l ≥ 5 · τ′ − δ") == "$\\Sigma$\\_l $\\geq$ 5 $\\cdot$ $\\tau$$'$ $-$ $\\delta$"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.report.paper import COLUMN_IN, PAPERS, RECIPES, TEXT_IN, pdf_size
+from fedcli.reports.paper import COLUMN_IN, PAPERS, RECIPES, TEXT_IN, pdf_size
 from simkit import cli
 from sweepkit import RECIPE as SWEEP_RECIPE
 
@@ -137,7 +137,7 @@ def test_two_sweeps_of_one_recipe_have_their_own_labels_and_headings(results, tm
 
 
 def test_long_paths_in_typewriter_type_may_break():
-    from fedcli.report.tables import latex_text
+    from fedcli.reports.tables import latex_text
 
     tex = latex_text("Command: `fedcli sweep recipes/fedlama/aaai-table3.toml --out results/a`.")
     assert (
@@ -173,7 +173,7 @@ def test_paper_section_compiles_where_latex_is_installed(results, tmp_path, caps
 
 
 def test_latex_text_is_paste_ready():
-    from fedcli.report.tables import latex_escape, latex_text
+    from fedcli.reports.tables import latex_escape, latex_text
 
     # two ASCII hyphens stay two hyphens (not an en dash, nor one hyphen under T1); en and em dashes stay dashes
     assert latex_escape("--scale smoke -x a-b") == "-{}-scale smoke -x a-b" and latex_escape("---") == "-{}-{}-"
@@ -299,7 +299,7 @@ def test_unknown_paper_and_no_sweep(results, tmp_path, capsys):
 def test_a_one_column_figure_keeps_its_text_and_data_room(tmp_path):
     """Issue 48.7: inside ``printed`` a figure is saved at the column's width, legends included, its text at 8 pt; a
     legend that would sit right of the axes (bars) goes above them, the panel's title above it."""
-    from fedcli.report import style
+    from fedcli.reports import style
 
     with style.printed(COLUMN_IN):
         fig, ax = style.plt().subplots(figsize=(6.4, 3.9))
@@ -325,8 +325,8 @@ def test_the_section_checks_each_run_once(results, tmp_path, capsys, monkeypatch
     same runs: each run's state (manifest, config, files: ``run_state``) is read once for the whole section, and the
     table is built once for both formats. Before: 16 reads of this sweep's 2 runs (8 each: the paragraph, the
     table's check and its two builds, each figure's check and its drawing) and two builds of the table."""
-    import fedcli.report.core as core
-    import fedcli.report.tables as tables
+    import fedcli.reports.core as core
+    import fedcli.reports.tables as tables
 
     reads, builds = [], []
     real_state, real_build = core.run_state, tables.build_table

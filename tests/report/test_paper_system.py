@@ -73,7 +73,7 @@ def test_paper_system_is_a_section_of_the_system_recipes(tmp_path, capsys):
 
 def test_the_bandwidth_recipe_trains_two_runs_and_retimes_them_at_four_uplinks():
     from fedcli.recipes import read_sweep
-    from fedcli.report.products import parse_products
+    from fedcli.reports.products import parse_products
 
     r = read_sweep(ROOT / "recipes/system/bandwidth-fedlama-vs-fedavg.toml", "smoke")
     assert r.run_names == ["FedAvg", "FedLAMA"]

@@ -9,9 +9,9 @@ import pytest
 
 from fedala_kit import make_sweep, md_rows
 from fedcli.cli.main import main
-from fedcli.report.core import find_sweeps, make_table
-from fedcli.report.figures import _curve, y_label
-from fedcli.report.rundata import RunData
+from fedcli.reports.core import find_sweeps, make_table
+from fedcli.reports.figures import _curve, y_label
+from fedcli.reports.rundata import RunData
 
 # the hand-made sweep of fedala_kit (2 seeds, evaluations at rounds 1-3, iterations 5, 10, 15):
 #   "FedAvg | A": test_acc .50 .60 .55 / .52 .58 .57, no personal_acc -> best 59.00 ± 1.41

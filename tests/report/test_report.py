@@ -13,11 +13,11 @@ import pytest
 import simkit
 from fedcli.cli.main import main
 from fedcli.errors import ConfigError
-from fedcli.report.aggregate import early_stop, first_reach, mean_std
-from fedcli.report.core import MissingRuns, find_sweeps, listing, make_figures, make_table
-from fedcli.report.figures import cross_point, delta_lambda_curves
-from fedcli.report.products import parse_figure, parse_table, product_to_dict
-from fedcli.report.rundata import RunData
+from fedcli.reports.aggregate import early_stop, first_reach, mean_std
+from fedcli.reports.core import MissingRuns, find_sweeps, listing, make_figures, make_table
+from fedcli.reports.figures import cross_point, delta_lambda_curves
+from fedcli.reports.products import parse_figure, parse_table, product_to_dict
+from fedcli.reports.rundata import RunData
 from fedcli.results.rundir import INTERVALS_COLUMNS, LAYERS_COLUMNS, METRICS_COLUMNS
 
 
@@ -696,7 +696,7 @@ def test_method_labels_from_the_recipe_algo(tmp_path):
 
 
 def test_round_axis_figure(tmp_path):
-    from fedcli.report.figures import _curve
+    from fedcli.reports.figures import _curve
 
     fig = {
         "name": "acc-rounds",
@@ -723,7 +723,7 @@ def test_fedlamb_recipes_products(stem):
     from pathlib import Path
 
     from fedcli.recipes import read_sweep
-    from fedcli.report.products import parse_products
+    from fedcli.reports.products import parse_products
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "fedlamb" / f"{stem}.toml"
     targets = {}

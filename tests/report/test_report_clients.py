@@ -7,8 +7,8 @@ import pytest
 
 from fedcli.cli.train import run_train
 from fedcli.config import TrainConfig
-from fedcli.report.clients import worst_mean
-from fedcli.report.single import comparison_table, load_run, write_figures
+from fedcli.reports.clients import worst_mean
+from fedcli.reports.single import comparison_table, load_run, write_figures
 from simkit import PERSONAL_BASE
 
 
@@ -57,8 +57,8 @@ def test_no_clients_figure_without_personalized_runs(runs, tmp_path):
 def test_sweep_figure_kind_clients(tmp_path):
     """A recipe's ``kind = "clients"`` figure: a box per run over its seeds' clients, the worst-10% mean per seed
     averaged over the seeds (worked out here from each seed's clients.csv)."""
-    from fedcli.report.figures import draw
-    from fedcli.report.products import FigureDef, Panel
+    from fedcli.reports.figures import draw
+    from fedcli.reports.products import FigureDef, Panel
 
     seeds = {}
     for seed in (0, 1):

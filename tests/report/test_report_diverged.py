@@ -1,12 +1,12 @@
 """A run that diverged (exit 4) is a result in reports: its evaluations before the divergence count, a note
-names it; any other failed run still blocks the product (fedcli/report/core.py)."""
+names it; any other failed run still blocks the product (fedcli/reports/core.py)."""
 
 import json
 
 import pytest
 
-from fedcli.report.core import MissingRuns, find_sweeps, make_figures, make_table
-from fedcli.report.products import parse_figure, parse_table, product_to_dict
+from fedcli.reports.core import MissingRuns, find_sweeps, make_figures, make_table
+from fedcli.reports.products import parse_figure, parse_table, product_to_dict
 from fedcli.results.rundir import METRICS_COLUMNS
 from simkit import write_csv
 
@@ -131,8 +131,8 @@ def test_a_run_the_guard_stopped_is_recorded_and_reported_as_diverged(tmp_path, 
     # two seeds of one experiment: the group's row counts the diverged one
     import shutil
 
-    from fedcli.report.single import comparison_table, load_run
-    from fedcli.report.tables import render
+    from fedcli.reports.single import comparison_table, load_run
+    from fedcli.reports.tables import render
 
     shutil.copytree(run, tmp_path / "s1")
     (tmp_path / "s1" / "manifest.json").write_text(json.dumps(dict(m, seed=1, config=dict(m["config"], seed=1))))
@@ -143,7 +143,7 @@ def test_a_run_the_guard_stopped_is_recorded_and_reported_as_diverged(tmp_path, 
 def test_table_cells_and_the_paper_section_mark_a_diverged_seed(tmp_path):
     """A table's accuracy cell (and a target table's rounds) says how many of its seeds diverged, in Markdown and in
     LaTeX, and so does the `--paper` section that holds the table."""
-    from fedcli.report.paper import build_section
+    from fedcli.reports.paper import build_section
 
     root = make(tmp_path / "s")
     sweep = json.loads((root / "sweep.json").read_text())

@@ -1,4 +1,4 @@
-"""FedALA's tables (``layout = "matrix"``, fedcli/report/matrix.py) and the recipes/fedala recipes.
+"""FedALA's tables (``layout = "matrix"``, fedcli/reports/matrix.py) and the recipes/fedala recipes.
 
 The run directories are written by hand (manifest.json, metrics.csv, layers.csv), so every number of the
 expected tables is worked out in the comments. The recipes are only parsed and validated (no training).
@@ -15,9 +15,9 @@ from fedcli.cli.main import main
 from fedcli.config import TrainConfig
 from fedcli.errors import ConfigError
 from fedcli.recipes import read_sweep
-from fedcli.report.core import find_sweeps, make_table
-from fedcli.report.products import parse_products, parse_table
-from fedcli.report.rundata import RunData
+from fedcli.reports.core import find_sweeps, make_table
+from fedcli.reports.products import parse_products, parse_table
+from fedcli.reports.rundata import RunData
 from fedcli.specs import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 
 import fedcli
 from fedcli.cli.main import main
-from fedcli.report.rundata import read_csv
+from fedcli.reports.rundata import read_csv
 from simkit import cli, md_table
 
 ARGS = [
@@ -115,7 +115,7 @@ def test_a_short_row_before_the_last_is_an_error_naming_its_line(run, tmp_path):
 
 def test_a_killed_run_is_reported_as_far_as_it_got(run, tmp_path, capsys):
     """``fedcli report RUN``, ``fedcli report FOLDER``, ``fedcli.report`` and ``fedcli.load``: exit 0, no traceback, the
-    numbers of the last whole row (before: TypeError in fedcli/report/rundata.py; load gave the half row)."""
+    numbers of the last whole row (before: TypeError in fedcli/reports/rundata.py; load gave the half row)."""
     whole = _dict_rows(run / "metrics.csv")[:-1]
     k = killed(run, tmp_path / "results" / "killed")
     shutil.copytree(run, tmp_path / "results" / "done")

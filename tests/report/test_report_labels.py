@@ -10,7 +10,7 @@ import fedcli
 from fedcli.cli.main import main
 from fedcli.fl.parts import CODECS, INITS
 from fedcli.fl.schedules import SCHEDULES
-from fedcli.report.rundata import RunData
+from fedcli.reports.rundata import RunData
 from fedcli.specs import METHODS
 
 PLAIN = {"local_step": "sgd", "schedule": "periodic", "codec": "identity", "init": "overwrite", "server": "average"}
@@ -127,7 +127,7 @@ def test_every_method_has_a_label_and_the_report_names_none():
     parts = {c.label for table in (INITS, SCHEDULES, CODECS) for c in table.values() if c.label}
     assert parts == {"FedLAMA", "ALA"}
     names = set(METHODS) | {m.label for m in METHODS.values()} - parts
-    for f in [*sorted((root / "report").glob("*.py")), root / "cli" / "report.py"]:
+    for f in [*sorted((root / "reports").glob("*.py")), root / "cli" / "report.py"]:
         assert not strings(f.read_text()) & names, f"{f.name} names methods: {sorted(strings(f.read_text()) & names)}"
 
 

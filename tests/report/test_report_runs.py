@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.report.single import load_run, method_label
+from fedcli.reports.single import load_run, method_label
 from simkit import cli
 from simkit import md_table as md_rows
 

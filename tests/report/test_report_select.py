@@ -9,9 +9,9 @@ import json
 import pytest
 
 from fedcli.errors import ConfigError
-from fedcli.report.products import parse_table, product_from_dict, product_to_dict
-from fedcli.report.rundata import RunData
-from fedcli.report.tables import build_table, grid_sets, render
+from fedcli.reports.products import parse_table, product_from_dict, product_to_dict
+from fedcli.reports.rundata import RunData
+from fedcli.reports.tables import build_table, grid_sets, render
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "personal_acc"]
 

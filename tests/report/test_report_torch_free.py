@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = """
 import json, sys
 from pathlib import Path
-from fedcli.report.rundata import RunData, part_label
+from fedcli.reports.rundata import RunData, part_label
 
 run_dir = Path(sys.argv[1])
 run = RunData(run_dir)

@@ -64,8 +64,8 @@ def runs(tmp_path_factory):
 
 
 def retimed(run_dir, **given) -> list[float]:
-    from fedcli.report import retime
-    from fedcli.report.single import load_run
+    from fedcli.reports import retime
+    from fedcli.reports.single import load_run
 
     run = load_run(run_dir)
     retime.apply([run], retime.check(given))

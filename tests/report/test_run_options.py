@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from fedcli.params import SECTIONS
-from fedcli.report.rundata import RunData
-from fedcli.report.tables import phi_of
+from fedcli.reports.rundata import RunData
+from fedcli.reports.tables import phi_of
 
-REPORT = Path(__file__).resolve().parents[2] / "fedcli" / "report"
+REPORT = Path(__file__).resolve().parents[2] / "fedcli" / "reports"
 
 
 def run(tmp_path, **config):
@@ -30,7 +30,7 @@ def test_a_runs_schedule_options_are_read_typed_with_defaults_for_older_runs(tmp
 
 
 def test_the_report_reads_no_method_option_by_string_key():
-    """No ``config.get("phi")`` or ``config["mu"]`` for a field of a method's params section in fedcli/report."""
+    """No ``config.get("phi")`` or ``config["mu"]`` for a field of a method's params section in fedcli/reports."""
     general = {"system", "personal"}  # sections every run reads (not a method's)
     options = {f for name, cls in SECTIONS.items() if name not in general for f in cls.__dataclass_fields__}
     found = []

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from fedcli.report import style
-from fedcli.report.figures import build
-from fedcli.report.products import FigureDef, Panel
-from fedcli.report.rundata import RunData
+from fedcli.reports import style
+from fedcli.reports.figures import build
+from fedcli.reports.products import FigureDef, Panel
+from fedcli.reports.rundata import RunData
 from simkit import write_csv
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes", "sim_time_s"]

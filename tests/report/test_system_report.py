@@ -8,9 +8,9 @@ import io
 import json
 
 from fedcli.cli.main import main
-from fedcli.report.products import parse_table
-from fedcli.report.rundata import RunData
-from fedcli.report.tables import build_table, render
+from fedcli.reports.products import parse_table
+from fedcli.reports.rundata import RunData
+from fedcli.reports.tables import build_table, render
 from runkit import error_lines
 from simkit import cli, write_csv
 from sweepkit import RECIPE as SWEEP_RECIPE

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import re
 
-from fedcli.report.products import parse_table
-from fedcli.report.rundata import RunData
-from fedcli.report.tables import build_table, latex_escape, render
+from fedcli.reports.products import parse_table
+from fedcli.reports.rundata import RunData
+from fedcli.reports.tables import build_table, latex_escape, render
 from simkit import write_csv
 
 METRICS = ["round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes"]

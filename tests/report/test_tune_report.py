@@ -1,4 +1,4 @@
-"""``fedcli report DIR`` on a study folder of ``fedcli tune`` (fedcli/report/tune.py, issue 58 section 3): trials by
+"""``fedcli report DIR`` on a study folder of ``fedcli tune`` (fedcli/reports/tune.py, issue 58 section 3): trials by
 state, the compute spent against the budget and the full grid (numbers worked out by hand), the best configurations
 with their run directories and the baseline marked, the Pareto set with two objectives, the validity notes, the
 figures. The folders are built from real ``fedcli train`` runs in the contract's layout (tests/tunekit.py)."""

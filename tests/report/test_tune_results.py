@@ -11,7 +11,7 @@ import json
 import pytest
 
 import fedcli
-from fedcli.report.paired import signed_ranks as ranks
+from fedcli.reports.paired import signed_ranks as ranks
 from fedcli.tune.results import (
     Objective,
     Study,

@@ -11,7 +11,7 @@ import pytest
 from fedcli.cli.main import main
 from fedcli.errors import ConfigError
 from fedcli.recipes import read_sweep
-from fedcli.report.core import find_sweeps, make_table
+from fedcli.reports.core import find_sweeps, make_table
 from fedcli.sweep.executors import toml_flat
 from fedcli.sweep.run import SweepFailed, SweepLock, config_matches, run_sweep, slugify
 from runkit import error_lines

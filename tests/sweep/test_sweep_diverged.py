@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.report.core import find_sweeps, make_table
+from fedcli.reports.core import find_sweeps, make_table
 from fedcli.sweep.run import SweepFailed, run_sweep
 from runkit import error_lines
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.report.core import Sweep
-from fedcli.report.paper import _paragraph
+from fedcli.reports.core import Sweep
+from fedcli.reports.paper import _paragraph
 from fedcli.results.sweepdir import SweepManifest, load_manifest, recipe_of
 from fedcli.sweep.run import prepare_sweep, run_sweep
 from runkit import ROOT, error_lines

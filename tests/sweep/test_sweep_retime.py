@@ -116,7 +116,7 @@ def sim_times(run) -> list[float]:
 def test_a_retimed_run_is_the_run_trained_with_its_options(swept):
     """The re-timed "FedAvg fast" (trained at 30 KB/s, re-timed at 3 MB/s) has the simulated times of the run trained at
     3 MB/s, to 1e-9 relative, at every evaluation; so does FedLAMA's; re-timed at its own options a run is itself."""
-    from fedcli.report.core import find_sweeps
+    from fedcli.reports.core import find_sweeps
 
     sweep = find_sweeps(swept / "out")[0]
     runs, problems = sweep.status(
@@ -196,7 +196,7 @@ def test_the_plan_says_what_is_trained_and_what_is_retimed(tmp_path, capsys):
 def test_the_summary_figure_is_a_paper_column_with_type42_fonts(swept, capsys):
     """The time-to-target figure: 3.3 in wide (a paper column), TrueType (Type 42) fonts in the PDF, never Type 3; its
     caption says the ratio; the curves figure marks the target and shares its time axis."""
-    from fedcli.report.paper import pdf_size
+    from fedcli.reports.paper import pdf_size
 
     out = swept / "figs"
     code, _, err = cli(["report", str(swept / "out"), "--figures", str(out)], capsys)
@@ -214,7 +214,7 @@ def test_the_summary_figure_is_a_paper_column_with_type42_fonts(swept, capsys):
 def test_crossing_where_the_advantage_flips_by_hand():
     """Ratios 0.5 at 1e4 and 2 at 1e6 cross 1 halfway in log x and log ratio: at 1e5; no crossing without a sign
     change of log ratio; a ratio of exactly 1 is its own crossing."""
-    from fedcli.report.summary import crossings, human
+    from fedcli.reports.summary import crossings, human
 
     assert crossings([1e4, 1e6], [0.5, 2.0]) == pytest.approx([1e5], rel=1e-12)
     assert crossings([1e4, 1e5, 1e6], [0.5, 0.7, 0.9]) == []

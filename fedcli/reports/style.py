@@ -132,7 +132,7 @@ def apart(runs: list, labels: list[str], names: list[str], own: bool = False) ->
         )
         labels = [", ".join([lab, *(_said(k, f[k]) for k in differ if k in f)]) for lab, f in zip(labels, seen)]
     for same in _collisions(labels):
-        from fedcli.report.groups import SEED_NEUTRAL
+        from fedcli.reports.groups import SEED_NEUTRAL
 
         cfgs = [runs[i].config for i in same]
         keys = [
@@ -400,7 +400,7 @@ def data_warning(runs: list, names: list[str] | None = None) -> str | None:
     """One line when ``runs`` (RunData) are not on one dataset, model and budget: they are drawn on one axis all the
     same, and the line names what differs and for which runs, by ``names`` (a sweep's run names, the report's short
     run names: ``digits/seed0``; default: each run's folder name)."""
-    from fedcli.report.groups import differences
+    from fedcli.reports.groups import differences
 
     seen = list(dict.fromkeys(map(data_label, runs)))
     differ = differences(runs, names or [r.path.name for r in runs])

@@ -1,4 +1,4 @@
-"""Paper figures from run directories, as PNG and PDF (matplotlib, Agg backend), in one style (fedcli/report/style.py).
+"""Paper figures from run directories, as PNG and PDF (matplotlib, Agg backend), in one style (fedcli/reports/style.py).
 
 - ``curves``: learning curves (FedLAMA arXiv Figures 4-6, AAAI Figure 3): accuracy (``y``: default ``auto``,
   personal_acc for personalized runs, test_acc otherwise), or a loss, against ``x``: local iterations, communication
@@ -13,14 +13,14 @@
 - ``intervals``: each layer's synchronization interval at every adjustment of a layer-wise run (``intervals.csv``):
   layers down, iterations across, the interval as the cell's shade (FedLAMA Algorithm 1 over time).
 - ``clients``: personalized runs' personal accuracy across clients (clients.csv), the worst-10% mean marked
-  (:mod:`fedcli.report.clients`).
+  (:mod:`fedcli.reports.clients`).
 
 - ``time-to-target``: simulated time to a target accuracy against a system option, in a layout of its own
-  (:mod:`fedcli.report.summary`).
+  (:mod:`fedcli.reports.summary`).
 
 Each kind is a :class:`FigureKind` registered by name (:data:`FIGURE_KINDS`: the built-in ones listed in
 :data:`BUILTIN`, a kind of your own with :func:`register_figure_kind`): its panel's drawing function, the keys of a
-``[[figures]]`` entry it accepts beyond every kind's own (the recipe parser, ``fedcli.report.products``, reads them),
+``[[figures]]`` entry it accepts beyond every kind's own (the recipe parser, ``fedcli.reports.products``, reads them),
 and how its panels are laid out. No figure has a suptitle: its description (paper, title, notes, what was drawn) goes
 into ``NAME.txt`` beside ``NAME.png`` and ``NAME.pdf``, for a caption.
 """
@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedcli.report import style
-from fedcli.report.aggregate import mean_std, seeds_drawn
-from fedcli.report.clients import panel_clients
-from fedcli.report.rundata import check_simulated_time
-from fedcli.report.style import plt as _plt
-from fedcli.report.style import save
+from fedcli.reports import style
+from fedcli.reports.aggregate import mean_std, seeds_drawn
+from fedcli.reports.clients import panel_clients
+from fedcli.reports.rundata import check_simulated_time
+from fedcli.reports.style import plt as _plt
+from fedcli.reports.style import save
 
 
 def _first(per_seed: dict):
@@ -123,7 +123,7 @@ def panel_labels(panel, runs: dict) -> list[str]:
     """The legend texts of a panel's runs (the recipe's labels, else each run's legend), each followed by its data
     (``FedLAMA (τ′=2, φ=2), femnist/mlp``) when the panel's runs are not all on one dataset and model: two FedLAMA
     curves that differ in their data are never told apart by τ′ alone; and by what else differs between them
-    (:func:`fedcli.report.style.apart`: options, the system model's choices, else the recipe's run names)."""
+    (:func:`fedcli.reports.style.apart`: options, the system model's choices, else the recipe's run names)."""
     reps = [_first(runs[name]) for name in panel.runs]
     labels = list(panel.labels) or [r.legend() for r in reps]
     if len({style.data_label(r) for r in reps}) > 1:
@@ -551,7 +551,7 @@ def _layers(ax, panel, runs: dict, figure_def, x: str) -> None:
 
 
 def _time_to_target(figure_def, runs: dict):
-    from fedcli.report.summary import build as summary  # its own layout, a paper column (fedcli/report/summary.py)
+    from fedcli.reports.summary import build as summary  # its own layout, a paper column (fedcli/reports/summary.py)
 
     return summary(figure_def, runs)
 

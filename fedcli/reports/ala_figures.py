@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from fedcli.report.rundata import read_csv
+from fedcli.reports.rundata import read_csv
 
 FIG3_CLIENT = 8  # the paper's client #8 (when the run has one; else the first client)
 
@@ -39,7 +39,7 @@ def objective(rows: list[dict]) -> list[tuple[int, float, float]]:
 
 
 def ala_loss_figure(rows: list[dict], what: str):
-    from fedcli.report.style import plt as _plt
+    from fedcli.reports.style import plt as _plt
 
     plt = _plt()
     by_client = ala_passes(rows)
@@ -78,7 +78,7 @@ def ala_loss_figure(rows: list[dict], what: str):
 
 
 def local_loss_figure(rows: list[dict], what: str):
-    from fedcli.report.style import plt as _plt
+    from fedcli.reports.style import plt as _plt
 
     plt = _plt()
     pts = objective(rows)
@@ -107,7 +107,7 @@ def local_loss_figure(rows: list[dict], what: str):
 
 def write_ala_figures(run, out_dir: Path, what: str, suffix: str = "") -> list[Path]:
     """The two figures of a run recorded with ``--ala-trace`` (none without its CSVs)."""
-    from fedcli.report.style import save
+    from fedcli.reports.style import save
 
     files = []
     rows = read_csv(Path(run.path) / "ala.csv")

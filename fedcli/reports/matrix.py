@@ -4,7 +4,7 @@ Rows are methods (the row keys double as the row labels, "FedAvg-C", "Per-FedAvg
 are given), columns are settings
 (datasets, heterogeneity, client counts), and the run of a cell is named by the template ``cell``
 (``"{method} | {setting}"``). Each cell shows one or more ``values``, aggregated over the seeds with
-:func:`fedcli.report.aggregate.mean_std` (mean and sample std, as every layout):
+:func:`fedcli.reports.aggregate.mean_std` (mean and sample std, as every layout):
 
 - ``acc``: the best evaluation over the rounds (``accuracy = "final"``: the last), pFedMe's convention that
   FedALA follows ("Evaluation metrics"): personalized methods report ``personal_acc`` (each client's model on
@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from fedcli.report.aggregate import NAN, Stat, mean_std
-from fedcli.report.products import VALUES, TableDef
-from fedcli.report.tables import (
+from fedcli.reports.aggregate import NAN, Stat, mean_std
+from fedcli.reports.products import VALUES, TableDef
+from fedcli.reports.tables import (
     Cell,
     Column,
     Section,

@@ -4,7 +4,7 @@ For each run: its learning curves (test accuracy, and ``personal_acc`` for perso
 loss), its communications and data size per layer (from ``layers.csv``, FedLAMA AAAI Figures 4 and 5) and, for a
 layer-wise schedule, delta_l against 1 - lambda_l at its last interval adjustment (from ``intervals.csv``, Algorithm 1,
 FedLAMA AAAI Figure 2); for a personalized run, its clients' personal accuracy across clients with the worst-10% mean
-(from ``clients.csv``, :mod:`fedcli.report.clients`). Several runs give one comparison table (method, final and best
+(from ``clients.csv``, :mod:`fedcli.reports.clients`). Several runs give one comparison table (method, final and best
 accuracy, communication as %
 of FedAvg with the run's own tau over the same iterations, bytes moved, wall time) and the same figures with one
 curve or bar per run. Labels come from each run's manifest (the method preset and parts it recorded, and its
@@ -19,11 +19,11 @@ import math
 from pathlib import Path
 
 from fedcli.errors import ConfigError, DataError
-from fedcli.report import style
-from fedcli.report.clients import accuracies, worst_mean, write_clients_figure
-from fedcli.report.groups import differences, differs_from, seed_groups
-from fedcli.report.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
-from fedcli.report.tables import Cell, Column, Section, Table, latex_escape
+from fedcli.reports import style
+from fedcli.reports.clients import accuracies, worst_mean, write_clients_figure
+from fedcli.reports.groups import differences, differs_from, seed_groups
+from fedcli.reports.rundata import COMPLETED, CORRUPT, MISSING, RunData, read_manifest
+from fedcli.reports.tables import Cell, Column, Section, Table, latex_escape
 from fedcli.results.validate import diverged, status_label, validate_run
 
 RUN_MANIFEST = "manifest.json"
@@ -292,7 +292,7 @@ SEED_FORMATS = {
 def _over_seeds(group, each: list[dict]) -> dict:
     """One row for the seeds of one experiment: every number as mean ± std over the seeds with a finite value (the
     sample std, n - 1), "(k nan)" where some had none; the status as k/n completed; the run names with their seeds."""
-    from fedcli.report.aggregate import mean_std
+    from fedcli.reports.aggregate import mean_std
 
     cells = dict(each[0])
     n = len(each)
@@ -443,7 +443,7 @@ def _comparison_notes(runs: list[RunData], names: list[str], keys: list, rows: l
             "system model of --system: docs/system-model.md); — for a run trained without it."
         )
     if retimed := next((r.retimed for r in runs if getattr(r, "retimed", None)), None):
-        from fedcli.report.retime import describe
+        from fedcli.reports.retime import describe
 
         notes.append(
             f"Sim. time re-timed under {describe(retimed)} (over each run's own system options, else the "
@@ -466,7 +466,7 @@ def _x_axis(runs: list[RunData]) -> str:
 def _rounds_note(runs: list[RunData], x: str) -> str:
     """Against communication rounds, runs whose rounds are of different lengths (local iterations per round) are
     named: a round of FedAvg with tau 10 is not a round with tau 5."""
-    from fedcli.report.groups import iterations_per_round
+    from fedcli.reports.groups import iterations_per_round
 
     if x != "rounds":
         return ""
@@ -485,8 +485,8 @@ def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, 
     personalized runs, their clients' personal accuracy on its own axes (never one axis with the global model's); the
     training loss. ``keyed``: {name: {seed: RunData}} to draw a mean over seeds with a ± std band (``runs``: one run
     of each, to label them). (figure, caption)"""
-    from fedcli.report.figures import _panel_curves, _plt
-    from fedcli.report.products import Panel
+    from fedcli.reports.figures import _panel_curves, _plt
+    from fedcli.reports.products import Panel
 
     plt = _plt()
     x = style.x_axis(x or _x_axis(runs))
@@ -525,7 +525,7 @@ def curves_figure(runs: list[RunData], labels: list[str], x: str | None = None, 
     if note := _rounds_note(runs, x):
         caption += f" Note: {note}."
     if x == "time" and (retimed := next((r.retimed for r in runs if getattr(r, "retimed", None)), None)):
-        from fedcli.report.retime import describe
+        from fedcli.reports.retime import describe
 
         caption += f" Simulated time re-timed under {describe(retimed)} from the runs' records, not as trained."
     return fig, caption
@@ -550,9 +550,9 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     run and delta_l vs 1 - lambda_l. Runs that differ only in their seed are drawn as one line (mean ± std band).
     ``x``: one of the curves' x axes (``fedcli report --x``); ``warn``: told (one line) when the runs' datasets,
     models or budgets differ, or rounds of different lengths are compared."""
-    from fedcli.report.figures import check_simulated_time
-    from fedcli.report.groups import seed_groups
-    from fedcli.report.style import save
+    from fedcli.reports.figures import check_simulated_time
+    from fedcli.reports.groups import seed_groups
+    from fedcli.reports.style import save
 
     out_dir = Path(out_dir)
     msg = style.data_warning(runs, run_names(runs))
@@ -579,7 +579,7 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
         fig, caption = curves_figure(reps, labels, axis, keyed)
         files += save(fig, out_dir, name, caption)
     files += _layer_figures(groups, labels, reps, keyed, out_dir)
-    from fedcli.report.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5
+    from fedcli.reports.ala_figures import write_ala_figures  # --ala-trace runs: FedALA Figures 3 and 5
 
     for r, name in zip(runs, run_names(runs)):
         files += write_ala_figures(r, out_dir, f"{r.legend()} on {data_label(r)}", "" if len(runs) == 1 else f"-{name}")
@@ -590,8 +590,8 @@ def _layer_figures(groups: list, labels: list[str], reps: list[RunData], keyed: 
     """The per-layer figures of :func:`write_figures`: synchronizations and data moved per layer (runs with per-layer
     records), the clients' accuracy (personalized runs), and for layer-wise runs each layer's interval over the run and
     Algorithm 1's delta_l vs 1 - lambda_l."""
-    from fedcli.report.figures import draw
-    from fedcli.report.products import FigureDef, Panel
+    from fedcli.reports.figures import draw
+    from fedcli.reports.products import FigureDef, Panel
 
     files = []
     with_layers = [(g.name, lab) for g, lab in zip(groups, labels) if g.first.layers]

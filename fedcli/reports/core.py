@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fedcli.errors import ConfigError
-from fedcli.report.products import FigureDef, TableDef, product_from_dict
-from fedcli.report.rundata import RunData
+from fedcli.reports.products import FigureDef, TableDef, product_from_dict
+from fedcli.reports.rundata import RunData
 from fedcli.results.runstate import DONE, RunState, run_state
 from fedcli.results.sweepdir import MANIFEST, load_manifest, rerun_command
 from fedcli.results.validate import diverged
@@ -75,7 +75,7 @@ class Sweep:
     def status(self, names: list[str]) -> tuple[dict, list[str]]:
         """({name: {seed: RunData}} for complete (or diverged) runs, ["name seed k (state)"] for the others, in the
         words ``fedcli sweep --dry-run`` uses). A re-timed run (:meth:`retimed`) is the run it re-times, read from its
-        records under its own options (``fedcli.report.retime.variant``), and lacks what that run lacks."""
+        records under its own options (``fedcli.reports.retime.variant``), and lacks what that run lacks."""
         entries, variants = self.entries(), self.retimed()
         runs, problems = {}, []
         for name in names:
@@ -98,7 +98,7 @@ class Sweep:
 
     def _retimed_run(self, name: str, seed: int, run: RunData, options: dict) -> RunData:
         """``run`` re-timed under ``options`` (kept for the report when the sweep is :meth:`settled`)."""
-        from fedcli.report.retime import variant
+        from fedcli.reports.retime import variant
 
         key = ("retimed", name, seed)
         if self.memo is not None and key in self.memo:
@@ -212,7 +212,7 @@ def scaled_title(product, sweep: Sweep, runs: dict):
 
 def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
     """The table ``name`` of ``sweeps`` rendered as ``fmt`` (md, latex, csv)."""
-    from fedcli.report.tables import render
+    from fedcli.reports.tables import render
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
@@ -220,10 +220,10 @@ def make_table(sweeps: list[Sweep], name: str, fmt: str = "md") -> str:
 
 
 def sweep_table(sweeps: list[Sweep], name: str):
-    """(sweep, :class:`fedcli.report.tables.Table`) of the table ``name``: its runs checked, built, diverged runs
+    """(sweep, :class:`fedcli.reports.tables.Table`) of the table ``name``: its runs checked, built, diverged runs
     noted."""
-    from fedcli.report.matrix import build_matrix
-    from fedcli.report.tables import build_table
+    from fedcli.reports.matrix import build_matrix
+    from fedcli.reports.tables import build_table
 
     sweep, table_def = pick(sweeps, name, "table")
     if not isinstance(table_def, TableDef):
@@ -258,7 +258,7 @@ def chosen_figures(sweeps: list[Sweep], names: list[str] | None = None) -> list[
 def check_time_axis(sweeps: list[Sweep], names: list[str] | None = None, x: str | None = None) -> None:
     """The curves figures of ``sweeps`` (``names``: only these) drawn against simulated time (``x``, else the figure's
     own ``x``) need every run they draw to have it: ConfigError (exit 2) naming one without it, before the report
-    prints a table or writes a file (``fedcli.report.figures.check_simulated_time``)."""
+    prints a table or writes a file (``fedcli.reports.figures.check_simulated_time``)."""
     for s, figure_def in chosen_figures(sweeps, names):
         if _against_time(figure_def, x):
             _check_time(s.need(figure_def))
@@ -266,15 +266,15 @@ def check_time_axis(sweeps: list[Sweep], names: list[str] | None = None, x: str 
 
 def _against_time(figure_def: FigureDef, x: str | None) -> bool:
     """Whether the figure draws simulated time (its kind's ``FigureKind.draws_time`` against its x axis)."""
-    from fedcli.report import style
-    from fedcli.report.figures import FIGURE_KINDS
+    from fedcli.reports import style
+    from fedcli.reports.figures import FIGURE_KINDS
 
     return FIGURE_KINDS[figure_def.kind].draws_time(style.x_axis(x or figure_def.x))
 
 
 def _check_time(runs: dict) -> None:
     """``runs`` (name -> {seed: RunData}) all have simulated time, else ConfigError naming one."""
-    from fedcli.report.figures import check_simulated_time
+    from fedcli.reports.figures import check_simulated_time
 
     check_simulated_time(r for per_seed in runs.values() for r in per_seed.values())
 
@@ -283,7 +283,7 @@ def make_figures(
     sweeps: list[Sweep], out_dir: str | Path, names: list[str] | None = None, x: str | None = None, warn=None
 ) -> list[Path]:
     """The figures of ``sweeps`` (``names``: only these) into ``out_dir``; ``x`` overrides the curves' x axis."""
-    from fedcli.report.figures import draw
+    from fedcli.reports.figures import draw
 
     chosen = chosen_figures(sweeps, names)
     # check everything first, so that a missing run (or one without the simulated time --x time draws) fails before

@@ -9,8 +9,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from fedcli.report.aggregate import Stat, early_stop, mean_std, pct, rounds_to_target
-from fedcli.report.products import TableDef
+from fedcli.reports.aggregate import Stat, early_stop, mean_std, pct, rounds_to_target
+from fedcli.reports.products import TableDef
 from fedcli.results.validate import diverged
 
 # ------------------------------------------------------------------------------------------------ model
@@ -393,7 +393,7 @@ class ReportError(Exception):
 
 def build_table(table_def: TableDef, runs: dict, seeds: list[int], scale: str | None = None) -> Table:
     """``runs`` maps run name -> {seed: RunData} (complete for every name the table needs); the ``matrix`` layout is
-    ``fedcli.report.matrix.build_matrix``'s. One section per group (:func:`_rows_section` for the ``rows`` and
+    ``fedcli.reports.matrix.build_matrix``'s. One section per group (:func:`_rows_section` for the ``rows`` and
     ``target`` layouts, :func:`_paired_section` for ``paired``), then the notes (:func:`_table_notes`)."""
     stats = _RunStats(table_def, runs)
     sections, picks = [], []
@@ -651,7 +651,7 @@ def round_lengths(table_def: TableDef, runs: dict) -> str:
     the runs' legends ("A round is 20 local iterations for every row (FedAvg (τ=20), FedProx (τ=20))"; "Rounds are
     of different lengths: a round is 6 local iterations for FedAvg (τ=6); 12 for FedLAMA (τ′=6, φ=2), φ × τ′"), read
     from each run's metrics.csv, over its seeds (a run of local epochs: its seeds' means, whose rounds vary)."""
-    from fedcli.report.groups import iterations_per_round
+    from fedcli.reports.groups import iterations_per_round
 
     per: dict[str, list[str]] = {}
     for name in table_def.run_names():

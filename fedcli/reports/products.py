@@ -43,7 +43,7 @@ the round there (``round`` of metrics.csv: rounds completed) and of the bytes mo
 keys), columns are settings (datasets, heterogeneity, client counts; shown as ``setting_labels``), and each cell is one
 run, named by the template ``cell`` (default
 ``"{method} | {setting}"``). ``values`` are the quantities shown per cell (default ``["acc"]``; see
-:mod:`fedcli.report.matrix`): ``acc``, ``imp`` (accuracy gain over the run named by ``compare``), ``ala_params``,
+:mod:`fedcli.reports.matrix`): ``acc``, ``imp`` (accuracy gain over the run named by ``compare``), ``ala_params``,
 ``time_total``, ``time_round``, ``time_init``, ``params_round``. ``metric`` (default ``auto``: ``personal_acc`` for
 personalized runs, ``test_acc`` for the others) picks the accuracy. ``header`` spans settings
 (``[["Pathological", 3], ["Practical", 2]]``), ``skip`` lists cells shown as "—" (runs the paper leaves out).
@@ -92,7 +92,7 @@ older spellings of the first three; mean and std band over seeds), ``layer-syncs
 ``delta-lambda`` (delta_l and 1 - lambda_l of Algorithm 1 along the layers sorted by d_l, from one
 adjustment in ``intervals.csv``), ``intervals`` (each layer's synchronization interval at every adjustment of one
 layer-wise run, from ``intervals.csv``) and ``clients`` (personalized runs: personal accuracy across clients at the last
-evaluation, from ``clients.csv``, the worst-10% mean marked) and ``time-to-target`` (fedcli/report/summary.py: the
+evaluation, from ``clients.csv``, the worst-10% mean marked) and ``time-to-target`` (fedcli/reports/summary.py: the
 simulated time to ``target`` against the system option ``along``, one line per entry of ``lines``, and each line's time
 over the ``baseline`` line's; docs/reports.md). ``panels`` holds one or more panels, each with ``runs`` (or ``run``)
 and a ``title``; the shorthand is ``runs``/``run`` at figure level. A ``curves`` figure's ``target`` draws a line at
@@ -105,7 +105,7 @@ import re
 from dataclasses import dataclass, field
 
 from fedcli.errors import ConfigError
-from fedcli.report import style
+from fedcli.reports import style
 
 LAYOUTS = ("rows", "paired", "target", "matrix")
 #: what a time-to-target figure's x axis may be: a system option a run is re-timed under, a number per run
@@ -204,7 +204,7 @@ class Group:
     rows: list[tuple[str, str]] = field(default_factory=list)  # paired layout
     left_title: str = "FedAvg (Periodic Full Avg.)"
     right_title: str = "FedLAMA"
-    # matrix layout: rows = methods, columns = settings, each cell a run (fedcli/report/matrix.py)
+    # matrix layout: rows = methods, columns = settings, each cell a run (fedcli/reports/matrix.py)
     methods: list[str] = field(default_factory=list)
     method_labels: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
@@ -274,7 +274,7 @@ class FigureDef:
     title: str = ""
     paper: str = ""
     panels: list[Panel] = field(default_factory=list)
-    x: str = "iterations"  # curves: iterations, rounds, params or bytes (fedcli/report/style.py)
+    x: str = "iterations"  # curves: iterations, rounds, params or bytes (fedcli/reports/style.py)
     y: str = "auto"  # curves: an accuracy of ACC_METRICS (auto: personal_acc for personalized runs) or a loss
     seed: int = 0  # delta-lambda: index into the sweep's seeds
     round: int = -1  # delta-lambda: which adjustment (row group of intervals.csv); -1 the last
@@ -512,7 +512,7 @@ def parse_select(t: TableDef, d: dict, loc) -> None:
 
 def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:  # noqa: C901
     """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
-    from fedcli.report.figures import FIGURE_KINDS  # kind -> what draws it and the keys it accepts
+    from fedcli.reports.figures import FIGURE_KINDS  # kind -> what draws it and the keys it accepts
 
     d, name = _entry(d, loc, scale, scales, "[[figures]]", FIGURE_KEYS)
     f = FigureDef(
@@ -524,7 +524,7 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
         x=_choice(d, "x", X_AXES, "iterations", loc),
         y=_choice(d, "y", ACC_METRICS + ("test_loss", "val_loss", "train_loss", "params", "bytes"), "auto", loc),
     )
-    from fedcli.report.style import x_axis
+    from fedcli.reports.style import x_axis
 
     f.x = x_axis(f.x)
     if not f.kind:
@@ -589,13 +589,13 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
 
 def _kinds_with(key: str) -> str:
     """The figure kinds that accept ``key``, for an error message: ``"curves" or "time-to-target"``."""
-    from fedcli.report.figures import FIGURE_KINDS
+    from fedcli.reports.figures import FIGURE_KINDS
 
     return " or ".join(f'"{k.name}"' for k in FIGURE_KINDS.values() if key in k.keys)
 
 
 def parse_time_to_target(f: FigureDef, d: dict, loc) -> None:
-    """The keys of a ``time-to-target`` figure (fedcli/report/summary.py): ``target``, ``along`` (the system option
+    """The keys of a ``time-to-target`` figure (fedcli/reports/summary.py): ``target``, ``along`` (the system option
     on the log x axis: each run's value of it, a constant), ``lines`` (``{ title = "FedAvg", runs = [...] }``, one run
     per x value) and ``baseline`` (the line the others' times are divided by in the lower panel)."""
     name = f.name
@@ -718,7 +718,7 @@ VALUES = {
 
 
 # ------------------------------------------------------------------------------------------------ matrix groups
-# (fedcli/report/matrix.py builds them)
+# (fedcli/reports/matrix.py builds them)
 
 
 def _strings(v, key: str, loc, name: str, allow_empty: bool = False) -> list[str]:

@@ -2,13 +2,13 @@
 time on this network, and on which networks does it not?") in one paper-sized figure (docs/reports.md, "Time to a
 target against the network").
 
-Upper panel: each line's simulated time to the target accuracy (``fedcli.report.aggregate.rounds_to_target``: the
+Upper panel: each line's simulated time to the target accuracy (``fedcli.reports.aggregate.rounds_to_target``: the
 first evaluation at or above it, mean over the seeds that reach it) against a system option (``along``: the uplink
 bandwidth, say) on log-log axes, one run per point, one line per method. Lower panel, on the same x axis: each
 other line's time divided by the ``baseline`` line's at the same x (below 1: it reaches the target sooner), with
 parity (1) drawn and each ratio written at its point; where the ratio crosses 1 between two points the crossing
 (interpolated in log x and log ratio) is marked on both panels: there the advantage flips. Drawn for one paper
-column (3.3 in, text at 8 pt; the PDF's fonts are Type 42, :func:`fedcli.report.style.plt`).
+column (3.3 in, text at 8 pt; the PDF's fonts are Type 42, :func:`fedcli.reports.style.plt`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from fedcli.errors import ConfigError
-from fedcli.report import style
+from fedcli.reports import style
 
 #: the figure's size (inches): a paper's single column, two panels stacked
 WIDTH_IN, HEIGHT_IN = 3.3, 3.9
@@ -60,7 +60,7 @@ def human(v: float, unit: str) -> str:
 
 def points(figure_def, runs: dict) -> list[tuple[str, list[tuple[float, float, int, int, str]]]]:
     """Per line (its title): (x, mean seconds to the target or nan, seeds reaching it, seeds, run name), by x."""
-    from fedcli.report.aggregate import rounds_to_target
+    from fedcli.reports.aggregate import rounds_to_target
 
     out = []
     for line in figure_def.lines:
@@ -99,8 +99,8 @@ def crossings(xs: list[float], ratios: list[float]) -> list[float]:
 
 
 def build(figure_def, runs: dict):
-    """The figure and its caption (fedcli/report/figures.py saves them)."""
-    from fedcli.report.rundata import check_simulated_time
+    """The figure and its caption (fedcli/reports/figures.py saves them)."""
+    from fedcli.reports.rundata import check_simulated_time
 
     plt = style.plt()
     check_simulated_time(r for name in figure_def.run_names() for r in runs[name].values())
@@ -218,7 +218,7 @@ def _finish_axes(plt, fig, axes, lines, figure_def, target: str) -> None:
 
 def _caption(figure_def, runs: dict, target: str, flips: list[str], said: list[str]) -> str:
     """The figure's caption: what the two panels draw, then the crossings, the per-line verdicts and the notes."""
-    from fedcli.report.aggregate import seeds_drawn
+    from fedcli.reports.aggregate import seeds_drawn
 
     names = figure_def.run_names()
     caption = " — ".join(t for t in (figure_def.paper, figure_def.title) if t)

@@ -6,7 +6,7 @@ trial) and against the full grid, the best configurations (one objective: the to
 the Pareto set (two objectives), the baseline (trial 0, the recipe's own configuration) marked, the parameters'
 importances, the confirmation over seeds (``fedcli tune DIR --confirm K --seeds N``) when there is one, and the
 validity notes, one sentence each. Figures (:func:`write_figures`, fedcli's report style,
-``fedcli.report.style``): ``history-<study>`` (the objective per trial in the order run, best so far as a line),
+``fedcli.reports.style``): ``history-<study>`` (the objective per trial in the order run, best so far as a line),
 ``pareto-<study>`` (two objectives: the front coloured, dominated trials grey), ``curves-<study>`` (the first
 objective's metric per evaluation, coloured by state, each pruned trial's last point marked x, the rungs dotted) and
 ``importance-<study>`` (one panel per objective).
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from fedcli.report import style
+from fedcli.reports import style
 
 #: the colour of each state in the figures (fedcli's fallback palette; dominated and pruned trials quieter)
 STATE_COLORS = {

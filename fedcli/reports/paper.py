@@ -60,7 +60,7 @@ class Part:
 
 def _versions(sweep) -> str:
     """fedcli, torch and python of the sweep's first run that recorded them (its manifest ``versions``)."""
-    from fedcli.report.rundata import read_manifest
+    from fedcli.reports.rundata import read_manifest
 
     for e in sweep.manifest.get("runs", []):
         _, m = read_manifest(sweep.root / e["dir"])
@@ -279,12 +279,12 @@ def pdf_size(pdf: Path) -> tuple[float, float] | None:
 
 
 def _figure(sweep, figure_def, out_dir: Path, rel: str, x, label: str) -> Part:
-    """One figure, drawn for the width it prints at (:func:`fedcli.report.style.printed`): one panel a single-column
+    """One figure, drawn for the width it prints at (:func:`fedcli.reports.style.printed`): one panel a single-column
     ``figure``, several panels a ``figure*``; included at most at that size (text near the caption's), smaller only
     where the line is narrower."""
-    from fedcli.report import style
-    from fedcli.report.core import make_figures
-    from fedcli.report.tables import latex_text
+    from fedcli.reports import style
+    from fedcli.reports.core import make_figures
+    from fedcli.reports.tables import latex_text
 
     wide = len(figure_def.panels) > 1
     with style.printed(TEXT_IN if wide else COLUMN_IN):
@@ -325,8 +325,8 @@ def _figure(sweep, figure_def, out_dir: Path, rel: str, x, label: str) -> Part:
 def _table(sweep, table_def, label: str) -> Part:
     import dataclasses
 
-    from fedcli.report.core import sweep_table
-    from fedcli.report.tables import render
+    from fedcli.reports.core import sweep_table
+    from fedcli.reports.tables import render
 
     _, table = sweep_table([sweep], table_def.name)  # built once, written in both formats
     return Part(render(dataclasses.replace(table, name=label), "latex"), render(table, "md"))
@@ -335,7 +335,7 @@ def _table(sweep, table_def, label: str) -> Part:
 def _product(sweep, product, out: Path, x, label: str | None = None) -> Part:
     """A table or figure of ``sweep``, or (its runs missing, incomplete or damaged) the runs it lacks; ``label``: its
     LaTeX label after ``tab:`` / ``fig:`` (:func:`labels_apart`; default its name)."""
-    from fedcli.report.products import TableDef
+    from fedcli.reports.products import TableDef
 
     _, problems = sweep.status(product.run_names())
     if problems:
@@ -349,7 +349,7 @@ def _product(sweep, product, out: Path, x, label: str | None = None) -> Part:
 def _lacking(products: list, parts: list[Part]) -> list[str]:
     """ "Missing here" items, one per set of lacking runs: "table 'T', figure 'F': 'FedLAMA' seed 1 (missing)" (each
     product named once, the runs once for the products that lack the same ones)."""
-    from fedcli.report.products import TableDef
+    from fedcli.reports.products import TableDef
 
     groups: dict[tuple, list[str]] = {}
     for product, piece in zip(products, parts):
@@ -369,7 +369,7 @@ def paper_sweeps(sweeps: list, name: str) -> list:
 def _itemize(items: list[str]) -> tuple[list[str], list[str]]:
     """``items`` (code between backticks) as a LaTeX itemize (set ragged right by the caller: commands in typewriter
     type are not stretched to the column) and a Markdown list."""
-    from fedcli.report.tables import latex_text
+    from fedcli.reports.tables import latex_text
 
     return (
         ["\\begin{itemize}", *(f"\\item {latex_text(i)}" for i in items), "\\end{itemize}"],
@@ -380,7 +380,7 @@ def _itemize(items: list[str]) -> tuple[list[str], list[str]]:
 def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> tuple[str, str, list[str]]:
     """(LaTeX, Markdown, missing) of paper ``name`` from ``sweeps``; figures go to ``out``/figures/<sweep folder>/.
     ``missing``: each product not produced ("ROOT: table 'T': runs") and each recipe of the paper no sweep ran."""
-    from fedcli.report.tables import latex_escape, latex_text
+    from fedcli.reports.tables import latex_escape, latex_text
 
     title, prefix = paper_of(name)
     mine = [s.settled() for s in paper_sweeps(sweeps, name)]  # each run's state read once for the whole section

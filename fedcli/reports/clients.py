@@ -70,8 +70,8 @@ def _box(ax, pos: float, values: list[float], look: dict) -> None:
 def clients_figure(runs: list, labels: list[str], which: str = "final"):
     """(figure, caption) of the clients' personal accuracy across clients for the ``runs`` (RunData) that have
     clients.csv; None when none has."""
-    from fedcli.report import style
-    from fedcli.report.style import plt as _plt
+    from fedcli.reports import style
+    from fedcli.reports.style import plt as _plt
 
     have = [(r, lab) for r, lab in zip(runs, labels) if accuracies(r, which)]
     if not have:
@@ -121,7 +121,7 @@ def clients_figure(runs: list, labels: list[str], which: str = "final"):
 
 def write_clients_figure(runs: list, labels: list[str], out_dir: str | Path) -> list[Path]:
     """``clients.png``/``.pdf``/``.txt`` in ``out_dir`` when some run has clients.csv; [] otherwise."""
-    from fedcli.report.style import save
+    from fedcli.reports.style import save
 
     made = clients_figure(runs, labels)
     if made is None:
@@ -134,8 +134,8 @@ def panel_clients(ax, panel, runs: dict) -> str:
     """A sweep figure's ``clients`` panel (``runs``: run name -> {seed: RunData}): per run, one box over the clients
     of every seed at each seed's last evaluation (dots: the clients), and the worst-10% mean of each seed, mean +- std
     over the seeds (black diamond, error bar). Returns the panel's description for the caption."""
-    from fedcli.report import style
-    from fedcli.report.aggregate import mean_std
+    from fedcli.reports import style
+    from fedcli.reports.aggregate import mean_std
 
     reps = [next(iter(runs[name].values())) for name in panel.runs]
     looks = style.styles(reps, list(panel.labels) or None)

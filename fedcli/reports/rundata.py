@@ -138,7 +138,7 @@ class RunData:
         return preset.parts()[kind] if preset else None
 
     def legend(self) -> str:
-        """The label of the run in every figure and table (fedcli/report/style.py), with the papers' names and
+        """The label of the run in every figure and table (fedcli/reports/style.py), with the papers' names and
         symbols: FedAvg (τ=20), FedLAMA (τ′=20, φ=2); a run of local epochs (where tau plays no part): FedALA (E=1)."""
         tau = self.config.get("tau")
         if self.config.get("local_epochs"):

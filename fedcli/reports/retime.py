@@ -125,7 +125,7 @@ def variant(run, options: dict):
     holds them (a table's ``uplink`` column shows the re-timed value), ``run`` itself unchanged."""
     import copy
 
-    from fedcli.report.rundata import RunData
+    from fedcli.reports.rundata import RunData
 
     out = RunData(run.path, copy.deepcopy(run.manifest))
     apply([out], dict(options))
