@@ -248,7 +248,7 @@ def test_every_registered_part_is_a_part():
         assert all(issubclass(cls, Part) for cls in table.values())
 
 
-# ---------------------------------------------------------------------------- where parts live (docs/method-contract.md)
+# ------------------------------------------------------------------ where parts live (docs/method-contract.md)
 #: the family modules of fedcli/fl/ and why a part lives there rather than in a method's file
 FAMILIES = {
     "parts": "the defaults",
