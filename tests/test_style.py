@@ -31,7 +31,6 @@ MAX_LINES, HARD_MAX_LINES, MAX_PARAMS = 50, 100, 8
 #: functions whose body is over MAX_LINES lines (never over HARD_MAX_LINES): name -> lines when listed
 LONG = {
     "fedcli/report/tune.py:render_md": 98,
-    "fedcli/recipes.py:read_sweep": 95,
     "fedcli/cli/tune.py:tune": 89,
     "fedcli/data/datasets/tinyimagenet.py:load_tinyimagenet": 85,
     "fedcli/data/custom.py:load_imagefolder": 82,
@@ -68,13 +67,11 @@ LONG = {
     "scripts/mutation.py:run_target": 60,
     "fedcli/data/datasets/synthetic.py:load_synthetic": 59,
     "fedcli/results/runstate.py:run_state": 59,
-    "fedcli/recipes.py:recipe_levels": 58,
     "fedcli/report/single.py:_comparison_notes": 58,
     "fedcli/fl/build.py:manifest": 57,
     "fedcli/report/single.py:_run_cells": 56,
     "fedcli/data/partition.py:load_partition": 55,
     "fedcli/models/layers.py:layer_info": 55,
-    "fedcli/recipes.py:retime_variants": 55,
     "fedcli/report/tables.py:_paired_section": 55,
     "fedcli/sweep/executors.py:Executor._run_pool": 54,
     "fedcli/tune/results.py:_trial": 53,
