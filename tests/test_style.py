@@ -30,13 +30,10 @@ MAX_LINES, HARD_MAX_LINES, MAX_PARAMS = 50, 100, 8
 
 #: functions whose body is over MAX_LINES lines (never over HARD_MAX_LINES): name -> lines when listed
 LONG = {
-    "fedcli/report/tune.py:render_md": 98,
     "fedcli/cli/tune.py:tune": 89,
     "fedcli/data/datasets/tinyimagenet.py:load_tinyimagenet": 85,
-    "fedcli/data/custom.py:load_imagefolder": 82,
     "fedcli/tune/coordinator.py:make_plan": 82,
     "fedcli/results/signals.py:Checkpointer.signals": 80,
-    "fedcli/data/custom.py:load_tensors": 77,
     "fedcli/sweep/estimate.py:estimate": 74,
     "fedcli/tune/space.py:parse_range": 74,
     "fedcli/tune/space.py:parse_tune": 74,
