@@ -182,22 +182,9 @@ def _parse_rows(body: bytes, row_len: int, chunk_bytes: int = 64_000) -> np.ndar
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR0915
-    """Parse the body of a LEAF ``"x"`` array, ``[f, f, ...], [f, ...]``, into float32 [rows, row_len].
-
-    Returns None when it is not a list of rows of ``row_len`` numbers. Each value equals
-    ``np.float32(float(token))`` (what ``json`` + ``np.asarray(..., float32)`` give) at a fraction of
-    the cost of ``json`` or ``np.fromstring``: a token ``[-]digits[.digits]`` with digit string D below
-    2**53 is exactly ``D / 10**f`` (one correctly rounded division, Clinger's fast path); longer
-    mantissas are kept where the float32 rounding is unambiguous, and the rare rest (exponent forms,
-    ambiguous roundings) go through ``float``. Number syntax is slightly more lenient than JSON's
-    (leading zeros, ``.5``, ``5.`` and ``+1`` are read as numbers).
-    """
-    a = np.frombuffer(body, dtype=np.uint8)
-    n = a.size
-    cls = _CLASS[a]
-    if n == 0 or cls.max() == _INVALID:
-        return None
+def _chunk_rows(cls: np.ndarray, row_len: int) -> tuple | None:
+    """The commas' positions, the running comma count, and the number of rows and of tokens of a chunk whose
+    characters have classes ``cls``; None unless it is rows of ``row_len`` comma-separated tokens."""
     # Row structure: rows of row_len comma-separated tokens, separated by single commas.
     is_comma = cls == _COMMA
     comma_pos = np.flatnonzero(is_comma)
@@ -212,6 +199,13 @@ def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR09
         return None
     if not ((ccum[closes] - ccum[opens] == row_len - 1).all() and (ccum[opens[1:]] - ccum[closes[:-1]] == 1).all()):
         return None
+    return comma_pos, ccum, rows, ntok
+
+
+def _chunk_values(a: np.ndarray, cls: np.ndarray, comma_pos, ccum, ntok: int) -> tuple | None:
+    """Each token's value as float64 (its digits / 10**fraction digits, signed) and which tokens ``float`` must read
+    instead (exponents, over 18 significant digits, over 22 fraction digits, ambiguous float32 roundings); None for a
+    token that is not one number."""
     # Tokens (brackets count as spaces): exactly one run of number characters each.
     nonspace = cls > _COMMA
     runs = int(nonspace[0]) + np.count_nonzero(nonspace[1:] & ~nonspace[:-1])
@@ -251,6 +245,33 @@ def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR09
         v = value[inexact]
         ambiguous = (v * (1 - 2.0**-50)).astype(np.float32) != (v * (1 + 2.0**-50)).astype(np.float32)
         slow[inexact[ambiguous]] = True
+    return value, slow
+
+
+def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:
+    """Parse the body of a LEAF ``"x"`` array, ``[f, f, ...], [f, ...]``, into float32 [rows, row_len].
+
+    Returns None when it is not a list of rows of ``row_len`` numbers. Each value equals
+    ``np.float32(float(token))`` (what ``json`` + ``np.asarray(..., float32)`` give) at a fraction of
+    the cost of ``json`` or ``np.fromstring``: a token ``[-]digits[.digits]`` with digit string D below
+    2**53 is exactly ``D / 10**f`` (one correctly rounded division, Clinger's fast path); longer
+    mantissas are kept where the float32 rounding is unambiguous, and the rare rest (exponent forms,
+    ambiguous roundings) go through ``float``. Number syntax is slightly more lenient than JSON's
+    (leading zeros, ``.5``, ``5.`` and ``+1`` are read as numbers).
+    """
+    a = np.frombuffer(body, dtype=np.uint8)
+    n = a.size
+    cls = _CLASS[a]
+    if n == 0 or cls.max() == _INVALID:
+        return None
+    layout = _chunk_rows(cls, row_len)
+    if layout is None:
+        return None
+    comma_pos, ccum, rows, ntok = layout
+    parsed = _chunk_values(a, cls, comma_pos, ccum, ntok)
+    if parsed is None:
+        return None
+    value, slow = parsed
     with np.errstate(over="ignore"):  # beyond float32 range becomes +-inf, as np.float32(float(token)) does
         out = value.astype(np.float32)
         slow_tok = np.flatnonzero(slow)
