@@ -152,13 +152,9 @@ class RecipeLevels:
         self.chosen = [base, top, *([scales[scale]] if scale is not None else [])]
 
 
-def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -> RecipeLevels:
-    """The levels of a recipe that every run of it merges first (docs/sweeps.md: "A table applies at its level
-    ([base] and the top-level tables, then [scale.x], then the run)"), for ``fedcli train --recipe`` and ``fedcli
-    sweep`` alike. A recipe with [base] or [[runs]] holds its train keys in [base], method tables beside it and the
-    report's keys at the top (any other top-level key is refused); a one-run recipe is a flat table of train keys and
-    method tables. ``sweep``: ``seed`` and ``out`` are refused (the sweep chooses them)."""
-    layered = "base" in data or is_sweep_recipe(data)
+def _check_recipe_top(path, data: dict, text: str, scale: str | None, layered: bool) -> dict:
+    """Refuse an unknown top-level key of a layered recipe, [scale.x] entries that are not tables, or a ``scale``
+    the recipe does not define; the [scale.x] tables."""
     for k, v in data.items():
         if layered and k not in SWEEP_TOP_KEYS and not (isinstance(v, dict) and table_keys(k) is not None):
             raise ConfigError(
@@ -171,6 +167,11 @@ def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -
         raise ConfigError(f"{where(path, text, 'scale')}: [scale.<name>] must be tables of train keys")
     if scale is not None and scale not in scales:
         raise ConfigError(f"recipe {path}: no [scale.{scale}] table; it has: {', '.join(scales) or 'none'}")
+    return scales
+
+
+def _base_levels(path, data: dict, text: str, layered: bool, sweep: bool) -> tuple[Level, Level]:
+    """The [base] level and the top-level method tables' level (a one-run recipe: its flat table, no top level)."""
     if layered:
         if not isinstance(data.get("base", {}), dict):
             raise ConfigError(f"{where(path, text, 'base')}: [base] must be a table of config keys")
@@ -203,6 +204,18 @@ def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -
             sweep,
         )
         top = Level({}, {})
+    return base, top
+
+
+def recipe_levels(path, data: dict, text: str, scale: str | None, sweep: bool) -> RecipeLevels:
+    """The levels of a recipe that every run of it merges first (docs/sweeps.md: "A table applies at its level
+    ([base] and the top-level tables, then [scale.x], then the run)"), for ``fedcli train --recipe`` and ``fedcli
+    sweep`` alike. A recipe with [base] or [[runs]] holds its train keys in [base], method tables beside it and the
+    report's keys at the top (any other top-level key is refused); a one-run recipe is a flat table of train keys and
+    method tables. ``sweep``: ``seed`` and ``out`` are refused (the sweep chooses them)."""
+    layered = "base" in data or is_sweep_recipe(data)
+    scales = _check_recipe_top(path, data, text, scale, layered)
+    base, top = _base_levels(path, data, text, layered, sweep)
     scaled = {
         name: split_level(
             dict(v),
@@ -480,6 +493,29 @@ class Retimed:
         return {"name": self.name, "of": self.of, "options": dict(self.options)}
 
 
+def _retime_options(v: dict, name: str, here: str) -> dict:
+    """The system options of the re-timed run ``name``, each checked as ``fedcli train`` checks it; ConfigError for a
+    key that is no option a run is re-timed under (``fedcli.fl.timing.OPTIONS``)."""
+    from fedcli.fl.timing import OPTIONS
+    from fedcli.specs.system import SystemParams
+
+    options = {}
+    for k, value in v.items():
+        key = k.replace("-", "_")
+        if key not in OPTIONS:
+            why = (
+                " (it decides who trains: a run trained with it is trained, not re-timed)"
+                if key in {f.name for f in dataclasses.fields(SystemParams)}
+                else ""
+            )
+            raise ConfigError(
+                f"{here}: re-timed run '{name}': '{k}' is not an option a run is re-timed under{why}; "
+                f"the options: {', '.join(OPTIONS)}"
+            )
+        options[key] = checked(key, value, here)
+    return options
+
+
 def retime_variants(raw, run: str, path, text: str, span, seen: dict, root: Path) -> list[Retimed]:
     """The ``retime`` list of the [[runs]] entry ``run``: one inline table per variant, its ``name`` (unique among the
     recipe's run names, ``seen``: name -> line, updated) and system options that price a round
@@ -520,20 +556,7 @@ def retime_variants(raw, run: str, path, text: str, span, seen: dict, root: Path
             raise ConfigError(
                 f"{here}: re-timed run '{name}' sets no system option; give one or more of {', '.join(OPTIONS)}"
             )
-        options = {}
-        for k, value in v.items():
-            key = k.replace("-", "_")
-            if key not in OPTIONS:
-                why = (
-                    " (it decides who trains: a run trained with it is trained, not re-timed)"
-                    if key in {f.name for f in dataclasses.fields(SystemParams)}
-                    else ""
-                )
-                raise ConfigError(
-                    f"{here}: re-timed run '{name}': '{k}' is not an option a run is re-timed under{why}; "
-                    f"the options: {', '.join(OPTIONS)}"
-                )
-            options[key] = checked(key, value, here)
+        options = _retime_options(v, name, here)
         try:
             SystemParams(**{"system": True, **resolve_paths(options, root)}).check()
         except ConfigError as e:
@@ -624,21 +647,95 @@ def default_scale(data: dict) -> str | None:
     return "paper" if "paper" in data.get("scale", {}) else None
 
 
-def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:  # noqa: C901, PLR0915
-    """Parse and validate a sweep recipe at ``scale`` (default: ``paper`` if defined, else [base] only)."""
-    path = Path(path)
-    data, text = read_recipe(path)
+def _check_sweep_head(path: Path, data: dict, text: str) -> None:
+    """Refuse a recipe without [[runs]], a non-string title/paper/fidelity/notes key, or a bad ``seeds``."""
     if not is_sweep_recipe(data):
         raise ConfigError(
             f"recipe {path}: not a sweep recipe (it has no [[runs]]); use `fedcli train --recipe` for a single run"
         )
-
     for k in ("title", "paper", "fidelity", "notes"):
         if k in data and not isinstance(data[k], str):
             raise ConfigError(f"{where(path, text, k)}: key '{k}' must be a string")
     seeds = data.get("seeds", 1)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError(f"{where(path, text, 'seeds')}: key 'seeds' must be an integer >= 1, got {seeds!r}")
+
+
+def _run_name(path: Path, text: str, row: dict, span, line, seen: dict) -> str:
+    """Pop and check a [[runs]] entry's ``name`` (a one-line label, unique in the recipe); record its line in seen."""
+    name = row.pop("name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{path}, line {line}: every [[runs]] entry needs a `name` (a string label)")
+    name_line = line_in(text, "name", span) or line
+    bad = sorted({repr(c)[1:-1] for c in name if c == "/" or c == "\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:  # a name is a table label and (slugified) a folder: never rewritten silently into another name
+        raise ConfigError(
+            f"{path}, line {name_line}: run name {name!r} holds {', '.join(bad)}; a run name is a label on "
+            f"one line and names the run's folder: use letters, digits, spaces and punctuation other "
+            f"than / and \\"
+        )
+    if name in seen:
+        raise ConfigError(f"{path}, line {name_line}: run name '{name}' is used twice (first at line {seen[name]})")
+    seen[name] = name_line
+    return name
+
+
+def _run_scales(path: Path, text: str, row: dict, span, name: str, scales) -> tuple[dict, list | None]:
+    """Pop and check a run's ``scale`` overrides (tables of defined scales) and ``scales`` list (its scales)."""
+    row_scales = row.pop("scale", {})
+    if not isinstance(row_scales, dict):
+        raise ConfigError(
+            f"{where_in(path, text, 'scale', span)}: run '{name}': `scale` must be a table of per-scale overrides"
+        )
+    for sname, over in row_scales.items():
+        if sname not in scales:
+            raise ConfigError(
+                f"{where_in(path, text, sname, span)}: run '{name}' overrides scale '{sname}', "
+                f"which the recipe does not define (add [scale.{sname}])"
+            )
+        if not isinstance(over, dict):
+            raise ConfigError(
+                f"{where_in(path, text, sname, span)}: run '{name}': scale.{sname} must be a table of train keys"
+            )
+    only = row.pop("scales", None)  # the scales this run exists at (default: all)
+    if only is not None and (
+        not isinstance(only, list) or not only or not all(isinstance(s, str) and s in scales for s in only)
+    ):
+        raise ConfigError(
+            f"{where_in(path, text, 'scales', span)}: run '{name}': `scales` must be a non-empty list of "
+            f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}"
+        )
+    return row_scales, only
+
+
+def _check_retimable(path: Path, text: str, span, name: str, values: dict) -> None:
+    """Refuse re-timing a run whose training depended on the system model (docs/system-model.md, "Re-timing a run")."""
+    from fedcli.fl.timing import refusal
+
+    why = refusal(values)
+    if why:
+        raise ConfigError(
+            f"{where_in(path, text, 'retime', span)}: run '{name}' cannot be re-timed: {why}; only a "
+            f"run whose training did not depend on the system model can be (docs/system-model.md, "
+            f'"Re-timing a run"): train one run per setting instead'
+        )
+
+
+def _refuse_unused(merged: list[Level], used: set[str]) -> None:
+    """Refuse a method table that no run reads (a typo'd method, a lost run)."""
+    unused = unused_table(merged, used)
+    if unused:  # (the tables of other scales, and of runs absent at this one, were checked for their keys only)
+        raise ConfigError(
+            f"{unused[1]}: [{unused[0]}] sets options that no run of this recipe reads at this scale (a "
+            f"run reads the table of its method and of its parts' params sections)"
+        )
+
+
+def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:
+    """Parse and validate a sweep recipe at ``scale`` (default: ``paper`` if defined, else [base] only)."""
+    path = Path(path)
+    data, text = read_recipe(path)
+    _check_sweep_head(path, data, text)
     root = recipe_root(path, data, text)
     scale = scale if scale is not None else default_scale(data)
     levels = recipe_levels(path, data, text, scale, sweep=True)
@@ -654,43 +751,8 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:  # no
         span = spans[i] if i < len(spans) else None
         line = text.count("\n", 0, span[0]) + 1 if span else None
         row = dict(row)
-        name = row.pop("name", None)
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{path}, line {line}: every [[runs]] entry needs a `name` (a string label)")
-        name_line = line_in(text, "name", span) or line
-        bad = sorted({repr(c)[1:-1] for c in name if c == "/" or c == "\\" or ord(c) < 32 or ord(c) == 127})
-        if bad:  # a name is a table label and (slugified) a folder: never rewritten silently into another name
-            raise ConfigError(
-                f"{path}, line {name_line}: run name {name!r} holds {', '.join(bad)}; a run name is a label on "
-                f"one line and names the run's folder: use letters, digits, spaces and punctuation other "
-                f"than / and \\"
-            )
-        if name in seen:
-            raise ConfigError(f"{path}, line {name_line}: run name '{name}' is used twice (first at line {seen[name]})")
-        seen[name] = name_line
-        row_scales = row.pop("scale", {})
-        if not isinstance(row_scales, dict):
-            raise ConfigError(
-                f"{where_in(path, text, 'scale', span)}: run '{name}': `scale` must be a table of per-scale overrides"
-            )
-        for sname, over in row_scales.items():
-            if sname not in scales:
-                raise ConfigError(
-                    f"{where_in(path, text, sname, span)}: run '{name}' overrides scale '{sname}', "
-                    f"which the recipe does not define (add [scale.{sname}])"
-                )
-            if not isinstance(over, dict):
-                raise ConfigError(
-                    f"{where_in(path, text, sname, span)}: run '{name}': scale.{sname} must be a table of train keys"
-                )
-        only = row.pop("scales", None)  # the scales this run exists at (default: all)
-        if only is not None and (
-            not isinstance(only, list) or not only or not all(isinstance(s, str) and s in scales for s in only)
-        ):
-            raise ConfigError(
-                f"{where_in(path, text, 'scales', span)}: run '{name}': `scales` must be a non-empty list of "
-                f"the recipe's scales ({', '.join(scales) or 'none'}), got {only!r}"
-            )
+        name = _run_name(path, text, row, span, line, seen)
+        row_scales, only = _run_scales(path, text, row, span, name, scales)
         variants = retime_variants(row.pop("retime", None), name, path, text, span, seen, root)
         own = split_level(row, path, text, span, f"run '{name}'")
         checked_scales = {
@@ -701,25 +763,12 @@ def read_sweep(path: str | Path, scale: str | None = None) -> SweepRecipe:  # no
         run_levels = [*levels_first, own, *([checked_scales.get(scale, Level({}, {}))] if scale is not None else [])]
         values, run_used = merge_levels(run_levels, {})
         if variants:
-            from fedcli.fl.timing import refusal
-
-            why = refusal(values)
-            if why:
-                raise ConfigError(
-                    f"{where_in(path, text, 'retime', span)}: run '{name}' cannot be re-timed: {why}; only a "
-                    f"run whose training did not depend on the system model can be (docs/system-model.md, "
-                    f'"Re-timing a run"): train one run per setting instead'
-                )
+            _check_retimable(path, text, span, name, values)
         used |= run_used
         merged += [lv for lv in run_levels if all(lv is not m for m in merged)]
         lookup = (span, _table_span(text, f"scale.{scale}") if scale else None, _table_span(text, "base"))
         runs.append(SweepRun(name, resolve_paths(values, root), line, (path, text, lookup), variants))
-    unused = unused_table(merged, used)  # a method table no run reads is a mistake (a typo'd method, a lost run)
-    if unused:  # (the tables of other scales, and of runs absent at this one, were checked for their keys only)
-        raise ConfigError(
-            f"{unused[1]}: [{unused[0]}] sets options that no run of this recipe reads at this scale (a "
-            f"run reads the table of its method and of its parts' params sections)"
-        )
+    _refuse_unused(merged, used)
     return SweepRecipe(path, text, data, scale, runs, root)
 
 

@@ -59,16 +59,9 @@ def one_run(out: Path, trackers: list[str], train: list[str], env: dict) -> dict
     }
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=5, help="measured runs of each configuration (default 5)")
-    ap.add_argument("--trackers", default="tensorboard,mlflow", help="the trackers of the tracked runs")
-    ap.add_argument("--json", help="also write every measurement and the summary to this file")
-    ap.add_argument("train", nargs="*", help="fedcli train arguments after -- (default: --threads 1 --workers 1)")
-    a = ap.parse_args(argv)
-    train = a.train or DEFAULT_TRAIN
-    trackers = [t for t in a.trackers.split(",") if t]
-    work = Path(tempfile.mkdtemp(prefix="fedcli-bench-trackers-"))
+def _clean_env(work: Path) -> dict:
+    """The runs' environment: no Slurm, MLflow, W&B or tracker-wait settings of the caller; this checkout first on
+    PYTHONPATH, MLflow in a SQLite file under ``work``, W&B offline."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -79,6 +72,37 @@ def main(argv: list[str]) -> int:
         MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}",
         WANDB_MODE="offline",
     )
+    return env
+
+
+def _medians(rows: list[dict], trackers: list[str]) -> dict:
+    """Median command and training seconds without and with the trackers (and when the trackers were done)."""
+    med = {}
+    for label, key in (("none", ""), ("tracked", ",".join(trackers))):
+        sel = [r for r in rows if r["trackers"] == key]
+        med[label] = {k: statistics.median(r[k] for r in sel) for k in ("command_s", "train_wall_s")}
+        if key:
+            med[label]["trackers_done_s"] = statistics.median(r["trackers_done_s"] for r in sel)
+    return med
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The script's flags: repetitions, the trackers, the JSON file, and fedcli train's arguments after --."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=5, help="measured runs of each configuration (default 5)")
+    ap.add_argument("--trackers", default="tensorboard,mlflow", help="the trackers of the tracked runs")
+    ap.add_argument("--json", help="also write every measurement and the summary to this file")
+    ap.add_argument("train", nargs="*", help="fedcli train arguments after -- (default: --threads 1 --workers 1)")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    """Time fedcli train without and with trackers, alternating, and print (and optionally save) the medians."""
+    a = _parser().parse_args(argv)
+    train = a.train or DEFAULT_TRAIN
+    trackers = [t for t in a.trackers.split(",") if t]
+    work = Path(tempfile.mkdtemp(prefix="fedcli-bench-trackers-"))
+    env = _clean_env(work)
     print(
         f"bench_trackers: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
         f"fedcli train {' '.join(train)} vs the same with --tracker {' --tracker '.join(trackers)}; "
@@ -100,12 +124,7 @@ def main(argv: list[str]) -> int:
                 f"trackers done at {done} s  load1 {r['load1_before']:.2f}",
                 flush=True,
             )
-    med = {}
-    for label, key in (("none", ""), ("tracked", ",".join(trackers))):
-        sel = [r for r in rows if r["trackers"] == key]
-        med[label] = {k: statistics.median(r[k] for r in sel) for k in ("command_s", "train_wall_s")}
-        if key:
-            med[label]["trackers_done_s"] = statistics.median(r["trackers_done_s"] for r in sel)
+    med = _medians(rows, trackers)
     ratio = med["tracked"]["command_s"] / med["none"]["command_s"]
     summary = {
         "medians": med,

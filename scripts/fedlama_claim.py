@@ -19,6 +19,18 @@ from fedcli.reports.core import find_sweeps
 BASE, LONG, LAMA = "FedAvg x1", "FedAvg x2", "FedLAMA phi=2"
 
 
+def _per_seed_table(runs: dict, seeds: list, comm: dict) -> list[str]:
+    """The per-seed Markdown table: each run's best accuracy and FedLAMA's communication (% of the baseline's)."""
+    per_seed = [
+        "| seed | " + " | ".join(f"{n} best" for n in (BASE, LONG, LAMA)) + f" | {LAMA} comm. |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for s in seeds:
+        accs = " | ".join(f"{100 * runs[n][s].accuracy('best'):.2f}%" for n in (BASE, LONG, LAMA))
+        per_seed.append(f"| {s} | {accs} | {pct(comm[LAMA][s], comm[BASE][s]):.2f}% |")
+    return per_seed
+
+
 def summarize(folder: str) -> str:
     sweep = find_sweeps(folder)[0]
     runs, problems = sweep.status([BASE, LONG, LAMA])
@@ -54,13 +66,7 @@ def summarize(folder: str) -> str:
         ("FedLAMA at most 60% of its communication", c <= 60.0, f"{c:.2f}%"),
         (f"FedLAMA above {runs[LONG][seeds[0]].legend()}", la > lo, f"{la:.2f}% vs {lo:.2f}% ({la - lo:+.2f} points)"),
     ]
-    per_seed = [
-        "| seed | " + " | ".join(f"{n} best" for n in (BASE, LONG, LAMA)) + f" | {LAMA} comm. |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for s in seeds:
-        accs = " | ".join(f"{100 * runs[n][s].accuracy('best'):.2f}%" for n in (BASE, LONG, LAMA))
-        per_seed.append(f"| {s} | {accs} | {pct(comm[LAMA][s], comm[BASE][s]):.2f}% |")
+    per_seed = _per_seed_table(runs, seeds, comm)
     out = [
         f"Seeds: {', '.join(map(str, seeds))} (mean ± sample std). Sweep: `{Path(folder)}`.",
         "",

@@ -127,7 +127,8 @@ def header(device: str) -> str:
     return f"{where}; {paperkit.machine()}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's flags: device, rounds, the quick cut, the entries, the precisions, the table and work folder."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", help="cuda, cuda:K, or cpu (the harness's test)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of each run, an evaluation after each")
@@ -136,8 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precisions", default=",".join(PRECISIONS), help="comma separated: fp32, bf16")
     p.add_argument("--out", default=str(ROOT / "results" / "gpu-paper.md"), help="the table (Markdown)")
     p.add_argument("--work", default="", help="folder for the data and the runs (default: a temporary one)")
-    args = p.parse_args(argv)
-    if args.device.startswith("cuda"):
+    return p
+
+
+def _cuda_missing(device: str) -> bool:
+    """Whether ``device`` asks for CUDA on a machine without it (said on stderr)."""
+    if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
@@ -146,7 +151,15 @@ def main(argv: list[str] | None = None) -> int:
                 "test, a tiny budget)",
                 file=sys.stderr,
             )
-            return 2
+            return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run each picked entry at each precision, write the table; 0 if every run is ok, 1 if not, 2 for bad flags."""
+    args = _parser().parse_args(argv)
+    if _cuda_missing(args.device):
+        return 2
     picked = [
         (label, r, n)
         for label, r, n in ENTRIES

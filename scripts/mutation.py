@@ -157,6 +157,38 @@ def check_unmutated(name: str, cmd: str, repo: Path, env: dict, timeout: float) 
         sys.exit(f"{name}: the tests fail on the unmutated copy, so no kill would mean anything:\n{p.stdout[-3000:]}")
 
 
+def _write_config(cfg: Path, module: str, timeout: float, cmd: str) -> None:
+    """Write cosmic-ray's config: the module to mutate, the per-mutant timeout, the test command, a local run."""
+    cfg.write_text(f"""[cosmic-ray]
+module-path = "{module}"
+timeout = {timeout}
+excluded-modules = []
+test-command = "{cmd}"
+
+[cosmic-ray.distributor]
+name = "local"
+""")
+
+
+def _outcomes(dump: str) -> tuple[int, int, list[dict]]:
+    """From ``cosmic-ray dump``'s lines: the mutants killed (a timeout counts as killed), those timeouts, and the
+    survivors (operator, line, diff)."""
+    killed, timeouts, survivors = 0, 0, []
+    for line in dump.splitlines():
+        item, result = json.loads(line)
+        if result is None:
+            continue
+        if result.get("test_outcome") == "killed" or result.get("worker_outcome") in ("timeout", "abnormal"):
+            killed += 1
+            timeouts += result.get("output") == "timeout"  # cosmic-ray's record of a test run past --timeout
+        else:
+            spec = item["mutations"][0]
+            survivors.append(
+                {"operator": spec["operator_name"], "line": spec["start_pos"][0], "diff": result.get("diff")}
+            )
+    return killed, timeouts, survivors
+
+
 def run_target(name: str, limit: int, tests_rev: str | None, out: Path, timeout: float) -> dict:
     module, functions, tests = TARGETS[name]
     work = Path(tempfile.mkdtemp(prefix=f"fedcli-mutation-{name}-"))
@@ -168,15 +200,7 @@ def run_target(name: str, limit: int, tests_rev: str | None, out: Path, timeout:
     py = sys.executable
     cmd = f"{py} -m pytest -x -q -p no:cacheprovider -m 'not slow and not mpi' -o addopts='' {' '.join(tests)}"
     cfg = work / "cr.toml"
-    cfg.write_text(f"""[cosmic-ray]
-module-path = "{module}"
-timeout = {timeout}
-excluded-modules = []
-test-command = "{cmd}"
-
-[cosmic-ray.distributor]
-name = "local"
-""")
+    _write_config(cfg, module, timeout, cmd)
     db = work / "session.sqlite"
     env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
     cr = (
@@ -190,19 +214,7 @@ name = "local"
     t0 = time.time()
     subprocess.run([cr, "exec", str(cfg), str(db)], cwd=repo, env=env, check=True)
     dump = subprocess.run([cr, "dump", str(db)], cwd=repo, env=env, capture_output=True, text=True, check=True)
-    killed, timeouts, survivors = 0, 0, []
-    for line in dump.stdout.splitlines():
-        item, result = json.loads(line)
-        if result is None:
-            continue
-        if result.get("test_outcome") == "killed" or result.get("worker_outcome") in ("timeout", "abnormal"):
-            killed += 1
-            timeouts += result.get("output") == "timeout"  # cosmic-ray's record of a test run past --timeout
-        else:
-            spec = item["mutations"][0]
-            survivors.append(
-                {"operator": spec["operator_name"], "line": spec["start_pos"][0], "diff": result.get("diff")}
-            )
+    killed, timeouts, survivors = _outcomes(dump.stdout)
     res = {
         "module": module,
         "functions": functions,

@@ -200,7 +200,8 @@ def run_workload(name: str, data_dir: Path, work: Path, args) -> tuple[str, bool
     return text, not bad
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The script's flags: device, budget, data folders, workloads, seed, tolerances and the report's path."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", help="cuda, cuda:K or cpu")
     p.add_argument("--short", action="store_true", help="the CPU version's budget (seconds)")
@@ -211,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loss-tol", type=float, default=0.05, help="relative, on the training loss of each evaluation")
     p.add_argument("--acc-tol", type=float, default=0.02, help="absolute, on the test accuracy of each evaluation")
     p.add_argument("--out", default=str(ROOT / "results" / "precision-check.md"), help="the report (Markdown)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train each workload in bf16 and fp32, compare, write the report; 0 if they agree, 1 if not, 2 for bad flags."""
+    args = _parser().parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in BUDGETS]
     if unknown or not names:

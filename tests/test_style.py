@@ -29,45 +29,7 @@ MEASURED = ["fedcli", "scripts"]
 MAX_LINES, HARD_MAX_LINES, MAX_PARAMS = 50, 100, 8
 
 #: functions whose body is over MAX_LINES lines (never over HARD_MAX_LINES): name -> lines when listed
-LONG = {
-    "fedcli/reports/tune.py:render_md": 98,
-    "fedcli/recipes.py:read_sweep": 95,
-    "fedcli/data/datasets/tinyimagenet.py:load_tinyimagenet": 85,
-    "fedcli/data/custom.py:load_imagefolder": 82,
-    "fedcli/data/custom.py:load_tensors": 77,
-    "fedcli/reports/products.py:parse_figure": 73,
-    "fedcli/bench/compare.py:_run_path": 71,
-    "fedcli/cli/sweep.py:sweep": 71,
-    "fedcli/data/_formats.py:_parse_chunk": 69,
-    "fedcli/data/_formats.py:read_leaf_json": 69,
-    "fedcli/reports/products.py:parse_matrix_group": 69,
-    "fedcli/bench/flower.py:main": 68,
-    "fedcli/reports/figures.py:_panel_intervals": 67,
-    "fedcli/bench/compare.py:tables": 65,
-    "scripts/bench_trackers.py:main": 65,
-    "fedcli/cli/bench.py:bench": 64,
-    "fedcli/data/datasets/agnews.py:load_agnews": 64,
-    "fedcli/data/datasets/shared.py:load_idx_dataset": 64,
-    "fedcli/reports/single.py:_layer_figures": 64,
-    "scripts/gpu_paper.py:main": 64,
-    "fedcli/data/datasets/femnist.py:load_femnist": 63,
-    "fedcli/reports/paper.py:build_section": 62,
-    "fedcli/specs/system.py:parse_distribution": 62,
-    "fedcli/bench/scale.py:table": 61,
-    "scripts/mutation.py:run_target": 60,
-    "fedcli/data/datasets/synthetic.py:load_synthetic": 59,
-    "fedcli/recipes.py:recipe_levels": 58,
-    "fedcli/reports/single.py:_comparison_notes": 58,
-    "fedcli/reports/single.py:_run_cells": 56,
-    "fedcli/data/partition.py:load_partition": 55,
-    "fedcli/models/layers.py:layer_info": 55,
-    "fedcli/recipes.py:retime_variants": 55,
-    "fedcli/reports/tables.py:_paired_section": 55,
-    "scripts/fedlama_claim.py:summarize": 52,
-    "fedcli/bench/compare.py:run_fedcli_throughput": 51,
-    "fedcli/data/datasets/shared.py:load_cifar": 51,
-    "scripts/precision_check.py:main": 51,
-}
+LONG = {}
 
 #: functions with more than MAX_PARAMS parameters: name -> count when listed (the Typer commands declare one
 #: parameter per option)
@@ -76,13 +38,10 @@ MANY_PARAMS = {
     "fedcli/cli/sweep.py:sweep": 27,
     "fedcli/cli/bench.py:bench": 16,
     "fedcli/fl/algorithms/fedala.py:learn_weights": 15,
-    "fedcli/data/datasets/shared.py:load_idx_dataset": 14,
     "fedcli/data/partition.py:make_partition": 13,
-    "fedcli/data/datasets/shared.py:load_cifar": 12,
     "fedcli/cli/report.py:report": 11,
     "fedcli/data/sources.py:_assemble": 11,
     "fedcli/params.py:opt": 11,
-    "fedcli/cli/train.py:_start": 9,
     "fedcli/fl/cohort.py:make_plan": 9,
 }
 

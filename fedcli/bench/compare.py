@@ -308,13 +308,68 @@ def _data(w: Workload, steps: int, device):
     return x, y
 
 
-def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:  # noqa: PLR0915
-    """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
-    ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
+def _fedcli_step(model, x, y, w: Workload, trainer: str, device, lr: float):
+    """The ``fedcli`` path's step (the stacked trainer's grads and SGDStep over all clients) and what it used."""
     from fedcli.config import TrainConfig
     from fedcli.fl.cohort import Cohort
     from fedcli.fl.parts import SGDStep
-    from fedcli.fl.trainers import channels_last, choose_trainer
+    from fedcli.fl.trainers import choose_trainer
+
+    cfg = TrainConfig(lr=lr, trainer=trainer)
+    tr = choose_trainer(trainer, model, device)
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    cohort = Cohort.from_global(list(range(w.clients)), torch.full((w.clients,), 1.0 / w.clients), params, buffers)
+    opt = SGDStep(cfg)
+    opt.begin_round(None, cohort)
+    mask = torch.ones(w.clients, w.batch, device=device)
+
+    def step(i):
+        grads, _ = tr.grads(cohort, x[i], y[i], mask)
+        opt.step(cohort, grads, lr)
+
+    return step, tr.name
+
+
+def _sequential_step(model, x, y, w: Workload, lr: float):
+    """The ``sequential`` path's step (K nn.Modules + torch.optim.SGD, one after another) and what it used."""
+    models = [copy.deepcopy(model) for _ in range(w.clients)]
+    opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in models]
+
+    def step(i):
+        for k, (m, o) in enumerate(zip(models, opts)):
+            m.train()
+            o.zero_grad(set_to_none=True)
+            F.cross_entropy(m(x[i, k]), y[i, k]).backward()
+            o.step()
+
+    return step, f"per-client nn.Module + torch.optim.SGD, {torch.get_num_threads()} thread(s)"
+
+
+def _single_step(model, x, y, w: Workload, lr: float, nhwc_path: bool):
+    """The ``single`` / ``single-nhwc`` path's step (one model, batch K x B; channels-last) and what it used."""
+    from fedcli.fl.trainers import channels_last
+
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    xs, ys = x.flatten(1, 2), y.flatten(1, 2)
+    nhwc = nhwc_path and xs.dim() == 5
+
+    def step(i):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(channels_last(xs[i]) if nhwc else xs[i]), ys[i]).backward()
+        opt.step()
+
+    used = (
+        f"one model, batch {w.clients * w.batch}{', channels-last' if nhwc else ''}, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
+    return step, used
+
+
+def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str, trainer: str, threads: int) -> dict:
+    """One local-training path of workload ``w`` in this process: ``fedcli`` (the stacked trainer, no workers),
+    ``sequential`` (K nn.Modules + SGD one after another), ``single`` / ``single-nhwc`` (one model, batch K x B)."""
     from fedcli.models import build_model
 
     if threads:
@@ -325,47 +380,11 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
     x, y = _data(w, steps + warmup, device)
     lr = 0.01
     if path == "fedcli":
-        cfg = TrainConfig(lr=lr, trainer=trainer)
-        tr = choose_trainer(trainer, model, device)
-        params = {n: p.detach() for n, p in model.named_parameters()}
-        buffers = {n: b.detach() for n, b in model.named_buffers()}
-        cohort = Cohort.from_global(list(range(w.clients)), torch.full((w.clients,), 1.0 / w.clients), params, buffers)
-        opt = SGDStep(cfg)
-        opt.begin_round(None, cohort)
-        mask = torch.ones(w.clients, w.batch, device=device)
-
-        def step(i):
-            grads, _ = tr.grads(cohort, x[i], y[i], mask)
-            opt.step(cohort, grads, lr)
-
-        used = tr.name
+        step, used = _fedcli_step(model, x, y, w, trainer, device, lr)
     elif path == "sequential":
-        models = [copy.deepcopy(model) for _ in range(w.clients)]
-        opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in models]
-
-        def step(i):
-            for k, (m, o) in enumerate(zip(models, opts)):
-                m.train()
-                o.zero_grad(set_to_none=True)
-                F.cross_entropy(m(x[i, k]), y[i, k]).backward()
-                o.step()
-
-        used = f"per-client nn.Module + torch.optim.SGD, {torch.get_num_threads()} thread(s)"
+        step, used = _sequential_step(model, x, y, w, lr)
     elif path in ("single", "single-nhwc"):
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        xs, ys = x.flatten(1, 2), y.flatten(1, 2)
-        nhwc = path == "single-nhwc" and xs.dim() == 5
-
-        def step(i):
-            model.train()
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(channels_last(xs[i]) if nhwc else xs[i]), ys[i]).backward()
-            opt.step()
-
-        used = (
-            f"one model, batch {w.clients * w.batch}{', channels-last' if nhwc else ''}, "
-            f"{torch.get_num_threads()} thread(s)"
-        )
+        step, used = _single_step(model, x, y, w, lr, path == "single-nhwc")
     else:
         raise ValueError(path)
     for i in range(warmup):
@@ -384,20 +403,14 @@ def _run_path(path: str, w: Workload, steps: int, warmup: int, device_name: str,
     }
 
 
-def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
-    """fedcli's engine with its worker pool on random data of the workload's shape: client samples / s of
-    local training (FedAvg, LOCAL_STEPS steps per round, all clients active), median round after the first."""
-    import csv
-
-    from fedcli.comm.communicator import Communicator
-    from fedcli.config import TrainConfig
+def _random_dataset(w: Workload):
+    """A FedDataset of standard-normal inputs of the workload's shape, enough for every client's LOCAL_STEPS
+    batches (seeded: 0)."""
     from fedcli.data.datasets import FedDataset
-    from fedcli.data.partition import make_partition
-    from fedcli.runner import launch, run_train
 
     g = torch.Generator().manual_seed(0)
     n = w.clients * w.batch * LOCAL_STEPS
-    ds = FedDataset(
+    return FedDataset(
         "random",
         torch.randn(n, *w.input_shape, generator=g),
         torch.randint(0, w.num_classes, (n,), generator=g),
@@ -406,6 +419,19 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
         w.num_classes,
         source={"name": "random", "shape": list(w.input_shape)},
     )
+
+
+def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
+    """fedcli's engine with its worker pool on random data of the workload's shape: client samples / s of
+    local training (FedAvg, LOCAL_STEPS steps per round, all clients active), median round after the first."""
+    import csv
+
+    from fedcli.comm.communicator import Communicator
+    from fedcli.config import TrainConfig
+    from fedcli.data.partition import make_partition
+    from fedcli.runner import launch, run_train
+
+    ds = _random_dataset(w)
     partition = make_partition(ds, "iid", w.clients, 0)
     cfg = TrainConfig(
         algo="fedavg",
@@ -595,9 +621,75 @@ def run(
 
 
 # --------------------------------------------------------------------------------------------- output
-def tables(results: dict) -> list:
+def _fedala_table(r: dict):
+    """The table of the ``fedala`` workload: per system its round time, accuracy per round, fedcli's speed-up and
+    whole run; the floor and bound by training time."""
     from rich.table import Table
 
+    sy = r["systems"]
+    t = Table(title=f"fedcli bench, {r['label']}", title_justify="left")
+    for col, just in (
+        ("system", "left"),
+        ("how", "left"),
+        ("round (s)", "right"),
+        ("accuracy per round", "left"),
+        ("fedcli faster by", "right"),
+        ("whole run (s)", "right"),
+    ):
+        t.add_column(col, justify=just, overflow="fold")
+    for name in ("fedcli", "loop", "flower"):
+        s = sy[name]
+        if "skipped" in s:
+            t.add_row(name, s["skipped"], "-", "-", "-", "-")
+            continue
+        t.add_row(
+            name,
+            s["impl"],
+            f"{s['round_s']:.2f}",
+            " ".join(f"{a:.3f}" for a in s["acc"]),
+            "-" if name == "fedcli" else f"{s['fedcli_speedup']:.2f}x",
+            f"{s['total_s']:.1f}",
+        )
+    for name in ("floor", "bound"):
+        if name in sy:
+            b = sy[name]
+            t.add_row(
+                name,
+                b["impl"],
+                f"{b['train_s']:.2f} (training only)",
+                "-",
+                f"fedcli round / {name}: {sy['fedcli']['round_s'] / b['train_s']:.2f}x",
+                "-",
+            )
+    t.caption = f"median round after the first; load average before {r['load_before']}, after {r['load_after']}"
+    return t
+
+
+def _throughput_table(r: dict):
+    """The table of a throughput workload: client samples / s of fedcli, the sequential loops and the bound."""
+    from rich.table import Table
+
+    t = Table(
+        title=f"fedcli bench, {r['label']}, batch {r['batch']}: local-training throughput (client samples / s)",
+        title_justify="left",
+    )
+    for col, just in (("path", "left"), ("how", "left"), ("samples / s", "right"), ("fedcli / this", "right")):
+        t.add_column(col, justify=just, overflow="fold")
+    f = r["fedcli"]["samples_per_s"]
+    t.add_row("fedcli", r["fedcli"]["impl"], f"{f:,.0f}", "-")
+    for name, s in (("sequential", r["sequential_1"]), ("sequential", r["sequential_n"])):
+        t.add_row(name, s["impl"], f"{s['samples_per_s']:,.0f}", f"{f / s['samples_per_s']:.2f}x")
+    t.add_row("bound", r["bound_impl"], f"{r['bound_sps']:,.0f}", f"{f / r['bound_sps']:.2f}x")
+    t.caption = (
+        f"fedcli / best sequential {r['speedup_vs_sequential']:.2f}x; bound / fedcli "
+        f"{r['time_vs_bound']:.2f}x; "
+        f"load average before {r['load_before']}, after {r['load_after']}"
+    )
+    return t
+
+
+def tables(results: dict) -> list:
+    """One rich table per workload of ``results`` (startup, fedala, or a throughput workload)."""
     out = []
     for r in results["workloads"]:
         if r["workload"] == "startup":
@@ -605,61 +697,7 @@ def tables(results: dict) -> list:
 
             out.append(bench_startup.table(r))
             continue
-        if r["workload"] == "fedala":
-            sy = r["systems"]
-            t = Table(title=f"fedcli bench, {r['label']}", title_justify="left")
-            for col, just in (
-                ("system", "left"),
-                ("how", "left"),
-                ("round (s)", "right"),
-                ("accuracy per round", "left"),
-                ("fedcli faster by", "right"),
-                ("whole run (s)", "right"),
-            ):
-                t.add_column(col, justify=just, overflow="fold")
-            for name in ("fedcli", "loop", "flower"):
-                s = sy[name]
-                if "skipped" in s:
-                    t.add_row(name, s["skipped"], "-", "-", "-", "-")
-                    continue
-                t.add_row(
-                    name,
-                    s["impl"],
-                    f"{s['round_s']:.2f}",
-                    " ".join(f"{a:.3f}" for a in s["acc"]),
-                    "-" if name == "fedcli" else f"{s['fedcli_speedup']:.2f}x",
-                    f"{s['total_s']:.1f}",
-                )
-            for name in ("floor", "bound"):
-                if name in sy:
-                    b = sy[name]
-                    t.add_row(
-                        name,
-                        b["impl"],
-                        f"{b['train_s']:.2f} (training only)",
-                        "-",
-                        f"fedcli round / {name}: {sy['fedcli']['round_s'] / b['train_s']:.2f}x",
-                        "-",
-                    )
-            t.caption = f"median round after the first; load average before {r['load_before']}, after {r['load_after']}"
-        else:
-            t = Table(
-                title=f"fedcli bench, {r['label']}, batch {r['batch']}: local-training throughput (client samples / s)",
-                title_justify="left",
-            )
-            for col, just in (("path", "left"), ("how", "left"), ("samples / s", "right"), ("fedcli / this", "right")):
-                t.add_column(col, justify=just, overflow="fold")
-            f = r["fedcli"]["samples_per_s"]
-            t.add_row("fedcli", r["fedcli"]["impl"], f"{f:,.0f}", "-")
-            for name, s in (("sequential", r["sequential_1"]), ("sequential", r["sequential_n"])):
-                t.add_row(name, s["impl"], f"{s['samples_per_s']:,.0f}", f"{f / s['samples_per_s']:.2f}x")
-            t.add_row("bound", r["bound_impl"], f"{r['bound_sps']:,.0f}", f"{f / r['bound_sps']:.2f}x")
-            t.caption = (
-                f"fedcli / best sequential {r['speedup_vs_sequential']:.2f}x; bound / fedcli "
-                f"{r['time_vs_bound']:.2f}x; "
-                f"load average before {r['load_before']}, after {r['load_after']}"
-            )
-        out.append(t)
+        out.append(_fedala_table(r) if r["workload"] == "fedala" else _throughput_table(r))
     return out
 
 

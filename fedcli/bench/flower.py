@@ -21,16 +21,11 @@ import torch
 from fedcli.bench import compare as bench
 
 
-def main(setting_json: str, out_path: str, cores: int) -> None:
+def _client_app(setting: dict):
+    """Flower's ClientApp: each client's local training (``bench.plain_client_update``) from the global model."""
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
-    from flwr.serverapp import Grid, ServerApp
-    from flwr.serverapp.strategy import FedAvg
-    from flwr.simulation import run_simulation
 
-    setting = json.loads(setting_json)
-    torch.set_num_threads(1)
-    cfg, dataset, indices, _ = bench.cached_setting(setting)
     client_app = ClientApp()
 
     @client_app.train()
@@ -49,7 +44,16 @@ def main(setting_json: str, out_path: str, cores: int) -> None:
         )
         return Message(content=content, reply_to=msg)
 
-    marks, accs = [], []
+    return client_app
+
+
+def _server_app(cfg, dataset, indices, marks: list, accs: list):
+    """Flower's ServerApp: FedAvg over all clients for ``cfg.rounds`` rounds, the central evaluation after each
+    appending its accuracy to ``accs`` and its time to ``marks``."""
+    from flwr.app import ArrayRecord, Context, MetricRecord
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+
     server_app = ServerApp()
 
     @server_app.main()
@@ -70,6 +74,20 @@ def main(setting_json: str, out_path: str, cores: int) -> None:
             grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=cfg.rounds, evaluate_fn=central
         )
 
+    return server_app
+
+
+def main(setting_json: str, out_path: str, cores: int) -> None:
+    """Run the setting's FedAvg in Flower's simulation on ``cores`` clients at a time; write its round times and
+    accuracies as JSON to ``out_path``."""
+    from flwr.simulation import run_simulation
+
+    setting = json.loads(setting_json)
+    torch.set_num_threads(1)
+    cfg, dataset, indices, _ = bench.cached_setting(setting)
+    client_app = _client_app(setting)
+    marks, accs = [], []
+    server_app = _server_app(cfg, dataset, indices, marks, accs)
     t0 = time.perf_counter()
     run_simulation(
         server_app=server_app,

@@ -325,7 +325,36 @@ def _find(
     )
 
 
+def _caption_lines(results: dict) -> list[str]:
+    """The scale table's caption: the one-process and mpiexec memory floors, and fedcli train's start-up time."""
+    lines = []
+    f = results.get("floor") or {}
+    if "peak_rss" in f:
+        lines.append(
+            f"floor (one process: Python, torch, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
+            f"PSS {f['peak_pss'] / 1e9:.2f} GB"
+        )
+    f2 = results.get("floor_mpi") or {}
+    if "peak_rss" in f2:
+        lines.append(
+            f"floor of mpiexec -n {f2['processes']} (the same processes, mpi4py too, and the launcher's): "
+            f"RSS {f2['peak_rss'] / 1e9:.2f} GB, PSS {f2['peak_pss'] / 1e9:.2f} GB"
+        )
+    s = results.get("startup") or {}
+    if "error" in s:
+        lines.append(f"start-up: {s['error']}")
+    elif s:
+        lines.append(
+            f"fedcli train (no flags): {s['wall_s']:.2f} s wall ({s.get('cpu_s', float('nan')):.2f} s CPU), "
+            f"{s['train_s']:.2f} s training, {s['outside_s']:.2f} s outside the training loop "
+            f"({s['wall_s'] / s['train_s']:.2f}x the training time)"
+        )
+    return lines
+
+
 def table(results: dict):
+    """The scale table: per case its clients, processes, client state, peak memory and seconds per round; the
+    floors and the start-up time as its caption."""
     from rich.table import Table
 
     settings = results.get("settings") or {"writers": results.get("setting", "")}
@@ -363,29 +392,7 @@ def table(results: dict):
             f"{c['disk'] / 1e6:.1f} MB",
             f"{c['s_per_round']:.2f}",
         )
-    lines = []
-    f = results.get("floor") or {}
-    if "peak_rss" in f:
-        lines.append(
-            f"floor (one process: Python, torch, fedcli's engine): RSS {f['peak_rss'] / 1e9:.2f} GB, "
-            f"PSS {f['peak_pss'] / 1e9:.2f} GB"
-        )
-    f2 = results.get("floor_mpi") or {}
-    if "peak_rss" in f2:
-        lines.append(
-            f"floor of mpiexec -n {f2['processes']} (the same processes, mpi4py too, and the launcher's): "
-            f"RSS {f2['peak_rss'] / 1e9:.2f} GB, PSS {f2['peak_pss'] / 1e9:.2f} GB"
-        )
-    s = results.get("startup") or {}
-    if "error" in s:
-        lines.append(f"start-up: {s['error']}")
-    elif s:
-        lines.append(
-            f"fedcli train (no flags): {s['wall_s']:.2f} s wall ({s.get('cpu_s', float('nan')):.2f} s CPU), "
-            f"{s['train_s']:.2f} s training, {s['outside_s']:.2f} s outside the training loop "
-            f"({s['wall_s'] / s['train_s']:.2f}x the training time)"
-        )
-    t.caption = "\n".join(lines) or None
+    t.caption = "\n".join(_caption_lines(results)) or None
     return t
 
 

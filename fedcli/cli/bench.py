@@ -113,23 +113,9 @@ def bench(  # noqa: PLR0913
 ):
     """Measure fedcli against what researchers use instead, on the same data and cores: the per-client loop
     (PFLlib-style), Flower's simulation, and the bound (cores x one model's one-thread throughput at batch K x B)."""
-    keys = [k.strip() for k in workloads.split(",") if k.strip()]
-    bad = [k for k in keys if k not in KNOWN]
-    if bad or not keys:
-        raise ConfigError(
-            f"--workloads: unknown workload(s) {', '.join(bad) or '(none)'}; choose from {', '.join(KNOWN)}"
-        )
-    if data_dir is not None and data_dir and not Path(data_dir).is_dir():
-        raise ConfigError(f"--data-dir {data_dir} is not a folder")
+    keys = _workload_keys(workloads, data_dir)
     t0 = time.perf_counter()
-    step = [0]
-
-    def progress(what: str) -> None:
-        step[0] += 1
-        err_console.print(
-            f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False
-        )
-
+    progress = _progress_lines(t0)
     if device is not None:
         sizes = {
             "clients": clients,
@@ -165,7 +151,41 @@ def bench(  # noqa: PLR0913
         progress=progress,
     )
     results["seconds"] = time.perf_counter() - t0
+    _print_compare(results, json_out)
+
+
+def _workload_keys(workloads: str, data_dir: str | None) -> list[str]:
+    """The --workloads list, each one of KNOWN; ConfigError (exit 2) for an unknown one or a --data-dir that is no
+    folder."""
+    keys = [k.strip() for k in workloads.split(",") if k.strip()]
+    bad = [k for k in keys if k not in KNOWN]
+    if bad or not keys:
+        raise ConfigError(
+            f"--workloads: unknown workload(s) {', '.join(bad) or '(none)'}; choose from {', '.join(KNOWN)}"
+        )
+    if data_dir is not None and data_dir and not Path(data_dir).is_dir():
+        raise ConfigError(f"--data-dir {data_dir} is not a folder")
+    return keys
+
+
+def _progress_lines(t0: float):
+    """A progress callback: each call prints a numbered step on stderr with the seconds since ``t0``."""
+    step = [0]
+
+    def progress(what: str) -> None:
+        step[0] += 1
+        err_console.print(
+            f"[dim]{time.perf_counter() - t0:6.1f} s[/]  [{step[0]}] {what} ...", soft_wrap=True, highlight=False
+        )
+
+    return progress
+
+
+def _print_compare(results: dict, json_out: str | None) -> None:
+    """Print the comparison's tables, targets and duration (at least 160 columns wide); its JSON to ``json_out``."""
     from rich.console import Console
+
+    from fedcli.bench import compare as b
 
     wide = Console(width=max(160, shutil.get_terminal_size((160, 24)).columns), soft_wrap=False)
     for t in b.tables(results):

@@ -199,18 +199,9 @@ def sweep(  # noqa: PLR0913
     ),
 ):
     """Run a recipe's grid x seeds into one folder; runs already completed with the same config are skipped."""
-    from fedcli.cli.console import PROGRESS_MODES
-    from fedcli.errors import ConfigError
     from fedcli.sweep.run import run_sweep
 
-    if progress not in PROGRESS_MODES:
-        raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
-    if tuned is not None and (executor != "local" or status or cancel):
-        raise ConfigError(
-            "--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm, --status and --cancel "
-            "do not take it yet",
-            key="tuned",
-        )
+    _refuse_flag_mix(progress, tuned, executor, status or cancel)
     t0 = time.perf_counter()
     scale = scale if scale is not None else _only_scale(recipe)
     flags = _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch)
@@ -219,12 +210,7 @@ def sweep(  # noqa: PLR0913
 
         show_status(recipe, scale, seeds, out, mpi, flags, cancel=cancel)
         return
-    if runs_per_job is not None and executor != "slurm":
-        raise ConfigError(
-            f"--runs-per-job {runs_per_job} packs runs into one Slurm job: it applies to --executor slurm "
-            f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)",
-            key="runs_per_job",
-        )
+    _refuse_local_runs_per_job(runs_per_job, executor)
     if executor == "slurm" and not dry_run:
         from fedcli.cli.slurm_status import submit_and_follow
         from fedcli.sweep.run import SweepOptions
@@ -232,12 +218,7 @@ def sweep(  # noqa: PLR0913
         options = SweepOptions(seeds=seeds, out=out, mpi=mpi, slurm=flags, download=download, overwrite=overwrite)
         submit_and_follow(recipe, scale, options, wait, quiet, _print_plan)
         return
-    tuned_values = tuned_record = None
-    if tuned is not None:
-        from fedcli.recipes import read_sweep
-        from fedcli.tune.confirm import tuned_rows
-
-        tuned_values, tuned_record = tuned_rows(tuned, read_sweep(recipe, scale).run_names)
+    tuned_values, tuned_record = _tuned_values(tuned, recipe, scale)
     said = _RunLines(quiet=quiet, jobs=jobs, mpi=mpi, in_process=in_process, progress=progress)
     try:
         result = run_sweep(
@@ -264,12 +245,55 @@ def sweep(  # noqa: PLR0913
     finally:
         said.stop()
     if dry_run:
-        from fedcli.sweep.estimate import shared_measurements
-
-        with shared_measurements():  # the plan's estimate and, under Slurm, each job's share what they measure
-            _print_dry_run(result, jobs, mpi, quiet=quiet, in_process=in_process)
+        _print_dry_run_shared(result, said)
     else:
         _print_closing(result, time.perf_counter() - t0)
+
+
+def _refuse_flag_mix(progress: str, tuned: str | None, executor: str, status_or_cancel: bool) -> None:
+    """Refuse an unknown --progress mode, and --tuned with --executor slurm, --status or --cancel (exit 2)."""
+    from fedcli.cli.console import PROGRESS_MODES
+    from fedcli.errors import ConfigError
+
+    if progress not in PROGRESS_MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got '{progress}'", key="progress")
+    if tuned is not None and (executor != "local" or status_or_cancel):
+        raise ConfigError(
+            "--tuned runs the tuned table locally (--jobs, --mpi); --executor slurm, --status and --cancel "
+            "do not take it yet",
+            key="tuned",
+        )
+
+
+def _refuse_local_runs_per_job(runs_per_job: int | None, executor: str) -> None:
+    """Refuse --runs-per-job without --executor slurm (exit 2): it packs runs into one Slurm job."""
+    from fedcli.errors import ConfigError
+
+    if runs_per_job is not None and executor != "slurm":
+        raise ConfigError(
+            f"--runs-per-job {runs_per_job} packs runs into one Slurm job: it applies to --executor slurm "
+            f"only (local runs: --jobs runs at a time, --runs-per-gpu on a GPU)",
+            key="runs_per_job",
+        )
+
+
+def _tuned_values(tuned: str | None, recipe: str, scale: str | None) -> tuple:
+    """The confirmed best values per [[runs]] row from the study folder ``tuned``, and its record (None, None
+    without --tuned)."""
+    if tuned is None:
+        return None, None
+    from fedcli.recipes import read_sweep
+    from fedcli.tune.confirm import tuned_rows
+
+    return tuned_rows(tuned, read_sweep(recipe, scale).run_names)
+
+
+def _print_dry_run_shared(result, said: _RunLines) -> None:
+    """Print the dry run's plan, its estimate and each Slurm job's sharing one set of measurements."""
+    from fedcli.sweep.estimate import shared_measurements
+
+    with shared_measurements():  # the plan's estimate and, under Slurm, each job's share what they measure
+        _print_dry_run(result, said.jobs, said.mpi, quiet=said.quiet, in_process=said.in_process)
 
 
 def _slurm_flags(partition, time_limit, cpus, mem, gpus, signal_s, runs_per_job, sbatch) -> dict:

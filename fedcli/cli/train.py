@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -186,32 +187,41 @@ def train(**kwargs):
     try:
         _start(
             flags,
-            recipe=recipe,
-            scale=scale,
-            resume=resume,
-            quiet=quiet,
-            as_json=as_json,
-            overwrite=overwrite,
-            progress=progress,
-            promote=promote,
+            _Asked(
+                recipe=recipe,
+                scale=scale,
+                resume=resume,
+                quiet=quiet,
+                as_json=as_json,
+                overwrite=overwrite,
+                progress=progress,
+                promote=promote,
+            ),
         )
     finally:
         loaded()
 
 
-def _start(  # noqa: PLR0913
-    flags: dict,
-    *,
-    recipe,
-    scale,
-    resume,
-    quiet: bool,
-    as_json: bool,
-    overwrite: bool,
-    progress: str,
-    promote: bool = False,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What ``fedcli train`` was asked besides the config flags: where the config comes from (``recipe`` at
+    ``scale``, or the run folder to ``resume``), how the run reports (``quiet``, ``as_json``, ``progress``), and
+    ``overwrite`` / ``promote``."""
+
+    recipe: str | None
+    scale: str | None
+    resume: str | None
+    quiet: bool
+    as_json: bool
+    overwrite: bool
+    progress: str
+    promote: bool = False
+
+
+def _start(flags: dict, asked: _Asked) -> None:
     """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
+    recipe, scale, resume, overwrite, promote = asked.recipe, asked.scale, asked.resume, asked.overwrite, asked.promote
+    quiet, as_json, progress = asked.quiet, asked.as_json, asked.progress
     from fedcli.comm.mpi import get_communicator
     from fedcli.config import TrainConfig
     from fedcli.recipes import build_config

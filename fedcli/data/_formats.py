@@ -182,22 +182,9 @@ def _parse_rows(body: bytes, row_len: int, chunk_bytes: int = 64_000) -> np.ndar
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR0915
-    """Parse the body of a LEAF ``"x"`` array, ``[f, f, ...], [f, ...]``, into float32 [rows, row_len].
-
-    Returns None when it is not a list of rows of ``row_len`` numbers. Each value equals
-    ``np.float32(float(token))`` (what ``json`` + ``np.asarray(..., float32)`` give) at a fraction of
-    the cost of ``json`` or ``np.fromstring``: a token ``[-]digits[.digits]`` with digit string D below
-    2**53 is exactly ``D / 10**f`` (one correctly rounded division, Clinger's fast path); longer
-    mantissas are kept where the float32 rounding is unambiguous, and the rare rest (exponent forms,
-    ambiguous roundings) go through ``float``. Number syntax is slightly more lenient than JSON's
-    (leading zeros, ``.5``, ``5.`` and ``+1`` are read as numbers).
-    """
-    a = np.frombuffer(body, dtype=np.uint8)
-    n = a.size
-    cls = _CLASS[a]
-    if n == 0 or cls.max() == _INVALID:
-        return None
+def _chunk_rows(cls: np.ndarray, row_len: int) -> tuple | None:
+    """The commas' positions, the running comma count, and the number of rows and of tokens of a chunk whose
+    characters have classes ``cls``; None unless it is rows of ``row_len`` comma-separated tokens."""
     # Row structure: rows of row_len comma-separated tokens, separated by single commas.
     is_comma = cls == _COMMA
     comma_pos = np.flatnonzero(is_comma)
@@ -212,6 +199,13 @@ def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR09
         return None
     if not ((ccum[closes] - ccum[opens] == row_len - 1).all() and (ccum[opens[1:]] - ccum[closes[:-1]] == 1).all()):
         return None
+    return comma_pos, ccum, rows, ntok
+
+
+def _chunk_values(a: np.ndarray, cls: np.ndarray, comma_pos, ccum, ntok: int) -> tuple | None:
+    """Each token's value as float64 (its digits / 10**fraction digits, signed) and which tokens ``float`` must read
+    instead (exponents, over 18 significant digits, over 22 fraction digits, ambiguous float32 roundings); None for a
+    token that is not one number."""
     # Tokens (brackets count as spaces): exactly one run of number characters each.
     nonspace = cls > _COMMA
     runs = int(nonspace[0]) + np.count_nonzero(nonspace[1:] & ~nonspace[:-1])
@@ -251,6 +245,33 @@ def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR09
         v = value[inexact]
         ambiguous = (v * (1 - 2.0**-50)).astype(np.float32) != (v * (1 + 2.0**-50)).astype(np.float32)
         slow[inexact[ambiguous]] = True
+    return value, slow
+
+
+def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:
+    """Parse the body of a LEAF ``"x"`` array, ``[f, f, ...], [f, ...]``, into float32 [rows, row_len].
+
+    Returns None when it is not a list of rows of ``row_len`` numbers. Each value equals
+    ``np.float32(float(token))`` (what ``json`` + ``np.asarray(..., float32)`` give) at a fraction of
+    the cost of ``json`` or ``np.fromstring``: a token ``[-]digits[.digits]`` with digit string D below
+    2**53 is exactly ``D / 10**f`` (one correctly rounded division, Clinger's fast path); longer
+    mantissas are kept where the float32 rounding is unambiguous, and the rare rest (exponent forms,
+    ambiguous roundings) go through ``float``. Number syntax is slightly more lenient than JSON's
+    (leading zeros, ``.5``, ``5.`` and ``+1`` are read as numbers).
+    """
+    a = np.frombuffer(body, dtype=np.uint8)
+    n = a.size
+    cls = _CLASS[a]
+    if n == 0 or cls.max() == _INVALID:
+        return None
+    layout = _chunk_rows(cls, row_len)
+    if layout is None:
+        return None
+    comma_pos, ccum, rows, ntok = layout
+    parsed = _chunk_values(a, cls, comma_pos, ccum, ntok)
+    if parsed is None:
+        return None
+    value, slow = parsed
     with np.errstate(over="ignore"):  # beyond float32 range becomes +-inf, as np.float32(float(token)) does
         out = value.astype(np.float32)
         slow_tok = np.flatnonzero(slow)
@@ -264,15 +285,8 @@ def _parse_chunk(body: bytes, row_len: int) -> np.ndarray | None:  # noqa: PLR09
     return out.reshape(rows, row_len)
 
 
-def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray, np.ndarray]]:  # noqa: C901, PLR0915
-    """Read one LEAF JSON file (plain or gzip) into ``[(user, x float32 [n, row_len], y int64 [n])]``.
-
-    Users come in the order of the file's ``"users"`` list. The large ``"x"`` arrays are cut out of
-    the text and parsed with numpy (``json`` on 80 MB of floats takes seconds); the rest is parsed
-    with ``json``, so the structure is still fully validated.
-    """
-    text = read_bytes(path, LEAF_FORMAT)
-    token = "leaf-x-" + os.urandom(8).hex() + "-"  # random placeholder prefix: no real file contains it
+def _cut_x_bodies(path: Path, text: bytes, token: str) -> tuple[bytes, list[bytes]]:
+    """The file with every ``"x"`` array replaced by the string ``<token><i>``, and the arrays' bodies by ``i``."""
     pieces: list[bytes] = []
     bodies: list[bytes] = []
     pos = 0
@@ -292,8 +306,13 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
         bodies.append(body)
         pos = end
     pieces.append(text[pos:])
+    return b"".join(pieces), bodies
+
+
+def _leaf_doc(path: Path, rest: bytes) -> tuple[list, dict, list | None]:
+    """The parsed rest of a LEAF file: its ``users``, ``user_data`` and optional ``num_samples``, each checked."""
     try:
-        doc = json.loads(b"".join(pieces))
+        doc = json.loads(rest)
     except (ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: malformed JSON ({e}); expected {LEAF_FORMAT}") from None
     if not isinstance(doc, dict):
@@ -309,26 +328,44 @@ def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray
     num_samples = doc.get("num_samples")
     if num_samples is not None and (not isinstance(num_samples, list) or len(num_samples) != len(users)):
         raise DataError(f"{path}: 'num_samples' does not have one entry per user; expected {LEAF_FORMAT}")
+    return users, user_data, num_samples
 
+
+def _leaf_rows(path: Path, user: str, entry, token: str, bodies: list[bytes], row_len: int) -> tuple[np.ndarray, list]:
+    """One user's rows x float32 [n, row_len] (parsed from its cut-out body) and its labels y (a list of integers)."""
+    if not isinstance(entry, dict) or "x" not in entry or "y" not in entry:
+        raise DataError(f"{path}: user '{user}' has no 'x'/'y' entry in 'user_data'; expected {LEAF_FORMAT}")
+    ref, y = entry["x"], entry["y"]
+    if not isinstance(ref, str) or not ref.startswith(token):
+        raise DataError(f"{path}: 'x' of user '{user}' is not a list of rows; expected {LEAF_FORMAT}")
+    body = bodies[int(ref[len(token) :])]
+    if body == b"":
+        x = np.zeros((0, row_len), dtype=np.float32)
+    else:
+        x = _parse_rows(body, row_len)
+        if x is None:
+            raise DataError(
+                f"{path}: 'x' of user '{user}' is not a list of rows of {row_len} numbers; expected {LEAF_FORMAT}"
+            )
+    if not isinstance(y, list) or not all(type(v) is int or (type(v) is float and v.is_integer()) for v in y):
+        raise DataError(f"{path}: 'y' of user '{user}' is not a list of integers; expected {LEAF_FORMAT}")
+    return x, y
+
+
+def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Read one LEAF JSON file (plain or gzip) into ``[(user, x float32 [n, row_len], y int64 [n])]``.
+
+    Users come in the order of the file's ``"users"`` list. The large ``"x"`` arrays are cut out of
+    the text and parsed with numpy (``json`` on 80 MB of floats takes seconds); the rest is parsed
+    with ``json``, so the structure is still fully validated.
+    """
+    text = read_bytes(path, LEAF_FORMAT)
+    token = "leaf-x-" + os.urandom(8).hex() + "-"  # random placeholder prefix: no real file contains it
+    rest, bodies = _cut_x_bodies(path, text, token)
+    users, user_data, num_samples = _leaf_doc(path, rest)
     out = []
     for i, user in enumerate(users):
-        entry = user_data.get(user)
-        if not isinstance(entry, dict) or "x" not in entry or "y" not in entry:
-            raise DataError(f"{path}: user '{user}' has no 'x'/'y' entry in 'user_data'; expected {LEAF_FORMAT}")
-        ref, y = entry["x"], entry["y"]
-        if not isinstance(ref, str) or not ref.startswith(token):
-            raise DataError(f"{path}: 'x' of user '{user}' is not a list of rows; expected {LEAF_FORMAT}")
-        body = bodies[int(ref[len(token) :])]
-        if body == b"":
-            x = np.zeros((0, row_len), dtype=np.float32)
-        else:
-            x = _parse_rows(body, row_len)
-            if x is None:
-                raise DataError(
-                    f"{path}: 'x' of user '{user}' is not a list of rows of {row_len} numbers; expected {LEAF_FORMAT}"
-                )
-        if not isinstance(y, list) or not all(type(v) is int or (type(v) is float and v.is_integer()) for v in y):
-            raise DataError(f"{path}: 'y' of user '{user}' is not a list of integers; expected {LEAF_FORMAT}")
+        x, y = _leaf_rows(path, user, user_data.get(user), token, bodies, row_len)
         if len(y) != len(x):
             raise DataError(
                 f"{path}: user '{user}' has {len(x)} rows in 'x' but {len(y)} labels; expected {LEAF_FORMAT}"

@@ -121,15 +121,9 @@ def _decode(files: list[Path], gray: bool, size: tuple[int, int]) -> np.ndarray:
     return x
 
 
-def load_imagefolder(
-    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
-) -> FedDataset:
-    """Images in torchvision's ``ImageFolder`` layout (see the module docstring)."""
-    root = _default_dir("imagefolder", data_dir)
-    if download:
-        raise DataError(f"{root}: --download is not supported for imagefolder; expected {IMAGEFOLDER_FORMAT}")
-    if not root.is_dir():
-        raise DataError(f"{root}: not found; expected a folder of {IMAGEFOLDER_FORMAT}")
+def _folder_layout(root: Path) -> tuple[Path, Path | None, list[str]]:
+    """The training folder (DIR/train or DIR), the test folder (DIR/test or DIR/val, if any) and the class names;
+    DataError without at least two class folders."""
     train_dir = root / "train" if (root / "train").is_dir() else root
     test_dir = next((d for d in (root / "test", root / "val") if train_dir != root and d.is_dir()), None)
     classes = _class_dirs(train_dir)
@@ -139,9 +133,14 @@ def load_imagefolder(
         raise DataError(
             f"{train_dir}: one class folder ({classes[0]}); expected at least two classes ({IMAGEFOLDER_FORMAT})"
         )
-    pool, frac = _pool(test_dir is not None, holdout_fraction)
+    return train_dir, test_dir, classes
+
+
+def _scan_splits(train_dir: Path, test_dir: Path | None, classes: list[str]) -> dict:
+    """The files, labels and writers of the training split and (``test_dir`` given) of the test split, its labels
+    the training classes' indices; DataError for a test class with no training folder."""
     splits = {"train": _scan(train_dir, classes, "training")}
-    if pool == "both":
+    if test_dir is not None:
         unknown = sorted(set(_class_dirs(test_dir)) - set(classes))
         if unknown:
             raise DataError(
@@ -151,9 +150,13 @@ def load_imagefolder(
         test_classes = [c for c in classes if (test_dir / c).is_dir()]
         files, y, writers = _scan(test_dir, test_classes, "test")
         splits["test"] = (files, np.asarray([classes.index(test_classes[k]) for k in y], dtype=np.int64), writers)
-    all_files = [f for files, _, _ in splits.values() for f in files]
+    return splits
+
+
+def _one_size(files: list[Path]) -> tuple[bool, tuple[int, int]]:
+    """Whether every image is grayscale, and the one size they all have (DataError for a second size)."""
     modes, size, first = set(), None, None
-    for f in all_files:
+    for f in files:
         mode, sz = _header(f)
         if size is None:
             size, first = sz, f
@@ -163,7 +166,30 @@ def load_imagefolder(
                 f"(every image of an imagefolder dataset must have one size: resize them first)"
             )
         modes.add(mode)
-    gray = modes <= set(GRAY_MODES)
+    return modes <= set(GRAY_MODES), size
+
+
+def _channel_stats(fit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and standard deviation (at least 1e-6) of uint8 images [N, C, H, W] scaled to [0, 1]."""
+    scaled = fit.astype(np.float32) / np.float32(255.0)
+    mean = scaled.mean(axis=(0, 2, 3), dtype=np.float64)
+    std = np.maximum(scaled.std(axis=(0, 2, 3), dtype=np.float64), 1e-6)
+    return mean, std
+
+
+def load_imagefolder(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
+    """Images in torchvision's ``ImageFolder`` layout (see the module docstring)."""
+    root = _default_dir("imagefolder", data_dir)
+    if download:
+        raise DataError(f"{root}: --download is not supported for imagefolder; expected {IMAGEFOLDER_FORMAT}")
+    if not root.is_dir():
+        raise DataError(f"{root}: not found; expected a folder of {IMAGEFOLDER_FORMAT}")
+    train_dir, test_dir, classes = _folder_layout(root)
+    pool, frac = _pool(test_dir is not None, holdout_fraction)
+    splits = _scan_splits(train_dir, test_dir if pool == "both" else None, classes)
+    gray, size = _one_size([f for files, _, _ in splits.values() for f in files])
     writers_all = [w for _, _, ws in splits.values() for w in ws]
     grouped = all(w is not None for w in writers_all)
     names = sorted({w for w in writers_all}) if grouped else None
@@ -175,10 +201,8 @@ def load_imagefolder(
         for s, (files, y, ws) in splits.items()
     }
     fit = raw["train"].x if pool == "both" else raw["train"].x[_holdout_indices(raw["train"].y, frac)[0]]
-    scaled = fit.astype(np.float32) / np.float32(255.0)
-    mean = scaled.mean(axis=(0, 2, 3), dtype=np.float64)
-    std = np.maximum(scaled.std(axis=(0, 2, 3), dtype=np.float64), 1e-6)
-    del scaled, fit
+    mean, std = _channel_stats(fit)
+    del fit
 
     def standardize(s: _Split) -> _Split:
         x = s.x.astype(np.float32) / np.float32(255.0)
@@ -249,14 +273,8 @@ def _writers(path: Path, key: str, w: np.ndarray, n: int) -> np.ndarray:
     return w.astype(str) if w.dtype.kind in "US" else w.astype(np.int64)
 
 
-def load_tensors(
-    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
-) -> FedDataset:
-    """Arrays from one ``.npz`` or ``.pt`` file (see the module docstring)."""
-    path = data_dir if data_dir is not None else Path("data") / "tensors"
-    if download:
-        raise DataError(f"{path}: --download is not supported for tensors; expected {TENSOR_FILE_FORMAT}")
-    arrays = read_tensor_file(path)
+def _check_tensor_keys(path: Path, arrays: dict) -> None:
+    """Refuse a tensor file without x and y, with x_test or y_test alone, or writers_test without writers."""
     missing = [k for k in ("x", "y") if k not in arrays]
     if missing:
         raise DataError(
@@ -270,7 +288,11 @@ def load_tensors(
         )
     if ("writers_test" in arrays) and "writers" not in arrays:
         raise DataError(f"{path}: 'writers_test' without 'writers'; expected writer ids for both splits, or neither")
-    has_test = "x_test" in arrays
+
+
+def _tensor_splits(path: Path, arrays: dict, has_test: bool) -> tuple[dict, set, dict]:
+    """Each split's checked (inputs, labels), the kinds of inputs, and the writer ids of the splits that have them;
+    DataError for two sample shapes or two kinds of inputs."""
     splits, kinds, writer_ids = {}, set(), {}
     for s, sfx in (("train", ""), ("test", "_test")):
         if s == "test" and not has_test:
@@ -290,6 +312,11 @@ def load_tensors(
         raise DataError(
             f"{path}: x and x_test are of different kinds ({' and '.join(sorted(kinds))}); expected one dtype"
         )
+    return splits, kinds, writer_ids
+
+
+def _tensor_classes(path: Path, arrays: dict, splits: dict) -> int:
+    """The number of classes: ``num_classes`` if given (above the largest label), else the largest label + 1."""
     top = max(int(y.max()) for _, y in splits.values())
     num_classes = top + 1
     if "num_classes" in arrays:
@@ -299,6 +326,21 @@ def load_tensors(
         num_classes = int(c)
     if num_classes < 2:
         raise DataError(f"{path}: 'y' holds one class; expected labels of at least two classes")
+    return num_classes
+
+
+def load_tensors(
+    data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
+) -> FedDataset:
+    """Arrays from one ``.npz`` or ``.pt`` file (see the module docstring)."""
+    path = data_dir if data_dir is not None else Path("data") / "tensors"
+    if download:
+        raise DataError(f"{path}: --download is not supported for tensors; expected {TENSOR_FILE_FORMAT}")
+    arrays = read_tensor_file(path)
+    _check_tensor_keys(path, arrays)
+    has_test = "x_test" in arrays
+    splits, kinds, writer_ids = _tensor_splits(path, arrays, has_test)
+    num_classes = _tensor_classes(path, arrays, splits)
     names = None
     groups = {}
     if "train" in writer_ids:

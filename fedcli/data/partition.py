@@ -605,26 +605,9 @@ def save_partition(p: Partition, path) -> None:
     atomic_write(path, text)
 
 
-def load_partition(path, dataset=None) -> Partition:  # noqa: C901
-    """Read a partition file written by :func:`save_partition` and verify it.
-
-    Checks the format, that every index is in range and no sample is given twice, and that the
-    stored hash matches the content; with ``dataset``, also that its name, number of training
-    samples and number of classes match the partition's. Any failure raises :class:`DataError`
-    (exit 3) naming the file and the expected format.
-    """
-    path = Path(path)
-    expected = "expected a fedcli partition file" + (
-        f" for dataset {getattr(dataset, 'name', '?')}" if dataset is not None else ""
-    )
-
-    def fail(why: str) -> DataError:
-        return DataError(f"{path}: {why}; {expected}")
-
-    try:  # a regular file of bounded size: a FIFO or a device is refused before a byte is read (fedcli.userfiles)
-        text = read_input(path, "--partition-file", PARTITION_LIMIT, fail=fail).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise fail(f"cannot read ({e})") from None
+def _partition_fields(text: str, fail) -> tuple:
+    """The config, train and test index lists and stored hash of a partition file's JSON, its format, version,
+    required config keys, index lists and hash checked (``fail(why)``: the DataError to raise)."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
@@ -644,7 +627,12 @@ def load_partition(path, dataset=None) -> Partition:  # noqa: C901
         raise fail('"train" and "test" must be lists of integer index lists')
     if partition_hash(config, train_raw, test_raw) != stored:
         raise fail("content does not match its hash (the file was modified or is corrupt)")
+    return config, train_raw, test_raw, stored
 
+
+def _partition_indices(config: dict, train_raw: list, test_raw: list | None, fail) -> tuple:
+    """The clients' train and test index arrays (int64), one list per client, every index in [0, n_train) and no
+    sample given twice."""
     n_train, clients = config["n_train"], config["clients"]
     if not isinstance(n_train, int) or not isinstance(clients, int):
         raise fail("config n_train and clients must be integers")
@@ -657,8 +645,33 @@ def load_partition(path, dataset=None) -> Partition:  # noqa: C901
         raise fail(f"index outside [0, {n_train})")
     if all_idx.size and np.bincount(all_idx).max() > 1:
         raise fail("a sample is assigned twice")
+    return train, test
 
+
+def load_partition(path, dataset=None) -> Partition:
+    """Read a partition file written by :func:`save_partition` and verify it.
+
+    Checks the format, that every index is in range and no sample is given twice, and that the
+    stored hash matches the content; with ``dataset``, also that its name, number of training
+    samples and number of classes match the partition's. Any failure raises :class:`DataError`
+    (exit 3) naming the file and the expected format.
+    """
+    path = Path(path)
+    expected = "expected a fedcli partition file" + (
+        f" for dataset {getattr(dataset, 'name', '?')}" if dataset is not None else ""
+    )
+
+    def fail(why: str) -> DataError:
+        return DataError(f"{path}: {why}; {expected}")
+
+    try:  # a regular file of bounded size: a FIFO or a device is refused before a byte is read (fedcli.userfiles)
+        text = read_input(path, "--partition-file", PARTITION_LIMIT, fail=fail).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise fail(f"cannot read ({e})") from None
+    config, train_raw, test_raw, stored = _partition_fields(text, fail)
+    train, test = _partition_indices(config, train_raw, test_raw, fail)
     if dataset is not None:
+        n_train = config["n_train"]
         name = str(getattr(dataset, "name", "unknown"))
         n = int(_as_numpy(dataset.train_y).shape[0])
         k = int(dataset.num_classes)

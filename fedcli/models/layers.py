@@ -57,6 +57,25 @@ def _kind(module: nn.Module, local_name: str, param: nn.Parameter) -> str:
     return "kernel" if param.dim() >= 2 else "bias"
 
 
+def _new_buffers(module: nn.Module, buffer_name: dict[int, str], seen: set[int]) -> list[str]:
+    """The model-level names of ``module``'s own buffers not met before (each then added to ``seen``)."""
+    bufs = []
+    for _, b in module.named_buffers(recurse=False):
+        if id(b) in buffer_name and id(b) not in seen:
+            seen.add(id(b))
+            bufs.append(buffer_name[id(b)])
+    return bufs
+
+
+def _carrier(own: list[tuple[str, nn.Parameter]], buffers_with: str) -> nn.Parameter:
+    """The parameter of a module that carries its buffers: the one named ``buffers_with`` ("weight" or "bias"), else
+    the first (weight) or last (bias) parameter."""
+    local_names = [n for n, _ in own]
+    if buffers_with in local_names:
+        return own[local_names.index(buffers_with)][1]
+    return own[0][1] if buffers_with == "weight" else own[-1][1]
+
+
 def layer_info(model: nn.Module, buffers_with: str = "weight") -> list[LayerInfo]:
     """Describe the layers of ``model`` in ``named_parameters()`` order.
 
@@ -78,22 +97,12 @@ def layer_info(model: nn.Module, buffers_with: str = "weight") -> list[LayerInfo
 
     for _, module in model.named_modules():
         own = [(n, p) for n, p in module.named_parameters(recurse=False)]
-        bufs = []
-        for _, b in module.named_buffers(recurse=False):
-            if id(b) in buffer_name and id(b) not in seen_buffers:
-                seen_buffers.add(id(b))
-                bufs.append(buffer_name[id(b)])
+        bufs = _new_buffers(module, buffer_name, seen_buffers)
         for local, p in own:
             i = index_of[id(p)]
             kinds.setdefault(i, _kind(module, local, p))
         if own:
-            local_names = [n for n, _ in own]
-            key = "weight" if buffers_with == "weight" else "bias"
-            if key in local_names:
-                carrier = own[local_names.index(key)][1]
-            else:
-                carrier = own[0][1] if buffers_with == "weight" else own[-1][1]
-            target = index_of[id(carrier)]
+            target = index_of[id(_carrier(own, buffers_with))]
             attached[target].extend(bufs)
             own_indices = [index_of[id(p)] for _, p in own]
             last_index = max(own_indices if last_index is None else [last_index, *own_indices])

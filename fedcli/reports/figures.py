@@ -313,12 +313,54 @@ def _panel_delta_lambda(ax, panel, runs: dict, figure_def) -> str:
     )
 
 
+def _interval_grid(rows: list[dict]) -> tuple:
+    """The adjustments' iterations, the layers, their names, and the grid [layer, adjustment] of intervals (NaN where
+    intervals.csv has no row)."""
+    import numpy as np
+
+    its = sorted({int(r["iteration"]) for r in rows})
+    layers = sorted({int(r["layer"]) for r in rows})
+    names = {int(r["layer"]): str(r["name"]) for r in rows}
+    grid = np.full((len(layers), len(its)), np.nan)
+    for r in rows:
+        grid[layers.index(int(r["layer"])), its.index(int(r["iteration"]))] = float(r["interval"])
+    return its, layers, names, grid
+
+
+def _write_intervals(ax, grid, its: list[int], colours: list, values: list[int]) -> None:
+    """Write each cell's interval in it, white on dark shades and black on light ones."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    for i in range(grid.shape[0]):
+        for j in range(len(its)):
+            if np.isfinite(grid[i, j]):
+                ax.text(
+                    its[j],
+                    i,
+                    f"{int(grid[i, j])}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if sum(to_rgb(colours[values.index(int(grid[i, j]))])) < 1.6 else "black",
+                )
+
+
+def _column_edges(its: list[int]) -> list[float]:
+    """The columns' edges: halfway between adjacent adjustments, and half a step beyond the first and the last."""
+    return (
+        [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2]
+        + [(a + b) / 2 for a, b in zip(its, its[1:])]
+        + [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
+    )
+
+
 def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
     """Each layer's interval at each adjustment of one layer-wise run (intervals.csv), as a grid of layers (rows, in
     forward order) by adjustments (columns, at their iterations), shaded by the interval, with the interval written in
     the cells when they are few enough to read; returns the caption's description."""
     import numpy as np
-    from matplotlib.colors import BoundaryNorm, ListedColormap, to_rgb
+    from matplotlib.colors import BoundaryNorm, ListedColormap
 
     name = panel.runs[0]
     per_seed = runs[name]
@@ -328,25 +370,15 @@ def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
     rows = run.intervals
     if not rows:
         raise ValueError(f"{run.path} has no intervals.csv rows (not a layer-wise run, or no adjustment yet)")
-    its = sorted({int(r["iteration"]) for r in rows})
-    layers = sorted({int(r["layer"]) for r in rows})
-    names = {int(r["layer"]): str(r["name"]) for r in rows}
-    grid = np.full((len(layers), len(its)), np.nan)
-    for r in rows:
-        grid[layers.index(int(r["layer"])), its.index(int(r["iteration"]))] = float(r["interval"])
+    its, layers, names, grid = _interval_grid(rows)
     values = sorted({int(v) for v in grid[np.isfinite(grid)]})
     base = style.method_style(run)[0]
     colours = [
         style.ramp(base, len(values) - 1 - k, len(values)) for k in range(len(values))
     ]  # longest: the method's own
     bounds = [values[0] - 0.5] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 0.5]
-    edges = (
-        [its[0] - (its[1] - its[0] if len(its) > 1 else 1) / 2]
-        + [(a + b) / 2 for a, b in zip(its, its[1:])]
-        + [its[-1] + (its[-1] - its[-2] if len(its) > 1 else 1) / 2]
-    )
     mesh = ax.pcolormesh(
-        edges,
+        _column_edges(its),
         np.arange(len(layers) + 1) - 0.5,
         grid,
         cmap=ListedColormap(colours),
@@ -355,18 +387,7 @@ def _panel_intervals(ax, panel, runs: dict, figure_def) -> str:
         linewidth=0.5 if len(its) <= 40 else 0,
     )
     if len(its) <= 24 and len(layers) <= 40:  # a number fits a cell only when the columns are wide enough to read it
-        for i in range(len(layers)):
-            for j in range(len(its)):
-                if np.isfinite(grid[i, j]):
-                    ax.text(
-                        its[j],
-                        i,
-                        f"{int(grid[i, j])}",
-                        ha="center",
-                        va="center",
-                        fontsize=6,
-                        color="white" if sum(to_rgb(colours[values.index(int(grid[i, j]))])) < 1.6 else "black",
-                    )
+        _write_intervals(ax, grid, its, colours, values)
     ax.set_yticks(range(len(layers)))
     ax.set_yticklabels([names[l] for l in layers], fontsize=7 if len(layers) <= 24 else 5)
     ax.invert_yaxis()  # forward order from the top

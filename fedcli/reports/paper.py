@@ -377,19 +377,77 @@ def _itemize(items: list[str]) -> tuple[list[str], list[str]]:
     )
 
 
-def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> tuple[str, str, list[str]]:
-    """(LaTeX, Markdown, missing) of paper ``name`` from ``sweeps``; figures go to ``out``/figures/<sweep folder>/.
-    ``missing``: each product not produced ("ROOT: table 'T': runs") and each recipe of the paper no sweep ran."""
-    from fedcli.reports.tables import latex_escape, latex_text
-
-    title, prefix = paper_of(name)
-    mine = [s.settled() for s in paper_sweeps(sweeps, name)]  # each run's state read once for the whole section
-    ran = {Path(str(s.manifest.get("recipe", ""))).name for s in mine}
+def _unrun_recipes(ran: set[str], prefix: str) -> list[str]:
+    """The shipped recipes of the paper (``prefix``) that no sweep here ran, each with the command that runs it."""
     unrun = []
     if RECIPES.is_dir():
         for r in sorted(RECIPES.glob("*/*.toml")):
             if r.name not in ran and recipe_paper(r).startswith(prefix):
                 unrun.append(f"{recipe_paper(r)}: `fedcli sweep recipes/{r.parent.name}/{r.name} --scale smoke`")
+    return unrun
+
+
+def _sweep_part(s, mine: list, out: Path, x: str | None, labels: dict) -> tuple[list[str], list[str], list[str]]:
+    """(LaTeX lines, Markdown lines, gaps) of one sweep's subsection: its paragraph and command, the tuned selection,
+    the products it could not make and those it made."""
+    from fedcli.reports.tables import latex_escape, latex_text
+
+    text, command = _paragraph(s, out)
+    head = heading(s, mine)
+    said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
+    tex = [
+        f"\\subsection{{{latex_escape(head)}}}",
+        latex_text(text),
+        "",
+        f"{{\\raggedright {latex_text(said)}\\par}}",
+        "",
+    ]
+    md = [f"## {head}", "", f"{text} {said}", ""]
+    gaps = []
+    selection = tuned_paragraph(s, out)
+    if selection:
+        tex += [latex_text(selection), ""]
+        md += [selection, ""]
+    products = [*s.tables(), *s.figures()]
+    parts = [_product(s, product, out, x, labels[s.root, product.name]) for product in products]
+    lacking = _lacking(products, parts)
+    if lacking:
+        intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
+        t, m = _itemize(lacking)
+        rerun = f"(Re-)run them with `{command}`."  # _paragraph's: the same section_command
+        tex += ["{\\raggedright", f"\\noindent {latex_escape(intro)}", *t, f"{latex_text(rerun)}\\par}}", ""]
+        md += [intro, "", *m, rerun, ""]
+        gaps += [f"{s.root}: {g}" for g in lacking]
+    for p in parts:
+        if p.latex:
+            tex.append(p.latex)
+            md.append(p.md)
+    return tex, md, gaps
+
+
+def _unrun_part(unrun: list[str], gaps: list[str]) -> tuple[list[str], list[str]]:
+    """(LaTeX lines, Markdown lines) of the closing list of the paper's recipes no sweep here ran."""
+    from fedcli.reports.tables import latex_text
+
+    intro = (
+        "The paper's recipes that no sweep here ran, each with the command that runs it (`--scale paper` for "
+        "the paper's setting)"
+        + ("; the products of the sweeps above that could not be made are named under their sweep" if gaps else "")
+        + ":"
+    )
+    t, m = _itemize(unrun)
+    tex = ["{\\raggedright", "\\paragraph{Not in this section.}", latex_text(intro), *t, "\\par}", ""]
+    return tex, ["## Not in this section", "", intro, "", *m]
+
+
+def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> tuple[str, str, list[str]]:
+    """(LaTeX, Markdown, missing) of paper ``name`` from ``sweeps``; figures go to ``out``/figures/<sweep folder>/.
+    ``missing``: each product not produced ("ROOT: table 'T': runs") and each recipe of the paper no sweep ran."""
+    from fedcli.reports.tables import latex_escape
+
+    title, prefix = paper_of(name)
+    mine = [s.settled() for s in paper_sweeps(sweeps, name)]  # each run's state read once for the whole section
+    unrun = _unrun_recipes({Path(str(s.manifest.get("recipe", ""))).name for s in mine}, prefix)
     tex = [
         "% fedcli report --paper " + name + ": needs \\usepackage{booktabs} and \\usepackage{graphicx} in the preamble",
         f"\\section{{Experiments: {latex_escape(title)}}}",
@@ -402,45 +460,11 @@ def build_section(sweeps: list, name: str, out: Path, x: str | None = None) -> t
     gaps = []
     labels = labels_apart(mine)
     for s in mine:
-        text, command = _paragraph(s, out)
-        head = heading(s, mine)
-        said = f"Command: `{command}`."  # ragged: a long command in typewriter type, not stretched to the column
-        tex += [
-            f"\\subsection{{{latex_escape(head)}}}",
-            latex_text(text),
-            "",
-            f"{{\\raggedright {latex_text(said)}\\par}}",
-            "",
-        ]
-        md += [f"## {head}", "", f"{text} {said}", ""]
-        selection = tuned_paragraph(s, out)
-        if selection:
-            tex += [latex_text(selection), ""]
-            md += [selection, ""]
-        products = [*s.tables(), *s.figures()]
-        parts = [_product(s, product, out, x, labels[s.root, product.name]) for product in products]
-        lacking = _lacking(products, parts)
-        if lacking:
-            intro = "Missing here (not produced: runs they need are missing, incomplete or damaged):"
-            t, m = _itemize(lacking)
-            rerun = f"(Re-)run them with `{command}`."  # _paragraph's: the same section_command
-            tex += ["{\\raggedright", f"\\noindent {latex_escape(intro)}", *t, f"{latex_text(rerun)}\\par}}", ""]
-            md += [intro, "", *m, rerun, ""]
-            gaps += [f"{s.root}: {g}" for g in lacking]
-        for p in parts:
-            if p.latex:
-                tex.append(p.latex)
-                md.append(p.md)
+        t, m, g = _sweep_part(s, mine, out, x, labels)
+        tex, md, gaps = tex + t, md + m, gaps + g
     if unrun:
-        intro = (
-            "The paper's recipes that no sweep here ran, each with the command that runs it (`--scale paper` for "
-            "the paper's setting)"
-            + ("; the products of the sweeps above that could not be made are named under their sweep" if gaps else "")
-            + ":"
-        )
-        t, m = _itemize(unrun)
-        tex += ["{\\raggedright", "\\paragraph{Not in this section.}", latex_text(intro), *t, "\\par}", ""]
-        md += ["## Not in this section", "", intro, "", *m]
+        t, m = _unrun_part(unrun, gaps)
+        tex, md = tex + t, md + m
     return "\n".join(tex) + "\n", "\n".join(md) + "\n", gaps + unrun
 
 

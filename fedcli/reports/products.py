@@ -510,7 +510,7 @@ def parse_select(t: TableDef, d: dict, loc) -> None:
         )
 
 
-def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:  # noqa: C901
+def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureDef:
     """One ``[[figures]]`` entry at ``scale`` (its ``scale.<name>`` overrides applied; ``scales``: the recipe's)."""
     from fedcli.reports.figures import FIGURE_KINDS  # kind -> what draws it and the keys it accepts
 
@@ -530,6 +530,18 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
     if not f.kind:
         raise ConfigError(f"{loc('name')}: figure '{name}' needs a `kind` ({', '.join(FIGURE_KINDS)})")
     kind = FIGURE_KINDS[f.kind]
+    _figure_options(f, d, loc, kind)
+    if "lines" in kind.keys:  # its runs listed in lines (time-to-target), not in panels
+        parse_time_to_target(f, d, loc)
+        return f
+    _figure_panels(f, d, loc, kind)
+    return f
+
+
+def _figure_options(f: FigureDef, d: dict, loc, kind) -> None:
+    """Set the figure's ``seed``, ``round``, ``log``, ``sharex`` and ``target`` from ``d``, each checked (``sharex``
+    and ``target`` only for the kinds that accept them)."""
+    name = f.name
     for key in ("seed", "round"):
         if key in d:
             v = d[key]
@@ -554,9 +566,11 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
                 f"(0.9 for 90%), got {v!r}"
             )
         f.target = float(v)
-    if "lines" in kind.keys:  # its runs listed in lines (time-to-target), not in panels
-        parse_time_to_target(f, d, loc)
-        return f
+
+
+def _figure_panels(f: FigureDef, d: dict, loc, kind) -> None:
+    """Append the figure's panels (``panels``, or one panel of the figure-level ``runs``), each checked."""
+    name = f.name
     for k in ("along", "lines", "baseline"):
         if k in d:
             raise ConfigError(
@@ -584,7 +598,6 @@ def parse_figure(d: dict, loc, scale: str | None = None, scales=None) -> FigureD
                 f"{loc('runs')}: a {f.kind} panel shows one FedLAMA run; figure '{name}' lists {len(runs)}"
             )
         f.panels.append(Panel(title=_str(p, "title", loc), runs=runs, labels=list(labels)))
-    return f
 
 
 def _kinds_with(key: str) -> str:
@@ -731,14 +744,8 @@ def _strings(v, key: str, loc, name: str, allow_empty: bool = False) -> list[str
     return list(v)
 
 
-def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
-    """Fill ``grp`` from one matrix group (table-level matrix keys already merged in); ConfigError names the key."""
-    for k in ("runs", "rows", "baseline"):
-        if k in g:
-            raise ConfigError(
-                f"{loc(k)}: table '{name}' has layout = \"matrix\": its cells are runs named by `cell` "
-                f"from `methods` and `settings` (no `{k}`)"
-            )
+def _matrix_axes(grp: Group, g: dict, loc, name: str) -> None:
+    """Set the matrix's methods, settings, their labels (one per key, if given) and its values (of VALUES)."""
     grp.methods = _strings(g.get("methods"), "methods", loc, name)
     grp.settings = _strings(g.get("settings"), "settings", loc, name)
     for what in ("method", "setting"):
@@ -754,6 +761,10 @@ def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
     for v in grp.values:
         if v not in VALUES:
             raise ConfigError(f"{loc('values')}: unknown value '{v}' in table '{name}' (use {', '.join(VALUES)})")
+
+
+def _matrix_templates(grp: Group, g: dict, loc, name: str) -> None:
+    """Set the ``cell`` and ``compare`` run-name templates: each cell names its own run; ``compare`` iff 'imp'."""
     for k in ("cell", "compare"):
         v = g.get(k, getattr(Group, k))
         if not isinstance(v, str):
@@ -771,6 +782,10 @@ def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
             f"{loc('compare' if grp.compare else 'values')}: table '{name}': the value 'imp' and the template "
             "`compare` (the run without ALA each cell is compared with) go together"
         )
+
+
+def _matrix_header(grp: Group, g: dict, loc, name: str) -> None:
+    """Set the header row: [label, number of settings] pairs that cover the settings."""
     header = g.get("header", [])
     if (
         not isinstance(header, list)
@@ -790,6 +805,10 @@ def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
             f"covering its {len(grp.settings)} settings"
         )
     grp.header = [list(h) for h in header]
+
+
+def _matrix_skip(grp: Group, g: dict, loc, name: str) -> None:
+    """Set the cells to skip, each one of the matrix's cells (or compared runs)."""
     grp.skip = _strings(g.get("skip", []), "skip", loc, name, allow_empty=True)
     cells = {
         t.replace("{method}", m).replace("{setting}", s)
@@ -801,4 +820,18 @@ def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
     for n in grp.skip:
         if n not in cells:
             raise ConfigError(f"{loc('skip')}: table '{name}' skips '{n}', which is not one of its cells")
+
+
+def parse_matrix_group(grp: Group, g: dict, loc, name: str) -> None:
+    """Fill ``grp`` from one matrix group (table-level matrix keys already merged in); ConfigError names the key."""
+    for k in ("runs", "rows", "baseline"):
+        if k in g:
+            raise ConfigError(
+                f"{loc(k)}: table '{name}' has layout = \"matrix\": its cells are runs named by `cell` "
+                f"from `methods` and `settings` (no `{k}`)"
+            )
+    _matrix_axes(grp, g, loc, name)
+    _matrix_templates(grp, g, loc, name)
+    _matrix_header(grp, g, loc, name)
+    _matrix_skip(grp, g, loc, name)
     grp.baseline = None

@@ -214,22 +214,12 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
     """The cells of one run's row of the comparison table."""
     last = run.metrics[-1] if run.metrics else {}
     best = max(run.evaluations("test_acc"), key=lambda r: r["test_acc"], default=None)
-    it, rnd = last.get("iteration"), last.get("round")
-    total = run.config.get("rounds") or run.config.get("iterations")
-    unit = "rounds" if run.config.get("rounds") else "iterations"
-    budget = f"{it:,} ({rnd})" if it is not None else "—"
-    if run.manifest.get("status") != COMPLETED and total:
-        budget += f" of {total:,} {unit}"
     cells = {
         "name": Cell(name, latex_escape(name), {"value": str(run.path)}),
         "method": Cell(method_label(run), latex_escape(method_label(run)), {"value": method_label(run)}),
         "data": Cell(data_label(run), latex_escape(data_label(run)), {"value": data_label(run)}),
         "status": Cell(status_label(run.manifest), None, {"value": status_label(run.manifest)}),
-        "iterations": Cell(
-            budget,
-            latex_escape(budget),
-            {"iteration": it if it is not None else float("nan"), "round": rnd if rnd is not None else float("nan")},
-        ),
+        "iterations": _progress_cell(run, last),
         "final_acc": _flag_nan(_pct_cell(run.accuracy("final")), run),
         "best_acc": Cell("—", "---", {"value": float("nan")})
         if best is None
@@ -247,6 +237,28 @@ def _run_cells(run: RunData, name: str, base: Baseline) -> dict:
         "final_personal_val_acc": _pct_cell(run.accuracy("final", "personal_val_acc")),
     }
     cells["worst_personal_acc"] = _pct_cell(worst_mean(accuracies(run)))
+    return {**cells, **_cost_cells(run, base, last)}
+
+
+def _progress_cell(run: RunData, last: dict) -> Cell:
+    """The iterations cell: the last record's iteration (round), and the budget for a run that did not complete."""
+    it, rnd = last.get("iteration"), last.get("round")
+    total = run.config.get("rounds") or run.config.get("iterations")
+    unit = "rounds" if run.config.get("rounds") else "iterations"
+    budget = f"{it:,} ({rnd})" if it is not None else "—"
+    if run.manifest.get("status") != COMPLETED and total:
+        budget += f" of {total:,} {unit}"
+    return Cell(
+        budget,
+        latex_escape(budget),
+        {"iteration": it if it is not None else float("nan"), "round": rnd if rnd is not None else float("nan")},
+    )
+
+
+def _cost_cells(run: RunData, base: Baseline, last: dict) -> dict:
+    """The cost cells of a run's row: communication against the baseline, in M parameters and MB, wall seconds and
+    simulated seconds (— where not a number)."""
+    cells = {}
     cells["comm"] = _ratio_cell(run.comm_params, base.params(run))
     cells["comm_pct_bytes"] = _ratio_cell(run.comm_bytes, base.bytes(run))
     mp = run.comm_params / 1e6
@@ -393,9 +405,8 @@ def _comparison_keys(runs: list[RunData], base) -> list[tuple[str, str]]:
     return keys
 
 
-def _comparison_notes(runs: list[RunData], names: list[str], keys: list, rows: list, base) -> list[str]:
-    """The notes under :func:`comparison_table`: what its columns mean where shown, how seeds aggregate, how the runs
-    differ, re-timing, and the baseline (with the runs left out of its comparison)."""
+def _accuracy_notes(runs: list[RunData]) -> list[str]:
+    """What the accuracy columns mean: final / best (and personal acc.), val. acc., personal val. acc. where shown."""
     personal = any(r.personalized for r in runs)
     validated = any(r.evaluations("val_acc") for r in runs)
     personal_validated = any(r.evaluations("personal_val_acc") for r in runs)
@@ -417,6 +428,13 @@ def _comparison_notes(runs: list[RunData], names: list[str], keys: list, rows: l
             "Personal val. acc.: each client's model on its own validation samples held out of its training "
             "data (--client-val-fraction), pooled as personal acc. is, at the last evaluation."
         )
+    return notes
+
+
+def _comparison_notes(runs: list[RunData], names: list[str], keys: list, rows: list, base) -> list[str]:
+    """The notes under :func:`comparison_table`: what its columns mean where shown, how seeds aggregate, how the runs
+    differ, re-timing, and the baseline (with the runs left out of its comparison)."""
+    notes = _accuracy_notes(runs)
     if any("nan)" in r[keys.index(("final_acc", "Final acc."))].text for r in rows):
         notes.append(
             "(k nan): k evaluations of the run have a test_acc that is not a number; final and best accuracy are "
@@ -586,71 +604,85 @@ def write_figures(runs: list[RunData], out_dir: str | Path, x: str | None = None
     return files
 
 
+def _per_layer_figures(with_layers: list, what: str, keyed: dict, out_dir: Path) -> list[Path]:
+    """Synchronizations and data moved per layer over the whole run, one panel of the runs with per-layer records."""
+    from fedcli.reports.figures import draw
+    from fedcli.reports.products import FigureDef, Panel
+
+    panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
+    files = draw(
+        FigureDef(
+            "layer-syncs",
+            "layer-syncs",
+            title=f"Synchronizations per layer over the whole run: {what}",
+            panels=[panel],
+        ),
+        keyed,
+        out_dir,
+    )
+    return files + draw(
+        FigureDef(
+            "layer-size",
+            "layer-size",
+            title=f"Data moved per layer over the whole run (MB: every "
+            f"cohort client, both directions, everything that travels for the layer): {what}",
+            panels=[panel],
+        ),
+        keyed,
+        out_dir,
+    )  # a log axis when the layers span two decades
+
+
+def _interval_figures(lama: list, keyed: dict, out_dir: Path) -> list[Path]:
+    """For layer-wise runs, a panel each: each layer's interval over the run, and Algorithm 1's delta_l vs
+    1 - lambda_l at the last adjustment."""
+    from fedcli.reports.figures import draw
+    from fedcli.reports.products import FigureDef, Panel
+
+    mixed = len({data_label(r) for _, _, r in lama}) > 1  # runs of several datasets: each panel names its own
+    panels = [
+        Panel(
+            title=f"{lab}{f', {data_label(r)}' if mixed else ''} ({k})" if len(lama) > 1 else "",
+            runs=[k],
+            labels=[lab],
+        )
+        for k, lab, r in lama
+    ]
+    files = draw(
+        FigureDef(
+            "intervals",
+            "intervals",
+            title="Each layer's synchronization interval over the run "
+            "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)",
+            panels=panels,
+        ),
+        keyed,
+        out_dir,
+    )
+    return files + draw(
+        FigureDef(
+            "delta-lambda",
+            "delta-lambda",
+            title="Algorithm 1 at the last interval adjustment: delta_l "
+            "(discrepancy ratio) vs 1 - lambda_l (size ratio)",
+            panels=panels,
+        ),
+        keyed,
+        out_dir,
+    )
+
+
 def _layer_figures(groups: list, labels: list[str], reps: list[RunData], keyed: dict, out_dir: Path) -> list[Path]:
     """The per-layer figures of :func:`write_figures`: synchronizations and data moved per layer (runs with per-layer
     records), the clients' accuracy (personalized runs), and for layer-wise runs each layer's interval over the run and
     Algorithm 1's delta_l vs 1 - lambda_l."""
-    from fedcli.reports.figures import draw
-    from fedcli.reports.products import FigureDef, Panel
-
     files = []
     with_layers = [(g.name, lab) for g, lab in zip(groups, labels) if g.first.layers]
     what = _what(reps, keyed)
     if with_layers:
-        panel = Panel(runs=[k for k, _ in with_layers], labels=[lab for _, lab in with_layers])
-        files += draw(
-            FigureDef(
-                "layer-syncs",
-                "layer-syncs",
-                title=f"Synchronizations per layer over the whole run: {what}",
-                panels=[panel],
-            ),
-            keyed,
-            out_dir,
-        )
-        files += draw(
-            FigureDef(
-                "layer-size",
-                "layer-size",
-                title=f"Data moved per layer over the whole run (MB: every "
-                f"cohort client, both directions, everything that travels for the layer): {what}",
-                panels=[panel],
-            ),
-            keyed,
-            out_dir,
-        )  # a log axis when the layers span two decades
+        files += _per_layer_figures(with_layers, what, keyed, out_dir)
     files += write_clients_figure(reps, labels, out_dir)  # personalized runs: accuracy across clients (clients.csv)
     lama = [(g.name, lab, g.first) for g, lab in zip(groups, labels) if g.first.intervals]
     if lama:
-        mixed = len({data_label(r) for _, _, r in lama}) > 1  # runs of several datasets: each panel names its own
-        panels = [
-            Panel(
-                title=f"{lab}{f', {data_label(r)}' if mixed else ''} ({k})" if len(lama) > 1 else "",
-                runs=[k],
-                labels=[lab],
-            )
-            for k, lab, r in lama
-        ]
-        files += draw(
-            FigureDef(
-                "intervals",
-                "intervals",
-                title="Each layer's synchronization interval over the run "
-                "(intervals.csv: the interval Algorithm 1 gave it at each adjustment)",
-                panels=panels,
-            ),
-            keyed,
-            out_dir,
-        )
-        files += draw(
-            FigureDef(
-                "delta-lambda",
-                "delta-lambda",
-                title="Algorithm 1 at the last interval adjustment: delta_l "
-                "(discrepancy ratio) vs 1 - lambda_l (size ratio)",
-                panels=panels,
-            ),
-            keyed,
-            out_dir,
-        )
+        files += _interval_figures(lama, keyed, out_dir)
     return files

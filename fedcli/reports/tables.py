@@ -511,11 +511,8 @@ def _column_cell(c: str, name: str, stats: _RunStats, base_comm: float, base_byt
     return plain(r0.config.get(c, ""))
 
 
-def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
-    """A ``paired`` group (FedLAMA's Table 5 shape): per row the left run's full training, the right run's early stop
-    at the left one's accuracy (:func:`early_stop`) and its full training, under a two-level header."""
-    base_comm = stats.baseline(g, "comm_params")
-    acc = acc_header(table_def.metric, {n: stats.runs[n] for pair in g.rows for n in pair})  # the notes say the same
+def _paired_columns(g, acc: str) -> tuple[list[Column], list]:
+    """The 13 columns of a ``paired`` group and its two-level header (the two runs' titles; full/early-stop spans)."""
     cols = [
         Column("left_lr", "LR", "LR"),
         Column("left_tau", "τ'", "$\\tau'$"),
@@ -539,6 +536,36 @@ def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
             ("Full training", "Full training", 2),
         ],
     ]
+    return cols, header
+
+
+def _paired_cells(stats: _RunStats, pair: tuple[str, str], firsts: tuple, es, base_comm) -> list[str]:
+    """One row of a ``paired`` group: each run's LR, tau', phi; the left run's accuracy and C ratio; the right run's
+    early stop (``es``) and full training."""
+    (left, right), (lr0, rr0) = pair, firsts
+    return [
+        plain(lr0.config.get("lr")),
+        plain(lr0.config.get("tau")),
+        plain(phi_of(lr0)),
+        stats.acc_cell(left),
+        fmt_pct(stats.comm(left, base_comm)),
+        plain(rr0.config.get("lr")),
+        plain(rr0.config.get("tau")),
+        plain(phi_of(rr0)),
+        fmt_acc(es.acc) if es.reached else not_reached(n=0),
+        fmt_steps(es.steps, es.reached, es.n),
+        fmt_pct(es.comm_pct) if es.reached else not_reached(),
+        stats.acc_cell(right),
+        fmt_pct(stats.comm(right, base_comm)),
+    ]
+
+
+def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
+    """A ``paired`` group (FedLAMA's Table 5 shape): per row the left run's full training, the right run's early stop
+    at the left one's accuracy (:func:`early_stop`) and its full training, under a two-level header."""
+    base_comm = stats.baseline(g, "comm_params")
+    acc = acc_header(table_def.metric, {n: stats.runs[n] for pair in g.rows for n in pair})  # the notes say the same
+    cols, header = _paired_columns(g, acc)
     rows, meta = [], []
     for left, right in g.rows:
         lr0, rr0 = stats.first(left), stats.first(right)
@@ -550,22 +577,7 @@ def _paired_section(table_def: TableDef, g, stats: _RunStats) -> Section:
             table_def.early_stop_target,
             table_def.metric,
         )
-        cells = [
-            plain(lr0.config.get("lr")),
-            plain(lr0.config.get("tau")),
-            plain(phi_of(lr0)),
-            stats.acc_cell(left),
-            fmt_pct(stats.comm(left, base_comm)),
-            plain(rr0.config.get("lr")),
-            plain(rr0.config.get("tau")),
-            plain(phi_of(rr0)),
-            fmt_acc(es.acc) if es.reached else not_reached(n=0),
-            fmt_steps(es.steps, es.reached, es.n),
-            fmt_pct(es.comm_pct) if es.reached else not_reached(),
-            stats.acc_cell(right),
-            fmt_pct(stats.comm(right, base_comm)),
-        ]
-        rows.append(cells)
+        rows.append(_paired_cells(stats, (left, right), (lr0, rr0), es, base_comm))
         meta.append({"group": g.label, "left_run": left, "right_run": right})
     label = g.label or (f"{g.left_title} vs {g.right_title}" if len(table_def.groups) > 1 else "")
     return Section(label, header, cols, rows, meta)

@@ -61,12 +61,11 @@ def _pct(a: int, b: int | None) -> str:
     return f"{100 * a / b:.1f}%" if b else "n/a"
 
 
-def render_md(report: dict, top: int) -> str:
-    """The study report as Markdown (module docstring)."""
-    folder = report["folder"]
+def _md_head(folder) -> list[str]:
+    """The title and the one-paragraph summary of the study folder (recipe, sampler, objectives, selection split)."""
     rec, objs = folder.record, folder.objectives
     split = "the test set (optimistic)" if folder.select_on == "test" else "the validation split"
-    out = [
+    return [
         f"# Study folder {folder.root}",
         "",
         f"Recipe {rec.get('recipe', '?')} at scale {rec.get('scale') or 'base'}; sampler {rec.get('sampler', '?')}, "
@@ -74,89 +73,110 @@ def render_md(report: dict, top: int) -> str:
         f"{' and '.join(o.label for o in objs)}; selected on {split}.",
         "",
     ]
+
+
+def _md_counts(s: dict) -> list[str]:
+    """A study's heading, its trial counts by state, and its compute spent against budget and full grid."""
+    st = s["study"]
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(s["states"].items()))
+    grid = (
+        f"; the full grid of {st.grid_size} configurations would take {s['grid']} "
+        f"({_pct(s['spent'], s['grid'])} of "
+        f"it spent)"
+        if s["grid"]
+        else "; the space has no finite grid"
+    )
+    return [
+        f"## Study '{st.name}'",
+        "",
+        f"Trials: {counts or 'none yet'} ({len(st.trials)} of {st.planned_trials} planned).",
+        "",
+        f"Compute: {s['spent']} {st.unit_name} spent of a budget of {s['budget']} ({st.planned_trials} trials x "
+        f"{st.budget_iterations} {st.unit_name}, {_pct(s['spent'], s['budget'])}){grid}.",
+        "",
+    ]
+
+
+def _trial_row(rank: str, t, names: list[str], root) -> list[str]:
+    """One row of the best/Pareto table: rank, trial, state, its parameters, its objective values, its run folder."""
+    return [
+        rank,
+        _trial_cell(t),
+        _state(t),
+        *(_num(t.params.get(n)) for n in names),
+        *(_num(v) for v in t.values),
+        str(root / t.run),
+    ]
+
+
+def _md_best(s: dict, folder, names: list[str]) -> list[str]:
+    """The best configurations (one objective) or the Pareto set (several), and the baseline trial if not among them."""
+    objs = folder.objectives
+    if len(objs) == 1:
+        shown = list(s["best"])
+        title = f"Best {len(shown)} configuration(s), best first"
+    else:
+        shown = list(s["pareto"])
+        title = f"Pareto set ({len(shown)} non-dominated of the completed trials), by {objs[0].metric}"
+    base = s["baseline"]
+    rows = [_trial_row(str(i + 1), t, names, folder.root) for i, t in enumerate(shown)]
+    if base is not None and base not in shown:
+        rows.append(_trial_row("-", base, names, folder.root))
+    cols = [o.label for o in objs]
+    out = [f"{title}:", ""]
+    out += _table(rows, ["rank", "trial", "state", *names, *cols, "run"]) if rows else ["(no completed trial yet)"]
+    return [*out, ""]
+
+
+def _md_confirmed(s: dict, folder, names: list[str]) -> list[str]:
+    """The table of the configurations confirmed over seeds, the chosen one marked (none if nothing confirmed)."""
+    conf = s.get("confirmed")
+    if not (conf and conf["rows"]):
+        return []
+    metric = folder.objectives[0].metric
+    best = conf["best"]
+    crows = [
+        [
+            f"{r['number']}{' (chosen)' if best is not None and r is best else ''}",
+            *(_num(r["params"].get(n)) for n in names),
+            _num(r["mean"]),
+            str(r["seeds"]),
+            ", ".join(_num(v) for v in r["values"]),
+        ]
+        for r in conf["rows"]
+    ]
+    out = [
+        f"Confirmed over seeds ({folder.root / 'confirm'}; the chosen configuration has the best mean {metric}):",
+        "",
+    ]
+    return [*out, *_table(crows, ["trial", *names, f"mean {metric}", "seeds", "per seed"]), ""]
+
+
+def _md_importances(s: dict, objs) -> list[str]:
+    """Each objective's parameter importances (eta^2: the share of its variance one parameter alone explains)."""
+    out = []
+    for o, imp in zip(objs, s["importances"]):
+        if imp:
+            said = ", ".join(f"{k} {v:.2f}" for k, v in sorted(imp.items(), key=lambda kv: -kv[1]))
+            out += [
+                f"Parameter importance for {o.metric} (share of its variance one parameter alone explains, "
+                f"eta^2): {said}.",
+                "",
+            ]
+    return out
+
+
+def render_md(report: dict, top: int) -> str:
+    """The study report as Markdown (module docstring)."""
+    folder = report["folder"]
+    out = _md_head(folder)
     for s in report["studies"]:
         st = s["study"]
         names = list(st.space) or sorted({k for t in st.trials for k in t.params})
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(s["states"].items()))
-        out += [
-            f"## Study '{st.name}'",
-            "",
-            f"Trials: {counts or 'none yet'} ({len(st.trials)} of {st.planned_trials} planned).",
-            "",
-        ]
-        grid = (
-            f"; the full grid of {st.grid_size} configurations would take {s['grid']} "
-            f"({_pct(s['spent'], s['grid'])} of "
-            f"it spent)"
-            if s["grid"]
-            else "; the space has no finite grid"
-        )
-        out += [
-            f"Compute: {s['spent']} {st.unit_name} spent of a budget of {s['budget']} ({st.planned_trials} trials x "
-            f"{st.budget_iterations} {st.unit_name}, {_pct(s['spent'], s['budget'])}){grid}.",
-            "",
-        ]
-        cols = [o.label for o in objs]
-        if len(objs) == 1:
-            shown = list(s["best"])
-            title = f"Best {len(shown)} configuration(s), best first"
-        else:
-            shown = list(s["pareto"])
-            title = f"Pareto set ({len(shown)} non-dominated of the completed trials), by {objs[0].metric}"
-        base = s["baseline"]
-        rows = [
-            [
-                str(i + 1),
-                _trial_cell(t),
-                _state(t),
-                *(_num(t.params.get(n)) for n in names),
-                *(_num(v) for v in t.values),
-                str(folder.root / t.run),
-            ]
-            for i, t in enumerate(shown)
-        ]
-        if base is not None and base not in shown:
-            rows.append(
-                [
-                    "-",
-                    _trial_cell(base),
-                    _state(base),
-                    *(_num(base.params.get(n)) for n in names),
-                    *(_num(v) for v in base.values),
-                    str(folder.root / base.run),
-                ]
-            )
-        out += [f"{title}:", ""]
-        out += _table(rows, ["rank", "trial", "state", *names, *cols, "run"]) if rows else ["(no completed trial yet)"]
-        out.append("")
-        conf = s.get("confirmed")
-        if conf and conf["rows"]:
-            best = conf["best"]
-            crows = [
-                [
-                    f"{r['number']}{' (chosen)' if best is not None and r is best else ''}",
-                    *(_num(r["params"].get(n)) for n in names),
-                    _num(r["mean"]),
-                    str(r["seeds"]),
-                    ", ".join(_num(v) for v in r["values"]),
-                ]
-                for r in conf["rows"]
-            ]
-            out += [
-                f"Confirmed over seeds ({folder.root / 'confirm'}; the chosen configuration has the best "
-                f"mean {objs[0].metric}):",
-                "",
-            ]
-            out += _table(crows, ["trial", *names, f"mean {objs[0].metric}", "seeds", "per seed"])
-            out.append("")
-        for o, imp in zip(objs, s["importances"]):
-            if imp:
-                said = ", ".join(f"{k} {v:.2f}" for k, v in sorted(imp.items(), key=lambda kv: -kv[1]))
-                out += [
-                    f"Parameter importance for {o.metric} (share of its variance one parameter alone explains, "
-                    f"eta^2): {said}.",
-                    "",
-                ]
+        out += _md_counts(s)
+        out += _md_best(s, folder, names)
+        out += _md_confirmed(s, folder, names)
+        out += _md_importances(s, folder.objectives)
     notes = [*report["validity"], *report["notes"]]
     if notes:
         out += ["## Notes", "", *(f"- {n}" for n in notes), ""]

@@ -70,11 +70,9 @@ def _number(text: str, option: str) -> float:
     return v
 
 
-def parse_distribution(text: str, option: str, zero_ok: bool = False) -> tuple[str, tuple]:  # noqa: C901
-    """``NAME:ARGS`` into (name, args): ``("constant", (v,))``, ``("lognormal", (median, spread))``,
-    ``("uniform", (lo, hi))``, ``("tiers", ((v1, p1), ...))``; a bare number ``V`` is ``constant:V``. Every value it
-    can give must be positive (or, with ``zero_ok``, at least 0) and in the option's range (:data:`BOUNDS`; a
-    log-normal's median, its draws are checked when drawn); ConfigError naming ``option`` otherwise."""
+def _distribution_name(text: str, option: str) -> tuple[str, str]:
+    """The distribution's name (lowercase; a bare number is ``constant``) and its argument text; ConfigError for an
+    unknown name."""
     name, colon, args = str(text).partition(":")
     name = name.strip().lower()
     if not colon:  # a bare number is a constant: --speed 1e9
@@ -89,31 +87,36 @@ def parse_distribution(text: str, option: str, zero_ok: bool = False) -> tuple[s
             f"{', '.join(f'{n}:...' for n in DISTRIBUTIONS)} (docs/system-model.md)",
             key=option,
         )
-    parts = [a.strip() for a in args.split(",") if a.strip()]
+    return name, args
+
+
+def _parse_tiers(text: str, option: str, parts: list[str], zero_ok: bool) -> tuple:
+    """``tiers:V1@P1,...`` as ((value, probability), ...): probabilities at least 0 summing to 1, every value with
+    a positive probability positive (or at least 0) and in the option's range."""
     bound = "at least 0" if zero_ok else "positive"
     ok = (lambda v: v >= 0) if zero_ok else (lambda v: v > 0)
-    if name == "tiers":
-        tiers = []
-        for p in parts:
-            v, at, prob = p.partition("@")
-            if not at:
-                raise ConfigError(
-                    f"--{option} {text!r}: a tier is VALUE@PROBABILITY (tiers:1e9@0.5,1e8@0.5)", key=option
-                )
-            tiers.append((_number(v, option), _number(prob, option)))
-        if not tiers or any(p < 0 for _, p in tiers) or abs(sum(p for _, p in tiers) - 1.0) > 1e-9:
-            raise ConfigError(
-                f"--{option} {text!r}: the tiers' probabilities must be at least 0 and sum to 1", key=option
-            )
-        if any(not ok(v) for v, p in tiers if p > 0):
-            raise ConfigError(f"--{option} {text!r}: every tier's value must be {bound}", key=option)
-        if any(not in_range(option, v) for v, p in tiers if p > 0):
-            raise ConfigError(
-                f"--{option} {text!r}: every tier's value must lie in {range_text(option)}, the "
-                f"range that keeps a run's simulated time finite (docs/system-model.md)",
-                key=option,
-            )
-        return name, tuple(tiers)
+    tiers = []
+    for p in parts:
+        v, at, prob = p.partition("@")
+        if not at:
+            raise ConfigError(f"--{option} {text!r}: a tier is VALUE@PROBABILITY (tiers:1e9@0.5,1e8@0.5)", key=option)
+        tiers.append((_number(v, option), _number(prob, option)))
+    if not tiers or any(p < 0 for _, p in tiers) or abs(sum(p for _, p in tiers) - 1.0) > 1e-9:
+        raise ConfigError(f"--{option} {text!r}: the tiers' probabilities must be at least 0 and sum to 1", key=option)
+    if any(not ok(v) for v, p in tiers if p > 0):
+        raise ConfigError(f"--{option} {text!r}: every tier's value must be {bound}", key=option)
+    if any(not in_range(option, v) for v, p in tiers if p > 0):
+        raise ConfigError(
+            f"--{option} {text!r}: every tier's value must lie in {range_text(option)}, the "
+            f"range that keeps a run's simulated time finite (docs/system-model.md)",
+            key=option,
+        )
+    return tuple(tiers)
+
+
+def _parse_params(name: str, text: str, option: str, parts: list[str], zero_ok: bool) -> tuple:
+    """The numbers of ``constant:V``, ``lognormal:MEDIAN,SPREAD`` or ``uniform:LO,HI``, each form's rules checked and
+    its values (a log-normal's median; its draws are checked when drawn) positive (or at least 0) and in range."""
     want = DISTRIBUTIONS[name]
     if len(parts) != want:
         form = {"constant": "constant:V", "lognormal": "lognormal:MEDIAN,SPREAD", "uniform": "uniform:LO,HI"}[name]
@@ -127,8 +130,10 @@ def parse_distribution(text: str, option: str, zero_ok: bool = False) -> tuple[s
         raise ConfigError(f"--{option} {text!r}: uniform:LO,HI needs LO <= HI", key=option)
     if name == "lognormal" and vals[1] > MAX_SPREAD:
         raise ConfigError(f"--{option} {text!r}: a log-normal's spread must be at most {MAX_SPREAD:g}", key=option)
-    if not ok(vals[0]):
-        raise ConfigError(f"--{option} {text!r}: its values must be {bound}", key=option)
+    if not (vals[0] >= 0 if zero_ok else vals[0] > 0):
+        raise ConfigError(
+            f"--{option} {text!r}: its values must be {'at least 0' if zero_ok else 'positive'}", key=option
+        )
     ends = vals if name == "uniform" else vals[:1]  # a log-normal's draws are checked when drawn (fedcli.fl.system)
     if not all(in_range(option, v) for v in ends):
         raise ConfigError(
@@ -136,7 +141,19 @@ def parse_distribution(text: str, option: str, zero_ok: bool = False) -> tuple[s
             f"run's simulated time finite (docs/system-model.md)",
             key=option,
         )
-    return name, vals
+    return vals
+
+
+def parse_distribution(text: str, option: str, zero_ok: bool = False) -> tuple[str, tuple]:
+    """``NAME:ARGS`` into (name, args): ``("constant", (v,))``, ``("lognormal", (median, spread))``,
+    ``("uniform", (lo, hi))``, ``("tiers", ((v1, p1), ...))``; a bare number ``V`` is ``constant:V``. Every value it
+    can give must be positive (or, with ``zero_ok``, at least 0) and in the option's range (:data:`BOUNDS`; a
+    log-normal's median, its draws are checked when drawn); ConfigError naming ``option`` otherwise."""
+    name, args = _distribution_name(text, option)
+    parts = [a.strip() for a in args.split(",") if a.strip()]
+    if name == "tiers":
+        return name, _parse_tiers(text, option, parts, zero_ok)
+    return name, _parse_params(name, text, option, parts, zero_ok)
 
 
 def read_rows(path: str, key: str, columns: tuple[str, ...]):

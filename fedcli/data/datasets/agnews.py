@@ -57,6 +57,44 @@ def _read_agnews_csv(path: Path) -> tuple:
     return docs, np.asarray(ys, dtype=np.int64)
 
 
+def _agnews_pool(root: Path, download: bool, holdout_fraction: float) -> tuple[Path, str]:
+    """The folder that holds the CSV files (``root``, ``root/ag_news_csv`` or ``root/AG_NEWS``) and which splits are
+    there (``choose_pool``); DataError for --download (fedcli cannot download AG News)."""
+    dirs = [root, root / "ag_news_csv", root / "AG_NEWS"]
+    base = next((d for d in dirs if (d / "train.csv").is_file() or (d / "test.csv").is_file()), root)
+    hint = (
+        f"train.csv and test.csv in {root}, {root / 'ag_news_csv'} or {root / 'AG_NEWS'}; fedcli cannot download "
+        f"AG News: get ag_news_csv (e.g. {AGNEWS_URL}) and point --data-dir at it"
+    )
+    if download and not (base / "train.csv").is_file():
+        raise DataError(
+            f"{base / 'train.csv'}: --download is not supported for agnews; expected the files in place ({hint})"
+        )
+    train_missing = None if (base / "train.csv").is_file() else base / "train.csv"
+    test_missing = None if (base / "test.csv").is_file() else base / "test.csv"
+    return base, choose_pool("agnews", holdout_fraction, train_missing, test_missing, hint)
+
+
+def _agnews_vocab(docs: list[list[str]], cap: int | None) -> dict[str, int]:
+    """Word ids from 2 (0 <pad>, 1 <unk>) for the ``cap`` most frequent words of ``docs`` (None: all), ties by word."""
+    from collections import Counter
+
+    counts = Counter(t for d in docs for t in d)
+    words = sorted(counts, key=lambda w: (-counts[w], w))[:cap]
+    return {w: i + 2 for i, w in enumerate(words)}
+
+
+def _agnews_encode(docs: list[list[str]], ids: dict[str, int], max_len: int):
+    """Token ids int64 [N, max_len]: each text's first ``max_len`` words (unknown: <unk>), padded at the end."""
+    import numpy as np
+
+    x = np.full((len(docs), max_len), PAD_ID, dtype=np.int64)
+    for i, d in enumerate(docs):
+        row = [ids.get(t, UNK_ID) for t in d[:max_len]]
+        x[i, : len(row)] = row
+    return x
+
+
 def load_agnews(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
@@ -77,40 +115,15 @@ def load_agnews(
     opts = options or {}
     cap = option(opts, "agnews_vocab_size", AGNEWS_VOCAB, int, lo=0) or None  # 0: every training word
     max_len = option(opts, "agnews_max_len", AGNEWS_MAX_LEN, int, lo=1)
-    root = default_dir("agnews", data_dir)
-    dirs = [root, root / "ag_news_csv", root / "AG_NEWS"]
-    base = next((d for d in dirs if (d / "train.csv").is_file() or (d / "test.csv").is_file()), root)
-    hint = (
-        f"train.csv and test.csv in {root}, {root / 'ag_news_csv'} or {root / 'AG_NEWS'}; fedcli cannot download "
-        f"AG News: get ag_news_csv (e.g. {AGNEWS_URL}) and point --data-dir at it"
-    )
-    if download and not (base / "train.csv").is_file():
-        raise DataError(
-            f"{base / 'train.csv'}: --download is not supported for agnews; expected the files in place ({hint})"
-        )
-    train_missing = None if (base / "train.csv").is_file() else base / "train.csv"
-    test_missing = None if (base / "test.csv").is_file() else base / "test.csv"
-    pool = choose_pool("agnews", holdout_fraction, train_missing, test_missing, hint)
+    base, pool = _agnews_pool(default_dir("agnews", data_dir), download, holdout_fraction)
     parts = {s: _read_agnews_csv(base / f"{s}.csv") for s in ("train", "test") if pool in ("both", s)}
     if pool == "both":
         vocab_docs = parts["train"][0]
     else:  # the same split _assemble makes: the vocabulary sees the train side only
         docs, y = parts[pool]
         vocab_docs = [docs[i] for i in _holdout_indices(y, holdout_fraction)[0]]
-    from collections import Counter
-
-    counts = Counter(t for d in vocab_docs for t in d)
-    words = sorted(counts, key=lambda w: (-counts[w], w))[:cap]
-    ids = {w: i + 2 for i, w in enumerate(words)}
-
-    def encode(docs: list[list[str]], y: np.ndarray) -> _Split:
-        x = np.full((len(docs), max_len), PAD_ID, dtype=np.int64)
-        for i, d in enumerate(docs):
-            row = [ids.get(t, UNK_ID) for t in d[:max_len]]
-            x[i, : len(row)] = row
-        return _Split(x, y)
-
-    splits = {s: encode(*parts[s]) for s in parts}
+    ids = _agnews_vocab(vocab_docs, cap)
+    splits = {s: _Split(_agnews_encode(parts[s][0], ids, max_len), parts[s][1]) for s in parts}
     source = {
         "dataset": "agnews",
         "folder": str(base),

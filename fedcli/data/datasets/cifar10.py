@@ -15,21 +15,23 @@ def load_cifar10(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
     """CIFAR-10: ``cifar-10-batches-py/data_batch_1..5`` and ``test_batch``."""
-    from fedcli.data.datasets.shared import load_cifar
+    from fedcli.data.datasets.shared import CifarLayout, load_cifar
 
     return load_cifar(
         "cifar10",
         data_dir,
+        CifarLayout(
+            folder="cifar-10-batches-py",
+            train_files=[f"data_batch_{i}" for i in range(1, 6)],
+            test_file="test_batch",
+            label_key="labels",
+            tv_class="CIFAR10",
+            mean=CIFAR10_MEAN,
+            std=CIFAR10_STD,
+            num_classes=10,
+        ),
         download=download,
         holdout_fraction=holdout_fraction,
-        folder="cifar-10-batches-py",
-        train_files=[f"data_batch_{i}" for i in range(1, 6)],
-        test_file="test_batch",
-        label_key="labels",
-        tv_class="CIFAR10",
-        mean=CIFAR10_MEAN,
-        std=CIFAR10_STD,
-        num_classes=10,
     )
 
 

@@ -14,21 +14,23 @@ def load_cifar100(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
     """CIFAR-100 (fine labels): ``cifar-100-python/train`` and ``test``."""
-    from fedcli.data.datasets.shared import load_cifar
+    from fedcli.data.datasets.shared import CifarLayout, load_cifar
 
     return load_cifar(
         "cifar100",
         data_dir,
+        CifarLayout(
+            folder="cifar-100-python",
+            train_files=["train"],
+            test_file="test",
+            label_key="fine_labels",
+            tv_class="CIFAR100",
+            mean=CIFAR100_MEAN,
+            std=CIFAR100_STD,
+            num_classes=100,
+        ),
         download=download,
         holdout_fraction=holdout_fraction,
-        folder="cifar-100-python",
-        train_files=["train"],
-        test_file="test",
-        label_key="fine_labels",
-        tv_class="CIFAR100",
-        mean=CIFAR100_MEAN,
-        std=CIFAR100_STD,
-        num_classes=100,
     )
 
 

@@ -20,7 +20,7 @@ def load_emnist(
     ``options["emnist_split"]``: balanced (default), byclass, bymerge, digits, letters, mnist.
     Images are stored transposed and are transposed back; ``letters`` labels 1..26 become 0..25.
     """
-    from fedcli.data.datasets.shared import load_idx_dataset
+    from fedcli.data.datasets.shared import IdxLayout, load_idx_dataset
 
     split = (options or {}).get("emnist_split", "balanced")
     if split not in EMNIST_CLASSES:
@@ -28,18 +28,20 @@ def load_emnist(
     return load_idx_dataset(
         "emnist",
         data_dir,
+        IdxLayout(
+            raw_folder="EMNIST",
+            tv_class="EMNIST",
+            prefix=f"emnist-{split}-",
+            mean=EMNIST_MEAN,
+            std=EMNIST_STD,
+            num_classes=EMNIST_CLASSES[split],
+            transpose=True,
+            label_offset=1 if split == "letters" else 0,
+            tv_kwargs={"split": split},
+            extra_source={"options": {"emnist_split": split}},
+        ),
         download=download,
         holdout_fraction=holdout_fraction,
-        raw_folder="EMNIST",
-        tv_class="EMNIST",
-        prefix=f"emnist-{split}-",
-        mean=EMNIST_MEAN,
-        std=EMNIST_STD,
-        num_classes=EMNIST_CLASSES[split],
-        transpose=True,
-        label_offset=1 if split == "letters" else 0,
-        tv_kwargs={"split": split},
-        extra_source={"options": {"emnist_split": split}},
     )
 
 

@@ -17,6 +17,44 @@ LEAF_HOW = (
 )
 
 
+def _read_leaf_split(paths: list[Path], files: list[str]) -> tuple:
+    """One split's LEAF files: pixels [N, 784], labels [N] (checked 0..61), the writers in file order and their sample
+    counts; each file read is appended to ``files``."""
+    import numpy as np
+
+    from fedcli.data._formats import read_leaf_json
+    from fedcli.data.datasets.shared import check_labels
+
+    expected = f"FEMNIST labels 0..{FEMNIST_CLASSES - 1}"
+    xs, ys, users, counts = [], [], [], []
+    for path in paths:
+        for user, x, y in read_leaf_json(path, 784):
+            check_labels(y, FEMNIST_CLASSES, path, expected)
+            xs.append(x)
+            ys.append(y)
+            users.append(user)
+            counts.append(len(y))
+        files.append(str(path))
+    x = np.concatenate(xs) if xs else np.zeros((0, 784), dtype=np.float32)
+    y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
+    return x, y, users, np.asarray(counts, dtype=np.int64)
+
+
+def _writer_splits(parts: dict) -> tuple[list[str], dict]:
+    """The sorted writers of all splits, and each split with every sample's writer index as its groups."""
+    import numpy as np
+
+    from fedcli.data.sources import _Split
+
+    names = sorted({u for _, _, users, _ in parts.values() for u in users})
+    index = {u: i for i, u in enumerate(names)}
+    splits: dict[str, _Split] = {}
+    for s, (x, y, users, counts) in parts.items():
+        groups = np.repeat(np.asarray([index[u] for u in users], dtype=np.int64), counts)
+        splits[s] = _Split(x, y, groups)
+    return names, splits
+
+
 def load_femnist(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
@@ -26,11 +64,8 @@ def load_femnist(
     Writer ids are kept: ``group_names`` is the sorted union of the writers read, ``*_groups`` index it.
     Pixels stay as stored (1.0 = background), shape [N, 1, 28, 28], 62 classes.
     """
-    import numpy as np
-
-    from fedcli.data._formats import read_leaf_json
-    from fedcli.data.datasets.shared import check_labels, leaf_files
-    from fedcli.data.sources import _assemble, _Split
+    from fedcli.data.datasets.shared import leaf_files
+    from fedcli.data.sources import _assemble
 
     root = default_dir("femnist", data_dir)
     candidates = [root, root / "data", root / "femnist" / "data"]
@@ -43,33 +78,12 @@ def load_femnist(
     split_files = {s: leaf_files(base / s) if (base / s).is_dir() else [] for s in ("train", "test")}
     missing = {s: None if split_files[s] else base / s / "*.json[.gz]" for s in ("train", "test")}
     pool = choose_pool("femnist", holdout_fraction, missing["train"], missing["test"], hint)
-    expected = f"FEMNIST labels 0..{FEMNIST_CLASSES - 1}"
     files: list[str] = []
-
-    def read(split: str) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
-        xs, ys, users, counts = [], [], [], []
-        for path in split_files[split]:
-            for user, x, y in read_leaf_json(path, 784):
-                check_labels(y, FEMNIST_CLASSES, path, expected)
-                xs.append(x)
-                ys.append(y)
-                users.append(user)
-                counts.append(len(y))
-            files.append(str(path))
-        x = np.concatenate(xs) if xs else np.zeros((0, 784), dtype=np.float32)
-        y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
-        return x, y, users, np.asarray(counts, dtype=np.int64)
-
-    parts = {s: read(s) for s in ("train", "test") if pool in ("both", s)}
+    parts = {s: _read_leaf_split(split_files[s], files) for s in ("train", "test") if pool in ("both", s)}
     for s, (_, y, _, _) in parts.items():
         if not len(y):
             raise DataError(f"{base / s}: its LEAF files hold no users with samples; expected {hint}")
-    names = sorted({u for _, _, users, _ in parts.values() for u in users})
-    index = {u: i for i, u in enumerate(names)}
-    splits: dict[str, _Split] = {}
-    for s, (x, y, users, counts) in parts.items():
-        groups = np.repeat(np.asarray([index[u] for u in users], dtype=np.int64), counts)
-        splits[s] = _Split(x, y, groups)
+    names, splits = _writer_splits(parts)
     source = {
         "dataset": "femnist",
         "folder": str(base),

@@ -14,19 +14,21 @@ def load_fmnist(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
     """Fashion-MNIST (Xiao et al. 2017), IDX files in torchvision's ``FashionMNIST/raw`` layout."""
-    from fedcli.data.datasets.shared import load_idx_dataset
+    from fedcli.data.datasets.shared import IdxLayout, load_idx_dataset
 
     return load_idx_dataset(
         "fmnist",
         data_dir,
+        IdxLayout(
+            raw_folder="FashionMNIST",
+            tv_class="FashionMNIST",
+            prefix="",
+            mean=FMNIST_MEAN,
+            std=FMNIST_STD,
+            num_classes=10,
+        ),
         download=download,
         holdout_fraction=holdout_fraction,
-        raw_folder="FashionMNIST",
-        tv_class="FashionMNIST",
-        prefix="",
-        mean=FMNIST_MEAN,
-        std=FMNIST_STD,
-        num_classes=10,
     )
 
 

@@ -14,19 +14,21 @@ def load_mnist(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
     """MNIST (LeCun et al. 1998), IDX files in torchvision's ``MNIST/raw`` layout."""
-    from fedcli.data.datasets.shared import load_idx_dataset
+    from fedcli.data.datasets.shared import IdxLayout, load_idx_dataset
 
     return load_idx_dataset(
         "mnist",
         data_dir,
+        IdxLayout(
+            raw_folder="MNIST",
+            tv_class="MNIST",
+            prefix="",
+            mean=MNIST_MEAN,
+            std=MNIST_STD,
+            num_classes=10,
+        ),
         download=download,
         holdout_fraction=holdout_fraction,
-        raw_folder="MNIST",
-        tv_class="MNIST",
-        prefix="",
-        mean=MNIST_MEAN,
-        std=MNIST_STD,
-        num_classes=10,
     )
 
 

@@ -10,6 +10,7 @@ On-disk layouts are read with the numpy readers of ``fedcli.data._formats``, nev
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,75 +56,86 @@ def find(dirs: list[Path], stem: str) -> Path | None:
     return None
 
 
-def load_idx_dataset(  # noqa: PLR0913
-    name: str,
-    data_dir: Path | None,
-    *,
-    download: bool,
-    holdout_fraction: float,
-    raw_folder: str,
-    tv_class: str,
-    prefix: str,
-    mean: float,
-    std: float,
-    num_classes: int,
-    transpose: bool = False,
-    label_offset: int = 0,
-    tv_kwargs: dict | None = None,
-    extra_source: dict | None = None,
+@dataclass(frozen=True)
+class IdxLayout:
+    """Where and how one MNIST-family dataset lies: torchvision's ``<dir>/<raw_folder>/raw`` folder and class, the
+    file-name prefix, the normalization, the classes, EMNIST's transposed images and 1-based labels, torchvision's
+    extra arguments and what the source record adds."""
+
+    raw_folder: str
+    tv_class: str
+    prefix: str
+    mean: float
+    std: float
+    num_classes: int
+    transpose: bool = False
+    label_offset: int = 0
+    tv_kwargs: dict | None = None
+    extra_source: dict | None = None
+
+
+def _idx_missing(found: dict, stems: dict, dirs: list[Path], split: str, hint: str) -> Path | None:
+    """The file a split lacks (None when both of its IDX files are there); DataError for half a split."""
+    img, lab = found[split]
+    if img is None and lab is None:
+        return dirs[0] / f"{stems[split][0]}[.gz]"
+    if img is None or lab is None:  # half a split: always an error
+        which = stems[split][0] if img is None else stems[split][1]
+        raise DataError(f"{dirs[0] / which}[.gz]: not found next to its partner file; expected both IDX files ({hint})")
+    return None
+
+
+def _read_idx_split(img_path: Path, lab_path: Path, layout: IdxLayout, expected: str) -> _Split:
+    """One split's 28x28 IDX images, scaled to [0, 1] and standardized, and its labels (checked: ``expected``)."""
+    images = read_idx(img_path, IDX_IMAGES_MAGIC)
+    labels = read_idx(lab_path, IDX_LABELS_MAGIC)
+    if images.shape[1:] != (28, 28):
+        raise DataError(f"{img_path}: images are {images.shape[1]}x{images.shape[2]}; expected 28x28 IDX images")
+    if len(images) != len(labels):
+        raise DataError(
+            f"{img_path}: holds {len(images)} images but {lab_path.name} holds {len(labels)} labels; "
+            f"expected {expected} with equal counts"
+        )
+    if layout.transpose:  # EMNIST stores images transposed (torchvision transposes them back)
+        images = images.transpose(0, 2, 1)
+    x = np.empty((len(images), 1, 28, 28), dtype=np.float32)
+    np.divide(images, np.float32(255.0), out=x[:, 0], dtype=np.float32)
+    x -= np.float32(layout.mean)
+    x /= np.float32(layout.std)
+    y = labels.astype(np.int64) - layout.label_offset
+    check_labels(y, layout.num_classes, lab_path, expected)
+    return _Split(x, y)
+
+
+def load_idx_dataset(
+    name: str, data_dir: Path | None, layout: IdxLayout, *, download: bool, holdout_fraction: float
 ) -> FedDataset:
     """MNIST-family loader: IDX files in torchvision's ``<dir>/<raw_folder>/raw`` layout or in ``<dir>``."""
     root = default_dir(name, data_dir)
-    dirs = [root / raw_folder / "raw", root]
+    dirs = [root / layout.raw_folder / "raw", root]
+    prefix = layout.prefix
     stems = {
         "train": (f"{prefix}train-images-idx3-ubyte", f"{prefix}train-labels-idx1-ubyte"),
         "test": (f"{prefix}t10k-images-idx3-ubyte", f"{prefix}t10k-labels-idx1-ubyte"),
     }
     if download and (find(dirs, stems["train"][0]) is None or find(dirs, stems["test"][0]) is None):
-        torchvision_download(name, root, tv_class, **(tv_kwargs or {}))
+        torchvision_download(name, root, layout.tv_class, **(layout.tv_kwargs or {}))
 
     found: dict[str, tuple[Path | None, Path | None]] = {
         split: (find(dirs, img), find(dirs, lab)) for split, (img, lab) in stems.items()
     }
-    hint = f"IDX files {stems['train'][0]}[.gz] etc. in {root / raw_folder / 'raw'} or {root}; " + download_hint()
-
-    def missing(split: str) -> Path | None:
-        img, lab = found[split]
-        if img is None and lab is None:
-            return dirs[0] / f"{stems[split][0]}[.gz]"
-        if img is None or lab is None:  # half a split: always an error
-            which = stems[split][0] if img is None else stems[split][1]
-            raise DataError(
-                f"{dirs[0] / which}[.gz]: not found next to its partner file; expected both IDX files ({hint})"
-            )
-        return None
-
-    pool = choose_pool(name, holdout_fraction, missing("train"), missing("test"), hint)
-    expected = f"an IDX image/label pair of {name} (28x28 images, labels 0..{num_classes - 1})"
+    hint = f"IDX files {stems['train'][0]}[.gz] etc. in {root / layout.raw_folder / 'raw'} or {root}; "
+    hint += download_hint()
+    missing = {split: _idx_missing(found, stems, dirs, split, hint) for split in ("train", "test")}
+    pool = choose_pool(name, holdout_fraction, missing["train"], missing["test"], hint)
+    expected = f"an IDX image/label pair of {name} (28x28 images, labels 0..{layout.num_classes - 1})"
     files: list[str] = []
 
     def read(split: str) -> _Split:
         img_path, lab_path = found[split]
         assert img_path is not None and lab_path is not None
-        images = read_idx(img_path, IDX_IMAGES_MAGIC)
-        labels = read_idx(lab_path, IDX_LABELS_MAGIC)
         files.extend([str(img_path), str(lab_path)])
-        if images.shape[1:] != (28, 28):
-            raise DataError(f"{img_path}: images are {images.shape[1]}x{images.shape[2]}; expected 28x28 IDX images")
-        if len(images) != len(labels):
-            raise DataError(
-                f"{img_path}: holds {len(images)} images but {lab_path.name} holds {len(labels)} labels; "
-                f"expected {expected} with equal counts"
-            )
-        if transpose:  # EMNIST stores images transposed (torchvision transposes them back)
-            images = images.transpose(0, 2, 1)
-        x = np.empty((len(images), 1, 28, 28), dtype=np.float32)
-        np.divide(images, np.float32(255.0), out=x[:, 0], dtype=np.float32)
-        x -= np.float32(mean)
-        x /= np.float32(std)
-        y = labels.astype(np.int64) - label_offset
-        check_labels(y, num_classes, lab_path, expected)
-        return _Split(x, y)
+        return _read_idx_split(img_path, lab_path, layout, expected)
 
     train = read("train") if pool in ("both", "train") else None
     test = read("test") if pool in ("both", "test") else None
@@ -132,42 +144,32 @@ def load_idx_dataset(  # noqa: PLR0913
         "folder": str(root),
         "format": "IDX (torchvision layout)",
         "files": files,
-        "normalization": {"mean": [mean], "std": [std]},
+        "normalization": {"mean": [layout.mean], "std": [layout.std]},
         "download": download,
-        **(extra_source or {}),
+        **(layout.extra_source or {}),
     }
-    return _assemble(name, pool, holdout_fraction, train, test, num_classes, source, image_shape=(1, 28, 28))
+    return _assemble(name, pool, holdout_fraction, train, test, layout.num_classes, source, image_shape=(1, 28, 28))
 
 
-def load_cifar(  # noqa: PLR0913
-    name: str,
-    data_dir: Path | None,
-    *,
-    download: bool,
-    holdout_fraction: float,
-    folder: str,
-    train_files: list[str],
-    test_file: str,
-    label_key: str,
-    tv_class: str,
-    mean: tuple[float, float, float],
-    std: tuple[float, float, float],
-    num_classes: int,
-) -> FedDataset:
-    """CIFAR python pickles (Krizhevsky 2009) in ``<dir>/<folder>`` (torchvision's layout) or in ``<dir>``."""
-    root = default_dir(name, data_dir)
+@dataclass(frozen=True)
+class CifarLayout:
+    """Where and how one CIFAR dataset lies (Krizhevsky 2009): torchvision's folder, its training and test pickles,
+    the label key in them, torchvision's class, the per-channel normalization and the classes."""
 
-    def locate() -> Path:
-        for d in (root / folder, root):
-            if any((d / f).is_file() for f in (*train_files, test_file)):
-                return d
-        return root / folder
+    folder: str
+    train_files: list[str]
+    test_file: str
+    label_key: str
+    tv_class: str
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    num_classes: int
 
-    base = locate()
-    if download and not all((base / f).is_file() for f in (*train_files, test_file)):
-        torchvision_download(name, root, tv_class)
-        base = locate()
-    hint = f"CIFAR python pickles {', '.join(train_files[:1])}... and {test_file} in {root / folder} or {root}; "
+
+def _cifar_pool(name: str, root: Path, base: Path, layout: CifarLayout, holdout_fraction: float) -> str:
+    """Which splits are on disk (``choose_pool``); DataError for some training batches without the others."""
+    train_files, test_file = layout.train_files, layout.test_file
+    hint = f"CIFAR python pickles {', '.join(train_files[:1])}... and {test_file} in {root / layout.folder} or {root}; "
     hint += download_hint()
     train_missing = next((base / f for f in train_files if not (base / f).is_file()), None)
     if train_missing is not None and any((base / f).is_file() for f in train_files):
@@ -176,14 +178,34 @@ def load_cifar(  # noqa: PLR0913
             f"{', '.join(train_files)} ({hint})"
         )
     test_missing = None if (base / test_file).is_file() else base / test_file
-    pool = choose_pool(name, holdout_fraction, train_missing, test_missing, hint)
+    return choose_pool(name, holdout_fraction, train_missing, test_missing, hint)
+
+
+def load_cifar(
+    name: str, data_dir: Path | None, layout: CifarLayout, *, download: bool, holdout_fraction: float
+) -> FedDataset:
+    """CIFAR python pickles (Krizhevsky 2009) in ``<dir>/<folder>`` (torchvision's layout) or in ``<dir>``."""
+    root = default_dir(name, data_dir)
+    train_files, test_file, num_classes = layout.train_files, layout.test_file, layout.num_classes
+
+    def locate() -> Path:
+        for d in (root / layout.folder, root):
+            if any((d / f).is_file() for f in (*train_files, test_file)):
+                return d
+        return root / layout.folder
+
+    base = locate()
+    if download and not all((base / f).is_file() for f in (*train_files, test_file)):
+        torchvision_download(name, root, layout.tv_class)
+        base = locate()
+    pool = _cifar_pool(name, root, base, layout, holdout_fraction)
     files: list[str] = []
     expected = f"{name} labels 0..{num_classes - 1}"
 
     def read(names: list[str]) -> _Split:
         xs, ys = [], []
         for f in names:
-            x, y = read_cifar_batch(base / f, label_key)
+            x, y = read_cifar_batch(base / f, layout.label_key)
             check_labels(y, num_classes, base / f, expected)
             xs.append(x)
             ys.append(y)
@@ -191,8 +213,8 @@ def load_cifar(  # noqa: PLR0913
         raw = np.concatenate(xs) if len(xs) > 1 else xs[0]
         x = np.empty(raw.shape, dtype=np.float32)
         np.divide(raw, np.float32(255.0), out=x, dtype=np.float32)
-        x -= np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
-        x /= np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
+        x -= np.asarray(layout.mean, dtype=np.float32).reshape(1, 3, 1, 1)
+        x /= np.asarray(layout.std, dtype=np.float32).reshape(1, 3, 1, 1)
         return _Split(x, np.concatenate(ys))
 
     train = read(train_files) if pool in ("both", "train") else None
@@ -202,7 +224,7 @@ def load_cifar(  # noqa: PLR0913
         "folder": str(base),
         "format": "CIFAR python pickle",
         "files": files,
-        "normalization": {"mean": list(mean), "std": list(std)},
+        "normalization": {"mean": list(layout.mean), "std": list(layout.std)},
         "download": download,
     }
     return _assemble(name, pool, holdout_fraction, train, test, num_classes, source, augment="cifar")

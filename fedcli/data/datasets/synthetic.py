@@ -8,6 +8,43 @@ from pathlib import Path
 from fedcli.data.datasets.base import Dataset, FedDataset
 
 
+def _synthetic_setting(opts: dict):
+    """The SyntheticSetting of the loader options (each checked by ``option``; the defaults of Li et al. 2020)."""
+    from fedcli.data.datasets.shared import option
+    from fedcli.data.synthetic import SyntheticSetting
+
+    return SyntheticSetting(
+        alpha=option(opts, "synthetic_alpha", 1.0, float, lo=0.0),
+        beta=option(opts, "synthetic_beta", 1.0, float, lo=0.0),
+        users=option(opts, "synthetic_users", 30, int, lo=1),
+        dim=option(opts, "synthetic_dim", 60, int, lo=1),
+        classes=option(opts, "synthetic_classes", 10, int, lo=2),
+        iid=option(opts, "synthetic_iid", False, bool),
+        seed=option(opts, "data_seed", 0, int, lo=0),
+    )
+
+
+def _synthetic_source(setting, samples_per_user: list[int]) -> dict:
+    """The source record: the options the data is a function of, and every user's sample count."""
+    used = {
+        "synthetic_alpha": setting.alpha,
+        "synthetic_beta": setting.beta,
+        "synthetic_users": setting.users,
+        "synthetic_dim": setting.dim,
+        "synthetic_classes": setting.classes,
+        "synthetic_iid": setting.iid,
+        "data_seed": setting.seed,
+    }
+    return {
+        "dataset": "synthetic",
+        "folder": None,
+        "format": "generated (Li et al. 2020, Synthetic(alpha, beta)), keyed by (data_seed, user), on demand",
+        "files": [],
+        "options": used,
+        "samples_per_user": samples_per_user,
+    }
+
+
 def load_synthetic(
     data_dir: Path | None = None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
@@ -27,41 +64,15 @@ def load_synthetic(
     """
     import numpy as np
 
-    from fedcli.data.datasets.shared import option
     from fedcli.data.sources import _assemble, _Split
-    from fedcli.data.synthetic import SyntheticSetting, SyntheticUsers
+    from fedcli.data.synthetic import SyntheticUsers
 
-    opts = options or {}
-    setting = SyntheticSetting(
-        alpha=option(opts, "synthetic_alpha", 1.0, float, lo=0.0),
-        beta=option(opts, "synthetic_beta", 1.0, float, lo=0.0),
-        users=option(opts, "synthetic_users", 30, int, lo=1),
-        dim=option(opts, "synthetic_dim", 60, int, lo=1),
-        classes=option(opts, "synthetic_classes", 10, int, lo=2),
-        iid=option(opts, "synthetic_iid", False, bool),
-        seed=option(opts, "data_seed", 0, int, lo=0),
-    )
+    setting = _synthetic_setting(options or {})
     users = SyntheticUsers(setting)
     ids = np.arange(setting.users, dtype=np.int32)
     train = _Split(users.rows("train"), users.train_y, np.repeat(ids, users.n_train))
     test = _Split(users.rows("test"), users.test_y, np.repeat(ids, users.sizes - users.n_train))
-    used = {
-        "synthetic_alpha": setting.alpha,
-        "synthetic_beta": setting.beta,
-        "synthetic_users": setting.users,
-        "synthetic_dim": setting.dim,
-        "synthetic_classes": setting.classes,
-        "synthetic_iid": setting.iid,
-        "data_seed": setting.seed,
-    }
-    source = {
-        "dataset": "synthetic",
-        "folder": None,
-        "format": "generated (Li et al. 2020, Synthetic(alpha, beta)), keyed by (data_seed, user), on demand",
-        "files": [],
-        "options": used,
-        "samples_per_user": users.sizes.tolist(),
-    }
+    source = _synthetic_source(setting, users.sizes.tolist())
     if holdout_fraction > 0:  # one pool, split by labels: the rows are taken out of the whole table
         train = _Split(train.x[:].numpy(), train.y, train.groups)
         return _assemble(

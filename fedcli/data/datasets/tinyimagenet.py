@@ -65,7 +65,64 @@ def _cached_images(cache: Path, files: list[Path], labels, size: int) -> tuple:
     return x, False
 
 
-def load_tinyimagenet(  # noqa: PLR0915
+def _tinyimagenet_base(root: Path, download: bool) -> Path:
+    """The extracted folder (``root/tiny-imagenet-200`` or ``root``, the one with wnids.txt); DataError if neither."""
+    base = next((d for d in (root / "tiny-imagenet-200", root) if (d / "wnids.txt").is_file()), None)
+    if base is None:
+        fetch = (
+            f"fedcli cannot download it: get {TINYIMAGENET_URL}, unzip it and point --data-dir at the folder "
+            f"that holds tiny-imagenet-200/"
+        )
+        why = "--download is not supported for tinyimagenet" if download else "not found"
+        raise DataError(
+            f"{root / 'tiny-imagenet-200' / 'wnids.txt'}: {why}; expected the extracted Tiny-ImageNet-200 "
+            f"folder in {root / 'tiny-imagenet-200'} or {root} ({fetch})"
+        )
+    return base
+
+
+def _train_listing(base: Path, wnids: list[str], label_of: dict, hint: str) -> tuple:
+    """The train split's image files (``train/<wnid>/images/*.JPEG``, wnid by wnid) and their labels [N] int64."""
+    import numpy as np
+
+    files: list[Path] = []
+    ys: list[int] = []
+    for w in wnids:
+        d = base / "train" / w / "images"
+        imgs = sorted(p for p in d.glob("*") if p.suffix.lower() in (".jpeg", ".jpg")) if d.is_dir() else []
+        if not imgs:
+            raise DataError(f"{d}: no images found; expected *.JPEG files for every wnid of wnids.txt ({hint})")
+        files.extend(imgs)
+        ys.extend([label_of[w]] * len(imgs))
+    return files, np.asarray(ys, dtype=np.int64)
+
+
+def _val_listing(base: Path, ann: Path, label_of: dict) -> tuple:
+    """The val split's image files and labels [N] int64, as ``val/val_annotations.txt`` lists them."""
+    import numpy as np
+
+    files: list[Path] = []
+    ys: list[int] = []
+    for n, line in enumerate(ann.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) < 2 or cols[1].strip() not in label_of:
+            raise DataError(
+                f"{ann}:{n}: cannot read a (file, wnid) pair from {line[:60]!r}; expected "
+                f"tab-separated file, wnid (one of wnids.txt), bbox"
+            )
+        f = base / "val" / "images" / cols[0].strip()
+        if not f.is_file():
+            raise DataError(f"{f}: not found; expected the image listed on line {n} of {ann}")
+        files.append(f)
+        ys.append(label_of[cols[1].strip()])
+    if not files:
+        raise DataError(f"{ann}: lists no images; expected one line per val image")
+    return files, np.asarray(ys, dtype=np.int64)
+
+
+def load_tinyimagenet(
     data_dir: Path | None, *, download: bool = False, holdout_fraction: float = 0.0, options: dict | None = None
 ) -> FedDataset:
     """Tiny-ImageNet-200 (the extracted ``tiny-imagenet-200.zip``): ``wnids.txt``, ``train/<wnid>/images/*.JPEG``,
@@ -80,18 +137,11 @@ def load_tinyimagenet(  # noqa: PLR0915
     from fedcli.data.sources import _assemble, _Split
 
     root = default_dir("tinyimagenet", data_dir)
-    base = next((d for d in (root / "tiny-imagenet-200", root) if (d / "wnids.txt").is_file()), None)
-    where = f"{root / 'tiny-imagenet-200'} or {root}"
+    base = _tinyimagenet_base(root, download)
     fetch = (
         f"fedcli cannot download it: get {TINYIMAGENET_URL}, unzip it and point --data-dir at the folder "
         f"that holds tiny-imagenet-200/"
     )
-    if base is None:
-        why = "--download is not supported for tinyimagenet" if download else "not found"
-        raise DataError(
-            f"{root / 'tiny-imagenet-200' / 'wnids.txt'}: {why}; expected the extracted Tiny-ImageNet-200 "
-            f"folder in {where} ({fetch})"
-        )
     hint = f"train/<wnid>/images/*.JPEG and val/val_annotations.txt with val/images/ in {base}; {fetch}"
     wnids = sorted({w.strip() for w in (base / "wnids.txt").read_text().split() if w.strip()})
     if len(wnids) != TINYIMAGENET_CLASSES:
@@ -114,41 +164,8 @@ def load_tinyimagenet(  # noqa: PLR0915
         x /= std
         return _Split(x, y)
 
-    def read_train() -> _Split:
-        files: list[Path] = []
-        ys: list[int] = []
-        for w in wnids:
-            d = base / "train" / w / "images"
-            imgs = sorted(p for p in d.glob("*") if p.suffix.lower() in (".jpeg", ".jpg")) if d.is_dir() else []
-            if not imgs:
-                raise DataError(f"{d}: no images found; expected *.JPEG files for every wnid of wnids.txt ({hint})")
-            files.extend(imgs)
-            ys.extend([label_of[w]] * len(imgs))
-        return finish("train", files, np.asarray(ys, dtype=np.int64))
-
-    def read_val() -> _Split:
-        files: list[Path] = []
-        ys: list[int] = []
-        for n, line in enumerate(ann.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            cols = line.split("\t")
-            if len(cols) < 2 or cols[1].strip() not in label_of:
-                raise DataError(
-                    f"{ann}:{n}: cannot read a (file, wnid) pair from {line[:60]!r}; expected "
-                    f"tab-separated file, wnid (one of wnids.txt), bbox"
-                )
-            f = base / "val" / "images" / cols[0].strip()
-            if not f.is_file():
-                raise DataError(f"{f}: not found; expected the image listed on line {n} of {ann}")
-            files.append(f)
-            ys.append(label_of[cols[1].strip()])
-        if not files:
-            raise DataError(f"{ann}: lists no images; expected one line per val image")
-        return finish("val", files, np.asarray(ys, dtype=np.int64))
-
-    train = read_train() if pool in ("both", "train") else None
-    test = read_val() if pool in ("both", "test") else None
+    train = finish("train", *_train_listing(base, wnids, label_of, hint)) if pool in ("both", "train") else None
+    test = finish("val", *_val_listing(base, ann, label_of)) if pool in ("both", "test") else None
     source = {
         "dataset": "tinyimagenet",
         "folder": str(base),
