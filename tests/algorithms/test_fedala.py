@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from fedcli.errors import ConfigError
-from fedcli.fl.algorithms.fedala import WEIGHTS, ala_mix, ala_weight_step, initial_stage_done, learn_weights
+from fedcli.fl.algorithms.fedala import (
+    WEIGHTS,
+    ALAClients,
+    ALASettings,
+    ala_mix,
+    ala_weight_step,
+    initial_stage_done,
+    learn_weights,
+)
 from fedcli.fl.cohort import in_order_plan, sample_slice
 from fedcli.fl.rng import torch_gen
 from simkit import COLS, PERSONAL_BASE, personal_config, personal_run, same_personal
@@ -41,9 +49,8 @@ def test_one_batch_update_by_hand():
     (0.5 * s each) would push W_b above 1: clipped to 1."""
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
-    w, passes, losses = learn_weights(
-        model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0])], 1), start_phase=[False], eta=0.5
-    )
+    clients = ALAClients(glob, local, weights, {}, start_phase=[False])
+    w, passes, losses = learn_weights(model, clients, x, y, in_order_plan([torch.tensor([0])], 1), ALASettings(eta=0.5))
     s = math.e / (1 + math.e)
     assert passes == [1]
     assert torch.allclose(w["weight"][0], torch.tensor([[1 - 0.5 * s, 1.0], [1.0, 1.0]]))
@@ -56,8 +63,9 @@ def test_two_batches_update_by_hand():
     -sigma(1 - s) more and is clipped at 0; the pass loss is the last batch's, log(1 + e^(1 - s))."""
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([1, 1])
+    clients = ALAClients(glob, local, weights, {}, start_phase=[False])
     w, passes, losses = learn_weights(
-        model, glob, local, weights, {}, x, y, in_order_plan([torch.tensor([0, 1])], 1), start_phase=[False], eta=1.0
+        model, clients, x, y, in_order_plan([torch.tensor([0, 1])], 1), ALASettings(eta=1.0)
     )
     s = math.e / (1 + math.e)
     assert 1 - s - 1 / (1 + math.exp(-(1 - s))) < 0  # so the clip acts
@@ -79,24 +87,13 @@ def test_clients_learn_independently():
     two_local = {n: torch.cat([t, t * -2.0]) for n, t in local.items()}
     two_w = {n: torch.ones(2, *t.shape[1:]) for n, t in local.items()}
     slices = [torch.tensor([0, 1, 2]), torch.tensor([1])]
-    w2, passes, _ = learn_weights(
-        model, glob, two_local, two_w, {}, x, y, in_order_plan(slices, 1), start_phase=[False, False], eta=1.0
-    )
+    two = ALAClients(glob, two_local, two_w, {}, start_phase=[False, False])
+    w2, passes, _ = learn_weights(model, two, x, y, in_order_plan(slices, 1), ALASettings(eta=1.0))
     assert passes == [1, 1]
     for k in range(2):
         one_w = {n: torch.ones(1, *t.shape[1:]) for n, t in local.items()}
-        w1, _, _ = learn_weights(
-            model,
-            glob,
-            {n: t[k : k + 1] for n, t in two_local.items()},
-            one_w,
-            {},
-            x,
-            y,
-            in_order_plan([slices[k]], 1),
-            start_phase=[False],
-            eta=1.0,
-        )
+        one = ALAClients(glob, {n: t[k : k + 1] for n, t in two_local.items()}, one_w, {}, start_phase=[False])
+        w1, _, _ = learn_weights(model, one, x, y, in_order_plan([slices[k]], 1), ALASettings(eta=1.0))
         for n in w1:
             torch.testing.assert_close(w1[n][0], w2[n][k])
 
@@ -133,9 +130,8 @@ def test_partial_last_batch_is_used():
     slices = [torch.arange(0, 5), torch.arange(5, 8)]
     stacked = {n: torch.stack([loc[n] for loc in locals_]) for n in ("weight", "bias")}
     weights = {n: torch.stack([w[n] for w in w0]) for n in ("weight", "bias")}
-    w, passes, losses = learn_weights(
-        model, glob, stacked, weights, {}, x, y, in_order_plan(slices, 2), start_phase=[False, False], eta=0.7
-    )
+    clients = ALAClients(glob, stacked, weights, {}, start_phase=[False, False])
+    w, passes, losses = learn_weights(model, clients, x, y, in_order_plan(slices, 2), ALASettings(eta=0.7))
     assert passes == [1, 1]
     for k, sl in enumerate(slices):
         expect, last_loss = reference_pass(model, glob, locals_[k], w0[k], x[sl], y[sl], batch=2, eta=0.7)
@@ -153,37 +149,33 @@ def test_initial_stage_rule():
     assert initial_stage_done([9.0] + [1.0, 1.1] * 5, 10, 0.1)  # only the last 10 count (std 0.05)
     model, glob, local, weights = tiny()
     x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([1])
-    _, passes, losses = learn_weights(
-        model,
-        glob,
-        local,
-        weights,
-        {},
-        x,
-        y,
-        in_order_plan([torch.tensor([0])], 1),
-        start_phase=[True],
-        eta=1.0,
-        num_pre_loss=3,
-        threshold=10.0,
-    )
+    plan = in_order_plan([torch.tensor([0])], 1)
+    clients = ALAClients(glob, local, weights, {}, start_phase=[True])
+    _, passes, losses = learn_weights(model, clients, x, y, plan, ALASettings(eta=1.0, num_pre_loss=3, threshold=10.0))
     assert passes == [4] and len(losses[0]) == 4  # stops as soon as > 3 losses have std < 10
-    _, passes, _ = learn_weights(
-        model,
-        glob,
-        local,
-        {n: torch.ones_like(t) for n, t in weights.items()},
-        {},
-        x,
-        y,
-        in_order_plan([torch.tensor([0])], 1),
-        start_phase=[True],
-        eta=1.0,
-        num_pre_loss=3,
-        threshold=0.0,
-        max_passes=7,
-    )
+    clients = ALAClients(glob, local, {n: torch.ones_like(t) for n, t in weights.items()}, {}, start_phase=[True])
+    settings = ALASettings(eta=1.0, num_pre_loss=3, threshold=0.0, max_passes=7)
+    _, passes, _ = learn_weights(model, clients, x, y, plan, settings)
     assert passes == [7]  # threshold 0 never converges: the cap
+
+
+def test_settings_are_the_options():
+    """ALASettings (Alg. 1's hyper-parameters) defaults to the declared options' defaults, and the part's settings are
+    read off its options, each from its own one."""
+    from fedcli.specs.fedala import ALAParams
+
+    assert ALASettings() == ALASettings.from_options(ALAParams())
+    assert ALASettings() == ALASettings(layers=2, percent=80.0, eta=1.0, threshold=0.1, num_pre_loss=10, max_passes=50)
+    opts = ALAParams(
+        ala_layers=4, ala_sample_percent=20.0, ala_lr=0.5, ala_threshold=0.01, ala_num_pre_loss=3, ala_max_passes=7
+    )
+    assert ALASettings.from_options(opts) == ALASettings(
+        layers=4, percent=20.0, eta=0.5, threshold=0.01, num_pre_loss=3, max_passes=7
+    )
+    # the initial stage goes on while the std of the last 3 of more than 3 losses is not below 0.01, at most 7 passes
+    settings = ALASettings.from_options(opts)
+    assert settings.stage_goes_on([1.0] * 3, 3) and not settings.stage_goes_on([1.0] * 4, 4)
+    assert settings.stage_goes_on([0.0, 1.0] * 3, 6) and not settings.stage_goes_on([0.0, 1.0] * 3, 7)
 
 
 def test_sampled_slice():

@@ -46,6 +46,7 @@ the clients, Eq. 8's objective G = sum_i k_i L_i with k_i = |D_i| / sum_j |D_j|)
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -109,33 +110,74 @@ def _grad_fn(model, per_client: bool = False):
     return vmap(grad(loss_fn, has_aux=True), in_dims=(0, 0 if per_client else None, 0, 0, 0, 0), randomness="different")
 
 
-def learn_weights(  # noqa: PLR0913
+@dataclass(frozen=True, kw_only=True)
+class ALASettings:
+    """Algorithm 1's hyper-parameters, as the paper names them (Sec. 4, appendix): the ALA range p (``layers``), the
+    sample percent s (``percent``), the weight learning rate eta (Eq. 5), and the initial stage's convergence rule
+    (more than ``num_pre_loss`` pass losses, the std of the last ``num_pre_loss`` below ``threshold``; at most
+    ``max_passes`` passes, our cap). Defaults: the options' (``fedcli.specs.fedala.ALAParams``, tested equal)."""
+
+    layers: int = 2
+    percent: float = 80.0
+    eta: float = 1.0
+    threshold: float = 0.1
+    num_pre_loss: int = 10
+    max_passes: int = 50
+
+    @classmethod
+    def from_options(cls, opts) -> ALASettings:
+        """The settings of ``--ala-layers``, ``--ala-sample-percent``, ``--ala-lr``, ``--ala-threshold``,
+        ``--ala-num-pre-loss`` and ``--ala-max-passes``."""
+        return cls(
+            layers=int(opts.ala_layers),
+            percent=float(opts.ala_sample_percent),
+            eta=float(opts.ala_lr),
+            threshold=float(opts.ala_threshold),
+            num_pre_loss=int(opts.ala_num_pre_loss),
+            max_passes=int(opts.ala_max_passes),
+        )
+
+    def stage_goes_on(self, losses: list[float], passes: int) -> bool:
+        """Whether a client's initial stage takes another pass after ``passes`` passes with pass losses ``losses``:
+        not converged (:func:`initial_stage_done`) and under ``max_passes``."""
+        return not initial_stage_done(losses, self.num_pre_loss, self.threshold) and passes < self.max_passes
+
+
+@dataclass(frozen=True)
+class ALAClients:
+    """Algorithm 1's models for K clients at once: theta_g (``global_params``, the whole received model: its lower
+    tensors are the temporary model's lower layers), the top p tensors of the old local model theta (``local_top``,
+    name -> ``[K, *shape]``), their weights W (``weights``, the same shapes, updated in place), the clients'
+    ``buffers`` (name -> ``[K, ...]``; a throwaway copy is used) and ``start_phase[k]``, whether client k is in its
+    initial stage. ``global_params`` is shared by all clients (``[*shape]``) or, with ``per_client``, one per client
+    (``[K, *shape]``: FedAMP sends each client its own)."""
+
+    global_params: dict
+    local_top: dict
+    weights: dict
+    buffers: dict
+    start_phase: list[bool]
+    per_client: bool = False
+
+
+def learn_weights(
     model: torch.nn.Module,
-    global_params: dict,
-    local_top: dict,
-    weights: dict,
-    buffers: dict,
+    clients: ALAClients,
     x_all: torch.Tensor,
     y_all: torch.Tensor,
     plan: BatchPlan,
-    start_phase: list[bool],
-    eta: float,
-    num_pre_loss: int = 10,
-    threshold: float = 0.1,
-    max_passes: int = 50,
+    settings: ALASettings,
     grad_fn=None,
-    per_client: bool = False,
 ) -> tuple[dict, list[int], list[list[float]]]:
-    """ALA's weight learning for K clients at once.
+    """ALA's weight learning (Alg. 1, Eq. 5) for the K ``clients`` at once, with ``settings``' eta and initial-stage
+    rule (its p and s are the caller's: ``clients.local_top`` holds the last p tensors, ``plan`` the s% slices).
 
-    ``local_top`` / ``weights``: name -> ``[K, *shape]`` for the ALA tensors (the last p); ``global_params``
-    the whole received model (its lower tensors are the temporary model's lower layers), shared by all clients
-    (``[*shape]``) or, with ``per_client``, one per client (``[K, *shape]``: FedAMP sends each client its own);
-    ``buffers`` name -> ``[K, ...]`` (a throwaway copy is used); ``plan`` the clients' batches in order, indices
-    into ``x_all``/``y_all`` (``fedcli.fl.cohort.in_order_plan``: batch j of client k is its first ``real[j, k]``
-    entries, none once its data is used up); ``start_phase[k]`` whether client k is in its initial stage. Returns
-    (weights, passes per client, pass losses per client); ``weights`` are updated in place.
+    ``plan`` is the clients' batches in order, indices into ``x_all``/``y_all`` (``fedcli.fl.cohort.in_order_plan``:
+    batch j of client k is its first ``real[j, k]`` entries, none once its data is used up). Returns (weights,
+    passes per client, pass losses per client); ``clients.weights`` are updated in place and returned.
     """
+    global_params, local_top, weights = clients.global_params, clients.local_top, clients.weights
+    buffers, start_phase, per_client = clients.buffers, clients.start_phase, clients.per_client
     k_all = plan.idx.shape[1]
     device = x_all.device
     names = list(local_top)
@@ -167,7 +209,7 @@ def learn_weights(  # noqa: PLR0913
                 g, loss = grad_fn(top_t, low, bufs, x_all[ix], y_all[ix], torch.ones(len(sel), size, device=device))
                 with torch.no_grad():
                     for n in names:
-                        weights[n][s] = torch.clamp(weights[n][s] - eta * g[n] * delta[n][s], 0.0, 1.0)
+                        weights[n][s] = torch.clamp(weights[n][s] - settings.eta * g[n] * delta[n][s], 0.0, 1.0)
                 loss = loss.detach().cpu()
                 for pos, k in enumerate(sel):
                     if j == nb[k] - 1:
@@ -176,7 +218,7 @@ def learn_weights(  # noqa: PLR0913
         for k in running:
             losses[k].append(last[k])
             passes[k] += 1
-            if start_phase[k] and not initial_stage_done(losses[k], num_pre_loss, threshold) and passes[k] < max_passes:
+            if start_phase[k] and settings.stage_goes_on(losses[k], passes[k]):
                 still.append(k)
         running = still
     return weights, passes, losses
@@ -201,12 +243,7 @@ class ALAInit(OverwriteInit):
         self.base = base if base is not None else OverwriteInit(opts)
         self.provides = self.base.provides  # what the method's own init offers the other parts (FedAMP's u_i)
         p = self.opts
-        self.p = int(p.ala_layers)
-        self.percent = float(p.ala_sample_percent)
-        self.eta = float(p.ala_lr)
-        self.threshold = float(p.ala_threshold)
-        self.num_pre_loss = int(p.ala_num_pre_loss)
-        self.max_passes = int(p.ala_max_passes)
+        self.settings = ALASettings.from_options(p)  # p, s, eta and the initial stage's rule
         self.initial_passes: dict[int, int] = {}  # client -> passes its initial stage took
         self.capped: list[int] = []  # clients whose initial stage stopped at --ala-max-passes
         self._grad = {}
@@ -255,7 +292,7 @@ class ALAInit(OverwriteInit):
 
     def top_names(self, view) -> list[str]:
         shared = [li for li in view.layers if li.index not in view.local_layers]
-        p = min(self.p, len(shared))
+        p = min(self.settings.layers, len(shared))
         return [li.name for li in shared[len(shared) - p :]] if p > 0 else []
 
     def starts_from_global(self, view) -> bool:
@@ -318,26 +355,13 @@ class ALAInit(OverwriteInit):
         weights = WEIGHTS.load(view, clients, dev, names=top)
         started = STARTED.load(view, clients, dev)
         start_phase = [not bool(v) for v in started.tolist()]
-        plan = view.batches.plan(ALA_BATCHES, clients, cohort.round_idx, percent=self.percent)
+        plan = view.batches.plan(ALA_BATCHES, clients, cohort.round_idx, percent=self.settings.percent)
         if per_client not in self._grad:
             self._grad[per_client] = _grad_fn(view.model, per_client)
         buffers = {n: b[sel] for n, b in cohort.buffers.items()}
+        ala = ALAClients(theta_g, top, weights, buffers, start_phase, per_client=per_client)
         weights, passes, losses = learn_weights(
-            view.model,
-            theta_g,
-            top,
-            weights,
-            buffers,
-            view.train_x,
-            view.train_y,
-            plan,
-            start_phase,
-            self.eta,
-            self.num_pre_loss,
-            self.threshold,
-            self.max_passes,
-            grad_fn=self._grad[per_client],
-            per_client=per_client,
+            view.model, ala, view.train_x, view.train_y, plan, self.settings, grad_fn=self._grad[per_client]
         )
         if self.trace:  # Figure 3: the loss of every weight-learning pass
             self._trace_passes(cohort.round_idx, clients, start_phase, losses)
@@ -370,10 +394,11 @@ class ALAInit(OverwriteInit):
         for i, c in enumerate(clients):
             if start_phase[i] and learned[i]:
                 self.initial_passes[c] = passes[i]
-                if passes[i] >= self.max_passes and self.max_passes > self.num_pre_loss:
+                cap = self.settings.max_passes
+                if passes[i] >= cap and cap > self.settings.num_pre_loss:
                     self.capped.append(c)
                     warnings.warn(
-                        f"ALA: client {c}'s initial stage stopped at --ala-max-passes {self.max_passes} "
-                        f"before the loss std fell below --ala-threshold {self.threshold}",
+                        f"ALA: client {c}'s initial stage stopped at --ala-max-passes {cap} "
+                        f"before the loss std fell below --ala-threshold {self.settings.threshold}",
                         stacklevel=3,
                     )
