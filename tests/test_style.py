@@ -37,7 +37,6 @@ MANY_PARAMS = {
     "fedcli/cli/tune.py:tune": 29,
     "fedcli/cli/sweep.py:sweep": 27,
     "fedcli/cli/bench.py:bench": 16,
-    "fedcli/data/partition.py:make_partition": 13,
     "fedcli/cli/report.py:report": 11,
     "fedcli/data/sources.py:_assemble": 11,
     "fedcli/params.py:opt": 11,

@@ -428,11 +428,11 @@ def run_fedcli_throughput(w: Workload, rounds: int) -> dict:
 
     from fedcli.comm.communicator import Communicator
     from fedcli.config import TrainConfig
-    from fedcli.data.partition import make_partition
+    from fedcli.data.partition import PartitionOptions, make_partition
     from fedcli.runner import launch, run_train
 
     ds = _random_dataset(w)
-    partition = make_partition(ds, "iid", w.clients, 0)
+    partition = make_partition(ds, PartitionOptions("iid", w.clients, 0))
     cfg = TrainConfig(
         algo="fedavg",
         model=w.model,

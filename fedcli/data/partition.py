@@ -36,7 +36,7 @@ import hashlib
 import json
 import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -150,27 +150,40 @@ def partition_hash(config: dict, train: list, test: list | None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def make_partition(  # noqa: PLR0913
-    dataset,
-    scheme: str,
-    clients: int,
-    seed: int,
-    *,
-    alpha: float | None = None,
-    classes_per_client: int | None = None,
-    writers_per_client: int | None = None,
-    client_test_fraction: float = 0.0,
-    min_size: int = 10,
-    max_tries: int = 1000,
-    pathological_rule: str = "shards",
-    client_test_split: str = "fedcli",
-    data_pool: str = "train",
-) -> Partition:
-    """Split ``dataset``'s training samples over ``clients`` clients with ``scheme``.
+@dataclass(frozen=True)
+class PartitionOptions:
+    """What a partition is asked for: the scheme, the client count, the seed and the partition options (``--alpha``,
+    ``--classes-per-client``, ``--writers-per-client``, ``--client-test-fraction``, ``--min-size``,
+    ``--pathological-rule``, ``--client-test-split``, ``--data-pool``; ``max_tries``, the Dirichlet retry cap, has no
+    flag), with the defaults of the flags. Options that do not apply to ``scheme`` are ignored and recorded as
+    ``None`` in the partition's ``config``."""
+
+    scheme: str
+    clients: int
+    seed: int
+    alpha: float | None = None
+    classes_per_client: int | None = None
+    writers_per_client: int | None = None
+    client_test_fraction: float = 0.0
+    min_size: int = 10
+    max_tries: int = 1000
+    pathological_rule: str = "shards"
+    client_test_split: str = "fedcli"
+    data_pool: str = "train"
+
+    @classmethod
+    def from_config(cls, cfg) -> PartitionOptions:
+        """A run config's inline partition (``--partition``, ``--clients``, ``--seed`` and the options above)."""
+        given = [f.name for f in fields(cls) if f.name not in ("scheme", "max_tries")]
+        return cls(scheme=cfg.partition, **{name: getattr(cfg, name) for name in given})
+
+
+def make_partition(dataset, options: PartitionOptions) -> Partition:
+    """Split ``dataset``'s training samples over ``options.clients`` clients with ``options.scheme``.
 
     ``dataset`` needs ``name``, ``train_y`` (int labels, ``[N]``), ``num_classes`` and, for
     ``natural``, ``train_groups`` (writer index per training sample), as in
-    :class:`fedcli.data.datasets.FedDataset`. Options that do not apply to ``scheme`` are
+    :class:`fedcli.data.datasets.FedDataset`. Options that do not apply to the scheme are
     ignored and recorded as ``None``. Impossible requests raise :class:`ConfigError` (exit 2)
     with one sentence naming the option. ``data_pool`` is only recorded (``"train+test"``: ``dataset`` is
     already the merged pool, ``fedcli.data.setup.merge_pool``).
@@ -178,23 +191,24 @@ def make_partition(  # noqa: PLR0913
     The jobs in order: check the request, read the training pool, the config, the scheme's split (``_SPLITS``), the
     local test split.
     """
-    clients, seed, f = _checked_counts(scheme, clients, seed, client_test_fraction)
+    o = options
+    clients, seed, f = _checked_counts(o.scheme, o.clients, o.seed, o.client_test_fraction)
     req = _Request(
         *_training_pool(dataset, clients),
         dataset=dataset,
         clients=clients,
         seed=seed,
-        alpha=alpha,
-        classes_per_client=classes_per_client,
-        writers_per_client=writers_per_client,
-        min_size=min_size,
-        max_tries=max_tries,
-        pathological_rule=pathological_rule,
+        alpha=o.alpha,
+        classes_per_client=o.classes_per_client,
+        writers_per_client=o.writers_per_client,
+        min_size=o.min_size,
+        max_tries=o.max_tries,
+        pathological_rule=o.pathological_rule,
     )
-    config = _base_config(req, scheme, f, client_test_split, data_pool)
+    config = _base_config(req, o.scheme, f, o.client_test_split, o.data_pool)
     rng = np.random.default_rng(seed)
-    parts, legacy = _SPLITS[scheme](req, rng, config)
-    train, test = _local_test(parts, f, client_test_split, legacy, seed)
+    parts, legacy = _SPLITS[o.scheme](req, rng, config)
+    train, test = _local_test(parts, f, o.client_test_split, legacy, seed)
     return Partition(config=config, train=train, test=test, hash=partition_hash(config, train, test))
 
 

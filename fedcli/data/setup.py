@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fedcli.data.datasets import load_dataset
-from fedcli.data.partition import load_partition, make_partition
+from fedcli.data.partition import PartitionOptions, load_partition, make_partition
 from fedcli.data.validation import drop_validation, split_client_validation, split_validation
 from fedcli.errors import ConfigError
 
@@ -96,20 +96,7 @@ def pooled_test_set(dataset, partition):
 
 
 def inline_partition(cfg, dataset):
-    return make_partition(
-        dataset,
-        cfg.partition,
-        cfg.clients,
-        cfg.seed,
-        alpha=cfg.alpha,
-        classes_per_client=cfg.classes_per_client,
-        writers_per_client=cfg.writers_per_client,
-        client_test_fraction=cfg.client_test_fraction,
-        min_size=cfg.min_size,
-        pathological_rule=cfg.pathological_rule,
-        client_test_split=cfg.client_test_split,
-        data_pool=cfg.data_pool,
-    )
+    return make_partition(dataset, PartitionOptions.from_config(cfg))
 
 
 def split_pool(cfg, dataset):

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from fedcli.data.datasets import load_dataset
-from fedcli.data.partition import make_partition
+from fedcli.data.partition import PartitionOptions, make_partition
 from fedcli.errors import DataError
 from runkit import error_lines
 from simkit import cli
@@ -99,7 +99,7 @@ def test_tensors_input_kinds_and_test_split(tmp_path):
 def test_own_data_takes_every_partition(tmp_path, scheme, kw):
     small_npz(tmp_path / "d.npz", n=90)
     d = load_dataset("tensors", tmp_path / "d.npz")
-    p = make_partition(d, scheme, 4, 0, **kw)
+    p = make_partition(d, PartitionOptions(scheme, 4, 0, **kw))
     idx = np.concatenate(p.train)
     assert len(idx) == len(set(idx.tolist())) and idx.max() < len(d.train_y)
     if scheme == "natural":  # whole writers per client

@@ -13,6 +13,7 @@ from fedcli.data.datasets import FedDataset
 from fedcli.data.partition import (
     SCHEMES,
     Partition,
+    PartitionOptions,
     load_partition,
     make_partition,
     partition_hash,
@@ -58,22 +59,25 @@ def assert_disjoint_cover(p: Partition, n: int, include_test: bool = True) -> No
 
 def test_iid_sizes_and_cover():
     ds = balanced(2, 5)  # N = 10
-    p = make_partition(ds, "iid", 3, seed=0)
+    p = make_partition(ds, PartitionOptions("iid", 3, seed=0))
     assert p.sizes().tolist() == [4, 3, 3]  # np.array_split(10, 3)
     assert_disjoint_cover(p, 10)
     assert p.test is None
     assert p.config["scheme"] == "iid" and p.config["seed"] == 0 and p.config["n_train"] == 10
     # options that do not apply to the scheme are recorded as None, whatever was passed
-    q = make_partition(ds, "iid", 3, seed=0, alpha=0.5, classes_per_client=2)
+    q = make_partition(ds, PartitionOptions("iid", 3, seed=0, alpha=0.5, classes_per_client=2))
     assert q.config["alpha"] is None and q.config["classes_per_client"] is None
     assert q.hash == p.hash
 
 
 def test_iid_deterministic():
     ds = balanced(4, 25)
-    a, b = make_partition(ds, "iid", 5, seed=7), make_partition(ds, "iid", 5, seed=7)
+    a, b = (
+        make_partition(ds, PartitionOptions("iid", 5, seed=7)),
+        make_partition(ds, PartitionOptions("iid", 5, seed=7)),
+    )
     assert a.hash == b.hash and all(np.array_equal(x, y) for x, y in zip(a.train, b.train))
-    assert make_partition(ds, "iid", 5, seed=8).hash != a.hash
+    assert make_partition(ds, PartitionOptions("iid", 5, seed=8)).hash != a.hash
 
 
 # ------------------------------------------------------------------------------ dirichlet
@@ -81,14 +85,14 @@ def test_iid_deterministic():
 
 def test_dirichlet_properties():
     ds = balanced(10, 100)  # N = 1000
-    p = make_partition(ds, "dirichlet", 10, seed=1, alpha=0.5)
+    p = make_partition(ds, PartitionOptions("dirichlet", 10, seed=1, alpha=0.5))
     assert_disjoint_cover(p, 1000)
     assert p.sizes().min() >= 10
     assert p.config["alpha"] == 0.5 and p.config["min_size"] == 10 and p.config["tries"] >= 1
-    same = make_partition(ds, "dirichlet", 10, seed=1, alpha=0.5)
+    same = make_partition(ds, PartitionOptions("dirichlet", 10, seed=1, alpha=0.5))
     assert same.hash == p.hash
     assert all(np.array_equal(x, y) for x, y in zip(p.train, same.train))
-    other = make_partition(ds, "dirichlet", 10, seed=2, alpha=0.5)
+    other = make_partition(ds, PartitionOptions("dirichlet", 10, seed=2, alpha=0.5))
     assert other.hash != p.hash
     assert not all(np.array_equal(x, y) for x, y in zip(p.train, other.train))
 
@@ -98,7 +102,7 @@ def test_dirichlet_small_alpha_fewer_classes():
     labels = ds.train_y
     present = {}
     for alpha in (0.1, 100.0):
-        p = make_partition(ds, "dirichlet", 10, seed=3, alpha=alpha)
+        p = make_partition(ds, PartitionOptions("dirichlet", 10, seed=3, alpha=alpha))
         present[alpha] = (p.class_counts(labels) > 0).sum(axis=1).mean()
     assert present[0.1] < present[100.0]
     assert present[100.0] >= 9.0  # near-uniform proportions: almost every class everywhere
@@ -107,23 +111,23 @@ def test_dirichlet_small_alpha_fewer_classes():
 @pytest.mark.parametrize("alpha", [0, -1.0])
 def test_dirichlet_bad_alpha(alpha):
     with pytest.raises(ConfigError, match="--alpha must be > 0"):
-        make_partition(balanced(10, 10), "dirichlet", 2, seed=0, alpha=alpha)
+        make_partition(balanced(10, 10), PartitionOptions("dirichlet", 2, seed=0, alpha=alpha))
 
 
 def test_dirichlet_requires_alpha():
     with pytest.raises(ConfigError, match="--alpha"):
-        make_partition(balanced(10, 10), "dirichlet", 2, seed=0)
+        make_partition(balanced(10, 10), PartitionOptions("dirichlet", 2, seed=0))
 
 
 def test_dirichlet_impossible_min_size():
     # 20 clients x 10 samples > 100 samples: impossible outright
     with pytest.raises(ConfigError, match="at least 10 samples") as e:
-        make_partition(balanced(10, 10), "dirichlet", 20, seed=0, alpha=1.0)
+        make_partition(balanced(10, 10), PartitionOptions("dirichlet", 20, seed=0, alpha=1.0))
     assert e.value.exit_code == 2
     # possible on paper (1000 / 50 = 20 each) but alpha -> 0 gives each class to ~1 client,
     # so at most 10 of 50 clients get samples: the retry loop gives up
     with pytest.raises(ConfigError, match="after 5 tries; lower --clients or raise --alpha"):
-        make_partition(balanced(10, 100), "dirichlet", 50, seed=0, alpha=1e-3, max_tries=5)
+        make_partition(balanced(10, 100), PartitionOptions("dirichlet", 50, seed=0, alpha=1e-3, max_tries=5))
 
 
 # --------------------------------------------------------------------------- pathological
@@ -132,7 +136,7 @@ def test_dirichlet_impossible_min_size():
 def test_pathological_shards():
     # 10 classes x 40 samples, 10 clients x 2 classes: 20 shards of 20 samples, each in one class
     ds = balanced(10, 40)
-    p = make_partition(ds, "pathological", 10, seed=0, classes_per_client=2)
+    p = make_partition(ds, PartitionOptions("pathological", 10, seed=0, classes_per_client=2))
     assert p.sizes().tolist() == [40] * 10
     counts = p.class_counts(ds.train_y)
     assert ((counts > 0).sum(axis=1) <= 2).all()
@@ -144,11 +148,11 @@ def test_pathological_shards():
 def test_pathological_bad_k():
     ds = balanced(10, 40)
     with pytest.raises(ConfigError, match="--classes-per-client"):
-        make_partition(ds, "pathological", 10, seed=0, classes_per_client=11)
+        make_partition(ds, PartitionOptions("pathological", 10, seed=0, classes_per_client=11))
     with pytest.raises(ConfigError, match="--classes-per-client"):
-        make_partition(ds, "pathological", 10, seed=0, classes_per_client=0)
+        make_partition(ds, PartitionOptions("pathological", 10, seed=0, classes_per_client=0))
     with pytest.raises(ConfigError, match="--classes-per-client is required"):
-        make_partition(ds, "pathological", 10, seed=0)
+        make_partition(ds, PartitionOptions("pathological", 10, seed=0))
 
 
 # -------------------------------------------------------------------------------- natural
@@ -166,7 +170,7 @@ def writers_dataset() -> FedDataset:
 def test_natural_whole_writers():
     ds = writers_dataset()
     groups = ds.train_groups.numpy()
-    p = make_partition(ds, "natural", 5, seed=0, writers_per_client=2)
+    p = make_partition(ds, PartitionOptions("natural", 5, seed=0, writers_per_client=2))
     owners = {}
     for i, idx in enumerate(p.train):
         ws = np.unique(groups[idx])
@@ -190,11 +194,11 @@ def assert_disjoint_cover_partial(p):
 def test_natural_errors():
     ds = writers_dataset()
     with pytest.raises(ConfigError, match="--writers-per-client 2 x --clients 7"):
-        make_partition(ds, "natural", 7, seed=0, writers_per_client=2)
+        make_partition(ds, PartitionOptions("natural", 7, seed=0, writers_per_client=2))
     with pytest.raises(ConfigError, match="writer groups"):
-        make_partition(balanced(2, 10), "natural", 2, seed=0, writers_per_client=1)
+        make_partition(balanced(2, 10), PartitionOptions("natural", 2, seed=0, writers_per_client=1))
     with pytest.raises(ConfigError, match="--writers-per-client is required"):
-        make_partition(ds, "natural", 2, seed=0)
+        make_partition(ds, PartitionOptions("natural", 2, seed=0))
 
 
 # ------------------------------------------------------------------------ local test split
@@ -202,8 +206,8 @@ def test_natural_errors():
 
 def test_client_test_fraction():
     ds = balanced(5, 20)  # N = 100 -> iid sizes 34, 33, 33
-    base = make_partition(ds, "iid", 3, seed=4)
-    p = make_partition(ds, "iid", 3, seed=4, client_test_fraction=0.25)
+    base = make_partition(ds, PartitionOptions("iid", 3, seed=4))
+    p = make_partition(ds, PartitionOptions("iid", 3, seed=4, client_test_fraction=0.25))
     assert [len(t) for t in p.test] == [8, 8, 8]  # floor(0.25 * 34) = floor(0.25 * 33) = 8
     assert p.sizes().tolist() == [26, 25, 25]
     assert_disjoint_cover(p, 100)
@@ -216,7 +220,7 @@ def test_client_test_fraction():
 
 def test_client_test_fraction_at_least_one():
     ds = balanced(2, 5)  # sizes 4, 3, 3; floor(0.1 * n) = 0 -> 1
-    p = make_partition(ds, "iid", 3, seed=0, client_test_fraction=0.1)
+    p = make_partition(ds, PartitionOptions("iid", 3, seed=0, client_test_fraction=0.1))
     assert [len(t) for t in p.test] == [1, 1, 1]
     assert p.sizes().tolist() == [3, 2, 2]
 
@@ -224,7 +228,7 @@ def test_client_test_fraction_at_least_one():
 @pytest.mark.parametrize("f", [-0.1, 1.0, 1.5])
 def test_client_test_fraction_range(f):
     with pytest.raises(ConfigError, match="--client-test-fraction"):
-        make_partition(balanced(2, 5), "iid", 2, seed=0, client_test_fraction=f)
+        make_partition(balanced(2, 5), PartitionOptions("iid", 2, seed=0, client_test_fraction=f))
 
 
 # ---------------------------------------------------------------------------- validation
@@ -233,13 +237,13 @@ def test_client_test_fraction_range(f):
 def test_generic_config_errors():
     ds = balanced(2, 5)
     with pytest.raises(ConfigError, match="--partition must be one of"):
-        make_partition(ds, "random", 2, seed=0)
+        make_partition(ds, PartitionOptions("random", 2, seed=0))
     with pytest.raises(ConfigError, match="--clients must be >= 1"):
-        make_partition(ds, "iid", 0, seed=0)
+        make_partition(ds, PartitionOptions("iid", 0, seed=0))
     with pytest.raises(ConfigError, match="--clients 11 is more than the 10 training samples"):
-        make_partition(ds, "iid", 11, seed=0)
+        make_partition(ds, PartitionOptions("iid", 11, seed=0))
     with pytest.raises(ConfigError, match="--seed"):
-        make_partition(ds, "iid", 2, seed=-1)
+        make_partition(ds, PartitionOptions("iid", 2, seed=-1))
     assert SCHEMES == ("iid", "dirichlet", "pathological", "natural")
 
 
@@ -256,7 +260,7 @@ def test_generic_config_errors():
 )
 def test_save_load_roundtrip(tmp_path, scheme, kw):
     ds = balanced(10, 40)
-    p = make_partition(ds, scheme, 8, seed=5, **kw)
+    p = make_partition(ds, PartitionOptions(scheme, 8, seed=5, **kw))
     path = tmp_path / "sub" / "part.json"
     save_partition(p, path)
     assert [f.name for f in path.parent.iterdir()] == ["part.json"]  # no temp file left
@@ -274,7 +278,7 @@ def test_save_load_roundtrip(tmp_path, scheme, kw):
 
 def test_natural_roundtrip(tmp_path):
     ds = writers_dataset()
-    p = make_partition(ds, "natural", 5, seed=2, writers_per_client=2)
+    p = make_partition(ds, PartitionOptions("natural", 5, seed=2, writers_per_client=2))
     save_partition(p, tmp_path / "p.json")
     q = load_partition(tmp_path / "p.json", ds)
     assert q.config["writers_used"] == 10 and q.hash == p.hash
@@ -282,7 +286,7 @@ def test_natural_roundtrip(tmp_path):
 
 def test_hash_changes_with_any_index():
     ds = balanced(2, 5)
-    p = make_partition(ds, "iid", 3, seed=0)
+    p = make_partition(ds, PartitionOptions("iid", 3, seed=0))
     train = [t.copy() for t in p.train]
     train[2][0], train[1][0] = train[1][0], train[2][0]  # swap one sample between clients
     assert partition_hash(p.config, train, None) != p.hash
@@ -316,7 +320,7 @@ def test_hash_is_the_sha256_of_the_canonical_json():
 
 def test_load_tampered(tmp_path):
     ds = balanced(10, 40)
-    p = make_partition(ds, "iid", 4, seed=0)
+    p = make_partition(ds, PartitionOptions("iid", 4, seed=0))
     path = tmp_path / "p.json"
     save_partition(p, path)
     obj = json.loads(path.read_text())
@@ -331,7 +335,7 @@ def test_load_tampered(tmp_path):
 def test_load_wrong_dataset(tmp_path):
     ds = balanced(10, 40, name="mnist")
     path = tmp_path / "p.json"
-    save_partition(make_partition(ds, "iid", 4, seed=0), path)
+    save_partition(make_partition(ds, PartitionOptions("iid", 4, seed=0)), path)
     with pytest.raises(DataError, match="expected a fedcli partition file for dataset cifar10") as e:
         load_partition(path, balanced(10, 40, name="cifar10"))
     assert str(path) in str(e.value) and "made for dataset mnist" in str(e.value)
@@ -365,7 +369,7 @@ def rows(text: str) -> list[list[str]]:
 def test_summary_table_renders():
     # 4 classes x 3 samples, labels interleaved; pathological k=1 with 4 clients: one class each
     ds = balanced(4, 3)
-    p = make_partition(ds, "pathological", 4, seed=0, classes_per_client=1)
+    p = make_partition(ds, PartitionOptions("pathological", 4, seed=0, classes_per_client=1))
     table = summary_table(p, ds.train_y, 4)
     console = Console(record=True, width=120)
     console.print(table)
@@ -382,7 +386,7 @@ def test_summary_table_renders():
 
 def test_summary_table_histogram_order_and_truncation():
     ds = balanced(10, 100)
-    p = make_partition(ds, "dirichlet", 60, seed=0, alpha=100.0, client_test_fraction=0.25)
+    p = make_partition(ds, PartitionOptions("dirichlet", 60, seed=0, alpha=100.0, client_test_fraction=0.25))
     console = Console(record=True, width=200)
     console.print(summary_table(p, ds.train_y, 10, max_rows=5))
     text = console.export_text()
@@ -404,7 +408,7 @@ def test_save_never_writes_through_a_link(tmp_path):
     the link for the new file)."""
     from fedcli.safefs import LinkRefused
 
-    p = make_partition(balanced(2, 5), "iid", 3, seed=0)
+    p = make_partition(balanced(2, 5), PartitionOptions("iid", 3, seed=0))
     target = tmp_path / "elsewhere.json"
     target.write_text("keep")
     link = tmp_path / "part.json"
@@ -414,3 +418,22 @@ def test_save_never_writes_through_a_link(tmp_path):
     assert e.value.exit_code == 2 and str(link) in str(e.value)
     assert link.is_symlink() and target.read_text() == "keep"
     assert sorted(f.name for f in tmp_path.iterdir()) == ["elsewhere.json", "part.json"]  # no temp file left
+
+
+def test_options_of_a_run_config():
+    """A run's inline partition: each option read off its own field of the config; ``max_tries`` (no flag) at its
+    default."""
+    from fedcli.config import TrainConfig
+
+    given = {
+        "alpha": 0.3,
+        "classes_per_client": 2,
+        "writers_per_client": 4,
+        "client_test_fraction": 0.25,
+        "min_size": 5,
+        "pathological_rule": "classes",
+        "client_test_split": "pfllib",
+        "data_pool": "train+test",
+    }
+    cfg = TrainConfig(partition="pathological", clients=7, seed=3, **given)
+    assert PartitionOptions.from_config(cfg) == PartitionOptions("pathological", 7, 3, max_tries=1000, **given)

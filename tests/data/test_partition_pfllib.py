@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fedcli.config import TrainConfig
-from fedcli.data.partition import load_partition, make_partition, save_partition
+from fedcli.data.partition import PartitionOptions, load_partition, make_partition, save_partition
 from fedcli.data.setup import load_data, load_data_and_partition
 from fedcli.errors import ConfigError
 
@@ -119,10 +119,12 @@ def test_shards_straddle_but_classes_do_not(mnist_t10k):
     ).validate()
     ds = load_data(cfg)
     y = ds.train_y.numpy()
-    shards = make_partition(ds, "pathological", 20, 0, classes_per_client=2)
+    shards = make_partition(ds, PartitionOptions("pathological", 20, 0, classes_per_client=2))
     counts = sorted(len(np.unique(y[t])) for t in shards.train)
     assert counts[0] == 1 and counts[-1] >= 3  # the default rule: 1 to 4 classes (docs/data.md)
-    rule = make_partition(ds, "pathological", 20, 0, classes_per_client=2, pathological_rule="classes")
+    rule = make_partition(
+        ds, PartitionOptions("pathological", 20, 0, classes_per_client=2, pathological_rule="classes")
+    )
     assert [len(np.unique(y[t])) for t in rule.train] == [2] * 20
 
 
@@ -130,17 +132,19 @@ def test_defaults_keep_the_partition_and_its_hash():
     from fedcli.data.datasets import load_dataset
 
     ds = load_dataset("digits")
-    old = make_partition(ds, "pathological", 8, 3, classes_per_client=2, client_test_fraction=0.25)
+    old = make_partition(ds, PartitionOptions("pathological", 8, 3, classes_per_client=2, client_test_fraction=0.25))
     new = make_partition(
         ds,
-        "pathological",
-        8,
-        3,
-        classes_per_client=2,
-        client_test_fraction=0.25,
-        pathological_rule="shards",
-        client_test_split="fedcli",
-        data_pool="train",
+        PartitionOptions(
+            "pathological",
+            8,
+            3,
+            classes_per_client=2,
+            client_test_fraction=0.25,
+            pathological_rule="shards",
+            client_test_split="fedcli",
+            data_pool="train",
+        ),
     )
     assert old.hash == new.hash and "pathological_rule" not in old.config and "data_pool" not in old.config
 
@@ -166,5 +170,6 @@ def test_pool_needs_local_test_splits():
         TrainConfig(data_pool="train+test").validate()
     with pytest.raises(ConfigError, match="no client with a class slot"):
         make_partition(
-            load_data(TrainConfig().validate()), "pathological", 3, 0, classes_per_client=2, pathological_rule="classes"
+            load_data(TrainConfig().validate()),
+            PartitionOptions("pathological", 3, 0, classes_per_client=2, pathological_rule="classes"),
         )
