@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcli.data._formats import TENSOR_FILE_FORMAT, read_tensor_file
-from fedcli.data.sources import FedDataset, _assemble, _default_dir, _holdout_indices, _Split
+from fedcli.data.sources import FedDataset, _assemble, _default_dir, _Holdout, _holdout_indices, _Inputs, _Split
 from fedcli.errors import DataError
 
 DEFAULT_HOLDOUT = 0.2  # without a test split (as digits)
@@ -223,8 +223,7 @@ def load_imagefolder(
     }
     return _assemble(
         "imagefolder",
-        pool,
-        frac,
+        _Holdout(pool, frac),
         standardize(raw["train"]),
         standardize(raw["test"]) if "test" in raw else None,
         len(classes),
@@ -363,12 +362,11 @@ def load_tensors(
         source["vocab_size"] = max(int(x.max()) for x, _ in splits.values()) + 1
     return _assemble(
         "tensors",
-        pool,
-        frac,
+        _Holdout(pool, frac),
         data["train"],
         data.get("test"),
         num_classes,
         source,
+        inputs=_Inputs(dtype=np.int64 if kind == "token ids" else np.float32),
         group_names=names,
-        x_dtype=np.int64 if kind == "token ids" else np.float32,
     )

@@ -51,22 +51,40 @@ def _holdout_indices(y: np.ndarray, fraction: float, seed: int = HOLDOUT_SEED) -
     return np.sort(order[~is_test]), np.sort(order[is_test])
 
 
-def _assemble(  # noqa: PLR0913
+@dataclass(frozen=True)
+class _Holdout:
+    """The holdout policy of a loader's splits: ``pool`` ``"both"`` keeps the source's train and test splits as they
+    are; ``"train"`` or ``"test"`` takes that one split and holds ``fraction`` of it out as the test set
+    (:func:`_holdout_indices`, stratified, seed ``HOLDOUT_SEED``)."""
+
+    pool: str
+    fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """How a loader's inputs become tensors: as ``dtype`` (float32, or int64 token ids for text), reshaped to
+    ``(-1, *image_shape)`` when given; ``augment`` the training-time augmentation the dataset asks for
+    (``FedDataset.augment``: ``"cifar"`` or none)."""
+
+    dtype: type = np.float32
+    image_shape: tuple[int, ...] | None = None
+    augment: str | None = None
+
+
+def _assemble(
     name: str,
-    pool: str,
-    frac: float,
+    holdout: _Holdout,
     train: _Split | None,
     test: _Split | None,
     num_classes: int,
     source: dict,
     *,
-    image_shape: tuple[int, ...] | None = None,
+    inputs: _Inputs = _Inputs(),
     group_names: list[str] | None = None,
-    augment: str | None = None,
-    x_dtype: type = np.float32,
 ) -> FedDataset:
-    """Apply the holdout policy and turn numpy splits into a FedDataset (inputs as ``x_dtype``: float32,
-    or int64 token ids for text)."""
+    """Apply the ``holdout`` policy and turn numpy splits into a FedDataset (inputs as ``inputs`` says)."""
+    pool, frac = holdout.pool, holdout.fraction
     if pool != "both":
         base = train if pool == "train" else test
         assert base is not None
@@ -83,9 +101,9 @@ def _assemble(  # noqa: PLR0913
     def x_tensor(x: np.ndarray) -> torch.Tensor:
         if not isinstance(x, np.ndarray):  # a table indexed like a tensor (fedcli.data.synthetic.GeneratedRows)
             return x
-        x = np.ascontiguousarray(x, dtype=x_dtype)
-        if image_shape is not None:
-            x = x.reshape((-1, *image_shape))
+        x = np.ascontiguousarray(x, dtype=inputs.dtype)
+        if inputs.image_shape is not None:
+            x = x.reshape((-1, *inputs.image_shape))
         return torch.from_numpy(x)
 
     def g_tensor(g: np.ndarray | None) -> torch.Tensor | None:  # int32: 4 bytes a sample (2^31 writers is plenty)
@@ -103,6 +121,6 @@ def _assemble(  # noqa: PLR0913
         train_groups=g_tensor(train.groups),
         test_groups=g_tensor(test.groups),
         group_names=group_names,
-        augment=augment,
+        augment=inputs.augment,
         source=source,
     )

@@ -110,7 +110,7 @@ def load_agnews(
     import numpy as np
 
     from fedcli.data.datasets.shared import option
-    from fedcli.data.sources import _assemble, _holdout_indices, _Split
+    from fedcli.data.sources import _assemble, _Holdout, _holdout_indices, _Inputs, _Split
 
     opts = options or {}
     cap = option(opts, "agnews_vocab_size", AGNEWS_VOCAB, int, lo=0) or None  # 0: every training word
@@ -138,13 +138,12 @@ def load_agnews(
     }
     return _assemble(
         "agnews",
-        pool,
-        holdout_fraction,
+        _Holdout(pool, holdout_fraction),
         splits.get("train"),
         splits.get("test"),
         AGNEWS_CLASSES,
         source,
-        x_dtype=np.int64,
+        inputs=_Inputs(dtype=np.int64),
     )
 
 

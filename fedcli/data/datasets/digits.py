@@ -20,14 +20,14 @@ def load_digits(
     """
     import numpy as np
 
-    from fedcli.data.sources import _assemble, _Split
+    from fedcli.data.sources import _assemble, _Holdout, _Split
 
     frac = holdout_fraction if holdout_fraction > 0 else 0.2
     data, target = _sklearn_digits()
     x = (np.asarray(data, dtype=np.float32) / np.float32(16.0)).reshape(-1, 1, 8, 8)
     y = np.asarray(target, dtype=np.int64)
     source = {"dataset": "digits", "folder": None, "format": "sklearn.datasets.load_digits", "files": []}
-    return _assemble("digits", "train", frac, _Split(x, y), None, 10, source)
+    return _assemble("digits", _Holdout("train", frac), _Split(x, y), None, 10, source)
 
 
 def _sklearn_digits() -> tuple:

@@ -65,7 +65,7 @@ def load_femnist(
     Pixels stay as stored (1.0 = background), shape [N, 1, 28, 28], 62 classes.
     """
     from fedcli.data.datasets.shared import leaf_files
-    from fedcli.data.sources import _assemble
+    from fedcli.data.sources import _assemble, _Holdout, _Inputs
 
     root = default_dir("femnist", data_dir)
     candidates = [root, root / "data", root / "femnist" / "data"]
@@ -94,13 +94,12 @@ def load_femnist(
     }
     return _assemble(
         "femnist",
-        pool,
-        holdout_fraction,
+        _Holdout(pool, holdout_fraction),
         splits.get("train"),
         splits.get("test"),
         FEMNIST_CLASSES,
         source,
-        image_shape=(1, 28, 28),
+        inputs=_Inputs(image_shape=(1, 28, 28)),
         group_names=names,
     )
 

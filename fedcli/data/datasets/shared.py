@@ -18,7 +18,7 @@ import numpy as np
 
 from fedcli.data._formats import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, read_cifar_batch, read_idx
 from fedcli.data.datasets.base import FedDataset, choose_pool, default_dir
-from fedcli.data.sources import _assemble, _Split
+from fedcli.data.sources import _assemble, _Holdout, _Inputs, _Split
 from fedcli.errors import ConfigError, DataError
 
 
@@ -148,7 +148,15 @@ def load_idx_dataset(
         "download": download,
         **(layout.extra_source or {}),
     }
-    return _assemble(name, pool, holdout_fraction, train, test, layout.num_classes, source, image_shape=(1, 28, 28))
+    return _assemble(
+        name,
+        _Holdout(pool, holdout_fraction),
+        train,
+        test,
+        layout.num_classes,
+        source,
+        inputs=_Inputs(image_shape=(1, 28, 28)),
+    )
 
 
 @dataclass(frozen=True)
@@ -227,7 +235,9 @@ def load_cifar(
         "normalization": {"mean": list(layout.mean), "std": list(layout.std)},
         "download": download,
     }
-    return _assemble(name, pool, holdout_fraction, train, test, num_classes, source, augment="cifar")
+    return _assemble(
+        name, _Holdout(pool, holdout_fraction), train, test, num_classes, source, inputs=_Inputs(augment="cifar")
+    )
 
 
 def leaf_files(d: Path) -> list[Path]:

@@ -64,7 +64,7 @@ def load_synthetic(
     """
     import numpy as np
 
-    from fedcli.data.sources import _assemble, _Split
+    from fedcli.data.sources import _assemble, _Holdout, _Split
     from fedcli.data.synthetic import SyntheticUsers
 
     setting = _synthetic_setting(options or {})
@@ -77,8 +77,7 @@ def load_synthetic(
         train = _Split(train.x[:].numpy(), train.y, train.groups)
         return _assemble(
             "synthetic",
-            "train",
-            holdout_fraction,
+            _Holdout("train", holdout_fraction),
             train,
             None,
             setting.classes,
@@ -87,8 +86,7 @@ def load_synthetic(
         )
     return _assemble(
         "synthetic",
-        "both",
-        0.0,
+        _Holdout("both"),
         train,
         test,
         setting.classes,

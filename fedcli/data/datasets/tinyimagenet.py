@@ -134,7 +134,7 @@ def load_tinyimagenet(
     """
     import numpy as np
 
-    from fedcli.data.sources import _assemble, _Split
+    from fedcli.data.sources import _assemble, _Holdout, _Split
 
     root = default_dir("tinyimagenet", data_dir)
     base = _tinyimagenet_base(root, download)
@@ -176,7 +176,7 @@ def load_tinyimagenet(
         "cache_hit": cached,
         "download": False,
     }
-    return _assemble("tinyimagenet", pool, holdout_fraction, train, test, TINYIMAGENET_CLASSES, source)
+    return _assemble("tinyimagenet", _Holdout(pool, holdout_fraction), train, test, TINYIMAGENET_CLASSES, source)
 
 
 def check_tinyimagenet(root: Path, either: bool, cfg) -> str | None:
