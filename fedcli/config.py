@@ -21,7 +21,7 @@ from typing import Any
 
 from fedcli import specs
 from fedcli.errors import ConfigError
-from fedcli.params import PARAMS, current_names, group_rank, opt
+from fedcli.params import PARAMS, Open, current_names, group_rank, opt, repeatable
 
 __all__ = ["GeneralConfig", "opt", "flag", "field_type", "coerce", "check_value", "with_method_defaults"]
 
@@ -54,8 +54,7 @@ class GeneralConfig:
         "Hold out this stratified fraction of the train pool as the test set (uses the test split as the "
         "pool when only it is on disk).",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="data",
     )
     val_fraction: float = opt(
@@ -64,8 +63,7 @@ class GeneralConfig:
         "never trained on): every evaluation also measures the global model on it (val_loss, val_acc). 0: "
         "none.",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="data",
     )
     data_seed: int = opt(0, "Seed of generated datasets (synthetic).", lo=0, group="data")
@@ -109,7 +107,7 @@ class GeneralConfig:
         "", "Use a partition written by `fedcli partition` instead of an inline one.", group="partition"
     )
     alpha: float = opt(
-        0.5, "Dirichlet concentration over labels (smaller is more non-IID).", lo=0.0, lo_open=True, group="partition"
+        0.5, "Dirichlet concentration over labels (smaller is more non-IID).", lo=Open(0.0), group="partition"
     )
     classes_per_client: int = opt(2, "Pathological: classes (label-sorted shards) per client.", lo=1, group="partition")
     writers_per_client: int = opt(2, "Natural: LEAF writers per client.", lo=1, group="partition")
@@ -117,8 +115,7 @@ class GeneralConfig:
         0.0,
         "Fraction of each client's data held out as its local test split.",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="partition",
     )
     client_test_split: str = opt(
@@ -154,8 +151,7 @@ class GeneralConfig:
         "samples (floor(F n), at least 1, keyed by --seed and the client; never trained on): every "
         "evaluation also measures each client's model on them (personal_val_acc). 0: none.",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="personalized",
     )
     personal_clients: str = opt(
@@ -210,7 +206,7 @@ class GeneralConfig:
         search={"choices": [2, 5, 10, 20]},
     )
     active_ratio: float = opt(
-        0.5, "Fraction of clients sampled into each round's cohort.", lo=0.0, hi=1.0, lo_open=True, group="federated"
+        0.5, "Fraction of clients sampled into each round's cohort.", lo=Open(0.0), hi=1.0, group="federated"
     )
     weighting: str = opt(
         "uniform",
@@ -228,13 +224,12 @@ class GeneralConfig:
         group="federated",
     )
     # local optimizer
-    lr: float = opt(0.1, "Local learning rate.", lo=0.0, lo_open=True, group="optimizer", search={"log": [0.001, 1.0]})
+    lr: float = opt(0.1, "Local learning rate.", lo=Open(0.0), group="optimizer", search={"log": [0.001, 1.0]})
     momentum: float = opt(
         0.0,
         "Local SGD heavy-ball momentum mu (b <- mu b + g; reset each round unless --momentum-persist).",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="optimizer",
     )
     momentum_persist: str = opt(
@@ -269,14 +264,13 @@ class GeneralConfig:
         "Multiply the lr by --lr-decay-factor at these points, comma separated (in --lr-decay-unit).",
         group="optimizer",
     )
-    lr_decay_factor: float = opt(0.1, "Step decay factor.", lo=0.0, lo_open=True, group="optimizer")
+    lr_decay_factor: float = opt(0.1, "Step decay factor.", lo=Open(0.0), group="optimizer")
     lr_decay_unit: str = opt("iteration", "Unit of --lr-decay-at.", choices=["iteration", "round"], group="optimizer")
     server_lr: float = opt(
         1.0,
         "Server learning rate eta on the averaged update (fedcom, scaffold: u <- u + eta * mean update, 1 "
         "is the plain average; fedadam: Adam step size on it, its default 10^-2.5).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="optimizer",
     )
     # personalized FL (each method's own options are in its file: fedcli/specs/<method>.py)
@@ -342,11 +336,10 @@ class GeneralConfig:
         group="run",
     )
     out: str = opt("", "Run directory.", group="run")
-    tracker: str = opt(
+    tracker: str = repeatable(
         "",
         "Also send the run to an experiment tracker: tensorboard, wandb or mlflow (repeat the flag, or a "
         "list in a recipe, for several); the CSVs stay the source of truth (docs/tracking.md).",
-        multiple=True,
         group="run",
     )
     # scale (fedcli/fl/store.py, fedcli/fl/trainers.py)

@@ -6,7 +6,7 @@ panel)::
 
     @register_params(section="feddyn")
     class FedDynParams:
-        feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha ...", lo=0.0, lo_open=True, group="method")
+        feddyn_alpha: float = opt(0.1, "FedDyn: coefficient alpha ...", lo=Open(0.0), group="method")
 
 :class:`fedcli.config.TrainConfig` is assembled from the general fields of ``fedcli/config.py`` and every
 registered params class, so each field is a ``fedcli train`` flag (``--feddyn-alpha``), a recipe key
@@ -41,42 +41,43 @@ GROUPS = (
 PARAMS: list[type] = []
 
 
-def opt(  # noqa: PLR0913
-    default,
-    help: str,
-    *,
-    choices=None,
-    lo=None,
-    hi=None,
-    lo_open=False,
-    hi_open=False,
-    group="general",
-    multiple=False,
-    search=None,
-    was=(),
-):
-    """A config field with its CLI help and its validation rule (closed or open bounds, or choices); ``multiple``: a
-    comma-separated string field whose flag may be repeated (``--tracker a --tracker b`` is ``"a,b"``); ``search``: its
-    default search range for ``fedcli tune`` (plain data, as a recipe's ``[tune.space]`` writes it: ``{"log": [0.001,
-    1.0]}``,
-    ``{"choices": [1, 2, 4]}``, ``{"int": [1, 8]}``, ``{"float": [0.0, 1.0], "step": 0.1}``; docs/tuning.md), used by
-    ``[tune.space.<method>] defaults = true`` and shown in ``--help``; ``was``: the field's old names (issue 60, one
-    word one meaning), still read as it: a hidden flag, a recipe key, a stored config's key (:data:`RENAMED`)."""
+@dataclasses.dataclass(frozen=True)
+class Open:
+    """An open bound of :func:`opt`: ``lo=Open(0.0)`` is "> 0", ``hi=Open(1.0)`` "< 1" (a plain number is a closed
+    bound, ">=" or "<=")."""
+
+    value: float
+
+
+def opt(default, help: str, *, choices=None, lo=None, hi=None, group="general", search=None, was=()):
+    """A config field with its CLI help and its validation rule: ``choices``, or the bounds ``lo`` and ``hi``, each
+    closed (a number) or open (:class:`Open`); ``search``: its default search range for ``fedcli tune`` (plain data,
+    as a recipe's ``[tune.space]`` writes it: ``{"log": [0.001, 1.0]}``, ``{"choices": [1, 2, 4]}``, ``{"int": [1,
+    8]}``, ``{"float": [0.0, 1.0], "step": 0.1}``; docs/tuning.md), used by ``[tune.space.<method>] defaults = true``
+    and shown in ``--help``; ``was``: the field's old names (issue 60, one word one meaning), still read as it: a
+    hidden flag, a recipe key, a stored config's key (:data:`RENAMED`). A repeatable flag: :func:`repeatable`."""
     return dataclasses.field(
         default=default,
         metadata={
             "help": help,
             "choices": choices,
-            "lo": lo,
-            "hi": hi,
-            "lo_open": lo_open,
-            "hi_open": hi_open,
+            "lo": lo.value if isinstance(lo, Open) else lo,
+            "hi": hi.value if isinstance(hi, Open) else hi,
+            "lo_open": isinstance(lo, Open),
+            "hi_open": isinstance(hi, Open),
             "group": group,
-            "multiple": multiple,
+            "multiple": False,
             "search": search,
             "was": tuple(was),
         },
     )
+
+
+def repeatable(default: str, help: str, *, choices=None, group="general", was=()):
+    """:func:`opt`'s field of a comma-separated string whose flag may be repeated (``--tracker a --tracker b`` is
+    ``"a,b"``)."""
+    field = opt(default, help, choices=choices, group=group, was=was)
+    return dataclasses.field(default=default, metadata={**field.metadata, "multiple": True})
 
 
 #: a config field's old name -> its name (``opt(was=...)``): a flag, recipe key or stored config that still says the

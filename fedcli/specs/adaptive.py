@@ -6,7 +6,7 @@ FedAdagrad) the adaptive local step they build on, the v_hat servers' base and F
 import math
 
 from fedcli.errors import ConfigError
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Cost, part
 from fedcli.specs.parts import AVERAGE
 
@@ -20,16 +20,14 @@ class AdaptiveParams:
         "First-moment decay: local AMSGrad/LAMB m, Mime's server m, the server m of Adp-Fed, FedYogi, "
         "FedAdagrad (its preset: 0).",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="adaptive",
     )
     beta2: float = opt(
         0.999,
         "Second-moment decay of the same optimizers (FedYogi's preset: 0.99; FedAdagrad has none).",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="adaptive",
     )
     eps: float = opt(
@@ -84,8 +82,7 @@ class AdaptiveParams:
     server_eps: float = opt(
         1e-3,
         "Adaptivity tau of the servers of Adp-Fed, FedYogi, FedAdagrad: m / (sqrt(v) + tau) (Reddi et al. 2021).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="adaptive",
     )
 

@@ -3,7 +3,7 @@
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/ditto.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SGD
 
@@ -21,8 +21,7 @@ class DittoParams:
     ditto_epochs: float = opt(
         2.0,
         "Ditto: local epochs s of the personalized model per round (FedALA appendix: 2).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
 

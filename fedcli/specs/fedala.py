@@ -14,7 +14,7 @@ Its options, its part (the init ALA, which any method may take: ``--init ala``) 
 part is in ``fedcli/fl/algorithms/fedala.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import OVERWRITE
 
@@ -35,14 +35,13 @@ class ALAParams:
         80.0,
         "ALA: percent s of the client's training data the weights are learned on (a contiguous slice at a "
         "random offset).",
-        lo=0.0,
+        lo=Open(0.0),
         hi=100.0,
-        lo_open=True,
         group="personalized",
         search={"choices": [5.0, 10.0, 20.0, 40.0, 80.0, 100.0]},
     )
     ala_lr: float = opt(
-        1.0, "ALA weight learning rate eta.", lo=0.0, lo_open=True, group="personalized", search={"log": [0.1, 10.0]}
+        1.0, "ALA weight learning rate eta.", lo=Open(0.0), group="personalized", search={"log": [0.1, 10.0]}
     )
     ala_threshold: float = opt(
         0.1,

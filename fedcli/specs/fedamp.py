@@ -4,7 +4,7 @@ Non-IID Data", Algorithm 1): attentive message passing between the clients' mode
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/fedamp.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.parts import OVERWRITE, SGD
 
@@ -17,8 +17,7 @@ class FedAMPParams:
         1000.0,
         "FedAMP: server step size alpha_k of the attention-inducing update and of the proximal coefficient "
         "lambda / alpha_k (FedALA appendix: 1000).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
     amp_lambda: float = opt(
@@ -31,8 +30,7 @@ class FedAMPParams:
     amp_sigma: float = opt(
         0.1,
         "FedAMP: sigma of the attention-inducing function A(x) = 1 - exp(-x / sigma) (FedALA appendix: 0.1).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
 

@@ -3,7 +3,7 @@
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/feddyn.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Method, part, register_method
 
 
@@ -15,8 +15,7 @@ class FedDynParams:
         0.1,
         "FedDyn: coefficient alpha of the dynamic regularizer (alpha/2)||theta - theta^{t-1}||^2 and of "
         "the server state h (Acar et al. 2021 report 0.1, 0.01, 0.001).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="method",
     )
 

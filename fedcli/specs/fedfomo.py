@@ -5,7 +5,7 @@ a first-order approximation of how much each one lowers its validation loss.
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/fedfomo.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import FORWARD_ONLY, Cost, Method, part, register_method
 from fedcli.specs.parts import OVERWRITE
 
@@ -26,8 +26,7 @@ class FedFomoParams:
         "FedFomo: fraction of each client's training split held out to weigh the received models (PFLlib: "
         "0.2); it trains on the rest.",
         lo=0.0,
-        hi=1.0,
-        hi_open=True,
+        hi=Open(1.0),
         group="personalized",
     )
 

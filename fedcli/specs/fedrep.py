@@ -4,7 +4,7 @@ and a local head per client.
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/fedrep.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SGD
 
@@ -23,8 +23,7 @@ class FedRepParams:
     head_epochs: float = opt(
         5.0,
         "FedRep: local epochs of head training (body frozen) before the body epochs (FedALA appendix: tau = 5).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
 

@@ -7,7 +7,7 @@ model weights and of the strategy.
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/partialfed.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.parts import OVERWRITE, SGD
 
@@ -20,16 +20,14 @@ class PartialFedParams:
         5.0,
         "PartialFed: initial Gumbel-softmax temperature tau of the per-layer global/local choice (FedALA "
         "appendix: 5.0).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
     partialfed_decay: float = opt(
         0.965,
         "PartialFed: the temperature is multiplied by this each round (FedALA appendix: 0.965).",
-        lo=0.0,
+        lo=Open(0.0),
         hi=1.0,
-        lo_open=True,
         group="personalized",
     )
     partialfed_fm: int = opt(

@@ -4,7 +4,7 @@ w_i of the global model by a Moreau envelope, f_i(theta) + (lambda / 2) ||theta 
 The spec: its options, its parts and the preset (no torch); the parts are in ``fedcli/fl/algorithms/pfedme.py``.
 """
 
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Cost, Method, part, register_method
 from fedcli.specs.parts import SERVER_LR, SGD
 
@@ -22,8 +22,7 @@ class PFedMeParams:
     pfedme_lr: float = opt(
         0.01,
         "pFedMe: personalized learning rate of the K inner steps on theta (FedALA appendix: 0.01).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
     pfedme_k: int = opt(
@@ -32,8 +31,7 @@ class PFedMeParams:
     pfedme_beta: float = opt(
         1.0,
         "pFedMe: server mix beta: global <- (1 - beta) * previous + beta * average (FedALA appendix: 1.0).",
-        lo=0.0,
-        lo_open=True,
+        lo=Open(0.0),
         group="personalized",
     )
 

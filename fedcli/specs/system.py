@@ -17,7 +17,7 @@ import hashlib
 import math
 
 from fedcli.errors import ConfigError
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.userfiles import TRACE_LIMIT, read_input
 
 #: name -> the argument count it takes (None: a list of VALUE@PROBABILITY)
@@ -303,9 +303,8 @@ class SystemParams:
         1.0,
         "System model: probability that a sampled client is available in a round (drawn per seed, round "
         "and client); an unavailable client sits the round out.",
-        lo=0.0,
+        lo=Open(0.0),
         hi=1.0,
-        lo_open=True,
         group="system",
     )
     availability_trace: str = opt(

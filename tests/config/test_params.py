@@ -15,7 +15,7 @@ import pytest
 
 from fedcli.config import FIELDS, TrainConfig, coerce
 from fedcli.errors import ConfigError
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params, repeatable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ FAKE_METHOD = '''
 """A test method: SGD along knob * gradient."""
 
 from fedcli.fl.parts import SGDStep
-from fedcli.params import opt, register_params
+from fedcli.params import Open, opt, register_params
 from fedcli.specs import Method, part, register_method
 from fedcli.specs.parts import SGD
 
@@ -33,7 +33,7 @@ from fedcli.specs.parts import SGD
 class FakeParams:
     """The knob of the test method."""
 
-    fake_knob: float = opt(0.5, "Fake: factor on the local gradient.", lo=0.0, hi=1.0, lo_open=True, group="method")
+    fake_knob: float = opt(0.5, "Fake: factor on the local gradient.", lo=Open(0.0), hi=1.0, group="method")
 
 
 # the part's one registration, before its class (fedcli's own: in fedcli/specs)
@@ -150,6 +150,21 @@ def test_register_params_refuses_a_taken_name_and_plain_fields():
             plain_knob: float = 1.0
 
     assert "plain_knob" not in FIELDS
+
+
+def test_open_bounds_and_repeatable_flags():
+    """``opt``'s bounds: a number is closed, ``Open(x)`` open, recorded as the bound and its ``*_open`` flag (what the
+    check reads); ``repeatable`` is ``opt``'s field marked ``multiple``, the rest as ``opt`` makes it."""
+    f = opt(1.0, "h", lo=Open(0.0), hi=2.0)
+    assert [f.metadata[k] for k in ("lo", "lo_open", "hi", "hi_open")] == [0.0, True, 2.0, False]
+    g = opt(1, "h", lo=0, hi=Open(5))
+    assert [g.metadata[k] for k in ("lo", "lo_open", "hi", "hi_open")] == [0, False, 5, True]
+    r = repeatable("", "h", group="run", was=("old",))
+    assert r.metadata["multiple"] and not f.metadata["multiple"] and r.default == ""
+    assert {**r.metadata, "multiple": False} == dict(opt("", "h", group="run", was=("old",)).metadata)
+    with pytest.raises(ConfigError, match="must be > 0"):  # active_ratio: lo=Open(0.0), hi=1.0
+        TrainConfig(active_ratio=0.0).validate()
+    assert TrainConfig(active_ratio=1.0).validate().active_ratio == 1.0
 
 
 def test_method_params_are_declared_in_their_files_not_in_config():
