@@ -7,8 +7,14 @@ command) loads neither pandas nor torch: the API imports them when called. This 
 (pyproject.toml): nothing in fedcli imports it (the version is ``fedcli.version``).
 """
 
-from fedcli.api import Results, load, train, write_report
-from fedcli.api import write_report as report
-from fedcli.version import __version__
+# the fedcli command's signal handlers before anything else is imported (``python -m fedcli`` and the console script
+# import this package first); a program that imports fedcli gets none (fedcli/runtime/early.py: is_entry)
+from fedcli.runtime import early
+
+early.install()
+
+from fedcli.api import Results, load, train, write_report  # noqa: E402
+from fedcli.api import write_report as report  # noqa: E402
+from fedcli.version import __version__  # noqa: E402
 
 __all__ = ["Results", "__version__", "load", "report", "train", "write_report"]

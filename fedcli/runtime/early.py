@@ -56,7 +56,18 @@ def is_entry() -> bool:
     module_spec = getattr(main, "__spec__", None)
     if module_spec is not None and module_spec.name in ("fedcli", "fedcli.__main__"):
         return True
-    return os.path.basename(getattr(main, "__file__", "") or "") == "fedcli"
+    return os.path.basename(getattr(main, "__file__", "") or "") == "fedcli" or _run_as_module()
+
+
+def _run_as_module() -> bool:
+    """Whether the interpreter was started as ``python [OPTIONS] -m fedcli`` (or ``-m mpi4py [...] -m fedcli``),
+    read from its own command line (``sys.orig_argv``): while ``python -m fedcli`` imports the ``fedcli`` package,
+    before ``__main__`` is fedcli's, nothing else says so."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1] != "mpi4py":
+            return argv[i + 1] in ("fedcli", "fedcli.__main__")
+    return False
 
 
 def install(force: bool = False) -> None:
