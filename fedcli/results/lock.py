@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from fedcli.errors import ConfigError
+from fedcli.results.masking import masked
 from fedcli.safefs import open_fd
 
 RUN_LOCK = ".fedcli.lock"
@@ -76,14 +77,6 @@ def me() -> dict:
         "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": masked(" ".join(sys.argv)),
     }
-
-
-def masked(command: str) -> str:
-    """``command`` with the password of every ``scheme://user:password@`` URL in it replaced by ``***`` (a lock file
-    names its holder's command, and ``fedcli tune --storage URL`` may carry a database password)."""
-    import re
-
-    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", command)
 
 
 class FileLock:
