@@ -23,6 +23,45 @@ def rows(path: Path, drop=("wall_s",)) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
 
 
+#: 10 rounds of FedLAMA's phi * tau = 4 iterations on digits (8 clients, half of them a round), a metrics row every
+#: round: the in-process training of the signal and reliability tests (seconds)
+TINY_RUN = {
+    "mlp_hidden": 32,
+    "clients": 8,
+    "active_ratio": 0.5,
+    "algo": "fedlama",
+    "tau": 2,
+    "phi": 2,
+    "iterations": 40,
+    "batch_size": 16,
+    "lr": 0.05,
+    "eval_every": 4,
+}
+#: a personalized method's run on digits: 5 clients of 2 classes each (pathological) with local test splits (a quarter),
+#: 2 rounds of one local epoch, evaluated every round
+PERSONAL_RUN = {
+    "mlp_hidden": 32,
+    "clients": 5,
+    "partition": "pathological",
+    "client_test_fraction": 0.25,
+    "rounds": 2,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "lr": 0.3,
+    "eval_every": 1,
+}
+
+
+def train_args(run: dict, device: str | None = "cpu", **flags) -> list[str]:
+    """``fedcli train`` on digits with an MLP, one thread, quiet: the flags of ``run`` (:data:`TINY_RUN`,
+    :data:`PERSONAL_RUN`) with ``flags`` over them, each ``name=value`` as ``--name value`` (dashes for underscores),
+    then ``--device`` (None: fedcli's default, left out)."""
+    args = ["train", "--dataset", "digits", "--model", "mlp"]
+    for name, value in {**run, **flags}.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args + (["--device", device] if device else []) + ["--threads", "1", "--quiet"]
+
+
 def error_lines(err: str) -> list[str]:
     """The non-empty lines of a command's stderr, less the loading line a log gets first (fedcli/cli/train.py): an
     error must be the one line left."""

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from fedcli.errors import ConfigError
+from fedcli.results.masking import masked
 from fedcli.safefs import open_fd
 
 RUN_LOCK = ".fedcli.lock"
@@ -78,51 +79,86 @@ def me() -> dict:
     }
 
 
-def masked(command: str) -> str:
-    """``command`` with the password of every ``scheme://user:password@`` URL in it replaced by ``***`` (a lock file
-    names its holder's command, and ``fedcli tune --storage URL`` may carry a database password)."""
-    import re
-
-    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", command)
-
-
 class FileLock:
-    """An exclusive (or ``shared``) ``flock`` on ``path``, held until :meth:`release` or the process ends."""
+    """An exclusive (or ``shared``) ``flock`` on ``path``, held until :meth:`release` or the process ends.
 
-    def __init__(self, path: str | Path, shared: bool = False):
-        self.path, self.shared = Path(path), shared
+    By default :meth:`acquire` refuses at once (False) when another live process holds the lock. With ``wait=True``
+    it waits until the lock is free and is re-entrant within the process: a thread's nested acquire (or ``with``)
+    only counts, and the lock goes at the matching last release (other threads of the process wait on a mutex), so
+    that the ask lock of a SQLite study is also the lock of every storage call made inside it
+    (:mod:`fedcli.tune.storages`). ``with``: a waiting lock is taken on entry; a refusing one is taken before
+    (the caller reads :meth:`acquire`'s answer); both are released on exit."""
+
+    #: how often a waiting acquire looks again where ``flock`` is not supported (the recorded holder decides)
+    POLL_S = 0.2
+
+    def __init__(self, path: str | Path, shared: bool = False, wait: bool = False):
+        self.path, self.shared, self.wait = Path(path), shared, wait
         self.fd: int | None = None
+        self.depth = 0
+        self.mutex = threading.RLock() if wait else None
 
     def acquire(self) -> bool:
-        """Take the lock without waiting; False when another live process holds it."""
-        import fcntl
+        """Take the lock: without ``wait`` False when another live process holds it; with ``wait`` True once it is
+        this process's (a nested acquire counts, see the class)."""
+        if not self.wait:
+            return self.fd is not None or self._take()
+        self.mutex.acquire()
+        try:
+            if self.depth == 0:
+                while not self._take():
+                    time.sleep(self.POLL_S)
+        except BaseException:
+            self.mutex.release()
+            raise
+        self.depth += 1
+        return True
 
-        if self.fd is not None:
-            return True
+    def _take(self) -> bool:
+        """One try at the file that is at ``path`` now; False when a live process holds it (a waiting lock waits in
+        ``flock``, so it is False only where ``flock`` is not supported and the recorded holder lives)."""
         fd = open_fd(self.path, os.O_RDWR | os.O_CREAT, doing="create the lock file")  # never through a link
         try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in _UNSUPPORTED:  # EWOULDBLOCK: held by a live process
-                os.close(fd)
-                return False
-            holder = self._read(fd)  # no flock here: the recorded holder decides
-            if (
-                not self.shared
-                and holder
-                and holder.get("host") == socket.gethostname()
-                and holder.get("pid") != os.getpid()
-                and process_alive(holder.get("pid"), holder.get("start"))
-            ):
-                os.close(fd)
-                return False
+            got = self._flock(fd)
+        except BaseException:  # an error of a waiting flock, or a signal's exception while it waits
+            os.close(fd)
+            raise
+        if not got:
+            os.close(fd)
+            return False
         if not self.shared and not self._same_file(fd):  # its holder removed it as we opened it: take the new file
             os.close(fd)
-            return self.acquire()
+            return self._take()
         self.fd = fd
         if not self.shared:
             self._write(me())
         return True
+
+    def _flock(self, fd: int) -> bool:
+        """``flock`` on ``fd`` (waited for with ``wait``); False when another live process holds it."""
+        import fcntl
+
+        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+        try:
+            fcntl.flock(fd, mode if self.wait else mode | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in _UNSUPPORTED:  # no flock here: the recorded holder decides
+                return not self._held_by_record(fd)
+            if self.wait:
+                raise
+            return False  # EWOULDBLOCK: held by a live process
+        return True
+
+    def _held_by_record(self, fd: int) -> bool:
+        """Whether the holder recorded in the file (exclusive locks only) is another live process of this host."""
+        holder = self._read(fd)
+        return bool(
+            not self.shared
+            and holder
+            and holder.get("host") == socket.gethostname()
+            and holder.get("pid") != os.getpid()
+            and process_alive(holder.get("pid"), holder.get("start"))
+        )
 
     def _same_file(self, fd: int) -> bool:
         """Whether ``fd`` is still the file at ``self.path`` (a holder that ends removes the file while it holds it,
@@ -156,6 +192,20 @@ class FileLock:
         return self._read()
 
     def release(self) -> None:
+        """Let the lock go (a waiting lock: at the last of its nested acquires)."""
+        if not self.wait:
+            self._drop()
+            return
+        if self.depth == 0:
+            return
+        self.depth -= 1
+        try:
+            if self.depth == 0:
+                self._drop()
+        finally:
+            self.mutex.release()
+
+    def _drop(self) -> None:
         import fcntl
 
         if self.fd is None:
@@ -170,6 +220,8 @@ class FileLock:
         self.fd = None
 
     def __enter__(self):
+        if self.wait:
+            self.acquire()
         return self
 
     def __exit__(self, *exc):

@@ -200,10 +200,10 @@ def counts(plan, shared) -> tuple[dict, Coordinator]:
     """``{state: n}`` over the studies' trials (Optuna's states, trials.csv's words), and a coordinator whose rows
     hold them; trials.csv rewritten under its lock. ``shared``: the storage (:class:`fedcli.tune.storages.Shared`),
     opened once for all the looks (a database connection each would exhaust the server's)."""
-    from fedcli.tune.storages import Flock
+    from fedcli.results.lock import FileLock
 
     co = Coordinator(plan)
-    with Flock(plan.root / CSV_LOCK):
+    with FileLock(plan.root / CSV_LOCK, wait=True):
         for sp in plan.studies:
             co.refresh(sp, open_study(plan, sp, shared.storage))
         co.write_csv()

@@ -13,6 +13,9 @@ Optuna gives:
   on ``UpdateFinishedTrialError`` (measured, ``tests/sweep/test_tune_workers.py``). :class:`LockedStorage` serializes
   every call to the storage with an ``flock`` on ``<db>.lock`` (one node: the lock is the kernel's).
 
+The file locks are :class:`fedcli.results.lock.FileLock` in its waiting, re-entrant mode (``wait=True``): the ask lock
+of a SQLite study is also the lock of every storage call made inside it.
+
 A journal record cut by a worker killed while appending is dropped by the next append (:class:`RepairingJournal`),
 under Optuna's own journal lock, before it writes (a record written after a cut line would make the whole journal
 unreadable). Optuna is imported inside the functions.
@@ -22,49 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from pathlib import Path
 
 from fedcli.errors import ConfigError
+from fedcli.results.lock import FileLock
 from fedcli.safefs import open_fd
-
-
-class Flock:
-    """An exclusive ``flock`` on ``path``, waited for; re-entrant within the process (a nested ``with`` is free), so
-    that the ask lock of a SQLite study can also be the lock of every storage call made inside it."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.fd: int | None = None
-        self.depth = 0
-        self.owner: int | None = None
-        self.mutex = threading.RLock()
-
-    def __enter__(self):
-        import fcntl
-
-        self.mutex.acquire()
-        if self.depth == 0:
-            fd = open_fd(self.path, os.O_RDWR | os.O_CREAT, doing="create the lock file")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except BaseException:
-                os.close(fd)
-                self.mutex.release()
-                raise
-            self.fd = fd
-        self.depth += 1
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        self.depth -= 1
-        if self.depth == 0 and self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-        self.mutex.release()
 
 
 class AdvisoryLock:
@@ -130,7 +95,7 @@ def _locked_storage_class():
 
     names = [n for n in dir(BaseStorage) if not n.startswith("_") and callable(getattr(BaseStorage, n))]
 
-    def __init__(self, inner, lock: Flock):
+    def __init__(self, inner, lock: FileLock):
         self._inner, self._lock = inner, lock
 
     body = {n: _delegate(n) for n in names}
@@ -141,7 +106,7 @@ def _locked_storage_class():
 _CLASS: dict = {}
 
 
-def LockedStorage(inner, lock: Flock):
+def LockedStorage(inner, lock: FileLock):
     """``inner`` (Optuna's RDBStorage on SQLite) with every call made under ``lock`` (an ``flock`` on ``<db>.lock``)."""
     if "cls" not in _CLASS:
         _CLASS["cls"] = _locked_storage_class()
@@ -215,7 +180,7 @@ class Shared:
             return JournalStorage(_repairing_journal_class()(self.what))
         rdb = optuna.storages.RDBStorage(self.what)
         if self.dialect == "sqlite":
-            self.file_lock = Flock(f"{sqlite_path(self.what)}.lock")
+            self.file_lock = FileLock(f"{sqlite_path(self.what)}.lock", wait=True)
             return LockedStorage(rdb, self.file_lock)
         self.rdb = rdb
         return rdb
@@ -228,7 +193,7 @@ class Shared:
             return self.file_lock
         if self.kind == "journal":
             if not hasattr(self, "journal_lock"):
-                self.journal_lock = Flock(f"{self.what}.ask.lock")
+                self.journal_lock = FileLock(f"{self.what}.ask.lock", wait=True)
             return self.journal_lock
         raise ConfigError(
             f"study workers cannot share a {self.dialect} database (they serialize their asks with "

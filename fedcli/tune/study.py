@@ -9,10 +9,10 @@ import csv
 import io
 import json
 import math
-import re
 from pathlib import Path
 
 from fedcli.errors import ConfigError
+from fedcli.results.masking import masked
 from fedcli.results.rundir import atomic_write
 from fedcli.safefs import refuse_link
 
@@ -28,12 +28,6 @@ STORAGE_ENV = "FEDCLI_TUNE_STORAGE"
 
 def trial_rel(study: str, number: int) -> str:
     return f"{study}/trial-{number:04d}"
-
-
-def mask_url(url: str) -> str:
-    """A database URL with its password replaced by ``***`` (written and printed so everywhere)."""
-    lead = "://" if "://" in url else "^"  # the user:password@ after the scheme, or at the start of a bare one
-    return re.sub(rf"({lead})([^:/@]*:)[^@]*@", r"\1\2***@", url, count=1)
 
 
 def resolve_storage(storage: str, root: Path) -> tuple[str, str]:
@@ -57,7 +51,7 @@ def resolve_storage(storage: str, root: Path) -> tuple[str, str]:
     if "://" not in storage:
         raise ConfigError(
             f"--storage must be journal, sqlite, a database URL (postgresql+psycopg://user@host/db) or "
-            f"env:NAME, got {mask_url(storage)!r}"
+            f"env:NAME, got {masked(storage)!r}"
         )
     return "url", storage
 
@@ -100,7 +94,7 @@ def repair_journal(root: Path) -> int:
 
 
 def storage_label(kind: str, what: str) -> str:
-    return kind if kind in ("journal", "sqlite") else mask_url(what)
+    return kind if kind in ("journal", "sqlite") else masked(what)
 
 
 def read_record(root: Path) -> dict | None:

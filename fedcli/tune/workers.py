@@ -217,11 +217,11 @@ class Worker(Coordinator):
     # ---- trials.csv
     def write_csv(self) -> None:
         """trials.csv from the storage as it is now, read and written under ``trials.csv.lock`` (module docstring)."""
-        from fedcli.tune.storages import Flock
+        from fedcli.results.lock import FileLock
 
         if not self.studies:  # stopped before it opened the studies: nothing read, the index is left as it is
             return
-        with Flock(self.plan.root / CSV_LOCK):
+        with FileLock(self.plan.root / CSV_LOCK, wait=True):
             for sp, study in self.studies:
                 self.refresh(sp, study)
             super().write_csv()

@@ -18,7 +18,7 @@ from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.results.rundir import CLIENTS_COLUMNS
 from fedcli.specs import METHODS
-from runkit import MPIEXEC, ROOT, run_forked
+from runkit import MPIEXEC, PERSONAL_RUN, ROOT, run_forked, train_args
 from simkit import PERSONAL_BASE
 
 PERSONALIZED = sorted(name for name, m in METHODS.items() if m.personalized)
@@ -143,42 +143,10 @@ from fedcli.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
-RESUME_ARGS = [
-    "train",
-    "--algo",
-    "fedala",
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp",
-    "--mlp-hidden",
-    "16",
-    "--clients",
-    "4",
-    "--partition",
-    "pathological",
-    "--client-test-fraction",
-    "0.25",
-    "--rounds",
-    "5",
-    "--local-epochs",
-    "1",
-    "--batch-size",
-    "16",
-    "--lr",
-    "0.3",
-    "--eval-every",
-    "1",
-    "--ala-num-pre-loss",
-    "3",
-    "--checkpoint-every",
-    "2",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--quiet",
-]
+# FedALA, 5 rounds on 4 clients (a smaller MLP), a checkpoint every 2 rounds
+RESUME_ARGS = train_args(
+    PERSONAL_RUN, algo="fedala", mlp_hidden=16, clients=4, rounds=5, ala_num_pre_loss=3, checkpoint_every=2
+)
 
 
 @pytest.mark.timeout(300)
@@ -198,40 +166,7 @@ def test_sigkill_then_resume_cuts_clients_csv_back(tmp_path):
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 @pytest.mark.parametrize("algo,ratio", [("fedala", "0.6"), ("ditto", "1")])
 def test_clients_csv_same_for_1_and_2_processes(algo, ratio, tmp_path):
-    args = [
-        "train",
-        "--algo",
-        algo,
-        "--active-ratio",
-        ratio,
-        "--dataset",
-        "digits",
-        "--model",
-        "mlp",
-        "--mlp-hidden",
-        "32",
-        "--clients",
-        "5",
-        "--partition",
-        "pathological",
-        "--client-test-fraction",
-        "0.25",
-        "--rounds",
-        "2",
-        "--local-epochs",
-        "1",
-        "--batch-size",
-        "16",
-        "--lr",
-        "0.3",
-        "--eval-every",
-        "1",
-        "--ala-num-pre-loss",
-        "3",
-        "--threads",
-        "1",
-        "--quiet",
-    ]
+    args = train_args(PERSONAL_RUN, device=None, algo=algo, active_ratio=ratio, ala_num_pre_loss=3)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     p = subprocess.run(

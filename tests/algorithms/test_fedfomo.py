@@ -16,7 +16,7 @@ from fedcli.cli.main import main
 from fedcli.fl.algorithms.fedfomo import fomo_scale, fomo_weights
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
-from runkit import rows
+from runkit import PERSONAL_RUN, rows, train_args
 from simkit import assert_learned, personal_config, personal_run, same_personal
 
 config, run, same = personal_config, personal_run, same_personal
@@ -150,36 +150,7 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_identical_for_1_and_2_processes(tmp_path):
-    base = [
-        "train",
-        "--dataset",
-        "digits",
-        "--model",
-        "mlp",
-        "--mlp-hidden",
-        "32",
-        "--clients",
-        "5",
-        "--partition",
-        "pathological",
-        "--client-test-fraction",
-        "0.25",
-        "--rounds",
-        "2",
-        "--local-epochs",
-        "1",
-        "--batch-size",
-        "16",
-        "--lr",
-        "0.3",
-        "--eval-every",
-        "1",
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-        "--quiet",
-    ]
+    base = train_args(PERSONAL_RUN)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     # full participation: each rank stores its own clients' models, the ranks allgather them (FedAMP's path too;
     # with partial participation the store is already shared by fedcli.fl.personal.share)

@@ -112,33 +112,6 @@ def test_fedavg_c_and_fedrep_learn(data):
 
 # ------------------------------------------------------------------ MPI: results do not depend on the process count
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-MPI_ARGS = [
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp",
-    "--mlp-hidden",
-    "32",
-    "--clients",
-    "5",
-    "--partition",
-    "pathological",
-    "--client-test-fraction",
-    "0.25",
-    "--rounds",
-    "2",
-    "--local-epochs",
-    "1",
-    "--batch-size",
-    "16",
-    "--lr",
-    "0.3",
-    "--eval-every",
-    "1",
-    "--ala-num-pre-loss",
-    "3",
-    "--quiet",
-]
 
 
 @pytest.mark.mpi
@@ -146,10 +119,10 @@ MPI_ARGS = [
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
     from fedcli.cli.main import main
-    from runkit import mpirun_each
+    from runkit import PERSONAL_RUN, mpirun_each, train_args
 
     cases = (("fedala", "0.6"), ("fedrep", "1"))  # partial participation shares client state; full does not
-    both = {c: ["train", *MPI_ARGS, "--algo", c[0], "--active-ratio", c[1], "--threads", "1"] for c in cases}
+    both = {c: train_args(PERSONAL_RUN, device=None, ala_num_pre_loss=3, algo=c[0], active_ratio=c[1]) for c in cases}
     for (algo, ratio), args in both.items():
         assert main([*args, "--out", str(tmp_path / f"{algo}{ratio}-1")]) == 0
     # both two-process runs in one mpiexec (its ranks import torch once)

@@ -7,44 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+from runkit import TINY_RUN, train_args
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
-# 10 rounds of 4 iterations, a metrics row every round, a checkpoint every 3 rounds
-TINY = [
-    "train",
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp",
-    "--mlp-hidden",
-    "32",
-    "--clients",
-    "8",
-    "--active-ratio",
-    "0.5",
-    "--algo",
-    "fedlama",
-    "--tau",
-    "2",
-    "--phi",
-    "2",
-    "--iterations",
-    "40",
-    "--batch-size",
-    "16",
-    "--lr",
-    "0.05",
-    "--eval-every",
-    "4",
-    "--checkpoint-every",
-    "3",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--quiet",
-]
+# runkit.TINY_RUN with a checkpoint every 3 rounds
+TINY = train_args(TINY_RUN, checkpoint_every=3)
 
 # fedcli as its own command (signal handlers from the first instant), pausing at a chosen point until GO exists:
 # WHERE = setup (the run folder and its lock exist, no manifest), armed (manifest written, rounds not started),

@@ -162,12 +162,13 @@ def test_pruned_share_by_hand():
 
 
 def test_storage_choices_and_the_password_masked(tmp_path, monkeypatch):
-    from fedcli.tune.study import mask_url, resolve_storage, storage_label
+    from fedcli.results.masking import masked
+    from fedcli.tune.study import resolve_storage, storage_label
 
     assert resolve_storage("journal", tmp_path) == ("journal", str(tmp_path / "optuna.journal"))
     assert resolve_storage("sqlite", tmp_path) == ("sqlite", f"sqlite:///{tmp_path / 'optuna.sqlite3'}")
     url = "postgresql+psycopg://ann:s3cr3t@db.example:5432/tune"
-    assert mask_url(url) == "postgresql+psycopg://ann:***@db.example:5432/tune"
+    assert masked(url) == "postgresql+psycopg://ann:***@db.example:5432/tune"
     monkeypatch.setenv("MY_DB", url)
     kind, what = resolve_storage("env:MY_DB", tmp_path)
     assert (kind, what) == ("url", url) and storage_label(

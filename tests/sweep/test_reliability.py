@@ -26,47 +26,14 @@ from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.results.validate import validate_run
 from fedcli.sweep.run import SweepLock, run_sweep
-from runkit import error_lines
+from runkit import TINY_RUN, error_lines, train_args
 from sweepkit import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
-# 10 rounds of phi * tau = 4 iterations, a metrics row every round, no periodic checkpoint (--checkpoint-every 0)
-TINY = [
-    "train",
-    "--dataset",
-    "digits",
-    "--model",
-    "mlp",
-    "--mlp-hidden",
-    "32",
-    "--clients",
-    "8",
-    "--active-ratio",
-    "0.5",
-    "--algo",
-    "fedlama",
-    "--tau",
-    "2",
-    "--phi",
-    "2",
-    "--iterations",
-    "40",
-    "--batch-size",
-    "16",
-    "--lr",
-    "0.05",
-    "--eval-every",
-    "4",
-    "--checkpoint-every",
-    "0",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--quiet",
-]
+# runkit.TINY_RUN without a periodic checkpoint (--checkpoint-every 0)
+TINY = train_args(TINY_RUN, checkpoint_every=0)
 
 
 def run_main(args, capsys=None):

@@ -479,19 +479,3 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     tune([path, "--out", journal, "--executor", "slurm", "--study-workers", 2, "--sbatch=--nodelist=vm", "--wait"])
     assert len(trials_csv(journal)) == len(rows) == 6
     assert {r["state"] for r in trials_csv(journal)} == {"COMPLETE"}
-
-
-def test_a_lock_file_names_its_holder_with_the_password_masked(tmp_path, monkeypatch):
-    """tune.lock names the command holding it (for the message that refuses a second one): a database password on
-    that command line is written as ***."""
-    from fedcli.results.lock import FileLock
-
-    url = "postgresql+psycopg://ann:s3cr3t@db:5432/t"
-    monkeypatch.setattr(sys, "argv", ["fedcli", "tune", "r.toml", "--storage", url])
-    lock = FileLock(tmp_path / "tune.lock")
-    assert lock.acquire()
-    try:
-        held = json.loads((tmp_path / "tune.lock").read_text())
-    finally:
-        lock.release()
-    assert held["command"] == "fedcli tune r.toml --storage postgresql+psycopg://ann:***@db:5432/t"
