@@ -109,6 +109,30 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``slurm`` holds a file lock shared by every pytest process of this user while it runs, so the
+    tests that submit jobs to the one-node cluster (2 CPUs) run one at a time across `make test`'s xdist workers:
+    each finds the queue as it left it. Taken outside pytest-timeout's timer (this wrapper runs first), so the wait
+    for the lock is not counted against the test's timeout. ``FEDCLI_TESTS_SLURM_LOCK`` names the lock while held
+    (sweepkit.require_slurm fails a test that calls it unmarked)."""
+    if item.get_closest_marker("slurm") is None:
+        yield
+        return
+    import fcntl
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"fedcli-tests-slurm-{os.getuid()}.lock")
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        os.environ["FEDCLI_TESTS_SLURM_LOCK"] = path
+        try:
+            yield
+        finally:
+            os.environ.pop("FEDCLI_TESTS_SLURM_LOCK", None)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def mpi_required() -> bool:
     """Under CI (``CI`` set, as every CI service does) or with ``FEDCLI_REQUIRE_MPI=1``, an MPI test may not skip."""
     flag = os.environ.get("FEDCLI_REQUIRE_MPI", "")

@@ -117,11 +117,70 @@ def require_slurm() -> None:
 
     from fedcli.sweep.slurm import have_slurm
 
+    if not os.environ.get("FEDCLI_TESTS_SLURM_LOCK"):
+        pytest.fail("a test that submits Slurm jobs must be marked @pytest.mark.slurm (one such test at a time)")
     why = have_slurm()
     if why:
         if os.environ.get("FEDCLI_REQUIRE_SLURM"):
             pytest.fail(f"FEDCLI_REQUIRE_SLURM is set but no Slurm is reachable: {why}")
         pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")
+
+
+def slurm_node() -> str:
+    """The local cluster's one node (scripts/slurm-local.sh names it after the host), for ``--sbatch=--nodelist=``."""
+    import subprocess
+
+    return subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()[0]
+
+
+def queue_pending() -> bool:
+    """Whether a job of this user waits in the Slurm queue (PENDING: the one-node cluster's 2 CPUs are taken)."""
+    import subprocess
+
+    r = subprocess.run(
+        ["squeue", "-h", "--me", "-t", "PENDING", "-o", "%i"], capture_output=True, text=True, timeout=60, check=False
+    )
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
+class QueueClock:
+    """A time limit that waits on the Slurm queue, not on the wall clock: its ``seconds`` pass only while no job of
+    this user is PENDING, so jobs that wait for the cluster's CPUs (another test's, a job left over) cost the test
+    none of them. :meth:`tick` fails the test with ``what`` once they are spent."""
+
+    def __init__(self, seconds: float):
+        import time
+
+        self.left = seconds
+        self.last = time.monotonic()
+
+    def tick(self, what: str) -> None:
+        import time
+
+        now = time.monotonic()
+        if not queue_pending():
+            self.left -= now - self.last
+        self.last = now
+        assert self.left > 0, what
+
+    def wait_for(self, cond, what: str):
+        """Poll ``cond()`` every 2 s until it returns something true, which is returned."""
+        import time
+
+        while not (got := cond()):
+            self.tick(what)
+            time.sleep(2)
+        return got
+
+    def wait(self, proc, what: str) -> int:
+        """Wait for the process ``proc`` (its output going to files, not pipes) and return its exit code."""
+        import subprocess
+
+        while True:
+            try:
+                return proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.tick(what)
 
 
 def trials_csv(root):

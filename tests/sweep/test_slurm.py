@@ -19,7 +19,7 @@ from sweepkit import require_slurm
 
 # one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
 # test_missing_dataset_refused_before_any_job checks that the queue gains no job
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slurm]
 
 TINY = """\
 title = "tiny"

@@ -18,7 +18,7 @@ from fedcli.sweep.slurm import ACTIVE, job_states
 from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")

@@ -429,42 +429,76 @@ def slurm_states(root: Path) -> dict:
     return job_states(ids)
 
 
-# slow, not long (2026-11-29): 192 s alone, but in the long tier, beside the other worker's Slurm tests on the one-node
-# cluster, no trial was seen training in a worker job within 300 s; out of CI until it waits on the queue, not the
-# clock. Adoption by a worker is held in CI by test_sigkill_of_a_local_worker_its_trial_adopted_by_the_other (long)
-# and test_an_orphan_is_claimed_once_and_a_locked_run_never
-@pytest.mark.slow
+def tune_queued(args, out: Path, clock, **more) -> tuple[int, str]:
+    """``fedcli tune ARGS`` (with ``--wait``) as its own process, its output in ``out`` (a file, not a pipe), waited
+    for on ``clock`` (sweepkit.QueueClock): (exit code, stderr)."""
+    with open(out.with_suffix(".stdout"), "w") as so, open(out.with_suffix(".stderr"), "w") as se:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "fedcli", "tune", *map(str, args)], env=env(**more), stdout=so, stderr=se, text=True
+        )
+        try:
+            rc = clock.wait(p, f"fedcli tune {' '.join(map(str, args))} did not end")
+        finally:
+            if p.poll() is None:
+                p.kill()
+    return rc, out.with_suffix(".stderr").read_text()
+
+
+def cancel_workers(root: Path) -> None:
+    """scancel every worker job the study in ``root`` launched (after a failure: the next Slurm test finds the cluster
+    free)."""
+    f = root / "workers.json"
+    if f.is_file():
+        ids = [w["job_id"] for w in json.loads(f.read_text())["workers"]]
+        subprocess.run(["scancel", *ids], check=False, capture_output=True)
+
+
+@pytest.mark.long(
+    reason="2 Slurm worker jobs and 6 trials of 400 iterations, one job scancelled, then a journal study (190 s)"
+)
+@pytest.mark.slurm
+@pytest.mark.timeout(1800)
 def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     """2 Slurm worker jobs, PostgreSQL (env:NAME), 6 trials of 400 iterations; the job of a worker whose trial has
     evaluated 3 times is scancelled: the other worker (or a new one, the same command again) adopts the trial and
     finishes it under its number. Exactly 6 trials 0..5, every COMPLETE one a completed run directory; the password in
     no file of the study folder (the job scripts and pickles of .slurm included); the same study with a journal (pinned
-    to the node) ends with the same count."""
+    to the node) ends with the same count. Its limits wait on the queue, not the clock (sweepkit.QueueClock): time a
+    worker job spends PENDING is not counted."""
+    from sweepkit import QueueClock, slurm_node
+
     require_slurm()
     password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
     path = tune_recipe(tmp_path / "r.toml", trials=6, iterations=400, eval_every=20)
     root = tmp_path / "pg"
     cmd = [path, "--out", root, "--executor", "slurm", "--study-workers", 2, "--storage", "env:TUNE_DB", "--wait"]
+    clock = QueueClock(300)
+    se = open(tmp_path / "launcher.stderr", "w")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "fedcli", "tune", *map(str, cmd)],
         env=env(TUNE_DB=postgres_url),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=se,
         text=True,
     )
     cache: dict = {}
     try:
-        number, owner = wait_for(
-            lambda: training(root, ("url", postgres_url), cache), 300, "no trial trained in a worker job"
+        number, owner = clock.wait_for(
+            lambda: training(root, ("url", postgres_url), cache), "no trial trained in a worker job"
         )
         subprocess.run(["scancel", owner["job_id"]], check=True)
-        _, err = launcher.communicate(timeout=500)
+        clock = QueueClock(500)
+        clock.wait(launcher, "the launcher did not end")
+        if launcher.returncode != 0:  # the other worker had ended: a new one, the same command again, adopts it
+            err = (tmp_path / "launcher.stderr").read_text()
+            assert "run the same command again" in err, err[-3000:]
+            rc, err = tune_queued(cmd, tmp_path / "again", QueueClock(500), TUNE_DB=postgres_url)
+            assert rc == 0, err[-3000:]
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    if launcher.returncode != 0:  # the other worker had ended: a new one, the same command again, adopts it
-        assert "run the same command again" in err, err[-3000:]
-        tune(cmd, TUNE_DB=postgres_url)
+        se.close()
+        cancel_workers(root)
     logs = "".join(p.read_text(errors="replace") for p in (root / ".slurm").rglob("*.out"))
     assert f"adopt    fedavg trial {number}: its worker (Slurm job {owner['job_id']}) is gone" in logs, logs[-3000:]
     rows = trials_csv(root)
@@ -476,6 +510,24 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     assert files_holding(root, password) == []
     assert not any(s["state"] in ("PENDING", "RUNNING") for s in slurm_states(root).values())
     journal = tmp_path / "journal"
-    tune([path, "--out", journal, "--executor", "slurm", "--study-workers", 2, "--sbatch=--nodelist=vm", "--wait"])
+    try:
+        rc, err = tune_queued(
+            [
+                path,
+                "--out",
+                journal,
+                "--executor",
+                "slurm",
+                "--study-workers",
+                2,
+                f"--sbatch=--nodelist={slurm_node()}",
+                "--wait",
+            ],
+            tmp_path / "journal-run",
+            QueueClock(500),
+        )
+    finally:
+        cancel_workers(journal)
+    assert rc == 0, err[-3000:]
     assert len(trials_csv(journal)) == len(rows) == 6
     assert {r["state"] for r in trials_csv(journal)} == {"COMPLETE"}
