@@ -66,14 +66,13 @@ class GuardContext(Context):
 
     MEMBERS = (
         "cfg",  # --on-diverge, --diverge-factor
-        "comm",  # the gather of the non-finite codes
+        "comm",  # the gather of the non-finite codes, the cohort sums (fedcli.fl.sync.cohort_sum)
         "device",
         "dataset",  # its number of classes (the blow-up rule's ln C)
         "global_params",  # what a skipped client is reset to
         "global_buffers",
         "record",  # the round's metrics row
         "store",  # the client store (a skipped client's non-finite state forgotten)
-        "cohort_sum",  # cohort_sum(cohort, tensors, weights, skip)
         "cohort_weights",  # cohort_weights(cohort_ids, clients)
     )
 

@@ -189,27 +189,6 @@ class Simulation:
         fit; None: no local step ran)."""
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
-    # ------------------------------------------------------------------ cohort sums
-    def cohort_sum(
-        self,
-        cohort: Cohort,
-        tensors: list[torch.Tensor],
-        weights: torch.Tensor | None,
-        skip: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum``)."""
-        return sync.cohort_sum(self.comm, cohort, tensors, weights, skip)
-
-    def cohort_sums(
-        self,
-        cohort: Cohort,
-        stacked: dict[str, torch.Tensor],
-        weights: torch.Tensor | None,
-        skip: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        """``cohort_sum`` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
-        return sync.cohort_sums(self.comm, cohort, stacked, weights, skip)
-
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
         """The global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
@@ -378,11 +357,10 @@ class Simulation:
         self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort (``cohort_sum``); kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (nothing but the cohort sum's own rounding)
-        skipped = cohort.skipped
-        total = self.cohort_sum(cohort, [mean_losses], None, dead)
+        total = sync.cohort_sum(comm, cohort, [mean_losses], None, dead)
         if comm.is_root:
             state.loss_sum += float(total[0])
-            state.loss_count += len(cohort_ids) - len(skipped)
+            state.loss_count += len(cohort_ids) - len(cohort.skipped)
         self.record.skips = list(cohort.skips)
         self.record.adjustment = self.schedule.adjustment  # made by its end_round (close_cohort)
         if self.system is not None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from fedcli.fl import sync
+
 #: every member of the part interface, by kind (docs/method-contract.md, "The whole part interface")
 DATA = (
     "seed",  # the run's --seed, which keys every random stream (fedcli.fl.rng); a part's own options
@@ -183,10 +185,12 @@ class PartView:
 
     # ------------------------------------------------------------------ calls
     def cohort_sum(self, cohort, tensors, weights, skip=None):
-        return self._src.cohort_sum(cohort, tensors, weights, skip)
+        """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum`` over the run's communicator)."""
+        return sync.cohort_sum(self._src.comm, cohort, tensors, weights, skip)
 
     def cohort_sums(self, cohort, stacked, weights, skip=None):
-        return self._src.cohort_sums(cohort, stacked, weights, skip)
+        """:meth:`cohort_sum` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
+        return sync.cohort_sums(self._src.comm, cohort, stacked, weights, skip)
 
     def cohort_weights(self, cohort_ids, clients):
         return self._src.cohort_weights(cohort_ids, clients)
