@@ -269,26 +269,6 @@ class Simulation:
     def eval_due(self, state: TrainState) -> bool:
         return self.progress_point(state) >= state.next_eval or self.done(state)
 
-    def client_steps(self, clients: list[int], default: int) -> list[int]:
-        """Local steps of each client in a round: ``default``, or E epochs with --local-epochs E (``RunPlan``), or
-        the steps the system model's deadline leaves it (``--on-deadline keep-partial``)."""
-        return self._client_steps(self.run_plan(), clients, default)
-
-    def _client_steps(self, plan: RunPlan, clients: list[int], default: int) -> list[int]:
-        if self.uneven_round:
-            return [self.system_round.steps[c] for c in clients]
-        return plan.client_round_steps(clients, default)
-
-    @property
-    def round_clients(self) -> int:
-        """Clients in the round (the part view's ``n_active``): ``n_active``, or the system model's participants."""
-        return self.n_active if self.system_round is None else len(self.system_round.participants)
-
-    @property
-    def uneven_round(self) -> bool:
-        """The round's clients run unequal local steps because of the system model's deadline (keep-partial)."""
-        return self.system_round is not None and self.system_round.uneven
-
     def due_layers(self, step: int, steps: int) -> list[int]:
         """The layers synchronized after local step ``step`` of a round of ``steps`` (``fedcli.fl.sync.due_layers``)."""
         return sync.due_layers(self.schedule, self.local_layers, bool(self.cfg.local_epochs), step, steps)
@@ -387,7 +367,8 @@ class Simulation:
             clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers
         )
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
-        cohort.steps = torch.tensor(self._client_steps(self.plan, clients, steps), device=self.device)
+        each = system.client_steps(self.system_round, self.plan, clients, steps)  # --local-epochs, keep-partial
+        cohort.steps = torch.tensor(each, device=self.device)
         self.init.download(self.view, cohort)  # the server's side of sending the models (collective under MPI)
         self.init.initialize(self.view, cohort)
         if self.cfg.bn_buffers == "never":
@@ -409,7 +390,8 @@ class Simulation:
         plan = self.batches.plan("train", mine, round_idx, steps) if mine else None
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
-        uneven = bool(cfg.local_epochs) or self.uneven_round  # clients whose steps are done are frozen (active mask)
+        # with --local-epochs or the system model's keep-partial, clients whose steps are done are frozen (active mask)
+        uneven = bool(cfg.local_epochs) or (self.system_round is not None and self.system_round.uneven)
         for j in range(1, steps + 1):
             lr = lr_at(cfg, state.iteration, round_idx)
             if mine:
