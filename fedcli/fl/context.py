@@ -121,7 +121,12 @@ class EvalContext(Context):
     MEMBERS = (
         "cfg",
         "comm",
-        "evaluate",  # evaluate(x=None, y=None): the global model on the test set, or on x, y
+        "model",  # the model's module, called with the global model's tensors
+        "global_params",
+        "global_buffers",  # the global model
+        "trainer",  # its eval_input (the layout the trainer trains in)
+        "test_x",
+        "test_y",  # the test set
         "val_x",
         "val_y",  # the validation set (--val-fraction), or None
         "personal",  # the personalization (each client's own model evaluated), or None

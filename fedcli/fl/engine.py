@@ -1,8 +1,7 @@
 """The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
 
 One round lasts ``schedule.round_length`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at
-the
-``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
+the ``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
 sample count, and initialized by the ``init`` part. After every local step the schedule names the layers due; each due
 layer is encoded by the codec, averaged over the cohort (local weighted sum + one all-reduce for all layers due
 together), turned into the new global layer by the server part, copied back into every client, and counted in the
@@ -109,12 +108,8 @@ class Simulation:
         cfg = self.cfg
         self.device = build.place(cfg, self.comm.local_rank)
         data = build.load(cfg, self.comm, dataset, partition)
-        self.dataset, self.partition, self.client_indices, self.sizes = (
-            data.dataset,
-            data.partition,
-            data.client_indices,
-            data.sizes,
-        )
+        self.dataset, self.partition = data.dataset, data.partition
+        self.client_indices, self.sizes = data.client_indices, data.sizes
         self.batch_size, self.notes, self.n_active = data.batch_size, data.notes, data.n_active
         self.model, self.layers, self.global_params, self.global_buffers, self.sync_buffers = build.global_model(
             cfg, self.dataset, self.device
@@ -189,13 +184,6 @@ class Simulation:
         fit; None: no local step ran)."""
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
-    # ------------------------------------------------------------------ evaluation
-    def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
-        """The global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
-        accuracy), each rank evaluating a slice (``fedcli.fl.evaluation``)."""
-        x, y = (self.test_x, self.test_y) if x is None else (x, y)
-        return evaluation.evaluate(self.model, self.global_params, self.global_buffers, self.trainer, self.comm, x, y)
-
     # ------------------------------------------------------------------ training
     def cohort_weights(self, cohort_ids: list[int], mine: list[int]) -> torch.Tensor:
         if self.cfg.weighting == "samples":
@@ -206,13 +194,7 @@ class Simulation:
     @property
     def parts(self) -> dict:
         """The run's parts by family, in the order the engine calls their hooks (the schedule last)."""
-        return {
-            "local_step": self.local_step,
-            "codec": self.codec,
-            "init": self.init,
-            "server": self.server,
-            "schedule": self.schedule,
-        }
+        return {family: getattr(self, family) for family in build.FAMILIES}
 
     @property
     def full_participation(self) -> bool:
@@ -235,7 +217,7 @@ class Simulation:
         while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0
-            if self.eval_due(state):
+            if self.progress_point(state) >= state.next_eval or self.done(state):  # an evaluation point, or the end
                 self.evaluate_and_log(state)
             self._end_round(state)
         if self.system is not None:
@@ -246,9 +228,8 @@ class Simulation:
 
     def _end_round(self, state: TrainState) -> None:
         """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a
-        blow-up),
-        then the divergence guard's check (``--diverge-factor``: a finite blow-up stops the run, exit 4), then those
-        that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
+        blow-up), then the divergence guard's check (``--diverge-factor``: a finite blow-up stops the run, exit 4), then
+        those that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
         for keeps in (False, True):
             for hook in [h for h in self.round_hooks if h.keeps is keeps]:
                 hook(self.context(hook.context), state)
@@ -266,9 +247,6 @@ class Simulation:
         """Where evaluation points are counted: rounds under a round budget, else iterations."""
         return self.plan.progress(state.round_idx, state.iteration)
 
-    def eval_due(self, state: TrainState) -> bool:
-        return self.progress_point(state) >= state.next_eval or self.done(state)
-
     def due_layers(self, step: int, steps: int) -> list[int]:
         """The layers synchronized after local step ``step`` of a round of ``steps`` (``fedcli.fl.sync.due_layers``)."""
         return sync.due_layers(self.schedule, self.local_layers, bool(self.cfg.local_epochs), step, steps)
@@ -281,8 +259,7 @@ class Simulation:
         """This process's clients ``mine`` of the round's cohort opened, trained and closed, at once or
         ``--cohort-chunk`` K at a time (see ``run_round``). Returns (cohort, each client's mean local loss, rows that
         went non-finite)."""
-        round_idx = state.round_idx
-        start = state.iteration
+        round_idx, start = state.round_idx, state.iteration
         pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
         if pieces is None:
             cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
@@ -298,9 +275,8 @@ class Simulation:
                 means.append(self.close_cohort(state, cohort, round_losses))
                 cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
             total.finish(round_idx)
-            cohort = Cohort(
-                mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids
-            )
+            weights = self.cohort_weights(cohort_ids, mine)  # this process's clients as one cohort again
+            cohort = Cohort(mine, weights, {}, {}, round_idx=round_idx, cohort_ids=cohort_ids)
             mean_losses, dead = torch.cat(means), None
         return cohort, mean_losses, dead
 
@@ -326,13 +302,8 @@ class Simulation:
         steps = self.plan.round_steps(state.iteration, cohort_ids)
         timed = None  # without the system model, the round as timing.csv records it (its syncs taken before it runs)
         if self.system is None and self.timing is not None:
-            timed = system.RoundPlan(
-                cohort_ids,
-                cohort_ids,
-                dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
-                syncs=self.sync_plan(steps),
-                round_idx=round_idx,
-            )
+            each = dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps)))
+            timed = system.RoundPlan(cohort_ids, cohort_ids, each, syncs=self.sync_plan(steps), round_idx=round_idx)
         cohort, mean_losses, dead = self._train_cohort(state, cohort_ids, mine, steps)
         self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort (``cohort_sum``); kept by the root only, so the
@@ -410,16 +381,13 @@ class Simulation:
                     _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
                 else:
                     grads, losses = self.local_step.gradients(self.view, cohort, x, self.train_y[idx], plan.mask[j - 1])
-                if fused is None:
                     self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
                 round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1
             due = self.due_layers(j, steps)  # with --local-epochs, the whole model at the round's end only
-            if j == steps and self.personal is not None:
-                self.personal.capture(
-                    self.view, cohort
-                )  # each client's trained model, before the round-end sync replaces it
+            if j == steps and self.personal is not None:  # each client's trained model, before the round-end sync
+                self.personal.capture(self.view, cohort)
             if due:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:
