@@ -42,7 +42,6 @@ MANY_PARAMS = {
     "fedcli/cli/report.py:report": 11,
     "fedcli/data/sources.py:_assemble": 11,
     "fedcli/params.py:opt": 11,
-    "fedcli/fl/cohort.py:make_plan": 9,
 }
 
 
