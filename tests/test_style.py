@@ -38,7 +38,6 @@ MANY_PARAMS = {
     "fedcli/cli/sweep.py:sweep": 27,
     "fedcli/cli/bench.py:bench": 16,
     "fedcli/cli/report.py:report": 11,
-    "fedcli/fl/cohort.py:make_plan": 9,
 }
 
 

@@ -150,10 +150,10 @@ def client_plan(cfg, round_idx: int, client: int, indices):
     """Client ``client``'s mini-batches of round ``round_idx`` (fedcli's plan, keyed by seed, round, client):
     index rows [steps, B] and sample weights (0 for padding), the steps of ``epoch_steps``."""
     from fedcli.fl.budget import epoch_steps
-    from fedcli.fl.cohort import make_plan
+    from fedcli.fl.cohort import BatchSource, make_plan
 
     steps = epoch_steps(int(indices[client].numel()), cfg.local_epochs, cfg.batch_size, cfg.drop_last)
-    plan = make_plan(cfg.seed, round_idx, [client], indices, steps, cfg.batch_size, None, cfg.drop_last)
+    plan = make_plan(BatchSource(cfg.seed, indices, cfg.batch_size, cfg.drop_last), round_idx, [client], steps)
     return plan.idx[:, 0], plan.mask[:, 0]
 
 

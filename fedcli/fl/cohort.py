@@ -178,22 +178,14 @@ def client_batches(indices: torch.Tensor, steps: int, batch: int, gen: torch.Gen
     return indices[torch.cat(perms)[torch.from_numpy(where)]].view(steps, batch), torch.from_numpy(mask)
 
 
-def make_plan(  # noqa: PLR0913
-    seed: int,
-    round_idx: int,
-    clients,
-    client_indices,
-    steps: int,
-    batch: int,
-    augment: str | None,
-    drop_last: bool = False,
-    purpose: str = "train",
-) -> BatchPlan:
-    """``steps`` shuffled batches of each client's ``client_indices[c]`` (``client_batches``), keyed by
-    (seed, the purpose's streams, round, client). Each client's permutations are drawn from its own generator; the
-    batches of all the clients are then gathered by a few torch ops whatever their number (GitHub issue 38)."""
+def make_plan(source: BatchSource, round_idx: int, clients, steps: int, purpose: str = "train") -> BatchPlan:
+    """``steps`` shuffled batches of each client's training split ``source.indices[c]`` (``client_batches``, of
+    ``source``'s batch size and drop_last), keyed by (``source.seed``, the purpose's streams, round, client), on the
+    CPU. Each client's permutations are drawn from its own generator; the batches of all the clients are then gathered
+    by a few torch ops whatever their number (GitHub issue 38)."""
+    seed, client_indices, batch, drop_last = source.seed, source.indices, source.batch, source.drop_last
     keys = stream(purpose)
-    augmented = augment == "cifar" and bool(keys.augment)
+    augmented = source.augment == "cifar" and bool(keys.augment)
     perms, where, masks, shifts, flips = [], [], [], [], []
     drawn = 0
     for c in clients:
@@ -286,9 +278,7 @@ class BatchSource:
         offset), or the per-client ``indices`` given instead."""
         keys = stream(purpose)
         if keys.shuffled:
-            plan = make_plan(
-                self.seed, round_idx, clients, self.indices, steps, self.batch, self.augment, self.drop_last, purpose
-            )
+            plan = make_plan(self, round_idx, clients, steps, purpose)
         else:
             if indices is None:
                 indices = [

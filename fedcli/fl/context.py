@@ -66,14 +66,13 @@ class GuardContext(Context):
 
     MEMBERS = (
         "cfg",  # --on-diverge, --diverge-factor
-        "comm",  # the gather of the non-finite codes
+        "comm",  # the gather of the non-finite codes, the cohort sums (fedcli.fl.sync.cohort_sum)
         "device",
         "dataset",  # its number of classes (the blow-up rule's ln C)
         "global_params",  # what a skipped client is reset to
         "global_buffers",
         "record",  # the round's metrics row
         "store",  # the client store (a skipped client's non-finite state forgotten)
-        "cohort_sum",  # cohort_sum(cohort, tensors, weights, skip)
         "cohort_weights",  # cohort_weights(cohort_ids, clients)
     )
 
@@ -122,7 +121,12 @@ class EvalContext(Context):
     MEMBERS = (
         "cfg",
         "comm",
-        "evaluate",  # evaluate(x=None, y=None): the global model on the test set, or on x, y
+        "model",  # the model's module, called with the global model's tensors
+        "global_params",
+        "global_buffers",  # the global model
+        "trainer",  # its eval_input (the layout the trainer trains in)
+        "test_x",
+        "test_y",  # the test set
         "val_x",
         "val_y",  # the validation set (--val-fraction), or None
         "personal",  # the personalization (each client's own model evaluated), or None

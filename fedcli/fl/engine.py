@@ -1,8 +1,7 @@
 """The simulator: rounds of local training on a stacked cohort, layer-wise synchronization.
 
 One round lasts ``schedule.round_length`` local iterations (tau for FedAvg, phi*tau' for FedLAMA, the last round cut at
-the
-``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
+the ``--iterations`` budget). At its start the cohort is sampled (keyed by (seed, round)), split over the processes by
 sample count, and initialized by the ``init`` part. After every local step the schedule names the layers due; each due
 layer is encoded by the codec, averaged over the cohort (local weighted sum + one all-reduce for all layers due
 together), turned into the new global layer by the server part, copied back into every client, and counted in the
@@ -109,12 +108,8 @@ class Simulation:
         cfg = self.cfg
         self.device = build.place(cfg, self.comm.local_rank)
         data = build.load(cfg, self.comm, dataset, partition)
-        self.dataset, self.partition, self.client_indices, self.sizes = (
-            data.dataset,
-            data.partition,
-            data.client_indices,
-            data.sizes,
-        )
+        self.dataset, self.partition = data.dataset, data.partition
+        self.client_indices, self.sizes = data.client_indices, data.sizes
         self.batch_size, self.notes, self.n_active = data.batch_size, data.notes, data.n_active
         self.model, self.layers, self.global_params, self.global_buffers, self.sync_buffers = build.global_model(
             cfg, self.dataset, self.device
@@ -189,34 +184,6 @@ class Simulation:
         fit; None: no local step ran)."""
         return {"cohort_chunk_chosen": self.trainer.chunk} if self.trainer.chooses_chunk else {}
 
-    # ------------------------------------------------------------------ cohort sums
-    def cohort_sum(
-        self,
-        cohort: Cohort,
-        tensors: list[torch.Tensor],
-        weights: torch.Tensor | None,
-        skip: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum``)."""
-        return sync.cohort_sum(self.comm, cohort, tensors, weights, skip)
-
-    def cohort_sums(
-        self,
-        cohort: Cohort,
-        stacked: dict[str, torch.Tensor],
-        weights: torch.Tensor | None,
-        skip: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        """``cohort_sum`` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
-        return sync.cohort_sums(self.comm, cohort, stacked, weights, skip)
-
-    # ------------------------------------------------------------------ evaluation
-    def evaluate(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> tuple[float, float]:
-        """The global model on the test set (or on the samples ``x``, labels ``y``: the validation set): (mean loss,
-        accuracy), each rank evaluating a slice (``fedcli.fl.evaluation``)."""
-        x, y = (self.test_x, self.test_y) if x is None else (x, y)
-        return evaluation.evaluate(self.model, self.global_params, self.global_buffers, self.trainer, self.comm, x, y)
-
     # ------------------------------------------------------------------ training
     def cohort_weights(self, cohort_ids: list[int], mine: list[int]) -> torch.Tensor:
         if self.cfg.weighting == "samples":
@@ -227,13 +194,7 @@ class Simulation:
     @property
     def parts(self) -> dict:
         """The run's parts by family, in the order the engine calls their hooks (the schedule last)."""
-        return {
-            "local_step": self.local_step,
-            "codec": self.codec,
-            "init": self.init,
-            "server": self.server,
-            "schedule": self.schedule,
-        }
+        return {family: getattr(self, family) for family in build.FAMILIES}
 
     @property
     def full_participation(self) -> bool:
@@ -256,7 +217,7 @@ class Simulation:
         while not self.done(state):
             self.run_round(state)
             state.wall_s = time.perf_counter() - t0
-            if self.eval_due(state):
+            if self.progress_point(state) >= state.next_eval or self.done(state):  # an evaluation point, or the end
                 self.evaluate_and_log(state)
             self._end_round(state)
         if self.system is not None:
@@ -267,9 +228,8 @@ class Simulation:
 
     def _end_round(self, state: TrainState) -> None:
         """The round hooks at a round's end: those that record it (the CSV rows, the trackers: a report shows a
-        blow-up),
-        then the divergence guard's check (``--diverge-factor``: a finite blow-up stops the run, exit 4), then those
-        that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
+        blow-up), then the divergence guard's check (``--diverge-factor``: a finite blow-up stops the run, exit 4), then
+        those that keep it (``RoundHook.keeps``: the checkpointer), so no checkpoint holds a round that diverged."""
         for keeps in (False, True):
             for hook in [h for h in self.round_hooks if h.keeps is keeps]:
                 hook(self.context(hook.context), state)
@@ -287,29 +247,6 @@ class Simulation:
         """Where evaluation points are counted: rounds under a round budget, else iterations."""
         return self.plan.progress(state.round_idx, state.iteration)
 
-    def eval_due(self, state: TrainState) -> bool:
-        return self.progress_point(state) >= state.next_eval or self.done(state)
-
-    def client_steps(self, clients: list[int], default: int) -> list[int]:
-        """Local steps of each client in a round: ``default``, or E epochs with --local-epochs E (``RunPlan``), or
-        the steps the system model's deadline leaves it (``--on-deadline keep-partial``)."""
-        return self._client_steps(self.run_plan(), clients, default)
-
-    def _client_steps(self, plan: RunPlan, clients: list[int], default: int) -> list[int]:
-        if self.uneven_round:
-            return [self.system_round.steps[c] for c in clients]
-        return plan.client_round_steps(clients, default)
-
-    @property
-    def round_clients(self) -> int:
-        """Clients in the round (the part view's ``n_active``): ``n_active``, or the system model's participants."""
-        return self.n_active if self.system_round is None else len(self.system_round.participants)
-
-    @property
-    def uneven_round(self) -> bool:
-        """The round's clients run unequal local steps because of the system model's deadline (keep-partial)."""
-        return self.system_round is not None and self.system_round.uneven
-
     def due_layers(self, step: int, steps: int) -> list[int]:
         """The layers synchronized after local step ``step`` of a round of ``steps`` (``fedcli.fl.sync.due_layers``)."""
         return sync.due_layers(self.schedule, self.local_layers, bool(self.cfg.local_epochs), step, steps)
@@ -322,8 +259,7 @@ class Simulation:
         """This process's clients ``mine`` of the round's cohort opened, trained and closed, at once or
         ``--cohort-chunk`` K at a time (see ``run_round``). Returns (cohort, each client's mean local loss, rows that
         went non-finite)."""
-        round_idx = state.round_idx
-        start = state.iteration
+        round_idx, start = state.round_idx, state.iteration
         pieces = chunked.round_chunks(self.context(SyncContext), cohort_ids, mine)
         if pieces is None:
             cohort = self.open_cohort(mine, cohort_ids, round_idx, steps)
@@ -339,9 +275,8 @@ class Simulation:
                 means.append(self.close_cohort(state, cohort, round_losses))
                 cohort = round_losses = None  # this chunk's stacked tensors go before the next chunk's are made
             total.finish(round_idx)
-            cohort = Cohort(
-                mine, self.cohort_weights(cohort_ids, mine), {}, {}, round_idx=round_idx, cohort_ids=cohort_ids
-            )
+            weights = self.cohort_weights(cohort_ids, mine)  # this process's clients as one cohort again
+            cohort = Cohort(mine, weights, {}, {}, round_idx=round_idx, cohort_ids=cohort_ids)
             mean_losses, dead = torch.cat(means), None
         return cohort, mean_losses, dead
 
@@ -367,22 +302,16 @@ class Simulation:
         steps = self.plan.round_steps(state.iteration, cohort_ids)
         timed = None  # without the system model, the round as timing.csv records it (its syncs taken before it runs)
         if self.system is None and self.timing is not None:
-            timed = system.RoundPlan(
-                cohort_ids,
-                cohort_ids,
-                dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps))),
-                syncs=self.sync_plan(steps),
-                round_idx=round_idx,
-            )
+            each = dict(zip(cohort_ids, self.plan.client_round_steps(cohort_ids, steps)))
+            timed = system.RoundPlan(cohort_ids, cohort_ids, each, syncs=self.sync_plan(steps), round_idx=round_idx)
         cohort, mean_losses, dead = self._train_cohort(state, cohort_ids, mine, steps)
         self.store.end_round(comm)  # a disk store may compact its files here (collective, before any checkpoint)
         # each client's mean local loss, summed over the cohort (``cohort_sum``); kept by the root only, so the
         # all-reduce at the next evaluation adds zeros to it (nothing but the cohort sum's own rounding)
-        skipped = cohort.skipped
-        total = self.cohort_sum(cohort, [mean_losses], None, dead)
+        total = sync.cohort_sum(comm, cohort, [mean_losses], None, dead)
         if comm.is_root:
             state.loss_sum += float(total[0])
-            state.loss_count += len(cohort_ids) - len(skipped)
+            state.loss_count += len(cohort_ids) - len(cohort.skipped)
         self.record.skips = list(cohort.skips)
         self.record.adjustment = self.schedule.adjustment  # made by its end_round (close_cohort)
         if self.system is not None:
@@ -409,7 +338,8 @@ class Simulation:
             clients, self.cohort_weights(cohort_ids, clients), self.global_params, self.global_buffers
         )
         cohort.round_idx, cohort.cohort_ids = round_idx, cohort_ids
-        cohort.steps = torch.tensor(self._client_steps(self.plan, clients, steps), device=self.device)
+        each = system.client_steps(self.system_round, self.plan, clients, steps)  # --local-epochs, keep-partial
+        cohort.steps = torch.tensor(each, device=self.device)
         self.init.download(self.view, cohort)  # the server's side of sending the models (collective under MPI)
         self.init.initialize(self.view, cohort)
         if self.cfg.bn_buffers == "never":
@@ -431,7 +361,8 @@ class Simulation:
         plan = self.batches.plan("train", mine, round_idx, steps) if mine else None
         last_sync = [0] * len(self.layers)
         round_losses = torch.zeros(len(mine), dtype=torch.float64, device=self.device)
-        uneven = bool(cfg.local_epochs) or self.uneven_round  # clients whose steps are done are frozen (active mask)
+        # with --local-epochs or the system model's keep-partial, clients whose steps are done are frozen (active mask)
+        uneven = bool(cfg.local_epochs) or (self.system_round is not None and self.system_round.uneven)
         for j in range(1, steps + 1):
             lr = lr_at(cfg, state.iteration, round_idx)
             if mine:
@@ -450,16 +381,13 @@ class Simulation:
                     _, losses = self.trainer.grads(cohort, x, self.train_y[idx], plan.mask[j - 1], lr=fused)
                 else:
                     grads, losses = self.local_step.gradients(self.view, cohort, x, self.train_y[idx], plan.mask[j - 1])
-                if fused is None:
                     self.local_step.step(cohort, grads, lr, active)
                 grads = None  # the loop trainer reuses its gradient buffers once nobody holds them
                 round_losses += losses.double() if active is None else losses.double() * active
             state.iteration += 1
             due = self.due_layers(j, steps)  # with --local-epochs, the whole model at the round's end only
-            if j == steps and self.personal is not None:
-                self.personal.capture(
-                    self.view, cohort
-                )  # each client's trained model, before the round-end sync replaces it
+            if j == steps and self.personal is not None:  # each client's trained model, before the round-end sync
+                self.personal.capture(self.view, cohort)
             if due:
                 sync(cohort, due, j, last_sync, round_end=(j == steps), losses=round_losses)
             for hook in self.step_hooks:

@@ -47,6 +47,12 @@ def evaluate(
     return float(tot[0]) / n, float(tot[1]) / n
 
 
+def evaluate_global(ctx: EvalContext, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """The run's global model on samples ``x``, labels ``y`` (the test set, or the validation set): (mean loss,
+    accuracy), each rank evaluating a slice (:func:`evaluate`)."""
+    return evaluate(ctx.model, ctx.global_params, ctx.global_buffers, ctx.trainer, ctx.comm, x, y)
+
+
 def evaluate_and_log(ctx: EvalContext, state) -> dict:
     """An evaluation point (``Simulation.run``): the clients' mean train loss since the last one (all-reduced), the
     global model on the test set (and the validation set, ``--val-fraction``), the clients' own models
@@ -57,7 +63,7 @@ def evaluate_and_log(ctx: EvalContext, state) -> dict:
     tot = ctx.comm.allreduce_(torch.tensor([state.loss_sum, float(state.loss_count)], dtype=torch.float64))
     train_loss = float(tot[0] / tot[1]) if float(tot[1]) > 0 else float("nan")
     state.loss_sum, state.loss_count = 0.0, 0
-    test_loss, acc = ctx.evaluate()
+    test_loss, acc = evaluate_global(ctx, ctx.test_x, ctx.test_y)
     row = {
         "round": state.round_idx,
         "iteration": state.iteration,
@@ -73,7 +79,7 @@ def evaluate_and_log(ctx: EvalContext, state) -> dict:
     if ctx.system is not None:
         row["sim_time_s"] = state.sim_time_s
     if ctx.val_y is not None:  # --val-fraction: the global model on the held-out validation set
-        row["val_loss"], row["val_acc"] = ctx.evaluate(ctx.val_x, ctx.val_y)
+        row["val_loss"], row["val_acc"] = evaluate_global(ctx, ctx.val_x, ctx.val_y)
     personal = ctx.personal.evaluate(ctx.view, state.round_idx) if ctx.personal is not None else None
     row["personal_acc"] = "" if personal is None else personal  # each client's model on its local test split
     if ctx.cfg.client_val_fraction > 0:  # the same models on each client's own validation samples

@@ -10,6 +10,7 @@ import torch
 from fedcli.errors import DivergenceError
 from fedcli.fl.cohort import Cohort
 from fedcli.fl.context import GuardContext
+from fedcli.fl.sync import cohort_sum
 
 
 def collective(err: Exception) -> Exception:
@@ -82,7 +83,7 @@ def guarded_average(
     dead = dead_rows(ctx.device, cohort)
     dtype = uploads[0].dtype if uploads else torch.float32
     extra = [] if losses is None else [losses.reshape(-1, 1).to(dtype)]  # the losses ride along: p_i * loss_i
-    flat = ctx.cohort_sum(cohort, uploads + extra, cohort.weights, dead)
+    flat = cohort_sum(ctx.comm, cohort, uploads + extra, cohort.weights, dead)
     flat, loss_total = (flat[:-1], flat[-1]) if extra else (flat, 0.0)
     # one pass, one host sync; a NaN/inf in any client's upload or loss makes the cohort's sum non-finite
     if bool(torch.isfinite(flat.sum(dtype=torch.float64) + loss_total)):
@@ -103,7 +104,7 @@ def guarded_average(
         raise collective(DivergenceError(f"{where}: every client of the cohort has a non-finite loss or update"))
     keep = torch.tensor([c not in skipped for c in cohort.clients], dtype=torch.float64)
     cohort.weights = ctx.cohort_weights(ids, cohort.clients) * keep / kept
-    return ctx.cohort_sum(cohort, uploads, cohort.weights, dead_rows(ctx.device, cohort))
+    return cohort_sum(ctx.comm, cohort, uploads, cohort.weights, dead_rows(ctx.device, cohort))
 
 
 def stop_if_asked(on_diverge: str, new: list[tuple[int, int]], names: list, round_idx: int, step: int):

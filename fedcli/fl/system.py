@@ -502,6 +502,15 @@ def plan_system_round(model: SystemModel, budget, state, sampled: list[int], n_a
     return plan
 
 
+def client_steps(plan: RoundPlan | None, budget, clients: list[int], default: int) -> list[int]:
+    """Local steps of each of ``clients`` in a round: ``default``, or E epochs with --local-epochs E (``budget``: the
+    run's ``RunPlan``), or the steps the system model's deadline leaves it (``plan``: the round's plan under
+    ``--system``, uneven with ``--on-deadline keep-partial``; None without the system model)."""
+    if plan is not None and plan.uneven:
+        return [plan.steps[c] for c in clients]
+    return budget.client_round_steps(clients, default)
+
+
 def close_system_round(model: SystemModel, plan: RoundPlan, state, ledger, n_layers: int, idle_steps: int = 0) -> dict:
     """The round's simulated time (``SystemModel.round_seconds`` over the synchronizations it made, the parts' extra
     copies taken from the ``ledger``) added to ``state`` (``idle_steps``: a round with no participant, whose steps pass

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from fedcli.fl import sync, system
+
 #: every member of the part interface, by kind (docs/method-contract.md, "The whole part interface")
 DATA = (
     "seed",  # the run's --seed, which keys every random stream (fedcli.fl.rng); a part's own options
@@ -110,8 +112,8 @@ class PartView:
         if derived:
             raise TypeError(f"computed from other members, not given: {', '.join(derived)}")
         members.setdefault("parts", {})
-        if "n_active" in members:  # the engine's name for what ``n_active`` reads (below)
-            members["round_clients"] = members.pop("n_active")
+        if "n_active" in members:  # a round without the system model's plan (what ``n_active`` reads, below)
+            members["system_round"] = None
         options = {k: members.pop(k) for k in ("seed", "drop_last") if k in members}
         if options:  # the engine's options they read (below)
             members["cfg"] = SimpleNamespace(**options)
@@ -139,7 +141,8 @@ class PartView:
     def n_active(self) -> int:
         """Clients in the round: the sampled cohort's size, or with the system model (``--system``) the clients that
         take part in the round being run (what a part's extra transfers are counted for)."""
-        return self._src.round_clients
+        plan = self._src.system_round
+        return self._src.n_active if plan is None else len(plan.participants)
 
     @property
     def share(self) -> float:
@@ -183,16 +186,20 @@ class PartView:
 
     # ------------------------------------------------------------------ calls
     def cohort_sum(self, cohort, tensors, weights, skip=None):
-        return self._src.cohort_sum(cohort, tensors, weights, skip)
+        """sum_i w_i x_i over the whole cohort, flat (``fedcli.fl.sync.cohort_sum`` over the run's communicator)."""
+        return sync.cohort_sum(self._src.comm, cohort, tensors, weights, skip)
 
     def cohort_sums(self, cohort, stacked, weights, skip=None):
-        return self._src.cohort_sums(cohort, stacked, weights, skip)
+        """:meth:`cohort_sum` of named per-client tensors, one all-reduce (``fedcli.fl.sync.cohort_sums``)."""
+        return sync.cohort_sums(self._src.comm, cohort, stacked, weights, skip)
 
     def cohort_weights(self, cohort_ids, clients):
         return self._src.cohort_weights(cohort_ids, clients)
 
     def client_steps(self, clients, default):
-        return self._src.client_steps(clients, default)
+        """Each client's local steps in a round (``fedcli.fl.system.client_steps``: ``default``, --local-epochs, the
+        system model's keep-partial), over the run's budget as the parts left the clients' data (``run_plan``)."""
+        return system.client_steps(self._src.system_round, self._src.run_plan(), clients, default)
 
     def run_plan(self):
         return self._src.run_plan()

@@ -240,7 +240,7 @@ def test_full_batch_gradients_match_autograd(clients):
     sim = Simulation(cfg(algo="mimelamb", lr=0.02, rounds=1)).setup()
     weights = torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
     cohort = Cohort.from_global(clients, weights, sim.global_params, sim.global_buffers)
-    got = adaptive.full_batch_grads(sim, cohort)
+    got = adaptive.full_batch_grads(sim.view, cohort)
     for k, c in enumerate(clients):
         ix = sim.client_indices[c]
         params = {n: p.detach().clone().requires_grad_(True) for n, p in sim.global_params.items()}
@@ -258,7 +258,8 @@ def test_mimelamb_vhat_from_full_batch_gradients():
     ids = sample_cohort(sim.cfg.seed, 0, len(sim.client_indices), sim.n_active)
     w = sim.cohort_weights(ids, ids)
     cohort = Cohort.from_global(ids, w, sim.global_params, sim.global_buffers)
-    mean = adaptive.cohort_mean(sim, cohort, adaptive.full_batch_grads(sim, cohort))  # at the initial global model
+    # at the initial global model, through the part interface the method's parts get
+    mean = adaptive.cohort_mean(sim.view, cohort, adaptive.full_batch_grads(sim.view, cohort))
     sim.run()
     for n, g in mean.items():  # v = (1 - b2) g^2 after one round, v_hat = max(v_hat_0 = eps, v)
         torch.testing.assert_close(sim.server.vhat[n], (0.001 * g * g).clamp(min=1e-8), rtol=1e-4, atol=1e-12)

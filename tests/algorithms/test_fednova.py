@@ -14,13 +14,13 @@ def test_fednova_equal_steps_equals_fedavg(data, fedavg, iid_data):
     assert_same_run(run(data, algo="fednova"), fedavg)
     # --local-epochs: with an IID split every client has 179 or 180 samples -> ceil(0.5 n / 16) = 6 steps each
     sim, _ = nova = run(iid_data, algo="fednova", partition="iid", local_epochs=0.5, rounds=2, eval_every=1)
-    assert set(sim.client_steps(list(range(8)), 0)) == {6}
+    assert set(sim.view.client_steps(list(range(8)), 0)) == {6}
     assert_same_run(nova, run(iid_data, algo="fedavg", partition="iid", local_epochs=0.5, rounds=2, eval_every=1))
 
 
 def test_fednova_unequal_steps_differs_from_fedavg(data):
     sim, _ = nova = run(data, algo="fednova", local_epochs=0.5, rounds=2, eval_every=1)
-    assert len(set(sim.client_steps(list(range(8)), 0))) > 1
+    assert len(set(sim.view.client_steps(list(range(8)), 0))) > 1
     assert_differs(nova, run(data, algo="fedavg", local_epochs=0.5, rounds=2, eval_every=1))
 
 

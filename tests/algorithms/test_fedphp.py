@@ -55,7 +55,7 @@ def test_fedphp_rounds_from_an_iteration_budget(data):
     sim = Simulation(config(algo="fedphp", rounds=0, iterations=20, local_epochs=0.0, tau=6)).setup(*data)
     assert total_rounds(sim) == sim.init.rounds == 4  # ceil(20 / 6)
     sim = Simulation(config(algo="fedphp", rounds=0, iterations=20)).setup(*data)  # --local-epochs 1, all clients
-    assert sim.init.rounds == math.ceil(20 / max(sim.client_steps([0, 1, 2, 3], 0)))
+    assert sim.init.rounds == math.ceil(20 / max(sim.view.client_steps([0, 1, 2, 3], 0)))
     with pytest.raises(ConfigError, match="--rounds"):
         Simulation(config(algo="fedphp", rounds=0, iterations=20, active_ratio=0.5)).setup(*data)
 

@@ -168,7 +168,7 @@ def test_cohort_sampling_and_small_clients():
 def test_local_epochs_and_round_budget(tmp_path):
     c = cfg(tmp_path, "ep", algo="fedavg", rounds=3, local_epochs=1.0, eval_every=1, batch_size=16)
     sim = Simulation(c).setup()
-    steps = sim.client_steps(list(range(8)), 0)
+    steps = sim.view.client_steps(list(range(8)), 0)
     assert steps == [math.ceil(int(n) / 16) for n in sim.sizes]
     seen = []
     orig = sim.local_step.step

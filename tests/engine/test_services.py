@@ -28,13 +28,13 @@ def test_cohort_sums_weighs_names_and_skips_rows():
     sim = Simulation(TrainConfig())
     stacked = {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), "b": torch.tensor([10.0, 20.0, 30.0])}
     cohort = _cohort([0.5, 0.25, 0.25])
-    out = sim.cohort_sums(cohort, stacked, cohort.weights)
+    out = sim.view.cohort_sums(cohort, stacked, cohort.weights)
     assert list(out) == ["a", "b"] and out["a"].shape == (2,) and out["b"].shape == ()
     assert out["a"].tolist() == [2.5, 3.5] and out["b"].item() == 17.5  # 0.5*1 + 0.25*3 + 0.25*5, ...
     skip = torch.tensor([False, True, False])  # client 5 dropped: its row adds nothing
-    out = sim.cohort_sums(cohort, stacked, cohort.weights, skip)
+    out = sim.view.cohort_sums(cohort, stacked, cohort.weights, skip)
     assert out["a"].tolist() == [1.75, 2.5] and out["b"].item() == 12.5
-    out = sim.cohort_sums(cohort, stacked, None)  # no weights: the plain sum
+    out = sim.view.cohort_sums(cohort, stacked, None)  # no weights: the plain sum
     assert out["a"].tolist() == [9.0, 12.0] and out["b"].item() == 60.0
 
 
@@ -46,9 +46,9 @@ def test_cohort_sums_leave_the_dropped_clients_out_by_default():
     cohort = _cohort([0.5, 0.25, 0.25])
     cohort.skipped.add(5)
     stacked = {"a": torch.tensor([1.0, float("nan"), 5.0])}
-    assert sim.cohort_sums(cohort, stacked, None)["a"].item() == 6.0
-    assert sim.cohort_sums(cohort, stacked, cohort.weights)["a"].item() == 1.75
-    assert sim.cohort_sum(
+    assert sim.view.cohort_sums(cohort, stacked, None)["a"].item() == 6.0
+    assert sim.view.cohort_sums(cohort, stacked, cohort.weights)["a"].item() == 1.75
+    assert sim.view.cohort_sum(
         cohort, [torch.tensor([[1.0], [2.0], [5.0]])], None, torch.tensor([False, False, True])
     ).tolist() == [3.0]
 
@@ -59,7 +59,7 @@ def test_cohort_sums_of_a_process_without_clients_is_zero():
     sim = Simulation(TrainConfig())
     cohort = Cohort([], torch.zeros(0, dtype=torch.float64), {}, {})
     cohort.cohort_ids = [2, 5]
-    out = sim.cohort_sums(cohort, {"w": torch.zeros(0, 2, 3)}, cohort.weights)
+    out = sim.view.cohort_sums(cohort, {"w": torch.zeros(0, 2, 3)}, cohort.weights)
     assert out["w"].shape == (2, 3) and not out["w"].any()
 
 

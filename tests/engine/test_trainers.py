@@ -259,7 +259,7 @@ def test_fused_sgd_in_the_loop_trainer_equals_gradients_then_step():
     ],
 )
 def test_evaluation_in_pieces_gives_the_logits_of_one_pass(name, shape, classes):
-    """``Simulation.evaluate`` runs each chunk of test samples in pieces of 128: the logits (so the loss and
+    """``fedcli.fl.evaluation.evaluate`` runs each chunk of test samples in pieces of 128: the logits (so the loss and
     accuracy sums) must have the bits of one forward pass over the chunk, in eval mode at one thread."""
     from torch.func import functional_call
 
