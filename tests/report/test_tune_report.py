@@ -11,7 +11,7 @@ import pytest
 
 from runkit import error_lines
 from simkit import cli as run_main
-from tunekit import TWO, build_study
+from tunekit import TWO, build_study, report_text
 from tunekit import last2 as _last2
 
 
@@ -96,17 +96,12 @@ def test_selected_on_test_is_said(study, tmp_path):
     """The report's text (what ``fedcli report DIR`` prints: the same functions as its ``_study``, without drawing the
     figures, which test_report_of_a_study does through the command) says a study selected on the test set is
     optimistic, in its notes and its summary."""
-    from fedcli.cli.report import TOP
-    from fedcli.reports.tune import render_md
-    from fedcli.tune.confirm import confirmed
-    from fedcli.tune.results import read_study, summary
-
     root = tmp_path / "s"
     shutil.copytree(study, root, ignore=shutil.ignore_patterns("figures"))
     rec = json.loads((root / "tune.json").read_text())
     rec["select_on"] = "test"
     (root / "tune.json").write_text(json.dumps(rec))
-    out = render_md(summary(read_study(str(root)), TOP, confirmed(root)), TOP)
+    out = report_text(root)
     assert "Selected on the test set (optimistic)" in out and "selected on the test set (optimistic)" in out
 
 
