@@ -195,3 +195,15 @@ def table_recipe(runs: list[dict], paper: str = "Fed-LAMB (a tuned test)") -> st
     for r in runs:
         lines += ["", "[[runs]]", *(f"{k} = {toml_value(v)}" for k, v in r.items())]
     return "\n".join(lines) + "\n"
+
+
+def report_text(root: Path) -> str:
+    """The Markdown ``fedcli report ROOT`` prints for a study folder, made by the functions its ``_study`` calls
+    (fedcli/cli/report.py) without drawing the figures (PNG and PDF each, the most of the command's time): for the
+    tests that read only the text (tests/report/test_tune_report.py::test_report_of_a_study runs the command)."""
+    from fedcli.cli.report import TOP
+    from fedcli.reports.tune import render_md
+    from fedcli.tune.confirm import confirmed
+    from fedcli.tune.results import read_study, summary
+
+    return render_md(summary(read_study(str(root)), TOP, confirmed(Path(root))), TOP)

@@ -12,7 +12,7 @@ import pytest
 from fedcli.tune.confirm import confirmed, run_confirm
 from runkit import error_lines
 from simkit import cli
-from tunekit import build_study, table_recipe
+from tunekit import build_study, report_text, table_recipe
 from tunekit import last2 as _last2
 
 TABLE = table_recipe([{"name": "FedAvg", "algo": "fedavg", "tau": 2}])
@@ -68,11 +68,13 @@ def test_run_confirm_reruns_the_top_k_over_seeds(confirmed_study):
     assert len(result.runs) == 4
 
 
-def test_study_report_shows_the_confirmation(confirmed_study, capsys, tmp_path):
+def test_study_report_shows_the_confirmation(confirmed_study):
+    """The study report's text (what ``fedcli report DIR`` prints: the same functions as its ``_study``, without
+    drawing the figures; tests/report/test_tune_report.py::test_report_of_a_study runs the command) has the
+    confirmation's table, the chosen trial marked."""
     root, _ = confirmed_study
     best = confirmed(root)["fedavg"]["best"]
-    code, out, err = cli(["report", str(root), "--figures", str(tmp_path / "f")], capsys)
-    assert code == 0, err
+    out = report_text(root)
     assert "Confirmed over seeds" in out
     assert f"| {best['number']} (chosen) | {best['params']['lr']:g} | {best['mean']:.4g} | 2 |" in out
 

@@ -5,6 +5,7 @@ and the run's first write, determinism with --jobs 1 and a seed, honest selectio
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,16 +58,35 @@ def trial_dirs(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "fedavg").iterdir() if p.is_dir())
 
 
-def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
+@pytest.fixture(scope="module")
+def three_trials(tmp_path_factory):
+    """A finished study of 3 trials of the default recipe (TPE, --jobs 1, the recipe's seed): (its recipe, its folder).
+    The tests read it, or change a copy of it (:func:`copy_of`); each trial is a fresh ``fedcli train`` process, so one
+    study shared saves the tests 3 trials each."""
+    base = tmp_path_factory.mktemp("three")
+    path = write_recipe(base, trials=3, sampler="tpe")
+    root = base / "study"
+    tune([path, "--out", root, "--jobs", "1"])
+    return path, root
+
+
+def copy_of(study, tmp_path) -> tuple[Path, Path]:
+    """The shared study's recipe and folder copied into ``tmp_path`` (the recipe's name kept: the Optuna study's name
+    comes from it), for a test that changes them."""
+    path, root = study
+    shutil.copy(path, tmp_path / path.name)
+    shutil.copytree(root, tmp_path / "study")
+    return tmp_path / path.name, tmp_path / "study"
+
+
+def test_a_study_of_ordinary_runs_and_its_record(three_trials, tmp_path):
     """Trial 0 is the recipe's own configuration; every trial a run directory with its replayable recipe and the
     manifest's tune entry; trials.csv's values are the objective read from the run directories; a second call has
     nothing to run; a changed recipe is refused (exit 2, naming both) unless --fresh."""
     from fedcli.tune.objectives import value
     from fedcli.tune.space import parse_objective
 
-    path = write_recipe(tmp_path)
-    root = tmp_path / "study"
-    tune([path, "--out", root])
+    path, root = three_trials
     rows = trials_csv(root)
     assert [(r["number"], r["state"], r["baseline"]) for r in rows] == [
         ("0", "COMPLETE", "1"),
@@ -91,6 +111,7 @@ def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
         assert m["config"]["lr"] == float(r["params_lr"])
         assert float(r["value"]) == value(run, objective)
         assert "lr = " in (run / "recipe.toml").read_text()
+    path, root = copy_of(three_trials, tmp_path)
     before = (root / "trials.csv").read_text()
     tune([path, "--out", root])  # all done: nothing runs, nothing changes
     assert (root / "trials.csv").read_text() == before
@@ -102,51 +123,46 @@ def test_a_study_of_ordinary_runs_and_its_record(tmp_path):
     assert [r["number"] for r in trials_csv(root)] == ["0"] and trial_dirs(root) == ["trial-0000"]
 
 
-def test_crash_between_ask_and_first_write(tmp_path):
+def test_crash_between_ask_and_first_write(three_trials, tmp_path):
     """A coordinator killed after asking (the parameters in the storage, no run directory yet): the same command runs
     the stored parameters under the same number, and a trial killed before its parameters were all stored gets them
     under its number; the total stays what was asked."""
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    path = write_recipe(tmp_path, trials=2)
-    root = tmp_path / "study"
-    tune([path, "--out", root])
+    path, root = copy_of(three_trials, tmp_path)  # 3 trials done
     storage = JournalStorage(JournalFileBackend(str(root / "optuna.journal")))
     study = optuna.load_study(study_name="r/fedavg", storage=storage)
     asked = study.ask()
     lr = asked.suggest_float("lr", 0.2, 0.8, log=True)  # what a coordinator stores before writing the trial's recipe
     bare = study.ask()  # killed before its parameters were stored
-    assert (asked.number, bare.number) == (2, 3) and not (root / "fedavg" / "trial-0002").exists()
-    tune([path, "--out", root, "--trials", "4"])
+    assert (asked.number, bare.number) == (3, 4) and not (root / "fedavg" / "trial-0003").exists()
+    tune([path, "--out", root, "--trials", "5"])
     rows = trials_csv(root)
-    assert [(r["number"], r["state"]) for r in rows] == [(str(n), "COMPLETE") for n in range(4)]
-    assert float(rows[2]["params_lr"]) == lr
-    assert manifest(root / "fedavg" / "trial-0002")["config"]["lr"] == lr
-    assert manifest(root / "fedavg" / "trial-0003")["tune"]["number"] == 3
-    assert trial_dirs(root) == [f"trial-{n:04d}" for n in range(4)]
-    assert len(optuna.load_study(study_name="r/fedavg", storage=storage).trials) == 4
+    assert [(r["number"], r["state"]) for r in rows] == [(str(n), "COMPLETE") for n in range(5)]
+    assert float(rows[3]["params_lr"]) == lr
+    assert manifest(root / "fedavg" / "trial-0003")["config"]["lr"] == lr
+    assert manifest(root / "fedavg" / "trial-0004")["tune"]["number"] == 4
+    assert trial_dirs(root) == [f"trial-{n:04d}" for n in range(5)]
+    assert len(optuna.load_study(study_name="r/fedavg", storage=storage).trials) == 5
 
 
-def test_determinism_with_one_job_and_a_seed(tmp_path):
-    """Two fresh studies with --jobs 1 and the same seed propose the same sequence (TPE)."""
-    path = write_recipe(tmp_path, trials=3, sampler="tpe")
-    seqs = []
-    for name in ("a", "b"):
-        tune([path, "--out", tmp_path / name, "--jobs", "1"])
-        seqs.append([r["params_lr"] for r in trials_csv(tmp_path / name)])
+def test_determinism_with_one_job_and_a_seed(three_trials, tmp_path):
+    """Two fresh studies with --jobs 1 and the same seed propose the same sequence (TPE): the shared study and one
+    more of its recipe."""
+    path, root = three_trials
+    tune([path, "--out", tmp_path / "b", "--jobs", "1"])
+    seqs = [[r["params_lr"] for r in trials_csv(d)] for d in (root, tmp_path / "b")]
     assert seqs[0] == seqs[1] and len(set(seqs[0])) == 3
 
 
-def test_selection_ignores_a_poisoned_test_set(tmp_path):
+def test_selection_ignores_a_poisoned_test_set(three_trials, tmp_path):
     """The chosen configuration (the best value in trials.csv) is the best by the validation objective read from the
     run directories; poisoning every trial's test_acc (the worst made perfect) changes neither."""
     from fedcli.tune.objectives import value
     from fedcli.tune.space import parse_objective
 
-    path = write_recipe(tmp_path, trials=3)
-    root = tmp_path / "study"
-    tune([path, "--out", root])
+    _, root = copy_of(three_trials, tmp_path)
     objective = parse_objective({"metric": "val_acc", "reduce": "last3"}, "")
     rows = trials_csv(root)
     chosen = max(rows, key=lambda r: float(r["value"]))["number"]
@@ -258,20 +274,23 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
 
 
 def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
-    """A grid where half the learning rates learn nothing (1e-6: validation accuracy 0.04 on digits, under chance 0.1 +
-    0.05): the coordinator asks those two to stop once they have trained a quarter of the budget, saying why; with the
-    engine's side (the stop file), they end pruned where they stopped with their checkpoint, and --promote finishes
-    one."""
+    """A grid where one learning rate learns nothing (1e-6: validation accuracy 0.04 on digits, under chance 0.1 +
+    0.05) and the recipe's own (0.3, trial 0) learns: the coordinator asks the hopeless one to stop once it has trained
+    a quarter of the budget, saying why, and leaves the other be; with the engine's side (the stop file), it ends
+    pruned where it stopped with its checkpoint, and --promote finishes it. It is the grid's last trial (--jobs 1, the
+    baseline first), so it is also told PRUNED as Optuna's grid sampler stops the study (the case of
+    test_the_last_trial_of_a_grid_told_pruned)."""
     from fedcli.results.stopfile import read_stop
 
-    # 4,000 iterations (a few seconds a trial): long enough that the coordinator's poll (every 0.5 s) sees the
-    # quarter-budget evaluation while the run still trains; a run that had finished would be told COMPLETE instead
-    path = write_recipe(tmp_path, trials=4, iterations=4000, eval_every=40, sampler="grid")
-    path.write_text(path.read_text().replace("lr = { log = [0.2, 0.8] }", "lr = { choices = [1e-6, 2e-6, 0.3, 0.5] }"))
+    # 1,200 iterations (about 3 ms of CPU each): the 900 left after the quarter-budget evaluation (seconds) are long
+    # enough that the coordinator's poll (every 0.5 s) sees it while the run still trains; a run that had finished
+    # would be told COMPLETE instead
+    path = write_recipe(tmp_path, trials=2, iterations=1200, eval_every=30, sampler="grid")
+    path.write_text(path.read_text().replace("lr = { log = [0.2, 0.8] }", "lr = { choices = [1e-6, 0.3] }"))
     root = tmp_path / "study"
     tune([path, "--out", root])
     rows = trials_csv(root)
-    assert sorted(float(r["params_lr"]) for r in rows) == [1e-6, 2e-6, 0.3, 0.5]
+    assert [float(r["params_lr"]) for r in rows] == [0.3, 1e-6]
     slow = [r for r in rows if float(r["params_lr"]) < 1e-3]
     for r in rows:
         if r not in slow:
@@ -281,19 +300,19 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
         m = manifest(run)
         stop = read_stop(run)
         assert stop["reason"] == "pruned" and stop["why"].startswith("hopeless: best validation accuracy 0.0")
-        assert stop["iteration"] == 1000
+        assert stop["iteration"] == 300
         assert r["state"] == "PRUNED" and m["status"] == "interrupted" and m["reason"] == "pruned"
         assert m["pruned"]["why"].startswith("hopeless: best validation accuracy 0.0")
-        assert m["pruned"]["requested_iteration"] == 1000  # the first evaluation at a quarter of 4,000
-        assert int(r["pruned_iteration"]) == m["pruned"]["iteration"] < 4000
-        # its metrics stop there: the last evaluation on the grid (every 40) at or before the iteration it stopped at
-        assert m["pruned"]["iteration"] - 40 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
+        assert m["pruned"]["requested_iteration"] == 300  # the first evaluation at a quarter of 1,200
+        assert int(r["pruned_iteration"]) == m["pruned"]["iteration"] < 1200
+        # its metrics stop there: the last evaluation on the grid (every 30) at or before the iteration it stopped at
+        assert m["pruned"]["iteration"] - 30 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
         assert any((run / "checkpoints").iterdir())
     n = slow[0]["number"]
     p = run_forked(MAIN, ["tune", str(root), "--promote", n], env=env(), timeout=300)
     assert p.returncode == 0, p.stderr[-1000:]
     run = root / slow[0]["run"]
-    assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 4000
+    assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 1200
     assert next(r for r in trials_csv(root) if r["number"] == n)["state"] == "COMPLETE"
 
 
@@ -318,6 +337,11 @@ def test_a_diverged_trial_is_told_the_worst_value(tmp_path):
     assert [t.user_attrs.get("diverged", False) for t in study.trials if t.params["lr"] == 1000.0] == [True]
 
 
+@pytest.mark.long(
+    reason="a 4,000-iteration trial pruned at a quarter (a fresh fedcli train); make test holds it in "
+    "tests/sweep/test_tune_study.py::test_hopeless_trials_are_stopped_and_one_promoted (its grid's last trial is told "
+    "PRUNED)"
+)
 def test_the_last_trial_of_a_grid_told_pruned(tmp_path):
     """A grid whose last (here only) trial is pruned: Optuna's grid sampler stops the study as that trial is told
     PRUNED (RuntimeError "Study.stop" outside an optimize loop); the coordinator ends normally, the trial PRUNED."""
