@@ -45,6 +45,7 @@ def runs(tmp_path_factory):
         ("timed", ["--system", "--uplink", "constant:3e4"]),
         ("timed-s1", ["--system", "--uplink", "constant:3e4", "--seed", "1"]),
         ("plain", []),
+        ("plain-s1", ["--seed", "1"]),
     ):
         assert main(BASE + extra + ["--out", str(root / name)]) in (0, None)
     return root
@@ -69,9 +70,9 @@ def test_comparison_table_has_simulated_time_when_runs_were_simulated(runs, caps
     assert (
         float(recs["timed"]["sim_time_s"]) == float(last_sim_time(runs / "timed")) and recs["plain"]["sim_time_s"] == ""
     )
-    # runs never simulated: no such column
-    code, out, _ = cli(["report", str(runs / "plain")], capsys)
-    assert code == 0 and "Sim. time" not in out
+    # runs never simulated: no such column (two seeds, one row: a report of several runs draws no figures unasked)
+    code, out, _ = cli(["report", str(runs / "plain"), str(runs / "plain-s1")], capsys)
+    assert code == 0 and "Sim. time" not in out and "(seeds 0, 1)" in out
 
 
 def test_seeds_of_simulated_runs_give_mean_and_std(runs, capsys):
@@ -101,7 +102,9 @@ def sweep(tmp_path_factory):
     recipe.write_text(
         SWEEP_RECIPE + '\n[[figures]]\nname = "c"\nkind = "curves"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\n'
     )
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet"]) in (
+    assert main(
+        ["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet", "--in-process"]
+    ) in (
         0,
         None,
     )
