@@ -85,6 +85,8 @@ def test_communication_figure_by_default_and_truetype_fonts(root, capsys, tmp_pa
     assert cli(["report", str(root / "avg/s0"), "--x", "bytes", "--figures", str(again)], capsys)[0] == 0
     assert {"curves.png", "curves-bytes.png"} <= {p.name for p in again.iterdir()}
     assert "curves-params.png" not in {p.name for p in again.iterdir()}
+    # a periodic run (FedAvg) has no intervals or delta-lambda figure (test_report_runs' periodic case, in make test)
+    assert sorted(p.stem for p in again.glob("*.png")) == ["curves", "curves-bytes", "layer-size", "layer-syncs"]
 
 
 def test_variants_of_one_method_in_colours_dashes_and_marker_fills(root):
