@@ -35,7 +35,7 @@ seeds = 2
 dataset = "digits"
 model = "mlp"
 clients = 4
-iterations = 40
+iterations = 20
 eval_every = 10
 threads = 1
 
