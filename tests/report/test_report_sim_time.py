@@ -90,6 +90,14 @@ def test_x_time_on_a_run_without_simulated_time_refuses_before_printing(runs, ca
         lines = error_lines(err)
         assert code == 2 and out == "" and len(lines) == 1 and "has no simulated time" in lines[0], (out, err)
     assert not (runs / "f").exists()
+
+
+@pytest.mark.long(
+    reason="a report drawing a FedLAMA run's six figures (3 s) as the control; make test holds it in "
+    "tests/report/test_system_report.py::test_x_time_draws_accuracy_against_simulated_time (a --system run's --x time "
+    "report draws curves-time)"
+)
+def test_x_time_on_a_run_with_simulated_time_draws_it(runs, capsys):
     code, out, err = cli(["report", str(runs / "timed"), "--x", "time"], capsys)
     assert code == 0 and (runs / "timed" / "figures" / "curves-time.png").is_file(), err
 
