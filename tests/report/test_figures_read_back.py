@@ -322,6 +322,7 @@ def test_mixed_datasets_in_legend_panels_and_warning(mixed, tmp_path, capsys):
     digits, femnist = mixed / "digits" / "seed0", mixed / "femnist" / "seed0"
     code, _, err = cli(["report", str(digits), str(femnist), "--figures", str(tmp_path / "f")], capsys)
     assert code == 0, err
+    assert err.count("not one comparison") == 1, err  # said once, by the figures (not again by the table)
     # the warning names the runs by their report names, not "femnist (seed0, seed0)"
     assert "dataset: digits (digits/seed0), femnist (femnist/seed0)" in err, err
     assert "seed0, seed0" not in err and "(seed0)" not in err
