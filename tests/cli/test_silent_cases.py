@@ -126,9 +126,12 @@ def test_a_run_with_nan_accuracy_cells_is_flagged_in_the_report(tmp_path, capsys
     cells[head.index("test_acc")] = "nan"
     lines[2] = ",".join(cells)
     (run / "metrics.csv").write_text("\n".join(lines) + "\n")
-    code, table, err = run_main(["report", str(run)], capsys)
+    # beside a FedAvg run: a report of several runs draws no figures unless asked (one run's would draw six, 3 s)
+    assert run_main(TINY + ["--algo", "fedavg", "--out", str(tmp_path / "other")], capsys)[0] == 0
+    code, table, err = run_main(["report", str(run), str(tmp_path / "other")], capsys)
     assert code == 0, err
     assert "(1 nan)" in table and "test_acc that is not a number" in table
+    assert table.count("(1 nan)") == 1  # the damaged run's row alone
 
 
 RECIPE = """\

@@ -134,6 +134,11 @@ def test_communication_against_one_fedavg_in_params_and_bytes(runs):
     assert other["fedavg"]["comm_pct_bytes"].values["value"] == pytest.approx(50.0)
 
 
+@pytest.mark.long(
+    reason="every figure of two runs drawn (3 s) for the one-line warning; make test holds it in "
+    "tests/report/test_paper_figures.py::test_runs_of_other_data_or_budgets_are_marked_not_compared (said once, by "
+    "the figures) and tests/report/test_figures_read_back.py::test_mixed_datasets_in_legend_panels_and_warning"
+)
 def test_mixed_data_warns_in_one_line(runs, tmp_path, capsys):
     import json
 

@@ -81,13 +81,12 @@ def test_communication_figure_by_default_and_truetype_fonts(root, capsys, tmp_pa
         assert b"/Type3" not in data and b"/Type /Font" in data, pdf.name
         assert b"/FontFile2" in data, pdf.name  # the TrueType font program itself
     # --x bytes: the communication figure against bytes, the curves against iterations untouched beside it
-    again = tmp_path / "bytes"
-    assert (
-        cli(["report", str(root / "lama/s0"), str(root / "avg/s0"), "--x", "bytes", "--figures", str(again)], capsys)[0]
-        == 0
-    )
+    again = tmp_path / "bytes"  # one run (no per-layer interval figures to draw again): the curves are the point
+    assert cli(["report", str(root / "avg/s0"), "--x", "bytes", "--figures", str(again)], capsys)[0] == 0
     assert {"curves.png", "curves-bytes.png"} <= {p.name for p in again.iterdir()}
     assert "curves-params.png" not in {p.name for p in again.iterdir()}
+    # a periodic run (FedAvg) has no intervals or delta-lambda figure (test_report_runs' periodic case, in make test)
+    assert sorted(p.stem for p in again.glob("*.png")) == ["curves", "curves-bytes", "layer-size", "layer-syncs"]
 
 
 def test_variants_of_one_method_in_colours_dashes_and_marker_fills(root):
@@ -189,16 +188,20 @@ def test_intervals_figure_shows_each_layers_interval(root):
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()][0] == rows[0]["name"]
 
 
-def test_layer_size_on_a_log_axis_and_whole_synchronizations(root, tmp_path):
-    from fedcli.reports.single import write_figures
+def test_layer_size_on_a_log_axis_and_whole_synchronizations(root):
+    """The run-directory report's layer-size figure (write_figures draws this kind of figure of the run, then saves it
+    and its caption as they are): read back before it is saved."""
+
+    def layer_size(run):
+        return build(FigureDef("layer-size", "layer-size", panels=[Panel(runs=["x"])]), {"x": {0: run}})
 
     # 64-200-200-10: out.bias (10) against hidden.1.weight (40,000) spans more than three decades
-    write_figures([load_run(root / "wide/s0")], tmp_path / "f")
-    assert "log scale" in (tmp_path / "f" / "layer-size.txt").read_text()
+    fig, caption = layer_size(load_run(root / "wide/s0"))
+    assert "log scale" in caption and fig.axes[0].get_yscale() == "log"
     # 64-16-16-10: the largest tensor (1,024) is less than 100 times the smallest (10): a linear axis
-    write_figures([load_run(root / "lama/s0")], tmp_path / "g")
-    assert "log scale" not in (tmp_path / "g" / "layer-size.txt").read_text()
     run = load_run(root / "lama/s0")
+    fig, caption = layer_size(run)
+    assert "log scale" not in caption and fig.axes[0].get_yscale() == "linear"
     fig, _ = build(FigureDef("s", "layer-syncs", panels=[Panel(runs=["x"])]), {"x": {0: run}})
     ticks = fig.axes[0].get_yticks()
     assert all(float(t).is_integer() for t in ticks)

@@ -61,13 +61,38 @@ def results(tmp_path_factory):
             "--out",
             str(root / "results" / "t3"),
             "--quiet",
+            "--in-process",  # the report is the point, not the trainings' processes
         ]
     ) in (0, None)
     return root / "results"
 
 
-def test_paper_section_from_a_finished_sweep(results, capsys):
-    code, _, err = cli(["report", str(results), "--paper", "fedlama-aaai"], capsys)
+@pytest.fixture(scope="module")
+def section(results):
+    """``fedcli report RESULTS --paper fedlama-aaai`` (into RESULTS/paper-fedlama-aaai), drawn once for the tests that
+    read it: (exit code, stderr, the runs whose state it read, the tables it built)."""
+    import contextlib
+    import io
+
+    import fedcli.reports.core as core
+    import fedcli.reports.tables as tables
+
+    reads, builds, err = [], [], io.StringIO()
+    real_state, real_build = core.run_state, tables.build_table
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
+        mp.setattr(
+            core, "run_state", lambda run_dir, *a, **k: reads.append(Path(run_dir).name) or real_state(run_dir, *a, **k)
+        )
+        mp.setattr(tables, "build_table", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+        try:
+            code = main(["report", str(results), "--paper", "fedlama-aaai"]) or 0
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue(), reads, builds
+
+
+def test_paper_section_from_a_finished_sweep(results, section):
+    code, err, _, _ = section
     assert code == 0, err
     out = results / "paper-fedlama-aaai"
     tex, md = (out / "section.tex").read_text(), (out / "section.md").read_text()
@@ -124,7 +149,18 @@ def test_two_sweeps_of_one_recipe_have_their_own_labels_and_headings(results, tm
     recipe = tmp_path / "t3.toml"
     recipe.write_text(RECIPE)
     assert main(
-        ["sweep", str(recipe), "--scale", "smoke", "--seeds", "2", "--out", str(both / "t3-two"), "--quiet"]
+        [
+            "sweep",
+            str(recipe),
+            "--scale",
+            "smoke",
+            "--seeds",
+            "2",
+            "--out",
+            str(both / "t3-two"),
+            "--quiet",
+            "--in-process",
+        ]
     ) in (0, None)
     code, _, err = cli(["report", str(both), "--paper", "fedlama-aaai"], capsys)
     assert code == 0, err
@@ -227,12 +263,13 @@ def test_no_write_through_a_link(results, tmp_path, capsys, link):
     assert _tree(outside) == before_outside and _tree(out) == before_out
 
 
-def test_hand_edits_are_never_lost(results, tmp_path, capsys):
+def test_hand_edits_are_never_lost(results, section, tmp_path, capsys):
     """Issue 48.3: section.tex and section.md carry the checksum of what fedcli wrote; an edited one (or one fedcli did
     not write) is kept and the command refuses, exit 2, before writing anything; --overwrite replaces it."""
+    assert section[0] == 0, section[1]
     out = tmp_path / "sec"
+    shutil.copytree(results / "paper-fedlama-aaai", out)  # the section as fedcli wrote it (the same in any folder)
     args = ["report", str(results), "--paper", "fedlama-aaai", "--output", str(out)]
-    assert cli(args, capsys)[0] == 0
     assert cli(args, capsys)[0] == 0  # unedited: written again
     tex = out / "section.tex"
     first = tex.read_text()
@@ -320,21 +357,12 @@ def test_a_one_column_figure_keeps_its_text_and_data_room(tmp_path):
     assert {t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()} == {8.0}
 
 
-def test_the_section_checks_each_run_once(results, tmp_path, capsys, monkeypatch):
+def test_the_section_checks_each_run_once(results, section):
     """The section's paragraph (trainings finished), its table (LaTeX and Markdown) and its two figures all read the
     same runs: each run's state (manifest, config, files: ``run_state``) is read once for the whole section, and the
     table is built once for both formats. Before: 16 reads of this sweep's 2 runs (8 each: the paragraph, the
     table's check and its two builds, each figure's check and its drawing) and two builds of the table."""
-    import fedcli.reports.core as core
-    import fedcli.reports.tables as tables
-
-    reads, builds = [], []
-    real_state, real_build = core.run_state, tables.build_table
-    monkeypatch.setattr(
-        core, "run_state", lambda run_dir, *a, **k: reads.append(Path(run_dir).name) or real_state(run_dir, *a, **k)
-    )
-    monkeypatch.setattr(tables, "build_table", lambda *a, **k: builds.append(1) or real_build(*a, **k))
-    code, _, err = cli(["report", str(results), "--paper", "fedlama-aaai", "--output", str(tmp_path / "s")], capsys)
+    code, err, reads, builds = section  # counted while the section was written
     assert code == 0, err
     sweep = json.loads((results / "t3" / "sweep.json").read_text())
     assert sorted(reads) == sorted(Path(e["dir"]).name for e in sweep["runs"])  # each run once

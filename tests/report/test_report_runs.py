@@ -84,13 +84,18 @@ def test_one_run_table_and_figures(runs, capsys, tmp_path):
     assert all((run / "figures" / n).stat().st_size > 1000 for n in names if not n.endswith(".txt"))
 
 
+@pytest.mark.long(
+    reason="a report drawing a FedAvg run's four figures (2 s); make test holds it in "
+    "tests/report/test_paper_figures.py::test_communication_figure_by_default_and_truetype_fonts (a FedAvg run's "
+    "figures: the same four, against bytes)"
+)
 def test_periodic_run_has_no_delta_lambda_or_intervals_figure(runs, tmp_path, capsys):
     out = tmp_path / "figs"
     assert cli(["report", str(runs / "avg"), "--figures", str(out)], capsys)[0] == 0
     assert sorted(p.stem for p in out.glob("*.png")) == ["curves", "curves-params", "layer-size", "layer-syncs"]
 
 
-def test_several_runs_compare_with_personal_accuracy(runs, capsys, tmp_path):
+def test_several_runs_compare_with_personal_accuracy(runs, capsys):
     code, out, err = cli(["report", str(runs / "lama"), str(runs / "avg"), str(runs / "pers"), "-f", "csv"], capsys)
     assert code == 0, err
     rows = {r["name"].rsplit("/", 1)[-1]: r for r in csv.DictReader(io.StringIO(out))}
@@ -102,6 +107,13 @@ def test_several_runs_compare_with_personal_accuracy(runs, capsys, tmp_path):
     assert float(rows["pers"]["best_personal_acc"]) == pytest.approx(100 * m["summary"]["best_personal_acc"])
     assert rows["avg"]["best_personal_acc"] == ""  # not personalized
     assert "add --figures OUTDIR" in err  # several runs: figures only on request
+
+
+@pytest.mark.long(
+    reason="a second report drawing every figure of a FedLAMA and a FedAvg run (3 s); make test holds it in "
+    "tests/report/test_figure_style.py::test_accuracy_against_communicated_parameters"
+)
+def test_several_runs_are_drawn_on_request(runs, capsys, tmp_path):
     figs = tmp_path / "cmp"
     assert cli(["report", str(runs / "lama"), str(runs / "avg"), "--figures", str(figs)], capsys)[0] == 0
     assert (figs / "curves.png").exists() and (figs / "delta-lambda.png").exists()

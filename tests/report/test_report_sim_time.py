@@ -45,6 +45,7 @@ def runs(tmp_path_factory):
         ("timed", ["--system", "--uplink", "constant:3e4"]),
         ("timed-s1", ["--system", "--uplink", "constant:3e4", "--seed", "1"]),
         ("plain", []),
+        ("plain-s1", ["--seed", "1"]),
     ):
         assert main(BASE + extra + ["--out", str(root / name)]) in (0, None)
     return root
@@ -69,9 +70,9 @@ def test_comparison_table_has_simulated_time_when_runs_were_simulated(runs, caps
     assert (
         float(recs["timed"]["sim_time_s"]) == float(last_sim_time(runs / "timed")) and recs["plain"]["sim_time_s"] == ""
     )
-    # runs never simulated: no such column
-    code, out, _ = cli(["report", str(runs / "plain")], capsys)
-    assert code == 0 and "Sim. time" not in out
+    # runs never simulated: no such column (two seeds, one row: a report of several runs draws no figures unasked)
+    code, out, _ = cli(["report", str(runs / "plain"), str(runs / "plain-s1")], capsys)
+    assert code == 0 and "Sim. time" not in out and "(seeds 0, 1)" in out
 
 
 def test_seeds_of_simulated_runs_give_mean_and_std(runs, capsys):
@@ -89,6 +90,14 @@ def test_x_time_on_a_run_without_simulated_time_refuses_before_printing(runs, ca
         lines = error_lines(err)
         assert code == 2 and out == "" and len(lines) == 1 and "has no simulated time" in lines[0], (out, err)
     assert not (runs / "f").exists()
+
+
+@pytest.mark.long(
+    reason="a report drawing a FedLAMA run's six figures (3 s) as the control; make test holds it in "
+    "tests/report/test_system_report.py::test_x_time_draws_accuracy_against_simulated_time (a --system run's --x time "
+    "report draws curves-time)"
+)
+def test_x_time_on_a_run_with_simulated_time_draws_it(runs, capsys):
     code, out, err = cli(["report", str(runs / "timed"), "--x", "time"], capsys)
     assert code == 0 and (runs / "timed" / "figures" / "curves-time.png").is_file(), err
 
@@ -101,7 +110,9 @@ def sweep(tmp_path_factory):
     recipe.write_text(
         SWEEP_RECIPE + '\n[[figures]]\nname = "c"\nkind = "curves"\nruns = ["FedAvg x1", "FedLAMA phi=2"]\n'
     )
-    assert main(["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet"]) in (
+    assert main(
+        ["sweep", str(recipe), "--scale", "smoke", "--seeds", "1", "--out", str(root / "s"), "--quiet", "--in-process"]
+    ) in (
         0,
         None,
     )

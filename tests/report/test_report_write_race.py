@@ -50,6 +50,7 @@ def results(tmp_path_factory):
             "--out",
             str(root / "results" / "t3"),
             "--quiet",
+            "--in-process",  # the report is the point, not the trainings' processes
         ]
     ) in (0, None)
     return root / "results"
@@ -159,7 +160,9 @@ def test_the_folder_the_user_names_may_be_a_link(results, tmp_path, capsys):
     figs = tmp_path / "figs-link"
     (place / "figs").mkdir()
     figs.symlink_to(place / "figs", target_is_directory=True)
-    code, _, err = cli(["report", str(results), "--figures", str(figs)], capsys)
+    code, _, err = cli(
+        ["report", str(results), "--figures", str(figs), "--figure", "t3-curves"], capsys
+    )  # one is enough
     assert code == 0, err
     assert (place / "figs" / "t3-curves.png").is_file()
     run = next(results.glob("t3/*/seed0"))
