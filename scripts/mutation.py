@@ -45,7 +45,7 @@ TARGETS = {
     # FedLAMA's Eqs. 3-4 (torch-free, for the report; Eq. 2 is the layer-wise base's in schedules.py since issue 60)
     "layerwise": ("fedcli/fl/layerwise.py", [], LAMA_TESTS),
     # the golden runs record the lr of every evaluation (constant in the older records)
-    "lr_schedule": ("fedcli/fl/engine.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),
+    "lr_schedule": ("fedcli/fl/state.py", ["lr_at"], ["tests/engine/test_lr_schedule.py", "tests/test_golden.py"]),
     "ledger": (
         "fedcli/comm/ledger.py",
         [],
