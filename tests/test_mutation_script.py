@@ -38,3 +38,15 @@ def test_tests_failing_before_any_mutation_stop_the_run(tmp_path):
     with pytest.raises(SystemExit, match="x: the tests fail on the unmutated copy"):
         mutation.check_unmutated("x", failing, tmp_path, {}, 60)
     mutation.check_unmutated("x", f"{sys.executable} -c 'pass'", tmp_path, {}, 60)  # passing tests: the run goes on
+
+
+@pytest.mark.parametrize("name", sorted(mutation.TARGETS))
+def test_every_target_names_a_module_and_functions_that_exist(name):
+    """A target whose module moved (issue 60: ``lr_at`` from ``fl/engine.py`` to ``fl/state.py``) stopped ``make
+    mutation`` at that target with an AssertionError after the other targets had run; each module is a file and each
+    named function is defined in it, and its tests exist."""
+    module, functions, tests = mutation.TARGETS[name]
+    assert (ROOT / module).is_file(), module
+    if functions:
+        assert len(mutation.function_lines(ROOT / module, functions)) >= len(functions)
+    assert all((ROOT / t).is_file() for t in tests), tests
