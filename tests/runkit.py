@@ -114,6 +114,14 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+# ``fedcli ARGS`` in a child process (:func:`run_forked`): the command's own main, as a program importing fedcli runs it
+FEDCLI = """
+import sys
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def run_killed(sig: int, round_idx: int, args: list[str]) -> subprocess.CompletedProcess:
     """``fedcli ARGS`` in a child process that sends itself ``sig`` inside round ``round_idx`` (at its 2nd local
     step): a forked one (:func:`run_forked`), which fedcli cannot tell from a new interpreter but for the start."""
