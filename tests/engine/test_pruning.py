@@ -162,13 +162,7 @@ print(before, n())
 def test_request_from_another_process_mid_run_stops_within_one_round(reference, tmp_path):
     out = tmp_path / "run"
     env = {**__import__("os").environ, "PYTHONPATH": str(runkit.ROOT)}
-    train = subprocess.Popen(
-        [sys.executable, "-m", "fedcli", *ARGS, "--out", str(out)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    train = runkit.start_forked(runkit.FEDCLI, [*ARGS, "--out", str(out)], env=env)  # a process of its own, forked
     for _ in range(600):  # the run folder exists once the run has its lock
         if out.is_dir():
             break
