@@ -1,5 +1,6 @@
 """Every command of the ```bash blocks of README.md and of the docs pages (docs/*.md, in mkdocs.yml's order) runs, as
-written, in a fresh sandbox of its own (so the documentation cannot drift), and what it produced is checked: a train's
+written, in a fresh sandbox of its own (so the documentation cannot drift; emptied for each test, at one path:
+``box_dir``), and what it produced is checked: a train's
 run directory completed with metrics rows and a model, a partition file of the named clients, a report's output and
 figure files, a sweep's plan, the example's data files. A command that reads what earlier commands wrote
 (``fedcli report results/lama`` after ``fedcli train ... --out results/lama``) runs those first, in its sandbox; the
@@ -295,6 +296,26 @@ def made(tmp_path_factory) -> Made:
 
 
 @pytest.fixture(scope="session")
+def box_base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("readme-box")
+
+
+@pytest.fixture
+def box_dir(box_base) -> Path:
+    """The folder of a test's sandbox: created empty for each test, at the same path in all of them. What a run
+    measures once and keeps in fedcli's cache folder (outside the sandbox, for every test alike) is keyed by the data's
+    path: ``../shared/...`` resolves to one path here, so the data-loading probe of a sweep's or study's plan runs once
+    a session instead of once a test (a fresh process, about 3.5 s of CPU each), as a user's repository would see it.
+    A run's trackers are waited for before the folder is emptied for the next test."""
+    root = box_base / "box"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir()
+    yield root
+    trackers_done(root / "repo")
+
+
+@pytest.fixture(scope="session")
 def planned() -> dict:
     """(exit code, output) of each planned-only sweep or study run in this session, by the command as run (a
     ``--dry-run`` writes nothing: the same command says the same in any sandbox)."""
@@ -392,8 +413,8 @@ LONG_COMMANDS = {
 
 
 @pytest.mark.parametrize("index", [_param(i, c, k) for k, (i, c) in enumerate(COMMANDS)])
-def test_readme_command(index, tmp_path, capsys, made, planned):
-    box = Sandbox(tmp_path)
+def test_readme_command(index, box_dir, capsys, made, planned):
+    box = Sandbox(box_dir)
     argv = shlex.split(COMMANDS[index][1])
     first = []
     for cmd in producers(index):
