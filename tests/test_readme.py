@@ -1,11 +1,11 @@
 """Every command of the ```bash blocks of README.md and of the docs pages (docs/*.md, in mkdocs.yml's order) runs, as
 written, in a fresh sandbox of its own (so the documentation cannot drift; emptied for each test, at one path:
-``box_dir``), and what it produced is checked: a train's
-run directory completed with metrics rows and a model, a partition file of the named clients, a report's output and
-figure files, a sweep's plan, the example's data files. A command that reads what earlier commands wrote
-(``fedcli report results/lama`` after ``fedcli train ... --out results/lama``) runs those first, in its sandbox; the
-bare ``fedcli report`` (everything under results/) runs the first command that writes there. Earlier means: README.md
-first, then the pages in mkdocs.yml's nav order, each top to bottom. No test depends on another's files. Blocks fenced
+``box_dir``), and what it produced is checked: a train's run directory completed with metrics rows and a model, a
+partition file of the named clients, a report's output and figure files, a sweep's plan, the example's data files. A
+command that reads what earlier commands wrote (``fedcli report results/lama`` after ``fedcli train ... --out
+results/lama``) runs those first, in its sandbox; the bare ``fedcli report`` (everything under results/) runs the
+first command that writes there. Earlier means: README.md first, then the pages in mkdocs.yml's nav order, each top
+to bottom. No test depends on another's files. Blocks fenced
 ```sh hold commands with placeholders, or that need a GPU, a cluster or hours: they are shown, not run. README.md is
 the front page: at most 400 lines.
 
