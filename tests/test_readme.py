@@ -405,6 +405,11 @@ LONG_COMMANDS = {
         "`fedcli train --tracker mlflow` in tests/trackers/test_trackers.py::"
         "test_tensorboard_and_mlflow_hold_every_evaluation_config_and_figures"
     ),
+    "fedcli train --workers 2": (
+        "a default training on 2 worker processes (one to spawn, about 3 s of CPU); make test holds `fedcli train "
+        "--workers 2` in tests/comm/test_workers.py::test_results_are_bitwise_identical_for_any_number_of_workers and "
+        "the default (auto) in parallel-block1-2 here"
+    ),
     "fedcli train --tracker wandb": (
         "a default training with a tracker process (W&B offline); make test holds `fedcli train --tracker wandb` in "
         "tests/trackers/test_trackers.py::test_wandb_without_api_key_runs_offline_with_every_evaluation"
