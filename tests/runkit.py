@@ -114,6 +114,14 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+# ``fedcli ARGS`` in a child process (:func:`run_forked`): the command's own main, as a program importing fedcli runs it
+FEDCLI = """
+import sys
+from fedcli.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def run_killed(sig: int, round_idx: int, args: list[str]) -> subprocess.CompletedProcess:
     """``fedcli ARGS`` in a child process that sends itself ``sig`` inside round ``round_idx`` (at its 2nd local
     step): a forked one (:func:`run_forked`), which fedcli cannot tell from a new interpreter but for the start."""
@@ -203,7 +211,7 @@ def killed_and_resumed(args: list[str], ref: Path, out: Path, round_idx: int = 5
     assert main(["train", "--resume", str(out), "--quiet"]) == 0
 
 
-def run_forked(  # noqa: PLR0915
+def run_forked(
     script: str, argv: list[str], env: dict | None = None, cwd: Path | None = None, timeout: float = 240
 ) -> subprocess.CompletedProcess:
     """What ``python -c SCRIPT ARGV`` gives (exit code, -N when signal N ended it; stdout; stderr), run in a forked copy
@@ -212,63 +220,108 @@ def run_forked(  # noqa: PLR0915
     a dead pid): its own pid, file descriptors 0-2 (/dev/null, files read back here), default signal dispositions and
     ``env`` (else this process's environment) and ``cwd``; it ends by ``os._exit``, running nothing of this process's
     (no atexit, no pytest teardown)."""
-    import faulthandler
-    import io
-    import signal
+    child = start_forked(script, argv, env=env, cwd=cwd)
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise
+    out, err = child.communicate()
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+class Forked:
+    """A child of :func:`start_forked` while it runs, asked as a ``subprocess.Popen`` is: ``pid``, ``args``,
+    ``returncode`` (None while it runs; -N when signal N ended it), ``poll``, ``wait``, ``kill``, ``communicate`` (its
+    stdout and stderr as text, once it has ended)."""
+
+    def __init__(self, pid: int, args: list[str], out, err):
+        self.pid, self.args, self.returncode = pid, args, None
+        self._files = (out, err)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        import signal
+
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        text = []
+        for f in self._files:
+            f.seek(0)
+            text.append(f.read().decode(errors="replace"))
+        return text[0], text[1]
+
+
+def start_forked(script: str, argv: list[str], env: dict | None = None, cwd: Path | None = None) -> Forked:
+    """:func:`run_forked`'s child, started and left running (as ``subprocess.Popen`` leaves a process): for a test that
+    works beside it (reads its files, takes its lock, stops it)."""
     import tempfile
-    import time
-    import traceback
 
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 1
+    if pid == 0:
+        _forked_child(script, argv, env, cwd, out, err)  # never returns
+    return Forked(pid, ["<forked>", *map(str, argv)], out, err)
+
+
+def _forked_child(script: str, argv: list[str], env: dict | None, cwd: Path | None, out, err) -> None:
+    """The forked child (:func:`run_forked`): SCRIPT with ARGV as ``python -c`` runs it, then ``os._exit``."""
+    import faulthandler
+    import io
+    import signal
+    import traceback
+
+    code = 1
+    try:
+        faulthandler.disable()
+        signal.alarm(0)
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.argv = ["-c", *map(str, argv)]
         try:
-            faulthandler.disable()
-            signal.alarm(0)
-            for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
-                signal.signal(s, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out.fileno(), 1)
-            os.dup2(err.fileno(), 2)
-            sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-            if env is not None:
-                os.environ.clear()
-                os.environ.update(env)
-            if cwd is not None:
-                os.chdir(cwd)
-            sys.argv = ["-c", *map(str, argv)]
-            try:
-                exec(compile(script, "<string>", "exec"), {"__name__": "__main__"})
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                if not isinstance(e.code, (int, type(None))):
-                    print(e.code, file=sys.stderr)
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-    end = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > end:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise subprocess.TimeoutExpired(["<forked>", *map(str, argv)], timeout)
-        time.sleep(0.02)
-    text = []
-    for f in (out, err):
-        f.seek(0)
-        text.append(f.read().decode(errors="replace"))
-        f.close()
-    return subprocess.CompletedProcess(["<forked>", *map(str, argv)], os.waitstatus_to_exitcode(status), *text)
+            exec(compile(script, "<string>", "exec"), {"__name__": "__main__"})
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, (int, type(None))):
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

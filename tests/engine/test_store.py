@@ -257,7 +257,24 @@ def rows(path: Path) -> list[dict]:
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
 
 
-@pytest.mark.parametrize("algo", ["ditto", "scaffold", "fedlamb", "fedala", "fedfomo", "partialfed"])
+@pytest.mark.parametrize(
+    "algo",
+    [
+        "ditto",
+        "scaffold",
+        "fedlamb",
+        pytest.param(
+            "fedala",
+            marks=pytest.mark.long(
+                reason="FedALA's two runs (its ALA pass every round, the longest of these): make test holds its disk "
+                "run equal to the memory one in test_golden_records_hold_with_client_state_on_disk (preset-fedala) "
+                "and the personal models kept at the end in [ditto]"
+            ),
+        ),
+        "fedfomo",
+        "partialfed",
+    ],
+)
 def test_disk_store_gives_the_memory_store_run(algo, tmp_path):
     for mode in ("memory", "disk"):
         assert main(["train", "--algo", algo, *STATEFUL, "--client-state", mode, "--out", str(tmp_path / mode)]) == 0
@@ -658,7 +675,8 @@ def test_slot_state_every_worker_holds_is_checkpointed_once_and_resumes_bitwise(
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     monkeypatch.setattr(store, "COMPACT_SLACK", 0)
     ref, run = tmp_path / "ref", tmp_path / "run"
-    assert main([*args, "--out", str(ref)]) == 0
+    one = [*args[: args.index("--workers")], "--workers", "1", *args[args.index("--workers") + 2 :]]
+    assert main([*one, "--out", str(ref)]) == 0  # uninterrupted in one process: results do not depend on the workers
     p = run_forked(KILLER, ["5", *args, "--out", str(run)], env=env, timeout=240)
     assert p.returncode == -signal.SIGKILL, p.stderr
     ck = torch.load(sorted((run / "checkpoints").glob("round-*.pt"))[-1], weights_only=False)

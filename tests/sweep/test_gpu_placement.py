@@ -158,7 +158,19 @@ def test_sweep_gives_each_process_its_slot_gpu(tmp_path, mpi):
     devices = set().union(*by_worker.values())
     assert all(len(seen) == 1 for seen in by_worker.values()) and len(devices) == len(by_worker), by_worker
     assert devices <= {"0", "1"}, by_worker
-    # one device, two runs packed on it: both see GPU 0
+
+
+@pytest.mark.long(
+    reason="a second real pool sweep (2 workers to start): make test holds the packed placement in "
+    "test_fewer_jobs_than_slots_fill_the_devices_evenly and each worker's slot device in "
+    "test_sweep_gives_each_process_its_slot_gpu[pool]"
+)
+def test_sweep_packs_two_runs_on_one_gpu(tmp_path):
+    """One device, two runs packed on it: both see GPU 0."""
+    from fedcli.sweep.run import run_sweep
+
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(RECIPE)
     res = run_sweep(recipe, "smoke", seeds=1, out=tmp_path / "one", jobs=2, runs_per_gpu="2", gpu_free=[8 * GiB])
     assert res.placement.per_device == {0: 2}
     assert _visible(tmp_path / "one") == ["0", "0"]

@@ -26,7 +26,7 @@ from fedcli.results import checkpoint, lock
 from fedcli.results.lock import FileLock, RunLock, RunLocked
 from fedcli.results.validate import validate_run
 from fedcli.sweep.run import SweepLock, run_sweep
-from runkit import TINY_RUN, error_lines, train_args
+from runkit import TINY_RUN, error_lines, start_forked, train_args
 from sweepkit import RECIPE as SWEEP_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,13 +107,7 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.timeout(300)
 def test_a_run_directory_has_one_writer(tmp_path, capsys):
     out, go = tmp_path / "run", tmp_path / "go"
-    first = subprocess.Popen(
-        [sys.executable, "-c", PAUSED, str(go), *TINY, "--out", str(out)],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_forked(PAUSED, [str(go), *TINY, "--out", str(out)], env=ENV)  # a process of its own, forked
     try:
         wait_for(
             lambda: (out / "metrics.csv").exists() and len(rows(out / "metrics.csv")) == 2,
@@ -129,7 +123,7 @@ def test_a_run_directory_has_one_writer(tmp_path, capsys):
         one_line(err, code, 2, f"pid {first.pid}")
         assert len(rows(out / "metrics.csv")) == 2 and manifest(out)["status"] == "running"
         go.touch()
-        assert first.wait(timeout=180) == 0, first.stderr.read()
+        assert first.wait(timeout=180) == 0, first.communicate()[1]
     finally:
         if first.poll() is None:
             first.kill()

@@ -51,7 +51,9 @@ def test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it(tmp_path, caps
 
 
 def _pruned_run(tmp_path):
-    """A sweep (smoke scale) whose run seed0 was pruned at iteration 6, its planned runs as a coordinator sees them."""
+    """A sweep (smoke scale) whose run seed0 was pruned at iteration 6, its planned runs as a coordinator sees them.
+    The sweep runs it ``--in-process`` (no worker process to start): what is tested is the executor given it next; a
+    sweep's own worker pool meeting a pruned run is test_sweep_keeps_a_pruned_run_and_says_so_promote_finishes_it."""
     from fedcli.sweep.run import prepare_sweep
 
     recipe_path, root = tmp_path / "p.toml", tmp_path / "sw"
@@ -59,7 +61,23 @@ def _pruned_run(tmp_path):
     run0 = root / "avg" / "seed0"
     run0.mkdir(parents=True)
     request_stop(run0, why="hopeless", iteration=6)
-    assert main(["sweep", str(recipe_path), "--scale", "smoke", "--out", str(root), "--seeds", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(recipe_path),
+                "--scale",
+                "smoke",
+                "--out",
+                str(root),
+                "--seeds",
+                "1",
+                "--quiet",
+                "--in-process",
+            ]
+        )
+        == 0
+    )
     recipe, _, _, runs, _ = prepare_sweep(recipe_path, "smoke", 1, root)
     (p,) = runs
     assert p.status == "pruned" and not p.resume

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from runkit import run_forked
+from runkit import FEDCLI, run_forked
 from simkit import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -571,14 +571,9 @@ def test_overwrite_waits_for_the_previous_runs_trackers_then_refuses_clearly(cle
 
 
 def run_cli(args, env, cwd, timeout=240):
-    return subprocess.run(
-        [sys.executable, "-m", "fedcli", *args],
-        env={**env, "PYTHONPATH": str(ROOT)},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """``fedcli ARGS`` in a process of its own with ``env`` in ``cwd``: forked from this one (runkit.run_forked), whose
+    trackers' process outlives it as a new ``fedcli``'s would."""
+    return run_forked(FEDCLI, args, env={**env, "PYTHONPATH": str(ROOT)}, cwd=cwd, timeout=timeout)
 
 
 def test_a_tracker_that_cannot_write_warns_once_and_the_run_completes(clean_env):
@@ -700,28 +695,32 @@ def test_recipe_key_and_repeated_flag(tmp_path):
     assert given({"tracker": ["wandb", "mlflow"], "lr": None}, catalog.load()) == {"tracker": "wandb,mlflow"}
 
 
+# each command of the JSON list in turn, in one process; after each, the tracker libraries loaded so far
 PROBE = """
-import sys
+import json, sys
 from fedcli.cli.main import main
-try:
-    main(sys.argv[1:])
-except SystemExit:
-    pass
-print("LOADED", sorted({m.split('.')[0] for m in sys.modules} & {"tensorboard", "mlflow", "wandb", "tbparse"}))
+for args in json.loads(sys.argv[1]):
+    try:
+        main(args)
+    except SystemExit:
+        pass
+    print("LOADED", sorted({m.split('.')[0] for m in sys.modules} & {"tensorboard", "mlflow", "wandb", "tbparse"}))
 """
 
 
-@pytest.mark.parametrize("args", [["--version"], ["report", "--help"], ["train", "--help"]])
-def test_version_and_help_import_no_tracker_library(args):
+def test_version_and_help_import_no_tracker_library():
+    """One fresh interpreter runs the three in turn: a module once imported stays in ``sys.modules``, so none loaded
+    after the last means none was loaded by any of them."""
+    commands = [["--version"], ["report", "--help"], ["train", "--help"]]
     p = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
+        [sys.executable, "-c", PROBE, json.dumps(commands)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "LOADED []"
+    assert [line for line in p.stdout.splitlines() if line.startswith("LOADED")] == ["LOADED []"] * len(commands)
 
 
 def test_how_long_the_command_waits_for_its_trackers(monkeypatch):
