@@ -204,16 +204,22 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
         coord = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=err)
 
     def some_done_some_running():
+        # the running trials are read from their run directories (manifest "running", 2 evaluations logged), not from
+        # trials.csv's RUNNING rows: with --jobs 2 the trials go in pairs that end together, and trials.csv, written
+        # at each tell, showed a trial RUNNING with 2 evaluations only between the two tells of a pair (a whole study
+        # of 8 went by unseen, 2026-11-29)
         if not (root / "trials.csv").exists():
             return None
-        rows = trials_csv(root)
-        done = [r for r in rows if r["state"] == "COMPLETE"]
-        running = [
-            r
-            for r in rows
-            if r["state"] == "RUNNING" and (root / "fedavg" / f"trial-{int(r['number']):04d}" / "metrics.csv").exists()
-        ]
-        ready = [r for r in running if len(metrics(root / "fedavg" / f"trial-{int(r['number']):04d}")) >= 2]
+        done = [r for r in trials_csv(root) if r["state"] == "COMPLETE"]
+        ready = []
+        for run in sorted(root.glob("fedavg/trial-*")):
+            try:
+                running = manifest(run).get("status") == "running" and len(metrics(run)) >= 2
+            except (OSError, ValueError):  # not written yet
+                continue
+            number = str(int(run.name.split("-")[1]))
+            if running and number not in {r["number"] for r in done}:
+                ready.append({"number": number})
         return (done, ready) if len(done) >= 2 and ready else None
 
     def where() -> str:
