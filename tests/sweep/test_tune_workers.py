@@ -460,7 +460,7 @@ def cancel_workers(root: Path) -> None:
 # 2,000 iterations a trial: at 400 (about 2.5 s a trial on an idle machine) the trial caught at its third evaluation
 # had ended by the time scancel reached its job (2026-11-29: nothing left to adopt)
 @pytest.mark.long(
-    reason="2 Slurm worker jobs and 6 trials of 2,000 iterations, one job scancelled, then a journal study (73 s measured)"
+    reason="2 Slurm worker jobs, 6 trials of 2,000 iterations, one job scancelled, then a journal study (73 s measured)"
 )
 @pytest.mark.slurm
 @pytest.mark.timeout(1800)
