@@ -126,6 +126,29 @@ def require_slurm() -> None:
         pytest.skip(f"no Slurm reachable ({why}); start one with `sudo scripts/slurm-local.sh up`")
 
 
+def wait_for(cond, timeout: float, what: str, every: float = 0.5):
+    """Poll ``cond()`` every ``every`` seconds until it returns something true, which is returned; fail the test
+    after ``timeout`` seconds saying ``what`` was waited for."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def worker_job_ids(root) -> list[str]:
+    """The Slurm job ids of the study workers that ``fedcli tune --study-workers`` launched for ``root``
+    (``workers.json``); none before it is written."""
+    import json
+
+    f = root / "workers.json"
+    return [w["job_id"] for w in json.loads(f.read_text())["workers"]] if f.is_file() else []
+
+
 def slurm_node() -> str:
     """The local cluster's one node (scripts/slurm-local.sh names it after the host), for ``--sbatch=--nodelist=``."""
     import subprocess

@@ -7,6 +7,7 @@ second process (a concurrent writer, a sweep killed with SIGKILL, signals under 
 
 import csv
 import errno
+import functools
 import json
 import os
 import shlex
@@ -28,6 +29,7 @@ from fedcli.results.validate import validate_run
 from fedcli.sweep.run import SweepLock, run_sweep
 from runkit import TINY_RUN, error_lines, start_forked, train_args
 from sweepkit import RECIPE as SWEEP_RECIPE
+from sweepkit import wait_for as kit_wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -63,14 +65,8 @@ def manifest(run: Path) -> dict:
     return json.loads((run / "manifest.json").read_text())
 
 
-def wait_for(cond, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+# sweepkit's, polling every 0.1 s (a signal's effects here come within a second)
+wait_for = functools.partial(kit_wait_for, every=0.1)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from fedcli.cli.main import main
 from fedcli.sweep.slurm import ACTIVE, job_states
-from sweepkit import require_slurm
+from sweepkit import require_slurm, wait_for
 
 # one Slurm test at a time under pytest-xdist (`make test`: --dist loadfile, this file on one worker):
 # test_missing_dataset_refused_before_any_job checks that the queue gains no job
@@ -112,16 +112,6 @@ def cli(*args) -> int:
 
 def job(root: Path, rel: str) -> dict:
     return json.loads((root / f"{rel}.job.json").read_text())
-
-
-def wait_for(cond, timeout: float, what: str, every: float = 0.5):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def ended(job_id: str) -> dict | None:

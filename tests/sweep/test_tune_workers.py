@@ -22,7 +22,7 @@ import pytest
 
 from pgkit import files_holding
 from runkit import run_forked
-from sweepkit import manifest, require_slurm, trials_csv, tune_recipe
+from sweepkit import manifest, require_slurm, trials_csv, tune_recipe, wait_for, worker_job_ids
 
 optuna = pytest.importorskip("optuna", reason="optuna (fedcli tune's dependency, issue 58) is not installed")
 
@@ -322,14 +322,6 @@ def test_two_local_workers_on_postgresql_leave_the_password_in_no_file(postgres_
     assert rec["storage"].startswith("postgresql+psycopg://fedcli:***@")
 
 
-def wait_for(cond, within: float, what: str):
-    deadline = time.monotonic() + within
-    while not (got := cond()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.5)
-    return got
-
-
 def training(root: Path, storage, cache: dict):
     """A RUNNING trial of the study in ``root`` whose run has logged 3 evaluations: (its number, its worker attr), or
     None. ``cache`` keeps the one storage connection of the test (a new one per look would exhaust the server's)."""
@@ -429,31 +421,33 @@ def test_four_local_workers_evaluate_six_enqueued_configurations_once(kind, tmp_
 def slurm_states(root: Path) -> dict:
     from fedcli.sweep.slurm import job_states
 
-    ids = [w["job_id"] for w in json.loads((root / "workers.json").read_text())["workers"]]
-    return job_states(ids)
+    return job_states(worker_job_ids(root))
+
+
+def start_tune(args, out: Path, **more) -> subprocess.Popen:
+    """``fedcli tune ARGS`` started as its own process, its output in files (``out`` with the suffixes .stdout and
+    .stderr), not pipes: a test waits on it as long as the queue takes without a pipe filling up."""
+    with open(out.with_suffix(".stdout"), "w") as so, open(out.with_suffix(".stderr"), "w") as se:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fedcli", "tune", *map(str, args)], env=env(**more), stdout=so, stderr=se, text=True
+        )
 
 
 def tune_queued(args, out: Path, clock, **more) -> tuple[int, str]:
-    """``fedcli tune ARGS`` (with ``--wait``) as its own process, its output in ``out`` (a file, not a pipe), waited
-    for on ``clock`` (sweepkit.QueueClock): (exit code, stderr)."""
-    with open(out.with_suffix(".stdout"), "w") as so, open(out.with_suffix(".stderr"), "w") as se:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "fedcli", "tune", *map(str, args)], env=env(**more), stdout=so, stderr=se, text=True
-        )
-        try:
-            rc = clock.wait(p, f"fedcli tune {' '.join(map(str, args))} did not end")
-        finally:
-            if p.poll() is None:
-                p.kill()
+    """:func:`start_tune`, waited for on ``clock`` (sweepkit.QueueClock): (exit code, stderr)."""
+    p = start_tune(args, out, **more)
+    try:
+        rc = clock.wait(p, f"fedcli tune {' '.join(map(str, args))} did not end")
+    finally:
+        if p.poll() is None:
+            p.kill()
     return rc, out.with_suffix(".stderr").read_text()
 
 
 def cancel_workers(root: Path) -> None:
     """scancel every worker job the study in ``root`` launched (after a failure: the next Slurm test finds the cluster
     free)."""
-    f = root / "workers.json"
-    if f.is_file():
-        ids = [w["job_id"] for w in json.loads(f.read_text())["workers"]]
+    if ids := worker_job_ids(root):
         subprocess.run(["scancel", *ids], check=False, capture_output=True)
 
 
@@ -479,14 +473,7 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     root = tmp_path / "pg"
     cmd = [path, "--out", root, "--executor", "slurm", "--study-workers", 2, "--storage", "env:TUNE_DB", "--wait"]
     clock = QueueClock(300)
-    se = open(tmp_path / "launcher.stderr", "w")
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "fedcli", "tune", *map(str, cmd)],
-        env=env(TUNE_DB=postgres_url),
-        stdout=subprocess.DEVNULL,
-        stderr=se,
-        text=True,
-    )
+    launcher = start_tune(cmd, tmp_path / "launcher", TUNE_DB=postgres_url)
     cache: dict = {}
     try:
         number, owner = clock.wait_for(
@@ -503,7 +490,6 @@ def test_two_slurm_workers_on_postgresql_one_scancelled(postgres_url, tmp_path):
     finally:
         if launcher.poll() is None:
             launcher.kill()
-        se.close()
         cancel_workers(root)
     logs = "".join(p.read_text(errors="replace") for p in (root / ".slurm").rglob("*.out"))
     assert f"adopt    fedavg trial {number}: its worker (Slurm job {owner['job_id']}) is gone" in logs, logs[-3000:]
