@@ -1,7 +1,8 @@
 """Client-parallel training in one ``fedcli train``: worker processes, one shard of the cohort each.
 
-``--workers N`` starts N - 1 worker processes beside this one (spawned, so none inherits an
-initialized torch or OpenMP). Every process runs the same :class:`fedcli.fl.engine.Simulation` on
+``--workers N`` starts N - 1 worker processes beside this one, forked from a warm server that has imported torch
+and the engine and run nothing (fedcli/runtime/warm.py: none inherits an initialized torch or OpenMP, and the
+imports are paid once, not once a worker). Every process runs the same :class:`fedcli.fl.engine.Simulation` on
 its share of each round's cohort (``assign_clients``, as MPI ranks do); this process is rank 0 and
 the only one that writes the run directory. The pool is told what each worker runs (``fedcli.runner.launch``
 passes ``run_in_worker``): this module knows nothing of runs, configs or the CLI. They talk through
@@ -18,11 +19,11 @@ passes ``run_in_worker``): this module knows nothing of runs, configs or the CLI
   order, so the sum has the same bits as the one-process sum (``communicator.ordered_sum``) for any
   number of workers.
 
-A worker dies with its parent: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux, and the pipe's EOF
-anywhere. Workers ignore SIGINT and run in a session of their own (so the terminal's Ctrl-C reaches rank 0
-only, and Linux's autogroup scheduler gives each worker the CPU share of a separate program rather than
-splitting one share among all of them); Ctrl-C is rank 0's to handle (the checkpointer's round-end
-all-reduce tells the workers to stop at the same round).
+A worker dies with rank 0: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux (its parent is the warm server, which
+ends with rank 0), and the pipe's EOF anywhere. Workers ignore SIGINT and run in a session of their own (so the
+terminal's Ctrl-C reaches rank 0 only, and Linux's autogroup scheduler gives each worker the CPU share of a separate
+program rather than splitting one share among all of them); Ctrl-C is rank 0's to handle (the checkpointer's
+round-end all-reduce tells the workers to stop at the same round).
 """
 
 from __future__ import annotations
@@ -257,12 +258,17 @@ def _segments(widths: list[int]):
 
 # --------------------------------------------------------------------------------------------- worker side
 def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when its parent dies (Linux); leave now if the parent is already gone."""
+    """SIGKILL this process when its parent, the warm server, dies (Linux: the server ends when rank 0 does,
+    fedcli/runtime/warm.py); leave now if rank 0 (``parent_pid``) is already gone."""
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
         os._exit(1)
+    except OSError:
+        pass
 
 
 def _where(e: BaseException) -> str:
@@ -300,16 +306,17 @@ def _worker_main(rank: int, size: int, conn, arena: torch.Tensor, target, args: 
 # --------------------------------------------------------------------------------------------- the pool
 class WorkerPool:
     """Rank 0's side: starts ranks 1..size-1 and ends them. Each worker runs ``target(comm, *args)`` with its
-    :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the pool is spawned; the arena
+    :class:`PoolCommunicator` (``target`` a module-level function, ``args`` picklable: the workers start from the
+    warm server, fedcli/runtime/warm.py, with this process's environment and standard output and error; the arena
     travels in shared memory, the collectives' objects by value); ``clients``: the run's client count (sizes the
     arena)."""
 
     def __init__(self, size: int, target, args: tuple, clients: int = 1):
-        import multiprocessing as mp
-
         import torch.multiprocessing
 
-        ctx = mp.get_context("spawn")
+        from fedcli.runtime import warm
+
+        ctx = warm.context()
         total = max(1, int(clients))
         arena_bytes = max(ARENA_BYTES, (total + 2) * 4096 * 8 * 8 // 7)
         self.arena = torch.zeros(arena_bytes, dtype=torch.uint8).share_memory_()
@@ -317,10 +324,10 @@ class WorkerPool:
         for rank in range(1, size):
             mine, theirs = ctx.Pipe(duplex=True)
             p = ctx.Process(
-                target=_worker_main,
+                target=warm.run,
                 name=f"fedcli-worker-{rank}",
                 daemon=True,
-                args=(rank, size, theirs, self.arena, target, args, os.getpid()),
+                args=(warm.inherit(), _worker_main, (rank, size, theirs, self.arena, target, args, os.getpid())),
             )
             p.start()
             theirs.close()

@@ -191,8 +191,8 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None, devic
 class Executor:
     """Runs planned runs.
 
-    - default: ``jobs`` worker processes (spawned once; each imports torch once and trains its runs
-      one after another with ``run_train``), so a crash of a run cannot take the sweep down;
+    - default: ``jobs`` worker processes (started once, forked from the warm server that imported torch once; each
+      trains its runs one after another with ``run_train``), so a crash of a run cannot take the sweep down;
     - ``mpi=N``: one ``mpiexec -n N python -m fedcli train --recipe RUN.toml`` per run, ``jobs`` at a time;
     - ``in_process``: one after another in this process (tests, debugging).
 
@@ -412,14 +412,15 @@ class Executor:
                 raise
 
     def _new_pool(self, n: int):
-        """A pool of ``n`` spawned workers, each holding the workers lock and, when placed, one slot's GPU."""
-        import multiprocessing as mp
+        """A pool of ``n`` workers, each holding the workers lock and, when placed, one slot's GPU; forked from the
+        warm server (fedcli/runtime/warm.py: torch imported once for all of them, not once a worker)."""
         from concurrent.futures import ProcessPoolExecutor
 
         from fedcli.results.lock import start_time
+        from fedcli.runtime import warm
 
         me = f"{os.getpid()}:{start_time(os.getpid()) or ''}"
-        ctx, devices = mp.get_context("spawn"), None
+        ctx, devices = warm.context(), None
         if self.placement is not None:  # each worker takes one slot's GPU as it starts
             devices = ctx.Queue()
             for env in self.device_envs(n):
@@ -427,8 +428,8 @@ class Executor:
         return ProcessPoolExecutor(
             max_workers=n,
             mp_context=ctx,
-            initializer=_pool_init,
-            initargs=(str(self.workers_lock) if self.workers_lock else None, me, devices),
+            initializer=warm.run,
+            initargs=(warm.inherit(), _pool_init, (str(self.workers_lock) if self.workers_lock else None, me, devices)),
         )
 
     def _run_pool(self, todo, on_done) -> None:

@@ -1,0 +1,101 @@
+"""Processes started warm: forked from one server process that imported torch and fedcli's engine once
+(multiprocessing's ``forkserver`` start method), where a spawned process is a fresh interpreter that imports them
+again (about 1.8 s of CPU each on the 2-core CI machine). ``--workers N`` starts N - 1 of them and a local sweep's
+pool ``--jobs`` of them: the server costs one import, each process after it a fork.
+
+A process started here gets what a spawned one got: the starter's environment as it is when the process starts (not
+when the server started), its working directory and ``sys.path`` (multiprocessing's preparation data), its standard
+output and error (the starter's descriptors 1 and 2, handed over the server's socket), and no standard input. The
+server forks from a clean state: it has imported the ``preload`` modules and run nothing, so no torch thread pool
+exists to be copied half-held (the hazard of forking a process that has trained).
+
+The server belongs to the process that started it (it ends when that process ends, and its children get SIGKILL
+then: fedcli/comm/workers.py sets ``PR_SET_PDEATHSIG``). A process forked from a starter (a test's forked command)
+is not the server's client: it forgets the server and starts its own when it needs one (:func:`_forget_server`, run
+after every ``os.fork``).
+
+Imports nothing of fedcli (the bottom layer); the callers name the modules to preload.
+"""
+
+import multiprocessing as mp
+import os
+import stat
+from multiprocessing import forkserver, reduction
+
+#: what every warm server imports before its first fork: torch and the training engine, the modules a worker or a
+#: sweep's pool process reads first (names, not imports: this layer imports nothing above it)
+PRELOAD = ("torch", "fedcli.runner", "fedcli.fl.engine", "fedcli.comm.workers", "fedcli.cli.main")
+
+
+def context(preload: tuple[str, ...] = PRELOAD):
+    """multiprocessing's ``forkserver`` context, its server (when it starts: the first process started through it)
+    importing ``preload`` first. A server already running keeps what it preloaded."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    return ctx
+
+
+class _Fd:
+    """A descriptor of the starter, duplicated into the started process when the process object is pickled
+    (multiprocessing's ``DupFd``: sent over the server's socket with ``SCM_RIGHTS``)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _received, (reduction.DupFd(self.fd),)
+
+
+def _received(dup) -> int:
+    return dup.detach()
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def inherit() -> tuple:
+    """What :func:`enter` needs in the started process: the starter's environment now, and its descriptors 1 and 2
+    (None for one that is closed). Pass it in the process's arguments: the descriptors travel when they are
+    pickled."""
+    return dict(os.environ), tuple(_Fd(fd) if _open(fd) else None for fd in (1, 2))
+
+
+def enter(inherited: tuple) -> None:
+    """In the started process, first: the starter's environment and standard output and error (from
+    :func:`inherit`)."""
+    env, fds = inherited
+    os.environ.clear()
+    os.environ.update(env)
+    for target, fd in zip((1, 2), fds):
+        if fd is None or fd == target:
+            continue
+        os.dup2(fd, target)
+        os.close(fd)
+
+
+def run(inherited: tuple, target, args: tuple):
+    """A warm process's target: :func:`enter`, then ``target(*args)``."""
+    enter(inherited)
+    return target(*args)
+
+
+def _forget_server() -> None:
+    """After ``os.fork`` in the child: the parent's server is not this process's (``waitpid`` on it would fail, and
+    holding its liveness pipe would keep it alive after the parent ends); the next warm start starts a new one."""
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass
+    server.__init__()
+
+
+os.register_at_fork(after_in_child=_forget_server)

@@ -1,0 +1,62 @@
+"""fedcli/runtime/warm.py: a process forked from the warm server gets what a spawned one got (the starter's
+environment as it is at the start, its working directory, its standard output and error), finds torch imported, and
+a process forked from a starter starts a server of its own."""
+
+import os
+import sys
+
+from fedcli.runtime import warm
+
+
+def _report(path: str, name: str) -> None:
+    """A warm process's target: what it sees, into ``path`` and onto its standard output and error."""
+    seen = {
+        "env": os.environ.get(name),
+        "cwd": os.getcwd(),
+        "torch_loaded": "torch" in sys.modules,
+        "ppid": os.getppid(),
+    }
+    with open(path, "w") as f:
+        f.write(repr(seen))
+    print(f"out of {os.getpid()}", flush=True)
+    print(f"err of {os.getpid()}", file=sys.stderr, flush=True)
+
+
+def _start(path, name):
+    p = warm.context().Process(target=warm.run, args=(warm.inherit(), _report, (str(path), name)))
+    p.start()
+    p.join(60)
+    return p
+
+
+def test_a_warm_process_has_the_starters_environment_directory_and_output_of_its_start(
+    tmp_path, monkeypatch, capfd
+):
+    _start(tmp_path / "first", "FEDCLI_WARM_TEST")  # the server is running from here on (or was already)
+    monkeypatch.setenv("FEDCLI_WARM_TEST", "set after the server started")
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    p = _start(tmp_path / "second", "FEDCLI_WARM_TEST")
+    assert p.exitcode == 0
+    seen = eval((tmp_path / "second").read_text())
+    assert seen["env"] == "set after the server started"
+    assert seen["cwd"] == str(tmp_path)
+    assert seen["torch_loaded"]  # imported by the server once, before it forked this process
+    assert seen["ppid"] != os.getpid()  # the server's child, not this process's
+    cap = capfd.readouterr()
+    assert f"out of {p.pid}" in cap.out and f"err of {p.pid}" in cap.err
+
+
+def test_a_process_forked_from_a_starter_starts_its_own_server(tmp_path):
+    _start(tmp_path / "parent", "HOME")  # this process's server runs
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's server is not its child (waitpid on it fails), so it starts its own
+        code = 1
+        try:
+            p = _start(tmp_path / "child", "HOME")
+            code = 0 if p.exitcode == 0 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert eval((tmp_path / "child").read_text())["torch_loaded"]
