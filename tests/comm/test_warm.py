@@ -29,9 +29,7 @@ def _start(path, name):
     return p
 
 
-def test_a_warm_process_has_the_starters_environment_directory_and_output_of_its_start(
-    tmp_path, monkeypatch, capfd
-):
+def test_a_warm_process_has_the_starters_environment_directory_and_output_of_its_start(tmp_path, monkeypatch, capfd):
     _start(tmp_path / "first", "FEDCLI_WARM_TEST")  # the server is running from here on (or was already)
     monkeypatch.setenv("FEDCLI_WARM_TEST", "set after the server started")
     monkeypatch.chdir(tmp_path)
