@@ -12,7 +12,7 @@ the front page: at most 400 lines.
 The sandbox is a folder holding the repository's recipes/ and examples/ (symlinks) with the shared data beside it
 (``../shared``), like a fresh clone. Budgets are made small, nothing else is changed:
 
-- ``fedcli train``: ``--iterations 10`` (``--rounds 1`` for a round budget) and ``--threads 1``;
+- ``fedcli train``: ``--iterations 5`` (``--rounds 1`` for a round budget) and ``--threads 1``;
 - ``fedcli sweep``: ``--dry-run`` (validates the recipe and plans every run); the slow test runs the README's smoke
   sweep for real with one seed, then its report;
 - ``fedcli tune`` (a study, not ``--promote``/``--confirm``): ``--dry-run`` (validates the recipe and plans the studies;
@@ -52,7 +52,7 @@ from simkit import SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SMALL_ITERATIONS = "10"
+SMALL_ITERATIONS = "5"
 FRONT_PAGE_LINES = 400
 
 
