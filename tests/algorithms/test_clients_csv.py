@@ -164,7 +164,21 @@ def test_sigkill_then_resume_cuts_clients_csv_back(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
-@pytest.mark.parametrize("algo,ratio", [("fedala", "0.6"), ("ditto", "1")])
+@pytest.mark.parametrize(
+    "algo,ratio",
+    [
+        ("fedala", "0.6"),
+        pytest.param(
+            "ditto",
+            "1",
+            marks=pytest.mark.long(
+                reason="Ditto's clients.csv under mpiexec -n 2 (5 s of CPU); make test keeps its --workers twin, "
+                "test_workers.py's test_every_personalized_preset_gives_the_same_results_for_any_number_of_workers"
+                "[ditto] (clients.csv compared), and FedALA's case here"
+            ),
+        ),
+    ],
+)
 def test_clients_csv_same_for_1_and_2_processes(algo, ratio, tmp_path):
     args = train_args(PERSONAL_RUN, device=None, algo=algo, active_ratio=ratio, ala_num_pre_loss=3)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0

@@ -303,6 +303,11 @@ def test_sigkill_then_resume_gives_the_same_times_with_a_methods_costs(tmp_path)
     assert_same_system_run(ref, out)
 
 
+@pytest.mark.long(
+    reason="the same run under mpiexec -n 2 (two interpreters importing torch, 8 s of CPU); make test keeps its "
+    "--workers twin, test_workers_1_and_2_give_the_same_times_with_a_methods_costs (the same shards: "
+    "assign_clients), and test_mpi_families.py (MPI's collectives)"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")

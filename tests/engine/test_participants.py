@@ -94,6 +94,11 @@ def test_every_method_trains_the_same_with_empty_shares(algo, tmp_path):
     workers_1_and_2(algo, tmp_path)
 
 
+@pytest.mark.long(
+    reason="the empty share under mpiexec -n 2 (8 s of CPU); make test keeps its --workers twin, "
+    "test_a_process_with_no_client_in_a_round_trains_the_same[fedlama], and test_mpi_families.py (MPI's "
+    "collectives)"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
@@ -409,6 +414,11 @@ def test_waits_survive_a_sigkill_and_resume_bitwise(tmp_path):
     assert (ref / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
 
 
+@pytest.mark.long(
+    reason="the same run under mpiexec -n 2 (7 s of CPU); make test keeps its --workers twin, "
+    "test_waits_and_overcommitment_are_the_same_on_1_and_2_workers, and test_mpi_families.py (MPI's "
+    "collectives)"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")

@@ -178,6 +178,11 @@ def test_request_from_another_process_mid_run_stops_within_one_round(reference, 
     assert_same_run(reference, out)
 
 
+@pytest.mark.long(
+    reason="the stop under mpiexec -n 2 (7 s of CPU); make test keeps its --workers twin, "
+    "test_worker_processes_stop_together_then_promote_bitwise (the same round-end all-reduce), and "
+    "test_mpi_families.py"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(runkit.MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")

@@ -383,6 +383,10 @@ def test_golden_records_hold_with_client_state_on_disk(tmp_path):
         assert any((tmp_path / name / "client-state").rglob("*.bin")) == (m["client_state_at_end"]["kept_tables"] > 0)
 
 
+@pytest.mark.long(
+    reason="the disk store under mpiexec -n 2 (7 s of CPU); make test keeps its --workers twin, "
+    "test_workers_read_each_others_rows, and test_mpi_families.py (MPI's collectives)"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_under_mpi_each_rank_reads_the_rows_it_needs(tmp_path):

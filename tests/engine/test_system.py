@@ -379,6 +379,10 @@ def test_workers_1_and_2_give_the_same_times_drops_and_metrics(tmp_path):
     assert_same_system_run(runs[1], runs[2])
 
 
+@pytest.mark.long(
+    reason="the same run under mpiexec -n 2 (7 s of CPU); make test keeps its --workers twin, "
+    "test_workers_1_and_2_give_the_same_times_drops_and_metrics, and test_mpi_families.py (MPI's collectives)"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
