@@ -14,12 +14,14 @@ then: fedcli/comm/workers.py sets ``PR_SET_PDEATHSIG``). A process forked from a
 is not the server's client: it forgets the server and starts its own when it needs one (:func:`_forget_server`, run
 after every ``os.fork``).
 
-Imports nothing of fedcli (the bottom layer); the callers name the modules to preload.
+Imports nothing of fedcli but its neighbour ``fedcli.runtime.early`` (the bottom layer); the callers name the modules
+to preload.
 """
 
 import multiprocessing as mp
 import os
 import stat
+import threading
 from multiprocessing import forkserver, reduction
 
 #: what every warm server imports before its first fork: torch and the training engine, the modules a worker or a
@@ -99,3 +101,74 @@ def _forget_server() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_server)
+
+
+# --------------------------------------------------------------------------------------------- a command, warm
+_STARTS = threading.Lock()  # multiprocessing's bookkeeping of its children is not thread-safe
+
+
+class Command:
+    """``python -m MODULE ARGS`` as ``subprocess.Popen`` runs it (in a process group of its own, standard input from
+    /dev/null, standard output and error into ``log_fd``, environment ``env``), but forked from the warm server: the
+    program's ``main(ARGS)`` (``entry``: ``"module:function"``) runs in a process that has torch imported already.
+    What the executors read of a Popen: ``pid``, ``args``, ``poll()``, ``wait()``, ``returncode`` (negative: killed by
+    that signal). Not a child of the starter in multiprocessing's books: nothing joins it at the starter's exit (a
+    sweep stopped by a third signal leaves its trainings to stop by themselves, as with Popen)."""
+
+    def __init__(self, module: str, entry: str, argv: list[str], log_fd: int, env: dict | None = None):
+        import sys
+        from multiprocessing import process
+
+        self.args = [sys.executable, "-m", module, *argv]
+        inherited = (dict(os.environ) if env is None else dict(env), (_Fd(log_fd), _Fd(log_fd)))
+        p = context().Process(target=_command, args=(inherited, module, entry, list(argv)), name=f"{module} {argv[:1]}")
+        with _STARTS:
+            p.start()
+            process._children.discard(p)
+        self._popen, self.pid, self.returncode = p._popen, p.pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._popen.poll()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            code = self._popen.wait(timeout)
+            if code is None:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode = code
+        return self.returncode
+
+
+def _command(inherited: tuple, module: str, entry: str, argv: list[str]) -> None:
+    """The warm process of a :class:`Command`: the starter's environment and the log as standard output and error,
+    its own process group, /dev/null as standard input, the command line ``python -m MODULE ARGS`` would have (the
+    program reads it: ``sys.argv``, and ``sys.orig_argv`` that tells it it is the command), then ``main(ARGS)``; its
+    return value or ``SystemExit`` is the exit code."""
+    import importlib
+    import importlib.util
+    import sys
+
+    from fedcli.runtime import early
+
+    enter(inherited)
+    try:  # its name in ps -o comm, top and pgrep (its command line stays the server's)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, f"{module} {argv[0] if argv else ''}"[:15].encode(), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+    os.setpgid(0, 0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    spec = importlib.util.find_spec(f"{module}.__main__") or importlib.util.find_spec(module)
+    sys.argv = [spec.origin if spec is not None and spec.origin else module, *argv]
+    sys.orig_argv = [sys.executable, "-m", module, *argv]
+    early.install()  # the command's first signal handlers, as its package's import installs them in a new interpreter
+    name, _, fn = entry.partition(":")
+    main = getattr(importlib.import_module(name), fn)
+    sys.exit(main(argv))

@@ -188,6 +188,19 @@ def _pool_init(workers_lock: str | None = None, parent: str | None = None, devic
     # in progress handles it (checkpoint at its round boundary, fedcli/results/signals.py)
 
 
+def _start(cmd: list[str], log, env: dict | None):
+    """A run's process, its output into ``log``: ``python -m fedcli ...`` forked from the warm server (torch imported
+    once for every run of the sweep or study, fedcli/runtime/warm.py), any other command (``mpiexec``) as a new
+    program; either in a process group of its own with no standard input."""
+    if cmd[:3] == [sys.executable, "-m", "fedcli"]:
+        from fedcli.runtime import warm
+
+        return warm.Command("fedcli", "fedcli.cli.main:main", cmd[3:], log.fileno(), env)
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env
+    )
+
+
 class Executor:
     """Runs planned runs.
 
@@ -311,9 +324,7 @@ class Executor:
         if device or p.env:  # its GPU; the run's own variables (fedcli tune: FEDCLI_TUNE_TRIAL)
             env = {**(env or os.environ), **p.env, **(device or {})}
         with open_file(p.log, mode) as log:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0, env=env
-            )
+            proc = _start(cmd, log, env)
             with self.lock:
                 self.procs[proc.pid] = proc
             try:

@@ -58,3 +58,34 @@ def test_a_process_forked_from_a_starter_starts_its_own_server(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert eval((tmp_path / "child").read_text())["torch_loaded"]
+
+
+def test_a_warm_command_is_the_program_with_its_own_group_log_and_exit_code(tmp_path, monkeypatch):
+    """``warm.Command``: fedcli's main with the command line ``python -m fedcli ARGS`` (so its manifest records it),
+    its output in the log, in a process group of its own, handling SIGTERM as the fedcli command does."""
+    import json
+    import signal
+    import time
+
+    from fedcli.version import __version__
+
+    monkeypatch.chdir(tmp_path)
+    with open(tmp_path / "version.log", "w") as log:
+        cmd = warm.Command("fedcli", "fedcli.cli.main:main", ["--version"], log.fileno())
+    assert cmd.wait(60) == 0 and cmd.returncode == 0
+    assert __version__ in (tmp_path / "version.log").read_text()
+
+    args = ["train", "--dataset", "digits", "--model", "mlp", "--iterations", "100000", "--out", "run", "--quiet"]
+    with open(tmp_path / "train.log", "w") as log:
+        cmd = warm.Command("fedcli", "fedcli.cli.main:main", args, log.fileno())
+    for _ in range(600):
+        if (tmp_path / "run" / "manifest.json").exists():
+            break
+        time.sleep(0.1)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["command"][1:] == args and manifest["command"][0].endswith("__main__.py")
+    assert os.getpgid(cmd.pid) == cmd.pid != os.getpgid(0)
+    assert cmd.poll() is None
+    os.kill(cmd.pid, signal.SIGTERM)  # fedcli's own handling, as in a new interpreter: checkpoint, interrupted, 143
+    assert cmd.wait(60) == 128 + signal.SIGTERM
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
