@@ -168,7 +168,7 @@ def _command(inherited: tuple, module: str, entry: str, argv: list[str]) -> None
     spec = importlib.util.find_spec(f"{module}.__main__") or importlib.util.find_spec(module)
     sys.argv = [spec.origin if spec is not None and spec.origin else module, *argv]
     sys.orig_argv = [sys.executable, "-m", module, *argv]
-    early.install()  # the command's first signal handlers, as its package's import installs them in a new interpreter
+    early.install(force=True)  # the first signal handlers, as a new interpreter's import of fedcli installs them
     name, _, fn = entry.partition(":")
     main = getattr(importlib.import_module(name), fn)
     sys.exit(main(argv))

@@ -89,3 +89,30 @@ def test_a_warm_command_is_the_program_with_its_own_group_log_and_exit_code(tmp_
     os.kill(cmd.pid, signal.SIGTERM)  # fedcli's own handling, as in a new interpreter: checkpoint, interrupted, 143
     assert cmd.wait(60) == 128 + signal.SIGTERM
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_a_warm_command_of_a_script_has_the_commands_first_signal_handlers(tmp_path):
+    """Started by a program whose ``__main__`` is a script (the ``fedcli`` console script, as ``fedcli tune`` is), the
+    command's process re-imports that script as ``__mp_main__`` (multiprocessing's preparation), which no longer says
+    the process is the fedcli command: the first signal handlers are installed all the same."""
+    import subprocess
+
+    (tmp_path / "probe.py").write_text(
+        "import signal\n"
+        "from fedcli.runtime import early\n"
+        "def main(argv):\n"
+        "    print(early._STATE['installed'], signal.getsignal(signal.SIGTERM) is early._handler, flush=True)\n"
+        "    return 0\n"
+    )
+    (tmp_path / "starter.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from fedcli.runtime import warm\n"
+        "if __name__ == '__main__':\n"
+        f"    with open({str(tmp_path / 'probe.log')!r}, 'w') as log:\n"
+        "        cmd = warm.Command('fedcli', 'probe:main', ['x'], log.fileno())\n"
+        "    sys.exit(cmd.wait(60))\n"
+    )
+    p = subprocess.run([sys.executable, str(tmp_path / "starter.py")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "probe.log").read_text().split() == ["True", "True"]
