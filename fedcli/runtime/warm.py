@@ -165,8 +165,8 @@ def _command(inherited: tuple, module: str, entry: str, argv: list[str]) -> None
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    spec = importlib.util.find_spec(f"{module}.__main__") or importlib.util.find_spec(module)
-    sys.argv = [spec.origin if spec is not None and spec.origin else module, *argv]
+    found = importlib.util.find_spec(f"{module}.__main__") or importlib.util.find_spec(module)
+    sys.argv = [found.origin if found is not None and found.origin else module, *argv]
     sys.orig_argv = [sys.executable, "-m", module, *argv]
     early.install(force=True)  # the first signal handlers, as a new interpreter's import of fedcli installs them
     name, _, fn = entry.partition(":")
