@@ -20,13 +20,28 @@ to preload.
 
 import multiprocessing as mp
 import os
+import signal
 import stat
+import sys
 import threading
 from multiprocessing import forkserver, reduction
 
 #: what every warm server imports before its first fork: torch and the training engine, the modules a worker or a
 #: sweep's pool process reads first (names, not imports: this layer imports nothing above it)
-PRELOAD = ("torch", "fedcli.runner", "fedcli.fl.engine", "fedcli.comm.workers", "fedcli.cli.main")
+PRELOAD = (
+    "fedcli.runtime.warm",
+    "torch",
+    "fedcli.runner",
+    "fedcli.fl.engine",
+    "fedcli.comm.workers",
+    "fedcli.cli.main",
+)
+
+#: what the server ignores (multiprocessing's server ignores SIGINT itself): a signal sent to every process of a Slurm
+#: job (scancel's SIGTERM, the time limit's SIGUSR1) or of a terminal (SIGHUP) must reach the commands it started, which
+#: checkpoint and stop, and not end the server, which alone can tell their starter how they ended (Popen's wait
+#: would read 255 for each). The server still ends with its starter. Its children get the starter's dispositions back.
+SERVER_IGNORES = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def context(preload: tuple[str, ...] = PRELOAD):
@@ -61,16 +76,22 @@ def _open(fd: int) -> bool:
 
 
 def inherit() -> tuple:
-    """What :func:`enter` needs in the started process: the starter's environment now, and its descriptors 1 and 2
-    (None for one that is closed). Pass it in the process's arguments: the descriptors travel when they are
-    pickled."""
-    return dict(os.environ), tuple(_Fd(fd) if _open(fd) else None for fd in (1, 2))
+    """What :func:`enter` needs in the started process: the starter's environment now, its descriptors 1 and 2
+    (None for one that is closed), and which of :data:`SERVER_IGNORES` it ignores (``nohup``: a new program would
+    inherit that). Pass it in the process's arguments: the descriptors travel when they are pickled."""
+    return dict(os.environ), tuple(_Fd(fd) if _open(fd) else None for fd in (1, 2)), _ignored()
+
+
+def _ignored() -> tuple[int, ...]:
+    return tuple(int(s) for s in SERVER_IGNORES if signal.getsignal(s) is signal.SIG_IGN)
 
 
 def enter(inherited: tuple) -> None:
-    """In the started process, first: the starter's environment and standard output and error (from
-    :func:`inherit`)."""
-    env, fds = inherited
+    """In the started process, first: the dispositions a new program of the starter's would have for the signals the
+    server ignores, the starter's environment, its standard output and error (from :func:`inherit`)."""
+    env, fds, ignored = inherited
+    for s in SERVER_IGNORES:
+        signal.signal(s, signal.SIG_IGN if int(s) in ignored else signal.SIG_DFL)
     os.environ.clear()
     os.environ.update(env)
     for target, fd in zip((1, 2), fds):
@@ -102,6 +123,10 @@ def _forget_server() -> None:
 
 os.register_at_fork(after_in_child=_forget_server)
 
+if any("multiprocessing.forkserver import main" in a for a in getattr(sys, "orig_argv", ())):
+    for _s in SERVER_IGNORES:  # this process is the warm server, importing PRELOAD (this module first)
+        signal.signal(_s, signal.SIG_IGN)
+
 
 # --------------------------------------------------------------------------------------------- a command, warm
 _STARTS = threading.Lock()  # multiprocessing's bookkeeping of its children is not thread-safe
@@ -116,11 +141,10 @@ class Command:
     sweep stopped by a third signal leaves its trainings to stop by themselves, as with Popen)."""
 
     def __init__(self, module: str, entry: str, argv: list[str], log_fd: int, env: dict | None = None):
-        import sys
         from multiprocessing import process
 
         self.args = [sys.executable, "-m", module, *argv]
-        inherited = (dict(os.environ) if env is None else dict(env), (_Fd(log_fd), _Fd(log_fd)))
+        inherited = (dict(os.environ) if env is None else dict(env), (_Fd(log_fd), _Fd(log_fd)), _ignored())
         p = context().Process(target=_command, args=(inherited, module, entry, list(argv)), name=f"{module} {argv[:1]}")
         with _STARTS:
             p.start()
@@ -150,15 +174,15 @@ def _command(inherited: tuple, module: str, entry: str, argv: list[str]) -> None
     return value or ``SystemExit`` is the exit code."""
     import importlib
     import importlib.util
-    import sys
 
     from fedcli.runtime import early
 
     enter(inherited)
-    try:  # its name in ps -o comm, top and pgrep (its command line stays the server's)
+    try:  # its name in ps -o comm, top and pgrep (its command line stays the server's); no space: tools that parse
+        # /proc/PID/stat with scanf's %s (Slurm's proctrack/linuxproc, which then never signalled it) break on one
         import ctypes
 
-        ctypes.CDLL(None).prctl(15, f"{module} {argv[0] if argv else ''}"[:15].encode(), 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL(None).prctl(15, f"{module}-{argv[0] if argv else ''}"[:15].encode(), 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
     os.setpgid(0, 0)

@@ -62,7 +62,8 @@ def test_a_process_forked_from_a_starter_starts_its_own_server(tmp_path):
 
 def test_a_warm_command_is_the_program_with_its_own_group_log_and_exit_code(tmp_path, monkeypatch):
     """``warm.Command``: fedcli's main with the command line ``python -m fedcli ARGS`` (so its manifest records it),
-    its output in the log, in a process group of its own, handling SIGTERM as the fedcli command does."""
+    its output in the log, in a process group of its own, handling SIGTERM as the fedcli command does; a SIGTERM to
+    every process (scancel) leaves the server, which reports the exit code."""
     import json
     import signal
     import time
@@ -86,6 +87,10 @@ def test_a_warm_command_is_the_program_with_its_own_group_log_and_exit_code(tmp_
     assert manifest["command"][1:] == args and manifest["command"][0].endswith("__main__.py")
     assert os.getpgid(cmd.pid) == cmd.pid != os.getpgid(0)
     assert cmd.poll() is None
+    stat = open(f"/proc/{cmd.pid}/stat").read()
+    assert stat.split()[1] == "(fedcli-train)"  # scanf's %s reads it whole (Slurm's proctrack/linuxproc does)
+    server = int(stat.rsplit(")", 1)[1].split()[1])
+    os.kill(server, signal.SIGTERM)  # scancel signals every process of the job: the server lives on, to tell the code
     os.kill(cmd.pid, signal.SIGTERM)  # fedcli's own handling, as in a new interpreter: checkpoint, interrupted, 143
     assert cmd.wait(60) == 128 + signal.SIGTERM
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
