@@ -76,23 +76,31 @@ def test_a_warm_command_is_the_program_with_its_own_group_log_and_exit_code(tmp_
     assert cmd.wait(60) == 0 and cmd.returncode == 0
     assert __version__ in (tmp_path / "version.log").read_text()
 
-    args = ["train", "--dataset", "digits", "--model", "mlp", "--iterations", "100000", "--out", "run", "--quiet"]
+    args = ["train", "--dataset", "digits", "--model", "mlp", "--iterations", "100000", "--workers", "1"]
+    args += ["--out", "run", "--quiet"]
     with open(tmp_path / "train.log", "w") as log:
         cmd = warm.Command("fedcli", "fedcli.cli.main:main", args, log.fileno())
-    for _ in range(600):
-        if (tmp_path / "run" / "manifest.json").exists():
-            break
-        time.sleep(0.1)
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["command"][1:] == args and manifest["command"][0].endswith("__main__.py")
-    assert os.getpgid(cmd.pid) == cmd.pid != os.getpgid(0)
-    assert cmd.poll() is None
-    stat = open(f"/proc/{cmd.pid}/stat").read()
-    assert stat.split()[1] == "(fedcli-train)"  # scanf's %s reads it whole (Slurm's proctrack/linuxproc does)
-    server = int(stat.rsplit(")", 1)[1].split()[1])
-    os.kill(server, signal.SIGTERM)  # scancel signals every process of the job: the server lives on, to tell the code
-    os.kill(cmd.pid, signal.SIGTERM)  # fedcli's own handling, as in a new interpreter: checkpoint, interrupted, 143
-    assert cmd.wait(60) == 128 + signal.SIGTERM
+    try:
+        for _ in range(600):
+            if (tmp_path / "run" / "manifest.json").exists():
+                break
+            time.sleep(0.1)
+        manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+        assert manifest["command"][1:] == args and manifest["command"][0].endswith("__main__.py")
+        assert os.getpgid(cmd.pid) == cmd.pid != os.getpgid(0)
+        assert cmd.poll() is None
+        stat = open(f"/proc/{cmd.pid}/stat").read()
+        assert stat.split()[1] == "(fedcli-train)"  # scanf's %s reads it whole (Slurm's proctrack/linuxproc does)
+        server = int(stat.rsplit(")", 1)[1].split()[1])
+        os.kill(
+            server, signal.SIGTERM
+        )  # scancel signals every process of the job: the server lives on to tell the code
+        os.kill(cmd.pid, signal.SIGTERM)  # fedcli's own handling, as in a new interpreter: checkpoint, interrupted, 143
+        assert cmd.wait(60) == 128 + signal.SIGTERM
+    finally:  # a failed check leaves no training of 100,000 iterations behind
+        if cmd.poll() is None:
+            os.killpg(cmd.pid, signal.SIGKILL)
+            cmd.wait(60)
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "interrupted"
 
 
