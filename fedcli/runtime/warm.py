@@ -6,7 +6,7 @@ pool ``--jobs`` of them: the server costs one import, each process after it a fo
 A process started here gets what a spawned one got: the starter's environment as it is when the process starts (not
 when the server started), its working directory and ``sys.path`` (multiprocessing's preparation data), its standard
 output and error (the starter's descriptors 1 and 2, handed over the server's socket), and no standard input. The
-server forks from a clean state: it has imported the ``preload`` modules and run nothing, so no torch thread pool
+server forks from a clean state: it has imported the :data:`PRELOAD` modules and run nothing, so no torch thread pool
 exists to be copied half-held (the hazard of forking a process that has trained).
 
 The server belongs to the process that started it (it ends when that process ends, and its children get SIGKILL
@@ -14,8 +14,8 @@ then: fedcli/comm/workers.py sets ``PR_SET_PDEATHSIG``). A process forked from a
 is not the server's client: it forgets the server and starts its own when it needs one (:func:`_forget_server`, run
 after every ``os.fork``).
 
-Imports nothing of fedcli but its neighbour ``fedcli.runtime.early`` (the bottom layer); the callers name the modules
-to preload.
+Imports nothing of fedcli but its neighbour ``fedcli.runtime.early`` (the bottom layer): :data:`PRELOAD` names the
+modules above it, for the server to import.
 """
 
 import multiprocessing as mp
@@ -44,11 +44,11 @@ PRELOAD = (
 SERVER_IGNORES = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def context(preload: tuple[str, ...] = PRELOAD):
+def context():
     """multiprocessing's ``forkserver`` context, its server (when it starts: the first process started through it)
-    importing ``preload`` first. A server already running keeps what it preloaded."""
+    importing :data:`PRELOAD` first."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(preload))
+    ctx.set_forkserver_preload(list(PRELOAD))
     return ctx
 
 
@@ -75,15 +75,13 @@ def _open(fd: int) -> bool:
         return False
 
 
-def inherit() -> tuple:
-    """What :func:`enter` needs in the started process: the starter's environment now, its descriptors 1 and 2
-    (None for one that is closed), and which of :data:`SERVER_IGNORES` it ignores (``nohup``: a new program would
-    inherit that). Pass it in the process's arguments: the descriptors travel when they are pickled."""
-    return dict(os.environ), tuple(_Fd(fd) if _open(fd) else None for fd in (1, 2)), _ignored()
-
-
-def _ignored() -> tuple[int, ...]:
-    return tuple(int(s) for s in SERVER_IGNORES if signal.getsignal(s) is signal.SIG_IGN)
+def inherit(env: dict | None = None, fds: tuple[int, int] = (1, 2)) -> tuple:
+    """What :func:`enter` needs in the started process: ``env`` (default: the starter's environment now), the
+    starter's descriptors ``fds`` to become its standard output and error (None for one that is closed), and which of
+    :data:`SERVER_IGNORES` the starter ignores (``nohup``: a new program would inherit that). Pass it in the process's
+    arguments: the descriptors travel when they are pickled."""
+    ignored = tuple(int(s) for s in SERVER_IGNORES if signal.getsignal(s) is signal.SIG_IGN)
+    return dict(os.environ if env is None else env), tuple(_Fd(fd) if _open(fd) else None for fd in fds), ignored
 
 
 def enter(inherited: tuple) -> None:
@@ -144,8 +142,8 @@ class Command:
         from multiprocessing import process
 
         self.args = [sys.executable, "-m", module, *argv]
-        inherited = (dict(os.environ) if env is None else dict(env), (_Fd(log_fd), _Fd(log_fd)), _ignored())
-        p = context().Process(target=_command, args=(inherited, module, entry, list(argv)), name=f"{module} {argv[:1]}")
+        name = f"{module}-{argv[0] if argv else ''}"[:15]  # no space (_command)
+        p = context().Process(target=_command, args=(inherit(env, (log_fd, log_fd)), name, module, entry, list(argv)))
         with _STARTS:
             p.start()
             process._children.discard(p)
@@ -167,11 +165,11 @@ class Command:
         return self.returncode
 
 
-def _command(inherited: tuple, module: str, entry: str, argv: list[str]) -> None:
+def _command(inherited: tuple, name: str, module: str, entry: str, argv: list[str]) -> None:
     """The warm process of a :class:`Command`: the starter's environment and the log as standard output and error,
-    its own process group, /dev/null as standard input, the command line ``python -m MODULE ARGS`` would have (the
-    program reads it: ``sys.argv``, and ``sys.orig_argv`` that tells it it is the command), then ``main(ARGS)``; its
-    return value or ``SystemExit`` is the exit code."""
+    its ``name``, its own process group, /dev/null as standard input, the command line ``python -m MODULE ARGS``
+    would have (the program reads it: ``sys.argv``, and ``sys.orig_argv`` that tells it it is the command), then
+    ``main(ARGS)``; its return value or ``SystemExit`` is the exit code."""
     import importlib
     import importlib.util
 
@@ -182,7 +180,7 @@ def _command(inherited: tuple, module: str, entry: str, argv: list[str]) -> None
         # /proc/PID/stat with scanf's %s (Slurm's proctrack/linuxproc, which then never signalled it) break on one
         import ctypes
 
-        ctypes.CDLL(None).prctl(15, f"{module}-{argv[0] if argv else ''}"[:15].encode(), 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL(None).prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
     os.setpgid(0, 0)

@@ -92,9 +92,8 @@ def test_a_warm_command_is_the_program_with_its_own_group_log_and_exit_code(tmp_
         stat = open(f"/proc/{cmd.pid}/stat").read()
         assert stat.split()[1] == "(fedcli-train)"  # scanf's %s reads it whole (Slurm's proctrack/linuxproc does)
         server = int(stat.rsplit(")", 1)[1].split()[1])
-        os.kill(
-            server, signal.SIGTERM
-        )  # scancel signals every process of the job: the server lives on to tell the code
+        # scancel signals every process of the job: the server lives on to tell the code
+        os.kill(server, signal.SIGTERM)
         os.kill(cmd.pid, signal.SIGTERM)  # fedcli's own handling, as in a new interpreter: checkpoint, interrupted, 143
         assert cmd.wait(60) == 128 + signal.SIGTERM
     finally:  # a failed check leaves no training of 100,000 iterations behind
