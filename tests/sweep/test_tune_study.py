@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runkit import run_forked
+from runkit import FEDCLI, run_forked
 from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +28,10 @@ def env():
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-# ``fedcli ARGS`` in a forked child (runkit.run_forked): the coordinator is a process of its own without a new
-# interpreter's imports; its trials are still fresh ``fedcli train`` processes
-MAIN = "import sys\nfrom fedcli.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
-
-
 def tune(args, timeout=300, check=True) -> subprocess.CompletedProcess:
-    p = run_forked(MAIN, ["tune", *map(str, args), "-q"], env=env(), timeout=timeout)
+    """``fedcli tune ARGS`` in a forked child (runkit.run_forked): the coordinator is a process of its own without a
+    new interpreter's imports (its trials are forked from its warm server, fedcli/runtime/warm.py)."""
+    p = run_forked(FEDCLI, ["tune", *map(str, args), "-q"], env=env(), timeout=timeout)
     if check:
         assert p.returncode == 0, p.stderr[-2000:]
     return p
@@ -315,7 +312,7 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
         assert m["pruned"]["iteration"] - 30 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
         assert any((run / "checkpoints").iterdir())
     n = slow[0]["number"]
-    p = run_forked(MAIN, ["tune", str(root), "--promote", n], env=env(), timeout=300)
+    p = run_forked(FEDCLI, ["tune", str(root), "--promote", n], env=env(), timeout=300)
     assert p.returncode == 0, p.stderr[-1000:]
     run = root / slow[0]["run"]
     assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 1200

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pgkit import files_holding
-from runkit import run_forked
+from runkit import FEDCLI, run_forked
 from sweepkit import manifest, require_slurm, trials_csv, tune_recipe, wait_for, worker_job_ids
 
 optuna = pytest.importorskip("optuna", reason="optuna (fedcli tune's dependency, issue 58) is not installed")
@@ -32,10 +32,6 @@ pytestmark = pytest.mark.timeout(600)
 CONFIGS = [0.3, 0.2, 0.25, 0.4, 0.5, 0.7]
 
 
-#: ``fedcli ARGS`` run by runkit.run_forked
-MAIN = "import sys\nfrom fedcli.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
-
-
 def env(**more):
     return {**os.environ, "PYTHONPATH": str(ROOT), **more}
 
@@ -43,7 +39,7 @@ def env(**more):
 def tune_forked(args) -> subprocess.CompletedProcess:
     """``fedcli tune ARGS`` in a forked child (runkit.run_forked): a process of its own (exit code, stderr whole)
     without a new interpreter's imports."""
-    return run_forked(MAIN, ["tune", *map(str, args)], env=env())
+    return run_forked(FEDCLI, ["tune", *map(str, args)], env=env())
 
 
 def tune(args, check=True, timeout=500, **more) -> subprocess.CompletedProcess:
