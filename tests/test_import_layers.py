@@ -8,6 +8,8 @@ from pathlib import Path
 
 import grimp
 
+import srckit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -146,7 +148,7 @@ def test_no_string_program_imports_a_private_name():
     bad = {
         str(p.relative_to(ROOT)): private_imports(prog)
         for p in sorted((ROOT / "fedcli").rglob("*.py"))
-        for prog in string_programs(ast.parse(p.read_text()))
+        for prog in string_programs(srckit.tree(p))
         if private_imports(prog)
     }
     assert bad == {}

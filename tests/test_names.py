@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import srckit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: names allowed in every module, with why
@@ -73,11 +75,7 @@ def spec_names(root: Path) -> list[tuple[str, str, int]]:
             continue
         if says_spec(path.stem):
             found.append((rel, path.stem, 0))
-        found += [
-            (rel, name, line)
-            for name, line in defined_names(ast.parse(path.read_text(encoding="utf-8")))
-            if says_spec(name)
-        ]
+        found += [(rel, name, line) for name, line in defined_names(srckit.tree(path)) if says_spec(name)]
     return found
 
 
@@ -178,8 +176,7 @@ def fedcli_modules(root: Path = ROOT) -> list[tuple[str, ast.AST]]:
     """(module path relative to ``root``, its syntax tree) of every module of ``root/fedcli`` (parsed once a root)."""
     if root not in _PARSED:
         _PARSED[root] = [
-            (path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
-            for path in sorted((root / "fedcli").rglob("*.py"))
+            (path.relative_to(root).as_posix(), srckit.tree(path)) for path in sorted((root / "fedcli").rglob("*.py"))
         ]
     return _PARSED[root]
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+import srckit
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ["fedcli", "tests", "scripts"]
 MEASURED = ["fedcli", "scripts"]
@@ -84,7 +86,7 @@ def functions(path: Path):
             else:
                 yield from walk(child, prefix)
 
-    yield from walk(ast.parse(path.read_text(encoding="utf-8")), "")
+    yield from walk(srckit.tree(path), "")
 
 
 def body_lines(fn: ast.FunctionDef) -> int:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import srckit
+
 TESTS = Path(__file__).resolve().parent
 
 SKIPPING = """
@@ -144,7 +146,7 @@ def test_test_modules_do_not_import_each_other():
     that imports another runs (and collects) it twice and ties the two together."""
     found = set()
     for path in TESTS.rglob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(srckit.tree(path)):
             names = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)

@@ -10,6 +10,8 @@ import ast
 import tomllib
 from pathlib import Path
 
+import srckit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -62,7 +64,7 @@ def upward_imports(root: Path) -> set[tuple[str, str]]:
     ranks, out = layer_ranks(root), set()
     for path in sorted((root / "fedcli").rglob("*.py")):
         me = rank_of(module_name(path, root), ranks)
-        for target in imported(ast.parse(path.read_text()), root):
+        for target in imported(srckit.tree(path), root):
             to = rank_of(target, ranks)
             if me is not None and to is not None and to[1] < me[1]:
                 out.add((me[0], to[0]))
@@ -73,7 +75,7 @@ def module_tricks(root: Path) -> set[str]:
     """Modules defining ``__getattr__`` at module level or assigning a module's ``__class__``."""
     out = set()
     for path in sorted((root / "fedcli").rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = srckit.tree(path)
         getattr_ = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
         swapped = any(
             isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in n.targets)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import srckit
 from fedcli.config import TrainConfig
 from fedcli.fl import context
 from fedcli.fl.engine import Simulation
@@ -55,7 +56,7 @@ def takes_the_engine(paths) -> list[str]:
     """Every function in ``paths`` with a parameter ``sim`` or one annotated ``Simulation``."""
     out = []
     for path in paths:
-        for fn in functions(ast.parse(path.read_text())):
+        for fn in functions(srckit.tree(path)):
             for arg in params(fn):
                 note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
                 if arg.arg == "sim" or "Simulation" in note:
@@ -67,7 +68,7 @@ def context_reads(path: Path, default: str) -> list[tuple[str, str, int]]:
     """(context class, member, line) of every ``ctx.NAME`` read in the module at ``path``: the class its function's
     ``ctx`` parameter is annotated with, else ``default`` (a method reading the context its object keeps)."""
     out = []
-    for fn in functions(ast.parse(path.read_text())):
+    for fn in functions(srckit.tree(path)):
         if isinstance(fn, ast.Lambda):
             continue
         declared = {a.arg: ast.unparse(a.annotation) for a in params(fn) if a.annotation is not None}
@@ -94,7 +95,7 @@ def test_no_function_outside_the_engine_takes_it():
 def test_every_context_parameter_is_declared():
     loose = []
     for where in HELPERS:
-        for fn in functions(ast.parse((ROOT / where).read_text())):
+        for fn in functions(srckit.tree((ROOT / where))):
             for arg in params(fn):
                 if arg.arg == "ctx" and not isinstance(fn, ast.Lambda):
                     note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
@@ -169,7 +170,7 @@ def test_the_part_view_has_no_config():
     assert (PartView.fake(seed=7, drop_last=True).seed, PartView.fake(seed=7, drop_last=True).drop_last) == (7, True)
     reads = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(srckit.tree(path)):
             if isinstance(node, ast.Attribute) and node.attr == "cfg" and "view" in ast.unparse(node.value):
                 reads.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert reads == []

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import srckit
 from fedcli.config import TrainConfig
 from fedcli.fl.algorithms.fedlama import Lama
 from fedcli.fl.cohort import Cohort
@@ -68,7 +69,7 @@ def nodes():
     """(file, node) for every syntax-tree node of every part file."""
     for path in PART_FILES:
         where = path.relative_to(FL.parent.parent).as_posix()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(srckit.tree(path)):
             yield where, node
 
 
@@ -274,7 +275,7 @@ def test_each_part_lives_where_the_rule_says():
     defaults = {f.default for f in dataclasses.fields(Method) if f.name in FAMILY_NAMES}  # sgd, periodic, ...
     declared_in = {}  # impl -> the spec module that declares it
     for path in sorted((FL.parent / "specs").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(srckit.tree(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "part" and len(node.args) >= 3:
                 declared_in[node.args[2].value] = path.stem
     wrong = []
@@ -305,7 +306,7 @@ def test_per_client_state_goes_through_the_one_helper():
     files = sorted(set(PART_FILES) | {FL / "personal.py", FL / "slots.py"})
     found = []
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(srckit.tree(path)):
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")

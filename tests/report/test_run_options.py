@@ -6,6 +6,7 @@ import ast
 import re
 from pathlib import Path
 
+import srckit
 from fedcli.params import SECTIONS
 from fedcli.reports.rundata import RunData
 from fedcli.reports.tables import phi_of
@@ -35,7 +36,7 @@ def test_the_report_reads_no_method_option_by_string_key():
     options = {f for name, cls in SECTIONS.items() if name not in general for f in cls.__dataclass_fields__}
     found = []
     for path in sorted(REPORT.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(srckit.tree(path)):
             key = None
             if (
                 isinstance(node, ast.Call)
