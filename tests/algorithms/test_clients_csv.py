@@ -167,14 +167,21 @@ def test_sigkill_then_resume_cuts_clients_csv_back(tmp_path):
 @pytest.mark.parametrize(
     "algo,ratio",
     [
-        ("fedala", "0.6"),
+        pytest.param(
+            "fedala",
+            "0.6",
+            marks=pytest.mark.long(
+                reason="FedALA's clients.csv under mpiexec -n 2 (5 s of CPU): make test compares it in "
+                "test_personalized.py's test_personal_acc_identical_for_1_and_2_processes, the same run (fedala 0.6)"
+            ),
+        ),
         pytest.param(
             "ditto",
             "1",
             marks=pytest.mark.long(
                 reason="Ditto's clients.csv under mpiexec -n 2 (5 s of CPU); make test keeps its --workers twin, "
                 "test_workers.py's test_every_personalized_preset_gives_the_same_results_for_any_number_of_workers"
-                "[ditto] (clients.csv compared), and FedALA's case here"
+                "[ditto] (clients.csv compared), and FedALA's MPI case in test_personalized.py"
             ),
         ),
     ],

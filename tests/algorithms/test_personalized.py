@@ -140,3 +140,15 @@ def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
             assert a["comm_params"] == b["comm_params"]
             for col in ("test_acc", "personal_acc"):
                 assert abs(float(a[col]) - float(b[col])) <= 1e-5, (algo, ratio, col, a[col], b[col])
+        # clients.csv: each client's row, wherever its process was (test_clients_csv.py's MPI case in make test-long)
+        clients = []
+        for n in (1, 2):
+            with open(tmp_path / f"{algo}{ratio}-{n}/clients.csv") as f:
+                clients.append(list(csv.DictReader(f)))
+        assert len(clients[0]) == len(clients[1]) == 2 * 5
+        for a, b in zip(*clients):
+            for col in ("round", "iteration", "client", "train_samples", "test_samples"):
+                assert a[col] == b[col], (algo, ratio, col, a, b)
+            for col in ("personal_loss", "personal_acc", "global_loss", "global_acc"):
+                x, y = a[col], b[col]  # empty where not measured
+                assert x == y if "" in (x, y) else abs(float(x) - float(y)) <= 1e-5, (algo, ratio, col, a, b)
