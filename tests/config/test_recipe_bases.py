@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.data.setup import data_dir, inline_partition, load_data, pooled_test_set
+from fedcli.data.setup import data_dir, dataset_options, inline_partition, load_data, pooled_test_set
 from fedcli.errors import DataError
 from fedcli.fl.engine import Simulation
 from fedcli.recipes import build_config
@@ -62,12 +62,33 @@ def test_every_recipe_is_found_and_has_a_smoke_scale():
         assert "smoke" in tomllib.loads((ROOT / r).read_text()).get("scale", {}), r
 
 
+@pytest.fixture(scope="module")
+def loaded() -> dict:
+    """The datasets this module's set-ups loaded, by what loading depends on (as a sweep's pool worker keeps them,
+    ``fedcli.sweep.executors.memoize_datasets``): the recipes share a few datasets (the FEMNIST sample, the MNIST test
+    split), each parsed once here; every recipe's partition and set-up are its own."""
+    return {}
+
+
+def load_once(cfg, loaded: dict):
+    key = (
+        cfg.dataset,
+        str(data_dir(cfg)),
+        cfg.holdout_fraction,
+        cfg.data_pool,
+        repr(sorted(dataset_options(cfg).items())),
+    )
+    if key not in loaded:  # a DataError is raised again each time: nothing is kept
+        loaded[key] = load_data(cfg)
+    return loaded[key]
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_base_alone_sets_up_at_smoke_scale(recipe, monkeypatch):
+def test_base_alone_sets_up_at_smoke_scale(recipe, monkeypatch, loaded):
     monkeypatch.chdir(ROOT)
     cfg = build_config(recipe, {}, "smoke")  # a ConfigError (exit 2) fails the test
     try:
-        dataset = load_data(cfg)
+        dataset = load_once(cfg, loaded)
     except DataError:
         assert lacks(cfg), f"{recipe}: data error although {cfg.dataset} at {data_dir(cfg)} is on this machine"
         return
