@@ -147,6 +147,11 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 
 
 @pytest.mark.mpi
+@pytest.mark.long(
+    reason="FedFomo under mpiexec -n 2 alone (6 s of CPU): make test runs FedFomo with full participation and "
+    "M = 3 on the same data in test_personalized.py's test_personal_acc_identical_for_1_and_2_processes, in the "
+    "mpiexec of its other cases"
+)
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_identical_for_1_and_2_processes(tmp_path):

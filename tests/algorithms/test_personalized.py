@@ -121,11 +121,19 @@ def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
     from fedcli.cli.main import main
     from runkit import PERSONAL_RUN, mpirun_each, train_args
 
-    cases = (("fedala", "0.6"), ("fedrep", "1"))  # partial participation shares client state; full does not
-    both = {c: train_args(PERSONAL_RUN, device=None, ala_num_pre_loss=3, algo=c[0], active_ratio=c[1]) for c in cases}
+    # partial participation shares client state; full does not: FedFomo's ranks each store their own clients' models
+    # and allgather them (FedAMP's path too; test_fedfomo.py's MPI case, in make test-long, runs it alone)
+    cases = (("fedala", "0.6"), ("fedrep", "1"), ("fedfomo", "1"))
+    extra = {"fedfomo": {"fomo_m": 3}}
+    both = {
+        c: train_args(
+            PERSONAL_RUN, device=None, ala_num_pre_loss=3, algo=c[0], active_ratio=c[1], **extra.get(c[0], {})
+        )
+        for c in cases
+    }
     for (algo, ratio), args in both.items():
         assert main([*args, "--out", str(tmp_path / f"{algo}{ratio}-1")]) == 0
-    # both two-process runs in one mpiexec (its ranks import torch once)
+    # the two-process runs in one mpiexec (its ranks import torch once)
     p = mpirun_each(
         2, [[*args, "--out", str(tmp_path / f"{algo}{ratio}-2")] for (algo, ratio), args in both.items()], timeout=400
     )
@@ -137,7 +145,7 @@ def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
                 rows.append(list(csv.DictReader(f)))
         assert len(rows[0]) == len(rows[1]) == 2
         for a, b in zip(*rows):
-            assert a["comm_params"] == b["comm_params"]
+            assert a["comm_params"] == b["comm_params"] and a["comm_bytes"] == b["comm_bytes"]
             for col in ("test_acc", "personal_acc"):
                 assert abs(float(a[col]) - float(b[col])) <= 1e-5, (algo, ratio, col, a[col], b[col])
         # clients.csv: each client's row, wherever its process was (test_clients_csv.py's MPI case in make test-long)
