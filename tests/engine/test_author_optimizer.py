@@ -266,6 +266,10 @@ def test_new_options_validate_and_reach_help():
 
 # ------------------------------------------------------------------ independent of the process count
 @pytest.mark.mpi
+@pytest.mark.long(
+    reason="the author options under mpiexec -n 2 alone (5 s of CPU): make test runs FedLAMA with them on 1 and 2 "
+    "processes in test_mpi_families.py (its 'fedlama-author' case, every CSV cell and the model compared)"
+)
 @pytest.mark.timeout(300)
 def test_author_options_identical_under_mpi(tmp_path):
     from fedcli.cli.main import main
