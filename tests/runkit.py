@@ -37,6 +37,11 @@ TINY_RUN = {
     "lr": 0.05,
     "eval_every": 4,
 }
+#: the optimizer options of FedLAMA's reference code (tests/engine/test_author_optimizer.py): momentum 0.9 kept per
+#: client slot across rounds, weight decay 2e-4 on the kernels and the final bias
+AUTHOR_OPTIONS = (
+    "--momentum 0.9 --momentum-persist slot --weight-decay 2e-4 --weight-decay-on kernels+final-bias".split()
+)
 #: a personalized method's run on digits: 5 clients of 2 classes each (pathological) with local test splits (a quarter),
 #: 2 rounds of one local epoch, evaluated every round
 PERSONAL_RUN = {

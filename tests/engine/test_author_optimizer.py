@@ -273,7 +273,7 @@ def test_new_options_validate_and_reach_help():
 @pytest.mark.timeout(300)
 def test_author_options_identical_under_mpi(tmp_path):
     from fedcli.cli.main import main
-    from runkit import MPIEXEC, mpirun, rows
+    from runkit import AUTHOR_OPTIONS, MPIEXEC, mpirun, rows
 
     if MPIEXEC is None:
         pytest.skip("mpiexec not installed")
@@ -303,14 +303,7 @@ def test_author_options_identical_under_mpi(tmp_path):
         "8",
         "--lr",
         "0.05",
-        "--momentum",
-        "0.9",
-        "--momentum-persist",
-        "slot",
-        "--weight-decay",
-        "2e-4",
-        "--weight-decay-on",
-        "kernels+final-bias",
+        *AUTHOR_OPTIONS,
         "--lama-first-adjust",
         "0",
         "--quiet",
@@ -333,7 +326,7 @@ def test_resume_carries_slot_momentum_and_statistics(tmp_path, monkeypatch, caps
 
     from fedcli.cli.main import main
     from fedcli.results import checkpoint
-    from runkit import interrupted, rows
+    from runkit import AUTHOR_OPTIONS, interrupted, rows
 
     args = [
         "train",
@@ -357,14 +350,7 @@ def test_resume_carries_slot_momentum_and_statistics(tmp_path, monkeypatch, caps
         "8",
         "--lr",
         "0.05",
-        "--momentum",
-        "0.9",
-        "--momentum-persist",
-        "slot",
-        "--weight-decay",
-        "2e-4",
-        "--weight-decay-on",
-        "kernels+final-bias",
+        *AUTHOR_OPTIONS,
         "--bn-buffers",
         "never",
         "--lama-first-adjust",

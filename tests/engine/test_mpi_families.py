@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from runkit import MPIEXEC, mpirun, mpirun_each
+from runkit import AUTHOR_OPTIONS, MPIEXEC, mpirun, mpirun_each
 from simkit import assert_rows_close
 
 pytestmark = [
@@ -74,24 +74,7 @@ FAMILIES = {
     "fedlamb": ["--algo", "fedlamb", "--lr", "0.05", "--eps", "1e-4"],
     # FedLAMA with its authors' optimizer options (slot momentum that persists across rounds, weight decay on the
     # kernels and the final bias; test_author_optimizer.py's MPI case, in make test-long, runs them alone)
-    "fedlama-author": [
-        "--algo",
-        "fedlama",
-        "--phi",
-        "2",
-        "--lama-first-adjust",
-        "0",
-        "--lr",
-        "0.05",
-        "--momentum",
-        "0.9",
-        "--momentum-persist",
-        "slot",
-        "--weight-decay",
-        "2e-4",
-        "--weight-decay-on",
-        "kernels+final-bias",
-    ],
+    "fedlama-author": "--algo fedlama --phi 2 --lama-first-adjust 0 --lr 0.05".split() + AUTHOR_OPTIONS,
     "mime": ["--algo", "mime", "--lr", "0.01"],
     "scaffold": ["--algo", "scaffold", "--lr", "0.1"],
     "feddyn": ["--algo", "feddyn", "--lr", "0.1"],
