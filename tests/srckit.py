@@ -1,6 +1,6 @@
 """fedcli's own source read as syntax trees, for the tests that read the code (names, layers, style, parts): each file
-parsed once per test process, however many of those tests read it (about 150 files, a tenth of a second of CPU each
-time they are all parsed). A tree is shared: the tests only walk it."""
+parsed once per test process, however many of those tests read it (fedcli's 222 files: 0.3 s of CPU each time they
+are all parsed, by a dozen tests). A tree is shared: the tests only walk it."""
 
 import ast
 import functools
