@@ -34,6 +34,19 @@ def data_dir(cfg) -> Path | None:
     return Path("data") / cfg.dataset
 
 
+def load_key(cfg) -> tuple:
+    """Everything :func:`load_data`'s result depends on: two configs of the same key load the same dataset (a sweep's
+    pool worker keeps the last one loaded by it, ``fedcli.sweep.executors.memoize_datasets``)."""
+    return (
+        cfg.dataset,
+        str(data_dir(cfg)),
+        cfg.download,
+        cfg.holdout_fraction,
+        cfg.data_pool,
+        tuple(sorted(dataset_options(cfg).items())),
+    )
+
+
 def load_data(cfg):
     """The dataset; with ``--data-pool train+test`` its two splits merged into one pool (``merge_pool``)."""
     dataset = load_dataset(

@@ -127,14 +127,7 @@ def memoize_datasets() -> None:
     cache: dict = {}
 
     def load_data(cfg):
-        key = (
-            cfg.dataset,
-            str(setup.data_dir(cfg)),
-            cfg.download,
-            cfg.holdout_fraction,
-            cfg.data_pool,
-            tuple(sorted(setup.dataset_options(cfg).items())),
-        )  # everything load_data's result depends on
+        key = setup.load_key(cfg)
         if key not in cache:
             cache.clear()
             cache[key] = original(cfg)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fedcli.cli.main import main
-from fedcli.data.setup import data_dir, dataset_options, inline_partition, load_data, pooled_test_set
+from fedcli.data.setup import data_dir, inline_partition, load_data, load_key, pooled_test_set
 from fedcli.errors import DataError
 from fedcli.fl.engine import Simulation
 from fedcli.recipes import build_config
@@ -64,20 +64,14 @@ def test_every_recipe_is_found_and_has_a_smoke_scale():
 
 @pytest.fixture(scope="module")
 def loaded() -> dict:
-    """The datasets this module's set-ups loaded, by what loading depends on (as a sweep's pool worker keeps them,
-    ``fedcli.sweep.executors.memoize_datasets``): the recipes share a few datasets (the FEMNIST sample, the MNIST test
+    """The datasets this module's set-ups loaded, by what loading depends on (``fedcli.data.setup.load_key``, as a
+    sweep's pool worker keeps them): the recipes share a few datasets (the FEMNIST sample, the MNIST test
     split), each parsed once here; every recipe's partition and set-up are its own."""
     return {}
 
 
 def load_once(cfg, loaded: dict):
-    key = (
-        cfg.dataset,
-        str(data_dir(cfg)),
-        cfg.holdout_fraction,
-        cfg.data_pool,
-        repr(sorted(dataset_options(cfg).items())),
-    )
+    key = load_key(cfg)
     if key not in loaded:  # a DataError is raised again each time: nothing is kept
         loaded[key] = load_data(cfg)
     return loaded[key]
