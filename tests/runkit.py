@@ -188,6 +188,20 @@ def assert_same_system_run(a: Path, b: Path) -> None:
     assert_same_system_files(a, b)
 
 
+def assert_same_clients(a: Path, b: Path, n_rows: int) -> None:
+    """clients.csv of run folders a and b (one run on 1 and on 2 processes): ``n_rows`` rows each, the same round,
+    iteration, client and sample counts, each loss and accuracy within 1e-5 (an empty cell, a model not evaluated,
+    empty in both)."""
+    one, two = rows(a / "clients.csv"), rows(b / "clients.csv")
+    assert len(one) == len(two) == n_rows
+    for x, y in zip(one, two):
+        for col in ("round", "iteration", "client", "train_samples", "test_samples"):
+            assert x[col] == y[col], (a, col, x, y)
+        for col in ("personal_loss", "personal_acc", "global_loss", "global_acc"):
+            u, v = x[col], y[col]
+            assert u == v if "" in (u, v) else abs(float(u) - float(v)) <= 1e-5, (a, col, x, y)
+
+
 def mpi_1_and_2(tmp_path: Path, args: list[str], timeout: int = 150) -> dict[int, Path]:
     """``args`` (a ``train`` command without ``--out``) in one process (this one: what ``mpiexec -n 1`` runs, less an
     interpreter importing torch) and under ``mpiexec -n 2``: {n: its run folder}."""

@@ -18,7 +18,7 @@ from fedcli.config import TrainConfig
 from fedcli.data.setup import load_data_and_partition
 from fedcli.results.rundir import CLIENTS_COLUMNS
 from fedcli.specs import METHODS
-from runkit import MPIEXEC, PERSONAL_RUN, ROOT, run_forked, train_args
+from runkit import MPIEXEC, PERSONAL_RUN, ROOT, assert_same_clients, mpirun, run_forked, train_args
 from simkit import PERSONAL_BASE
 
 PERSONALIZED = sorted(name for name, m in METHODS.items() if m.personalized)
@@ -162,46 +162,17 @@ def test_sigkill_then_resume_cuts_clients_csv_back(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.long(
+    reason="clients.csv under mpiexec -n 2 (5 s of CPU a case): make test compares FedALA's (0.6, the same run) in "
+    "test_personalized.py's test_personal_acc_identical_for_1_and_2_processes, and Ditto's --workers twin, "
+    "test_workers.py's test_every_personalized_preset_gives_the_same_results_for_any_number_of_workers[ditto]"
+)
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
-@pytest.mark.parametrize(
-    "algo,ratio",
-    [
-        pytest.param(
-            "fedala",
-            "0.6",
-            marks=pytest.mark.long(
-                reason="FedALA's clients.csv under mpiexec -n 2 (5 s of CPU): make test compares it in "
-                "test_personalized.py's test_personal_acc_identical_for_1_and_2_processes, the same run (fedala 0.6)"
-            ),
-        ),
-        pytest.param(
-            "ditto",
-            "1",
-            marks=pytest.mark.long(
-                reason="Ditto's clients.csv under mpiexec -n 2 (5 s of CPU); make test keeps its --workers twin, "
-                "test_workers.py's test_every_personalized_preset_gives_the_same_results_for_any_number_of_workers"
-                "[ditto] (clients.csv compared), and FedALA's MPI case in test_personalized.py"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("algo,ratio", [("fedala", "0.6"), ("ditto", "1")])
 def test_clients_csv_same_for_1_and_2_processes(algo, ratio, tmp_path):
     args = train_args(PERSONAL_RUN, device=None, algo=algo, active_ratio=ratio, ala_num_pre_loss=3)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    p = subprocess.run(
-        [MPIEXEC, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fedcli", *args, "--out", str(tmp_path / "two")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    p = mpirun(2, [*args, "--out", str(tmp_path / "two")])
     assert p.returncode == 0, p.stderr
-    one, two = read(tmp_path / "one" / "clients.csv"), read(tmp_path / "two" / "clients.csv")
-    assert len(one) == len(two) == 2 * 5
-    for a, b in zip(one, two):
-        for col in ("round", "iteration", "client", "train_samples", "test_samples"):
-            assert a[col] == b[col]
-        for col in ("personal_loss", "personal_acc", "global_loss", "global_acc"):
-            assert abs(float(a[col]) - float(b[col])) <= 1e-5, (algo, col, a, b)
+    assert_same_clients(tmp_path / "one", tmp_path / "two", 2 * 5)

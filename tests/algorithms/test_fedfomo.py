@@ -16,7 +16,7 @@ from fedcli.cli.main import main
 from fedcli.fl.algorithms.fedfomo import fomo_scale, fomo_weights
 from fedcli.fl.engine import Simulation
 from fedcli.fl.trainers import masked_loss
-from runkit import PERSONAL_RUN, rows, train_args
+from runkit import MPIEXEC, PERSONAL_RUN, mpirun, rows, train_args
 from simkit import assert_learned, personal_config, personal_run, same_personal
 
 config, run, same = personal_config, personal_run, same_personal
@@ -142,10 +142,6 @@ def test_ala_mixes_the_old_model_with_what_the_method_sends(data):
 
 
 # ------------------------------------------------------------------ MPI: every client's model is gathered across ranks
-ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-
-
 @pytest.mark.mpi
 @pytest.mark.long(
     reason="FedFomo under mpiexec -n 2 alone (6 s of CPU): make test runs FedFomo with full participation and "
@@ -156,31 +152,11 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_identical_for_1_and_2_processes(tmp_path):
     base = train_args(PERSONAL_RUN)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     # full participation: each rank stores its own clients' models, the ranks allgather them (FedAMP's path too;
     # with partial participation the store is already shared by fedcli.fl.personal.share)
     for name, extra in (("fomo", ["--algo", "fedfomo", "--active-ratio", "1", "--fomo-m", "3"]),):
         assert main([*base, *extra, "--out", str(tmp_path / f"{name}-1")]) == 0
-        p = subprocess.run(
-            [
-                MPIEXEC,
-                "-n",
-                "2",
-                sys.executable,
-                "-m",
-                "mpi4py",
-                "-m",
-                "fedcli",
-                *base,
-                *extra,
-                "--out",
-                str(tmp_path / f"{name}-2"),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+        p = mpirun(2, [*base, *extra, "--out", str(tmp_path / f"{name}-2")])
         assert p.returncode == 0, p.stderr
         one, two = rows(tmp_path / f"{name}-1/metrics.csv"), rows(tmp_path / f"{name}-2/metrics.csv")
         assert len(one) == len(two) == 2

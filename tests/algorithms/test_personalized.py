@@ -18,6 +18,7 @@ from fedcli.errors import ConfigError
 from fedcli.fl.engine import Simulation, sample_cohort
 from fedcli.fl.personal import client_model
 from fedcli.runner import run_train
+from runkit import MPIEXEC
 from simkit import COLS, PERSONAL_BASE, accuracy_by_hand, assert_learned, personal_config, personal_run, same_personal
 
 BASE, config, run, same = PERSONAL_BASE, personal_config, personal_run, same_personal
@@ -111,15 +112,12 @@ def test_fedavg_c_and_fedrep_learn(data):
 
 
 # ------------------------------------------------------------------ MPI: results do not depend on the process count
-MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-
-
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
 def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
     from fedcli.cli.main import main
-    from runkit import PERSONAL_RUN, mpirun_each, train_args
+    from runkit import PERSONAL_RUN, assert_same_clients, mpirun_each, rows, train_args
 
     # partial participation shares client state; full does not: FedFomo's ranks each store their own clients' models
     # and allgather them (FedAMP's path too; test_fedfomo.py's MPI case, in make test-long, runs it alone)
@@ -139,24 +137,11 @@ def test_personal_acc_identical_for_1_and_2_processes(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     for algo, ratio in cases:
-        rows = []
-        for n in (1, 2):
-            with open(tmp_path / f"{algo}{ratio}-{n}/metrics.csv") as f:
-                rows.append(list(csv.DictReader(f)))
-        assert len(rows[0]) == len(rows[1]) == 2
-        for a, b in zip(*rows):
+        one, two = (rows(tmp_path / f"{algo}{ratio}-{n}/metrics.csv") for n in (1, 2))
+        assert len(one) == len(two) == 2
+        for a, b in zip(one, two):
             assert a["comm_params"] == b["comm_params"] and a["comm_bytes"] == b["comm_bytes"]
             for col in ("test_acc", "personal_acc"):
                 assert abs(float(a[col]) - float(b[col])) <= 1e-5, (algo, ratio, col, a[col], b[col])
-        # clients.csv: each client's row, wherever its process was (test_clients_csv.py's MPI case in make test-long)
-        clients = []
-        for n in (1, 2):
-            with open(tmp_path / f"{algo}{ratio}-{n}/clients.csv") as f:
-                clients.append(list(csv.DictReader(f)))
-        assert len(clients[0]) == len(clients[1]) == 2 * 5
-        for a, b in zip(*clients):
-            for col in ("round", "iteration", "client", "train_samples", "test_samples"):
-                assert a[col] == b[col], (algo, ratio, col, a, b)
-            for col in ("personal_loss", "personal_acc", "global_loss", "global_acc"):
-                x, y = a[col], b[col]  # empty where not measured
-                assert x == y if "" in (x, y) else abs(float(x) - float(y)) <= 1e-5, (algo, ratio, col, a, b)
+        # each client's row, wherever its process was (test_clients_csv.py's MPI case in make test-long)
+        assert_same_clients(tmp_path / f"{algo}{ratio}-1", tmp_path / f"{algo}{ratio}-2", 2 * 5)
