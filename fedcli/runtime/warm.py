@@ -191,6 +191,6 @@ def _command(inherited: tuple, name: str, module: str, entry: str, argv: list[st
     sys.argv = [found.origin if found is not None and found.origin else module, *argv]
     sys.orig_argv = [sys.executable, "-m", module, *argv]
     early.install(force=True)  # the first signal handlers, as a new interpreter's import of fedcli installs them
-    name, _, fn = entry.partition(":")
-    main = getattr(importlib.import_module(name), fn)
+    entry_module, _, fn = entry.partition(":")
+    main = getattr(importlib.import_module(entry_module), fn)
     sys.exit(main(argv))
