@@ -13,6 +13,7 @@
 #      from its manifest, then --runs-per-gpu auto from that measured memory (the plan line in the log);
 #   7. the GPU bench (scripts/bench-gpu.sh, `make bench-gpu`): the table in the log, JSON in results/bench-gpu.json.
 # Writes a log per step to ${LOGS:-gpu-check-logs}/ and one line per step to stdout; exit 1 if any step failed.
+# SKIP="NAME ..." leaves those steps out (e.g. SKIP=bench-gpu where the bench runs on its own).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -26,6 +27,7 @@ TMP=$(mktemp -d)
 failed=0
 step() {  # step NAME COMMAND...: run, log, one line
     local name=$1; shift
+    case " ${SKIP:-} " in *" $name "*) echo "skip  $name (SKIP)"; return 0 ;; esac
     local t0=$SECONDS
     if "$@" >"$LOGS/$name.log" 2>&1; then echo "ok    $name ($((SECONDS - t0)) s)"; else
         echo "FAIL  $name ($((SECONDS - t0)) s): $(tail -n 3 "$LOGS/$name.log" | tr '\n' ' ')"; failed=1; fi
