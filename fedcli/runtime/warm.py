@@ -187,7 +187,9 @@ def _command(inherited: tuple, name: str, module: str, entry: str, argv: list[st
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    found = importlib.util.find_spec(f"{module}.__main__") or importlib.util.find_spec(module)
+    found = importlib.util.find_spec(module)
+    if found is not None and found.submodule_search_locations is not None:  # a package: -m runs its __main__
+        found = importlib.util.find_spec(f"{module}.__main__") or found
     sys.argv = [found.origin if found is not None and found.origin else module, *argv]
     sys.orig_argv = [sys.executable, "-m", module, *argv]
     early.install(force=True)  # the first signal handlers, as a new interpreter's import of fedcli installs them

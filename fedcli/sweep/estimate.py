@@ -9,9 +9,9 @@ How the time is estimated (an estimate: the plan line says its basis):
   (cores / jobs). A model whose step would take over 5 s is timed at batch 4 and scaled linearly to the run's batch.
 - **Evaluation**: about 20 evaluations per run (``--eval-every 0``) of the model over the test set, timed the same way.
 - **Start-up, data loading, setup and bookkeeping** (:func:`overheads`), measured once on this machine in a child
-  process and cached (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's
-  part
-  is measured again after a week): the seconds a fresh process takes to import what a training needs (python,
+  process (data alone, for the default workers: forked from their warm server, :func:`_probe`) and cached
+  (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's part is measured
+  again after a week): the seconds a fresh process takes to import what a training needs (python,
   torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
   the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the
   built-in digits, N and 5N iterations) a run's fixed setup and the engine's bookkeeping per client step beyond the
@@ -469,28 +469,19 @@ def _keys(cfg: dict) -> tuple[str, str]:
     return data, partition_key
 
 
-def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
+def _probe(jobs: list[dict], reference: bool, warm: bool = False) -> tuple[dict, bool]:
     """Run the measuring child (``python -m fedcli.sweep.probe``: the datasets of ``jobs``, then the reference training
-    when asked); its JSON lines
-    (what it finished within :data:`PROBE_LIMIT_S`) and whether it was stopped."""
-    import json
-    import subprocess
-    import sys
+    when asked); its JSON lines (what it finished within :data:`PROBE_LIMIT_S`) and whether it was stopped.
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedcli.sweep.probe", repr(time.time()), "reference" if reference else "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    stopped = False
-    try:
-        out, _ = proc.communicate(json.dumps(jobs), timeout=PROBE_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        stopped = True
+    ``warm`` (the sweep's runs go to the default worker processes, forked from the warm server): a probe of data alone
+    is forked from that server too (fedcli/runtime/warm.py), so the sweep imports torch once for the probe and its
+    workers instead of twice; it loads the data as those workers will. A probe that measures the start-up (the
+    reference, a stale cache) is always a new interpreter: the start-up it times is a fresh process's."""
+    import json
+
+    argv = [repr(time.time()), "reference" if reference else "-"]
+    forked = warm and not reference
+    out, stopped = (_probe_warm if forked else _probe_fresh)(argv, jobs)
     got: dict = {"data": {}, "part": {}, "failed": {}}
     for line in out.splitlines():
         try:
@@ -498,7 +489,8 @@ def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
         except ValueError:
             continue
         if "startup" in rec:
-            got["startup"] = rec["startup"]
+            if not forked:  # a fork's start-up is not a new process's: the cached one stands
+                got["startup"] = rec["startup"]
         elif "reference" in rec:
             got["reference"] = reference_costs(rec["reference"], rec["step"])
         elif "data" in rec:
@@ -508,6 +500,52 @@ def _probe(jobs: list[dict], reference: bool) -> tuple[dict, bool]:
         elif "failed" in rec:
             got["failed"][rec["failed"]] = rec["why"]
     return got, stopped
+
+
+def _probe_fresh(argv: list[str], jobs: list[dict]) -> tuple[str, bool]:
+    """The probe as a new interpreter, the jobs on its standard input: (its standard output, stopped at the limit)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedcli.sweep.probe", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        return proc.communicate(json.dumps(jobs), timeout=PROBE_LIMIT_S)[0], False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0], True
+
+
+def _probe_warm(argv: list[str], jobs: list[dict]) -> tuple[str, bool]:
+    """The probe forked from the warm server, the jobs as its third argument, its output (standard output and error)
+    into an unnamed temporary file: (that output, stopped at the limit)."""
+    import json
+    import signal
+    import subprocess
+    import tempfile
+
+    from fedcli.runtime import warm
+
+    with tempfile.TemporaryFile("w+") as log:
+        proc = warm.Command("fedcli.sweep.probe", "fedcli.sweep.probe:main", [*argv, json.dumps(jobs)], log.fileno())
+        stopped = False
+        try:
+            proc.wait(PROBE_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            stopped = True
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        log.seek(0)
+        return log.read(), stopped
 
 
 def _uncached(configs: list[dict], data_c: dict, part_c: dict, failed: dict) -> tuple[dict, dict]:
@@ -532,9 +570,10 @@ def _bound_stopped(ov: Overheads, got: dict, wanted: dict, failed: dict, elapsed
             ov.lower.add(dk)
 
 
-def overheads(configs: list[dict]) -> Overheads:
+def overheads(configs: list[dict], warm: bool = False) -> Overheads:
     """Start-up and data-loading times for these runs' configs: from the cache, else measured now in a child process
-    (at most :data:`PROBE_LIMIT_S` seconds) and cached for the next sweep."""
+    (at most :data:`PROBE_LIMIT_S` seconds; forked warm with ``warm`` when only data is measured: :func:`_probe`) and
+    cached for the next sweep."""
     cache = _read_timings()
     now = time.time()
     skey = _startup_key()
@@ -550,7 +589,7 @@ def overheads(configs: list[dict]) -> Overheads:
     if wanted or not fresh_start:
         jobs = [{"key": j["key"], "config": j["config"], "parts": list(j["parts"].items())} for j in wanted.values()]
         t0 = time.time()
-        got, stopped = _probe(jobs, reference=not fresh_start)
+        got, stopped = _probe(jobs, reference=not fresh_start, warm=warm)
         ov.measured = "measured now"
         if "startup" in got and (fresh_start or "reference" in got):
             ov.startup_s = got["startup"]
@@ -668,7 +707,7 @@ def estimate(
     measured = [(p.wall_s, run_estimate(p.config), p) for p in done if p.wall_s]
     # start-up and data loading beside the compute (measured once on this machine, cached: overheads())
     ran = [p for p in done if p.wall_s]
-    ov = est.overhead = overheads([p.config for p in todo + ran]) if todo or ran else None
+    ov = est.overhead = overheads([p.config for p in todo + ran], warm=executor == "pool") if todo or ran else None
     loads = {
         id(p): first
         for runs in (todo, ran)  # each sweep call starts its own workers

@@ -1,9 +1,11 @@
-"""The sweep estimate's measuring child process: ``python -m fedcli.sweep.probe SPAWN_TIME reference|-``.
+"""The sweep estimate's measuring child process: ``python -m fedcli.sweep.probe SPAWN_TIME reference|- [JOBS]``.
 
-Started by :func:`fedcli.sweep.estimate.overheads` (``_probe``), which reads its stdout. It imports what a sweep's
+Started by :func:`fedcli.sweep.estimate.overheads` (``_probe``), which reads its stdout: a new interpreter, the jobs
+(JSON) on its standard input; or, measuring data alone for a sweep of worker processes, forked from the warm server,
+the jobs as its third argument (then its imports are the server's, done before). It imports what a sweep's
 worker process imports before its first local step (``fedcli/sweep/executors.py``, ``_pool_init``, then the config with
 every method, the engine and torch), says how long that took from its spawn (``SPAWN_TIME``, the parent's
-``time.time()``), then loads each dataset of the jobs read from stdin (JSON) once and partitions it as each run
+``time.time()``), then loads each dataset of the jobs once and partitions it as each run
 would, one JSON line per measurement; with ``reference`` it then trains the reference run
 (:data:`fedcli.sweep.estimate.REFERENCE`) for N and 5N iterations and times one model step.
 
@@ -28,7 +30,7 @@ def main(argv: list[str]) -> None:
     from fedcli.sweep.executors import execute_inline, memoize_datasets
 
     memoize_datasets()
-    for job in json.loads(sys.stdin.read()):
+    for job in json.loads(argv[2] if len(argv) > 2 else sys.stdin.read()):
         try:
             t = time.perf_counter()
             setup.load_data(TrainConfig(**job["config"]))

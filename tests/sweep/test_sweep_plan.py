@@ -143,7 +143,7 @@ def test_estimate_sums_calibrates_and_divides_over_jobs(monkeypatch):
     data, part = est._keys(todo[0].config)
     # start-up 2 s per worker, digits loads in 1 s, partitions in 0.1 s, 0.5 s setup a run, 1 ms bookkeeping a step
     ov = est.Overheads(2.0, {data: 1.0}, {part: 0.1}, {data: "digits"}, setup_s=0.5, book_s=0.001)
-    monkeypatch.setattr(est, "overheads", lambda configs: ov)
+    monkeypatch.setattr(est, "overheads", lambda configs, warm=False: ov)
     e = est.estimate(todo, [], jobs=1)
     # a: 200 client steps x 10 ms = 2.0 s, + 0.5 + 200 x 1 ms + 0.1 + 1.0 (the worker's first digits run loads) = 3.8
     # b: 100 x 10 ms = 1.0 s, + 0.5 + 0.1 + 0.1 (its worker has digits already) = 1.7; one worker starts first: 2.0
@@ -169,7 +169,7 @@ def test_estimate_accounts_for_the_load_it_detects(monkeypatch):
     7 on 2 cores and one run of one thread at a time, every thread gets 2 / (7 + 1) of a core, x4."""
     monkeypatch.setattr(est, "measure_step", lambda cfg, facts, threads: (0.01, 0.0))
     ov = est.Overheads(2.0, {}, {}, {}, setup_s=0.5, book_s=0.0)
-    monkeypatch.setattr(est, "overheads", lambda configs: ov)
+    monkeypatch.setattr(est, "overheads", lambda configs, warm=False: ov)
     monkeypatch.setattr(est.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(est.os, "getloadavg", lambda: (7.0, 7.0, 7.0))
     e = est.estimate([planned("a", iterations=100)], [], jobs=1)
@@ -209,7 +209,7 @@ def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypat
         calls["step"] += 1
         return 0.01, 0.0
 
-    def probe(jobs, reference):
+    def probe(jobs, reference, warm=False):
         calls["probe"] += 1
         return {
             "data": {},
@@ -229,6 +229,40 @@ def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypat
     assert second.compute_s == first.compute_s
     est.estimate(todo, [], jobs=1)
     assert calls == {"step": 2, "probe": 2}  # no command scope: measured again
+
+
+def test_a_data_probe_for_worker_processes_is_forked_warm_and_keeps_the_cached_start_up(monkeypatch, tmp_path):
+    """A sweep of the default worker processes measures a dataset it has not timed in a process forked from the warm
+    server (its workers' server): the load and the partition are measured and cached, the cached start-up of a new
+    interpreter stays as it was (a fork's start-up is not one); a probe stopped at the limit leaves a lower bound."""
+    import json
+    import time
+
+    from fedcli.runtime import warm
+
+    monkeypatch.setenv("FEDCLI_CACHE_DIR", str(tmp_path / "cache"))
+    start = {"s": 9.0, "setup": 0.5, "book": 0.001, "at": time.time()}
+    est._write_timings({"startup": {est._startup_key(): start}})
+    forked = []
+
+    class Spy(warm.Command):
+        def __init__(self, module, *args, **kw):
+            forked.append(module)
+            super().__init__(module, *args, **kw)
+
+    monkeypatch.setattr(warm, "Command", Spy)
+    cfg = TrainConfig(dataset="digits", model="mlp", clients=7).to_dict()
+    ov = est.overheads([cfg], warm=True)
+    assert forked == ["fedcli.sweep.probe"] and ov.startup_s == 9.0 and (ov.setup_s, ov.book_s) == (0.5, 0.001)
+    (load,) = ov.load_s.values()
+    (part,) = ov.part_s.values()
+    assert 0 < load < 5 and 0 < part < 5 and not ov.lower
+    cached = json.loads((tmp_path / "cache" / est.TIMINGS_FILE).read_text())
+    assert cached["startup"] == {est._startup_key(): start} and len(cached["part"]) == 1
+    monkeypatch.setattr(est, "PROBE_LIMIT_S", 0.0)
+    other = TrainConfig(dataset="synthetic", model="mlp", clients=7).to_dict()
+    ov = est.overheads([other], warm=True)
+    assert len(forked) == 2 and list(ov.lower) == [est._keys(other)[0]]
 
 
 def test_reference_training_by_hand():
