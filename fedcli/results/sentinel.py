@@ -60,12 +60,17 @@ def mark_failed(run_dir: Path, reason: str, pids: list[int] | None = None) -> bo
     return True
 
 
+#: how long the watchdog waits, once one of the run's processes is gone while others live, before it marks it failed
+GRACE_S = 1.0
+
+
 def watch(run_dir: Path, pids: list[int], interval: float = 0.25) -> None:
     while True:
         gone = [p for p in pids if not alive(p)]
         if gone:
-            # give a process that is exiting normally a moment to write its final manifest
-            time.sleep(1.0)
+            if len(gone) < len(pids):  # another of the run's processes (an MPI rank, the pool's parent) may still
+                time.sleep(GRACE_S)  # be closing the run: a moment for it to write the final manifest
+            # (a process that is gone has written all it will: a run whose processes are all gone is marked at once)
             mark_failed(run_dir, f"process {gone[0]} ended without closing the run (killed?)", pids)
             return
         if not os.path.exists(os.path.join(run_dir, "manifest.json")):

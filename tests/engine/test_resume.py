@@ -84,7 +84,7 @@ def test_sigkill_then_resume_is_bitwise_identical(reference, tmp_path, capsys):
     p = run_killed(signal.SIGKILL, 10, out)
     assert p.returncode == -signal.SIGKILL, p.stderr
     # the run could not mark itself; its watchdog (fedcli/results/sentinel.py) marks it failed within seconds
-    for _ in range(300):  # it polls every 0.25 s and waits 1 s for a closing process: 30 s is generous
+    for _ in range(300):  # it polls every 0.25 s (and waits 1 s while another of the run's processes lives): 30 s
         if json.loads((out / "manifest.json").read_text())["status"] != "running":
             break
         time.sleep(0.1)
@@ -110,6 +110,37 @@ def test_sigkill_then_resume_is_bitwise_identical(reference, tmp_path, capsys):
     man = json.loads((out / "manifest.json").read_text())
     assert man["status"] == "completed" and man["resumes"][-1]["round"] == 9
     assert man["resumes"][-1]["checkpoint"] == "round-000009.pt"
+
+
+def test_the_watchdog_waits_only_while_another_of_the_runs_processes_lives(tmp_path, monkeypatch):
+    """fedcli/results/sentinel.py: a run whose processes are all gone while its manifest says running is marked failed
+    at once (a process that is gone has written all it will); while another of them lives (an MPI rank, the pool's
+    parent) the watchdog first gives it GRACE_S to close the run, and leaves a run it closed as it is."""
+    from fedcli.results import sentinel
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    slept = []
+
+    def run(pids, closes=None):
+        (tmp_path / "manifest.json").write_text(json.dumps({"status": "running", "pids": pids}))
+        slept.clear()
+
+        def sleep(s):
+            slept.append(s)
+            if closes:
+                (tmp_path / "manifest.json").write_text(json.dumps({"status": closes, "pids": pids}))
+
+        monkeypatch.setattr(sentinel.time, "sleep", sleep)
+        sentinel.watch(tmp_path, pids)
+        monkeypatch.undo()
+        return json.loads((tmp_path / "manifest.json").read_text())
+
+    man = run([dead.pid])
+    assert slept == [] and man["status"] == "failed" and f"process {dead.pid} ended" in man["error"]
+    man = run([os.getpid(), dead.pid])
+    assert slept == [sentinel.GRACE_S] and man["status"] == "failed"
+    assert run([os.getpid(), dead.pid], closes="completed")["status"] == "completed" and slept == [sentinel.GRACE_S]
 
 
 def interrupted(monkeypatch, capsys, out: Path, round_idx: int, sig=signal.SIGINT, args=ARGS):
