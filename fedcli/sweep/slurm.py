@@ -467,8 +467,15 @@ def statuses(runs: list) -> list[RunStatus]:
     return out
 
 
+#: between two looks at Slurm, how often :func:`wait` reads the job files of the runs still active (a job records its
+#: training's end there, :func:`train_in_job`)
+LOOK_S = 0.5
+
+
 def wait(runs: list, poll_s: float = 5.0, on_poll=None) -> list[RunStatus]:
-    """Until no job of ``runs`` is pending or running; ``on_poll(statuses)`` after each look."""
+    """Until no job of ``runs`` is pending or running; ``on_poll(statuses)`` after each look. Slurm is asked every
+    ``poll_s`` seconds, and sooner once every run it still had active has recorded its end in its job file (read
+    every :data:`LOOK_S`): the wait ends about a second after the last job's end, not up to ``poll_s`` later."""
     from fedcli.results.sweepdir import run_state
 
     while True:
@@ -479,7 +486,12 @@ def wait(runs: list, poll_s: float = 5.0, on_poll=None) -> list[RunStatus]:
             on_poll(st)
         if not any(s.active for s in st):
             return st
-        time.sleep(poll_s)
+        active = [s.run for s in st if s.active]
+        deadline = time.monotonic() + poll_s
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(LOOK_S, left))
+            if all(read_job(p).get("ended") for p in active):
+                break
 
 
 def sbatch_preview(res: Resources, mpi: int) -> str:
