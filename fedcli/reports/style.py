@@ -320,7 +320,7 @@ def _legends_apart(fig) -> None:
         with warnings.catch_warnings():  # a layout on the way (legends still too wide to fit) is not the last one
             warnings.simplefilter("ignore", UserWarning)
             fig.tight_layout()
-        fig.canvas.draw()
+        fig.draw_without_rendering()  # the layout (legend places, text sizes) without rasterizing it
         bad = _collides(fig, fig.canvas.get_renderer())
         if not bad:
             break
@@ -375,7 +375,7 @@ def legend_right(ax, title: str | None = None) -> None:
                 title=title,
                 title_fontsize=8,
             )
-            ax.figure.canvas.draw()
+            ax.figure.draw_without_rendering()
             if leg.get_window_extent().width <= 0.95 * width * ax.figure.dpi:
                 break
         leg.fedcli_above = True  # the panel's title goes above it (_fit_width)
@@ -471,7 +471,7 @@ def _fit_width(fig, width_in: float) -> None:
 
 def _title_above_legend(fig) -> None:
     """A legend placed above its axes (:func:`legend_right` in a column): the panel's title above the legend."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     r = fig.canvas.get_renderer()
     for ax in fig.axes:
         leg = ax.get_legend()
