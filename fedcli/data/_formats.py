@@ -9,11 +9,14 @@ Every problem is reported as one ``DataError`` sentence: ``<path>: <what is wron
 
 from __future__ import annotations
 
+import collections
+import functools
 import gzip
 import json
 import os
 import pickle
 import re
+import time
 import warnings
 import zlib
 from pathlib import Path
@@ -44,9 +47,64 @@ def read_bytes(path: Path, expected: str) -> bytes:
     return raw
 
 
+# ------------------------------------------------------------------------------- kept for the process
+
+#: the most bytes of parsed arrays a process keeps (:func:`kept`); a larger file is parsed at every load
+KEEP_BYTES = 256 * 2**20
+#: a file modified less than this many seconds before it was read is not kept: a second write in the same tick of the
+#: file system's clock could leave its size and time as they were (git's "racy" rule)
+RACY_S = 2.0
+_KEPT: collections.OrderedDict = collections.OrderedDict()  # (reader, path, args) -> (stamp, arrays, bytes)
+
+
+def _arrays(value) -> list:
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [a for v in value for a in _arrays(v)]
+    return []
+
+
+def kept(reader):
+    """``reader(path, *args)`` whose parsed arrays this process keeps while the file is unchanged (its device, inode,
+    size and modification time), read-only, the least recently used dropped past :data:`KEEP_BYTES`: a process that
+    loads the same data again (the Python API in a notebook, a test process) parses it once. A file written in the
+    last :data:`RACY_S` seconds is read but not kept. The result's lists are new at every call."""
+
+    @functools.wraps(reader)
+    def read(path: Path, *args):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return reader(path, *args)  # the reader says what is wrong
+        key, stamp = (reader.__name__, os.fspath(path), args), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        hit = _KEPT.get(key)
+        if hit is not None and hit[0] == stamp:
+            _KEPT.move_to_end(key)
+            return _copy_lists(hit[1])
+        value = reader(path, *args)
+        arrays = _arrays(value)
+        size = sum(a.nbytes for a in arrays)
+        if time.time() - st.st_mtime >= RACY_S and size <= KEEP_BYTES:
+            for a in arrays:
+                a.setflags(write=False)
+            _KEPT[key] = (stamp, value, size)
+            while sum(v[2] for v in _KEPT.values()) > KEEP_BYTES:
+                _KEPT.popitem(last=False)
+            return _copy_lists(value)
+        return value
+
+    return read
+
+
+def _copy_lists(value):
+    return [_copy_lists(v) for v in value] if isinstance(value, list) else value
+
+
 # ----------------------------------------------------------------------------------------- IDX
 
 
+@kept
 def read_idx(path: Path, magic: int) -> np.ndarray:
     """Read an IDX file of unsigned bytes and return a read-only uint8 array of its declared shape.
 
@@ -352,6 +410,7 @@ def _leaf_rows(path: Path, user: str, entry, token: str, bodies: list[bytes], ro
     return x, y
 
 
+@kept
 def read_leaf_json(path: Path, row_len: int = 784) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Read one LEAF JSON file (plain or gzip) into ``[(user, x float32 [n, row_len], y int64 [n])]``.
 

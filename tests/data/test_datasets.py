@@ -369,6 +369,37 @@ def test_femnist_leaf_json_and_gz(tmp_path, nesting):
     assert d.source["writers"] == 3 and len(d.source["files"]) == 4
 
 
+def test_a_parsed_file_is_kept_while_unchanged_and_old_enough(tmp_path, monkeypatch):
+    """fedcli/data/_formats.py ``kept``: a LEAF or IDX file parsed again by the same process comes from memory (the
+    same read-only arrays) while its size and time are unchanged; a rewrite, a file written in the last RACY_S seconds
+    (racy: another write in the same clock tick could leave size and time alone) and one over KEEP_BYTES are parsed
+    again; a changed file gives its new content."""
+    import os
+    import time
+
+    from fedcli.data import _formats as fmt
+
+    monkeypatch.setattr(fmt, "_KEPT", type(fmt._KEPT)())
+    old = time.time() - 10
+    leaf = write_json(tmp_path / "a.json", leaf_doc(["u1", "u2"]))
+    idx = write_idx(tmp_path / "l.idx", np.arange(5))
+    for f in (leaf, idx):
+        os.utime(f, (old, old))
+    first, again = fmt.read_leaf_json(leaf), fmt.read_leaf_json(leaf)
+    assert again is not first and again[0][1] is first[0][1] and not first[0][1].flags.writeable
+    assert fmt.read_idx(idx, fmt.IDX_LABELS_MAGIC) is fmt.read_idx(idx, fmt.IDX_LABELS_MAGIC)
+    write_json(leaf, leaf_doc(["u1", "u2"], start=3))  # new content, written just now: racy, not kept
+    fresh = fmt.read_leaf_json(leaf)
+    assert fresh[0][1] is not first[0][1] and not np.array_equal(fresh[0][1], first[0][1])
+    assert fmt.read_leaf_json(leaf)[0][1] is not fresh[0][1]
+    os.utime(leaf, (old + 1, old + 1))  # old enough now: kept from its next read on
+    kept = fmt.read_leaf_json(leaf)
+    assert np.array_equal(kept[0][1], fresh[0][1]) and fmt.read_leaf_json(leaf)[0][1] is kept[0][1]
+    monkeypatch.setattr(fmt, "KEEP_BYTES", 100)  # over the budget: parsed every time
+    fmt._KEPT.clear()
+    assert fmt.read_leaf_json(leaf)[0][1] is not fmt.read_leaf_json(leaf)[0][1]
+
+
 def test_leaf_number_forms(tmp_path):
     rng = np.random.default_rng(0)
     vals = np.concatenate(
