@@ -97,14 +97,36 @@ def build_app(names=None, listing: bool = False) -> typer.Typer:
     return app
 
 
-def app_for(argv: list[str]) -> typer.Typer:
-    """The app ``argv`` needs: only the command it names, none for a bare ``--version``, else all (the listing)."""
+def _needs(argv: list[str]) -> tuple[list[str] | None, bool]:
+    """The commands ``argv`` needs, and whether listed: only the command it names, none for a bare ``--version``, else
+    all of them (the listing)."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in COMMANDS:
-        return build_app([command])
+        return [command], False
     if command is None and "--version" in argv and not {"-h", "--help"} & set(argv):
-        return build_app([])
-    return build_app(listing=True)
+        return [], False
+    return None, True
+
+
+#: the click commands :func:`command_for` built in this process, by what they were built from
+_BUILT: dict = {}
+
+
+def command_for(argv: list[str]):
+    """The click command of the app ``argv`` needs (:func:`_needs`, :func:`build_app`), built once per process for the
+    same command functions: Typer converts every option of a command each time it builds one (4 ms for ``train``'s),
+    and a notebook's, a sweep worker's or a test's process runs ``fedcli`` many times. A command module reloaded or a
+    command function replaced is built again (the key holds the functions)."""
+    import importlib
+
+    import typer.main
+
+    names, listing = _needs(argv)
+    fns = () if listing else tuple(getattr(importlib.import_module(COMMANDS[n]), n) for n in names)
+    key = (tuple(names or ()), listing, fns)
+    if key not in _BUILT:
+        _BUILT[key] = typer.main.get_command(build_app(names, listing=listing))
+    return _BUILT[key]
 
 
 def _mpi_comm():
@@ -146,7 +168,7 @@ def invoke(args: list[str]):
     ``typer.Abort`` pass through. The ``fedcli`` command prints the error (:func:`_run`); ``fedcli.train`` and
     ``fedcli.report`` in a notebook raise it (fedcli/api.py)."""
     try:
-        return app_for(args)(args=args, standalone_mode=False)
+        return command_for(args)(args=args, standalone_mode=False)
     except FedcliError:
         raise
     except ClickException as e:
