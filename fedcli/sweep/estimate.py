@@ -481,7 +481,13 @@ def _probe(jobs: list[dict], reference: bool, warm: bool = False) -> tuple[dict,
 
     argv = [repr(time.time()), "reference" if reference else "-"]
     forked = warm and not reference
-    out, stopped = (_probe_warm if forked else _probe_fresh)(argv, jobs)
+    try:
+        out, stopped = (_probe_warm if forked else _probe_fresh)(argv, jobs)
+    except (OSError, RuntimeError):  # no warm server here (multiprocessing could not start one): a new interpreter
+        if not forked:
+            raise
+        forked = False
+        out, stopped = _probe_fresh(argv, jobs)
     got: dict = {"data": {}, "part": {}, "failed": {}}
     for line in out.splitlines():
         try:

@@ -263,6 +263,15 @@ def test_a_data_probe_for_worker_processes_is_forked_warm_and_keeps_the_cached_s
     other = TrainConfig(dataset="synthetic", model="mlp", clients=7).to_dict()
     ov = est.overheads([other], warm=True)
     assert len(forked) == 2 and list(ov.lower) == [est._keys(other)[0]]
+    # no warm server to be had: the probe is a new interpreter, as without warm
+
+    def no_server(*args, **kw):
+        raise OSError("no fork server")
+
+    monkeypatch.setattr(warm, "Command", no_server)
+    monkeypatch.setattr(est, "_probe_fresh", lambda argv, jobs: ('{"startup": 2.0}\n', False))
+    est.overheads([TrainConfig(dataset="digits", model="mlp", clients=5).to_dict()], warm=True)
+    assert json.loads((tmp_path / "cache" / est.TIMINGS_FILE).read_text())["startup"][est._startup_key()]["s"] == 2.0
 
 
 def test_reference_training_by_hand():
