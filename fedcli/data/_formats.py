@@ -3,6 +3,7 @@
 - IDX (the MNIST family, http://yann.lecun.com/exdb/mnist/), gzip or plain.
 - CIFAR python pickles (https://www.cs.toronto.edu/~kriz/cifar.html), read with a restricted unpickler.
 - LEAF JSON (Caldas et al., "LEAF: A Benchmark for Federated Settings", 2018), plain or gzip.
+- CSV tables of numbers (scikit-learn's bundled ``digits.csv.gz``).
 
 Every problem is reported as one ``DataError`` sentence: ``<path>: <what is wrong>; expected <format>``.
 """
@@ -78,9 +79,9 @@ def kept(reader):
         except OSError:
             return reader(path, *args)  # the reader says what is wrong
         key, stamp = (reader.__name__, os.fspath(path), args), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        hit = _KEPT.get(key)
+        hit = _KEPT.pop(key, None)  # a file changed since: its old arrays are dropped
         if hit is not None and hit[0] == stamp:
-            _KEPT.move_to_end(key)
+            _KEPT[key] = hit  # the most recently used, last
             return _copy_lists(hit[1])
         value = reader(path, *args)
         arrays = _arrays(value)
@@ -99,6 +100,15 @@ def kept(reader):
 
 def _copy_lists(value):
     return [_copy_lists(v) for v in value] if isinstance(value, list) else value
+
+
+# ------------------------------------------------------------------------------------------ CSV
+
+
+@kept
+def read_number_table(path: Path) -> np.ndarray:
+    """A comma-separated table of numbers (plain or gzip, no header) as a float64 array [rows, columns]."""
+    return np.loadtxt(path, delimiter=",")
 
 
 # ----------------------------------------------------------------------------------------- IDX

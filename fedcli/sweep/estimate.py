@@ -481,12 +481,12 @@ def _probe(jobs: list[dict], reference: bool, warm: bool = False) -> tuple[dict,
 
     argv = [repr(time.time()), "reference" if reference else "-"]
     forked = warm and not reference
-    try:
-        out, stopped = (_probe_warm if forked else _probe_fresh)(argv, jobs)
-    except (OSError, RuntimeError):  # no warm server here (multiprocessing could not start one): a new interpreter
-        if not forked:
-            raise
-        forked = False
+    if forked:
+        try:
+            out, stopped = _probe_warm(argv, jobs)
+        except (OSError, RuntimeError):  # no warm server here (multiprocessing could not start one): a new interpreter
+            forked = False
+    if not forked:
         out, stopped = _probe_fresh(argv, jobs)
     got: dict = {"data": {}, "part": {}, "failed": {}}
     for line in out.splitlines():

@@ -388,6 +388,11 @@ def test_a_parsed_file_is_kept_while_unchanged_and_old_enough(tmp_path, monkeypa
     first, again = fmt.read_leaf_json(leaf), fmt.read_leaf_json(leaf)
     assert again is not first and again[0][1] is first[0][1] and not first[0][1].flags.writeable
     assert fmt.read_idx(idx, fmt.IDX_LABELS_MAGIC) is fmt.read_idx(idx, fmt.IDX_LABELS_MAGIC)
+    table = tmp_path / "t.csv"
+    table.write_text("1,2.5\n3,4\n")
+    os.utime(table, (old, old))
+    assert fmt.read_number_table(table).tolist() == [[1.0, 2.5], [3.0, 4.0]]
+    assert fmt.read_number_table(table) is fmt.read_number_table(table)
     write_json(leaf, leaf_doc(["u1", "u2"], start=3))  # new content, written just now: racy, not kept
     fresh = fmt.read_leaf_json(leaf)
     assert fresh[0][1] is not first[0][1] and not np.array_equal(fresh[0][1], first[0][1])

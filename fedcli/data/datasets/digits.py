@@ -3,7 +3,6 @@ so a holdout of 0.2 by default (1,437 / 360). Nothing on disk to check: fedcli's
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
@@ -41,25 +40,14 @@ def _sklearn_digits() -> tuple:
     found = module_spec and module_spec.submodule_search_locations
     path = Path(module_spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if found else None
     if path is not None and path.is_file():
-        st = path.stat()
-        table = _digits_table(str(path), st.st_size, st.st_mtime_ns)
+        from fedcli.data._formats import read_number_table
+
+        table = read_number_table(path)  # kept for the process, read-only (a process that trains again: no re-parse)
         return table[:, :-1], table[:, -1].astype(int)
     from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()
     return bunch.data, bunch.target
-
-
-@functools.lru_cache(maxsize=1)
-def _digits_table(path: str, size: int, mtime_ns: int):
-    """The parsed ``digits.csv.gz`` [1797, 65], read-only, kept for the process (keyed by the file's size and time):
-    a process that trains more than once (the Python API in a notebook, a sweep's pool process, a test process)
-    parses it once, where each training took about 25 ms of CPU for it."""
-    import numpy as np
-
-    table = np.loadtxt(path, delimiter=",")
-    table.setflags(write=False)
-    return table
 
 
 def digits_facts(cfg: dict) -> tuple:
