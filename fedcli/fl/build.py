@@ -142,16 +142,22 @@ def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
     )
     n_clients = len(client_indices)
     n_active = max(1, int(round(cfg.active_ratio * n_clients)))
-    if comm.size > n_active:  # every process trains at least one client of every round (the cohort sums, the batch
-        # plans and the parts' hooks assume so): refused up-front
-        how = "MPI processes" if comm.launcher == "mpi" else "worker processes (--workers)"
+    check_processes(cfg.active_ratio, n_clients, n_active, comm.size, comm.launcher)
+    return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, n_active)
+
+
+def check_processes(active_ratio: float, n_clients: int, n_active: int, size: int, launcher: str) -> None:
+    """Refuses more processes (MPI ranks, or ``--workers``) than clients per round, up-front: every process trains at
+    least one client of every round (the cohort sums, the batch plans and the parts' hooks assume so). As many
+    processes as clients per round is allowed (one client each)."""
+    if size > n_active:
+        how = "MPI processes" if launcher == "mpi" else "worker processes (--workers)"
         raise ConfigError(
-            f"--active-ratio {cfg.active_ratio} of {n_clients} clients gives {n_active} client(s) per "
-            f"round, fewer than the {comm.size} {how}: each process trains at least one client of "
+            f"--active-ratio {active_ratio} of {n_clients} clients gives {n_active} client(s) per "
+            f"round, fewer than the {size} {how}: each process trains at least one client of "
             f"every round; use at most {n_active} processes, or more clients per round",
             key="active_ratio",
         )
-    return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, n_active)
 
 
 def global_model(cfg: TrainConfig, dataset, device: torch.device) -> tuple:

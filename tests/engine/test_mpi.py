@@ -192,21 +192,33 @@ def test_exception_on_one_rank_aborts_the_job_and_marks_failed(tmp_path):
     assert man["status"] == "failed" and "rank 1" in man["error"]
 
 
+SMALL_COHORT = ["train", "--clients", "4", "--active-ratio", "0.5", "--iterations", "8", "--quiet"]
+
+
 @pytest.mark.timeout(180)
 def test_more_ranks_than_clients_per_round_is_refused_up_front(tmp_path):
     """Issue 29, family 4: 3 ranks for 2 clients per round would leave a rank without clients; refused before anything
     is written (exit 2, one line, no run folder), where it used to end with a RuntimeError and a manifest left
-    running."""
+    running. The boundary (as many processes as clients per round passes) is checked by hand numbers in
+    test_participants.py::test_processes_up_to_the_clients_per_round_pass_one_more_is_refused, and trained under MPI
+    by the long test below."""
     out = tmp_path / "run"
-    args = ["train", "--clients", "4", "--active-ratio", "0.5", "--iterations", "8", "--quiet", "--out", str(out)]
-    p = mpirun(3, args, timeout=150)
+    p = mpirun(3, [*SMALL_COHORT, "--out", str(out)], timeout=150)
     lines = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert "--active-ratio" in lines[0] and "2 client(s) per round" in lines[0] and "3 MPI processes" in lines[0]
     assert not out.exists()
-    # as many ranks as clients per round: the same metrics as one process
-    assert main([*args[:-1], str(tmp_path / "n1")]) == 0
-    p = mpirun(2, [*args[:-1], str(tmp_path / "n2")], timeout=150)
+
+
+@pytest.mark.long(
+    reason="a rank with one client of the round is trained under MPI by test_mpi_families (3 clients per round over 2 "
+    "ranks) and the boundary's arithmetic is checked in make test (test_participants.py); this trains the boundary"
+)
+@pytest.mark.timeout(180)
+def test_as_many_ranks_as_clients_per_round_give_the_metrics_of_one_process(tmp_path):
+    """2 ranks for 2 clients per round (one client each): the same metrics as one process."""
+    assert main([*SMALL_COHORT, "--out", str(tmp_path / "n1")]) == 0
+    p = mpirun(2, [*SMALL_COHORT, "--out", str(tmp_path / "n2")], timeout=150)
     assert p.returncode == 0, p.stderr
     a, b = rows(tmp_path / "n1/metrics.csv"), rows(tmp_path / "n2/metrics.csv")
     assert len(a) == len(b) > 0

@@ -1,7 +1,8 @@
 """The system model's participants (fedcli/fl/system.py, docs/system-model.md): rounds that availability and a
 deadline leave with fewer clients than processes train the same on any process count, for every method; a round
 whose clients are all offline waits for one to come online (the clock never stalls); FedScale's sampling among the
-clients online, with over-commitment; a run in which nobody can train is an error, never a completion."""
+clients online, with over-commitment; a run in which nobody can train is an error, never a completion; and never
+more processes than clients per round."""
 
 import json
 
@@ -428,3 +429,20 @@ def test_waits_and_overcommitment_under_mpi_1_and_2_processes(tmp_path):
     a, b = rows(runs[1] / "metrics.csv"), rows(runs[2] / "metrics.csv")
     for x, y in zip(a, b):
         assert float(x["test_loss"]) == pytest.approx(float(y["test_loss"]), rel=1e-5)
+
+
+def test_processes_up_to_the_clients_per_round_pass_one_more_is_refused():
+    """fedcli/fl/build.py:check_processes: 4 clients at --active-ratio 0.5 give 2 per round; 1 or 2 processes (MPI ranks
+    or --workers) pass, 3 are refused naming the launcher (tests/engine/test_mpi.py runs the refusal under mpiexec)."""
+    from fedcli.errors import ConfigError
+    from fedcli.fl.build import check_processes
+
+    for size in (1, 2):
+        for launcher in ("mpi", "fedcli"):
+            check_processes(0.5, 4, 2, size, launcher)
+    with pytest.raises(ConfigError) as e:
+        check_processes(0.5, 4, 2, 3, "mpi")
+    assert str(e.value).startswith("--active-ratio 0.5 of 4 clients gives 2 client(s) per round, fewer than the 3 MPI")
+    assert "use at most 2 processes" in str(e.value) and e.value.key == "active_ratio"
+    with pytest.raises(ConfigError, match=r"fewer than the 3 worker processes \(--workers\)"):
+        check_processes(0.5, 4, 2, 3, "fedcli")

@@ -285,10 +285,10 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
     test_the_last_trial_of_a_grid_told_pruned)."""
     from fedcli.results.stopfile import read_stop
 
-    # 1,200 iterations (about 3 ms of CPU each): the 900 left after the quarter-budget evaluation (seconds) are long
-    # enough that the coordinator's poll (every 0.5 s) sees it while the run still trains; a run that had finished
+    # 600 iterations (about 3 ms of CPU each): the 450 left after the quarter-budget evaluation (over a second) are
+    # long enough that the coordinator's poll (every 0.5 s) sees it while the run still trains; a run that had finished
     # would be told COMPLETE instead
-    path = write_recipe(tmp_path, trials=2, iterations=1200, eval_every=30, sampler="grid")
+    path = write_recipe(tmp_path, trials=2, iterations=600, eval_every=30, sampler="grid")
     path.write_text(path.read_text().replace("lr = { log = [0.2, 0.8] }", "lr = { choices = [1e-6, 0.3] }"))
     root = tmp_path / "study"
     tune([path, "--out", root])
@@ -303,11 +303,11 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
         m = manifest(run)
         stop = read_stop(run)
         assert stop["reason"] == "pruned" and stop["why"].startswith("hopeless: best validation accuracy 0.0")
-        assert stop["iteration"] == 300
+        assert stop["iteration"] == 150
         assert r["state"] == "PRUNED" and m["status"] == "interrupted" and m["reason"] == "pruned"
         assert m["pruned"]["why"].startswith("hopeless: best validation accuracy 0.0")
-        assert m["pruned"]["requested_iteration"] == 300  # the first evaluation at a quarter of 1,200
-        assert int(r["pruned_iteration"]) == m["pruned"]["iteration"] < 1200
+        assert m["pruned"]["requested_iteration"] == 150  # the first evaluation at a quarter of 600
+        assert int(r["pruned_iteration"]) == m["pruned"]["iteration"] < 600
         # its metrics stop there: the last evaluation on the grid (every 30) at or before the iteration it stopped at
         assert m["pruned"]["iteration"] - 30 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
         assert any((run / "checkpoints").iterdir())
@@ -315,7 +315,7 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
     p = run_forked(FEDCLI, ["tune", str(root), "--promote", n], env=env(), timeout=300)
     assert p.returncode == 0, p.stderr[-1000:]
     run = root / slow[0]["run"]
-    assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 1200
+    assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 600
     assert next(r for r in trials_csv(root) if r["number"] == n)["state"] == "COMPLETE"
 
 

@@ -173,6 +173,11 @@ def race_once(tmp_path: Path, attempt: int, locked: bool) -> tuple[int, int, lis
     return 40 - len(set(xs)), len(xs) - len(set(xs)), [x for x in got if isinstance(x, str)]
 
 
+@pytest.mark.long(
+    reason="shows Optuna's RDBStorage on SQLite losing or duplicating trials without the lock (a property of Optuna "
+    "and SQLite, about 8 s of CPU); the lock's each-exactly-once under 4 processes is in make test "
+    "(test_four_workers_ask_each_enqueued_configuration_exactly_once[sqlite])"
+)
 def test_sqlite_loses_or_duplicates_enqueued_trials_without_the_lock(tmp_path):
     """Why SQLite needs the lock: 4 processes popping 40 enqueued trials through Optuna's RDBStorage on SQLite (no row
     locks: its SELECT ... FOR UPDATE is a plain SELECT) evaluate some twice or lose some (measured: 3 to 11 of 40
