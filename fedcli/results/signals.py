@@ -6,9 +6,9 @@ the round in progress and writes the last round boundary, kept in memory for tha
 training runs, the process's first handlers (``fedcli.runtime.early``) answer the same signals.
 
 Imports no torch (nor :mod:`fedcli.results.checkpoint`) at its top: ``fedcli train`` sets up :func:`request_stop` for
-``fedcli sweep --mpi`` before it checks its config, which is answered before torch loads. The hook's methods import
-them where a run is under way, already loaded by then (``fedcli.runner`` imports the checkpoint module before the
-simulation is built), so no module is first imported while a signal may land.
+``fedcli sweep --mpi`` before it checks its config, which is answered before torch loads. A :class:`Checkpointer` loads
+them when it is made, before rounds run, and its methods import them from there: no module is first imported while a
+signal may land.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ class Checkpointer(RoundHook):
     def __init__(
         self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"
     ):
+        import fedcli.results.checkpoint  # noqa: F401 (and torch): loaded now, not first at a round boundary
+
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
         self.world_size, self.launcher = int(world_size), launcher
         self.notify = notify  # prints a one-line notice (root only), or None
