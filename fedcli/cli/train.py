@@ -80,7 +80,8 @@ def loading(mode: str) -> None:
     """Say at once that the run is loading (torch, the data, the model: seconds before the header). On a terminal a
     transient status line, gone when the header (or a one-line error) comes; in a job log (``--progress lines``: nohup,
     Slurm, ``2>log``) this one plain line, so the log shows the job alive from its first second; an error then follows
-    it as its one line. Typos in ``--algo`` and ``--dataset`` are answered before it."""
+    it as its one line. The config's errors (and ``--resume``'s refusals that read the run folder) are answered before
+    it, and before torch loads (``_start``)."""
     if not _rank0():
         return
     if mode == "bar":
@@ -182,8 +183,6 @@ def train(**kwargs):
             f"choose one of: {', '.join(CATALOG['datasets'])}",
             key="dataset",
         )
-    if not quiet and not as_json:
-        loading(progress_mode(progress))
     try:
         _start(
             flags,
@@ -219,7 +218,11 @@ class _Asked:
 
 
 def _start(flags: dict, asked: _Asked) -> None:
-    """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run."""
+    """``fedcli train`` after its arguments are read: the config (rank 0, broadcast), the worker pool, the run.
+
+    Torch is first imported by ``launch``: the communicator (MPI's start included), the sweep's lock and the config's
+    checks import none, so a bad value is answered in a fraction of a second by each process (under ``mpiexec``: said
+    once by rank 0, every rank exiting with its code)."""
     recipe, scale, resume, overwrite, promote = asked.recipe, asked.scale, asked.resume, asked.overwrite, asked.promote
     quiet, as_json, progress = asked.quiet, asked.as_json, asked.progress
     from fedcli.comm.mpi import get_communicator
@@ -250,6 +253,8 @@ def _start(flags: dict, asked: _Asked) -> None:
         if comm.is_root and not quiet:
             print(json.dumps({"run_dir": str(resume), "trackers": caught_up}) if as_json else caught_up)
         return
+    if not quiet and not as_json:  # the config holds: now torch, the data and the model load
+        loading(progress_mode(progress))
     cfg = TrainConfig(**comm.bcast(cfg.to_dict() if cfg is not None else None))
     from fedcli.runner import launch
 

@@ -11,9 +11,10 @@ clients in that order and one ``Allreduce`` adds the ranks' partial sums (equal 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where tensors are summed: a communicator is made before torch loads (fedcli/cli/train.py)
+    import torch
 
 #: columns per block of an ordered sum: the weighted rows of every client over one block of columns are made by one
 #: multiply and added by one call, so a sum costs a few torch ops per block whatever the number of clients (GitHub
@@ -27,6 +28,8 @@ def scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
     """A flat buffer of at least ``numel`` elements, reused from call to call (a fresh one of tens of megabytes per
     synchronization is page-faulted in again every time on the CPU: 1.5 s against 0.25 s a FEMNIST CNN sum, 32
     clients)."""
+    import torch
+
     key_ = (dtype, str(device))
     buf = _scratch.get(key_)
     if buf is None or buf.numel() < numel:
@@ -36,6 +39,8 @@ def scratch(numel: int, dtype: torch.dtype, device) -> torch.Tensor:
 
 def flat_rows(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int, torch.dtype]:
     """Per-client rows [k, numel] of stacked tensors [k, ...], their total width and common dtype."""
+    import torch
+
     rows = [t.reshape(t.shape[0], math.prod(t.shape[1:])) for t in tensors]
     dtype = rows[0].dtype if rows else torch.float32
     for r in rows[1:]:
@@ -71,6 +76,8 @@ def ordered_sum(
     same bits as all of them at once); a new one starting at 0 when None. ``scan``: how the rows are added
     (:func:`add_rows_in_order`; None: the device's way).
     """
+    import torch
+
     rows, width, dtype = flat_rows(tensors)
     device = rows[0].device if rows else torch.device("cpu")
     if out is None:
@@ -119,6 +126,8 @@ def add_rows_in_order(acc: torch.Tensor, rows: torch.Tensor, scan: bool | None =
     The seam lets a CPU test take the CUDA branch (tests/comm/test_cuda_branches.py): its arithmetic needs no GPU,
     but the CPU's ``cumsum`` accumulates float32 in float64 (one rounding at the end), so there it is the in-order
     sum only in float64, where it accumulates in the tensor's dtype as CUDA's does in float32."""
+    import torch
+
     if (acc.device.type == "cuda") if scan is None else scan:
         acc.copy_(torch.cat([acc.unsqueeze(0), rows]).cumsum(0)[-1])
     else:
@@ -192,6 +201,8 @@ class Communicator:
     def client_gather(self, values: torch.Tensor, positions: list[int], total: int) -> torch.Tensor:
         """[total, ...] with this rank's rows ``values`` [k, ...] at their cohort ``positions`` and every
         other rank's at theirs. Exact: each entry has one contributor, the others add zeros."""
+        import torch
+
         out = torch.zeros((total, *values.shape[1:]), dtype=values.dtype, device=values.device)
         if len(positions):
             out[torch.as_tensor(positions, dtype=torch.long, device=values.device)] = values

@@ -33,7 +33,7 @@ import torch
 from fedcli.config import flag
 from fedcli.errors import ConfigError, DataError
 from fedcli.fl.context import CheckpointContext
-from fedcli.results.runstate import resume_command
+from fedcli.results.runstate import RESUME_MAY_CHANGE, resume_command
 from fedcli.safefs import atomic_write, open_dir
 
 FORMAT = "fedcli-checkpoint"
@@ -42,24 +42,6 @@ FOLDER = "checkpoints"
 EXPECTED = f"expected a fedcli checkpoint (torch.save of a '{FORMAT}' version {VERSION} dict)"
 _NAME = re.compile(r"^round-(\d+)\.pt$")
 _STALE = re.compile(r"^\.round-.*\.pt\.tmp")
-
-# Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment.
-# (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
-RESUME_MAY_CHANGE = {
-    "device",
-    "threads",
-    "workers",
-    "trainer",
-    "client_cache_mb",
-    "client_state_keep",
-    "cohort_chunk",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "on_diverge",
-    "diverge_factor",
-    "out",
-    "tracker",
-}
 
 
 # ---------------------------------------------------------------------------------------- files

@@ -14,7 +14,7 @@ from pathlib import Path
 from fedcli.config import FIELDS, TrainConfig, flag
 from fedcli.errors import ConfigError, DataError, FedcliError
 from fedcli.fl.context import LogContext
-from fedcli.results.checkpoint import RESUME_MAY_CHANGE, check_config, check_world_size, load_latest
+from fedcli.results.runstate import RESUME_MAY_CHANGE
 
 
 def read_manifest(run_dir: str | Path) -> dict:
@@ -104,6 +104,8 @@ def load_for_resume(run_dir: str | Path, comm, warn=None, config: dict | None = 
 
     A changed trace (:func:`check_traces`), a checkpoint of another experiment (``config``: the run's) or of another
     number of processes is refused before the CSVs are looked at, so the message says what is wrong with it."""
+    from fedcli.results.checkpoint import check_config, check_world_size, load_latest
+
     payload = None
     if comm.is_root:
         try:

@@ -42,6 +42,25 @@ PRUNED = "pruned"
 #: experiment trackers it also reports to)
 NEUTRAL_KEYS = ("out", "threads", "workers", "tracker")
 
+# Flags that may differ on --resume: they change how the run is executed or guarded, not the experiment (read by
+# fedcli train's --resume check before torch loads, and by the checkpoint's check).
+# (--device and --trainer are allowed but void the bitwise guarantee: other kernels, other rounding.)
+RESUME_MAY_CHANGE = {
+    "device",
+    "threads",
+    "workers",
+    "trainer",
+    "client_cache_mb",
+    "client_state_keep",
+    "cohort_chunk",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "on_diverge",
+    "diverge_factor",
+    "out",
+    "tracker",
+}
+
 
 def config_hash(cfg: dict) -> str:
     core = {k: v for k, v in sorted(cfg.items()) if k not in NEUTRAL_KEYS}

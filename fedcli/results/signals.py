@@ -4,6 +4,11 @@ A checkpoint (:mod:`fedcli.results.checkpoint`) is taken at a round boundary, af
 rows, every ``--checkpoint-every`` rounds and when SIGINT/SIGTERM/SIGHUP (or SIGUSR1) arrives; a second signal stops
 the round in progress and writes the last round boundary, kept in memory for that (:class:`Checkpointer`). Before
 training runs, the process's first handlers (``fedcli.runtime.early``) answer the same signals.
+
+Imports no torch (nor :mod:`fedcli.results.checkpoint`) at its top: ``fedcli train`` sets up :func:`request_stop` for
+``fedcli sweep --mpi`` before it checks its config, which is answered before torch loads. A :class:`Checkpointer` loads
+them when it is made, before rounds run, and its methods import them from there: no module is first imported while a
+signal may land.
 """
 
 from __future__ import annotations
@@ -14,13 +19,10 @@ import signal
 import threading
 from pathlib import Path
 
-import torch
-
 from fedcli.errors import FedcliError, Pruned
 from fedcli.fl.context import CheckpointContext, LogContext
 from fedcli.fl.hooks import RoundHook
 from fedcli.results import stopfile
-from fedcli.results.checkpoint import capture, global_state, local_state, run_facts, save
 from fedcli.results.runstate import resume_command
 
 #: the signals a training handles (see :meth:`Checkpointer.signals`): SIGHUP (the terminal closed) is a stop like
@@ -68,6 +70,8 @@ class Checkpointer(RoundHook):
     def __init__(
         self, run_dir: str | Path, every: int, keep: int, world_size: int = 1, notify=None, launcher: str = "mpi"
     ):
+        import fedcli.results.checkpoint  # noqa: F401 (and torch): loaded now, not first at a round boundary
+
         self.run_dir, self.every, self.keep = Path(run_dir), int(every), int(keep)
         self.world_size, self.launcher = int(world_size), launcher
         self.notify = notify  # prints a one-line notice (root only), or None
@@ -83,6 +87,10 @@ class Checkpointer(RoundHook):
         self.late_request: dict | None = None  # a stop request met at the last round boundary (the run completed)
 
     def __call__(self, ctx: CheckpointContext, state) -> None:
+        import torch
+
+        from fedcli.results.checkpoint import global_state, local_state
+
         stop = self.pending is not None
         asked = self.stop_request(ctx, state)  # RUN/stop.json (rank 0 looks: one lstat per round)
         if ctx.comm.size > 1:  # one all-reduce per round carries both answers: a signal, a stop request
@@ -151,12 +159,16 @@ class Checkpointer(RoundHook):
 
     def step(self, ctx: LogContext, state) -> None:
         """Step hook under MPI: every process learns, after each local step, whether a second signal arrived."""
+        import torch
+
         now = float(ctx.comm.allreduce_(torch.tensor([1.0 if self.now else 0.0], dtype=torch.float64))[0]) > 0
         if now:
             self.stopping = True
             raise Interrupted(self.pending or signal.SIGTERM, "stopped mid-round", now=True)
 
     def write(self, ctx: CheckpointContext, state) -> None:
+        from fedcli.results.checkpoint import capture, save
+
         ckpt = capture(ctx, state)
         if ckpt is not None:
             self.last = save(self.run_dir, ckpt, self.keep)
@@ -165,6 +177,8 @@ class Checkpointer(RoundHook):
 
     def write_snapshot(self, ctx: CheckpointContext) -> None:
         """After a stop mid-round (collective): write the last round boundary if no checkpoint holds it yet."""
+        from fedcli.results.checkpoint import run_facts, save
+
         snap = self.snapshot
         if snap is None or snap[0] <= self.last_round:
             return

@@ -1,7 +1,10 @@
-"""Answers without torch: `--help`, `train --help`, `partition --help` and argument errors (issue 30), method names
-as people type them, and `--seeds` as a count, a list or a range."""
+"""Answers without torch: `--help`, `train --help`, `partition --help` and argument errors (issue 30), `train`'s config
+errors and `--resume`'s refusals that read the run folder (in one process and under MPI), method names as people type
+them, and `--seeds` as a count, a list or a range."""
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,10 +17,12 @@ from fedcli.method_names import resolve_method
 from fedcli.sweep.run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
+from runkit import MPIEXEC, mpirun  # noqa: E402
+
 PROBE = (
     "import sys, time; t = time.perf_counter(); from fedcli.cli.main import main\n"
-    "try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
-    "print('TORCH', 'torch' in sys.modules, time.perf_counter() - t)"
+    "code = None\ntry:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\n"
+    "print('TORCH', 'torch' in sys.modules, time.perf_counter() - t, 'CODE', code)"
 )
 
 
@@ -68,6 +73,85 @@ def test_partition_refuses_a_bad_argument_before_torch_and_the_data(env, tmp_pat
     assert "TORCH False" in p.stdout, (p.stdout[-300:], p.stderr[-300:])
     assert p.stderr.strip().splitlines() == ["fedcli: error: --clients must be >= 1, got 0"]
     assert not out.exists()
+
+
+#: config values ``fedcli train`` refuses, and the one line it says (exit 2)
+BAD_VALUES = [
+    (["--tau", "0"], "fedcli: error: --tau must be >= 1, got 0"),
+    (["--active-ratio", "0"], "fedcli: error: --active-ratio must be > 0.0, got 0.0"),
+]
+
+
+@pytest.mark.parametrize("args, line", BAD_VALUES)
+def test_a_bad_config_value_is_answered_before_torch(env, args, line):
+    """The config's checks import no torch (fedcli/cli/train.py, ``_start``): a bad value is its one line and exit 2
+    with torch never imported (it took about 2 s of CPU before), and no "loading torch ..." line before it (a job log
+    gets that line once the config holds)."""
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=["train", *args])], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert p.stdout.split()[:2] == ["TORCH", "False"] and p.stdout.split()[-2:] == ["CODE", "2"], (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines() == [line]
+
+
+def pruned_run(folder: Path, world_size: int) -> Path:
+    """A run folder as a pruned run leaves it, as far as ``--resume`` reads it: the manifest (``status:
+    interrupted``, ``reason: pruned``, where it stopped; fedcli/results/validate.py, ``pruned``)."""
+    folder.mkdir()
+    manifest = {
+        "status": "interrupted",
+        "reason": "pruned",
+        "pruned": {"iteration": 20, "round": 5, "why": "below the median"},
+        "world_size": world_size,
+        "workers": 1,
+        "config": {"algo": "fedavg", "dataset": "digits", "out": str(folder)},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_resume_of_a_pruned_run_is_refused_before_torch(env, tmp_path):
+    """``--resume`` of a pruned run without ``--promote`` (fedcli/results/runstate.py, ``refuse_pruned``): its one
+    line and exit 2 from the run folder's manifest alone, torch never imported."""
+    run = pruned_run(tmp_path / "run", 1)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=["train", "--resume", str(run)])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.stdout.split()[:2] == ["TORCH", "False"] and p.stdout.split()[-2:] == ["CODE", "2"], (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        f"fedcli: error: --resume {run}: the run was pruned at iteration 20 (below the median) and is kept as it "
+        f"stands; --promote finishes it: fedcli train --resume {run} --promote"
+    ]
+
+
+def imported_torch(stderr: str) -> bool:
+    """Whether a process run with ``PYTHONPROFILEIMPORTTIME=1`` (python's ``-X importtime``) imported torch: its
+    report names every module imported, one a line (``import time: SELF | CUMULATIVE | torch``)."""
+    return re.search(r"\|\s+torch\s*$", stderr, flags=re.M) is not None
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not installed (make install brings mpich)")
+def test_under_mpi_a_bad_value_and_a_pruned_resume_are_answered_before_torch(tmp_path, monkeypatch):
+    """Under ``mpiexec -n 2``: rank 0 checks the config, the error is said once, every rank exits 2, and neither
+    process imports torch (each paid about 2 s of CPU for it before the answer)."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # both ranks report their imports (mpiexec passes it on)
+    run = pruned_run(tmp_path / "run", 2)
+    for args, line in [
+        (["--tau", "0", "--out", str(tmp_path / "bad")], BAD_VALUES[0][1]),
+        (["--resume", str(run)], "the run was pruned at iteration 20 (below the median) and is kept as it stands"),
+    ]:
+        p = mpirun(2, ["train", *args], timeout=90)
+        assert p.returncode == 2, p.stderr[-2000:]
+        assert p.stderr.count("import time: self [us]") == 2, p.stderr[-2000:]  # the two ranks' reports
+        assert not imported_torch(p.stderr), [l for l in p.stderr.splitlines() if "torch" in l][:5]
+        assert p.stderr.count("fedcli: error:") == 1 and line in p.stderr and "Traceback" not in p.stderr
+    assert "mpiexec -n 2" in p.stderr and not (tmp_path / "bad").exists()
 
 
 def test_typo_in_algo_gets_did_you_mean(env):
