@@ -55,7 +55,7 @@ import pytest  # noqa: E402
 
 # postgres_server, postgres_url: the local PostgreSQL (scripts/postgres-local.sh), a fresh database per test
 from pgkit import postgres_server, postgres_url  # noqa: E402
-from simkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
+from sharedkit import FEMNIST_SAMPLE, MNIST_T10K  # noqa: E402
 
 
 @pytest.fixture

@@ -2,19 +2,13 @@
 fixtures."""
 
 import csv
-import os
 from pathlib import Path
 
 import torch
 
 from fedcli.config import TrainConfig
 from fedcli.fl.engine import Simulation
-
-# the real data slices beside the repository (tests that need them skip without them)
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("FEDCLI_SHARED", ROOT.parent / "shared"))
-MNIST_T10K = SHARED / "datasets" / "mnist-t10k"
-FEMNIST_SAMPLE = SHARED / "datasets" / "femnist-leaf-sample"
+from sharedkit import FEMNIST_SAMPLE, MNIST_T10K, ROOT, SHARED  # the tests import them from here too
 
 COLS = ("round", "iteration", "train_loss", "test_loss", "test_acc", "comm_params", "comm_bytes")
 

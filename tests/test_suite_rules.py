@@ -30,19 +30,14 @@ def test_not_mpi():
 """
 
 
-# a nested pytest each (3 to 7 s): make test runs CI's case and the plain case; the switches of the two marked long
-# are also in test_mpi_required_reads_ci_and_its_override, in this process
-LONG = pytest.mark.long(reason="a nested pytest (3 to 7 s) for another switch of the rule; make test runs CI's case")
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "env,code,outcome",
     [
         ({"CI": "true"}, 1, "1 failed, 1 skipped, 1 error"),  # skipif: at setup
-        pytest.param({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error", marks=LONG),
+        ({"FEDCLI_REQUIRE_MPI": "1"}, 1, "1 failed, 1 skipped, 1 error"),
         ({"CI": ""}, 0, "3 skipped"),
-        pytest.param({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped", marks=LONG),
+        ({"CI": "true", "FEDCLI_REQUIRE_MPI": "0"}, 0, "3 skipped"),
     ],
 )
 def test_mpi_tests_fail_instead_of_skipping_under_ci(tmp_path, env, code, outcome):
