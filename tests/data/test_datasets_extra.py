@@ -1,8 +1,6 @@
 """Tiny-ImageNet-200 and AG News loaders, and the fastText model (fixtures in the exact on-disk formats)."""
 
 import csv
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from fedcli.data.datasets import (
 )
 from fedcli.errors import ConfigError, DataError
 from fedcli.models import build_model
+from runkit import FEDCLI, run_forked
 
 # ----------------------------------------------------------------------------------- Tiny-ImageNet
 
@@ -271,11 +270,10 @@ def test_agnews_missing_and_corrupt(tmp_path):
 
 
 def test_agnews_missing_is_exit_3_on_the_command_line(tmp_path):
-    r = subprocess.run(
+    """`fedcli train` in a process of its own (forked: torch already imported, runkit.run_forked)."""
+    r = run_forked(
+        FEDCLI,
         [
-            sys.executable,
-            "-m",
-            "fedcli",
             "train",
             "--dataset",
             "agnews",
@@ -286,8 +284,6 @@ def test_agnews_missing_is_exit_3_on_the_command_line(tmp_path):
             "--out",
             str(tmp_path / "run"),
         ],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert r.returncode == 3, r.stderr
