@@ -22,8 +22,10 @@ install:
 # spend much of their time waiting for subprocesses, Slurm and signals, which the other worker fills. --dist loadfile:
 # a file's tests run on one worker, one after another (the Slurm tests share one queue; a README command reads what
 # an earlier one wrote). (--dist loadgroup would group finer, but pytest-xdist 3.8 cannot tag pytest 9's test ids.)
+# --no-loadscope-reorder: the files go out in the order tests/conftest.py gives them (the longest first), not
+# pytest-xdist's default of the most tests first
 TEST_WORKERS ?= 2
-XDIST = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadfile")
+XDIST = $(shell $(PY) -c "import xdist" 2>/dev/null && echo "-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder")
 
 test:
 	$(PY) -m pytest -q -m "not slow and not long" $(XDIST)

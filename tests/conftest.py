@@ -80,21 +80,28 @@ def golden_runs(tmp_path_factory):
     return run_all_watching_writes(tmp_path_factory.mktemp("golden-runs"))
 
 
-# the longest test files (tens of seconds to several minutes each on 2 cores), longest first: by their summed
-# --durations in a `make test` of 2026-11-29 (test_tune_study.py, `fedcli tune` studies of real trials, the longest)
+# the longest test files (tens of seconds each on 2 cores), longest first, by their summed durations in a `make test`
+# of 2026-11-29 (a per-test plugin); the files whose tests submit Slurm jobs (one at a time across the workers, see
+# pytest_runtest_protocol) spaced apart so that they seldom run at the same time. The Makefile's --no-loadscope-reorder
+# keeps this order (pytest-xdist otherwise sends the files with the most tests first).
 LONG_FILES = (
-    "test_tune_study.py",
     "test_trackers.py",
-    "test_workers.py",
-    "test_presets_learn.py",
-    "test_signals.py",
     "test_readme.py",
-    "test_figures_read_back.py",
-    "test_paper_scale.py",
-    "test_pruning.py",
-    "test_reliability.py",
     "test_slurm.py",
+    "test_signals.py",
+    "test_workers.py",
+    "test_reliability.py",
+    "test_tune_slurm.py",
+    "test_tune_study.py",
+    "test_presets_learn.py",
+    "test_paper_scale.py",
     "test_store.py",
+    "test_mpi.py",
+    "test_mpi_families.py",
+    "test_tune_workers.py",
+    "test_resume_presets.py",
+    "test_cli.py",
+    "test_golden.py",
 )
 
 
