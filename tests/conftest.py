@@ -31,6 +31,7 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 
+import atexit  # noqa: E402
 import gc  # noqa: E402
 import signal  # noqa: E402
 
@@ -39,6 +40,10 @@ import signal  # noqa: E402
 # collections of the middle generation, not 10): measured on tests/engine and tests/algorithms, 28 -> 8 of them, 6.4 ->
 # 2.6 s of CPU, the same peak memory (1.2 GB). fedcli's own processes keep CPython's defaults.
 gc.set_threshold(700, 10, 100)
+# At its exit, after pytest's own last collection (its unraisable-exception check), a test process's objects are
+# frozen out of the collections CPython's finalization makes while it clears the modules: each walked them all again
+# (a `make test` worker waited 2 to 10 s there, the controller with it, for memory the process is about to return).
+atexit.register(gc.freeze)
 
 # A test run started with SIGINT or SIGHUP ignored (`nohup make test`, `make test &` in a script) would pass that on to
 # every fedcli it starts, and fedcli rightly leaves an ignored signal ignored (nohup): the signal tests would then fail.

@@ -2,7 +2,9 @@
 again (trials 0..N-1 exactly once, finished ones unchanged, interrupted ones resumed bitwise), a crash between the ask
 and the run's first write, determinism with --jobs 1 and a seed, honest selection, a changed recipe refused."""
 
+import contextlib
 import csv
+import io
 import json
 import os
 import shutil
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runkit import FEDCLI, run_forked
+from fedcli.cli.main import main
 from sweepkit import tune_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,10 +30,20 @@ def env():
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def tune(args, timeout=300, check=True) -> subprocess.CompletedProcess:
-    """``fedcli tune ARGS`` in a forked child (runkit.run_forked): the coordinator is a process of its own without a
-    new interpreter's imports (its trials are forked from its warm server, fedcli/runtime/warm.py)."""
-    p = run_forked(FEDCLI, ["tune", *map(str, args), "-q"], env=env(), timeout=timeout)
+def tune(args, check=True) -> subprocess.CompletedProcess:
+    """``fedcli tune ARGS`` in this process (exit code, stdout and stderr as a process's): its trials are forked from
+    this process's warm server (fedcli/runtime/warm.py), started once for every study of the module, where a
+    coordinator of its own would start its own (a new interpreter importing torch, about 2 s of CPU each). The
+    coordinator's own process is what test_sigkill_of_the_coordinator_then_the_same_command (make test-long) and
+    tests/sweep/test_tune_workers.py hold."""
+    argv = ["tune", *map(str, args), "-q"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv) or 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    p = subprocess.CompletedProcess(["fedcli", *argv], code, out.getvalue(), err.getvalue())
     if check:
         assert p.returncode == 0, p.stderr[-2000:]
     return p
@@ -243,7 +255,7 @@ def test_sigkill_of_the_coordinator_then_the_same_command(tmp_path):
             coord.kill()
     finished = {r["number"]: r["params_lr"] for r in trials_csv(root) if r["state"] == "COMPLETE"}
     cut = [r["number"] for r in running]
-    tune(cmd[4:-1], timeout=600)
+    tune(cmd[4:-1])
     rows = trials_csv(root)
     assert [r["number"] for r in rows] == [str(n) for n in range(8)]
     assert all(r["state"] == "COMPLETE" for r in rows)
@@ -312,8 +324,7 @@ def test_hopeless_trials_are_stopped_and_one_promoted(tmp_path):
         assert m["pruned"]["iteration"] - 30 < int(metrics(run)[-1]["iteration"]) <= m["pruned"]["iteration"]
         assert any((run / "checkpoints").iterdir())
     n = slow[0]["number"]
-    p = run_forked(FEDCLI, ["tune", str(root), "--promote", n], env=env(), timeout=300)
-    assert p.returncode == 0, p.stderr[-1000:]
+    tune([root, "--promote", n])
     run = root / slow[0]["run"]
     assert manifest(run)["status"] == "completed" and int(metrics(run)[-1]["iteration"]) == 600
     assert next(r for r in trials_csv(root) if r["number"] == n)["state"] == "COMPLETE"
