@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from fedcli.errors import ConfigError
+from fedcli.errors import ConfigError, FedcliError
 from fedcli.results.masking import masked
 from fedcli.safefs import open_fd
 
@@ -253,30 +253,62 @@ class RunLock(FileLock):
         super().__init__(Path(run_dir) / RUN_LOCK)
         self.run_dir = Path(run_dir)
 
+    #: how long :meth:`take` rides out a lock held by no live recorded holder: a look of :func:`held_by_other` (a
+    #: sweep's ``--status`` or ``--wait``, a study's worker) holds it for microseconds, and a holder that has just
+    #: taken it writes its record at once
+    GRACE_S = 0.5
+
     def take(self, why: str = "") -> "RunLock":
-        """Acquire or raise :class:`RunLocked` naming the holder (``why``: what the caller wanted to do)."""
-        if not self.acquire():
-            raise RunLocked(
-                f"{self.run_dir} is in use by a running fedcli ({describe(self.holder())}){why}; "
-                f"wait for it to end or stop it (kill -INT {(self.holder() or {}).get('pid', 'PID')})"
-            )
+        """Acquire or raise :class:`RunLocked` naming the holder (``why``: what the caller wanted to do). Refused at
+        once while a live process is recorded as the holder; a lock held with no such record (another process looking
+        whether the run is in use, or a holder between its ``flock`` and its record) is tried again for up to
+        :data:`GRACE_S` seconds, so that a look never makes a starting run fail."""
+        deadline = time.monotonic() + self.GRACE_S
+        while not self.acquire():
+            holder = self.holder()
+            if _recorded_alive(holder) or time.monotonic() >= deadline:
+                raise RunLocked(
+                    f"{self.run_dir} is in use by a running fedcli ({describe(holder)}){why}; "
+                    f"wait for it to end or stop it (kill -INT {(holder or {}).get('pid', 'PID')})"
+                )
+            time.sleep(0.02)
         return self
 
 
+def _recorded_alive(holder: dict | None) -> bool:
+    """Whether a lock file's record names a process that may hold it: a live one on this host, or one on another host
+    (which this host cannot look at)."""
+    if not holder or "pid" not in holder:
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    return process_alive(holder.get("pid"), holder.get("start"))
+
+
 def held_by_other(run_dir: str | Path) -> dict | None:
-    """The holder of a run directory's lock when a live process holds it now (else None); takes nothing."""
+    """The holder of a run directory's lock when a live process holds it now (its record, ``{}`` when it wrote none),
+    else None. Only looks: no lock file is created or written, and the look's shared ``flock`` lasts microseconds
+    (a run starting then rides it out, :attr:`RunLock.GRACE_S`). Where ``flock`` is not supported, the record decides
+    (:meth:`FileLock._held_by_record`)."""
+    import fcntl
+
     path = Path(run_dir) / RUN_LOCK
-    if not path.exists():
-        return None
-    probe = FileLock(path)
     try:
-        got = probe.acquire()
-    except ConfigError:
+        fd = open_fd(path, os.O_RDONLY, doing="read the lock file")  # never through a link
+    except FedcliError:
+        return None  # no lock file (the run ended, or never started), or none that can be read
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in _UNSUPPORTED:
+                lock = FileLock(path)
+                return (lock._read(fd) or {}) if lock._held_by_record(fd) else None
+            return FileLock(path)._read(fd) or {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
         return None
-    if got:
-        probe.release()
-        return None
-    return probe.holder() or {}
+    finally:
+        os.close(fd)
 
 
 def watch_process(pid: int, start: int | None, on_gone, interval: float = 0.5) -> threading.Thread:

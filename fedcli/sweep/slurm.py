@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from fedcli.errors import ConfigError, FedcliError
+from fedcli.errors import ConfigError
 from fedcli.results.rundir import atomic_write, now
 
 #: Slurm job states (squeue / scontrol / sacct) in which a job may still run: never resubmit its run
@@ -273,19 +273,11 @@ def write_job(p, **values) -> None:
 
 
 def run_locked(p) -> bool:
-    """Whether a live fedcli process holds the run's own lock (``RUN_DIR/.fedcli.lock``)."""
-    from fedcli.results.lock import RunLock
+    """Whether a live fedcli process holds the run's own lock (``RUN_DIR/.fedcli.lock``); only looks
+    (:func:`fedcli.results.lock.held_by_other`: a training starting meanwhile is not refused)."""
+    from fedcli.results.lock import held_by_other
 
-    if not p.dir.is_dir():
-        return False
-    lock = RunLock(p.dir)
-    try:
-        if lock.acquire():
-            lock.release()
-            return False
-    except FedcliError:
-        return False
-    return True
+    return p.dir.is_dir() and held_by_other(p.dir) is not None
 
 
 def progress(p) -> str:

@@ -186,3 +186,89 @@ def test_clean_keeps_a_stop_request_of_a_folder_without_a_run(tmp_path):
     rd.clean()
     assert sorted(os.listdir(run)) == [RUN_LOCK, "stop.json"]
     rd.release()
+
+
+# a process that looks at a run's lock the way `fedcli sweep --status/--wait` and a study's workers do, over and over
+# until the file STOP exists (argv: RUN_DIR STOP)
+LOOKER = """
+import sys
+from pathlib import Path
+from fedcli.results.lock import held_by_other
+run, stop, n = Path(sys.argv[1]), Path(sys.argv[2]), 0
+while not stop.exists():
+    held_by_other(run)
+    n += 1
+print(n)
+"""
+
+# a process that holds the run's lock until the file STOP exists (argv: RUN_DIR STOP READY)
+HOLDER = """
+import sys, time
+from pathlib import Path
+from fedcli.results.lock import RunLock
+run, stop, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+lock = RunLock(run).take()
+ready.write_text("held")
+while not stop.exists():
+    time.sleep(0.01)
+lock.release()
+"""
+
+
+def test_a_look_at_a_run_lock_never_refuses_a_run_that_starts(tmp_path):
+    """Another process looking over and over whether the run is in use (``held_by_other``; ``fedcli sweep --wait``
+    looked every few seconds while its Slurm jobs started, and one job was refused "in use by a running fedcli
+    (another process)"): 200 takes of the run's lock meanwhile all succeed (the look took the lock for itself and
+    wrote its record; it now holds a shared lock for microseconds, which ``RunLock.take`` rides out)."""
+    import runkit
+    from fedcli.results.lock import RunLock
+
+    run, stop = tmp_path / "run", tmp_path / "stop"
+    run.mkdir()
+    looker = runkit.start_forked(LOOKER, [str(run), str(stop)])
+    try:
+        refused = 0
+        for _ in range(200):
+            try:
+                RunLock(run).take().release()
+            except RunLocked:
+                refused += 1
+    finally:
+        stop.write_text("")
+        looker.wait(60)
+    out, err = looker.communicate()
+    assert looker.returncode == 0, err
+    assert refused == 0 and int(out) > 200, (refused, out)
+
+
+def test_a_look_at_a_run_lock_names_a_live_holder_and_writes_nothing(tmp_path):
+    """``held_by_other``: None where no lock file is (and it makes none); a live holder's record while another process
+    holds the lock, the file unchanged by the look; None once it has let go (the file gone with it); and a run whose
+    record names a live process is refused at once, naming it."""
+    import time
+
+    import runkit
+    from fedcli.results.lock import RunLock, held_by_other
+
+    run, stop, ready = tmp_path / "run", tmp_path / "stop", tmp_path / "ready"
+    run.mkdir()
+    assert held_by_other(run) is None and not (run / RUN_LOCK).exists()
+    holder = runkit.start_forked(HOLDER, [str(run), str(stop), str(ready)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline and holder.poll() is None, holder.communicate()
+            time.sleep(0.01)
+        before = (run / RUN_LOCK).read_bytes()
+        seen = held_by_other(run)
+        assert seen is not None and seen["pid"] == holder.pid
+        assert (run / RUN_LOCK).read_bytes() == before
+        t0 = time.monotonic()
+        with pytest.raises(RunLocked, match=f"in use by a running fedcli \\(pid {holder.pid} on "):
+            RunLock(run).take()
+        assert time.monotonic() - t0 < RunLock.GRACE_S  # a live recorded holder: refused without the grace
+    finally:
+        stop.write_text("")
+        holder.wait(60)
+    assert holder.returncode == 0, holder.communicate()
+    assert held_by_other(run) is None and not (run / RUN_LOCK).exists()
