@@ -13,7 +13,8 @@ How the time is estimated (an estimate: the plan line says its basis):
   (``estimate-timings-v2.json`` in fedcli's cache folder, see fedcli/cli/catalog.py; the machine's part is measured
   again after a week): the seconds a fresh process takes to import what a training needs (python,
   torch, fedcli); per dataset the seconds to load it and per partition to make it (a dataset whose loading outlasts
-  the probe's time limit counts with the time it took until then); and from a reference training (FedAvg on the
+  the probe's time limit counts with the time it took until then; one whose files are not on disk, by the sweep's data
+  check, is not probed: :func:`_not_on_disk`); and from a reference training (FedAvg on the
   built-in digits, N and 5N iterations) a run's fixed setup and the engine's bookkeeping per client step beyond the
   model's own step. How they add up follows the executor: the default worker processes start once each (``jobs``
   of them, in parallel) and keep the last dataset loaded, so a run pays its partition and, when its worker held
@@ -556,7 +557,8 @@ def _probe_warm(argv: list[str], jobs: list[dict]) -> tuple[str, bool]:
 
 def _uncached(configs: list[dict], data_c: dict, part_c: dict, failed: dict) -> tuple[dict, dict]:
     """Each config's dataset name by data key, and the loads to measure: by data key, a config and its partitions
-    whose times the cache lacks (datasets that failed to load left out)."""
+    whose times the cache lacks (datasets that failed to load left out; those not on disk, :func:`_not_on_disk`, added
+    to ``failed`` and left out)."""
     names, wanted = {}, {}
     for cfg in configs:
         dk, pk = _keys(cfg)
@@ -564,7 +566,30 @@ def _uncached(configs: list[dict], data_c: dict, part_c: dict, failed: dict) -> 
         if dk not in failed and (dk not in data_c or pk not in part_c):
             job = wanted.setdefault(dk, {"key": dk, "config": cfg, "parts": {}})
             job["parts"].setdefault(pk, cfg)
+    for dk, why in _not_on_disk(wanted).items():  # a process started to load these would only fail
+        failed[dk] = why
+        del wanted[dk]
     return names, wanted
+
+
+def _not_on_disk(wanted: dict) -> dict:
+    """Of the datasets to measure, those whose files are not where their runs read them (the sweep's own data check,
+    fedcli/data/preflight.py: a look at the files, no load, no torch), by data key with the check's reason: not probed,
+    their load could only fail (a paper recipe planned before its data is downloaded). A run that would download its
+    data (``download``) is probed as before."""
+    from fedcli.data.preflight import look
+
+    out = {}
+    for dk, job in wanted.items():
+        if job["config"].get("download"):
+            continue
+        try:
+            problem = look(job["config"]).problem
+        except Exception:  # a config the check cannot read: the probe says what is wrong
+            continue
+        if problem:
+            out[dk] = problem
+    return out
 
 
 def _bound_stopped(ov: Overheads, got: dict, wanted: dict, failed: dict, elapsed: float) -> None:

@@ -198,10 +198,22 @@ def test_estimate_accounts_for_the_load_it_detects(monkeypatch):
     assert e.load.factor == 1.0 and "estimated ~4.5 s on this machine at 1 torch thread(s)" in e.text()
 
 
-def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypatch, tmp_path):
+def damaged_mnist(folder: Path) -> Path:
+    """MNIST's four IDX files with their headers only: there for the data check (fedcli/data/preflight.py, which reads
+    the magic numbers), unreadable for the loader."""
+    import struct
+
+    folder.mkdir(parents=True)
+    for split, n in (("train", 60000), ("t10k", 10000)):
+        (folder / f"{split}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x803, n, 28, 28))
+        (folder / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, n))
+    return folder
+
+
+def test_one_command_measures_a_step_and_probes_a_dataset_that_fails_to_load_once(monkeypatch, tmp_path):
     """Inside shared_measurements() (one `fedcli sweep --dry-run`, which estimates the plan and then each Slurm job)
-    the second estimate reuses the first's step time and its failed probe of a missing dataset; outside, each
-    measures."""
+    the second estimate reuses the first's step time and its failed probe of a dataset that cannot be loaded; outside,
+    each measures."""
     monkeypatch.setenv("FEDCLI_CACHE_DIR", str(tmp_path / "cache"))
     calls = {"step": 0, "probe": 0}
 
@@ -221,7 +233,8 @@ def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypat
 
     monkeypatch.setattr(est, "measure_step", step)
     monkeypatch.setattr(est, "_probe", probe)
-    todo = [planned("a", iterations=100, dataset="mnist", model="mlp", data_dir=str(tmp_path / "no-mnist"))]
+    data = damaged_mnist(tmp_path / "mnist")
+    todo = [planned("a", iterations=100, dataset="mnist", model="mlp", data_dir=str(data))]
     with est.shared_measurements():
         first, second = est.estimate(todo, [], jobs=1), est.estimate(todo, [], jobs=1, executor="process")
     assert calls == {"step": 1, "probe": 1}
@@ -229,6 +242,37 @@ def test_one_command_measures_a_step_and_probes_a_missing_dataset_once(monkeypat
     assert second.compute_s == first.compute_s
     est.estimate(todo, [], jobs=1)
     assert calls == {"step": 2, "probe": 2}  # no command scope: measured again
+
+
+def test_a_dataset_not_on_disk_is_not_probed(monkeypatch, tmp_path):
+    """A dataset whose files are not where its runs read them (the sweep's data check says so without loading it) is
+    not measured by a process that could only fail to load it: with the start-up cached, no probe at all, and the
+    plan says why, in the check's words; the same dataset once there is probed."""
+    monkeypatch.setenv("FEDCLI_CACHE_DIR", str(tmp_path / "cache"))
+    probes = []
+
+    def probe(jobs, reference, warm=False):
+        probes.append([j["key"] for j in jobs])
+        return {
+            "data": {j["key"]: 0.5 for j in jobs},
+            "part": {},
+            "failed": {},
+            "startup": 1.0,
+            "reference": (0.5, 0.001),
+        }, False
+
+    monkeypatch.setattr(est, "measure_step", lambda cfg, facts, threads: (0.01, 0.0))
+    monkeypatch.setattr(est, "_probe", probe)
+    est.estimate([planned("warm", iterations=10, dataset="digits", model="mlp")], [], jobs=1)  # caches the start-up
+    assert len(probes) == 1
+    missing = tmp_path / "no-mnist"
+    todo = [planned("a", iterations=100, dataset="mnist", model="mlp", data_dir=str(missing))]
+    text = est.estimate(todo, [], jobs=1).text()
+    assert len(probes) == 1, probes  # nothing measured: no process started
+    assert "mnist not measured (no MNIST files there (neither the training nor the test split)" in text, text
+    damaged_mnist(missing / "MNIST" / "raw")  # now there (for the check): probed
+    est.estimate(todo, [], jobs=1)
+    assert len(probes) == 2 and len(probes[1]) == 1, probes
 
 
 def test_a_data_probe_for_worker_processes_is_forked_warm_and_keeps_the_cached_start_up(monkeypatch, tmp_path):
