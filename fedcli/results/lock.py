@@ -152,13 +152,7 @@ class FileLock:
     def _held_by_record(self, fd: int) -> bool:
         """Whether the holder recorded in the file (exclusive locks only) is another live process of this host."""
         holder = self._read(fd)
-        return bool(
-            not self.shared
-            and holder
-            and holder.get("host") == socket.gethostname()
-            and holder.get("pid") != os.getpid()
-            and process_alive(holder.get("pid"), holder.get("start"))
-        )
+        return not self.shared and _lives_here(holder) and holder.get("pid") != os.getpid()
 
     def _same_file(self, fd: int) -> bool:
         """Whether ``fd`` is still the file at ``self.path`` (a holder that ends removes the file while it holds it,
@@ -275,14 +269,17 @@ class RunLock(FileLock):
         return self
 
 
+def _lives_here(holder: dict | None) -> bool:
+    """Whether a lock file's record names a live process of this host (its pid with that start time)."""
+    return bool(
+        holder and holder.get("host") == socket.gethostname() and process_alive(holder.get("pid"), holder.get("start"))
+    )
+
+
 def _recorded_alive(holder: dict | None) -> bool:
     """Whether a lock file's record names a process that may hold it: a live one on this host, or one on another host
     (which this host cannot look at)."""
-    if not holder or "pid" not in holder:
-        return False
-    if holder.get("host") != socket.gethostname():
-        return True
-    return process_alive(holder.get("pid"), holder.get("start"))
+    return bool(holder and "pid" in holder) and (holder.get("host") != socket.gethostname() or _lives_here(holder))
 
 
 def held_by_other(run_dir: str | Path) -> dict | None:
@@ -297,14 +294,14 @@ def held_by_other(run_dir: str | Path) -> dict | None:
         fd = open_fd(path, os.O_RDONLY, doing="read the lock file")  # never through a link
     except FedcliError:
         return None  # no lock file (the run ended, or never started), or none that can be read
+    lock = FileLock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError as e:
-            if e.errno in _UNSUPPORTED:
-                lock = FileLock(path)
-                return (lock._read(fd) or {}) if lock._held_by_record(fd) else None
-            return FileLock(path)._read(fd) or {}
+            if e.errno in _UNSUPPORTED and not lock._held_by_record(fd):
+                return None
+            return lock._read(fd) or {}
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
