@@ -253,8 +253,8 @@ def run_forked(
 
 class Forked:
     """A child of :func:`start_forked` while it runs, asked as a ``subprocess.Popen`` is: ``pid``, ``args``,
-    ``returncode`` (None while it runs; -N when signal N ended it), ``poll``, ``wait``, ``kill``, ``communicate`` (its
-    stdout and stderr as text, once it has ended)."""
+    ``returncode`` (None while it runs; -N when signal N ended it), ``poll``, ``wait``, ``send_signal``, ``kill``,
+    ``communicate`` (its stdout and stderr as text, once it has ended)."""
 
     def __init__(self, pid: int, args: list[str], out, err):
         self.pid, self.args, self.returncode = pid, args, None
@@ -277,11 +277,14 @@ class Forked:
             time.sleep(0.02)
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
     def kill(self) -> None:
         import signal
 
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
+        self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)

@@ -1,13 +1,13 @@
 """A ``fedcli train`` child paused at a chosen point (setup, armed, round) until the test lets it go, for the tests that
-send it real signals or take its disk away. Test modules import these from here."""
+send it real signals or take its disk away: a process of its own forked from the test's (``runkit.start_forked``: torch
+and fedcli already imported, fedcli's signal handlers installed first thing as its command does; the start itself is
+test_signals.py's SIGINT-after-launch test, with new interpreters). Test modules import these from here."""
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from runkit import TINY_RUN, train_args
+from runkit import TINY_RUN, start_forked, train_args
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -15,7 +15,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 # runkit.TINY_RUN with a checkpoint every 3 rounds
 TINY = train_args(TINY_RUN, checkpoint_every=3)
 
-# fedcli as its own command (signal handlers from the first instant), pausing at a chosen point until GO exists:
+# fedcli as its own command (its early signal handlers first), pausing at a chosen point until GO exists:
 # WHERE = setup (the run folder and its lock exist, no manifest), armed (manifest written, rounds not started),
 # round (at the start of round 3), closing (in the manifest's last write), closing-stop (the same after SIGTERM in
 # round 3)
@@ -76,14 +76,7 @@ sys.exit(main(sys.argv[3:]))
 
 def paused_child(tmp_path: Path, where: str, out: Path, args=TINY):
     go = tmp_path / f"go-{where}"
-    p = subprocess.Popen(
-        [sys.executable, "-c", CHILD, where, str(go), *args, "--out", str(out)],
-        env=ENV,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    p = start_forked(CHILD, [where, go, *args, "--out", out], env=ENV, cwd=tmp_path)
     ready = go.with_name(go.name + ".ready")
     end = time.monotonic() + 240
     while not ready.exists():
