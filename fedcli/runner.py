@@ -589,7 +589,9 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None, gpus: int | 
     from fedcli.comm.workers import physical_cores
 
     cores = cores or physical_cores()
-    active = max(1, int(round(cfg.active_ratio * len(partition.train))))
+    from fedcli.fl.budget import clients_per_round
+
+    active = clients_per_round(cfg.active_ratio, len(partition.train))
     if gpus is None:
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if cfg.device == "cuda" or (cfg.device == "auto" and gpus):  # worker k takes GPU k mod gpus (engine.resolve_device)

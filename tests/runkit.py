@@ -4,6 +4,7 @@ under ``mpiexec``. Test modules import these from here, never from each other.""
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,6 +132,12 @@ def run_killed(sig: int, round_idx: int, args: list[str]) -> subprocess.Complete
     """``fedcli ARGS`` in a child process that sends itself ``sig`` inside round ``round_idx`` (at its 2nd local
     step): a forked one (:func:`run_forked`), which fedcli cannot tell from a new interpreter but for the start."""
     return run_forked(KILLER, [str(int(sig)), str(round_idx), *args])
+
+
+def imported_torch(stderr: str) -> bool:
+    """Whether a process run with ``PYTHONPROFILEIMPORTTIME=1`` (python's ``-X importtime``) imported torch: its
+    report names every module imported, one a line (``import time: SELF | CUMULATIVE | torch``)."""
+    return re.search(r"\|\s+torch\s*$", stderr, flags=re.M) is not None
 
 
 def mpirun(n, args, timeout=240, script=None, **kw):

@@ -246,6 +246,8 @@ def _start(flags: dict, asked: _Asked) -> None:
                     cfg = resume_config(resume, flags, recipe=recipe, scale=scale, overwrite=overwrite, promote=promote)
             else:
                 cfg = build_config(recipe, flags, scale)
+            if cfg is not None:
+                _processes_fit(cfg, comm.size)
         except FedcliError as e:
             err = e
     collective(comm, err)
@@ -271,6 +273,19 @@ def _start(flags: dict, asked: _Asked) -> None:
             printer=TerminalPrinter(),
             promote=promote,
         )
+
+
+def _processes_fit(cfg, size: int) -> None:
+    """More processes than clients per round (MPI's ranks, or ``--workers N``), refused before torch loads
+    (``fedcli.fl.budget.check_processes``): the clients are ``--clients``, unless a partition file decides them (then
+    the check waits for the data, in ``fedcli.fl.build.load``, as it does for the workers a resume reads off its
+    manifest)."""
+    from fedcli.fl.budget import check_processes, clients_per_round
+
+    n = size if size > 1 else cfg.workers
+    if n > 1 and not cfg.partition_file:
+        k = clients_per_round(cfg.active_ratio, cfg.clients)
+        check_processes(cfg.active_ratio, cfg.clients, k, n, "mpi" if size > 1 else "fedcli")
 
 
 def _trackers_only(resume: str, flags: dict, **given) -> str | None:

@@ -26,6 +26,30 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from fedcli.errors import ConfigError
+
+
+def clients_per_round(active_ratio: float, clients: int) -> int:
+    """K, the clients of a round: ``--active-ratio`` x ``--clients``, rounded, at least 1 (FedLAMA Algorithm 1's
+    sampled subset; 0.25 of 128 clients is 32)."""
+    return max(1, int(round(active_ratio * clients)))
+
+
+def check_processes(active_ratio: float, n_clients: int, n_active: int, size: int, launcher: str) -> None:
+    """Refuses more processes (MPI ranks, or ``--workers``) than clients per round, up-front: every process trains at
+    least one client of every round (the cohort sums, the batch plans and the parts' hooks assume so). As many
+    processes as clients per round is allowed (one client each). Torch-free: ``fedcli train`` asks it as soon as the
+    config holds (the clients are ``--clients`` unless a partition file decides them), and again once the data is
+    loaded."""
+    if size > n_active:
+        how = "MPI processes" if launcher == "mpi" else "worker processes (--workers)"
+        raise ConfigError(
+            f"--active-ratio {active_ratio} of {n_clients} clients gives {n_active} client(s) per "
+            f"round, fewer than the {size} {how}: each process trains at least one client of "
+            f"every round; use at most {n_active} processes, or more clients per round",
+            key="active_ratio",
+        )
+
 
 def epoch_steps(n: int, epochs: float, batch: int, drop_last: bool = False) -> int:
     """Local steps of ``epochs`` epochs over a client's ``n`` samples in batches of ``batch``: ceil(E * n / B), or with
@@ -100,7 +124,7 @@ def plan_run(
     if n_active is None:
         if n is None:
             raise ValueError("plan_run needs the clients' sizes or the clients per round")
-        n_active = max(1, int(round(cfg.active_ratio * n)))
+        n_active = clients_per_round(cfg.active_ratio, n)
     base = dict(round_length=round_length, by_rounds=by_rounds, budget=budget, n_active=n_active)
     if not cfg.local_epochs:
         rounds = budget if by_rounds else math.ceil(budget / round_length)

@@ -122,6 +122,7 @@ def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
     """The dataset and partition (``dataset``/``partition`` if given, else loaded once per node), each client's
     training indices, the mini-batch size and the cohort size; refuses more processes than clients per round."""
     from fedcli.data.setup import load_data_and_partition
+    from fedcli.fl.budget import check_processes, clients_per_round
     from fedcli.runtime.heap import release_free_heap
 
     if dataset is None or partition is None:
@@ -141,23 +142,9 @@ def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
         ]
     )
     n_clients = len(client_indices)
-    n_active = max(1, int(round(cfg.active_ratio * n_clients)))
+    n_active = clients_per_round(cfg.active_ratio, n_clients)
     check_processes(cfg.active_ratio, n_clients, n_active, comm.size, comm.launcher)
     return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, n_active)
-
-
-def check_processes(active_ratio: float, n_clients: int, n_active: int, size: int, launcher: str) -> None:
-    """Refuses more processes (MPI ranks, or ``--workers``) than clients per round, up-front: every process trains at
-    least one client of every round (the cohort sums, the batch plans and the parts' hooks assume so). As many
-    processes as clients per round is allowed (one client each)."""
-    if size > n_active:
-        how = "MPI processes" if launcher == "mpi" else "worker processes (--workers)"
-        raise ConfigError(
-            f"--active-ratio {active_ratio} of {n_clients} clients gives {n_active} client(s) per "
-            f"round, fewer than the {size} {how}: each process trains at least one client of "
-            f"every round; use at most {n_active} processes, or more clients per round",
-            key="active_ratio",
-        )
 
 
 def global_model(cfg: TrainConfig, dataset, device: torch.device) -> tuple:

@@ -197,13 +197,13 @@ def client_steps(cfg: dict, facts: DataFacts | None) -> int | None:
     """Client steps of local training over the whole run (``fedcli.fl.budget.plan_run`` over clients of the nominal
     mean size; None when the data size it needs is unknown)."""
     from fedcli.config import TrainConfig
-    from fedcli.fl.budget import plan_run, schedule_round_length
+    from fedcli.fl.budget import clients_per_round, plan_run, schedule_round_length
 
     c = TrainConfig(**cfg)
     sizes = None
     if facts is not None and facts.n_train is not None:
         sizes = [facts.n_train * (1 - c.client_test_fraction) / c.clients] * c.clients
-    plan = plan_run(c, schedule_round_length(c), sizes, n_active=max(1, int(round(c.active_ratio * c.clients))))
+    plan = plan_run(c, schedule_round_length(c), sizes, n_active=clients_per_round(c.active_ratio, c.clients))
     return None if plan.expected_client_steps is None else int(round(plan.expected_client_steps))
 
 

@@ -169,6 +169,7 @@ def estimate_memory(config: dict, facts) -> int:
     import torch
 
     from fedcli.config import TrainConfig
+    from fedcli.fl.budget import clients_per_round
     from fedcli.models import build_model
 
     cfg = TrainConfig(**config)
@@ -195,7 +196,7 @@ def estimate_memory(config: dict, facts) -> int:
         model(torch.zeros((1, *facts.shape), dtype=dtype))
     for h in leaves:
         h.remove()
-    clients = max(1, round(config.get("clients", 1) * config.get("active_ratio", 1.0)))
+    clients = clients_per_round(config.get("active_ratio", 1.0), config.get("clients", 1))
     if config.get("cohort_chunk"):
         clients = min(clients, int(config["cohort_chunk"]))
     batch = int(config.get("batch_size", 32))

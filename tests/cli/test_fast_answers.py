@@ -17,7 +17,7 @@ from fedcli.method_names import resolve_method
 from fedcli.sweep.run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
-from runkit import MPIEXEC, mpirun  # noqa: E402
+from runkit import MPIEXEC, imported_torch, mpirun  # noqa: E402
 
 PROBE = (
     "import sys, time; t = time.perf_counter(); from fedcli.cli.main import main\n"
@@ -79,6 +79,12 @@ def test_partition_refuses_a_bad_argument_before_torch_and_the_data(env, tmp_pat
 BAD_VALUES = [
     (["--tau", "0"], "fedcli: error: --tau must be >= 1, got 0"),
     (["--active-ratio", "0"], "fedcli: error: --active-ratio must be > 0.0, got 0.0"),
+    (
+        ["--clients", "4", "--active-ratio", "0.5", "--workers", "3"],
+        "fedcli: error: --active-ratio 0.5 of 4 clients gives 2 client(s) per round, fewer than the 3 worker "
+        "processes (--workers): each process trains at least one client of every round; use at most 2 processes, or "
+        "more clients per round",
+    ),
 ]
 
 
@@ -86,7 +92,8 @@ BAD_VALUES = [
 def test_a_bad_config_value_is_answered_before_torch(env, args, line):
     """The config's checks import no torch (fedcli/cli/train.py, ``_start``): a bad value is its one line and exit 2
     with torch never imported (it took about 2 s of CPU before), and no "loading torch ..." line before it (a job log
-    gets that line once the config holds)."""
+    gets that line once the config holds). More worker processes than clients per round too (``_processes_fit``; it
+    started the workers first, 3.4 s)."""
     p = subprocess.run(
         [sys.executable, "-c", PROBE.format(args=["train", *args])], env=env, capture_output=True, text=True, timeout=60
     )
@@ -126,12 +133,6 @@ def test_resume_of_a_pruned_run_is_refused_before_torch(env, tmp_path):
         f"fedcli: error: --resume {run}: the run was pruned at iteration 20 (below the median) and is kept as it "
         f"stands; --promote finishes it: fedcli train --resume {run} --promote"
     ]
-
-
-def imported_torch(stderr: str) -> bool:
-    """Whether a process run with ``PYTHONPROFILEIMPORTTIME=1`` (python's ``-X importtime``) imported torch: its
-    report names every module imported, one a line (``import time: SELF | CUMULATIVE | torch``)."""
-    return re.search(r"\|\s+torch\s*$", stderr, flags=re.M) is not None
 
 
 @pytest.mark.mpi

@@ -15,7 +15,7 @@ import pytest
 from fedcli.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-from runkit import MPIEXEC, mpirun  # noqa: E402
+from runkit import MPIEXEC, imported_torch, mpirun  # noqa: E402
 
 pytestmark = [
     pytest.mark.mpi,
@@ -196,14 +196,17 @@ SMALL_COHORT = ["train", "--clients", "4", "--active-ratio", "0.5", "--iteration
 
 
 @pytest.mark.timeout(180)
-def test_more_ranks_than_clients_per_round_is_refused_up_front(tmp_path):
+def test_more_ranks_than_clients_per_round_is_refused_up_front(tmp_path, monkeypatch):
     """Issue 29, family 4: 3 ranks for 2 clients per round would leave a rank without clients; refused before anything
     is written (exit 2, one line, no run folder), where it used to end with a RuntimeError and a manifest left
     running. The boundary (as many processes as clients per round passes) is checked by hand numbers in
     test_participants.py::test_processes_up_to_the_clients_per_round_pass_one_more_is_refused, and trained under MPI
-    by the long test below."""
+    by the long test below. Refused before torch loads (each rank imported it first, 3.4 s for the answer)."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the ranks report their imports (mpiexec passes it on)
     out = tmp_path / "run"
     p = mpirun(3, [*SMALL_COHORT, "--out", str(out)], timeout=150)
+    assert p.stderr.count("import time: self [us]") == 3 and not imported_torch(p.stderr), p.stderr[-2000:]
+    p.stderr = "\n".join(l for l in p.stderr.splitlines() if not l.startswith("import time:"))
     lines = [l for l in p.stderr.splitlines() if l.startswith("fedcli: error:")]
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert "--active-ratio" in lines[0] and "2 client(s) per round" in lines[0] and "3 MPI processes" in lines[0]

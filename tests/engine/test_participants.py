@@ -432,10 +432,11 @@ def test_waits_and_overcommitment_under_mpi_1_and_2_processes(tmp_path):
 
 
 def test_processes_up_to_the_clients_per_round_pass_one_more_is_refused():
-    """fedcli/fl/build.py:check_processes: 4 clients at --active-ratio 0.5 give 2 per round; 1 or 2 processes (MPI ranks
-    or --workers) pass, 3 are refused naming the launcher (tests/engine/test_mpi.py runs the refusal under mpiexec)."""
+    """fedcli/fl/budget.py:check_processes: 4 clients at --active-ratio 0.5 give 2 per round; 1 or 2 processes (MPI
+    ranks or --workers) pass, 3 are refused naming the launcher (tests/engine/test_mpi.py runs the refusal under
+    mpiexec)."""
     from fedcli.errors import ConfigError
-    from fedcli.fl.build import check_processes
+    from fedcli.fl.budget import check_processes
 
     for size in (1, 2):
         for launcher in ("mpi", "fedcli"):
