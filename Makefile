@@ -17,6 +17,7 @@ install:
 	@$(PY) -c "import psycopg; print('postgres driver: psycopg', psycopg.__version__)"
 	@test -x $(VENV)/bin/mpiexec && echo "mpiexec: $(VENV)/bin/mpiexec"
 	@$(PY) -m compileall -q fedcli >/dev/null  # fedcli's bytecode, also where PYTHONDONTWRITEBYTECODE is set (0.2 s a command)
+	@$(PY) -m pytest --collect-only -q -p no:cacheprovider >/dev/null  # the tests' rewritten asserts, kept (tests/conftest.py)
 
 # `make test` runs on TEST_WORKERS pytest-xdist workers (the `test` extra; without xdist, in one process): the tests
 # spend much of their time waiting for subprocesses, Slurm and signals, which the other worker fills. --dist loadfile:

@@ -1,4 +1,11 @@
 import os
+import sys
+
+# pytest rewrites every test module's asserts when it imports it (about 6 s of CPU for the suite, in each xdist worker
+# and each nested pytest) and keeps the result in __pycache__, but not where PYTHONDONTWRITEBYTECODE is set (this
+# machine, CI's): kept here anyway, as `make install` compiles fedcli's own modules; `make install` collects the suite
+# once to write them.
+sys.dont_write_bytecode = False
 
 # One arithmetic on every x86 machine, set before torch and MKL load: the golden records (tests/test_golden.py) are
 # bitwise, and torch picks its CPU kernels by the processor (ATen's vectorized kernels by AVX2/AVX-512, MKL by vendor
