@@ -80,6 +80,10 @@ def test_the_manifest_records_every_process_device(tmp_path):
     assert man["devices"] == [{"device": "cpu", "local_rank": 0}, {"device": "cpu", "local_rank": 1}]
 
 
+@pytest.mark.long(
+    reason="the same two manifest fields of a 2-rank run (each rank's node-local rank, the data loaded once per node) "
+    "are checked in make test on test_mpi_families' 2-process runs (test_one_and_two_processes_give_the_same_results)"
+)
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 def test_mpi_ranks_get_their_node_local_rank(tmp_path):

@@ -128,7 +128,12 @@ def two_process_runs(tmp_path_factory):
 def test_one_and_two_processes_give_the_same_results(family, two_process_runs, tmp_path):
     assert main(["train", *BASE, *FAMILIES[family], "--out", str(tmp_path / "n1")]) == 0
     n2 = two_process_runs / family
-    assert json.loads((n2 / "manifest.json").read_text())["world_size"] == 2
+    man = json.loads((n2 / "manifest.json").read_text())
+    assert man["world_size"] == 2
+    # each rank its node-local rank (one node: MPI's shared-memory split), and the node loaded the data once: digits'
+    # 1,797 float32 images of 64 pixels at least, in one shared window (also test_devices.py's MPI case, make test-long)
+    assert [d["local_rank"] for d in man["devices"]] == [0, 1]
+    assert man["data_sharing"]["ranks"] == 2 and man["data_sharing"]["bytes"] >= 1797 * 64 * 4, man["data_sharing"]
     if family == "fedlama":
         assert len(cells(tmp_path / "n1/intervals.csv")) == 3 * 4  # an adjustment at every round end, 4 tensors
     assert_same_files(tmp_path / "n1", n2, rel=1e-6)
