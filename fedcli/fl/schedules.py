@@ -149,7 +149,7 @@ class LayerwiseSchedule(Schedule):
             [
                 flat_rows(cohort.params[self.layers[l].name] - view.global_params[self.layers[l].name])
                 .double()
-                .pow(2)
+                .pow_(2)  # in place: the float64 copy is this sum's own
                 .sum(1)
                 for l in layers
             ],
