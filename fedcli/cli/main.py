@@ -203,9 +203,13 @@ def _run(args: list[str]) -> int:
         if comm is not None and not getattr(e, "collective", False):
             _abort_job(e, e.exit_code)
         if comm is not None:  # an error every rank raised together: rank 0 prints the one line for everyone, and
-            if comm.rank == 0:  # no rank leaves before that (a rank's non-zero exit makes mpi4py abort the job)
+            if comm.rank == 0:  # no rank leaves before that
                 err_line(str(e))
             comm.barrier()
+            # then every rank ends MPI itself: a non-zero exit with MPI still up makes mpi4py abort the job, and
+            # MPICH's abort adds its own "Abort(2) on node 0 ..." line and leaves its shared-memory file (2 MB) in
+            # /dev/shm; mpiexec still exits with the code
+            comm.finalize()
             sys.exit(e.exit_code)
         error(str(e), e.exit_code)
     except typer.Exit as e:

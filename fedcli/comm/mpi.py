@@ -89,6 +89,12 @@ class MPICommunicator(Communicator):
     def abort(self, code: int = 1) -> None:
         self.world.Abort(code)
 
+    def finalize(self) -> None:
+        """MPI's end for this process (``MPI_Finalize``; every rank calls it), before an exit every rank makes with the
+        same code: mpi4py then neither finalizes nor aborts at exit."""
+        if not self.MPI.Is_finalized():
+            self.MPI.Finalize()
+
 
 # the node-local rank as launchers give it: Open MPI, MPICH/Hydra, Intel MPI/PMI, Slurm's srun, torchrun
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK")
