@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcli.errors import ConfigError, FedcliError, Pruned, ResourceError, memory_error
+from fedcli.fl.budget import clients_per_round
 from fedcli.fl.context import CheckpointContext, DriverContext, LogContext
 from fedcli.runtime import early
 
@@ -589,8 +590,6 @@ def auto_workers(cfg, dataset, partition, cores: int | None = None, gpus: int | 
     from fedcli.comm.workers import physical_cores
 
     cores = cores or physical_cores()
-    from fedcli.fl.budget import clients_per_round
-
     active = clients_per_round(cfg.active_ratio, len(partition.train))
     if gpus is None:
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -280,12 +280,11 @@ def _processes_fit(cfg, size: int) -> None:
     (``fedcli.fl.budget.check_processes``): the clients are ``--clients``, unless a partition file decides them (then
     the check waits for the data, in ``fedcli.fl.build.load``, as it does for the workers a resume reads off its
     manifest)."""
-    from fedcli.fl.budget import check_processes, clients_per_round
+    from fedcli.fl.budget import check_processes
 
     n = size if size > 1 else cfg.workers
     if n > 1 and not cfg.partition_file:
-        k = clients_per_round(cfg.active_ratio, cfg.clients)
-        check_processes(cfg.active_ratio, cfg.clients, k, n, "mpi" if size > 1 else "fedcli")
+        check_processes(cfg.active_ratio, cfg.clients, n, "mpi" if size > 1 else "fedcli")
 
 
 def _trackers_only(resume: str, flags: dict, **given) -> str | None:

@@ -143,7 +143,7 @@ def load(cfg: TrainConfig, comm, dataset=None, partition=None) -> ClientData:
     )
     n_clients = len(client_indices)
     n_active = clients_per_round(cfg.active_ratio, n_clients)
-    check_processes(cfg.active_ratio, n_clients, n_active, comm.size, comm.launcher)
+    check_processes(cfg.active_ratio, n_clients, comm.size, comm.launcher)
     return ClientData(dataset, partition, client_indices, sizes, batch_size, notes, n_active)
 
 

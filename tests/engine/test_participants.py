@@ -431,6 +431,20 @@ def test_waits_and_overcommitment_under_mpi_1_and_2_processes(tmp_path):
         assert float(x["test_loss"]) == pytest.approx(float(y["test_loss"]), rel=1e-5)
 
 
+def test_clients_per_round_by_hand():
+    """fedcli/fl/budget.py:clients_per_round, K = round(active_ratio x clients), at least 1: 0.25 of 128 is 32
+    (FedLAMA's CIFAR-10 setting); 0.5 of 5 is 2.5, rounded half to even: 2; 0.7 of 5 is 3.5: 4; 0.01 of 10 is 0.1: 1."""
+    from fedcli.fl.budget import clients_per_round
+
+    assert [clients_per_round(r, n) for r, n in ((0.25, 128), (0.5, 5), (0.7, 5), (0.01, 10), (1.0, 3))] == [
+        32,
+        2,
+        4,
+        1,
+        3,
+    ]
+
+
 def test_processes_up_to_the_clients_per_round_pass_one_more_is_refused():
     """fedcli/fl/budget.py:check_processes: 4 clients at --active-ratio 0.5 give 2 per round; 1 or 2 processes (MPI
     ranks or --workers) pass, 3 are refused naming the launcher (tests/engine/test_mpi.py runs the refusal under
@@ -440,10 +454,10 @@ def test_processes_up_to_the_clients_per_round_pass_one_more_is_refused():
 
     for size in (1, 2):
         for launcher in ("mpi", "fedcli"):
-            check_processes(0.5, 4, 2, size, launcher)
+            check_processes(0.5, 4, size, launcher)
     with pytest.raises(ConfigError) as e:
-        check_processes(0.5, 4, 2, 3, "mpi")
+        check_processes(0.5, 4, 3, "mpi")
     assert str(e.value).startswith("--active-ratio 0.5 of 4 clients gives 2 client(s) per round, fewer than the 3 MPI")
     assert "use at most 2 processes" in str(e.value) and e.value.key == "active_ratio"
     with pytest.raises(ConfigError, match=r"fewer than the 3 worker processes \(--workers\)"):
-        check_processes(0.5, 4, 2, 3, "fedcli")
+        check_processes(0.5, 4, 3, "fedcli")
