@@ -37,11 +37,10 @@ def clients_per_round(active_ratio: float, clients: int) -> int:
 
 def check_processes(active_ratio: float, n_clients: int, size: int, launcher: str) -> None:
     """Refuses more processes (MPI ranks, or ``--workers``) than clients per round (:func:`clients_per_round` of
-    ``n_clients``), up-front: every process trains at
-    least one client of every round (the cohort sums, the batch plans and the parts' hooks assume so). As many
-    processes as clients per round is allowed (one client each). Torch-free: ``fedcli train`` asks it as soon as the
-    config holds (the clients are ``--clients`` unless a partition file decides them), and again once the data is
-    loaded."""
+    ``n_clients``), up-front: every process trains at least one client of every round (the cohort sums, the batch
+    plans and the parts' hooks assume so). As many processes as clients per round is allowed (one client each).
+    Torch-free: ``fedcli train`` asks it as soon as the config holds (the clients are ``--clients`` unless a partition
+    file decides them), and again once the data is loaded."""
     n_active = clients_per_round(active_ratio, n_clients)
     if size > n_active:
         how = "MPI processes" if launcher == "mpi" else "worker processes (--workers)"
